@@ -1,0 +1,31 @@
+#!/usr/bin/env node
+// The only place that touches process argv, env, signals and the exit code.
+import { runCli } from "./cli.js";
+
+const controller = new AbortController();
+let signals = 0;
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.on(sig, () => {
+    signals += 1;
+    if (signals > 1) process.exit(130);
+    controller.abort(new Error(`received ${sig}`));
+  });
+}
+
+runCli(process.argv.slice(2), {
+  stdout: process.stdout,
+  stderr: process.stderr,
+  env: process.env,
+  cwd: process.cwd(),
+  signal: controller.signal,
+}).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(
+      `llmgw: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exitCode = 1;
+  },
+);
