@@ -1,0 +1,97 @@
+/**
+ * The scheduler's contract: plain data in, a plan out. The control plane builds these inputs
+ * from its store and live node state and applies the plan; nothing here does I/O.
+ */
+
+/** A stable code plus human text with numbers, e.g. "needs 2 nodes × 8 h100-80g on one fabric; …". */
+export interface Reason {
+  readonly code: string;
+  readonly message: string;
+}
+
+export interface SchedulerGpu {
+  readonly index: number;
+  readonly uuid: string;
+  /** e.g. "h100-80g"; undefined when unknown (such a GPU is never used for a class request). */
+  readonly gpuClass?: string;
+  readonly healthy: boolean;
+  readonly migEnabled: boolean;
+}
+
+export interface SchedulerNode {
+  readonly id: string;
+  /** "ready" is schedulable; anything else is never given new replicas. */
+  readonly state: "ready" | "unreachable" | "lost";
+  readonly cordoned: boolean;
+  readonly draining: boolean;
+  readonly gpus: readonly SchedulerGpu[];
+  /** Fabric ids of this node's active RDMA ports; empty = a single-node island. */
+  readonly fabrics: readonly string[];
+  /** NVLink counts between GPU pairs (from topology); absent pairs are PCIe only. */
+  readonly nvlinks?: readonly { readonly a: number; readonly b: number; readonly count: number }[];
+  /** GPU index → best PCIe distance to a NIC on the chosen fabric: 0 PIX … 4 SYS. */
+  readonly nicDistance?: Readonly<Record<number, number>>;
+}
+
+export interface SchedulerDeployment {
+  readonly name: string;
+  readonly revision: number;
+  /** Required GPU class; undefined = any class (or none when gpusPerReplica is 0). */
+  readonly gpuClass?: string;
+  /** TP × PP for GPU engines; 0 for engines that run without GPUs (sim/llama.cpp on CPU). */
+  readonly gpusPerReplica: number;
+  readonly replicas: number;
+  /** Fixed number of nodes per replica; undefined = 1 when it fits, else the fewest equal split. */
+  readonly nodesPerReplica?: number;
+  /** Restrict multi-node replicas to this fabric. */
+  readonly fabric?: string;
+  /** False for engines that cannot span nodes (llama.cpp). */
+  readonly multiNode: boolean;
+  /** Higher is placed first when capacity is short. */
+  readonly priority: number;
+  /** May evict lower-priority replicas to fit. */
+  readonly allowPreemption: boolean;
+}
+
+export interface PlacementRank {
+  readonly rank: number;
+  readonly nodeId: string;
+  readonly gpuIndices: readonly number[];
+}
+
+export interface Placement {
+  /** Deterministic: `${deployment}-${n}` with the lowest free n. */
+  readonly replicaId: string;
+  readonly deployment: string;
+  readonly revision: number;
+  /** Rank 0 first. One entry for a single-node replica. */
+  readonly ranks: readonly PlacementRank[];
+  /** The fabric shared by all ranks of a multi-node replica; undefined for single-node. */
+  readonly fabricId?: string;
+}
+
+export interface ScheduleInput {
+  readonly nodes: readonly SchedulerNode[];
+  readonly deployments: readonly SchedulerDeployment[];
+  /** What is placed now (possibly on nodes that are gone or for deployments that changed). */
+  readonly placements: readonly Placement[];
+}
+
+export interface PlacementRemoval {
+  readonly replicaId: string;
+  readonly deployment: string;
+  readonly reason: Reason;
+}
+
+export interface UnschedulableDeployment {
+  readonly deployment: string;
+  /** Replicas wanted but not placed. */
+  readonly missingReplicas: number;
+  readonly reasons: readonly Reason[];
+}
+
+export interface ScheduleResult {
+  readonly add: readonly Placement[];
+  readonly remove: readonly PlacementRemoval[];
+  readonly unschedulable: readonly UnschedulableDeployment[];
+}
