@@ -1,0 +1,194 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import {
+  AgentService,
+  HeartbeatRequestSchema,
+  type HeartbeatResponse,
+  type NodeInventory,
+  RegisterRequestSchema,
+  type GpuReading,
+  type Problem,
+  type ReplicaStatus,
+} from "@llmgw/proto";
+import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
+
+/** The agent's view of its connection to the control plane. */
+export type ChannelState = "registering" | "connected" | "reconnecting" | "stopped";
+
+/** What the channel asks of the rest of the agent on every beat. */
+export interface ChannelHooks {
+  /** Inventory sent at registration (hardware). */
+  inventory(): Promise<NodeInventory>;
+  /** Live state sent with every heartbeat. */
+  snapshot(): Promise<{ gpus: GpuReading[]; replicas: ReplicaStatus[]; problems: Problem[] }>;
+  /** The node's full desired set, delivered after every successful heartbeat. */
+  applyDesired(response: HeartbeatResponse): Promise<void>;
+  /** Called on every state change, with the reason. */
+  onState?(state: ChannelState, detail: string): void;
+}
+
+export interface ControlChannelOptions {
+  readonly controlPlaneUrl: string;
+  readonly joinToken: string;
+  readonly stateDir: string;
+  readonly advertiseAddress: string;
+  /** First reconnect delay; doubles up to `maxBackoffMs`, with ±50% jitter. */
+  readonly initialBackoffMs: number;
+  readonly maxBackoffMs: number;
+  /** Per-call deadline for Register and Heartbeat. */
+  readonly callTimeoutMs: number;
+}
+
+/**
+ * The agent's only link to the control plane. Agents dial out; a lost control channel never
+ * stops engines — the channel just keeps retrying with jittered backoff, and the next
+ * successful heartbeat converges the node on the desired set (level-triggered).
+ */
+export class ControlChannel {
+  private readonly client: Client<typeof AgentService>;
+  private stateValue: ChannelState = "registering";
+  private identity: NodeIdentity | undefined;
+  private generationSeen = 0n;
+  private intervalMs = 2000;
+  private lastError: string | undefined;
+
+  constructor(
+    private readonly options: ControlChannelOptions,
+    private readonly hooks: ChannelHooks,
+  ) {
+    const transport = createConnectTransport({
+      baseUrl: options.controlPlaneUrl,
+      httpVersion: "1.1",
+    });
+    this.client = createClient(AgentService, transport);
+  }
+
+  get state(): ChannelState {
+    return this.stateValue;
+  }
+
+  get nodeId(): string | undefined {
+    return this.identity?.nodeId;
+  }
+
+  /** Runs until `signal` aborts. Never throws for control-plane trouble; it retries. */
+  async run(signal: AbortSignal): Promise<void> {
+    const saved = await loadIdentity(this.options.stateDir);
+    if (saved && saved.controlPlaneUrl === this.options.controlPlaneUrl) this.identity = saved;
+    let backoffMs = this.options.initialBackoffMs;
+    while (!signal.aborted) {
+      try {
+        if (!this.identity) await this.register(this.identity);
+        const response = await this.heartbeat();
+        backoffMs = this.options.initialBackoffMs;
+        this.setState("connected", `heartbeat ok (generation ${response.generation})`);
+        await this.hooks.applyDesired(response);
+        this.generationSeen = response.generation;
+        if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+        await sleep(this.intervalMs, signal);
+      } catch (error) {
+        if (signal.aborted) break;
+        const err = ConnectError.from(error);
+        if (err.code === Code.Unauthenticated || err.code === Code.NotFound) {
+          // The control plane no longer knows this credential (revoked node, lost data dir):
+          // join again with the join token, keeping the old id so placements can survive.
+          this.setState("registering", `control plane refused the node credential: ${err.rawMessage}`);
+          const previous = this.identity;
+          this.identity = undefined;
+          try {
+            await this.register(previous);
+            continue;
+          } catch (registerError) {
+            this.noteFailure(registerError);
+          }
+        } else {
+          this.noteFailure(err);
+        }
+        const jittered = backoffMs * (0.5 + Math.random());
+        await sleep(jittered, signal);
+        backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
+      }
+    }
+    this.setState("stopped", "agent stopping");
+  }
+
+  private noteFailure(error: unknown): void {
+    const err = ConnectError.from(error);
+    const detail =
+      err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal
+        ? `cannot reach the control plane at ${this.options.controlPlaneUrl}: ${err.rawMessage}`
+        : `control plane error (${Code[err.code]}): ${err.rawMessage}`;
+    if (detail !== this.lastError || this.stateValue !== "reconnecting") {
+      this.lastError = detail;
+      this.setState(this.identity ? "reconnecting" : "registering", detail);
+    }
+  }
+
+  private async register(previous: NodeIdentity | undefined): Promise<void> {
+    this.setState("registering", `registering with ${this.options.controlPlaneUrl}`);
+    const [inventory, snapshot] = await Promise.all([
+      this.hooks.inventory(),
+      this.hooks.snapshot(),
+    ]);
+    const previousId = previous?.nodeId ?? (await loadIdentity(this.options.stateDir))?.nodeId;
+    const response = await this.client.register(
+      create(RegisterRequestSchema, {
+        inventory,
+        previousNodeId: previousId,
+        advertiseAddress: this.options.advertiseAddress,
+        replicas: snapshot.replicas,
+      }),
+      {
+        headers: { authorization: `Bearer ${this.options.joinToken}` },
+        timeoutMs: this.options.callTimeoutMs,
+      },
+    );
+    this.identity = {
+      nodeId: response.nodeId,
+      credential: response.nodeCredential,
+      controlPlaneUrl: this.options.controlPlaneUrl,
+    };
+    if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+    await saveIdentity(this.options.stateDir, this.identity);
+  }
+
+  private async heartbeat(): Promise<HeartbeatResponse> {
+    const identity = this.identity;
+    if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
+    const snapshot = await this.hooks.snapshot();
+    return this.client.heartbeat(
+      create(HeartbeatRequestSchema, {
+        nodeId: identity.nodeId,
+        generationSeen: this.generationSeen,
+        gpus: snapshot.gpus,
+        replicas: snapshot.replicas,
+        problems: snapshot.problems,
+        sentAtUnixMs: BigInt(Date.now()),
+      }),
+      {
+        headers: { authorization: `Bearer ${identity.credential}` },
+        timeoutMs: this.options.callTimeoutMs,
+      },
+    );
+  }
+
+  private setState(state: ChannelState, detail: string): void {
+    const changed = state !== this.stateValue;
+    this.stateValue = state;
+    if (changed || state !== "connected") this.hooks.onState?.(state, detail);
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
