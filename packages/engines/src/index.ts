@@ -1,1 +1,25 @@
-export {};
+export {
+  type DeploymentSpec,
+  type DeploymentSpecInput,
+  deploymentGpusPerReplica,
+  deploymentSpecSchema,
+  ENGINES,
+  type EngineName,
+  engineSupportsMultiNode,
+  OWNED_ENV,
+  OWNED_FLAGS,
+  OWNED_SHORT_FLAGS,
+  ownedFlagIn,
+  type ParseDeploymentSpecResult,
+  parseDeploymentSpec,
+  parseDeploymentSpecOrThrow,
+  ROUTING_POLICIES,
+  type RoutingPolicy,
+} from "./deployment-spec.js";
+export {
+  type DeploymentSpecIssue,
+  EnginesError,
+  type EnginesErrorCode,
+  type EnginesErrorOptions,
+  isEnginesError,
+} from "./errors.js";

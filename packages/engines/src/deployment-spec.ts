@@ -1,0 +1,401 @@
+/**
+ * The deployment spec: what an operator asks for, as one zod schema that mirrors
+ * `llmgw.v1.Deployment` (proto/llmgw/v1/deployment.proto) field for field in camelCase.
+ * Every string that can reach an engine's argv or environment is validated here, once.
+ */
+import { z } from "zod";
+import { type DeploymentSpecIssue, EnginesError } from "./errors.js";
+
+/** Engines llmgw can launch. */
+export const ENGINES = ["vllm", "sglang", "llamacpp", "sim"] as const;
+/** An engine name; see {@link ENGINES}. */
+export type EngineName = (typeof ENGINES)[number];
+
+/** How the router picks a replica: prefix affinity bounded by load (default), or plain policies. */
+export const ROUTING_POLICIES = ["llmgw", "round-robin", "least-loaded"] as const;
+/** A routing policy name; see {@link ROUTING_POLICIES}. */
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+
+/**
+ * Flags llmgw sets itself, per engine (long forms with dashes; `_` spellings and argparse
+ * abbreviations are caught by {@link ownedFlagIn}). `extraArgs` may not set any of them.
+ */
+export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
+  vllm: [
+    "--model",
+    "--host",
+    "--port",
+    "--uds",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--gpu-memory-utilization",
+    "--max-model-len",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--dtype",
+    "--download-dir",
+    "--trust-remote-code",
+    "--distributed-executor-backend",
+  ],
+  sglang: [
+    "--model-path",
+    "--model",
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "--tp-size",
+    "--tp",
+    "--pipeline-parallel-size",
+    "--pp-size",
+    "--pp",
+    "--data-parallel-size",
+    "--dp-size",
+    "--dp",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+    "--nccl-init-addr",
+    "--mem-fraction-static",
+    "--context-length",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--dtype",
+    "--download-dir",
+    "--trust-remote-code",
+    "--enable-metrics",
+    "--base-gpu-id",
+    "--gpu-id-step",
+  ],
+  llamacpp: [
+    "--model",
+    "--host",
+    "--port",
+    "--alias",
+    "--ctx-size",
+    "--parallel",
+    "--threads",
+    "--n-gpu-layers",
+    "--gpu-layers",
+    "--metrics",
+    "--model-url",
+    "--hf-repo",
+  ],
+  sim: [
+    "--model",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--max-model-len",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+  ],
+};
+
+/** Single-dash short flags llmgw owns, per engine (`-tp8`, `-tp=8` and `-tp 8` are all refused). */
+export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
+  vllm: ["-tp", "-pp", "-dp", "-q"],
+  sglang: [],
+  llamacpp: ["-m", "-c", "-np", "-t", "-ngl", "-a", "-mu", "-hf"],
+  sim: [],
+};
+
+/**
+ * Environment variables llmgw sets (GPU selection, NCCL/Gloo network choice, rendezvous) or
+ * that carry secrets, which belong in the agent's environment file, never in a deployment.
+ */
+export const OWNED_ENV = [
+  "CUDA_VISIBLE_DEVICES",
+  "CUDA_DEVICE_ORDER",
+  "NCCL_IB_HCA",
+  "NCCL_SOCKET_IFNAME",
+  "NCCL_IB_GID_INDEX",
+  "GLOO_SOCKET_IFNAME",
+  "VLLM_HOST_IP",
+  "VLLM_PORT",
+  "MASTER_ADDR",
+  "MASTER_PORT",
+  "HF_TOKEN",
+  "HUGGING_FACE_HUB_TOKEN",
+  "HF_HOME",
+  "HF_HUB_OFFLINE",
+  "TRANSFORMERS_OFFLINE",
+  "LD_PRELOAD",
+  "LD_AUDIT",
+] as const;
+
+/** Prefix reserved for llmgw's own variables. */
+const RESERVED_ENV_PREFIX = "LLMGW_";
+
+// Letters, digits and `/ . _ - : + @`: enough for HF ids ("org/model"), paths, GGUF files and
+// tags, and nothing a shell or argparse would read as syntax. No leading "-" (flag injection).
+const ARGV_VALUE = /^[A-Za-z0-9._/:+@][A-Za-z0-9._/:+@-]*$/;
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
+const ENV_KEY = /^[A-Z_][A-Z0-9_]*$/;
+// C0 controls and DEL: a NUL cannot be passed to exec at all, newlines forge log lines.
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+/** An argv-safe value such as a model id, path, served name or dtype. */
+function argvValue(what: string, max = 1024) {
+  return z
+    .string()
+    .min(1, `${what} must not be empty`)
+    .max(max, `${what} must be at most ${max} characters`)
+    .regex(
+      ARGV_VALUE,
+      `${what} may contain only letters, digits and / . _ - : + @, and must not start with "-"`,
+    );
+}
+
+/** A whole number in [min, max]; accepts a decimal string too (protobuf JSON writes uint64 as strings). */
+function count(min: number, max = Number.MAX_SAFE_INTEGER) {
+  return z.preprocess(
+    (v) =>
+      typeof v === "string" && /^\d+$/.test(v) ? Number(v) : typeof v === "bigint" ? Number(v) : v,
+    z.int().min(min).max(max),
+  );
+}
+
+/**
+ * Returns the owned flag an extra argument would set, or undefined when it is free. Catches
+ * `--flag value`, `--flag=value`, `_` spellings (`--tensor_parallel_size`, accepted by vLLM's
+ * parser) and argparse prefix abbreviations (`--tensor-par` → `--tensor-parallel-size`).
+ */
+export function ownedFlagIn(engine: EngineName, arg: string): string | undefined {
+  if (arg.startsWith("--")) {
+    const flag = (arg.split("=", 1)[0] ?? arg).replaceAll("_", "-");
+    if (flag === "--") return undefined;
+    return OWNED_FLAGS[engine].find((owned) => owned === flag || owned.startsWith(flag));
+  }
+  // "-1" or "-0.5" is a negative number value, not a flag.
+  if (arg.startsWith("-") && arg.length > 1 && !/^-\d/.test(arg)) {
+    const flag = arg.split("=", 1)[0] ?? arg;
+    return OWNED_SHORT_FLAGS[engine].find((owned) => flag === owned || flag.startsWith(owned));
+  }
+  return undefined;
+}
+
+const objectSchema = z.strictObject({
+  /** DNS label, at most 63 characters. */
+  name: z
+    .string()
+    .max(63, "name must be at most 63 characters")
+    .regex(DNS_LABEL, "name must be a DNS label: lower-case letters, digits and inner '-'"),
+  /** Hugging Face id, a path on the node, or a GGUF file (llama.cpp). */
+  model: argvValue("model"),
+  /** The model id clients send; defaults to `name`. */
+  servedModelName: argvValue("servedModelName", 256).optional(),
+  engine: z.enum(ENGINES),
+  /** e.g. "h100-80g"; undefined (or "") means any class. */
+  gpuClass: z
+    .string()
+    .regex(/^([a-z0-9]+-[0-9]+g)?$/, 'gpuClass must look like "h100-80g"')
+    .optional()
+    .transform((v) => (v === "" ? undefined : v)),
+  tensorParallel: count(1, 1024).default(1),
+  pipelineParallel: count(1, 1024).default(1),
+  replicas: count(0, 100_000).default(1),
+  quantization: argvValue("quantization", 64).optional(),
+  kvCacheDtype: argvValue("kvCacheDtype", 64).optional(),
+  maxModelLen: count(1, 1 << 30).optional(),
+  /** Fraction of each GPU's memory the engine may use, (0, 1]. */
+  gpuMemoryUtilization: z.number().gt(0).lte(1).optional(),
+  /** Declared size of the weights in bytes, checked against class memory before launch. */
+  modelSizeBytes: count(0).optional(),
+  /** Appended after llmgw's own flags; may not set an owned flag (see {@link OWNED_FLAGS}). */
+  extraArgs: z
+    .array(
+      z
+        .string()
+        .max(4096)
+        .refine((s) => !CONTROL.test(s), "must not contain control characters"),
+    )
+    .max(256)
+    .default([]),
+  env: z.record(z.string(), z.string().max(32_768)).default({}),
+  routingPolicy: z.enum(ROUTING_POLICIES).default("llmgw"),
+  priority: z.int().min(-1_000_000).max(1_000_000).default(0),
+  allowPreemption: z.boolean().default(false),
+  loadingDeadlineSeconds: count(1, 7 * 24 * 3600).optional(),
+  revision: count(0).default(0),
+  dtype: argvValue("dtype", 64).optional(),
+  trustRemoteCode: z.boolean().default(false),
+  /** Restrict multi-node replicas to this fabric id. */
+  fabric: z
+    .string()
+    .min(1)
+    .max(256)
+    .refine((s) => !CONTROL.test(s), "must not contain control characters")
+    .optional(),
+  maxConcurrencyPerReplica: count(1, 1_000_000).optional(),
+  nodesPerReplica: count(1, 1024).optional(),
+  /** GPUs per replica for engines that may run without GPUs (llama.cpp); default 0. */
+  gpusPerReplica: count(0, 1024).optional(),
+});
+
+/**
+ * The deployment spec schema (zod 4). Parsing fills defaults: tensorParallel/pipelineParallel/
+ * replicas 1, servedModelName = name, routingPolicy "llmgw", priority 0, revision 0, extraArgs
+ * [], env {}, trustRemoteCode/allowPreemption false. Unknown keys are refused (typos fail loud).
+ */
+export const deploymentSpecSchema = objectSchema
+  .superRefine((spec, ctx) => {
+    // zod 4 may run this even when other fields failed: only trust what is well-typed.
+    if (!(ENGINES as readonly unknown[]).includes(spec.engine)) return;
+    if (!Array.isArray(spec.extraArgs) || typeof spec.env !== "object" || spec.env === null) return;
+    spec.extraArgs.forEach((arg, i) => {
+      if (typeof arg !== "string") return;
+      const owned = ownedFlagIn(spec.engine, arg);
+      if (owned !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["extraArgs", i],
+          message: `${JSON.stringify(arg)} would set ${owned}, which llmgw owns for ${spec.engine}`,
+        });
+      }
+    });
+    for (const [key, value] of Object.entries(spec.env)) {
+      if (!ENV_KEY.test(key)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["env", key],
+          message: `env key must match ${ENV_KEY.source}`,
+        });
+      } else if (
+        (OWNED_ENV as readonly string[]).includes(key) ||
+        key.startsWith(RESERVED_ENV_PREFIX)
+      ) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["env", key],
+          message: `${key} is set by llmgw (or is a secret that belongs in the agent's environment file)`,
+        });
+      }
+      if (typeof value === "string" && CONTROL.test(value)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["env", key],
+          message: "env value must not contain control characters",
+        });
+      }
+    }
+    if (spec.engine === "llamacpp" && (spec.tensorParallel > 1 || spec.pipelineParallel > 1)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [spec.tensorParallel > 1 ? "tensorParallel" : "pipelineParallel"],
+        message:
+          "llamacpp runs one process per replica: tensorParallel and pipelineParallel must be 1",
+      });
+    }
+    if (
+      spec.engine === "llamacpp" &&
+      spec.nodesPerReplica !== undefined &&
+      spec.nodesPerReplica > 1
+    ) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["nodesPerReplica"],
+        message: "llamacpp cannot span nodes",
+      });
+    }
+    if (spec.gpusPerReplica !== undefined && spec.engine !== "llamacpp") {
+      const tpPp = spec.tensorParallel * spec.pipelineParallel;
+      if (spec.gpusPerReplica !== tpPp) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["gpusPerReplica"],
+          message: `gpusPerReplica is for llamacpp; ${spec.engine} uses tensorParallel × pipelineParallel = ${tpPp}`,
+        });
+      }
+    }
+  })
+  .transform((spec) => ({ ...spec, servedModelName: spec.servedModelName ?? spec.name }));
+
+/** A validated deployment spec with defaults filled. */
+export type DeploymentSpec = z.infer<typeof deploymentSpecSchema>;
+/** What callers may pass in (defaults optional; uint64 fields may be decimal strings). */
+export type DeploymentSpecInput = z.input<typeof deploymentSpecSchema>;
+
+/** Result of {@link parseDeploymentSpec}. */
+export type ParseDeploymentSpecResult =
+  | { readonly ok: true; readonly spec: DeploymentSpec }
+  | { readonly ok: false; readonly error: EnginesError };
+
+/**
+ * Validates untrusted input (parsed JSON/YAML, an RPC message converted to plain data).
+ * Never throws; on failure the error has code `LLMGW_ENGINES_INVALID_SPEC` and one issue per
+ * bad field, each naming the field and echoing the value that was refused.
+ */
+export function parseDeploymentSpec(input: unknown): ParseDeploymentSpecResult {
+  const result = deploymentSpecSchema.safeParse(input);
+  if (result.success) return { ok: true, spec: result.data };
+  const issues: DeploymentSpecIssue[] = result.error.issues.map((issue) => ({
+    field: formatPath(issue.path),
+    message: issue.message,
+    value: valueAt(input, issue.path),
+  }));
+  const summary = issues
+    .map((i) => `${i.field || "(spec)"}: ${i.message} (got ${preview(i.value)})`)
+    .join("; ");
+  return {
+    ok: false,
+    error: new EnginesError("LLMGW_ENGINES_INVALID_SPEC", `invalid deployment spec: ${summary}`, {
+      issues,
+    }),
+  };
+}
+
+/** Like {@link parseDeploymentSpec} but throws the `LLMGW_ENGINES_INVALID_SPEC` error. */
+export function parseDeploymentSpecOrThrow(input: unknown): DeploymentSpec {
+  const result = parseDeploymentSpec(input);
+  if (!result.ok) throw result.error;
+  return result.spec;
+}
+
+/**
+ * GPUs one replica needs: tensorParallel × pipelineParallel for vllm, sglang and sim (sim
+ * simulates its GPUs); for llamacpp the optional `gpusPerReplica`, default 0 (CPU).
+ */
+export function deploymentGpusPerReplica(
+  spec: Pick<DeploymentSpec, "engine" | "tensorParallel" | "pipelineParallel" | "gpusPerReplica">,
+): number {
+  if (spec.engine === "llamacpp") return spec.gpusPerReplica ?? 0;
+  return spec.tensorParallel * spec.pipelineParallel;
+}
+
+/** True when the engine can run one replica across several nodes. */
+export function engineSupportsMultiNode(engine: EngineName): boolean {
+  return engine !== "llamacpp";
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out === "" ? String(part) : `.${String(part)}`;
+  }
+  return out;
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let cur: unknown = input;
+  for (const part of path) {
+    if (typeof cur !== "object" || cur === null) return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[part];
+  }
+  return cur;
+}
+
+function preview(value: unknown): string {
+  if (value === undefined) return "nothing";
+  const text = typeof value === "bigint" ? `${value}` : (JSON.stringify(value) ?? String(value));
+  return text.length > 120 ? `${text.slice(0, 117)}...` : text;
+}
