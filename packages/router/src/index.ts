@@ -1,1 +1,87 @@
-export {};
+export {
+  type AdmissionController,
+  type AdmissionOptions,
+  type AdmissionOutcome,
+  type AdmissionRejection,
+  createAdmissionController,
+} from "./admission.js";
+export { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
+export {
+  type ApiKeyInfo,
+  type ApiKeyStore,
+  createInMemoryApiKeyStore,
+  type InMemoryApiKeyStore,
+} from "./api-keys.js";
+export {
+  type BlockHashOptions,
+  DEFAULT_BLOCK_CHARS,
+  DEFAULT_MAX_BLOCKS,
+  hashPromptBlocks,
+} from "./block-hash.js";
+export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
+export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
+export {
+  DEFAULT_COMPLETION_TOKEN_ESTIMATE,
+  extractRequestFeatures,
+  type FeatureErrorReason,
+  type FeatureResult,
+  type RequestFeatures,
+} from "./features.js";
+export { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
+export {
+  createKeyLimiter,
+  type KeyLimiter,
+  type KeyLimiterOptions,
+  type KeyLimitOutcome,
+  type KeyLimitReason,
+} from "./key-limiter.js";
+export {
+  type DecisionEvent,
+  noopRouterMetrics,
+  type RejectionReason,
+  type RequestEvent,
+  type RouterMetricsSink,
+  type UpstreamErrorKind,
+} from "./metrics-sink.js";
+export {
+  createReplicaPicker,
+  type DispatchOutcome,
+  type PickDecision,
+  type ReplicaPicker,
+  type ReplicaPickerOptions,
+} from "./picker.js";
+export { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+export {
+  type CircuitState,
+  createReplicaHealth,
+  type ReplicaHealth,
+  type ReplicaHealthOptions,
+} from "./replica-health.js";
+export {
+  createRequestAnalyzer,
+  type RequestAnalysis,
+  type RequestAnalyzer,
+  type RequestAnalyzerOptions,
+  type RequestAnalyzerPoolOptions,
+} from "./request-analyzer.js";
+export {
+  createStaticRouteTable,
+  type ReplicaLoad,
+  type ReplicaRoute,
+  type ReplicaRouteState,
+  type RouteResolution,
+  type RouteTable,
+  type RoutingPolicy,
+  type StaticRouteTable,
+} from "./route-table.js";
+export {
+  DEFAULT_SCORING_WEIGHTS,
+  type RankedCandidate,
+  type Ranking,
+  type ResolvedScoringOptions,
+  rankCandidates,
+  resolveScoringOptions,
+  type ScoringCandidate,
+  type ScoringOptions,
+  type ScoringWeights,
+} from "./scoring.js";

@@ -1,0 +1,47 @@
+/** API keys as the router sees them: a verified identity plus its optional limits. */
+
+/** A verified API key. Absent limits mean "no limit". */
+export interface ApiKeyInfo {
+  /** Stable key id (never the secret); fairness and rate-limit state are keyed by it. */
+  readonly id: string;
+  readonly name: string;
+  /** Served model names this key may use; absent = all. */
+  readonly models?: readonly string[];
+  /** Requests per minute. */
+  readonly rpm?: number;
+  /** Estimated tokens (prompt + max_tokens) per minute. */
+  readonly tpm?: number;
+  /** Requests in flight at once. */
+  readonly maxConcurrency?: number;
+}
+
+/**
+ * Verifies bearer secrets. Synchronous on purpose: the hot path reads local state only (the
+ * control plane keeps hashed keys in memory and hashes the presented secret).
+ */
+export interface ApiKeyStore {
+  /** The key's identity and limits, or `undefined` for an unknown or revoked secret. */
+  verify(secret: string): ApiKeyInfo | undefined;
+}
+
+/** An {@link ApiKeyStore} over a plain secret → key map; for tests, benchmarks and the demo. */
+export interface InMemoryApiKeyStore extends ApiKeyStore {
+  /** Adds or replaces a key. */
+  add(secret: string, info: ApiKeyInfo): void;
+  /** Removes the key with this secret; true when it existed. */
+  revoke(secret: string): boolean;
+}
+
+/** Creates an {@link InMemoryApiKeyStore} seeded with `keys` (secret → info). */
+export function createInMemoryApiKeyStore(
+  keys: Readonly<Record<string, ApiKeyInfo>> = {},
+): InMemoryApiKeyStore {
+  const map = new Map<string, ApiKeyInfo>(Object.entries(keys));
+  return {
+    verify: (secret) => map.get(secret),
+    add: (secret, info) => {
+      map.set(secret, info);
+    },
+    revoke: (secret) => map.delete(secret),
+  };
+}

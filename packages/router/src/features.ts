@@ -1,0 +1,135 @@
+/**
+ * Request feature extraction: the one JSON parse a request body gets. Never throws, whatever the
+ * bytes (property-tested): malformed input comes back as a `{ ok: false }` result the HTTP layer
+ * turns into a 400.
+ */
+
+/** What the router needs to know about an OpenAI request body. */
+export interface RequestFeatures {
+  /** The `model` field. */
+  readonly model: string;
+  /** The `stream` field (false when absent). */
+  readonly stream: boolean;
+  /**
+   * The text a prefix cache would see: for chat, each message as `role\ncontent\n` (text parts
+   * of array contents joined); for completions/embeddings the prompt/input strings joined by
+   * `\n` (token-id arrays as comma-joined numbers). Used only for hashing and token estimates.
+   */
+  readonly promptText: string;
+  /** `max_tokens` / `max_completion_tokens` when given as a positive integer. */
+  readonly maxTokens?: number;
+  /**
+   * Token estimate for per-key `tpm` limits: prompt characters ÷ 4 (rounded up) plus
+   * `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent).
+   */
+  readonly estimatedTokens: number;
+}
+
+/** Why a body was refused. */
+export type FeatureErrorReason =
+  | "invalid_json"
+  | "not_an_object"
+  | "invalid_model"
+  | "invalid_field";
+
+/** Result of {@link extractRequestFeatures}. */
+export type FeatureResult =
+  | { readonly ok: true; readonly features: RequestFeatures }
+  | {
+      readonly ok: false;
+      readonly reason: FeatureErrorReason;
+      readonly message: string;
+      /** The offending request field, when one is to blame (OpenAI's `param`). */
+      readonly param?: string;
+    };
+
+/** Completion tokens assumed for the `tpm` estimate when the request sets no `max_tokens`. */
+export const DEFAULT_COMPLETION_TOKEN_ESTIMATE = 256;
+
+const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: false });
+
+/** Parses a request body (UTF-8 bytes or text) once and extracts its {@link RequestFeatures}. */
+export function extractRequestFeatures(body: Uint8Array | string): FeatureResult {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(typeof body === "string" ? body : decoder.decode(body));
+  } catch (error) {
+    return {
+      ok: false,
+      reason: "invalid_json",
+      message: `request body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`,
+    };
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    return { ok: false, reason: "not_an_object", message: "request body must be a JSON object" };
+  }
+  const obj = parsed as Record<string, unknown>;
+  const model = obj.model;
+  if (typeof model !== "string" || model.length === 0 || model.length > 256) {
+    return {
+      ok: false,
+      reason: "invalid_model",
+      message: "`model` must be a non-empty string of at most 256 characters",
+      param: "model",
+    };
+  }
+  const stream = obj.stream;
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean") {
+    return {
+      ok: false,
+      reason: "invalid_field",
+      message: "`stream` must be a boolean",
+      param: "stream",
+    };
+  }
+  const promptText = promptTextOf(obj);
+  const rawMax = obj.max_tokens ?? obj.max_completion_tokens;
+  const maxTokens =
+    typeof rawMax === "number" && Number.isSafeInteger(rawMax) && rawMax > 0 ? rawMax : undefined;
+  const estimatedTokens =
+    Math.ceil(promptText.length / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
+  const features: RequestFeatures =
+    maxTokens === undefined
+      ? { model, stream: stream === true, promptText, estimatedTokens }
+      : { model, stream: stream === true, promptText, maxTokens, estimatedTokens };
+  return { ok: true, features };
+}
+
+function promptTextOf(obj: Record<string, unknown>): string {
+  const messages = obj.messages;
+  if (Array.isArray(messages)) {
+    let text = "";
+    for (const message of messages) {
+      if (typeof message !== "object" || message === null) continue;
+      const m = message as Record<string, unknown>;
+      text += `${typeof m.role === "string" ? m.role : ""}\n${contentText(m.content)}\n`;
+    }
+    return text;
+  }
+  return inputText(obj.prompt ?? obj.input);
+}
+
+function contentText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  let text = "";
+  for (const part of content) {
+    if (typeof part === "object" && part !== null) {
+      const t = (part as Record<string, unknown>).text;
+      if (typeof t === "string") text += t;
+    }
+  }
+  return text;
+}
+
+function inputText(input: unknown): string {
+  if (typeof input === "string") return input;
+  if (!Array.isArray(input)) return "";
+  const parts: string[] = [];
+  for (const item of input) {
+    if (typeof item === "string") parts.push(item);
+    else if (typeof item === "number") parts.push(String(item));
+    else if (Array.isArray(item)) parts.push(item.filter((t) => typeof t === "number").join(","));
+  }
+  return parts.join(typeof input[0] === "number" ? "," : "\n");
+}

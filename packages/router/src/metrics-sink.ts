@@ -1,0 +1,96 @@
+/**
+ * What the router reports, as calls on a small interface. The control plane adapts it to its
+ * Prometheus families (`llmgw_router_*`); this package never touches a registry.
+ */
+import type { AdmissionRejection } from "./admission.js";
+import type { KeyLimitReason } from "./key-limiter.js";
+import type { CircuitState } from "./replica-health.js";
+import type { RoutingPolicy } from "./route-table.js";
+
+/** Why a request was answered without reaching an engine. */
+export type RejectionReason =
+  | AdmissionRejection
+  | KeyLimitReason
+  | "unauthorized"
+  | "forbidden_model"
+  | "unknown_model"
+  | "no_ready_replica"
+  | "model_loading"
+  | "invalid_request"
+  | "body_too_large";
+
+/** Kinds of upstream failure. */
+export type UpstreamErrorKind =
+  | "connect"
+  | "timeout"
+  | "reset_before_response"
+  | "reset_mid_body"
+  | "status_5xx";
+
+/** One routing decision. */
+export interface DecisionEvent {
+  readonly model: string;
+  readonly policy: RoutingPolicy;
+  readonly replicaId: string;
+  /** Time spent analysing + scoring, in seconds. */
+  readonly seconds: number;
+  readonly score: number;
+  /** Leading blocks of the prompt the chosen replica held. */
+  readonly prefixBlocks: number;
+  readonly chainLength: number;
+  readonly affinityVoided: boolean;
+  /** Scored without engine load signals for some candidate (router-side numbers only). */
+  readonly missingLoadSignals: boolean;
+  /** Where the body was analysed. */
+  readonly mode: "inline" | "pool";
+}
+
+/** A finished request. */
+export interface RequestEvent {
+  readonly model: string;
+  readonly endpoint: string;
+  readonly status: number;
+  readonly stream: boolean;
+  readonly seconds: number;
+}
+
+/** Router measurements; every method must be cheap and must not throw. */
+export interface RouterMetricsSink {
+  requestFinished(event: RequestEvent): void;
+  /** Time from request arrival to the first response body byte. */
+  firstByte(model: string, seconds: number): void;
+  /** Gap between consecutive streamed chunks. */
+  interChunk(model: string, seconds: number): void;
+  tokens(model: string, kind: "prompt" | "completion", count: number): void;
+  inFlight(model: string, delta: number): void;
+  replicaInFlight(replicaId: string, value: number): void;
+  queueDepth(model: string, depth: number): void;
+  queueWait(model: string, seconds: number): void;
+  rejected(model: string, reason: RejectionReason): void;
+  upstreamError(replicaId: string, kind: UpstreamErrorKind): void;
+  retry(model: string): void;
+  circuitState(replicaId: string, state: CircuitState): void;
+  decision(event: DecisionEvent): void;
+  clientDisconnect(model: string, phase: "queued" | "upstream"): void;
+  /** Active pool tasks ÷ task slots. */
+  poolUtilization(ratio: number): void;
+}
+
+/** A sink that drops everything. */
+export const noopRouterMetrics: RouterMetricsSink = {
+  requestFinished() {},
+  firstByte() {},
+  interChunk() {},
+  tokens() {},
+  inFlight() {},
+  replicaInFlight() {},
+  queueDepth() {},
+  queueWait() {},
+  rejected() {},
+  upstreamError() {},
+  retry() {},
+  circuitState() {},
+  decision() {},
+  clientDisconnect() {},
+  poolUtilization() {},
+};

@@ -1,0 +1,130 @@
+/**
+ * The routing core the HTTP layer calls: filters routable replicas (ready + circuit allows),
+ * matches the prefix chain, ranks under the deployment's policy, and keeps the books (shared
+ * in-flight counters, prefix index, replica health) as requests start and end.
+ */
+import { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
+import { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+import {
+  createReplicaHealth,
+  type ReplicaHealth,
+  type ReplicaHealthOptions,
+} from "./replica-health.js";
+import type { ReplicaRoute, RouteResolution, RoutingPolicy } from "./route-table.js";
+import {
+  type ResolvedScoringOptions,
+  rankCandidates,
+  resolveScoringOptions,
+  type ScoringCandidate,
+  type ScoringOptions,
+} from "./scoring.js";
+
+/** Options of {@link createReplicaPicker}. */
+export interface ReplicaPickerOptions {
+  readonly scoring?: ScoringOptions;
+  readonly prefixIndex?: PrefixIndexOptions;
+  readonly health?: ReplicaHealthOptions;
+  /** Shared counters (default: a fresh set). */
+  readonly inFlight?: InFlightCounters;
+}
+
+/** A chosen replica plus what led there. */
+export interface PickDecision {
+  readonly replica: ReplicaRoute;
+  readonly policy: RoutingPolicy;
+  readonly score: number;
+  readonly prefixBlocks: number;
+  readonly affinityVoided: boolean;
+  readonly missingLoadSignals: boolean;
+}
+
+/** How a dispatched request ended, for {@link ReplicaPicker.finished}. */
+export type DispatchOutcome = "success" | "failure" | "abandoned";
+
+/** The routing core. */
+export interface ReplicaPicker {
+  /** Ready replicas whose circuit lets traffic through. */
+  routable(resolution: RouteResolution): ReplicaRoute[];
+  /** Sum of routable replicas' capacities (the deployment's admission capacity). */
+  capacity(resolution: RouteResolution): number;
+  /** Best replica with room for a prompt with `chain`, skipping `exclude`; undefined when none. */
+  pick(
+    resolution: RouteResolution,
+    chain: ArrayLike<number>,
+    exclude?: ReadonlySet<string>,
+  ): PickDecision | undefined;
+  /** Books a request sent to `replicaId`; returns its in-flight count. */
+  dispatched(replicaId: string, chain: ArrayLike<number>): number;
+  /** Books its end; returns the in-flight count after it. */
+  finished(replicaId: string, outcome: DispatchOutcome, firstByteMs?: number): number;
+  readonly inFlight: InFlightCounters;
+  readonly prefixIndex: PrefixIndex;
+  readonly health: ReplicaHealth;
+  readonly scoring: ResolvedScoringOptions;
+}
+
+/** Creates a {@link ReplicaPicker}. */
+export function createReplicaPicker(options: ReplicaPickerOptions = {}): ReplicaPicker {
+  const scoring = resolveScoringOptions(options.scoring);
+  const prefixIndex = createPrefixIndex(options.prefixIndex);
+  const health = createReplicaHealth(options.health);
+  const inFlight = options.inFlight ?? createInFlightCounters();
+  const turns = new Map<string, number>();
+  const routable = (resolution: RouteResolution): ReplicaRoute[] =>
+    resolution.replicas.filter((r) => r.state === "ready" && health.isRoutable(r.id));
+  return {
+    routable,
+    capacity(resolution) {
+      let sum = 0;
+      for (const r of routable(resolution)) sum += Math.max(1, r.capacity);
+      return sum;
+    },
+    pick(resolution, chain, exclude) {
+      const replicas = routable(resolution).filter((r) => !exclude?.has(r.id));
+      if (replicas.length === 0) return undefined;
+      const matches =
+        resolution.policy === "llmgw" && chain.length > 0 ? prefixIndex.match(chain) : undefined;
+      const candidates: ScoringCandidate[] = replicas.map((r) => {
+        const latencyMs = health.latencyMs(r.id);
+        const base = {
+          id: r.id,
+          capacity: Math.max(1, r.capacity),
+          inFlight: inFlight.get(r.id),
+          prefixBlocks: matches?.get(r.id) ?? 0,
+          errorRate: health.errorRate(r.id),
+          ...(r.load === undefined ? {} : { load: r.load }),
+        };
+        return latencyMs === undefined ? base : { ...base, latencyMs };
+      });
+      const turn = turns.get(resolution.deployment) ?? 0;
+      turns.set(resolution.deployment, turn + 1);
+      const ranking = rankCandidates(resolution.policy, candidates, chain.length, turn, scoring);
+      const best = ranking.ranked[0];
+      if (best === undefined) return undefined;
+      const replica = replicas.find((r) => r.id === best.id) as ReplicaRoute;
+      return {
+        replica,
+        policy: resolution.policy,
+        score: best.score,
+        prefixBlocks: matches?.get(best.id) ?? 0,
+        affinityVoided: best.affinityVoided,
+        missingLoadSignals: ranking.missingLoadSignals,
+      };
+    },
+    dispatched(replicaId, chain) {
+      health.onDispatch(replicaId);
+      if (chain.length > 0) prefixIndex.record(chain, replicaId);
+      return inFlight.increment(replicaId);
+    },
+    finished(replicaId, outcome, firstByteMs) {
+      if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);
+      else if (outcome === "failure") health.onFailure(replicaId);
+      else health.onAbandon(replicaId);
+      return inFlight.decrement(replicaId);
+    },
+    inFlight,
+    prefixIndex,
+    health,
+    scoring,
+  };
+}

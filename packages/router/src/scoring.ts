@@ -1,0 +1,176 @@
+/**
+ * Replica choice. Pure: the caller gathers live numbers (in-flight counts, engine load, error
+ * rates, prefix matches) and gets back the candidates with room, best first.
+ *
+ * `llmgw` score = affinity·wA − utilisation·wL − engineQueue·wQ − kvUsage·wK − errorRate·wE
+ * − latencyPenalty·wT, where affinity is the share of the prompt's block chain the replica
+ * recently received. Affinity is BOUNDED: a replica whose utilisation reaches
+ * `affinityMaxUtilization`, or exceeds the least-utilised candidate's by more than
+ * `affinitySlack`, loses its affinity claim, so a shared prefix cannot pile load onto one replica
+ * (the cache-aware "death spiral" peers reported).
+ */
+import { checkRange } from "./errors.js";
+import type { ReplicaLoad, RoutingPolicy } from "./route-table.js";
+
+/** Live numbers about one routable replica. */
+export interface ScoringCandidate {
+  readonly id: string;
+  /** Max concurrent requests the router sends it. */
+  readonly capacity: number;
+  /** Requests in flight through this router. */
+  readonly inFlight: number;
+  readonly load?: ReplicaLoad;
+  /** Leading blocks of this prompt's chain the replica recently received. */
+  readonly prefixBlocks: number;
+  /** Recent upstream error rate 0..1 (EWMA). */
+  readonly errorRate: number;
+  /** Recent latency to first byte in ms (EWMA); absent before the first response. */
+  readonly latencyMs?: number;
+}
+
+/** Weights of the `llmgw` score. */
+export interface ScoringWeights {
+  readonly affinity: number;
+  readonly load: number;
+  readonly queue: number;
+  readonly kvCache: number;
+  readonly errors: number;
+  readonly latency: number;
+}
+
+/** Options of {@link rankCandidates}. */
+export interface ScoringOptions {
+  readonly weights?: Partial<ScoringWeights>;
+  /** Utilisation (in-flight ÷ capacity) at which affinity is void (default 0.75). */
+  readonly affinityMaxUtilization?: number;
+  /** Utilisation lead over the least-utilised candidate at which affinity is void (default 0.5). */
+  readonly affinitySlack?: number;
+}
+
+/** Resolved {@link ScoringOptions}. */
+export interface ResolvedScoringOptions {
+  readonly weights: ScoringWeights;
+  readonly affinityMaxUtilization: number;
+  readonly affinitySlack: number;
+}
+
+/** Default weights of the `llmgw` score. */
+export const DEFAULT_SCORING_WEIGHTS: ScoringWeights = {
+  affinity: 1,
+  load: 1,
+  queue: 0.5,
+  kvCache: 0.3,
+  errors: 2,
+  latency: 0.2,
+};
+
+/** Validates scoring options and fills defaults. */
+export function resolveScoringOptions(options: ScoringOptions = {}): ResolvedScoringOptions {
+  const weights = { ...DEFAULT_SCORING_WEIGHTS, ...options.weights };
+  for (const [name, w] of Object.entries(weights)) checkRange(`weights.${name}`, w, 0, 100);
+  return {
+    weights,
+    affinityMaxUtilization: checkRange(
+      "affinityMaxUtilization",
+      options.affinityMaxUtilization ?? 0.75,
+      0,
+      1,
+    ),
+    affinitySlack: checkRange("affinitySlack", options.affinitySlack ?? 0.5, 0, 1),
+  };
+}
+
+/** One candidate with its score, as returned by {@link rankCandidates}. */
+export interface RankedCandidate {
+  readonly id: string;
+  readonly score: number;
+  /** Share of the chain held (0..1) before the load bound. */
+  readonly affinity: number;
+  /** True when the replica held a prefix but lost its claim to the load bound. */
+  readonly affinityVoided: boolean;
+  readonly utilization: number;
+}
+
+/** Result of {@link rankCandidates}. */
+export interface Ranking {
+  /** Candidates with room (in-flight < capacity), best first. */
+  readonly ranked: readonly RankedCandidate[];
+  /** True when a `llmgw` decision had no engine load signals for some candidate (router-only numbers used). */
+  readonly missingLoadSignals: boolean;
+}
+
+/**
+ * Ranks `candidates` under `policy`. `chainLength` is the prompt's block count; `turn` is a
+ * per-deployment counter that rotates round-robin order and breaks ties.
+ */
+export function rankCandidates(
+  policy: RoutingPolicy,
+  candidates: readonly ScoringCandidate[],
+  chainLength: number,
+  turn: number,
+  options: ResolvedScoringOptions,
+): Ranking {
+  const n = candidates.length;
+  const withRoom: { c: ScoringCandidate; order: number; utilization: number }[] = [];
+  for (let i = 0; i < n; i++) {
+    const c = candidates[i] as ScoringCandidate;
+    if (c.inFlight >= c.capacity) continue;
+    // Rotating the tie-break order spreads equal scores instead of favouring the first replica.
+    withRoom.push({ c, order: (i - (turn % n) + n) % n, utilization: c.inFlight / c.capacity });
+  }
+  if (policy === "round-robin") {
+    withRoom.sort((a, b) => a.order - b.order);
+    return { ranked: withRoom.map((x) => plain(x.c, x.utilization, 0)), missingLoadSignals: false };
+  }
+  if (policy === "least-loaded") {
+    withRoom.sort(
+      (a, b) =>
+        a.utilization - b.utilization ||
+        (a.c.load?.waiting ?? 0) - (b.c.load?.waiting ?? 0) ||
+        a.order - b.order,
+    );
+    return {
+      ranked: withRoom.map((x) => plain(x.c, x.utilization, -x.utilization)),
+      missingLoadSignals: false,
+    };
+  }
+  const { weights, affinityMaxUtilization, affinitySlack } = options;
+  let minUtil = Number.POSITIVE_INFINITY;
+  let minLatency = Number.POSITIVE_INFINITY;
+  let missing = false;
+  for (const x of withRoom) {
+    minUtil = Math.min(minUtil, x.utilization);
+    if (x.c.latencyMs !== undefined) minLatency = Math.min(minLatency, x.c.latencyMs);
+    if (x.c.load?.waiting === undefined && x.c.load?.kvCacheUsage === undefined) missing = true;
+  }
+  const scored = withRoom.map((x) => {
+    const { c, utilization } = x;
+    const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
+    const voided =
+      affinity > 0 &&
+      (utilization >= affinityMaxUtilization || utilization - minUtil > affinitySlack);
+    const queue = Math.min(1, (c.load?.waiting ?? 0) / c.capacity);
+    const kv = Math.min(1, Math.max(0, c.load?.kvCacheUsage ?? 0));
+    const latency =
+      c.latencyMs !== undefined && minLatency > 0 && Number.isFinite(minLatency)
+        ? Math.min(1, c.latencyMs / minLatency - 1)
+        : 0;
+    const score =
+      (voided ? 0 : affinity) * weights.affinity -
+      utilization * weights.load -
+      queue * weights.queue -
+      kv * weights.kvCache -
+      c.errorRate * weights.errors -
+      latency * weights.latency;
+    return { id: c.id, score, affinity, affinityVoided: voided, utilization, order: x.order };
+  });
+  scored.sort((a, b) => b.score - a.score || a.order - b.order);
+  return {
+    ranked: scored.map(({ order: _order, ...rest }) => rest),
+    missingLoadSignals: missing,
+  };
+}
+
+function plain(c: ScoringCandidate, utilization: number, score: number): RankedCandidate {
+  return { id: c.id, score, affinity: 0, affinityVoided: false, utilization };
+}
