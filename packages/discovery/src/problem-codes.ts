@@ -1,0 +1,49 @@
+import type { Problem } from "./types.js";
+
+/**
+ * Stable codes of the {@link Problem}s discovery reports (the README has the same table).
+ * Node-level problems land in `NodeInventory.problems`; `GPU_*` codes are per-GPU health
+ * problems in `Gpu.healthProblems` (and make the GPU unhealthy).
+ */
+export const ProblemCodes = {
+  /** The nvidia-smi binary does not exist (ENOENT) or is not executable. */
+  nvidiaSmiNotFound: "LLMGW_DISCOVERY_NVIDIA_SMI_NOT_FOUND",
+  /** nvidia-smi did not finish within `timeoutMs` (broken driver); it was killed. */
+  nvidiaSmiTimeout: "LLMGW_DISCOVERY_NVIDIA_SMI_TIMEOUT",
+  /** Exit 18: kernel driver and NVML library versions differ (reboot or reload the module). */
+  nvidiaSmiDriverMismatch: "LLMGW_DISCOVERY_NVIDIA_SMI_DRIVER_MISMATCH",
+  /** Exit 9: nvidia-smi could not talk to the driver (module not loaded). */
+  nvidiaSmiDriverNotLoaded: "LLMGW_DISCOVERY_NVIDIA_SMI_DRIVER_NOT_LOADED",
+  /** Exit 2 on a field this nvidia-smi does not know; optional fields are dropped and retried. */
+  nvidiaSmiFieldUnsupported: "LLMGW_DISCOVERY_NVIDIA_SMI_FIELD_UNSUPPORTED",
+  /** Any other non-zero exit or unexpected output. */
+  nvidiaSmiFailed: "LLMGW_DISCOVERY_NVIDIA_SMI_FAILED",
+  /** One `--query-gpu` row could not be parsed (truncated, no index/uuid); the row is skipped. */
+  gpuRowInvalid: "LLMGW_DISCOVERY_GPU_ROW_INVALID",
+  /** `--query-compute-apps` failed; unmanaged-memory health is unknown. */
+  computeAppsFailed: "LLMGW_DISCOVERY_COMPUTE_APPS_FAILED",
+  /** `nvidia-smi topo -m` failed or printed nothing parseable. */
+  topologyFailed: "LLMGW_DISCOVERY_TOPOLOGY_FAILED",
+  /** The sysfs root exists but a device or port directory could not be read. */
+  sysfsUnreadable: "LLMGW_DISCOVERY_SYSFS_UNREADABLE",
+  /** An ACTIVE RoCE port has no usable RoCE v2 GID (no IPv4/routable address). */
+  roceNoGid: "LLMGW_DISCOVERY_ROCE_NO_GID",
+  /** The RoCE netdev's prefix length was unknown; the fabric id assumes /24. */
+  rocePrefixAssumed: "LLMGW_DISCOVERY_ROCE_PREFIX_ASSUMED",
+  /** Health: uncorrected volatile ECC errors > 0. */
+  gpuEccUncorrected: "LLMGW_DISCOVERY_GPU_ECC_UNCORRECTED",
+  /** Health: a process llmgw does not manage holds memory on the GPU. */
+  gpuUnmanagedMemory: "LLMGW_DISCOVERY_GPU_UNMANAGED_MEMORY",
+  /** Health: MIG mode is enabled, so the GPU cannot be scheduled as a whole. */
+  gpuMigEnabled: "LLMGW_DISCOVERY_GPU_MIG_ENABLED",
+  /** Health: the GPU cannot be queried at all ("fallen off the bus"). */
+  gpuLost: "LLMGW_DISCOVERY_GPU_LOST",
+} as const;
+
+/** One of {@link ProblemCodes}' values. */
+export type ProblemCode = (typeof ProblemCodes)[keyof typeof ProblemCodes];
+
+/** Builds a {@link Problem}; kept tiny so every call site reads as data. */
+export function problem(code: ProblemCode, source: string, message: string): Problem {
+  return { code, source, message };
+}
