@@ -1,0 +1,420 @@
+import type { Clock, SupervisorLogger, TimerHandle } from "./clock.js";
+import { SupervisorError } from "./errors.js";
+import type { ProcessSpec } from "./process-spec.js";
+import { hashProcessSpec } from "./process-spec.js";
+import {
+  nextRestartDecision,
+  type ResolvedRestartPolicy,
+  type RestartPolicyOptions,
+  type RunRecord,
+  resolveRestartPolicy,
+} from "./restart-policy.js";
+import type { ExitReport, ProcessExit, ProcessHandle, Supervisor } from "./supervisor.js";
+
+/** Lifecycle of a supervised replica (DESIGN §5). */
+export type ReplicaState =
+  | "starting"
+  | "loading"
+  | "ready"
+  | "unhealthy"
+  | "stopping"
+  | "exited"
+  | "failed";
+
+/**
+ * What one readiness probe saw: `starting` (API not answering), `loading` (answers, model
+ * not listed), `ready`, or `failed-probe` (error or timeout). Kept as plain strings so the
+ * supervisor does not depend on `@llmgw/readiness`.
+ */
+export type ProbeOutcome = "starting" | "loading" | "ready" | "failed-probe";
+
+/** A readiness probe; rejections count as `failed-probe`. */
+export type ReplicaProbe = () => Promise<ProbeOutcome>;
+
+/** Allowed transitions; anything else throws `LLMGW_SUPERVISOR_INVALID_TRANSITION`. */
+export const REPLICA_TRANSITIONS: Readonly<Record<ReplicaState, readonly ReplicaState[]>> = {
+  starting: ["loading", "ready", "stopping", "exited", "failed"],
+  loading: ["starting", "ready", "stopping", "exited", "failed"],
+  ready: ["unhealthy", "stopping", "exited"],
+  unhealthy: ["ready", "stopping", "exited"],
+  stopping: ["exited", "failed"],
+  exited: ["starting", "failed"],
+  failed: ["starting"],
+};
+
+/** One observed state change. */
+export interface ReplicaTransition {
+  readonly replicaId: string;
+  readonly from: ReplicaState;
+  readonly to: ReplicaState;
+  readonly atMs: number;
+  readonly reason: string;
+  /** The log tail, attached to transitions into `failed`. */
+  readonly tail?: readonly string[];
+}
+
+/** Why a replica is `failed`, with the engine output that explains it. */
+export interface ReplicaFailure {
+  readonly reason: string;
+  readonly tail: readonly string[];
+  readonly atMs: number;
+}
+
+/** Partial options of {@link SupervisedReplica}. */
+export interface SupervisedReplicaOptions {
+  supervisor: Supervisor;
+  replicaId: string;
+  spec: ProcessSpec;
+  probe: ReplicaProbe;
+  restartPolicy?: RestartPolicyOptions;
+  /** From launch until `ready` (starting + loading); past it → `failed`. Default 600 000 ms. */
+  loadingDeadlineMs?: number;
+  /** Interval between probes. Default 1000 ms. */
+  probeIntervalMs?: number;
+  /** Consecutive failed probes after `ready` that make it `unhealthy`. Default 3. */
+  unhealthyAfterFailures?: number;
+  /** Defaults to the supervisor's clock and logger. */
+  clock?: Clock;
+  logger?: SupervisorLogger;
+}
+
+/** Complete, validated options of {@link SupervisedReplica}. */
+export interface ResolvedSupervisedReplicaOptions {
+  readonly replicaId: string;
+  readonly spec: ProcessSpec;
+  readonly specHash: string;
+  readonly restartPolicy: ResolvedRestartPolicy;
+  readonly loadingDeadlineMs: number;
+  readonly probeIntervalMs: number;
+  readonly unhealthyAfterFailures: number;
+  readonly clock: Clock;
+  readonly logger: SupervisorLogger;
+}
+
+/** Validates once and fills defaults. Throws `LLMGW_SUPERVISOR_INVALID_OPTIONS`. */
+export function resolveSupervisedReplicaOptions(
+  o: SupervisedReplicaOptions,
+): ResolvedSupervisedReplicaOptions {
+  const resolved = {
+    replicaId: o.replicaId,
+    spec: o.spec,
+    specHash: o.spec.specHash ?? hashProcessSpec(o.spec),
+    restartPolicy: resolveRestartPolicy(o.restartPolicy),
+    loadingDeadlineMs: o.loadingDeadlineMs ?? 600_000,
+    probeIntervalMs: o.probeIntervalMs ?? 1000,
+    unhealthyAfterFailures: o.unhealthyAfterFailures ?? 3,
+    clock: o.clock ?? o.supervisor.options.clock,
+    logger: o.logger ?? o.supervisor.options.logger,
+  };
+  for (const key of ["loadingDeadlineMs", "probeIntervalMs", "unhealthyAfterFailures"] as const) {
+    if (!Number.isFinite(resolved[key]) || resolved[key] <= 0) {
+      throw new SupervisorError(
+        "LLMGW_SUPERVISOR_INVALID_OPTIONS",
+        `${key} must be a finite number > 0, got ${String(resolved[key])}`,
+      );
+    }
+  }
+  return resolved;
+}
+
+/**
+ * Glue between a {@link Supervisor}'s process lifecycle and an injected readiness probe:
+ * `starting → loading → ready`, `ready → unhealthy → ready` on probe failures and recovery,
+ * restarts with backoff after crashes (pure {@link nextRestartDecision}), `failed` with the
+ * log tail when the loading deadline passes or the restart policy gives up. Every transition
+ * is logged and delivered to subscribers.
+ */
+export class SupervisedReplica {
+  readonly options: ResolvedSupervisedReplicaOptions;
+  readonly #supervisor: Supervisor;
+  readonly #probe: ReplicaProbe;
+  readonly #listeners = new Set<(t: ReplicaTransition) => void>();
+  readonly #history: RunRecord[] = [];
+  #state: ReplicaState = "exited";
+  #handle: ProcessHandle | undefined;
+  #failure: ReplicaFailure | undefined;
+  #timers: TimerHandle[] = [];
+  #failedProbes = 0;
+  #generation = 0;
+  #userStopped = false;
+
+  constructor(options: SupervisedReplicaOptions) {
+    this.options = resolveSupervisedReplicaOptions(options);
+    this.#supervisor = options.supervisor;
+    this.#probe = options.probe;
+  }
+
+  /** Current state; `exited` before the first start. */
+  get state(): ReplicaState {
+    return this.#state;
+  }
+
+  /** The live process, if any. */
+  get handle(): ProcessHandle | undefined {
+    return this.#handle;
+  }
+
+  /** Why the replica is `failed` (undefined otherwise). */
+  get failure(): ReplicaFailure | undefined {
+    return this.#failure;
+  }
+
+  /** Finished runs so far (input of the restart policy). */
+  get history(): readonly RunRecord[] {
+    return [...this.#history];
+  }
+
+  /** Calls `listener` on every transition; returns the unsubscribe function. */
+  subscribe(listener: (transition: ReplicaTransition) => void): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Starts the replica. With `adopt: true` a process left by a previous supervisor is
+   * adopted when its spec hash matches, and replaced (stopped, relaunched) when it does not.
+   */
+  async start(options: { adopt?: boolean } = {}): Promise<void> {
+    if (this.#state !== "exited" && this.#state !== "failed") {
+      throw new SupervisorError(
+        "LLMGW_SUPERVISOR_ALREADY_RUNNING",
+        `replica ${this.options.replicaId} is ${this.#state}; stop it before starting`,
+      );
+    }
+    this.#userStopped = false;
+    this.#failure = undefined;
+    this.#history.length = 0;
+    if (options.adopt === true) {
+      const report = await this.#supervisor.adopt(this.options.replicaId, this.options.specHash);
+      if (report.kind === "adopted") {
+        this.#attach(report.handle, "adopted a running process");
+        return;
+      }
+      if (report.kind === "spec-changed") {
+        this.options.logger.info("launch spec changed; replacing the adopted process", {
+          replicaId: this.options.replicaId,
+          recorded: report.recordedSpecHash,
+          expected: report.expectedSpecHash,
+        });
+        await report.handle.stop();
+      }
+    }
+    await this.#launch("start requested");
+  }
+
+  /** Stops the process group (→ `stopping` → `exited`) and cancels restarts and probes. */
+  async stop(): Promise<ExitReport | undefined> {
+    this.#userStopped = true;
+    this.#generation++;
+    this.#cancelTimers();
+    const handle = this.#handle;
+    if (handle === undefined) {
+      return undefined;
+    }
+    if (this.#state !== "stopping") this.#transition("stopping", "stop requested");
+    const report = await handle.stop();
+    this.#recordRun(handle);
+    this.#handle = undefined;
+    this.#transition(
+      "exited",
+      `stopped (code=${report.code} signal=${report.signal} forced=${report.forced})`,
+    );
+    return report;
+  }
+
+  async #launch(reason: string): Promise<void> {
+    let handle: ProcessHandle;
+    try {
+      handle = await this.#supervisor.launch(this.options.replicaId, this.options.spec);
+    } catch (cause) {
+      this.#fail(`launch failed: ${(cause as Error).message}`, []);
+      throw cause;
+    }
+    this.#attach(handle, reason);
+  }
+
+  #attach(handle: ProcessHandle, reason: string): void {
+    const generation = ++this.#generation;
+    this.#handle = handle;
+    this.#failedProbes = 0;
+    this.#transition("starting", reason);
+    const { clock, loadingDeadlineMs } = this.options;
+    this.#timers.push(
+      clock.setTimer(() => {
+        if (generation !== this.#generation) return;
+        if (this.#state === "starting" || this.#state === "loading") {
+          void this.#failAfterStop(
+            handle,
+            `not ready within the loading deadline of ${loadingDeadlineMs} ms`,
+          );
+        }
+      }, loadingDeadlineMs),
+    );
+    this.#scheduleProbe(generation, 0);
+    void handle.exited.then((exit) => this.#onExit(generation, handle, exit));
+  }
+
+  #scheduleProbe(generation: number, delayMs: number): void {
+    this.#timers.push(
+      this.options.clock.setTimer(() => {
+        void this.#runProbe(generation);
+      }, delayMs),
+    );
+  }
+
+  async #runProbe(generation: number): Promise<void> {
+    let outcome: ProbeOutcome;
+    try {
+      outcome = await this.#probe();
+    } catch {
+      outcome = "failed-probe";
+    }
+    if (generation !== this.#generation || this.#handle?.exit() !== undefined) return;
+    this.#applyProbe(outcome);
+    if (generation === this.#generation && !isIdle(this.#state)) {
+      this.#scheduleProbe(generation, this.options.probeIntervalMs);
+    }
+  }
+
+  #applyProbe(outcome: ProbeOutcome): void {
+    const state = this.#state;
+    if (state === "starting" || state === "loading") {
+      if (outcome === "ready") this.#transition("ready", "probe: ready");
+      else if (outcome === "loading" && state === "starting")
+        this.#transition("loading", "probe: loading");
+      else if (outcome === "starting" && state === "loading")
+        this.#transition("starting", "probe: starting");
+      return;
+    }
+    if (state === "ready" || state === "unhealthy") {
+      if (outcome === "ready") {
+        this.#failedProbes = 0;
+        if (state === "unhealthy") this.#transition("ready", "probe: recovered");
+        return;
+      }
+      this.#failedProbes++;
+      if (state === "ready" && this.#failedProbes >= this.options.unhealthyAfterFailures) {
+        this.#transition(
+          "unhealthy",
+          `${this.#failedProbes} consecutive failed probes (last: ${outcome})`,
+        );
+      }
+    }
+  }
+
+  async #onExit(generation: number, handle: ProcessHandle, exit: ProcessExit): Promise<void> {
+    if (generation !== this.#generation || this.#userStopped) return;
+    this.#generation++;
+    this.#cancelTimers();
+    // The leader died; grandchildren may still hold GPU memory: clean the group up.
+    try {
+      await handle.stop({ graceMs: Math.min(5000, this.options.spec.stopGraceMs ?? 5000) });
+    } catch (cause) {
+      this.options.logger.warn("could not clean up the group after a crash", {
+        replicaId: this.options.replicaId,
+        error: (cause as Error).message,
+      });
+    }
+    if (this.#userStopped) return;
+    const tail = handle.tail();
+    this.#recordRun(handle, exit);
+    this.#handle = undefined;
+    const how = `exited unexpectedly (code=${exit.code} signal=${exit.signal})`;
+    const decision = nextRestartDecision(
+      this.#history,
+      this.options.clock.now(),
+      this.options.restartPolicy,
+    );
+    if (decision.action === "give-up") {
+      this.#transition("exited", how);
+      this.#fail(`restart policy gave up: ${decision.reason}`, tail);
+      return;
+    }
+    this.#transition("exited", `${how}; restarting in ${decision.delayMs} ms`);
+    const restartGeneration = this.#generation;
+    this.#timers.push(
+      this.options.clock.setTimer(() => {
+        if (restartGeneration !== this.#generation || this.#userStopped) return;
+        this.#launch(`restart after ${decision.quickFailures} quick failure(s)`).catch(() => {});
+      }, decision.delayMs),
+    );
+  }
+
+  async #failAfterStop(handle: ProcessHandle, reason: string): Promise<void> {
+    this.#generation++;
+    this.#cancelTimers();
+    this.#transition("stopping", reason);
+    try {
+      await handle.stop();
+    } catch (cause) {
+      this.options.logger.warn("stop failed", {
+        replicaId: this.options.replicaId,
+        error: (cause as Error).message,
+      });
+    }
+    this.#recordRun(handle);
+    this.#handle = undefined;
+    this.#fail(reason, handle.tail());
+  }
+
+  #fail(reason: string, tail: readonly string[]): void {
+    this.#failure = { reason, tail, atMs: this.options.clock.now() };
+    this.#transition("failed", reason, tail);
+  }
+
+  #recordRun(handle: ProcessHandle, exit?: ProcessExit): void {
+    const exitedAtMs = exit?.atMs ?? handle.exit()?.atMs ?? this.options.clock.now();
+    if (this.#history.some((r) => r.startedAtMs === handle.startedAtMs)) return;
+    this.#history.push({ startedAtMs: handle.startedAtMs, exitedAtMs });
+    if (this.#history.length > 64) this.#history.shift();
+  }
+
+  #cancelTimers(): void {
+    for (const timer of this.#timers) timer.cancel();
+    this.#timers = [];
+  }
+
+  #transition(to: ReplicaState, reason: string, tail?: readonly string[]): void {
+    const from = this.#state;
+    if (from === to) return;
+    if (!REPLICA_TRANSITIONS[from].includes(to)) {
+      throw new SupervisorError(
+        "LLMGW_SUPERVISOR_INVALID_TRANSITION",
+        `replica ${this.options.replicaId}: ${from} → ${to} is not allowed (${reason})`,
+      );
+    }
+    this.#state = to;
+    const transition: ReplicaTransition = {
+      replicaId: this.options.replicaId,
+      from,
+      to,
+      atMs: this.options.clock.now(),
+      reason,
+      ...(tail === undefined ? {} : { tail }),
+    };
+    const log =
+      to === "failed" || to === "unhealthy" ? this.options.logger.warn : this.options.logger.info;
+    log.call(this.options.logger, `replica ${from} → ${to}`, {
+      replicaId: this.options.replicaId,
+      reason,
+    });
+    for (const listener of this.#listeners) {
+      try {
+        listener(transition);
+      } catch {
+        // a listener must not break the lifecycle
+      }
+    }
+  }
+}
+
+function isIdle(state: ReplicaState): boolean {
+  return state === "exited" || state === "failed" || state === "stopping";
+}
+
+/** Creates a {@link SupervisedReplica}. */
+export function createSupervisedReplica(options: SupervisedReplicaOptions): SupervisedReplica {
+  return new SupervisedReplica(options);
+}

@@ -1,0 +1,83 @@
+import type { Clock, SupervisorLogger, TimerHandle } from "../clock.js";
+
+interface PendingTimer {
+  readonly atMs: number;
+  readonly seq: number;
+  readonly callback: () => void;
+  cancelled: boolean;
+}
+
+/**
+ * A clock that only moves when told to. Timers fire in due order during {@link advance};
+ * a real fake for backoff, deadlines and polling tests.
+ */
+export class ManualClock implements Clock {
+  #now: number;
+  #seq = 0;
+  #timers: PendingTimer[] = [];
+
+  constructor(startMs = 1_700_000_000_000) {
+    this.#now = startMs;
+  }
+
+  now(): number {
+    return this.#now;
+  }
+
+  setTimer(callback: () => void, delayMs: number): TimerHandle {
+    const timer: PendingTimer = {
+      atMs: this.#now + Math.max(0, delayMs),
+      seq: this.#seq++,
+      callback,
+      cancelled: false,
+    };
+    this.#timers.push(timer);
+    return {
+      cancel: () => {
+        timer.cancelled = true;
+      },
+    };
+  }
+
+  /** Number of live timers. */
+  pending(): number {
+    return this.#timers.filter((t) => !t.cancelled).length;
+  }
+
+  /** Delay until the next live timer, if any. */
+  nextDelayMs(): number | undefined {
+    const live = this.#timers.filter((t) => !t.cancelled).map((t) => t.atMs - this.#now);
+    return live.length === 0 ? undefined : Math.max(0, Math.min(...live));
+  }
+
+  /** Moves time forward by `ms`, firing every timer that comes due, in order. */
+  advance(ms: number): void {
+    const target = this.#now + ms;
+    for (;;) {
+      const due = this.#timers
+        .filter((t) => !t.cancelled && t.atMs <= target)
+        .sort((a, b) => a.atMs - b.atMs || a.seq - b.seq)[0];
+      if (due === undefined) break;
+      due.cancelled = true;
+      this.#now = Math.max(this.#now, due.atMs);
+      due.callback();
+    }
+    this.#timers = this.#timers.filter((t) => !t.cancelled);
+    this.#now = target;
+  }
+}
+
+/** A logger that records every line, for asserting on transitions. */
+export class RecordingLogger implements SupervisorLogger {
+  readonly lines: {
+    level: "info" | "warn";
+    message: string;
+    fields?: Readonly<Record<string, unknown>>;
+  }[] = [];
+  info(message: string, fields?: Readonly<Record<string, unknown>>): void {
+    this.lines.push({ level: "info", message, ...(fields === undefined ? {} : { fields }) });
+  }
+  warn(message: string, fields?: Readonly<Record<string, unknown>>): void {
+    this.lines.push({ level: "warn", message, ...(fields === undefined ? {} : { fields }) });
+  }
+}
