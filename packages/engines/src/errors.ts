@@ -11,8 +11,12 @@ export type EnginesErrorCode =
   | "LLMGW_ENGINES_INVALID_SPEC"
   /** An engine was asked for something it cannot do (e.g. llama.cpp across nodes). */
   | "LLMGW_ENGINES_UNSUPPORTED"
-  /** The launch inputs (rank, GPUs, addresses) are inconsistent. */
-  | "LLMGW_ENGINES_INVALID_LAUNCH";
+  /** The launch inputs (rank, GPUs, addresses, ports) are inconsistent. */
+  | "LLMGW_ENGINES_INVALID_LAUNCH"
+  /** Node-level engine configuration (commands, paths, host) is invalid. */
+  | "LLMGW_ENGINES_INVALID_CONFIG"
+  /** The NCCL environment could not be derived; `cause` is the `@llmgw/nccl-env` error. */
+  | "LLMGW_ENGINES_NCCL_ENV";
 
 /** One field of a deployment spec that failed validation. */
 export interface DeploymentSpecIssue {

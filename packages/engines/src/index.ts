@@ -1,3 +1,4 @@
+export { buildLaunchSpec, engineAdapters } from "./build-launch-spec.js";
 export {
   type DeploymentSpec,
   type DeploymentSpecInput,
@@ -23,3 +24,27 @@ export {
   type EnginesErrorOptions,
   isEnginesError,
 } from "./errors.js";
+export type { LaunchGpu, LaunchNode } from "./inventory.js";
+export {
+  type BuildLaunchSpecInput,
+  type EngineAdapter,
+  type LaunchPlacement,
+  type LaunchPorts,
+  type LaunchReadiness,
+  type LaunchSpec,
+  type NodeEngineConfig,
+  type ResolvedNodeEngineConfig,
+  resolveNodeEngineConfig,
+  SECRET_ENV_NAMES,
+} from "./launch-spec.js";
+export { LLAMACPP_DEFAULT_CONTEXT } from "./llamacpp.js";
+export {
+  DEFAULT_GPU_MEMORY_UTILIZATION,
+  deploymentUsesFp8,
+  FP8_MIN_COMPUTE_CAPABILITY,
+  type LaunchRankInput,
+  type LaunchViolation,
+  type LaunchViolationCode,
+  type ValidateLaunchInput,
+  validateLaunch,
+} from "./validate-launch.js";

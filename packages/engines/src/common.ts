@@ -1,0 +1,139 @@
+/** Helpers shared by the engine adapters (not exported from the package). */
+import { buildNcclEnv, isNcclEnvError } from "@llmgw/nccl-env";
+import { OWNED_ENV } from "./deployment-spec.js";
+import { EnginesError } from "./errors.js";
+import {
+  type BuildLaunchSpecInput,
+  type ResolvedNodeEngineConfig,
+  resolveNodeEngineConfig,
+} from "./launch-spec.js";
+
+/** Checked placement facts every adapter uses. */
+export interface CheckedLaunch {
+  readonly config: ResolvedNodeEngineConfig;
+  readonly multiNode: boolean;
+  /** `host:port` of rank 0's rendezvous, IPv6 in brackets; undefined on one node. */
+  readonly rendezvous:
+    | { readonly host: string; readonly port: number; readonly hostPort: string }
+    | undefined;
+}
+
+const SAFE_ADDRESS = /^[A-Za-z0-9._:-]+$/;
+
+/** Validates placement and ports; throws `LLMGW_ENGINES_INVALID_LAUNCH` / `…_UNSUPPORTED`. */
+export function checkLaunch(input: BuildLaunchSpecInput, canSpanNodes: boolean): CheckedLaunch {
+  const { placement, ports, deployment } = input;
+  const invalid = (what: string, value: unknown): never => {
+    throw new EnginesError(
+      "LLMGW_ENGINES_INVALID_LAUNCH",
+      `${what} (got ${JSON.stringify(value)})`,
+    );
+  };
+  const config = resolveNodeEngineConfig(input.nodeConfig);
+  if (!Number.isInteger(placement.nnodes) || placement.nnodes < 1)
+    invalid("placement.nnodes must be ≥ 1", placement.nnodes);
+  if (
+    !Number.isInteger(placement.rank) ||
+    placement.rank < 0 ||
+    placement.rank >= placement.nnodes
+  ) {
+    invalid(`placement.rank must be in [0, ${placement.nnodes - 1}]`, placement.rank);
+  }
+  if (!isPort(ports.api)) invalid("ports.api must be a TCP port 1-65535", ports.api);
+  const seen = new Set<number>();
+  for (const gpu of placement.gpuIndices) {
+    if (!Number.isInteger(gpu) || gpu < 0 || seen.has(gpu))
+      invalid("placement.gpuIndices must be distinct indices ≥ 0", placement.gpuIndices);
+    seen.add(gpu);
+  }
+  const multiNode = placement.nnodes > 1;
+  if (!multiNode) return { config, multiNode, rendezvous: undefined };
+  if (!canSpanNodes) {
+    throw new EnginesError(
+      "LLMGW_ENGINES_UNSUPPORTED",
+      `${deployment.engine} cannot run one replica across nodes (asked for ${placement.nnodes})`,
+    );
+  }
+  const host = placement.rank0Address;
+  if (host === undefined || !SAFE_ADDRESS.test(host) || host.startsWith("-")) {
+    invalid("placement.rank0Address must be an IP address or host name when nnodes > 1", host);
+  }
+  const port = placement.rendezvousPort;
+  if (port === undefined || !isPort(port))
+    invalid("placement.rendezvousPort must be a TCP port when nnodes > 1", port);
+  const h = host as string;
+  const p = port as number;
+  return {
+    config,
+    multiNode,
+    rendezvous: { host: h, port: p, hostPort: h.includes(":") ? `[${h}]:${p}` : `${h}:${p}` },
+  };
+}
+
+/** How the adapter wants GPUs exposed. */
+export interface EnvOptions {
+  readonly python: boolean;
+  /** Multi-node groups get NCCL/Gloo settings (also the sim, so gang tests see real values). */
+  readonly nccl: boolean;
+}
+
+/**
+ * Environment of one rank: engine defaults < deployment env (minus anything llmgw owns) <
+ * llmgw's GPU selection, cache settings and NCCL/Gloo network choice.
+ */
+export function buildEnv(
+  input: BuildLaunchSpecInput,
+  checked: CheckedLaunch,
+  options: EnvOptions,
+): { env: Record<string, string>; reasons: string[] } {
+  const env: Record<string, string> = {};
+  if (options.python) env.PYTHONUNBUFFERED = "1";
+  for (const [key, value] of Object.entries(input.deployment.env)) {
+    if (!(OWNED_ENV as readonly string[]).includes(key) && !key.startsWith("LLMGW_")) {
+      env[key] = value;
+    }
+  }
+  // PCI_BUS_ID makes CUDA's numbering match nvidia-smi's; CUDA's default (fastest first) does not.
+  env.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
+  env.CUDA_VISIBLE_DEVICES = input.placement.gpuIndices.join(",");
+  if (options.python) {
+    if (checked.config.hfHome !== undefined) env.HF_HOME = checked.config.hfHome;
+    if (checked.config.offline) env.HF_HUB_OFFLINE = "1";
+  }
+  let reasons: string[] = [];
+  if (options.nccl) {
+    try {
+      const nccl = buildNcclEnv({
+        fabrics: input.node.fabrics,
+        chosenFabricId: input.placement.fabricId,
+        rankGpus: input.placement.gpuIndices,
+        topology: input.node.topology,
+        multiNode: checked.multiNode,
+        socketIfname: checked.config.socketIfname,
+      });
+      Object.assign(env, nccl.env);
+      reasons = [...nccl.reasons];
+    } catch (error) {
+      if (isNcclEnvError(error)) {
+        throw new EnginesError(
+          "LLMGW_ENGINES_NCCL_ENV",
+          `rank ${input.placement.rank} on ${input.node.hostname}: ${error.message}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      throw error;
+    }
+  }
+  return { env, reasons };
+}
+
+/** `[flag, value]` when value is set, else nothing. */
+export function opt(flag: string, value: string | number | undefined): string[] {
+  return value === undefined ? [] : [flag, String(value)];
+}
+
+function isPort(value: unknown): boolean {
+  return typeof value === "number" && Number.isInteger(value) && value >= 1 && value <= 65_535;
+}

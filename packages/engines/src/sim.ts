@@ -1,0 +1,58 @@
+import { buildEnv, checkLaunch, opt } from "./common.js";
+import type { EngineAdapter } from "./launch-spec.js";
+
+/**
+ * The simulated engine (`llmgw engine-sim`): `--model --served-model-name --host --port
+ * [--max-model-len]`, and for multi-node ranks `--nnodes --node-rank --dist-init-addr
+ * host:port` like SGLang. It gets the same CUDA/NCCL environment a real engine would, so gang
+ * behaviour and NCCL choices are testable without GPUs. Only rank 0 is probed.
+ */
+export const simAdapter: EngineAdapter = {
+  engine: "sim",
+  multiNode: true,
+  buildLaunchSpec(input) {
+    const checked = checkLaunch(input, true);
+    const { deployment: d, placement, ports } = input;
+    const { config } = checked;
+    const serving = placement.rank === 0;
+    const argv = [
+      ...config.commands.sim,
+      "--model",
+      d.model,
+      "--served-model-name",
+      d.servedModelName,
+      "--host",
+      config.bindHost,
+      "--port",
+      String(ports.api),
+      ...opt("--max-model-len", d.maxModelLen),
+      ...(checked.rendezvous === undefined
+        ? []
+        : [
+            "--nnodes",
+            String(placement.nnodes),
+            "--node-rank",
+            String(placement.rank),
+            "--dist-init-addr",
+            checked.rendezvous.hostPort,
+          ]),
+      ...d.extraArgs,
+    ];
+    const { env, reasons } = buildEnv(input, checked, { python: false, nccl: true });
+    return {
+      engine: "sim",
+      rank: placement.rank,
+      argv,
+      env,
+      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
+      ...(serving ? { apiPort: ports.api } : {}),
+      readiness: serving
+        ? { healthPath: "/health", modelsPath: "/v1/models", expectedModelId: d.servedModelName }
+        : undefined,
+      metricsPath: "/metrics",
+      stopSignal: "SIGTERM",
+      stopGraceMs: config.stopGraceMs.sim,
+      reasons,
+    };
+  },
+};

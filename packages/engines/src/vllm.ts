@@ -1,0 +1,66 @@
+import { buildEnv, checkLaunch, opt } from "./common.js";
+import type { EngineAdapter } from "./launch-spec.js";
+
+/**
+ * vLLM (`vllm serve <model>`). Multi-node uses vLLM's own multiprocessing launcher: the same
+ * command on every node with `--nnodes/--node-rank/--master-addr/--master-port`, and
+ * `--headless` (no API server, so no host/port, no readiness) on ranks ≥ 1.
+ */
+export const vllmAdapter: EngineAdapter = {
+  engine: "vllm",
+  multiNode: true,
+  buildLaunchSpec(input) {
+    const checked = checkLaunch(input, true);
+    const { deployment: d, placement, ports } = input;
+    const { config } = checked;
+    const serving = placement.rank === 0;
+    const argv = [
+      ...config.commands.vllm,
+      d.model,
+      "--served-model-name",
+      d.servedModelName,
+      ...(serving ? ["--host", config.bindHost, "--port", String(ports.api)] : []),
+      "--tensor-parallel-size",
+      String(d.tensorParallel),
+      "--pipeline-parallel-size",
+      String(d.pipelineParallel),
+      ...opt("--gpu-memory-utilization", d.gpuMemoryUtilization),
+      ...opt("--max-model-len", d.maxModelLen),
+      ...opt("--quantization", d.quantization),
+      ...opt("--kv-cache-dtype", d.kvCacheDtype),
+      ...opt("--dtype", d.dtype),
+      ...opt("--download-dir", config.downloadDir),
+      ...(d.trustRemoteCode ? ["--trust-remote-code"] : []),
+      ...(checked.rendezvous === undefined
+        ? []
+        : [
+            "--nnodes",
+            String(placement.nnodes),
+            "--node-rank",
+            String(placement.rank),
+            "--master-addr",
+            checked.rendezvous.host,
+            "--master-port",
+            String(checked.rendezvous.port),
+            ...(serving ? [] : ["--headless"]),
+          ]),
+      ...d.extraArgs,
+    ];
+    const { env, reasons } = buildEnv(input, checked, { python: true, nccl: true });
+    return {
+      engine: "vllm",
+      rank: placement.rank,
+      argv,
+      env,
+      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
+      ...(serving ? { apiPort: ports.api } : {}),
+      readiness: serving
+        ? { healthPath: "/health", modelsPath: "/v1/models", expectedModelId: d.servedModelName }
+        : undefined,
+      metricsPath: "/metrics",
+      stopSignal: "SIGTERM",
+      stopGraceMs: config.stopGraceMs.vllm,
+      reasons,
+    };
+  },
+};
