@@ -1,0 +1,881 @@
+/**
+ * The placement function: nodes + deployments + current placements → a plan with reasons.
+ * Pure and deterministic: every input list is sorted by id before use, and every choice ends
+ * in a tie-break on ids, so shuffled input yields the identical plan.
+ */
+
+import { SchedulerError } from "./errors.js";
+import { buildNvlinkMatrix, type NvlinkMatrix, selectGpus } from "./gpu-selection.js";
+import type { RemovalReasonCode, UnschedulableReasonCode } from "./reasons.js";
+import type {
+  Placement,
+  PlacementRank,
+  PlacementRemoval,
+  Reason,
+  ScheduleInput,
+  ScheduleResult,
+  SchedulerDeployment,
+  SchedulerNode,
+  UnschedulableDeployment,
+} from "./types.js";
+
+/** One placement tracked during a run: kept from the input or added by this run. */
+interface ReplicaRecord {
+  readonly placement: Placement;
+  readonly priority: number;
+  readonly existing: boolean;
+  /** Index into the deployment's replica numbering, for "newest first" on scale-down. */
+  readonly ordinal: number;
+}
+
+/** Mutable per-node view during one run. */
+interface NodeState {
+  readonly node: SchedulerNode;
+  readonly id: string;
+  /** Ready, not cordoned, not draining: may receive new replicas. */
+  readonly schedulable: boolean;
+  readonly fabrics: readonly string[];
+  readonly nvlink: NvlinkMatrix;
+  /** GPU index → class, for GPUs that are healthy, not MIG and of a known class. */
+  readonly usableClass: ReadonlyMap<number, string>;
+  /** Class → number of usable GPUs of that class on this node. */
+  readonly usableCount: ReadonlyMap<string, number>;
+  /** Class → free usable GPU indices. */
+  readonly free: Map<string, Set<number>>;
+  /** Placements with a rank on this node. */
+  readonly replicas: Set<ReplicaRecord>;
+  /** Deployment name → number of its replicas with a rank here. */
+  readonly perDeployment: Map<string, number>;
+}
+
+/** The shape of one replica: how many nodes and GPUs per node. */
+interface Shape {
+  readonly nodes: number;
+  readonly perNode: number;
+}
+
+/** A place found for a replica, before GPUs are chosen. */
+interface Candidate {
+  readonly gpuClass: string | undefined;
+  readonly nodes: readonly NodeState[];
+  readonly perNode: number;
+  readonly fabricId: string | undefined;
+  /** Lexicographic score; lower is better. */
+  readonly score: readonly number[];
+}
+
+const byString = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+function compareScores(a: readonly number[], b: readonly number[]): number {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+function reason(code: RemovalReasonCode | UnschedulableReasonCode, message: string): Reason {
+  return { code, message };
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+/**
+ * Plans placements. Returns what to add, what to remove (each with a reason) and, for every
+ * deployment short of replicas, how many are missing and why.
+ *
+ * Rules (see the package README for the full list): existing placements stay unless a cause
+ * removes them (node lost or gone, GPU unusable, node draining, deployment deleted or at a new
+ * revision, scale-down, preemption); unreachable nodes keep their replicas; new replicas go only
+ * on ready, uncordoned, non-draining nodes and healthy non-MIG GPUs; higher priority is placed
+ * first, then larger replicas; a replica that fits one node stays on one node, a larger one is
+ * gang-placed on one fabric and one class; replicas spread over nodes, then best-fit packing.
+ *
+ * @throws SchedulerError `LLMGW_SCHEDULER_INVALID_INPUT` for duplicate node ids, GPU indices,
+ *   deployment names or replica ids, and for counts that are not non-negative integers.
+ */
+export function schedule(input: ScheduleInput): ScheduleResult {
+  validateInput(input);
+  const nodes = [...input.nodes].sort((a, b) => byString(a.id, b.id)).map(buildNodeState);
+  const nodeById = new Map(nodes.map((n) => [n.id, n]));
+  const deployments = [...input.deployments].sort((a, b) => byString(a.name, b.name));
+  const deploymentByName = new Map(deployments.map((d) => [d.name, d]));
+  const placements = [...input.placements].sort((a, b) => byString(a.replicaId, b.replicaId));
+  const classes = [...new Set(nodes.flatMap((n) => [...n.usableClass.values()]))].sort(byString);
+  const knownClasses = new Set(
+    input.nodes.flatMap((n) => n.gpus.map((g) => g.gpuClass).filter((c) => c !== undefined)),
+  );
+
+  const remove: PlacementRemoval[] = [];
+  const add: Placement[] = [];
+  /** Deployment name → its live records (kept or added). */
+  const live = new Map<string, Set<ReplicaRecord>>();
+  /** Deployment name → replica ids that must not be reused in this plan. */
+  const usedIds = new Map<string, Set<string>>();
+
+  const useId = (deployment: string, replicaId: string): void => {
+    let ids = usedIds.get(deployment);
+    if (ids === undefined) {
+      ids = new Set();
+      usedIds.set(deployment, ids);
+    }
+    ids.add(replicaId);
+  };
+  const liveOf = (deployment: string): Set<ReplicaRecord> => {
+    let set = live.get(deployment);
+    if (set === undefined) {
+      set = new Set();
+      live.set(deployment, set);
+    }
+    return set;
+  };
+  const allocate = (record: ReplicaRecord): void => {
+    liveOf(record.placement.deployment).add(record);
+    for (const rank of record.placement.ranks) {
+      const node = nodeById.get(rank.nodeId);
+      if (node === undefined) continue;
+      for (const gpu of rank.gpuIndices) {
+        const cls = node.usableClass.get(gpu);
+        if (cls !== undefined) node.free.get(cls)?.delete(gpu);
+      }
+      if (!node.replicas.has(record)) {
+        node.replicas.add(record);
+        const name = record.placement.deployment;
+        node.perDeployment.set(name, (node.perDeployment.get(name) ?? 0) + 1);
+      }
+    }
+  };
+  const release = (record: ReplicaRecord): void => {
+    live.get(record.placement.deployment)?.delete(record);
+    for (const rank of record.placement.ranks) {
+      const node = nodeById.get(rank.nodeId);
+      if (node === undefined) continue;
+      for (const gpu of rank.gpuIndices) {
+        const cls = node.usableClass.get(gpu);
+        if (cls !== undefined) node.free.get(cls)?.add(gpu);
+      }
+      if (node.replicas.delete(record)) {
+        const name = record.placement.deployment;
+        node.perDeployment.set(name, (node.perDeployment.get(name) ?? 1) - 1);
+      }
+    }
+  };
+  const removeRecord = (record: ReplicaRecord, why: Reason): void => {
+    release(record);
+    remove.push({
+      replicaId: record.placement.replicaId,
+      deployment: record.placement.deployment,
+      reason: why,
+    });
+  };
+
+  // 1. Existing placements: keep unless a cause removes them.
+  const claimed = new Map<string, string>(); // `${node}/${gpu}` → replicaId
+  for (const placement of placements) {
+    useId(placement.deployment, placement.replicaId);
+    const why = removalCause(placement, deploymentByName, nodeById, claimed);
+    if (why !== undefined) {
+      remove.push({
+        replicaId: placement.replicaId,
+        deployment: placement.deployment,
+        reason: why,
+      });
+      continue;
+    }
+    for (const rank of placement.ranks) {
+      for (const gpu of rank.gpuIndices) claimed.set(`${rank.nodeId}/${gpu}`, placement.replicaId);
+    }
+    const deployment = deploymentByName.get(placement.deployment);
+    allocate({
+      placement,
+      priority: deployment?.priority ?? 0,
+      existing: true,
+      ordinal: ordinalOf(placement.deployment, placement.replicaId),
+    });
+  }
+
+  // 2. Scale-down: drop the surplus whose removal frees the most useful capacity.
+  for (const deployment of deployments) {
+    const records = liveOf(deployment.name);
+    while (records.size > deployment.replicas) {
+      const victim = [...records].sort((a, b) =>
+        compareScores(scaleDownScore(a, nodeById), scaleDownScore(b, nodeById)),
+      )[0];
+      if (victim === undefined) break;
+      removeRecord(
+        victim,
+        reason(
+          "scale-down",
+          `deployment ${deployment.name} scaled to ${plural(deployment.replicas, "replica")}; ${records.size} running`,
+        ),
+      );
+    }
+  }
+
+  // 3. Place missing replicas: higher priority first, then larger replicas, then by name.
+  const order = [...deployments].sort(
+    (a, b) =>
+      b.priority - a.priority || b.gpusPerReplica - a.gpusPerReplica || byString(a.name, b.name),
+  );
+  const unschedulable: UnschedulableDeployment[] = [];
+  const context = buildContext(nodes, classes, knownClasses);
+  for (const deployment of order) {
+    const records = liveOf(deployment.name);
+    let missing = deployment.replicas - records.size;
+    let failure: readonly Reason[] | undefined;
+    while (missing > 0) {
+      const planned = planReplica(deployment, context);
+      let candidate = planned.candidate;
+      if (candidate === undefined && planned.shapes.length > 0 && deployment.allowPreemption) {
+        const eviction = planPreemption(deployment, planned.shapes, context);
+        if (eviction === undefined) {
+          failure = [
+            ...planned.reasons,
+            reason(
+              "preemption-insufficient",
+              `preempting every replica with priority below ${deployment.priority} would still not make room`,
+            ),
+          ];
+          break;
+        }
+        for (const victim of eviction.victims) {
+          removeRecord(
+            victim,
+            reason(
+              "preempted",
+              `preempted by deployment ${deployment.name} (priority ${deployment.priority} > ${victim.priority}) to free ${eviction.describe}`,
+            ),
+          );
+        }
+        candidate = planReplica(deployment, context).candidate;
+      }
+      if (candidate === undefined) {
+        failure = planned.reasons;
+        break;
+      }
+      const placement = commit(deployment, candidate, usedIds);
+      useId(deployment.name, placement.replicaId);
+      add.push(placement);
+      allocate({
+        placement,
+        priority: deployment.priority,
+        existing: false,
+        ordinal: ordinalOf(deployment.name, placement.replicaId),
+      });
+      missing--;
+    }
+    if (missing > 0) {
+      unschedulable.push({
+        deployment: deployment.name,
+        missingReplicas: missing,
+        reasons: failure ?? [],
+      });
+    }
+  }
+
+  return {
+    add: add.sort((a, b) => byString(a.replicaId, b.replicaId)),
+    remove: remove.sort((a, b) => byString(a.replicaId, b.replicaId)),
+    unschedulable: unschedulable.sort((a, b) => byString(a.deployment, b.deployment)),
+  };
+}
+
+function validateInput(input: ScheduleInput): void {
+  const fail = (message: string): never => {
+    throw new SchedulerError("LLMGW_SCHEDULER_INVALID_INPUT", message);
+  };
+  const isCount = (v: number, min: number): boolean => Number.isInteger(v) && v >= min;
+  const nodeIds = new Set<string>();
+  for (const node of input.nodes) {
+    if (nodeIds.has(node.id)) fail(`duplicate node id ${JSON.stringify(node.id)}`);
+    nodeIds.add(node.id);
+    const indices = new Set<number>();
+    for (const gpu of node.gpus) {
+      if (indices.has(gpu.index)) fail(`node ${node.id}: duplicate GPU index ${gpu.index}`);
+      indices.add(gpu.index);
+    }
+  }
+  const names = new Set<string>();
+  for (const d of input.deployments) {
+    if (names.has(d.name)) fail(`duplicate deployment name ${JSON.stringify(d.name)}`);
+    names.add(d.name);
+    if (!isCount(d.gpusPerReplica, 0)) {
+      fail(`deployment ${d.name}: gpusPerReplica must be an integer ≥ 0, got ${d.gpusPerReplica}`);
+    }
+    if (!isCount(d.replicas, 0)) {
+      fail(`deployment ${d.name}: replicas must be an integer ≥ 0, got ${d.replicas}`);
+    }
+    if (d.nodesPerReplica !== undefined && !isCount(d.nodesPerReplica, 1)) {
+      fail(
+        `deployment ${d.name}: nodesPerReplica must be an integer ≥ 1, got ${d.nodesPerReplica}`,
+      );
+    }
+    if (!Number.isFinite(d.priority)) {
+      fail(`deployment ${d.name}: priority must be a finite number, got ${d.priority}`);
+    }
+  }
+  const replicaIds = new Set<string>();
+  for (const p of input.placements) {
+    if (replicaIds.has(p.replicaId)) fail(`duplicate replica id ${JSON.stringify(p.replicaId)}`);
+    replicaIds.add(p.replicaId);
+  }
+}
+
+function buildNodeState(node: SchedulerNode): NodeState {
+  const usableClass = new Map<number, string>();
+  const usableCount = new Map<string, number>();
+  const free = new Map<string, Set<number>>();
+  for (const gpu of [...node.gpus].sort((a, b) => a.index - b.index)) {
+    if (!gpu.healthy || gpu.migEnabled || gpu.gpuClass === undefined) continue;
+    usableClass.set(gpu.index, gpu.gpuClass);
+    usableCount.set(gpu.gpuClass, (usableCount.get(gpu.gpuClass) ?? 0) + 1);
+    let set = free.get(gpu.gpuClass);
+    if (set === undefined) {
+      set = new Set();
+      free.set(gpu.gpuClass, set);
+    }
+    set.add(gpu.index);
+  }
+  return {
+    node,
+    id: node.id,
+    schedulable: node.state === "ready" && !node.cordoned && !node.draining,
+    fabrics: [...new Set(node.fabrics)].sort(byString),
+    nvlink: buildNvlinkMatrix(node.nvlinks),
+    usableClass,
+    usableCount,
+    free,
+    replicas: new Set(),
+    perDeployment: new Map(),
+  };
+}
+
+/** The n of `${deployment}-${n}`, or -1 when the id does not follow the pattern. */
+function ordinalOf(deployment: string, replicaId: string): number {
+  const prefix = `${deployment}-`;
+  if (!replicaId.startsWith(prefix)) return -1;
+  const rest = replicaId.slice(prefix.length);
+  return /^(0|[1-9][0-9]*)$/.test(rest) ? Number(rest) : -1;
+}
+
+function removalCause(
+  placement: Placement,
+  deployments: ReadonlyMap<string, SchedulerDeployment>,
+  nodes: ReadonlyMap<string, NodeState>,
+  claimed: ReadonlyMap<string, string>,
+): Reason | undefined {
+  const deployment = deployments.get(placement.deployment);
+  if (deployment === undefined) {
+    return reason("deployment-deleted", `deployment ${placement.deployment} was deleted`);
+  }
+  if (deployment.revision !== placement.revision) {
+    return reason(
+      "revision-changed",
+      `deployment ${deployment.name} is at revision ${deployment.revision}; replica runs revision ${placement.revision}`,
+    );
+  }
+  for (const rank of placement.ranks) {
+    const node = nodes.get(rank.nodeId);
+    if (node === undefined) {
+      return reason("node-gone", `node ${rank.nodeId} (rank ${rank.rank}) is no longer registered`);
+    }
+    if (node.node.state === "lost") {
+      return reason("node-lost", `node ${rank.nodeId} (rank ${rank.rank}) is lost`);
+    }
+    for (const index of rank.gpuIndices) {
+      const gpu = node.node.gpus.find((g) => g.index === index);
+      if (gpu === undefined) {
+        return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} is no longer present`);
+      }
+      if (!gpu.healthy) {
+        return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} is unhealthy`);
+      }
+      if (gpu.migEnabled) {
+        return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} has MIG enabled`);
+      }
+      const owner = claimed.get(`${rank.nodeId}/${index}`);
+      if (owner !== undefined) {
+        return reason(
+          "gpu-conflict",
+          `GPU ${index} on node ${rank.nodeId} is already used by replica ${owner}`,
+        );
+      }
+    }
+  }
+  for (const rank of placement.ranks) {
+    if (nodes.get(rank.nodeId)?.node.draining === true) {
+      return reason("node-draining", `node ${rank.nodeId} is draining`);
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Lower sorts first = removed first on scale-down: replicas on nodes that cannot take new work,
+ * then those whose removal leaves the most free GPUs on their nodes (a whole free node best),
+ * then those on nodes crowded with the same deployment, then the newest.
+ */
+function scaleDownScore(record: ReplicaRecord, nodes: ReadonlyMap<string, NodeState>): number[] {
+  let unschedulable = 0;
+  let freedValue = 0;
+  let crowding = 0;
+  for (const rank of record.placement.ranks) {
+    const node = nodes.get(rank.nodeId);
+    if (node === undefined) continue;
+    if (!node.schedulable) unschedulable = 1;
+    crowding += node.perDeployment.get(record.placement.deployment) ?? 0;
+    let freeAfter = 0;
+    let usable = 0;
+    for (const [cls, set] of node.free) {
+      freeAfter += set.size;
+      usable += node.usableCount.get(cls) ?? 0;
+    }
+    freeAfter += rank.gpuIndices.filter((g) => node.usableClass.has(g)).length;
+    if (rank.gpuIndices.length > 0) freedValue += freeAfter + (freeAfter === usable ? 1000 : 0);
+  }
+  return [-unschedulable, -freedValue, -crowding, -record.ordinal];
+}
+
+interface PlacementContext {
+  readonly nodes: readonly NodeState[];
+  /** Classes with at least one usable GPU, sorted. */
+  readonly classes: readonly string[];
+  /** Classes named by any GPU, usable or not. */
+  readonly knownClasses: ReadonlySet<string>;
+  /** Class → the most GPUs of that class on one node, any health: the class's node size. */
+  readonly maxPerNode: ReadonlyMap<string, number>;
+  /** Every fabric id, sorted. */
+  readonly fabrics: readonly string[];
+  /** Fabric id → its nodes, sorted by id. */
+  readonly fabricNodes: ReadonlyMap<string, readonly NodeState[]>;
+}
+
+function buildContext(
+  nodes: readonly NodeState[],
+  classes: readonly string[],
+  knownClasses: ReadonlySet<string>,
+): PlacementContext {
+  const maxPerNode = new Map<string, number>();
+  const fabricNodes = new Map<string, NodeState[]>();
+  for (const node of nodes) {
+    const counts = new Map<string, number>();
+    for (const gpu of node.node.gpus) {
+      if (gpu.gpuClass !== undefined) counts.set(gpu.gpuClass, (counts.get(gpu.gpuClass) ?? 0) + 1);
+    }
+    for (const [cls, n] of counts) maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, n));
+    for (const fabric of node.fabrics) {
+      let list = fabricNodes.get(fabric);
+      if (list === undefined) {
+        list = [];
+        fabricNodes.set(fabric, list);
+      }
+      list.push(node);
+    }
+  }
+  const fabrics = [...fabricNodes.keys()].sort(byString);
+  return { nodes, classes, knownClasses, maxPerNode, fabrics, fabricNodes };
+}
+
+interface PlannedReplica {
+  readonly candidate: Candidate | undefined;
+  /** The classes and shapes that were tried (empty when the deployment can never fit). */
+  readonly shapes: readonly { readonly gpuClass: string; readonly shape: Shape }[];
+  readonly reasons: readonly Reason[];
+}
+
+/** Finds the best place for one more replica in the current state, or says why there is none. */
+function planReplica(deployment: SchedulerDeployment, ctx: PlacementContext): PlannedReplica {
+  if (deployment.gpusPerReplica === 0) return planCpuReplica(deployment, ctx);
+  const wanted = deployment.gpuClass === undefined ? ctx.classes : [deployment.gpuClass];
+  const reasons: Reason[] = [];
+  const shapes: { gpuClass: string; shape: Shape }[] = [];
+  let best: Candidate | undefined;
+  if (wanted.length === 0 || (wanted.length === 1 && !ctx.classes.includes(wanted[0] ?? ""))) {
+    const cls = wanted[0];
+    const message =
+      cls === undefined
+        ? "no node has a healthy GPU of a known class"
+        : ctx.knownClasses.has(cls)
+          ? `no node has a healthy, non-MIG ${cls} GPU`
+          : `no node has ${cls} GPUs`;
+    return { candidate: undefined, shapes, reasons: [reason("no-gpu-class", message)] };
+  }
+  for (const cls of wanted) {
+    const shaped = deriveShape(deployment, cls, ctx);
+    if ("code" in shaped) {
+      reasons.push(shaped);
+      continue;
+    }
+    shapes.push({ gpuClass: cls, shape: shaped });
+    const candidate =
+      shaped.nodes === 1
+        ? findSingleNode(deployment, cls, shaped.perNode, ctx)
+        : findGang(deployment, cls, shaped, ctx);
+    if (candidate === undefined) {
+      reasons.push(...explainFailure(deployment, cls, shaped, ctx));
+    } else if (best === undefined || compareScores(candidate.score, best.score) < 0) {
+      best = candidate;
+    }
+  }
+  return { candidate: best, shapes, reasons: best === undefined ? reasons : [] };
+}
+
+function planCpuReplica(deployment: SchedulerDeployment, ctx: PlacementContext): PlannedReplica {
+  let best: NodeState | undefined;
+  let bestScore: number[] = [];
+  for (const node of ctx.nodes) {
+    if (!node.schedulable) continue;
+    const score = [node.perDeployment.get(deployment.name) ?? 0, node.replicas.size];
+    if (best === undefined || compareScores(score, bestScore) < 0) {
+      best = node;
+      bestScore = score;
+    }
+  }
+  if (best === undefined) {
+    const count = (p: (n: SchedulerNode) => boolean): number =>
+      ctx.nodes.filter((n) => p(n.node)).length;
+    return {
+      candidate: undefined,
+      shapes: [],
+      reasons: [
+        reason(
+          "no-schedulable-node",
+          `no schedulable node: ${plural(ctx.nodes.length, "node")}, ${count((n) => n.state !== "ready")} not ready, ${count((n) => n.cordoned)} cordoned, ${count((n) => n.draining)} draining`,
+        ),
+      ],
+    };
+  }
+  return {
+    candidate: {
+      gpuClass: undefined,
+      nodes: [best],
+      perNode: 0,
+      fabricId: undefined,
+      score: bestScore,
+    },
+    shapes: [],
+    reasons: [],
+  };
+}
+
+function deriveShape(
+  deployment: SchedulerDeployment,
+  cls: string,
+  ctx: PlacementContext,
+): Shape | Reason {
+  const g = deployment.gpusPerReplica;
+  const max = ctx.maxPerNode.get(cls) ?? 0;
+  const k = deployment.nodesPerReplica;
+  if (k !== undefined) {
+    if (k > 1 && !deployment.multiNode) {
+      return reason(
+        "single-node-only",
+        `nodesPerReplica is ${k} but the engine of ${deployment.name} cannot span nodes`,
+      );
+    }
+    if (g % k !== 0) {
+      return reason("uneven-split", `${g} GPUs do not split evenly over ${k} nodes`);
+    }
+    if (g / k > max) {
+      return reason("exceeds-node", `needs ${g / k} ${cls} per node; the largest node has ${max}`);
+    }
+    return { nodes: k, perNode: g / k };
+  }
+  if (g <= max) return { nodes: 1, perNode: g };
+  if (!deployment.multiNode) {
+    return reason(
+      "exceeds-node",
+      `needs ${g} ${cls} on one node (the engine cannot span nodes); the largest node has ${max}`,
+    );
+  }
+  for (let nodes = 2; nodes <= g; nodes++) {
+    if (g % nodes === 0 && g / nodes <= max) return { nodes, perNode: g / nodes };
+  }
+  return reason("exceeds-node", `needs ${g} ${cls}; no node has any`);
+}
+
+function freeOf(node: NodeState, cls: string): number {
+  return node.free.get(cls)?.size ?? 0;
+}
+
+/** Spread first (fewest replicas of this deployment), then best fit (least leftover), then id. */
+function findSingleNode(
+  deployment: SchedulerDeployment,
+  cls: string,
+  perNode: number,
+  ctx: PlacementContext,
+): Candidate | undefined {
+  let best: NodeState | undefined;
+  let bestSpread = 0;
+  let bestLeftover = 0;
+  for (const node of ctx.nodes) {
+    if (!node.schedulable) continue;
+    const free = freeOf(node, cls);
+    if (free < perNode) continue;
+    const spread = node.perDeployment.get(deployment.name) ?? 0;
+    const leftover = free - perNode;
+    if (
+      best === undefined ||
+      spread < bestSpread ||
+      (spread === bestSpread && leftover < bestLeftover)
+    ) {
+      best = node;
+      bestSpread = spread;
+      bestLeftover = leftover;
+    }
+  }
+  if (best === undefined) return undefined;
+  return {
+    gpuClass: cls,
+    nodes: [best],
+    perNode,
+    fabricId: undefined,
+    score: [1, bestSpread, bestLeftover],
+  };
+}
+
+function allowedFabrics(deployment: SchedulerDeployment, ctx: PlacementContext): readonly string[] {
+  if (deployment.fabric === undefined) return ctx.fabrics;
+  return ctx.fabricNodes.has(deployment.fabric) ? [deployment.fabric] : [];
+}
+
+function nodesOf(fabric: string, ctx: PlacementContext): readonly NodeState[] {
+  return ctx.fabricNodes.get(fabric) ?? [];
+}
+
+/** Per fabric: the k best nodes by spread then best fit; the fabric with the best sum wins. */
+function findGang(
+  deployment: SchedulerDeployment,
+  cls: string,
+  shape: Shape,
+  ctx: PlacementContext,
+): Candidate | undefined {
+  let best: Candidate | undefined;
+  for (const fabric of allowedFabrics(deployment, ctx)) {
+    const fits: { node: NodeState; spread: number; leftover: number }[] = [];
+    for (const node of nodesOf(fabric, ctx)) {
+      if (!node.schedulable) continue;
+      const free = freeOf(node, cls);
+      if (free < shape.perNode) continue;
+      fits.push({
+        node,
+        spread: node.perDeployment.get(deployment.name) ?? 0,
+        leftover: free - shape.perNode,
+      });
+    }
+    if (fits.length < shape.nodes) continue;
+    fits.sort(
+      (a, b) => a.spread - b.spread || a.leftover - b.leftover || byString(a.node.id, b.node.id),
+    );
+    const chosen = fits.slice(0, shape.nodes);
+    const score = [
+      shape.nodes,
+      chosen.reduce((s, c) => s + c.spread, 0),
+      chosen.reduce((s, c) => s + c.leftover, 0),
+    ];
+    if (best === undefined || compareScores(score, best.score) < 0) {
+      best = {
+        gpuClass: cls,
+        nodes: chosen.map((c) => c.node),
+        perNode: shape.perNode,
+        fabricId: fabric,
+        score,
+      };
+    }
+  }
+  return best;
+}
+
+function explainFailure(
+  deployment: SchedulerDeployment,
+  cls: string,
+  shape: Shape,
+  ctx: PlacementContext,
+): Reason[] {
+  if (shape.nodes > 1) {
+    const fabrics = allowedFabrics(deployment, ctx);
+    if (deployment.fabric !== undefined && fabrics.length === 0) {
+      return [reason("fabric-unknown", `no node reports fabric ${deployment.fabric}`)];
+    }
+    const head = `needs ${shape.nodes} nodes × ${shape.perNode} ${cls} on one fabric`;
+    if (fabrics.length === 0) {
+      return [reason("no-fabric-fits", `${head}; no node is on any fabric`)];
+    }
+    const parts = fabrics.map((fabric) => {
+      const n = nodesOf(fabric, ctx).filter(
+        (node) => node.schedulable && freeOf(node, cls) >= shape.perNode,
+      ).length;
+      return n === 0
+        ? `fabric ${fabric} has none`
+        : `fabric ${fabric} has ${plural(n, "node")} with ${shape.perNode} free`;
+    });
+    return [reason("no-fabric-fits", `${head}; ${parts.join(", ")}`)];
+  }
+  let total = 0;
+  let unhealthy = 0;
+  let mig = 0;
+  let unschedulable = 0;
+  let allocated = 0;
+  let free = 0;
+  let mostFree = 0;
+  let mostFreeNode = "";
+  for (const node of ctx.nodes) {
+    for (const gpu of node.node.gpus) {
+      if (gpu.gpuClass !== cls) continue;
+      total++;
+      if (!gpu.healthy) unhealthy++;
+      else if (gpu.migEnabled) mig++;
+      else if (!node.schedulable) unschedulable++;
+    }
+    if (!node.schedulable) continue;
+    const f = freeOf(node, cls);
+    free += f;
+    allocated += (node.usableCount.get(cls) ?? 0) - f;
+    if (f > mostFree) {
+      mostFree = f;
+      mostFreeNode = node.id;
+    }
+  }
+  const tail = [
+    `${total} total`,
+    `${allocated} allocated`,
+    `${unhealthy} unhealthy`,
+    ...(mig > 0 ? [`${mig} MIG`] : []),
+    ...(unschedulable > 0 ? [`${unschedulable} on unschedulable nodes`] : []),
+  ].join(", ");
+  if (free === 0) {
+    return [reason("no-free-gpus", `no healthy ${cls} GPU free: ${tail}`)];
+  }
+  return [
+    reason(
+      "no-node-fits",
+      `needs ${shape.perNode} ${cls} on one node; the most free on one node is ${mostFree} (${mostFreeNode}), ${free} free in all: ${tail}`,
+    ),
+  ];
+}
+
+interface Eviction {
+  readonly victims: readonly ReplicaRecord[];
+  readonly describe: string;
+}
+
+/** Per node: the lowest-priority replicas whose GPUs bring `cls` free up to `need`. */
+function evictionOnNode(
+  node: NodeState,
+  cls: string,
+  perNode: number,
+  priority: number,
+): { victims: ReplicaRecord[]; cost: number[] } | undefined {
+  if (!node.schedulable || (node.usableCount.get(cls) ?? 0) < perNode) return undefined;
+  let free = freeOf(node, cls);
+  if (free >= perNode) return { victims: [], cost: [0, 0, 0] };
+  const freedBy = (r: ReplicaRecord): number =>
+    r.placement.ranks
+      .filter((rank) => rank.nodeId === node.id)
+      .reduce(
+        (s, rank) => s + rank.gpuIndices.filter((g) => node.usableClass.get(g) === cls).length,
+        0,
+      );
+  const options = [...node.replicas]
+    .filter((r) => r.priority < priority && freedBy(r) > 0)
+    .sort(
+      (a, b) =>
+        a.priority - b.priority ||
+        freedBy(b) - freedBy(a) ||
+        byString(a.placement.replicaId, b.placement.replicaId),
+    );
+  const victims: ReplicaRecord[] = [];
+  let evicted = 0;
+  for (const r of options) {
+    if (free >= perNode) break;
+    victims.push(r);
+    const n = freedBy(r);
+    free += n;
+    evicted += r.placement.ranks.reduce((s, rank) => s + rank.gpuIndices.length, 0);
+  }
+  if (free < perNode) return undefined;
+  const top = Math.max(...victims.map((v) => v.priority));
+  return { victims, cost: [top, victims.length, evicted] };
+}
+
+/** The cheapest set of lower-priority replicas to evict so one replica of `deployment` fits. */
+function planPreemption(
+  deployment: SchedulerDeployment,
+  shapes: readonly { readonly gpuClass: string; readonly shape: Shape }[],
+  ctx: PlacementContext,
+): Eviction | undefined {
+  let best: { victims: ReplicaRecord[]; cost: number[]; describe: string } | undefined;
+  const consider = (victims: ReplicaRecord[], cost: number[], describe: string): void => {
+    if (best === undefined || compareScores(cost, best.cost) < 0)
+      best = { victims, cost, describe };
+  };
+  for (const { gpuClass: cls, shape } of shapes) {
+    if (shape.nodes === 1) {
+      for (const node of ctx.nodes) {
+        const option = evictionOnNode(node, cls, shape.perNode, deployment.priority);
+        if (option === undefined || option.victims.length === 0) continue;
+        consider(option.victims, [...option.cost], `${shape.perNode} ${cls} on node ${node.id}`);
+      }
+      continue;
+    }
+    for (const fabric of allowedFabrics(deployment, ctx)) {
+      const options = nodesOf(fabric, ctx)
+        .map((node) => ({
+          node,
+          option: evictionOnNode(node, cls, shape.perNode, deployment.priority),
+        }))
+        .filter((o) => o.option !== undefined)
+        .sort(
+          (a, b) =>
+            compareScores(a.option?.cost ?? [], b.option?.cost ?? []) ||
+            byString(a.node.id, b.node.id),
+        )
+        .slice(0, shape.nodes);
+      if (options.length < shape.nodes) continue;
+      const victims = [...new Set(options.flatMap((o) => o.option?.victims ?? []))].sort((a, b) =>
+        byString(a.placement.replicaId, b.placement.replicaId),
+      );
+      if (victims.length === 0) continue;
+      const top = Math.max(...victims.map((v) => v.priority));
+      const evicted = victims.reduce(
+        (s, v) => s + v.placement.ranks.reduce((t, r) => t + r.gpuIndices.length, 0),
+        0,
+      );
+      consider(
+        victims,
+        [top, victims.length, evicted],
+        `${shape.nodes} nodes × ${shape.perNode} ${cls} on fabric ${fabric}`,
+      );
+    }
+  }
+  return best;
+}
+
+/** Chooses GPUs on the candidate's nodes and names the replica with the lowest free ordinal. */
+function commit(
+  deployment: SchedulerDeployment,
+  candidate: Candidate,
+  usedIds: ReadonlyMap<string, ReadonlySet<string>>,
+): Placement {
+  const used = usedIds.get(deployment.name);
+  let n = 0;
+  while (used?.has(`${deployment.name}-${n}`) === true) n++;
+  const ranks: PlacementRank[] = candidate.nodes.map((node, rank) => {
+    const free =
+      candidate.gpuClass === undefined ? [] : [...(node.free.get(candidate.gpuClass) ?? [])];
+    return {
+      rank,
+      nodeId: node.id,
+      gpuIndices: selectGpus(free, candidate.perNode, node.nvlink, node.node.nicDistance),
+    };
+  });
+  return {
+    replicaId: `${deployment.name}-${n}`,
+    deployment: deployment.name,
+    revision: deployment.revision,
+    ranks,
+    ...(candidate.fabricId === undefined ? {} : { fabricId: candidate.fabricId }),
+  };
+}
