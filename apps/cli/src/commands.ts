@@ -6,4 +6,5 @@ import type { Command } from "./command.js";
  */
 export const commands: Record<string, () => Promise<Command>> = {
   version: async () => (await import("./commands/version.js")).command,
+  "engine-sim": async () => (await import("./commands/engine-sim.js")).command,
 };

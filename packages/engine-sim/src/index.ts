@@ -1,1 +1,35 @@
-export {};
+export { type EngineSimCliIo, runEngineSimCli } from "./cli.js";
+export {
+  type EngineSimClock,
+  type EngineSimDeps,
+  type EngineSimExitReport,
+  type EngineSimState,
+  type EngineSimStats,
+  type RunningEngineSim,
+  startEngineSim,
+  systemEngineSimClock,
+} from "./engine-sim.js";
+export { EngineSimError, type EngineSimErrorCode, isEngineSimError } from "./errors.js";
+export { Histogram, type MetricsState, renderSglangMetrics, renderVllmMetrics } from "./metrics.js";
+export {
+  ENGINE_SIM_USAGE,
+  type EngineSimFaults,
+  type EngineSimMimic,
+  type EngineSimOptions,
+  parseEngineSimArgv,
+  type ResolvedEngineSimFaults,
+  type ResolvedEngineSimOptions,
+  resolveEngineSimOptions,
+} from "./options.js";
+export {
+  DEFAULT_TIMING_MODEL_OPTIONS,
+  type ResolvedTimingModelOptions,
+  resolveTimingModelOptions,
+  type SequenceSpec,
+  type StepPlan,
+  TimingModel,
+  type TimingModelOptions,
+  type TimingSnapshot,
+  type TokenEvent,
+} from "./timing-model.js";
+export { blockHashes, CHARS_PER_TOKEN, countTokens } from "./tokenizer.js";

@@ -1,0 +1,49 @@
+import { startEngineSim } from "./engine-sim.js";
+import { isEngineSimError } from "./errors.js";
+import { ENGINE_SIM_USAGE, parseEngineSimArgv } from "./options.js";
+
+/** Streams a command-line front end writes to, plus the signal that stops it. */
+export interface EngineSimCliIo {
+  readonly stdout: { write(chunk: string): unknown };
+  readonly stderr: { write(chunk: string): unknown };
+  /** Aborting it closes the engine gracefully (exit 0). */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * Runs `engine-sim` with command-line flags until `io.signal` aborts or the engine fails.
+ * Returns the process exit code: 0 after a graceful stop, 1 when the engine failed (load
+ * fault, lost rank, crash fault), 2 for bad flags. Log lines go to stdout like a real engine's.
+ */
+export async function runEngineSimCli(
+  argv: readonly string[],
+  io: EngineSimCliIo,
+): Promise<number> {
+  let parsed: ReturnType<typeof parseEngineSimArgv>;
+  try {
+    parsed = parseEngineSimArgv(argv);
+  } catch (error) {
+    if (!isEngineSimError(error)) throw error;
+    io.stderr.write(`engine-sim: ${error.message}\n\n${ENGINE_SIM_USAGE}`);
+    return 2;
+  }
+  if (parsed.help) {
+    io.stdout.write(ENGINE_SIM_USAGE);
+    return 0;
+  }
+  let sim: Awaited<ReturnType<typeof startEngineSim>>;
+  try {
+    sim = await startEngineSim({ ...parsed.options, log: (line) => io.stdout.write(`${line}\n`) });
+  } catch (error) {
+    io.stderr.write(`engine-sim: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 1;
+  }
+  const onAbort = (): void => {
+    void sim.close();
+  };
+  if (io.signal.aborted) onAbort();
+  io.signal.addEventListener("abort", onAbort, { once: true });
+  const report = await sim.exited;
+  io.signal.removeEventListener("abort", onAbort);
+  return report.exitCode;
+}

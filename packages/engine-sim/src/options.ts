@@ -1,0 +1,370 @@
+import { parseArgs } from "node:util";
+import { EngineSimError } from "./errors.js";
+import {
+  type ResolvedTimingModelOptions,
+  resolveTimingModelOptions,
+  type TimingModelOptions,
+} from "./timing-model.js";
+
+/** Which real engine's startup, health and metrics the simulator imitates. */
+export type EngineSimMimic = "vllm" | "sglang";
+
+/** Faults injected on demand (all off by default). */
+export interface EngineSimFaults {
+  /** Exit during loading with an error line instead of becoming ready. */
+  failLoad?: boolean;
+  /** Crash (close every socket, exit non-zero) once N inference requests have been answered. */
+  crashAfterRequests?: number;
+  /** After N inference requests, accept further ones but never answer them (0: hang from the start). */
+  hangAfterRequests?: number;
+  /** Fraction (0–1) of inference requests answered with a 500, chosen by the seeded PRNG. */
+  errorRate?: number;
+  /** Extra delay per decode step, ms (every stream slows down by this per token). */
+  slowTokenMs?: number;
+  /** Crash when any stream has sent this many tokens (dies mid-stream). */
+  dieMidStreamAfterTokens?: number;
+}
+
+/** {@link EngineSimFaults} resolved; `null` means the fault is off. */
+export interface ResolvedEngineSimFaults {
+  readonly failLoad: boolean;
+  readonly crashAfterRequests: number | null;
+  readonly hangAfterRequests: number | null;
+  readonly errorRate: number;
+  readonly slowTokenMs: number;
+  readonly dieMidStreamAfterTokens: number | null;
+}
+
+/** User-facing options of the simulated engine; see the README for every default. */
+export interface EngineSimOptions {
+  /** Model path or id, as given to a real engine. Required. */
+  model: string;
+  /** Name in `/v1/models`, request `model` fields and metric labels. Default: `model`. */
+  servedModelName?: string;
+  /** Bind address. Default 127.0.0.1. */
+  host?: string;
+  /** API port; 0 picks a free one. Default 8000. */
+  port?: number;
+  /** Context length (prompt + output tokens). Default 8192. */
+  maxModelLen?: number;
+  /** Default "vllm". */
+  mimic?: EngineSimMimic;
+  /** Seconds with the port closed while "weights load" (real seconds, not scaled). Default 0. */
+  loadSeconds?: number;
+  /** SGLang mode: seconds of 503 on `/health` after the port opens (warm-up). Default 0.5. */
+  warmupSeconds?: number;
+  /** Seed of every pseudo-random choice. Default 0. */
+  seed?: number;
+  /** Multi-node: number of ranks. Default 1. */
+  nnodes?: number;
+  /** Multi-node: this rank. Default 0. */
+  nodeRank?: number;
+  /** Multi-node: rank 0's rendezvous address `host:port` (required when nnodes > 1). */
+  distInitAddr?: string;
+  /** How long ranks wait for each other, s. Default 120. */
+  distTimeoutSeconds?: number;
+  /** Speeds up simulated time: 10 makes every step 10× shorter in real time. Default 1. */
+  timeScale?: number;
+  /** Timing model knobs. */
+  timing?: TimingModelOptions;
+  /** Shortest natural output, tokens (before `max_tokens`). Default 16. */
+  minOutputTokens?: number;
+  /** Longest natural output, tokens (before `max_tokens`). Default 256. */
+  maxOutputTokens?: number;
+  /** Largest accepted request body, bytes. Default 4 MiB. */
+  maxBodyBytes?: number;
+  /** Dimension of `/v1/embeddings` vectors. Default 64. */
+  embeddingDim?: number;
+  faults?: EngineSimFaults;
+  /** Receives each log line (no trailing newline). Default: dropped. */
+  log?: (line: string) => void;
+}
+
+/** {@link EngineSimOptions} with defaults applied, validated once. */
+export interface ResolvedEngineSimOptions {
+  readonly model: string;
+  readonly servedModelName: string;
+  readonly host: string;
+  readonly port: number;
+  readonly maxModelLen: number;
+  readonly mimic: EngineSimMimic;
+  readonly loadMs: number;
+  readonly warmupMs: number;
+  readonly seed: number;
+  readonly nnodes: number;
+  readonly nodeRank: number;
+  readonly distInitAddr: { readonly host: string; readonly port: number } | undefined;
+  readonly distTimeoutMs: number;
+  readonly timeScale: number;
+  readonly timing: ResolvedTimingModelOptions;
+  readonly minOutputTokens: number;
+  readonly maxOutputTokens: number;
+  readonly maxBodyBytes: number;
+  readonly embeddingDim: number;
+  readonly faults: ResolvedEngineSimFaults;
+  readonly log: (line: string) => void;
+}
+
+function invalid(message: string): EngineSimError {
+  return new EngineSimError("LLMGW_ENGINE_SIM_INVALID_OPTION", message);
+}
+
+function int(name: string, value: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw invalid(`${name} must be an integer in [${min}, ${max}], got ${String(value)}`);
+  }
+  return value;
+}
+
+function nonNeg(name: string, value: number, max = Number.POSITIVE_INFINITY): number {
+  if (!Number.isFinite(value) || value < 0 || value > max) {
+    throw invalid(`${name} must be a number in [0, ${max}], got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Parses `host:port` (IPv6 as `[addr]:port`). */
+export function parseHostPort(text: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(text);
+  const port = m ? Number(m[3]) : Number.NaN;
+  if (!m || port < 1 || port > 65535) {
+    throw invalid(`distInitAddr must be host:port, got ${JSON.stringify(text)}`);
+  }
+  return { host: m[1] ?? m[2] ?? "", port };
+}
+
+/** Applies defaults and validates; throws `LLMGW_ENGINE_SIM_INVALID_OPTION` naming the option. */
+export function resolveEngineSimOptions(options: EngineSimOptions): ResolvedEngineSimOptions {
+  if (typeof options.model !== "string" || options.model === "") {
+    throw invalid("model is required");
+  }
+  const mimic = options.mimic ?? "vllm";
+  if (mimic !== "vllm" && mimic !== "sglang") {
+    throw invalid(`mimic must be "vllm" or "sglang", got ${JSON.stringify(mimic)}`);
+  }
+  const nnodes = int("nnodes", options.nnodes ?? 1, 1, 1024);
+  const nodeRank = int("nodeRank", options.nodeRank ?? 0, 0, nnodes - 1);
+  if (nnodes > 1 && !options.distInitAddr)
+    throw invalid("distInitAddr is required when nnodes > 1");
+  const timing = resolveTimingModelOptions({
+    ...options.timing,
+    extraStepMs: (options.timing?.extraStepMs ?? 0) + (options.faults?.slowTokenMs ?? 0),
+  });
+  const maxModelLen = int("maxModelLen", options.maxModelLen ?? 8192, 2);
+  if (maxModelLen > timing.kvCacheTokens) {
+    throw invalid(
+      `maxModelLen (${maxModelLen}) is larger than the KV cache (${timing.kvCacheTokens} tokens)`,
+    );
+  }
+  const minOutputTokens = int("minOutputTokens", options.minOutputTokens ?? 16, 1);
+  const maxOutputTokens = int(
+    "maxOutputTokens",
+    options.maxOutputTokens ?? Math.max(256, minOutputTokens),
+    minOutputTokens,
+  );
+  const f = options.faults ?? {};
+  return Object.freeze({
+    model: options.model,
+    servedModelName: options.servedModelName || options.model,
+    host: options.host ?? "127.0.0.1",
+    port: int("port", options.port ?? 8000, 0, 65535),
+    maxModelLen,
+    mimic,
+    loadMs: nonNeg("loadSeconds", options.loadSeconds ?? 0) * 1000,
+    warmupMs: nonNeg("warmupSeconds", options.warmupSeconds ?? 0.5) * 1000,
+    seed: int("seed", options.seed ?? 0, 0, 2 ** 32 - 1),
+    nnodes,
+    nodeRank,
+    distInitAddr: options.distInitAddr ? parseHostPort(options.distInitAddr) : undefined,
+    distTimeoutMs: nonNeg("distTimeoutSeconds", options.distTimeoutSeconds ?? 120) * 1000,
+    timeScale:
+      options.timeScale !== undefined && options.timeScale <= 0
+        ? (() => {
+            throw invalid(`timeScale must be > 0, got ${options.timeScale}`);
+          })()
+        : nonNeg("timeScale", options.timeScale ?? 1),
+    timing,
+    minOutputTokens,
+    maxOutputTokens,
+    maxBodyBytes: int("maxBodyBytes", options.maxBodyBytes ?? 4 * 1024 * 1024, 1),
+    embeddingDim: int("embeddingDim", options.embeddingDim ?? 64, 1, 65536),
+    faults: Object.freeze({
+      failLoad: f.failLoad ?? false,
+      crashAfterRequests:
+        f.crashAfterRequests === undefined
+          ? null
+          : int("crashAfterRequests", f.crashAfterRequests, 1),
+      hangAfterRequests:
+        f.hangAfterRequests === undefined ? null : int("hangAfterRequests", f.hangAfterRequests, 0),
+      errorRate: nonNeg("errorRate", f.errorRate ?? 0, 1),
+      slowTokenMs: nonNeg("slowTokenMs", f.slowTokenMs ?? 0),
+      dieMidStreamAfterTokens:
+        f.dieMidStreamAfterTokens === undefined
+          ? null
+          : int("dieMidStreamAfterTokens", f.dieMidStreamAfterTokens, 1),
+    }),
+    log: options.log ?? (() => {}),
+  });
+}
+
+/** Help text of the `engine-sim` command line (shared by `llmgw engine-sim` and the test bin). */
+export const ENGINE_SIM_USAGE = `Usage: llmgw engine-sim --model NAME [--port P] [options]
+
+A simulated OpenAI-compatible inference engine (vLLM or SGLang flavoured) for scale, timing
+and fault tests. Logs go to stdout like a real engine's.
+
+Engine flags (as the engine adapter emits them):
+  --model M                     model path or id (required)
+  --served-model-name NAME      name in /v1/models and requests (default: --model)
+  --host H                      bind address (default 127.0.0.1)
+  --port P                      API port, 0 = any free port (default 8000)
+  --max-model-len N             context length in tokens (default 8192)
+  --mimic vllm|sglang           startup, /health and /metrics flavour (default vllm)
+  --load-seconds S              port stays closed while "loading" (default 0)
+  --warmup-seconds S            sglang: /health answers 503 for S after opening (default 0.5)
+  --seed N                      seed of all pseudo-random output (default 0)
+  --nnodes N --node-rank R --dist-init-addr HOST:PORT
+                                multi-node: ranks >= 1 join rank 0 over TCP
+  --dist-timeout-seconds S      how long ranks wait for each other (default 120)
+
+Timing model (defaults: an 8B model on one H100):
+  --time-scale F                run simulated time F times faster (default 1)
+  --prefill-tps N               prefill tokens per second (default 10000)
+  --decode-step-ms MS           decode step at batch 1 (default 12)
+  --decode-step-ms-per-seq MS   extra step time per extra sequence (default 0.14)
+  --max-num-seqs N              running sequences at most (default 256)
+  --max-num-batched-tokens N    token budget per step (default 8192)
+  --kv-cache-tokens N           KV cache capacity in tokens (default 400000)
+  --block-size N                tokens per KV / prefix-cache block (default 16)
+  --min-output-tokens N         shortest natural answer (default 16)
+  --max-output-tokens N         longest natural answer (default 256)
+  --max-body-bytes N            request body limit (default 4194304)
+  --embedding-dim N             /v1/embeddings dimension (default 64)
+
+Faults:
+  --fail-load                   exit non-zero during loading with an error line
+  --crash-after-requests N      exit non-zero once N inference requests were answered
+  --hang-after-requests N       answer N inference requests, then accept but never answer
+                                (0 = hang from the start; /health keeps answering 200)
+  --error-rate F                answer a fraction F of inference requests with 500
+  --slow-token-ms MS            add MS to every decode step (slow streams)
+  --die-mid-stream-after-tokens N  exit non-zero once any stream has sent N tokens
+`;
+
+function num(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isFinite(value)) {
+    throw invalid(`--${flag} expects a number, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+/**
+ * Parses the `engine-sim` flags (see {@link ENGINE_SIM_USAGE}) into options. Throws
+ * `LLMGW_ENGINE_SIM_INVALID_OPTION` for unknown flags and bad values; `help` is true for
+ * `--help`.
+ */
+export function parseEngineSimArgv(argv: readonly string[]): {
+  options: EngineSimOptions;
+  help: boolean;
+} {
+  const s = { type: "string" } as const;
+  const b = { type: "boolean" } as const;
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({
+      args: [...argv],
+      strict: true,
+      options: {
+        help: { ...b, short: "h" },
+        model: s,
+        "served-model-name": s,
+        host: s,
+        port: s,
+        "max-model-len": s,
+        mimic: s,
+        "load-seconds": s,
+        "warmup-seconds": s,
+        seed: s,
+        nnodes: s,
+        "node-rank": s,
+        "dist-init-addr": s,
+        "dist-timeout-seconds": s,
+        "time-scale": s,
+        "prefill-tps": s,
+        "decode-step-ms": s,
+        "decode-step-ms-per-seq": s,
+        "max-num-seqs": s,
+        "max-num-batched-tokens": s,
+        "kv-cache-tokens": s,
+        "block-size": s,
+        "min-output-tokens": s,
+        "max-output-tokens": s,
+        "max-body-bytes": s,
+        "embedding-dim": s,
+        "fail-load": b,
+        "crash-after-requests": s,
+        "hang-after-requests": s,
+        "error-rate": s,
+        "slow-token-ms": s,
+        "die-mid-stream-after-tokens": s,
+      },
+    }).values;
+  } catch (error) {
+    throw new EngineSimError(
+      "LLMGW_ENGINE_SIM_INVALID_OPTION",
+      error instanceof Error ? error.message : String(error),
+      { cause: error },
+    );
+  }
+  const str = (k: string): string | undefined => values[k] as string | undefined;
+  const n = (k: string): number | undefined => num(k, str(k));
+  if (values.help) return { options: { model: "" }, help: true };
+  const model = str("model");
+  if (!model) throw invalid("--model is required");
+  const mimic = str("mimic");
+  if (mimic !== undefined && mimic !== "vllm" && mimic !== "sglang") {
+    throw invalid(`--mimic must be vllm or sglang, got ${JSON.stringify(mimic)}`);
+  }
+  const options: EngineSimOptions = {
+    model,
+    servedModelName: str("served-model-name"),
+    host: str("host"),
+    port: n("port"),
+    maxModelLen: n("max-model-len"),
+    mimic,
+    loadSeconds: n("load-seconds"),
+    warmupSeconds: n("warmup-seconds"),
+    seed: n("seed"),
+    nnodes: n("nnodes"),
+    nodeRank: n("node-rank"),
+    distInitAddr: str("dist-init-addr"),
+    distTimeoutSeconds: n("dist-timeout-seconds"),
+    timeScale: n("time-scale"),
+    timing: {
+      prefillTokensPerSecond: n("prefill-tps"),
+      decodeStepMs: n("decode-step-ms"),
+      decodeStepMsPerSeq: n("decode-step-ms-per-seq"),
+      maxRunningSeqs: n("max-num-seqs"),
+      maxBatchedTokens: n("max-num-batched-tokens"),
+      kvCacheTokens: n("kv-cache-tokens"),
+      blockSizeTokens: n("block-size"),
+    },
+    minOutputTokens: n("min-output-tokens"),
+    maxOutputTokens: n("max-output-tokens"),
+    maxBodyBytes: n("max-body-bytes"),
+    embeddingDim: n("embedding-dim"),
+    faults: {
+      failLoad: values["fail-load"] === true,
+      crashAfterRequests: n("crash-after-requests"),
+      hangAfterRequests: n("hang-after-requests"),
+      errorRate: n("error-rate"),
+      slowTokenMs: n("slow-token-ms"),
+      dieMidStreamAfterTokens: n("die-mid-stream-after-tokens"),
+    },
+  };
+  // Validate now so a bad flag fails before anything starts.
+  resolveEngineSimOptions(options);
+  return { options, help: false };
+}

@@ -1,0 +1,103 @@
+/**
+ * The simulator's token approximation: a prompt is cut into consecutive 4-character pieces
+ * (the usual "~4 characters per token" rule of thumb for English BPE vocabularies). Cutting
+ * from the start keeps tokenisation prefix-stable: two prompts sharing their first 64
+ * characters share their first 16 tokens, which is what the prefix cache needs.
+ */
+export const CHARS_PER_TOKEN = 4;
+
+/** Number of simulated tokens in `text` (`ceil(length / 4)`, 0 for the empty string). */
+export function countTokens(text: string): number {
+  return Math.ceil(text.length / CHARS_PER_TOKEN);
+}
+
+/**
+ * Chained hashes of the prompt's full KV blocks of `blockSizeTokens` tokens, like vLLM's
+ * prefix-cache block hashes: block i's hash covers blocks 0..i, so equal hashes mean equal
+ * prefixes. A trailing partial block gets no hash (it is never shared).
+ */
+export function blockHashes(text: string, blockSizeTokens: number): string[] {
+  const blockChars = blockSizeTokens * CHARS_PER_TOKEN;
+  const full = Math.floor(text.length / blockChars);
+  const hashes: string[] = [];
+  let parent = 0x811c9dc5;
+  let parent2 = 0x01000193;
+  for (let b = 0; b < full; b += 1) {
+    let h = parent;
+    let h2 = parent2 ^ b;
+    const start = b * blockChars;
+    for (let i = start; i < start + blockChars; i += 1) {
+      const c = text.charCodeAt(i);
+      h = Math.imul(h ^ c, 0x01000193);
+      h2 = Math.imul(h2 ^ c, 0x5bd1e995) ^ (h2 >>> 15);
+    }
+    parent = h >>> 0;
+    parent2 = h2 >>> 0;
+    hashes.push(`${parent.toString(16)}${parent2.toString(16).padStart(8, "0")}`);
+  }
+  return hashes;
+}
+
+/** FNV-1a 32-bit hash of a string; used to derive per-request seeds. */
+export function hashString(text: string, seed = 0x811c9dc5): number {
+  let h = seed >>> 0;
+  for (let i = 0; i < text.length; i += 1) {
+    h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** A small deterministic PRNG (mulberry32); returns floats in [0, 1). */
+export function createPrng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const WORDS = [
+  " the",
+  " a",
+  " sim",
+  " token",
+  " of",
+  " and",
+  " to",
+  " is",
+  " in",
+  " that",
+  " it",
+  " for",
+  " on",
+  " with",
+  " as",
+  " was",
+  " at",
+  " by",
+  " this",
+  " from",
+  " engine",
+  " model",
+  " GPU",
+  " batch",
+  " cache",
+  " step",
+  " are",
+  " be",
+  " or",
+  " an",
+  " which",
+  ".",
+  ",",
+  " we",
+  " can",
+];
+
+/** The text of output token `index` for a request whose PRNG is `next` (call in order). */
+export function nextTokenText(next: () => number): string {
+  return WORDS[Math.floor(next() * WORDS.length)] ?? " the";
+}
