@@ -1,1 +1,70 @@
-export {};
+export {
+  type ClusterCollector,
+  type ClusterCollectorOptions,
+  createClusterCollector,
+  type ResolvedClusterCollectorOptions,
+  resolveClusterCollectorOptions,
+} from "./cluster-collector.js";
+export {
+  buildClusterSeries,
+  type ClusterSeries,
+  type GpuCapacityState,
+  gpuCapacityState,
+  type Sample,
+} from "./cluster-series.js";
+export type {
+  ClusterView,
+  DeploymentView,
+  FabricView,
+  GpuView,
+  NodeState,
+  NodeView,
+  ReplicaState,
+  ReplicaView,
+} from "./cluster-view.js";
+export {
+  isMetricsCollectorError,
+  MetricsCollectorError,
+  type MetricsCollectorErrorCode,
+} from "./errors.js";
+export {
+  CIRCUIT_STATES,
+  CLUSTER_FAMILIES,
+  type FamilySpec,
+  type FamilyType,
+  GPU_STATES,
+  LABEL_DOCS,
+  NODE_STATES,
+  REPLICA_STATES,
+  ROUTER_FAMILIES,
+} from "./families.js";
+export {
+  GPU_READING_REJECT_REASONS,
+  type GpuReadingLimits,
+  type GpuReadingProblem,
+  type GpuReadingRejectReason,
+  type GpuReadingSanitized,
+  type GpuReadingValidation,
+  type ResolvedGpuReadingLimits,
+  resolveGpuReadingLimits,
+  sanitizeGpuReading,
+  type ValidGpuReading,
+  validateGpuReading,
+} from "./gpu-reading.js";
+export { boundLabelValue, boundModelLabel, DEFAULT_LABEL_VALUE_MAX_LENGTH } from "./labels.js";
+export { METRICS_REFERENCE_MARKERS, renderMetricsReference } from "./metrics-doc.js";
+export { createMetricsRegistry } from "./registry.js";
+export {
+  type AdmissionRejectReason,
+  type AuthFailureReason,
+  type CircuitState,
+  createRouterMetrics,
+  type DisconnectPhase,
+  type QueueOutcome,
+  type RouterEndpoint,
+  type RouterMetrics,
+  type RouterMetricsOptions,
+  type RoutingFallbackReason,
+  type ScoringPath,
+  type UpstreamErrorKind,
+} from "./router-metrics.js";

@@ -1,0 +1,225 @@
+import type { ClusterView, GpuView, NodeView } from "./cluster-view.js";
+import { GPU_STATES, NODE_STATES, REPLICA_STATES } from "./families.js";
+import { boundLabelValue } from "./labels.js";
+
+/**
+ * One sample: label values by label name, and a finite value. `sharedLabels` is the same
+ * object for every family of one node or GPU: prom-client renders it once per scrape and
+ * excludes its names from `labels`, which keeps a 76k-sample scrape fast.
+ */
+export interface Sample {
+  readonly labels: Readonly<Record<string, string>>;
+  readonly sharedLabels?: Readonly<Record<string, string>>;
+  readonly value: number;
+}
+
+/** Samples of every cluster gauge family for one scrape, by family name. */
+export type ClusterSeries = ReadonlyMap<string, readonly Sample[]>;
+
+/** The GPU capacity state used by fabric and cluster totals (see `GPU_STATES`). */
+export type GpuCapacityState = (typeof GPU_STATES)[number];
+
+/** Classifies one GPU on its node: unhealthy > allocated > unavailable > free. */
+export function gpuCapacityState(node: NodeView, gpu: GpuView): GpuCapacityState {
+  if (!gpu.healthy) return "unhealthy";
+  if (gpu.allocatedDeployment !== undefined) return "allocated";
+  if (gpu.mig || node.state !== "ready" || node.cordoned || node.draining) return "unavailable";
+  return "free";
+}
+
+const finite = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+const nonNegative = (v: unknown): v is number => finite(v) && v >= 0;
+const flag = (b: unknown): number => (b === true ? 1 : 0);
+
+/**
+ * Computes every cluster gauge family from the view, pure. Readings that are absent,
+ * non-finite or negative produce no sample (absent is not zero); label values are bounded to
+ * `labelValueMaxLength`. Counts that are genuinely zero (no replica in a state, no free GPU
+ * of a class) are emitted as 0, because they are known.
+ */
+export function buildClusterSeries(view: ClusterView, labelValueMaxLength: number): ClusterSeries {
+  const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
+  const out = new Map<string, Sample[]>();
+  const list = (name: string) => {
+    let l = out.get(name);
+    if (l === undefined) {
+      l = [];
+      out.set(name, l);
+    }
+    return l;
+  };
+  const push = (name: string, labels: Record<string, string>, value: number) => {
+    list(name).push({ labels, value });
+  };
+  // Same labels object in `labels` and `sharedLabels`: rendered once, excluded from `labels`.
+  const pushShared = (name: string, shared: Record<string, string>, value: number) => {
+    list(name).push({ labels: shared, sharedLabels: shared, value });
+  };
+  const pushExtra = (
+    name: string,
+    shared: Record<string, string>,
+    extra: Record<string, string>,
+    value: number,
+  ) => {
+    list(name).push({ labels: { ...shared, ...extra }, sharedLabels: shared, value });
+  };
+
+  const clusterGpus = new Map<string, Map<GpuCapacityState, number>>();
+  const fabricGpus = new Map<
+    string,
+    {
+      fabric: string;
+      linkLayer: string;
+      gpuClass: string;
+      counts: Map<GpuCapacityState, number>;
+      nodes: number;
+    }
+  >();
+  const nodeStates = new Map<string, number>(NODE_STATES.map((s) => [s, 0]));
+  const agentVersions = new Map<string, number>();
+
+  for (const node of view.nodes()) {
+    const id = b(node.id);
+    const state = (NODE_STATES as readonly string[]).includes(node.state) ? node.state : "lost";
+    const version = b(node.agentVersion);
+    const nodeLabels = { node: id };
+    pushExtra(
+      "llmgw_node_info",
+      nodeLabels,
+      {
+        hostname: b(node.hostname),
+        agent_version: version,
+        simulated: String(node.simulated === true),
+      },
+      1,
+    );
+    pushShared("llmgw_node_up", nodeLabels, state === "ready" ? 1 : 0);
+    for (const s of NODE_STATES)
+      pushExtra("llmgw_node_state", nodeLabels, { state: s }, s === state ? 1 : 0);
+    pushShared("llmgw_node_healthy", nodeLabels, flag(node.healthy));
+    pushShared("llmgw_node_cordoned", nodeLabels, flag(node.cordoned));
+    pushShared("llmgw_node_draining", nodeLabels, flag(node.draining));
+    if (nonNegative(node.lastHeartbeatUnixMs)) {
+      pushShared(
+        "llmgw_node_last_heartbeat_timestamp_seconds",
+        nodeLabels,
+        node.lastHeartbeatUnixMs / 1000,
+      );
+    }
+    nodeStates.set(state, (nodeStates.get(state) ?? 0) + 1);
+    agentVersions.set(version, (agentVersions.get(version) ?? 0) + 1);
+
+    const fabrics = node.fabrics.length > 0 ? node.fabrics : [{ id: "none", linkLayer: "none" }];
+    const nodeClasses = new Map<string, number>();
+    for (const gpu of node.gpus) {
+      const gpuClass = b(gpu.gpuClass);
+      const labels = { node: id, gpu: String(gpu.index), gpu_class: gpuClass };
+      pushExtra(
+        "llmgw_gpu_info",
+        labels,
+        { uuid: b(gpu.uuid), name: b(gpu.name), mig: String(gpu.mig === true) },
+        1,
+      );
+      if (nonNegative(gpu.memoryTotalBytes))
+        pushShared("llmgw_gpu_memory_total_bytes", labels, gpu.memoryTotalBytes);
+      if (nonNegative(gpu.memoryUsedBytes))
+        pushShared("llmgw_gpu_memory_used_bytes", labels, gpu.memoryUsedBytes);
+      if (nonNegative(gpu.utilizationPercent))
+        pushShared("llmgw_gpu_utilization_ratio", labels, gpu.utilizationPercent / 100);
+      if (nonNegative(gpu.eccUncorrectedErrors))
+        pushShared("llmgw_gpu_ecc_uncorrected_errors", labels, gpu.eccUncorrectedErrors);
+      if (finite(gpu.temperatureCelsius))
+        pushShared("llmgw_gpu_temperature_celsius", labels, gpu.temperatureCelsius);
+      if (nonNegative(gpu.powerWatts)) pushShared("llmgw_gpu_power_watts", labels, gpu.powerWatts);
+      pushShared("llmgw_gpu_healthy", labels, flag(gpu.healthy));
+      if (gpu.allocatedDeployment !== undefined) {
+        pushExtra("llmgw_gpu_allocation", labels, { deployment: b(gpu.allocatedDeployment) }, 1);
+      }
+      nodeClasses.set(gpuClass, (nodeClasses.get(gpuClass) ?? 0) + 1);
+      const cap = gpuCapacityState(node, gpu);
+      let byState = clusterGpus.get(gpuClass);
+      if (byState === undefined) {
+        byState = new Map(GPU_STATES.map((s) => [s, 0]));
+        clusterGpus.set(gpuClass, byState);
+      }
+      byState.set(cap, (byState.get(cap) ?? 0) + 1);
+      for (const fabric of fabrics) {
+        const fabricId = b(fabric.id);
+        const key = `${fabricId}\u0000${gpuClass}`;
+        let entry = fabricGpus.get(key);
+        if (entry === undefined) {
+          entry = {
+            fabric: fabricId,
+            linkLayer: b(fabric.linkLayer),
+            gpuClass,
+            counts: new Map(GPU_STATES.map((s) => [s, 0])),
+            nodes: 0,
+          };
+          fabricGpus.set(key, entry);
+        }
+        entry.counts.set(cap, (entry.counts.get(cap) ?? 0) + 1);
+      }
+    }
+    for (const [gpuClass, count] of nodeClasses) {
+      pushExtra("llmgw_node_gpus", nodeLabels, { gpu_class: gpuClass }, count);
+      for (const fabric of fabrics) {
+        const entry = fabricGpus.get(`${b(fabric.id)}\u0000${gpuClass}`);
+        if (entry !== undefined) entry.nodes += 1;
+      }
+    }
+  }
+
+  for (const [gpuClass, byState] of clusterGpus) {
+    for (const [state, count] of byState)
+      push("llmgw_cluster_gpus", { gpu_class: gpuClass, state }, count);
+  }
+  for (const e of fabricGpus.values()) {
+    for (const [state, count] of e.counts) {
+      push(
+        "llmgw_fabric_gpus",
+        { fabric: e.fabric, link_layer: e.linkLayer, gpu_class: e.gpuClass, state },
+        count,
+      );
+    }
+    push(
+      "llmgw_fabric_nodes",
+      { fabric: e.fabric, link_layer: e.linkLayer, gpu_class: e.gpuClass },
+      e.nodes,
+    );
+  }
+  for (const [state, count] of nodeStates) push("llmgw_cluster_nodes", { state }, count);
+  for (const [version, count] of agentVersions) push("llmgw_agent_versions", { version }, count);
+
+  const replicaCounts = new Map<string, Map<string, number>>();
+  const countsFor = (deployment: string) => {
+    let m = replicaCounts.get(deployment);
+    if (m === undefined) {
+      m = new Map(REPLICA_STATES.map((s) => [s, 0]));
+      replicaCounts.set(deployment, m);
+    }
+    return m;
+  };
+  for (const d of view.deployments()) {
+    const name = b(d.name);
+    countsFor(name);
+    push(
+      "llmgw_deployment_info",
+      { deployment: name, gpu_class: b(d.gpuClass), engine: b(d.engine) },
+      1,
+    );
+    if (nonNegative(d.desired))
+      push("llmgw_deployment_replicas_desired", { deployment: name }, d.desired);
+    if (nonNegative(d.ready))
+      push("llmgw_deployment_replicas_ready", { deployment: name }, d.ready);
+    push("llmgw_deployment_unschedulable", { deployment: name }, flag(d.unschedulable));
+  }
+  for (const r of view.replicas()) {
+    const m = countsFor(b(r.deployment));
+    const state = (REPLICA_STATES as readonly string[]).includes(r.state) ? r.state : "unknown";
+    m.set(state, (m.get(state) ?? 0) + 1);
+  }
+  for (const [deployment, m] of replicaCounts) {
+    for (const [state, count] of m) push("llmgw_replicas", { deployment, state }, count);
+  }
+  return out;
+}

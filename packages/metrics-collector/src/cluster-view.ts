@@ -1,0 +1,90 @@
+/** Node lifecycle state (DESIGN §6). */
+export type NodeState = "ready" | "unreachable" | "lost";
+
+/** Replica state as the wire contract names it, lower-cased. */
+export type ReplicaState =
+  | "pending"
+  | "starting"
+  | "loading"
+  | "ready"
+  | "unhealthy"
+  | "stopping"
+  | "exited"
+  | "failed";
+
+/**
+ * One GPU as the control plane knows it: hardware from registration, readings from the last
+ * heartbeat. Every reading is optional: `undefined` means nobody reported it, and the
+ * matching series is then missing from the scrape (never 0).
+ */
+export interface GpuView {
+  readonly index: number;
+  readonly uuid: string;
+  /** Product name from nvidia-smi, e.g. `NVIDIA H100 80GB HBM3`. */
+  readonly name: string;
+  /** GPU class, e.g. `h100-80g`. */
+  readonly gpuClass: string;
+  readonly memoryTotalBytes?: number;
+  readonly memoryUsedBytes?: number;
+  /** 0..100 as nvidia-smi reports it; exported as a 0..1 ratio. */
+  readonly utilizationPercent?: number;
+  readonly eccUncorrectedErrors?: number;
+  readonly temperatureCelsius?: number;
+  readonly powerWatts?: number;
+  readonly healthy: boolean;
+  readonly mig: boolean;
+  /** Name of the deployment holding this GPU, if any. */
+  readonly allocatedDeployment?: string;
+}
+
+/** An RDMA fabric (island) a node is attached to. */
+export interface FabricView {
+  readonly id: string;
+  readonly linkLayer: "infiniband" | "roce" | "unknown";
+}
+
+/** One registered node. */
+export interface NodeView {
+  readonly id: string;
+  readonly hostname: string;
+  readonly state: NodeState;
+  readonly cordoned: boolean;
+  readonly draining: boolean;
+  readonly simulated: boolean;
+  readonly agentVersion: string;
+  /** Unix ms of the last heartbeat; `undefined` before the first one. */
+  readonly lastHeartbeatUnixMs?: number;
+  readonly healthy: boolean;
+  readonly gpus: readonly GpuView[];
+  readonly fabrics: readonly FabricView[];
+}
+
+/** One deployment and its rollout counters. */
+export interface DeploymentView {
+  readonly name: string;
+  readonly desired: number;
+  readonly ready: number;
+  /** True when the scheduler could not place every desired replica. */
+  readonly unschedulable: boolean;
+  readonly gpuClass: string;
+  /** `vllm`, `sglang`, `llamacpp`, `sim`, … */
+  readonly engine: string;
+}
+
+/** One replica of a deployment. */
+export interface ReplicaView {
+  readonly id: string;
+  readonly deployment: string;
+  readonly state: ReplicaState;
+}
+
+/**
+ * The read-only view of cluster state that the control plane implements for the collector.
+ * Called synchronously on every scrape (once per scrape, however many families read it), so
+ * it must return what is already in memory, never do I/O.
+ */
+export interface ClusterView {
+  nodes(): readonly NodeView[];
+  deployments(): readonly DeploymentView[];
+  replicas(): readonly ReplicaView[];
+}

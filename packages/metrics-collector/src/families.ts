@@ -1,0 +1,350 @@
+/** The Prometheus type of a family, as it appears on its `# TYPE` line. */
+export type FamilyType = "counter" | "gauge" | "histogram";
+
+/**
+ * Described data for one metric family: the single source that both the registry
+ * (`createClusterCollector`, `createRouterMetrics`) and `docs/metrics.md` are built from.
+ */
+export interface FamilySpec {
+  /** Full name, `llmgw_*`, unit in the name. Counters end in `_total`. */
+  readonly name: string;
+  readonly type: FamilyType;
+  /** One sentence: what a sample means. Becomes the `# HELP` text. */
+  readonly help: string;
+  /** Label names, each with a bounded value set (documented in {@link LABEL_DOCS}). */
+  readonly labelNames: readonly string[];
+  /** Histogram bucket upper bounds (histograms only). */
+  readonly buckets?: readonly number[];
+}
+
+/** What each label may hold, and why its cardinality is bounded. Rendered into the docs. */
+export const LABEL_DOCS: Readonly<Record<string, string>> = {
+  node: "control-plane node id (one per registered node)",
+  hostname: "node hostname as the agent reported it (truncated to the label bound)",
+  agent_version: "agent version string (truncated)",
+  simulated: '"true" | "false"',
+  state:
+    "a closed set per family: node `ready|unreachable|lost`; GPU `free|allocated|unhealthy|unavailable`; replica `pending|starting|loading|ready|unhealthy|stopping|exited|failed|unknown`; circuit `closed|open|half_open`",
+  gpu: "GPU index on its node",
+  uuid: "GPU UUID from nvidia-smi",
+  name: "GPU product name from nvidia-smi (truncated)",
+  gpu_class: "GPU class, `<model>-<GiB>g` (DESIGN §2)",
+  mig: '"true" | "false"',
+  deployment: "deployment name",
+  engine: "`vllm|sglang|llamacpp|sim|…` as the deployment declares it",
+  fabric: 'fabric id, or `"none"` for nodes with no RDMA fabric',
+  link_layer: "`infiniband|roce|unknown`",
+  version: "agent version string (truncated)",
+  reason: "closed enum named in the family's description",
+  model: "served model name of a known deployment; unknown names are folded into `other`",
+  endpoint: "`chat_completions|completions|embeddings|models|other`",
+  code: "HTTP status code of the answer (`200`, `429`, `503`, …)",
+  replica: "replica id (bounded by deployed replicas)",
+  kind: "upstream error kind: `connect|timeout|reset|http_5xx|stream_aborted|protocol`",
+  to: "circuit state entered: `closed|open|half_open`",
+  path: "`inline|pool`: scored on the main thread or in the worker pool",
+  outcome: "queue wait outcome: `admitted|timed_out|cancelled`",
+  phase: "where the client left: `queued|before_first_byte|streaming`",
+  key_name: "API key *name* (never the secret), truncated",
+  limit: "`requests|tokens`",
+  direction: "`in|out`",
+};
+
+/** Replica states as the wire contract names them, lower-cased, plus `unknown`. */
+export const REPLICA_STATES = [
+  "pending",
+  "starting",
+  "loading",
+  "ready",
+  "unhealthy",
+  "stopping",
+  "exited",
+  "failed",
+  "unknown",
+] as const;
+
+/** Node lifecycle states (DESIGN §6). */
+export const NODE_STATES = ["ready", "unreachable", "lost"] as const;
+
+/**
+ * GPU capacity states used by the fabric and cluster totals: `unhealthy` wins over
+ * `allocated`, which wins over `unavailable` (healthy and unallocated but not schedulable:
+ * MIG enabled, or its node cordoned, draining or not ready); the rest are `free`.
+ */
+export const GPU_STATES = ["free", "allocated", "unhealthy", "unavailable"] as const;
+
+/** Circuit-breaker states of a replica as the router sees it. */
+export const CIRCUIT_STATES = ["closed", "open", "half_open"] as const;
+
+const g = (name: string, help: string, labelNames: readonly string[]): FamilySpec => ({
+  name,
+  type: "gauge",
+  help,
+  labelNames,
+});
+const c = (name: string, help: string, labelNames: readonly string[]): FamilySpec => ({
+  name,
+  type: "counter",
+  help,
+  labelNames,
+});
+const h = (
+  name: string,
+  help: string,
+  labelNames: readonly string[],
+  buckets: readonly number[],
+): FamilySpec => ({ name, type: "histogram", help, labelNames, buckets });
+
+const GPU = ["node", "gpu", "gpu_class"] as const;
+
+/** Cluster families, computed at scrape time from a `ClusterView`. */
+export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
+  g(
+    "llmgw_node_info",
+    "Always 1 per registered node; carries hostname, agent version and whether the node is simulated.",
+    ["node", "hostname", "agent_version", "simulated"],
+  ),
+  g("llmgw_node_up", "1 when the node is ready (heartbeating), 0 when unreachable or lost.", [
+    "node",
+  ]),
+  g(
+    "llmgw_node_state",
+    "State set: 1 for the node's current lifecycle state (ready|unreachable|lost), 0 for the others.",
+    ["node", "state"],
+  ),
+  g("llmgw_node_healthy", "1 when the node reports itself healthy, 0 when not.", ["node"]),
+  g("llmgw_node_cordoned", "1 when an operator cordoned the node, else 0.", ["node"]),
+  g("llmgw_node_draining", "1 while the node is being drained, else 0.", ["node"]),
+  g(
+    "llmgw_node_last_heartbeat_timestamp_seconds",
+    "Unix time of the node's last heartbeat; missing until the first one arrives.",
+    ["node"],
+  ),
+  g("llmgw_node_gpus", "GPUs the node registered, by class (a node may hold several classes).", [
+    "node",
+    "gpu_class",
+  ]),
+  g("llmgw_gpu_info", "Always 1 per GPU; carries uuid, product name and MIG mode.", [
+    ...GPU,
+    "uuid",
+    "name",
+    "mig",
+  ]),
+  g("llmgw_gpu_memory_total_bytes", "GPU memory size; missing when not reported.", GPU),
+  g(
+    "llmgw_gpu_memory_used_bytes",
+    "GPU memory in use at the last heartbeat; missing when not reported.",
+    GPU,
+  ),
+  g(
+    "llmgw_gpu_utilization_ratio",
+    "GPU compute utilisation at the last heartbeat, 0..1 (nvidia-smi percent / 100); missing when not reported.",
+    GPU,
+  ),
+  g(
+    "llmgw_gpu_ecc_uncorrected_errors",
+    "Uncorrected ECC errors as the driver counts them (volatile; may reset with the driver); missing when not reported.",
+    GPU,
+  ),
+  g("llmgw_gpu_temperature_celsius", "GPU temperature; missing when not reported.", GPU),
+  g("llmgw_gpu_power_watts", "GPU power draw; missing when not reported.", GPU),
+  g("llmgw_gpu_healthy", "1 when the GPU is healthy, 0 when the agent flagged a problem.", GPU),
+  g(
+    "llmgw_gpu_allocation",
+    "1 for each GPU held by a deployment, labelled with that deployment; no series for unallocated GPUs.",
+    [...GPU, "deployment"],
+  ),
+  g(
+    "llmgw_fabric_gpus",
+    "GPUs per fabric, class and capacity state (free|allocated|unhealthy|unavailable). A node on several fabrics counts in each.",
+    ["fabric", "link_layer", "gpu_class", "state"],
+  ),
+  g(
+    "llmgw_fabric_nodes",
+    "Nodes per fabric and class (nodes holding at least one GPU of the class).",
+    ["fabric", "link_layer", "gpu_class"],
+  ),
+  g(
+    "llmgw_cluster_gpus",
+    'Cluster-wide GPUs by class and capacity state: the "was the cluster full" answer (free == 0).',
+    ["gpu_class", "state"],
+  ),
+  g("llmgw_cluster_nodes", "Registered nodes by lifecycle state.", ["state"]),
+  g("llmgw_agent_versions", "Nodes running each agent version.", ["version"]),
+  g("llmgw_replicas", "Replicas by deployment and state (every state present, 0 when none).", [
+    "deployment",
+    "state",
+  ]),
+  g("llmgw_deployment_info", "Always 1 per deployment; carries its GPU class and engine.", [
+    "deployment",
+    "gpu_class",
+    "engine",
+  ]),
+  g("llmgw_deployment_replicas_desired", "Replicas the deployment asks for.", ["deployment"]),
+  g("llmgw_deployment_replicas_ready", "Replicas of the deployment that are ready.", [
+    "deployment",
+  ]),
+  g(
+    "llmgw_deployment_unschedulable",
+    "1 when the scheduler could not place every desired replica, else 0.",
+    ["deployment"],
+  ),
+  c(
+    "llmgw_gpu_readings_rejected_total",
+    "GPU readings refused at heartbeat ingest, by reason (not_an_object|wrong_type|non_finite|negative|out_of_range|label_too_long).",
+    ["reason"],
+  ),
+  c(
+    "llmgw_cluster_view_errors_total",
+    "Scrapes where reading the cluster view threw; cluster families are missing from those scrapes.",
+    [],
+  ),
+];
+
+const LATENCY_BUCKETS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+] as const;
+const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60] as const;
+const CHUNK_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5] as const;
+const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30] as const;
+const DECISION_BUCKETS = [
+  0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05,
+] as const;
+const RATIO_BUCKETS = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] as const;
+
+/** Router families: the router records them through `createRouterMetrics` handles. */
+export const ROUTER_FAMILIES: readonly FamilySpec[] = [
+  c("llmgw_router_requests_total", "Answered requests by model, endpoint and HTTP status code.", [
+    "model",
+    "endpoint",
+    "code",
+  ]),
+  h(
+    "llmgw_router_request_duration_seconds",
+    "Time from request received to last byte sent (or error).",
+    ["model", "endpoint"],
+    LATENCY_BUCKETS,
+  ),
+  h(
+    "llmgw_router_time_to_first_token_seconds",
+    "Time from request received to the first response byte of a streamed answer.",
+    ["model"],
+    TTFT_BUCKETS,
+  ),
+  h(
+    "llmgw_router_inter_chunk_seconds",
+    "Gap between consecutive chunks of a streamed answer.",
+    ["model"],
+    CHUNK_BUCKETS,
+  ),
+  c("llmgw_router_prompt_tokens_total", "Prompt tokens as reported by the engine's usage.", [
+    "model",
+  ]),
+  c(
+    "llmgw_router_completion_tokens_total",
+    "Completion tokens as reported by the engine's usage.",
+    ["model"],
+  ),
+  g("llmgw_router_requests_in_flight", "Requests proxied upstream right now, by model.", ["model"]),
+  g(
+    "llmgw_router_replica_requests_in_flight",
+    "Requests in flight to each replica (the load the scorer sees).",
+    ["model", "replica"],
+  ),
+  g("llmgw_router_queue_depth", "Requests waiting for admission, by model.", ["model"]),
+  h(
+    "llmgw_router_queue_wait_seconds",
+    "Time spent in the admission queue, by outcome (admitted|timed_out|cancelled).",
+    ["model", "outcome"],
+    QUEUE_BUCKETS,
+  ),
+  c(
+    "llmgw_router_admission_rejections_total",
+    "Requests refused before reaching an engine, by reason (queue_full|queue_timeout|no_ready_replica|model_loading|model_not_found|body_too_large|invalid_request).",
+    ["model", "reason"],
+  ),
+  c(
+    "llmgw_router_upstream_errors_total",
+    "Failures talking to a replica, by kind (connect|timeout|reset|http_5xx|stream_aborted|protocol).",
+    ["model", "replica", "kind"],
+  ),
+  c(
+    "llmgw_router_retries_total",
+    "Requests retried on the next-best replica after a connect failure before any byte.",
+    ["model"],
+  ),
+  g(
+    "llmgw_router_circuit_state",
+    "State set per replica: 1 for the circuit's current state (closed|open|half_open), 0 for the others.",
+    ["model", "replica", "state"],
+  ),
+  c(
+    "llmgw_router_circuit_transitions_total",
+    "Circuit-breaker transitions per replica, by the state entered.",
+    ["model", "replica", "to"],
+  ),
+  h(
+    "llmgw_router_routing_decision_seconds",
+    "Time to parse, hash and score one request, by where it ran (inline|pool).",
+    ["model", "path"],
+    DECISION_BUCKETS,
+  ),
+  h(
+    "llmgw_router_chosen_score",
+    "Score of the replica each request was sent to (0..1, higher is better).",
+    ["model"],
+    RATIO_BUCKETS,
+  ),
+  h(
+    "llmgw_router_prefix_hit_ratio",
+    "Share of the prompt's block-hash chain the chosen replica had recently served (0..1).",
+    ["model"],
+    RATIO_BUCKETS,
+  ),
+  c(
+    "llmgw_router_prefix_hit_requests_total",
+    "Requests routed to a replica that had served at least one block of their prefix.",
+    ["model"],
+  ),
+  c(
+    "llmgw_router_routing_fallbacks_total",
+    "Requests scored without part of the signals, by reason (missing_load_signals|stale_load_signals); the router falls back to least-loaded, never silently.",
+    ["model", "reason"],
+  ),
+  c(
+    "llmgw_router_client_disconnects_total",
+    "Clients that went away before the answer ended, by phase (queued|before_first_byte|streaming).",
+    ["model", "phase"],
+  ),
+  g(
+    "llmgw_router_worker_pool_utilization_ratio",
+    "Busy share of the scoring worker pool (0..1), sampled at scrape time.",
+    [],
+  ),
+  g("llmgw_router_worker_pool_queue_size", "Tasks waiting for a scoring worker.", []),
+  c(
+    "llmgw_router_scoring_tasks_total",
+    "Requests scored, by where (inline on the main thread or in the worker pool).",
+    ["path"],
+  ),
+  c(
+    "llmgw_router_auth_failures_total",
+    "Requests refused for their API key, by reason (missing|invalid|revoked|model_not_allowed).",
+    ["reason"],
+  ),
+  c(
+    "llmgw_router_rate_limited_total",
+    "Requests refused by a per-key limit, by key name (never the secret) and limit (requests|tokens).",
+    ["key_name", "limit"],
+  ),
+  g(
+    "llmgw_router_replicas_available",
+    "Ready replicas the router can send a model's requests to.",
+    ["model"],
+  ),
+  c(
+    "llmgw_router_bytes_total",
+    "Body bytes moved by the router, by direction (in: from clients, out: to clients).",
+    ["model", "endpoint", "direction"],
+  ),
+];

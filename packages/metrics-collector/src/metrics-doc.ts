@@ -1,0 +1,51 @@
+import { CLUSTER_FAMILIES, type FamilySpec, LABEL_DOCS, ROUTER_FAMILIES } from "./families.js";
+
+const BEGIN = "<!-- BEGIN GENERATED: renderMetricsReference() -->";
+const END = "<!-- END GENERATED -->";
+
+function table(families: readonly FamilySpec[]): string {
+  const rows = families.map((f) => {
+    const labels = f.labelNames.length === 0 ? "—" : f.labelNames.map((l) => `\`${l}\``).join(", ");
+    return `| \`${f.name}\` | ${f.type} | ${labels} | ${f.help.replaceAll("|", "\\|")} |`;
+  });
+  return ["| family | type | labels | meaning |", "| --- | --- | --- | --- |", ...rows].join("\n");
+}
+
+/**
+ * Renders the generated part of `docs/metrics.md` (between its BEGIN/END markers) from the
+ * family catalogue, so the reference cannot drift from what is registered; a test compares.
+ */
+export function renderMetricsReference(): string {
+  const usedLabels = new Set(
+    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES].flatMap((f) => f.labelNames),
+  );
+  const labelRows = [...usedLabels]
+    .sort()
+    .map((l) => `| \`${l}\` | ${(LABEL_DOCS[l] ?? "").replaceAll("|", "\\|")} |`);
+  return [
+    BEGIN,
+    "",
+    `## Cluster families (${CLUSTER_FAMILIES.length})`,
+    "",
+    "Computed at scrape time from the control plane's view of nodes, GPUs, deployments and replicas.",
+    "",
+    table(CLUSTER_FAMILIES),
+    "",
+    `## Router families (${ROUTER_FAMILIES.length})`,
+    "",
+    "Recorded by the router as requests flow. Histograms expose `_bucket`, `_sum` and `_count`.",
+    "",
+    table(ROUTER_FAMILIES),
+    "",
+    "## Labels",
+    "",
+    "| label | values |",
+    "| --- | --- |",
+    ...labelRows,
+    "",
+    END,
+  ].join("\n");
+}
+
+/** The BEGIN/END markers that delimit the generated part of `docs/metrics.md`. */
+export const METRICS_REFERENCE_MARKERS = { begin: BEGIN, end: END } as const;

@@ -1,0 +1,212 @@
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { MetricsCollectorError } from "./errors.js";
+import { CIRCUIT_STATES, type FamilySpec, ROUTER_FAMILIES } from "./families.js";
+
+/** `endpoint` label values. */
+export type RouterEndpoint = "chat_completions" | "completions" | "embeddings" | "models" | "other";
+/** `reason` values of `llmgw_router_admission_rejections_total`. */
+export type AdmissionRejectReason =
+  | "queue_full"
+  | "queue_timeout"
+  | "no_ready_replica"
+  | "model_loading"
+  | "model_not_found"
+  | "body_too_large"
+  | "invalid_request";
+/** `kind` values of `llmgw_router_upstream_errors_total`. */
+export type UpstreamErrorKind =
+  | "connect"
+  | "timeout"
+  | "reset"
+  | "http_5xx"
+  | "stream_aborted"
+  | "protocol";
+/** Circuit-breaker state of a replica. */
+export type CircuitState = (typeof CIRCUIT_STATES)[number];
+/** `outcome` values of `llmgw_router_queue_wait_seconds`. */
+export type QueueOutcome = "admitted" | "timed_out" | "cancelled";
+/** `phase` values of `llmgw_router_client_disconnects_total`. */
+export type DisconnectPhase = "queued" | "before_first_byte" | "streaming";
+/** `reason` values of `llmgw_router_auth_failures_total`. */
+export type AuthFailureReason = "missing" | "invalid" | "revoked" | "model_not_allowed";
+/** `reason` values of `llmgw_router_routing_fallbacks_total`. */
+export type RoutingFallbackReason = "missing_load_signals" | "stale_load_signals";
+/** `path` values: scored inline on the main thread or in the worker pool. */
+export type ScoringPath = "inline" | "pool";
+
+/**
+ * Typed handles on every router family (`ROUTER_FAMILIES`, documented in docs/metrics.md).
+ * Label values must come from bounded sets: `model` through `boundModelLabel`, `replica` from
+ * deployed replicas, `key_name` through `boundLabelValue`, the rest from the unions above.
+ */
+export interface RouterMetrics {
+  readonly requests: Counter<"model" | "endpoint" | "code">;
+  readonly requestDuration: Histogram<"model" | "endpoint">;
+  readonly timeToFirstToken: Histogram<"model">;
+  readonly interChunk: Histogram<"model">;
+  readonly promptTokens: Counter<"model">;
+  readonly completionTokens: Counter<"model">;
+  readonly inFlight: Gauge<"model">;
+  readonly replicaInFlight: Gauge<"model" | "replica">;
+  readonly queueDepth: Gauge<"model">;
+  readonly queueWait: Histogram<"model" | "outcome">;
+  readonly admissionRejections: Counter<"model" | "reason">;
+  readonly upstreamErrors: Counter<"model" | "replica" | "kind">;
+  readonly retries: Counter<"model">;
+  readonly circuitState: Gauge<"model" | "replica" | "state">;
+  readonly circuitTransitions: Counter<"model" | "replica" | "to">;
+  readonly routingDecision: Histogram<"model" | "path">;
+  readonly chosenScore: Histogram<"model">;
+  readonly prefixHitRatio: Histogram<"model">;
+  readonly prefixHitRequests: Counter<"model">;
+  readonly routingFallbacks: Counter<"model" | "reason">;
+  readonly clientDisconnects: Counter<"model" | "phase">;
+  readonly workerPoolUtilization: Gauge;
+  readonly workerPoolQueueSize: Gauge;
+  readonly scoringTasks: Counter<"path">;
+  readonly authFailures: Counter<"reason">;
+  readonly rateLimited: Counter<"key_name" | "limit">;
+  readonly replicasAvailable: Gauge<"model">;
+  readonly bytes: Counter<"model" | "endpoint" | "direction">;
+  /** Sets the circuit state set of a replica: 1 for `state`, 0 for the other states. */
+  setCircuitState(model: string, replica: string, state: CircuitState): void;
+  /** Drops every per-replica series of a replica that no longer exists (keeps cardinality bounded). */
+  forgetReplica(model: string, replica: string): void;
+  /** Removes every router family from the registry. */
+  unregister(): void;
+}
+
+/** Options of {@link createRouterMetrics}. */
+export interface RouterMetricsOptions {
+  /**
+   * Sampled at scrape time into `llmgw_router_worker_pool_utilization_ratio` and
+   * `…_queue_size` (e.g. from tinypool's `utilization` and `queueSize`). Omitted: those
+   * gauges stay missing unless set by hand.
+   */
+  workerPool?: () => { utilizationRatio: number; queueSize: number } | undefined;
+}
+
+function spec(name: string): FamilySpec {
+  const found = ROUTER_FAMILIES.find((f) => f.name === name);
+  if (found === undefined) throw new Error(`unknown router family ${name}`);
+  return found;
+}
+
+/**
+ * Registers every router family on `registry` (never the global one) and returns typed handles.
+ * @throws MetricsCollectorError `LLMGW_METRICS_COLLECTOR_ALREADY_REGISTERED` when a router
+ *   family is already registered there.
+ */
+export function createRouterMetrics(
+  registry: Registry,
+  options: RouterMetricsOptions = {},
+): RouterMetrics {
+  for (const f of ROUTER_FAMILIES) {
+    if (registry.getSingleMetric(f.name) !== undefined) {
+      throw new MetricsCollectorError(
+        "LLMGW_METRICS_COLLECTOR_ALREADY_REGISTERED",
+        `metric family ${f.name} is already registered on this registry`,
+      );
+    }
+  }
+  const base = (name: string) => {
+    const s = spec(name);
+    return { name: s.name, help: s.help, labelNames: [...s.labelNames], registers: [registry] };
+  };
+  // The catalogue holds label names as plain strings; the handle types below pin them.
+  const counter = <L extends string>(name: string) =>
+    new Counter<L>({ ...base(name), labelNames: base(name).labelNames as L[] });
+  const gauge = <L extends string>(name: string) =>
+    new Gauge<L>({ ...base(name), labelNames: base(name).labelNames as L[] });
+  const histogram = <L extends string>(name: string) =>
+    new Histogram<L>({
+      ...base(name),
+      labelNames: base(name).labelNames as L[],
+      buckets: [...(spec(name).buckets ?? [])],
+    });
+
+  const pool = options.workerPool;
+  const sample = () => {
+    try {
+      return pool?.();
+    } catch {
+      return undefined;
+    }
+  };
+  const workerPoolUtilization = new Gauge({
+    ...base("llmgw_router_worker_pool_utilization_ratio"),
+    collect() {
+      const s = pool === undefined ? undefined : sample();
+      if (s !== undefined && Number.isFinite(s.utilizationRatio)) this.set(s.utilizationRatio);
+    },
+  });
+  const workerPoolQueueSize = new Gauge({
+    ...base("llmgw_router_worker_pool_queue_size"),
+    collect() {
+      const s = pool === undefined ? undefined : sample();
+      if (s !== undefined && Number.isFinite(s.queueSize)) this.set(s.queueSize);
+    },
+  });
+
+  const metrics = {
+    requests: counter<"model" | "endpoint" | "code">("llmgw_router_requests_total"),
+    requestDuration: histogram<"model" | "endpoint">("llmgw_router_request_duration_seconds"),
+    timeToFirstToken: histogram<"model">("llmgw_router_time_to_first_token_seconds"),
+    interChunk: histogram<"model">("llmgw_router_inter_chunk_seconds"),
+    promptTokens: counter<"model">("llmgw_router_prompt_tokens_total"),
+    completionTokens: counter<"model">("llmgw_router_completion_tokens_total"),
+    inFlight: gauge<"model">("llmgw_router_requests_in_flight"),
+    replicaInFlight: gauge<"model" | "replica">("llmgw_router_replica_requests_in_flight"),
+    queueDepth: gauge<"model">("llmgw_router_queue_depth"),
+    queueWait: histogram<"model" | "outcome">("llmgw_router_queue_wait_seconds"),
+    admissionRejections: counter<"model" | "reason">("llmgw_router_admission_rejections_total"),
+    upstreamErrors: counter<"model" | "replica" | "kind">("llmgw_router_upstream_errors_total"),
+    retries: counter<"model">("llmgw_router_retries_total"),
+    circuitState: gauge<"model" | "replica" | "state">("llmgw_router_circuit_state"),
+    circuitTransitions: counter<"model" | "replica" | "to">(
+      "llmgw_router_circuit_transitions_total",
+    ),
+    routingDecision: histogram<"model" | "path">("llmgw_router_routing_decision_seconds"),
+    chosenScore: histogram<"model">("llmgw_router_chosen_score"),
+    prefixHitRatio: histogram<"model">("llmgw_router_prefix_hit_ratio"),
+    prefixHitRequests: counter<"model">("llmgw_router_prefix_hit_requests_total"),
+    routingFallbacks: counter<"model" | "reason">("llmgw_router_routing_fallbacks_total"),
+    clientDisconnects: counter<"model" | "phase">("llmgw_router_client_disconnects_total"),
+    workerPoolUtilization,
+    workerPoolQueueSize,
+    scoringTasks: counter<"path">("llmgw_router_scoring_tasks_total"),
+    authFailures: counter<"reason">("llmgw_router_auth_failures_total"),
+    rateLimited: counter<"key_name" | "limit">("llmgw_router_rate_limited_total"),
+    replicasAvailable: gauge<"model">("llmgw_router_replicas_available"),
+    bytes: counter<"model" | "endpoint" | "direction">("llmgw_router_bytes_total"),
+  };
+
+  return {
+    ...metrics,
+    setCircuitState(model, replica, state) {
+      for (const s of CIRCUIT_STATES)
+        metrics.circuitState.set({ model, replica, state: s }, s === state ? 1 : 0);
+    },
+    forgetReplica(model, replica) {
+      // prom-client's remove() needs the full label set; walk the known values instead.
+      metrics.replicaInFlight.remove({ model, replica });
+      for (const kind of [
+        "connect",
+        "timeout",
+        "reset",
+        "http_5xx",
+        "stream_aborted",
+        "protocol",
+      ] as const) {
+        metrics.upstreamErrors.remove({ model, replica, kind });
+      }
+      for (const s of CIRCUIT_STATES) {
+        metrics.circuitState.remove({ model, replica, state: s });
+        metrics.circuitTransitions.remove({ model, replica, to: s });
+      }
+    },
+    unregister() {
+      for (const f of ROUTER_FAMILIES) registry.removeSingleMetric(f.name);
+    },
+  };
+}
