@@ -23,9 +23,8 @@ function splitRow(line: string): string[] {
  */
 export function parseTopology(text: string): ParseResult<Topology> {
   const all = text.replace(ANSI, "").split(/\r?\n/);
-  const headerAt = all.findIndex(
-    (line) => /(^|\s)GPU0(\s|$)/.test(line) && !DEVICE.test(line.trim().split(/\s+/)[0] ?? ""),
-  );
+  // The header is the only line that starts with blank space and then names GPU0.
+  const headerAt = all.findIndex((line) => /^\s+GPU0(\s|$)/.test(line));
   if (headerAt < 0) {
     return {
       value: EMPTY_TOPOLOGY,
@@ -51,7 +50,7 @@ export function parseTopology(text: string): ParseResult<Topology> {
   for (const line of all.slice(headerAt + 1)) {
     const cells = splitRow(line);
     const rowMatch = DEVICE.exec(cells[0] ?? "");
-    if (!rowMatch || rowMatch[1] !== "GPU") continue;
+    if (rowMatch === null || rowMatch[1] !== "GPU") continue;
     const gpu = Number.parseInt(rowMatch[2] ?? "", 10);
     const matrix = cells.slice(1, 1 + columns.length);
     columns.forEach((column, i) => {
