@@ -21,6 +21,18 @@ if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
   echo "$bin"
   exit 0
 fi
+# One build at a time per release: a second caller (a test, CI, the demo) waits for the first
+# and then reuses its binary instead of compiling the same thing twice on 2 cores.
+mkdir -p "$cache/llama.cpp"
+exec 9>"$cache/llama.cpp/.build-$release.lock"
+if ! flock -n 9; then
+  echo "build-llamacpp: another build of $release is running; waiting for it" >&2
+  flock 9
+fi
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+  echo "$bin"
+  exit 0
+fi
 for tool in cmake g++ git; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "build-llamacpp: installing $tool with apt-get" >&2

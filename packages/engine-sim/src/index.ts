@@ -10,6 +10,23 @@ export {
   systemEngineSimClock,
 } from "./engine-sim.js";
 export { EngineSimError, type EngineSimErrorCode, isEngineSimError } from "./errors.js";
+export {
+  buildTinyLlamaGguf,
+  TINY_CHAT_TEMPLATE,
+  TINY_MODEL_SPECS,
+  type TinyLlamaSpec,
+  type TinyModelKind,
+  tinyModelParameters,
+  tinyVocab,
+} from "./gguf.js";
+export {
+  defaultLlamaCacheDir,
+  type EnsureLlamaServerOptions,
+  ensureLlamaServer,
+  ensureTinyModel,
+  findLlamaServer,
+  type LlamaCacheOptions,
+} from "./llamacpp.js";
 export { Histogram, type MetricsState, renderSglangMetrics, renderVllmMetrics } from "./metrics.js";
 export {
   ENGINE_SIM_USAGE,
