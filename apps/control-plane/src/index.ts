@@ -1,1 +1,67 @@
-export {};
+export {
+  type ControlPlaneOptions,
+  controlPlaneConfigSchema,
+  type ResolvedControlPlaneOptions,
+  resolveControlPlaneOptions,
+} from "./config.js";
+export {
+  deploymentSpecFromProto,
+  deploymentSpecToProto,
+} from "./convert/deployment.js";
+export { inventoryFromProto, inventoryToProto } from "./convert/inventory.js";
+export {
+  type ApiKeyGrant,
+  type Clock,
+  Cluster,
+  type ClusterOptions,
+  DEFAULT_REPLICA_CAPACITY,
+  type DesiredSet,
+  type HeartbeatInput,
+  type RegisterInput,
+  type RegisterResult,
+  type ReplicaLoad,
+  type RoutableReplica,
+} from "./domain/cluster.js";
+export {
+  type NodeLifecycleTiming,
+  type NodeState,
+  nextNodeState,
+} from "./domain/node-lifecycle.js";
+export {
+  planReconcile,
+  type ReconcileInput,
+  type ReconcilePlan,
+  type ScheduleFn,
+} from "./domain/reconcile.js";
+export { aggregateReplicaState, replicaStateName } from "./domain/replica-state.js";
+export {
+  DATA_DIR_FILES,
+  type DataDir,
+  hashSecret,
+  initDataDir,
+  readToken,
+  type TokenKind,
+} from "./domain/tokens.js";
+export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";
+export { ERROR_CODE_HEADER, toConnectError } from "./rpc/errors.js";
+export {
+  CONTROL_PLANE_VERSION,
+  type ControlPlane,
+  type ControlPlaneDeps,
+  type HttpHandler,
+  type PublicHandler,
+  type PublicHandlerContext,
+  type ShutdownReport,
+  startControlPlane,
+} from "./run.js";
+export { MIGRATIONS, openSqliteStore, type SqliteStoreOptions } from "./store/sqlite-store.js";
+export type {
+  ApiKeyRecord,
+  ClusterStore,
+  DeploymentRecord,
+  EventRecord,
+  EventSeverity,
+  NodeRecord,
+  PlacementRankRecord,
+  PlacementRecord,
+} from "./store/types.js";

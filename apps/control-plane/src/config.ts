@@ -1,0 +1,84 @@
+import { z } from "zod";
+import { ControlPlaneError } from "./errors.js";
+
+/** A `HOST:PORT` or `:PORT` listen address (`:PORT` binds all interfaces). */
+const listenAddress = z
+  .string()
+  .regex(
+    /^(\[[0-9a-fA-F:]+\]|[^\s:[\]]*):\d{1,5}$/,
+    "expected HOST:PORT or :PORT, e.g. 127.0.0.1:7070",
+  )
+  .refine((v) => Number(v.slice(v.lastIndexOf(":") + 1)) <= 65535, "port must be 0–65535");
+
+/**
+ * Everything `startControlPlane` needs, as users give it (flags, env, a file). Defaults:
+ * public `:8080` (the OpenAI API is meant to be reached), control `127.0.0.1:7070` (agents
+ * and operators on other hosts need `--control-listen :7070`, ideally with TLS).
+ */
+export const controlPlaneConfigSchema = z
+  .object({
+    /** Public listener: `/v1/*`, `/healthz`. */
+    listen: listenAddress.default(":8080"),
+    /** Control listener: Connect-RPC, `/metrics`, `/healthz`. */
+    controlListen: listenAddress.default("127.0.0.1:7070"),
+    /** SQLite store and token files (created 0700). */
+    dataDir: z.string().min(1),
+    tlsCertFile: z.string().min(1).optional(),
+    tlsKeyFile: z.string().min(1).optional(),
+    /** Public API without API keys (demo only). */
+    noAuth: z.boolean().default(false),
+    /** Interval agents are told to heartbeat at. */
+    heartbeatIntervalMs: z.number().int().min(50).max(600_000).default(2_000),
+    /** Missed intervals before a node is `unreachable`. */
+    unreachableAfterMissed: z.number().int().min(1).max(100).default(3),
+    /** How long a node may stay unreachable before it is `lost` and its replicas move. */
+    nodeLostAfterMs: z.number().int().min(0).max(86_400_000).default(60_000),
+    /** Recent events kept in the store. */
+    eventsKept: z.number().int().min(10).max(1_000_000).default(1_000),
+    /** First and last port handed out as rendezvous ports of multi-node replicas. */
+    rendezvousPortMin: z.number().int().min(1024).max(65535).default(29_500),
+    rendezvousPortMax: z.number().int().min(1024).max(65535).default(29_999),
+    /** How long close() waits for in-flight requests before closing connections by force. */
+    shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+  })
+  .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
+    message: "--tls-cert and --tls-key must be given together",
+    path: ["tlsCertFile"],
+  })
+  .refine((c) => c.rendezvousPortMin <= c.rendezvousPortMax, {
+    message: "rendezvousPortMin must not exceed rendezvousPortMax",
+    path: ["rendezvousPortMin"],
+  });
+
+/** Control plane options as given (partial; defaults fill the rest). */
+export type ControlPlaneOptions = z.input<typeof controlPlaneConfigSchema>;
+/** Complete, validated control plane options. */
+export type ResolvedControlPlaneOptions = Readonly<z.output<typeof controlPlaneConfigSchema>>;
+
+/**
+ * Validates options once. Throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming every bad
+ * option and echoing its value.
+ */
+export function resolveControlPlaneOptions(
+  options: ControlPlaneOptions,
+): ResolvedControlPlaneOptions {
+  const parsed = controlPlaneConfigSchema.safeParse(options);
+  if (parsed.success) return parsed.data;
+  const details = parsed.error.issues.map((issue) => {
+    const key = issue.path.join(".");
+    const value = key ? (options as Record<string, unknown>)[key] : undefined;
+    return `${key || "options"}: ${issue.message}${value === undefined ? "" : ` (got ${JSON.stringify(value)})`}`;
+  });
+  throw new ControlPlaneError(
+    "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+    `invalid control plane options: ${details.join("; ")}`,
+  );
+}
+
+/** Splits `HOST:PORT` / `:PORT` into a host ("" = all interfaces) and a port number. */
+export function splitListenAddress(address: string): { host: string; port: number } {
+  const at = address.lastIndexOf(":");
+  let host = address.slice(0, at);
+  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1);
+  return { host, port: Number(address.slice(at + 1)) };
+}

@@ -1,0 +1,1205 @@
+import { randomBytes } from "node:crypto";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import type { DeploymentSpec } from "@llmgw/engines";
+import {
+  type ApiKey,
+  ApiKeySchema,
+  type ClassCapacity,
+  ClassCapacitySchema,
+  type DeploymentStatus,
+  DeploymentStatusSchema,
+  type Event,
+  EventSchema,
+  type GetClusterStatusResponse,
+  GetClusterStatusResponseSchema,
+  type GpuReading,
+  type Node,
+  type NodeInventory,
+  NodeInventorySchema,
+  NodeSchema,
+  type PlacedRank,
+  PlacedRankSchema,
+  type Problem,
+  NodeState as ProtoNodeState,
+  type Replica,
+  type ReplicaAssignment,
+  ReplicaAssignmentSchema,
+  ReplicaSchema,
+  ReplicaState,
+  type ReplicaStatus,
+} from "@llmgw/proto";
+import type { SchedulerNode } from "@llmgw/scheduler";
+import {
+  deploymentSpecFromJson,
+  deploymentSpecToProto,
+  sameDeploymentSpec,
+} from "../convert/deployment.js";
+import { gpuHealthy } from "../convert/inventory.js";
+import { ControlPlaneError } from "../errors.js";
+import type {
+  ApiKeyRecord,
+  ClusterStore,
+  DeploymentRecord,
+  EventRecord,
+  EventSeverity,
+  NodeRecord,
+  PlacementRecord,
+} from "../store/types.js";
+import { type NodeState, nextNodeState } from "./node-lifecycle.js";
+import { planReconcile, type ScheduleFn } from "./reconcile.js";
+import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
+import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
+
+/** Time source; tests inject a manual one. */
+export interface Clock {
+  now(): number;
+}
+
+/** Options of {@link createCluster}. */
+export interface ClusterOptions {
+  readonly store: ClusterStore;
+  readonly schedule: ScheduleFn;
+  readonly clock: Clock;
+  readonly heartbeatIntervalMs: number;
+  /** Silence before a node is unreachable. */
+  readonly unreachableAfterMs: number;
+  /** Further silence before an unreachable node is lost and its replicas move. */
+  readonly nodeLostAfterMs: number;
+  readonly rendezvousPortMin: number;
+  readonly rendezvousPortMax: number;
+  /** One line per state transition and decision. Default: silent. */
+  readonly log?: (line: string) => void;
+}
+
+/** What an agent registers with. */
+export interface RegisterInput {
+  readonly inventory: NodeInventory;
+  readonly previousNodeId?: string;
+  readonly advertiseAddress: string;
+  readonly replicas: readonly ReplicaStatus[];
+}
+
+/** What a registration grants. */
+export interface RegisterResult {
+  readonly nodeId: string;
+  /** Shown once; only its hash is kept. */
+  readonly nodeCredential: string;
+  readonly heartbeatIntervalMs: number;
+  /** True when the node kept an earlier identity (and with it its placements). */
+  readonly rejoined: boolean;
+}
+
+/** What a heartbeat reports. */
+export interface HeartbeatInput {
+  readonly gpus: readonly GpuReading[];
+  readonly replicas: readonly ReplicaStatus[];
+  readonly problems: readonly Problem[];
+}
+
+/** The node's full desired set. */
+export interface DesiredSet {
+  readonly generation: bigint;
+  readonly assignments: readonly ReplicaAssignment[];
+  readonly heartbeatIntervalMs: number;
+}
+
+/** An API key as the router checks it (never the secret). */
+export interface ApiKeyGrant {
+  readonly id: string;
+  readonly name: string;
+  readonly models: readonly string[];
+  readonly requestsPerMinute?: number;
+  readonly tokensPerMinute?: number;
+  readonly maxConcurrency?: number;
+}
+
+/** Engine load signals of a replica's rank 0, as plain numbers; undefined = not reported. */
+export interface ReplicaLoad {
+  readonly running?: number;
+  readonly waiting?: number;
+  readonly kvCacheUsage?: number;
+  readonly prefixCacheHitRate?: number;
+}
+
+/** A replica the router may send requests to. */
+export interface RoutableReplica {
+  readonly replicaId: string;
+  readonly deployment: string;
+  readonly model: string;
+  /** `host:port` of rank 0's API. */
+  readonly endpoint: string;
+  readonly state: "ready";
+  readonly load: ReplicaLoad;
+  readonly routingPolicy: DeploymentSpec["routingPolicy"];
+  /** Concurrent requests the router may send (deployment's maxConcurrencyPerReplica, default 64). */
+  readonly capacity: number;
+}
+
+/** Default router capacity per replica when a deployment does not set one. */
+export const DEFAULT_REPLICA_CAPACITY = 64;
+
+interface LiveNode {
+  record: NodeRecord;
+  inventory: NodeInventory;
+  state: NodeState;
+  stateSinceMs: number;
+  lastSeenMs: number;
+  lastHeartbeatMs?: number;
+  readings: Map<number, GpuReading>;
+  problems: Problem[];
+  /** Latest status per `${replicaId}#${rank}`. */
+  statuses: Map<string, ReplicaStatus>;
+  generation: bigint;
+  fingerprint: string;
+  assignments: ReplicaAssignment[];
+}
+
+interface LiveDeployment {
+  record: DeploymentRecord;
+  spec: DeploymentSpec;
+}
+
+type ChangeListener = () => void;
+
+const statusKey = (replicaId: string, rank: number) => `${replicaId}#${rank}`;
+
+const NODE_STATE_TO_PROTO: Record<NodeState, ProtoNodeState> = {
+  ready: ProtoNodeState.READY,
+  unreachable: ProtoNodeState.UNREACHABLE,
+  lost: ProtoNodeState.LOST,
+};
+
+function nodeIdFor(hostname: string): string {
+  const base =
+    hostname
+      .toLowerCase()
+      .replace(/[^a-z0-9-]+/g, "-")
+      .replace(/^-+|-+$/g, "")
+      .slice(0, 40) || "node";
+  return `${base}-${randomBytes(3).toString("hex")}`;
+}
+
+/**
+ * The control plane's state and every rule that changes it: node registration, heartbeats
+ * and lifecycle, deployments, placements (via the reconciler), API keys and events. Durable
+ * parts go through the {@link ClusterStore}; live readings stay in memory. Synchronous: each
+ * mutation reconciles before it returns, so callers (RPC handlers, tests) see the result.
+ */
+export class Cluster {
+  readonly #o: ClusterOptions;
+  readonly #nodes = new Map<string, LiveNode>();
+  readonly #deployments = new Map<string, LiveDeployment>();
+  readonly #placements = new Map<string, PlacementRecord>();
+  readonly #unschedulable = new Map<
+    string,
+    { missing: number; reasons: readonly { code: string; message: string }[] }
+  >();
+  readonly #apiKeys = new Map<string, ApiKeyRecord>();
+  readonly #apiKeysByHash = new Map<string, ApiKeyRecord>();
+  readonly #eventListeners = new Set<(event: EventRecord) => void>();
+  readonly #changeListeners = new Set<ChangeListener>();
+  #version = 0;
+
+  constructor(options: ClusterOptions) {
+    this.#o = options;
+    const now = options.clock.now();
+    const store = options.store;
+    for (const record of store.listDeployments()) {
+      this.#deployments.set(record.name, { record, spec: deploymentSpecFromJson(record.specJson) });
+    }
+    for (const p of store.listPlacements()) this.#placements.set(p.replicaId, p);
+    for (const k of store.listApiKeys()) {
+      this.#apiKeys.set(k.id, k);
+      this.#apiKeysByHash.set(k.secretHash, k);
+    }
+    for (const record of store.listNodes()) {
+      if (record.revoked) continue;
+      let inventory: NodeInventory;
+      try {
+        inventory = fromBinary(NodeInventorySchema, record.inventory);
+      } catch (cause) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+          `the stored inventory of node ${record.id} in ${store.location} cannot be decoded`,
+          { cause },
+        );
+      }
+      // Not heard from since this control plane started: unreachable until its agent
+      // heartbeats (its replicas stay placed), lost if it never does.
+      this.#nodes.set(record.id, {
+        record,
+        inventory,
+        state: "unreachable",
+        stateSinceMs: now,
+        lastSeenMs: now,
+        readings: new Map(),
+        problems: [],
+        statuses: new Map(),
+        generation: BigInt(now),
+        fingerprint: "",
+        assignments: [],
+      });
+    }
+    this.#reconcile("control plane started", { quietIfUnchanged: true });
+  }
+
+  // ---------------------------------------------------------------- agents
+
+  /**
+   * Registers a node (the caller checked the join token). A `previousNodeId` of a known,
+   * non-revoked node keeps that identity and its placements, so an agent restart never
+   * restarts engines; the credential is rotated either way.
+   */
+  register(input: RegisterInput): RegisterResult {
+    const now = this.#o.clock.now();
+    const previous = input.previousNodeId ? this.#nodes.get(input.previousNodeId) : undefined;
+    const credential = generateSecret("llmgw-node-");
+    const advertiseAddress =
+      input.advertiseAddress || input.inventory.addresses[0] || input.inventory.hostname;
+    const id = previous?.record.id ?? nodeIdFor(input.inventory.hostname);
+    const record: NodeRecord = {
+      id,
+      hostname: input.inventory.hostname,
+      credentialHash: hashSecret(credential),
+      inventory: toBinary(NodeInventorySchema, input.inventory),
+      advertiseAddress,
+      cordoned: previous?.record.cordoned ?? false,
+      draining: previous?.record.draining ?? false,
+      revoked: false,
+      registeredAtMs: previous?.record.registeredAtMs ?? now,
+    };
+    this.#o.store.putNode(record);
+    const live: LiveNode = previous ?? {
+      record,
+      inventory: input.inventory,
+      state: "ready",
+      stateSinceMs: now,
+      lastSeenMs: now,
+      readings: new Map(),
+      problems: [],
+      statuses: new Map(),
+      generation: BigInt(now),
+      fingerprint: "",
+      assignments: [],
+    };
+    live.record = record;
+    live.inventory = input.inventory;
+    live.lastSeenMs = now;
+    this.#nodes.set(id, live);
+    this.#ingestStatuses(live, input.replicas);
+    this.#setNodeState(live, "ready", now);
+    const gpus = input.inventory.gpus.length;
+    this.#event(
+      previous ? "node.rejoined" : "node.joined",
+      id,
+      `${input.inventory.hostname} ${previous ? "re-registered" : "joined"} with ${gpus} GPU${gpus === 1 ? "" : "s"}${
+        input.inventory.simulated ? " (simulated)" : ""
+      } at ${advertiseAddress}`,
+      "info",
+    );
+    this.#reconcile(`node ${id} joined`);
+    return {
+      nodeId: id,
+      nodeCredential: credential,
+      heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
+      rejoined: !!previous,
+    };
+  }
+
+  /**
+   * Checks a node credential. Unknown and revoked nodes are refused with codes that tell the
+   * agent to register again with the join token.
+   */
+  authenticateNode(nodeId: string, credential: string): void {
+    const node = this.#nodes.get(nodeId);
+    if (!node) {
+      const revoked = this.#o.store.listNodes().find((n) => n.id === nodeId && n.revoked);
+      throw new ControlPlaneError(
+        revoked ? "LLMGW_CONTROL_PLANE_NODE_REVOKED" : "LLMGW_CONTROL_PLANE_NODE_UNKNOWN",
+        revoked
+          ? `node ${nodeId} was revoked by an operator; register again with the join token`
+          : `node ${nodeId} is not known to this control plane; register again with the join token`,
+      );
+    }
+    if (!secretsEqual(hashSecret(credential), node.record.credentialHash)) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+        `wrong credential for node ${nodeId}; register again with the join token`,
+      );
+    }
+  }
+
+  /** Takes a heartbeat (credential already checked) and returns the node's full desired set. */
+  heartbeat(nodeId: string, input: HeartbeatInput): DesiredSet {
+    const node = this.#nodes.get(nodeId);
+    if (!node)
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_NODE_UNKNOWN",
+        `node ${nodeId} is not known`,
+      );
+    const now = this.#o.clock.now();
+    node.lastSeenMs = now;
+    node.lastHeartbeatMs = now;
+    let healthChanged = false;
+    for (const reading of input.gpus) {
+      const gpu = node.inventory.gpus.find((g) => g.index === reading.index);
+      const before = gpu ? gpuHealthy(gpu, node.readings.get(reading.index)) : true;
+      node.readings.set(reading.index, reading);
+      const after = gpu ? gpuHealthy(gpu, reading) : true;
+      if (before !== after) {
+        healthChanged = true;
+        const problem = reading.healthProblems[0]?.message;
+        this.#event(
+          "gpu.health",
+          nodeId,
+          `GPU ${reading.index} on ${node.record.hostname} is now ${after ? "healthy" : "unhealthy"}${problem ? `: ${problem}` : ""}`,
+          after ? "info" : "warning",
+        );
+      }
+    }
+    node.problems = [...input.problems];
+    const failed = this.#ingestStatuses(node, input.replicas);
+    const wasState = node.state;
+    this.#setNodeState(node, "ready", now);
+    if (healthChanged || failed || wasState === "lost") {
+      this.#reconcile(`heartbeat from ${nodeId}`);
+    } else {
+      this.#touch();
+    }
+    return {
+      generation: node.generation,
+      assignments: node.assignments,
+      heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
+    };
+  }
+
+  /** Applies the lifecycle rules at the current time; call periodically. */
+  tick(): void {
+    const now = this.#o.clock.now();
+    let lost = false;
+    for (const node of this.#nodes.values()) {
+      const next = nextNodeState(node.state, node.lastSeenMs, now, {
+        unreachableAfterMs: this.#o.unreachableAfterMs,
+        lostAfterMs: this.#o.nodeLostAfterMs,
+      });
+      if (next !== node.state) {
+        this.#setNodeState(node, next, now);
+        if (next === "lost") lost = true;
+      }
+    }
+    if (lost) this.#reconcile("node lost");
+  }
+
+  #setNodeState(node: LiveNode, next: NodeState, now: number): void {
+    if (node.state === next) return;
+    const from = node.state;
+    node.state = next;
+    node.stateSinceMs = now;
+    const silentS = ((now - node.lastSeenMs) / 1000).toFixed(1);
+    const message =
+      next === "ready"
+        ? `${node.record.hostname} is ready again (was ${from})`
+        : next === "unreachable"
+          ? `${node.record.hostname} missed heartbeats for ${silentS}s; its replicas keep serving`
+          : `${node.record.hostname} silent for ${silentS}s; its replicas are rescheduled`;
+    this.#event(
+      `node.${next}`,
+      node.record.id,
+      message,
+      next === "ready" ? "info" : next === "lost" ? "error" : "warning",
+    );
+  }
+
+  /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
+  #ingestStatuses(node: LiveNode, statuses: readonly ReplicaStatus[]): boolean {
+    let newlyFailed = false;
+    const next = new Map<string, ReplicaStatus>();
+    for (const s of statuses) {
+      const key = statusKey(s.replicaId, s.rank);
+      const before = node.statuses.get(key);
+      next.set(key, s);
+      if (before?.state === s.state) continue;
+      if (!this.#placements.has(s.replicaId)) continue;
+      const failedNow = s.state === ReplicaState.FAILED;
+      if (failedNow) newlyFailed = true;
+      const tail =
+        failedNow && s.logTail.length > 0
+          ? `; last output: ${s.logTail.slice(-3).join(" | ")}`
+          : "";
+      this.#event(
+        "replica.state",
+        s.replicaId,
+        `rank ${s.rank} on ${node.record.hostname}: ${before ? replicaStateName(before.state) : "reported"} → ${replicaStateName(s.state)}${
+          s.message ? ` (${s.message})` : ""
+        }${tail}`,
+        failedNow
+          ? "error"
+          : s.state === ReplicaState.UNHEALTHY || s.state === ReplicaState.EXITED
+            ? "warning"
+            : "info",
+      );
+    }
+    node.statuses = next;
+    return newlyFailed;
+  }
+
+  // ---------------------------------------------------------------- deployments
+
+  /** Creates or updates a deployment (spec already validated); bumps the revision on change. */
+  applyDeployment(spec: DeploymentSpec): { status: DeploymentStatus; changed: boolean } {
+    const now = this.#o.clock.now();
+    const existing = this.#deployments.get(spec.name);
+    if (existing && sameDeploymentSpec(existing.spec, spec)) {
+      return { status: this.deploymentStatus(spec.name), changed: false };
+    }
+    // Only a change to how replicas run bumps the revision; a replica count change does not.
+    const onlyScaled =
+      existing !== undefined &&
+      sameDeploymentSpec(existing.spec, { ...spec, replicas: existing.spec.replicas });
+    const revision = onlyScaled ? existing.spec.revision : (existing?.spec.revision ?? 0) + 1;
+    this.#putDeployment({ ...spec, revision }, existing?.record.createdAtMs ?? now, now);
+    this.#event(
+      existing ? "deployment.updated" : "deployment.created",
+      spec.name,
+      `${existing ? "updated" : "created"} ${spec.name} (revision ${revision}): ${spec.replicas} × ${spec.engine} ${spec.model}`,
+      "info",
+    );
+    this.#reconcile(`deployment ${spec.name} applied`);
+    return { status: this.deploymentStatus(spec.name), changed: true };
+  }
+
+  /** Sets a deployment's replica count. */
+  scaleDeployment(name: string, replicas: number): DeploymentStatus {
+    const existing = this.#requireDeployment(name);
+    if (existing.spec.replicas !== replicas) {
+      const now = this.#o.clock.now();
+      // The revision counts changes to how replicas run; scaling restarts none of them.
+      this.#putDeployment({ ...existing.spec, replicas }, existing.record.createdAtMs, now);
+      this.#event(
+        "deployment.scaled",
+        name,
+        `scaled ${name} from ${existing.spec.replicas} to ${replicas} replicas`,
+        "info",
+      );
+      this.#reconcile(`deployment ${name} scaled`);
+    }
+    return this.deploymentStatus(name);
+  }
+
+  /** Deletes a deployment; its replicas leave their nodes with the next heartbeats. */
+  deleteDeployment(name: string): void {
+    this.#requireDeployment(name);
+    this.#deployments.delete(name);
+    this.#unschedulable.delete(name);
+    this.#o.store.deleteDeployment(name);
+    this.#event("deployment.deleted", name, `deleted ${name}`, "info");
+    this.#reconcile(`deployment ${name} deleted`);
+  }
+
+  #putDeployment(spec: DeploymentSpec, createdAtMs: number, now: number): void {
+    const record: DeploymentRecord = {
+      name: spec.name,
+      specJson: JSON.stringify(spec),
+      revision: spec.revision,
+      createdAtMs,
+      updatedAtMs: now,
+    };
+    this.#o.store.putDeployment(record);
+    this.#deployments.set(spec.name, { record, spec });
+  }
+
+  #requireDeployment(name: string): LiveDeployment {
+    const d = this.#deployments.get(name);
+    if (!d) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_NOT_FOUND",
+        `no deployment named ${JSON.stringify(name)}${this.#deployments.size ? `; known: ${[...this.#deployments.keys()].join(", ")}` : ""}`,
+      );
+    }
+    return d;
+  }
+
+  /** A deployment with its replicas' states and unschedulable reasons. */
+  deploymentStatus(name: string): DeploymentStatus {
+    const d = this.#requireDeployment(name);
+    const replicas = this.#replicasOf(name);
+    const reasons = this.#unschedulable.get(name)?.reasons ?? [];
+    const failed = replicas
+      .filter((r) => r.state === ReplicaState.FAILED)
+      .map((r) => {
+        const tail = r.ranks.find((k) => k.status?.state === ReplicaState.FAILED)?.status;
+        return {
+          code: "LLMGW_CONTROL_PLANE_REPLICA_FAILED",
+          message: `replica ${r.replicaId} failed${tail?.message ? `: ${tail.message}` : ""}${
+            tail && tail.logTail.length > 0 ? `\n${tail.logTail.slice(-10).join("\n")}` : ""
+          }`,
+        };
+      });
+    return create(DeploymentStatusSchema, {
+      spec: deploymentSpecToProto(d.spec),
+      desiredReplicas: d.spec.replicas,
+      readyReplicas: replicas.filter((r) => r.state === ReplicaState.READY).length,
+      replicas,
+      unschedulable: [...reasons.map((r) => ({ code: r.code, message: r.message })), ...failed],
+      createdAtUnixMs: BigInt(d.record.createdAtMs),
+      updatedAtUnixMs: BigInt(d.record.updatedAtMs),
+    });
+  }
+
+  /** Every deployment's status, by name. */
+  listDeployments(): DeploymentStatus[] {
+    return [...this.#deployments.keys()].sort().map((n) => this.deploymentStatus(n));
+  }
+
+  /** Replicas, optionally of one deployment and/or on one node (id or hostname). */
+  listReplicas(filter: { deployment?: string; node?: string } = {}): Replica[] {
+    if (filter.deployment) this.#requireDeployment(filter.deployment);
+    const nodeId = filter.node ? this.#requireNode(filter.node).record.id : undefined;
+    const names = filter.deployment ? [filter.deployment] : [...this.#deployments.keys()].sort();
+    return names
+      .flatMap((n) => this.#replicasOf(n))
+      .filter((r) => nodeId === undefined || r.ranks.some((k) => k.nodeId === nodeId));
+  }
+
+  #replicasOf(deployment: string): Replica[] {
+    return [...this.#placements.values()]
+      .filter((p) => p.deployment === deployment)
+      .sort((a, b) => a.replicaId.localeCompare(b.replicaId, "en", { numeric: true }))
+      .map((p) => this.#replicaView(p));
+  }
+
+  #placedRank(p: PlacementRecord, rank: PlacementRecord["ranks"][number]): PlacedRank {
+    const status = this.#nodes.get(rank.nodeId)?.statuses.get(statusKey(p.replicaId, rank.rank));
+    return create(PlacedRankSchema, {
+      replicaId: p.replicaId,
+      deployment: p.deployment,
+      rank: rank.rank,
+      nodeId: rank.nodeId,
+      gpuIndices: [...rank.gpuIndices],
+      status,
+    });
+  }
+
+  #replicaView(p: PlacementRecord): Replica {
+    const ranks = p.ranks.map((r) => this.#placedRank(p, r));
+    return create(ReplicaSchema, {
+      replicaId: p.replicaId,
+      deployment: p.deployment,
+      revision: BigInt(p.revision),
+      state: aggregateReplicaState(ranks.map((r) => r.status?.state)),
+      fabricId: p.fabricId ?? "",
+      ranks,
+      endpoint: this.#endpointOf(p) ?? "",
+      createdAtUnixMs: BigInt(p.createdAtMs),
+    });
+  }
+
+  #endpointOf(p: PlacementRecord): string | undefined {
+    const rank0 = p.ranks[0];
+    if (!rank0) return undefined;
+    const node = this.#nodes.get(rank0.nodeId);
+    const port = node?.statuses.get(statusKey(p.replicaId, 0))?.apiPort;
+    if (!node || port === undefined) return undefined;
+    return joinHostPort(node.record.advertiseAddress, port);
+  }
+
+  // ---------------------------------------------------------------- nodes
+
+  #requireNode(nodeOrHost: string): LiveNode {
+    const byId = this.#nodes.get(nodeOrHost);
+    if (byId) return byId;
+    const byHost = [...this.#nodes.values()].filter((n) => n.record.hostname === nodeOrHost);
+    if (byHost.length === 1) return byHost[0] as LiveNode;
+    if (byHost.length > 1) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `hostname ${nodeOrHost} matches ${byHost.length} nodes (${byHost.map((n) => n.record.id).join(", ")}); use a node id`,
+      );
+    }
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_NOT_FOUND",
+      `no node with id or hostname ${JSON.stringify(nodeOrHost)}; see 'llmgw nodes'`,
+    );
+  }
+
+  /** All (non-revoked) nodes. */
+  listNodes(): Node[] {
+    return [...this.#nodes.values()].map((n) => this.#nodeView(n));
+  }
+
+  /** One node by id or hostname. */
+  getNode(nodeOrHost: string): Node {
+    return this.#nodeView(this.#requireNode(nodeOrHost));
+  }
+
+  /** Stops new placements on a node; running replicas stay. */
+  cordonNode(nodeOrHost: string): Node {
+    const node = this.#requireNode(nodeOrHost);
+    if (!node.record.cordoned) {
+      this.#updateNodeRecord(node, { cordoned: true });
+      this.#event(
+        "node.cordoned",
+        node.record.id,
+        `${node.record.hostname} cordoned: no new replicas`,
+        "info",
+      );
+      this.#reconcile(`node ${node.record.id} cordoned`);
+    }
+    return this.#nodeView(node);
+  }
+
+  /** Clears cordon and drain. */
+  uncordonNode(nodeOrHost: string): Node {
+    const node = this.#requireNode(nodeOrHost);
+    if (node.record.cordoned || node.record.draining) {
+      this.#updateNodeRecord(node, { cordoned: false, draining: false });
+      this.#event("node.uncordoned", node.record.id, `${node.record.hostname} uncordoned`, "info");
+      this.#reconcile(`node ${node.record.id} uncordoned`);
+    }
+    return this.#nodeView(node);
+  }
+
+  /** Cordons a node and moves its replicas elsewhere. */
+  drainNode(nodeOrHost: string): Node {
+    const node = this.#requireNode(nodeOrHost);
+    if (!node.record.draining) {
+      this.#updateNodeRecord(node, { cordoned: true, draining: true });
+      this.#event(
+        "node.draining",
+        node.record.id,
+        `${node.record.hostname} draining: its replicas move elsewhere`,
+        "info",
+      );
+      this.#reconcile(`node ${node.record.id} drained`);
+    }
+    return this.#nodeView(node);
+  }
+
+  /** Forgets a node and revokes its credential; its replicas are rescheduled. */
+  revokeNode(nodeOrHost: string): void {
+    const node = this.#requireNode(nodeOrHost);
+    this.#updateNodeRecord(node, { revoked: true });
+    this.#nodes.delete(node.record.id);
+    this.#event(
+      "node.revoked",
+      node.record.id,
+      `${node.record.hostname} revoked; it must join again with the join token`,
+      "warning",
+    );
+    this.#reconcile(`node ${node.record.id} revoked`);
+  }
+
+  #updateNodeRecord(
+    node: LiveNode,
+    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked">>,
+  ): void {
+    node.record = { ...node.record, ...patch };
+    this.#o.store.putNode(node.record);
+  }
+
+  #nodeView(n: LiveNode): Node {
+    const placed = [...this.#placements.values()].flatMap((p) =>
+      p.ranks.filter((r) => r.nodeId === n.record.id).map((r) => this.#placedRank(p, r)),
+    );
+    return create(NodeSchema, {
+      nodeId: n.record.id,
+      hostname: n.record.hostname,
+      state: NODE_STATE_TO_PROTO[n.state],
+      cordoned: n.record.cordoned,
+      draining: n.record.draining,
+      inventory: n.inventory,
+      gpuReadings: [...n.readings.values()],
+      lastHeartbeatUnixMs: n.lastHeartbeatMs === undefined ? undefined : BigInt(n.lastHeartbeatMs),
+      registeredAtUnixMs: BigInt(n.record.registeredAtMs),
+      advertiseAddress: n.record.advertiseAddress,
+      problems: n.problems,
+      placed,
+    });
+  }
+
+  // ---------------------------------------------------------------- API keys
+
+  /** Creates an API key; the secret is returned once and only its hash is stored. */
+  createApiKey(input: Omit<ApiKeyGrant, "id">): { key: ApiKey; secret: string } {
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(input.name)) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `API key name must be 1–64 letters, digits, '.', '_' or '-' (got ${JSON.stringify(input.name)})`,
+      );
+    }
+    if (
+      [...this.#apiKeys.values()].some((k) => k.name === input.name && k.revokedAtMs === undefined)
+    ) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_ALREADY_EXISTS",
+        `an API key named ${input.name} already exists`,
+      );
+    }
+    const secret = generateSecret("sk-llmgw-");
+    const record: ApiKeyRecord = {
+      id: `key_${randomBytes(6).toString("hex")}`,
+      name: input.name,
+      prefix: secret.slice(0, 14),
+      secretHash: hashSecret(secret),
+      models: [...input.models],
+      requestsPerMinute: input.requestsPerMinute,
+      tokensPerMinute: input.tokensPerMinute,
+      maxConcurrency: input.maxConcurrency,
+      createdAtMs: this.#o.clock.now(),
+    };
+    this.#o.store.putApiKey(record);
+    this.#apiKeys.set(record.id, record);
+    this.#apiKeysByHash.set(record.secretHash, record);
+    this.#event(
+      "apikey.created",
+      record.id,
+      `API key ${record.name} (${record.prefix}…) created`,
+      "info",
+    );
+    this.#touch();
+    return { key: apiKeyToProto(record), secret };
+  }
+
+  /** API keys, oldest first. */
+  listApiKeys(includeRevoked = false): ApiKey[] {
+    return [...this.#apiKeys.values()]
+      .filter((k) => includeRevoked || k.revokedAtMs === undefined)
+      .map(apiKeyToProto);
+  }
+
+  /** Revokes a key by id or name. */
+  revokeApiKey(idOrName: string): ApiKey {
+    const record =
+      this.#apiKeys.get(idOrName) ??
+      [...this.#apiKeys.values()].find((k) => k.name === idOrName && k.revokedAtMs === undefined);
+    if (!record) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_NOT_FOUND",
+        `no API key with id or name ${JSON.stringify(idOrName)}`,
+      );
+    }
+    if (record.revokedAtMs !== undefined) return apiKeyToProto(record);
+    const revoked = { ...record, revokedAtMs: this.#o.clock.now() };
+    this.#o.store.putApiKey(revoked);
+    this.#apiKeys.set(revoked.id, revoked);
+    this.#apiKeysByHash.set(revoked.secretHash, revoked);
+    this.#event("apikey.revoked", revoked.id, `API key ${revoked.name} revoked`, "info");
+    this.#touch();
+    return apiKeyToProto(revoked);
+  }
+
+  /** The grant of a presented API key secret, or undefined when unknown or revoked. */
+  authenticateApiKey(secret: string): ApiKeyGrant | undefined {
+    const record = this.#apiKeysByHash.get(hashSecret(secret));
+    if (!record || record.revokedAtMs !== undefined) return undefined;
+    return {
+      id: record.id,
+      name: record.name,
+      models: record.models,
+      requestsPerMinute: record.requestsPerMinute,
+      tokensPerMinute: record.tokensPerMinute,
+      maxConcurrency: record.maxConcurrency,
+    };
+  }
+
+  // ---------------------------------------------------------------- events
+
+  #event(kind: string, subject: string, message: string, severity: EventSeverity): void {
+    const event = this.#o.store.appendEvent({
+      atMs: this.#o.clock.now(),
+      kind,
+      subject,
+      message,
+      severity,
+    });
+    this.#o.log?.(`${kind} ${subject}: ${message}`);
+    for (const listener of this.#eventListeners) listener(event);
+  }
+
+  /** Recent events, oldest first. */
+  listEvents(query: { afterId?: number; limit?: number } = {}): Event[] {
+    return this.#o.store
+      .listEvents({ afterId: query.afterId, limit: query.limit || 100 })
+      .map(eventToProto);
+  }
+
+  /** Calls `listener` with every new event until the returned function is called. */
+  onEvent(listener: (event: Event) => void): () => void {
+    const wrapped = (e: EventRecord) => listener(eventToProto(e));
+    this.#eventListeners.add(wrapped);
+    return () => this.#eventListeners.delete(wrapped);
+  }
+
+  // ---------------------------------------------------------------- reconciler
+
+  #schedulerNodes(): SchedulerNode[] {
+    return [...this.#nodes.values()].map((n) => {
+      const nvlinks = (n.inventory.topology?.gpuLinks ?? [])
+        .filter((l) => l.nvlinks > 0)
+        .map((l) => ({ a: l.gpuA, b: l.gpuB, count: l.nvlinks }));
+      const distance: Record<number, number> = {};
+      const rank: Record<string, number> = { PIX: 0, PXB: 1, PHB: 2, NODE: 3, SYS: 4 };
+      for (const nic of n.inventory.topology?.gpuNics ?? []) {
+        const d = rank[nic.path];
+        if (
+          d !== undefined &&
+          (distance[nic.gpu] === undefined || d < (distance[nic.gpu] as number))
+        )
+          distance[nic.gpu] = d;
+      }
+      return {
+        id: n.record.id,
+        state: n.state,
+        cordoned: n.record.cordoned,
+        draining: n.record.draining,
+        gpus: n.inventory.gpus.map((g) => ({
+          index: g.index,
+          uuid: g.uuid,
+          gpuClass: g.gpuClass === "" ? undefined : g.gpuClass,
+          healthy: gpuHealthy(g, n.readings.get(g.index)),
+          migEnabled: g.migEnabled,
+        })),
+        fabrics: n.inventory.fabrics.map((f) => f.id),
+        nvlinks,
+        nicDistance: distance,
+      };
+    });
+  }
+
+  /** Runs the scheduler and applies the plan; then refreshes every node's desired set. */
+  #reconcile(cause: string, opts: { quietIfUnchanged?: boolean } = {}): void {
+    const now = this.#o.clock.now();
+    const plan = planReconcile({
+      deployments: new Map([...this.#deployments].map(([k, v]) => [k, v.spec])),
+      placements: [...this.#placements.values()],
+      nodes: this.#schedulerNodes(),
+      schedule: this.#o.schedule,
+      nowMs: now,
+    });
+    const added = plan.add.map((p) => this.#withRendezvous(p, plan.keep));
+    this.#o.store.transaction(() => {
+      for (const r of plan.remove) {
+        this.#placements.delete(r.placement.replicaId);
+        this.#o.store.deletePlacement(r.placement.replicaId);
+      }
+      for (const p of plan.keep) {
+        if (this.#placements.get(p.replicaId)?.revision !== p.revision) {
+          this.#placements.set(p.replicaId, p);
+          this.#o.store.putPlacement(p);
+        }
+      }
+      for (const p of added) {
+        this.#placements.set(p.replicaId, p);
+        this.#o.store.putPlacement(p);
+      }
+      for (const r of plan.remove) {
+        this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
+      }
+      for (const p of added) {
+        const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
+        this.#event(
+          "replica.placed",
+          p.replicaId,
+          `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
+          "info",
+        );
+      }
+      for (const name of this.#deployments.keys()) {
+        const before = this.#unschedulable.get(name);
+        const after = plan.unschedulable.get(name);
+        const key = (u: typeof after) =>
+          u ? `${u.missing}|${u.reasons.map((r) => r.message).join(";")}` : "";
+        if (key(before) === key(after)) continue;
+        if (after) {
+          this.#unschedulable.set(name, after);
+          this.#event(
+            "deployment.unschedulable",
+            name,
+            `${after.missing} replica${after.missing === 1 ? "" : "s"} cannot be placed: ${after.reasons.map((r) => r.message).join("; ")}`,
+            "warning",
+          );
+        } else {
+          this.#unschedulable.delete(name);
+          if (before)
+            this.#event(
+              "deployment.schedulable",
+              name,
+              `every replica of ${name} is placed`,
+              "info",
+            );
+        }
+      }
+    });
+    const changed = plan.remove.length + added.length > 0;
+    if (changed || !opts.quietIfUnchanged)
+      this.#o.log?.(`reconciled (${cause}): +${added.length} -${plan.remove.length}`);
+    this.#refreshDesiredSets(now);
+    this.#touch();
+  }
+
+  #withRendezvous(p: PlacementRecord, keep: readonly PlacementRecord[]): PlacementRecord {
+    if (p.ranks.length < 2) return p;
+    const rank0 = p.ranks[0]?.nodeId;
+    const used = new Set(
+      [...keep, ...this.#placements.values()]
+        .filter((q) => q.ranks[0]?.nodeId === rank0 && q.rendezvousPort !== undefined)
+        .map((q) => q.rendezvousPort),
+    );
+    for (let port = this.#o.rendezvousPortMin; port <= this.#o.rendezvousPortMax; port++) {
+      if (!used.has(port)) return { ...p, rendezvousPort: port };
+    }
+    return p;
+  }
+
+  #refreshDesiredSets(now: number): void {
+    const byNode = new Map<string, ReplicaAssignment[]>();
+    for (const p of [...this.#placements.values()].sort((a, b) =>
+      a.replicaId.localeCompare(b.replicaId),
+    )) {
+      const spec = this.#deployments.get(p.deployment)?.spec;
+      if (!spec) continue;
+      const deployment = deploymentSpecToProto(spec);
+      const rank0 = this.#nodes.get(p.ranks[0]?.nodeId ?? "");
+      for (const r of p.ranks) {
+        const node = this.#nodes.get(r.nodeId);
+        if (!node) continue;
+        const list = byNode.get(r.nodeId) ?? [];
+        list.push(
+          create(ReplicaAssignmentSchema, {
+            replicaId: p.replicaId,
+            deployment,
+            rank: r.rank,
+            world: {
+              nnodes: p.ranks.length,
+              rank0Address: rank0?.record.advertiseAddress ?? "",
+              rendezvousPort: p.rendezvousPort ?? 0,
+              nodeIds: p.ranks.map((k) => k.nodeId),
+            },
+            gpuIndices: [...r.gpuIndices],
+            gpuUuids: r.gpuIndices.map(
+              (i) => node.inventory.gpus.find((g) => g.index === i)?.uuid ?? "",
+            ),
+            fabricId: p.fabricId ?? "",
+          }),
+        );
+        byNode.set(r.nodeId, list);
+      }
+    }
+    for (const node of this.#nodes.values()) {
+      const assignments = byNode.get(node.record.id) ?? [];
+      const fingerprint = assignments
+        .map(
+          (a) =>
+            `${a.replicaId}/${a.rank}/${a.deployment?.revision}/${a.gpuIndices.join(",")}/${a.world?.rank0Address}:${a.world?.rendezvousPort}`,
+        )
+        .join(";");
+      if (fingerprint !== node.fingerprint) {
+        node.fingerprint = fingerprint;
+        node.generation = node.generation + 1n > BigInt(now) ? node.generation + 1n : BigInt(now);
+      }
+      node.assignments = assignments;
+    }
+  }
+
+  // ---------------------------------------------------------------- readers
+
+  /** The node's current desired set (what its next heartbeat will receive). */
+  desiredSet(nodeId: string): DesiredSet {
+    const node = this.#requireNode(nodeId);
+    return {
+      generation: node.generation,
+      assignments: node.assignments,
+      heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
+    };
+  }
+
+  /** Lifecycle state of a node by id or hostname. */
+  nodeState(nodeOrHost: string): NodeState {
+    return this.#requireNode(nodeOrHost).state;
+  }
+
+  /** Bumped on every change; lets readers cache derived views. */
+  get version(): number {
+    return this.#version;
+  }
+
+  /** Calls `listener` after every change (synchronously). Returns an unsubscribe function. */
+  onChange(listener: ChangeListener): () => void {
+    this.#changeListeners.add(listener);
+    return () => this.#changeListeners.delete(listener);
+  }
+
+  #touch(): void {
+    this.#version++;
+    for (const l of this.#changeListeners) l();
+  }
+
+  /** Served model names with at least one ready replica (for `GET /v1/models`). */
+  readyModels(): string[] {
+    const models = new Set<string>();
+    for (const d of this.#deployments.values()) {
+      if (this.readyReplicas(d.spec.servedModelName).length > 0) models.add(d.spec.servedModelName);
+    }
+    return [...models].sort();
+  }
+
+  /** Ready replicas serving `model` (by served model name), with endpoint and load signals. */
+  readyReplicas(model: string): RoutableReplica[] {
+    const out: RoutableReplica[] = [];
+    for (const d of this.#deployments.values()) {
+      if (d.spec.servedModelName !== model) continue;
+      for (const p of this.#placements.values()) {
+        if (p.deployment !== d.spec.name) continue;
+        const view = this.#replicaView(p);
+        if (view.state !== ReplicaState.READY || !view.endpoint) continue;
+        if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
+        const load = view.ranks[0]?.status?.load;
+        out.push({
+          replicaId: p.replicaId,
+          deployment: d.spec.name,
+          model,
+          endpoint: view.endpoint,
+          state: "ready",
+          load: {
+            running: load?.running,
+            waiting: load?.waiting,
+            kvCacheUsage: load?.kvCacheUsage,
+            prefixCacheHitRate: load?.prefixCacheHitRate,
+          },
+          routingPolicy: d.spec.routingPolicy,
+          capacity: d.spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
+        });
+      }
+    }
+    return out.sort((a, b) => a.replicaId.localeCompare(b.replicaId));
+  }
+
+  /** True when `model` has a replica placed but not ready yet (the router answers "loading"). */
+  hasLoadingReplicas(model: string): boolean {
+    for (const d of this.#deployments.values()) {
+      if (d.spec.servedModelName !== model) continue;
+      for (const r of this.#replicasOf(d.spec.name)) {
+        if ([ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.LOADING].includes(r.state))
+          return true;
+      }
+    }
+    return false;
+  }
+
+  /** True when any deployment serves `model`. */
+  hasModel(model: string): boolean {
+    return [...this.#deployments.values()].some((d) => d.spec.servedModelName === model);
+  }
+
+  /** One-screen summary. */
+  clusterStatus(version: string): GetClusterStatusResponse {
+    const nodes = [...this.#nodes.values()];
+    const allocated = new Map<string, Set<number>>();
+    for (const p of this.#placements.values()) {
+      for (const r of p.ranks) {
+        const set = allocated.get(r.nodeId) ?? new Set<number>();
+        for (const i of r.gpuIndices) set.add(i);
+        allocated.set(r.nodeId, set);
+      }
+    }
+    const classes = new Map<string, ClassCapacity>();
+    let gpusTotal = 0;
+    let gpusAllocated = 0;
+    let gpusUnhealthy = 0;
+    for (const n of nodes) {
+      const fabric = n.inventory.fabrics[0]?.id ?? "";
+      for (const g of n.inventory.gpus) {
+        const isAllocated = allocated.get(n.record.id)?.has(g.index) ?? false;
+        const healthy = gpuHealthy(g, n.readings.get(g.index));
+        gpusTotal++;
+        if (isAllocated) gpusAllocated++;
+        if (!healthy) gpusUnhealthy++;
+        const key = `${g.gpuClass}|${fabric}`;
+        const c =
+          classes.get(key) ??
+          create(ClassCapacitySchema, { gpuClass: g.gpuClass, fabricId: fabric });
+        c.total++;
+        if (isAllocated) c.allocated++;
+        if (!healthy) c.unhealthy++;
+        if (!isAllocated && healthy && n.state === "ready" && !n.record.cordoned) c.free++;
+        classes.set(key, c);
+      }
+    }
+    const deployments = this.listDeployments();
+    const replicas = deployments.flatMap((d) => d.replicas);
+    return create(GetClusterStatusResponseSchema, {
+      nodesTotal: nodes.length,
+      nodesReady: nodes.filter((n) => n.state === "ready").length,
+      gpusTotal,
+      gpusAllocated,
+      gpusUnhealthy,
+      deploymentsTotal: deployments.length,
+      deploymentsReady: deployments.filter((d) => d.readyReplicas >= d.desiredReplicas).length,
+      replicasTotal: replicas.length,
+      replicasReady: replicas.filter((r) => r.state === ReplicaState.READY).length,
+      classes: [...classes.values()].sort((a, b) =>
+        `${a.gpuClass}${a.fabricId}`.localeCompare(`${b.gpuClass}${b.fabricId}`),
+      ),
+      version,
+    });
+  }
+
+  /** Plain snapshot of nodes for metrics (see `createClusterView`). */
+  nodeSnapshots(): readonly {
+    readonly id: string;
+    readonly state: NodeState;
+    readonly record: NodeRecord;
+    readonly inventory: NodeInventory;
+    readonly readings: ReadonlyMap<number, GpuReading>;
+    readonly lastHeartbeatMs?: number;
+  }[] {
+    return [...this.#nodes.values()].map((n) => ({
+      id: n.record.id,
+      state: n.state,
+      record: n.record,
+      inventory: n.inventory,
+      readings: n.readings,
+      lastHeartbeatMs: n.lastHeartbeatMs,
+    }));
+  }
+
+  /** Current placements (read-only). */
+  placements(): readonly PlacementRecord[] {
+    return [...this.#placements.values()];
+  }
+
+  /** Current deployment specs (read-only). */
+  deploymentSpecs(): readonly DeploymentSpec[] {
+    return [...this.#deployments.values()].map((d) => d.spec);
+  }
+
+  /** Whether a deployment misses replicas, and why. */
+  unschedulableReasons(name: string): readonly { code: string; message: string }[] {
+    return this.#unschedulable.get(name)?.reasons ?? [];
+  }
+}
+
+function apiKeyToProto(k: ApiKeyRecord): ApiKey {
+  return create(ApiKeySchema, {
+    id: k.id,
+    name: k.name,
+    prefix: k.prefix,
+    models: [...k.models],
+    requestsPerMinute: k.requestsPerMinute,
+    tokensPerMinute: k.tokensPerMinute,
+    maxConcurrency: k.maxConcurrency,
+    createdAtUnixMs: BigInt(k.createdAtMs),
+    revokedAtUnixMs: k.revokedAtMs === undefined ? undefined : BigInt(k.revokedAtMs),
+  });
+}
+
+function eventToProto(e: EventRecord): Event {
+  return create(EventSchema, {
+    id: BigInt(e.id),
+    atUnixMs: BigInt(e.atMs),
+    kind: e.kind,
+    subject: e.subject,
+    message: e.message,
+    severity: e.severity,
+  });
+}

@@ -1,0 +1,107 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ControlPlaneError } from "../errors.js";
+
+/** The files a control plane keeps in its data dir. */
+export const DATA_DIR_FILES = {
+  database: "state.db",
+  joinToken: "join-token",
+  adminToken: "admin-token",
+} as const;
+
+/** Which token: agents join with `join`, operators use `admin`. */
+export type TokenKind = "join" | "admin";
+
+/** The data dir after {@link initDataDir}. */
+export interface DataDir {
+  readonly dir: string;
+  readonly databaseFile: string;
+  readonly joinToken: string;
+  readonly adminToken: string;
+  /** True when the tokens already existed: the dir was initialised by an earlier start. */
+  readonly initialisedBefore: boolean;
+}
+
+/** A high-entropy secret with a readable prefix, e.g. `llmgw-join-3q2…` (256 bits, base64url). */
+export function generateSecret(prefix: string): string {
+  return `${prefix}${randomBytes(32).toString("base64url")}`;
+}
+
+/** Hex sha256 of a secret; only this is stored for credentials and API keys. */
+export function hashSecret(secret: string): string {
+  return createHash("sha256").update(secret, "utf8").digest("hex");
+}
+
+/** Compares two secrets (or hashes) in constant time. */
+export function secretsEqual(a: string, b: string): boolean {
+  const ab = Buffer.from(a, "utf8");
+  const bb = Buffer.from(b, "utf8");
+  return ab.length === bb.length && timingSafeEqual(ab, bb);
+}
+
+function tokenFile(dir: string, kind: TokenKind): string {
+  return join(dir, kind === "join" ? DATA_DIR_FILES.joinToken : DATA_DIR_FILES.adminToken);
+}
+
+/**
+ * Creates the data dir (mode 0700) and, on first start, the join and admin tokens (0600).
+ * Existing tokens are kept, so agents and operators keep working across restarts.
+ */
+export function initDataDir(dir: string): DataDir {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chmodSync(dir, 0o700);
+  } catch (cause) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      `cannot create the data dir ${dir}: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  const initialisedBefore =
+    existsSync(tokenFile(dir, "join")) || existsSync(tokenFile(dir, "admin"));
+  const ensure = (kind: TokenKind): string => {
+    const file = tokenFile(dir, kind);
+    if (existsSync(file)) {
+      chmodSync(file, 0o600);
+      return readTokenFile(file);
+    }
+    const token = generateSecret(kind === "join" ? "llmgw-join-" : "llmgw-admin-");
+    writeFileSync(file, `${token}\n`, { mode: 0o600, flag: "wx" });
+    return token;
+  };
+  return {
+    dir,
+    databaseFile: join(dir, DATA_DIR_FILES.database),
+    joinToken: ensure("join"),
+    adminToken: ensure("admin"),
+    initialisedBefore,
+  };
+}
+
+function readTokenFile(file: string): string {
+  const token = readFileSync(file, "utf8").trim();
+  if (token === "") {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+      `the token file ${file} is empty; restore it from a backup or delete it to generate a new one (agents then need the new join token)`,
+    );
+  }
+  return token;
+}
+
+/**
+ * Reads a token written by a control plane (for `llmgw control-plane token`). Throws
+ * `LLMGW_CONTROL_PLANE_NOT_FOUND` when the data dir was never initialised.
+ */
+export function readToken(dir: string, kind: TokenKind): string {
+  const file = tokenFile(dir, kind);
+  if (!existsSync(file)) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_NOT_FOUND",
+      `no ${kind} token in ${dir}: start the control plane once with --data-dir ${dir} to create it`,
+    );
+  }
+  return readTokenFile(file);
+}

@@ -1,0 +1,61 @@
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { type AgentService, HeartbeatResponseSchema, RegisterResponseSchema } from "@llmgw/proto";
+import type { Cluster } from "../domain/cluster.js";
+import { ControlPlaneError } from "../errors.js";
+import { bearerToken, requireToken } from "./auth.js";
+
+/** `AgentService`: Register needs the join token, Heartbeat the node credential. */
+export function createAgentService(
+  cluster: Cluster,
+  joinToken: string,
+): ServiceImpl<typeof AgentService> {
+  return {
+    register(req, ctx) {
+      requireToken(ctx.requestHeader, joinToken, "the join token (llmgw control-plane token)");
+      if (!req.inventory) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          "RegisterRequest.inventory is required",
+        );
+      }
+      if (!req.inventory.hostname) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          "RegisterRequest.inventory.hostname is required",
+        );
+      }
+      const result = cluster.register({
+        inventory: req.inventory,
+        previousNodeId: req.previousNodeId,
+        advertiseAddress: req.advertiseAddress,
+        replicas: req.replicas,
+      });
+      return create(RegisterResponseSchema, {
+        nodeId: result.nodeId,
+        nodeCredential: result.nodeCredential,
+        heartbeatIntervalMs: result.heartbeatIntervalMs,
+      });
+    },
+    heartbeat(req, ctx) {
+      const credential = bearerToken(ctx.requestHeader);
+      if (credential === undefined) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+          "missing Authorization: Bearer header; Heartbeat needs the node credential from Register",
+        );
+      }
+      cluster.authenticateNode(req.nodeId, credential);
+      const desired = cluster.heartbeat(req.nodeId, {
+        gpus: req.gpus,
+        replicas: req.replicas,
+        problems: req.problems,
+      });
+      return create(HeartbeatResponseSchema, {
+        generation: desired.generation,
+        assignments: [...desired.assignments],
+        heartbeatIntervalMs: desired.heartbeatIntervalMs,
+      });
+    },
+  };
+}

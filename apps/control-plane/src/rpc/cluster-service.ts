@@ -1,0 +1,151 @@
+import { create } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  type ClusterService,
+  type Event,
+  type WatchEventsResponse,
+  WatchEventsResponseSchema,
+} from "@llmgw/proto";
+import { deploymentSpecFromProto } from "../convert/deployment.js";
+import type { Cluster } from "../domain/cluster.js";
+import { ControlPlaneError } from "../errors.js";
+import { requireToken } from "./auth.js";
+
+const ADMIN = "the admin token (llmgw control-plane token --admin; LLMGW_ADMIN_TOKEN)";
+
+function required(value: string, field: string): string {
+  if (!value)
+    throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `${field} is required`);
+  return value;
+}
+
+/** `ClusterService`, the admin API; every call needs the admin token. */
+export function createClusterService(
+  cluster: Cluster,
+  adminToken: string,
+  opts: { version: string; shutdown: AbortSignal },
+): ServiceImpl<typeof ClusterService> {
+  const admin = (ctx: HandlerContext) => requireToken(ctx.requestHeader, adminToken, ADMIN);
+  return {
+    listNodes(_req, ctx) {
+      admin(ctx);
+      return { nodes: cluster.listNodes() };
+    },
+    getNode(req, ctx) {
+      admin(ctx);
+      return { node: cluster.getNode(required(req.node, "node")) };
+    },
+    cordonNode(req, ctx) {
+      admin(ctx);
+      return { node: cluster.cordonNode(required(req.node, "node")) };
+    },
+    uncordonNode(req, ctx) {
+      admin(ctx);
+      return { node: cluster.uncordonNode(required(req.node, "node")) };
+    },
+    drainNode(req, ctx) {
+      admin(ctx);
+      return { node: cluster.drainNode(required(req.node, "node")) };
+    },
+    revokeNode(req, ctx) {
+      admin(ctx);
+      cluster.revokeNode(required(req.node, "node"));
+      return {};
+    },
+    applyDeployment(req, ctx) {
+      admin(ctx);
+      if (!req.deployment)
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          "deployment is required",
+        );
+      const result = cluster.applyDeployment(deploymentSpecFromProto(req.deployment));
+      return { deployment: result.status, changed: result.changed };
+    },
+    scaleDeployment(req, ctx) {
+      admin(ctx);
+      return { deployment: cluster.scaleDeployment(required(req.name, "name"), req.replicas) };
+    },
+    deleteDeployment(req, ctx) {
+      admin(ctx);
+      cluster.deleteDeployment(required(req.name, "name"));
+      return {};
+    },
+    getDeployment(req, ctx) {
+      admin(ctx);
+      return { deployment: cluster.deploymentStatus(required(req.name, "name")) };
+    },
+    listDeployments(_req, ctx) {
+      admin(ctx);
+      return { deployments: cluster.listDeployments() };
+    },
+    listReplicas(req, ctx) {
+      admin(ctx);
+      return {
+        replicas: cluster.listReplicas({
+          deployment: req.deployment || undefined,
+          node: req.node || undefined,
+        }),
+      };
+    },
+    createApiKey(req, ctx) {
+      admin(ctx);
+      const { key, secret } = cluster.createApiKey({
+        name: req.name,
+        models: req.models,
+        requestsPerMinute: req.requestsPerMinute,
+        tokensPerMinute: req.tokensPerMinute,
+        maxConcurrency: req.maxConcurrency,
+      });
+      return { key, secret };
+    },
+    listApiKeys(req, ctx) {
+      admin(ctx);
+      return { keys: cluster.listApiKeys(req.includeRevoked) };
+    },
+    revokeApiKey(req, ctx) {
+      admin(ctx);
+      return { key: cluster.revokeApiKey(required(req.key, "key")) };
+    },
+    listEvents(req, ctx) {
+      admin(ctx);
+      return {
+        events: cluster.listEvents({ afterId: Number(req.afterId), limit: req.limit || 100 }),
+      };
+    },
+    async *watchEvents(req, ctx): AsyncIterable<WatchEventsResponse> {
+      admin(ctx);
+      const queue: Event[] = [];
+      let wake: (() => void) | undefined;
+      const off = cluster.onEvent((e) => {
+        queue.push(e);
+        wake?.();
+      });
+      const stop = AbortSignal.any([ctx.signal, opts.shutdown]);
+      try {
+        let lastId = 0n;
+        for (const event of req.backlog > 0 ? cluster.listEvents({ limit: req.backlog }) : []) {
+          lastId = event.id;
+          yield create(WatchEventsResponseSchema, { event });
+        }
+        while (!stop.aborted) {
+          while (queue.length > 0) {
+            const event = queue.shift() as Event;
+            if (event.id > lastId) yield create(WatchEventsResponseSchema, { event });
+          }
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            stop.addEventListener("abort", () => resolve(), { once: true });
+          });
+          wake = undefined;
+        }
+      } finally {
+        off();
+      }
+    },
+    getClusterStatus(_req, ctx) {
+      admin(ctx);
+      return cluster.clusterStatus(opts.version);
+    },
+  };
+}

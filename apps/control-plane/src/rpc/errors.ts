@@ -1,0 +1,59 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { type ControlPlaneErrorCode, isControlPlaneError } from "../errors.js";
+
+/**
+ * The one place where domain errors become Connect codes. Agents rely on
+ * `Unauthenticated` from Heartbeat meaning "register again with the join token".
+ */
+const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
+  LLMGW_CONTROL_PLANE_CONFIG_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_STORE_CORRUPT: Code.Internal,
+  LLMGW_CONTROL_PLANE_STORE_FAILED: Code.Internal,
+  LLMGW_CONTROL_PLANE_STORE_TOO_NEW: Code.Internal,
+  LLMGW_CONTROL_PLANE_LISTEN_FAILED: Code.Internal,
+  LLMGW_CONTROL_PLANE_TLS_INVALID: Code.Internal,
+  LLMGW_CONTROL_PLANE_UNAUTHENTICATED: Code.Unauthenticated,
+  LLMGW_CONTROL_PLANE_NODE_UNKNOWN: Code.Unauthenticated,
+  LLMGW_CONTROL_PLANE_NODE_REVOKED: Code.Unauthenticated,
+  LLMGW_CONTROL_PLANE_NOT_FOUND: Code.NotFound,
+  LLMGW_CONTROL_PLANE_INVALID_ARGUMENT: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_ALREADY_EXISTS: Code.AlreadyExists,
+  LLMGW_CONTROL_PLANE_SHUTTING_DOWN: Code.Unavailable,
+};
+
+/** Header carrying the stable `LLMGW_…` code of a refused call, for clients that branch on it. */
+export const ERROR_CODE_HEADER = "llmgw-error-code";
+
+/** Converts anything thrown by a handler into a ConnectError with the right code. */
+export function toConnectError(error: unknown): ConnectError {
+  if (error instanceof ConnectError) return error;
+  if (isControlPlaneError(error)) {
+    return new ConnectError(
+      error.message,
+      CODE_BY_ERROR[error.code],
+      { [ERROR_CODE_HEADER]: error.code },
+      undefined,
+      error,
+    );
+  }
+  return ConnectError.from(error, Code.Internal);
+}
+
+async function* mapStream<T>(stream: AsyncIterable<T>): AsyncIterable<T> {
+  try {
+    yield* stream;
+  } catch (error) {
+    throw toConnectError(error);
+  }
+}
+
+/** Server interceptor applying {@link toConnectError} to unary and streaming handlers. */
+export const errorMappingInterceptor: Interceptor = (next) => async (req) => {
+  try {
+    const res = await next(req);
+    if (!res.stream) return res;
+    return { ...res, message: mapStream(res.message) };
+  } catch (error) {
+    throw toConnectError(error);
+  }
+};

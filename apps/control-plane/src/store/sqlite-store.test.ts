@@ -1,0 +1,189 @@
+import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { isControlPlaneError } from "../errors.js";
+import { MIGRATIONS, openSqliteStore } from "./sqlite-store.js";
+import type { ClusterStore } from "./types.js";
+
+let dir: string;
+let file: string;
+const open: ClusterStore[] = [];
+const openStore = (opts: { eventsKept?: number; expectExisting?: boolean } = {}) => {
+  const s = openSqliteStore({ file, ...opts });
+  open.push(s);
+  return s;
+};
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-store-"));
+  file = join(dir, "state.db");
+});
+afterEach(() => {
+  for (const s of open.splice(0)) s.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function fill(store: ClusterStore): void {
+  store.putDeployment({
+    name: "chat",
+    specJson: '{"name":"chat"}',
+    revision: 2,
+    createdAtMs: 1,
+    updatedAtMs: 2,
+  });
+  store.putPlacement({
+    replicaId: "chat-0",
+    deployment: "chat",
+    revision: 2,
+    ranks: [{ rank: 0, nodeId: "a-1", gpuIndices: [0, 1] }],
+    fabricId: "ib-a",
+    rendezvousPort: 29500,
+    createdAtMs: 3,
+  });
+  store.putApiKey({
+    id: "key_1",
+    name: "app",
+    prefix: "sk-llmgw-abcd",
+    secretHash: "ff",
+    models: ["chat"],
+    requestsPerMinute: 60,
+    createdAtMs: 4,
+  });
+  store.putNode({
+    id: "a-1",
+    hostname: "a",
+    credentialHash: "ee",
+    inventory: new Uint8Array([1, 2, 3]),
+    advertiseAddress: "10.0.0.1",
+    cordoned: true,
+    draining: false,
+    revoked: false,
+    registeredAtMs: 5,
+  });
+  for (let i = 0; i < 40; i++) {
+    store.appendEvent({ atMs: i, kind: "test", subject: "s", message: `m${i}`, severity: "info" });
+  }
+}
+
+function expectCorrupt(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    expect(isControlPlaneError(error)).toBe(true);
+    expect((error as { code: string }).code).toBe("LLMGW_CONTROL_PLANE_STORE_CORRUPT");
+    expect((error as Error).message).toContain(file);
+    expect((error as Error).message).toContain("restore the file from a backup");
+    return (error as Error).message;
+  }
+  throw new Error("expected LLMGW_CONTROL_PLANE_STORE_CORRUPT");
+}
+
+describe("openSqliteStore", () => {
+  it("creates an owner-only file at the latest schema version in WAL mode", () => {
+    openStore().close();
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const db = new Database(file, { readonly: true });
+    expect(db.pragma("user_version", { simple: true })).toBe(MIGRATIONS.length);
+    expect(db.pragma("journal_mode", { simple: true })).toBe("wal");
+    db.close();
+  });
+
+  it("keeps every record across a reopen", () => {
+    const first = openStore({ eventsKept: 1000 });
+    fill(first);
+    first.close();
+    const again = openStore({ expectExisting: true });
+    expect(again.listDeployments()).toEqual([
+      { name: "chat", specJson: '{"name":"chat"}', revision: 2, createdAtMs: 1, updatedAtMs: 2 },
+    ]);
+    expect(again.listPlacements()[0]).toEqual({
+      replicaId: "chat-0",
+      deployment: "chat",
+      revision: 2,
+      ranks: [{ rank: 0, nodeId: "a-1", gpuIndices: [0, 1] }],
+      fabricId: "ib-a",
+      rendezvousPort: 29500,
+      createdAtMs: 3,
+    });
+    const [key] = again.listApiKeys();
+    expect(key).toMatchObject({ id: "key_1", models: ["chat"], requestsPerMinute: 60 });
+    expect(key?.tokensPerMinute).toBeUndefined();
+    const [node] = again.listNodes();
+    expect(node).toMatchObject({ id: "a-1", cordoned: true, draining: false, revoked: false });
+    expect([...(node?.inventory ?? [])]).toEqual([1, 2, 3]);
+    expect(again.listEvents({ limit: 3 }).map((e) => e.message)).toEqual(["m37", "m38", "m39"]);
+  });
+
+  it("keeps only the newest events beyond its bound", () => {
+    const store = openStore({ eventsKept: 10 });
+    fill(store);
+    const all = store.listEvents({ limit: 1000 });
+    expect(all).toHaveLength(10);
+    expect(all[0]?.message).toBe("m30");
+    expect(store.listEvents({ afterId: all[7]?.id, limit: 100 }).map((e) => e.message)).toEqual([
+      "m38",
+      "m39",
+    ]);
+  });
+
+  it("rolls back every write of a failed transaction", () => {
+    const store = openStore();
+    expect(() =>
+      store.transaction(() => {
+        store.putDeployment({
+          name: "x",
+          specJson: "{}",
+          revision: 1,
+          createdAtMs: 0,
+          updatedAtMs: 0,
+        });
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
+    expect(store.listDeployments()).toEqual([]);
+  });
+
+  it("refuses a file of garbage bytes", () => {
+    writeFileSync(file, Buffer.alloc(8192, 0x5a));
+    const message = expectCorrupt(() => openStore());
+    expect(message).toContain("file is not a database");
+    // The bad file is left as it was, for the operator to inspect or restore.
+    expect(readFileSync(file)[0]).toBe(0x5a);
+  });
+
+  it("refuses a truncated database", () => {
+    const first = openStore();
+    fill(first);
+    for (let i = 0; i < 200; i++) {
+      first.appendEvent({
+        atMs: i,
+        kind: "pad",
+        subject: "s",
+        message: "x".repeat(200),
+        severity: "info",
+      });
+    }
+    first.close();
+    const db = new Database(file);
+    db.pragma("wal_checkpoint(TRUNCATE)");
+    db.close();
+    truncateSync(file, Math.floor(statSync(file).size / 2));
+    expectCorrupt(() => openStore());
+  });
+
+  it("refuses an empty database when the data dir was initialised before", () => {
+    writeFileSync(file, "");
+    const message = expectCorrupt(() => openStore({ expectExisting: true }));
+    expect(message).toContain("no schema");
+  });
+
+  it("refuses a schema newer than this build", () => {
+    openStore().close();
+    const db = new Database(file);
+    db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
+    db.close();
+    expect(() => openStore()).toThrow(/newer than this build understands/);
+  });
+});

@@ -1,0 +1,379 @@
+import { chmodSync, closeSync, existsSync, openSync, statSync } from "node:fs";
+import Database from "better-sqlite3";
+import { ControlPlaneError } from "../errors.js";
+import type {
+  ApiKeyRecord,
+  ClusterStore,
+  DeploymentRecord,
+  EventSeverity,
+  NodeRecord,
+  PlacementRecord,
+} from "./types.js";
+
+/**
+ * Schema versions, applied in order; `PRAGMA user_version` holds how many ran. Never edit a
+ * shipped entry: append a new one.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE deployments (
+     name TEXT PRIMARY KEY,
+     spec_json TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     created_at_ms INTEGER NOT NULL,
+     updated_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE placements (
+     replica_id TEXT PRIMARY KEY,
+     deployment TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     ranks_json TEXT NOT NULL,
+     fabric_id TEXT,
+     rendezvous_port INTEGER,
+     created_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     prefix TEXT NOT NULL,
+     secret_hash TEXT NOT NULL UNIQUE,
+     models_json TEXT NOT NULL,
+     requests_per_minute INTEGER,
+     tokens_per_minute INTEGER,
+     max_concurrency INTEGER,
+     created_at_ms INTEGER NOT NULL,
+     revoked_at_ms INTEGER
+   );
+   CREATE TABLE nodes (
+     id TEXT PRIMARY KEY,
+     hostname TEXT NOT NULL,
+     credential_hash TEXT NOT NULL,
+     inventory BLOB NOT NULL,
+     advertise_address TEXT NOT NULL,
+     cordoned INTEGER NOT NULL,
+     draining INTEGER NOT NULL,
+     revoked INTEGER NOT NULL,
+     registered_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE events (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     at_ms INTEGER NOT NULL,
+     kind TEXT NOT NULL,
+     subject TEXT NOT NULL,
+     message TEXT NOT NULL,
+     severity TEXT NOT NULL
+   );`,
+];
+
+/** Options of {@link openSqliteStore}. */
+export interface SqliteStoreOptions {
+  /** The database file; created with mode 0600. */
+  readonly file: string;
+  /** Events kept; older ones are dropped on append. Default 1000. */
+  readonly eventsKept?: number;
+  /**
+   * Set when the data dir was initialised before (its tokens exist): an empty database then
+   * means lost state, not a first start, and is refused.
+   */
+  readonly expectExisting?: boolean;
+}
+
+const SQLITE_CORRUPT_CODES = new Set(["SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_CORRUPT_VTAB"]);
+
+function corrupt(file: string, detail: string, cause?: unknown): ControlPlaneError {
+  return new ControlPlaneError(
+    "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+    `the state store ${file} is corrupt or incomplete (${detail}); refusing to start with an empty cluster. ` +
+      "Stop the control plane, restore the file from a backup (or move it aside to start an empty cluster on purpose), then start again.",
+    { cause },
+  );
+}
+
+/**
+ * Opens (creating when absent) the SQLite store: WAL journal, versioned migrations, owner-only
+ * file. A file that is not a database, fails `PRAGMA quick_check`, or lacks the tables its
+ * version promises throws `LLMGW_CONTROL_PLANE_STORE_CORRUPT`; a schema newer than this
+ * build throws `LLMGW_CONTROL_PLANE_STORE_TOO_NEW`.
+ */
+export function openSqliteStore(options: SqliteStoreOptions): ClusterStore {
+  const file = options.file;
+  const eventsKept = options.eventsKept ?? 1000;
+  const existed = existsSync(file) && statSync(file).size > 0;
+  try {
+    closeSync(openSync(file, "a", 0o600));
+    chmodSync(file, 0o600);
+  } catch (cause) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      `cannot create the state store ${file}: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  let db: Database.Database;
+  try {
+    db = new Database(file);
+  } catch (cause) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      `cannot open the state store ${file}: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  try {
+    prepare(db, file, existed || options.expectExisting === true);
+  } catch (error) {
+    db.close();
+    if (error instanceof ControlPlaneError) throw error;
+    const code = (error as { code?: string }).code ?? "";
+    if (SQLITE_CORRUPT_CODES.has(code)) throw corrupt(file, (error as Error).message, error);
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      `cannot open the state store ${file}: ${(error as Error).message}`,
+      { cause: error },
+    );
+  }
+  return createSqliteStore(db, file, eventsKept);
+}
+
+function prepare(db: Database.Database, file: string, mustHaveState: boolean): void {
+  const check = db.pragma("quick_check", { simple: true });
+  if (check !== "ok") throw corrupt(file, `quick_check: ${String(check)}`);
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = NORMAL");
+  db.pragma("foreign_keys = ON");
+  const version = db.pragma("user_version", { simple: true }) as number;
+  if (version > MIGRATIONS.length) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_TOO_NEW",
+      `the state store ${file} has schema version ${version}, newer than this build understands (${MIGRATIONS.length}); run the newer llmgw or restore a backup`,
+    );
+  }
+  if (version === 0 && mustHaveState) {
+    throw corrupt(file, "it has no schema although the data dir was initialised before");
+  }
+  if (version > 0) {
+    const tables = new Set(
+      (
+        db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as {
+          name: string;
+        }[]
+      ).map((t) => t.name),
+    );
+    for (const table of ["deployments", "placements", "api_keys", "nodes", "events"]) {
+      if (!tables.has(table))
+        throw corrupt(file, `table ${table} is missing at schema version ${version}`);
+    }
+  }
+  for (let v = version; v < MIGRATIONS.length; v++) {
+    db.transaction(() => {
+      db.exec(MIGRATIONS[v] as string);
+      db.pragma(`user_version = ${v + 1}`);
+    })();
+  }
+}
+
+interface DeploymentRow {
+  name: string;
+  spec_json: string;
+  revision: number;
+  created_at_ms: number;
+  updated_at_ms: number;
+}
+interface PlacementRow {
+  replica_id: string;
+  deployment: string;
+  revision: number;
+  ranks_json: string;
+  fabric_id: string | null;
+  rendezvous_port: number | null;
+  created_at_ms: number;
+}
+interface ApiKeyRow {
+  id: string;
+  name: string;
+  prefix: string;
+  secret_hash: string;
+  models_json: string;
+  requests_per_minute: number | null;
+  tokens_per_minute: number | null;
+  max_concurrency: number | null;
+  created_at_ms: number;
+  revoked_at_ms: number | null;
+}
+interface NodeRow {
+  id: string;
+  hostname: string;
+  credential_hash: string;
+  inventory: Buffer;
+  advertise_address: string;
+  cordoned: number;
+  draining: number;
+  revoked: number;
+  registered_at_ms: number;
+}
+interface EventRow {
+  id: number;
+  at_ms: number;
+  kind: string;
+  subject: string;
+  message: string;
+  severity: string;
+}
+
+const opt = <T>(v: T | null): T | undefined => (v === null ? undefined : v);
+
+function createSqliteStore(db: Database.Database, file: string, eventsKept: number): ClusterStore {
+  const q = {
+    listDeployments: db.prepare("SELECT * FROM deployments ORDER BY name"),
+    putDeployment: db.prepare(
+      `INSERT INTO deployments (name, spec_json, revision, created_at_ms, updated_at_ms)
+       VALUES (@name, @specJson, @revision, @createdAtMs, @updatedAtMs)
+       ON CONFLICT(name) DO UPDATE SET spec_json = excluded.spec_json, revision = excluded.revision,
+         updated_at_ms = excluded.updated_at_ms`,
+    ),
+    deleteDeployment: db.prepare("DELETE FROM deployments WHERE name = ?"),
+    listPlacements: db.prepare("SELECT * FROM placements ORDER BY replica_id"),
+    putPlacement: db.prepare(
+      `INSERT OR REPLACE INTO placements
+       (replica_id, deployment, revision, ranks_json, fabric_id, rendezvous_port, created_at_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    deletePlacement: db.prepare("DELETE FROM placements WHERE replica_id = ?"),
+    listApiKeys: db.prepare("SELECT * FROM api_keys ORDER BY created_at_ms, id"),
+    putApiKey: db.prepare(
+      `INSERT OR REPLACE INTO api_keys (id, name, prefix, secret_hash, models_json, requests_per_minute,
+       tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    listNodes: db.prepare("SELECT * FROM nodes ORDER BY registered_at_ms, id"),
+    putNode: db.prepare(
+      `INSERT OR REPLACE INTO nodes (id, hostname, credential_hash, inventory, advertise_address, cordoned,
+       draining, revoked, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    deleteNode: db.prepare("DELETE FROM nodes WHERE id = ?"),
+    appendEvent: db.prepare(
+      "INSERT INTO events (at_ms, kind, subject, message, severity) VALUES (?, ?, ?, ?, ?)",
+    ),
+    trimEvents: db.prepare("DELETE FROM events WHERE id <= ?"),
+    listEvents: db.prepare(
+      "SELECT * FROM (SELECT * FROM events WHERE id > ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+    ),
+  };
+  let open = true;
+  return {
+    location: file,
+    listDeployments: () =>
+      (q.listDeployments.all() as DeploymentRow[]).map((r) => ({
+        name: r.name,
+        specJson: r.spec_json,
+        revision: r.revision,
+        createdAtMs: r.created_at_ms,
+        updatedAtMs: r.updated_at_ms,
+      })),
+    putDeployment: (r: DeploymentRecord) => {
+      q.putDeployment.run(r);
+    },
+    deleteDeployment: (name) => {
+      q.deleteDeployment.run(name);
+    },
+    listPlacements: () =>
+      (q.listPlacements.all() as PlacementRow[]).map((r) => ({
+        replicaId: r.replica_id,
+        deployment: r.deployment,
+        revision: r.revision,
+        ranks: JSON.parse(r.ranks_json) as PlacementRecord["ranks"],
+        fabricId: opt(r.fabric_id),
+        rendezvousPort: opt(r.rendezvous_port),
+        createdAtMs: r.created_at_ms,
+      })),
+    putPlacement: (r: PlacementRecord) => {
+      q.putPlacement.run(
+        r.replicaId,
+        r.deployment,
+        r.revision,
+        JSON.stringify(r.ranks),
+        r.fabricId ?? null,
+        r.rendezvousPort ?? null,
+        r.createdAtMs,
+      );
+    },
+    deletePlacement: (id) => {
+      q.deletePlacement.run(id);
+    },
+    listApiKeys: () =>
+      (q.listApiKeys.all() as ApiKeyRow[]).map((r) => ({
+        id: r.id,
+        name: r.name,
+        prefix: r.prefix,
+        secretHash: r.secret_hash,
+        models: JSON.parse(r.models_json) as string[],
+        requestsPerMinute: opt(r.requests_per_minute),
+        tokensPerMinute: opt(r.tokens_per_minute),
+        maxConcurrency: opt(r.max_concurrency),
+        createdAtMs: r.created_at_ms,
+        revokedAtMs: opt(r.revoked_at_ms),
+      })),
+    putApiKey: (r: ApiKeyRecord) => {
+      q.putApiKey.run(
+        r.id,
+        r.name,
+        r.prefix,
+        r.secretHash,
+        JSON.stringify(r.models),
+        r.requestsPerMinute ?? null,
+        r.tokensPerMinute ?? null,
+        r.maxConcurrency ?? null,
+        r.createdAtMs,
+        r.revokedAtMs ?? null,
+      );
+    },
+    listNodes: () =>
+      (q.listNodes.all() as NodeRow[]).map((r) => ({
+        id: r.id,
+        hostname: r.hostname,
+        credentialHash: r.credential_hash,
+        inventory: new Uint8Array(r.inventory),
+        advertiseAddress: r.advertise_address,
+        cordoned: r.cordoned === 1,
+        draining: r.draining === 1,
+        revoked: r.revoked === 1,
+        registeredAtMs: r.registered_at_ms,
+      })),
+    putNode: (r: NodeRecord) => {
+      q.putNode.run(
+        r.id,
+        r.hostname,
+        r.credentialHash,
+        Buffer.from(r.inventory),
+        r.advertiseAddress,
+        r.cordoned ? 1 : 0,
+        r.draining ? 1 : 0,
+        r.revoked ? 1 : 0,
+        r.registeredAtMs,
+      );
+    },
+    deleteNode: (id) => {
+      q.deleteNode.run(id);
+    },
+    appendEvent: (e) => {
+      const id = Number(
+        q.appendEvent.run(e.atMs, e.kind, e.subject, e.message, e.severity).lastInsertRowid,
+      );
+      if (id > eventsKept) q.trimEvents.run(id - eventsKept);
+      return { id, ...e };
+    },
+    listEvents: ({ afterId = 0, limit }) =>
+      (q.listEvents.all(afterId, limit) as EventRow[]).map((r) => ({
+        id: r.id,
+        atMs: r.at_ms,
+        kind: r.kind,
+        subject: r.subject,
+        message: r.message,
+        severity: r.severity as EventSeverity,
+      })),
+    transaction: <T>(fn: () => T): T => db.transaction(fn)(),
+    close: () => {
+      if (!open) return;
+      open = false;
+      db.close();
+    },
+  };
+}
