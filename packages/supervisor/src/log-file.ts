@@ -100,7 +100,7 @@ export class CappedLogFile {
       this.#decoder = new StringDecoder("utf8");
     }
     if (size > this.#offset) this.#readRange(size);
-    if (size > this.limits.maxFileBytes) this.#rotate(size);
+    if (size > this.limits.maxFileBytes) this.#rotate();
   }
 
   #readRange(size: number): void {
@@ -131,32 +131,56 @@ export class CappedLogFile {
     }
   }
 
-  #rotate(size: number): void {
+  #rotate(): void {
     const rotated = `${this.path}.1`;
     const tmp = `${rotated}.tmp`;
+    const slack = Math.min(CHUNK_BYTES, Math.floor(this.limits.maxFileBytes / 4));
     try {
-      const keep = Math.min(size, this.limits.maxFileBytes);
-      const src = openSync(this.path, "r");
+      let size = statSync(this.path).size;
+      if (size > this.#offset) this.#readRange(size);
       const dst = openSync(tmp, "w", 0o600);
       try {
-        const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
-        let position = size - keep;
-        while (position < size) {
-          const n = readSync(src, buffer, 0, Math.min(CHUNK_BYTES, size - position), position);
-          if (n <= 0) break;
-          writeSync(dst, buffer, 0, n);
-          position += n;
+        let room = slack;
+        copyRange(this.path, dst, Math.max(0, size - (this.limits.maxFileBytes - slack)), size);
+        // The engine keeps appending while we copy. Catch up with small deltas until the size
+        // holds still, then truncate at once: only bytes written between that last stat and
+        // the truncate (microseconds) can be lost; a writer that never pauses loses a little.
+        for (let attempt = 0; attempt < 50; attempt++) {
+          const now = statSync(this.path).size;
+          if (now === size) break;
+          this.#readRange(now);
+          const take = Math.min(room, now - size);
+          if (take > 0) copyRange(this.path, dst, now - take, now);
+          room -= take;
+          size = now;
         }
+        truncateSync(this.path, 0);
       } finally {
-        closeSync(src);
         closeSync(dst);
       }
       renameSync(tmp, rotated);
-      truncateSync(this.path, 0);
+      // The rest of a half-read line, if any, was cut by the truncate: end it here.
+      this.tail.endPartialLine();
       this.#offset = 0;
       this.#decoder = new StringDecoder("utf8");
     } catch {
       // Rotation is best effort; the next poll retries.
     }
+  }
+}
+
+function copyRange(path: string, dst: number, from: number, to: number): void {
+  const src = openSync(path, "r");
+  try {
+    const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
+    let position = from;
+    while (position < to) {
+      const n = readSync(src, buffer, 0, Math.min(CHUNK_BYTES, to - position), position);
+      if (n <= 0) break;
+      writeSync(dst, buffer, 0, n);
+      position += n;
+    }
+  } finally {
+    closeSync(src);
   }
 }

@@ -32,6 +32,11 @@ export class LogTail {
     for (const line of parts) this.#add(line.endsWith("\r") ? line.slice(0, -1) : line);
   }
 
+  /** Turns a pending partial line into a complete one (its continuation is known lost). */
+  endPartialLine(): void {
+    if (this.#partial !== "") this.push("\n");
+  }
+
   /** Drops all content (after the log file was found truncated by someone else). */
   clear(): void {
     this.#lines = [];

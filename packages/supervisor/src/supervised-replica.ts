@@ -130,6 +130,7 @@ export class SupervisedReplica {
   readonly #probe: ReplicaProbe;
   readonly #listeners = new Set<(t: ReplicaTransition) => void>();
   readonly #history: RunRecord[] = [];
+  readonly #recorded = new WeakSet<ProcessHandle>();
   #state: ReplicaState = "exited";
   #handle: ProcessHandle | undefined;
   #failure: ReplicaFailure | undefined;
@@ -366,7 +367,8 @@ export class SupervisedReplica {
 
   #recordRun(handle: ProcessHandle, exit?: ProcessExit): void {
     const exitedAtMs = exit?.atMs ?? handle.exit()?.atMs ?? this.options.clock.now();
-    if (this.#history.some((r) => r.startedAtMs === handle.startedAtMs)) return;
+    if (this.#recorded.has(handle)) return;
+    this.#recorded.add(handle);
     this.#history.push({ startedAtMs: handle.startedAtMs, exitedAtMs });
     if (this.#history.length > 64) this.#history.shift();
   }

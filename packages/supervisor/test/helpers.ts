@@ -1,0 +1,94 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { connect, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { ProcessSpec } from "@llmgw/supervisor";
+
+export const fixtureEngine = join(
+  dirname(fileURLToPath(import.meta.url)),
+  "fixtures",
+  "engine.mjs",
+);
+
+/** A temp dir removed by the returned cleanup. */
+export function tempDir(prefix: string): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A spec running the fixture engine with `args`. */
+export function engineSpec(
+  dir: string,
+  name: string,
+  args: string[],
+  extra: Partial<ProcessSpec> = {},
+): ProcessSpec {
+  return {
+    argv: [process.execPath, fixtureEngine, ...args],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    logFile: join(dir, "logs", `${name}.log`),
+    stopGraceMs: 2000,
+    ...extra,
+  };
+}
+
+/** Polls `check` every 20 ms until it returns a value other than undefined/false. */
+export async function waitFor<T>(
+  what: string,
+  check: () => T | undefined | false,
+  timeoutMs = 10_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** True while `pid` exists and is not a zombie. */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** A TCP port that was free a moment ago. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Resolves true if something accepts TCP connections on 127.0.0.1:port. */
+export function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+/** Parses "grandchild <pid> port <port>" lines out of a log tail. */
+export function grandchildren(lines: readonly string[]): { pid: number; port: number }[] {
+  return lines.flatMap((line) => {
+    const m = /^grandchild (\d+) port (\d+)$/.exec(line);
+    return m === null ? [] : [{ pid: Number(m[1]), port: Number(m[2]) }];
+  });
+}
