@@ -33,11 +33,12 @@ export interface RequestAnalyzerPoolOptions {
   /** Default 16 (the calibration found 1 halves throughput; ≥ 8 removes the stall). */
   readonly concurrentTasksPerWorker?: number;
   /**
-   * The worker module. Default: `./worker.ts` beside this file when running from source (with
-   * tsx loaded into the worker), else `./router-worker.js` beside the running bundle.
+   * The worker module. Default: `./worker-source.mjs` (registers tsx, then loads `worker.ts`)
+   * when running from source, `./worker.js` beside a compiled `request-analyzer.js`, else
+   * `./router-worker.js` beside the running bundle.
    */
   readonly filename?: string | URL;
-  /** Node flags for workers (default: tsx + the source condition when the worker is `.ts`). */
+  /** Node flags for workers (default: the `@llmgw/source` condition for the source bootstrap). */
   readonly execArgv?: readonly string[];
 }
 
@@ -101,8 +102,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     const filename = poolOptions.filename ?? defaultWorkerUrl();
     const filenameText = String(filename);
     const execArgv =
-      poolOptions.execArgv ??
-      (filenameText.endsWith(".ts") ? ["--import", "tsx", "--conditions=@llmgw/source"] : []);
+      poolOptions.execArgv ?? (filenameText.endsWith(".mjs") ? ["--conditions=@llmgw/source"] : []);
     const maxThreads = checkRange("pool.maxThreads", poolOptions.maxThreads ?? 2, 1, 256);
     const perWorker = checkRange(
       "pool.concurrentTasksPerWorker",
@@ -206,7 +206,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
 
 function defaultWorkerUrl(): URL {
   const here = import.meta.url;
-  if (/\/request-analyzer\.ts$/.test(here)) return new URL("./worker.ts", here);
+  if (/\/request-analyzer\.ts$/.test(here)) return new URL("./worker-source.mjs", here);
   if (/\/request-analyzer\.js$/.test(here)) return new URL("./worker.js", here);
   return new URL("./router-worker.js", here);
 }

@@ -1,0 +1,609 @@
+/**
+ * The OpenAI-compatible HTTP front of the router: auth, body limits, one analysis per body
+ * (inline or in the worker pool), admission, replica choice, and byte-for-byte proxying through
+ * one undici `Pool` per replica. Every request gets an answer: a proxied response, an OpenAI
+ * error body, or, after the first streamed byte, an SSE error event / a closed socket.
+ */
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import {
+  type ApiKeyInfo,
+  type ApiKeyStore,
+  createAdmissionController,
+  createKeyLimiter,
+  createReplicaPicker,
+  createRequestAnalyzer,
+  noopRouterMetrics,
+  type PickDecision,
+  type RejectionReason,
+  type RequestAnalysis,
+  type RouteResolution,
+  type RouterMetricsSink,
+  type RouteTable,
+  type UpstreamErrorKind,
+} from "@llmgw/router";
+import { Pool } from "undici";
+import { errorBody, FAILURE_HTTP, REJECTION_HTTP, sendError } from "./http-errors.js";
+import {
+  type ResolvedRouterServiceOptions,
+  type RouterServiceOptions,
+  resolveRouterServiceOptions,
+} from "./options.js";
+
+/** Inputs of {@link createRouterHandler}. */
+export interface RouterHandlerOptions {
+  /** Routing state, read locally on every request. */
+  readonly routeTable: RouteTable;
+  /** Required unless `options.noAuth`. */
+  readonly apiKeys?: ApiKeyStore;
+  readonly metrics?: RouterMetricsSink;
+  readonly options?: RouterServiceOptions;
+  /** Receives notable events (circuit transitions, upstream failures) as structured records. */
+  readonly log?: (event: Readonly<Record<string, unknown>>) => void;
+}
+
+/** A request handler to mount on the public listener, plus its shutdown. */
+export interface RouterHandler {
+  (req: IncomingMessage, res: ServerResponse): void;
+  /** Stops the worker pool and closes upstream connections. */
+  close(): Promise<void>;
+  readonly options: ResolvedRouterServiceOptions;
+}
+
+const ENDPOINTS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]);
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const ANONYMOUS: ApiKeyInfo = { id: "anonymous", name: "anonymous" };
+const RETRYABLE_CONNECT = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CLOSED",
+]);
+
+class RejectedError {
+  constructor(
+    readonly reason: RejectionReason,
+    readonly message: string,
+    readonly retryAfterSeconds?: number,
+    readonly param?: string,
+  ) {}
+}
+
+/** Creates the router's request handler. */
+export function createRouterHandler(input: RouterHandlerOptions): RouterHandler {
+  const options = resolveRouterServiceOptions(input.options);
+  if (!options.noAuth && input.apiKeys === undefined) {
+    throw new TypeError("createRouterHandler: apiKeys is required unless options.noAuth is set");
+  }
+  const { routeTable } = input;
+  const apiKeys = input.apiKeys;
+  const metrics = input.metrics ?? noopRouterMetrics;
+  const log = input.log ?? (() => {});
+  const picker = createReplicaPicker({
+    ...options.picker,
+    health: {
+      ...options.picker.health,
+      onCircuitChange: (replicaId, from, to) => {
+        metrics.circuitState(replicaId, to);
+        log({ event: "circuit", replica: replicaId, from, to });
+        options.picker.health?.onCircuitChange?.(replicaId, from, to);
+      },
+    },
+  });
+  const admission = createAdmissionController(options.admission);
+  const limiter = createKeyLimiter(options.clock === undefined ? {} : { clock: options.clock });
+  const analyzer = createRequestAnalyzer(options.analyzer);
+  const pools = new Map<string, Pool>();
+  const seenModels = new Set<string>();
+  const createdAt = Math.floor(Date.now() / 1000);
+
+  const poolFor = (baseUrl: string): Pool => {
+    let pool = pools.get(baseUrl);
+    if (pool === undefined) {
+      pool = new Pool(new URL(baseUrl).origin, {
+        connections: options.upstreamConnections,
+        connectTimeout: options.upstreamConnectTimeoutMs,
+        headersTimeout: options.upstreamHeadersTimeoutMs,
+        bodyTimeout: options.upstreamBodyTimeoutMs,
+        keepAliveTimeout: 30_000,
+      });
+      pools.set(baseUrl, pool);
+    }
+    return pool;
+  };
+
+  // New replicas (or capacity changes) must reach queued requests, and pools of replicas that
+  // left the table are closed.
+  const unsubscribe = routeTable.subscribe(() => {
+    const live = new Set<string>();
+    for (const model of seenModels) {
+      const resolution = routeTable.resolve(model);
+      if (resolution === undefined) continue;
+      for (const r of resolution.replicas) live.add(r.baseUrl);
+      admission.setCapacity(resolution.deployment, picker.capacity(resolution));
+    }
+    for (const [baseUrl, pool] of pools) {
+      if (!live.has(baseUrl)) {
+        pools.delete(baseUrl);
+        void pool.close().catch(() => {});
+      }
+    }
+  });
+
+  const authenticate = (req: IncomingMessage): ApiKeyInfo => {
+    if (options.noAuth) return ANONYMOUS;
+    const header = req.headers.authorization;
+    const match = header === undefined ? null : /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const key = match?.[1] === undefined ? undefined : apiKeys?.verify(match[1]);
+    if (key === undefined) {
+      throw new RejectedError(
+        "unauthorized",
+        header === undefined
+          ? "Missing API key: send `Authorization: Bearer <key>`."
+          : "Incorrect API key provided.",
+      );
+    }
+    return key;
+  };
+
+  const handleModels = (req: IncomingMessage, res: ServerResponse): void => {
+    const key = authenticate(req);
+    const data = routeTable
+      .models()
+      .filter((id) => key.models === undefined || key.models.includes(id))
+      .map((id) => ({ id, object: "model", created: createdAt, owned_by: "llmgw" }));
+    const body = JSON.stringify({ object: "list", data });
+    res.writeHead(200, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+    });
+    res.end(body);
+  };
+
+  const readBody = (req: IncomingMessage): Promise<Buffer> => {
+    const declared = Number(req.headers["content-length"] ?? Number.NaN);
+    if (declared > options.maxBodyBytes) {
+      return Promise.reject(tooLarge(options.maxBodyBytes));
+    }
+    return new Promise<Buffer>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const onData = (chunk: Buffer): void => {
+        size += chunk.length;
+        if (size > options.maxBodyBytes) {
+          req.off("data", onData);
+          req.pause();
+          reject(tooLarge(options.maxBodyBytes));
+          return;
+        }
+        chunks.push(chunk);
+      };
+      req.on("data", onData);
+      req.once("end", () =>
+        resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size)),
+      );
+      req.once("error", reject);
+    });
+  };
+
+  const handleInference = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    endpoint: string,
+    requestId: string,
+    started: number,
+    ctx: { model: string; stream: boolean },
+  ): Promise<void> => {
+    const key = authenticate(req);
+    const body = await readBody(req);
+    const analysisStart = performance.now();
+    const analysis: RequestAnalysis = await analyzer.analyze(body);
+    if (analysis.mode === "pool") {
+      const load = analyzer.poolLoad();
+      metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
+    }
+    if (!analysis.ok) {
+      throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
+    }
+    const model = analysis.model;
+    ctx.model = model;
+    ctx.stream = analysis.stream;
+    if (key.models !== undefined && !key.models.includes(model)) {
+      throw new RejectedError(
+        "forbidden_model",
+        `The model \`${model}\` does not exist or you do not have access to it.`,
+        undefined,
+        "model",
+      );
+    }
+    const resolution = routeTable.resolve(model);
+    if (resolution === undefined) {
+      throw new RejectedError(
+        "unknown_model",
+        `The model \`${model}\` does not exist or you do not have access to it.`,
+        undefined,
+        "model",
+      );
+    }
+    seenModels.add(model);
+    const capacity = picker.capacity(resolution);
+    if (capacity === 0) {
+      if (resolution.loading) {
+        throw new RejectedError("model_loading", `model ${model} is loading; retry shortly`, 5);
+      }
+      throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
+    }
+    const limit = limiter.acquire(key, analysis.estimatedTokens);
+    if (!limit.ok) {
+      throw new RejectedError(
+        limit.reason,
+        `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
+        limit.retryAfterSeconds,
+      );
+    }
+    const clientGone = new AbortController();
+    const onClose = (): void => {
+      if (!res.writableFinished) clientGone.abort();
+    };
+    res.once("close", onClose);
+    let release: (() => void) | undefined;
+    metrics.inFlight(model, 1);
+    try {
+      let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone.signal);
+      if (outcome instanceof Promise) {
+        metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
+        outcome = await outcome;
+        metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
+        if (outcome.admitted) metrics.queueWait(model, outcome.waitedMs / 1000);
+      }
+      if (!outcome.admitted) {
+        if (outcome.reason === "aborted") {
+          metrics.clientDisconnect(model, "queued");
+          return;
+        }
+        throw new RejectedError(
+          outcome.reason,
+          outcome.reason === "queue_full"
+            ? `model ${model} is at capacity and its queue is full`
+            : `model ${model} is at capacity; the request waited too long in the queue`,
+          outcome.retryAfterSeconds,
+        );
+      }
+      release = outcome.release;
+      await proxy(req, res, {
+        endpoint,
+        requestId,
+        body,
+        analysis,
+        model,
+        resolution,
+        started,
+        analysisStart,
+        signal: clientGone.signal,
+      });
+    } finally {
+      res.off("close", onClose);
+      release?.();
+      limit.release();
+      metrics.inFlight(model, -1);
+    }
+  };
+
+  interface ProxyInput {
+    readonly endpoint: string;
+    readonly requestId: string;
+    readonly body: Buffer;
+    readonly analysis: RequestAnalysis & { ok: true };
+    readonly model: string;
+    readonly resolution: RouteResolution;
+    readonly started: number;
+    readonly analysisStart: number;
+    readonly signal: AbortSignal;
+  }
+
+  const proxy = async (req: IncomingMessage, res: ServerResponse, p: ProxyInput): Promise<void> => {
+    const tried = new Set<string>();
+    let lastError = "";
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const decision =
+        attempt === 0 ? pickOrThrow(p, tried) : picker.pick(p.resolution, p.analysis.chain, tried);
+      if (decision === undefined) break;
+      if (attempt > 0) metrics.retry(p.model);
+      const result = await forward(req, res, p, decision);
+      if (result.kind === "done") return;
+      tried.add(decision.replica.id);
+      lastError = result.message;
+      if (!result.retryable) {
+        sendError(
+          res,
+          result.timeout ? FAILURE_HTTP.upstreamTimeout : FAILURE_HTTP.upstreamUnavailable,
+          result.message,
+        );
+        return;
+      }
+    }
+    sendError(
+      res,
+      FAILURE_HTTP.upstreamUnavailable,
+      `no replica of model ${p.model} could be reached${lastError === "" ? "" : `: ${lastError}`}`,
+    );
+  };
+
+  const pickOrThrow = (p: ProxyInput, tried: ReadonlySet<string>): PickDecision => {
+    const decision = picker.pick(p.resolution, p.analysis.chain, tried);
+    metrics.decision({
+      model: p.model,
+      policy: p.resolution.policy,
+      replicaId: decision?.replica.id ?? "",
+      seconds: (performance.now() - p.analysisStart) / 1000,
+      score: decision?.score ?? 0,
+      prefixBlocks: decision?.prefixBlocks ?? 0,
+      chainLength: p.analysis.chain.length,
+      affinityVoided: decision?.affinityVoided ?? false,
+      missingLoadSignals: decision?.missingLoadSignals ?? false,
+      mode: p.analysis.mode,
+    });
+    if (decision === undefined) {
+      throw new RejectedError("no_ready_replica", `no replica of model ${p.model} has room`, 1);
+    }
+    return decision;
+  };
+
+  type ForwardResult =
+    | { readonly kind: "done" }
+    | {
+        readonly kind: "failed";
+        readonly retryable: boolean;
+        readonly timeout: boolean;
+        readonly message: string;
+      };
+
+  const forward = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    p: ProxyInput,
+    decision: PickDecision,
+  ): Promise<ForwardResult> => {
+    const replica = decision.replica;
+    metrics.replicaInFlight(replica.id, picker.dispatched(replica.id, p.analysis.chain));
+    const sentAt = performance.now();
+    let verdict: "success" | "failure" | "abandoned" = "abandoned";
+    let firstByteMs: number | undefined;
+    try {
+      let upstream: Awaited<ReturnType<Pool["request"]>>;
+      try {
+        const headers: Record<string, string> = {
+          "content-type": "application/json",
+          "x-request-id": p.requestId,
+        };
+        const accept = req.headers.accept;
+        if (accept !== undefined) headers.accept = accept;
+        upstream = await poolFor(replica.baseUrl).request({
+          path: upstreamPath(replica.baseUrl, req.url ?? p.endpoint),
+          method: "POST",
+          headers,
+          body: p.body,
+          signal: p.signal,
+        });
+      } catch (error) {
+        if (p.signal.aborted) {
+          metrics.clientDisconnect(p.model, "upstream");
+          return { kind: "done" };
+        }
+        verdict = "failure";
+        const code = errorCode(error);
+        const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
+        const kind: UpstreamErrorKind =
+          code === "UND_ERR_CONNECT_TIMEOUT" || timeout
+            ? "timeout"
+            : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
+              ? "connect"
+              : "reset_before_response";
+        metrics.upstreamError(replica.id, kind);
+        const message = `replica ${replica.id} failed before responding (${code ?? String(error)})`;
+        log({ event: "upstream_error", replica: replica.id, kind, code, requestId: p.requestId });
+        return {
+          kind: "failed",
+          retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+          timeout,
+          message,
+        };
+      }
+      firstByteMs = performance.now() - sentAt;
+      const status = upstream.statusCode;
+      verdict = status >= 500 ? "failure" : "success";
+      if (status >= 500) metrics.upstreamError(replica.id, "status_5xx");
+      const contentType = headerText(upstream.headers["content-type"]);
+      const sse = contentType?.startsWith("text/event-stream") ?? false;
+      const outHeaders: Record<string, string> = {
+        "x-request-id": p.requestId,
+        "x-llmgw-replica": replica.id,
+      };
+      if (contentType !== undefined) outHeaders["content-type"] = contentType;
+      const length = headerText(upstream.headers["content-length"]);
+      if (length !== undefined && !sse) outHeaders["content-length"] = length;
+      if (sse) {
+        outHeaders["cache-control"] = "no-cache";
+        outHeaders["x-accel-buffering"] = "no";
+      }
+      res.writeHead(status, outHeaders);
+      if (sse) res.flushHeaders();
+      let last = 0;
+      let tail = "";
+      try {
+        for await (const chunk of upstream.body as AsyncIterable<Buffer>) {
+          const now = performance.now();
+          if (last === 0) metrics.firstByte(p.model, (now - p.started) / 1000);
+          else metrics.interChunk(p.model, (now - last) / 1000);
+          last = now;
+          // Usage sits at the end of both JSON answers and streams (last chunk with include_usage).
+          tail = (tail + chunk.toString("latin1")).slice(-4096);
+          if (!res.write(chunk)) await drained(res, p.signal);
+          if (p.signal.aborted) break;
+        }
+      } catch (error) {
+        if (p.signal.aborted) {
+          metrics.clientDisconnect(p.model, "upstream");
+          verdict = "abandoned";
+          return { kind: "done" };
+        }
+        verdict = "failure";
+        metrics.upstreamError(replica.id, "reset_mid_body");
+        const code = errorCode(error) ?? String(error);
+        log({
+          event: "upstream_error",
+          replica: replica.id,
+          kind: "reset_mid_body",
+          code,
+          requestId: p.requestId,
+        });
+        if (sse) {
+          const event = errorBody(
+            FAILURE_HTTP.upstreamUnavailable,
+            `replica ${replica.id} failed mid-stream (${code}); the response is incomplete`,
+          );
+          res.end(`data: ${event}\n\n`);
+        } else {
+          res.destroy();
+        }
+        return { kind: "done" };
+      }
+      if (p.signal.aborted) {
+        metrics.clientDisconnect(p.model, "upstream");
+        verdict = "abandoned";
+        upstream.body.destroy();
+        return { kind: "done" };
+      }
+      res.end();
+      countTokens(p.model, tail);
+      return { kind: "done" };
+    } finally {
+      metrics.replicaInFlight(replica.id, picker.finished(replica.id, verdict, firstByteMs));
+    }
+  };
+
+  const countTokens = (model: string, tail: string): void => {
+    const prompt = lastNumber(tail, /"prompt_tokens"\s*:\s*(\d+)/g);
+    const completion = lastNumber(tail, /"completion_tokens"\s*:\s*(\d+)/g);
+    if (prompt !== undefined) metrics.tokens(model, "prompt", prompt);
+    if (completion !== undefined) metrics.tokens(model, "completion", completion);
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const started = performance.now();
+    const given = headerText(req.headers["x-request-id"]);
+    const requestId = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
+    res.setHeader("x-request-id", requestId);
+    const url = req.url ?? "/";
+    const q = url.indexOf("?");
+    const path = q < 0 ? url : url.slice(0, q);
+    const ctx = { model: "", stream: false };
+    res.once("close", () => {
+      metrics.requestFinished({
+        model: ctx.model,
+        endpoint: path,
+        status: res.writableFinished ? res.statusCode : 499,
+        stream: ctx.stream,
+        seconds: (performance.now() - started) / 1000,
+      });
+    });
+    try {
+      if (path === "/v1/models") {
+        if (req.method !== "GET") {
+          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use GET ${path}.`);
+          return;
+        }
+        handleModels(req, res);
+        return;
+      }
+      if (ENDPOINTS.has(path)) {
+        if (req.method !== "POST") {
+          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use POST ${path}.`);
+          return;
+        }
+        await handleInference(req, res, path, requestId, started, ctx);
+        return;
+      }
+      sendError(res, FAILURE_HTTP.notFound, `Unknown request URL: ${req.method ?? "?"} ${path}.`);
+    } catch (error) {
+      if (error instanceof RejectedError) {
+        metrics.rejected(ctx.model, error.reason);
+        const spec = REJECTION_HTTP[error.reason];
+        sendError(res, spec, error.message, {
+          ...(error.param === undefined ? {} : { param: error.param }),
+          ...(error.retryAfterSeconds === undefined
+            ? {}
+            : { retryAfterSeconds: error.retryAfterSeconds }),
+          close: error.reason === "body_too_large",
+        });
+        if (error.reason === "body_too_large") res.once("finish", () => req.destroy());
+        return;
+      }
+      log({ event: "internal_error", requestId, error: String(error) });
+      sendError(res, FAILURE_HTTP.internal, "internal router error");
+    }
+  };
+
+  const handler = ((req: IncomingMessage, res: ServerResponse): void => {
+    handle(req, res).catch((error: unknown) => {
+      log({ event: "internal_error", error: String(error) });
+      if (!res.headersSent) sendError(res, FAILURE_HTTP.internal, "internal router error");
+      else res.destroy();
+    });
+  }) as RouterHandler;
+  Object.defineProperty(handler, "options", { value: options });
+  handler.close = async () => {
+    unsubscribe();
+    await analyzer.close();
+    await Promise.all([...pools.values()].map((p) => p.destroy().catch(() => {})));
+    pools.clear();
+  };
+  return handler;
+}
+
+function tooLarge(max: number): RejectedError {
+  return new RejectedError("body_too_large", `request body exceeds the limit of ${max} bytes`);
+}
+
+function upstreamPath(baseUrl: string, requestUrl: string): string {
+  const prefix = new URL(baseUrl).pathname.replace(/\/+$/, "");
+  return prefix + requestUrl;
+}
+
+function headerText(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function errorCode(error: unknown): string | undefined {
+  let e: unknown = error;
+  for (let depth = 0; depth < 4 && typeof e === "object" && e !== null; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string") return code;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+function lastNumber(text: string, pattern: RegExp): number | undefined {
+  let value: number | undefined;
+  for (const m of text.matchAll(pattern)) value = Number(m[1]);
+  return value;
+}
+
+function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off("drain", done);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    res.once("drain", done);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}

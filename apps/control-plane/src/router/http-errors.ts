@@ -1,0 +1,71 @@
+/**
+ * The one place router outcomes become HTTP answers: status, OpenAI error `type` and `code`.
+ * Every body has the OpenAI shape `{"error":{"message","type","code","param"}}`.
+ */
+import type { ServerResponse } from "node:http";
+import type { RejectionReason } from "@llmgw/router";
+
+/** An OpenAI-style error answer. */
+export interface HttpErrorSpec {
+  readonly status: number;
+  readonly type: string;
+  readonly code: string;
+}
+
+/** Router rejection reason → HTTP answer. */
+export const REJECTION_HTTP: Readonly<Record<RejectionReason, HttpErrorSpec>> = {
+  unauthorized: { status: 401, type: "invalid_request_error", code: "invalid_api_key" },
+  forbidden_model: { status: 404, type: "invalid_request_error", code: "model_not_found" },
+  unknown_model: { status: 404, type: "invalid_request_error", code: "model_not_found" },
+  no_ready_replica: { status: 503, type: "service_unavailable", code: "no_ready_replica" },
+  model_loading: { status: 503, type: "service_unavailable", code: "model_loading" },
+  invalid_request: { status: 400, type: "invalid_request_error", code: "invalid_request" },
+  body_too_large: { status: 413, type: "invalid_request_error", code: "request_too_large" },
+  queue_full: { status: 429, type: "rate_limit_error", code: "queue_full" },
+  queue_timeout: { status: 429, type: "rate_limit_error", code: "queue_timeout" },
+  aborted: { status: 499, type: "client_closed_request", code: "client_closed_request" },
+  rpm: { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded" },
+  tpm: { status: 429, type: "rate_limit_error", code: "tokens_rate_limit_exceeded" },
+  concurrency: { status: 429, type: "rate_limit_error", code: "concurrency_limit_exceeded" },
+};
+
+/** Answers for failures that are not admission decisions. */
+export const FAILURE_HTTP = {
+  notFound: { status: 404, type: "invalid_request_error", code: "unknown_url" },
+  methodNotAllowed: { status: 405, type: "invalid_request_error", code: "method_not_allowed" },
+  upstreamUnavailable: { status: 502, type: "upstream_error", code: "upstream_unavailable" },
+  upstreamTimeout: { status: 504, type: "upstream_error", code: "upstream_timeout" },
+  internal: { status: 500, type: "internal_error", code: "internal_error" },
+} as const satisfies Record<string, HttpErrorSpec>;
+
+/** The JSON text of an OpenAI error body. */
+export function errorBody(spec: HttpErrorSpec, message: string, param?: string): string {
+  return JSON.stringify({
+    error: { message, type: spec.type, code: spec.code, param: param ?? null },
+  });
+}
+
+/**
+ * Sends an error answer. When headers already went out (cannot happen before the first upstream
+ * byte) the socket is destroyed so the client is never left hanging.
+ */
+export function sendError(
+  res: ServerResponse,
+  spec: HttpErrorSpec,
+  message: string,
+  options: { param?: string; retryAfterSeconds?: number; close?: boolean } = {},
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(spec, message, options.param);
+  const headers: Record<string, string | number> = {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+  };
+  if (options.retryAfterSeconds !== undefined) headers["retry-after"] = options.retryAfterSeconds;
+  if (options.close === true) headers.connection = "close";
+  res.writeHead(spec.status, headers);
+  res.end(body);
+}

@@ -1,0 +1,13 @@
+export { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
+export { errorBody, FAILURE_HTTP, type HttpErrorSpec, REJECTION_HTTP } from "./http-errors.js";
+export {
+  type ResolvedRouterServiceOptions,
+  type RouterServiceOptions,
+  resolveRouterServiceOptions,
+} from "./options.js";
+export {
+  type RouterServerOptions,
+  type RunningRouterServer,
+  routerHttpServerOptions,
+  startRouterServer,
+} from "./server.js";

@@ -1,0 +1,96 @@
+/** Options of the router's HTTP layer; resolved and validated once. */
+import type {
+  AdmissionOptions,
+  Clock,
+  ReplicaPickerOptions,
+  RequestAnalyzerOptions,
+} from "@llmgw/router";
+import { ControlPlaneError } from "../errors.js";
+
+/** User-facing router options (all optional). */
+export interface RouterServiceOptions {
+  /** Serve without API keys (the control plane's explicit `--no-auth`). Default false. */
+  readonly noAuth?: boolean;
+  /** Largest request body in bytes; larger answers 413. Default 8 MiB. */
+  readonly maxBodyBytes?: number;
+  /** Per-deployment admission queue length. Default 256. */
+  readonly maxQueueLength?: number;
+  /** Longest admission wait in ms. Default 30 000. */
+  readonly queueTimeoutMs?: number;
+  /** Upstream TCP connect timeout in ms. Default 5 000. */
+  readonly upstreamConnectTimeoutMs?: number;
+  /** Upstream time to response headers in ms. Default 300 000 (long prefills). */
+  readonly upstreamHeadersTimeoutMs?: number;
+  /** Upstream idle time between body chunks in ms. Default 300 000. */
+  readonly upstreamBodyTimeoutMs?: number;
+  /** Max connections per replica pool. Default 256. */
+  readonly upstreamConnections?: number;
+  readonly analyzer?: RequestAnalyzerOptions;
+  readonly picker?: ReplicaPickerOptions;
+  readonly clock?: Clock;
+}
+
+/** {@link RouterServiceOptions} with defaults applied. */
+export interface ResolvedRouterServiceOptions {
+  readonly noAuth: boolean;
+  readonly maxBodyBytes: number;
+  readonly admission: AdmissionOptions;
+  readonly upstreamConnectTimeoutMs: number;
+  readonly upstreamHeadersTimeoutMs: number;
+  readonly upstreamBodyTimeoutMs: number;
+  readonly upstreamConnections: number;
+  readonly analyzer: RequestAnalyzerOptions;
+  readonly picker: ReplicaPickerOptions;
+  readonly clock: Clock | undefined;
+}
+
+function int(name: string, value: number, min: number, max: number): number {
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      `router option ${name} must be an integer in [${min}, ${max}], got ${String(value)}`,
+    );
+  }
+  return value;
+}
+
+/** Applies defaults; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
+export function resolveRouterServiceOptions(
+  options: RouterServiceOptions = {},
+): ResolvedRouterServiceOptions {
+  const clock = options.clock;
+  return {
+    noAuth: options.noAuth ?? false,
+    maxBodyBytes: int("maxBodyBytes", options.maxBodyBytes ?? 8 * 1024 * 1024, 1, 2 ** 31 - 1),
+    admission: {
+      maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256, 0, 1_000_000),
+      queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000, 1, 3_600_000),
+      ...(clock === undefined ? {} : { clock }),
+    },
+    upstreamConnectTimeoutMs: int(
+      "upstreamConnectTimeoutMs",
+      options.upstreamConnectTimeoutMs ?? 5000,
+      1,
+      600_000,
+    ),
+    upstreamHeadersTimeoutMs: int(
+      "upstreamHeadersTimeoutMs",
+      options.upstreamHeadersTimeoutMs ?? 300_000,
+      1,
+      3_600_000,
+    ),
+    upstreamBodyTimeoutMs: int(
+      "upstreamBodyTimeoutMs",
+      options.upstreamBodyTimeoutMs ?? 300_000,
+      1,
+      3_600_000,
+    ),
+    upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256, 1, 65_536),
+    analyzer: options.analyzer ?? {},
+    picker:
+      clock === undefined || options.picker?.health?.clock !== undefined
+        ? (options.picker ?? {})
+        : { ...options.picker, health: { ...options.picker?.health, clock } },
+    clock,
+  };
+}

@@ -1,0 +1,200 @@
+/**
+ * A tiny OpenAI-compatible upstream for router integration tests: a real HTTP server on
+ * 127.0.0.1:0 that records what it received, can hold answers behind a gate, and can die
+ * mid-stream. (The full simulated engine is `@llmgw/engine-sim`; this one exists so fault tests
+ * control exactly which byte a failure follows.)
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+
+export interface FakeEngineOptions {
+  readonly name: string;
+  /** Chunks per stream (default 4). */
+  readonly chunks?: number;
+  /** Destroy the socket after writing this many stream chunks. */
+  readonly dieAfterChunks?: number;
+  /** When set, each request waits for `gate.open()` before answering (streams: after the first chunk). */
+  readonly gated?: boolean;
+}
+
+export interface ReceivedRequest {
+  readonly path: string;
+  readonly body: Record<string, unknown>;
+  readonly requestId: string | undefined;
+  /** True once the client side went away before the answer finished. */
+  aborted: boolean;
+  finished: boolean;
+}
+
+export interface FakeEngine {
+  readonly url: string;
+  readonly port: number;
+  readonly name: string;
+  readonly received: ReceivedRequest[];
+  /** Exact bytes written per request, in order. */
+  readonly written: Buffer[][];
+  /** Releases every held request (now and until `closeGate`). */
+  openGate(): void;
+  closeGate(): void;
+  /** Requests currently held at the gate. */
+  held(): number;
+  close(): Promise<void>;
+}
+
+export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeEngine> {
+  const received: ReceivedRequest[] = [];
+  const written: Buffer[][] = [];
+  let gateOpen = options.gated !== true;
+  let waiters: (() => void)[] = [];
+  const gate = (): Promise<void> =>
+    gateOpen ? Promise.resolve() : new Promise<void>((resolve) => waiters.push(resolve));
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Record<string, unknown>;
+    const rec: ReceivedRequest = {
+      path: req.url ?? "",
+      body,
+      requestId: req.headers["x-request-id"] as string | undefined,
+      aborted: false,
+      finished: false,
+    };
+    received.push(rec);
+    const out: Buffer[] = [];
+    written.push(out);
+    res.on("close", () => {
+      if (!res.writableFinished) rec.aborted = true;
+    });
+    const write = (text: string): void => {
+      const b = Buffer.from(text);
+      out.push(b);
+      res.write(b);
+    };
+    const model = String(body.model);
+    if (req.url === "/v1/embeddings") {
+      await gate();
+      const json = JSON.stringify({
+        object: "list",
+        data: [
+          {
+            object: "embedding",
+            index: 0,
+            embedding:
+              body.encoding_format === "base64"
+                ? Buffer.from(new Float32Array([0.5, 0.25, 0.125]).buffer).toString("base64")
+                : [0.5, 0.25, 0.125],
+          },
+        ],
+        model,
+        usage: { prompt_tokens: 3, total_tokens: 3 },
+      });
+      res.writeHead(200, { "content-type": "application/json" });
+      write(json);
+      res.end();
+      rec.finished = true;
+      return;
+    }
+    const chat = req.url === "/v1/chat/completions";
+    const n = options.chunks ?? 4;
+    if (body.stream === true) {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (let i = 0; i < n; i++) {
+        if (res.destroyed) return;
+        const delta = chat
+          ? { index: 0, delta: { content: `tok${i} ` }, finish_reason: null }
+          : { index: 0, text: `tok${i} `, finish_reason: null };
+        write(
+          `data: ${JSON.stringify({ id: "x", object: chat ? "chat.completion.chunk" : "text_completion", created: 1, model, choices: [delta] })}\n\n`,
+        );
+        if (options.dieAfterChunks !== undefined && i + 1 >= options.dieAfterChunks) {
+          res.socket?.destroy();
+          return;
+        }
+        if (i === 0) await gate();
+        else await new Promise((r) => setTimeout(r, 2));
+      }
+      const usage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
+      if (usage === true) {
+        write(
+          `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 1, model, choices: [], usage: { prompt_tokens: 7, completion_tokens: n, total_tokens: 7 + n } })}\n\n`,
+        );
+      }
+      write("data: [DONE]\n\n");
+      res.end();
+      rec.finished = true;
+      return;
+    }
+    await gate();
+    const text = Array.from({ length: n }, (_, i) => `tok${i}`).join(" ");
+    const json = JSON.stringify({
+      id: "x",
+      object: chat ? "chat.completion" : "text_completion",
+      created: 1,
+      model,
+      choices: [
+        chat
+          ? { index: 0, message: { role: "assistant", content: text }, finish_reason: "stop" }
+          : { index: 0, text, finish_reason: "stop" },
+      ],
+      usage: { prompt_tokens: 7, completion_tokens: n, total_tokens: 7 + n },
+    });
+    res.writeHead(200, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(json),
+    });
+    write(json);
+    res.end();
+    rec.finished = true;
+  };
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch(() => res.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    name: options.name,
+    received,
+    written,
+    openGate() {
+      gateOpen = true;
+      const w = waiters;
+      waiters = [];
+      for (const resolve of w) resolve();
+    },
+    closeGate() {
+      gateOpen = false;
+    },
+    held: () => waiters.length,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** A port on 127.0.0.1 that refuses connections (bound, then closed). */
+export async function refusedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Polls `predicate` every 10 ms until true or `timeoutMs` passes (then throws). */
+export async function waitFor(
+  predicate: () => boolean,
+  timeoutMs = 5000,
+  what = "condition",
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

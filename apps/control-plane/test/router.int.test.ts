@@ -1,0 +1,342 @@
+/**
+ * The router's public API through the official `openai` client and raw fetch, against real
+ * upstream servers on loopback: happy paths, streaming passthrough, and every refusal.
+ */
+import {
+  createInMemoryApiKeyStore,
+  createStaticRouteTable,
+  type ReplicaRoute,
+  type RouteResolution,
+} from "@llmgw/router";
+import { createRecordingRouterMetrics } from "@llmgw/router/testing";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
+import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
+
+const KEY = "sk-test-good";
+const LIMITED_KEY = "sk-test-rpm";
+const metrics = createRecordingRouterMetrics();
+let engineA: FakeEngine;
+let engineB: FakeEngine;
+let router: RunningRouterServer;
+let client: OpenAI;
+
+const replica = (id: string, engine: FakeEngine, capacity = 8): ReplicaRoute => ({
+  id,
+  baseUrl: engine.url,
+  state: "ready",
+  capacity,
+});
+
+beforeAll(async () => {
+  engineA = await startFakeEngine({ name: "a" });
+  engineB = await startFakeEngine({ name: "b" });
+  const routes: Record<string, RouteResolution> = {
+    "llama-8b": {
+      deployment: "llama",
+      policy: "llmgw",
+      loading: false,
+      replicas: [replica("llama-0", engineA), replica("llama-1", engineB)],
+    },
+    "warming-model": {
+      deployment: "warming",
+      policy: "llmgw",
+      loading: true,
+      replicas: [{ id: "w-0", baseUrl: engineA.url, state: "loading", capacity: 4 }],
+    },
+    "broken-model": {
+      deployment: "broken",
+      policy: "least-loaded",
+      loading: false,
+      replicas: [{ id: "b-0", baseUrl: engineA.url, state: "unhealthy", capacity: 4 }],
+    },
+  };
+  router = await startRouterServer({
+    routeTable: createStaticRouteTable(routes),
+    apiKeys: createInMemoryApiKeyStore({
+      [KEY]: { id: "k1", name: "good" },
+      [LIMITED_KEY]: { id: "k2", name: "limited", rpm: 2 },
+    }),
+    metrics,
+    options: {
+      maxBodyBytes: 64 * 1024,
+      // Small threshold so that bodies over 2 KiB exercise the worker pool path.
+      analyzer: { inlineThresholdBytes: 2048, pool: { maxThreads: 1, minThreads: 1 } },
+    },
+  });
+  client = new OpenAI({ apiKey: KEY, baseURL: `${router.url}/v1`, maxRetries: 0 });
+});
+
+afterAll(async () => {
+  await router?.close();
+  await engineA?.close();
+  await engineB?.close();
+});
+
+const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+  fetch(`${router.url}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json", ...headers },
+    body,
+  });
+
+describe("router: OpenAI API through the official client", () => {
+  it("answers a chat completion with usage and names the replica", async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: "llama-8b", messages: [{ role: "user", content: "hi" }], max_tokens: 4 })
+      .withResponse();
+    expect(data.choices[0]?.message.content).toBe("tok0 tok1 tok2 tok3");
+    expect(data.usage).toEqual({ prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 });
+    expect(["llama-0", "llama-1"]).toContain(response.headers.get("x-llmgw-replica"));
+    expect(response.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it("answers completions and embeddings", async () => {
+    const completion = await client.completions.create({
+      model: "llama-8b",
+      prompt: "Once",
+      max_tokens: 4,
+    });
+    expect(completion.choices[0]?.text).toBe("tok0 tok1 tok2 tok3");
+    const embedding = await client.embeddings.create({ model: "llama-8b", input: "hello" });
+    expect(embedding.data[0]?.embedding).toEqual([0.5, 0.25, 0.125]);
+  });
+
+  it("streams chat chunks with usage through the client", async () => {
+    const stream = await client.chat.completions.create({
+      model: "llama-8b",
+      messages: [{ role: "user", content: "stream please" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const parts: string[] = [];
+    let usage: unknown;
+    for await (const chunk of stream) {
+      parts.push(chunk.choices[0]?.delta.content ?? "");
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(parts.join("")).toBe("tok0 tok1 tok2 tok3 ");
+    expect(usage).toEqual({ prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 });
+    expect(metrics.of("tokens")).toContainEqual(["llama-8b", "completion", 4]);
+  });
+
+  it("lists only models with a ready replica, filtered by the key", async () => {
+    const models = await client.models.list();
+    expect(models.data.map((m) => m.id)).toEqual(["llama-8b"]);
+  });
+
+  it("accepts a caller's x-request-id and passes it to the engine", async () => {
+    const res = await post(
+      "/v1/chat/completions",
+      JSON.stringify({ model: "llama-8b", messages: [{ role: "user", content: "id" }] }),
+      { "x-request-id": "req-abc.123" },
+    );
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-request-id")).toBe("req-abc.123");
+    await res.arrayBuffer();
+    const all = [...engineA.received, ...engineB.received];
+    expect(all.some((r) => r.requestId === "req-abc.123")).toBe(true);
+  });
+
+  it("passes streamed bytes through unaltered and incrementally", async () => {
+    engineA.closeGate();
+    engineB.closeGate();
+    try {
+      // A large body (over the 2 KiB threshold) also takes the worker-pool path.
+      const system = "You are terse. ".repeat(300);
+      const res = await post(
+        "/v1/chat/completions",
+        JSON.stringify({
+          model: "llama-8b",
+          stream: true,
+          messages: [
+            { role: "system", content: system },
+            { role: "user", content: "go" },
+          ],
+        }),
+      );
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toBe("text/event-stream");
+      const engine = res.headers.get("x-llmgw-replica") === "llama-0" ? engineA : engineB;
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const received: Uint8Array[] = [];
+      const first = await reader.read();
+      received.push(first.value as Uint8Array);
+      // The engine is still holding the rest of the stream at its gate: the first chunk came
+      // through on its own, not buffered with the others.
+      expect(engine.held()).toBe(1);
+      expect(Buffer.from(first.value as Uint8Array).toString()).toMatch(/^data: .*tok0/);
+      engine.openGate();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        received.push(value);
+      }
+      const sent = Buffer.concat(engine.written[engine.written.length - 1] ?? []);
+      expect(Buffer.concat(received).equals(sent)).toBe(true);
+      expect(
+        metrics.of("decision").some((args) => (args[0] as { mode: string }).mode === "pool"),
+      ).toBe(true);
+    } finally {
+      engineA.openGate();
+      engineB.openGate();
+    }
+  });
+
+  it("aborting the client aborts the upstream request", async () => {
+    engineA.closeGate();
+    engineB.closeGate();
+    try {
+      const controller = new AbortController();
+      const res = await post(
+        "/v1/chat/completions",
+        JSON.stringify({
+          model: "llama-8b",
+          stream: true,
+          messages: [{ role: "user", content: "abort me" }],
+        }),
+      );
+      const engine = res.headers.get("x-llmgw-replica") === "llama-0" ? engineA : engineB;
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      await reader.read();
+      const rec = engine.received[engine.received.length - 1];
+      expect(rec?.aborted).toBe(false);
+      controller.abort();
+      await reader.cancel();
+      await waitFor(() => rec?.aborted === true, 5000, "the engine to see the abort");
+      await waitFor(() => metrics.of("clientDisconnect").length > 0, 5000, "a disconnect metric");
+    } finally {
+      engineA.openGate();
+      engineB.openGate();
+    }
+  });
+});
+
+describe("router: refusals answer with OpenAI error bodies", () => {
+  const chat = (model: string) =>
+    JSON.stringify({ model, messages: [{ role: "user", content: "x" }] });
+
+  it.each([
+    {
+      name: "missing key",
+      send: () =>
+        fetch(`${router.url}/v1/chat/completions`, { method: "POST", body: chat("llama-8b") }),
+      status: 401,
+      code: "invalid_api_key",
+      message: "Missing API key: send `Authorization: Bearer <key>`.",
+      param: null,
+    },
+    {
+      name: "bad key",
+      send: () =>
+        post("/v1/chat/completions", chat("llama-8b"), { authorization: "Bearer sk-nope" }),
+      status: 401,
+      code: "invalid_api_key",
+      message: "Incorrect API key provided.",
+      param: null,
+    },
+    {
+      name: "unknown model",
+      send: () => post("/v1/chat/completions", chat("gpt-17")),
+      status: 404,
+      code: "model_not_found",
+      message: "The model `gpt-17` does not exist or you do not have access to it.",
+      param: "model",
+    },
+    {
+      name: "malformed JSON",
+      send: () => post("/v1/chat/completions", '{"model": "llama-8b", '),
+      status: 400,
+      code: "invalid_request",
+      message: expect.stringMatching(/^request body is not valid JSON: /),
+      param: null,
+    },
+    {
+      name: "missing model",
+      send: () => post("/v1/completions", '{"prompt": "x"}'),
+      status: 400,
+      code: "invalid_request",
+      message: "`model` must be a non-empty string of at most 256 characters",
+      param: "model",
+    },
+    {
+      name: "oversize body",
+      send: () =>
+        post(
+          "/v1/chat/completions",
+          JSON.stringify({ model: "llama-8b", prompt: "x".repeat(70_000) }),
+        ),
+      status: 413,
+      code: "request_too_large",
+      message: "request body exceeds the limit of 65536 bytes",
+      param: null,
+    },
+    {
+      name: "no ready replica",
+      send: () => post("/v1/chat/completions", chat("broken-model")),
+      status: 503,
+      code: "no_ready_replica",
+      message: "no ready replica for model broken-model",
+      param: null,
+    },
+    {
+      name: "model loading",
+      send: () => post("/v1/chat/completions", chat("warming-model")),
+      status: 503,
+      code: "model_loading",
+      message: "model warming-model is loading; retry shortly",
+      param: null,
+    },
+    {
+      name: "unknown path",
+      send: () => post("/v1/fine_tuning/jobs", "{}"),
+      status: 404,
+      code: "unknown_url",
+      message: "Unknown request URL: POST /v1/fine_tuning/jobs.",
+      param: null,
+    },
+  ])("$name → $status $code", async ({ send, status, code, message, param }) => {
+    const res = await send();
+    expect(res.status).toBe(status);
+    expect(res.headers.get("content-type")).toBe("application/json");
+    expect(await res.json()).toEqual({
+      error: { message, type: expect.any(String), code, param },
+    });
+  });
+
+  it("surfaces a refusal as the client's typed error", async () => {
+    await expect(
+      client.chat.completions.create({
+        model: "gpt-17",
+        messages: [{ role: "user", content: "x" }],
+      }),
+    ).rejects.toMatchObject({ status: 404, code: "model_not_found" });
+  });
+
+  it("answers 429 with Retry-After once a key exceeds its rpm", async () => {
+    const send = () =>
+      post("/v1/chat/completions", chat("llama-8b"), { authorization: `Bearer ${LIMITED_KEY}` });
+    const statuses: number[] = [];
+    let retryAfter: string | null = null;
+    for (let i = 0; i < 3; i++) {
+      const res = await send();
+      statuses.push(res.status);
+      if (res.status === 429) {
+        retryAfter = res.headers.get("retry-after");
+        expect((await res.json()).error.code).toBe("rate_limit_exceeded");
+      } else {
+        await res.arrayBuffer();
+      }
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+    expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
+  });
+
+  it("refuses an oversize head with 431", async () => {
+    const res = await post("/v1/chat/completions", chat("llama-8b"), {
+      "x-big": "y".repeat(20_000),
+    });
+    expect(res.status).toBe(431);
+  });
+});
