@@ -116,7 +116,7 @@ function modelFor(gpuClass: string): SimulatedGpuModel | { name: string; memoryT
   if (known) return known;
   const [model = "gpu", gib = "1g"] = gpuClass.split("-");
   return {
-    name: `Simulated ${model.toUpperCase()}`,
+    name: `NVIDIA ${model.toUpperCase()}`,
     memoryTotalMiB: Number.parseInt(gib, 10) * 1024,
   };
 }
