@@ -337,11 +337,21 @@ export type ParseDeploymentSpecResult =
 export function parseDeploymentSpec(input: unknown): ParseDeploymentSpecResult {
   const result = deploymentSpecSchema.safeParse(input);
   if (result.success) return { ok: true, spec: result.data };
-  const issues: DeploymentSpecIssue[] = result.error.issues.map((issue) => ({
-    field: formatPath(issue.path),
-    message: issue.message,
-    value: valueAt(input, issue.path),
-  }));
+  const issues: DeploymentSpecIssue[] = result.error.issues.flatMap((issue) =>
+    issue.code === "unrecognized_keys"
+      ? issue.keys.map((key) => ({
+          field: formatPath([...issue.path, key]),
+          message: "unknown field (not in llmgw.v1.Deployment)",
+          value: valueAt(input, [...issue.path, key]),
+        }))
+      : [
+          {
+            field: formatPath(issue.path),
+            message: issue.message,
+            value: valueAt(input, issue.path),
+          },
+        ],
+  );
   const summary = issues
     .map((i) => `${i.field || "(spec)"}: ${i.message} (got ${preview(i.value)})`)
     .join("; ");

@@ -1,0 +1,260 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { ibH100Node } from "../test/fixtures/inventories.js";
+import { buildLaunchSpec } from "./build-launch-spec.js";
+import {
+  deploymentGpusPerReplica,
+  ENGINES,
+  type EngineName,
+  OWNED_FLAGS,
+  ownedFlagIn,
+  parseDeploymentSpec,
+  parseDeploymentSpecOrThrow,
+} from "./deployment-spec.js";
+
+const base = { name: "llama-8b", model: "meta-llama/Llama-3.1-8B-Instruct", engine: "vllm" };
+
+describe("parseDeploymentSpec", () => {
+  it("fills the proto's implicit defaults", () => {
+    expect(parseDeploymentSpecOrThrow(base)).toEqual({
+      ...base,
+      servedModelName: "llama-8b",
+      tensorParallel: 1,
+      pipelineParallel: 1,
+      replicas: 1,
+      extraArgs: [],
+      env: {},
+      routingPolicy: "llmgw",
+      priority: 0,
+      allowPreemption: false,
+      revision: 0,
+      trustRemoteCode: false,
+    });
+  });
+
+  it("takes protobuf-JSON uint64 strings and an empty gpuClass as unset", () => {
+    const spec = parseDeploymentSpecOrThrow({
+      ...base,
+      modelSizeBytes: "16060522496",
+      revision: "7",
+      gpuClass: "",
+    });
+    expect([spec.modelSizeBytes, spec.revision, spec.gpuClass]).toEqual([
+      16060522496,
+      7,
+      undefined,
+    ]);
+  });
+
+  it.each([
+    ["/models/Qwen3-8B-FP8", true],
+    ["Qwen/Qwen2.5-0.5B-Instruct", true],
+    ["/var/cache/llmgw/models/tiny-25m.Q8_0.gguf", true],
+    ["hf.co/org/model:main", true],
+    ["-m", false],
+    ["--trust-remote-code", false],
+    ["model with space", false],
+    ["model;rm -rf /", false],
+    ["$(id)", false],
+    ["model\nINFO fake log line", false],
+    ["", false],
+  ])("model %j is accepted: %s", (model, ok) => {
+    expect(parseDeploymentSpec({ ...base, model }).ok).toBe(ok);
+  });
+
+  it.each([
+    { engine: "vllm", arg: "--max-num-seqs", owned: undefined },
+    { engine: "vllm", arg: "16", owned: undefined },
+    { engine: "vllm", arg: "-1", owned: undefined },
+    { engine: "vllm", arg: "--enable-prefix-caching", owned: undefined },
+    { engine: "vllm", arg: "--quantization-param-path=/x", owned: undefined },
+    { engine: "vllm", arg: "--port", owned: "--port" },
+    { engine: "vllm", arg: "--port=9", owned: "--port" },
+    { engine: "vllm", arg: "--tensor_parallel_size=4", owned: "--tensor-parallel-size" },
+    { engine: "vllm", arg: "--tensor-par", owned: "--tensor-parallel-size" },
+    { engine: "vllm", arg: "-tp", owned: "-tp" },
+    { engine: "vllm", arg: "-tp8", owned: "-tp" },
+    { engine: "vllm", arg: "-q=fp8", owned: "-q" },
+    { engine: "vllm", arg: "--headless", owned: "--headless" },
+    { engine: "vllm", arg: "--master-addr=1.2.3.4", owned: "--master-addr" },
+    { engine: "sglang", arg: "--tp", owned: "--tp-size" },
+    { engine: "sglang", arg: "--dist-init-addr", owned: "--dist-init-addr" },
+    { engine: "sglang", arg: "--nccl-init-addr=h:1", owned: "--nccl-init-addr" },
+    { engine: "sglang", arg: "--base-gpu-id", owned: "--base-gpu-id" },
+    { engine: "sglang", arg: "--schedule-policy", owned: undefined },
+    { engine: "llamacpp", arg: "-ngl", owned: "-ngl" },
+    { engine: "llamacpp", arg: "--ctx-size=9", owned: "--ctx-size" },
+    { engine: "llamacpp", arg: "-m", owned: "-m" },
+    { engine: "llamacpp", arg: "--flash-attn", owned: undefined },
+    { engine: "sim", arg: "--node-rank=3", owned: "--node-rank" },
+    { engine: "sim", arg: "--load-seconds", owned: undefined },
+  ] as const)("$engine extra arg $arg sets owned flag $owned", (c) => {
+    expect(ownedFlagIn(c.engine, c.arg)).toBe(c.owned);
+  });
+
+  it("reports every bad field, naming it and echoing the value", () => {
+    const result = parseDeploymentSpec({
+      name: "Llama_8B",
+      model: "-x",
+      engine: "vllm",
+      tensorParallel: 0,
+      extraArgs: ["--max-num-seqs", "8", "--host=1.2.3.4", "ok\u0000"],
+      env: {
+        HF_TOKEN: "hf_secret",
+        lower: "x",
+        CUDA_VISIBLE_DEVICES: "0",
+        NCCL_DEBUG: "INFO",
+        LLMGW_X: "1",
+      },
+      extra: true,
+    });
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.error.code).toBe("LLMGW_ENGINES_INVALID_SPEC");
+    expect(result.error.issues.map((i) => [i.field, i.value])).toEqual([
+      ["name", "Llama_8B"],
+      ["model", "-x"],
+      ["tensorParallel", 0],
+      ["extraArgs[3]", "ok\u0000"],
+      ["extra", true],
+      ["extraArgs[2]", "--host=1.2.3.4"],
+      ["env.HF_TOKEN", "hf_secret"],
+      ["env.lower", "x"],
+      ["env.CUDA_VISIBLE_DEVICES", "0"],
+      ["env.LLMGW_X", "1"],
+    ]);
+    expect(result.error.message).toContain("name: name must be a DNS label");
+  });
+
+  it("checks extra args and env once the shape is right", () => {
+    const result = parseDeploymentSpec({
+      ...base,
+      extraArgs: ["--max-num-seqs", "8", "--host=1.2.3.4"],
+      env: {
+        HF_TOKEN: "hf_secret",
+        lower: "x",
+        CUDA_VISIBLE_DEVICES: "0",
+        NCCL_DEBUG: "INFO",
+        LLMGW_X: "1",
+        A: "x\ny",
+      },
+    });
+    expect(result.ok ? [] : result.error.issues).toEqual([
+      {
+        field: "extraArgs[2]",
+        value: "--host=1.2.3.4",
+        message: '"--host=1.2.3.4" would set --host, which llmgw owns for vllm',
+      },
+      {
+        field: "env.HF_TOKEN",
+        value: "hf_secret",
+        message: expect.stringContaining("agent's environment file"),
+      },
+      { field: "env.lower", value: "x", message: "env key must match ^[A-Z_][A-Z0-9_]*$" },
+      {
+        field: "env.CUDA_VISIBLE_DEVICES",
+        value: "0",
+        message: expect.stringContaining("is set by llmgw"),
+      },
+      { field: "env.LLMGW_X", value: "1", message: expect.stringContaining("is set by llmgw") },
+      { field: "env.A", value: "x\ny", message: "env value must not contain control characters" },
+    ]);
+  });
+
+  it.each([
+    { name: "a".repeat(63), ok: true },
+    { name: "a".repeat(64), ok: false },
+    { name: "-a", ok: false },
+    { name: "a-", ok: false },
+    { name: "a-b-0", ok: true },
+  ])("name $name ok=$ok", ({ name, ok }) => {
+    expect(parseDeploymentSpec({ ...base, name }).ok).toBe(ok);
+  });
+
+  it.each([
+    { spec: { engine: "vllm", tensorParallel: 8, pipelineParallel: 2 }, gpus: 16 },
+    { spec: { engine: "sim", tensorParallel: 4 }, gpus: 4 },
+    { spec: { engine: "llamacpp" }, gpus: 0 },
+    { spec: { engine: "llamacpp", gpusPerReplica: 1 }, gpus: 1 },
+  ])("deploymentGpusPerReplica($spec) = $gpus", (c) => {
+    expect(deploymentGpusPerReplica(parseDeploymentSpecOrThrow({ ...base, ...c.spec }))).toBe(
+      c.gpus,
+    );
+  });
+
+  it("refuses gpusPerReplica that contradicts TP × PP, and llama.cpp TP", () => {
+    const r1 = parseDeploymentSpec({ ...base, tensorParallel: 2, gpusPerReplica: 3 });
+    const r2 = parseDeploymentSpec({ ...base, engine: "llamacpp", tensorParallel: 2 });
+    expect(r1.ok ? undefined : r1.error.issues[0]?.field).toBe("gpusPerReplica");
+    expect(r2.ok ? undefined : r2.error.issues[0]?.field).toBe("tensorParallel");
+  });
+});
+
+// Every flag llmgw itself emits, per engine: anything else starting with "-" in llmgw's part of
+// argv would be a user string in flag position.
+const EMITTED: Record<EngineName, ReadonlySet<string>> = {
+  vllm: new Set(OWNED_FLAGS.vllm),
+  sglang: new Set(OWNED_FLAGS.sglang),
+  llamacpp: new Set(["-m", "--host", "--port", "--alias", "-c", "-np", "-t", "--metrics", "-ngl"]),
+  sim: new Set(OWNED_FLAGS.sim),
+};
+
+describe("property: no unvalidated user string in flag position", () => {
+  const userString = fc.oneof(
+    fc.string({ maxLength: 24 }),
+    fc.constantFrom(
+      "--port",
+      "--port=1",
+      "-tp8",
+      "--tensor_parallel_size",
+      "--host",
+      "-m",
+      "--tp",
+      "--headless",
+      "-ngl",
+      "--hos",
+    ),
+    fc.stringMatching(/^-{1,2}[a-z_-]{1,20}(=[0-9]{1,3})?$/),
+  );
+  it("argv = command, llmgw flags with user values only in value slots, then extra args none of which set an owned flag", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          engine: fc.constantFrom(...ENGINES),
+          model: userString,
+          servedModelName: userString,
+          quantization: userString,
+          dtype: userString,
+          extraArgs: fc.array(userString, { maxLength: 6 }),
+        }),
+        (raw) => {
+          const parsed = parseDeploymentSpec({
+            name: "m",
+            ...raw,
+            ...(raw.engine === "llamacpp" ? { quantization: undefined, dtype: undefined } : {}),
+          });
+          if (!parsed.ok) return;
+          const spec = parsed.spec;
+          const ls = buildLaunchSpec({
+            deployment: spec,
+            placement: { rank: 0, nnodes: 1, gpuIndices: [0] },
+            ports: { api: 8000 },
+            node: ibH100Node("n", "10.0.0.1"),
+          });
+          const commandLength = { vllm: 2, sglang: 3, llamacpp: 1, sim: 2 }[spec.engine];
+          const own = ls.argv.slice(commandLength, ls.argv.length - spec.extraArgs.length);
+          const extra = ls.argv.slice(ls.argv.length - spec.extraArgs.length);
+          expect(extra).toEqual(spec.extraArgs);
+          for (const token of own) {
+            if (token.startsWith("-")) expect(EMITTED[spec.engine].has(token), token).toBe(true);
+          }
+          for (const value of [spec.model, spec.servedModelName, spec.quantization, spec.dtype]) {
+            if (value !== undefined) expect(value.startsWith("-")).toBe(false);
+          }
+          for (const token of extra) expect(ownedFlagIn(spec.engine, token)).toBeUndefined();
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
