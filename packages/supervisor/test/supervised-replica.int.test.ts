@@ -1,0 +1,201 @@
+import {
+  createSupervisedReplica,
+  createSupervisor,
+  type ProbeOutcome,
+  type ReplicaTransition,
+} from "@llmgw/supervisor";
+import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
+import { afterEach, describe, expect, it } from "vitest";
+import { engineSpec, freePort, isAlive, tempDir, waitFor } from "./helpers.js";
+
+const cleanups: (() => void | Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function setup(clock?: ManualClock) {
+  const { dir, cleanup } = tempDir("llmgw-replica-");
+  cleanups.push(cleanup);
+  const logger = new RecordingLogger();
+  const supervisor = createSupervisor({
+    stateDir: `${dir}/state`,
+    logger,
+    logPollIntervalMs: 50,
+    stopPollIntervalMs: 20,
+    ...(clock === undefined ? {} : { clock }),
+  });
+  return { dir, supervisor, logger };
+}
+
+function record(replica: { subscribe(l: (t: ReplicaTransition) => void): () => void }) {
+  const transitions: ReplicaTransition[] = [];
+  replica.subscribe((t) => transitions.push(t));
+  return transitions;
+}
+
+const path = (ts: readonly ReplicaTransition[]) => ts.map((t) => t.to);
+
+describe("SupervisedReplica", () => {
+  it("crash → restart with exponential backoff on an injected clock, then failed with the tail", async () => {
+    const clock = new ManualClock();
+    const { dir, supervisor, logger } = setup(clock);
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "crashy",
+      spec: engineSpec(dir, "crashy", ["--lines", "2", "--exit-after", "50", "--exit-code", "3"]),
+      probe: async () => "starting",
+      restartPolicy: {
+        initialDelayMs: 1000,
+        factor: 2,
+        maxDelayMs: 10_000,
+        stablePeriodMs: 60_000,
+        maxQuickFailures: 3,
+      },
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    const transitions = record(replica);
+
+    await replica.start();
+    await waitFor("first exit", () => replica.state === "exited");
+    expect(transitions.at(-1)?.reason).toBe(
+      "exited unexpectedly (code=3 signal=null); restarting in 1000 ms",
+    );
+    expect(clock.nextDelayMs()).toBe(1000);
+    clock.advance(999);
+    expect(replica.state).toBe("exited");
+    clock.advance(1);
+    await waitFor("second start", () => replica.state === "starting");
+
+    await waitFor("second exit", () => replica.state === "exited");
+    expect(transitions.at(-1)?.reason).toBe(
+      "exited unexpectedly (code=3 signal=null); restarting in 2000 ms",
+    );
+    clock.advance(2000);
+    await waitFor("third start", () => replica.state === "starting");
+
+    await waitFor("failed", () => replica.state === "failed");
+    expect(path(transitions)).toEqual([
+      "starting",
+      "exited",
+      "starting",
+      "exited",
+      "starting",
+      "exited",
+      "failed",
+    ]);
+    expect(replica.failure?.reason).toBe(
+      "restart policy gave up: 3 consecutive runs shorter than 60000 ms",
+    );
+    expect(replica.failure?.tail).toContain("engine exiting with 3");
+    expect(replica.failure?.tail).toContain("line 1");
+    expect(transitions.at(-1)?.tail).toEqual(replica.failure?.tail);
+    expect(
+      logger.lines.filter((l) => l.message.startsWith("replica ")).map((l) => l.message),
+    ).toEqual([
+      "replica exited → starting",
+      "replica starting → exited",
+      "replica exited → starting",
+      "replica starting → exited",
+      "replica exited → starting",
+      "replica starting → exited",
+      "replica exited → failed",
+    ]);
+  });
+
+  it("starting → loading → ready against a real HTTP engine, then stop → exited", async () => {
+    const { dir, supervisor } = setup();
+    const port = await freePort();
+    const probe = async (): Promise<ProbeOutcome> => {
+      try {
+        const health = await fetch(`http://127.0.0.1:${port}/health`, {
+          signal: AbortSignal.timeout(1000),
+        });
+        if (!health.ok) return "starting";
+        const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as {
+          data: { id: string }[];
+        };
+        return models.data.some((m) => m.id === "m1") ? "ready" : "loading";
+      } catch {
+        return "starting";
+      }
+    };
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "http",
+      spec: engineSpec(dir, "http", ["--port", String(port), "--model", "m1", "--load-ms", "600"]),
+      probe,
+      probeIntervalMs: 50,
+      loadingDeadlineMs: 20_000,
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    const transitions = record(replica);
+    await replica.start();
+    await waitFor("ready", () => replica.state === "ready");
+    const pid = replica.handle!.pid;
+    const report = await replica.stop();
+    expect(path(transitions)).toEqual(["starting", "loading", "ready", "stopping", "exited"]);
+    expect(report).toMatchObject({ code: 0, forced: false });
+    expect(isAlive(pid)).toBe(false);
+  });
+
+  it("loading past the deadline → failed with the log tail, process stopped", async () => {
+    const { dir, supervisor } = setup();
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "slow",
+      spec: engineSpec(dir, "slow", ["--lines", "3"]),
+      probe: async () => "loading",
+      probeIntervalMs: 50,
+      loadingDeadlineMs: 800,
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    const transitions = record(replica);
+    await replica.start();
+    const pid = replica.handle!.pid;
+    await waitFor("failed", () => replica.state === "failed");
+    expect(path(transitions)).toEqual(["starting", "loading", "stopping", "failed"]);
+    expect(replica.failure?.reason).toBe("not ready within the loading deadline of 800 ms");
+    expect(replica.failure?.tail).toContain("line 2");
+    expect(isAlive(pid)).toBe(false);
+  });
+
+  it("after ready, N consecutive failed probes → unhealthy (no restart), recovery → ready", async () => {
+    const { dir, supervisor } = setup();
+    let outcome: ProbeOutcome = "ready";
+    let probes = 0;
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "flaky",
+      spec: engineSpec(dir, "flaky", []),
+      probe: async () => {
+        probes++;
+        if (outcome === "failed-probe") throw new Error("connection reset");
+        return outcome;
+      },
+      probeIntervalMs: 20,
+      unhealthyAfterFailures: 3,
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    const transitions = record(replica);
+    await replica.start();
+    await waitFor("ready", () => replica.state === "ready");
+    const pid = replica.handle!.pid;
+    const before = probes;
+    outcome = "failed-probe";
+    await waitFor("unhealthy", () => replica.state === "unhealthy");
+    expect(probes - before).toBeGreaterThanOrEqual(3);
+    expect(transitions.at(-1)?.reason).toBe("3 consecutive failed probes (last: failed-probe)");
+    outcome = "ready";
+    await waitFor("recovered", () => replica.state === "ready");
+    expect(replica.handle?.pid).toBe(pid);
+    expect(path(transitions)).toEqual(["starting", "ready", "unhealthy", "ready"]);
+  });
+});
