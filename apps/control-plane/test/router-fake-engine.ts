@@ -108,6 +108,8 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
           `data: ${JSON.stringify({ id: "x", object: chat ? "chat.completion.chunk" : "text_completion", created: 1, model, choices: [delta] })}\n\n`,
         );
         if (options.dieAfterChunks !== undefined && i + 1 >= options.dieAfterChunks) {
+          // Let the bytes already written leave before the "crash".
+          await new Promise((r) => setTimeout(r, 20));
           res.socket?.destroy();
           return;
         }

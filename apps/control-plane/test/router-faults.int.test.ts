@@ -1,0 +1,236 @@
+/**
+ * The router under failure and load, against real upstream servers on loopback: refused
+ * connections, engines dying mid-stream, full queues, expired waits, and prefix affinity that
+ * holds while a replica has room and yields when it does not.
+ */
+import {
+  createInMemoryApiKeyStore,
+  createStaticRouteTable,
+  type ReplicaRoute,
+  type RouteResolution,
+  type RoutingPolicy,
+} from "@llmgw/router";
+import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
+import OpenAI from "openai";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  type RouterServiceOptions,
+  type RunningRouterServer,
+  startRouterServer,
+} from "../src/router/index.js";
+import { type FakeEngine, refusedPort, startFakeEngine, waitFor } from "./router-fake-engine.js";
+
+const KEY = "sk-faults";
+const cleanups: (() => Promise<void>)[] = [];
+
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function engine(name: string, options: { gated?: boolean; dieAfterChunks?: number } = {}) {
+  const e = await startFakeEngine({ name, ...options });
+  cleanups.push(() => e.close());
+  return e;
+}
+
+async function routerFor(
+  replicas: ReplicaRoute[],
+  options: RouterServiceOptions = {},
+  policy: RoutingPolicy = "llmgw",
+): Promise<{ router: RunningRouterServer; metrics: RecordingRouterMetrics; client: OpenAI }> {
+  const metrics = createRecordingRouterMetrics();
+  const routes: Record<string, RouteResolution> = {
+    m: { deployment: "m", policy, loading: false, replicas },
+  };
+  const router = await startRouterServer({
+    routeTable: createStaticRouteTable(routes),
+    apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+    metrics,
+    options: { analyzer: { pool: false }, ...options },
+  });
+  cleanups.push(() => router.close());
+  const client = new OpenAI({ apiKey: KEY, baseURL: `${router.url}/v1`, maxRetries: 0 });
+  return { router, metrics, client };
+}
+
+const ready = (id: string, baseUrl: string, capacity = 8): ReplicaRoute => ({
+  id,
+  baseUrl,
+  state: "ready",
+  capacity,
+});
+
+function send(router: RunningRouterServer, content: string, extra: Record<string, unknown> = {}) {
+  return fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content }], ...extra }),
+  });
+}
+
+describe("router faults", () => {
+  it("retries a refused connection once on the next replica and opens the circuit", async () => {
+    const live = await engine("live");
+    const deadPort = await refusedPort();
+    const { router, metrics } = await routerFor(
+      [ready("dead", `http://127.0.0.1:${deadPort}`), ready("live", live.url)],
+      { picker: { health: { failureThreshold: 2, cooldownMs: 60_000 } } },
+      "round-robin",
+    );
+    const served: (string | null)[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await send(router, `q${i}`);
+      expect(res.status).toBe(200);
+      served.push(res.headers.get("x-llmgw-replica"));
+      await res.arrayBuffer();
+    }
+    expect(served).toEqual(Array(6).fill("live"));
+    expect(metrics.of("upstreamError")).toContainEqual(["dead", "connect"]);
+    expect(metrics.of("circuitState")).toContainEqual(["dead", "open"]);
+    // Once the circuit is open the dead replica is skipped: exactly two attempts hit it.
+    expect(metrics.of("retry")).toHaveLength(2);
+    expect(live.received).toHaveLength(6);
+  });
+
+  it("answers 502 when every replica refuses", async () => {
+    const { router } = await routerFor([ready("dead", `http://127.0.0.1:${await refusedPort()}`)]);
+    const res = await send(router, "anyone?");
+    expect(res.status).toBe(502);
+    expect((await res.json()).error).toMatchObject({ code: "upstream_unavailable" });
+  });
+
+  it("ends a stream with an SSE error event when the engine dies mid-stream", async () => {
+    const dying = await engine("dying", { dieAfterChunks: 2 });
+    const { router, metrics, client } = await routerFor([ready("dying", dying.url)]);
+    const res = await send(router, "tell me", { stream: true });
+    expect(res.status).toBe(200);
+    const text = await res.text(); // resolves: the client is not left hanging
+    const events = text.split("\n\n").filter((e) => e !== "");
+    expect(events).toHaveLength(3);
+    expect(events[0]).toContain("tok0");
+    expect(events[1]).toContain("tok1");
+    expect(JSON.parse((events[2] as string).replace(/^data: /, ""))).toEqual({
+      error: {
+        message: expect.stringMatching(
+          /^replica dying failed mid-stream \(.+\); the response is incomplete$/,
+        ),
+        type: "upstream_error",
+        code: "upstream_unavailable",
+        param: null,
+      },
+    });
+    expect(metrics.of("upstreamError")).toContainEqual(["dying", "reset_mid_body"]);
+    const stream = await client.chat.completions.create({
+      model: "m",
+      messages: [{ role: "user", content: "again" }],
+      stream: true,
+    });
+    const seen: string[] = [];
+    await expect(
+      (async () => {
+        for await (const chunk of stream) seen.push(chunk.choices[0]?.delta.content ?? "");
+      })(),
+    ).rejects.toThrow(/failed mid-stream/);
+    expect(seen).toEqual(["tok0 ", "tok1 "]);
+  });
+
+  it("queues beyond capacity, answers 429 with Retry-After when the queue is full, then drains", async () => {
+    const slow = await engine("slow", { gated: true });
+    const { router, metrics } = await routerFor([ready("slow", slow.url, 1)], {
+      maxQueueLength: 1,
+      queueTimeoutMs: 30_000,
+    });
+    const first = send(router, "one");
+    await waitFor(() => slow.held() === 1, 5000, "the first request to reach the engine");
+    const second = send(router, "two");
+    await waitFor(
+      () => metrics.of("queueDepth").some((a) => a[1] === 1),
+      5000,
+      "the second to queue",
+    );
+    const third = await send(router, "three");
+    expect(third.status).toBe(429);
+    expect(third.headers.get("retry-after")).toBe("1");
+    expect((await third.json()).error.code).toBe("queue_full");
+    slow.openGate();
+    const [r1, r2] = await Promise.all([first, second]);
+    expect([r1.status, r2.status]).toEqual([200, 200]);
+    expect(metrics.of("rejected")).toContainEqual(["m", "queue_full"]);
+    expect(metrics.of("queueWait")).toHaveLength(1);
+  });
+
+  it("answers 429 queue_timeout when the wait expires", async () => {
+    const slow = await engine("slow", { gated: true });
+    const { router } = await routerFor([ready("slow", slow.url, 1)], { queueTimeoutMs: 150 });
+    const first = send(router, "one");
+    await waitFor(() => slow.held() === 1, 5000, "the first request to reach the engine");
+    const second = await send(router, "two");
+    expect(second.status).toBe(429);
+    expect(Number(second.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect((await second.json()).error.code).toBe("queue_timeout");
+    slow.openGate();
+    expect((await first).status).toBe(200);
+  });
+});
+
+describe("prefix affinity", () => {
+  const system = "You are the support bot of ACME. Policy: be kind, cite sources. ".repeat(130);
+  const ask = (router: RunningRouterServer, question: string) =>
+    fetch(`${router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "m",
+        messages: [
+          { role: "system", content: system },
+          { role: "user", content: question },
+        ],
+      }),
+    });
+
+  it("keeps a shared system prompt on one replica while it has room, spreads when it is loaded", async () => {
+    const a = await engine("a", { gated: true });
+    const b = await engine("b", { gated: true });
+    const { router, metrics } = await routerFor([ready("a", a.url, 4), ready("b", b.url, 4)]);
+    a.openGate();
+    b.openGate();
+    const sequential: (string | null)[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await ask(router, `question ${i}`);
+      sequential.push(res.headers.get("x-llmgw-replica"));
+      await res.arrayBuffer();
+    }
+    expect(new Set(sequential).size).toBe(1);
+    const decisions = metrics
+      .of("decision")
+      .map((x) => x[0] as { prefixBlocks: number; chainLength: number });
+    expect(decisions[0]?.chainLength).toBeGreaterThanOrEqual(8);
+    expect(decisions.slice(1).every((d) => d.prefixBlocks >= 8)).toBe(true);
+
+    // Now a burst of 6 held requests: the favoured replica gives up its claim at 3/4 busy.
+    a.closeGate();
+    b.closeGate();
+    const burst = Array.from({ length: 6 }, (_, i) => ask(router, `burst ${i}`));
+    await waitFor(() => a.held() + b.held() === 6, 5000, "the burst to reach the engines");
+    const [favoured, other] = sequential[0] === "a" ? [a, b] : [b, a];
+    expect(favoured.held()).toBe(3);
+    expect(other.held()).toBe(3);
+    a.openGate();
+    b.openGate();
+    const statuses = (await Promise.all(burst)).map((r) => r.status);
+    expect(statuses).toEqual(Array(6).fill(200));
+  });
+
+  it.each(["round-robin", "least-loaded"] as const)("%s ignores the prefix", async (policy) => {
+    const a = await engine("a");
+    const b = await engine("b");
+    const { router } = await routerFor([ready("a", a.url, 4), ready("b", b.url, 4)], {}, policy);
+    const served: (string | null)[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await ask(router, `q ${i}`);
+      served.push(res.headers.get("x-llmgw-replica"));
+      await res.arrayBuffer();
+    }
+    expect(new Set(served)).toEqual(new Set(["a", "b"]));
+  });
+});
