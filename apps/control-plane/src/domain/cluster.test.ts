@@ -1,0 +1,317 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { GpuReadingSchema, NodeState, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
+import { schedule } from "@llmgw/scheduler";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { inventoryToProto } from "../convert/inventory.js";
+import { openSqliteStore } from "../store/sqlite-store.js";
+import type { ClusterStore } from "../store/types.js";
+import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { Cluster } from "./cluster.js";
+
+let dir: string;
+let store: ClusterStore;
+let clock: ManualClock;
+
+const INTERVAL = 1_000;
+function newCluster(): Cluster {
+  return new Cluster({
+    store,
+    schedule,
+    clock,
+    heartbeatIntervalMs: INTERVAL,
+    unreachableAfterMs: 3 * INTERVAL,
+    nodeLostAfterMs: 10_000,
+    rendezvousPortMin: 29_500,
+    rendezvousPortMax: 29_999,
+  });
+}
+
+function join_(
+  cluster: Cluster,
+  hostname: string,
+  sim: string,
+  address: string,
+  previousNodeId?: string,
+) {
+  return cluster.register({
+    inventory: inventoryToProto(
+      simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
+    ),
+    advertiseAddress: address,
+    previousNodeId,
+    replicas: [],
+  });
+}
+
+const spec = (input: Record<string, unknown>) =>
+  parseDeploymentSpecOrThrow({
+    engine: "vllm",
+    model: "org/model",
+    gpuClass: "h100-80g",
+    ...input,
+  });
+
+const placedOn = (cluster: Cluster, deployment: string) =>
+  cluster
+    .placements()
+    .filter((p) => p.deployment === deployment)
+    .flatMap((p) => p.ranks.map((r) => r.nodeId))
+    .sort();
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-cluster-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+  clock = createManualClock();
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("Cluster", () => {
+  it("places a deployment and hands each node its desired set with GPU uuids", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    const b = join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
+    const before = cluster.desiredSet(a.nodeId).generation;
+    const { status, changed } = cluster.applyDeployment(
+      spec({ name: "chat", replicas: 2, tensorParallel: 2 }),
+    );
+    expect(changed).toBe(true);
+    expect(status.replicas.map((r) => r.replicaId)).toEqual(["chat-0", "chat-1"]);
+    expect(placedOn(cluster, "chat")).toEqual([a.nodeId, b.nodeId].sort());
+    const desired = cluster.desiredSet(a.nodeId);
+    expect(desired.generation).toBeGreaterThan(before);
+    expect(desired.assignments).toHaveLength(1);
+    const [assignment] = desired.assignments;
+    expect(assignment?.gpuIndices).toEqual([0, 1]);
+    expect(assignment?.gpuUuids.every((u) => u.startsWith("GPU-"))).toBe(true);
+    expect(assignment?.deployment?.revision).toBe(1n);
+    expect(assignment?.world?.nnodes).toBe(1);
+    // Applying the same spec again changes nothing.
+    expect(
+      cluster.applyDeployment(spec({ name: "chat", replicas: 2, tensorParallel: 2 })).changed,
+    ).toBe(false);
+    expect(cluster.desiredSet(a.nodeId).generation).toBe(desired.generation);
+  });
+
+  it("gang-places a two-node replica on one fabric with a rendezvous port on rank 0", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g@ib-a", "10.0.0.1");
+    const b = join_(cluster, "node-b", "1xh100-80g@ib-a", "10.0.0.2");
+    cluster.applyDeployment(
+      spec({ name: "big", engine: "sim", tensorParallel: 2, nodesPerReplica: 2 }),
+    );
+    const [p] = cluster.placements();
+    expect(p?.ranks.map((r) => r.nodeId).sort()).toEqual([a.nodeId, b.nodeId].sort());
+    expect(p?.fabricId).toBe("ib-a");
+    expect(p?.rendezvousPort).toBe(29_500);
+    const rank0Node = p?.ranks[0]?.nodeId as string;
+    const rank0Address = rank0Node === a.nodeId ? "10.0.0.1" : "10.0.0.2";
+    for (const id of [a.nodeId, b.nodeId]) {
+      const [assignment] = cluster.desiredSet(id).assignments;
+      expect(assignment?.world).toMatchObject({ nnodes: 2, rank0Address, rendezvousPort: 29_500 });
+      expect(assignment?.world?.nodeIds).toEqual(p?.ranks.map((r) => r.nodeId));
+    }
+  });
+
+  it("keeps replicas on an unreachable node and moves them once it is lost", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat" }));
+    expect(placedOn(cluster, "chat")).toEqual([a.nodeId]);
+    const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+
+    clock.advance(3 * INTERVAL);
+    cluster.heartbeat(b.nodeId, { gpus: [], replicas: [], problems: [] });
+    cluster.tick();
+    expect(cluster.nodeState(a.nodeId)).toBe("unreachable");
+    expect(placedOn(cluster, "chat")).toEqual([a.nodeId]);
+
+    clock.advance(10_000);
+    cluster.heartbeat(b.nodeId, { gpus: [], replicas: [], problems: [] });
+    cluster.tick();
+    expect(cluster.nodeState(a.nodeId)).toBe("lost");
+    expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
+    const kinds = cluster.listEvents({ limit: 100 }).map((e) => `${e.kind} ${e.subject}`);
+    expect(kinds).toContain(`node.unreachable ${a.nodeId}`);
+    expect(kinds).toContain(`node.lost ${a.nodeId}`);
+    expect(kinds.indexOf(`node.unreachable ${a.nodeId}`)).toBeLessThan(
+      kinds.indexOf(`node.lost ${a.nodeId}`),
+    );
+
+    // The lost node comes back: ready again, but its old replica stays where it moved.
+    cluster.heartbeat(a.nodeId, { gpus: [], replicas: [], problems: [] });
+    expect(cluster.nodeState(a.nodeId)).toBe("ready");
+    expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
+  });
+
+  it("drains a node: cordoned, and its replicas move", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 2 }));
+    expect(placedOn(cluster, "chat")).toEqual([a.nodeId, a.nodeId]);
+    const b = join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
+    const node = cluster.drainNode("node-a");
+    expect(node.cordoned && node.draining).toBe(true);
+    expect(placedOn(cluster, "chat")).toEqual([b.nodeId, b.nodeId]);
+    expect(cluster.desiredSet(a.nodeId).assignments).toEqual([]);
+    cluster.uncordonNode(a.nodeId);
+    expect(cluster.getNode(a.nodeId).cordoned).toBe(false);
+  });
+
+  it("records why a deployment cannot be placed, and clears it when capacity arrives", () => {
+    const cluster = newCluster();
+    join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const status = cluster.applyDeployment(spec({ name: "big", tensorParallel: 2 })).status;
+    expect(status.replicas).toEqual([]);
+    expect(status.unschedulable.length).toBeGreaterThan(0);
+    expect(status.unschedulable[0]?.message).toMatch(/\d/);
+    join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
+    expect(cluster.deploymentStatus("big").unschedulable).toEqual([]);
+    expect(cluster.listEvents({ limit: 100 }).map((e) => e.kind)).toContain(
+      "deployment.unschedulable",
+    );
+  });
+
+  it("scales without bumping the revision and deletes", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "4xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    const scaled = cluster.scaleDeployment("chat", 3);
+    expect(scaled.replicas.map((r) => r.replicaId)).toEqual(["chat-0", "chat-1", "chat-2"]);
+    expect(scaled.spec?.revision).toBe(1n);
+    expect(cluster.scaleDeployment("chat", 1).replicas.map((r) => r.replicaId)).toHaveLength(1);
+    cluster.deleteDeployment("chat");
+    expect(cluster.desiredSet(a.nodeId).assignments).toEqual([]);
+    expect(() => cluster.deleteDeployment("chat")).toThrow(/no deployment named "chat"/);
+  });
+
+  it("aggregates reported states, exposes ready endpoints and surfaces failures", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat" }));
+    const status = (state: ReplicaState, extra: Record<string, unknown> = {}) =>
+      create(ReplicaStatusSchema, {
+        replicaId: "chat-0",
+        rank: 0,
+        state,
+        apiPort: 41_000,
+        ...extra,
+      });
+    cluster.heartbeat(a.nodeId, {
+      gpus: [],
+      replicas: [status(ReplicaState.LOADING)],
+      problems: [],
+    });
+    expect(cluster.hasLoadingReplicas("org/chat")).toBe(true);
+    expect(cluster.readyReplicas("org/chat")).toEqual([]);
+    cluster.heartbeat(a.nodeId, {
+      gpus: [],
+      replicas: [status(ReplicaState.READY, { load: { running: 3, kvCacheUsage: 0.5 } })],
+      problems: [],
+    });
+    expect(cluster.readyReplicas("org/chat")).toEqual([
+      {
+        replicaId: "chat-0",
+        deployment: "chat",
+        model: "org/chat",
+        endpoint: "10.0.0.1:41000",
+        state: "ready",
+        load: { running: 3, waiting: undefined, kvCacheUsage: 0.5, prefixCacheHitRate: undefined },
+        routingPolicy: "llmgw",
+        capacity: 64,
+      },
+    ]);
+    expect(cluster.readyModels()).toEqual(["org/chat"]);
+    cluster.heartbeat(a.nodeId, {
+      gpus: [],
+      replicas: [
+        status(ReplicaState.FAILED, { message: "exited 3 times", logTail: ["CUDA out of memory"] }),
+      ],
+      problems: [],
+    });
+    const d = cluster.deploymentStatus("chat");
+    expect(d.replicas[0]?.state).toBe(ReplicaState.FAILED);
+    expect(d.unschedulable.map((r) => r.message).join("\n")).toContain("CUDA out of memory");
+    const failed = cluster.listEvents({ limit: 100 }).find((e) => e.severity === "error");
+    expect(failed?.message).toContain("ready → failed");
+  });
+
+  it("moves a replica off a GPU that turned unhealthy", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat" }));
+    const before = cluster.placements()[0]?.ranks[0]?.gpuIndices[0] as number;
+    cluster.heartbeat(a.nodeId, {
+      gpus: [
+        create(GpuReadingSchema, {
+          index: before,
+          healthy: false,
+          healthProblems: [{ code: "X", message: "ECC" }],
+        }),
+      ],
+      replicas: [],
+      problems: [],
+    });
+    expect(cluster.placements()[0]?.ranks[0]?.gpuIndices).toEqual([before === 0 ? 1 : 0]);
+    expect(cluster.listEvents({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
+  });
+
+  it("survives a restart: same placements, rejoining nodes keep their identity", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 2 }));
+    const placements = cluster.placements();
+    const again = newCluster();
+    expect(again.placements()).toEqual(placements);
+    expect(again.nodeState(a.nodeId)).toBe("unreachable");
+    const back = join_(again, "node-a", "2xh100-80g", "10.0.0.1", a.nodeId);
+    expect(back).toMatchObject({ nodeId: a.nodeId, rejoined: true });
+    expect(again.desiredSet(a.nodeId).assignments.map((x) => x.replicaId)).toEqual([
+      "chat-0",
+      "chat-1",
+    ]);
+    expect(again.getNode(a.nodeId).state).toBe(NodeState.READY);
+  });
+
+  it("refuses revoked and unknown nodes and wrong credentials", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    expect(() => cluster.authenticateNode(a.nodeId, "nope")).toThrow(/wrong credential/);
+    cluster.authenticateNode(a.nodeId, a.nodeCredential);
+    cluster.revokeNode("node-a");
+    expect(() => cluster.authenticateNode(a.nodeId, a.nodeCredential)).toThrow(
+      /revoked by an operator/,
+    );
+    expect(() => cluster.authenticateNode("ghost", "x")).toThrow(/not known to this control plane/);
+    // A revoked id is not reused: the node joins as a new one.
+    expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a.nodeId).nodeId).not.toBe(a.nodeId);
+  });
+
+  it("manages API keys by hash", () => {
+    const cluster = newCluster();
+    const { key, secret } = cluster.createApiKey({
+      name: "app",
+      models: ["chat"],
+      requestsPerMinute: 60,
+    });
+    expect(secret.startsWith(key.prefix)).toBe(true);
+    expect(cluster.authenticateApiKey(secret)).toMatchObject({
+      name: "app",
+      models: ["chat"],
+      requestsPerMinute: 60,
+    });
+    expect(cluster.authenticateApiKey(`${secret}x`)).toBeUndefined();
+    expect(() => cluster.createApiKey({ name: "app", models: [] })).toThrow(/already exists/);
+    cluster.revokeApiKey("app");
+    expect(cluster.authenticateApiKey(secret)).toBeUndefined();
+    expect(cluster.listApiKeys()).toEqual([]);
+    expect(cluster.listApiKeys(true)).toHaveLength(1);
+  });
+});

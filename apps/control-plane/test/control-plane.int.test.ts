@@ -1,0 +1,314 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Engine, NodeState, ReplicaState } from "@llmgw/proto";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ControlPlane } from "../src/run.js";
+import { startControlPlane } from "../src/run.js";
+import { FakeAgent } from "../src/testing/fake-agent.js";
+import { adminClient, eventually, simAgent, startTestControlPlane, tempDir } from "./helpers.js";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const fn of cleanups.splice(0).reverse()) await fn();
+});
+
+async function setup(extra: { nodeLostAfterMs?: number } = {}) {
+  const tmp = tempDir();
+  cleanups.push(tmp.cleanup);
+  const cp = await startTestControlPlane(tmp.dir, extra);
+  cleanups.push(() => cp.close().then(() => {}));
+  return { cp, dir: tmp.dir, admin: adminClient(cp, cp.adminToken) };
+}
+
+/** Heartbeats every agent until stopped (like real agents would). */
+function keepBeating(agents: FakeAgent[], everyMs = 50): () => void {
+  let stopped = false;
+  const loop = async () => {
+    while (!stopped) {
+      await Promise.all(agents.map((a) => a.heartbeat().catch(() => undefined)));
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  };
+  void loop();
+  const stop = () => {
+    stopped = true;
+  };
+  cleanups.push(stop);
+  return stop;
+}
+
+async function expectConnectError(p: Promise<unknown>, code: Code, message: RegExp): Promise<void> {
+  const error = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(ConnectError);
+  expect((error as ConnectError).code).toBe(code);
+  expect((error as ConnectError).rawMessage).toMatch(message);
+}
+
+describe("control plane over Connect", () => {
+  it("places deployments on the right nodes and gang-places a two-node replica", async () => {
+    const { cp, admin } = await setup();
+    const a = simAgent(cp, "node-a", "1xh100-80g@ib-a");
+    const b = simAgent(cp, "node-b", "1xh100-80g@ib-a");
+    const c = simAgent(cp, "node-c", "1xl40s-45g");
+    for (const agent of [a, b, c]) await agent.register();
+
+    await admin.applyDeployment({
+      deployment: {
+        name: "small",
+        model: "org/small",
+        engine: Engine.VLLM,
+        gpuClass: "l40s-45g",
+        replicas: 1,
+      },
+    });
+    const applied = await admin.applyDeployment({
+      deployment: {
+        name: "big",
+        model: "org/big",
+        engine: Engine.SIM,
+        gpuClass: "h100-80g",
+        tensorParallel: 2,
+        nodesPerReplica: 2,
+        replicas: 1,
+      },
+    });
+    expect(applied.changed).toBe(true);
+    expect(applied.deployment?.replicas.map((r) => r.replicaId)).toEqual(["big-0"]);
+
+    await Promise.all([a.heartbeat(), b.heartbeat(), c.heartbeat()]);
+    expect(c.replicaIds()).toEqual(["small-0"]);
+    expect(a.replicaIds()).toEqual(["big-0"]);
+    expect(b.replicaIds()).toEqual(["big-0"]);
+    const ranks = [a.assignments[0], b.assignments[0]].map((x) => x?.rank).sort();
+    expect(ranks).toEqual([0, 1]);
+    const world = a.assignments[0]?.world;
+    expect(world).toMatchObject({ nnodes: 2, rank0Address: "127.0.0.1" });
+    expect(world?.rendezvousPort).toBeGreaterThan(0);
+    expect(a.assignments[0]?.fabricId).toBe("ib-a");
+
+    // Ranks report progress; the replica is as far as its least advanced rank.
+    const rank0 = a.assignments[0]?.rank === 0 ? a : b;
+    const rank1 = rank0 === a ? b : a;
+    rank0.report("big-0", 0, { state: ReplicaState.READY, apiPort: 41_234 });
+    rank1.report("big-0", 1, { state: ReplicaState.LOADING });
+    await Promise.all([a.heartbeat(), b.heartbeat()]);
+    let big = (await admin.getDeployment({ name: "big" })).deployment;
+    expect(big?.replicas[0]?.state).toBe(ReplicaState.LOADING);
+    rank1.report("big-0", 1, { state: ReplicaState.READY });
+    await rank1.heartbeat();
+    big = (await admin.getDeployment({ name: "big" })).deployment;
+    expect(big?.replicas[0]).toMatchObject({
+      state: ReplicaState.READY,
+      endpoint: "127.0.0.1:41234",
+    });
+    expect(big?.readyReplicas).toBe(1);
+    expect(cp.cluster.readyReplicas("big").map((r) => r.endpoint)).toEqual(["127.0.0.1:41234"]);
+
+    const status = await admin.getClusterStatus({});
+    expect(status).toMatchObject({
+      nodesTotal: 3,
+      nodesReady: 3,
+      gpusTotal: 3,
+      gpusAllocated: 3,
+      deploymentsTotal: 2,
+    });
+  });
+
+  it("marks a silent node unreachable, then lost, and moves its replicas", async () => {
+    const { cp, admin } = await setup({ nodeLostAfterMs: 600 });
+    const a = simAgent(cp, "node-a", "1xh100-80g");
+    await a.register();
+    await admin.applyDeployment({
+      deployment: {
+        name: "chat",
+        model: "m",
+        engine: Engine.VLLM,
+        replicas: 1,
+        gpuClass: "h100-80g",
+      },
+    });
+    await a.heartbeat();
+    expect(a.replicaIds()).toEqual(["chat-0"]);
+    const b = simAgent(cp, "node-b", "1xh100-80g");
+    await b.register();
+    keepBeating([b]);
+    // node-a stops heartbeating.
+    await eventually(async () => {
+      const node = (await admin.getNode({ node: "node-a" })).node;
+      return node?.state === NodeState.UNREACHABLE ? node : undefined;
+    });
+    // Unreachable: the replica stays where it runs.
+    expect((await admin.listReplicas({ deployment: "chat" })).replicas[0]?.ranks[0]?.nodeId).toBe(
+      a.nodeId,
+    );
+    await eventually(async () =>
+      (await admin.getNode({ node: "node-a" })).node?.state === NodeState.LOST ? true : undefined,
+    );
+    const moved = await eventually(() => (b.replicaIds().includes("chat-0") ? true : undefined));
+    expect(moved).toBe(true);
+    const events = (await admin.listEvents({ limit: 100 })).events.map((e) => e.kind);
+    expect(events.indexOf("node.unreachable")).toBeLessThan(events.indexOf("node.lost"));
+  });
+
+  it("drains a node and its replicas leave", async () => {
+    const { cp, admin } = await setup();
+    const a = simAgent(cp, "node-a", "2xh100-80g");
+    const b = simAgent(cp, "node-b", "2xh100-80g");
+    await a.register();
+    await admin.applyDeployment({
+      deployment: {
+        name: "chat",
+        model: "m",
+        engine: Engine.VLLM,
+        replicas: 2,
+        gpuClass: "h100-80g",
+      },
+    });
+    await b.register();
+    await a.heartbeat();
+    expect(a.replicaIds()).toEqual(["chat-0", "chat-1"]);
+    const drained = await admin.drainNode({ node: "node-a" });
+    expect(drained.node).toMatchObject({ cordoned: true, draining: true });
+    await Promise.all([a.heartbeat(), b.heartbeat()]);
+    expect(a.replicaIds()).toEqual([]);
+    expect(b.replicaIds()).toEqual(["chat-0", "chat-1"]);
+  });
+
+  it("keeps deployments, placements and node identities across a restart", async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    let cp: ControlPlane = await startTestControlPlane(tmp.dir);
+    const a = simAgent(cp, "node-a", "1xh100-80g@ib-a");
+    const b = simAgent(cp, "node-b", "1xh100-80g@ib-a");
+    await a.register();
+    await b.register();
+    const admin = adminClient(cp, cp.adminToken);
+    await admin.applyDeployment({
+      deployment: {
+        name: "big",
+        model: "m",
+        engine: Engine.SIM,
+        gpuClass: "h100-80g",
+        tensorParallel: 2,
+        nodesPerReplica: 2,
+        replicas: 1,
+      },
+    });
+    await Promise.all([a.heartbeat(), b.heartbeat()]);
+    const before = [a.assignments[0], b.assignments[0]];
+    const { joinToken, adminToken } = cp;
+    await cp.close();
+
+    cp = await startTestControlPlane(tmp.dir);
+    cleanups.push(() => cp.close().then(() => {}));
+    expect(cp.joinToken).toBe(joinToken);
+    expect(cp.adminToken).toBe(adminToken);
+    const admin2 = adminClient(cp, adminToken);
+    const listed = (await admin2.listDeployments({})).deployments;
+    expect(listed.map((d) => d.spec?.name)).toEqual(["big"]);
+    expect(listed[0]?.replicas.map((r) => r.replicaId)).toEqual(["big-0"]);
+
+    const a2 = new FakeAgent({ ...a.options, controlUrl: cp.controlUrl });
+    const b2 = new FakeAgent({ ...b.options, controlUrl: cp.controlUrl });
+    a2.nodeId = a.nodeId;
+    b2.nodeId = b.nodeId;
+    expect(await a2.register()).toBe(a.nodeId);
+    expect(await b2.register()).toBe(b.nodeId);
+    await Promise.all([a2.heartbeat(), b2.heartbeat()]);
+    expect(
+      [a2.assignments[0], b2.assignments[0]].map((x) => [
+        x?.replicaId,
+        x?.rank,
+        x?.world?.rendezvousPort,
+      ]),
+    ).toEqual(before.map((x) => [x?.replicaId, x?.rank, x?.world?.rendezvousPort]));
+  });
+
+  it("refuses a wrong join token, a revoked node and a missing admin token with clear errors", async () => {
+    const { cp, admin } = await setup();
+    const a = simAgent(cp, "node-a", "1xh100-80g");
+    await expectConnectError(
+      a.register("llmgw-join-wrong"),
+      Code.Unauthenticated,
+      /wrong token; this call needs the join token/,
+    );
+    await a.register();
+    await admin.revokeNode({ node: "node-a" });
+    await expectConnectError(
+      a.heartbeat(),
+      Code.Unauthenticated,
+      /revoked by an operator; register again with the join token/,
+    );
+    await expectConnectError(
+      adminClient(cp).listNodes({}),
+      Code.Unauthenticated,
+      /missing Authorization: Bearer header; this call needs the admin token/,
+    );
+    await expectConnectError(
+      adminClient(cp, cp.joinToken).listNodes({}),
+      Code.Unauthenticated,
+      /wrong token/,
+    );
+    await expectConnectError(
+      admin.getDeployment({ name: "nope" }),
+      Code.NotFound,
+      /no deployment named "nope"/,
+    );
+    await expectConnectError(
+      admin.applyDeployment({
+        deployment: { name: "Bad Name", model: "m", engine: Engine.VLLM, replicas: 1 },
+      }),
+      Code.InvalidArgument,
+      /name must be a DNS label/,
+    );
+  });
+
+  it("streams events, serves /healthz and /metrics, and answers 404 JSON on the public listener", async () => {
+    const { cp, admin } = await setup();
+    const controller = new AbortController();
+    const seen: string[] = [];
+    const watching = (async () => {
+      try {
+        for await (const res of admin.watchEvents({ backlog: 10 }, { signal: controller.signal })) {
+          seen.push(res.event?.kind ?? "");
+          if (seen.includes("apikey.created")) break;
+        }
+      } catch {}
+    })();
+    await new Promise((r) => setTimeout(r, 100));
+    await admin.createApiKey({ name: "app" });
+    await watching;
+    controller.abort();
+    expect(seen).toContain("apikey.created");
+
+    const health = await fetch(`${cp.controlUrl}/healthz`);
+    expect(health.status).toBe(200);
+    expect((await fetch(`${cp.publicUrl}/healthz`)).status).toBe(200);
+    const metrics = await fetch(`${cp.controlUrl}/metrics`);
+    expect(metrics.status).toBe(200);
+    expect(metrics.headers.get("content-type")).toContain("text/plain");
+    const nf = await fetch(`${cp.publicUrl}/v1/models`);
+    expect(nf.status).toBe(404);
+    expect(await nf.json()).toMatchObject({
+      error: { type: "invalid_request_error", code: "not_found" },
+    });
+  });
+
+  it("refuses to start on a corrupt store and names the file", async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    const cp = await startTestControlPlane(tmp.dir);
+    await cp.close();
+    writeFileSync(join(tmp.dir, "state.db"), Buffer.alloc(4096, 0x41));
+    await expect(
+      startControlPlane({ dataDir: tmp.dir, listen: "127.0.0.1:0", controlListen: "127.0.0.1:0" }),
+    ).rejects.toMatchObject({
+      code: "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+      message: expect.stringContaining(join(tmp.dir, "state.db")),
+    });
+  });
+});

@@ -1,0 +1,80 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type Client, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { simulateInventory } from "@llmgw/discovery";
+import { ClusterService } from "@llmgw/proto";
+import { inventoryToProto } from "../src/convert/inventory.js";
+import { type ControlPlane, type ControlPlaneDeps, startControlPlane } from "../src/run.js";
+import { FakeAgent } from "../src/testing/fake-agent.js";
+
+/** A temp data dir removed by `cleanup`. */
+export function tempDir(prefix = "llmgw-cp-"): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Starts a control plane on loopback port 0 with short lifecycle timings. */
+export function startTestControlPlane(
+  dataDir: string,
+  extra: { nodeLostAfterMs?: number; heartbeatIntervalMs?: number } = {},
+  deps: ControlPlaneDeps = {},
+): Promise<ControlPlane> {
+  return startControlPlane(
+    {
+      dataDir,
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      heartbeatIntervalMs: extra.heartbeatIntervalMs ?? 100,
+      nodeLostAfterMs: extra.nodeLostAfterMs ?? 60_000,
+      shutdownGraceMs: 2_000,
+    },
+    deps,
+  );
+}
+
+/** An admin client of `ClusterService`, with the token (or none). */
+export function adminClient(
+  cp: { controlUrl: string },
+  token?: string,
+): Client<typeof ClusterService> {
+  return createClient(
+    ClusterService,
+    createConnectTransport({
+      httpVersion: "1.1",
+      baseUrl: cp.controlUrl,
+      interceptors: token
+        ? [
+            (next) => (req) => {
+              req.header.set("authorization", `Bearer ${token}`);
+              return next(req);
+            },
+          ]
+        : [],
+    }),
+  );
+}
+
+/** A fake agent with a simulated inventory, e.g. `"2xh100-80g@ib-a"`. */
+export function simAgent(cp: ControlPlane, hostname: string, sim: string): FakeAgent {
+  return new FakeAgent({
+    controlUrl: cp.controlUrl,
+    joinToken: cp.joinToken,
+    inventory: inventoryToProto(simulateInventory(sim, { hostname, addresses: ["127.0.0.1"] })),
+  });
+}
+
+/** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs`. */
+export async function eventually<T>(
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 10_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
