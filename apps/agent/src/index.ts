@@ -1,1 +1,7 @@
-export {};
+export {
+  collectInventory,
+  formatInventoryTable,
+  type InventoryOptions,
+  inventoryToJson,
+  toProtoInventory,
+} from "./inventory.js";

@@ -6,5 +6,6 @@ import type { Command } from "./command.js";
  */
 export const commands: Record<string, () => Promise<Command>> = {
   version: async () => (await import("./commands/version.js")).command,
+  "agent inventory": async () => (await import("./commands/agent-inventory.js")).command,
   "engine-sim": async () => (await import("./commands/engine-sim.js")).command,
 };

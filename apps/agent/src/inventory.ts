@@ -1,0 +1,200 @@
+import { create, toJsonString } from "@bufbuild/protobuf";
+import {
+  type DiscoveryOptions,
+  discoverNode,
+  type Gpu,
+  type NodeInventory,
+  type Port,
+  ProblemCodes,
+  readAddresses,
+  simulateInventory,
+} from "@llmgw/discovery";
+import { NodeInventorySchema, type NodeInventory as ProtoNodeInventory } from "@llmgw/proto";
+
+/** Inputs of {@link collectInventory}: discovery options, or a simulated node. */
+export interface InventoryOptions {
+  /** `<count>x<class>[,…][@<fabric>]`: a simulated node instead of reading this machine. */
+  readonly simulate?: string;
+  readonly nvidiaSmiPath?: string;
+  readonly sysfsRoot?: string;
+  /** Operator fabric ids by RDMA device (`mlx5_0` → `rail-0`); config wins over derived ids. */
+  readonly fabricNames?: Readonly<Record<string, string>>;
+  readonly timeoutMs?: number;
+  readonly agentVersion?: string;
+  readonly hostname?: string;
+  readonly managedPids?: Iterable<number>;
+  /** Milliseconds since the epoch. Default `Date.now`. */
+  readonly clock?: () => number;
+}
+
+/**
+ * What the scheduler would see of this node: `discoverNode` on the real machine, or
+ * `simulateInventory` when `simulate` is given. Throws only `DiscoveryError` for bad options
+ * or a bad simulate spec; machine trouble is in `problems`.
+ */
+export async function collectInventory(options: InventoryOptions = {}): Promise<NodeInventory> {
+  const clock = options.clock ?? Date.now;
+  if (options.simulate !== undefined) {
+    return simulateInventory(options.simulate, {
+      ...(options.hostname === undefined ? {} : { hostname: options.hostname }),
+      ...(options.agentVersion === undefined ? {} : { agentVersion: options.agentVersion }),
+      addresses: readAddresses(),
+      nowMs: clock(),
+    });
+  }
+  const discovery: DiscoveryOptions = {
+    ...(options.nvidiaSmiPath === undefined ? {} : { nvidiaSmiPath: options.nvidiaSmiPath }),
+    ...(options.sysfsRoot === undefined ? {} : { sysfsRoot: options.sysfsRoot }),
+    ...(options.fabricNames === undefined ? {} : { fabricNames: options.fabricNames }),
+    ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+    ...(options.agentVersion === undefined ? {} : { agentVersion: options.agentVersion }),
+    ...(options.hostname === undefined ? {} : { hostname: options.hostname }),
+    ...(options.managedPids === undefined ? {} : { managedPids: options.managedPids }),
+    clock,
+  };
+  return discoverNode(discovery);
+}
+
+const big = (value: number | undefined): bigint | undefined =>
+  value === undefined ? undefined : BigInt(Math.round(value));
+
+function protoPort(port: Port) {
+  return { ...port, linkLayer: port.linkLayer };
+}
+
+function protoGpu(gpu: Gpu) {
+  return {
+    ...gpu,
+    gpuClass: gpu.gpuClass ?? "",
+    memoryTotalBytes: big(gpu.memoryTotalBytes),
+    memoryUsedBytes: big(gpu.memoryUsedBytes),
+    eccUncorrectedErrors: big(gpu.eccUncorrectedErrors),
+    unmanagedMemoryBytes: big(gpu.unmanagedMemoryBytes),
+    healthProblems: [...gpu.healthProblems],
+  };
+}
+
+/**
+ * Converts discovery's plain inventory to the wire message `llmgw.v1.NodeInventory` (uint64
+ * as bigint). Unreported values stay unset (proto3 `optional`), never 0.
+ */
+export function toProtoInventory(inv: NodeInventory): ProtoNodeInventory {
+  return create(NodeInventorySchema, {
+    hostname: inv.hostname,
+    addresses: [...inv.addresses],
+    agentVersion: inv.agentVersion,
+    simulated: inv.simulated,
+    host: { ...inv.host, memoryBytes: BigInt(Math.round(inv.host.memoryBytes)) },
+    gpus: inv.gpus.map(protoGpu),
+    fabrics: inv.fabrics.map((f) => ({ ...f, ports: f.ports.map(protoPort) })),
+    inactivePorts: inv.inactivePorts.map(protoPort),
+    topology: {
+      gpuLinks: [...inv.topology.gpuLinks],
+      gpuNics: [...inv.topology.gpuNics],
+      gpuAffinity: [...inv.topology.gpuAffinity],
+    },
+    problems: [...inv.problems],
+    driverVersion: inv.driverVersion,
+    collectedAtUnixMs: BigInt(Math.round(inv.collectedAtUnixMs)),
+  });
+}
+
+/**
+ * The protobuf JSON form (lowerCamelCase, uint64 as strings, 2-space indent) of the
+ * inventory. Implicit-presence fields are always emitted, so GPU index 0, `healthy: false` and
+ * empty lists are visible to scripts; `optional` readings that were not reported stay absent.
+ */
+export function inventoryToJson(inv: NodeInventory): string {
+  return toJsonString(NodeInventorySchema, toProtoInventory(inv), {
+    prettySpaces: 2,
+    alwaysEmitImplicit: true,
+  });
+}
+
+const GIB = 1024 ** 3;
+const dash = (value: string | undefined): string =>
+  value === undefined || value === "" ? "-" : value;
+const gib = (bytes: number | undefined) =>
+  bytes === undefined ? undefined : `${(bytes / GIB).toFixed(1)} GiB`;
+
+const HEALTH_WORDS: Record<string, string> = {
+  [ProblemCodes.gpuEccUncorrected]: "ecc-errors",
+  [ProblemCodes.gpuUnmanagedMemory]: "foreign-processes",
+  [ProblemCodes.gpuMigEnabled]: "mig",
+  [ProblemCodes.gpuLost]: "lost",
+};
+
+function table(headers: readonly string[], rows: readonly (readonly string[])[]): string[] {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...rows.map(line)];
+}
+
+/**
+ * Human output of `llmgw agent inventory`: a header line, a GPU table (index, name, class,
+ * memory used/total, utilisation, temperature, ECC, health), a fabric-port table (device,
+ * port, fabric, IB/RoCE, state, rate, netdev; inactive ports included), then problems.
+ * Unreported values print as `-`, never `0`.
+ */
+export function formatInventoryTable(inv: NodeInventory): string {
+  const out: string[] = [];
+  out.push(
+    `Node ${inv.hostname}${inv.simulated ? " (simulated)" : ""}  agent ${inv.agentVersion}  ${inv.host.os} ${inv.host.osRelease} ${inv.host.arch}  ${inv.host.cpuCount} CPUs  ${gib(inv.host.memoryBytes)}`,
+  );
+  out.push(`Addresses: ${inv.addresses.length > 0 ? inv.addresses.join(", ") : "-"}`, "");
+  out.push(`GPUs (${inv.gpus.length})`);
+  if (inv.gpus.length === 0) {
+    out.push("  none");
+  } else {
+    const rows = inv.gpus.map((g) => [
+      String(g.index),
+      dash(g.name),
+      dash(g.gpuClass),
+      `${dash(gib(g.memoryUsedBytes))} / ${dash(gib(g.memoryTotalBytes))}`,
+      g.utilizationPercent === undefined ? "-" : `${g.utilizationPercent}%`,
+      g.temperatureCelsius === undefined ? "-" : `${g.temperatureCelsius}C`,
+      g.eccUncorrectedErrors === undefined ? "-" : String(g.eccUncorrectedErrors),
+      g.healthy ? "ok" : g.healthProblems.map((p) => HEALTH_WORDS[p.code] ?? p.code).join(","),
+    ]);
+    out.push(
+      ...table(
+        ["INDEX", "NAME", "CLASS", "MEMORY USED/TOTAL", "UTIL", "TEMP", "ECC", "HEALTH"],
+        rows,
+      ).map((l) => `  ${l}`),
+    );
+  }
+  out.push("");
+  const ports = [
+    ...inv.fabrics.flatMap((f) => f.ports.map((p) => ({ p, fabric: f.id }))),
+    ...inv.inactivePorts.map((p) => ({ p, fabric: undefined })),
+  ];
+  out.push(`Fabric ports (${ports.length})`);
+  if (ports.length === 0) {
+    out.push("  none (single-node island)");
+  } else {
+    const layer = { infiniband: "IB", roce: "RoCE", unknown: "-" } as const;
+    const rows = ports.map(({ p, fabric }) => [
+      p.device,
+      String(p.port),
+      dash(fabric),
+      layer[p.linkLayer],
+      `${p.state}/${p.physState}`,
+      p.rateGbps === undefined ? "-" : `${p.rateGbps} Gb/s`,
+      dash(p.netdev),
+    ]);
+    out.push(
+      ...table(["DEVICE", "PORT", "FABRIC", "TYPE", "STATE", "RATE", "NETDEV"], rows).map(
+        (l) => `  ${l}`,
+      ),
+    );
+  }
+  out.push("");
+  out.push(`Problems (${inv.problems.length})`);
+  if (inv.problems.length === 0) out.push("  none");
+  for (const p of inv.problems) out.push(`  ${p.code}  ${p.message}`);
+  return `${out.join("\n")}\n`;
+}
