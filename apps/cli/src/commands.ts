@@ -8,4 +8,5 @@ export const commands: Record<string, () => Promise<Command>> = {
   version: async () => (await import("./commands/version.js")).command,
   "agent inventory": async () => (await import("./commands/agent-inventory.js")).command,
   "engine-sim": async () => (await import("./commands/engine-sim.js")).command,
+  "launch-plan": async () => (await import("./commands/launch-plan.js")).command,
 };
