@@ -1,0 +1,50 @@
+import { type EngineKind, type EngineLoad, extractEngineLoad } from "./engine-load.js";
+import { ReadinessError } from "./errors.js";
+import type { FetchLike } from "./probes.js";
+import { parsePrometheusText } from "./prometheus.js";
+
+/** Options of {@link scrapeEngineLoad}. */
+export interface ScrapeOptions {
+  /** Default: detected from metric prefixes. */
+  engine?: EngineKind;
+  /** Default 2000 ms. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  fetch?: FetchLike;
+}
+
+/**
+ * GETs an engine's `/metrics` (`url` is the full metrics URL) and returns its load signals.
+ * Throws `LLMGW_READINESS_SCRAPE_FAILED` on transport errors, timeouts and non-200 statuses.
+ */
+export async function scrapeEngineLoad(
+  url: string,
+  options: ScrapeOptions = {},
+): Promise<EngineLoad> {
+  const timeoutMs = options.timeoutMs ?? 2000;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal =
+    options.signal === undefined ? timeout : AbortSignal.any([timeout, options.signal]);
+  const doFetch =
+    options.fetch ?? ((input: string, init: { signal: AbortSignal }) => fetch(input, init));
+  const started = performance.now();
+  let text: string;
+  try {
+    const response = await doFetch(url, { signal });
+    if (response.status !== 200) {
+      await response.body?.cancel().catch(() => {});
+      throw new ReadinessError(
+        "LLMGW_READINESS_SCRAPE_FAILED",
+        `scrape ${url}: HTTP ${response.status} after ${Math.round(performance.now() - started)} ms`,
+      );
+    }
+    text = await response.text();
+  } catch (cause) {
+    if (cause instanceof ReadinessError) throw cause;
+    const what = timeout.aborted
+      ? `timed out after ${timeoutMs} ms`
+      : `${(cause as Error).message} after ${Math.round(performance.now() - started)} ms`;
+    throw new ReadinessError("LLMGW_READINESS_SCRAPE_FAILED", `scrape ${url}: ${what}`, { cause });
+  }
+  return extractEngineLoad(parsePrometheusText(text), options.engine);
+}
