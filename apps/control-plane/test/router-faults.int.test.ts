@@ -18,7 +18,9 @@ import {
   type RunningRouterServer,
   startRouterServer,
 } from "../src/router/index.js";
-import { type FakeEngine, refusedPort, startFakeEngine, waitFor } from "./router-fake-engine.js";
+import { refusedPort, startFakeEngine, waitFor } from "./router-fake-engine.js";
+
+type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };
 
 const KEY = "sk-faults";
 const cleanups: (() => Promise<void>)[] = [];
@@ -96,7 +98,9 @@ describe("router faults", () => {
     const { router } = await routerFor([ready("dead", `http://127.0.0.1:${await refusedPort()}`)]);
     const res = await send(router, "anyone?");
     expect(res.status).toBe(502);
-    expect((await res.json()).error).toMatchObject({ code: "upstream_unavailable" });
+    expect(((await res.json()) as OpenAIError).error).toMatchObject({
+      code: "upstream_unavailable",
+    });
   });
 
   it("ends a stream with an SSE error event when the engine dies mid-stream", async () => {
@@ -151,7 +155,7 @@ describe("router faults", () => {
     const third = await send(router, "three");
     expect(third.status).toBe(429);
     expect(third.headers.get("retry-after")).toBe("1");
-    expect((await third.json()).error.code).toBe("queue_full");
+    expect(((await third.json()) as OpenAIError).error.code).toBe("queue_full");
     slow.openGate();
     const [r1, r2] = await Promise.all([first, second]);
     expect([r1.status, r2.status]).toEqual([200, 200]);
@@ -167,7 +171,7 @@ describe("router faults", () => {
     const second = await send(router, "two");
     expect(second.status).toBe(429);
     expect(Number(second.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-    expect((await second.json()).error.code).toBe("queue_timeout");
+    expect(((await second.json()) as OpenAIError).error.code).toBe("queue_timeout");
     slow.openGate();
     expect((await first).status).toBe(200);
   });

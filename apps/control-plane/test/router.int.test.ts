@@ -14,6 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
 import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
 
+type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };
+
 const KEY = "sk-test-good";
 const LIMITED_KEY = "sk-test-rpm";
 const metrics = createRecordingRouterMetrics();
@@ -324,7 +326,7 @@ describe("router: refusals answer with OpenAI error bodies", () => {
       statuses.push(res.status);
       if (res.status === 429) {
         retryAfter = res.headers.get("retry-after");
-        expect((await res.json()).error.code).toBe("rate_limit_exceeded");
+        expect(((await res.json()) as OpenAIError).error.code).toBe("rate_limit_exceeded");
       } else {
         await res.arrayBuffer();
       }

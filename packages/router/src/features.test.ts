@@ -1,0 +1,95 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { analyzeRequestBody } from "./analyze.js";
+import { hashPromptBlocks } from "./block-hash.js";
+import { extractRequestFeatures } from "./features.js";
+
+describe("extractRequestFeatures", () => {
+  it.each([
+    {
+      name: "chat with text parts",
+      body: '{"model":"m","stream":true,"max_tokens":10,"messages":[{"role":"system","content":"S"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]}]}',
+      expected: {
+        model: "m",
+        stream: true,
+        promptText: "system\nS\nuser\nab\n",
+        maxTokens: 10,
+        estimatedTokens: 15,
+      },
+    },
+    {
+      name: "completion prompt list",
+      body: '{"model":"m","prompt":["one","two"],"max_completion_tokens":4}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "one\ntwo",
+        maxTokens: 4,
+        estimatedTokens: 6,
+      },
+    },
+    {
+      name: "token-id prompt",
+      body: '{"model":"m","prompt":[1,2,3]}',
+      expected: { model: "m", stream: false, promptText: "1,2,3", estimatedTokens: 258 },
+    },
+    {
+      name: "embeddings input",
+      body: '{"model":"e","input":"hello world"}',
+      expected: { model: "e", stream: false, promptText: "hello world", estimatedTokens: 259 },
+    },
+  ])("$name", ({ body, expected }) => {
+    expect(extractRequestFeatures(new TextEncoder().encode(body))).toEqual({
+      ok: true,
+      features: expected,
+    });
+  });
+
+  it.each([
+    { body: "", reason: "invalid_json" },
+    { body: "[1]", reason: "not_an_object" },
+    { body: "null", reason: "not_an_object" },
+    { body: '{"model":""}', reason: "invalid_model" },
+    { body: '{"model":7}', reason: "invalid_model" },
+    { body: '{"model":"m","stream":"yes"}', reason: "invalid_field" },
+  ])("refuses $body as $reason", ({ body, reason }) => {
+    expect(extractRequestFeatures(body)).toMatchObject({ ok: false, reason });
+  });
+
+  it("never throws on arbitrary bytes", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 512 }), (bytes) => {
+        const r = analyzeRequestBody(bytes);
+        expect(typeof r.ok).toBe("boolean");
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("never throws on arbitrary JSON values", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        const r = analyzeRequestBody(JSON.stringify(value));
+        expect(typeof r.ok).toBe("boolean");
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe("hashPromptBlocks", () => {
+  it("hashes complete blocks only, each key standing for its whole prefix", () => {
+    const a = hashPromptBlocks("x".repeat(2500), { blockChars: 1000 });
+    const b = hashPromptBlocks(`${"x".repeat(1000)}y${"x".repeat(1999)}`, { blockChars: 1000 });
+    expect(a.length).toBe(2);
+    expect(b.length).toBe(3);
+    expect(a[0]).toBe(b[0]);
+    expect(a[1]).not.toBe(b[1]);
+    // Same block content at a different position is a different key (it is a chain).
+    expect(a[1]).not.toBe(a[0]);
+  });
+
+  it("caps the chain at maxBlocks", () => {
+    expect(hashPromptBlocks("z".repeat(10_000), { blockChars: 100, maxBlocks: 7 }).length).toBe(7);
+  });
+});

@@ -1,0 +1,47 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { createRequestAnalyzer } from "./request-analyzer.js";
+
+// Threshold 1 KiB: the small body stays inline, the large ones go through a real worker.
+const analyzer = createRequestAnalyzer({ inlineThresholdBytes: 1024, pool: { maxThreads: 1 } });
+const inlineOnly = createRequestAnalyzer({ pool: false });
+afterAll(() => Promise.all([analyzer.close(), inlineOnly.close()]));
+
+const body = (content: string) =>
+  Buffer.from(
+    JSON.stringify({
+      model: "m",
+      stream: true,
+      max_tokens: 5,
+      messages: [{ role: "user", content }],
+    }),
+  );
+
+describe("request analyzer", () => {
+  it("analyses small bodies inline and large ones in the pool, with identical results", async () => {
+    const small = await analyzer.analyze(body("hi"));
+    expect(small).toMatchObject({
+      ok: true,
+      mode: "inline",
+      model: "m",
+      stream: true,
+      maxTokens: 5,
+    });
+    for (const size of [5000, 20_000, 70_000, 5000]) {
+      const big = body("é".repeat(size));
+      const viaPool = await analyzer.analyze(big);
+      const viaInline = await inlineOnly.analyze(big);
+      expect(viaPool.mode).toBe("pool");
+      expect({ ...viaPool, mode: "inline" }).toEqual(viaInline);
+      if (viaPool.ok) expect(viaPool.chain.length).toBe(Math.floor((size + 6) / 1024));
+    }
+  });
+
+  it("reports refusals from the pool like inline ones", async () => {
+    const junk = Buffer.from(`{"model": ${"1".repeat(3000)}`);
+    await expect(analyzer.analyze(junk)).resolves.toMatchObject({
+      ok: false,
+      reason: "invalid_json",
+      mode: "pool",
+    });
+  });
+});
