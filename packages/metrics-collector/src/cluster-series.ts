@@ -204,7 +204,12 @@ export function buildClusterSeries(view: ClusterView, labelValueMaxLength: numbe
     countsFor(name);
     push(
       "llmgw_deployment_info",
-      { deployment: name, gpu_class: b(d.gpuClass), engine: b(d.engine) },
+      {
+        deployment: name,
+        model: b(d.servedModelName ?? d.name),
+        gpu_class: b(d.gpuClass),
+        engine: b(d.engine),
+      },
       1,
     );
     if (nonNegative(d.desired))

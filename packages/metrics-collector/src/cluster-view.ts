@@ -62,6 +62,8 @@ export interface NodeView {
 /** One deployment and its rollout counters. */
 export interface DeploymentView {
   readonly name: string;
+  /** The model name clients send (the router's `model` label); defaults to `name`. */
+  readonly servedModelName?: string;
   readonly desired: number;
   readonly ready: number;
   /** True when the scheduler could not place every desired replica. */

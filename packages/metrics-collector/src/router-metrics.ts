@@ -61,8 +61,6 @@ export interface RouterMetrics {
   readonly prefixHitRequests: Counter<"model">;
   readonly routingFallbacks: Counter<"model" | "reason">;
   readonly clientDisconnects: Counter<"model" | "phase">;
-  readonly workerPoolUtilization: Gauge;
-  readonly workerPoolQueueSize: Gauge;
   readonly scoringTasks: Counter<"path">;
   readonly authFailures: Counter<"reason">;
   readonly rateLimited: Counter<"key_name" | "limit">;
@@ -80,8 +78,8 @@ export interface RouterMetrics {
 export interface RouterMetricsOptions {
   /**
    * Sampled at scrape time into `llmgw_router_worker_pool_utilization_ratio` and
-   * `…_queue_size` (e.g. from tinypool's `utilization` and `queueSize`). Omitted: those
-   * gauges stay missing unless set by hand.
+   * `…_queue_size` (e.g. from tinypool's `utilization` and `queueSize`). Omitted, throwing
+   * or returning `undefined`: both series are missing from the scrape (never 0).
    */
   workerPool?: () => { utilizationRatio: number; queueSize: number } | undefined;
 }
@@ -127,26 +125,38 @@ export function createRouterMetrics(
 
   const pool = options.workerPool;
   const sample = () => {
+    if (pool === undefined) return undefined;
     try {
-      return pool?.();
+      return pool();
     } catch {
       return undefined;
     }
   };
-  const workerPoolUtilization = new Gauge({
-    ...base("llmgw_router_worker_pool_utilization_ratio"),
-    collect() {
-      const s = pool === undefined ? undefined : sample();
-      if (s !== undefined && Number.isFinite(s.utilizationRatio)) this.set(s.utilizationRatio);
-    },
-  });
-  const workerPoolQueueSize = new Gauge({
-    ...base("llmgw_router_worker_pool_queue_size"),
-    collect() {
-      const s = pool === undefined ? undefined : sample();
-      if (s !== undefined && Number.isFinite(s.queueSize)) this.set(s.queueSize);
-    },
-  });
+  // Custom collectors, not prom-client Gauges: an unlabelled Gauge always exposes 0, and a
+  // pool nobody sampled must be a missing series, not an idle one.
+  const sampled = (
+    name: string,
+    read: (s: { utilizationRatio: number; queueSize: number }) => number,
+  ) => {
+    const { help } = spec(name);
+    const family = {
+      name,
+      help,
+      type: "gauge" as const,
+      aggregator: "omit" as const,
+      labelNames: [],
+      get: async () => {
+        const s = sample();
+        const v = s === undefined ? undefined : read(s);
+        const values = v !== undefined && Number.isFinite(v) ? [{ labels: {}, value: v }] : [];
+        return { name, help, type: "gauge" as const, aggregator: "omit" as const, values };
+      },
+      reset: () => {},
+    };
+    registry.registerMetric(family as unknown as Gauge);
+  };
+  sampled("llmgw_router_worker_pool_utilization_ratio", (s) => s.utilizationRatio);
+  sampled("llmgw_router_worker_pool_queue_size", (s) => s.queueSize);
 
   const metrics = {
     requests: counter<"model" | "endpoint" | "code">("llmgw_router_requests_total"),
@@ -172,8 +182,6 @@ export function createRouterMetrics(
     prefixHitRequests: counter<"model">("llmgw_router_prefix_hit_requests_total"),
     routingFallbacks: counter<"model" | "reason">("llmgw_router_routing_fallbacks_total"),
     clientDisconnects: counter<"model" | "phase">("llmgw_router_client_disconnects_total"),
-    workerPoolUtilization,
-    workerPoolQueueSize,
     scoringTasks: counter<"path">("llmgw_router_scoring_tasks_total"),
     authFailures: counter<"reason">("llmgw_router_auth_failures_total"),
     rateLimited: counter<"key_name" | "limit">("llmgw_router_rate_limited_total"),

@@ -6,6 +6,7 @@ import type {
   ReplicaState,
   ReplicaView,
 } from "../cluster-view.js";
+import type { RouterMetrics } from "../router-metrics.js";
 
 const MIB = 1024 * 1024;
 
@@ -215,4 +216,48 @@ export function buildSyntheticCluster(spec: SyntheticClusterSpec): FakeClusterVi
     }
   }
   return new FakeClusterView({ nodes, deployments, replicas });
+}
+
+export {
+  familyNamesInExposition,
+  type ParsedExposition,
+  type ParsedSample,
+  parseExposition,
+} from "./exposition.js";
+export { metricNamesInPromQL, promQLInDashboard } from "./promql.js";
+
+/**
+ * Records one sample in every router family, the way the router would over a few requests
+ * (model `llama`, replica `llama-0`), so a scrape shows every family with series.
+ */
+export function exerciseRouterMetrics(m: RouterMetrics): void {
+  const model = "llama";
+  m.requests.inc({ model, endpoint: "chat_completions", code: "200" });
+  m.requests.inc({ model, endpoint: "chat_completions", code: "429" });
+  m.requestDuration.observe({ model, endpoint: "chat_completions" }, 0.42);
+  m.timeToFirstToken.observe({ model }, 0.08);
+  m.interChunk.observe({ model }, 0.012);
+  m.promptTokens.inc({ model }, 812);
+  m.completionTokens.inc({ model }, 64);
+  m.inFlight.set({ model }, 3);
+  m.replicaInFlight.set({ model, replica: "llama-0" }, 2);
+  m.queueDepth.set({ model }, 1);
+  m.queueWait.observe({ model, outcome: "admitted" }, 0.2);
+  m.admissionRejections.inc({ model, reason: "queue_full" });
+  m.upstreamErrors.inc({ model, replica: "llama-0", kind: "connect" });
+  m.retries.inc({ model });
+  m.setCircuitState(model, "llama-0", "open");
+  m.circuitTransitions.inc({ model, replica: "llama-0", to: "open" });
+  m.routingDecision.observe({ model, path: "inline" }, 0.00002);
+  m.chosenScore.observe({ model }, 0.7);
+  m.prefixHitRatio.observe({ model }, 0.5);
+  m.prefixHitRequests.inc({ model });
+  m.routingFallbacks.inc({ model, reason: "missing_load_signals" });
+  m.clientDisconnects.inc({ model, phase: "streaming" });
+  m.scoringTasks.inc({ path: "pool" });
+  m.authFailures.inc({ reason: "invalid" });
+  m.rateLimited.inc({ key_name: "team-a", limit: "requests" });
+  m.replicasAvailable.set({ model }, 2);
+  m.bytes.inc({ model, endpoint: "chat_completions", direction: "in" }, 1200);
+  m.bytes.inc({ model, endpoint: "chat_completions", direction: "out" }, 3400);
 }

@@ -1,0 +1,43 @@
+import { spawnSync } from "node:child_process";
+import {
+  createClusterCollector,
+  createMetricsRegistry,
+  createRouterMetrics,
+} from "@llmgw/metrics-collector";
+import { buildSyntheticCluster, exerciseRouterMetrics } from "@llmgw/metrics-collector/testing";
+import { describe, expect, it } from "vitest";
+
+const promtool = spawnSync("promtool", ["--version"], { encoding: "utf8" });
+const hasPromtool = promtool.status === 0;
+if (!hasPromtool) {
+  console.warn(
+    "promtool not on PATH: skipping `promtool check metrics` (Debian: apt-get install -y prometheus)",
+  );
+}
+
+async function exposition(): Promise<string> {
+  const registry = createMetricsRegistry();
+  const view = buildSyntheticCluster({ nodes: 40, gpusPerNode: 8, replicas: 30 });
+  view.updateNode("node-0001", (n) => ({ ...n, hostname: `evil"\\\n${"h".repeat(5000)}` }));
+  createClusterCollector(registry, view);
+  exerciseRouterMetrics(
+    createRouterMetrics(registry, { workerPool: () => ({ utilizationRatio: 0.5, queueSize: 2 }) }),
+  );
+  return registry.metrics();
+}
+
+describe.skipIf(!hasPromtool)("promtool check metrics (promtool present)", () => {
+  it("accepts the whole exposition (cluster + router) without lint problems", async () => {
+    const text = await exposition();
+    const result = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
+    expect(`${result.stdout}${result.stderr}`.trim()).toBe("");
+    expect(result.status).toBe(0);
+  });
+
+  it("is a test that can fail: promtool flags a counter without _total", () => {
+    const bad = "# HELP llmgw_bad A counter.\n# TYPE llmgw_bad counter\nllmgw_bad 1\n";
+    const result = spawnSync("promtool", ["check", "metrics"], { input: bad, encoding: "utf8" });
+    expect(result.status).not.toBe(0);
+    expect(result.stdout + result.stderr).toContain('counter metrics should have "_total" suffix');
+  });
+});

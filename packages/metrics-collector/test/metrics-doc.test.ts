@@ -1,0 +1,45 @@
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import {
+  createClusterCollector,
+  createMetricsRegistry,
+  createRouterMetrics,
+  METRICS_REFERENCE_MARKERS,
+  renderMetricsReference,
+} from "@llmgw/metrics-collector";
+import { FakeClusterView } from "@llmgw/metrics-collector/testing";
+import { describe, expect, it } from "vitest";
+
+const doc = readFileSync(
+  fileURLToPath(new URL("../../../docs/metrics.md", import.meta.url)),
+  "utf8",
+);
+
+describe("docs/metrics.md", () => {
+  it("has the generated section exactly as renderMetricsReference() renders it", () => {
+    const start = doc.indexOf(METRICS_REFERENCE_MARKERS.begin);
+    const end = doc.indexOf(METRICS_REFERENCE_MARKERS.end) + METRICS_REFERENCE_MARKERS.end.length;
+    expect(start).toBeGreaterThan(0);
+    expect(doc.slice(start, end), "regenerate: see the command in docs/metrics.md").toBe(
+      renderMetricsReference(),
+    );
+  });
+
+  it("lists exactly the families registered, with their types and labels", async () => {
+    const registry = createMetricsRegistry();
+    createClusterCollector(registry, new FakeClusterView());
+    createRouterMetrics(registry);
+    const registered = (await registry.getMetricsAsJSON()).map((m) => `${m.name} ${m.type}`).sort();
+    const rows = [
+      ...doc.matchAll(/^\| `(llmgw_[a-z_]+)` \| (counter|gauge|histogram) \| ([^|]*) \|/gm),
+    ];
+    expect(rows.map((r) => `${r[1]} ${r[2]}`).sort()).toEqual(registered);
+    for (const metric of registry.getMetricsAsArray()) {
+      const row = rows.find((r) => r[1] === metric.name)!;
+      const documented =
+        row[3]!.trim() === "—" ? [] : [...row[3]!.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]);
+      const labelNames = (metric as unknown as { labelNames: string[] }).labelNames;
+      expect(documented, metric.name).toEqual(labelNames);
+    }
+  });
+});
