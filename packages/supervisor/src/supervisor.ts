@@ -413,6 +413,7 @@ class GroupHandle implements ProcessHandle {
   #exit: ProcessExit | undefined;
   #stopping: Promise<ExitReport> | undefined;
   #pollTimer: TimerHandle | undefined;
+  #gone = false;
 
   constructor(init: GroupHandleInit) {
     this.#o = init.supervisor.options;
@@ -430,6 +431,7 @@ class GroupHandle implements ProcessHandle {
       this.#exit = exit;
       this.#pollTimer?.cancel();
       this.#log.poll();
+      this.#groupGone();
       return exit;
     });
     this.#schedulePoll();
@@ -455,8 +457,7 @@ class GroupHandle implements ProcessHandle {
     const signal = options.signal ?? this.#defaults.stopSignal ?? "SIGTERM";
     const graceMs = options.graceMs ?? this.#defaults.stopGraceMs ?? o.defaultStopGraceMs;
     const started = clock.now();
-    const gone = (): boolean =>
-      this.#exit !== undefined && listGroupMembers(this.pgid, o.procRoot).length === 0;
+    const gone = (): boolean => this.#groupGone();
     if (this.adopted && this.#exit === undefined && this.#identity !== undefined) {
       // Re-check right before signalling: never signal a group whose leader was replaced.
       if (checkProcessIdentity(this.#identity, o.procRoot).kind === "reused") {
@@ -511,7 +512,20 @@ class GroupHandle implements ProcessHandle {
     return report;
   }
 
+  /**
+   * True once the leader exited and no member of the group is left. Latched: once the group
+   * was seen empty its id may be reused by an unrelated process group, which must never be
+   * scanned or signalled as ours.
+   */
+  #groupGone(): boolean {
+    if (this.#gone) return true;
+    this.#gone =
+      this.#exit !== undefined && listGroupMembers(this.pgid, this.#o.procRoot).length === 0;
+    return this.#gone;
+  }
+
   #signalGroup(signal: NodeJS.Signals): void {
+    if (this.#gone) return;
     try {
       process.kill(-this.pgid, signal);
     } catch (cause) {
