@@ -1,0 +1,126 @@
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ClusterService } from "@llmgw/proto";
+import { type CliIo, UsageError } from "./command.js";
+
+/** Default control listener when neither `--control-plane` nor `LLMGW_CONTROL_PLANE` is set. */
+export const DEFAULT_CONTROL_PLANE_URL = "http://127.0.0.1:7070";
+
+/** Flags every admin command takes (spread into `parseCommandArgs` options). */
+export const ADMIN_FLAGS = {
+  "control-plane": { type: "string" },
+  token: { type: "string" },
+  json: { type: "boolean" },
+} as const;
+
+/** Lines every admin command's usage ends with. */
+export const ADMIN_FLAGS_USAGE = `  --control-plane URL  control listener (env LLMGW_CONTROL_PLANE, default ${DEFAULT_CONTROL_PLANE_URL})
+  --token T            admin token (env LLMGW_ADMIN_TOKEN; 'llmgw control-plane token --admin')
+  --json               machine-readable output
+`;
+
+/** A connected admin client and the output mode. */
+export interface AdminContext {
+  readonly url: string;
+  readonly client: Client<typeof ClusterService>;
+  readonly json: boolean;
+}
+
+/** Builds the admin client from flags and env; a missing token is a usage error. */
+export function adminContext(
+  values: { "control-plane"?: string; token?: string; json?: boolean },
+  io: CliIo,
+): AdminContext {
+  const url = (
+    values["control-plane"] ??
+    io.env.LLMGW_CONTROL_PLANE ??
+    DEFAULT_CONTROL_PLANE_URL
+  ).replace(/\/+$/, "");
+  if (!/^https?:\/\//.test(url)) {
+    throw new UsageError(`--control-plane must be an http:// or https:// URL, got "${url}"`);
+  }
+  const token = values.token ?? io.env.LLMGW_ADMIN_TOKEN;
+  if (!token) {
+    throw new UsageError(
+      "no admin token: set LLMGW_ADMIN_TOKEN or pass --token (print it with 'llmgw control-plane token --admin --data-dir DIR')",
+    );
+  }
+  const client = createClient(
+    ClusterService,
+    createConnectTransport({
+      httpVersion: "1.1",
+      baseUrl: url,
+      interceptors: [
+        (next) => (req) => {
+          req.header.set("authorization", `Bearer ${token}`);
+          return next(req);
+        },
+      ],
+    }),
+  );
+  return { url, client, json: values.json ?? false };
+}
+
+const NETWORK_CODES = [
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EHOSTUNREACH",
+  "ETIMEDOUT",
+  "ECONNRESET",
+  "EAI_AGAIN",
+  "EPROTO",
+  "CERT_HAS_EXPIRED",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+];
+
+function networkCode(error: unknown): string | undefined {
+  let cur: unknown = error;
+  for (let depth = 0; depth < 5 && cur; depth++) {
+    const code = (cur as { code?: unknown }).code;
+    if (typeof code === "string" && NETWORK_CODES.includes(code)) return code;
+    const message = (cur as { message?: unknown }).message;
+    if (typeof message === "string") {
+      const found = NETWORK_CODES.find((c) => message.includes(c));
+      if (found) return found;
+    }
+    cur = (cur as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/** One human sentence for a failed admin call, saying what to do next. */
+export function describeAdminError(error: unknown, url: string): string {
+  const net = networkCode(error);
+  if (net)
+    return `cannot reach the control plane at ${url}: ${net} — is it running? set --control-plane or LLMGW_CONTROL_PLANE`;
+  if (error instanceof ConnectError) {
+    switch (error.code) {
+      case Code.Unauthenticated:
+        return `the control plane at ${url} refused the admin token: ${error.rawMessage}. Set LLMGW_ADMIN_TOKEN or --token to the output of 'llmgw control-plane token --admin --data-dir DIR'`;
+      case Code.Unavailable:
+        return `cannot reach the control plane at ${url}: ${error.rawMessage} — is it running? set --control-plane or LLMGW_CONTROL_PLANE`;
+      case Code.NotFound:
+      case Code.InvalidArgument:
+      case Code.AlreadyExists:
+        return error.rawMessage;
+      default:
+        return `the control plane at ${url} answered ${Code[error.code]}: ${error.rawMessage}`;
+    }
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** Runs an admin action; failures print one clear line and exit 1. */
+export async function runAdmin(
+  io: CliIo,
+  ctx: AdminContext,
+  action: () => Promise<number>,
+): Promise<number> {
+  try {
+    return await action();
+  } catch (error) {
+    io.stderr.write(`llmgw: ${describeAdminError(error, ctx.url)}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+import { replicaStateName } from "@llmgw/control-plane/client";
+import type { DeploymentStatus, Event, Node, Replica } from "@llmgw/proto";
+import { NodeState } from "@llmgw/proto";
+import { formatDuration } from "./table.js";
+
+/** "ready", "unreachable,cordoned", "ready,draining". */
+export function nodeStateText(n: Node): string {
+  const base = (NodeState[n.state] ?? "UNSPECIFIED").toLowerCase();
+  return [base, ...(n.draining ? ["draining"] : n.cordoned ? ["cordoned"] : [])].join(",");
+}
+
+/** "8×h100-80g" or "2×h100-80g,1×l4-23g", "-" for none. */
+export function gpuSummary(n: Node): string {
+  const counts = new Map<string, number>();
+  for (const g of n.inventory?.gpus ?? [])
+    counts.set(g.gpuClass || "unknown", (counts.get(g.gpuClass || "unknown") ?? 0) + 1);
+  return counts.size === 0 ? "-" : [...counts].map(([c, k]) => `${k}×${c}`).join(",");
+}
+
+/** Table row of a node. */
+export function nodeRow(n: Node, nowMs: number): string[] {
+  const used = new Set(n.placed.flatMap((p) => p.gpuIndices));
+  const last =
+    n.lastHeartbeatUnixMs === undefined
+      ? "never"
+      : `${formatDuration(nowMs - Number(n.lastHeartbeatUnixMs))} ago`;
+  return [
+    n.nodeId,
+    n.hostname,
+    nodeStateText(n),
+    gpuSummary(n),
+    `${used.size}/${n.inventory?.gpus.length ?? 0}`,
+    (n.inventory?.fabrics ?? []).map((f) => f.id).join(",") || "-",
+    n.advertiseAddress,
+    last,
+  ];
+}
+
+/** Where a replica runs: "node-a[0,1] + node-b[0,1]". */
+export function replicaPlacement(r: Replica): string {
+  return r.ranks.map((k) => `${k.nodeId}[${k.gpuIndices.join(",")}]`).join(" + ") || "-";
+}
+
+/** Table row of a replica. */
+export function replicaRow(r: Replica, nowMs: number): string[] {
+  return [
+    r.replicaId,
+    r.deployment,
+    replicaStateName(r.state),
+    replicaPlacement(r),
+    r.endpoint || "-",
+    formatDuration(nowMs - Number(r.createdAtUnixMs)),
+  ];
+}
+
+/** Table row of a deployment. */
+export function deploymentRow(d: DeploymentStatus): string[] {
+  const spec = d.spec;
+  const engine = spec ? (["?", "vllm", "sglang", "llamacpp", "sim"][spec.engine] ?? "?") : "?";
+  const tp =
+    spec && spec.tensorParallel * spec.pipelineParallel > 1
+      ? ` tp${spec.tensorParallel}${spec.pipelineParallel > 1 ? `pp${spec.pipelineParallel}` : ""}`
+      : "";
+  const problem = d.unschedulable[0]?.message.split("\n")[0];
+  return [
+    spec?.name ?? "?",
+    spec?.servedModelName || spec?.model || "?",
+    `${engine}${tp}`,
+    spec?.gpuClass || "any",
+    `${d.readyReplicas}/${d.desiredReplicas}`,
+    String(spec?.revision ?? 0n),
+    problem ?? (d.readyReplicas >= d.desiredReplicas ? "ok" : "rolling out"),
+  ];
+}
+
+/** "2026-11-30T04:20:08Z warning node.unreachable node-a-1f2e3d: …". */
+export function eventLine(e: Event): string {
+  const at = new Date(Number(e.atUnixMs)).toISOString().replace(/\.\d{3}Z$/, "Z");
+  return `${at} ${e.severity.padEnd(7)} ${e.kind} ${e.subject}: ${e.message}`;
+}

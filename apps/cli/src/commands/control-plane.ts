@@ -1,0 +1,105 @@
+import {
+  type ControlPlaneOptions,
+  isControlPlaneError,
+  startControlPlane,
+} from "@llmgw/control-plane";
+import { type Command, parseCommandArgs, UsageError } from "../command.js";
+import { createConsoleLogger } from "../logger.js";
+
+const USAGE = `Usage: llmgw control-plane [options]
+
+Runs the control plane until SIGINT/SIGTERM: the agent and admin APIs (Connect-RPC),
+/metrics and /healthz on the control listener; the OpenAI-compatible API and /healthz on
+the public listener. State lives in the data dir (SQLite), created 0700 on first start with
+a join token and an admin token ('llmgw control-plane token [--admin]').
+
+Options:
+  --listen HOST:PORT          public listener (default :8080)
+  --control-listen HOST:PORT  control listener (default 127.0.0.1:7070; use :7070 with TLS
+                              so agents on other hosts can reach it)
+  --data-dir DIR              state and tokens (env LLMGW_DATA_DIR, default /var/lib/llmgw/control-plane)
+  --tls-cert FILE             serve both listeners over TLS (with --tls-key)
+  --tls-key FILE
+  --heartbeat-interval D      how often agents heartbeat (default 2s)
+  --node-lost-after D         how long an unreachable node may stay silent before its
+                              replicas move elsewhere (default 60s)
+  --no-auth                   public API without API keys (demos only)
+
+Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
+`;
+
+/** "500ms" | "30s" | "5m" | "1h" | "30" (seconds) → ms. */
+export function parseDurationMs(text: string, flag: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m)
+    throw new UsageError(`${flag} must be a duration like 500ms, 30s, 5m or 1h, got "${text}"`);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? "s") as "ms" | "s" | "m" | "h"];
+  return Math.round(Number(m[1]) * unit);
+}
+
+export const command: Command = {
+  name: "control-plane",
+  summary: "run the control plane",
+  usage: USAGE,
+  async run(argv, io) {
+    const { values } = parseCommandArgs(argv, {
+      listen: { type: "string" },
+      "control-listen": { type: "string" },
+      "data-dir": { type: "string" },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
+      "heartbeat-interval": { type: "string" },
+      "node-lost-after": { type: "string" },
+      "no-auth": { type: "boolean" },
+    });
+    const options: ControlPlaneOptions = {
+      dataDir: values["data-dir"] ?? io.env.LLMGW_DATA_DIR ?? "/var/lib/llmgw/control-plane",
+      ...(values.listen ? { listen: values.listen } : {}),
+      ...(values["control-listen"] ? { controlListen: values["control-listen"] } : {}),
+      ...(values["tls-cert"] ? { tlsCertFile: values["tls-cert"] } : {}),
+      ...(values["tls-key"] ? { tlsKeyFile: values["tls-key"] } : {}),
+      ...(values["heartbeat-interval"]
+        ? {
+            heartbeatIntervalMs: parseDurationMs(
+              values["heartbeat-interval"],
+              "--heartbeat-interval",
+            ),
+          }
+        : {}),
+      ...(values["node-lost-after"]
+        ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
+        : {}),
+      noAuth: values["no-auth"] ?? false,
+    };
+    const logger = createConsoleLogger(io.stderr, "control-plane");
+    let cp: Awaited<ReturnType<typeof startControlPlane>>;
+    try {
+      cp = await startControlPlane(options, { log: (line) => logger.info(line) });
+    } catch (error) {
+      if (isControlPlaneError(error)) {
+        if (error.code === "LLMGW_CONTROL_PLANE_CONFIG_INVALID")
+          throw new UsageError(error.message);
+        io.stderr.write(`llmgw control-plane: ${error.message} [${error.code}]\n`);
+        return 1;
+      }
+      throw error;
+    }
+    logger.info("ready", {
+      control: cp.controlUrl,
+      public: cp.publicUrl,
+      dataDir: options.dataDir,
+      joinToken: `llmgw control-plane token --data-dir ${options.dataDir}`,
+    });
+    if (options.noAuth) logger.warn("--no-auth: the public API accepts requests without API keys");
+    await new Promise<void>((resolve) => {
+      if (io.signal.aborted) return resolve();
+      io.signal.addEventListener("abort", () => resolve(), { once: true });
+    });
+    logger.info("shutting down", {
+      reason: String((io.signal.reason as Error)?.message ?? io.signal.reason),
+    });
+    const report = await cp.close();
+    logger.info("stopped", { durationMs: report.durationMs, forced: report.forced });
+    return 0;
+  },
+};

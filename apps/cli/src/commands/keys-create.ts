@@ -1,0 +1,54 @@
+import { toJson } from "@bufbuild/protobuf";
+import { ApiKeySchema } from "@llmgw/proto";
+import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
+import { type Command, parseCommandArgs, UsageError } from "../command.js";
+
+function limit(value: string | undefined, flag: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 4_294_967_295) {
+    throw new UsageError(`${flag} must be a positive whole number, got "${value}"`);
+  }
+  return Number(value);
+}
+
+export const command: Command = {
+  name: "keys create",
+  summary: "create an API key for the OpenAI-compatible API (shown once)",
+  usage: `Usage: llmgw keys create --name N [--models a,b] [--rpm N] [--tpm N] [--max-concurrency N] [options]\n\nCreates an API key and prints its secret once; only a hash is stored.\n\nOptions:\n  --name N             a name to recognise the key by (unique among active keys)\n  --models a,b         served model names the key may call (default: all)\n  --rpm N              requests per minute\n  --tpm N              tokens per minute\n  --max-concurrency N  concurrent requests\n${ADMIN_FLAGS_USAGE}`,
+  async run(argv, io) {
+    const { values } = parseCommandArgs(argv, {
+      ...ADMIN_FLAGS,
+      name: { type: "string" },
+      models: { type: "string" },
+      rpm: { type: "string" },
+      tpm: { type: "string" },
+      "max-concurrency": { type: "string" },
+    });
+    if (!values.name) throw new UsageError("--name is required");
+    const request = {
+      name: values.name,
+      models: (values.models ?? "")
+        .split(",")
+        .map((m) => m.trim())
+        .filter((m) => m !== ""),
+      requestsPerMinute: limit(values.rpm, "--rpm"),
+      tokensPerMinute: limit(values.tpm, "--tpm"),
+      maxConcurrency: limit(values["max-concurrency"], "--max-concurrency"),
+    };
+    const ctx = adminContext(values, io);
+    return runAdmin(io, ctx, async () => {
+      const res = await ctx.client.createApiKey(request);
+      if (ctx.json) {
+        io.stdout.write(
+          `${JSON.stringify({ key: res.key ? toJson(ApiKeySchema, res.key) : null, secret: res.secret }, null, 2)}\n`,
+        );
+      } else {
+        io.stdout.write(`${res.secret}\n`);
+        io.stderr.write(
+          `created API key ${res.key?.name} (${res.key?.id}); the secret above is shown only once\n`,
+        );
+      }
+      return 0;
+    });
+  },
+};

@@ -1,0 +1,57 @@
+import { toJson } from "@bufbuild/protobuf";
+import { GetClusterStatusResponseSchema } from "@llmgw/proto";
+import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
+import { deploymentRow } from "../cluster-format.js";
+import { type Command, parseCommandArgs } from "../command.js";
+import { renderTable } from "../table.js";
+
+export const command: Command = {
+  name: "status",
+  summary: "one-screen summary of the cluster",
+  usage: `Usage: llmgw status [options]\n\nNodes, GPUs by class and fabric, deployments and replicas at a glance.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
+  async run(argv, io) {
+    const { values } = parseCommandArgs(argv, ADMIN_FLAGS);
+    const ctx = adminContext(values, io);
+    return runAdmin(io, ctx, async () => {
+      const [s, d] = await Promise.all([
+        ctx.client.getClusterStatus({}),
+        ctx.client.listDeployments({}),
+      ]);
+      if (ctx.json) {
+        io.stdout.write(`${JSON.stringify(toJson(GetClusterStatusResponseSchema, s), null, 2)}\n`);
+        return 0;
+      }
+      io.stdout.write(
+        [
+          `control plane ${ctx.url} (llmgw ${s.version})`,
+          `nodes        ${s.nodesReady}/${s.nodesTotal} ready`,
+          `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
+          `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
+          `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
+          "",
+        ].join("\n"),
+      );
+      if (s.classes.length > 0) {
+        io.stdout.write(
+          `\n${renderTable(
+            ["CLASS", "FABRIC", "TOTAL", "ALLOCATED", "FREE", "UNHEALTHY"],
+            s.classes.map((c) => [
+              c.gpuClass || "unknown",
+              c.fabricId || "-",
+              `${c.total}`,
+              `${c.allocated}`,
+              `${c.free}`,
+              `${c.unhealthy}`,
+            ]),
+          )}`,
+        );
+      }
+      if (d.deployments.length > 0) {
+        io.stdout.write(
+          `\n${renderTable(["NAME", "MODEL", "ENGINE", "CLASS", "READY", "REV", "STATUS"], d.deployments.map(deploymentRow))}`,
+        );
+      }
+      return 0;
+    });
+  },
+};
