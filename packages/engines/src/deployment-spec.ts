@@ -155,13 +155,20 @@ function argvValue(what: string, max = 1024) {
     );
 }
 
-/** A whole number in [min, max]; accepts a decimal string too (protobuf JSON writes uint64 as strings). */
-function count(min: number, max = Number.MAX_SAFE_INTEGER) {
+/**
+ * A whole number in [min, max]; accepts a decimal string or bigint too (protobuf JSON writes
+ * uint64 as strings, protobuf-es uses bigint). Typed so callers see `number | string | bigint`
+ * as the input rather than zod's `unknown` for a preprocess step.
+ */
+function count(
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): z.ZodType<number, number | string | bigint> {
   return z.preprocess(
     (v) =>
       typeof v === "string" && /^\d+$/.test(v) ? Number(v) : typeof v === "bigint" ? Number(v) : v,
     z.int().min(min).max(max),
-  );
+  ) as unknown as z.ZodType<number, number | string | bigint>;
 }
 
 /**
