@@ -62,6 +62,18 @@ describe("createClusterCollector", () => {
     ).toEqual([...collector.families].sort());
   });
 
+  it("labels every sample with exactly its family's catalogue labels", async () => {
+    const registry = new Registry();
+    createClusterCollector(registry, smallCluster());
+    const samples = await scrape(registry);
+    for (const f of CLUSTER_FAMILIES) {
+      const own = values(samples, f.name);
+      expect(own.length, f.name).toBeGreaterThan(0);
+      for (const s of own)
+        expect(Object.keys(s.labels).sort(), f.name).toEqual([...f.labelNames].sort());
+    }
+  });
+
   it("leaves a reading nobody reported missing, never 0", async () => {
     const registry = new Registry();
     createClusterCollector(registry, smallCluster());

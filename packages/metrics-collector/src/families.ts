@@ -45,7 +45,7 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   path: "`inline|pool`: scored on the main thread or in the worker pool",
   outcome: "queue wait outcome: `admitted|timed_out|cancelled`",
   phase: "where the client left: `queued|before_first_byte|streaming`",
-  key_name: "API key *name* (never the secret), truncated",
+  key_name: "API key _name_ (never the secret), truncated",
   limit: "`requests|tokens`",
   direction: "`in|out`",
 };
@@ -175,11 +175,11 @@ export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
     "deployment",
     "state",
   ]),
-  g("llmgw_deployment_info", "Always 1 per deployment; carries its GPU class and engine.", [
-    "deployment",
-    "gpu_class",
-    "engine",
-  ]),
+  g(
+    "llmgw_deployment_info",
+    "Always 1 per deployment; carries its served model name (the router's `model` label), GPU class and engine.",
+    ["deployment", "model", "gpu_class", "engine"],
+  ),
   g("llmgw_deployment_replicas_desired", "Replicas the deployment asks for.", ["deployment"]),
   g("llmgw_deployment_replicas_ready", "Replicas of the deployment that are ready.", [
     "deployment",
