@@ -1,3 +1,4 @@
+export { createClusterView } from "./cluster-view.js";
 export {
   type ControlPlaneOptions,
   controlPlaneConfigSchema,

@@ -9,9 +9,11 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createClusterCollector } from "@llmgw/metrics-collector";
 import { AgentService, ClusterService } from "@llmgw/proto";
 import { schedule as defaultSchedule } from "@llmgw/scheduler";
 import { Registry } from "prom-client";
+import { createClusterView } from "./cluster-view.js";
 import {
   type ControlPlaneOptions,
   type ResolvedControlPlaneOptions,
@@ -62,6 +64,8 @@ export interface ControlPlaneDeps {
   readonly publicHandler?: (ctx: PublicHandlerContext) => PublicHandler | Promise<PublicHandler>;
   /** Default: a fresh Registry (never prom-client's global one). */
   readonly registry?: Registry;
+  /** Register the cluster families of `@llmgw/metrics-collector` on the registry. Default true. */
+  readonly clusterMetrics?: boolean;
 }
 
 /** How a shutdown went, as data. */
@@ -162,6 +166,7 @@ export async function startControlPlane(
       log,
     });
     const registry = deps.registry ?? new Registry();
+    if (deps.clusterMetrics !== false) createClusterCollector(registry, createClusterView(cluster));
 
     let tls: { cert: Buffer; key: Buffer } | undefined;
     if (resolved.tlsCertFile && resolved.tlsKeyFile) {

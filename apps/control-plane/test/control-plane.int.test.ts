@@ -291,6 +291,7 @@ describe("control plane over Connect", () => {
     const metrics = await fetch(`${cp.controlUrl}/metrics`);
     expect(metrics.status).toBe(200);
     expect(metrics.headers.get("content-type")).toContain("text/plain");
+    expect(await metrics.text()).toMatch(/^# HELP llmgw_/m);
     const nf = await fetch(`${cp.publicUrl}/v1/models`);
     expect(nf.status).toBe(404);
     expect(await nf.json()).toMatchObject({

@@ -1,0 +1,89 @@
+import type {
+  ClusterView,
+  DeploymentView,
+  GpuView,
+  NodeView,
+  ReplicaView,
+} from "@llmgw/metrics-collector";
+import { ReplicaState } from "@llmgw/proto";
+import { gpuHealthy } from "./convert/inventory.js";
+import type { Cluster } from "./domain/cluster.js";
+import { replicaStateName } from "./domain/replica-state.js";
+
+const num = (v: bigint | undefined): number | undefined =>
+  v === undefined ? undefined : Number(v);
+
+/**
+ * The read-only {@link ClusterView} `@llmgw/metrics-collector` scrapes: built from memory on
+ * each call (no I/O). Readings come from the last heartbeat and fall back to registration;
+ * a reading nobody reported stays undefined (a missing series, never 0).
+ */
+export function createClusterView(cluster: Cluster): ClusterView {
+  return {
+    nodes(): NodeView[] {
+      const allocatedBy = new Map<string, string>();
+      for (const p of cluster.placements()) {
+        for (const r of p.ranks)
+          for (const i of r.gpuIndices) allocatedBy.set(`${r.nodeId}/${i}`, p.deployment);
+      }
+      return cluster.nodeSnapshots().map((n) => {
+        const gpus: GpuView[] = n.inventory.gpus.map((g) => {
+          const reading = n.readings.get(g.index);
+          return {
+            index: g.index,
+            uuid: g.uuid,
+            name: g.name,
+            gpuClass: g.gpuClass,
+            memoryTotalBytes: num(g.memoryTotalBytes),
+            memoryUsedBytes: num(reading ? reading.memoryUsedBytes : g.memoryUsedBytes),
+            utilizationPercent: reading ? reading.utilizationPercent : g.utilizationPercent,
+            eccUncorrectedErrors: num(
+              reading ? reading.eccUncorrectedErrors : g.eccUncorrectedErrors,
+            ),
+            temperatureCelsius: reading ? reading.temperatureCelsius : g.temperatureCelsius,
+            powerWatts: reading ? reading.powerWatts : g.powerWatts,
+            healthy: gpuHealthy(g, reading),
+            mig: g.migEnabled,
+            allocatedDeployment: allocatedBy.get(`${n.id}/${g.index}`),
+          };
+        });
+        return {
+          id: n.id,
+          hostname: n.record.hostname,
+          state: n.state,
+          cordoned: n.record.cordoned,
+          draining: n.record.draining,
+          simulated: n.inventory.simulated,
+          agentVersion: n.inventory.agentVersion,
+          lastHeartbeatUnixMs: n.lastHeartbeatMs,
+          healthy: gpus.every((g) => g.healthy),
+          gpus,
+          fabrics: n.inventory.fabrics.map((f) => ({
+            id: f.id,
+            linkLayer:
+              f.linkLayer === "infiniband" || f.linkLayer === "roce" ? f.linkLayer : "unknown",
+          })),
+        };
+      });
+    },
+    deployments(): DeploymentView[] {
+      return cluster.listDeployments().map((d) => ({
+        name: d.spec?.name ?? "",
+        desired: d.desiredReplicas,
+        ready: d.readyReplicas,
+        unschedulable: cluster.unschedulableReasons(d.spec?.name ?? "").length > 0,
+        gpuClass: d.spec?.gpuClass ?? "",
+        engine: cluster.deploymentSpecs().find((s) => s.name === d.spec?.name)?.engine ?? "",
+      }));
+    },
+    replicas(): ReplicaView[] {
+      return cluster.listReplicas().map((r) => ({
+        id: r.replicaId,
+        deployment: r.deployment,
+        state: replicaStateName(
+          r.state === ReplicaState.UNSPECIFIED ? ReplicaState.PENDING : r.state,
+        ) as ReplicaView["state"],
+      }));
+    },
+  };
+}
