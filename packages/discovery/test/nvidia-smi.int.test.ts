@@ -28,11 +28,11 @@ async function run(rules: FakeNvidiaSmiRule[], overrides: Partial<GpuQueryContex
 }
 
 async function calls(): Promise<string[][]> {
-  const text = await readFile(join(dir, "calls.jsonl"), "utf8");
+  const text = await readFile(join(dir, "calls.log"), "utf8");
   return text
     .trim()
     .split("\n")
-    .map((l) => JSON.parse(l) as string[]);
+    .map((l) => l.split(" "));
 }
 
 describe("queryNvidiaGpus against a fake nvidia-smi executable", () => {

@@ -12,10 +12,15 @@ export interface FakeNvidiaSmiRule {
   readonly sleepMs?: number;
 }
 
+const quote = (text: string) => `'${text.replace(/'/g, "'\\''")}'`;
+
 /**
- * Writes a real executable (a Node script) named `nvidia-smi` into `dir` that answers by the
- * first matching rule (exit 0 and no output when none matches) and appends each argv, one
- * JSON line per call, to `<dir>/calls.jsonl`. Returns the executable's path.
+ * Writes a real executable named `nvidia-smi` into `dir`: a POSIX sh script (starts in about a
+ * millisecond, unlike a Node script) answering by the first matching rule — exit 0 and no
+ * output when none matches — and appending its space-joined argv, one line per call, to
+ * `<dir>/calls.log`. Outputs are stored byte-for-byte in files beside it and `cat`ed; a
+ * sleeping rule `exec`s `sleep`, so a SIGKILL on timeout leaves no orphan behind.
+ * Returns the executable's path.
  */
 export async function writeFakeNvidiaSmi(
   dir: string,
@@ -23,20 +28,30 @@ export async function writeFakeNvidiaSmi(
 ): Promise<string> {
   await mkdir(dir, { recursive: true });
   const path = join(dir, "nvidia-smi");
-  const script = `#!${process.execPath}
-const fs = require("node:fs");
-const rules = ${JSON.stringify(rules)};
-const argv = process.argv.slice(2);
-fs.appendFileSync(${JSON.stringify(join(dir, "calls.jsonl"))}, JSON.stringify(argv) + "\\n");
-const joined = argv.join(" ");
-const rule = rules.find((r) => r.when.every((w) => joined.includes(w))) || {};
-setTimeout(() => {
-  if (rule.stdout) process.stdout.write(rule.stdout);
-  if (rule.stderr) process.stderr.write(rule.stderr);
-  process.exitCode = rule.exitCode || 0;
-}, rule.sleepMs || 0);
-`;
-  await writeFile(path, script);
+  const lines = [
+    "#!/bin/sh",
+    `printf '%s\\n' "$*" >> ${quote(join(dir, "calls.log"))}`,
+    'args=" $* "',
+    'has() { case "$args" in *"$1"*) return 0;; esac; return 1; }',
+  ];
+  for (const [i, rule] of rules.entries()) {
+    const test =
+      rule.when.length === 0 ? "true" : rule.when.map((w) => `has ${quote(w)}`).join(" && ");
+    const body: string[] = [];
+    if (rule.sleepMs) body.push(`  exec sleep ${(rule.sleepMs / 1000).toFixed(3)}`);
+    if (rule.stdout !== undefined) {
+      await writeFile(join(dir, `rule-${i}.stdout`), rule.stdout);
+      body.push(`  cat ${quote(join(dir, `rule-${i}.stdout`))}`);
+    }
+    if (rule.stderr !== undefined) {
+      await writeFile(join(dir, `rule-${i}.stderr`), rule.stderr);
+      body.push(`  cat ${quote(join(dir, `rule-${i}.stderr`))} >&2`);
+    }
+    body.push(`  exit ${rule.exitCode ?? 0}`);
+    lines.push(`if ${test}; then`, ...body, "fi");
+  }
+  lines.push("exit 0", "");
+  await writeFile(path, lines.join("\n"));
   await chmod(path, 0o755);
   return path;
 }
