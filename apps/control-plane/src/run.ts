@@ -310,8 +310,11 @@ async function closeServers(servers: readonly Server[], graceMs: number): Promis
             forced = true;
             server.closeAllConnections();
           }, graceMs);
+          // Keep-alive sockets turn idle as their last request finishes; close each then.
+          const sweep = setInterval(() => server.closeIdleConnections(), 25);
           server.close(() => {
             clearTimeout(deadline);
+            clearInterval(sweep);
             resolve();
           });
           server.closeIdleConnections();
