@@ -87,8 +87,8 @@ describe("router faults", () => {
       await res.arrayBuffer();
     }
     expect(served).toEqual(Array(6).fill("live"));
-    expect(metrics.of("upstreamError")).toContainEqual(["dead", "connect"]);
-    expect(metrics.of("circuitState")).toContainEqual(["dead", "open"]);
+    expect(metrics.of("upstreamError")).toContainEqual(["m", "dead", "connect"]);
+    expect(metrics.of("circuitState")).toContainEqual(["m", "dead", "open"]);
     // Once the circuit is open the dead replica is skipped: exactly two attempts hit it.
     expect(metrics.of("retry")).toHaveLength(2);
     expect(live.received).toHaveLength(6);
@@ -123,7 +123,7 @@ describe("router faults", () => {
         param: null,
       },
     });
-    expect(metrics.of("upstreamError")).toContainEqual(["dying", "reset_mid_body"]);
+    expect(metrics.of("upstreamError")).toContainEqual(["m", "dying", "reset_mid_body"]);
     const stream = await client.chat.completions.create({
       model: "m",
       messages: [{ role: "user", content: "again" }],
@@ -159,7 +159,7 @@ describe("router faults", () => {
     slow.openGate();
     const [r1, r2] = await Promise.all([first, second]);
     expect([r1.status, r2.status]).toEqual([200, 200]);
-    expect(metrics.of("rejected")).toContainEqual(["m", "queue_full"]);
+    expect(metrics.of("rejected")).toContainEqual(["m", "queue_full", undefined]);
     expect(metrics.of("queueWait")).toHaveLength(1);
   });
 

@@ -11,6 +11,7 @@ import type { RoutingPolicy } from "./route-table.js";
 export type RejectionReason =
   | AdmissionRejection
   | KeyLimitReason
+  | "missing_key"
   | "unauthorized"
   | "forbidden_model"
   | "unknown_model"
@@ -56,23 +57,30 @@ export interface RequestEvent {
 
 /** Router measurements; every method must be cheap and must not throw. */
 export interface RouterMetricsSink {
+  /** Every answered request (status 499 when the client left first). `endpoint` is the URL path. */
   requestFinished(event: RequestEvent): void;
   /** Time from request arrival to the first response body byte. */
   firstByte(model: string, seconds: number): void;
   /** Gap between consecutive streamed chunks. */
   interChunk(model: string, seconds: number): void;
+  /** Token counts read from the engine's `usage`. */
   tokens(model: string, kind: "prompt" | "completion", count: number): void;
+  /** Body bytes: `in` from clients, `out` to clients. */
+  bytes(model: string, endpoint: string, direction: "in" | "out", count: number): void;
   inFlight(model: string, delta: number): void;
-  replicaInFlight(replicaId: string, value: number): void;
+  replicaInFlight(model: string, replicaId: string, value: number): void;
+  /** Routable replicas of a model, as seen by the latest request. */
+  replicasAvailable(model: string, count: number): void;
   queueDepth(model: string, depth: number): void;
-  queueWait(model: string, seconds: number): void;
-  rejected(model: string, reason: RejectionReason): void;
-  upstreamError(replicaId: string, kind: UpstreamErrorKind): void;
+  queueWait(model: string, seconds: number, outcome: "admitted" | "timed_out" | "cancelled"): void;
+  /** A refusal; `keyName` is set for per-key limit refusals. Unknown models come as `""`. */
+  rejected(model: string, reason: RejectionReason, keyName?: string): void;
+  upstreamError(model: string, replicaId: string, kind: UpstreamErrorKind): void;
   retry(model: string): void;
-  circuitState(replicaId: string, state: CircuitState): void;
+  circuitState(model: string, replicaId: string, state: CircuitState): void;
   decision(event: DecisionEvent): void;
-  clientDisconnect(model: string, phase: "queued" | "upstream"): void;
-  /** Active pool tasks ÷ task slots. */
+  clientDisconnect(model: string, phase: "queued" | "before_first_byte" | "streaming"): void;
+  /** Active pool tasks ÷ task slots, after each pool task starts. */
   poolUtilization(ratio: number): void;
 }
 
@@ -82,8 +90,10 @@ export const noopRouterMetrics: RouterMetricsSink = {
   firstByte() {},
   interChunk() {},
   tokens() {},
+  bytes() {},
   inFlight() {},
   replicaInFlight() {},
+  replicasAvailable() {},
   queueDepth() {},
   queueWait() {},
   rejected() {},

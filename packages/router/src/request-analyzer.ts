@@ -66,8 +66,11 @@ export type RequestAnalysis =
 export interface RequestAnalyzer {
   /** Analyses one complete body. Rejects only with `LLMGW_ROUTER_POOL_FAILED`. */
   analyze(body: Uint8Array): RequestAnalysis | Promise<RequestAnalysis>;
-  /** Pool tasks running or queued right now, and the pool's configured task slots. */
-  poolLoad(): { readonly active: number; readonly slots: number };
+  /**
+   * Pool tasks in flight (running or queued), the pool's task slots (threads × tasks per
+   * worker; 0 without a pool) and tinypool's own queue length.
+   */
+  poolLoad(): { readonly active: number; readonly slots: number; readonly queued: number };
   /** Stops the workers. */
   close(): Promise<void>;
 }
@@ -195,7 +198,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
       if (pool === undefined || body.length < threshold) return inline(body);
       return viaPool(pool, body);
     },
-    poolLoad: () => ({ active, slots }),
+    poolLoad: () => ({ active, slots, queued: pool?.queueSize ?? 0 }),
     async close() {
       const p = pool;
       pool = undefined;

@@ -47,6 +47,11 @@ export interface RouterHandler {
   (req: IncomingMessage, res: ServerResponse): void;
   /** Stops the worker pool and closes upstream connections. */
   close(): Promise<void>;
+  /**
+   * Worker-pool load for scrape-time sampling (pass it as `createRouterMetrics`'s `workerPool`);
+   * `undefined` when the pool is disabled.
+   */
+  workerPool(): { utilizationRatio: number; queueSize: number } | undefined;
   readonly options: ResolvedRouterServiceOptions;
 }
 
@@ -72,6 +77,7 @@ class RejectedError {
     readonly message: string,
     readonly retryAfterSeconds?: number,
     readonly param?: string,
+    readonly keyName?: string,
   ) {}
 }
 
@@ -90,7 +96,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     health: {
       ...options.picker.health,
       onCircuitChange: (replicaId, from, to) => {
-        metrics.circuitState(replicaId, to);
+        metrics.circuitState(replicaModel.get(replicaId) ?? "", replicaId, to);
         log({ event: "circuit", replica: replicaId, from, to });
         options.picker.health?.onCircuitChange?.(replicaId, from, to);
       },
@@ -100,6 +106,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   const limiter = createKeyLimiter(options.clock === undefined ? {} : { clock: options.clock });
   const analyzer = createRequestAnalyzer(options.analyzer);
   const pools = new Map<string, Pool>();
+  /** Replica id → served model name, for replica-scoped metric labels (bounded by replicas). */
+  const replicaModel = new Map<string, string>();
   const seenModels = new Set<string>();
   const createdAt = Math.floor(Date.now() / 1000);
 
@@ -143,7 +151,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     const key = match?.[1] === undefined ? undefined : apiKeys?.verify(match[1]);
     if (key === undefined) {
       throw new RejectedError(
-        "unauthorized",
+        header === undefined ? "missing_key" : "unauthorized",
         header === undefined
           ? "Missing API key: send `Authorization: Bearer <key>`."
           : "Incorrect API key provided.",
@@ -212,7 +220,6 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
     }
     const model = analysis.model;
-    ctx.model = model;
     ctx.stream = analysis.stream;
     if (key.models !== undefined && !key.models.includes(model)) {
       throw new RejectedError(
@@ -232,7 +239,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       );
     }
     seenModels.add(model);
-    const capacity = picker.capacity(resolution);
+    ctx.model = model;
+    metrics.bytes(model, endpoint, "in", body.length);
+    const routable = picker.routable(resolution);
+    metrics.replicasAvailable(model, routable.length);
+    let capacity = 0;
+    for (const r of routable) capacity += Math.max(1, r.capacity);
     if (capacity === 0) {
       if (resolution.loading) {
         throw new RejectedError("model_loading", `model ${model} is loading; retry shortly`, 5);
@@ -245,6 +257,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         limit.reason,
         `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
         limit.retryAfterSeconds,
+        undefined,
+        key.name,
       );
     }
     const clientGone = new AbortController();
@@ -257,10 +271,15 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     try {
       let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone.signal);
       if (outcome instanceof Promise) {
+        const queuedAt = performance.now();
         metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
         outcome = await outcome;
         metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
-        if (outcome.admitted) metrics.queueWait(model, outcome.waitedMs / 1000);
+        metrics.queueWait(
+          model,
+          (performance.now() - queuedAt) / 1000,
+          outcome.admitted ? "admitted" : outcome.reason === "aborted" ? "cancelled" : "timed_out",
+        );
       }
       if (!outcome.admitted) {
         if (outcome.reason === "aborted") {
@@ -371,7 +390,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     decision: PickDecision,
   ): Promise<ForwardResult> => {
     const replica = decision.replica;
-    metrics.replicaInFlight(replica.id, picker.dispatched(replica.id, p.analysis.chain));
+    replicaModel.set(replica.id, p.model);
+    metrics.replicaInFlight(p.model, replica.id, picker.dispatched(replica.id, p.analysis.chain));
     const sentAt = performance.now();
     let verdict: "success" | "failure" | "abandoned" = "abandoned";
     let firstByteMs: number | undefined;
@@ -393,7 +413,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         });
       } catch (error) {
         if (p.signal.aborted) {
-          metrics.clientDisconnect(p.model, "upstream");
+          metrics.clientDisconnect(p.model, "before_first_byte");
           return { kind: "done" };
         }
         verdict = "failure";
@@ -405,7 +425,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
             : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
               ? "connect"
               : "reset_before_response";
-        metrics.upstreamError(replica.id, kind);
+        metrics.upstreamError(p.model, replica.id, kind);
         const message = `replica ${replica.id} failed before responding (${code ?? String(error)})`;
         log({ event: "upstream_error", replica: replica.id, kind, code, requestId: p.requestId });
         return {
@@ -418,7 +438,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       firstByteMs = performance.now() - sentAt;
       const status = upstream.statusCode;
       verdict = status >= 500 ? "failure" : "success";
-      if (status >= 500) metrics.upstreamError(replica.id, "status_5xx");
+      if (status >= 500) metrics.upstreamError(p.model, replica.id, "status_5xx");
       const contentType = headerText(upstream.headers["content-type"]);
       const sse = contentType?.startsWith("text/event-stream") ?? false;
       const outHeaders: Record<string, string> = {
@@ -435,6 +455,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       res.writeHead(status, outHeaders);
       if (sse) res.flushHeaders();
       let last = 0;
+      let sent = 0;
       let tail = "";
       try {
         for await (const chunk of upstream.body as AsyncIterable<Buffer>) {
@@ -442,6 +463,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           if (last === 0) metrics.firstByte(p.model, (now - p.started) / 1000);
           else metrics.interChunk(p.model, (now - last) / 1000);
           last = now;
+          sent += chunk.length;
           // Usage sits at the end of both JSON answers and streams (last chunk with include_usage).
           tail = (tail + chunk.toString("latin1")).slice(-4096);
           if (!res.write(chunk)) await drained(res, p.signal);
@@ -449,12 +471,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         }
       } catch (error) {
         if (p.signal.aborted) {
-          metrics.clientDisconnect(p.model, "upstream");
+          metrics.clientDisconnect(p.model, sent === 0 ? "before_first_byte" : "streaming");
           verdict = "abandoned";
           return { kind: "done" };
         }
         verdict = "failure";
-        metrics.upstreamError(replica.id, "reset_mid_body");
+        metrics.upstreamError(p.model, replica.id, "reset_mid_body");
         const code = errorCode(error) ?? String(error);
         log({
           event: "upstream_error",
@@ -474,8 +496,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         }
         return { kind: "done" };
       }
+      metrics.bytes(p.model, p.endpoint, "out", sent);
       if (p.signal.aborted) {
-        metrics.clientDisconnect(p.model, "upstream");
+        metrics.clientDisconnect(p.model, sent === 0 ? "before_first_byte" : "streaming");
         verdict = "abandoned";
         upstream.body.destroy();
         return { kind: "done" };
@@ -484,7 +507,11 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       countTokens(p.model, tail);
       return { kind: "done" };
     } finally {
-      metrics.replicaInFlight(replica.id, picker.finished(replica.id, verdict, firstByteMs));
+      metrics.replicaInFlight(
+        p.model,
+        replica.id,
+        picker.finished(replica.id, verdict, firstByteMs),
+      );
     }
   };
 
@@ -533,7 +560,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       sendError(res, FAILURE_HTTP.notFound, `Unknown request URL: ${req.method ?? "?"} ${path}.`);
     } catch (error) {
       if (error instanceof RejectedError) {
-        metrics.rejected(ctx.model, error.reason);
+        metrics.rejected(ctx.model, error.reason, error.keyName);
         const spec = REJECTION_HTTP[error.reason];
         sendError(res, spec, error.message, {
           ...(error.param === undefined ? {} : { param: error.param }),
@@ -558,6 +585,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     });
   }) as RouterHandler;
   Object.defineProperty(handler, "options", { value: options });
+  handler.workerPool = () => {
+    const load = analyzer.poolLoad();
+    return load.slots === 0
+      ? undefined
+      : { utilizationRatio: Math.min(1, load.active / load.slots), queueSize: load.queued };
+  };
   handler.close = async () => {
     unsubscribe();
     await analyzer.close();

@@ -14,6 +14,7 @@ export interface HttpErrorSpec {
 
 /** Router rejection reason → HTTP answer. */
 export const REJECTION_HTTP: Readonly<Record<RejectionReason, HttpErrorSpec>> = {
+  missing_key: { status: 401, type: "invalid_request_error", code: "invalid_api_key" },
   unauthorized: { status: 401, type: "invalid_request_error", code: "invalid_api_key" },
   forbidden_model: { status: 404, type: "invalid_request_error", code: "model_not_found" },
   unknown_model: { status: 404, type: "invalid_request_error", code: "model_not_found" },

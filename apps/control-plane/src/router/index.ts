@@ -1,5 +1,6 @@
 export { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
 export { errorBody, FAILURE_HTTP, type HttpErrorSpec, REJECTION_HTTP } from "./http-errors.js";
+export { createPrometheusRouterMetricsSink } from "./metrics.js";
 export {
   type ResolvedRouterServiceOptions,
   type RouterServiceOptions,

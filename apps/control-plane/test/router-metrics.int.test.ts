@@ -1,0 +1,90 @@
+/**
+ * Router traffic reaches the `llmgw_router_*` Prometheus families of
+ * `@llmgw/metrics-collector` through the control plane's adapter, on an injected registry.
+ */
+import { createRouterMetrics } from "@llmgw/metrics-collector";
+import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
+import { Registry } from "prom-client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  createPrometheusRouterMetricsSink,
+  type RunningRouterServer,
+  startRouterServer,
+} from "../src/router/index.js";
+import { type FakeEngine, startFakeEngine } from "./router-fake-engine.js";
+
+let engine: FakeEngine;
+let router: RunningRouterServer;
+const registry = new Registry();
+
+beforeAll(async () => {
+  engine = await startFakeEngine({ name: "e" });
+  const handles = createRouterMetrics(registry, { workerPool: () => router.handler.workerPool() });
+  router = await startRouterServer({
+    routeTable: createStaticRouteTable({
+      m: {
+        deployment: "m",
+        policy: "llmgw",
+        loading: false,
+        replicas: [{ id: "m-0", baseUrl: engine.url, state: "ready", capacity: 4 }],
+      },
+    }),
+    apiKeys: createInMemoryApiKeyStore({ "sk-m": { id: "k", name: "metrics-key", rpm: 3 } }),
+    metrics: createPrometheusRouterMetricsSink(handles),
+    options: { analyzer: { pool: { maxThreads: 1 } } },
+  });
+});
+
+afterAll(async () => {
+  await router?.close();
+  await engine?.close();
+});
+
+const chat = (model: string, key = "sk-m", stream = false) =>
+  fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model, stream, messages: [{ role: "user", content: "count me" }] }),
+  });
+
+describe("router metrics", () => {
+  it("exports requests, refusals, tokens and decisions in llmgw_router_* families", async () => {
+    await (await chat("m")).arrayBuffer();
+    await (await chat("m", "sk-m", true)).arrayBuffer();
+    await (await chat("no-such-model")).arrayBuffer();
+    await (await chat("m", "sk-wrong")).arrayBuffer();
+    await (await chat("m")).arrayBuffer();
+    // The key's fourth routed request in a minute exceeds its rpm of 3.
+    expect((await chat("m")).status).toBe(429);
+    const text = await registry.metrics();
+    const line = (prefix: string) => text.split("\n").find((l) => l.startsWith(prefix));
+    expect(
+      line('llmgw_router_requests_total{model="m",endpoint="chat_completions",code="200"}'),
+    ).toMatch(/ 3$/);
+    expect(
+      line('llmgw_router_requests_total{model="other",endpoint="chat_completions",code="404"}'),
+    ).toMatch(/ 1$/);
+    expect(
+      line('llmgw_router_admission_rejections_total{model="other",reason="model_not_found"}'),
+    ).toMatch(/ 1$/);
+    expect(line('llmgw_router_auth_failures_total{reason="invalid"}')).toMatch(/ 1$/);
+    expect(line('llmgw_router_rate_limited_total{key_name="metrics-key",limit="rpm"}')).toMatch(
+      / 1$/,
+    );
+    expect(line('llmgw_router_completion_tokens_total{model="m"}')).toMatch(/ 8$/);
+    expect(line('llmgw_router_scoring_tasks_total{path="inline"}')).toMatch(/ 3$/);
+    expect(line('llmgw_router_replicas_available{model="m"}')).toMatch(/ 1$/);
+    expect(line('llmgw_router_requests_in_flight{model="m"}')).toMatch(/ 0$/);
+    expect(
+      line('llmgw_router_routing_fallbacks_total{model="m",reason="missing_load_signals"}'),
+    ).toMatch(/ 3$/);
+    expect(line("llmgw_router_worker_pool_utilization_ratio")).toMatch(/ 0$/);
+    const families = new Set(
+      text
+        .split("\n")
+        .filter((l) => l.startsWith("# TYPE llmgw_router_"))
+        .map((l) => l.split(" ")[2]),
+    );
+    expect(families.size).toBeGreaterThanOrEqual(22);
+  });
+});
