@@ -15,6 +15,7 @@ import type {
   ScheduleInput,
   ScheduleResult,
   SchedulerDeployment,
+  SchedulerGpu,
   SchedulerNode,
   UnschedulableDeployment,
 } from "./types.js";
@@ -28,24 +29,48 @@ interface ReplicaRecord {
   readonly ordinal: number;
 }
 
-/** Mutable per-node view during one run. */
-interface NodeState {
+/**
+ * What a run derives from one {@link SchedulerNode} that does not depend on placements. Cached
+ * per node object (inputs are readonly), so a re-plan that passes the same node objects again
+ * skips rebuilding it: that is most of what makes the incremental re-plan cheap.
+ */
+interface NodeInfo {
   readonly node: SchedulerNode;
-  readonly id: string;
   /** Ready, not cordoned, not draining: may receive new replicas. */
   readonly schedulable: boolean;
   readonly fabrics: readonly string[];
-  readonly nvlink: NvlinkMatrix;
   /** GPU index → class, for GPUs that are healthy, not MIG and of a known class. */
   readonly usableClass: ReadonlyMap<number, string>;
-  /** Class → number of usable GPUs of that class on this node. */
-  readonly usableCount: ReadonlyMap<string, number>;
-  /** Class → free usable GPU indices. */
-  readonly free: Map<string, Set<number>>;
+  /** Class → usable GPU indices, ascending. */
+  readonly usableByClass: ReadonlyMap<string, readonly number[]>;
+  /** Every GPU of the node by index, usable or not. */
+  readonly gpuByIndex: ReadonlyMap<number, SchedulerGpu>;
+  /** Class → counts over all GPUs of the class on this node. */
+  readonly classCounts: ReadonlyMap<string, ClassStats>;
+  /** Class → keys of the free-count histograms the node is counted in (class, class on fabric). */
+  readonly histogramKeys: ReadonlyMap<string, readonly string[]>;
+  /** Built on first use. */
+  nvlink: NvlinkMatrix | undefined;
+}
+
+const nodeInfoCache = new WeakMap<SchedulerNode, NodeInfo>();
+
+/** Mutable per-node view during one run; the maps are created on first write. */
+interface NodeState {
+  readonly info: NodeInfo;
+  readonly node: SchedulerNode;
+  readonly id: string;
+  readonly schedulable: boolean;
+  readonly fabrics: readonly string[];
+  readonly usableClass: ReadonlyMap<number, string>;
+  /** Class → free usable GPU indices; a class not in the map has all its usable GPUs free. */
+  free: Map<string, Set<number>> | undefined;
   /** Placements with a rank on this node. */
-  readonly replicas: Set<ReplicaRecord>;
+  replicas: Set<ReplicaRecord> | undefined;
+  /** GPU index → the kept placement that claimed it first (duplicate claims are removed). */
+  claimedBy: Map<number, string> | undefined;
   /** Deployment name → number of its replicas with a rank here. */
-  readonly perDeployment: Map<string, number>;
+  perDeployment: Map<string, number> | undefined;
 }
 
 /** The shape of one replica: how many nodes and GPUs per node. */
@@ -103,11 +128,7 @@ export function schedule(input: ScheduleInput): ScheduleResult {
   const deployments = [...input.deployments].sort((a, b) => byString(a.name, b.name));
   const deploymentByName = new Map(deployments.map((d) => [d.name, d]));
   const placements = [...input.placements].sort((a, b) => byString(a.replicaId, b.replicaId));
-  const classes = [...new Set(nodes.flatMap((n) => [...n.usableClass.values()]))].sort(byString);
-  const knownClasses = new Set(
-    input.nodes.flatMap((n) => n.gpus.map((g) => g.gpuClass).filter((c) => c !== undefined)),
-  );
-
+  const context = buildContext(nodes);
   const remove: PlacementRemoval[] = [];
   const add: Placement[] = [];
   /** Deployment name → its live records (kept or added). */
@@ -138,11 +159,16 @@ export function schedule(input: ScheduleInput): ScheduleResult {
       if (node === undefined) continue;
       for (const gpu of rank.gpuIndices) {
         const cls = node.usableClass.get(gpu);
-        if (cls !== undefined) node.free.get(cls)?.delete(gpu);
+        const set = cls === undefined ? undefined : freeSet(node, cls);
+        if (cls === undefined || set === undefined || !set.has(gpu)) continue;
+        trackFree(context, node, cls, set.size, set.size - 1);
+        set.delete(gpu);
       }
+      node.replicas ??= new Set();
       if (!node.replicas.has(record)) {
         node.replicas.add(record);
         const name = record.placement.deployment;
+        node.perDeployment ??= new Map();
         node.perDeployment.set(name, (node.perDeployment.get(name) ?? 0) + 1);
       }
     }
@@ -154,11 +180,14 @@ export function schedule(input: ScheduleInput): ScheduleResult {
       if (node === undefined) continue;
       for (const gpu of rank.gpuIndices) {
         const cls = node.usableClass.get(gpu);
-        if (cls !== undefined) node.free.get(cls)?.add(gpu);
+        const set = cls === undefined ? undefined : freeSet(node, cls);
+        if (cls === undefined || set === undefined || set.has(gpu)) continue;
+        trackFree(context, node, cls, set.size, set.size + 1);
+        set.add(gpu);
       }
-      if (node.replicas.delete(record)) {
+      if (node.replicas?.delete(record) === true) {
         const name = record.placement.deployment;
-        node.perDeployment.set(name, (node.perDeployment.get(name) ?? 1) - 1);
+        node.perDeployment?.set(name, (node.perDeployment.get(name) ?? 1) - 1);
       }
     }
   };
@@ -172,10 +201,9 @@ export function schedule(input: ScheduleInput): ScheduleResult {
   };
 
   // 1. Existing placements: keep unless a cause removes them.
-  const claimed = new Map<string, string>(); // `${node}/${gpu}` → replicaId
   for (const placement of placements) {
     useId(placement.deployment, placement.replicaId);
-    const why = removalCause(placement, deploymentByName, nodeById, claimed);
+    const why = removalCause(placement, deploymentByName, nodeById);
     if (why !== undefined) {
       remove.push({
         replicaId: placement.replicaId,
@@ -185,7 +213,10 @@ export function schedule(input: ScheduleInput): ScheduleResult {
       continue;
     }
     for (const rank of placement.ranks) {
-      for (const gpu of rank.gpuIndices) claimed.set(`${rank.nodeId}/${gpu}`, placement.replicaId);
+      const node = nodeById.get(rank.nodeId);
+      if (node === undefined) continue;
+      node.claimedBy ??= new Map();
+      for (const gpu of rank.gpuIndices) node.claimedBy.set(gpu, placement.replicaId);
     }
     const deployment = deploymentByName.get(placement.deployment);
     allocate({
@@ -220,7 +251,6 @@ export function schedule(input: ScheduleInput): ScheduleResult {
       b.priority - a.priority || b.gpusPerReplica - a.gpusPerReplica || byString(a.name, b.name),
   );
   const unschedulable: UnschedulableDeployment[] = [];
-  const context = buildContext(nodes, classes, knownClasses);
   for (const deployment of order) {
     const records = liveOf(deployment.name);
     let missing = deployment.replicas - records.size;
@@ -291,11 +321,6 @@ function validateInput(input: ScheduleInput): void {
   for (const node of input.nodes) {
     if (nodeIds.has(node.id)) fail(`duplicate node id ${JSON.stringify(node.id)}`);
     nodeIds.add(node.id);
-    const indices = new Set<number>();
-    for (const gpu of node.gpus) {
-      if (indices.has(gpu.index)) fail(`node ${node.id}: duplicate GPU index ${gpu.index}`);
-      indices.add(gpu.index);
-    }
   }
   const names = new Set<string>();
   for (const d of input.deployments) {
@@ -323,33 +348,90 @@ function validateInput(input: ScheduleInput): void {
   }
 }
 
-function buildNodeState(node: SchedulerNode): NodeState {
+function buildNodeInfo(node: SchedulerNode): NodeInfo {
+  const cached = nodeInfoCache.get(node);
+  if (cached !== undefined) return cached;
   const usableClass = new Map<number, string>();
-  const usableCount = new Map<string, number>();
-  const free = new Map<string, Set<number>>();
-  for (const gpu of [...node.gpus].sort((a, b) => a.index - b.index)) {
-    if (!gpu.healthy || gpu.migEnabled || gpu.gpuClass === undefined) continue;
-    usableClass.set(gpu.index, gpu.gpuClass);
-    usableCount.set(gpu.gpuClass, (usableCount.get(gpu.gpuClass) ?? 0) + 1);
-    let set = free.get(gpu.gpuClass);
-    if (set === undefined) {
-      set = new Set();
-      free.set(gpu.gpuClass, set);
+  const usableByClass = new Map<string, number[]>();
+  const gpuByIndex = new Map<number, SchedulerGpu>();
+  const classCounts = new Map<string, ClassStats>();
+  const schedulable = node.state === "ready" && !node.cordoned && !node.draining;
+  for (const gpu of node.gpus) {
+    if (gpuByIndex.has(gpu.index)) {
+      throw new SchedulerError(
+        "LLMGW_SCHEDULER_INVALID_INPUT",
+        `node ${node.id}: duplicate GPU index ${gpu.index}`,
+      );
     }
-    set.add(gpu.index);
+    gpuByIndex.set(gpu.index, gpu);
+    if (gpu.gpuClass === undefined) continue;
+    let stats = classCounts.get(gpu.gpuClass);
+    if (stats === undefined) {
+      stats = { total: 0, unhealthy: 0, mig: 0, onUnschedulable: 0 };
+      classCounts.set(gpu.gpuClass, stats);
+    }
+    stats.total++;
+    if (!gpu.healthy) stats.unhealthy++;
+    else if (gpu.migEnabled) stats.mig++;
+    else if (!schedulable) stats.onUnschedulable++;
+    if (!gpu.healthy || gpu.migEnabled) continue;
+    usableClass.set(gpu.index, gpu.gpuClass);
+    let list = usableByClass.get(gpu.gpuClass);
+    if (list === undefined) {
+      list = [];
+      usableByClass.set(gpu.gpuClass, list);
+    }
+    list.push(gpu.index);
   }
+  for (const list of usableByClass.values()) list.sort((x, y) => x - y);
+  const fabrics = [...new Set(node.fabrics)].sort(byString);
+  const histogramKeys = new Map<string, string[]>();
+  if (schedulable) {
+    for (const cls of usableByClass.keys()) {
+      histogramKeys.set(cls, [cls, ...fabrics.map((f) => `${cls} ${f}`)]);
+    }
+  }
+  const info: NodeInfo = {
+    node,
+    schedulable,
+    fabrics,
+    usableClass,
+    usableByClass,
+    gpuByIndex,
+    classCounts,
+    histogramKeys,
+    nvlink: undefined,
+  };
+  nodeInfoCache.set(node, info);
+  return info;
+}
+
+function buildNodeState(node: SchedulerNode): NodeState {
+  const info = buildNodeInfo(node);
   return {
+    info,
     node,
     id: node.id,
-    schedulable: node.state === "ready" && !node.cordoned && !node.draining,
-    fabrics: [...new Set(node.fabrics)].sort(byString),
-    nvlink: buildNvlinkMatrix(node.nvlinks),
-    usableClass,
-    usableCount,
-    free,
-    replicas: new Set(),
-    perDeployment: new Map(),
+    schedulable: info.schedulable,
+    fabrics: info.fabrics,
+    usableClass: info.usableClass,
+    free: undefined,
+    replicas: undefined,
+    claimedBy: undefined,
+    perDeployment: undefined,
   };
+}
+
+/** The free set of `cls` on `node`, materialized from the usable GPUs on first use. */
+function freeSet(node: NodeState, cls: string): Set<number> | undefined {
+  let set = node.free?.get(cls);
+  if (set !== undefined) return set;
+  const usable = node.info.usableByClass.get(cls);
+  if (usable === undefined) return undefined;
+  set = new Set(usable);
+  node.free ??= new Map();
+  node.free.set(cls, set);
+  return set;
 }
 
 /** The n of `${deployment}-${n}`, or -1 when the id does not follow the pattern. */
@@ -364,7 +446,6 @@ function removalCause(
   placement: Placement,
   deployments: ReadonlyMap<string, SchedulerDeployment>,
   nodes: ReadonlyMap<string, NodeState>,
-  claimed: ReadonlyMap<string, string>,
 ): Reason | undefined {
   const deployment = deployments.get(placement.deployment);
   if (deployment === undefined) {
@@ -385,7 +466,7 @@ function removalCause(
       return reason("node-lost", `node ${rank.nodeId} (rank ${rank.rank}) is lost`);
     }
     for (const index of rank.gpuIndices) {
-      const gpu = node.node.gpus.find((g) => g.index === index);
+      const gpu = node.info.gpuByIndex.get(index);
       if (gpu === undefined) {
         return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} is no longer present`);
       }
@@ -395,7 +476,7 @@ function removalCause(
       if (gpu.migEnabled) {
         return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} has MIG enabled`);
       }
-      const owner = claimed.get(`${rank.nodeId}/${index}`);
+      const owner = node.claimedBy?.get(index);
       if (owner !== undefined) {
         return reason(
           "gpu-conflict",
@@ -425,12 +506,12 @@ function scaleDownScore(record: ReplicaRecord, nodes: ReadonlyMap<string, NodeSt
     const node = nodes.get(rank.nodeId);
     if (node === undefined) continue;
     if (!node.schedulable) unschedulable = 1;
-    crowding += node.perDeployment.get(record.placement.deployment) ?? 0;
+    crowding += node.perDeployment?.get(record.placement.deployment) ?? 0;
     let freeAfter = 0;
     let usable = 0;
-    for (const [cls, set] of node.free) {
-      freeAfter += set.size;
-      usable += node.usableCount.get(cls) ?? 0;
+    for (const [cls, list] of node.info.usableByClass) {
+      freeAfter += freeOf(node, cls);
+      usable += list.length;
     }
     freeAfter += rank.gpuIndices.filter((g) => node.usableClass.has(g)).length;
     if (rank.gpuIndices.length > 0) freedValue += freeAfter + (freeAfter === usable ? 1000 : 0);
@@ -450,21 +531,89 @@ interface PlacementContext {
   readonly fabrics: readonly string[];
   /** Fabric id → its nodes, sorted by id. */
   readonly fabricNodes: ReadonlyMap<string, readonly NodeState[]>;
+  /** Class → schedulable nodes with usable GPUs of that class, sorted by id. */
+  readonly classNodes: ReadonlyMap<string, readonly NodeState[]>;
+  /**
+   * Class → (free count → number of schedulable nodes with exactly that many free GPUs of the
+   * class); the same per `${class} ${fabric}`. Kept current on every allocation, so "does any
+   * node / do k nodes of a fabric have n free" is answered without scanning nodes.
+   */
+  readonly buckets: Map<string, number[]>;
+  /** Class → GPU counts that do not change during a run, for reasons. */
+  readonly classStats: ReadonlyMap<string, ClassStats>;
 }
 
-function buildContext(
-  nodes: readonly NodeState[],
-  classes: readonly string[],
-  knownClasses: ReadonlySet<string>,
-): PlacementContext {
+interface ClassStats {
+  total: number;
+  unhealthy: number;
+  mig: number;
+  /** Healthy, non-MIG GPUs on nodes that are not schedulable. */
+  onUnschedulable: number;
+}
+
+/** Moves `node` from the `before` to the `after` free-count bucket of `cls`. */
+function trackFree(
+  ctx: PlacementContext,
+  node: NodeState,
+  cls: string,
+  before: number,
+  after: number,
+): void {
+  for (const key of node.info.histogramKeys.get(cls) ?? []) {
+    const bucket = ctx.buckets.get(key);
+    if (bucket === undefined) continue;
+    bucket[before] = (bucket[before] ?? 0) - 1;
+    bucket[after] = (bucket[after] ?? 0) + 1;
+  }
+}
+
+/** How many schedulable nodes have at least `n` free GPUs of `cls` (on `fabric` if given). */
+function nodesWithFree(ctx: PlacementContext, cls: string, n: number, fabric?: string): number {
+  const bucket = ctx.buckets.get(fabric === undefined ? cls : `${cls} ${fabric}`);
+  if (bucket === undefined) return 0;
+  let count = 0;
+  for (let f = n; f < bucket.length; f++) count += bucket[f] ?? 0;
+  return count;
+}
+
+function buildContext(nodes: readonly NodeState[]): PlacementContext {
+  const usable = new Set<string>();
   const maxPerNode = new Map<string, number>();
   const fabricNodes = new Map<string, NodeState[]>();
+  const classNodes = new Map<string, NodeState[]>();
+  const buckets = new Map<string, number[]>();
+  const classStats = new Map<string, ClassStats>();
   for (const node of nodes) {
-    const counts = new Map<string, number>();
-    for (const gpu of node.node.gpus) {
-      if (gpu.gpuClass !== undefined) counts.set(gpu.gpuClass, (counts.get(gpu.gpuClass) ?? 0) + 1);
+    for (const [cls, counts] of node.info.classCounts) {
+      let stats = classStats.get(cls);
+      if (stats === undefined) {
+        stats = { total: 0, unhealthy: 0, mig: 0, onUnschedulable: 0 };
+        classStats.set(cls, stats);
+      }
+      stats.total += counts.total;
+      stats.unhealthy += counts.unhealthy;
+      stats.mig += counts.mig;
+      stats.onUnschedulable += counts.onUnschedulable;
+      maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, counts.total));
     }
-    for (const [cls, n] of counts) maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, n));
+    for (const cls of node.info.usableByClass.keys()) usable.add(cls);
+    for (const [cls, keys] of node.info.histogramKeys) {
+      let list = classNodes.get(cls);
+      if (list === undefined) {
+        list = [];
+        classNodes.set(cls, list);
+      }
+      list.push(node);
+      const free = node.info.usableByClass.get(cls)?.length ?? 0;
+      for (const key of keys) {
+        let bucket = buckets.get(key);
+        if (bucket === undefined) {
+          bucket = [];
+          buckets.set(key, bucket);
+        }
+        bucket[free] = (bucket[free] ?? 0) + 1;
+      }
+    }
     for (const fabric of node.fabrics) {
       let list = fabricNodes.get(fabric);
       if (list === undefined) {
@@ -475,7 +624,17 @@ function buildContext(
     }
   }
   const fabrics = [...fabricNodes.keys()].sort(byString);
-  return { nodes, classes, knownClasses, maxPerNode, fabrics, fabricNodes };
+  return {
+    nodes,
+    classes: [...usable].sort(byString),
+    knownClasses: new Set(classStats.keys()),
+    maxPerNode,
+    fabrics,
+    fabricNodes,
+    classNodes,
+    buckets,
+    classStats,
+  };
 }
 
 interface PlannedReplica {
@@ -527,7 +686,7 @@ function planCpuReplica(deployment: SchedulerDeployment, ctx: PlacementContext):
   let bestScore: number[] = [];
   for (const node of ctx.nodes) {
     if (!node.schedulable) continue;
-    const score = [node.perDeployment.get(deployment.name) ?? 0, node.replicas.size];
+    const score = [node.perDeployment?.get(deployment.name) ?? 0, node.replicas?.size ?? 0];
     if (best === undefined || compareScores(score, bestScore) < 0) {
       best = node;
       bestScore = score;
@@ -597,7 +756,8 @@ function deriveShape(
 }
 
 function freeOf(node: NodeState, cls: string): number {
-  return node.free.get(cls)?.size ?? 0;
+  const set = node.free?.get(cls);
+  return set === undefined ? (node.info.usableByClass.get(cls)?.length ?? 0) : set.size;
 }
 
 /** Spread first (fewest replicas of this deployment), then best fit (least leftover), then id. */
@@ -607,14 +767,15 @@ function findSingleNode(
   perNode: number,
   ctx: PlacementContext,
 ): Candidate | undefined {
+  if (nodesWithFree(ctx, cls, perNode) === 0) return undefined;
   let best: NodeState | undefined;
   let bestSpread = 0;
   let bestLeftover = 0;
-  for (const node of ctx.nodes) {
-    if (!node.schedulable) continue;
+  for (const node of ctx.classNodes.get(cls) ?? []) {
+    if (best !== undefined && bestSpread === 0 && bestLeftover === 0) break;
     const free = freeOf(node, cls);
     if (free < perNode) continue;
-    const spread = node.perDeployment.get(deployment.name) ?? 0;
+    const spread = node.perDeployment?.get(deployment.name) ?? 0;
     const leftover = free - perNode;
     if (
       best === undefined ||
@@ -654,6 +815,7 @@ function findGang(
 ): Candidate | undefined {
   let best: Candidate | undefined;
   for (const fabric of allowedFabrics(deployment, ctx)) {
+    if (nodesWithFree(ctx, cls, shape.perNode, fabric) < shape.nodes) continue;
     const fits: { node: NodeState; spread: number; leftover: number }[] = [];
     for (const node of nodesOf(fabric, ctx)) {
       if (!node.schedulable) continue;
@@ -661,7 +823,7 @@ function findGang(
       if (free < shape.perNode) continue;
       fits.push({
         node,
-        spread: node.perDeployment.get(deployment.name) ?? 0,
+        spread: node.perDeployment?.get(deployment.name) ?? 0,
         leftover: free - shape.perNode,
       });
     }
@@ -704,35 +866,32 @@ function explainFailure(
       return [reason("no-fabric-fits", `${head}; no node is on any fabric`)];
     }
     const parts = fabrics.map((fabric) => {
-      const n = nodesOf(fabric, ctx).filter(
-        (node) => node.schedulable && freeOf(node, cls) >= shape.perNode,
-      ).length;
+      const n = nodesWithFree(ctx, cls, shape.perNode, fabric);
       return n === 0
         ? `fabric ${fabric} has none`
         : `fabric ${fabric} has ${plural(n, "node")} with ${shape.perNode} free`;
     });
     return [reason("no-fabric-fits", `${head}; ${parts.join(", ")}`)];
   }
-  let total = 0;
-  let unhealthy = 0;
-  let mig = 0;
-  let unschedulable = 0;
+  const {
+    total,
+    unhealthy,
+    mig,
+    onUnschedulable: unschedulable,
+  } = ctx.classStats.get(cls) ?? {
+    total: 0,
+    unhealthy: 0,
+    mig: 0,
+    onUnschedulable: 0,
+  };
   let allocated = 0;
   let free = 0;
   let mostFree = 0;
   let mostFreeNode = "";
-  for (const node of ctx.nodes) {
-    for (const gpu of node.node.gpus) {
-      if (gpu.gpuClass !== cls) continue;
-      total++;
-      if (!gpu.healthy) unhealthy++;
-      else if (gpu.migEnabled) mig++;
-      else if (!node.schedulable) unschedulable++;
-    }
-    if (!node.schedulable) continue;
+  for (const node of ctx.classNodes.get(cls) ?? []) {
     const f = freeOf(node, cls);
     free += f;
-    allocated += (node.usableCount.get(cls) ?? 0) - f;
+    allocated += (node.info.usableByClass.get(cls)?.length ?? 0) - f;
     if (f > mostFree) {
       mostFree = f;
       mostFreeNode = node.id;
@@ -768,7 +927,8 @@ function evictionOnNode(
   perNode: number,
   priority: number,
 ): { victims: ReplicaRecord[]; cost: number[] } | undefined {
-  if (!node.schedulable || (node.usableCount.get(cls) ?? 0) < perNode) return undefined;
+  if (!node.schedulable || (node.info.usableByClass.get(cls)?.length ?? 0) < perNode)
+    return undefined;
   let free = freeOf(node, cls);
   if (free >= perNode) return { victims: [], cost: [0, 0, 0] };
   const freedBy = (r: ReplicaRecord): number =>
@@ -778,7 +938,7 @@ function evictionOnNode(
         (s, rank) => s + rank.gpuIndices.filter((g) => node.usableClass.get(g) === cls).length,
         0,
       );
-  const options = [...node.replicas]
+  const options = [...(node.replicas ?? [])]
     .filter((r) => r.priority < priority && freedBy(r) > 0)
     .sort(
       (a, b) =>
@@ -863,12 +1023,13 @@ function commit(
   let n = 0;
   while (used?.has(`${deployment.name}-${n}`) === true) n++;
   const ranks: PlacementRank[] = candidate.nodes.map((node, rank) => {
+    node.info.nvlink ??= buildNvlinkMatrix(node.node.nvlinks);
     const free =
-      candidate.gpuClass === undefined ? [] : [...(node.free.get(candidate.gpuClass) ?? [])];
+      candidate.gpuClass === undefined ? [] : [...(freeSet(node, candidate.gpuClass) ?? [])];
     return {
       rank,
       nodeId: node.id,
-      gpuIndices: selectGpus(free, candidate.perNode, node.nvlink, node.node.nicDistance),
+      gpuIndices: selectGpus(free, candidate.perNode, node.info.nvlink, node.node.nicDistance),
     };
   });
   return {
