@@ -86,6 +86,10 @@ describe("parseDeploymentSpec", () => {
     { engine: "llamacpp", arg: "--ctx-size=9", owned: "--ctx-size" },
     { engine: "llamacpp", arg: "-m", owned: "-m" },
     { engine: "llamacpp", arg: "--flash-attn", owned: undefined },
+    { engine: "llamacpp", arg: "-c=4096", owned: "-c" },
+    { engine: "llamacpp", arg: "-t", owned: "-t" },
+    { engine: "llamacpp", arg: "-ctk", owned: undefined },
+    { engine: "llamacpp", arg: "-tb", owned: undefined },
     { engine: "sim", arg: "--node-rank=3", owned: "--node-rank" },
     { engine: "sim", arg: "--load-seconds", owned: undefined },
   ] as const)("$engine extra arg $arg sets owned flag $owned", (c) => {

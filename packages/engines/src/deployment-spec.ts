@@ -100,7 +100,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
   ],
 };
 
-/** Single-dash short flags llmgw owns, per engine (`-tp8`, `-tp=8` and `-tp 8` are all refused). */
+/** Single-dash short flags llmgw owns, per engine (`-tp 8`, `-tp=8` and, for argparse engines, `-tp8` are refused). */
 export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
   vllm: ["-tp", "-pp", "-dp", "-q"],
   sglang: [],
@@ -185,7 +185,12 @@ export function ownedFlagIn(engine: EngineName, arg: string): string | undefined
   // "-1" or "-0.5" is a negative number value, not a flag.
   if (arg.startsWith("-") && arg.length > 1 && !/^-\d/.test(arg)) {
     const flag = arg.split("=", 1)[0] ?? arg;
-    return OWNED_SHORT_FLAGS[engine].find((owned) => flag === owned || flag.startsWith(owned));
+    // argparse (vLLM, SGLang) also reads "-tp8" as "-tp 8"; llama.cpp matches names exactly,
+    // so there "-ctk" is its own flag, not "-c tk".
+    const attached = engine !== "llamacpp";
+    return OWNED_SHORT_FLAGS[engine].find(
+      (owned) => flag === owned || (attached && flag.startsWith(owned)),
+    );
   }
   return undefined;
 }
