@@ -3,6 +3,7 @@ import { type CommandRunner, createExecFileRunner } from "./command-runner.js";
 import { DiscoveryError } from "./errors.js";
 import { readAddresses, readHostFacts } from "./host.js";
 import { type GpuReadings, queryNvidiaGpus } from "./nvidia-smi.js";
+import { parseDriverVersion } from "./nvidia-smi-parse.js";
 import { ProblemCodes } from "./problem-codes.js";
 import { type NetdevAddressSource, osNetdevAddresses, readFabrics } from "./sysfs.js";
 import { EMPTY_TOPOLOGY, queryTopology } from "./topology.js";
@@ -134,7 +135,8 @@ const NO_TOPOLOGY_AFTER = new Set<string>([
 
 /**
  * Everything this node is made of: GPUs (nvidia-smi), RDMA fabrics (sysfs), GPU↔GPU/NIC
- * topology (`nvidia-smi topo -m`), host facts and addresses. GPUs and fabrics are read in
+ * topology (`nvidia-smi topo -m`), driver version (`nvidia-smi --version`, best effort), host
+ * facts and addresses. GPUs and fabrics are read in
  * parallel. Throws only {@link DiscoveryError} for invalid options; everything found wrong
  * with the machine is in `problems` (or a GPU's `healthProblems`).
  */
@@ -148,10 +150,16 @@ export async function discoverNode(
   ]);
   const problems: Problem[] = [...gpuReport.problems];
   let topology = EMPTY_TOPOLOGY;
+  let driverVersion: string | undefined;
   if (gpuReport.gpus.length > 0 && !problems.some((p) => NO_TOPOLOGY_AFTER.has(p.code))) {
     const topo = await queryTopology(resolved);
     topology = topo.topology;
     problems.push(...topo.problems);
+    // Best effort: an nvidia-smi without --version leaves driverVersion unset, no problem.
+    const version = await resolved.runner.run(resolved.nvidiaSmiPath, ["--version"], {
+      timeoutMs: resolved.timeoutMs,
+    });
+    driverVersion = version.exitCode === 0 ? parseDriverVersion(version.stdout) : undefined;
   }
   problems.push(...fabricReport.problems);
   return {
@@ -165,6 +173,7 @@ export async function discoverNode(
     inactivePorts: fabricReport.inactivePorts,
     topology,
     problems,
+    ...(driverVersion === undefined ? {} : { driverVersion }),
     collectedAtUnixMs: resolved.clock(),
   };
 }

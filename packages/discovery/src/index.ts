@@ -33,6 +33,7 @@ export {
   normalizePciBusId,
   type ParseResult,
   parseComputeApps,
+  parseDriverVersion,
   parseGpuQuery,
   parseLostGpu,
   parseSmiCell,

@@ -5,6 +5,7 @@ import {
   GPU_QUERY_FIELDS,
   normalizePciBusId,
   parseComputeApps,
+  parseDriverVersion,
   parseGpuQuery,
   parseLostGpu,
   parseSmiCell,
@@ -197,6 +198,17 @@ describe("error messages", () => {
         normalizePciBusId(text);
       }),
     );
+  });
+});
+
+describe("parseDriverVersion", () => {
+  it.each([
+    [fixture("nvidia-smi-version-590.txt"), "590.48.01"],
+    ["NVIDIA-SMI version  : 470.256.02\nDRIVER version      : 580.95.05\n", "580.95.05"],
+    ["ERROR: Option --version is not recognized", undefined],
+    ["", undefined],
+  ])("%j → %j", (text, version) => {
+    expect(parseDriverVersion(text)).toBe(version);
   });
 });
 

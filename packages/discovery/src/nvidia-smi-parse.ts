@@ -237,3 +237,12 @@ export function parseComputeApps(text: string): ParseResult<ComputeApp[]> {
   }
   return { value: apps, problems };
 }
+
+/**
+ * The driver version from `nvidia-smi --version` (`DRIVER version      : 590.48.01`); the
+ * kernel driver can differ from the nvidia-smi binary's own version, and the driver is what
+ * matters. `undefined` when the line is missing.
+ */
+export function parseDriverVersion(text: string): string | undefined {
+  return /^DRIVER version\s*:\s*(\S+)\s*$/im.exec(text)?.[1];
+}

@@ -21,6 +21,7 @@ describe("discoverNode", () => {
       { when: ["--query-gpu"], stdout: await fixture("query-gpu-h100-idle.txt") },
       { when: ["--query-compute-apps"], stdout: "" },
       { when: ["topo", "-m"], stdout: await fixture("topo-h200-single.txt") },
+      { when: ["--version"], stdout: await fixture("nvidia-smi-version-590.txt") },
     ]);
     const sysfsRoot = join(dir, "infiniband");
     await writeTree(sysfsRoot, {
@@ -44,6 +45,7 @@ describe("discoverNode", () => {
       agentVersion: "9.9.9",
       simulated: false,
       collectedAtUnixMs: 1234,
+      driverVersion: "590.48.01",
     });
     expect(inv.problems).toEqual([]);
     expect(inv.gpus.map((g) => g.gpuClass)).toEqual(["h100-80g"]);
@@ -77,6 +79,7 @@ describe("discoverNode", () => {
     ]);
     const inv = await discoverNode({ nvidiaSmiPath, sysfsRoot: join(dir, "none") });
     expect(inv.gpus.map((g) => g.gpuClass)).toEqual(["l40s-45g"]);
+    expect(inv.driverVersion).toBeUndefined();
     expect(inv.problems.map((p) => p.code)).toEqual(["LLMGW_DISCOVERY_TOPOLOGY_FAILED"]);
   });
 
