@@ -243,6 +243,19 @@ describe("Cluster", () => {
     expect(failed?.message).toContain("ready → failed");
   });
 
+  it("re-places replicas when the GPU class changes, keeps them on a same-shape spec change", () => {
+    const cluster = newCluster();
+    join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const b = join_(cluster, "node-b", "1xa100-80g", "10.0.0.2");
+    cluster.applyDeployment(spec({ name: "chat" }));
+    const first = cluster.placements()[0];
+    cluster.applyDeployment(spec({ name: "chat", maxModelLen: 4096 }));
+    expect(cluster.placements()).toEqual([{ ...first, revision: 2 }]);
+    cluster.applyDeployment(spec({ name: "chat", maxModelLen: 4096, gpuClass: "a100-80g" }));
+    expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
+    expect(cluster.placements()[0]?.revision).toBe(3);
+  });
+
   it("moves a replica off a GPU that turned unhealthy", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");

@@ -115,6 +115,19 @@ function removalReason(
   }
   for (const rank of p.ranks) {
     const node = nodes.get(rank.nodeId);
+    const wrongClass =
+      spec.gpuClass === undefined
+        ? undefined
+        : rank.gpuIndices.find((i) => {
+            const gpu = node?.gpus.find((g) => g.index === i);
+            return gpu !== undefined && gpu.gpuClass !== spec.gpuClass;
+          });
+    if (wrongClass !== undefined) {
+      return {
+        code: "LLMGW_CONTROL_PLANE_SHAPE_CHANGED",
+        message: `deployment ${spec.name} now needs ${spec.gpuClass} GPUs; GPU ${wrongClass} on node ${rank.nodeId} is not one`,
+      };
+    }
     if (!node) {
       return {
         code: "LLMGW_CONTROL_PLANE_NODE_REMOVED",
