@@ -1,7 +1,7 @@
 import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { createClusterCollector } from "./cluster-collector.js";
-import { gpuCapacityState } from "./cluster-series.js";
+import { buildClusterSeries, gpuCapacityState, LabelCache } from "./cluster-series.js";
 import type { NodeView } from "./cluster-view.js";
 import { isMetricsCollectorError } from "./errors.js";
 import { CLUSTER_FAMILIES } from "./families.js";
@@ -350,6 +350,24 @@ describe("createClusterCollector", () => {
       out_of_range: 0,
       label_too_long: 0,
     });
+  });
+
+  it("composes with registry default labels", async () => {
+    const registry = new Registry();
+    registry.setDefaultLabels({ cluster: "eu-1" });
+    createClusterCollector(registry, smallCluster());
+    const used = values(await scrape(registry), "llmgw_gpu_memory_used_bytes")[0];
+    expect(used?.labels).toEqual({ cluster: "eu-1", node: "n1", gpu: "0", gpu_class: "h100-80g" });
+  });
+
+  it("holds label objects only for what the latest scrape saw", () => {
+    const view = smallCluster();
+    const cache = new LabelCache();
+    buildClusterSeries(view, 128, cache);
+    expect(cache.size).toBe(2 + 5); // 2 nodes + 5 GPUs
+    view.nodeList = view.nodeList.slice(0, 1);
+    buildClusterSeries(view, 128, cache);
+    expect(cache.size).toBe(1 + 4);
   });
 
   it("unregister removes every family", () => {

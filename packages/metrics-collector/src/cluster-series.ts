@@ -3,15 +3,54 @@ import { GPU_STATES, NODE_STATES, REPLICA_STATES } from "./families.js";
 import { boundLabelValue } from "./labels.js";
 
 /**
- * One sample: label values by label name, and a finite value. `sharedLabels` is the same
- * object for every family of one node or GPU: prom-client renders it once per scrape and
- * excludes its names from `labels`, which keeps a 76k-sample scrape fast.
+ * One sample and a finite value. Its full label set is `{ ...sharedLabels, ...labels }`
+ * (see {@link sampleLabels}). `sharedLabels` is one object per node or GPU, the same across
+ * families and across scrapes (held in a {@link LabelCache}); prom-client renders such an
+ * object once and caches the text by identity, which is what keeps a 76k-sample scrape cheap.
  */
 export interface Sample {
+  /** Labels of this sample beyond `sharedLabels` (often none). */
   readonly labels: Readonly<Record<string, string>>;
   readonly sharedLabels?: Readonly<Record<string, string>>;
   readonly value: number;
 }
+
+/** The full label set of a sample. */
+export function sampleLabels(sample: Sample): Record<string, string> {
+  return sample.sharedLabels === undefined
+    ? { ...sample.labels }
+    : { ...sample.sharedLabels, ...sample.labels };
+}
+
+/**
+ * Keeps the per-node and per-GPU label objects stable from one scrape to the next, holding
+ * only the entries the latest scrape used (bounded by the cluster's size).
+ */
+export class LabelCache {
+  #previous = new Map<string, Readonly<Record<string, string>>>();
+  #current = new Map<string, Readonly<Record<string, string>>>();
+
+  /** Starts a scrape: entries not used since the last `begin()` are dropped. */
+  begin(): void {
+    this.#previous = this.#current;
+    this.#current = new Map();
+  }
+
+  /** The cached object for `key`, or `make()` remembered under it. */
+  get(key: string, make: () => Record<string, string>): Readonly<Record<string, string>> {
+    let v = this.#current.get(key) ?? this.#previous.get(key);
+    if (v === undefined) v = Object.freeze(make());
+    this.#current.set(key, v);
+    return v;
+  }
+
+  /** Entries held (for tests). */
+  get size(): number {
+    return this.#current.size;
+  }
+}
+
+const NO_LABELS: Readonly<Record<string, string>> = Object.freeze({});
 
 /** Samples of every cluster gauge family for one scrape, by family name. */
 export type ClusterSeries = ReadonlyMap<string, readonly Sample[]>;
@@ -37,7 +76,12 @@ const flag = (b: unknown): number => (b === true ? 1 : 0);
  * `labelValueMaxLength`. Counts that are genuinely zero (no replica in a state, no free GPU
  * of a class) are emitted as 0, because they are known.
  */
-export function buildClusterSeries(view: ClusterView, labelValueMaxLength: number): ClusterSeries {
+export function buildClusterSeries(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache = new LabelCache(),
+): ClusterSeries {
+  cache.begin();
   const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
   const out = new Map<string, Sample[]>();
   const list = (name: string) => {
@@ -52,16 +96,16 @@ export function buildClusterSeries(view: ClusterView, labelValueMaxLength: numbe
     list(name).push({ labels, value });
   };
   // Same labels object in `labels` and `sharedLabels`: rendered once, excluded from `labels`.
-  const pushShared = (name: string, shared: Record<string, string>, value: number) => {
-    list(name).push({ labels: shared, sharedLabels: shared, value });
+  const pushShared = (name: string, shared: Readonly<Record<string, string>>, value: number) => {
+    list(name).push({ labels: NO_LABELS, sharedLabels: shared, value });
   };
   const pushExtra = (
     name: string,
-    shared: Record<string, string>,
+    shared: Readonly<Record<string, string>>,
     extra: Record<string, string>,
     value: number,
   ) => {
-    list(name).push({ labels: { ...shared, ...extra }, sharedLabels: shared, value });
+    list(name).push({ labels: extra, sharedLabels: shared, value });
   };
 
   const clusterGpus = new Map<string, Map<GpuCapacityState, number>>();
@@ -82,7 +126,7 @@ export function buildClusterSeries(view: ClusterView, labelValueMaxLength: numbe
     const id = b(node.id);
     const state = (NODE_STATES as readonly string[]).includes(node.state) ? node.state : "lost";
     const version = b(node.agentVersion);
-    const nodeLabels = { node: id };
+    const nodeLabels = cache.get(id, () => ({ node: id }));
     pushExtra(
       "llmgw_node_info",
       nodeLabels,
@@ -113,7 +157,11 @@ export function buildClusterSeries(view: ClusterView, labelValueMaxLength: numbe
     const nodeClasses = new Map<string, number>();
     for (const gpu of node.gpus) {
       const gpuClass = b(gpu.gpuClass);
-      const labels = { node: id, gpu: String(gpu.index), gpu_class: gpuClass };
+      const labels = cache.get(`${id}\u0000${gpu.index}\u0000${gpuClass}`, () => ({
+        node: id,
+        gpu: String(gpu.index),
+        gpu_class: gpuClass,
+      }));
       pushExtra(
         "llmgw_gpu_info",
         labels,

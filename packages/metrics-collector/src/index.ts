@@ -10,7 +10,9 @@ export {
   type ClusterSeries,
   type GpuCapacityState,
   gpuCapacityState,
+  LabelCache,
   type Sample,
+  sampleLabels,
 } from "./cluster-series.js";
 export type {
   ClusterView,
