@@ -14,7 +14,7 @@ import type { AnalyzeTask, AnalyzeTaskResult } from "./worker.js";
 
 /** Options of {@link createRequestAnalyzer}. */
 export interface RequestAnalyzerOptions {
-  /** Bodies of at least this many bytes go to the pool (default 32 768; measured, see README). */
+  /** Bodies of at least this many bytes go to the pool (default 16 384; measured, see README). */
   readonly inlineThresholdBytes?: number;
   /** Prefix block size in characters (default 1024). */
   readonly blockChars?: number;
@@ -83,7 +83,7 @@ const PER_CLASS = 8;
 export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): RequestAnalyzer {
   const threshold = checkRange(
     "inlineThresholdBytes",
-    options.inlineThresholdBytes ?? 32_768,
+    options.inlineThresholdBytes ?? 16_384,
     0,
     2 ** 31,
   );
