@@ -194,6 +194,7 @@ describe("error messages", () => {
     fc.assert(
       fc.property(fc.string({ unit: "binary" }), (text) => {
         parseUnknownField(text);
+        parseDriverVersion(text);
         parseLostGpu(text);
         normalizePciBusId(text);
       }),

@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { isDiscoveryError } from "./errors.js";
 import { deriveGpuClass } from "./gpu-class.js";
@@ -43,6 +44,24 @@ describe("parseSimulateSpec", () => {
     expect(isDiscoveryError(caught)).toBe(true);
     expect((caught as Error & { code: string }).code).toBe("LLMGW_DISCOVERY_INVALID_SIMULATE_SPEC");
     expect((caught as Error).message).toContain(why);
+  });
+});
+
+describe("parseSimulateSpec on arbitrary text", () => {
+  it("returns a spec or throws a DiscoveryError, nothing else", () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.string(), fc.stringMatching(/^\d{1,3}x[a-z0-9]{1,6}(-\d{1,3}g)?(@.{0,8})?$/)),
+        (text) => {
+          try {
+            const spec = parseSimulateSpec(text);
+            expect(spec.groups.length).toBeGreaterThan(0);
+          } catch (error) {
+            expect(isDiscoveryError(error)).toBe(true);
+          }
+        },
+      ),
+    );
   });
 });
 
