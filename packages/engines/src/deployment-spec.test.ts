@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { ibH100Node } from "../test/fixtures/inventories.js";
+import { IB_FABRIC, ibH100Node } from "../test/fixtures/inventories.js";
 import { buildLaunchSpec } from "./build-launch-spec.js";
 import {
   deploymentGpusPerReplica,
@@ -220,7 +220,7 @@ describe("property: no unvalidated user string in flag position", () => {
     ),
     fc.stringMatching(/^-{1,2}[a-z_-]{1,20}(=[0-9]{1,3})?$/),
   );
-  it("argv = command, llmgw flags with user values only in value slots, then extra args none of which set an owned flag", () => {
+  it("argv (single and multi-node ranks) = command, llmgw flags with user values only in value slots, then extra args none of which set an owned flag", () => {
     fc.assert(
       fc.property(
         fc.record({
@@ -231,7 +231,8 @@ describe("property: no unvalidated user string in flag position", () => {
           dtype: userString,
           extraArgs: fc.array(userString, { maxLength: 6 }),
         }),
-        (raw) => {
+        fc.constantFrom(0, 1),
+        (raw, rank) => {
           const parsed = parseDeploymentSpec({
             name: "m",
             ...raw,
@@ -241,7 +242,17 @@ describe("property: no unvalidated user string in flag position", () => {
           const spec = parsed.spec;
           const ls = buildLaunchSpec({
             deployment: spec,
-            placement: { rank: 0, nnodes: 1, gpuIndices: [0] },
+            placement:
+              spec.engine === "llamacpp"
+                ? { rank: 0, nnodes: 1, gpuIndices: [] }
+                : {
+                    rank,
+                    nnodes: 2,
+                    rank0Address: "10.0.0.1",
+                    rendezvousPort: 29501,
+                    fabricId: IB_FABRIC,
+                    gpuIndices: [0],
+                  },
             ports: { api: 8000 },
             node: ibH100Node("n", "10.0.0.1"),
           });
