@@ -1,13 +1,15 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
+  CLUSTER_FAMILIES,
   createClusterCollector,
   createMetricsRegistry,
   createRouterMetrics,
   METRICS_REFERENCE_MARKERS,
+  ROUTER_FAMILIES,
   renderMetricsReference,
 } from "@llmgw/metrics-collector";
-import { FakeClusterView } from "@llmgw/metrics-collector/testing";
+import { FakeClusterView, metricNamesInPromQL } from "@llmgw/metrics-collector/testing";
 import { describe, expect, it } from "vitest";
 
 // Formatters (biome formats Markdown) may pad table cells; compare modulo that padding.
@@ -50,5 +52,18 @@ describe("docs/metrics.md", () => {
       const labelNames = (metric as unknown as { labelNames: string[] }).labelNames;
       expect(documented, metric.name).toEqual(labelNames);
     }
+  });
+
+  it("only uses defined families in its example queries", () => {
+    const defined = new Set([...CLUSTER_FAMILIES, ...ROUTER_FAMILIES].map((f) => f.name));
+    const text = normalize(doc);
+    const section = text.slice(
+      text.indexOf("## Useful queries"),
+      text.indexOf(METRICS_REFERENCE_MARKERS.begin),
+    );
+    const queries = [...section.matchAll(/^\|[^|]+\| `(.+)` \|$/gm)].map((m) => m[1]!);
+    expect(queries.length).toBeGreaterThanOrEqual(5);
+    const used = new Set(queries.flatMap((q) => [...metricNamesInPromQL(q)]));
+    expect([...used].filter((n) => !defined.has(n))).toEqual([]);
   });
 });
