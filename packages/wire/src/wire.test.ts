@@ -1,0 +1,63 @@
+import { toJson } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { DeploymentSchema, GpuReadingSchema, NodeInventorySchema } from "@llmgw/proto";
+import { describe, expect, it } from "vitest";
+import {
+  deploymentSpecFromProto,
+  deploymentSpecToProto,
+  gpuReadingToProto,
+  inventoryFromProto,
+  inventoryToProto,
+} from "./index.js";
+
+describe("inventory", () => {
+  it.each(["1xh100-80g", "8xh100-80g@ib-a", "2xh100-80g,1xl40s-45g@roce-1"])(
+    "round-trips the simulated node %s unchanged",
+    (spec) => {
+      const inv = simulateInventory(spec, { hostname: "n1", nowMs: 1_700_000_000_000 });
+      expect(inventoryFromProto(inventoryToProto(inv))).toEqual(JSON.parse(JSON.stringify(inv)));
+    },
+  );
+
+  it("keeps unreported readings absent on the wire, never 0", () => {
+    const inv = simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 });
+    const gpu = inv.gpus[0];
+    if (!gpu) throw new Error("no gpu");
+    const bare = { ...gpu, utilizationPercent: undefined, memoryUsedBytes: undefined };
+    const reading = toJson(GpuReadingSchema, gpuReadingToProto(bare)) as Record<string, unknown>;
+    expect(reading).not.toHaveProperty("utilizationPercent");
+    expect(reading).not.toHaveProperty("memoryUsedBytes");
+    const json = toJson(NodeInventorySchema, inventoryToProto({ ...inv, gpus: [bare] })) as {
+      gpus: Record<string, unknown>[];
+    };
+    expect(json.gpus[0]).not.toHaveProperty("utilizationPercent");
+    expect(json.gpus[0]?.memoryTotalBytes).toBe(String(gpu.memoryTotalBytes));
+  });
+});
+
+describe("deployment", () => {
+  it("round-trips a validated spec", () => {
+    const spec = parseDeploymentSpecOrThrow({
+      name: "chat",
+      model: "meta-llama/Llama-3.1-8B-Instruct",
+      engine: "vllm",
+      gpuClass: "h100-80g",
+      tensorParallel: 8,
+      replicas: 2,
+      maxModelLen: 8192,
+      modelSizeBytes: 16_000_000_000,
+      env: { VLLM_LOGGING_LEVEL: "INFO" },
+    });
+    expect(deploymentSpecFromProto(deploymentSpecToProto(spec))).toEqual(spec);
+  });
+
+  it("rejects a wire deployment the schema refuses, naming the field", () => {
+    const bad = deploymentSpecToProto(
+      parseDeploymentSpecOrThrow({ name: "chat", model: "m", engine: "sim" }),
+    );
+    bad.model = "--trust-remote-code";
+    expect(() => deploymentSpecFromProto(bad)).toThrow(/model/);
+    expect(toJson(DeploymentSchema, bad)).toMatchObject({ name: "chat" });
+  });
+});
