@@ -33,7 +33,7 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   deployment: "deployment name",
   engine: "`vllm|sglang|llamacpp|sim|…` as the deployment declares it",
   fabric: 'fabric id, or `"none"` for nodes with no RDMA fabric',
-  link_layer: "`infiniband|roce|unknown`",
+  link_layer: "`infiniband|roce|unknown`, or `none` with fabric `none`",
   version: "agent version string (truncated)",
   reason: "closed enum named in the family's description",
   model: "served model name of a known deployment; unknown names are folded into `other`",
