@@ -95,7 +95,8 @@ export function buildClusterSeries(
   const push = (name: string, labels: Record<string, string>, value: number) => {
     list(name).push({ labels, value });
   };
-  // Same labels object in `labels` and `sharedLabels`: rendered once, excluded from `labels`.
+  // The node's or GPU's cached label object goes in `sharedLabels` (rendered once by
+  // prom-client, by identity); `labels` holds only what a family adds to it.
   const pushShared = (name: string, shared: Readonly<Record<string, string>>, value: number) => {
     list(name).push({ labels: NO_LABELS, sharedLabels: shared, value });
   };
@@ -124,6 +125,7 @@ export function buildClusterSeries(
 
   for (const node of view.nodes()) {
     const id = b(node.id);
+    // A state outside the union (a newer control plane) counts as not up, never as ready.
     const state = (NODE_STATES as readonly string[]).includes(node.state) ? node.state : "lost";
     const version = b(node.agentVersion);
     const nodeLabels = cache.get(id, () => ({ node: id }));
