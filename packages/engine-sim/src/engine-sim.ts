@@ -840,11 +840,14 @@ class EngineSim {
   async #loop(): Promise<void> {
     try {
       while (this.#state === "ready") {
-        // Timers may fire a fraction of a millisecond early; steps never overlap in model time.
-        const startMs = Math.max(this.modelNow(), this.#lastStepEndMs);
-        const plan = this.model.step(startMs);
+        // Back-to-back steps are scheduled on model time, not "now": the time spent writing a
+        // step's chunks overlaps the next step (as a GPU runs while the CPU schedules), so the
+        // loop does not drift behind the model. A loop that fell further behind restarts at now.
+        const now = this.modelNow();
+        const last = this.#lastStepEndMs;
+        const plan = this.model.step(now - last < this.o.timing.decodeStepMs ? last : now);
         if (!plan) break;
-        await this.clock.sleep(plan.durationMs / this.o.timeScale);
+        await this.clock.sleep((plan.endMs - this.modelNow()) / this.o.timeScale);
         if (this.#state !== "ready") break;
         let tokens = 0;
         for (const event of plan.events) {
