@@ -1,14 +1,14 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
   AgentService,
+  type GpuReading,
   HeartbeatRequestSchema,
   type HeartbeatResponse,
   type NodeInventory,
-  RegisterRequestSchema,
-  type GpuReading,
   type Problem,
+  RegisterRequestSchema,
   type ReplicaStatus,
 } from "@llmgw/proto";
 import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
@@ -93,7 +93,10 @@ export class ControlChannel {
         if (err.code === Code.Unauthenticated || err.code === Code.NotFound) {
           // The control plane no longer knows this credential (revoked node, lost data dir):
           // join again with the join token, keeping the old id so placements can survive.
-          this.setState("registering", `control plane refused the node credential: ${err.rawMessage}`);
+          this.setState(
+            "registering",
+            `control plane refused the node credential: ${err.rawMessage}`,
+          );
           const previous = this.identity;
           this.identity = undefined;
           try {

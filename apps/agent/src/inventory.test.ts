@@ -1,11 +1,7 @@
 import type { NodeInventory } from "@llmgw/discovery";
+import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it } from "vitest";
-import {
-  collectInventory,
-  formatInventoryTable,
-  inventoryToJson,
-  toProtoInventory,
-} from "./inventory.js";
+import { collectInventory, formatInventoryTable, inventoryToJson } from "./inventory.js";
 
 const GIB = 1024 ** 3;
 
@@ -139,8 +135,8 @@ describe("inventoryToJson", () => {
     expect(json).not.toHaveProperty("driverVersion");
   });
 
-  it("toProtoInventory uses bigint for uint64", () => {
-    const msg = toProtoInventory(inventory);
+  it("the wire inventory uses bigint for uint64", () => {
+    const msg = inventoryToProto(inventory);
     expect(msg.gpus[0]?.memoryTotalBytes).toBe(BigInt(81559 * 1024 * 1024));
     expect(msg.gpus[1]?.memoryTotalBytes).toBeUndefined();
     expect(msg.host?.memoryBytes).toBe(BigInt(1024 * GIB));

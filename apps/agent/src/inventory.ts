@@ -1,15 +1,14 @@
-import { create, toJsonString } from "@bufbuild/protobuf";
+import { toJsonString } from "@bufbuild/protobuf";
 import {
   type DiscoveryOptions,
   discoverNode,
-  type Gpu,
   type NodeInventory,
-  type Port,
   ProblemCodes,
   readAddresses,
   simulateInventory,
 } from "@llmgw/discovery";
-import { NodeInventorySchema, type NodeInventory as ProtoNodeInventory } from "@llmgw/proto";
+import { NodeInventorySchema } from "@llmgw/proto";
+import { inventoryToProto } from "@llmgw/wire";
 
 /** Inputs of {@link collectInventory}: discovery options, or a simulated node. */
 export interface InventoryOptions {
@@ -55,57 +54,13 @@ export async function collectInventory(options: InventoryOptions = {}): Promise<
   return discoverNode(discovery);
 }
 
-const big = (value: number | undefined): bigint | undefined =>
-  value === undefined ? undefined : BigInt(Math.round(value));
-
-function protoPort(port: Port) {
-  return { ...port, linkLayer: port.linkLayer };
-}
-
-function protoGpu(gpu: Gpu) {
-  return {
-    ...gpu,
-    gpuClass: gpu.gpuClass ?? "",
-    memoryTotalBytes: big(gpu.memoryTotalBytes),
-    memoryUsedBytes: big(gpu.memoryUsedBytes),
-    eccUncorrectedErrors: big(gpu.eccUncorrectedErrors),
-    unmanagedMemoryBytes: big(gpu.unmanagedMemoryBytes),
-    healthProblems: [...gpu.healthProblems],
-  };
-}
-
-/**
- * Converts discovery's plain inventory to the wire message `llmgw.v1.NodeInventory` (uint64
- * as bigint). Unreported values stay unset (proto3 `optional`), never 0.
- */
-export function toProtoInventory(inv: NodeInventory): ProtoNodeInventory {
-  return create(NodeInventorySchema, {
-    hostname: inv.hostname,
-    addresses: [...inv.addresses],
-    agentVersion: inv.agentVersion,
-    simulated: inv.simulated,
-    host: { ...inv.host, memoryBytes: BigInt(Math.round(inv.host.memoryBytes)) },
-    gpus: inv.gpus.map(protoGpu),
-    fabrics: inv.fabrics.map((f) => ({ ...f, ports: f.ports.map(protoPort) })),
-    inactivePorts: inv.inactivePorts.map(protoPort),
-    topology: {
-      gpuLinks: [...inv.topology.gpuLinks],
-      gpuNics: [...inv.topology.gpuNics],
-      gpuAffinity: [...inv.topology.gpuAffinity],
-    },
-    problems: [...inv.problems],
-    driverVersion: inv.driverVersion,
-    collectedAtUnixMs: BigInt(Math.round(inv.collectedAtUnixMs)),
-  });
-}
-
 /**
  * The protobuf JSON form (lowerCamelCase, uint64 as strings, 2-space indent) of the
  * inventory. Implicit-presence fields are always emitted, so GPU index 0, `healthy: false` and
  * empty lists are visible to scripts; `optional` readings that were not reported stay absent.
  */
 export function inventoryToJson(inv: NodeInventory): string {
-  return toJsonString(NodeInventorySchema, toProtoInventory(inv), {
+  return toJsonString(NodeInventorySchema, inventoryToProto(inv), {
     prettySpaces: 2,
     alwaysEmitImplicit: true,
   });

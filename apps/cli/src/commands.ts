@@ -5,6 +5,7 @@ import type { Command } from "./command.js";
  * the control plane's imports. Keys are the words after `llmgw`; the longest match wins.
  */
 export const commands: Record<string, () => Promise<Command>> = {
+  agent: async () => (await import("./commands/agent.js")).command,
   version: async () => (await import("./commands/version.js")).command,
   "agent inventory": async () => (await import("./commands/agent-inventory.js")).command,
   "engine-sim": async () => (await import("./commands/engine-sim.js")).command,

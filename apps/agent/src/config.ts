@@ -1,0 +1,69 @@
+import { z } from "zod";
+
+/**
+ * `llmgw agent` configuration, validated once here (flags and environment are mapped onto
+ * this shape by the CLI). Durations are milliseconds.
+ */
+export const agentConfigSchema = z.object({
+  /** Base URL of the control plane's control listener, e.g. http://10.0.0.1:7070. */
+  controlPlaneUrl: z.url({ protocol: /^https?$/ }),
+  /** Join token from `llmgw control-plane token`. */
+  joinToken: z
+    .string()
+    .min(16, "join token is too short (expected the value printed by `llmgw control-plane token`)"),
+  /** Node identity, pid files, replica records and engine logs (created 0700). */
+  stateDir: z.string().min(1),
+  nvidiaSmiPath: z.string().min(1).default("nvidia-smi"),
+  sysfsRoot: z.string().min(1).default("/sys/class/infiniband"),
+  /** `<count>x<class>[,…][@<fabric>]`: a simulated node instead of real discovery. */
+  simulate: z.string().optional(),
+  /** Name this node registers with (default: the host name); lets several simulated agents share one machine. */
+  nodeName: z.string().min(1).max(253).optional(),
+  /** Address other nodes and the router use to reach this node's engines. */
+  advertiseAddress: z.string().min(1).optional(),
+  /** Operator-named fabrics: RDMA device → fabric id. */
+  fabricNames: z.record(z.string(), z.string()).default({}),
+  /** Stop engines when the agent exits (default: leave them for the next agent to adopt). */
+  stopEngines: z.boolean().default(false),
+  engines: z
+    .object({
+      vllmCommand: z.array(z.string().min(1)).min(1).optional(),
+      sglangCommand: z.array(z.string().min(1)).min(1).optional(),
+      llamacppBinary: z.string().min(1).optional(),
+      simCommand: z.array(z.string().min(1)).min(1).optional(),
+      downloadDir: z.string().optional(),
+      hfHome: z.string().optional(),
+      offline: z.boolean().optional(),
+      bindHost: z.string().optional(),
+      llamacppThreads: z.number().int().positive().optional(),
+    })
+    .default({}),
+  /** Discovery re-reads GPU readings this often. */
+  readingsIntervalMs: z.number().int().positive().default(10_000),
+  loadScrapeIntervalMs: z.number().int().positive().default(2_000),
+  probeIntervalMs: z.number().int().positive().default(1_000),
+  probeTimeoutMs: z.number().int().positive().default(2_000),
+  defaultLoadingDeadlineMs: z
+    .number()
+    .int()
+    .positive()
+    .default(30 * 60_000),
+  callTimeoutMs: z.number().int().positive().default(5_000),
+  initialBackoffMs: z.number().int().positive().default(500),
+  maxBackoffMs: z.number().int().positive().default(15_000),
+});
+
+export type AgentConfigInput = z.input<typeof agentConfigSchema>;
+export type AgentConfig = z.output<typeof agentConfigSchema>;
+
+/** Parses and validates agent configuration; the error names every bad field. */
+export function parseAgentConfig(input: AgentConfigInput): AgentConfig {
+  const result = agentConfigSchema.safeParse(input);
+  if (!result.success) {
+    const details = result.error.issues
+      .map((i) => `${i.path.join(".") || "config"}: ${i.message}`)
+      .join("; ");
+    throw new Error(`invalid agent configuration: ${details}`);
+  }
+  return result.data;
+}

@@ -1,0 +1,21 @@
+import { probeReadiness, scrapeEngineLoad } from "@llmgw/readiness";
+import type { EngineProbes } from "./replica-manager.js";
+
+/**
+ * The agent's readiness probes and load scrapes over HTTP (`@llmgw/readiness`): `/health`
+ * says the process is up, `/v1/models` listing the served name says the weights loaded.
+ */
+export function createEngineProbes(): EngineProbes {
+  return {
+    async probe(baseUrl, readiness, timeoutMs) {
+      const report = await probeReadiness(baseUrl, readiness.expectedModelId, {
+        healthTimeoutMs: timeoutMs,
+        modelsTimeoutMs: timeoutMs,
+      });
+      return report.state;
+    },
+    async scrapeLoad(metricsUrl, timeoutMs) {
+      return scrapeEngineLoad(metricsUrl, { timeoutMs });
+    },
+  };
+}

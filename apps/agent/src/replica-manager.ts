@@ -1,0 +1,460 @@
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import path from "node:path";
+import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import type { NodeInventory } from "@llmgw/discovery";
+import {
+  buildLaunchSpec,
+  type DeploymentSpec,
+  type LaunchSpec,
+  type NodeEngineConfig,
+  SECRET_ENV_NAMES,
+  validateLaunch,
+} from "@llmgw/engines";
+import {
+  EngineLoadSchema,
+  ExitInfoSchema,
+  ReplicaState as ProtoReplicaState,
+  type ReplicaAssignment,
+  ReplicaAssignmentSchema,
+  type ReplicaStatus,
+  ReplicaStatusSchema,
+} from "@llmgw/proto";
+import {
+  createSupervisedReplica,
+  hashProcessSpec,
+  type ProbeOutcome,
+  type ProcessSpec,
+  type ReplicaState,
+  type SupervisedReplica,
+  type Supervisor,
+  type SupervisorLogger,
+} from "@llmgw/supervisor";
+import { deploymentSpecFromProto } from "@llmgw/wire";
+
+/** Load signals of one engine; every field absent when not reported. */
+export interface EngineLoadSignals {
+  readonly running?: number;
+  readonly waiting?: number;
+  readonly kvCacheUsage?: number;
+  readonly prefixCacheHitRate?: number;
+}
+
+/** How the agent asks an engine whether it is up and loaded, and how busy it is. */
+export interface EngineProbes {
+  /** One readiness probe against `baseUrl` (health + models). */
+  probe(
+    baseUrl: string,
+    readiness: NonNullable<LaunchSpec["readiness"]>,
+    timeoutMs: number,
+  ): Promise<ProbeOutcome>;
+  /** Scrapes `/metrics` into load signals; rejects or returns {} when unavailable. */
+  scrapeLoad(metricsUrl: string, timeoutMs: number): Promise<EngineLoadSignals>;
+}
+
+export interface ReplicaManagerOptions {
+  readonly supervisor: Supervisor;
+  readonly stateDir: string;
+  /** The node as discovered (engines read GPUs and fabrics from it). */
+  readonly inventory: () => NodeInventory;
+  readonly nodeConfig: NodeEngineConfig;
+  readonly probes: EngineProbes;
+  /** Environment every engine starts from (PATH, HOME, …); llmgw's variables go on top. */
+  readonly baseEnv: Readonly<Record<string, string>>;
+  /** Secret variables (HF_TOKEN…) added at spawn time, never logged or reported. */
+  readonly secretEnv: Readonly<Record<string, string>>;
+  readonly logger: SupervisorLogger;
+  readonly probeIntervalMs: number;
+  readonly probeTimeoutMs: number;
+  readonly defaultLoadingDeadlineMs: number;
+  /** Address probes and scrapes use to reach local engines. */
+  readonly localAddress: string;
+}
+
+/** Everything the agent keeps about one replica rank it runs. */
+interface Managed {
+  readonly key: string;
+  readonly assignment: ReplicaAssignment;
+  readonly deployment: DeploymentSpec;
+  readonly launch: LaunchSpec;
+  readonly spec: ProcessSpec;
+  readonly specHash: string;
+  readonly apiPort: number;
+  readonly replica: SupervisedReplica;
+  stateSinceMs: number;
+  message: string;
+  load: EngineLoadSignals | undefined;
+  restarts: number;
+}
+
+/** A replica the agent could not even start (bad spec, failed validation). */
+interface Rejected {
+  readonly assignment: ReplicaAssignment;
+  readonly message: string;
+  readonly atMs: number;
+}
+
+/** What is persisted per replica so a restarted agent can adopt the same process. */
+interface ReplicaRecord {
+  readonly version: 1;
+  readonly assignment: string;
+  readonly apiPort: number;
+}
+
+const PROTO_STATE: Readonly<Record<ReplicaState, ProtoReplicaState>> = {
+  starting: ProtoReplicaState.STARTING,
+  loading: ProtoReplicaState.LOADING,
+  ready: ProtoReplicaState.READY,
+  unhealthy: ProtoReplicaState.UNHEALTHY,
+  stopping: ProtoReplicaState.STOPPING,
+  exited: ProtoReplicaState.EXITED,
+  failed: ProtoReplicaState.FAILED,
+};
+
+/**
+ * Converges the node on the control plane's desired replica set: launches what is missing,
+ * replaces what changed, stops what is no longer wanted, and adopts what a previous agent
+ * left running. Never stops anything because the control plane is unreachable: it only acts
+ * on a desired set it actually received.
+ */
+export class ReplicaManager {
+  readonly #managed = new Map<string, Managed>();
+  readonly #rejected = new Map<string, Rejected>();
+  readonly #stopping = new Set<Promise<unknown>>();
+  #applying: Promise<void> = Promise.resolve();
+  #loadTimer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: ReplicaManagerOptions) {}
+
+  private get recordsDir(): string {
+    return path.join(this.options.stateDir, "replicas");
+  }
+
+  /**
+   * Re-attaches to replicas a previous agent process started: each persisted record is
+   * rebuilt into the same launch spec and adopted when its process is alive and matches.
+   * Returns the replica ids adopted.
+   */
+  async adoptPrevious(): Promise<string[]> {
+    let names: string[] = [];
+    try {
+      names = (await readdir(this.recordsDir)).filter((n) => n.endsWith(".json"));
+    } catch {
+      return [];
+    }
+    const adopted: string[] = [];
+    for (const name of names.sort()) {
+      const file = path.join(this.recordsDir, name);
+      let record: ReplicaRecord;
+      let assignment: ReplicaAssignment;
+      try {
+        record = JSON.parse(await readFile(file, "utf8")) as ReplicaRecord;
+        assignment = fromJsonString(ReplicaAssignmentSchema, record.assignment);
+      } catch (error) {
+        this.options.logger.warn("ignoring an unreadable replica record", {
+          file,
+          error: (error as Error).message,
+        });
+        await rm(file, { force: true });
+        continue;
+      }
+      const managed = this.#prepare(assignment, record.apiPort);
+      if (!managed) continue;
+      await managed.replica.start({ adopt: true });
+      if (managed.replica.handle?.adopted) adopted.push(managed.key);
+    }
+    return adopted;
+  }
+
+  /** Applies one desired set (serialised: a slow apply never overlaps the next). */
+  apply(assignments: readonly ReplicaAssignment[]): Promise<void> {
+    const next = this.#applying.then(() => this.#apply(assignments));
+    this.#applying = next.catch(() => {});
+    return next;
+  }
+
+  async #apply(assignments: readonly ReplicaAssignment[]): Promise<void> {
+    const wanted = new Map(assignments.map((a) => [a.replicaId, a]));
+    for (const [key, managed] of this.#managed) {
+      const desired = wanted.get(key);
+      if (!desired) {
+        this.#retire(managed, "no longer assigned to this node");
+        continue;
+      }
+      const sameSpec =
+        toJsonString(ReplicaAssignmentSchema, desired) ===
+        toJsonString(ReplicaAssignmentSchema, managed.assignment);
+      if (!sameSpec) this.#retire(managed, "assignment changed; replacing the replica");
+    }
+    for (const key of this.#rejected.keys()) if (!wanted.has(key)) this.#rejected.delete(key);
+    for (const [key, assignment] of wanted) {
+      if (this.#managed.has(key)) continue;
+      const rejected = this.#rejected.get(key);
+      if (
+        rejected &&
+        toJsonString(ReplicaAssignmentSchema, rejected.assignment) ===
+          toJsonString(ReplicaAssignmentSchema, assignment)
+      ) {
+        continue;
+      }
+      const port = await freePort();
+      const managed = this.#prepare(assignment, port);
+      if (!managed) continue;
+      await this.#persist(managed);
+      try {
+        await managed.replica.start({ adopt: true });
+      } catch (error) {
+        this.options.logger.warn("replica failed to launch", {
+          replicaId: key,
+          error: (error as Error).message,
+        });
+      }
+    }
+  }
+
+  #prepare(assignment: ReplicaAssignment, apiPort: number): Managed | undefined {
+    const key = assignment.replicaId;
+    try {
+      if (!assignment.deployment) throw new Error("assignment carries no deployment");
+      const deployment = deploymentSpecFromProto(assignment.deployment);
+      const node = this.options.inventory();
+      const world = assignment.world;
+      const nnodes = Math.max(1, world?.nnodes ?? 1);
+      if (nnodes === 1) {
+        const violations = validateLaunch({
+          deployment,
+          ranks: [{ nodeId: node.hostname, node, gpuIndices: assignment.gpuIndices }],
+        });
+        if (violations.length > 0) {
+          throw new Error(violations.map((v) => `${v.code}: ${v.message}`).join("; "));
+        }
+      }
+      const launch = buildLaunchSpec({
+        deployment,
+        placement: {
+          rank: assignment.rank,
+          nnodes,
+          ...(world?.rank0Address ? { rank0Address: world.rank0Address } : {}),
+          ...(world?.rendezvousPort ? { rendezvousPort: world.rendezvousPort } : {}),
+          gpuIndices: assignment.gpuIndices,
+          ...(assignment.fabricId ? { fabricId: assignment.fabricId } : {}),
+        },
+        ports: { api: apiPort },
+        node,
+        nodeConfig: this.options.nodeConfig,
+      });
+      const spec: ProcessSpec = {
+        argv: launch.argv,
+        env: { ...this.options.baseEnv, ...launch.env },
+        ...(launch.cwd ? { cwd: launch.cwd } : {}),
+        stopSignal: launch.stopSignal,
+        stopGraceMs: launch.stopGraceMs,
+        logFile: path.join(this.options.stateDir, "logs", `${key}.log`),
+      };
+      // The hash covers what identifies the process, secrets excluded, so a rotated token
+      // does not restart a serving model.
+      const specHash = hashProcessSpec(spec);
+      const withSecrets: ProcessSpec = {
+        ...spec,
+        env: { ...spec.env, ...pickSecrets(this.options.secretEnv) },
+        specHash,
+      };
+      const replica = createSupervisedReplica({
+        supervisor: this.options.supervisor,
+        replicaId: key,
+        spec: withSecrets,
+        probe: this.#probeFor(launch, apiPort),
+        loadingDeadlineMs:
+          deployment.loadingDeadlineSeconds !== undefined
+            ? deployment.loadingDeadlineSeconds * 1000
+            : this.options.defaultLoadingDeadlineMs,
+        probeIntervalMs: this.options.probeIntervalMs,
+      });
+      const managed: Managed = {
+        key,
+        assignment,
+        deployment,
+        launch,
+        spec: withSecrets,
+        specHash,
+        apiPort,
+        replica,
+        stateSinceMs: Date.now(),
+        message: "",
+        load: undefined,
+        restarts: 0,
+      };
+      replica.subscribe((t) => {
+        managed.stateSinceMs = t.atMs;
+        managed.message = t.reason;
+        if (t.to === "starting" && t.from === "exited" && t.reason.startsWith("restart")) {
+          managed.restarts += 1;
+        }
+        if (t.to !== "ready") managed.load = undefined;
+      });
+      this.#rejected.delete(key);
+      this.#managed.set(key, managed);
+      return managed;
+    } catch (error) {
+      const message = (error as Error).message;
+      this.options.logger.warn("cannot run assigned replica", { replicaId: key, error: message });
+      this.#rejected.set(key, { assignment, message, atMs: Date.now() });
+      return undefined;
+    }
+  }
+
+  #probeFor(launch: LaunchSpec, apiPort: number): () => Promise<ProbeOutcome> {
+    const readiness = launch.readiness;
+    if (!readiness) return async () => "ready";
+    const baseUrl = `http://${this.options.localAddress}:${apiPort}`;
+    return () => this.options.probes.probe(baseUrl, readiness, this.options.probeTimeoutMs);
+  }
+
+  #retire(managed: Managed, reason: string): void {
+    this.#managed.delete(managed.key);
+    this.options.logger.info("stopping replica", { replicaId: managed.key, reason });
+    const done = managed.replica
+      .stop()
+      .catch((error: unknown) => {
+        this.options.logger.warn("stop failed", {
+          replicaId: managed.key,
+          error: (error as Error).message,
+        });
+      })
+      .then(() => rm(this.#recordPath(managed.key), { force: true }));
+    this.#stopping.add(done);
+    void done.finally(() => this.#stopping.delete(done));
+  }
+
+  #recordPath(key: string): string {
+    return path.join(this.recordsDir, `${key}.json`);
+  }
+
+  async #persist(managed: Managed): Promise<void> {
+    await mkdir(this.recordsDir, { recursive: true, mode: 0o700 });
+    const record: ReplicaRecord = {
+      version: 1,
+      assignment: toJsonString(ReplicaAssignmentSchema, managed.assignment),
+      apiPort: managed.apiPort,
+    };
+    const target = this.#recordPath(managed.key);
+    await writeFile(`${target}.tmp`, JSON.stringify(record), { mode: 0o600 });
+    await rename(`${target}.tmp`, target);
+  }
+
+  /** Starts scraping engine load signals of ready rank-0 replicas every `intervalMs`. */
+  startLoadScraping(intervalMs: number): void {
+    const tick = async () => {
+      for (const managed of this.#managed.values()) {
+        if (managed.replica.state !== "ready" || managed.launch.apiPort === undefined) continue;
+        const url = `http://${this.options.localAddress}:${managed.apiPort}${managed.launch.metricsPath}`;
+        try {
+          managed.load = await this.options.probes.scrapeLoad(url, this.options.probeTimeoutMs);
+        } catch {
+          managed.load = undefined;
+        }
+      }
+    };
+    this.#loadTimer = setInterval(() => void tick(), intervalMs);
+    this.#loadTimer.unref();
+  }
+
+  /** Pids of every engine this agent manages (discovery must not flag their GPU memory). */
+  managedPids(): Set<number> {
+    const pids = new Set<number>();
+    for (const m of this.#managed.values()) if (m.replica.handle) pids.add(m.replica.handle.pid);
+    return pids;
+  }
+
+  /** What the heartbeat reports: one status per replica rank, rejected ones as FAILED. */
+  statuses(): ReplicaStatus[] {
+    const out: ReplicaStatus[] = [];
+    for (const m of this.#managed.values()) {
+      const handle = m.replica.handle;
+      const failure = m.replica.failure;
+      const lastExit = handle?.exit();
+      out.push(
+        create(ReplicaStatusSchema, {
+          replicaId: m.key,
+          rank: m.assignment.rank,
+          state: PROTO_STATE[m.replica.state],
+          pid: handle?.pid,
+          apiPort: m.launch.apiPort,
+          startedAtUnixMs: handle ? BigInt(Math.round(handle.startedAtMs)) : undefined,
+          restarts: m.restarts,
+          lastExit: lastExit
+            ? create(ExitInfoSchema, {
+                code: lastExit.code ?? undefined,
+                signal: lastExit.signal ?? undefined,
+                atUnixMs: BigInt(Math.round(lastExit.atMs)),
+              })
+            : undefined,
+          logTail: failure ? failure.tail.slice(-40) : [],
+          load: m.load
+            ? create(EngineLoadSchema, {
+                running: m.load.running,
+                waiting: m.load.waiting,
+                kvCacheUsage: m.load.kvCacheUsage,
+                prefixCacheHitRate: m.load.prefixCacheHitRate,
+              })
+            : undefined,
+          message: failure ? failure.reason : m.message,
+          stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
+          specHash: m.specHash,
+          revision: m.assignment.deployment?.revision ?? 0n,
+          adopted: handle?.adopted ?? false,
+        }),
+      );
+    }
+    for (const [key, r] of this.#rejected) {
+      out.push(
+        create(ReplicaStatusSchema, {
+          replicaId: key,
+          rank: r.assignment.rank,
+          state: ProtoReplicaState.FAILED,
+          message: r.message,
+          stateSinceUnixMs: BigInt(r.atMs),
+          revision: r.assignment.deployment?.revision ?? 0n,
+        }),
+      );
+    }
+    return out;
+  }
+
+  /**
+   * Stops load scraping. With `stopEngines`, stops every engine and forgets it; otherwise
+   * engines keep running (own process groups, output to files) for the next agent to adopt,
+   * and the caller ends the process.
+   */
+  async close(stopEngines: boolean): Promise<void> {
+    if (this.#loadTimer) clearInterval(this.#loadTimer);
+    await this.#applying;
+    if (stopEngines) {
+      for (const managed of [...this.#managed.values()]) this.#retire(managed, "agent stopping");
+    }
+    await Promise.all([...this.#stopping]);
+  }
+}
+
+function pickSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of SECRET_ENV_NAMES) {
+    const value = env[name];
+    if (value) out[name] = value;
+  }
+  return out;
+}
+
+/** A TCP port free right now on all interfaces (the engine binds it moments later). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once("error", reject);
+    server.listen(0, () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}

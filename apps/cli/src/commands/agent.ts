@@ -1,0 +1,175 @@
+import { existsSync, readdirSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  type AgentConfigInput,
+  createEngineProbes,
+  parseAgentConfig,
+  startAgent,
+} from "@llmgw/agent";
+import { type Command, parseCommandArgs, UsageError } from "../command.js";
+import { createConsoleLogger } from "../logger.js";
+import { LLMGW_VERSION } from "../version.js";
+
+const USAGE = `Usage: llmgw agent --control-plane URL --join-token T [options]
+
+Runs the node agent: discovers GPUs and fabrics, registers with the control plane, and
+launches and supervises the engines it is assigned. Engines keep running when the agent
+stops or loses the control plane; a restarted agent adopts them.
+
+Options:
+  --control-plane URL       control listener of the control plane (env LLMGW_CONTROL_PLANE)
+  --join-token T            join token from 'llmgw control-plane token' (env LLMGW_JOIN_TOKEN)
+  --state-dir DIR           identity, pid files, replica records, engine logs
+                            (default /var/lib/llmgw/agent, env LLMGW_STATE_DIR)
+  --nvidia-smi PATH         nvidia-smi binary (default: nvidia-smi on PATH)
+  --sysfs-root DIR          RDMA class tree (default /sys/class/infiniband)
+  --simulate SPEC           simulated node, e.g. "8xh100-80g@ib-a" (no real GPUs used)
+  --node-name NAME          name to register with (default: host name)
+  --advertise-address ADDR  address peers and the router use to reach this node's engines
+  --fabric-name DEV=ID      name the fabric of an RDMA device (repeatable)
+  --stop-engines            stop engines when the agent exits (default: leave them running)
+  --llama-server PATH       llama.cpp server binary (default: the cached build, else PATH)
+  --vllm-command CMD        argv prefix for vLLM, space-separated (default "vllm serve")
+  --sglang-command CMD      argv prefix for SGLang (default "python3 -m sglang.launch_server")
+  --hf-home DIR             HF_HOME for engines; HF_TOKEN is read from the environment
+  --offline                 weights are pre-staged: engines run with HF_HUB_OFFLINE=1
+`;
+
+/** Variables engines inherit from the agent; everything else is set explicitly. */
+const PASSTHROUGH_ENV = [
+  "PATH",
+  "HOME",
+  "USER",
+  "LOGNAME",
+  "LANG",
+  "LC_ALL",
+  "TZ",
+  "TMPDIR",
+  "LD_LIBRARY_PATH",
+  "PYTHONPATH",
+  "VIRTUAL_ENV",
+  "CUDA_HOME",
+  "NODE_OPTIONS",
+];
+
+/** The command that runs `llmgw` itself, for the simulated engine (`llmgw engine-sim`). */
+function selfCommand(): string[] {
+  const main = process.argv[1] ?? fileURLToPath(new URL("./main.js", import.meta.url));
+  return [process.execPath, path.resolve(main)];
+}
+
+export const command: Command = {
+  name: "agent",
+  summary: "run the node agent",
+  usage: USAGE,
+  async run(argv, io) {
+    const { values } = parseCommandArgs(argv, {
+      "control-plane": { type: "string" },
+      "join-token": { type: "string" },
+      "state-dir": { type: "string" },
+      "nvidia-smi": { type: "string" },
+      "sysfs-root": { type: "string" },
+      simulate: { type: "string" },
+      "node-name": { type: "string" },
+      "advertise-address": { type: "string" },
+      "fabric-name": { type: "string", multiple: true },
+      "stop-engines": { type: "boolean" },
+      "llama-server": { type: "string" },
+      "vllm-command": { type: "string" },
+      "sglang-command": { type: "string" },
+      "hf-home": { type: "string" },
+      offline: { type: "boolean" },
+    });
+    const controlPlaneUrl = values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE;
+    const joinToken = values["join-token"] ?? io.env.LLMGW_JOIN_TOKEN;
+    if (!controlPlaneUrl)
+      throw new UsageError("--control-plane URL is required (or LLMGW_CONTROL_PLANE)");
+    if (!joinToken) throw new UsageError("--join-token is required (or LLMGW_JOIN_TOKEN)");
+    const fabricNames: Record<string, string> = {};
+    for (const entry of values["fabric-name"] ?? []) {
+      const [dev, id] = entry.split("=", 2);
+      if (!dev || !id) throw new UsageError(`--fabric-name takes DEV=ID, got "${entry}"`);
+      fabricNames[dev] = id;
+    }
+    const llamaServer =
+      values["llama-server"] ?? io.env.LLMGW_LLAMA_SERVER ?? cachedLlamaServer(io.env);
+    const input: AgentConfigInput = {
+      controlPlaneUrl,
+      joinToken,
+      stateDir: values["state-dir"] ?? io.env.LLMGW_STATE_DIR ?? "/var/lib/llmgw/agent",
+      ...(values["nvidia-smi"] ? { nvidiaSmiPath: values["nvidia-smi"] } : {}),
+      ...(values["sysfs-root"] ? { sysfsRoot: values["sysfs-root"] } : {}),
+      ...(values.simulate ? { simulate: values.simulate } : {}),
+      ...(values["node-name"] ? { nodeName: values["node-name"] } : {}),
+      ...(values["advertise-address"] ? { advertiseAddress: values["advertise-address"] } : {}),
+      fabricNames,
+      stopEngines: values["stop-engines"] ?? false,
+      engines: {
+        simCommand: [...selfCommand(), "engine-sim"],
+        ...(llamaServer ? { llamacppBinary: llamaServer } : {}),
+        ...(values["vllm-command"] ? { vllmCommand: values["vllm-command"].split(/\s+/) } : {}),
+        ...(values["sglang-command"]
+          ? { sglangCommand: values["sglang-command"].split(/\s+/) }
+          : {}),
+        ...(values["hf-home"] ? { hfHome: values["hf-home"] } : {}),
+        ...(values.offline ? { offline: true } : {}),
+      },
+    };
+    let config: ReturnType<typeof parseAgentConfig>;
+    try {
+      config = parseAgentConfig(input);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+    const logger = createConsoleLogger(io.stderr, "agent");
+    const baseEnv: Record<string, string> = {};
+    for (const name of PASSTHROUGH_ENV) {
+      const value = io.env[name];
+      if (value !== undefined) baseEnv[name] = value;
+    }
+    const secretEnv: Record<string, string> = {};
+    for (const name of ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"]) {
+      const value = io.env[name];
+      if (value) secretEnv[name] = value;
+    }
+    const agent = await startAgent(config, {
+      logger,
+      probes: createEngineProbes(),
+      baseEnv,
+      secretEnv,
+      agentVersion: LLMGW_VERSION,
+    });
+    logger.info(`agent started for ${config.controlPlaneUrl}`, {
+      stateDir: config.stateDir,
+      simulated: Boolean(config.simulate),
+    });
+    await new Promise<void>((resolve) => {
+      if (io.signal.aborted) resolve();
+      io.signal.addEventListener("abort", () => resolve(), { once: true });
+    });
+    logger.info(
+      config.stopEngines ? "stopping engines and exiting" : "exiting; engines keep running",
+      {},
+    );
+    await agent.close();
+    return 0;
+  },
+};
+
+/** The llama-server built by scripts/build-llamacpp.sh, when there is one. */
+function cachedLlamaServer(env: Readonly<Record<string, string | undefined>>): string | undefined {
+  const cache =
+    env.LLMGW_CACHE_DIR ??
+    path.join(env.XDG_CACHE_HOME ?? path.join(env.HOME ?? "/root", ".cache"), "llmgw");
+  const dir = path.join(cache, "llama.cpp");
+  try {
+    for (const release of readdirSync(dir).sort().reverse()) {
+      const bin = path.join(dir, release, "bin", "llama-server");
+      if (existsSync(bin)) return bin;
+    }
+  } catch {
+    // no cache: fall back to llama-server on PATH
+  }
+  return undefined;
+}
