@@ -31,8 +31,9 @@ export interface LogFileLimits {
  * (`O_APPEND`, never a pipe to the agent) and that the supervisor reads incrementally.
  *
  * {@link poll} reads the bytes appended since the last poll into a bounded {@link LogTail}
- * and enforces the size cap: when the file is larger than `maxFileBytes`, its last
- * `maxFileBytes` are copied to `<file>.1` and the file is truncated to zero. Because the
+ * and enforces the size cap: when the file is larger than `maxFileBytes` (or larger than half
+ * of it and unchanged since the previous poll), its last bytes (≤ `maxFileBytes`) are copied
+ * to `<file>.1` and the file is truncated to zero. Because the
  * engine's descriptor has `O_APPEND`, its next write lands at the new end. Bytes written
  * between the read and the truncation are lost (a few at most); a flood larger than the
  * tail between two polls is skipped, not read, so memory and CPU stay flat.
@@ -42,6 +43,7 @@ export class CappedLogFile {
   readonly limits: LogFileLimits;
   readonly tail: LogTail;
   #offset: number;
+  #lastSize = -1;
   #decoder = new StringDecoder("utf8");
 
   /**
@@ -100,7 +102,14 @@ export class CappedLogFile {
       this.#decoder = new StringDecoder("utf8");
     }
     if (size > this.#offset) this.#readRange(size);
-    if (size > this.limits.maxFileBytes) this.#rotate();
+    // Truncating under an active writer can drop the bytes of that instant, so rotate early
+    // (past half the cap) only while the writer is idle, and by force only past the cap.
+    const idle = size === this.#lastSize;
+    this.#lastSize = size;
+    if (size > this.limits.maxFileBytes || (idle && size > this.limits.maxFileBytes / 2)) {
+      this.#rotate();
+      this.#lastSize = -1;
+    }
   }
 
   #readRange(size: number): void {

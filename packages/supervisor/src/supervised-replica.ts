@@ -355,6 +355,7 @@ export class SupervisedReplica {
         error: (cause as Error).message,
       });
     }
+    if (this.#userStopped) return; // stop() raced us and reports `exited` itself
     this.#recordRun(handle);
     this.#handle = undefined;
     this.#fail(reason, handle.tail());

@@ -1,3 +1,4 @@
+import { writeFileSync } from "node:fs";
 import {
   createSupervisedReplica,
   createSupervisor,
@@ -107,6 +108,7 @@ describe("SupervisedReplica", () => {
   it("starting → loading → ready against a real HTTP engine, then stop → exited", async () => {
     const { dir, supervisor } = setup();
     const port = await freePort();
+    const readyFile = `${dir}/weights-loaded`;
     const probe = async (): Promise<ProbeOutcome> => {
       try {
         const health = await fetch(`http://127.0.0.1:${port}/health`, {
@@ -124,7 +126,14 @@ describe("SupervisedReplica", () => {
     const replica = createSupervisedReplica({
       supervisor,
       replicaId: "http",
-      spec: engineSpec(dir, "http", ["--port", String(port), "--model", "m1", "--load-ms", "600"]),
+      spec: engineSpec(dir, "http", [
+        "--port",
+        String(port),
+        "--model",
+        "m1",
+        "--ready-file",
+        readyFile,
+      ]),
       probe,
       probeIntervalMs: 50,
       loadingDeadlineMs: 20_000,
@@ -134,6 +143,8 @@ describe("SupervisedReplica", () => {
     });
     const transitions = record(replica);
     await replica.start();
+    await waitFor("loading", () => replica.state === "loading");
+    writeFileSync(readyFile, "");
     await waitFor("ready", () => replica.state === "ready");
     const pid = replica.handle!.pid;
     const report = await replica.stop();
