@@ -58,6 +58,8 @@ const nodeInfoCache = new WeakMap<SchedulerNode, NodeInfo>();
 /** Mutable per-node view during one run; the maps are created on first write. */
 interface NodeState {
   readonly info: NodeInfo;
+  /** Position in the id-sorted node list. */
+  readonly ordinal: number;
   readonly node: SchedulerNode;
   readonly id: string;
   readonly schedulable: boolean;
@@ -123,7 +125,9 @@ function plural(n: number, word: string): string {
  */
 export function schedule(input: ScheduleInput): ScheduleResult {
   validateInput(input);
-  const nodes = [...input.nodes].sort((a, b) => byString(a.id, b.id)).map(buildNodeState);
+  const nodes = [...input.nodes]
+    .sort((a, b) => byString(a.id, b.id))
+    .map((node, i) => buildNodeState(node, i));
   const nodeById = new Map(nodes.map((n) => [n.id, n]));
   const deployments = [...input.deployments].sort((a, b) => byString(a.name, b.name));
   const deploymentByName = new Map(deployments.map((d) => [d.name, d]));
@@ -157,13 +161,7 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     for (const rank of record.placement.ranks) {
       const node = nodeById.get(rank.nodeId);
       if (node === undefined) continue;
-      for (const gpu of rank.gpuIndices) {
-        const cls = node.usableClass.get(gpu);
-        const set = cls === undefined ? undefined : freeSet(node, cls);
-        if (cls === undefined || set === undefined || !set.has(gpu)) continue;
-        trackFree(context, node, cls, set.size, set.size - 1);
-        set.delete(gpu);
-      }
+      changeFree(context, node, rank.gpuIndices, true);
       node.replicas ??= new Set();
       if (!node.replicas.has(record)) {
         node.replicas.add(record);
@@ -178,13 +176,7 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     for (const rank of record.placement.ranks) {
       const node = nodeById.get(rank.nodeId);
       if (node === undefined) continue;
-      for (const gpu of rank.gpuIndices) {
-        const cls = node.usableClass.get(gpu);
-        const set = cls === undefined ? undefined : freeSet(node, cls);
-        if (cls === undefined || set === undefined || set.has(gpu)) continue;
-        trackFree(context, node, cls, set.size, set.size + 1);
-        set.add(gpu);
-      }
+      changeFree(context, node, rank.gpuIndices, false);
       if (node.replicas?.delete(record) === true) {
         const name = record.placement.deployment;
         node.perDeployment?.set(name, (node.perDeployment.get(name) ?? 1) - 1);
@@ -406,10 +398,11 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
   return info;
 }
 
-function buildNodeState(node: SchedulerNode): NodeState {
+function buildNodeState(node: SchedulerNode, ordinal: number): NodeState {
   const info = buildNodeInfo(node);
   return {
     info,
+    ordinal,
     node,
     id: node.id,
     schedulable: info.schedulable,
@@ -539,6 +532,11 @@ interface PlacementContext {
    * node / do k nodes of a fabric have n free" is answered without scanning nodes.
    */
   readonly buckets: Map<string, number[]>;
+  /**
+   * Same keys as `buckets` → (free count → the schedulable nodes with exactly that many free
+   * GPUs of the class, sorted by id).
+   */
+  readonly freeLists: Map<string, NodeState[][]>;
   /** Class → GPU counts that do not change during a run, for reasons. */
   readonly classStats: ReadonlyMap<string, ClassStats>;
 }
@@ -551,6 +549,48 @@ interface ClassStats {
   onUnschedulable: number;
 }
 
+/** Takes (`take`) or returns `gpus` of `node`, keeping the histograms and lists current. */
+function changeFree(
+  ctx: PlacementContext,
+  node: NodeState,
+  gpus: readonly number[],
+  take: boolean,
+): void {
+  let runClass: string | undefined;
+  let runSet: Set<number> | undefined;
+  let before = 0;
+  for (const gpu of gpus) {
+    const cls = node.usableClass.get(gpu);
+    const set = cls === undefined ? undefined : freeSet(node, cls);
+    if (cls === undefined || set === undefined || set.has(gpu) !== take) continue;
+    if (cls !== runClass) {
+      if (runClass !== undefined && runSet !== undefined) {
+        trackFree(ctx, node, runClass, before, runSet.size);
+      }
+      runClass = cls;
+      runSet = set;
+      before = set.size;
+    }
+    if (take) set.delete(gpu);
+    else set.add(gpu);
+  }
+  if (runClass !== undefined && runSet !== undefined) {
+    trackFree(ctx, node, runClass, before, runSet.size);
+  }
+}
+
+/** Position of `node` in `list` (sorted by ordinal), or where it would be inserted. */
+function searchByOrdinal(list: readonly NodeState[], ordinal: number): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((list[mid]?.ordinal ?? 0) < ordinal) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** Moves `node` from the `before` to the `after` free-count bucket of `cls`. */
 function trackFree(
   ctx: PlacementContext,
@@ -559,11 +599,26 @@ function trackFree(
   before: number,
   after: number,
 ): void {
+  if (before === after) return;
   for (const key of node.info.histogramKeys.get(cls) ?? []) {
     const bucket = ctx.buckets.get(key);
-    if (bucket === undefined) continue;
-    bucket[before] = (bucket[before] ?? 0) - 1;
-    bucket[after] = (bucket[after] ?? 0) + 1;
+    if (bucket !== undefined) {
+      bucket[before] = (bucket[before] ?? 0) - 1;
+      bucket[after] = (bucket[after] ?? 0) + 1;
+    }
+    const lists = ctx.freeLists.get(key);
+    if (lists === undefined) continue;
+    const from = lists[before];
+    if (from !== undefined) {
+      const at = searchByOrdinal(from, node.ordinal);
+      if (from[at] === node) from.splice(at, 1);
+    }
+    let to = lists[after];
+    if (to === undefined) {
+      to = [];
+      lists[after] = to;
+    }
+    to.splice(searchByOrdinal(to, node.ordinal), 0, node);
   }
 }
 
@@ -582,6 +637,7 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
   const fabricNodes = new Map<string, NodeState[]>();
   const classNodes = new Map<string, NodeState[]>();
   const buckets = new Map<string, number[]>();
+  const freeLists = new Map<string, NodeState[][]>();
   const classStats = new Map<string, ClassStats>();
   for (const node of nodes) {
     for (const [cls, counts] of node.info.classCounts) {
@@ -606,6 +662,17 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
       list.push(node);
       const free = node.info.usableByClass.get(cls)?.length ?? 0;
       for (const key of keys) {
+        let lists = freeLists.get(key);
+        if (lists === undefined) {
+          lists = [];
+          freeLists.set(key, lists);
+        }
+        let sameFree = lists[free];
+        if (sameFree === undefined) {
+          sameFree = [];
+          lists[free] = sameFree;
+        }
+        sameFree.push(node);
         let bucket = buckets.get(key);
         if (bucket === undefined) {
           bucket = [];
@@ -633,6 +700,7 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
     fabricNodes,
     classNodes,
     buckets,
+    freeLists,
     classStats,
   };
 }
@@ -767,24 +835,21 @@ function findSingleNode(
   perNode: number,
   ctx: PlacementContext,
 ): Candidate | undefined {
-  if (nodesWithFree(ctx, cls, perNode) === 0) return undefined;
+  // Free lists are ordered by free count, then id: walking them in order visits nodes by
+  // (leftover, id), so the first node without a replica of this deployment is the answer.
+  const lists = ctx.freeLists.get(cls) ?? [];
   let best: NodeState | undefined;
-  let bestSpread = 0;
+  let bestSpread = Number.POSITIVE_INFINITY;
   let bestLeftover = 0;
-  for (const node of ctx.classNodes.get(cls) ?? []) {
-    if (best !== undefined && bestSpread === 0 && bestLeftover === 0) break;
-    const free = freeOf(node, cls);
-    if (free < perNode) continue;
-    const spread = node.perDeployment?.get(deployment.name) ?? 0;
-    const leftover = free - perNode;
-    if (
-      best === undefined ||
-      spread < bestSpread ||
-      (spread === bestSpread && leftover < bestLeftover)
-    ) {
-      best = node;
-      bestSpread = spread;
-      bestLeftover = leftover;
+  for (let free = perNode; free < lists.length && bestSpread > 0; free++) {
+    for (const node of lists[free] ?? []) {
+      const spread = node.perDeployment?.get(deployment.name) ?? 0;
+      if (spread < bestSpread) {
+        best = node;
+        bestSpread = spread;
+        bestLeftover = free - perNode;
+        if (spread === 0) break;
+      }
     }
   }
   if (best === undefined) return undefined;
@@ -816,21 +881,29 @@ function findGang(
   let best: Candidate | undefined;
   for (const fabric of allowedFabrics(deployment, ctx)) {
     if (nodesWithFree(ctx, cls, shape.perNode, fabric) < shape.nodes) continue;
-    const fits: { node: NodeState; spread: number; leftover: number }[] = [];
-    for (const node of nodesOf(fabric, ctx)) {
-      if (!node.schedulable) continue;
-      const free = freeOf(node, cls);
-      if (free < shape.perNode) continue;
-      fits.push({
-        node,
-        spread: node.perDeployment?.get(deployment.name) ?? 0,
-        leftover: free - shape.perNode,
-      });
+    // Walk nodes by (leftover, id); k nodes without this deployment found this way are the
+    // k best. Only when there are fewer does spread force a full sort.
+    const lists = ctx.freeLists.get(`${cls} ${fabric}`) ?? [];
+    let fits: { node: NodeState; spread: number; leftover: number }[] = [];
+    const all: { node: NodeState; spread: number; leftover: number }[] = [];
+    for (let free = shape.perNode; free < lists.length && fits.length < shape.nodes; free++) {
+      for (const node of lists[free] ?? []) {
+        const fit = {
+          node,
+          spread: node.perDeployment?.get(deployment.name) ?? 0,
+          leftover: free - shape.perNode,
+        };
+        all.push(fit);
+        if (fit.spread === 0) fits.push(fit);
+        if (fits.length === shape.nodes) break;
+      }
     }
-    if (fits.length < shape.nodes) continue;
-    fits.sort(
-      (a, b) => a.spread - b.spread || a.leftover - b.leftover || byString(a.node.id, b.node.id),
-    );
+    if (fits.length < shape.nodes) {
+      if (all.length < shape.nodes) continue;
+      fits = all.sort(
+        (a, b) => a.spread - b.spread || a.leftover - b.leftover || a.node.ordinal - b.node.ordinal,
+      );
+    }
     const chosen = fits.slice(0, shape.nodes);
     const score = [
       shape.nodes,
@@ -884,19 +957,19 @@ function explainFailure(
     mig: 0,
     onUnschedulable: 0,
   };
-  let allocated = 0;
+  const lists = ctx.freeLists.get(cls) ?? [];
   let free = 0;
   let mostFree = 0;
   let mostFreeNode = "";
-  for (const node of ctx.classNodes.get(cls) ?? []) {
-    const f = freeOf(node, cls);
-    free += f;
-    allocated += (node.info.usableByClass.get(cls)?.length ?? 0) - f;
-    if (f > mostFree) {
+  for (let f = 1; f < lists.length; f++) {
+    const list = lists[f] ?? [];
+    free += f * list.length;
+    if (list[0] !== undefined) {
       mostFree = f;
-      mostFreeNode = node.id;
+      mostFreeNode = list[0].id;
     }
   }
+  const allocated = total - unhealthy - mig - unschedulable - free;
   const tail = [
     `${total} total`,
     `${allocated} allocated`,
