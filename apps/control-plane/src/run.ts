@@ -164,6 +164,11 @@ export async function startControlPlane(
       rendezvousPortMin: resolved.rendezvousPortMin,
       rendezvousPortMax: resolved.rendezvousPortMax,
       log,
+      defer: (run) => {
+        setImmediate(() => {
+          if (!shutdown.signal.aborted) run();
+        });
+      },
     });
     const registry = deps.registry ?? new Registry();
     if (deps.clusterMetrics !== false) createClusterCollector(registry, createClusterView(cluster));

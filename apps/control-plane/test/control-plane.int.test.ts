@@ -13,7 +13,7 @@ afterEach(async () => {
   for (const fn of cleanups.splice(0).reverse()) await fn();
 });
 
-async function setup(extra: { nodeLostAfterMs?: number } = {}) {
+async function setup(extra: { nodeLostAfterMs?: number; heartbeatIntervalMs?: number } = {}) {
   const tmp = tempDir();
   cleanups.push(tmp.cleanup);
   const cp = await startTestControlPlane(tmp.dir, extra);
@@ -119,7 +119,7 @@ describe("control plane over Connect", () => {
   });
 
   it("marks a silent node unreachable, then lost, and moves its replicas", async () => {
-    const { cp, admin } = await setup({ nodeLostAfterMs: 600 });
+    const { cp, admin } = await setup({ nodeLostAfterMs: 600, heartbeatIntervalMs: 200 });
     const a = simAgent(cp, "node-a", "1xh100-80g");
     await a.register();
     await admin.applyDeployment({

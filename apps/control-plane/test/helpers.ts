@@ -15,7 +15,11 @@ export function tempDir(prefix = "llmgw-cp-"): { dir: string; cleanup: () => voi
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** Starts a control plane on loopback port 0 with short lifecycle timings. */
+/**
+ * Starts a control plane on loopback port 0. Heartbeat interval 2 s by default, so that
+ * agents that only heartbeat when a test says so stay `ready` on a loaded machine; lifecycle
+ * tests pass a short one.
+ */
 export function startTestControlPlane(
   dataDir: string,
   extra: { nodeLostAfterMs?: number; heartbeatIntervalMs?: number } = {},
@@ -26,7 +30,7 @@ export function startTestControlPlane(
       dataDir,
       listen: "127.0.0.1:0",
       controlListen: "127.0.0.1:0",
-      heartbeatIntervalMs: extra.heartbeatIntervalMs ?? 100,
+      heartbeatIntervalMs: extra.heartbeatIntervalMs ?? 2_000,
       nodeLostAfterMs: extra.nodeLostAfterMs ?? 60_000,
       shutdownGraceMs: 2_000,
     },

@@ -307,6 +307,35 @@ describe("Cluster", () => {
     expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a.nodeId).nodeId).not.toBe(a.nodeId);
   });
 
+  it("coalesces agent-caused reconciles when given a defer function", () => {
+    const queued: (() => void)[] = [];
+    let runs = 0;
+    const cluster = new Cluster({
+      store,
+      schedule: (input) => {
+        runs++;
+        return schedule(input);
+      },
+      clock,
+      heartbeatIntervalMs: INTERVAL,
+      unreachableAfterMs: 3 * INTERVAL,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+      defer: (run) => queued.push(run),
+    });
+    cluster.applyDeployment(spec({ name: "chat", replicas: 3 }));
+    runs = 0;
+    const ids = ["a", "b", "c"].map(
+      (h, i) => join_(cluster, `node-${h}`, "1xh100-80g", `10.0.0.${i}`).nodeId,
+    );
+    expect(runs).toBe(0);
+    expect(queued).toHaveLength(1);
+    queued.shift()?.();
+    expect(runs).toBe(1);
+    expect(placedOn(cluster, "chat")).toEqual([...ids].sort());
+  });
+
   it("manages API keys by hash", () => {
     const cluster = newCluster();
     const { key, secret } = cluster.createApiKey({

@@ -69,6 +69,13 @@ export interface ClusterOptions {
   readonly rendezvousPortMax: number;
   /** One line per state transition and decision. Default: silent. */
   readonly log?: (line: string) => void;
+  /**
+   * Runs reconciles caused by agents (joins, GPU health, failed replicas) later, coalesced:
+   * a thousand agents re-registering after a restart then cost one scheduler run, not a
+   * thousand. The control plane passes `setImmediate`; default: reconcile at once.
+   * Operator changes always reconcile before they return.
+   */
+  readonly defer?: (run: () => void) => void;
 }
 
 /** What an agent registers with. */
@@ -199,6 +206,7 @@ export class Cluster {
   readonly #eventListeners = new Set<(event: EventRecord) => void>();
   readonly #changeListeners = new Set<ChangeListener>();
   #version = 0;
+  #reconcilePending: string[] | undefined;
 
   constructor(options: ClusterOptions) {
     this.#o = options;
@@ -297,7 +305,7 @@ export class Cluster {
       } at ${advertiseAddress}`,
       "info",
     );
-    this.#reconcile(`node ${id} joined`);
+    this.#requestReconcile(`node ${id} joined`);
     return {
       nodeId: id,
       nodeCredential: credential,
@@ -362,7 +370,7 @@ export class Cluster {
     const wasState = node.state;
     this.#setNodeState(node, "ready", now);
     if (healthChanged || failed || wasState === "lost") {
-      this.#reconcile(`heartbeat from ${nodeId}`);
+      this.#requestReconcile(`heartbeat from ${nodeId}`);
     } else {
       this.#touch();
     }
@@ -863,6 +871,29 @@ export class Cluster {
         nvlinks,
         nicDistance: distance,
       };
+    });
+  }
+
+  /** Reconciles now, or once soon for every request made until then (see `defer`). */
+  #requestReconcile(cause: string): void {
+    const defer = this.#o.defer;
+    if (!defer) return this.#reconcile(cause);
+    if (this.#reconcilePending) {
+      this.#reconcilePending.push(cause);
+      return;
+    }
+    this.#reconcilePending = [cause];
+    defer(() => {
+      const causes = this.#reconcilePending ?? [];
+      this.#reconcilePending = undefined;
+      try {
+        this.#reconcile(
+          causes.length === 1 ? (causes[0] as string) : `${causes.length} agent changes`,
+        );
+      } catch (error) {
+        // Nothing awaits a deferred run; the next change or tick reconciles again.
+        this.#o.log?.(`reconcile failed: ${(error as Error).message}`);
+      }
     });
   }
 
