@@ -18,7 +18,10 @@ if (!hasPromtool) {
 async function exposition(): Promise<string> {
   const registry = createMetricsRegistry();
   const view = buildSyntheticCluster({ nodes: 40, gpusPerNode: 8, replicas: 30 });
-  view.updateNode("node-0001", (n) => ({ ...n, hostname: `evil"\\\n${"h".repeat(5000)}` }));
+  view.updateNode("node-0001", (n) => ({
+    ...n,
+    hostname: `evil"\\\n\r\u0000\u2028${"h".repeat(5000)}`,
+  }));
   createClusterCollector(registry, view);
   exerciseRouterMetrics(
     createRouterMetrics(registry, { workerPool: () => ({ utilizationRatio: 0.5, queueSize: 2 }) }),

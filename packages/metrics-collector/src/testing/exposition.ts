@@ -11,8 +11,8 @@ export interface ParsedExposition {
   readonly types: ReadonlyMap<string, string>;
 }
 
-const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$/;
-const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?/gy;
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$/s;
+const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?/gsy;
 
 function unescapeLabelValue(v: string): string {
   return v.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
