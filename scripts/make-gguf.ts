@@ -18,6 +18,7 @@ for (const kind of kinds.length > 0 ? kinds : ["tiny"]) {
   const k: TinyModelKind = kind;
   const params = tinyModelParameters(TINY_MODEL_SPECS[k]);
   process.stderr.write(`make-gguf: ${k}: ${(params / 1e6).toFixed(2)}M parameters (F32)\n`);
+  // biome-ignore lint/suspicious/noUndeclaredEnvVars: a cache location, not a turbo task input
   const path = await ensureTinyModel(k, { cacheDir: process.env.LLMGW_CACHE_DIR || undefined });
   process.stdout.write(`${path}\n`);
 }

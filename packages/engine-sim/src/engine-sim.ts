@@ -550,7 +550,16 @@ class EngineSim {
       chunks.push(chunk);
     });
     req.on("end", () => {
-      if (tooLarge || this.#state !== "ready") return;
+      if (tooLarge) return;
+      if (this.#state !== "ready") {
+        this.#error(res, {
+          status: 503,
+          message: `The server is not ready (${this.#state})`,
+          type: "ServiceUnavailableError",
+          param: null,
+        });
+        return;
+      }
       this.#requests += 1;
       const f = this.o.faults;
       if (f.hangAfterRequests !== null && this.#requests > f.hangAfterRequests) return;

@@ -167,6 +167,8 @@ interface Seq {
   /** Blocks owned only by this sequence (partial prompt block + output). */
   privateBlocks: number;
   lastTokenMs: number;
+  /** In the running set (false while waiting, after preemption and once finished). */
+  running: boolean;
 }
 
 interface CacheEntry {
@@ -185,7 +187,7 @@ interface CacheEntry {
 export class TimingModel {
   readonly options: ResolvedTimingModelOptions;
   readonly totalBlocks: number;
-  readonly #running: Seq[] = [];
+  #running: Seq[] = [];
   readonly #waiting: Seq[] = [];
   /** Insertion order is LRU order (touch = delete + set). */
   readonly #cache = new Map<string, CacheEntry>();
@@ -221,6 +223,7 @@ export class TimingModel {
       shared: [],
       privateBlocks: 0,
       lastTokenMs: nowMs,
+      running: false,
     });
   }
 
@@ -229,7 +232,10 @@ export class TimingModel {
     const r = this.#running.findIndex((s) => s.spec.id === id);
     if (r >= 0) {
       const [seq] = this.#running.splice(r, 1);
-      if (seq) this.#release(seq);
+      if (seq) {
+        seq.running = false;
+        this.#release(seq);
+      }
       return true;
     }
     const w = this.#waiting.findIndex((s) => s.spec.id === id);
@@ -261,7 +267,8 @@ export class TimingModel {
     // 1. decode: every running sequence past prefill needs room for one more token.
     const decoding: Seq[] = [];
     for (const seq of [...this.#running]) {
-      if (!this.#running.includes(seq) || seq.prefillRemaining > 0) continue;
+      // A sequence preempted earlier in this loop is no longer running.
+      if (!seq.running || seq.prefillRemaining > 0) continue;
       if (this.#growTo(seq, seq.spec.promptTokens + seq.generated + 1)) decoding.push(seq);
     }
     budget -= decoding.length;
@@ -269,7 +276,7 @@ export class TimingModel {
     let prefillTokens = 0;
     const prefilling: Seq[] = [];
     for (const seq of this.#running) {
-      if (seq.prefillRemaining === 0 || decoding.includes(seq) || budget <= 0) continue;
+      if (seq.prefillRemaining === 0 || budget <= 0) continue;
       const chunk = Math.min(seq.prefillRemaining, budget);
       seq.prefillRemaining -= chunk;
       budget -= chunk;
@@ -281,6 +288,7 @@ export class TimingModel {
       const seq = this.#waiting[0]!;
       if (!this.#admit(seq)) break;
       this.#waiting.shift();
+      seq.running = true;
       this.#running.push(seq);
       const chunk = Math.min(seq.prefillRemaining, budget);
       seq.prefillRemaining -= chunk;
@@ -306,7 +314,7 @@ export class TimingModel {
       seq.lastTokenMs = endMs;
       events.push({ id: seq.spec.id, tokenIndex, finished, ...timing });
       if (finished) {
-        this.#running.splice(this.#running.indexOf(seq), 1);
+        seq.running = false;
         this.#release(seq);
       }
     };
@@ -315,6 +323,7 @@ export class TimingModel {
       // A recomputed (preempted) sequence resumes decoding without re-emitting old tokens.
       if (seq.prefillRemaining === 0) emit(seq);
     }
+    if (events.some((e) => e.finished)) this.#running = this.#running.filter((s) => s.running);
     this.#steps += 1;
     return {
       startMs: nowMs,
@@ -439,6 +448,7 @@ export class TimingModel {
 
   #preempt(seq: Seq): void {
     this.#running.splice(this.#running.indexOf(seq), 1);
+    seq.running = false;
     this.#release(seq);
     seq.prefillRemaining = seq.spec.promptTokens + seq.generated;
     this.#waiting.unshift(seq);

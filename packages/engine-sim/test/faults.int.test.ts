@@ -71,13 +71,23 @@ describe("startup like a real engine", () => {
       log: (l) => lines.push(l),
     });
     const seen: (number | "refused")[] = [];
+    let inferenceWhileWarming: number | undefined;
     await eventually(async () => {
       const status = await probe(`http://127.0.0.1:${port}/health`);
       if (seen.at(-1) !== status) seen.push(status);
+      if (status === 503 && inferenceWhileWarming === undefined) {
+        const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+          method: "POST",
+          body: '{"prompt":"x"}',
+        });
+        inferenceWhileWarming = r.status;
+        await r.arrayBuffer();
+      }
       return status === 200;
     });
     sims.push(await starting);
     expect(seen.filter((s) => s !== "refused")).toEqual([503, 200]);
+    expect(inferenceWhileWarming).toBe(503);
     expect(lines.join("\n")).toMatch(
       /^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up and ready to roll!$/m,
     );
