@@ -50,6 +50,14 @@ export function selectGpus(
   const nic = (gpu: number): number => nicDistance?.[gpu] ?? 4;
   if (nvlink.size === 0 && nicDistance === undefined) return sorted.slice(0, count);
   const link = (x: number, y: number): number => nvlink.get(x)?.get(y) ?? 0;
+  if (uniformLinks(sorted, link)) {
+    // Every set of this size has the same links (PCIe only, or an NVSwitch joining all pairs):
+    // the nearest GPUs to a NIC, lowest indices among equals, are the optimum.
+    return [...sorted]
+      .sort((x, y) => nic(x) - nic(y) || x - y)
+      .slice(0, count)
+      .sort((x, y) => x - y);
+  }
 
   let best: { set: number[]; links: number; nic: number } | undefined;
   for (const start of sorted) {
@@ -97,4 +105,14 @@ function compareIndexLists(a: readonly number[], b: readonly number[]): number {
     if (d !== 0) return d;
   }
   return a.length - b.length;
+}
+
+function uniformLinks(gpus: readonly number[], link: (x: number, y: number) => number): boolean {
+  const first = gpus.length > 1 ? link(gpus[0] ?? 0, gpus[1] ?? 0) : 0;
+  for (let i = 0; i < gpus.length; i++) {
+    for (let j = i + 1; j < gpus.length; j++) {
+      if (link(gpus[i] ?? 0, gpus[j] ?? 0) !== first) return false;
+    }
+  }
+  return true;
 }

@@ -1096,9 +1096,12 @@ function commit(
   let n = 0;
   while (used?.has(`${deployment.name}-${n}`) === true) n++;
   const ranks: PlacementRank[] = candidate.nodes.map((node, rank) => {
-    node.info.nvlink ??= buildNvlinkMatrix(node.node.nvlinks);
     const free =
       candidate.gpuClass === undefined ? [] : [...(freeSet(node, candidate.gpuClass) ?? [])];
+    if (candidate.perNode >= free.length) {
+      return { rank, nodeId: node.id, gpuIndices: free.sort((x, y) => x - y) };
+    }
+    node.info.nvlink ??= buildNvlinkMatrix(node.node.nvlinks);
     return {
       rank,
       nodeId: node.id,
