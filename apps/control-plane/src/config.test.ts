@@ -1,0 +1,39 @@
+import { describe, expect, it } from "vitest";
+import { resolveControlPlaneOptions, splitListenAddress } from "./config.js";
+
+describe("resolveControlPlaneOptions", () => {
+  it("fills secure-but-usable defaults", () => {
+    expect(resolveControlPlaneOptions({ dataDir: "/d" })).toMatchObject({
+      listen: ":8080",
+      controlListen: "127.0.0.1:7070",
+      heartbeatIntervalMs: 2_000,
+      unreachableAfterMissed: 3,
+      nodeLostAfterMs: 60_000,
+      noAuth: false,
+    });
+  });
+
+  it.each<[Record<string, unknown>, string]>([
+    [
+      { controlListen: "7070" },
+      'controlListen: expected HOST:PORT or :PORT, e.g. 127.0.0.1:7070 (got "7070")',
+    ],
+    [{ listen: ":70000" }, 'listen: port must be 0–65535 (got ":70000")'],
+    [{ tlsCertFile: "/c.pem" }, "--tls-cert and --tls-key must be given together"],
+    [{ heartbeatIntervalMs: 10 }, "heartbeatIntervalMs: Too small"],
+    [{ dataDir: "" }, "dataDir:"],
+  ])("refuses %j", (bad, message) => {
+    expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
+  });
+});
+
+describe("splitListenAddress", () => {
+  it.each([
+    [":8080", "", 8080],
+    ["127.0.0.1:7070", "127.0.0.1", 7070],
+    ["[::1]:7070", "::1", 7070],
+    ["0.0.0.0:0", "0.0.0.0", 0],
+  ])("%s", (address, host, port) => {
+    expect(splitListenAddress(address)).toEqual({ host, port });
+  });
+});
