@@ -1,0 +1,145 @@
+/**
+ * Spawning and talking to the benchmark child processes of `processes.ts`, plus the small
+ * process helpers every benchmark needs (free ports, waiting for a port, finding a binary).
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createConnection, createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+
+const processesScript = fileURLToPath(new URL("./processes.ts", import.meta.url));
+
+/** A running `processes.ts` child. */
+export interface BenchChild {
+  readonly proc: ChildProcess;
+  /** URL printed when it became ready (updated by `restart`). */
+  url: string;
+  /** Sends an IPC request and resolves with the child's answer. */
+  request<T extends Record<string, unknown>>(
+    type: "restart" | "reset" | "report",
+    config?: unknown,
+  ): Promise<T>;
+  /** SIGTERM, then SIGKILL after 2 s; resolves when it exited. */
+  stop(): Promise<void>;
+}
+
+/** Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL. */
+export function startBenchChild(
+  role: "sim" | "router",
+  config: unknown,
+  timeoutMs = 60_000,
+): Promise<BenchChild> {
+  const proc = spawn(
+    process.execPath,
+    ["--conditions=@llmgw/source", "--import", "tsx", processesScript, role, JSON.stringify(config)],
+    { stdio: ["ignore", "pipe", "inherit", "ipc"] },
+  );
+  let nextId = 1;
+  const pending = new Map<number, (msg: Record<string, unknown>) => void>();
+  proc.on("message", (raw) => {
+    const msg = raw as Record<string, unknown>;
+    const done = pending.get(msg.id as number);
+    if (done) {
+      pending.delete(msg.id as number);
+      done(msg);
+    }
+  });
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      proc.kill("SIGKILL");
+      reject(new Error(`${role} child did not start within ${timeoutMs} ms`));
+    }, timeoutMs);
+    let buf = "";
+    const onData = (d: Buffer): void => {
+      buf += d.toString();
+      const line = buf.split("\n").find((l) => l.startsWith('{"url"'));
+      if (!line) return;
+      clearTimeout(timer);
+      proc.stdout?.off("data", onData);
+      proc.stdout?.resume();
+      const child: BenchChild = {
+        proc,
+        url: (JSON.parse(line) as { url: string }).url,
+        request<T extends Record<string, unknown>>(
+          type: "restart" | "reset" | "report",
+          cfg?: unknown,
+        ): Promise<T> {
+          const id = nextId++;
+          return new Promise<T>((res, rej) => {
+            const t = setTimeout(() => rej(new Error(`${role} child: no answer to ${type}`)), 30_000);
+            pending.set(id, (msg) => {
+              clearTimeout(t);
+              if (typeof msg.url === "string") child.url = msg.url;
+              res(msg as T);
+            });
+            proc.send({ id, type, ...(cfg === undefined ? {} : { config: cfg }) });
+          });
+        },
+        async stop() {
+          if (proc.exitCode !== null || proc.signalCode !== null) return;
+          proc.kill("SIGTERM");
+          const t = setTimeout(() => proc.kill("SIGKILL"), 2000);
+          await exited;
+          clearTimeout(t);
+        },
+      };
+      resolve(child);
+    };
+    proc.stdout?.on("data", onData);
+    proc.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${role} child exited with ${String(code)} before it was ready`));
+    });
+  });
+}
+
+/** A free loopback TCP port (racy by nature; fine for a benchmark). */
+export async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+/** Resolves once 127.0.0.1:port accepts a connection; rejects after `timeoutMs`. */
+export async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = createConnection({ port, host: "127.0.0.1" });
+      s.once("connect", () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once("error", () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`port ${port} did not open in ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Absolute path of `name` on PATH (or in /usr/sbin), or undefined when it is not installed. */
+export function findBinary(name: string): string | undefined {
+  try {
+    return execFileSync("bash", ["-c", `command -v ${name} || ls /usr/sbin/${name}`], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    })
+      .trim()
+      .split("\n")[0];
+  } catch {
+    return undefined;
+  }
+}
+
+/** The 1/5/15-minute load averages (Linux), recorded with every result on this shared box. */
+export function loadAverage(): string {
+  try {
+    return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+  } catch {
+    return "unknown";
+  }
+}

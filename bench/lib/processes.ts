@@ -1,0 +1,125 @@
+/**
+ * The child processes of the benchmarks, so that the load generator, each engine and the router
+ * get their own event loop (the router is what is measured, not a sim sharing its loop):
+ *
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
+ *
+ * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
+ * `{ id, type, … }` with `{ id, … }` (see {@link ChildRequest}). `restart` replaces the engine
+ * (fresh prefix cache) or the router (fresh prefix index, new policy) inside the same process,
+ * which costs milliseconds instead of a new tsx start (seconds on this loaded 2-core box).
+ */
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
+// The control plane does not export its router listener from the package root (only `.`,
+// `./testing`, `./client`), so the bench reaches for the module directly.
+import {
+  type RunningRouterServer,
+  startRouterServer,
+} from "../../apps/control-plane/src/router/index.js";
+
+/** What the `router` role serves: one model over the given engines, no auth. */
+export interface RouterChildConfig {
+  readonly model: string;
+  readonly policy: RoutingPolicy;
+  readonly upstreams: readonly string[];
+  /** In-flight capacity the router assumes per replica. */
+  readonly capacity: number;
+}
+
+/** IPC requests a child answers. */
+export type ChildRequest =
+  | { readonly id: number; readonly type: "restart"; readonly config?: unknown }
+  | { readonly id: number; readonly type: "reset" }
+  | { readonly id: number; readonly type: "report" };
+
+/** The router's answer to `report`: main-loop delay since the last `reset`, and CPU time. */
+export interface RouterReport {
+  readonly loopP50Ms: number;
+  readonly loopP99Ms: number;
+  readonly loopMaxMs: number;
+  /** Router process CPU (user + system) since the last `reset`, µs. */
+  readonly cpuUs: number;
+}
+
+const [role, configText] = process.argv.slice(2);
+const reply = (msg: Record<string, unknown>): void => {
+  process.send?.(msg);
+};
+
+if (role === "sim") {
+  const options = JSON.parse(configText ?? "{}") as EngineSimOptions;
+  let sim: RunningEngineSim = await startEngineSim({ ...options, port: 0 });
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "restart") {
+      void (async () => {
+        const port = sim.port;
+        await sim.close();
+        // Same port when the OS allows it, so callers' URLs stay valid.
+        sim = await startEngineSim({ ...options, port }).catch(() =>
+          startEngineSim({ ...options, port: 0 }),
+        );
+        reply({ id: msg.id, url: sim.url });
+      })();
+    } else reply({ id: msg.id, error: `unknown request ${msg.type}` });
+  });
+  console.log(JSON.stringify({ url: sim.url }));
+  process.on("SIGTERM", () => void sim.close().then(() => process.exit(0)));
+} else if (role === "router") {
+  const start = (config: RouterChildConfig, port = 0): Promise<RunningRouterServer> =>
+    startRouterServer({
+      port,
+      routeTable: createStaticRouteTable({
+        [config.model]: {
+          deployment: config.model,
+          policy: config.policy,
+          loading: false,
+          replicas: config.upstreams.map((baseUrl, i) => ({
+            id: `r${i}`,
+            baseUrl,
+            state: "ready" as const,
+            capacity: config.capacity,
+          })),
+        },
+      }),
+      options: { noAuth: true, maxBodyBytes: 16 * 1024 * 1024, maxQueueLength: 8192 },
+      requestTimeoutMs: 300_000,
+    });
+  let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
+  const delay = monitorEventLoopDelay({ resolution: 5 });
+  delay.enable();
+  let cpu0 = process.cpuUsage();
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "reset") {
+      delay.reset();
+      cpu0 = process.cpuUsage();
+      reply({ id: msg.id });
+    } else if (msg.type === "report") {
+      const cpu = process.cpuUsage(cpu0);
+      const report: RouterReport = {
+        loopP50Ms: delay.percentile(50) / 1e6,
+        loopP99Ms: delay.percentile(99) / 1e6,
+        loopMaxMs: delay.max / 1e6,
+        cpuUs: cpu.user + cpu.system,
+      };
+      reply({ id: msg.id, ...report });
+    } else if (msg.type === "restart") {
+      void (async () => {
+        const port = router.port;
+        await router.close();
+        const config = msg.config as RouterChildConfig;
+        router = await start(config, port).catch(() => start(config, 0));
+        reply({ id: msg.id, url: router.url });
+      })();
+    }
+  });
+  console.log(JSON.stringify({ url: router.url }));
+  process.on("SIGTERM", () => void router.close().then(() => process.exit(0)));
+} else {
+  console.error("usage: processes.ts sim '<EngineSimOptions JSON>' | router '<RouterChildConfig JSON>'");
+  process.exit(2);
+}

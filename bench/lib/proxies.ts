@@ -1,0 +1,149 @@
+/**
+ * The baselines: nginx and HAProxy as their own processes with a generated config in a temp
+ * dir, loopback only, in the foreground (`daemon off;` / `-db`), torn down with the dir.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { findBinary, freePort, waitForPort } from "./children.js";
+
+/** A running proxy in front of the engines. */
+export interface RunningProxy {
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+/** nginx balancing: `round-robin` (its default) or `least_conn`. */
+export type NginxBalance = "round-robin" | "least_conn";
+
+/** HAProxy balancing: `leastconn`, or consistent hashing on the `x-session-id` header. */
+export type HaproxyBalance = "leastconn" | "session-hash";
+
+async function runProxy(
+  name: string,
+  args: (dir: string) => string[],
+  config: (dir: string, port: number) => string,
+  configFile: string,
+): Promise<RunningProxy> {
+  const bin = findBinary(name);
+  if (bin === undefined) throw new Error(`${name} is not installed`);
+  const dir = mkdtempSync(join(tmpdir(), `llmgw-bench-${name}-`));
+  chmodSync(dir, 0o777); // nginx workers drop to `nobody` when the master runs as root
+  const port = await freePort();
+  writeFileSync(join(dir, configFile), config(dir, port));
+  const proc: ChildProcess = spawn(bin, args(dir), { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  proc.stderr?.on("data", (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  try {
+    await Promise.race([
+      waitForPort(port),
+      exited.then(() => {
+        throw new Error(`${name} exited: ${stderr.trim()}`);
+      }),
+    ]);
+  } catch (err) {
+    proc.kill("SIGKILL");
+    let log = "";
+    try {
+      log = readFileSync(join(dir, "error.log"), "utf8");
+    } catch {}
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`${(err as Error).message} ${log}`.trim());
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        // nginx: QUIT waits for connections; TERM is the fast shutdown.
+        proc.kill("SIGTERM");
+        const t = setTimeout(() => proc.kill("SIGKILL"), 3000);
+        await exited;
+        clearTimeout(t);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+const hostPort = (url: string): string => {
+  const u = new URL(url);
+  return `${u.hostname}:${u.port}`;
+};
+
+/** nginx (1 worker, upstream keepalive 64, HTTP/1.1 upstream, no response buffering for SSE). */
+export function startNginx(options: {
+  readonly upstreams: readonly string[];
+  readonly balance?: NginxBalance;
+}): Promise<RunningProxy> {
+  const servers = options.upstreams.map((u) => `server ${hostPort(u)};`).join(" ");
+  const balance = options.balance === "least_conn" ? "least_conn;" : "";
+  return runProxy(
+    "nginx",
+    (dir) => ["-p", dir, "-c", join(dir, "nginx.conf")],
+    (dir, port) => `worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fcgi; uwsgi_temp_path ${dir}/uwsgi; scgi_temp_path ${dir}/scgi;
+  client_max_body_size 16m; client_body_buffer_size 1m;
+  keepalive_requests 1000000;
+  upstream engines { ${balance} ${servers} keepalive 64; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://engines;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 300s;
+    }
+  }
+}
+`,
+    "nginx.conf",
+  );
+}
+
+/** HAProxy (1 thread, HTTP mode, server-side connection reuse). */
+export function startHaproxy(options: {
+  readonly upstreams: readonly string[];
+  readonly balance: HaproxyBalance;
+}): Promise<RunningProxy> {
+  const balance =
+    options.balance === "leastconn"
+      ? "balance leastconn"
+      : "balance hdr(x-session-id)\n  hash-type consistent";
+  const servers = options.upstreams
+    .map((u, i) => `  server s${i} ${hostPort(u)} maxconn 4000`)
+    .join("\n");
+  return runProxy(
+    "haproxy",
+    (dir) => ["-f", join(dir, "haproxy.cfg"), "-db"],
+    (_dir, port) => `global
+  nbthread 1
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 300s
+  timeout server 300s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:${port}
+  default_backend be
+backend be
+  ${balance}
+  http-reuse always
+${servers}
+`,
+    "haproxy.cfg",
+  );
+}

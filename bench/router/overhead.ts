@@ -1,0 +1,290 @@
+/**
+ * Router overhead, side by side in one run: direct to a simulated engine, through nginx
+ * (proxy_pass, upstream keepalive 64, 1 worker), through llmgw (policy `llmgw`, scoring on) —
+ * at concurrency 1/64/256, non-streaming and streaming, then 200 KB prompts at concurrency 1 and
+ * 50 with the router's main-loop delay p99 (`monitorEventLoopDelay` in the router process) and
+ * its CPU µs per request. Each target is its own process; the sim answers fast (time scale
+ * 1000, 16 tokens) so the router is the bottleneck. Medians of `--runs` rounds (targets in
+ * rotating order); "added" = target − direct within the same round, then the median.
+ *
+ *   node --conditions=@llmgw/source --import tsx bench/router/overhead.ts [--quick]
+ *     [--runs 3] [--seconds 5] [--generator wrk|autocannon]
+ *
+ * Prints a table and JSON (also written to bench/results/router-<time>.json).
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
+import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
+import type { RouterReport } from "../lib/processes.js";
+import { type RunningProxy, startNginx } from "../lib/proxies.js";
+import { formatTable } from "../lib/table.js";
+
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    runs: { type: "string" },
+    seconds: { type: "string" },
+    generator: { type: "string" },
+  },
+});
+const quick = flags.quick === true;
+const runs = Number(flags.runs ?? (quick ? 1 : 3));
+const seconds = Number(flags.seconds ?? (quick ? 1 : 5));
+const generator = (flags.generator ?? defaultGenerator()) as "wrk" | "autocannon";
+const warmupSeconds = quick ? 0 : 1;
+
+const chat = (stream: boolean): string =>
+  JSON.stringify({
+    model: "m",
+    stream,
+    max_tokens: 16,
+    messages: [{ role: "user", content: "Say something short about routers, please." }],
+  });
+const big = JSON.stringify({
+  model: "m",
+  max_tokens: 1,
+  messages: [
+    { role: "system", content: "You are a careful reader. ".repeat(8000).slice(0, 200_000) },
+    { role: "user", content: "Summarise." },
+  ],
+});
+
+interface Scenario {
+  readonly workload: "chat" | "chat-sse" | "200KB";
+  readonly connections: number;
+  readonly body: string;
+}
+const scenarios: Scenario[] = quick
+  ? [
+      { workload: "chat", connections: 1, body: chat(false) },
+      { workload: "chat", connections: 16, body: chat(false) },
+      { workload: "chat-sse", connections: 16, body: chat(true) },
+      { workload: "200KB", connections: 4, body: big },
+    ]
+  : [
+      ...[1, 64, 256].map((c) => ({ workload: "chat" as const, connections: c, body: chat(false) })),
+      ...[1, 64, 256].map((c) => ({ workload: "chat-sse" as const, connections: c, body: chat(true) })),
+      { workload: "200KB", connections: 1, body: big },
+      { workload: "200KB", connections: 50, body: big },
+    ];
+
+interface Sample extends LoadResult {
+  readonly run: number;
+  readonly target: string;
+  readonly workload: string;
+  readonly connections: number;
+  readonly loadavg: string;
+  readonly router?: RouterReport;
+}
+
+const children: BenchChild[] = [];
+let nginx: RunningProxy | undefined;
+const skipped: string[] = [];
+const samples: Sample[] = [];
+const t0 = Date.now();
+try {
+  const sim = await startBenchChild("sim", {
+    model: "m",
+    warmupSeconds: 0,
+    timeScale: 1000,
+    minOutputTokens: 16,
+    maxOutputTokens: 16,
+    maxModelLen: 131_072,
+    maxBodyBytes: 16 * 1024 * 1024,
+    timing: { kvCacheTokens: 4_000_000 },
+  });
+  children.push(sim);
+  const router = await startBenchChild("router", {
+    model: "m",
+    policy: "llmgw",
+    upstreams: [sim.url],
+    capacity: 4096,
+  });
+  children.push(router);
+  if (findBinary("nginx") === undefined) skipped.push("nginx: not installed (apt-get install -y nginx)");
+  else nginx = await startNginx({ upstreams: [sim.url] });
+  if (generator === "wrk" && findBinary("wrk") === undefined) throw new Error("wrk is not installed");
+
+  const targets = [
+    { name: "direct", url: sim.url },
+    ...(nginx ? [{ name: "nginx", url: nginx.url }] : []),
+    { name: "llmgw", url: router.url },
+  ];
+  for (let run = 1; run <= runs; run++) {
+    for (const s of scenarios) {
+      // Rotate the order each round so no target always runs first on a cold box.
+      const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
+      for (const t of order) {
+        const url = `${t.url}/v1/chat/completions`;
+        if (warmupSeconds > 0) {
+          await runLoad(generator, {
+            url,
+            body: s.body,
+            connections: Math.min(s.connections, 8),
+            seconds: warmupSeconds,
+          });
+        }
+        if (t.name === "llmgw") await router.request("reset");
+        const r = await runLoad(generator, { url, body: s.body, connections: s.connections, seconds });
+        const report = t.name === "llmgw" ? await router.request<RouterReport & { id: number }>("report") : undefined;
+        const sample: Sample = {
+          ...r,
+          run,
+          target: t.name,
+          workload: s.workload,
+          connections: s.connections,
+          loadavg: loadAverage(),
+          ...(report
+            ? {
+                router: {
+                  loopP50Ms: report.loopP50Ms,
+                  loopP99Ms: report.loopP99Ms,
+                  loopMaxMs: report.loopMaxMs,
+                  cpuUs: report.cpuUs,
+                },
+              }
+            : {}),
+        };
+        samples.push(sample);
+        console.error(
+          `run ${run} ${s.workload} c=${s.connections} ${t.name}: ${r.reqPerSec.toFixed(0)} req/s p50 ${r.p50Ms.toFixed(2)} p99 ${r.p99Ms.toFixed(2)} ms (load ${sample.loadavg})`,
+        );
+      }
+    }
+  }
+} finally {
+  await nginx?.stop();
+  await Promise.all(children.map((c) => c.stop()));
+}
+
+/** Medians per (scenario, target), with added latency taken against direct in the same round. */
+interface Row {
+  workload: string;
+  connections: number;
+  target: string;
+  runs: number;
+  reqPerSec: number;
+  ratioToNginx?: number;
+  p50Ms: number;
+  p99Ms: number;
+  addedP50Ms?: number;
+  addedP99Ms?: number;
+  errors: number;
+  routerCpuUsPerReq?: number;
+  loopDelayP99Ms?: number;
+}
+const rows: Row[] = [];
+for (const s of scenarios) {
+  const of = (target: string) =>
+    samples.filter((x) => x.workload === s.workload && x.connections === s.connections && x.target === target);
+  for (const target of [...new Set(samples.map((x) => x.target))]) {
+    const mine = of(target);
+    if (mine.length === 0) continue;
+    const paired = (f: (a: Sample, d: Sample) => number): number | undefined => {
+      const vals = mine.flatMap((a) => {
+        const d = of("direct").find((x) => x.run === a.run);
+        return d ? [f(a, d)] : [];
+      });
+      return vals.length > 0 && target !== "direct" ? median(vals) : undefined;
+    };
+    const ratio = mine.flatMap((a) => {
+      const n = of("nginx").find((x) => x.run === a.run);
+      return n && n.reqPerSec > 0 ? [a.reqPerSec / n.reqPerSec] : [];
+    });
+    const routerSamples = mine.filter((x) => x.router !== undefined);
+    const row: Row = {
+      workload: s.workload,
+      connections: s.connections,
+      target,
+      runs: mine.length,
+      reqPerSec: median(mine.map((x) => x.reqPerSec)),
+      p50Ms: median(mine.map((x) => x.p50Ms)),
+      p99Ms: median(mine.map((x) => x.p99Ms)),
+      errors: mine.reduce((n, x) => n + x.errors + x.non2xx, 0),
+    };
+    if (ratio.length > 0) row.ratioToNginx = median(ratio);
+    const a50 = paired((a, d) => a.p50Ms - d.p50Ms);
+    const a99 = paired((a, d) => a.p99Ms - d.p99Ms);
+    if (a50 !== undefined) row.addedP50Ms = a50;
+    if (a99 !== undefined) row.addedP99Ms = a99;
+    if (routerSamples.length > 0) {
+      row.routerCpuUsPerReq = median(routerSamples.map((x) => (x.router?.cpuUs ?? 0) / Math.max(1, x.requests)));
+      row.loopDelayP99Ms = median(routerSamples.map((x) => x.router?.loopP99Ms ?? 0));
+    }
+    rows.push(row);
+  }
+}
+
+const f = (n: number | undefined, d = 2): string =>
+  n === undefined || Number.isNaN(n) ? "-" : n.toFixed(d);
+const table = formatTable(
+  ["workload", "c", "target", "req/s", "÷ nginx", "p50 ms", "p99 ms", "added p50 / p99 ms", "errors", "router CPU µs/req", "loop p99 ms"],
+  rows.map((r) => [
+    r.workload,
+    r.connections,
+    r.target,
+    r.reqPerSec.toFixed(0),
+    f(r.ratioToNginx),
+    f(r.p50Ms),
+    f(r.p99Ms),
+    r.addedP50Ms === undefined ? "-" : `${f(r.addedP50Ms)} / ${f(r.addedP99Ms)}`,
+    r.errors,
+    f(r.routerCpuUsPerReq, 0),
+    f(r.loopDelayP99Ms, 1),
+  ]),
+);
+
+/** The issue's goals, judged on the medians above (only where the scenario ran). */
+const find = (w: string, c: number, t: string) =>
+  rows.find((r) => r.workload === w && r.connections === c && r.target === t);
+const goals: { goal: string; measured: string; met: boolean }[] = [];
+const c64 = find("chat", 64, "llmgw");
+if (c64?.addedP50Ms !== undefined && c64.addedP99Ms !== undefined) {
+  goals.push({
+    goal: "added latency at c=64 (non-streaming): p50 ≤ 1 ms, p99 ≤ 5 ms",
+    measured: `${f(c64.addedP50Ms)} / ${f(c64.addedP99Ms)} ms`,
+    met: c64.addedP50Ms <= 1 && c64.addedP99Ms <= 5,
+  });
+}
+const maxRps = Math.max(0, ...rows.filter((r) => r.target === "llmgw" && r.workload === "chat").map((r) => r.reqPerSec));
+if (maxRps > 0) {
+  goals.push({ goal: "≥ 2,000 req/s per router process, scoring on", measured: `${maxRps.toFixed(0)} req/s`, met: maxRps >= 2000 });
+}
+const b50 = find("200KB", 50, "llmgw");
+if (b50?.addedP50Ms !== undefined) {
+  goals.push({ goal: "200 KB prompts at c=50 add ≤ 10 ms p50", measured: `${f(b50.addedP50Ms)} ms`, met: b50.addedP50Ms <= 10 });
+}
+if (b50?.loopDelayP99Ms !== undefined) {
+  goals.push({ goal: "main-loop delay p99 ≤ 10 ms (200 KB, c=50)", measured: `${f(b50.loopDelayP99Ms, 1)} ms`, met: b50.loopDelayP99Ms <= 10 });
+}
+
+const result = {
+  bench: "router-overhead",
+  mode: quick ? "quick" : "full",
+  loadGenerator: generator === "wrk" ? "wrk (1 thread, Lua POST script)" : "autocannon 9 (in-process)",
+  runs,
+  secondsPerMeasurement: seconds,
+  node: process.version,
+  wallSeconds: (Date.now() - t0) / 1000,
+  loadavgAtEnd: loadAverage(),
+  skipped,
+  rows,
+  goals,
+  samples,
+};
+console.log(`\nRouter overhead — load generator: ${result.loadGenerator}; medians of ${runs} run(s) × ${seconds} s; load average at end ${result.loadavgAtEnd}`);
+for (const s of skipped) console.log(`skipped ${s}`);
+console.log(table);
+if (goals.length > 0) {
+  console.log("");
+  console.log(formatTable(["goal", "measured", "met"], goals.map((g) => [g.goal, g.measured, g.met ? "yes" : "MISS"])));
+}
+try {
+  const dir = join(import.meta.dirname, "..", "results");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, `router-${new Date().toISOString().replace(/[:.]/g, "-")}.json`), JSON.stringify(result, null, 2));
+} catch {}
+console.log(JSON.stringify(result, null, 2));
+process.exit(0);

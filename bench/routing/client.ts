@@ -1,0 +1,159 @@
+/**
+ * The open-loop client of the routing benchmark: Poisson arrivals of conversation turns, every
+ * request streamed so TTFT (time to the first non-empty content delta) is measured at the
+ * client, through whichever target (proxy or router) is in front of the engines.
+ */
+import { Agent, request } from "undici";
+import { type Conversation, prng } from "./workloads.js";
+
+/** One answered (or failed) request. */
+export interface RequestSample {
+  readonly session: string;
+  readonly turn: number;
+  readonly status: number;
+  readonly ok: boolean;
+  /** Time to the first content token, ms (undefined when none arrived). */
+  readonly ttftMs?: number;
+  readonly e2eMs: number;
+  readonly error?: string;
+  readonly startedMs: number;
+}
+
+/** What to run. */
+export interface OpenLoopSpec {
+  /** Base URL of the target (proxy, router or engine). */
+  readonly url: string;
+  readonly model: string;
+  readonly conversations: readonly Conversation[];
+  /** Mean arrival rate, requests per second. */
+  readonly ratePerSecond: number;
+  readonly maxTokens: number;
+  /** Per-request limit, ms; a request past it is aborted and counted as failed. */
+  readonly requestTimeoutMs: number;
+  readonly seed?: number;
+}
+
+/** Sends one streamed chat request and times it. */
+async function send(
+  dispatcher: Agent,
+  spec: OpenLoopSpec,
+  session: string,
+  turn: number,
+  messages: { role: string; content: string }[],
+  t0: number,
+): Promise<{ sample: RequestSample; answer: string }> {
+  const started = performance.now();
+  const startedMs = started - t0;
+  let ttftMs: number | undefined;
+  let answer = "";
+  let status = 0;
+  try {
+    const res = await request(`${spec.url}/v1/chat/completions`, {
+      method: "POST",
+      dispatcher,
+      headers: { "content-type": "application/json", "x-session-id": session },
+      body: JSON.stringify({ model: spec.model, stream: true, max_tokens: spec.maxTokens, messages }),
+      signal: AbortSignal.timeout(spec.requestTimeoutMs),
+    });
+    status = res.statusCode;
+    let buf = "";
+    let sawDone = false;
+    for await (const chunk of res.body) {
+      buf += (chunk as Buffer).toString("utf8");
+      let nl = buf.indexOf("\n");
+      while (nl >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        nl = buf.indexOf("\n");
+        if (!line.startsWith("data:")) continue;
+        const data = line.slice(5).trim();
+        if (data === "[DONE]") {
+          sawDone = true;
+          continue;
+        }
+        const event = JSON.parse(data) as {
+          choices?: { delta?: { content?: string } }[];
+          error?: { message?: string };
+        };
+        if (event.error) throw new Error(`SSE error event: ${event.error.message ?? "?"}`);
+        const content = event.choices?.[0]?.delta?.content;
+        if (content) {
+          if (ttftMs === undefined) ttftMs = performance.now() - started;
+          answer += content;
+        }
+      }
+    }
+    const ok = status === 200 && sawDone;
+    return {
+      sample: {
+        session,
+        turn,
+        status,
+        ok,
+        ...(ttftMs === undefined ? {} : { ttftMs }),
+        e2eMs: performance.now() - started,
+        startedMs,
+        ...(ok ? {} : { error: status === 200 ? "stream ended without [DONE]" : `HTTP ${status}` }),
+      },
+      answer,
+    };
+  } catch (err) {
+    return {
+      sample: {
+        session,
+        turn,
+        status,
+        ok: false,
+        e2eMs: performance.now() - started,
+        startedMs,
+        error: (err as Error).message,
+      },
+      answer,
+    };
+  }
+}
+
+/**
+ * Runs the conversations: arrivals are Poisson at `ratePerSecond`; each arrival sends the next
+ * turn of the longest-idle conversation (a conversation waits for its previous answer, so when
+ * none is idle the arrival waits for one — the load is open-loop until every conversation is
+ * busy). Resolves with every request's sample once all turns are answered or failed.
+ */
+export async function runOpenLoop(spec: OpenLoopSpec): Promise<{ samples: RequestSample[]; wallMs: number }> {
+  const rand = prng(spec.seed ?? 7);
+  const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
+  const idle: { conv: Conversation; next: number; history: { role: string; content: string }[] }[] =
+    spec.conversations.map((conv) => ({ conv, next: 0, history: [{ role: "system", content: conv.system }] }));
+  let waiter: (() => void) | undefined;
+  const samples: RequestSample[] = [];
+  const inFlight = new Set<Promise<void>>();
+  const t0 = performance.now();
+  let remaining = spec.conversations.reduce((n, c) => n + c.turns.length, 0);
+  let due = t0;
+  while (remaining > 0) {
+    due += (-Math.log(1 - rand()) / spec.ratePerSecond) * 1000;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    while (idle.length === 0) await new Promise<void>((r) => (waiter = r));
+    const slot = idle.shift()!;
+    const turn = slot.next++;
+    const messages = [...slot.history, { role: "user", content: slot.conv.turns[turn] as string }];
+    remaining--;
+    const p = send(dispatcher, spec, slot.conv.session, turn, messages, t0).then(({ sample, answer }) => {
+      samples.push(sample);
+      if (slot.next < slot.conv.turns.length) {
+        slot.history = [...messages, { role: "assistant", content: answer }];
+        idle.push(slot);
+        const w = waiter;
+        waiter = undefined;
+        w?.();
+      }
+      inFlight.delete(p);
+    });
+    inFlight.add(p);
+  }
+  await Promise.all(inFlight);
+  const wallMs = performance.now() - t0;
+  await dispatcher.close();
+  return { samples, wallMs };
+}
