@@ -237,6 +237,8 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     }
   }
 
+  indexFree(context);
+
   // 3. Place missing replicas: higher priority first, then larger replicas, then by name.
   const order = [...deployments].sort(
     (a, b) =>
@@ -537,6 +539,8 @@ interface PlacementContext {
    * GPUs of the class, sorted by id).
    */
   readonly freeLists: Map<string, NodeState[][]>;
+  /** False until {@link indexFree} ran; until then `buckets` and `freeLists` are empty. */
+  indexed: boolean;
   /** Class → GPU counts that do not change during a run, for reasons. */
   readonly classStats: ReadonlyMap<string, ClassStats>;
 }
@@ -547,6 +551,39 @@ interface ClassStats {
   mig: number;
   /** Healthy, non-MIG GPUs on nodes that are not schedulable. */
   onUnschedulable: number;
+}
+
+/**
+ * Builds the free-count histograms and lists from the current free sets and keeps them current
+ * from then on. Called once kept placements are allocated: indexing after that bulk step is
+ * cheaper than moving nodes between lists for every kept placement.
+ */
+function indexFree(ctx: PlacementContext): void {
+  for (const node of ctx.nodes) {
+    for (const [cls, keys] of node.info.histogramKeys) {
+      const free = freeOf(node, cls);
+      for (const key of keys) {
+        let lists = ctx.freeLists.get(key);
+        if (lists === undefined) {
+          lists = [];
+          ctx.freeLists.set(key, lists);
+        }
+        let sameFree = lists[free];
+        if (sameFree === undefined) {
+          sameFree = [];
+          lists[free] = sameFree;
+        }
+        sameFree.push(node);
+        let bucket = ctx.buckets.get(key);
+        if (bucket === undefined) {
+          bucket = [];
+          ctx.buckets.set(key, bucket);
+        }
+        bucket[free] = (bucket[free] ?? 0) + 1;
+      }
+    }
+  }
+  ctx.indexed = true;
 }
 
 /** Takes (`take`) or returns `gpus` of `node`, keeping the histograms and lists current. */
@@ -599,7 +636,7 @@ function trackFree(
   before: number,
   after: number,
 ): void {
-  if (before === after) return;
+  if (before === after || !ctx.indexed) return;
   for (const key of node.info.histogramKeys.get(cls) ?? []) {
     const bucket = ctx.buckets.get(key);
     if (bucket !== undefined) {
@@ -653,33 +690,13 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
       maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, counts.total));
     }
     for (const cls of node.info.usableByClass.keys()) usable.add(cls);
-    for (const [cls, keys] of node.info.histogramKeys) {
+    for (const cls of node.info.histogramKeys.keys()) {
       let list = classNodes.get(cls);
       if (list === undefined) {
         list = [];
         classNodes.set(cls, list);
       }
       list.push(node);
-      const free = node.info.usableByClass.get(cls)?.length ?? 0;
-      for (const key of keys) {
-        let lists = freeLists.get(key);
-        if (lists === undefined) {
-          lists = [];
-          freeLists.set(key, lists);
-        }
-        let sameFree = lists[free];
-        if (sameFree === undefined) {
-          sameFree = [];
-          lists[free] = sameFree;
-        }
-        sameFree.push(node);
-        let bucket = buckets.get(key);
-        if (bucket === undefined) {
-          bucket = [];
-          buckets.set(key, bucket);
-        }
-        bucket[free] = (bucket[free] ?? 0) + 1;
-      }
     }
     for (const fabric of node.fabrics) {
       let list = fabricNodes.get(fabric);
@@ -701,6 +718,7 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
     classNodes,
     buckets,
     freeLists,
+    indexed: false,
     classStats,
   };
 }
