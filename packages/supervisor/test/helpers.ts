@@ -1,15 +1,11 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import type { ProcessSpec } from "@llmgw/supervisor";
+import { FIXTURE_ENGINE_PATH } from "@llmgw/supervisor/testing";
 
-export const fixtureEngine = join(
-  dirname(fileURLToPath(import.meta.url)),
-  "fixtures",
-  "engine.mjs",
-);
+export const fixtureEngine = FIXTURE_ENGINE_PATH;
 
 /** A temp dir removed by the returned cleanup. */
 export function tempDir(prefix: string): { dir: string; cleanup: () => void } {

@@ -81,3 +81,14 @@ export class RecordingLogger implements SupervisorLogger {
     this.lines.push({ level: "warn", message, ...(fields === undefined ? {} : { fields }) });
   }
 }
+
+/**
+ * Absolute path of the fixture engine (a node script; run it with `process.execPath`). Flags:
+ * `--grandchildren N`, `--grandchildren-ignore-term`, `--ignore-term`, `--lines N`,
+ * `--flood BYTES`, `--exit-after MS --exit-code C`, `--port P --model ID` with `--load-ms M`
+ * or `--ready-file F` (serves `/health`, and lists ID in `/v1/models` once loaded). It prints
+ * `engine <pid> up` once its signal handlers are installed.
+ */
+export const FIXTURE_ENGINE_PATH: string = decodeURIComponent(
+  new URL("../../test/fixtures/engine.mjs", import.meta.url).pathname,
+);
