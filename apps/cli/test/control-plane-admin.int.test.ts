@@ -136,6 +136,32 @@ describe("llmgw admin commands (built CLI)", () => {
     expect(r.stderr).toContain("huge: timed out after");
   });
 
+  it("shows a failed replica with the engine's last log lines and exits 1", async () => {
+    agent.report("broken-0", 0, {
+      state: ReplicaState.FAILED,
+      message: "restart limit reached",
+      logTail: ["torch.OutOfMemoryError: CUDA out of memory"],
+    });
+    const r = await llmgw([
+      "deploy",
+      "broken",
+      "--model",
+      "org/m",
+      "--engine",
+      "vllm",
+      "--gpu-class",
+      "h100-80g",
+      "--wait",
+      "--timeout",
+      "30",
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("broken-0  failed (restart limit reached)");
+    expect(r.stderr).toContain("torch.OutOfMemoryError: CUDA out of memory");
+    expect(r.stderr).toContain("broken: 1 replica(s) failed");
+    expect((await llmgw(["undeploy", "broken"])).stdout).toBe("deleted broken\n");
+  });
+
   it("creates, lists and revokes API keys", async () => {
     const created = await llmgw([
       "keys",

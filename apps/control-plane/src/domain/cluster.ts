@@ -207,6 +207,8 @@ export class Cluster {
   readonly #changeListeners = new Set<ChangeListener>();
   #version = 0;
   #reconcilePending: string[] | undefined;
+  readonly #routable = new Map<string, RoutableReplica[]>();
+  #routableVersion = -1;
 
   constructor(options: ClusterOptions) {
     this.#o = options;
@@ -403,6 +405,7 @@ export class Cluster {
     const from = node.state;
     node.state = next;
     node.stateSinceMs = now;
+    this.#touch();
     const silentS = ((now - node.lastSeenMs) / 1000).toFixed(1);
     const message =
       next === "ready"
@@ -984,12 +987,17 @@ export class Cluster {
 
   #refreshDesiredSets(now: number): void {
     const byNode = new Map<string, ReplicaAssignment[]>();
+    const wire = new Map<string, ReturnType<typeof deploymentSpecToProto>>();
     for (const p of [...this.#placements.values()].sort((a, b) =>
       a.replicaId.localeCompare(b.replicaId),
     )) {
       const spec = this.#deployments.get(p.deployment)?.spec;
       if (!spec) continue;
-      const deployment = deploymentSpecToProto(spec);
+      let deployment = wire.get(spec.name);
+      if (!deployment) {
+        deployment = deploymentSpecToProto(spec);
+        wire.set(spec.name, deployment);
+      }
       const rank0 = this.#nodes.get(p.ranks[0]?.nodeId ?? "");
       for (const r of p.ranks) {
         const node = this.#nodes.get(r.nodeId);
@@ -1074,8 +1082,25 @@ export class Cluster {
     return [...models].sort();
   }
 
-  /** Ready replicas serving `model` (by served model name), with endpoint and load signals. */
+  /**
+   * Ready replicas serving `model` (by served model name), with endpoint and load signals.
+   * Cached until the next change (`version`), so the router may call it per request; treat
+   * the returned array as read-only.
+   */
   readyReplicas(model: string): RoutableReplica[] {
+    if (this.#routableVersion !== this.#version) {
+      this.#routable.clear();
+      this.#routableVersion = this.#version;
+    }
+    let cached = this.#routable.get(model);
+    if (!cached) {
+      cached = this.#computeReadyReplicas(model);
+      this.#routable.set(model, cached);
+    }
+    return cached;
+  }
+
+  #computeReadyReplicas(model: string): RoutableReplica[] {
     const out: RoutableReplica[] = [];
     for (const d of this.#deployments.values()) {
       if (d.spec.servedModelName !== model) continue;
