@@ -221,8 +221,11 @@ class EngineSim {
       if (o.nnodes > 1 && o.distInitAddr) {
         const addr = o.distInitAddr;
         if (o.nodeRank === 0) {
+          // Like torch's TCP store, rank 0 listens on every interface: the address ranks dial
+          // may be a name or an IP that maps to another local interface. Loopback stays local.
+          const loopback = /^(127\.|localhost$|::1$)/.test(addr.host);
           this.#rendezvous = await listenRendezvous({
-            host: addr.host,
+            host: loopback ? addr.host : "0.0.0.0",
             port: addr.port,
             nnodes: o.nnodes,
             timeoutMs: o.distTimeoutMs,
