@@ -13,7 +13,7 @@ it("runs the quick scheduler benchmark and prints the table", async () => {
     ["--import", "tsx", "--conditions=@llmgw/source", "bench/scheduler/run.ts", "--quick"],
     { cwd: root, timeout: 60_000 },
   );
-  expect(stdout).toContain("full placement, median wall ms");
+  expect(stdout).toContain("full placement, wall ms median (min)");
   expect(stdout).toContain("large (8/16-GPU) replicas placed");
   const json = JSON.parse(stdout.trim().split("\n").at(-1) ?? "");
   expect(json).toMatchObject({ bench: "scheduler", nodes: 40 });
