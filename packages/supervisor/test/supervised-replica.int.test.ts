@@ -2,12 +2,13 @@ import { writeFileSync } from "node:fs";
 import {
   createSupervisedReplica,
   createSupervisor,
+  listGroupMembers,
   type ProbeOutcome,
   type ReplicaTransition,
 } from "@llmgw/supervisor";
 import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
 import { afterEach, describe, expect, it } from "vitest";
-import { engineSpec, freePort, isAlive, tempDir, waitFor } from "./helpers.js";
+import { engineSpec, freePort, grandchildren, isAlive, tempDir, waitFor } from "./helpers.js";
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {
@@ -103,6 +104,45 @@ describe("SupervisedReplica", () => {
       "replica starting → exited",
       "replica exited → failed",
     ]);
+  });
+
+  it("a crashed leader's grandchildren are stopped before the replica restarts or fails", async () => {
+    const { dir, supervisor } = setup();
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "orphans",
+      spec: engineSpec(dir, "orphans", [
+        "--grandchildren",
+        "2",
+        "--exit-after",
+        "400",
+        "--exit-code",
+        "1",
+      ]),
+      probe: async () => "starting",
+      probeIntervalMs: 50,
+      restartPolicy: { maxQuickFailures: 1 },
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    await replica.start();
+    const handle = replica.handle!;
+    cleanups.push(() => {
+      try {
+        process.kill(-handle.pgid, "SIGKILL");
+      } catch {}
+    });
+    const kids = await waitFor("2 grandchildren", () => {
+      const found = grandchildren(handle.tail());
+      return found.length === 2 ? found : undefined;
+    });
+    await waitFor("failed", () => replica.state === "failed");
+    expect(replica.failure?.reason).toBe(
+      "restart policy gave up: 1 consecutive runs shorter than 60000 ms",
+    );
+    for (const kid of kids) expect(isAlive(kid.pid)).toBe(false);
+    expect(listGroupMembers(handle.pgid)).toEqual([]);
   });
 
   it("starting → loading → ready against a real HTTP engine, then stop → exited", async () => {
