@@ -31,7 +31,14 @@ export function startBenchChild(
 ): Promise<BenchChild> {
   const proc = spawn(
     process.execPath,
-    ["--conditions=@llmgw/source", "--import", "tsx", processesScript, role, JSON.stringify(config)],
+    [
+      "--conditions=@llmgw/source",
+      "--import",
+      "tsx",
+      processesScript,
+      role,
+      JSON.stringify(config),
+    ],
     { stdio: ["ignore", "pipe", "inherit", "ipc"] },
   );
   let nextId = 1;
@@ -67,7 +74,10 @@ export function startBenchChild(
         ): Promise<T> {
           const id = nextId++;
           return new Promise<T>((res, rej) => {
-            const t = setTimeout(() => rej(new Error(`${role} child: no answer to ${type}`)), 30_000);
+            const t = setTimeout(
+              () => rej(new Error(`${role} child: no answer to ${type}`)),
+              30_000,
+            );
             pending.set(id, (msg) => {
               clearTimeout(t);
               if (typeof msg.url === "string") child.url = msg.url;

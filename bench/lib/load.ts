@@ -74,7 +74,8 @@ end
           spec.url,
         ],
         { maxBuffer: 1 << 20 },
-        (err, out, stderr) => (err ? reject(new Error(`wrk: ${err.message} ${stderr}`)) : resolve(out)),
+        (err, out, stderr) =>
+          err ? reject(new Error(`wrk: ${err.message} ${stderr}`)) : resolve(out),
       );
     });
     const line = stdout.split("\n").find((l) => l.startsWith("WRKJSON "));
@@ -136,5 +137,7 @@ export function median(values: readonly number[]): number {
   const s = [...values].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   if (s.length === 0) return Number.NaN;
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+  return s.length % 2 === 1
+    ? (s[mid] as number)
+    : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }

@@ -120,6 +120,8 @@ if (role === "sim") {
   console.log(JSON.stringify({ url: router.url }));
   process.on("SIGTERM", () => void router.close().then(() => process.exit(0)));
 } else {
-  console.error("usage: processes.ts sim '<EngineSimOptions JSON>' | router '<RouterChildConfig JSON>'");
+  console.error(
+    "usage: processes.ts sim '<EngineSimOptions JSON>' | router '<RouterChildConfig JSON>'",
+  );
   process.exit(2);
 }

@@ -52,7 +52,12 @@ async function send(
       method: "POST",
       dispatcher,
       headers: { "content-type": "application/json", "x-session-id": session },
-      body: JSON.stringify({ model: spec.model, stream: true, max_tokens: spec.maxTokens, messages }),
+      body: JSON.stringify({
+        model: spec.model,
+        stream: true,
+        max_tokens: spec.maxTokens,
+        messages,
+      }),
       signal: AbortSignal.timeout(spec.requestTimeoutMs),
     });
     status = res.statusCode;
@@ -119,11 +124,17 @@ async function send(
  * none is idle the arrival waits for one — the load is open-loop until every conversation is
  * busy). Resolves with every request's sample once all turns are answered or failed.
  */
-export async function runOpenLoop(spec: OpenLoopSpec): Promise<{ samples: RequestSample[]; wallMs: number }> {
+export async function runOpenLoop(
+  spec: OpenLoopSpec,
+): Promise<{ samples: RequestSample[]; wallMs: number }> {
   const rand = prng(spec.seed ?? 7);
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
   const idle: { conv: Conversation; next: number; history: { role: string; content: string }[] }[] =
-    spec.conversations.map((conv) => ({ conv, next: 0, history: [{ role: "system", content: conv.system }] }));
+    spec.conversations.map((conv) => ({
+      conv,
+      next: 0,
+      history: [{ role: "system", content: conv.system }],
+    }));
   let waiter: (() => void) | undefined;
   const samples: RequestSample[] = [];
   const inFlight = new Set<Promise<void>>();
@@ -139,17 +150,19 @@ export async function runOpenLoop(spec: OpenLoopSpec): Promise<{ samples: Reques
     const turn = slot.next++;
     const messages = [...slot.history, { role: "user", content: slot.conv.turns[turn] as string }];
     remaining--;
-    const p = send(dispatcher, spec, slot.conv.session, turn, messages, t0).then(({ sample, answer }) => {
-      samples.push(sample);
-      if (slot.next < slot.conv.turns.length) {
-        slot.history = [...messages, { role: "assistant", content: answer }];
-        idle.push(slot);
-        const w = waiter;
-        waiter = undefined;
-        w?.();
-      }
-      inFlight.delete(p);
-    });
+    const p = send(dispatcher, spec, slot.conv.session, turn, messages, t0).then(
+      ({ sample, answer }) => {
+        samples.push(sample);
+        if (slot.next < slot.conv.turns.length) {
+          slot.history = [...messages, { role: "assistant", content: answer }];
+          idle.push(slot);
+          const w = waiter;
+          waiter = undefined;
+          w?.();
+        }
+        inFlight.delete(p);
+      },
+    );
     inFlight.add(p);
   }
   await Promise.all(inFlight);

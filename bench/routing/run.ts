@@ -37,10 +37,18 @@ const timeScale = Number(flags["time-scale"] ?? (quick ? 4 : 1));
 /** Arrivals per second, in simulated time (scaled by the time scale for the wall clock). */
 const simRate = Number(flags.rate ?? 16);
 const replicas = Number(flags.replicas ?? 4);
-const workloads = (flags.workloads ?? "shared-prefix,unique,hot-prefix").split(",") as WorkloadName[];
+const workloads = (flags.workloads ?? "shared-prefix,unique,hot-prefix").split(
+  ",",
+) as WorkloadName[];
 const size: WorkloadSize = quick
-  ? { tenants: 8, conversationsPerTenant: 1, turns: 3, systemPromptChars: 4096, userTurnChars: 200 }
-  : { tenants: 40, conversationsPerTenant: 2, turns: 4, systemPromptChars: 4096, userTurnChars: 200 };
+  ? { tenants: 6, conversationsPerTenant: 1, turns: 2, systemPromptChars: 4096, userTurnChars: 200 }
+  : {
+      tenants: 40,
+      conversationsPerTenant: 2,
+      turns: 4,
+      systemPromptChars: 4096,
+      userTurnChars: 200,
+    };
 const maxTokens = 48;
 /**
  * Per-replica KV cache, tokens. Scaled down with the tenant count so that one replica holds
@@ -107,7 +115,8 @@ const skipped: string[] = [];
 const haveNginx = findBinary("nginx") !== undefined;
 const haveHaproxy = findBinary("haproxy") !== undefined;
 if (!haveNginx) skipped.push("nginx baselines: nginx not installed (apt-get install -y nginx)");
-if (!haveHaproxy) skipped.push("haproxy baselines: haproxy not installed (apt-get install -y haproxy)");
+if (!haveHaproxy)
+  skipped.push("haproxy baselines: haproxy not installed (apt-get install -y haproxy)");
 const targets = allTargets.filter(
   (t) => (haveNginx || !t.startsWith("nginx")) && (haveHaproxy || !t.startsWith("haproxy")),
 );
@@ -215,7 +224,17 @@ try {
 
 const f = (n: number, d = 0): string => (Number.isNaN(n) ? "-" : n.toFixed(d));
 const table = formatTable(
-  ["workload", "target", "ok/sent", "TTFT p50 / p90 / p99 ms", "e2e p50 / p99 ms", "req/s", "prefix hit", "per replica", "max/mean"],
+  [
+    "workload",
+    "target",
+    "ok/sent",
+    "TTFT p50 / p90 / p99 ms",
+    "e2e p50 / p99 ms",
+    "req/s",
+    "prefix hit",
+    "per replica",
+    "max/mean",
+  ],
   rows.map((r) => [
     r.workload,
     r.target,
@@ -231,14 +250,19 @@ const table = formatTable(
 
 /** The issue's goals, judged on this run (only where the needed rows exist). */
 const goals: { goal: string; measured: string; met: boolean }[] = [];
-const row = (w: WorkloadName, t: TargetName) => rows.find((r) => r.workload === w && r.target === t);
+const row = (w: WorkloadName, t: TargetName) =>
+  rows.find((r) => r.workload === w && r.target === t);
 const llmA = row("shared-prefix", "llmgw llmgw");
 if (llmA) {
   for (const rr of ["nginx round-robin", "llmgw round-robin"] as const) {
     const base = row("shared-prefix", rr);
     if (base) {
       const x = base.ttftP50Ms / llmA.ttftP50Ms;
-      goals.push({ goal: `(a) TTFT p50 ≥ 2× better than ${rr}`, measured: `${x.toFixed(2)}×`, met: x >= 2 });
+      goals.push({
+        goal: `(a) TTFT p50 ≥ 2× better than ${rr}`,
+        measured: `${x.toFixed(2)}×`,
+        met: x >= 2,
+      });
     }
   }
   const lc = (["nginx least_conn", "haproxy leastconn", "llmgw least-loaded"] as const)
@@ -260,7 +284,11 @@ const llmB = row("unique", "llmgw llmgw");
 const llB = row("unique", "llmgw least-loaded");
 if (llmB && llB) {
   const x = llmB.ttftP50Ms / llB.ttftP50Ms;
-  goals.push({ goal: "(b) TTFT p50 within 5% of least-loaded", measured: `${((x - 1) * 100).toFixed(1)}%`, met: x <= 1.05 });
+  goals.push({
+    goal: "(b) TTFT p50 within 5% of least-loaded",
+    measured: `${((x - 1) * 100).toFixed(1)}%`,
+    met: x <= 1.05,
+  });
 }
 const llmC = row("hot-prefix", "llmgw llmgw");
 if (llmC) {
@@ -297,16 +325,25 @@ console.log(
   `\nRouting quality — ${replicas} sim engines (time scale ${timeScale}: wall ms = simulated ms ÷ ${timeScale}), ${simRate * timeScale} req/s Poisson arrivals; ${total} requests, ${failed} failed; load average at end ${result.loadavgAtEnd}`,
 );
 for (const s of skipped) console.log(`skipped ${s}`);
-for (const w of workloads) console.log(`${w}: ${requestCount(buildWorkload(w, size))} requests per target`);
+for (const w of workloads)
+  console.log(`${w}: ${requestCount(buildWorkload(w, size))} requests per target`);
 console.log(table);
 if (goals.length > 0) {
   console.log("");
-  console.log(formatTable(["goal", "measured", "met"], goals.map((g) => [g.goal, g.measured, g.met ? "yes" : "MISS"])));
+  console.log(
+    formatTable(
+      ["goal", "measured", "met"],
+      goals.map((g) => [g.goal, g.measured, g.met ? "yes" : "MISS"]),
+    ),
+  );
 }
 try {
   const dir = join(import.meta.dirname, "..", "results");
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, `routing-${new Date().toISOString().replace(/[:.]/g, "-")}.json`), JSON.stringify(result, null, 2));
+  writeFileSync(
+    join(dir, `routing-${new Date().toISOString().replace(/[:.]/g, "-")}.json`),
+    JSON.stringify(result, null, 2),
+  );
 } catch {}
 console.log(JSON.stringify(result, null, 2));
 process.exit(0);

@@ -41,7 +41,23 @@ export function prng(seed: number): () => number {
   };
 }
 
-const SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "da", "gu", "zen", "fi", "ob", "ul"];
+const SYLLABLES = [
+  "ka",
+  "lo",
+  "mi",
+  "ne",
+  "ru",
+  "ta",
+  "vo",
+  "shi",
+  "pe",
+  "da",
+  "gu",
+  "zen",
+  "fi",
+  "ob",
+  "ul",
+];
 
 /** `chars` characters of pseudo-words from `rand`. */
 export function text(rand: () => number, chars: number): string {
@@ -60,7 +76,8 @@ export function buildWorkload(name: WorkloadName, size: WorkloadSize, seed = 1):
   const system = (tenant: number): string =>
     `You are the assistant of tenant ${tenant}. Follow its policy exactly.\n${text(prng(seed * 1000 + tenant), size.systemPromptChars)}`;
   const conversations: Conversation[] = [];
-  const turns = (n: number): string[] => Array.from({ length: n }, () => text(rand, size.userTurnChars));
+  const turns = (n: number): string[] =>
+    Array.from({ length: n }, () => text(rand, size.userTurnChars));
   if (name === "unique") {
     const n = size.tenants * size.conversationsPerTenant * size.turns;
     for (let i = 0; i < n; i++) {
@@ -88,7 +105,10 @@ export function buildWorkload(name: WorkloadName, size: WorkloadSize, seed = 1):
   // Shuffle so tenants interleave in time (Fisher–Yates, seeded).
   for (let i = conversations.length - 1; i > 0; i--) {
     const j = Math.floor(rand() * (i + 1));
-    [conversations[i], conversations[j]] = [conversations[j] as Conversation, conversations[i] as Conversation];
+    [conversations[i], conversations[j]] = [
+      conversations[j] as Conversation,
+      conversations[i] as Conversation,
+    ];
   }
   return conversations;
 }

@@ -1,0 +1,20 @@
+import { describe, expect, it } from "vitest";
+import { lastJson, runQuick } from "../lib/smoke.js";
+
+describe("bench/router/overhead.ts --quick", () => {
+  it("completes against every available target and prints the table", async () => {
+    const { code, stdout, stderr } = await runQuick(
+      new URL("./overhead.ts", import.meta.url),
+      240_000,
+    );
+    expect(code, stderr.slice(-2000)).toBe(0);
+    expect(stdout).toMatch(/workload\s+c\s+target\s+req\/s/);
+    const result = lastJson<{ rows: { target: string; runs: number }[]; skipped: string[] }>(
+      stdout,
+    );
+    // nginx may be missing locally (skipped with a reason); direct and llmgw always run.
+    const targets = new Set(result.rows.map((r) => r.target));
+    expect(targets.has("direct") && targets.has("llmgw")).toBe(true);
+    expect(targets.has("nginx") || result.skipped.some((s) => s.startsWith("nginx"))).toBe(true);
+  }, 300_000);
+});
