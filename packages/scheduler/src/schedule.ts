@@ -526,8 +526,6 @@ interface PlacementContext {
   readonly fabrics: readonly string[];
   /** Fabric id → its nodes, sorted by id. */
   readonly fabricNodes: ReadonlyMap<string, readonly NodeState[]>;
-  /** Class → schedulable nodes with usable GPUs of that class, sorted by id. */
-  readonly classNodes: ReadonlyMap<string, readonly NodeState[]>;
   /**
    * Class → (free count → number of schedulable nodes with exactly that many free GPUs of the
    * class); the same per `${class} ${fabric}`. Kept current on every allocation, so "does any
@@ -672,7 +670,6 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
   const usable = new Set<string>();
   const maxPerNode = new Map<string, number>();
   const fabricNodes = new Map<string, NodeState[]>();
-  const classNodes = new Map<string, NodeState[]>();
   const buckets = new Map<string, number[]>();
   const freeLists = new Map<string, NodeState[][]>();
   const classStats = new Map<string, ClassStats>();
@@ -690,14 +687,6 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
       maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, counts.total));
     }
     for (const cls of node.info.usableByClass.keys()) usable.add(cls);
-    for (const cls of node.info.histogramKeys.keys()) {
-      let list = classNodes.get(cls);
-      if (list === undefined) {
-        list = [];
-        classNodes.set(cls, list);
-      }
-      list.push(node);
-    }
     for (const fabric of node.fabrics) {
       let list = fabricNodes.get(fabric);
       if (list === undefined) {
@@ -715,7 +704,6 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
     maxPerNode,
     fabrics,
     fabricNodes,
-    classNodes,
     buckets,
     freeLists,
     indexed: false,
