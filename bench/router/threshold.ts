@@ -18,8 +18,18 @@ const pooled = createRequestAnalyzer({
 });
 
 const body = (bytes: number) => {
-  const text = "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(bytes / 45)).slice(0, bytes);
-  return Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "system", content: text }, { role: "user", content: "hi" }] }));
+  const text = "The quick brown fox jumps over the lazy dog. "
+    .repeat(Math.ceil(bytes / 45))
+    .slice(0, bytes);
+  return Buffer.from(
+    JSON.stringify({
+      model: "m",
+      messages: [
+        { role: "system", content: text },
+        { role: "user", content: "hi" },
+      ],
+    }),
+  );
 };
 
 const rows: (string | number)[][] = [];
@@ -43,9 +53,23 @@ for (const size of sizes) {
   const wallMs = performance.now() - t;
   const elu = performance.eventLoopUtilization(elu0);
   const poolMainUs = (elu.active * 1000) / n;
-  rows.push([size, n, inlineUs.toFixed(1), poolMainUs.toFixed(1), ((n / wallMs) * 1000).toFixed(0)]);
-  results.push({ bodyBytes: size, n, inlineMainThreadUs: inlineUs, poolMainThreadUs: poolMainUs, poolReqPerS: (n / wallMs) * 1000 });
+  rows.push([
+    size,
+    n,
+    inlineUs.toFixed(1),
+    poolMainUs.toFixed(1),
+    ((n / wallMs) * 1000).toFixed(0),
+  ]);
+  results.push({
+    bodyBytes: size,
+    n,
+    inlineMainThreadUs: inlineUs,
+    poolMainThreadUs: poolMainUs,
+    poolReqPerS: (n / wallMs) * 1000,
+  });
 }
 await pooled.close();
-console.log(formatTable(["body bytes", "n", "inline µs (main)", "pool µs (main)", "pool req/s"], rows));
+console.log(
+  formatTable(["body bytes", "n", "inline µs (main)", "pool µs (main)", "pool req/s"], rows),
+);
 console.log(JSON.stringify({ bench: "router-threshold", node: process.version, results }, null, 2));

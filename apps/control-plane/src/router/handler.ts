@@ -604,8 +604,15 @@ function tooLarge(max: number): RejectedError {
   return new RejectedError("body_too_large", `request body exceeds the limit of ${max} bytes`);
 }
 
+const pathPrefixes = new Map<string, string>();
+
 function upstreamPath(baseUrl: string, requestUrl: string): string {
-  const prefix = new URL(baseUrl).pathname.replace(/\/+$/, "");
+  let prefix = pathPrefixes.get(baseUrl);
+  if (prefix === undefined) {
+    prefix = new URL(baseUrl).pathname.replace(/\/+$/, "");
+    if (pathPrefixes.size > 10_000) pathPrefixes.clear();
+    pathPrefixes.set(baseUrl, prefix);
+  }
   return prefix + requestUrl;
 }
 
