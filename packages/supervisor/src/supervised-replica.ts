@@ -1,7 +1,8 @@
 import type { Clock, SupervisorLogger, TimerHandle } from "./clock.js";
 import { SupervisorError } from "./errors.js";
+import { validateReplicaId } from "./pid-file.js";
 import type { ProcessSpec } from "./process-spec.js";
-import { hashProcessSpec } from "./process-spec.js";
+import { hashProcessSpec, validateProcessSpec } from "./process-spec.js";
 import {
   nextRestartDecision,
   type ResolvedRestartPolicy,
@@ -95,8 +96,9 @@ export interface ResolvedSupervisedReplicaOptions {
 export function resolveSupervisedReplicaOptions(
   o: SupervisedReplicaOptions,
 ): ResolvedSupervisedReplicaOptions {
+  validateProcessSpec(o.spec);
   const resolved = {
-    replicaId: o.replicaId,
+    replicaId: validateReplicaId(o.replicaId),
     spec: o.spec,
     specHash: o.spec.specHash ?? hashProcessSpec(o.spec),
     restartPolicy: resolveRestartPolicy(o.restartPolicy),
