@@ -36,6 +36,7 @@ describe("metrics exposition", () => {
     const text = renderVllmMetrics(state());
     for (const line of [
       "# TYPE vllm:num_requests_running gauge",
+      "# TYPE vllm:prompt_tokens_total counter",
       'vllm:num_requests_running{engine="0",model_name="google/gemma-3-4b-it"} 3.0',
       'vllm:num_requests_waiting{engine="0",model_name="google/gemma-3-4b-it"} 1.0',
       'vllm:kv_cache_usage_perc{engine="0",model_name="google/gemma-3-4b-it"} 0.25',

@@ -73,8 +73,9 @@ class Exposition {
     this.sample(name, value);
   }
 
+  /** prometheus_client's text format names a counter family with its `_total` suffix too. */
   counter(name: string, help: string, value: number): void {
-    this.family(name, "counter", help);
+    this.family(`${name}_total`, "counter", help);
     this.sample(`${name}_total`, value);
   }
 
