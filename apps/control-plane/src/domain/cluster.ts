@@ -880,7 +880,10 @@ export class Cluster {
   /** Reconciles now, or once soon for every request made until then (see `defer`). */
   #requestReconcile(cause: string): void {
     const defer = this.#o.defer;
-    if (!defer) return this.#reconcile(cause);
+    if (!defer) {
+      this.#reconcile(cause);
+      return;
+    }
     if (this.#reconcilePending) {
       this.#reconcilePending.push(cause);
       return;
