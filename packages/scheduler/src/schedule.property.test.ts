@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { applyPlan } from "./apply-plan.js";
 import { schedule } from "./schedule.js";
-import { checkPlan, testNode } from "./testing/index.js";
+import { checkPlan, testDeployment, testNode } from "./testing/index.js";
 import type { ScheduleInput, SchedulerDeployment, SchedulerNode } from "./types.js";
 
 const classes = ["h100-80g", "a100-80g"] as const;
@@ -98,6 +98,8 @@ const changeArb = fc.record({
   remove: fc.array(fc.integer({ min: 0, max: 7 }), { maxLength: 1 }),
   addNodes: fc.array(nodeArb, { maxLength: 2 }),
   addDeployments: fc.array(deploymentArb, { maxLength: 3 }),
+  /** The added deployments outrank everything and may preempt: exercises eviction. */
+  urgent: fc.boolean(),
 });
 
 /** A fresh cluster, or one that was scheduled once and then changed (realistic placements). */
@@ -136,8 +138,62 @@ const inputArb = fc
         replicas: change.rescale.find(([di]) => di === i)?.[1] ?? d.replicas,
         revision: change.bump.includes(i) ? 2 : 1,
       }))
-      .concat(toDeployments(change.addDeployments, "e"));
+      .concat(
+        toDeployments(change.addDeployments, "e").map((d) =>
+          change.urgent ? { ...d, priority: 9, allowPreemption: true } : d,
+        ),
+      );
     return { nodes: changedNodes, deployments: changedDeployments, placements };
+  });
+
+/** A cluster filled by low-priority replicas, then asked for urgent ones that may preempt. */
+const crowdedArb = fc
+  .record({
+    nodes: fc.integer({ min: 2, max: 6 }),
+    unhealthy: fc.array(fc.tuple(fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 7 })), {
+      maxLength: 3,
+    }),
+    fillers: fc.array(
+      fc.record({
+        gpus: fc.constantFrom(1, 2, 4),
+        replicas: fc.integer({ min: 1, max: 12 }),
+        priority: fc.integer({ min: 0, max: 2 }),
+      }),
+      { minLength: 1, maxLength: 3 },
+    ),
+    urgent: fc.array(
+      fc.record({
+        gpus: fc.constantFrom(1, 2, 4, 8, 16),
+        replicas: fc.integer({ min: 1, max: 2 }),
+        priority: fc.integer({ min: 1, max: 5 }),
+      }),
+      { minLength: 1, maxLength: 2 },
+    ),
+  })
+  .map(({ nodes: count, unhealthy, fillers, urgent }): ScheduleInput => {
+    const nodes = Array.from({ length: count }, (_, i) =>
+      testNode(`n${i}`, {
+        fabrics: ["ib-a"],
+        unhealthy: unhealthy.filter(([n]) => n === i).map(([, g]) => g),
+      }),
+    );
+    const fill: SchedulerDeployment[] = fillers.map((f, i) =>
+      testDeployment(`f${i}`, {
+        gpusPerReplica: f.gpus,
+        replicas: f.replicas,
+        priority: f.priority,
+      }),
+    );
+    const placements = applyPlan([], schedule({ nodes, deployments: fill, placements: [] }));
+    const wants = urgent.map((u, i) =>
+      testDeployment(`u${i}`, {
+        gpusPerReplica: u.gpus,
+        replicas: u.replicas,
+        priority: u.priority,
+        allowPreemption: true,
+      }),
+    );
+    return { nodes, deployments: [...fill, ...wants], placements };
   });
 
 function shuffle<T>(items: readonly T[], seed: number): T[] {
@@ -153,7 +209,10 @@ function shuffle<T>(items: readonly T[], seed: number): T[] {
 
 const runs = { numRuns: 300 };
 
-describe("schedule properties", () => {
+describe.each([
+  ["clusters scheduled once, then changed", inputArb],
+  ["crowded clusters with urgent preempting deployments", crowdedArb],
+])("schedule properties over %s", (_name, inputArb) => {
   it("never double-allocates, crosses fabrics or classes, uses bad GPUs or splits gangs", () => {
     fc.assert(
       fc.property(inputArb, (input) => {

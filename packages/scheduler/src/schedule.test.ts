@@ -271,6 +271,27 @@ const scenarios: Scenario[] = [
     plan: ["high ×1 no-free-gpus,preemption-insufficient"],
   },
   {
+    // Found by the idempotence property: the preemptor frees 4 GPUs and takes 1; "a", tried
+    // before it at the same priority, must get one of the rest in this plan, not the next.
+    name: "capacity freed by preemption goes to deployments tried earlier",
+    input: {
+      nodes: [node("n0")],
+      deployments: [
+        dep("low", { gpusPerReplica: 4 }),
+        dep("a", { replicas: 5, priority: 1 }),
+        dep("u", { priority: 1, allowPreemption: true }),
+      ],
+      placements: [
+        at("low-0", [["n0", [0, 1, 2, 3]]]),
+        at("a-0", [["n0", [4]]]),
+        at("a-1", [["n0", [5]]]),
+        at("a-2", [["n0", [6]]]),
+        at("a-3", [["n0", [7]]]),
+      ],
+    },
+    plan: ["a-4 n0:1", "u-0 n0:0", "low-0 -preempted", "low ×1 no-node-fits"],
+  },
+  {
     name: "higher priority is placed first when capacity is short",
     input: {
       nodes: [node("n1")],

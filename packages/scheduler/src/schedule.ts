@@ -244,24 +244,34 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     (a, b) =>
       b.priority - a.priority || b.gpusPerReplica - a.gpusPerReplica || byString(a.name, b.name),
   );
-  const unschedulable: UnschedulableDeployment[] = [];
+  const failures = new Map<string, readonly Reason[]>();
+  let retry = false;
+  const placeOne = (deployment: SchedulerDeployment, candidate: Candidate): void => {
+    const placement = commit(deployment, candidate, usedIds);
+    useId(deployment.name, placement.replicaId);
+    add.push(placement);
+    allocate({
+      placement,
+      priority: deployment.priority,
+      existing: false,
+      ordinal: ordinalOf(deployment.name, placement.replicaId),
+    });
+  };
   for (const deployment of order) {
     const records = liveOf(deployment.name);
-    let missing = deployment.replicas - records.size;
-    let failure: readonly Reason[] | undefined;
-    while (missing > 0) {
+    while (records.size < deployment.replicas) {
       const planned = planReplica(deployment, context);
       let candidate = planned.candidate;
       if (candidate === undefined && planned.shapes.length > 0 && deployment.allowPreemption) {
         const eviction = planPreemption(deployment, planned.shapes, context);
         if (eviction === undefined) {
-          failure = [
+          failures.set(deployment.name, [
             ...planned.reasons,
             reason(
               "preemption-insufficient",
               `preempting every replica with priority below ${deployment.priority} would still not make room`,
             ),
-          ];
+          ]);
           break;
         }
         for (const victim of eviction.victims) {
@@ -273,28 +283,47 @@ export function schedule(input: ScheduleInput): ScheduleResult {
             ),
           );
         }
+        retry = true;
         candidate = planReplica(deployment, context).candidate;
       }
       if (candidate === undefined) {
-        failure = planned.reasons;
+        failures.set(deployment.name, planned.reasons);
         break;
       }
-      const placement = commit(deployment, candidate, usedIds);
-      useId(deployment.name, placement.replicaId);
-      add.push(placement);
-      allocate({
-        placement,
-        priority: deployment.priority,
-        existing: false,
-        ordinal: ordinalOf(deployment.name, placement.replicaId),
-      });
-      missing--;
+      placeOne(deployment, candidate);
     }
+  }
+
+  // A preemptor evicts whole replicas and may free more than it takes; deployments earlier in
+  // the order (same priority, or the victims' own) get another try at what is left, until
+  // nothing more fits. Without this a second run would place them: the plan must be final.
+  while (retry) {
+    retry = false;
+    for (const deployment of order) {
+      const records = liveOf(deployment.name);
+      while (records.size < deployment.replicas) {
+        const planned = planReplica(deployment, context);
+        if (planned.candidate === undefined) {
+          const insufficient = (failures.get(deployment.name) ?? []).filter(
+            (r) => r.code === "preemption-insufficient",
+          );
+          failures.set(deployment.name, [...planned.reasons, ...insufficient]);
+          break;
+        }
+        placeOne(deployment, planned.candidate);
+        retry = true;
+      }
+    }
+  }
+
+  const unschedulable: UnschedulableDeployment[] = [];
+  for (const deployment of order) {
+    const missing = deployment.replicas - liveOf(deployment.name).size;
     if (missing > 0) {
       unschedulable.push({
         deployment: deployment.name,
         missingReplicas: missing,
-        reasons: failure ?? [],
+        reasons: failures.get(deployment.name) ?? [],
       });
     }
   }
