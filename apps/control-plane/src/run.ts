@@ -195,7 +195,10 @@ export async function startControlPlane(
       };
       try {
         const server = tls ? createHttpsServer({ ...tls }, listener) : createHttpServer(listener);
-        server.requestTimeout = 0; // WatchEvents streams stay open; Connect enforces its own deadlines.
+        // Slow clients: the whole request (not the response, so event streams and SSE are
+        // unaffected) must arrive within these.
+        server.headersTimeout = 30_000;
+        server.requestTimeout = 60_000;
         servers.push(server);
         return server;
       } catch (cause) {
@@ -209,6 +212,8 @@ export async function startControlPlane(
 
     const connect = connectNodeAdapter({
       interceptors: [errorMappingInterceptor],
+      // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
+      readMaxBytes: 4 * 1024 * 1024,
       routes: (router: ConnectRouter) => {
         router.service(AgentService, createAgentService(cluster, dataDir.joinToken));
         router.service(

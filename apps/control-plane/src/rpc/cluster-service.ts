@@ -110,7 +110,10 @@ export function createClusterService(
     listEvents(req, ctx) {
       admin(ctx);
       return {
-        events: cluster.listEvents({ afterId: Number(req.afterId), limit: req.limit || 100 }),
+        events: cluster.listEvents({
+          afterId: Number(req.afterId),
+          limit: Math.min(req.limit || 100, 10_000),
+        }),
       };
     },
     async *watchEvents(req, ctx): AsyncIterable<WatchEventsResponse> {
@@ -124,7 +127,9 @@ export function createClusterService(
       const stop = AbortSignal.any([ctx.signal, opts.shutdown]);
       try {
         let lastId = 0n;
-        for (const event of req.backlog > 0 ? cluster.listEvents({ limit: req.backlog }) : []) {
+        for (const event of req.backlog > 0
+          ? cluster.listEvents({ limit: Math.min(req.backlog, 10_000) })
+          : []) {
           lastId = event.id;
           yield create(WatchEventsResponseSchema, { event });
         }
