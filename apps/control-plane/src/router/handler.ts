@@ -456,7 +456,10 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       if (sse) res.flushHeaders();
       let last = 0;
       let sent = 0;
-      let tail = "";
+      // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
+      // answers and streams); nothing is copied per chunk.
+      let previous: Buffer | undefined;
+      let latest: Buffer | undefined;
       try {
         for await (const chunk of upstream.body as AsyncIterable<Buffer>) {
           const now = performance.now();
@@ -464,8 +467,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           else metrics.interChunk(p.model, (now - last) / 1000);
           last = now;
           sent += chunk.length;
-          // Usage sits at the end of both JSON answers and streams (last chunk with include_usage).
-          tail = (tail + chunk.toString("latin1")).slice(-4096);
+          previous = latest;
+          latest = chunk;
           if (!res.write(chunk)) await drained(res, p.signal);
           if (p.signal.aborted) break;
         }
@@ -504,7 +507,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         return { kind: "done" };
       }
       res.end();
-      countTokens(p.model, tail);
+      countTokens(p.model, tailText(previous, latest));
       return { kind: "done" };
     } finally {
       metrics.replicaInFlight(
@@ -628,6 +631,13 @@ function errorCode(error: unknown): string | undefined {
     e = (e as { cause?: unknown }).cause;
   }
   return undefined;
+}
+
+function tailText(previous: Buffer | undefined, latest: Buffer | undefined): string {
+  const last =
+    latest === undefined ? "" : latest.toString("latin1", Math.max(0, latest.length - 4096));
+  if (previous === undefined || last.length >= 4096) return last;
+  return previous.toString("latin1", Math.max(0, previous.length - (4096 - last.length))) + last;
 }
 
 function lastNumber(text: string, pattern: RegExp): number | undefined {
