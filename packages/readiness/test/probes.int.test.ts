@@ -147,14 +147,14 @@ describe("waitForReadiness", () => {
 
   it("throws LLMGW_READINESS_NOT_READY naming the state, check and elapsed time", async () => {
     const { url } = await engineServer("health-only");
-    const error = await waitForReadiness(url, MODEL, { deadlineMs: 300, intervalMs: 50 }).catch(
+    const error = await waitForReadiness(url, MODEL, { deadlineMs: 1500, intervalMs: 50 }).catch(
       (e: unknown) => e,
     );
     expect(isReadinessError(error)).toBe(true);
     expect((error as { code: string }).code).toBe("LLMGW_READINESS_NOT_READY");
     expect((error as Error).message).toMatch(
       new RegExp(
-        `^${url} not ready for "swiss-ai/Apertus-8B-Instruct-2509" after \\d+ ms \\(deadline 300 ms\\): loading: health: HTTP 200 after \\d+ ms; models: .* not listed`,
+        `^${url} not ready for "swiss-ai/Apertus-8B-Instruct-2509" after \\d+ ms \\(deadline 1500 ms\\): loading: health: HTTP 200 after \\d+ ms; models: .* not listed`,
       ),
     );
   });
