@@ -62,7 +62,10 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   for (const p of inventory.problems) {
     logger.warn(`discovery: ${p.message}`, { code: p.code, source: p.source });
   }
-  const advertiseAddress = config.advertiseAddress ?? inventory.addresses[0] ?? "127.0.0.1";
+  // A simulated node is a demo or test on one machine: its engines are reached on loopback.
+  const advertiseAddress =
+    config.advertiseAddress ??
+    (config.simulate ? "127.0.0.1" : (inventory.addresses[0] ?? "127.0.0.1"));
   const supervisor = createSupervisor({ stateDir: path.join(config.stateDir, "pids"), logger });
   const manager = new ReplicaManager({
     supervisor,

@@ -21,6 +21,10 @@ runCli(process.argv.slice(2), {
 }).then(
   (code) => {
     process.exitCode = code;
+    // A daemon command has returned: whatever still holds the event loop (a supervisor's
+    // log poller, an idle keep-alive socket) must not keep the process alive. Engines are
+    // separate process groups and are unaffected. Short delay: let stdout drain first.
+    setTimeout(() => process.exit(code), 200).unref();
   },
   (error: unknown) => {
     process.stderr.write(

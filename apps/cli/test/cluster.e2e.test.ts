@@ -1,0 +1,289 @@
+/**
+ * The cluster end to end: a real control plane and two real agents on simulated nodes (one
+ * shared IB fabric, different GPU mixes) running real simulated-engine processes, driven
+ * through the admin API. One cluster is shared by the steps below, in order, because each
+ * start costs seconds; each step leaves the cluster converged for the next.
+ */
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import {
+  AgentService,
+  DeploymentSchema,
+  Engine,
+  HeartbeatRequestSchema,
+  NodeState,
+  RegisterRequestSchema,
+} from "@llmgw/proto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  AgentProc,
+  allReady,
+  ControlPlaneProc,
+  deployment,
+  enginePids,
+  ensureCliBuilt,
+  freePort,
+  runLlmgw,
+  stopAll,
+  tempRoot,
+  waitFor,
+} from "./cluster-harness.js";
+
+const root = tempRoot("llmgw-e2e-");
+let cp: ControlPlaneProc;
+let agentA: AgentProc;
+let agentB: AgentProc;
+
+const sim = (name: string, fields: Record<string, unknown>) =>
+  create(DeploymentSchema, { name, model: `sim/${name}`, engine: Engine.SIM, ...fields });
+
+async function nodeIdOf(name: string): Promise<string> {
+  const res = await cp.admin().listNodes({}, cp.adminHeaders());
+  const node = res.nodes.find((n) => n.hostname === name);
+  if (!node) throw new Error(`node ${name} not registered`);
+  return node.nodeId;
+}
+
+async function placedNodes(name: string): Promise<string[]> {
+  const d = await deployment(cp, name);
+  return (d?.replicas ?? []).flatMap((r) => r.ranks.map((k) => k.nodeId)).sort();
+}
+
+beforeAll(async () => {
+  ensureCliBuilt();
+  cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
+    "--heartbeat-interval",
+    "300ms",
+    "--node-lost-after",
+    // Long enough that a SIGKILLed agent restarting on this loaded 2-core machine comes back
+    // before its node is declared lost; the "lost" step waits this out on purpose.
+    "8s",
+  ]);
+  await cp.start();
+  agentA = new AgentProc(root, "node-a", "4xh100-80g,1xl40s-45g@ib-a", cp);
+  agentB = new AgentProc(root, "node-b", "4xh100-80g@ib-a", cp);
+  agentA.start();
+  agentB.start();
+  await waitFor("both agents to register", async () => {
+    const res = await cp.admin().listNodes({}, cp.adminHeaders());
+    return res.nodes.filter((n) => n.state === NodeState.READY).length === 2 ? true : undefined;
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await stopAll([root]);
+});
+
+describe("a control plane and two agents on simulated nodes", { timeout: 90_000 }, () => {
+  it("deploys a replicated model: every replica becomes ready, spread over both nodes", async () => {
+    await cp
+      .admin()
+      .applyDeployment(
+        { deployment: sim("chat", { gpuClass: "h100-80g", replicas: 2 }) },
+        cp.adminHeaders(),
+      );
+    const d = await waitFor("chat to be ready", async () => {
+      const dep = await deployment(cp, "chat");
+      return allReady(dep, 2) ? dep : undefined;
+    });
+    const nodes = new Set(d.replicas.map((r) => r.ranks[0]?.nodeId));
+    expect(nodes.size).toBe(2);
+  });
+
+  it("gang-places a two-node replica on both agents and brings both ranks up", async () => {
+    await cp.admin().applyDeployment(
+      {
+        deployment: sim("gang", {
+          gpuClass: "h100-80g",
+          tensorParallel: 2,
+          pipelineParallel: 2,
+          nodesPerReplica: 2,
+          replicas: 1,
+        }),
+      },
+      cp.adminHeaders(),
+    );
+    const d = await waitFor("gang to be ready", async () => {
+      const dep = await deployment(cp, "gang");
+      return allReady(dep, 1) ? dep : undefined;
+    });
+    const replica = d.replicas[0];
+    expect(replica?.ranks.map((r) => r.rank)).toEqual([0, 1]);
+    expect(new Set(replica?.ranks.map((r) => r.nodeId)).size).toBe(2);
+    expect(replica?.fabricId).toBe("ib-a");
+  });
+
+  it("restarts a killed engine and reports the restart", async () => {
+    const before = await deployment(cp, "chat");
+    const victim = before?.replicas[0];
+    const pid = victim?.ranks[0]?.status?.pid;
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid as number, "SIGKILL");
+    const after = await waitFor("the killed engine to be replaced and ready", async () => {
+      const d = await deployment(cp, "chat");
+      const r = d?.replicas.find((x) => x.replicaId === victim?.replicaId);
+      const status = r?.ranks[0]?.status;
+      return allReady(d, 2) && status?.pid !== pid && (status?.restarts ?? 0) >= 1 ? d : undefined;
+    });
+    expect(after.replicas.find((x) => x.replicaId === victim?.replicaId)?.ranks[0]?.status?.restarts).toBeGreaterThanOrEqual(1);
+  });
+
+  it("adopts running engines after an agent is SIGKILLed and restarted: same pids", { timeout: 60_000 }, async () => {
+    const before = new Map([
+      ...enginePids(await deployment(cp, "chat")),
+      ...enginePids(await deployment(cp, "gang")),
+    ]);
+    await agentA.kill("SIGKILL");
+    agentA.start();
+    let seen = "";
+    const after = await waitFor("node-a's replicas to be reported adopted", async () => {
+      const chat = await deployment(cp, "chat");
+      const gang = await deployment(cp, "gang");
+      const ranks = [...(chat?.replicas ?? []), ...(gang?.replicas ?? [])].flatMap((r) => r.ranks);
+      seen = ranks
+        .map((k) => `${k.replicaId}/${k.rank}@${k.nodeId}:${k.status?.state}:${k.status?.pid}:${k.status?.adopted}:${k.status?.message}`)
+        .join(" | ");
+      const onA = ranks.filter((k) => k.status?.adopted);
+      return allReady(chat, 2) && allReady(gang, 1) && onA.length >= 2
+        ? new Map([...enginePids(chat), ...enginePids(gang)])
+        : undefined;
+    }).catch((error: unknown) => {
+      throw new Error(`${(error as Error).message}; last seen: ${seen}\nagent log:\n${agentA.proc?.output().slice(-3000)}`);
+    });
+    expect(after).toEqual(before);
+  });
+
+  it("survives a control plane restart: deployments and placements persist, no engine restarts", { timeout: 60_000 }, async () => {
+    const before = new Map([
+      ...enginePids(await deployment(cp, "chat")),
+      ...enginePids(await deployment(cp, "gang")),
+    ]);
+    await cp.stop("SIGTERM");
+    await cp.start();
+    const after = await waitFor("agents to report every replica again", async () => {
+      const chat = await deployment(cp, "chat");
+      const gang = await deployment(cp, "gang");
+      return allReady(chat, 2) && allReady(gang, 1)
+        ? new Map([...enginePids(chat), ...enginePids(gang)])
+        : undefined;
+    });
+    expect(after).toEqual(before);
+  });
+
+  it("moves the replicas of an agent that stays away longer than the grace", { timeout: 120_000 }, async () => {
+    const nodeB = await nodeIdOf("node-b");
+    await agentB.kill("SIGKILL");
+    let seen = "";
+    await waitFor(
+      "node-b to be lost and chat to be ready on node-a only",
+      async () => {
+        const nodes = await cp.admin().listNodes({}, cp.adminHeaders());
+        const b = nodes.nodes.find((n) => n.nodeId === nodeB);
+        const chat = await deployment(cp, "chat");
+        const placed = await placedNodes("chat");
+        seen = `node-b ${NodeState[b?.state ?? 0]}, chat on ${placed.join(",")}, states ${chat?.replicas.map((r) => r.state).join(",")} reasons ${chat?.unschedulable.map((u) => u.message).join("; ")}`;
+        return b?.state === NodeState.LOST && allReady(chat, 2) && !placed.includes(nodeB)
+          ? true
+          : undefined;
+      },
+      45_000,
+    ).catch((error: unknown) => {
+      throw new Error(`${(error as Error).message}; last seen: ${seen}`);
+    });
+    // The gang needs two nodes: with one left it cannot be placed, and says why.
+    const gang = await deployment(cp, "gang");
+    expect(gang?.readyReplicas).toBe(0);
+    expect(gang?.unschedulable.length).toBeGreaterThan(0);
+    // node-b comes back: the engines it left behind are no longer wanted and are stopped.
+    agentB.start();
+    let seenGang = "";
+    await waitFor(
+      "the gang to be placed again across both nodes",
+      async () => {
+        const d = await deployment(cp, "gang");
+        const nodes = await cp.admin().listNodes({}, cp.adminHeaders());
+        seenGang = `nodes ${nodes.nodes.map((n) => `${n.hostname}:${NodeState[n.state]}`).join(",")}; gang replicas ${d?.replicas.map((r) => `${r.replicaId}:${r.state}:${r.ranks.map((k) => `${k.nodeId}/${k.status?.state}/${k.status?.message}`).join("+")}`).join(",")}; reasons ${d?.unschedulable.map((u) => u.message).join("; ")}`;
+        return allReady(d, 1) ? true : undefined;
+      },
+      60_000,
+    ).catch((error: unknown) => {
+      throw new Error(`${(error as Error).message}; last seen: ${seenGang}\nagent b log:\n${agentB.proc?.output().slice(-2500)}`);
+    });
+  });
+
+  it("drains a node: its replicas leave it", async () => {
+    const nodeA = await nodeIdOf("node-a");
+    await cp.admin().drainNode({ node: nodeA }, cp.adminHeaders());
+    await waitFor("chat to leave node-a", async () => {
+      const placed = await placedNodes("chat");
+      const chat = await deployment(cp, "chat");
+      return !placed.includes(nodeA) && allReady(chat, 2) ? true : undefined;
+    }, 60_000);
+    await cp.admin().uncordonNode({ node: nodeA }, cp.adminHeaders());
+  });
+
+  it("refuses a wrong join token, a revoked node and a missing admin token, clearly", async () => {
+    const transport = createConnectTransport({ baseUrl: cp.controlUrl, httpVersion: "1.1" });
+    const agents = createClient(AgentService, transport);
+    const wrong = await agents
+      .register(create(RegisterRequestSchema, { advertiseAddress: "127.0.0.1" }), {
+        headers: { authorization: "Bearer llmgw-join-not-the-token" },
+      })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect(wrong).toBeInstanceOf(ConnectError);
+    expect((wrong as ConnectError).code).toBe(Code.Unauthenticated);
+    expect((wrong as ConnectError).rawMessage).toMatch(/join token/i);
+
+    const noAdmin = await cp
+      .admin()
+      .listNodes({})
+      .catch((e: unknown) => ConnectError.from(e));
+    expect((noAdmin as ConnectError).code).toBe(Code.Unauthenticated);
+    expect((noAdmin as ConnectError).rawMessage).toMatch(/admin token/i);
+
+    // A node registered by hand, then revoked: its credential stops working.
+    const joined = await agents.register(
+      create(RegisterRequestSchema, {
+        advertiseAddress: "127.0.0.1",
+        inventory: { hostname: "hand-made", agentVersion: "0.1.0" },
+      }),
+      { headers: { authorization: `Bearer ${cp.token()}` } },
+    );
+    await cp.admin().revokeNode({ node: joined.nodeId }, cp.adminHeaders());
+    const revoked = await agents
+      .heartbeat(create(HeartbeatRequestSchema, { nodeId: joined.nodeId }), {
+        headers: { authorization: `Bearer ${joined.nodeCredential}` },
+      })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect((revoked as ConnectError).code).toBe(Code.Unauthenticated);
+  });
+});
+
+describe("a control plane over a corrupt store", () => {
+  it("refuses to start with a clear error instead of serving an empty cluster", async () => {
+    const dir = tempRoot("llmgw-corrupt-");
+    try {
+      const { mkdirSync } = await import("node:fs");
+      mkdirSync(path.join(dir, "cp"), { recursive: true, mode: 0o700 });
+      writeFileSync(path.join(dir, "cp", "state.db"), "this is not a database, just garbage".repeat(200));
+      const proc = runLlmgw([
+        "control-plane",
+        "--data-dir",
+        path.join(dir, "cp"),
+        "--listen",
+        `127.0.0.1:${await freePort()}`,
+        "--control-listen",
+        `127.0.0.1:${await freePort()}`,
+      ]);
+      const code = await proc.exited;
+      expect(code).not.toBe(0);
+      expect(proc.output()).toMatch(/LLMGW_CONTROL_PLANE_STORE_CORRUPT/);
+      expect(proc.output()).toMatch(/state\.db/);
+    } finally {
+      await stopAll([dir]);
+    }
+  });
+});
