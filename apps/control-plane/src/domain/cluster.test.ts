@@ -303,6 +303,10 @@ describe("Cluster", () => {
       /revoked by an operator/,
     );
     expect(() => cluster.authenticateNode("ghost", "x")).toThrow(/not known to this control plane/);
+    // …and still after a control-plane restart.
+    expect(() => newCluster().authenticateNode(a.nodeId, a.nodeCredential)).toThrow(
+      /revoked by an operator/,
+    );
     // A revoked id is not reused: the node joins as a new one.
     expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a.nodeId).nodeId).not.toBe(a.nodeId);
   });

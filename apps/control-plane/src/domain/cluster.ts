@@ -207,6 +207,8 @@ export class Cluster {
   readonly #changeListeners = new Set<ChangeListener>();
   #version = 0;
   #reconcilePending: string[] | undefined;
+  /** Ids of revoked nodes, so their heartbeats get "revoked" rather than "unknown". */
+  readonly #revokedIds = new Set<string>();
   readonly #routable = new Map<string, RoutableReplica[]>();
   #routableVersion = -1;
 
@@ -223,7 +225,10 @@ export class Cluster {
       this.#apiKeysByHash.set(k.secretHash, k);
     }
     for (const record of store.listNodes()) {
-      if (record.revoked) continue;
+      if (record.revoked) {
+        this.#revokedIds.add(record.id);
+        continue;
+      }
       let inventory: NodeInventory;
       try {
         inventory = fromBinary(NodeInventorySchema, record.inventory);
@@ -323,7 +328,7 @@ export class Cluster {
   authenticateNode(nodeId: string, credential: string): void {
     const node = this.#nodes.get(nodeId);
     if (!node) {
-      const revoked = this.#o.store.listNodes().find((n) => n.id === nodeId && n.revoked);
+      const revoked = this.#revokedIds.has(nodeId);
       throw new ControlPlaneError(
         revoked ? "LLMGW_CONTROL_PLANE_NODE_REVOKED" : "LLMGW_CONTROL_PLANE_NODE_UNKNOWN",
         revoked
@@ -691,6 +696,7 @@ export class Cluster {
     const node = this.#requireNode(nodeOrHost);
     this.#updateNodeRecord(node, { revoked: true });
     this.#nodes.delete(node.record.id);
+    this.#revokedIds.add(node.record.id);
     this.#event(
       "node.revoked",
       node.record.id,
