@@ -64,6 +64,8 @@ function count(input: ScheduleInput, placements: readonly Placement[]): Counts {
 
 /** Runs the benchmark and returns the table text and the JSON-ready figures. */
 export function runSchedulerBench(options: BenchOptions): { table: string; json: object } {
+  // Every timed run starts after a full GC, so garbage of earlier runs and of input cloning is
+  // not billed to it (what a run itself allocates still is).
   const gc = getGc();
   const input = buildCluster(options);
   const wantedLarge = input.deployments
@@ -74,7 +76,8 @@ export function runSchedulerBench(options: BenchOptions): { table: string; json:
   // "From scratch" means fresh node objects every run: the scheduler caches derived node data
   // per node object, and a full placement must not profit from an earlier run's cache.
   const fresh = (): ScheduleInput => structuredClone(input);
-  schedule(fresh()); // warm-up (JIT)
+  // Warm-up: the control plane calls the scheduler over and over, so measure JIT-compiled code.
+  for (let i = 0; i < 3; i++) schedule(fresh());
   let cold = fresh();
   gc?.();
   const heapBefore = process.memoryUsage().heapUsed;
@@ -84,6 +87,7 @@ export function runSchedulerBench(options: BenchOptions): { table: string; json:
   const fullCpuMs = [first.cpuMs];
   for (let i = 1; i < options.runs; i++) {
     cold = fresh();
+    gc?.();
     const t = time(() => schedule(cold));
     fullMs.push(t.ms);
     fullCpuMs.push(t.cpuMs);
@@ -101,11 +105,12 @@ export function runSchedulerBench(options: BenchOptions): { table: string; json:
     placements,
   };
   // Warm: the control plane passes the same node objects for nodes that did not change.
-  schedule(afterLoss);
+  for (let i = 0; i < 5; i++) schedule(afterLoss);
   const incrementalMs: number[] = [];
   const incrementalCpuMs: number[] = [];
   let incremental = schedule(afterLoss);
   for (let i = 0; i < options.runs; i++) {
+    gc?.();
     const t = time(() => schedule(afterLoss));
     incrementalMs.push(t.ms);
     incrementalCpuMs.push(t.cpuMs);
@@ -116,6 +121,7 @@ export function runSchedulerBench(options: BenchOptions): { table: string; json:
   const incrementalColdMs: number[] = [];
   for (let i = 0; i < options.runs; i++) {
     const coldAfterLoss = structuredClone(afterLoss);
+    gc?.();
     incrementalColdMs.push(time(() => schedule(coldAfterLoss)).ms);
   }
 
@@ -123,6 +129,7 @@ export function runSchedulerBench(options: BenchOptions): { table: string; json:
   const baselineCpuMs: number[] = [];
   let baseline: Placement[] = [];
   for (let i = 0; i < options.runs; i++) {
+    gc?.();
     const t = time(() => firstFit(input));
     baselineMs.push(t.ms);
     baselineCpuMs.push(t.cpuMs);
