@@ -640,7 +640,8 @@ export class Cluster {
 
   /** All (non-revoked) nodes. */
   listNodes(): Node[] {
-    return [...this.#nodes.values()].map((n) => this.#nodeView(n));
+    const placed = this.#placedByNode();
+    return [...this.#nodes.values()].map((n) => this.#nodeView(n, placed));
   }
 
   /** One node by id or hostname. */
@@ -714,10 +715,25 @@ export class Cluster {
     this.#o.store.putNode(node.record);
   }
 
-  #nodeView(n: LiveNode): Node {
-    const placed = [...this.#placements.values()].flatMap((p) =>
-      p.ranks.filter((r) => r.nodeId === n.record.id).map((r) => this.#placedRank(p, r)),
-    );
+  /** Placed ranks by node id, built once per listing instead of once per node. */
+  #placedByNode(): Map<string, PlacedRank[]> {
+    const byNode = new Map<string, PlacedRank[]>();
+    for (const p of this.#placements.values()) {
+      for (const r of p.ranks) {
+        const list = byNode.get(r.nodeId) ?? [];
+        list.push(this.#placedRank(p, r));
+        byNode.set(r.nodeId, list);
+      }
+    }
+    return byNode;
+  }
+
+  #nodeView(n: LiveNode, placedByNode?: ReadonlyMap<string, PlacedRank[]>): Node {
+    const placed = placedByNode
+      ? (placedByNode.get(n.record.id) ?? [])
+      : [...this.#placements.values()].flatMap((p) =>
+          p.ranks.filter((r) => r.nodeId === n.record.id).map((r) => this.#placedRank(p, r)),
+        );
     return create(NodeSchema, {
       nodeId: n.record.id,
       hostname: n.record.hostname,
