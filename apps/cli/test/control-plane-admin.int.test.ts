@@ -209,6 +209,13 @@ describe("llmgw admin commands (built CLI)", () => {
     const cordoned = await llmgw(["cordon", "node-a"]);
     expect(cordoned.stdout).toMatch(/node-a \(node-a-\w+\): ready,cordoned/);
     await llmgw(["uncordon", "node-a"]);
+    const status = await llmgw(["status"]);
+    expect(status.stdout).toContain("nodes        1/1 ready");
+    expect(status.stdout).toMatch(/h100-80g\s+-\s+2\s+1\s+1\s+0/);
+    const replicas = await llmgw(["replicas", "--deployment", "chat"]);
+    expect(replicas.stdout).toMatch(
+      /chat-0\s+chat\s+ready\s+node-a-\w+\[\d\]\s+127\.0\.0\.1:40001/,
+    );
   });
 });
 
