@@ -134,7 +134,7 @@ export function runLoad(generator: "wrk" | "autocannon", spec: LoadSpec): Promis
 
 /** Median of a non-empty list (mean of the middle two for even lengths). */
 export function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
+  const s = values.filter((v) => !Number.isNaN(v)).sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
   if (s.length === 0) return Number.NaN;
   return s.length % 2 === 1

@@ -4,6 +4,7 @@
  *
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{}'
  *
  * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
  * `{ id, type, … }` with `{ id, … }` (see {@link ChildRequest}). `restart` replaces the engine
@@ -45,11 +46,61 @@ export interface RouterReport {
 }
 
 const [role, configText] = process.argv.slice(2);
+// Never outlive the benchmark that started us (it may be killed before its cleanup runs).
+process.on("disconnect", () => process.exit(0));
 const reply = (msg: Record<string, unknown>): void => {
   process.send?.(msg);
 };
 
-if (role === "sim") {
+if (role === "trivial") {
+  // The calibration's trivial upstream: reads the whole body, answers a fixed ~300-byte JSON
+  // body, or 16 SSE chunks in one write burst. For the 200 KB rows, where the simulated
+  // engine's own tokenising (~0.2 s of CPU per 200 KB prompt here) would be the bottleneck.
+  const { createServer } = await import("node:http");
+  const json = JSON.stringify({
+    id: "chatcmpl-trivial",
+    object: "chat.completion",
+    created: 1,
+    model: "m",
+    choices: [
+      {
+        index: 0,
+        message: { role: "assistant", content: "ok ".repeat(40) },
+        finish_reason: "stop",
+      },
+    ],
+    usage: { prompt_tokens: 10, completion_tokens: 40, total_tokens: 50 },
+  });
+  const chunk = `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: "tok " } }] })}\n\n`;
+  const server = createServer({ noDelay: true }, (req, res) => {
+    let stream = false;
+    let tail = "";
+    req.on("data", (d: Buffer) => {
+      tail = (tail + d.toString("latin1", Math.max(0, d.length - 64))).slice(-64);
+      if (!stream && d.includes('"stream":true')) stream = true;
+    });
+    req.on("end", () => {
+      if (!stream) {
+        res.writeHead(200, {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(json),
+        });
+        res.end(json);
+        return;
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      for (let i = 0; i < 16; i++) res.write(chunk);
+      res.end("data: [DONE]\n\n");
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  console.log(
+    JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
+  );
+  process.on("message", (raw) => reply({ id: (raw as ChildRequest).id }));
+  process.on("SIGTERM", () => process.exit(0));
+} else if (role === "sim") {
   const options = JSON.parse(configText ?? "{}") as EngineSimOptions;
   let sim: RunningEngineSim = await startEngineSim({ ...options, port: 0 });
   process.on("message", (raw) => {

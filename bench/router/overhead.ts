@@ -8,7 +8,10 @@
  * rotating order); "added" = target − direct within the same round, then the median.
  *
  *   node --conditions=@llmgw/source --import tsx bench/router/overhead.ts [--quick]
- *     [--runs 3] [--seconds 5] [--generator wrk|autocannon]
+ *     [--runs 3] [--seconds 5] [--generator wrk|autocannon] [--upstream sim|trivial]
+ *
+ * `--upstream trivial` puts the fixed-answer server behind the chat rows too: on 2 shared cores
+ * the sim's own CPU caps what any target can reach, so this isolates the proxy's cost.
  *
  * Prints a table and JSON (also written to bench/results/router-<time>.json).
  */
@@ -27,6 +30,7 @@ const { values: flags } = parseArgs({
     runs: { type: "string" },
     seconds: { type: "string" },
     generator: { type: "string" },
+    upstream: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -56,6 +60,12 @@ interface Scenario {
   readonly connections: number;
   readonly body: string;
 }
+/**
+ * The upstream behind every target: the fast sim for chat, the trivial fixed-answer server for
+ * 200 KB prompts (the sim spends ~0.2 s of CPU tokenising one, which would measure the sim).
+ */
+const upstreamOf = (s: Scenario): "sim" | "trivial" =>
+  flags.upstream === "trivial" || s.workload === "200KB" ? "trivial" : "sim";
 const scenarios: Scenario[] = quick
   ? [
       { workload: "chat", connections: 1, body: chat(false) },
@@ -89,6 +99,14 @@ interface Sample extends LoadResult {
 
 const children: BenchChild[] = [];
 let nginx: RunningProxy | undefined;
+const proxies: RunningProxy[] = [];
+const cleanUp = async (): Promise<void> => {
+  await Promise.all(proxies.map((p) => p.stop()));
+  await Promise.all(children.map((c) => c.stop()));
+};
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => void cleanUp().then(() => process.exit(130)));
+}
 const skipped: string[] = [];
 const samples: Sample[] = [];
 const t0 = Date.now();
@@ -104,27 +122,46 @@ try {
     timing: { kvCacheTokens: 4_000_000 },
   });
   children.push(sim);
-  const router = await startBenchChild("router", {
-    model: "m",
-    policy: "llmgw",
-    upstreams: [sim.url],
-    capacity: 4096,
-  });
-  children.push(router);
-  if (findBinary("nginx") === undefined)
+  const trivial = await startBenchChild("trivial", {});
+  children.push(trivial);
+  const routerFor = async (upstream: string): Promise<BenchChild> => {
+    const child = await startBenchChild("router", {
+      model: "m",
+      policy: "llmgw",
+      upstreams: [upstream],
+      capacity: 4096,
+    });
+    children.push(child);
+    return child;
+  };
+  const routers = { sim: await routerFor(sim.url), trivial: await routerFor(trivial.url) };
+  let nginxTrivial: RunningProxy | undefined;
+  if (findBinary("nginx") === undefined) {
     skipped.push("nginx: not installed (apt-get install -y nginx)");
-  else nginx = await startNginx({ upstreams: [sim.url] });
+  } else {
+    nginx = await startNginx({ upstreams: [sim.url] });
+    proxies.push(nginx);
+    nginxTrivial = await startNginx({ upstreams: [trivial.url] });
+    proxies.push(nginxTrivial);
+  }
   if (generator === "wrk" && findBinary("wrk") === undefined)
     throw new Error("wrk is not installed");
 
-  const targets = [
-    { name: "direct", url: sim.url },
-    ...(nginx ? [{ name: "nginx", url: nginx.url }] : []),
-    { name: "llmgw", url: router.url },
-  ];
+  const targetsFor = (s: Scenario) => {
+    const up = upstreamOf(s);
+    return [
+      { name: "direct", url: up === "sim" ? sim.url : trivial.url },
+      ...(nginx && nginxTrivial
+        ? [{ name: "nginx", url: up === "sim" ? nginx.url : nginxTrivial.url }]
+        : []),
+      { name: "llmgw", url: routers[up].url },
+    ];
+  };
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
       // Rotate the order each round so no target always runs first on a cold box.
+      const targets = targetsFor(s);
+      const router = routers[upstreamOf(s)];
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
@@ -173,8 +210,7 @@ try {
     }
   }
 } finally {
-  await nginx?.stop();
-  await Promise.all(children.map((c) => c.stop()));
+  await cleanUp();
 }
 
 /** Medians per (scenario, target), with added latency taken against direct in the same round. */

@@ -136,6 +136,11 @@ const children: BenchChild[] = [];
 const rows: Row[] = [];
 const t0 = Date.now();
 let proxy: RunningProxy | undefined;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    void Promise.all([proxy?.stop(), ...children.map((c) => c.stop())]).then(() => process.exit(130));
+  });
+}
 try {
   const sims = await Promise.all(
     Array.from({ length: replicas }, (_, i) =>
