@@ -6,6 +6,7 @@ import type { Command } from "./command.js";
  */
 export const commands: Record<string, () => Promise<Command>> = {
   agent: async () => (await import("./commands/agent.js")).command,
+  demo: async () => (await import("./commands/demo.js")).command,
   version: async () => (await import("./commands/version.js")).command,
   "agent inventory": async () => (await import("./commands/agent-inventory.js")).command,
   "engine-sim": async () => (await import("./commands/engine-sim.js")).command,

@@ -44,6 +44,11 @@ export {
   type TokenKind,
 } from "./domain/tokens.js";
 export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";
+export {
+  createClusterApiKeyStore,
+  createClusterRouteTable,
+  createPublicApi,
+} from "./public-api.js";
 export { ERROR_CODE_HEADER, toConnectError } from "./rpc/errors.js";
 export {
   CONTROL_PLANE_VERSION,
