@@ -24,7 +24,6 @@ import type {
 interface ReplicaRecord {
   readonly placement: Placement;
   readonly priority: number;
-  readonly existing: boolean;
   /** Index into the deployment's replica numbering, for "newest first" on scale-down. */
   readonly ordinal: number;
 }
@@ -214,7 +213,6 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     allocate({
       placement,
       priority: deployment?.priority ?? 0,
-      existing: true,
       ordinal: ordinalOf(placement.deployment, placement.replicaId),
     });
   }
@@ -253,7 +251,6 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     allocate({
       placement,
       priority: deployment.priority,
-      existing: false,
       ordinal: ordinalOf(deployment.name, placement.replicaId),
     });
   };
