@@ -1,5 +1,6 @@
 import {
   type ControlPlaneOptions,
+  createPublicApi,
   isControlPlaneError,
   startControlPlane,
 } from "@llmgw/control-plane";
@@ -74,7 +75,10 @@ export const command: Command = {
     const logger = createConsoleLogger(io.stderr, "control-plane");
     let cp: Awaited<ReturnType<typeof startControlPlane>>;
     try {
-      cp = await startControlPlane(options, { log: (line) => logger.info(line) });
+      cp = await startControlPlane(options, {
+        log: (line) => logger.info(line),
+        publicHandler: (ctx) => createPublicApi(ctx),
+      });
     } catch (error) {
       if (isControlPlaneError(error)) {
         if (error.code === "LLMGW_CONTROL_PLANE_CONFIG_INVALID")
