@@ -9,7 +9,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { createClient, type Client } from "@connectrpc/connect";
+import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ClusterService, type DeploymentStatus, ReplicaState } from "@llmgw/proto";
 
@@ -127,7 +127,10 @@ export class ControlPlaneProc {
     });
   }
   token(admin = false): string {
-    return readFileSync(path.join(this.dataDir, admin ? "admin-token" : "join-token"), "utf8").trim();
+    return readFileSync(
+      path.join(this.dataDir, admin ? "admin-token" : "join-token"),
+      "utf8",
+    ).trim();
   }
   async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
     const proc = this.proc;
@@ -228,7 +231,9 @@ export function allReady(d: DeploymentStatus | undefined, count: number): boolea
     d !== undefined &&
     d.replicas.length === count &&
     d.replicas.every(
-      (r) => r.state === ReplicaState.READY && r.ranks.every((k) => k.status?.state === ReplicaState.READY),
+      (r) =>
+        r.state === ReplicaState.READY &&
+        r.ranks.every((k) => k.status?.state === ReplicaState.READY),
     )
   );
 }

@@ -128,10 +128,14 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       const status = r?.ranks[0]?.status;
       return allReady(d, 2) && status?.pid !== pid && (status?.restarts ?? 0) >= 1 ? d : undefined;
     });
-    expect(after.replicas.find((x) => x.replicaId === victim?.replicaId)?.ranks[0]?.status?.restarts).toBeGreaterThanOrEqual(1);
+    expect(
+      after.replicas.find((x) => x.replicaId === victim?.replicaId)?.ranks[0]?.status?.restarts,
+    ).toBeGreaterThanOrEqual(1);
   });
 
-  it("adopts running engines after an agent is SIGKILLed and restarted: same pids", { timeout: 60_000 }, async () => {
+  it("adopts running engines after an agent is SIGKILLed and restarted: same pids", {
+    timeout: 60_000,
+  }, async () => {
     const before = new Map([
       ...enginePids(await deployment(cp, "chat")),
       ...enginePids(await deployment(cp, "gang")),
@@ -144,19 +148,26 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       const gang = await deployment(cp, "gang");
       const ranks = [...(chat?.replicas ?? []), ...(gang?.replicas ?? [])].flatMap((r) => r.ranks);
       seen = ranks
-        .map((k) => `${k.replicaId}/${k.rank}@${k.nodeId}:${k.status?.state}:${k.status?.pid}:${k.status?.adopted}:${k.status?.message}`)
+        .map(
+          (k) =>
+            `${k.replicaId}/${k.rank}@${k.nodeId}:${k.status?.state}:${k.status?.pid}:${k.status?.adopted}:${k.status?.message}`,
+        )
         .join(" | ");
       const onA = ranks.filter((k) => k.status?.adopted);
       return allReady(chat, 2) && allReady(gang, 1) && onA.length >= 2
         ? new Map([...enginePids(chat), ...enginePids(gang)])
         : undefined;
     }).catch((error: unknown) => {
-      throw new Error(`${(error as Error).message}; last seen: ${seen}\nagent log:\n${agentA.proc?.output().slice(-3000)}`);
+      throw new Error(
+        `${(error as Error).message}; last seen: ${seen}\nagent log:\n${agentA.proc?.output().slice(-3000)}`,
+      );
     });
     expect(after).toEqual(before);
   });
 
-  it("survives a control plane restart: deployments and placements persist, no engine restarts", { timeout: 60_000 }, async () => {
+  it("survives a control plane restart: deployments and placements persist, no engine restarts", {
+    timeout: 60_000,
+  }, async () => {
     const before = new Map([
       ...enginePids(await deployment(cp, "chat")),
       ...enginePids(await deployment(cp, "gang")),
@@ -173,7 +184,9 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
     expect(after).toEqual(before);
   });
 
-  it("moves the replicas of an agent that stays away longer than the grace", { timeout: 120_000 }, async () => {
+  it("moves the replicas of an agent that stays away longer than the grace", {
+    timeout: 120_000,
+  }, async () => {
     const nodeB = await nodeIdOf("node-b");
     await agentB.kill("SIGKILL");
     let seen = "";
@@ -210,18 +223,24 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       },
       60_000,
     ).catch((error: unknown) => {
-      throw new Error(`${(error as Error).message}; last seen: ${seenGang}\nagent b log:\n${agentB.proc?.output().slice(-2500)}`);
+      throw new Error(
+        `${(error as Error).message}; last seen: ${seenGang}\nagent b log:\n${agentB.proc?.output().slice(-2500)}`,
+      );
     });
   });
 
   it("drains a node: its replicas leave it", async () => {
     const nodeA = await nodeIdOf("node-a");
     await cp.admin().drainNode({ node: nodeA }, cp.adminHeaders());
-    await waitFor("chat to leave node-a", async () => {
-      const placed = await placedNodes("chat");
-      const chat = await deployment(cp, "chat");
-      return !placed.includes(nodeA) && allReady(chat, 2) ? true : undefined;
-    }, 60_000);
+    await waitFor(
+      "chat to leave node-a",
+      async () => {
+        const placed = await placedNodes("chat");
+        const chat = await deployment(cp, "chat");
+        return !placed.includes(nodeA) && allReady(chat, 2) ? true : undefined;
+      },
+      60_000,
+    );
     await cp.admin().uncordonNode({ node: nodeA }, cp.adminHeaders());
   });
 
@@ -268,7 +287,10 @@ describe("a control plane over a corrupt store", () => {
     try {
       const { mkdirSync } = await import("node:fs");
       mkdirSync(path.join(dir, "cp"), { recursive: true, mode: 0o700 });
-      writeFileSync(path.join(dir, "cp", "state.db"), "this is not a database, just garbage".repeat(200));
+      writeFileSync(
+        path.join(dir, "cp", "state.db"),
+        "this is not a database, just garbage".repeat(200),
+      );
       const proc = runLlmgw([
         "control-plane",
         "--data-dir",
