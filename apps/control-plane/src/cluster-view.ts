@@ -6,7 +6,7 @@ import type {
   ReplicaView,
 } from "@llmgw/metrics-collector";
 import { ReplicaState } from "@llmgw/proto";
-import { gpuHealthy } from "./convert/inventory.js";
+import { gpuHealthy } from "@llmgw/wire";
 import type { Cluster } from "./domain/cluster.js";
 import { replicaStateName } from "./domain/replica-state.js";
 

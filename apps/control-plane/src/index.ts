@@ -1,3 +1,4 @@
+export { inventoryFromProto, inventoryToProto } from "@llmgw/wire";
 export { createClusterView } from "./cluster-view.js";
 export {
   type ControlPlaneOptions,
@@ -9,7 +10,6 @@ export {
   deploymentSpecFromProto,
   deploymentSpecToProto,
 } from "./convert/deployment.js";
-export { inventoryFromProto, inventoryToProto } from "./convert/inventory.js";
 export {
   type ApiKeyGrant,
   type Clock,

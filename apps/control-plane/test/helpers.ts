@@ -5,7 +5,7 @@ import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { simulateInventory } from "@llmgw/discovery";
 import { ClusterService } from "@llmgw/proto";
-import { inventoryToProto } from "../src/convert/inventory.js";
+import { inventoryToProto } from "@llmgw/wire";
 import { type ControlPlane, type ControlPlaneDeps, startControlPlane } from "../src/run.js";
 import { FakeAgent } from "../src/testing/fake-agent.js";
 

@@ -13,6 +13,7 @@ import {
   validateLaunch,
 } from "@llmgw/engines";
 import { type NodeInventory, NodeInventorySchema } from "@llmgw/proto";
+import { inventoryFromProto } from "@llmgw/wire";
 import { parse as parseYaml } from "yaml";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 
@@ -241,91 +242,9 @@ const num = (v: bigint | undefined): number | undefined =>
   v === undefined ? undefined : Number(v);
 
 /**
- * Reads `llmgw agent inventory --json` output (the protobuf JSON form of `llmgw.v1.NodeInventory`,
- * uint64 as strings) into discovery's plain inventory.
- * @throws Error from `fromJson` when the JSON does not match the message.
+ * An inventory in the protobuf JSON form `llmgw agent inventory --json` prints → discovery's
+ * plain types (through `@llmgw/wire`, the converter the daemons use). Unknown fields throw.
  */
 export function inventoryFromProtoJson(json: unknown): plain.NodeInventory {
-  const inv: NodeInventory = fromJson(NodeInventorySchema, json as Parameters<typeof fromJson>[1]);
-  const problem = (p: { code: string; message: string; source: string }): plain.Problem => ({
-    code: p.code,
-    message: p.message,
-    source: p.source,
-  });
-  const port = (p: NodeInventory["fabrics"][number]["ports"][number]): plain.Port => ({
-    device: p.device,
-    port: p.port,
-    linkLayer: p.linkLayer === "infiniband" || p.linkLayer === "roce" ? p.linkLayer : "unknown",
-    state: p.state,
-    physState: p.physState,
-    ...(p.rateGbps === undefined ? {} : { rateGbps: p.rateGbps }),
-    ...(p.netdev === undefined ? {} : { netdev: p.netdev }),
-    ...(p.gidIndex === undefined ? {} : { gidIndex: p.gidIndex }),
-    ...(p.numaNode === undefined ? {} : { numaNode: p.numaNode }),
-    ...(p.guid === undefined ? {} : { guid: p.guid }),
-    ...(p.subnetPrefix === undefined ? {} : { subnetPrefix: p.subnetPrefix }),
-    ...(p.smLid === undefined ? {} : { smLid: p.smLid }),
-    ...(p.ipv4 === undefined ? {} : { ipv4: p.ipv4 }),
-    ...(p.pciBusId === undefined ? {} : { pciBusId: p.pciBusId }),
-  });
-  return {
-    hostname: inv.hostname,
-    addresses: [...inv.addresses],
-    agentVersion: inv.agentVersion,
-    simulated: inv.simulated,
-    host: {
-      cpuCount: inv.host?.cpuCount ?? 0,
-      memoryBytes: Number(inv.host?.memoryBytes ?? 0n),
-      os: inv.host?.os ?? "",
-      osRelease: inv.host?.osRelease ?? "",
-      arch: inv.host?.arch ?? "",
-    },
-    gpus: inv.gpus.map((g) => ({
-      index: g.index,
-      uuid: g.uuid,
-      name: g.name,
-      ...(g.gpuClass === "" ? {} : { gpuClass: g.gpuClass }),
-      pciBusId: g.pciBusId,
-      ...(g.memoryTotalBytes === undefined ? {} : { memoryTotalBytes: num(g.memoryTotalBytes) }),
-      ...(g.computeCapability === undefined ? {} : { computeCapability: g.computeCapability }),
-      migEnabled: g.migEnabled,
-      ...(g.memoryUsedBytes === undefined ? {} : { memoryUsedBytes: num(g.memoryUsedBytes) }),
-      ...(g.utilizationPercent === undefined ? {} : { utilizationPercent: g.utilizationPercent }),
-      ...(g.eccUncorrectedErrors === undefined
-        ? {}
-        : { eccUncorrectedErrors: num(g.eccUncorrectedErrors) }),
-      ...(g.temperatureCelsius === undefined ? {} : { temperatureCelsius: g.temperatureCelsius }),
-      ...(g.powerWatts === undefined ? {} : { powerWatts: g.powerWatts }),
-      healthy: g.healthy,
-      healthProblems: g.healthProblems.map(problem),
-      ...(g.unmanagedMemoryBytes === undefined
-        ? {}
-        : { unmanagedMemoryBytes: num(g.unmanagedMemoryBytes) }),
-      lost: g.lost,
-    })),
-    fabrics: inv.fabrics.map((f) => ({
-      id: f.id,
-      linkLayer: f.linkLayer === "roce" ? "roce" : "infiniband",
-      ports: f.ports.map(port),
-      idSource: f.idSource === "configured" ? "configured" : "derived",
-    })),
-    inactivePorts: inv.inactivePorts.map(port),
-    topology: {
-      gpuLinks: (inv.topology?.gpuLinks ?? []).map((l) => ({
-        gpuA: l.gpuA,
-        gpuB: l.gpuB,
-        path: l.path,
-        nvlinks: l.nvlinks,
-      })),
-      gpuNics: (inv.topology?.gpuNics ?? []).map((n) => ({ gpu: n.gpu, nic: n.nic, path: n.path })),
-      gpuAffinity: (inv.topology?.gpuAffinity ?? []).map((a) => ({
-        gpu: a.gpu,
-        cpuAffinity: a.cpuAffinity,
-        ...(a.numaNode === undefined ? {} : { numaNode: a.numaNode }),
-      })),
-    },
-    problems: inv.problems.map(problem),
-    ...(inv.driverVersion === undefined ? {} : { driverVersion: inv.driverVersion }),
-    collectedAtUnixMs: Number(inv.collectedAtUnixMs),
-  };
+  return inventoryFromProto(fromJson(NodeInventorySchema, json as Parameters<typeof fromJson>[1]));
 }

@@ -1,118 +1,38 @@
-import { create } from "@bufbuild/protobuf";
+import type { DeploymentSpec } from "@llmgw/engines";
+import { isEnginesError, parseDeploymentSpec } from "@llmgw/engines";
+import type { Deployment } from "@llmgw/proto";
 import {
-  type DeploymentSpec,
-  type EngineName,
-  parseDeploymentSpec,
-  type RoutingPolicy as RoutingPolicyName,
-} from "@llmgw/engines";
-import { type Deployment, DeploymentSchema, Engine, RoutingPolicy } from "@llmgw/proto";
+  deploymentInputFromProto,
+  deploymentSpecFromProto as wireDeploymentSpecFromProto,
+} from "@llmgw/wire";
 import { ControlPlaneError } from "../errors.js";
 
-const ENGINE_BY_PROTO: Readonly<Record<number, EngineName>> = {
-  [Engine.VLLM]: "vllm",
-  [Engine.SGLANG]: "sglang",
-  [Engine.LLAMACPP]: "llamacpp",
-  [Engine.SIM]: "sim",
-};
-const ENGINE_TO_PROTO: Readonly<Record<EngineName, Engine>> = {
-  vllm: Engine.VLLM,
-  sglang: Engine.SGLANG,
-  llamacpp: Engine.LLAMACPP,
-  sim: Engine.SIM,
-};
-const POLICY_BY_PROTO: Readonly<Record<number, RoutingPolicyName>> = {
-  [RoutingPolicy.LLMGW]: "llmgw",
-  [RoutingPolicy.ROUND_ROBIN]: "round-robin",
-  [RoutingPolicy.LEAST_LOADED]: "least-loaded",
-};
-const POLICY_TO_PROTO: Readonly<Record<RoutingPolicyName, RoutingPolicy>> = {
-  llmgw: RoutingPolicy.LLMGW,
-  "round-robin": RoutingPolicy.ROUND_ROBIN,
-  "least-loaded": RoutingPolicy.LEAST_LOADED,
-};
-
-/** proto3 scalars cannot say "unset": treat the zero value as absent where zero is never valid. */
-const nonZero = <T>(v: T): T | undefined => (v === 0 || v === "" ? undefined : v);
-
-/**
- * Wire `Deployment` → plain input for `@llmgw/engines`' schema. Unset enums become absent
- * (so validation names them), `0` TP/PP fall back to the default, `replicas` keeps 0.
+/*
+ * The control plane's side of the deployment conversion: the conversion itself is
+ * `@llmgw/wire`'s (shared with the agent and the CLI); here engines' validation errors become
+ * the control plane's own codes, and the store's JSON is read back.
  */
-export function deploymentInputFromProto(d: Deployment): Record<string, unknown> {
-  return {
-    name: d.name,
-    model: d.model,
-    servedModelName: nonZero(d.servedModelName),
-    engine: ENGINE_BY_PROTO[d.engine],
-    gpuClass: nonZero(d.gpuClass),
-    tensorParallel: nonZero(d.tensorParallel),
-    pipelineParallel: nonZero(d.pipelineParallel),
-    replicas: d.replicas,
-    quantization: d.quantization,
-    kvCacheDtype: d.kvCacheDtype,
-    maxModelLen: d.maxModelLen,
-    gpuMemoryUtilization: d.gpuMemoryUtilization,
-    modelSizeBytes: d.modelSizeBytes === undefined ? undefined : Number(d.modelSizeBytes),
-    extraArgs: [...d.extraArgs],
-    env: { ...d.env },
-    routingPolicy: POLICY_BY_PROTO[d.routingPolicy],
-    priority: d.priority,
-    allowPreemption: d.allowPreemption,
-    loadingDeadlineSeconds: d.loadingDeadlineSeconds,
-    revision: Number(d.revision),
-    dtype: d.dtype,
-    trustRemoteCode: d.trustRemoteCode,
-    fabric: d.fabric,
-    maxConcurrencyPerReplica: d.maxConcurrencyPerReplica,
-    nodesPerReplica: d.nodesPerReplica,
-    gpusPerReplica: d.gpusPerReplica,
-  };
-}
+export {
+  deploymentInputFromProto,
+  deploymentSpecToProto,
+  sameDeploymentSpec,
+} from "@llmgw/wire";
 
 /**
  * Validates a wire `Deployment` with `@llmgw/engines`' schema. Throws
  * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` carrying the engines error's per-field message.
  */
 export function deploymentSpecFromProto(d: Deployment): DeploymentSpec {
-  const parsed = parseDeploymentSpec(deploymentInputFromProto(d));
-  if (!parsed.ok) {
-    throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", parsed.error.message, {
-      cause: parsed.error,
-    });
+  try {
+    return wireDeploymentSpecFromProto(d);
+  } catch (error) {
+    if (isEnginesError(error)) {
+      throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", error.message, {
+        cause: error,
+      });
+    }
+    throw error;
   }
-  return parsed.spec;
-}
-
-/** Validated spec → wire `Deployment` (what agents and the admin API receive). */
-export function deploymentSpecToProto(spec: DeploymentSpec): Deployment {
-  return create(DeploymentSchema, {
-    name: spec.name,
-    model: spec.model,
-    servedModelName: spec.servedModelName,
-    engine: ENGINE_TO_PROTO[spec.engine],
-    gpuClass: spec.gpuClass ?? "",
-    tensorParallel: spec.tensorParallel,
-    pipelineParallel: spec.pipelineParallel,
-    replicas: spec.replicas,
-    quantization: spec.quantization,
-    kvCacheDtype: spec.kvCacheDtype,
-    maxModelLen: spec.maxModelLen,
-    gpuMemoryUtilization: spec.gpuMemoryUtilization,
-    modelSizeBytes: spec.modelSizeBytes === undefined ? undefined : BigInt(spec.modelSizeBytes),
-    extraArgs: [...spec.extraArgs],
-    env: { ...spec.env },
-    routingPolicy: POLICY_TO_PROTO[spec.routingPolicy],
-    priority: spec.priority,
-    allowPreemption: spec.allowPreemption,
-    loadingDeadlineSeconds: spec.loadingDeadlineSeconds,
-    revision: BigInt(spec.revision),
-    dtype: spec.dtype,
-    trustRemoteCode: spec.trustRemoteCode,
-    fabric: spec.fabric,
-    maxConcurrencyPerReplica: spec.maxConcurrencyPerReplica,
-    nodesPerReplica: spec.nodesPerReplica,
-    gpusPerReplica: spec.gpusPerReplica,
-  });
 }
 
 /** Stored JSON → spec; the store only ever holds specs that passed validation. */
@@ -126,9 +46,4 @@ export function deploymentSpecFromJson(json: string): DeploymentSpec {
     );
   }
   return parsed.spec;
-}
-
-/** True when two specs ask for the same thing (the revision is ignored). */
-export function sameDeploymentSpec(a: DeploymentSpec, b: DeploymentSpec): boolean {
-  return JSON.stringify({ ...a, revision: 0 }) === JSON.stringify({ ...b, revision: 0 });
 }

@@ -29,12 +29,12 @@ import {
   type ReplicaStatus,
 } from "@llmgw/proto";
 import type { SchedulerNode } from "@llmgw/scheduler";
+import { gpuHealthy } from "@llmgw/wire";
 import {
   deploymentSpecFromJson,
   deploymentSpecToProto,
   sameDeploymentSpec,
 } from "../convert/deployment.js";
-import { gpuHealthy } from "../convert/inventory.js";
 import { ControlPlaneError } from "../errors.js";
 import type {
   ApiKeyRecord,
