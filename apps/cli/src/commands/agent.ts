@@ -1,4 +1,3 @@
-import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -7,6 +6,7 @@ import {
   parseAgentConfig,
   startAgent,
 } from "@llmgw/agent";
+import { findLlamaServer } from "@llmgw/engine-sim";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 import { LLMGW_VERSION } from "../version.js";
@@ -93,7 +93,9 @@ export const command: Command = {
       fabricNames[dev] = id;
     }
     const llamaServer =
-      values["llama-server"] ?? io.env.LLMGW_LLAMA_SERVER ?? cachedLlamaServer(io.env);
+      values["llama-server"] ??
+      io.env.LLMGW_LLAMA_SERVER ??
+      findLlamaServer(io.env.LLMGW_CACHE_DIR ? { cacheDir: io.env.LLMGW_CACHE_DIR } : {});
     const input: AgentConfigInput = {
       controlPlaneUrl,
       joinToken,
@@ -156,20 +158,3 @@ export const command: Command = {
     return 0;
   },
 };
-
-/** The llama-server built by scripts/build-llamacpp.sh, when there is one. */
-function cachedLlamaServer(env: Readonly<Record<string, string | undefined>>): string | undefined {
-  const cache =
-    env.LLMGW_CACHE_DIR ??
-    path.join(env.XDG_CACHE_HOME ?? path.join(env.HOME ?? "/root", ".cache"), "llmgw");
-  const dir = path.join(cache, "llama.cpp");
-  try {
-    for (const release of readdirSync(dir).sort().reverse()) {
-      const bin = path.join(dir, release, "bin", "llama-server");
-      if (existsSync(bin)) return bin;
-    }
-  } catch {
-    // no cache: fall back to llama-server on PATH
-  }
-  return undefined;
-}
