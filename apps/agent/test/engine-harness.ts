@@ -125,6 +125,7 @@ export interface PreparedReplica {
   readonly spec: ProcessSpec;
   readonly specHash: string;
   readonly replica: SupervisedReplica;
+  readonly apiPort: number;
   readonly baseUrl: string;
   readonly metricsUrl: string;
   /** Every probe outcome, in order, with the time it was observed. */
@@ -215,6 +216,7 @@ export function prepareReplica(input: PrepareReplicaInput): PreparedReplica {
     spec,
     specHash,
     replica,
+    apiPort: input.apiPort,
     baseUrl,
     metricsUrl: `${baseUrl}${launch.metricsPath}`,
     outcomes,

@@ -5,7 +5,7 @@
 // launch → ready through subscribe, the official openai client, /metrics → load signals,
 // SIGKILL → restart with a new pid → ready, stop → empty process group, and a second
 // supervisor adopting the engine a SIGKILLed previous supervisor (own process) left running.
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { ensureTinyModel, findLlamaServer } from "@llmgw/engine-sim";
@@ -98,6 +98,10 @@ const CASES: readonly EngineCase[] = [
       const starting = r.transitions.find((t) => t.to === "starting");
       const ready = r.transitions.find((t) => t.to === "ready");
       expect(ready!.atMs - starting!.atMs).toBeGreaterThanOrEqual(LOAD_SECONDS * 1000 - 50);
+      // The engine's own output reached the supervisor through its log file.
+      const tail = r.replica.handle!.tail().join("\n");
+      expect(tail).toMatch(/Loading weights took 1\.50 seconds/);
+      expect(tail).toContain(`Starting vLLM API server 0 on http://127.0.0.1:${r.apiPort}`);
     },
     checkLoad(load, raw) {
       // vLLM names, as the sim renders them.
@@ -145,6 +149,9 @@ const CASES: readonly EngineCase[] = [
       for (const o of r.outcomes.slice(0, firstReady)) {
         expect(["starting", "loading"]).toContain(o.outcome);
       }
+      const tail = r.replica.handle!.tail().join("\n");
+      expect(tail).toMatch(/model loaded/);
+      expect(tail).toContain(`listening on http://127.0.0.1:${r.apiPort}`);
     },
     checkLoad(load, raw) {
       expect(load.running).toBe(maxOf(samples(raw, "llamacpp:requests_processing")));
@@ -270,6 +277,15 @@ for (const c of CASES) {
       expect(first.replica.state).toBe("ready");
       expect(first.replica.handle!.pid).toBe(pid);
       c.checkStartup(first);
+      // Output goes to the replica's log file under the agent's state dir, never a pipe; the
+      // pid file describing the process is owner-only.
+      expect(readFileSync(first.spec.logFile, "utf8").length).toBeGreaterThan(0);
+      const pidFile = pidFilePath(pidsDir, input.replicaId);
+      expect(statSync(pidFile).mode & 0o777).toBe(0o600);
+      expect(JSON.parse(readFileSync(pidFile, "utf8"))).toMatchObject({
+        pid,
+        specHash: first.specHash,
+      });
     }, 40_000);
 
     it("answers the official openai client, plain and streaming", async () => {
