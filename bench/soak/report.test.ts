@@ -1,0 +1,100 @@
+import { describe, expect, it } from "vitest";
+import type { OutcomeClass } from "./classify.js";
+import {
+  type FaultRecord,
+  type RequestRecord,
+  summarizeFaults,
+  summarizeTotals,
+} from "./report.js";
+
+let nextId = 0;
+const req = (startMs: number, endMs: number, cls: OutcomeClass, stream = false): RequestRecord => ({
+  id: ++nextId,
+  stream,
+  startMs,
+  endMs,
+  class: cls,
+  detail: cls === "ok" ? "200" : `${cls} detail`,
+});
+const fault = (kind: FaultRecord["kind"], atMs: number, readyAtMs?: number): FaultRecord => ({
+  kind,
+  atMs,
+  readyAtMs,
+  adopted: kind === "agent-restart" ? true : null,
+  notes: [],
+});
+
+describe("summarizeFaults", () => {
+  const records = [
+    req(0, 100, "ok"),
+    // engine kill at 1 000: one error, then steady success
+    req(1_000, 1_050, "error"),
+    req(1_010, 1_400, "ok"),
+    req(1_500, 1_700, "ok"),
+    // control-plane restart at 2 000: refused, then 503 until 3 200
+    req(2_000, 2_001, "cp-down"),
+    req(2_500, 2_501, "cp-down"),
+    req(3_000, 3_200, "error"),
+    req(3_300, 3_500, "ok"),
+    req(3_600, 3_900, "ok", true),
+  ];
+  const summary = summarizeFaults(
+    records,
+    [fault("control-plane-restart", 2_000, 3_400), fault("engine-kill", 1_000, 2_500)],
+    4_000,
+  );
+
+  it("orders faults by start and windows each until the next one", () => {
+    expect(summary.map((f) => [f.kind, f.atS, f.requests])).toEqual([
+      ["engine-kill", 1, 3],
+      ["control-plane-restart", 2, 5],
+    ]);
+  });
+
+  it.each([
+    ["engine-kill", { notOk: 1, firstOkAfterS: 0.4, steadyAfterS: 0.1, readyAfterS: 1.5 }],
+    [
+      "control-plane-restart",
+      { notOk: 3, firstOkAfterS: 1.5, steadyAfterS: 1.2, readyAfterS: 1.4 },
+    ],
+  ])("%s: error budget and recovery", (kind, expected) => {
+    const f = summary.find((s) => s.kind === kind);
+    expect({
+      notOk: f?.notOk,
+      firstOkAfterS: f?.firstOkAfterS,
+      steadyAfterS: f?.steadyAfterS,
+      readyAfterS: f?.readyAfterS,
+    }).toEqual(expected);
+  });
+
+  it("counts classes per window and reports a fault that never healed", () => {
+    const [only] = summarizeFaults([req(10, 20, "hang")], [fault("agent-restart", 0)], 100);
+    expect(only?.byClass).toMatchObject({ ok: 0, hang: 1 });
+    expect(only?.readyAfterS).toBeUndefined();
+    expect(only?.firstOkAfterS).toBeUndefined();
+    expect(only?.adopted).toBe(true);
+  });
+});
+
+describe("summarizeTotals", () => {
+  it("counts bad classes and lost requests as unanswered", () => {
+    const totals = summarizeTotals(
+      [req(0, 10, "ok"), req(0, 30, "ok", true), req(0, 5, "reset"), req(0, 1, "cp-down")],
+      6,
+    );
+    expect(totals.byClass).toEqual({
+      ok: 2,
+      error: 0,
+      "cp-down": 1,
+      hang: 0,
+      reset: 1,
+      malformed: 0,
+    });
+    expect(totals.unanswered).toBe(1 + 2); // one reset, two sent but never classified
+    expect([totals.streamOkP50Ms, totals.jsonOkP50Ms]).toEqual([30, 10]);
+    expect(totals.details.map((d) => [d.class, d.count])).toEqual([
+      ["reset", 1],
+      ["cp-down", 1],
+    ]);
+  });
+});

@@ -1,0 +1,156 @@
+/**
+ * Turns the soak's request records and fault log into per-fault error budgets, recovery times
+ * and overall totals. Pure: times are numbers (ms since the run started), no clock is read.
+ */
+import { quantile } from "../lib/table.js";
+import { BAD_CLASSES, OUTCOME_CLASSES, type OutcomeClass } from "./classify.js";
+
+/** One request as the client saw it. */
+export interface RequestRecord {
+  readonly id: number;
+  readonly stream: boolean;
+  /** ms since the run started. */
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly class: OutcomeClass;
+  readonly detail: string;
+  /** The replica that answered (`x-llmgw-replica`), when the router said. */
+  readonly replica?: string;
+}
+
+/** The faults the soak injects. */
+export type FaultKind = "engine-kill" | "agent-restart" | "control-plane-restart" | "slow-replica";
+
+/** What the fault driver observed. */
+export interface FaultRecord {
+  readonly kind: FaultKind;
+  /** ms since the run started. */
+  readonly atMs: number;
+  /** When the cluster was whole again (replica READY, engines reported), ms; undefined: never. */
+  readonly readyAtMs: number | undefined;
+  /** Engines kept their pids (agent/control-plane restart); null when not applicable. */
+  readonly adopted: boolean | null;
+  /** Free-form facts (pids, victim, restarts). */
+  readonly notes: readonly string[];
+}
+
+/** Per-fault figures. */
+export interface FaultSummary {
+  readonly kind: FaultKind;
+  readonly atS: number;
+  /** Requests started in [atMs, next fault or end). */
+  readonly requests: number;
+  readonly byClass: Readonly<Record<OutcomeClass, number>>;
+  /** Requests in the window that did not succeed (the error budget spent). */
+  readonly notOk: number;
+  /** From the fault to the first success that ended after it, s. */
+  readonly firstOkAfterS: number | undefined;
+  /**
+   * From the fault to the end of the last unsuccessful request of the window, s (0 when every
+   * request succeeded): after this, success was steady.
+   */
+  readonly steadyAfterS: number;
+  /** From the fault to the cluster being whole again, s. */
+  readonly readyAfterS: number | undefined;
+  readonly adopted: boolean | null;
+  /** p50/p99 latency of successful requests in the window, ms. */
+  readonly okP50Ms: number | undefined;
+  readonly okP99Ms: number | undefined;
+  readonly notes: readonly string[];
+}
+
+/** Whole-run figures. */
+export interface SoakTotals {
+  readonly sent: number;
+  readonly classified: number;
+  readonly byClass: Readonly<Record<OutcomeClass, number>>;
+  /** hang + reset + malformed + (sent − classified). */
+  readonly unanswered: number;
+  readonly okP50Ms: number | undefined;
+  readonly okP99Ms: number | undefined;
+  readonly streamOkP50Ms: number | undefined;
+  readonly jsonOkP50Ms: number | undefined;
+  /** Distinct error details with counts, most frequent first (for diagnosis). */
+  readonly details: readonly {
+    readonly class: OutcomeClass;
+    readonly detail: string;
+    readonly count: number;
+  }[];
+}
+
+function countByClass(records: readonly RequestRecord[]): Record<OutcomeClass, number> {
+  const out = Object.fromEntries(OUTCOME_CLASSES.map((c) => [c, 0])) as Record<
+    OutcomeClass,
+    number
+  >;
+  for (const r of records) out[r.class] += 1;
+  return out;
+}
+
+const latency = (r: RequestRecord) => r.endMs - r.startMs;
+const round = (ms: number | undefined) => (ms === undefined ? undefined : Math.round(ms));
+const seconds = (ms: number | undefined) =>
+  ms === undefined ? undefined : Math.round(ms / 100) / 10;
+
+/** Per-fault budgets: each fault's window runs to the next fault's start or `endMs`. */
+export function summarizeFaults(
+  records: readonly RequestRecord[],
+  faults: readonly FaultRecord[],
+  endMs: number,
+): FaultSummary[] {
+  const ordered = [...faults].sort((a, b) => a.atMs - b.atMs);
+  return ordered.map((fault, i) => {
+    const until = ordered[i + 1]?.atMs ?? endMs;
+    const inWindow = records.filter((r) => r.startMs >= fault.atMs && r.startMs < until);
+    const failed = inWindow.filter((r) => r.class !== "ok");
+    const ok = inWindow.filter((r) => r.class === "ok");
+    const firstOk = records
+      .filter((r) => r.class === "ok" && r.endMs >= fault.atMs)
+      .reduce<number | undefined>(
+        (m, r) => (m === undefined || r.endMs < m ? r.endMs : m),
+        undefined,
+      );
+    const lastFailureEnd = failed.reduce((m, r) => Math.max(m, r.endMs), fault.atMs);
+    return {
+      kind: fault.kind,
+      atS: seconds(fault.atMs) ?? 0,
+      requests: inWindow.length,
+      byClass: countByClass(inWindow),
+      notOk: failed.length,
+      firstOkAfterS: seconds(firstOk === undefined ? undefined : firstOk - fault.atMs),
+      steadyAfterS: seconds(lastFailureEnd - fault.atMs) ?? 0,
+      readyAfterS: seconds(
+        fault.readyAtMs === undefined ? undefined : fault.readyAtMs - fault.atMs,
+      ),
+      adopted: fault.adopted,
+      okP50Ms: round(quantile(ok.map(latency), 0.5)),
+      okP99Ms: round(quantile(ok.map(latency), 0.99)),
+      notes: fault.notes,
+    };
+  });
+}
+
+/** Whole-run totals; `sent` is the client's own count of requests it started. */
+export function summarizeTotals(records: readonly RequestRecord[], sent: number): SoakTotals {
+  const byClass = countByClass(records);
+  const ok = records.filter((r) => r.class === "ok");
+  const details = new Map<string, { class: OutcomeClass; detail: string; count: number }>();
+  for (const r of records) {
+    if (r.class === "ok") continue;
+    const key = `${r.class}\u0000${r.detail}`;
+    const entry = details.get(key) ?? { class: r.class, detail: r.detail, count: 0 };
+    entry.count += 1;
+    details.set(key, entry);
+  }
+  return {
+    sent,
+    classified: records.length,
+    byClass,
+    unanswered: BAD_CLASSES.reduce((n, c) => n + byClass[c], 0) + (sent - records.length),
+    okP50Ms: round(quantile(ok.map(latency), 0.5)),
+    okP99Ms: round(quantile(ok.map(latency), 0.99)),
+    streamOkP50Ms: round(quantile(ok.filter((r) => r.stream).map(latency), 0.5)),
+    jsonOkP50Ms: round(quantile(ok.filter((r) => !r.stream).map(latency), 0.5)),
+    details: [...details.values()].sort((a, b) => b.count - a.count),
+  };
+}
