@@ -5,6 +5,7 @@
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{}'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts idle '{}'
  *
  * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
  * `{ id, type, … }` with `{ id, … }` (see {@link ChildRequest}). `restart` replaces the engine
@@ -43,6 +44,32 @@ export interface RouterReport {
   readonly loopMaxMs: number;
   /** Router process CPU (user + system) since the last `reset`, µs. */
   readonly cpuUs: number;
+}
+
+/**
+ * Main-loop delay and CPU since the last `reset`. Started in the router and in the `idle`
+ * probe: on a box whose run queue is many times its core count, an idle process's loop delay
+ * is the OS scheduling delay every process suffers, the floor under the router's figure.
+ */
+function loopMonitor(): { reset(): void; report(): RouterReport } {
+  const delay = monitorEventLoopDelay({ resolution: 5 });
+  delay.enable();
+  let cpu0 = process.cpuUsage();
+  return {
+    reset() {
+      delay.reset();
+      cpu0 = process.cpuUsage();
+    },
+    report() {
+      const cpu = process.cpuUsage(cpu0);
+      return {
+        loopP50Ms: delay.percentile(50) / 1e6,
+        loopP99Ms: delay.percentile(99) / 1e6,
+        loopMaxMs: delay.max / 1e6,
+        cpuUs: cpu.user + cpu.system,
+      };
+    },
+  };
 }
 
 const [role, configText] = process.argv.slice(2);
@@ -100,6 +127,14 @@ if (role === "trivial") {
   );
   process.on("message", (raw) => reply({ id: (raw as ChildRequest).id }));
   process.on("SIGTERM", () => process.exit(0));
+} else if (role === "idle") {
+  const monitor = loopMonitor();
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "reset") monitor.reset();
+    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
+  });
+  console.log(JSON.stringify({ url: "" }));
 } else if (role === "sim") {
   const options = JSON.parse(configText ?? "{}") as EngineSimOptions;
   let sim: RunningEngineSim = await startEngineSim({ ...options, port: 0 });
@@ -140,24 +175,14 @@ if (role === "trivial") {
       requestTimeoutMs: 300_000,
     });
   let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
-  const delay = monitorEventLoopDelay({ resolution: 5 });
-  delay.enable();
-  let cpu0 = process.cpuUsage();
+  const monitor = loopMonitor();
   process.on("message", (raw) => {
     const msg = raw as ChildRequest;
     if (msg.type === "reset") {
-      delay.reset();
-      cpu0 = process.cpuUsage();
+      monitor.reset();
       reply({ id: msg.id });
     } else if (msg.type === "report") {
-      const cpu = process.cpuUsage(cpu0);
-      const report: RouterReport = {
-        loopP50Ms: delay.percentile(50) / 1e6,
-        loopP99Ms: delay.percentile(99) / 1e6,
-        loopMaxMs: delay.max / 1e6,
-        cpuUs: cpu.user + cpu.system,
-      };
-      reply({ id: msg.id, ...report });
+      reply({ id: msg.id, ...monitor.report() });
     } else if (msg.type === "restart") {
       void (async () => {
         const port = router.port;
