@@ -23,6 +23,7 @@ import {
   type ProcessSpec,
   type ReplicaState,
   type ReplicaTransition,
+  type RestartPolicyOptions,
   type SupervisedReplica,
   type Supervisor,
 } from "@llmgw/supervisor";
@@ -117,6 +118,8 @@ export interface PrepareReplicaInput {
   readonly probeIntervalMs: number;
   readonly probeTimeoutMs: number;
   readonly loadingDeadlineMs: number;
+  /** The agent passes none (supervisor defaults); the crash-loop case shortens it. */
+  readonly restartPolicy?: RestartPolicyOptions;
 }
 
 /** A replica built the agent's way, with every probe outcome and transition recorded. */
@@ -184,6 +187,7 @@ export function prepareReplica(input: PrepareReplicaInput): PreparedReplica {
     },
     loadingDeadlineMs: input.loadingDeadlineMs,
     probeIntervalMs: input.probeIntervalMs,
+    ...(input.restartPolicy ? { restartPolicy: input.restartPolicy } : {}),
   });
   const transitions: ReplicaTransition[] = [];
   const waiters = new Set<() => void>();

@@ -364,3 +364,81 @@ for (const c of CASES) {
     }, 60_000);
   });
 }
+
+describe("the simulated engine failing through the same path", () => {
+  let dir: string;
+  let supervisor: Supervisor;
+  const prepared: PreparedReplica[] = [];
+
+  beforeAll(() => {
+    ensureCliBuilt();
+    dir = mkdtempSync(path.join(tmpdir(), "llmgw-engines-fail-"));
+    supervisor = createSupervisor({ stateDir: path.join(dir, "pids"), logPollIntervalMs: 200 });
+  });
+
+  afterAll(async () => {
+    for (const r of prepared) await r.replica.stop().catch(() => undefined);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const simReplica = async (
+    name: string,
+    extraArgs: string[],
+    more: Partial<PrepareReplicaInput> = {},
+  ): Promise<PreparedReplica> => {
+    const r = prepareReplica({
+      supervisor,
+      stateDir: dir,
+      replicaId: `${name}-0`,
+      deployment: { name, model: "meta-llama/Llama-3.1-8B-Instruct", engine: "sim", extraArgs },
+      nodeConfig: { simCommand: [process.execPath, CLI_MAIN, "engine-sim"], bindHost: "127.0.0.1" },
+      simulate: "1xh100-80g",
+      gpuIndices: [0],
+      apiPort: await freePort(),
+      probeIntervalMs: 200,
+      probeTimeoutMs: 2000,
+      loadingDeadlineMs: 30_000,
+      ...more,
+    });
+    prepared.push(r);
+    return r;
+  };
+
+  it("an engine still loading past the deployment's deadline is stopped and failed with its log tail", async () => {
+    const r = await simReplica("sim-slow", ["--load-seconds", "120"], { loadingDeadlineMs: 2500 });
+    await r.replica.start({ adopt: true });
+    const pgid = r.replica.handle!.pgid;
+    const failed = await r.waitForState("failed", 20_000);
+    // engine-sim defers SIGTERM until its simulated load ends, so this stop is the forced
+    // one (SIGKILL to the group after the sim adapter's 5 s grace).
+    expect(r.transitions.map((t) => t.to)).toEqual(["starting", "stopping", "failed"]);
+    expect(r.transitions.find((t) => t.to === "stopping")?.reason).toMatch(
+      /not ready within the loading deadline of 2500 ms/,
+    );
+    expect(r.transitions.some((t) => t.to === "ready")).toBe(false);
+    expect(r.outcomes.length).toBeGreaterThan(0);
+    expect(new Set(r.outcomes.map((o) => o.outcome))).toEqual(new Set(["starting"]));
+    expect(failed.tail?.join("\n")).toMatch(
+      /Loading weights for meta-llama\/Llama-3\.1-8B-Instruct/,
+    );
+    expect(r.replica.failure?.reason).toMatch(/loading deadline/);
+    expect(groupMembers(pgid)).toEqual([]);
+  }, 30_000);
+
+  it("an engine that fails every load ends failed with its last lines once the restart policy gives up", async () => {
+    const r = await simReplica("sim-oom", ["--fail-load"], {
+      restartPolicy: { initialDelayMs: 100, maxQuickFailures: 2 },
+    });
+    await r.replica.start({ adopt: true });
+    const failed = await r.waitForState("failed", 30_000);
+    const launches = r.transitions.filter((t) => t.to === "starting");
+    expect(launches.map((t) => t.reason)).toEqual([
+      "start requested",
+      "restart after 1 quick failure(s)",
+    ]);
+    expect(failed.reason).toMatch(/^restart policy gave up: 2 consecutive runs/);
+    expect(failed.tail?.join("\n")).toMatch(/torch\.OutOfMemoryError: CUDA out of memory/);
+    expect(r.replica.history).toHaveLength(2);
+    expect(r.replica.handle).toBeUndefined();
+  }, 40_000);
+});
