@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { lastJson, runQuick } from "../lib/smoke.js";
 
-describe("bench/router/overhead.ts --quick", () => {
+describe("bench/router/run.ts --quick", () => {
   it("completes against every available target and prints the table", async () => {
     const { code, stdout, stderr } = await runQuick(
-      new URL("./overhead.ts", import.meta.url),
+      new URL("./run.ts", import.meta.url),
       240_000,
     );
     expect(code, stderr.slice(-2000)).toBe(0);

@@ -7,7 +7,7 @@
  * 1000, 16 tokens) so the router is the bottleneck. Medians of `--runs` rounds (targets in
  * rotating order); "added" = target − direct within the same round, then the median.
  *
- *   node --conditions=@llmgw/source --import tsx bench/router/overhead.ts [--quick]
+ *   node --conditions=@llmgw/source --import tsx bench/router/run.ts [--quick]
  *     [--runs 3] [--seconds 5] [--generator wrk|autocannon] [--upstream sim|trivial]
  *
  * `--upstream trivial` puts the fixed-answer server behind the chat rows too: on 2 shared cores
