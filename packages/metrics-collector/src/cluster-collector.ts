@@ -5,6 +5,7 @@ import {
   LabelCache,
   sampleLabels,
 } from "./cluster-series.js";
+import { renderClusterText, renderEmptyClusterText } from "./cluster-text.js";
 import type { ClusterView } from "./cluster-view.js";
 import { MetricsCollectorError } from "./errors.js";
 import { CLUSTER_FAMILIES } from "./families.js";
@@ -27,13 +28,25 @@ export interface ClusterCollectorOptions {
   log?: (message: string) => void;
   /** Plausibility bounds for heartbeat readings (see `GpuReadingLimits`). */
   readingLimits?: GpuReadingLimits;
+  /**
+   * How the cluster gauge families reach a scrape. `"registry"` (default, compatible):
+   * registered on the registry as prom-client custom collectors, so `registry.metrics()`
+   * includes them. `"text"` (fast, what {@link createMetricsEndpoint} is for): not registered;
+   * `renderClusterMetrics()` writes them directly, several times cheaper at fleet scale
+   * (bench/metrics). The two counters are on the registry either way.
+   */
+  exposition?: ClusterExposition;
 }
+
+/** Where the cluster gauge families are rendered: by prom-client, or directly as text. */
+export type ClusterExposition = "registry" | "text";
 
 /** {@link ClusterCollectorOptions} with defaults applied. */
 export interface ResolvedClusterCollectorOptions {
   readonly labelValueMaxLength: number;
   readonly log: (message: string) => void;
   readonly readingLimits: GpuReadingLimits;
+  readonly exposition: ClusterExposition;
 }
 
 /**
@@ -51,13 +64,31 @@ export function resolveClusterCollectorOptions(
     );
   }
   const readingLimits = resolveGpuReadingLimits({ labelValueMaxLength, ...options.readingLimits });
-  return { labelValueMaxLength, log: options.log ?? (() => {}), readingLimits };
+  const exposition = options.exposition ?? "registry";
+  if (exposition !== "registry" && exposition !== "text") {
+    throw new MetricsCollectorError(
+      "LLMGW_METRICS_COLLECTOR_INVALID_OPTION",
+      `exposition must be "registry" or "text", got ${JSON.stringify(exposition)}`,
+    );
+  }
+  return { labelValueMaxLength, log: options.log ?? (() => {}), readingLimits, exposition };
 }
 
 /** What {@link createClusterCollector} returns. */
 export interface ClusterCollector {
-  /** Names of the families this collector registered. */
+  /** Names of every cluster family (gauges and counters), in catalogue order. */
   readonly families: readonly string[];
+  /** Whether the gauge families are on the registry or rendered by {@link renderClusterMetrics}. */
+  readonly exposition: ClusterExposition;
+  /**
+   * The cluster gauge families as Prometheus text (0.0.4), rendered from the view now, with a
+   * trailing newline; per family byte-equal to what the registry path writes. Reads the view
+   * once. A view that throws yields the families' header lines only (logged, counted in
+   * `llmgw_cluster_view_errors_total`). Meant for `"text"` exposition, where
+   * `registry.metrics()` lacks these families; {@link createMetricsEndpoint} joins the two.
+   * Returns `""` after `unregister()`.
+   */
+  renderClusterMetrics(): string;
   /**
    * {@link validateGpuReading} with this collector's limits; a refusal is logged with its
    * reason and counted in `llmgw_gpu_readings_rejected_total{reason}`. For heartbeat ingest.
@@ -70,7 +101,9 @@ export interface ClusterCollector {
 }
 
 /**
- * Registers the cluster families (`CLUSTER_FAMILIES`) on `registry` as custom collectors.
+ * Registers the cluster families (`CLUSTER_FAMILIES`) on `registry` as custom collectors
+ * (`exposition: "registry"`, the default), or only its two counters (`exposition: "text"`,
+ * gauges then rendered by `renderClusterMetrics()`; serve with {@link createMetricsEndpoint}).
  * Nothing runs between scrapes: each scrape reads `view` once (memoised for that scrape
  * across every family) and emits only the samples present, so a reading nobody reported is
  * a missing series, never 0. A view that throws never breaks the scrape: the cluster families
@@ -118,8 +151,11 @@ export function createClusterCollector(
 
   let rejected: Counter<string> | undefined;
   const families: string[] = [];
+  const registered: string[] = [];
   for (const spec of CLUSTER_FAMILIES) {
     families.push(spec.name);
+    if (spec.type === "gauge" && resolved.exposition === "text") continue;
+    registered.push(spec.name);
     if (spec.type === "counter") {
       const counter = new Counter({
         name: spec.name,
@@ -158,8 +194,20 @@ export function createClusterCollector(
   for (const reason of GPU_READING_REJECT_REASONS) rejected?.inc({ reason }, 0);
 
   const ctx = (context: string | undefined) => (context === undefined ? "" : ` (${context})`);
+  let unregistered = false;
   return {
     families,
+    exposition: resolved.exposition,
+    renderClusterMetrics() {
+      if (unregistered) return "";
+      try {
+        return renderClusterText(view, resolved.labelValueMaxLength, labelCache);
+      } catch (error) {
+        viewErrors?.inc();
+        resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
+        return renderEmptyClusterText();
+      }
+    },
     validateGpuReading(raw, context) {
       const result = validateGpuReading(raw, resolved.readingLimits);
       if (!result.ok) {
@@ -179,7 +227,8 @@ export function createClusterCollector(
       return result;
     },
     unregister() {
-      for (const name of families) registry.removeSingleMetric(name);
+      unregistered = true;
+      for (const name of registered) registry.removeSingleMetric(name);
     },
   };
 }

@@ -1,6 +1,7 @@
 import type { ClusterView, GpuView, NodeView } from "./cluster-view.js";
 import { GPU_STATES, NODE_STATES, REPLICA_STATES } from "./families.js";
 import { boundLabelValue } from "./labels.js";
+import type { LineWriter } from "./line-writer.js";
 
 /**
  * One sample and a finite value. Its full label set is `{ ...sharedLabels, ...labels }`
@@ -23,12 +24,25 @@ export function sampleLabels(sample: Sample): Record<string, string> {
 }
 
 /**
- * Keeps the per-node and per-GPU label objects stable from one scrape to the next, holding
- * only the entries the latest scrape used (bounded by the cluster's size).
+ * One node's or GPU's label set, as an object (for prom-client, which renders it once and
+ * caches the text by identity) and as rendered exposition text (`node="n1",gpu="0",…`,
+ * escaped), so neither path formats it again while the node or GPU exists.
+ */
+export interface CachedLabels {
+  readonly labels: Readonly<Record<string, string>>;
+  /** `name="value"` pairs in key order, joined by commas, values escaped. */
+  readonly text: string;
+}
+
+/**
+ * Keeps the per-node and per-GPU label sets (object and rendered text) stable from one scrape
+ * to the next, holding only the entries the latest scrape used (bounded by the cluster's size).
  */
 export class LabelCache {
-  #previous = new Map<string, Readonly<Record<string, string>>>();
-  #current = new Map<string, Readonly<Record<string, string>>>();
+  /** Per-family byte buffers of `renderClusterText`, reused from scrape to scrape. */
+  readonly writers = new Map<string, LineWriter>();
+  #previous = new Map<string, CachedLabels>();
+  #current = new Map<string, CachedLabels>();
 
   /** Starts a scrape: entries not used since the last `begin()` are dropped. */
   begin(): void {
@@ -36,10 +50,13 @@ export class LabelCache {
     this.#current = new Map();
   }
 
-  /** The cached object for `key`, or `make()` remembered under it. */
-  get(key: string, make: () => Record<string, string>): Readonly<Record<string, string>> {
+  /** The cached label set for `key`, or `make()` (frozen and rendered) remembered under it. */
+  get(key: string, make: () => Record<string, string>): CachedLabels {
     let v = this.#current.get(key) ?? this.#previous.get(key);
-    if (v === undefined) v = Object.freeze(make());
+    if (v === undefined) {
+      const labels = Object.freeze(make());
+      v = { labels, text: formatLabelPairs(labels) };
+    }
     this.#current.set(key, v);
     return v;
   }
@@ -50,10 +67,55 @@ export class LabelCache {
   }
 }
 
-const NO_LABELS: Readonly<Record<string, string>> = Object.freeze({});
+/**
+ * Receives every sample of one walk over the view ({@link walkClusterSeries}). Values are
+ * finite; label values are already bounded (not yet escaped).
+ */
+export interface SeriesSink {
+  /** A sample labelled exactly `labels` (cluster totals, deployments). */
+  plain(family: string, labels: Readonly<Record<string, string>>, value: number): void;
+  /**
+   * A sample labelled by a node's or GPU's cached set plus `extra` (the empty
+   * `NO_LABELS` object when the family adds nothing).
+   */
+  shared(
+    family: string,
+    shared: CachedLabels,
+    extra: Readonly<Record<string, string>>,
+    value: number,
+  ): void;
+}
+
+/** The empty label set passed as `extra` when a family adds nothing to a node's or GPU's. */
+export const NO_LABELS: Readonly<Record<string, string>> = Object.freeze({});
+
+/** Escapes a label value for the text format: backslash, double quote and newline. */
+const NEEDS_ESCAPE = /[\\\n"]/;
+
+/**
+ * Escapes a label value as the Prometheus text format requires (and prom-client does):
+ * backslash → `\\`, newline → `\n`, double quote → `\"`. Other characters pass through.
+ */
+export function escapeLabelValue(value: string): string {
+  if (!NEEDS_ESCAPE.test(value)) return value;
+  return value.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+}
+
+/** `a="1",b="2"` for a label object, in key order, values escaped (empty string for none). */
+export function formatLabelPairs(labels: Readonly<Record<string, string>>): string {
+  let out = "";
+  for (const key in labels) {
+    if (out.length > 0) out += ",";
+    out += `${key}="${escapeLabelValue(labels[key] as string)}"`;
+  }
+  return out;
+}
 
 /** Samples of every cluster gauge family for one scrape, by family name. */
 export type ClusterSeries = ReadonlyMap<string, readonly Sample[]>;
+
+const NODE_STATE_LABELS: Readonly<Record<string, Readonly<Record<string, string>>>> =
+  Object.fromEntries(NODE_STATES.map((s) => [s, Object.freeze({ state: s })]));
 
 /** The GPU capacity state used by fabric and cluster totals (see `GPU_STATES`). */
 export type GpuCapacityState = (typeof GPU_STATES)[number];
@@ -81,8 +143,6 @@ export function buildClusterSeries(
   labelValueMaxLength: number,
   cache: LabelCache = new LabelCache(),
 ): ClusterSeries {
-  cache.begin();
-  const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
   const out = new Map<string, Sample[]>();
   const list = (name: string) => {
     let l = out.get(name);
@@ -92,22 +152,42 @@ export function buildClusterSeries(
     }
     return l;
   };
-  const push = (name: string, labels: Record<string, string>, value: number) => {
-    list(name).push({ labels, value });
-  };
-  // The node's or GPU's cached label object goes in `sharedLabels` (rendered once by
-  // prom-client, by identity); `labels` holds only what a family adds to it.
-  const pushShared = (name: string, shared: Readonly<Record<string, string>>, value: number) => {
-    list(name).push({ labels: NO_LABELS, sharedLabels: shared, value });
-  };
+  walkClusterSeries(view, labelValueMaxLength, cache, {
+    plain: (name, labels, value) => list(name).push({ labels, value }),
+    // The node's or GPU's cached label object goes in `sharedLabels` (rendered once by
+    // prom-client, by identity); `labels` holds only what a family adds to it.
+    shared: (name, shared, extra, value) =>
+      list(name).push({ labels: extra, sharedLabels: shared.labels, value }),
+  });
+  return out;
+}
+
+/**
+ * The one place the cluster families' semantics live: reads the view once and hands every
+ * sample to `sink`, in family-catalogue order within each node and GPU. Readings that are
+ * absent, non-finite or negative produce no sample; label values are bounded to
+ * `labelValueMaxLength`. Both {@link buildClusterSeries} (prom-client path) and
+ * `renderClusterText` (direct text path) are sinks over this walk.
+ * @throws whatever the view throws (callers turn that into an empty scrape).
+ */
+export function walkClusterSeries(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  sink: SeriesSink,
+): void {
+  cache.begin();
+  const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
+  const push = (name: string, labels: Record<string, string>, value: number) =>
+    sink.plain(name, labels, value);
+  const pushShared = (name: string, shared: CachedLabels, value: number) =>
+    sink.shared(name, shared, NO_LABELS, value);
   const pushExtra = (
     name: string,
-    shared: Readonly<Record<string, string>>,
-    extra: Record<string, string>,
+    shared: CachedLabels,
+    extra: Readonly<Record<string, string>>,
     value: number,
-  ) => {
-    list(name).push({ labels: extra, sharedLabels: shared, value });
-  };
+  ) => sink.shared(name, shared, extra, value);
 
   const clusterGpus = new Map<string, Map<GpuCapacityState, number>>();
   const fabricGpus = new Map<
@@ -141,7 +221,12 @@ export function buildClusterSeries(
     );
     pushShared("llmgw_node_up", nodeLabels, state === "ready" ? 1 : 0);
     for (const s of NODE_STATES)
-      pushExtra("llmgw_node_state", nodeLabels, { state: s }, s === state ? 1 : 0);
+      pushExtra(
+        "llmgw_node_state",
+        nodeLabels,
+        NODE_STATE_LABELS[s] ?? { state: s },
+        s === state ? 1 : 0,
+      );
     pushShared("llmgw_node_healthy", nodeLabels, flag(node.healthy));
     pushShared("llmgw_node_cordoned", nodeLabels, flag(node.cordoned));
     pushShared("llmgw_node_draining", nodeLabels, flag(node.draining));
@@ -276,5 +361,4 @@ export function buildClusterSeries(
   for (const [deployment, m] of replicaCounts) {
     for (const [state, count] of m) push("llmgw_replicas", { deployment, state }, count);
   }
-  return out;
 }

@@ -1,19 +1,31 @@
 export {
   type ClusterCollector,
   type ClusterCollectorOptions,
+  type ClusterExposition,
   createClusterCollector,
   type ResolvedClusterCollectorOptions,
   resolveClusterCollectorOptions,
 } from "./cluster-collector.js";
 export {
   buildClusterSeries,
+  type CachedLabels,
   type ClusterSeries,
+  escapeLabelValue,
+  formatLabelPairs,
   type GpuCapacityState,
   gpuCapacityState,
   LabelCache,
+  NO_LABELS,
   type Sample,
+  type SeriesSink,
   sampleLabels,
+  walkClusterSeries,
 } from "./cluster-series.js";
+export {
+  CLUSTER_TEXT_FAMILIES,
+  renderClusterText,
+  renderEmptyClusterText,
+} from "./cluster-text.js";
 export type {
   ClusterView,
   DeploymentView,
@@ -55,6 +67,11 @@ export {
 } from "./gpu-reading.js";
 export { boundLabelValue, boundModelLabel, DEFAULT_LABEL_VALUE_MAX_LENGTH } from "./labels.js";
 export { METRICS_REFERENCE_MARKERS, renderMetricsReference } from "./metrics-doc.js";
+export {
+  createMetricsEndpoint,
+  type MetricsEndpoint,
+  type MetricsEndpointOptions,
+} from "./metrics-endpoint.js";
 export { createMetricsRegistry } from "./registry.js";
 export {
   type AdmissionRejectReason,

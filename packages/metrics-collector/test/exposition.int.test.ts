@@ -1,6 +1,8 @@
 import { spawnSync } from "node:child_process";
 import {
+  type ClusterExposition,
   createClusterCollector,
+  createMetricsEndpoint,
   createMetricsRegistry,
   createRouterMetrics,
 } from "@llmgw/metrics-collector";
@@ -15,27 +17,30 @@ if (!hasPromtool) {
   );
 }
 
-async function exposition(): Promise<string> {
+async function exposition(mode: ClusterExposition = "registry"): Promise<string> {
   const registry = createMetricsRegistry();
   const view = buildSyntheticCluster({ nodes: 40, gpusPerNode: 8, replicas: 30 });
   view.updateNode("node-0001", (n) => ({
     ...n,
     hostname: `evil"\\\n\r\u0000\u2028${"h".repeat(5000)}`,
   }));
-  createClusterCollector(registry, view);
+  const cluster = createClusterCollector(registry, view, { exposition: mode });
   exerciseRouterMetrics(
     createRouterMetrics(registry, { workerPool: () => ({ utilizationRatio: 0.5, queueSize: 2 }) }),
   );
-  return registry.metrics();
+  return createMetricsEndpoint({ registry, cluster }).metrics();
 }
 
 describe.skipIf(!hasPromtool)("promtool check metrics (promtool present)", () => {
-  it("accepts the whole exposition (cluster + router) without lint problems", async () => {
-    const text = await exposition();
-    const result = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
-    expect(`${result.stdout}${result.stderr}`.trim()).toBe("");
-    expect(result.status).toBe(0);
-  });
+  it.each(["registry", "text"] as const)(
+    "accepts the whole exposition (cluster + router, %s path) without lint problems",
+    async (mode) => {
+      const text = await exposition(mode);
+      const result = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
+      expect(`${result.stdout}${result.stderr}`.trim()).toBe("");
+      expect(result.status).toBe(0);
+    },
+  );
 
   it("is a test that can fail: promtool flags a counter without _total", () => {
     const bad = "# HELP llmgw_bad A counter.\n# TYPE llmgw_bad counter\nllmgw_bad 1\n";

@@ -1,0 +1,67 @@
+import { Registry } from "prom-client";
+import type { ClusterCollector } from "./cluster-collector.js";
+import { MetricsCollectorError } from "./errors.js";
+
+/** Options of {@link createMetricsEndpoint}. */
+export interface MetricsEndpointOptions {
+  /** The registry holding the router families and the cluster counters. Text format 0.0.4 only. */
+  readonly registry: Registry;
+  /**
+   * The cluster collector created on `registry`. With `exposition: "text"` its gauge families
+   * are rendered and appended; with `"registry"` they are already in `registry.metrics()`
+   * and nothing is appended. Omit for a control plane without cluster families.
+   */
+  readonly cluster?: ClusterCollector;
+}
+
+/** What a `/metrics` handler serves: one call per scrape. */
+export interface MetricsEndpoint {
+  /** The `content-type` header value (`text/plain; version=0.0.4; charset=utf-8`). */
+  readonly contentType: string;
+  /**
+   * The whole exposition: the cluster gauge families (rendered first, so a view failure is
+   * counted in this very scrape) after everything on the registry. Never throws because of
+   * cluster state.
+   */
+  metrics(): Promise<string>;
+}
+
+/**
+ * The fast `/metrics` path: `await registry.metrics()` (router families, cluster counters,
+ * anything else registered) followed by `cluster.renderClusterMetrics()` (the 76k-sample
+ * cluster gauges at fleet scale, rendered directly instead of by prom-client).
+ *
+ * ```ts
+ * const cluster = createClusterCollector(registry, view, { exposition: "text" });
+ * const endpoint = createMetricsEndpoint({ registry, cluster });
+ * // GET /metrics
+ * const body = await endpoint.metrics();
+ * res.writeHead(200, { "content-type": endpoint.contentType }).end(body);
+ * ```
+ *
+ * Registry default labels (`registry.setDefaultLabels`) are not applied to the text-rendered
+ * families; add such labels as Prometheus target labels instead.
+ * @throws MetricsCollectorError `LLMGW_METRICS_COLLECTOR_INVALID_OPTION` when the registry
+ *   writes OpenMetrics and the cluster families are text-rendered (the text path writes
+ *   Prometheus 0.0.4 only; appending it after OpenMetrics' `# EOF` would be invalid).
+ */
+export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsEndpoint {
+  const { registry, cluster } = options;
+  const text = cluster !== undefined && cluster.exposition === "text" ? cluster : undefined;
+  if (text !== undefined && registry.contentType !== Registry.PROMETHEUS_CONTENT_TYPE) {
+    throw new MetricsCollectorError(
+      "LLMGW_METRICS_COLLECTOR_INVALID_OPTION",
+      `registry content type must be ${Registry.PROMETHEUS_CONTENT_TYPE} with text-rendered cluster families, got ${registry.contentType}`,
+    );
+  }
+  return {
+    contentType: registry.contentType,
+    async metrics() {
+      if (text === undefined) return registry.metrics();
+      const clusterText = text.renderClusterMetrics();
+      const registryText = await registry.metrics();
+      // An empty registry renders "\n"; keep the exposition free of a leading blank line.
+      return registryText.trim().length === 0 ? clusterText : `${registryText}\n${clusterText}`;
+    },
+  };
+}
