@@ -1,0 +1,271 @@
+/**
+ * A fleet of lightweight simulated agents in one process: each registers its own simulated
+ * inventory with the join token and then heartbeats on its own schedule with GPU readings
+ * and a READY status for every replica rank the control plane assigned it. No engines run;
+ * the point is the control plane's ingest cost and latency, with the wire traffic of a real
+ * agent (`apps/agent/src/control-channel.ts`: Connect over HTTP/1.1, binary protobuf).
+ */
+import { Agent as HttpAgent } from "node:http";
+import { performance } from "node:perf_hooks";
+import { create } from "@bufbuild/protobuf";
+import { type Client, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { type NodeInventory as PlainInventory, simulateInventory } from "@llmgw/discovery";
+import {
+  AgentService,
+  type NodeInventory,
+  type ReplicaAssignment,
+  ReplicaState,
+  type ReplicaStatus,
+  ReplicaStatusSchema,
+} from "@llmgw/proto";
+import { gpuReadingToProto, inventoryToProto } from "@llmgw/wire";
+
+/** Options of {@link Fleet}. */
+export interface FleetOptions {
+  /** The control listener, e.g. "http://127.0.0.1:7070". */
+  readonly controlUrl: string;
+  readonly joinToken: string;
+  readonly agents: number;
+  /** Simulated inventory of every node, e.g. "8xh100-80g@ib-a". */
+  readonly simSpec: string;
+  /** Shared Connect transports (each with its own keep-alive socket pool). Default 4. */
+  readonly transports?: number;
+  /** Sockets per transport. Default 64. */
+  readonly socketsPerTransport?: number;
+}
+
+/** One heartbeat's outcome, kept while recording. */
+interface Sample {
+  readonly ms: number;
+}
+
+/** One simulated node. */
+class SimAgent {
+  readonly index: number;
+  readonly hostname: string;
+  readonly plain: PlainInventory;
+  readonly inventory: NodeInventory;
+  readonly client: Client<typeof AgentService>;
+  nodeId = "";
+  credential = "";
+  generation = 0n;
+  assignments: readonly ReplicaAssignment[] = [];
+  /** Cleared to stop this agent's heartbeats (a node that went silent). */
+  running = false;
+  timer: NodeJS.Timeout | undefined;
+  beats = 0;
+  /** First time each rank was seen, so `startedAt` stays stable across heartbeats. */
+  readonly #since = new Map<string, number>();
+
+  constructor(index: number, simSpec: string, client: Client<typeof AgentService>) {
+    this.index = index;
+    this.hostname = `n${String(index).padStart(4, "0")}`;
+    this.plain = simulateInventory(simSpec, {
+      hostname: this.hostname,
+      addresses: [`10.${(index >> 16) & 255}.${(index >> 8) & 255}.${index & 255}`],
+    });
+    this.inventory = inventoryToProto(this.plain);
+    this.client = client;
+  }
+
+  /** Replica statuses the way a converged agent reports them: every rank READY. */
+  statuses(now: number): ReplicaStatus[] {
+    return this.assignments.map((a, i) => {
+      const key = `${a.replicaId}#${a.rank}`;
+      let since = this.#since.get(key);
+      if (since === undefined) {
+        since = now;
+        this.#since.set(key, since);
+      }
+      return create(ReplicaStatusSchema, {
+        replicaId: a.replicaId,
+        rank: a.rank,
+        state: ReplicaState.READY,
+        pid: 100_000 + this.index * 16 + i,
+        apiPort: 40_000 + i,
+        startedAtUnixMs: BigInt(since),
+        stateSinceUnixMs: BigInt(since),
+        revision: a.deployment?.revision ?? 0n,
+        load: { running: 0, waiting: 0, kvCacheUsage: 0, prefixCacheHitRate: 0 },
+      });
+    });
+  }
+
+  /** GPU readings with a little movement, as nvidia-smi would report between heartbeats. */
+  readings() {
+    this.beats++;
+    const busy = this.assignments.length > 0;
+    return this.plain.gpus.map((g) =>
+      gpuReadingToProto({
+        ...g,
+        utilizationPercent: busy ? 40 + ((this.beats + g.index) % 20) : 0,
+        memoryUsedBytes: busy ? 60 * 1024 ** 3 : 0,
+        temperatureCelsius: 35 + ((this.beats + g.index) % 10),
+        powerWatts: busy ? 400 : 70,
+      }),
+    );
+  }
+}
+
+/** Counts of heartbeat outcomes. */
+export interface FleetCounters {
+  ok: number;
+  errors: number;
+  /** Error code (Connect code name or message) → count. */
+  readonly errorKinds: Map<string, number>;
+}
+
+/**
+ * Many simulated agents sharing a few keep-alive transports; each agent still sends its own
+ * Register and its own heartbeats with its own credential.
+ */
+export class Fleet {
+  readonly options: FleetOptions;
+  readonly agents: SimAgent[] = [];
+  readonly counters: FleetCounters = { ok: 0, errors: 0, errorKinds: new Map() };
+  readonly #httpAgents: HttpAgent[] = [];
+  #recording: Sample[] | undefined;
+  #intervalMs = 2_000;
+
+  constructor(options: FleetOptions) {
+    this.options = options;
+    const transports = Math.max(1, options.transports ?? 4);
+    const clients: Client<typeof AgentService>[] = [];
+    for (let t = 0; t < transports; t++) {
+      const agent = new HttpAgent({
+        keepAlive: true,
+        maxSockets: options.socketsPerTransport ?? 64,
+      });
+      this.#httpAgents.push(agent);
+      clients.push(
+        createClient(
+          AgentService,
+          createConnectTransport({
+            baseUrl: options.controlUrl,
+            httpVersion: "1.1",
+            nodeOptions: { agent },
+          }),
+        ),
+      );
+    }
+    for (let i = 0; i < options.agents; i++) {
+      this.agents.push(
+        new SimAgent(i, options.simSpec, clients[i % transports] as Client<typeof AgentService>),
+      );
+    }
+  }
+
+  /** Registers every agent, `concurrency` at a time; returns the interval the plane asked for. */
+  async registerAll(concurrency = 16): Promise<number> {
+    let next = 0;
+    let interval = this.#intervalMs;
+    const worker = async () => {
+      for (;;) {
+        const i = next++;
+        const a = this.agents[i];
+        if (!a) return;
+        const res = await a.client.register(
+          { inventory: a.inventory, advertiseAddress: a.plain.addresses[0] ?? "127.0.0.1" },
+          { headers: { authorization: `Bearer ${this.options.joinToken}` } },
+        );
+        a.nodeId = res.nodeId;
+        a.credential = res.nodeCredential;
+        interval = res.heartbeatIntervalMs || interval;
+      }
+    };
+    await Promise.all(Array.from({ length: concurrency }, worker));
+    this.#intervalMs = interval;
+    return interval;
+  }
+
+  /** Starts every agent's heartbeat loop, first beats spread uniformly over one interval. */
+  start(): void {
+    for (const a of this.agents) {
+      a.running = true;
+      const first = performance.now() + Math.random() * this.#intervalMs;
+      a.timer = setTimeout(() => this.#loop(a, first), first - performance.now());
+    }
+  }
+
+  /** Stops one agent's heartbeats (the node goes silent; nothing is sent to say so). */
+  silence(index: number): void {
+    const a = this.agents[index];
+    if (!a) return;
+    a.running = false;
+    clearTimeout(a.timer);
+  }
+
+  /** Stops every heartbeat loop and closes the sockets. */
+  stop(): void {
+    for (const a of this.agents) {
+      a.running = false;
+      clearTimeout(a.timer);
+    }
+    for (const h of this.#httpAgents) h.destroy();
+  }
+
+  /** Begins collecting heartbeat latencies (ms, client side). */
+  startRecording(): void {
+    this.#recording = [];
+  }
+
+  /** Ends collecting; returns the latencies gathered since {@link startRecording}. */
+  stopRecording(): number[] {
+    const out = (this.#recording ?? []).map((s) => s.ms);
+    this.#recording = undefined;
+    return out;
+  }
+
+  /** Node ids of the agents, by index. */
+  nodeIds(): string[] {
+    return this.agents.map((a) => a.nodeId);
+  }
+
+  /** Index of the agent holding the most assigned replica ranks (ties: lowest index). */
+  busiest(): { index: number; ranks: number } {
+    let best = { index: 0, ranks: -1 };
+    for (const a of this.agents) {
+      if (a.assignments.length > best.ranks) best = { index: a.index, ranks: a.assignments.length };
+    }
+    return best;
+  }
+
+  /** Total assigned ranks across agents (as of each agent's last heartbeat). */
+  assignedRanks(): number {
+    return this.agents.reduce((n, a) => n + a.assignments.length, 0);
+  }
+
+  async #loop(a: SimAgent, dueAt: number): Promise<void> {
+    if (!a.running) return;
+    const now = Date.now();
+    const t0 = performance.now();
+    try {
+      const res = await a.client.heartbeat(
+        {
+          nodeId: a.nodeId,
+          generationSeen: a.generation,
+          gpus: a.readings(),
+          replicas: a.statuses(now),
+          sentAtUnixMs: BigInt(now),
+        },
+        { headers: { authorization: `Bearer ${a.credential}` } },
+      );
+      const ms = performance.now() - t0;
+      this.#recording?.push({ ms });
+      this.counters.ok++;
+      a.generation = res.generation;
+      a.assignments = res.assignments;
+    } catch (error) {
+      this.counters.errors++;
+      const kind =
+        error instanceof ConnectError ? `connect:${error.code}` : (error as Error).message;
+      this.counters.errorKinds.set(kind, (this.counters.errorKinds.get(kind) ?? 0) + 1);
+    }
+    if (!a.running) return;
+    // Fixed rate like a ticker: the next beat is due one interval after this one was due;
+    // when the loop fell behind, it sends at once rather than bunching several.
+    const next = Math.max(dueAt + this.#intervalMs, performance.now());
+    a.timer = setTimeout(() => this.#loop(a, next), next - performance.now());
+  }
+}

@@ -1,0 +1,475 @@
+/**
+ * Control-plane benchmark (issue 7): N simulated 8-GPU agents (lightweight clients in this
+ * process) heartbeating every 2 s against the control plane run as its own process from the
+ * built CLI, with ~5 sim replicas per 10 nodes deployed through the admin API. Over a steady
+ * window it measures the control plane's CPU share (utime+stime from /proc/<pid>/stat), RSS,
+ * client-side heartbeat latency and a /metrics scrape; then how long the reconciler takes to
+ * re-place the replicas of a node that went silent. Side by side, the same fleet first runs
+ * against a do-nothing Connect `AgentService` (`noop-agent-service.ts`): the floor that the
+ * transport, the codec, the load generator and this machine's load put under any server.
+ *
+ *   node --conditions=@llmgw/source --import tsx bench/control-plane/run.ts            # 1,000 agents, 30 s
+ *   node --conditions=@llmgw/source --import tsx bench/control-plane/run.ts --quick    # 50 agents, 5 s
+ *     [--agents N] [--seconds S] [--deployments D] [--node-lost-after S] [--transports T]
+ *     [--no-baseline] [--cpu-prof] [--rebuild]
+ *
+ * The machine is shared (2 cores): the load generator competes with the control plane, and
+ * every result carries /proc/loadavg and the generator's own event-loop delay.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import { Engine } from "@llmgw/proto";
+import { freePort, loadAverage } from "../lib/children.js";
+import { formatTable, quantile } from "../lib/table.js";
+import { Fleet } from "./fleet.js";
+import { type LostNodeResult, measureLostNode, until } from "./lost-node.js";
+import { clockTicksPerSecond, sampleProc } from "./proc-stats.js";
+import {
+  adminClient,
+  type ControlPlaneProcess,
+  ensureCli,
+  log,
+  readDataDirToken,
+  repoRoot,
+  startControlPlaneProcess,
+  startNoopProcess,
+  type TargetProcess,
+} from "./processes.js";
+import { type HotFunction, hotFunctions, type ProfilerSession, startProfiler } from "./profile.js";
+import { measureWindow, type WindowResult } from "./window.js";
+
+/** The issue's goals. */
+const GOALS = { cpuCores: 0.25, heartbeatP99Ms: 20 } as const;
+
+/** Resolved benchmark settings. */
+interface BenchConfig {
+  readonly quick: boolean;
+  readonly agents: number;
+  readonly seconds: number;
+  readonly warmupSeconds: number;
+  readonly deployments: number;
+  readonly heartbeatIntervalS: number;
+  readonly nodeLostAfterS: number;
+  readonly transports: number;
+  readonly baseline: boolean;
+  readonly cpuProf: boolean;
+  readonly rebuild: boolean;
+}
+
+/** Parses the command line (see the file comment); throws on a bad value. */
+function parseConfig(argv: string[]): BenchConfig {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: "boolean", default: false },
+      agents: { type: "string" },
+      seconds: { type: "string" },
+      deployments: { type: "string" },
+      "node-lost-after": { type: "string" },
+      transports: { type: "string" },
+      "no-baseline": { type: "boolean", default: false },
+      "cpu-prof": { type: "boolean", default: false },
+      rebuild: { type: "boolean", default: false },
+    },
+  });
+  const quick = values.quick ?? false;
+  const num = (v: string | undefined, dflt: number, flag: string): number => {
+    if (v === undefined) return dflt;
+    const n = Number(v);
+    if (!Number.isFinite(n) || n <= 0)
+      throw new Error(`--${flag} must be a positive number, got "${v}"`);
+    return n;
+  };
+  return {
+    quick,
+    agents: Math.round(num(values.agents, quick ? 50 : 1_000, "agents")),
+    seconds: num(values.seconds, quick ? 5 : 30, "seconds"),
+    warmupSeconds: quick ? 1 : 5,
+    deployments: Math.round(num(values.deployments, quick ? 10 : 100, "deployments")),
+    heartbeatIntervalS: 2,
+    nodeLostAfterS: num(values["node-lost-after"], quick ? 2 : 5, "node-lost-after"),
+    transports: Math.round(num(values.transports, 4, "transports")),
+    baseline: !(values["no-baseline"] ?? false),
+    cpuProf: values["cpu-prof"] ?? false,
+    rebuild: values.rebuild ?? false,
+  };
+}
+
+/** One deployment of the benchmark's set. */
+interface DeploymentPlan {
+  readonly name: string;
+  readonly tensorParallel: number;
+  readonly replicas: number;
+}
+
+/**
+ * A mixed set: tensor parallel 1, 2, 4, 8 in turn and 2–8 replicas each (mean 5), so 100
+ * deployments ask for ~500 replicas on ~1,900 of 1,000 nodes' 8,000 GPUs.
+ */
+function deploymentPlans(count: number): DeploymentPlan[] {
+  const tps = [1, 2, 4, 8] as const;
+  return Array.from({ length: count }, (_, i) => {
+    const tp = tps[i % 4] as number;
+    return {
+      name: `m${String(i).padStart(3, "0")}-tp${tp}`,
+      tensorParallel: tp,
+      replicas: 2 + ((i * 3) % 7),
+    };
+  });
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The baseline: the same fleet against the do-nothing AgentService. */
+async function runBaseline(config: BenchConfig, dir: string, ticks: number): Promise<WindowResult> {
+  let target: TargetProcess | undefined;
+  let fleet: Fleet | undefined;
+  try {
+    target = await startNoopProcess(dir, config.heartbeatIntervalS * 1000);
+    fleet = new Fleet({
+      controlUrl: target.url,
+      joinToken: "unused",
+      agents: config.agents,
+      simSpec: "8xh100-80g@ib-a",
+      transports: config.transports,
+    });
+    await fleet.registerAll();
+    fleet.start();
+    await sleep((config.heartbeatIntervalS + config.warmupSeconds) * 1000);
+    log(`baseline (do-nothing AgentService): measuring for ${config.seconds} s`);
+    return await measureWindow(fleet, target.pid, ticks, config.seconds);
+  } finally {
+    fleet?.stop();
+    await target?.stop();
+  }
+}
+
+/** Times `n` GETs of the control plane's /metrics (what Prometheus scrapes). */
+async function scrapeMetrics(controlUrl: string, n: number) {
+  const times: number[] = [];
+  let bytes = 0;
+  let status = 0;
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const res = await fetch(`${controlUrl}/metrics`);
+    bytes = (await res.text()).length;
+    times.push(performance.now() - t0);
+    status = res.status;
+  }
+  return {
+    status,
+    bytes,
+    medianMs: Number((quantile(times, 0.5) ?? 0).toFixed(1)),
+    maxMs: Number(Math.max(...times).toFixed(1)),
+  };
+}
+
+/** Everything the control-plane phase measured. */
+interface ControlPlaneResult {
+  readonly heartbeatIntervalMs: number;
+  readonly replicas: number;
+  readonly gpusWanted: number;
+  readonly gpusAllocated: number;
+  readonly rssBeforeAgentsMiB: number;
+  readonly registerS: number;
+  readonly deployS: number;
+  readonly convergeS: number;
+  readonly window: WindowResult;
+  readonly metricsScrape: Awaited<ReturnType<typeof scrapeMetrics>>;
+  readonly lostNode: LostNodeResult;
+  readonly hot?: HotFunction[];
+}
+
+async function runControlPlane(
+  config: BenchConfig,
+  dir: string,
+  ticks: number,
+): Promise<ControlPlaneResult> {
+  const inspectPort = config.cpuProf ? await freePort() : undefined;
+  let cp: ControlPlaneProcess | undefined;
+  let fleet: Fleet | undefined;
+  try {
+    cp = await startControlPlaneProcess({
+      dir,
+      heartbeatIntervalS: config.heartbeatIntervalS,
+      nodeLostAfterS: config.nodeLostAfterS,
+      ...(inspectPort ? { nodeFlags: [`--inspect=127.0.0.1:${inspectPort}`] } : {}),
+    });
+    const admin = adminClient(cp.url, readDataDirToken(cp.dataDir, "admin"));
+    const idle = sampleProc(cp.pid, ticks, performance.now());
+    fleet = new Fleet({
+      controlUrl: cp.url,
+      joinToken: readDataDirToken(cp.dataDir, "join"),
+      agents: config.agents,
+      simSpec: "8xh100-80g@ib-a",
+      transports: config.transports,
+    });
+    let t0 = performance.now();
+    const interval = await fleet.registerAll();
+    const registerS = (performance.now() - t0) / 1000;
+    log(
+      `registered ${config.agents} agents in ${registerS.toFixed(1)} s (heartbeat ${interval} ms)`,
+    );
+    fleet.start();
+
+    const plans = deploymentPlans(config.deployments);
+    const replicas = plans.reduce((n, p) => n + p.replicas, 0);
+    t0 = performance.now();
+    for (const p of plans) {
+      await admin.applyDeployment({
+        deployment: {
+          name: p.name,
+          model: `sim/${p.name}`,
+          engine: Engine.SIM,
+          gpuClass: "h100-80g",
+          tensorParallel: p.tensorParallel,
+          replicas: p.replicas,
+        },
+      });
+    }
+    const deployS = (performance.now() - t0) / 1000;
+    t0 = performance.now();
+    const status = await until(
+      "every replica placed and READY",
+      async () => {
+        const s = await admin.getClusterStatus({});
+        return s.replicasTotal === replicas &&
+          s.replicasReady === replicas &&
+          s.nodesReady === config.agents
+          ? s
+          : undefined;
+      },
+      config.quick ? 60_000 : 300_000,
+      500,
+    );
+    const convergeS = (performance.now() - t0) / 1000;
+    log(
+      `${plans.length} deployments applied in ${deployS.toFixed(1)} s; ${replicas} replicas ` +
+        `(${status.gpusAllocated} GPUs) READY ${convergeS.toFixed(1)} s later`,
+    );
+
+    await sleep(config.warmupSeconds * 1000);
+    let profiler: ProfilerSession | undefined;
+    if (inspectPort) profiler = await startProfiler(inspectPort);
+    log(`control plane: measuring for ${config.seconds} s${profiler ? " (profiling)" : ""}`);
+    const window = await measureWindow(fleet, cp.pid, ticks, config.seconds);
+    const hot = profiler ? hotFunctions(await profiler.stop()) : undefined;
+
+    const metricsScrape = await scrapeMetrics(cp.url, 3);
+    log(
+      `lost-node phase (unreachable after 3 missed heartbeats, lost ${config.nodeLostAfterS} s later)`,
+    );
+    const lostNode = await measureLostNode(fleet, admin, config);
+    return {
+      heartbeatIntervalMs: interval,
+      replicas,
+      gpusWanted: plans.reduce((n, p) => n + p.replicas * p.tensorParallel, 0),
+      gpusAllocated: status.gpusAllocated,
+      rssBeforeAgentsMiB: Number((idle.rssBytes / 2 ** 20).toFixed(1)),
+      registerS: Number(registerS.toFixed(2)),
+      deployS: Number(deployS.toFixed(2)),
+      convergeS: Number(convergeS.toFixed(2)),
+      window,
+      metricsScrape,
+      lostNode,
+      ...(hot ? { hot } : {}),
+    };
+  } finally {
+    fleet?.stop();
+    await cp?.stop();
+  }
+}
+
+const fmt = (n: number | undefined, digits = 1) => (n === undefined ? "-" : n.toFixed(digits));
+const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
+
+/** The printed report: the steady window side by side, then setup and the lost node. */
+function printTables(
+  config: BenchConfig,
+  cp: ControlPlaneResult,
+  base: WindowResult | undefined,
+  loadAtStart: string,
+): void {
+  const w = cp.window;
+  const b = (pick: (r: WindowResult) => string) => (base ? pick(base) : "skipped");
+  const cpuMet = w.target.cpuCores < GOALS.cpuCores;
+  const p99Met = w.heartbeats.p99Ms !== undefined && w.heartbeats.p99Ms < GOALS.heartbeatP99Ms;
+  console.log(
+    `\ncontrol plane: ${config.agents} simulated agents × 8 GPUs, heartbeat ${cp.heartbeatIntervalMs} ms, ` +
+      `${config.deployments} deployments / ${cp.replicas} replicas, ${w.windowS} s window\n` +
+      `load average (1/5/15 min): start ${loadAtStart}; control-plane window ${w.loadAverage.start} → ` +
+      `${w.loadAverage.end}${base ? `; baseline window ${base.loadAverage.start} → ${base.loadAverage.end}` : ""}\n` +
+      `2 shared cores: the load generator (this process) and other work compete with the target\n`,
+  );
+  console.log(
+    formatTable(
+      ["steady window", "no-op AgentService", "control plane", "goal", ""],
+      [
+        [
+          "target CPU (cores)",
+          b((r) => r.target.cpuCores.toFixed(3)),
+          w.target.cpuCores.toFixed(3),
+          `< ${GOALS.cpuCores}`,
+          verdict(cpuMet),
+        ],
+        [
+          "target CPU per heartbeat (µs)",
+          b((r) => fmt(r.target.cpuUsPerHeartbeat, 0)),
+          fmt(w.target.cpuUsPerHeartbeat, 0),
+          "",
+          "",
+        ],
+        [
+          "heartbeat p50 (ms, client side)",
+          b((r) => fmt(r.heartbeats.p50Ms)),
+          fmt(w.heartbeats.p50Ms),
+          "",
+          "",
+        ],
+        [
+          "heartbeat p90 (ms, client side)",
+          b((r) => fmt(r.heartbeats.p90Ms)),
+          fmt(w.heartbeats.p90Ms),
+          "",
+          "",
+        ],
+        [
+          "heartbeat p99 (ms, client side)",
+          b((r) => fmt(r.heartbeats.p99Ms)),
+          fmt(w.heartbeats.p99Ms),
+          `< ${GOALS.heartbeatP99Ms}`,
+          verdict(p99Met),
+        ],
+        ["heartbeat max (ms)", b((r) => fmt(r.heartbeats.maxMs)), fmt(w.heartbeats.maxMs), "", ""],
+        [
+          "heartbeats/s answered",
+          b((r) => fmt(r.heartbeats.perSecond)),
+          fmt(w.heartbeats.perSecond),
+          fmt(config.agents / (cp.heartbeatIntervalMs / 1000)),
+          "",
+        ],
+        [
+          "heartbeat errors",
+          b((r) => String(r.heartbeats.errors)),
+          String(w.heartbeats.errors),
+          "0",
+          verdict(w.heartbeats.errors === 0),
+        ],
+        [
+          "target RSS / peak (MiB)",
+          b((r) => `${r.target.rssMiB} / ${r.target.peakRssMiB}`),
+          `${w.target.rssMiB} / ${w.target.peakRssMiB}`,
+          "",
+          "",
+        ],
+        [
+          "load generator CPU (cores)",
+          b((r) => r.loadGenerator.cpuCores.toFixed(3)),
+          w.loadGenerator.cpuCores.toFixed(3),
+          "",
+          "",
+        ],
+        [
+          "load generator loop delay p99 (ms)",
+          b((r) => fmt(r.loadGenerator.eventLoopDelayP99Ms)),
+          fmt(w.loadGenerator.eventLoopDelayP99Ms),
+          "",
+          "",
+        ],
+      ],
+    ),
+  );
+  const l = cp.lostNode;
+  console.log(
+    `\n${formatTable(
+      ["control plane, other", "value"],
+      [
+        ["register all agents (s)", fmt(cp.registerS)],
+        [`apply ${config.deployments} deployments, one by one (s)`, fmt(cp.deployS)],
+        ["then until all replicas READY (s)", fmt(cp.convergeS)],
+        ["GPUs allocated / asked", `${cp.gpusAllocated} / ${cp.gpusWanted}`],
+        ["RSS before agents (MiB)", fmt(cp.rssBeforeAgentsMiB)],
+        [
+          "/metrics scrape median / max (ms)",
+          `${fmt(cp.metricsScrape.medianMs)} / ${fmt(cp.metricsScrape.maxMs)}`,
+        ],
+        ["/metrics size (KiB)", fmt(cp.metricsScrape.bytes / 1024, 0)],
+        [
+          "lost node: replica ranks on it / replicas re-placed",
+          `${l.ranksOnNode} / ${l.replicasMoved}`,
+        ],
+        [
+          "lost node: silenced → unreachable / lost (s)",
+          `${fmt((l.silencedToUnreachableMs ?? Number.NaN) / 1000)} / ${fmt(l.silencedToLostMs / 1000)}`,
+        ],
+        ["lost → re-placed, server event times (ms)", fmt(l.lostToPlacedServerMs, 0)],
+        ["lost → re-placed, seen polling ListDeployments (ms)", fmt(l.lostToPlacedObservedMs, 0)],
+        ["lost → READY elsewhere (ms)", fmt(l.lostToReadyMs, 0)],
+        [
+          "ListDeployments while polling p50 / max (ms)",
+          `${fmt(l.listDeployments.p50Ms)} / ${fmt(l.listDeployments.maxMs)}`,
+        ],
+      ],
+    )}`,
+  );
+  if (cp.hot) {
+    console.log(
+      `\n${formatTable(
+        ["control plane self time in the window (busy samples)", "share"],
+        cp.hot.map((h) => [h.fn, `${(h.self * 100).toFixed(1)}%`]),
+      )}`,
+    );
+  }
+}
+
+async function main(): Promise<void> {
+  const config = parseConfig(process.argv.slice(2));
+  const cli = ensureCli(config.rebuild);
+  const tmp = mkdtempSync(join(tmpdir(), "llmgw-bench-cp-"));
+  const ticks = clockTicksPerSecond();
+  const loadAtStart = loadAverage();
+  try {
+    const base = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
+    const cp = await runControlPlane(config, tmp, ticks);
+    const result = {
+      bench: "control-plane",
+      at: new Date().toISOString(),
+      quick: config.quick,
+      machine: {
+        note: "2 shared cores; the load generator (this process) and other work compete with the target",
+        loadAverageAtStart: loadAtStart,
+        loadAverageAtEnd: loadAverage(),
+      },
+      cli: { path: "apps/cli/dist/main.js", builtNow: cli.built, mtime: cli.mtime },
+      config: { ...config, gpusPerAgent: 8 },
+      goals: {
+        cpuCores: { goal: `< ${GOALS.cpuCores}`, met: cp.window.target.cpuCores < GOALS.cpuCores },
+        heartbeatP99Ms: {
+          goal: `< ${GOALS.heartbeatP99Ms}`,
+          met:
+            cp.window.heartbeats.p99Ms !== undefined &&
+            cp.window.heartbeats.p99Ms < GOALS.heartbeatP99Ms,
+        },
+      },
+      baseline: base ?? null,
+      controlPlane: cp,
+    };
+    printTables(config, cp, base, loadAtStart);
+    const dir = join(repoRoot, "bench/results");
+    mkdirSync(dir, { recursive: true });
+    const file = join(dir, `control-plane-${result.at.replace(/[:.]/g, "-")}.json`);
+    writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+    console.log(`\n(JSON also in ${file.slice(repoRoot.length)})`);
+    console.log(JSON.stringify(result, null, 2));
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`bench/control-plane: ${(error as Error).stack ?? String(error)}\n`);
+  process.exit(1);
+});

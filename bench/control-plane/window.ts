@@ -1,0 +1,92 @@
+/**
+ * One steady measurement window: the target's CPU (utime+stime deltas) and memory from /proc,
+ * the fleet's client-side heartbeat latencies, and what the load generator itself cost and
+ * how late its event loop ran (that lateness is inside every client-side latency).
+ */
+import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { loadAverage } from "../lib/children.js";
+import { quantile } from "../lib/table.js";
+import type { Fleet } from "./fleet.js";
+import { coresBetween, sampleProc } from "./proc-stats.js";
+
+/** What one window measured. Latencies in ms; memory in MiB. */
+export interface WindowResult {
+  readonly windowS: number;
+  readonly loadAverage: { readonly start: string; readonly end: string };
+  readonly target: {
+    readonly cpuCores: number;
+    /** Target CPU time per heartbeat answered in the window, µs (load-independent-ish). */
+    readonly cpuUsPerHeartbeat: number | undefined;
+    readonly rssMiB: number;
+    readonly peakRssMiB: number;
+  };
+  readonly heartbeats: {
+    readonly count: number;
+    readonly perSecond: number;
+    readonly errors: number;
+    readonly p50Ms: number | undefined;
+    readonly p90Ms: number | undefined;
+    readonly p99Ms: number | undefined;
+    readonly maxMs: number | undefined;
+  };
+  readonly loadGenerator: {
+    readonly cpuCores: number;
+    readonly eventLoopDelayP99Ms: number;
+    readonly eventLoopDelayMaxMs: number;
+  };
+}
+
+const round = (n: number, digits = 2) => Number(n.toFixed(digits));
+const roundOpt = (n: number | undefined, digits = 2) =>
+  n === undefined ? undefined : round(n, digits);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Measures `seconds` of steady heartbeating of `fleet` against the process `pid`. */
+export async function measureWindow(
+  fleet: Fleet,
+  pid: number,
+  ticksPerSecond: number,
+  seconds: number,
+): Promise<WindowResult> {
+  const loadStart = loadAverage();
+  const eld = monitorEventLoopDelay({ resolution: 10 });
+  const cpu0 = process.cpuUsage();
+  const errors0 = fleet.counters.errors;
+  const s0 = sampleProc(pid, ticksPerSecond, performance.now());
+  eld.enable();
+  fleet.startRecording();
+  await sleep(seconds * 1000);
+  const latencies = fleet.stopRecording();
+  const s1 = sampleProc(pid, ticksPerSecond, performance.now());
+  eld.disable();
+  const cpu = process.cpuUsage(cpu0);
+  const windowS = (s1.atMs - s0.atMs) / 1000;
+  const cpuCores = coresBetween(s0, s1);
+  return {
+    windowS: round(windowS),
+    loadAverage: { start: loadStart, end: loadAverage() },
+    target: {
+      cpuCores: round(cpuCores, 3),
+      cpuUsPerHeartbeat:
+        latencies.length > 0
+          ? Math.round(((s1.cpuSeconds - s0.cpuSeconds) * 1e6) / latencies.length)
+          : undefined,
+      rssMiB: round(s1.rssBytes / 2 ** 20, 1),
+      peakRssMiB: round(s1.peakRssBytes / 2 ** 20, 1),
+    },
+    heartbeats: {
+      count: latencies.length,
+      perSecond: round(latencies.length / windowS, 1),
+      errors: fleet.counters.errors - errors0,
+      p50Ms: roundOpt(quantile(latencies, 0.5)),
+      p90Ms: roundOpt(quantile(latencies, 0.9)),
+      p99Ms: roundOpt(quantile(latencies, 0.99)),
+      maxMs: roundOpt(latencies.length > 0 ? Math.max(...latencies) : undefined),
+    },
+    loadGenerator: {
+      cpuCores: round((cpu.user + cpu.system) / 1e6 / windowS, 3),
+      eventLoopDelayP99Ms: round(eld.percentile(99) / 1e6),
+      eventLoopDelayMaxMs: round(eld.max / 1e6),
+    },
+  };
+}
