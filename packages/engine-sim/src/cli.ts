@@ -31,9 +31,25 @@ export async function runEngineSimCli(
     io.stdout.write(ENGINE_SIM_USAGE);
     return 0;
   }
+  // A stop request must work while "loading" too (real engines exit promptly on SIGTERM
+  // during load), so race the start against the signal instead of awaiting it first.
+  const stopRequested = new Promise<"stop">((resolve) => {
+    if (io.signal.aborted) resolve("stop");
+    io.signal.addEventListener("abort", () => resolve("stop"), { once: true });
+  });
+  const starting = startEngineSim({
+    ...parsed.options,
+    log: (line) => io.stdout.write(`${line}\n`),
+  });
   let sim: Awaited<ReturnType<typeof startEngineSim>>;
   try {
-    sim = await startEngineSim({ ...parsed.options, log: (line) => io.stdout.write(`${line}\n`) });
+    const first = await Promise.race([starting, stopRequested]);
+    if (first === "stop") {
+      io.stdout.write("engine-sim: stop requested while loading; exiting\n");
+      starting.then((s) => s.close()).catch(() => {});
+      return 0;
+    }
+    sim = first;
   } catch (error) {
     io.stderr.write(`engine-sim: ${error instanceof Error ? error.message : String(error)}\n`);
     return 1;

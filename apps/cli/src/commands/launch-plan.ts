@@ -12,7 +12,7 @@ import {
   parseDeploymentSpec,
   validateLaunch,
 } from "@llmgw/engines";
-import { type NodeInventory, NodeInventorySchema } from "@llmgw/proto";
+import { NodeInventorySchema } from "@llmgw/proto";
 import { inventoryFromProto } from "@llmgw/wire";
 import { parse as parseYaml } from "yaml";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
@@ -237,9 +237,6 @@ export function shellQuote(word: string): string {
   if (word !== "" && /^[A-Za-z0-9_/.:,=@%+-]+$/.test(word)) return word;
   return `'${word.replaceAll("'", `'\\''`)}'`;
 }
-
-const num = (v: bigint | undefined): number | undefined =>
-  v === undefined ? undefined : Number(v);
 
 /**
  * An inventory in the protobuf JSON form `llmgw agent inventory --json` prints → discovery's
