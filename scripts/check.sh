@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The gates, in order of cost: proto lint and generated-code drift, build, typecheck, lint,
-# then every test. Assumes scripts/setup.sh ran.
+# the demo, then every test. Assumes scripts/setup.sh ran. Arguments go to vitest
+# (e.g. a path filter); LLMGW_SKIP_DEMO=1 skips the demo.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -30,5 +31,24 @@ step "typecheck"
 turbo run typecheck --output-logs=errors-only --concurrency=2
 step "lint"
 biome check .
+if [ "${LLMGW_SKIP_DEMO:-0}" != 1 ]; then
+  # The README's other command, end to end: a cluster on this machine and real requests
+  # through it (simulated engine and a real llama.cpp server); fails unless every step worked.
+  step "llmgw demo --exit-after-check"
+  node apps/cli/dist/main.js demo --exit-after-check
+fi
+
 step "tests"
-vitest run "$@"
+results="$(mktemp -t llmgw-vitest-XXXXXX.json)"
+set +e
+vitest run --reporter=default --reporter=json --outputFile.json="$results" "$@"
+status=$?
+set -e
+# One plain closing line, whatever the runner printed above it.
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const skipped = (r.numPendingTests ?? 0) + (r.numTodoTests ?? 0);
+console.log(`tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped`);
+' "$results" || true
+rm -f "$results"
+exit "$status"
