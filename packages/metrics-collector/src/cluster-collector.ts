@@ -5,7 +5,7 @@ import {
   LabelCache,
   sampleLabels,
 } from "./cluster-series.js";
-import { renderClusterText, renderEmptyClusterText } from "./cluster-text.js";
+import { renderClusterBytes, renderClusterText, renderEmptyClusterText } from "./cluster-text.js";
 import type { ClusterView } from "./cluster-view.js";
 import { MetricsCollectorError } from "./errors.js";
 import { CLUSTER_FAMILIES } from "./families.js";
@@ -89,6 +89,8 @@ export interface ClusterCollector {
    * Returns `""` after `unregister()`.
    */
   renderClusterMetrics(): string;
+  /** {@link renderClusterMetrics} as UTF-8 bytes (cheaper when the caller sends bytes). */
+  renderClusterMetricsBytes(): Buffer;
   /**
    * {@link validateGpuReading} with this collector's limits; a refusal is logged with its
    * reason and counted in `llmgw_gpu_readings_rejected_total{reason}`. For heartbeat ingest.
@@ -195,6 +197,10 @@ export function createClusterCollector(
 
   const ctx = (context: string | undefined) => (context === undefined ? "" : ` (${context})`);
   let unregistered = false;
+  const viewFailed = (error: unknown) => {
+    viewErrors?.inc();
+    resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
+  };
   return {
     families,
     exposition: resolved.exposition,
@@ -203,9 +209,17 @@ export function createClusterCollector(
       try {
         return renderClusterText(view, resolved.labelValueMaxLength, labelCache);
       } catch (error) {
-        viewErrors?.inc();
-        resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
+        viewFailed(error);
         return renderEmptyClusterText();
+      }
+    },
+    renderClusterMetricsBytes() {
+      if (unregistered) return Buffer.alloc(0);
+      try {
+        return renderClusterBytes(view, resolved.labelValueMaxLength, labelCache);
+      } catch (error) {
+        viewFailed(error);
+        return Buffer.from(renderEmptyClusterText(), "utf8");
       }
     },
     validateGpuReading(raw, context) {

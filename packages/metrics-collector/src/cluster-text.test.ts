@@ -4,6 +4,7 @@ import { createClusterCollector } from "./cluster-collector.js";
 import { escapeLabelValue, formatLabelPairs, LabelCache } from "./cluster-series.js";
 import {
   CLUSTER_TEXT_FAMILIES,
+  renderClusterBytes,
   renderClusterText,
   renderEmptyClusterText,
 } from "./cluster-text.js";
@@ -124,6 +125,16 @@ describe("renderClusterText", () => {
     );
   });
 
+  it("writes the same text as UTF-8 bytes (renderClusterBytes), non-ASCII included", () => {
+    const view = hostileCluster();
+    const cache = new LabelCache();
+    const text = renderClusterText(view, 128, cache);
+    expect(text).toContain("\u{1F600}");
+    expect(renderClusterBytes(view, 128, cache).equals(Buffer.from(text, "utf8"))).toBe(true);
+    // Twice through the same cache: the reused buffers hold nothing from the last scrape.
+    expect(renderClusterText(view, 128, cache)).toBe(text);
+  });
+
   it("renders only gauges: every cluster gauge family, no counter", () => {
     expect(CLUSTER_TEXT_FAMILIES).toEqual(
       CLUSTER_FAMILIES.filter((f) => f.type === "gauge").map((f) => f.name),
@@ -239,7 +250,10 @@ describe("createClusterCollector({ exposition: 'text' })", () => {
     const samples = parseExposition(text).samples;
     expect(samples.filter((s) => s.name.startsWith("llmgw_node_"))).toEqual([]);
     expect(samples.find((s) => s.name === "llmgw_cluster_view_errors_total")?.value).toBe(1);
+    const bytes = parseExposition((await endpoint.body()).toString("utf8")).samples;
+    expect(bytes.find((s) => s.name === "llmgw_cluster_view_errors_total")?.value).toBe(2);
     expect(logs).toEqual([
+      "cluster view failed during scrape; cluster families empty: Error: state lock poisoned",
       "cluster view failed during scrape; cluster families empty: Error: state lock poisoned",
     ]);
   });
@@ -275,6 +289,7 @@ describe("createMetricsEndpoint", () => {
     const helps = b.split("\n").filter((l) => l.startsWith("# HELP "));
     expect(new Set(helps).size).toBe(helps.length);
     expect(fast.contentType).toBe(legacy.contentType);
+    expect((await fast.body()).toString("utf8")).toBe(b);
     expect(b.endsWith("\n")).toBe(true);
     expect(b).not.toContain("\n\n\n");
   });
@@ -286,6 +301,9 @@ describe("createMetricsEndpoint", () => {
       await registry.metrics(),
     );
     expect(await createMetricsEndpoint({ registry }).metrics()).toBe(await registry.metrics());
+    expect((await createMetricsEndpoint({ registry }).body()).toString("utf8")).toBe(
+      await registry.metrics(),
+    );
   });
 
   it("refuses an OpenMetrics registry with text-rendered cluster families", () => {

@@ -37,20 +37,23 @@ function joinBlocks(lines: ReadonlyMap<string, LineWriter>): string {
   return out;
 }
 
-/**
- * The cluster gauge families (`CLUSTER_TEXT_FAMILIES`) of `view` as Prometheus text format
- * 0.0.4, rendered directly instead of through prom-client's registry loop (bench/metrics:
- * several times cheaper at 76k samples). Same samples, labels and value formatting as
- * `createClusterCollector`'s registry path, byte for byte per family; `cache` keeps each
- * node's and GPU's rendered label text across scrapes (pass the same one every scrape).
- * @throws whatever the view throws; `createClusterCollector` turns that into empty families.
- */
-export function renderClusterText(
+/** {@link joinBlocks} as UTF-8 bytes: no string is built, each writer's bytes copied once. */
+function joinBlockBytes(lines: ReadonlyMap<string, LineWriter>): Buffer {
+  const parts: Buffer[] = [];
+  for (const [name, header] of HEADERS) {
+    parts.push(Buffer.from(`${parts.length === 0 ? "" : "\n"}${header}\n`, "utf8"));
+    const own = lines.get(name);
+    if (own !== undefined) parts.push(own.bytes());
+  }
+  return Buffer.concat(parts);
+}
+
+/** Walks the view into the cache's per-family writers (reused: no memory grows per scrape). */
+function writeClusterLines(
   view: ClusterView,
   labelValueMaxLength: number,
-  cache: LabelCache = new LabelCache(),
-): string {
-  // The writers live in the cache so a scrape reuses the previous one's memory.
+  cache: LabelCache,
+): ReadonlyMap<string, LineWriter> {
   const lines = cache.writers;
   for (const name of HEADERS.keys()) {
     const w = lines.get(name);
@@ -77,7 +80,36 @@ export function renderClusterText(
       );
     },
   });
-  return joinBlocks(lines);
+  return lines;
+}
+
+/**
+ * The cluster gauge families (`CLUSTER_TEXT_FAMILIES`) of `view` as Prometheus text format
+ * 0.0.4, rendered directly instead of through prom-client's registry loop (bench/metrics:
+ * about half the CPU at 76k samples). Same samples, labels and value formatting as
+ * `createClusterCollector`'s registry path, byte for byte per family. `cache` keeps each
+ * node's and GPU's rendered label text and the render buffers across scrapes (pass the same
+ * one every scrape; not for concurrent use, which a synchronous call cannot have anyway).
+ * @throws whatever the view throws; `createClusterCollector` turns that into empty families.
+ */
+export function renderClusterText(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache = new LabelCache(),
+): string {
+  return joinBlocks(writeClusterLines(view, labelValueMaxLength, cache));
+}
+
+/**
+ * {@link renderClusterText} as UTF-8 bytes, for a handler that sends bytes anyway: skips
+ * building the 6 MB string and encoding it again (bench/metrics: "bytes" rows).
+ */
+export function renderClusterBytes(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache = new LabelCache(),
+): Buffer {
+  return joinBlockBytes(writeClusterLines(view, labelValueMaxLength, cache));
 }
 
 /** The text of every cluster gauge family with no samples (a scrape whose view failed). */

@@ -36,6 +36,11 @@ export class LineWriter {
     return this.#length;
   }
 
+  /** What was written, as bytes (a view of the writer's memory, valid until the next write). */
+  bytes(): Buffer {
+    return this.#buf.subarray(0, this.#length);
+  }
+
   /** What was written, as a string (latin1 decoding when all ASCII: same text, cheaper). */
   text(): string {
     const bytes = this.#buf.subarray(0, this.#length);

@@ -24,6 +24,11 @@ export interface MetricsEndpoint {
    * cluster state.
    */
   metrics(): Promise<string>;
+  /**
+   * {@link metrics} as UTF-8 bytes, for `res.end(body)`: the cluster part is never turned
+   * into a string and back (bench/metrics, "bytes" rows). Same content.
+   */
+  body(): Promise<Buffer>;
 }
 
 /**
@@ -35,8 +40,7 @@ export interface MetricsEndpoint {
  * const cluster = createClusterCollector(registry, view, { exposition: "text" });
  * const endpoint = createMetricsEndpoint({ registry, cluster });
  * // GET /metrics
- * const body = await endpoint.metrics();
- * res.writeHead(200, { "content-type": endpoint.contentType }).end(body);
+ * res.writeHead(200, { "content-type": endpoint.contentType }).end(await endpoint.body());
  * ```
  *
  * Registry default labels (`registry.setDefaultLabels`) are not applied to the text-rendered
@@ -62,6 +66,13 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
       const registryText = await registry.metrics();
       // An empty registry renders "\n"; keep the exposition free of a leading blank line.
       return registryText.trim().length === 0 ? clusterText : `${registryText}\n${clusterText}`;
+    },
+    async body() {
+      if (text === undefined) return Buffer.from(await registry.metrics(), "utf8");
+      const clusterBytes = text.renderClusterMetricsBytes();
+      const registryText = await registry.metrics();
+      if (registryText.trim().length === 0) return clusterBytes;
+      return Buffer.concat([Buffer.from(`${registryText}\n`, "utf8"), clusterBytes]);
     },
   };
 }
