@@ -538,3 +538,61 @@ describe("README.md and docs/*.md show only commands and flags that exist", () =
     expect(problems, problems.join("\n")).toEqual([]);
   });
 });
+
+// ------------------------------------------------------------------ docs/api.md vs the code
+
+/**
+ * docs/api.md promises the complete list of router errors and RPC error codes. The tables that
+ * define them are read as text (they are not part of any package's public API): every
+ * `{ status, type, code }` in the router's http-errors.ts must appear on one line of api.md,
+ * and every `LLMGW_CONTROL_PLANE_*: Code.X` mapping on a line that also names the Connect code.
+ */
+describe("docs/api.md lists every error the code can answer", () => {
+  const api = existsSync(join(repoRoot, "docs", "api.md"))
+    ? readFileSync(join(repoRoot, "docs", "api.md"), "utf8").split("\n")
+    : [];
+  const source = (path: string): string => readFileSync(join(repoRoot, path), "utf8");
+  const httpErrors = [
+    ...source("apps/control-plane/src/router/http-errors.ts").matchAll(
+      /\{\s*status:\s*(\d+),\s*type:\s*"([^"]+)",\s*code:\s*"([^"]+)"\s*\}/g,
+    ),
+  ].map((m) => ({ status: m[1] as string, type: m[2] as string, code: m[3] as string }));
+  const connectCodes = [
+    ...source("apps/control-plane/src/rpc/errors.ts").matchAll(
+      /(LLMGW_CONTROL_PLANE_[A-Z_]+):\s*Code\.(\w+)/g,
+    ),
+  ].map((m) => ({
+    code: m[1] as string,
+    // Connect's wire name: InvalidArgument → invalid_argument.
+    connect: (m[2] as string).replace(/(?<!^)([A-Z])/g, "_$1").toLowerCase(),
+  }));
+
+  it("found the tables in the code (the patterns still match it)", () => {
+    expect(httpErrors.length).toBeGreaterThanOrEqual(10);
+    expect(connectCodes.length).toBeGreaterThanOrEqual(5);
+  });
+
+  it("every router answer (status, error.type, error.code) has a line in docs/api.md", () => {
+    const missing = httpErrors
+      .filter(
+        (e) =>
+          !api.some(
+            (l) =>
+              new RegExp(`\\|\\s*${e.status}\\s*\\|`).test(l) &&
+              l.includes(`\`${e.type}\``) &&
+              l.includes(`\`${e.code}\``),
+          ),
+      )
+      .map((e) => `${e.status} ${e.type} ${e.code}`);
+    expect(missing, `docs/api.md does not list: ${missing.join("; ")}`).toEqual([]);
+  });
+
+  it("every LLMGW_CONTROL_PLANE_* code is listed with its Connect code", () => {
+    const missing = connectCodes
+      .filter(
+        (e) => !api.some((l) => l.includes(`\`${e.code}\``) && l.includes(`\`${e.connect}\``)),
+      )
+      .map((e) => `${e.code} → ${e.connect}`);
+    expect(missing, `docs/api.md does not list: ${missing.join("; ")}`).toEqual([]);
+  });
+});
