@@ -154,6 +154,67 @@ describe("deploy/systemd units", () => {
   );
 });
 
+/**
+ * The `llmgw` command a unit's ExecStart runs and every `--flag` it passes, including those in
+ * the `*_ARGS` variables it expands (their values and the comment lines just above them in the
+ * env-file example, where operators look for what to put there).
+ */
+function execStartArgs(file: string): { words: string[]; flags: string[] } {
+  const unit = unitNamed(file);
+  const execStart = value(unit, "Service", "ExecStart") ?? "";
+  const args = execStart.split(/\s+/).slice(1);
+  const words: string[] = [];
+  for (const a of args) {
+    if (!/^[a-z][a-z0-9-]*$/.test(a)) break;
+    words.push(a);
+  }
+  const texts = [execStart];
+  const vars = new Set(
+    [...execStart.matchAll(/\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?/g)].map((m) => m[1]),
+  );
+  for (const envFile of unit.get("Service")?.get("EnvironmentFile") ?? []) {
+    const example = join(unitDir, `${basename(envFile.replace(/^-/, ""))}.example`);
+    if (!existsSync(example)) continue;
+    const lines = readFileSync(example, "utf8").split("\n");
+    for (const [i, line] of lines.entries()) {
+      const key = /^\s*([A-Za-z_][A-Za-z0-9_]*)=/.exec(line)?.[1];
+      if (key === undefined || !vars.has(key)) continue;
+      texts.push(line);
+      for (let j = i - 1; j >= 0 && lines[j]?.trimStart().startsWith("#"); j--) {
+        texts.push(lines[j] as string);
+      }
+    }
+  }
+  const flags = new Set(
+    texts.flatMap((t) => [...t.matchAll(/(?<![\w-])--[a-z][a-z0-9-]*/g)].map((m) => m[0])),
+  );
+  return { words, flags: [...flags] };
+}
+
+describe("what the units run exists in the CLI", () => {
+  const mainJs = join(repoRoot, "apps", "cli", "dist", "main.js");
+
+  it.each(unitFiles)(
+    "%s: ExecStart's command and flags are in its --help",
+    async (file) => {
+      if (!existsSync(mainJs)) {
+        execFileSync("pnpm", ["--filter", "llmgw", "build"], { cwd: repoRoot, stdio: "ignore" });
+      }
+      const { words, flags } = execStartArgs(file);
+      expect(words.length, `${file}: ExecStart runs no llmgw command`).toBeGreaterThan(0);
+      const { stdout } = await run(process.execPath, [mainJs, ...words, "--help"], {
+        timeout: 60_000,
+      });
+      const missing = flags.filter(
+        (f) => !new RegExp(`(^|[^A-Za-z0-9-])${f}(?![A-Za-z0-9-])`, "m").test(stdout),
+      );
+      expect(missing, `${file}: not in 'llmgw ${words.join(" ")} --help'`).toEqual([]);
+      expect(flags.length).toBeGreaterThan(0);
+    },
+    180_000,
+  );
+});
+
 let hasSystemdAnalyze = false;
 try {
   execFileSync("systemd-analyze", ["--version"], { stdio: "ignore" });
