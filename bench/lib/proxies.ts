@@ -136,6 +136,9 @@ defaults
   timeout client 300s
   timeout server 300s
   option http-keep-alive
+  # Streaming: without it HAProxy sends with MSG_MORE and small SSE chunks wait for the
+  # kernel's cork timeout (~200 ms), which shows up as TTFT, not routing.
+  option http-no-delay
 frontend fe
   bind 127.0.0.1:${port}
   default_backend be

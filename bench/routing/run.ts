@@ -10,6 +10,7 @@
  *
  *   node --conditions=@llmgw/source --import tsx bench/routing/run.ts [--quick]
  *     [--workloads shared-prefix,unique,hot-prefix] [--rate 16] [--time-scale 1]
+ *     [--targets nginx,haproxy,llmgw]  (prefixes of the target names)
  *
  * Prints a table and JSON (also written to bench/results/routing-<time>.json).
  */
@@ -30,6 +31,7 @@ const { values: flags } = parseArgs({
     rate: { type: "string" },
     "time-scale": { type: "string" },
     replicas: { type: "string" },
+    targets: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -117,8 +119,12 @@ const haveHaproxy = findBinary("haproxy") !== undefined;
 if (!haveNginx) skipped.push("nginx baselines: nginx not installed (apt-get install -y nginx)");
 if (!haveHaproxy)
   skipped.push("haproxy baselines: haproxy not installed (apt-get install -y haproxy)");
+const only = flags.targets?.split(",");
 const targets = allTargets.filter(
-  (t) => (haveNginx || !t.startsWith("nginx")) && (haveHaproxy || !t.startsWith("haproxy")),
+  (t) =>
+    (only === undefined || only.some((o) => t.startsWith(o))) &&
+    (haveNginx || !t.startsWith("nginx")) &&
+    (haveHaproxy || !t.startsWith("haproxy")),
 );
 
 const simOptions = (i: number) => ({
@@ -138,7 +144,9 @@ const t0 = Date.now();
 let proxy: RunningProxy | undefined;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.once(signal, () => {
-    void Promise.all([proxy?.stop(), ...children.map((c) => c.stop())]).then(() => process.exit(130));
+    void Promise.all([proxy?.stop(), ...children.map((c) => c.stop())]).then(() =>
+      process.exit(130),
+    );
   });
 }
 try {
