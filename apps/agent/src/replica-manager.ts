@@ -120,7 +120,8 @@ const PROTO_STATE: Readonly<Record<ReplicaState, ProtoReplicaState>> = {
 export class ReplicaManager {
   readonly #managed = new Map<string, Managed>();
   readonly #rejected = new Map<string, Rejected>();
-  readonly #stopping = new Set<Promise<unknown>>();
+  /** In-flight stops by replica id: a replacement waits for its predecessor to be gone. */
+  readonly #stopping = new Map<string, Promise<void>>();
   #applying: Promise<void> = Promise.resolve();
   #loadTimer: NodeJS.Timeout | undefined;
 
@@ -197,6 +198,9 @@ export class ReplicaManager {
       ) {
         continue;
       }
+      // A replacement (changed assignment, or re-placed after a removal) must not race its
+      // predecessor's stop for the same pid file and supervisor slot.
+      await this.#stopping.get(key);
       const port = await freePort();
       const managed = this.#prepare(assignment, port);
       if (!managed) continue;
@@ -204,10 +208,10 @@ export class ReplicaManager {
       try {
         await managed.replica.start({ adopt: true });
       } catch (error) {
-        this.options.logger.warn("replica failed to launch", {
-          replicaId: key,
-          error: (error as Error).message,
-        });
+        const message = `launch failed: ${(error as Error).message}`;
+        this.options.logger.warn("replica failed to launch", { replicaId: key, error: message });
+        this.#managed.delete(key);
+        this.#rejected.set(key, { assignment, message, atMs: Date.now() });
       }
     }
   }
@@ -311,19 +315,29 @@ export class ReplicaManager {
   }
 
   #retire(managed: Managed, reason: string): void {
-    this.#managed.delete(managed.key);
-    this.options.logger.info("stopping replica", { replicaId: managed.key, reason });
-    const done = managed.replica
-      .stop()
-      .catch((error: unknown) => {
-        this.options.logger.warn("stop failed", {
-          replicaId: managed.key,
-          error: (error as Error).message,
-        });
+    const key = managed.key;
+    this.#managed.delete(key);
+    this.options.logger.info("stopping replica", { replicaId: key, reason });
+    const previous = this.#stopping.get(key) ?? Promise.resolve();
+    const done: Promise<void> = previous
+      .then(() => managed.replica.stop())
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          this.options.logger.warn("stop failed", {
+            replicaId: key,
+            error: (error as Error).message,
+          });
+        },
+      )
+      .then(async () => {
+        // Keep the record if a replacement for the same id was started meanwhile.
+        if (!this.#managed.has(key)) await rm(this.#recordPath(key), { force: true });
       })
-      .then(() => rm(this.#recordPath(managed.key), { force: true }));
-    this.#stopping.add(done);
-    void done.finally(() => this.#stopping.delete(done));
+      .finally(() => {
+        if (this.#stopping.get(key) === done) this.#stopping.delete(key);
+      });
+    this.#stopping.set(key, done);
   }
 
   #recordPath(key: string): string {
@@ -432,7 +446,7 @@ export class ReplicaManager {
     if (stopEngines) {
       for (const managed of [...this.#managed.values()]) this.#retire(managed, "agent stopping");
     }
-    await Promise.all([...this.#stopping]);
+    await Promise.all([...this.#stopping.values()]);
   }
 }
 

@@ -58,9 +58,10 @@ beforeAll(async () => {
     "--heartbeat-interval",
     "300ms",
     "--node-lost-after",
-    // Long enough that a SIGKILLed agent restarting on this loaded 2-core machine comes back
-    // before its node is declared lost; the "lost" step waits this out on purpose.
-    "8s",
+    // Long enough that a SIGKILLed agent restarting on a loaded 2-core machine comes back
+    // before its node is declared lost (8 s was not, with the whole suite running in
+    // parallel); the "lost" step waits this out on purpose.
+    "20s",
   ]);
   await cp.start();
   agentA = new AgentProc(root, "node-a", "4xh100-80g,1xl40s-45g@ib-a", cp);
@@ -185,7 +186,7 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
   });
 
   it("moves the replicas of an agent that stays away longer than the grace", {
-    timeout: 120_000,
+    timeout: 180_000,
   }, async () => {
     const nodeB = await nodeIdOf("node-b");
     await agentB.kill("SIGKILL");
@@ -202,7 +203,7 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
           ? true
           : undefined;
       },
-      45_000,
+      60_000,
     ).catch((error: unknown) => {
       throw new Error(`${(error as Error).message}; last seen: ${seen}`);
     });
