@@ -12,6 +12,7 @@
  */
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { rmdir } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -485,8 +486,10 @@ describe("README.md and docs/*.md show only commands and flags that exist", () =
     );
   }, 240_000);
 
-  afterAll(() => {
-    if (privateOut !== undefined) rmSync(privateOut, { recursive: true, force: true });
+  afterAll(async () => {
+    if (privateOut === undefined) return;
+    rmSync(privateOut, { recursive: true, force: true });
+    await rmdir(dirname(privateOut)).catch(() => undefined); // only when no other build is in there
   });
 
   it("finds invocations to check (the extraction still works on these documents)", () => {
