@@ -204,10 +204,18 @@ export async function restartControlPlane(c: SoakCluster): Promise<FaultRecord> 
       readyAtMs: c.now(),
       adopted: describePids(pids) === describePids(before),
       notes,
+      outage: { fromMs: atMs, toMs: upMs },
     };
   } catch (error) {
     notes.push((error as Error).message);
-    return { kind: "control-plane-restart", atMs, readyAtMs: undefined, adopted: false, notes };
+    return {
+      kind: "control-plane-restart",
+      atMs,
+      readyAtMs: undefined,
+      adopted: false,
+      notes,
+      outage: { fromMs: atMs, toMs: upMs },
+    };
   }
 }
 

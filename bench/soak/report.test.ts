@@ -27,7 +27,9 @@ const fault = (kind: FaultRecord["kind"], atMs: number, readyAtMs?: number): Fau
 describe("summarizeFaults", () => {
   const records = [
     req(0, 100, "ok"),
-    // engine kill at 1 000: one error, then steady success
+    // engine kill at 1 000: a stream in flight on the killed engine ends with an error event,
+    // then one more error, then steady success
+    req(900, 1_020, "error", true),
     req(1_000, 1_050, "error"),
     req(1_010, 1_400, "ok"),
     req(1_500, 1_700, "ok"),
@@ -44,15 +46,15 @@ describe("summarizeFaults", () => {
     4_000,
   );
 
-  it("orders faults by start and windows each until the next one", () => {
+  it("orders faults by start and windows each until the next one, by end time", () => {
     expect(summary.map((f) => [f.kind, f.atS, f.requests])).toEqual([
-      ["engine-kill", 1, 3],
+      ["engine-kill", 1, 4],
       ["control-plane-restart", 2, 5],
     ]);
   });
 
   it.each([
-    ["engine-kill", { notOk: 1, firstOkAfterS: 0.4, steadyAfterS: 0.1, readyAfterS: 1.5 }],
+    ["engine-kill", { notOk: 2, firstOkAfterS: 0.4, steadyAfterS: 0.1, readyAfterS: 1.5 }],
     [
       "control-plane-restart",
       { notOk: 3, firstOkAfterS: 1.5, steadyAfterS: 1.2, readyAfterS: 1.4 },
@@ -77,6 +79,16 @@ describe("summarizeFaults", () => {
 });
 
 describe("summarizeTotals", () => {
+  it.each([
+    ["an immediate reset inside the outage is not unanswered", req(1_000, 1_010, "reset"), 0, 1],
+    ["an immediate reset outside the outage is", req(5_000, 5_010, "reset"), 1, 0],
+    ["a slow reset inside the outage is", req(1_000, 2_500, "reset"), 1, 0],
+    ["a hang inside the outage is", req(1_000, 1_010, "hang"), 1, 0],
+  ])("%s", (_what, record, unanswered, excused) => {
+    const totals = summarizeTotals([record], 1, [{ fromMs: 900, toMs: 3_000 }]);
+    expect([totals.unanswered, totals.immediateResetsInOutage]).toEqual([unanswered, excused]);
+  });
+
   it("counts bad classes and lost requests as unanswered", () => {
     const totals = summarizeTotals(
       [req(0, 10, "ok"), req(0, 30, "ok", true), req(0, 5, "reset"), req(0, 1, "cp-down")],

@@ -32,13 +32,27 @@ export interface FaultRecord {
   readonly adopted: boolean | null;
   /** Free-form facts (pids, victim, restarts). */
   readonly notes: readonly string[];
+  /** The router's outage, ms: from SIGTERM (drain) until it listened again (control-plane restart). */
+  readonly outage?: Outage;
 }
+
+/** A span during which the router was draining or down, ms since the run started. */
+export interface Outage {
+  readonly fromMs: number;
+  readonly toMs: number;
+}
+
+/** A reset no later than this after the request started counts as seen immediately. */
+export const IMMEDIATE_MS = 1_000;
 
 /** Per-fault figures. */
 export interface FaultSummary {
   readonly kind: FaultKind;
   readonly atS: number;
-  /** Requests started in [atMs, next fault or end). */
+  /**
+   * Requests that ended in [atMs, next fault or end): a request in flight when the fault hit
+   * belongs to it, even though it started before.
+   */
   readonly requests: number;
   readonly byClass: Readonly<Record<OutcomeClass, number>>;
   /** Requests in the window that did not succeed (the error budget spent). */
@@ -64,7 +78,13 @@ export interface SoakTotals {
   readonly sent: number;
   readonly classified: number;
   readonly byClass: Readonly<Record<OutcomeClass, number>>;
-  /** hang + reset + malformed + (sent − classified). */
+  /**
+   * Resets the client saw immediately (≤ {@link IMMEDIATE_MS}) while the router was draining or
+   * down: the connection error a client may get when the control plane restarts, so not counted
+   * as unanswered (they are still in `byClass.reset`).
+   */
+  readonly immediateResetsInOutage: number;
+  /** hang + malformed + (sent − classified) + resets other than `immediateResetsInOutage`. */
   readonly unanswered: number;
   readonly okP50Ms: number | undefined;
   readonly okP99Ms: number | undefined;
@@ -92,7 +112,10 @@ const round = (ms: number | undefined) => (ms === undefined ? undefined : Math.r
 const seconds = (ms: number | undefined) =>
   ms === undefined ? undefined : Math.round(ms / 100) / 10;
 
-/** Per-fault budgets: each fault's window runs to the next fault's start or `endMs`. */
+/**
+ * Per-fault budgets: each fault's window runs to the next fault's start or `endMs`, and holds
+ * the requests that ended in it.
+ */
 export function summarizeFaults(
   records: readonly RequestRecord[],
   faults: readonly FaultRecord[],
@@ -101,7 +124,7 @@ export function summarizeFaults(
   const ordered = [...faults].sort((a, b) => a.atMs - b.atMs);
   return ordered.map((fault, i) => {
     const until = ordered[i + 1]?.atMs ?? endMs;
-    const inWindow = records.filter((r) => r.startMs >= fault.atMs && r.startMs < until);
+    const inWindow = records.filter((r) => r.endMs >= fault.atMs && r.endMs < until);
     const failed = inWindow.filter((r) => r.class !== "ok");
     const ok = inWindow.filter((r) => r.class === "ok");
     const firstOk = records
@@ -131,8 +154,18 @@ export function summarizeFaults(
 }
 
 /** Whole-run totals; `sent` is the client's own count of requests it started. */
-export function summarizeTotals(records: readonly RequestRecord[], sent: number): SoakTotals {
+export function summarizeTotals(
+  records: readonly RequestRecord[],
+  sent: number,
+  outages: readonly Outage[] = [],
+): SoakTotals {
   const byClass = countByClass(records);
+  const immediateResetsInOutage = records.filter(
+    (r) =>
+      r.class === "reset" &&
+      r.endMs - r.startMs <= IMMEDIATE_MS &&
+      outages.some((o) => r.endMs >= o.fromMs && r.startMs <= o.toMs),
+  ).length;
   const ok = records.filter((r) => r.class === "ok");
   const details = new Map<string, { class: OutcomeClass; detail: string; count: number }>();
   for (const r of records) {
@@ -146,7 +179,11 @@ export function summarizeTotals(records: readonly RequestRecord[], sent: number)
     sent,
     classified: records.length,
     byClass,
-    unanswered: BAD_CLASSES.reduce((n, c) => n + byClass[c], 0) + (sent - records.length),
+    immediateResetsInOutage,
+    unanswered:
+      BAD_CLASSES.reduce((n, c) => n + byClass[c], 0) -
+      immediateResetsInOutage +
+      (sent - records.length),
     okP50Ms: round(quantile(ok.map(latency), 0.5)),
     okP99Ms: round(quantile(ok.map(latency), 0.99)),
     streamOkP50Ms: round(quantile(ok.filter((r) => r.stream).map(latency), 0.5)),

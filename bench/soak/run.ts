@@ -208,13 +208,17 @@ async function main(): Promise<number> {
 
   const records: readonly RequestRecord[] = load.records;
   const perFault = summarizeFaults(records, faults, endMs);
-  const totals = summarizeTotals(records, load.sent());
+  const totals = summarizeTotals(
+    records,
+    load.sent(),
+    faults.flatMap((f) => (f.outage ? [f.outage] : [])),
+  );
   const engineFault = perFault.find((f) => f.kind === "engine-kill");
   const restartBackoffS = 1; // supervisor's default initial restart delay
   const goals = [
     {
       goal: "zero unanswered requests (no hang, reset, malformed or lost)",
-      value: `${totals.unanswered} (hang ${totals.byClass.hang}, reset ${totals.byClass.reset}, malformed ${totals.byClass.malformed}, lost ${totals.sent - totals.classified})`,
+      value: `${totals.unanswered} (hang ${totals.byClass.hang}, reset ${totals.byClass.reset - totals.immediateResetsInOutage}, malformed ${totals.byClass.malformed}, lost ${totals.sent - totals.classified}); ${totals.immediateResetsInOutage} immediate resets during the control plane's restart not counted`,
       met: totals.unanswered === 0,
     },
     {
@@ -326,7 +330,8 @@ async function main(): Promise<number> {
   console.log(
     `\nsoak (${result.mode}): ${config.concurrency} loops × ${result.loadS} s, load average ${result.loadavg.join(" ")}\n`,
   );
-  console.log(`${faultTable}\n\n${totalsTable}\n`);
+  const notes = perFault.map((f) => `  ${f.kind}: ${f.notes.join("; ")}`).join("\n");
+  console.log(`${faultTable}\n\n${notes}\n\n${totalsTable}\n`);
   if (totals.details.length > 0) console.log(`${detailsTable}\n`);
   console.log(
     `slow replica: ${onSlow.length} of ${afterSlow.length} requests after it was ready went to it (ok p50 ${result.slowReplica.slowOkP50Ms ?? "-"} ms)\n`,
