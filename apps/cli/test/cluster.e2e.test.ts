@@ -9,6 +9,7 @@ import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { ensureTinyModel, findLlamaServer } from "@llmgw/engine-sim";
 import {
   AgentService,
   DeploymentSchema,
@@ -17,6 +18,7 @@ import {
   NodeState,
   RegisterRequestSchema,
 } from "@llmgw/proto";
+import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   AgentProc,
@@ -244,6 +246,50 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
     );
     await cp.admin().uncordonNode({ node: nodeA }, cp.adminHeaders());
   });
+
+  it.skipIf(findLlamaServer() === undefined)(
+    "runs the same deploy-to-ready path with the real llama-server, and serves it through the router",
+    { timeout: 120_000 },
+    async () => {
+      const model = await ensureTinyModel("tiny");
+      await cp.admin().applyDeployment(
+        {
+          deployment: create(DeploymentSchema, {
+            name: "tiny",
+            model,
+            engine: Engine.LLAMACPP,
+            replicas: 1,
+            gpusPerReplica: 0,
+            maxModelLen: 1024,
+          }),
+        },
+        cp.adminHeaders(),
+      );
+      await waitFor(
+        "the llama.cpp replica to be ready",
+        async () => (allReady(await deployment(cp, "tiny"), 1) ? true : undefined),
+        60_000,
+      );
+      const { secret } = await cp.admin().createApiKey({ name: "e2e" }, cp.adminHeaders());
+      const client = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret });
+      const answer = await client.chat.completions.create({
+        model: "tiny",
+        max_tokens: 8,
+        messages: [{ role: "user", content: "hello" }],
+      });
+      expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
+      const stream = await client.chat.completions.create({
+        model: "tiny",
+        max_tokens: 8,
+        stream: true,
+        messages: [{ role: "user", content: "hello again" }],
+      });
+      let chunks = 0;
+      for await (const _ of stream) chunks += 1;
+      expect(chunks).toBeGreaterThan(1);
+      await cp.admin().deleteDeployment({ name: "tiny" }, cp.adminHeaders());
+    },
+  );
 
   it("refuses a wrong join token, a revoked node and a missing admin token, clearly", async () => {
     const transport = createConnectTransport({ baseUrl: cp.controlUrl, httpVersion: "1.1" });
