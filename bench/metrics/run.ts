@@ -186,7 +186,7 @@ interface Phase {
 }
 
 /** Runs one phase: heartbeats recorded for `phaseSeconds`, with `scrape` in a loop if given. */
-async function phase(fleet: Fleet, name: string, scrape?: () => Promise<string>): Promise<Phase> {
+async function phase(fleet: Fleet, name: string, scrape?: () => Promise<unknown>): Promise<Phase> {
   const errors0 = fleet.counters.errors;
   const delay = monitorEventLoopDelay({ resolution: 10 });
   delay.enable();
