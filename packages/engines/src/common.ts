@@ -1,9 +1,11 @@
 /** Helpers shared by the engine adapters (not exported from the package). */
 import { buildNcclEnv, isNcclEnvError } from "@llmgw/nccl-env";
+import type { EngineName } from "./deployment-spec.js";
 import { OWNED_ENV } from "./deployment-spec.js";
 import { EnginesError } from "./errors.js";
 import {
   type BuildLaunchSpecInput,
+  type LaunchSpec,
   type ResolvedNodeEngineConfig,
   resolveNodeEngineConfig,
 } from "./launch-spec.js";
@@ -127,6 +129,58 @@ export function buildEnv(
     }
   }
   return { env, reasons };
+}
+
+/**
+ * SGLang-style rendezvous flags (`--nnodes --node-rank --dist-init-addr host:port`) for a
+ * multi-node rank; nothing on one node. The simulated engine takes the same flags.
+ */
+export function distInitArgs(input: BuildLaunchSpecInput, checked: CheckedLaunch): string[] {
+  if (checked.rendezvous === undefined) return [];
+  const { placement } = input;
+  return [
+    "--nnodes",
+    String(placement.nnodes),
+    "--node-rank",
+    String(placement.rank),
+    "--dist-init-addr",
+    checked.rendezvous.hostPort,
+  ];
+}
+
+/**
+ * The parts of a {@link LaunchSpec} every adapter fills the same way: environment (see
+ * {@link buildEnv}), working dir, the API port and readiness checks on serving ranks,
+ * `/metrics`, SIGTERM and the engine's grace.
+ */
+export function finishLaunchSpec(
+  engine: EngineName,
+  input: BuildLaunchSpecInput,
+  checked: CheckedLaunch,
+  argv: string[],
+  options: EnvOptions & { readonly serving: boolean },
+): LaunchSpec {
+  const { env, reasons } = buildEnv(input, checked, options);
+  const { config } = checked;
+  return {
+    engine,
+    rank: input.placement.rank,
+    argv,
+    env,
+    ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
+    ...(options.serving ? { apiPort: input.ports.api } : {}),
+    readiness: options.serving
+      ? {
+          healthPath: "/health",
+          modelsPath: "/v1/models",
+          expectedModelId: input.deployment.servedModelName,
+        }
+      : undefined,
+    metricsPath: "/metrics",
+    stopSignal: "SIGTERM",
+    stopGraceMs: config.stopGraceMs[engine],
+    reasons,
+  };
 }
 
 /** `[flag, value]` when value is set, else nothing. */

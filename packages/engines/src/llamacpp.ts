@@ -1,4 +1,4 @@
-import { buildEnv, checkLaunch } from "./common.js";
+import { checkLaunch, finishLaunchSpec } from "./common.js";
 import { EnginesError } from "./errors.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
@@ -47,23 +47,10 @@ export const llamacppAdapter: EngineAdapter = {
       ...(placement.gpuIndices.length > 0 ? ["-ngl", "999"] : []),
       ...d.extraArgs,
     ];
-    const { env, reasons } = buildEnv(input, checked, { python: false, nccl: false });
-    return {
-      engine: "llamacpp",
-      rank: placement.rank,
-      argv,
-      env,
-      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
-      apiPort: ports.api,
-      readiness: {
-        healthPath: "/health",
-        modelsPath: "/v1/models",
-        expectedModelId: d.servedModelName,
-      },
-      metricsPath: "/metrics",
-      stopSignal: "SIGTERM",
-      stopGraceMs: config.stopGraceMs.llamacpp,
-      reasons,
-    };
+    return finishLaunchSpec("llamacpp", input, checked, argv, {
+      python: false,
+      nccl: false,
+      serving: true,
+    });
   },
 };

@@ -1,4 +1,4 @@
-import { buildEnv, checkLaunch, opt } from "./common.js";
+import { checkLaunch, distInitArgs, finishLaunchSpec, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -38,33 +38,13 @@ export const sglangAdapter: EngineAdapter = {
       ...opt("--download-dir", config.downloadDir),
       ...(d.trustRemoteCode ? ["--trust-remote-code"] : []),
       "--enable-metrics",
-      ...(checked.rendezvous === undefined
-        ? []
-        : [
-            "--nnodes",
-            String(placement.nnodes),
-            "--node-rank",
-            String(placement.rank),
-            "--dist-init-addr",
-            checked.rendezvous.hostPort,
-          ]),
+      ...distInitArgs(input, checked),
       ...d.extraArgs,
     ];
-    const { env, reasons } = buildEnv(input, checked, { python: true, nccl: true });
-    return {
-      engine: "sglang",
-      rank: placement.rank,
-      argv,
-      env,
-      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
-      ...(serving ? { apiPort: ports.api } : {}),
-      readiness: serving
-        ? { healthPath: "/health", modelsPath: "/v1/models", expectedModelId: d.servedModelName }
-        : undefined,
-      metricsPath: "/metrics",
-      stopSignal: "SIGTERM",
-      stopGraceMs: config.stopGraceMs.sglang,
-      reasons,
-    };
+    return finishLaunchSpec("sglang", input, checked, argv, {
+      python: true,
+      nccl: true,
+      serving: serving,
+    });
   },
 };

@@ -1,4 +1,4 @@
-import { buildEnv, checkLaunch, opt } from "./common.js";
+import { checkLaunch, distInitArgs, finishLaunchSpec, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -26,33 +26,13 @@ export const simAdapter: EngineAdapter = {
       "--port",
       String(ports.api),
       ...opt("--max-model-len", d.maxModelLen),
-      ...(checked.rendezvous === undefined
-        ? []
-        : [
-            "--nnodes",
-            String(placement.nnodes),
-            "--node-rank",
-            String(placement.rank),
-            "--dist-init-addr",
-            checked.rendezvous.hostPort,
-          ]),
+      ...distInitArgs(input, checked),
       ...d.extraArgs,
     ];
-    const { env, reasons } = buildEnv(input, checked, { python: false, nccl: true });
-    return {
-      engine: "sim",
-      rank: placement.rank,
-      argv,
-      env,
-      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
-      ...(serving ? { apiPort: ports.api } : {}),
-      readiness: serving
-        ? { healthPath: "/health", modelsPath: "/v1/models", expectedModelId: d.servedModelName }
-        : undefined,
-      metricsPath: "/metrics",
-      stopSignal: "SIGTERM",
-      stopGraceMs: config.stopGraceMs.sim,
-      reasons,
-    };
+    return finishLaunchSpec("sim", input, checked, argv, {
+      python: false,
+      nccl: true,
+      serving: serving,
+    });
   },
 };

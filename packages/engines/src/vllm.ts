@@ -1,4 +1,4 @@
-import { buildEnv, checkLaunch, opt } from "./common.js";
+import { checkLaunch, finishLaunchSpec, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -46,21 +46,10 @@ export const vllmAdapter: EngineAdapter = {
           ]),
       ...d.extraArgs,
     ];
-    const { env, reasons } = buildEnv(input, checked, { python: true, nccl: true });
-    return {
-      engine: "vllm",
-      rank: placement.rank,
-      argv,
-      env,
-      ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
-      ...(serving ? { apiPort: ports.api } : {}),
-      readiness: serving
-        ? { healthPath: "/health", modelsPath: "/v1/models", expectedModelId: d.servedModelName }
-        : undefined,
-      metricsPath: "/metrics",
-      stopSignal: "SIGTERM",
-      stopGraceMs: config.stopGraceMs.vllm,
-      reasons,
-    };
+    return finishLaunchSpec("vllm", input, checked, argv, {
+      python: true,
+      nccl: true,
+      serving: serving,
+    });
   },
 };
