@@ -3,10 +3,7 @@ import { lastJson, runQuick } from "../lib/smoke.js";
 
 describe("bench/router/run.ts --quick", () => {
   it("completes against every available target and prints the table", async () => {
-    const { code, stdout, stderr } = await runQuick(
-      new URL("./run.ts", import.meta.url),
-      240_000,
-    );
+    const { code, stdout, stderr } = await runQuick(new URL("./run.ts", import.meta.url), 240_000);
     expect(code, stderr.slice(-2000)).toBe(0);
     expect(stdout).toMatch(/workload\s+c\s+target\s+req\/s/);
     const result = lastJson<{ rows: { target: string; runs: number }[]; skipped: string[] }>(
