@@ -32,7 +32,7 @@ export interface ClusterCollectorOptions {
    * How the cluster gauge families reach a scrape. `"registry"` (default, compatible):
    * registered on the registry as prom-client custom collectors, so `registry.metrics()`
    * includes them. `"text"` (fast, what {@link createMetricsEndpoint} is for): not registered;
-   * `renderClusterMetrics()` writes them directly, several times cheaper at fleet scale
+   * `renderClusterMetrics()` writes them directly, about half the CPU at fleet scale
    * (bench/metrics). The two counters are on the registry either way.
    */
   exposition?: ClusterExposition;
