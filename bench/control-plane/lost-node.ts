@@ -16,7 +16,7 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 export interface LostNodeResult {
   readonly node: string;
   readonly ranksOnNode: number;
-  /** `replica.placed` events for the affected deployments after the node was declared lost. */
+  /** `replica.placed` events (ListEvents) for the affected deployments after `node.lost`. */
   readonly replicasMoved: number;
   readonly silencedToUnreachableMs: number | undefined;
   readonly silencedToLostMs: number;
@@ -122,9 +122,16 @@ export async function measureLostNode(
       20,
     );
     const lostAt = Number(lost.event.atUnixMs);
-    const unreachable = watch.events.find(
-      (e) => e.event.kind === "node.unreachable" && e.event.subject === node,
-    );
+    // The last unreachable before lost: a heartbeat still in flight when the agent was
+    // silenced can land late and make the node ready once more.
+    const unreachable = watch.events
+      .filter(
+        (e) =>
+          e.event.kind === "node.unreachable" &&
+          e.event.subject === node &&
+          e.event.id < lost.event.id,
+      )
+      .at(-1);
     const callMs: number[] = [];
     let placedAt: number | undefined;
     let last: readonly DeploymentStatus[] = [];
@@ -150,12 +157,9 @@ export async function measureLostNode(
         .filter((d) => affected.has(d.spec?.name ?? ""))
         .flatMap((d) => d.replicas.map((r) => r.replicaId)),
     );
-    const placed = watch.events.filter(
-      (e) =>
-        e.event.kind === "replica.placed" &&
-        ids.has(e.event.subject) &&
-        Number(e.event.atUnixMs) >= lostAt,
-    );
+    // From the store, not the stream: on a saturated box the stream can trail the state.
+    const { events: after } = await admin.listEvents({ afterId: lost.event.id, limit: 10_000 });
+    const placed = after.filter((e) => e.kind === "replica.placed" && ids.has(e.subject));
     const failure = watch.failure();
     return {
       node: `${victim.hostname} (${node})`,
@@ -166,9 +170,7 @@ export async function measureLostNode(
         : undefined,
       silencedToLostMs: lostAt - silencedAt,
       lostToPlacedServerMs:
-        placed.length > 0
-          ? Math.max(...placed.map((e) => Number(e.event.atUnixMs))) - lostAt
-          : undefined,
+        placed.length > 0 ? Math.max(...placed.map((e) => Number(e.atUnixMs))) - lostAt : undefined,
       lostToPlacedObservedMs: (placedAt ?? readyAt) - lostAt,
       lostToReadyMs: readyAt - lostAt,
       listDeployments: {

@@ -147,11 +147,21 @@ async function runBaseline(config: BenchConfig, dir: string, ticks: number): Pro
   }
 }
 
-/** Times `n` GETs of the control plane's /metrics (what Prometheus scrapes). */
-async function scrapeMetrics(controlUrl: string, n: number) {
+/**
+ * Times `n` GETs of the control plane's /metrics (what Prometheus scrapes) and the CPU they
+ * cost it: CPU during the scrapes less what the heartbeats used at the window's rate.
+ */
+async function scrapeMetrics(
+  controlUrl: string,
+  pid: number,
+  ticks: number,
+  n: number,
+  steadyCores: number,
+) {
   const times: number[] = [];
   let bytes = 0;
   let status = 0;
+  const s0 = sampleProc(pid, ticks, performance.now());
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
     const res = await fetch(`${controlUrl}/metrics`);
@@ -159,11 +169,14 @@ async function scrapeMetrics(controlUrl: string, n: number) {
     times.push(performance.now() - t0);
     status = res.status;
   }
+  const s1 = sampleProc(pid, ticks, performance.now());
+  const extraCpuS = s1.cpuSeconds - s0.cpuSeconds - (steadyCores * (s1.atMs - s0.atMs)) / 1000;
   return {
     status,
     bytes,
     medianMs: Number((quantile(times, 0.5) ?? 0).toFixed(1)),
     maxMs: Number(Math.max(...times).toFixed(1)),
+    cpuSecondsPerScrape: Number(Math.max(0, extraCpuS / n).toFixed(3)),
   };
 }
 
@@ -258,7 +271,7 @@ async function runControlPlane(
     const window = await measureWindow(fleet, cp.pid, ticks, config.seconds);
     const hot = profiler ? hotFunctions(await profiler.stop()) : undefined;
 
-    const metricsScrape = await scrapeMetrics(cp.url, 3);
+    const metricsScrape = await scrapeMetrics(cp.url, cp.pid, ticks, 3, window.target.cpuCores);
     log(
       `lost-node phase (unreachable after 3 missed heartbeats, lost ${config.nodeLostAfterS} s later)`,
     );
@@ -281,6 +294,19 @@ async function runControlPlane(
     fleet?.stop();
     await cp?.stop();
   }
+}
+
+/**
+ * Whether a window fell behind its offered rate (under 90% answered). Agents send their next
+ * heartbeat only after the answer, so a box that cannot keep up shows latency ≈ N ÷ rate.
+ */
+function saturation(agents: number, intervalMs: number, r: WindowResult) {
+  const offeredPerSecond = Number((agents / (intervalMs / 1000)).toFixed(1));
+  return {
+    offeredPerSecond,
+    saturated: r.heartbeats.perSecond < 0.9 * offeredPerSecond,
+    littleS: Number((agents / Math.max(r.heartbeats.perSecond, 0.001)).toFixed(2)),
+  };
 }
 
 const fmt = (n: number | undefined, digits = 1) => (n === undefined ? "-" : n.toFixed(digits));
@@ -382,6 +408,19 @@ function printTables(
       ],
     ),
   );
+  for (const [name, r] of [
+    ["no-op AgentService", base],
+    ["control plane", w],
+  ] as const) {
+    const sat = r ? saturation(config.agents, cp.heartbeatIntervalMs, r) : undefined;
+    if (sat?.saturated) {
+      console.log(
+        `SATURATED (${name}): ${r?.heartbeats.perSecond}/s answered of ${sat.offeredPerSecond}/s offered. ` +
+          `Each agent waits for its answer, so latency ≈ agents ÷ answered rate = ${sat.littleS} s ` +
+          "(Little's law): queueing on a starved box, not the target's service time.",
+      );
+    }
+  }
   const l = cp.lostNode;
   console.log(
     `\n${formatTable(
@@ -397,6 +436,10 @@ function printTables(
           `${fmt(cp.metricsScrape.medianMs)} / ${fmt(cp.metricsScrape.maxMs)}`,
         ],
         ["/metrics size (KiB)", fmt(cp.metricsScrape.bytes / 1024, 0)],
+        [
+          "/metrics CPU per scrape, beyond heartbeats (s)",
+          fmt(cp.metricsScrape.cpuSecondsPerScrape, 2),
+        ],
         [
           "lost node: replica ranks on it / replicas re-placed",
           `${l.ranksOnNode} / ${l.replicasMoved}`,
@@ -454,8 +497,13 @@ async function main(): Promise<void> {
             cp.window.heartbeats.p99Ms < GOALS.heartbeatP99Ms,
         },
       },
-      baseline: base ?? null,
-      controlPlane: cp,
+      baseline: base
+        ? { ...base, ...saturation(config.agents, cp.heartbeatIntervalMs, base) }
+        : null,
+      controlPlane: {
+        ...cp,
+        window: { ...cp.window, ...saturation(config.agents, cp.heartbeatIntervalMs, cp.window) },
+      },
     };
     printTables(config, cp, base, loadAtStart);
     const dir = join(repoRoot, "bench/results");

@@ -24,6 +24,8 @@ export interface WindowResult {
     readonly count: number;
     readonly perSecond: number;
     readonly errors: number;
+    /** Every error kind seen so far in this fleet (Connect code or message) → count. */
+    readonly errorKinds: Record<string, number>;
     readonly p50Ms: number | undefined;
     readonly p90Ms: number | undefined;
     readonly p99Ms: number | undefined;
@@ -78,6 +80,7 @@ export async function measureWindow(
       count: latencies.length,
       perSecond: round(latencies.length / windowS, 1),
       errors: fleet.counters.errors - errors0,
+      errorKinds: Object.fromEntries(fleet.counters.errorKinds),
       p50Ms: roundOpt(quantile(latencies, 0.5)),
       p90Ms: roundOpt(quantile(latencies, 0.9)),
       p99Ms: roundOpt(quantile(latencies, 0.99)),
