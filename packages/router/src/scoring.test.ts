@@ -57,9 +57,34 @@ describe("rankCandidates", () => {
     {
       name: "affinity beats a little load",
       policy: "llmgw",
-      candidates: [c("a", 2, { prefixBlocks: 8 }), c("b", 0)],
+      candidates: [c("a", 1, { prefixBlocks: 8 }), c("b", 0)],
       chain: 8,
       order: ["a", "b"],
+    },
+    {
+      name: "bounded load: a hot prefix at low concurrency loses its claim above 1.25× the mean",
+      policy: "llmgw",
+      // Capacity 64: the utilisation bounds never trigger at these numbers; the mean bound does.
+      candidates: [
+        c("hot", 5, { prefixBlocks: 8, capacity: 64 }),
+        c("b", 2, { capacity: 64 }),
+        c("c", 2, { capacity: 64 }),
+        c("d", 2, { capacity: 64 }),
+      ],
+      chain: 8,
+      order: ["b", "c", "d", "hot"],
+    },
+    {
+      name: "bounded load: the same prefix keeps its claim while within the bound",
+      policy: "llmgw",
+      candidates: [
+        c("hot", 3, { prefixBlocks: 8, capacity: 64 }),
+        c("b", 2, { capacity: 64 }),
+        c("c", 2, { capacity: 64 }),
+        c("d", 2, { capacity: 64 }),
+      ],
+      chain: 8,
+      order: ["hot", "b", "c", "d"],
     },
     {
       name: "affinity void at 3/4 busy",

@@ -45,6 +45,13 @@ export interface ScoringOptions {
   readonly affinityMaxUtilization?: number;
   /** Utilisation lead over the least-utilised candidate at which affinity is void (default 0.5). */
   readonly affinitySlack?: number;
+  /**
+   * Bounded load (consistent hashing with bounded loads): a replica keeps its affinity claim
+   * only while taking this request leaves its in-flight count at or below
+   * `ceil(factor × (total in flight + 1) ÷ candidates)`. Default 1.25. This is what holds at
+   * low concurrency, where the utilisation bounds above (relative to capacity) never trigger.
+   */
+  readonly affinityLoadFactor?: number;
 }
 
 /** Resolved {@link ScoringOptions}. */
@@ -52,6 +59,7 @@ export interface ResolvedScoringOptions {
   readonly weights: ScoringWeights;
   readonly affinityMaxUtilization: number;
   readonly affinitySlack: number;
+  readonly affinityLoadFactor: number;
 }
 
 /** Default weights of the `llmgw` score. */
@@ -77,6 +85,12 @@ export function resolveScoringOptions(options: ScoringOptions = {}): ResolvedSco
       1,
     ),
     affinitySlack: checkRange("affinitySlack", options.affinitySlack ?? 0.5, 0, 1),
+    affinityLoadFactor: checkRange(
+      "affinityLoadFactor",
+      options.affinityLoadFactor ?? 1.25,
+      1,
+      100,
+    ),
   };
 }
 
@@ -134,21 +148,26 @@ export function rankCandidates(
       missingLoadSignals: false,
     };
   }
-  const { weights, affinityMaxUtilization, affinitySlack } = options;
+  const { weights, affinityMaxUtilization, affinitySlack, affinityLoadFactor } = options;
   let minUtil = Number.POSITIVE_INFINITY;
   let minLatency = Number.POSITIVE_INFINITY;
   let missing = false;
+  let totalInFlight = 0;
   for (const x of withRoom) {
+    totalInFlight += x.c.inFlight;
     minUtil = Math.min(minUtil, x.utilization);
     if (x.c.latencyMs !== undefined) minLatency = Math.min(minLatency, x.c.latencyMs);
     if (x.c.load?.waiting === undefined && x.c.load?.kvCacheUsage === undefined) missing = true;
   }
+  const loadBound = Math.ceil((affinityLoadFactor * (totalInFlight + 1)) / withRoom.length);
   const scored = withRoom.map((x) => {
     const { c, utilization } = x;
     const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
     const voided =
       affinity > 0 &&
-      (utilization >= affinityMaxUtilization || utilization - minUtil > affinitySlack);
+      (utilization >= affinityMaxUtilization ||
+        utilization - minUtil > affinitySlack ||
+        c.inFlight + 1 > loadBound);
     const queue = Math.min(1, (c.load?.waiting ?? 0) / c.capacity);
     const kv = Math.min(1, Math.max(0, c.load?.kvCacheUsage ?? 0));
     const latency =
