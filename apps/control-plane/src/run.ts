@@ -9,7 +9,7 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createClusterCollector } from "@llmgw/metrics-collector";
+import { createClusterCollector, createMetricsEndpoint } from "@llmgw/metrics-collector";
 import { AgentService, ClusterService } from "@llmgw/proto";
 import { schedule as defaultSchedule } from "@llmgw/scheduler";
 import { Registry } from "prom-client";
@@ -171,7 +171,19 @@ export async function startControlPlane(
       },
     });
     const registry = deps.registry ?? new Registry();
-    if (deps.clusterMetrics !== false) createClusterCollector(registry, createClusterView(cluster));
+    // Cluster families are rendered straight to text at scrape time (76k samples at 1,000
+    // nodes × 8 GPUs: half the CPU of going through prom-client); router families stay on
+    // the registry.
+    const metricsEndpoint = createMetricsEndpoint({
+      registry,
+      ...(deps.clusterMetrics === false
+        ? {}
+        : {
+            cluster: createClusterCollector(registry, createClusterView(cluster), {
+              exposition: "text",
+            }),
+          }),
+    });
 
     let tls: { cert: Buffer; key: Buffer } | undefined;
     if (resolved.tlsCertFile && resolved.tlsKeyFile) {
@@ -229,8 +241,8 @@ export async function startControlPlane(
       const path = pathOf(req);
       if (path === "/healthz") return healthz(res);
       if (path === "/metrics" && req.method === "GET") {
-        const body = await registry.metrics();
-        res.writeHead(200, { "content-type": registry.contentType });
+        const body = await metricsEndpoint.body();
+        res.writeHead(200, { "content-type": metricsEndpoint.contentType });
         res.end(body);
         return;
       }

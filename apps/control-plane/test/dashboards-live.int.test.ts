@@ -16,7 +16,13 @@ import {
   metricNamesInPromQL,
   promQLInDashboard,
 } from "@llmgw/metrics-collector/testing";
-import { DeploymentSchema, Engine, GpuReadingSchema, ReplicaState } from "@llmgw/proto";
+import {
+  DeploymentSchema,
+  Engine,
+  EngineLoadSchema,
+  GpuReadingSchema,
+  ReplicaState,
+} from "@llmgw/proto";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPublicApi } from "../src/public-api.js";
@@ -71,7 +77,12 @@ beforeAll(async () => {
     state: ReplicaState.READY,
     pid: process.pid,
     apiPort: sim.port,
-    load: { running: 0, waiting: 0, kvCacheUsage: 0.1, prefixCacheHitRate: 0.5 },
+    load: create(EngineLoadSchema, {
+      running: 0,
+      waiting: 0,
+      kvCacheUsage: 0.1,
+      prefixCacheHitRate: 0.5,
+    }),
   });
   await agent.heartbeat();
   const { secret } = await admin.createApiKey({ name: "dash" });
