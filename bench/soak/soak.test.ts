@@ -18,6 +18,8 @@ describe("bench/soak/run.ts --quick", () => {
       "slow-replica",
     ]);
     expect(result.totals.sent).toBeGreaterThan(0);
+    // A soak where nothing succeeded measured nothing (e.g. a stale CLI build without the router).
+    expect(result.totals.byClass.ok).toBeGreaterThan(0);
     // Nothing lost, nothing hung: the only things asserted, because they cannot flake.
     expect(result.totals.classified).toBe(result.totals.sent);
     expect(result.totals.byClass.hang).toBe(0);
