@@ -61,6 +61,7 @@ async function runLevel(streams: number): Promise<LevelResult> {
   const sim = spawn(
     process.execPath,
     [
+      "--conditions=@llmgw/source",
       "--import",
       "tsx",
       fileURLToPath(new URL("./sim-process.ts", import.meta.url)),

@@ -1,6 +1,6 @@
 // The simulated engine as a standalone process for the benchmark (same code path as
 // `llmgw engine-sim`, without building the CLI).
-import { runEngineSimCli } from "../../packages/engine-sim/src/index.js";
+import { runEngineSimCli } from "@llmgw/engine-sim";
 
 const controller = new AbortController();
 process.on("SIGTERM", () => controller.abort());

@@ -13,14 +13,11 @@
  * which costs milliseconds instead of a new tsx start (seconds on this loaded 2-core box).
  */
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
-import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
 // The control plane does not export its router listener from the package root (only `.`,
 // `./testing`, `./client`), so the bench reaches for the module directly.
-import {
-  type RunningRouterServer,
-  startRouterServer,
-} from "../../apps/control-plane/src/router/index.js";
+import { type RunningRouterServer, startRouterServer } from "@llmgw/control-plane/router";
+import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
 
 /** What the `router` role serves: one model over the given engines, no auth. */
 export interface RouterChildConfig {

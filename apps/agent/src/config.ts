@@ -50,7 +50,9 @@ export const agentConfigSchema = z.object({
     .default(30 * 60_000),
   callTimeoutMs: z.number().int().positive().default(5_000),
   initialBackoffMs: z.number().int().positive().default(500),
-  maxBackoffMs: z.number().int().positive().default(15_000),
+  // Short enough that agents are back within seconds of a control-plane restart (the router
+  // answers 503 until they report their replicas again); jitter spreads the herd.
+  maxBackoffMs: z.number().int().positive().default(4_000),
 });
 
 export type AgentConfigInput = z.input<typeof agentConfigSchema>;

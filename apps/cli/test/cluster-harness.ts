@@ -199,7 +199,12 @@ export async function stopAll(roots: string[]): Promise<void> {
       });
       for (const line of out.split("\n")) {
         if (!line.trim()) continue;
-        const record = JSON.parse(line) as { pid?: number; pgid?: number };
+        let record: { pid?: number; pgid?: number };
+        try {
+          record = JSON.parse(line) as { pid?: number; pgid?: number };
+        } catch {
+          continue; // one torn pid file must not keep the others' engines alive
+        }
         for (const id of [record.pgid ? -record.pgid : undefined, record.pid]) {
           if (id === undefined) continue;
           try {
