@@ -8,7 +8,7 @@
 import { Agent as HttpAgent } from "node:http";
 import { performance } from "node:perf_hooks";
 import { create } from "@bufbuild/protobuf";
-import { type Client, ConnectError, createClient } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { type NodeInventory as PlainInventory, simulateInventory } from "@llmgw/discovery";
 import {
@@ -112,7 +112,7 @@ class SimAgent {
 export interface FleetCounters {
   ok: number;
   errors: number;
-  /** Error code (Connect code name or message) → count. */
+  /** Connect code name and the start of the message (or a plain error's message) → count. */
   readonly errorKinds: Map<string, number>;
 }
 
@@ -258,8 +258,11 @@ export class Fleet {
       a.assignments = res.assignments;
     } catch (error) {
       this.counters.errors++;
+      // Code name plus the start of the raw message, e.g. "internal: read ECONNRESET".
       const kind =
-        error instanceof ConnectError ? `connect:${error.code}` : (error as Error).message;
+        error instanceof ConnectError
+          ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
+          : (error as Error).message.slice(0, 80);
       this.counters.errorKinds.set(kind, (this.counters.errorKinds.get(kind) ?? 0) + 1);
     }
     if (!a.running) return;
