@@ -1,4 +1,5 @@
 export {
+  type AbortSignalLike,
   type AdmissionController,
   type AdmissionOptions,
   type AdmissionOutcome,

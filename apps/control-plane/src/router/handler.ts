@@ -7,6 +7,7 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
+  type AbortSignalLike,
   type ApiKeyInfo,
   type ApiKeyStore,
   createAdmissionController,
@@ -70,6 +71,37 @@ const RETRYABLE_CONNECT = new Set([
   "UND_ERR_SOCKET",
   "UND_ERR_CLOSED",
 ]);
+
+/**
+ * Fires once when the client goes away. Stands in for a per-request `AbortController`, whose
+ * `AbortSignal` is an `EventTarget` costing several µs to create, listen on and unlisten from
+ * (~5% of the router's CPU per small request in a profile). undici accepts any signal with
+ * `aborted` + `addEventListener`, and so does admission ({@link AbortSignalLike}).
+ */
+class ClientGone implements AbortSignalLike {
+  aborted = false;
+  #listeners: (() => void)[] | undefined;
+
+  addEventListener(_type: "abort", listener: () => void): void {
+    if (this.aborted) return;
+    (this.#listeners ??= []).push(listener);
+  }
+
+  removeEventListener(_type: "abort", listener: () => void): void {
+    const listeners = this.#listeners;
+    const at = listeners?.indexOf(listener) ?? -1;
+    if (at >= 0) listeners?.splice(at, 1);
+  }
+
+  /** Marks the signal aborted and calls each listener once. */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    const listeners = this.#listeners;
+    this.#listeners = undefined;
+    if (listeners !== undefined) for (const listener of listeners) listener();
+  }
+}
 
 class RejectedError {
   constructor(
@@ -261,7 +293,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         key.name,
       );
     }
-    const clientGone = new AbortController();
+    const clientGone = new ClientGone();
     const onClose = (): void => {
       if (!res.writableFinished) clientGone.abort();
     };
@@ -269,7 +301,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     let release: (() => void) | undefined;
     metrics.inFlight(model, 1);
     try {
-      let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone.signal);
+      let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone);
       if (outcome instanceof Promise) {
         const queuedAt = performance.now();
         metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
@@ -304,7 +336,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         resolution,
         started,
         analysisStart,
-        signal: clientGone.signal,
+        signal: clientGone,
       });
     } finally {
       res.off("close", onClose);
@@ -323,7 +355,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     readonly resolution: RouteResolution;
     readonly started: number;
     readonly analysisStart: number;
-    readonly signal: AbortSignal;
+    readonly signal: ClientGone;
   }
 
   const proxy = async (req: IncomingMessage, res: ServerResponse, p: ProxyInput): Promise<void> => {
@@ -409,7 +441,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           method: "POST",
           headers,
           body: p.body,
-          signal: p.signal,
+          // undici only needs `aborted` + `addEventListener`; its types name EventTarget.
+          signal: p.signal as unknown as AbortSignal,
         });
       } catch (error) {
         if (p.signal.aborted) {
@@ -646,7 +679,7 @@ function lastNumber(text: string, pattern: RegExp): number | undefined {
   return value;
 }
 
-function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+function drained(res: ServerResponse, signal: AbortSignalLike): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
       res.off("drain", done);
