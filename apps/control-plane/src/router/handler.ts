@@ -84,7 +84,8 @@ class ClientGone implements AbortSignalLike {
 
   addEventListener(_type: "abort", listener: () => void): void {
     if (this.aborted) return;
-    (this.#listeners ??= []).push(listener);
+    if (this.#listeners === undefined) this.#listeners = [listener];
+    else this.#listeners.push(listener);
   }
 
   removeEventListener(_type: "abort", listener: () => void): void {
