@@ -125,6 +125,9 @@ export function createClusterService(
         wake?.();
       });
       const stop = AbortSignal.any([ctx.signal, opts.shutdown]);
+      // One abort listener for the whole stream (one per wait would pile up on a long watch).
+      const onStop = () => wake?.();
+      stop.addEventListener("abort", onStop, { once: true });
       try {
         let lastId = 0n;
         for (const event of req.backlog > 0
@@ -138,13 +141,15 @@ export function createClusterService(
             const event = queue.shift() as Event;
             if (event.id > lastId) yield create(WatchEventsResponseSchema, { event });
           }
-          await new Promise<void>((resolve) => {
-            wake = resolve;
-            stop.addEventListener("abort", () => resolve(), { once: true });
-          });
+          if (queue.length === 0 && !stop.aborted) {
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+            });
+          }
           wake = undefined;
         }
       } finally {
+        stop.removeEventListener("abort", onStop);
         off();
       }
     },
