@@ -1,10 +1,7 @@
 import type { DeploymentSpec } from "@llmgw/engines";
 import { isEnginesError, parseDeploymentSpec } from "@llmgw/engines";
 import type { Deployment } from "@llmgw/proto";
-import {
-  deploymentInputFromProto,
-  deploymentSpecFromProto as wireDeploymentSpecFromProto,
-} from "@llmgw/wire";
+import { deploymentSpecFromProto as wireDeploymentSpecFromProto } from "@llmgw/wire";
 import { ControlPlaneError } from "../errors.js";
 
 /*
