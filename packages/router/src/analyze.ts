@@ -1,6 +1,6 @@
 /** Body analysis = feature extraction + prefix hashing; the unit of work inline or in a worker. */
-import { type BlockHashOptions, hashPromptBlocks } from "./block-hash.js";
-import { extractRequestFeatures, type FeatureResult } from "./features.js";
+import { type BlockHashOptions, hashPromptPieces } from "./block-hash.js";
+import { extractRequestFeaturesAndPieces, type FeatureResult } from "./features.js";
 
 /** Features plus the prompt's prefix-hash chain (empty when the body was refused). */
 export type BodyAnalysis = FeatureResult & { readonly chain: Float64Array };
@@ -12,7 +12,8 @@ export function analyzeRequestBody(
   body: Uint8Array | string,
   options: BlockHashOptions = {},
 ): BodyAnalysis {
-  const result = extractRequestFeatures(body);
+  const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return { ...result, chain: EMPTY };
-  return { ...result, chain: hashPromptBlocks(result.features.promptText, options) };
+  // The pieces, not `promptText`: never flatten a large prompt into one more fresh string.
+  return { ...result, chain: hashPromptPieces(pieces, options) };
 }

@@ -39,3 +39,40 @@ export function hashPromptBlocks(text: string, options: BlockHashOptions = {}): 
   }
   return keys;
 }
+
+/**
+ * {@link hashPromptBlocks} of the concatenation of `pieces`, without building it: each block is
+ * fed to the running hash piece by piece. Same keys as hashing the joined text, except where a
+ * piece boundary splits a UTF-16 surrogate pair (each half then hashes as U+FFFD), which only
+ * lone-surrogate prompts can produce.
+ */
+export function hashPromptPieces(
+  pieces: readonly string[],
+  options: BlockHashOptions = {},
+): Float64Array {
+  const blockChars = options.blockChars ?? DEFAULT_BLOCK_CHARS;
+  const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_BLOCKS;
+  let total = 0;
+  for (const piece of pieces) total += piece.length;
+  const count = Math.min(Math.floor(total / blockChars), maxBlocks);
+  const keys = new Float64Array(count);
+  if (count === 0) return keys;
+  const running = createHash("sha1");
+  let filled = 0;
+  let done = 0;
+  for (const piece of pieces) {
+    let at = 0;
+    while (at < piece.length && done < count) {
+      const take = Math.min(piece.length - at, blockChars - filled);
+      running.update(take === piece.length ? piece : piece.slice(at, at + take));
+      at += take;
+      filled += take;
+      if (filled === blockChars) {
+        keys[done++] = running.copy().digest().readUIntBE(0, 6);
+        filled = 0;
+      }
+    }
+    if (done === count) break;
+  }
+  return keys;
+}

@@ -50,6 +50,27 @@ const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: false });
 
 /** Parses a request body (UTF-8 bytes or text) once and extracts its {@link RequestFeatures}. */
 export function extractRequestFeatures(body: Uint8Array | string): FeatureResult {
+  return extractRequestFeaturesAndPieces(body).result;
+}
+
+const NO_PIECES: readonly string[] = [];
+
+/**
+ * {@link extractRequestFeatures}, plus the prompt text as the pieces it is made of (their
+ * concatenation is `promptText`). Package-internal: hashing the pieces instead of `promptText`
+ * never flattens a large prompt into one fresh string (for a 200 KB prompt that copy and the
+ * garbage it leaves cost more than the hashing itself).
+ */
+export function extractRequestFeaturesAndPieces(body: Uint8Array | string): {
+  readonly result: FeatureResult;
+  readonly pieces: readonly string[];
+} {
+  const pieces: string[] = [];
+  const result = extract(body, pieces);
+  return { result, pieces: result.ok ? pieces : NO_PIECES };
+}
+
+function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
   let parsed: unknown;
   try {
     parsed = JSON.parse(typeof body === "string" ? body : decoder.decode(body));
@@ -82,7 +103,9 @@ export function extractRequestFeatures(body: Uint8Array | string): FeatureResult
       param: "stream",
     };
   }
-  const promptText = promptTextOf(obj);
+  promptPiecesOf(obj, pieces);
+  let promptText = "";
+  for (const piece of pieces) promptText += piece;
   const rawMax = obj.max_tokens ?? obj.max_completion_tokens;
   const maxTokens =
     typeof rawMax === "number" && Number.isSafeInteger(rawMax) && rawMax > 0 ? rawMax : undefined;
@@ -95,31 +118,34 @@ export function extractRequestFeatures(body: Uint8Array | string): FeatureResult
   return { ok: true, features };
 }
 
-function promptTextOf(obj: Record<string, unknown>): string {
+/** Appends the prompt's pieces (see {@link RequestFeatures.promptText}) to `pieces`. */
+function promptPiecesOf(obj: Record<string, unknown>, pieces: string[]): void {
   const messages = obj.messages;
   if (Array.isArray(messages)) {
-    let text = "";
     for (const message of messages) {
       if (typeof message !== "object" || message === null) continue;
       const m = message as Record<string, unknown>;
-      text += `${typeof m.role === "string" ? m.role : ""}\n${contentText(m.content)}\n`;
+      pieces.push(typeof m.role === "string" ? m.role : "", "\n");
+      contentPieces(m.content, pieces);
+      pieces.push("\n");
     }
-    return text;
+    return;
   }
-  return inputText(obj.prompt ?? obj.input);
+  pieces.push(inputText(obj.prompt ?? obj.input));
 }
 
-function contentText(content: unknown): string {
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  let text = "";
+function contentPieces(content: unknown, pieces: string[]): void {
+  if (typeof content === "string") {
+    pieces.push(content);
+    return;
+  }
+  if (!Array.isArray(content)) return;
   for (const part of content) {
     if (typeof part === "object" && part !== null) {
       const t = (part as Record<string, unknown>).text;
-      if (typeof t === "string") text += t;
+      if (typeof t === "string") pieces.push(t);
     }
   }
-  return text;
 }
 
 function inputText(input: unknown): string {

@@ -18,6 +18,7 @@ export {
   DEFAULT_BLOCK_CHARS,
   DEFAULT_MAX_BLOCKS,
   hashPromptBlocks,
+  hashPromptPieces,
 } from "./block-hash.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
