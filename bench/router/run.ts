@@ -1,27 +1,9 @@
-/**
- * Router overhead, side by side in one run: direct to a simulated engine, through nginx
- * (proxy_pass, upstream keepalive 64, 1 worker), through llmgw (policy `llmgw`, scoring on) —
- * at concurrency 1/64/256, non-streaming and streaming, then 200 KB prompts at concurrency 1 and
- * 50 with the router's main-loop delay p99 (`monitorEventLoopDelay` in the router process) and
- * its CPU µs per request. Each target is its own process; the sim answers fast (time scale
- * 1000, 16 tokens) so the router is the bottleneck. Medians of `--runs` rounds (targets in
- * rotating order); "added" = target − direct within the same round, then the median.
- *
- *   node --conditions=@llmgw/source --import tsx bench/router/run.ts [--quick]
- *     [--runs 3] [--seconds 5] [--generator wrk|autocannon] [--upstream sim|trivial]
- *
- * `--upstream trivial` puts the fixed-answer server behind the chat rows too: on 2 shared cores
- * the sim's own CPU caps what any target can reach, so this isolates the proxy's cost.
- *
- * Prints a table and JSON (also written to bench/results/router-<time>.json).
- */
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
 import type { RouterReport } from "../lib/processes.js";
 import { type RunningProxy, startNginx } from "../lib/proxies.js";
+import { printReport } from "../lib/report.js";
 import { formatTable } from "../lib/table.js";
 
 const { values: flags } = parseArgs({
@@ -375,23 +357,5 @@ console.log(
   `\nRouter overhead — load generator: ${result.loadGenerator}; medians of ${runs} run(s) × ${seconds} s; load average at end ${result.loadavgAtEnd}`,
 );
 for (const s of skipped) console.log(`skipped ${s}`);
-console.log(table);
-if (goals.length > 0) {
-  console.log("");
-  console.log(
-    formatTable(
-      ["goal", "measured", "met"],
-      goals.map((g) => [g.goal, g.measured, g.met ? "yes" : "MISS"]),
-    ),
-  );
-}
-try {
-  const dir = join(import.meta.dirname, "..", "results");
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, `router-${new Date().toISOString().replace(/[:.]/g, "-")}.json`),
-    JSON.stringify(result, null, 2),
-  );
-} catch {}
-console.log(JSON.stringify(result, null, 2));
+printReport("router", table, goals, result);
 process.exit(0);

@@ -1,25 +1,8 @@
-/**
- * Routing quality, one run, the same workloads against the same 4 simulated vLLM-like engines
- * (separate processes, realistic timings, engine restarted — fresh prefix cache — before every
- * target), side by side: nginx round robin, nginx least_conn, HAProxy leastconn, HAProxy
- * consistent hashing on `x-session-id` (the tenant), and llmgw with its `round-robin`,
- * `least-loaded` and `llmgw` policies. Streaming requests from an open-loop Poisson client;
- * TTFT p50/p90/p99, end-to-end latency, throughput, engine prefix-cache hit rate (the sims'
- * `vllm:prefix_cache_hits_total / queries_total`, tokens) and per-replica load spread
- * (requests per replica, max / mean).
- *
- *   node --conditions=@llmgw/source --import tsx bench/routing/run.ts [--quick]
- *     [--workloads shared-prefix,unique,hot-prefix] [--rate 16] [--time-scale 1]
- *     [--targets nginx,haproxy,llmgw]  (prefixes of the target names)
- *
- * Prints a table and JSON (also written to bench/results/routing-<time>.json).
- */
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { request } from "undici";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { type RunningProxy, startHaproxy, startNginx } from "../lib/proxies.js";
+import { printReport } from "../lib/report.js";
 import { formatTable, quantile } from "../lib/table.js";
 import { runOpenLoop } from "./client.js";
 import { buildWorkload, requestCount, type WorkloadName, type WorkloadSize } from "./workloads.js";
@@ -340,23 +323,5 @@ console.log(
 for (const s of skipped) console.log(`skipped ${s}`);
 for (const w of workloads)
   console.log(`${w}: ${requestCount(buildWorkload(w, size))} requests per target`);
-console.log(table);
-if (goals.length > 0) {
-  console.log("");
-  console.log(
-    formatTable(
-      ["goal", "measured", "met"],
-      goals.map((g) => [g.goal, g.measured, g.met ? "yes" : "MISS"]),
-    ),
-  );
-}
-try {
-  const dir = join(import.meta.dirname, "..", "results");
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, `routing-${new Date().toISOString().replace(/[:.]/g, "-")}.json`),
-    JSON.stringify(result, null, 2),
-  );
-} catch {}
-console.log(JSON.stringify(result, null, 2));
+printReport("routing", table, goals, result);
 process.exit(0);
