@@ -4,7 +4,7 @@
  *
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
- *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{}'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{"delayMs": 16}'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts idle '{}'
  *
  * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
@@ -26,6 +26,17 @@ export interface RouterChildConfig {
   readonly upstreams: readonly string[];
   /** In-flight capacity the router assumes per replica. */
   readonly capacity: number;
+}
+
+/** What the `trivial` role serves: a fixed answer, optionally after a fixed service time. */
+export interface TrivialChildConfig {
+  /**
+   * Milliseconds between the end of the request body and the answer (a `setTimeout`), like an
+   * engine with a fixed service time; 0 (the default) answers at once. With a delay the
+   * in-flight count of a closed-loop client comes from this service time (Little's law) rather
+   * than from saturating the proxy in front.
+   */
+  readonly delayMs?: number;
 }
 
 /** IPC requests a child answers. */
@@ -80,7 +91,12 @@ if (role === "trivial") {
   // The calibration's trivial upstream: reads the whole body, answers a fixed ~300-byte JSON
   // body, or 16 SSE chunks in one write burst. For the 200 KB rows, where the simulated
   // engine's own tokenising (~0.2 s of CPU per 200 KB prompt here) would be the bottleneck.
+  // With `delayMs` > 0 the answer waits that long after the body ended (the paced rows).
   const { createServer } = await import("node:http");
+  const delayMs = Math.max(
+    0,
+    Number((JSON.parse(configText ?? "{}") as TrivialChildConfig).delayMs ?? 0),
+  );
   const json = JSON.stringify({
     id: "chatcmpl-trivial",
     object: "chat.completion",
@@ -103,7 +119,8 @@ if (role === "trivial") {
       tail = (tail + d.toString("latin1", Math.max(0, d.length - 64))).slice(-64);
       if (!stream && d.includes('"stream":true')) stream = true;
     });
-    req.on("end", () => {
+    const answer = (): void => {
+      if (res.destroyed) return; // the client left while we "computed" (end of a wrk run)
       if (!stream) {
         res.writeHead(200, {
           "content-type": "application/json",
@@ -115,6 +132,10 @@ if (role === "trivial") {
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < 16; i++) res.write(chunk);
       res.end("data: [DONE]\n\n");
+    };
+    req.on("end", () => {
+      if (delayMs > 0) setTimeout(answer, delayMs);
+      else answer();
     });
   });
   server.keepAliveTimeout = 60_000;
