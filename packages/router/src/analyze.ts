@@ -1,19 +1,79 @@
-/** Body analysis = feature extraction + prefix hashing; the unit of work inline or in a worker. */
-import { type BlockHashOptions, hashPromptPieces } from "./block-hash.js";
-import { extractRequestFeaturesAndPieces, type FeatureResult } from "./features.js";
+/**
+ * Body analysis = feature extraction + prefix hashing; the unit of work inline or in a worker.
+ *
+ * Two ways to the same result (`json-scan.test.ts` checks they agree): below
+ * {@link SCAN_THRESHOLD_BYTES}, `JSON.parse` (`features.ts`) is the fastest, ~2× the byte
+ * scanner on small bodies; above it, decoding the body and its prompt into strings would put
+ * them in V8's large-object space (a fresh mapping per string over ~128 KiB, ~1 ms per 200 KB
+ * here), so large bodies are scanned as bytes (`json-scan.ts`) and hashed in place, 2–3.5×
+ * faster at 200 KB (`bench/router/scan.ts`).
+ */
+import { type BlockHashOptions, hashPromptPieces, hashScannedPrompt } from "./block-hash.js";
+import {
+  DEFAULT_COMPLETION_TOKEN_ESTIMATE,
+  extractRequestFeaturesAndPieces,
+  type FeatureErrorReason,
+} from "./features.js";
+import { scanRequestBody } from "./json-scan.js";
 
-/** Features plus the prompt's prefix-hash chain (empty when the body was refused). */
-export type BodyAnalysis = FeatureResult & { readonly chain: Float64Array };
+/** What the router needs from one request body, plus the prompt's prefix-hash chain. */
+export type BodyAnalysis =
+  | {
+      readonly ok: true;
+      readonly model: string;
+      readonly stream: boolean;
+      /** `max_tokens` (or `max_completion_tokens`) when a positive integer. */
+      readonly maxTokens?: number;
+      /** Prompt UTF-8 bytes ÷ 4, rounded up, plus `maxTokens` (or the default estimate). */
+      readonly estimatedTokens: number;
+      readonly chain: Float64Array;
+    }
+  | {
+      readonly ok: false;
+      readonly reason: FeatureErrorReason;
+      readonly message: string;
+      readonly param?: string;
+    };
 
-const EMPTY = new Float64Array(0);
+/**
+ * Bodies from this size on are scanned as bytes. 64 KiB keeps every string `JSON.parse` makes
+ * below the large-object size even when one non-Latin-1 character doubles it to UTF-16.
+ */
+export const SCAN_THRESHOLD_BYTES = 64 * 1024;
 
-/** Parses `body` once and hashes its prompt blocks. Never throws for any input bytes. */
+const encoder = new TextEncoder();
+
+/** Analyses `body` the faster way for its size. Never throws for any input bytes. */
 export function analyzeRequestBody(
   body: Uint8Array | string,
   options: BlockHashOptions = {},
 ): BodyAnalysis {
+  const bytes = typeof body === "string" ? encoder.encode(body) : body;
+  return bytes.length < SCAN_THRESHOLD_BYTES
+    ? analyzeByParsing(bytes, options)
+    : analyzeByScanning(bytes, options);
+}
+
+/** `JSON.parse`, then hash the prompt's strings. */
+export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
-  if (!result.ok) return { ...result, chain: EMPTY };
-  // The pieces, not `promptText`: never flatten a large prompt into one more fresh string.
-  return { ...result, chain: hashPromptPieces(pieces, options) };
+  if (!result.ok) return result;
+  const { model, stream, maxTokens, estimatedTokens } = result.features;
+  const chain = hashPromptPieces(pieces, options);
+  return maxTokens === undefined
+    ? { ok: true, model, stream, estimatedTokens, chain }
+    : { ok: true, model, stream, maxTokens, estimatedTokens, chain };
+}
+
+/** The byte scanner, then hash the prompt straight from `body`. */
+export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
+  const scan = scanRequestBody(body);
+  if (!scan.ok) return scan;
+  const chain = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
+  const estimatedTokens =
+    Math.ceil(scan.promptBytes / 4) + (scan.maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
+  const { model, stream, maxTokens } = scan;
+  return maxTokens === undefined
+    ? { ok: true, model, stream, estimatedTokens, chain }
+    : { ok: true, model, stream, maxTokens, estimatedTokens, chain };
 }

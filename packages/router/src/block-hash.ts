@@ -1,78 +1,230 @@
 /**
- * Prefix block hashing. The prompt text is cut into fixed blocks of `blockChars` UTF-16 code
- * units (default 1024 ≈ 256 tokens) and block `i` is identified by the SHA-1 of the whole
- * prefix up to and including it (one running native hash, copied at each boundary, so each
- * byte is hashed once). Equal keys therefore mean equal prefixes. Only consistency inside one
- * router matters (engines hash their own way); a trailing partial block is not hashed, since
- * an engine cannot cache it either.
+ * Prefix block hashing. The prompt text, as UTF-8, is cut into fixed blocks of `blockBytes`
+ * bytes (default 1024 ≈ 256 tokens of English). Block `i`'s key is the SHA-1 of block `i`'s
+ * bytes preceded by block `i − 1`'s digest (a chain), so a key stands for the whole prefix up to
+ * and including its block: equal keys mean equal prefixes. One native call per block hashes a
+ * buffer holding the previous digest and the block, which is also where the bytes are gathered
+ * (no per-block hash object, no second copy). Only consistency inside one router matters
+ * (engines hash their own way); a trailing partial block is not hashed, since an engine cannot
+ * cache it either.
+ *
+ * Bytes, not UTF-16 code units, because the router hashes a large prompt straight out of the
+ * request body (`json-scan.ts`) without decoding it into a string; a prompt given as JS strings
+ * (`hashPromptBlocks`) is encoded to UTF-8 first and yields the same keys. Escapes in the body
+ * are decoded on the way, so `"\u00e9"` and a raw `é` hash alike (Python clients escape
+ * non-ASCII by default, JavaScript ones do not). Lone surrogates hash as U+FFFD, as
+ * `TextEncoder` writes them.
  *
  * Keys are the first 48 bits of each digest as a JS number (a cheap `Map` key; a collision at
  * a bounded index of ~10⁵ entries has odds around 10⁻⁵ and only costs affinity, never
  * correctness).
  */
-import { createHash } from "node:crypto";
+import * as crypto from "node:crypto";
+import type { PromptPiece } from "./json-scan.js";
 
 /** Options of {@link hashPromptBlocks}. */
 export interface BlockHashOptions {
-  /** Block size in UTF-16 code units (default 1024). */
-  readonly blockChars?: number;
-  /** Most blocks hashed; later text is ignored (default 512, i.e. 512 Ki characters). */
+  /** Block size in UTF-8 bytes (default 1024). */
+  readonly blockBytes?: number;
+  /** Most blocks hashed; later text is ignored (default 512, i.e. 512 KiB). */
   readonly maxBlocks?: number;
 }
 
-/** Default block size in characters. */
-export const DEFAULT_BLOCK_CHARS = 1024;
+/** Default block size in bytes. */
+export const DEFAULT_BLOCK_BYTES = 1024;
 /** Default cap on hashed blocks per prompt. */
 export const DEFAULT_MAX_BLOCKS = 512;
 
-/** The prefix-hash chain of `text`: one 48-bit key per complete block, in order. */
-export function hashPromptBlocks(text: string, options: BlockHashOptions = {}): Float64Array {
-  const blockChars = options.blockChars ?? DEFAULT_BLOCK_CHARS;
-  const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_BLOCKS;
-  const count = Math.min(Math.floor(text.length / blockChars), maxBlocks);
-  const keys = new Float64Array(count);
-  if (count === 0) return keys;
-  const running = createHash("sha1");
-  for (let i = 0; i < count; i++) {
-    running.update(text.slice(i * blockChars, (i + 1) * blockChars));
-    keys[i] = running.copy().digest().readUIntBE(0, 6);
+const DIGEST = 20;
+/** `crypto.hash` (Node ≥ 20.12) skips the Hash object; older Node builds one per call. */
+const sha1: (data: Uint8Array) => Buffer =
+  typeof crypto.hash === "function"
+    ? (data) => crypto.hash("sha1", data, "buffer")
+    : (data) => crypto.createHash("sha1").update(data).digest();
+
+const SCRATCH_BYTES = 48 * 1024;
+/** Reused for encoding strings (one per thread; nothing here is async). */
+const scratch = new Uint8Array(SCRATCH_BYTES);
+const encoder = new TextEncoder();
+/** The block buffer: previous digest, then the block's bytes. Reused while the size fits. */
+let shared = new Uint8Array(DIGEST + DEFAULT_BLOCK_BYTES);
+
+/** Gathers UTF-8 bytes into blocks and records each block's key. */
+class ChainBuilder {
+  readonly keys: Float64Array;
+  readonly #block: Uint8Array;
+  /** Write position in {@link #block}; the block is full at `#end`. */
+  #at = DIGEST;
+  readonly #end: number;
+  #done = 0;
+
+  constructor(totalBytes: number, blockBytes: number, maxBlocks: number) {
+    this.keys = new Float64Array(Math.min(Math.floor(totalBytes / blockBytes), maxBlocks));
+    if (shared.length !== DIGEST + blockBytes) shared = new Uint8Array(DIGEST + blockBytes);
+    this.#block = shared;
+    this.#block.fill(0, 0, DIGEST);
+    this.#end = DIGEST + blockBytes;
   }
-  return keys;
+
+  get full(): boolean {
+    return this.#done >= this.keys.length;
+  }
+
+  #emit(): void {
+    const digest = sha1(this.#block);
+    this.keys[this.#done++] = digest.readUIntBE(0, 6);
+    this.#block.set(digest, 0);
+    this.#at = DIGEST;
+  }
+
+  bytes(b: Uint8Array, start: number, end: number): void {
+    const block = this.#block;
+    while (start < end && this.#done < this.keys.length) {
+      const take = Math.min(end - start, this.#end - this.#at);
+      if (take <= 16) {
+        for (let k = 0; k < take; k++) block[this.#at + k] = b[start + k] as number;
+      } else {
+        block.set(b.subarray(start, start + take), this.#at);
+      }
+      start += take;
+      this.#at += take;
+      if (this.#at === this.#end) this.#emit();
+    }
+  }
+
+  string(s: string): void {
+    // ≤ 3 UTF-8 bytes per UTF-16 unit; never cut between the halves of a surrogate pair.
+    const step = Math.floor(SCRATCH_BYTES / 3);
+    for (let at = 0; at < s.length && !this.full; ) {
+      let to = Math.min(s.length, at + step);
+      const last = s.charCodeAt(to - 1);
+      if (to < s.length && last >= 0xd800 && last <= 0xdbff) to--;
+      const { written } = encoder.encodeInto(
+        at === 0 && to === s.length ? s : s.slice(at, to),
+        scratch,
+      );
+      this.bytes(scratch, 0, written);
+      at = to;
+    }
+  }
+
+  /**
+   * A JSON string's raw bytes with escapes, decoded to UTF-8 on the way: runs between
+   * backslashes are found natively (`indexOf`) and copied as one piece each.
+   */
+  escaped(b: Uint8Array, start: number, end: number): void {
+    let i = start;
+    while (i < end && !this.full) {
+      let next = b.indexOf(0x5c, i);
+      if (next < 0 || next > end) next = end;
+      if (next > i) this.bytes(b, i, next);
+      if (next === end) return;
+      const e = b[next + 1] as number;
+      let cp: number;
+      if (e === 0x75) {
+        cp = hex4(b, next + 2);
+        i = next + 6;
+        if (cp >= 0xd800 && cp <= 0xdbff && b[i] === 0x5c && b[i + 1] === 0x75) {
+          const low = hex4(b, i + 2);
+          if (low >= 0xdc00 && low <= 0xdfff) {
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+            i += 6;
+          }
+        }
+        if (cp >= 0xd800 && cp <= 0xdfff) cp = 0xfffd;
+      } else {
+        cp = SIMPLE_ESCAPES[e] ?? e; // e is one of the eight validated escape letters
+        i = next + 2;
+      }
+      if (cp < 0x80 && this.#at + 1 < this.#end) this.#block[this.#at++] = cp;
+      else this.bytes(scratch, 0, writeUtf8(cp));
+    }
+  }
 }
 
-/**
- * {@link hashPromptBlocks} of the concatenation of `pieces`, without building it: each block is
- * fed to the running hash piece by piece. Same keys as hashing the joined text, except where a
- * piece boundary splits a UTF-16 surrogate pair (each half then hashes as U+FFFD), which only
- * lone-surrogate prompts can produce.
- */
+/** Byte value of each one-character escape's letter (`n` → 0x0a …); `"`, `\\`, `/` map to themselves. */
+const SIMPLE_ESCAPES = Uint8Array.from({ length: 128 }, (_, i) => i);
+SIMPLE_ESCAPES[0x62] = 0x08; // \b
+SIMPLE_ESCAPES[0x66] = 0x0c; // \f
+SIMPLE_ESCAPES[0x6e] = 0x0a; // \n
+SIMPLE_ESCAPES[0x72] = 0x0d; // \r
+SIMPLE_ESCAPES[0x74] = 0x09; // \t
+
+function hex4(b: Uint8Array, p: number): number {
+  let v = 0;
+  for (let k = 0; k < 4; k++) {
+    const c = b[p + k] as number;
+    v = (v << 4) | (c <= 0x39 ? c - 0x30 : (c | 0x20) - 0x57);
+  }
+  return v;
+}
+
+/** Writes `cp` as UTF-8 at the start of `scratch`; returns its length. */
+function writeUtf8(cp: number): number {
+  let o = 0;
+  if (cp < 0x80) {
+    scratch[o++] = cp;
+  } else if (cp < 0x800) {
+    scratch[o++] = 0xc0 | (cp >> 6);
+    scratch[o++] = 0x80 | (cp & 0x3f);
+  } else if (cp < 0x10000) {
+    scratch[o++] = 0xe0 | (cp >> 12);
+    scratch[o++] = 0x80 | ((cp >> 6) & 0x3f);
+    scratch[o++] = 0x80 | (cp & 0x3f);
+  } else {
+    scratch[o++] = 0xf0 | (cp >> 18);
+    scratch[o++] = 0x80 | ((cp >> 12) & 0x3f);
+    scratch[o++] = 0x80 | ((cp >> 6) & 0x3f);
+    scratch[o++] = 0x80 | (cp & 0x3f);
+  }
+  return o;
+}
+
+function builder(totalBytes: number, options: BlockHashOptions): ChainBuilder {
+  return new ChainBuilder(
+    totalBytes,
+    options.blockBytes ?? DEFAULT_BLOCK_BYTES,
+    options.maxBlocks ?? DEFAULT_MAX_BLOCKS,
+  );
+}
+
+/** The prefix-hash chain of `text`: one 48-bit key per complete block, in order. */
+export function hashPromptBlocks(text: string, options: BlockHashOptions = {}): Float64Array {
+  return hashPromptPieces([text], options);
+}
+
+/** {@link hashPromptBlocks} of the concatenation of `pieces`, without building it. */
 export function hashPromptPieces(
   pieces: readonly string[],
   options: BlockHashOptions = {},
 ): Float64Array {
-  const blockChars = options.blockChars ?? DEFAULT_BLOCK_CHARS;
-  const maxBlocks = options.maxBlocks ?? DEFAULT_MAX_BLOCKS;
   let total = 0;
-  for (const piece of pieces) total += piece.length;
-  const count = Math.min(Math.floor(total / blockChars), maxBlocks);
-  const keys = new Float64Array(count);
-  if (count === 0) return keys;
-  const running = createHash("sha1");
-  let filled = 0;
-  let done = 0;
+  for (const piece of pieces) total += Buffer.byteLength(piece);
+  const chain = builder(total, options);
   for (const piece of pieces) {
-    let at = 0;
-    while (at < piece.length && done < count) {
-      const take = Math.min(piece.length - at, blockChars - filled);
-      running.update(take === piece.length ? piece : piece.slice(at, at + take));
-      at += take;
-      filled += take;
-      if (filled === blockChars) {
-        keys[done++] = running.copy().digest().readUIntBE(0, 6);
-        filled = 0;
-      }
-    }
-    if (done === count) break;
+    if (chain.full) break;
+    chain.string(piece);
   }
-  return keys;
+  return chain.keys;
+}
+
+/**
+ * The chain of a prompt found by `scanRequestBody` in `body`: string pieces are encoded,
+ * spans are hashed straight from the body (decoding escapes on the way). Same keys as
+ * {@link hashPromptPieces} of the decoded pieces.
+ */
+export function hashScannedPrompt(
+  body: Uint8Array,
+  pieces: readonly PromptPiece[],
+  promptBytes: number,
+  options: BlockHashOptions = {},
+): Float64Array {
+  const chain = builder(promptBytes, options);
+  for (const piece of pieces) {
+    if (chain.full) break;
+    if (typeof piece === "string") chain.string(piece);
+    else if (piece.escaped) chain.escaped(body, piece.start, piece.end);
+    else chain.bytes(body, piece.start, piece.end);
+  }
+  return chain.keys;
 }

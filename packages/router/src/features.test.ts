@@ -79,8 +79,8 @@ describe("extractRequestFeatures", () => {
 
 describe("hashPromptBlocks", () => {
   it("hashes complete blocks only, each key standing for its whole prefix", () => {
-    const a = hashPromptBlocks("x".repeat(2500), { blockChars: 1000 });
-    const b = hashPromptBlocks(`${"x".repeat(1000)}y${"x".repeat(1999)}`, { blockChars: 1000 });
+    const a = hashPromptBlocks("x".repeat(2500), { blockBytes: 1000 });
+    const b = hashPromptBlocks(`${"x".repeat(1000)}y${"x".repeat(1999)}`, { blockBytes: 1000 });
     expect(a.length).toBe(2);
     expect(b.length).toBe(3);
     expect(a[0]).toBe(b[0]);
@@ -90,6 +90,6 @@ describe("hashPromptBlocks", () => {
   });
 
   it("caps the chain at maxBlocks", () => {
-    expect(hashPromptBlocks("z".repeat(10_000), { blockChars: 100, maxBlocks: 7 }).length).toBe(7);
+    expect(hashPromptBlocks("z".repeat(10_000), { blockBytes: 100, maxBlocks: 7 }).length).toBe(7);
   });
 });

@@ -1,7 +1,9 @@
 /**
- * Request feature extraction: the one JSON parse a request body gets. Never throws, whatever the
- * bytes (property-tested): malformed input comes back as a `{ ok: false }` result the HTTP layer
- * turns into a 400.
+ * Request feature extraction with `JSON.parse`: the reference semantics of what the router
+ * reads from a body. The request path uses `json-scan.ts` (same results straight from the
+ * bytes, tested against this on generated bodies); this stays the public
+ * `extractRequestFeatures` and that test's oracle. Never throws, whatever the bytes
+ * (property-tested): malformed input comes back as a `{ ok: false }` result.
  */
 
 /** What the router needs to know about an OpenAI request body. */
@@ -19,7 +21,7 @@ export interface RequestFeatures {
   /** `max_tokens` / `max_completion_tokens` when given as a positive integer. */
   readonly maxTokens?: number;
   /**
-   * Token estimate for per-key `tpm` limits: prompt characters ÷ 4 (rounded up) plus
+   * Token estimate for per-key `tpm` limits: prompt UTF-8 bytes ÷ 4 (rounded up) plus
    * `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent).
    */
   readonly estimatedTokens: number;
@@ -57,7 +59,7 @@ const NO_PIECES: readonly string[] = [];
 
 /**
  * {@link extractRequestFeatures}, plus the prompt text as the pieces it is made of (their
- * concatenation is `promptText`). Package-internal: hashing the pieces instead of `promptText`
+ * concatenation is `promptText`). Package-internal (the scanner's test oracle): hashing the pieces instead of `promptText`
  * never flattens a large prompt into one fresh string (for a 200 KB prompt that copy and the
  * garbage it leaves cost more than the hashing itself).
  */
@@ -105,12 +107,18 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
   }
   promptPiecesOf(obj, pieces);
   let promptText = "";
-  for (const piece of pieces) promptText += piece;
+  let promptBytes = 0;
+  for (const piece of pieces) {
+    promptText += piece;
+    // Piece by piece, as they are hashed (differs from the joined text only where two pieces
+    // end and start with the halves of one surrogate pair).
+    promptBytes += Buffer.byteLength(piece);
+  }
   const rawMax = obj.max_tokens ?? obj.max_completion_tokens;
   const maxTokens =
     typeof rawMax === "number" && Number.isSafeInteger(rawMax) && rawMax > 0 ? rawMax : undefined;
   const estimatedTokens =
-    Math.ceil(promptText.length / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
+    Math.ceil(promptBytes / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
   const features: RequestFeatures =
     maxTokens === undefined
       ? { model, stream: stream === true, promptText, estimatedTokens }

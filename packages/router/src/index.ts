@@ -6,7 +6,13 @@ export {
   type AdmissionRejection,
   createAdmissionController,
 } from "./admission.js";
-export { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
+export {
+  analyzeByParsing,
+  analyzeByScanning,
+  analyzeRequestBody,
+  type BodyAnalysis,
+  SCAN_THRESHOLD_BYTES,
+} from "./analyze.js";
 export {
   type ApiKeyInfo,
   type ApiKeyStore,
@@ -15,7 +21,7 @@ export {
 } from "./api-keys.js";
 export {
   type BlockHashOptions,
-  DEFAULT_BLOCK_CHARS,
+  DEFAULT_BLOCK_BYTES,
   DEFAULT_MAX_BLOCKS,
   hashPromptBlocks,
   hashPromptPieces,

@@ -6,8 +6,8 @@
  * request), transferred to the worker and transferred back with the hash chain in it.
  */
 import { Tinypool } from "tinypool";
-import { analyzeRequestBody } from "./analyze.js";
-import { DEFAULT_BLOCK_CHARS, DEFAULT_MAX_BLOCKS } from "./block-hash.js";
+import { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
+import { DEFAULT_BLOCK_BYTES, DEFAULT_MAX_BLOCKS } from "./block-hash.js";
 import { checkRange, RouterError } from "./errors.js";
 import type { FeatureErrorReason } from "./features.js";
 import type { AnalyzeTask, AnalyzeTaskResult } from "./worker.js";
@@ -16,8 +16,8 @@ import type { AnalyzeTask, AnalyzeTaskResult } from "./worker.js";
 export interface RequestAnalyzerOptions {
   /** Bodies of at least this many bytes go to the pool (default 16 384; measured, see README). */
   readonly inlineThresholdBytes?: number;
-  /** Prefix block size in characters (default 1024). */
-  readonly blockChars?: number;
+  /** Prefix block size in UTF-8 bytes (default 1024). */
+  readonly blockBytes?: number;
   /** Most blocks hashed per prompt (default 512). */
   readonly maxBlocks?: number;
   /** Worker pool settings, or `false` to analyse everything inline. */
@@ -42,25 +42,8 @@ export interface RequestAnalyzerPoolOptions {
   readonly execArgv?: readonly string[];
 }
 
-/** Result of {@link RequestAnalyzer.analyze}. */
-export type RequestAnalysis =
-  | {
-      readonly ok: true;
-      readonly model: string;
-      readonly stream: boolean;
-      readonly maxTokens?: number;
-      readonly estimatedTokens: number;
-      /** Prefix-hash chain of the prompt. */
-      readonly chain: Float64Array;
-      readonly mode: "inline" | "pool";
-    }
-  | {
-      readonly ok: false;
-      readonly reason: FeatureErrorReason;
-      readonly message: string;
-      readonly param?: string;
-      readonly mode: "inline" | "pool";
-    };
+/** Result of {@link RequestAnalyzer.analyze}: the body's analysis and where it ran. */
+export type RequestAnalysis = BodyAnalysis & { readonly mode: "inline" | "pool" };
 
 /** The analyzer. */
 export interface RequestAnalyzer {
@@ -87,14 +70,14 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     0,
     2 ** 31,
   );
-  const blockChars = checkRange(
-    "blockChars",
-    options.blockChars ?? DEFAULT_BLOCK_CHARS,
+  const blockBytes = checkRange(
+    "blockBytes",
+    options.blockBytes ?? DEFAULT_BLOCK_BYTES,
     16,
     1 << 20,
   );
   const maxBlocks = checkRange("maxBlocks", options.maxBlocks ?? DEFAULT_MAX_BLOCKS, 0, 1 << 16);
-  const hashOptions = { blockChars, maxBlocks };
+  const hashOptions = { blockBytes, maxBlocks };
   const poolOptions = options.pool === false ? undefined : (options.pool ?? {});
   let pool: Tinypool | undefined;
   let active = 0;
@@ -137,29 +120,15 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     if (list.length < PER_CLASS) list.push(buffer);
   };
 
-  const inline = (body: Uint8Array): RequestAnalysis => {
-    const a = analyzeRequestBody(body, hashOptions);
-    if (!a.ok) {
-      return a.param === undefined
-        ? { ok: false, reason: a.reason, message: a.message, mode: "inline" }
-        : { ok: false, reason: a.reason, message: a.message, param: a.param, mode: "inline" };
-    }
-    const f = a.features;
-    return {
-      ok: true,
-      model: f.model,
-      stream: f.stream,
-      ...(f.maxTokens === undefined ? {} : { maxTokens: f.maxTokens }),
-      estimatedTokens: f.estimatedTokens,
-      chain: a.chain,
-      mode: "inline",
-    };
-  };
+  const inline = (body: Uint8Array): RequestAnalysis => ({
+    ...analyzeRequestBody(body, hashOptions),
+    mode: "inline",
+  });
 
   const viaPool = async (p: Tinypool, body: Uint8Array): Promise<RequestAnalysis> => {
     const buffer = take(body.length);
     new Uint8Array(buffer, 0, body.length).set(body);
-    const task: AnalyzeTask = { buffer, length: body.length, blockChars, maxBlocks };
+    const task: AnalyzeTask = { buffer, length: body.length, blockBytes, maxBlocks };
     active += 1;
     let r: AnalyzeTaskResult;
     try {

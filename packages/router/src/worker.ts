@@ -2,7 +2,7 @@
  * tinypool worker entry: analyses one request body. Build it as its own bundle entry (the
  * default file name the analyzer looks for next to a bundle is `router-worker.js`).
  *
- * Task: `{ buffer, length, blockChars, maxBlocks }` with `buffer` transferred in. The answer
+ * Task: `{ buffer, length, blockBytes, maxBlocks }` with `buffer` transferred in. The answer
  * transfers the same buffer back (the caller reuses it), with the hash chain written into its
  * first `chainLength × 8` bytes, so nothing is allocated per request for the return trip but
  * the small features object (the prompt text stays here).
@@ -14,7 +14,7 @@ import { analyzeRequestBody } from "./analyze.js";
 export interface AnalyzeTask {
   readonly buffer: ArrayBuffer;
   readonly length: number;
-  readonly blockChars: number;
+  readonly blockBytes: number;
   readonly maxBlocks: number;
 }
 
@@ -35,22 +35,20 @@ export interface AnalyzeTaskResult {
 /** Analyses the body in `task.buffer` and hands the buffer back. */
 export default function analyzeTask(task: AnalyzeTask): unknown {
   const analysis = analyzeRequestBody(new Uint8Array(task.buffer, 0, task.length), {
-    blockChars: task.blockChars,
+    blockBytes: task.blockBytes,
     maxBlocks: task.maxBlocks,
   });
-  const chainLength = analysis.chain.length;
-  new Float64Array(task.buffer, 0, chainLength).set(analysis.chain);
+  const chainLength = analysis.ok ? analysis.chain.length : 0;
+  if (analysis.ok) new Float64Array(task.buffer, 0, chainLength).set(analysis.chain);
   const value: AnalyzeTaskResult = analysis.ok
     ? {
         buffer: task.buffer,
         chainLength,
         ok: true,
-        model: analysis.features.model,
-        stream: analysis.features.stream,
-        estimatedTokens: analysis.features.estimatedTokens,
-        ...(analysis.features.maxTokens === undefined
-          ? {}
-          : { maxTokens: analysis.features.maxTokens }),
+        model: analysis.model,
+        stream: analysis.stream,
+        estimatedTokens: analysis.estimatedTokens,
+        ...(analysis.maxTokens === undefined ? {} : { maxTokens: analysis.maxTokens }),
       }
     : {
         buffer: task.buffer,

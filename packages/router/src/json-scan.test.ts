@@ -1,0 +1,358 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  analyzeByParsing,
+  analyzeByScanning,
+  analyzeRequestBody,
+  type BodyAnalysis,
+  SCAN_THRESHOLD_BYTES,
+} from "./analyze.js";
+import { scanRequestBody } from "./json-scan.js";
+
+// One key per byte: equal chains mean the scanner's prompt bytes equal the reference's.
+const EVERY_BYTE = { blockBytes: 1, maxBlocks: 1 << 20 };
+const SMALL_BLOCKS = { blockBytes: 7, maxBlocks: 1 << 20 };
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+type Outcome =
+  | { ok: false; reason: string; param?: string }
+  | {
+      ok: true;
+      model: string;
+      stream: boolean;
+      maxTokens?: number;
+      estimatedTokens: number;
+      chain?: Float64Array;
+    };
+
+function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
+  if (!a.ok) {
+    return a.param === undefined
+      ? { ok: false, reason: a.reason }
+      : { ok: false, reason: a.reason, param: a.param };
+  }
+  return {
+    ok: true,
+    model: a.model,
+    stream: a.stream,
+    ...(a.maxTokens === undefined ? {} : { maxTokens: a.maxTokens }),
+    estimatedTokens: a.estimatedTokens,
+    ...(withChain ? { chain: a.chain } : {}),
+  };
+}
+
+/** What `JSON.parse` (`features.ts`, the reference) says about `bytes`. */
+const reference = (bytes: Uint8Array, options = EVERY_BYTE, withChain = true): Outcome =>
+  outcome(analyzeByParsing(bytes, options), withChain);
+
+/** What the byte scanner says. */
+const scanned = (bytes: Uint8Array, options = EVERY_BYTE, withChain = true): Outcome =>
+  outcome(analyzeByScanning(bytes, options), withChain);
+
+function isUtf8(bytes: Uint8Array): boolean {
+  try {
+    strictUtf8.decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function agree(bytes: Uint8Array): void {
+  if (isUtf8(bytes)) {
+    expect(scanned(bytes)).toEqual(reference(bytes));
+    expect(scanned(bytes, SMALL_BLOCKS)).toEqual(reference(bytes, SMALL_BLOCKS));
+    return;
+  }
+  // Invalid UTF-8 inside a string: the reference decodes it to U+FFFD (3 bytes) before
+  // counting and hashing, the scanner counts and hashes the raw bytes. Either is consistent;
+  // everything else must agree.
+  const drop = (o: Outcome) => (o.ok ? { ...o, estimatedTokens: 0 } : o);
+  expect(drop(scanned(bytes, EVERY_BYTE, false))).toEqual(
+    drop(reference(bytes, EVERY_BYTE, false)),
+  );
+}
+
+const utf8 = (s: string): Uint8Array => new TextEncoder().encode(s);
+
+// ---- A JSON text generator that can do what JSON.stringify won't: duplicate keys, escaped
+// ---- non-ASCII (as Python's ensure_ascii does), odd whitespace.
+
+type Node =
+  | { t: "obj"; entries: [string, Node][] }
+  | { t: "arr"; items: Node[] }
+  | { t: "str"; v: string }
+  | { t: "num"; v: string }
+  | { t: "lit"; v: "true" | "false" | "null" };
+
+interface Style {
+  readonly escapeNonAscii: boolean;
+  readonly escapeAll: boolean;
+  readonly ws: string;
+}
+
+function quote(s: string, style: Style): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const ch = s[i] as string;
+    if (ch === '"' || ch === "\\") out += `\\${ch}`;
+    else if (c < 0x20 || (style.escapeNonAscii && c > 0x7e) || (style.escapeAll && i % 3 === 0)) {
+      out += `\\u${c.toString(16).padStart(4, "0")}`;
+    } else if (c >= 0xd800 && c <= 0xdfff) {
+      // A lone surrogate can only travel escaped (raw it is not UTF-8).
+      const pair =
+        c <= 0xdbff &&
+        i + 1 < s.length &&
+        s.charCodeAt(i + 1) >= 0xdc00 &&
+        s.charCodeAt(i + 1) <= 0xdfff;
+      if (pair) {
+        out += s.slice(i, i + 2);
+        i++;
+      } else out += `\\u${c.toString(16).toUpperCase()}`;
+    } else out += ch;
+  }
+  return `${out}"`;
+}
+
+function write(node: Node, style: Style): string {
+  const w = style.ws;
+  switch (node.t) {
+    case "obj":
+      return `{${w}${node.entries.map(([k, v]) => `${quote(k, style)}${w}:${w}${write(v, style)}`).join(`${w},${w}`)}${w}}`;
+    case "arr":
+      return `[${w}${node.items.map((v) => write(v, style)).join(`${w},${w}`)}${w}]`;
+    case "str":
+      return quote(node.v, style);
+    default:
+      return node.v;
+  }
+}
+
+const anyText = fc.oneof(
+  fc.string({ maxLength: 40 }),
+  fc.string({ unit: "binary", maxLength: 40 }),
+  fc.constantFrom("", "\n", "é", "日本語", "😀", "\ud83d", "\ude00", 'q"uo\\te', "\t\u0001"),
+);
+const str = anyText.map((v): Node => ({ t: "str", v }));
+const num = fc
+  .oneof(
+    fc.integer({ min: -5, max: 1_000_000 }).map(String),
+    fc.constantFrom("0", "-0", "1.0", "1e2", "2E+1", "1.5", "9007199254740993", "1e400", "-3"),
+    fc.double({ noNaN: true, noDefaultInfinity: true }).map((d) => JSON.stringify(d)),
+  )
+  .map((v): Node => ({ t: "num", v }));
+const lit = fc.constantFrom("true", "false", "null").map((v): Node => ({ t: "lit", v }));
+const { json } = fc.letrec<{ json: Node }>((tie) => ({
+  json: fc.oneof(
+    { depthSize: "small", withCrossShrink: true },
+    str,
+    num,
+    lit,
+    fc.array(tie("json"), { maxLength: 4 }).map((items): Node => ({ t: "arr", items })),
+    fc
+      .array(fc.tuple(fc.oneof(anyText, fc.constantFrom("text", "role")), tie("json")), {
+        maxLength: 4,
+      })
+      .map((entries): Node => ({ t: "obj", entries })),
+  ),
+}));
+const obj = (entries: [string, Node][]): Node => ({ t: "obj", entries });
+const arr = (items: Node[]): Node => ({ t: "arr", items });
+const part = fc.oneof(
+  fc
+    .tuple(str, fc.boolean())
+    .map(([text, typed]) =>
+      obj([
+        ...(typed ? ([["type", { t: "str", v: "text" }]] as [string, Node][]) : []),
+        ["text", text],
+      ]),
+    ),
+  json,
+);
+const content = fc.oneof(str, fc.array(part, { maxLength: 4 }).map(arr), json);
+const message = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: fc
+      .tuple(
+        fc.option(fc.oneof(str, json), { nil: undefined }),
+        fc.option(content, { nil: undefined }),
+        fc.option(content, { nil: undefined }),
+        fc.array(fc.tuple(anyText, json), { maxLength: 2 }),
+      )
+      .map(([role, c1, c2, extra]) => {
+        const entries: [string, Node][] = [...extra];
+        if (role !== undefined) entries.push(["role", role]);
+        if (c1 !== undefined) entries.push(["content", c1]);
+        if (c2 !== undefined) entries.push(["content", c2]); // duplicate key: the last one wins
+        return obj(entries);
+      }),
+  },
+  { weight: 1, arbitrary: json },
+);
+const tokenItem = fc.oneof(
+  num,
+  str,
+  fc.array(fc.oneof(num, json), { maxLength: 4 }).map(arr),
+  json,
+);
+const input = fc.oneof(str, fc.array(tokenItem, { maxLength: 5 }).map(arr), json);
+const field = fc.oneof(
+  fc.tuple(fc.constant("model"), fc.oneof({ weight: 5, arbitrary: str }, json)),
+  fc.tuple(fc.constant("stream"), fc.oneof(lit, json)),
+  fc.tuple(fc.constantFrom("max_tokens", "max_completion_tokens"), fc.oneof(num, lit, json)),
+  fc.tuple(
+    fc.constant("messages"),
+    fc.oneof({ weight: 5, arbitrary: fc.array(message, { maxLength: 5 }).map(arr) }, json),
+  ),
+  fc.tuple(fc.constantFrom("prompt", "input"), input),
+  fc.tuple(anyText, json),
+);
+const body = fc
+  .tuple(
+    fc.array(field, { maxLength: 7 }),
+    fc.record({
+      escapeNonAscii: fc.boolean(),
+      escapeAll: fc.boolean(),
+      ws: fc.constantFrom("", " ", "\n\t ", "\r\n"),
+    }),
+    fc.boolean(),
+  )
+  .map(([fields, style, bom]) => {
+    const entries: [string, Node][] = [["model", { t: "str", v: "m" }], ...fields];
+    return utf8(`${bom ? "\ufeff" : ""}${style.ws}${write(obj(entries), style)}${style.ws}`);
+  });
+
+describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
+  it("on generated request bodies", () => {
+    fc.assert(fc.property(body, agree), { numRuns: 3000 });
+  });
+
+  it("on the same bodies cut short or with one byte changed", () => {
+    fc.assert(
+      fc.property(
+        body,
+        fc.nat(),
+        fc.integer({ min: 0, max: 255 }),
+        fc.boolean(),
+        (b, at, byte, cut) => {
+          const i = b.length === 0 ? 0 : at % b.length;
+          const mutated = cut
+            ? b.subarray(0, i)
+            : Uint8Array.from(b, (x, j) => (j === i ? byte : x));
+          agree(mutated);
+        },
+      ),
+      { numRuns: 3000 },
+    );
+  });
+
+  it("on arbitrary JSON values and arbitrary bytes", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (v) => agree(utf8(JSON.stringify(v)))),
+      { numRuns: 1000 },
+    );
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 64 }), agree), { numRuns: 2000 });
+  });
+
+  it.each([
+    ["empty", ""],
+    ["whitespace only", " \n"],
+    ["BOM then object", '\ufeff{"model":"m"}'],
+    ["BOM twice", '\ufeff\ufeff{"model":"m"}'],
+    ["trailing comma", '{"model":"m",}'],
+    ["trailing garbage", '{"model":"m"} x'],
+    ["two documents", '{"model":"m"}{}'],
+    ["leading zero", '{"model":"m","max_tokens":01}'],
+    ["bare dot", '{"model":"m","max_tokens":1.}'],
+    ["bare exponent", '{"model":"m","max_tokens":1e}'],
+    ["lone minus", '{"model":"m","max_tokens":-}'],
+    ["raw tab in a string", '{"model":"m","prompt":"a\tb"}'],
+    ["bad escape", '{"model":"m","prompt":"a\\qb"}'],
+    ["short unicode escape", '{"model":"m","prompt":"\\u12"}'],
+    ["unterminated string", '{"model":"m","prompt":"abc'],
+    ["single quotes", "{'model':'m'}"],
+    ["escaped key", '{"mod\\u0065l":"m","\\u0070rompt":"hi"}'],
+    ["duplicate model", '{"model":"a","model":"b"}'],
+    [
+      "messages then a non-array messages",
+      '{"model":"m","messages":[{"role":"u","content":"x"}],"messages":1,"prompt":"p"}',
+    ],
+    ["prompt null falls back to input", '{"model":"m","prompt":null,"input":"i"}'],
+    ["max_tokens null falls back", '{"model":"m","max_tokens":null,"max_completion_tokens":9}'],
+    [
+      "max_tokens string does not fall back",
+      '{"model":"m","max_tokens":"5","max_completion_tokens":9}',
+    ],
+    ["surrogate pair escaped", '{"model":"m","prompt":"\\ud83d\\ude00 and \\ud83d alone \\ude00"}'],
+    ["escapes", '{"model":"m","prompt":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\u65e5"}'],
+    ["model of 256 escaped chars", `{"model":"${"\\u0061".repeat(256)}"}`],
+    ["model of 257 escaped chars", `{"model":"${"\\u0061".repeat(257)}"}`],
+    ["model of 256 astral chars", `{"model":"${"😀".repeat(128)}"}`],
+    ["model of 129 astral chars", `{"model":"${"😀".repeat(129)}"}`],
+    ["token ids", '{"model":"m","prompt":[1,2.50,-0,1e2]}'],
+    ["token id lists", '{"model":"m","prompt":[[1,"x",2],[],[3]]}'],
+    ["mixed prompt list", '{"model":"m","prompt":["a",1,null,["b"],{"c":1}]}'],
+    ["array messages", '{"model":"m","messages":[[1],"s",null,{"role":1,"content":{"a":1}}]}'],
+    [
+      "text parts",
+      '{"model":"m","messages":[{"content":[{"text":"a","text":"b"},{"text":1},["t"],"x"]}]}',
+    ],
+  ])("%s", (_name, text) => {
+    agree(utf8(text));
+  });
+
+  it("keeps a growing conversation's prefix keys across the parse/scan threshold", () => {
+    const system = "Prose with a newline, an é and a 😀 in it.\n".repeat(1000);
+    const chat = (user: string) =>
+      utf8(
+        JSON.stringify({
+          model: "m",
+          messages: [
+            { role: "system", content: system },
+            { role: "user", content: user },
+          ],
+        }),
+      );
+    const small = chat("hi");
+    const large = chat("x".repeat(40_000));
+    expect(small.length).toBeLessThan(SCAN_THRESHOLD_BYTES);
+    expect(large.length).toBeGreaterThanOrEqual(SCAN_THRESHOLD_BYTES);
+    const a = analyzeRequestBody(small);
+    const b = analyzeRequestBody(large);
+    if (!a.ok || !b.ok) throw new Error("both bodies are valid");
+    const shared = Math.floor(new TextEncoder().encode(`system\n${system}\nuser\n`).length / 1024);
+    expect(shared).toBeGreaterThan(30);
+    expect(b.chain.subarray(0, shared)).toEqual(a.chain.subarray(0, shared));
+  });
+
+  it("walks deep nesting without overflowing the stack, as JSON.parse does", () => {
+    const depth = 200_000;
+    const deep = `{"model":"m","x":${"[".repeat(depth)}${"]".repeat(depth)}}`;
+    expect(scanRequestBody(utf8(deep))).toMatchObject({ ok: true, model: "m" });
+    expect(scanRequestBody(utf8(deep.slice(0, -2)))).toMatchObject({
+      ok: false,
+      reason: "invalid_json",
+    });
+  });
+
+  it("says where the syntax broke", () => {
+    expect(scanRequestBody(utf8('{"model":"m",}'))).toEqual({
+      ok: false,
+      reason: "invalid_json",
+      message: "request body is not valid JSON: Unexpected token } in JSON at position 13",
+    });
+  });
+
+  it("returns the prompt as spans into the body, not as decoded strings", () => {
+    const text = "x".repeat(300_000);
+    const b = utf8(JSON.stringify({ model: "m", messages: [{ role: "user", content: text }] }));
+    const r = scanRequestBody(b);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    const span = r.pieces.find((p) => typeof p !== "string" && p.bytes === text.length);
+    expect(span).toMatchObject({ escaped: false, bytes: 300_000 });
+    expect(r.promptBytes).toBe("user\n".length + text.length + 1);
+  });
+});
