@@ -153,3 +153,32 @@ export function loadAverage(): string {
     return "unknown";
   }
 }
+
+/**
+ * CPU time (user + system) of process `pid` and all its descendants, in µs, from /proc
+ * (Linux only; undefined elsewhere or when the process is gone). For baselines like nginx,
+ * whose worker is a child of the master.
+ */
+export function processTreeCpuUs(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  const ticksPerSecond = 100; // USER_HZ; the same on every Linux this runs on
+  let ticks = 0;
+  const visit = (p: number): boolean => {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${p}/stat`, "utf8");
+    } catch {
+      return false;
+    }
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    ticks += Number(fields[11]) + Number(fields[12]);
+    let children = "";
+    try {
+      children = readFileSync(`/proc/${p}/task/${p}/children`, "utf8");
+    } catch {}
+    for (const c of children.split(" ")) if (c.trim() !== "") visit(Number(c));
+    return true;
+  };
+  return visit(pid) ? (ticks * 1e6) / ticksPerSecond : undefined;
+}

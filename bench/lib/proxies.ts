@@ -6,11 +6,13 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { findBinary, freePort, waitForPort } from "./children.js";
+import { findBinary, freePort, processTreeCpuUs, waitForPort } from "./children.js";
 
 /** A running proxy in front of the engines. */
 export interface RunningProxy {
   readonly url: string;
+  /** CPU time of the proxy's processes (master and workers) so far, µs; undefined off Linux. */
+  cpuUs(): number | undefined;
   stop(): Promise<void>;
 }
 
@@ -56,6 +58,7 @@ async function runProxy(
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    cpuUs: () => processTreeCpuUs(proc.pid),
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) {
         // nginx: QUIT waits for connections; TERM is the fast shutdown.

@@ -13,6 +13,8 @@ const { values: flags } = parseArgs({
     seconds: { type: "string" },
     generator: { type: "string" },
     upstream: { type: "string" },
+    /** Comma-separated workload names to run (default: all), e.g. `chat-paced,200KB-paced`. */
+    only: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -64,7 +66,7 @@ const upstreamOf = (s: Scenario): string =>
     : flags.upstream === "trivial" || s.workload === "200KB"
       ? "trivial"
       : "sim";
-const scenarios: Scenario[] = quick
+const allScenarios: Scenario[] = quick
   ? [
       { workload: "chat", connections: 1, body: chat(false) },
       { workload: "chat", connections: 16, body: chat(false) },
@@ -100,6 +102,10 @@ const scenarios: Scenario[] = quick
       { workload: "200KB-paced", connections: 50, body: big, upstreamDelayMs: bigPacedDelayMs },
     ];
 
+const only = flags.only?.split(",").map((w) => w.trim());
+const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
+if (scenarios.length === 0) throw new Error(`--only ${flags.only}: no such workload`);
+
 interface Sample extends LoadResult {
   readonly run: number;
   readonly target: string;
@@ -108,6 +114,8 @@ interface Sample extends LoadResult {
   readonly upstream: string;
   readonly loadavg: string;
   readonly router?: RouterReport;
+  /** CPU of a baseline proxy (nginx) over the measurement, µs (/proc, 10 ms ticks). */
+  readonly proxyCpuUs?: number;
   /** Loop delay p99 of an idle process over the same window (the box's scheduling floor). */
   readonly idleLoopP99Ms?: number;
 }
@@ -200,12 +208,14 @@ try {
           });
         }
         if (t.name === "llmgw") await Promise.all([router.request("reset"), idle.request("reset")]);
+        const nginxCpu0 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
         const r = await runLoad(generator, {
           url,
           body: s.body,
           connections: s.connections,
           seconds,
         });
+        const nginxCpu1 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
         const idleReport =
           t.name === "llmgw"
             ? await idle.request<RouterReport & Record<string, unknown>>("report")
@@ -223,6 +233,9 @@ try {
           upstream: upstreamOf(s),
           loadavg: loadAverage(),
           ...(idleReport ? { idleLoopP99Ms: idleReport.loopP99Ms } : {}),
+          ...(nginxCpu0 !== undefined && nginxCpu1 !== undefined
+            ? { proxyCpuUs: nginxCpu1 - nginxCpu0 }
+            : {}),
           ...(report
             ? {
                 router: {
@@ -260,7 +273,8 @@ interface Row {
   addedP50Ms?: number;
   addedP99Ms?: number;
   errors: number;
-  routerCpuUsPerReq?: number;
+  /** Proxy CPU per request: the router process (worker threads included) or nginx. */
+  cpuUsPerReq?: number;
   loopDelayP99Ms?: number;
   idleLoopP99Ms?: number;
 }
@@ -301,10 +315,12 @@ for (const s of scenarios) {
     const a99 = paired((a, d) => a.p99Ms - d.p99Ms);
     if (a50 !== undefined) row.addedP50Ms = a50;
     if (a99 !== undefined) row.addedP99Ms = a99;
+    const cpuSamples = mine.flatMap((x) => {
+      const cpu = x.router?.cpuUs ?? x.proxyCpuUs;
+      return cpu === undefined ? [] : [cpu / Math.max(1, x.requests)];
+    });
+    if (cpuSamples.length > 0) row.cpuUsPerReq = median(cpuSamples);
     if (routerSamples.length > 0) {
-      row.routerCpuUsPerReq = median(
-        routerSamples.map((x) => (x.router?.cpuUs ?? 0) / Math.max(1, x.requests)),
-      );
       row.loopDelayP99Ms = median(routerSamples.map((x) => x.router?.loopP99Ms ?? 0));
       row.idleLoopP99Ms = median(routerSamples.map((x) => x.idleLoopP99Ms ?? Number.NaN));
     }
@@ -325,7 +341,7 @@ const table = formatTable(
     "p99 ms",
     "added p50 / p99 ms",
     "errors",
-    "router CPU µs/req",
+    "proxy CPU µs/req",
     "loop p99 ms (idle proc)",
   ],
   rows.map((r) => [
@@ -338,7 +354,7 @@ const table = formatTable(
     f(r.p99Ms),
     r.addedP50Ms === undefined ? "-" : `${f(r.addedP50Ms)} / ${f(r.addedP99Ms)}`,
     r.errors,
-    f(r.routerCpuUsPerReq, 0),
+    f(r.cpuUsPerReq, 0),
     r.loopDelayP99Ms === undefined ? "-" : `${f(r.loopDelayP99Ms, 1)} (${f(r.idleLoopP99Ms, 1)})`,
   ]),
 );

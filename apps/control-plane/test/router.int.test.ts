@@ -141,6 +141,55 @@ describe("router: OpenAI API through the official client", () => {
     expect(all.some((r) => r.requestId === "req-abc.123")).toBe(true);
   });
 
+  it("forwards large bodies byte for byte through reused buffers, declared or chunked", async () => {
+    // 16–64 KiB: read into pooled buffers, moved to the analysis worker and back, forwarded
+    // from there, then reused by the next request; any mix-up would show as a wrong body.
+    const sent = new Map<string, string>();
+    const send = async (i: number, chunked: boolean): Promise<void> => {
+      const id = `large-${i}-${chunked ? "chunked" : "declared"}`;
+      const content = `${id} ${String.fromCharCode(97 + (i % 26)).repeat(20_000 + i * 1500)} é😀`;
+      const body = JSON.stringify({ model: "llama-8b", messages: [{ role: "user", content }] });
+      sent.set(id, content);
+      const bytes = new TextEncoder().encode(body);
+      const res = await fetch(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          "content-type": "application/json",
+          "x-request-id": id,
+        },
+        body: chunked
+          ? new ReadableStream({
+              start(controller) {
+                for (let at = 0; at < bytes.length; at += 7000) {
+                  controller.enqueue(bytes.subarray(at, at + 7000));
+                }
+                controller.close();
+              },
+            })
+          : bytes,
+        ...(chunked ? { duplex: "half" } : {}),
+      } as RequestInit);
+      expect({ id, status: res.status, text: res.status === 200 ? "" : await res.text() }).toEqual({
+        id,
+        status: 200,
+        text: "",
+      });
+      await res.arrayBuffer();
+    };
+    for (let round = 0; round < 3; round++) {
+      await Promise.all([0, 1, 2, 3].map((k) => send(round * 4 + k, k % 2 === 1)));
+    }
+    const received = [...engineA.received, ...engineB.received].filter((r) =>
+      r.requestId?.startsWith("large-"),
+    );
+    expect(received).toHaveLength(12);
+    for (const r of received) {
+      const messages = r.body.messages as { content: string }[];
+      expect(messages[0]?.content).toBe(sent.get(r.requestId ?? ""));
+    }
+  });
+
   it("passes streamed bytes through unaltered and incrementally", async () => {
     engineA.closeGate();
     engineB.closeGate();

@@ -26,6 +26,7 @@ export {
   hashPromptBlocks,
   hashPromptPieces,
 } from "./block-hash.js";
+export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-pool.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
 export {

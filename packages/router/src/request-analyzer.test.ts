@@ -37,6 +37,18 @@ describe("request analyzer", () => {
     }
   });
 
+  it("moves an owned pooled body to the worker and back without copying or changing it", async () => {
+    const bytes = body("x".repeat(30_000));
+    const owned = analyzer.buffers.take(bytes.length);
+    owned.set(bytes);
+    const a = await analyzer.analyze(owned, true);
+    expect(a).toMatchObject({ ok: true, mode: "pool", model: "m" });
+    expect(owned.length).toBe(0); // transferred away: the caller must use `a.body`
+    expect(Buffer.from(a.body).equals(bytes)).toBe(true);
+    analyzer.buffers.give(a.body);
+    expect(analyzer.buffers.take(bytes.length).buffer).toBe(a.body.buffer);
+  });
+
   it("reports refusals from the pool like inline ones", async () => {
     const junk = Buffer.from(`{"model": ${"1".repeat(3000)}`);
     await expect(analyzer.analyze(junk)).resolves.toMatchObject({

@@ -1,15 +1,15 @@
 /**
  * Hybrid body analysis. Bodies below `inlineThresholdBytes` are parsed and hashed on the calling
  * thread (the worker hop costs ~30–35 µs of CPU, ~15× the work for a small body); larger ones go
- * to a tinypool pool so that big prompts never stall the event loop. The body is copied into a
- * reused ArrayBuffer (free list by power-of-two size class: no fresh zero-filled allocation per
- * request), transferred to the worker and transferred back with the hash chain in it.
+ * to a tinypool pool so that big prompts never stall the event loop. The body travels in a
+ * pooled ArrayBuffer (`buffer-pool.ts`): the caller reads it there and hands it over (`owned`),
+ * or it is copied there; it is transferred to the worker and back untouched.
  */
 import { Tinypool } from "tinypool";
 import { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
 import { DEFAULT_BLOCK_BYTES, DEFAULT_MAX_BLOCKS } from "./block-hash.js";
+import { type BufferPool, createBufferPool } from "./buffer-pool.js";
 import { checkRange, RouterError } from "./errors.js";
-import type { FeatureErrorReason } from "./features.js";
 import type { AnalyzeTask, AnalyzeTaskResult } from "./worker.js";
 
 /** Options of {@link createRequestAnalyzer}. */
@@ -43,12 +43,26 @@ export interface RequestAnalyzerPoolOptions {
 }
 
 /** Result of {@link RequestAnalyzer.analyze}: the body's analysis and where it ran. */
-export type RequestAnalysis = BodyAnalysis & { readonly mode: "inline" | "pool" };
+export type RequestAnalysis = BodyAnalysis & {
+  readonly mode: "inline" | "pool";
+  /**
+   * The body's bytes, where they are now: an owned body comes back from the worker in a new
+   * view (its old one is detached); otherwise the body given.
+   */
+  readonly body: Uint8Array;
+};
 
 /** The analyzer. */
 export interface RequestAnalyzer {
-  /** Analyses one complete body. Rejects only with `LLMGW_ROUTER_POOL_FAILED`. */
-  analyze(body: Uint8Array): RequestAnalysis | Promise<RequestAnalysis>;
+  /**
+   * Analyses one complete body. Rejects only with `LLMGW_ROUTER_POOL_FAILED`. With `owned`,
+   * the caller hands over `body` (a view from {@link buffers} at offset 0): a pooled analysis
+   * moves its buffer to the worker and back instead of copying it, and the caller must use
+   * the returned `body` afterwards.
+   */
+  analyze(body: Uint8Array, owned?: boolean): RequestAnalysis | Promise<RequestAnalysis>;
+  /** Where to read large bodies into, so they can be handed over with `owned`. */
+  readonly buffers: BufferPool;
   /**
    * Pool tasks in flight (running or queued), the pool's task slots (threads × tasks per
    * worker; 0 without a pool) and tinypool's own queue length.
@@ -57,10 +71,6 @@ export interface RequestAnalyzer {
   /** Stops the workers. */
   close(): Promise<void>;
 }
-
-const MIN_CLASS = 14; // 16 KiB
-const MAX_CLASS = 26; // 64 MiB
-const PER_CLASS = 8;
 
 /** Creates a {@link RequestAnalyzer}. */
 export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): RequestAnalyzer {
@@ -82,7 +92,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
   let pool: Tinypool | undefined;
   let active = 0;
   let slots = 0;
-  const freeLists: ArrayBuffer[][] = [];
+  const buffers = createBufferPool();
 
   if (poolOptions !== undefined) {
     const filename = poolOptions.filename ?? defaultWorkerUrl();
@@ -107,32 +117,31 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     });
   }
 
-  const take = (length: number): ArrayBuffer => {
-    const cls = Math.max(MIN_CLASS, Math.ceil(Math.log2(Math.max(1, length))));
-    const reused = freeLists[cls]?.pop();
-    return reused ?? new ArrayBuffer(2 ** cls);
-  };
-  const giveBack = (buffer: ArrayBuffer): void => {
-    const cls = Math.log2(buffer.byteLength);
-    if (!Number.isInteger(cls) || cls > MAX_CLASS) return;
-    const list = freeLists[cls] ?? [];
-    freeLists[cls] = list;
-    if (list.length < PER_CLASS) list.push(buffer);
-  };
-
   const inline = (body: Uint8Array): RequestAnalysis => ({
     ...analyzeRequestBody(body, hashOptions),
     mode: "inline",
+    body,
   });
 
-  const viaPool = async (p: Tinypool, body: Uint8Array): Promise<RequestAnalysis> => {
-    const buffer = take(body.length);
-    new Uint8Array(buffer, 0, body.length).set(body);
-    const task: AnalyzeTask = { buffer, length: body.length, blockBytes, maxBlocks };
+  const viaPool = async (
+    p: Tinypool,
+    body: Uint8Array,
+    owned: boolean,
+  ): Promise<RequestAnalysis> => {
+    // An owned pooled body travels itself; anything else is copied into a pooled buffer first.
+    const length = body.length; // a transferred view reads as empty afterwards
+    const sent = owned && body.byteOffset === 0 ? body : buffers.take(length);
+    if (sent !== body) sent.set(body);
+    const task: AnalyzeTask = {
+      buffer: sent.buffer as ArrayBuffer,
+      length,
+      blockBytes,
+      maxBlocks,
+    };
     active += 1;
     let r: AnalyzeTaskResult;
     try {
-      r = (await p.run(task, { transferList: [buffer] })) as AnalyzeTaskResult;
+      r = (await p.run(task, { transferList: [task.buffer] })) as AnalyzeTaskResult;
     } catch (error) {
       throw new RouterError("LLMGW_ROUTER_POOL_FAILED", "request analysis worker failed", {
         cause: error,
@@ -140,32 +149,16 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     } finally {
       active -= 1;
     }
-    const chain = new Float64Array(r.buffer, 0, r.chainLength).slice();
-    giveBack(r.buffer);
-    if (!r.ok) {
-      return {
-        ok: false,
-        reason: (r.reason ?? "invalid_json") as FeatureErrorReason,
-        message: r.message ?? "invalid request body",
-        ...(r.param === undefined ? {} : { param: r.param }),
-        mode: "pool",
-      };
-    }
-    return {
-      ok: true,
-      model: r.model ?? "",
-      stream: r.stream ?? false,
-      ...(r.maxTokens === undefined ? {} : { maxTokens: r.maxTokens }),
-      estimatedTokens: r.estimatedTokens ?? 0,
-      chain,
-      mode: "pool",
-    };
+    const back = new Uint8Array(r.buffer, 0, length);
+    if (sent !== body) buffers.give(back);
+    return { ...r.analysis, mode: "pool", body: sent === body ? back : body };
   };
 
   return {
-    analyze(body) {
+    buffers,
+    analyze(body, owned = false) {
       if (pool === undefined || body.length < threshold) return inline(body);
-      return viaPool(pool, body);
+      return viaPool(pool, body, owned);
     },
     poolLoad: () => ({ active, slots, queued: pool?.queueSize ?? 0 }),
     async close() {

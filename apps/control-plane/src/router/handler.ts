@@ -16,6 +16,7 @@ import {
   createRequestAnalyzer,
   noopRouterMetrics,
   type PickDecision,
+  POOLED_MIN_BYTES,
   type RejectionReason,
   type RequestAnalysis,
   type RouteResolution,
@@ -207,29 +208,61 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     res.end(body);
   };
 
-  const readBody = (req: IncomingMessage): Promise<Buffer> => {
+  /**
+   * Reads the whole body. From {@link POOLED_MIN_BYTES} on it lands in a pooled buffer (straight
+   * there when the length is declared), which the analyzer may move to its worker and back.
+   */
+  const readBody = (req: IncomingMessage): Promise<{ body: Uint8Array; pooled: boolean }> => {
     const declared = Number(req.headers["content-length"] ?? Number.NaN);
     if (declared > options.maxBodyBytes) {
       return Promise.reject(tooLarge(options.maxBodyBytes));
     }
-    return new Promise<Buffer>((resolve, reject) => {
+    // Node's parser delivers exactly Content-Length bytes (and refuses it with chunked).
+    const into =
+      Number.isSafeInteger(declared) && declared >= POOLED_MIN_BYTES
+        ? analyzer.buffers.take(declared)
+        : undefined;
+    return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
+      const fail = (error: unknown): void => {
+        if (into !== undefined) analyzer.buffers.give(into);
+        reject(error);
+      };
       const onData = (chunk: Buffer): void => {
-        size += chunk.length;
-        if (size > options.maxBodyBytes) {
+        if (
+          size + chunk.length > options.maxBodyBytes ||
+          (into && size + chunk.length > into.length)
+        ) {
           req.off("data", onData);
           req.pause();
-          reject(tooLarge(options.maxBodyBytes));
+          fail(tooLarge(options.maxBodyBytes));
           return;
         }
-        chunks.push(chunk);
+        if (into === undefined) chunks.push(chunk);
+        else into.set(chunk, size);
+        size += chunk.length;
       };
       req.on("data", onData);
-      req.once("end", () =>
-        resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size)),
-      );
-      req.once("error", reject);
+      req.once("end", () => {
+        if (into !== undefined) {
+          resolve({ body: into.subarray(0, size), pooled: size === into.length });
+        } else if (size >= POOLED_MIN_BYTES) {
+          const body = analyzer.buffers.take(size);
+          let at = 0;
+          for (const chunk of chunks) {
+            body.set(chunk, at);
+            at += chunk.length;
+          }
+          resolve({ body, pooled: true });
+        } else {
+          resolve({
+            body: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size),
+            pooled: false,
+          });
+        }
+      });
+      req.once("error", fail);
     });
   };
 
@@ -242,9 +275,51 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     ctx: { model: string; stream: boolean },
   ): Promise<void> => {
     const key = authenticate(req);
-    const body = await readBody(req);
+    const read = await readBody(req);
     const analysisStart = performance.now();
-    const analysis: RequestAnalysis = await analyzer.analyze(body);
+    const analysis: RequestAnalysis = await analyzer.analyze(read.body, read.pooled);
+    // From here on the body lives in `analysis.body` (the read view may be detached).
+    const request: AnalysedRequest = {
+      req,
+      res,
+      endpoint,
+      requestId,
+      started,
+      ctx,
+      key,
+      analysis,
+      analysisStart,
+      upstreamWrites: { mayBePending: false },
+    };
+    try {
+      await admitAndProxy(request);
+    } finally {
+      // Recycled unless an upstream answered an error, perhaps before reading the whole body:
+      // its socket could still be writing from this buffer. A 2xx means the engine read it.
+      if (read.pooled && !request.upstreamWrites.mayBePending) {
+        analyzer.buffers.give(analysis.body);
+      }
+    }
+  };
+
+  /** A request whose body has been read and analysed. */
+  interface AnalysedRequest {
+    readonly req: IncomingMessage;
+    readonly res: ServerResponse;
+    readonly endpoint: string;
+    readonly requestId: string;
+    readonly started: number;
+    readonly ctx: { model: string; stream: boolean };
+    readonly key: ApiKeyInfo;
+    readonly analysis: RequestAnalysis;
+    readonly analysisStart: number;
+    readonly upstreamWrites: { mayBePending: boolean };
+  }
+
+  const admitAndProxy = async (request: AnalysedRequest): Promise<void> => {
+    const { req, res, endpoint, requestId, started, ctx, key, analysis, analysisStart } = request;
+    const upstreamWrites = request.upstreamWrites;
+    const body = analysis.body;
     if (analysis.mode === "pool") {
       const load = analyzer.poolLoad();
       metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
@@ -332,6 +407,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         endpoint,
         requestId,
         body,
+        upstreamWrites,
         analysis,
         model,
         resolution,
@@ -350,7 +426,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   interface ProxyInput {
     readonly endpoint: string;
     readonly requestId: string;
-    readonly body: Buffer;
+    readonly body: Uint8Array;
+    /** Set when an upstream answered ≥ 400: it may not have read the body (see readBody). */
+    readonly upstreamWrites: { mayBePending: boolean };
     readonly analysis: RequestAnalysis & { ok: true };
     readonly model: string;
     readonly resolution: RouteResolution;
@@ -471,6 +549,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       }
       firstByteMs = performance.now() - sentAt;
       const status = upstream.statusCode;
+      if (status >= 400) p.upstreamWrites.mayBePending = true;
       verdict = status >= 500 ? "failure" : "success";
       if (status >= 500) metrics.upstreamError(p.model, replica.id, "status_5xx");
       const contentType = headerText(upstream.headers["content-type"]);
