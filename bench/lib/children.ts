@@ -25,7 +25,7 @@ export interface BenchChild {
 
 /** Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL. */
 export function startBenchChild(
-  role: "sim" | "router" | "trivial" | "idle",
+  role: "sim" | "router" | "trivial" | "idle" | "floor",
   config: unknown,
   timeoutMs = 60_000,
 ): Promise<BenchChild> {

@@ -5,6 +5,7 @@
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{"delayMs": 16}'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts floor '{"upstream": "http://…"}'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts idle '{}'
  *
  * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
@@ -144,6 +145,74 @@ if (role === "trivial") {
     JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
   );
   process.on("message", (raw) => reply({ id: (raw as ChildRequest).id }));
+  process.on("SIGTERM", () => process.exit(0));
+} else if (role === "floor") {
+  // The Node floor: the least a Node proxy can do per request (node:http server, one
+  // JSON.parse, undici `dispatch` with a raw handler, bytes streamed back). No auth, scoring,
+  // admission or metrics: what is left between it and llmgw is llmgw's own cost, and what is
+  // left between it and nginx is the runtime's.
+  const { createServer } = await import("node:http");
+  const { Pool } = await import("undici");
+  const upstream = (JSON.parse(configText ?? "{}") as { upstream: string }).upstream;
+  const pool = new Pool(upstream, { connections: 256, keepAliveTimeout: 30_000 });
+  const server = createServer({ noDelay: true }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+      let model: unknown;
+      try {
+        model = (JSON.parse(body.toString()) as { model?: unknown }).model;
+      } catch {}
+      if (typeof model !== "string") {
+        res.writeHead(400).end();
+        return;
+      }
+      pool.dispatch(
+        {
+          path: req.url ?? "/",
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+        },
+        {
+          onRequestStart() {},
+          onResponseStart(_controller, statusCode, headers) {
+            const out: Record<string, string> = {};
+            const type = headers["content-type"];
+            const length = headers["content-length"];
+            if (typeof type === "string") out["content-type"] = type;
+            if (typeof length === "string") out["content-length"] = length;
+            res.writeHead(statusCode, out);
+          },
+          onResponseData(controller, chunk) {
+            if (!res.write(chunk)) {
+              controller.pause();
+              res.once("drain", () => controller.resume());
+            }
+          },
+          onResponseEnd() {
+            res.end();
+          },
+          onResponseError() {
+            if (!res.headersSent) res.writeHead(502);
+            res.end();
+          },
+        },
+      );
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  console.log(
+    JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
+  );
+  const monitor = loopMonitor();
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "reset") monitor.reset();
+    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
+  });
   process.on("SIGTERM", () => process.exit(0));
 } else if (role === "idle") {
   const monitor = loopMonitor();

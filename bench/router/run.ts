@@ -155,6 +155,8 @@ try {
     readonly engine: BenchChild;
     readonly nginx?: RunningProxy;
     readonly router: BenchChild;
+    /** The Node floor: a minimal Node proxy (see `floor` in processes.ts). */
+    readonly floor: BenchChild;
   }
   const upstreams = new Map<string, Upstream>();
   for (const s of scenarios) {
@@ -177,17 +179,20 @@ try {
           } satisfies TrivialChildConfig);
     children.push(engine);
     const router = await routerFor(engine.url);
+    const floor = await startBenchChild("floor", { upstream: engine.url });
+    children.push(floor);
     let proxy: RunningProxy | undefined;
     if (haveNginx) {
       proxy = await startNginx({ upstreams: [engine.url] });
       proxies.push(proxy);
     }
-    upstreams.set(key, { engine, router, ...(proxy ? { nginx: proxy } : {}) });
+    upstreams.set(key, { engine, router, floor, ...(proxy ? { nginx: proxy } : {}) });
   }
 
   const targetsFor = (up: Upstream) => [
     { name: "direct", url: up.engine.url },
     ...(up.nginx ? [{ name: "nginx", url: up.nginx.url }] : []),
+    { name: "node-floor", url: up.floor.url },
     { name: "llmgw", url: up.router.url },
   ];
   for (let run = 1; run <= runs; run++) {
@@ -195,7 +200,9 @@ try {
       const up = upstreams.get(upstreamOf(s))!;
       // Rotate the order each round so no target always runs first on a cold box.
       const targets = targetsFor(up);
-      const router = up.router;
+      /** The Node processes that report loop delay and CPU. */
+      const measured = (name: string): BenchChild | undefined =>
+        name === "llmgw" ? up.router : name === "node-floor" ? up.floor : undefined;
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
@@ -207,7 +214,8 @@ try {
             seconds: warmupSeconds,
           });
         }
-        if (t.name === "llmgw") await Promise.all([router.request("reset"), idle.request("reset")]);
+        const child = measured(t.name);
+        if (child) await Promise.all([child.request("reset"), idle.request("reset")]);
         const nginxCpu0 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
         const r = await runLoad(generator, {
           url,
@@ -216,14 +224,12 @@ try {
           seconds,
         });
         const nginxCpu1 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
-        const idleReport =
-          t.name === "llmgw"
-            ? await idle.request<RouterReport & Record<string, unknown>>("report")
-            : undefined;
-        const report =
-          t.name === "llmgw"
-            ? await router.request<RouterReport & Record<string, unknown>>("report")
-            : undefined;
+        const idleReport = child
+          ? await idle.request<RouterReport & Record<string, unknown>>("report")
+          : undefined;
+        const report = child
+          ? await child.request<RouterReport & Record<string, unknown>>("report")
+          : undefined;
         const sample: Sample = {
           ...r,
           run,
@@ -370,11 +376,21 @@ const find = (w: string, c: number, t: string) =>
 const goals: { goal: string; measured: string; met: boolean }[] = [];
 const closedLoop = "closed loop (saturated; Little's law)";
 const pacedLabel = (delayMs: number) => `paced: upstream answers in ${delayMs} ms`;
+/** The same row's baselines, for context: what nginx and a minimal Node proxy added. */
+const baselines = (row: Row): string => {
+  const of = (t: string) => find(row.workload, row.connections, t);
+  const text = (t: string, label: string): string[] => {
+    const b = of(t);
+    return b?.addedP50Ms === undefined ? [] : [`${label} ${f(b.addedP50Ms)} / ${f(b.addedP99Ms)}`];
+  };
+  const parts = [...text("node-floor", "Node floor"), ...text("nginx", "nginx")];
+  return parts.length === 0 ? "" : ` (${parts.join("; ")})`;
+};
 const addedLatencyGoal = (row: Row | undefined, mode: string): void => {
   if (row?.addedP50Ms === undefined || row.addedP99Ms === undefined) return;
   goals.push({
     goal: `added latency at c=64 (non-streaming): p50 ≤ 1 ms, p99 ≤ 5 ms — ${mode}`,
-    measured: `${f(row.addedP50Ms)} / ${f(row.addedP99Ms)} ms at ${row.reqPerSec.toFixed(0)} req/s`,
+    measured: `${f(row.addedP50Ms)} / ${f(row.addedP99Ms)} ms at ${row.reqPerSec.toFixed(0)} req/s${baselines(row)}`,
     met: row.addedP50Ms <= 1 && row.addedP99Ms <= 5,
   });
 };
@@ -395,7 +411,7 @@ const bigGoals = (row: Row | undefined, mode: string): void => {
   if (row?.addedP50Ms !== undefined) {
     goals.push({
       goal: `200 KB prompts at c=50 add ≤ 10 ms p50 — ${mode}`,
-      measured: `${f(row.addedP50Ms)} ms at ${row.reqPerSec.toFixed(0)} req/s`,
+      measured: `${f(row.addedP50Ms)} ms at ${row.reqPerSec.toFixed(0)} req/s${baselines(row)}`,
       met: row.addedP50Ms <= 10,
     });
   }

@@ -3,6 +3,8 @@
  * connections, engines dying mid-stream, full queues, expired waits, and prefix affinity that
  * holds while a replica has room and yields when it does not.
  */
+
+import { request as httpRequest } from "node:http";
 import {
   createInMemoryApiKeyStore,
   createStaticRouteTable,
@@ -29,7 +31,10 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function engine(name: string, options: { gated?: boolean; dieAfterChunks?: number } = {}) {
+async function engine(
+  name: string,
+  options: { gated?: boolean; dieAfterChunks?: number; chunks?: number } = {},
+) {
   const e = await startFakeEngine({ name, ...options });
   cleanups.push(() => e.close());
   return e;
@@ -92,6 +97,41 @@ describe("router faults", () => {
     // Once the circuit is open the dead replica is skipped: exactly two attempts hit it.
     expect(metrics.of("retry")).toHaveLength(2);
     expect(live.received).toHaveLength(6);
+  });
+
+  it("pauses and resumes the engine for a slow client, and loses no byte", async () => {
+    // ~3 MB of JSON to a client that reads nothing for 300 ms: the router's writes report
+    // backpressure, so it pauses the upstream and must resume it on drain or this never ends.
+    const big = await engine("big", { chunks: 400_000 });
+    const { router } = await routerFor([ready("big-0", big.url)]);
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "long" }] });
+    const received = await new Promise<Buffer>((resolve, reject) => {
+      const req = httpRequest(
+        `${router.url}/v1/chat/completions`,
+        {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${KEY}`,
+            "content-type": "application/json",
+            "content-length": Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.pause();
+          setTimeout(() => {
+            res.on("data", (c: Buffer) => chunks.push(c));
+            res.on("end", () => resolve(Buffer.concat(chunks)));
+            res.resume();
+          }, 300);
+        },
+      );
+      req.on("error", reject);
+      req.end(body);
+    });
+    const sent = Buffer.concat(big.written[0] ?? []);
+    expect(sent.length).toBeGreaterThan(2_000_000);
+    expect(received.equals(sent)).toBe(true);
   });
 
   it("answers 502 when every replica refuses", async () => {

@@ -117,11 +117,8 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     });
   }
 
-  const inline = (body: Uint8Array): RequestAnalysis => ({
-    ...analyzeRequestBody(body, hashOptions),
-    mode: "inline",
-    body,
-  });
+  const inline = (body: Uint8Array): RequestAnalysis =>
+    placed(analyzeRequestBody(body, hashOptions), "inline", body);
 
   const viaPool = async (
     p: Tinypool,
@@ -151,7 +148,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     }
     const back = new Uint8Array(r.buffer, 0, length);
     if (sent !== body) buffers.give(back);
-    return { ...r.analysis, mode: "pool", body: sent === body ? back : body };
+    return placed(r.analysis, "pool", sent === body ? back : body);
   };
 
   return {
@@ -167,6 +164,36 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
       await p?.destroy();
     },
   };
+}
+
+/** `a` with where it ran and where its body is (built field by field: a spread of the
+ * analysis costs ~3 µs here, as much as analysing a small body). */
+function placed(a: BodyAnalysis, mode: "inline" | "pool", body: Uint8Array): RequestAnalysis {
+  if (!a.ok) {
+    return a.param === undefined
+      ? { ok: false, reason: a.reason, message: a.message, mode, body }
+      : { ok: false, reason: a.reason, message: a.message, param: a.param, mode, body };
+  }
+  return a.maxTokens === undefined
+    ? {
+        ok: true,
+        model: a.model,
+        stream: a.stream,
+        estimatedTokens: a.estimatedTokens,
+        chain: a.chain,
+        mode,
+        body,
+      }
+    : {
+        ok: true,
+        model: a.model,
+        stream: a.stream,
+        maxTokens: a.maxTokens,
+        estimatedTokens: a.estimatedTokens,
+        chain: a.chain,
+        mode,
+        body,
+      };
 }
 
 function defaultWorkerUrl(): URL {

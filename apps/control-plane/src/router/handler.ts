@@ -494,146 +494,193 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         readonly message: string;
       };
 
-  const forward = async (
+  /**
+   * One attempt on one replica, through undici's `dispatch` with a raw handler: each upstream
+   * chunk is written to the client as it arrives, with no Readable stream, async iterator or
+   * promise per chunk in between (a third of undici's cost per small request here). Backpressure
+   * pauses the upstream until the client drains; a client that goes away aborts it.
+   */
+  const forward = (
     req: IncomingMessage,
     res: ServerResponse,
     p: ProxyInput,
     decision: PickDecision,
-  ): Promise<ForwardResult> => {
-    const replica = decision.replica;
-    replicaModel.set(replica.id, p.model);
-    metrics.replicaInFlight(p.model, replica.id, picker.dispatched(replica.id, p.analysis.chain));
-    const sentAt = performance.now();
-    let verdict: "success" | "failure" | "abandoned" = "abandoned";
-    let firstByteMs: number | undefined;
-    try {
-      let upstream: Awaited<ReturnType<Pool["request"]>>;
-      try {
-        const headers: Record<string, string> = {
-          "content-type": "application/json",
-          "x-request-id": p.requestId,
-        };
-        const accept = req.headers.accept;
-        if (accept !== undefined) headers.accept = accept;
-        upstream = await poolFor(replica.baseUrl).request({
-          path: upstreamPath(replica.baseUrl, req.url ?? p.endpoint),
-          method: "POST",
-          headers,
-          body: p.body,
-          // undici only needs `aborted` + `addEventListener`; its types name EventTarget.
-          signal: p.signal as unknown as AbortSignal,
-        });
-      } catch (error) {
-        if (p.signal.aborted) {
-          metrics.clientDisconnect(p.model, "before_first_byte");
-          return { kind: "done" };
-        }
-        verdict = "failure";
-        const code = errorCode(error);
-        const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
-        const kind: UpstreamErrorKind =
-          code === "UND_ERR_CONNECT_TIMEOUT" || timeout
-            ? "timeout"
-            : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
-              ? "connect"
-              : "reset_before_response";
-        metrics.upstreamError(p.model, replica.id, kind);
-        const message = `replica ${replica.id} failed before responding (${code ?? String(error)})`;
-        log({ event: "upstream_error", replica: replica.id, kind, code, requestId: p.requestId });
-        return {
-          kind: "failed",
-          retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
-          timeout,
-          message,
-        };
-      }
-      firstByteMs = performance.now() - sentAt;
-      const status = upstream.statusCode;
-      if (status >= 400) p.upstreamWrites.mayBePending = true;
-      verdict = status >= 500 ? "failure" : "success";
-      if (status >= 500) metrics.upstreamError(p.model, replica.id, "status_5xx");
-      const contentType = headerText(upstream.headers["content-type"]);
-      const sse = contentType?.startsWith("text/event-stream") ?? false;
-      const outHeaders: Record<string, string> = {
-        "x-request-id": p.requestId,
-        "x-llmgw-replica": replica.id,
-      };
-      if (contentType !== undefined) outHeaders["content-type"] = contentType;
-      const length = headerText(upstream.headers["content-length"]);
-      if (length !== undefined && !sse) outHeaders["content-length"] = length;
-      if (sse) {
-        outHeaders["cache-control"] = "no-cache";
-        outHeaders["x-accel-buffering"] = "no";
-      }
-      res.writeHead(status, outHeaders);
-      if (sse) res.flushHeaders();
-      let last = 0;
+  ): Promise<ForwardResult> =>
+    new Promise<ForwardResult>((resolve) => {
+      const replica = decision.replica;
+      replicaModel.set(replica.id, p.model);
+      metrics.replicaInFlight(p.model, replica.id, picker.dispatched(replica.id, p.analysis.chain));
+      const sentAt = performance.now();
+      let verdict: "success" | "failure" | "abandoned" = "abandoned";
+      let firstByteMs: number | undefined;
+      let abortUpstream: ((reason: Error) => void) | undefined;
+      let resume: (() => void) | undefined;
+      let paused = false;
+      let responding = false;
+      let sse = false;
       let sent = 0;
+      let last = 0;
       // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
       // answers and streams); nothing is copied per chunk.
       let previous: Buffer | undefined;
       let latest: Buffer | undefined;
-      try {
-        for await (const chunk of upstream.body as AsyncIterable<Buffer>) {
-          const now = performance.now();
-          if (last === 0) metrics.firstByte(p.model, (now - p.started) / 1000);
-          else metrics.interChunk(p.model, (now - last) / 1000);
-          last = now;
-          sent += chunk.length;
-          previous = latest;
-          latest = chunk;
-          if (!res.write(chunk)) await drained(res, p.signal);
-          if (p.signal.aborted) break;
-        }
-      } catch (error) {
-        if (p.signal.aborted) {
-          metrics.clientDisconnect(p.model, sent === 0 ? "before_first_byte" : "streaming");
-          verdict = "abandoned";
-          return { kind: "done" };
-        }
-        verdict = "failure";
-        metrics.upstreamError(p.model, replica.id, "reset_mid_body");
-        const code = errorCode(error) ?? String(error);
-        log({
-          event: "upstream_error",
-          replica: replica.id,
-          kind: "reset_mid_body",
-          code,
-          requestId: p.requestId,
-        });
-        if (sse) {
-          const event = errorBody(
-            FAILURE_HTTP.upstreamUnavailable,
-            `replica ${replica.id} failed mid-stream (${code}); the response is incomplete`,
-          );
-          res.end(`data: ${event}\n\n`);
-        } else {
-          res.destroy();
-        }
-        return { kind: "done" };
-      }
-      metrics.bytes(p.model, p.endpoint, "out", sent);
-      if (p.signal.aborted) {
+      let settled = false;
+
+      const settle = (result: ForwardResult): void => {
+        if (settled) return;
+        settled = true;
+        p.signal.removeEventListener("abort", onClientGone);
+        res.off("drain", onDrain);
+        metrics.replicaInFlight(
+          p.model,
+          replica.id,
+          picker.finished(replica.id, verdict, firstByteMs),
+        );
+        resolve(result);
+      };
+      const clientGone = (): void => {
         metrics.clientDisconnect(p.model, sent === 0 ? "before_first_byte" : "streaming");
         verdict = "abandoned";
-        upstream.body.destroy();
-        return { kind: "done" };
+        settle({ kind: "done" });
+      };
+      const onClientGone = (): void => {
+        abortUpstream?.(new ClientGoneError());
+        // Not connected yet: `onConnect` aborts. Either way undici reports back through onError.
+      };
+      const onDrain = (): void => {
+        if (!paused) return;
+        paused = false;
+        resume?.();
+      };
+      if (p.signal.aborted) {
+        clientGone();
+        return;
       }
-      res.end();
-      countTokens(p.model, tailText(previous, latest));
-      return { kind: "done" };
-    } finally {
-      metrics.replicaInFlight(
-        p.model,
-        replica.id,
-        picker.finished(replica.id, verdict, firstByteMs),
+      p.signal.addEventListener("abort", onClientGone);
+      res.on("drain", onDrain);
+
+      const headers: Record<string, string> = {
+        "content-type": "application/json",
+        "x-request-id": p.requestId,
+      };
+      const accept = req.headers.accept;
+      if (accept !== undefined) headers.accept = accept;
+      poolFor(replica.baseUrl).dispatch(
+        {
+          path: upstreamPath(replica.baseUrl, req.url ?? p.endpoint),
+          method: "POST",
+          headers,
+          body: p.body,
+        },
+        {
+          onConnect(abort: (reason: Error) => void) {
+            abortUpstream = abort;
+            if (p.signal.aborted) abort(new ClientGoneError());
+          },
+          onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
+            resume = resumeUpstream;
+            responding = true;
+            firstByteMs = performance.now() - sentAt;
+            verdict = status >= 500 ? "failure" : "success";
+            if (status >= 500) metrics.upstreamError(p.model, replica.id, "status_5xx");
+            if (status >= 400) p.upstreamWrites.mayBePending = true;
+            const contentType = rawHeader(rawHeaders, "content-type");
+            sse = contentType?.startsWith("text/event-stream") ?? false;
+            const outHeaders: Record<string, string> = {
+              "x-request-id": p.requestId,
+              "x-llmgw-replica": replica.id,
+            };
+            if (contentType !== undefined) outHeaders["content-type"] = contentType;
+            const length = rawHeader(rawHeaders, "content-length");
+            if (length !== undefined && !sse) outHeaders["content-length"] = length;
+            if (sse) {
+              outHeaders["cache-control"] = "no-cache";
+              outHeaders["x-accel-buffering"] = "no";
+            }
+            res.writeHead(status, outHeaders);
+            if (sse) res.flushHeaders();
+            return true;
+          },
+          onData(chunk: Buffer): boolean {
+            if (p.signal.aborted) return true;
+            const now = performance.now();
+            if (last === 0) metrics.firstByte(p.model, (now - p.started) / 1000);
+            else metrics.interChunk(p.model, (now - last) / 1000);
+            last = now;
+            sent += chunk.length;
+            previous = latest;
+            latest = chunk;
+            if (res.write(chunk)) return true;
+            paused = true;
+            return false;
+          },
+          onComplete() {
+            if (p.signal.aborted) {
+              clientGone();
+              return;
+            }
+            metrics.bytes(p.model, p.endpoint, "out", sent);
+            res.end();
+            countTokens(p.model, tailText(previous, latest));
+            settle({ kind: "done" });
+          },
+          onError(error: Error) {
+            if (p.signal.aborted) {
+              clientGone();
+              return;
+            }
+            verdict = "failure";
+            const code = errorCode(error);
+            if (!responding) {
+              const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
+              const kind: UpstreamErrorKind =
+                code === "UND_ERR_CONNECT_TIMEOUT" || timeout
+                  ? "timeout"
+                  : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
+                    ? "connect"
+                    : "reset_before_response";
+              metrics.upstreamError(p.model, replica.id, kind);
+              log({
+                event: "upstream_error",
+                replica: replica.id,
+                kind,
+                code,
+                requestId: p.requestId,
+              });
+              settle({
+                kind: "failed",
+                retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+                timeout,
+                message: `replica ${replica.id} failed before responding (${code ?? String(error)})`,
+              });
+              return;
+            }
+            metrics.upstreamError(p.model, replica.id, "reset_mid_body");
+            log({
+              event: "upstream_error",
+              replica: replica.id,
+              kind: "reset_mid_body",
+              code: code ?? String(error),
+              requestId: p.requestId,
+            });
+            if (sse) {
+              const event = errorBody(
+                FAILURE_HTTP.upstreamUnavailable,
+                `replica ${replica.id} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
+              );
+              res.end(`data: ${event}\n\n`);
+            } else {
+              res.destroy();
+            }
+            settle({ kind: "done" });
+          },
+        },
       );
-    }
-  };
+    });
 
   const countTokens = (model: string, tail: string): void => {
-    const prompt = lastNumber(tail, /"prompt_tokens"\s*:\s*(\d+)/g);
-    const completion = lastNumber(tail, /"completion_tokens"\s*:\s*(\d+)/g);
+    const prompt = lastNumber(tail, '"prompt_tokens"');
+    const completion = lastNumber(tail, '"completion_tokens"');
     if (prompt !== undefined) metrics.tokens(model, "prompt", prompt);
     if (completion !== undefined) metrics.tokens(model, "completion", completion);
   };
@@ -732,6 +779,25 @@ function upstreamPath(baseUrl: string, requestUrl: string): string {
   return prefix + requestUrl;
 }
 
+/** The reason undici gets when the client went away (never shown to anyone). */
+class ClientGoneError extends Error {
+  constructor() {
+    super("client disconnected");
+    this.name = "ClientGoneError";
+  }
+}
+
+/** First value of header `name` (lower-case) in undici's raw `[name, value, …]` list. */
+function rawHeader(raw: Buffer[], name: string): string | undefined {
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const key = raw[i] as Buffer;
+    if (key.length === name.length && key.toString("latin1").toLowerCase() === name) {
+      return (raw[i + 1] as Buffer).toString("latin1");
+    }
+  }
+  return undefined;
+}
+
 function headerText(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value[0] : value;
 }
@@ -753,20 +819,34 @@ function tailText(previous: Buffer | undefined, latest: Buffer | undefined): str
   return previous.toString("latin1", Math.max(0, previous.length - (4096 - last.length))) + last;
 }
 
-function lastNumber(text: string, pattern: RegExp): number | undefined {
-  let value: number | undefined;
-  for (const m of text.matchAll(pattern)) value = Number(m[1]);
-  return value;
+/**
+ * The integer after the last `"key"` and its colon in `text` (JSON whitespace allowed), e.g.
+ * the usage counts at the end of an answer. A scan from the end, no regex: this runs once per
+ * proxied request.
+ */
+export function lastNumber(text: string, key: string): number | undefined {
+  for (
+    let at = text.lastIndexOf(key);
+    at >= 0;
+    at = at === 0 ? -1 : text.lastIndexOf(key, at - 1)
+  ) {
+    let i = skipJsonSpace(text, at + key.length);
+    if (text.charCodeAt(i) !== 0x3a) continue;
+    i = skipJsonSpace(text, i + 1);
+    let value = 0;
+    let digits = 0;
+    for (let c = text.charCodeAt(i); c >= 0x30 && c <= 0x39; c = text.charCodeAt(++i)) {
+      value = value * 10 + (c - 0x30);
+      digits++;
+    }
+    if (digits > 0) return value;
+  }
+  return undefined;
 }
 
-function drained(res: ServerResponse, signal: AbortSignalLike): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      res.off("drain", done);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    res.once("drain", done);
-    signal.addEventListener("abort", done, { once: true });
-  });
+function skipJsonSpace(text: string, i: number): number {
+  for (let c = text.charCodeAt(i); c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; ) {
+    c = text.charCodeAt(++i);
+  }
+  return i;
 }
