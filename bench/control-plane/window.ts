@@ -3,8 +3,9 @@
  * the fleet's client-side heartbeat latencies, and what the load generator itself cost and
  * how late its event loop ran (that lateness is inside every client-side latency).
  */
-import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { performance } from "node:perf_hooks";
 import { loadAverage } from "../lib/children.js";
+import { monitorLoopDelay } from "../lib/loop-delay.js";
 import { quantile } from "../lib/table.js";
 import type { Fleet } from "./fleet.js";
 import { coresBetween, sampleProc } from "./proc-stats.js";
@@ -51,11 +52,10 @@ export async function measureWindow(
   seconds: number,
 ): Promise<WindowResult> {
   const loadStart = loadAverage();
-  const eld = monitorEventLoopDelay({ resolution: 10 });
+  const eld = monitorLoopDelay(10);
   const cpu0 = process.cpuUsage();
   const errors0 = fleet.counters.errors;
   const s0 = sampleProc(pid, ticksPerSecond, performance.now());
-  eld.enable();
   fleet.startRecording();
   await sleep(seconds * 1000);
   const latencies = fleet.stopRecording();
@@ -88,8 +88,8 @@ export async function measureWindow(
     },
     loadGenerator: {
       cpuCores: round((cpu.user + cpu.system) / 1e6 / windowS, 3),
-      eventLoopDelayP99Ms: round(eld.percentile(99) / 1e6),
-      eventLoopDelayMaxMs: round(eld.max / 1e6),
+      eventLoopDelayP99Ms: round(eld.percentileMs(99)),
+      eventLoopDelayMaxMs: round(eld.maxMs()),
     },
   };
 }

@@ -13,12 +13,12 @@
  * (fresh prefix cache) or the router (fresh prefix index, new policy) inside the same process,
  * which costs milliseconds instead of a new tsx start (seconds on this loaded 2-core box).
  */
-import { monitorEventLoopDelay } from "node:perf_hooks";
 // The control plane does not export its router listener from the package root (only `.`,
 // `./testing`, `./client`), so the bench reaches for the module directly.
 import { type RunningRouterServer, startRouterServer } from "@llmgw/control-plane/router";
 import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
+import { monitorLoopDelay } from "./loop-delay.js";
 
 /** What the `router` role serves: one model over the given engines, no auth. */
 export interface RouterChildConfig {
@@ -38,6 +38,13 @@ export interface TrivialChildConfig {
    * than from saturating the proxy in front.
    */
   readonly delayMs?: number;
+  /**
+   * Spread of the service time as a fraction of `delayMs`: each answer waits a uniform random
+   * time in `delayMs × [1 − jitter, 1 + jitter]` (default 0). A fixed time makes a closed-loop
+   * client's requests travel in synchronized waves (all answered together, all re-sent
+   * together), a convoy no real traffic has; engines' service times vary.
+   */
+  readonly jitter?: number;
 }
 
 /** IPC requests a child answers. */
@@ -61,8 +68,7 @@ export interface RouterReport {
  * is the OS scheduling delay every process suffers, the floor under the router's figure.
  */
 function loopMonitor(): { reset(): void; report(): RouterReport } {
-  const delay = monitorEventLoopDelay({ resolution: 5 });
-  delay.enable();
+  const delay = monitorLoopDelay(5);
   let cpu0 = process.cpuUsage();
   return {
     reset() {
@@ -72,9 +78,9 @@ function loopMonitor(): { reset(): void; report(): RouterReport } {
     report() {
       const cpu = process.cpuUsage(cpu0);
       return {
-        loopP50Ms: delay.percentile(50) / 1e6,
-        loopP99Ms: delay.percentile(99) / 1e6,
-        loopMaxMs: delay.max / 1e6,
+        loopP50Ms: delay.percentileMs(50),
+        loopP99Ms: delay.percentileMs(99),
+        loopMaxMs: delay.maxMs(),
         cpuUs: cpu.user + cpu.system,
       };
     },
@@ -94,10 +100,10 @@ if (role === "trivial") {
   // engine's own tokenising (~0.2 s of CPU per 200 KB prompt here) would be the bottleneck.
   // With `delayMs` > 0 the answer waits that long after the body ended (the paced rows).
   const { createServer } = await import("node:http");
-  const delayMs = Math.max(
-    0,
-    Number((JSON.parse(configText ?? "{}") as TrivialChildConfig).delayMs ?? 0),
-  );
+  const trivialConfig = JSON.parse(configText ?? "{}") as TrivialChildConfig;
+  const delayMs = Math.max(0, Number(trivialConfig.delayMs ?? 0));
+  const jitter = Math.min(1, Math.max(0, Number(trivialConfig.jitter ?? 0)));
+  const serviceMs = (): number => delayMs * (1 - jitter + 2 * jitter * Math.random());
   const json = JSON.stringify({
     id: "chatcmpl-trivial",
     object: "chat.completion",
@@ -135,7 +141,7 @@ if (role === "trivial") {
       res.end("data: [DONE]\n\n");
     };
     req.on("end", () => {
-      if (delayMs > 0) setTimeout(answer, delayMs);
+      if (delayMs > 0) setTimeout(answer, serviceMs());
       else answer();
     });
   });

@@ -29,7 +29,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
-import { monitorEventLoopDelay, performance } from "node:perf_hooks";
+import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { type ControlPlane, createClusterView, startControlPlane } from "@llmgw/control-plane";
 import {
@@ -43,6 +43,7 @@ import {
 } from "@llmgw/metrics-collector";
 import { buildSyntheticCluster } from "@llmgw/metrics-collector/testing";
 import { Fleet } from "../control-plane/fleet.js";
+import { monitorLoopDelay } from "../lib/loop-delay.js";
 import { formatTable, quantile } from "../lib/table.js";
 
 const { values } = parseArgs({
@@ -188,8 +189,7 @@ interface Phase {
 /** Runs one phase: heartbeats recorded for `phaseSeconds`, with `scrape` in a loop if given. */
 async function phase(fleet: Fleet, name: string, scrape?: () => Promise<unknown>): Promise<Phase> {
   const errors0 = fleet.counters.errors;
-  const delay = monitorEventLoopDelay({ resolution: 10 });
-  delay.enable();
+  const delay = monitorLoopDelay(10);
   fleet.startRecording();
   const scrapeMs: number[] = [];
   const end = performance.now() + phaseSeconds * 1000;
@@ -217,7 +217,7 @@ async function phase(fleet: Fleet, name: string, scrape?: () => Promise<unknown>
     scrapes: scrapeMs.length,
     scrapeP50Ms: quantile(scrapeMs, 0.5),
     scrapeMaxMs: quantile(scrapeMs, 1),
-    eventLoopDelayP99Ms: delay.percentile(99) / 1e6,
+    eventLoopDelayP99Ms: delay.percentileMs(99),
     loadAverage: load(),
   };
 }

@@ -54,6 +54,8 @@ interface Scenario {
 }
 const chatPacedDelayMs = 16;
 const bigPacedDelayMs = 250;
+/** Service times vary ±50% around the mean: a fixed one makes the closed loop a convoy. */
+const pacedJitter = 0.5;
 /**
  * The upstream behind every target: the fast sim for chat, the trivial fixed-answer server for
  * 200 KB prompts (the sim spends ~0.2 s of CPU tokenising one, which would measure the sim),
@@ -62,7 +64,7 @@ const bigPacedDelayMs = 250;
  */
 const upstreamOf = (s: Scenario): string =>
   s.upstreamDelayMs !== undefined && s.upstreamDelayMs > 0
-    ? `trivial+${s.upstreamDelayMs}ms`
+    ? `trivial+${s.upstreamDelayMs}±${pacedJitter * 100}%ms`
     : flags.upstream === "trivial" || s.workload === "200KB"
       ? "trivial"
       : "sim";
@@ -176,6 +178,7 @@ try {
           })
         : await startBenchChild("trivial", {
             delayMs: s.upstreamDelayMs ?? 0,
+            jitter: pacedJitter,
           } satisfies TrivialChildConfig);
     children.push(engine);
     const router = await routerFor(engine.url);
@@ -375,7 +378,8 @@ const find = (w: string, c: number, t: string) =>
   rows.find((r) => r.workload === w && r.connections === c && r.target === t);
 const goals: { goal: string; measured: string; met: boolean }[] = [];
 const closedLoop = "closed loop (saturated; Little's law)";
-const pacedLabel = (delayMs: number) => `paced: upstream answers in ${delayMs} ms`;
+const pacedLabel = (delayMs: number) =>
+  `paced: upstream answers in ${delayMs} ms ± ${pacedJitter * 100}%`;
 /** The same row's baselines, for context: what nginx and a minimal Node proxy added. */
 const baselines = (row: Row): string => {
   const of = (t: string) => find(row.workload, row.connections, t);

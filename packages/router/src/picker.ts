@@ -47,11 +47,15 @@ export interface ReplicaPicker {
   routable(resolution: RouteResolution): ReplicaRoute[];
   /** Sum of routable replicas' capacities (the deployment's admission capacity). */
   capacity(resolution: RouteResolution): number;
-  /** Best replica with room for a prompt with `chain`, skipping `exclude`; undefined when none. */
+  /**
+   * Best replica with room for a prompt with `chain`, skipping `exclude`; undefined when none.
+   * `routable`: this resolution's {@link routable} replicas when the caller just computed them.
+   */
   pick(
     resolution: RouteResolution,
     chain: ArrayLike<number>,
     exclude?: ReadonlySet<string>,
+    routable?: readonly ReplicaRoute[],
   ): PickDecision | undefined;
   /** Books a request sent to `replicaId`; returns its in-flight count. */
   dispatched(replicaId: string, chain: ArrayLike<number>): number;
@@ -79,23 +83,30 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       for (const r of routable(resolution)) sum += Math.max(1, r.capacity);
       return sum;
     },
-    pick(resolution, chain, exclude) {
-      const replicas = routable(resolution).filter((r) => !exclude?.has(r.id));
+    pick(resolution, chain, exclude, known) {
+      const all = known ?? routable(resolution);
+      const replicas =
+        exclude === undefined || exclude.size === 0 ? all : all.filter((r) => !exclude.has(r.id));
       if (replicas.length === 0) return undefined;
       const matches =
         resolution.policy === "llmgw" && chain.length > 0 ? prefixIndex.match(chain) : undefined;
-      const candidates: ScoringCandidate[] = replicas.map((r) => {
-        const latencyMs = health.latencyMs(r.id);
-        const base = {
+      const candidates: ScoringCandidate[] = new Array(replicas.length);
+      for (let i = 0; i < replicas.length; i++) {
+        const r = replicas[i] as ReplicaRoute;
+        const candidate: {
+          -readonly [K in keyof ScoringCandidate]: ScoringCandidate[K];
+        } = {
           id: r.id,
           capacity: Math.max(1, r.capacity),
           inFlight: inFlight.get(r.id),
           prefixBlocks: matches?.get(r.id) ?? 0,
           errorRate: health.errorRate(r.id),
-          ...(r.load === undefined ? {} : { load: r.load }),
         };
-        return latencyMs === undefined ? base : { ...base, latencyMs };
-      });
+        if (r.load !== undefined) candidate.load = r.load;
+        const latencyMs = health.latencyMs(r.id);
+        if (latencyMs !== undefined) candidate.latencyMs = latencyMs;
+        candidates[i] = candidate;
+      }
       const turn = turns.get(resolution.deployment) ?? 0;
       turns.set(resolution.deployment, turn + 1);
       const ranking = rankCandidates(resolution.policy, candidates, chain.length, turn, scoring);

@@ -18,6 +18,7 @@ import {
   type PickDecision,
   POOLED_MIN_BYTES,
   type RejectionReason,
+  type ReplicaRoute,
   type RequestAnalysis,
   type RouteResolution,
   type RouterMetricsSink,
@@ -103,6 +104,14 @@ class ClientGone implements AbortSignalLike {
     this.#listeners = undefined;
     if (listeners !== undefined) for (const listener of listeners) listener();
   }
+}
+
+/** What one request learns as it goes, for the listener that sees it end. */
+interface RequestContext {
+  model: string;
+  stream: boolean;
+  /** Set once the request is admitted: the client going away must reach the upstream. */
+  clientGone: ClientGone | undefined;
 }
 
 class RejectedError {
@@ -272,7 +281,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     endpoint: string,
     requestId: string,
     started: number,
-    ctx: { model: string; stream: boolean },
+    ctx: RequestContext,
   ): Promise<void> => {
     const key = authenticate(req);
     const read = await readBody(req);
@@ -309,7 +318,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     readonly endpoint: string;
     readonly requestId: string;
     readonly started: number;
-    readonly ctx: { model: string; stream: boolean };
+    readonly ctx: RequestContext;
     readonly key: ApiKeyInfo;
     readonly analysis: RequestAnalysis;
     readonly analysisStart: number;
@@ -370,18 +379,17 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       );
     }
     const clientGone = new ClientGone();
-    const onClose = (): void => {
-      if (!res.writableFinished) clientGone.abort();
-    };
-    res.once("close", onClose);
+    ctx.clientGone = clientGone; // aborted by the request's one "close" listener (handle)
     let release: (() => void) | undefined;
     metrics.inFlight(model, 1);
     try {
       let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone);
+      let candidates: readonly ReplicaRoute[] = routable;
       if (outcome instanceof Promise) {
         const queuedAt = performance.now();
         metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
         outcome = await outcome;
+        candidates = picker.routable(resolution); // the wait may have changed who is routable
         metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
         metrics.queueWait(
           model,
@@ -411,12 +419,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         analysis,
         model,
         resolution,
+        routable: candidates,
         started,
         analysisStart,
         signal: clientGone,
       });
     } finally {
-      res.off("close", onClose);
       release?.();
       limit.release();
       metrics.inFlight(model, -1);
@@ -432,6 +440,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     readonly analysis: RequestAnalysis & { ok: true };
     readonly model: string;
     readonly resolution: RouteResolution;
+    /** Routable replicas when the request was admitted (the first pick's candidates). */
+    readonly routable: readonly ReplicaRoute[];
     readonly started: number;
     readonly analysisStart: number;
     readonly signal: ClientGone;
@@ -466,7 +476,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   };
 
   const pickOrThrow = (p: ProxyInput, tried: ReadonlySet<string>): PickDecision => {
-    const decision = picker.pick(p.resolution, p.analysis.chain, tried);
+    const decision = picker.pick(p.resolution, p.analysis.chain, tried, p.routable);
     metrics.decision({
       model: p.model,
       policy: p.resolution.policy,
@@ -693,8 +703,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     const url = req.url ?? "/";
     const q = url.indexOf("?");
     const path = q < 0 ? url : url.slice(0, q);
-    const ctx = { model: "", stream: false };
+    const ctx: RequestContext = { model: "", stream: false, clientGone: undefined };
     res.once("close", () => {
+      if (!res.writableFinished) ctx.clientGone?.abort();
       metrics.requestFinished({
         model: ctx.model,
         endpoint: path,
