@@ -41,6 +41,8 @@ const cases: { name: string; body: Buffer }[] = [
   { name: "chat 361 B", body: chat("Say something short about routers, please.") },
   { name: "4 KB prose", body: chat(prose(4_000)) },
   { name: "64 KB prose", body: chat(prose(64_000)) },
+  { name: "100 KB prose", body: chat(prose(100_000)) },
+  { name: "100 KB prose + one emoji", body: chat(`${prose(100_000)}😀`) },
   { name: "200 KB prose", body: chat(prose(200_000)) },
   {
     name: "200 KB no escapes",

@@ -1,12 +1,17 @@
 /**
  * Prefix block hashing. The prompt text, as UTF-8, is cut into fixed blocks of `blockBytes`
- * bytes (default 1024 ≈ 256 tokens of English). Block `i`'s key is the SHA-1 of block `i`'s
- * bytes preceded by block `i − 1`'s digest (a chain), so a key stands for the whole prefix up to
- * and including its block: equal keys mean equal prefixes. One native call per block hashes a
- * buffer holding the previous digest and the block, which is also where the bytes are gathered
- * (no per-block hash object, no second copy). Only consistency inside one router matters
- * (engines hash their own way); a trailing partial block is not hashed, since an engine cannot
- * cache it either.
+ * bytes (default 1024 ≈ 256 tokens of English). One running hash goes over all the bytes and is
+ * read out at the end of each block, so block `i`'s key stands for the whole prefix up to and
+ * including it: equal keys mean equal prefixes (up to 48-bit collisions). A trailing partial
+ * block is not hashed, since an engine cannot cache it either. Only consistency inside one
+ * router matters (engines hash their own way).
+ *
+ * The hash is MurmurHash3's 32-bit mixing in two lanes with different constants, four bytes
+ * per step through a `DataView`, finalised (fmix32) per block into a 48-bit key (32 bits of one
+ * lane, 16 of the other). It is not cryptographic: a client could craft two prompts with equal
+ * keys, which only steers its own requests' affinity, itself bounded by load. It replaced a
+ * SHA-1 chain (one `crypto.hash` per block) at 80 vs 275 µs per 200 KB prompt here: the native
+ * call per block cost more than the hashing.
  *
  * Bytes, not UTF-16 code units, because the router hashes a large prompt straight out of the
  * request body (`json-scan.ts`) without decoding it into a string; a prompt given as JS strings
@@ -14,12 +19,7 @@
  * are decoded on the way, so `"\u00e9"` and a raw `é` hash alike (Python clients escape
  * non-ASCII by default, JavaScript ones do not). Lone surrogates hash as U+FFFD, as
  * `TextEncoder` writes them.
- *
- * Keys are the first 48 bits of each digest as a JS number (a cheap `Map` key; a collision at
- * a bounded index of ~10⁵ entries has odds around 10⁻⁵ and only costs affinity, never
- * correctness).
  */
-import * as crypto from "node:crypto";
 import type { PromptPiece } from "./json-scan.js";
 
 /** Options of {@link hashPromptBlocks}. */
@@ -35,46 +35,69 @@ export const DEFAULT_BLOCK_BYTES = 1024;
 /** Default cap on hashed blocks per prompt. */
 export const DEFAULT_MAX_BLOCKS = 512;
 
-const DIGEST = 20;
-/** `crypto.hash` (Node ≥ 20.12) skips the Hash object; older Node builds one per call. */
-const sha1: (data: Uint8Array) => Buffer =
-  typeof crypto.hash === "function"
-    ? (data) => crypto.hash("sha1", data, "buffer")
-    : (data) => crypto.createHash("sha1").update(data).digest();
-
 const SCRATCH_BYTES = 48 * 1024;
 /** Reused for encoding strings (one per thread; nothing here is async). */
 const scratch = new Uint8Array(SCRATCH_BYTES);
 const encoder = new TextEncoder();
-/** The block buffer: previous digest, then the block's bytes. Reused while the size fits. */
-let shared = new Uint8Array(DIGEST + DEFAULT_BLOCK_BYTES);
+/** The block buffer, reused while the block size stays the same. */
+let shared = new Uint8Array(DEFAULT_BLOCK_BYTES);
+let sharedView = new DataView(shared.buffer);
 
 /** Gathers UTF-8 bytes into blocks and records each block's key. */
 class ChainBuilder {
   readonly keys: Float64Array;
   readonly #block: Uint8Array;
+  readonly #view: DataView;
   /** Write position in {@link #block}; the block is full at `#end`. */
-  #at = DIGEST;
+  #at = 0;
   readonly #end: number;
   #done = 0;
+  /** The running hash's two lanes. */
+  #h1 = 0x9747b28c | 0;
+  #h2 = 0x85ebca6b | 0;
 
   constructor(totalBytes: number, blockBytes: number, maxBlocks: number) {
     this.keys = new Float64Array(Math.min(Math.floor(totalBytes / blockBytes), maxBlocks));
-    if (shared.length !== DIGEST + blockBytes) shared = new Uint8Array(DIGEST + blockBytes);
+    if (shared.length !== blockBytes) {
+      shared = new Uint8Array(blockBytes);
+      sharedView = new DataView(shared.buffer);
+    }
     this.#block = shared;
-    this.#block.fill(0, 0, DIGEST);
-    this.#end = DIGEST + blockBytes;
+    this.#view = sharedView;
+    this.#end = blockBytes;
+  }
+
+  #emit(): void {
+    const view = this.#view;
+    const end = this.#end;
+    let h1 = this.#h1;
+    let h2 = this.#h2;
+    const words = end & ~3;
+    for (let p = 0; p < end; p += 4) {
+      // The last partial word (block sizes not a multiple of 4) is read byte by byte.
+      const w =
+        p < words
+          ? view.getUint32(p, true)
+          : (this.#block[p] as number) |
+            ((this.#block[p + 1] ?? 0) << 8) |
+            ((this.#block[p + 2] ?? 0) << 16);
+      let k1 = Math.imul(w, 0xcc9e2d51);
+      k1 = Math.imul((k1 << 15) | (k1 >>> 17), 0x1b873593);
+      h1 ^= k1;
+      h1 = (Math.imul((h1 << 13) | (h1 >>> 19), 5) + 0xe6546b64) | 0;
+      let k2 = Math.imul(w, 0x85ebca77);
+      k2 = Math.imul((k2 << 17) | (k2 >>> 15), 0xc2b2ae3d);
+      h2 ^= k2;
+      h2 = (Math.imul((h2 << 11) | (h2 >>> 21), 3) + 0x27d4eb2f) | 0;
+    }
+    this.#h1 = h1;
+    this.#h2 = h2;
+    this.keys[this.#done++] = (fmix32(h1 ^ end) >>> 0) * 65536 + (fmix32(h2 ^ end) >>> 16);
+    this.#at = 0;
   }
 
   get full(): boolean {
     return this.#done >= this.keys.length;
-  }
-
-  #emit(): void {
-    const digest = sha1(this.#block);
-    this.keys[this.#done++] = digest.readUIntBE(0, 6);
-    this.#block.set(digest, 0);
-    this.#at = DIGEST;
   }
 
   bytes(b: Uint8Array, start: number, end: number): void {
@@ -140,6 +163,15 @@ class ChainBuilder {
       else this.bytes(scratch, 0, writeUtf8(cp));
     }
   }
+}
+
+/** MurmurHash3's finaliser: every input bit affects every output bit. */
+function fmix32(h: number): number {
+  let x = h ^ (h >>> 16);
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  return x ^ (x >>> 16);
 }
 
 /** Byte value of each one-character escape's letter (`n` → 0x0a …); `"`, `\\`, `/` map to themselves. */
