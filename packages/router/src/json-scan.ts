@@ -390,7 +390,7 @@ class Scanner {
     const b = this.b;
     if (this.sEscaped) {
       // Rare: an escaped key (`"mod\u0065l"`) decodes to compare.
-      const key = JSON.parse(`"${utf8.decode(b.subarray(start, end))}"`) as string;
+      const key = JSON.parse(`"${utf8.decode(b.slice(start, end))}"`) as string;
       return Object.hasOwn(KEY, key) ? (key as KeyName) : undefined;
     }
     const length = end - start;
@@ -411,7 +411,8 @@ class Scanner {
 
   /** Decodes a (small) string value to a JS string. */
   text(span: StringSpan): string {
-    const raw = utf8.decode(this.b.subarray(span.start, span.end));
+    // A copy: TextDecoder refuses views of shared memory (the worker scans pooled shared bodies).
+    const raw = utf8.decode(this.b.slice(span.start, span.end));
     return span.escaped ? (JSON.parse(`"${raw}"`) as string) : raw;
   }
 

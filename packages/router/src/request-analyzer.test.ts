@@ -37,16 +37,29 @@ describe("request analyzer", () => {
     }
   });
 
-  it("moves an owned pooled body to the worker and back without copying or changing it", async () => {
+  it("analyses an owned pooled body in place, without copying or changing it", async () => {
     const bytes = body("x".repeat(30_000));
     const owned = analyzer.buffers.take(bytes.length);
+    expect(owned.buffer).toBeInstanceOf(SharedArrayBuffer);
     owned.set(bytes);
     const a = await analyzer.analyze(owned, true);
     expect(a).toMatchObject({ ok: true, mode: "pool", model: "m" });
-    expect(owned.length).toBe(0); // transferred away: the caller must use `a.body`
-    expect(Buffer.from(a.body).equals(bytes)).toBe(true);
-    analyzer.buffers.give(a.body);
-    expect(analyzer.buffers.take(bytes.length).buffer).toBe(a.body.buffer);
+    expect(a.body).toBe(owned);
+    expect(Buffer.from(owned).equals(bytes)).toBe(true);
+    analyzer.buffers.give(owned);
+    expect(analyzer.buffers.take(bytes.length).buffer).toBe(owned.buffer);
+  });
+
+  it("analyses shared-memory bodies on both paths, below and above the scan threshold", async () => {
+    for (const size of [20_000, 100_000]) {
+      const bytes = body(`é ${"y".repeat(size)}`);
+      const owned = analyzer.buffers.take(bytes.length);
+      owned.set(bytes);
+      const viaPool = await analyzer.analyze(owned, true);
+      const viaInline = await inlineOnly.analyze(bytes);
+      expect({ ...viaPool, mode: "inline", body: bytes }).toEqual({ ...viaInline, body: bytes });
+      analyzer.buffers.give(owned);
+    }
   });
 
   it("reports refusals from the pool like inline ones", async () => {

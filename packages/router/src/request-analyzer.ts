@@ -1,9 +1,9 @@
 /**
  * Hybrid body analysis. Bodies below `inlineThresholdBytes` are parsed and hashed on the calling
  * thread (the worker hop costs ~30–35 µs of CPU, ~15× the work for a small body); larger ones go
- * to a tinypool pool so that big prompts never stall the event loop. The body travels in a
- * pooled ArrayBuffer (`buffer-pool.ts`): the caller reads it there and hands it over (`owned`),
- * or it is copied there; it is transferred to the worker and back untouched.
+ * to a tinypool pool so that big prompts never stall the event loop. The body sits in a pooled
+ * `SharedArrayBuffer` (`buffer-pool.ts`): the caller reads it there and hands it over
+ * (`owned`), or it is copied there; the worker reads it in place.
  */
 import { Tinypool } from "tinypool";
 import { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
@@ -45,10 +45,7 @@ export interface RequestAnalyzerPoolOptions {
 /** Result of {@link RequestAnalyzer.analyze}: the body's analysis and where it ran. */
 export type RequestAnalysis = BodyAnalysis & {
   readonly mode: "inline" | "pool";
-  /**
-   * The body's bytes, where they are now: an owned body comes back from the worker in a new
-   * view (its old one is detached); otherwise the body given.
-   */
+  /** The body analysed (the caller keeps forwarding from it). */
   readonly body: Uint8Array;
 };
 
@@ -56,9 +53,8 @@ export type RequestAnalysis = BodyAnalysis & {
 export interface RequestAnalyzer {
   /**
    * Analyses one complete body. Rejects only with `LLMGW_ROUTER_POOL_FAILED`. With `owned`,
-   * the caller hands over `body` (a view from {@link buffers} at offset 0): a pooled analysis
-   * moves its buffer to the worker and back instead of copying it, and the caller must use
-   * the returned `body` afterwards.
+   * `body` is a view from {@link buffers} at offset 0 that the caller does not change until the
+   * analysis is back: a pooled analysis then reads it in place instead of copying it.
    */
   analyze(body: Uint8Array, owned?: boolean): RequestAnalysis | Promise<RequestAnalysis>;
   /** Where to read large bodies into, so they can be handed over with `owned`. */
@@ -125,12 +121,14 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     body: Uint8Array,
     owned: boolean,
   ): Promise<RequestAnalysis> => {
-    // An owned pooled body travels itself; anything else is copied into a pooled buffer first.
-    const length = body.length; // a transferred view reads as empty afterwards
-    const sent = owned && body.byteOffset === 0 ? body : buffers.take(length);
-    if (sent !== body) sent.set(body);
+    // An owned pooled body is read by the worker in place; anything else is copied into a
+    // pooled shared buffer first.
+    const length = body.length;
+    const inPlace = owned && body.buffer instanceof SharedArrayBuffer && body.byteOffset === 0;
+    const shared = inPlace ? body : buffers.take(length);
+    if (!inPlace) shared.set(body);
     const task: AnalyzeTask = {
-      buffer: sent.buffer as ArrayBuffer,
+      buffer: shared.buffer as SharedArrayBuffer,
       length,
       blockBytes,
       maxBlocks,
@@ -138,17 +136,16 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     active += 1;
     let r: AnalyzeTaskResult;
     try {
-      r = (await p.run(task, { transferList: [task.buffer] })) as AnalyzeTaskResult;
+      r = (await p.run(task)) as AnalyzeTaskResult;
     } catch (error) {
       throw new RouterError("LLMGW_ROUTER_POOL_FAILED", "request analysis worker failed", {
         cause: error,
       });
     } finally {
       active -= 1;
+      if (!inPlace) buffers.give(shared);
     }
-    const back = new Uint8Array(r.buffer, 0, length);
-    if (sent !== body) buffers.give(back);
-    return placed(r.analysis, "pool", sent === body ? back : body);
+    return placed(r.analysis, "pool", body);
   };
 
   return {

@@ -2,39 +2,32 @@
  * tinypool worker entry: analyses one request body. Build it as its own bundle entry (the
  * default file name the analyzer looks for next to a bundle is `router-worker.js`).
  *
- * Task: `{ buffer, length, blockBytes, maxBlocks }` with `buffer` (the body) transferred in.
- * The answer transfers the same buffer back untouched (the caller forwards the body from it),
- * with the small features object and the hash chain (~8 bytes per KiB of prompt) cloned.
+ * Task: `{ buffer, length, blockBytes, maxBlocks }`, `buffer` a pooled `SharedArrayBuffer`
+ * holding the body (see `buffer-pool.ts`): only its handle travels, and the body is read in
+ * place. The answer is the analysis (features and the hash chain, ~8 bytes per KiB of prompt).
  */
-import { markMovable, Tinypool } from "tinypool";
-import { analyzeRequestBody, type BodyAnalysis } from "./analyze.js";
+import { analyzeRequestBody, type BodyAnalysis, SCAN_THRESHOLD_BYTES } from "./analyze.js";
 
 /** A task for {@link analyzeTask}. */
 export interface AnalyzeTask {
-  readonly buffer: ArrayBuffer;
+  readonly buffer: SharedArrayBuffer;
   readonly length: number;
   readonly blockBytes: number;
   readonly maxBlocks: number;
 }
 
-/** What {@link analyzeTask} returns (after tinypool unwraps the movable). */
+/** What {@link analyzeTask} returns. */
 export interface AnalyzeTaskResult {
-  /** The body's buffer, handed back. */
-  readonly buffer: ArrayBuffer;
   readonly analysis: BodyAnalysis;
 }
 
-/** Analyses the body in `task.buffer` and hands the buffer back. */
-export default function analyzeTask(task: AnalyzeTask): unknown {
-  const analysis = analyzeRequestBody(new Uint8Array(task.buffer, 0, task.length), {
-    blockBytes: task.blockBytes,
-    maxBlocks: task.maxBlocks,
-  });
-  const value: AnalyzeTaskResult = { buffer: task.buffer, analysis };
-  const movable = {
-    [Tinypool.transferableSymbol]: task.buffer,
-    [Tinypool.valueSymbol]: value,
+/** Analyses the body in `task.buffer`. */
+export default function analyzeTask(task: AnalyzeTask): AnalyzeTaskResult {
+  const body = new Uint8Array(task.buffer, 0, task.length);
+  // `TextDecoder` refuses shared memory: the JSON.parse path (below 64 KiB) gets a private
+  // copy; the byte scanner reads the shared bytes in place.
+  const bytes = task.length < SCAN_THRESHOLD_BYTES ? body.slice() : body;
+  return {
+    analysis: analyzeRequestBody(bytes, { blockBytes: task.blockBytes, maxBlocks: task.maxBlocks }),
   };
-  markMovable(movable);
-  return movable;
 }
