@@ -174,6 +174,12 @@ if (role === "trivial") {
         res.writeHead(400).end();
         return;
       }
+      // Correct, not just fast: a client that goes away aborts the upstream request, or a
+      // paused stream would hold its pool connection forever.
+      let abortUpstream: ((reason: Error) => void) | undefined;
+      res.once("close", () => {
+        if (!res.writableFinished) abortUpstream?.(new Error("client went away"));
+      });
       pool.dispatch(
         {
           path: req.url ?? "/",
@@ -182,7 +188,10 @@ if (role === "trivial") {
           body,
         },
         {
-          onRequestStart() {},
+          onRequestStart(controller) {
+            abortUpstream = (reason) => controller.abort(reason);
+            if (res.destroyed) controller.abort(new Error("client went away"));
+          },
           onResponseStart(_controller, statusCode, headers) {
             const out: Record<string, string> = {};
             const type = headers["content-type"];
@@ -201,6 +210,7 @@ if (role === "trivial") {
             res.end();
           },
           onResponseError() {
+            if (res.destroyed) return;
             if (!res.headersSent) res.writeHead(502);
             res.end();
           },
