@@ -118,13 +118,21 @@ if (role === "trivial") {
     ],
     usage: { prompt_tokens: 10, completion_tokens: 40, total_tokens: 50 },
   });
+  const streamMarker = '"stream":true';
   const chunk = `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: "tok " } }] })}\n\n`;
   const server = createServer({ noDelay: true }, (req, res) => {
     let stream = false;
-    let tail = "";
+    // The marker may straddle two chunks: look at the previous chunk's end joined to this one's.
+    let seam = "";
     req.on("data", (d: Buffer) => {
-      tail = (tail + d.toString("latin1", Math.max(0, d.length - 64))).slice(-64);
-      if (!stream && d.includes('"stream":true')) stream = true;
+      if (!stream) {
+        stream =
+          d.includes(streamMarker) ||
+          (seam + d.toString("latin1", 0, streamMarker.length)).includes(streamMarker);
+        seam = (seam + d.toString("latin1", Math.max(0, d.length - streamMarker.length))).slice(
+          -streamMarker.length,
+        );
+      }
     });
     const answer = (): void => {
       if (res.destroyed) return; // the client left while we "computed" (end of a wrk run)
