@@ -87,6 +87,25 @@ function loopMonitor(): { reset(): void; report(): RouterReport } {
   };
 }
 
+/**
+ * Answers `reset` and `report` from `monitor`, and `restart` with `restart` (the new URL) where
+ * the role has one; without it `restart` is answered like `reset`, with nothing done.
+ */
+function answerWithMonitor(
+  monitor: ReturnType<typeof loopMonitor>,
+  restart?: (config: unknown) => Promise<string>,
+): void {
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "restart" && restart) {
+      void restart(msg.config).then((url) => reply({ id: msg.id, url }));
+      return;
+    }
+    if (msg.type === "reset") monitor.reset();
+    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
+  });
+}
+
 const [role, configText] = process.argv.slice(2);
 // Never outlive the benchmark that started us (it may be killed before its cleanup runs).
 process.on("disconnect", () => process.exit(0));
@@ -231,20 +250,10 @@ if (role === "trivial") {
   console.log(
     JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
   );
-  const monitor = loopMonitor();
-  process.on("message", (raw) => {
-    const msg = raw as ChildRequest;
-    if (msg.type === "reset") monitor.reset();
-    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
-  });
+  answerWithMonitor(loopMonitor());
   process.on("SIGTERM", () => process.exit(0));
 } else if (role === "idle") {
-  const monitor = loopMonitor();
-  process.on("message", (raw) => {
-    const msg = raw as ChildRequest;
-    if (msg.type === "reset") monitor.reset();
-    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
-  });
+  answerWithMonitor(loopMonitor());
   console.log(JSON.stringify({ url: "" }));
 } else if (role === "sim") {
   const options = JSON.parse(configText ?? "{}") as EngineSimOptions;
@@ -286,29 +295,19 @@ if (role === "trivial") {
       requestTimeoutMs: 300_000,
     });
   let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
-  const monitor = loopMonitor();
-  process.on("message", (raw) => {
-    const msg = raw as ChildRequest;
-    if (msg.type === "reset") {
-      monitor.reset();
-      reply({ id: msg.id });
-    } else if (msg.type === "report") {
-      reply({ id: msg.id, ...monitor.report() });
-    } else if (msg.type === "restart") {
-      void (async () => {
-        const port = router.port;
-        await router.close();
-        const config = msg.config as RouterChildConfig;
-        router = await start(config, port).catch(() => start(config, 0));
-        reply({ id: msg.id, url: router.url });
-      })();
-    }
+  answerWithMonitor(loopMonitor(), async (config) => {
+    const port = router.port;
+    await router.close();
+    router = await start(config as RouterChildConfig, port).catch(() =>
+      start(config as RouterChildConfig, 0),
+    );
+    return router.url;
   });
   console.log(JSON.stringify({ url: router.url }));
   process.on("SIGTERM", () => void router.close().then(() => process.exit(0)));
 } else {
   console.error(
-    "usage: processes.ts sim '<EngineSimOptions JSON>' | router '<RouterChildConfig JSON>'",
+    "usage: processes.ts sim|router|trivial|floor|idle '<config JSON>' (see the top of the file)",
   );
   process.exit(2);
 }
