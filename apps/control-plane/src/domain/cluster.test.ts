@@ -120,6 +120,23 @@ describe("Cluster", () => {
     }
   });
 
+  it("gives two-node replicas placed in one pass distinct rendezvous ports on a shared rank 0 node", () => {
+    const cluster = newCluster();
+    join_(cluster, "node-a", "2xh100-80g@ib-a", "10.0.0.1");
+    join_(cluster, "node-b", "2xh100-80g@ib-a", "10.0.0.2");
+    cluster.applyDeployment(
+      spec({ name: "big", engine: "sim", tensorParallel: 2, nodesPerReplica: 2, replicas: 2 }),
+    );
+    const placed = cluster.placements();
+    expect(placed).toHaveLength(2);
+    const byRank0 = new Map<string, number[]>();
+    for (const p of placed) {
+      const rank0 = p.ranks[0]?.nodeId as string;
+      byRank0.set(rank0, [...(byRank0.get(rank0) ?? []), p.rendezvousPort as number]);
+    }
+    for (const ports of byRank0.values()) expect(new Set(ports).size).toBe(ports.length);
+  });
+
   it("keeps replicas on an unreachable node and moves them once it is lost", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");

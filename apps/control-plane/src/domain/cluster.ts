@@ -935,7 +935,9 @@ export class Cluster {
       schedule: this.#o.schedule,
       nowMs: now,
     });
-    const added = plan.add.map((p) => this.#withRendezvous(p, plan.keep));
+    // Sequential: a port given to one new replica is taken for the next on the same node.
+    const added: PlacementRecord[] = [];
+    for (const p of plan.add) added.push(this.#withRendezvous(p, added));
     this.#o.store.transaction(() => {
       for (const r of plan.remove) {
         this.#placements.delete(r.placement.replicaId);
@@ -996,11 +998,12 @@ export class Cluster {
     this.#touch();
   }
 
-  #withRendezvous(p: PlacementRecord, keep: readonly PlacementRecord[]): PlacementRecord {
+  /** `p` with a rendezvous port free on its rank 0 node among current and `alsoPlaced`. */
+  #withRendezvous(p: PlacementRecord, alsoPlaced: readonly PlacementRecord[]): PlacementRecord {
     if (p.ranks.length < 2) return p;
     const rank0 = p.ranks[0]?.nodeId;
     const used = new Set(
-      [...keep, ...this.#placements.values()]
+      [...this.#placements.values(), ...alsoPlaced]
         .filter((q) => q.ranks[0]?.nodeId === rank0 && q.rendezvousPort !== undefined)
         .map((q) => q.rendezvousPort),
     );
