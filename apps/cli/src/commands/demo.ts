@@ -4,18 +4,24 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
-import { type Client, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import { createEngineProbes, parseAgentConfig, type RunningAgent, startAgent } from "@llmgw/agent";
+import type { Client } from "@connectrpc/connect";
+import {
+  createEngineProbes,
+  freePort,
+  parseAgentConfig,
+  type RunningAgent,
+  startAgent,
+} from "@llmgw/agent";
 import { type ControlPlane, createPublicApi, startControlPlane } from "@llmgw/control-plane";
 import { ensureLlamaServer, ensureTinyModel } from "@llmgw/engine-sim";
 import {
-  ClusterService,
+  type ClusterService,
   DeploymentSchema,
   type DeploymentStatus,
   Engine,
   ReplicaState,
 } from "@llmgw/proto";
+import { adminContext } from "../admin-client.js";
 import { type CliIo, type Command, parseCommandArgs } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 import { formatDuration } from "../table.js";
@@ -51,15 +57,7 @@ function portFree(port: number): Promise<boolean> {
 
 async function pickPort(preferred: number, explicit: boolean): Promise<number> {
   if (explicit || (await portFree(preferred))) return preferred;
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
+  return freePort();
 }
 
 /** The command that runs this very `llmgw` (for the simulated engine). */
@@ -264,19 +262,7 @@ export const command: Command = {
         },
       );
       const token = cp.adminToken;
-      const admin = createClient(
-        ClusterService,
-        createConnectTransport({
-          baseUrl: cp.controlUrl,
-          httpVersion: "1.1",
-          interceptors: [
-            (next) => (req) => {
-              req.header.set("authorization", `Bearer ${token}`);
-              return next(req);
-            },
-          ],
-        }),
-      );
+      const admin = adminContext({ "control-plane": cp.controlUrl, token }, io).client;
       step.say("• deploying");
       await admin.applyDeployment({
         deployment: create(DeploymentSchema, {
