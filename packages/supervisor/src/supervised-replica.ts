@@ -10,7 +10,13 @@ import {
   type RunRecord,
   resolveRestartPolicy,
 } from "./restart-policy.js";
-import type { ExitReport, ProcessExit, ProcessHandle, Supervisor } from "./supervisor.js";
+import type {
+  ExitReport,
+  ProcessExit,
+  ProcessHandle,
+  StopOptions,
+  Supervisor,
+} from "./supervisor.js";
 
 /** Lifecycle of a supervised replica (DESIGN §5). */
 export type ReplicaState =
@@ -201,7 +207,7 @@ export class SupervisedReplica {
           recorded: report.recordedSpecHash,
           expected: report.expectedSpecHash,
         });
-        await report.handle.stop();
+        await report.handle.stop(this.#stopOptions());
       }
     }
     await this.#launch("start requested");
@@ -217,7 +223,7 @@ export class SupervisedReplica {
       return undefined;
     }
     if (this.#state !== "stopping") this.#transition("stopping", "stop requested");
-    const report = await handle.stop();
+    const report = await handle.stop(this.#stopOptions());
     this.#recordRun(handle);
     this.#handle = undefined;
     this.#transition(
@@ -225,6 +231,18 @@ export class SupervisedReplica {
       `stopped (code=${report.code} signal=${report.signal} forced=${report.forced})`,
     );
     return report;
+  }
+
+  /**
+   * The spec's stop settings. A launched handle has them already; an adopted one does not
+   * (the pid file records no stop settings), so every stop passes them explicitly.
+   */
+  #stopOptions(): StopOptions {
+    const { stopSignal, stopGraceMs } = this.options.spec;
+    return {
+      ...(stopSignal === undefined ? {} : { signal: stopSignal }),
+      ...(stopGraceMs === undefined ? {} : { graceMs: stopGraceMs }),
+    };
   }
 
   async #launch(reason: string): Promise<void> {
@@ -350,7 +368,7 @@ export class SupervisedReplica {
     this.#cancelTimers();
     this.#transition("stopping", reason);
     try {
-      await handle.stop();
+      await handle.stop(this.#stopOptions());
     } catch (cause) {
       this.options.logger.warn("stop failed", {
         replicaId: this.options.replicaId,

@@ -103,6 +103,38 @@ describe("orphan adoption", () => {
     expect(readPidFile(stateDir, "r1")).toEqual({ kind: "missing" });
   }, 60_000);
 
+  it("stops an adopted engine with the spec's grace, not the supervisor default", async () => {
+    const { dir, cleanup } = tempDir("llmgw-adopt-");
+    cleanups.push(cleanup);
+    const stateDir = `${dir}/state`;
+    const spec = engineSpec(dir, "r3", ["--ignore-term"], { stopGraceMs: 300 });
+    const { child, engine } = await launchInHost(stateDir, "r3", spec);
+    await waitFor("engine up", () => readFileSync(spec.logFile, "utf8").includes("up"));
+    child.kill("SIGKILL");
+    await waitFor("host gone", () => child.exitCode !== null || child.signalCode !== null);
+
+    const supervisor = createSupervisor({
+      stateDir,
+      adoptPollIntervalMs: 50,
+      stopPollIntervalMs: 20,
+      defaultStopGraceMs: 60_000,
+    });
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "r3",
+      spec,
+      probe: async () => "ready",
+      probeIntervalMs: 50,
+    });
+    await replica.start({ adopt: true });
+    expect(replica.handle?.adopted).toBe(true);
+
+    const report = await replica.stop();
+    expect(report).toMatchObject({ forced: true, timedOut: true });
+    expect(report?.durationMs).toBeLessThan(10_000);
+    expect(isAlive(engine.pid)).toBe(false);
+  }, 60_000);
+
   it("reports spec-changed for a live process launched from another spec; the replica replaces it", async () => {
     const { dir, cleanup } = tempDir("llmgw-adopt-");
     cleanups.push(cleanup);
