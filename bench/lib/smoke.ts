@@ -5,14 +5,18 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
-/** Exit code, stdout and stderr of `node --import tsx <script> --quick`, killed after `timeoutMs`. */
+/**
+ * Exit code, stdout and stderr of `node --import tsx <script> --quick [...args]`, killed after
+ * `timeoutMs`.
+ */
 export function runQuick(
   scriptUrl: URL,
   timeoutMs: number,
+  args: readonly string[] = [],
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const proc = spawn(
     process.execPath,
-    ["--conditions=@llmgw/source", "--import", "tsx", fileURLToPath(scriptUrl), "--quick"],
+    ["--conditions=@llmgw/source", "--import", "tsx", fileURLToPath(scriptUrl), "--quick", ...args],
     { stdio: ["ignore", "pipe", "pipe"], cwd: fileURLToPath(new URL("../..", import.meta.url)) },
   );
   let stdout = "";

@@ -14,4 +14,16 @@ describe("bench/router/run.ts --quick", () => {
     expect(targets.has("direct") && targets.has("llmgw")).toBe(true);
     expect(targets.has("nginx") || result.skipped.some((s) => s.startsWith("nginx"))).toBe(true);
   }, 300_000);
+
+  it("refuses an unknown --only workload or --upstream before starting anything", async () => {
+    const script = new URL("./run.ts", import.meta.url);
+    const [only, upstream] = await Promise.all([
+      runQuick(script, 60_000, ["--only", "chat,nope"]),
+      runQuick(script, 60_000, ["--upstream", "nginx"]),
+    ]);
+    expect(only.code).not.toBe(0);
+    expect(only.stderr).toContain("--only: no such workload nope");
+    expect(upstream.code).not.toBe(0);
+    expect(upstream.stderr).toContain("--upstream nginx: expected sim or trivial");
+  }, 90_000);
 });

@@ -109,8 +109,12 @@ const allScenarios: Scenario[] = quick
     ];
 
 const only = flags.only?.split(",").map((w) => w.trim());
+const unknownWorkloads = (only ?? []).filter((w) => !allScenarios.some((s) => s.workload === w));
+if (unknownWorkloads.length > 0)
+  throw new Error(`--only: no such workload ${unknownWorkloads.join(", ")}`);
+if (flags.upstream !== undefined && flags.upstream !== "sim" && flags.upstream !== "trivial")
+  throw new Error(`--upstream ${flags.upstream}: expected sim or trivial`);
 const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
-if (scenarios.length === 0) throw new Error(`--only ${flags.only}: no such workload`);
 
 interface Sample extends LoadResult {
   readonly run: number;
