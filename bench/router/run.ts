@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
-import type { RouterReport, TrivialChildConfig } from "../lib/processes.js";
+import type { RouterChildConfig, RouterReport, TrivialChildConfig } from "../lib/processes.js";
 import { type RunningProxy, startNginx } from "../lib/proxies.js";
 import { printReport } from "../lib/report.js";
 import { formatTable } from "../lib/table.js";
@@ -143,16 +143,6 @@ const skipped: string[] = [];
 const samples: Sample[] = [];
 const t0 = Date.now();
 try {
-  const routerFor = async (upstream: string): Promise<BenchChild> => {
-    const child = await startBenchChild("router", {
-      model: "m",
-      policy: "llmgw",
-      upstreams: [upstream],
-      capacity: 4096,
-    });
-    children.push(child);
-    return child;
-  };
   const idle = await startBenchChild("idle", {});
   children.push(idle);
   const haveNginx = findBinary("nginx") !== undefined;
@@ -189,7 +179,13 @@ try {
             jitter: pacedJitter,
           } satisfies TrivialChildConfig);
     children.push(engine);
-    const router = await routerFor(engine.url);
+    const router = await startBenchChild("router", {
+      model: "m",
+      policy: "llmgw",
+      upstreams: [engine.url],
+      capacity: 4096,
+    } satisfies RouterChildConfig);
+    children.push(router);
     const floor = await startBenchChild("floor", { upstream: engine.url });
     children.push(floor);
     let proxy: RunningProxy | undefined;
@@ -209,11 +205,11 @@ try {
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
       const up = upstreams.get(upstreamOf(s))!;
-      // Rotate the order each round so no target always runs first on a cold box.
       const targets = targetsFor(up);
       /** The Node processes that report loop delay and CPU. */
       const measured = (name: string): BenchChild | undefined =>
         name === "llmgw" ? up.router : name === "node-floor" ? up.floor : undefined;
+      // Rotate the order each round so no target always runs first on a cold box.
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
