@@ -37,13 +37,6 @@ export class LogTail {
     if (this.#partial !== "") this.push("\n");
   }
 
-  /** Drops all content (after the log file was found truncated by someone else). */
-  clear(): void {
-    this.#lines = [];
-    this.#bytes = 0;
-    this.#partial = "";
-  }
-
   /** The retained lines, oldest first, including a pending partial line. */
   lines(): string[] {
     return this.#partial === "" ? [...this.#lines] : [...this.#lines, this.#partial];
