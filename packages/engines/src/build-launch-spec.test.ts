@@ -11,8 +11,13 @@ import {
   twelveHcaNode,
   twoFabricNode,
 } from "../test/fixtures/inventories.js";
-import { buildLaunchSpec } from "./build-launch-spec.js";
-import { type DeploymentSpecInput, parseDeploymentSpecOrThrow } from "./deployment-spec.js";
+import { buildLaunchSpec, engineAdapters } from "./build-launch-spec.js";
+import {
+  type DeploymentSpecInput,
+  ENGINES,
+  engineSupportsMultiNode,
+  parseDeploymentSpecOrThrow,
+} from "./deployment-spec.js";
 import { isEnginesError } from "./errors.js";
 import type { BuildLaunchSpecInput, LaunchPlacement, NodeEngineConfig } from "./launch-spec.js";
 
@@ -646,6 +651,12 @@ describe("buildLaunchSpec: refusals", () => {
       code: "LLMGW_ENGINES_INVALID_CONFIG",
       message: `nodeConfig.downloadDir must be a path that does not start with '-' (got "--evil")`,
     },
+    {
+      what: "a bind host that looks like a flag",
+      in: input({ engine: "vllm" }, { gpuIndices: [0] }, b, { bindHost: "-h" }),
+      code: "LLMGW_ENGINES_INVALID_CONFIG",
+      message: `nodeConfig.bindHost must be an IP address or host name (got "-h")`,
+    },
   ])("$what", (c) => {
     let caught: unknown;
     try {
@@ -655,5 +666,12 @@ describe("buildLaunchSpec: refusals", () => {
     }
     expect(isEnginesError(caught)).toBe(true);
     expect(caught).toMatchObject({ code: c.code, message: c.message });
+  });
+});
+
+describe("engineAdapters", () => {
+  it.each(ENGINES)("%s: adapter.multiNode agrees with engineSupportsMultiNode", (engine) => {
+    expect(engineAdapters[engine].engine).toBe(engine);
+    expect(engineAdapters[engine].multiNode).toBe(engineSupportsMultiNode(engine));
   });
 });

@@ -1,10 +1,10 @@
 /** Helpers shared by the engine adapters (not exported from the package). */
 import { buildNcclEnv, isNcclEnvError } from "@llmgw/nccl-env";
-import type { EngineName } from "./deployment-spec.js";
-import { OWNED_ENV } from "./deployment-spec.js";
+import { type EngineName, engineSupportsMultiNode, OWNED_ENV } from "./deployment-spec.js";
 import { EnginesError } from "./errors.js";
 import {
   type BuildLaunchSpecInput,
+  isSafeHost,
   type LaunchSpec,
   type ResolvedNodeEngineConfig,
   resolveNodeEngineConfig,
@@ -20,10 +20,11 @@ export interface CheckedLaunch {
     | undefined;
 }
 
-const SAFE_ADDRESS = /^[A-Za-z0-9._:-]+$/;
-
-/** Validates placement and ports; throws `LLMGW_ENGINES_INVALID_LAUNCH` / `…_UNSUPPORTED`. */
-export function checkLaunch(input: BuildLaunchSpecInput, canSpanNodes: boolean): CheckedLaunch {
+/**
+ * Validates placement and ports; throws `LLMGW_ENGINES_INVALID_LAUNCH` / `…_UNSUPPORTED` (a
+ * multi-node placement for an engine {@link engineSupportsMultiNode} refuses).
+ */
+export function checkLaunch(input: BuildLaunchSpecInput): CheckedLaunch {
   const { placement, ports, deployment } = input;
   const invalid = (what: string, value: unknown): never => {
     throw new EnginesError(
@@ -50,14 +51,14 @@ export function checkLaunch(input: BuildLaunchSpecInput, canSpanNodes: boolean):
   }
   const multiNode = placement.nnodes > 1;
   if (!multiNode) return { config, multiNode, rendezvous: undefined };
-  if (!canSpanNodes) {
+  if (!engineSupportsMultiNode(deployment.engine)) {
     throw new EnginesError(
       "LLMGW_ENGINES_UNSUPPORTED",
       `${deployment.engine} cannot run one replica across nodes (asked for ${placement.nnodes})`,
     );
   }
   const host = placement.rank0Address;
-  if (host === undefined || !SAFE_ADDRESS.test(host) || host.startsWith("-")) {
+  if (host === undefined || !isSafeHost(host)) {
     invalid("placement.rank0Address must be an IP address or host name when nnodes > 1", host);
   }
   const port = placement.rendezvousPort;

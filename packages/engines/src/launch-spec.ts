@@ -143,6 +143,11 @@ const DEFAULT_GRACE_MS: Readonly<Record<EngineName, number>> = {
 };
 const SAFE_HOST = /^[A-Za-z0-9._:-]+$/;
 
+/** An IP address or host name that cannot be read as a flag (bind host, rendezvous address). */
+export function isSafeHost(value: string): boolean {
+  return SAFE_HOST.test(value) && !value.startsWith("-");
+}
+
 /**
  * Applies defaults and validates node configuration once.
  * @throws EnginesError `LLMGW_ENGINES_INVALID_CONFIG` naming the option and echoing the value.
@@ -180,8 +185,7 @@ export function resolveNodeEngineConfig(config: NodeEngineConfig = {}): Resolved
     return value;
   };
   const bindHost = config.bindHost ?? "0.0.0.0";
-  if (!SAFE_HOST.test(bindHost) || bindHost.startsWith("-"))
-    bad("bindHost", bindHost, "must be an IP address or host name");
+  if (!isSafeHost(bindHost)) bad("bindHost", bindHost, "must be an IP address or host name");
   if (config.socketIfname !== undefined && !/^[A-Za-z0-9_.-]+$/.test(config.socketIfname)) {
     bad("socketIfname", config.socketIfname, "must be an interface name");
   }

@@ -16,7 +16,7 @@ export const llamacppAdapter: EngineAdapter = {
   engine: "llamacpp",
   multiNode: false,
   buildLaunchSpec(input) {
-    const checked = checkLaunch(input, false);
+    const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;
     const { config } = checked;
     for (const field of ["quantization", "kvCacheDtype", "dtype"] as const) {

@@ -12,7 +12,7 @@ export const sglangAdapter: EngineAdapter = {
   engine: "sglang",
   multiNode: true,
   buildLaunchSpec(input) {
-    const checked = checkLaunch(input, true);
+    const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;
     const { config } = checked;
     const serving = placement.rank === 0;

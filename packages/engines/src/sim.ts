@@ -11,7 +11,7 @@ export const simAdapter: EngineAdapter = {
   engine: "sim",
   multiNode: true,
   buildLaunchSpec(input) {
-    const checked = checkLaunch(input, true);
+    const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;
     const { config } = checked;
     const serving = placement.rank === 0;

@@ -10,7 +10,7 @@ export const vllmAdapter: EngineAdapter = {
   engine: "vllm",
   multiNode: true,
   buildLaunchSpec(input) {
-    const checked = checkLaunch(input, true);
+    const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;
     const { config } = checked;
     const serving = placement.rank === 0;
