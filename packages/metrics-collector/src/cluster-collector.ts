@@ -133,14 +133,17 @@ export function createClusterCollector(
   let memo: ClusterSeries | undefined;
   const labelCache = new LabelCache();
   let viewErrors: Counter | undefined;
+  const viewFailed = (error: unknown) => {
+    viewErrors?.inc();
+    resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
+  };
   const series = (): ClusterSeries => {
     if (memo === undefined) {
       try {
         memo = buildClusterSeries(view, resolved.labelValueMaxLength, labelCache);
       } catch (error) {
         memo = new Map();
-        viewErrors?.inc();
-        resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
+        viewFailed(error);
       }
       // Every family's collect hook runs synchronously within one registry.metrics() call;
       // dropping the memo on the next microtask makes it live for exactly one scrape.
@@ -197,10 +200,6 @@ export function createClusterCollector(
 
   const ctx = (context: string | undefined) => (context === undefined ? "" : ` (${context})`);
   let unregistered = false;
-  const viewFailed = (error: unknown) => {
-    viewErrors?.inc();
-    resolved.log(`cluster view failed during scrape; cluster families empty: ${String(error)}`);
-  };
   return {
     families,
     exposition: resolved.exposition,
