@@ -553,17 +553,12 @@ interface PlacementContext {
   /** Fabric id → its nodes, sorted by id. */
   readonly fabricNodes: ReadonlyMap<string, readonly NodeState[]>;
   /**
-   * Class → (free count → number of schedulable nodes with exactly that many free GPUs of the
-   * class); the same per `${class} ${fabric}`. Kept current on every allocation, so "does any
-   * node / do k nodes of a fabric have n free" is answered without scanning nodes.
-   */
-  readonly buckets: Map<string, number[]>;
-  /**
-   * Same keys as `buckets` → (free count → the schedulable nodes with exactly that many free
-   * GPUs of the class, sorted by id).
+   * Class → (free count → the schedulable nodes with exactly that many free GPUs of the class,
+   * sorted by id); the same per `${class} ${fabric}`. Kept current on every allocation, so
+   * "does any node / do k nodes of a fabric have n free" is answered without scanning nodes.
    */
   readonly freeLists: Map<string, NodeState[][]>;
-  /** False until {@link indexFree} ran; until then `buckets` and `freeLists` are empty. */
+  /** False until {@link indexFree} ran; until then `freeLists` is empty. */
   indexed: boolean;
   /** Class → GPU counts that do not change during a run, for reasons. */
   readonly classStats: ReadonlyMap<string, ClassStats>;
@@ -598,12 +593,6 @@ function indexFree(ctx: PlacementContext): void {
           lists[free] = sameFree;
         }
         sameFree.push(node);
-        let bucket = ctx.buckets.get(key);
-        if (bucket === undefined) {
-          bucket = [];
-          ctx.buckets.set(key, bucket);
-        }
-        bucket[free] = (bucket[free] ?? 0) + 1;
       }
     }
   }
@@ -662,11 +651,6 @@ function trackFree(
 ): void {
   if (before === after || !ctx.indexed) return;
   for (const key of node.info.histogramKeys.get(cls) ?? []) {
-    const bucket = ctx.buckets.get(key);
-    if (bucket !== undefined) {
-      bucket[before] = (bucket[before] ?? 0) - 1;
-      bucket[after] = (bucket[after] ?? 0) + 1;
-    }
     const lists = ctx.freeLists.get(key);
     if (lists === undefined) continue;
     const from = lists[before];
@@ -685,10 +669,10 @@ function trackFree(
 
 /** How many schedulable nodes have at least `n` free GPUs of `cls` (on `fabric` if given). */
 function nodesWithFree(ctx: PlacementContext, cls: string, n: number, fabric?: string): number {
-  const bucket = ctx.buckets.get(fabric === undefined ? cls : `${cls} ${fabric}`);
-  if (bucket === undefined) return 0;
+  const lists = ctx.freeLists.get(fabric === undefined ? cls : `${cls} ${fabric}`);
+  if (lists === undefined) return 0;
   let count = 0;
-  for (let f = n; f < bucket.length; f++) count += bucket[f] ?? 0;
+  for (let f = n; f < lists.length; f++) count += lists[f]?.length ?? 0;
   return count;
 }
 
@@ -696,7 +680,6 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
   const usable = new Set<string>();
   const maxPerNode = new Map<string, number>();
   const fabricNodes = new Map<string, NodeState[]>();
-  const buckets = new Map<string, number[]>();
   const freeLists = new Map<string, NodeState[][]>();
   const classStats = new Map<string, ClassStats>();
   for (const node of nodes) {
@@ -730,7 +713,6 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
     maxPerNode,
     fabrics,
     fabricNodes,
-    buckets,
     freeLists,
     indexed: false,
     classStats,
