@@ -568,6 +568,7 @@ describe("schedule", () => {
     expect(schedule(reversed)).toEqual(schedule(input));
   });
 
+  const oneGpu = node("n1", { gpus: 1 });
   it.each([
     [
       "duplicate node id",
@@ -587,6 +588,35 @@ describe("schedule", () => {
         placements: [at("m-0", [["n1", [0]]]), at("m-0", [["n1", [1]]])],
       },
       'duplicate replica id "m-0"',
+    ],
+    [
+      "duplicate deployment name",
+      { nodes: [], deployments: [dep("m"), dep("m")], placements: [] },
+      'duplicate deployment name "m"',
+    ],
+    [
+      "fractional gpusPerReplica",
+      { nodes: [], deployments: [dep("m", { gpusPerReplica: 1.5 })], placements: [] },
+      "deployment m: gpusPerReplica must be an integer ≥ 0, got 1.5",
+    ],
+    [
+      "zero nodesPerReplica",
+      { nodes: [], deployments: [dep("m", { nodesPerReplica: 0 })], placements: [] },
+      "deployment m: nodesPerReplica must be an integer ≥ 1, got 0",
+    ],
+    [
+      "non-finite priority",
+      { nodes: [], deployments: [dep("m", { priority: Number.NaN })], placements: [] },
+      "deployment m: priority must be a finite number, got NaN",
+    ],
+    [
+      "duplicate GPU index",
+      {
+        nodes: [{ ...oneGpu, gpus: [...oneGpu.gpus, ...oneGpu.gpus] }],
+        deployments: [],
+        placements: [],
+      },
+      "node n1: duplicate GPU index 0",
     ],
   ] as const)("rejects %s", (_name, input, message) => {
     let caught: unknown;
