@@ -1,4 +1,4 @@
-import { toJson } from "@bufbuild/protobuf";
+import { create, toJson } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { DeploymentSchema, GpuReadingSchema, NodeInventorySchema } from "@llmgw/proto";
@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import {
   deploymentSpecFromProto,
   deploymentSpecToProto,
+  gpuHealthy,
   gpuReadingToProto,
   inventoryFromProto,
   inventoryToProto,
@@ -33,6 +34,25 @@ describe("inventory", () => {
     };
     expect(json.gpus[0]).not.toHaveProperty("utilizationPercent");
     expect(json.gpus[0]?.memoryTotalBytes).toBe(String(gpu.memoryTotalBytes));
+  });
+});
+
+describe("gpuHealthy", () => {
+  const inv = inventoryToProto(simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 }));
+  const gpu = inv.gpus[0];
+  if (!gpu) throw new Error("no gpu");
+
+  it("falls back to registration until a reading arrives", () => {
+    expect(gpuHealthy(gpu, undefined)).toBe(true);
+    expect(gpuHealthy({ ...gpu, lost: true }, undefined)).toBe(false);
+    expect(gpuHealthy({ ...gpu, healthy: false }, undefined)).toBe(false);
+  });
+
+  it("trusts the latest reading over registration", () => {
+    const reading = create(GpuReadingSchema, { index: 0, uuid: gpu.uuid, healthy: true });
+    expect(gpuHealthy({ ...gpu, healthy: false }, reading)).toBe(true);
+    expect(gpuHealthy(gpu, { ...reading, healthy: false })).toBe(false);
+    expect(gpuHealthy(gpu, { ...reading, lost: true })).toBe(false);
   });
 });
 
