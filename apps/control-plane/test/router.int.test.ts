@@ -384,6 +384,28 @@ describe("router: refusals answer with OpenAI error bodies", () => {
     expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
   });
 
+  it("answers 413 when a chunked body grows past the limit while it is read", async () => {
+    // No Content-Length to refuse up front: the limit is enforced chunk by chunk.
+    const bytes = new TextEncoder().encode(
+      JSON.stringify({ model: "llama-8b", prompt: "x".repeat(70_000) }),
+    );
+    const res = await fetch(`${router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+      body: new ReadableStream({
+        start(controller) {
+          for (let at = 0; at < bytes.length; at += 8000) {
+            controller.enqueue(bytes.subarray(at, at + 8000));
+          }
+          controller.close();
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(res.status).toBe(413);
+    expect(((await res.json()) as OpenAIError).error.code).toBe("request_too_large");
+  });
+
   it("refuses an oversize head with 431", async () => {
     const res = await post("/v1/chat/completions", chat("llama-8b"), {
       "x-big": "y".repeat(20_000),

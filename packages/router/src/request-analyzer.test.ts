@@ -44,7 +44,6 @@ describe("request analyzer", () => {
     owned.set(bytes);
     const a = await analyzer.analyze(owned, true);
     expect(a).toMatchObject({ ok: true, mode: "pool", model: "m" });
-    expect(a.body).toBe(owned);
     expect(Buffer.from(owned).equals(bytes)).toBe(true);
     analyzer.buffers.give(owned);
     expect(analyzer.buffers.take(bytes.length).buffer).toBe(owned.buffer);
@@ -57,7 +56,7 @@ describe("request analyzer", () => {
       owned.set(bytes);
       const viaPool = await analyzer.analyze(owned, true);
       const viaInline = await inlineOnly.analyze(bytes);
-      expect({ ...viaPool, mode: "inline", body: bytes }).toEqual({ ...viaInline, body: bytes });
+      expect({ ...viaPool, mode: "inline" }).toEqual(viaInline);
       analyzer.buffers.give(owned);
     }
   });

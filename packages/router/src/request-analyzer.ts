@@ -43,11 +43,7 @@ export interface RequestAnalyzerPoolOptions {
 }
 
 /** Result of {@link RequestAnalyzer.analyze}: the body's analysis and where it ran. */
-export type RequestAnalysis = BodyAnalysis & {
-  readonly mode: "inline" | "pool";
-  /** The body analysed (the caller keeps forwarding from it). */
-  readonly body: Uint8Array;
-};
+export type RequestAnalysis = BodyAnalysis & { readonly mode: "inline" | "pool" };
 
 /** The analyzer. */
 export interface RequestAnalyzer {
@@ -114,7 +110,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
   }
 
   const inline = (body: Uint8Array): RequestAnalysis =>
-    placed(analyzeRequestBody(body, hashOptions), "inline", body);
+    placed(analyzeRequestBody(body, hashOptions), "inline");
 
   const viaPool = async (
     p: Tinypool,
@@ -145,7 +141,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
       active -= 1;
       if (!inPlace) buffers.give(shared);
     }
-    return placed(r.analysis, "pool", body);
+    return placed(r.analysis, "pool");
   };
 
   return {
@@ -163,13 +159,13 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
   };
 }
 
-/** `a` with where it ran and where its body is (built field by field: a spread of the
- * analysis costs ~3 µs here, as much as analysing a small body). */
-function placed(a: BodyAnalysis, mode: "inline" | "pool", body: Uint8Array): RequestAnalysis {
+/** `a` with where it ran (built field by field: a spread of the analysis costs ~3 µs here, as
+ * much as analysing a small body). */
+function placed(a: BodyAnalysis, mode: "inline" | "pool"): RequestAnalysis {
   if (!a.ok) {
     return a.param === undefined
-      ? { ok: false, reason: a.reason, message: a.message, mode, body }
-      : { ok: false, reason: a.reason, message: a.message, param: a.param, mode, body };
+      ? { ok: false, reason: a.reason, message: a.message, mode }
+      : { ok: false, reason: a.reason, message: a.message, param: a.param, mode };
   }
   return a.maxTokens === undefined
     ? {
@@ -179,7 +175,6 @@ function placed(a: BodyAnalysis, mode: "inline" | "pool", body: Uint8Array): Req
         estimatedTokens: a.estimatedTokens,
         chain: a.chain,
         mode,
-        body,
       }
     : {
         ok: true,
@@ -189,7 +184,6 @@ function placed(a: BodyAnalysis, mode: "inline" | "pool", body: Uint8Array): Req
         estimatedTokens: a.estimatedTokens,
         chain: a.chain,
         mode,
-        body,
       };
 }
 

@@ -287,7 +287,6 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     const read = await readBody(req);
     const analysisStart = performance.now();
     const analysis: RequestAnalysis = await analyzer.analyze(read.body, read.pooled);
-    // From here on the body lives in `analysis.body` (the read view may be detached).
     const request: AnalysedRequest = {
       req,
       res,
@@ -296,6 +295,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       started,
       ctx,
       key,
+      body: read.body,
       analysis,
       analysisStart,
       upstreamWrites: { mayBePending: false },
@@ -306,7 +306,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       // Recycled unless an upstream answered an error, perhaps before reading the whole body:
       // its socket could still be writing from this buffer. A 2xx means the engine read it.
       if (read.pooled && !request.upstreamWrites.mayBePending) {
-        analyzer.buffers.give(analysis.body);
+        analyzer.buffers.give(read.body);
       }
     }
   };
@@ -320,6 +320,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     readonly started: number;
     readonly ctx: RequestContext;
     readonly key: ApiKeyInfo;
+    /** The request body, read (pooled from 16 KiB on) and not changed since. */
+    readonly body: Uint8Array;
     readonly analysis: RequestAnalysis;
     readonly analysisStart: number;
     readonly upstreamWrites: { mayBePending: boolean };
@@ -328,7 +330,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   const admitAndProxy = async (request: AnalysedRequest): Promise<void> => {
     const { req, res, endpoint, requestId, started, ctx, key, analysis, analysisStart } = request;
     const upstreamWrites = request.upstreamWrites;
-    const body = analysis.body;
+    const body = request.body;
     if (analysis.mode === "pool") {
       const load = analyzer.poolLoad();
       metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
