@@ -26,6 +26,8 @@ import { type CliIo, type Command, parseCommandArgs } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 import { formatDuration } from "../table.js";
 import { LLMGW_VERSION } from "../version.js";
+import { parseDurationMs } from "./control-plane.js";
+import { portFlag } from "./launch-plan.js";
 
 const USAGE = `Usage: llmgw demo [--no-llamacpp] [--exit-after-check] [--port P] [--control-port P]
 
@@ -204,10 +206,13 @@ export const command: Command = {
     });
     const step = new Step(io);
     const withLlama = !values["no-llamacpp"];
-    const timeoutMs = Number(values.timeout ?? 600) * 1000;
-    const publicPort = await pickPort(Number(values.port ?? 8080), values.port !== undefined);
+    const timeoutMs = parseDurationMs(values.timeout ?? "600", "--timeout");
+    const publicPort = await pickPort(
+      portFlag("--port", values.port, 8080),
+      values.port !== undefined,
+    );
     const controlPort = await pickPort(
-      Number(values["control-port"] ?? 7070),
+      portFlag("--control-port", values["control-port"], 7070),
       values["control-port"] !== undefined,
     );
     const root = mkdtempSync(path.join(tmpdir(), "llmgw-demo-"));

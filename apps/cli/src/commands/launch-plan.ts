@@ -155,7 +155,8 @@ export const command: Command = {
   },
 };
 
-function portFlag(flag: string, value: string | undefined, fallback: number): number {
+/** A `--*-port` flag: `fallback` when absent, else 1–65535 or a usage error. */
+export function portFlag(flag: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
   if (!/^\d+$/.test(value) || n < 1 || n > 65_535)
