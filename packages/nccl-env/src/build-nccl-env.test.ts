@@ -1,6 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { buildNcclEnv, type NcclFabric, type NcclGpuNic, type NcclPort } from "./build-nccl-env.js";
+import {
+  buildNcclEnv,
+  NCCL_ENV_KEYS,
+  type NcclFabric,
+  type NcclGpuNic,
+  type NcclPort,
+} from "./build-nccl-env.js";
 import { isNcclEnvError } from "./errors.js";
 
 // Port facts from shared/reference/formats.md §2.2–2.6 (ACTIVE/LinkUp, RoCE v2 GID index 3,
@@ -273,6 +279,16 @@ describe("buildNcclEnv", () => {
       },
       code: "LLMGW_NCCL_ENV_INVALID_NAME",
     },
+    {
+      what: "a configured socket interface that would break the list syntax",
+      opts: {
+        fabrics: [ibFabric(IB, ["mlx5_0"])],
+        chosenFabricId: IB,
+        socketIfname: "ib0,eth0",
+      },
+      code: "LLMGW_NCCL_ENV_INVALID_NAME",
+      message: 'interface name "ib0,eth0" cannot be listed in NCCL_SOCKET_IFNAME',
+    },
   ])("throws $code: $what", (c) => {
     let caught: unknown;
     try {
@@ -350,6 +366,7 @@ describe("property: the env never names an adapter outside the chosen fabric", (
             expect(isNcclEnvError(error) && expected.length === 0).toBe(true);
             return;
           }
+          for (const key of Object.keys(env)) expect(NCCL_ENV_KEYS).toContain(key);
           const hca = env.NCCL_IB_HCA ?? "";
           expect(hca.startsWith("=")).toBe(true);
           const listed = hca.slice(1).split(",");
