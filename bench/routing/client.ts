@@ -4,7 +4,8 @@
  * client, through whichever target (proxy or router) is in front of the engines.
  */
 import { Agent, request } from "undici";
-import { type Conversation, prng } from "./workloads.js";
+import { prng } from "../lib/prng.js";
+import type { Conversation } from "./workloads.js";
 
 /** One answered (or failed) request. */
 export interface RequestSample {

@@ -10,6 +10,8 @@
  * prefix, as a chat client sends it).
  */
 
+import { prng } from "../lib/prng.js";
+
 /** Workload names as they appear in the table. */
 export type WorkloadName = "shared-prefix" | "unique" | "hot-prefix";
 
@@ -27,18 +29,6 @@ export interface WorkloadSize {
   readonly turns: number;
   readonly systemPromptChars: number;
   readonly userTurnChars: number;
-}
-
-/** A small deterministic PRNG (mulberry32). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const SYLLABLES = [

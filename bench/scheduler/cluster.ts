@@ -6,6 +6,7 @@ import type {
   SchedulerDeployment,
   SchedulerNode,
 } from "@llmgw/scheduler";
+import { prng } from "../lib/prng.js";
 
 /** Sizes of one benchmark run. */
 export interface BenchOptions {
@@ -29,18 +30,6 @@ const SIZES = [
   { gpus: 16, share: 0.1 },
 ] as const;
 
-/** mulberry32: small, fast, seedable. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function pick<T extends { share: number }>(items: readonly T[], r: number): T {
   let acc = 0;
   for (const item of items) {
@@ -56,7 +45,7 @@ function pick<T extends { share: number }>(items: readonly T[], r: number): T {
  * 4, 8 and 16-GPU replicas whose demand is about 110% of the capacity.
  */
 export function buildCluster(options: BenchOptions): ScheduleInput {
-  const random = rng(options.seed);
+  const random = prng(options.seed);
   const pad = String(options.nodes).length;
   const nodes: SchedulerNode[] = [];
   for (let i = 0; i < options.nodes; i++) {

@@ -4,6 +4,7 @@
  * timeout well above the worst expected latency turns a hang into a `hang`, never a wait.
  */
 import { Agent, request } from "undici";
+import { prng } from "../lib/prng.js";
 import { classifyFailure, classifyJson, classifySse, type Verdict } from "./classify.js";
 import type { RequestRecord } from "./report.js";
 
@@ -34,18 +35,6 @@ export interface LoadRun {
   readonly records: readonly RequestRecord[];
   /** Stops starting new requests and resolves when every loop's last request is classified. */
   stop(): Promise<void>;
-}
-
-/** mulberry32: small, seeded, good enough for a request mix. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const WORDS = ["cluster", "replica", "engine", "token", "latency", "router", "fabric", "node"];
