@@ -176,6 +176,28 @@ const NODE_STATE_TO_PROTO: Record<NodeState, ProtoNodeState> = {
   lost: ProtoNodeState.LOST,
 };
 
+/** A node as first known: nothing reported yet, generation seeded from the clock. */
+function newLiveNode(
+  record: NodeRecord,
+  inventory: NodeInventory,
+  state: NodeState,
+  now: number,
+): LiveNode {
+  return {
+    record,
+    inventory,
+    state,
+    stateSinceMs: now,
+    lastSeenMs: now,
+    readings: new Map(),
+    problems: [],
+    statuses: new Map(),
+    generation: BigInt(now),
+    fingerprint: "",
+    assignments: [],
+  };
+}
+
 function nodeIdFor(hostname: string): string {
   const base =
     hostname
@@ -241,19 +263,7 @@ export class Cluster {
       }
       // Not heard from since this control plane started: unreachable until its agent
       // heartbeats (its replicas stay placed), lost if it never does.
-      this.#nodes.set(record.id, {
-        record,
-        inventory,
-        state: "unreachable",
-        stateSinceMs: now,
-        lastSeenMs: now,
-        readings: new Map(),
-        problems: [],
-        statuses: new Map(),
-        generation: BigInt(now),
-        fingerprint: "",
-        assignments: [],
-      });
+      this.#nodes.set(record.id, newLiveNode(record, inventory, "unreachable", now));
     }
     this.#reconcile("control plane started", { quietIfUnchanged: true });
   }
@@ -284,19 +294,7 @@ export class Cluster {
       registeredAtMs: previous?.record.registeredAtMs ?? now,
     };
     this.#o.store.putNode(record);
-    const live: LiveNode = previous ?? {
-      record,
-      inventory: input.inventory,
-      state: "ready",
-      stateSinceMs: now,
-      lastSeenMs: now,
-      readings: new Map(),
-      problems: [],
-      statuses: new Map(),
-      generation: BigInt(now),
-      fingerprint: "",
-      assignments: [],
-    };
+    const live = previous ?? newLiveNode(record, input.inventory, "ready", now);
     live.record = record;
     live.inventory = input.inventory;
     live.lastSeenMs = now;
