@@ -27,5 +27,5 @@ export function nextNodeState(
   const silentMs = nowMs - lastSeenMs;
   if (silentMs >= timing.unreachableAfterMs + timing.lostAfterMs) return "lost";
   if (silentMs >= timing.unreachableAfterMs) return current === "lost" ? "lost" : "unreachable";
-  return current === "ready" ? "ready" : current;
+  return current;
 }
