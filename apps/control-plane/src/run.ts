@@ -22,6 +22,7 @@ import {
 } from "./config.js";
 import { type Clock, Cluster } from "./domain/cluster.js";
 import type { ScheduleFn } from "./domain/reconcile.js";
+import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
 import { ControlPlaneError } from "./errors.js";
 import { createAgentService } from "./rpc/agent-service.js";
@@ -127,7 +128,7 @@ async function listen(server: Server, address: string, what: string): Promise<st
   });
   const bound = server.address() as AddressInfo;
   const shown = host === "" || host === "0.0.0.0" ? "127.0.0.1" : host === "::" ? "::1" : host;
-  return `${shown.includes(":") ? `[${shown}]` : shown}:${bound.port}`;
+  return joinHostPort(shown, bound.port);
 }
 
 /**
