@@ -1,3 +1,4 @@
+import { NCCL_ENV_KEYS } from "@llmgw/nccl-env";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { IB_FABRIC, ibH100Node } from "../test/fixtures/inventories.js";
@@ -6,13 +7,21 @@ import {
   deploymentGpusPerReplica,
   ENGINES,
   type EngineName,
+  OWNED_ENV,
   OWNED_FLAGS,
   ownedFlagIn,
   parseDeploymentSpec,
   parseDeploymentSpecOrThrow,
 } from "./deployment-spec.js";
+import { SECRET_ENV_NAMES } from "./launch-spec.js";
 
 const base = { name: "llama-8b", model: "meta-llama/Llama-3.1-8B-Instruct", engine: "vllm" };
+
+describe("OWNED_ENV", () => {
+  it("covers every NCCL/Gloo variable nccl-env may set and every secret", () => {
+    for (const key of [...NCCL_ENV_KEYS, ...SECRET_ENV_NAMES]) expect(OWNED_ENV).toContain(key);
+  });
+});
 
 describe("parseDeploymentSpec", () => {
   it("fills the proto's implicit defaults", () => {
