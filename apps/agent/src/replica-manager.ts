@@ -5,7 +5,6 @@ import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
 import type { NodeInventory } from "@llmgw/discovery";
 import {
   buildLaunchSpec,
-  type DeploymentSpec,
   type LaunchSpec,
   type NodeEngineConfig,
   SECRET_ENV_NAMES,
@@ -20,6 +19,7 @@ import {
   type ReplicaStatus,
   ReplicaStatusSchema,
 } from "@llmgw/proto";
+import type { EngineLoad } from "@llmgw/readiness";
 import {
   createSupervisedReplica,
   hashProcessSpec,
@@ -33,12 +33,7 @@ import {
 import { deploymentSpecFromProto } from "@llmgw/wire";
 
 /** Load signals of one engine; every field absent when not reported. */
-export interface EngineLoadSignals {
-  readonly running?: number;
-  readonly waiting?: number;
-  readonly kvCacheUsage?: number;
-  readonly prefixCacheHitRate?: number;
-}
+export type EngineLoadSignals = EngineLoad;
 
 /** How the agent asks an engine whether it is up and loaded, and how busy it is. */
 export interface EngineProbes {
@@ -75,9 +70,7 @@ export interface ReplicaManagerOptions {
 interface Managed {
   readonly key: string;
   readonly assignment: ReplicaAssignment;
-  readonly deployment: DeploymentSpec;
   readonly launch: LaunchSpec;
-  readonly spec: ProcessSpec;
   readonly specHash: string;
   readonly apiPort: number;
   readonly replica: SupervisedReplica;
@@ -277,9 +270,7 @@ export class ReplicaManager {
       const managed: Managed = {
         key,
         assignment,
-        deployment,
         launch,
-        spec: withSecrets,
         specHash,
         apiPort,
         replica,
@@ -404,14 +395,7 @@ export class ReplicaManager {
               })
             : undefined,
           logTail: failure ? failure.tail.slice(-40) : [],
-          load: m.load
-            ? create(EngineLoadSchema, {
-                running: m.load.running,
-                waiting: m.load.waiting,
-                kvCacheUsage: m.load.kvCacheUsage,
-                prefixCacheHitRate: m.load.prefixCacheHitRate,
-              })
-            : undefined,
+          load: m.load ? create(EngineLoadSchema, m.load) : undefined,
           message: failure ? failure.reason : m.message,
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
           specHash: m.specHash,
