@@ -108,7 +108,18 @@ export function deploymentSpecToProto(spec: DeploymentSpec): Deployment {
   });
 }
 
-/** True when two specs ask for the same thing (the revision is ignored). */
+/** A spec's identity: revision zeroed, env keys sorted (their order means nothing). */
+const canonicalSpec = (s: DeploymentSpec): string =>
+  JSON.stringify({
+    ...s,
+    revision: 0,
+    env: Object.fromEntries(Object.entries(s.env).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))),
+  });
+
+/**
+ * True when two specs ask for the same thing (the revision and the order of `env` keys are
+ * ignored: re-applying a spec with its env written in another order must not roll replicas).
+ */
 export function sameDeploymentSpec(a: DeploymentSpec, b: DeploymentSpec): boolean {
-  return JSON.stringify({ ...a, revision: 0 }) === JSON.stringify({ ...b, revision: 0 });
+  return canonicalSpec(a) === canonicalSpec(b);
 }

@@ -10,6 +10,7 @@ import {
   gpuReadingToProto,
   inventoryFromProto,
   inventoryToProto,
+  sameDeploymentSpec,
 } from "./index.js";
 
 describe("inventory", () => {
@@ -70,6 +71,15 @@ describe("deployment", () => {
       env: { VLLM_LOGGING_LEVEL: "INFO" },
     });
     expect(deploymentSpecFromProto(deploymentSpecToProto(spec))).toEqual(spec);
+  });
+
+  it("compares specs ignoring the revision and the order of env keys, not env values", () => {
+    const spec = (env: Record<string, string>, revision = 1) =>
+      parseDeploymentSpecOrThrow({ name: "chat", model: "m", engine: "sim", env, revision });
+    const a = spec({ A: "1", B: "2" });
+    expect(sameDeploymentSpec(a, spec({ B: "2", A: "1" }, 7))).toBe(true);
+    expect(sameDeploymentSpec(a, spec({ A: "1", B: "3" }))).toBe(false);
+    expect(sameDeploymentSpec(a, spec({ A: "1" }))).toBe(false);
   });
 
   it("rejects a wire deployment the schema refuses, naming the field", () => {
