@@ -21,7 +21,7 @@ Options:
 `;
 
 /** `DEV=ID` pairs → record; a malformed pair is a usage error naming it. */
-function parseFabricNames(pairs: readonly string[]): Record<string, string> {
+export function parseFabricNames(pairs: readonly string[]): Record<string, string> {
   const names: Record<string, string> = {};
   for (const pair of pairs) {
     const at = pair.indexOf("=");

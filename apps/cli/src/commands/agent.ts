@@ -10,6 +10,7 @@ import { findLlamaServer } from "@llmgw/engine-sim";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 import { LLMGW_VERSION } from "../version.js";
+import { parseFabricNames } from "./agent-inventory.js";
 
 const USAGE = `Usage: llmgw agent --control-plane URL --join-token T [options]
 
@@ -86,12 +87,7 @@ export const command: Command = {
     if (!controlPlaneUrl)
       throw new UsageError("--control-plane URL is required (or LLMGW_CONTROL_PLANE)");
     if (!joinToken) throw new UsageError("--join-token is required (or LLMGW_JOIN_TOKEN)");
-    const fabricNames: Record<string, string> = {};
-    for (const entry of values["fabric-name"] ?? []) {
-      const [dev, id] = entry.split("=", 2);
-      if (!dev || !id) throw new UsageError(`--fabric-name takes DEV=ID, got "${entry}"`);
-      fabricNames[dev] = id;
-    }
+    const fabricNames = parseFabricNames(values["fabric-name"] ?? []);
     const llamaServer =
       values["llama-server"] ??
       io.env.LLMGW_LLAMA_SERVER ??
