@@ -45,6 +45,30 @@ export type FeatureResult =
       readonly param?: string;
     };
 
+/** Longest `model` accepted, in UTF-16 code units. */
+export const MAX_MODEL_LENGTH = 256;
+
+/** The refusals both readers of a body (this one and `json-scan.ts`) give, word for word. */
+export const REFUSED = {
+  notAnObject: {
+    ok: false,
+    reason: "not_an_object",
+    message: "request body must be a JSON object",
+  },
+  model: {
+    ok: false,
+    reason: "invalid_model",
+    message: `\`model\` must be a non-empty string of at most ${MAX_MODEL_LENGTH} characters`,
+    param: "model",
+  },
+  stream: {
+    ok: false,
+    reason: "invalid_field",
+    message: "`stream` must be a boolean",
+    param: "stream",
+  },
+} as const satisfies Record<string, FeatureResult>;
+
 /** Completion tokens assumed for the `tpm` estimate when the request sets no `max_tokens`. */
 export const DEFAULT_COMPLETION_TOKEN_ESTIMATE = 256;
 
@@ -84,26 +108,16 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     };
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-    return { ok: false, reason: "not_an_object", message: "request body must be a JSON object" };
+    return REFUSED.notAnObject;
   }
   const obj = parsed as Record<string, unknown>;
   const model = obj.model;
-  if (typeof model !== "string" || model.length === 0 || model.length > 256) {
-    return {
-      ok: false,
-      reason: "invalid_model",
-      message: "`model` must be a non-empty string of at most 256 characters",
-      param: "model",
-    };
+  if (typeof model !== "string" || model.length === 0 || model.length > MAX_MODEL_LENGTH) {
+    return REFUSED.model;
   }
   const stream = obj.stream;
   if (stream !== undefined && stream !== null && typeof stream !== "boolean") {
-    return {
-      ok: false,
-      reason: "invalid_field",
-      message: "`stream` must be a boolean",
-      param: "stream",
-    };
+    return REFUSED.stream;
   }
   promptPiecesOf(obj, pieces);
   let promptText = "";

@@ -16,6 +16,7 @@
  * against each other on generated bodies. One difference: invalid UTF-8 inside a prompt string
  * is counted and hashed as its raw bytes (the reference sees U+FFFD).
  */
+import { type FeatureErrorReason, MAX_MODEL_LENGTH, REFUSED } from "./features.js";
 
 /** A JSON string value inside the body: the bytes between its quotes. */
 export interface StringSpan {
@@ -32,9 +33,6 @@ export interface StringSpan {
 /** One piece of the prompt text: a literal, or a string value of the body. */
 export type PromptPiece = string | StringSpan;
 
-/** Why a body was refused (same reasons as `features.ts`). */
-export type ScanErrorReason = "invalid_json" | "not_an_object" | "invalid_model" | "invalid_field";
-
 /** Result of {@link scanRequestBody}. */
 export type ScanResult =
   | {
@@ -49,7 +47,7 @@ export type ScanResult =
     }
   | {
       readonly ok: false;
-      readonly reason: ScanErrorReason;
+      readonly reason: FeatureErrorReason;
       readonly message: string;
       readonly param?: string;
     };
@@ -560,7 +558,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     if (body[p] !== OPEN_OBJECT) {
       p = s.ws(s.value(p));
       if (p < n) s.unexpected(p);
-      return { ok: false, reason: "not_an_object", message: "request body must be a JSON object" };
+      return REFUSED.notAnObject;
     }
     p = s.members(p, (key, v) => {
       switch (key) {
@@ -607,14 +605,11 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   }
   // UTF-16 length ≥ raw bytes ÷ 6 (`\uXXXX`), so a long raw span is too long without decoding.
   const modelText =
-    model !== undefined && model.end - model.start <= 6 * 256 ? s.text(model) : undefined;
-  if (modelText === undefined || modelText.length === 0 || modelText.length > 256) {
-    return {
-      ok: false,
-      reason: "invalid_model",
-      message: "`model` must be a non-empty string of at most 256 characters",
-      param: "model",
-    };
+    model !== undefined && model.end - model.start <= 6 * MAX_MODEL_LENGTH
+      ? s.text(model)
+      : undefined;
+  if (modelText === undefined || modelText.length === 0 || modelText.length > MAX_MODEL_LENGTH) {
+    return REFUSED.model;
   }
   if (
     streamKind !== Kind.Absent &&
@@ -622,12 +617,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     streamKind !== Kind.True &&
     streamKind !== Kind.False
   ) {
-    return {
-      ok: false,
-      reason: "invalid_field",
-      message: "`stream` must be a boolean",
-      param: "stream",
-    };
+    return REFUSED.stream;
   }
   const pieces: PromptPiece[] =
     messages ??
