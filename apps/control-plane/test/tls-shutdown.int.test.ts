@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -91,6 +92,28 @@ describe("TLS and shutdown", () => {
         tlsKeyFile: join(tmp.dir, "nope.key"),
       }),
     ).rejects.toMatchObject({ code: "LLMGW_CONTROL_PLANE_TLS_INVALID" });
+  });
+
+  it("refuses a taken port naming the flag, and releases what it opened", async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => taken.close(() => resolve())));
+    const port = (taken.address() as AddressInfo).port;
+    await expect(
+      startControlPlane({
+        dataDir: tmp.dir,
+        listen: `127.0.0.1:${port}`,
+        controlListen: "127.0.0.1:0",
+      }),
+    ).rejects.toMatchObject({
+      code: "LLMGW_CONTROL_PLANE_LISTEN_FAILED",
+      message: expect.stringContaining(`cannot listen on 127.0.0.1:${port} (--listen)`),
+    });
+    // The failed start closed its store and control listener: the data dir starts again.
+    const again = await startTestControlPlane(tmp.dir);
+    await again.close();
   });
 
   it("ends open event streams and closes without force; the port is free afterwards", async () => {
