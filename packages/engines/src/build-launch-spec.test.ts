@@ -338,7 +338,12 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
       ...base,
       deployment: {
         ...base.deployment,
-        env: { CUDA_VISIBLE_DEVICES: "0,1,2", HF_TOKEN: "hf_x", NCCL_DEBUG: "INFO" },
+        env: {
+          CUDA_VISIBLE_DEVICES: "0,1,2",
+          HF_TOKEN: "hf_x",
+          LLMGW_NODE_ID: "x",
+          NCCL_DEBUG: "INFO",
+        },
       },
     };
     expect(buildLaunchSpec(tampered).env).toEqual({

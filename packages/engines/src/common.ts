@@ -1,6 +1,6 @@
 /** Helpers shared by the engine adapters (not exported from the package). */
 import { buildNcclEnv, isNcclEnvError } from "@llmgw/nccl-env";
-import { type EngineName, engineSupportsMultiNode, OWNED_ENV } from "./deployment-spec.js";
+import { type EngineName, engineSupportsMultiNode, isOwnedEnvKey } from "./deployment-spec.js";
 import { EnginesError } from "./errors.js";
 import {
   type BuildLaunchSpecInput,
@@ -92,9 +92,7 @@ export function buildEnv(
   const env: Record<string, string> = {};
   if (options.python) env.PYTHONUNBUFFERED = "1";
   for (const [key, value] of Object.entries(input.deployment.env)) {
-    if (!(OWNED_ENV as readonly string[]).includes(key) && !key.startsWith("LLMGW_")) {
-      env[key] = value;
-    }
+    if (!isOwnedEnvKey(key)) env[key] = value;
   }
   // PCI_BUS_ID makes CUDA's numbering match nvidia-smi's; CUDA's default (fastest first) does not.
   env.CUDA_DEVICE_ORDER = "PCI_BUS_ID";

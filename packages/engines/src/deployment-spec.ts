@@ -135,6 +135,11 @@ export const OWNED_ENV = [
 /** Prefix reserved for llmgw's own variables. */
 const RESERVED_ENV_PREFIX = "LLMGW_";
 
+/** True for a variable a deployment may not set: one of {@link OWNED_ENV} or `LLMGW_*`. */
+export function isOwnedEnvKey(key: string): boolean {
+  return (OWNED_ENV as readonly string[]).includes(key) || key.startsWith(RESERVED_ENV_PREFIX);
+}
+
 // Letters, digits and `/ . _ - : + @`: enough for HF ids ("org/model"), paths, GGUF files and
 // tags, and nothing a shell or argparse would read as syntax. No leading "-" (flag injection).
 const ARGV_VALUE = /^[A-Za-z0-9._/:+@][A-Za-z0-9._/:+@-]*$/;
@@ -281,10 +286,7 @@ export const deploymentSpecSchema = objectSchema
           path: ["env", key],
           message: `env key must match ${ENV_KEY.source}`,
         });
-      } else if (
-        (OWNED_ENV as readonly string[]).includes(key) ||
-        key.startsWith(RESERVED_ENV_PREFIX)
-      ) {
+      } else if (isOwnedEnvKey(key)) {
         ctx.addIssue({
           code: "custom",
           path: ["env", key],
