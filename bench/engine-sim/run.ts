@@ -8,11 +8,10 @@
 //
 //   npx tsx bench/engine-sim/run.ts [--levels 50,100,200,400,800] [--window-s 5]
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { request } from "node:http";
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { freePort, processTreeCpuUs } from "../lib/children.js";
 import { formatTable } from "../lib/table.js";
 
 const { values } = parseArgs({
@@ -23,24 +22,8 @@ const { values } = parseArgs({
 });
 const levels = values.levels.split(",").map(Number);
 const windowMs = Number(values["window-s"]) * 1000;
-const CLK_TCK = 100;
 const DECODE_MS = 12;
 const PER_SEQ_MS = 0.14;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      s.close(() => resolve(typeof a === "object" && a ? a.port : 0));
-    });
-  });
-}
-
-function cpuTicks(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
-}
 
 interface LevelResult {
   streams: number;
@@ -136,11 +119,16 @@ async function runLevel(streams: number): Promise<LevelResult> {
   const g0 = (await simStats()).timing.generationTokens;
   const c0 = chunks;
   const t0 = performance.now();
-  const cpu0 = cpuTicks(sim.pid!);
+  const simCpuUs = (): number => {
+    const us = processTreeCpuUs(sim.pid);
+    if (us === undefined) throw new Error("engine-sim exited during the measurement");
+    return us;
+  };
+  const cpu0 = simCpuUs();
   await new Promise((r) => setTimeout(r, windowMs));
   const c1 = chunks;
   const t1 = performance.now();
-  const cpu1 = cpuTicks(sim.pid!);
+  const cpu1 = simCpuUs();
   const stats = await simStats();
   const g1 = stats.timing.generationTokens;
   stop = true;
@@ -153,7 +141,7 @@ async function runLevel(streams: number): Promise<LevelResult> {
   const tokensPerS = (c1 - c0) / elapsedS;
   const simTokensPerS = (g1 - g0) / elapsedS;
   const modelStepMs = DECODE_MS + PER_SEQ_MS * (streams - 1);
-  const cpuS = (cpu1 - cpu0) / CLK_TCK;
+  const cpuS = (cpu1 - cpu0) / 1e6;
   return {
     streams,
     idealTokensPerS: Math.round((streams * 1000) / modelStepMs),
