@@ -55,7 +55,7 @@ const PASSTHROUGH_ENV = [
 ];
 
 /** The command that runs `llmgw` itself, for the simulated engine (`llmgw engine-sim`). */
-function selfCommand(): string[] {
+export function selfCommand(): string[] {
   const main = process.argv[1] ?? fileURLToPath(new URL("./main.js", import.meta.url));
   return [process.execPath, path.resolve(main)];
 }

@@ -2,7 +2,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import {
@@ -26,6 +25,7 @@ import { type CliIo, type Command, parseCommandArgs } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 import { formatDuration } from "../table.js";
 import { LLMGW_VERSION } from "../version.js";
+import { selfCommand } from "./agent.js";
 import { parseDurationMs } from "./control-plane.js";
 import { portFlag } from "./launch-plan.js";
 
@@ -60,12 +60,6 @@ function portFree(port: number): Promise<boolean> {
 async function pickPort(preferred: number, explicit: boolean): Promise<number> {
   if (explicit || (await portFree(preferred))) return preferred;
   return freePort();
-}
-
-/** The command that runs this very `llmgw` (for the simulated engine). */
-function selfCommand(): string[] {
-  const main = process.argv[1] ?? fileURLToPath(import.meta.url);
-  return [process.execPath, path.resolve(main)];
 }
 
 class Step {
