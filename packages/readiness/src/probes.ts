@@ -95,6 +95,20 @@ function errorCode(error: unknown): string | undefined {
   return undefined;
 }
 
+/** No response: refused → `starting` (not listening yet), anything else → `failed-probe`. */
+function transportFailure(
+  check: CheckReport["check"],
+  got: Exclude<Fetched, { kind: "response" }>,
+): CheckReport {
+  const what = got.kind === "refused" ? "connection refused" : got.message;
+  return {
+    check,
+    state: got.kind === "refused" ? "starting" : "failed-probe",
+    detail: `${check}: ${what} after ${got.elapsedMs} ms`,
+    elapsedMs: got.elapsedMs,
+  };
+}
+
 /**
  * `GET <baseUrl>/health`: 2xx → the process is up (`ready` for this check); connection
  * refused or 503 → `starting` (vLLM refuses until loaded, SGLang answers 503 while warming
@@ -106,22 +120,7 @@ export async function probeHealth(
 ): Promise<CheckReport> {
   const o = resolveProbeOptions(options);
   const got = await timedFetch(endpoint(baseUrl, "/health"), o);
-  if (got.kind === "refused") {
-    return {
-      check: "health",
-      state: "starting",
-      detail: `health: connection refused after ${got.elapsedMs} ms`,
-      elapsedMs: got.elapsedMs,
-    };
-  }
-  if (got.kind === "error") {
-    return {
-      check: "health",
-      state: "failed-probe",
-      detail: `health: ${got.message} after ${got.elapsedMs} ms`,
-      elapsedMs: got.elapsedMs,
-    };
-  }
+  if (got.kind !== "response") return transportFailure("health", got);
   const { status } = got.response;
   await got.response.body?.cancel().catch(() => {});
   const state: ReadinessState =
@@ -147,22 +146,7 @@ export async function probeModels(
 ): Promise<CheckReport> {
   const o = resolveProbeOptions(options);
   const got = await timedFetch(endpoint(baseUrl, "/v1/models"), o);
-  if (got.kind === "refused") {
-    return {
-      check: "models",
-      state: "starting",
-      detail: `models: connection refused after ${got.elapsedMs} ms`,
-      elapsedMs: got.elapsedMs,
-    };
-  }
-  if (got.kind === "error") {
-    return {
-      check: "models",
-      state: "failed-probe",
-      detail: `models: ${got.message} after ${got.elapsedMs} ms`,
-      elapsedMs: got.elapsedMs,
-    };
-  }
+  if (got.kind !== "response") return transportFailure("models", got);
   const { response } = got;
   if (response.status !== 200) {
     await response.body?.cancel().catch(() => {});
@@ -186,7 +170,7 @@ export async function probeModels(
   } catch {
     ids = undefined;
   }
-  const elapsedMs = Math.max(got.elapsedMs, 0);
+  const { elapsedMs } = got;
   if (ids === undefined) {
     return {
       check: "models",
