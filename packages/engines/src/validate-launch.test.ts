@@ -10,7 +10,7 @@ import {
 } from "../test/fixtures/inventories.js";
 import { type DeploymentSpecInput, parseDeploymentSpecOrThrow } from "./deployment-spec.js";
 import type { LaunchGpu } from "./inventory.js";
-import { type LaunchRankInput, validateLaunch } from "./validate-launch.js";
+import { deploymentUsesFp8, type LaunchRankInput, validateLaunch } from "./validate-launch.js";
 
 const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
 const spec = (s: Partial<DeploymentSpecInput>) =>
@@ -256,5 +256,17 @@ describe("validateLaunch", () => {
     got.forEach((v, i) => {
       expect(v).toMatchObject(c.want[i] as object);
     });
+  });
+});
+
+describe("deploymentUsesFp8", () => {
+  it.each([
+    [{}, false],
+    [{ quantization: "awq" }, false],
+    [{ quantization: "FP8" }, true],
+    [{ kvCacheDtype: "fp8_e5m2" }, true],
+    [{ kvCacheDtype: "auto" }, false],
+  ])("%j → %s", (s, want) => {
+    expect(deploymentUsesFp8(spec(s))).toBe(want);
   });
 });

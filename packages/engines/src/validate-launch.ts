@@ -64,14 +64,19 @@ export const FP8_MIN_COMPUTE_CAPABILITY = 8.9;
 /** Utilisation assumed when the deployment sets none (vLLM's default). */
 export const DEFAULT_GPU_MEMORY_UTILIZATION = 0.9;
 
+/** The deployment's FP8 settings as text (`"quantization fp8"`, …); empty when it asks for none. */
+function fp8Settings(d: Pick<DeploymentSpec, "quantization" | "kvCacheDtype">): string[] {
+  return [
+    d.quantization?.toLowerCase().startsWith("fp8") ? `quantization ${d.quantization}` : undefined,
+    d.kvCacheDtype?.toLowerCase().startsWith("fp8") ? `kvCacheDtype ${d.kvCacheDtype}` : undefined,
+  ].filter((s) => s !== undefined);
+}
+
 /** True when the deployment asks for FP8 weights or an FP8 KV cache. */
 export function deploymentUsesFp8(
   d: Pick<DeploymentSpec, "quantization" | "kvCacheDtype">,
 ): boolean {
-  return (
-    d.quantization?.toLowerCase().startsWith("fp8") === true ||
-    d.kvCacheDtype?.toLowerCase().startsWith("fp8") === true
-  );
+  return fp8Settings(d).length > 0;
 }
 
 /**
@@ -216,17 +221,9 @@ export function validateLaunch(input: ValidateLaunchInput): LaunchViolation[] {
     }
   }
 
-  if (deploymentUsesFp8(d)) {
-    const what = [
-      d.quantization?.toLowerCase().startsWith("fp8")
-        ? `quantization ${d.quantization}`
-        : undefined,
-      d.kvCacheDtype?.toLowerCase().startsWith("fp8")
-        ? `kvCacheDtype ${d.kvCacheDtype}`
-        : undefined,
-    ]
-      .filter((s) => s !== undefined)
-      .join(" and ");
+  const fp8 = fp8Settings(d);
+  if (fp8.length > 0) {
+    const what = fp8.join(" and ");
     for (const c of chosen) {
       const cc =
         c.gpu.computeCapability === undefined
