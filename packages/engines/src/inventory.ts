@@ -1,8 +1,8 @@
 /**
  * The parts of a node inventory the engines read. These are structural subsets of
  * `@llmgw/discovery`'s `NodeInventory`/`Gpu` (and `@llmgw/nccl-env`'s fabric types), so a
- * discovery inventory is passed as is; keeping them local keeps this package dependency-free
- * and pure.
+ * discovery inventory is passed as is; keeping them local keeps this package free of a
+ * dependency on discovery (and of its node:fs / child_process code).
  */
 import type { NcclFabric, NcclGpuNic } from "@llmgw/nccl-env";
 
