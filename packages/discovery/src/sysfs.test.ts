@@ -332,6 +332,21 @@ describe("readFabrics over a temp sysfs tree", () => {
     expect(problems.map((p) => p.code)).toEqual(["LLMGW_DISCOVERY_SYSFS_UNREADABLE"]);
   });
 
+  it("a configured device joins its fabric only with numeric ACTIVE/LinkUp states", async () => {
+    await writeTree(root, {
+      ...port("mlx5_0", 1, {
+        state: "ACTIVE\n",
+        phys_state: "LinkUp\n",
+        link_layer: "InfiniBand\n",
+      }),
+    });
+    const { fabrics, inactivePorts } = await read({ fabricNames: new Map([["mlx5_0", "rail-0"]]) });
+    expect(fabrics).toEqual([]);
+    expect(inactivePorts.map((p) => [p.device, p.state, p.physState])).toEqual([
+      ["mlx5_0", "ACTIVE", "LinkUp"],
+    ]);
+  });
+
   it("renamed devices (ibp12s0, rocep193s0f0, mlx5_bond_0) and operator fabric names", async () => {
     await writeTree(root, {
       ...ibPort("ibp12s0"),

@@ -146,6 +146,8 @@ async function list(path: string): Promise<string[] | undefined> {
 
 interface ReadPort {
   port: Port;
+  /** State 4 (ACTIVE) and phys_state 5 (LinkUp): the only ports that join a fabric. */
+  active: boolean;
   /** Derived fabric id, when the port can have one. */
   derivedId?: string;
 }
@@ -190,13 +192,14 @@ async function readPort(
     ...deviceFacts,
   };
   const active = state.code === 4 && phys.code === 5;
-  if (!active || linkLayer === "unknown") return { port: base };
+  if (!active || linkLayer === "unknown") return { port: base, active };
   if (linkLayer === "infiniband") {
     const groups = gid0 === undefined ? undefined : gidGroups(gid0);
     if (groups) base.subnetPrefix = groups.slice(0, 4).join(":");
     if (smLidText) base.smLid = smLidText;
     return {
       port: base,
+      active,
       derivedId: `ib:${base.subnetPrefix ?? "unknown"}:${base.smLid ?? "unknown"}`,
     };
   }
@@ -211,14 +214,14 @@ async function readPort(
         ),
       );
     }
-    return { port: base };
+    return { port: base, active };
   }
   base.gidIndex = chosen.index;
   const ndev = await readText(join(dir, "gid_attrs", "ndevs", String(chosen.index)));
   if (ndev) base.netdev = ndev;
   const ipv4 = ipv4FromGid(chosen.gid);
   if (ipv4 === undefined) {
-    return { port: base, derivedId: `roce:${chosen.gid}` };
+    return { port: base, active, derivedId: `roce:${chosen.gid}` };
   }
   base.ipv4 = ipv4;
   let prefixLength: number | undefined;
@@ -242,7 +245,7 @@ async function readPort(
       );
     }
   }
-  return { port: base, derivedId: `roce:${ipv4Subnet(ipv4, prefixLength)}` };
+  return { port: base, active, derivedId: `roce:${ipv4Subnet(ipv4, prefixLength)}` };
 }
 
 /**
@@ -294,9 +297,14 @@ export async function readFabrics(options: FabricReadOptions): Promise<FabricRep
       ...(pciBusId ? { pciBusId } : {}),
     };
     for (const portName of ports.filter((p) => /^\d+$/.test(p))) {
-      const { port, derivedId } = await readPort(options, device, facts, portName, problems);
+      const { port, active, derivedId } = await readPort(
+        options,
+        device,
+        facts,
+        portName,
+        problems,
+      );
       const configured = options.fabricNames.get(device);
-      const active = port.state === "ACTIVE" && port.physState === "LinkUp";
       const id = configured ?? derivedId;
       if (!active || port.linkLayer === "unknown" || id === undefined) {
         inactivePorts.push(port);
