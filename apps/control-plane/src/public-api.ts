@@ -20,10 +20,11 @@ export function createClusterRouteTable(cluster: Cluster): RouteTable {
     for (const listener of listeners) listener(cluster.version);
   });
   const resolveFresh = (model: string): RouteResolution | undefined => {
-    if (!cluster.hasModel(model)) return undefined;
+    const spec = cluster.deploymentSpecs().find((s) => s.servedModelName === model);
+    if (!spec) return undefined;
     const ready = cluster.readyReplicas(model);
-    const deployment = ready[0]?.deployment ?? deploymentOf(cluster, model);
-    const policy = ready[0]?.routingPolicy ?? policyOf(cluster, model);
+    const deployment = ready[0]?.deployment ?? spec.name;
+    const policy = ready[0]?.routingPolicy ?? spec.routingPolicy ?? "llmgw";
     const replicas: ReplicaRoute[] = ready.map((r) => ({
       id: r.replicaId,
       baseUrl: `http://${r.endpoint}`,
@@ -51,16 +52,6 @@ export function createClusterRouteTable(cluster: Cluster): RouteTable {
       return () => listeners.delete(listener);
     },
   };
-}
-
-function deploymentOf(cluster: Cluster, model: string): string {
-  return cluster.deploymentSpecs().find((s) => s.servedModelName === model)?.name ?? model;
-}
-
-function policyOf(cluster: Cluster, model: string): RouteResolution["policy"] {
-  return (
-    cluster.deploymentSpecs().find((s) => s.servedModelName === model)?.routingPolicy ?? "llmgw"
-  );
 }
 
 /** API keys checked against the control plane's hashed keys, in memory. */

@@ -1168,11 +1168,6 @@ export class Cluster {
     return false;
   }
 
-  /** True when any deployment serves `model`. */
-  hasModel(model: string): boolean {
-    return [...this.#deployments.values()].some((d) => d.spec.servedModelName === model);
-  }
-
   /** One-screen summary. */
   clusterStatus(version: string): GetClusterStatusResponse {
     const nodes = [...this.#nodes.values()];
