@@ -22,6 +22,10 @@ describe("resolveControlPlaneOptions", () => {
     [{ tlsCertFile: "/c.pem" }, "--tls-cert and --tls-key must be given together"],
     [{ heartbeatIntervalMs: 10 }, "heartbeatIntervalMs: Too small"],
     [{ dataDir: "" }, "dataDir:"],
+    [
+      { rendezvousPortMin: 30_000, rendezvousPortMax: 29_000 },
+      "rendezvousPortMin: rendezvousPortMin must not exceed rendezvousPortMax (got 30000)",
+    ],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });
