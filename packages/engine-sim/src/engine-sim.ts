@@ -540,13 +540,11 @@ class EngineSim {
       if (size > this.o.maxBodyBytes) {
         tooLarge = true;
         res.setHeader("connection", "close");
-        this.#json(res, 413, {
-          error: {
-            message: `Request body too large: more than ${this.o.maxBodyBytes} bytes`,
-            type: "RequestEntityTooLarge",
-            param: null,
-            code: 413,
-          },
+        this.#error(res, {
+          status: 413,
+          message: `Request body too large: more than ${this.o.maxBodyBytes} bytes`,
+          type: "RequestEntityTooLarge",
+          param: null,
         });
         return;
       }
