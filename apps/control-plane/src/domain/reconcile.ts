@@ -1,4 +1,8 @@
-import { type DeploymentSpec, deploymentGpusPerReplica } from "@llmgw/engines";
+import {
+  type DeploymentSpec,
+  deploymentGpusPerReplica,
+  engineSupportsMultiNode,
+} from "@llmgw/engines";
 import type { Reason, ScheduleInput, ScheduleResult, SchedulerNode } from "@llmgw/scheduler";
 import type { PlacementRecord } from "../store/types.js";
 
@@ -65,7 +69,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       replicas: spec.replicas,
       nodesPerReplica: spec.nodesPerReplica,
       fabric: spec.fabric,
-      multiNode: spec.engine !== "llamacpp",
+      multiNode: engineSupportsMultiNode(spec.engine),
       priority: spec.priority,
       allowPreemption: spec.allowPreemption,
     })),
