@@ -66,6 +66,7 @@ export {
   type ValidGpuReading,
   validateGpuReading,
 } from "./gpu-reading.js";
+export type { HotCounter, HotGauge, HotHistogram } from "./hot-families.js";
 export { boundLabelValue, boundModelLabel, DEFAULT_LABEL_VALUE_MAX_LENGTH } from "./labels.js";
 export { METRICS_REFERENCE_MARKERS, renderMetricsReference } from "./metrics-doc.js";
 export {

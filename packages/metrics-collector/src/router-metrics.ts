@@ -1,6 +1,7 @@
-import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import type { Gauge, Registry } from "prom-client";
 import { MetricsCollectorError } from "./errors.js";
 import { CIRCUIT_STATES, type FamilySpec, ROUTER_FAMILIES } from "./families.js";
+import { HotCounter, HotGauge, HotHistogram } from "./hot-families.js";
 
 /** `endpoint` label values. */
 export type RouterEndpoint = "chat_completions" | "completions" | "embeddings" | "models" | "other";
@@ -40,32 +41,32 @@ export type ScoringPath = "inline" | "pool";
  * deployed replicas, `key_name` through `boundLabelValue`, the rest from the unions above.
  */
 export interface RouterMetrics {
-  readonly requests: Counter<"model" | "endpoint" | "code">;
-  readonly requestDuration: Histogram<"model" | "endpoint">;
-  readonly timeToFirstToken: Histogram<"model">;
-  readonly interChunk: Histogram<"model">;
-  readonly promptTokens: Counter<"model">;
-  readonly completionTokens: Counter<"model">;
-  readonly inFlight: Gauge<"model">;
-  readonly replicaInFlight: Gauge<"model" | "replica">;
-  readonly queueDepth: Gauge<"model">;
-  readonly queueWait: Histogram<"model" | "outcome">;
-  readonly admissionRejections: Counter<"model" | "reason">;
-  readonly upstreamErrors: Counter<"model" | "replica" | "kind">;
-  readonly retries: Counter<"model">;
-  readonly circuitState: Gauge<"model" | "replica" | "state">;
-  readonly circuitTransitions: Counter<"model" | "replica" | "to">;
-  readonly routingDecision: Histogram<"model" | "path">;
-  readonly chosenScore: Histogram<"model">;
-  readonly prefixHitRatio: Histogram<"model">;
-  readonly prefixHitRequests: Counter<"model">;
-  readonly routingFallbacks: Counter<"model" | "reason">;
-  readonly clientDisconnects: Counter<"model" | "phase">;
-  readonly scoringTasks: Counter<"path">;
-  readonly authFailures: Counter<"reason">;
-  readonly rateLimited: Counter<"key_name" | "limit">;
-  readonly replicasAvailable: Gauge<"model">;
-  readonly bytes: Counter<"model" | "endpoint" | "direction">;
+  readonly requests: HotCounter<"model" | "endpoint" | "code">;
+  readonly requestDuration: HotHistogram<"model" | "endpoint">;
+  readonly timeToFirstToken: HotHistogram<"model">;
+  readonly interChunk: HotHistogram<"model">;
+  readonly promptTokens: HotCounter<"model">;
+  readonly completionTokens: HotCounter<"model">;
+  readonly inFlight: HotGauge<"model">;
+  readonly replicaInFlight: HotGauge<"model" | "replica">;
+  readonly queueDepth: HotGauge<"model">;
+  readonly queueWait: HotHistogram<"model" | "outcome">;
+  readonly admissionRejections: HotCounter<"model" | "reason">;
+  readonly upstreamErrors: HotCounter<"model" | "replica" | "kind">;
+  readonly retries: HotCounter<"model">;
+  readonly circuitState: HotGauge<"model" | "replica" | "state">;
+  readonly circuitTransitions: HotCounter<"model" | "replica" | "to">;
+  readonly routingDecision: HotHistogram<"model" | "path">;
+  readonly chosenScore: HotHistogram<"model">;
+  readonly prefixHitRatio: HotHistogram<"model">;
+  readonly prefixHitRequests: HotCounter<"model">;
+  readonly routingFallbacks: HotCounter<"model" | "reason">;
+  readonly clientDisconnects: HotCounter<"model" | "phase">;
+  readonly scoringTasks: HotCounter<"path">;
+  readonly authFailures: HotCounter<"reason">;
+  readonly rateLimited: HotCounter<"key_name" | "limit">;
+  readonly replicasAvailable: HotGauge<"model">;
+  readonly bytes: HotCounter<"model" | "endpoint" | "direction">;
   /** Sets the circuit state set of a replica: 1 for `state`, 0 for the other states. */
   setCircuitState(model: string, replica: string, state: CircuitState): void;
   /** Drops every per-replica series of a replica that no longer exists (keeps cardinality bounded). */
@@ -107,21 +108,17 @@ export function createRouterMetrics(
       );
     }
   }
-  const base = (name: string) => {
+  // Hot families, not prom-client's handles: every proxied request updates about 14 of them
+  // (see hot-families.ts). The catalogue holds label names as plain strings; the handle types
+  // below pin them.
+  const base = <L extends string>(name: string) => {
     const s = spec(name);
-    return { name: s.name, help: s.help, labelNames: [...s.labelNames], registers: [registry] };
+    return { name: s.name, help: s.help, labelNames: s.labelNames as readonly L[] };
   };
-  // The catalogue holds label names as plain strings; the handle types below pin them.
-  const counter = <L extends string>(name: string) =>
-    new Counter<L>({ ...base(name), labelNames: base(name).labelNames as L[] });
-  const gauge = <L extends string>(name: string) =>
-    new Gauge<L>({ ...base(name), labelNames: base(name).labelNames as L[] });
+  const counter = <L extends string>(name: string) => new HotCounter<L>(base<L>(name), registry);
+  const gauge = <L extends string>(name: string) => new HotGauge<L>(base<L>(name), registry);
   const histogram = <L extends string>(name: string) =>
-    new Histogram<L>({
-      ...base(name),
-      labelNames: base(name).labelNames as L[],
-      buckets: [...(spec(name).buckets ?? [])],
-    });
+    new HotHistogram<L>({ ...base<L>(name), buckets: spec(name).buckets ?? [] }, registry);
 
   const pool = options.workerPool;
   const sample = () => {

@@ -47,34 +47,84 @@ const AUTH = {
 const modelLabel = (model: string): string => (model === "" ? "other" : model);
 const endpointLabel = (path: string): RouterEndpoint => ENDPOINT[path] ?? "other";
 
-/** A {@link RouterMetricsSink} writing into the handles made by `createRouterMetrics(registry)`. */
+/** A cache of values made on first use of a key (label values here, all from bounded sets). */
+function memo<V>(make: (key: string) => V): (key: string) => V {
+  const cache = new Map<string, V>();
+  return (key) => {
+    let value = cache.get(key);
+    if (value === undefined) {
+      value = make(key);
+      cache.set(key, value);
+    }
+    return value;
+  };
+}
+
+/**
+ * A {@link RouterMetricsSink} writing into the handles made by `createRouterMetrics(registry)`.
+ * The series a proxied request touches (about 14 updates) are bound once per model, endpoint
+ * and status, so recording one is a lookup by an existing key and some arithmetic. Series with
+ * a `replica` label stay unbound: replicas come and go, and `forgetReplica` drops their series.
+ */
 export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetricsSink {
+  const perModel = memo((model: string) => {
+    const one = { model };
+    return {
+      timeToFirstToken: m.timeToFirstToken.series(one),
+      interChunk: m.interChunk.series(one),
+      promptTokens: m.promptTokens.series(one),
+      completionTokens: m.completionTokens.series(one),
+      inFlight: m.inFlight.series(one),
+      replicasAvailable: m.replicasAvailable.series(one),
+      chosenScore: m.chosenScore.series(one),
+      prefixHitRatio: m.prefixHitRatio.series(one),
+      prefixHitRequests: m.prefixHitRequests.series(one),
+      routingDecision: {
+        inline: m.routingDecision.series({ model, path: "inline" }),
+        pool: m.routingDecision.series({ model, path: "pool" }),
+      },
+      /** Keyed by endpoint label. */
+      requestDuration: memo((endpoint) =>
+        m.requestDuration.series({ model, endpoint: endpoint as RouterEndpoint }),
+      ),
+      /** Keyed by `endpoint code`. */
+      requests: memo((key) => {
+        const [endpoint, code] = key.split(" ") as [RouterEndpoint, string];
+        return m.requests.series({ model, endpoint, code });
+      }),
+      /** Keyed by `endpoint direction`. */
+      bytes: memo((key) => {
+        const [endpoint, direction] = key.split(" ") as [RouterEndpoint, "in" | "out"];
+        return m.bytes.series({ model, endpoint, direction });
+      }),
+    };
+  });
+  const scoringTasks = {
+    inline: m.scoringTasks.series({ path: "inline" }),
+    pool: m.scoringTasks.series({ path: "pool" }),
+  };
   return {
     requestFinished(e) {
-      const labels = { model: modelLabel(e.model), endpoint: endpointLabel(e.endpoint) };
-      m.requests.inc({ ...labels, code: String(e.status) });
-      m.requestDuration.observe(labels, e.seconds);
+      const series = perModel(modelLabel(e.model));
+      const endpoint = endpointLabel(e.endpoint);
+      series.requests(`${endpoint} ${e.status}`).inc();
+      series.requestDuration(endpoint).observe(e.seconds);
     },
-    firstByte: (model, seconds) =>
-      m.timeToFirstToken.observe({ model: modelLabel(model) }, seconds),
-    interChunk: (model, seconds) => m.interChunk.observe({ model: modelLabel(model) }, seconds),
+    firstByte: (model, seconds) => perModel(modelLabel(model)).timeToFirstToken.observe(seconds),
+    interChunk: (model, seconds) => perModel(modelLabel(model)).interChunk.observe(seconds),
     tokens(model, kind, count) {
-      (kind === "prompt" ? m.promptTokens : m.completionTokens).inc(
-        { model: modelLabel(model) },
-        count,
-      );
+      const series = perModel(modelLabel(model));
+      (kind === "prompt" ? series.promptTokens : series.completionTokens).inc(count);
     },
     bytes(model, endpoint, direction, count) {
-      m.bytes.inc(
-        { model: modelLabel(model), endpoint: endpointLabel(endpoint), direction },
-        count,
-      );
+      perModel(modelLabel(model))
+        .bytes(`${endpointLabel(endpoint)} ${direction}`)
+        .inc(count);
     },
-    inFlight: (model, delta) => m.inFlight.inc({ model: modelLabel(model) }, delta),
+    inFlight: (model, delta) => perModel(modelLabel(model)).inFlight.inc(delta),
     replicaInFlight: (model, replica, value) =>
       m.replicaInFlight.set({ model: modelLabel(model), replica }, value),
-    replicasAvailable: (model, count) =>
-      m.replicasAvailable.set({ model: modelLabel(model) }, count),
+    replicasAvailable: (model, count) => perModel(modelLabel(model)).replicasAvailable.set(count),
     queueDepth: (model, depth) => m.queueDepth.set({ model: modelLabel(model) }, depth),
     queueWait: (model, seconds, outcome) =>
       m.queueWait.observe({ model: modelLabel(model), outcome }, seconds),
@@ -101,12 +151,13 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     },
     decision(e) {
       const model = modelLabel(e.model);
-      m.scoringTasks.inc({ path: e.mode });
-      m.routingDecision.observe({ model, path: e.mode }, e.seconds);
+      const series = perModel(model);
+      scoringTasks[e.mode].inc();
+      series.routingDecision[e.mode].observe(e.seconds);
       if (e.replicaId === "") return;
-      m.chosenScore.observe({ model }, e.score);
-      if (e.chainLength > 0) m.prefixHitRatio.observe({ model }, e.prefixBlocks / e.chainLength);
-      if (e.prefixBlocks > 0) m.prefixHitRequests.inc({ model });
+      series.chosenScore.observe(e.score);
+      if (e.chainLength > 0) series.prefixHitRatio.observe(e.prefixBlocks / e.chainLength);
+      if (e.prefixBlocks > 0) series.prefixHitRequests.inc();
       if (e.missingLoadSignals) m.routingFallbacks.inc({ model, reason: "missing_load_signals" });
     },
     clientDisconnect: (model, phase) =>
