@@ -15,12 +15,20 @@
  */
 // The control plane does not export its router listener from the package root (only `.`,
 // `./testing`, `./client`), so the bench reaches for the module directly.
-import { type RunningRouterServer, startRouterServer } from "@llmgw/control-plane/router";
+import {
+  createPrometheusRouterMetricsSink,
+  type RunningRouterServer,
+  startRouterServer,
+} from "@llmgw/control-plane/router";
 import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createMetricsRegistry, createRouterMetrics } from "@llmgw/metrics-collector";
 import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
 import { monitorLoopDelay } from "./loop-delay.js";
 
-/** What the `router` role serves: one model over the given engines, no auth. */
+/**
+ * What the `router` role serves: one model over the given engines, no auth, and the
+ * `llmgw_router_*` Prometheus families recorded as the control plane records them.
+ */
 export interface RouterChildConfig {
   readonly model: string;
   readonly policy: RoutingPolicy;
@@ -278,6 +286,8 @@ if (role === "trivial") {
   const start = (config: RouterChildConfig, port = 0): Promise<RunningRouterServer> =>
     startRouterServer({
       port,
+      // As `createPublicApi` does: every request updates the router's metric families.
+      metrics: createPrometheusRouterMetricsSink(createRouterMetrics(createMetricsRegistry())),
       routeTable: createStaticRouteTable({
         [config.model]: {
           deployment: config.model,

@@ -6,7 +6,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { findBinary, freePort, processTreeCpuUs, waitForPort } from "./children.js";
+import { findBinary, freePort, onCpus, processTreeCpuUs, waitForPort } from "./children.js";
 
 /** A running proxy in front of the engines. */
 export interface RunningProxy {
@@ -27,6 +27,7 @@ async function runProxy(
   args: (dir: string) => string[],
   config: (dir: string, port: number) => string,
   configFile: string,
+  cpus: string | undefined,
 ): Promise<RunningProxy> {
   const bin = findBinary(name);
   if (bin === undefined) throw new Error(`${name} is not installed`);
@@ -34,7 +35,8 @@ async function runProxy(
   chmodSync(dir, 0o777); // nginx workers drop to `nobody` when the master runs as root
   const port = await freePort();
   writeFileSync(join(dir, configFile), config(dir, port));
-  const proc: ChildProcess = spawn(bin, args(dir), { stdio: ["ignore", "ignore", "pipe"] });
+  const [command, argv] = onCpus(cpus, bin, args(dir));
+  const proc: ChildProcess = spawn(command, argv, { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr?.on("data", (d: Buffer) => {
     stderr += d.toString();
@@ -81,6 +83,8 @@ const hostPort = (url: string): string => {
 export function startNginx(options: {
   readonly upstreams: readonly string[];
   readonly balance?: NginxBalance;
+  /** `taskset` CPU list (see `placement.ts`). */
+  readonly cpus?: string;
 }): Promise<RunningProxy> {
   const servers = options.upstreams.map((u) => `server ${hostPort(u)};`).join(" ");
   const balance = options.balance === "least_conn" ? "least_conn;" : "";
@@ -112,6 +116,7 @@ http {
 }
 `,
     "nginx.conf",
+    options.cpus,
   );
 }
 
@@ -119,6 +124,8 @@ http {
 export function startHaproxy(options: {
   readonly upstreams: readonly string[];
   readonly balance: HaproxyBalance;
+  /** `taskset` CPU list (see `placement.ts`). */
+  readonly cpus?: string;
 }): Promise<RunningProxy> {
   const balance =
     options.balance === "leastconn"
@@ -151,5 +158,6 @@ backend be
 ${servers}
 `,
     "haproxy.cfg",
+    options.cpus,
   );
 }

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
+import { pinSelf, planPlacement } from "../lib/placement.js";
 import type { RouterChildConfig, RouterReport, TrivialChildConfig } from "../lib/processes.js";
 import { type RunningProxy, startNginx } from "../lib/proxies.js";
 import { printReport } from "../lib/report.js";
@@ -15,13 +16,21 @@ const { values: flags } = parseArgs({
     upstream: { type: "string" },
     /** Comma-separated workload names to run (default: all), e.g. `chat-paced,200KB-paced`. */
     only: { type: "string" },
+    /** Let every process run on every core instead of giving the targets CPU 0. */
+    "shared-cores": { type: "boolean", default: false },
   },
 });
 const quick = flags.quick === true;
 const runs = Number(flags.runs ?? (quick ? 1 : 3));
 const seconds = Number(flags.seconds ?? (quick ? 1 : 5));
 const generator = (flags.generator ?? defaultGenerator()) as "wrk" | "autocannon";
-const warmupSeconds = 1; // first requests pay JIT, the router's lazy imports and pool start
+/**
+ * Load before each measurement, at the row's concurrency so every connection pool is full:
+ * first requests pay JIT, lazy imports and connection set-up. A fresh Node target needs
+ * seconds of load to settle (3 s after start measured p99 831 ms, the next 3 s 23 ms), so the
+ * first round of a full run warms longer.
+ */
+const warmupSeconds = (run: number): number => (run === 1 && !quick ? 3 : 1);
 
 const chat = (stream: boolean): string =>
   JSON.stringify({
@@ -115,6 +124,13 @@ if (unknownWorkloads.length > 0)
 if (flags.upstream !== undefined && flags.upstream !== "sim" && flags.upstream !== "trivial")
   throw new Error(`--upstream ${flags.upstream}: expected sim or trivial`);
 const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
+/**
+ * The targets (and the idle probe that measures their core's scheduling floor) on CPU 0, this
+ * process, wrk and the engines on the rest: see `placement.ts` for why.
+ */
+const placement = planPlacement(flags["shared-cores"] !== true);
+if (placement.loadCpus !== undefined) pinSelf(placement.loadCpus);
+const onTargetCpus = { cpus: placement.targetCpus };
 
 interface Sample extends LoadResult {
   readonly run: number;
@@ -143,7 +159,7 @@ const skipped: string[] = [];
 const samples: Sample[] = [];
 const t0 = Date.now();
 try {
-  const idle = await startBenchChild("idle", {});
+  const idle = await startBenchChild("idle", {}, onTargetCpus);
   children.push(idle);
   const haveNginx = findBinary("nginx") !== undefined;
   if (!haveNginx) skipped.push("nginx: not installed (apt-get install -y nginx)");
@@ -179,18 +195,22 @@ try {
             jitter: pacedJitter,
           } satisfies TrivialChildConfig);
     children.push(engine);
-    const router = await startBenchChild("router", {
-      model: "m",
-      policy: "llmgw",
-      upstreams: [engine.url],
-      capacity: 4096,
-    } satisfies RouterChildConfig);
+    const router = await startBenchChild(
+      "router",
+      {
+        model: "m",
+        policy: "llmgw",
+        upstreams: [engine.url],
+        capacity: 4096,
+      } satisfies RouterChildConfig,
+      onTargetCpus,
+    );
     children.push(router);
-    const floor = await startBenchChild("floor", { upstream: engine.url });
+    const floor = await startBenchChild("floor", { upstream: engine.url }, onTargetCpus);
     children.push(floor);
     let proxy: RunningProxy | undefined;
     if (haveNginx) {
-      proxy = await startNginx({ upstreams: [engine.url] });
+      proxy = await startNginx({ upstreams: [engine.url], ...onTargetCpus });
       proxies.push(proxy);
     }
     upstreams.set(key, { engine, router, floor, ...(proxy ? { nginx: proxy } : {}) });
@@ -213,14 +233,12 @@ try {
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
-        if (warmupSeconds > 0) {
-          await runLoad(generator, {
-            url,
-            body: s.body,
-            connections: Math.min(s.connections, 8),
-            seconds: warmupSeconds,
-          });
-        }
+        await runLoad(generator, {
+          url,
+          body: s.body,
+          connections: s.connections,
+          seconds: warmupSeconds(run),
+        });
         const child = measured(t.name);
         if (child) await Promise.all([child.request("reset"), idle.request("reset")]);
         const nginxCpu0 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
@@ -439,6 +457,7 @@ const result = {
   mode: quick ? "quick" : "full",
   loadGenerator:
     generator === "wrk" ? "wrk (1 thread, Lua POST script)" : "autocannon 9 (in-process)",
+  placement: placement.description,
   runs,
   secondsPerMeasurement: seconds,
   node: process.version,
@@ -450,7 +469,7 @@ const result = {
   samples,
 };
 console.log(
-  `\nRouter overhead — load generator: ${result.loadGenerator}; medians of ${runs} run(s) × ${seconds} s; load average at end ${result.loadavgAtEnd}`,
+  `\nRouter overhead — load generator: ${result.loadGenerator}; placement ${placement.description}; medians of ${runs} run(s) × ${seconds} s; load average at end ${result.loadavgAtEnd}`,
 );
 for (const s of skipped) console.log(`skipped ${s}`);
 printReport("router", table, goals, result);
