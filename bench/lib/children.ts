@@ -23,34 +23,24 @@ export interface BenchChild {
   stop(): Promise<void>;
 }
 
-/** `[command, args]` that runs `command args` on `cpus` (`taskset`; unchanged when undefined). */
-export function onCpus(
-  cpus: string | undefined,
-  command: string,
-  args: readonly string[],
-): [string, string[]] {
-  return cpus === undefined ? [command, [...args]] : ["taskset", ["-c", cpus, command, ...args]];
-}
-
-/**
- * Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL; `cpus` pins
- * it (see `placement.ts`).
- */
+/** Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL. */
 export function startBenchChild(
   role: "sim" | "router" | "trivial" | "idle" | "floor",
   config: unknown,
-  options: { readonly timeoutMs?: number; readonly cpus?: string } = {},
+  timeoutMs = 60_000,
 ): Promise<BenchChild> {
-  const timeoutMs = options.timeoutMs ?? 60_000;
-  const [command, args] = onCpus(options.cpus, process.execPath, [
-    "--conditions=@llmgw/source",
-    "--import",
-    "tsx",
-    processesScript,
-    role,
-    JSON.stringify(config),
-  ]);
-  const proc = spawn(command, args, { stdio: ["ignore", "pipe", "inherit", "ipc"] });
+  const proc = spawn(
+    process.execPath,
+    [
+      "--conditions=@llmgw/source",
+      "--import",
+      "tsx",
+      processesScript,
+      role,
+      JSON.stringify(config),
+    ],
+    { stdio: ["ignore", "pipe", "inherit", "ipc"] },
+  );
   let nextId = 1;
   const pending = new Map<number, (msg: Record<string, unknown>) => void>();
   proc.on("message", (raw) => {

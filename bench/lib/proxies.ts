@@ -6,11 +6,13 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { findBinary, freePort, onCpus, processTreeCpuUs, waitForPort } from "./children.js";
+import { findBinary, freePort, processTreeCpuUs, waitForPort } from "./children.js";
 
 /** A running proxy in front of the engines. */
 export interface RunningProxy {
   readonly url: string;
+  /** The proxy's root process (nginx's master, HAProxy). */
+  readonly pid: number | undefined;
   /** CPU time of the proxy's processes (master and workers) so far, µs; undefined off Linux. */
   cpuUs(): number | undefined;
   stop(): Promise<void>;
@@ -27,7 +29,6 @@ async function runProxy(
   args: (dir: string) => string[],
   config: (dir: string, port: number) => string,
   configFile: string,
-  cpus: string | undefined,
 ): Promise<RunningProxy> {
   const bin = findBinary(name);
   if (bin === undefined) throw new Error(`${name} is not installed`);
@@ -35,8 +36,7 @@ async function runProxy(
   chmodSync(dir, 0o777); // nginx workers drop to `nobody` when the master runs as root
   const port = await freePort();
   writeFileSync(join(dir, configFile), config(dir, port));
-  const [command, argv] = onCpus(cpus, bin, args(dir));
-  const proc: ChildProcess = spawn(command, argv, { stdio: ["ignore", "ignore", "pipe"] });
+  const proc: ChildProcess = spawn(bin, args(dir), { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr?.on("data", (d: Buffer) => {
     stderr += d.toString();
@@ -60,6 +60,7 @@ async function runProxy(
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: proc.pid,
     cpuUs: () => processTreeCpuUs(proc.pid),
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) {
@@ -83,8 +84,6 @@ const hostPort = (url: string): string => {
 export function startNginx(options: {
   readonly upstreams: readonly string[];
   readonly balance?: NginxBalance;
-  /** `taskset` CPU list (see `placement.ts`). */
-  readonly cpus?: string;
 }): Promise<RunningProxy> {
   const servers = options.upstreams.map((u) => `server ${hostPort(u)};`).join(" ");
   const balance = options.balance === "least_conn" ? "least_conn;" : "";
@@ -116,7 +115,6 @@ http {
 }
 `,
     "nginx.conf",
-    options.cpus,
   );
 }
 
@@ -124,8 +122,6 @@ http {
 export function startHaproxy(options: {
   readonly upstreams: readonly string[];
   readonly balance: HaproxyBalance;
-  /** `taskset` CPU list (see `placement.ts`). */
-  readonly cpus?: string;
 }): Promise<RunningProxy> {
   const balance =
     options.balance === "leastconn"
@@ -158,6 +154,5 @@ backend be
 ${servers}
 `,
     "haproxy.cfg",
-    options.cpus,
   );
 }

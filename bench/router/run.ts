@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
-import { pinSelf, planPlacement } from "../lib/placement.js";
+import { createPlacer, pinSelf, planPlacement } from "../lib/placement.js";
 import type { RouterChildConfig, RouterReport, TrivialChildConfig } from "../lib/processes.js";
 import { type RunningProxy, startNginx } from "../lib/proxies.js";
 import { printReport } from "../lib/report.js";
@@ -125,12 +125,13 @@ if (flags.upstream !== undefined && flags.upstream !== "sim" && flags.upstream !
   throw new Error(`--upstream ${flags.upstream}: expected sim or trivial`);
 const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
 /**
- * The targets (and the idle probe that measures their core's scheduling floor) on CPU 0, this
- * process, wrk and the engines on the rest: see `placement.ts` for why.
+ * Under split placement (the default) the target being measured gets CPU 0 for its main thread
+ * and everything else stays on the other CPUs: see `placement.ts` for why. This process moves
+ * first, so every child starts on the load CPUs.
  */
 const placement = planPlacement(flags["shared-cores"] !== true);
 if (placement.loadCpus !== undefined) pinSelf(placement.loadCpus);
-const onTargetCpus = { cpus: placement.targetCpus };
+const placer = createPlacer(placement);
 
 interface Sample extends LoadResult {
   readonly run: number;
@@ -159,8 +160,9 @@ const skipped: string[] = [];
 const samples: Sample[] = [];
 const t0 = Date.now();
 try {
-  const idle = await startBenchChild("idle", {}, onTargetCpus);
+  const idle = await startBenchChild("idle", {});
   children.push(idle);
+  placer.promote(idle.proc.pid); // measures the scheduling floor of the measured core
   const haveNginx = findBinary("nginx") !== undefined;
   if (!haveNginx) skipped.push("nginx: not installed (apt-get install -y nginx)");
   if (generator === "wrk" && findBinary("wrk") === undefined)
@@ -195,32 +197,29 @@ try {
             jitter: pacedJitter,
           } satisfies TrivialChildConfig);
     children.push(engine);
-    const router = await startBenchChild(
-      "router",
-      {
-        model: "m",
-        policy: "llmgw",
-        upstreams: [engine.url],
-        capacity: 4096,
-      } satisfies RouterChildConfig,
-      onTargetCpus,
-    );
+    const router = await startBenchChild("router", {
+      model: "m",
+      policy: "llmgw",
+      upstreams: [engine.url],
+      capacity: 4096,
+    } satisfies RouterChildConfig);
     children.push(router);
-    const floor = await startBenchChild("floor", { upstream: engine.url }, onTargetCpus);
+    const floor = await startBenchChild("floor", { upstream: engine.url });
     children.push(floor);
     let proxy: RunningProxy | undefined;
     if (haveNginx) {
-      proxy = await startNginx({ upstreams: [engine.url], ...onTargetCpus });
+      proxy = await startNginx({ upstreams: [engine.url] });
       proxies.push(proxy);
     }
     upstreams.set(key, { engine, router, floor, ...(proxy ? { nginx: proxy } : {}) });
   }
 
+  /** `pid`: the target's process, moved onto the measured core while it is measured. */
   const targetsFor = (up: Upstream) => [
-    { name: "direct", url: up.engine.url },
-    ...(up.nginx ? [{ name: "nginx", url: up.nginx.url }] : []),
-    { name: "node-floor", url: up.floor.url },
-    { name: "llmgw", url: up.router.url },
+    { name: "direct", url: up.engine.url, pid: undefined },
+    ...(up.nginx ? [{ name: "nginx", url: up.nginx.url, pid: up.nginx.pid }] : []),
+    { name: "node-floor", url: up.floor.url, pid: up.floor.proc.pid },
+    { name: "llmgw", url: up.router.url, pid: up.router.proc.pid },
   ];
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
@@ -233,12 +232,14 @@ try {
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
+        placer.promote(t.pid);
         await runLoad(generator, {
           url,
           body: s.body,
           connections: s.connections,
           seconds: warmupSeconds(run),
         });
+        placer.promote(t.pid); // again: threads started during the warm-up inherited CPU 0 only
         const child = measured(t.name);
         if (child) await Promise.all([child.request("reset"), idle.request("reset")]);
         const nginxCpu0 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
@@ -249,6 +250,7 @@ try {
           seconds,
         });
         const nginxCpu1 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
+        placer.demote(t.pid);
         const idleReport = child
           ? await idle.request<RouterReport & Record<string, unknown>>("report")
           : undefined;
