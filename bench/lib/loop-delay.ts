@@ -17,6 +17,9 @@ export interface LoopDelayMonitor {
   /** The largest lateness seen, ms. */
   maxMs(): number;
   reset(): void;
+  /** Starts the sampling timer again after `disable`. */
+  enable(): void;
+  /** Stops the sampling timer (an interval timer wakes the process every `resolutionMs`). */
   disable(): void;
 }
 
@@ -30,6 +33,7 @@ export function monitorLoopDelay(resolutionMs: number): LoopDelayMonitor {
     percentileMs: (p) => late(histogram.percentile(p)),
     maxMs: () => late(histogram.max),
     reset: () => histogram.reset(),
+    enable: () => histogram.enable(),
     disable: () => histogram.disable(),
   };
 }
