@@ -99,6 +99,17 @@ describe("hot families", () => {
     expect(samples.map((s) => [s.labels.model, s.value])).toEqual([["a", 2]]);
   });
 
+  it("keeps label sets apart whatever their values contain", async () => {
+    const registry = new Registry();
+    const c = new HotCounter({ name: "x_total", help: "h", labelNames: ["a", "b"] }, registry);
+    c.inc({ a: "x\u0000", b: "" });
+    c.inc({ a: "x", b: "\u0000" }, 2);
+    c.inc({ a: "1:x", b: "" }, 4);
+    c.inc({ a: "1", b: ":x" }, 8);
+    const values = (await c.get()).values.map((v) => v.value);
+    expect(values).toEqual([1, 2, 4, 8]);
+  });
+
   it("refuses bad values and label sets with the family's name", () => {
     const registry = new Registry();
     const c = new HotCounter({ name: "x_total", help: "h", labelNames: ["model"] }, registry);

@@ -88,9 +88,13 @@ abstract class HotFamily<L extends string, S> {
     values: MetricValue[];
   }>;
 
+  /** The label values, each prefixed with its length so no two label sets share a key. */
   private key(labels: Labels<L>): string {
     let key = "";
-    for (const name of this.labelNames) key += `${labels[name]}\u0000`;
+    for (const name of this.labelNames) {
+      const value = `${labels[name]}`;
+      key += `${value.length}:${value}`;
+    }
     return key;
   }
 
