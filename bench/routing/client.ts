@@ -3,8 +3,9 @@
  * request streamed so TTFT (time to the first non-empty content delta) is measured at the
  * client, through whichever target (proxy or router) is in front of the engines.
  */
+
+import { createPrng } from "@llmgw/engine-sim";
 import { Agent, request } from "undici";
-import { prng } from "../lib/prng.js";
 import type { Conversation } from "./workloads.js";
 
 /** One answered (or failed) request. */
@@ -128,7 +129,7 @@ async function send(
 export async function runOpenLoop(
   spec: OpenLoopSpec,
 ): Promise<{ samples: RequestSample[]; wallMs: number }> {
-  const rand = prng(spec.seed ?? 7);
+  const rand = createPrng(spec.seed ?? 7);
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
   const idle: { conv: Conversation; next: number; history: { role: string; content: string }[] }[] =
     spec.conversations.map((conv) => ({

@@ -10,7 +10,7 @@
  * prefix, as a chat client sends it).
  */
 
-import { prng } from "../lib/prng.js";
+import { createPrng } from "@llmgw/engine-sim";
 
 /** Workload names as they appear in the table. */
 export type WorkloadName = "shared-prefix" | "unique" | "hot-prefix";
@@ -62,9 +62,9 @@ export function text(rand: () => number, chars: number): string {
 
 /** The conversations of `name` at `size`, deterministic for a given seed. */
 export function buildWorkload(name: WorkloadName, size: WorkloadSize, seed = 1): Conversation[] {
-  const rand = prng(seed);
+  const rand = createPrng(seed);
   const system = (tenant: number): string =>
-    `You are the assistant of tenant ${tenant}. Follow its policy exactly.\n${text(prng(seed * 1000 + tenant), size.systemPromptChars)}`;
+    `You are the assistant of tenant ${tenant}. Follow its policy exactly.\n${text(createPrng(seed * 1000 + tenant), size.systemPromptChars)}`;
   const conversations: Conversation[] = [];
   const turns = (n: number): string[] =>
     Array.from({ length: n }, () => text(rand, size.userTurnChars));

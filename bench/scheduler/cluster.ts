@@ -1,12 +1,12 @@
 /** The benchmark's cluster generator and its naive first-fit baseline. */
 
+import { createPrng } from "@llmgw/engine-sim";
 import type {
   Placement,
   ScheduleInput,
   SchedulerDeployment,
   SchedulerNode,
 } from "@llmgw/scheduler";
-import { prng } from "../lib/prng.js";
 
 /** Sizes of one benchmark run. */
 export interface BenchOptions {
@@ -45,7 +45,7 @@ function pick<T extends { share: number }>(items: readonly T[], r: number): T {
  * 4, 8 and 16-GPU replicas whose demand is about 110% of the capacity.
  */
 export function buildCluster(options: BenchOptions): ScheduleInput {
-  const random = prng(options.seed);
+  const random = createPrng(options.seed);
   const pad = String(options.nodes).length;
   const nodes: SchedulerNode[] = [];
   for (let i = 0; i < options.nodes; i++) {

@@ -3,8 +3,9 @@
  * not, seeded mix) through the router, each request classified exactly once. A per-request
  * timeout well above the worst expected latency turns a hang into a `hang`, never a wait.
  */
+
+import { createPrng } from "@llmgw/engine-sim";
 import { Agent, request } from "undici";
-import { prng } from "../lib/prng.js";
 import { classifyFailure, classifyJson, classifySse, type Verdict } from "./classify.js";
 import type { RequestRecord } from "./report.js";
 
@@ -51,7 +52,7 @@ export function startLoad(options: LoadOptions): LoadRun {
   const records: RequestRecord[] = [];
   let sent = 0;
   let stopping = false;
-  const random = prng(options.seed);
+  const random = createPrng(options.seed);
 
   const one = async (id: number): Promise<RequestRecord> => {
     const stream = random() < options.streamShare;

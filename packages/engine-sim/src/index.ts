@@ -49,4 +49,4 @@ export {
   type TimingSnapshot,
   type TokenEvent,
 } from "./timing-model.js";
-export { blockHashes, CHARS_PER_TOKEN, countTokens } from "./tokenizer.js";
+export { blockHashes, CHARS_PER_TOKEN, countTokens, createPrng } from "./tokenizer.js";

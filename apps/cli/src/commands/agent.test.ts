@@ -1,14 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { UsageError } from "../command.js";
+import { quietIo } from "../testing.js";
 import { command } from "./agent.js";
 
-const io = {
-  stdout: { write: () => true },
-  stderr: { write: () => true },
-  env: {},
-  cwd: process.cwd(),
-  signal: new AbortController().signal,
-};
+const io = quietIo();
 
 describe("llmgw agent flags", () => {
   it.each([["mlx5_0"], ["=rail-0"], ["mlx5_0="]])(

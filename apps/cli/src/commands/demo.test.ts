@@ -1,14 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { UsageError } from "../command.js";
+import { quietIo } from "../testing.js";
 import { command } from "./demo.js";
 
-const io = {
-  stdout: { write: () => true },
-  stderr: { write: () => true },
-  env: {},
-  cwd: process.cwd(),
-  signal: new AbortController().signal,
-};
+const io = quietIo();
 
 describe("llmgw demo flags", () => {
   it.each([
