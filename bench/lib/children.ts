@@ -3,7 +3,7 @@
  * process helpers every benchmark needs (free ports, waiting for a port, finding a binary).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 
@@ -160,25 +160,42 @@ export function loadAverage(): string {
  * whose worker is a child of the master.
  */
 export function processTreeCpuUs(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined;
   const ticksPerSecond = 100; // USER_HZ; the same on every Linux this runs on
-  let ticks = 0;
-  const visit = (p: number): boolean => {
+  let ticks: number | undefined;
+  for (const p of processTree(pid)) {
     let stat: string;
     try {
       stat = readFileSync(`/proc/${p}/stat`, "utf8");
     } catch {
-      return false;
+      continue; // exited since it was listed
     }
     // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    ticks += Number(fields[11]) + Number(fields[12]);
-    let children = "";
+    ticks = (ticks ?? 0) + Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks === undefined ? undefined : (ticks * 1e6) / ticksPerSecond;
+}
+
+/** `pid` and its descendants (Linux /proc); empty when it is gone, undefined or off Linux. */
+export function processTree(pid: number | undefined): number[] {
+  if (pid === undefined) return [];
+  const out: number[] = [];
+  const visit = (p: number): void => {
+    let tasks: string[];
     try {
-      children = readFileSync(`/proc/${p}/task/${p}/children`, "utf8");
-    } catch {}
-    for (const c of children.split(" ")) if (c.trim() !== "") visit(Number(c));
-    return true;
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      return;
+    }
+    out.push(p);
+    for (const t of tasks) {
+      let children = "";
+      try {
+        children = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
+      } catch {}
+      for (const c of children.split(" ")) if (c.trim() !== "") visit(Number(c));
+    }
   };
-  return visit(pid) ? (ticks * 1e6) / ticksPerSecond : undefined;
+  visit(pid);
+  return out;
 }

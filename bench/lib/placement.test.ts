@@ -2,7 +2,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
-import { findBinary } from "./children.js";
+import { findBinary, processTree, processTreeCpuUs } from "./children.js";
 import { createPlacer, placementFor } from "./placement.js";
 
 /** CPU numbers of a `taskset` list such as `0-2,5` (taskset prints `0,1` for `0-1`). */
@@ -65,6 +65,25 @@ describe("benchmark placement", () => {
       } finally {
         child.kill();
       }
+    },
+  );
+
+  it.skipIf(process.platform !== "linux")(
+    "lists a process with its descendants and sums their CPU; nothing for a gone pid (Linux /proc)",
+    async () => {
+      const shell = spawn("sh", ["-c", "sleep 5 & wait"], { stdio: "ignore" });
+      try {
+        await new Promise((r) => setTimeout(r, 200));
+        const tree = processTree(shell.pid);
+        expect(tree[0]).toBe(shell.pid);
+        expect(tree.length).toBe(2); // sh and its sleep
+        expect(processTreeCpuUs(shell.pid)).toBeGreaterThanOrEqual(0);
+      } finally {
+        shell.kill();
+      }
+      expect(processTree(999_999_999)).toEqual([]);
+      expect(processTreeCpuUs(999_999_999)).toBeUndefined();
+      expect(processTreeCpuUs(undefined)).toBeUndefined();
     },
   );
 });

@@ -17,9 +17,8 @@
  * one).
  */
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { findBinary } from "./children.js";
+import { findBinary, processTree } from "./children.js";
 
 export interface Placement {
   readonly mode: "split" | "shared";
@@ -89,30 +88,6 @@ export function createPlacer(placement: Placement): Placer {
       }
     },
   };
-}
-
-/** `pid` and its descendants (Linux /proc); empty when it is gone or undefined. */
-function processTree(pid: number | undefined): number[] {
-  if (pid === undefined) return [];
-  const out: number[] = [];
-  const visit = (p: number): void => {
-    out.push(p);
-    let tasks: string[] = [];
-    try {
-      tasks = readdirSync(`/proc/${p}/task`);
-    } catch {
-      return;
-    }
-    for (const t of tasks) {
-      let children = "";
-      try {
-        children = readFileSync(`/proc/${p}/task/${t}/children`, "utf8");
-      } catch {}
-      for (const c of children.split(" ")) if (c.trim() !== "") visit(Number(c));
-    }
-  };
-  visit(pid);
-  return out;
 }
 
 function taskset(args: string[]): void {
