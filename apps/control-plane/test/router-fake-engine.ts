@@ -71,7 +71,30 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       out.push(b);
       res.write(b);
     };
+    /** A whole JSON answer with a declared length, written in one piece. */
+    const answerJson = (json: string): void => {
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(json),
+      });
+      write(json);
+      res.end();
+      rec.finished = true;
+    };
     const model = String(body.model);
+    if (req.url === "/v1/embeddings" && typeof body.dimensions === "number") {
+      // A large answer with a declared length, written in one piece (it leaves in many reads).
+      const embedding = Array.from({ length: body.dimensions }, (_, i) => (i % 997) / 997);
+      answerJson(
+        JSON.stringify({
+          object: "list",
+          data: [{ object: "embedding", index: 0, embedding }],
+          model,
+          usage: { prompt_tokens: 1, total_tokens: 1 },
+        }),
+      );
+      return;
+    }
     if (req.url === "/v1/embeddings") {
       await gate();
       const json = JSON.stringify({
@@ -141,13 +164,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       ],
       usage: { prompt_tokens: 7, completion_tokens: n, total_tokens: 7 + n },
     });
-    res.writeHead(200, {
-      "content-type": "application/json",
-      "content-length": Buffer.byteLength(json),
-    });
-    write(json);
-    res.end();
-    rec.finished = true;
+    answerJson(json);
   };
 
   const server = createServer((req, res) => {

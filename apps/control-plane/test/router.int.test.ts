@@ -141,6 +141,23 @@ describe("router: OpenAI API through the official client", () => {
     expect(all.some((r) => r.requestId === "req-abc.123")).toBe(true);
   });
 
+  it("passes a JSON answer larger than one read through whole, with its Content-Length", async () => {
+    // The fake engine answers `dimensions` floats with a declared length: ~400 KB arrives at the
+    // router in many reads (small answers arrive in one and leave in one write).
+    const res = await post(
+      "/v1/embeddings",
+      JSON.stringify({ model: "llama-8b", input: "big", dimensions: 50_000 }),
+    );
+    expect(res.status).toBe(200);
+    const bytes = Buffer.from(await res.arrayBuffer());
+    expect(res.headers.get("content-length")).toBe(String(bytes.length));
+    const sent = [...engineA.written, ...engineB.written].map((w) => Buffer.concat(w));
+    expect(bytes.length).toBeGreaterThan(300_000);
+    expect(sent.some((b) => b.equals(bytes))).toBe(true);
+    const body = JSON.parse(bytes.toString("utf8")) as { data: { embedding: number[] }[] };
+    expect(body.data[0]?.embedding).toHaveLength(50_000);
+  });
+
   it("forwards large bodies byte for byte through reused buffers, declared or chunked", async () => {
     // 16–64 KiB: read into pooled buffers, moved to the analysis worker and back, forwarded
     // from there, then reused by the next request; any mix-up would show as a wrong body.
@@ -351,6 +368,8 @@ describe("router: refusals answer with OpenAI error bodies", () => {
     const res = await send();
     expect(res.status).toBe(status);
     expect(res.headers.get("content-type")).toBe("application/json");
+    // Refusals are traceable too: every answer names its request.
+    expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
     expect(await res.json()).toEqual({
       error: { message, type: expect.any(String), code, param },
     });

@@ -160,8 +160,10 @@ export function rankCandidates(
     if (x.c.load?.waiting === undefined && x.c.load?.kvCacheUsage === undefined) missing = true;
   }
   const loadBound = Math.ceil((affinityLoadFactor * (totalInFlight + 1)) / withRoom.length);
-  const scored = withRoom.map((x) => {
-    const { c, utilization } = x;
+  // Built field by field and sorted through an index: an object spread per candidate to drop
+  // the tie-break order was a quarter of a small request's scoring cost.
+  const scored: RankedCandidate[] = [];
+  for (const { c, utilization } of withRoom) {
     const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
     const voided =
       affinity > 0 &&
@@ -181,13 +183,16 @@ export function rankCandidates(
       kv * weights.kvCache -
       c.errorRate * weights.errors -
       latency * weights.latency;
-    return { id: c.id, score, affinity, affinityVoided: voided, utilization, order: x.order };
-  });
-  scored.sort((a, b) => b.score - a.score || a.order - b.order);
-  return {
-    ranked: scored.map(({ order: _order, ...rest }) => rest),
-    missingLoadSignals: missing,
-  };
+    scored.push({ id: c.id, score, affinity, affinityVoided: voided, utilization });
+  }
+  if (scored.length < 2) return { ranked: scored, missingLoadSignals: missing };
+  const byRank = scored.map((_, i) => i);
+  byRank.sort(
+    (a, b) =>
+      (scored[b] as RankedCandidate).score - (scored[a] as RankedCandidate).score ||
+      (withRoom[a]?.order ?? 0) - (withRoom[b]?.order ?? 0),
+  );
+  return { ranked: byRank.map((i) => scored[i] as RankedCandidate), missingLoadSignals: missing };
 }
 
 function plain(c: ScoringCandidate, utilization: number, score: number): RankedCandidate {

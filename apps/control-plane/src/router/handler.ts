@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
   type AbortSignalLike,
+  type AdmissionOutcome,
   type ApiKeyInfo,
   type ApiKeyStore,
   createAdmissionController,
@@ -60,6 +61,7 @@ export interface RouterHandler {
 
 const ENDPOINTS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]);
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const NONE_TRIED: ReadonlySet<string> = new Set();
 const ANONYMOUS: ApiKeyInfo = { id: "anonymous", name: "anonymous" };
 const RETRYABLE_CONNECT = new Set([
   "ECONNREFUSED",
@@ -203,7 +205,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     return key;
   };
 
-  const handleModels = (req: IncomingMessage, res: ServerResponse): void => {
+  const handleModels = (req: IncomingMessage, res: ServerResponse, requestId: string): void => {
     const key = authenticate(req);
     const data = routeTable
       .models()
@@ -213,291 +215,371 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     res.writeHead(200, {
       "content-type": "application/json",
       "content-length": Buffer.byteLength(body),
+      "x-request-id": requestId,
     });
     res.end(body);
   };
 
   /**
-   * Reads the whole body. From {@link POOLED_MIN_BYTES} on it lands in a pooled buffer (straight
-   * there when the length is declared), which the analyzer may move to its worker and back.
+   * Reads the whole body, then calls `onBody` or `onError`, one of them once. From
+   * {@link POOLED_MIN_BYTES} on the body lands in a pooled buffer (straight there when the length
+   * is declared), which the analyzer's worker reads in place.
    */
-  const readBody = (req: IncomingMessage): Promise<{ body: Uint8Array; pooled: boolean }> => {
+  const readBody = (
+    req: IncomingMessage,
+    onBody: (body: Uint8Array, pooled: boolean) => void,
+    onError: (error: unknown) => void,
+  ): void => {
     const declared = Number(req.headers["content-length"] ?? Number.NaN);
     if (declared > options.maxBodyBytes) {
-      return Promise.reject(tooLarge(options.maxBodyBytes));
+      onError(tooLarge(options.maxBodyBytes));
+      return;
     }
     // Node's parser delivers exactly Content-Length bytes (and refuses it with chunked).
     const into =
       Number.isSafeInteger(declared) && declared >= POOLED_MIN_BYTES
         ? analyzer.buffers.take(declared)
         : undefined;
-    return new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const fail = (error: unknown): void => {
-        if (into !== undefined) analyzer.buffers.give(into);
-        reject(error);
-      };
-      const onData = (chunk: Buffer): void => {
-        if (
-          size + chunk.length > options.maxBodyBytes ||
-          (into && size + chunk.length > into.length)
-        ) {
-          req.off("data", onData);
-          req.pause();
-          fail(tooLarge(options.maxBodyBytes));
-          return;
-        }
-        if (into === undefined) chunks.push(chunk);
-        else into.set(chunk, size);
-        size += chunk.length;
-      };
-      req.on("data", onData);
-      req.once("end", () => {
-        if (into !== undefined) {
-          resolve({ body: into.subarray(0, size), pooled: size === into.length });
-        } else if (size >= POOLED_MIN_BYTES) {
-          const body = analyzer.buffers.take(size);
-          let at = 0;
-          for (const chunk of chunks) {
-            body.set(chunk, at);
-            at += chunk.length;
-          }
-          resolve({ body, pooled: true });
-        } else {
-          resolve({
-            body: chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size),
-            pooled: false,
-          });
-        }
-      });
-      req.once("error", fail);
-    });
-  };
-
-  const handleInference = async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    endpoint: string,
-    requestId: string,
-    started: number,
-    ctx: RequestContext,
-  ): Promise<void> => {
-    const key = authenticate(req);
-    const read = await readBody(req);
-    const analysisStart = performance.now();
-    const analysis: RequestAnalysis = await analyzer.analyze(read.body, read.pooled);
-    const request: AnalysedRequest = {
-      req,
-      res,
-      endpoint,
-      requestId,
-      started,
-      ctx,
-      key,
-      body: read.body,
-      analysis,
-      analysisStart,
-      upstreamWrites: { mayBePending: false },
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let ended = false;
+    const fail = (error: unknown): void => {
+      if (ended) return;
+      ended = true;
+      if (into !== undefined) analyzer.buffers.give(into);
+      onError(error);
     };
-    try {
-      await admitAndProxy(request);
-    } finally {
-      // Recycled unless an upstream answered an error, perhaps before reading the whole body:
-      // its socket could still be writing from this buffer. A 2xx means the engine read it.
-      if (read.pooled && !request.upstreamWrites.mayBePending) {
-        analyzer.buffers.give(read.body);
-      }
-    }
-  };
-
-  /** A request whose body has been read and analysed. */
-  interface AnalysedRequest {
-    readonly req: IncomingMessage;
-    readonly res: ServerResponse;
-    readonly endpoint: string;
-    readonly requestId: string;
-    readonly started: number;
-    readonly ctx: RequestContext;
-    readonly key: ApiKeyInfo;
-    /** The request body, read (pooled from 16 KiB on) and not changed since. */
-    readonly body: Uint8Array;
-    readonly analysis: RequestAnalysis;
-    readonly analysisStart: number;
-    readonly upstreamWrites: { mayBePending: boolean };
-  }
-
-  const admitAndProxy = async (request: AnalysedRequest): Promise<void> => {
-    const { req, res, endpoint, requestId, started, ctx, key, analysis, analysisStart } = request;
-    const upstreamWrites = request.upstreamWrites;
-    const body = request.body;
-    if (analysis.mode === "pool") {
-      const load = analyzer.poolLoad();
-      metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
-    }
-    if (!analysis.ok) {
-      throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
-    }
-    const model = analysis.model;
-    ctx.stream = analysis.stream;
-    if (key.models !== undefined && !key.models.includes(model)) {
-      throw new RejectedError(
-        "forbidden_model",
-        `The model \`${model}\` does not exist or you do not have access to it.`,
-        undefined,
-        "model",
-      );
-    }
-    const resolution = routeTable.resolve(model);
-    if (resolution === undefined) {
-      throw new RejectedError(
-        "unknown_model",
-        `The model \`${model}\` does not exist or you do not have access to it.`,
-        undefined,
-        "model",
-      );
-    }
-    seenModels.add(model);
-    ctx.model = model;
-    metrics.bytes(model, endpoint, "in", body.length);
-    const routable = picker.routable(resolution);
-    metrics.replicasAvailable(model, routable.length);
-    let capacity = 0;
-    for (const r of routable) capacity += Math.max(1, r.capacity);
-    if (capacity === 0) {
-      if (resolution.loading) {
-        throw new RejectedError("model_loading", `model ${model} is loading; retry shortly`, 5);
-      }
-      throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
-    }
-    const limit = limiter.acquire(key, analysis.estimatedTokens);
-    if (!limit.ok) {
-      throw new RejectedError(
-        limit.reason,
-        `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
-        limit.retryAfterSeconds,
-        undefined,
-        key.name,
-      );
-    }
-    const clientGone = new ClientGone();
-    ctx.clientGone = clientGone; // aborted by the request's one "close" listener (handle)
-    let release: (() => void) | undefined;
-    metrics.inFlight(model, 1);
-    try {
-      let outcome = admission.admit(resolution.deployment, key.id, capacity, clientGone);
-      let candidates: readonly ReplicaRoute[] = routable;
-      if (outcome instanceof Promise) {
-        const queuedAt = performance.now();
-        metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
-        outcome = await outcome;
-        candidates = picker.routable(resolution); // the wait may have changed who is routable
-        metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
-        metrics.queueWait(
-          model,
-          (performance.now() - queuedAt) / 1000,
-          outcome.admitted ? "admitted" : outcome.reason === "aborted" ? "cancelled" : "timed_out",
-        );
-      }
-      if (!outcome.admitted) {
-        if (outcome.reason === "aborted") {
-          metrics.clientDisconnect(model, "queued");
-          return;
-        }
-        throw new RejectedError(
-          outcome.reason,
-          outcome.reason === "queue_full"
-            ? `model ${model} is at capacity and its queue is full`
-            : `model ${model} is at capacity; the request waited too long in the queue`,
-          outcome.retryAfterSeconds,
-        );
-      }
-      release = outcome.release;
-      await proxy(req, res, {
-        endpoint,
-        requestId,
-        body,
-        upstreamWrites,
-        analysis,
-        model,
-        resolution,
-        routable: candidates,
-        started,
-        analysisStart,
-        signal: clientGone,
-      });
-    } finally {
-      release?.();
-      limit.release();
-      metrics.inFlight(model, -1);
-    }
-  };
-
-  interface ProxyInput {
-    readonly endpoint: string;
-    readonly requestId: string;
-    readonly body: Uint8Array;
-    /** Set when an upstream answered ≥ 400: it may not have read the body (see readBody). */
-    readonly upstreamWrites: { mayBePending: boolean };
-    readonly analysis: RequestAnalysis & { ok: true };
-    readonly model: string;
-    readonly resolution: RouteResolution;
-    /** Routable replicas when the request was admitted (the first pick's candidates). */
-    readonly routable: readonly ReplicaRoute[];
-    readonly started: number;
-    readonly analysisStart: number;
-    readonly signal: ClientGone;
-  }
-
-  const proxy = async (req: IncomingMessage, res: ServerResponse, p: ProxyInput): Promise<void> => {
-    const tried = new Set<string>();
-    let lastError = "";
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const decision =
-        attempt === 0 ? pickOrThrow(p, tried) : picker.pick(p.resolution, p.analysis.chain, tried);
-      if (decision === undefined) break;
-      if (attempt > 0) metrics.retry(p.model);
-      const result = await forward(req, res, p, decision);
-      if (result.kind === "done") return;
-      tried.add(decision.replica.id);
-      lastError = result.message;
-      if (!result.retryable) {
-        sendError(
-          res,
-          result.timeout ? FAILURE_HTTP.upstreamTimeout : FAILURE_HTTP.upstreamUnavailable,
-          result.message,
-        );
+    const onData = (chunk: Buffer): void => {
+      if (
+        size + chunk.length > options.maxBodyBytes ||
+        (into && size + chunk.length > into.length)
+      ) {
+        req.off("data", onData);
+        req.pause();
+        fail(tooLarge(options.maxBodyBytes));
         return;
       }
-    }
-    sendError(
-      res,
-      FAILURE_HTTP.upstreamUnavailable,
-      `no replica of model ${p.model} could be reached${lastError === "" ? "" : `: ${lastError}`}`,
-    );
+      if (into === undefined) chunks.push(chunk);
+      else into.set(chunk, size);
+      size += chunk.length;
+    };
+    req.on("data", onData);
+    // `on`, not `once`: each `once` costs a wrapper; both events come at most once here.
+    req.on("end", () => {
+      if (ended) return;
+      ended = true;
+      if (into !== undefined) {
+        onBody(into.subarray(0, size), size === into.length);
+      } else if (size >= POOLED_MIN_BYTES) {
+        const body = analyzer.buffers.take(size);
+        let at = 0;
+        for (const chunk of chunks) {
+          body.set(chunk, at);
+          at += chunk.length;
+        }
+        onBody(body, true);
+      } else {
+        onBody(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size), false);
+      }
+    });
+    req.on("error", fail);
   };
 
-  const pickOrThrow = (p: ProxyInput, tried: ReadonlySet<string>): PickDecision => {
-    const decision = picker.pick(p.resolution, p.analysis.chain, tried, p.routable);
+  /** Answers a request that failed before its first upstream byte (or destroys it after). */
+  const answerError = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    ctx: RequestContext,
+    requestId: string,
+    error: unknown,
+  ): void => {
+    if (error instanceof RejectedError) {
+      metrics.rejected(ctx.model, error.reason, error.keyName);
+      const spec = REJECTION_HTTP[error.reason];
+      sendError(res, spec, error.message, {
+        requestId,
+        ...(error.param === undefined ? {} : { param: error.param }),
+        ...(error.retryAfterSeconds === undefined
+          ? {}
+          : { retryAfterSeconds: error.retryAfterSeconds }),
+        close: error.reason === "body_too_large",
+      });
+      if (error.reason === "body_too_large") res.once("finish", () => req.destroy());
+      return;
+    }
+    log({ event: "internal_error", requestId, error: String(error) });
+    sendError(res, FAILURE_HTTP.internal, "internal router error", { requestId });
+  };
+
+  /**
+   * One inference request from its read body to its answer: analysis, admission, replica choice
+   * and at most two upstream {@link Attempt}s. Each stage calls the next directly, through a
+   * promise only where it really waits (a worker's analysis, a queued admission): a chain of
+   * async functions here cost ~8 KB of allocation per request (suspended frames, promises,
+   * closures), the largest share of the router's own.
+   *
+   * Every path ends in {@link Exchange.finish}, once: it frees the admission slot, the key's
+   * concurrency and the pooled body.
+   */
+  class Exchange {
+    model = "";
+    analysisStart = 0;
+    analysis: (RequestAnalysis & { ok: true }) | undefined;
+    resolution: RouteResolution | undefined;
+    /** Routable replicas when the request was admitted (the first pick's candidates). */
+    routable: readonly ReplicaRoute[] = [];
+    /** Set once admitted: the client going away must reach the upstream. */
+    signal: ClientGone | undefined;
+    /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
+    upstreamMayBeReading = false;
+    /** Replicas that failed before answering, and the last failure. */
+    tried: Set<string> | undefined;
+    lastError = "";
+    #keyRelease: (() => void) | undefined;
+    #slotRelease: (() => void) | undefined;
+    #finished = false;
+
+    constructor(
+      readonly req: IncomingMessage,
+      readonly res: ServerResponse,
+      readonly endpoint: string,
+      readonly requestId: string,
+      readonly started: number,
+      readonly ctx: RequestContext,
+      readonly key: ApiKeyInfo,
+      /** The request body, read (pooled from 16 KiB on) and not changed since. */
+      readonly body: Uint8Array,
+      readonly pooled: boolean,
+    ) {}
+
+    analyse(): void {
+      try {
+        this.analysisStart = performance.now();
+        const analysis = analyzer.analyze(this.body, this.pooled);
+        if (analysis instanceof Promise) {
+          analysis.then(
+            (a) => this.#admit(a),
+            (error: unknown) => this.fail(error),
+          );
+        } else {
+          this.#admit(analysis);
+        }
+      } catch (error) {
+        this.fail(error);
+      }
+    }
+
+    #admit(analysis: RequestAnalysis): void {
+      try {
+        const { ctx, key, endpoint } = this;
+        if (analysis.mode === "pool") {
+          const load = analyzer.poolLoad();
+          metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
+        }
+        if (!analysis.ok) {
+          throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
+        }
+        this.analysis = analysis;
+        const model = analysis.model;
+        ctx.stream = analysis.stream;
+        if (key.models !== undefined && !key.models.includes(model)) {
+          throw new RejectedError(
+            "forbidden_model",
+            `The model \`${model}\` does not exist or you do not have access to it.`,
+            undefined,
+            "model",
+          );
+        }
+        const resolution = routeTable.resolve(model);
+        if (resolution === undefined) {
+          throw new RejectedError(
+            "unknown_model",
+            `The model \`${model}\` does not exist or you do not have access to it.`,
+            undefined,
+            "model",
+          );
+        }
+        seenModels.add(model);
+        this.model = model;
+        this.resolution = resolution;
+        ctx.model = model;
+        metrics.bytes(model, endpoint, "in", this.body.length);
+        const routable = picker.routable(resolution);
+        this.routable = routable;
+        metrics.replicasAvailable(model, routable.length);
+        let capacity = 0;
+        for (const r of routable) capacity += Math.max(1, r.capacity);
+        if (capacity === 0) {
+          if (resolution.loading) {
+            throw new RejectedError("model_loading", `model ${model} is loading; retry shortly`, 5);
+          }
+          throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
+        }
+        const limit = limiter.acquire(key, analysis.estimatedTokens);
+        if (!limit.ok) {
+          throw new RejectedError(
+            limit.reason,
+            `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
+            limit.retryAfterSeconds,
+            undefined,
+            key.name,
+          );
+        }
+        this.#keyRelease = limit.release;
+        metrics.inFlight(model, 1);
+        const signal = new ClientGone();
+        this.signal = signal;
+        ctx.clientGone = signal; // aborted by the request's one "close" listener (handle)
+        const outcome = admission.admit(resolution.deployment, key.id, capacity, signal);
+        if (outcome instanceof Promise) {
+          const queuedAt = performance.now();
+          metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
+          outcome.then(
+            (o) => this.#admitted(o, queuedAt),
+            (error: unknown) => this.fail(error),
+          );
+        } else {
+          this.#admitted(outcome, undefined);
+        }
+      } catch (error) {
+        this.fail(error);
+      }
+    }
+
+    #admitted(outcome: AdmissionOutcome, queuedAt: number | undefined): void {
+      try {
+        const model = this.model;
+        const resolution = this.resolution as RouteResolution;
+        if (queuedAt !== undefined) {
+          this.routable = picker.routable(resolution); // the wait may have changed who is routable
+          metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
+          metrics.queueWait(
+            model,
+            (performance.now() - queuedAt) / 1000,
+            outcome.admitted
+              ? "admitted"
+              : outcome.reason === "aborted"
+                ? "cancelled"
+                : "timed_out",
+          );
+        }
+        if (!outcome.admitted) {
+          if (outcome.reason === "aborted") {
+            metrics.clientDisconnect(model, "queued");
+            this.finish();
+            return;
+          }
+          throw new RejectedError(
+            outcome.reason,
+            outcome.reason === "queue_full"
+              ? `model ${model} is at capacity and its queue is full`
+              : `model ${model} is at capacity; the request waited too long in the queue`,
+            outcome.retryAfterSeconds,
+          );
+        }
+        this.#slotRelease = outcome.release;
+        const decision = pickOrThrow(this);
+        new Attempt(this, decision).start();
+      } catch (error) {
+        this.fail(error);
+      }
+    }
+
+    /**
+     * Called once per attempt. A connect failure or refusal before any byte is tried once more
+     * on the next-best replica not tried yet.
+     */
+    attemptEnded(result: AttemptResult, replicaId: string): void {
+      try {
+        if (result.kind === "done") {
+          this.finish();
+          return;
+        }
+        const tried = this.tried ?? new Set<string>();
+        this.tried = tried;
+        tried.add(replicaId);
+        this.lastError = result.message;
+        if (!result.retryable) {
+          sendError(
+            this.res,
+            result.timeout ? FAILURE_HTTP.upstreamTimeout : FAILURE_HTTP.upstreamUnavailable,
+            result.message,
+            { requestId: this.requestId },
+          );
+          this.finish();
+          return;
+        }
+        const analysis = this.analysis as RequestAnalysis & { ok: true };
+        const decision =
+          tried.size < 2
+            ? picker.pick(this.resolution as RouteResolution, analysis.chain, tried)
+            : undefined;
+        if (decision !== undefined) {
+          metrics.retry(this.model);
+          // Not from inside the failed dispatch's own callback.
+          queueMicrotask(() => new Attempt(this, decision).start());
+          return;
+        }
+        sendError(
+          this.res,
+          FAILURE_HTTP.upstreamUnavailable,
+          `no replica of model ${this.model} could be reached${this.lastError === "" ? "" : `: ${this.lastError}`}`,
+          { requestId: this.requestId },
+        );
+        this.finish();
+      } catch (error) {
+        this.fail(error);
+      }
+    }
+
+    fail(error: unknown): void {
+      this.finish();
+      try {
+        answerError(this.req, this.res, this.ctx, this.requestId, error);
+      } catch (unexpected) {
+        // Called from promise callbacks too: nothing may escape into an unhandled rejection.
+        log({ event: "internal_error", requestId: this.requestId, error: String(unexpected) });
+        this.res.destroy();
+      }
+    }
+
+    finish(): void {
+      if (this.#finished) return;
+      this.#finished = true;
+      this.#slotRelease?.();
+      if (this.#keyRelease !== undefined) {
+        this.#keyRelease();
+        metrics.inFlight(this.model, -1);
+      }
+      // Recycled unless an upstream answered an error, perhaps before reading the whole body:
+      // its socket could still be writing from this buffer. A 2xx means the engine read it.
+      if (this.pooled && !this.upstreamMayBeReading) analyzer.buffers.give(this.body);
+    }
+  }
+
+  const pickOrThrow = (x: Exchange): PickDecision => {
+    const analysis = x.analysis as RequestAnalysis & { ok: true };
+    const resolution = x.resolution as RouteResolution;
+    const decision = picker.pick(resolution, analysis.chain, NONE_TRIED, x.routable);
     metrics.decision({
-      model: p.model,
-      policy: p.resolution.policy,
+      model: x.model,
+      policy: resolution.policy,
       replicaId: decision?.replica.id ?? "",
-      seconds: (performance.now() - p.analysisStart) / 1000,
+      seconds: (performance.now() - x.analysisStart) / 1000,
       score: decision?.score ?? 0,
       prefixBlocks: decision?.prefixBlocks ?? 0,
-      chainLength: p.analysis.chain.length,
+      chainLength: analysis.chain.length,
       affinityVoided: decision?.affinityVoided ?? false,
       missingLoadSignals: decision?.missingLoadSignals ?? false,
-      mode: p.analysis.mode,
+      mode: analysis.mode,
     });
     if (decision === undefined) {
-      throw new RejectedError("no_ready_replica", `no replica of model ${p.model} has room`, 1);
+      throw new RejectedError("no_ready_replica", `no replica of model ${x.model} has room`, 1);
     }
     return decision;
   };
 
-  type ForwardResult =
+  type AttemptResult =
     | { readonly kind: "done" }
     | {
         readonly kind: "failed";
@@ -507,188 +589,224 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       };
 
   /**
-   * One attempt on one replica, through undici's `dispatch` with a raw handler: each upstream
-   * chunk is written to the client as it arrives, with no Readable stream, async iterator or
-   * promise per chunk in between (a third of undici's cost per small request here). Backpressure
-   * pauses the upstream until the client drains; a client that goes away aborts it.
+   * One try on one replica, and undici's raw `dispatch` handler for it: each upstream chunk is
+   * written to the client as it arrives, with no Readable stream, async iterator or promise per
+   * chunk in between (a third of undici's cost per small request here). Backpressure pauses the
+   * upstream until the client drains; a client that goes away aborts it. Ends by calling
+   * {@link Exchange.attemptEnded} once.
    */
-  const forward = (
-    req: IncomingMessage,
-    res: ServerResponse,
-    p: ProxyInput,
-    decision: PickDecision,
-  ): Promise<ForwardResult> =>
-    new Promise<ForwardResult>((resolve) => {
-      const replica = decision.replica;
-      replicaModel.set(replica.id, p.model);
-      metrics.replicaInFlight(p.model, replica.id, picker.dispatched(replica.id, p.analysis.chain));
-      const sentAt = performance.now();
-      let verdict: "success" | "failure" | "abandoned" = "abandoned";
-      let firstByteMs: number | undefined;
-      let abortUpstream: ((reason: Error) => void) | undefined;
-      let resume: (() => void) | undefined;
-      let paused = false;
-      let responding = false;
-      let sse = false;
-      let sent = 0;
-      let last = 0;
-      // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
-      // answers and streams); nothing is copied per chunk.
-      let previous: Buffer | undefined;
-      let latest: Buffer | undefined;
-      let settled = false;
+  class Attempt {
+    readonly #x: Exchange;
+    readonly #replicaId: string;
+    readonly #sentAt: number;
+    #verdict: "success" | "failure" | "abandoned" = "abandoned";
+    #firstByteMs: number | undefined;
+    #abortUpstream: ((reason: Error) => void) | undefined;
+    #resume: (() => void) | undefined;
+    #onDrain: (() => void) | undefined;
+    #onClientGone: (() => void) | undefined;
+    #responding = false;
+    #sse = false;
+    #sent = 0;
+    #last = 0;
+    // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
+    // answers and streams); nothing is copied per chunk.
+    #previous: Buffer | undefined;
+    #latest: Buffer | undefined;
+    /** The upstream's Content-Length, for a JSON answer (not SSE) that declared one. */
+    #length = -1;
+    /** A JSON answer that arrived whole in its first chunk, held for `res.end(chunk)`. */
+    #whole: Buffer | undefined;
+    #settled = false;
 
-      const settle = (result: ForwardResult): void => {
-        if (settled) return;
-        settled = true;
-        p.signal.removeEventListener("abort", onClientGone);
-        res.off("drain", onDrain);
-        metrics.replicaInFlight(
-          p.model,
-          replica.id,
-          picker.finished(replica.id, verdict, firstByteMs),
-        );
-        resolve(result);
-      };
-      const clientGone = (): void => {
-        metrics.clientDisconnect(p.model, sent === 0 ? "before_first_byte" : "streaming");
-        verdict = "abandoned";
-        settle({ kind: "done" });
-      };
-      const onClientGone = (): void => {
-        abortUpstream?.(new ClientGoneError());
-        // Not connected yet: `onConnect` aborts. Either way undici reports back through onError.
-      };
-      const onDrain = (): void => {
-        if (!paused) return;
-        paused = false;
-        resume?.();
-      };
-      if (p.signal.aborted) {
-        clientGone();
+    constructor(
+      x: Exchange,
+      readonly decision: PickDecision,
+    ) {
+      this.#x = x;
+      this.#replicaId = decision.replica.id;
+      this.#sentAt = performance.now();
+    }
+
+    start(): void {
+      const x = this.#x;
+      const replica = this.decision.replica;
+      const signal = x.signal as ClientGone;
+      replicaModel.set(replica.id, x.model);
+      metrics.replicaInFlight(
+        x.model,
+        replica.id,
+        picker.dispatched(replica.id, (x.analysis as RequestAnalysis & { ok: true }).chain),
+      );
+      if (signal.aborted) {
+        this.#clientGone();
         return;
       }
-      p.signal.addEventListener("abort", onClientGone);
-      res.on("drain", onDrain);
-
+      const onClientGone = (): void => {
+        this.#abortUpstream?.(new ClientGoneError());
+        // Not connected yet: `onConnect` aborts. Either way undici reports back through onError.
+      };
+      this.#onClientGone = onClientGone;
+      signal.addEventListener("abort", onClientGone);
       const headers: Record<string, string> = {
         "content-type": "application/json",
-        "x-request-id": p.requestId,
+        "x-request-id": x.requestId,
       };
-      const accept = req.headers.accept;
+      const accept = x.req.headers.accept;
       if (accept !== undefined) headers.accept = accept;
       poolFor(replica.baseUrl).dispatch(
         {
-          path: upstreamPath(replica.baseUrl, req.url ?? p.endpoint),
+          path: upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint),
           method: "POST",
           headers,
-          body: p.body,
+          body: x.body,
         },
-        {
-          onConnect(abort: (reason: Error) => void) {
-            abortUpstream = abort;
-            if (p.signal.aborted) abort(new ClientGoneError());
-          },
-          onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
-            resume = resumeUpstream;
-            responding = true;
-            firstByteMs = performance.now() - sentAt;
-            verdict = status >= 500 ? "failure" : "success";
-            if (status >= 500) metrics.upstreamError(p.model, replica.id, "status_5xx");
-            if (status >= 400) p.upstreamWrites.mayBePending = true;
-            const contentType = rawHeader(rawHeaders, "content-type");
-            sse = contentType?.startsWith("text/event-stream") ?? false;
-            const outHeaders: Record<string, string> = {
-              "x-request-id": p.requestId,
-              "x-llmgw-replica": replica.id,
-            };
-            if (contentType !== undefined) outHeaders["content-type"] = contentType;
-            const length = rawHeader(rawHeaders, "content-length");
-            if (length !== undefined && !sse) outHeaders["content-length"] = length;
-            if (sse) {
-              outHeaders["cache-control"] = "no-cache";
-              outHeaders["x-accel-buffering"] = "no";
-            }
-            res.writeHead(status, outHeaders);
-            if (sse) res.flushHeaders();
-            return true;
-          },
-          onData(chunk: Buffer): boolean {
-            if (p.signal.aborted) return true;
-            const now = performance.now();
-            if (last === 0) metrics.firstByte(p.model, (now - p.started) / 1000);
-            else metrics.interChunk(p.model, (now - last) / 1000);
-            last = now;
-            sent += chunk.length;
-            previous = latest;
-            latest = chunk;
-            if (res.write(chunk)) return true;
-            paused = true;
-            return false;
-          },
-          onComplete() {
-            if (p.signal.aborted) {
-              clientGone();
-              return;
-            }
-            metrics.bytes(p.model, p.endpoint, "out", sent);
-            res.end();
-            countTokens(p.model, tailText(previous, latest));
-            settle({ kind: "done" });
-          },
-          onError(error: Error) {
-            if (p.signal.aborted) {
-              clientGone();
-              return;
-            }
-            verdict = "failure";
-            const code = errorCode(error);
-            if (!responding) {
-              const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
-              const kind: UpstreamErrorKind =
-                code === "UND_ERR_CONNECT_TIMEOUT" || timeout
-                  ? "timeout"
-                  : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
-                    ? "connect"
-                    : "reset_before_response";
-              metrics.upstreamError(p.model, replica.id, kind);
-              log({
-                event: "upstream_error",
-                replica: replica.id,
-                kind,
-                code,
-                requestId: p.requestId,
-              });
-              settle({
-                kind: "failed",
-                retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
-                timeout,
-                message: `replica ${replica.id} failed before responding (${code ?? String(error)})`,
-              });
-              return;
-            }
-            metrics.upstreamError(p.model, replica.id, "reset_mid_body");
-            log({
-              event: "upstream_error",
-              replica: replica.id,
-              kind: "reset_mid_body",
-              code: code ?? String(error),
-              requestId: p.requestId,
-            });
-            if (sse) {
-              const event = errorBody(
-                FAILURE_HTTP.upstreamUnavailable,
-                `replica ${replica.id} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
-              );
-              res.end(`data: ${event}\n\n`);
-            } else {
-              res.destroy();
-            }
-            settle({ kind: "done" });
-          },
-        },
+        this,
       );
-    });
+    }
+
+    onConnect(abort: (reason: Error) => void): void {
+      this.#abortUpstream = abort;
+      if (this.#x.signal?.aborted) abort(new ClientGoneError());
+    }
+
+    onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
+      const x = this.#x;
+      this.#resume = resumeUpstream;
+      this.#responding = true;
+      this.#firstByteMs = performance.now() - this.#sentAt;
+      this.#verdict = status >= 500 ? "failure" : "success";
+      if (status >= 500) metrics.upstreamError(x.model, this.#replicaId, "status_5xx");
+      if (status >= 400) x.upstreamMayBeReading = true;
+      const contentType = rawHeader(rawHeaders, "content-type");
+      const sse = contentType?.startsWith("text/event-stream") ?? false;
+      this.#sse = sse;
+      const outHeaders: Record<string, string> = {
+        "x-request-id": x.requestId,
+        "x-llmgw-replica": this.#replicaId,
+      };
+      if (contentType !== undefined) outHeaders["content-type"] = contentType;
+      const length = rawHeader(rawHeaders, "content-length");
+      if (length !== undefined && !sse) {
+        outHeaders["content-length"] = length;
+        this.#length = Number(length);
+      }
+      if (sse) {
+        outHeaders["cache-control"] = "no-cache";
+        outHeaders["x-accel-buffering"] = "no";
+      }
+      x.res.writeHead(status, outHeaders);
+      if (sse) x.res.flushHeaders();
+      return true;
+    }
+
+    onData(chunk: Buffer): boolean {
+      const x = this.#x;
+      if (x.signal?.aborted) return true;
+      const now = performance.now();
+      if (this.#last === 0) metrics.firstByte(x.model, (now - x.started) / 1000);
+      else metrics.interChunk(x.model, (now - this.#last) / 1000);
+      this.#last = now;
+      this.#sent += chunk.length;
+      this.#previous = this.#latest;
+      this.#latest = chunk;
+      if (this.#sent === this.#length && this.#sent === chunk.length) {
+        // The whole answer in one chunk (most JSON answers): sent by `res.end(chunk)` in
+        // onComplete, one write with the head, where `write` + `end` defers it to a corked tick.
+        this.#whole = chunk;
+        return true;
+      }
+      if (x.res.write(chunk)) return true;
+      if (this.#onDrain === undefined) {
+        const onDrain = (): void => this.#resume?.();
+        this.#onDrain = onDrain;
+        x.res.on("drain", onDrain);
+      }
+      return false;
+    }
+
+    onComplete(): void {
+      const x = this.#x;
+      if (x.signal?.aborted) {
+        this.#clientGone();
+        return;
+      }
+      metrics.bytes(x.model, x.endpoint, "out", this.#sent);
+      if (this.#whole === undefined) x.res.end();
+      else x.res.end(this.#whole);
+      countTokens(x.model, tailText(this.#previous, this.#latest));
+      this.#settle({ kind: "done" });
+    }
+
+    onError(error: Error): void {
+      const x = this.#x;
+      if (x.signal?.aborted) {
+        this.#clientGone();
+        return;
+      }
+      const replicaId = this.#replicaId;
+      this.#verdict = "failure";
+      const code = errorCode(error);
+      if (!this.#responding) {
+        const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
+        const kind: UpstreamErrorKind =
+          code === "UND_ERR_CONNECT_TIMEOUT" || timeout
+            ? "timeout"
+            : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
+              ? "connect"
+              : "reset_before_response";
+        metrics.upstreamError(x.model, replicaId, kind);
+        log({ event: "upstream_error", replica: replicaId, kind, code, requestId: x.requestId });
+        this.#settle({
+          kind: "failed",
+          retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+          timeout,
+          message: `replica ${replicaId} failed before responding (${code ?? String(error)})`,
+        });
+        return;
+      }
+      metrics.upstreamError(x.model, replicaId, "reset_mid_body");
+      log({
+        event: "upstream_error",
+        replica: replicaId,
+        kind: "reset_mid_body",
+        code: code ?? String(error),
+        requestId: x.requestId,
+      });
+      if (this.#sse) {
+        const event = errorBody(
+          FAILURE_HTTP.upstreamUnavailable,
+          `replica ${replicaId} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
+        );
+        x.res.end(`data: ${event}\n\n`);
+      } else {
+        x.res.destroy();
+      }
+      this.#settle({ kind: "done" });
+    }
+
+    #clientGone(): void {
+      metrics.clientDisconnect(this.#x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
+      this.#verdict = "abandoned";
+      this.#settle({ kind: "done" });
+    }
+
+    #settle(result: AttemptResult): void {
+      if (this.#settled) return;
+      this.#settled = true;
+      const x = this.#x;
+      if (this.#onClientGone !== undefined) {
+        x.signal?.removeEventListener("abort", this.#onClientGone);
+      }
+      if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
+      metrics.replicaInFlight(
+        x.model,
+        this.#replicaId,
+        picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs),
+      );
+      x.attemptEnded(result, this.#replicaId);
+    }
+  }
 
   const countTokens = (model: string, tail: string): void => {
     const prompt = lastNumber(tail, '"prompt_tokens"');
@@ -697,16 +815,15 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     if (completion !== undefined) metrics.tokens(model, "completion", completion);
   };
 
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  const handler = ((req: IncomingMessage, res: ServerResponse): void => {
     const started = performance.now();
     const given = headerText(req.headers["x-request-id"]);
     const requestId = given !== undefined && REQUEST_ID.test(given) ? given : randomUUID();
-    res.setHeader("x-request-id", requestId);
     const url = req.url ?? "/";
     const q = url.indexOf("?");
     const path = q < 0 ? url : url.slice(0, q);
     const ctx: RequestContext = { model: "", stream: false, clientGone: undefined };
-    res.once("close", () => {
+    res.on("close", () => {
       if (!res.writableFinished) ctx.clientGone?.abort();
       metrics.requestFinished({
         model: ctx.model,
@@ -719,46 +836,33 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     try {
       if (path === "/v1/models") {
         if (req.method !== "GET") {
-          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use GET ${path}.`);
+          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use GET ${path}.`, { requestId });
           return;
         }
-        handleModels(req, res);
+        handleModels(req, res, requestId);
         return;
       }
       if (ENDPOINTS.has(path)) {
         if (req.method !== "POST") {
-          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use POST ${path}.`);
+          sendError(res, FAILURE_HTTP.methodNotAllowed, `Use POST ${path}.`, { requestId });
           return;
         }
-        await handleInference(req, res, path, requestId, started, ctx);
+        const key = authenticate(req);
+        readBody(
+          req,
+          (body, pooled) => {
+            new Exchange(req, res, path, requestId, started, ctx, key, body, pooled).analyse();
+          },
+          (error) => answerError(req, res, ctx, requestId, error),
+        );
         return;
       }
-      sendError(res, FAILURE_HTTP.notFound, `Unknown request URL: ${req.method ?? "?"} ${path}.`);
+      sendError(res, FAILURE_HTTP.notFound, `Unknown request URL: ${req.method ?? "?"} ${path}.`, {
+        requestId,
+      });
     } catch (error) {
-      if (error instanceof RejectedError) {
-        metrics.rejected(ctx.model, error.reason, error.keyName);
-        const spec = REJECTION_HTTP[error.reason];
-        sendError(res, spec, error.message, {
-          ...(error.param === undefined ? {} : { param: error.param }),
-          ...(error.retryAfterSeconds === undefined
-            ? {}
-            : { retryAfterSeconds: error.retryAfterSeconds }),
-          close: error.reason === "body_too_large",
-        });
-        if (error.reason === "body_too_large") res.once("finish", () => req.destroy());
-        return;
-      }
-      log({ event: "internal_error", requestId, error: String(error) });
-      sendError(res, FAILURE_HTTP.internal, "internal router error");
+      answerError(req, res, ctx, requestId, error);
     }
-  };
-
-  const handler = ((req: IncomingMessage, res: ServerResponse): void => {
-    handle(req, res).catch((error: unknown) => {
-      log({ event: "internal_error", error: String(error) });
-      if (!res.headersSent) sendError(res, FAILURE_HTTP.internal, "internal router error");
-      else res.destroy();
-    });
   }) as RouterHandler;
   Object.defineProperty(handler, "options", { value: options });
   handler.workerPool = () => {

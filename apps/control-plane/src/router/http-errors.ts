@@ -54,7 +54,7 @@ export function sendError(
   res: ServerResponse,
   spec: HttpErrorSpec,
   message: string,
-  options: { param?: string; retryAfterSeconds?: number; close?: boolean } = {},
+  options: { param?: string; retryAfterSeconds?: number; close?: boolean; requestId?: string } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
@@ -65,6 +65,7 @@ export function sendError(
     "content-type": "application/json",
     "content-length": Buffer.byteLength(body),
   };
+  if (options.requestId !== undefined) headers["x-request-id"] = options.requestId;
   if (options.retryAfterSeconds !== undefined) headers["retry-after"] = options.retryAfterSeconds;
   if (options.close === true) headers.connection = "close";
   res.writeHead(spec.status, headers);

@@ -47,12 +47,16 @@ const AUTH = {
 const modelLabel = (model: string): string => (model === "" ? "other" : model);
 const endpointLabel = (path: string): RouterEndpoint => ENDPOINT[path] ?? "other";
 
-/** A cache of values made on first use of a key (label values here, all from bounded sets). */
-function memo<V>(make: (key: string) => V): (key: string) => V {
+/**
+ * A cache of values made on first use of a key (label values here, from bounded sets), emptied
+ * when it reaches `maxKeys`.
+ */
+function memo<V>(make: (key: string) => V, maxKeys = Number.POSITIVE_INFINITY): (key: string) => V {
   const cache = new Map<string, V>();
   return (key) => {
     let value = cache.get(key);
     if (value === undefined) {
+      if (cache.size >= maxKeys) cache.clear();
       value = make(key);
       cache.set(key, value);
     }
@@ -63,8 +67,9 @@ function memo<V>(make: (key: string) => V): (key: string) => V {
 /**
  * A {@link RouterMetricsSink} writing into the handles made by `createRouterMetrics(registry)`.
  * The series a proxied request touches (about 14 updates) are bound once per model, endpoint
- * and status, so recording one is a lookup by an existing key and some arithmetic. Series with
- * a `replica` label stay unbound: replicas come and go, and `forgetReplica` drops their series.
+ * and status (and replica, for the in-flight gauge), so recording one is a lookup by an existing
+ * key and some arithmetic. The other series with a `replica` label (errors, circuit) stay
+ * unbound: they change rarely.
  */
 export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetricsSink {
   const perModel = memo((model: string) => {
@@ -79,6 +84,11 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
       chosenScore: m.chosenScore.series(one),
       prefixHitRatio: m.prefixHitRatio.series(one),
       prefixHitRequests: m.prefixHitRequests.series(one),
+      /**
+       * Keyed by replica id. A bound series outlives `forgetReplica` (it re-creates the series
+       * when next set), so the cache only needs a bound on replicas that came and went.
+       */
+      replicaInFlight: memo((replica) => m.replicaInFlight.series({ model, replica }), 1024),
       routingDecision: {
         inline: m.routingDecision.series({ model, path: "inline" }),
         pool: m.routingDecision.series({ model, path: "pool" }),
@@ -123,7 +133,7 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     },
     inFlight: (model, delta) => perModel(modelLabel(model)).inFlight.inc(delta),
     replicaInFlight: (model, replica, value) =>
-      m.replicaInFlight.set({ model: modelLabel(model), replica }, value),
+      perModel(modelLabel(model)).replicaInFlight(replica).set(value),
     replicasAvailable: (model, count) => perModel(modelLabel(model)).replicasAvailable.set(count),
     queueDepth: (model, depth) => m.queueDepth.set({ model: modelLabel(model) }, depth),
     queueWait: (model, seconds, outcome) =>
