@@ -517,7 +517,13 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         if (decision !== undefined) {
           metrics.retry(this.model);
           // Not from inside the failed dispatch's own callback.
-          queueMicrotask(() => new Attempt(this, decision).start());
+          queueMicrotask(() => {
+            try {
+              new Attempt(this, decision).start();
+            } catch (error) {
+              this.fail(error);
+            }
+          });
           return;
         }
         sendError(
@@ -632,6 +638,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       const x = this.#x;
       const replica = this.decision.replica;
       const signal = x.signal as ClientGone;
+      // Both may throw on a malformed base URL: before the replica counts this request.
+      const pool = poolFor(replica.baseUrl);
+      const path = upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint);
       replicaModel.set(replica.id, x.model);
       metrics.replicaInFlight(
         x.model,
@@ -654,9 +663,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       };
       const accept = x.req.headers.accept;
       if (accept !== undefined) headers.accept = accept;
-      poolFor(replica.baseUrl).dispatch(
+      pool.dispatch(
         {
-          path: upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint),
+          path,
           method: "POST",
           headers,
           body: x.body,
