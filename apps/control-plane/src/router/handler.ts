@@ -62,6 +62,7 @@ export interface RouterHandler {
 const ENDPOINTS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]);
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const NONE_TRIED: ReadonlySet<string> = new Set();
+type OkAnalysis = Extract<RequestAnalysis, { ok: true }>;
 const ANONYMOUS: ApiKeyInfo = { id: "anonymous", name: "anonymous" };
 const RETRYABLE_CONNECT = new Set([
   "ECONNREFUSED",
@@ -324,12 +325,13 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   class Exchange {
     model = "";
     analysisStart = 0;
-    analysis: (RequestAnalysis & { ok: true }) | undefined;
-    resolution: RouteResolution | undefined;
+    // Set by `#admit`, before any later stage runs:
+    analysis!: OkAnalysis;
+    resolution!: RouteResolution;
     /** Routable replicas when the request was admitted (the first pick's candidates). */
     routable: readonly ReplicaRoute[] = [];
-    /** Set once admitted: the client going away must reach the upstream. */
-    signal: ClientGone | undefined;
+    /** Aborted when the client goes away; that must reach the upstream. */
+    signal!: ClientGone;
     /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
     upstreamMayBeReading = false;
     /** Replicas that failed before answering, and the last failure. */
@@ -449,7 +451,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     #admitted(outcome: AdmissionOutcome, queuedAt: number | undefined): void {
       try {
         const model = this.model;
-        const resolution = this.resolution as RouteResolution;
+        const resolution = this.resolution;
         if (queuedAt !== undefined) {
           this.routable = picker.routable(resolution); // the wait may have changed who is routable
           metrics.queueDepth(model, admission.stats(resolution.deployment).queued);
@@ -509,11 +511,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           this.finish();
           return;
         }
-        const analysis = this.analysis as RequestAnalysis & { ok: true };
         const decision =
-          tried.size < 2
-            ? picker.pick(this.resolution as RouteResolution, analysis.chain, tried)
-            : undefined;
+          tried.size < 2 ? picker.pick(this.resolution, this.analysis.chain, tried) : undefined;
         if (decision !== undefined) {
           metrics.retry(this.model);
           // Not from inside the failed dispatch's own callback.
@@ -564,8 +563,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
   }
 
   const pickOrThrow = (x: Exchange): PickDecision => {
-    const analysis = x.analysis as RequestAnalysis & { ok: true };
-    const resolution = x.resolution as RouteResolution;
+    const { analysis, resolution } = x;
     const decision = picker.pick(resolution, analysis.chain, NONE_TRIED, x.routable);
     metrics.decision({
       model: x.model,
@@ -637,16 +635,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     start(): void {
       const x = this.#x;
       const replica = this.decision.replica;
-      const signal = x.signal as ClientGone;
+      const signal = x.signal;
       // Both may throw on a malformed base URL: before the replica counts this request.
       const pool = poolFor(replica.baseUrl);
       const path = upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint);
       replicaModel.set(replica.id, x.model);
-      metrics.replicaInFlight(
-        x.model,
-        replica.id,
-        picker.dispatched(replica.id, (x.analysis as RequestAnalysis & { ok: true }).chain),
-      );
+      metrics.replicaInFlight(x.model, replica.id, picker.dispatched(replica.id, x.analysis.chain));
       if (signal.aborted) {
         this.#clientGone();
         return;
@@ -676,7 +670,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
 
     onConnect(abort: (reason: Error) => void): void {
       this.#abortUpstream = abort;
-      if (this.#x.signal?.aborted) abort(new ClientGoneError());
+      if (this.#x.signal.aborted) abort(new ClientGoneError());
     }
 
     onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
@@ -711,7 +705,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
 
     onData(chunk: Buffer): boolean {
       const x = this.#x;
-      if (x.signal?.aborted) return true;
+      if (x.signal.aborted) return true;
       const now = performance.now();
       if (this.#last === 0) metrics.firstByte(x.model, (now - x.started) / 1000);
       else metrics.interChunk(x.model, (now - this.#last) / 1000);
@@ -736,7 +730,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
 
     onComplete(): void {
       const x = this.#x;
-      if (x.signal?.aborted) {
+      if (x.signal.aborted) {
         this.#clientGone();
         return;
       }
@@ -749,7 +743,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
 
     onError(error: Error): void {
       const x = this.#x;
-      if (x.signal?.aborted) {
+      if (x.signal.aborted) {
         this.#clientGone();
         return;
       }
@@ -805,7 +799,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       this.#settled = true;
       const x = this.#x;
       if (this.#onClientGone !== undefined) {
-        x.signal?.removeEventListener("abort", this.#onClientGone);
+        x.signal.removeEventListener("abort", this.#onClientGone);
       }
       if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
       metrics.replicaInFlight(
