@@ -143,6 +143,22 @@ describe("router faults", () => {
     });
   });
 
+  it("answers 500 for a replica whose URL does not parse, and does not count it in flight", async () => {
+    // Capacity 1: had the failed attempt stayed counted, the second request would find no room.
+    const { router } = await routerFor([ready("bad", "not a url", 1)]);
+    for (let i = 0; i < 2; i++) {
+      const res = await send(router, `try ${i}`);
+      expect(res.status).toBe(500);
+      expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+      expect(((await res.json()) as OpenAIError).error).toEqual({
+        message: "internal router error",
+        type: "internal_error",
+        code: "internal_error",
+        param: null,
+      });
+    }
+  });
+
   it("ends a stream with an SSE error event when the engine dies mid-stream", async () => {
     const dying = await engine("dying", { dieAfterChunks: 2 });
     const { router, metrics, client } = await routerFor([ready("dying", dying.url)]);

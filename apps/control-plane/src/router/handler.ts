@@ -334,9 +334,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     signal!: ClientGone;
     /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
     upstreamMayBeReading = false;
-    /** Replicas that failed before answering, and the last failure. */
-    tried: Set<string> | undefined;
-    lastError = "";
+    /** Replicas that failed before answering. */
+    #tried: Set<string> | undefined;
     #keyRelease: (() => void) | undefined;
     #slotRelease: (() => void) | undefined;
     #finished = false;
@@ -497,10 +496,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           this.finish();
           return;
         }
-        const tried = this.tried ?? new Set<string>();
-        this.tried = tried;
+        const tried = this.#tried ?? new Set<string>();
+        this.#tried = tried;
         tried.add(replicaId);
-        this.lastError = result.message;
         if (!result.retryable) {
           sendError(
             this.res,
@@ -528,7 +526,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         sendError(
           this.res,
           FAILURE_HTTP.upstreamUnavailable,
-          `no replica of model ${this.model} could be reached${this.lastError === "" ? "" : `: ${this.lastError}`}`,
+          `no replica of model ${this.model} could be reached: ${result.message}`,
           { requestId: this.requestId },
         );
         this.finish();
