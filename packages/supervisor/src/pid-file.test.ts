@@ -45,11 +45,22 @@ describe("pid files", () => {
     expect(readPidFile(dir, "r-1")).toEqual({ kind: "missing" });
   });
 
+  it("keeps the launcher's stop settings, and reads files written without them", () => {
+    const dir = stateDir();
+    const withStop: PidRecord = { ...record, stopSignal: "SIGINT", stopGraceMs: 2500 };
+    writePidFile(dir, withStop);
+    expect(readPidFile(dir, "r-1")).toEqual({ kind: "ok", record: withStop });
+    writePidFile(dir, record);
+    expect(readPidFile(dir, "r-1")).toEqual({ kind: "ok", record });
+  });
+
   it.each([
     ["not json", "not JSON"],
     [JSON.stringify({ ...record, pid: 1 }), "missing or malformed fields"],
     [JSON.stringify({ ...record, replicaId: "other" }), "missing or malformed fields"],
     [JSON.stringify({ ...record, startTime: 99 }), "missing or malformed fields"],
+    [JSON.stringify({ ...record, stopGraceMs: -1 }), "missing or malformed fields"],
+    [JSON.stringify({ ...record, stopSignal: "TERM; rm -rf" }), "missing or malformed fields"],
   ])("reports %s as invalid", (content, reason) => {
     const dir = stateDir();
     writePidFile(dir, record);

@@ -11,6 +11,12 @@ export interface PidRecord extends ProcessIdentity {
   readonly specHash: string;
   /** The replica's log file, so an adopting supervisor keeps tailing it. */
   readonly logFile: string;
+  /**
+   * The spec's stop settings (not part of `specHash`), so that an adopting supervisor stops the
+   * process as its launcher would have. Absent in files written before they were recorded.
+   */
+  readonly stopSignal?: NodeJS.Signals;
+  readonly stopGraceMs?: number;
   readonly writtenAtMs: number;
 }
 
@@ -85,6 +91,12 @@ export function readPidFile(stateDir: string, replicaId: string): PidFileRead {
     typeof r.cmdlineSha256 === "string" &&
     typeof r.specHash === "string" &&
     typeof r.logFile === "string" &&
+    (r.stopSignal === undefined ||
+      (typeof r.stopSignal === "string" && /^SIG[A-Z0-9]+$/.test(r.stopSignal))) &&
+    (r.stopGraceMs === undefined ||
+      (typeof r.stopGraceMs === "number" &&
+        Number.isFinite(r.stopGraceMs) &&
+        r.stopGraceMs >= 0)) &&
     typeof r.writtenAtMs === "number";
   if (!ok) return { kind: "invalid", reason: "missing or malformed fields" };
   return { kind: "ok", record: value as PidRecord };

@@ -207,7 +207,8 @@ export class SupervisedReplica {
           recorded: report.recordedSpecHash,
           expected: report.expectedSpecHash,
         });
-        await report.handle.stop(this.#stopOptions());
+        // With the settings its launcher recorded: they belong to the process being replaced.
+        await report.handle.stop();
       }
     }
     await this.#launch("start requested");
@@ -234,8 +235,9 @@ export class SupervisedReplica {
   }
 
   /**
-   * The spec's stop settings. A launched handle has them already; an adopted one does not
-   * (the pid file records no stop settings), so every stop passes them explicitly.
+   * This replica's spec's stop settings. A launched handle has them already. An adopted one
+   * defaults to those recorded by its launcher, which can differ (they are not part of the spec
+   * hash); the replica's own stops apply the spec it runs under now.
    */
   #stopOptions(): StopOptions {
     const { stopSignal, stopGraceMs } = this.options.spec;

@@ -252,6 +252,8 @@ export class Supervisor {
         ...identity,
         specHash,
         logFile: spec.logFile,
+        ...(spec.stopSignal === undefined ? {} : { stopSignal: spec.stopSignal }),
+        ...(spec.stopGraceMs === undefined ? {} : { stopGraceMs: spec.stopGraceMs }),
         writtenAtMs: o.clock.now(),
       });
     }
@@ -337,7 +339,7 @@ export class Supervisor {
       specHash: record.specHash,
       log,
       exited,
-      defaults: {},
+      defaults: { stopSignal: record.stopSignal, stopGraceMs: record.stopGraceMs },
       identity: record,
     });
   }

@@ -33,6 +33,8 @@ function killGroupLater(pgid: number): void {
 
 /** Starts a supervisor in a child node process; resolves with the engine it launched. */
 async function launchInHost(stateDir: string, replicaId: string, spec: ProcessSpec) {
+  const grace =
+    spec.stopGraceMs === undefined ? {} : { LLMGW_TEST_STOP_GRACE_MS: String(spec.stopGraceMs) };
   const child: ChildProcess = spawn(
     process.execPath,
     [
@@ -45,7 +47,7 @@ async function launchInHost(stateDir: string, replicaId: string, spec: ProcessSp
       spec.logFile,
       ...spec.argv,
     ],
-    { cwd: repoRoot, stdio: ["ignore", "pipe", "inherit"] },
+    { cwd: repoRoot, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...grace } },
   );
   cleanups.push(() => {
     child.kill("SIGKILL");
@@ -132,6 +134,33 @@ describe("orphan adoption", () => {
     const report = await replica.stop();
     expect(report).toMatchObject({ forced: true, timedOut: true });
     expect(report?.durationMs).toBeLessThan(10_000);
+    expect(isAlive(engine.pid)).toBe(false);
+  }, 60_000);
+
+  it("an adopted handle stops with the grace its launcher recorded, without being told", async () => {
+    const { dir, cleanup } = tempDir("llmgw-adopt-");
+    cleanups.push(cleanup);
+    const stateDir = `${dir}/state`;
+    const spec = engineSpec(dir, "r4", ["--ignore-term"], { stopGraceMs: 300 });
+    const { child, engine } = await launchInHost(stateDir, "r4", spec);
+    await waitFor("engine up", () => readFileSync(spec.logFile, "utf8").includes("up"));
+    const recorded = readPidFile(stateDir, "r4");
+    expect(recorded.kind === "ok" && recorded.record.stopGraceMs).toBe(300);
+    child.kill("SIGKILL");
+    await waitFor("host gone", () => child.exitCode !== null || child.signalCode !== null);
+
+    const supervisor = createSupervisor({
+      stateDir,
+      adoptPollIntervalMs: 50,
+      stopPollIntervalMs: 20,
+      defaultStopGraceMs: 60_000,
+    });
+    const report = await supervisor.adopt("r4", hashProcessSpec(spec));
+    expect(report.kind).toBe("adopted");
+    if (report.kind !== "adopted") return;
+    const stopped = await report.handle.stop();
+    expect(stopped).toMatchObject({ forced: true, timedOut: true });
+    expect(stopped.durationMs).toBeLessThan(10_000);
     expect(isAlive(engine.pid)).toBe(false);
   }, 60_000);
 
