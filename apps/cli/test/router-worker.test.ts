@@ -5,19 +5,23 @@
  * memory, exactly as inline.
  */
 import path from "node:path";
-import { createRequestAnalyzer } from "@llmgw/router";
+import { createRequestAnalyzer, type RequestAnalyzer } from "@llmgw/router";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { ensureCliBuilt, repoRoot } from "./cluster-harness.js";
 
 const workerFile = path.join(repoRoot, "apps", "cli", "dist", "router-worker.js");
-const bundled = createRequestAnalyzer({
-  inlineThresholdBytes: 0,
-  pool: { filename: workerFile, minThreads: 1, maxThreads: 1, execArgv: [] },
-});
 const inline = createRequestAnalyzer({ pool: false });
+let bundled: RequestAnalyzer;
 
-beforeAll(() => ensureCliBuilt());
-afterAll(() => Promise.all([bundled.close(), inline.close()]));
+beforeAll(() => {
+  ensureCliBuilt();
+  // After the build: `minThreads: 1` loads the worker file at once.
+  bundled = createRequestAnalyzer({
+    inlineThresholdBytes: 0,
+    pool: { filename: workerFile, minThreads: 1, maxThreads: 1, execArgv: [] },
+  });
+});
+afterAll(() => Promise.all([bundled?.close(), inline.close()]));
 
 it("analyses large bodies in the bundled worker, in place, as inline does", async () => {
   for (const size of [20_000, 150_000]) {

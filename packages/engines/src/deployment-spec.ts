@@ -3,8 +3,10 @@
  * `llmgw.v1.Deployment` (proto/llmgw/v1/deployment.proto) field for field in camelCase.
  * Every string that can reach an engine's argv or environment is validated here, once.
  */
+import { NCCL_ENV_KEYS } from "@llmgw/nccl-env";
 import { z } from "zod";
 import { type DeploymentSpecIssue, EnginesError } from "./errors.js";
+import { SECRET_ENV_NAMES } from "./launch-spec.js";
 
 /** Engines llmgw can launch. */
 export const ENGINES = ["vllm", "sglang", "llamacpp", "sim"] as const;
@@ -115,16 +117,12 @@ export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> 
 export const OWNED_ENV = [
   "CUDA_VISIBLE_DEVICES",
   "CUDA_DEVICE_ORDER",
-  "NCCL_IB_HCA",
-  "NCCL_SOCKET_IFNAME",
-  "NCCL_IB_GID_INDEX",
-  "GLOO_SOCKET_IFNAME",
+  ...NCCL_ENV_KEYS,
   "VLLM_HOST_IP",
   "VLLM_PORT",
   "MASTER_ADDR",
   "MASTER_PORT",
-  "HF_TOKEN",
-  "HUGGING_FACE_HUB_TOKEN",
+  ...SECRET_ENV_NAMES,
   "HF_HOME",
   "HF_HUB_OFFLINE",
   "TRANSFORMERS_OFFLINE",

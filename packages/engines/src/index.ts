@@ -40,7 +40,6 @@ export {
 export { LLAMACPP_DEFAULT_CONTEXT } from "./llamacpp.js";
 export {
   DEFAULT_GPU_MEMORY_UTILIZATION,
-  deploymentUsesFp8,
   FP8_MIN_COMPUTE_CAPABILITY,
   type LaunchRankInput,
   type LaunchViolation,

@@ -117,8 +117,6 @@ export interface BuildLaunchSpecInput {
 /** One engine's rules for turning a deployment into a process. */
 export interface EngineAdapter {
   readonly engine: EngineName;
-  /** False when one replica cannot span nodes (llama.cpp). */
-  readonly multiNode: boolean;
   /** @throws EnginesError `LLMGW_ENGINES_INVALID_LAUNCH`, `…_UNSUPPORTED`, `…_INVALID_CONFIG`, `…_NCCL_ENV`. */
   buildLaunchSpec(input: BuildLaunchSpecInput): LaunchSpec;
 }

@@ -14,7 +14,6 @@ export const LLAMACPP_DEFAULT_CONTEXT = 2048;
  */
 export const llamacppAdapter: EngineAdapter = {
   engine: "llamacpp",
-  multiNode: false,
   buildLaunchSpec(input) {
     const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;

@@ -10,7 +10,6 @@ import type { EngineAdapter } from "./launch-spec.js";
  */
 export const sglangAdapter: EngineAdapter = {
   engine: "sglang",
-  multiNode: true,
   buildLaunchSpec(input) {
     const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;

@@ -9,7 +9,6 @@ import type { EngineAdapter } from "./launch-spec.js";
  */
 export const simAdapter: EngineAdapter = {
   engine: "sim",
-  multiNode: true,
   buildLaunchSpec(input) {
     const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;

@@ -10,7 +10,7 @@ import {
 } from "../test/fixtures/inventories.js";
 import { type DeploymentSpecInput, parseDeploymentSpecOrThrow } from "./deployment-spec.js";
 import type { LaunchGpu } from "./inventory.js";
-import { deploymentUsesFp8, type LaunchRankInput, validateLaunch } from "./validate-launch.js";
+import { type LaunchRankInput, validateLaunch } from "./validate-launch.js";
 
 const range = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => from + i);
 const spec = (s: Partial<DeploymentSpecInput>) =>
@@ -259,14 +259,18 @@ describe("validateLaunch", () => {
   });
 });
 
-describe("deploymentUsesFp8", () => {
+describe("FP8 detection (validateLaunch on an A100)", () => {
   it.each([
     [{}, false],
     [{ quantization: "awq" }, false],
     [{ quantization: "FP8" }, true],
     [{ kvCacheDtype: "fp8_e5m2" }, true],
     [{ kvCacheDtype: "auto" }, false],
-  ])("%j → %s", (s, want) => {
-    expect(deploymentUsesFp8(spec(s))).toBe(want);
+  ])("%j → refused: %s", (s, want) => {
+    const issues = validateLaunch({
+      deployment: spec(s),
+      ranks: [rank("gpu-a100", a100Node, [0])],
+    });
+    expect(issues.some((i) => i.code === "LLMGW_ENGINES_FP8_UNSUPPORTED")).toBe(want);
   });
 });

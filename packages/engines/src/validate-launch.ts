@@ -72,13 +72,6 @@ function fp8Settings(d: Pick<DeploymentSpec, "quantization" | "kvCacheDtype">): 
   ].filter((s) => s !== undefined);
 }
 
-/** True when the deployment asks for FP8 weights or an FP8 KV cache. */
-export function deploymentUsesFp8(
-  d: Pick<DeploymentSpec, "quantization" | "kvCacheDtype">,
-): boolean {
-  return fp8Settings(d).length > 0;
-}
-
 /**
  * Returns every violation (empty = launchable):
  * - rank arithmetic: total GPUs = TP × PP (GPU engines), every node the same GPU count, no node

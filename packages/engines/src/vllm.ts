@@ -8,7 +8,6 @@ import type { EngineAdapter } from "./launch-spec.js";
  */
 export const vllmAdapter: EngineAdapter = {
   engine: "vllm",
-  multiNode: true,
   buildLaunchSpec(input) {
     const checked = checkLaunch(input);
     const { deployment: d, placement, ports } = input;
