@@ -3,7 +3,11 @@
  * `@llmgw/metrics-collector` through the control plane's adapter, on an injected registry.
  */
 import { createRouterMetrics } from "@llmgw/metrics-collector";
-import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
+import {
+  createInFlightCounters,
+  createInMemoryApiKeyStore,
+  createStaticRouteTable,
+} from "@llmgw/router";
 import { Registry } from "prom-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -46,6 +50,65 @@ const chat = (model: string, key = "sk-m", stream = false) =>
     headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
     body: JSON.stringify({ model, stream, messages: [{ role: "user", content: "count me" }] }),
   });
+
+describe("a replica that leaves the route table", () => {
+  it("loses its series and its routing state; the one that stays keeps serving", async () => {
+    const gone = await startFakeEngine({ name: "gone" });
+    const stays = await startFakeEngine({ name: "stays" });
+    const own = new Registry();
+    const table = createStaticRouteTable();
+    const route = (ids: string[]) => ({
+      deployment: "d",
+      policy: "round-robin" as const,
+      loading: false,
+      replicas: ids.map((id) => ({
+        id,
+        baseUrl: id === "d-0" ? gone.url : stays.url,
+        state: "ready" as const,
+        capacity: 4,
+      })),
+    });
+    table.set({ d: route(["d-0", "d-1"]) });
+    const inFlight = createInFlightCounters();
+    const r = await startRouterServer({
+      routeTable: table,
+      metrics: createPrometheusRouterMetricsSink(createRouterMetrics(own)),
+      options: { noAuth: true, analyzer: { pool: false }, picker: { inFlight } },
+    });
+    try {
+      const send = async () => {
+        const res = await fetch(`${r.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "d", messages: [{ role: "user", content: "hi" }] }),
+        });
+        await res.arrayBuffer();
+        return res.headers.get("x-llmgw-replica");
+      };
+      // Round robin over two replicas: both get traffic, so both have series.
+      expect(new Set([await send(), await send()])).toEqual(new Set(["d-0", "d-1"]));
+      const replicas = async () =>
+        new Set(
+          (await own.getSingleMetricAsString("llmgw_router_replica_requests_in_flight"))
+            .split("\n")
+            .filter((l) => l.startsWith("llmgw_router_replica_requests_in_flight{"))
+            .map((l) => /replica="([^"]+)"/.exec(l)?.[1]),
+        );
+      expect(await replicas()).toEqual(new Set(["d-0", "d-1"]));
+      const slot = inFlight.slotOf("d-0");
+
+      table.set({ d: route(["d-1"]) });
+      expect(await replicas()).toEqual(new Set(["d-1"]));
+      // Its shared in-flight slot is free again: the next new replica id gets it.
+      expect(inFlight.slotOf("d-9")).toBe(slot);
+      expect([await send(), await send()]).toEqual(["d-1", "d-1"]);
+    } finally {
+      await r.close();
+      await gone.close();
+      await stays.close();
+    }
+  });
+});
 
 describe("router metrics", () => {
   it("exports requests, refusals, tokens and decisions in llmgw_router_* families", async () => {

@@ -86,6 +86,25 @@ describe("hot families", () => {
     expect(parseExposition(await registry.metrics()).samples).toEqual([]);
   });
 
+  it("removeWhere drops every series matching the given labels, whatever the others", async () => {
+    const registry = new Registry();
+    const c = new HotCounter(
+      { name: "x_total", help: "h", labelNames: ["model", "replica", "kind"] },
+      registry,
+    );
+    for (const kind of ["connect", "timeout", "not-known-in-advance"]) {
+      c.inc({ model: "m", replica: "r-0", kind });
+    }
+    c.inc({ model: "m", replica: "r-1", kind: "connect" });
+    c.inc({ model: "other", replica: "r-0", kind: "connect" });
+    c.removeWhere({ model: "m", replica: "r-0" });
+    const samples = parseExposition(await registry.metrics()).samples;
+    expect(samples.map((s) => [s.labels.model, s.labels.replica])).toEqual([
+      ["m", "r-1"],
+      ["other", "r-0"],
+    ]);
+  });
+
   it("bound series keep counting after their series was removed or reset, from zero", async () => {
     const registry = new Registry();
     const c = new HotCounter({ name: "x_total", help: "h", labelNames: ["model"] }, registry);

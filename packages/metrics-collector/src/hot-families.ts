@@ -75,6 +75,16 @@ abstract class HotFamily<L extends string, S> {
     this.all.delete(this.key(labels));
   }
 
+  /** Drops every series whose labels include all of `match` (e.g. one replica's, any kind). */
+  removeWhere(match: Partial<Labels<L>>): void {
+    const names = Object.keys(match) as L[];
+    for (const [key, series] of this.all) {
+      if (names.every((name) => `${series.labels[name]}` === `${match[name]}`)) {
+        this.all.delete(key);
+      }
+    }
+  }
+
   /** Drops every series. */
   reset(): void {
     this.all.clear();

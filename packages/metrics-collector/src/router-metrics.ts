@@ -193,21 +193,13 @@ export function createRouterMetrics(
         metrics.circuitState.set({ model, replica, state: s }, s === state ? 1 : 0);
     },
     forgetReplica(model, replica) {
-      // prom-client's remove() needs the full label set; walk the known values instead.
-      metrics.replicaInFlight.remove({ model, replica });
-      for (const kind of [
-        "connect",
-        "timeout",
-        "reset",
-        "http_5xx",
-        "stream_aborted",
-        "protocol",
+      for (const family of [
+        metrics.replicaInFlight,
+        metrics.upstreamErrors,
+        metrics.circuitState,
+        metrics.circuitTransitions,
       ] as const) {
-        metrics.upstreamErrors.remove({ model, replica, kind });
-      }
-      for (const s of CIRCUIT_STATES) {
-        metrics.circuitState.remove({ model, replica, state: s });
-        metrics.circuitTransitions.remove({ model, replica, to: s });
+        family.removeWhere({ model, replica });
       }
     },
     unregister() {

@@ -69,6 +69,8 @@ export interface RouterMetricsSink {
   bytes(model: string, endpoint: string, direction: "in" | "out", count: number): void;
   inFlight(model: string, delta: number): void;
   replicaInFlight(model: string, replicaId: string, value: number): void;
+  /** The replica left the route table: drop its per-replica series. */
+  replicaGone(model: string, replicaId: string): void;
   /** Routable replicas of a model, as seen by the latest request. */
   replicasAvailable(model: string, count: number): void;
   queueDepth(model: string, depth: number): void;
@@ -93,6 +95,7 @@ export const noopRouterMetrics: RouterMetricsSink = {
   bytes() {},
   inFlight() {},
   replicaInFlight() {},
+  replicaGone() {},
   replicasAvailable() {},
   queueDepth() {},
   queueWait() {},

@@ -61,6 +61,11 @@ export interface ReplicaPicker {
   dispatched(replicaId: string, chain: ArrayLike<number>): number;
   /** Books its end; returns the in-flight count after it. */
   finished(replicaId: string, outcome: DispatchOutcome, firstByteMs?: number): number;
+  /**
+   * Drops what is known of a replica that left the route table: its health, its prefix-index
+   * entries and, once its last in-flight request has finished, its shared in-flight slot.
+   */
+  forget(replicaId: string): void;
   readonly inFlight: InFlightCounters;
   readonly prefixIndex: PrefixIndex;
   readonly health: ReplicaHealth;
@@ -74,8 +79,16 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const health = createReplicaHealth(options.health);
   const inFlight = options.inFlight ?? createInFlightCounters();
   const turns = new Map<string, number>();
+  /** Forgotten replicas with requests still in flight: their slot is freed by the last one. */
+  const retiring = new Set<string>();
   const routable = (resolution: RouteResolution): ReplicaRoute[] =>
     resolution.replicas.filter((r) => r.state === "ready" && health.isRoutable(r.id));
+  const forget = (replicaId: string): void => {
+    health.forget(replicaId);
+    prefixIndex.forget(replicaId);
+    if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
+    else inFlight.forget(replicaId);
+  };
   return {
     routable,
     capacity(resolution) {
@@ -131,8 +144,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);
       else if (outcome === "failure") health.onFailure(replicaId);
       else health.onAbandon(replicaId);
-      return inFlight.decrement(replicaId);
+      const left = inFlight.decrement(replicaId);
+      if (left === 0 && retiring.size > 0 && retiring.delete(replicaId)) forget(replicaId);
+      return left;
     },
+    forget,
     inFlight,
     prefixIndex,
     health,

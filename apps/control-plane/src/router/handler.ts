@@ -172,21 +172,32 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     return pool;
   };
 
-  // New replicas (or capacity changes) must reach queued requests, and pools of replicas that
-  // left the table are closed.
+  // New replicas (or capacity changes) must reach queued requests. Replicas that left the
+  // table lose their pool, their routing state and their metric series: replica ids come and go
+  // with deployments, and neither the shared in-flight slots nor the series may pile up.
   const unsubscribe = routeTable.subscribe(() => {
-    const live = new Set<string>();
+    const liveUrls = new Set<string>();
+    const liveIds = new Set<string>();
     for (const model of seenModels) {
       const resolution = routeTable.resolve(model);
       if (resolution === undefined) continue;
-      for (const r of resolution.replicas) live.add(r.baseUrl);
+      for (const r of resolution.replicas) {
+        liveUrls.add(r.baseUrl);
+        liveIds.add(r.id);
+      }
       admission.setCapacity(resolution.deployment, picker.capacity(resolution));
     }
     for (const [baseUrl, pool] of pools) {
-      if (!live.has(baseUrl)) {
+      if (!liveUrls.has(baseUrl)) {
         pools.delete(baseUrl);
         void pool.close().catch(() => {});
       }
+    }
+    for (const [id, model] of replicaModel) {
+      if (liveIds.has(id)) continue;
+      replicaModel.delete(id);
+      picker.forget(id);
+      metrics.replicaGone(model, id);
     }
   });
 
@@ -800,11 +811,10 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         x.signal.removeEventListener("abort", this.#onClientGone);
       }
       if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
-      metrics.replicaInFlight(
-        x.model,
-        this.#replicaId,
-        picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs),
-      );
+      const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
+      // Not for a replica that left the table meanwhile: its series is gone for good.
+      if (replicaModel.has(this.#replicaId))
+        metrics.replicaInFlight(x.model, this.#replicaId, left);
       x.attemptEnded(result, this.#replicaId);
     }
   }

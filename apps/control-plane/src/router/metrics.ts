@@ -134,6 +134,7 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     inFlight: (model, delta) => perModel(modelLabel(model)).inFlight.inc(delta),
     replicaInFlight: (model, replica, value) =>
       perModel(modelLabel(model)).replicaInFlight(replica).set(value),
+    replicaGone: (model, replica) => m.forgetReplica(modelLabel(model), replica),
     replicasAvailable: (model, count) => perModel(modelLabel(model)).replicasAvailable.set(count),
     queueDepth: (model, depth) => m.queueDepth.set({ model: modelLabel(model) }, depth),
     queueWait: (model, seconds, outcome) =>

@@ -32,6 +32,7 @@ export function createRecordingRouterMetrics(): RecordingRouterMetrics {
     bytes: rec("bytes"),
     inFlight: rec("inFlight"),
     replicaInFlight: rec("replicaInFlight"),
+    replicaGone: rec("replicaGone"),
     replicasAvailable: rec("replicasAvailable"),
     queueDepth: rec("queueDepth"),
     queueWait: rec("queueWait"),
