@@ -24,7 +24,7 @@ export function createClusterRouteTable(cluster: Cluster): RouteTable {
     if (!spec) return undefined;
     const ready = cluster.readyReplicas(model);
     const deployment = ready[0]?.deployment ?? spec.name;
-    const policy = ready[0]?.routingPolicy ?? spec.routingPolicy ?? "llmgw";
+    const policy = ready[0]?.routingPolicy ?? spec.routingPolicy;
     const replicas: ReplicaRoute[] = ready.map((r) => ({
       id: r.replicaId,
       baseUrl: `http://${r.endpoint}`,

@@ -100,11 +100,10 @@ function transportFailure(
   check: CheckReport["check"],
   got: Exclude<Fetched, { kind: "response" }>,
 ): CheckReport {
-  const what = got.kind === "refused" ? "connection refused" : got.message;
   return {
     check,
     state: got.kind === "refused" ? "starting" : "failed-probe",
-    detail: `${check}: ${what} after ${got.elapsedMs} ms`,
+    detail: `${check}: ${got.message} after ${got.elapsedMs} ms`,
     elapsedMs: got.elapsedMs,
   };
 }

@@ -43,7 +43,8 @@ Options:
   --exit-after-check   run every step, then stop; exit 0 only if every step worked (CI)
   --port P             public (OpenAI) port (default 8080, or a free one if taken)
   --control-port P     control port: admin API, agents, /metrics (default 7070, or a free one)
-  --timeout S          seconds to wait for deployments to become ready (default 600)
+  --timeout D          how long to wait for deployments to become ready: 600 (seconds), 30s,
+                       10m, 1h (default 600)
 `;
 
 const SIM_MODEL = "llama-3-8b-sim";
