@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEitwEKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXNCEwoRX3ByZXZpb3VzX25vZGVfaWQiWwoQUmVnaXN0ZXJSZXNwb25zZRIPCgdub2RlX2lkGAEgASgJEhcKD25vZGVfY3JlZGVudGlhbBgCIAEoCRIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iyQEKEEhlYXJ0YmVhdFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRIXCg9nZW5lcmF0aW9uX3NlZW4YAiABKAQSIgoEZ3B1cxgDIAMoCzIULmxsbWd3LnYxLkdwdVJlYWRpbmcSKQoIcmVwbGljYXMYBCADKAsyFy5sbG1ndy52MS5SZXBsaWNhU3RhdHVzEiMKCHByb2JsZW1zGAUgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIXCg9zZW50X2F0X3VuaXhfbXMYBiABKAMieAoRSGVhcnRiZWF0UmVzcG9uc2USEgoKZ2VuZXJhdGlvbhgBIAEoBBIwCgthc3NpZ25tZW50cxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FBc3NpZ25tZW50Eh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkylwEKDEFnZW50U2VydmljZRJBCghSZWdpc3RlchIZLmxsbWd3LnYxLlJlZ2lzdGVyUmVxdWVzdBoaLmxsbWd3LnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubGxtZ3cudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxsbWd3LnYxLkhlYXJ0YmVhdFJlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIoECChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwiNwoQRW5naW5lQ3JlZGVudGlhbBISCgpyZXBsaWNhX2lkGAEgASgJEg8KB2FwaV9rZXkYAiABKAkieAoRSGVhcnRiZWF0UmVzcG9uc2USEgoKZ2VuZXJhdGlvbhgBIAEoBBIwCgthc3NpZ25tZW50cxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FBc3NpZ25tZW50Eh0KFWhlYXJ0YmVhdF9pbnRlcnZhbF9tcxgDIAEoDSK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkylwEKDEFnZW50U2VydmljZRJBCghSZWdpc3RlchIZLmxsbWd3LnYxLlJlZ2lzdGVyUmVxdWVzdBoaLmxsbWd3LnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubGxtZ3cudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxsbWd3LnYxLkhlYXJ0YmVhdFJlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.RegisterRequest
@@ -45,6 +45,22 @@ export type RegisterRequest = Message<"llmgw.v1.RegisterRequest"> & {
    * @generated from field: repeated llmgw.v1.ReplicaStatus replicas = 4;
    */
   replicas: ReplicaStatus[];
+
+  /**
+   * The node credential issued with previous_node_id. Re-registering an id that the control
+   * plane still holds needs it (or an operator's `llmgw nodes reset`): the join token alone
+   * never takes over another node's identity.
+   *
+   * @generated from field: optional string previous_node_credential = 5;
+   */
+  previousNodeCredential?: string | undefined;
+
+  /**
+   * API keys of the engines already running on the node (see HeartbeatRequest).
+   *
+   * @generated from field: repeated llmgw.v1.EngineCredential engine_credentials = 6;
+   */
+  engineCredentials: EngineCredential[];
 };
 
 /**
@@ -118,6 +134,15 @@ export type HeartbeatRequest = Message<"llmgw.v1.HeartbeatRequest"> & {
    * @generated from field: int64 sent_at_unix_ms = 6;
    */
   sentAtUnixMs: bigint;
+
+  /**
+   * The API key each serving engine on this node requires, so that only routers reach it.
+   * The agent draws a new key whenever it starts an engine process; the control plane keeps
+   * them in memory only (never the store, events or admin views) and hands them to routers.
+   *
+   * @generated from field: repeated llmgw.v1.EngineCredential engine_credentials = 7;
+   */
+  engineCredentials: EngineCredential[];
 };
 
 /**
@@ -126,6 +151,30 @@ export type HeartbeatRequest = Message<"llmgw.v1.HeartbeatRequest"> & {
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 2);
+
+/**
+ * The API key of one replica's serving engine (rank 0 of a multi-node replica).
+ *
+ * @generated from message llmgw.v1.EngineCredential
+ */
+export type EngineCredential = Message<"llmgw.v1.EngineCredential"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: string api_key = 2;
+   */
+  apiKey: string;
+};
+
+/**
+ * Describes the message llmgw.v1.EngineCredential.
+ * Use `create(EngineCredentialSchema)` to create a new message.
+ */
+export const EngineCredentialSchema: GenMessage<EngineCredential> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 3);
 
 /**
  * @generated from message llmgw.v1.HeartbeatResponse
@@ -154,7 +203,7 @@ export type HeartbeatResponse = Message<"llmgw.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 3);
+  messageDesc(file_llmgw_v1_agent, 4);
 
 /**
  * One replica rank the node should run.
@@ -203,7 +252,7 @@ export type ReplicaAssignment = Message<"llmgw.v1.ReplicaAssignment"> & {
  * Use `create(ReplicaAssignmentSchema)` to create a new message.
  */
 export const ReplicaAssignmentSchema: GenMessage<ReplicaAssignment> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 4);
+  messageDesc(file_llmgw_v1_agent, 5);
 
 /**
  * The group a multi-node replica forms.
@@ -243,7 +292,7 @@ export type World = Message<"llmgw.v1.World"> & {
  * Use `create(WorldSchema)` to create a new message.
  */
 export const WorldSchema: GenMessage<World> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * Agents dial out to the control plane; the control plane never dials agents.
