@@ -681,3 +681,40 @@ describe("engineAdapters", () => {
     expect(engineSupportsMultiNode(engine)).toBe(engine !== "llamacpp");
   });
 });
+
+describe("buildLaunchSpec: the engine API key travels by environment, never argv", () => {
+  const gpuNode = ibH100Node("gpu-a", "10.0.0.1");
+  it.each([
+    { engine: "vllm", apiKeyEnv: "VLLM_API_KEY" },
+    { engine: "llamacpp", apiKeyEnv: "LLAMA_API_KEY" },
+    { engine: "sim", apiKeyEnv: "LLMGW_ENGINE_API_KEY" },
+    // SGLang reads its key from argv only; it gets none rather than one every local user sees.
+    { engine: "sglang", apiKeyEnv: undefined },
+  ] as const)("$engine: rank 0 names $apiKeyEnv", ({ engine, apiKeyEnv }) => {
+    const model = engine === "llamacpp" ? "/models/m.gguf" : MODEL;
+    const spec = buildLaunchSpec(
+      input({ engine, model }, { gpuIndices: [0] }, gpuNode, { bindHost: "10.0.0.1" }),
+    );
+    expect(spec.apiKeyEnv).toBe(apiKeyEnv);
+    expect(spec.argv.some((a) => a.startsWith("--api-key"))).toBe(false);
+    expect(spec.argv[spec.argv.indexOf("--host") + 1]).toBe("10.0.0.1");
+  });
+
+  it("ranks that serve no API get no key variable", () => {
+    const spec = buildLaunchSpec(
+      input(
+        { engine: "sim", tensorParallel: 8, pipelineParallel: 2 },
+        {
+          rank: 1,
+          nnodes: 2,
+          rank0Address: "10.0.0.1",
+          rendezvousPort: 29501,
+          fabricId: IB_FABRIC,
+          gpuIndices: range(0, 8),
+        },
+        ibH100Node("gpu-b", "10.0.0.2"),
+      ),
+    );
+    expect(spec.apiKeyEnv).toBeUndefined();
+  });
+});

@@ -4,6 +4,7 @@ import { type EngineName, engineSupportsMultiNode, isOwnedEnvKey } from "./deplo
 import { EnginesError } from "./errors.js";
 import {
   type BuildLaunchSpecInput,
+  ENGINE_API_KEY_ENV,
   isSafeHost,
   type LaunchSpec,
   type ResolvedNodeEngineConfig,
@@ -149,8 +150,8 @@ export function distInitArgs(input: BuildLaunchSpecInput, checked: CheckedLaunch
 
 /**
  * The parts of a {@link LaunchSpec} every adapter fills the same way: environment (see
- * {@link buildEnv}), working dir, the API port and readiness checks on serving ranks,
- * `/metrics`, SIGTERM and the engine's grace.
+ * {@link buildEnv}), working dir, the API port, API key variable and readiness checks on
+ * serving ranks, `/metrics`, SIGTERM and the engine's grace.
  */
 export function finishLaunchSpec(
   engine: EngineName,
@@ -161,11 +162,13 @@ export function finishLaunchSpec(
 ): LaunchSpec {
   const { env, reasons } = buildEnv(input, checked, options);
   const { config } = checked;
+  const apiKeyEnv = options.serving ? ENGINE_API_KEY_ENV[engine] : undefined;
   return {
     engine,
     rank: input.placement.rank,
     argv,
     env,
+    ...(apiKeyEnv === undefined ? {} : { apiKeyEnv }),
     ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
     ...(options.serving ? { apiPort: input.ports.api } : {}),
     readiness: options.serving

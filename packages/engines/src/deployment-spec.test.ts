@@ -13,13 +13,32 @@ import {
   parseDeploymentSpec,
   parseDeploymentSpecOrThrow,
 } from "./deployment-spec.js";
-import { SECRET_ENV_NAMES } from "./launch-spec.js";
+import { ENGINE_API_KEY_ENV_NAMES, SECRET_ENV_NAMES } from "./launch-spec.js";
 
 const base = { name: "llama-8b", model: "meta-llama/Llama-3.1-8B-Instruct", engine: "vllm" };
 
 describe("OWNED_ENV", () => {
   it("covers every NCCL/Gloo variable nccl-env may set and every secret", () => {
     for (const key of [...NCCL_ENV_KEYS, ...SECRET_ENV_NAMES]) expect(OWNED_ENV).toContain(key);
+  });
+
+  it.each(ENGINE_API_KEY_ENV_NAMES)(
+    "refuses %s: a deployment cannot set an engine's API key",
+    (key) => {
+      expect(parseDeploymentSpec({ ...base, env: { [key]: "chosen-by-the-deployer" } }).ok).toBe(
+        false,
+      );
+    },
+  );
+
+  it.each([
+    ["vllm", "--api-key"],
+    ["sglang", "--api-key"],
+    ["llamacpp", "--api-key"],
+    ["llamacpp", "--api-key-file"],
+  ])("refuses %s extraArgs %s: the router holds the engine's only key", (engine, flag) => {
+    const model = engine === "llamacpp" ? "/models/m.gguf" : base.model;
+    expect(parseDeploymentSpec({ ...base, engine, model, extraArgs: [flag, "x"] }).ok).toBe(false);
   });
 });
 

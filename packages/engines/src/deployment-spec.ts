@@ -6,7 +6,7 @@
 import { NCCL_ENV_KEYS } from "@llmgw/nccl-env";
 import { z } from "zod";
 import { type DeploymentSpecIssue, EnginesError } from "./errors.js";
-import { SECRET_ENV_NAMES } from "./launch-spec.js";
+import { ENGINE_API_KEY_ENV_NAMES, SECRET_ENV_NAMES } from "./launch-spec.js";
 
 /** Engines llmgw can launch. */
 export const ENGINES = ["vllm", "sglang", "llamacpp", "sim"] as const;
@@ -45,6 +45,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--download-dir",
     "--trust-remote-code",
     "--distributed-executor-backend",
+    "--api-key",
   ],
   sglang: [
     "--model-path",
@@ -75,6 +76,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--enable-metrics",
     "--base-gpu-id",
     "--gpu-id-step",
+    "--api-key",
   ],
   llamacpp: [
     "--model",
@@ -89,6 +91,8 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--metrics",
     "--model-url",
     "--hf-repo",
+    "--api-key",
+    "--api-key-file",
   ],
   sim: [
     "--model",
@@ -123,6 +127,7 @@ export const OWNED_ENV = [
   "MASTER_ADDR",
   "MASTER_PORT",
   ...SECRET_ENV_NAMES,
+  ...ENGINE_API_KEY_ENV_NAMES,
   "HF_HOME",
   "HF_HUB_OFFLINE",
   "TRANSFORMERS_OFFLINE",

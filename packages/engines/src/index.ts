@@ -27,6 +27,8 @@ export {
 export type { LaunchGpu, LaunchNode } from "./inventory.js";
 export {
   type BuildLaunchSpecInput,
+  ENGINE_API_KEY_ENV,
+  ENGINE_API_KEY_ENV_NAMES,
   type EngineAdapter,
   type LaunchPlacement,
   type LaunchPorts,

@@ -48,7 +48,10 @@ export interface NodeEngineConfig {
   readonly hfHome?: string;
   /** Weights are pre-staged: sets `HF_HUB_OFFLINE=1`. Default false. */
   readonly offline?: boolean;
-  /** Address engines bind; default `"0.0.0.0"` (the router and peers reach them over the network). */
+  /**
+   * Address engines bind; default `"0.0.0.0"`. The agent always sets it: the node's advertise
+   * address unless the operator overrides it, so an engine is not reachable on every interface.
+   */
   readonly bindHost?: string;
   /** llama.cpp `-t`; default 1. */
   readonly llamacppThreads?: number;
@@ -92,6 +95,12 @@ export interface LaunchSpec {
   readonly argv: readonly string[];
   /** Variables to set on top of the agent's own (secrets are added by the agent, not here). */
   readonly env: Readonly<Record<string, string>>;
+  /**
+   * Variable through which the agent hands this rank's engine its API key (see
+   * {@link ENGINE_API_KEY_ENV}); the key itself is never in a launch spec or argv. Undefined on
+   * ranks that serve no API and for engines that take a key only on argv (SGLang).
+   */
+  readonly apiKeyEnv?: string;
   readonly cwd?: string;
   /** API port on rank 0; undefined on ranks that serve no API. */
   readonly apiPort?: number;
@@ -126,6 +135,28 @@ export interface EngineAdapter {
  * engine; they never appear in a `LaunchSpec`, argv, logs or the control plane.
  */
 export const SECRET_ENV_NAMES = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] as const;
+
+/**
+ * Where each engine reads the API key it demands on its OpenAI routes, when not given
+ * `--api-key` on argv: vLLM's `VLLM_API_KEY` (vllm/envs.py; `/health` and `/metrics` stay open),
+ * llama-server's `LLAMA_API_KEY` (common/arg.cpp; only `/health` stays open, so probes and
+ * scrapes send the key), the simulated engine's `LLMGW_ENGINE_API_KEY`. SGLang has none: it
+ * takes `--api-key` on argv only, where any local user could read it, so it runs without a key
+ * (bound to the bind address all the same).
+ */
+export const ENGINE_API_KEY_ENV: Readonly<Record<EngineName, string | undefined>> = {
+  vllm: "VLLM_API_KEY",
+  sglang: undefined,
+  llamacpp: "LLAMA_API_KEY",
+  sim: "LLMGW_ENGINE_API_KEY",
+};
+
+/** The variables of {@link ENGINE_API_KEY_ENV}: llmgw sets them, a deployment never does. */
+export const ENGINE_API_KEY_ENV_NAMES = [
+  "VLLM_API_KEY",
+  "LLAMA_API_KEY",
+  "LLMGW_ENGINE_API_KEY",
+] as const;
 
 const DEFAULT_COMMANDS: Readonly<Record<EngineName, readonly string[]>> = {
   vllm: ["vllm", "serve"],
