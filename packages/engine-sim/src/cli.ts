@@ -2,12 +2,17 @@ import { startEngineSim } from "./engine-sim.js";
 import { isEngineSimError } from "./errors.js";
 import { ENGINE_SIM_USAGE, parseEngineSimArgv } from "./options.js";
 
+/** The variable the simulated engine's API key is read from (as the agent hands it over). */
+export const ENGINE_SIM_API_KEY_ENV = "LLMGW_ENGINE_API_KEY";
+
 /** Streams a command-line front end writes to, plus the signal that stops it. */
 export interface EngineSimCliIo {
   readonly stdout: { write(chunk: string): unknown };
   readonly stderr: { write(chunk: string): unknown };
   /** Aborting it closes the engine gracefully (exit 0). */
   readonly signal: AbortSignal;
+  /** The process environment; {@link ENGINE_SIM_API_KEY_ENV} sets `apiKey`. Default: none. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
 }
 
 /**
@@ -20,8 +25,9 @@ export async function runEngineSimCli(
   io: EngineSimCliIo,
 ): Promise<number> {
   let parsed: ReturnType<typeof parseEngineSimArgv>;
+  const apiKey = io.env?.[ENGINE_SIM_API_KEY_ENV] || undefined;
   try {
-    parsed = parseEngineSimArgv(argv);
+    parsed = parseEngineSimArgv(argv, apiKey === undefined ? {} : { apiKey });
   } catch (error) {
     if (!isEngineSimError(error)) throw error;
     io.stderr.write(`engine-sim: ${error.message}\n\n${ENGINE_SIM_USAGE}`);

@@ -1,3 +1,4 @@
+import { timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { EngineSimError } from "./errors.js";
@@ -155,6 +156,7 @@ class EngineSim {
   #answered = 0;
   #nextId = 0;
   readonly #errorPrng: () => number;
+  readonly #apiKeyBytes: Buffer | undefined;
   readonly ttft = new Histogram(TTFT_BUCKETS_S);
   readonly itl = new Histogram(ITL_BUCKETS_S);
   readonly success = { stop: 0, length: 0, abort: 0 };
@@ -169,6 +171,7 @@ class EngineSim {
     this.model = new TimingModel(options.timing);
     this.t0 = clock.now();
     this.#errorPrng = createPrng(options.seed ^ 0x5eed);
+    this.#apiKeyBytes = options.apiKey === undefined ? undefined : Buffer.from(options.apiKey);
     this.exited = new Promise((resolve) => {
       this.#exit = resolve;
     });
@@ -411,6 +414,15 @@ class EngineSim {
       else this.#json(res, 404, { detail: "Not Found" });
       return;
     }
+    if (path.startsWith("/v1/") && !this.#authorized(req)) {
+      this.#error(res, {
+        status: 401,
+        type: "authentication_error",
+        message: "Invalid API key: send Authorization: Bearer <key>",
+        param: null,
+      });
+      return;
+    }
     switch (path) {
       case "/health":
       case "/health_generate":
@@ -457,6 +469,15 @@ class EngineSim {
         return;
     }
     this.#json(res, 405, { detail: "Method Not Allowed" });
+  }
+
+  /** True without an `apiKey`, or when the request's bearer token equals it. */
+  #authorized(req: IncomingMessage): boolean {
+    const expected = this.#apiKeyBytes;
+    if (expected === undefined) return true;
+    const header = req.headers.authorization ?? "";
+    const given = Buffer.from(header.startsWith("Bearer ") ? header.slice(7) : "");
+    return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
   #healthOk(res: ServerResponse): void {

@@ -1,4 +1,4 @@
-export { type EngineSimCliIo, runEngineSimCli } from "./cli.js";
+export { ENGINE_SIM_API_KEY_ENV, type EngineSimCliIo, runEngineSimCli } from "./cli.js";
 export {
   type EngineSimClock,
   type EngineSimDeps,

@@ -43,6 +43,11 @@ export interface EngineSimOptions {
   servedModelName?: string;
   /** Bind address. Default 127.0.0.1. */
   host?: string;
+  /**
+   * Key every `/v1/*` request must carry as `Authorization: Bearer <key>` (401 otherwise);
+   * `/health` and `/metrics` stay open, as in vLLM. Default: none, everything open.
+   */
+  apiKey?: string;
   /** API port; 0 picks a free one. Default 8000. */
   port?: number;
   /** Context length (prompt + output tokens). Default 8192. */
@@ -85,6 +90,7 @@ export interface ResolvedEngineSimOptions {
   readonly model: string;
   readonly servedModelName: string;
   readonly host: string;
+  readonly apiKey: string | undefined;
   readonly port: number;
   readonly maxModelLen: number;
   readonly mimic: EngineSimMimic;
@@ -163,10 +169,17 @@ export function resolveEngineSimOptions(options: EngineSimOptions): ResolvedEngi
     minOutputTokens,
   );
   const f = options.faults ?? {};
+  // Length only: the value is a secret and never echoed.
+  if (options.apiKey !== undefined && !/^[\x21-\x7e]{1,512}$/.test(options.apiKey)) {
+    throw invalid(
+      `apiKey must be 1-512 printable ASCII characters without spaces (got ${options.apiKey.length} characters)`,
+    );
+  }
   return Object.freeze({
     model: options.model,
     servedModelName: options.servedModelName || options.model,
     host: options.host ?? "127.0.0.1",
+    apiKey: options.apiKey,
     port: int("port", options.port ?? 8000, 0, 65535),
     maxModelLen,
     mimic,
@@ -217,6 +230,9 @@ Engine flags (as the engine adapter emits them):
   --model M                     model path or id (required)
   --served-model-name NAME      name in /v1/models and requests (default: --model)
   --host H                      bind address (default 127.0.0.1)
+                                $LLMGW_ENGINE_API_KEY, when set, is the key every /v1/*
+                                request must send as Authorization: Bearer (never a flag:
+                                argv is readable by every local user)
   --port P                      API port, 0 = any free port (default 8000)
   --max-model-len N             context length in tokens (default 8192)
   --mimic vllm|sglang           startup, /health and /metrics flavour (default vllm)
@@ -261,11 +277,15 @@ function num(flag: string, text: string | undefined): number | undefined {
 }
 
 /**
- * Parses the `engine-sim` flags (see {@link ENGINE_SIM_USAGE}) into options. Throws
+ * Parses the `engine-sim` flags (see {@link ENGINE_SIM_USAGE}) into options, on top of
+ * `fromEnvironment` (what the caller read from the environment: the API key). Throws
  * `LLMGW_ENGINE_SIM_INVALID_OPTION` for unknown flags and bad values; `help` is true for
  * `--help`.
  */
-export function parseEngineSimArgv(argv: readonly string[]): {
+export function parseEngineSimArgv(
+  argv: readonly string[],
+  fromEnvironment: Pick<EngineSimOptions, "apiKey"> = {},
+): {
   options: EngineSimOptions;
   help: boolean;
 } {
@@ -328,6 +348,7 @@ export function parseEngineSimArgv(argv: readonly string[]): {
     throw invalid(`--mimic must be vllm or sglang, got ${JSON.stringify(mimic)}`);
   }
   const options: EngineSimOptions = {
+    ...fromEnvironment,
     model,
     servedModelName: str("served-model-name"),
     host: str("host"),

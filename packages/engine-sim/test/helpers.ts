@@ -27,10 +27,11 @@ export interface SimProcess {
   kill(signal?: NodeJS.Signals): void;
 }
 
-/** Spawns the engine-sim bin through tsx with `args`; kill it in `afterEach`. */
-export function spawnSim(args: readonly string[]): SimProcess {
+/** Spawns the engine-sim bin through tsx with `args` (and `env` on top of ours); kill it in `afterEach`. */
+export function spawnSim(args: readonly string[], env: Record<string, string> = {}): SimProcess {
   const child = spawn(process.execPath, ["--import", "tsx", BIN, ...args], {
     cwd: REPO,
+    env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let out = "";
