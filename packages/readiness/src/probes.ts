@@ -4,7 +4,15 @@ import { ReadinessError } from "./errors.js";
 export type ReadinessState = "starting" | "loading" | "ready" | "failed-probe";
 
 /** The `fetch` the probes use; injectable, defaults to the global (undici) fetch. */
-export type FetchLike = (input: string, init: { signal: AbortSignal }) => Promise<Response>;
+export type FetchLike = (
+  input: string,
+  init: { signal: AbortSignal; headers?: Record<string, string> },
+) => Promise<Response>;
+
+/** `Authorization` for an engine's API key; no headers without one. */
+export function authorizationHeaders(apiKey: string | undefined): Record<string, string> {
+  return apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` };
+}
 
 /** Outcome of one check against one endpoint. */
 export interface CheckReport {
@@ -28,12 +36,18 @@ export interface ProbeOptions {
   /** Aborts the probe (e.g. an overall deadline). */
   signal?: AbortSignal;
   fetch?: FetchLike;
+  /**
+   * The engine's API key, sent as `Authorization: Bearer` on every check (vLLM guards
+   * `/v1/models`, llama-server everything but `/health`). Never appears in a report.
+   */
+  apiKey?: string;
 }
 
 interface ResolvedProbeOptions {
   readonly timeoutMs: number;
   readonly signal: AbortSignal | undefined;
   readonly fetch: FetchLike;
+  readonly headers: Record<string, string>;
 }
 
 function resolveProbeOptions(options: ProbeOptions): ResolvedProbeOptions {
@@ -48,6 +62,7 @@ function resolveProbeOptions(options: ProbeOptions): ResolvedProbeOptions {
     timeoutMs,
     signal: options.signal,
     fetch: options.fetch ?? ((input, init) => fetch(input, init)),
+    headers: authorizationHeaders(options.apiKey),
   };
 }
 
@@ -66,7 +81,7 @@ async function timedFetch(url: string, o: ResolvedProbeOptions): Promise<Fetched
   const signal = o.signal === undefined ? timeout : AbortSignal.any([timeout, o.signal]);
   const elapsed = () => Math.round(performance.now() - started);
   try {
-    const response = await o.fetch(url, { signal });
+    const response = await o.fetch(url, { signal, headers: o.headers });
     return { kind: "response", response, elapsedMs: elapsed() };
   } catch (error) {
     const code = errorCode(error);
@@ -150,11 +165,19 @@ export async function probeModels(
   if (response.status !== 200) {
     await response.body?.cancel().catch(() => {});
     const state: ReadinessState = response.status === 503 ? "loading" : "failed-probe";
+    // 401: the engine demands a key this probe lacks or has wrong (e.g. an engine left by
+    // another agent); say so rather than a bare status.
+    const why =
+      response.status === 401
+        ? o.headers.authorization === undefined
+          ? " (the engine wants an API key and none was sent)"
+          : " (the engine refused the API key)"
+        : "";
     return {
       check: "models",
       state,
       status: response.status,
-      detail: `models: HTTP ${response.status} after ${got.elapsedMs} ms`,
+      detail: `models: HTTP ${response.status}${why} after ${got.elapsedMs} ms`,
       elapsedMs: got.elapsedMs,
     };
   }
@@ -222,6 +245,7 @@ export async function probeReadiness(
   const common = {
     ...(options.signal === undefined ? {} : { signal: options.signal }),
     ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
+    ...(options.apiKey === undefined ? {} : { apiKey: options.apiKey }),
   };
   const health = await probeHealth(baseUrl, {
     ...common,

@@ -1,6 +1,6 @@
 import { type EngineKind, type EngineLoad, extractEngineLoad } from "./engine-load.js";
 import { ReadinessError } from "./errors.js";
-import type { FetchLike } from "./probes.js";
+import { authorizationHeaders, type FetchLike } from "./probes.js";
 import { parsePrometheusText } from "./prometheus.js";
 
 /** Options of {@link scrapeEngineLoad}. */
@@ -11,6 +11,8 @@ export interface ScrapeOptions {
   timeoutMs?: number;
   signal?: AbortSignal;
   fetch?: FetchLike;
+  /** The engine's API key, sent as `Authorization: Bearer` (llama-server guards `/metrics`). */
+  apiKey?: string;
 }
 
 /**
@@ -26,11 +28,11 @@ export async function scrapeEngineLoad(
   const signal =
     options.signal === undefined ? timeout : AbortSignal.any([timeout, options.signal]);
   const doFetch =
-    options.fetch ?? ((input: string, init: { signal: AbortSignal }) => fetch(input, init));
+    options.fetch ?? ((input: string, init: Parameters<FetchLike>[1]) => fetch(input, init));
   const started = performance.now();
   let text: string;
   try {
-    const response = await doFetch(url, { signal });
+    const response = await doFetch(url, { signal, headers: authorizationHeaders(options.apiKey) });
     if (response.status !== 200) {
       await response.body?.cancel().catch(() => {});
       throw new ReadinessError(

@@ -184,3 +184,48 @@ describe("scrapeEngineLoad", () => {
     expect((error as Error).message).toMatch(message);
   });
 });
+
+describe("an engine that demands an API key (llama-server: only /health is public)", () => {
+  const KEY = "llmgw-engine-probe-key";
+  async function keyedEngine(): Promise<string> {
+    const server = createServer((req, res) => {
+      if (req.url === "/health") return void res.writeHead(200).end();
+      if (req.headers.authorization !== `Bearer ${KEY}`) return void res.writeHead(401).end();
+      if (req.url === "/metrics") {
+        return void res
+          .writeHead(200)
+          .end("llamacpp:requests_processing 3\nllamacpp:requests_deferred 1\n");
+      }
+      return void res.writeHead(200, { "content-type": "application/json" }).end(VLLM_MODELS);
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it("is ready when the probe sends the key", async () => {
+    const base = await keyedEngine();
+    expect((await probeReadiness(base, MODEL, { apiKey: KEY })).state).toBe("ready");
+  });
+
+  it.each([
+    { what: "no key", apiKey: undefined, why: "the engine wants an API key and none was sent" },
+    { what: "a wrong key", apiKey: "stale", why: "the engine refused the API key" },
+  ])("says why it is not ready with $what, without echoing any key", async ({ apiKey, why }) => {
+    const base = await keyedEngine();
+    const report = await probeReadiness(base, MODEL, apiKey === undefined ? {} : { apiKey });
+    expect(report.state).toBe("failed-probe");
+    expect(report.detail).toMatch(
+      new RegExp(`^health: HTTP 200 after \\d+ ms; models: HTTP 401 \\(${why}\\) after \\d+ ms$`),
+    );
+  });
+
+  it("scrapes /metrics with the key, and fails clearly without it", async () => {
+    const base = await keyedEngine();
+    expect(await scrapeEngineLoad(`${base}/metrics`, { apiKey: KEY })).toMatchObject({
+      running: 3,
+      waiting: 1,
+    });
+    await expect(scrapeEngineLoad(`${base}/metrics`)).rejects.toThrow(/HTTP 401/);
+  });
+});
