@@ -72,6 +72,12 @@ export interface SupervisedReplicaOptions {
   supervisor: Supervisor;
   replicaId: string;
   spec: ProcessSpec;
+  /**
+   * Variables drawn afresh for every launch (first start and each restart) and set on top of
+   * `spec.env`, outside the spec hash: per-process secrets such as an engine's API key, which
+   * then rotate whenever the process does. A rejection fails that launch. Default: none.
+   */
+  launchEnv?: () => Readonly<Record<string, string>> | Promise<Readonly<Record<string, string>>>;
   probe: ReplicaProbe;
   restartPolicy?: RestartPolicyOptions;
   /** From launch until `ready` (starting + loading); past it → `failed`. Default 600 000 ms. */
@@ -136,6 +142,7 @@ export class SupervisedReplica {
   readonly options: ResolvedSupervisedReplicaOptions;
   readonly #supervisor: Supervisor;
   readonly #probe: ReplicaProbe;
+  readonly #launchEnv: SupervisedReplicaOptions["launchEnv"];
   readonly #listeners = new Set<(t: ReplicaTransition) => void>();
   readonly #history: RunRecord[] = [];
   readonly #recorded = new WeakSet<ProcessHandle>();
@@ -151,6 +158,7 @@ export class SupervisedReplica {
     this.options = resolveSupervisedReplicaOptions(options);
     this.#supervisor = options.supervisor;
     this.#probe = options.probe;
+    this.#launchEnv = options.launchEnv;
   }
 
   /** Current state; `exited` before the first start. */
@@ -250,7 +258,12 @@ export class SupervisedReplica {
   async #launch(reason: string): Promise<void> {
     let handle: ProcessHandle;
     try {
-      handle = await this.#supervisor.launch(this.options.replicaId, this.options.spec);
+      const { spec, specHash } = this.options;
+      const extra = this.#launchEnv === undefined ? undefined : await this.#launchEnv();
+      handle = await this.#supervisor.launch(
+        this.options.replicaId,
+        extra === undefined ? spec : { ...spec, env: { ...spec.env, ...extra }, specHash },
+      );
     } catch (cause) {
       this.#fail(`launch failed: ${(cause as Error).message}`, []);
       throw cause;

@@ -1,7 +1,8 @@
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import {
   createSupervisedReplica,
   createSupervisor,
+  hashProcessSpec,
   listGroupMembers,
   type ProbeOutcome,
   type ReplicaTransition,
@@ -191,6 +192,42 @@ describe("SupervisedReplica", () => {
     expect(path(transitions)).toEqual(["starting", "loading", "ready", "stopping", "exited"]);
     expect(report).toMatchObject({ code: 0, forced: false });
     expect(isAlive(pid)).toBe(false);
+  });
+
+  it("launchEnv is drawn afresh for every launch and stays out of the spec hash", async () => {
+    const { dir, supervisor } = setup();
+    const spec = engineSpec(dir, "keyed", ["--lines", "1"]);
+    let draws = 0;
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "keyed",
+      spec,
+      launchEnv: () => ({ PER_LAUNCH_SECRET: `secret-${++draws}` }),
+      probe: async () => "ready",
+      probeIntervalMs: 50,
+      restartPolicy: { initialDelayMs: 10, maxQuickFailures: 5 },
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+    });
+    const environOf = (pid: number) =>
+      readFileSync(`/proc/${pid}/environ`, "utf8")
+        .split("\0")
+        .filter((e) => e.startsWith("PER_"));
+    await replica.start();
+    const first = await waitFor("ready", () => replica.state === "ready" && replica.handle);
+    expect(environOf(first.pid)).toEqual(["PER_LAUNCH_SECRET=secret-1"]);
+    process.kill(first.pid, "SIGKILL");
+    const second = await waitFor(
+      "restarted and ready",
+      () => replica.state === "ready" && replica.handle?.pid !== first.pid && replica.handle,
+    );
+    expect(environOf(second.pid)).toEqual(["PER_LAUNCH_SECRET=secret-2"]);
+    // Adoption compares this hash: a rotated secret must not read as a changed spec.
+    expect(replica.options.specHash).toBe(hashProcessSpec(spec));
+    const nextAgent = createSupervisor({ stateDir: `${dir}/state`, logger: new RecordingLogger() });
+    const adopted = await nextAgent.adopt("keyed", hashProcessSpec(spec));
+    expect(adopted).toMatchObject({ kind: "adopted", handle: { pid: second.pid } });
   });
 
   it("loading past the deadline → failed with the log tail, process stopped", async () => {
