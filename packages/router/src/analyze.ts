@@ -22,7 +22,7 @@ export type BodyAnalysis =
       readonly ok: true;
       readonly model: string;
       readonly stream: boolean;
-      /** `max_tokens` (or `max_completion_tokens`) when a positive integer. */
+      /** The larger of `max_tokens` and `max_completion_tokens` that is a positive integer. */
       readonly maxTokens?: number;
       /** Prompt UTF-8 bytes ÷ 4, rounded up, plus `maxTokens` (or the default estimate). */
       readonly estimatedTokens: number;

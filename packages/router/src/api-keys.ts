@@ -9,7 +9,10 @@ export interface ApiKeyInfo {
   readonly models?: readonly string[];
   /** Requests per minute. */
   readonly rpm?: number;
-  /** Estimated tokens (prompt + max_tokens) per minute. */
+  /**
+   * Tokens (prompt + completion) per minute: the estimate is reserved at admission, then
+   * settled to the engine's reported usage.
+   */
   readonly tpm?: number;
   /** Requests in flight at once. */
   readonly maxConcurrency?: number;

@@ -29,6 +29,33 @@ describe("extractRequestFeatures", () => {
       },
     },
     {
+      name: "both limits: the larger is charged (engines disagree on which wins)",
+      body: '{"model":"m","prompt":"abcd","max_tokens":1,"max_completion_tokens":1200}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "abcd",
+        maxTokens: 1200,
+        estimatedTokens: 1201,
+      },
+    },
+    {
+      name: "both limits, max_tokens larger",
+      body: '{"model":"m","prompt":"abcd","max_tokens":300,"max_completion_tokens":2}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "abcd",
+        maxTokens: 300,
+        estimatedTokens: 301,
+      },
+    },
+    {
+      name: "an invalid limit beside a valid one",
+      body: '{"model":"m","prompt":"abcd","max_tokens":"9999","max_completion_tokens":5}',
+      expected: { model: "m", stream: false, promptText: "abcd", maxTokens: 5, estimatedTokens: 6 },
+    },
+    {
       name: "token-id prompt",
       body: '{"model":"m","prompt":[1,2,3]}',
       expected: { model: "m", stream: false, promptText: "1,2,3", estimatedTokens: 258 },

@@ -18,11 +18,15 @@ export interface RequestFeatures {
    * `\n` (token-id arrays as comma-joined numbers). Used only for hashing and token estimates.
    */
   readonly promptText: string;
-  /** `max_tokens` / `max_completion_tokens` when given as a positive integer. */
+  /**
+   * The output limit an engine may honour: the larger of `max_tokens` and
+   * `max_completion_tokens` that is a positive integer (see {@link completionTokenLimit}).
+   */
   readonly maxTokens?: number;
   /**
-   * Token estimate for per-key `tpm` limits: prompt UTF-8 bytes ÷ 4 (rounded up) plus
-   * `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent).
+   * Token estimate reserved against per-key `tpm` limits at admission: prompt UTF-8 bytes ÷ 4
+   * (rounded up) plus `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent).
+   * The router settles it against the answer's real `usage` once known.
    */
   readonly estimatedTokens: number;
 }
@@ -69,8 +73,32 @@ export const REFUSED = {
   },
 } as const satisfies Record<string, FeatureResult>;
 
-/** Completion tokens assumed for the `tpm` estimate when the request sets no `max_tokens`. */
+/**
+ * Completion tokens reserved for the `tpm` estimate when the request sets no output limit; the
+ * engine's real count replaces it once the answer reports `usage`.
+ */
 export const DEFAULT_COMPLETION_TOKEN_ESTIMATE = 256;
+
+/**
+ * The output limit to charge for a request that may set `max_tokens`, `max_completion_tokens`
+ * or both: the larger of those that are positive safe integers, `undefined` when neither is.
+ * Engines disagree on which one wins (vLLM and SGLang take `max_completion_tokens` over the
+ * deprecated `max_tokens`; older servers know only `max_tokens`), so charging either one alone
+ * lets a client set the charged one small and the honoured one large.
+ */
+export function completionTokenLimit(
+  maxTokens: unknown,
+  maxCompletionTokens: unknown,
+): number | undefined {
+  const a = positiveInteger(maxTokens);
+  const b = positiveInteger(maxCompletionTokens);
+  if (a === undefined) return b;
+  return b === undefined || a >= b ? a : b;
+}
+
+function positiveInteger(value: unknown): number | undefined {
+  return typeof value === "number" && Number.isSafeInteger(value) && value > 0 ? value : undefined;
+}
 
 const decoder = new TextDecoder("utf-8", { fatal: false, ignoreBOM: false });
 
@@ -128,9 +156,7 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     // end and start with the halves of one surrogate pair).
     promptBytes += Buffer.byteLength(piece);
   }
-  const rawMax = obj.max_tokens ?? obj.max_completion_tokens;
-  const maxTokens =
-    typeof rawMax === "number" && Number.isSafeInteger(rawMax) && rawMax > 0 ? rawMax : undefined;
+  const maxTokens = completionTokenLimit(obj.max_tokens, obj.max_completion_tokens);
   const estimatedTokens =
     Math.ceil(promptBytes / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
   const features: RequestFeatures =

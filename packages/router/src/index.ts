@@ -30,6 +30,7 @@ export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-po
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
 export {
+  completionTokenLimit,
   DEFAULT_COMPLETION_TOKEN_ESTIMATE,
   extractRequestFeatures,
   type FeatureErrorReason,
@@ -39,10 +40,12 @@ export {
 export { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 export {
   createKeyLimiter,
+  type KeyLease,
   type KeyLimiter,
   type KeyLimiterOptions,
   type KeyLimitOutcome,
   type KeyLimitReason,
+  MAX_SETTLED_TOKENS,
 } from "./key-limiter.js";
 export {
   type DecisionEvent,
@@ -94,3 +97,10 @@ export {
   type ScoringOptions,
   type ScoringWeights,
 } from "./scoring.js";
+export {
+  countEventEnds,
+  readUsageCount,
+  USAGE_TAIL_CHARS,
+  type UsageField,
+  usageTail,
+} from "./usage.js";

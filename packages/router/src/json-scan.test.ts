@@ -282,9 +282,11 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
     ["prompt null falls back to input", '{"model":"m","prompt":null,"input":"i"}'],
     ["max_tokens null falls back", '{"model":"m","max_tokens":null,"max_completion_tokens":9}'],
     [
-      "max_tokens string does not fall back",
+      "max_tokens string, max_completion_tokens counts",
       '{"model":"m","max_tokens":"5","max_completion_tokens":9}',
     ],
+    ["both limits, the larger counts", '{"model":"m","max_tokens":1,"max_completion_tokens":1200}'],
+    ["both limits, max_tokens larger", '{"model":"m","max_tokens":300,"max_completion_tokens":0}'],
     ["surrogate pair escaped", '{"model":"m","prompt":"\\ud83d\\ude00 and \\ud83d alone \\ude00"}'],
     ["escapes", '{"model":"m","prompt":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\u65e5"}'],
     ["model of 256 escaped chars", `{"model":"${"\\u0061".repeat(256)}"}`],
@@ -335,6 +337,15 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
       ok: false,
       reason: "invalid_json",
     });
+  });
+
+  it("charges the larger of max_tokens and max_completion_tokens", () => {
+    expect(
+      scanRequestBody(utf8('{"model":"m","max_tokens":1,"max_completion_tokens":1200}')),
+    ).toMatchObject({ ok: true, maxTokens: 1200 });
+    expect(
+      scanRequestBody(utf8('{"max_completion_tokens":7,"model":"m","max_tokens":-3}')),
+    ).toMatchObject({ ok: true, maxTokens: 7 });
   });
 
   it("says where the syntax broke", () => {

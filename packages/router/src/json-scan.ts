@@ -16,7 +16,12 @@
  * against each other on generated bodies. One difference: invalid UTF-8 inside a prompt string
  * is counted and hashed as its raw bytes (the reference sees U+FFFD).
  */
-import { type FeatureErrorReason, MAX_MODEL_LENGTH, REFUSED } from "./features.js";
+import {
+  completionTokenLimit,
+  type FeatureErrorReason,
+  MAX_MODEL_LENGTH,
+  REFUSED,
+} from "./features.js";
 
 /** A JSON string value inside the body: the bytes between its quotes. */
 export interface StringSpan {
@@ -543,9 +548,8 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   const s = new Scanner(body, n);
   let model: StringSpan | undefined;
   let streamKind = Kind.Absent as Kind;
-  let maxTokensKind = Kind.Absent as Kind;
+  // NaN unless a number: NaN is no positive integer to `completionTokenLimit`.
   let maxTokens = Number.NaN;
-  let maxCompletionKind = Kind.Absent as Kind;
   let maxCompletion = Number.NaN;
   let messages: PromptPiece[] | undefined;
   let prompt: InputValue = { kind: Kind.Absent };
@@ -583,10 +587,8 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
             model = kind === Kind.String ? s.span(v, after) : undefined;
           } else if (key === "stream") streamKind = kind;
           else if (key === "max_tokens") {
-            maxTokensKind = kind;
             maxTokens = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           } else if (key === "max_completion_tokens") {
-            maxCompletionKind = kind;
             maxCompletion = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           }
           return after;
@@ -626,12 +628,6 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   for (const piece of pieces) {
     promptBytes += typeof piece === "string" ? Buffer.byteLength(piece) : piece.bytes;
   }
-  const rawMax =
-    maxTokensKind === Kind.Absent || maxTokensKind === Kind.Null ? maxCompletion : maxTokens;
-  const rawMaxKind =
-    maxTokensKind === Kind.Absent || maxTokensKind === Kind.Null
-      ? maxCompletionKind
-      : maxTokensKind;
   const result = {
     ok: true as const,
     model: modelText,
@@ -639,7 +635,6 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     pieces,
     promptBytes,
   };
-  return rawMaxKind === Kind.Number && Number.isSafeInteger(rawMax) && rawMax > 0
-    ? { ...result, maxTokens: rawMax }
-    : result;
+  const limit = completionTokenLimit(maxTokens, maxCompletion);
+  return limit === undefined ? result : { ...result, maxTokens: limit };
 }

@@ -53,3 +53,70 @@ describe("key limiter", () => {
     expect(verdict(limiter.acquire(key, 1))).toBe("ok");
   });
 });
+
+describe("key limiter: settling to the real token count", () => {
+  const key = { id: "k", name: "k", tpm: 100 };
+
+  it("charges what the engine reported, not what was reserved", () => {
+    const limiter = createKeyLimiter({ clock: createManualClock() });
+    const first = limiter.acquire(key, 10);
+    expect(first.ok).toBe(true);
+    if (first.ok) first.settle(90); // used 90, reserved 10: 10 tokens left
+    expect(verdict(limiter.acquire(key, 20))).toBe("tpm:6");
+    expect(verdict(limiter.acquire(key, 10))).toBe("ok");
+  });
+
+  it("refunds a reservation the answer did not use", () => {
+    const limiter = createKeyLimiter({ clock: createManualClock() });
+    const first = limiter.acquire(key, 100);
+    expect(verdict(limiter.acquire(key, 50))).toBe("tpm:30");
+    if (first.ok) first.settle(40);
+    expect(verdict(limiter.acquire(key, 60))).toBe("ok");
+  });
+
+  it("holds a key that ran far over back until one minute's debt is refilled", () => {
+    const clock = createManualClock();
+    const limiter = createKeyLimiter({ clock });
+    const first = limiter.acquire(key, 500); // charged the whole budget (100)
+    if (first.ok) first.settle(1_260); // debt capped at one minute's budget: -100
+    expect(verdict(limiter.acquire(key, 10))).toBe("tpm:66");
+    clock.advance(60_000);
+    expect(verdict(limiter.acquire(key, 10))).toBe("tpm:6");
+    clock.advance(6_000);
+    expect(verdict(limiter.acquire(key, 10))).toBe("ok");
+  });
+
+  it("settles against the bucket as refilled by then", () => {
+    const clock = createManualClock();
+    const limiter = createKeyLimiter({ clock });
+    const first = limiter.acquire(key, 100);
+    clock.advance(60_000); // full again by the time the answer ends
+    if (first.ok) first.settle(150); // 50 more than reserved
+    expect(verdict(limiter.acquire(key, 60))).toBe("tpm:6");
+    expect(verdict(limiter.acquire(key, 50))).toBe("ok");
+  });
+
+  it.each([
+    ["negative", -5],
+    ["NaN", Number.NaN],
+    ["fractional", 12.5],
+    ["infinite", Number.POSITIVE_INFINITY],
+    ["huge", 2 ** 40],
+  ])("keeps the estimate for a %s count", (_name, count) => {
+    const limiter = createKeyLimiter({ clock: createManualClock() });
+    const first = limiter.acquire(key, 60);
+    if (first.ok) first.settle(count);
+    expect(verdict(limiter.acquire(key, 41))).toBe("tpm:1");
+    expect(verdict(limiter.acquire(key, 40))).toBe("ok");
+  });
+
+  it("settles once", () => {
+    const limiter = createKeyLimiter({ clock: createManualClock() });
+    const first = limiter.acquire(key, 10);
+    if (first.ok) {
+      first.settle(50);
+      first.settle(0);
+    }
+    expect(verdict(limiter.acquire(key, 51))).toBe("tpm:1");
+  });
+});

@@ -1,6 +1,8 @@
 /**
- * Per-API-key limits: requests per minute and estimated tokens per minute as token buckets
- * (capacity = the per-minute limit, refilled continuously), plus a cap on requests in flight.
+ * Per-API-key limits: requests per minute and tokens per minute as token buckets (capacity =
+ * the per-minute limit, refilled continuously), plus a cap on requests in flight. A request
+ * reserves its estimated tokens at admission and is settled to its real count once the answer
+ * reports it, so a key pays for what the engine generated, not for what the request claimed.
  * State per key is bounded (`maxKeys`, least recently used dropped; a dropped key starts with a
  * full bucket, which errs towards admitting).
  */
@@ -11,13 +13,32 @@ import { checkRange } from "./errors.js";
 /** Which limit refused a request. */
 export type KeyLimitReason = "rpm" | "tpm" | "concurrency";
 
+/** An admitted request's hold on its key: its concurrency slot and its token reservation. */
+export interface KeyLease {
+  readonly ok: true;
+  /** Frees the concurrency slot; idempotent. */
+  release(): void;
+  /**
+   * Replaces the reserved token estimate with the request's real count (prompt + completion),
+   * refunding or charging the difference; once per lease, later calls are ignored. A count that
+   * is not a safe integer in [0, {@link MAX_SETTLED_TOKENS}] is ignored too (the estimate
+   * stands): it comes from the engine's answer, which this process does not vouch for. The
+   * bucket may go into debt, by at most one minute's budget, so a request that ran far over its
+   * estimate holds the key back until the debt is refilled.
+   */
+  settle(tokens: number): void;
+}
+
 /** Outcome of {@link KeyLimiter.acquire}. */
 export type KeyLimitOutcome =
-  | {
-      readonly ok: true /** Frees the concurrency slot; idempotent. */;
-      readonly release: () => void;
-    }
+  | KeyLease
   | { readonly ok: false; readonly reason: KeyLimitReason; readonly retryAfterSeconds: number };
+
+/**
+ * Largest real token count a lease accepts when settling (2^24, above any context window):
+ * more is taken for a corrupt answer, not for usage.
+ */
+export const MAX_SETTLED_TOKENS = 2 ** 24;
 
 /** Options of {@link createKeyLimiter}. */
 export interface KeyLimiterOptions {
@@ -28,7 +49,10 @@ export interface KeyLimiterOptions {
 
 /** Per-key limit state. */
 export interface KeyLimiter {
-  /** Checks and, when allowed, consumes one request and `estimatedTokens` for `key`. */
+  /**
+   * Checks and, when allowed, consumes one request and reserves `estimatedTokens` for `key`
+   * (settle the lease to the real count once known).
+   */
   acquire(key: ApiKeyInfo, estimatedTokens: number): KeyLimitOutcome;
 }
 
@@ -41,16 +65,58 @@ interface KeyState {
 
 const MINUTE_MS = 60_000;
 
+/** Refills `s` up to `now` at the key's per-minute rates. */
+function refill(s: KeyState, key: ApiKeyInfo, now: number): void {
+  const elapsed = Math.max(0, now - s.at);
+  if (key.rpm !== undefined)
+    s.requests = Math.min(key.rpm, s.requests + (elapsed * key.rpm) / MINUTE_MS);
+  if (key.tpm !== undefined)
+    s.tokens = Math.min(key.tpm, s.tokens + (elapsed * key.tpm) / MINUTE_MS);
+  s.at = now;
+}
+
+/** One object per admitted request: no closures per request on the router's hot path. */
+class Lease implements KeyLease {
+  readonly ok = true;
+  #released = false;
+  #settled = false;
+
+  constructor(
+    private readonly state: KeyState,
+    private readonly key: ApiKeyInfo,
+    /** Tokens reserved at admission. */
+    private readonly charged: number,
+    private readonly clock: Clock,
+  ) {}
+
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.state.inFlight -= 1;
+  }
+
+  settle(tokens: number): void {
+    const tpm = this.key.tpm;
+    if (this.#settled || tpm === undefined) return;
+    if (!Number.isSafeInteger(tokens) || tokens < 0 || tokens > MAX_SETTLED_TOKENS) return;
+    this.#settled = true;
+    const s = this.state;
+    refill(s, this.key, this.clock.now());
+    s.tokens = Math.max(-tpm, Math.min(tpm, s.tokens + this.charged - tokens));
+  }
+}
+
+const NO_LIMIT: KeyLease = { ok: true, release: () => {}, settle: () => {} };
+
 /** Creates a {@link KeyLimiter}. */
 export function createKeyLimiter(options: KeyLimiterOptions = {}): KeyLimiter {
   const maxKeys = checkRange("maxKeys", options.maxKeys ?? 10_000, 1, 1e7);
   const clock = options.clock ?? systemClock;
   const states = new Map<string, KeyState>();
-  const okNoLimit: KeyLimitOutcome = { ok: true, release: () => {} };
   return {
     acquire(key, estimatedTokens) {
       if (key.rpm === undefined && key.tpm === undefined && key.maxConcurrency === undefined) {
-        return okNoLimit;
+        return NO_LIMIT;
       }
       const now = clock.now();
       let s = states.get(key.id);
@@ -58,12 +124,7 @@ export function createKeyLimiter(options: KeyLimiterOptions = {}): KeyLimiter {
         s = { requests: key.rpm ?? 0, tokens: key.tpm ?? 0, at: now, inFlight: 0 };
       } else {
         states.delete(key.id);
-        const elapsed = Math.max(0, now - s.at);
-        if (key.rpm !== undefined)
-          s.requests = Math.min(key.rpm, s.requests + (elapsed * key.rpm) / MINUTE_MS);
-        if (key.tpm !== undefined)
-          s.tokens = Math.min(key.tpm, s.tokens + (elapsed * key.tpm) / MINUTE_MS);
-        s.at = now;
+        refill(s, key, now);
       }
       states.set(key.id, s);
       if (states.size > maxKeys) {
@@ -97,16 +158,7 @@ export function createKeyLimiter(options: KeyLimiterOptions = {}): KeyLimiter {
       if (key.rpm !== undefined) s.requests -= 1;
       if (key.tpm !== undefined) s.tokens -= cost;
       s.inFlight += 1;
-      const state = s;
-      let released = false;
-      return {
-        ok: true,
-        release: () => {
-          if (released) return;
-          released = true;
-          state.inFlight -= 1;
-        },
-      };
+      return new Lease(s, key, cost, clock);
     },
   };
 }

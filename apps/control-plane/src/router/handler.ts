@@ -11,10 +11,13 @@ import {
   type AdmissionOutcome,
   type ApiKeyInfo,
   type ApiKeyStore,
+  countEventEnds,
   createAdmissionController,
   createKeyLimiter,
   createReplicaPicker,
   createRequestAnalyzer,
+  DEFAULT_COMPLETION_TOKEN_ESTIMATE,
+  type KeyLease,
   noopRouterMetrics,
   type PickDecision,
   POOLED_MIN_BYTES,
@@ -24,7 +27,9 @@ import {
   type RouteResolution,
   type RouterMetricsSink,
   type RouteTable,
+  readUsageCount,
   type UpstreamErrorKind,
+  usageTail,
 } from "@llmgw/router";
 import { Pool } from "undici";
 import { errorBody, FAILURE_HTTP, REJECTION_HTTP, sendError } from "./http-errors.js";
@@ -347,7 +352,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     upstreamMayBeReading = false;
     /** Replicas that failed before answering. */
     #tried: Set<string> | undefined;
-    #keyRelease: (() => void) | undefined;
+    /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
+    #lease: KeyLease | undefined;
     #slotRelease: (() => void) | undefined;
     #finished = false;
 
@@ -437,7 +443,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
             key.name,
           );
         }
-        this.#keyRelease = limit.release;
+        this.#lease = limit;
         metrics.inFlight(model, 1);
         const signal = new ClientGone();
         this.signal = signal;
@@ -546,6 +552,33 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       }
     }
 
+    /**
+     * Records the answer's `usage` and settles the key's tpm reservation with it (prompt +
+     * completion; an embedding has prompt tokens only). A stream that reports no usage is
+     * settled with its events as a lower bound of what it generated (less the role-only first
+     * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
+     * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
+     */
+    settleUsage(tail: string, sseEvents: number): void {
+      const prompt = readUsageCount(tail, "prompt_tokens");
+      const completion = readUsageCount(tail, "completion_tokens");
+      if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
+      if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
+      const lease = this.#lease;
+      if (lease === undefined) return;
+      if (
+        prompt !== undefined &&
+        (completion !== undefined || this.endpoint === "/v1/embeddings")
+      ) {
+        lease.settle(prompt + (completion ?? 0));
+        return;
+      }
+      const { estimatedTokens, maxTokens } = this.analysis;
+      const floor =
+        estimatedTokens - (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) + sseEvents - 2;
+      if (floor > estimatedTokens) lease.settle(floor);
+    }
+
     fail(error: unknown): void {
       this.finish();
       try {
@@ -561,8 +594,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       if (this.#finished) return;
       this.#finished = true;
       this.#slotRelease?.();
-      if (this.#keyRelease !== undefined) {
-        this.#keyRelease();
+      if (this.#lease !== undefined) {
+        this.#lease.release();
         metrics.inFlight(this.model, -1);
       }
       // Recycled unless an upstream answered an error, perhaps before reading the whole body:
@@ -620,6 +653,9 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     #onClientGone: (() => void) | undefined;
     #responding = false;
     #sse = false;
+    /** Server-sent events relayed, and whether the last chunk ended in `\n`. */
+    #events = 0;
+    #endedInNewline = false;
     #sent = 0;
     #last = 0;
     // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
@@ -722,6 +758,10 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       this.#sent += chunk.length;
       this.#previous = this.#latest;
       this.#latest = chunk;
+      if (this.#sse) {
+        this.#events += countEventEnds(chunk, this.#endedInNewline);
+        this.#endedInNewline = chunk[chunk.length - 1] === 0x0a;
+      }
       if (this.#sent === this.#length && this.#sent === chunk.length) {
         // The whole answer in one chunk (most JSON answers): sent by `res.end(chunk)` in
         // onComplete, one write with the head, where `write` + `end` defers it to a corked tick.
@@ -746,7 +786,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       metrics.bytes(x.model, x.endpoint, "out", this.#sent);
       if (this.#whole === undefined) x.res.end();
       else x.res.end(this.#whole);
-      countTokens(x.model, tailText(this.#previous, this.#latest));
+      x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
       this.#settle({ kind: "done" });
     }
 
@@ -818,13 +858,6 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       x.attemptEnded(result, this.#replicaId);
     }
   }
-
-  const countTokens = (model: string, tail: string): void => {
-    const prompt = lastNumber(tail, '"prompt_tokens"');
-    const completion = lastNumber(tail, '"completion_tokens"');
-    if (prompt !== undefined) metrics.tokens(model, "prompt", prompt);
-    if (completion !== undefined) metrics.tokens(model, "completion", completion);
-  };
 
   const handler = ((req: IncomingMessage, res: ServerResponse): void => {
     const started = performance.now();
@@ -938,43 +971,4 @@ function errorCode(error: unknown): string | undefined {
     e = (e as { cause?: unknown }).cause;
   }
   return undefined;
-}
-
-function tailText(previous: Buffer | undefined, latest: Buffer | undefined): string {
-  const last =
-    latest === undefined ? "" : latest.toString("latin1", Math.max(0, latest.length - 4096));
-  if (previous === undefined || last.length >= 4096) return last;
-  return previous.toString("latin1", Math.max(0, previous.length - (4096 - last.length))) + last;
-}
-
-/**
- * The integer after the last `"key"` and its colon in `text` (JSON whitespace allowed), e.g.
- * the usage counts at the end of an answer. A scan from the end, no regex: this runs once per
- * proxied request.
- */
-export function lastNumber(text: string, key: string): number | undefined {
-  for (
-    let at = text.lastIndexOf(key);
-    at >= 0;
-    at = at === 0 ? -1 : text.lastIndexOf(key, at - 1)
-  ) {
-    let i = skipJsonSpace(text, at + key.length);
-    if (text.charCodeAt(i) !== 0x3a) continue;
-    i = skipJsonSpace(text, i + 1);
-    let value = 0;
-    let digits = 0;
-    for (let c = text.charCodeAt(i); c >= 0x30 && c <= 0x39; c = text.charCodeAt(++i)) {
-      value = value * 10 + (c - 0x30);
-      digits++;
-    }
-    if (digits > 0) return value;
-  }
-  return undefined;
-}
-
-function skipJsonSpace(text: string, i: number): number {
-  for (let c = text.charCodeAt(i); c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; ) {
-    c = text.charCodeAt(++i);
-  }
-  return i;
 }

@@ -1,0 +1,97 @@
+/**
+ * Reading an engine's `usage` counts from the end of its answer, without parsing the answer:
+ * a JSON answer puts `usage` after `choices`, and a stream that reports it does so in its last
+ * data event. What is read here comes from an engine, so every count is checked, and a count
+ * that is not a plain non-negative integer reads as absent (the caller keeps its estimate).
+ */
+
+/** Characters of an answer's end that {@link usageTail} keeps; `usage` fits many times over. */
+export const USAGE_TAIL_CHARS = 4096;
+
+/**
+ * The last {@link USAGE_TAIL_CHARS} bytes of an answer whose final two chunks were `previous`
+ * and `latest`, as Latin-1 text (usage is ASCII; multi-byte text around it needs no decoding).
+ */
+export function usageTail(
+  previous: Uint8Array | undefined,
+  latest: Uint8Array | undefined,
+): string {
+  const last = latest === undefined ? "" : latin1(latest, latest.length - USAGE_TAIL_CHARS);
+  if (previous === undefined || last.length >= USAGE_TAIL_CHARS) return last;
+  return latin1(previous, previous.length - (USAGE_TAIL_CHARS - last.length)) + last;
+}
+
+function latin1(bytes: Uint8Array, from: number): string {
+  const start = Math.max(0, from);
+  return Buffer.from(bytes.buffer, bytes.byteOffset + start, bytes.length - start).toString(
+    "latin1",
+  );
+}
+
+/** A `usage` field {@link readUsageCount} reads. */
+export type UsageField = "prompt_tokens" | "completion_tokens";
+
+const KEYS: Readonly<Record<UsageField, string>> = {
+  prompt_tokens: '"prompt_tokens"',
+  completion_tokens: '"completion_tokens"',
+};
+
+/** More digits than this is no token count (2^53 has 16). */
+const MAX_DIGITS = 15;
+
+/**
+ * The value of the last `"field": N` in `tail` (JSON whitespace allowed around the colon),
+ * e.g. `completion_tokens` of an answer's `usage`; `undefined` when the field is absent or its
+ * last value is not an unsigned integer of at most 15 digits (a negative, fractional, exponent,
+ * string or `null` value). The last occurrence decides: in a stream with per-chunk usage the
+ * last count is the total, and falling back to an earlier one would undercount. A scan from
+ * the end, no regex: this runs once per proxied request. Escaped quotes inside generated text
+ * (`\"prompt_tokens\"`) never match, since the key's closing quote must follow directly.
+ */
+export function readUsageCount(tail: string, field: UsageField): number | undefined {
+  const key = KEYS[field];
+  for (
+    let at = tail.lastIndexOf(key);
+    at >= 0;
+    at = at === 0 ? -1 : tail.lastIndexOf(key, at - 1)
+  ) {
+    let i = skipJsonSpace(tail, at + key.length);
+    // The key as a value (`["prompt_tokens"]`) is not the member: look further back.
+    if (tail.charCodeAt(i) !== 0x3a) continue;
+    i = skipJsonSpace(tail, i + 1);
+    let value = 0;
+    let digits = 0;
+    let c = tail.charCodeAt(i);
+    for (; c >= 0x30 && c <= 0x39; c = tail.charCodeAt(++i)) {
+      value = value * 10 + (c - 0x30);
+      digits++;
+    }
+    const fraction = c === 0x2e || c === 0x65 || c === 0x45;
+    return digits === 0 || digits > MAX_DIGITS || fraction ? undefined : value;
+  }
+  return undefined;
+}
+
+function skipJsonSpace(text: string, i: number): number {
+  for (let c = text.charCodeAt(i); c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; ) {
+    c = text.charCodeAt(++i);
+  }
+  return i;
+}
+
+const LF = 0x0a;
+
+/**
+ * Server-sent events that end in `chunk`: each ends in a blank line, `\n\n` (JSON text inside
+ * an event never has a raw newline). `afterNewline`: whether the previous chunk ended in `\n`,
+ * so an end split across two chunks counts once. A stream's events bound its tokens from below
+ * (engines send at least one token per content event), which is what a stream that reports no
+ * `usage` is settled with.
+ */
+export function countEventEnds(chunk: Uint8Array, afterNewline: boolean): number {
+  let count = 0;
+  for (let at = chunk.indexOf(LF); at >= 0; at = chunk.indexOf(LF, at + 1)) {
+    if (at === 0 ? afterNewline : chunk[at - 1] === LF) count++;
+  }
+  return count;
+}
