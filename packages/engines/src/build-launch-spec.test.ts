@@ -332,7 +332,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
     );
   });
 
-  it("deployment env never overrides llmgw's variables, even if it slipped past the schema", () => {
+  it("a deployment env that slipped past the schema is refused at launch, never merged", () => {
     const base = input({ engine: "vllm" }, { gpuIndices: [1] });
     const tampered = {
       ...base,
@@ -346,7 +346,11 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
         },
       },
     };
-    expect(buildLaunchSpec(tampered).env).toEqual({
+    expect(() => buildLaunchSpec(tampered)).toThrow(
+      "deployment env refused on this node: CUDA_VISIBLE_DEVICES is set by llmgw; HF_TOKEN is a secret that belongs in the agent's environment file; LLMGW_NODE_ID is set by llmgw",
+    );
+    const allowed = { ...base, deployment: { ...base.deployment, env: { NCCL_DEBUG: "INFO" } } };
+    expect(buildLaunchSpec(allowed).env).toEqual({
       ...SINGLE_ENV,
       NCCL_DEBUG: "INFO",
       CUDA_VISIBLE_DEVICES: "1",

@@ -1,6 +1,12 @@
 /** Helpers shared by the engine adapters (not exported from the package). */
 import { buildNcclEnv, isNcclEnvError } from "@llmgw/nccl-env";
-import { type EngineName, engineSupportsMultiNode, isOwnedEnvKey } from "./deployment-spec.js";
+import {
+  type EngineName,
+  engineEnvRefusal,
+  engineSupportsMultiNode,
+  refusedEngineEnv,
+} from "./deployment-spec.js";
+import { ENGINE_ENV_NAME } from "./engine-env.js";
 import { EnginesError } from "./errors.js";
 import {
   type BuildLaunchSpecInput,
@@ -34,6 +40,24 @@ export function checkLaunch(input: BuildLaunchSpecInput): CheckedLaunch {
     );
   };
   const config = resolveNodeEngineConfig(input.nodeConfig);
+  for (const name of config.allowedEngineEnv) {
+    const refusal = ENGINE_ENV_NAME.test(name) ? engineEnvRefusal(name) : "is not a variable name";
+    if (refusal !== undefined) {
+      throw new EnginesError(
+        "LLMGW_ENGINES_INVALID_CONFIG",
+        `nodeConfig.allowedEngineEnv cannot allow ${JSON.stringify(name)}: it ${refusal}`,
+      );
+    }
+  }
+  // The enforcement point for deployment env: the schema (also run by the control plane) only
+  // refuses what no node may allow; what this node allows is known here, at launch.
+  const refused = refusedEngineEnv(deployment.env, config.allowedEngineEnv);
+  if (refused.length > 0) {
+    throw new EnginesError(
+      "LLMGW_ENGINES_ENV_NOT_ALLOWED",
+      `deployment env refused on this node: ${refused.join("; ")}`,
+    );
+  }
   if (!Number.isInteger(placement.nnodes) || placement.nnodes < 1)
     invalid("placement.nnodes must be ≥ 1", placement.nnodes);
   if (
@@ -82,8 +106,9 @@ export interface EnvOptions {
 }
 
 /**
- * Environment of one rank: engine defaults < deployment env (minus anything llmgw owns) <
- * llmgw's GPU selection, cache settings and NCCL/Gloo network choice.
+ * Environment of one rank: engine defaults < deployment env (checked by {@link checkLaunch}
+ * against the node's allow-list) < llmgw's GPU selection, cache settings and NCCL/Gloo
+ * network choice.
  */
 export function buildEnv(
   input: BuildLaunchSpecInput,
@@ -92,9 +117,7 @@ export function buildEnv(
 ): { env: Record<string, string>; reasons: string[] } {
   const env: Record<string, string> = {};
   if (options.python) env.PYTHONUNBUFFERED = "1";
-  for (const [key, value] of Object.entries(input.deployment.env)) {
-    if (!isOwnedEnvKey(key)) env[key] = value;
-  }
+  Object.assign(env, input.deployment.env);
   // PCI_BUS_ID makes CUDA's numbering match nvidia-smi's; CUDA's default (fastest first) does not.
   env.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
   env.CUDA_VISIBLE_DEVICES = input.placement.gpuIndices.join(",");

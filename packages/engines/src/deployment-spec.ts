@@ -5,6 +5,13 @@
  */
 import { NCCL_ENV_KEYS } from "@llmgw/nccl-env";
 import { z } from "zod";
+import {
+  allowEngineEnvHint,
+  ENGINE_ENV_ALLOWED,
+  ENGINE_ENV_NAME,
+  type EngineEnvDenyReason,
+  engineEnvNeverAllowedReason,
+} from "./engine-env.js";
 import { type DeploymentSpecIssue, EnginesError } from "./errors.js";
 import { ENGINE_API_KEY_ENV_NAMES, SECRET_ENV_NAMES } from "./launch-spec.js";
 
@@ -135,19 +142,59 @@ export const OWNED_ENV = [
   "LD_AUDIT",
 ] as const;
 
-/** Prefix reserved for llmgw's own variables. */
-const RESERVED_ENV_PREFIX = "LLMGW_";
+const OWNED_ENV_REASONS: Readonly<Record<string, EngineEnvDenyReason>> = Object.fromEntries(
+  OWNED_ENV.map((key) => [
+    key,
+    (SECRET_ENV_NAMES as readonly string[]).includes(key)
+      ? "secret"
+      : key.startsWith("LD_")
+        ? "code"
+        : "owned",
+  ]),
+);
 
-/** True for a variable a deployment may not set: one of {@link OWNED_ENV} or `LLMGW_*`. */
+/**
+ * Why a deployment may never set `key` (llmgw sets it, it is a secret, or it loads code or
+ * picks executables; see `engine-env.ts`), or undefined when a node may allow it.
+ */
+export function engineEnvRefusal(key: string): string | undefined {
+  return engineEnvNeverAllowedReason(key, OWNED_ENV_REASONS);
+}
+
+/** True for a variable no deployment may set: one of {@link OWNED_ENV}, `LLMGW_*`, a code loader. */
 export function isOwnedEnvKey(key: string): boolean {
-  return (OWNED_ENV as readonly string[]).includes(key) || key.startsWith(RESERVED_ENV_PREFIX);
+  return engineEnvRefusal(key) !== undefined;
+}
+
+/**
+ * The deployment variables a node refuses to pass: neither on {@link ENGINE_ENV_ALLOWED} nor in
+ * the operator's `extraAllowed`, or never allowed at all. Each entry names the variable and
+ * says why or how to allow it. Empty when the whole env may run.
+ */
+export function refusedEngineEnv(
+  env: Readonly<Record<string, string>>,
+  extraAllowed: ReadonlySet<string> = new Set(),
+): string[] {
+  const out: string[] = [];
+  for (const key of Object.keys(env).sort()) {
+    const never = ENGINE_ENV_NAME.test(key)
+      ? engineEnvRefusal(key)
+      : `does not match ${ENGINE_ENV_NAME.source}`;
+    if (never !== undefined) out.push(`${key} ${never}`);
+    else if (!Object.hasOwn(ENGINE_ENV_ALLOWED, key) && !extraAllowed.has(key)) {
+      out.push(
+        `${key} is not on this node's engine environment allow-list; ${allowEngineEnvHint(key)}`,
+      );
+    }
+  }
+  return out;
 }
 
 // Letters, digits and `/ . _ - : + @`: enough for HF ids ("org/model"), paths, GGUF files and
 // tags, and nothing a shell or argparse would read as syntax. No leading "-" (flag injection).
 const ARGV_VALUE = /^[A-Za-z0-9._/:+@][A-Za-z0-9._/:+@-]*$/;
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
-const ENV_KEY = /^[A-Z_][A-Z0-9_]*$/;
+const ENV_KEY = ENGINE_ENV_NAME;
 // C0 controls and DEL: a NUL cannot be passed to exec at all, newlines forge log lines.
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
@@ -289,12 +336,15 @@ export const deploymentSpecSchema = objectSchema
           path: ["env", key],
           message: `env key must match ${ENV_KEY.source}`,
         });
-      } else if (isOwnedEnvKey(key)) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["env", key],
-          message: `${key} is set by llmgw (or is a secret that belongs in the agent's environment file)`,
-        });
+      } else {
+        const refusal = engineEnvRefusal(key);
+        if (refusal !== undefined) {
+          ctx.addIssue({
+            code: "custom",
+            path: ["env", key],
+            message: `${key} ${refusal}; no deployment may set it`,
+          });
+        }
       }
       if (typeof value === "string" && CONTROL.test(value)) {
         ctx.addIssue({

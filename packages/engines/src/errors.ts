@@ -16,7 +16,9 @@ export type EnginesErrorCode =
   /** Node-level engine configuration (commands, paths, host) is invalid. */
   | "LLMGW_ENGINES_INVALID_CONFIG"
   /** The NCCL environment could not be derived; `cause` is the `@llmgw/nccl-env` error. */
-  | "LLMGW_ENGINES_NCCL_ENV";
+  | "LLMGW_ENGINES_NCCL_ENV"
+  /** A deployment env name is not on this node's allow-list (or may never be set). */
+  | "LLMGW_ENGINES_ENV_NOT_ALLOWED";
 
 /** One field of a deployment spec that failed validation. */
 export interface DeploymentSpecIssue {

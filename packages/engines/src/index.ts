@@ -6,6 +6,7 @@ export {
   deploymentSpecSchema,
   ENGINES,
   type EngineName,
+  engineEnvRefusal,
   engineSupportsMultiNode,
   OWNED_ENV,
   OWNED_FLAGS,
@@ -16,7 +17,17 @@ export {
   parseDeploymentSpecOrThrow,
   ROUTING_POLICIES,
   type RoutingPolicy,
+  refusedEngineEnv,
 } from "./deployment-spec.js";
+export {
+  allowEngineEnvHint,
+  ENGINE_ENV_ALLOWED,
+  ENGINE_ENV_NAME,
+  ENGINE_ENV_NEVER_ALLOWED,
+  ENGINE_ENV_NEVER_ALLOWED_PATTERNS,
+  type EngineEnvDenyReason,
+  type EngineEnvGroup,
+} from "./engine-env.js";
 export {
   type DeploymentSpecIssue,
   EnginesError,

@@ -63,6 +63,12 @@ export interface NodeEngineConfig {
   readonly stopGraceMs?: number;
   /** Working directory for engines; default inherited. */
   readonly cwd?: string;
+  /**
+   * Deployment variables this node allows beyond the built-in list (`ENGINE_ENV_ALLOWED`):
+   * the operator's `--allow-engine-env`. Names llmgw never allows (owned, secrets, code
+   * loaders, `PATH`) are refused with `LLMGW_ENGINES_INVALID_CONFIG`. Default none.
+   */
+  readonly allowedEngineEnv?: readonly string[];
 }
 
 /** {@link NodeEngineConfig} with every default applied. */
@@ -77,6 +83,7 @@ export interface ResolvedNodeEngineConfig {
   readonly socketIfname: string | undefined;
   readonly stopGraceMs: Readonly<Record<EngineName, number>>;
   readonly cwd: string | undefined;
+  readonly allowedEngineEnv: ReadonlySet<string>;
 }
 
 /** What a process needs to become ready. */
@@ -240,5 +247,7 @@ export function resolveNodeEngineConfig(config: NodeEngineConfig = {}): Resolved
         ? DEFAULT_GRACE_MS
         : { vllm: grace, sglang: grace, llamacpp: grace, sim: grace },
     cwd: path("cwd", config.cwd),
+    // Which names may be allowed at all is checked where the owned lists live (checkLaunch).
+    allowedEngineEnv: new Set(config.allowedEngineEnv ?? []),
   };
 }
