@@ -8,7 +8,9 @@ export type SupervisorErrorCode =
   | "LLMGW_SUPERVISOR_PROC_UNREADABLE"
   | "LLMGW_SUPERVISOR_STOP_FAILED"
   | "LLMGW_SUPERVISOR_INVALID_TRANSITION"
-  | "LLMGW_SUPERVISOR_ALREADY_RUNNING";
+  | "LLMGW_SUPERVISOR_ALREADY_RUNNING"
+  /** A log file path is a symlink, FIFO, device or hard link: never written or read through. */
+  | "LLMGW_SUPERVISOR_UNSAFE_LOG_FILE";
 
 /** The one error base of `@llmgw/supervisor`; `code` is stable, `cause` carries the origin. */
 export class SupervisorError extends Error {

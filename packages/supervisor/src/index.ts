@@ -7,7 +7,7 @@ export {
   type TimerHandle,
 } from "./clock.js";
 export { isSupervisorError, SupervisorError, type SupervisorErrorCode } from "./errors.js";
-export { CappedLogFile, type LogFileLimits } from "./log-file.js";
+export { CappedLogFile, type LogFileLimits, openLogFile } from "./log-file.js";
 export { LogTail } from "./log-tail.js";
 export {
   type PidFileRead,
@@ -30,6 +30,7 @@ export {
   readProcStat,
 } from "./proc.js";
 export { hashProcessSpec, type ProcessSpec, validateProcessSpec } from "./process-spec.js";
+export { resolveExecutable } from "./resolve-executable.js";
 export {
   nextRestartDecision,
   type ResolvedRestartPolicy,

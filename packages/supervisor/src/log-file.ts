@@ -1,20 +1,69 @@
 import {
   closeSync,
+  constants,
   fstatSync,
+  ftruncateSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readSync,
   renameSync,
-  statSync,
-  truncateSync,
   writeSync,
 } from "node:fs";
 import { dirname } from "node:path";
 import { StringDecoder } from "node:string_decoder";
-import { SupervisorError } from "./errors.js";
+import { isSupervisorError, SupervisorError } from "./errors.js";
 import { LogTail } from "./log-tail.js";
 
 const CHUNK_BYTES = 64 * 1024;
+
+// O_NOFOLLOW: the agent often runs as root, so a symlink planted where a log file goes would
+// make it append to (or truncate, or read into a tail it reports) any file on the host.
+// O_NONBLOCK keeps a planted FIFO from hanging the open; it is harmless on regular files.
+const APPEND_FLAGS =
+  constants.O_WRONLY |
+  constants.O_APPEND |
+  constants.O_CREAT |
+  constants.O_NOFOLLOW |
+  constants.O_NONBLOCK;
+const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const REPLACE_FLAGS =
+  constants.O_WRONLY |
+  constants.O_CREAT |
+  constants.O_TRUNC |
+  constants.O_NOFOLLOW |
+  constants.O_NONBLOCK;
+
+/**
+ * Opens a log file without following a symlink and checks it is a plain file with one link
+ * (a hard link to another file would be written through just the same). Throws
+ * `LLMGW_SUPERVISOR_UNSAFE_LOG_FILE` naming the path and what was found there.
+ */
+export function openLogFile(path: string, flags: number = APPEND_FLAGS): number {
+  let fd: number;
+  try {
+    fd = openSync(path, flags, 0o600);
+  } catch (cause) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code === "ELOOP" || code === "ENXIO") {
+      throw new SupervisorError(
+        "LLMGW_SUPERVISOR_UNSAFE_LOG_FILE",
+        `refusing log file ${path}: it is a ${code === "ELOOP" ? "symbolic link" : "FIFO or device"}, not a plain file`,
+        { cause },
+      );
+    }
+    throw cause;
+  }
+  const stat = fstatSync(fd);
+  if (!stat.isFile() || stat.nlink > 1) {
+    closeSync(fd);
+    throw new SupervisorError(
+      "LLMGW_SUPERVISOR_UNSAFE_LOG_FILE",
+      `refusing log file ${path}: ${stat.isFile() ? `it has ${stat.nlink} hard links` : "it is not a plain file"}`,
+    );
+  }
+  return fd;
+}
 
 /** Bounds of one replica's log file and its in-memory tail. */
 export interface LogFileLimits {
@@ -47,15 +96,16 @@ export class CappedLogFile {
   #decoder = new StringDecoder("utf8");
 
   /**
-   * Opens (creating) `path` for append; existing content is kept. With `prefillTail` (used
-   * when adopting) the tail starts with the file's last bytes instead of empty.
+   * Opens (creating, 0600) `path` for append; existing content is kept. With `prefillTail`
+   * (used when adopting) the tail starts with the file's last bytes instead of empty. Throws
+   * `LLMGW_SUPERVISOR_UNSAFE_LOG_FILE` when `path` is a symlink, FIFO or hard link.
    */
   constructor(path: string, limits: LogFileLimits, options: { prefillTail?: boolean } = {}) {
     this.path = path;
     this.limits = limits;
     this.tail = new LogTail(limits.tailMaxLines, limits.tailMaxBytes);
     mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-    const fd = openSync(path, "a", 0o600);
+    const fd = openLogFile(path);
     try {
       const size = fstatSync(fd).size;
       this.#offset = options.prefillTail === true ? Math.max(0, size - limits.tailMaxBytes) : size;
@@ -67,8 +117,9 @@ export class CappedLogFile {
   /** Opens an `O_APPEND` descriptor to hand to a child as stdout/stderr; the caller closes it. */
   openForChild(): number {
     try {
-      return openSync(this.path, "a", 0o600);
+      return openLogFile(this.path);
     } catch (cause) {
+      if (isSupervisorError(cause)) throw cause;
       throw new SupervisorError(
         "LLMGW_SUPERVISOR_SPAWN_FAILED",
         `cannot open log file ${this.path}`,
@@ -79,7 +130,12 @@ export class CappedLogFile {
 
   /** Writes a supervisor note into the log (e.g. "exited with code 1"). */
   note(line: string): void {
-    const fd = openSync(this.path, "a", 0o600);
+    let fd: number;
+    try {
+      fd = openLogFile(this.path);
+    } catch {
+      return; // a note is best effort; launch reports an unsafe file
+    }
     try {
       writeSync(fd, `[llmgw-supervisor] ${line}\n`);
     } finally {
@@ -92,7 +148,7 @@ export class CappedLogFile {
   poll(): void {
     let size: number;
     try {
-      size = statSync(this.path).size;
+      size = lstatSync(this.path).size;
     } catch {
       return;
     }
@@ -115,7 +171,7 @@ export class CappedLogFile {
   #readRange(size: number): void {
     let fd: number;
     try {
-      fd = openSync(this.path, "r");
+      fd = openLogFile(this.path, READ_FLAGS);
     } catch {
       return;
     }
@@ -145,9 +201,9 @@ export class CappedLogFile {
     const tmp = `${rotated}.tmp`;
     const slack = Math.min(CHUNK_BYTES, Math.floor(this.limits.maxFileBytes / 4));
     try {
-      let size = statSync(this.path).size;
+      let size = lstatSync(this.path).size;
       if (size > this.#offset) this.#readRange(size);
-      const dst = openSync(tmp, "w", 0o600);
+      const dst = openLogFile(tmp, REPLACE_FLAGS);
       try {
         let room = slack;
         copyRange(this.path, dst, Math.max(0, size - (this.limits.maxFileBytes - slack)), size);
@@ -155,7 +211,7 @@ export class CappedLogFile {
         // holds still, then truncate at once: only bytes written between that last stat and
         // the truncate (microseconds) can be lost; a writer that never pauses loses a little.
         for (let attempt = 0; attempt < 50; attempt++) {
-          const now = statSync(this.path).size;
+          const now = lstatSync(this.path).size;
           if (now === size) break;
           this.#readRange(now);
           const take = Math.min(room, now - size);
@@ -163,7 +219,12 @@ export class CappedLogFile {
           room -= take;
           size = now;
         }
-        truncateSync(this.path, 0);
+        const fd = openLogFile(this.path);
+        try {
+          ftruncateSync(fd, 0);
+        } finally {
+          closeSync(fd);
+        }
       } finally {
         closeSync(dst);
       }
@@ -179,7 +240,7 @@ export class CappedLogFile {
 }
 
 function copyRange(path: string, dst: number, from: number, to: number): void {
-  const src = openSync(path, "r");
+  const src = openLogFile(path, READ_FLAGS);
   try {
     const buffer = Buffer.allocUnsafe(CHUNK_BYTES);
     let position = from;

@@ -6,7 +6,10 @@ import { SupervisorError } from "./errors.js";
  * maps an engine launch spec onto it).
  */
 export interface ProcessSpec {
-  /** Executable and arguments; `argv[0]` is resolved through `env.PATH`. */
+  /**
+   * Executable and arguments; a bare `argv[0]` is resolved through the supervisor's
+   * `searchPath` (default `env.PATH`), never through the shell.
+   */
   readonly argv: readonly string[];
   /** The COMPLETE environment of the process (nothing is inherited from the agent). */
   readonly env: Readonly<Record<string, string>>;

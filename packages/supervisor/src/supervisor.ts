@@ -24,6 +24,7 @@ import {
   readProcessIdentity,
 } from "./proc.js";
 import { hashProcessSpec, type ProcessSpec, validateProcessSpec } from "./process-spec.js";
+import { resolveExecutable } from "./resolve-executable.js";
 
 /** Partial supervisor options; see {@link resolveSupervisorOptions} for defaults. */
 export interface SupervisorOptions {
@@ -48,6 +49,12 @@ export interface SupervisorOptions {
   defaultStopGraceMs?: number;
   /** Root of procfs (tests only). Default `/proc`. */
   procRoot?: string;
+  /**
+   * PATH-style directories a bare `argv[0]` is looked up in (absolute entries only). Set it
+   * to the caller's own PATH whenever a spec's `env` is shaped by someone else: by default
+   * the spec's own `env.PATH` is used, as spawn would, so that env would choose the program.
+   */
+  searchPath?: string;
 }
 
 /** Complete, validated supervisor options. */
@@ -64,6 +71,7 @@ export interface ResolvedSupervisorOptions {
   readonly killWaitMs: number;
   readonly defaultStopGraceMs: number;
   readonly procRoot: string;
+  readonly searchPath: string | undefined;
 }
 
 /** Validates options once and fills defaults. Throws `LLMGW_SUPERVISOR_INVALID_OPTIONS`. */
@@ -87,6 +95,7 @@ export function resolveSupervisorOptions(options: SupervisorOptions): ResolvedSu
     killWaitMs: options.killWaitMs ?? 5000,
     defaultStopGraceMs: options.defaultStopGraceMs ?? 30_000,
     procRoot: options.procRoot ?? "/proc",
+    searchPath: options.searchPath,
   };
   for (const key of [
     "logMaxFileBytes",
@@ -203,12 +212,16 @@ export class Supervisor {
     validateProcessSpec(spec);
     this.#assertFree(replicaId);
     const o = this.options;
+    const argv0 = spec.argv[0]!;
+    const executable = resolveExecutable(argv0, o.searchPath ?? spec.env.PATH ?? "");
     const log = new CappedLogFile(spec.logFile, this.#logLimits());
     const fd = log.openForChild();
     const specHash = spec.specHash ?? hashProcessSpec(spec);
     let child: ReturnType<typeof spawn>;
     try {
-      child = spawn(spec.argv[0]!, spec.argv.slice(1), {
+      // The resolved path is what runs; argv[0] stays as given (process lists, fingerprints).
+      child = spawn(executable, spec.argv.slice(1), {
+        argv0,
         detached: true,
         stdio: ["ignore", fd, fd],
         env: { ...spec.env },
