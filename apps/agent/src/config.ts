@@ -21,6 +21,16 @@ export const agentConfigSchema = z.object({
   nodeName: z.string().min(1).max(253).optional(),
   /** Address other nodes and the router use to reach this node's engines. */
   advertiseAddress: z.string().min(1).optional(),
+  /**
+   * Address engines listen on (default: the advertise address, so an engine is not open on
+   * every interface). `0.0.0.0` or `::` for NAT setups where the advertised address is not
+   * local; probes then use loopback.
+   */
+  engineBindAddress: z
+    .string()
+    .regex(/^[A-Za-z0-9._:-]+$/, "must be an IP address or host name")
+    .refine((v) => !v.startsWith("-"), "must be an IP address or host name")
+    .optional(),
   /** Operator-named fabrics: RDMA device → fabric id. */
   fabricNames: z.record(z.string(), z.string()).default({}),
   /** Stop engines when the agent exits (default: leave them for the next agent to adopt). */

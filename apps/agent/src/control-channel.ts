@@ -3,6 +3,7 @@ import { type Client, Code, ConnectError, createClient } from "@connectrpc/conne
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
   AgentService,
+  type EngineCredential,
   type GpuReading,
   HeartbeatRequestSchema,
   type HeartbeatResponse,
@@ -20,8 +21,14 @@ export type ChannelState = "registering" | "connected" | "reconnecting" | "stopp
 export interface ChannelHooks {
   /** Inventory sent at registration (hardware). */
   inventory(): Promise<NodeInventory>;
-  /** Live state sent with every heartbeat. */
-  snapshot(): Promise<{ gpus: GpuReading[]; replicas: ReplicaStatus[]; problems: Problem[] }>;
+  /** Live state sent with every heartbeat (and the replicas and engine keys at registration). */
+  snapshot(): Promise<{
+    gpus: GpuReading[];
+    replicas: ReplicaStatus[];
+    problems: Problem[];
+    /** API keys of the serving engines running now; absent = none. */
+    engineCredentials?: EngineCredential[];
+  }>;
   /** The node's full desired set, delivered after every successful heartbeat. */
   applyDesired(response: HeartbeatResponse): Promise<void>;
   /** Called on every state change, with the reason. */
@@ -141,6 +148,7 @@ export class ControlChannel {
         previousNodeId: previousId,
         advertiseAddress: this.options.advertiseAddress,
         replicas: snapshot.replicas,
+        engineCredentials: snapshot.engineCredentials ?? [],
       }),
       {
         headers: { authorization: `Bearer ${this.options.joinToken}` },
@@ -167,6 +175,7 @@ export class ControlChannel {
         gpus: snapshot.gpus,
         replicas: snapshot.replicas,
         problems: snapshot.problems,
+        engineCredentials: snapshot.engineCredentials ?? [],
         sentAtUnixMs: BigInt(Date.now()),
       }),
       {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -67,5 +67,92 @@ describe("ReplicaManager", () => {
     await m.apply([]);
     expect(m.statuses()).toEqual([]);
     await m.close(true);
+  });
+});
+
+describe("ReplicaManager: engine API keys", () => {
+  // A stand-in engine: `node -e <idle> -- <the sim adapter's flags>`; probes are faked.
+  const idleEngine = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
+
+  function keyedManager(stateDir: string) {
+    const node = simulateInventory("1xh100-80g", { hostname: "node-a" });
+    return new ReplicaManager({
+      supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+      stateDir,
+      inventory: () => node,
+      nodeConfig: { simCommand: idleEngine, bindHost: "127.0.0.1" },
+      probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+      secretEnv: {},
+      logger: silentLogger,
+      probeIntervalMs: 50,
+      probeTimeoutMs: 1000,
+      defaultLoadingDeadlineMs: 60_000,
+      localAddress: "127.0.0.1",
+    });
+  }
+
+  const assignment = () =>
+    create(ReplicaAssignmentSchema, {
+      replicaId: "m-0",
+      rank: 0,
+      gpuIndices: [0],
+      deployment: deploymentSpecToProto(
+        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+      ),
+    });
+
+  async function until<T>(what: string, check: () => T | undefined | false): Promise<T> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const value = check();
+      if (value !== undefined && value !== false) return value;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  const record = (stateDir: string) => path.join(stateDir, "replicas", "m-0.json");
+  const pidOf = (m: ReplicaManager) => m.statuses()[0]?.pid;
+
+  it("draws a key per engine process, hands it over by environment, rotates it on restart, and a restarted agent adopts it", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-keys-"));
+    dirs.push(stateDir);
+    const m = keyedManager(stateDir);
+    await m.apply([assignment()]);
+    const pid = await until("the engine to run", () => pidOf(m));
+    const [credential] = m.engineCredentials();
+    expect(credential?.replicaId).toBe("m-0");
+    const key = credential!.apiKey;
+    expect(key).toMatch(/^llmgw-engine-[A-Za-z0-9_-]{43}$/);
+    expect(readFileSync(`/proc/${pid}/environ`, "utf8").split("\0")).toContain(
+      `LLMGW_ENGINE_API_KEY=${key}`,
+    );
+    expect(readFileSync(`/proc/${pid}/cmdline`, "utf8")).not.toContain(key);
+    // The replica record keeps the key for adoption, owner-only; statuses never carry it.
+    expect(statSync(record(stateDir)).mode & 0o777).toBe(0o600);
+    expect(JSON.parse(readFileSync(record(stateDir), "utf8")).engineApiKey).toBe(key);
+    expect(
+      JSON.stringify(m.statuses(), (_, v) => (typeof v === "bigint" ? String(v) : v)),
+    ).not.toContain(key);
+
+    process.kill(pid, "SIGKILL");
+    const restarted = await until("a restarted engine", () => {
+      const next = pidOf(m);
+      return next !== undefined && next !== pid && next;
+    });
+    const rotated = m.engineCredentials()[0]?.apiKey;
+    expect(rotated).not.toBe(key);
+    expect(readFileSync(`/proc/${restarted}/environ`, "utf8").split("\0")).toContain(
+      `LLMGW_ENGINE_API_KEY=${rotated}`,
+    );
+    expect(JSON.parse(readFileSync(record(stateDir), "utf8")).engineApiKey).toBe(rotated);
+
+    await m.close(false); // the engine keeps running for the next agent
+    const next = keyedManager(stateDir);
+    expect(await next.adoptPrevious()).toEqual(["m-0"]);
+    expect(pidOf(next)).toBe(restarted);
+    expect(next.engineCredentials()).toMatchObject([{ replicaId: "m-0", apiKey: rotated }]);
+    await next.close(true);
   });
 });

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import path from "node:path";
@@ -11,6 +12,8 @@ import {
   validateLaunch,
 } from "@llmgw/engines";
 import {
+  type EngineCredential,
+  EngineCredentialSchema,
   EngineLoadSchema,
   ExitInfoSchema,
   ReplicaState as ProtoReplicaState,
@@ -37,14 +40,19 @@ export type EngineLoadSignals = EngineLoad;
 
 /** How the agent asks an engine whether it is up and loaded, and how busy it is. */
 export interface EngineProbes {
-  /** One readiness probe against `baseUrl` (health + models). */
+  /** One readiness probe against `baseUrl` (health + models), with the engine's key if any. */
   probe(
     baseUrl: string,
     readiness: NonNullable<LaunchSpec["readiness"]>,
     timeoutMs: number,
+    apiKey: string | undefined,
   ): Promise<ProbeOutcome>;
   /** Scrapes `/metrics` into load signals; rejects or returns {} when unavailable. */
-  scrapeLoad(metricsUrl: string, timeoutMs: number): Promise<EngineLoadSignals>;
+  scrapeLoad(
+    metricsUrl: string,
+    timeoutMs: number,
+    apiKey: string | undefined,
+  ): Promise<EngineLoadSignals>;
 }
 
 export interface ReplicaManagerOptions {
@@ -62,7 +70,7 @@ export interface ReplicaManagerOptions {
   readonly probeIntervalMs: number;
   readonly probeTimeoutMs: number;
   readonly defaultLoadingDeadlineMs: number;
-  /** Address probes and scrapes use to reach local engines. */
+  /** Address probes and scrapes use to reach local engines (IPv6 without brackets). */
   readonly localAddress: string;
 }
 
@@ -78,6 +86,12 @@ interface Managed {
   message: string;
   load: EngineLoadSignals | undefined;
   restarts: number;
+  /**
+   * The API key of the serving engine process running now, drawn at its launch (see
+   * {@link generateEngineApiKey}); undefined for ranks that serve no API and engines that
+   * take no key. Reported to the control plane, never logged.
+   */
+  apiKey: string | undefined;
 }
 
 /** A replica the agent could not even start (bad spec, failed validation). */
@@ -87,11 +101,16 @@ interface Rejected {
   readonly atMs: number;
 }
 
-/** What is persisted per replica so a restarted agent can adopt the same process. */
+/**
+ * What is persisted per replica so a restarted agent can adopt the same process, in an
+ * owner-only file (0600 in a 0700 directory) because it holds the engine's API key.
+ */
 interface ReplicaRecord {
   readonly version: 1;
   readonly assignment: string;
   readonly apiPort: number;
+  /** Key of the engine process running now; rewritten before every launch. */
+  readonly engineApiKey?: string;
 }
 
 const PROTO_STATE: Readonly<Record<ReplicaState, ProtoReplicaState>> = {
@@ -152,7 +171,7 @@ export class ReplicaManager {
         await rm(file, { force: true });
         continue;
       }
-      const managed = this.#prepare(assignment, record.apiPort);
+      const managed = this.#prepare(assignment, record.apiPort, record.engineApiKey);
       if (!managed) continue;
       await managed.replica.start({ adopt: true });
       if (managed.replica.handle?.adopted) adopted.push(managed.key);
@@ -209,7 +228,8 @@ export class ReplicaManager {
     }
   }
 
-  #prepare(assignment: ReplicaAssignment, apiPort: number): Managed | undefined {
+  /** `apiKey`: the key of an engine a previous agent launched, for adoption. */
+  #prepare(assignment: ReplicaAssignment, apiPort: number, apiKey?: string): Managed | undefined {
     const key = assignment.replicaId;
     try {
       if (!assignment.deployment) throw new Error("assignment carries no deployment");
@@ -256,11 +276,23 @@ export class ReplicaManager {
         env: { ...spec.env, ...pickSecrets(this.options.secretEnv) },
         specHash,
       };
+      const apiKeyEnv = launch.apiKeyEnv;
       const replica = createSupervisedReplica({
         supervisor: this.options.supervisor,
         replicaId: key,
         spec: withSecrets,
-        probe: this.#probeFor(launch, apiPort),
+        // A fresh key for every process (first start and each restart), recorded before the
+        // engine starts so that a restarted agent adopting it knows it.
+        ...(apiKeyEnv === undefined
+          ? {}
+          : {
+              launchEnv: async () => {
+                managed.apiKey = generateEngineApiKey();
+                if (this.#managed.get(key) === managed) await this.#persist(managed);
+                return { [apiKeyEnv]: managed.apiKey };
+              },
+            }),
+        probe: this.#probeFor(launch, apiPort, () => managed.apiKey),
         loadingDeadlineMs:
           deployment.loadingDeadlineSeconds !== undefined
             ? deployment.loadingDeadlineSeconds * 1000
@@ -278,6 +310,7 @@ export class ReplicaManager {
         message: "",
         load: undefined,
         restarts: 0,
+        apiKey: apiKeyEnv === undefined ? undefined : apiKey,
       };
       replica.subscribe((t) => {
         managed.stateSinceMs = t.atMs;
@@ -298,11 +331,22 @@ export class ReplicaManager {
     }
   }
 
-  #probeFor(launch: LaunchSpec, apiPort: number): () => Promise<ProbeOutcome> {
+  #probeFor(
+    launch: LaunchSpec,
+    apiPort: number,
+    apiKey: () => string | undefined,
+  ): () => Promise<ProbeOutcome> {
     const readiness = launch.readiness;
     if (!readiness) return async () => "ready";
-    const baseUrl = `http://${this.options.localAddress}:${apiPort}`;
-    return () => this.options.probes.probe(baseUrl, readiness, this.options.probeTimeoutMs);
+    const baseUrl = `http://${this.#localHost}:${apiPort}`;
+    return () =>
+      this.options.probes.probe(baseUrl, readiness, this.options.probeTimeoutMs, apiKey());
+  }
+
+  /** {@link ReplicaManagerOptions.localAddress} as a URL host (IPv6 in brackets). */
+  get #localHost(): string {
+    const address = this.options.localAddress;
+    return address.includes(":") ? `[${address}]` : address;
   }
 
   #retire(managed: Managed, reason: string): void {
@@ -341,6 +385,7 @@ export class ReplicaManager {
       version: 1,
       assignment: toJsonString(ReplicaAssignmentSchema, managed.assignment),
       apiPort: managed.apiPort,
+      ...(managed.apiKey === undefined ? {} : { engineApiKey: managed.apiKey }),
     };
     const target = this.#recordPath(managed.key);
     await writeFile(`${target}.tmp`, JSON.stringify(record), { mode: 0o600 });
@@ -352,9 +397,13 @@ export class ReplicaManager {
     const tick = async () => {
       for (const managed of this.#managed.values()) {
         if (managed.replica.state !== "ready" || managed.launch.apiPort === undefined) continue;
-        const url = `http://${this.options.localAddress}:${managed.apiPort}${managed.launch.metricsPath}`;
+        const url = `http://${this.#localHost}:${managed.apiPort}${managed.launch.metricsPath}`;
         try {
-          managed.load = await this.options.probes.scrapeLoad(url, this.options.probeTimeoutMs);
+          managed.load = await this.options.probes.scrapeLoad(
+            url,
+            this.options.probeTimeoutMs,
+            managed.apiKey,
+          );
         } catch {
           managed.load = undefined;
         }
@@ -369,6 +418,29 @@ export class ReplicaManager {
     const pids = new Set<number>();
     for (const m of this.#managed.values()) if (m.replica.handle) pids.add(m.replica.handle.pid);
     return pids;
+  }
+
+  /**
+   * The API keys of the serving engines running now, for Register and every heartbeat: the
+   * control plane keeps them in memory and hands them to routers only.
+   */
+  engineCredentials(): EngineCredential[] {
+    const out: EngineCredential[] = [];
+    for (const m of this.#managed.values()) {
+      if (m.apiKey === undefined) continue;
+      out.push(create(EngineCredentialSchema, { replicaId: m.key, apiKey: m.apiKey }));
+    }
+    return out;
+  }
+
+  /**
+   * Every engine API key this agent holds, for scrubbing text that leaves the node (log
+   * tails): an engine may print its own key.
+   */
+  engineApiKeys(): string[] {
+    const keys: string[] = [];
+    for (const m of this.#managed.values()) if (m.apiKey !== undefined) keys.push(m.apiKey);
+    return keys;
   }
 
   /** What the heartbeat reports: one status per replica rank, rejected ones as FAILED. */
@@ -394,7 +466,7 @@ export class ReplicaManager {
                 atUnixMs: BigInt(Math.round(lastExit.atMs)),
               })
             : undefined,
-          logTail: failure ? failure.tail.slice(-40) : [],
+          logTail: failure ? redactKey(failure.tail.slice(-40), m.apiKey) : [],
           load: m.load ? create(EngineLoadSchema, m.load) : undefined,
           message: failure ? failure.reason : m.message,
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
@@ -441,6 +513,20 @@ function pickSecrets(env: Readonly<Record<string, string>>): Record<string, stri
     if (value) out[name] = value;
   }
   return out;
+}
+
+/**
+ * A new engine API key: `llmgw-engine-` and 32 random bytes, base64url (a header-safe token
+ * that every engine accepts).
+ */
+export function generateEngineApiKey(): string {
+  return `llmgw-engine-${randomBytes(32).toString("base64url")}`;
+}
+
+/** `lines` with every occurrence of `key` replaced (an engine may echo its own key). */
+function redactKey(lines: readonly string[], key: string | undefined): string[] {
+  if (key === undefined) return [...lines];
+  return lines.map((line) => line.replaceAll(key, "[engine-api-key]"));
 }
 
 /** A TCP port free right now on all interfaces (the engine binds it moments later). */

@@ -66,12 +66,15 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   const advertiseAddress =
     config.advertiseAddress ??
     (config.simulate ? "127.0.0.1" : (inventory.addresses[0] ?? "127.0.0.1"));
+  // Engines listen where the router reaches them, not on every interface; an operator behind
+  // NAT (advertised address not local) binds 0.0.0.0 instead.
+  const bindAddress = config.engineBindAddress ?? config.engines.bindHost ?? advertiseAddress;
   const supervisor = createSupervisor({ stateDir: path.join(config.stateDir, "pids"), logger });
   const manager = new ReplicaManager({
     supervisor,
     stateDir: config.stateDir,
     inventory: () => inventory,
-    nodeConfig: config.engines,
+    nodeConfig: { ...config.engines, bindHost: bindAddress },
     probes: deps.probes,
     baseEnv: deps.baseEnv,
     secretEnv: deps.secretEnv,
@@ -79,7 +82,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     probeIntervalMs: config.probeIntervalMs,
     probeTimeoutMs: config.probeTimeoutMs,
     defaultLoadingDeadlineMs: config.defaultLoadingDeadlineMs,
-    localAddress: "127.0.0.1",
+    localAddress: probeAddress(bindAddress),
   });
   const adopted = await manager.adoptPrevious();
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });
@@ -122,6 +125,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       snapshot: async () => ({
         gpus: readings.map(gpuReadingToProto),
         replicas: manager.statuses(),
+        engineCredentials: manager.engineCredentials(),
         problems: readingProblems.map((p) => create(ProblemSchema, { ...p })),
       }),
       applyDesired: async (response) => {
@@ -148,4 +152,14 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       await manager.close(options.stopEngines ?? config.stopEngines);
     },
   };
+}
+
+/**
+ * Where the agent's probes reach an engine bound to `bindAddress`: that address itself, or
+ * loopback for the wildcard addresses (which accept loopback connections too).
+ */
+export function probeAddress(bindAddress: string): string {
+  if (bindAddress === "0.0.0.0") return "127.0.0.1";
+  if (bindAddress === "::" || bindAddress === "[::]") return "::1";
+  return bindAddress.replace(/^\[(.*)\]$/, "$1");
 }

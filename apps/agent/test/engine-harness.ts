@@ -28,6 +28,7 @@ import {
   type Supervisor,
 } from "@llmgw/supervisor";
 import { createEngineProbes } from "../src/probes.js";
+import { generateEngineApiKey } from "../src/replica-manager.js";
 
 /** The repository root. */
 export const REPO = fileURLToPath(new URL("../../..", import.meta.url));
@@ -118,6 +119,8 @@ export interface PrepareReplicaInput {
   readonly probeIntervalMs: number;
   readonly probeTimeoutMs: number;
   readonly loadingDeadlineMs: number;
+  /** Key of an engine a previous agent launched (the agent reads it from the replica record). */
+  readonly adoptedApiKey?: string;
   /** The agent passes none (supervisor defaults); the crash-loop case shortens it. */
   readonly restartPolicy?: RestartPolicyOptions;
 }
@@ -131,6 +134,8 @@ export interface PreparedReplica {
   readonly apiPort: number;
   readonly baseUrl: string;
   readonly metricsUrl: string;
+  /** The engine's API key now (a new one per launch, as the agent draws it); undefined: none. */
+  apiKey(): string | undefined;
   /** Every probe outcome, in order, with the time it was observed. */
   readonly outcomes: { readonly outcome: ProbeOutcome; readonly atMs: number }[];
   /** Every transition delivered to `subscribe`, in order. */
@@ -176,12 +181,22 @@ export function prepareReplica(input: PrepareReplicaInput): PreparedReplica {
   const baseUrl = `http://127.0.0.1:${input.apiPort}`;
   const probes = createEngineProbes();
   const outcomes: { outcome: ProbeOutcome; atMs: number }[] = [];
+  const apiKeyEnv = launch.apiKeyEnv;
+  let apiKey = input.adoptedApiKey;
   const replica = createSupervisedReplica({
     supervisor: input.supervisor,
     replicaId: input.replicaId,
     spec,
+    ...(apiKeyEnv === undefined
+      ? {}
+      : {
+          launchEnv: () => {
+            apiKey = generateEngineApiKey();
+            return { [apiKeyEnv]: apiKey };
+          },
+        }),
     probe: async () => {
-      const outcome = await probes.probe(baseUrl, readiness, input.probeTimeoutMs);
+      const outcome = await probes.probe(baseUrl, readiness, input.probeTimeoutMs, apiKey);
       outcomes.push({ outcome, atMs: Date.now() });
       return outcome;
     },
@@ -223,6 +238,7 @@ export function prepareReplica(input: PrepareReplicaInput): PreparedReplica {
     apiPort: input.apiPort,
     baseUrl,
     metricsUrl: `${baseUrl}${launch.metricsPath}`,
+    apiKey: () => apiKey,
     outcomes,
     transitions,
     waitForState,
@@ -230,8 +246,8 @@ export function prepareReplica(input: PrepareReplicaInput): PreparedReplica {
 }
 
 /** The metrics scrape exactly as the agent runs it (`createEngineProbes().scrapeLoad`). */
-export function scrapeLoad(metricsUrl: string, timeoutMs: number) {
-  return createEngineProbes().scrapeLoad(metricsUrl, timeoutMs);
+export function scrapeLoad(metricsUrl: string, timeoutMs: number, apiKey: string | undefined) {
+  return createEngineProbes().scrapeLoad(metricsUrl, timeoutMs, apiKey);
 }
 
 /** A previous agent in its own process that launched `spec`; SIGKILL it to "crash the agent". */

@@ -173,8 +173,13 @@ async function chatBothWays(
   baseUrl: string,
   model: string,
   extraBody: Record<string, unknown>,
+  apiKey: string | undefined,
 ): Promise<void> {
-  const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: "unused", maxRetries: 0 });
+  const client = new OpenAI({
+    baseURL: `${baseUrl}/v1`,
+    apiKey: apiKey ?? "unused",
+    maxRetries: 0,
+  });
   const r = await client.chat.completions.create({
     model,
     messages: [{ role: "user", content: LONG_PROMPT }],
@@ -290,17 +295,37 @@ for (const c of CASES) {
 
     it("answers the official openai client, plain and streaming", async () => {
       const served = first.launch.readiness!.expectedModelId;
-      await chatBothWays(first.baseUrl, served, extraBody);
+      await chatBothWays(first.baseUrl, served, extraBody, first.apiKey());
     }, 30_000);
 
+    it("refuses callers without the engine's key, which never appears on its argv", async () => {
+      const key = first.apiKey();
+      expect(key).toMatch(/^llmgw-engine-[A-Za-z0-9_-]{43}$/);
+      for (const authorization of [undefined, "Bearer llmgw-engine-wrong"]) {
+        const res = await fetch(`${first.baseUrl}/v1/models`, {
+          ...(authorization === undefined ? {} : { headers: { authorization } }),
+        });
+        expect(res.status).toBe(401);
+        await res.arrayBuffer();
+      }
+      const pid = first.replica.handle!.pid;
+      expect(readFileSync(`/proc/${pid}/cmdline`, "utf8")).not.toContain(key!);
+      expect(readFileSync(`/proc/${pid}/environ`, "utf8")).toContain(
+        `${first.launch.apiKeyEnv}=${key}`,
+      );
+    }, 20_000);
+
     it("reports /metrics as load signals, absent when the engine does not export them", async () => {
-      const load = await scrapeLoad(first.metricsUrl, 5000);
-      const raw = await (await fetch(first.metricsUrl)).text();
+      const load = await scrapeLoad(first.metricsUrl, 5000, first.apiKey());
+      const raw = await (
+        await fetch(first.metricsUrl, { headers: { authorization: `Bearer ${first.apiKey()}` } })
+      ).text();
       c.checkLoad(load, raw);
     }, 20_000);
 
     it("restarts the engine with a new pid after SIGKILL and becomes ready again", async () => {
       const old = first.replica.handle!.pid;
+      const oldKey = first.apiKey();
       const from = first.transitions.length;
       process.kill(old, "SIGKILL");
       const exited = await first.waitForState("exited", 15_000, from);
@@ -315,7 +340,19 @@ for (const c of CASES) {
       expect(now).not.toBe(old);
       expect(isAlive(old)).toBe(false);
       expect(first.replica.handle!.adopted).toBe(false);
-      await chatBothWays(first.baseUrl, first.launch.readiness!.expectedModelId, extraBody);
+      // The key rotated with the process: the old one no longer opens the engine.
+      expect(first.apiKey()).not.toBe(oldKey);
+      const stale = await fetch(`${first.baseUrl}/v1/models`, {
+        headers: { authorization: `Bearer ${oldKey}` },
+      });
+      expect(stale.status).toBe(401);
+      await stale.arrayBuffer();
+      await chatBothWays(
+        first.baseUrl,
+        first.launch.readiness!.expectedModelId,
+        extraBody,
+        first.apiKey(),
+      );
     }, 60_000);
 
     it("stops the whole process group and removes the pid file", async () => {
@@ -330,7 +367,14 @@ for (const c of CASES) {
 
     it("a second supervisor adopts the engine a SIGKILLed supervisor left (same pid), then stops its group", async () => {
       // A previous agent launches the same ProcessSpec from its own process and dies.
-      host = await startEngineHost(pidsDir, input.replicaId, first.spec, 30_000);
+      // With its own key, which the next agent knows from the replica record.
+      const hostKey = "llmgw-engine-left-by-the-previous-agent";
+      host = await startEngineHost(
+        pidsDir,
+        input.replicaId,
+        { ...first.spec, env: { ...first.spec.env, [first.launch.apiKeyEnv!]: hostKey } },
+        30_000,
+      );
       pgids.add(host.pgid);
       expect(host.pgid).toBe(host.pid);
       host.child.kill("SIGKILL");
@@ -338,7 +382,7 @@ for (const c of CASES) {
       expect(isAlive(host.pid)).toBe(true);
 
       const second = createSupervisor({ stateDir: pidsDir, logPollIntervalMs: 200 });
-      adopted = prepareReplica({ ...input, supervisor: second });
+      adopted = prepareReplica({ ...input, supervisor: second, adoptedApiKey: hostKey });
       expect(adopted.specHash).toBe(first.specHash);
       await adopted.replica.start({ adopt: true });
       expect(adopted.replica.handle?.adopted).toBe(true);
@@ -350,7 +394,13 @@ for (const c of CASES) {
       });
       await adopted.waitForState("ready", 30_000);
       expect(adopted.replica.handle?.pid).toBe(host.pid); // not relaunched
-      await chatBothWays(adopted.baseUrl, adopted.launch.readiness!.expectedModelId, extraBody);
+      expect(adopted.apiKey()).toBe(hostKey);
+      await chatBothWays(
+        adopted.baseUrl,
+        adopted.launch.readiness!.expectedModelId,
+        extraBody,
+        hostKey,
+      );
 
       const report = await adopted.replica.stop();
       expect(report?.timedOut).toBe(false);

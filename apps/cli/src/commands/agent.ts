@@ -28,6 +28,8 @@ Options:
   --simulate SPEC           simulated node, e.g. "8xh100-80g@ib-a" (no real GPUs used)
   --node-name NAME          name to register with (default: host name)
   --advertise-address ADDR  address peers and the router use to reach this node's engines
+  --engine-bind-address ADDR  address engines listen on (default: the advertise address;
+                            0.0.0.0 when that address is not local, e.g. behind NAT)
   --fabric-name DEV=ID      name the fabric of an RDMA device (repeatable)
   --stop-engines            stop engines when the agent exits (default: leave them running)
   --llama-server PATH       llama.cpp server binary (default: the cached build, else PATH)
@@ -74,6 +76,7 @@ export const command: Command = {
       simulate: { type: "string" },
       "node-name": { type: "string" },
       "advertise-address": { type: "string" },
+      "engine-bind-address": { type: "string" },
       "fabric-name": { type: "string", multiple: true },
       "stop-engines": { type: "boolean" },
       "llama-server": { type: "string" },
@@ -101,6 +104,9 @@ export const command: Command = {
       ...(values.simulate ? { simulate: values.simulate } : {}),
       ...(values["node-name"] ? { nodeName: values["node-name"] } : {}),
       ...(values["advertise-address"] ? { advertiseAddress: values["advertise-address"] } : {}),
+      ...(values["engine-bind-address"]
+        ? { engineBindAddress: values["engine-bind-address"] }
+        : {}),
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
       engines: {
