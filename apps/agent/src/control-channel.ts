@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
   AgentService,
@@ -45,7 +45,14 @@ export interface ControlChannelOptions {
   readonly maxBackoffMs: number;
   /** Per-call deadline for Register and Heartbeat. */
   readonly callTimeoutMs: number;
+  /** Default: Connect over HTTP/1.1 to `controlPlaneUrl`; tests pass an in-memory one. */
+  readonly transport?: Transport;
+  /** Jitter source in [0, 1); default `Math.random`. */
+  readonly random?: () => number;
 }
+
+/** The control plane's `llmgw-error-code` for a node id held with another credential. */
+const NODE_ID_TAKEN = "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN";
 
 /**
  * The agent's only link to the control plane. Agents dial out; a lost control channel never
@@ -64,10 +71,9 @@ export class ControlChannel {
     private readonly options: ControlChannelOptions,
     private readonly hooks: ChannelHooks,
   ) {
-    const transport = createConnectTransport({
-      baseUrl: options.controlPlaneUrl,
-      httpVersion: "1.1",
-    });
+    const transport =
+      options.transport ??
+      createConnectTransport({ baseUrl: options.controlPlaneUrl, httpVersion: "1.1" });
     this.client = createClient(AgentService, transport);
   }
 
@@ -115,7 +121,7 @@ export class ControlChannel {
         } else {
           this.noteFailure(err);
         }
-        const jittered = backoffMs * (0.5 + Math.random());
+        const jittered = backoffMs * (0.5 + (this.options.random ?? Math.random)());
         await sleep(jittered, signal);
         backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
       }
@@ -126,9 +132,12 @@ export class ControlChannel {
   private noteFailure(error: unknown): void {
     const err = ConnectError.from(error);
     const detail =
-      err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal
-        ? `cannot reach the control plane at ${this.options.controlPlaneUrl}: ${err.rawMessage}`
-        : `control plane error (${Code[err.code]}): ${err.rawMessage}`;
+      err.metadata.get("llmgw-error-code") === NODE_ID_TAKEN
+        ? // Only an operator can fix this; engines keep running and the agent keeps asking.
+          `the control plane refused to re-join this node (${NODE_ID_TAKEN}): ${err.rawMessage}. Engines keep running; retrying with backoff (at most every ${formatMs(this.options.maxBackoffMs)})`
+        : err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal
+          ? `cannot reach the control plane at ${this.options.controlPlaneUrl}: ${err.rawMessage}`
+          : `control plane error (${Code[err.code]}): ${err.rawMessage}`;
     if (detail !== this.lastError || this.stateValue !== "reconnecting") {
       this.lastError = detail;
       this.setState(this.identity ? "reconnecting" : "registering", detail);
@@ -141,11 +150,14 @@ export class ControlChannel {
       this.hooks.inventory(),
       this.hooks.snapshot(),
     ]);
-    const previousId = previous?.nodeId ?? (await loadIdentity(this.options.stateDir))?.nodeId;
+    // The id and the credential that proves it travel together: the control plane refuses
+    // to hand a held id to a caller that has only the join token.
+    const proof = previous ?? (await loadIdentity(this.options.stateDir));
     const response = await this.client.register(
       create(RegisterRequestSchema, {
         inventory,
-        previousNodeId: previousId,
+        previousNodeId: proof?.nodeId,
+        previousNodeCredential: proof?.credential,
         advertiseAddress: this.options.advertiseAddress,
         replicas: snapshot.replicas,
         engineCredentials: snapshot.engineCredentials ?? [],
@@ -191,6 +203,8 @@ export class ControlChannel {
     if (changed || state !== "connected") this.hooks.onState?.(state, detail);
   }
 }
+
+const formatMs = (ms: number) => (ms >= 1_000 ? `${ms / 1_000} s` : `${ms} ms`);
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -17,6 +17,7 @@ export const commands: Record<string, () => Promise<Command>> = {
   deployments: async () => (await import("./commands/deployments.js")).command,
   replicas: async () => (await import("./commands/replicas.js")).command,
   nodes: async () => (await import("./commands/nodes.js")).command,
+  "nodes reset": async () => (await import("./commands/nodes-reset.js")).command,
   status: async () => (await import("./commands/status.js")).command,
   scale: async () => (await import("./commands/scale.js")).command,
   undeploy: async () => (await import("./commands/undeploy.js")).command,

@@ -215,7 +215,9 @@ describe("control plane over Connect", () => {
     const a2 = new FakeAgent({ ...a.options, controlUrl: cp.controlUrl });
     const b2 = new FakeAgent({ ...b.options, controlUrl: cp.controlUrl });
     a2.nodeId = a.nodeId;
+    a2.credential = a.credential;
     b2.nodeId = b.nodeId;
+    b2.credential = b.credential;
     expect(await a2.register()).toBe(a.nodeId);
     expect(await b2.register()).toBe(b.nodeId);
     await Promise.all([a2.heartbeat(), b2.heartbeat()]);
@@ -265,6 +267,53 @@ describe("control plane over Connect", () => {
       Code.InvalidArgument,
       /name must be a DNS label/,
     );
+  });
+
+  it("refuses a Register that names a live node without its credential; the node keeps serving", async () => {
+    const { cp, admin } = await setup();
+    const real = simAgent(cp, "node-a", "1xh100-80g");
+    real.defaultReport = { state: ReplicaState.READY, apiPort: 41_000 };
+    await real.register();
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "m", engine: Engine.VLLM, replicas: 1 },
+    });
+    await real.heartbeat();
+    await real.heartbeat();
+    expect(cp.cluster.readyReplicas("chat").map((r) => r.endpoint)).toEqual(["127.0.0.1:41000"]);
+    const before = (await admin.getNode({ node: real.nodeId ?? "" })).node;
+
+    // Node ids are public (/metrics, events); the join token is shared by every agent.
+    const attacker = new FakeAgent({
+      controlUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      inventory: { ...real.options.inventory, hostname: "evil" },
+      advertiseAddress: "127.0.0.66",
+    });
+    attacker.nodeId = real.nodeId;
+    for (const credential of [undefined, "llmgw-node-guess"]) {
+      attacker.credential = credential;
+      const error = ConnectError.from(await attacker.register().catch((e: unknown) => e));
+      expect(error.code).toBe(Code.PermissionDenied);
+      expect(error.rawMessage).toBe(
+        `node ${real.nodeId} is registered; re-joining it needs its node credential, or an operator's \`llmgw nodes reset ${real.nodeId}\``,
+      );
+      expect(error.metadata.get("llmgw-error-code")).toBe("LLMGW_CONTROL_PLANE_NODE_ID_TAKEN");
+    }
+
+    await real.heartbeat();
+    expect(cp.cluster.readyReplicas("chat").map((r) => r.endpoint)).toEqual(["127.0.0.1:41000"]);
+    const after = (await admin.getNode({ node: real.nodeId ?? "" })).node;
+    expect(after?.advertiseAddress).toBe("127.0.0.1");
+    expect(after?.hostname).toBe("node-a");
+    expect(after?.registeredAtUnixMs).toBe(before?.registeredAtUnixMs);
+    const events = (await admin.listEvents({ limit: 100 })).events;
+    expect(events.filter((e) => e.kind === "node.takeover_refused")).toHaveLength(1);
+
+    // An invalid advertise address is refused before anything else.
+    const bad = new FakeAgent({ ...attacker.options, advertiseAddress: "127.0.0.1:9/x" });
+    const invalid = ConnectError.from(await bad.register().catch((e: unknown) => e));
+    expect(invalid.code).toBe(Code.InvalidArgument);
+    expect(invalid.rawMessage).toMatch(/^RegisterRequest\.advertise_address must be an IP address/);
   });
 
   it("streams events, serves /healthz and /metrics, and answers 404 JSON on the public listener", async () => {

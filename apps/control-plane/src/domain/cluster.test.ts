@@ -36,14 +36,15 @@ function join_(
   hostname: string,
   sim: string,
   address: string,
-  previousNodeId?: string,
+  previous?: { nodeId: string; nodeCredential?: string },
 ) {
   return cluster.register({
     inventory: inventoryToProto(
       simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
     ),
     advertiseAddress: address,
-    previousNodeId,
+    previousNodeId: previous?.nodeId,
+    previousNodeCredential: previous?.nodeCredential,
     replicas: [],
   });
 }
@@ -301,7 +302,7 @@ describe("Cluster", () => {
     const again = newCluster();
     expect(again.placements()).toEqual(placements);
     expect(again.nodeState(a.nodeId)).toBe("unreachable");
-    const back = join_(again, "node-a", "2xh100-80g", "10.0.0.1", a.nodeId);
+    const back = join_(again, "node-a", "2xh100-80g", "10.0.0.1", a);
     expect(back).toMatchObject({ nodeId: a.nodeId, rejoined: true });
     expect(again.desiredSet(a.nodeId).assignments.map((x) => x.replicaId)).toEqual([
       "chat-0",
@@ -325,7 +326,108 @@ describe("Cluster", () => {
       /revoked by an operator/,
     );
     // A revoked id is not reused: the node joins as a new one.
-    expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a.nodeId).nodeId).not.toBe(a.nodeId);
+    expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a).nodeId).not.toBe(a.nodeId);
+  });
+
+  it("refuses to re-register a held id without its credential and leaves the node untouched", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    const before = cluster.getNode(a.nodeId);
+    for (const credential of [undefined, "llmgw-node-guessed"]) {
+      expect(() =>
+        join_(cluster, "evil", "8xh100-80g", "10.6.6.6", {
+          nodeId: a.nodeId,
+          nodeCredential: credential,
+        }),
+      ).toThrow(
+        expect.objectContaining({
+          code: "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN",
+          message: `node ${a.nodeId} is registered; re-joining it needs its node credential, or an operator's \`llmgw nodes reset ${a.nodeId}\``,
+        }),
+      );
+    }
+    expect(cluster.getNode(a.nodeId)).toEqual(before);
+    cluster.authenticateNode(a.nodeId, a.nodeCredential);
+    expect(cluster.desiredSet(a.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
+    // One event for the attempts of a minute, so repeating them cannot flood the event log.
+    const refused = cluster
+      .listEvents({ limit: 100 })
+      .filter((e) => e.kind === "node.takeover_refused");
+    expect(refused.map((e) => e.message)).toEqual([
+      `a Register from evil (advertising 10.6.6.6) named node ${a.nodeId} without its node credential; the node is unchanged`,
+    ]);
+  });
+
+  it("lets an agent whose Register answer was lost retry with the credential before it", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const lost = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a);
+    const again = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a);
+    expect(again.nodeId).toBe(a.nodeId);
+    expect(lost.nodeId).toBe(a.nodeId);
+    // Once the newest credential is used, every older one is retired.
+    cluster.authenticateNode(a.nodeId, again.nodeCredential);
+    for (const old of [a, lost]) {
+      expect(() => join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", old)).toThrow(
+        /needs its node credential/,
+      );
+    }
+  });
+
+  it("after an operator's reset takes the node with the join token alone, once, keeping placements", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    cluster.resetNode("node-a");
+    // The reset survives a control-plane restart.
+    const restarted = newCluster();
+    const back = join_(restarted, "node-a", "1xh100-80g", "10.0.0.9", { nodeId: a.nodeId });
+    expect(back).toMatchObject({ nodeId: a.nodeId, rejoined: true });
+    expect(restarted.desiredSet(a.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
+    expect(restarted.getNode(a.nodeId).advertiseAddress).toBe("10.0.0.9");
+    expect(() => restarted.authenticateNode(a.nodeId, a.nodeCredential)).toThrow(
+      /wrong credential/,
+    );
+    expect(() =>
+      join_(restarted, "node-a", "1xh100-80g", "10.0.0.9", { nodeId: a.nodeId }),
+    ).toThrow(/needs its node credential/);
+    // Nor does the credential from before the reset open it again.
+    expect(() => join_(restarted, "node-a", "1xh100-80g", "10.0.0.9", a)).toThrow(
+      /needs its node credential/,
+    );
+    const kinds = restarted.listEvents({ limit: 100 }).map((e) => e.kind);
+    expect(kinds).toContain("node.reset");
+    expect(kinds.indexOf("node.reset")).toBeLessThan(kinds.lastIndexOf("node.rejoined"));
+  });
+
+  it.each([
+    ["10.0.0.1", true],
+    ["fd00::1", true],
+    ["gpu-01.example.internal", true],
+    ["gpu_01", true],
+    ["http://10.0.0.1", false],
+    ["10.0.0.1:8000", false],
+    ["evil.example/x", false],
+    ["[::1]", false],
+    ["fe80::1%eth0", false],
+    ["a b", false],
+    ["host\n", false],
+    ["-bad.example", false],
+    [`${"a".repeat(63)}.${"b".repeat(63)}.${"c".repeat(63)}.${"d".repeat(63)}`, false],
+  ])("advertise address %j accepted: %s", (address, ok) => {
+    const cluster = newCluster();
+    const register = () => join_(cluster, "node-a", "1xh100-80g", address);
+    if (ok) expect(register().nodeId).toMatch(/^node-a-/);
+    else
+      expect(register).toThrow(
+        expect.objectContaining({
+          code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          message: expect.stringMatching(
+            /^RegisterRequest\.advertise_address must be an IP address or a DNS host name/,
+          ),
+        }),
+      );
   });
 
   it("coalesces agent-caused reconciles when given a defer function", () => {

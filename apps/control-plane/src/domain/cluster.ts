@@ -45,6 +45,7 @@ import type {
   NodeRecord,
   PlacementRecord,
 } from "../store/types.js";
+import { validateAdvertiseAddress } from "./agent-limits.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ScheduleFn } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
@@ -82,6 +83,8 @@ export interface ClusterOptions {
 export interface RegisterInput {
   readonly inventory: NodeInventory;
   readonly previousNodeId?: string;
+  /** The credential issued with `previousNodeId`; needed to re-register an id still held. */
+  readonly previousNodeCredential?: string;
   readonly advertiseAddress: string;
   readonly replicas: readonly ReplicaStatus[];
 }
@@ -159,6 +162,14 @@ interface LiveNode {
   generation: bigint;
   fingerprint: string;
   assignments: ReplicaAssignment[];
+  /**
+   * The credential hash before the last re-registration, still accepted by Register (never
+   * by Heartbeat) until the new credential is first used: an agent whose Register answer
+   * was lost on the way must be able to try again instead of needing an operator.
+   */
+  priorCredentialHash?: string;
+  /** When a refused takeover of this id was last recorded as an event (at most one a minute). */
+  refusedEventAtMs?: number;
 }
 
 interface LiveDeployment {
@@ -273,14 +284,30 @@ export class Cluster {
   /**
    * Registers a node (the caller checked the join token). A `previousNodeId` of a known,
    * non-revoked node keeps that identity and its placements, so an agent restart never
-   * restarts engines; the credential is rotated either way.
+   * restarts engines; the credential is rotated either way. Keeping an identity needs its
+   * current node credential (or an operator's {@link resetNode}): the join token is shared
+   * by every agent, and node ids are public, so without the credential any holder of the
+   * token could take over a live node's address and the prompts routed to it. Such a call
+   * throws `LLMGW_CONTROL_PLANE_NODE_ID_TAKEN` and changes nothing. An unknown or revoked
+   * `previousNodeId` gets a fresh id. An advertise address that is not an IP literal or a
+   * DNS host name throws `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT`.
    */
   register(input: RegisterInput): RegisterResult {
     const now = this.#o.clock.now();
-    const previous = input.previousNodeId ? this.#nodes.get(input.previousNodeId) : undefined;
-    const credential = generateSecret("llmgw-node-");
     const advertiseAddress =
       input.advertiseAddress || input.inventory.addresses[0] || input.inventory.hostname;
+    validateAdvertiseAddress(
+      advertiseAddress,
+      input.advertiseAddress
+        ? "RegisterRequest.advertise_address"
+        : input.inventory.addresses[0]
+          ? "RegisterRequest.inventory.addresses[0] (no advertise_address given)"
+          : "RegisterRequest.inventory.hostname (no advertise_address or addresses given)",
+    );
+    const previous = input.previousNodeId ? this.#nodes.get(input.previousNodeId) : undefined;
+    const byReset = previous?.record.resetPending === true;
+    if (previous && !byReset) this.#requirePreviousCredential(previous, input, now);
+    const credential = generateSecret("llmgw-node-");
     const id = previous?.record.id ?? nodeIdFor(input.inventory.hostname);
     const record: NodeRecord = {
       id,
@@ -295,6 +322,8 @@ export class Cluster {
     };
     this.#o.store.putNode(record);
     const live = previous ?? newLiveNode(record, input.inventory, "ready", now);
+    // After a reset nothing older than this registration may register again.
+    live.priorCredentialHash = byReset ? undefined : previous?.record.credentialHash;
     live.record = record;
     live.inventory = input.inventory;
     live.lastSeenMs = now;
@@ -305,7 +334,7 @@ export class Cluster {
     this.#event(
       previous ? "node.rejoined" : "node.joined",
       id,
-      `${input.inventory.hostname} ${previous ? "re-registered" : "joined"} with ${gpus} GPU${gpus === 1 ? "" : "s"}${
+      `${input.inventory.hostname} ${previous ? (byReset ? "re-registered after a reset" : "re-registered") : "joined"} with ${gpus} GPU${gpus === 1 ? "" : "s"}${
         input.inventory.simulated ? " (simulated)" : ""
       } at ${advertiseAddress}`,
       "info",
@@ -317,6 +346,36 @@ export class Cluster {
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
       rejoined: !!previous,
     };
+  }
+
+  /** Throws `LLMGW_CONTROL_PLANE_NODE_ID_TAKEN` unless `input` proves `node`'s credential. */
+  #requirePreviousCredential(node: LiveNode, input: RegisterInput, now: number): void {
+    const presented = input.previousNodeCredential;
+    if (presented) {
+      const hash = hashSecret(presented);
+      // Both compared, always: which one matched must not show in the timing.
+      const current = secretsEqual(hash, node.record.credentialHash);
+      const prior = secretsEqual(hash, node.priorCredentialHash ?? "");
+      if (current || prior) return;
+    }
+    const id = node.record.id;
+    // An event, not just a log line, so operators see it; at most one a minute per node, so
+    // that a caller repeating the attempt cannot push real events out of the bounded log.
+    if (node.refusedEventAtMs === undefined || now - node.refusedEventAtMs >= 60_000) {
+      node.refusedEventAtMs = now;
+      this.#event(
+        "node.takeover_refused",
+        id,
+        `a Register from ${input.inventory.hostname} (advertising ${input.advertiseAddress || "no address"}) named node ${id} ${
+          presented ? "with a wrong node credential" : "without its node credential"
+        }; the node is unchanged`,
+        "warning",
+      );
+    }
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN",
+      `node ${id} is registered; re-joining it needs its node credential, or an operator's \`llmgw nodes reset ${id}\``,
+    );
   }
 
   /**
@@ -340,6 +399,8 @@ export class Cluster {
         `wrong credential for node ${nodeId}; register again with the join token`,
       );
     }
+    // The agent has the new credential: the one before it is retired.
+    node.priorCredentialHash = undefined;
   }
 
   /** Takes a heartbeat (credential already checked) and returns the node's full desired set. */
@@ -690,6 +751,24 @@ export class Cluster {
     return this.#nodeView(node);
   }
 
+  /**
+   * Lets the next Register naming this node take it with the join token alone, once,
+   * keeping its placements: the way back for an agent whose saved credential no longer
+   * matches (a restored state dir, a reinstalled host). Until then the node keeps working
+   * with its current credential. Survives a control-plane restart.
+   */
+  resetNode(nodeOrHost: string): void {
+    const node = this.#requireNode(nodeOrHost);
+    if (!node.record.resetPending) this.#updateNodeRecord(node, { resetPending: true });
+    this.#event(
+      "node.reset",
+      node.record.id,
+      `${node.record.hostname} reset by an operator: the next Register naming ${node.record.id} may take it with the join token alone`,
+      "warning",
+    );
+    this.#touch();
+  }
+
   /** Forgets a node and revokes its credential; its replicas are rescheduled. */
   revokeNode(nodeOrHost: string): void {
     const node = this.#requireNode(nodeOrHost);
@@ -707,7 +786,7 @@ export class Cluster {
 
   #updateNodeRecord(
     node: LiveNode,
-    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked">>,
+    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetPending">>,
   ): void {
     node.record = { ...node.record, ...patch };
     this.#o.store.putNode(node.record);

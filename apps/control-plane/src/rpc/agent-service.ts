@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { type AgentService, HeartbeatResponseSchema, RegisterResponseSchema } from "@llmgw/proto";
+import { boundAgentRequest } from "../domain/agent-limits.js";
 import type { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
@@ -13,6 +14,7 @@ export function createAgentService(
   return {
     register(req, ctx) {
       requireToken(ctx.requestHeader, joinToken, "the join token (llmgw control-plane token)");
+      boundAgentRequest("RegisterRequest", req);
       if (!req.inventory) {
         throw new ControlPlaneError(
           "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
@@ -28,6 +30,7 @@ export function createAgentService(
       const result = cluster.register({
         inventory: req.inventory,
         previousNodeId: req.previousNodeId,
+        previousNodeCredential: req.previousNodeCredential,
         advertiseAddress: req.advertiseAddress,
         replicas: req.replicas,
       });
@@ -46,6 +49,7 @@ export function createAgentService(
         );
       }
       cluster.authenticateNode(req.nodeId, credential);
+      boundAgentRequest("HeartbeatRequest", req);
       const desired = cluster.heartbeat(req.nodeId, {
         gpus: req.gpus,
         replicas: req.replicas,

@@ -52,6 +52,11 @@ export function createClusterService(
       cluster.revokeNode(required(req.node, "node"));
       return {};
     },
+    resetNode(req, ctx) {
+      admin(ctx);
+      cluster.resetNode(required(req.node, "node"));
+      return {};
+    },
     applyDeployment(req, ctx) {
       admin(ctx);
       if (!req.deployment)

@@ -62,6 +62,7 @@ export const MIGRATIONS: readonly string[] = [
      message TEXT NOT NULL,
      severity TEXT NOT NULL
    );`,
+  "ALTER TABLE nodes ADD COLUMN reset_pending INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /** Options of {@link openSqliteStore}. */
@@ -209,6 +210,7 @@ interface NodeRow {
   draining: number;
   revoked: number;
   registered_at_ms: number;
+  reset_pending: number;
 }
 interface EventRow {
   id: number;
@@ -246,7 +248,7 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     listNodes: db.prepare("SELECT * FROM nodes ORDER BY registered_at_ms, id"),
     putNode: db.prepare(
       `INSERT OR REPLACE INTO nodes (id, hostname, credential_hash, inventory, advertise_address, cordoned,
-       draining, revoked, registered_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       draining, revoked, registered_at_ms, reset_pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     deleteNode: db.prepare("DELETE FROM nodes WHERE id = ?"),
     appendEvent: db.prepare(
@@ -336,6 +338,7 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
         draining: r.draining === 1,
         revoked: r.revoked === 1,
         registeredAtMs: r.registered_at_ms,
+        resetPending: r.reset_pending === 1,
       })),
     putNode: (r: NodeRecord) => {
       q.putNode.run(
@@ -348,6 +351,7 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
         r.draining ? 1 : 0,
         r.revoked ? 1 : 0,
         r.registeredAtMs,
+        r.resetPending ? 1 : 0,
       );
     },
     deleteNode: (id) => {

@@ -64,6 +64,11 @@ export interface NodeRecord {
   readonly draining: boolean;
   readonly revoked: boolean;
   readonly registeredAtMs: number;
+  /**
+   * Set by an operator's `llmgw nodes reset`: the next Register naming this id may take it
+   * with the join token alone (once), instead of proving the node credential.
+   */
+  readonly resetPending?: boolean;
 }
 
 /** Severity of an {@link EventRecord}. */

@@ -54,12 +54,16 @@ export class FakeAgent {
     );
   }
 
-  /** Registers (keeping `nodeId` as previous id when set, like a restarted agent). */
+  /**
+   * Registers, keeping `nodeId` as previous id when set and proving it with `credential`,
+   * like a restarted agent.
+   */
   async register(joinToken = this.options.joinToken): Promise<string> {
     const res = await this.client.register(
       {
         inventory: this.options.inventory,
         previousNodeId: this.nodeId,
+        previousNodeCredential: this.credential,
         advertiseAddress: this.options.advertiseAddress ?? "127.0.0.1",
         replicas: this.#statuses(),
       },

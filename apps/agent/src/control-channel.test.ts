@@ -1,0 +1,121 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+import {
+  AgentService,
+  HeartbeatResponseSchema,
+  NodeInventorySchema,
+  type RegisterRequest,
+  RegisterResponseSchema,
+} from "@llmgw/proto";
+import { afterEach, describe, expect, it } from "vitest";
+import { type ChannelState, ControlChannel } from "./control-channel.js";
+import { loadIdentity, saveIdentity } from "./identity.js";
+
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+const URL = "http://control-plane.test";
+const TAKEN = `node n1 is registered; re-joining it needs its node credential, or an operator's \`llmgw nodes reset n1\``;
+
+/**
+ * An AgentService that, like the control plane, holds node n1 with a credential the agent
+ * no longer has, and refuses to hand n1 over until `reset` is set.
+ */
+function heldNodeService() {
+  const state = { reset: false, registers: [] as { at: number; req: RegisterRequest }[] };
+  const transport = createRouterTransport(({ service }) => {
+    service(AgentService, {
+      register(req) {
+        state.registers.push({ at: Date.now(), req });
+        if (!state.reset) {
+          throw new ConnectError(TAKEN, Code.PermissionDenied, {
+            "llmgw-error-code": "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN",
+          });
+        }
+        return create(RegisterResponseSchema, { nodeId: "n1", nodeCredential: "fresh" });
+      },
+      heartbeat(_req, ctx) {
+        if (ctx.requestHeader.get("authorization") !== "Bearer fresh") {
+          throw new ConnectError("wrong credential for node n1", Code.Unauthenticated);
+        }
+        return create(HeartbeatResponseSchema, { generation: 7n, heartbeatIntervalMs: 10_000 });
+      },
+    });
+  });
+  return { state, transport };
+}
+
+describe("ControlChannel", () => {
+  it("refused a held node id: proves it with the saved credential, says how to fix it, backs off, keeps engines", async () => {
+    const stateDir = await mkdtemp(path.join(tmpdir(), "llmgw-channel-"));
+    dirs.push(stateDir);
+    await saveIdentity(stateDir, { nodeId: "n1", credential: "stale", controlPlaneUrl: URL });
+    const { state, transport } = heldNodeService();
+    const states: [ChannelState, string][] = [];
+    let applied = 0;
+    const channel = new ControlChannel(
+      {
+        controlPlaneUrl: URL,
+        joinToken: "join",
+        stateDir,
+        advertiseAddress: "10.0.0.1",
+        initialBackoffMs: 20,
+        maxBackoffMs: 80,
+        callTimeoutMs: 1_000,
+        transport,
+        random: () => 0.5,
+      },
+      {
+        inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
+        snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
+        applyDesired: async () => {
+          applied++;
+        },
+        onState: (s, detail) => states.push([s, detail]),
+      },
+    );
+    const abort = new AbortController();
+    const running = channel.run(abort.signal);
+    try {
+      await expect.poll(() => state.registers.length, { timeout: 5_000 }).toBeGreaterThanOrEqual(6);
+      // Every attempt proves the id with the credential from the state dir.
+      expect(
+        state.registers.map((r) => [r.req.previousNodeId, r.req.previousNodeCredential]),
+      ).toEqual(state.registers.map(() => ["n1", "stale"]));
+      // Doubling from 20 ms, capped at 80 ms (timers never fire early).
+      const gaps = state.registers.slice(1, 6).map((r, i) => r.at - (state.registers[i]?.at ?? 0));
+      const expected = [20, 40, 80, 80, 80];
+      expect(gaps.map((g, i) => g >= (expected[i] as number) - 1)).toEqual([
+        true,
+        true,
+        true,
+        true,
+        true,
+      ]);
+      expect(gaps.every((g) => g < 1_000)).toBe(true);
+      expect(applied).toBe(0);
+      expect(states).toContainEqual([
+        "registering",
+        `the control plane refused to re-join this node (LLMGW_CONTROL_PLANE_NODE_ID_TAKEN): ${TAKEN}. Engines keep running; retrying with backoff (at most every 80 ms)`,
+      ]);
+
+      state.reset = true;
+      await expect.poll(() => channel.state, { timeout: 5_000 }).toBe("connected");
+      expect(channel.nodeId).toBe("n1");
+      expect(applied).toBe(1);
+      expect(await loadIdentity(stateDir)).toEqual({
+        nodeId: "n1",
+        credential: "fresh",
+        controlPlaneUrl: URL,
+      });
+    } finally {
+      abort.abort();
+      await running;
+    }
+  });
+});

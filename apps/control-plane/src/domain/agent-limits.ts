@@ -1,0 +1,170 @@
+import { isIP } from "node:net";
+import { ControlPlaneError } from "../errors.js";
+
+/**
+ * What one agent may send, per Register and per Heartbeat. Every node's inventory is kept in
+ * memory, stored, listed by the admin API and rendered into every /metrics scrape, so one
+ * caller holding the join token must not be able to grow any of them without bound (one
+ * Register with 100,000 GPUs once added 28 MB to every scrape).
+ *
+ * Keys are field paths in the request, camelCase, without indices. Counts and identifying
+ * strings over their limit refuse the whole call with `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT`
+ * naming the field and the limit: silently dropping GPUs or ports would schedule on a wrong
+ * picture of the node. Free text (problem and status messages, log-tail lines) is truncated
+ * with a visible marker instead, because a long engine error must still arrive. The largest
+ * request within these (128 replicas × 40 log-tail lines × 512 characters, about 2.6 MB)
+ * fits the 4 MiB `readMaxBytes` of the Connect handler, which bounds what arrives at all.
+ */
+export const AGENT_LIMITS = {
+  /** Entries of a repeated field not listed in {@link AGENT_LIMITS.items}. */
+  defaultItems: 64,
+  /** Most entries per repeated field. */
+  items: {
+    "inventory.addresses": 32,
+    "inventory.gpus": 64,
+    "inventory.gpus.healthProblems": 16,
+    "inventory.fabrics": 16,
+    "inventory.fabrics.ports": 64,
+    "inventory.inactivePorts": 128,
+    "inventory.problems": 64,
+    // Every GPU pair once (64 · 63 / 2), every GPU against up to 64 NICs.
+    "inventory.topology.gpuLinks": 2_016,
+    "inventory.topology.gpuNics": 4_096,
+    "inventory.topology.gpuAffinity": 64,
+    // A replica holds at least one GPU; twice the GPUs leaves room for replicas being replaced.
+    replicas: 128,
+    "replicas.logTail": 40,
+    engineCredentials: 128,
+    gpus: 64,
+    "gpus.healthProblems": 16,
+    problems: 64,
+  } as Readonly<Record<string, number>>,
+  /** Characters of a string field not listed in {@link AGENT_LIMITS.chars} or `textChars`. */
+  defaultChars: 256,
+  /** Most characters of particular string fields (refused beyond). */
+  chars: {
+    // RFC 1035: a full DNS name.
+    "inventory.hostname": 253,
+    advertiseAddress: 253,
+    "inventory.addresses": 253,
+    "inventory.topology.gpuAffinity.cpuAffinity": 1_024,
+  } as Readonly<Record<string, number>>,
+  /** Free-text fields: truncated beyond this many characters, with a marker. */
+  textChars: {
+    "inventory.problems.message": 1_024,
+    "inventory.gpus.healthProblems.message": 1_024,
+    "problems.message": 1_024,
+    "gpus.healthProblems.message": 1_024,
+    "replicas.message": 1_024,
+    "replicas.logTail": 512,
+  } as Readonly<Record<string, number>>,
+  /** Bytes of a `bytes` field. */
+  defaultBytes: 4_096,
+} as const;
+
+const truncatedMarker = (dropped: number) => `… [${dropped} more characters]`;
+
+/**
+ * Checks an AgentService request against {@link AGENT_LIMITS}: throws
+ * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` for a count or identifying string over its limit,
+ * and truncates free text in place (a marker says how much went). `root` names the message
+ * in errors, e.g. "RegisterRequest".
+ */
+export function boundAgentRequest(root: string, request: object): void {
+  walk(root, "", request as Record<string, unknown>);
+}
+
+function walk(where: string, path: string, message: Record<string, unknown>): void {
+  for (const key of Object.keys(message)) {
+    if (key.startsWith("$")) continue;
+    const value = message[key];
+    // A oneof is { case, value }: its value stands for the field named by its case.
+    const field = key === "value" && typeof message.case === "string" ? message.case : key;
+    const fieldPath = path === "" ? field : `${path}.${field}`;
+    const name = `${where}.${field}`;
+    if (Array.isArray(value)) {
+      message[key] = boundList(name, fieldPath, value);
+    } else {
+      const bounded = boundValue(name, fieldPath, value);
+      if (bounded !== value) message[key] = bounded;
+    }
+  }
+}
+
+function boundList(name: string, path: string, list: unknown[]): unknown[] {
+  const max = AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
+  let items = list;
+  if (list.length > max) {
+    if (AGENT_LIMITS.textChars[path] === undefined) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `${name} has ${list.length} entries; the limit is ${max}`,
+      );
+    }
+    // Lines of text: the last ones say most about why an engine died.
+    const dropped = list.length - (max - 1);
+    items = [`[… ${dropped} earlier lines dropped]`, ...list.slice(dropped)];
+  }
+  for (let i = 0; i < items.length; i++) {
+    items[i] = boundValue(`${name}[${i}]`, path, items[i]);
+  }
+  return items;
+}
+
+function boundValue(name: string, path: string, value: unknown): unknown {
+  if (typeof value === "string") return boundString(name, path, value);
+  if (value instanceof Uint8Array) {
+    if (value.length > AGENT_LIMITS.defaultBytes) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `${name} has ${value.length} bytes; the limit is ${AGENT_LIMITS.defaultBytes}`,
+      );
+    }
+    return value;
+  }
+  if (typeof value === "object" && value !== null) {
+    walk(name, path, value as Record<string, unknown>);
+  }
+  return value;
+}
+
+function boundString(name: string, path: string, value: string): string {
+  const text = AGENT_LIMITS.textChars[path];
+  if (text !== undefined) {
+    if (value.length <= text) return value;
+    const marker = truncatedMarker(value.length - text);
+    return `${value.slice(0, text)}${marker}`;
+  }
+  const max = AGENT_LIMITS.chars[path] ?? AGENT_LIMITS.defaultChars;
+  if (value.length > max) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+      `${name} has ${value.length} characters; the limit is ${max}`,
+    );
+  }
+  return value;
+}
+
+/** One DNS label: letters, digits, '-' (not at either end) and, as hosts use it, '_'. */
+const DNS_LABEL = /^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$/;
+
+/**
+ * Throws `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` unless `address` is an IPv4 or IPv6 literal
+ * (no brackets, no zone) or a DNS host name of at most 253 characters: it becomes the host
+ * part of every engine URL the router dials and of multi-node rendezvous addresses, so a
+ * scheme, port, path, user info or whitespace smuggled in here would redirect them. `field`
+ * names the source in the message.
+ */
+export function validateAdvertiseAddress(address: string, field: string): void {
+  const ok =
+    address.length <= 253 &&
+    (isIP(address) !== 0
+      ? !address.includes("%")
+      : address.split(".").every((label) => DNS_LABEL.test(label)));
+  if (!ok) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+      `${field} must be an IP address or a DNS host name (no scheme, port, path or spaces; at most 253 characters), got ${JSON.stringify(address.length > 80 ? `${address.slice(0, 80)}…` : address)}`,
+    );
+  }
+}
