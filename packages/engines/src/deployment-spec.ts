@@ -14,6 +14,7 @@ import {
 } from "./engine-env.js";
 import { type DeploymentSpecIssue, EnginesError } from "./errors.js";
 import { ENGINE_API_KEY_ENV_NAMES, SECRET_ENV_NAMES } from "./launch-spec.js";
+import { LLAMACPP_OWNED_LONG, LLAMACPP_OWNED_SHORT } from "./llamacpp-flags.js";
 
 /** Engines llmgw can launch. */
 export const ENGINES = ["vllm", "sglang", "llamacpp", "sim"] as const;
@@ -53,6 +54,19 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--trust-remote-code",
     "--distributed-executor-backend",
     "--api-key",
+    // A YAML file of arguments (owned ones included), Python loaded by path or import name,
+    // host files served, TLS and the URL root the router and probes rely on.
+    "--config",
+    "--tool-parser-plugin",
+    "--middleware",
+    "--worker-extension-cls",
+    "--logits-processors",
+    "--allowed-local-media-path",
+    "--ssl-keyfile",
+    "--ssl-certfile",
+    "--ssl-ca-certs",
+    "--root-path",
+    "--hf-token",
   ],
   sglang: [
     "--model-path",
@@ -84,23 +98,13 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--base-gpu-id",
     "--gpu-id-step",
     "--api-key",
+    // As for vLLM: an argument file, TLS.
+    "--config",
+    "--ssl-keyfile",
+    "--ssl-certfile",
   ],
-  llamacpp: [
-    "--model",
-    "--host",
-    "--port",
-    "--alias",
-    "--ctx-size",
-    "--parallel",
-    "--threads",
-    "--n-gpu-layers",
-    "--gpu-layers",
-    "--metrics",
-    "--model-url",
-    "--hf-repo",
-    "--api-key",
-    "--api-key-file",
-  ],
+  // Whole alias groups from the pinned llama-server's --help (see llamacpp-flags.ts).
+  llamacpp: LLAMACPP_OWNED_LONG,
   sim: [
     "--model",
     "--served-model-name",
@@ -117,7 +121,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
 export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
   vllm: ["-tp", "-pp", "-dp", "-q"],
   sglang: [],
-  llamacpp: ["-m", "-c", "-np", "-t", "-ngl", "-a", "-mu", "-hf"],
+  llamacpp: LLAMACPP_OWNED_SHORT,
   sim: [],
 };
 

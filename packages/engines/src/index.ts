@@ -52,6 +52,13 @@ export {
 } from "./launch-spec.js";
 export { LLAMACPP_DEFAULT_CONTEXT } from "./llamacpp.js";
 export {
+  LLAMACPP_OWNED_LONG,
+  LLAMACPP_OWNED_OPTIONS,
+  LLAMACPP_OWNED_SHORT,
+  type LlamacppOwnedReason,
+  parseLlamaServerHelp,
+} from "./llamacpp-flags.js";
+export {
   DEFAULT_GPU_MEMORY_UTILIZATION,
   FP8_MIN_COMPUTE_CAPABILITY,
   type LaunchRankInput,
