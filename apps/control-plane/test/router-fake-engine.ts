@@ -21,6 +21,8 @@ export interface ReceivedRequest {
   readonly path: string;
   readonly body: Record<string, unknown>;
   readonly requestId: string | undefined;
+  /** The `Authorization` header the router sent (the engine's key), if any. */
+  readonly authorization: string | undefined;
   /** True once the client side went away before the answer finished. */
   aborted: boolean;
   finished: boolean;
@@ -57,6 +59,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       path: req.url ?? "",
       body,
       requestId: req.headers["x-request-id"] as string | undefined,
+      authorization: req.headers.authorization,
       aborted: false,
       finished: false,
     };

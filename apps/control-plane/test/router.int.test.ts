@@ -141,6 +141,49 @@ describe("router: OpenAI API through the official client", () => {
     expect(all.some((r) => r.requestId === "req-abc.123")).toBe(true);
   });
 
+  it("sends the engine its own key and never the client's", async () => {
+    const keyed = await startRouterServer({
+      routeTable: createStaticRouteTable({
+        "keyed-model": {
+          deployment: "keyed",
+          policy: "round-robin",
+          loading: false,
+          replicas: [
+            { ...replica("keyed-0", engineB), apiKey: "llmgw-engine-keyed-0" },
+            replica("unkeyed-0", engineA),
+          ],
+        },
+      }),
+      apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k1", name: "good" } }),
+      metrics: createRecordingRouterMetrics(),
+    });
+    try {
+      const seen = new Map<string, string | undefined>();
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${keyed.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+          body: JSON.stringify({
+            model: "keyed-model",
+            messages: [{ role: "user", content: `k${i}` }],
+          }),
+        });
+        expect(res.status).toBe(200);
+        const replicaId = res.headers.get("x-llmgw-replica") as string;
+        await res.arrayBuffer();
+        const engine = replicaId === "keyed-0" ? engineB : engineA;
+        seen.set(replicaId, engine.received.at(-1)?.authorization);
+      }
+      // A replica without a key gets no Authorization at all: the client's key stays here.
+      expect(Object.fromEntries(seen)).toEqual({
+        "keyed-0": "Bearer llmgw-engine-keyed-0",
+        "unkeyed-0": undefined,
+      });
+    } finally {
+      await keyed.close();
+    }
+  });
+
   it("passes a JSON answer larger than one read through whole, with its Content-Length", async () => {
     // The fake engine answers `dimensions` floats with a declared length: ~400 KB arrives at the
     // router in many reads (small answers arrive in one and leave in one write).

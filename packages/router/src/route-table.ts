@@ -32,6 +32,11 @@ export interface ReplicaRoute {
   /** Most requests the router keeps in flight on this replica at once (≥ 1). */
   readonly capacity: number;
   readonly load?: ReplicaLoad;
+  /**
+   * The key the replica's engine demands, sent upstream as `Authorization: Bearer` (never
+   * the client's own key, which the router checks and keeps). Undefined: the engine takes none.
+   */
+  readonly apiKey?: string;
 }
 
 /** What {@link RouteTable.resolve} returns for a served model name. */

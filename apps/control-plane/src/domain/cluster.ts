@@ -87,6 +87,14 @@ export interface RegisterInput {
   readonly previousNodeCredential?: string;
   readonly advertiseAddress: string;
   readonly replicas: readonly ReplicaStatus[];
+  /** API keys of the engines already running on the node; see {@link HeartbeatInput}. */
+  readonly engineCredentials?: readonly EngineCredentialInput[];
+}
+
+/** The API key of one replica's serving engine, as its agent reports it. */
+export interface EngineCredentialInput {
+  readonly replicaId: string;
+  readonly apiKey: string;
 }
 
 /** What a registration grants. */
@@ -104,6 +112,11 @@ export interface HeartbeatInput {
   readonly gpus: readonly GpuReading[];
   readonly replicas: readonly ReplicaStatus[];
   readonly problems: readonly Problem[];
+  /**
+   * API keys of the node's serving engines (each process draws its own). Kept in memory only
+   * and handed to routers on the replica's route; never stored, logged or shown.
+   */
+  readonly engineCredentials?: readonly EngineCredentialInput[];
 }
 
 /** The node's full desired set. */
@@ -143,6 +156,8 @@ export interface RoutableReplica {
   readonly routingPolicy: DeploymentSpec["routingPolicy"];
   /** Concurrent requests the router may send (deployment's maxConcurrencyPerReplica, default 64). */
   readonly capacity: number;
+  /** The key rank 0's engine demands (`Authorization: Bearer`); undefined when it reported none. */
+  readonly apiKey?: string;
 }
 
 /** Default router capacity per replica when a deployment does not set one. */
@@ -243,6 +258,8 @@ export class Cluster {
   /** Ids of revoked nodes, so their heartbeats get "revoked" rather than "unknown". */
   readonly #revokedIds = new Set<string>();
   readonly #routable = new Map<string, RoutableReplica[]>();
+  /** Replica id → its serving engine's API key. Memory only: agents report them again. */
+  readonly #engineKeys = new Map<string, string>();
   #routableVersion = -1;
 
   constructor(options: ClusterOptions) {
@@ -329,6 +346,7 @@ export class Cluster {
     live.lastSeenMs = now;
     this.#nodes.set(id, live);
     this.#ingestStatuses(live, input.replicas);
+    this.#ingestEngineKeys(live, input.engineCredentials ?? []);
     this.#setNodeState(live, "ready", now);
     const gpus = input.inventory.gpus.length;
     this.#event(
@@ -433,6 +451,7 @@ export class Cluster {
     }
     node.problems = [...input.problems];
     const failed = this.#ingestStatuses(node, input.replicas);
+    this.#ingestEngineKeys(node, input.engineCredentials ?? []);
     const wasState = node.state;
     this.#setNodeState(node, "ready", now);
     if (healthChanged || failed || wasState === "lost") {
@@ -483,6 +502,23 @@ export class Cluster {
       message,
       next === "ready" ? "info" : next === "lost" ? "error" : "warning",
     );
+  }
+
+  /**
+   * Replaces the engine keys of the replicas whose rank 0 (the serving rank) `node` runs with
+   * what it reported; keys it reports for replicas served elsewhere are ignored, so a node
+   * cannot hand routers a key for another node's engine.
+   */
+  #ingestEngineKeys(node: LiveNode, credentials: readonly EngineCredentialInput[]): void {
+    const id = node.record.id;
+    for (const replicaId of this.#engineKeys.keys()) {
+      const rank0 = this.#placements.get(replicaId)?.ranks[0]?.nodeId;
+      if (rank0 === undefined || rank0 === id) this.#engineKeys.delete(replicaId);
+    }
+    for (const c of credentials) {
+      if (c.apiKey === "" || this.#placements.get(c.replicaId)?.ranks[0]?.nodeId !== id) continue;
+      this.#engineKeys.set(c.replicaId, c.apiKey);
+    }
   }
 
   /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
@@ -1215,6 +1251,7 @@ export class Cluster {
         if (view.state !== ReplicaState.READY || !view.endpoint) continue;
         if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
         const load = view.ranks[0]?.status?.load;
+        const apiKey = this.#engineKeys.get(p.replicaId);
         out.push({
           replicaId: p.replicaId,
           deployment: d.spec.name,
@@ -1229,6 +1266,7 @@ export class Cluster {
           },
           routingPolicy: d.spec.routingPolicy,
           capacity: d.spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
+          ...(apiKey === undefined ? {} : { apiKey }),
         });
       }
     }

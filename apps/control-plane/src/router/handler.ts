@@ -702,6 +702,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       };
       const accept = x.req.headers.accept;
       if (accept !== undefined) headers.accept = accept;
+      // The replica's own engine key; the client's Authorization (its llmgw key) never leaves.
+      if (replica.apiKey !== undefined) headers.authorization = `Bearer ${replica.apiKey}`;
       pool.dispatch(
         {
           path,

@@ -33,6 +33,7 @@ export function createAgentService(
         previousNodeCredential: req.previousNodeCredential,
         advertiseAddress: req.advertiseAddress,
         replicas: req.replicas,
+        engineCredentials: req.engineCredentials,
       });
       return create(RegisterResponseSchema, {
         nodeId: result.nodeId,
@@ -54,6 +55,7 @@ export function createAgentService(
         gpus: req.gpus,
         replicas: req.replicas,
         problems: req.problems,
+        engineCredentials: req.engineCredentials,
       });
       return create(HeartbeatResponseSchema, {
         generation: desired.generation,
