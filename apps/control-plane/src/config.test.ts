@@ -10,6 +10,12 @@ describe("resolveControlPlaneOptions", () => {
       unreachableAfterMissed: 3,
       nodeLostAfterMs: 60_000,
       noAuth: false,
+      headersTimeoutMs: 30_000,
+      requestTimeoutMs: 60_000,
+      keepAliveTimeoutMs: 5_000,
+      maxConnections: 4_096,
+      maxControlConnections: 1_024,
+      maxConnectionsPerAddress: 256,
     });
   });
 
@@ -26,6 +32,11 @@ describe("resolveControlPlaneOptions", () => {
       { rendezvousPortMin: 30_000, rendezvousPortMax: 29_000 },
       "rendezvousPortMin: rendezvousPortMin must not exceed rendezvousPortMax (got 30000)",
     ],
+    [
+      { headersTimeoutMs: 90_000 },
+      "headersTimeoutMs: headersTimeoutMs must not exceed requestTimeoutMs (got 90000)",
+    ],
+    [{ maxConnections: 0 }, "maxConnections: Too small"],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });

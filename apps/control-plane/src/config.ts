@@ -40,6 +40,21 @@ export const controlPlaneConfigSchema = z
     rendezvousPortMax: z.number().int().min(1024).max(65535).default(29_999),
     /** How long close() waits for in-flight requests before closing connections by force. */
     shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+    /** Both listeners: time a client has to send a request head (then 408). */
+    headersTimeoutMs: z.number().int().min(100).max(3_600_000).default(30_000),
+    /** Both listeners: time a client has to send a whole request, body included (then 408). */
+    requestTimeoutMs: z.number().int().min(100).max(86_400_000).default(60_000),
+    /** Both listeners: idle keep-alive connections are closed after this. */
+    keepAliveTimeoutMs: z.number().int().min(100).max(3_600_000).default(5_000),
+    /** Public listener: open connections at once; more are closed as they arrive. */
+    maxConnections: z.number().int().min(1).max(1_000_000).default(4_096),
+    /**
+     * Control listener: its own cap, so a flood of the public listener never takes the
+     * agents' and operators' way in (keep both caps together below the process's file limit).
+     */
+    maxControlConnections: z.number().int().min(1).max(1_000_000).default(1_024),
+    /** Each listener: open connections from one client address; more are closed at once. */
+    maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).default(256),
   })
   .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
     message: "--tls-cert and --tls-key must be given together",
@@ -48,6 +63,10 @@ export const controlPlaneConfigSchema = z
   .refine((c) => c.rendezvousPortMin <= c.rendezvousPortMax, {
     message: "rendezvousPortMin must not exceed rendezvousPortMax",
     path: ["rendezvousPortMin"],
+  })
+  .refine((c) => c.headersTimeoutMs <= c.requestTimeoutMs, {
+    message: "headersTimeoutMs must not exceed requestTimeoutMs",
+    path: ["headersTimeoutMs"],
   });
 
 /** Control plane options as given (partial; defaults fill the rest). */

@@ -1,11 +1,5 @@
 import { readFileSync } from "node:fs";
-import {
-  createServer as createHttpServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from "node:http";
-import { createServer as createHttpsServer } from "node:https";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -25,6 +19,7 @@ import type { ScheduleFn } from "./domain/reconcile.js";
 import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
 import { ControlPlaneError } from "./errors.js";
+import { createHttpListener } from "./http-listener.js";
 import { createAgentService } from "./rpc/agent-service.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { errorMappingInterceptor } from "./rpc/errors.js";
@@ -198,29 +193,35 @@ export async function startControlPlane(
         );
       }
     }
-    const makeServer = (handler: HttpHandler): Server => {
-      const listener = (req: IncomingMessage, res: ServerResponse) => {
-        Promise.resolve(handler(req, res)).catch((error: unknown) => {
-          log(`request ${req.method} ${req.url} failed: ${(error as Error).message}`);
-          if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
-          res.end();
-        });
+    const listenerLimits = {
+      headersTimeoutMs: resolved.headersTimeoutMs,
+      requestTimeoutMs: resolved.requestTimeoutMs,
+      keepAliveTimeoutMs: resolved.keepAliveTimeoutMs,
+      maxConnectionsPerAddress: resolved.maxConnectionsPerAddress,
+      ...(tls === undefined ? {} : { tls }),
+    };
+    const makeServer = (handler: HttpHandler, maxConnections: number): Server => {
+      const failed = (req: IncomingMessage, res: ServerResponse, error: unknown): void => {
+        log(`request ${req.method} ${req.url} failed: ${(error as Error).message}`);
+        if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
+        res.end();
       };
-      try {
-        const server = tls ? createHttpsServer({ ...tls }, listener) : createHttpServer(listener);
-        // Slow clients: the whole request (not the response, so event streams and SSE are
-        // unaffected) must arrive within these.
-        server.headersTimeout = 30_000;
-        server.requestTimeout = 60_000;
-        servers.push(server);
-        return server;
-      } catch (cause) {
-        throw new ControlPlaneError(
-          "LLMGW_CONTROL_PLANE_TLS_INVALID",
-          `invalid TLS certificate or key: ${(cause as Error).message}`,
-          { cause },
-        );
-      }
+      // A promise only for handlers that return one: the router answers synchronously, and a
+      // promise plus a closure per request is what its hot path was rid of.
+      const listener = (req: IncomingMessage, res: ServerResponse): void => {
+        let result: void | Promise<void>;
+        try {
+          result = handler(req, res);
+        } catch (error) {
+          failed(req, res, error);
+          return;
+        }
+        if (result instanceof Promise) result.catch((error: unknown) => failed(req, res, error));
+      };
+      // The one server factory the router's tests and benchmarks use too.
+      const server = createHttpListener({ ...listenerLimits, maxConnections }, listener);
+      servers.push(server);
+      return server;
     };
 
     const connect = connectNodeAdapter({
@@ -248,7 +249,7 @@ export async function startControlPlane(
         return;
       }
       connect(req, res);
-    });
+    }, resolved.maxControlConnections);
 
     publicHandler = deps.publicHandler
       ? await deps.publicHandler({
@@ -264,7 +265,7 @@ export async function startControlPlane(
       if (pathOf(req) === "/healthz") return healthz(res);
       if (route) return route(req, res);
       notFoundJson(res, `no route for ${req.method} ${pathOf(req)}`);
-    });
+    }, resolved.maxConnections);
 
     const scheme = tls ? "https" : "http";
     const controlUrl = `${scheme}://${await listen(controlServer, resolved.controlListen, "--control-listen")}`;

@@ -25,9 +25,27 @@ Options:
   --node-lost-after D         how long an unreachable node may stay silent before its
                               replicas move elsewhere (default 60s)
   --no-auth                   public API without API keys (demos only)
+  --headers-timeout D         time a client has to send a request head, both listeners
+                              (default 30s; then 408)
+  --request-timeout D         time a client has to send a whole request, body included
+                              (default 60s; then 408; answers and streams are not limited)
+  --max-connections N         open public connections at once (default 4096)
+  --max-control-connections N open control connections at once (default 1024); keep both
+                              caps together below the process's open-file limit
+  --max-connections-per-address N
+                              open connections from one client address, each listener
+                              (default 256)
 
 Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
 `;
+
+/** A whole number ≥ 1 given to `flag`. */
+export function parseCount(text: string, flag: string): number {
+  if (!/^\d+$/.test(text.trim()) || Number(text) < 1) {
+    throw new UsageError(`${flag} must be a whole number of at least 1, got "${text}"`);
+  }
+  return Number(text);
+}
 
 /** "500ms" | "30s" | "5m" | "1h" | "30" (seconds) → ms. */
 export function parseDurationMs(text: string, flag: string): number {
@@ -52,7 +70,27 @@ export const command: Command = {
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
       "no-auth": { type: "boolean" },
+      "headers-timeout": { type: "string" },
+      "request-timeout": { type: "string" },
+      "max-connections": { type: "string" },
+      "max-control-connections": { type: "string" },
+      "max-connections-per-address": { type: "string" },
     });
+    const duration = (flag: "headers-timeout" | "request-timeout") => {
+      const v = values[flag];
+      return v === undefined ? undefined : parseDurationMs(v, `--${flag}`);
+    };
+    const count = (
+      flag: "max-connections" | "max-control-connections" | "max-connections-per-address",
+    ) => {
+      const v = values[flag];
+      return v === undefined ? undefined : parseCount(v, `--${flag}`);
+    };
+    const headersTimeoutMs = duration("headers-timeout");
+    const requestTimeoutMs = duration("request-timeout");
+    const maxConnections = count("max-connections");
+    const maxControlConnections = count("max-control-connections");
+    const maxConnectionsPerAddress = count("max-connections-per-address");
     const options: ControlPlaneOptions = {
       dataDir: values["data-dir"] ?? io.env.LLMGW_DATA_DIR ?? "/var/lib/llmgw/control-plane",
       ...(values.listen ? { listen: values.listen } : {}),
@@ -71,6 +109,11 @@ export const command: Command = {
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
         : {}),
       noAuth: values["no-auth"] ?? false,
+      ...(headersTimeoutMs === undefined ? {} : { headersTimeoutMs }),
+      ...(requestTimeoutMs === undefined ? {} : { requestTimeoutMs }),
+      ...(maxConnections === undefined ? {} : { maxConnections }),
+      ...(maxControlConnections === undefined ? {} : { maxControlConnections }),
+      ...(maxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress }),
     };
     const logger = createConsoleLogger(io.stderr, "control-plane");
     let cp: Awaited<ReturnType<typeof startControlPlane>>;

@@ -1,3 +1,9 @@
+export {
+  createHttpListener,
+  type HttpListenerOptions,
+  type ResolvedHttpListenerOptions,
+  resolveHttpListenerOptions,
+} from "../http-listener.js";
 export { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
 export { errorBody, FAILURE_HTTP, type HttpErrorSpec, REJECTION_HTTP } from "./http-errors.js";
 export { createPrometheusRouterMetricsSink } from "./metrics.js";
@@ -9,6 +15,5 @@ export {
 export {
   type RouterServerOptions,
   type RunningRouterServer,
-  routerHttpServerOptions,
   startRouterServer,
 } from "./server.js";

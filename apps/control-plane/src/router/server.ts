@@ -1,25 +1,19 @@
 /**
  * A ready-made public listener for the router (tests, benchmarks, or a control plane that
- * needs nothing else on the port): header size and slow-client limits live on the server.
+ * needs nothing else on the port), built by the same {@link createHttpListener} as
+ * production's listeners: header size, slow-client and connection limits live on the server.
  */
-import { createServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { createHttpListener, type HttpListenerOptions } from "../http-listener.js";
 import { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
 
-/** Listener limits of {@link startRouterServer}. */
-export interface RouterServerOptions extends RouterHandlerOptions {
+/** Options of {@link startRouterServer}: the handler's, the listener's, and where to listen. */
+export interface RouterServerOptions extends RouterHandlerOptions, HttpListenerOptions {
   /** Default 127.0.0.1. */
   readonly host?: string;
   /** Default 0 (any free port). */
   readonly port?: number;
-  /** Largest request head; larger answers 431. Default 16 KiB. */
-  readonly maxHeaderBytes?: number;
-  /** Time a client has to send the request head, ms. Default 10 000. */
-  readonly headersTimeoutMs?: number;
-  /** Time a client has to send the whole request, ms. Default 60 000. */
-  readonly requestTimeoutMs?: number;
-  /** Idle keep-alive connections are closed after this, ms. Default 5 000. */
-  readonly keepAliveTimeoutMs?: number;
 }
 
 /** A listening router. */
@@ -33,33 +27,12 @@ export interface RunningRouterServer {
   close(): Promise<void>;
 }
 
-/** Node `http.createServer` options enforcing the router's header and slow-client limits. */
-export function routerHttpServerOptions(options: RouterServerOptions): {
-  maxHeaderSize: number;
-  headersTimeout: number;
-  requestTimeout: number;
-  keepAliveTimeout: number;
-  noDelay: true;
-} {
-  return {
-    maxHeaderSize: options.maxHeaderBytes ?? 16 * 1024,
-    headersTimeout: options.headersTimeoutMs ?? 10_000,
-    requestTimeout: options.requestTimeoutMs ?? 60_000,
-    keepAliveTimeout: options.keepAliveTimeoutMs ?? 5_000,
-    noDelay: true,
-  };
-}
-
 /** Creates the handler, listens, and resolves once the port is open. */
 export async function startRouterServer(
   options: RouterServerOptions,
 ): Promise<RunningRouterServer> {
   const handler = createRouterHandler(options);
-  const httpOptions = routerHttpServerOptions(options);
-  const server = createServer({ maxHeaderSize: httpOptions.maxHeaderSize, noDelay: true }, handler);
-  server.headersTimeout = httpOptions.headersTimeout;
-  server.requestTimeout = httpOptions.requestTimeout;
-  server.keepAliveTimeout = httpOptions.keepAliveTimeout;
+  const server = createHttpListener(options, handler);
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -70,7 +43,7 @@ export async function startRouterServer(
   });
   const port = (server.address() as AddressInfo).port;
   return {
-    url: `http://${host}:${port}`,
+    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
     port,
     server,
     handler,

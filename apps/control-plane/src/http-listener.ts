@@ -1,0 +1,165 @@
+/**
+ * The one HTTP(S) server factory: production's public and control listeners, the router's
+ * test and benchmark server all come from {@link createHttpListener}, so the limits an
+ * operator sets are the limits the tests and benchmarks ran with.
+ */
+import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import type { Socket } from "node:net";
+import { ControlPlaneError } from "./errors.js";
+
+/** What a listener enforces on its clients (all optional; defaults below). */
+export interface HttpListenerOptions {
+  /** Largest request head (URL + headers); larger answers 431. Default 16 KiB. */
+  readonly maxHeaderBytes?: number;
+  /** Time a client has to send a request head, ms; then 408. Default 30 000. */
+  readonly headersTimeoutMs?: number;
+  /**
+   * Time a client has to send the whole request, head and body, ms; then 408 (the answer, e.g.
+   * a long stream, is not limited). Default 60 000; at least `headersTimeoutMs`.
+   */
+  readonly requestTimeoutMs?: number;
+  /** Idle keep-alive connections are closed after this, ms. Default 5 000. */
+  readonly keepAliveTimeoutMs?: number;
+  /** Open connections at once; more are closed as they arrive. Default 4 096. */
+  readonly maxConnections?: number;
+  /** Open connections from one client address; more are closed as they arrive. Default 256. */
+  readonly maxConnectionsPerAddress?: number;
+  /** PEM certificate and key: serve HTTPS. */
+  readonly tls?: { readonly cert: Buffer | string; readonly key: Buffer | string };
+}
+
+/** {@link HttpListenerOptions} validated, with defaults and the derived check interval. */
+export interface ResolvedHttpListenerOptions {
+  readonly maxHeaderBytes: number;
+  readonly headersTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+  readonly maxConnections: number;
+  readonly maxConnectionsPerAddress: number;
+  /**
+   * How often Node checks the head and request timeouts, ms: a quarter of the smaller one,
+   * 50–1 000. Node checks every 30 s by default, so a 30 s head timeout fired after 30–60 s.
+   */
+  readonly connectionsCheckingIntervalMs: number;
+  readonly tls: { readonly cert: Buffer | string; readonly key: Buffer | string } | undefined;
+}
+
+function int(name: string, value: number, min: number, max: number): number {
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      `listener option ${name} must be an integer in [${min}, ${max}], got ${String(value)}`,
+    );
+  }
+  return value;
+}
+
+/** Applies defaults once; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
+export function resolveHttpListenerOptions(
+  options: HttpListenerOptions = {},
+): ResolvedHttpListenerOptions {
+  const headersTimeoutMs = int(
+    "headersTimeoutMs",
+    options.headersTimeoutMs ?? 30_000,
+    1,
+    3_600_000,
+  );
+  const requestTimeoutMs = int(
+    "requestTimeoutMs",
+    options.requestTimeoutMs ?? 60_000,
+    1,
+    86_400_000,
+  );
+  if (requestTimeoutMs < headersTimeoutMs) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      `listener option requestTimeoutMs (${requestTimeoutMs}) must not be below headersTimeoutMs (${headersTimeoutMs})`,
+    );
+  }
+  return {
+    maxHeaderBytes: int("maxHeaderBytes", options.maxHeaderBytes ?? 16 * 1024, 1024, 1 << 20),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    keepAliveTimeoutMs: int(
+      "keepAliveTimeoutMs",
+      options.keepAliveTimeoutMs ?? 5_000,
+      1,
+      3_600_000,
+    ),
+    maxConnections: int("maxConnections", options.maxConnections ?? 4096, 1, 1_000_000),
+    maxConnectionsPerAddress: int(
+      "maxConnectionsPerAddress",
+      options.maxConnectionsPerAddress ?? 256,
+      1,
+      1_000_000,
+    ),
+    connectionsCheckingIntervalMs: Math.max(
+      50,
+      Math.min(1_000, Math.floor(Math.min(headersTimeoutMs, requestTimeoutMs) / 4)),
+    ),
+    tls: options.tls,
+  };
+}
+
+/**
+ * Creates (does not start) an HTTP or HTTPS server enforcing every option: head size, head and
+ * request deadlines (checked often enough to hold within a second), keep-alive idle time, a cap
+ * on open connections and one per client address. A connection over either cap is destroyed
+ * as it arrives, before any byte is read, so a flood costs one accept per connection and never
+ * holds descriptors. Throws `LLMGW_CONTROL_PLANE_TLS_INVALID` for an unusable certificate/key.
+ */
+export function createHttpListener(
+  options: HttpListenerOptions | ResolvedHttpListenerOptions,
+  handler: RequestListener,
+): Server {
+  const o =
+    "connectionsCheckingIntervalMs" in options ? options : resolveHttpListenerOptions(options);
+  const serverOptions = {
+    maxHeaderSize: o.maxHeaderBytes,
+    headersTimeout: o.headersTimeoutMs,
+    requestTimeout: o.requestTimeoutMs,
+    keepAliveTimeout: o.keepAliveTimeoutMs,
+    connectionsCheckingInterval: o.connectionsCheckingIntervalMs,
+    noDelay: true,
+  };
+  let server: Server;
+  try {
+    server = o.tls
+      ? createHttpsServer({ ...o.tls, ...serverOptions }, handler)
+      : createHttpServer(serverOptions, handler);
+  } catch (cause) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_TLS_INVALID",
+      `invalid TLS certificate or key: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  // Also as properties: older Node versions read some of these only from the server object.
+  server.headersTimeout = o.headersTimeoutMs;
+  server.requestTimeout = o.requestTimeoutMs;
+  server.keepAliveTimeout = o.keepAliveTimeoutMs;
+  server.maxConnections = o.maxConnections;
+  limitConnectionsPerAddress(server, o.maxConnectionsPerAddress);
+  return server;
+}
+
+/** Destroys each new connection from an address that already has `max` open. */
+function limitConnectionsPerAddress(server: Server, max: number): void {
+  const open = new Map<string, number>();
+  // After the HTTP layer's own listener: a destroyed socket then ends as any client hang-up.
+  server.on("connection", (socket: Socket) => {
+    const address = socket.remoteAddress ?? "";
+    const count = open.get(address) ?? 0;
+    if (count >= max) {
+      socket.destroy();
+      return;
+    }
+    open.set(address, count + 1);
+    socket.once("close", () => {
+      const left = (open.get(address) ?? 1) - 1;
+      if (left <= 0) open.delete(address);
+      else open.set(address, left);
+    });
+  });
+}
