@@ -5,7 +5,12 @@ import {
   LabelCache,
   sampleLabels,
 } from "./cluster-series.js";
-import { renderClusterBytes, renderClusterText, renderEmptyClusterText } from "./cluster-text.js";
+import {
+  renderClusterBytes,
+  renderClusterBytesYielding,
+  renderClusterText,
+  renderEmptyClusterText,
+} from "./cluster-text.js";
 import type { ClusterView } from "./cluster-view.js";
 import { MetricsCollectorError } from "./errors.js";
 import { CLUSTER_FAMILIES } from "./families.js";
@@ -91,6 +96,12 @@ export interface ClusterCollector {
   renderClusterMetrics(): string;
   /** {@link renderClusterMetrics} as UTF-8 bytes (cheaper when the caller sends bytes). */
   renderClusterMetricsBytes(): Buffer;
+  /**
+   * {@link renderClusterMetricsBytes} in slices of at most about 5 ms with a turn of the event
+   * loop between them, for a server that must keep answering (heartbeats) during a scrape.
+   * Scrapes that arrive while one renders share its result. Same bytes; never rejects.
+   */
+  renderClusterMetricsBytesYielding(): Promise<Buffer>;
   /**
    * {@link validateGpuReading} with this collector's limits; a refusal is logged with its
    * reason and counted in `llmgw_gpu_readings_rejected_total{reason}`. For heartbeat ingest.
@@ -200,6 +211,9 @@ export function createClusterCollector(
 
   const ctx = (context: string | undefined) => (context === undefined ? "" : ` (${context})`);
   let unregistered = false;
+  // Its own cache: a synchronous render may run while a yielding one is paused.
+  const yieldingCache = new LabelCache();
+  let rendering: Promise<Buffer> | undefined;
   return {
     families,
     exposition: resolved.exposition,
@@ -220,6 +234,18 @@ export function createClusterCollector(
         viewFailed(error);
         return Buffer.from(renderEmptyClusterText(), "utf8");
       }
+    },
+    renderClusterMetricsBytesYielding() {
+      if (unregistered) return Promise.resolve(Buffer.alloc(0));
+      rendering ??= renderClusterBytesYielding(view, resolved.labelValueMaxLength, yieldingCache)
+        .catch((error: unknown) => {
+          viewFailed(error);
+          return Buffer.from(renderEmptyClusterText(), "utf8");
+        })
+        .finally(() => {
+          rendering = undefined;
+        });
+      return rendering;
     },
     validateGpuReading(raw, context) {
       const result = validateGpuReading(raw, resolved.readingLimits);

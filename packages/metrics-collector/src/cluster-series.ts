@@ -176,6 +176,60 @@ export function walkClusterSeries(
   cache: LabelCache,
   sink: SeriesSink,
 ): void {
+  for (const _ of clusterSeriesSteps(view, labelValueMaxLength, cache, sink)) {
+    // Each step is one node; nothing to do between them here.
+  }
+}
+
+/** Options of {@link walkClusterSeriesYielding}. */
+export interface YieldingWalkOptions {
+  /** Longest stretch of walking between two pauses, in ms. Default 5. */
+  readonly sliceMs?: number;
+  /** Lets other work run; default: until the next turn of the event loop (`setImmediate`). */
+  readonly pause?: () => Promise<void>;
+  /** Monotonic milliseconds; default `performance.now`. */
+  readonly now?: () => number;
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * {@link walkClusterSeries}, pausing whenever a stretch of walking has taken `sliceMs`, so
+ * that a fleet-sized scrape (1,000 nodes × 8 GPUs: tens of ms of rendering, hundreds on a
+ * loaded machine) never holds the event loop that answers heartbeats for that long. The
+ * view is read once, before the first pause, so the samples are of one moment. `cache` and `sink` must
+ * not be used by another walk until the returned promise settles.
+ * @throws (rejects with) whatever the view throws.
+ */
+export async function walkClusterSeriesYielding(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  sink: SeriesSink,
+  options: YieldingWalkOptions = {},
+): Promise<void> {
+  const sliceMs = options.sliceMs ?? 5;
+  const pause = options.pause ?? nextTurn;
+  const now = options.now ?? (() => performance.now());
+  let sliceStart = now();
+  for (const _ of clusterSeriesSteps(view, labelValueMaxLength, cache, sink)) {
+    if (now() - sliceStart < sliceMs) continue;
+    await pause();
+    sliceStart = now();
+  }
+}
+
+/** The walk itself, one step per node, so callers choose whether to pause between steps. */
+function* clusterSeriesSteps(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  sink: SeriesSink,
+): Generator<void, void, undefined> {
+  // All three read before the first step: one moment, however long the walk pauses.
+  const nodes = view.nodes();
+  const deployments = view.deployments();
+  const replicas = view.replicas();
   cache.begin();
   const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
   const push = (name: string, labels: Record<string, string>, value: number) =>
@@ -203,7 +257,7 @@ export function walkClusterSeries(
   const nodeStates = new Map<string, number>(NODE_STATES.map((s) => [s, 0]));
   const agentVersions = new Map<string, number>();
 
-  for (const node of view.nodes()) {
+  for (const node of nodes) {
     const id = b(node.id);
     // A state outside the union (a newer control plane) counts as not up, never as ready.
     const state = (NODE_STATES as readonly string[]).includes(node.state) ? node.state : "lost";
@@ -302,6 +356,7 @@ export function walkClusterSeries(
         if (entry !== undefined) entry.nodes += 1;
       }
     }
+    yield;
   }
 
   for (const [gpuClass, byState] of clusterGpus) {
@@ -334,7 +389,7 @@ export function walkClusterSeries(
     }
     return m;
   };
-  for (const d of view.deployments()) {
+  for (const d of deployments) {
     const name = b(d.name);
     countsFor(name);
     push(
@@ -353,7 +408,7 @@ export function walkClusterSeries(
       push("llmgw_deployment_replicas_ready", { deployment: name }, d.ready);
     push("llmgw_deployment_unschedulable", { deployment: name }, flag(d.unschedulable));
   }
-  for (const r of view.replicas()) {
+  for (const r of replicas) {
     const m = countsFor(b(r.deployment));
     const state = (REPLICA_STATES as readonly string[]).includes(r.state) ? r.state : "unknown";
     m.set(state, (m.get(state) ?? 0) + 1);

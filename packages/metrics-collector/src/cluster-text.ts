@@ -3,7 +3,10 @@ import {
   formatLabelPairs,
   LabelCache,
   NO_LABELS,
+  type SeriesSink,
   walkClusterSeries,
+  walkClusterSeriesYielding,
+  type YieldingWalkOptions,
 } from "./cluster-series.js";
 import type { ClusterView } from "./cluster-view.js";
 import { CLUSTER_FAMILIES } from "./families.js";
@@ -48,21 +51,33 @@ function joinBlockBytes(lines: ReadonlyMap<string, LineWriter>): Buffer {
   return Buffer.concat(parts);
 }
 
-/** Walks the view into the cache's per-family writers (reused: no memory grows per scrape). */
-function writeClusterLines(
-  view: ClusterView,
-  labelValueMaxLength: number,
-  cache: LabelCache,
-): ReadonlyMap<string, LineWriter> {
+/** Empties the cache's per-family writers (reused: no memory grows per scrape). */
+function resetWriters(cache: LabelCache): Map<string, LineWriter> {
   const lines = cache.writers;
   for (const name of HEADERS.keys()) {
     const w = lines.get(name);
     if (w === undefined) lines.set(name, new LineWriter());
     else w.reset();
   }
+  return lines;
+}
+
+/** Walks the view into the cache's per-family writers. */
+function writeClusterLines(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+): ReadonlyMap<string, LineWriter> {
+  const lines = resetWriters(cache);
+  walkClusterSeries(view, labelValueMaxLength, cache, lineSink(lines));
+  return lines;
+}
+
+/** The sink writing each sample as one text line into its family's writer. */
+function lineSink(lines: ReadonlyMap<string, LineWriter>): SeriesSink {
   // Samples render as `name{` + (family labels + `,`) + shared labels + `} ` + value + `\n`,
   // the same bytes prom-client writes (its order: the sample's own labels, then shared).
-  walkClusterSeries(view, labelValueMaxLength, cache, {
+  return {
     plain(name, labels, value) {
       if (!Number.isFinite(value)) return;
       const pairs = formatLabelPairs(labels);
@@ -79,8 +94,7 @@ function writeClusterLines(
           : `${name}{${formatLabelPairs(extra)},${shared.text}} ${value}\n`,
       );
     },
-  });
-  return lines;
+  };
 }
 
 /**
@@ -110,6 +124,24 @@ export function renderClusterBytes(
   cache: LabelCache = new LabelCache(),
 ): Buffer {
   return joinBlockBytes(writeClusterLines(view, labelValueMaxLength, cache));
+}
+
+/**
+ * {@link renderClusterBytes} without holding the event loop: the walk pauses every
+ * `sliceMs` (default 5 ms; see `walkClusterSeriesYielding`), so heartbeats are answered
+ * during a fleet-sized scrape. Same bytes. `cache` must not be used by another render until
+ * the promise settles.
+ * @throws (rejects with) whatever the view throws.
+ */
+export async function renderClusterBytesYielding(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  options?: YieldingWalkOptions,
+): Promise<Buffer> {
+  const lines = resetWriters(cache);
+  await walkClusterSeriesYielding(view, labelValueMaxLength, cache, lineSink(lines), options);
+  return joinBlockBytes(lines);
 }
 
 /** The text of every cluster gauge family with no samples (a scrape whose view failed). */

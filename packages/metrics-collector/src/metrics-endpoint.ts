@@ -26,7 +26,9 @@ export interface MetricsEndpoint {
   metrics(): Promise<string>;
   /**
    * {@link metrics} as UTF-8 bytes, for `res.end(body)`: the cluster part is never turned
-   * into a string and back (bench/metrics, "bytes" rows). Same content.
+   * into a string and back (bench/metrics, "bytes" rows). Same content. The cluster part is
+   * rendered in slices with the event loop free between them
+   * (`renderClusterMetricsBytesYielding`), so a server keeps answering during a scrape.
    */
   body(): Promise<Buffer>;
 }
@@ -69,7 +71,7 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
     },
     async body() {
       if (text === undefined) return Buffer.from(await registry.metrics(), "utf8");
-      const clusterBytes = text.renderClusterMetricsBytes();
+      const clusterBytes = await text.renderClusterMetricsBytesYielding();
       const registryText = await registry.metrics();
       if (registryText.trim().length === 0) return clusterBytes;
       return Buffer.concat([Buffer.from(`${registryText}\n`, "utf8"), clusterBytes]);
