@@ -32,7 +32,13 @@ import {
   usageTail,
 } from "@llmgw/router";
 import { Pool } from "undici";
-import { errorBody, FAILURE_HTTP, REJECTION_HTTP, sendError } from "./http-errors.js";
+import {
+  errorBody,
+  FAILURE_HTTP,
+  REJECTION_HTTP,
+  sendError,
+  sendErrorThenDrain,
+} from "./http-errors.js";
 import {
   type ResolvedRouterServiceOptions,
   type RouterServiceOptions,
@@ -271,8 +277,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         size + chunk.length > options.maxBodyBytes ||
         (into && size + chunk.length > into.length)
       ) {
+        // The answer drains the rest (`sendErrorThenDrain`).
         req.off("data", onData);
-        req.pause();
         fail(tooLarge(options.maxBodyBytes));
         return;
       }
@@ -313,15 +319,21 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     if (error instanceof RejectedError) {
       metrics.rejected(ctx.model, error.reason, error.keyName);
       const spec = REJECTION_HTTP[error.reason];
+      if (error.reason === "body_too_large") {
+        sendErrorThenDrain(req, res, spec, error.message, {
+          requestId,
+          drainMs: options.tooLargeDrainMs,
+          drainBytes: options.tooLargeDrainBytes,
+        });
+        return;
+      }
       sendError(res, spec, error.message, {
         requestId,
         ...(error.param === undefined ? {} : { param: error.param }),
         ...(error.retryAfterSeconds === undefined
           ? {}
           : { retryAfterSeconds: error.retryAfterSeconds }),
-        close: error.reason === "body_too_large",
       });
-      if (error.reason === "body_too_large") res.once("finish", () => req.destroy());
       return;
     }
     log({ event: "internal_error", requestId, error: String(error) });

@@ -2,7 +2,7 @@
  * The one place router outcomes become HTTP answers: status, OpenAI error `type` and `code`.
  * Every body has the OpenAI shape `{"error":{"message","type","code","param"}}`.
  */
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { RejectionReason } from "@llmgw/router";
 
 /** An OpenAI-style error answer. */
@@ -54,7 +54,7 @@ export function sendError(
   res: ServerResponse,
   spec: HttpErrorSpec,
   message: string,
-  options: { param?: string; retryAfterSeconds?: number; close?: boolean; requestId?: string } = {},
+  options: { param?: string; retryAfterSeconds?: number; requestId?: string } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
@@ -67,7 +67,65 @@ export function sendError(
   };
   if (options.requestId !== undefined) headers["x-request-id"] = options.requestId;
   if (options.retryAfterSeconds !== undefined) headers["retry-after"] = options.retryAfterSeconds;
-  if (options.close === true) headers.connection = "close";
   res.writeHead(spec.status, headers);
   res.end(body);
+}
+
+/** Bounds of {@link sendErrorThenDrain}. */
+export interface DrainLimits {
+  /** Longest time the rest of the request body is read and discarded, ms. */
+  readonly drainMs: number;
+  /** Most bytes discarded. */
+  readonly drainBytes: number;
+}
+
+/**
+ * Answers an error for a request whose body will not be read (413) and closes the connection
+ * without resetting it under a client that is still sending. The answer (with
+ * `Connection: close`) goes out whole at once, but it is ended, which makes Node close the
+ * socket, only once the rest of the body is drained and discarded, or after `drainMs` or
+ * `drainBytes`: closing a socket with unread bytes sends a reset, and a reset can discard the
+ * answer before the client has read it (Node's `fetch` then reports a connection error, not
+ * the 413). A client that stops sending on the answer ends this early.
+ */
+export function sendErrorThenDrain(
+  req: IncomingMessage,
+  res: ServerResponse,
+  spec: HttpErrorSpec,
+  message: string,
+  options: { readonly requestId?: string } & DrainLimits,
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(spec, message);
+  const headers: Record<string, string | number> = {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    connection: "close",
+  };
+  if (options.requestId !== undefined) headers["x-request-id"] = options.requestId;
+  res.writeHead(spec.status, headers);
+  if (req.readableEnded) {
+    res.end(body);
+    return;
+  }
+  res.write(body);
+  let discarded = 0;
+  const done = (): void => {
+    clearTimeout(timer);
+    req.off("data", onData);
+    req.off("end", done);
+    if (!res.writableEnded) res.end();
+  };
+  const onData = (chunk: Buffer): void => {
+    discarded += chunk.length;
+    if (discarded > options.drainBytes) done();
+  };
+  const timer = setTimeout(done, options.drainMs);
+  req.on("data", onData);
+  req.on("end", done);
+  res.once("close", done);
+  req.resume();
 }

@@ -13,6 +13,13 @@ export interface RouterServiceOptions {
   readonly noAuth?: boolean;
   /** Largest request body in bytes; larger answers 413. Default 8 MiB. */
   readonly maxBodyBytes?: number;
+  /**
+   * After a 413, how long the rest of the body is drained before the connection closes, ms
+   * (closing on unread bytes resets it, and a reset can lose the 413). Default 5 000.
+   */
+  readonly tooLargeDrainMs?: number;
+  /** After a 413, most bytes drained before the connection closes. Default 64 MiB. */
+  readonly tooLargeDrainBytes?: number;
   /** Per-deployment admission queue length. Default 256. */
   readonly maxQueueLength?: number;
   /** Longest admission wait in ms. Default 30 000. */
@@ -34,6 +41,8 @@ export interface RouterServiceOptions {
 export interface ResolvedRouterServiceOptions {
   readonly noAuth: boolean;
   readonly maxBodyBytes: number;
+  readonly tooLargeDrainMs: number;
+  readonly tooLargeDrainBytes: number;
   readonly admission: AdmissionOptions;
   readonly upstreamConnectTimeoutMs: number;
   readonly upstreamHeadersTimeoutMs: number;
@@ -62,6 +71,13 @@ export function resolveRouterServiceOptions(
   return {
     noAuth: options.noAuth ?? false,
     maxBodyBytes: int("maxBodyBytes", options.maxBodyBytes ?? 8 * 1024 * 1024, 1, 2 ** 31 - 1),
+    tooLargeDrainMs: int("tooLargeDrainMs", options.tooLargeDrainMs ?? 5_000, 0, 600_000),
+    tooLargeDrainBytes: int(
+      "tooLargeDrainBytes",
+      options.tooLargeDrainBytes ?? 64 * 1024 * 1024,
+      0,
+      2 ** 40,
+    ),
     admission: {
       maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256, 0, 1_000_000),
       queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000, 1, 3_600_000),
