@@ -22,6 +22,7 @@ import { ControlPlaneError } from "./errors.js";
 import { createHttpListener } from "./http-listener.js";
 import { createAgentService } from "./rpc/agent-service.js";
 import { createClusterService } from "./rpc/cluster-service.js";
+import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import { errorMappingInterceptor } from "./rpc/errors.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
@@ -237,6 +238,7 @@ export async function startControlPlane(
             shutdown: shutdown.signal,
           }),
         );
+        answerMalformedRequestsAsInvalidArgument(router);
       },
     });
     const controlServer = makeServer(async (req, res) => {

@@ -1,0 +1,87 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { GpuSchema, NodeInventorySchema, RegisterRequestSchema } from "@llmgw/proto";
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeAgent } from "../src/testing/fake-agent.js";
+import { startTestControlPlane, tempDir } from "./helpers.js";
+
+const cleanups: (() => Promise<unknown> | undefined)[] = [];
+afterEach(async () => {
+  for (const fn of cleanups.splice(0).reverse()) await fn();
+});
+
+async function setup() {
+  const tmp = tempDir();
+  cleanups.push(async () => tmp.cleanup());
+  const cp = await startTestControlPlane(tmp.dir);
+  cleanups.push(() => cp.close());
+  return cp;
+}
+
+describe("the control plane against a hostile client", () => {
+  it.each([
+    ["llmgw.v1.AgentService/Register"],
+    ["llmgw.v1.AgentService/Heartbeat"],
+    ["llmgw.v1.ClusterService/ListNodes"],
+  ])(
+    "answers garbage protobuf posted to %s with invalid_argument (400), not internal",
+    async (path) => {
+      const cp = await setup();
+      const res = await fetch(`${cp.controlUrl}/${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/proto" },
+        body: new Uint8Array([0xff, 0xff, 0xff, 0xff, 0x0f, 0x01]),
+      });
+      expect(res.status).toBe(400);
+      expect(res.headers.get("llmgw-error-code")).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+      expect(await res.json()).toEqual({
+        code: "invalid_argument",
+        message:
+          "the request body is not a valid protobuf message (illegal tag: field no 536870911 wire type 7)",
+      });
+    },
+  );
+
+  it("still answers a valid binary request, and a refused one with its own code", async () => {
+    const cp = await setup();
+    const body = toBinary(
+      RegisterRequestSchema,
+      create(RegisterRequestSchema, {
+        inventory: { hostname: "node-a" },
+        advertiseAddress: "127.0.0.1",
+      }),
+    );
+    const post = (token: string) =>
+      fetch(`${cp.controlUrl}/llmgw.v1.AgentService/Register`, {
+        method: "POST",
+        headers: { "content-type": "application/proto", authorization: `Bearer ${token}` },
+        body,
+      });
+    expect((await post(cp.joinToken)).status).toBe(200);
+    const refused = await post("llmgw-join-wrong");
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get("llmgw-error-code")).toBe("LLMGW_CONTROL_PLANE_UNAUTHENTICATED");
+  });
+
+  it("refuses a Register with 100,000 GPUs, naming the field and the limit", async () => {
+    const cp = await setup();
+    const agent = new FakeAgent({
+      controlUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      inventory: create(NodeInventorySchema, {
+        hostname: "node-a",
+        gpus: Array.from({ length: 100_000 }, (_, i) =>
+          create(GpuSchema, { index: i, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
+        ),
+      }),
+    });
+    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toBe(
+      "RegisterRequest.inventory.gpus has 100000 entries; the limit is 64",
+    );
+    expect(cp.cluster.listNodes()).toEqual([]);
+    const metrics = await (await fetch(`${cp.controlUrl}/metrics`)).text();
+    expect(metrics).not.toContain("GPU-99999");
+  });
+});
