@@ -4,7 +4,7 @@
  * through the admin API. One cluster is shared by the steps below, in order, because each
  * start costs seconds; each step leaves the cluster converged for the next.
  */
-import { writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -48,6 +48,71 @@ async function nodeIdOf(name: string): Promise<string> {
   if (!node) throw new Error(`node ${name} not registered`);
   return node.nodeId;
 }
+
+/** The engine API key the agent handed engine process `pid` (read from its environment). */
+function engineKeyOf(pid: number): string | undefined {
+  const entry = readFileSync(`/proc/${pid}/environ`, "utf8")
+    .split("\0")
+    .find((e) => e.startsWith("LLMGW_ENGINE_API_KEY="));
+  return entry?.slice("LLMGW_ENGINE_API_KEY=".length);
+}
+
+/** Local addresses (hex, as /proc/net/tcp writes them) listening on `port`. */
+function listenAddresses(port: number): string[] {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, "0");
+  return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((file) =>
+    readFileSync(file, "utf8")
+      .split("\n")
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/))
+      .filter((f) => f[1]?.endsWith(`:${hexPort}`) && f[3] === "0A")
+      .map((f) => f[1]?.split(":")[0] as string),
+  );
+}
+
+/** Rank 0 of every replica of `name`: id, pid, API port and the engine's key. */
+async function servingEngines(name: string) {
+  const d = await deployment(cp, name);
+  return (d?.replicas ?? []).map((r) => {
+    const status = r.ranks[0]?.status;
+    const pid = status?.pid as number;
+    return { replicaId: r.replicaId, pid, port: status?.apiPort as number, key: engineKeyOf(pid) };
+  });
+}
+
+let routerKey: string | undefined;
+/** `n` chat completions through the router with a real llmgw key; every one must succeed. */
+async function chatThroughRouter(model: string, n = 4): Promise<Set<string>> {
+  routerKey ??= (await cp.admin().createApiKey({ name: "e2e-engine-keys" }, cp.adminHeaders()))
+    .secret;
+  const replicas = new Set<string>();
+  for (let i = 0; i < n; i++) {
+    const res = await fetch(`${cp.publicUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${routerKey}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model,
+        max_tokens: 4,
+        messages: [{ role: "user", content: `hi ${i}` }],
+      }),
+    });
+    const body = await res.text();
+    expect(res.status, body).toBe(200);
+    replicas.add(res.headers.get("x-llmgw-replica") ?? "");
+  }
+  return replicas;
+}
+
+/** Status of a request straight to an engine, bypassing the router. */
+async function direct(port: number, authorization?: string): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}/v1/models`, {
+    ...(authorization === undefined ? {} : { headers: { authorization } }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+const keysBeforeRestart = new Map<string, string | undefined>();
 
 async function placedNodes(name: string): Promise<string[]> {
   const d = await deployment(cp, name);
@@ -96,6 +161,49 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
     expect(nodes.size).toBe(2);
   });
 
+  it("engines answer only routers: keyed per replica, off argv, the store and admin views, bound to the advertise address", async () => {
+    const engines = await servingEngines("chat");
+    expect(engines).toHaveLength(2);
+    const keys = engines.map((e) => e.key);
+    for (const key of keys) expect(key).toMatch(/^llmgw-engine-[A-Za-z0-9_-]{43}$/);
+    expect(new Set(keys).size).toBe(2);
+    for (const e of engines) {
+      keysBeforeRestart.set(e.replicaId, e.key);
+      // Straight to the engine: refused without the key and with another replica's key.
+      expect(await direct(e.port)).toBe(401);
+      const other = keys.find((k) => k !== e.key);
+      expect(await direct(e.port, `Bearer ${other}`)).toBe(401);
+      expect(await direct(e.port, `Bearer ${e.key}`)).toBe(200);
+      expect(readFileSync(`/proc/${e.pid}/cmdline`, "utf8")).not.toContain(e.key as string);
+      // The agents advertise 127.0.0.1: the engine listens there, not on every interface.
+      expect(listenAddresses(e.port)).toEqual(["0100007F"]);
+    }
+    // Through the router every request succeeds, on both replicas.
+    const routedTo = await waitFor("the router to reach both replicas", async () => {
+      const seen = await chatThroughRouter("chat", 6);
+      return seen.size === 2 ? seen : undefined;
+    });
+    expect([...routedTo].sort()).toEqual(engines.map((e) => e.replicaId).sort());
+    // Nowhere an operator or the store could leak it.
+    const bigints = (_: string, v: unknown) => (typeof v === "bigint" ? String(v) : v);
+    const views = JSON.stringify(
+      [
+        await cp.admin().listReplicas({}, cp.adminHeaders()),
+        await cp.admin().listEvents({}, cp.adminHeaders()),
+        await cp.admin().listNodes({}, cp.adminHeaders()),
+        await cp.admin().getClusterStatus({}, cp.adminHeaders()),
+      ],
+      bigints,
+    );
+    for (const key of keys) expect(views).not.toContain(key);
+    for (const file of readdirSync(cp.dataDir, { recursive: true, withFileTypes: true })) {
+      if (!file.isFile()) continue;
+      const bytes = readFileSync(path.join(file.parentPath, file.name));
+      for (const key of keys) expect(bytes.includes(key as string), file.name).toBe(false);
+    }
+    expect(cp.proc?.output()).not.toContain(keys[0]);
+  });
+
   it("gang-places a two-node replica on both agents and brings both ranks up", async () => {
     await cp.admin().applyDeployment(
       {
@@ -134,6 +242,16 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
     expect(
       after.replicas.find((x) => x.replicaId === victim?.replicaId)?.ranks[0]?.status?.restarts,
     ).toBeGreaterThanOrEqual(1);
+    // The new process drew a new key: the old one opens nothing, and routing follows.
+    const restarted = (await servingEngines("chat")).find((e) => e.replicaId === victim?.replicaId);
+    const oldKey = keysBeforeRestart.get(victim?.replicaId as string);
+    expect(restarted?.key).toMatch(/^llmgw-engine-/);
+    expect(restarted?.key).not.toBe(oldKey);
+    expect(await direct(restarted?.port as number, `Bearer ${oldKey}`)).toBe(401);
+    await waitFor("the router to reach the restarted replica", async () => {
+      const seen = await chatThroughRouter("chat", 6);
+      return seen.has(victim?.replicaId as string) ? true : undefined;
+    });
   });
 
   it("adopts running engines after an agent is SIGKILLed and restarted: same pids", {
@@ -166,6 +284,11 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       );
     });
     expect(after).toEqual(before);
+    // The restarted agent read the adopted engines' keys back from its replica records.
+    await waitFor("the router to reach both adopted chat replicas", async () => {
+      const seen = await chatThroughRouter("chat", 6);
+      return seen.size === 2 ? true : undefined;
+    });
   });
 
   it("survives a control plane restart: deployments and placements persist, no engine restarts", {
@@ -185,6 +308,12 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
         : undefined;
     });
     expect(after).toEqual(before);
+    // Engine keys live in the control plane's memory only: the agents' next heartbeats
+    // bring them back, and routing with them.
+    await waitFor("the router to reach both chat replicas again", async () => {
+      const seen = await chatThroughRouter("chat", 6);
+      return seen.size === 2 ? true : undefined;
+    });
   });
 
   it("moves the replicas of an agent that stays away longer than the grace", {
