@@ -1,19 +1,25 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { GpuSchema, NodeInventorySchema, RegisterRequestSchema } from "@llmgw/proto";
+import {
+  Engine,
+  GpuSchema,
+  NodeInventorySchema,
+  RegisterRequestSchema,
+  ReplicaState,
+} from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeAgent } from "../src/testing/fake-agent.js";
-import { startTestControlPlane, tempDir } from "./helpers.js";
+import { adminClient, simAgent, startTestControlPlane, tempDir } from "./helpers.js";
 
 const cleanups: (() => Promise<unknown> | undefined)[] = [];
 afterEach(async () => {
   for (const fn of cleanups.splice(0).reverse()) await fn();
 });
 
-async function setup() {
+async function setup(log?: (line: string) => void) {
   const tmp = tempDir();
   cleanups.push(async () => tmp.cleanup());
-  const cp = await startTestControlPlane(tmp.dir);
+  const cp = await startTestControlPlane(tmp.dir, {}, { log });
   cleanups.push(() => cp.close());
   return cp;
 }
@@ -83,5 +89,36 @@ describe("the control plane against a hostile client", () => {
     expect(cp.cluster.listNodes()).toEqual([]);
     const metrics = await (await fetch(`${cp.controlUrl}/metrics`)).text();
     expect(metrics).not.toContain("GPU-99999");
+  });
+
+  it("escapes control characters of agent text in log lines and events", async () => {
+    const lines: string[] = [];
+    const cp = await setup((line) => lines.push(line));
+    const admin = adminClient(cp, cp.adminToken);
+    const agent = simAgent(cp, "gpu1\n[fake] admin login", "1xh100-80g");
+    await agent.register();
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "m", engine: Engine.VLLM, replicas: 1 },
+    });
+    await agent.heartbeat();
+    agent.report("chat-0", 0, {
+      state: ReplicaState.FAILED,
+      message: "exited\r\n[fake] replica ready",
+      logTail: ["\u001b[2Jcleared", "line\u2028separator"],
+    });
+    await agent.heartbeat();
+
+    const events = (await admin.listEvents({ limit: 100 })).events;
+    const joined = events.find((e) => e.kind === "node.joined");
+    expect(joined?.message).toBe(
+      "gpu1\\n[fake] admin login joined with 1 GPU (simulated) at 127.0.0.1",
+    );
+    const failed = events.find((e) => e.kind === "replica.state" && e.severity === "error");
+    expect(failed?.message).toBe(
+      "rank 0 on gpu1\\n[fake] admin login: reported → failed (exited\\r\\n[fake] replica ready); last output: \\u001b[2Jcleared | line\\u2028separator",
+    );
+    expect(lines.length).toBeGreaterThan(0);
+    for (const line of lines) expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/);
+    expect(lines.filter((l) => l.includes("[fake]"))).toHaveLength(2);
   });
 });

@@ -47,6 +47,7 @@ import type {
 } from "../store/types.js";
 import { validateAdvertiseAddress } from "./agent-limits.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
+import { escapeOutsideText } from "./outside-text.js";
 import { planReconcile, type ScheduleFn } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
@@ -950,15 +951,22 @@ export class Cluster {
 
   // ---------------------------------------------------------------- events
 
+  /**
+   * Records an event and logs it as one line. Messages embed text that agents sent
+   * (hostnames, problem messages, engine log tails): their control characters are escaped
+   * here, once for every event, so that none can forge a log line or a second event.
+   */
   #event(kind: string, subject: string, message: string, severity: EventSeverity): void {
+    const safeSubject = escapeOutsideText(subject);
+    const safeMessage = escapeOutsideText(message);
     const event = this.#o.store.appendEvent({
       atMs: this.#o.clock.now(),
       kind,
-      subject,
-      message,
+      subject: safeSubject,
+      message: safeMessage,
       severity,
     });
-    this.#o.log?.(`${kind} ${subject}: ${message}`);
+    this.#o.log?.(`${kind} ${safeSubject}: ${safeMessage}`);
     for (const listener of this.#eventListeners) listener(event);
   }
 
