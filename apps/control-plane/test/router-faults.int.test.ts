@@ -5,6 +5,7 @@
  */
 
 import { request as httpRequest } from "node:http";
+import { connect, type Socket } from "node:net";
 import {
   createInMemoryApiKeyStore,
   createStaticRouteTable,
@@ -292,5 +293,58 @@ describe("prefix affinity", () => {
       await res.arrayBuffer();
     }
     expect(new Set(served)).toEqual(new Set(["a", "b"]));
+  });
+});
+
+describe("router: clients that go away while sending", () => {
+  /** A router whose log and metrics the test reads, with a short request deadline. */
+  async function watchedRouter() {
+    const metrics = createRecordingRouterMetrics();
+    const events: Readonly<Record<string, unknown>>[] = [];
+    const router = await startRouterServer({
+      routeTable: createStaticRouteTable({}),
+      apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+      metrics,
+      log: (event) => events.push(event),
+      options: { analyzer: { pool: false } },
+      headersTimeoutMs: 300,
+      requestTimeoutMs: 600,
+    });
+    cleanups.push(() => router.close());
+    return { router, metrics, events };
+  }
+
+  /** Sends a head announcing 1,000 bytes and a first few; returns the socket. */
+  async function partialUpload(router: RunningRouterServer): Promise<Socket> {
+    const socket = connect({ host: "127.0.0.1", port: router.port });
+    socket.on("error", () => {});
+    cleanups.push(async () => {
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":`,
+    );
+    return socket;
+  }
+
+  it.each([
+    ["hangs up", (socket: Socket) => setTimeout(() => socket.destroy(), 50)],
+    ["is too slow for the request deadline", () => {}],
+  ])("a client that %s is counted as gone, not logged as a router fault", async (_name, leave) => {
+    const { router, metrics, events } = await watchedRouter();
+    const socket = await partialUpload(router);
+    leave(socket);
+    await waitFor(
+      () => events.some((e) => e.event === "client_closed"),
+      5000,
+      "the router to see the client go",
+    );
+    expect(events.filter((e) => e.event === "internal_error")).toEqual([]);
+    expect(events.find((e) => e.event === "client_closed")).toMatchObject({
+      phase: "request",
+      code: "ECONNRESET",
+    });
+    expect(metrics.of("clientDisconnect")).toEqual([["", "before_first_byte"]]);
   });
 });

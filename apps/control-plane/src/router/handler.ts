@@ -336,6 +336,14 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       });
       return;
     }
+    if (error !== undefined && error === req.errored) {
+      // The request stream failed: the client went away, or the listener's deadline closed a
+      // client too slow to send its request. The client's doing, and nobody is left to answer.
+      metrics.clientDisconnect(ctx.model, "before_first_byte");
+      log({ event: "client_closed", requestId, phase: "request", code: errorCode(error) });
+      res.destroy();
+      return;
+    }
     log({ event: "internal_error", requestId, error: String(error) });
     sendError(res, FAILURE_HTTP.internal, "internal router error", { requestId });
   };
