@@ -1,4 +1,16 @@
+import { ENGINE_ENV_NAME, engineEnvRefusal } from "@llmgw/engines";
 import { z } from "zod";
+
+/** A variable name the operator may add to the engine env allow-list. */
+const allowableEnvName = z
+  .string()
+  .regex(ENGINE_ENV_NAME, `must be an environment variable name (${ENGINE_ENV_NAME.source})`)
+  .superRefine((name, ctx) => {
+    const refusal = engineEnvRefusal(name);
+    if (refusal !== undefined) {
+      ctx.addIssue({ code: "custom", message: `${name} cannot be allowed: it ${refusal}` });
+    }
+  });
 
 /**
  * `llmgw agent` configuration, validated once here (flags and environment are mapped onto
@@ -46,8 +58,22 @@ export const agentConfigSchema = z.object({
       offline: z.boolean().optional(),
       bindHost: z.string().optional(),
       llamacppThreads: z.number().int().positive().optional(),
+      /**
+       * Deployment env names this node allows beyond the built-in tuning list
+       * (`--allow-engine-env`); names that load code, pick programs, or that llmgw sets are
+       * refused here so the operator learns at start, not at the first launch.
+       */
+      allowedEngineEnv: z.array(allowableEnvName).optional(),
     })
     .default({}),
+  /**
+   * `--model-root`: when set, a deployment whose model is a local path must resolve (after
+   * symlinks) inside this directory, or its replica fails on this node.
+   */
+  modelRoot: z
+    .string()
+    .refine((p) => p.startsWith("/"), "must be an absolute path")
+    .optional(),
   /** Discovery re-reads GPU readings this often. */
   readingsIntervalMs: z.number().int().positive().default(10_000),
   loadScrapeIntervalMs: z.number().int().positive().default(2_000),

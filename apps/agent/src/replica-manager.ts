@@ -34,6 +34,8 @@ import {
   type SupervisorLogger,
 } from "@llmgw/supervisor";
 import { deploymentSpecFromProto } from "@llmgw/wire";
+import { checkModelRoot } from "./model-root.js";
+import { createRedactor } from "./redact.js";
 
 /** Load signals of one engine; every field absent when not reported. */
 export type EngineLoadSignals = EngineLoad;
@@ -72,6 +74,11 @@ export interface ReplicaManagerOptions {
   readonly defaultLoadingDeadlineMs: number;
   /** Address probes and scrapes use to reach local engines (IPv6 without brackets). */
   readonly localAddress: string;
+  /**
+   * The operator's `--model-root`, resolved with realpath: a deployment whose model is a
+   * local path must resolve inside it, or the replica fails (see {@link checkModelRoot}).
+   */
+  readonly modelRoot?: string;
 }
 
 /** Everything the agent keeps about one replica rank it runs. */
@@ -245,6 +252,10 @@ export class ReplicaManager {
         if (violations.length > 0) {
           throw new Error(violations.map((v) => `${v.code}: ${v.message}`).join("; "));
         }
+      }
+      if (this.options.modelRoot !== undefined) {
+        const cwd = this.options.nodeConfig.cwd ?? process.cwd();
+        checkModelRoot(deployment.model, deployment.engine, this.options.modelRoot, cwd);
       }
       const launch = buildLaunchSpec({
         deployment,
@@ -443,9 +454,17 @@ export class ReplicaManager {
     return keys;
   }
 
-  /** What the heartbeat reports: one status per replica rank, rejected ones as FAILED. */
+  /**
+   * What the heartbeat reports: one status per replica rank, rejected ones as FAILED. Log
+   * tails and messages are redacted first (see {@link createRedactor}): every secret the agent
+   * holds — its secret env (HF_TOKEN…) and the engine API keys — and common token shapes.
+   */
   statuses(): ReplicaStatus[] {
     const out: ReplicaStatus[] = [];
+    const redact = createRedactor([
+      ...Object.values(this.options.secretEnv),
+      ...this.engineApiKeys(),
+    ]);
     for (const m of this.#managed.values()) {
       const handle = m.replica.handle;
       const failure = m.replica.failure;
@@ -466,9 +485,9 @@ export class ReplicaManager {
                 atUnixMs: BigInt(Math.round(lastExit.atMs)),
               })
             : undefined,
-          logTail: failure ? redactKey(failure.tail.slice(-40), m.apiKey) : [],
+          logTail: failure ? failure.tail.slice(-40).map(redact) : [],
           load: m.load ? create(EngineLoadSchema, m.load) : undefined,
-          message: failure ? failure.reason : m.message,
+          message: redact(failure ? failure.reason : m.message),
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
           specHash: m.specHash,
           revision: m.assignment.deployment?.revision ?? 0n,
@@ -482,7 +501,7 @@ export class ReplicaManager {
           replicaId: key,
           rank: r.assignment.rank,
           state: ProtoReplicaState.FAILED,
-          message: r.message,
+          message: redact(r.message),
           stateSinceUnixMs: BigInt(r.atMs),
           revision: r.assignment.deployment?.revision ?? 0n,
         }),
@@ -521,12 +540,6 @@ function pickSecrets(env: Readonly<Record<string, string>>): Record<string, stri
  */
 export function generateEngineApiKey(): string {
   return `llmgw-engine-${randomBytes(32).toString("base64url")}`;
-}
-
-/** `lines` with every occurrence of `key` replaced (an engine may echo its own key). */
-function redactKey(lines: readonly string[], key: string | undefined): string[] {
-  if (key === undefined) return [...lines];
-  return lines.map((line) => line.replaceAll(key, "[engine-api-key]"));
 }
 
 /** A TCP port free right now on all interfaces (the engine binds it moments later). */

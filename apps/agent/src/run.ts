@@ -1,3 +1,4 @@
+import { realpath } from "node:fs/promises";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { type NodeInventory, type Problem, readGpuReadings } from "@llmgw/discovery";
@@ -8,6 +9,7 @@ import type { AgentConfig } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { collectInventory } from "./inventory.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
+import { prepareStateDir } from "./state-dir.js";
 
 /** Things the agent needs from its process that the CLI provides (no globals in here). */
 export interface AgentDeps {
@@ -18,6 +20,8 @@ export interface AgentDeps {
   /** Secrets from the agent's environment (HF_TOKEN…), passed to engines only. */
   readonly secretEnv: Readonly<Record<string, string>>;
   readonly agentVersion: string;
+  /** The agent's user id (`process.getuid()`): its state dirs must be its own. Omitted: not checked. */
+  readonly uid?: number;
 }
 
 /** A running agent. */
@@ -42,6 +46,9 @@ export interface RunningAgent {
  */
 export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<RunningAgent> {
   const { logger } = deps;
+  await prepareStateDir(config.stateDir, deps.uid);
+  const modelRoot =
+    config.modelRoot === undefined ? undefined : await resolveModelRoot(config.modelRoot);
   const abort = new AbortController();
   const hostname = config.nodeName;
   const discoveryOptions = {
@@ -69,7 +76,13 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   // Engines listen where the router reaches them, not on every interface; an operator behind
   // NAT (advertised address not local) binds 0.0.0.0 instead.
   const bindAddress = config.engineBindAddress ?? config.engines.bindHost ?? advertiseAddress;
-  const supervisor = createSupervisor({ stateDir: path.join(config.stateDir, "pids"), logger });
+  // Engines are looked up on the agent's own PATH, never through the child env a deployment
+  // helped shape.
+  const supervisor = createSupervisor({
+    stateDir: path.join(config.stateDir, "pids"),
+    logger,
+    searchPath: deps.baseEnv.PATH ?? "",
+  });
   const manager = new ReplicaManager({
     supervisor,
     stateDir: config.stateDir,
@@ -83,6 +96,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     probeTimeoutMs: config.probeTimeoutMs,
     defaultLoadingDeadlineMs: config.defaultLoadingDeadlineMs,
     localAddress: probeAddress(bindAddress),
+    ...(modelRoot === undefined ? {} : { modelRoot }),
   });
   const adopted = await manager.adoptPrevious();
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });
@@ -162,4 +176,15 @@ export function probeAddress(bindAddress: string): string {
   if (bindAddress === "0.0.0.0") return "127.0.0.1";
   if (bindAddress === "::" || bindAddress === "[::]") return "::1";
   return bindAddress.replace(/^\[(.*)\]$/, "$1");
+}
+
+/** `--model-root` after symlinks; a root that does not exist stops the agent with its name. */
+async function resolveModelRoot(root: string): Promise<string> {
+  try {
+    return await realpath(root);
+  } catch (error) {
+    throw new Error(
+      `--model-root ${root} cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
+  }
 }

@@ -18,3 +18,48 @@ describe("llmgw agent flags", () => {
     },
   );
 });
+
+/** An io that records stderr, with `env`. */
+function recordingIo(env: Record<string, string> = {}) {
+  const stderr: string[] = [];
+  return {
+    stderr,
+    io: { ...quietIo(), env, stderr: { write: (chunk: string) => stderr.push(chunk) } },
+  };
+}
+
+// A config error stops the command right after flag handling, before anything starts.
+const BAD_ROOT = ["--model-root", "relative/dir"];
+const TOKEN = "0123456789abcdef0123";
+
+describe("llmgw agent --join-token", () => {
+  it("warns on stderr that the token is visible on argv, and recommends LLMGW_JOIN_TOKEN", async () => {
+    const { io, stderr } = recordingIo();
+    const args = ["--control-plane", "http://127.0.0.1:1", "--join-token", TOKEN, ...BAD_ROOT];
+    await expect(command.run(args, io)).rejects.toThrow(/modelRoot: must be an absolute path/);
+    expect(stderr.join("")).toBe(
+      "llmgw agent: warning: --join-token puts the secret on the command line, where every local user can read it (ps, /proc); set LLMGW_JOIN_TOKEN in the agent's environment file instead\n",
+    );
+  });
+
+  it("says nothing when the token comes from the environment", async () => {
+    const { io, stderr } = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN });
+    const args = ["--control-plane", "http://127.0.0.1:1", ...BAD_ROOT];
+    await expect(command.run(args, io)).rejects.toThrow(/modelRoot: must be an absolute path/);
+    expect(stderr).toEqual([]);
+  });
+});
+
+describe("llmgw agent --allow-engine-env", () => {
+  it.each([
+    [["--allow-engine-env", "PATH"], {}, "PATH cannot be allowed: it chooses which executables"],
+    [["--allow-engine-env", "HF_ENDPOINT,LD_PRELOAD"], {}, "LD_PRELOAD cannot be allowed"],
+    [[], { LLMGW_ALLOW_ENGINE_ENV: "NCCL_NET_PLUGIN" }, "NCCL_NET_PLUGIN cannot be allowed"],
+    [["--allow-engine-env", "lower"], {}, "must be an environment variable name"],
+  ])("refuses %j %j at start: %s", async (flags, env, message) => {
+    const { io } = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN, ...env });
+    const run = command.run(["--control-plane", "http://127.0.0.1:1", ...flags], io);
+    await expect(run).rejects.toBeInstanceOf(UsageError);
+    await expect(run).rejects.toThrow(message);
+  });
+});

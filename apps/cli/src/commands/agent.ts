@@ -20,7 +20,8 @@ stops or loses the control plane; a restarted agent adopts them.
 
 Options:
   --control-plane URL       control listener of the control plane (env LLMGW_CONTROL_PLANE)
-  --join-token T            join token from 'llmgw control-plane token' (env LLMGW_JOIN_TOKEN)
+  --join-token T            join token from 'llmgw control-plane token'; prefer the env
+                            LLMGW_JOIN_TOKEN (an environment file): argv is visible in ps
   --state-dir DIR           identity, pid files, replica records, engine logs
                             (default /var/lib/llmgw/agent, env LLMGW_STATE_DIR)
   --nvidia-smi PATH         nvidia-smi binary (default: nvidia-smi on PATH)
@@ -37,6 +38,11 @@ Options:
   --sglang-command CMD      argv prefix for SGLang (default "python3 -m sglang.launch_server")
   --hf-home DIR             HF_HOME for engines; HF_TOKEN is read from the environment
   --offline                 weights are pre-staged: engines run with HF_HUB_OFFLINE=1
+  --allow-engine-env NAME[,NAME...]
+                            deployment env variables engines on this node may receive beyond
+                            the built-in tuning list (repeatable; env LLMGW_ALLOW_ENGINE_ENV)
+  --model-root DIR          a deployment whose model is a local path must resolve inside DIR
+                            (env LLMGW_MODEL_ROOT)
 `;
 
 /** Variables engines inherit from the agent; everything else is set explicitly. */
@@ -84,12 +90,26 @@ export const command: Command = {
       "sglang-command": { type: "string" },
       "hf-home": { type: "string" },
       offline: { type: "boolean" },
+      "allow-engine-env": { type: "string", multiple: true },
+      "model-root": { type: "string" },
     });
     const controlPlaneUrl = values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE;
     const joinToken = values["join-token"] ?? io.env.LLMGW_JOIN_TOKEN;
     if (!controlPlaneUrl)
       throw new UsageError("--control-plane URL is required (or LLMGW_CONTROL_PLANE)");
     if (!joinToken) throw new UsageError("--join-token is required (or LLMGW_JOIN_TOKEN)");
+    if (values["join-token"] !== undefined) {
+      io.stderr.write(
+        "llmgw agent: warning: --join-token puts the secret on the command line, where every local user can read it (ps, /proc); set LLMGW_JOIN_TOKEN in the agent's environment file instead\n",
+      );
+    }
+    const allowedEngineEnv = [
+      ...(io.env.LLMGW_ALLOW_ENGINE_ENV ?? "").split(","),
+      ...(values["allow-engine-env"] ?? []).flatMap((v) => v.split(",")),
+    ]
+      .map((name) => name.trim())
+      .filter((name) => name !== "");
+    const modelRoot = values["model-root"] ?? io.env.LLMGW_MODEL_ROOT;
     const fabricNames = parseFabricNames(values["fabric-name"] ?? []);
     const llamaServer =
       values["llama-server"] ??
@@ -109,6 +129,7 @@ export const command: Command = {
         : {}),
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
+      ...(modelRoot ? { modelRoot } : {}),
       engines: {
         simCommand: [...selfCommand(), "engine-sim"],
         ...(llamaServer ? { llamacppBinary: llamaServer } : {}),
@@ -118,6 +139,7 @@ export const command: Command = {
           : {}),
         ...(values["hf-home"] ? { hfHome: values["hf-home"] } : {}),
         ...(values.offline ? { offline: true } : {}),
+        ...(allowedEngineEnv.length > 0 ? { allowedEngineEnv } : {}),
       },
     };
     let config: ReturnType<typeof parseAgentConfig>;
@@ -143,6 +165,7 @@ export const command: Command = {
       baseEnv,
       secretEnv,
       agentVersion: LLMGW_VERSION,
+      ...(process.getuid === undefined ? {} : { uid: process.getuid() }),
     });
     logger.info(`agent started for ${config.controlPlaneUrl}`, {
       stateDir: config.stateDir,

@@ -1,0 +1,160 @@
+// Deployments a node refuses before launching anything: what the env or the model path of a
+// deployment may not make the agent do. Each ends as a FAILED status naming the reason.
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { deploymentSpecSchema } from "@llmgw/engines";
+import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
+import { createSupervisor, silentLogger } from "@llmgw/supervisor";
+import { deploymentSpecToProto } from "@llmgw/wire";
+import { afterEach, describe, expect, it } from "vitest";
+import { checkModelRoot } from "./model-root.js";
+import { ReplicaManager, type ReplicaManagerOptions } from "./replica-manager.js";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+function tempDir(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "llmgw-hostile-"));
+  dirs.push(dir);
+  return dir;
+}
+
+function manager(extra: Partial<ReplicaManagerOptions> = {}) {
+  const stateDir = tempDir();
+  const node = simulateInventory("1xh100-80g", { hostname: "node-a" });
+  return new ReplicaManager({
+    supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+    stateDir,
+    inventory: () => node,
+    nodeConfig: {},
+    probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+    baseEnv: {},
+    secretEnv: {},
+    logger: silentLogger,
+    probeIntervalMs: 1000,
+    probeTimeoutMs: 1000,
+    defaultLoadingDeadlineMs: 60_000,
+    localAddress: "127.0.0.1",
+    ...extra,
+  });
+}
+
+/**
+ * An assignment as the control plane would send it. The schema is bypassed on purpose
+ * (`deploymentSpecSchema.parse` is not used for the env) so that a deployment the control
+ * plane should have refused still reaches the agent, which must refuse it itself.
+ */
+function assignment(spec: Record<string, unknown>) {
+  const parsed = deploymentSpecSchema.parse({
+    name: "m",
+    model: "org/model",
+    engine: "sim",
+    ...spec,
+    env: {},
+  });
+  const deployment = deploymentSpecToProto({
+    ...parsed,
+    env: (spec.env as Record<string, string>) ?? {},
+  });
+  return create(ReplicaAssignmentSchema, {
+    replicaId: "m-0",
+    rank: 0,
+    gpuIndices: [0],
+    deployment,
+  });
+}
+
+async function failure(m: ReplicaManager, spec: Record<string, unknown>): Promise<string> {
+  await m.apply([assignment(spec)]);
+  const [status] = m.statuses();
+  expect(status?.state).toBe(ReplicaState.FAILED);
+  expect(m.managedPids().size).toBe(0);
+  await m.close(true);
+  return status?.message ?? "";
+}
+
+describe("a deployment's env on the agent", () => {
+  it("PATH pointing at a fake engine is refused before anything runs", async () => {
+    const bin = tempDir();
+    writeFileSync(path.join(bin, "llmgw"), "#!/bin/sh\ntouch ran\n", { mode: 0o755 });
+    const message = await failure(manager(), { env: { PATH: bin } });
+    expect(message).toContain(
+      "PATH chooses which executables or configuration files the engine runs",
+    );
+  });
+
+  it("a name off the allow-list fails the replica with the flag that would allow it", async () => {
+    const message = await failure(manager(), { env: { MY_TUNING: "1" } });
+    expect(message).toContain(
+      "MY_TUNING is not on this node's engine environment allow-list; an operator can allow it on a node with `llmgw agent --allow-engine-env MY_TUNING`",
+    );
+  });
+});
+
+describe("--model-root", () => {
+  function layout() {
+    const base = tempDir();
+    const root = path.join(base, "models");
+    mkdirSync(path.join(root, "m"), { recursive: true });
+    writeFileSync(path.join(root, "m.gguf"), "GGUF");
+    writeFileSync(path.join(base, "secret.gguf"), "not a model");
+    symlinkSync(path.join(base, "secret.gguf"), path.join(root, "escape.gguf"));
+    return { base, root };
+  }
+
+  it.each([
+    ["an absolute path inside", "m", "vllm"],
+    ["a llama.cpp file inside", "m.gguf", "llamacpp"],
+  ])("accepts %s", (_, model, engine) => {
+    const { root } = layout();
+    expect(() => checkModelRoot(path.join(root, model), engine, root)).not.toThrow();
+  });
+
+  it("lets Hugging Face ids through: they are not paths", () => {
+    const { root } = layout();
+    expect(() => checkModelRoot("meta-llama/Llama-3.1-8B-Instruct", "vllm", root)).not.toThrow();
+  });
+
+  it.each([
+    [
+      "an absolute path outside",
+      (base: string) => path.join(base, "secret.gguf"),
+      "outside the model root",
+    ],
+    [
+      "a symlink inside that points outside",
+      (_: string, root: string) => path.join(root, "escape.gguf"),
+      "outside the model root",
+    ],
+    [
+      "a .. escape",
+      (_: string, root: string) => `${root}/../secret.gguf`,
+      "outside the model root",
+    ],
+    [
+      "a path that does not exist",
+      (_: string, root: string) => path.join(root, "missing"),
+      "cannot be resolved: ENOENT",
+    ],
+  ])("refuses %s", (_, model, message) => {
+    const { base, root } = layout();
+    expect(() => checkModelRoot(model(base, root), "llamacpp", root)).toThrow(message);
+  });
+
+  it("fails the replica on the agent, naming the model and the root", async () => {
+    const { base, root } = layout();
+    const model = path.join(base, "secret.gguf");
+    const message = await failure(manager({ modelRoot: root }), {
+      engine: "llamacpp",
+      model,
+      gpusPerReplica: 1,
+    });
+    expect(message).toBe(
+      `model ${JSON.stringify(model)} resolves to ${model}, outside the model root ${root} (llmgw agent --model-root)`,
+    );
+  });
+});

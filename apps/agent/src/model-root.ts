@@ -1,0 +1,45 @@
+import { realpathSync } from "node:fs";
+import path from "node:path";
+
+/**
+ * Refuses a deployment model that is a local path outside the operator's `--model-root`.
+ * Without it a deployment may point an engine (often running as root) at any file on the
+ * node. Throws an Error naming the model, what it resolves to, and the root.
+ *
+ * A local path is an absolute path, one starting with `./` or `../`, any name with a `..`
+ * segment, and every llama.cpp model (llama-server only loads files). Symlinks are resolved
+ * (realpath), so a link inside the root to a file outside it is refused too; a path that does
+ * not exist is refused, since nothing can be said about where it would point. Hugging Face
+ * ids (`org/model`) for the other engines are not paths and pass.
+ *
+ * @param modelRoot the operator's root, already resolved with realpath.
+ * @param cwd where the engine starts (a relative model resolves against it).
+ */
+export function checkModelRoot(
+  model: string,
+  engine: string,
+  modelRoot: string,
+  cwd: string = process.cwd(),
+): void {
+  const segments = model.split("/");
+  const isPath =
+    engine === "llamacpp" ||
+    path.isAbsolute(model) ||
+    segments[0] === "." ||
+    segments.includes("..");
+  if (!isPath) return;
+  let real: string;
+  try {
+    real = realpathSync(path.resolve(cwd, model));
+  } catch (error) {
+    throw new Error(
+      `model ${JSON.stringify(model)} must be inside the model root ${modelRoot}, and it cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
+  }
+  const relative = path.relative(modelRoot, real);
+  if (relative.startsWith("..") || path.isAbsolute(relative)) {
+    throw new Error(
+      `model ${JSON.stringify(model)} resolves to ${real}, outside the model root ${modelRoot} (llmgw agent --model-root)`,
+    );
+  }
+}
