@@ -2,6 +2,17 @@
 // The only place that touches process argv, env, signals and the exit code.
 import { runCli } from "./cli.js";
 
+// `llmgw … --json | head` closes stdout once the reader has what it wants: that is the reader
+// being done, not a failure, so exit quietly with success instead of an unhandled EPIPE. A
+// closed stderr only loses diagnostics; the command's own exit code still stands.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0);
+  throw error;
+});
+process.stderr.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code !== "EPIPE") throw error;
+});
+
 const controller = new AbortController();
 let signals = 0;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
