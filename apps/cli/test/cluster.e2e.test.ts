@@ -17,6 +17,7 @@ import {
   HeartbeatRequestSchema,
   NodeState,
   RegisterRequestSchema,
+  RoutingPolicy,
 } from "@llmgw/proto";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -147,12 +148,17 @@ afterAll(async () => {
 
 describe("a control plane and two agents on simulated nodes", { timeout: 90_000 }, () => {
   it("deploys a replicated model: every replica becomes ready, spread over both nodes", async () => {
-    await cp
-      .admin()
-      .applyDeployment(
-        { deployment: sim("chat", { gpuClass: "h100-80g", replicas: 2 }) },
-        cp.adminHeaders(),
-      );
+    await cp.admin().applyDeployment(
+      {
+        // Round-robin, so that a few requests through the router reach every replica.
+        deployment: sim("chat", {
+          gpuClass: "h100-80g",
+          replicas: 2,
+          routingPolicy: RoutingPolicy.ROUND_ROBIN,
+        }),
+      },
+      cp.adminHeaders(),
+    );
     const d = await waitFor("chat to be ready", async () => {
       const dep = await deployment(cp, "chat");
       return allReady(dep, 2) ? dep : undefined;
