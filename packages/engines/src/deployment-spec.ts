@@ -165,11 +165,6 @@ export function engineEnvRefusal(key: string): string | undefined {
   return engineEnvNeverAllowedReason(key, OWNED_ENV_REASONS);
 }
 
-/** True for a variable no deployment may set: one of {@link OWNED_ENV}, `LLMGW_*`, a code loader. */
-export function isOwnedEnvKey(key: string): boolean {
-  return engineEnvRefusal(key) !== undefined;
-}
-
 /**
  * The deployment variables a node refuses to pass: neither on {@link ENGINE_ENV_ALLOWED} nor in
  * the operator's `extraAllowed`, or never allowed at all. Each entry names the variable and
