@@ -9,6 +9,7 @@ import {
 } from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeAgent } from "../src/testing/fake-agent.js";
+import { fillDisk } from "../src/testing/full-disk.js";
 import { adminClient, simAgent, startTestControlPlane, tempDir } from "./helpers.js";
 
 const cleanups: (() => Promise<unknown> | undefined)[] = [];
@@ -120,5 +121,27 @@ describe("the control plane against a hostile client", () => {
     expect(lines.length).toBeGreaterThan(0);
     for (const line of lines) expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/);
     expect(lines.filter((l) => l.includes("[fake]"))).toHaveLength(2);
+  });
+
+  it("on a full disk refuses admin writes with the store's code and keeps answering heartbeats", async () => {
+    const cp = await setup();
+    const admin = adminClient(cp, cp.adminToken);
+    const agent = simAgent(cp, "node-a", "1xh100-80g");
+    await agent.register();
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "m", engine: Engine.VLLM, replicas: 1 },
+    });
+    await agent.heartbeat();
+    const free = fillDisk(cp.store.location);
+    cleanups.push(async () => free());
+    const error = ConnectError.from(
+      await admin.createApiKey({ name: "app" }).catch((e: unknown) => e),
+    );
+    expect(error.code).toBe(Code.Internal);
+    expect(error.metadata.get("llmgw-error-code")).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect(error.rawMessage).toMatch(/failed \(putApiKey\): database or disk is full/);
+    agent.report("chat-0", 0, { state: ReplicaState.FAILED, message: "exited" });
+    await agent.heartbeat();
+    expect((await admin.listReplicas({})).replicas[0]?.state).toBe(ReplicaState.FAILED);
   });
 });

@@ -10,6 +10,7 @@ import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
+import { fillDisk } from "../testing/full-disk.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { Cluster } from "./cluster.js";
 
@@ -18,8 +19,9 @@ let store: ClusterStore;
 let clock: ManualClock;
 
 const INTERVAL = 1_000;
-function newCluster(): Cluster {
+function newCluster(log?: (line: string) => void): Cluster {
   return new Cluster({
+    log,
     store,
     schedule,
     clock,
@@ -478,5 +480,68 @@ describe("Cluster", () => {
     expect(cluster.authenticateApiKey(secret)).toBeUndefined();
     expect(cluster.listApiKeys()).toEqual([]);
     expect(cluster.listApiKeys(true)).toHaveLength(1);
+  });
+
+  it("answers heartbeats while the store is full and writes their events and placements once it frees", () => {
+    const lines: string[] = [];
+    const cluster = newCluster((line) => lines.push(line));
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat" }));
+    const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+    expect(placedOn(cluster, "chat")).toEqual([a.nodeId]);
+    const ready = create(ReplicaStatusSchema, {
+      replicaId: "chat-0",
+      rank: 0,
+      state: ReplicaState.READY,
+      apiPort: 41_000,
+    });
+    cluster.heartbeat(a.nodeId, { gpus: [], replicas: [ready], problems: [] });
+    const eventsBefore = cluster.listEvents({ limit: 1_000 }).length;
+
+    const free = fillDisk(join(dir, "state.db"));
+    // An operator's change is refused whole, with the store's code.
+    expect(() => cluster.scaleDeployment("chat", 2)).toThrow(
+      expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_STORE_FAILED" }),
+    );
+    expect(cluster.deploymentStatus("chat").desiredReplicas).toBe(1);
+    // A heartbeat reporting a crash and a broken GPU is answered and applied in memory.
+    const gpu = cluster.getNode(a.nodeId).inventory?.gpus[0];
+    const desired = cluster.heartbeat(a.nodeId, {
+      gpus: [
+        create(GpuReadingSchema, {
+          index: 0,
+          uuid: gpu?.uuid,
+          healthy: false,
+          healthProblems: [{ code: "xid", message: "Xid 79: GPU has fallen off the bus" }],
+        }),
+      ],
+      replicas: [
+        create(ReplicaStatusSchema, { ...ready, state: ReplicaState.FAILED, logTail: ["boom"] }),
+      ],
+      problems: [],
+    });
+    expect(desired.assignments).toEqual([]);
+    expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
+    expect(cluster.desiredSet(b.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
+    expect(cluster.listEvents({ limit: 1_000 })).toHaveLength(eventsBefore);
+    expect(lines.filter((l) => l.includes("kept in memory only"))).toHaveLength(2);
+    expect(lines.some((l) => l.startsWith("gpu.health ") && l.includes("fallen off the bus"))).toBe(
+      true,
+    );
+    // Nothing is lost while the disk stays full; the next tick that finds it writable
+    // stores the held events in order and the placements as memory has them.
+    cluster.tick();
+    free();
+    cluster.tick();
+    const kinds = cluster
+      .listEvents({ limit: 1_000 })
+      .slice(eventsBefore)
+      .map((e) => e.kind);
+    expect(kinds).toEqual(
+      expect.arrayContaining(["gpu.health", "replica.state", "replica.removed", "replica.placed"]),
+    );
+    expect(kinds.indexOf("gpu.health")).toBeLessThan(kinds.indexOf("replica.placed"));
+    expect(lines).toContain("events written to the state store again");
+    expect(placedOn(newCluster(), "chat")).toEqual([b.nodeId]);
   });
 });

@@ -35,7 +35,7 @@ import {
   deploymentSpecToProto,
   sameDeploymentSpec,
 } from "../convert/deployment.js";
-import { ControlPlaneError } from "../errors.js";
+import { ControlPlaneError, isControlPlaneError } from "../errors.js";
 import type {
   ApiKeyRecord,
   ClusterStore,
@@ -161,6 +161,12 @@ export interface RoutableReplica {
   readonly apiKey?: string;
 }
 
+/** Events held in memory while the store fails; beyond this the oldest are dropped. */
+export const UNWRITTEN_EVENTS_KEPT = 10_000;
+
+const isStoreFailure = (error: unknown) =>
+  isControlPlaneError(error) && error.code === "LLMGW_CONTROL_PLANE_STORE_FAILED";
+
 /** Default router capacity per replica when a deployment does not set one. */
 export const DEFAULT_REPLICA_CAPACITY = 64;
 
@@ -253,6 +259,12 @@ export class Cluster {
   readonly #apiKeys = new Map<string, ApiKeyRecord>();
   readonly #apiKeysByHash = new Map<string, ApiKeyRecord>();
   readonly #eventListeners = new Set<(event: EventRecord) => void>();
+  /** Events not yet in the store (it failed); see `#writeEvents`. */
+  readonly #unwrittenEvents: Omit<EventRecord, "id">[] = [];
+  #eventStoreFailing = false;
+  #eventsDropped = 0;
+  /** True when the last placement write failed: the store's placements are stale. */
+  #placementsUnsaved = false;
   readonly #changeListeners = new Set<ChangeListener>();
   #version = 0;
   #reconcilePending: string[] | undefined;
@@ -467,8 +479,13 @@ export class Cluster {
     };
   }
 
-  /** Applies the lifecycle rules at the current time; call periodically. */
+  /**
+   * Applies the lifecycle rules at the current time, and retries store writes that failed
+   * (events, placements); call periodically.
+   */
   tick(): void {
+    if (this.#unwrittenEvents.length > 0) this.#writeEvents();
+    if (this.#placementsUnsaved) this.#resavePlacements();
     const now = this.#o.clock.now();
     let lost = false;
     for (const node of this.#nodes.values()) {
@@ -825,8 +842,10 @@ export class Cluster {
     node: LiveNode,
     patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetPending">>,
   ): void {
-    node.record = { ...node.record, ...patch };
-    this.#o.store.putNode(node.record);
+    const record = { ...node.record, ...patch };
+    // Store first: a refused write changes nothing.
+    this.#o.store.putNode(record);
+    node.record = record;
   }
 
   /** Placed ranks by node id, built once per listing instead of once per node. */
@@ -959,15 +978,54 @@ export class Cluster {
   #event(kind: string, subject: string, message: string, severity: EventSeverity): void {
     const safeSubject = escapeOutsideText(subject);
     const safeMessage = escapeOutsideText(message);
-    const event = this.#o.store.appendEvent({
+    this.#o.log?.(`${kind} ${safeSubject}: ${safeMessage}`);
+    this.#unwrittenEvents.push({
       atMs: this.#o.clock.now(),
       kind,
       subject: safeSubject,
       message: safeMessage,
       severity,
     });
-    this.#o.log?.(`${kind} ${safeSubject}: ${safeMessage}`);
-    for (const listener of this.#eventListeners) listener(event);
+    this.#writeEvents();
+  }
+
+  /**
+   * Appends the events not yet stored, oldest first, and hands each to the listeners once it
+   * has its id. A store that fails (a full disk) must not fail what caused the event (a
+   * heartbeat reporting a crash): the events wait in memory, at most
+   * {@link UNWRITTEN_EVENTS_KEPT} of them (the oldest dropped beyond), until {@link tick}
+   * finds the store writable again.
+   */
+  #writeEvents(): void {
+    while (this.#unwrittenEvents.length > 0) {
+      let event: EventRecord;
+      try {
+        event = this.#o.store.appendEvent(this.#unwrittenEvents[0] as Omit<EventRecord, "id">);
+      } catch (error) {
+        if (!isStoreFailure(error)) throw error;
+        const over = this.#unwrittenEvents.length - UNWRITTEN_EVENTS_KEPT;
+        if (over > 0) {
+          this.#unwrittenEvents.splice(0, over);
+          this.#eventsDropped += over;
+        }
+        if (!this.#eventStoreFailing) {
+          this.#eventStoreFailing = true;
+          this.#o.log?.(
+            `events kept in memory only (up to ${UNWRITTEN_EVENTS_KEPT}), retried every tick until the store takes writes: ${(error as Error).message}`,
+          );
+        }
+        return;
+      }
+      this.#unwrittenEvents.shift();
+      for (const listener of this.#eventListeners) listener(event);
+    }
+    if (this.#eventStoreFailing) {
+      this.#eventStoreFailing = false;
+      this.#o.log?.(
+        `events written to the state store again${this.#eventsDropped > 0 ? `; ${this.#eventsDropped} older ones were dropped while it failed` : ""}`,
+      );
+      this.#eventsDropped = 0;
+    }
   }
 
   /** Recent events, oldest first. */
@@ -1059,64 +1117,103 @@ export class Cluster {
     // Sequential: a port given to one new replica is taken for the next on the same node.
     const added: PlacementRecord[] = [];
     for (const p of plan.add) added.push(this.#withRendezvous(p, added));
-    this.#o.store.transaction(() => {
-      for (const r of plan.remove) {
-        this.#placements.delete(r.placement.replicaId);
-        this.#o.store.deletePlacement(r.placement.replicaId);
-      }
-      for (const p of plan.keep) {
-        if (this.#placements.get(p.replicaId)?.revision !== p.revision) {
-          this.#placements.set(p.replicaId, p);
-          this.#o.store.putPlacement(p);
-        }
-      }
-      for (const p of added) {
+    const removed: string[] = [];
+    const put: PlacementRecord[] = [];
+    for (const r of plan.remove) {
+      this.#placements.delete(r.placement.replicaId);
+      removed.push(r.placement.replicaId);
+    }
+    for (const p of plan.keep) {
+      if (this.#placements.get(p.replicaId)?.revision !== p.revision) {
         this.#placements.set(p.replicaId, p);
-        this.#o.store.putPlacement(p);
+        put.push(p);
       }
-      for (const r of plan.remove) {
-        this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
-      }
-      for (const p of added) {
-        const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
+    }
+    for (const p of added) {
+      this.#placements.set(p.replicaId, p);
+      put.push(p);
+    }
+    this.#savePlacements(removed, put);
+    for (const r of plan.remove) {
+      this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
+    }
+    for (const p of added) {
+      const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
+      this.#event(
+        "replica.placed",
+        p.replicaId,
+        `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
+        "info",
+      );
+    }
+    for (const name of this.#deployments.keys()) {
+      const before = this.#unschedulable.get(name);
+      const after = plan.unschedulable.get(name);
+      const key = (u: typeof after) =>
+        u ? `${u.missing}|${u.reasons.map((r) => r.message).join(";")}` : "";
+      if (key(before) === key(after)) continue;
+      if (after) {
+        this.#unschedulable.set(name, after);
         this.#event(
-          "replica.placed",
-          p.replicaId,
-          `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
-          "info",
+          "deployment.unschedulable",
+          name,
+          `${after.missing} replica${after.missing === 1 ? "" : "s"} cannot be placed: ${after.reasons.map((r) => r.message).join("; ")}`,
+          "warning",
         );
+      } else {
+        this.#unschedulable.delete(name);
+        if (before)
+          this.#event("deployment.schedulable", name, `every replica of ${name} is placed`, "info");
       }
-      for (const name of this.#deployments.keys()) {
-        const before = this.#unschedulable.get(name);
-        const after = plan.unschedulable.get(name);
-        const key = (u: typeof after) =>
-          u ? `${u.missing}|${u.reasons.map((r) => r.message).join(";")}` : "";
-        if (key(before) === key(after)) continue;
-        if (after) {
-          this.#unschedulable.set(name, after);
-          this.#event(
-            "deployment.unschedulable",
-            name,
-            `${after.missing} replica${after.missing === 1 ? "" : "s"} cannot be placed: ${after.reasons.map((r) => r.message).join("; ")}`,
-            "warning",
-          );
-        } else {
-          this.#unschedulable.delete(name);
-          if (before)
-            this.#event(
-              "deployment.schedulable",
-              name,
-              `every replica of ${name} is placed`,
-              "info",
-            );
-        }
-      }
-    });
+    }
     const changed = plan.remove.length + added.length > 0;
     if (changed || !opts.quietIfUnchanged)
       this.#o.log?.(`reconciled (${cause}): +${added.length} -${plan.remove.length}`);
     this.#refreshDesiredSets(now);
     this.#touch();
+  }
+
+  /**
+   * Writes a reconcile's placement changes. The placements in memory are what nodes and
+   * routers follow, so a store that fails (a full disk) does not undo them: the failure is
+   * logged and every placement is written again once the store takes writes ({@link tick}).
+   */
+  #savePlacements(removed: readonly string[], put: readonly PlacementRecord[]): void {
+    if (this.#placementsUnsaved) {
+      this.#resavePlacements();
+      return;
+    }
+    if (removed.length + put.length === 0) return;
+    try {
+      this.#o.store.transaction(() => {
+        for (const id of removed) this.#o.store.deletePlacement(id);
+        for (const p of put) this.#o.store.putPlacement(p);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      this.#placementsUnsaved = true;
+      this.#o.log?.(
+        `placements kept in memory only, retried every tick until the store takes writes: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  /** Makes the stored placements equal to those in memory; true when that worked. */
+  #resavePlacements(): boolean {
+    try {
+      this.#o.store.transaction(() => {
+        for (const p of this.#o.store.listPlacements()) {
+          if (!this.#placements.has(p.replicaId)) this.#o.store.deletePlacement(p.replicaId);
+        }
+        for (const p of this.#placements.values()) this.#o.store.putPlacement(p);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      return false;
+    }
+    this.#placementsUnsaved = false;
+    this.#o.log?.(`placements written to the state store again (${this.#placements.size})`);
+    return true;
   }
 
   /** `p` with a rendezvous port free on its rank 0 node among current and `alsoPlaced`. */

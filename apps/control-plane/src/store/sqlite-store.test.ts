@@ -4,6 +4,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { isControlPlaneError } from "../errors.js";
+import { fillDisk } from "../testing/full-disk.js";
 import { MIGRATIONS, openSqliteStore } from "./sqlite-store.js";
 import type { ClusterStore } from "./types.js";
 
@@ -185,5 +186,33 @@ describe("openSqliteStore", () => {
     db.pragma(`user_version = ${MIGRATIONS.length + 1}`);
     db.close();
     expect(() => openStore()).toThrow(/newer than this build understands/);
+  });
+
+  it("turns a failed write into LLMGW_CONTROL_PLANE_STORE_FAILED naming the file", () => {
+    const store = openStore();
+    fill(store);
+    const free = fillDisk(file);
+    const append = () =>
+      store.appendEvent({ atMs: 1, kind: "k", subject: "s", message: "m", severity: "info" });
+    expect(append).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_STORE_FAILED",
+        message: `the state store ${file} failed (appendEvent): database or disk is full (SQLITE_CONSTRAINT_TRIGGER)`,
+      }),
+    );
+    expect(() => store.transaction(() => store.deletePlacement("chat-0"))).toThrow(
+      /failed \(deletePlacement\): database or disk is full/,
+    );
+    // Reads still work, and nothing was half-written.
+    expect(store.listPlacements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+    // A domain error thrown inside a transaction is not a store failure.
+    free();
+    const domain = new Error("not the store");
+    expect(() =>
+      store.transaction(() => {
+        throw domain;
+      }),
+    ).toThrow(domain);
+    expect(append().id).toBeGreaterThan(0);
   });
 });

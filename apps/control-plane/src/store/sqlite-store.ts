@@ -132,7 +132,48 @@ export function openSqliteStore(options: SqliteStoreOptions): ClusterStore {
       { cause: error },
     );
   }
-  return createSqliteStore(db, file, eventsKept);
+  return withStoreErrors(file, createSqliteStore(db, file, eventsKept));
+}
+
+/**
+ * `store` with every SQLite error (a full disk, an I/O error, a lock) turned into
+ * `LLMGW_CONTROL_PLANE_STORE_FAILED` naming the file and the operation, so that it reaches
+ * clients with its `llmgw-error-code` and callers can tell a store failure from a bug.
+ * Anything else thrown (a domain error inside `transaction`) passes through unchanged.
+ */
+function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
+  const guard =
+    <A extends unknown[], R>(operation: string, fn: (...args: A) => R) =>
+    (...args: A): R => {
+      try {
+        return fn(...args);
+      } catch (error) {
+        if (!(error instanceof Database.SqliteError)) throw error;
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_STORE_FAILED",
+          `the state store ${file} failed (${operation}): ${error.message} (${error.code})`,
+          { cause: error },
+        );
+      }
+    };
+  return {
+    location: store.location,
+    listDeployments: guard("listDeployments", store.listDeployments),
+    putDeployment: guard("putDeployment", store.putDeployment),
+    deleteDeployment: guard("deleteDeployment", store.deleteDeployment),
+    listPlacements: guard("listPlacements", store.listPlacements),
+    putPlacement: guard("putPlacement", store.putPlacement),
+    deletePlacement: guard("deletePlacement", store.deletePlacement),
+    listApiKeys: guard("listApiKeys", store.listApiKeys),
+    putApiKey: guard("putApiKey", store.putApiKey),
+    listNodes: guard("listNodes", store.listNodes),
+    putNode: guard("putNode", store.putNode),
+    deleteNode: guard("deleteNode", store.deleteNode),
+    appendEvent: guard("appendEvent", store.appendEvent),
+    listEvents: guard("listEvents", store.listEvents),
+    transaction: <T>(fn: () => T): T => guard("transaction", () => store.transaction(fn))(),
+    close: guard("close", store.close),
+  };
 }
 
 function prepare(db: Database.Database, file: string, mustHaveState: boolean): void {
