@@ -20,7 +20,8 @@ export const AGENT_LIMITS = {
   defaultItems: 64,
   /** Most entries per repeated field. */
   items: {
-    "inventory.addresses": 32,
+    // Every non-loopback address of the host: RDMA NICs, bridges and IPv6 add up.
+    "inventory.addresses": 256,
     "inventory.gpus": 64,
     "inventory.gpus.healthProblems": 16,
     "inventory.fabrics": 16,
@@ -123,7 +124,19 @@ function boundValue(name: string, path: string, value: unknown): unknown {
     return value;
   }
   if (typeof value === "object" && value !== null) {
-    walk(name, path, value as Record<string, unknown>);
+    const record = value as Record<string, unknown>;
+    // Neither a message nor a oneof: a map field, bounded like a repeated one.
+    if (!("$typeName" in record) && !("case" in record)) {
+      const entries = Object.keys(record).length;
+      const max = AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
+      if (entries > max) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          `${name} has ${entries} entries; the limit is ${max}`,
+        );
+      }
+    }
+    walk(name, path, record);
   }
   return value;
 }
