@@ -74,6 +74,11 @@ export const agentConfigSchema = z.object({
     .string()
     .refine((p) => p.startsWith("/"), "must be an absolute path")
     .optional(),
+  /**
+   * `--allow-trust-remote-code`: lets deployments with `trustRemoteCode` run here (the engine
+   * then executes code from the model repository).
+   */
+  allowTrustRemoteCode: z.boolean().default(false),
   /** Discovery re-reads GPU readings this often. */
   readingsIntervalMs: z.number().int().positive().default(10_000),
   loadScrapeIntervalMs: z.number().int().positive().default(2_000),

@@ -95,6 +95,23 @@ describe("a deployment's env on the agent", () => {
   });
 });
 
+describe("trustRemoteCode on the agent", () => {
+  it("fails the replica unless the node's operator allows it", async () => {
+    const message = await failure(manager(), { trustRemoteCode: true });
+    expect(message).toBe(
+      "trustRemoteCode runs the model repository's own Python code on this node; its operator allows that with `llmgw agent --allow-trust-remote-code` (LLMGW_ALLOW_TRUST_REMOTE_CODE=1)",
+    );
+  });
+
+  it("is not refused on a node that allows it", async () => {
+    const m = manager({ allowTrustRemoteCode: true });
+    await m.apply([assignment({ trustRemoteCode: true })]);
+    const [status] = m.statuses();
+    await m.close(true);
+    expect(status?.message ?? "").not.toContain("trustRemoteCode");
+  });
+});
+
 describe("--model-root", () => {
   function layout() {
     const base = tempDir();

@@ -79,6 +79,12 @@ export interface ReplicaManagerOptions {
    * local path must resolve inside it, or the replica fails (see {@link checkModelRoot}).
    */
   readonly modelRoot?: string;
+  /**
+   * The operator's `--allow-trust-remote-code`: without it a deployment that sets
+   * `trustRemoteCode` fails on this node, since the flag makes the engine run Python from the
+   * model repository, which a deployment author would then choose.
+   */
+  readonly allowTrustRemoteCode?: boolean;
 }
 
 /** Everything the agent keeps about one replica rank it runs. */
@@ -252,6 +258,11 @@ export class ReplicaManager {
         if (violations.length > 0) {
           throw new Error(violations.map((v) => `${v.code}: ${v.message}`).join("; "));
         }
+      }
+      if (deployment.trustRemoteCode && this.options.allowTrustRemoteCode !== true) {
+        throw new Error(
+          "trustRemoteCode runs the model repository's own Python code on this node; its operator allows that with `llmgw agent --allow-trust-remote-code` (LLMGW_ALLOW_TRUST_REMOTE_CODE=1)",
+        );
       }
       if (this.options.modelRoot !== undefined) {
         const cwd = this.options.nodeConfig.cwd ?? process.cwd();

@@ -97,6 +97,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     defaultLoadingDeadlineMs: config.defaultLoadingDeadlineMs,
     localAddress: probeAddress(bindAddress),
     ...(modelRoot === undefined ? {} : { modelRoot }),
+    allowTrustRemoteCode: config.allowTrustRemoteCode,
   });
   const adopted = await manager.adoptPrevious();
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });

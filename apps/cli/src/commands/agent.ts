@@ -43,6 +43,8 @@ Options:
                             the built-in tuning list (repeatable; env LLMGW_ALLOW_ENGINE_ENV)
   --model-root DIR          a deployment whose model is a local path must resolve inside DIR
                             (env LLMGW_MODEL_ROOT)
+  --allow-trust-remote-code let deployments with trustRemoteCode run here: the engine then
+                            runs the model repository's Python (env LLMGW_ALLOW_TRUST_REMOTE_CODE=1)
 `;
 
 /** Variables engines inherit from the agent; everything else is set explicitly. */
@@ -92,6 +94,7 @@ export const command: Command = {
       offline: { type: "boolean" },
       "allow-engine-env": { type: "string", multiple: true },
       "model-root": { type: "string" },
+      "allow-trust-remote-code": { type: "boolean" },
     });
     const controlPlaneUrl = values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE;
     const joinToken = values["join-token"] ?? io.env.LLMGW_JOIN_TOKEN;
@@ -130,6 +133,8 @@ export const command: Command = {
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
       ...(modelRoot ? { modelRoot } : {}),
+      allowTrustRemoteCode:
+        values["allow-trust-remote-code"] === true || io.env.LLMGW_ALLOW_TRUST_REMOTE_CODE === "1",
       engines: {
         simCommand: [...selfCommand(), "engine-sim"],
         ...(llamaServer ? { llamacppBinary: llamaServer } : {}),
