@@ -15,7 +15,7 @@ describe("resolveControlPlaneOptions", () => {
       keepAliveTimeoutMs: 5_000,
       maxConnections: 4_096,
       maxControlConnections: 1_024,
-      maxConnectionsPerAddress: 256,
+      maxConnectionsPerAddress: 1_024,
     });
   });
 

@@ -53,8 +53,12 @@ export const controlPlaneConfigSchema = z
      * agents' and operators' way in (keep both caps together below the process's file limit).
      */
     maxControlConnections: z.number().int().min(1).max(1_000_000).default(1_024),
-    /** Each listener: open connections from one client address; more are closed at once. */
-    maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).default(256),
+    /**
+     * Each listener: open connections from one client address; more are closed at once. A
+     * quarter of the public cap, so one address cannot hold the listener, yet an L4 balancer
+     * in front (one address for all clients) has room; raise it to the listener cap there.
+     */
+    maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).default(1_024),
   })
   .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
     message: "--tls-cert and --tls-key must be given together",

@@ -23,7 +23,7 @@ export interface HttpListenerOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Open connections at once; more are closed as they arrive. Default 4 096. */
   readonly maxConnections?: number;
-  /** Open connections from one client address; more are closed as they arrive. Default 256. */
+  /** Open connections from one client address; more are closed as they arrive. Default 1024. */
   readonly maxConnectionsPerAddress?: number;
   /** PEM certificate and key: serve HTTPS. */
   readonly tls?: { readonly cert: Buffer | string; readonly key: Buffer | string };
@@ -90,7 +90,7 @@ export function resolveHttpListenerOptions(
     maxConnections: int("maxConnections", options.maxConnections ?? 4096, 1, 1_000_000),
     maxConnectionsPerAddress: int(
       "maxConnectionsPerAddress",
-      options.maxConnectionsPerAddress ?? 256,
+      options.maxConnectionsPerAddress ?? 1024,
       1,
       1_000_000,
     ),

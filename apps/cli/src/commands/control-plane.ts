@@ -34,7 +34,8 @@ Options:
                               caps together below the process's open-file limit
   --max-connections-per-address N
                               open connections from one client address, each listener
-                              (default 256)
+                              (default 1024; behind a load balancer, which is one
+                              address for every client, raise it to --max-connections)
 
 Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
 `;
