@@ -426,6 +426,38 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
     },
   );
 
+  it("the join token alone cannot take over a live node: it keeps its address, credential and traffic", async () => {
+    const transport = createConnectTransport({ baseUrl: cp.controlUrl, httpVersion: "1.1" });
+    const agents = createClient(AgentService, transport);
+    const nodeB = await nodeIdOf("node-b");
+    const before = (await cp.admin().getNode({ node: nodeB }, cp.adminHeaders())).node;
+    // Node ids are public (on /metrics); the caller has the join token but not node-b's
+    // credential, and asks for node-b's identity with its own address.
+    const hijack = await agents
+      .register(
+        create(RegisterRequestSchema, {
+          previousNodeId: nodeB,
+          advertiseAddress: "127.0.0.9",
+          inventory: { hostname: "node-b", agentVersion: "0.1.0" },
+        }),
+        { headers: { authorization: `Bearer ${cp.token()}` } },
+      )
+      .catch((e: unknown) => ConnectError.from(e));
+    expect(hijack).toBeInstanceOf(ConnectError);
+    expect((hijack as ConnectError).code).toBe(Code.PermissionDenied);
+    expect((hijack as ConnectError).rawMessage).toContain(`llmgw nodes reset ${nodeB}`);
+    // The real agent's credential still works: its heartbeats keep arriving.
+    const after = await waitFor("node-b to heartbeat after the attempt", async () => {
+      const n = (await cp.admin().getNode({ node: nodeB }, cp.adminHeaders())).node;
+      return (n?.lastHeartbeatUnixMs ?? 0n) > (before?.lastHeartbeatUnixMs ?? 0n) ? n : undefined;
+    });
+    expect(after.state).toBe(NodeState.READY);
+    expect(after.advertiseAddress).toBe(before?.advertiseAddress);
+    expect(after.advertiseAddress).not.toBe("127.0.0.9");
+    // Users' requests still reach the real engines.
+    expect((await chatThroughRouter("chat", 4)).size).toBeGreaterThan(0);
+  });
+
   it("refuses a wrong join token, a revoked node and a missing admin token, clearly", async () => {
     const transport = createConnectTransport({ baseUrl: cp.controlUrl, httpVersion: "1.1" });
     const agents = createClient(AgentService, transport);
