@@ -66,6 +66,8 @@ export class ControlChannel {
   private generationSeen = 0n;
   private intervalMs = 2000;
   private lastError: string | undefined;
+  /** True while the credential in memory is not yet on disk (a failed write, e.g. disk full). */
+  private identityUnsaved = false;
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -96,6 +98,7 @@ export class ControlChannel {
         const response = await this.heartbeat();
         backoffMs = this.options.initialBackoffMs;
         this.setState("connected", `heartbeat ok (generation ${response.generation})`);
+        if (this.identityUnsaved) await this.persistIdentity();
         await this.hooks.applyDesired(response);
         this.generationSeen = response.generation;
         if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
@@ -173,7 +176,27 @@ export class ControlChannel {
       controlPlaneUrl: this.options.controlPlaneUrl,
     };
     if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
-    await saveIdentity(this.options.stateDir, this.identity);
+    this.identityUnsaved = true;
+    await this.persistIdentity();
+  }
+
+  /**
+   * Writes the issued identity to the state dir. The control plane has already rotated the
+   * credential, so a failed write must not throw the new one away: the agent keeps using it
+   * and writes again after every heartbeat until the write succeeds — otherwise the next agent
+   * start would present a credential the control plane no longer accepts.
+   */
+  private async persistIdentity(): Promise<void> {
+    if (!this.identity) return;
+    try {
+      await saveIdentity(this.options.stateDir, this.identity);
+      this.identityUnsaved = false;
+    } catch (error) {
+      this.hooks.onState?.(
+        this.stateValue,
+        `cannot save the node credential in ${this.options.stateDir} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); keeping it in memory and retrying after each heartbeat`,
+      );
+    }
   }
 
   private async heartbeat(): Promise<HeartbeatResponse> {
