@@ -228,13 +228,19 @@ function count(
 /**
  * Returns the owned flag an extra argument would set, or undefined when it is free. Catches
  * `--flag value`, `--flag=value`, `_` spellings (`--tensor_parallel_size`, accepted by vLLM's
- * parser) and argparse prefix abbreviations (`--tensor-par` → `--tensor-parallel-size`).
+ * parser) and, for the argparse engines, prefix abbreviations (`--tensor-par` →
+ * `--tensor-parallel-size`); llama.cpp matches whole names only.
  */
 export function ownedFlagIn(engine: EngineName, arg: string): string | undefined {
   if (arg.startsWith("--")) {
     const flag = (arg.split("=", 1)[0] ?? arg).replaceAll("_", "-");
     if (flag === "--") return undefined;
-    return OWNED_FLAGS[engine].find((owned) => owned === flag || owned.startsWith(flag));
+    // argparse (vLLM, SGLang) expands unambiguous prefixes; llama.cpp looks names
+    // up exactly, so there `--grammar` is its own option, not a prefix of `--grammar-file`.
+    const prefix = engine !== "llamacpp";
+    return OWNED_FLAGS[engine].find(
+      (owned) => owned === flag || (prefix && owned.startsWith(flag)),
+    );
   }
   // "-1" or "-0.5" is a negative number value, not a flag.
   if (arg.startsWith("-") && arg.length > 1 && !/^-\d/.test(arg)) {

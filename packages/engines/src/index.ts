@@ -56,7 +56,10 @@ export {
   LLAMACPP_OWNED_OPTIONS,
   LLAMACPP_OWNED_SHORT,
   type LlamacppOwnedReason,
+  type LlamaServerHelpOption,
+  llamacppOptionMustBeOwned,
   parseLlamaServerHelp,
+  parseLlamaServerHelpOptions,
 } from "./llamacpp-flags.js";
 export {
   DEFAULT_GPU_MEMORY_UTILIZATION,

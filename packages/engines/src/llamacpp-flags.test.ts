@@ -3,9 +3,15 @@ import { describe, expect, it } from "vitest";
 //   "$(scripts/build-llamacpp.sh | tail -1)" --help > packages/engines/test/fixtures/llama-server-help.txt
 import help from "../test/fixtures/llama-server-help.txt?raw";
 import { ownedFlagIn, parseDeploymentSpec } from "./deployment-spec.js";
-import { LLAMACPP_OWNED_OPTIONS, parseLlamaServerHelp } from "./llamacpp-flags.js";
+import {
+  LLAMACPP_OWNED_OPTIONS,
+  llamacppOptionMustBeOwned,
+  parseLlamaServerHelp,
+  parseLlamaServerHelpOptions,
+} from "./llamacpp-flags.js";
 
 const groups = parseLlamaServerHelp(help);
+const options = parseLlamaServerHelpOptions(help);
 
 describe("parseLlamaServerHelp", () => {
   it.each([
@@ -18,6 +24,7 @@ describe("parseLlamaServerHelp", () => {
     [["--ui-mcp-proxy", "--webui-mcp-proxy", "--no-ui-mcp-proxy", "--no-webui-mcp-proxy"]],
     [["--lora-scaled"]],
     [["--tools"]],
+    [["--fim-qwen-1.5b-default"]],
   ])("reads the alias group %j from the pinned build's help", (aliases) => {
     expect(groups).toContainEqual(aliases);
   });
@@ -29,6 +36,43 @@ describe("parseLlamaServerHelp", () => {
       ),
     ).toEqual([["-t", "--threads"]]);
     expect(groups.length).toBeGreaterThan(200);
+  });
+});
+
+describe("parseLlamaServerHelpOptions", () => {
+  it("reads each option's value placeholder and its description over the indented lines", () => {
+    expect(options).toContainEqual({
+      aliases: ["-hf", "-hfr", "--hf-repo"],
+      value: "<user>/<model>[:quant]",
+      description: expect.stringMatching(
+        /^Hugging Face model repository;.*\(env: LLAMA_ARG_HF_REPO\)$/,
+      ),
+    });
+    expect(options).toContainEqual({
+      aliases: ["--log-prompts-dir"],
+      value: "PATH",
+      description: expect.stringContaining("Log prompts to directory"),
+    });
+    expect(options.find((o) => o.aliases.includes("--no-mmproj"))?.value).toBe("");
+    expect(options.map((o) => o.aliases)).toEqual(groups);
+  });
+});
+
+describe("llamacppOptionMustBeOwned", () => {
+  it.each([
+    ["a file value", { aliases: ["--x"], value: "FNAME", description: "" }, true],
+    ["a repository value", { aliases: ["--x"], value: "<user>/<model>", description: "" }, true],
+    [
+      "a value described as a path",
+      { aliases: ["--x"], value: "V", description: "path to it" },
+      true,
+    ],
+    ["a download", { aliases: ["--x"], value: "", description: "can download weights" }, true],
+    ["a preset", { aliases: ["--new-model-default"], value: "", description: "use it" }, true],
+    ["a number", { aliases: ["--x"], value: "N", description: "number of threads" }, false],
+    ["a switch about a file", { aliases: ["--x"], value: "", description: "use the file" }, false],
+  ])("%s: %j → %s", (_what, option, expected) => {
+    expect(llamacppOptionMustBeOwned(option)).toBe(expected);
   });
 });
 
@@ -53,6 +97,33 @@ describe("LLAMACPP_OWNED_OPTIONS against the pinned llama-server --help", () => 
     }
   });
 
+  // The derived rule, so a pinned build that adds a file, download or preset option fails here
+  // until the option is owned (or the rule is taught why it is harmless).
+  it("every option whose value or description names a file, path, URL, repo, download or preset is owned", () => {
+    const mustOwn = options.filter(llamacppOptionMustBeOwned);
+    for (const aliases of [
+      ["--log-prompts-dir"],
+      ["-lcd", "--lookup-cache-dynamic"],
+      ["--chat-template-file"],
+      ["--grammar-file"],
+      ["-jf", "--json-schema-file"],
+      ["--lora"],
+      ["--lora-scaled"],
+      ["--control-vector"],
+      ["--control-vector-scaled"],
+      ["--gpt-oss-20b-default"],
+      ["--fim-qwen-7b-spec"],
+    ]) {
+      expect(mustOwn.map((o) => o.aliases)).toContainEqual(aliases);
+    }
+    const unowned = mustOwn
+      .filter(
+        (o) => !LLAMACPP_OWNED_OPTIONS.some((owned) => owned.aliases.join() === o.aliases.join()),
+      )
+      .map((o) => `${o.aliases.join(", ")} ${o.value}`);
+    expect(unowned).toEqual([]);
+  });
+
   it.each(LLAMACPP_OWNED_OPTIONS.flatMap((o) => o.aliases))(
     "extraArgs %s is refused for llamacpp",
     (alias) => {
@@ -72,7 +143,9 @@ describe("LLAMACPP_OWNED_OPTIONS against the pinned llama-server --help", () => 
       "-fa",
       "--flash-attn",
       "-ctk",
-      "--lora",
+      "--lora-init-without-apply",
+      "--grammar",
+      "--chat-template",
       "-b",
       "--models-max",
       "--no-mmproj",
