@@ -67,6 +67,30 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--ssl-ca-certs",
     "--root-path",
     "--hf-token",
+    // Weights, tokenizers and configs from a path or repo of the deployment's choosing, past
+    // --model-root (a tokenizer repo with trust-remote-code is a download of code): tokenizer,
+    // HF config, LoRA adapters, a draft model, generation config, loader extras (tensorizer
+    // URIs), and the chat template, which may be a host file.
+    "--tokenizer",
+    "--hf-config-path",
+    "--lora-modules",
+    "--speculative-config",
+    "--generation-config",
+    "--model-loader-extra-config",
+    "--chat-template",
+    // Python by import name or path: parser plugins, worker classes, KV/EC connector modules,
+    // and a logging config (dictConfig imports handler classes).
+    "--reasoning-parser-plugin",
+    "--worker-cls",
+    "--kv-transfer-config",
+    "--ec-transfer-config",
+    "--log-config-file",
+    // Files written where the deployment says (compile dumps and caches, profiles), hosts the
+    // engine connects to with request data (tool servers, the `demo` one runs model code, OTLP).
+    "--compilation-config",
+    "--profiler-config",
+    "--tool-server",
+    "--otlp-traces-endpoint",
   ],
   sglang: [
     "--model-path",
@@ -102,6 +126,38 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--config",
     "--ssl-keyfile",
     "--ssl-certfile",
+    "--ssl-ca-certs",
+    "--admin-api-key",
+    // Weights, tokenizers and templates from a path or repo past --model-root, or from another
+    // host (a remote instance's weights, loader extras).
+    "--tokenizer-path",
+    "--lora-paths",
+    "--speculative-draft-model-path",
+    "--speculative-token-map",
+    "--chat-template",
+    "--completion-template",
+    "--model-loader-extra-config",
+    "--remote-instance-weight-loader-seed-instance-ip",
+    "--decrypted-config-file",
+    "--decrypted-draft-config-file",
+    "--modelopt-checkpoint-restore-path",
+    "--init-expert-location",
+    // Code: request bodies carry serialized callables once custom logit processors are on
+    // (SGLang keeps it off for that reason), a weight loader by import path, a storage
+    // backend module named in its extra config.
+    "--enable-custom-logit-processor",
+    "--custom-weight-loader",
+    "--hicache-storage-backend-extra-config",
+    // Files written where the deployment says, and hosts sent request data.
+    "--file-storage-path",
+    "--crash-dump-folder",
+    "--debug-tensor-dump-output-folder",
+    "--debug-tensor-dump-input-file",
+    "--export-metrics-to-file-dir",
+    "--modelopt-checkpoint-save-path",
+    "--modelopt-export-path",
+    "--tool-server",
+    "--otlp-traces-endpoint",
   ],
   // Whole alias groups from the pinned llama-server's --help (see llamacpp-flags.ts).
   llamacpp: LLAMACPP_OWNED_LONG,
@@ -119,7 +175,8 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
 
 /** Single-dash short flags llmgw owns, per engine (`-tp 8`, `-tp=8` and, for argparse engines, `-tp8` are refused). */
 export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
-  vllm: ["-tp", "-pp", "-dp", "-q"],
+  // `-cc` is vLLM's short form of --compilation-config.
+  vllm: ["-tp", "-pp", "-dp", "-q", "-cc"],
   sglang: [],
   llamacpp: LLAMACPP_OWNED_SHORT,
   sim: [],
