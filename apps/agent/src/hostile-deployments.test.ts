@@ -132,8 +132,31 @@ describe("--model-root", () => {
   });
 
   it("lets Hugging Face ids through: they are not paths", () => {
-    const { root } = layout();
+    const { base, root } = layout();
     expect(() => checkModelRoot("meta-llama/Llama-3.1-8B-Instruct", "vllm", root)).not.toThrow();
+    expect(() => checkModelRoot("gpt2", "vllm", root, base)).not.toThrow();
+  });
+
+  // vLLM and transformers load a local directory first when the name exists relative to the
+  // engine's cwd, so a relative path dressed as an id must resolve inside the root too.
+  it.each([
+    [
+      "a relative path that exists from the engine's cwd",
+      "outside/model",
+      "outside the model root",
+    ],
+    ["a bare name that exists from the engine's cwd", "outside", "outside the model root"],
+    ["a name with more than one /", "org/model/extra", "cannot be resolved"],
+    ["a name with a . segment", "org/./model", "cannot be resolved"],
+  ])("refuses %s (%j) for vllm", (_, model, message) => {
+    const { base, root } = layout();
+    mkdirSync(path.join(base, "outside", "model"), { recursive: true });
+    expect(() => checkModelRoot(model, "vllm", root, base)).toThrow(message);
+  });
+
+  it("accepts a relative name that resolves inside the root", () => {
+    const { base, root } = layout();
+    expect(() => checkModelRoot("models/m", "vllm", root, base)).not.toThrow();
   });
 
   it.each([

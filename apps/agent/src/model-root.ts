@@ -1,4 +1,4 @@
-import { realpathSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
 
 /**
@@ -6,11 +6,14 @@ import path from "node:path";
  * Without it a deployment may point an engine (often running as root) at any file on the
  * node. Throws an Error naming the model, what it resolves to, and the root.
  *
- * A local path is an absolute path, one starting with `./` or `../`, any name with a `..`
- * segment, and every llama.cpp model (llama-server only loads files). Symlinks are resolved
- * (realpath), so a link inside the root to a file outside it is refused too; a path that does
- * not exist is refused, since nothing can be said about where it would point. Hugging Face
- * ids (`org/model`) for the other engines are not paths and pass.
+ * A local path is an absolute path, any name with a `.` or `..` segment or more than one `/`
+ * (a Hugging Face id is `org/model` at most), any name that exists relative to the engine's
+ * working directory, and every llama.cpp model (llama-server only loads files). The existence
+ * check matters because vLLM and transformers load a local directory before asking the Hub:
+ * `home/user/models/x`, or `etc` under systemd's cwd `/`, would otherwise pass as an id and
+ * load from outside the root. Symlinks are resolved (realpath), so a link inside the root to
+ * a file outside it is refused too; a path that does not exist is refused, since nothing can
+ * be said about where it would point. Other names (`org/model`, `gpt2`) are Hub ids and pass.
  *
  * @param modelRoot the operator's root, already resolved with realpath.
  * @param cwd where the engine starts (a relative model resolves against it).
@@ -25,8 +28,10 @@ export function checkModelRoot(
   const isPath =
     engine === "llamacpp" ||
     path.isAbsolute(model) ||
-    segments[0] === "." ||
-    segments.includes("..");
+    segments.length > 2 ||
+    segments.includes(".") ||
+    segments.includes("..") ||
+    existsSync(path.resolve(cwd, model));
   if (!isPath) return;
   let real: string;
   try {
