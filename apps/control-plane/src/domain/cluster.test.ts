@@ -19,8 +19,12 @@ let store: ClusterStore;
 let clock: ManualClock;
 
 const INTERVAL = 1_000;
-function newCluster(log?: (line: string) => void): Cluster {
+function newCluster(
+  log?: (line: string) => void,
+  options?: { maxNodes?: number; unwrittenEventsKept?: number },
+): Cluster {
   return new Cluster({
+    ...options,
     log,
     store,
     schedule,
@@ -377,6 +381,67 @@ describe("Cluster", () => {
     }
   });
 
+  it("keeps accepting the credential an agent holds however many Register answers in a row are lost", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    // The agent never receives an answer, so it keeps presenting its first credential.
+    const lost = [1, 2, 3, 4].map(() => join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a));
+    expect(lost.map((r) => r.nodeId)).toEqual([a.nodeId, a.nodeId, a.nodeId, a.nodeId]);
+    const received = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a);
+    expect(received).toMatchObject({ nodeId: a.nodeId, rejoined: true });
+    cluster.authenticateNode(a.nodeId, received.nodeCredential);
+    // Credentials the agent never received were never accepted as the prior one.
+    for (const never of lost) {
+      expect(() => join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", never)).toThrow(
+        /needs its node credential/,
+      );
+    }
+  });
+
+  it("refuses a new node beyond maxNodes, still letting held nodes re-register", () => {
+    const cluster = newCluster(undefined, { maxNodes: 2 });
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+    for (const previous of [undefined, { nodeId: "node-gone-0000" }]) {
+      expect(() => join_(cluster, "node-c", "8xh100-80g", "10.0.0.3", previous)).toThrow(
+        expect.objectContaining({
+          code: "LLMGW_CONTROL_PLANE_NODE_LIMIT",
+          message:
+            "this control plane holds its most nodes (2); revoke nodes that are gone (ClusterService.RevokeNode) or raise --max-nodes",
+        }),
+      );
+    }
+    expect(cluster.listNodes().map((n) => n.hostname)).toEqual(["node-a", "node-b"]);
+    expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a).nodeId).toBe(a.nodeId);
+    // A revoked node frees its place.
+    cluster.revokeNode(a.nodeId);
+    expect(join_(cluster, "node-c", "8xh100-80g", "10.0.0.3").nodeId).toMatch(/^node-c-/);
+  });
+
+  it("lets a reset lapse when no Register uses it within 15 minutes", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.resetNode("node-a");
+    expect(cluster.listEvents({ limit: 100 }).at(-1)?.message).toBe(
+      "node-a reset by an operator: the next Register naming " +
+        `${a.nodeId} in the next 15 minutes may take it with the join token alone`,
+    );
+    clock.advance(15 * 60_000);
+    // Also after a restart: the expiry is stored, not only the mark.
+    for (const c of [cluster, newCluster()]) {
+      expect(() => join_(c, "evil", "8xh100-80g", "10.6.6.6", { nodeId: a.nodeId })).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN" }),
+      );
+    }
+    cluster.authenticateNode(a.nodeId, a.nodeCredential);
+    // A new reset opens a new window, one millisecond short of which the join token suffices.
+    cluster.resetNode("node-a");
+    clock.advance(15 * 60_000 - 1);
+    expect(
+      join_(newCluster(), "node-a", "1xh100-80g", "10.0.0.9", { nodeId: a.nodeId }),
+    ).toMatchObject({ nodeId: a.nodeId, rejoined: true });
+  });
+
   it("after an operator's reset takes the node with the join token alone, once, keeping placements", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
@@ -543,5 +608,32 @@ describe("Cluster", () => {
     expect(kinds.indexOf("gpu.health")).toBeLessThan(kinds.indexOf("replica.placed"));
     expect(lines).toContain("events written to the state store again");
     expect(placedOn(newCluster(), "chat")).toEqual([b.nodeId]);
+  });
+
+  it("keeps only the newest unwritten events while the disk is full, and says how many it dropped", () => {
+    const lines: string[] = [];
+    const cluster = newCluster((line) => lines.push(line), { unwrittenEventsKept: 3 });
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const free = fillDisk(join(dir, "state.db"));
+    // Refused takeovers raise an event each (one a minute per node) and write nothing else.
+    for (let i = 0; i < 5; i++) {
+      clock.advance(60_000);
+      expect(() =>
+        join_(cluster, `evil-${i}`, "1xh100-80g", "10.6.6.6", { nodeId: a.nodeId }),
+      ).toThrow(/needs its node credential/);
+    }
+    expect(lines.filter((l) => l.startsWith("events kept in memory only (up to 3),"))).toHaveLength(
+      1,
+    );
+    free();
+    cluster.tick();
+    const refused = cluster
+      .listEvents({ limit: 1_000 })
+      .filter((e) => e.kind === "node.takeover_refused")
+      .map((e) => e.message.split(" ")[3]);
+    expect(refused).toEqual(["evil-2", "evil-3", "evil-4"]);
+    expect(lines).toContain(
+      "events written to the state store again; 2 older ones were dropped while it failed",
+    );
   });
 });

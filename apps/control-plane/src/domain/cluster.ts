@@ -78,6 +78,17 @@ export interface ClusterOptions {
    * Operator changes always reconcile before they return.
    */
   readonly defer?: (run: () => void) => void;
+  /**
+   * Nodes this control plane holds at most; a Register that would add one more is refused
+   * with `LLMGW_CONTROL_PLANE_NODE_LIMIT`. The join token is shared, and every Register
+   * without a held id makes a new node, so without a cap its holders could grow the node
+   * list (and the metrics scraped from it) without end. Default {@link DEFAULT_MAX_NODES}.
+   */
+  readonly maxNodes?: number;
+  /** How long an operator's {@link Cluster.resetNode} stays open. Default {@link RESET_OPEN_MS}. */
+  readonly resetOpenMs?: number;
+  /** Events kept in memory while the store fails. Default {@link UNWRITTEN_EVENTS_KEPT}. */
+  readonly unwrittenEventsKept?: number;
 }
 
 /** What an agent registers with. */
@@ -163,6 +174,16 @@ export interface RoutableReplica {
 
 /** Events held in memory while the store fails; beyond this the oldest are dropped. */
 export const UNWRITTEN_EVENTS_KEPT = 10_000;
+
+/** Default {@link ClusterOptions.maxNodes}: ten times the largest fleet we plan for. */
+export const DEFAULT_MAX_NODES = 10_000;
+
+/**
+ * How long a {@link Cluster.resetNode} lets the join token alone take the node: long enough
+ * to restart the agent, short enough that a forgotten reset does not leave the node open to
+ * every holder of the join token.
+ */
+export const RESET_OPEN_MS = 15 * 60_000;
 
 const isStoreFailure = (error: unknown) =>
   isControlPlaneError(error) && error.code === "LLMGW_CONTROL_PLANE_STORE_FAILED";
@@ -335,8 +356,10 @@ export class Cluster {
           : "RegisterRequest.inventory.hostname (no advertise_address or addresses given)",
     );
     const previous = input.previousNodeId ? this.#nodes.get(input.previousNodeId) : undefined;
-    const byReset = previous?.record.resetPending === true;
-    if (previous && !byReset) this.#requirePreviousCredential(previous, input, now);
+    const byReset = previous !== undefined && now < (previous.record.resetUntilMs ?? 0);
+    const matched =
+      previous && !byReset ? this.#requirePreviousCredential(previous, input, now) : undefined;
+    if (!previous) this.#requireRoomForNode();
     const credential = generateSecret("llmgw-node-");
     const id = previous?.record.id ?? nodeIdFor(input.inventory.hostname);
     const record: NodeRecord = {
@@ -352,8 +375,14 @@ export class Cluster {
     };
     this.#o.store.putNode(record);
     const live = previous ?? newLiveNode(record, input.inventory, "ready", now);
-    // After a reset nothing older than this registration may register again.
-    live.priorCredentialHash = byReset ? undefined : previous?.record.credentialHash;
+    // After a reset nothing older than this registration may register again. When the prior
+    // credential matched, the agent never got the current one: it keeps the prior, so the
+    // prior stays accepted however many answers in a row are lost.
+    live.priorCredentialHash = byReset
+      ? undefined
+      : matched === "prior"
+        ? previous?.priorCredentialHash
+        : previous?.record.credentialHash;
     live.record = record;
     live.inventory = input.inventory;
     live.lastSeenMs = now;
@@ -379,15 +408,33 @@ export class Cluster {
     };
   }
 
-  /** Throws `LLMGW_CONTROL_PLANE_NODE_ID_TAKEN` unless `input` proves `node`'s credential. */
-  #requirePreviousCredential(node: LiveNode, input: RegisterInput, now: number): void {
+  /** Throws `LLMGW_CONTROL_PLANE_NODE_LIMIT` when the cluster holds its most nodes. */
+  #requireRoomForNode(): void {
+    const max = this.#o.maxNodes ?? DEFAULT_MAX_NODES;
+    if (this.#nodes.size < max) return;
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_NODE_LIMIT",
+      `this control plane holds its most nodes (${max}); revoke nodes that are gone (ClusterService.RevokeNode) or raise --max-nodes`,
+    );
+  }
+
+  /**
+   * Throws `LLMGW_CONTROL_PLANE_NODE_ID_TAKEN` unless `input` proves `node`'s credential;
+   * says which of the node's credentials it proved.
+   */
+  #requirePreviousCredential(
+    node: LiveNode,
+    input: RegisterInput,
+    now: number,
+  ): "current" | "prior" {
     const presented = input.previousNodeCredential;
     if (presented) {
       const hash = hashSecret(presented);
       // Both compared, always: which one matched must not show in the timing.
       const current = secretsEqual(hash, node.record.credentialHash);
       const prior = secretsEqual(hash, node.priorCredentialHash ?? "");
-      if (current || prior) return;
+      if (current) return "current";
+      if (prior) return "prior";
     }
     const id = node.record.id;
     // An event, not just a log line, so operators see it; at most one a minute per node, so
@@ -806,18 +853,22 @@ export class Cluster {
   }
 
   /**
-   * Lets the next Register naming this node take it with the join token alone, once,
-   * keeping its placements: the way back for an agent whose saved credential no longer
-   * matches (a restored state dir, a reinstalled host). Until then the node keeps working
-   * with its current credential. Survives a control-plane restart.
+   * Lets the next Register naming this node within {@link ClusterOptions.resetOpenMs}
+   * (default 15 minutes) take it with the join token alone, once, keeping its placements:
+   * the way back for an agent whose saved credential no longer matches (a restored state
+   * dir, a reinstalled host). Until then the node keeps working with its current
+   * credential. Survives a control-plane restart; a reset not used in time lapses, so a
+   * forgotten one does not leave the node to anyone holding the join token. Resetting again
+   * restarts the window.
    */
   resetNode(nodeOrHost: string): void {
     const node = this.#requireNode(nodeOrHost);
-    if (!node.record.resetPending) this.#updateNodeRecord(node, { resetPending: true });
+    const openMs = this.#o.resetOpenMs ?? RESET_OPEN_MS;
+    this.#updateNodeRecord(node, { resetUntilMs: this.#o.clock.now() + openMs });
     this.#event(
       "node.reset",
       node.record.id,
-      `${node.record.hostname} reset by an operator: the next Register naming ${node.record.id} may take it with the join token alone`,
+      `${node.record.hostname} reset by an operator: the next Register naming ${node.record.id} in the next ${formatMinutes(openMs)} may take it with the join token alone`,
       "warning",
     );
     this.#touch();
@@ -840,7 +891,7 @@ export class Cluster {
 
   #updateNodeRecord(
     node: LiveNode,
-    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetPending">>,
+    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetUntilMs">>,
   ): void {
     const record = { ...node.record, ...patch };
     // Store first: a refused write changes nothing.
@@ -1003,7 +1054,8 @@ export class Cluster {
         event = this.#o.store.appendEvent(this.#unwrittenEvents[0] as Omit<EventRecord, "id">);
       } catch (error) {
         if (!isStoreFailure(error)) throw error;
-        const over = this.#unwrittenEvents.length - UNWRITTEN_EVENTS_KEPT;
+        const kept = this.#o.unwrittenEventsKept ?? UNWRITTEN_EVENTS_KEPT;
+        const over = this.#unwrittenEvents.length - kept;
         if (over > 0) {
           this.#unwrittenEvents.splice(0, over);
           this.#eventsDropped += over;
@@ -1011,7 +1063,7 @@ export class Cluster {
         if (!this.#eventStoreFailing) {
           this.#eventStoreFailing = true;
           this.#o.log?.(
-            `events kept in memory only (up to ${UNWRITTEN_EVENTS_KEPT}), retried every tick until the store takes writes: ${(error as Error).message}`,
+            `events kept in memory only (up to ${kept}), retried every tick until the store takes writes: ${(error as Error).message}`,
           );
         }
         return;
@@ -1501,4 +1553,11 @@ function eventToProto(e: EventRecord): Event {
     message: e.message,
     severity: e.severity,
   });
+}
+
+/** `15 minutes`, `1 minute`, `90 seconds`: a window as an operator reads it. */
+function formatMinutes(ms: number): string {
+  if (ms % 60_000 !== 0) return `${Math.ceil(ms / 1000)} seconds`;
+  const minutes = ms / 60_000;
+  return `${minutes} minute${minutes === 1 ? "" : "s"}`;
 }

@@ -379,7 +379,9 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
         draining: r.draining === 1,
         revoked: r.revoked === 1,
         registeredAtMs: r.registered_at_ms,
-        resetPending: r.reset_pending === 1,
+        // The column holds the reset's expiry (epoch ms, 0 = none); a 1 written before
+        // resets expired reads as long past, so such a reset lapses.
+        resetUntilMs: r.reset_pending > 0 ? r.reset_pending : undefined,
       })),
     putNode: (r: NodeRecord) => {
       q.putNode.run(
@@ -392,7 +394,7 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
         r.draining ? 1 : 0,
         r.revoked ? 1 : 0,
         r.registeredAtMs,
-        r.resetPending ? 1 : 0,
+        r.resetUntilMs ?? 0,
       );
     },
     deleteNode: (id) => {

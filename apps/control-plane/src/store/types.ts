@@ -65,10 +65,11 @@ export interface NodeRecord {
   readonly revoked: boolean;
   readonly registeredAtMs: number;
   /**
-   * Set by an operator's `llmgw nodes reset`: the next Register naming this id may take it
-   * with the join token alone (once), instead of proving the node credential.
+   * Set by an operator's `llmgw nodes reset` (epoch ms): until then, the next Register
+   * naming this id may take it with the join token alone (once), instead of proving the
+   * node credential. Undefined or past: no reset open.
    */
-  readonly resetPending?: boolean;
+  readonly resetUntilMs?: number;
 }
 
 /** Severity of an {@link EventRecord}. */
