@@ -62,6 +62,22 @@ describe("deployment env: what no node may allow", () => {
     ["VLLM_API_KEY", "is set by llmgw"],
     ["NCCL_IB_HCA", "is set by llmgw"],
     ["HF_TOKEN", "is a secret"],
+    ["CC", "chooses which executables"],
+    ["CXX", "chooses which executables"],
+    ["TRITON_PTXAS_PATH", "chooses which executables"],
+    ["TRITON_CUOBJDUMP_PATH", "chooses which executables"],
+    ["TRITON_NVDISASM_PATH", "chooses which executables"],
+    ["OPENSSL_CONF", "makes the engine load code"],
+    ["NCCL_CONF_FILE", "chooses which executables or configuration files"],
+    ["REQUESTS_CA_BUNDLE", "decides which TLS certificates the engine trusts"],
+    ["CURL_CA_BUNDLE", "decides which TLS certificates the engine trusts"],
+    ["SSL_CERT_FILE", "decides which TLS certificates the engine trusts"],
+    ["SSL_CERT_DIR", "decides which TLS certificates the engine trusts"],
+    // The general rule: a name for a path, directory, file or config file.
+    ["NCCL_TOPO_FILE", "chooses which executables or configuration files"],
+    ["TRITON_CACHE_DIR", "chooses which executables or configuration files"],
+    ["SOME_ENGINE_CONF", "chooses which executables or configuration files"],
+    ["TORCHINDUCTOR_CACHE_DIR", "chooses which executables or configuration files"],
   ])("%s is refused by the schema (%s) and cannot be allowed by an operator", (key, why) => {
     const parsed = parseDeploymentSpec({ ...base, env: { [key]: "x" } });
     expect(parsed.ok).toBe(false);
@@ -89,7 +105,8 @@ describe("deployment env: the node's allow-list", () => {
     },
   );
 
-  it.each(["HF_ENDPOINT", "VLLM_USAGE_STATS_SERVER", "NCCL_TOPO_FILE", "TMPDIR", "MY_TUNING"])(
+  // A proxy is an operator's call (it could see HF_TOKEN, but so does the operator's network).
+  it.each(["HF_ENDPOINT", "VLLM_USAGE_STATS_SERVER", "HTTPS_PROXY", "TMPDIR", "MY_TUNING"])(
     "%s passes the schema (another node may allow it) but is refused at launch, naming the flag",
     (key) => {
       const deployment = parseDeploymentSpecOrThrow({ ...base, env: { [key]: "x" } });

@@ -167,13 +167,14 @@ export const ENGINE_ENV_ALLOWED: Readonly<Record<string, EngineEnvGroup>> = {
 };
 
 /** Why a variable is in {@link ENGINE_ENV_NEVER_ALLOWED}. */
-export type EngineEnvDenyReason = "owned" | "secret" | "code" | "exec";
+export type EngineEnvDenyReason = "owned" | "secret" | "code" | "exec" | "trust";
 
 const DENY_TEXT: Readonly<Record<EngineEnvDenyReason, string>> = {
   owned: "is set by llmgw",
   secret: "is a secret that belongs in the agent's environment file",
   code: "makes the engine load code from a path or module the deployment chooses",
   exec: "chooses which executables or configuration files the engine runs",
+  trust: "decides which TLS certificates the engine trusts",
 };
 
 /**
@@ -184,6 +185,15 @@ const DENY_TEXT: Readonly<Record<EngineEnvDenyReason, string>> = {
 export const ENGINE_ENV_NEVER_ALLOWED: Readonly<Record<string, EngineEnvDenyReason>> = {
   PATH: "exec",
   HOME: "exec",
+  // Compilers Triton, torch.compile and JIT extensions run; config files read at startup
+  // (OpenSSL's can load engine modules, NCCL's sets any NCCL variable, the owned ones too).
+  CC: "exec",
+  CXX: "exec",
+  OPENSSL_CONF: "code",
+  NCCL_CONF_FILE: "exec",
+  // A CA bundle of the deployment's choosing lets a look-alike Hub receive HF_TOKEN.
+  REQUESTS_CA_BUNDLE: "trust",
+  CURL_CA_BUNDLE: "trust",
   SHELL: "exec",
   IFS: "exec",
   XDG_CONFIG_HOME: "exec",
@@ -214,8 +224,11 @@ export const ENGINE_ENV_NEVER_ALLOWED: Readonly<Record<string, EngineEnvDenyReas
  * Families nobody may set, with the reason: the dynamic loader (`LD_*`), interpreters' startup
  * hooks (`PYTHON*` — `PYTHONWARNINGS` imports the category's module, `PYTHONSTARTUP` runs a
  * file; `NODE_*` for the simulated engine), plugin and library selectors (`*_PLUGIN`,
- * `*_PLUGINS`, `*_SO_PATH`, `*_LIBRARY_PATH`), llama-server's flag mirror `LLAMA_ARG_*` and
- * llmgw's own `LLMGW_*`. llama-server reads any of its flags as `LLAMA_ARG_<FLAG>` (model,
+ * `*_PLUGINS`, `*_SO_PATH`, `*_LIBRARY_PATH`), trust stores (`SSL_CERT_*`), Triton's tool
+ * paths (`TRITON_*_PATH`), llama-server's flag mirror `LLAMA_ARG_*` and llmgw's own `LLMGW_*`.
+ * On top of these, every `*_PATH`/`*_DIR`/`*_FILE`/`*_CONF` name not on
+ * {@link ENGINE_ENV_ALLOWED} is never allowed. Proxies (`HTTPS_PROXY`) stay operator-allowable:
+ * a proxy is a real operator need, and only the operator can vouch for one. llama-server reads any of its flags as `LLAMA_ARG_<FLAG>` (model,
  * hf-repo, host, …): the owned flags must not come in through that back door.
  */
 export const ENGINE_ENV_NEVER_ALLOWED_PATTERNS: readonly {
@@ -229,9 +242,17 @@ export const ENGINE_ENV_NEVER_ALLOWED_PATTERNS: readonly {
   { pattern: /_PLUGIN_/, reason: "code" },
   { pattern: /_SO_PATH$/, reason: "code" },
   { pattern: /_LIBRARY_PATH$/, reason: "code" },
+  { pattern: /^SSL_CERT_/, reason: "trust" },
+  // Triton runs the ptxas/cuobjdump/nvdisasm these name.
+  { pattern: /^TRITON_.*_PATH$/, reason: "exec" },
   { pattern: /^LLAMA_ARG_/, reason: "owned" },
   { pattern: /^LLMGW_/, reason: "owned" },
 ];
+
+// Any other variable that names a path, directory, file or config file: a deployment must not
+// choose what the engine reads or writes on the host, and the operator cannot vouch for every
+// such name. Built-in allowed names (`PYTORCH_CUDA_ALLOC_CONF` takes key:value tuning) pass.
+const FILE_NAME = /_(PATH|DIR|FILE|CONF)$/;
 
 /** Shape of an environment variable name a deployment may write. */
 export const ENGINE_ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
@@ -247,7 +268,8 @@ export function engineEnvNeverAllowedReason(
   const reason =
     extraDenied[name] ??
     ENGINE_ENV_NEVER_ALLOWED[name] ??
-    ENGINE_ENV_NEVER_ALLOWED_PATTERNS.find((p) => p.pattern.test(name))?.reason;
+    ENGINE_ENV_NEVER_ALLOWED_PATTERNS.find((p) => p.pattern.test(name))?.reason ??
+    (FILE_NAME.test(name) && !Object.hasOwn(ENGINE_ENV_ALLOWED, name) ? "exec" : undefined);
   return reason === undefined ? undefined : DENY_TEXT[reason];
 }
 
