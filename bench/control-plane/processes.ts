@@ -137,6 +137,9 @@ export async function startControlPlaneProcess(
       `${options.heartbeatIntervalS}s`,
       "--node-lost-after",
       `${options.nodeLostAfterS}s`,
+      // Every simulated agent connects from 127.0.0.1 (up to --transports × 64 sockets).
+      "--max-control-connections-per-address",
+      "1024",
     ],
     logFile,
   );

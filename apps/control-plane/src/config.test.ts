@@ -16,7 +16,22 @@ describe("resolveControlPlaneOptions", () => {
       maxConnections: 4_096,
       maxControlConnections: 1_024,
       maxConnectionsPerAddress: 1_024,
+      maxControlConnectionsPerAddress: 256,
+      maxNodes: 10_000,
     });
+  });
+
+  it("keeps each per-address cap a quarter of its listener's unless given", () => {
+    expect(
+      resolveControlPlaneOptions({ dataDir: "/d", maxConnections: 100, maxControlConnections: 8 }),
+    ).toMatchObject({ maxConnectionsPerAddress: 25, maxControlConnectionsPerAddress: 2 });
+    expect(
+      resolveControlPlaneOptions({
+        dataDir: "/d",
+        maxControlConnections: 8,
+        maxControlConnectionsPerAddress: 8,
+      }),
+    ).toMatchObject({ maxControlConnectionsPerAddress: 8 });
   });
 
   it.each<[Record<string, unknown>, string]>([
@@ -37,6 +52,15 @@ describe("resolveControlPlaneOptions", () => {
       "headersTimeoutMs: headersTimeoutMs must not exceed requestTimeoutMs (got 90000)",
     ],
     [{ maxConnections: 0 }, "maxConnections: Too small"],
+    [
+      { maxConnections: 10, maxConnectionsPerAddress: 11 },
+      "maxConnectionsPerAddress: maxConnectionsPerAddress must not exceed maxConnections (got 11)",
+    ],
+    [
+      { maxControlConnectionsPerAddress: 2_000 },
+      "maxControlConnectionsPerAddress: maxControlConnectionsPerAddress must not exceed maxControlConnections (got 2000)",
+    ],
+    [{ maxNodes: 0 }, "maxNodes: Too small"],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });

@@ -54,11 +54,24 @@ export const controlPlaneConfigSchema = z
      */
     maxControlConnections: z.number().int().min(1).max(1_000_000).default(1_024),
     /**
-     * Each listener: open connections from one client address; more are closed at once. A
-     * quarter of the public cap, so one address cannot hold the listener, yet an L4 balancer
-     * in front (one address for all clients) has room; raise it to the listener cap there.
+     * Public listener: open connections from one client address; more are closed at once.
+     * Default a quarter of `maxConnections` (1,024), so one address cannot hold the listener,
+     * yet an L4 balancer in front (one address for all clients) has room; raise it to the
+     * listener cap there.
      */
-    maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).default(1_024),
+    maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).optional(),
+    /**
+     * Control listener: open connections from one client address. Default a quarter of
+     * `maxControlConnections` (256), so that one address (a compromised host, a runaway
+     * script) cannot lock out every agent and operator.
+     */
+    maxControlConnectionsPerAddress: z.number().int().min(1).max(1_000_000).optional(),
+    /**
+     * Nodes held at most; a Register that would add one more is refused
+     * (`LLMGW_CONTROL_PLANE_NODE_LIMIT`). Bounds what holders of the shared join token can
+     * make the control plane keep and export.
+     */
+    maxNodes: z.number().int().min(1).max(1_000_000).default(10_000),
   })
   .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
     message: "--tls-cert and --tls-key must be given together",
@@ -68,10 +81,30 @@ export const controlPlaneConfigSchema = z
     message: "rendezvousPortMin must not exceed rendezvousPortMax",
     path: ["rendezvousPortMin"],
   })
+  .refine((c) => (c.maxConnectionsPerAddress ?? 0) <= c.maxConnections, {
+    message: "maxConnectionsPerAddress must not exceed maxConnections",
+    path: ["maxConnectionsPerAddress"],
+  })
+  .refine((c) => (c.maxControlConnectionsPerAddress ?? 0) <= c.maxControlConnections, {
+    message: "maxControlConnectionsPerAddress must not exceed maxControlConnections",
+    path: ["maxControlConnectionsPerAddress"],
+  })
   .refine((c) => c.headersTimeoutMs <= c.requestTimeoutMs, {
     message: "headersTimeoutMs must not exceed requestTimeoutMs",
     path: ["headersTimeoutMs"],
-  });
+  })
+  // Per-address caps follow their listener's cap unless given: lowering a cap alone must
+  // neither fail validation nor let one address take the whole listener.
+  .transform((c) => ({
+    ...c,
+    maxConnectionsPerAddress: c.maxConnectionsPerAddress ?? quarterOf(c.maxConnections),
+    maxControlConnectionsPerAddress:
+      c.maxControlConnectionsPerAddress ?? quarterOf(c.maxControlConnections),
+  }));
+
+function quarterOf(cap: number): number {
+  return Math.max(1, Math.floor(cap / 4));
+}
 
 /** Control plane options as given (partial; defaults fill the rest). */
 export type ControlPlaneOptions = z.input<typeof controlPlaneConfigSchema>;

@@ -160,6 +160,7 @@ export async function startControlPlane(
       nodeLostAfterMs: resolved.nodeLostAfterMs,
       rendezvousPortMin: resolved.rendezvousPortMin,
       rendezvousPortMax: resolved.rendezvousPortMax,
+      maxNodes: resolved.maxNodes,
       log,
       defer: (run) => {
         setImmediate(() => {
@@ -198,10 +199,12 @@ export async function startControlPlane(
       headersTimeoutMs: resolved.headersTimeoutMs,
       requestTimeoutMs: resolved.requestTimeoutMs,
       keepAliveTimeoutMs: resolved.keepAliveTimeoutMs,
-      maxConnectionsPerAddress: resolved.maxConnectionsPerAddress,
       ...(tls === undefined ? {} : { tls }),
     };
-    const makeServer = (handler: HttpHandler, maxConnections: number): Server => {
+    const makeServer = (
+      handler: HttpHandler,
+      caps: { readonly maxConnections: number; readonly maxConnectionsPerAddress: number },
+    ): Server => {
       const failed = (req: IncomingMessage, res: ServerResponse, error: unknown): void => {
         log(`request ${req.method} ${req.url} failed: ${(error as Error).message}`);
         if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
@@ -220,7 +223,7 @@ export async function startControlPlane(
         if (result instanceof Promise) result.catch((error: unknown) => failed(req, res, error));
       };
       // The one server factory the router's tests and benchmarks use too.
-      const server = createHttpListener({ ...listenerLimits, maxConnections }, listener);
+      const server = createHttpListener({ ...listenerLimits, ...caps }, listener);
       servers.push(server);
       return server;
     };
@@ -241,17 +244,23 @@ export async function startControlPlane(
         answerMalformedRequestsAsInvalidArgument(router);
       },
     });
-    const controlServer = makeServer(async (req, res) => {
-      const path = pathOf(req);
-      if (path === "/healthz") return healthz(res);
-      if (path === "/metrics" && req.method === "GET") {
-        const body = await metricsEndpoint.body();
-        res.writeHead(200, { "content-type": metricsEndpoint.contentType });
-        res.end(body);
-        return;
-      }
-      connect(req, res);
-    }, resolved.maxControlConnections);
+    const controlServer = makeServer(
+      async (req, res) => {
+        const path = pathOf(req);
+        if (path === "/healthz") return healthz(res);
+        if (path === "/metrics" && req.method === "GET") {
+          const body = await metricsEndpoint.body();
+          res.writeHead(200, { "content-type": metricsEndpoint.contentType });
+          res.end(body);
+          return;
+        }
+        connect(req, res);
+      },
+      {
+        maxConnections: resolved.maxControlConnections,
+        maxConnectionsPerAddress: resolved.maxControlConnectionsPerAddress,
+      },
+    );
 
     publicHandler = deps.publicHandler
       ? await deps.publicHandler({
@@ -263,11 +272,17 @@ export async function startControlPlane(
         })
       : undefined;
     const route = publicHandler?.handle;
-    const publicServer = makeServer((req, res) => {
-      if (pathOf(req) === "/healthz") return healthz(res);
-      if (route) return route(req, res);
-      notFoundJson(res, `no route for ${req.method} ${pathOf(req)}`);
-    }, resolved.maxConnections);
+    const publicServer = makeServer(
+      (req, res) => {
+        if (pathOf(req) === "/healthz") return healthz(res);
+        if (route) return route(req, res);
+        notFoundJson(res, `no route for ${req.method} ${pathOf(req)}`);
+      },
+      {
+        maxConnections: resolved.maxConnections,
+        maxConnectionsPerAddress: resolved.maxConnectionsPerAddress,
+      },
+    );
 
     const scheme = tls ? "https" : "http";
     const controlUrl = `${scheme}://${await listen(controlServer, resolved.controlListen, "--control-listen")}`;

@@ -8,6 +8,7 @@ import {
   ReplicaState,
 } from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
+import { startControlPlane } from "../src/run.js";
 import { FakeAgent } from "../src/testing/fake-agent.js";
 import { fillDisk } from "../src/testing/full-disk.js";
 import { adminClient, simAgent, startTestControlPlane, tempDir } from "./helpers.js";
@@ -90,6 +91,29 @@ describe("the control plane against a hostile client", () => {
     expect(cp.cluster.listNodes()).toEqual([]);
     const metrics = await (await fetch(`${cp.controlUrl}/metrics`)).text();
     expect(metrics).not.toContain("GPU-99999");
+  });
+
+  it("refuses a node beyond --max-nodes with resource_exhausted and its own code", async () => {
+    const tmp = tempDir();
+    cleanups.push(async () => tmp.cleanup());
+    const cp = await startControlPlane({
+      dataDir: tmp.dir,
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      shutdownGraceMs: 0,
+      maxNodes: 2,
+    });
+    cleanups.push(() => cp.close());
+    // Each Register without a held id is a new node: the join token alone cannot add more.
+    for (const host of ["node-a", "node-b"]) await simAgent(cp, host, "1xh100-80g").register();
+    const error = ConnectError.from(
+      await simAgent(cp, "node-c", "8xh100-80g")
+        .register()
+        .catch((e: unknown) => e),
+    );
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.metadata.get("llmgw-error-code")).toBe("LLMGW_CONTROL_PLANE_NODE_LIMIT");
+    expect(cp.cluster.listNodes().map((n) => n.hostname)).toEqual(["node-a", "node-b"]);
   });
 
   it("escapes control characters of agent text in log lines and events", async () => {

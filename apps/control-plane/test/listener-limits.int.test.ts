@@ -145,4 +145,24 @@ describe("listener limits against a connection flood", () => {
     await leaving.closed;
     expect(await healthzFromNewConnection(cp.publicUrl)).toMatch(/^HTTP\/1\.1 200 /);
   });
+
+  it("keeps one address flooding the control listener from locking out another", async () => {
+    // The per-address cap is left to its default: a quarter of the control cap, here 2.
+    const cp = await controlPlane({ maxControlConnections: 8 });
+    const flood = Array.from({ length: 8 }, () => probe(cp.controlUrl));
+    await Promise.all(flood.map((p) => p.connected));
+    const other = probe(cp.controlUrl, "127.0.0.2");
+    await other.connected;
+    const answer = await Promise.race([
+      healthzOver(other),
+      other.closed.then(() => "closed without an answer"),
+    ]);
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    // The flood itself got two connections; the other six were closed without a byte.
+    const held = await Promise.all(
+      flood.map((p) => Promise.race([healthzOver(p), p.closed.then(({ received }) => received)])),
+    );
+    expect(held.filter((r) => r.startsWith("HTTP/1.1 200 "))).toHaveLength(2);
+    expect(held.filter((r) => r === "")).toHaveLength(6);
+  });
 });

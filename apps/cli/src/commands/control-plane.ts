@@ -33,9 +33,14 @@ Options:
   --max-control-connections N open control connections at once (default 1024); keep both
                               caps together below the process's open-file limit
   --max-connections-per-address N
-                              open connections from one client address, each listener
+                              open public connections from one client address
                               (default 1024; behind a load balancer, which is one
                               address for every client, raise it to --max-connections)
+  --max-control-connections-per-address N
+                              open control connections from one client address
+                              (default 256, so one address cannot lock out the others)
+  --max-nodes N               nodes held at most; a Register that would add one more is
+                              refused (default 10000)
 
 Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
 `;
@@ -76,13 +81,20 @@ export const command: Command = {
       "max-connections": { type: "string" },
       "max-control-connections": { type: "string" },
       "max-connections-per-address": { type: "string" },
+      "max-control-connections-per-address": { type: "string" },
+      "max-nodes": { type: "string" },
     });
     const duration = (flag: "headers-timeout" | "request-timeout") => {
       const v = values[flag];
       return v === undefined ? undefined : parseDurationMs(v, `--${flag}`);
     };
     const count = (
-      flag: "max-connections" | "max-control-connections" | "max-connections-per-address",
+      flag:
+        | "max-connections"
+        | "max-control-connections"
+        | "max-connections-per-address"
+        | "max-control-connections-per-address"
+        | "max-nodes",
     ) => {
       const v = values[flag];
       return v === undefined ? undefined : parseCount(v, `--${flag}`);
@@ -92,6 +104,8 @@ export const command: Command = {
     const maxConnections = count("max-connections");
     const maxControlConnections = count("max-control-connections");
     const maxConnectionsPerAddress = count("max-connections-per-address");
+    const maxControlConnectionsPerAddress = count("max-control-connections-per-address");
+    const maxNodes = count("max-nodes");
     const options: ControlPlaneOptions = {
       dataDir: values["data-dir"] ?? io.env.LLMGW_DATA_DIR ?? "/var/lib/llmgw/control-plane",
       ...(values.listen ? { listen: values.listen } : {}),
@@ -115,6 +129,8 @@ export const command: Command = {
       ...(maxConnections === undefined ? {} : { maxConnections }),
       ...(maxControlConnections === undefined ? {} : { maxControlConnections }),
       ...(maxConnectionsPerAddress === undefined ? {} : { maxConnectionsPerAddress }),
+      ...(maxControlConnectionsPerAddress === undefined ? {} : { maxControlConnectionsPerAddress }),
+      ...(maxNodes === undefined ? {} : { maxNodes }),
     };
     const logger = createConsoleLogger(io.stderr, "control-plane");
     let cp: Awaited<ReturnType<typeof startControlPlane>>;

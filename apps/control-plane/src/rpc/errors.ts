@@ -17,6 +17,7 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_NODE_REVOKED: Code.Unauthenticated,
   // Not Unauthenticated: that tells an agent to register again, which is what was refused.
   LLMGW_CONTROL_PLANE_NODE_ID_TAKEN: Code.PermissionDenied,
+  LLMGW_CONTROL_PLANE_NODE_LIMIT: Code.ResourceExhausted,
   LLMGW_CONTROL_PLANE_NOT_FOUND: Code.NotFound,
   LLMGW_CONTROL_PLANE_INVALID_ARGUMENT: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_ALREADY_EXISTS: Code.AlreadyExists,
