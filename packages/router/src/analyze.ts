@@ -10,9 +10,9 @@
  */
 import { type BlockHashOptions, hashPromptPieces, hashScannedPrompt } from "./block-hash.js";
 import {
-  DEFAULT_COMPLETION_TOKEN_ESTIMATE,
   extractRequestFeaturesAndPieces,
   type FeatureErrorReason,
+  reservedTokens,
 } from "./features.js";
 import { scanRequestBody } from "./json-scan.js";
 
@@ -24,7 +24,12 @@ export type BodyAnalysis =
       readonly stream: boolean;
       /** The larger of `max_tokens` and `max_completion_tokens` that is a positive integer. */
       readonly maxTokens?: number;
-      /** Prompt UTF-8 bytes ÷ 4, rounded up, plus `maxTokens` (or the default estimate). */
+      /** The larger of `n` and `best_of`, when more than one. */
+      readonly choices?: number;
+      /**
+       * Prompt UTF-8 bytes ÷ 4, rounded up, plus `maxTokens` (or the default estimate) for each
+       * of the `choices`.
+       */
       readonly estimatedTokens: number;
       readonly chain: Float64Array;
     }
@@ -58,11 +63,9 @@ export function analyzeRequestBody(
 export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
-  const { model, stream, maxTokens, estimatedTokens } = result.features;
+  const { model, stream, maxTokens, choices, estimatedTokens } = result.features;
   const chain = hashPromptPieces(pieces, options);
-  return maxTokens === undefined
-    ? { ok: true, model, stream, estimatedTokens, chain }
-    : { ok: true, model, stream, maxTokens, estimatedTokens, chain };
+  return outputLimits({ ok: true, model, stream, estimatedTokens, chain }, maxTokens, choices);
 }
 
 /** The byte scanner, then hash the prompt straight from `body`. */
@@ -70,10 +73,21 @@ export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = 
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
   const chain = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
-  const estimatedTokens =
-    Math.ceil(scan.promptBytes / 4) + (scan.maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
-  const { model, stream, maxTokens } = scan;
-  return maxTokens === undefined
-    ? { ok: true, model, stream, estimatedTokens, chain }
-    : { ok: true, model, stream, maxTokens, estimatedTokens, chain };
+  const { model, stream, maxTokens, choices } = scan;
+  const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
+  return outputLimits({ ok: true, model, stream, estimatedTokens, chain }, maxTokens, choices);
+}
+
+/** `a` with the optional output limits that are set (absent keys stay absent). */
+function outputLimits<T extends object>(
+  a: T,
+  maxTokens: number | undefined,
+  choices: number | undefined,
+): T & { readonly maxTokens?: number; readonly choices?: number } {
+  if (maxTokens === undefined && choices === undefined) return a;
+  return {
+    ...a,
+    ...(maxTokens === undefined ? {} : { maxTokens }),
+    ...(choices === undefined ? {} : { choices }),
+  };
 }

@@ -56,6 +56,34 @@ describe("extractRequestFeatures", () => {
       expected: { model: "m", stream: false, promptText: "abcd", maxTokens: 5, estimatedTokens: 6 },
     },
     {
+      name: "n choices each reserve the output limit",
+      body: '{"model":"m","prompt":"abcd","max_tokens":10,"n":3}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "abcd",
+        maxTokens: 10,
+        choices: 3,
+        estimatedTokens: 31,
+      },
+    },
+    {
+      name: "best_of candidates beyond n reserve the default each",
+      body: '{"model":"m","prompt":"abcd","n":2,"best_of":4}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "abcd",
+        choices: 4,
+        estimatedTokens: 1025,
+      },
+    },
+    {
+      name: "n of 1 or not a positive integer is one choice",
+      body: '{"model":"m","prompt":"abcd","n":1,"best_of":"9"}',
+      expected: { model: "m", stream: false, promptText: "abcd", estimatedTokens: 257 },
+    },
+    {
       name: "token-id prompt",
       body: '{"model":"m","prompt":[1,2,3]}',
       expected: { model: "m", stream: false, promptText: "1,2,3", estimatedTokens: 258 },

@@ -24,9 +24,15 @@ export interface RequestFeatures {
    */
   readonly maxTokens?: number;
   /**
+   * Completions the engine generates, when more than one: the larger of `n` and `best_of`
+   * that is a positive integer (see {@link choiceCount}); absent for one.
+   */
+  readonly choices?: number;
+  /**
    * Token estimate reserved against per-key `tpm` limits at admission: prompt UTF-8 bytes ÷ 4
-   * (rounded up) plus `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent).
-   * The router settles it against the answer's real `usage` once known.
+   * (rounded up) plus `maxTokens` (or {@link DEFAULT_COMPLETION_TOKEN_ESTIMATE} when absent)
+   * for each of the `choices`. The router settles it against the answer's real `usage` once
+   * known.
    */
   readonly estimatedTokens: number;
 }
@@ -96,6 +102,30 @@ export function completionTokenLimit(
   return b === undefined || a >= b ? a : b;
 }
 
+/**
+ * Completions a request makes the engine generate: the larger of `n` (choices returned) and
+ * `best_of` (candidates generated, of which `n` are returned) that is a positive safe integer,
+ * `undefined` for one (or neither set). Each is charged its own output limit.
+ */
+export function choiceCount(n: unknown, bestOf: unknown): number | undefined {
+  const count = completionTokenLimit(n, bestOf);
+  return count === undefined || count === 1 ? undefined : count;
+}
+
+/**
+ * The tokens to reserve for a request: its prompt estimate plus the output limit (or the
+ * default) for each choice.
+ */
+export function reservedTokens(
+  promptBytes: number,
+  maxTokens: number | undefined,
+  choices: number | undefined,
+): number {
+  return (
+    Math.ceil(promptBytes / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1)
+  );
+}
+
 function positiveInteger(value: unknown): number | undefined {
   return typeof value === "number" && Number.isSafeInteger(value) && value > 0 ? value : undefined;
 }
@@ -157,12 +187,16 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     promptBytes += Buffer.byteLength(piece);
   }
   const maxTokens = completionTokenLimit(obj.max_tokens, obj.max_completion_tokens);
-  const estimatedTokens =
-    Math.ceil(promptBytes / 4) + (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE);
-  const features: RequestFeatures =
-    maxTokens === undefined
-      ? { model, stream: stream === true, promptText, estimatedTokens }
-      : { model, stream: stream === true, promptText, maxTokens, estimatedTokens };
+  const choices = choiceCount(obj.n, obj.best_of);
+  const estimatedTokens = reservedTokens(promptBytes, maxTokens, choices);
+  const features: RequestFeatures = {
+    model,
+    stream: stream === true,
+    promptText,
+    ...(maxTokens === undefined ? {} : { maxTokens }),
+    ...(choices === undefined ? {} : { choices }),
+    estimatedTokens,
+  };
   return { ok: true, features };
 }
 

@@ -21,6 +21,7 @@ type Outcome =
       model: string;
       stream: boolean;
       maxTokens?: number;
+      choices?: number;
       estimatedTokens: number;
       chain?: Float64Array;
     };
@@ -36,6 +37,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     model: a.model,
     stream: a.stream,
     ...(a.maxTokens === undefined ? {} : { maxTokens: a.maxTokens }),
+    ...(a.choices === undefined ? {} : { choices: a.choices }),
     estimatedTokens: a.estimatedTokens,
     ...(withChain ? { chain: a.chain } : {}),
   };
@@ -202,6 +204,7 @@ const field = fc.oneof(
   fc.tuple(fc.constant("model"), fc.oneof({ weight: 5, arbitrary: str }, json)),
   fc.tuple(fc.constant("stream"), fc.oneof(lit, json)),
   fc.tuple(fc.constantFrom("max_tokens", "max_completion_tokens"), fc.oneof(num, lit, json)),
+  fc.tuple(fc.constantFrom("n", "best_of"), fc.oneof(num, lit, json)),
   fc.tuple(
     fc.constant("messages"),
     fc.oneof({ weight: 5, arbitrary: fc.array(message, { maxLength: 5 }).map(arr) }, json),
@@ -346,6 +349,19 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
     expect(
       scanRequestBody(utf8('{"max_completion_tokens":7,"model":"m","max_tokens":-3}')),
     ).toMatchObject({ ok: true, maxTokens: 7 });
+  });
+
+  it("reads the larger of n and best_of as the choices generated", () => {
+    expect(scanRequestBody(utf8('{"model":"m","n":3,"best_of":5,"max_tokens":7}'))).toMatchObject({
+      ok: true,
+      maxTokens: 7,
+      choices: 5,
+    });
+    expect(scanRequestBody(utf8('{"model":"m","n":1}'))).not.toHaveProperty("choices");
+    // Only top-level members count: a message field named `n` is no choice count.
+    expect(
+      scanRequestBody(utf8('{"model":"m","messages":[{"role":"user","content":"x","n":4}]}')),
+    ).not.toHaveProperty("choices");
   });
 
   it("says where the syntax broke", () => {

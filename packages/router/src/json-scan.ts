@@ -17,6 +17,7 @@
  * is counted and hashed as its raw bytes (the reference sees U+FFFD).
  */
 import {
+  choiceCount,
   completionTokenLimit,
   type FeatureErrorReason,
   MAX_MODEL_LENGTH,
@@ -45,6 +46,8 @@ export type ScanResult =
       readonly model: string;
       readonly stream: boolean;
       readonly maxTokens?: number;
+      /** The larger of `n` and `best_of` when more than one (`RequestFeatures.choices`). */
+      readonly choices?: number;
       /** In order; their concatenation is `RequestFeatures.promptText`. */
       readonly pieces: readonly PromptPiece[];
       /** Total UTF-8 bytes of the pieces. */
@@ -79,6 +82,8 @@ const KEY = {
   stream: bytesOf("stream"),
   max_tokens: bytesOf("max_tokens"),
   max_completion_tokens: bytesOf("max_completion_tokens"),
+  n: bytesOf("n"),
+  best_of: bytesOf("best_of"),
   messages: bytesOf("messages"),
   prompt: bytesOf("prompt"),
   input: bytesOf("input"),
@@ -551,6 +556,8 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   // NaN unless a number: NaN is no positive integer to `completionTokenLimit`.
   let maxTokens = Number.NaN;
   let maxCompletion = Number.NaN;
+  let choicesN = Number.NaN;
+  let bestOf = Number.NaN;
   let messages: PromptPiece[] | undefined;
   let prompt: InputValue = { kind: Kind.Absent };
   let input: InputValue = { kind: Kind.Absent };
@@ -590,6 +597,10 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
             maxTokens = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           } else if (key === "max_completion_tokens") {
             maxCompletion = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
+          } else if (key === "n") {
+            choicesN = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
+          } else if (key === "best_of") {
+            bestOf = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           }
           return after;
         }
@@ -636,5 +647,11 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     promptBytes,
   };
   const limit = completionTokenLimit(maxTokens, maxCompletion);
-  return limit === undefined ? result : { ...result, maxTokens: limit };
+  const choices = choiceCount(choicesN, bestOf);
+  if (limit === undefined && choices === undefined) return result;
+  return {
+    ...result,
+    ...(limit === undefined ? {} : { maxTokens: limit }),
+    ...(choices === undefined ? {} : { choices }),
+  };
 }

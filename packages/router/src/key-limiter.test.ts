@@ -2,7 +2,8 @@ import { describe, expect, it } from "vitest";
 import { createManualClock } from "./clock.js";
 import { createKeyLimiter, type KeyLimitOutcome } from "./key-limiter.js";
 
-const verdict = (o: KeyLimitOutcome) => (o.ok ? "ok" : `${o.reason}:${o.retryAfterSeconds}`);
+const verdict = (o: KeyLimitOutcome) =>
+  o.ok ? "ok" : `${o.reason}:${o.retryAfterSeconds ?? `never(${o.reserved}>${o.tpm})`}`;
 
 describe("key limiter", () => {
   it.each([
@@ -25,12 +26,6 @@ describe("key limiter", () => {
       expected: ["ok", "ok", "tpm:6"],
     },
     {
-      name: "tpm: oversize request charged the whole budget",
-      key: { id: "k", name: "k", tpm: 100 },
-      tokens: [500, 1],
-      expected: ["ok", "tpm:1"],
-    },
-    {
       name: "max concurrency 2 (nothing released)",
       key: { id: "k", name: "k", maxConcurrency: 2 },
       tokens: [1, 1, 1],
@@ -39,6 +34,14 @@ describe("key limiter", () => {
   ])("$name", ({ key, tokens, expected }) => {
     const limiter = createKeyLimiter({ clock: createManualClock() });
     expect(tokens.map((t) => verdict(limiter.acquire(key, t)))).toEqual(expected);
+  });
+
+  it("refuses, with no retry time, a request that reserves more than the whole tpm", () => {
+    const limiter = createKeyLimiter({ clock: createManualClock() });
+    const key = { id: "k", name: "k", tpm: 100 };
+    // Even on a full bucket: admitting it would let one request spend many minutes' budget.
+    expect(verdict(limiter.acquire(key, 101))).toBe("tpm:never(101>100)");
+    expect(verdict(limiter.acquire(key, 100))).toBe("ok");
   });
 
   it("refills rpm over time and frees concurrency on release", () => {
@@ -74,13 +77,13 @@ describe("key limiter: settling to the real token count", () => {
     expect(verdict(limiter.acquire(key, 60))).toBe("ok");
   });
 
-  it("holds a key that ran far over back until one minute's debt is refilled", () => {
+  it("holds a key that ran far over back until its whole debt is refilled", () => {
     const clock = createManualClock();
     const limiter = createKeyLimiter({ clock });
-    const first = limiter.acquire(key, 500); // charged the whole budget (100)
-    if (first.ok) first.settle(1_260); // debt capped at one minute's budget: -100
-    expect(verdict(limiter.acquire(key, 10))).toBe("tpm:66");
-    clock.advance(60_000);
+    const first = limiter.acquire(key, 100);
+    if (first.ok) first.settle(1_300); // 1,200 over: twelve minutes' budget of debt
+    expect(verdict(limiter.acquire(key, 10))).toBe("tpm:726");
+    clock.advance(12 * 60_000);
     expect(verdict(limiter.acquire(key, 10))).toBe("tpm:6");
     clock.advance(6_000);
     expect(verdict(limiter.acquire(key, 10))).toBe("ok");

@@ -23,8 +23,8 @@ export interface KeyLease {
    * refunding or charging the difference; once per lease, later calls are ignored. A count that
    * is not a safe integer in [0, {@link MAX_SETTLED_TOKENS}] is ignored too (the estimate
    * stands): it comes from the engine's answer, which this process does not vouch for. The
-   * bucket may go into debt, by at most one minute's budget, so a request that ran far over its
-   * estimate holds the key back until the debt is refilled.
+   * bucket may go into debt, as deep as the request ran over its estimate: the key is held back
+   * until the debt is refilled, so over time it pays its tpm for every token it used.
    */
   settle(tokens: number): void;
 }
@@ -32,7 +32,18 @@ export interface KeyLease {
 /** Outcome of {@link KeyLimiter.acquire}. */
 export type KeyLimitOutcome =
   | KeyLease
-  | { readonly ok: false; readonly reason: KeyLimitReason; readonly retryAfterSeconds: number };
+  | { readonly ok: false; readonly reason: KeyLimitReason; readonly retryAfterSeconds: number }
+  | {
+      /**
+       * The request alone reserves more than the key's whole tpm: no wait would admit it, so
+       * there is no retry time either.
+       */
+      readonly ok: false;
+      readonly reason: "tpm";
+      readonly retryAfterSeconds?: undefined;
+      readonly reserved: number;
+      readonly tpm: number;
+    };
 
 /**
  * Largest real token count a lease accepts when settling (2^24, above any context window):
@@ -102,7 +113,9 @@ class Lease implements KeyLease {
     this.#settled = true;
     const s = this.state;
     refill(s, this.key, this.clock.now());
-    s.tokens = Math.max(-tpm, Math.min(tpm, s.tokens + this.charged - tokens));
+    // No floor: a request far over its estimate (a stream without an output limit) leaves the
+    // key as deep in debt as it ran over; MAX_SETTLED_TOKENS bounds what one answer can claim.
+    s.tokens = Math.min(tpm, s.tokens + this.charged - tokens);
   }
 }
 
@@ -144,9 +157,12 @@ export function createKeyLimiter(options: KeyLimiterOptions = {}): KeyLimiter {
           retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)),
         };
       }
-      // A request bigger than the whole per-minute budget is charged the whole budget, so it
-      // can pass once the bucket is full instead of never.
-      const cost = key.tpm === undefined ? 0 : Math.min(estimatedTokens, key.tpm);
+      // A request bigger than the whole per-minute budget could never be paid for within the
+      // limit; admitting it on a full bucket would let one request spend many minutes' worth.
+      if (key.tpm !== undefined && estimatedTokens > key.tpm) {
+        return { ok: false, reason: "tpm", reserved: estimatedTokens, tpm: key.tpm };
+      }
+      const cost = key.tpm === undefined ? 0 : estimatedTokens;
       if (key.tpm !== undefined && s.tokens < cost) {
         const waitMs = ((cost - s.tokens) * MINUTE_MS) / Math.max(key.tpm, 1e-9);
         return {

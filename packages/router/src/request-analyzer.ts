@@ -167,24 +167,28 @@ function placed(a: BodyAnalysis, mode: "inline" | "pool"): RequestAnalysis {
       ? { ok: false, reason: a.reason, message: a.message, mode }
       : { ok: false, reason: a.reason, message: a.message, param: a.param, mode };
   }
-  return a.maxTokens === undefined
-    ? {
-        ok: true,
-        model: a.model,
-        stream: a.stream,
-        estimatedTokens: a.estimatedTokens,
-        chain: a.chain,
-        mode,
-      }
-    : {
-        ok: true,
-        model: a.model,
-        stream: a.stream,
-        maxTokens: a.maxTokens,
-        estimatedTokens: a.estimatedTokens,
-        chain: a.chain,
-        mode,
-      };
+  if (a.choices === undefined) {
+    return a.maxTokens === undefined
+      ? {
+          ok: true,
+          model: a.model,
+          stream: a.stream,
+          estimatedTokens: a.estimatedTokens,
+          chain: a.chain,
+          mode,
+        }
+      : {
+          ok: true,
+          model: a.model,
+          stream: a.stream,
+          maxTokens: a.maxTokens,
+          estimatedTokens: a.estimatedTokens,
+          chain: a.chain,
+          mode,
+        };
+  }
+  // Several choices (`n`/`best_of` > 1) are rare enough for the spread.
+  return { ...a, mode };
 }
 
 function defaultWorkerUrl(): URL {

@@ -23,6 +23,8 @@ export function usageTail(
 
 function latin1(bytes: Uint8Array, from: number): string {
   const start = Math.max(0, from);
+  // The router's chunks are Buffers already: decode in place, with no view object per answer.
+  if (Buffer.isBuffer(bytes)) return bytes.toString("latin1", start);
   return Buffer.from(bytes.buffer, bytes.byteOffset + start, bytes.length - start).toString(
     "latin1",
   );
