@@ -31,7 +31,7 @@ export function createClusterRouteTable(cluster: Cluster): RouteTable {
       state: "ready",
       capacity: r.capacity,
       load: r.load,
-      ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
+      ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey, authorization: `Bearer ${r.apiKey}` }),
     }));
     return { deployment, policy, replicas, loading: cluster.hasLoadingReplicas(model) };
   };

@@ -15,6 +15,11 @@ export interface FakeEngineOptions {
   readonly dieAfterChunks?: number;
   /** When set, each request waits for `gate.open()` before answering (streams: after the first chunk). */
   readonly gated?: boolean;
+  /**
+   * The engine's key: a request without `Authorization: Bearer <apiKey>` is answered 401, as a
+   * real engine started with `--api-key` does.
+   */
+  readonly apiKey?: string;
 }
 
 export interface ReceivedRequest {
@@ -64,6 +69,16 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       finished: false,
     };
     received.push(rec);
+    if (options.apiKey !== undefined && rec.authorization !== `Bearer ${options.apiKey}`) {
+      const json = JSON.stringify({ error: { message: "Invalid API key", type: "auth_error" } });
+      res.writeHead(401, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(json),
+      });
+      res.end(json);
+      rec.finished = true;
+      return;
+    }
     const out: Buffer[] = [];
     written.push(out);
     res.on("close", () => {

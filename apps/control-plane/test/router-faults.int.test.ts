@@ -34,7 +34,7 @@ afterEach(async () => {
 
 async function engine(
   name: string,
-  options: { gated?: boolean; dieAfterChunks?: number; chunks?: number } = {},
+  options: { gated?: boolean; dieAfterChunks?: number; chunks?: number; apiKey?: string } = {},
 ) {
   const e = await startFakeEngine({ name, ...options });
   cleanups.push(() => e.close());
@@ -77,6 +77,43 @@ function send(router: RunningRouterServer, content: string, extra: Record<string
 }
 
 describe("router faults", () => {
+  it("tries a replica whose engine refused the router's key (a restart) again elsewhere", async () => {
+    // `stale` restarted with a new key; its route still carries the old one until a heartbeat.
+    const stale = await engine("stale", { apiKey: "sk-new" });
+    const fresh = await engine("fresh", { apiKey: "sk-fresh" });
+    const { router, metrics } = await routerFor(
+      [
+        { ...ready("stale", stale.url), apiKey: "sk-old" },
+        { ...ready("fresh", fresh.url), apiKey: "sk-fresh" },
+      ],
+      {},
+      "round-robin",
+    );
+    for (let i = 0; i < 6; i++) {
+      const response = await send(router, `hello ${i}`);
+      expect(response.status).toBe(200);
+      expect(response.headers.get("x-llmgw-replica")).toBe("fresh");
+      await response.text();
+    }
+    expect(stale.received.length).toBeGreaterThan(0);
+    expect(fresh.received.length).toBe(6);
+    expect(metrics.of("upstreamError")).toContainEqual(["m", "stale", "key_refused"]);
+  });
+
+  it("answers 503, not the engine's 401, when the only replica refused the router's key", async () => {
+    const stale = await engine("stale", { apiKey: "sk-new" });
+    const { router } = await routerFor([{ ...ready("stale", stale.url), apiKey: "sk-old" }]);
+    const response = await send(router, "hello");
+    expect(response.status).toBe(503);
+    expect(response.headers.get("retry-after")).toBe("1");
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("upstream_key_refused");
+    expect(body.error.message).toBe(
+      "replica stale refused the router's engine key; it restarted and its new key has not arrived yet",
+    );
+    expect(stale.received).toHaveLength(1);
+  });
+
   it("retries a refused connection once on the next replica and opens the circuit", async () => {
     const live = await engine("live");
     const deadPort = await refusedPort();

@@ -18,12 +18,13 @@ afterEach(async () => {
 async function setup(
   outputTokens: number,
   tpm: number,
+  timeScale = 200,
 ): Promise<{ router: RunningRouterServer; engine: RunningEngineSim }> {
   const engine = await startEngineSim({
     model: MODEL,
     port: 0,
     warmupSeconds: 0,
-    timeScale: 200,
+    timeScale,
     minOutputTokens: outputTokens,
     maxOutputTokens: outputTokens,
   });
@@ -112,5 +113,77 @@ describe("router: tpm limits settle to the engine's real usage", () => {
     const statuses: number[] = [];
     for (let i = 0; i < 4; i++) statuses.push((await chat(router, {})).status);
     expect(statuses).toEqual([200, 200, 200, 429]);
+  });
+
+  it("charges a client that leaves mid-stream for the events it was sent", async () => {
+    // 3 ms a token: the 2,000-token stream is still running when the client leaves after 400
+    // events. Settled on the reservation alone (257), the key would keep 743 of 1,000 and admit
+    // the 701-token request after it; charged for the ~400 events, it has ~600 left.
+    const { router } = await setup(2000, 1000, 4);
+    const abort = new AbortController();
+    const response = await fetch(`${router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer sk-tpm", "content-type": "application/json" },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: "user", content: "hi" }],
+        stream: true,
+      }),
+      signal: abort.signal,
+    });
+    expect(response.status).toBe(200);
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    while ((text.match(/\n\n/g)?.length ?? 0) < 400) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the stream ended before the client meant to leave");
+      text += decoder.decode(value, { stream: true });
+    }
+    expect(text).not.toContain("[DONE]");
+    abort.abort();
+    await reader.cancel().catch(() => {});
+    // The router settles once it sees the client gone: wait for that, never a fixed sleep.
+    const deadline = Date.now() + 5_000;
+    let status = 200;
+    while (Date.now() < deadline) {
+      status = (await chat(router, { max_tokens: 700 })).status;
+      if (status === 429) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(status).toBe(429);
+  });
+
+  it("refuses outright, with no Retry-After, a request that reserves more than the whole tpm", async () => {
+    const { router } = await setup(10, 100);
+    const response = await fetch(`${router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer sk-tpm", "content-type": "application/json" },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: "user", content: "hi" }],
+        max_completion_tokens: 100_000,
+      }),
+    });
+    expect(response.status).toBe(429);
+    expect(response.headers.get("retry-after")).toBeNull();
+    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("tokens_rate_limit_exceeded");
+    expect(body.error.message).toMatch(
+      /^request reserves 100002 tokens, more than API key metered's tpm of 100; lower max_tokens/,
+    );
+    // A request that fits is still admitted: the refusal charged nothing.
+    expect((await chat(router, { max_tokens: 50 })).status).toBe(200);
+  });
+
+  it("reserves the output limit once for each of n choices", async () => {
+    // 2 + 4 × 300 = 1,202 > 1,000: refused, where one choice's 301 would pass.
+    const { router } = await setup(10, 1000);
+    const refused = await chat(router, { max_tokens: 300, n: 4 });
+    expect(refused.status).toBe(429);
+    expect(JSON.parse(refused.body).error.message).toMatch(/^request reserves 1202 tokens/);
+    // 902 fits: admitted and sent on (engine-sim itself refuses n > 1 with a 400).
+    const fits = await chat(router, { max_tokens: 300, n: 3 });
+    expect(fits.status).not.toBe(429);
   });
 });

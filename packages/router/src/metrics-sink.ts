@@ -26,7 +26,9 @@ export type UpstreamErrorKind =
   | "timeout"
   | "reset_before_response"
   | "reset_mid_body"
-  | "status_5xx";
+  | "status_5xx"
+  /** The engine answered 401 to the router's engine key (it restarted with a new one). */
+  | "key_refused";
 
 /** One routing decision. */
 export interface DecisionEvent {

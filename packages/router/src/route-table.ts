@@ -37,6 +37,11 @@ export interface ReplicaRoute {
    * the client's own key, which the router checks and keeps). Undefined: the engine takes none.
    */
   readonly apiKey?: string;
+  /**
+   * `Bearer ${apiKey}`, precomputed where routes are projected (once per table version) so the
+   * hot path builds no header string per request. When absent the router derives it.
+   */
+  readonly authorization?: string;
 }
 
 /** What {@link RouteTable.resolve} returns for a served model name. */

@@ -370,6 +370,14 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     signal!: ClientGone;
     /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
     upstreamMayBeReading = false;
+    /**
+     * Whether attempts count a stream's events: only where they can settle the key (a tpm key
+     * and no output limit, so the reservation is the flat default). Otherwise the reservation
+     * already bounds the answer, and counting would be one more pass over every byte.
+     */
+    countEvents = false;
+    /** Whether every attempt so far was refused for the router's engine key. */
+    #keyRefusedOnly = true;
     /** Replicas that failed before answering. */
     #tried: Set<string> | undefined;
     /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
@@ -454,6 +462,16 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
         }
         const limit = limiter.acquire(key, analysis.estimatedTokens);
+        if (!limit.ok && limit.retryAfterSeconds === undefined) {
+          // No Retry-After: no wait would ever admit it.
+          throw new RejectedError(
+            "tpm",
+            `request reserves ${limit.reserved} tokens, more than API key ${key.name}'s tpm of ${limit.tpm}; lower max_tokens / max_completion_tokens (or n / best_of)`,
+            undefined,
+            undefined,
+            key.name,
+          );
+        }
         if (!limit.ok) {
           throw new RejectedError(
             limit.reason,
@@ -464,6 +482,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           );
         }
         this.#lease = limit;
+        this.countEvents = key.tpm !== undefined && analysis.maxTokens === undefined;
         metrics.inFlight(model, 1);
         const signal = new ClientGone();
         this.signal = signal;
@@ -536,6 +555,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         const tried = this.#tried ?? new Set<string>();
         this.#tried = tried;
         tried.add(replicaId);
+        if (!result.keyRefused) this.#keyRefusedOnly = false;
         if (!result.retryable) {
           sendError(
             this.res,
@@ -560,12 +580,22 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
           });
           return;
         }
-        sendError(
-          this.res,
-          FAILURE_HTTP.upstreamUnavailable,
-          `no replica of model ${this.model} could be reached: ${result.message}`,
-          { requestId: this.requestId },
-        );
+        if (this.#keyRefusedOnly) {
+          // The key arrives with the replica's next heartbeat: worth retrying shortly.
+          sendError(
+            this.res,
+            FAILURE_HTTP.engineKeyRefused,
+            tried.size === 1 ? result.message : `every replica tried: ${result.message}`,
+            { requestId: this.requestId, retryAfterSeconds: 1 },
+          );
+        } else {
+          sendError(
+            this.res,
+            FAILURE_HTTP.upstreamUnavailable,
+            `no replica of model ${this.model} could be reached: ${result.message}`,
+            { requestId: this.requestId },
+          );
+        }
         this.finish();
       } catch (error) {
         this.fail(error);
@@ -578,6 +608,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
      * settled with its events as a lower bound of what it generated (less the role-only first
      * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
      * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
+     * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
+     * for what it was sent.
      */
     settleUsage(tail: string, sseEvents: number): void {
       const prompt = readUsageCount(tail, "prompt_tokens");
@@ -593,9 +625,12 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         lease.settle(prompt + (completion ?? 0));
         return;
       }
-      const { estimatedTokens, maxTokens } = this.analysis;
+      const { estimatedTokens, maxTokens, choices } = this.analysis;
       const floor =
-        estimatedTokens - (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) + sseEvents - 2;
+        estimatedTokens -
+        (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1) +
+        sseEvents -
+        2;
       if (floor > estimatedTokens) lease.settle(floor);
     }
 
@@ -652,6 +687,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         readonly retryable: boolean;
         readonly timeout: boolean;
         readonly message: string;
+        /** The engine answered 401 to the router's engine key (see `Attempt.onHeaders`). */
+        readonly keyRefused?: boolean;
       };
 
   /**
@@ -672,6 +709,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     #onDrain: (() => void) | undefined;
     #onClientGone: (() => void) | undefined;
     #responding = false;
+    /** The engine answered 401: its body is dropped and the request tried elsewhere. */
+    #keyRefused = false;
     #sse = false;
     /** Server-sent events relayed, and whether the last chunk ended in `\n`. */
     #events = 0;
@@ -723,7 +762,11 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       const accept = x.req.headers.accept;
       if (accept !== undefined) headers.accept = accept;
       // The replica's own engine key; the client's Authorization (its llmgw key) never leaves.
-      if (replica.apiKey !== undefined) headers.authorization = `Bearer ${replica.apiKey}`;
+      // Projected routes carry the header precomputed; a hand-built route may give the key only.
+      const authorization =
+        replica.authorization ??
+        (replica.apiKey === undefined ? undefined : `Bearer ${replica.apiKey}`);
+      if (authorization !== undefined) headers.authorization = authorization;
       pool.dispatch(
         {
           path,
@@ -743,6 +786,22 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
     onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
       const x = this.#x;
       this.#resume = resumeUpstream;
+      if (status === 401) {
+        // The router, not the client, authenticates to engines: a 401 means the engine holds a
+        // key the router has not learnt yet (it restarted; the key comes with the next
+        // heartbeat). Nothing went to the client, so this is a refusal to try elsewhere.
+        this.#keyRefused = true;
+        this.#verdict = "failure";
+        x.upstreamMayBeReading = true;
+        metrics.upstreamError(x.model, this.#replicaId, "key_refused");
+        log({
+          event: "upstream_error",
+          replica: this.#replicaId,
+          kind: "key_refused",
+          requestId: x.requestId,
+        });
+        return true; // its body is read and dropped, keeping the connection
+      }
       this.#responding = true;
       this.#firstByteMs = performance.now() - this.#sentAt;
       this.#verdict = status >= 500 ? "failure" : "success";
@@ -772,7 +831,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
 
     onData(chunk: Buffer): boolean {
       const x = this.#x;
-      if (x.signal.aborted) return true;
+      if (x.signal.aborted || this.#keyRefused) return true;
       const now = performance.now();
       if (this.#last === 0) metrics.firstByte(x.model, (now - x.started) / 1000);
       else metrics.interChunk(x.model, (now - this.#last) / 1000);
@@ -780,7 +839,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       this.#sent += chunk.length;
       this.#previous = this.#latest;
       this.#latest = chunk;
-      if (this.#sse) {
+      if (this.#sse && x.countEvents) {
         this.#events += countEventEnds(chunk, this.#endedInNewline);
         this.#endedInNewline = chunk[chunk.length - 1] === 0x0a;
       }
@@ -805,6 +864,10 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
         this.#clientGone();
         return;
       }
+      if (this.#keyRefused) {
+        this.#settle(this.#refusal());
+        return;
+      }
       metrics.bytes(x.model, x.endpoint, "out", this.#sent);
       if (this.#whole === undefined) x.res.end();
       else x.res.end(this.#whole);
@@ -816,6 +879,11 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       const x = this.#x;
       if (x.signal.aborted) {
         this.#clientGone();
+        return;
+      }
+      if (this.#keyRefused) {
+        // Failed while its 401 body was dropped: still a refusal, still nothing sent.
+        this.#settle(this.#refusal());
         return;
       }
       const replicaId = this.#replicaId;
@@ -856,12 +924,26 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       } else {
         x.res.destroy();
       }
+      x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
       this.#settle({ kind: "done" });
+    }
+
+    #refusal(): AttemptResult {
+      return {
+        kind: "failed",
+        retryable: true,
+        timeout: false,
+        keyRefused: true,
+        message: `replica ${this.#replicaId} refused the router's engine key; it restarted and its new key has not arrived yet`,
+      };
     }
 
     #clientGone(): void {
       metrics.clientDisconnect(this.#x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
       this.#verdict = "abandoned";
+      // What was relayed before the client left is paid for (no-op when nothing was).
+      if (this.#responding)
+        this.#x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
       this.#settle({ kind: "done" });
     }
 

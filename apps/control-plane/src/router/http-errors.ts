@@ -35,6 +35,8 @@ export const FAILURE_HTTP = {
   notFound: { status: 404, type: "invalid_request_error", code: "unknown_url" },
   methodNotAllowed: { status: 405, type: "invalid_request_error", code: "method_not_allowed" },
   upstreamUnavailable: { status: 502, type: "upstream_error", code: "upstream_unavailable" },
+  /** Every replica tried refused the router's engine key (a restart whose key is not here yet). */
+  engineKeyRefused: { status: 503, type: "upstream_error", code: "upstream_key_refused" },
   upstreamTimeout: { status: 504, type: "upstream_error", code: "upstream_timeout" },
   internal: { status: 500, type: "internal_error", code: "internal_error" },
 } as const satisfies Record<string, HttpErrorSpec>;

@@ -25,6 +25,8 @@ const UPSTREAM_KIND: Readonly<Record<UpstreamErrorKind, PromUpstreamErrorKind>> 
   reset_before_response: "reset",
   reset_mid_body: "stream_aborted",
   status_5xx: "http_5xx",
+  // No family value of its own yet: a refused engine key is a broken router↔engine contract.
+  key_refused: "protocol",
 };
 
 const ADMISSION: Partial<Record<RejectionReason, AdmissionRejectReason>> = {
