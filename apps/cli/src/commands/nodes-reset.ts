@@ -10,8 +10,9 @@ An agent re-registering as a node the control plane still holds must prove the n
 credential (saved in its state dir): the join token alone never takes over another node.
 When that credential is lost (a restored or copied state dir, a reinstalled host) the agent
 is refused with LLMGW_CONTROL_PLANE_NODE_ID_TAKEN and keeps retrying. This command lets the
-next Register naming NODE take it with the join token alone, once, keeping its placements.
-The node keeps working with its current credential until then.
+next Register naming NODE within 15 minutes take it with the join token alone, once,
+keeping its placements; unused, the reset lapses. The node keeps working with its current
+credential until then.
 NODE is a node id or hostname (see 'llmgw nodes').
 
 Options:
