@@ -1,4 +1,4 @@
-import { replicaStateName } from "@llmgw/control-plane/client";
+import { escapeOutsideText, replicaStateName } from "@llmgw/control-plane/client";
 import type { DeploymentStatus, Event, Node, Replica } from "@llmgw/proto";
 import { NodeState } from "@llmgw/proto";
 import { formatDuration } from "./table.js";
@@ -76,5 +76,5 @@ export function deploymentRow(d: DeploymentStatus): string[] {
 /** "2026-11-30T04:20:08Z warning node.unreachable node-a-1f2e3d: …". */
 export function eventLine(e: Event): string {
   const at = new Date(Number(e.atUnixMs)).toISOString().replace(/\.\d{3}Z$/, "Z");
-  return `${at} ${e.severity.padEnd(7)} ${e.kind} ${e.subject}: ${e.message}`;
+  return `${at} ${e.severity.padEnd(7)} ${e.kind} ${escapeOutsideText(e.subject)}: ${escapeOutsideText(e.message)}`;
 }

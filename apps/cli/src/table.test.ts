@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { formatDuration, renderTable } from "./table.js";
+import { formatDuration, renderTable, terminalText } from "./table.js";
 
 describe("renderTable", () => {
   it("pads every column but the last", () => {
@@ -15,6 +15,19 @@ describe("renderTable", () => {
   });
   it("prints only the header for no rows", () => {
     expect(renderTable(["A", "B"], [])).toBe("A  B\n");
+  });
+  it("escapes what an agent could put in a cell to forge lines or drive the terminal", () => {
+    expect(
+      renderTable(["NODE", "HOST"], [["n1", "gpu1\n[fake] node-x ready \u001b[2J\u2028"]]),
+    ).toBe("NODE  HOST\nn1    gpu1\\n[fake] node-x ready \\u001b[2J\\u2028\n");
+  });
+});
+
+describe("terminalText", () => {
+  it("keeps the lines of a log tail but escapes the controls inside each", () => {
+    expect(terminalText("loading\r\u001b[31mOOM\u0007\nexit 1")).toBe(
+      "loading\\r\\u001b[31mOOM\\u0007\nexit 1",
+    );
   });
 });
 

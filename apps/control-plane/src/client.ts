@@ -7,6 +7,7 @@ export {
   deploymentSpecFromProto,
   deploymentSpecToProto,
 } from "./convert/deployment.js";
+export { escapeOutsideText } from "./domain/outside-text.js";
 export { aggregateReplicaState, joinHostPort, replicaStateName } from "./domain/replica-state.js";
 export { readToken, type TokenKind } from "./domain/tokens.js";
 export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";

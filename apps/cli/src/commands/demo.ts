@@ -23,7 +23,7 @@ import {
 import { adminContext } from "../admin-client.js";
 import { type CliIo, type Command, parseCommandArgs } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
-import { formatDuration } from "../table.js";
+import { formatDuration, terminalText } from "../table.js";
 import { LLMGW_VERSION } from "../version.js";
 import { selfCommand } from "./agent.js";
 import { parseDurationMs } from "./control-plane.js";
@@ -100,7 +100,9 @@ async function waitReady(
       if (failed) {
         const rank = failed.ranks.find((k) => k.status?.state === ReplicaState.FAILED);
         step.fail(
-          `${failed.replicaId} failed: ${rank?.status?.message ?? "unknown"}\n${(rank?.status?.logTail ?? []).slice(-10).join("\n")}`,
+          terminalText(
+            `${failed.replicaId} failed: ${rank?.status?.message ?? "unknown"}\n${(rank?.status?.logTail ?? []).slice(-10).join("\n")}`,
+          ),
         );
         return false;
       }

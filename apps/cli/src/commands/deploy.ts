@@ -14,7 +14,7 @@ import {
 } from "../admin-client.js";
 import { replicaPlacement } from "../cluster-format.js";
 import { type CliIo, type Command, parseCommandArgs, UsageError } from "../command.js";
-import { formatDuration } from "../table.js";
+import { formatDuration, terminalText } from "../table.js";
 
 const USAGE = `Usage: llmgw deploy NAME --model M --engine E [options]
        llmgw deploy -f spec.yaml|spec.json [NAME] [options]
@@ -154,7 +154,8 @@ async function waitForRollout(
   const lastLoadingLine = new Map<string, number>();
   let shownReasons = "";
   let last: DeploymentStatus | undefined;
-  const out = (line: string) => io.stderr.write(`${line}\n`);
+  // Everything printed here carries cluster text (reasons, status messages, log tails).
+  const out = (line: string) => io.stderr.write(`${terminalText(line)}\n`);
   for (;;) {
     if (io.signal.aborted) {
       out("interrupted; the deployment keeps rolling out");
