@@ -18,6 +18,7 @@ export const commands: Record<string, () => Promise<Command>> = {
   replicas: async () => (await import("./commands/replicas.js")).command,
   nodes: async () => (await import("./commands/nodes.js")).command,
   "nodes reset": async () => (await import("./commands/nodes-reset.js")).command,
+  "nodes revoke": async () => (await import("./commands/nodes-revoke.js")).command,
   status: async () => (await import("./commands/status.js")).command,
   scale: async () => (await import("./commands/scale.js")).command,
   undeploy: async () => (await import("./commands/undeploy.js")).command,

@@ -8,6 +8,7 @@ import { simulateInventory } from "@llmgw/discovery";
 import { afterEach, describe, expect, it } from "vitest";
 import type { CliIo } from "../src/command.js";
 import { command } from "../src/commands/nodes-reset.js";
+import { command as revoke } from "../src/commands/nodes-revoke.js";
 
 const cleanups: (() => Promise<unknown> | undefined)[] = [];
 afterEach(async () => {
@@ -59,5 +60,34 @@ describe("llmgw nodes reset", () => {
     agent.credential = undefined;
     expect(await agent.register()).toBe(id);
     await agent.heartbeat();
+  });
+});
+
+describe("llmgw nodes revoke", () => {
+  it("revokes a node by hostname: its heartbeat is refused and it must join again", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-cli-revoke-"));
+    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+    const cp = await startControlPlane({
+      dataDir: dir,
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+    });
+    cleanups.push(() => cp.close());
+    const agent = new FakeAgent({
+      controlUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      inventory: inventoryToProto(
+        simulateInventory("1xh100-80g", { hostname: "node-b", addresses: ["127.0.0.1"] }),
+      ),
+    });
+    const id = await agent.register();
+    const { io, out } = captureIo(cp);
+    expect(await revoke.run(["node-b"], io)).toBe(0);
+    expect(out.join("")).toBe(
+      `revoked node-b (${id}): its replicas move elsewhere; its agent must join again\n`,
+    );
+    const refused = await agent.heartbeat().catch((e: unknown) => e);
+    expect(ConnectError.from(refused).code).toBe(Code.Unauthenticated);
+    expect(ConnectError.from(refused).rawMessage).toContain("revoked");
   });
 });

@@ -407,7 +407,7 @@ describe("Cluster", () => {
         expect.objectContaining({
           code: "LLMGW_CONTROL_PLANE_NODE_LIMIT",
           message:
-            "this control plane holds its most nodes (2); revoke nodes that are gone (ClusterService.RevokeNode) or raise --max-nodes",
+            "this control plane holds its most nodes (2); revoke nodes that are gone (llmgw nodes revoke NODE) or raise --max-nodes",
         }),
       );
     }

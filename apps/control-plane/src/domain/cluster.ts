@@ -414,7 +414,7 @@ export class Cluster {
     if (this.#nodes.size < max) return;
     throw new ControlPlaneError(
       "LLMGW_CONTROL_PLANE_NODE_LIMIT",
-      `this control plane holds its most nodes (${max}); revoke nodes that are gone (ClusterService.RevokeNode) or raise --max-nodes`,
+      `this control plane holds its most nodes (${max}); revoke nodes that are gone (llmgw nodes revoke NODE) or raise --max-nodes`,
     );
   }
 
