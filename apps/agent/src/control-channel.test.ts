@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+import { Code, ConnectError, createRouterTransport, type Transport } from "@connectrpc/connect";
 import {
   AgentService,
   HeartbeatResponseSchema,
@@ -21,6 +21,21 @@ afterEach(async () => {
 
 const URL = "http://control-plane.test";
 const TAKEN = `node n1 is registered; re-joining it needs its node credential, or an operator's \`llmgw nodes reset n1\``;
+
+/** Options with fast, deterministic backoff (20 ms doubling to 80 ms, no jitter). */
+function channelOptions(stateDir: string, transport: Transport) {
+  return {
+    controlPlaneUrl: URL,
+    joinToken: "join",
+    stateDir,
+    advertiseAddress: "10.0.0.1",
+    initialBackoffMs: 20,
+    maxBackoffMs: 80,
+    callTimeoutMs: 1_000,
+    transport,
+    random: () => 0.5,
+  };
+}
 
 /**
  * An AgentService that, like the control plane, holds node n1 with a credential the agent
@@ -58,27 +73,14 @@ describe("ControlChannel", () => {
     const { state, transport } = heldNodeService();
     const states: [ChannelState, string][] = [];
     let applied = 0;
-    const channel = new ControlChannel(
-      {
-        controlPlaneUrl: URL,
-        joinToken: "join",
-        stateDir,
-        advertiseAddress: "10.0.0.1",
-        initialBackoffMs: 20,
-        maxBackoffMs: 80,
-        callTimeoutMs: 1_000,
-        transport,
-        random: () => 0.5,
+    const channel = new ControlChannel(channelOptions(stateDir, transport), {
+      inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
+      snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
+      applyDesired: async () => {
+        applied++;
       },
-      {
-        inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
-        snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
-        applyDesired: async () => {
-          applied++;
-        },
-        onState: (s, detail) => states.push([s, detail]),
-      },
-    );
+      onState: (s, detail) => states.push([s, detail]),
+    });
     const abort = new AbortController();
     const running = channel.run(abort.signal);
     try {
@@ -143,25 +145,12 @@ describe("ControlChannel", () => {
       });
     });
     const details: string[] = [];
-    const channel = new ControlChannel(
-      {
-        controlPlaneUrl: URL,
-        joinToken: "join",
-        stateDir,
-        advertiseAddress: "10.0.0.1",
-        initialBackoffMs: 20,
-        maxBackoffMs: 80,
-        callTimeoutMs: 1_000,
-        transport,
-        random: () => 0.5,
-      },
-      {
-        inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
-        snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
-        applyDesired: async () => {},
-        onState: (_s, detail) => details.push(detail),
-      },
-    );
+    const channel = new ControlChannel(channelOptions(stateDir, transport), {
+      inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
+      snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
+      applyDesired: async () => {},
+      onState: (_s, detail) => details.push(detail),
+    });
     const abort = new AbortController();
     const running = channel.run(abort.signal);
     try {

@@ -5,12 +5,17 @@ import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "./admin-
 import { nodeStateText } from "./cluster-format.js";
 import { type Command, parseCommandArgs, UsageError } from "./command.js";
 
-/** Builds `llmgw cordon|uncordon|drain NODE`: one RPC on a node by id or hostname. */
+/**
+ * Builds `llmgw cordon|uncordon|drain|nodes reset|nodes revoke NODE`: one RPC on a node by id
+ * or hostname. `call` returns the node as it now is (or was, for a revoked one); `done`
+ * words the outcome for humans (default: the node's state).
+ */
 export function nodeActionCommand(
   name: string,
   summary: string,
   explain: string,
   call: (client: Client<typeof ClusterService>, node: string) => Promise<Node | undefined>,
+  done: (node: Node | undefined) => string = (node) => (node ? nodeStateText(node) : name),
 ): Command {
   return {
     name,
@@ -26,7 +31,7 @@ export function nodeActionCommand(
           io.stdout.write(`${JSON.stringify(node ? toJson(NodeSchema, node) : {}, null, 2)}\n`);
         else
           io.stdout.write(
-            `${node?.hostname ?? positionals[0]} (${node?.nodeId ?? ""}): ${node ? nodeStateText(node) : name}\n`,
+            `${node?.hostname ?? positionals[0]} (${node?.nodeId ?? ""}): ${done(node)}\n`,
           );
         return 0;
       });

@@ -29,23 +29,29 @@ function captureIo(cp: ControlPlane): { io: CliIo; out: string[] } {
   };
 }
 
+/** A real control plane on loopback and a fake agent (not yet registered) for `hostname`. */
+async function controlPlaneWithAgent(hostname: string) {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-cli-nodes-"));
+  cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+  const cp = await startControlPlane({
+    dataDir: dir,
+    listen: "127.0.0.1:0",
+    controlListen: "127.0.0.1:0",
+  });
+  cleanups.push(() => cp.close());
+  const agent = new FakeAgent({
+    controlUrl: cp.controlUrl,
+    joinToken: cp.joinToken,
+    inventory: inventoryToProto(
+      simulateInventory("1xh100-80g", { hostname, addresses: ["127.0.0.1"] }),
+    ),
+  });
+  return { cp, agent };
+}
+
 describe("llmgw nodes reset", () => {
   it("lets an agent that lost its credential take its node back, once", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-cli-reset-"));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const cp = await startControlPlane({
-      dataDir: dir,
-      listen: "127.0.0.1:0",
-      controlListen: "127.0.0.1:0",
-    });
-    cleanups.push(() => cp.close());
-    const agent = new FakeAgent({
-      controlUrl: cp.controlUrl,
-      joinToken: cp.joinToken,
-      inventory: inventoryToProto(
-        simulateInventory("1xh100-80g", { hostname: "node-a", addresses: ["127.0.0.1"] }),
-      ),
-    });
+    const { cp, agent } = await controlPlaneWithAgent("node-a");
     const id = await agent.register();
     // The agent's state dir was restored from an old backup: right id, stale credential.
     agent.credential = "llmgw-node-stale";
@@ -55,7 +61,7 @@ describe("llmgw nodes reset", () => {
     const { io, out } = captureIo(cp);
     expect(await command.run(["node-a"], io)).toBe(0);
     expect(out.join("")).toBe(
-      `reset node-a (${id}): the next agent registering as it may take it with the join token alone, once\n`,
+      `node-a (${id}): the next agent registering as it may take it with the join token alone, once\n`,
     );
     agent.credential = undefined;
     expect(await agent.register()).toBe(id);
@@ -65,26 +71,12 @@ describe("llmgw nodes reset", () => {
 
 describe("llmgw nodes revoke", () => {
   it("revokes a node by hostname: its heartbeat is refused and it must join again", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-cli-revoke-"));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const cp = await startControlPlane({
-      dataDir: dir,
-      listen: "127.0.0.1:0",
-      controlListen: "127.0.0.1:0",
-    });
-    cleanups.push(() => cp.close());
-    const agent = new FakeAgent({
-      controlUrl: cp.controlUrl,
-      joinToken: cp.joinToken,
-      inventory: inventoryToProto(
-        simulateInventory("1xh100-80g", { hostname: "node-b", addresses: ["127.0.0.1"] }),
-      ),
-    });
+    const { cp, agent } = await controlPlaneWithAgent("node-b");
     const id = await agent.register();
     const { io, out } = captureIo(cp);
     expect(await revoke.run(["node-b"], io)).toBe(0);
     expect(out.join("")).toBe(
-      `revoked node-b (${id}): its replicas move elsewhere; its agent must join again\n`,
+      `node-b (${id}): revoked; its replicas move elsewhere and its agent must join again\n`,
     );
     const refused = await agent.heartbeat().catch((e: unknown) => e);
     expect(ConnectError.from(refused).code).toBe(Code.Unauthenticated);
