@@ -17,6 +17,28 @@ export { DiscoveryError, type DiscoveryErrorCode, isDiscoveryError } from "./err
 export { deriveGpuClass, deriveGpuModel } from "./gpu-class.js";
 export { collectAddresses, readAddresses, readHostFacts } from "./host.js";
 export {
+  classifyXid,
+  createXidAggregator,
+  type FallenOffBus,
+  type KernelLogRecord,
+  NVIDIA_ACTION_TO_ACTION,
+  type NvidiaXidAction,
+  type ParsedXid,
+  parseFallenOffBus,
+  parseKmsgRecord,
+  parseXid,
+  pciBusKey,
+  RECOVERY_ACTIONS,
+  UNKNOWN_XID,
+  XID_CATALOG,
+  type XidAction,
+  type XidAddResult,
+  type XidAggregator,
+  type XidAggregatorOptions,
+  type XidCatalogEntry,
+  type XidFault,
+} from "./kernel-log.js";
+export {
   buildGpu,
   classifyNvidiaSmiFailure,
   type GpuQueryContext,

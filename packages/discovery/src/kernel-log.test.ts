@@ -1,0 +1,748 @@
+import { readFileSync } from "node:fs";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  classifyXid,
+  createXidAggregator,
+  type KernelLogRecord,
+  type ParsedXid,
+  parseFallenOffBus,
+  parseKmsgRecord,
+  parseXid,
+  pciBusKey,
+  RECOVERY_ACTIONS,
+  UNKNOWN_XID,
+  XID_CATALOG,
+  type XidAction,
+} from "./kernel-log.js";
+import { normalizePciBusId } from "./nvidia-smi-parse.js";
+
+// Every line below is copied verbatim from shared/reference/health-formats.md §1.1, §1.3, §1.5
+// (sources cited there). None is invented.
+
+describe("parseKmsgRecord", () => {
+  it.each<[string, KernelLogRecord | undefined]>([
+    // §1.1 KDOC example: a record with key/value continuation lines.
+    [
+      "7,160,424069,-;pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)\n SUBSYSTEM=acpi\n DEVICE=+acpi:PNP0A03:00\n",
+      {
+        seq: 160,
+        tsUsec: 424069,
+        facility: 0,
+        level: 7,
+        message: "pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)",
+      },
+    ],
+    [
+      "6,339,5140900,-;NET: Registered protocol family 10",
+      {
+        seq: 339,
+        tsUsec: 5140900,
+        facility: 0,
+        level: 6,
+        message: "NET: Registered protocol family 10",
+      },
+    ],
+    // §1.1 GPUD pkg/kmsg/testdata/kmsg.1.log.
+    [
+      "6,3964,206764307,-;nvidia-nvswitch2: open (major=510)",
+      {
+        seq: 3964,
+        tsUsec: 206764307,
+        facility: 0,
+        level: 6,
+        message: "nvidia-nvswitch2: open (major=510)",
+      },
+    ],
+    [
+      "6,3973,227986636,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",
+      {
+        seq: 3973,
+        tsUsec: 227986636,
+        facility: 0,
+        level: 6,
+        message: "IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",
+      },
+    ],
+    // §1.1 other front-ends.
+    [
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      { tsUsec: 1843308145, message: "NVRM: The NVIDIA GPU 0000:b3:00.0" },
+    ],
+    [
+      "[Sun Feb 23 16:24:18 2025] NVRM: GPU Board Serial Number: 1650124014249",
+      { message: "NVRM: GPU Board Serial Number: 1650124014249" },
+    ],
+    [
+      "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+      {
+        facility: 0,
+        level: 4,
+        message:
+          "NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+      },
+    ],
+    [
+      "Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT",
+      { message: "mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT" },
+    ],
+    // §1.3 syslog prefix followed by dmesg's monotonic stamp; bare `kernel: `.
+    [
+      "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+      {
+        tsUsec: 219470994,
+        message:
+          "NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+      },
+    ],
+    [
+      "Dec 23 23:32:27 rescue kernel: [ 270.439207] NVRM: Xid (PCI:0000:01:00): 62, 0096(1c54) 00000000 00000000",
+      {
+        tsUsec: 270439207,
+        message: "NVRM: Xid (PCI:0000:01:00): 62, 0096(1c54) 00000000 00000000",
+      },
+    ],
+    [
+      "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+      {
+        message:
+          "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+      },
+    ],
+    // §1.3 dmesg indents the rest of a multi-line record.
+    [
+      "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+      { continuation: true, message: "NVRM: (PCI ID: 10de:26b5) installed in this system has" },
+    ],
+    // No prefix at all.
+    ["NVRM: GPU Board Serial Number: 0", { message: "NVRM: GPU Board Serial Number: 0" }],
+    ["", undefined],
+    ["   \n", undefined],
+    // A kmsg header with no text, and one whose sequence number does not fit a safe integer.
+    ["6,1,2,-;", undefined],
+    ["6,99999999999999999999,2,-;x", undefined],
+  ])("%j", (line, expected) => {
+    expect(parseKmsgRecord(line)).toEqual(expected);
+  });
+
+  it("ignores unknown header fields before ';' and decodes \\xNN escapes into one message", () => {
+    // The header/escape grammar of KDOC applied to the verbatim R570 lines (§1.1: kmsg
+    // delivers the multi-line record once, its newlines escaped).
+    const text = [
+      "NVRM: The NVIDIA GPU 0000:b3:00.0",
+      "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+      "NVRM: fallen off the bus and is not responding to commands.",
+    ].join("\\x0a");
+    const record = parseKmsgRecord(`3,42,1843308145,-,future=1;${text}`);
+    expect(record).toEqual({
+      seq: 42,
+      tsUsec: 1843308145,
+      facility: 0,
+      level: 3,
+      message: text.replaceAll("\\x0a", "\n"),
+    });
+    expect(parseKmsgRecord("6,1,2,-;a\\x5cb")?.message).toBe("a\\b");
+  });
+
+  it("reports facility 1 for a record user space wrote to /dev/kmsg", () => {
+    expect(parseKmsgRecord("12,5,6,-;NVRM: GPU Board Serial Number: 0")).toMatchObject({
+      facility: 1,
+      level: 4,
+    });
+  });
+});
+
+const xid = (fields: Partial<ParsedXid> & Pick<ParsedXid, "code" | "pciBusId" | "detail">) =>
+  ({ kind: "xid", ...fields }) as ParsedXid;
+
+// [verbatim message, expected parse (raw is checked separately)]
+const REAL_LINES: [string, Omit<ParsedXid, "raw"> | undefined][] = [
+  // §1.3, open-gpu-kernel-modules#1151.
+  ["NVRM: GPU at PCI:0000:06:00: GPU-0b6b7808-c002-f593-ac86-cd8e57757b94", undefined],
+  ["NVRM: GPU Board Serial Number: 0", undefined],
+  [
+    "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+    xid({ code: 79, pciBusId: "00000000:06:00.0", detail: "GPU has fallen off the bus." }),
+  ],
+  ["NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", undefined],
+  ["NVRM: GPU 0000:06:00.0: GPU serial number is 0.", undefined],
+  ["NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.", undefined],
+  // §1.3, NVSentinel#155.
+  ["[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0", undefined],
+  ["               NVRM: (PCI ID: 10de:26b5) installed in this system has", undefined],
+  ["               NVRM: fallen off the bus and is not responding to commands.", undefined],
+  ["[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).", undefined],
+  // §1.3, other codes.
+  [
+    "[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+    undefined,
+  ],
+  [
+    "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    xid({
+      code: 119,
+      pciBusId: "00000000:9B:00.0",
+      pid: 2024380,
+      processName: "nvidia-smi",
+      detail:
+        "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    }),
+  ],
+  [
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    xid({
+      code: 13,
+      pciBusId: "00000000:CB:00.0",
+      detail: "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    }),
+  ],
+  [
+    "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    xid({
+      code: 109,
+      pciBusId: "00000000:CB:00.0",
+      pid: 1797828,
+      processName: "pt_main_thread",
+      detail: "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    }),
+  ],
+  [
+    "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    xid({
+      code: 31,
+      pciBusId: "00000000:01:00.0",
+      pid: 13705,
+      processName: "UnrealEditor",
+      detail:
+        "channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    }),
+  ],
+  [
+    "NVRM: Xid (PCI:0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+    xid({
+      code: 31,
+      pciBusId: "00000000:01:00.0",
+      detail:
+        "Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+    }),
+  ],
+  [
+    "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+    xid({
+      code: 48,
+      pciBusId: "00000000:07:00.0",
+      detail:
+        "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+    }),
+  ],
+  [
+    "Dec  2 11:38:47 worker4 kernel: [  219.471050] NVRM: Xid (PCI:0000:07:00): 64, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: Blacklisting failed.  Page should have been blacklisted on boot(0x00000000007fffa8).",
+    xid({
+      code: 64,
+      pciBusId: "00000000:07:00.0",
+      detail:
+        "Dynamic Page Retirement: Blacklisting failed.  Page should have been blacklisted on boot(0x00000000007fffa8).",
+    }),
+  ],
+  [
+    "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.",
+    xid({
+      code: 63,
+      pciBusId: "00000000:10:1C.0",
+      pid: 1896,
+      detail: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    }),
+  ],
+  [
+    "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+    xid({
+      code: 45,
+      pciBusId: "00000000:DC:00.0",
+      pid: 1818990,
+      processName: "python3",
+      detail: "Ch 00000001 caused by previous Xid 149",
+      causedByXid: 149,
+    }),
+  ],
+  [
+    "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3",
+    xid({
+      code: 120,
+      pciBusId: "00000000:06:00.0",
+      detail:
+        "GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3",
+    }),
+  ],
+  [
+    "Dec 23 23:32:27 rescue kernel: [ 270.439207] NVRM: Xid (PCI:0000:01:00): 62, 0096(1c54) 00000000 00000000",
+    xid({ code: 62, pciBusId: "00000000:01:00.0", detail: "0096(1c54) 00000000 00000000" }),
+  ],
+  [
+    "[449410.332316] NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    xid({
+      code: 74,
+      pciBusId: "00000003:00:00.0",
+      detail: "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    }),
+  ],
+  [
+    "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+    xid({
+      code: 149,
+      pciBusId: "00000009:01:00.0",
+      detail:
+        "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+      fatal: true,
+    }),
+  ],
+  [
+    "[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+    xid({
+      code: 154,
+      pciBusId: "00000009:01:00.0",
+      detail: "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+      recoveryAction: 4,
+    }),
+  ],
+  [
+    "[171167.897562] NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
+    xid({
+      code: 154,
+      pciBusId: "00000019:01:00.0",
+      detail: "GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)",
+      recoveryAction: 1,
+    }),
+  ],
+  [
+    "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+    xid({
+      code: 145,
+      pciBusId: "00000018:01:00.0",
+      detail:
+        "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+      fatal: false,
+    }),
+  ],
+  // §1.3 Xid 94/95 format from the driver source (DRV), quotes stripped.
+  [
+    "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    xid({
+      code: 94,
+      pciBusId: "00000000:01:00.0",
+      gpuInstance: "05",
+      pid: 7194,
+      detail: "Contained: CE User Channel (0x9). RST: No, D-RST: No",
+      resetRequired: false,
+      drainAndResetRequired: false,
+    }),
+  ],
+  [
+    "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    xid({
+      code: 94,
+      pciBusId: "00000000:01:00.0",
+      pid: 7062,
+      detail: "Contained: CE User Channel (0x9). RST: No, D-RST: No",
+      resetRequired: false,
+      drainAndResetRequired: false,
+    }),
+  ],
+  [
+    "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",
+    xid({
+      code: 95,
+      pciBusId: "00000000:01:00.0",
+      pid: 7062,
+      detail: "Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",
+      resetRequired: true,
+      drainAndResetRequired: false,
+    }),
+  ],
+  // §1.1 decode front-end (Xid 13 at warn).
+  [
+    "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+    xid({
+      code: 13,
+      pciBusId: "00000000:38:00.0",
+      detail: "Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+    }),
+  ],
+  // §1.1 non-NVRM noise.
+  [
+    "Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT",
+    undefined,
+  ],
+  ["6,3964,206764307,-;nvidia-nvswitch2: open (major=510)", undefined],
+  // §1.5 SXid.
+  [
+    "[73309.599396] nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate",
+    {
+      kind: "sxid",
+      code: 20009,
+      pciBusId: "00000000:06:00.0",
+      detail: "Non-fatal, Link 04 RX Short Error Rate",
+      fatal: false,
+    },
+  ],
+  [
+    "[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error (First)",
+    {
+      kind: "sxid",
+      code: 24007,
+      pciBusId: "00000000:C3:00.0",
+      detail: "Fatal, Link 28 sourcetrack timeout error (First)",
+      fatal: true,
+    },
+  ],
+  [
+    "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+    {
+      kind: "sxid",
+      code: 20034,
+      pciBusId: "00000000:00:00.0",
+      detail: "Fatal, Link 30 LTSSM Fault Up",
+      fatal: true,
+    },
+  ],
+  [
+    "nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, SOE HALTED",
+    { kind: "sxid", code: 26006, pciBusId: "00000004:00:00.0", detail: "SOE HALTED" },
+  ],
+  [
+    "[131453.740758] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Data {0x50610002, 0x10100030}",
+    {
+      kind: "sxid",
+      code: 20034,
+      pciBusId: "00000000:A9:00.0",
+      detail: "Data {0x50610002, 0x10100030}",
+    },
+  ],
+];
+
+describe("parseXid over every real line in the reference", () => {
+  it.each(REAL_LINES)("%s", (line, expected) => {
+    // Both as given (parseXid tolerates any prefix) and after the record parser strips it.
+    const direct = parseXid(line);
+    const viaRecord = parseXid(parseKmsgRecord(line)?.message ?? "");
+    if (expected === undefined) {
+      expect(direct).toBeUndefined();
+      expect(viaRecord).toBeUndefined();
+      return;
+    }
+    expect(direct).toEqual({ ...expected, raw: line });
+    expect(viaRecord).toEqual({ ...expected, raw: parseKmsgRecord(line)!.message });
+  });
+
+  it("reads the same Xid from a kmsg record of the line (kmsg prefix `4,` for Xid 13)", () => {
+    const message =
+      "NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors";
+    const record = parseKmsgRecord(`4,1001,2000,-;${message}`)!;
+    expect(record.level).toBe(4);
+    expect(parseXid(record.message)).toMatchObject({ code: 13, pciBusId: "00000000:38:00.0" });
+  });
+
+  it("parses the old form without `PCI:` (§1.2: `Xid (0000:01:00): 31, …`)", () => {
+    // Built from the verbatim 418-driver line above with the `PCI:` removed, as §1.2 describes.
+    const line =
+      "NVRM: Xid (0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ";
+    expect(parseXid(line)).toMatchObject({ kind: "xid", code: 31, pciBusId: "00000000:01:00.0" });
+  });
+
+  it.each([
+    // §1.6: `pid=<unknown>` unquoted, and `name=` holding `:` and `[]`.
+    [
+      "NVRM: Xid (PCI:0000:cb:00): 13, pid=<unknown>, name=nvc:[driver], Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+      {
+        processName: "nvc:[driver]",
+        detail: "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+      },
+    ],
+  ])("tolerates the §1.6 field spellings: %s", (line, fields) => {
+    const parsed = parseXid(line)!;
+    expect(parsed).toMatchObject(fields);
+    expect(parsed.pid).toBeUndefined();
+  });
+});
+
+describe("parseFallenOffBus", () => {
+  it("finds the single-line message, and the R570 record once its lines are joined", () => {
+    expect(parseFallenOffBus("NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.")).toEqual({
+      pciBusId: "00000000:06:00.0",
+      raw: "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.",
+    });
+    const lines = [
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+      "               NVRM: fallen off the bus and is not responding to commands.",
+    ].map((line) => parseKmsgRecord(line)!);
+    expect(lines.map((r) => r.continuation === true)).toEqual([false, true, true]);
+    const joined = lines.map((r) => r.message).join("\n");
+    expect(parseFallenOffBus(joined)?.pciBusId).toBe("00000000:B3:00.0");
+    expect(parseFallenOffBus(lines[0]!.message)).toBeUndefined();
+    expect(parseFallenOffBus("NVRM: GPU 0000:06:00.0: GPU serial number is 0.")).toBeUndefined();
+    expect(
+      parseFallenOffBus("[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s)."),
+    ).toBeUndefined();
+  });
+});
+
+describe("pciBusKey", () => {
+  it.each([
+    ["PCI:0000:9b:00", "00000000:9B:00.0"],
+    ["0000:9b:00", "00000000:9B:00.0"],
+    ["00000000:9B:00.0", "00000000:9B:00.0"],
+    ["0000:9b:00.0", "00000000:9B:00.0"],
+    ["PCI:0009:01:00", "00000009:01:00.0"],
+    ["0000:10:1c", "00000000:10:1C.0"],
+    ["0000:c3:00.0", "00000000:C3:00.0"],
+    ["GPU-0b6b7808", undefined],
+    ["", undefined],
+  ])("%j → %j", (id, key) => {
+    expect(pciBusKey(id)).toBe(key);
+  });
+
+  it("gives the Xid line's BDF the key nvidia-smi's pci.bus_id gets from normalizePciBusId", () => {
+    const fromXid = parseXid(
+      "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    )!.pciBusId;
+    expect(fromXid).toBe(normalizePciBusId("00000000:9B:00.0"));
+    expect(pciBusKey(normalizePciBusId("00000000:9B:00.0"))).toBe(fromXid);
+  });
+});
+
+describe("XID_CATALOG and classifyXid", () => {
+  // NVIDIA's immediate action per code, reference §1.4 (and "also seen" 109, 136, 143).
+  it.each<[number, string, XidAction]>([
+    [13, "RESTART_APP", "restart-engine"],
+    [31, "RESTART_APP", "restart-engine"],
+    [43, "IGNORE", "ignore"],
+    [45, "WORKFLOW_XID_45", "restart-engine"],
+    [48, "WORKFLOW_XID_48", "reset-gpu"],
+    [61, "CONTACT_SUPPORT", "drain-node"],
+    [62, "RESET_GPU", "reset-gpu"],
+    [63, "IGNORE", "ignore"],
+    [64, "RESET_GPU", "reset-gpu"],
+    [74, "WORKFLOW_NVLINK_ERR", "reset-gpu"],
+    [79, "RESTART_BM", "reboot"],
+    [92, "IGNORE", "ignore"],
+    [94, "RESTART_APP", "restart-engine"],
+    [95, "RESET_GPU", "reset-gpu"],
+    [109, "RESET_GPU", "reset-gpu"],
+    [119, "RESET_GPU", "reset-gpu"],
+    [120, "RESET_GPU", "reset-gpu"],
+    [136, "RESET_GPU", "reset-gpu"],
+    [140, "RESET_GPU", "reset-gpu"],
+    [143, "RESET_GPU", "reset-gpu"],
+    ...[144, 145, 146, 147, 148, 149, 150].map((code): [number, string, XidAction] => [
+      code,
+      "WORKFLOW_NVLINK5_ERR",
+      "reset-gpu",
+    ]),
+    [154, "XID_154", "drain-node"],
+  ])("Xid %i: NVIDIA %s → %s", (code, nvidiaAction, action) => {
+    expect(XID_CATALOG.get(code)).toMatchObject({ nvidiaAction, action });
+    if (code !== 154) {
+      expect(classifyXid(xid({ code, pciBusId: "00000000:01:00.0", detail: "" }))).toBe(action);
+    }
+  });
+
+  it("classifies every real Xid line by its catalog entry", () => {
+    const actions = REAL_LINES.flatMap(([line]) => {
+      const parsed = parseXid(line);
+      return parsed ? [`${parsed.kind} ${parsed.code} ${classifyXid(parsed)}`] : [];
+    });
+    expect(actions).toEqual([
+      "xid 79 reboot",
+      "xid 119 reset-gpu",
+      "xid 13 restart-engine",
+      "xid 109 reset-gpu",
+      "xid 31 restart-engine",
+      "xid 31 restart-engine",
+      "xid 48 reset-gpu",
+      "xid 64 reset-gpu",
+      "xid 63 ignore",
+      "xid 45 restart-engine",
+      "xid 120 reset-gpu",
+      "xid 62 reset-gpu",
+      "xid 74 reset-gpu",
+      "xid 149 reset-gpu",
+      // Xid 154 acts on the new recovery action in the line: 0x4 Drain and Reset, 0x1 GPU reset.
+      "xid 154 reset-gpu",
+      "xid 154 reset-gpu",
+      "xid 145 reset-gpu",
+      "xid 94 restart-engine",
+      "xid 94 restart-engine",
+      "xid 95 reset-gpu",
+      "xid 13 restart-engine",
+      "sxid 20009 ignore",
+      "sxid 24007 drain-node",
+      "sxid 20034 drain-node",
+      "sxid 26006 drain-node",
+      "sxid 20034 ignore",
+    ]);
+  });
+
+  it("maps every Xid 154 recovery action value, and an unknown one conservatively", () => {
+    const at = (recoveryAction: number | undefined) =>
+      classifyXid(
+        xid({
+          code: 154,
+          pciBusId: "00000009:01:00.0",
+          detail: "",
+          ...(recoveryAction === undefined ? {} : { recoveryAction }),
+        }),
+      );
+    expect([0, 1, 2, 3, 4, 5, 6, 7].map(at)).toEqual([
+      "ignore",
+      "reset-gpu",
+      "reboot",
+      "drain-node",
+      "reset-gpu",
+      "drain-node",
+      "reset-gpu",
+      "reboot",
+    ]);
+    expect(RECOVERY_ACTIONS.size).toBe(8);
+    expect(at(9)).toBe("drain-node");
+    expect(at(undefined)).toBe("drain-node");
+  });
+
+  it("fails closed on the GPU for a code not in the catalog", () => {
+    expect(XID_CATALOG.has(160)).toBe(false);
+    expect(classifyXid(xid({ code: 160, pciBusId: "00000000:01:00.0", detail: "" }))).toBe(
+      UNKNOWN_XID.action,
+    );
+    expect(UNKNOWN_XID.action).toBe("reset-gpu");
+  });
+});
+
+describe("createXidAggregator", () => {
+  const XID_13 =
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter";
+  const XID_109 =
+    "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005";
+
+  it("folds a burst of 100 Xid 13 lines into one fault with a count", () => {
+    let now = 1_000;
+    const agg = createXidAggregator({ windowMs: 5_000, clock: () => now });
+    const opened: boolean[] = [];
+    for (let i = 0; i < 100; i++) {
+      opened.push(agg.add(parseXid(XID_13)!).opened);
+      now += 10;
+    }
+    const faults = agg.faults();
+    expect(faults).toHaveLength(1);
+    expect(faults[0]).toMatchObject({
+      key: "xid:00000000:CB:00.0:13",
+      code: 13,
+      pciBusId: "00000000:CB:00.0",
+      action: "restart-engine",
+      count: 100,
+      total: 100,
+      bursts: 1,
+      firstSeenMs: 1_000,
+      lastSeenMs: 1_990,
+    });
+    expect(opened.filter(Boolean)).toHaveLength(1);
+  });
+
+  it("keeps codes and GPUs apart, opens a new burst after a quiet window, and never expires", () => {
+    let now = 0;
+    const agg = createXidAggregator({ windowMs: 1_000, clock: () => now });
+    agg.add(parseXid(XID_13)!);
+    agg.add(parseXid(XID_109)!);
+    now = 999;
+    expect(agg.add(parseXid(XID_13)!).opened).toBe(false);
+    now = 1_999;
+    const again = agg.add(parseXid(XID_13)!);
+    expect(again.opened).toBe(true);
+    expect(again.fault).toMatchObject({ count: 1, total: 3, bursts: 2, burstStartMs: 1_999 });
+    now = 10_000_000;
+    expect(agg.faults().map((f) => `${f.code} ${f.action}`)).toEqual([
+      "13 restart-engine",
+      "109 reset-gpu",
+    ]);
+  });
+
+  it("takes each Xid 154's new action and forgets a GPU's faults only when told", () => {
+    const agg = createXidAggregator({ windowMs: 60_000, clock: () => 0 });
+    const first = REAL_LINES.find(([line]) => line.includes("to 0x4 (Drain and Reset)"))![0];
+    agg.add(parseXid(first)!, 1);
+    expect(agg.add(parseXid(first)!, 2).fault).toMatchObject({ count: 2, action: "reset-gpu" });
+    agg.add(
+      parseXid(
+        "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+      )!,
+      3,
+    );
+    agg.add(parseXid(XID_13)!, 4);
+    expect(agg.clear("0009:01:00")).toBe(2);
+    expect(agg.faults().map((f) => f.key)).toEqual(["xid:00000000:CB:00.0:13"]);
+  });
+
+  it("forgets the least recently seen fault past maxFaults", () => {
+    const agg = createXidAggregator({ maxFaults: 2, clock: () => 0 });
+    agg.add(parseXid(XID_13)!, 1);
+    agg.add(parseXid(XID_109)!, 2);
+    agg.add(parseXid(XID_13)!, 3);
+    agg.add(parseXid(REAL_LINES[2]![0])!, 4);
+    expect(agg.faults().map((f) => f.code)).toEqual([13, 79]);
+  });
+});
+
+describe("property: arbitrary input", () => {
+  const text = fc.oneof(
+    fc.string({ unit: "binary" }),
+    fc.string({ unit: "grapheme-ascii" }),
+    fc
+      .tuple(
+        fc.constantFrom("", "6,1,2,-;", "[ 1.5] ", "kernel: ", "NVRM: Xid (PCI:", "SXid ("),
+        fc.string({ unit: "grapheme-ascii" }),
+      )
+      .map(([head, tail]) => head + tail),
+    fc.uint8Array().map((bytes) => new TextDecoder().decode(bytes)),
+  );
+
+  it("parseKmsgRecord never throws and returns a well-formed record or undefined", () => {
+    fc.assert(
+      fc.property(text, (line) => {
+        const record = parseKmsgRecord(line);
+        if (record === undefined) return;
+        expect(record.message.trim()).not.toBe("");
+        for (const n of [record.seq, record.tsUsec, record.facility, record.level]) {
+          if (n !== undefined) expect(Number.isSafeInteger(n) && n >= 0).toBe(true);
+        }
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it("parseXid and parseFallenOffBus never throw and return well-formed results or undefined", () => {
+    fc.assert(
+      fc.property(text, (message) => {
+        const parsed = parseXid(message);
+        if (parsed !== undefined) {
+          expect(["xid", "sxid"]).toContain(parsed.kind);
+          expect(Number.isSafeInteger(parsed.code)).toBe(true);
+          expect(parsed.pciBusId).toMatch(/^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$/);
+          expect(typeof parsed.detail).toBe("string");
+          expect(parsed.raw).toBe(message);
+          if (parsed.pid !== undefined) expect(Number.isSafeInteger(parsed.pid)).toBe(true);
+          expect(typeof classifyXid(parsed)).toBe("string");
+        }
+        const fallen = parseFallenOffBus(message);
+        if (fallen !== undefined) expect(fallen.pciBusId).toMatch(/^[0-9A-F]{8}:/);
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+});
+
+describe("purity", () => {
+  it("kernel-log.ts and what it imports stay free of node: modules", () => {
+    for (const file of ["kernel-log.ts", "nvidia-smi-parse.ts", "problem-codes.ts", "types.ts"]) {
+      const source = readFileSync(new URL(`./${file}`, import.meta.url), "utf8");
+      expect(source, file).not.toMatch(/from "node:/);
+    }
+  });
+});
