@@ -7,6 +7,7 @@ import { createServer as createHttpServer, type RequestListener, type Server } f
 import { createServer as createHttpsServer } from "node:https";
 import type { Socket } from "node:net";
 import { ControlPlaneError } from "./errors.js";
+import { optionInt } from "./option-int.js";
 
 /** What a listener enforces on its clients (all optional; defaults below). */
 export interface HttpListenerOptions {
@@ -45,15 +46,8 @@ export interface ResolvedHttpListenerOptions {
   readonly tls: { readonly cert: Buffer | string; readonly key: Buffer | string } | undefined;
 }
 
-function int(name: string, value: number, min: number, max: number): number {
-  if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
-      `listener option ${name} must be an integer in [${min}, ${max}], got ${String(value)}`,
-    );
-  }
-  return value;
-}
+const int = (name: string, value: number, min: number, max: number): number =>
+  optionInt("listener", name, value, min, max);
 
 /** Applies defaults once; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
 export function resolveHttpListenerOptions(

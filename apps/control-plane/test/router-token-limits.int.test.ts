@@ -49,13 +49,17 @@ async function setup(
 async function chat(
   router: RunningRouterServer,
   extra: Record<string, unknown>,
-): Promise<{ status: number; body: string }> {
+): Promise<{ status: number; body: string; retryAfter: string | null }> {
   const response = await fetch(`${router.url}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: "Bearer sk-tpm", "content-type": "application/json" },
     body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], ...extra }),
   });
-  return { status: response.status, body: await response.text() };
+  return {
+    status: response.status,
+    body: await response.text(),
+    retryAfter: response.headers.get("retry-after"),
+  };
 }
 
 describe("router: tpm limits settle to the engine's real usage", () => {
@@ -156,18 +160,10 @@ describe("router: tpm limits settle to the engine's real usage", () => {
 
   it("refuses outright, with no Retry-After, a request that reserves more than the whole tpm", async () => {
     const { router } = await setup(10, 100);
-    const response = await fetch(`${router.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: "Bearer sk-tpm", "content-type": "application/json" },
-      body: JSON.stringify({
-        model: MODEL,
-        messages: [{ role: "user", content: "hi" }],
-        max_completion_tokens: 100_000,
-      }),
-    });
+    const response = await chat(router, { max_completion_tokens: 100_000 });
     expect(response.status).toBe(429);
-    expect(response.headers.get("retry-after")).toBeNull();
-    const body = (await response.json()) as { error: { code: string; message: string } };
+    expect(response.retryAfter).toBeNull();
+    const body = JSON.parse(response.body) as { error: { code: string; message: string } };
     expect(body.error.code).toBe("tokens_rate_limit_exceeded");
     expect(body.error.message).toMatch(
       /^request reserves 100002 tokens, more than API key metered's tpm of 100; lower max_tokens/,

@@ -5,7 +5,7 @@ import type {
   ReplicaPickerOptions,
   RequestAnalyzerOptions,
 } from "@llmgw/router";
-import { ControlPlaneError } from "../errors.js";
+import { optionInt } from "../option-int.js";
 
 /** User-facing router options (all optional). */
 export interface RouterServiceOptions {
@@ -53,15 +53,8 @@ export interface ResolvedRouterServiceOptions {
   readonly clock: Clock | undefined;
 }
 
-function int(name: string, value: number, min: number, max: number): number {
-  if (!Number.isInteger(value) || value < min || value > max) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
-      `router option ${name} must be an integer in [${min}, ${max}], got ${String(value)}`,
-    );
-  }
-  return value;
-}
+const int = (name: string, value: number, min: number, max: number): number =>
+  optionInt("router", name, value, min, max);
 
 /** Applies defaults; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
 export function resolveRouterServiceOptions(
