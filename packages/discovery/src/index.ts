@@ -91,14 +91,20 @@ export {
 export { EMPTY_TOPOLOGY, parseTopology, queryTopology } from "./topology.js";
 export type {
   Fabric,
+  FaultAction,
   Gpu,
   GpuAffinity,
+  GpuFault,
+  GpuHealthReadings,
   GpuLink,
   GpuNicAffinity,
+  GpuVendor,
   HostFacts,
   LinkLayer,
   NodeInventory,
   Port,
+  PortCounter,
+  PortHealth,
   Problem,
   Topology,
 } from "./types.js";

@@ -2,6 +2,7 @@
 // watcher that reads /dev/kmsg (or a `--kernel-log` file) feeds lines in and acts on the faults.
 // Formats: shared/reference/health-formats.md §1 (kmsg transport, Xid grammar, SXid, catalog).
 import { normalizePciBusId } from "./nvidia-smi-parse.js";
+import type { FaultAction } from "./types.js";
 
 /** One kernel log record, from `/dev/kmsg` or from a `dmesg`-style text line. */
 export interface KernelLogRecord {
@@ -268,7 +269,7 @@ function addXidFacts(xid: ParsedXid): void {
  * reset is observed or an operator clears it), `drain-node` (needs a person; nothing on the
  * node is trusted), `reboot` (the node must be restarted).
  */
-export type XidAction = "ignore" | "restart-engine" | "reset-gpu" | "drain-node" | "reboot";
+export type XidAction = FaultAction;
 
 /** NVIDIA's "immediate action" names from the Xid catalog (reference §1.4). */
 export type NvidiaXidAction =

@@ -38,6 +38,44 @@ export const ProblemCodes = {
   gpuMigEnabled: "LLMGW_DISCOVERY_GPU_MIG_ENABLED",
   /** Health: the GPU cannot be queried at all ("fallen off the bus"). */
   gpuLost: "LLMGW_DISCOVERY_GPU_LOST",
+
+  // Kernel log (NVRM Xid / SXid, see kernel-log.ts).
+  /** The kernel log (`/dev/kmsg` or `--kernel-log`) cannot be read: faults there are unknown, not absent. */
+  kernelLogUnreadable: "LLMGW_DISCOVERY_KERNEL_LOG_UNREADABLE",
+  /** The kernel's ring buffer overwrote records before they were read (kmsg EPIPE). */
+  kernelLogOverrun: "LLMGW_DISCOVERY_KERNEL_LOG_OVERRUN",
+  /** Health: the kernel log holds a fault whose action is reset-gpu, drain-node or reboot. */
+  gpuFault: "LLMGW_DISCOVERY_GPU_FAULT",
+
+  // More nvidia-smi health (remapped rows, retired pages, PCIe, NVLink, recovery action).
+  /** Health: a row remap is pending; the GPU needs a reset for it to take effect. */
+  gpuRowRemapPending: "LLMGW_DISCOVERY_GPU_ROW_REMAP_PENDING",
+  /** Health: a row could not be remapped (bad memory for good). */
+  gpuRowRemapFailure: "LLMGW_DISCOVERY_GPU_ROW_REMAP_FAILURE",
+  /** Health: retired pages are pending (pre-Ampere); reload the driver or reset the GPU. */
+  gpuRetiredPagesPending: "LLMGW_DISCOVERY_GPU_RETIRED_PAGES_PENDING",
+  /** Health: the PCIe link runs below its generation or width while the GPU is busy. */
+  gpuPcieDegraded: "LLMGW_DISCOVERY_GPU_PCIE_DEGRADED",
+  /** Health: one or more of the GPU's NVLinks is inactive. */
+  gpuNvlinkInactive: "LLMGW_DISCOVERY_GPU_NVLINK_INACTIVE",
+  /** Health: nvidia-smi's gpu_recovery_action is not "None". */
+  gpuRecoveryAction: "LLMGW_DISCOVERY_GPU_RECOVERY_ACTION",
+
+  // RDMA port health (sysfs counters and state over time).
+  /** A port left ACTIVE too often within the flap window. */
+  portFlapping: "LLMGW_DISCOVERY_PORT_FLAPPING",
+  /** A port's error counter rose faster than its threshold. */
+  portErrors: "LLMGW_DISCOVERY_PORT_ERRORS",
+  /** A port's error counter is at its maximum, so new errors can no longer be seen. */
+  portCounterSaturated: "LLMGW_DISCOVERY_PORT_COUNTER_SATURATED",
+
+  // AMD (amd-smi JSON, rocm-smi fallback).
+  /** amd-smi failed or printed JSON of no known shape; rocm-smi was tried next. */
+  amdSmiFailed: "LLMGW_DISCOVERY_AMD_SMI_FAILED",
+  /** rocm-smi (the fallback) failed too, or printed nothing usable. */
+  rocmSmiFailed: "LLMGW_DISCOVERY_ROCM_SMI_FAILED",
+  /** Health: AMD RAS reports uncorrectable ECC errors. */
+  gpuRasUncorrected: "LLMGW_DISCOVERY_GPU_RAS_UNCORRECTED",
 } as const;
 
 /** One of {@link ProblemCodes}' values. */

@@ -38,6 +38,69 @@ export interface Gpu {
   readonly unmanagedMemoryBytes?: number;
   /** The GPU could not be queried at all ("fallen off the bus"). */
   readonly lost: boolean;
+  /** Absent: `"nvidia"` (inventories from before AMD support). */
+  readonly vendor?: GpuVendor;
+  /** Health readings beyond the basics; absent when the tool reported none of them. */
+  readonly health?: GpuHealthReadings;
+  /** Kernel-log faults that affect this GPU (see {@link GpuFault}); absent or empty: none. */
+  readonly faults?: readonly GpuFault[];
+}
+
+export type GpuVendor = "nvidia" | "amd";
+
+/**
+ * Health readings of one GPU (mirrors `llmgw.v1.GpuHealthReadings`). Every field is optional:
+ * a driver too old to know a field leaves it undefined, never 0 or false.
+ */
+export interface GpuHealthReadings {
+  /** A row remap is pending: it takes effect at the next GPU reset. */
+  readonly remappedRowsPending?: boolean;
+  /** A row could not be remapped. */
+  readonly remappedRowsFailure?: boolean;
+  readonly remappedRowsCorrectable?: number;
+  readonly remappedRowsUncorrectable?: number;
+  readonly retiredPagesSingleBit?: number;
+  readonly retiredPagesDoubleBit?: number;
+  readonly retiredPagesPending?: boolean;
+  /** NVML clock-event-reason bitmask active now; a reading (thermal/power slowdown), not a fault. */
+  readonly clocksEventReasonsActive?: number;
+  readonly pcieLinkGenCurrent?: number;
+  readonly pcieLinkGenMax?: number;
+  readonly pcieLinkWidthCurrent?: number;
+  readonly pcieLinkWidthMax?: number;
+  readonly nvlinksTotal?: number;
+  readonly nvlinksInactive?: number;
+  /** nvidia-smi's `gpu_recovery_action`, e.g. "None", "Reset". */
+  readonly recoveryAction?: string;
+  /** AMD RAS deferred errors. */
+  readonly eccDeferredErrors?: number;
+}
+
+/** What llmgw does about a kernel-log fault, mildest first (see `classifyXid`). */
+export type FaultAction = "ignore" | "restart-engine" | "reset-gpu" | "drain-node" | "reboot";
+
+/**
+ * One hardware fault read from the kernel log, folded per (kind, device, code); mirrors
+ * `llmgw.v1.GpuFault`.
+ */
+export interface GpuFault {
+  readonly kind: "xid" | "sxid" | "fallen-off-bus";
+  /** Xid or SXid code; 79 for fallen-off-bus. */
+  readonly code: number;
+  readonly action: FaultAction;
+  /** nvidia-smi's form of the device the record names, e.g. "00000000:9B:00.0". */
+  readonly pciBusId: string;
+  /** Records folded in since the fault was first seen. */
+  readonly count: number;
+  readonly firstSeenUnixMs: number;
+  readonly lastSeenUnixMs: number;
+  /** The record that opened the fault, as printed (bounded). */
+  readonly evidence: string;
+  /** The catalog's description, e.g. "GPU has fallen off the bus". */
+  readonly description: string;
+  readonly bootId?: string;
+  /** kmsg sequence number of the first record; absent for text logs. */
+  readonly seq?: number;
 }
 
 export type LinkLayer = "infiniband" | "roce" | "unknown";
@@ -67,6 +130,31 @@ export interface Port {
   readonly ipv4?: string;
   /** PCI address of the RDMA device, e.g. "0000:3b:00.0". */
   readonly pciBusId?: string;
+  /** Error counters, flaps and the verdict; absent when the port's health was not read. */
+  readonly health?: PortHealth;
+}
+
+/** The health of one RDMA port over time (mirrors `llmgw.v1.PortHealth`). */
+export interface PortHealth {
+  /** False when a threshold was crossed (flaps, error rates, a saturated counter). */
+  readonly healthy: boolean;
+  readonly problems: readonly Problem[];
+  /** Times the port left ACTIVE within the last `flapWindowS` seconds. */
+  readonly flaps: number;
+  readonly flapWindowS: number;
+  readonly counters: readonly PortCounter[];
+}
+
+/** One sysfs error counter of an RDMA port. */
+export interface PortCounter {
+  /** e.g. "symbol_error", "link_downed". */
+  readonly name: string;
+  /** Undefined when the file could not be read. */
+  readonly value?: number;
+  /** New errors per second since the previous read; undefined on the first read, when saturated or unreadable. */
+  readonly ratePerSecond?: number;
+  /** At its maximum: the counter stops there (no wrap), so new errors are hidden. */
+  readonly saturated: boolean;
 }
 
 /** Ports that can reach each other: one IB subnet or one RoCE IP subnet. */

@@ -2,12 +2,18 @@ import { create } from "@bufbuild/protobuf";
 import type * as plain from "@llmgw/discovery";
 import {
   type Gpu,
+  type GpuFault,
+  GpuFaultSchema,
+  type GpuHealthReadings,
+  GpuHealthReadingsSchema,
   type GpuReading,
   GpuReadingSchema,
   GpuSchema,
   type NodeInventory,
   NodeInventorySchema,
   type Port,
+  type PortHealth,
+  PortHealthSchema,
   PortSchema,
   type Problem,
 } from "@llmgw/proto";
@@ -26,7 +32,102 @@ function problemFromProto(p: Problem): plain.Problem {
   return { code: p.code, message: p.message, source: p.source };
 }
 
-function portFromProto(p: Port): plain.Port {
+const FAULT_KINDS: ReadonlySet<string> = new Set(["xid", "sxid", "fallen-off-bus"]);
+const FAULT_ACTIONS: ReadonlySet<string> = new Set([
+  "ignore",
+  "restart-engine",
+  "reset-gpu",
+  "drain-node",
+  "reboot",
+]);
+
+/** Wire health readings → plain; every unset optional stays undefined. */
+export function healthReadingsFromProto(h: GpuHealthReadings): plain.GpuHealthReadings {
+  return {
+    remappedRowsPending: h.remappedRowsPending,
+    remappedRowsFailure: h.remappedRowsFailure,
+    remappedRowsCorrectable: num(h.remappedRowsCorrectable),
+    remappedRowsUncorrectable: num(h.remappedRowsUncorrectable),
+    retiredPagesSingleBit: num(h.retiredPagesSingleBit),
+    retiredPagesDoubleBit: num(h.retiredPagesDoubleBit),
+    retiredPagesPending: h.retiredPagesPending,
+    clocksEventReasonsActive: num(h.clocksEventReasonsActive),
+    pcieLinkGenCurrent: h.pcieLinkGenCurrent,
+    pcieLinkGenMax: h.pcieLinkGenMax,
+    pcieLinkWidthCurrent: h.pcieLinkWidthCurrent,
+    pcieLinkWidthMax: h.pcieLinkWidthMax,
+    nvlinksTotal: h.nvlinksTotal,
+    nvlinksInactive: h.nvlinksInactive,
+    recoveryAction: h.recoveryAction,
+    eccDeferredErrors: num(h.eccDeferredErrors),
+  };
+}
+
+export function healthReadingsToProto(h: plain.GpuHealthReadings): GpuHealthReadings {
+  return create(GpuHealthReadingsSchema, {
+    ...h,
+    remappedRowsCorrectable: big(h.remappedRowsCorrectable),
+    remappedRowsUncorrectable: big(h.remappedRowsUncorrectable),
+    retiredPagesSingleBit: big(h.retiredPagesSingleBit),
+    retiredPagesDoubleBit: big(h.retiredPagesDoubleBit),
+    clocksEventReasonsActive: big(h.clocksEventReasonsActive),
+    eccDeferredErrors: big(h.eccDeferredErrors),
+  });
+}
+
+/** Wire fault → plain; an unknown kind or action (a newer agent) reads as the strictest. */
+export function gpuFaultFromProto(f: GpuFault): plain.GpuFault {
+  return {
+    kind: (FAULT_KINDS.has(f.kind) ? f.kind : "xid") as plain.GpuFault["kind"],
+    code: f.code,
+    action: (FAULT_ACTIONS.has(f.action) ? f.action : "reset-gpu") as plain.FaultAction,
+    pciBusId: f.pciBusId,
+    count: f.count,
+    firstSeenUnixMs: Number(f.firstSeenUnixMs),
+    lastSeenUnixMs: Number(f.lastSeenUnixMs),
+    evidence: f.evidence,
+    description: f.description,
+    bootId: f.bootId,
+    seq: num(f.seq),
+  };
+}
+
+export function gpuFaultToProto(f: plain.GpuFault): GpuFault {
+  return create(GpuFaultSchema, {
+    ...f,
+    firstSeenUnixMs: BigInt(Math.round(f.firstSeenUnixMs)),
+    lastSeenUnixMs: BigInt(Math.round(f.lastSeenUnixMs)),
+    seq: big(f.seq),
+  });
+}
+
+function portHealthFromProto(h: PortHealth): plain.PortHealth {
+  return {
+    healthy: h.healthy,
+    problems: h.problems.map(problemFromProto),
+    flaps: h.flaps,
+    flapWindowS: h.flapWindowS,
+    counters: h.counters.map((c) => ({
+      name: c.name,
+      value: num(c.value),
+      ratePerSecond: c.ratePerSecond,
+      saturated: c.saturated,
+    })),
+  };
+}
+
+function portHealthToProto(h: plain.PortHealth): PortHealth {
+  return create(PortHealthSchema, {
+    healthy: h.healthy,
+    problems: h.problems.map((p) => ({ ...p })),
+    flaps: h.flaps,
+    flapWindowS: h.flapWindowS,
+    counters: h.counters.map((c) => ({ ...c, value: big(c.value) })),
+  });
+}
+
+/** Wire port → plain port. */
+export function portFromProto(p: Port): plain.Port {
   return {
     device: p.device,
     port: p.port,
@@ -44,11 +145,16 @@ function portFromProto(p: Port): plain.Port {
     smLid: p.smLid,
     ipv4: p.ipv4,
     pciBusId: p.pciBusId,
+    health: p.health === undefined ? undefined : portHealthFromProto(p.health),
   };
 }
 
-function portToProto(p: plain.Port): Port {
-  return create(PortSchema, { ...p });
+/** Plain port → wire port (registration and the heartbeat's live port list). */
+export function portToProto(p: plain.Port): Port {
+  return create(PortSchema, {
+    ...p,
+    health: p.health === undefined ? undefined : portHealthToProto(p.health),
+  });
 }
 
 /** Wire GPU → plain GPU. */
@@ -71,6 +177,9 @@ export function gpuFromProto(g: Gpu): plain.Gpu {
     healthProblems: g.healthProblems.map(problemFromProto),
     unmanagedMemoryBytes: num(g.unmanagedMemoryBytes),
     lost: g.lost,
+    vendor: g.vendor === "amd" ? "amd" : g.vendor === "nvidia" ? "nvidia" : undefined,
+    health: g.health === undefined ? undefined : healthReadingsFromProto(g.health),
+    faults: g.faults.map(gpuFaultFromProto),
   };
 }
 
@@ -84,6 +193,9 @@ export function gpuToProto(g: plain.Gpu): Gpu {
     eccUncorrectedErrors: big(g.eccUncorrectedErrors),
     unmanagedMemoryBytes: big(g.unmanagedMemoryBytes),
     healthProblems: g.healthProblems.map((p) => ({ ...p })),
+    vendor: g.vendor ?? "",
+    health: g.health === undefined ? undefined : healthReadingsToProto(g.health),
+    faults: (g.faults ?? []).map(gpuFaultToProto),
   });
 }
 
@@ -176,5 +288,7 @@ export function gpuReadingToProto(g: plain.Gpu): GpuReading {
     healthProblems: g.healthProblems.map((p) => ({ ...p })),
     unmanagedMemoryBytes: big(g.unmanagedMemoryBytes),
     lost: g.lost,
+    health: g.health === undefined ? undefined : healthReadingsToProto(g.health),
+    faults: (g.faults ?? []).map(gpuFaultToProto),
   });
 }

@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
   type ClusterService,
   type Event,
@@ -56,6 +57,11 @@ export function createClusterService(
       admin(ctx);
       cluster.resetNode(required(req.node, "node"));
       return {};
+    },
+    clearGpuFaults(_req, ctx) {
+      admin(ctx);
+      // Being built (issue 20): the control plane's fault ledger lands with this RPC's handler.
+      throw new ConnectError("ClearGpuFaults is not built yet", Code.Unimplemented);
     },
     applyDeployment(req, ctx) {
       admin(ctx);

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/cluster.proto.
  */
 export const file_llmgw_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKOAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rQhkKF19sYXN0X2hlYXJ0YmVhdF91bml4X21zIpEBCgpQbGFjZWRSYW5rEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIMCgRyYW5rGAMgASgNEg8KB25vZGVfaWQYBCABKAkSEwoLZ3B1X2luZGljZXMYBSADKA0SJwoGc3RhdHVzGAYgASgLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cyInCgZSZWFzb24SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItABCgdSZXBsaWNhEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIQCghyZXZpc2lvbhgDIAEoBBIlCgVzdGF0ZRgEIAEoDjIWLmxsbWd3LnYxLlJlcGxpY2FTdGF0ZRIRCglmYWJyaWNfaWQYBSABKAkSIwoFcmFua3MYBiADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhAKCGVuZHBvaW50GAcgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAyLuAQoQRGVwbG95bWVudFN0YXR1cxIiCgRzcGVjGAEgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIYChBkZXNpcmVkX3JlcGxpY2FzGAIgASgNEhYKDnJlYWR5X3JlcGxpY2FzGAMgASgNEiMKCHJlcGxpY2FzGAQgAygLMhEubGxtZ3cudjEuUmVwbGljYRInCg11bnNjaGVkdWxhYmxlGAUgAygLMhAubGxtZ3cudjEuUmVhc29uEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgGIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYByABKAMiuAIKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBnByZWZpeBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgFIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAYgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAcgASgNSAKIAQESGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEh8KEnJldm9rZWRfYXRfdW5peF9tcxgJIAEoA0gDiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5QhUKE19yZXZva2VkX2F0X3VuaXhfbXMiaQoFRXZlbnQSCgoCaWQYASABKAQSEgoKYXRfdW5peF9tcxgCIAEoAxIMCgRraW5kGAMgASgJEg8KB3N1YmplY3QYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCSISChBMaXN0Tm9kZXNSZXF1ZXN0IjIKEUxpc3ROb2Rlc1Jlc3BvbnNlEh0KBW5vZGVzGAEgAygLMg4ubGxtZ3cudjEuTm9kZSIeCg5HZXROb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIi8KD0dldE5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIhChFDb3Jkb25Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjIKEkNvcmRvbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIjChNVbmNvcmRvbk5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiNAoUVW5jb3Jkb25Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIAoQRHJhaW5Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjEKEURyYWluTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiFAoSUmV2b2tlTm9kZVJlc3BvbnNlIiAKEFJlc2V0Tm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSITChFSZXNldE5vZGVSZXNwb25zZSJCChZBcHBseURlcGxveW1lbnRSZXF1ZXN0EigKCmRlcGxveW1lbnQYASABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50IloKF0FwcGx5RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzEg8KB2NoYW5nZWQYAiABKAgiOAoWU2NhbGVEZXBsb3ltZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCHJlcGxpY2FzGAIgASgNIkkKF1NjYWxlRGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIicKF0RlbGV0ZURlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiGgoYRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlIiQKFEdldERlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRwoVR2V0RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIhgKFkxpc3REZXBsb3ltZW50c1JlcXVlc3QiSgoXTGlzdERlcGxveW1lbnRzUmVzcG9uc2USLwoLZGVwbG95bWVudHMYASADKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIjcKE0xpc3RSZXBsaWNhc1JlcXVlc3QSEgoKZGVwbG95bWVudBgBIAEoCRIMCgRub2RlGAIgASgJIjsKFExpc3RSZXBsaWNhc1Jlc3BvbnNlEiMKCHJlcGxpY2FzGAEgAygLMhEubGxtZ3cudjEuUmVwbGljYSLVAQoTQ3JlYXRlQXBpS2V5UmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBm1vZGVscxgCIAMoCRIgChNyZXF1ZXN0c19wZXJfbWludXRlGAMgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYBCABKA1IAYgBARIcCg9tYXhfY29uY3VycmVuY3kYBSABKA1IAogBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJFChRDcmVhdGVBcGlLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sbG1ndy52MS5BcGlLZXkSDgoGc2VjcmV0GAIgASgJIi0KEkxpc3RBcGlLZXlzUmVxdWVzdBIXCg9pbmNsdWRlX3Jldm9rZWQYASABKAgiNQoTTGlzdEFwaUtleXNSZXNwb25zZRIeCgRrZXlzGAEgAygLMhAubGxtZ3cudjEuQXBpS2V5IiIKE1Jldm9rZUFwaUtleVJlcXVlc3QSCwoDa2V5GAEgASgJIjUKFFJldm9rZUFwaUtleVJlc3BvbnNlEh0KA2tleRgBIAEoCzIQLmxsbWd3LnYxLkFwaUtleSI0ChFMaXN0RXZlbnRzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIQCghhZnRlcl9pZBgCIAEoBCI1ChJMaXN0RXZlbnRzUmVzcG9uc2USHwoGZXZlbnRzGAEgAygLMg8ubGxtZ3cudjEuRXZlbnQiJQoSV2F0Y2hFdmVudHNSZXF1ZXN0Eg8KB2JhY2tsb2cYASABKA0iNQoTV2F0Y2hFdmVudHNSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmxsbWd3LnYxLkV2ZW50IhkKF0dldENsdXN0ZXJTdGF0dXNSZXF1ZXN0IqkCChhHZXRDbHVzdGVyU3RhdHVzUmVzcG9uc2USEwoLbm9kZXNfdG90YWwYASABKA0SEwoLbm9kZXNfcmVhZHkYAiABKA0SEgoKZ3B1c190b3RhbBgDIAEoDRIWCg5ncHVzX2FsbG9jYXRlZBgEIAEoDRIWCg5ncHVzX3VuaGVhbHRoeRgFIAEoDRIZChFkZXBsb3ltZW50c190b3RhbBgGIAEoDRIZChFkZXBsb3ltZW50c19yZWFkeRgHIAEoDRIWCg5yZXBsaWNhc190b3RhbBgIIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgJIAEoDRIoCgdjbGFzc2VzGAogAygLMhcubGxtZ3cudjEuQ2xhc3NDYXBhY2l0eRIPCgd2ZXJzaW9uGAsgASgJIngKDUNsYXNzQ2FwYWNpdHkSEQoJZ3B1X2NsYXNzGAEgASgJEhEKCWZhYnJpY19pZBgCIAEoCRINCgV0b3RhbBgDIAEoDRIRCglhbGxvY2F0ZWQYBCABKA0SEQoJdW5oZWFsdGh5GAUgASgNEgwKBGZyZWUYBiABKA0qbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADMuMLCg5DbHVzdGVyU2VydmljZRJECglMaXN0Tm9kZXMSGi5sbG1ndy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubGxtZ3cudjEuTGlzdE5vZGVzUmVzcG9uc2USPgoHR2V0Tm9kZRIYLmxsbWd3LnYxLkdldE5vZGVSZXF1ZXN0GhkubGxtZ3cudjEuR2V0Tm9kZVJlc3BvbnNlEkcKCkNvcmRvbk5vZGUSGy5sbG1ndy52MS5Db3Jkb25Ob2RlUmVxdWVzdBocLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXNwb25zZRJNCgxVbmNvcmRvbk5vZGUSHS5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXF1ZXN0Gh4ubGxtZ3cudjEuVW5jb3Jkb25Ob2RlUmVzcG9uc2USRAoJRHJhaW5Ob2RlEhoubGxtZ3cudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmxsbWd3LnYxLkRyYWluTm9kZVJlc3BvbnNlEkcKClJldm9rZU5vZGUSGy5sbG1ndy52MS5SZXZva2VOb2RlUmVxdWVzdBocLmxsbWd3LnYxLlJldm9rZU5vZGVSZXNwb25zZRJECglSZXNldE5vZGUSGi5sbG1ndy52MS5SZXNldE5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuUmVzZXROb2RlUmVzcG9uc2USVgoPQXBwbHlEZXBsb3ltZW50EiAubGxtZ3cudjEuQXBwbHlEZXBsb3ltZW50UmVxdWVzdBohLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlc3BvbnNlElYKD1NjYWxlRGVwbG95bWVudBIgLmxsbWd3LnYxLlNjYWxlRGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXNwb25zZRJZChBEZWxldGVEZXBsb3ltZW50EiEubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlcXVlc3QaIi5sbG1ndy52MS5EZWxldGVEZXBsb3ltZW50UmVzcG9uc2USUAoNR2V0RGVwbG95bWVudBIeLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXF1ZXN0Gh8ubGxtZ3cudjEuR2V0RGVwbG95bWVudFJlc3BvbnNlElYKD0xpc3REZXBsb3ltZW50cxIgLmxsbWd3LnYxLkxpc3REZXBsb3ltZW50c1JlcXVlc3QaIS5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXNwb25zZRJNCgxMaXN0UmVwbGljYXMSHS5sbG1ndy52MS5MaXN0UmVwbGljYXNSZXF1ZXN0Gh4ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2USTQoMQ3JlYXRlQXBpS2V5Eh0ubGxtZ3cudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlEkoKC0xpc3RBcGlLZXlzEhwubGxtZ3cudjEuTGlzdEFwaUtleXNSZXF1ZXN0Gh0ubGxtZ3cudjEuTGlzdEFwaUtleXNSZXNwb25zZRJNCgxSZXZva2VBcGlLZXkSHS5sbG1ndy52MS5SZXZva2VBcGlLZXlSZXF1ZXN0Gh4ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2USRwoKTGlzdEV2ZW50cxIbLmxsbWd3LnYxLkxpc3RFdmVudHNSZXF1ZXN0GhwubGxtZ3cudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKC1dhdGNoRXZlbnRzEhwubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXF1ZXN0Gh0ubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElkKEEdldENsdXN0ZXJTdGF0dXMSIS5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVxdWVzdBoiLmxsbWd3LnYxLkdldENsdXN0ZXJTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKOAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rQhkKF19sYXN0X2hlYXJ0YmVhdF91bml4X21zIpEBCgpQbGFjZWRSYW5rEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIMCgRyYW5rGAMgASgNEg8KB25vZGVfaWQYBCABKAkSEwoLZ3B1X2luZGljZXMYBSADKA0SJwoGc3RhdHVzGAYgASgLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cyInCgZSZWFzb24SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItABCgdSZXBsaWNhEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIQCghyZXZpc2lvbhgDIAEoBBIlCgVzdGF0ZRgEIAEoDjIWLmxsbWd3LnYxLlJlcGxpY2FTdGF0ZRIRCglmYWJyaWNfaWQYBSABKAkSIwoFcmFua3MYBiADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhAKCGVuZHBvaW50GAcgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAyLuAQoQRGVwbG95bWVudFN0YXR1cxIiCgRzcGVjGAEgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIYChBkZXNpcmVkX3JlcGxpY2FzGAIgASgNEhYKDnJlYWR5X3JlcGxpY2FzGAMgASgNEiMKCHJlcGxpY2FzGAQgAygLMhEubGxtZ3cudjEuUmVwbGljYRInCg11bnNjaGVkdWxhYmxlGAUgAygLMhAubGxtZ3cudjEuUmVhc29uEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgGIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYByABKAMiuAIKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBnByZWZpeBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgFIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAYgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAcgASgNSAKIAQESGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEh8KEnJldm9rZWRfYXRfdW5peF9tcxgJIAEoA0gDiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5QhUKE19yZXZva2VkX2F0X3VuaXhfbXMiaQoFRXZlbnQSCgoCaWQYASABKAQSEgoKYXRfdW5peF9tcxgCIAEoAxIMCgRraW5kGAMgASgJEg8KB3N1YmplY3QYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCSISChBMaXN0Tm9kZXNSZXF1ZXN0IjIKEUxpc3ROb2Rlc1Jlc3BvbnNlEh0KBW5vZGVzGAEgAygLMg4ubGxtZ3cudjEuTm9kZSIeCg5HZXROb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIi8KD0dldE5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIhChFDb3Jkb25Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjIKEkNvcmRvbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIjChNVbmNvcmRvbk5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiNAoUVW5jb3Jkb25Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIAoQRHJhaW5Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjEKEURyYWluTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiFAoSUmV2b2tlTm9kZVJlc3BvbnNlIiAKEFJlc2V0Tm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSITChFSZXNldE5vZGVSZXNwb25zZSI4ChVDbGVhckdwdUZhdWx0c1JlcXVlc3QSDAoEbm9kZRgBIAEoCRIRCglncHVfaW5kZXgYAiABKA0iKQoWQ2xlYXJHcHVGYXVsdHNSZXNwb25zZRIPCgdjbGVhcmVkGAEgASgNIkIKFkFwcGx5RGVwbG95bWVudFJlcXVlc3QSKAoKZGVwbG95bWVudBgBIAEoCzIULmxsbWd3LnYxLkRlcGxveW1lbnQiWgoXQXBwbHlEZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMSDwoHY2hhbmdlZBgCIAEoCCI4ChZTY2FsZURlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIcmVwbGljYXMYAiABKA0iSQoXU2NhbGVEZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiJwoXRGVsZXRlRGVwbG95bWVudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIaChhEZWxldGVEZXBsb3ltZW50UmVzcG9uc2UiJAoUR2V0RGVwbG95bWVudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJHChVHZXREZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiGAoWTGlzdERlcGxveW1lbnRzUmVxdWVzdCJKChdMaXN0RGVwbG95bWVudHNSZXNwb25zZRIvCgtkZXBsb3ltZW50cxgBIAMoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiNwoTTGlzdFJlcGxpY2FzUmVxdWVzdBISCgpkZXBsb3ltZW50GAEgASgJEgwKBG5vZGUYAiABKAkiOwoUTGlzdFJlcGxpY2FzUmVzcG9uc2USIwoIcmVwbGljYXMYASADKAsyES5sbG1ndy52MS5SZXBsaWNhItUBChNDcmVhdGVBcGlLZXlSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGbW9kZWxzGAIgAygJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYAyABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgEIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgFIAEoDUgCiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5IkUKFENyZWF0ZUFwaUtleVJlc3BvbnNlEh0KA2tleRgBIAEoCzIQLmxsbWd3LnYxLkFwaUtleRIOCgZzZWNyZXQYAiABKAkiLQoSTGlzdEFwaUtleXNSZXF1ZXN0EhcKD2luY2x1ZGVfcmV2b2tlZBgBIAEoCCI1ChNMaXN0QXBpS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sbG1ndy52MS5BcGlLZXkiIgoTUmV2b2tlQXBpS2V5UmVxdWVzdBILCgNrZXkYASABKAkiNQoUUmV2b2tlQXBpS2V5UmVzcG9uc2USHQoDa2V5GAEgASgLMhAubGxtZ3cudjEuQXBpS2V5IjQKEUxpc3RFdmVudHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEhAKCGFmdGVyX2lkGAIgASgEIjUKEkxpc3RFdmVudHNSZXNwb25zZRIfCgZldmVudHMYASADKAsyDy5sbG1ndy52MS5FdmVudCIlChJXYXRjaEV2ZW50c1JlcXVlc3QSDwoHYmFja2xvZxgBIAEoDSI1ChNXYXRjaEV2ZW50c1Jlc3BvbnNlEh4KBWV2ZW50GAEgASgLMg8ubGxtZ3cudjEuRXZlbnQiGQoXR2V0Q2x1c3RlclN0YXR1c1JlcXVlc3QiqQIKGEdldENsdXN0ZXJTdGF0dXNSZXNwb25zZRITCgtub2Rlc190b3RhbBgBIAEoDRITCgtub2Rlc19yZWFkeRgCIAEoDRISCgpncHVzX3RvdGFsGAMgASgNEhYKDmdwdXNfYWxsb2NhdGVkGAQgASgNEhYKDmdwdXNfdW5oZWFsdGh5GAUgASgNEhkKEWRlcGxveW1lbnRzX3RvdGFsGAYgASgNEhkKEWRlcGxveW1lbnRzX3JlYWR5GAcgASgNEhYKDnJlcGxpY2FzX3RvdGFsGAggASgNEhYKDnJlcGxpY2FzX3JlYWR5GAkgASgNEigKB2NsYXNzZXMYCiADKAsyFy5sbG1ndy52MS5DbGFzc0NhcGFjaXR5Eg8KB3ZlcnNpb24YCyABKAkieAoNQ2xhc3NDYXBhY2l0eRIRCglncHVfY2xhc3MYASABKAkSEQoJZmFicmljX2lkGAIgASgJEg0KBXRvdGFsGAMgASgNEhEKCWFsbG9jYXRlZBgEIAEoDRIRCgl1bmhlYWx0aHkYBSABKA0SDAoEZnJlZRgGIAEoDSpuCglOb2RlU3RhdGUSGgoWTk9ERV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEE5PREVfU1RBVEVfUkVBRFkQARIaChZOT0RFX1NUQVRFX1VOUkVBQ0hBQkxFEAISEwoPTk9ERV9TVEFURV9MT1NUEAMyuAwKDkNsdXN0ZXJTZXJ2aWNlEkQKCUxpc3ROb2RlcxIaLmxsbWd3LnYxLkxpc3ROb2Rlc1JlcXVlc3QaGy5sbG1ndy52MS5MaXN0Tm9kZXNSZXNwb25zZRI+CgdHZXROb2RlEhgubGxtZ3cudjEuR2V0Tm9kZVJlcXVlc3QaGS5sbG1ndy52MS5HZXROb2RlUmVzcG9uc2USRwoKQ29yZG9uTm9kZRIbLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXF1ZXN0GhwubGxtZ3cudjEuQ29yZG9uTm9kZVJlc3BvbnNlEk0KDFVuY29yZG9uTm9kZRIdLmxsbWd3LnYxLlVuY29yZG9uTm9kZVJlcXVlc3QaHi5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXNwb25zZRJECglEcmFpbk5vZGUSGi5sbG1ndy52MS5EcmFpbk5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuRHJhaW5Ob2RlUmVzcG9uc2USRwoKUmV2b2tlTm9kZRIbLmxsbWd3LnYxLlJldm9rZU5vZGVSZXF1ZXN0GhwubGxtZ3cudjEuUmV2b2tlTm9kZVJlc3BvbnNlEkQKCVJlc2V0Tm9kZRIaLmxsbWd3LnYxLlJlc2V0Tm9kZVJlcXVlc3QaGy5sbG1ndy52MS5SZXNldE5vZGVSZXNwb25zZRJTCg5DbGVhckdwdUZhdWx0cxIfLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRzUmVxdWVzdBogLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRzUmVzcG9uc2USVgoPQXBwbHlEZXBsb3ltZW50EiAubGxtZ3cudjEuQXBwbHlEZXBsb3ltZW50UmVxdWVzdBohLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlc3BvbnNlElYKD1NjYWxlRGVwbG95bWVudBIgLmxsbWd3LnYxLlNjYWxlRGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXNwb25zZRJZChBEZWxldGVEZXBsb3ltZW50EiEubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlcXVlc3QaIi5sbG1ndy52MS5EZWxldGVEZXBsb3ltZW50UmVzcG9uc2USUAoNR2V0RGVwbG95bWVudBIeLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXF1ZXN0Gh8ubGxtZ3cudjEuR2V0RGVwbG95bWVudFJlc3BvbnNlElYKD0xpc3REZXBsb3ltZW50cxIgLmxsbWd3LnYxLkxpc3REZXBsb3ltZW50c1JlcXVlc3QaIS5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXNwb25zZRJNCgxMaXN0UmVwbGljYXMSHS5sbG1ndy52MS5MaXN0UmVwbGljYXNSZXF1ZXN0Gh4ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2USTQoMQ3JlYXRlQXBpS2V5Eh0ubGxtZ3cudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlEkoKC0xpc3RBcGlLZXlzEhwubGxtZ3cudjEuTGlzdEFwaUtleXNSZXF1ZXN0Gh0ubGxtZ3cudjEuTGlzdEFwaUtleXNSZXNwb25zZRJNCgxSZXZva2VBcGlLZXkSHS5sbG1ndy52MS5SZXZva2VBcGlLZXlSZXF1ZXN0Gh4ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2USRwoKTGlzdEV2ZW50cxIbLmxsbWd3LnYxLkxpc3RFdmVudHNSZXF1ZXN0GhwubGxtZ3cudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKC1dhdGNoRXZlbnRzEhwubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXF1ZXN0Gh0ubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElkKEEdldENsdXN0ZXJTdGF0dXMSIS5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVxdWVzdBoiLmxsbWd3LnYxLkdldENsdXN0ZXJTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.Node
@@ -605,6 +605,51 @@ export const ResetNodeResponseSchema: GenMessage<ResetNodeResponse> = /*@__PURE_
   messageDesc(file_llmgw_v1_cluster, 20);
 
 /**
+ * @generated from message llmgw.v1.ClearGpuFaultsRequest
+ */
+export type ClearGpuFaultsRequest = Message<"llmgw.v1.ClearGpuFaultsRequest"> & {
+  /**
+   * Node id or hostname.
+   *
+   * @generated from field: string node = 1;
+   */
+  node: string;
+
+  /**
+   * The GPU's index on that node.
+   *
+   * @generated from field: uint32 gpu_index = 2;
+   */
+  gpuIndex: number;
+};
+
+/**
+ * Describes the message llmgw.v1.ClearGpuFaultsRequest.
+ * Use `create(ClearGpuFaultsRequestSchema)` to create a new message.
+ */
+export const ClearGpuFaultsRequestSchema: GenMessage<ClearGpuFaultsRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 21);
+
+/**
+ * @generated from message llmgw.v1.ClearGpuFaultsResponse
+ */
+export type ClearGpuFaultsResponse = Message<"llmgw.v1.ClearGpuFaultsResponse"> & {
+  /**
+   * Faults that stopped counting (0 when the GPU had none).
+   *
+   * @generated from field: uint32 cleared = 1;
+   */
+  cleared: number;
+};
+
+/**
+ * Describes the message llmgw.v1.ClearGpuFaultsResponse.
+ * Use `create(ClearGpuFaultsResponseSchema)` to create a new message.
+ */
+export const ClearGpuFaultsResponseSchema: GenMessage<ClearGpuFaultsResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 22);
+
+/**
  * @generated from message llmgw.v1.ApplyDeploymentRequest
  */
 export type ApplyDeploymentRequest = Message<"llmgw.v1.ApplyDeploymentRequest"> & {
@@ -619,7 +664,7 @@ export type ApplyDeploymentRequest = Message<"llmgw.v1.ApplyDeploymentRequest"> 
  * Use `create(ApplyDeploymentRequestSchema)` to create a new message.
  */
 export const ApplyDeploymentRequestSchema: GenMessage<ApplyDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 21);
+  messageDesc(file_llmgw_v1_cluster, 23);
 
 /**
  * @generated from message llmgw.v1.ApplyDeploymentResponse
@@ -643,7 +688,7 @@ export type ApplyDeploymentResponse = Message<"llmgw.v1.ApplyDeploymentResponse"
  * Use `create(ApplyDeploymentResponseSchema)` to create a new message.
  */
 export const ApplyDeploymentResponseSchema: GenMessage<ApplyDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 22);
+  messageDesc(file_llmgw_v1_cluster, 24);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentRequest
@@ -665,7 +710,7 @@ export type ScaleDeploymentRequest = Message<"llmgw.v1.ScaleDeploymentRequest"> 
  * Use `create(ScaleDeploymentRequestSchema)` to create a new message.
  */
 export const ScaleDeploymentRequestSchema: GenMessage<ScaleDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 23);
+  messageDesc(file_llmgw_v1_cluster, 25);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentResponse
@@ -682,7 +727,7 @@ export type ScaleDeploymentResponse = Message<"llmgw.v1.ScaleDeploymentResponse"
  * Use `create(ScaleDeploymentResponseSchema)` to create a new message.
  */
 export const ScaleDeploymentResponseSchema: GenMessage<ScaleDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 24);
+  messageDesc(file_llmgw_v1_cluster, 26);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentRequest
@@ -699,7 +744,7 @@ export type DeleteDeploymentRequest = Message<"llmgw.v1.DeleteDeploymentRequest"
  * Use `create(DeleteDeploymentRequestSchema)` to create a new message.
  */
 export const DeleteDeploymentRequestSchema: GenMessage<DeleteDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 25);
+  messageDesc(file_llmgw_v1_cluster, 27);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentResponse
@@ -712,7 +757,7 @@ export type DeleteDeploymentResponse = Message<"llmgw.v1.DeleteDeploymentRespons
  * Use `create(DeleteDeploymentResponseSchema)` to create a new message.
  */
 export const DeleteDeploymentResponseSchema: GenMessage<DeleteDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 26);
+  messageDesc(file_llmgw_v1_cluster, 28);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentRequest
@@ -729,7 +774,7 @@ export type GetDeploymentRequest = Message<"llmgw.v1.GetDeploymentRequest"> & {
  * Use `create(GetDeploymentRequestSchema)` to create a new message.
  */
 export const GetDeploymentRequestSchema: GenMessage<GetDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 27);
+  messageDesc(file_llmgw_v1_cluster, 29);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentResponse
@@ -746,7 +791,7 @@ export type GetDeploymentResponse = Message<"llmgw.v1.GetDeploymentResponse"> & 
  * Use `create(GetDeploymentResponseSchema)` to create a new message.
  */
 export const GetDeploymentResponseSchema: GenMessage<GetDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 28);
+  messageDesc(file_llmgw_v1_cluster, 30);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsRequest
@@ -759,7 +804,7 @@ export type ListDeploymentsRequest = Message<"llmgw.v1.ListDeploymentsRequest"> 
  * Use `create(ListDeploymentsRequestSchema)` to create a new message.
  */
 export const ListDeploymentsRequestSchema: GenMessage<ListDeploymentsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 29);
+  messageDesc(file_llmgw_v1_cluster, 31);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsResponse
@@ -776,7 +821,7 @@ export type ListDeploymentsResponse = Message<"llmgw.v1.ListDeploymentsResponse"
  * Use `create(ListDeploymentsResponseSchema)` to create a new message.
  */
 export const ListDeploymentsResponseSchema: GenMessage<ListDeploymentsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 30);
+  messageDesc(file_llmgw_v1_cluster, 32);
 
 /**
  * @generated from message llmgw.v1.ListReplicasRequest
@@ -802,7 +847,7 @@ export type ListReplicasRequest = Message<"llmgw.v1.ListReplicasRequest"> & {
  * Use `create(ListReplicasRequestSchema)` to create a new message.
  */
 export const ListReplicasRequestSchema: GenMessage<ListReplicasRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 31);
+  messageDesc(file_llmgw_v1_cluster, 33);
 
 /**
  * @generated from message llmgw.v1.ListReplicasResponse
@@ -819,7 +864,7 @@ export type ListReplicasResponse = Message<"llmgw.v1.ListReplicasResponse"> & {
  * Use `create(ListReplicasResponseSchema)` to create a new message.
  */
 export const ListReplicasResponseSchema: GenMessage<ListReplicasResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 32);
+  messageDesc(file_llmgw_v1_cluster, 34);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyRequest
@@ -856,7 +901,7 @@ export type CreateApiKeyRequest = Message<"llmgw.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 33);
+  messageDesc(file_llmgw_v1_cluster, 35);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyResponse
@@ -880,7 +925,7 @@ export type CreateApiKeyResponse = Message<"llmgw.v1.CreateApiKeyResponse"> & {
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 34);
+  messageDesc(file_llmgw_v1_cluster, 36);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysRequest
@@ -897,7 +942,7 @@ export type ListApiKeysRequest = Message<"llmgw.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 35);
+  messageDesc(file_llmgw_v1_cluster, 37);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysResponse
@@ -914,7 +959,7 @@ export type ListApiKeysResponse = Message<"llmgw.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 36);
+  messageDesc(file_llmgw_v1_cluster, 38);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyRequest
@@ -933,7 +978,7 @@ export type RevokeApiKeyRequest = Message<"llmgw.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 37);
+  messageDesc(file_llmgw_v1_cluster, 39);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyResponse
@@ -950,7 +995,7 @@ export type RevokeApiKeyResponse = Message<"llmgw.v1.RevokeApiKeyResponse"> & {
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 38);
+  messageDesc(file_llmgw_v1_cluster, 40);
 
 /**
  * @generated from message llmgw.v1.ListEventsRequest
@@ -974,7 +1019,7 @@ export type ListEventsRequest = Message<"llmgw.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 39);
+  messageDesc(file_llmgw_v1_cluster, 41);
 
 /**
  * @generated from message llmgw.v1.ListEventsResponse
@@ -991,7 +1036,7 @@ export type ListEventsResponse = Message<"llmgw.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 40);
+  messageDesc(file_llmgw_v1_cluster, 42);
 
 /**
  * @generated from message llmgw.v1.WatchEventsRequest
@@ -1010,7 +1055,7 @@ export type WatchEventsRequest = Message<"llmgw.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 41);
+  messageDesc(file_llmgw_v1_cluster, 43);
 
 /**
  * @generated from message llmgw.v1.WatchEventsResponse
@@ -1027,7 +1072,7 @@ export type WatchEventsResponse = Message<"llmgw.v1.WatchEventsResponse"> & {
  * Use `create(WatchEventsResponseSchema)` to create a new message.
  */
 export const WatchEventsResponseSchema: GenMessage<WatchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 42);
+  messageDesc(file_llmgw_v1_cluster, 44);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusRequest
@@ -1040,7 +1085,7 @@ export type GetClusterStatusRequest = Message<"llmgw.v1.GetClusterStatusRequest"
  * Use `create(GetClusterStatusRequestSchema)` to create a new message.
  */
 export const GetClusterStatusRequestSchema: GenMessage<GetClusterStatusRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 43);
+  messageDesc(file_llmgw_v1_cluster, 45);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusResponse
@@ -1107,7 +1152,7 @@ export type GetClusterStatusResponse = Message<"llmgw.v1.GetClusterStatusRespons
  * Use `create(GetClusterStatusResponseSchema)` to create a new message.
  */
 export const GetClusterStatusResponseSchema: GenMessage<GetClusterStatusResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 44);
+  messageDesc(file_llmgw_v1_cluster, 46);
 
 /**
  * GPU capacity of one class on one fabric.
@@ -1151,7 +1196,7 @@ export type ClassCapacity = Message<"llmgw.v1.ClassCapacity"> & {
  * Use `create(ClassCapacitySchema)` to create a new message.
  */
 export const ClassCapacitySchema: GenMessage<ClassCapacity> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 45);
+  messageDesc(file_llmgw_v1_cluster, 47);
 
 /**
  * Lifecycle of a node as the control plane sees it.
@@ -1260,6 +1305,18 @@ export const ClusterService: GenService<{
     methodKind: "unary";
     input: typeof ResetNodeRequestSchema;
     output: typeof ResetNodeResponseSchema;
+  },
+  /**
+   * Declares a GPU's kernel-log faults dealt with (after the operator reset or replaced it):
+   * the faults the control plane holds for it now stop counting; a record seen after this
+   * makes the GPU unhealthy again. Never done by a timeout.
+   *
+   * @generated from rpc llmgw.v1.ClusterService.ClearGpuFaults
+   */
+  clearGpuFaults: {
+    methodKind: "unary";
+    input: typeof ClearGpuFaultsRequestSchema;
+    output: typeof ClearGpuFaultsResponseSchema;
   },
   /**
    * Creates or updates a deployment (by name).

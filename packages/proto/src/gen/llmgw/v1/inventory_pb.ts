@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/inventory.proto.
  */
 export const file_llmgw_v1_inventory: GenFile = /*@__PURE__*/
-  fileDesc("ChhsbG1ndy92MS9pbnZlbnRvcnkucHJvdG8SCGxsbWd3LnYxIoIDCg1Ob2RlSW52ZW50b3J5EhAKCGhvc3RuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRIVCg1hZ2VudF92ZXJzaW9uGAMgASgJEhEKCXNpbXVsYXRlZBgEIAEoCBIhCgRob3N0GAUgASgLMhMubGxtZ3cudjEuSG9zdEZhY3RzEhsKBGdwdXMYBiADKAsyDS5sbG1ndy52MS5HcHUSIQoHZmFicmljcxgHIAMoCzIQLmxsbWd3LnYxLkZhYnJpYxIkCgh0b3BvbG9neRgIIAEoCzISLmxsbWd3LnYxLlRvcG9sb2d5EiMKCHByb2JsZW1zGAkgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIbCg5kcml2ZXJfdmVyc2lvbhgKIAEoCUgAiAEBEiYKDmluYWN0aXZlX3BvcnRzGAsgAygLMg4ubGxtZ3cudjEuUG9ydBIcChRjb2xsZWN0ZWRfYXRfdW5peF9tcxgMIAEoA0IRCg9fZHJpdmVyX3ZlcnNpb24iYgoJSG9zdEZhY3RzEhEKCWNwdV9jb3VudBgBIAEoDRIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSCgoCb3MYAyABKAkSEgoKb3NfcmVsZWFzZRgEIAEoCRIMCgRhcmNoGAUgASgJIjgKB1Byb2JsZW0SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEg4KBnNvdXJjZRgDIAEoCSL7BAoDR3B1Eg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIRCglncHVfY2xhc3MYBCABKAkSEgoKcGNpX2J1c19pZBgFIAEoCRIfChJtZW1vcnlfdG90YWxfYnl0ZXMYBiABKARIAIgBARIfChJjb21wdXRlX2NhcGFiaWxpdHkYByABKAlIAYgBARITCgttaWdfZW5hYmxlZBgIIAEoCBIeChFtZW1vcnlfdXNlZF9ieXRlcxgJIAEoBEgCiAEBEiAKE3V0aWxpemF0aW9uX3BlcmNlbnQYCiABKAFIA4gBARIjChZlY2NfdW5jb3JyZWN0ZWRfZXJyb3JzGAsgASgESASIAQESIAoTdGVtcGVyYXR1cmVfY2Vsc2l1cxgMIAEoAUgFiAEBEhgKC3Bvd2VyX3dhdHRzGA0gASgBSAaIAQESDwoHaGVhbHRoeRgOIAEoCBIqCg9oZWFsdGhfcHJvYmxlbXMYDyADKAsyES5sbG1ndy52MS5Qcm9ibGVtEiMKFnVubWFuYWdlZF9tZW1vcnlfYnl0ZXMYECABKARIB4gBARIMCgRsb3N0GBEgASgIQhUKE19tZW1vcnlfdG90YWxfYnl0ZXNCFQoTX2NvbXB1dGVfY2FwYWJpbGl0eUIUChJfbWVtb3J5X3VzZWRfYnl0ZXNCFgoUX3V0aWxpemF0aW9uX3BlcmNlbnRCGQoXX2VjY191bmNvcnJlY3RlZF9lcnJvcnNCFgoUX3RlbXBlcmF0dXJlX2NlbHNpdXNCDgoMX3Bvd2VyX3dhdHRzQhkKF191bm1hbmFnZWRfbWVtb3J5X2J5dGVzIsgDCgpHcHVSZWFkaW5nEg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSHgoRbWVtb3J5X3VzZWRfYnl0ZXMYAyABKARIAIgBARIgChN1dGlsaXphdGlvbl9wZXJjZW50GAQgASgBSAGIAQESIwoWZWNjX3VuY29ycmVjdGVkX2Vycm9ycxgFIAEoBEgCiAEBEiAKE3RlbXBlcmF0dXJlX2NlbHNpdXMYBiABKAFIA4gBARIYCgtwb3dlcl93YXR0cxgHIAEoAUgEiAEBEg8KB2hlYWx0aHkYCCABKAgSKgoPaGVhbHRoX3Byb2JsZW1zGAkgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIjChZ1bm1hbmFnZWRfbWVtb3J5X2J5dGVzGAogASgESAWIAQESDAoEbG9zdBgLIAEoCEIUChJfbWVtb3J5X3VzZWRfYnl0ZXNCFgoUX3V0aWxpemF0aW9uX3BlcmNlbnRCGQoXX2VjY191bmNvcnJlY3RlZF9lcnJvcnNCFgoUX3RlbXBlcmF0dXJlX2NlbHNpdXNCDgoMX3Bvd2VyX3dhdHRzQhkKF191bm1hbmFnZWRfbWVtb3J5X2J5dGVzIpsDCgRQb3J0Eg4KBmRldmljZRgBIAEoCRIMCgRwb3J0GAIgASgNEhIKCmxpbmtfbGF5ZXIYAyABKAkSDQoFc3RhdGUYBCABKAkSEgoKcGh5c19zdGF0ZRgFIAEoCRIWCglyYXRlX2dicHMYBiABKAFIAIgBARITCgZuZXRkZXYYByABKAlIAYgBARIWCglnaWRfaW5kZXgYCCABKA1IAogBARIWCgludW1hX25vZGUYCSABKAVIA4gBARIRCgRndWlkGAogASgJSASIAQESGgoNc3VibmV0X3ByZWZpeBgLIAEoCUgFiAEBEhMKBnNtX2xpZBgMIAEoCUgGiAEBEhEKBGlwdjQYDSABKAlIB4gBARIXCgpwY2lfYnVzX2lkGA4gASgJSAiIAQFCDAoKX3JhdGVfZ2Jwc0IJCgdfbmV0ZGV2QgwKCl9naWRfaW5kZXhCDAoKX251bWFfbm9kZUIHCgVfZ3VpZEIQCg5fc3VibmV0X3ByZWZpeEIJCgdfc21fbGlkQgcKBV9pcHY0Qg0KC19wY2lfYnVzX2lkIloKBkZhYnJpYxIKCgJpZBgBIAEoCRISCgpsaW5rX2xheWVyGAIgASgJEh0KBXBvcnRzGAMgAygLMg4ubGxtZ3cudjEuUG9ydBIRCglpZF9zb3VyY2UYBCABKAkiiQEKCFRvcG9sb2d5EiQKCWdwdV9saW5rcxgBIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSKgoIZ3B1X25pY3MYAiADKAsyGC5sbG1ndy52MS5HcHVOaWNBZmZpbml0eRIrCgxncHVfYWZmaW5pdHkYAyADKAsyFS5sbG1ndy52MS5HcHVBZmZpbml0eSJGCgdHcHVMaW5rEg0KBWdwdV9hGAEgASgNEg0KBWdwdV9iGAIgASgNEgwKBHBhdGgYAyABKAkSDwoHbnZsaW5rcxgEIAEoDSI4Cg5HcHVOaWNBZmZpbml0eRILCgNncHUYASABKA0SCwoDbmljGAIgASgJEgwKBHBhdGgYAyABKAkiVgoLR3B1QWZmaW5pdHkSCwoDZ3B1GAEgASgNEhQKDGNwdV9hZmZpbml0eRgCIAEoCRIWCgludW1hX25vZGUYAyABKAVIAIgBAUIMCgpfbnVtYV9ub2RlYgZwcm90bzM");
+  fileDesc("ChhsbG1ndy92MS9pbnZlbnRvcnkucHJvdG8SCGxsbWd3LnYxIoIDCg1Ob2RlSW52ZW50b3J5EhAKCGhvc3RuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRIVCg1hZ2VudF92ZXJzaW9uGAMgASgJEhEKCXNpbXVsYXRlZBgEIAEoCBIhCgRob3N0GAUgASgLMhMubGxtZ3cudjEuSG9zdEZhY3RzEhsKBGdwdXMYBiADKAsyDS5sbG1ndy52MS5HcHUSIQoHZmFicmljcxgHIAMoCzIQLmxsbWd3LnYxLkZhYnJpYxIkCgh0b3BvbG9neRgIIAEoCzISLmxsbWd3LnYxLlRvcG9sb2d5EiMKCHByb2JsZW1zGAkgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIbCg5kcml2ZXJfdmVyc2lvbhgKIAEoCUgAiAEBEiYKDmluYWN0aXZlX3BvcnRzGAsgAygLMg4ubGxtZ3cudjEuUG9ydBIcChRjb2xsZWN0ZWRfYXRfdW5peF9tcxgMIAEoA0IRCg9fZHJpdmVyX3ZlcnNpb24iYgoJSG9zdEZhY3RzEhEKCWNwdV9jb3VudBgBIAEoDRIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSCgoCb3MYAyABKAkSEgoKb3NfcmVsZWFzZRgEIAEoCRIMCgRhcmNoGAUgASgJIjgKB1Byb2JsZW0SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEg4KBnNvdXJjZRgDIAEoCSLsBQoDR3B1Eg0KBWluZGV4GAEgASgNEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIRCglncHVfY2xhc3MYBCABKAkSEgoKcGNpX2J1c19pZBgFIAEoCRIfChJtZW1vcnlfdG90YWxfYnl0ZXMYBiABKARIAIgBARIfChJjb21wdXRlX2NhcGFiaWxpdHkYByABKAlIAYgBARITCgttaWdfZW5hYmxlZBgIIAEoCBIeChFtZW1vcnlfdXNlZF9ieXRlcxgJIAEoBEgCiAEBEiAKE3V0aWxpemF0aW9uX3BlcmNlbnQYCiABKAFIA4gBARIjChZlY2NfdW5jb3JyZWN0ZWRfZXJyb3JzGAsgASgESASIAQESIAoTdGVtcGVyYXR1cmVfY2Vsc2l1cxgMIAEoAUgFiAEBEhgKC3Bvd2VyX3dhdHRzGA0gASgBSAaIAQESDwoHaGVhbHRoeRgOIAEoCBIqCg9oZWFsdGhfcHJvYmxlbXMYDyADKAsyES5sbG1ndy52MS5Qcm9ibGVtEiMKFnVubWFuYWdlZF9tZW1vcnlfYnl0ZXMYECABKARIB4gBARIMCgRsb3N0GBEgASgIEg4KBnZlbmRvchgSIAEoCRIwCgZoZWFsdGgYEyABKAsyGy5sbG1ndy52MS5HcHVIZWFsdGhSZWFkaW5nc0gIiAEBEiIKBmZhdWx0cxgUIAMoCzISLmxsbWd3LnYxLkdwdUZhdWx0QhUKE19tZW1vcnlfdG90YWxfYnl0ZXNCFQoTX2NvbXB1dGVfY2FwYWJpbGl0eUIUChJfbWVtb3J5X3VzZWRfYnl0ZXNCFgoUX3V0aWxpemF0aW9uX3BlcmNlbnRCGQoXX2VjY191bmNvcnJlY3RlZF9lcnJvcnNCFgoUX3RlbXBlcmF0dXJlX2NlbHNpdXNCDgoMX3Bvd2VyX3dhdHRzQhkKF191bm1hbmFnZWRfbWVtb3J5X2J5dGVzQgkKB19oZWFsdGgi7QcKEUdwdUhlYWx0aFJlYWRpbmdzEiIKFXJlbWFwcGVkX3Jvd3NfcGVuZGluZxgBIAEoCEgAiAEBEiIKFXJlbWFwcGVkX3Jvd3NfZmFpbHVyZRgCIAEoCEgBiAEBEiYKGXJlbWFwcGVkX3Jvd3NfY29ycmVjdGFibGUYAyABKARIAogBARIoChtyZW1hcHBlZF9yb3dzX3VuY29ycmVjdGFibGUYBCABKARIA4gBARIlChhyZXRpcmVkX3BhZ2VzX3NpbmdsZV9iaXQYBSABKARIBIgBARIlChhyZXRpcmVkX3BhZ2VzX2RvdWJsZV9iaXQYBiABKARIBYgBARIiChVyZXRpcmVkX3BhZ2VzX3BlbmRpbmcYByABKAhIBogBARIoChtjbG9ja3NfZXZlbnRfcmVhc29uc19hY3RpdmUYCCABKARIB4gBARIiChVwY2llX2xpbmtfZ2VuX2N1cnJlbnQYCSABKA1ICIgBARIeChFwY2llX2xpbmtfZ2VuX21heBgKIAEoDUgJiAEBEiQKF3BjaWVfbGlua193aWR0aF9jdXJyZW50GAsgASgNSAqIAQESIAoTcGNpZV9saW5rX3dpZHRoX21heBgMIAEoDUgLiAEBEhoKDW52bGlua3NfdG90YWwYDSABKA1IDIgBARIdChBudmxpbmtzX2luYWN0aXZlGA4gASgNSA2IAQESHAoPcmVjb3ZlcnlfYWN0aW9uGA8gASgJSA6IAQESIAoTZWNjX2RlZmVycmVkX2Vycm9ycxgQIAEoBEgPiAEBQhgKFl9yZW1hcHBlZF9yb3dzX3BlbmRpbmdCGAoWX3JlbWFwcGVkX3Jvd3NfZmFpbHVyZUIcChpfcmVtYXBwZWRfcm93c19jb3JyZWN0YWJsZUIeChxfcmVtYXBwZWRfcm93c191bmNvcnJlY3RhYmxlQhsKGV9yZXRpcmVkX3BhZ2VzX3NpbmdsZV9iaXRCGwoZX3JldGlyZWRfcGFnZXNfZG91YmxlX2JpdEIYChZfcmV0aXJlZF9wYWdlc19wZW5kaW5nQh4KHF9jbG9ja3NfZXZlbnRfcmVhc29uc19hY3RpdmVCGAoWX3BjaWVfbGlua19nZW5fY3VycmVudEIUChJfcGNpZV9saW5rX2dlbl9tYXhCGgoYX3BjaWVfbGlua193aWR0aF9jdXJyZW50QhYKFF9wY2llX2xpbmtfd2lkdGhfbWF4QhAKDl9udmxpbmtzX3RvdGFsQhMKEV9udmxpbmtzX2luYWN0aXZlQhIKEF9yZWNvdmVyeV9hY3Rpb25CFgoUX2VjY19kZWZlcnJlZF9lcnJvcnMi8wEKCEdwdUZhdWx0EgwKBGtpbmQYASABKAkSDAoEY29kZRgCIAEoDRIOCgZhY3Rpb24YAyABKAkSEgoKcGNpX2J1c19pZBgEIAEoCRINCgVjb3VudBgFIAEoDRIaChJmaXJzdF9zZWVuX3VuaXhfbXMYBiABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYByABKAMSEAoIZXZpZGVuY2UYCCABKAkSEwoLZGVzY3JpcHRpb24YCSABKAkSFAoHYm9vdF9pZBgKIAEoCUgAiAEBEhAKA3NlcRgLIAEoBEgBiAEBQgoKCF9ib290X2lkQgYKBF9zZXEiqQQKCkdwdVJlYWRpbmcSDQoFaW5kZXgYASABKA0SDAoEdXVpZBgCIAEoCRIeChFtZW1vcnlfdXNlZF9ieXRlcxgDIAEoBEgAiAEBEiAKE3V0aWxpemF0aW9uX3BlcmNlbnQYBCABKAFIAYgBARIjChZlY2NfdW5jb3JyZWN0ZWRfZXJyb3JzGAUgASgESAKIAQESIAoTdGVtcGVyYXR1cmVfY2Vsc2l1cxgGIAEoAUgDiAEBEhgKC3Bvd2VyX3dhdHRzGAcgASgBSASIAQESDwoHaGVhbHRoeRgIIAEoCBIqCg9oZWFsdGhfcHJvYmxlbXMYCSADKAsyES5sbG1ndy52MS5Qcm9ibGVtEiMKFnVubWFuYWdlZF9tZW1vcnlfYnl0ZXMYCiABKARIBYgBARIMCgRsb3N0GAsgASgIEjAKBmhlYWx0aBgMIAEoCzIbLmxsbWd3LnYxLkdwdUhlYWx0aFJlYWRpbmdzSAaIAQESIgoGZmF1bHRzGA0gAygLMhIubGxtZ3cudjEuR3B1RmF1bHRCFAoSX21lbW9yeV91c2VkX2J5dGVzQhYKFF91dGlsaXphdGlvbl9wZXJjZW50QhkKF19lY2NfdW5jb3JyZWN0ZWRfZXJyb3JzQhYKFF90ZW1wZXJhdHVyZV9jZWxzaXVzQg4KDF9wb3dlcl93YXR0c0IZChdfdW5tYW5hZ2VkX21lbW9yeV9ieXRlc0IJCgdfaGVhbHRoItEDCgRQb3J0Eg4KBmRldmljZRgBIAEoCRIMCgRwb3J0GAIgASgNEhIKCmxpbmtfbGF5ZXIYAyABKAkSDQoFc3RhdGUYBCABKAkSEgoKcGh5c19zdGF0ZRgFIAEoCRIWCglyYXRlX2dicHMYBiABKAFIAIgBARITCgZuZXRkZXYYByABKAlIAYgBARIWCglnaWRfaW5kZXgYCCABKA1IAogBARIWCgludW1hX25vZGUYCSABKAVIA4gBARIRCgRndWlkGAogASgJSASIAQESGgoNc3VibmV0X3ByZWZpeBgLIAEoCUgFiAEBEhMKBnNtX2xpZBgMIAEoCUgGiAEBEhEKBGlwdjQYDSABKAlIB4gBARIXCgpwY2lfYnVzX2lkGA4gASgJSAiIAQESKQoGaGVhbHRoGA8gASgLMhQubGxtZ3cudjEuUG9ydEhlYWx0aEgJiAEBQgwKCl9yYXRlX2dicHNCCQoHX25ldGRldkIMCgpfZ2lkX2luZGV4QgwKCl9udW1hX25vZGVCBwoFX2d1aWRCEAoOX3N1Ym5ldF9wcmVmaXhCCQoHX3NtX2xpZEIHCgVfaXB2NEINCgtfcGNpX2J1c19pZEIJCgdfaGVhbHRoIpEBCgpQb3J0SGVhbHRoEg8KB2hlYWx0aHkYASABKAgSIwoIcHJvYmxlbXMYAiADKAsyES5sbG1ndy52MS5Qcm9ibGVtEg0KBWZsYXBzGAMgASgNEhUKDWZsYXBfd2luZG93X3MYBCABKA0SJwoIY291bnRlcnMYBSADKAsyFS5sbG1ndy52MS5Qb3J0Q291bnRlciJ+CgtQb3J0Q291bnRlchIMCgRuYW1lGAEgASgJEhIKBXZhbHVlGAIgASgESACIAQESHAoPcmF0ZV9wZXJfc2Vjb25kGAMgASgBSAGIAQESEQoJc2F0dXJhdGVkGAQgASgIQggKBl92YWx1ZUISChBfcmF0ZV9wZXJfc2Vjb25kIloKBkZhYnJpYxIKCgJpZBgBIAEoCRISCgpsaW5rX2xheWVyGAIgASgJEh0KBXBvcnRzGAMgAygLMg4ubGxtZ3cudjEuUG9ydBIRCglpZF9zb3VyY2UYBCABKAkiiQEKCFRvcG9sb2d5EiQKCWdwdV9saW5rcxgBIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSKgoIZ3B1X25pY3MYAiADKAsyGC5sbG1ndy52MS5HcHVOaWNBZmZpbml0eRIrCgxncHVfYWZmaW5pdHkYAyADKAsyFS5sbG1ndy52MS5HcHVBZmZpbml0eSJGCgdHcHVMaW5rEg0KBWdwdV9hGAEgASgNEg0KBWdwdV9iGAIgASgNEgwKBHBhdGgYAyABKAkSDwoHbnZsaW5rcxgEIAEoDSI4Cg5HcHVOaWNBZmZpbml0eRILCgNncHUYASABKA0SCwoDbmljGAIgASgJEgwKBHBhdGgYAyABKAkiVgoLR3B1QWZmaW5pdHkSCwoDZ3B1GAEgASgNEhQKDGNwdV9hZmZpbml0eRgCIAEoCRIWCgludW1hX25vZGUYAyABKAVIAIgBAUIMCgpfbnVtYV9ub2RlYgZwcm90bzM");
 
 /**
  * A node's full inventory.
@@ -278,6 +278,27 @@ export type Gpu = Message<"llmgw.v1.Gpu"> & {
    * @generated from field: bool lost = 17;
    */
   lost: boolean;
+
+  /**
+   * "nvidia" or "amd"; empty from agents older than this field, meaning "nvidia".
+   *
+   * @generated from field: string vendor = 18;
+   */
+  vendor: string;
+
+  /**
+   * Health readings beyond the basics; unset when the tool reported none of them.
+   *
+   * @generated from field: optional llmgw.v1.GpuHealthReadings health = 19;
+   */
+  health?: GpuHealthReadings | undefined;
+
+  /**
+   * Faults read from the kernel log (Xid, SXid, fallen off the bus) that affect this GPU.
+   *
+   * @generated from field: repeated llmgw.v1.GpuFault faults = 20;
+   */
+  faults: GpuFault[];
 };
 
 /**
@@ -286,6 +307,206 @@ export type Gpu = Message<"llmgw.v1.Gpu"> & {
  */
 export const GpuSchema: GenMessage<Gpu> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_inventory, 3);
+
+/**
+ * Health readings of one GPU (nvidia-smi --query-gpu health fields, `nvlink -s`, amd-smi).
+ * Every field is optional: a driver that does not know a field leaves it unset, never 0.
+ *
+ * @generated from message llmgw.v1.GpuHealthReadings
+ */
+export type GpuHealthReadings = Message<"llmgw.v1.GpuHealthReadings"> & {
+  /**
+   * Row remapping (Ampere and later): a pending remap needs a GPU reset to take effect.
+   *
+   * @generated from field: optional bool remapped_rows_pending = 1;
+   */
+  remappedRowsPending?: boolean | undefined;
+
+  /**
+   * A row could not be remapped: the memory is bad for good.
+   *
+   * @generated from field: optional bool remapped_rows_failure = 2;
+   */
+  remappedRowsFailure?: boolean | undefined;
+
+  /**
+   * @generated from field: optional uint64 remapped_rows_correctable = 3;
+   */
+  remappedRowsCorrectable?: bigint | undefined;
+
+  /**
+   * @generated from field: optional uint64 remapped_rows_uncorrectable = 4;
+   */
+  remappedRowsUncorrectable?: bigint | undefined;
+
+  /**
+   * Dynamic page retirement (before Ampere).
+   *
+   * @generated from field: optional uint64 retired_pages_single_bit = 5;
+   */
+  retiredPagesSingleBit?: bigint | undefined;
+
+  /**
+   * @generated from field: optional uint64 retired_pages_double_bit = 6;
+   */
+  retiredPagesDoubleBit?: bigint | undefined;
+
+  /**
+   * @generated from field: optional bool retired_pages_pending = 7;
+   */
+  retiredPagesPending?: boolean | undefined;
+
+  /**
+   * NVML clock-event-reason bitmask that is active now (0x1 idle, 0x4 SW power cap, 0x8 HW
+   * slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake, ...). A reading, not a fault.
+   *
+   * @generated from field: optional uint64 clocks_event_reasons_active = 8;
+   */
+  clocksEventReasonsActive?: bigint | undefined;
+
+  /**
+   * @generated from field: optional uint32 pcie_link_gen_current = 9;
+   */
+  pcieLinkGenCurrent?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 pcie_link_gen_max = 10;
+   */
+  pcieLinkGenMax?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 pcie_link_width_current = 11;
+   */
+  pcieLinkWidthCurrent?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 pcie_link_width_max = 12;
+   */
+  pcieLinkWidthMax?: number | undefined;
+
+  /**
+   * NVLinks the GPU has, and how many of them are `<inactive>` (`nvidia-smi nvlink -s`).
+   *
+   * @generated from field: optional uint32 nvlinks_total = 13;
+   */
+  nvlinksTotal?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 nvlinks_inactive = 14;
+   */
+  nvlinksInactive?: number | undefined;
+
+  /**
+   * nvidia-smi's `gpu_recovery_action` ("None", "Reset", ...).
+   *
+   * @generated from field: optional string recovery_action = 15;
+   */
+  recoveryAction?: string | undefined;
+
+  /**
+   * AMD: RAS uncorrectable and deferred error totals (`amd-smi metric` ecc).
+   *
+   * @generated from field: optional uint64 ecc_deferred_errors = 16;
+   */
+  eccDeferredErrors?: bigint | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.GpuHealthReadings.
+ * Use `create(GpuHealthReadingsSchema)` to create a new message.
+ */
+export const GpuHealthReadingsSchema: GenMessage<GpuHealthReadings> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_inventory, 4);
+
+/**
+ * One hardware fault from the kernel log, folded per (kind, device, code): a burst of 100
+ * identical Xid 13 records is one fault with count 100.
+ *
+ * @generated from message llmgw.v1.GpuFault
+ */
+export type GpuFault = Message<"llmgw.v1.GpuFault"> & {
+  /**
+   * "xid" | "sxid" (NVSwitch) | "fallen-off-bus" (NVRM said so without an Xid)
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * Xid or SXid code; 79 for fallen-off-bus.
+   *
+   * @generated from field: uint32 code = 2;
+   */
+  code: number;
+
+  /**
+   * llmgw's action from NVIDIA's catalog: "ignore" | "restart-engine" | "reset-gpu" |
+   * "drain-node" | "reboot".
+   *
+   * @generated from field: string action = 3;
+   */
+  action: string;
+
+  /**
+   * nvidia-smi's form of the device the record names, e.g. "00000000:9B:00.0" (for an SXid:
+   * the NVSwitch, and the fault is attached to every GPU of the node).
+   *
+   * @generated from field: string pci_bus_id = 4;
+   */
+  pciBusId: string;
+
+  /**
+   * Records folded into this fault since it was first seen.
+   *
+   * @generated from field: uint32 count = 5;
+   */
+  count: number;
+
+  /**
+   * @generated from field: int64 first_seen_unix_ms = 6;
+   */
+  firstSeenUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 last_seen_unix_ms = 7;
+   */
+  lastSeenUnixMs: bigint;
+
+  /**
+   * The record that opened the fault, as the kernel printed it (bounded).
+   *
+   * @generated from field: string evidence = 8;
+   */
+  evidence: string;
+
+  /**
+   * The catalog's description, e.g. "GPU has fallen off the bus".
+   *
+   * @generated from field: string description = 9;
+   */
+  description: string;
+
+  /**
+   * /proc/sys/kernel/random/boot_id when the fault was read; unset when unknown.
+   *
+   * @generated from field: optional string boot_id = 10;
+   */
+  bootId?: string | undefined;
+
+  /**
+   * kmsg sequence number of the first record; unset for text logs.
+   *
+   * @generated from field: optional uint64 seq = 11;
+   */
+  seq?: bigint | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.GpuFault.
+ * Use `create(GpuFaultSchema)` to create a new message.
+ */
+export const GpuFaultSchema: GenMessage<GpuFault> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_inventory, 5);
 
 /**
  * Live readings of one GPU, sent with every heartbeat.
@@ -347,6 +568,16 @@ export type GpuReading = Message<"llmgw.v1.GpuReading"> & {
    * @generated from field: bool lost = 11;
    */
   lost: boolean;
+
+  /**
+   * @generated from field: optional llmgw.v1.GpuHealthReadings health = 12;
+   */
+  health?: GpuHealthReadings | undefined;
+
+  /**
+   * @generated from field: repeated llmgw.v1.GpuFault faults = 13;
+   */
+  faults: GpuFault[];
 };
 
 /**
@@ -354,7 +585,7 @@ export type GpuReading = Message<"llmgw.v1.GpuReading"> & {
  * Use `create(GpuReadingSchema)` to create a new message.
  */
 export const GpuReadingSchema: GenMessage<GpuReading> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 4);
+  messageDesc(file_llmgw_v1_inventory, 6);
 
 /**
  * One RDMA port (an InfiniBand HCA port or a RoCE NIC port).
@@ -453,6 +684,13 @@ export type Port = Message<"llmgw.v1.Port"> & {
    * @generated from field: optional string pci_bus_id = 14;
    */
   pciBusId?: string | undefined;
+
+  /**
+   * Error counters, flaps and the verdict; unset when the port's health was not read.
+   *
+   * @generated from field: optional llmgw.v1.PortHealth health = 15;
+   */
+  health?: PortHealth | undefined;
 };
 
 /**
@@ -460,7 +698,93 @@ export type Port = Message<"llmgw.v1.Port"> & {
  * Use `create(PortSchema)` to create a new message.
  */
 export const PortSchema: GenMessage<Port> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 5);
+  messageDesc(file_llmgw_v1_inventory, 7);
+
+/**
+ * The health of one RDMA port, from its sysfs counters and state over time.
+ *
+ * @generated from message llmgw.v1.PortHealth
+ */
+export type PortHealth = Message<"llmgw.v1.PortHealth"> & {
+  /**
+   * False when a threshold was crossed (flaps, error rates, a saturated counter).
+   *
+   * @generated from field: bool healthy = 1;
+   */
+  healthy: boolean;
+
+  /**
+   * @generated from field: repeated llmgw.v1.Problem problems = 2;
+   */
+  problems: Problem[];
+
+  /**
+   * Times the port left ACTIVE within the last `flap_window_s` seconds.
+   *
+   * @generated from field: uint32 flaps = 3;
+   */
+  flaps: number;
+
+  /**
+   * @generated from field: uint32 flap_window_s = 4;
+   */
+  flapWindowS: number;
+
+  /**
+   * @generated from field: repeated llmgw.v1.PortCounter counters = 5;
+   */
+  counters: PortCounter[];
+};
+
+/**
+ * Describes the message llmgw.v1.PortHealth.
+ * Use `create(PortHealthSchema)` to create a new message.
+ */
+export const PortHealthSchema: GenMessage<PortHealth> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_inventory, 8);
+
+/**
+ * One sysfs error counter of an RDMA port (`ports/N/counters/<name>`).
+ *
+ * @generated from message llmgw.v1.PortCounter
+ */
+export type PortCounter = Message<"llmgw.v1.PortCounter"> & {
+  /**
+   * e.g. "symbol_error", "link_downed", "port_rcv_errors"
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Unset when the file could not be read (EINVAL on restricted functions, missing).
+   *
+   * @generated from field: optional uint64 value = 2;
+   */
+  value?: bigint | undefined;
+
+  /**
+   * New errors per second since the previous read; unset on the first read, when saturated,
+   * or when unreadable.
+   *
+   * @generated from field: optional double rate_per_second = 3;
+   */
+  ratePerSecond?: number | undefined;
+
+  /**
+   * The counter is at its maximum (counters stop there, they do not wrap): new errors are hidden.
+   *
+   * @generated from field: bool saturated = 4;
+   */
+  saturated: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.PortCounter.
+ * Use `create(PortCounterSchema)` to create a new message.
+ */
+export const PortCounterSchema: GenMessage<PortCounter> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_inventory, 9);
 
 /**
  * A set of ports that can reach each other: one IB subnet or one RoCE IP subnet.
@@ -500,7 +824,7 @@ export type Fabric = Message<"llmgw.v1.Fabric"> & {
  * Use `create(FabricSchema)` to create a new message.
  */
 export const FabricSchema: GenMessage<Fabric> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 6);
+  messageDesc(file_llmgw_v1_inventory, 10);
 
 /**
  * GPU interconnect and GPU↔NIC affinity from `nvidia-smi topo -m`.
@@ -529,7 +853,7 @@ export type Topology = Message<"llmgw.v1.Topology"> & {
  * Use `create(TopologySchema)` to create a new message.
  */
 export const TopologySchema: GenMessage<Topology> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 7);
+  messageDesc(file_llmgw_v1_inventory, 11);
 
 /**
  * The connection between two GPUs, as `topo -m` prints it.
@@ -567,7 +891,7 @@ export type GpuLink = Message<"llmgw.v1.GpuLink"> & {
  * Use `create(GpuLinkSchema)` to create a new message.
  */
 export const GpuLinkSchema: GenMessage<GpuLink> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 8);
+  messageDesc(file_llmgw_v1_inventory, 12);
 
 /**
  * The PCIe distance between a GPU and an RDMA NIC.
@@ -600,7 +924,7 @@ export type GpuNicAffinity = Message<"llmgw.v1.GpuNicAffinity"> & {
  * Use `create(GpuNicAffinitySchema)` to create a new message.
  */
 export const GpuNicAffinitySchema: GenMessage<GpuNicAffinity> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 9);
+  messageDesc(file_llmgw_v1_inventory, 13);
 
 /**
  * CPU and NUMA affinity of one GPU.
@@ -629,5 +953,5 @@ export type GpuAffinity = Message<"llmgw.v1.GpuAffinity"> & {
  * Use `create(GpuAffinitySchema)` to create a new message.
  */
 export const GpuAffinitySchema: GenMessage<GpuAffinity> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_inventory, 10);
+  messageDesc(file_llmgw_v1_inventory, 14);
 
