@@ -170,3 +170,40 @@ describe("ControlChannel", () => {
     }
   });
 });
+
+describe("ControlChannel.beatSoon", () => {
+  it("sends the next heartbeat at once instead of after the interval, and coalesces a burst", async () => {
+    const stateDir = await mkdtemp(path.join(tmpdir(), "llmgw-channel-"));
+    dirs.push(stateDir);
+    const beats: number[] = [];
+    const transport = createRouterTransport(({ service }) => {
+      service(AgentService, {
+        register: () => create(RegisterResponseSchema, { nodeId: "n1", nodeCredential: "c" }),
+        heartbeat() {
+          beats.push(Date.now());
+          // An hour: only beatSoon can bring the next heartbeat within this test.
+          return create(HeartbeatResponseSchema, {
+            generation: 1n,
+            heartbeatIntervalMs: 3_600_000,
+          });
+        },
+      });
+    });
+    const channel = new ControlChannel(channelOptions(stateDir, transport), {
+      inventory: async () => create(NodeInventorySchema, { hostname: "node-a" }),
+      snapshot: async () => ({ gpus: [], replicas: [], problems: [] }),
+      applyDesired: async () => {},
+    });
+    const abort = new AbortController();
+    const done = channel.run(abort.signal);
+    await expect.poll(() => beats.length).toBe(1);
+    channel.beatSoon();
+    channel.beatSoon();
+    await expect.poll(() => beats.length).toBe(2);
+    // The second call came while waiting was already ended: no third beat follows by itself.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(beats.length).toBe(2);
+    abort.abort();
+    await done;
+  });
+});

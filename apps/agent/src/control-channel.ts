@@ -8,6 +8,7 @@ import {
   HeartbeatRequestSchema,
   type HeartbeatResponse,
   type NodeInventory,
+  type Port,
   type Problem,
   RegisterRequestSchema,
   type ReplicaStatus,
@@ -28,6 +29,8 @@ export interface ChannelHooks {
     problems: Problem[];
     /** API keys of the serving engines running now; absent = none. */
     engineCredentials?: EngineCredential[];
+    /** Live state and health of the node's RDMA ports; absent = not read. */
+    ports?: Port[];
   }>;
   /** The node's full desired set, delivered after every successful heartbeat. */
   applyDesired(response: HeartbeatResponse): Promise<void>;
@@ -68,6 +71,10 @@ export class ControlChannel {
   private lastError: string | undefined;
   /** True while the credential in memory is not yet on disk (a failed write, e.g. disk full). */
   private identityUnsaved = false;
+  /** Ends the current wait between heartbeats; set only while waiting. */
+  private wake: (() => void) | undefined;
+  /** A {@link beatSoon} arrived while a heartbeat was in flight: send another right after. */
+  private beatPending = false;
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -87,6 +94,30 @@ export class ControlChannel {
     return this.identity?.nodeId;
   }
 
+  /**
+   * Sends the next heartbeat now instead of at the end of the interval: a hardware fault is
+   * worth an out-of-band report. Calls coalesce; one that arrives while a heartbeat is in
+   * flight causes one more right after it (that heartbeat's snapshot may predate the news).
+   * While reconnecting, the backoff is kept (the control plane is not answering anyway).
+   */
+  beatSoon(): void {
+    if (this.wake) this.wake();
+    else this.beatPending = true;
+  }
+
+  /** Waits the heartbeat interval, or less if {@link beatSoon} is called. */
+  private async waitForNextBeat(signal: AbortSignal): Promise<void> {
+    if (this.beatPending) {
+      this.beatPending = false;
+      return;
+    }
+    await sleep(this.intervalMs, signal, (wake) => {
+      this.wake = wake;
+    });
+    this.wake = undefined;
+    this.beatPending = false;
+  }
+
   /** Runs until `signal` aborts. Never throws for control-plane trouble; it retries. */
   async run(signal: AbortSignal): Promise<void> {
     const saved = await loadIdentity(this.options.stateDir);
@@ -102,7 +133,7 @@ export class ControlChannel {
         await this.hooks.applyDesired(response);
         this.generationSeen = response.generation;
         if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
-        await sleep(this.intervalMs, signal);
+        await this.waitForNextBeat(signal);
       } catch (error) {
         if (signal.aborted) break;
         const err = ConnectError.from(error);
@@ -211,6 +242,7 @@ export class ControlChannel {
         replicas: snapshot.replicas,
         problems: snapshot.problems,
         engineCredentials: snapshot.engineCredentials ?? [],
+        ports: snapshot.ports ?? [],
         sentAtUnixMs: BigInt(Date.now()),
       }),
       {
@@ -229,10 +261,16 @@ export class ControlChannel {
 
 const formatMs = (ms: number) => (ms >= 1_000 ? `${ms / 1_000} s` : `${ms} ms`);
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** Resolves after `ms`, on abort, or when the function handed to `onWake` is called. */
+function sleep(
+  ms: number,
+  signal: AbortSignal,
+  onWake?: (wake: () => void) => void,
+): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
     const timer = setTimeout(done, ms);
+    onWake?.(done);
     function done() {
       clearTimeout(timer);
       signal.removeEventListener("abort", done);
