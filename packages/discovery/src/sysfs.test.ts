@@ -1,6 +1,7 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
@@ -9,10 +10,17 @@ import {
   ipv4Subnet,
   isRoutableGid,
   type NetdevAddressSource,
+  PORT_ERROR_COUNTERS,
+  type PortCounterRead,
   parseLinkLayer,
+  parsePortCounter,
   parseRateGbps,
   parseSysfsState,
+  portCounterMax,
   readFabrics,
+  readPortStates,
+  readSysfsFile,
+  type SysfsFileReader,
 } from "./sysfs.js";
 import { type TreeEntry, writeTree } from "./testing/index.js";
 
@@ -366,5 +374,241 @@ describe("readFabrics over a temp sysfs tree", () => {
     const { fabrics } = await read();
     expect(fabrics).toHaveLength(1);
     expect(fabrics[0]?.ports.map((p) => p.device)).toEqual(["mlx5_0", "mlx5_1"]);
+  });
+});
+
+/** The real H100 tree of health-formats.md §3.1 (see test/fixtures/sys-class-infiniband-h100.md). */
+const H100_TREE = fileURLToPath(
+  new URL("../test/fixtures/sys-class-infiniband-h100", import.meta.url),
+);
+
+/** A reader over the real tree whose files named in `failures` fail with that errno. */
+function failingReader(failures: Record<string, string>, calls: string[] = []): SysfsFileReader {
+  return async (path) => {
+    calls.push(path);
+    for (const [suffix, code] of Object.entries(failures)) {
+      if (path.endsWith(suffix)) {
+        throw Object.assign(new Error(`${code}: read ${path}`), { code });
+      }
+    }
+    return readSysfsFile(path);
+  };
+}
+
+const counters = (values: Record<string, number | string>): PortCounterRead[] =>
+  PORT_ERROR_COUNTERS.map(({ name }) => {
+    const v = values[name] ?? "ENOENT";
+    return typeof v === "number" ? { name, value: v } : ({ name, failure: v } as PortCounterRead);
+  });
+
+describe("port counters", () => {
+  it.each([
+    ["symbol_error", 65535],
+    ["link_downed", 255],
+    ["link_error_recovery", 255],
+    ["port_rcv_errors", 65535],
+    ["local_link_integrity_errors", 15],
+    ["excessive_buffer_overrun_errors", 15],
+    ["port_xmit_discards", 65535],
+  ] as const)("%s saturates at %i (kernel PMA width, health-formats.md §3.1)", (name, max) => {
+    expect(portCounterMax(name)).toBe(max);
+  });
+
+  it.each([
+    ["14", { value: 14 }],
+    ["0\n", { value: 0 }],
+    ["230442669431839", { value: 230442669431839 }],
+    // health-formats.md §3.2: old kernels print this for a failed counter read.
+    ["N/A (no PMA)\n", { failure: "no-pma" }],
+    ["", { failure: "invalid" }],
+    ["-1", { failure: "invalid" }],
+    ["0x10", { failure: "invalid" }],
+    ["18446744073709551615", { failure: "invalid" }],
+    ["1".repeat(21), { failure: "invalid" }],
+  ])("parsePortCounter(%j)", (text, expected) => {
+    expect(parsePortCounter(text)).toEqual(expected);
+  });
+
+  it("parsePortCounter never throws and only returns safe integers", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "binary" }), (text) => {
+        const parsed = parsePortCounter(text);
+        if ("value" in parsed) expect(Number.isSafeInteger(parsed.value)).toBe(true);
+      }),
+    );
+  });
+});
+
+describe("readPortStates", () => {
+  it("reads the real H100 tree (§3.1): states, rates, counters; hw_counters ignored", async () => {
+    const { ports, problems } = await readPortStates({ sysfsRoot: H100_TREE });
+    expect(problems).toEqual([]);
+    expect(ports).toEqual([
+      {
+        device: "mlx5_0",
+        port: 1,
+        linkLayer: "infiniband",
+        state: "ACTIVE",
+        stateCode: 4,
+        physState: "LinkUp",
+        physStateCode: 5,
+        rateGbps: 400,
+        counters: counters({
+          symbol_error: 0,
+          link_downed: 0,
+          link_error_recovery: 0,
+          port_rcv_errors: 14,
+          local_link_integrity_errors: 0,
+          excessive_buffer_overrun_errors: 15,
+          port_xmit_discards: 0,
+        }),
+      },
+      {
+        // The reference quotes only counters/link_downed of mlx5_1: the rest is ENOENT here.
+        device: "mlx5_1",
+        port: 1,
+        linkLayer: "unknown",
+        state: "UNKNOWN",
+        physState: "UNKNOWN",
+        counters: counters({ link_downed: 255 }),
+      },
+      {
+        // A bond (RoCE) with no counters/ directory: no counters, no failure.
+        device: "mlx5_bond_0",
+        port: 1,
+        linkLayer: "roce",
+        state: "ACTIVE",
+        stateCode: 4,
+        physState: "LinkUp",
+        physStateCode: 5,
+        rateGbps: 200,
+        counters: [],
+      },
+    ]);
+  });
+
+  it.each([
+    ["EINVAL", "EINVAL"],
+    ["EPERM", "EPERM"],
+    ["EACCES", "EACCES"],
+    ["ENOENT", "ENOENT"],
+    ["EOPNOTSUPP", "EOPNOTSUPP"],
+    ["ENOTSUP", "EOPNOTSUPP"],
+    ["EIO", "EIO"],
+    ["EBUSY", "error"],
+  ])(
+    "a counter read failing with %s is that counter's failure %s, the rest still read",
+    async (code, failure) => {
+      const { ports } = await readPortStates({
+        sysfsRoot: H100_TREE,
+        readFile: failingReader({ "mlx5_0/ports/1/counters/port_rcv_errors": code }),
+      });
+      expect(ports[0]?.counters).toEqual(
+        counters({
+          symbol_error: 0,
+          link_downed: 0,
+          link_error_recovery: 0,
+          port_rcv_errors: failure,
+          local_link_integrity_errors: 0,
+          excessive_buffer_overrun_errors: 15,
+          port_xmit_discards: 0,
+        }),
+      );
+      expect(ports[0]?.state).toBe("ACTIVE");
+    },
+  );
+
+  it("EINVAL files (restricted PFs) are remembered and never read again", async () => {
+    const calls: string[] = [];
+    const einvalPaths = new Set<string>();
+    const readFile = failingReader(
+      {
+        "mlx5_0/ports/1/counters/symbol_error": "EINVAL",
+        "mlx5_0/ports/1/counters/link_downed": "EPERM",
+      },
+      calls,
+    );
+    for (let i = 0; i < 3; i++) {
+      const { ports } = await readPortStates({ sysfsRoot: H100_TREE, readFile, einvalPaths });
+      expect(ports[0]?.counters.slice(0, 2)).toEqual([
+        { name: "symbol_error", failure: "EINVAL" },
+        { name: "link_downed", failure: "EPERM" },
+      ]);
+    }
+    expect(calls.filter((p) => p.endsWith("mlx5_0/ports/1/counters/symbol_error"))).toHaveLength(1);
+    // EPERM may be fixed by the operator (capabilities): it is retried.
+    expect(calls.filter((p) => p.endsWith("mlx5_0/ports/1/counters/link_downed"))).toHaveLength(3);
+    expect([...einvalPaths]).toEqual([join(H100_TREE, "mlx5_0/ports/1/counters/symbol_error")]);
+  });
+
+  it("state files that fail are UNKNOWN, without a code; the rest of the port is read", async () => {
+    const { ports } = await readPortStates({
+      sysfsRoot: H100_TREE,
+      readFile: failingReader({
+        "mlx5_0/ports/1/state": "EIO",
+        "mlx5_0/ports/1/phys_state": "EIO",
+      }),
+    });
+    expect(ports[0]).toMatchObject({ state: "UNKNOWN", physState: "UNKNOWN", rateGbps: 400 });
+    expect(ports[0]?.stateCode).toBeUndefined();
+  });
+
+  describe("over a temp tree", () => {
+    let root: string;
+    beforeEach(async () => {
+      root = await mkdtemp(join(tmpdir(), "llmgw-ports-"));
+    });
+    afterEach(async () => {
+      await rm(root, { recursive: true, force: true });
+    });
+
+    it("no root: no ports, no problem; an unlistable ports/ is a problem naming the device", async () => {
+      expect(await readPortStates({ sysfsRoot: join(root, "missing") })).toEqual({
+        ports: [],
+        problems: [],
+      });
+      await writeTree(root, { "mlx5_3/ports": "not a directory\n", "mlx5_4/node_guid": "x\n" });
+      const { ports, problems } = await readPortStates({ sysfsRoot: root });
+      expect(ports).toEqual([]);
+      expect(problems).toEqual([
+        {
+          code: "LLMGW_DISCOVERY_SYSFS_UNREADABLE",
+          source: "sysfs",
+          message: `cannot list ${join(root, "mlx5_3/ports")}; mlx5_3 skipped`,
+        },
+        {
+          code: "LLMGW_DISCOVERY_SYSFS_UNREADABLE",
+          source: "sysfs",
+          message: `cannot list ${join(root, "mlx5_4/ports")}; mlx5_4 skipped`,
+        },
+      ]);
+    });
+
+    it("old kernels' N/A (no PMA) and a directory in place of a file are counter failures", async () => {
+      await writeTree(
+        root,
+        port("mlx5_0", 1, {
+          // health-formats.md §3.2 (down port) and §3.2 (N/A (no PMA)).
+          state: "1: DOWN\n",
+          phys_state: "2: Polling\n",
+          "counters/symbol_error": "N/A (no PMA)\n",
+          "counters/link_downed": { dir: true },
+          "counters/port_rcv_errors": "14\n",
+        }),
+      );
+      const { ports } = await readPortStates({ sysfsRoot: root });
+      expect(ports[0]?.counters.slice(0, 4)).toEqual([
+        { name: "symbol_error", failure: "no-pma" },
+        { name: "link_downed", failure: "error" },
+        { name: "link_error_recovery", failure: "ENOENT" },
+        { name: "port_rcv_errors", value: 14 },
+      ]);
+      expect(ports[0]).toMatchObject({ state: "DOWN", stateCode: 1, physStateCode: 2 });
+    });
+
+    it("readSysfsFile reads at most 4 KiB of a file", async () => {
+      await writeFile(join(root, "big"), "7".repeat(10_000));
+      expect(await readSysfsFile(join(root, "big"))).toHaveLength(4096);
+    });
   });
 });

@@ -1,4 +1,4 @@
-import { readdir, readFile, readlink } from "node:fs/promises";
+import { open, readdir, readFile, readlink } from "node:fs/promises";
 import { networkInterfaces } from "node:os";
 import { basename, join } from "node:path";
 import { ProblemCodes, problem } from "./problem-codes.js";
@@ -45,20 +45,23 @@ export interface FabricReport {
 /** Assumed when a RoCE netdev's prefix length cannot be read (reported as a problem). */
 export const ASSUMED_ROCE_PREFIX_LENGTH = 24;
 
+/** State names are short words ("ACTIVE", "LinkErrorRecovery"); longer text is cut here. */
+const MAX_STATE_NAME_CHARS = 64;
+
 /**
  * `"4: ACTIVE"` → `{ code: 4, name: "ACTIVE" }`; text without a `<n>: ` prefix keeps its text
  * as the name and has no code.
  */
 export function parseSysfsState(text: string | undefined): { code?: number; name: string } {
-  const trimmed = (text ?? "").trim();
-  const match = /^(\d+):\s*(.*)$/.exec(trimmed);
+  const trimmed = (text ?? "").trim().slice(0, MAX_STATE_NAME_CHARS);
+  const match = /^(\d{1,3}):\s*(.*)$/.exec(trimmed);
   if (!match) return { name: trimmed === "" ? "UNKNOWN" : trimmed };
   return { code: Number(match[1]), name: (match[2] ?? "").trim() || "UNKNOWN" };
 }
 
 /** `"400 Gb/sec (4X NDR)"` → 400, `"2.5 Gb/sec (1X SDR)"` → 2.5; anything else → undefined. */
 export function parseRateGbps(text: string | undefined): number | undefined {
-  const match = /^\s*(\d+(?:\.\d+)?)\s*Gb\/sec/.exec(text ?? "");
+  const match = /^\s*(\d{1,7}(?:\.\d{1,3})?)\s*Gb\/sec/.exec(text ?? "");
   return match ? Number(match[1]) : undefined;
 }
 
@@ -323,4 +326,267 @@ export async function readFabrics(options: FabricReadOptions): Promise<FabricRep
     ([id, f]): Fabric => ({ id, linkLayer: f.linkLayer, idSource: f.idSource, ports: f.ports }),
   );
   return { fabrics, inactivePorts, problems };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Port state and error counters: the light read for the heartbeat path (no GID scanning).
+// Layout and widths: shared/reference/health-formats.md §3.1, read failures §3.2, tolerance §3.4.
+
+/**
+ * The error counters of `ports/<n>/counters/` that port health reads, with the width the kernel
+ * gives each PMA counter (`drivers/infiniband/core/sysfs.c`, health-formats.md §3.1). PMA
+ * counters saturate at `2^bits - 1` (they stop; they do not wrap), so a counter at its maximum
+ * hides every new error until someone resets it (`perfquery -x -R`, or a reboot).
+ */
+export const PORT_ERROR_COUNTERS = [
+  { name: "symbol_error", bits: 16 },
+  { name: "link_downed", bits: 8 },
+  { name: "link_error_recovery", bits: 8 },
+  { name: "port_rcv_errors", bits: 16 },
+  { name: "local_link_integrity_errors", bits: 4 },
+  { name: "excessive_buffer_overrun_errors", bits: 4 },
+  { name: "port_xmit_discards", bits: 16 },
+] as const;
+
+/** One of {@link PORT_ERROR_COUNTERS}' names. */
+export type PortErrorCounterName = (typeof PORT_ERROR_COUNTERS)[number]["name"];
+
+/** The value a counter stops at: 255 for an 8-bit one, 15 for 4 bits, 65535 for 16. */
+export function portCounterMax(name: PortErrorCounterName): number {
+  const bits = PORT_ERROR_COUNTERS.find((c) => c.name === name)?.bits ?? 16;
+  return 2 ** bits - 1;
+}
+
+/**
+ * Why a counter file gave no number: the errno of the read (`EINVAL` on restricted PFs,
+ * `EPERM`/`EACCES` without permission, `ENOENT` for a file this driver lacks, `EOPNOTSUPP`),
+ * `no-pma` for old kernels' `N/A (no PMA)` text, `invalid` for any other text, `error` for any
+ * other failure.
+ */
+export type PortCounterFailure =
+  | "EINVAL"
+  | "EPERM"
+  | "EACCES"
+  | "ENOENT"
+  | "EOPNOTSUPP"
+  | "EIO"
+  | "no-pma"
+  | "invalid"
+  | "error";
+
+/** One counter file as read: a value, or why there is none. */
+export type PortCounterRead =
+  | { readonly name: PortErrorCounterName; readonly value: number }
+  | { readonly name: PortErrorCounterName; readonly failure: PortCounterFailure };
+
+/** Longest counter text accepted: 20 digits hold any 64-bit value. */
+const MAX_COUNTER_DIGITS = 20;
+
+/**
+ * Parses a counter file's text: `"14\n"` → `{ value: 14 }`; old kernels' `N/A (no PMA)` →
+ * `{ failure: "no-pma" }`; anything else (signs, hex, text, a number past 2^53) →
+ * `{ failure: "invalid" }`. Never throws.
+ */
+export function parsePortCounter(
+  text: string,
+): { readonly value: number } | { readonly failure: "no-pma" | "invalid" } {
+  const trimmed = text.trim();
+  if (/^N\/A\b/.test(trimmed)) return { failure: "no-pma" };
+  if (trimmed.length > MAX_COUNTER_DIGITS || !/^\d+$/.test(trimmed)) return { failure: "invalid" };
+  const value = Number(trimmed);
+  return Number.isSafeInteger(value) ? { value } : { failure: "invalid" };
+}
+
+/**
+ * Reads one sysfs file's text; throws the read's error (with its `code`) on failure. Injected so
+ * that tests can make a real tree's file fail with `EINVAL`, which no ordinary file does.
+ */
+export type SysfsFileReader = (path: string) => Promise<string>;
+
+/** Sysfs attributes are at most one page; anything past that is not a sysfs value. */
+const MAX_SYSFS_FILE_BYTES = 4096;
+
+/** {@link SysfsFileReader} over the real file system, reading at most 4 KiB of each file. */
+export const readSysfsFile: SysfsFileReader = async (path) => {
+  const handle = await open(path, "r");
+  try {
+    const buffer = Buffer.alloc(MAX_SYSFS_FILE_BYTES);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    return buffer.subarray(0, bytesRead).toString("utf8");
+  } finally {
+    await handle.close();
+  }
+};
+
+function counterFailure(error: unknown): PortCounterFailure {
+  const code = (error as { code?: unknown } | null)?.code;
+  switch (code) {
+    case "EINVAL":
+    case "EPERM":
+    case "EACCES":
+    case "ENOENT":
+    case "EIO":
+      return code;
+    // libuv names errno 95 ENOTSUP; the kernel's name for it is EOPNOTSUPP.
+    case "EOPNOTSUPP":
+    case "ENOTSUP":
+      return "EOPNOTSUPP";
+    default:
+      return "error";
+  }
+}
+
+/** The state of one RDMA port at one moment, as {@link readPortStates} read it. */
+export interface PortStateSample {
+  readonly device: string;
+  readonly port: number;
+  readonly linkLayer: LinkLayer;
+  /** Name part of `state`, e.g. "ACTIVE"; "UNKNOWN" when unreadable. */
+  readonly state: string;
+  /** Number part of `state` (4 = ACTIVE); undefined when unreadable or not `<n>: <name>`. */
+  readonly stateCode?: number;
+  readonly physState: string;
+  /** Number part of `phys_state` (5 = LinkUp). */
+  readonly physStateCode?: number;
+  /** Leading number of `rate`; a DOWN port reports a meaningless 10 (health-formats.md §3.2). */
+  readonly rateGbps?: number;
+  /**
+   * One entry per {@link PORT_ERROR_COUNTERS} name, in that order; empty when the port has no
+   * `counters/` at all (every file ENOENT: a driver without PMA, e.g. some bond or EFA devices).
+   */
+  readonly counters: readonly PortCounterRead[];
+}
+
+/** Inputs of {@link readPortStates}. */
+export interface PortStateReadOptions {
+  /** e.g. `/sys/class/infiniband`; a missing directory means no RDMA devices (no problem). */
+  readonly sysfsRoot: string;
+  /** Default {@link readSysfsFile}. */
+  readonly readFile?: SysfsFileReader;
+  /**
+   * Counter files that failed with EINVAL before: they are not read again and report EINVAL.
+   * On restricted PFs every such read logs an `mlx5_cmd_out_err … err(-22)` kernel line
+   * (health-formats.md §3.2), so a poller that retries them floods the kernel log. New EINVAL
+   * paths are added here (at most {@link MAX_EINVAL_PATHS}). Omit for a one-shot read.
+   */
+  readonly einvalPaths?: Set<string>;
+}
+
+/** Paths remembered in {@link PortStateReadOptions.einvalPaths}; past it, EINVAL files are retried. */
+export const MAX_EINVAL_PATHS = 4096;
+
+/** Devices and ports per device read at most; more is not a real host (a problem says so). */
+export const MAX_RDMA_DEVICES = 256;
+export const MAX_PORTS_PER_DEVICE = 256;
+
+/** What {@link readPortStates} found. */
+export interface PortStatesReport {
+  readonly ports: readonly PortStateSample[];
+  /** A device whose `ports/` cannot be listed, a truncated listing. */
+  readonly problems: readonly Problem[];
+}
+
+async function readCounter(
+  path: string,
+  name: PortErrorCounterName,
+  readFile: SysfsFileReader,
+  einvalPaths: Set<string> | undefined,
+): Promise<PortCounterRead> {
+  if (einvalPaths?.has(path)) return { name, failure: "EINVAL" };
+  let text: string;
+  try {
+    text = await readFile(path);
+  } catch (error) {
+    const failure = counterFailure(error);
+    if (failure === "EINVAL" && einvalPaths !== undefined && einvalPaths.size < MAX_EINVAL_PATHS) {
+      einvalPaths.add(path);
+    }
+    return { name, failure };
+  }
+  return { name, ...parsePortCounter(text) };
+}
+
+async function readOptional(readFile: SysfsFileReader, path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads every RDMA port's `state`, `phys_state`, `link_layer`, `rate` and the
+ * {@link PORT_ERROR_COUNTERS} under `sysfsRoot` — about eleven small files per port and no GID
+ * table, cheap enough for every heartbeat. Each file fails on its own: an unreadable state is
+ * `UNKNOWN`, an unreadable counter carries its {@link PortCounterFailure}. `hw_counters/` is not
+ * read. Never throws.
+ */
+export async function readPortStates(options: PortStateReadOptions): Promise<PortStatesReport> {
+  const readFile = options.readFile ?? readSysfsFile;
+  const problems: Problem[] = [];
+  const samples: PortStateSample[] = [];
+  const devices = await list(options.sysfsRoot);
+  if (devices === undefined) return { ports: samples, problems };
+  if (devices.length > MAX_RDMA_DEVICES) {
+    problems.push(
+      problem(
+        ProblemCodes.sysfsUnreadable,
+        "sysfs",
+        `${options.sysfsRoot} lists ${devices.length} devices; only the first ${MAX_RDMA_DEVICES} are read`,
+      ),
+    );
+  }
+  for (const device of devices.slice(0, MAX_RDMA_DEVICES)) {
+    const portsDir = join(options.sysfsRoot, device, "ports");
+    const listed = await list(portsDir);
+    if (listed === undefined) {
+      problems.push(
+        problem(
+          ProblemCodes.sysfsUnreadable,
+          "sysfs",
+          `cannot list ${portsDir}; ${device} skipped`,
+        ),
+      );
+      continue;
+    }
+    const portNames = listed.filter((p) => /^\d{1,5}$/.test(p));
+    if (portNames.length > MAX_PORTS_PER_DEVICE) {
+      problems.push(
+        problem(
+          ProblemCodes.sysfsUnreadable,
+          "sysfs",
+          `${portsDir} lists ${portNames.length} ports; only the first ${MAX_PORTS_PER_DEVICE} are read`,
+        ),
+      );
+    }
+    for (const portName of portNames.slice(0, MAX_PORTS_PER_DEVICE)) {
+      const dir = join(portsDir, portName);
+      const [stateText, physText, layerText, rateText] = await Promise.all(
+        ["state", "phys_state", "link_layer", "rate"].map((f) =>
+          readOptional(readFile, join(dir, f)),
+        ),
+      );
+      const counters = await Promise.all(
+        PORT_ERROR_COUNTERS.map((c) =>
+          readCounter(join(dir, "counters", c.name), c.name, readFile, options.einvalPaths),
+        ),
+      );
+      const state = parseSysfsState(stateText);
+      const phys = parseSysfsState(physText);
+      const rateGbps = parseRateGbps(rateText);
+      const noCounters = counters.every((c) => "failure" in c && c.failure === "ENOENT");
+      samples.push({
+        device,
+        port: Number(portName),
+        linkLayer: parseLinkLayer(layerText),
+        state: state.name,
+        ...(state.code === undefined ? {} : { stateCode: state.code }),
+        physState: phys.name,
+        ...(phys.code === undefined ? {} : { physStateCode: phys.code }),
+        ...(rateGbps === undefined ? {} : { rateGbps }),
+        counters: noCounters ? [] : counters,
+      });
+    }
+  }
+  return { ports: samples, problems };
 }
