@@ -64,3 +64,34 @@ describe("deriveGpuClass without a usable memory figure", () => {
     );
   });
 });
+
+// AMD market names from health-formats.md §4.2/§4.4/§4.5. Only MI300X VRAM totals are in the
+// reference (196592 MB in ROCm 7.0/7.1, 196300 MB in 6.3 CPX), so only MI300X gets a class
+// here; the other names are checked as models.
+describe("deriveGpuClass on AMD market names", () => {
+  it.each([
+    ["AMD Instinct MI300X", 196592, "mi300x-192g"],
+    ["AMD Instinct MI300X", 196300, "mi300x-192g"],
+  ] as const)("%s with %i MiB is %s", (name, mib, expected) => {
+    expect(deriveGpuClass(name, mib)).toBe(expected);
+  });
+
+  it.each([
+    ["MI308X", "mi308x"],
+    ["AMD Instinct MI308X OAM", "mi308x"],
+    ["AMD Instinct MI350X", "mi350x"],
+    ["AMD Instinct MI350 OAM", "mi350"],
+    ["AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2", "mi200"],
+    ["Phoenix3", "phoenix3"],
+  ])("%s → model %s", (name, model) => {
+    expect(deriveGpuModel(name)).toBe(model);
+  });
+
+  it("MI308X and AMD Instinct MI308X OAM (one SKU, ROCm/vllm#359) give one class", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 1_000_000 }), (mib) => {
+        expect(deriveGpuClass("MI308X", mib)).toBe(deriveGpuClass("AMD Instinct MI308X OAM", mib));
+      }),
+    );
+  });
+});
