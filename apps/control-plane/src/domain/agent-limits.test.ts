@@ -97,3 +97,120 @@ describe("boundAgentRequest", () => {
     expect(request.replicas[0]?.message).toBe("ok");
   });
 });
+
+describe("boundAgentRequest: faults and ports (issue 20)", () => {
+  // Evidence verbatim from shared/reference/health-formats.md §1.3.
+  const XID79 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+  const fault = (extra: Record<string, unknown> = {}) => ({
+    kind: "xid",
+    code: 79,
+    action: "reset-gpu",
+    pciBusId: "00000000:06:00.0",
+    count: 1,
+    firstSeenUnixMs: 1_000n,
+    lastSeenUnixMs: 2_000n,
+    evidence: XID79,
+    ...extra,
+  });
+  const beat = (init: Parameters<typeof create<typeof HeartbeatRequestSchema>>[1]) =>
+    create(HeartbeatRequestSchema, init);
+  const port = (extra: Record<string, unknown> = {}) => ({ device: "mlx5_0", port: 1, ...extra });
+
+  it.each([
+    [
+      "64 faults on a GPU",
+      beat({ gpus: [{ faults: Array.from({ length: 64 }, () => fault()) }] }),
+      undefined,
+    ],
+    [
+      "65 faults on a GPU",
+      beat({ gpus: [{ faults: Array.from({ length: 65 }, () => fault()) }] }),
+      "HeartbeatRequest.gpus[0].faults has 65 entries; the limit is 64",
+    ],
+    [
+      "65 faults on a registered GPU",
+      register({
+        gpus: [create(GpuSchema, { faults: Array.from({ length: 65 }, () => fault()) })],
+      }),
+      "RegisterRequest.inventory.gpus[0].faults has 65 entries; the limit is 64",
+    ],
+    [
+      "a 300-character fault kind",
+      beat({ gpus: [{ faults: [fault({ kind: "k".repeat(300) })] }] }),
+      "HeartbeatRequest.gpus[0].faults[0].kind has 300 characters; the limit is 256",
+    ],
+    [
+      "a fault without a device",
+      beat({ gpus: [{ faults: [fault({ pciBusId: "" })] }] }),
+      "HeartbeatRequest.gpus[0].faults[0].pciBusId is required",
+    ],
+    [
+      "a fault whose last sighting precedes its first",
+      beat({ gpus: [{ faults: [fault({ lastSeenUnixMs: 999n })] }] }),
+      "HeartbeatRequest.gpus[0].faults[0] has firstSeenUnixMs 1000 and lastSeenUnixMs 999; times must be ≥ 0 and not run backwards",
+    ],
+    [
+      "an action a newer agent knows",
+      beat({ gpus: [{ faults: [fault({ action: "replace-board" })] }] }),
+      undefined,
+    ],
+    ["192 ports", beat({ ports: Array.from({ length: 192 }, () => port()) }), undefined],
+    [
+      "193 ports",
+      beat({ ports: Array.from({ length: 193 }, () => port()) }),
+      "HeartbeatRequest.ports has 193 entries; the limit is 192",
+    ],
+    [
+      "33 counters on a port",
+      beat({
+        ports: [
+          port({
+            health: { healthy: true, counters: Array.from({ length: 33 }, () => ({ name: "c" })) },
+          }),
+        ],
+      }),
+      "HeartbeatRequest.ports[0].health.counters has 33 entries; the limit is 32",
+    ],
+    [
+      "17 problems on a port",
+      beat({
+        ports: [
+          port({
+            health: { healthy: false, problems: Array.from({ length: 17 }, () => ({ code: "x" })) },
+          }),
+        ],
+      }),
+      "HeartbeatRequest.ports[0].health.problems has 17 entries; the limit is 16",
+    ],
+    [
+      "a 300-character port device",
+      beat({ ports: [port({ device: "d".repeat(300) })] }),
+      "HeartbeatRequest.ports[0].device has 300 characters; the limit is 256",
+    ],
+  ])("%s", (_name, request, refusal) => {
+    const root =
+      request.$typeName === "llmgw.v1.RegisterRequest" ? "RegisterRequest" : "HeartbeatRequest";
+    const run = () => boundAgentRequest(root, request);
+    if (refusal === undefined) expect(run).not.toThrow();
+    else
+      expect(run).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", message: refusal }),
+      );
+  });
+
+  it("truncates a long evidence line, description or port problem with a marker", () => {
+    const request = beat({
+      gpus: [{ faults: [fault({ evidence: "e".repeat(2_000), description: "d".repeat(300) })] }],
+      ports: [
+        port({ health: { healthy: false, problems: [{ code: "p", message: "m".repeat(1_100) }] } }),
+      ],
+    });
+    boundAgentRequest("HeartbeatRequest", request);
+    const f = request.gpus[0]?.faults[0];
+    expect(f?.evidence).toBe(`${"e".repeat(1_024)}… [976 more characters]`);
+    expect(f?.description).toBe(`${"d".repeat(256)}… [44 more characters]`);
+    expect(request.ports[0]?.health?.problems[0]?.message).toBe(
+      `${"m".repeat(1_024)}… [76 more characters]`,
+    );
+  });
+});

@@ -39,6 +39,19 @@ export const AGENT_LIMITS = {
     gpus: 64,
     "gpus.healthProblems": 16,
     problems: 64,
+    // Kernel-log faults arrive folded per (kind, device, code): 64 distinct ones per GPU is
+    // already a GPU that should be out of service; an agent sends them in order first seen.
+    "inventory.gpus.faults": 64,
+    "gpus.faults": 64,
+    // The heartbeat's live ports: every fabric port (16 fabrics share the 64-NIC budget of a
+    // node in practice) plus the inactive ones, as inventory.fabrics.ports + inactivePorts.
+    ports: 192,
+    "ports.health.counters": 32,
+    "ports.health.problems": 16,
+    "inventory.fabrics.ports.health.counters": 32,
+    "inventory.fabrics.ports.health.problems": 16,
+    "inventory.inactivePorts.health.counters": 32,
+    "inventory.inactivePorts.health.problems": 16,
   } as Readonly<Record<string, number>>,
   /** Characters of a string field not listed in {@link AGENT_LIMITS.chars} or `textChars`. */
   defaultChars: 256,
@@ -58,6 +71,15 @@ export const AGENT_LIMITS = {
     "gpus.healthProblems.message": 1_024,
     "replicas.message": 1_024,
     "replicas.logTail": 512,
+    // A fault's evidence is the kernel's record as printed; the agent bounds it already, and a
+    // long one must still arrive (the code and device are what decide, not the text).
+    "gpus.faults.evidence": 1_024,
+    "gpus.faults.description": 256,
+    "inventory.gpus.faults.evidence": 1_024,
+    "inventory.gpus.faults.description": 256,
+    "ports.health.problems.message": 1_024,
+    "inventory.fabrics.ports.health.problems.message": 1_024,
+    "inventory.inactivePorts.health.problems.message": 1_024,
   } as Readonly<Record<string, number>>,
   /** Bytes of a `bytes` field. */
   defaultBytes: 4_096,
@@ -73,6 +95,46 @@ const truncatedMarker = (dropped: number) => `… [${dropped} more characters]`;
  */
 export function boundAgentRequest(root: string, request: object): void {
   walk(root, "", request as Record<string, unknown>);
+  validateFaults(root, request as Record<string, unknown>);
+}
+
+/**
+ * Refuses a fault the control plane could not key or compare: no device, or times that are
+ * negative or run backwards (a clear compares `lastSeenUnixMs`). An unknown kind or action is
+ * accepted: it comes from a newer agent, and counts as actionable (fail closed) rather than
+ * failing the node's every heartbeat.
+ */
+function validateFaults(root: string, request: Record<string, unknown>): void {
+  const gpuLists: [string, unknown][] = [
+    [`${root}.gpus`, request.gpus],
+    [`${root}.inventory.gpus`, (request.inventory as Record<string, unknown> | undefined)?.gpus],
+  ];
+  for (const [where, gpus] of gpuLists) {
+    if (!Array.isArray(gpus)) continue;
+    gpus.forEach((gpu: { faults?: unknown }, i) => {
+      if (!Array.isArray(gpu.faults)) return;
+      gpu.faults.forEach(
+        (
+          f: {
+            firstSeenUnixMs: bigint;
+            lastSeenUnixMs: bigint;
+            pciBusId: string;
+          },
+          j: number,
+        ) => {
+          const name = `${where}[${i}].faults[${j}]`;
+          const refuse = (why: string): never => {
+            throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `${name}${why}`);
+          };
+          if (f.pciBusId === "") refuse(".pciBusId is required");
+          if (f.firstSeenUnixMs < 0n || f.lastSeenUnixMs < f.firstSeenUnixMs)
+            refuse(
+              ` has firstSeenUnixMs ${f.firstSeenUnixMs} and lastSeenUnixMs ${f.lastSeenUnixMs}; times must be ≥ 0 and not run backwards`,
+            );
+        },
+      );
+    });
+  }
 }
 
 function walk(where: string, path: string, message: Record<string, unknown>): void {
