@@ -43,6 +43,8 @@ export {
   classifyNvidiaSmiFailure,
   type GpuQueryContext,
   type GpuReadings,
+  NVLINK_STATUS_ARGS,
+  PCIE_DEGRADED_MIN_UTILIZATION_PERCENT,
   queryNvidiaGpus,
 } from "./nvidia-smi.js";
 export {
@@ -51,15 +53,22 @@ export {
   GPU_QUERY_FIELDS,
   type GpuQueryField,
   type GpuQueryRow,
+  gpuQueryField,
   type LostGpuMessage,
+  type NvlinkGpuStatus,
+  type NvlinkStatus,
   normalizePciBusId,
   type ParseResult,
   parseComputeApps,
   parseDriverVersion,
   parseGpuQuery,
   parseLostGpu,
+  parseNvlinkStatus,
+  parseSmiBitmask,
   parseSmiCell,
+  parseSmiCount,
   parseSmiNumber,
+  parseSmiYesNo,
   parseUnknownField,
 } from "./nvidia-smi-parse.js";
 export { type ProblemCode, ProblemCodes } from "./problem-codes.js";

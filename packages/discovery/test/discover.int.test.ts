@@ -96,6 +96,11 @@ describe("discoverNode", () => {
       memoryUsedBytes: 11125 * 1024 * 1024,
     });
     const calls = (await readFile(join(bin, "calls.log"), "utf8")).trim().split("\n");
-    expect(calls.map((c) => c.split("=")[0])).toEqual(["--query-gpu", "--query-compute-apps"]);
+    // Compute apps and `nvlink -s` run side by side after the GPU query: order them.
+    expect(calls.map((c) => c.split("=")[0]).sort()).toEqual([
+      "--query-compute-apps",
+      "--query-gpu",
+      "nvlink -s",
+    ]);
   });
 });

@@ -80,3 +80,14 @@ export async function writeTree(
     }
   }
 }
+
+/**
+ * Drops the `#` comment lines a fixture file starts with (where its source is cited), leaving
+ * the tool output byte-for-byte.
+ */
+export function stripFixtureComments(text: string): string {
+  const lines = text.split("\n");
+  let start = 0;
+  while (start < lines.length && lines[start]?.startsWith("#")) start++;
+  return lines.slice(start).join("\n");
+}

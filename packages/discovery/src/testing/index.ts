@@ -2,6 +2,7 @@
 // tree writer. Not re-exported from the package root (no `./testing` export map entry yet).
 export {
   type FakeNvidiaSmiRule,
+  stripFixtureComments,
   type TreeEntry,
   writeFakeNvidiaSmi,
   writeTree,
