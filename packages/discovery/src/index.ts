@@ -71,6 +71,20 @@ export {
   parseSmiYesNo,
   parseUnknownField,
 } from "./nvidia-smi-parse.js";
+export {
+  createPortHealthMonitor,
+  createPortHealthTracker,
+  DEFAULT_PORT_THRESHOLDS,
+  type PortCounterThreshold,
+  type PortHealthMonitor,
+  type PortHealthMonitorOptions,
+  type PortHealthReport,
+  type PortHealthTracker,
+  type PortThresholds,
+  type PortThresholdsOptions,
+  parsePortThresholds,
+  resolvePortThresholds,
+} from "./port-health.js";
 export { type ProblemCode, ProblemCodes } from "./problem-codes.js";
 export {
   parseSimulateSpec,
@@ -89,13 +103,28 @@ export {
   ipv4FromGid,
   ipv4Subnet,
   isRoutableGid,
+  MAX_EINVAL_PATHS,
+  MAX_PORTS_PER_DEVICE,
+  MAX_RDMA_DEVICES,
   type NetdevAddress,
   type NetdevAddressSource,
   osNetdevAddresses,
+  PORT_ERROR_COUNTERS,
+  type PortCounterFailure,
+  type PortCounterRead,
+  type PortErrorCounterName,
+  type PortStateReadOptions,
+  type PortStateSample,
+  type PortStatesReport,
   parseLinkLayer,
+  parsePortCounter,
   parseRateGbps,
   parseSysfsState,
+  portCounterMax,
   readFabrics,
+  readPortStates,
+  readSysfsFile,
+  type SysfsFileReader,
 } from "./sysfs.js";
 export { EMPTY_TOPOLOGY, parseTopology, queryTopology } from "./topology.js";
 export type {

@@ -68,6 +68,10 @@ export const ProblemCodes = {
   portErrors: "LLMGW_DISCOVERY_PORT_ERRORS",
   /** A port's error counter is at its maximum, so new errors can no longer be seen. */
   portCounterSaturated: "LLMGW_DISCOVERY_PORT_COUNTER_SATURATED",
+  /** Not health: some of a port's error counters cannot be read (EINVAL on restricted PFs, EPERM, …), so their errors are unknown. */
+  portCountersUnreadable: "LLMGW_DISCOVERY_PORT_COUNTERS_UNREADABLE",
+  /** An ACTIVE port runs below the operator's `minActiveRateGbps` (off by default). */
+  portRateDegraded: "LLMGW_DISCOVERY_PORT_RATE_DEGRADED",
 
   // AMD (amd-smi JSON, rocm-smi fallback).
   /** amd-smi failed or printed JSON of no known shape; rocm-smi was tried next. */
