@@ -17,10 +17,25 @@ export { DiscoveryError, type DiscoveryErrorCode, isDiscoveryError } from "./err
 export { deriveGpuClass, deriveGpuModel } from "./gpu-class.js";
 export { collectAddresses, readAddresses, readHostFacts } from "./host.js";
 export {
+  applyKernelFaults,
+  boundEvidence,
   classifyXid,
+  createKernelFaultTracker,
   createXidAggregator,
+  DEFAULT_MAX_RECORD_CHARS,
+  describeFault,
+  describeFaultProblem,
   type FallenOffBus,
+  faultWord,
+  type GpuFaultConversion,
+  isNodeWideFault,
+  isUnhealthyFault,
+  type KernelFaultEvent,
+  type KernelFaultTracker,
+  type KernelFaultTrackerOptions,
+  type KernelFaultTrackerStats,
   type KernelLogRecord,
+  MAX_FAULT_EVIDENCE_CHARS,
   NVIDIA_ACTION_TO_ACTION,
   type NvidiaXidAction,
   type ParsedXid,
@@ -37,7 +52,21 @@ export {
   type XidAggregatorOptions,
   type XidCatalogEntry,
   type XidFault,
+  xidFaultToGpuFault,
 } from "./kernel-log.js";
+export {
+  DEFAULT_BOOT_ID_PATH,
+  DEFAULT_KERNEL_LOG_PATH,
+  type KernelLogReport,
+  type KernelLogSource,
+  type KernelLogWatcher,
+  type KernelLogWatcherOptions,
+  type KernelLogWatcherStats,
+  type ResolvedKernelLogWatcherOptions,
+  readKernelLogFaults,
+  resolveKernelLogWatcherOptions,
+  watchKernelLog,
+} from "./kernel-log-watcher.js";
 export {
   buildGpu,
   classifyNvidiaSmiFailure,

@@ -2,9 +2,13 @@ import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  applyKernelFaults,
+  boundEvidence,
   classifyXid,
+  createKernelFaultTracker,
   createXidAggregator,
   type KernelLogRecord,
+  MAX_FAULT_EVIDENCE_CHARS,
   type ParsedXid,
   parseFallenOffBus,
   parseKmsgRecord,
@@ -16,6 +20,9 @@ import {
   type XidAction,
 } from "./kernel-log.js";
 import { normalizePciBusId } from "./nvidia-smi-parse.js";
+import { ProblemCodes } from "./problem-codes.js";
+import { simulateInventory } from "./simulate.js";
+import type { Gpu, GpuFault } from "./types.js";
 
 // Every line below is copied verbatim from shared/reference/health-formats.md §1.1, §1.3, §1.5
 // (sources cited there). None is invented.
@@ -744,5 +751,378 @@ describe("purity", () => {
       const source = readFileSync(new URL(`./${file}`, import.meta.url), "utf8");
       expect(source, file).not.toMatch(/from "node:/);
     }
+  });
+});
+
+// ---- The tracker (records → faults) and applyKernelFaults (faults → GPU health). Every line is
+// verbatim from health-formats.md §1.3 / §1.5 (sources there), or the driver's own format
+// comment for Xid 94/95 (§1.3, DRV). The reference has no real Xid 43 line, so 43 is covered by
+// the catalog table above only.
+
+const baseGpu = simulateInventory("1xh100-80g", { hostname: "faults" }).gpus[0]!;
+const gpuAt = (index: number, pciBusId: string): Gpu => ({ ...baseGpu, index, pciBusId });
+/** A bus no line in the reference names. */
+const OTHER_BUS = "00000000:AA:00.0";
+
+interface FaultCase {
+  title: string;
+  lines: string[];
+  kind: GpuFault["kind"];
+  code: number;
+  action: XidAction;
+  /** The GPU the line names (absent for an SXid: the record names the switch). */
+  bus?: string;
+  /** Whether the GPU the line names stays healthy, and whether the other GPU does. */
+  healthy: boolean;
+  othersHealthy: boolean;
+}
+
+const FAULT_CASES: FaultCase[] = [
+  {
+    title: "Xid 13 restarts the engine, health unchanged",
+    lines: [
+      "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    ],
+    kind: "xid",
+    code: 13,
+    action: "restart-engine",
+    bus: "00000000:CB:00.0",
+    healthy: true,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 31 restarts the engine",
+    lines: [
+      "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    ],
+    kind: "xid",
+    code: 31,
+    action: "restart-engine",
+    bus: "00000000:01:00.0",
+    healthy: true,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 45 restarts the engine",
+    lines: [
+      "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+    ],
+    kind: "xid",
+    code: 45,
+    action: "restart-engine",
+    bus: "00000000:DC:00.0",
+    healthy: true,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 48 (double-bit ECC) takes the GPU out",
+    lines: [
+      "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+    ],
+    kind: "xid",
+    code: 48,
+    action: "reset-gpu",
+    bus: "00000000:07:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 63 (row remap event) is informational",
+    lines: [
+      "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.",
+    ],
+    kind: "xid",
+    code: 63,
+    action: "ignore",
+    bus: "00000000:10:1C.0",
+    healthy: true,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 64 (remap failure) takes the GPU out",
+    lines: [
+      "Dec  2 11:38:47 worker4 kernel: [  219.471050] NVRM: Xid (PCI:0000:07:00): 64, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: Blacklisting failed.  Page should have been blacklisted on boot(0x00000000007fffa8).",
+    ],
+    kind: "xid",
+    code: 64,
+    action: "reset-gpu",
+    bus: "00000000:07:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 74 (NVLink) takes the GPU out",
+    lines: [
+      "[449410.332316] NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    ],
+    kind: "xid",
+    code: 74,
+    action: "reset-gpu",
+    bus: "00000003:00:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 79 (fallen off the bus) reboots the node: every GPU out",
+    lines: ["NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus."],
+    kind: "xid",
+    code: 79,
+    action: "reboot",
+    bus: "00000000:06:00.0",
+    healthy: false,
+    othersHealthy: false,
+  },
+  {
+    title: "Xid 94 (contained ECC) restarts the engine",
+    lines: [
+      "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    ],
+    kind: "xid",
+    code: 94,
+    action: "restart-engine",
+    bus: "00000000:01:00.0",
+    healthy: true,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 95 (uncontained ECC) takes the GPU out",
+    lines: [
+      "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",
+    ],
+    kind: "xid",
+    code: 95,
+    action: "reset-gpu",
+    bus: "00000000:01:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 119 (GSP RPC timeout) takes the GPU out",
+    lines: [
+      "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+    ],
+    kind: "xid",
+    code: 119,
+    action: "reset-gpu",
+    bus: "00000000:9B:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 120 (GSP error) takes the GPU out",
+    lines: [
+      "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3",
+    ],
+    kind: "xid",
+    code: 120,
+    action: "reset-gpu",
+    bus: "00000000:06:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "Xid 154 acts on the new recovery action (drain and reset → the GPU out)",
+    lines: [
+      "[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+    ],
+    kind: "xid",
+    code: 154,
+    action: "reset-gpu",
+    bus: "00000009:01:00.0",
+    healthy: false,
+    othersHealthy: true,
+  },
+  {
+    title: "a fatal SXid drains the node: every GPU out",
+    lines: [
+      "[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error (First)",
+    ],
+    kind: "sxid",
+    code: 24007,
+    action: "drain-node",
+    healthy: false,
+    othersHealthy: false,
+  },
+  {
+    title: "fallen off the bus without any Xid (R570, one record over three dmesg lines)",
+    lines: [
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+      "               NVRM: fallen off the bus and is not responding to commands.",
+      "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).",
+    ],
+    kind: "fallen-off-bus",
+    code: 79,
+    action: "reboot",
+    bus: "00000000:B3:00.0",
+    healthy: false,
+    othersHealthy: false,
+  },
+];
+
+describe("createKernelFaultTracker + applyKernelFaults over every fault class", () => {
+  it.each(FAULT_CASES)("$title", (c) => {
+    const tracker = createKernelFaultTracker({ clock: () => 1_700_000_000_000 });
+    const events = c.lines.flatMap((line) => tracker.add(line, true));
+    const faults = tracker.faults();
+    expect(faults).toHaveLength(1);
+    const fault = faults[0]!;
+    expect(fault).toMatchObject({ kind: c.kind, code: c.code, action: c.action, count: 1 });
+    expect(events.map((e) => `${e.kind} ${e.live}`)).toEqual(["opened true"]);
+    const named = gpuAt(0, c.bus ?? "00000000:AB:00.0");
+    const { gpus, problems } = applyKernelFaults([named, gpuAt(1, OTHER_BUS)], faults);
+    const [first, other] = gpus;
+    // The named GPU always carries the fault; node-wide faults reach the other GPU too.
+    if (c.bus !== undefined) expect(first!.faults).toEqual([fault]);
+    expect(first!.healthy).toBe(c.healthy);
+    expect(other!.healthy).toBe(c.othersHealthy);
+    expect(problems).toEqual([]);
+    if (!c.healthy) {
+      expect(first!.healthProblems).toHaveLength(1);
+      const health = first!.healthProblems[0]!;
+      expect(health.code).toBe(ProblemCodes.gpuFault);
+      expect(health.source).toBe("kernel-log");
+      expect(health.message).toContain(
+        `: action ${c.action}; 1 record since 2023-11-14T22:13:20.000Z`,
+      );
+      expect(health.message).toContain(fault.description);
+      expect(health.message).toContain(`evidence: ${fault.evidence}`);
+    } else {
+      expect(first!.healthProblems).toEqual([]);
+    }
+  });
+
+  it("names the code, description, action, count, time and evidence in the health problem", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    tracker.add("NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.", false);
+    const { gpus } = applyKernelFaults([gpuAt(0, "00000000:06:00.0")], tracker.faults());
+    expect(gpus[0]!.healthProblems[0]!.message).toBe(
+      "Xid 79 (GPU has fallen off the bus) on 00000000:06:00.0: action reboot; 1 record since 1970-01-01T00:00:00.000Z; evidence: NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+    );
+  });
+
+  it("folds a burst of 100 Xid 13 lines into one fault and one event", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    const line = FAULT_CASES[0]!.lines[0]!;
+    const events = Array.from({ length: 100 }, () => tracker.add(line, true)).flat();
+    expect(events).toHaveLength(1);
+    expect(tracker.faults()).toMatchObject([{ code: 13, count: 100, action: "restart-engine" }]);
+  });
+
+  it("dedupes the fallen-off-bus message against the Xid 79 of the same GPU (open-gpu-kernel-modules#1151)", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    for (const line of [
+      "NVRM: GPU at PCI:0000:06:00: GPU-0b6b7808-c002-f593-ac86-cd8e57757b94",
+      "NVRM: GPU Board Serial Number: 0",
+      "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+      "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.",
+      "NVRM: GPU 0000:06:00.0: GPU serial number is 0.",
+      "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.",
+    ]) {
+      tracker.add(line, false);
+    }
+    expect(tracker.faults()).toMatchObject([
+      { kind: "xid", code: 79, count: 1, pciBusId: "00000000:06:00.0" },
+    ]);
+    expect(tracker.stats()).toMatchObject({ records: 6, deduped: 1, faultRecords: 1 });
+  });
+
+  it("reads the single-line fallen-off-bus message alone as a fault of its own kind", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    tracker.add("NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", false);
+    expect(tracker.faults()).toMatchObject([
+      {
+        kind: "fallen-off-bus",
+        code: 79,
+        action: "reboot",
+        description: "GPU has fallen off the bus",
+      },
+    ]);
+  });
+
+  it("times a kmsg record from boot time, keeps its seq and the boot id", () => {
+    const bootId = "0b6b7808-c002-f593-ac86-cd8e57757b94";
+    const tracker = createKernelFaultTracker({ clock: () => 0, bootTimeMs: 1_000_000, bootId });
+    // KDOC header grammar (§1.1, `4,` = kernel warning) around a verbatim §1.3 message.
+    tracker.add(
+      "4,42,219470994,-;NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+      false,
+    );
+    expect(tracker.faults()).toMatchObject([
+      {
+        code: 48,
+        seq: 42,
+        bootId,
+        firstSeenUnixMs: 1_000_000 + 219_471,
+        lastSeenUnixMs: 1_219_471,
+      },
+    ]);
+  });
+
+  it("never lets a user-space record (facility 1) forge a fault", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    // PRIO 12 = facility 1 (user) <<3 | 4: what `echo … > /dev/kmsg` produces (KDOC).
+    expect(
+      tracker.add("12,5,6,-;NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.", true),
+    ).toEqual([]);
+    expect(tracker.faults()).toEqual([]);
+    expect(tracker.stats().ignoredFacility).toBe(1);
+  });
+
+  it("turns a fault that reaches no GPU into a node problem, never dropping it", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    tracker.add(FAULT_CASES[3]!.lines[0]!, false); // Xid 48 on 07
+    tracker.add(FAULT_CASES[7]!.lines[0]!, false); // Xid 79 on 06: node-wide
+    const onOther = applyKernelFaults([gpuAt(0, OTHER_BUS)], tracker.faults());
+    expect(onOther.gpus[0]!.healthy).toBe(false); // the node-wide Xid 79
+    expect(onOther.problems.map((p) => [p.code, p.message.slice(0, 20)])).toEqual([
+      [ProblemCodes.gpuFault, "Xid 48 (Double Bit E"],
+    ]);
+    expect(onOther.problems[0]!.message).toContain("no GPU of this node has that PCI address");
+    const none = applyKernelFaults([], tracker.faults());
+    expect(none.problems).toHaveLength(2);
+    expect(none.problems[1]!.message).toContain("this node reports no GPU to attach it to");
+  });
+
+  it("keeps existing health problems and faults, and returns untouched GPUs as they were", () => {
+    const sick: Gpu = {
+      ...gpuAt(0, "00000000:07:00.0"),
+      healthy: false,
+      healthProblems: [
+        { code: ProblemCodes.gpuEccUncorrected, source: "nvidia-smi", message: "x" },
+      ],
+    };
+    const fine = gpuAt(1, OTHER_BUS);
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    tracker.add(FAULT_CASES[3]!.lines[0]!, false);
+    const { gpus } = applyKernelFaults([sick, fine], tracker.faults());
+    expect(gpus[0]!.healthProblems.map((p) => p.code)).toEqual([
+      ProblemCodes.gpuEccUncorrected,
+      ProblemCodes.gpuFault,
+    ]);
+    expect(gpus[1]).toBe(fine);
+  });
+
+  it("bounds evidence to 512 characters", () => {
+    expect(boundEvidence("x".repeat(512))).toHaveLength(512);
+    const cut = boundEvidence("x".repeat(2000));
+    expect(cut).toHaveLength(MAX_FAULT_EVIDENCE_CHARS);
+    expect(cut.endsWith("…")).toBe(true);
+  });
+
+  it("property: arbitrary text never throws and never yields a fault", () => {
+    const text = fc.oneof(
+      fc.string({ unit: "binary" }),
+      fc.string({ unit: "grapheme-ascii" }),
+      fc.uint8Array().map((bytes) => new TextDecoder().decode(bytes)),
+    );
+    fc.assert(
+      fc.property(fc.array(fc.tuple(text, fc.boolean()), { maxLength: 20 }), (records) => {
+        const tracker = createKernelFaultTracker({ clock: () => 0, maxRecordChars: 64 });
+        for (const [record, live] of records) expect(tracker.add(record, live)).toEqual([]);
+        expect(tracker.faults()).toEqual([]);
+      }),
+      { numRuns: 1_000 },
+    );
   });
 });

@@ -2,7 +2,8 @@
 // watcher that reads /dev/kmsg (or a `--kernel-log` file) feeds lines in and acts on the faults.
 // Formats: shared/reference/health-formats.md §1 (kmsg transport, Xid grammar, SXid, catalog).
 import { normalizePciBusId } from "./nvidia-smi-parse.js";
-import type { FaultAction } from "./types.js";
+import { ProblemCodes, problem } from "./problem-codes.js";
+import type { FaultAction, Gpu, GpuFault, Problem } from "./types.js";
 
 /** One kernel log record, from `/dev/kmsg` or from a `dmesg`-style text line. */
 export interface KernelLogRecord {
@@ -440,6 +441,10 @@ export interface XidFault {
   /** The record that opened the current burst, and the latest one (the evidence lines). */
   first: ParsedXid;
   last: ParsedXid;
+  /** The record that opened the fault (its first burst). */
+  origin: ParsedXid;
+  /** kmsg sequence number of {@link origin}; absent when the caller gave none (text logs). */
+  originSeq?: number;
 }
 
 /** Options for {@link createXidAggregator}. */
@@ -457,12 +462,19 @@ export interface XidAddResult {
   fault: XidFault;
   /** True when this record opened a new burst (first record, or first after a quiet gap). */
   opened: boolean;
+  /** The fault's action before this record; undefined when the record opened the fault. */
+  previousAction?: XidAction;
 }
 
 /** Pure fold of parsed records into faults per (kind, device, code). */
 export interface XidAggregator {
-  /** Folds one record in, at `atMs` (default the clock). */
-  add(xid: ParsedXid, atMs?: number): XidAddResult;
+  /**
+   * Folds one record in, at `atMs` (default the clock); `seq` is its kmsg sequence number,
+   * kept when it opens the fault.
+   */
+  add(xid: ParsedXid, atMs?: number, seq?: number): XidAddResult;
+  /** The fault of one kind, device (nvidia-smi form) and code, if any. */
+  find(kind: ParsedXid["kind"], pciBusId: string, code: number): XidFault | undefined;
   /** Current faults, in the order first seen. A fault stays until {@link XidAggregator.clear}: a recovery is an observed fact, not a timeout. */
   faults(): XidFault[];
   /** Forgets the faults of one device (nvidia-smi or kernel form), e.g. after its reset was observed; returns how many. */
@@ -480,7 +492,7 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
   // Map iteration order = insertion order = the order faults were first seen.
   const faults = new Map<string, XidFault>();
   return {
-    add(xid, atMs = clock()) {
+    add(xid, atMs = clock(), seq) {
       const key = `${xid.kind}:${xid.pciBusId}:${xid.code}`;
       const action = classifyXid(xid);
       const existing = faults.get(key);
@@ -502,6 +514,8 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
           lastSeenMs: atMs,
           first: xid,
           last: xid,
+          origin: xid,
+          ...(seq === undefined ? {} : { originSeq: seq }),
         };
       } else {
         opened = atMs - existing.lastSeenMs >= windowMs;
@@ -526,7 +540,12 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
         }
         faults.delete(stalest!.key);
       }
-      return { fault, opened };
+      return existing === undefined
+        ? { fault, opened }
+        : { fault, opened, previousAction: existing.action };
+    },
+    find(kind, pciBusId, code) {
+      return faults.get(`${kind}:${pciBusId}:${code}`);
     },
     faults() {
       return [...faults.values()];
@@ -543,4 +562,352 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
       return removed;
     },
   };
+}
+
+/** Longest {@link GpuFault.evidence} kept, in characters (the proto calls it bounded). */
+export const MAX_FAULT_EVIDENCE_CHARS = 512;
+
+/** Longest record the tracker parses, in characters; the rest is cut (and counted). */
+export const DEFAULT_MAX_RECORD_CHARS = 16_384;
+
+/** What changed when a record was folded in (see {@link KernelFaultTracker.add}). */
+export interface KernelFaultEvent {
+  /** `opened`: a new fault, or a new burst of one after a quiet window; `action-changed`: Xid 154 and the like. */
+  readonly kind: "opened" | "action-changed";
+  readonly fault: GpuFault;
+  /** The action before this record (absent for a new fault). */
+  readonly previousAction?: FaultAction;
+  /**
+   * True when the record was read live (after the initial catch-up), false for the boot-time
+   * backlog: an agent restart must not act again on an old record (restart engines).
+   */
+  readonly live: boolean;
+}
+
+/** Options for {@link createKernelFaultTracker}. */
+export interface KernelFaultTrackerOptions {
+  /** Burst window of the aggregator (ms). Default 60 000. */
+  readonly windowMs?: number;
+  /** Faults kept (least recently seen forgotten first). Default 1024. */
+  readonly maxFaults?: number;
+  /** Unix ms; the time of records that carry no kmsg timestamp. Default `Date.now`. */
+  readonly clock?: () => number;
+  /**
+   * Unix ms of boot: a kmsg record's `TS_US` (µs since boot) becomes `bootTimeMs + TS_US/1000`.
+   * Undefined: every record is timed by `clock` when read.
+   */
+  readonly bootTimeMs?: number;
+  /** Boot id stamped on every fault (`/proc/sys/kernel/random/boot_id`); absent: unknown. */
+  readonly bootId?: string;
+  /** Default {@link DEFAULT_MAX_RECORD_CHARS}. */
+  readonly maxRecordChars?: number;
+}
+
+/** Counters of a {@link KernelFaultTracker}: how much was read and why records did not count. */
+export interface KernelFaultTrackerStats {
+  /** Records and lines seen (continuations included). */
+  records: number;
+  /** Records cut at `maxRecordChars`. */
+  truncated: number;
+  /** NVRM/SXid records with a facility other than kernel (0): user space wrote them to /dev/kmsg. */
+  ignoredFacility: number;
+  /** Fallen-off-bus messages folded into an Xid 79 already seen for the same GPU. */
+  deduped: number;
+  /** Records that were an Xid, an SXid or a fallen-off-bus message. */
+  faultRecords: number;
+}
+
+/**
+ * Pure core of the kernel-log watcher: kernel log text in, GPU faults out. Each call to
+ * {@link add} takes one `/dev/kmsg` record or one text line (any prefix {@link parseKmsgRecord}
+ * knows); text continuation lines are joined to the record before them so the multi-line
+ * fallen-off-bus message parses. Only kernel-facility records count when the facility is known
+ * (user space may write to /dev/kmsg, and must not forge a fault).
+ */
+export interface KernelFaultTracker {
+  /** Folds one record in; returns the faults it opened or whose action it changed. Never throws. */
+  add(text: string, live: boolean): KernelFaultEvent[];
+  /** Current faults, in the order first seen. */
+  faults(): GpuFault[];
+  stats(): KernelFaultTrackerStats;
+}
+
+/** The record a continuation line may still extend (text logs only). */
+interface PendingRecord {
+  message: string;
+  seq: number | undefined;
+  atMs: number;
+  /** A fallen-off-bus message was found in it already. */
+  matched: boolean;
+}
+
+/** Creates a {@link KernelFaultTracker}. */
+export function createKernelFaultTracker(
+  options: KernelFaultTrackerOptions = {},
+): KernelFaultTracker {
+  const clock = options.clock ?? Date.now;
+  const maxRecordChars = options.maxRecordChars ?? DEFAULT_MAX_RECORD_CHARS;
+  const aggregator = createXidAggregator({
+    clock,
+    ...(options.windowMs === undefined ? {} : { windowMs: options.windowMs }),
+    ...(options.maxFaults === undefined ? {} : { maxFaults: options.maxFaults }),
+  });
+  // Records that stand for a fallen-off-bus message (no Xid line): their faults say so.
+  const fallenOff = new WeakSet<ParsedXid>();
+  const stats: KernelFaultTrackerStats = {
+    records: 0,
+    truncated: 0,
+    ignoredFacility: 0,
+    deduped: 0,
+    faultRecords: 0,
+  };
+  let pending: PendingRecord | undefined;
+
+  const convert = (fault: XidFault): GpuFault =>
+    xidFaultToGpuFault(fault, {
+      fallenOffBus: fallenOff.has(fault.origin),
+      ...(options.bootId === undefined ? {} : { bootId: options.bootId }),
+    });
+
+  const fold = (
+    xid: ParsedXid,
+    atMs: number,
+    seq: number | undefined,
+    live: boolean,
+    out: KernelFaultEvent[],
+  ) => {
+    stats.faultRecords++;
+    const result = aggregator.add(xid, atMs, seq);
+    const previous = result.previousAction;
+    if (result.opened) {
+      out.push({
+        kind: "opened",
+        fault: convert(result.fault),
+        ...(previous === undefined ? {} : { previousAction: previous }),
+        live,
+      });
+    } else if (previous !== undefined && previous !== result.fault.action) {
+      out.push({
+        kind: "action-changed",
+        fault: convert(result.fault),
+        previousAction: previous,
+        live,
+      });
+    }
+  };
+
+  const foldFallenOff = (
+    fallen: FallenOffBus,
+    atMs: number,
+    seq: number | undefined,
+    live: boolean,
+    out: KernelFaultEvent[],
+  ) => {
+    // One fault per GPU: an Xid 79 already says this GPU fell off the bus.
+    const xid79 = aggregator.find("xid", fallen.pciBusId, 79);
+    if (xid79 !== undefined && !fallenOff.has(xid79.origin)) {
+      stats.deduped++;
+      return;
+    }
+    const record: ParsedXid = {
+      kind: "xid",
+      code: 79,
+      pciBusId: fallen.pciBusId,
+      detail: "",
+      raw: fallen.raw,
+    };
+    fallenOff.add(record);
+    fold(record, atMs, seq, live, out);
+  };
+
+  return {
+    add(text, live) {
+      const out: KernelFaultEvent[] = [];
+      stats.records++;
+      let line = text;
+      if (line.length > maxRecordChars) {
+        line = line.slice(0, maxRecordChars);
+        stats.truncated++;
+      }
+      // Cheap gate: only NVRM and NVSwitch records can be faults. Anything else ends a pending
+      // record unless it is itself a continuation (indented) line.
+      if (!line.includes("NVRM") && !line.includes("SXid")) {
+        if (!/^[ \t]/.test(line)) pending = undefined;
+        return out;
+      }
+      const record = parseKmsgRecord(line);
+      if (record === undefined) return out;
+      if (record.continuation) {
+        if (pending === undefined || pending.matched) return out;
+        if (pending.message.length + record.message.length < maxRecordChars) {
+          pending.message = `${pending.message}\n${record.message}`;
+        }
+        const fallen = parseFallenOffBus(pending.message);
+        if (fallen !== undefined) {
+          pending.matched = true;
+          foldFallenOff(fallen, pending.atMs, pending.seq, live, out);
+        }
+        return out;
+      }
+      pending = undefined;
+      if (record.facility !== undefined && record.facility !== 0) {
+        stats.ignoredFacility++;
+        return out;
+      }
+      const atMs =
+        record.seq !== undefined && record.tsUsec !== undefined && options.bootTimeMs !== undefined
+          ? Math.round(options.bootTimeMs + record.tsUsec / 1000)
+          : clock();
+      const xid = parseXid(record.message);
+      if (xid !== undefined) {
+        fold(xid, atMs, record.seq, live, out);
+      } else {
+        const fallen = parseFallenOffBus(record.message);
+        if (fallen !== undefined) foldFallenOff(fallen, atMs, record.seq, live, out);
+        pending = { message: record.message, seq: record.seq, atMs, matched: fallen !== undefined };
+      }
+      return out;
+    },
+    faults() {
+      return aggregator.faults().map(convert);
+    },
+    stats() {
+      return { ...stats };
+    },
+  };
+}
+
+/** Options of {@link xidFaultToGpuFault}. */
+export interface GpuFaultConversion {
+  /** The fault stands for a fallen-off-bus message without an Xid. */
+  readonly fallenOffBus?: boolean;
+  readonly bootId?: string;
+}
+
+/** The catalog's description of a fault: Xid catalog, SXid, or fallen off the bus. */
+export function describeFault(kind: GpuFault["kind"], code: number): string {
+  if (kind === "sxid") return "NVSwitch error (SXid)";
+  if (kind === "fallen-off-bus") return "GPU has fallen off the bus";
+  return (XID_CATALOG.get(code) ?? UNKNOWN_XID).description;
+}
+
+/** Cuts `text` to at most {@link MAX_FAULT_EVIDENCE_CHARS} characters (ending in `…` when cut). */
+export function boundEvidence(text: string): string {
+  return text.length <= MAX_FAULT_EVIDENCE_CHARS
+    ? text
+    : `${text.slice(0, MAX_FAULT_EVIDENCE_CHARS - 1)}…`;
+}
+
+/**
+ * An aggregator fault as the inventory carries it ({@link GpuFault}): `count` is every record
+ * since the fault was first seen, `evidence` the (bounded) record that opened it.
+ */
+export function xidFaultToGpuFault(fault: XidFault, conversion: GpuFaultConversion = {}): GpuFault {
+  const kind: GpuFault["kind"] = conversion.fallenOffBus === true ? "fallen-off-bus" : fault.kind;
+  return {
+    kind,
+    code: fault.code,
+    action: fault.action,
+    pciBusId: fault.pciBusId,
+    count: fault.total,
+    firstSeenUnixMs: fault.firstSeenMs,
+    lastSeenUnixMs: fault.lastSeenMs,
+    evidence: boundEvidence(fault.origin.raw),
+    description: describeFault(kind, fault.code),
+    ...(conversion.bootId === undefined ? {} : { bootId: conversion.bootId }),
+    ...(fault.originSeq === undefined ? {} : { seq: fault.originSeq }),
+  };
+}
+
+/** Actions that take a GPU out of service until a reset is observed or an operator clears it. */
+const UNHEALTHY_ACTIONS: ReadonlySet<FaultAction> = new Set(["reset-gpu", "drain-node", "reboot"]);
+
+/**
+ * True for a fault that concerns every GPU of the node: a non-ignored NVSwitch SXid (the switch
+ * serves them all) and any fault whose action is to drain or reboot the node.
+ */
+export function isNodeWideFault(fault: GpuFault): boolean {
+  if (fault.kind === "sxid") return fault.action !== "ignore";
+  return fault.action === "drain-node" || fault.action === "reboot";
+}
+
+/** True when the fault makes a GPU unhealthy (reset-gpu, drain-node, reboot). */
+export function isUnhealthyFault(fault: GpuFault): boolean {
+  return UNHEALTHY_ACTIONS.has(fault.action);
+}
+
+/** Short name of a fault for tables and logs: `xid-79`, `sxid-24007`, `fallen-off-bus`. */
+export function faultWord(fault: Pick<GpuFault, "kind" | "code">): string {
+  return fault.kind === "fallen-off-bus" ? "fallen-off-bus" : `${fault.kind}-${fault.code}`;
+}
+
+/**
+ * One-line account of a fault for a {@link Problem}: code, catalog description, action, device,
+ * count, first-seen time and the evidence line.
+ */
+export function describeFaultProblem(fault: GpuFault): string {
+  const name =
+    fault.kind === "fallen-off-bus"
+      ? "GPU fallen off the bus (no Xid)"
+      : `${fault.kind === "sxid" ? "SXid" : "Xid"} ${fault.code}`;
+  const since = Number.isFinite(fault.firstSeenUnixMs)
+    ? new Date(fault.firstSeenUnixMs).toISOString()
+    : String(fault.firstSeenUnixMs);
+  const records = fault.count === 1 ? "1 record" : `${fault.count} records`;
+  return `${name} (${fault.description}) on ${fault.pciBusId}: action ${fault.action}; ${records} since ${since}; evidence: ${fault.evidence}`;
+}
+
+/**
+ * Attaches kernel-log faults to the GPUs they concern (pure). A fault matches a GPU by PCI bus
+ * id ({@link pciBusKey} on both sides); node-wide faults ({@link isNodeWideFault}) go to every
+ * GPU. Each GPU gets its faults in `faults`; those with action `reset-gpu`, `drain-node` or
+ * `reboot` also make it unhealthy with a `LLMGW_DISCOVERY_GPU_FAULT` health problem (source
+ * `kernel-log`), while `ignore` and `restart-engine` leave health alone. A fault that reaches no
+ * GPU (unknown device, or a node without GPUs) becomes a node problem with the same code:
+ * never dropped.
+ *
+ * @returns new GPU objects (those without faults are returned as they were) and node problems.
+ */
+export function applyKernelFaults(
+  gpus: readonly Gpu[],
+  faults: readonly GpuFault[],
+): { gpus: Gpu[]; problems: Problem[] } {
+  const problems: Problem[] = [];
+  const byGpu = new Map<number, GpuFault[]>();
+  const keys = gpus.map((g) => pciBusKey(g.pciBusId) ?? g.pciBusId);
+  for (const fault of faults) {
+    const key = pciBusKey(fault.pciBusId) ?? fault.pciBusId;
+    const nodeWide = isNodeWideFault(fault);
+    let attached = 0;
+    gpus.forEach((_, i) => {
+      if (!nodeWide && keys[i] !== key) return;
+      const list = byGpu.get(i) ?? [];
+      list.push(fault);
+      byGpu.set(i, list);
+      attached++;
+    });
+    if (attached === 0) {
+      problems.push(
+        problem(
+          ProblemCodes.gpuFault,
+          "kernel-log",
+          `${describeFaultProblem(fault)} (${nodeWide ? "this node reports no GPU to attach it to" : "no GPU of this node has that PCI address"})`,
+        ),
+      );
+    }
+  }
+  const out = gpus.map((gpu, i) => {
+    const own = byGpu.get(i);
+    if (own === undefined) return gpu;
+    const health = own
+      .filter(isUnhealthyFault)
+      .map((f) => problem(ProblemCodes.gpuFault, "kernel-log", describeFaultProblem(f)));
+    return {
+      ...gpu,
+      faults: [...(gpu.faults ?? []), ...own],
+      healthy: gpu.healthy && health.length === 0,
+      healthProblems: [...gpu.healthProblems, ...health],
+    };
+  });
+  return { gpus: out, problems };
 }

@@ -1,0 +1,306 @@
+import { spawnSync } from "node:child_process";
+import {
+  accessSync,
+  appendFileSync,
+  closeSync,
+  constants,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import type { KernelFaultEvent } from "./kernel-log.js";
+import {
+  createKmsgSequence,
+  type KernelLogWatcher,
+  type KernelLogWatcherOptions,
+  readKernelLogFaults,
+  watchKernelLog,
+} from "./kernel-log-watcher.js";
+import { ProblemCodes } from "./problem-codes.js";
+
+// Lines verbatim from shared/reference/health-formats.md §1.1 and §1.3 (sources cited there).
+const NOISE = [
+  "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).",
+  "Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT",
+  "[Sun Feb 23 16:24:18 2025] NVRM: GPU Board Serial Number: 1650124014249",
+];
+const XID_13 =
+  "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter";
+const XID_48 =
+  "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
+const XID_79 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+const R570 = [
+  "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+  "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+  "               NVRM: fallen off the bus and is not responding to commands.",
+];
+
+const dirs: string[] = [];
+const watchers: KernelLogWatcher[] = [];
+afterEach(async () => {
+  for (const w of watchers.splice(0)) await w.close();
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), "llmgw-kernel-log-"));
+  dirs.push(dir);
+  return dir;
+}
+
+function watch(options: KernelLogWatcherOptions): {
+  watcher: KernelLogWatcher;
+  events: KernelFaultEvent[];
+} {
+  const events: KernelFaultEvent[] = [];
+  const watcher = watchKernelLog({
+    pollMs: 10,
+    retryMs: 20,
+    clock: () => 1_000,
+    ...options,
+    onChange: (e) => events.push(e),
+  });
+  watchers.push(watcher);
+  return { watcher, events };
+}
+
+const codes = (w: KernelLogWatcher) => w.faults().map((f) => f.code);
+
+describe("watchKernelLog on a regular file", () => {
+  it("reads the backlog (not live), then follows appends (live)", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${[...NOISE, XID_13, XID_13].join("\n")}\n`);
+    const { watcher, events } = watch({ path: file });
+    await watcher.caughtUp;
+    expect(watcher.faults()).toMatchObject([{ code: 13, count: 2, action: "restart-engine" }]);
+    expect(watcher.problems()).toEqual([]);
+    expect(watcher.stats()).toMatchObject({ source: "file", records: 5, faultRecords: 2 });
+    expect(events.map((e) => [e.kind, e.fault.code, e.live])).toEqual([["opened", 13, false]]);
+    // No boot id for a file: it may come from another boot.
+    expect(watcher.faults()[0]!.bootId).toBeUndefined();
+
+    appendFileSync(file, `${NOISE[0]}\n${XID_48}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([13, 48]);
+    expect(events.at(-1)).toMatchObject({ kind: "opened", live: true, fault: { code: 48 } });
+  });
+
+  it("waits for the end of a line, and joins the continuation lines of a record", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, "");
+    const { watcher } = watch({ path: file });
+    await watcher.caughtUp;
+    appendFileSync(file, `${R570[0]}\n${R570[1]}\n`);
+    appendFileSync(file, R570[2]!.slice(0, 30));
+    await expect.poll(() => watcher.stats().records).toBe(2);
+    expect(watcher.faults()).toEqual([]);
+    appendFileSync(file, `${R570[2]!.slice(30)}\n`);
+    await expect.poll(() => watcher.faults().map((f) => f.kind)).toEqual(["fallen-off-bus"]);
+    expect(watcher.faults()[0]).toMatchObject({
+      pciBusId: "00000000:B3:00.0",
+      action: "reboot",
+      evidence: R570.map((l) => l.trim().replace(/^\[ 1843\.308145\] /, "")).join("\n"),
+    });
+  });
+
+  it("starts over after a truncation and after a rotation to a new file", async () => {
+    const dir = tempDir();
+    const file = path.join(dir, "kern.log");
+    writeFileSync(file, `${XID_13}\n${NOISE[1]}\n`);
+    const { watcher } = watch({ path: file });
+    await watcher.caughtUp;
+    truncateSync(file, 0);
+    appendFileSync(file, `${XID_48}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([13, 48]);
+    expect(watcher.stats().restarts).toBe(1);
+
+    renameSync(file, path.join(dir, "kern.log.1"));
+    writeFileSync(file, `${XID_79}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([13, 48, 79]);
+    expect(watcher.stats().restarts).toBe(2);
+  });
+
+  it("cuts an over-long line and counts it", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${XID_13}${" x".repeat(200)}\n${XID_48}\n`);
+    const { watcher } = watch({ path: file, maxRecordChars: 300 });
+    await watcher.caughtUp;
+    // The cut Xid 13 still parses (its code precedes the cut); the next line is intact.
+    expect(codes(watcher)).toEqual([13, 48]);
+    expect(watcher.stats().truncated).toBe(1);
+    expect(watcher.faults()[0]!.evidence.length).toBeLessThanOrEqual(300);
+  });
+
+  it("keeps going when a listener throws", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${XID_13}\n${XID_48}\n`);
+    const watcher = watchKernelLog({
+      path: file,
+      onChange: () => {
+        throw new Error("listener bug");
+      },
+    });
+    watchers.push(watcher);
+    await watcher.caughtUp;
+    expect(codes(watcher)).toEqual([13, 48]);
+  });
+});
+
+describe("watchKernelLog on a FIFO", () => {
+  it("reads what a writer sends, live after catching up", async () => {
+    const fifo = path.join(tempDir(), "kmsg.fifo");
+    const made = spawnSync("mkfifo", [fifo]);
+    expect(made.status).toBe(0);
+    const { watcher, events } = watch({ path: fifo });
+    await watcher.caughtUp; // no writer yet: nothing to read
+    expect(watcher.stats().source).toBe("fifo");
+    const fd = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
+    try {
+      writeSync(fd, `${NOISE[2]}\n${XID_79}\n`);
+      await expect.poll(() => codes(watcher)).toEqual([79]);
+      expect(events).toMatchObject([{ kind: "opened", live: true }]);
+    } finally {
+      closeSync(fd);
+    }
+  });
+});
+
+describe("watchKernelLog when the log cannot be read", () => {
+  it("reports a problem naming the path and errno (faults unknown), then recovers when it appears", async () => {
+    const file = path.join(tempDir(), "missing.log");
+    const { watcher, events } = watch({ path: file });
+    await watcher.caughtUp;
+    expect(watcher.faults()).toEqual([]);
+    expect(watcher.problems()).toEqual([
+      {
+        code: ProblemCodes.kernelLogUnreadable,
+        source: "kernel-log",
+        message: `cannot open the kernel log ${file} (ENOENT): GPU faults it would report (Xid, SXid, fallen off the bus) are unknown, not absent; retrying every 0.02 s`,
+      },
+    ]);
+    writeFileSync(file, `${XID_48}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([48]);
+    expect(watcher.problems()).toEqual([]);
+    // Read as the backlog of a new opening: old records never count as live.
+    expect(events).toMatchObject([{ live: false }]);
+  });
+
+  it("refuses a directory with a problem, not a throw", async () => {
+    const dir = tempDir();
+    const report = await readKernelLogFaults(dir);
+    expect(report.faults).toEqual([]);
+    expect(report.problems.map((p) => p.code)).toEqual([ProblemCodes.kernelLogUnreadable]);
+    expect(report.problems[0]!.message).toContain(`${dir} (EINVAL)`);
+    expect(report.problems[0]!.message).not.toContain("retrying");
+  });
+
+  it.skipIf(process.getuid?.() === 0)(
+    "names EACCES with what it takes to read the log",
+    async () => {
+      const file = path.join(tempDir(), "secret.log");
+      writeFileSync(file, `${XID_48}\n`, { mode: 0o000 });
+      const report = await readKernelLogFaults(file);
+      expect(report.problems[0]!.message).toContain("(EACCES)");
+      expect(report.problems[0]!.message).toContain("CAP_SYSLOG");
+    },
+  );
+
+  it("rejects bad options with the option's name", () => {
+    expect(() => watchKernelLog({ path: "" })).toThrow(/kernel log path/);
+    expect(() => watchKernelLog({ path: "/x", pollMs: 0 })).toThrow(
+      "kernel log option pollMs must be a positive integer, got 0",
+    );
+  });
+});
+
+describe("readKernelLogFaults", () => {
+  it("reads to the end once, including a last line without a newline", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${XID_13}\n${XID_79}`);
+    const report = await readKernelLogFaults(file, { clock: () => 7 });
+    expect(report.faults.map((f) => [f.code, f.firstSeenUnixMs])).toEqual([
+      [13, 7],
+      [79, 7],
+    ]);
+    expect(report.stats.source).toBe("file");
+  });
+
+  it("times kmsg-format records from the boot time and keeps their seq", async () => {
+    const file = path.join(tempDir(), "kmsg.txt");
+    // KDOC header grammar (§1.1) around a verbatim §1.3 message; `4,` = kernel warning.
+    writeFileSync(file, `4,77,2000000,-;${XID_79}\n12,78,2000001,-;${XID_48}\n`);
+    const report = await readKernelLogFaults(file, { bootTimeMs: 10_000, bootId: "b-1-2-3" });
+    // The second record has facility 1 (user space wrote it): ignored.
+    expect(report.faults).toMatchObject([
+      { code: 79, seq: 77, firstSeenUnixMs: 12_000, bootId: "b-1-2-3" },
+    ]);
+    expect(report.stats.ignoredFacility).toBe(1);
+  });
+});
+
+describe("createKmsgSequence", () => {
+  it("skips records read again after a reopen", () => {
+    const seq = createKmsgSequence("/dev/kmsg");
+    expect([5, 6, 7, 5, 6, 8].map((n) => seq.accept(n))).toEqual([
+      true,
+      true,
+      true,
+      false,
+      false,
+      true,
+    ]);
+    expect(seq.problem()).toBeUndefined();
+  });
+
+  it("counts one overrun per EPIPE burst and the records lost from the seq gap", () => {
+    const seq = createKmsgSequence("/dev/kmsg");
+    seq.accept(10);
+    seq.epipe();
+    seq.epipe();
+    seq.accept(25);
+    expect(seq.overruns()).toBe(1);
+    expect(seq.lostRecords()).toBe(14);
+    expect(seq.problem()).toEqual({
+      code: ProblemCodes.kernelLogOverrun,
+      source: "kernel-log",
+      message:
+        "the kernel's ring buffer overwrote 14 record(s) (seq 11–24) before /dev/kmsg was read; faults among them are unknown (1 overrun(s), 14 record(s) lost since the watcher started)",
+    });
+    seq.epipe();
+    seq.accept(30);
+    expect([seq.overruns(), seq.lostRecords()]).toEqual([2, 18]);
+  });
+});
+
+const kmsgReadable = (() => {
+  try {
+    accessSync("/dev/kmsg", constants.R_OK);
+    closeSync(openSync("/dev/kmsg", constants.O_RDONLY | constants.O_NONBLOCK));
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+describe("watchKernelLog on this machine's /dev/kmsg", () => {
+  it.skipIf(!kmsgReadable)(
+    "reads the kernel's buffer from the start, one record per read, with the boot id",
+    async () => {
+      const { watcher } = watch({ path: "/dev/kmsg" });
+      await watcher.caughtUp;
+      const stats = watcher.stats();
+      expect(stats.source).toBe("kmsg");
+      expect(stats.records).toBeGreaterThan(0);
+      expect(watcher.problems()).toEqual([]);
+      const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+      for (const fault of watcher.faults()) expect(fault.bootId).toBe(bootId);
+    },
+  );
+});
