@@ -629,3 +629,109 @@ describe("schedule", () => {
     expect(caught).toMatchObject({ code: "LLMGW_SCHEDULER_INVALID_INPUT", message });
   });
 });
+
+describe("schedule: vendors and fabric islands (issue 20)", () => {
+  it.each<Scenario>([
+    {
+      name: "a gang never spans vendors, even of one class name",
+      input: {
+        nodes: [
+          node("n1", { fabrics: ["ib-a"], vendor: "amd" }),
+          node("n2", { fabrics: ["ib-a"] }),
+          node("n3", { fabrics: ["ib-a"], vendor: "amd" }),
+        ],
+        deployments: [dep("g", { gpusPerReplica: 16 })],
+        placements: [],
+      },
+      plan: [`g-0 n1:${all8} n3:${all8} @ib-a`],
+    },
+    {
+      name: "one node with both vendors: each replica takes one vendor's GPUs",
+      input: {
+        nodes: [node("n1", { amd: [4, 5, 6, 7] })],
+        deployments: [dep("m", { gpusPerReplica: 4, replicas: 2 })],
+        placements: [],
+      },
+      plan: ["m-0 n1:0,1,2,3", "m-1 n1:4,5,6,7"],
+    },
+    {
+      name: "one node with both vendors cannot hold a replica that needs all of them",
+      input: {
+        nodes: [node("n1", { amd: [4, 5, 6, 7] })],
+        deployments: [dep("m", { gpusPerReplica: 8 })],
+        placements: [],
+      },
+      plan: ["m ×1 no-fabric-fits,no-fabric-fits"],
+    },
+    {
+      name: "no class asked: the two vendors are tried apart, never mixed",
+      input: {
+        nodes: [node("n1", { gpus: 2, amd: [1] })],
+        deployments: [dep("m", { gpuClass: undefined, gpusPerReplica: 2 })],
+        placements: [],
+      },
+      plan: ["m ×1 no-fabric-fits,no-fabric-fits"],
+    },
+    {
+      name: "a gang whose GPU faulted is re-placed on healthy GPUs in its fabric island",
+      input: {
+        nodes: [
+          node("n1", { fabrics: ["ib-a"], unhealthy: [3] }),
+          node("n2", { fabrics: ["ib-a"] }),
+          node("n3", { fabrics: ["ib-a"] }),
+          node("n4", { fabrics: ["ib-b"] }),
+        ],
+        deployments: [dep("g", { gpusPerReplica: 16, fabric: "ib-a" })],
+        placements: [
+          at(
+            "g-0",
+            [
+              ["n1", all8.split(",").map(Number)],
+              ["n2", all8.split(",").map(Number)],
+            ],
+            { fabricId: "ib-a" },
+          ),
+        ],
+      },
+      plan: [`g-1 n2:${all8} n3:${all8} @ib-a`, "g-0 -gpu-unusable"],
+    },
+    {
+      name: "a gang is re-placed inside one island, never across two",
+      input: {
+        nodes: [
+          node("n1", { fabrics: ["ib-a"], unhealthy: [0] }),
+          node("n2", { fabrics: ["ib-a"] }),
+          node("n3", { fabrics: ["ib-b"] }),
+        ],
+        deployments: [dep("g", { gpusPerReplica: 16 })],
+        placements: [
+          at(
+            "g-0",
+            [
+              ["n1", all8.split(",").map(Number)],
+              ["n2", all8.split(",").map(Number)],
+            ],
+            { fabricId: "ib-a" },
+          ),
+        ],
+      },
+      plan: ["g-0 -gpu-unusable", "g ×1 no-fabric-fits"],
+    },
+    {
+      name: "a single-node replica whose GPU faulted goes to any healthy GPU",
+      input: {
+        nodes: [
+          node("n1", { gpus: 1, unhealthy: [0], fabrics: ["ib-a"] }),
+          node("n2", { gpus: 1 }),
+        ],
+        deployments: [dep("m")],
+        placements: [at("m-0", [["n1", [0]]])],
+      },
+      plan: ["m-1 n2:0", "m-0 -gpu-unusable"],
+    },
+  ])("$name", ({ input, plan }) => {
+    const result = schedule(input);
+    expect(summarize(result)).toEqual(plan);
+    checkPlan(input, result);
+  });
+});

@@ -385,21 +385,23 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
     }
     gpuByIndex.set(gpu.index, gpu);
     if (gpu.gpuClass === undefined) continue;
-    let stats = classCounts.get(gpu.gpuClass);
+    // Pools never mix vendors: every GPU of a replica, on every rank, comes from one pool.
+    const pool = poolOf(gpu.gpuClass, gpu.vendor);
+    let stats = classCounts.get(pool);
     if (stats === undefined) {
       stats = { total: 0, unhealthy: 0, mig: 0, onUnschedulable: 0 };
-      classCounts.set(gpu.gpuClass, stats);
+      classCounts.set(pool, stats);
     }
     stats.total++;
     if (!gpu.healthy) stats.unhealthy++;
     else if (gpu.migEnabled) stats.mig++;
     else if (!schedulable) stats.onUnschedulable++;
     if (!gpu.healthy || gpu.migEnabled) continue;
-    usableClass.set(gpu.index, gpu.gpuClass);
-    let list = usableByClass.get(gpu.gpuClass);
+    usableClass.set(gpu.index, pool);
+    let list = usableByClass.get(pool);
     if (list === undefined) {
       list = [];
-      usableByClass.set(gpu.gpuClass, list);
+      usableByClass.set(pool, list);
     }
     list.push(gpu.index);
   }
@@ -424,6 +426,22 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
   };
   nodeInfoCache.set(node, info);
   return info;
+}
+
+/**
+ * The pool a GPU is placed from: its class, qualified by vendor when that is not NVIDIA
+ * (`mi300x-192g (amd)`), so that a replica never spans two vendors even where two vendors'
+ * GPUs share a class name. NVIDIA (and absent, from older agents) keeps the bare class, so
+ * messages about NVIDIA GPUs read as before.
+ */
+function poolOf(gpuClass: string, vendor: SchedulerGpu["vendor"]): string {
+  return vendor === undefined || vendor === "nvidia" ? gpuClass : `${gpuClass} (${vendor})`;
+}
+
+/** The class of a pool (see {@link poolOf}). */
+function classOfPool(pool: string): string {
+  const at = pool.lastIndexOf(" (");
+  return at < 0 ? pool : pool.slice(0, at);
 }
 
 function buildNodeState(node: SchedulerNode, ordinal: number): NodeState {
@@ -729,18 +747,20 @@ interface PlannedReplica {
 /** Finds the best place for one more replica in the current state, or says why there is none. */
 function planReplica(deployment: SchedulerDeployment, ctx: PlacementContext): PlannedReplica {
   if (deployment.gpusPerReplica === 0) return planCpuReplica(deployment, ctx);
-  const wanted = deployment.gpuClass === undefined ? ctx.classes : [deployment.gpuClass];
+  const want = deployment.gpuClass;
+  // A class names every vendor's pool of it; each pool is tried on its own.
+  const wanted =
+    want === undefined ? ctx.classes : ctx.classes.filter((pool) => classOfPool(pool) === want);
   const reasons: Reason[] = [];
   const shapes: { gpuClass: string; shape: Shape }[] = [];
   let best: Candidate | undefined;
-  if (wanted.length === 0 || (wanted.length === 1 && !ctx.classes.includes(wanted[0] ?? ""))) {
-    const cls = wanted[0];
+  if (wanted.length === 0) {
     const message =
-      cls === undefined
+      want === undefined
         ? "no node has a healthy GPU of a known class"
-        : ctx.knownClasses.has(cls)
-          ? `no node has a healthy, non-MIG ${cls} GPU`
-          : `no node has ${cls} GPUs`;
+        : [...ctx.knownClasses].some((pool) => classOfPool(pool) === want)
+          ? `no node has a healthy, non-MIG ${want} GPU`
+          : `no node has ${want} GPUs`;
     return { candidate: undefined, shapes, reasons: [reason("no-gpu-class", message)] };
   }
   for (const cls of wanted) {

@@ -16,6 +16,8 @@ export interface SchedulerGpu {
   readonly gpuClass?: string;
   readonly healthy: boolean;
   readonly migEnabled: boolean;
+  /** Absent: `"nvidia"`. A replica's GPUs, on every rank, are all of one vendor. */
+  readonly vendor?: "nvidia" | "amd";
 }
 
 export interface SchedulerNode {

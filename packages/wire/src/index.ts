@@ -5,9 +5,16 @@ export {
   sameDeploymentSpec,
 } from "./deployment.js";
 export {
+  type ClearedFaults,
+  faultCleared,
+  faultCounts,
+  faultIsActionable,
+  type GpuHealthVerdict,
   gpuFaultFromProto,
+  gpuFaultKey,
   gpuFaultToProto,
   gpuFromProto,
+  gpuHealthVerdict,
   gpuHealthy,
   gpuReadingToProto,
   gpuToProto,

@@ -268,10 +268,117 @@ export function inventoryToProto(inv: plain.NodeInventory): NodeInventory {
   });
 }
 
-/** A GPU's health as of the latest reading, falling back to what registration said. */
-export function gpuHealthy(gpu: Gpu, reading: GpuReading | undefined): boolean {
-  if (reading === undefined) return gpu.healthy && !gpu.lost;
-  return reading.healthy && !reading.lost;
+/**
+ * The key a kernel-log fault is folded under and cleared by: `kind:pciBusId:code`, as the
+ * agent's aggregator (`createXidAggregator`) folds records.
+ */
+export function gpuFaultKey(f: {
+  readonly kind: string;
+  readonly pciBusId: string;
+  readonly code: number;
+}): string {
+  return `${f.kind}:${f.pciBusId}:${f.code}`;
+}
+
+/** Actions under which a GPU keeps serving: the fault is reported, never acted on. */
+const SERVING_ACTIONS: ReadonlySet<string> = new Set(["ignore", "restart-engine"]);
+
+/**
+ * Whether a fault takes its GPU out of service: `reset-gpu`, `drain-node`, `reboot`, and any
+ * action this build does not know (a newer agent's: fail closed).
+ */
+export function faultIsActionable(f: { readonly action: string }): boolean {
+  return !SERVING_ACTIONS.has(f.action);
+}
+
+/**
+ * Faults an operator declared dealt with (`ClearGpuFaults`), for one GPU: fault key (see
+ * {@link gpuFaultKey}) → the `lastSeenUnixMs` the fault had when it was cleared.
+ */
+export type ClearedFaults = ReadonlyMap<string, number>;
+
+/**
+ * Whether `fault` still counts against its GPU: actionable, and not cleared, or seen again
+ * (a later `lastSeenUnixMs`: a new record) since it was cleared. Never by time alone.
+ */
+export function faultCounts(
+  fault: {
+    readonly kind: string;
+    readonly pciBusId: string;
+    readonly code: number;
+    readonly action: string;
+    readonly lastSeenUnixMs: bigint | number;
+  },
+  cleared?: ClearedFaults,
+): boolean {
+  if (!faultIsActionable(fault)) return false;
+  const clearedAt = cleared?.get(gpuFaultKey(fault));
+  return clearedAt === undefined || Number(fault.lastSeenUnixMs) > clearedAt;
+}
+
+/** Whether an operator's clear covers `fault` now (it has not been seen again since). */
+export function faultCleared(
+  fault: {
+    readonly kind: string;
+    readonly pciBusId: string;
+    readonly code: number;
+    readonly lastSeenUnixMs: bigint | number;
+  },
+  cleared?: ClearedFaults,
+): boolean {
+  const clearedAt = cleared?.get(gpuFaultKey(fault));
+  return clearedAt !== undefined && Number(fault.lastSeenUnixMs) <= clearedAt;
+}
+
+/** The agent's problem code that stands for kernel-log faults (see `ProblemCodes.gpuFault`). */
+const GPU_FAULT_PROBLEM = "LLMGW_DISCOVERY_GPU_FAULT";
+
+/** Why a GPU is or is not usable, as the control plane decides it (see {@link gpuHealthVerdict}). */
+export interface GpuHealthVerdict {
+  readonly healthy: boolean;
+  readonly lost: boolean;
+  /** The agent's health problems other than kernel-log faults (those are `faults`). */
+  readonly problems: readonly Problem[];
+  /** Actionable kernel-log faults that still count (not cleared, or seen again since). */
+  readonly faults: readonly GpuFault[];
+}
+
+/**
+ * The one health rule for a GPU, used for placement, reconcile, metrics and views. From the
+ * latest heartbeat reading, else from registration, the GPU is unhealthy when it is lost, has
+ * any health problem that is not a kernel-log fault, or has an actionable fault
+ * ({@link faultCounts}) that an operator has not cleared. The agent's own `healthy` flag is
+ * not trusted on its own for faults (an operator's clear overrides it), but a `healthy: false`
+ * with no problem and no fault to explain it still reads as unhealthy (fail closed). So does a
+ * fault problem without any fault record: there is nothing to clear.
+ */
+export function gpuHealthVerdict(
+  gpu: Gpu,
+  reading: GpuReading | undefined,
+  cleared?: ClearedFaults,
+): GpuHealthVerdict {
+  const source = reading ?? gpu;
+  const faults = source.faults.filter((f) => faultCounts(f, cleared));
+  const problems = source.healthProblems.filter(
+    (p) => p.code !== GPU_FAULT_PROBLEM || source.faults.length === 0,
+  );
+  const unexplained =
+    !source.healthy && source.healthProblems.length === 0 && source.faults.length === 0;
+  return {
+    healthy: !source.lost && problems.length === 0 && faults.length === 0 && !unexplained,
+    lost: source.lost,
+    problems,
+    faults,
+  };
+}
+
+/** A GPU's effective health (see {@link gpuHealthVerdict}). */
+export function gpuHealthy(
+  gpu: Gpu,
+  reading: GpuReading | undefined,
+  cleared?: ClearedFaults,
+): boolean {
+  return gpuHealthVerdict(gpu, reading, cleared).healthy;
 }
 
 /** Plain GPU (as discovery reads it) → the live reading sent with every heartbeat. */

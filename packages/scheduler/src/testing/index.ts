@@ -27,6 +27,10 @@ export interface TestNodeSpec {
   readonly mig?: readonly number[];
   readonly nvlinks?: SchedulerNode["nvlinks"];
   readonly nicDistance?: SchedulerNode["nicDistance"];
+  /** Vendor of every GPU; default absent (= nvidia). */
+  readonly vendor?: "nvidia" | "amd";
+  /** GPU indices that are AMD whatever `vendor` says. */
+  readonly amd?: readonly number[];
 }
 
 /** A {@link SchedulerNode} with GPUs `0..gpus-1`, uuids `GPU-<id>-<index>`. */
@@ -45,6 +49,11 @@ export function testNode(id: string, spec: TestNodeSpec = {}): SchedulerNode {
       ...(cls === null ? {} : { gpuClass: cls }),
       healthy: !(spec.unhealthy ?? []).includes(index),
       migEnabled: (spec.mig ?? []).includes(index),
+      ...((spec.amd ?? []).includes(index)
+        ? { vendor: "amd" as const }
+        : spec.vendor === undefined
+          ? {}
+          : { vendor: spec.vendor }),
     })),
     ...(spec.nvlinks === undefined ? {} : { nvlinks: spec.nvlinks }),
     ...(spec.nicDistance === undefined ? {} : { nicDistance: spec.nicDistance }),
