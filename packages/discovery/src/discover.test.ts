@@ -9,6 +9,8 @@ describe("resolveDiscoveryOptions", () => {
     const resolved = resolveDiscoveryOptions({ hostname: "h" });
     expect(resolved).toMatchObject({
       nvidiaSmiPath: "nvidia-smi",
+      amdSmiPath: "amd-smi",
+      rocmSmiPath: "rocm-smi",
       sysfsRoot: "/sys/class/infiniband",
       timeoutMs: 10_000,
       agentVersion: "0.0.0",
@@ -40,6 +42,8 @@ describe("resolveDiscoveryOptions", () => {
     ],
     [{ nvidiaSmiPath: " " }, 'discovery option nvidiaSmiPath must not be empty; got " "'],
     [{ sysfsRoot: "" }, 'discovery option sysfsRoot must not be empty; got ""'],
+    [{ amdSmiPath: "" }, 'discovery option amdSmiPath must not be empty; got ""'],
+    [{ rocmSmiPath: "  " }, 'discovery option rocmSmiPath must not be empty; got "  "'],
     [
       { fabricNames: { mlx5_0: "" } },
       'discovery option fabricNames must map device names to non-empty fabric ids; got {"mlx5_0":""}',

@@ -1,4 +1,5 @@
 import os from "node:os";
+import { queryAmdGpus } from "./amd-smi.js";
 import { type CommandRunner, createExecFileRunner } from "./command-runner.js";
 import { DiscoveryError } from "./errors.js";
 import { readAddresses, readHostFacts } from "./host.js";
@@ -13,9 +14,13 @@ import type { NodeInventory, Problem } from "./types.js";
 export interface DiscoveryOptions {
   /** nvidia-smi executable (a PATH name or a path). Default `"nvidia-smi"`. */
   readonly nvidiaSmiPath?: string;
+  /** amd-smi executable (a PATH name or a path). Default `"amd-smi"`. */
+  readonly amdSmiPath?: string;
+  /** rocm-smi executable, the fallback when amd-smi is missing or fails. Default `"rocm-smi"`. */
+  readonly rocmSmiPath?: string;
   /** Root of the RDMA class tree. Default `"/sys/class/infiniband"`. */
   readonly sysfsRoot?: string;
-  /** Timeout of every nvidia-smi run, in ms. Default 10 000. */
+  /** Timeout of every nvidia-smi, amd-smi and rocm-smi run, in ms. Default 10 000. */
   readonly timeoutMs?: number;
   /** Operator-given fabric ids by RDMA device name (`mlx5_0` → `rail-0`); config wins. */
   readonly fabricNames?: Readonly<Record<string, string>> | ReadonlyMap<string, string>;
@@ -36,6 +41,8 @@ export interface DiscoveryOptions {
 /** {@link DiscoveryOptions} with every default applied, validated once. */
 export interface ResolvedDiscoveryOptions {
   readonly nvidiaSmiPath: string;
+  readonly amdSmiPath: string;
+  readonly rocmSmiPath: string;
   readonly sysfsRoot: string;
   readonly timeoutMs: number;
   readonly fabricNames: ReadonlyMap<string, string>;
@@ -70,6 +77,10 @@ export function resolveDiscoveryOptions(options: DiscoveryOptions = {}): Resolve
   }
   const nvidiaSmiPath = options.nvidiaSmiPath ?? "nvidia-smi";
   if (nvidiaSmiPath.trim() === "") throw bad("nvidiaSmiPath", nvidiaSmiPath, "must not be empty");
+  const amdSmiPath = options.amdSmiPath ?? "amd-smi";
+  if (amdSmiPath.trim() === "") throw bad("amdSmiPath", amdSmiPath, "must not be empty");
+  const rocmSmiPath = options.rocmSmiPath ?? "rocm-smi";
+  if (rocmSmiPath.trim() === "") throw bad("rocmSmiPath", rocmSmiPath, "must not be empty");
   const sysfsRoot = options.sysfsRoot ?? DEFAULT_SYSFS_ROOT;
   if (sysfsRoot.trim() === "") throw bad("sysfsRoot", sysfsRoot, "must not be empty");
   const entries =
@@ -92,6 +103,8 @@ export function resolveDiscoveryOptions(options: DiscoveryOptions = {}): Resolve
   }
   return {
     nvidiaSmiPath,
+    amdSmiPath,
+    rocmSmiPath,
     sysfsRoot,
     timeoutMs,
     fabricNames: new Map(entries),
@@ -114,15 +127,47 @@ function isResolved(
   );
 }
 
+/** Every vendor's GPUs of one reading, and the NVIDIA part on its own (topology needs it). */
+interface AllGpus extends GpuReadings {
+  readonly nvidia: GpuReadings;
+  readonly amdDriverVersion?: string;
+}
+
 /**
- * The GPU part only (query + compute apps, no sysfs or topology), for heartbeats: fresh
- * memory, utilisation, temperature, ECC and health. Never throws on outside input.
+ * Reads NVIDIA GPUs (nvidia-smi) and AMD GPUs (amd-smi, else rocm-smi) side by side; a node
+ * may have both. NVIDIA GPUs keep nvidia-smi's indexes and come first; AMD GPUs are numbered
+ * in ROCr/HIP order after them, from the highest NVIDIA index + 1 (from 0 on an AMD-only
+ * node, where the index is the device ordinal itself), so indexes stay unique. A missing
+ * nvidia-smi is no problem on a node whose GPUs are AMD; a missing amd-smi and rocm-smi is
+ * never one (most nodes have no AMD GPUs).
+ */
+async function queryAllGpus(resolved: ResolvedDiscoveryOptions): Promise<AllGpus> {
+  const nvidia = await queryNvidiaGpus(resolved);
+  const last = nvidia.gpus.reduce((max, g) => Math.max(max, g.index), -1);
+  const amd = await queryAmdGpus(resolved, last + 1);
+  const nvidiaProblems =
+    amd.gpus.length > 0
+      ? nvidia.problems.filter((p) => p.code !== ProblemCodes.nvidiaSmiNotFound)
+      : nvidia.problems;
+  return {
+    gpus: [...nvidia.gpus, ...amd.gpus],
+    problems: [...nvidiaProblems, ...amd.problems],
+    nvidia,
+    ...(amd.driverVersion === undefined ? {} : { amdDriverVersion: amd.driverVersion }),
+  };
+}
+
+/**
+ * The GPU part only (no sysfs or topology), for heartbeats: fresh memory, utilisation,
+ * temperature, ECC and health, from the same vendors and with the same indexes as
+ * {@link discoverNode}. Never throws on outside input.
  */
 export async function readGpuReadings(
   options: DiscoveryOptions | ResolvedDiscoveryOptions = {},
 ): Promise<GpuReadings> {
   const resolved = isResolved(options) ? options : resolveDiscoveryOptions(options);
-  return queryNvidiaGpus(resolved);
+  const { gpus, problems } = await queryAllGpus(resolved);
+  return { gpus, problems };
 }
 
 /** nvidia-smi problems after which running `topo -m` would only repeat the failure. */
@@ -134,8 +179,10 @@ const NO_TOPOLOGY_AFTER = new Set<string>([
 ]);
 
 /**
- * Everything this node is made of: GPUs (nvidia-smi), RDMA fabrics (sysfs), GPU↔GPU/NIC
- * topology (`nvidia-smi topo -m`), driver version (`nvidia-smi --version`, best effort), host
+ * Everything this node is made of: GPUs (nvidia-smi; amd-smi or rocm-smi, see
+ * {@link readGpuReadings} for how a node with both is numbered), RDMA fabrics (sysfs), GPU↔GPU/NIC
+ * topology (`nvidia-smi topo -m`, NVIDIA GPUs only: it never runs on an AMD-only node),
+ * driver version (`nvidia-smi --version`, best effort; amd-smi's on an AMD-only node), host
  * facts and addresses. GPUs and fabrics are read in
  * parallel. Throws only {@link DiscoveryError} for invalid options; everything found wrong
  * with the machine is in `problems` (or a GPU's `healthProblems`).
@@ -145,13 +192,14 @@ export async function discoverNode(
 ): Promise<NodeInventory> {
   const resolved = isResolved(options) ? options : resolveDiscoveryOptions(options);
   const [gpuReport, fabricReport] = await Promise.all([
-    queryNvidiaGpus(resolved),
+    queryAllGpus(resolved),
     readFabrics(resolved),
   ]);
   const problems: Problem[] = [...gpuReport.problems];
   let topology = EMPTY_TOPOLOGY;
   let driverVersion: string | undefined;
-  if (gpuReport.gpus.length > 0 && !problems.some((p) => NO_TOPOLOGY_AFTER.has(p.code))) {
+  const nvidia = gpuReport.nvidia;
+  if (nvidia.gpus.length > 0 && !nvidia.problems.some((p) => NO_TOPOLOGY_AFTER.has(p.code))) {
     const topo = await queryTopology(resolved);
     topology = topo.topology;
     problems.push(...topo.problems);
@@ -160,6 +208,8 @@ export async function discoverNode(
       timeoutMs: resolved.timeoutMs,
     });
     driverVersion = version.exitCode === 0 ? parseDriverVersion(version.stdout) : undefined;
+  } else {
+    driverVersion = gpuReport.amdDriverVersion;
   }
   problems.push(...fabricReport.problems);
   return {

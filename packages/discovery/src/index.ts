@@ -1,4 +1,26 @@
 export {
+  AMD_SMI_COMMANDS,
+  type AmdGpuQueryContext,
+  type AmdGpuReadings,
+  buildAmdGpu,
+  buildAmdGpus,
+  orderAmdGpus,
+  queryAmdGpus,
+  ROCM_SMI_ARGS,
+} from "./amd-smi.js";
+export {
+  type AmdGpuFacts,
+  type AmdSmiDocuments,
+  type AmdSmiEntry,
+  extractJson,
+  MAX_AMD_SMI_OUTPUT_CHARS,
+  mergeAmdSmiDocuments,
+  parseAmdDriverVersion,
+  parseAmdSmiDocument,
+  parseRocmSmiJson,
+  readAmdQuantity,
+} from "./amd-smi-parse.js";
+export {
   type CommandResult,
   type CommandRunner,
   createExecFileRunner,

@@ -6,6 +6,12 @@ import { discoverNode, readGpuReadings } from "../src/index.js";
 import { writeFakeNvidiaSmi, writeTree } from "../src/testing/index.js";
 
 const fixture = (name: string) => readFile(new URL(`./fixtures/${name}`, import.meta.url), "utf8");
+/** An AMD fixture's JSON without its `#` provenance header. */
+const amdFixture = async (name: string) =>
+  (await fixture(name))
+    .split("\n")
+    .filter((line) => !line.startsWith("#"))
+    .join("\n");
 
 let dir: string;
 beforeEach(async () => {
@@ -60,6 +66,8 @@ describe("discoverNode", () => {
   it("this GPU-less machine shape: nvidia-smi missing, no sysfs → empty inventory, one problem", async () => {
     const inv = await discoverNode({
       nvidiaSmiPath: join(dir, "missing-nvidia-smi"),
+      amdSmiPath: join(dir, "missing-amd-smi"),
+      rocmSmiPath: join(dir, "missing-rocm-smi"),
       sysfsRoot: join(dir, "no-infiniband"),
     });
     expect(inv.gpus).toEqual([]);
@@ -102,5 +110,75 @@ describe("discoverNode", () => {
       "--query-gpu",
       "nvlink -s",
     ]);
+  });
+});
+
+describe("discoverNode on AMD nodes (fake amd-smi / rocm-smi executables)", () => {
+  const fakeAmdSmi = async (bin: string) =>
+    writeFakeNvidiaSmi(bin, [
+      { when: ["list", "--json"], stdout: await amdFixture("amd-smi-list-mi210.txt") },
+      { when: ["static", "--json"], stdout: await amdFixture("amd-smi-static-mi350x.txt") },
+      {
+        when: ["metric", "--json"],
+        stdout: await amdFixture("amd-smi-metric-radeon-gpu-data.txt"),
+      },
+    ]);
+
+  it("an AMD-only node: amd-smi GPUs, no nvidia-smi problem, no topology run", async () => {
+    const amdSmiPath = await fakeAmdSmi(join(dir, "amd"));
+    const inv = await discoverNode({
+      nvidiaSmiPath: join(dir, "missing-nvidia-smi"),
+      amdSmiPath,
+      rocmSmiPath: join(dir, "missing-rocm-smi"),
+      sysfsRoot: join(dir, "none"),
+    });
+    expect(inv.problems).toEqual([]);
+    expect(inv.topology).toEqual({ gpuLinks: [], gpuNics: [], gpuAffinity: [] });
+    expect(inv.gpus.map((g) => [g.index, g.vendor, g.pciBusId, g.name, g.gpuClass])).toEqual([
+      [0, "amd", "00000000:23:00.0", "AMD Instinct MI350X", "mi350x-30g"],
+    ]);
+    const calls = (await readFile(join(dir, "amd", "calls.log"), "utf8")).trim().split("\n");
+    expect(calls.sort()).toEqual(["list --json", "metric --json", "static --json"]);
+  });
+
+  it("amd-smi missing: rocm-smi is the fallback, in discovery and in heartbeat readings", async () => {
+    const rocmSmiPath = await writeFakeNvidiaSmi(join(dir, "rocm"), [
+      {
+        when: ["--showallinfo", "--json"],
+        stdout: await amdFixture("amd-rocm-smi-phoenix3.txt"),
+      },
+    ]);
+    const options = {
+      nvidiaSmiPath: join(dir, "missing-nvidia-smi"),
+      amdSmiPath: join(dir, "missing-amd-smi"),
+      rocmSmiPath,
+      sysfsRoot: join(dir, "none"),
+    };
+    const inv = await discoverNode(options);
+    const readings = await readGpuReadings(options);
+    for (const report of [inv, readings]) {
+      expect(report.problems).toEqual([]);
+      expect(report.gpus.map((g) => [g.index, g.vendor, g.pciBusId, g.name])).toEqual([
+        [0, "amd", "00000000:C4:00.0", "Phoenix3"],
+      ]);
+    }
+  });
+
+  it("a node with both vendors: NVIDIA first, AMD numbered after the last NVIDIA index", async () => {
+    const nvidiaSmiPath = await writeFakeNvidiaSmi(join(dir, "nv"), [
+      { when: ["--query-gpu"], stdout: await fixture("query-gpu-h100-idle.txt") },
+      { when: ["topo", "-m"], stdout: await fixture("topo-h200-single.txt") },
+    ]);
+    const amdSmiPath = await fakeAmdSmi(join(dir, "amd"));
+    const options = { nvidiaSmiPath, amdSmiPath, sysfsRoot: join(dir, "none") };
+    const inv = await discoverNode(options);
+    const readings = await readGpuReadings(options);
+    for (const gpus of [inv.gpus, readings.gpus]) {
+      expect(gpus.map((g) => [g.index, g.vendor ?? "nvidia"])).toEqual([
+        [0, "nvidia"],
+        [1, "amd"],
+      ]);
+    }
+    expect(inv.topology.gpuAffinity).toEqual([{ gpu: 0, cpuAffinity: "0-23", numaNode: 0 }]);
   });
 });
