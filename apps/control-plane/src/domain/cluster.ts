@@ -12,6 +12,8 @@ import {
   EventSchema,
   type GetClusterStatusResponse,
   GetClusterStatusResponseSchema,
+  type Gpu,
+  type GpuFault,
   type GpuReading,
   type Node,
   type NodeInventory,
@@ -19,6 +21,7 @@ import {
   NodeSchema,
   type PlacedRank,
   PlacedRankSchema,
+  type Port,
   type Problem,
   NodeState as ProtoNodeState,
   type Replica,
@@ -29,7 +32,15 @@ import {
   type ReplicaStatus,
 } from "@llmgw/proto";
 import type { SchedulerNode } from "@llmgw/scheduler";
-import { gpuHealthy } from "@llmgw/wire";
+import {
+  type ClearedFaults,
+  faultCleared,
+  faultCounts,
+  faultIsActionable,
+  type GpuHealthVerdict,
+  gpuFaultKey,
+  gpuHealthVerdict,
+} from "@llmgw/wire";
 import {
   deploymentSpecFromJson,
   deploymentSpecToProto,
@@ -42,6 +53,7 @@ import type {
   DeploymentRecord,
   EventRecord,
   EventSeverity,
+  FaultClearRecord,
   NodeRecord,
   PlacementRecord,
 } from "../store/types.js";
@@ -129,6 +141,11 @@ export interface HeartbeatInput {
    * and handed to routers on the replica's route; never stored, logged or shown.
    */
   readonly engineCredentials?: readonly EngineCredentialInput[];
+  /**
+   * Live state and health of every RDMA port; empty or absent when the agent does not read
+   * port health, and then the registered ports stand.
+   */
+  readonly ports?: readonly Port[];
 }
 
 /** The node's full desired set. */
@@ -188,6 +205,42 @@ export const RESET_OPEN_MS = 15 * 60_000;
 const isStoreFailure = (error: unknown) =>
   isControlPlaneError(error) && error.code === "LLMGW_CONTROL_PLANE_STORE_FAILED";
 
+/** Cleared faults kept per GPU; beyond it the ones cleared at the oldest sighting go. */
+export const FAULT_CLEARS_KEPT = 64;
+
+/** Distinct fault keys remembered per GPU for "new fault" events and the fault counter. */
+const FAULTS_REMEMBERED = 256;
+
+/** A count of distinct faults seen on one GPU, by code, kind and action (for metrics). */
+export interface FaultTally {
+  readonly gpu: number;
+  readonly code: number;
+  readonly kind: string;
+  readonly action: string;
+  readonly count: number;
+}
+
+/** One RDMA port as the control plane last heard of it. */
+export interface PortSnapshot {
+  readonly device: string;
+  readonly port: number;
+  /** Fabric ids the port belongs to by registration (empty: an inactive port). */
+  readonly fabrics: readonly string[];
+  /** Undefined when the agent did not read its health. */
+  readonly healthy?: boolean;
+  /** The first problem's message, when unhealthy. */
+  readonly problem?: string;
+}
+
+/** "Xid 79", "SXid 12028", "fallen off the bus": a fault as an operator names it. */
+export function faultName(f: { readonly kind: string; readonly code: number }): string {
+  return f.kind === "sxid"
+    ? `SXid ${f.code}`
+    : f.kind === "fallen-off-bus"
+      ? "fallen off the bus"
+      : `Xid ${f.code}`;
+}
+
 /** Default router capacity per replica when a deployment does not set one. */
 export const DEFAULT_REPLICA_CAPACITY = 64;
 
@@ -200,6 +253,8 @@ interface LiveNode {
   lastHeartbeatMs?: number;
   readings: Map<number, GpuReading>;
   problems: Problem[];
+  /** Latest ports: the heartbeat's when it sent any, else the registered ones. */
+  ports: PortSnapshot[];
   /** Latest status per `${replicaId}#${rank}`. */
   statuses: Map<string, ReplicaStatus>;
   generation: bigint;
@@ -245,11 +300,68 @@ function newLiveNode(
     lastSeenMs: now,
     readings: new Map(),
     problems: [],
+    ports: registeredPorts(inventory),
     statuses: new Map(),
     generation: BigInt(now),
     fingerprint: "",
     assignments: [],
   };
+}
+
+const portKey = (device: string, port: number) => `${device}/${port}`;
+
+/** Fabric ids of each registered port, by `device/port`. */
+function portFabrics(inventory: NodeInventory): Map<string, string[]> {
+  const byPort = new Map<string, string[]>();
+  for (const f of inventory.fabrics) {
+    for (const p of f.ports) {
+      const key = portKey(p.device, p.port);
+      byPort.set(key, [...(byPort.get(key) ?? []), f.id]);
+    }
+  }
+  return byPort;
+}
+
+function portSnapshot(p: Port, fabrics: ReadonlyMap<string, string[]>): PortSnapshot {
+  const healthy = p.health?.healthy;
+  const problem = healthy === false ? (p.health?.problems[0]?.message ?? "unhealthy") : undefined;
+  return {
+    device: p.device,
+    port: p.port,
+    fabrics: fabrics.get(portKey(p.device, p.port)) ?? [],
+    ...(healthy === undefined ? {} : { healthy }),
+    ...(problem === undefined ? {} : { problem }),
+  };
+}
+
+/** The ports registration reported (fabric ports, then inactive ones), with their health. */
+function registeredPorts(inventory: NodeInventory): PortSnapshot[] {
+  const fabrics = portFabrics(inventory);
+  const seen = new Set<string>();
+  const out: PortSnapshot[] = [];
+  for (const p of [...inventory.fabrics.flatMap((f) => f.ports), ...inventory.inactivePorts]) {
+    const key = portKey(p.device, p.port);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(portSnapshot(p, fabrics));
+  }
+  return out;
+}
+
+/**
+ * Fabrics a node may not be used on for multi-node replicas, each with why: a port on that
+ * fabric reports unhealthy (flapping, error rates, a saturated counter).
+ */
+function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const p of ports) {
+    if (p.healthy !== false) continue;
+    for (const f of p.fabrics) {
+      if (!out.has(f))
+        out.set(f, `port ${p.device}/${p.port} on fabric ${f} is unhealthy: ${p.problem}`);
+    }
+  }
+  return out;
 }
 
 function nodeIdFor(hostname: string): string {
@@ -295,6 +407,15 @@ export class Cluster {
   /** Replica id → its serving engine's API key. Memory only: agents report them again. */
   readonly #engineKeys = new Map<string, string>();
   #routableVersion = -1;
+  /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
+  readonly #clearedFaults = new Map<string, Map<string, number>>();
+  /**
+   * `nodeId/gpuIndex` → fault keys already announced (a `gpu.fault` event, one count in
+   * {@link FaultTally}). Memory only: after a restart each current fault is announced once more.
+   */
+  readonly #announcedFaults = new Map<string, Set<string>>();
+  /** Node id → `gpu/code/kind/action` → its tally. */
+  readonly #faultTallies = new Map<string, Map<string, FaultTally>>();
 
   constructor(options: ClusterOptions) {
     this.#o = options;
@@ -304,6 +425,11 @@ export class Cluster {
       this.#deployments.set(record.name, { record, spec: deploymentSpecFromJson(record.specJson) });
     }
     for (const p of store.listPlacements()) this.#placements.set(p.replicaId, p);
+    for (const c of store.listFaultClears()) {
+      const byKey = this.#clearedFaults.get(c.gpuUuid) ?? new Map<string, number>();
+      byKey.set(c.faultKey, c.lastSeenUnixMs);
+      this.#clearedFaults.set(c.gpuUuid, byKey);
+    }
     for (const k of store.listApiKeys()) {
       this.#apiKeys.set(k.id, k);
       this.#apiKeysByHash.set(k.secretHash, k);
@@ -385,10 +511,14 @@ export class Cluster {
         : previous?.record.credentialHash;
     live.record = record;
     live.inventory = input.inventory;
+    live.ports = registeredPorts(input.inventory);
     live.lastSeenMs = now;
     this.#nodes.set(id, live);
     this.#ingestStatuses(live, input.replicas);
     this.#ingestEngineKeys(live, input.engineCredentials ?? []);
+    for (const gpu of input.inventory.gpus) {
+      if (!live.readings.has(gpu.index)) this.#announceFaults(live, gpu, gpu.faults);
+    }
     this.#setNodeState(live, "ready", now);
     const gpus = input.inventory.gpus.length;
     this.#event(
@@ -495,26 +625,29 @@ export class Cluster {
     let healthChanged = false;
     for (const reading of input.gpus) {
       const gpu = node.inventory.gpus.find((g) => g.index === reading.index);
-      const before = gpu ? gpuHealthy(gpu, node.readings.get(reading.index)) : true;
+      const before = gpu ? this.#verdict(gpu, node.readings.get(reading.index)).healthy : true;
       node.readings.set(reading.index, reading);
-      const after = gpu ? gpuHealthy(gpu, reading) : true;
-      if (before !== after) {
+      if (!gpu) continue;
+      this.#announceFaults(node, gpu, reading.faults);
+      const after = this.#verdict(gpu, reading);
+      if (before !== after.healthy) {
         healthChanged = true;
-        const problem = reading.healthProblems[0]?.message;
-        this.#event(
-          "gpu.health",
-          nodeId,
-          `GPU ${reading.index} on ${node.record.hostname} is now ${after ? "healthy" : "unhealthy"}${problem ? `: ${problem}` : ""}`,
-          after ? "info" : "warning",
-        );
+        this.#gpuHealthEvent(node, gpu, after);
       }
     }
+    const portsChanged = this.#ingestPorts(node, input.ports ?? []);
     node.problems = [...input.problems];
     const failed = this.#ingestStatuses(node, input.replicas);
     this.#ingestEngineKeys(node, input.engineCredentials ?? []);
     const wasState = node.state;
     this.#setNodeState(node, "ready", now);
-    if (healthChanged || failed || wasState === "lost") {
+    if (healthChanged || portsChanged) {
+      // Not deferred: a GPU or port that went bad must leave the route table and the
+      // desired sets now, and this heartbeat's answer already carries the drain.
+      this.#reconcile(
+        `heartbeat from ${nodeId}: ${healthChanged ? "GPU health" : "port health"} changed`,
+      );
+    } else if (failed || wasState === "lost") {
       this.#requestReconcile(`heartbeat from ${nodeId}`);
     } else {
       this.#touch();
@@ -524,6 +657,116 @@ export class Cluster {
       assignments: node.assignments,
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
     };
+  }
+
+  /** The one health rule (see `gpuHealthVerdict`), with this GPU's cleared faults. */
+  #verdict(gpu: Gpu, reading: GpuReading | undefined): GpuHealthVerdict {
+    return gpuHealthVerdict(gpu, reading, this.#clearedFaults.get(gpu.uuid));
+  }
+
+  #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
+    const fault = after.faults[0];
+    const why = after.lost
+      ? "the GPU is lost"
+      : (after.problems[0]?.message ??
+        (fault
+          ? `${faultName(fault)} (${fault.action}): ${fault.description || "kernel-log fault"}; evidence: ${fault.evidence}`
+          : "the agent reports it unhealthy"));
+    this.#event(
+      "gpu.health",
+      node.record.id,
+      `GPU ${gpu.index} on ${node.record.hostname} is now ${after.healthy ? "healthy" : `unhealthy: ${why}`}`,
+      after.healthy ? "info" : "warning",
+    );
+  }
+
+  /**
+   * Announces each fault not announced before on this GPU (one `gpu.fault` event and one
+   * count in the tally), and one that was cleared and is now seen again. A fault still
+   * covered by a clear is neither.
+   */
+  #announceFaults(node: LiveNode, gpu: Gpu, faults: readonly GpuFault[]): void {
+    const gpuKey = `${node.record.id}/${gpu.index}`;
+    const cleared = this.#clearedFaults.get(gpu.uuid);
+    let announced = this.#announcedFaults.get(gpuKey);
+    for (const f of faults) {
+      const key = gpuFaultKey(f);
+      if (announced?.has(key) || faultCleared(f, cleared)) continue;
+      if (!announced) {
+        announced = new Set();
+        this.#announcedFaults.set(gpuKey, announced);
+      }
+      announced.add(key);
+      if (announced.size > FAULTS_REMEMBERED) {
+        announced.delete(announced.values().next().value as string);
+      }
+      this.#tallyFault(node.record.id, gpu.index, f);
+      const actionable = faultIsActionable(f);
+      this.#event(
+        "gpu.fault",
+        node.record.id,
+        `GPU ${gpu.index} on ${node.record.hostname}: ${faultName(f)} (${f.action}${
+          actionable ? ": out of service until cleared" : ""
+        }), ${f.count} record${f.count === 1 ? "" : "s"}${
+          f.description ? `, ${f.description}` : ""
+        }; evidence: ${f.evidence}`,
+        actionable ? "error" : "info",
+      );
+    }
+  }
+
+  #tallyFault(nodeId: string, gpu: number, f: GpuFault): void {
+    let tallies = this.#faultTallies.get(nodeId);
+    if (!tallies) {
+      tallies = new Map();
+      this.#faultTallies.set(nodeId, tallies);
+    }
+    const key = `${gpu}/${f.code}/${f.kind}/${f.action}`;
+    const before = tallies.get(key);
+    // A counter series per (GPU, code, kind, action): bounded, so an agent sending ever new
+    // codes cannot grow every scrape; past the bound new ones are logged, not counted.
+    if (!before && tallies.size >= FAULTS_REMEMBERED) {
+      this.#o.log?.(
+        `fault tally of node ${nodeId} is full; ${faultName(f)} on GPU ${gpu} not counted`,
+      );
+      return;
+    }
+    tallies.set(key, {
+      gpu,
+      code: f.code,
+      kind: f.kind,
+      action: f.action,
+      count: (before?.count ?? 0) + 1,
+    });
+  }
+
+  /**
+   * Takes the heartbeat's ports (none: the registered ones stand), raises `port.health` for
+   * each port whose verdict flipped, and says whether the fabrics the node may be used on
+   * for multi-node replicas changed.
+   */
+  #ingestPorts(node: LiveNode, ports: readonly Port[]): boolean {
+    if (ports.length === 0) return false;
+    const fabrics = portFabrics(node.inventory);
+    const before = new Map(node.ports.map((p) => [portKey(p.device, p.port), p]));
+    const troubleBefore = [...troubledFabrics(node.ports).keys()].sort().join(",");
+    node.ports = ports.map((p) => portSnapshot(p, fabrics));
+    for (const p of node.ports) {
+      const was = before.get(portKey(p.device, p.port))?.healthy;
+      if (p.healthy === undefined || p.healthy === was) continue;
+      // A first report of a healthy port is not news; an unhealthy one always is.
+      if (was === undefined && p.healthy) continue;
+      const on = p.fabrics.length > 0 ? ` (fabric ${p.fabrics.join(", ")})` : "";
+      this.#event(
+        "port.health",
+        node.record.id,
+        `port ${p.device}/${p.port}${on} on ${node.record.hostname} is now ${
+          p.healthy ? "healthy" : `unhealthy: ${p.problem}`
+        }`,
+        p.healthy ? "info" : "warning",
+      );
+    }
+    return troubleBefore !== [...troubledFabrics(node.ports).keys()].sort().join(",");
   }
 
   /**
@@ -874,6 +1117,77 @@ export class Cluster {
     this.#touch();
   }
 
+  /**
+   * Declares the current kernel-log faults of one GPU dealt with (the operator reset or
+   * replaced it): each is recorded with its `lastSeenUnixMs` in the store, per GPU uuid,
+   * and stops counting against the GPU until the agent reports it with a later one (a new
+   * record). Never done by a timeout. A reset is not observable from what agents report
+   * (the kernel log keeps the old records until the next boot), hence this call; a reboot
+   * is, because the agent reads only the new boot's log. Returns how many faults stopped
+   * counting (0 when none did). The GPU serves again only if nothing else is wrong with it.
+   * An unknown node or GPU index throws `LLMGW_CONTROL_PLANE_NOT_FOUND`.
+   */
+  clearGpuFaults(nodeOrHost: string, gpuIndex: number): number {
+    const node = this.#requireNode(nodeOrHost);
+    const gpu = node.inventory.gpus.find((g) => g.index === gpuIndex);
+    if (!gpu) {
+      const have = node.inventory.gpus.map((g) => g.index).join(", ");
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_NOT_FOUND",
+        `node ${node.record.id} (${node.record.hostname}) has no GPU ${gpuIndex}; ${
+          have ? `its GPUs: ${have}` : "it has no GPUs"
+        }`,
+      );
+    }
+    const reading = node.readings.get(gpuIndex);
+    const faults = (reading ?? gpu).faults;
+    const prior = this.#clearedFaults.get(gpu.uuid);
+    const before = this.#verdict(gpu, reading);
+    const counting = faults.filter((f) => faultCounts(f, prior));
+    const now = this.#o.clock.now();
+    const next = new Map(prior);
+    for (const f of faults) {
+      const key = gpuFaultKey(f);
+      next.set(key, Math.max(next.get(key) ?? Number.NEGATIVE_INFINITY, Number(f.lastSeenUnixMs)));
+    }
+    // Bounded: the oldest sightings go first (a fault seen after them would count anyway).
+    const kept = [...next].sort((a, b) => b[1] - a[1]).slice(0, FAULT_CLEARS_KEPT);
+    const records: FaultClearRecord[] = kept.map(([faultKey, lastSeenUnixMs]) => ({
+      gpuUuid: gpu.uuid,
+      faultKey,
+      lastSeenUnixMs,
+      clearedAtMs: now,
+    }));
+    // Store first: a refused write changes nothing.
+    this.#o.store.replaceFaultClears(gpu.uuid, records);
+    this.#clearedFaults.set(gpu.uuid, new Map(kept));
+    const announced = this.#announcedFaults.get(`${node.record.id}/${gpuIndex}`);
+    for (const f of faults) announced?.delete(gpuFaultKey(f));
+    const after = this.#verdict(gpu, reading);
+    const still = after.healthy
+      ? ""
+      : `; it stays unhealthy: ${after.lost ? "the GPU is lost" : (after.problems[0]?.message ?? "faults remain")}`;
+    this.#event(
+      "gpu.fault_cleared",
+      node.record.id,
+      `GPU ${gpuIndex} (${gpu.uuid}) on ${node.record.hostname}: ${
+        counting.length === 0
+          ? "no fault was counting"
+          : `${counting.length} fault${counting.length === 1 ? "" : "s"} cleared by an operator (${counting
+              .map(faultName)
+              .join(", ")})`
+      }; a record seen after this counts again${still}`,
+      "info",
+    );
+    if (before.healthy !== after.healthy) {
+      this.#gpuHealthEvent(node, gpu, after);
+      this.#reconcile(`GPU ${gpuIndex} on ${node.record.id} cleared`);
+    } else {
+      this.#touch();
+    }
+    return counting.length;
+  }
+
   /** Forgets a node and revokes its credential; its replicas are rescheduled. */
   revokeNode(nodeOrHost: string): void {
     const node = this.#requireNode(nodeOrHost);
@@ -925,13 +1239,27 @@ export class Cluster {
       cordoned: n.record.cordoned,
       draining: n.record.draining,
       inventory: n.inventory,
-      gpuReadings: [...n.readings.values()],
+      gpuReadings: [...n.readings.values()].map((r) => this.#readingView(n, r)),
       lastHeartbeatUnixMs: n.lastHeartbeatMs === undefined ? undefined : BigInt(n.lastHeartbeatMs),
       registeredAtUnixMs: BigInt(n.record.registeredAtMs),
       advertiseAddress: n.record.advertiseAddress,
       problems: n.problems,
       placed,
     });
+  }
+
+  /**
+   * A reading as the admin API shows it: `healthy` is the control plane's verdict (faults an
+   * operator cleared no longer count), and cleared faults are left out of `faults`.
+   */
+  #readingView(n: LiveNode, r: GpuReading): GpuReading {
+    const gpu = n.inventory.gpus.find((g) => g.index === r.index);
+    if (!gpu) return r;
+    const cleared = this.#clearedFaults.get(gpu.uuid);
+    const healthy = this.#verdict(gpu, r).healthy;
+    const faults = r.faults.filter((f) => !faultCleared(f, cleared));
+    if (healthy === r.healthy && faults.length === r.faults.length) return r;
+    return { ...r, healthy, faults };
   }
 
   // ---------------------------------------------------------------- API keys
@@ -1098,6 +1426,7 @@ export class Cluster {
 
   #schedulerNodes(): SchedulerNode[] {
     return [...this.#nodes.values()].map((n) => {
+      const trouble = troubledFabrics(n.ports);
       const nvlinks = (n.inventory.topology?.gpuLinks ?? [])
         .filter((l) => l.nvlinks > 0)
         .map((l) => ({ a: l.gpuA, b: l.gpuB, count: l.nvlinks }));
@@ -1120,10 +1449,12 @@ export class Cluster {
           index: g.index,
           uuid: g.uuid,
           gpuClass: g.gpuClass === "" ? undefined : g.gpuClass,
-          healthy: gpuHealthy(g, n.readings.get(g.index)),
+          healthy: this.#verdict(g, n.readings.get(g.index)).healthy,
           migEnabled: g.migEnabled,
+          vendor: g.vendor === "amd" ? ("amd" as const) : ("nvidia" as const),
         })),
-        fabrics: n.inventory.fabrics.map((f) => f.id),
+        // A fabric with an unhealthy port on this node takes no new gangs here.
+        fabrics: n.inventory.fabrics.map((f) => f.id).filter((f) => !trouble.has(f)),
         nvlinks,
         nicDistance: distance,
       };
@@ -1165,6 +1496,9 @@ export class Cluster {
       nodes: this.#schedulerNodes(),
       schedule: this.#o.schedule,
       nowMs: now,
+      fabricTrouble: new Map(
+        [...this.#nodes.values()].map((n) => [n.record.id, troubledFabrics(n.ports)]),
+      ),
     });
     // Sequential: a port given to one new replica is taken for the next on the same node.
     const added: PlacementRecord[] = [];
@@ -1461,7 +1795,7 @@ export class Cluster {
       const fabric = n.inventory.fabrics[0]?.id ?? "";
       for (const g of n.inventory.gpus) {
         const isAllocated = allocated.get(n.record.id)?.has(g.index) ?? false;
-        const healthy = gpuHealthy(g, n.readings.get(g.index));
+        const healthy = this.#verdict(g, n.readings.get(g.index)).healthy;
         gpusTotal++;
         if (isAllocated) gpusAllocated++;
         if (!healthy) gpusUnhealthy++;
@@ -1503,6 +1837,10 @@ export class Cluster {
     readonly inventory: NodeInventory;
     readonly readings: ReadonlyMap<number, GpuReading>;
     readonly lastHeartbeatMs?: number;
+    /** The control plane's health verdict per GPU index (see `gpuHealthVerdict`). */
+    readonly health: ReadonlyMap<number, GpuHealthVerdict>;
+    readonly faultTallies: readonly FaultTally[];
+    readonly ports: readonly PortSnapshot[];
   }[] {
     return [...this.#nodes.values()].map((n) => ({
       id: n.record.id,
@@ -1511,7 +1849,17 @@ export class Cluster {
       inventory: n.inventory,
       readings: n.readings,
       lastHeartbeatMs: n.lastHeartbeatMs,
+      health: new Map(
+        n.inventory.gpus.map((g) => [g.index, this.#verdict(g, n.readings.get(g.index))]),
+      ),
+      faultTallies: [...(this.#faultTallies.get(n.record.id)?.values() ?? [])],
+      ports: n.ports,
     }));
+  }
+
+  /** The cleared faults of a GPU by uuid (fault key → lastSeenUnixMs when cleared). */
+  clearedFaults(gpuUuid: string): ClearedFaults {
+    return this.#clearedFaults.get(gpuUuid) ?? new Map();
   }
 
   /** Current placements (read-only). */

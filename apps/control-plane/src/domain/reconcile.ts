@@ -18,6 +18,11 @@ export interface ReconcileInput {
   readonly nodes: readonly SchedulerNode[];
   readonly schedule: ScheduleFn;
   readonly nowMs: number;
+  /**
+   * Node id → fabrics it may not be used on for multi-node replicas, each with why (an
+   * unhealthy port). Absent: none.
+   */
+  readonly fabricTrouble?: ReadonlyMap<string, ReadonlyMap<string, string>>;
 }
 
 /** A placement to drop and why. */
@@ -39,8 +44,8 @@ export interface ReconcilePlan {
 /**
  * Decides placements. The control plane's own rules run first, because they are about
  * lifecycle rather than packing: a placement goes when its deployment is gone, a node it uses
- * is lost, revoked or draining, one of its GPUs turned unhealthy, or its deployment changed
- * shape. Placements on `unreachable` nodes stay: their engines keep serving. A spec change of
+ * is lost, revoked or draining, one of its GPUs turned unhealthy, a multi-node replica's node
+ * has an unhealthy port on its fabric, or its deployment changed shape. Placements on `unreachable` nodes stay: their engines keep serving. A spec change of
  * the same shape keeps the placement (and its replica id) at the new revision: the agent
  * replaces the engine in place. Then the scheduler scales down (its own order), fills the
  * gaps, and its removals are applied too. Pure apart from calling `schedule`.
@@ -50,7 +55,9 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   const remove: PlacementRemovalPlan[] = [];
   const survivors: PlacementRecord[] = [];
   for (const p of input.placements) {
-    const reason = removalReason(p, input.deployments.get(p.deployment), nodes);
+    const reason =
+      removalReason(p, input.deployments.get(p.deployment), nodes) ??
+      fabricReason(p, input.fabricTrouble);
     if (reason) remove.push({ placement: p, reason });
     else survivors.push(p);
   }
@@ -104,6 +111,27 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     ]),
   );
   return { keep, add, remove, unschedulable };
+}
+
+/**
+ * A multi-node replica goes when a node of it has an unhealthy port on the replica's fabric:
+ * NCCL over a flapping or erroring link hangs or crawls. Single-node replicas never use it.
+ */
+function fabricReason(
+  p: PlacementRecord,
+  trouble: ReconcileInput["fabricTrouble"],
+): Reason | undefined {
+  if (p.ranks.length < 2 || p.fabricId === undefined || !trouble) return undefined;
+  for (const rank of p.ranks) {
+    const why = trouble.get(rank.nodeId)?.get(p.fabricId);
+    if (why !== undefined) {
+      return {
+        code: "LLMGW_CONTROL_PLANE_PORT_UNHEALTHY",
+        message: `node ${rank.nodeId} (rank ${rank.rank}): ${why}`,
+      };
+    }
+  }
+  return undefined;
 }
 
 function removalReason(

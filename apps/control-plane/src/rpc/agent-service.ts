@@ -56,6 +56,7 @@ export function createAgentService(
         replicas: req.replicas,
         problems: req.problems,
         engineCredentials: req.engineCredentials,
+        ports: req.ports,
       });
       return create(HeartbeatResponseSchema, {
         generation: desired.generation,

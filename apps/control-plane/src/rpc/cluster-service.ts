@@ -1,6 +1,5 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { Code, ConnectError } from "@connectrpc/connect";
 import {
   type ClusterService,
   type Event,
@@ -58,10 +57,9 @@ export function createClusterService(
       cluster.resetNode(required(req.node, "node"));
       return {};
     },
-    clearGpuFaults(_req, ctx) {
+    clearGpuFaults(req, ctx) {
       admin(ctx);
-      // Being built (issue 20): the control plane's fault ledger lands with this RPC's handler.
-      throw new ConnectError("ClearGpuFaults is not built yet", Code.Unimplemented);
+      return { cleared: cluster.clearGpuFaults(required(req.node, "node"), req.gpuIndex) };
     },
     applyDeployment(req, ctx) {
       admin(ctx);

@@ -117,6 +117,36 @@ describe("openSqliteStore", () => {
     expect(again.listEvents({ limit: 3 }).map((e) => e.message)).toEqual(["m37", "m38", "m39"]);
   });
 
+  it("keeps a GPU's cleared faults across a reopen, and replaces them per GPU", () => {
+    const store = openStore();
+    const clear = (gpuUuid: string, faultKey: string, lastSeenUnixMs: number) => ({
+      gpuUuid,
+      faultKey,
+      lastSeenUnixMs,
+      clearedAtMs: 9,
+    });
+    store.replaceFaultClears("GPU-a", [
+      clear("GPU-a", "xid:00000000:06:00.0:79", 2_000),
+      clear("GPU-a", "xid:00000000:06:00.0:48", 1_500),
+    ]);
+    store.replaceFaultClears("GPU-b", [clear("GPU-b", "xid:00000000:07:00.0:79", 3_000)]);
+    store.replaceFaultClears("GPU-a", [clear("GPU-a", "xid:00000000:06:00.0:79", 4_000)]);
+    store.close();
+    expect(openStore({ expectExisting: true }).listFaultClears()).toEqual([
+      clear("GPU-a", "xid:00000000:06:00.0:79", 4_000),
+      clear("GPU-b", "xid:00000000:07:00.0:79", 3_000),
+    ]);
+  });
+
+  it("adds the fault-clear table to a store created before it existed", () => {
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 2)) db.exec(m);
+    db.pragma("user_version = 2");
+    db.close();
+    const store = openStore({ expectExisting: true });
+    expect(store.listFaultClears()).toEqual([]);
+  });
+
   it("keeps only the newest events beyond its bound", () => {
     const store = openStore({ eventsKept: 10 });
     fill(store);

@@ -6,6 +6,7 @@ import type {
   ClusterStore,
   DeploymentRecord,
   EventSeverity,
+  FaultClearRecord,
   NodeRecord,
   PlacementRecord,
 } from "./types.js";
@@ -63,6 +64,13 @@ export const MIGRATIONS: readonly string[] = [
      severity TEXT NOT NULL
    );`,
   "ALTER TABLE nodes ADD COLUMN reset_pending INTEGER NOT NULL DEFAULT 0;",
+  `CREATE TABLE gpu_fault_clears (
+     gpu_uuid TEXT NOT NULL,
+     fault_key TEXT NOT NULL,
+     last_seen_unix_ms INTEGER NOT NULL,
+     cleared_at_ms INTEGER NOT NULL,
+     PRIMARY KEY (gpu_uuid, fault_key)
+   );`,
 ];
 
 /** Options of {@link openSqliteStore}. */
@@ -169,6 +177,8 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     listNodes: guard("listNodes", store.listNodes),
     putNode: guard("putNode", store.putNode),
     deleteNode: guard("deleteNode", store.deleteNode),
+    listFaultClears: guard("listFaultClears", store.listFaultClears),
+    replaceFaultClears: guard("replaceFaultClears", store.replaceFaultClears),
     appendEvent: guard("appendEvent", store.appendEvent),
     listEvents: guard("listEvents", store.listEvents),
     transaction: <T>(fn: () => T): T => guard("transaction", () => store.transaction(fn))(),
@@ -253,6 +263,12 @@ interface NodeRow {
   registered_at_ms: number;
   reset_pending: number;
 }
+interface FaultClearRow {
+  gpu_uuid: string;
+  fault_key: string;
+  last_seen_unix_ms: number;
+  cleared_at_ms: number;
+}
 interface EventRow {
   id: number;
   at_ms: number;
@@ -292,6 +308,12 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
        draining, revoked, registered_at_ms, reset_pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     deleteNode: db.prepare("DELETE FROM nodes WHERE id = ?"),
+    listFaultClears: db.prepare("SELECT * FROM gpu_fault_clears ORDER BY gpu_uuid, fault_key"),
+    deleteFaultClears: db.prepare("DELETE FROM gpu_fault_clears WHERE gpu_uuid = ?"),
+    putFaultClear: db.prepare(
+      `INSERT INTO gpu_fault_clears (gpu_uuid, fault_key, last_seen_unix_ms, cleared_at_ms)
+       VALUES (?, ?, ?, ?)`,
+    ),
     appendEvent: db.prepare(
       "INSERT INTO events (at_ms, kind, subject, message, severity) VALUES (?, ?, ?, ?, ?)",
     ),
@@ -399,6 +421,20 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     },
     deleteNode: (id) => {
       q.deleteNode.run(id);
+    },
+    listFaultClears: () =>
+      (q.listFaultClears.all() as FaultClearRow[]).map((r) => ({
+        gpuUuid: r.gpu_uuid,
+        faultKey: r.fault_key,
+        lastSeenUnixMs: r.last_seen_unix_ms,
+        clearedAtMs: r.cleared_at_ms,
+      })),
+    replaceFaultClears: (gpuUuid, records: readonly FaultClearRecord[]) => {
+      db.transaction(() => {
+        q.deleteFaultClears.run(gpuUuid);
+        for (const r of records)
+          q.putFaultClear.run(gpuUuid, r.faultKey, r.lastSeenUnixMs, r.clearedAtMs);
+      })();
     },
     appendEvent: (e) => {
       const id = Number(

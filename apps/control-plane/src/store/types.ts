@@ -72,6 +72,20 @@ export interface NodeRecord {
   readonly resetUntilMs?: number;
 }
 
+/**
+ * A kernel-log fault an operator declared dealt with (`llmgw gpu clear`): it stops counting
+ * against its GPU until the agent reports it with a later `lastSeenUnixMs` (a new record).
+ */
+export interface FaultClearRecord {
+  /** The GPU's uuid: a clear follows the GPU, not its index or node id. */
+  readonly gpuUuid: string;
+  /** `kind:pciBusId:code` (see `gpuFaultKey` in `@llmgw/wire`). */
+  readonly faultKey: string;
+  /** The fault's `lastSeenUnixMs` when it was cleared. */
+  readonly lastSeenUnixMs: number;
+  readonly clearedAtMs: number;
+}
+
 /** Severity of an {@link EventRecord}. */
 export type EventSeverity = "info" | "warning" | "error";
 
@@ -102,6 +116,10 @@ export interface ClusterStore {
   listNodes(): NodeRecord[];
   putNode(record: NodeRecord): void;
   deleteNode(id: string): void;
+  /** Every GPU's cleared faults. */
+  listFaultClears(): FaultClearRecord[];
+  /** Replaces the cleared faults of one GPU with `records` (all for that `gpuUuid`). */
+  replaceFaultClears(gpuUuid: string, records: readonly FaultClearRecord[]): void;
   /** Appends an event and drops the oldest beyond the store's bound. */
   appendEvent(event: Omit<EventRecord, "id">): EventRecord;
   /** Events with id above `afterId`, oldest first, at most `limit` (the newest ones). */

@@ -1,6 +1,13 @@
 import Database from "better-sqlite3";
 
-const TABLES = ["deployments", "placements", "api_keys", "nodes", "events"] as const;
+const TABLES = [
+  "deployments",
+  "placements",
+  "api_keys",
+  "nodes",
+  "events",
+  "gpu_fault_clears",
+] as const;
 const OPS = ["INSERT", "UPDATE", "DELETE"] as const;
 
 /**

@@ -1,0 +1,362 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import {
+  type GpuFault,
+  GpuFaultSchema,
+  GpuReadingSchema,
+  type Port,
+  PortSchema,
+  ReplicaState,
+  ReplicaStatusSchema,
+} from "@llmgw/proto";
+import { schedule } from "@llmgw/scheduler";
+import { inventoryToProto } from "@llmgw/wire";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createClusterRouteTable } from "../public-api.js";
+import { openSqliteStore } from "../store/sqlite-store.js";
+import type { ClusterStore } from "../store/types.js";
+import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { Cluster } from "./cluster.js";
+
+let dir: string;
+let store: ClusterStore;
+let clock: ManualClock;
+/** Deferred reconciles are held here and never run unless a test runs them. */
+let deferred: (() => void)[];
+
+function newCluster(): Cluster {
+  return new Cluster({
+    store,
+    schedule,
+    clock,
+    heartbeatIntervalMs: 1_000,
+    unreachableAfterMs: 3_000,
+    nodeLostAfterMs: 10_000,
+    rendezvousPortMin: 29_500,
+    rendezvousPortMax: 29_999,
+    defer: (run) => deferred.push(run),
+  });
+}
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-faults-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+  clock = createManualClock();
+  deferred = [];
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function join_(cluster: Cluster, hostname: string, sim: string, address: string) {
+  const inventory = inventoryToProto(
+    simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
+  );
+  const { nodeId } = cluster.register({ inventory, advertiseAddress: address, replicas: [] });
+  for (const run of deferred.splice(0)) run();
+  return { nodeId, inventory };
+}
+
+// Evidence verbatim from shared/reference/health-formats.md §1.3; the simulated GPU 0 sits
+// on bus 01 (simulate.ts), so the Xid 31 line of an old driver naming PCI:0000:01:00 fits.
+const XID79 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+const XID31 =
+  "NVRM: Xid (PCI:0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ";
+
+const fault = (extra: Partial<GpuFault> = {}): GpuFault =>
+  create(GpuFaultSchema, {
+    kind: "xid",
+    code: 79,
+    action: "reset-gpu",
+    pciBusId: "00000000:01:00.0",
+    count: 1,
+    firstSeenUnixMs: 1_000n,
+    lastSeenUnixMs: 1_000n,
+    evidence: XID79,
+    description: "GPU has fallen off the bus",
+    ...extra,
+  });
+
+const deploy = (cluster: Cluster, input: Record<string, unknown>) =>
+  cluster.applyDeployment(
+    parseDeploymentSpecOrThrow({
+      engine: "vllm",
+      model: "org/model",
+      gpuClass: "h100-80g",
+      ...input,
+    }),
+  );
+
+function beat(
+  cluster: Cluster,
+  node: { nodeId: string; inventory: ReturnType<typeof inventoryToProto> },
+  opts: { faults?: GpuFault[]; ports?: Port[]; ready?: string[] } = {},
+) {
+  const gpu = node.inventory.gpus[0];
+  return cluster.heartbeat(node.nodeId, {
+    gpus: [
+      create(GpuReadingSchema, {
+        index: 0,
+        uuid: gpu?.uuid,
+        healthy: (opts.faults ?? []).length === 0,
+        healthProblems:
+          (opts.faults ?? []).length === 0
+            ? []
+            : [
+                {
+                  code: "LLMGW_DISCOVERY_GPU_FAULT",
+                  message: "kernel-log fault",
+                  source: "kernel-log",
+                },
+              ],
+        faults: opts.faults ?? [],
+      }),
+    ],
+    replicas: (opts.ready ?? []).map((replicaId, i) =>
+      create(ReplicaStatusSchema, {
+        replicaId,
+        rank: 0,
+        state: ReplicaState.READY,
+        apiPort: 41_000 + i,
+      }),
+    ),
+    problems: [],
+    ports: opts.ports,
+  });
+}
+
+const kinds = (cluster: Cluster) => cluster.listEvents({ limit: 1_000 }).map((e) => e.kind);
+const placedOn = (cluster: Cluster) =>
+  cluster.placements().map((p) => `${p.replicaId}@${p.ranks.map((r) => r.nodeId).join("+")}`);
+
+describe("fail closed on kernel-log faults", () => {
+  it("drains a replica off a faulted GPU in the heartbeat itself, and stops routing to it at once", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+    deploy(cluster, { name: "chat", servedModelName: "org/chat" });
+    const [placed] = cluster.placements();
+    const onA = placed?.ranks[0]?.nodeId === a.nodeId;
+    const [serving, spare] = onA ? [a, b] : [b, a];
+    beat(cluster, serving, { ready: ["chat-0"] });
+    const table = createClusterRouteTable(cluster);
+    expect(table.resolve("org/chat")?.replicas.map((r) => r.id)).toEqual(["chat-0"]);
+
+    const started = performance.now();
+    const answer = beat(cluster, serving, { faults: [fault()], ready: ["chat-0"] });
+    const elapsedMs = performance.now() - started;
+    // No deferred reconcile ran, no tick: the heartbeat alone did it.
+    expect(deferred).toHaveLength(0);
+    expect(table.resolve("org/chat")?.replicas).toEqual([]);
+    expect(answer.assignments).toEqual([]);
+    expect(placedOn(cluster)).toEqual([`chat-0@${spare.nodeId}`]);
+    expect(elapsedMs).toBeLessThan(1_000);
+    const removed = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "replica.removed");
+    expect(removed?.message).toBe(`GPU 0 on node ${serving.nodeId} is unhealthy`);
+    const health = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "gpu.health");
+    expect(health?.message).toBe(
+      `GPU 0 on ${serving.inventory.hostname} is now unhealthy: Xid 79 (reset-gpu): GPU has fallen off the bus; evidence: ${XID79}`,
+    );
+  });
+
+  it("announces each fault once per GPU, and an ignorable one without acting on it", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const xid31 = fault({ code: 31, action: "ignore", evidence: XID31, description: "MMU fault" });
+    beat(cluster, a, { faults: [xid31] });
+    beat(cluster, a, { faults: [{ ...xid31, count: 5, lastSeenUnixMs: 9_000n }] });
+    const faults = cluster.listEvents({ limit: 1_000 }).filter((e) => e.kind === "gpu.fault");
+    expect(faults.map((e) => [e.severity, e.message])).toEqual([
+      ["info", `GPU 0 on node-a: Xid 31 (ignore), 1 record, MMU fault; evidence: ${XID31}`],
+    ]);
+    expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(true);
+    expect(kinds(cluster)).not.toContain("gpu.health");
+    const [snapshot] = cluster.nodeSnapshots();
+    expect(snapshot?.faultTallies).toEqual([
+      { gpu: 0, code: 31, kind: "xid", action: "ignore", count: 1 },
+    ]);
+  });
+
+  it("escapes an evidence line's control characters in the event", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    beat(cluster, a, {
+      faults: [fault({ evidence: `${XID79}\nforged 2026 error node.lost x: y` })],
+    });
+    const event = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "gpu.fault");
+    expect(event?.message).not.toContain("\n");
+    expect(event?.message).toContain(`${XID79}\\nforged`);
+  });
+
+  it("serves again after an operator's clear, across a restart, until a later record", () => {
+    let cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    deploy(cluster, { name: "chat" });
+    beat(cluster, a, { faults: [fault()] });
+    expect(cluster.placements()).toEqual([]);
+    expect(cluster.unschedulableReasons("chat")[0]?.code).toBe("no-gpu-class");
+
+    expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
+    expect(placedOn(cluster)).toEqual([`chat-0@${a.nodeId}`]);
+    const cleared = cluster
+      .listEvents({ limit: 1_000 })
+      .find((e) => e.kind === "gpu.fault_cleared");
+    expect(cleared?.message).toBe(
+      `GPU 0 (${a.inventory.gpus[0]?.uuid}) on node-a: 1 fault cleared by an operator (Xid 79); a record seen after this counts again`,
+    );
+    // The same record again (the agent still holds it) does not count, nor is it news.
+    beat(cluster, a, { faults: [fault()] });
+    expect(placedOn(cluster)).toEqual([`chat-0@${a.nodeId}`]);
+    expect(cluster.getNode(a.nodeId).gpuReadings[0]?.faults).toEqual([]);
+    expect(kinds(cluster).filter((k) => k === "gpu.fault")).toHaveLength(1);
+    // Clearing again: nothing was counting.
+    expect(cluster.clearGpuFaults(a.nodeId, 0)).toBe(0);
+
+    // A restarted control plane remembers the clear.
+    cluster = newCluster();
+    beat(cluster, a, { faults: [fault()] });
+    expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(true);
+    expect(placedOn(cluster)).toEqual([`chat-0@${a.nodeId}`]);
+
+    // A later record is a new fault: out again, however long after the clear. Never by time.
+    clock.advance(24 * 3_600_000);
+    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001n })] });
+    expect(cluster.placements()).toEqual([]);
+    expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(false);
+    clock.advance(7 * 24 * 3_600_000);
+    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001n })] });
+    expect(cluster.placements()).toEqual([]);
+  });
+
+  it("a reboot is observed: the fault vanishes from the new boot's log and the GPU serves", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    deploy(cluster, { name: "chat" });
+    beat(cluster, a, { faults: [fault()] });
+    expect(cluster.placements()).toEqual([]);
+    beat(cluster, a, { faults: [] });
+    expect(placedOn(cluster)).toEqual([`chat-0@${a.nodeId}`]);
+  });
+
+  it("keeps a GPU out when the clear leaves another problem, and says so", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.heartbeat(a.nodeId, {
+      gpus: [
+        create(GpuReadingSchema, {
+          index: 0,
+          uuid: a.inventory.gpus[0]?.uuid,
+          healthy: false,
+          healthProblems: [
+            {
+              code: "LLMGW_DISCOVERY_GPU_ROW_REMAP_FAILURE",
+              message: "a row could not be remapped",
+            },
+          ],
+          faults: [fault()],
+        }),
+      ],
+      replicas: [],
+      problems: [],
+    });
+    expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
+    const cleared = cluster
+      .listEvents({ limit: 1_000 })
+      .find((e) => e.kind === "gpu.fault_cleared");
+    expect(cleared?.message).toMatch(/; it stays unhealthy: a row could not be remapped$/);
+    expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(false);
+  });
+
+  it.each([
+    ["an unknown node", "node-x", 0, "no node with id or hostname \"node-x\"; see 'llmgw nodes'"],
+    [
+      "an unknown GPU",
+      "node-a",
+      7,
+      /^node node-a-[0-9a-f]{6} \(node-a\) has no GPU 7; its GPUs: 0$/,
+    ],
+  ])("refuses to clear %s", (_name, node, gpu, message) => {
+    const cluster = newCluster();
+    join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    expect(() => cluster.clearGpuFaults(node, gpu)).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_NOT_FOUND",
+        message: typeof message === "string" ? message : expect.stringMatching(message),
+      }),
+    );
+  });
+});
+
+describe("port health", () => {
+  const port = (device: string, healthy: boolean, problem = "port left ACTIVE 4 times in 600 s") =>
+    create(PortSchema, {
+      device,
+      port: 1,
+      linkLayer: "infiniband",
+      state: "ACTIVE",
+      physState: "LinkUp",
+      health: {
+        healthy,
+        flaps: healthy ? 0 : 4,
+        flapWindowS: 600,
+        problems: healthy
+          ? []
+          : [{ code: "LLMGW_DISCOVERY_PORT_FLAPPING", message: problem, source: "sysfs" }],
+      },
+    });
+
+  it("takes multi-node replicas off a node whose port on their fabric flaps, not single-node ones", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g@ib-a", "10.0.0.1");
+    const b = join_(cluster, "node-b", "1xh100-80g@ib-a", "10.0.0.2");
+    const c = join_(cluster, "node-c", "2xh100-80g@ib-a", "10.0.0.3");
+    deploy(cluster, { name: "big", engine: "sim", tensorParallel: 2, nodesPerReplica: 2 });
+    deploy(cluster, { name: "small", engine: "sim" });
+    const big = () => cluster.placements().find((p) => p.deployment === "big");
+    const small = () => cluster.placements().find((p) => p.deployment === "small");
+    const bigNodes = big()?.ranks.map((r) => r.nodeId) ?? [];
+    expect(bigNodes).toHaveLength(2);
+    const victim = [a, b, c].find((n) => n.nodeId === bigNodes[0]) as typeof a;
+    const smallBefore = small()?.replicaId;
+
+    beat(cluster, victim, { ports: [port("mlx5_0", false)] });
+    expect(deferred).toHaveLength(0);
+    const removed = cluster
+      .listEvents({ limit: 1_000 })
+      .filter((e) => e.kind === "replica.removed")
+      .map((e) => e.message);
+    expect(removed).toEqual([
+      `node ${victim.nodeId} (rank 0): port mlx5_0/1 on fabric ib-a is unhealthy: port left ACTIVE 4 times in 600 s`,
+    ]);
+    // Re-placed on the two other nodes; nothing new lands on the victim over ib-a.
+    expect(big()?.ranks.map((r) => r.nodeId)).not.toContain(victim.nodeId);
+    expect(big()?.fabricId).toBe("ib-a");
+    expect(small()?.replicaId).toBe(smallBefore);
+    const ev = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "port.health");
+    expect(ev?.message).toBe(
+      `port mlx5_0/1 (fabric ib-a) on ${victim.inventory.hostname} is now unhealthy: port left ACTIVE 4 times in 600 s`,
+    );
+
+    // Healthy again: one event; the node may take gangs again (nothing moves by itself).
+    beat(cluster, victim, { ports: [port("mlx5_0", true)] });
+    expect(kinds(cluster).filter((k) => k === "port.health")).toHaveLength(2);
+    const [snapshot] = cluster.nodeSnapshots().filter((n) => n.id === victim.nodeId);
+    expect(snapshot?.ports).toEqual([
+      { device: "mlx5_0", port: 1, fabrics: ["ib-a"], healthy: true },
+    ]);
+  });
+
+  it("says nothing about a port first reported healthy, and keeps the registered ports without a report", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g@ib-a", "10.0.0.1");
+    beat(cluster, a, { ports: [port("mlx5_0", true)] });
+    beat(cluster, a, {});
+    expect(kinds(cluster)).not.toContain("port.health");
+    expect(cluster.nodeSnapshots()[0]?.ports[0]?.healthy).toBe(true);
+  });
+});
