@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  amdNode,
   bondedRoceNode,
   cpuNode,
   IB_FABRIC,
@@ -721,4 +722,40 @@ describe("buildLaunchSpec: the engine API key travels by environment, never argv
     );
     expect(spec.apiKeyEnv).toBeUndefined();
   });
+});
+
+describe("buildLaunchSpec: AMD GPUs get ROCm's visibility variables, per engine", () => {
+  const amd = amdNode("mi300x-a", "10.0.0.9");
+  const AMD_ENV = {
+    ROCR_VISIBLE_DEVICES: "4,5",
+    HIP_VISIBLE_DEVICES: "0,1",
+    CUDA_VISIBLE_DEVICES: "0,1",
+  };
+  it.each([
+    [
+      { engine: "vllm", tensorParallel: 2 },
+      { PYTHONUNBUFFERED: "1", ...AMD_ENV },
+    ],
+    [
+      { engine: "sglang", tensorParallel: 2 },
+      { PYTHONUNBUFFERED: "1", ...AMD_ENV },
+    ],
+    [{ engine: "llamacpp", model: "/models/q4.gguf", gpusPerReplica: 2 }, AMD_ENV],
+    [{ engine: "sim", tensorParallel: 2 }, AMD_ENV],
+  ] as const)("%j on GPUs 4 and 5", (spec, env) => {
+    const launch = buildLaunchSpec(input(spec, { gpuIndices: [4, 5] }, amd));
+    expect(launch.env).toEqual(env);
+    expect(launch.env.CUDA_DEVICE_ORDER).toBeUndefined();
+  });
+
+  it.each(["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"])(
+    "a deployment cannot set %s",
+    (name) => {
+      const base = input({ engine: "vllm" }, { gpuIndices: [1] }, amd);
+      const tampered = { ...base, deployment: { ...base.deployment, env: { [name]: "0" } } };
+      expect(() => buildLaunchSpec(tampered)).toThrow(
+        `deployment env refused on this node: ${name} is set by llmgw`,
+      );
+    },
+  );
 });

@@ -8,6 +8,7 @@ import {
 } from "./deployment-spec.js";
 import { ENGINE_ENV_NAME } from "./engine-env.js";
 import { EnginesError } from "./errors.js";
+import { buildGpuVisibilityEnv } from "./gpu-visibility.js";
 import {
   type BuildLaunchSpecInput,
   ENGINE_API_KEY_ENV,
@@ -118,9 +119,7 @@ export function buildEnv(
   const env: Record<string, string> = {};
   if (options.python) env.PYTHONUNBUFFERED = "1";
   Object.assign(env, input.deployment.env);
-  // PCI_BUS_ID makes CUDA's numbering match nvidia-smi's; CUDA's default (fastest first) does not.
-  env.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
-  env.CUDA_VISIBLE_DEVICES = input.placement.gpuIndices.join(",");
+  Object.assign(env, buildGpuVisibilityEnv(input.node, input.placement.gpuIndices));
   if (options.python) {
     if (checked.config.hfHome !== undefined) env.HF_HOME = checked.config.hfHome;
     if (checked.config.offline) env.HF_HUB_OFFLINE = "1";

@@ -189,6 +189,10 @@ export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> 
 export const OWNED_ENV = [
   "CUDA_VISIBLE_DEVICES",
   "CUDA_DEVICE_ORDER",
+  // ROCm's GPU selection (AMD GPUs); GPU_DEVICE_ORDINAL is ROCclr's, which HIP also reads.
+  "HIP_VISIBLE_DEVICES",
+  "ROCR_VISIBLE_DEVICES",
+  "GPU_DEVICE_ORDINAL",
   ...NCCL_ENV_KEYS,
   "VLLM_HOST_IP",
   "VLLM_PORT",

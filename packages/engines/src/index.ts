@@ -35,6 +35,7 @@ export {
   type EnginesErrorOptions,
   isEnginesError,
 } from "./errors.js";
+export { buildGpuVisibilityEnv, type LaunchGpuVendor } from "./gpu-visibility.js";
 export type { LaunchGpu, LaunchNode } from "./inventory.js";
 export {
   type BuildLaunchSpecInput,

@@ -21,6 +21,8 @@ export interface LaunchGpu {
   readonly healthy: boolean;
   readonly lost: boolean;
   readonly healthProblems?: readonly { readonly code: string; readonly message: string }[];
+  /** Absent: `"nvidia"`. Decides which visibility variables the engine gets. */
+  readonly vendor?: "nvidia" | "amd";
 }
 
 /** The fields of discovery's `NodeInventory` the engines read. */
