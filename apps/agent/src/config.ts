@@ -26,6 +26,9 @@ export const agentConfigSchema = z.object({
   /** Node identity, pid files, replica records and engine logs (created 0700). */
   stateDir: z.string().min(1),
   nvidiaSmiPath: z.string().min(1).default("nvidia-smi"),
+  /** AMD GPUs: amd-smi, and rocm-smi when amd-smi is missing or fails. */
+  amdSmiPath: z.string().min(1).default("amd-smi"),
+  rocmSmiPath: z.string().min(1).default("rocm-smi"),
   sysfsRoot: z.string().min(1).default("/sys/class/infiniband"),
   /** `<count>x<class>[,…][@<fabric>]`: a simulated node instead of real discovery. */
   simulate: z.string().optional(),

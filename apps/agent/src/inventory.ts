@@ -15,6 +15,8 @@ export interface InventoryOptions {
   /** `<count>x<class>[,…][@<fabric>]`: a simulated node instead of reading this machine. */
   readonly simulate?: string;
   readonly nvidiaSmiPath?: string;
+  readonly amdSmiPath?: string;
+  readonly rocmSmiPath?: string;
   readonly sysfsRoot?: string;
   /** Operator fabric ids by RDMA device (`mlx5_0` → `rail-0`); config wins over derived ids. */
   readonly fabricNames?: Readonly<Record<string, string>>;
@@ -43,6 +45,8 @@ export async function collectInventory(options: InventoryOptions = {}): Promise<
   }
   const discovery: DiscoveryOptions = {
     ...(options.nvidiaSmiPath === undefined ? {} : { nvidiaSmiPath: options.nvidiaSmiPath }),
+    ...(options.amdSmiPath === undefined ? {} : { amdSmiPath: options.amdSmiPath }),
+    ...(options.rocmSmiPath === undefined ? {} : { rocmSmiPath: options.rocmSmiPath }),
     ...(options.sysfsRoot === undefined ? {} : { sysfsRoot: options.sysfsRoot }),
     ...(options.fabricNames === undefined ? {} : { fabricNames: options.fabricNames }),
     ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),

@@ -53,6 +53,8 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   const hostname = config.nodeName;
   const discoveryOptions = {
     nvidiaSmiPath: config.nvidiaSmiPath,
+    amdSmiPath: config.amdSmiPath,
+    rocmSmiPath: config.rocmSmiPath,
     sysfsRoot: config.sysfsRoot,
     fabricNames: config.fabricNames,
     agentVersion: deps.agentVersion,

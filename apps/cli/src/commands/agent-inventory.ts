@@ -3,17 +3,21 @@ import { isDiscoveryError } from "@llmgw/discovery";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { LLMGW_VERSION } from "../version.js";
 
-const USAGE = `Usage: llmgw agent inventory [--json] [--nvidia-smi PATH] [--sysfs-root DIR]
+const USAGE = `Usage: llmgw agent inventory [--json] [--nvidia-smi PATH] [--amd-smi PATH]
+                             [--rocm-smi PATH] [--sysfs-root DIR]
                              [--simulate SPEC] [--fabric-name DEV=ID ...]
 
 Prints exactly what the scheduler would see of this node: GPUs (class, memory, health),
 RDMA fabric ports, topology and the problems discovery met. Problems do not make it fail:
-a node without nvidia-smi prints an empty inventory with a "nvidia-smi not found" problem.
+a node without nvidia-smi (and without AMD GPUs) prints an empty inventory with a
+"nvidia-smi not found" problem.
 
 Options:
   --json                the protobuf JSON form of llmgw.v1.NodeInventory (lowerCamelCase;
                         unreported values are absent, uint64 values are strings)
   --nvidia-smi PATH     nvidia-smi binary (default: nvidia-smi on PATH)
+  --amd-smi PATH        amd-smi binary, for AMD GPUs (default: amd-smi on PATH)
+  --rocm-smi PATH       rocm-smi, used when amd-smi is missing or fails (default: on PATH)
   --sysfs-root DIR      RDMA class tree (default /sys/class/infiniband)
   --simulate SPEC       a simulated node: <count>x<class>[,<count>x<class>...][@<fabric>],
                         e.g. "8xh100-80g@ib-a" or "2xh100-80g,1xl40s-45g"
@@ -43,6 +47,8 @@ export const command: Command = {
     const { values } = parseCommandArgs(argv, {
       json: { type: "boolean" },
       "nvidia-smi": { type: "string" },
+      "amd-smi": { type: "string" },
+      "rocm-smi": { type: "string" },
       "sysfs-root": { type: "string" },
       simulate: { type: "string" },
       "fabric-name": { type: "string", multiple: true },
@@ -54,6 +60,8 @@ export const command: Command = {
         agentVersion: LLMGW_VERSION,
         fabricNames,
         ...(values["nvidia-smi"] === undefined ? {} : { nvidiaSmiPath: values["nvidia-smi"] }),
+        ...(values["amd-smi"] === undefined ? {} : { amdSmiPath: values["amd-smi"] }),
+        ...(values["rocm-smi"] === undefined ? {} : { rocmSmiPath: values["rocm-smi"] }),
         ...(values["sysfs-root"] === undefined ? {} : { sysfsRoot: values["sysfs-root"] }),
         ...(values.simulate === undefined ? {} : { simulate: values.simulate }),
       });

@@ -25,6 +25,9 @@ Options:
   --state-dir DIR           identity, pid files, replica records, engine logs
                             (default /var/lib/llmgw/agent, env LLMGW_STATE_DIR)
   --nvidia-smi PATH         nvidia-smi binary (default: nvidia-smi on PATH)
+  --amd-smi PATH            amd-smi binary, for AMD GPUs (default: amd-smi on PATH)
+  --rocm-smi PATH           rocm-smi binary, used when amd-smi is missing or fails
+                            (default: rocm-smi on PATH)
   --sysfs-root DIR          RDMA class tree (default /sys/class/infiniband)
   --simulate SPEC           simulated node, e.g. "8xh100-80g@ib-a" (no real GPUs used)
   --node-name NAME          name to register with (default: host name)
@@ -80,6 +83,8 @@ export const command: Command = {
       "join-token": { type: "string" },
       "state-dir": { type: "string" },
       "nvidia-smi": { type: "string" },
+      "amd-smi": { type: "string" },
+      "rocm-smi": { type: "string" },
       "sysfs-root": { type: "string" },
       simulate: { type: "string" },
       "node-name": { type: "string" },
@@ -123,6 +128,8 @@ export const command: Command = {
       joinToken,
       stateDir: values["state-dir"] ?? io.env.LLMGW_STATE_DIR ?? "/var/lib/llmgw/agent",
       ...(values["nvidia-smi"] ? { nvidiaSmiPath: values["nvidia-smi"] } : {}),
+      ...(values["amd-smi"] ? { amdSmiPath: values["amd-smi"] } : {}),
+      ...(values["rocm-smi"] ? { rocmSmiPath: values["rocm-smi"] } : {}),
       ...(values["sysfs-root"] ? { sysfsRoot: values["sysfs-root"] } : {}),
       ...(values.simulate ? { simulate: values.simulate } : {}),
       ...(values["node-name"] ? { nodeName: values["node-name"] } : {}),
