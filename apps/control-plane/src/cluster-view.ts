@@ -6,9 +6,12 @@ import type {
   ReplicaView,
 } from "@llmgw/metrics-collector";
 import { ReplicaState } from "@llmgw/proto";
-import { gpuHealthy } from "@llmgw/wire";
 import type { Cluster } from "./domain/cluster.js";
 import { replicaStateName } from "./domain/replica-state.js";
+
+/** Problem codes for the two verdicts that are not the agent's own problems. */
+const LOST = "LLMGW_DISCOVERY_GPU_LOST";
+const FAULT = "LLMGW_DISCOVERY_GPU_FAULT";
 
 const num = (v: bigint | undefined): number | undefined =>
   v === undefined ? undefined : Number(v);
@@ -29,6 +32,15 @@ export function createClusterView(cluster: Cluster): ClusterView {
       return cluster.nodeSnapshots().map((n) => {
         const gpus: GpuView[] = n.inventory.gpus.map((g) => {
           const reading = n.readings.get(g.index);
+          const verdict = n.health.get(g.index);
+          const problems = [
+            ...(verdict?.lost ? [LOST] : []),
+            ...(verdict?.problems ?? []).map((p) => p.code),
+            ...((verdict?.faults.length ?? 0) > 0 ? [FAULT] : []),
+          ];
+          const faultsSeen = n.faultTallies
+            .filter((t) => t.gpu === g.index)
+            .map(({ code, kind, action, count }) => ({ code, kind, action, count }));
           return {
             index: g.index,
             uuid: g.uuid,
@@ -42,7 +54,9 @@ export function createClusterView(cluster: Cluster): ClusterView {
             ),
             temperatureCelsius: reading ? reading.temperatureCelsius : g.temperatureCelsius,
             powerWatts: reading ? reading.powerWatts : g.powerWatts,
-            healthy: gpuHealthy(g, reading),
+            healthy: verdict?.healthy ?? false,
+            ...(problems.length > 0 ? { healthProblems: problems } : {}),
+            ...(faultsSeen.length > 0 ? { faultsSeen } : {}),
             mig: g.migEnabled,
             allocatedDeployment: allocatedBy.get(`${n.id}/${g.index}`),
           };
@@ -58,6 +72,11 @@ export function createClusterView(cluster: Cluster): ClusterView {
           lastHeartbeatUnixMs: n.lastHeartbeatMs,
           healthy: gpus.every((g) => g.healthy),
           gpus,
+          ports: n.ports.map((p) => ({
+            device: p.device,
+            port: p.port,
+            ...(p.healthy === undefined ? {} : { healthy: p.healthy }),
+          })),
           fabrics: n.inventory.fabrics.map((f) => ({
             id: f.id,
             linkLayer:

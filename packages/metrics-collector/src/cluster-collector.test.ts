@@ -19,12 +19,26 @@ function values(samples: Awaited<ReturnType<typeof scrape>>, name: string) {
 function smallCluster(): FakeClusterView {
   return new FakeClusterView({
     nodes: [
-      readyNode("n1", [
-        h100Gpu(0, { allocatedDeployment: "llama" }),
-        h100Gpu(1, { utilizationPercent: undefined, powerWatts: undefined }),
-        h100Gpu(2, { healthy: false, eccUncorrectedErrors: 2 }),
-        h100Gpu(3, { mig: true }),
-      ]),
+      readyNode(
+        "n1",
+        [
+          h100Gpu(0, { allocatedDeployment: "llama" }),
+          h100Gpu(1, { utilizationPercent: undefined, powerWatts: undefined }),
+          h100Gpu(2, {
+            healthy: false,
+            eccUncorrectedErrors: 2,
+            healthProblems: ["LLMGW_DISCOVERY_GPU_ECC_UNCORRECTED", "LLMGW_DISCOVERY_GPU_FAULT"],
+            faultsSeen: [{ code: 79, kind: "xid", action: "reset-gpu", count: 2 }],
+          }),
+          h100Gpu(3, { mig: true }),
+        ],
+        {
+          ports: [
+            { device: "mlx5_0", port: 1, healthy: false },
+            { device: "mlx5_1", port: 1 },
+          ],
+        },
+      ),
       readyNode("n2", [l40sGpu(0)], {
         state: "unreachable",
         lastHeartbeatUnixMs: undefined,
@@ -72,6 +86,33 @@ describe("createClusterCollector", () => {
       for (const s of own)
         expect(Object.keys(s.labels).sort(), f.name).toEqual([...f.labelNames].sort());
     }
+  });
+
+  it("exports GPU faults as a counter, current problems by code, and port health only when read", async () => {
+    const registry = new Registry();
+    createClusterCollector(registry, smallCluster());
+    const text = await registry.metrics();
+    expect(text).toContain("# TYPE llmgw_gpu_faults_total counter");
+    const samples = await scrape(registry);
+    const plain = (name: string) =>
+      values(samples, name).map((s) => ({ labels: s.labels, value: s.value }));
+    expect(plain("llmgw_gpu_faults_total")).toEqual([
+      { labels: { node: "n1", gpu: "2", code: "79", kind: "xid", action: "reset-gpu" }, value: 2 },
+    ]);
+    expect(
+      values(samples, "llmgw_gpu_health_problem").map((s) => [
+        s.labels.gpu,
+        s.labels.code,
+        s.value,
+      ]),
+    ).toEqual([
+      ["2", "LLMGW_DISCOVERY_GPU_ECC_UNCORRECTED", 1],
+      ["2", "LLMGW_DISCOVERY_GPU_FAULT", 1],
+    ]);
+    // mlx5_1 reported no health: no series, not a 1 and not a 0.
+    expect(plain("llmgw_port_healthy")).toEqual([
+      { labels: { node: "n1", device: "mlx5_0", port: "1" }, value: 0 },
+    ]);
   });
 
   it("leaves a reading nobody reported missing, never 0", async () => {

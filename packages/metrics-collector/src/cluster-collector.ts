@@ -13,7 +13,7 @@ import {
 } from "./cluster-text.js";
 import type { ClusterView } from "./cluster-view.js";
 import { MetricsCollectorError } from "./errors.js";
-import { CLUSTER_FAMILIES } from "./families.js";
+import { CLUSTER_FAMILIES, isViewFamily } from "./families.js";
 import {
   GPU_READING_REJECT_REASONS,
   type GpuReadingLimits,
@@ -170,9 +170,9 @@ export function createClusterCollector(
   const registered: string[] = [];
   for (const spec of CLUSTER_FAMILIES) {
     families.push(spec.name);
-    if (spec.type === "gauge" && resolved.exposition === "text") continue;
+    if (isViewFamily(spec) && resolved.exposition === "text") continue;
     registered.push(spec.name);
-    if (spec.type === "counter") {
+    if (!isViewFamily(spec)) {
       const counter = new Counter({
         name: spec.name,
         help: spec.help,
@@ -189,7 +189,12 @@ export function createClusterCollector(
     // view on every scrape anyway, and skipping the Gauge's per-sample label hashing (and
     // rendering each node's and GPU's labels once, cached by identity) is what keeps
     // 1,000 nodes × 8 GPUs cheap (bench/metrics). Absent readings simply have no sample.
-    const head = { name, help, type: "gauge" as const, aggregator: "omit" as const };
+    const head = {
+      name,
+      help,
+      type: spec.type as "gauge" | "counter",
+      aggregator: "omit" as const,
+    };
     const family = {
       ...head,
       labelNames: [...spec.labelNames],

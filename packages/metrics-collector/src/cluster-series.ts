@@ -321,6 +321,22 @@ function* clusterSeriesSteps(
         pushShared("llmgw_gpu_temperature_celsius", labels, gpu.temperatureCelsius);
       if (nonNegative(gpu.powerWatts)) pushShared("llmgw_gpu_power_watts", labels, gpu.powerWatts);
       pushShared("llmgw_gpu_healthy", labels, flag(gpu.healthy));
+      for (const code of new Set(gpu.healthProblems ?? []))
+        push("llmgw_gpu_health_problem", { node: id, gpu: String(gpu.index), code: b(code) }, 1);
+      for (const f of gpu.faultsSeen ?? []) {
+        if (!nonNegative(f.count)) continue;
+        push(
+          "llmgw_gpu_faults_total",
+          {
+            node: id,
+            gpu: String(gpu.index),
+            code: String(f.code),
+            kind: b(f.kind),
+            action: b(f.action),
+          },
+          f.count,
+        );
+      }
       if (gpu.allocatedDeployment !== undefined) {
         pushExtra("llmgw_gpu_allocation", labels, { deployment: b(gpu.allocatedDeployment) }, 1);
       }
@@ -348,6 +364,14 @@ function* clusterSeriesSteps(
         }
         entry.counts.set(cap, (entry.counts.get(cap) ?? 0) + 1);
       }
+    }
+    for (const p of node.ports ?? []) {
+      if (typeof p.healthy !== "boolean") continue;
+      push(
+        "llmgw_port_healthy",
+        { node: id, device: b(p.device), port: String(p.port) },
+        flag(p.healthy),
+      );
     }
     for (const [gpuClass, count] of nodeClasses) {
       pushExtra("llmgw_node_gpus", nodeLabels, { gpu_class: gpuClass }, count);

@@ -135,10 +135,12 @@ describe("renderClusterText", () => {
     expect(renderClusterText(view, 128, cache)).toBe(text);
   });
 
-  it("renders only gauges: every cluster gauge family, no counter", () => {
+  it("renders the gauges and the view's counters, no prom-client counter", () => {
     expect(CLUSTER_TEXT_FAMILIES).toEqual(
-      CLUSTER_FAMILIES.filter((f) => f.type === "gauge").map((f) => f.name),
+      CLUSTER_FAMILIES.filter((f) => f.type === "gauge" || f.fromView === true).map((f) => f.name),
     );
+    expect(CLUSTER_TEXT_FAMILIES).toContain("llmgw_gpu_faults_total");
+    expect(CLUSTER_TEXT_FAMILIES).not.toContain("llmgw_gpu_readings_rejected_total");
     expect(CLUSTER_TEXT_FAMILIES).not.toContain("llmgw_cluster_view_errors_total");
   });
 

@@ -9,21 +9,24 @@ import {
   type YieldingWalkOptions,
 } from "./cluster-series.js";
 import type { ClusterView } from "./cluster-view.js";
-import { CLUSTER_FAMILIES } from "./families.js";
+import { CLUSTER_FAMILIES, isViewFamily } from "./families.js";
 import { LineWriter } from "./line-writer.js";
 
-/** The cluster families rendered as text: every gauge of `CLUSTER_FAMILIES` (counters stay on prom-client). */
-export const CLUSTER_TEXT_FAMILIES: readonly string[] = CLUSTER_FAMILIES.filter(
-  (f) => f.type === "gauge",
-).map((f) => f.name);
+/**
+ * The cluster families rendered as text: every gauge of `CLUSTER_FAMILIES` and the counters
+ * the view holds (the other counters stay on prom-client).
+ */
+export const CLUSTER_TEXT_FAMILIES: readonly string[] = CLUSTER_FAMILIES.filter(isViewFamily).map(
+  (f) => f.name,
+);
 
 const escapeHelp = (s: string) => s.replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
 
 /** `# HELP` and `# TYPE` lines of each text family, written once. */
 const HEADERS: ReadonlyMap<string, string> = new Map(
-  CLUSTER_FAMILIES.filter((f) => f.type === "gauge").map((f) => [
+  CLUSTER_FAMILIES.filter(isViewFamily).map((f) => [
     f.name,
-    `# HELP ${f.name} ${escapeHelp(f.help)}\n# TYPE ${f.name} gauge`,
+    `# HELP ${f.name} ${escapeHelp(f.help)}\n# TYPE ${f.name} ${f.type}`,
   ]),
 );
 

@@ -35,6 +35,28 @@ export interface GpuView {
   readonly mig: boolean;
   /** Name of the deployment holding this GPU, if any. */
   readonly allocatedDeployment?: string;
+  /** Codes of the problems keeping the GPU out of service now; absent or empty: none. */
+  readonly healthProblems?: readonly string[];
+  /** Distinct kernel-log faults seen, by code, kind and action (monotonic counts). */
+  readonly faultsSeen?: readonly GpuFaultCount[];
+}
+
+/** How many distinct faults of one code, kind and action a GPU has had. */
+export interface GpuFaultCount {
+  readonly code: number;
+  /** `xid|sxid|fallen-off-bus`. */
+  readonly kind: string;
+  /** `ignore|restart-engine|reset-gpu|drain-node|reboot`. */
+  readonly action: string;
+  readonly count: number;
+}
+
+/** One RDMA port of a node and its health verdict. */
+export interface PortView {
+  readonly device: string;
+  readonly port: number;
+  /** Undefined when the agent did not read the port's health (no series then). */
+  readonly healthy?: boolean;
 }
 
 /** An RDMA fabric (island) a node is attached to. */
@@ -57,6 +79,8 @@ export interface NodeView {
   readonly healthy: boolean;
   readonly gpus: readonly GpuView[];
   readonly fabrics: readonly FabricView[];
+  /** RDMA ports; absent: none known. */
+  readonly ports?: readonly PortView[];
 }
 
 /** One deployment and its rollout counters. */

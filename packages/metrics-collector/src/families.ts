@@ -15,6 +15,16 @@ export interface FamilySpec {
   readonly labelNames: readonly string[];
   /** Histogram bucket upper bounds (histograms only). */
   readonly buckets?: readonly number[];
+  /**
+   * A counter whose value the `ClusterView` holds (read at scrape time like the gauges,
+   * rendered with them) rather than one prom-client increments.
+   */
+  readonly fromView?: boolean;
+}
+
+/** Whether a cluster family is rendered from the view (every gauge, and view counters). */
+export function isViewFamily(spec: FamilySpec): boolean {
+  return spec.type === "gauge" || spec.fromView === true;
 }
 
 /** What each label may hold, and why its cardinality is bounded. Rendered into the docs. */
@@ -38,9 +48,12 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   reason: "closed enum named in the family's description",
   model: "served model name of a known deployment; unknown names are folded into `other`",
   endpoint: "`chat_completions|completions|embeddings|models|other`",
-  code: "HTTP status code of the answer (`200`, `429`, `503`, …)",
+  code: "router: HTTP status code of the answer (`200`, `429`, `503`, …); `llmgw_gpu_faults_total`: the Xid or SXid number; `llmgw_gpu_health_problem`: the problem code (`LLMGW_DISCOVERY_*`)",
   replica: "replica id (bounded by deployed replicas)",
-  kind: "upstream error kind: `connect|timeout|reset|http_5xx|stream_aborted|protocol`",
+  kind: "router: upstream error kind `connect|timeout|reset|http_5xx|stream_aborted|protocol`; GPU faults: `xid|sxid|fallen-off-bus`",
+  action: "a fault's catalog action: `ignore|restart-engine|reset-gpu|drain-node|reboot`",
+  device: "RDMA device name, e.g. `mlx5_0` (bounded by the node's ports)",
+  port: "port number on its RDMA device",
   to: "circuit state entered: `closed|open|half_open`",
   path: "`inline|pool`: scored on the main thread or in the worker pool",
   outcome: "queue wait outcome: `admitted|timed_out|cancelled`",
@@ -149,6 +162,24 @@ export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
   g("llmgw_gpu_temperature_celsius", "GPU temperature; missing when not reported.", GPU),
   g("llmgw_gpu_power_watts", "GPU power draw; missing when not reported.", GPU),
   g("llmgw_gpu_healthy", "1 when the GPU is healthy, 0 when the agent flagged a problem.", GPU),
+  g(
+    "llmgw_gpu_health_problem",
+    "1 per problem keeping a GPU out of service now, by code (an uncleared actionable kernel-log fault is LLMGW_DISCOVERY_GPU_FAULT); no series for a healthy GPU.",
+    ["node", "gpu", "code"],
+  ),
+  {
+    ...c(
+      "llmgw_gpu_faults_total",
+      "Distinct kernel-log faults seen on a GPU since the control plane started, by Xid/SXid code, kind and catalog action (a burst of one fault counts once; a fault seen again after an operator's clear counts again).",
+      ["node", "gpu", "code", "kind", "action"],
+    ),
+    fromView: true,
+  },
+  g(
+    "llmgw_port_healthy",
+    "1 when an RDMA port's health checks pass, 0 when not (flaps, error rates, a saturated counter); missing when the agent does not read port health.",
+    ["node", "device", "port"],
+  ),
   g(
     "llmgw_gpu_allocation",
     "1 for each GPU held by a deployment, labelled with that deployment; no series for unallocated GPUs.",

@@ -144,6 +144,12 @@ export function buildSyntheticCluster(spec: SyntheticClusterSpec): FakeClusterVi
         temperatureCelsius: unreported ? undefined : 40 + ((n + i) % 40),
         eccUncorrectedErrors: unhealthy ? 3 : 0,
         healthy: !unhealthy,
+        ...(unhealthy
+          ? {
+              healthProblems: ["LLMGW_DISCOVERY_GPU_ECC_UNCORRECTED", "LLMGW_DISCOVERY_GPU_FAULT"],
+              faultsSeen: [{ code: 48, kind: "xid", action: "reset-gpu", count: 1 }],
+            }
+          : {}),
       };
       gpus.push(l40s ? l40sGpu(i, overrides) : h100Gpu(i, overrides));
     }
@@ -157,6 +163,10 @@ export function buildSyntheticCluster(spec: SyntheticClusterSpec): FakeClusterVi
         fabrics: l40s
           ? [{ id: "roce-1", linkLayer: "roce" }]
           : [{ id: `ib-${n % 4}`, linkLayer: "infiniband" }],
+        // One port per InfiniBand node, a few flapping; RoCE nodes do not report port health.
+        ports: l40s
+          ? [{ device: "mlx5_bond_0", port: 1 }]
+          : [{ device: "mlx5_0", port: 1, healthy: n % 61 !== 5 }],
       }),
     );
   }
