@@ -19,6 +19,8 @@ export const commands: Record<string, () => Promise<Command>> = {
   nodes: async () => (await import("./commands/nodes.js")).command,
   "nodes reset": async () => (await import("./commands/nodes-reset.js")).command,
   "nodes revoke": async () => (await import("./commands/nodes-revoke.js")).command,
+  "nodes show": async () => (await import("./commands/nodes-show.js")).command,
+  "gpu clear": async () => (await import("./commands/gpu-clear.js")).command,
   status: async () => (await import("./commands/status.js")).command,
   scale: async () => (await import("./commands/scale.js")).command,
   undeploy: async () => (await import("./commands/undeploy.js")).command,
