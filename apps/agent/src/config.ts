@@ -82,6 +82,16 @@ export const agentConfigSchema = z.object({
    * then executes code from the model repository).
    */
   allowTrustRemoteCode: z.boolean().default(false),
+  /**
+   * `--kernel-log PATH`: where NVIDIA Xid/SXid faults are read (`/dev/kmsg`, a file or a FIFO);
+   * `"off"` disables it. Absent: `/dev/kmsg` on a real node, off on a `--simulate` node (a dev
+   * box's own kernel log must not leak into simulated GPUs). See {@link kernelLogPath}.
+   */
+  kernelLog: z
+    .string()
+    .min(1, 'must be a path or "off"')
+    .refine((p) => p === "off" || !p.includes("\0"), 'must be a path or "off"')
+    .optional(),
   /** Discovery re-reads GPU readings this often. */
   readingsIntervalMs: z.number().int().positive().default(10_000),
   loadScrapeIntervalMs: z.number().int().positive().default(2_000),
@@ -112,4 +122,20 @@ export function parseAgentConfig(input: AgentConfigInput): AgentConfig {
     throw new Error(`invalid agent configuration: ${details}`);
   }
   return result.data;
+}
+
+/** The kernel log used on a real node when `--kernel-log` is not given. */
+export const DEFAULT_AGENT_KERNEL_LOG = "/dev/kmsg";
+
+/**
+ * The kernel log this agent watches, or undefined when it watches none: the configured path,
+ * nothing for `"off"`, and by default `/dev/kmsg` on a real node and nothing on a simulated one.
+ */
+export function kernelLogPath(config: {
+  readonly kernelLog?: string | undefined;
+  readonly simulate?: string | undefined;
+}): string | undefined {
+  if (config.kernelLog === "off") return undefined;
+  if (config.kernelLog !== undefined) return config.kernelLog;
+  return config.simulate === undefined ? DEFAULT_AGENT_KERNEL_LOG : undefined;
 }

@@ -2,6 +2,8 @@ export {
   type AgentConfig,
   type AgentConfigInput,
   agentConfigSchema,
+  DEFAULT_AGENT_KERNEL_LOG,
+  kernelLogPath,
   parseAgentConfig,
 } from "./config.js";
 export {

@@ -145,6 +145,9 @@ describe("llmgw agent inventory (built CLI)", () => {
       sysfsRoot,
       "--fabric-name",
       "mlx5_0=ib-a",
+      // Exact problems below: this machine's own kernel log stays out of it.
+      "--kernel-log",
+      "off",
     ]);
     expect(stderr).toBe("");
     expect(code).toBe(0);
@@ -247,6 +250,73 @@ describe("llmgw agent inventory (built CLI)", () => {
     );
     expect(inv.fabrics[0].id).toBe("ib-a");
     expect(inv.fabrics[0].ports).toHaveLength(8);
+  });
+
+  it("--kernel-log FILE: faults in the HEALTH column and as `faults` in --json", async () => {
+    const log = join(work, "kern.log");
+    // Verbatim lines from shared/reference/health-formats.md §1.3 (open-gpu-kernel-modules#1151
+    // and dxvk#1027); simulated GPU i sits at bus i+1, so 0000:06:00 is GPU 5, 0000:01:00 GPU 0.
+    await writeFile(
+      log,
+      [
+        "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+        "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+        "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.",
+        "",
+      ].join("\n"),
+    );
+    const text = await llmgw([
+      "agent",
+      "inventory",
+      "--simulate",
+      "6xh100-80g",
+      "--kernel-log",
+      log,
+    ]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/ {2}0 +NVIDIA H100 80GB HBM3 .* xid-79$/m);
+    expect(text.stdout).toMatch(/ {2}5 +NVIDIA H100 80GB HBM3 .* xid-79$/m);
+
+    const json = await llmgw([
+      "agent",
+      "inventory",
+      "--simulate",
+      "6xh100-80g",
+      "--kernel-log",
+      log,
+      "--json",
+    ]);
+    const inv = JSON.parse(json.stdout);
+    expect(
+      inv.gpus[0].faults.map((f: { code: number; action: string }) => [f.code, f.action]),
+    ).toEqual([
+      [31, "restart-engine"],
+      [79, "reboot"],
+    ]);
+    expect(inv.gpus[5].faults).toHaveLength(1);
+    expect(inv.gpus[5].faults[0]).toMatchObject({
+      kind: "xid",
+      code: 79,
+      pciBusId: "00000000:06:00.0",
+      count: 1,
+      evidence: "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+      description: "GPU has fallen off the bus",
+    });
+    expect(inv.gpus.every((g: { healthy: boolean }) => !g.healthy)).toBe(true);
+    expect(inv.problems).toEqual([]);
+
+    const missing = await llmgw([
+      "agent",
+      "inventory",
+      "--simulate",
+      "1xh100-80g",
+      "--kernel-log",
+      join(work, "no-such.log"),
+    ]);
+    expect(missing.code).toBe(0);
+    expect(missing.stdout).toContain(
+      `LLMGW_DISCOVERY_KERNEL_LOG_UNREADABLE  cannot open the kernel log ${join(work, "no-such.log")} (ENOENT)`,
+    );
   });
 
   it.each([

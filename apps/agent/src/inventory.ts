@@ -1,10 +1,15 @@
 import { toJsonString } from "@bufbuild/protobuf";
 import {
+  applyKernelFaults,
   type DiscoveryOptions,
   discoverNode,
+  faultWord,
+  type Gpu,
+  isUnhealthyFault,
   type NodeInventory,
   ProblemCodes,
   readAddresses,
+  readKernelLogFaults,
   simulateInventory,
 } from "@llmgw/discovery";
 import { NodeInventorySchema } from "@llmgw/proto";
@@ -26,6 +31,11 @@ export interface InventoryOptions {
   readonly managedPids?: Iterable<number>;
   /** Milliseconds since the epoch. Default `Date.now`. */
   readonly clock?: () => number;
+  /**
+   * A kernel log to read once (`/dev/kmsg`, a file or a FIFO) for Xid/SXid faults, applied to
+   * the GPUs (see `applyKernelFaults`); its read problems join the node problems. Absent: none.
+   */
+  readonly kernelLogPath?: string;
 }
 
 /**
@@ -35,6 +45,22 @@ export interface InventoryOptions {
  */
 export async function collectInventory(options: InventoryOptions = {}): Promise<NodeInventory> {
   const clock = options.clock ?? Date.now;
+  const { kernelLogPath } = options;
+  const inventory = await discoverOrSimulate(options, clock);
+  if (kernelLogPath === undefined) return inventory;
+  const report = await readKernelLogFaults(kernelLogPath, { clock });
+  const applied = applyKernelFaults(inventory.gpus, report.faults);
+  return {
+    ...inventory,
+    gpus: applied.gpus,
+    problems: [...inventory.problems, ...report.problems, ...applied.problems],
+  };
+}
+
+async function discoverOrSimulate(
+  options: InventoryOptions,
+  clock: () => number,
+): Promise<NodeInventory> {
   if (options.simulate !== undefined) {
     return simulateInventory(options.simulate, {
       ...(options.hostname === undefined ? {} : { hostname: options.hostname }),
@@ -83,6 +109,20 @@ const HEALTH_WORDS: Record<string, string> = {
   [ProblemCodes.gpuLost]: "lost",
 };
 
+/**
+ * The HEALTH cell: `ok`, or one word per health problem; kernel-log faults name themselves
+ * (`xid-79`, `sxid-24007`, `fallen-off-bus`).
+ */
+function healthWords(g: Gpu): string {
+  if (g.healthy) return "ok";
+  const words: string[] = [];
+  for (const p of g.healthProblems) {
+    if (p.code !== ProblemCodes.gpuFault) words.push(HEALTH_WORDS[p.code] ?? p.code);
+  }
+  for (const f of g.faults ?? []) if (isUnhealthyFault(f)) words.push(faultWord(f));
+  return [...new Set(words)].join(",") || "unhealthy";
+}
+
 function table(headers: readonly string[], rows: readonly (readonly string[])[]): string[] {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const line = (cells: readonly string[]) =>
@@ -117,7 +157,7 @@ export function formatInventoryTable(inv: NodeInventory): string {
       g.utilizationPercent === undefined ? "-" : `${g.utilizationPercent}%`,
       g.temperatureCelsius === undefined ? "-" : `${g.temperatureCelsius}C`,
       g.eccUncorrectedErrors === undefined ? "-" : String(g.eccUncorrectedErrors),
-      g.healthy ? "ok" : g.healthProblems.map((p) => HEALTH_WORDS[p.code] ?? p.code).join(","),
+      healthWords(g),
     ]);
     out.push(
       ...table(

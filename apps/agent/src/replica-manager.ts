@@ -443,6 +443,38 @@ export class ReplicaManager {
   }
 
   /**
+   * Restarts the engine processes of the replicas that use GPU `index`, for a live kernel-log
+   * fault whose catalog action is to restart the application (Xid 13, 31, 45, 94: the engine's
+   * context on the GPU is broken, the GPU is fine). The process group is stopped with the
+   * replica's own stop signal and grace, and the supervisor's crash path relaunches it (its
+   * backoff and give-up policy apply, and the restart is counted like a crash's). Calls that
+   * arrive while that stop is under way join it. Returns the replica ids being restarted.
+   */
+  restartReplicasOnGpu(index: number, reason: string): string[] {
+    const restarting: string[] = [];
+    for (const managed of this.#managed.values()) {
+      if (!managed.assignment.gpuIndices.includes(index)) continue;
+      const handle = managed.replica.handle;
+      if (handle === undefined || handle.exit() !== undefined) continue;
+      restarting.push(managed.key);
+      this.options.logger.warn("restarting the engine: its GPU reported a fault", {
+        replicaId: managed.key,
+        gpu: index,
+        reason,
+      });
+      handle
+        .stop({ signal: managed.launch.stopSignal, graceMs: managed.launch.stopGraceMs })
+        .catch((error: unknown) => {
+          this.options.logger.warn("could not stop the engine for a restart", {
+            replicaId: managed.key,
+            error: (error as Error).message,
+          });
+        });
+    }
+    return restarting;
+  }
+
+  /**
    * The API keys of the serving engines running now, for Register and every heartbeat: the
    * control plane keeps them in memory and hands them to routers only.
    */

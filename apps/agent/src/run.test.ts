@@ -1,5 +1,15 @@
-import { describe, expect, it } from "vitest";
-import { probeAddress } from "./run.js";
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { ProblemCodes } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { ReplicaAssignmentSchema } from "@llmgw/proto";
+import { silentLogger } from "@llmgw/supervisor";
+import { deploymentSpecToProto } from "@llmgw/wire";
+import { afterEach, describe, expect, it } from "vitest";
+import { kernelLogPath, parseAgentConfig } from "./config.js";
+import { probeAddress, type RunningAgent, startAgent } from "./run.js";
 
 describe("probeAddress", () => {
   it.each([
@@ -13,5 +23,161 @@ describe("probeAddress", () => {
     ["[fd00::5]", "fd00::5"],
   ])("an engine bound to %s is probed at %s", (bind, probe) => {
     expect(probeAddress(bind)).toBe(probe);
+  });
+});
+
+describe("kernelLogPath", () => {
+  it.each([
+    [{}, "/dev/kmsg"],
+    [{ simulate: "2xh100-80g" }, undefined],
+    [{ simulate: "2xh100-80g", kernelLog: "/tmp/k.log" }, "/tmp/k.log"],
+    [{ kernelLog: "off" }, undefined],
+    [{ kernelLog: "/var/log/kern.log" }, "/var/log/kern.log"],
+  ])("%j → %s", (config, expected) => {
+    expect(kernelLogPath(config)).toBe(expected);
+  });
+
+  it("refuses an empty --kernel-log", () => {
+    expect(() =>
+      parseAgentConfig({
+        controlPlaneUrl: "http://127.0.0.1:9",
+        joinToken: "j".repeat(20),
+        stateDir: "/tmp/x",
+        kernelLog: "",
+      }),
+    ).toThrow('kernelLog: must be a path or "off"');
+  });
+});
+
+// Verbatim lines from shared/reference/health-formats.md §1.3 (dxvk#1027, the driver's Xid 94
+// format comment, open-gpu-kernel-modules#1151). A simulated GPU i sits at PCI bus i+1, so
+// `PCI:0000:01:00` is GPU 0 and `PCI:0000:06:00` GPU 5.
+const XID_31_GPU0 =
+  "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ";
+const XID_94_GPU0 =
+  "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No";
+const XID_79_GPU5 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+
+describe("startAgent with a kernel log", () => {
+  const dirs: string[] = [];
+  let agent: RunningAgent | undefined;
+  afterEach(async () => {
+    await agent?.close({ stopEngines: true });
+    agent = undefined;
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("applies boot-time faults, restarts engines only for a live restart-engine Xid, and takes GPUs out for an Xid 79", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-run-kernel-log-"));
+    dirs.push(stateDir);
+    const log = path.join(stateDir, "kern.log");
+    writeFileSync(log, `${XID_31_GPU0}\n`);
+    agent = await startAgent(
+      parseAgentConfig({
+        // Nothing listens there: the channel keeps retrying, which this test does not need.
+        controlPlaneUrl: "http://127.0.0.1:9",
+        joinToken: "j".repeat(20),
+        stateDir,
+        simulate: "6xh100-80g",
+        kernelLog: log,
+        engines: { simCommand: [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"] },
+      }),
+      {
+        logger: silentLogger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+        kernelLog: { pollMs: 10 },
+      },
+    );
+    const running = agent;
+    // The boot-time Xid 31 is in the very first inventory; restart-engine leaves health alone.
+    const gpu0 = () => running.inventory().gpus[0]!;
+    expect(gpu0().faults?.map((f) => [f.code, f.action])).toEqual([[31, "restart-engine"]]);
+    expect(gpu0().healthy).toBe(true);
+
+    await running.manager.apply([
+      create(ReplicaAssignmentSchema, {
+        replicaId: "m-0",
+        rank: 0,
+        gpuIndices: [0],
+        deployment: deploymentSpecToProto(
+          parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+        ),
+      }),
+    ]);
+    const status = () => running.manager.statuses()[0];
+    await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+    const firstPid = status()!.pid;
+
+    // A live Xid 94 burst (two records) on GPU 0: one restart through the crash path.
+    appendFileSync(log, `${XID_94_GPU0}\n${XID_94_GPU0}\n`);
+    await expect
+      .poll(() => [status()?.restarts, status()?.pid !== firstPid && status()?.pid !== undefined], {
+        timeout: 15_000,
+      })
+      .toEqual([1, true]);
+    expect(running.kernelLog?.faults().map((f) => [f.code, f.count])).toEqual([
+      [31, 1],
+      [94, 2],
+    ]);
+
+    // Xid 79 reboots the node: every GPU unhealthy, with the evidence.
+    appendFileSync(log, `${XID_79_GPU5}\n`);
+    await expect.poll(() => running.inventory().gpus.filter((g) => g.healthy).length).toBe(0);
+    const problem = gpu0().healthProblems.find((p) => p.code === ProblemCodes.gpuFault);
+    expect(problem?.message).toContain("Xid 79 (GPU has fallen off the bus) on 00000000:06:00.0");
+    expect(problem?.message).toContain(`evidence: ${XID_79_GPU5}`);
+    expect(status()?.restarts).toBe(1);
+  }, 40_000);
+
+  it("reports an unreadable kernel log as a node problem and keeps running", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-run-kernel-log-"));
+    dirs.push(stateDir);
+    const missing = path.join(stateDir, "missing.log");
+    agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: "http://127.0.0.1:9",
+        joinToken: "j".repeat(20),
+        stateDir,
+        simulate: "1xh100-80g",
+        kernelLog: missing,
+      }),
+      {
+        logger: silentLogger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: {},
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+      },
+    );
+    expect(agent.inventory().problems.map((p) => p.code)).toContain(
+      ProblemCodes.kernelLogUnreadable,
+    );
+    expect(agent.inventory().problems.find((p) => p.source === "kernel-log")?.message).toContain(
+      `${missing} (ENOENT)`,
+    );
+  });
+
+  it("watches nothing on a simulated node unless told to", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-run-kernel-log-"));
+    dirs.push(stateDir);
+    agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: "http://127.0.0.1:9",
+        joinToken: "j".repeat(20),
+        stateDir,
+        simulate: "1xh100-80g",
+      }),
+      {
+        logger: silentLogger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: {},
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+      },
+    );
+    expect(agent.kernelLog).toBeUndefined();
   });
 });

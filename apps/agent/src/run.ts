@@ -1,11 +1,23 @@
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { type NodeInventory, type Problem, readGpuReadings } from "@llmgw/discovery";
+import {
+  applyKernelFaults,
+  faultWord,
+  type Gpu,
+  type KernelFaultEvent,
+  type KernelLogWatcher,
+  type KernelLogWatcherOptions,
+  type NodeInventory,
+  type Problem,
+  pciBusKey,
+  readGpuReadings,
+  watchKernelLog,
+} from "@llmgw/discovery";
 import { ProblemSchema } from "@llmgw/proto";
 import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto } from "@llmgw/wire";
-import type { AgentConfig } from "./config.js";
+import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { collectInventory } from "./inventory.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
@@ -22,6 +34,8 @@ export interface AgentDeps {
   readonly agentVersion: string;
   /** The agent's user id (`process.getuid()`): its state dirs must be its own. Omitted: not checked. */
   readonly uid?: number;
+  /** Watcher settings beyond the path (tests shorten `pollMs`, inject the clock). */
+  readonly kernelLog?: Omit<KernelLogWatcherOptions, "path" | "onChange" | "follow">;
 }
 
 /** A running agent. */
@@ -30,6 +44,8 @@ export interface RunningAgent {
   readonly channelState: () => ChannelState;
   readonly nodeId: () => string | undefined;
   readonly manager: ReplicaManager;
+  /** The kernel-log watcher; undefined when the node watches none (`--kernel-log off`, simulated). */
+  readonly kernelLog: KernelLogWatcher | undefined;
   /** Resolves when the agent stopped. */
   readonly done: Promise<void>;
   /**
@@ -67,7 +83,51 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       managedPids,
     });
 
-  let inventory = await discover([]);
+  // Started before the first discovery, so the registration inventory already carries every
+  // fault logged since boot.
+  const logPath = kernelLogPath(config);
+  let onKernelFault: (event: KernelFaultEvent) => void = () => {};
+  const watcher =
+    logPath === undefined
+      ? undefined
+      : watchKernelLog({ ...deps.kernelLog, path: logPath, onChange: (e) => onKernelFault(e) });
+  if (watcher !== undefined) {
+    await boundedWait(watcher.caughtUp, KERNEL_LOG_CATCH_UP_MS);
+    const faults = watcher.faults();
+    if (faults.length > 0) {
+      logger.warn(`kernel log ${logPath}: ${faults.length} fault(s) since boot`, {
+        faults: faults.map((f) => `${faultWord(f)} ${f.pciBusId} ${f.action}`),
+      });
+    }
+  }
+  /** GPUs and node problems with the kernel log's faults and problems applied. */
+  const withKernelFaults = (
+    gpus: readonly Gpu[],
+    problems: readonly Problem[],
+  ): { gpus: Gpu[]; problems: Problem[] } => {
+    if (watcher === undefined) return { gpus: [...gpus], problems: [...problems] };
+    const applied = applyKernelFaults(gpus, watcher.faults());
+    return {
+      gpus: applied.gpus,
+      problems: [...problems, ...watcher.problems(), ...applied.problems],
+    };
+  };
+
+  // What discovery read (no kernel-log faults); the views below are derived from it.
+  let discovered: NodeInventory;
+  try {
+    discovered = await discover([]);
+  } catch (error) {
+    await watcher?.close();
+    throw error;
+  }
+  let rawReadings: readonly Gpu[] = discovered.gpus;
+  let rawReadingProblems: readonly Problem[] = discovered.problems;
+  const faultedInventory = (): NodeInventory => {
+    const applied = withKernelFaults(discovered.gpus, discovered.problems);
+    return { ...discovered, gpus: applied.gpus, problems: applied.problems };
+  };
+  let inventory = faultedInventory();
   for (const p of inventory.problems) {
     logger.warn(`discovery: ${p.message}`, { code: p.code, source: p.source });
   }
@@ -105,16 +165,26 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });
   manager.startLoadScraping(config.loadScrapeIntervalMs);
 
-  let readings = inventory.gpus;
+  let readings: readonly Gpu[] = inventory.gpus;
   let readingProblems: readonly Problem[] = inventory.problems;
+  /** Re-derives every view from the raw readings and the kernel log's faults now. */
+  const recompute = () => {
+    inventory = faultedInventory();
+    const applied = withKernelFaults(rawReadings, rawReadingProblems);
+    readings = applied.gpus;
+    readingProblems = applied.problems;
+  };
   const refreshReadings = async () => {
-    if (config.simulate) return;
-    const report = await readGpuReadings({
-      ...discoveryOptions,
-      managedPids: manager.managedPids(),
-    });
-    readings = report.gpus;
-    readingProblems = report.problems;
+    // A simulated node's readings never change, but its kernel-log view may.
+    if (!config.simulate) {
+      const report = await readGpuReadings({
+        ...discoveryOptions,
+        managedPids: manager.managedPids(),
+      });
+      rawReadings = report.gpus;
+      rawReadingProblems = report.problems;
+    }
+    recompute();
   };
   const readingsTimer = setInterval(() => {
     refreshReadings().catch((error: unknown) =>
@@ -135,8 +205,10 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     },
     {
       inventory: async () => {
-        inventory = await discover(manager.managedPids());
-        readings = inventory.gpus;
+        discovered = await discover(manager.managedPids());
+        rawReadings = discovered.gpus;
+        rawReadingProblems = discovered.problems;
+        recompute();
         return inventoryToProto(inventory);
       },
       snapshot: async () => ({
@@ -156,19 +228,63 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   );
   const done = channel.run(abort.signal);
 
+  // A fault is worth an out-of-band report: the views are recomputed and the next heartbeat
+  // goes now. Only a live record restarts engines; the boot-time backlog (read above, before
+  // this is set) and a re-opened log's backlog never do.
+  onKernelFault = (event) => {
+    const { fault } = event;
+    recompute();
+    logger.warn(
+      `kernel log: ${faultWord(fault)} on ${fault.pciBusId} (${fault.description}): ${event.kind === "opened" ? "fault" : `action ${event.previousAction} →`} ${fault.action}`,
+      { live: event.live, count: fault.count, evidence: fault.evidence },
+    );
+    channel.beatSoon();
+    if (!event.live || fault.action !== "restart-engine") return;
+    const key = pciBusKey(fault.pciBusId);
+    for (const gpu of rawReadings) {
+      if (pciBusKey(gpu.pciBusId) !== key) continue;
+      manager.restartReplicasOnGpu(
+        gpu.index,
+        `${faultWord(fault)} (${fault.description}) on GPU ${gpu.index}: ${fault.evidence}`,
+      );
+    }
+  };
+
   return {
     inventory: () => inventory,
     channelState: () => channel.state,
     nodeId: () => channel.nodeId,
     manager,
+    kernelLog: watcher,
     done,
     async close(options = {}) {
       abort.abort();
       clearInterval(readingsTimer);
+      onKernelFault = () => {};
+      await watcher?.close();
       await done;
       await manager.close(options.stopEngines ?? config.stopEngines);
     },
   };
+}
+
+/**
+ * How long the agent waits for the kernel log's initial content before its first discovery. A
+ * log that keeps the watcher busy longer (a huge text file) is still read; its faults then
+ * reach the control plane with a later heartbeat.
+ */
+const KERNEL_LOG_CATCH_UP_MS = 10_000;
+
+/** Waits for `promise`, or `ms` at most (never rejects). */
+async function boundedWait(promise: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    promise,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    }),
+  ]);
+  clearTimeout(timer);
 }
 
 /**

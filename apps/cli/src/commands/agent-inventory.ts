@@ -1,4 +1,9 @@
-import { collectInventory, formatInventoryTable, inventoryToJson } from "@llmgw/agent";
+import {
+  collectInventory,
+  formatInventoryTable,
+  inventoryToJson,
+  kernelLogPath,
+} from "@llmgw/agent";
 import { isDiscoveryError } from "@llmgw/discovery";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { LLMGW_VERSION } from "../version.js";
@@ -6,6 +11,7 @@ import { LLMGW_VERSION } from "../version.js";
 const USAGE = `Usage: llmgw agent inventory [--json] [--nvidia-smi PATH] [--amd-smi PATH]
                              [--rocm-smi PATH] [--sysfs-root DIR]
                              [--simulate SPEC] [--fabric-name DEV=ID ...]
+                             [--kernel-log PATH|off]
 
 Prints exactly what the scheduler would see of this node: GPUs (class, memory, health),
 RDMA fabric ports, topology and the problems discovery met. Problems do not make it fail:
@@ -22,6 +28,9 @@ Options:
   --simulate SPEC       a simulated node: <count>x<class>[,<count>x<class>...][@<fabric>],
                         e.g. "8xh100-80g@ib-a" or "2xh100-80g,1xl40s-45g"
   --fabric-name DEV=ID  name the fabric of an RDMA device, e.g. mlx5_0=rail-0 (repeatable)
+  --kernel-log PATH     read NVIDIA Xid/SXid faults once from /dev/kmsg (default on a real
+                        node), a file or a FIFO; "off" skips it (the default with --simulate).
+                        Faulted GPUs show e.g. "xid-79" under HEALTH and "faults" in --json
 `;
 
 /** `DEV=ID` pairs → record; a malformed pair is a usage error naming it. */
@@ -52,8 +61,11 @@ export const command: Command = {
       "sysfs-root": { type: "string" },
       simulate: { type: "string" },
       "fabric-name": { type: "string", multiple: true },
+      "kernel-log": { type: "string" },
     });
     const fabricNames = parseFabricNames(values["fabric-name"] ?? []);
+    if (values["kernel-log"] === "") throw new UsageError('--kernel-log expects a path or "off"');
+    const kernelLog = kernelLogPath({ kernelLog: values["kernel-log"], simulate: values.simulate });
     let inventory: Awaited<ReturnType<typeof collectInventory>>;
     try {
       inventory = await collectInventory({
@@ -64,6 +76,7 @@ export const command: Command = {
         ...(values["rocm-smi"] === undefined ? {} : { rocmSmiPath: values["rocm-smi"] }),
         ...(values["sysfs-root"] === undefined ? {} : { sysfsRoot: values["sysfs-root"] }),
         ...(values.simulate === undefined ? {} : { simulate: values.simulate }),
+        ...(kernelLog === undefined ? {} : { kernelLogPath: kernelLog }),
       });
     } catch (error) {
       if (isDiscoveryError(error)) throw new UsageError(error.message);

@@ -63,3 +63,19 @@ describe("llmgw agent --allow-engine-env", () => {
     await expect(run).rejects.toThrow(message);
   });
 });
+
+describe("llmgw agent --kernel-log", () => {
+  it("is documented in the help text", () => {
+    expect(command.usage).toContain("--kernel-log PATH");
+    expect(command.usage).toContain('"off" disables it');
+  });
+
+  it("refuses an empty path before starting", async () => {
+    const run = command.run(
+      ["--control-plane", "http://127.0.0.1:1", "--join-token", TOKEN, "--kernel-log", ""],
+      quietIo(),
+    );
+    await expect(run).rejects.toBeInstanceOf(UsageError);
+    await expect(run).rejects.toThrow('kernelLog: must be a path or "off"');
+  });
+});

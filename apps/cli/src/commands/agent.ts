@@ -30,6 +30,9 @@ Options:
                             (default: rocm-smi on PATH)
   --sysfs-root DIR          RDMA class tree (default /sys/class/infiniband)
   --simulate SPEC           simulated node, e.g. "8xh100-80g@ib-a" (no real GPUs used)
+  --kernel-log PATH         where NVIDIA Xid/SXid faults are read: /dev/kmsg (default on a
+                            real node), a file or a FIFO; "off" disables it (the default on
+                            a --simulate node)
   --node-name NAME          name to register with (default: host name)
   --advertise-address ADDR  address peers and the router use to reach this node's engines
   --engine-bind-address ADDR  address engines listen on (default: the advertise address;
@@ -87,6 +90,7 @@ export const command: Command = {
       "rocm-smi": { type: "string" },
       "sysfs-root": { type: "string" },
       simulate: { type: "string" },
+      "kernel-log": { type: "string" },
       "node-name": { type: "string" },
       "advertise-address": { type: "string" },
       "engine-bind-address": { type: "string" },
@@ -132,6 +136,7 @@ export const command: Command = {
       ...(values["rocm-smi"] ? { rocmSmiPath: values["rocm-smi"] } : {}),
       ...(values["sysfs-root"] ? { sysfsRoot: values["sysfs-root"] } : {}),
       ...(values.simulate ? { simulate: values.simulate } : {}),
+      ...(values["kernel-log"] === undefined ? {} : { kernelLog: values["kernel-log"] }),
       ...(values["node-name"] ? { nodeName: values["node-name"] } : {}),
       ...(values["advertise-address"] ? { advertiseAddress: values["advertise-address"] } : {}),
       ...(values["engine-bind-address"]
