@@ -205,6 +205,9 @@ export const RESET_OPEN_MS = 15 * 60_000;
 const isStoreFailure = (error: unknown) =>
   isControlPlaneError(error) && error.code === "LLMGW_CONTROL_PLANE_STORE_FAILED";
 
+/** The agent's problem code for kernel-log faults (`ProblemCodes.gpuFault`). */
+const GPU_FAULT_PROBLEM = "LLMGW_DISCOVERY_GPU_FAULT";
+
 /** Cleared faults kept per GPU; beyond it the ones cleared at the oldest sighting go. */
 export const FAULT_CLEARS_KEPT = 64;
 
@@ -1256,10 +1259,15 @@ export class Cluster {
     const gpu = n.inventory.gpus.find((g) => g.index === r.index);
     if (!gpu) return r;
     const cleared = this.#clearedFaults.get(gpu.uuid);
-    const healthy = this.#verdict(gpu, r).healthy;
+    const verdict = this.#verdict(gpu, r);
     const faults = r.faults.filter((f) => !faultCleared(f, cleared));
-    if (healthy === r.healthy && faults.length === r.faults.length) return r;
-    return { ...r, healthy, faults };
+    if (verdict.healthy === r.healthy && faults.length === r.faults.length) return r;
+    // The agent's fault problem stands for faults; once none counts, it says nothing true.
+    const healthProblems =
+      verdict.faults.length > 0 || r.faults.length === 0
+        ? r.healthProblems
+        : r.healthProblems.filter((p) => p.code !== GPU_FAULT_PROBLEM);
+    return { ...r, healthy: verdict.healthy, faults, healthProblems };
   }
 
   // ---------------------------------------------------------------- API keys
