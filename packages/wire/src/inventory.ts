@@ -179,7 +179,8 @@ export function gpuFromProto(g: Gpu): plain.Gpu {
     lost: g.lost,
     vendor: g.vendor === "amd" ? "amd" : g.vendor === "nvidia" ? "nvidia" : undefined,
     health: g.health === undefined ? undefined : healthReadingsFromProto(g.health),
-    faults: g.faults.map(gpuFaultFromProto),
+    // No faults reads as absent, like an inventory from before faults existed.
+    ...(g.faults.length === 0 ? {} : { faults: g.faults.map(gpuFaultFromProto) }),
   };
 }
 
