@@ -13,6 +13,7 @@ import {
   RegisterRequestSchema,
   type ReplicaStatus,
 } from "@llmgw/proto";
+import { type Clock, systemClock } from "@llmgw/supervisor";
 import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
 
 /** The agent's view of its connection to the control plane. */
@@ -32,7 +33,12 @@ export interface ChannelHooks {
     /** Live state and health of the node's RDMA ports; absent = not read. */
     ports?: Port[];
   }>;
-  /** The node's full desired set, delivered after every successful heartbeat. */
+  /**
+   * The node's full desired set, delivered once per generation: after the first heartbeat
+   * following each Register, and after every heartbeat whose generation differs from the one
+   * last applied. A rejection is retried on the next heartbeat (the generation is not
+   * recorded as applied).
+   */
   applyDesired(response: HeartbeatResponse): Promise<void>;
   /** Called on every state change, with the reason. */
   onState?(state: ChannelState, detail: string): void;
@@ -43,8 +49,12 @@ export interface ControlChannelOptions {
   readonly joinToken: string;
   readonly stateDir: string;
   readonly advertiseAddress: string;
-  /** First reconnect delay; doubles up to `maxBackoffMs`, with ±50% jitter. */
+  /**
+   * First reconnect delay; doubles up to `maxBackoffMs`. Each wait is the delay times a
+   * jitter factor in [0.5, 1.5), and never longer than `maxBackoffMs`.
+   */
   readonly initialBackoffMs: number;
+  /** Longest wait between reconnect attempts (jitter included). */
   readonly maxBackoffMs: number;
   /** Per-call deadline for Register and Heartbeat. */
   readonly callTimeoutMs: number;
@@ -52,6 +62,12 @@ export interface ControlChannelOptions {
   readonly transport?: Transport;
   /** Jitter source in [0, 1); default `Math.random`. */
   readonly random?: () => number;
+  /**
+   * `sentAtUnixMs` of heartbeats and the timers of the heartbeat interval and the backoff;
+   * default the system clock. Tests pass a manual clock and see every wait as a timer.
+   * (Per-call deadlines, `callTimeoutMs`, stay on Connect's own timers.)
+   */
+  readonly clock?: Clock;
 }
 
 /** The control plane's `llmgw-error-code` for a node id held with another credential. */
@@ -64,16 +80,18 @@ const NODE_ID_TAKEN = "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN";
  */
 export class ControlChannel {
   private readonly client: Client<typeof AgentService>;
+  private readonly clock: Clock;
   private stateValue: ChannelState = "registering";
   private identity: NodeIdentity | undefined;
-  private generationSeen = 0n;
+  /** Generation of the desired set last applied; undefined = apply the next one whatever it is. */
+  private generationApplied: bigint | undefined;
   private intervalMs = 2000;
   private lastError: string | undefined;
   /** True while the credential in memory is not yet on disk (a failed write, e.g. disk full). */
   private identityUnsaved = false;
   /** Ends the current wait between heartbeats; set only while waiting. */
   private wake: (() => void) | undefined;
-  /** A {@link beatSoon} arrived while a heartbeat was in flight: send another right after. */
+  /** A {@link beatSoon} arrived after the last heartbeat took its snapshot. */
   private beatPending = false;
 
   constructor(
@@ -84,6 +102,7 @@ export class ControlChannel {
       options.transport ??
       createConnectTransport({ baseUrl: options.controlPlaneUrl, httpVersion: "1.1" });
     this.client = createClient(AgentService, transport);
+    this.clock = options.clock ?? systemClock;
   }
 
   get state(): ChannelState {
@@ -96,26 +115,23 @@ export class ControlChannel {
 
   /**
    * Sends the next heartbeat now instead of at the end of the interval: a hardware fault is
-   * worth an out-of-band report. Calls coalesce; one that arrives while a heartbeat is in
-   * flight causes one more right after it (that heartbeat's snapshot may predate the news).
-   * While reconnecting, the backoff is kept (the control plane is not answering anyway).
+   * worth an out-of-band report. Calls coalesce; one that arrives after a heartbeat took its
+   * snapshot causes one more right after that heartbeat (its snapshot may predate the news).
+   * While reconnecting, the backoff is kept (the control plane is not answering anyway), and
+   * the first heartbeat that gets through carries the news.
    */
   beatSoon(): void {
-    if (this.wake) this.wake();
-    else this.beatPending = true;
+    this.beatPending = true;
+    this.wake?.();
   }
 
   /** Waits the heartbeat interval, or less if {@link beatSoon} is called. */
   private async waitForNextBeat(signal: AbortSignal): Promise<void> {
-    if (this.beatPending) {
-      this.beatPending = false;
-      return;
-    }
-    await sleep(this.intervalMs, signal, (wake) => {
+    if (this.beatPending) return;
+    await sleep(this.clock, this.intervalMs, signal, (wake) => {
       this.wake = wake;
     });
     this.wake = undefined;
-    this.beatPending = false;
   }
 
   /** Runs until `signal` aborts. Never throws for control-plane trouble; it retries. */
@@ -123,44 +139,84 @@ export class ControlChannel {
     const saved = await loadIdentity(this.options.stateDir);
     if (saved && saved.controlPlaneUrl === this.options.controlPlaneUrl) this.identity = saved;
     let backoffMs = this.options.initialBackoffMs;
+    // The identity whose credential was refused: it still proves the node id at the next
+    // Register, even when it never reached the state dir.
+    let proof: NodeIdentity | undefined;
+    // Credential refusals since the last good heartbeat.
+    let refusals = 0;
     while (!signal.aborted) {
+      let registering = false;
       try {
-        if (!this.identity) await this.register(this.identity);
+        if (!this.identity) {
+          registering = true;
+          await this.register(proof);
+          registering = false;
+          proof = undefined;
+        }
         const response = await this.heartbeat();
         backoffMs = this.options.initialBackoffMs;
+        refusals = 0;
         this.setState("connected", `heartbeat ok (generation ${response.generation})`);
         if (this.identityUnsaved) await this.persistIdentity();
-        await this.hooks.applyDesired(response);
-        this.generationSeen = response.generation;
         if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+        await this.applyOnce(response);
         await this.waitForNextBeat(signal);
       } catch (error) {
         if (signal.aborted) break;
         const err = ConnectError.from(error);
-        if (err.code === Code.Unauthenticated || err.code === Code.NotFound) {
+        if (!registering && (err.code === Code.Unauthenticated || err.code === Code.NotFound)) {
           // The control plane no longer knows this credential (revoked node, lost data dir):
-          // join again with the join token, keeping the old id so placements can survive.
+          // join again with the join token, asking for the old id so placements can survive.
           this.setState(
             "registering",
             `control plane refused the node credential: ${err.rawMessage}`,
           );
-          const previous = this.identity;
+          proof = this.identity ?? proof;
           this.identity = undefined;
-          try {
-            await this.register(previous);
-            continue;
-          } catch (registerError) {
-            this.noteFailure(registerError);
+          // At once the first time; a credential refused again right after its Register waits
+          // out the backoff, so a control plane that keeps refusing is not asked in a loop.
+          if (++refusals === 1) {
+            try {
+              await this.register(proof);
+              proof = undefined;
+              continue;
+            } catch (registerError) {
+              this.noteFailure(registerError);
+            }
+          } else {
+            this.noteFailure(err);
           }
         } else {
           this.noteFailure(err);
         }
         const jittered = backoffMs * (0.5 + (this.options.random ?? Math.random)());
-        await sleep(jittered, signal);
+        await sleep(this.clock, Math.min(jittered, this.options.maxBackoffMs), signal);
         backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
       }
     }
     this.setState("stopped", "agent stopping");
+  }
+
+  /**
+   * Hands a desired set to the agent unless its generation is the one already applied. The
+   * control plane bumps a node's generation whenever its assignments change (seeded from its
+   * clock, so a restarted control plane never repeats an old one), and the replica manager
+   * keeps converging on the last set by itself (restarts, probes), so re-applying an
+   * unchanged set would only redo the same comparisons every few seconds. A failed apply is
+   * not a control-plane failure: the heartbeat got through, so the channel stays connected
+   * and the same generation is applied again after the next heartbeat.
+   */
+  private async applyOnce(response: HeartbeatResponse): Promise<void> {
+    if (response.generation === this.generationApplied) return;
+    try {
+      await this.hooks.applyDesired(response);
+      this.generationApplied = response.generation;
+    } catch (error) {
+      this.hooks.onState?.(
+        this.stateValue,
+        `cannot apply desired generation ${response.generation}: ${(error as Error).message}; retrying after the next heartbeat`,
+      );
+    }
   }
 
   private noteFailure(error: unknown): void {
@@ -207,6 +263,8 @@ export class ControlChannel {
       controlPlaneUrl: this.options.controlPlaneUrl,
     };
     if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+    // A (possibly new) node: its first desired set is applied whatever its generation.
+    this.generationApplied = undefined;
     this.identityUnsaved = true;
     await this.persistIdentity();
   }
@@ -233,17 +291,19 @@ export class ControlChannel {
   private async heartbeat(): Promise<HeartbeatResponse> {
     const identity = this.identity;
     if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
+    // This snapshot carries whatever news a beatSoon so far announced.
+    this.beatPending = false;
     const snapshot = await this.hooks.snapshot();
     return this.client.heartbeat(
       create(HeartbeatRequestSchema, {
         nodeId: identity.nodeId,
-        generationSeen: this.generationSeen,
+        generationSeen: this.generationApplied ?? 0n,
         gpus: snapshot.gpus,
         replicas: snapshot.replicas,
         problems: snapshot.problems,
         engineCredentials: snapshot.engineCredentials ?? [],
         ports: snapshot.ports ?? [],
-        sentAtUnixMs: BigInt(Date.now()),
+        sentAtUnixMs: BigInt(Math.round(this.clock.now())),
       }),
       {
         headers: { authorization: `Bearer ${identity.credential}` },
@@ -261,18 +321,21 @@ export class ControlChannel {
 
 const formatMs = (ms: number) => (ms >= 1_000 ? `${ms / 1_000} s` : `${ms} ms`);
 
-/** Resolves after `ms`, on abort, or when the function handed to `onWake` is called. */
+/**
+ * Resolves after `ms` on `clock`, on abort, or when the function handed to `onWake` is called.
+ */
 function sleep(
+  clock: Clock,
   ms: number,
   signal: AbortSignal,
   onWake?: (wake: () => void) => void,
 ): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
+    const timer = clock.setTimer(done, ms);
     onWake?.(done);
     function done() {
-      clearTimeout(timer);
+      timer.cancel();
       signal.removeEventListener("abort", done);
       resolve();
     }

@@ -1,2 +1,6 @@
+export {
+  type AgentServiceTransportOptions,
+  createAgentServiceTransport,
+} from "./agent-service-transport.js";
 export { FakeAgent, type FakeAgentOptions, type FakeRankReport } from "./fake-agent.js";
 export { createManualClock, type ManualClock } from "./manual-clock.js";
