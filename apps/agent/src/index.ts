@@ -12,6 +12,7 @@ export {
   ControlChannel,
   type ControlChannelOptions,
 } from "./control-channel.js";
+export { AgentError, type AgentErrorCode, isAgentError } from "./errors.js";
 export { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
 export {
   collectInventory,
