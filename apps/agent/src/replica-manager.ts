@@ -149,6 +149,8 @@ export class ReplicaManager {
   readonly #stopping = new Map<string, Promise<void>>();
   #applying: Promise<void> = Promise.resolve();
   #loadTimer: NodeJS.Timeout | undefined;
+  /** Replicas whose load scrape is in flight: one scrape per engine at a time. */
+  readonly #scraping = new Set<Managed>();
 
   constructor(private readonly options: ReplicaManagerOptions) {}
 
@@ -414,24 +416,38 @@ export class ReplicaManager {
     await rename(`${target}.tmp`, target);
   }
 
-  /** Starts scraping engine load signals of ready rank-0 replicas every `intervalMs`. */
+  /**
+   * Starts scraping engine load signals of ready rank-0 replicas every `intervalMs`. Engines
+   * are scraped side by side, and an engine whose previous scrape has not finished is skipped
+   * at that tick: a slow `/metrics` (a busy engine, a scrape timeout longer than the
+   * interval) then costs one connection, not one more every interval. A scrape that fails
+   * leaves the engine's load unknown until one succeeds. Calling it again restarts the timer.
+   */
   startLoadScraping(intervalMs: number): void {
-    const tick = async () => {
-      for (const managed of this.#managed.values()) {
-        if (managed.replica.state !== "ready" || managed.launch.apiPort === undefined) continue;
-        const url = `http://${this.#localHost}:${managed.apiPort}${managed.launch.metricsPath}`;
-        try {
-          managed.load = await this.options.probes.scrapeLoad(
-            url,
-            this.options.probeTimeoutMs,
-            managed.apiKey,
-          );
-        } catch {
-          managed.load = undefined;
-        }
+    const scrape = async (managed: Managed) => {
+      const url = `http://${this.#localHost}:${managed.apiPort}${managed.launch.metricsPath}`;
+      try {
+        managed.load = await this.options.probes.scrapeLoad(
+          url,
+          this.options.probeTimeoutMs,
+          managed.apiKey,
+        );
+      } catch {
+        managed.load = undefined;
+      } finally {
+        this.#scraping.delete(managed);
       }
     };
-    this.#loadTimer = setInterval(() => void tick(), intervalMs);
+    const tick = () => {
+      for (const managed of this.#managed.values()) {
+        if (managed.replica.state !== "ready" || managed.launch.apiPort === undefined) continue;
+        if (this.#scraping.has(managed)) continue;
+        this.#scraping.add(managed);
+        void scrape(managed);
+      }
+    };
+    if (this.#loadTimer) clearInterval(this.#loadTimer);
+    this.#loadTimer = setInterval(tick, intervalMs);
     this.#loadTimer.unref();
   }
 
