@@ -21,6 +21,7 @@ import {
   createKmsgSequence,
   type KernelLogWatcher,
   type KernelLogWatcherOptions,
+  readBootTimeMs,
   readKernelLogFaults,
   watchKernelLog,
 } from "./kernel-log-watcher.js";
@@ -303,4 +304,21 @@ describe("watchKernelLog on this machine's /dev/kmsg", () => {
       for (const fault of watcher.faults()) expect(fault.bootId).toBe(bootId);
     },
   );
+});
+
+describe("readBootTimeMs", () => {
+  it("reads btime from a /proc/stat-shaped file, and is undefined when it is missing", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-btime-"));
+    const stat = path.join(dir, "stat");
+    // The shape of /proc/stat (proc(5)): one `btime <seconds>` line among the counters.
+    writeFileSync(
+      stat,
+      "cpu  2255 34 2290 22625563 6290 127 456\nbtime 1796120893\nprocesses 4242\n",
+    );
+    expect(readBootTimeMs(stat)).toBe(1_796_120_893_000);
+    writeFileSync(stat, "cpu  2255 34 2290 22625563 6290 127 456\n");
+    expect(readBootTimeMs(stat)).toBeUndefined();
+    expect(readBootTimeMs(path.join(dir, "absent"))).toBeUndefined();
+    rmSync(dir, { recursive: true, force: true });
+  });
 });

@@ -107,7 +107,7 @@ export function resolveKernelLogWatcherOptions(
     return v;
   };
   const clock = options.clock ?? Date.now;
-  const bootTimeMs = options.bootTimeMs ?? clock() - uptime() * 1000;
+  const bootTimeMs = options.bootTimeMs ?? readBootTimeMs() ?? clock() - uptime() * 1000;
   if (!Number.isFinite(bootTimeMs)) {
     throw new DiscoveryError(
       "LLMGW_DISCOVERY_INVALID_OPTION",
@@ -577,6 +577,21 @@ function readBootId(path: string): string | undefined {
   try {
     const text = readFileSync(path, "utf8").trim();
     return /^[0-9a-fA-F-]{8,64}$/.test(text) ? text.toLowerCase() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The kernel's boot time from `/proc/stat`'s `btime` (whole seconds since the epoch). Unlike
+ * `now − uptime`, it reads the same in every agent run, so a kmsg record's time — and with it a
+ * fault's `firstSeen`/`lastSeen`, which an operator's `gpu clear` is compared against — does not
+ * move when the agent restarts and reads the buffer again. Undefined where /proc is absent.
+ */
+export function readBootTimeMs(statPath = "/proc/stat"): number | undefined {
+  try {
+    const match = /^btime (\d{1,12})$/m.exec(readFileSync(statPath, "utf8").slice(0, 65_536));
+    return match ? Number(match[1]) * 1000 : undefined;
   } catch {
     return undefined;
   }
