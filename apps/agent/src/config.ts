@@ -1,3 +1,4 @@
+import { isDiscoveryError, parsePortThresholds } from "@llmgw/discovery";
 import { ENGINE_ENV_NAME, engineEnvRefusal } from "@llmgw/engines";
 import { z } from "zod";
 
@@ -92,6 +93,24 @@ export const agentConfigSchema = z.object({
     .min(1, 'must be a path or "off"')
     .refine((p) => p === "off" || !p.includes("\0"), 'must be a path or "off"')
     .optional(),
+  /**
+   * `--port-thresholds JSON`: RDMA port-health thresholds over the defaults
+   * (`DEFAULT_PORT_THRESHOLDS` in @llmgw/discovery), validated at start so a typo stops the
+   * agent with the key's name instead of silently judging ports by the defaults.
+   */
+  portThresholds: z
+    .string()
+    .superRefine((text, ctx) => {
+      try {
+        parsePortThresholds(text);
+      } catch (error) {
+        if (!isDiscoveryError(error)) throw error;
+        ctx.addIssue({ code: "custom", message: error.message });
+      }
+    })
+    .optional(),
+  /** RDMA port state and error counters are read this often (thresholds are per second, not per read). */
+  portHealthIntervalMs: z.number().int().positive().default(5_000),
   /** Discovery re-reads GPU readings this often. */
   readingsIntervalMs: z.number().int().positive().default(10_000),
   loadScrapeIntervalMs: z.number().int().positive().default(2_000),

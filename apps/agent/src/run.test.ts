@@ -1,7 +1,8 @@
-import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
+import { startControlPlane } from "@llmgw/control-plane";
 import { ProblemCodes } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema } from "@llmgw/proto";
@@ -179,5 +180,102 @@ describe("startAgent with a kernel log", () => {
       },
     );
     expect(agent.kernelLog).toBeUndefined();
+  });
+});
+
+describe("startAgent with RDMA port health", () => {
+  const dirs: string[] = [];
+  const closers: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** One IB port's sysfs files (health-formats.md §3.1 shapes: `<n>: <NAME>\n`, counters). */
+  function writePort(root: string, state: "4: ACTIVE" | "1: DOWN", linkDowned: number) {
+    const dir = path.join(root, "mlx5_0", "ports", "1");
+    mkdirSync(path.join(dir, "counters"), { recursive: true });
+    writeFileSync(path.join(dir, "state"), `${state}\n`);
+    writeFileSync(
+      path.join(dir, "phys_state"),
+      state === "1: DOWN" ? "2: Polling\n" : "5: LinkUp\n",
+    );
+    writeFileSync(path.join(dir, "rate"), "400 Gb/sec (4X NDR)\n");
+    writeFileSync(path.join(dir, "link_layer"), "InfiniBand\n");
+    writeFileSync(path.join(dir, "counters", "link_downed"), `${linkDowned}\n`);
+    writeFileSync(path.join(dir, "counters", "symbol_error"), "0\n");
+  }
+
+  it("a port that went down reaches the control plane in a heartbeat, on its fabric, as unhealthy", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-run-ports-"));
+    dirs.push(dir);
+    const sysfs = path.join(dir, "sys-class-infiniband");
+    writePort(sysfs, "4: ACTIVE", 0);
+    const cp = await startControlPlane({
+      dataDir: path.join(dir, "cp"),
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      heartbeatIntervalMs: 200,
+    });
+    closers.push(async () => {
+      await cp.close();
+    });
+    const agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: cp.controlUrl,
+        joinToken: cp.joinToken,
+        stateDir: path.join(dir, "agent"),
+        // The simulated fabric's first port is mlx5_0/1, the device the tree above holds.
+        simulate: "1xh100-80g@ib-a",
+        sysfsRoot: sysfs,
+        portHealthIntervalMs: 50,
+      }),
+      {
+        logger: silentLogger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: {},
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+      },
+    );
+    closers.push(() => agent.close({ stopEngines: true }));
+    await expect.poll(() => agent.channelState(), { timeout: 10_000 }).toBe("connected");
+
+    // A drop and recovery between two reads: link_downed +1 while the port reads ACTIVE,
+    // which the default thresholds take as unhealthy on any increase (health-formats.md §3.3).
+    writePort(sysfs, "4: ACTIVE", 1);
+    await expect
+      .poll(
+        () =>
+          cp.cluster
+            .listEvents()
+            .filter((e) => e.kind === "port.health")
+            .map((e) => e.message),
+        { timeout: 10_000 },
+      )
+      .toEqual([
+        expect.stringMatching(
+          /^port mlx5_0\/1 \(fabric ib-a\) on .* is now unhealthy: .*link_downed rose by 1/,
+        ),
+      ]);
+  }, 30_000);
+});
+
+describe("--port-thresholds", () => {
+  const base = {
+    controlPlaneUrl: "http://127.0.0.1:9",
+    joinToken: "j".repeat(20),
+    stateDir: "/tmp/x",
+  };
+  it("accepts thresholds over the defaults and refuses an unknown key by name at start", () => {
+    expect(parseAgentConfig({ ...base, portThresholds: '{"flapCount":5}' }).portThresholds).toBe(
+      '{"flapCount":5}',
+    );
+    expect(() => parseAgentConfig({ ...base, portThresholds: '{"flapcount":5}' })).toThrow(
+      /portThresholds: .*flapcount/,
+    );
+    expect(() => parseAgentConfig({ ...base, portThresholds: "{" })).toThrow(
+      /portThresholds: .*not JSON/,
+    );
   });
 });

@@ -3,20 +3,24 @@ import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import {
   applyKernelFaults,
+  createPortHealthMonitor,
+  DEFAULT_SYSFS_ROOT,
   faultWord,
   type Gpu,
   type KernelFaultEvent,
   type KernelLogWatcher,
   type KernelLogWatcherOptions,
   type NodeInventory,
+  type Port,
   type Problem,
+  parsePortThresholds,
   pciBusKey,
   readGpuReadings,
   watchKernelLog,
 } from "@llmgw/discovery";
 import { ProblemSchema } from "@llmgw/proto";
 import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
-import { gpuReadingToProto, inventoryToProto } from "@llmgw/wire";
+import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { collectInventory } from "./inventory.js";
@@ -36,6 +40,8 @@ export interface AgentDeps {
   readonly uid?: number;
   /** Watcher settings beyond the path (tests shorten `pollMs`, inject the clock). */
   readonly kernelLog?: Omit<KernelLogWatcherOptions, "path" | "onChange" | "follow">;
+  /** Monotonic milliseconds for port-health rates and windows (tests drive it). */
+  readonly portClock?: () => number;
 }
 
 /** A running agent. */
@@ -193,6 +199,51 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   }, config.readingsIntervalMs);
   readingsTimer.unref();
 
+  // RDMA port health: state and error counters every portHealthIntervalMs, judged over time
+  // (flaps, rates, saturated counters). A simulated node reads the host's tree only when
+  // --sysfs-root names one explicitly, like the kernel log.
+  const portMonitor =
+    config.simulate !== undefined && config.sysfsRoot === DEFAULT_SYSFS_ROOT
+      ? undefined
+      : createPortHealthMonitor({
+          sysfsRoot: config.sysfsRoot,
+          ...(config.portThresholds === undefined
+            ? {}
+            : { thresholds: parsePortThresholds(config.portThresholds) }),
+          ...(deps.portClock === undefined ? {} : { clock: deps.portClock }),
+        });
+  let livePorts: readonly Port[] = [];
+  let portProblems: readonly Problem[] = [];
+  const refreshPorts = async () => {
+    if (portMonitor === undefined) return;
+    const report = await portMonitor.read();
+    const wasUnhealthy = new Set(
+      livePorts.filter((p) => p.health?.healthy === false).map((p) => `${p.device}/${p.port}`),
+    );
+    livePorts = withInventoryFacts(report.ports, inventory);
+    portProblems = report.problems;
+    const newlyBad = livePorts.filter(
+      (p) => p.health?.healthy === false && !wasUnhealthy.has(`${p.device}/${p.port}`),
+    );
+    for (const p of newlyBad) {
+      logger.warn(`RDMA port ${p.device}/${p.port} is unhealthy`, {
+        problems: p.health?.problems.map((x) => x.message) ?? [],
+      });
+    }
+    // Like a GPU fault, a port going bad is worth a heartbeat now: the control plane takes
+    // the multi-node replicas over that fabric off this node.
+    if (newlyBad.length > 0) beatSoon();
+  };
+  // The channel is built below; until then there is no heartbeat to hurry.
+  let beatSoon = () => {};
+  const portsTimer = setInterval(() => {
+    refreshPorts().catch((error: unknown) =>
+      logger.warn("reading RDMA ports failed", { error: (error as Error).message }),
+    );
+  }, config.portHealthIntervalMs);
+  portsTimer.unref();
+  await refreshPorts().catch(() => {});
+
   const channel = new ControlChannel(
     {
       controlPlaneUrl: config.controlPlaneUrl,
@@ -215,7 +266,8 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
         gpus: readings.map(gpuReadingToProto),
         replicas: manager.statuses(),
         engineCredentials: manager.engineCredentials(),
-        problems: readingProblems.map((p) => create(ProblemSchema, { ...p })),
+        problems: [...readingProblems, ...portProblems].map((p) => create(ProblemSchema, { ...p })),
+        ports: livePorts.map(portToProto),
       }),
       applyDesired: async (response) => {
         await manager.apply(response.assignments);
@@ -226,6 +278,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       },
     },
   );
+  beatSoon = () => channel.beatSoon();
   const done = channel.run(abort.signal);
 
   // A fault is worth an out-of-band report: the views are recomputed and the next heartbeat
@@ -260,12 +313,38 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     async close(options = {}) {
       abort.abort();
       clearInterval(readingsTimer);
+      clearInterval(portsTimer);
       onKernelFault = () => {};
       await watcher?.close();
       await done;
       await manager.close(options.stopEngines ?? config.stopEngines);
     },
   };
+}
+
+/**
+ * Live port readings with the facts only discovery reads (netdev, GUID, GID, PCI id, NUMA)
+ * taken from the inventory's port of the same device and number, so the control plane can put
+ * each live port on its fabric.
+ */
+export function withInventoryFacts(live: readonly Port[], inventory: NodeInventory): Port[] {
+  const known = new Map<string, Port>();
+  for (const p of [...inventory.fabrics.flatMap((f) => f.ports), ...inventory.inactivePorts]) {
+    known.set(`${p.device}/${p.port}`, p);
+  }
+  return live.map((p) => {
+    const facts = known.get(`${p.device}/${p.port}`);
+    return facts === undefined
+      ? p
+      : {
+          ...facts,
+          state: p.state,
+          physState: p.physState,
+          linkLayer: p.linkLayer,
+          ...(p.rateGbps === undefined ? {} : { rateGbps: p.rateGbps }),
+          ...(p.health === undefined ? {} : { health: p.health }),
+        };
+  });
 }
 
 /**

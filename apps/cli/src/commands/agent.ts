@@ -33,6 +33,8 @@ Options:
   --kernel-log PATH         where NVIDIA Xid/SXid faults are read: /dev/kmsg (default on a
                             real node), a file or a FIFO; "off" disables it (the default on
                             a --simulate node)
+  --port-thresholds JSON    RDMA port-health thresholds over the defaults, e.g.
+                            '{"flapCount":5,"counters":{"symbol_error":{"maxIncrease":120,"windowS":3600}}}'
   --node-name NAME          name to register with (default: host name)
   --advertise-address ADDR  address peers and the router use to reach this node's engines
   --engine-bind-address ADDR  address engines listen on (default: the advertise address;
@@ -91,6 +93,7 @@ export const command: Command = {
       "sysfs-root": { type: "string" },
       simulate: { type: "string" },
       "kernel-log": { type: "string" },
+      "port-thresholds": { type: "string" },
       "node-name": { type: "string" },
       "advertise-address": { type: "string" },
       "engine-bind-address": { type: "string" },
@@ -137,6 +140,9 @@ export const command: Command = {
       ...(values["sysfs-root"] ? { sysfsRoot: values["sysfs-root"] } : {}),
       ...(values.simulate ? { simulate: values.simulate } : {}),
       ...(values["kernel-log"] === undefined ? {} : { kernelLog: values["kernel-log"] }),
+      ...(values["port-thresholds"] === undefined
+        ? {}
+        : { portThresholds: values["port-thresholds"] }),
       ...(values["node-name"] ? { nodeName: values["node-name"] } : {}),
       ...(values["advertise-address"] ? { advertiseAddress: values["advertise-address"] } : {}),
       ...(values["engine-bind-address"]
