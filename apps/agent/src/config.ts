@@ -1,6 +1,7 @@
 import { isDiscoveryError, parsePortThresholds } from "@llmgw/discovery";
 import { ENGINE_ENV_NAME, engineEnvRefusal } from "@llmgw/engines";
 import { z } from "zod";
+import { AgentError } from "./errors.js";
 
 /** A variable name the operator may add to the engine env allow-list. */
 const allowableEnvName = z
@@ -138,7 +139,7 @@ export function parseAgentConfig(input: AgentConfigInput): AgentConfig {
     const details = result.error.issues
       .map((i) => `${i.path.join(".") || "config"}: ${i.message}`)
       .join("; ");
-    throw new Error(`invalid agent configuration: ${details}`);
+    throw new AgentError("LLMGW_AGENT_CONFIG_INVALID", `invalid agent configuration: ${details}`);
   }
   return result.data;
 }

@@ -10,6 +10,7 @@ import { silentLogger } from "@llmgw/supervisor";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { kernelLogPath, parseAgentConfig } from "./config.js";
+import { isAgentError } from "./errors.js";
 import { probeAddress, type RunningAgent, startAgent } from "./run.js";
 
 describe("probeAddress", () => {
@@ -277,5 +278,18 @@ describe("--port-thresholds", () => {
     expect(() => parseAgentConfig({ ...base, portThresholds: "{" })).toThrow(
       /portThresholds: .*not JSON/,
     );
+  });
+});
+
+describe("agent errors carry stable codes", () => {
+  it("bad configuration is LLMGW_AGENT_CONFIG_INVALID", () => {
+    const error = (() => {
+      try {
+        parseAgentConfig({ controlPlaneUrl: "ftp://x", joinToken: "short", stateDir: "" });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(isAgentError(error) && error.code).toBe("LLMGW_AGENT_CONFIG_INVALID");
   });
 });

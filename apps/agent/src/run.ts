@@ -23,6 +23,7 @@ import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
+import { AgentError } from "./errors.js";
 import { collectInventory } from "./inventory.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
@@ -381,7 +382,8 @@ async function resolveModelRoot(root: string): Promise<string> {
   try {
     return await realpath(root);
   } catch (error) {
-    throw new Error(
+    throw new AgentError(
+      "LLMGW_AGENT_MODEL_ROOT_INVALID",
       `--model-root ${root} cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
     );
   }
