@@ -351,6 +351,30 @@ function clusterOverview() {
             ],
           },
           {
+            title: "GPU faults from the kernel log (last hour)",
+            description:
+              "New Xid/SXid faults per GPU by code and catalog action (restart-engine, reset-gpu, drain-node, reboot); `llmgw nodes show NODE` has the kernel's line.",
+            type: "table",
+            targets: [
+              {
+                expr: "sum by (node, gpu, kind, code, action) (increase(llmgw_gpu_faults_total[1h])) > 0",
+              },
+            ],
+          },
+          {
+            title: "GPU health problems by code",
+            description:
+              "Why GPUs are out of service now (kernel-log fault, ECC, row remap pending, NVLink inactive, PCIe degraded…).",
+            targets: [{ expr: "sum by (code) (llmgw_gpu_health_problem)", legend: "{{code}}" }],
+          },
+          {
+            title: "Unhealthy RDMA ports",
+            description:
+              "Ports whose agent judged them bad (flapping, error rates, a saturated counter): multi-node replicas over their fabric leave that node.",
+            type: "table",
+            targets: [{ expr: "llmgw_port_healthy == 0" }],
+          },
+          {
             title: "Temperature (hottest 10)",
             description: "GPU temperature.",
             unit: "celsius",
