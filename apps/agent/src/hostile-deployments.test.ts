@@ -10,6 +10,7 @@ import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
+import { isAgentError } from "./errors.js";
 import { checkModelRoot } from "./model-root.js";
 import { ReplicaManager, type ReplicaManagerOptions } from "./replica-manager.js";
 
@@ -68,6 +69,25 @@ function assignment(spec: Record<string, unknown>) {
   });
 }
 
+/** A logger that keeps the fields of each warning, to read the refusal's code from. */
+function recordingLogger() {
+  const warnings: Readonly<Record<string, unknown>>[] = [];
+  return {
+    warnings,
+    logger: { info: () => {}, warn: (_: string, fields = {}) => void warnings.push(fields) },
+  };
+}
+
+/** What `fn` throws (undefined when it returns). */
+function thrown(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
 async function failure(m: ReplicaManager, spec: Record<string, unknown>): Promise<string> {
   await m.apply([assignment(spec)]);
   const [status] = m.statuses();
@@ -101,6 +121,12 @@ describe("trustRemoteCode on the agent", () => {
     expect(message).toBe(
       "trustRemoteCode runs the model repository's own Python code on this node; its operator allows that with `llmgw agent --allow-trust-remote-code` (LLMGW_ALLOW_TRUST_REMOTE_CODE=1)",
     );
+  });
+
+  it("is refused with LLMGW_AGENT_ASSIGNMENT_REFUSED", async () => {
+    const { warnings, logger } = recordingLogger();
+    await failure(manager({ logger }), { trustRemoteCode: true });
+    expect(warnings).toMatchObject([{ replicaId: "m-0", code: "LLMGW_AGENT_ASSIGNMENT_REFUSED" }]);
   });
 
   it("is not refused on a node that allows it", async () => {
@@ -154,6 +180,15 @@ describe("--model-root", () => {
     expect(() => checkModelRoot(model, "vllm", root, base)).toThrow(message);
   });
 
+  it.each([
+    ["a path outside", (base: string) => path.join(base, "secret.gguf")],
+    ["a path that does not exist", (base: string) => path.join(base, "missing")],
+  ])("refuses %s with LLMGW_AGENT_MODEL_OUTSIDE_ROOT", (_, model) => {
+    const { base, root } = layout();
+    const error = thrown(() => checkModelRoot(model(base), "llamacpp", root));
+    expect(isAgentError(error) && error.code).toBe("LLMGW_AGENT_MODEL_OUTSIDE_ROOT");
+  });
+
   it("accepts a relative name that resolves inside the root", () => {
     const { base, root } = layout();
     expect(() => checkModelRoot("models/m", "vllm", root, base)).not.toThrow();
@@ -188,7 +223,8 @@ describe("--model-root", () => {
   it("fails the replica on the agent, naming the model and the root", async () => {
     const { base, root } = layout();
     const model = path.join(base, "secret.gguf");
-    const message = await failure(manager({ modelRoot: root }), {
+    const { warnings, logger } = recordingLogger();
+    const message = await failure(manager({ modelRoot: root, logger }), {
       engine: "llamacpp",
       model,
       gpusPerReplica: 1,
@@ -196,5 +232,6 @@ describe("--model-root", () => {
     expect(message).toBe(
       `model ${JSON.stringify(model)} resolves to ${model}, outside the model root ${root} (llmgw agent --model-root)`,
     );
+    expect(warnings).toMatchObject([{ code: "LLMGW_AGENT_MODEL_OUTSIDE_ROOT" }]);
   });
 });

@@ -1,10 +1,12 @@
 import { existsSync, realpathSync } from "node:fs";
 import path from "node:path";
+import { AgentError } from "./errors.js";
 
 /**
  * Refuses a deployment model that is a local path outside the operator's `--model-root`.
  * Without it a deployment may point an engine (often running as root) at any file on the
- * node. Throws an Error naming the model, what it resolves to, and the root.
+ * node. Throws an {@link AgentError} `LLMGW_AGENT_MODEL_OUTSIDE_ROOT` naming the model, what
+ * it resolves to, and the root.
  *
  * A local path is an absolute path, any name with a `.` or `..` segment or more than one `/`
  * (a Hugging Face id is `org/model` at most), any name that exists relative to the engine's
@@ -37,13 +39,16 @@ export function checkModelRoot(
   try {
     real = realpathSync(path.resolve(cwd, model));
   } catch (error) {
-    throw new Error(
+    throw new AgentError(
+      "LLMGW_AGENT_MODEL_OUTSIDE_ROOT",
       `model ${JSON.stringify(model)} must be inside the model root ${modelRoot}, and it cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      { cause: error },
     );
   }
   const relative = path.relative(modelRoot, real);
   if (relative.startsWith("..") || path.isAbsolute(relative)) {
-    throw new Error(
+    throw new AgentError(
+      "LLMGW_AGENT_MODEL_OUTSIDE_ROOT",
       `model ${JSON.stringify(model)} resolves to ${real}, outside the model root ${modelRoot} (llmgw agent --model-root)`,
     );
   }

@@ -2,6 +2,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { isAgentError } from "./errors.js";
 import { prepareStateDir, STATE_SUBDIRS } from "./state-dir.js";
 
 const dirs: string[] = [];
@@ -54,5 +55,20 @@ describe("prepareStateDir", () => {
     await expect(prepareStateDir(stateDir, other)).rejects.toThrow(
       `state directory ${stateDir} is owned by uid ${uid}, not the agent's uid ${other}; refusing to use it`,
     );
+  });
+
+  it.each([
+    ["a logs/ that is a symlink", "symlink"],
+    ["a state dir owned by another user", "owner"],
+  ])("refuses %s with LLMGW_AGENT_STATE_DIR_UNSAFE", async (_, why) => {
+    const base = tempDir();
+    const stateDir = path.join(base, "agent");
+    mkdirSync(stateDir);
+    if (why === "symlink") symlinkSync(base, path.join(stateDir, "logs"));
+    const error = await prepareStateDir(stateDir, why === "owner" ? (uid ?? 0) + 1 : uid).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isAgentError(error) && error.code).toBe("LLMGW_AGENT_STATE_DIR_UNSAFE");
   });
 });

@@ -1,5 +1,6 @@
 import { chmod, lstat, mkdir } from "node:fs/promises";
 import path from "node:path";
+import { AgentError } from "./errors.js";
 
 /** Subdirectories of the agent's state dir that hold pid files, replica records and logs. */
 export const STATE_SUBDIRS = ["pids", "replicas", "logs"] as const;
@@ -12,6 +13,7 @@ export const STATE_SUBDIRS = ["pids", "replicas", "logs"] as const;
  * refused: chmod would follow the link, and the other owner could loosen it again.
  *
  * @param uid the agent's user id (`process.getuid()`); undefined skips the owner check.
+ * @throws AgentError `LLMGW_AGENT_STATE_DIR_UNSAFE` naming the directory and what is wrong.
  */
 export async function prepareStateDir(stateDir: string, uid: number | undefined): Promise<void> {
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
@@ -19,12 +21,14 @@ export async function prepareStateDir(stateDir: string, uid: number | undefined)
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const stat = await lstat(dir);
     if (!stat.isDirectory()) {
-      throw new Error(
+      throw new AgentError(
+        "LLMGW_AGENT_STATE_DIR_UNSAFE",
         `state directory ${dir} is ${stat.isSymbolicLink() ? "a symbolic link" : "not a directory"}; refusing to use it`,
       );
     }
     if (uid !== undefined && stat.uid !== uid) {
-      throw new Error(
+      throw new AgentError(
+        "LLMGW_AGENT_STATE_DIR_UNSAFE",
         `state directory ${dir} is owned by uid ${stat.uid}, not the agent's uid ${uid}; refusing to use it`,
       );
     }
