@@ -1,4 +1,10 @@
-import type { NodeInventory } from "@llmgw/discovery";
+import {
+  applyKernelFaults,
+  createKernelFaultTracker,
+  type Gpu,
+  type NodeInventory,
+  ProblemCodes,
+} from "@llmgw/discovery";
 import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it } from "vitest";
 import { collectInventory, formatInventoryTable, inventoryToJson } from "./inventory.js";
@@ -163,6 +169,48 @@ describe("formatInventoryTable", () => {
     expect(text).toMatch(/mlx5_2 +1 +- +IB +DOWN\/Disabled +- +-/);
     expect(text.indexOf("Problems (1)")).toBeGreaterThan(text.indexOf("Fabric ports (2)"));
     expect(text).toContain("LLMGW_DISCOVERY_GPU_LOST  GPU 1 lost");
+  });
+});
+
+describe("formatInventoryTable: the HEALTH cell", () => {
+  const healthy = inventory.gpus[0] as Gpu;
+  /** The HEALTH cell (the row's last column) of a one-GPU table. */
+  const cell = (gpu: Gpu) => {
+    const row = formatInventoryTable({ ...inventory, gpus: [gpu] })
+      .split("\n")
+      .find((l) => l.trimStart().startsWith("0 "));
+    return row?.split(/ +/).at(-1);
+  };
+  const withProblem = (code: string) =>
+    cell({ ...healthy, healthy: false, healthProblems: [{ code, message: "m", source: "s" }] });
+
+  it.each([
+    [ProblemCodes.gpuEccUncorrected, "ecc-errors"],
+    [ProblemCodes.gpuUnmanagedMemory, "foreign-processes"],
+    [ProblemCodes.gpuMigEnabled, "mig"],
+    [ProblemCodes.gpuLost, "lost"],
+    [ProblemCodes.gpuRowRemapPending, "row-remap-pending"],
+    [ProblemCodes.gpuRowRemapFailure, "row-remap-failed"],
+    [ProblemCodes.gpuRetiredPagesPending, "pages-pending"],
+    [ProblemCodes.gpuRecoveryAction, "recovery-action"],
+    [ProblemCodes.gpuNvlinkInactive, "nvlink-inactive"],
+    [ProblemCodes.gpuPcieDegraded, "pcie-degraded"],
+    [ProblemCodes.gpuRasUncorrected, "ras-errors"],
+    ["LLMGW_SOMETHING_NEW", "LLMGW_SOMETHING_NEW"],
+  ])("%s reads %s", (code, word) => {
+    expect(withProblem(code)).toBe(word);
+  });
+
+  it("names a kernel-log fault by itself, beside the other words", () => {
+    // health-formats.md §1.3, verbatim but for its PCI id (rewritten to GPU 0's bus).
+    const tracker = createKernelFaultTracker({ clock: () => 1_700_000_000_000 });
+    tracker.add("NVRM: Xid (PCI:0000:00:09): 79, GPU has fallen off the bus.", true);
+    const ecc = { code: ProblemCodes.gpuEccUncorrected, message: "m", source: "nvidia-smi" };
+    const [gpu] = applyKernelFaults(
+      [{ ...healthy, healthy: false, healthProblems: [ecc] }],
+      tracker.faults(),
+    ).gpus;
+    expect(cell(gpu as Gpu)).toBe("ecc-errors,xid-79");
   });
 });
 

@@ -102,11 +102,19 @@ const dash = (value: string | undefined): string =>
 const gib = (bytes: number | undefined) =>
   bytes === undefined ? undefined : `${(bytes / GIB).toFixed(1)} GiB`;
 
+/** One word per GPU health problem for the HEALTH cell; an unknown code prints as itself. */
 const HEALTH_WORDS: Record<string, string> = {
   [ProblemCodes.gpuEccUncorrected]: "ecc-errors",
   [ProblemCodes.gpuUnmanagedMemory]: "foreign-processes",
   [ProblemCodes.gpuMigEnabled]: "mig",
   [ProblemCodes.gpuLost]: "lost",
+  [ProblemCodes.gpuRowRemapPending]: "row-remap-pending",
+  [ProblemCodes.gpuRowRemapFailure]: "row-remap-failed",
+  [ProblemCodes.gpuRetiredPagesPending]: "pages-pending",
+  [ProblemCodes.gpuRecoveryAction]: "recovery-action",
+  [ProblemCodes.gpuNvlinkInactive]: "nvlink-inactive",
+  [ProblemCodes.gpuPcieDegraded]: "pcie-degraded",
+  [ProblemCodes.gpuRasUncorrected]: "ras-errors",
 };
 
 /**
