@@ -2,20 +2,26 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { simulateInventory } from "@llmgw/discovery";
+import {
+  applyKernelFaults,
+  createKernelFaultTracker,
+  type Problem,
+  ProblemCodes,
+  simulateInventory,
+} from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
-import { ReplicaManager } from "./replica-manager.js";
+import { ReplicaManager, type ReplicaManagerOptions } from "./replica-manager.js";
 
 const dirs: string[] = [];
 afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
-function manager() {
+function manager(extra: Partial<ReplicaManagerOptions> = {}) {
   const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-manager-"));
   dirs.push(stateDir);
   const node = simulateInventory("1xh100-80g", { hostname: "node-a" });
@@ -35,7 +41,17 @@ function manager() {
     probeTimeoutMs: 1000,
     defaultLoadingDeadlineMs: 60_000,
     localAddress: "127.0.0.1",
+    ...extra,
   });
+}
+
+/** A logger that keeps the fields of each warning, to read a refusal's code from. */
+function recordingLogger() {
+  const warnings: Readonly<Record<string, unknown>>[] = [];
+  return {
+    warnings,
+    logger: { info: () => {}, warn: (_: string, fields = {}) => void warnings.push(fields) },
+  };
 }
 
 /** An assignment the node cannot run: GPU 3 on a one-GPU node. */
@@ -66,6 +82,124 @@ describe("ReplicaManager", () => {
 
     await m.apply([]);
     expect(m.statuses()).toEqual([]);
+    await m.close(true);
+  });
+});
+
+describe("ReplicaManager: error codes of a FAILED replica", () => {
+  const simAssignment = (deployment = true) =>
+    create(ReplicaAssignmentSchema, {
+      replicaId: "m-0",
+      rank: 0,
+      gpuIndices: [0],
+      ...(deployment
+        ? {
+            deployment: deploymentSpecToProto(
+              parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+            ),
+          }
+        : {}),
+    });
+
+  it.each([
+    [
+      "an assignment without a deployment",
+      {},
+      simAssignment(false),
+      "LLMGW_AGENT_ASSIGNMENT_REFUSED",
+      "assignment carries no deployment",
+    ],
+    [
+      "a launch the engines' check refuses",
+      {},
+      impossible(1n),
+      "LLMGW_AGENT_ASSIGNMENT_REFUSED",
+      "LLMGW_ENGINES_GPU_NOT_FOUND: GPU 3 is not in node-a's inventory",
+    ],
+    [
+      "an engine that cannot be spawned",
+      { nodeConfig: { simCommand: ["/nonexistent/llmgw-engine"] } },
+      simAssignment(),
+      "LLMGW_AGENT_LAUNCH_FAILED",
+      "launch failed: cannot spawn /nonexistent/llmgw-engine",
+    ],
+  ])("%s is logged with a stable code", async (_, extra, assignment, code, message) => {
+    const { warnings, logger } = recordingLogger();
+    const m = manager({ ...extra, logger });
+    await m.apply([assignment]);
+    const [status] = m.statuses();
+    expect(status?.state).toBe(ReplicaState.FAILED);
+    expect(status?.message).toContain(message);
+    expect(warnings).toMatchObject([{ replicaId: "m-0", code }]);
+    expect(m.managedPids().size).toBe(0);
+    await m.close(true);
+  });
+});
+
+describe("ReplicaManager: the launch check after a kernel-log fault", () => {
+  /**
+   * health-formats.md §1.3, verbatim but for its PCI id: `PCI:0000:06:00` rewritten to the
+   * simulated GPU 0's bus (`00000000:01:00.0` in simulate.ts).
+   */
+  const XID_79 = "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.";
+
+  /** node-a's GPU 0 with the Xid 79 applied, and `extra` problems beside it. */
+  function faultedNode(extra: Problem[] = []) {
+    const base = simulateInventory("1xh100-80g", { hostname: "node-a" });
+    const tracker = createKernelFaultTracker({ clock: () => 1_700_000_000_000 });
+    tracker.add(XID_79, true);
+    const gpus = base.gpus.map((g) =>
+      extra.length === 0 ? g : { ...g, healthy: false, healthProblems: extra },
+    );
+    return { ...base, gpus: applyKernelFaults(gpus, tracker.faults()).gpus };
+  }
+
+  const run = (node: ReturnType<typeof faultedNode>) =>
+    manager({
+      inventory: () => node,
+      nodeConfig: {
+        simCommand: [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"],
+        bindHost: "127.0.0.1",
+      },
+      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    });
+
+  const assignment = () =>
+    create(ReplicaAssignmentSchema, {
+      replicaId: "m-0",
+      rank: 0,
+      gpuIndices: [0],
+      deployment: deploymentSpecToProto(
+        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+      ),
+    });
+
+  // The control plane alone knows whether an operator cleared the fault; it placed the
+  // replica, so the agent launches it.
+  it("launches on a GPU whose only problem is a kernel-log fault", async () => {
+    const node = faultedNode();
+    expect(node.gpus[0]).toMatchObject({ healthy: false, lost: false });
+    const m = run(node);
+    await m.apply([assignment()]);
+    await expect.poll(() => m.statuses()[0]?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+    expect(m.statuses()[0]?.state).not.toBe(ReplicaState.FAILED);
+    await m.close(true);
+  });
+
+  it("still refuses a GPU with another health problem beside the fault", async () => {
+    const ecc = {
+      code: ProblemCodes.gpuEccUncorrected,
+      message: "2 uncorrected ECC errors",
+      source: "nvidia-smi",
+    };
+    const m = run(faultedNode([ecc]));
+    await m.apply([assignment()]);
+    const [status] = m.statuses();
+    expect(status?.state).toBe(ReplicaState.FAILED);
+    expect(status?.message).toMatch(
+      /^LLMGW_ENGINES_GPU_UNHEALTHY: GPU 0 .* is unhealthy: 2 uncorrected ECC errors$/,
+    );
+    expect(m.managedPids().size).toBe(0);
     await m.close(true);
   });
 });

@@ -34,6 +34,8 @@ import {
   type SupervisorLogger,
 } from "@llmgw/supervisor";
 import { deploymentSpecFromProto } from "@llmgw/wire";
+import { AgentError } from "./errors.js";
+import { withoutKernelLogFaults } from "./launch-health.js";
 import { checkModelRoot } from "./model-root.js";
 import { createRedactor } from "./redact.js";
 
@@ -234,11 +236,19 @@ export class ReplicaManager {
       await this.#persist(managed);
       try {
         await managed.replica.start({ adopt: true });
-      } catch (error) {
-        const message = `launch failed: ${(error as Error).message}`;
-        this.options.logger.warn("replica failed to launch", { replicaId: key, error: message });
+      } catch (cause) {
+        const error = new AgentError(
+          "LLMGW_AGENT_LAUNCH_FAILED",
+          `launch failed: ${(cause as Error).message}`,
+          { cause },
+        );
+        this.options.logger.warn("replica failed to launch", {
+          replicaId: key,
+          code: error.code,
+          error: error.message,
+        });
         this.#managed.delete(key);
-        this.#rejected.set(key, { assignment, message, atMs: Date.now() });
+        this.#rejected.set(key, { assignment, message: error.message, atMs: Date.now() });
       }
     }
   }
@@ -247,22 +257,30 @@ export class ReplicaManager {
   #prepare(assignment: ReplicaAssignment, apiPort: number, apiKey?: string): Managed | undefined {
     const key = assignment.replicaId;
     try {
-      if (!assignment.deployment) throw new Error("assignment carries no deployment");
+      if (!assignment.deployment) {
+        throw new AgentError("LLMGW_AGENT_ASSIGNMENT_REFUSED", "assignment carries no deployment");
+      }
       const deployment = deploymentSpecFromProto(assignment.deployment);
       const node = this.options.inventory();
       const world = assignment.world;
       const nnodes = Math.max(1, world?.nnodes ?? 1);
       if (nnodes === 1) {
+        // Kernel-log faults are the control plane's to weigh (it alone knows of clears).
+        const launchNode = withoutKernelLogFaults(node);
         const violations = validateLaunch({
           deployment,
-          ranks: [{ nodeId: node.hostname, node, gpuIndices: assignment.gpuIndices }],
+          ranks: [{ nodeId: node.hostname, node: launchNode, gpuIndices: assignment.gpuIndices }],
         });
         if (violations.length > 0) {
-          throw new Error(violations.map((v) => `${v.code}: ${v.message}`).join("; "));
+          throw new AgentError(
+            "LLMGW_AGENT_ASSIGNMENT_REFUSED",
+            violations.map((v) => `${v.code}: ${v.message}`).join("; "),
+          );
         }
       }
       if (deployment.trustRemoteCode && this.options.allowTrustRemoteCode !== true) {
-        throw new Error(
+        throw new AgentError(
+          "LLMGW_AGENT_ASSIGNMENT_REFUSED",
           "trustRemoteCode runs the model repository's own Python code on this node; its operator allows that with `llmgw agent --allow-trust-remote-code` (LLMGW_ALLOW_TRUST_REMOTE_CODE=1)",
         );
       }
@@ -349,7 +367,13 @@ export class ReplicaManager {
       return managed;
     } catch (error) {
       const message = (error as Error).message;
-      this.options.logger.warn("cannot run assigned replica", { replicaId: key, error: message });
+      // Codes of the agent (refusal, model root) and of the engines (env allow-list) alike.
+      const code = (error as { code?: unknown }).code;
+      this.options.logger.warn("cannot run assigned replica", {
+        replicaId: key,
+        ...(typeof code === "string" ? { code } : {}),
+        error: message,
+      });
       this.#rejected.set(key, { assignment, message, atMs: Date.now() });
       return undefined;
     }
