@@ -326,12 +326,20 @@ function portFabrics(inventory: NodeInventory): Map<string, string[]> {
 }
 
 function portSnapshot(p: Port, fabrics: ReadonlyMap<string, string[]>): PortSnapshot {
-  const healthy = p.health?.healthy;
-  const problem = healthy === false ? (p.health?.problems[0]?.message ?? "unhealthy") : undefined;
+  const on = fabrics.get(portKey(p.device, p.port)) ?? [];
+  // A fabric port (ACTIVE at registration) that is not ACTIVE now carries no NCCL traffic,
+  // however calm its counters are: a port that went down and stays down never flaps.
+  const down = on.length > 0 && p.state !== "" && p.state !== "ACTIVE";
+  const healthy = down ? false : p.health?.healthy;
+  const problem = down
+    ? `port is ${p.state}${p.physState ? `/${p.physState}` : ""} (ACTIVE when the node registered)`
+    : healthy === false
+      ? (p.health?.problems[0]?.message ?? "unhealthy")
+      : undefined;
   return {
     device: p.device,
     port: p.port,
-    fabrics: fabrics.get(portKey(p.device, p.port)) ?? [],
+    fabrics: on,
     ...(healthy === undefined ? {} : { healthy }),
     ...(problem === undefined ? {} : { problem }),
   };
@@ -365,6 +373,15 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
     }
   }
   return out;
+}
+
+/** Faults the agent attaches to every GPU of its node (see `applyKernelFaults`). */
+function faultIsNodeWide(f: GpuFault): boolean {
+  return (
+    (f.kind === "sxid" && f.action !== "ignore") ||
+    f.action === "drain-node" ||
+    f.action === "reboot"
+  );
 }
 
 function nodeIdFor(hostname: string): string {
@@ -754,6 +771,20 @@ export class Cluster {
     const before = new Map(node.ports.map((p) => [portKey(p.device, p.port), p]));
     const troubleBefore = [...troubledFabrics(node.ports).keys()].sort().join(",");
     node.ports = ports.map((p) => portSnapshot(p, fabrics));
+    // A fabric port the agent no longer lists (the device vanished, or sysfs could not be
+    // read) is as unusable as a down one: absent is not healthy.
+    const listed = new Set(node.ports.map((p) => portKey(p.device, p.port)));
+    for (const [key, on] of fabrics) {
+      if (listed.has(key)) continue;
+      const [device = "", port = "0"] = key.split("/");
+      node.ports.push({
+        device,
+        port: Number(port),
+        fabrics: on,
+        healthy: false,
+        problem: "port not reported by the agent (device gone, or its sysfs unreadable)",
+      });
+    }
     for (const p of node.ports) {
       const was = before.get(portKey(p.device, p.port))?.healthy;
       if (p.healthy === undefined || p.healthy === was) continue;
@@ -1142,8 +1173,46 @@ export class Cluster {
         }`,
       );
     }
-    const reading = node.readings.get(gpuIndex);
-    const faults = (reading ?? gpu).faults;
+    const own = this.#clearOn(node, gpu, () => true);
+    // A node-wide fault (an Xid 79, a fatal SXid: the agent attaches it to every GPU) is one
+    // fault: clearing it on one GPU clears it on the node's other GPUs too.
+    const nodeWide = new Set(own.faults.filter(faultIsNodeWide).map(gpuFaultKey));
+    const others =
+      nodeWide.size === 0
+        ? []
+        : node.inventory.gpus
+            .filter((g) => g.index !== gpuIndex)
+            .map((g) => this.#clearOn(node, g, (f) => nodeWide.has(gpuFaultKey(f))))
+            .filter((r) => r.counting.length > 0);
+    const alsoOn =
+      others.length === 0 ? "" : ` (also on GPU ${others.map((r) => r.gpu.index).join(", ")})`;
+    const { counting, after } = own;
+    const still = after.healthy
+      ? ""
+      : `; it stays unhealthy: ${after.lost ? "the GPU is lost" : (after.problems[0]?.message ?? "faults remain")}`;
+    this.#event(
+      "gpu.fault_cleared",
+      node.record.id,
+      `GPU ${gpuIndex} (${gpu.uuid}) on ${node.record.hostname}: ${
+        counting.length === 0
+          ? "no fault was counting"
+          : `${counting.length} fault${counting.length === 1 ? "" : "s"} cleared by an operator (${counting
+              .map(faultName)
+              .join(", ")})${alsoOn}`
+      }; a record seen after this counts again${still}`,
+      "info",
+    );
+    const changed = [own, ...others].filter((r) => r.before.healthy !== r.after.healthy);
+    for (const r of changed) this.#gpuHealthEvent(node, r.gpu, r.after);
+    if (changed.length > 0) this.#reconcile(`GPU ${gpuIndex} on ${node.record.id} cleared`);
+    else this.#touch();
+    return counting.length;
+  }
+
+  /** Records a clear of `gpu`'s faults that `which` selects; store first, then memory. */
+  #clearOn(node: LiveNode, gpu: Gpu, which: (f: GpuFault) => boolean) {
+    const reading = node.readings.get(gpu.index);
+    const faults = (reading ?? gpu).faults.filter(which);
     const prior = this.#clearedFaults.get(gpu.uuid);
     const before = this.#verdict(gpu, reading);
     const counting = faults.filter((f) => faultCounts(f, prior));
@@ -1164,31 +1233,9 @@ export class Cluster {
     // Store first: a refused write changes nothing.
     this.#o.store.replaceFaultClears(gpu.uuid, records);
     this.#clearedFaults.set(gpu.uuid, new Map(kept));
-    const announced = this.#announcedFaults.get(`${node.record.id}/${gpuIndex}`);
+    const announced = this.#announcedFaults.get(`${node.record.id}/${gpu.index}`);
     for (const f of faults) announced?.delete(gpuFaultKey(f));
-    const after = this.#verdict(gpu, reading);
-    const still = after.healthy
-      ? ""
-      : `; it stays unhealthy: ${after.lost ? "the GPU is lost" : (after.problems[0]?.message ?? "faults remain")}`;
-    this.#event(
-      "gpu.fault_cleared",
-      node.record.id,
-      `GPU ${gpuIndex} (${gpu.uuid}) on ${node.record.hostname}: ${
-        counting.length === 0
-          ? "no fault was counting"
-          : `${counting.length} fault${counting.length === 1 ? "" : "s"} cleared by an operator (${counting
-              .map(faultName)
-              .join(", ")})`
-      }; a record seen after this counts again${still}`,
-      "info",
-    );
-    if (before.healthy !== after.healthy) {
-      this.#gpuHealthEvent(node, gpu, after);
-      this.#reconcile(`GPU ${gpuIndex} on ${node.record.id} cleared`);
-    } else {
-      this.#touch();
-    }
-    return counting.length;
+    return { gpu, faults, counting, before, after: this.#verdict(gpu, reading) };
   }
 
   /** Forgets a node and revokes its credential; its replicas are rescheduled. */

@@ -351,6 +351,46 @@ describe("port health", () => {
     ]);
   });
 
+  it("a fabric port that is DOWN (with calm counters) or no longer listed takes gangs off the node", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g@ib-a", "10.0.0.1");
+    join_(cluster, "node-b", "2xh100-80g@ib-a", "10.0.0.2");
+    deploy(cluster, { name: "big", engine: "sim", tensorParallel: 2, nodesPerReplica: 2 });
+    const big = () => cluster.placements().find((p) => p.deployment === "big");
+    const onA = () => big()?.ranks.some((r) => r.nodeId === a.nodeId) ?? false;
+    // Two nodes for a two-node gang: it is on node-a. A third node gives it somewhere to go.
+    expect(onA()).toBe(true);
+    join_(cluster, "node-c", "2xh100-80g@ib-a", "10.0.0.3");
+    // A port that went down and stayed down never flaps: its monitor says healthy.
+    const down = create(PortSchema, {
+      device: "mlx5_0",
+      port: 1,
+      linkLayer: "infiniband",
+      state: "DOWN",
+      physState: "Polling",
+      health: { healthy: true, flaps: 0, flapWindowS: 600, problems: [] },
+    });
+    beat(cluster, a, { ports: [down, port("mlx5_1", true)] });
+    const [snapshot] = cluster.nodeSnapshots().filter((n) => n.id === a.nodeId);
+    expect(snapshot?.ports.find((p) => p.device === "mlx5_0")).toEqual({
+      device: "mlx5_0",
+      port: 1,
+      fabrics: ["ib-a"],
+      healthy: false,
+      problem: "port is DOWN/Polling (ACTIVE when the node registered)",
+    });
+    expect(onA()).toBe(false);
+    expect(big()?.ranks).toHaveLength(2);
+    // Back up, but now mlx5_1 is missing from the list: still not usable for gangs.
+    beat(cluster, a, { ports: [port("mlx5_0", true)] });
+    const [again] = cluster.nodeSnapshots().filter((n) => n.id === a.nodeId);
+    expect(again?.ports.find((p) => p.device === "mlx5_1")).toMatchObject({
+      healthy: false,
+      problem: "port not reported by the agent (device gone, or its sysfs unreadable)",
+    });
+    expect(onA()).toBe(false);
+  });
+
   it("says nothing about a port first reported healthy, and keeps the registered ports without a report", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g@ib-a", "10.0.0.1");
@@ -358,5 +398,48 @@ describe("port health", () => {
     beat(cluster, a, {});
     expect(kinds(cluster)).not.toContain("port.health");
     expect(cluster.nodeSnapshots()[0]?.ports[0]?.healthy).toBe(true);
+  });
+});
+
+describe("a node-wide fault", () => {
+  it("is cleared on every GPU of the node by one gpu clear, and a GPU-scoped one only on its GPU", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    const gpus = a.inventory.gpus;
+    // Xid 79 says reboot: the agent attaches it to both GPUs. An Xid 48 (reset-gpu) sits on GPU 1.
+    const xid79 = fault({ action: "reboot" });
+    const xid48 = fault({
+      code: 48,
+      action: "reset-gpu",
+      pciBusId: "00000000:02:00.0",
+      description: "Double Bit ECC Error",
+    });
+    const reading = (index: number, faults: GpuFault[]) =>
+      create(GpuReadingSchema, {
+        index,
+        uuid: gpus[index]?.uuid,
+        healthy: false,
+        healthProblems: [
+          { code: "LLMGW_DISCOVERY_GPU_FAULT", message: "kernel-log fault", source: "kernel-log" },
+        ],
+        faults,
+      });
+    cluster.heartbeat(a.nodeId, {
+      gpus: [reading(0, [xid79]), reading(1, [xid79, xid48])],
+      replicas: [],
+      problems: [],
+    });
+    const healthy = () => cluster.getNode(a.nodeId).gpuReadings.map((g) => g.healthy);
+    expect(healthy()).toEqual([false, false]);
+
+    expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
+    // GPU 0 is back; GPU 1 lost its Xid 79 too but keeps its own Xid 48.
+    expect(healthy()).toEqual([true, false]);
+    const cleared = cluster
+      .listEvents({ limit: 100 })
+      .filter((e) => e.kind === "gpu.fault_cleared");
+    expect(cleared.at(-1)?.message).toContain("(also on GPU 1)");
+    expect(cluster.clearGpuFaults("node-a", 1)).toBe(1);
+    expect(healthy()).toEqual([true, true]);
   });
 });
