@@ -68,7 +68,19 @@ export interface ControlChannelOptions {
    * (Per-call deadlines, `callTimeoutMs`, stay on Connect's own timers.)
    */
   readonly clock?: Clock;
+  /**
+   * Shortest time between the start of one heartbeat and a heartbeat hurried by
+   * {@link ControlChannel.beatSoon}; default {@link MIN_HURRIED_BEAT_SPACING_MS}.
+   */
+  readonly minHurriedBeatSpacingMs?: number;
 }
+
+/**
+ * Default of {@link ControlChannelOptions.minHurriedBeatSpacingMs}: a stream of kernel-log
+ * faults or port changes sends at most four heartbeats a second, not one per event, and each
+ * heartbeat whose health changed makes the control plane reconcile.
+ */
+export const MIN_HURRIED_BEAT_SPACING_MS = 250;
 
 /** The control plane's `llmgw-error-code` for a node id held with another credential. */
 const NODE_ID_TAKEN = "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN";
@@ -93,6 +105,8 @@ export class ControlChannel {
   private wake: (() => void) | undefined;
   /** A {@link beatSoon} arrived after the last heartbeat took its snapshot. */
   private beatPending = false;
+  /** When the last heartbeat started (clock ms); undefined before the first. */
+  private lastBeatStartedMs: number | undefined;
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -116,7 +130,9 @@ export class ControlChannel {
   /**
    * Sends the next heartbeat now instead of at the end of the interval: a hardware fault is
    * worth an out-of-band report. Calls coalesce; one that arrives after a heartbeat took its
-   * snapshot causes one more right after that heartbeat (its snapshot may predate the news).
+   * snapshot causes one more after that heartbeat (its snapshot may predate the news). A
+   * hurried heartbeat starts at the earliest `minHurriedBeatSpacingMs` after the previous one
+   * started, so a burst of calls costs the control plane one or two heartbeats.
    * While reconnecting, the backoff is kept (the control plane is not answering anyway), and
    * the first heartbeat that gets through carries the news.
    */
@@ -125,13 +141,22 @@ export class ControlChannel {
     this.wake?.();
   }
 
-  /** Waits the heartbeat interval, or less if {@link beatSoon} is called. */
+  /**
+   * Waits the heartbeat interval, or less if {@link beatSoon} is called — but a hurried beat
+   * never less than the minimum spacing after the previous heartbeat started.
+   */
   private async waitForNextBeat(signal: AbortSignal): Promise<void> {
-    if (this.beatPending) return;
-    await sleep(this.clock, this.intervalMs, signal, (wake) => {
-      this.wake = wake;
-    });
-    this.wake = undefined;
+    if (!this.beatPending) {
+      await sleep(this.clock, this.intervalMs, signal, (wake) => {
+        this.wake = wake;
+      });
+      this.wake = undefined;
+    }
+    if (!this.beatPending || this.lastBeatStartedMs === undefined) return;
+    const spacingMs = this.options.minHurriedBeatSpacingMs ?? MIN_HURRIED_BEAT_SPACING_MS;
+    const waitMs = this.lastBeatStartedMs + spacingMs - this.clock.now();
+    // Calls during this wait only set beatPending: they ride on the same heartbeat.
+    if (waitMs > 0) await sleep(this.clock, waitMs, signal);
   }
 
   /** Runs until `signal` aborts. Never throws for control-plane trouble; it retries. */
@@ -293,6 +318,7 @@ export class ControlChannel {
     if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
     // This snapshot carries whatever news a beatSoon so far announced.
     this.beatPending = false;
+    this.lastBeatStartedMs = this.clock.now();
     const snapshot = await this.hooks.snapshot();
     return this.client.heartbeat(
       create(HeartbeatRequestSchema, {

@@ -441,6 +441,42 @@ const rows: Row[] = [
     ],
   },
   {
+    name: "beatSoon right after a heartbeat waits out the 250 ms spacing from that heartbeat's start",
+    steps: [(h) => h.channel.beatSoon(), "wait"],
+    trace: [
+      "register(asks -) → A",
+      "heartbeat A seen=g0 → g1",
+      "state connected",
+      "apply g1 (0)",
+      "wait 250",
+      "heartbeat A seen=g1 → g1",
+      "asleep 2000",
+    ],
+  },
+  {
+    name: "ten beatSoon calls within 100 ms: one heartbeat 250 ms after the last (at most two in the next 300 ms)",
+    steps: [
+      ...Array.from(
+        { length: 10 },
+        (): Step => (h) => {
+          h.clock.advance(10);
+          h.channel.beatSoon();
+        },
+      ),
+      "wait",
+    ],
+    trace: [
+      "register(asks -) → A",
+      "heartbeat A seen=g0 → g1",
+      "state connected",
+      "apply g1 (0)",
+      // The first call came at +10 ms and the last at +100 ms; all ride on the beat at +250.
+      "wait 150",
+      "heartbeat A seen=g1 → g1",
+      "asleep 2000",
+    ],
+  },
+  {
     name: "beatSoon while reconnecting keeps the backoff; the first heartbeat through carries the news",
     steps: [
       (h) => {
