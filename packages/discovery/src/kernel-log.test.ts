@@ -687,13 +687,124 @@ describe("createXidAggregator", () => {
     expect(agg.faults().map((f) => f.key)).toEqual(["xid:00000000:CB:00.0:13"]);
   });
 
-  it("forgets the least recently seen fault past maxFaults", () => {
+  it("forgets ignore, then restart-engine faults past maxFaults, before one that takes a GPU out", () => {
     const agg = createXidAggregator({ maxFaults: 2, clock: () => 0 });
-    agg.add(parseXid(XID_13)!, 1);
-    agg.add(parseXid(XID_109)!, 2);
-    agg.add(parseXid(XID_13)!, 3);
-    agg.add(parseXid(REAL_LINES[2]![0])!, 4);
-    expect(agg.faults().map((f) => f.code)).toEqual([13, 79]);
+    const line = (code: number) => REAL_LINES.find(([l]) => l.includes(`): ${code}, `))![0];
+    agg.add(parseXid(line(48))!, 1); // reset-gpu, the stalest
+    agg.add(parseXid(XID_13)!, 2); // restart-engine
+    // Full: the ignore fault goes, even though it is the newest.
+    expect(agg.add(parseXid(line(63))!, 3).evicted).toMatchObject({ code: 63 });
+    expect(agg.faults().map((f) => f.code)).toEqual([48, 13]);
+    expect(agg.add(parseXid(line(79))!, 4).evicted).toMatchObject({ code: 13 }); // reboot in
+    expect(agg.faults().map((f) => f.code)).toEqual([48, 79]);
+    expect(agg.evictions()).toEqual({ total: 2, unhealthy: 0 });
+    // Every fault takes a GPU out: the stalest goes, and the count says so.
+    agg.add(parseXid(XID_109)!, 5);
+    expect(agg.faults().map((f) => f.code)).toEqual([79, 109]);
+    expect(agg.evictions()).toMatchObject({ total: 3, unhealthy: 1, lastUnhealthy: { code: 48 } });
+  });
+});
+
+describe("a fault's action over its records", () => {
+  // §1.5 lists the two 20034 lines from different captures (switches a9 and 00); the driver
+  // prints the `Data {…}` line right after the record it repeats, on the same switch, so the
+  // Data line is moved onto the Fatal line's switch here.
+  const FATAL_20034 =
+    "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up";
+  const DATA_20034 =
+    "[131453.740758] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Data {0x50610002, 0x10100030}".replace(
+      "PCI:0000:a9:00.0",
+      "PCI:0000:00:00.0",
+    );
+
+  it("keeps a fatal SXid drain-node through its own Data {…} line", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    expect(tracker.add(FATAL_20034, true).map((e) => e.kind)).toEqual(["opened"]);
+    expect(tracker.add(DATA_20034, true)).toEqual([]); // no action-changed to ignore
+    expect(tracker.faults()).toMatchObject([
+      { kind: "sxid", code: 20034, action: "drain-node", count: 2 },
+    ]);
+    const { gpus } = applyKernelFaults([gpuAt(0, OTHER_BUS)], tracker.faults());
+    expect(gpus[0]!.healthy).toBe(false);
+  });
+
+  it("raises a fault to its most severe record, and lets only Xid 154 replace it", () => {
+    const agg = createXidAggregator({ clock: () => 0 });
+    const xid94 = parseXid(
+      "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    )!;
+    agg.add({ ...xid94, resetRequired: true }, 1);
+    expect(agg.add(xid94, 2).fault.action).toBe("reset-gpu"); // the milder repeat keeps it
+    // Xid 154 carries the driver's current recovery action: it replaces, lower too. The 154
+    // fault says nothing else; the Xid 149 that caused it keeps its own action.
+    const to4 = parseXid(REAL_LINES.find(([l]) => l.includes("to 0x4 (Drain and Reset)"))![0])!;
+    agg.add(
+      parseXid(
+        "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+      )!,
+      3,
+    );
+    expect(agg.add({ ...to4, recoveryAction: 2 }, 4).fault.action).toBe("reboot");
+    const lowered = agg.add(to4, 5);
+    expect(lowered).toMatchObject({ previousAction: "reboot", fault: { action: "reset-gpu" } });
+    expect(agg.add({ ...to4, recoveryAction: 0 }, 6).fault.action).toBe("ignore");
+    expect(agg.find("xid", "00000009:01:00.0", 149)!.action).toBe("reset-gpu");
+  });
+});
+
+describe("the driver's reset verdict (Xid 94/95 RST / D-RST)", () => {
+  // §1.3, DRV: the three lines the driver's comment gives.
+  const DRV = [
+    "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",
+  ];
+
+  it("keeps RST: No at the catalog's action and RST: Yes at reset-gpu or worse", () => {
+    expect(DRV.map((l) => classifyXid(parseXid(l)!))).toEqual([
+      "restart-engine",
+      "restart-engine",
+      "reset-gpu",
+    ]);
+  });
+
+  it("raises a 94 that says RST: Yes or D-RST: Yes to reset-gpu, never lowers a worse catalog action", () => {
+    // No capture of a 94 with `Yes` exists in the reference; the flags are the parsed fields
+    // of the verbatim 94 line, set as the driver's format (`RST: %s, D-RST: %s`) allows.
+    const xid94 = parseXid(DRV[1]!)!;
+    expect(classifyXid({ ...xid94, resetRequired: true })).toBe("reset-gpu");
+    expect(classifyXid({ ...xid94, drainAndResetRequired: true })).toBe("reset-gpu");
+    const xid79 = parseXid("NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.")!;
+    expect(classifyXid({ ...xid79, resetRequired: true })).toBe("reboot");
+  });
+});
+
+describe("forged fault records", () => {
+  // The Xid 48 line is verbatim (§1.3); each forgery puts its text where the driver's is not.
+  const XID_48_TEXT =
+    "NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
+  const XID_79_TEXT = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+  it.each([
+    // A user process (tag `alice`) logging through syslog, with and without a fake stamp.
+    `Dec  2 11:38:47 worker4 alice: ${XID_48_TEXT}`,
+    `Dec  2 11:38:47 worker4 alice: [  219.470994] ${XID_48_TEXT}`,
+    // A kernel record whose text merely contains the words (a USB product string).
+    `6,1200,5000000,-;usb 1-1: Product: ${XID_79_TEXT}`,
+    `[  219.470994] usb 1-1: Product: ${XID_79_TEXT}`,
+    "6,1201,5000001,-;usb 1-1: Product: NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.",
+    "[  219.470994] usb 1-1: Manufacturer: nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error (First)",
+  ])("opens no fault: %s", (line) => {
+    expect(parseXid(line)).toBeUndefined();
+    expect(parseFallenOffBus(line)).toBeUndefined();
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    expect(tracker.add(line, true)).toEqual([]);
+    expect(tracker.faults()).toEqual([]);
+  });
+
+  it("still reads the real syslog form with a stamp after `kernel: ` (§1.3 Xid 48)", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 0 });
+    tracker.add(`Dec  2 11:38:47 worker4 kernel: [  219.470994] ${XID_48_TEXT}`, true);
+    expect(tracker.faults()).toMatchObject([{ code: 48, action: "reset-gpu" }]);
   });
 });
 
@@ -1123,6 +1234,54 @@ describe("createKernelFaultTracker + applyKernelFaults over every fault class", 
         expect(tracker.faults()).toEqual([]);
       }),
       { numRuns: 1_000 },
+    );
+  });
+});
+
+describe("applyKernelFaults stays within the control plane's limits", () => {
+  // 100 distinct actionable codes on one GPU; evidence is the verbatim Xid 48 line (§1.3).
+  const evidence = FAULT_CASES[3]!.lines[0]!;
+  const bus = "00000000:07:00.0";
+  const many: GpuFault[] = Array.from({ length: 100 }, (_, i) => ({
+    kind: "xid",
+    code: 1_000 + i,
+    action: i === 0 ? "reboot" : "reset-gpu",
+    pciBusId: i === 0 ? OTHER_BUS : bus,
+    count: 1,
+    firstSeenUnixMs: i,
+    lastSeenUnixMs: i,
+    evidence,
+    description: "Unknown Xid (not in llmgw's catalog)",
+  }));
+
+  it("attaches 32 faults and 4 health problems per GPU, most severe then most recent", () => {
+    const { gpus, problems } = applyKernelFaults([gpuAt(0, bus)], many);
+    expect(problems).toEqual([]);
+    const gpu = gpus[0]!;
+    expect(gpu.healthy).toBe(false);
+    // The reboot (oldest, node-wide), then the 31 most recent.
+    expect(gpu.faults!.map((f) => f.code)).toEqual([
+      1_000,
+      ...Array.from({ length: 31 }, (_, i) => 1_069 + i),
+    ]);
+    const health = gpu.healthProblems.filter((p) => p.code === ProblemCodes.gpuFault);
+    expect(health).toHaveLength(4);
+    expect(health.slice(0, 3).map((p) => p.message.slice(0, 10))).toEqual([
+      "Xid 1000 (",
+      "Xid 1098 (",
+      "Xid 1099 (",
+    ]);
+    expect(health[3]!.message).toMatch(
+      /^… and 97 more kernel-log faults take this GPU out: xid-1097 00000000:07:00\.0 reset-gpu, .*, …$/,
+    );
+  });
+
+  it("turns at most 16 unattached faults into node problems, the last one counting the rest", () => {
+    const { problems } = applyKernelFaults([], many);
+    expect(problems).toHaveLength(16);
+    expect(problems[0]!.message).toMatch(/^Xid 1000 .*this node reports no GPU to attach it to\)$/);
+    expect(problems[15]!.message).toMatch(
+      /^… and 85 more kernel-log faults that reach no GPU of this node: xid-1085 /,
     );
   });
 });

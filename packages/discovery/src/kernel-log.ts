@@ -148,12 +148,14 @@ export interface ParsedXid {
   raw: string;
 }
 
-// Unanchored: any transport prefix may come before `NVRM:` (§1.6). The `s` flag lets the
-// detail span a multi-line record.
+// Anchored at the start of the message (after the transport prefix): the driver prints
+// `NVRM: Xid (` and `nvidia-nvswitch<N>: SXid (` first, so a record that merely contains the
+// words — a user-space syslog line `… alice: NVRM: Xid …`, a USB product string — forges
+// nothing. The `s` flag lets the detail span a multi-line record.
 const XID_LINE =
-  /NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?: GPU-I:([0-9a-fA-F]+))?\): (\d{1,6})(?:,\s*(.*))?$/s;
+  /^NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)(?: GPU-I:([0-9a-fA-F]+))?\): (\d{1,6})(?:,\s*(.*))?$/s;
 const SXID_LINE =
-  /SXid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d{1,6})(?:,\s*(.*))?$/s;
+  /^nvidia-nvswitch\d{1,4}: SXid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (\d{1,6})(?:,\s*(.*))?$/s;
 const PID_FIELD = /^pid=(\d{1,10}|'<unknown>'|<unknown>)(?:,\s*|$)/;
 // comm may contain ':' and '[]' (`nvc:[driver]`), so only ", " ends it.
 const NAME_FIELD = /^name=(.*?)(?:,\s+|$)/s;
@@ -161,12 +163,27 @@ const NAME_FIELD = /^name=(.*?)(?:,\s+|$)/s;
 /**
  * Parses an NVRM Xid (`NVRM: Xid (PCI:0000:9b:00): 119, pid=…, name=…, …`) or NVSwitch SXid
  * (`nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fatal, …`) message, with or without
- * a log prefix. Tolerates a missing `PCI:`, `GPU-I:nn`, any PCI domain, missing or
- * `'<unknown>'` pid and name, and multi-line details.
+ * one transport prefix that {@link parseKmsgRecord} knows (kmsg header, `[ secs]`, `dmesg -T`,
+ * `--decode`, syslog `… kernel: `). After that prefix the message must start with `NVRM: Xid (`
+ * or `nvidia-nvswitch<N>: SXid (`: text that only contains them is not a fault. Tolerates a
+ * missing `PCI:`, `GPU-I:nn`, any PCI domain, missing or `'<unknown>'` pid and name, and
+ * multi-line details. `raw` is `message` as given.
  *
  * @returns undefined for any other text. Never throws.
  */
 export function parseXid(message: string): ParsedXid | undefined {
+  return matchXid(message, message) ?? matchXid(stripTransportPrefix(message), message);
+}
+
+/** The text after one transport prefix (kmsg header or a dmesg/syslog prefix); "" when none is left. */
+function stripTransportPrefix(text: string): string {
+  const kmsg = KMSG_HEADER.exec(text);
+  if (kmsg) return unescapeKmsg(text.slice(kmsg[0].length)).trimEnd();
+  return parseTextLine(text)?.message ?? "";
+}
+
+/** {@link parseXid} of a message whose transport prefix is already gone (anchored, no stripping). */
+function matchXid(message: string, raw: string): ParsedXid | undefined {
   const xid = XID_LINE.exec(message);
   if (xid) {
     const [, bdf = "", instance, code = "", rest = ""] = xid;
@@ -177,7 +194,7 @@ export function parseXid(message: string): ParsedXid | undefined {
       code: Number(code),
       pciBusId,
       detail: "",
-      raw: message,
+      raw,
     };
     if (instance !== undefined) parsed.gpuInstance = instance;
     let detail = rest;
@@ -205,7 +222,7 @@ export function parseXid(message: string): ParsedXid | undefined {
       code: Number(code),
       pciBusId,
       detail: rest.trimEnd(),
-      raw: message,
+      raw,
     };
     const severity = /^(Fatal|Non-fatal),/.exec(parsed.detail);
     if (severity) parsed.fatal = severity[1] === "Fatal";
@@ -221,12 +238,13 @@ export interface FallenOffBus {
   raw: string;
 }
 
+// Anchored like XID_LINE: the message must start with the driver's words.
 const FALLEN_OFF_LINES = [
   // `NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.`
-  /NVRM: GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?): GPU has fallen off the bus/,
+  /^NVRM: GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?): GPU has fallen off the bus/,
   // R570 open module, one record over three lines: `NVRM: The NVIDIA GPU 0000:b3:00.0` /
   // `NVRM: (PCI ID: 10de:26b5) installed in this system has` / `NVRM: fallen off the bus …`.
-  /NVRM: The NVIDIA GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\s+NVRM: \(PCI ID: [0-9a-fA-F:]{1,16}\) installed in this system has\s+NVRM: fallen off the bus/,
+  /^NVRM: The NVIDIA GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\s+NVRM: \(PCI ID: [0-9a-fA-F:]{1,16}\) installed in this system has\s+NVRM: fallen off the bus/,
 ];
 
 /**
@@ -234,14 +252,22 @@ const FALLEN_OFF_LINES = [
  * module logs only these). The multi-line form must arrive as one message: kmsg delivers it as
  * one record (`\x0a` decoded by {@link parseKmsgRecord}); for text logs join the
  * `continuation` lines with `\n`. The watcher dedupes this against an Xid 79 for the same GPU.
+ * As with {@link parseXid}, one transport prefix may come first and the message must then start
+ * with `NVRM: GPU ` or `NVRM: The NVIDIA GPU`.
  *
  * @returns undefined for any other text. Never throws.
  */
 export function parseFallenOffBus(message: string): FallenOffBus | undefined {
+  return (
+    matchFallenOffBus(message, message) ?? matchFallenOffBus(stripTransportPrefix(message), message)
+  );
+}
+
+function matchFallenOffBus(message: string, raw: string): FallenOffBus | undefined {
   for (const pattern of FALLEN_OFF_LINES) {
     const match = pattern.exec(message);
     const pciBusId = match ? pciBusKey(match[1]!) : undefined;
-    if (pciBusId !== undefined) return { pciBusId, raw: message };
+    if (pciBusId !== undefined) return { pciBusId, raw };
   }
   return undefined;
 }
@@ -399,12 +425,29 @@ export const RECOVERY_ACTIONS: ReadonlyMap<number, { name: string; action: XidAc
   [7, { name: "System reboot", action: "reboot" }],
 ]);
 
+const ACTION_SEVERITY: Readonly<Record<FaultAction, number>> = {
+  ignore: 0,
+  "restart-engine": 1,
+  "reset-gpu": 2,
+  "drain-node": 3,
+  reboot: 4,
+};
+
+/** The more severe of two actions (`ignore` < `restart-engine` < `reset-gpu` < `drain-node` < `reboot`). */
+export function moreSevereAction(a: FaultAction, b: FaultAction): FaultAction {
+  return ACTION_SEVERITY[b] > ACTION_SEVERITY[a] ? b : a;
+}
+
 /**
  * llmgw's action for one parsed record. Xid: the catalog (Xid 154: the new recovery action in
- * the line, unknown value → `drain-node`). SXid (NVSwitch; not in NVIDIA's Xid catalog):
- * `Non-fatal` → ignore, `Data {…}` (repeats the previous record) → ignore, anything else
- * (`Fatal`, or no severity like `SOE HALTED`) → `drain-node`, since a switch serves every GPU
- * on the node.
+ * the line, unknown value → `drain-node`), raised to at least `reset-gpu` when the line carries
+ * the driver's own verdict `RST: Yes` (GPU reset required) or `D-RST: Yes` (drain and reset) —
+ * Xid 94/95 print them (§1.3, DRV). SXid (NVSwitch; not in NVIDIA's Xid catalog): `Non-fatal`
+ * → ignore, `Data {…}` (repeats the previous record) → ignore, anything else (`Fatal`, or no
+ * severity like `SOE HALTED`) → `drain-node`, since a switch serves every GPU on the node.
+ *
+ * This is one record's verdict; a fault's action is the most severe of its records (see
+ * {@link XidFault.action}), so a `Data {…}` line never lowers the fatal SXid before it.
  */
 export function classifyXid(xid: ParsedXid): XidAction {
   if (xid.kind === "sxid") {
@@ -417,7 +460,15 @@ export function classifyXid(xid: ParsedXid): XidAction {
       xid.recoveryAction === undefined ? undefined : RECOVERY_ACTIONS.get(xid.recoveryAction);
     return recovery?.action ?? catalog.action;
   }
+  if (xid.resetRequired === true || xid.drainAndResetRequired === true) {
+    return moreSevereAction(catalog.action, "reset-gpu");
+  }
   return catalog.action;
+}
+
+/** True for the Xid whose latest record replaces its fault's action (see {@link XidFault.action}). */
+function replacesAction(xid: ParsedXid): boolean {
+  return xid.kind === "xid" && xid.code === 154;
 }
 
 /** One fault: every record of one kind and code on one device, folded. */
@@ -427,7 +478,14 @@ export interface XidFault {
   kind: ParsedXid["kind"];
   code: number;
   pciBusId: string;
-  /** {@link classifyXid} of the latest record (Xid 154 changes with each line). */
+  /**
+   * The most severe {@link classifyXid} of the records since the fault was first seen: a later,
+   * milder record (an SXid's `Data {…}` line, a `Non-fatal` repeat) never lowers it. Xid 154 is
+   * the exception: each line carries the driver's current recovery action, which replaces the
+   * one before — lower too (`… to 0x0 (None)`), since that fault says nothing but the recovery
+   * action; the Xid that made the driver ask for recovery (e.g. 149) is a fault of its own and
+   * keeps its action.
+   */
   action: XidAction;
   /** Records in the current burst. */
   count: number;
@@ -453,8 +511,22 @@ export interface XidAggregatorOptions {
   windowMs?: number;
   /** Milliseconds; used when `add` gets no time. Default `Date.now`. */
   clock?: () => number;
-  /** Faults kept; past it the least recently seen one is forgotten. Default 1024. */
+  /**
+   * Faults kept. Past it one is forgotten: an `ignore` fault first, then a `restart-engine`
+   * one, the least recently seen of that kind; a fault that takes a GPU out only when every
+   * fault does. Each eviction is counted ({@link XidAggregator.evictions}). Default 1024.
+   */
   maxFaults?: number;
+}
+
+/** How many faults an {@link XidAggregator} forgot at `maxFaults`. */
+export interface XidEvictions {
+  /** Every fault forgotten. */
+  total: number;
+  /** Those whose action takes a GPU out (reset-gpu, drain-node, reboot). */
+  unhealthy: number;
+  /** The last unhealthy one forgotten, if any. */
+  lastUnhealthy?: XidFault;
 }
 
 /** What {@link XidAggregator.add} did. */
@@ -464,6 +536,8 @@ export interface XidAddResult {
   opened: boolean;
   /** The fault's action before this record; undefined when the record opened the fault. */
   previousAction?: XidAction;
+  /** The fault forgotten to stay within `maxFaults` (may be `fault` itself). */
+  evicted?: XidFault;
 }
 
 /** Pure fold of parsed records into faults per (kind, device, code). */
@@ -479,6 +553,16 @@ export interface XidAggregator {
   faults(): XidFault[];
   /** Forgets the faults of one device (nvidia-smi or kernel form), e.g. after its reset was observed; returns how many. */
   clear(pciBusId: string): number;
+  /**
+   * Puts back a fault that was saved earlier (e.g. before an agent restart). When a fault with
+   * its key exists, the two merge: the earlier first-seen time, the later last-seen time, the
+   * larger count, the more severe action (for Xid 154 the one seen last). Counts toward
+   * `maxFaults` like any other.
+   * @returns the fault as now held.
+   */
+  restore(fault: XidFault): XidFault;
+  /** Faults forgotten at `maxFaults` so far. */
+  evictions(): XidEvictions;
 }
 
 /**
@@ -491,11 +575,39 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
   const maxFaults = options.maxFaults ?? 1024;
   // Map iteration order = insertion order = the order faults were first seen.
   const faults = new Map<string, XidFault>();
+  const evictions: XidEvictions = { total: 0, unhealthy: 0 };
+  // ignore → 0, restart-engine → 1, anything that takes a GPU out → 2: evicted in that order.
+  const evictionTier = (f: XidFault) => Math.min(ACTION_SEVERITY[f.action], 2);
+  const evictIfFull = (): XidFault | undefined => {
+    if (faults.size <= maxFaults) return undefined;
+    // The lowest tier, then the least recently seen; ties go to the fault first seen.
+    let victim: XidFault | undefined;
+    for (const f of faults.values()) {
+      if (
+        victim === undefined ||
+        evictionTier(f) < evictionTier(victim) ||
+        (evictionTier(f) === evictionTier(victim) && f.lastSeenMs < victim.lastSeenMs)
+      ) {
+        victim = f;
+      }
+    }
+    faults.delete(victim!.key);
+    evictions.total++;
+    if (UNHEALTHY_ACTIONS.has(victim!.action)) {
+      evictions.unhealthy++;
+      evictions.lastUnhealthy = victim!;
+    }
+    return victim;
+  };
   return {
     add(xid, atMs = clock(), seq) {
       const key = `${xid.kind}:${xid.pciBusId}:${xid.code}`;
-      const action = classifyXid(xid);
       const existing = faults.get(key);
+      const recordAction = classifyXid(xid);
+      const action =
+        existing === undefined || replacesAction(xid)
+          ? recordAction
+          : moreSevereAction(existing.action, recordAction);
       let fault: XidFault;
       let opened: boolean;
       if (existing === undefined) {
@@ -532,17 +644,43 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
         };
       }
       faults.set(key, fault);
-      if (faults.size > maxFaults) {
-        // Ties go to the fault first seen.
-        let stalest: XidFault | undefined;
-        for (const f of faults.values()) {
-          if (stalest === undefined || f.lastSeenMs < stalest.lastSeenMs) stalest = f;
-        }
-        faults.delete(stalest!.key);
+      const evicted = evictIfFull();
+      return {
+        fault,
+        opened,
+        ...(existing === undefined ? {} : { previousAction: existing.action }),
+        ...(evicted === undefined ? {} : { evicted }),
+      };
+    },
+    restore(saved) {
+      const existing = faults.get(saved.key);
+      if (existing === undefined) {
+        faults.set(saved.key, saved);
+        evictIfFull();
+        return saved;
       }
-      return existing === undefined
-        ? { fault, opened }
-        : { fault, opened, previousAction: existing.action };
+      const savedIsLater = saved.lastSeenMs > existing.lastSeenMs;
+      const merged: XidFault = {
+        ...existing,
+        action:
+          saved.kind === "xid" && saved.code === 154
+            ? savedIsLater
+              ? saved.action
+              : existing.action
+            : moreSevereAction(existing.action, saved.action),
+        total: Math.max(existing.total, saved.total),
+        firstSeenMs: Math.min(existing.firstSeenMs, saved.firstSeenMs),
+        lastSeenMs: Math.max(existing.lastSeenMs, saved.lastSeenMs),
+        // The evidence of a fault is the record that opened it: here the saved one, if older.
+        ...(saved.firstSeenMs < existing.firstSeenMs
+          ? { origin: saved.origin, originSeq: saved.originSeq }
+          : {}),
+      };
+      faults.set(saved.key, merged);
+      return merged;
+    },
+    evictions() {
+      return { ...evictions };
     },
     find(kind, pciBusId, code) {
       return faults.get(`${kind}:${pciBusId}:${code}`);
@@ -582,6 +720,8 @@ export interface KernelFaultEvent {
    * backlog: an agent restart must not act again on an old record (restart engines).
    */
   readonly live: boolean;
+  /** The fault came back from saved state ({@link KernelFaultTracker.restore}), not from a record; `live` is false. */
+  readonly restored?: boolean;
 }
 
 /** Options for {@link createKernelFaultTracker}. */
@@ -615,6 +755,12 @@ export interface KernelFaultTrackerStats {
   deduped: number;
   /** Records that were an Xid, an SXid or a fallen-off-bus message. */
   faultRecords: number;
+  /** Faults forgotten at `maxFaults` (see {@link XidAggregatorOptions.maxFaults}). */
+  evicted: number;
+  /** Of those, faults that took a GPU out (reset-gpu, drain-node, reboot). */
+  evictedUnhealthy: number;
+  /** Faults put back from saved state that the log no longer held. */
+  restored: number;
 }
 
 /**
@@ -629,6 +775,19 @@ export interface KernelFaultTracker {
   add(text: string, live: boolean): KernelFaultEvent[];
   /** Current faults, in the order first seen. */
   faults(): GpuFault[];
+  /**
+   * Puts back faults saved earlier in this boot (the watcher's `stateFile`) after the log was
+   * read: one the log no longer holds comes back as it was saved, its description marked
+   * restored; one the log still holds merges with it ({@link XidAggregator.restore}). Events
+   * are never live, so nothing restarts an engine over them. Faults that are not well formed
+   * (bad PCI id, code, action or times) are skipped. Never throws.
+   */
+  restore(saved: readonly GpuFault[]): KernelFaultEvent[];
+  /**
+   * `LLMGW_DISCOVERY_KERNEL_LOG_OVERRUN` once faults were forgotten at `maxFaults`: the log
+   * held more faults than llmgw reports. Empty otherwise.
+   */
+  problems(): Problem[];
   stats(): KernelFaultTrackerStats;
 }
 
@@ -647,6 +806,7 @@ export function createKernelFaultTracker(
 ): KernelFaultTracker {
   const clock = options.clock ?? Date.now;
   const maxRecordChars = options.maxRecordChars ?? DEFAULT_MAX_RECORD_CHARS;
+  const maxFaults = options.maxFaults ?? 1024;
   const aggregator = createXidAggregator({
     clock,
     ...(options.windowMs === undefined ? {} : { windowMs: options.windowMs }),
@@ -654,20 +814,27 @@ export function createKernelFaultTracker(
   });
   // Records that stand for a fallen-off-bus message (no Xid line): their faults say so.
   const fallenOff = new WeakSet<ParsedXid>();
-  const stats: KernelFaultTrackerStats = {
+  // Origins of faults restored from saved state that no record of the log backs.
+  const restoredOrigins = new WeakSet<ParsedXid>();
+  const stats: Omit<KernelFaultTrackerStats, "evicted" | "evictedUnhealthy"> = {
     records: 0,
     truncated: 0,
     ignoredFacility: 0,
     deduped: 0,
     faultRecords: 0,
+    restored: 0,
   };
   let pending: PendingRecord | undefined;
 
-  const convert = (fault: XidFault): GpuFault =>
-    xidFaultToGpuFault(fault, {
+  const convert = (fault: XidFault): GpuFault => {
+    const converted = xidFaultToGpuFault(fault, {
       fallenOffBus: fallenOff.has(fault.origin),
       ...(options.bootId === undefined ? {} : { bootId: options.bootId }),
     });
+    return restoredOrigins.has(fault.origin)
+      ? { ...converted, description: `${converted.description} ${RESTORED_NOTE}` }
+      : converted;
+  };
 
   const fold = (
     xid: ParsedXid,
@@ -742,7 +909,7 @@ export function createKernelFaultTracker(
         if (pending.message.length + record.message.length < maxRecordChars) {
           pending.message = `${pending.message}\n${record.message}`;
         }
-        const fallen = parseFallenOffBus(pending.message);
+        const fallen = matchFallenOffBus(pending.message, pending.message);
         if (fallen !== undefined) {
           pending.matched = true;
           foldFallenOff(fallen, pending.atMs, pending.seq, live, out);
@@ -758,11 +925,11 @@ export function createKernelFaultTracker(
         record.seq !== undefined && record.tsUsec !== undefined && options.bootTimeMs !== undefined
           ? Math.round(options.bootTimeMs + record.tsUsec / 1000)
           : clock();
-      const xid = parseXid(record.message);
+      const xid = matchXid(record.message, record.message);
       if (xid !== undefined) {
         fold(xid, atMs, record.seq, live, out);
       } else {
-        const fallen = parseFallenOffBus(record.message);
+        const fallen = matchFallenOffBus(record.message, record.message);
         if (fallen !== undefined) foldFallenOff(fallen, atMs, record.seq, live, out);
         pending = { message: record.message, seq: record.seq, atMs, matched: fallen !== undefined };
       }
@@ -771,9 +938,93 @@ export function createKernelFaultTracker(
     faults() {
       return aggregator.faults().map(convert);
     },
-    stats() {
-      return { ...stats };
+    restore(saved) {
+      const out: KernelFaultEvent[] = [];
+      for (const candidate of saved) {
+        const fault = gpuFaultToXidFault(candidate);
+        if (fault === undefined) continue;
+        const existing = aggregator.find(fault.kind, fault.pciBusId, fault.code);
+        if (candidate.kind === "fallen-off-bus") fallenOff.add(fault.origin);
+        const held = aggregator.restore(fault);
+        if (existing === undefined) {
+          restoredOrigins.add(fault.origin);
+          stats.restored++;
+          out.push({ kind: "opened", fault: convert(held), live: false, restored: true });
+        } else if (existing.action !== held.action) {
+          out.push({
+            kind: "action-changed",
+            fault: convert(held),
+            previousAction: existing.action,
+            live: false,
+            restored: true,
+          });
+        }
+      }
+      return out;
     },
+    problems() {
+      const ev = aggregator.evictions();
+      if (ev.total === 0) return [];
+      const last = ev.lastUnhealthy;
+      const lastText =
+        last === undefined
+          ? ""
+          : ` (the last: ${last.kind === "sxid" ? "SXid" : "Xid"} ${last.code} on ${last.pciBusId}, action ${last.action})`;
+      return [
+        problem(
+          ProblemCodes.kernelLogOverrun,
+          "kernel-log",
+          `the kernel log held more than the ${maxFaults} faults llmgw keeps: ${ev.total} fault(s) were forgotten, ${ev.unhealthy} of them taking a GPU out${lastText}; faults past the cap are unknown`,
+        ),
+      ];
+    },
+    stats() {
+      const ev = aggregator.evictions();
+      return { ...stats, evicted: ev.total, evictedUnhealthy: ev.unhealthy };
+    },
+  };
+}
+
+/** Appended to the description of a fault that came back from saved state. */
+export const RESTORED_NOTE =
+  "(restored: saved by llmgw earlier in this boot; the kernel log no longer holds the record)";
+
+const FAULT_KINDS: ReadonlySet<string> = new Set(["xid", "sxid", "fallen-off-bus"]);
+
+/** A saved {@link GpuFault} back as an aggregator fault; undefined when it is not well formed. */
+function gpuFaultToXidFault(f: GpuFault): XidFault | undefined {
+  if (typeof f !== "object" || f === null) return undefined;
+  if (!FAULT_KINDS.has(f.kind) || !Object.hasOwn(ACTION_SEVERITY, f.action)) return undefined;
+  if (!Number.isSafeInteger(f.code) || f.code < 0 || f.code > 999_999) return undefined;
+  if (!Number.isSafeInteger(f.count) || f.count < 1) return undefined;
+  if (!Number.isFinite(f.firstSeenUnixMs) || !Number.isFinite(f.lastSeenUnixMs)) return undefined;
+  if (typeof f.evidence !== "string") return undefined;
+  const pciBusId = typeof f.pciBusId === "string" ? pciBusKey(f.pciBusId) : undefined;
+  if (pciBusId === undefined) return undefined;
+  const kind: ParsedXid["kind"] = f.kind === "sxid" ? "sxid" : "xid";
+  const origin: ParsedXid = {
+    kind,
+    code: f.code,
+    pciBusId,
+    detail: "",
+    raw: boundEvidence(f.evidence),
+  };
+  return {
+    key: `${kind}:${pciBusId}:${f.code}`,
+    kind,
+    code: f.code,
+    pciBusId,
+    action: f.action,
+    count: f.count,
+    total: f.count,
+    bursts: 1,
+    firstSeenMs: f.firstSeenUnixMs,
+    burstStartMs: f.lastSeenUnixMs,
+    lastSeenMs: f.lastSeenUnixMs,
+    first: origin,
+    last: origin,
+    origin,
+    ...(Number.isSafeInteger(f.seq) && f.seq! >= 0 ? { originSeq: f.seq } : {}),
   };
 }
 
@@ -857,6 +1108,57 @@ export function describeFaultProblem(fault: GpuFault): string {
   return `${name} (${fault.description}) on ${fault.pciBusId}: action ${fault.action}; ${records} since ${since}; evidence: ${fault.evidence}`;
 }
 
+/** Most kernel-log faults {@link applyKernelFaults} attaches to one GPU (the control plane takes 64). */
+export const MAX_KERNEL_FAULTS_PER_GPU = 32;
+/** Most `LLMGW_DISCOVERY_GPU_FAULT` health problems per GPU (the control plane takes 16 problems in all). */
+export const MAX_FAULT_HEALTH_PROBLEMS_PER_GPU = 4;
+/** Most node problems from faults that reach no GPU (the control plane takes 64 node problems in all). */
+export const MAX_FAULT_NODE_PROBLEMS = 16;
+
+/** Most severe first, then the most recently seen. */
+function byUrgency(a: GpuFault, b: GpuFault): number {
+  return (
+    ACTION_SEVERITY[b.action] - ACTION_SEVERITY[a.action] || b.lastSeenUnixMs - a.lastSeenUnixMs
+  );
+}
+
+/** The `max` most urgent of `list`, kept in `list`'s order (first seen). */
+function mostUrgent<T extends { fault: GpuFault }>(list: readonly T[], max: number): T[] {
+  if (list.length <= max) return [...list];
+  const kept = new Set([...list].sort((a, b) => byUrgency(a.fault, b.fault)).slice(0, max));
+  return list.filter((item) => kept.has(item));
+}
+
+/**
+ * `max` problems at most for `items`: all when they fit; else the `max − 1` most urgent (in
+ * first-seen order) and one that says how many more there are and names a few.
+ */
+function boundedFaultProblems<T extends { fault: GpuFault }>(
+  items: readonly T[],
+  max: number,
+  describe: (item: T) => string,
+  more: string,
+): Problem[] {
+  const shown = items.length <= max ? [...items] : mostUrgent(items, max - 1);
+  const out = shown.map((item) => problem(ProblemCodes.gpuFault, "kernel-log", describe(item)));
+  if (items.length > shown.length) {
+    const rest = items
+      .filter((item) => !shown.includes(item))
+      .sort((a, b) => byUrgency(a.fault, b.fault));
+    const named = rest
+      .slice(0, 8)
+      .map(({ fault }) => `${faultWord(fault)} ${fault.pciBusId} ${fault.action}`);
+    out.push(
+      problem(
+        ProblemCodes.gpuFault,
+        "kernel-log",
+        `… and ${rest.length} more kernel-log faults ${more}: ${named.join(", ")}${rest.length > named.length ? ", …" : ""}`,
+      ),
+    );
+  }
+  return out;
+}
+
 /**
  * Attaches kernel-log faults to the GPUs they concern (pure). A fault matches a GPU by PCI bus
  * id ({@link pciBusKey} on both sides); node-wide faults ({@link isNodeWideFault}) go to every
@@ -866,14 +1168,22 @@ export function describeFaultProblem(fault: GpuFault): string {
  * GPU (unknown device, or a node without GPUs) becomes a node problem with the same code:
  * never dropped.
  *
+ * Bounded to what the control plane accepts (it refuses a whole heartbeat past its limits, and
+ * the node goes lost): at most {@link MAX_KERNEL_FAULTS_PER_GPU} faults per GPU (with any it
+ * had), {@link MAX_FAULT_HEALTH_PROBLEMS_PER_GPU} fault health problems per GPU and
+ * {@link MAX_FAULT_NODE_PROBLEMS} node problems. The most severe, then most recently seen,
+ * are kept, in first-seen order; past the problem caps the last problem says
+ * `… and N more kernel-log faults` and names some. A GPU is unhealthy whenever any of its
+ * faults takes it out, shown or not.
+ *
  * @returns new GPU objects (those without faults are returned as they were) and node problems.
  */
 export function applyKernelFaults(
   gpus: readonly Gpu[],
   faults: readonly GpuFault[],
 ): { gpus: Gpu[]; problems: Problem[] } {
-  const problems: Problem[] = [];
-  const byGpu = new Map<number, GpuFault[]>();
+  const unattached: { fault: GpuFault; nodeWide: boolean }[] = [];
+  const byGpu = new Map<number, { fault: GpuFault }[]>();
   const keys = gpus.map((g) => pciBusKey(g.pciBusId) ?? g.pciBusId);
   for (const fault of faults) {
     const key = pciBusKey(fault.pciBusId) ?? fault.pciBusId;
@@ -882,29 +1192,34 @@ export function applyKernelFaults(
     gpus.forEach((_, i) => {
       if (!nodeWide && keys[i] !== key) return;
       const list = byGpu.get(i) ?? [];
-      list.push(fault);
+      list.push({ fault });
       byGpu.set(i, list);
       attached++;
     });
-    if (attached === 0) {
-      problems.push(
-        problem(
-          ProblemCodes.gpuFault,
-          "kernel-log",
-          `${describeFaultProblem(fault)} (${nodeWide ? "this node reports no GPU to attach it to" : "no GPU of this node has that PCI address"})`,
-        ),
-      );
-    }
+    if (attached === 0) unattached.push({ fault, nodeWide });
   }
+  const problems = boundedFaultProblems(
+    unattached,
+    MAX_FAULT_NODE_PROBLEMS,
+    ({ fault, nodeWide }) =>
+      `${describeFaultProblem(fault)} (${nodeWide ? "this node reports no GPU to attach it to" : "no GPU of this node has that PCI address"})`,
+    "that reach no GPU of this node",
+  );
   const out = gpus.map((gpu, i) => {
     const own = byGpu.get(i);
     if (own === undefined) return gpu;
-    const health = own
-      .filter(isUnhealthyFault)
-      .map((f) => problem(ProblemCodes.gpuFault, "kernel-log", describeFaultProblem(f)));
+    const had = gpu.faults ?? [];
+    const attached = mostUrgent(own, Math.max(0, MAX_KERNEL_FAULTS_PER_GPU - had.length));
+    const unhealthy = own.filter(({ fault }) => isUnhealthyFault(fault));
+    const health = boundedFaultProblems(
+      unhealthy,
+      MAX_FAULT_HEALTH_PROBLEMS_PER_GPU,
+      ({ fault }) => describeFaultProblem(fault),
+      "take this GPU out",
+    );
     return {
       ...gpu,
-      faults: [...(gpu.faults ?? []), ...own],
+      faults: [...had, ...attached.map(({ fault }) => fault)],
       healthy: gpu.healthy && health.length === 0,
       healthProblems: [...gpu.healthProblems, ...health],
     };
