@@ -260,6 +260,13 @@ interface LiveNode {
   ports: PortSnapshot[];
   /** Latest status per `${replicaId}#${rank}`. */
   statuses: Map<string, ReplicaStatus>;
+  /**
+   * Engines of removed placements still reported under their replica id, by status key: the
+   * scheduler reuses the lowest free id, so a replacement on the same node shares the key with
+   * the engine being stopped. Statuses of that engine (same pid and start time) are not the new
+   * placement's and are ignored until it is gone.
+   */
+  retired: Map<string, { pid: number; startedAtUnixMs: bigint | undefined }>;
   generation: bigint;
   fingerprint: string;
   assignments: ReplicaAssignment[];
@@ -305,6 +312,7 @@ function newLiveNode(
     problems: [],
     ports: registeredPorts(inventory),
     statuses: new Map(),
+    retired: new Map(),
     generation: BigInt(now),
     fingerprint: "",
     assignments: [],
@@ -867,8 +875,15 @@ export class Cluster {
   #ingestStatuses(node: LiveNode, statuses: readonly ReplicaStatus[]): boolean {
     let newlyFailed = false;
     const next = new Map<string, ReplicaStatus>();
+    const reported = new Set<string>();
     for (const s of statuses) {
       const key = statusKey(s.replicaId, s.rank);
+      reported.add(key);
+      const retired = node.retired.get(key);
+      if (retired !== undefined) {
+        if (s.pid === retired.pid && s.startedAtUnixMs === retired.startedAtUnixMs) continue;
+        node.retired.delete(key);
+      }
       const before = node.statuses.get(key);
       next.set(key, s);
       if (before?.state === s.state) continue;
@@ -893,6 +908,8 @@ export class Cluster {
       );
     }
     node.statuses = next;
+    // A retired engine the agent no longer reports is gone.
+    for (const key of node.retired.keys()) if (!reported.has(key)) node.retired.delete(key);
     return newlyFailed;
   }
 
@@ -1019,6 +1036,24 @@ export class Cluster {
       .filter((p) => p.deployment === deployment)
       .sort((a, b) => a.replicaId.localeCompare(b.replicaId, "en", { numeric: true }))
       .map((p) => this.#replicaView(p));
+  }
+
+  /**
+   * Forgets the statuses of a removed placement's engines and remembers which engines they
+   * were, so that a replacement reusing the replica id on the same node is not taken for ready
+   * (and routed to) on the word of the engine being stopped.
+   */
+  #retireStatuses(p: PlacementRecord): void {
+    for (const rank of p.ranks) {
+      const node = this.#nodes.get(rank.nodeId);
+      const key = statusKey(p.replicaId, rank.rank);
+      const status = node?.statuses.get(key);
+      if (!node || !status) continue;
+      node.statuses.delete(key);
+      if (status.pid !== undefined) {
+        node.retired.set(key, { pid: status.pid, startedAtUnixMs: status.startedAtUnixMs });
+      }
+    }
   }
 
   #placedRank(p: PlacementRecord, rank: PlacementRecord["ranks"][number]): PlacedRank {
@@ -1563,6 +1598,7 @@ export class Cluster {
     for (const r of plan.remove) {
       this.#placements.delete(r.placement.replicaId);
       removed.push(r.placement.replicaId);
+      this.#retireStatuses(r.placement);
     }
     for (const p of plan.keep) {
       if (this.#placements.get(p.replicaId)?.revision !== p.revision) {

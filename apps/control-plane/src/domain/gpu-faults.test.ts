@@ -443,3 +443,64 @@ describe("a node-wide fault", () => {
     expect(healthy()).toEqual([true, true]);
   });
 });
+
+describe("a replacement that reuses the replica id on the same node", () => {
+  it("is not ready, nor routed to, on the word of the engine being stopped", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    deploy(cluster, { name: "chat", servedModelName: "org/chat" });
+    const table = createClusterRouteTable(cluster);
+    const gpuOf = () => cluster.placements()[0]?.ranks[0]?.gpuIndices[0];
+    const first = gpuOf();
+    expect(first).toBeDefined();
+    const status = (pid: number, port: number) =>
+      create(ReplicaStatusSchema, {
+        replicaId: "chat-0",
+        rank: 0,
+        state: ReplicaState.READY,
+        pid,
+        apiPort: port,
+        startedAtUnixMs: BigInt(pid) * 1_000n,
+      });
+    const heartbeat = (faulted: number | undefined, replicas: ReturnType<typeof status>[]) =>
+      cluster.heartbeat(a.nodeId, {
+        gpus: a.inventory.gpus.map((g) =>
+          create(GpuReadingSchema, {
+            index: g.index,
+            uuid: g.uuid,
+            healthy: g.index !== faulted,
+            healthProblems:
+              g.index === faulted
+                ? [{ code: "LLMGW_DISCOVERY_GPU_FAULT", message: "Xid 48", source: "kernel-log" }]
+                : [],
+            faults:
+              g.index === faulted
+                ? [fault({ code: 48, pciBusId: g.pciBusId, description: "Double Bit ECC Error" })]
+                : [],
+          }),
+        ),
+        replicas,
+        problems: [],
+      });
+    heartbeat(undefined, [status(100, 41_000)]);
+    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+      "http://10.0.0.1:41000",
+    ]);
+
+    // GPU `first` faults: chat-0 moves to the node's other GPU under the same id, while the
+    // agent still reports the old engine (pid 100) as READY until it has stopped it.
+    heartbeat(first, [status(100, 41_000)]);
+    expect(cluster.placements().map((p) => [p.replicaId, p.ranks[0]?.gpuIndices[0]])).toEqual([
+      ["chat-0", first === 0 ? 1 : 0],
+    ]);
+    heartbeat(first, [status(100, 41_000)]);
+    expect(table.resolve("org/chat")?.replicas ?? []).toEqual([]);
+    expect(cluster.listReplicas()[0]?.state).not.toBe(ReplicaState.READY);
+
+    // The new engine (pid 200) is READY on its own port: that one is routed to.
+    heartbeat(first, [status(200, 41_001)]);
+    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+      "http://10.0.0.1:41001",
+    ]);
+  });
+});
