@@ -9,6 +9,7 @@ import {
   readFileSync,
   renameSync,
   rmSync,
+  statSync,
   truncateSync,
   writeFileSync,
   writeSync,
@@ -16,11 +17,12 @@ import {
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import type { KernelFaultEvent } from "./kernel-log.js";
+import { type KernelFaultEvent, RESTORED_NOTE } from "./kernel-log.js";
 import {
   createKmsgSequence,
   type KernelLogWatcher,
   type KernelLogWatcherOptions,
+  MAX_STATE_FILE_BYTES,
   readBootTimeMs,
   readKernelLogFaults,
   watchKernelLog,
@@ -249,7 +251,7 @@ describe("readKernelLogFaults", () => {
 describe("createKmsgSequence", () => {
   it("skips records read again after a reopen", () => {
     const seq = createKmsgSequence("/dev/kmsg");
-    expect([5, 6, 7, 5, 6, 8].map((n) => seq.accept(n))).toEqual([
+    expect([0, 1, 2, 0, 1, 3].map((n) => seq.accept(n))).toEqual([
       true,
       true,
       true,
@@ -260,8 +262,26 @@ describe("createKmsgSequence", () => {
     expect(seq.problem()).toBeUndefined();
   });
 
+  it("reports records overwritten before the first read once, when the first seq is past 0", () => {
+    const seq = createKmsgSequence("/dev/kmsg");
+    expect([5, 6, 7].map((n) => seq.accept(n))).toEqual([true, true, true]);
+    expect([seq.overruns(), seq.lostRecords()]).toEqual([1, 5]);
+    expect(seq.problem()).toEqual({
+      code: ProblemCodes.kernelLogOverrun,
+      source: "kernel-log",
+      message:
+        "records 0..4 were overwritten before llmgw read them; faults in them are unknown (/dev/kmsg: the kernel's ring buffer wrapped before the watcher started)",
+    });
+    // An EPIPE before the first record is the same loss, counted once.
+    const epipeFirst = createKmsgSequence("/dev/kmsg");
+    epipeFirst.epipe();
+    epipeFirst.accept(3);
+    expect([epipeFirst.overruns(), epipeFirst.lostRecords()]).toEqual([1, 3]);
+  });
+
   it("counts one overrun per EPIPE burst and the records lost from the seq gap", () => {
     const seq = createKmsgSequence("/dev/kmsg");
+    seq.accept(0);
     seq.accept(10);
     seq.epipe();
     seq.epipe();
@@ -294,14 +314,20 @@ describe("watchKernelLog on this machine's /dev/kmsg", () => {
   it.skipIf(!kmsgReadable)(
     "reads the kernel's buffer from the start, one record per read, with the boot id",
     async () => {
-      const { watcher } = watch({ path: "/dev/kmsg" });
+      const stateFile = path.join(tempDir(), "kernel-faults.json");
+      const { watcher } = watch({ path: "/dev/kmsg", stateFile });
       await watcher.caughtUp;
       const stats = watcher.stats();
       expect(stats.source).toBe("kmsg");
       expect(stats.records).toBeGreaterThan(0);
-      expect(watcher.problems()).toEqual([]);
+      // A long-running machine's ring buffer may have wrapped already (first seq > 0).
+      expect(watcher.problems().filter((p) => p.code !== ProblemCodes.kernelLogOverrun)).toEqual(
+        [],
+      );
       const bootId = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
       for (const fault of watcher.faults()) expect(fault.bootId).toBe(bootId);
+      expect(JSON.parse(readFileSync(stateFile, "utf8"))).toMatchObject({ version: 1, bootId });
+      expect(statSync(stateFile).mode & 0o777).toBe(0o600);
     },
   );
 });
@@ -320,5 +346,131 @@ describe("readBootTimeMs", () => {
     expect(readBootTimeMs(stat)).toBeUndefined();
     expect(readBootTimeMs(path.join(dir, "absent"))).toBeUndefined();
     rmSync(dir, { recursive: true, force: true });
+  });
+});
+
+describe("watchKernelLog forgets faults past maxFaults", () => {
+  it("spares the fault that takes a GPU out and reports every eviction", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${XID_48}\n${XID_13}\n${XID_79}\n`);
+    const report = await readKernelLogFaults(file, { maxFaults: 1, clock: () => 7 });
+    expect(report.faults.map((f) => f.code)).toEqual([79]);
+    expect(report.stats).toMatchObject({ evicted: 2, evictedUnhealthy: 1 });
+    expect(report.problems).toEqual([
+      {
+        code: ProblemCodes.kernelLogOverrun,
+        source: "kernel-log",
+        message:
+          "the kernel log held more than the 1 faults llmgw keeps: 2 fault(s) were forgotten, 1 of them taking a GPU out (the last: Xid 48 on 00000000:07:00.0, action reset-gpu); faults past the cap are unknown",
+      },
+    ]);
+  });
+});
+
+describe("watchKernelLog with a stateFile", () => {
+  // /dev/null is a character device, so the watcher reads it as kmsg: a log that no longer
+  // holds any record. The saved fault's evidence is the verbatim Xid 48 line (§1.3).
+  const BOOT = "0b6b7808-c002-f593-ac86-cd8e57757b94";
+  const saved48 = {
+    kind: "xid",
+    code: 48,
+    action: "reset-gpu",
+    pciBusId: "00000000:07:00.0",
+    count: 3,
+    firstSeenUnixMs: 1_000,
+    lastSeenUnixMs: 2_000,
+    evidence: XID_48,
+    description: "Double Bit ECC Error",
+    bootId: BOOT,
+    seq: 42,
+  };
+  const saved13 = { ...saved48, code: 13, action: "restart-engine", pciBusId: "00000000:CB:00.0" };
+  const writeState = (file: string, body: unknown) =>
+    writeFileSync(file, typeof body === "string" ? body : JSON.stringify(body));
+  const readState = (file: string) => JSON.parse(readFileSync(file, "utf8"));
+
+  it("restores this boot's faults the log no longer holds, never live, and saves them 0600", async () => {
+    const stateFile = path.join(tempDir(), "kernel-faults.json");
+    writeState(stateFile, { version: 1, bootId: BOOT, faults: [saved48, saved13] });
+    const { watcher, events } = watch({ path: "/dev/null", bootId: BOOT, stateFile });
+    await watcher.caughtUp;
+    // Only faults that take a GPU out are saved and restored; restart-engine ones are not.
+    expect(watcher.faults()).toEqual([
+      { ...saved48, description: `Double Bit ECC Error ${RESTORED_NOTE}` },
+    ]);
+    expect(events.map((e) => [e.kind, e.live, e.restored, e.fault.code])).toEqual([
+      ["opened", false, true, 48],
+    ]);
+    expect(watcher.problems()).toEqual([]);
+    expect(readState(stateFile)).toMatchObject({
+      version: 1,
+      bootId: BOOT,
+      faults: [{ code: 48, lastSeenUnixMs: 2_000 }],
+    });
+    expect(statSync(stateFile).mode & 0o777).toBe(0o600);
+    expect(watcher.stats()).toMatchObject({ source: "kmsg", restored: 1, stateWrites: 1 });
+  });
+
+  it("discards a file from another boot (or without one) and overwrites it", async () => {
+    for (const bootId of ["another-boot-0001", undefined]) {
+      const stateFile = path.join(tempDir(), "kernel-faults.json");
+      writeState(stateFile, { version: 1, bootId, faults: [saved48] });
+      const { watcher } = watch({ path: "/dev/null", bootId: BOOT, stateFile });
+      await watcher.caughtUp;
+      expect(watcher.faults()).toEqual([]);
+      expect(watcher.problems()).toEqual([]);
+      expect(readState(stateFile)).toEqual({ version: 1, bootId: BOOT, faults: [] });
+    }
+  });
+
+  it.each([
+    ["not JSON", '{"version": 1, "faults": [', "not JSON"],
+    ["another shape", { version: 2, bootId: BOOT, faults: [] }, "not a version 1 file"],
+    [
+      "a malformed fault",
+      { version: 1, bootId: BOOT, faults: [saved48, { ...saved48, code: 64, pciBusId: "nope" }] },
+      "1 of 2 saved faults are malformed and were skipped",
+    ],
+    ["too big", " ".repeat(MAX_STATE_FILE_BYTES + 1), `more than ${MAX_STATE_FILE_BYTES}`],
+  ])("reports %s as a problem and starts afresh, never throwing", async (_, body, detail) => {
+    const stateFile = path.join(tempDir(), "kernel-faults.json");
+    writeState(stateFile, body);
+    const { watcher } = watch({ path: "/dev/null", bootId: BOOT, stateFile });
+    await watcher.caughtUp;
+    const problems = watcher.problems();
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ code: ProblemCodes.kernelLogStateFailed });
+    expect(problems[0]!.message).toContain(
+      `cannot read the saved kernel-log faults ${stateFile} (`,
+    );
+    expect(problems[0]!.message).toContain(detail);
+    // The well-formed fault of a partly malformed file still comes back.
+    expect(watcher.faults().map((f) => f.code)).toEqual(detail.startsWith("1 of 2") ? [48] : []);
+    expect(readState(stateFile)).toMatchObject({ version: 1, bootId: BOOT });
+  });
+
+  it("reports a state file it cannot write, and keeps watching", async () => {
+    const stateFile = path.join(tempDir(), "no-such-dir", "kernel-faults.json");
+    const { watcher } = watch({ path: "/dev/null", bootId: BOOT, stateFile });
+    await watcher.caughtUp;
+    expect(watcher.problems()).toMatchObject([
+      {
+        code: ProblemCodes.kernelLogStateFailed,
+        message: expect.stringContaining("cannot write the saved kernel-log faults"),
+      },
+    ]);
+    expect(watcher.stats().source).toBe("kmsg");
+  });
+
+  it("does nothing for a regular file, which has no boot id", async () => {
+    const dir = tempDir();
+    const file = path.join(dir, "kern.log");
+    const stateFile = path.join(dir, "kernel-faults.json");
+    writeFileSync(file, `${XID_48}\n`);
+    writeState(stateFile, { version: 1, bootId: BOOT, faults: [{ ...saved48, code: 64 }] });
+    const { watcher } = watch({ path: file, bootId: BOOT, stateFile });
+    await watcher.caughtUp;
+    expect(codes(watcher)).toEqual([48]);
+    expect(readState(stateFile).faults[0].code).toBe(64); // untouched
   });
 });

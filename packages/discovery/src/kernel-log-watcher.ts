@@ -5,19 +5,28 @@
 import {
   closeSync,
   constants,
+  fchmodSync,
   fstatSync,
+  fsyncSync,
   openSync,
   readFileSync,
   readSync,
+  renameSync,
   statSync,
+  unlinkSync,
+  writeSync,
 } from "node:fs";
 import { uptime } from "node:os";
 import { StringDecoder } from "node:string_decoder";
 import { DiscoveryError } from "./errors.js";
 import {
+  compareFaultUrgency,
   createKernelFaultTracker,
   DEFAULT_MAX_RECORD_CHARS,
+  isRestorableFault,
+  isUnhealthyFault,
   type KernelFaultEvent,
+  type KernelFaultTracker,
   type KernelFaultTrackerStats,
 } from "./kernel-log.js";
 import { ProblemCodes, problem } from "./problem-codes.js";
@@ -64,7 +73,26 @@ export interface KernelLogWatcherOptions {
   readonly onChange?: (event: KernelFaultEvent) => void;
   /** False: read to the end once and stop (see {@link readKernelLogFaults}). Default true. */
   readonly follow?: boolean;
+  /**
+   * Where faults that take a GPU out (reset-gpu, drain-node, reboot) are saved, so that they
+   * survive an agent restart after the kernel's ring buffer dropped their records. Written
+   * whenever they change (owner-only 0600, through a temporary file and an atomic rename, at
+   * most {@link MAX_SAVED_FAULTS} faults), stamped with the boot id. Once the log was read at
+   * start, faults saved under the same boot id that the log no longer holds come back
+   * (described as restored; their events are never live, so no engine restarts over them); a
+   * file from another boot, or without a boot id, is discarded (overwritten). A file that
+   * cannot be read or is corrupt is a `LLMGW_DISCOVERY_KERNEL_LOG_STATE_FAILED` problem and a
+   * fresh start, never a throw. Only `/dev/kmsg` (a character device) has a boot id: for a
+   * regular file or FIFO, or when the boot id is unknown, this option does nothing. Default:
+   * none (faults live as long as the log holds them).
+   */
+  readonly stateFile?: string;
 }
+
+/** Most faults a `stateFile` holds (the most severe, then most recently seen). */
+export const MAX_SAVED_FAULTS = 256;
+/** Largest `stateFile` read back; a bigger one is corrupt. */
+export const MAX_STATE_FILE_BYTES = 1024 * 1024;
 
 /** {@link KernelLogWatcherOptions} with every default filled in. */
 export interface ResolvedKernelLogWatcherOptions {
@@ -79,6 +107,7 @@ export interface ResolvedKernelLogWatcherOptions {
   readonly maxRecordChars: number;
   readonly onChange: ((event: KernelFaultEvent) => void) | undefined;
   readonly follow: boolean;
+  readonly stateFile: string | undefined;
 }
 
 /**
@@ -94,6 +123,16 @@ export function resolveKernelLogWatcherOptions(
     throw new DiscoveryError(
       "LLMGW_DISCOVERY_INVALID_OPTION",
       `kernel log path must be a non-empty path, got ${JSON.stringify(path)}`,
+    );
+  }
+  const stateFile = options.stateFile;
+  if (
+    stateFile !== undefined &&
+    (typeof stateFile !== "string" || stateFile === "" || stateFile.includes("\0"))
+  ) {
+    throw new DiscoveryError(
+      "LLMGW_DISCOVERY_INVALID_OPTION",
+      `kernel log option stateFile must be a non-empty path, got ${JSON.stringify(stateFile)}`,
     );
   }
   const positive = (name: string, value: number | undefined, fallback: number): number => {
@@ -131,6 +170,7 @@ export function resolveKernelLogWatcherOptions(
     maxRecordChars: positive("maxRecordChars", options.maxRecordChars, DEFAULT_MAX_RECORD_CHARS),
     onChange: options.onChange,
     follow: options.follow ?? true,
+    stateFile,
   };
 }
 
@@ -141,14 +181,19 @@ export type KernelLogSource = "kmsg" | "file" | "fifo";
 export interface KernelLogWatcherStats extends KernelFaultTrackerStats {
   /** What the open log is; undefined while it cannot be opened. */
   source: KernelLogSource | undefined;
-  /** kmsg `EPIPE` bursts: the ring buffer overwrote records before they were read. */
+  /**
+   * kmsg `EPIPE` bursts, plus one when the first record read was not seq 0: the ring buffer
+   * overwrote records before they were read.
+   */
   overruns: number;
-  /** Records lost in those overruns, from the sequence-number gaps. */
+  /** Records lost in those overruns, from the sequence-number gaps (from 0 for the first record). */
   lostRecords: number;
   /** A regular file was truncated or replaced (rotated) and read again from its start. */
   restarts: number;
   /** Times the log could not be opened or read. */
   failures: number;
+  /** Times the `stateFile` was written. */
+  stateWrites: number;
 }
 
 /** A running kernel-log watcher (see {@link watchKernelLog}). */
@@ -158,7 +203,10 @@ export interface KernelLogWatcher {
   faults(): GpuFault[];
   /**
    * Node problems now: `LLMGW_DISCOVERY_KERNEL_LOG_UNREADABLE` while the log cannot be read
-   * (faults unknown, not absent) and `LLMGW_DISCOVERY_KERNEL_LOG_OVERRUN` once records were lost.
+   * (faults unknown, not absent), `LLMGW_DISCOVERY_KERNEL_LOG_OVERRUN` once records were lost
+   * (ring buffer) or faults were forgotten (`maxFaults`), and
+   * `LLMGW_DISCOVERY_KERNEL_LOG_STATE_FAILED` when the `stateFile` could not be read (for the
+   * watcher's life) or the last write failed.
    */
   problems(): Problem[];
   stats(): KernelLogWatcherStats;
@@ -211,6 +259,7 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
   let partial = "";
   let discarding = false;
   const sequence = createKmsgSequence(o.path);
+  const state = createFaultState(o, tracker);
   // Records of the current opening are live once it caught up (or when it opened a rotated
   // file, whose content is all new); the backlog of a first or re-opening is not.
   let live = false;
@@ -320,6 +369,8 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
 
   const caughtUpNow = () => {
     live = true;
+    // Restore before the first save, once the log's own faults are known; only kmsg has a boot.
+    if (source === "kmsg") emit(state.restore());
     resolveCaughtUp();
   };
 
@@ -440,6 +491,7 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
       return;
     }
     const outcome = source === "kmsg" ? drainKmsg() : drainStream();
+    state.saveIfChanged();
     if (outcome === "more") {
       schedule("now");
       return;
@@ -462,7 +514,10 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
   return {
     path: o.path,
     faults: () => tracker.faults(),
-    problems: () => [unreadable, sequence.problem()].filter((p): p is Problem => p !== undefined),
+    problems: () =>
+      [unreadable, sequence.problem(), ...tracker.problems(), ...state.problems()].filter(
+        (p): p is Problem => p !== undefined,
+      ),
     stats: () => {
       const t = tracker.stats();
       return {
@@ -473,6 +528,7 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
         lostRecords: sequence.lostRecords(),
         restarts: own.restarts,
         failures: own.failures,
+        stateWrites: state.writes(),
       };
     },
     caughtUp,
@@ -518,14 +574,25 @@ export function createKmsgSequence(path: string): KmsgSequence {
     accept(seq) {
       if (!Number.isSafeInteger(seq)) return true;
       if (lastSeq !== undefined && seq <= lastSeq) return false;
-      if (pending) {
+      if (lastSeq === undefined) {
+        // kmsg numbers records from 0 at boot and a reader starts at the oldest one held: a
+        // first record past 0 means the ring buffer wrapped before llmgw read it (an EPIPE
+        // before the first record is the same loss).
+        if (seq > 0) {
+          if (!pending) overruns++;
+          lost += seq;
+          report = problem(
+            ProblemCodes.kernelLogOverrun,
+            "kernel-log",
+            `records 0..${seq - 1} were overwritten before llmgw read them; faults in them are unknown (${path}: the kernel's ring buffer wrapped before the watcher started)`,
+          );
+        }
         pending = false;
-        const gap = lastSeq === undefined ? undefined : seq - lastSeq - 1;
-        if (gap !== undefined) lost += gap;
-        const range =
-          gap === undefined
-            ? `records before seq ${seq}`
-            : `${gap} record(s) (seq ${lastSeq! + 1}–${seq - 1})`;
+      } else if (pending) {
+        pending = false;
+        const gap = seq - lastSeq - 1;
+        lost += gap;
+        const range = `${gap} record(s) (seq ${lastSeq + 1}–${seq - 1})`;
         report = problem(
           ProblemCodes.kernelLogOverrun,
           "kernel-log",
@@ -538,6 +605,176 @@ export function createKmsgSequence(path: string): KmsgSequence {
     overruns: () => overruns,
     lostRecords: () => lost,
     problem: () => report,
+  };
+}
+
+/** The watcher's saved faults (see {@link KernelLogWatcherOptions.stateFile}). */
+interface FaultState {
+  /** Once, after the first catch-up of a kmsg log: loads the file, restores, saves. */
+  restore(): KernelFaultEvent[];
+  /** Saves when a record or an eviction may have changed the faults since the last save. */
+  saveIfChanged(): void;
+  problems(): Problem[];
+  writes(): number;
+}
+
+/** What a `stateFile` holds (version 1). */
+interface SavedFaults {
+  version: 1;
+  bootId: string;
+  faults: GpuFault[];
+}
+
+function createFaultState(
+  o: ResolvedKernelLogWatcherOptions,
+  tracker: KernelFaultTracker,
+): FaultState {
+  const file = o.stateFile;
+  const bootId = o.bootId;
+  let started = false;
+  let lastWritten: string | undefined;
+  let lastMarker: string | undefined;
+  let readProblem: Problem | undefined;
+  let writeProblem: Problem | undefined;
+  let writes = 0;
+
+  const failure = (doing: "read" | "write", detail: string) =>
+    problem(
+      ProblemCodes.kernelLogStateFailed,
+      "kernel-log",
+      `cannot ${doing} the saved kernel-log faults ${file} (${detail}): faults that take a GPU out and that the kernel log no longer holds may be missing${doing === "read" ? "; starting afresh" : ""}`,
+    );
+
+  const load = (path: string, boot: string): GpuFault[] => {
+    let text: string;
+    let fd: number | undefined;
+    try {
+      fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+      const st = fstatSync(fd);
+      if (!st.isFile()) {
+        readProblem = failure("read", "not a regular file");
+        return [];
+      }
+      if (st.size > MAX_STATE_FILE_BYTES) {
+        readProblem = failure("read", `${st.size} bytes, more than ${MAX_STATE_FILE_BYTES}`);
+        return [];
+      }
+      text = readFileSync(fd, "utf8");
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+      // No file yet: the first start of this agent, nothing to restore.
+      if (code !== "ENOENT") readProblem = failure("read", code);
+      return [];
+    } finally {
+      if (fd !== undefined) {
+        try {
+          closeSync(fd);
+        } catch {
+          // nothing to do
+        }
+      }
+    }
+    let saved: unknown;
+    try {
+      saved = JSON.parse(text);
+    } catch {
+      readProblem = failure("read", "not JSON");
+      return [];
+    }
+    const shape = saved as Partial<SavedFaults> | null;
+    if (
+      typeof shape !== "object" ||
+      shape === null ||
+      shape.version !== 1 ||
+      !Array.isArray(shape.faults) ||
+      shape.faults.length > MAX_SAVED_FAULTS
+    ) {
+      readProblem = failure("read", `not a version 1 file of at most ${MAX_SAVED_FAULTS} faults`);
+      return [];
+    }
+    // Saved in another boot (or without one): the GPUs were reset by the reboot. Discarded.
+    if (shape.bootId !== boot) return [];
+    const valid = shape.faults.filter(
+      (f: unknown): f is GpuFault =>
+        isRestorableFault(f) && (f.bootId === undefined || f.bootId === boot),
+    );
+    if (valid.length < shape.faults.length) {
+      readProblem = failure(
+        "read",
+        `${shape.faults.length - valid.length} of ${shape.faults.length} saved faults are malformed and were skipped`,
+      );
+    }
+    return valid.filter(isUnhealthyFault);
+  };
+
+  const save = (path: string, boot: string) => {
+    const all = tracker.faults().filter(isUnhealthyFault);
+    const kept = new Set([...all].sort(compareFaultUrgency).slice(0, MAX_SAVED_FAULTS));
+    const body: SavedFaults = { version: 1, bootId: boot, faults: all.filter((f) => kept.has(f)) };
+    const text = `${JSON.stringify(body)}\n`;
+    if (text === lastWritten) return;
+    const tmp = `${path}.tmp`;
+    let fd: number | undefined;
+    try {
+      fd = openSync(
+        tmp,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
+        0o600,
+      );
+      // The mode of open() applies only to a new file (and passes the umask).
+      fchmodSync(fd, 0o600);
+      const bytes = Buffer.from(text, "utf8");
+      for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
+      fsyncSync(fd);
+      closeSync(fd);
+      fd = undefined;
+      renameSync(tmp, path);
+      lastWritten = text;
+      writes++;
+      writeProblem = undefined;
+    } catch (error) {
+      if (fd !== undefined) {
+        try {
+          closeSync(fd);
+        } catch {
+          // nothing to do
+        }
+      }
+      try {
+        unlinkSync(tmp);
+      } catch {
+        // not created
+      }
+      const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+      writeProblem = failure("write", code);
+    }
+  };
+
+  const marker = () => {
+    const t = tracker.stats();
+    return `${t.faultRecords}:${t.evicted}:${t.restored}`;
+  };
+
+  return {
+    restore() {
+      if (started || file === undefined || bootId === undefined) return [];
+      started = true;
+      const events = tracker.restore(load(file, bootId));
+      // Always: this also replaces a file from another boot.
+      save(file, bootId);
+      lastMarker = marker();
+      return events;
+    },
+    saveIfChanged() {
+      if (!started || file === undefined || bootId === undefined) return;
+      const now = marker();
+      // A failed write is retried with the next change, not on every poll.
+      if (now === lastMarker) return;
+      lastMarker = now;
+      save(file, bootId);
+    },
+    problems: () => [readProblem, writeProblem].filter((p): p is Problem => p !== undefined),
+    writes: () => writes,
   };
 }
 

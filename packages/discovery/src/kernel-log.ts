@@ -991,10 +991,20 @@ export const RESTORED_NOTE =
 
 const FAULT_KINDS: ReadonlySet<string> = new Set(["xid", "sxid", "fallen-off-bus"]);
 
+/**
+ * True when `value` (e.g. from a saved JSON file) is a {@link GpuFault} that
+ * {@link KernelFaultTracker.restore} accepts: known kind and action, a PCI bus id, a code, a
+ * count ≥ 1, finite times and string evidence. Never throws.
+ */
+export function isRestorableFault(value: unknown): value is GpuFault {
+  return gpuFaultToXidFault(value as GpuFault) !== undefined;
+}
+
 /** A saved {@link GpuFault} back as an aggregator fault; undefined when it is not well formed. */
 function gpuFaultToXidFault(f: GpuFault): XidFault | undefined {
   if (typeof f !== "object" || f === null) return undefined;
-  if (!FAULT_KINDS.has(f.kind) || !Object.hasOwn(ACTION_SEVERITY, f.action)) return undefined;
+  if (typeof f.action !== "string" || !Object.hasOwn(ACTION_SEVERITY, f.action)) return undefined;
+  if (!FAULT_KINDS.has(f.kind)) return undefined;
   if (!Number.isSafeInteger(f.code) || f.code < 0 || f.code > 999_999) return undefined;
   if (!Number.isSafeInteger(f.count) || f.count < 1) return undefined;
   if (!Number.isFinite(f.firstSeenUnixMs) || !Number.isFinite(f.lastSeenUnixMs)) return undefined;
@@ -1115,8 +1125,8 @@ export const MAX_FAULT_HEALTH_PROBLEMS_PER_GPU = 4;
 /** Most node problems from faults that reach no GPU (the control plane takes 64 node problems in all). */
 export const MAX_FAULT_NODE_PROBLEMS = 16;
 
-/** Most severe first, then the most recently seen. */
-function byUrgency(a: GpuFault, b: GpuFault): number {
+/** Sort order of faults: the most severe action first, then the most recently seen. */
+export function compareFaultUrgency(a: GpuFault, b: GpuFault): number {
   return (
     ACTION_SEVERITY[b.action] - ACTION_SEVERITY[a.action] || b.lastSeenUnixMs - a.lastSeenUnixMs
   );
@@ -1125,7 +1135,9 @@ function byUrgency(a: GpuFault, b: GpuFault): number {
 /** The `max` most urgent of `list`, kept in `list`'s order (first seen). */
 function mostUrgent<T extends { fault: GpuFault }>(list: readonly T[], max: number): T[] {
   if (list.length <= max) return [...list];
-  const kept = new Set([...list].sort((a, b) => byUrgency(a.fault, b.fault)).slice(0, max));
+  const kept = new Set(
+    [...list].sort((a, b) => compareFaultUrgency(a.fault, b.fault)).slice(0, max),
+  );
   return list.filter((item) => kept.has(item));
 }
 
@@ -1144,7 +1156,7 @@ function boundedFaultProblems<T extends { fault: GpuFault }>(
   if (items.length > shown.length) {
     const rest = items
       .filter((item) => !shown.includes(item))
-      .sort((a, b) => byUrgency(a.fault, b.fault));
+      .sort((a, b) => compareFaultUrgency(a.fault, b.fault));
     const named = rest
       .slice(0, 8)
       .map(({ fault }) => `${faultWord(fault)} ${fault.pciBusId} ${fault.action}`);

@@ -42,8 +42,17 @@ export const ProblemCodes = {
   // Kernel log (NVRM Xid / SXid, see kernel-log.ts).
   /** The kernel log (`/dev/kmsg` or `--kernel-log`) cannot be read: faults there are unknown, not absent. */
   kernelLogUnreadable: "LLMGW_DISCOVERY_KERNEL_LOG_UNREADABLE",
-  /** The kernel's ring buffer overwrote records before they were read (kmsg EPIPE). */
+  /**
+   * Records or faults were lost before llmgw could report them: the kernel's ring buffer
+   * overwrote records before they were read (kmsg EPIPE, or a first record with seq > 0), or
+   * more faults than the watcher keeps (`maxFaults`) were seen.
+   */
   kernelLogOverrun: "LLMGW_DISCOVERY_KERNEL_LOG_OVERRUN",
+  /**
+   * The kernel-log watcher's `stateFile` (faults saved across agent restarts) could not be read,
+   * was corrupt, or could not be written: faults the kernel log no longer holds may be missing.
+   */
+  kernelLogStateFailed: "LLMGW_DISCOVERY_KERNEL_LOG_STATE_FAILED",
   /** Health: the kernel log holds a fault whose action is reset-gpu, drain-node or reboot. */
   gpuFault: "LLMGW_DISCOVERY_GPU_FAULT",
 
