@@ -1,9 +1,10 @@
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { startControlPlane } from "@llmgw/control-plane";
 import { ProblemCodes } from "@llmgw/discovery";
+import { type FakeNvidiaSmiRule, writeFakeNvidiaSmi } from "@llmgw/discovery/testing";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema } from "@llmgw/proto";
 import { silentLogger } from "@llmgw/supervisor";
@@ -182,6 +183,89 @@ describe("startAgent with a kernel log", () => {
     );
     expect(agent.kernelLog).toBeUndefined();
   });
+});
+
+describe("startAgent on a real node whose nvidia-smi stops answering", () => {
+  const dirs: string[] = [];
+  const closers: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  // The real H100 idle row of formats.md §1.3 in the nounits projection discovery's fixture
+  // query-gpu-h100-idle.txt uses: a driver that answers only these twelve cells.
+  const H100_IDLE =
+    "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 81559, 0, 00000000:00:09.0, 9.0, 0, 41, 69.85, Disabled, 0\n";
+  // health-formats.md §2.5: on stdout, exit 255 (gpustack#2078).
+  const NVML_FAILED = "Failed to initialize NVML: Unknown Error\n";
+
+  it("keeps reporting its GPU, unhealthy with nvidia-smi's own problem, so an Xid 79 still lands on it", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-run-smi-"));
+    dirs.push(dir);
+    const smi = path.join(dir, "bin", "nvidia-smi");
+    /** Swaps the fake in with one rename, so a read in flight never runs a half-written script. */
+    const answer = async (name: string, rules: FakeNvidiaSmiRule[]) => {
+      mkdirSync(path.dirname(smi), { recursive: true });
+      renameSync(await writeFakeNvidiaSmi(path.join(dir, name), rules), smi);
+    };
+    await answer("healthy", [{ when: ["--query-gpu"], stdout: H100_IDLE }]);
+    const log = path.join(dir, "kern.log");
+    writeFileSync(log, "");
+    const cp = await startControlPlane({
+      dataDir: path.join(dir, "cp"),
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      heartbeatIntervalMs: 200,
+    });
+    closers.push(async () => {
+      await cp.close();
+    });
+    const agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: cp.controlUrl,
+        joinToken: cp.joinToken,
+        stateDir: path.join(dir, "agent"),
+        nvidiaSmiPath: smi,
+        sysfsRoot: path.join(dir, "no-sysfs"),
+        kernelLog: log,
+        readingsIntervalMs: 50,
+        advertiseAddress: "127.0.0.1",
+      }),
+      {
+        logger: silentLogger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: {},
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+        kernelLog: { pollMs: 10 },
+      },
+    );
+    closers.push(() => agent.close({ stopEngines: true }));
+    await expect.poll(() => agent.channelState(), { timeout: 10_000 }).toBe("connected");
+    expect(agent.inventory().gpus.map((g) => [g.index, g.healthy])).toEqual([[0, true]]);
+    const events = (kind: string) =>
+      cp.cluster
+        .listEvents()
+        .filter((e) => e.kind === kind)
+        .map((e) => e.message);
+
+    // NVML cannot start: readings come back with no GPU rows at all.
+    await answer("nvml", [{ when: ["--query-gpu"], stdout: NVML_FAILED, exitCode: 255 }]);
+    await expect
+      .poll(() => events("gpu.health"), { timeout: 10_000 })
+      .toEqual([
+        expect.stringMatching(
+          /^GPU 0 on \S+ is now unhealthy: GPU 0 \(GPU-00000000-0000-0000-0000-000000000000\) could not be read: nvidia-smi --query-gpu failed \(exit 255\): Failed to initialize NVML: Unknown Error: .*; its last reading \(\S+\) is reported$/,
+        ),
+      ]);
+
+    // The GPU fell off the bus: the kernel log's Xid 79 has a GPU to attach to.
+    appendFileSync(log, `${XID_79_GPU5}\n`);
+    await expect
+      .poll(() => events("gpu.fault"), { timeout: 10_000 })
+      .toEqual([expect.stringMatching(/^GPU 0 on \S+: Xid 79 \(reboot: out of service/)]);
+  }, 30_000);
 });
 
 describe("startAgent with RDMA port health", () => {

@@ -24,6 +24,7 @@ import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { AgentError } from "./errors.js";
+import { createGpuReadingMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
@@ -83,12 +84,17 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     agentVersion: deps.agentVersion,
     ...(hostname ? { hostname } : {}),
   };
-  const discover = (managedPids: Iterable<number>): Promise<NodeInventory> =>
-    collectInventory({
+  // Every read of the GPUs goes through this memory: a GPU a read lacks (nvidia-smi hung, NVML
+  // failed) stays reported, unhealthy, and a PCIe link seen degraded under load stays so.
+  const gpuMemory = createGpuReadingMemory();
+  const discover = async (managedPids: Iterable<number>): Promise<NodeInventory> => {
+    const found = await collectInventory({
       ...discoveryOptions,
       ...(config.simulate ? { simulate: config.simulate } : {}),
       managedPids,
     });
+    return { ...found, gpus: gpuMemory.observe(found, found.collectedAtUnixMs) };
+  };
 
   // Started before the first discovery, so the registration inventory already carries every
   // fault logged since boot.
@@ -188,7 +194,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
         ...discoveryOptions,
         managedPids: manager.managedPids(),
       });
-      rawReadings = report.gpus;
+      rawReadings = gpuMemory.observe(report, Date.now());
       rawReadingProblems = report.problems;
     }
     recompute();

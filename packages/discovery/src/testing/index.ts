@@ -1,5 +1,5 @@
-// Fakes for tests here and in other packages: a real fake nvidia-smi executable and a sysfs
-// tree writer. Not re-exported from the package root (no `./testing` export map entry yet).
+// Fakes for tests here and in other packages ("@llmgw/discovery/testing"): a real fake
+// nvidia-smi executable and a sysfs tree writer. Not re-exported from the package root.
 export {
   type FakeNvidiaSmiRule,
   stripFixtureComments,
