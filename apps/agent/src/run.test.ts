@@ -1,4 +1,12 @@
-import { appendFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -8,6 +16,7 @@ import { type FakeNvidiaSmiRule, writeFakeNvidiaSmi } from "@llmgw/discovery/tes
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema } from "@llmgw/proto";
 import { silentLogger } from "@llmgw/supervisor";
+import { RecordingLogger } from "@llmgw/supervisor/testing";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { kernelLogPath, parseAgentConfig } from "./config.js";
@@ -114,8 +123,10 @@ describe("startAgent with a kernel log", () => {
     await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
     const firstPid = status()!.pid;
 
-    // A live Xid 94 burst (two records) on GPU 0: one restart through the crash path.
-    appendFileSync(log, `${XID_94_GPU0}\n${XID_94_GPU0}\n`);
+    // A live Xid 94 burst (two records) on GPU 0, logged for the engine's own pid (the §1.3
+    // line with its pid replaced): one restart through the crash path.
+    const ownXid94 = XID_94_GPU0.replace("pid=7062", `pid=${firstPid}`);
+    appendFileSync(log, `${ownXid94}\n${ownXid94}\n`);
     await expect
       .poll(() => [status()?.restarts, status()?.pid !== firstPid && status()?.pid !== undefined], {
         timeout: 15_000,
@@ -133,6 +144,83 @@ describe("startAgent with a kernel log", () => {
     expect(problem?.message).toContain("Xid 79 (GPU has fallen off the bus) on 00000000:06:00.0");
     expect(problem?.message).toContain(`evidence: ${XID_79_GPU5}`);
     expect(status()?.restarts).toBe(1);
+  }, 40_000);
+
+  it("restarts engines only for an Xid whose pid is an engine's or its worker's, never another program's", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-run-kernel-log-"));
+    dirs.push(stateDir);
+    const log = path.join(stateDir, "kern.log");
+    writeFileSync(log, "");
+    const logger = new RecordingLogger();
+    agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: "http://127.0.0.1:9",
+        joinToken: "j".repeat(20),
+        stateDir,
+        simulate: "1xh100-80g",
+        kernelLog: log,
+        // An engine with one worker process, as vLLM and SGLang run theirs.
+        engines: {
+          simCommand: [
+            process.execPath,
+            "-e",
+            "require('node:child_process').spawn('sleep', ['60'], { stdio: 'ignore' }); setInterval(() => {}, 1000)",
+            "--",
+          ],
+        },
+      }),
+      {
+        logger,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+        secretEnv: {},
+        agentVersion: "0.0.0-test",
+        kernelLog: { pollMs: 10 },
+      },
+    );
+    const running = agent;
+    await running.manager.apply([
+      create(ReplicaAssignmentSchema, {
+        replicaId: "m-0",
+        rank: 0,
+        gpuIndices: [0],
+        deployment: deploymentSpecToProto(
+          parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+        ),
+      }),
+    ]);
+    const status = () => running.manager.statuses()[0];
+    await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+    const enginePid = status()!.pid as number;
+    const childrenOf = (pid: number) => {
+      try {
+        return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim();
+      } catch {
+        return "";
+      }
+    };
+    await expect.poll(() => childrenOf(enginePid), { timeout: 10_000 }).toMatch(/^\d+$/);
+    const workerPid = Number(childrenOf(enginePid));
+
+    // The §1.3 Xid 94 verbatim: pid 7062 is no process of llmgw's. Nothing restarts.
+    appendFileSync(log, `${XID_94_GPU0}\n`);
+    await expect
+      .poll(() => logger.lines.map((l) => l.message), { timeout: 10_000 })
+      .toContain(
+        "kernel log: xid-94 (Contained memory error) names pid 7062, which is not an engine llmgw runs (or no longer runs); its engines are not restarted",
+      );
+    expect([status()?.restarts, status()?.pid]).toEqual([0, enginePid]);
+
+    // The §1.3 Xid 31 with its pid replaced by the engine's worker's: one restart.
+    appendFileSync(log, `${XID_31_GPU0.replace("pid=13705", `pid=${workerPid}`)}\n`);
+    await expect
+      .poll(
+        () => [status()?.restarts, status()?.pid !== enginePid && status()?.pid !== undefined],
+        {
+          timeout: 15_000,
+        },
+      )
+      .toEqual([1, true]);
   }, 40_000);
 
   it("reports an unreadable kernel log as a node problem and keeps running", async () => {

@@ -7,6 +7,7 @@ import {
   DEFAULT_SYSFS_ROOT,
   faultWord,
   type Gpu,
+  type GpuFault,
   type KernelFaultEvent,
   type KernelLogWatcher,
   type KernelLogWatcherOptions,
@@ -14,6 +15,7 @@ import {
   type Port,
   type Problem,
   parsePortThresholds,
+  parseXid,
   pciBusKey,
   readGpuReadings,
   watchKernelLog,
@@ -23,6 +25,7 @@ import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
+import { isManagedProcess } from "./engine-pids.js";
 import { AgentError } from "./errors.js";
 import { createGpuReadingMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
@@ -288,6 +291,30 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   beatSoon = () => channel.beatSoon();
   const done = channel.run(abort.signal);
 
+  /**
+   * Restarts the engines on the fault's GPU — unless its record names a process that is not
+   * one of llmgw's engines or their workers: another user's program broke its own context,
+   * not ours, and the engine llmgw just stopped logs an Xid 45 for its torn-down channel under
+   * its old pid (restarting again for that would loop). A record without a pid restarts them.
+   */
+  const restartEnginesFor = async (fault: GpuFault) => {
+    // The fault carries no pid of its own; its evidence is the record that opened it.
+    const pid = parseXid(fault.evidence)?.pid;
+    const what = `${faultWord(fault)} (${fault.description})`;
+    if (pid !== undefined && !(await isManagedProcess(pid, manager.managedPids()))) {
+      logger.warn(
+        `kernel log: ${what} names pid ${pid}, which is not an engine llmgw runs (or no longer runs); its engines are not restarted`,
+        { evidence: fault.evidence },
+      );
+      return;
+    }
+    const key = pciBusKey(fault.pciBusId);
+    for (const gpu of rawReadings) {
+      if (pciBusKey(gpu.pciBusId) !== key) continue;
+      manager.restartReplicasOnGpu(gpu.index, `${what} on GPU ${gpu.index}: ${fault.evidence}`);
+    }
+  };
+
   // A fault is worth an out-of-band report: the views are recomputed and the next heartbeat
   // goes now. Only a live record restarts engines; the boot-time backlog (read above, before
   // this is set) and a re-opened log's backlog never do.
@@ -300,14 +327,9 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     );
     channel.beatSoon();
     if (!event.live || fault.action !== "restart-engine") return;
-    const key = pciBusKey(fault.pciBusId);
-    for (const gpu of rawReadings) {
-      if (pciBusKey(gpu.pciBusId) !== key) continue;
-      manager.restartReplicasOnGpu(
-        gpu.index,
-        `${faultWord(fault)} (${fault.description}) on GPU ${gpu.index}: ${fault.evidence}`,
-      );
-    }
+    restartEnginesFor(fault).catch((error: unknown) =>
+      logger.warn("kernel log: cannot restart the engines", { error: (error as Error).message }),
+    );
   };
 
   return {
