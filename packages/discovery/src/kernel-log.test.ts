@@ -1285,3 +1285,32 @@ describe("applyKernelFaults stays within the control plane's limits", () => {
     );
   });
 });
+
+describe("a fault seen again inside its burst window", () => {
+  // Verbatim §1.3 lines: Xid 48 (reset-gpu) and Xid 13 (restart-engine).
+  const XID_48 =
+    "NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
+  const XID_13 =
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter";
+
+  it("says so (once a second at most) when the fault takes a GPU out, so a cleared fault is reported again at once", () => {
+    let now = 1_000_000;
+    const tracker = createKernelFaultTracker({ clock: () => now });
+    expect(tracker.add(XID_48, true).map((e) => e.kind)).toEqual(["opened"]);
+    now += 500;
+    expect(tracker.add(XID_48, true)).toEqual([]);
+    now += 600;
+    const [again] = tracker.add(XID_48, true);
+    expect(again?.kind).toBe("seen-again");
+    expect(again?.fault.count).toBe(3);
+    expect(again?.fault.lastSeenUnixMs).toBe(now);
+    now += 200;
+    expect(tracker.add(XID_48, true)).toEqual([]);
+    // The backlog (not live) and a restart-engine fault never produce it.
+    now += 5_000;
+    expect(tracker.add(XID_48, false)).toEqual([]);
+    expect(tracker.add(XID_13, true).map((e) => e.kind)).toEqual(["opened"]);
+    now += 5_000;
+    expect(tracker.add(XID_13, true)).toEqual([]);
+  });
+});

@@ -709,9 +709,22 @@ export const MAX_FAULT_EVIDENCE_CHARS = 512;
 export const DEFAULT_MAX_RECORD_CHARS = 16_384;
 
 /** What changed when a record was folded in (see {@link KernelFaultTracker.add}). */
+/**
+ * Least time between two `seen-again` events of one fault: a burst of records is one report a
+ * second, not one per line.
+ */
+export const SEEN_AGAIN_MIN_GAP_MS = 1_000;
+
+const TAKES_GPU_OUT: ReadonlySet<FaultAction> = new Set(["reset-gpu", "drain-node", "reboot"]);
+
 export interface KernelFaultEvent {
-  /** `opened`: a new fault, or a new burst of one after a quiet window; `action-changed`: Xid 154 and the like. */
-  readonly kind: "opened" | "action-changed";
+  /**
+   * `opened`: a new fault, or a new burst of one after a quiet window; `action-changed`: Xid
+   * 154 and the like; `seen-again`: a live record of a fault that takes a GPU out folded into it
+   * inside its burst window (at most one per fault per {@link SEEN_AGAIN_MIN_GAP_MS}) — its
+   * `lastSeen` moved, which matters to a control plane that holds an operator's clear of it.
+   */
+  readonly kind: "opened" | "action-changed" | "seen-again";
   readonly fault: GpuFault;
   /** The action before this record (absent for a new fault). */
   readonly previousAction?: FaultAction;
@@ -836,6 +849,13 @@ export function createKernelFaultTracker(
       : converted;
   };
 
+  /** When each fault key last produced an event (throttles `seen-again`). */
+  const lastEventMs = new Map<string, number>();
+  const noteEvent = (key: string, atMs: number) => {
+    // Bounded like the faults themselves: forgetting a time only allows one more event.
+    if (lastEventMs.size >= 4 * maxFaults) lastEventMs.clear();
+    lastEventMs.set(key, atMs);
+  };
   const fold = (
     xid: ParsedXid,
     atMs: number,
@@ -846,6 +866,19 @@ export function createKernelFaultTracker(
     stats.faultRecords++;
     const result = aggregator.add(xid, atMs, seq);
     const previous = result.previousAction;
+    const key = result.fault.key;
+    const at = clock();
+    if (result.opened || (previous !== undefined && previous !== result.fault.action)) {
+      noteEvent(key, at);
+    } else if (
+      live &&
+      TAKES_GPU_OUT.has(result.fault.action) &&
+      at - (lastEventMs.get(key) ?? Number.NEGATIVE_INFINITY) >= SEEN_AGAIN_MIN_GAP_MS
+    ) {
+      noteEvent(key, at);
+      out.push({ kind: "seen-again", fault: convert(result.fault), live });
+      return;
+    }
     if (result.opened) {
       out.push({
         kind: "opened",
