@@ -106,7 +106,14 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   const watcher =
     logPath === undefined
       ? undefined
-      : watchKernelLog({ ...deps.kernelLog, path: logPath, onChange: (e) => onKernelFault(e) });
+      : watchKernelLog({
+          // Faults that take a GPU out survive an agent restart after the kernel's ring
+          // buffer dropped their records (same boot only; kmsg only).
+          stateFile: path.join(config.stateDir, "kernel-faults.json"),
+          ...deps.kernelLog,
+          path: logPath,
+          onChange: (e) => onKernelFault(e),
+        });
   if (watcher !== undefined) {
     await boundedWait(watcher.caughtUp, KERNEL_LOG_CATCH_UP_MS);
     const faults = watcher.faults();
@@ -321,11 +328,13 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   onKernelFault = (event) => {
     const { fault } = event;
     recompute();
+    channel.beatSoon();
+    // A record folded into a known fault: its lastSeen moved (it counts again after a clear).
+    if (event.kind === "seen-again") return;
     logger.warn(
       `kernel log: ${faultWord(fault)} on ${fault.pciBusId} (${fault.description}): ${event.kind === "opened" ? "fault" : `action ${event.previousAction} →`} ${fault.action}`,
       { live: event.live, count: fault.count, evidence: fault.evidence },
     );
-    channel.beatSoon();
     if (!event.live || fault.action !== "restart-engine") return;
     restartEnginesFor(fault).catch((error: unknown) =>
       logger.warn("kernel log: cannot restart the engines", { error: (error as Error).message }),
