@@ -273,6 +273,51 @@ describe("startAgent with a kernel log", () => {
   });
 });
 
+/**
+ * A real control plane on loopback (200 ms heartbeats) and an agent joined to it, both closed
+ * by the returned `close`. `config` is merged over the joining settings.
+ */
+async function agentWithControlPlane(
+  dir: string,
+  config: Omit<
+    Parameters<typeof parseAgentConfig>[0],
+    "controlPlaneUrl" | "joinToken" | "stateDir"
+  >,
+  deps: { kernelLog?: { pollMs: number } } = {},
+) {
+  const cp = await startControlPlane({
+    dataDir: path.join(dir, "cp"),
+    listen: "127.0.0.1:0",
+    controlListen: "127.0.0.1:0",
+    heartbeatIntervalMs: 200,
+  });
+  const agent = await startAgent(
+    parseAgentConfig({
+      controlPlaneUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      stateDir: path.join(dir, "agent"),
+      ...config,
+    }),
+    {
+      logger: silentLogger,
+      probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+      baseEnv: {},
+      secretEnv: {},
+      agentVersion: "0.0.0-test",
+      ...deps,
+    },
+  );
+  await expect.poll(() => agent.channelState(), { timeout: 10_000 }).toBe("connected");
+  return {
+    cp,
+    agent,
+    close: async () => {
+      await agent.close({ stopEngines: true });
+      await cp.close();
+    },
+  };
+}
+
 describe("startAgent on a real node whose nvidia-smi stops answering", () => {
   const dirs: string[] = [];
   const closers: (() => Promise<void>)[] = [];
@@ -300,37 +345,18 @@ describe("startAgent on a real node whose nvidia-smi stops answering", () => {
     await answer("healthy", [{ when: ["--query-gpu"], stdout: H100_IDLE }]);
     const log = path.join(dir, "kern.log");
     writeFileSync(log, "");
-    const cp = await startControlPlane({
-      dataDir: path.join(dir, "cp"),
-      listen: "127.0.0.1:0",
-      controlListen: "127.0.0.1:0",
-      heartbeatIntervalMs: 200,
-    });
-    closers.push(async () => {
-      await cp.close();
-    });
-    const agent = await startAgent(
-      parseAgentConfig({
-        controlPlaneUrl: cp.controlUrl,
-        joinToken: cp.joinToken,
-        stateDir: path.join(dir, "agent"),
+    const { cp, agent, close } = await agentWithControlPlane(
+      dir,
+      {
         nvidiaSmiPath: smi,
         sysfsRoot: path.join(dir, "no-sysfs"),
         kernelLog: log,
         readingsIntervalMs: 50,
         advertiseAddress: "127.0.0.1",
-      }),
-      {
-        logger: silentLogger,
-        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
-        baseEnv: {},
-        secretEnv: {},
-        agentVersion: "0.0.0-test",
-        kernelLog: { pollMs: 10 },
       },
+      { kernelLog: { pollMs: 10 } },
     );
-    closers.push(() => agent.close({ stopEngines: true }));
-    await expect.poll(() => agent.channelState(), { timeout: 10_000 }).toBe("connected");
+    closers.push(close);
     expect(agent.inventory().gpus.map((g) => [g.index, g.healthy])).toEqual([[0, true]]);
     const events = (kind: string) =>
       cp.cluster
@@ -384,35 +410,13 @@ describe("startAgent with RDMA port health", () => {
     dirs.push(dir);
     const sysfs = path.join(dir, "sys-class-infiniband");
     writePort(sysfs, "4: ACTIVE", 0);
-    const cp = await startControlPlane({
-      dataDir: path.join(dir, "cp"),
-      listen: "127.0.0.1:0",
-      controlListen: "127.0.0.1:0",
-      heartbeatIntervalMs: 200,
+    const { cp, close } = await agentWithControlPlane(dir, {
+      // The simulated fabric's first port is mlx5_0/1, the device the tree above holds.
+      simulate: "1xh100-80g@ib-a",
+      sysfsRoot: sysfs,
+      portHealthIntervalMs: 50,
     });
-    closers.push(async () => {
-      await cp.close();
-    });
-    const agent = await startAgent(
-      parseAgentConfig({
-        controlPlaneUrl: cp.controlUrl,
-        joinToken: cp.joinToken,
-        stateDir: path.join(dir, "agent"),
-        // The simulated fabric's first port is mlx5_0/1, the device the tree above holds.
-        simulate: "1xh100-80g@ib-a",
-        sysfsRoot: sysfs,
-        portHealthIntervalMs: 50,
-      }),
-      {
-        logger: silentLogger,
-        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
-        baseEnv: {},
-        secretEnv: {},
-        agentVersion: "0.0.0-test",
-      },
-    );
-    closers.push(() => agent.close({ stopEngines: true }));
-    await expect.poll(() => agent.channelState(), { timeout: 10_000 }).toBe("connected");
+    closers.push(close);
 
     // A drop and recovery between two reads: link_downed +1 while the port reads ACTIVE,
     // which the default thresholds take as unhealthy on any increase (health-formats.md §3.3).
