@@ -304,9 +304,9 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
    * not ours, and the engine llmgw just stopped logs an Xid 45 for its torn-down channel under
    * its old pid (restarting again for that would loop). A record without a pid restarts them.
    */
-  const restartEnginesFor = async (fault: GpuFault) => {
-    // The fault carries no pid of its own; its evidence is the record that opened it.
-    const pid = parseXid(fault.evidence)?.pid;
+  const restartEnginesFor = async (fault: GpuFault, recordPid: number | undefined) => {
+    // The record's own pid; the fault's evidence is only the record that opened it.
+    const pid = recordPid ?? parseXid(fault.evidence)?.pid;
     const what = `${faultWord(fault)} (${fault.description})`;
     if (pid !== undefined && !(await isManagedProcess(pid, manager.managedPids()))) {
       logger.warn(
@@ -336,7 +336,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       { live: event.live, count: fault.count, evidence: fault.evidence },
     );
     if (!event.live || fault.action !== "restart-engine") return;
-    restartEnginesFor(fault).catch((error: unknown) =>
+    restartEnginesFor(fault, event.pid).catch((error: unknown) =>
       logger.warn("kernel log: cannot restart the engines", { error: (error as Error).message }),
     );
   };

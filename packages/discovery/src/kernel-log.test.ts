@@ -1314,3 +1314,18 @@ describe("a fault seen again inside its burst window", () => {
     expect(tracker.add(XID_13, true)).toEqual([]);
   });
 });
+
+describe("an event's pid", () => {
+  it("is the pid of the record behind it, so a later burst names its own process", () => {
+    // Verbatim §1.3 (driver format): Xid 94 from pid 7194 (MIG) and from pid 7062.
+    const first =
+      "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No";
+    const later =
+      "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No";
+    let now = 0;
+    const tracker = createKernelFaultTracker({ clock: () => now, windowMs: 1_000 });
+    expect(tracker.add(first, true).map((e) => [e.kind, e.pid])).toEqual([["opened", 7194]]);
+    now += 5_000; // a quiet window: a new burst of the same fault
+    expect(tracker.add(later, true).map((e) => [e.kind, e.pid])).toEqual([["opened", 7062]]);
+  });
+});

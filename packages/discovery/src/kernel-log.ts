@@ -735,6 +735,8 @@ export interface KernelFaultEvent {
   readonly live: boolean;
   /** The fault came back from saved state ({@link KernelFaultTracker.restore}), not from a record; `live` is false. */
   readonly restored?: boolean;
+  /** `pid=` of the record behind this event, when it named one (the fault's own evidence is the record that opened it). */
+  readonly pid?: number;
 }
 
 /** Options for {@link createKernelFaultTracker}. */
@@ -879,12 +881,14 @@ export function createKernelFaultTracker(
       out.push({ kind: "seen-again", fault: convert(result.fault), live });
       return;
     }
+    const pid = xid.pid === undefined ? {} : { pid: xid.pid };
     if (result.opened) {
       out.push({
         kind: "opened",
         fault: convert(result.fault),
         ...(previous === undefined ? {} : { previousAction: previous }),
         live,
+        ...pid,
       });
     } else if (previous !== undefined && previous !== result.fault.action) {
       out.push({
@@ -892,6 +896,7 @@ export function createKernelFaultTracker(
         fault: convert(result.fault),
         previousAction: previous,
         live,
+        ...pid,
       });
     }
   };
