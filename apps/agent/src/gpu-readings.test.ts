@@ -242,3 +242,46 @@ describe("createGpuReadingMemory", () => {
     );
   });
 });
+
+describe("NVLinks", () => {
+  /** GPU 0 as nvidia-smi reads it with `inactive` of its 12 links printed `<inactive>`. */
+  const withLinks = (inactive: number): Gpu => {
+    const g = gpu(0);
+    const row: GpuQueryRow = {
+      index: 0,
+      uuid: g.uuid,
+      name: g.name,
+      memoryTotalMiB: 81559,
+      memoryUsedMiB: 0,
+      pciBusId: g.pciBusId,
+      computeCapability: "9.0",
+      eccUncorrectedErrors: 0,
+      temperatureCelsius: 41,
+      powerWatts: 69.85,
+      migMode: "Disabled",
+      utilizationPercent: 0,
+    };
+    return buildGpu(row, [], new Set(), [
+      { index: 0, uuid: g.uuid, linksTotal: 12, linksInactive: inactive },
+    ]);
+  };
+
+  it("all inactive from the start is a card without a bridge, not a fault; all going down after being up is", () => {
+    // A PCIe card without an NVLink bridge reports every link down (NVIDIA/NVSentinel#1481).
+    const bridgeless = createGpuReadingMemory();
+    expect(seen(bridgeless.observe({ gpus: [withLinks(12)], problems: [] }, T0))).toEqual([
+      [0, true, []],
+    ]);
+    // Some down among active ones: discovery's own problem.
+    const memory = createGpuReadingMemory();
+    expect(seen(memory.observe({ gpus: [withLinks(2)], problems: [] }, T0))).toEqual([
+      [0, false, [ProblemCodes.gpuNvlinkInactive]],
+    ]);
+    // All down after 10 were active: only the agent's memory can tell.
+    const [later] = memory.observe({ gpus: [withLinks(12)], problems: [] }, T0 + 60_000);
+    expect(later?.healthy).toBe(false);
+    expect(later?.healthProblems.map((p) => p.message)).toEqual([
+      `GPU 0 (${uuid(0)}) has all 12 NVLinks inactive; 10 were active at ${at(0)}: check the fabric manager and the NVLink/NVSwitch state (nvidia-smi nvlink -s), then reset the GPU`,
+    ]);
+  });
+});

@@ -70,6 +70,8 @@ export function createGpuReadingMemory(): GpuReadingMemory {
   // Raw readings (no unread or latched problems added), so nothing accumulates across reads.
   const known: Remembered[] = [];
   const pcieLatched = new Map<string, Latched>();
+  /** NVLinks seen active per uuid, and when: all of them going inactive later is a fault. */
+  const nvlinksSeenActive = new Map<string, { active: number; atUnixMs: number }>();
 
   const remember = (gpu: Gpu, atUnixMs: number) => {
     const i = known.findIndex((k) => sameGpu(k.gpu, gpu));
@@ -87,10 +89,17 @@ export function createGpuReadingMemory(): GpuReadingMemory {
           pcieLatched.set(gpu.uuid, { problem: pcie, atUnixMs });
         }
       }
+      for (const gpu of read.gpus) {
+        const { nvlinksTotal: total, nvlinksInactive: inactive } = gpu.health ?? {};
+        if (total === undefined || inactive === undefined || gpu.uuid === "") continue;
+        if (total - inactive > (nvlinksSeenActive.get(gpu.uuid)?.active ?? 0)) {
+          nvlinksSeenActive.set(gpu.uuid, { active: total - inactive, atUnixMs });
+        }
+      }
       const unread = known.filter((k) => !read.gpus.some((g) => sameGpu(k.gpu, g)));
       for (const gpu of read.gpus) remember(gpu, atUnixMs);
       const out = [...read.gpus, ...unread.map((k) => asUnread(k, read.problems))].map((gpu) =>
-        withLatchedPcie(gpu, pcieLatched.get(gpu.uuid)),
+        withLostNvlinks(withLatchedPcie(gpu, pcieLatched.get(gpu.uuid)), nvlinksSeenActive),
       );
       // Stable: a read's own row goes before a remembered one of the same index (see asUnread).
       return out.sort((a, b) => a.index - b.index);
@@ -153,4 +162,31 @@ function withLatchedPcie(gpu: Gpu, latched: Latched | undefined): Gpu {
     message: `${latched.problem.message} (seen under load at ${new Date(latched.atUnixMs).toISOString()}; restart the agent after fixing the link)`,
   };
   return { ...gpu, healthy: false, healthProblems: [...gpu.healthProblems, problem] };
+}
+
+/**
+ * A GPU whose NVLinks are all inactive now although some were active before: discovery cannot
+ * tell that from a card without an NVLink bridge (every link inactive from the start), the
+ * agent's memory can.
+ */
+function withLostNvlinks(
+  gpu: Gpu,
+  seen: ReadonlyMap<string, { active: number; atUnixMs: number }>,
+): Gpu {
+  const { nvlinksTotal: total, nvlinksInactive: inactive } = gpu.health ?? {};
+  const before = seen.get(gpu.uuid);
+  if (total === undefined || inactive !== total || before === undefined || total === 0) return gpu;
+  if (gpu.healthProblems.some((p) => p.code === ProblemCodes.gpuNvlinkInactive)) return gpu;
+  return {
+    ...gpu,
+    healthy: false,
+    healthProblems: [
+      ...gpu.healthProblems,
+      {
+        code: ProblemCodes.gpuNvlinkInactive,
+        source: "nvidia-smi",
+        message: `GPU ${gpu.index} (${gpu.uuid}) has all ${total} NVLinks inactive; ${before.active} were active at ${new Date(before.atUnixMs).toISOString()}: check the fabric manager and the NVLink/NVSwitch state (nvidia-smi nvlink -s), then reset the GPU`,
+      },
+    ],
+  };
 }

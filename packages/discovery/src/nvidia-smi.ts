@@ -366,7 +366,16 @@ function healthReadingProblems(
       ),
     );
   }
-  if (health.nvlinksInactive !== undefined && health.nvlinksInactive > 0) {
+  // Every link inactive is what a PCIe card without an NVLink bridge reports (A100 PCIe: all 12
+  // links "down", NVIDIA/NVSentinel#1481, NVIDIA/DCGM#49), so only some inactive among active
+  // ones is a fault here; links that all go down after being up are caught by the agent, which
+  // remembers what it saw (apps/agent/src/gpu-readings.ts).
+  if (
+    health.nvlinksInactive !== undefined &&
+    health.nvlinksInactive > 0 &&
+    health.nvlinksTotal !== undefined &&
+    health.nvlinksInactive < health.nvlinksTotal
+  ) {
     problems.push(
       problem(
         ProblemCodes.gpuNvlinkInactive,
