@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { startControlPlane } from "@llmgw/control-plane";
-import { ProblemCodes } from "@llmgw/discovery";
+import { ProblemCodes, simulateInventory } from "@llmgw/discovery";
 import { type FakeNvidiaSmiRule, writeFakeNvidiaSmi } from "@llmgw/discovery/testing";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema } from "@llmgw/proto";
@@ -21,7 +21,7 @@ import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { kernelLogPath, parseAgentConfig } from "./config.js";
 import { isAgentError } from "./errors.js";
-import { probeAddress, type RunningAgent, startAgent } from "./run.js";
+import { probeAddress, type RunningAgent, startAgent, withInventoryFacts } from "./run.js";
 
 describe("probeAddress", () => {
   it.each([
@@ -467,5 +467,29 @@ describe("agent errors carry stable codes", () => {
       }
     })();
     expect(isAgentError(error) && error.code).toBe("LLMGW_AGENT_CONFIG_INVALID");
+  });
+});
+
+describe("withInventoryFacts", () => {
+  it("reports every fabric port a read no longer finds as unhealthy, so an empty read is not 'no news'", () => {
+    const inventory = simulateInventory("2xh100-80g@ib-a", { hostname: "n", nowMs: 0 });
+    const [mlx0] = inventory.fabrics[0]!.ports;
+    // The RDMA tree vanished: the monitor read nothing at all.
+    const gone = withInventoryFacts([], inventory, "/sys/class/infiniband");
+    expect(gone.map((p) => [p.device, p.health?.healthy, p.health?.problems[0]?.code])).toEqual([
+      ["mlx5_0", false, ProblemCodes.sysfsUnreadable],
+      ["mlx5_1", false, ProblemCodes.sysfsUnreadable],
+    ]);
+    expect(gone[0]?.health?.problems[0]?.message).toBe(
+      "port mlx5_0/1 is no longer under /sys/class/infiniband (its device is gone, or the RDMA tree cannot be read)",
+    );
+    // A port read live keeps discovery's facts and takes the read's state and health.
+    const live = withInventoryFacts(
+      [{ device: "mlx5_0", port: 1, linkLayer: "infiniband", state: "DOWN", physState: "Polling" }],
+      inventory,
+      "/sys/class/infiniband",
+    );
+    expect(live[0]).toMatchObject({ ...mlx0, state: "DOWN", physState: "Polling" });
+    expect(live.map((p) => p.device)).toEqual(["mlx5_0", "mlx5_1"]);
   });
 });

@@ -14,6 +14,7 @@ import {
   type NodeInventory,
   type Port,
   type Problem,
+  ProblemCodes,
   parsePortThresholds,
   parseXid,
   pciBusKey,
@@ -237,7 +238,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     const wasUnhealthy = new Set(
       livePorts.filter((p) => p.health?.healthy === false).map((p) => `${p.device}/${p.port}`),
     );
-    livePorts = withInventoryFacts(report.ports, inventory);
+    livePorts = withInventoryFacts(report.ports, inventory, config.sysfsRoot);
     portProblems = report.problems;
     const newlyBad = livePorts.filter(
       (p) => p.health?.healthy === false && !wasUnhealthy.has(`${p.device}/${p.port}`),
@@ -363,14 +364,21 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
 /**
  * Live port readings with the facts only discovery reads (netdev, GUID, GID, PCI id, NUMA)
  * taken from the inventory's port of the same device and number, so the control plane can put
- * each live port on its fabric.
+ * each live port on its fabric. A fabric port the read no longer finds (its device vanished,
+ * or the whole RDMA tree did) is reported unhealthy rather than left out: an empty list would
+ * read as "no port health here" and keep the registered, healthy snapshot.
  */
-export function withInventoryFacts(live: readonly Port[], inventory: NodeInventory): Port[] {
+export function withInventoryFacts(
+  live: readonly Port[],
+  inventory: NodeInventory,
+  sysfsRoot: string,
+): Port[] {
   const known = new Map<string, Port>();
   for (const p of [...inventory.fabrics.flatMap((f) => f.ports), ...inventory.inactivePorts]) {
     known.set(`${p.device}/${p.port}`, p);
   }
-  return live.map((p) => {
+  const read = new Set(live.map((p) => `${p.device}/${p.port}`));
+  const merged = live.map((p): Port => {
     const facts = known.get(`${p.device}/${p.port}`);
     return facts === undefined
       ? p
@@ -383,6 +391,34 @@ export function withInventoryFacts(live: readonly Port[], inventory: NodeInvento
           ...(p.health === undefined ? {} : { health: p.health }),
         };
   });
+  const gone = inventory.fabrics
+    .flatMap((f) => f.ports)
+    .filter((p) => !read.has(`${p.device}/${p.port}`))
+    .map(
+      (p): Port => ({
+        ...p,
+        state: "",
+        physState: "",
+        health: {
+          healthy: false,
+          problems: [
+            {
+              code: ProblemCodes.sysfsUnreadable,
+              source: "sysfs",
+              message: `port ${p.device}/${p.port} is no longer under ${sysfsRoot} (its device is gone, or the RDMA tree cannot be read)`,
+            },
+          ],
+          flaps: 0,
+          flapWindowS: 0,
+          counters: [],
+        },
+      }),
+    );
+  // A port on two fabrics is listed once.
+  const unique = gone.filter(
+    (p, i) => gone.findIndex((q) => q.device === p.device && q.port === p.port) === i,
+  );
+  return [...merged, ...unique];
 }
 
 /**

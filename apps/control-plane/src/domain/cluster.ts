@@ -146,6 +146,8 @@ export interface HeartbeatInput {
    * port health, and then the registered ports stand.
    */
   readonly ports?: readonly Port[];
+  /** The desired-set generation the agent last applied (absent: unknown, e.g. old agents). */
+  readonly generationSeen?: bigint;
 }
 
 /** The node's full desired set. */
@@ -266,7 +268,7 @@ interface LiveNode {
    * the engine being stopped. Statuses of that engine (same pid and start time) are not the new
    * placement's and are ignored until it is gone.
    */
-  retired: Map<string, { pid: number; startedAtUnixMs: bigint | undefined }>;
+  retired: Map<string, { pid: number; startedAtUnixMs: bigint | undefined; generation: bigint }>;
   generation: bigint;
   fingerprint: string;
   assignments: ReplicaAssignment[];
@@ -665,7 +667,7 @@ export class Cluster {
     }
     const portsChanged = this.#ingestPorts(node, input.ports ?? []);
     node.problems = [...input.problems];
-    const failed = this.#ingestStatuses(node, input.replicas);
+    const failed = this.#ingestStatuses(node, input.replicas, input.generationSeen);
     this.#ingestEngineKeys(node, input.engineCredentials ?? []);
     const wasState = node.state;
     this.#setNodeState(node, "ready", now);
@@ -872,7 +874,11 @@ export class Cluster {
   }
 
   /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
-  #ingestStatuses(node: LiveNode, statuses: readonly ReplicaStatus[]): boolean {
+  #ingestStatuses(
+    node: LiveNode,
+    statuses: readonly ReplicaStatus[],
+    generationSeen?: bigint,
+  ): boolean {
     let newlyFailed = false;
     const next = new Map<string, ReplicaStatus>();
     const reported = new Set<string>();
@@ -881,7 +887,14 @@ export class Cluster {
       reported.add(key);
       const retired = node.retired.get(key);
       if (retired !== undefined) {
-        if (s.pid === retired.pid && s.startedAtUnixMs === retired.startedAtUnixMs) continue;
+        // Once the agent has applied a desired set issued after the removal (or none was
+        // issued), the engine it reports is its answer to that set: when the placement came
+        // back unchanged the agent rightly kept the same engine.
+        const answered =
+          node.generation === retired.generation ||
+          (generationSeen !== undefined && generationSeen > retired.generation);
+        const sameEngine = s.pid === retired.pid && s.startedAtUnixMs === retired.startedAtUnixMs;
+        if (sameEngine && !answered) continue;
         node.retired.delete(key);
       }
       const before = node.statuses.get(key);
@@ -1051,7 +1064,11 @@ export class Cluster {
       if (!node || !status) continue;
       node.statuses.delete(key);
       if (status.pid !== undefined) {
-        node.retired.set(key, { pid: status.pid, startedAtUnixMs: status.startedAtUnixMs });
+        node.retired.set(key, {
+          pid: status.pid,
+          startedAtUnixMs: status.startedAtUnixMs,
+          generation: node.generation,
+        });
       }
     }
   }

@@ -503,4 +503,64 @@ describe("a replacement that reuses the replica id on the same node", () => {
       "http://10.0.0.1:41001",
     ]);
   });
+
+  it("is routable again when it comes back unchanged and the agent, having applied that set, keeps its engine", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    deploy(cluster, { name: "chat", servedModelName: "org/chat" });
+    const table = createClusterRouteTable(cluster);
+    const gpu0 = a.inventory.gpus[0]!;
+    const ready = create(ReplicaStatusSchema, {
+      replicaId: "chat-0",
+      rank: 0,
+      state: ReplicaState.READY,
+      pid: 100,
+      apiPort: 41_000,
+      startedAtUnixMs: 100_000n,
+    });
+    const reading = (faulted: boolean) =>
+      create(GpuReadingSchema, {
+        index: 0,
+        uuid: gpu0.uuid,
+        healthy: !faulted,
+        healthProblems: faulted
+          ? [{ code: "LLMGW_DISCOVERY_GPU_FAULT", message: "Xid 48", source: "kernel-log" }]
+          : [],
+        faults: faulted ? [fault({ code: 48, pciBusId: gpu0.pciBusId })] : [],
+      });
+    let applied = cluster.heartbeat(a.nodeId, {
+      gpus: [reading(false)],
+      replicas: [ready],
+      problems: [],
+    }).generation;
+    // The fault removes chat-0 (no other GPU); an operator's clear brings it back, unchanged,
+    // before the agent heard of either: it never stopped pid 100.
+    cluster.heartbeat(a.nodeId, {
+      gpus: [reading(true)],
+      replicas: [ready],
+      problems: [],
+      generationSeen: applied,
+    });
+    cluster.clearGpuFaults("node-a", 0);
+    expect(cluster.placements().map((p) => p.ranks[0]?.gpuIndices)).toEqual([[0]]);
+    // Not yet answered: the agent reports what it had before seeing the new set.
+    const answer = cluster.heartbeat(a.nodeId, {
+      gpus: [reading(true)],
+      replicas: [ready],
+      problems: [],
+      generationSeen: applied,
+    });
+    expect(table.resolve("org/chat")?.replicas ?? []).toEqual([]);
+    // It applies that set (same assignment: it keeps pid 100) and says so.
+    applied = answer.generation;
+    cluster.heartbeat(a.nodeId, {
+      gpus: [reading(true)],
+      replicas: [ready],
+      problems: [],
+      generationSeen: applied,
+    });
+    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+      "http://10.0.0.1:41000",
+    ]);
+  });
 });

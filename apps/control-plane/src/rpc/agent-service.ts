@@ -57,6 +57,7 @@ export function createAgentService(
         problems: req.problems,
         engineCredentials: req.engineCredentials,
         ports: req.ports,
+        generationSeen: req.generationSeen,
       });
       return create(HeartbeatResponseSchema, {
         generation: desired.generation,
