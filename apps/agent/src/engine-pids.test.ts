@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { isManagedProcess, parseProcStat } from "./engine-pids.js";
+import { engineProcessOf, isManagedProcess, parseProcStat } from "./engine-pids.js";
 
 const children: ChildProcess[] = [];
 const dirs: string[] = [];
@@ -116,6 +116,11 @@ describe("isManagedProcess on real processes", () => {
     expect(await isManagedProcess(process.pid, managed)).toBe(false);
     expect(await isManagedProcess(other.pid as number, managed)).toBe(false);
     expect(await isManagedProcess(4_194_304 + 1, managed)).toBe(false);
+    // Whose, when it matters: a live stranger is foreign, a pid past the kernel's maximum is gone.
+    expect(await engineProcessOf(worker, managed)).toBe("managed");
+    expect(await engineProcessOf(process.pid, managed)).toBe("foreign");
+    expect(await engineProcessOf(other.pid as number, managed)).toBe("foreign");
+    expect(await engineProcessOf(4_194_304 + 1, managed)).toBe("gone");
   });
 
   it("an exited engine's pid is not managed once the agent no longer lists it", async () => {
@@ -127,5 +132,6 @@ describe("isManagedProcess on real processes", () => {
 
   it("an unreadable /proc is not managed, never a throw", async () => {
     expect(await isManagedProcess(12345, new Set([1]), { procRoot: "/nonexistent" })).toBe(false);
+    expect(await engineProcessOf(12345, new Set([1]), { procRoot: "/nonexistent" })).toBe("gone");
   });
 });

@@ -48,39 +48,50 @@ export interface ManagedProcessOptions {
   readonly maxDepth?: number;
 }
 
+/** Whose process a pid is: one of llmgw's engines (or their workers), another's, or unknown. */
+export type EngineProcess = "managed" | "foreign" | "gone";
+
 /**
  * Whether `pid` is one of the `managed` engine pids or runs under one: the process itself, its
  * process group or session (the supervisor starts each engine as a group and session leader,
  * so its workers share them), or any parent up to `maxDepth` levels (a worker that started a
  * session of its own). Reads `/proc/<pid>/stat` along the way.
  *
- * A pid that no longer exists, or a `/proc` that cannot be read, is not managed: the process
- * that logged a fault may be gone (the engine llmgw just stopped logs Xid 45 for its torn-down
- * channel), and a fault nobody can attribute to llmgw's engines must not restart them. Never
- * throws.
+ * `gone`: the pid (or a parent on the way) no longer exists, or `/proc` cannot be read — a
+ * worker an Xid killed and its engine reaped, an engine llmgw just stopped, or an agent that
+ * does not share the host's pid namespace. The caller decides what unknown means. Never throws.
  */
+export async function engineProcessOf(
+  pid: number,
+  managed: ReadonlySet<number>,
+  options: ManagedProcessOptions = {},
+): Promise<EngineProcess> {
+  const procRoot = options.procRoot ?? "/proc";
+  const maxDepth = options.maxDepth ?? 32;
+  let current = pid;
+  for (let depth = 0; depth <= maxDepth; depth++) {
+    if (managed.has(current)) return "managed";
+    // pid 1 (init) and 0 (the kernel) are no engine's descendants.
+    if (current <= 1) return "foreign";
+    let text: string;
+    try {
+      text = await readFile(path.join(procRoot, String(current), "stat"), "utf8");
+    } catch {
+      return "gone";
+    }
+    const stat = parseProcStat(text.trimEnd());
+    if (stat === undefined) return "gone";
+    if (managed.has(stat.pgrp) || managed.has(stat.session)) return "managed";
+    current = stat.ppid;
+  }
+  return "foreign";
+}
+
+/** {@link engineProcessOf} is `managed`; a pid that is gone is not (see there). */
 export async function isManagedProcess(
   pid: number,
   managed: ReadonlySet<number>,
   options: ManagedProcessOptions = {},
 ): Promise<boolean> {
-  const procRoot = options.procRoot ?? "/proc";
-  const maxDepth = options.maxDepth ?? 32;
-  let current = pid;
-  for (let depth = 0; depth <= maxDepth; depth++) {
-    if (managed.has(current)) return true;
-    // pid 1 (init) and 0 (the kernel) are no engine's descendants.
-    if (current <= 1) return false;
-    let text: string;
-    try {
-      text = await readFile(path.join(procRoot, String(current), "stat"), "utf8");
-    } catch {
-      return false;
-    }
-    const stat = parseProcStat(text.trimEnd());
-    if (stat === undefined) return false;
-    if (managed.has(stat.pgrp) || managed.has(stat.session)) return true;
-    current = stat.ppid;
-  }
-  return false;
+  return (await engineProcessOf(pid, managed, options)) === "managed";
 }

@@ -69,6 +69,9 @@ const XID_31_GPU0 =
 const XID_94_GPU0 =
   "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No";
 const XID_79_GPU5 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+// §1.3 verbatim but for its PCI id (bus dc → the simulated GPU 0's 01); pid 1818990 is gone.
+const XID_45_GPU0 =
+  "kernel: NVRM: Xid (PCI:0000:01:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149";
 
 describe("startAgent with a kernel log", () => {
   const dirs: string[] = [];
@@ -202,12 +205,20 @@ describe("startAgent with a kernel log", () => {
     await expect.poll(() => childrenOf(enginePid), { timeout: 10_000 }).toMatch(/^\d+$/);
     const workerPid = Number(childrenOf(enginePid));
 
-    // The §1.3 Xid 94 verbatim: pid 7062 is no process of llmgw's. Nothing restarts.
-    appendFileSync(log, `${XID_94_GPU0}\n`);
+    // The §1.3 Xid 94 with its pid replaced by this test runner's, a live process that is no
+    // engine of llmgw's (another program sharing the GPU). Nothing restarts.
+    appendFileSync(log, `${XID_94_GPU0.replace("pid=7062", `pid=${process.pid}`)}\n`);
     await expect
       .poll(() => logger.lines.map((l) => l.message), { timeout: 10_000 })
       .toContain(
-        "kernel log: xid-94 (Contained memory error) names pid 7062, which is not an engine llmgw runs (or no longer runs); its engines are not restarted",
+        `kernel log: xid-94 (Contained memory error) names pid ${process.pid}, which is not an engine llmgw runs; its engines are not restarted`,
+      );
+    // An Xid 45 from a process that is gone: the teardown a stopped process leaves. Nothing.
+    appendFileSync(log, `${XID_45_GPU0}\n`);
+    await expect
+      .poll(() => logger.lines.map((l) => l.message), { timeout: 10_000 })
+      .toContain(
+        "kernel log: xid-45 (Preemptive cleanup, due to previous errors) names pid 1818990, which is gone (Xid 45 is the teardown a stopped process leaves); its engines are not restarted",
       );
     expect([status()?.restarts, status()?.pid]).toEqual([0, enginePid]);
 

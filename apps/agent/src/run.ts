@@ -26,7 +26,7 @@ import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
-import { isManagedProcess } from "./engine-pids.js";
+import { engineProcessOf } from "./engine-pids.js";
 import { AgentError } from "./errors.js";
 import { createGpuReadingMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
@@ -309,9 +309,16 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     // The record's own pid; the fault's evidence is only the record that opened it.
     const pid = recordPid ?? parseXid(fault.evidence)?.pid;
     const what = `${faultWord(fault)} (${fault.description})`;
-    if (pid !== undefined && !(await isManagedProcess(pid, manager.managedPids()))) {
+    const whose = pid === undefined ? undefined : await engineProcessOf(pid, manager.managedPids());
+    // Another program's fault is not our engines' (it shares the GPU: MIG or a foreign job).
+    // A pid that is gone usually was a worker the fault killed, so the engine is broken — except
+    // for Xid 45, the channel teardown a stopped process leaves behind (our own restart logs
+    // one): that one never restarts the engine llmgw just started in its place.
+    const skip =
+      whose === "foreign" || (whose === "gone" && fault.kind === "xid" && fault.code === 45);
+    if (skip) {
       logger.warn(
-        `kernel log: ${what} names pid ${pid}, which is not an engine llmgw runs (or no longer runs); its engines are not restarted`,
+        `kernel log: ${what} names pid ${pid}, which ${whose === "foreign" ? "is not an engine llmgw runs" : "is gone (Xid 45 is the teardown a stopped process leaves)"}; its engines are not restarted`,
         { evidence: fault.evidence },
       );
       return;
