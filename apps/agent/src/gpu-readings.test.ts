@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import {
   buildGpu,
   type CommandResult,
@@ -9,7 +12,12 @@ import {
 } from "@llmgw/discovery";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createGpuReadingMemory, type GpuRead } from "./gpu-readings.js";
+import {
+  createGpuReadingMemory,
+  type GpuRead,
+  loadGpuMemory,
+  saveGpuMemory,
+} from "./gpu-readings.js";
 
 // The H100 rows of formats.md §1.3 (idle: 0 %, 0 MiB, 41 °C, 69.85 W; load: 100 %, 19818 MiB,
 // 59 °C, 631.95 W) with the PCIe health tokens of health-formats.md §2.1 (gen 5 of 5, x16 of
@@ -283,5 +291,36 @@ describe("NVLinks", () => {
     expect(later?.healthProblems.map((p) => p.message)).toEqual([
       `GPU 0 (${uuid(0)}) has all 12 NVLinks inactive; 10 were active at ${at(0)}: check the fabric manager and the NVLink/NVSwitch state (nvidia-smi nvlink -s), then reset the GPU`,
     ]);
+  });
+});
+
+describe("the latches across an agent restart", () => {
+  const BOOT = "6cf3b8a0-3d0c-4f1e-9a57-0d6a2f1c2b11";
+  it("come back from the state file in the same boot, and not after a reboot or from a bad file", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-gpu-memory-"));
+    const file = path.join(dir, "gpu-memory.json");
+    try {
+      const first = createGpuReadingMemory();
+      first.observe({ gpus: [gpu(1, "degraded")], problems: [] }, T0);
+      saveGpuMemory(file, BOOT, first.snapshot());
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+
+      // The agent restarts; the GPU idles (its link back at gen 5): still unhealthy.
+      const again = createGpuReadingMemory(loadGpuMemory(file, BOOT));
+      expect(seen(again.observe({ gpus: [gpu(1)], problems: [] }, T0 + 60_000))).toEqual([
+        [1, false, [ProblemCodes.gpuPcieDegraded]],
+      ]);
+      // A reboot re-judges the link; a file that is not ours is ignored, never a throw.
+      expect(loadGpuMemory(file, "another-boot")).toBeUndefined();
+      expect(loadGpuMemory(file, undefined)).toBeUndefined();
+      for (const junk of ["{", "[]", '{"bootId":1}', `{"bootId":"${BOOT}","pcie":[{"uuid":7}]}`]) {
+        writeFileSync(file, junk);
+        const loaded = loadGpuMemory(file, BOOT);
+        expect(loaded?.pcie ?? []).toEqual([]);
+      }
+      expect(loadGpuMemory(path.join(dir, "absent.json"), BOOT)).toBeUndefined();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,3 +1,4 @@
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { type Gpu, type Problem, ProblemCodes, pciBusKey } from "@llmgw/discovery";
 
 /**
@@ -63,15 +64,31 @@ export interface GpuReadingMemory {
    * latched problems re-applied, then each remembered GPU the read lacks, in index order.
    */
   observe(read: GpuRead, atUnixMs: number): Gpu[];
+  /** What must survive an agent restart (the latches), as plain data. */
+  snapshot(): GpuMemorySnapshot;
+}
+
+/**
+ * The latches of a {@link GpuReadingMemory}: a GPU's PCIe-degraded verdict and the NVLinks it
+ * once had active. Without them an agent restart would forget both and report the GPU healthy
+ * — a fault cleared by restarting the agent.
+ */
+export interface GpuMemorySnapshot {
+  readonly pcie: readonly { uuid: string; problem: Problem; atUnixMs: number }[];
+  readonly nvlinks: readonly { uuid: string; active: number; atUnixMs: number }[];
 }
 
 /** Creates an empty {@link GpuReadingMemory}. */
-export function createGpuReadingMemory(): GpuReadingMemory {
+export function createGpuReadingMemory(saved?: GpuMemorySnapshot): GpuReadingMemory {
   // Raw readings (no unread or latched problems added), so nothing accumulates across reads.
   const known: Remembered[] = [];
-  const pcieLatched = new Map<string, Latched>();
+  const pcieLatched = new Map<string, Latched>(
+    (saved?.pcie ?? []).map((p) => [p.uuid, { problem: p.problem, atUnixMs: p.atUnixMs }]),
+  );
   /** NVLinks seen active per uuid, and when: all of them going inactive later is a fault. */
-  const nvlinksSeenActive = new Map<string, { active: number; atUnixMs: number }>();
+  const nvlinksSeenActive = new Map<string, { active: number; atUnixMs: number }>(
+    (saved?.nvlinks ?? []).map((n) => [n.uuid, { active: n.active, atUnixMs: n.atUnixMs }]),
+  );
 
   const remember = (gpu: Gpu, atUnixMs: number) => {
     const i = known.findIndex((k) => sameGpu(k.gpu, gpu));
@@ -104,7 +121,79 @@ export function createGpuReadingMemory(): GpuReadingMemory {
       // Stable: a read's own row goes before a remembered one of the same index (see asUnread).
       return out.sort((a, b) => a.index - b.index);
     },
+    snapshot() {
+      return {
+        pcie: [...pcieLatched].map(([uuid, l]) => ({ uuid, ...l })),
+        nvlinks: [...nvlinksSeenActive].map(([uuid, n]) => ({ uuid, ...n })),
+      };
+    },
   };
+}
+
+/** Latches kept per kind at most (a node has a handful of GPUs; anything past this is junk). */
+const MAX_SAVED_GPUS = 256;
+const MAX_MEMORY_FILE_BYTES = 256 * 1024;
+
+/**
+ * Reads the latches saved under `bootId`. A file from another boot (a reboot re-judges every
+ * link), a missing one, and one that is not what {@link saveGpuMemory} writes all give
+ * `undefined`, never a throw: the agent then starts with an empty memory.
+ */
+export function loadGpuMemory(
+  file: string,
+  bootId: string | undefined,
+): GpuMemorySnapshot | undefined {
+  if (bootId === undefined) return undefined;
+  let value: unknown;
+  try {
+    const text = readFileSync(file, "utf8");
+    if (text.length > MAX_MEMORY_FILE_BYTES) return undefined;
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const v = value as { bootId?: unknown; pcie?: unknown; nvlinks?: unknown };
+  if (typeof v !== "object" || v === null || v.bootId !== bootId) return undefined;
+  const str = (x: unknown, max: number): x is string => typeof x === "string" && x.length <= max;
+  const num = (x: unknown): x is number =>
+    typeof x === "number" && Number.isSafeInteger(x) && x >= 0;
+  const pcie = (Array.isArray(v.pcie) ? v.pcie : []).slice(0, MAX_SAVED_GPUS).flatMap((e) => {
+    const p = e?.problem;
+    return str(e?.uuid, 128) &&
+      num(e?.atUnixMs) &&
+      str(p?.code, 128) &&
+      str(p?.message, 1024) &&
+      str(p?.source, 64)
+      ? [
+          {
+            uuid: e.uuid,
+            atUnixMs: e.atUnixMs,
+            problem: { code: p.code, message: p.message, source: p.source },
+          },
+        ]
+      : [];
+  });
+  const nvlinks = (Array.isArray(v.nvlinks) ? v.nvlinks : [])
+    .slice(0, MAX_SAVED_GPUS)
+    .flatMap((e) =>
+      str(e?.uuid, 128) && num(e?.active) && num(e?.atUnixMs)
+        ? [{ uuid: e.uuid, active: e.active, atUnixMs: e.atUnixMs }]
+        : [],
+    );
+  return { pcie, nvlinks };
+}
+
+/** Writes the latches under `bootId`: owner-only, through a temporary file and a rename. */
+export function saveGpuMemory(file: string, bootId: string, snapshot: GpuMemorySnapshot): void {
+  const tmp = `${file}.tmp`;
+  const fd = openSync(tmp, "w", 0o600);
+  try {
+    writeSync(fd, JSON.stringify({ bootId, ...snapshot }));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, file);
 }
 
 /** Same GPU: by uuid when both have one, else by PCI bus id (a lost row has no uuid). */

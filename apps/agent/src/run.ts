@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -28,7 +29,7 @@ import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { engineProcessOf } from "./engine-pids.js";
 import { AgentError } from "./errors.js";
-import { createGpuReadingMemory } from "./gpu-readings.js";
+import { createGpuReadingMemory, loadGpuMemory, saveGpuMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
@@ -90,14 +91,34 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   };
   // Every read of the GPUs goes through this memory: a GPU a read lacks (nvidia-smi hung, NVML
   // failed) stays reported, unhealthy, and a PCIe link seen degraded under load stays so.
-  const gpuMemory = createGpuReadingMemory();
+  // The memory's latches (PCIe degraded, NVLinks once active) survive an agent restart within
+  // one boot: restarting the agent must not clear a fault.
+  const gpuMemoryFile = path.join(config.stateDir, "gpu-memory.json");
+  const bootId = readBootIdOrUndefined();
+  const gpuMemory = createGpuReadingMemory(loadGpuMemory(gpuMemoryFile, bootId));
+  let savedGpuMemory = JSON.stringify(gpuMemory.snapshot());
+  const persistGpuMemory = () => {
+    const now = JSON.stringify(gpuMemory.snapshot());
+    if (bootId === undefined || now === savedGpuMemory) return;
+    try {
+      saveGpuMemory(gpuMemoryFile, bootId, gpuMemory.snapshot());
+      savedGpuMemory = now;
+    } catch (error) {
+      logger.warn("cannot save the GPU latches; they hold until the agent restarts", {
+        file: gpuMemoryFile,
+        error: (error as Error).message,
+      });
+    }
+  };
   const discover = async (managedPids: Iterable<number>): Promise<NodeInventory> => {
     const found = await collectInventory({
       ...discoveryOptions,
       ...(config.simulate ? { simulate: config.simulate } : {}),
       managedPids,
     });
-    return { ...found, gpus: gpuMemory.observe(found, found.collectedAtUnixMs) };
+    const gpus = gpuMemory.observe(found, found.collectedAtUnixMs);
+    persistGpuMemory();
+    return { ...found, gpus };
   };
 
   // Started before the first discovery, so the registration inventory already carries every
@@ -206,6 +227,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
         managedPids: manager.managedPids(),
       });
       rawReadings = gpuMemory.observe(report, Date.now());
+      persistGpuMemory();
       rawReadingProblems = report.problems;
     }
     recompute();
@@ -466,5 +488,15 @@ async function resolveModelRoot(root: string): Promise<string> {
       "LLMGW_AGENT_MODEL_ROOT_INVALID",
       `--model-root ${root} cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
     );
+  }
+}
+
+/** This boot's id, or undefined where the kernel does not tell (not Linux). */
+function readBootIdOrUndefined(): string | undefined {
+  try {
+    const id = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    return /^[0-9a-f-]{36}$/.test(id) ? id : undefined;
+  } catch {
+    return undefined;
   }
 }
