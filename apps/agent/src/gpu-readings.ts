@@ -248,7 +248,7 @@ function withLatchedPcie(gpu: Gpu, latched: Latched | undefined): Gpu {
   if (gpu.healthProblems.some((p) => p.code === ProblemCodes.gpuPcieDegraded)) return gpu;
   const problem: Problem = {
     ...latched.problem,
-    message: `${latched.problem.message} (seen under load at ${new Date(latched.atUnixMs).toISOString()}; restart the agent after fixing the link)`,
+    message: `${latched.problem.message} (seen under load at ${new Date(latched.atUnixMs).toISOString()}; it holds until the node reboots, as fixing a link takes)`,
   };
   return { ...gpu, healthy: false, healthProblems: [...gpu.healthProblems, problem] };
 }
