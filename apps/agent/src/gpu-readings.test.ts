@@ -166,7 +166,9 @@ const rows: Row[] = [
       [1, false, [ProblemCodes.gpuPcieDegraded]],
     ],
     messages: {
-      1: [`${PCIE_MESSAGE} (seen under load at ${at(0)}; it holds until the node reboots, as fixing a link takes)`],
+      1: [
+        `${PCIE_MESSAGE} (seen under load at ${at(0)}; it holds until the node reboots, as fixing a link takes)`,
+      ],
     },
   },
   {
