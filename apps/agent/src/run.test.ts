@@ -73,6 +73,23 @@ const XID_79_GPU5 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.
 const XID_45_GPU0 =
   "kernel: NVRM: Xid (PCI:0000:01:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149";
 
+/** Assigns one sim replica ("m-0") to GPU 0 and waits for its engine; returns its status. */
+async function runSimReplicaOnGpu0(running: RunningAgent) {
+  await running.manager.apply([
+    create(ReplicaAssignmentSchema, {
+      replicaId: "m-0",
+      rank: 0,
+      gpuIndices: [0],
+      deployment: deploymentSpecToProto(
+        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+      ),
+    }),
+  ]);
+  const status = () => running.manager.statuses()[0];
+  await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+  return status;
+}
+
 describe("startAgent with a kernel log", () => {
   const dirs: string[] = [];
   let agent: RunningAgent | undefined;
@@ -112,18 +129,7 @@ describe("startAgent with a kernel log", () => {
     expect(gpu0().faults?.map((f) => [f.code, f.action])).toEqual([[31, "restart-engine"]]);
     expect(gpu0().healthy).toBe(true);
 
-    await running.manager.apply([
-      create(ReplicaAssignmentSchema, {
-        replicaId: "m-0",
-        rank: 0,
-        gpuIndices: [0],
-        deployment: deploymentSpecToProto(
-          parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-        ),
-      }),
-    ]);
-    const status = () => running.manager.statuses()[0];
-    await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+    const status = await runSimReplicaOnGpu0(running);
     const firstPid = status()!.pid;
 
     // A live Xid 94 burst (two records) on GPU 0, logged for the engine's own pid (the §1.3
@@ -182,18 +188,7 @@ describe("startAgent with a kernel log", () => {
       },
     );
     const running = agent;
-    await running.manager.apply([
-      create(ReplicaAssignmentSchema, {
-        replicaId: "m-0",
-        rank: 0,
-        gpuIndices: [0],
-        deployment: deploymentSpecToProto(
-          parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-        ),
-      }),
-    ]);
-    const status = () => running.manager.statuses()[0];
-    await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
+    const status = await runSimReplicaOnGpu0(running);
     const enginePid = status()!.pid as number;
     const childrenOf = (pid: number) => {
       try {

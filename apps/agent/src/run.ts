@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -19,6 +18,7 @@ import {
   parsePortThresholds,
   parseXid,
   pciBusKey,
+  readBootId,
   readGpuReadings,
   watchKernelLog,
 } from "@llmgw/discovery";
@@ -94,7 +94,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   // The memory's latches (PCIe degraded, NVLinks once active) survive an agent restart within
   // one boot: restarting the agent must not clear a fault.
   const gpuMemoryFile = path.join(config.stateDir, "gpu-memory.json");
-  const bootId = readBootIdOrUndefined();
+  const bootId = readBootId();
   const gpuMemory = createGpuReadingMemory(loadGpuMemory(gpuMemoryFile, bootId));
   let savedGpuMemory = JSON.stringify(gpuMemory.snapshot());
   const persistGpuMemory = () => {
@@ -488,15 +488,5 @@ async function resolveModelRoot(root: string): Promise<string> {
       "LLMGW_AGENT_MODEL_ROOT_INVALID",
       `--model-root ${root} cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
     );
-  }
-}
-
-/** This boot's id, or undefined where the kernel does not tell (not Linux). */
-function readBootIdOrUndefined(): string | undefined {
-  try {
-    const id = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
-    return /^[0-9a-f-]{36}$/.test(id) ? id : undefined;
-  } catch {
-    return undefined;
   }
 }

@@ -95,6 +95,7 @@ export {
   MAX_SAVED_FAULTS,
   MAX_STATE_FILE_BYTES,
   type ResolvedKernelLogWatcherOptions,
+  readBootId,
   readKernelLogFaults,
   resolveKernelLogWatcherOptions,
   watchKernelLog,

@@ -23,6 +23,7 @@ import {
   type KernelLogWatcher,
   type KernelLogWatcherOptions,
   MAX_STATE_FILE_BYTES,
+  readBootId,
   readBootTimeMs,
   readKernelLogFaults,
   watchKernelLog,
@@ -472,5 +473,21 @@ describe("watchKernelLog with a stateFile", () => {
     await watcher.caughtUp;
     expect(codes(watcher)).toEqual([48]);
     expect(readState(stateFile).faults[0].code).toBe(64); // untouched
+  });
+});
+
+describe("readBootId", () => {
+  it("reads a boot id (lower-cased), and is undefined for junk or a missing file", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-bootid-"));
+    const file = path.join(dir, "boot_id");
+    try {
+      writeFileSync(file, "6CF3B8A0-3D0C-4F1E-9A57-0D6A2F1C2B11\n");
+      expect(readBootId(file)).toBe("6cf3b8a0-3d0c-4f1e-9a57-0d6a2f1c2b11");
+      writeFileSync(file, "not a boot id\n");
+      expect(readBootId(file)).toBeUndefined();
+      expect(readBootId(path.join(dir, "absent"))).toBeUndefined();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -810,7 +810,11 @@ function isCharacterDevice(path: string): boolean {
 }
 
 /** The boot id, or undefined when it cannot be read or does not look like one. */
-function readBootId(path: string): string | undefined {
+/**
+ * This boot's id (`/proc/sys/kernel/random/boot_id`, lower-case), or undefined where the kernel
+ * does not tell. State kept "for this boot" is keyed by it.
+ */
+export function readBootId(path: string = DEFAULT_BOOT_ID_PATH): string | undefined {
   try {
     const text = readFileSync(path, "utf8").trim();
     return /^[0-9a-fA-F-]{8,64}$/.test(text) ? text.toLowerCase() : undefined;

@@ -715,8 +715,6 @@ export const DEFAULT_MAX_RECORD_CHARS = 16_384;
  */
 export const SEEN_AGAIN_MIN_GAP_MS = 1_000;
 
-const TAKES_GPU_OUT: ReadonlySet<FaultAction> = new Set(["reset-gpu", "drain-node", "reboot"]);
-
 export interface KernelFaultEvent {
   /**
    * `opened`: a new fault, or a new burst of one after a quiet window; `action-changed`: Xid
@@ -874,7 +872,7 @@ export function createKernelFaultTracker(
       noteEvent(key, at);
     } else if (
       live &&
-      TAKES_GPU_OUT.has(result.fault.action) &&
+      UNHEALTHY_ACTIONS.has(result.fault.action) &&
       at - (lastEventMs.get(key) ?? Number.NEGATIVE_INFINITY) >= SEEN_AGAIN_MIN_GAP_MS
     ) {
       noteEvent(key, at);

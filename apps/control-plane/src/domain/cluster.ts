@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { isNodeWideFault } from "@llmgw/discovery";
 import type { DeploymentSpec } from "@llmgw/engines";
 import {
   type ApiKey,
@@ -38,6 +39,7 @@ import {
   faultCounts,
   faultIsActionable,
   type GpuHealthVerdict,
+  gpuFaultFromProto,
   gpuFaultKey,
   gpuHealthVerdict,
 } from "@llmgw/wire";
@@ -383,15 +385,6 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
     }
   }
   return out;
-}
-
-/** Faults the agent attaches to every GPU of its node (see `applyKernelFaults`). */
-function faultIsNodeWide(f: GpuFault): boolean {
-  return (
-    (f.kind === "sxid" && f.action !== "ignore") ||
-    f.action === "drain-node" ||
-    f.action === "reboot"
-  );
 }
 
 function nodeIdFor(hostname: string): string {
@@ -1228,7 +1221,9 @@ export class Cluster {
     const own = this.#clearOn(node, gpu, () => true);
     // A node-wide fault (an Xid 79, a fatal SXid: the agent attaches it to every GPU) is one
     // fault: clearing it on one GPU clears it on the node's other GPUs too.
-    const nodeWide = new Set(own.faults.filter(faultIsNodeWide).map(gpuFaultKey));
+    const nodeWide = new Set(
+      own.faults.filter((f) => isNodeWideFault(gpuFaultFromProto(f))).map(gpuFaultKey),
+    );
     const others =
       nodeWide.size === 0
         ? []
