@@ -15,14 +15,15 @@
  */
 // The control plane does not export its router listener from the package root (only `.`,
 // `./testing`, `./client`), so the bench reaches for the module directly.
+
+import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createMetricsRegistry, createRouterMetrics } from "@llmgw/metrics-collector";
+import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
 import {
   createPrometheusRouterMetricsSink,
   type RunningRouterServer,
   startRouterServer,
-} from "@llmgw/control-plane/router";
-import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
-import { createMetricsRegistry, createRouterMetrics } from "@llmgw/metrics-collector";
-import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
+} from "@llmgw/router-server";
 import { monitorLoopDelay } from "./loop-delay.js";
 
 /**

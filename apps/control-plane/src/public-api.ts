@@ -1,11 +1,11 @@
 import { createRouterMetrics } from "@llmgw/metrics-collector";
 import type { ApiKeyStore, ReplicaRoute, RouteResolution, RouteTable } from "@llmgw/router";
-import type { Cluster } from "./domain/cluster.js";
 import {
   createPrometheusRouterMetricsSink,
   createRouterHandler,
   type RouterServiceOptions,
-} from "./router/index.js";
+} from "@llmgw/router-server";
+import type { Cluster } from "./domain/cluster.js";
 import type { PublicHandler, PublicHandlerContext } from "./run.js";
 
 /**

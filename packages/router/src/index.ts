@@ -86,6 +86,24 @@ export {
   type RoutingPolicy,
   type StaticRouteTable,
 } from "./route-table.js";
+export type {
+  KeyGrant,
+  LoadUpdate,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  RoutedReplicaState,
+  RoutingDelta,
+  RoutingFeed,
+  RoutingKeepalive,
+  RoutingMessage,
+  RoutingSnapshot,
+} from "./routing-messages.js";
+export type {
+  ApplyResult,
+  RoutingState,
+  RoutingStateOptions,
+} from "./routing-state.js";
 export {
   DEFAULT_SCORING_WEIGHTS,
   type RankedCandidate,

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { type AgentService, HeartbeatResponseSchema, RegisterResponseSchema } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import type { Cluster } from "../domain/cluster.js";
@@ -64,6 +64,10 @@ export function createAgentService(
         assignments: [...desired.assignments],
         heartbeatIntervalMs: desired.heartbeatIntervalMs,
       });
+    },
+    reportLoad() {
+      // Implemented with the control plane's load path (issue 17, same session).
+      throw new ConnectError("ReportLoad is not served yet", Code.Unimplemented);
     },
   };
 }

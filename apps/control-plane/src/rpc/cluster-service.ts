@@ -166,5 +166,10 @@ export function createClusterService(
       admin(ctx);
       return cluster.clusterStatus(opts.version);
     },
+    listRouters(_req, ctx) {
+      admin(ctx);
+      // Filled by the router registry (issue 17, same session).
+      return { routers: [] };
+    },
   };
 }

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Deployment, ReplicaStatus } from "./deployment_pb.js";
+import type { Deployment, EngineLoad, ReplicaStatus } from "./deployment_pb.js";
 import { file_llmgw_v1_deployment } from "./deployment_pb.js";
 import type { GpuReading, NodeInventory, Port, Problem } from "./inventory_pb.js";
 import { file_llmgw_v1_inventory } from "./inventory_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIngKEUhlYXJ0YmVhdFJlc3BvbnNlEhIKCmdlbmVyYXRpb24YASABKAQSMAoLYXNzaWdubWVudHMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhQXNzaWdubWVudBIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iugEKEVJlcGxpY2FBc3NpZ25tZW50EhIKCnJlcGxpY2FfaWQYASABKAkSKAoKZGVwbG95bWVudBgCIAEoCzIULmxsbWd3LnYxLkRlcGxveW1lbnQSDAoEcmFuaxgDIAEoDRIeCgV3b3JsZBgEIAEoCzIPLmxsbWd3LnYxLldvcmxkEhMKC2dwdV9pbmRpY2VzGAUgAygNEhEKCWdwdV91dWlkcxgGIAMoCRIRCglmYWJyaWNfaWQYByABKAkiWQoFV29ybGQSDgoGbm5vZGVzGAEgASgNEhUKDXJhbmswX2FkZHJlc3MYAiABKAkSFwoPcmVuZGV6dm91c19wb3J0GAMgASgNEhAKCG5vZGVfaWRzGAQgAygJMpcBCgxBZ2VudFNlcnZpY2USQQoIUmVnaXN0ZXISGS5sbG1ndy52MS5SZWdpc3RlclJlcXVlc3QaGi5sbG1ndy52MS5SZWdpc3RlclJlc3BvbnNlEkQKCUhlYXJ0YmVhdBIaLmxsbWd3LnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5sbG1ndy52MS5IZWFydGJlYXRSZXNwb25zZWIGcHJvdG8z", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIngKEUhlYXJ0YmVhdFJlc3BvbnNlEhIKCmdlbmVyYXRpb24YASABKAQSMAoLYXNzaWdubWVudHMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhQXNzaWdubWVudBIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iugEKEVJlcGxpY2FBc3NpZ25tZW50EhIKCnJlcGxpY2FfaWQYASABKAkSKAoKZGVwbG95bWVudBgCIAEoCzIULmxsbWd3LnYxLkRlcGxveW1lbnQSDAoEcmFuaxgDIAEoDRIeCgV3b3JsZBgEIAEoCzIPLmxsbWd3LnYxLldvcmxkEhMKC2dwdV9pbmRpY2VzGAUgAygNEhEKCWdwdV91dWlkcxgGIAMoCRIRCglmYWJyaWNfaWQYByABKAkiWQoFV29ybGQSDgoGbm5vZGVzGAEgASgNEhUKDXJhbmswX2FkZHJlc3MYAiABKAkSFwoPcmVuZGV6dm91c19wb3J0GAMgASgNEhAKCG5vZGVfaWRzGAQgAygJIlMKEVJlcG9ydExvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCJnChFSZXBsaWNhTG9hZFJlcG9ydBISCgpyZXBsaWNhX2lkGAEgASgJEiIKBGxvYWQYAiABKAsyFC5sbG1ndy52MS5FbmdpbmVMb2FkEhoKEnNjcmFwZWRfYXRfdW5peF9tcxgDIAEoAyIuChJSZXBvcnRMb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDTLgAQoMQWdlbnRTZXJ2aWNlEkEKCFJlZ2lzdGVyEhkubGxtZ3cudjEuUmVnaXN0ZXJSZXF1ZXN0GhoubGxtZ3cudjEuUmVnaXN0ZXJSZXNwb25zZRJECglIZWFydGJlYXQSGi5sbG1ndy52MS5IZWFydGJlYXRSZXF1ZXN0GhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2USRwoKUmVwb3J0TG9hZBIbLmxsbWd3LnYxLlJlcG9ydExvYWRSZXF1ZXN0GhwubGxtZ3cudjEuUmVwb3J0TG9hZFJlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.RegisterRequest
@@ -303,6 +303,78 @@ export const WorldSchema: GenMessage<World> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 6);
 
 /**
+ * @generated from message llmgw.v1.ReportLoadRequest
+ */
+export type ReportLoadRequest = Message<"llmgw.v1.ReportLoadRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * Replicas whose rank-0 engine load changed since the last report.
+   *
+   * @generated from field: repeated llmgw.v1.ReplicaLoadReport replicas = 2;
+   */
+  replicas: ReplicaLoadReport[];
+};
+
+/**
+ * Describes the message llmgw.v1.ReportLoadRequest.
+ * Use `create(ReportLoadRequestSchema)` to create a new message.
+ */
+export const ReportLoadRequestSchema: GenMessage<ReportLoadRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 7);
+
+/**
+ * @generated from message llmgw.v1.ReplicaLoadReport
+ */
+export type ReplicaLoadReport = Message<"llmgw.v1.ReplicaLoadReport"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: llmgw.v1.EngineLoad load = 2;
+   */
+  load?: EngineLoad | undefined;
+
+  /**
+   * When the agent read it from the engine's /metrics.
+   *
+   * @generated from field: int64 scraped_at_unix_ms = 3;
+   */
+  scrapedAtUnixMs: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.ReplicaLoadReport.
+ * Use `create(ReplicaLoadReportSchema)` to create a new message.
+ */
+export const ReplicaLoadReportSchema: GenMessage<ReplicaLoadReport> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 8);
+
+/**
+ * @generated from message llmgw.v1.ReportLoadResponse
+ */
+export type ReportLoadResponse = Message<"llmgw.v1.ReportLoadResponse"> & {
+  /**
+   * How often the control plane wants load reports; 0 keeps the agent's own setting.
+   *
+   * @generated from field: uint32 load_interval_ms = 1;
+   */
+  loadIntervalMs: number;
+};
+
+/**
+ * Describes the message llmgw.v1.ReportLoadResponse.
+ * Use `create(ReportLoadResponseSchema)` to create a new message.
+ */
+export const ReportLoadResponseSchema: GenMessage<ReportLoadResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 9);
+
+/**
  * Agents dial out to the control plane; the control plane never dials agents.
  * Register authenticates with the join token, Heartbeat with the node credential,
  * both as `Authorization: Bearer <token>`.
@@ -329,6 +401,17 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof HeartbeatRequestSchema;
     output: typeof HeartbeatResponseSchema;
+  },
+  /**
+   * Fresh engine load between heartbeats (node credential), so that routers see it within a
+   * second. Carries only load; changes nothing else and is never answered with work.
+   *
+   * @generated from rpc llmgw.v1.AgentService.ReportLoad
+   */
+  reportLoad: {
+    methodKind: "unary";
+    input: typeof ReportLoadRequestSchema;
+    output: typeof ReportLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_agent, 0);

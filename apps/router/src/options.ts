@@ -5,7 +5,7 @@ import type {
   ReplicaPickerOptions,
   RequestAnalyzerOptions,
 } from "@llmgw/router";
-import { optionInt } from "../option-int.js";
+import { optionInt } from "./option-int.js";
 
 /** User-facing router options (all optional). */
 export interface RouterServiceOptions {
@@ -56,7 +56,7 @@ export interface ResolvedRouterServiceOptions {
 const int = (name: string, value: number, min: number, max: number): number =>
   optionInt("router", name, value, min, max);
 
-/** Applies defaults; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
+/** Applies defaults; throws `LLMGW_ROUTER_CONFIG_INVALID` naming the bad option. */
 export function resolveRouterServiceOptions(
   options: RouterServiceOptions = {},
 ): ResolvedRouterServiceOptions {

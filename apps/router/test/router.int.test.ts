@@ -11,7 +11,7 @@ import {
 import { createRecordingRouterMetrics } from "@llmgw/router/testing";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
+import { type RunningRouterServer, startRouterServer } from "../src/index.js";
 import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
 
 type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };

@@ -6,7 +6,7 @@
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
 import { afterEach, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
+import { type RunningRouterServer, startRouterServer } from "../src/index.js";
 
 const MODEL = "sim-llama";
 const cleanups: (() => Promise<void>)[] = [];

@@ -5,8 +5,8 @@
  */
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createHttpListener, type HttpListenerOptions } from "../http-listener.js";
 import { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
+import { createHttpListener, type HttpListenerOptions } from "./http-listener.js";
 
 /** Options of {@link startRouterServer}: the handler's, the listener's, and where to listen. */
 export interface RouterServerOptions extends RouterHandlerOptions, HttpListenerOptions {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { resolveHttpListenerOptions } from "./http-listener.js";
 import { optionInt } from "./option-int.js";
-import { resolveRouterServiceOptions } from "./router/options.js";
+import { resolveRouterServiceOptions } from "./options.js";
 
 describe("optionInt", () => {
   it("returns a safe integer within the bounds, bounds included", () => {

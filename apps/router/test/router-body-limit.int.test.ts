@@ -5,7 +5,7 @@
  */
 import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
+import { type RunningRouterServer, startRouterServer } from "../src/index.js";
 
 let router: RunningRouterServer;
 

@@ -20,7 +20,7 @@ import {
   type RouterServiceOptions,
   type RunningRouterServer,
   startRouterServer,
-} from "../src/router/index.js";
+} from "../src/index.js";
 import { refusedPort, startFakeEngine, waitFor } from "./router-fake-engine.js";
 
 type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };

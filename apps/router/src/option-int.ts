@@ -1,8 +1,8 @@
-import { ControlPlaneError } from "./errors.js";
+import { RouterServiceError } from "./errors.js";
 
 /**
  * An integer option checked once, at resolve time: `value` if it is a safe integer in
- * [min, max], else `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the option and echoing the
+ * [min, max], else `LLMGW_ROUTER_CONFIG_INVALID` naming the option and echoing the
  * value (`scope` says whose option: "router", "listener").
  */
 export function optionInt(
@@ -13,8 +13,8 @@ export function optionInt(
   max: number,
 ): number {
   if (!Number.isSafeInteger(value) || value < min || value > max) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
       `${scope} option ${name} must be an integer in [${min}, ${max}], got ${String(value)}`,
     );
   }

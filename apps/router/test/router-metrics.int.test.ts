@@ -14,7 +14,7 @@ import {
   createPrometheusRouterMetricsSink,
   type RunningRouterServer,
   startRouterServer,
-} from "../src/router/index.js";
+} from "../src/index.js";
 import { type FakeEngine, startFakeEngine } from "./router-fake-engine.js";
 
 let engine: FakeEngine;

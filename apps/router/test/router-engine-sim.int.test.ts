@@ -10,7 +10,7 @@ import {
 } from "@llmgw/router";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/router/index.js";
+import { type RunningRouterServer, startRouterServer } from "../src/index.js";
 import { waitFor } from "./router-fake-engine.js";
 
 const MODEL = "sim-llama";

@@ -6,7 +6,7 @@
 import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { Socket } from "node:net";
-import { ControlPlaneError } from "./errors.js";
+import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
 
 /** What a listener enforces on its clients (all optional; defaults below). */
@@ -49,7 +49,7 @@ export interface ResolvedHttpListenerOptions {
 const int = (name: string, value: number, min: number, max: number): number =>
   optionInt("listener", name, value, min, max);
 
-/** Applies defaults once; throws `LLMGW_CONTROL_PLANE_CONFIG_INVALID` naming the bad option. */
+/** Applies defaults once; throws `LLMGW_ROUTER_CONFIG_INVALID` naming the bad option. */
 export function resolveHttpListenerOptions(
   options: HttpListenerOptions = {},
 ): ResolvedHttpListenerOptions {
@@ -66,8 +66,8 @@ export function resolveHttpListenerOptions(
     86_400_000,
   );
   if (requestTimeoutMs < headersTimeoutMs) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
       `listener option requestTimeoutMs (${requestTimeoutMs}) must not be below headersTimeoutMs (${headersTimeoutMs})`,
     );
   }
@@ -101,7 +101,7 @@ export function resolveHttpListenerOptions(
  * request deadlines (checked often enough to hold within a second), keep-alive idle time, a cap
  * on open connections and one per client address. A connection over either cap is destroyed
  * as it arrives, before any byte is read, so a flood costs one accept per connection and never
- * holds descriptors. Throws `LLMGW_CONTROL_PLANE_TLS_INVALID` for an unusable certificate/key.
+ * holds descriptors. Throws `LLMGW_ROUTER_TLS_INVALID` for an unusable certificate/key.
  */
 export function createHttpListener(
   options: HttpListenerOptions | ResolvedHttpListenerOptions,
@@ -123,8 +123,8 @@ export function createHttpListener(
       ? createHttpsServer({ ...o.tls, ...serverOptions }, handler)
       : createHttpServer(serverOptions, handler);
   } catch (cause) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_TLS_INVALID",
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_TLS_INVALID",
       `invalid TLS certificate or key: ${(cause as Error).message}`,
       { cause },
     );

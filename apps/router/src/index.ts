@@ -1,11 +1,11 @@
+export { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
+export { errorBody, FAILURE_HTTP, type HttpErrorSpec, REJECTION_HTTP } from "./http-errors.js";
 export {
   createHttpListener,
   type HttpListenerOptions,
   type ResolvedHttpListenerOptions,
   resolveHttpListenerOptions,
-} from "../http-listener.js";
-export { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
-export { errorBody, FAILURE_HTTP, type HttpErrorSpec, REJECTION_HTTP } from "./http-errors.js";
+} from "./http-listener.js";
 export { createPrometheusRouterMetricsSink } from "./metrics.js";
 export {
   type ResolvedRouterServiceOptions,
