@@ -8,10 +8,21 @@ export const DATA_DIR_FILES = {
   database: "state.db",
   joinToken: "join-token",
   adminToken: "admin-token",
+  routerToken: "router-token",
 } as const;
 
-/** Which token: agents join with `join`, operators use `admin`. */
-export type TokenKind = "join" | "admin";
+/**
+ * Which token: agents join with `join`, operators use `admin`, routers watch the routing state
+ * with `router` (it opens nothing else, and nothing else opens the routing stream, which
+ * carries the engines' API keys).
+ */
+export type TokenKind = "join" | "admin" | "router";
+
+const TOKEN_FILES: Readonly<Record<TokenKind, string>> = {
+  join: DATA_DIR_FILES.joinToken,
+  admin: DATA_DIR_FILES.adminToken,
+  router: DATA_DIR_FILES.routerToken,
+};
 
 /** The data dir after {@link initDataDir}. */
 export interface DataDir {
@@ -19,6 +30,7 @@ export interface DataDir {
   readonly databaseFile: string;
   readonly joinToken: string;
   readonly adminToken: string;
+  readonly routerToken: string;
   /** True when the tokens already existed: the dir was initialised by an earlier start. */
   readonly initialisedBefore: boolean;
 }
@@ -41,12 +53,14 @@ export function secretsEqual(a: string, b: string): boolean {
 }
 
 function tokenFile(dir: string, kind: TokenKind): string {
-  return join(dir, kind === "join" ? DATA_DIR_FILES.joinToken : DATA_DIR_FILES.adminToken);
+  return join(dir, TOKEN_FILES[kind]);
 }
 
 /**
- * Creates the data dir (mode 0700) and, on first start, the join and admin tokens (0600).
- * Existing tokens are kept, so agents and operators keep working across restarts.
+ * Creates the data dir (mode 0700) and, on first start, the join, admin and router tokens
+ * (0600). Existing tokens are kept, so agents, operators and routers keep working across
+ * restarts; a token missing from an existing dir (the router token of a dir made before
+ * routers existed) is generated on this start.
  */
 export function initDataDir(dir: string): DataDir {
   try {
@@ -67,7 +81,7 @@ export function initDataDir(dir: string): DataDir {
       chmodSync(file, 0o600);
       return readTokenFile(file);
     }
-    const token = generateSecret(kind === "join" ? "llmgw-join-" : "llmgw-admin-");
+    const token = generateSecret(`llmgw-${kind}-`);
     writeFileSync(file, `${token}\n`, { mode: 0o600, flag: "wx" });
     return token;
   };
@@ -76,6 +90,7 @@ export function initDataDir(dir: string): DataDir {
     databaseFile: join(dir, DATA_DIR_FILES.database),
     joinToken: ensure("join"),
     adminToken: ensure("admin"),
+    routerToken: ensure("router"),
     initialisedBefore,
   };
 }
