@@ -46,25 +46,34 @@ export interface ResolvedHttpListenerOptions {
   readonly tls: { readonly cert: Buffer | string; readonly key: Buffer | string } | undefined;
 }
 
-const int = (name: string, value: number, min: number, max: number): number =>
-  optionInt("listener", name, value, min, max);
+/**
+ * Bounds of each integer option, inclusive: the resolver checks them, and `llmgw router`'s
+ * flags (config.ts) check the same ones, naming the flag.
+ */
+export const LISTENER_OPTION_LIMITS = {
+  maxHeaderBytes: { min: 1024, max: 1 << 20 },
+  headersTimeoutMs: { min: 1, max: 3_600_000 },
+  requestTimeoutMs: { min: 1, max: 86_400_000 },
+  keepAliveTimeoutMs: { min: 1, max: 3_600_000 },
+  maxConnections: { min: 1, max: 1_000_000 },
+  maxConnectionsPerAddress: { min: 1, max: 1_000_000 },
+} as const;
+
+const int = (name: keyof typeof LISTENER_OPTION_LIMITS, value: number): number =>
+  optionInt(
+    "listener",
+    name,
+    value,
+    LISTENER_OPTION_LIMITS[name].min,
+    LISTENER_OPTION_LIMITS[name].max,
+  );
 
 /** Applies defaults once; throws `LLMGW_ROUTER_CONFIG_INVALID` naming the bad option. */
 export function resolveHttpListenerOptions(
   options: HttpListenerOptions = {},
 ): ResolvedHttpListenerOptions {
-  const headersTimeoutMs = int(
-    "headersTimeoutMs",
-    options.headersTimeoutMs ?? 30_000,
-    1,
-    3_600_000,
-  );
-  const requestTimeoutMs = int(
-    "requestTimeoutMs",
-    options.requestTimeoutMs ?? 60_000,
-    1,
-    86_400_000,
-  );
+  const headersTimeoutMs = int("headersTimeoutMs", options.headersTimeoutMs ?? 30_000);
+  const requestTimeoutMs = int("requestTimeoutMs", options.requestTimeoutMs ?? 60_000);
   if (requestTimeoutMs < headersTimeoutMs) {
     throw new RouterServiceError(
       "LLMGW_ROUTER_CONFIG_INVALID",
@@ -72,21 +81,14 @@ export function resolveHttpListenerOptions(
     );
   }
   return {
-    maxHeaderBytes: int("maxHeaderBytes", options.maxHeaderBytes ?? 16 * 1024, 1024, 1 << 20),
+    maxHeaderBytes: int("maxHeaderBytes", options.maxHeaderBytes ?? 16 * 1024),
     headersTimeoutMs,
     requestTimeoutMs,
-    keepAliveTimeoutMs: int(
-      "keepAliveTimeoutMs",
-      options.keepAliveTimeoutMs ?? 5_000,
-      1,
-      3_600_000,
-    ),
-    maxConnections: int("maxConnections", options.maxConnections ?? 4096, 1, 1_000_000),
+    keepAliveTimeoutMs: int("keepAliveTimeoutMs", options.keepAliveTimeoutMs ?? 5_000),
+    maxConnections: int("maxConnections", options.maxConnections ?? 4096),
     maxConnectionsPerAddress: int(
       "maxConnectionsPerAddress",
       options.maxConnectionsPerAddress ?? 1024,
-      1,
-      1_000_000,
     ),
     connectionsCheckingIntervalMs: Math.max(
       50,

@@ -53,8 +53,24 @@ export interface ResolvedRouterServiceOptions {
   readonly clock: Clock | undefined;
 }
 
-const int = (name: string, value: number, min: number, max: number): number =>
-  optionInt("router", name, value, min, max);
+/**
+ * Bounds of each integer option, inclusive: the resolver checks them, and `llmgw router`'s
+ * flags (config.ts) check the same ones, naming the flag.
+ */
+export const ROUTER_OPTION_LIMITS = {
+  maxBodyBytes: { min: 1, max: 2 ** 31 - 1 },
+  tooLargeDrainMs: { min: 0, max: 600_000 },
+  tooLargeDrainBytes: { min: 0, max: 2 ** 40 },
+  maxQueueLength: { min: 0, max: 1_000_000 },
+  queueTimeoutMs: { min: 1, max: 3_600_000 },
+  upstreamConnectTimeoutMs: { min: 1, max: 600_000 },
+  upstreamHeadersTimeoutMs: { min: 1, max: 3_600_000 },
+  upstreamBodyTimeoutMs: { min: 1, max: 3_600_000 },
+  upstreamConnections: { min: 1, max: 65_536 },
+} as const;
+
+const int = (name: keyof typeof ROUTER_OPTION_LIMITS, value: number): number =>
+  optionInt("router", name, value, ROUTER_OPTION_LIMITS[name].min, ROUTER_OPTION_LIMITS[name].max);
 
 /** Applies defaults; throws `LLMGW_ROUTER_CONFIG_INVALID` naming the bad option. */
 export function resolveRouterServiceOptions(
@@ -63,38 +79,24 @@ export function resolveRouterServiceOptions(
   const clock = options.clock;
   return {
     noAuth: options.noAuth ?? false,
-    maxBodyBytes: int("maxBodyBytes", options.maxBodyBytes ?? 8 * 1024 * 1024, 1, 2 ** 31 - 1),
-    tooLargeDrainMs: int("tooLargeDrainMs", options.tooLargeDrainMs ?? 5_000, 0, 600_000),
-    tooLargeDrainBytes: int(
-      "tooLargeDrainBytes",
-      options.tooLargeDrainBytes ?? 64 * 1024 * 1024,
-      0,
-      2 ** 40,
-    ),
+    maxBodyBytes: int("maxBodyBytes", options.maxBodyBytes ?? 8 * 1024 * 1024),
+    tooLargeDrainMs: int("tooLargeDrainMs", options.tooLargeDrainMs ?? 5_000),
+    tooLargeDrainBytes: int("tooLargeDrainBytes", options.tooLargeDrainBytes ?? 64 * 1024 * 1024),
     admission: {
-      maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256, 0, 1_000_000),
-      queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000, 1, 3_600_000),
+      maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256),
+      queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000),
       ...(clock === undefined ? {} : { clock }),
     },
     upstreamConnectTimeoutMs: int(
       "upstreamConnectTimeoutMs",
       options.upstreamConnectTimeoutMs ?? 5000,
-      1,
-      600_000,
     ),
     upstreamHeadersTimeoutMs: int(
       "upstreamHeadersTimeoutMs",
       options.upstreamHeadersTimeoutMs ?? 300_000,
-      1,
-      3_600_000,
     ),
-    upstreamBodyTimeoutMs: int(
-      "upstreamBodyTimeoutMs",
-      options.upstreamBodyTimeoutMs ?? 300_000,
-      1,
-      3_600_000,
-    ),
-    upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256, 1, 65_536),
+    upstreamBodyTimeoutMs: int("upstreamBodyTimeoutMs", options.upstreamBodyTimeoutMs ?? 300_000),
+    upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256),
     analyzer: options.analyzer ?? {},
     picker:
       clock === undefined || options.picker?.health?.clock !== undefined
