@@ -22,6 +22,11 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_INVALID_ARGUMENT: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_ALREADY_EXISTS: Code.AlreadyExists,
   LLMGW_CONTROL_PLANE_SHUTTING_DOWN: Code.Unavailable,
+  LLMGW_CONTROL_PLANE_ROUTER_LIMIT: Code.ResourceExhausted,
+  // A newer stream of the same router id took over; the old one has nothing to retry.
+  LLMGW_CONTROL_PLANE_ROUTER_REPLACED: Code.Aborted,
+  // The router stopped reading its stream; it reconnects for a fresh snapshot.
+  LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW: Code.ResourceExhausted,
 };
 
 /** Header carrying the stable `LLMGW_…` code of a refused call, for clients that branch on it. */
