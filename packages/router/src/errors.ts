@@ -10,7 +10,12 @@ export type RouterErrorCode =
   /** An option was out of range; the message names it and echoes the value. */
   | "LLMGW_ROUTER_INVALID_OPTIONS"
   /** The feature-extraction worker pool failed or was closed. */
-  | "LLMGW_ROUTER_POOL_FAILED";
+  | "LLMGW_ROUTER_POOL_FAILED"
+  /**
+   * A routing message (snapshot, delta, load, keepalive) broke a bound or a rule; the message
+   * names the field. The state is left as it was.
+   */
+  | "LLMGW_ROUTER_ROUTING_INVALID";
 
 /** The only error class this package throws. */
 export class RouterError extends Error {

@@ -99,10 +99,14 @@ export type {
   RoutingMessage,
   RoutingSnapshot,
 } from "./routing-messages.js";
-export type {
-  ApplyResult,
-  RoutingState,
-  RoutingStateOptions,
+export {
+  type ApplyResult,
+  createRoutingState,
+  DEFAULT_LOAD_STALE_MS,
+  ROUTING_LIMITS,
+  type RoutingState,
+  type RoutingStateOptions,
+  validateRoutingMessage,
 } from "./routing-state.js";
 export {
   DEFAULT_SCORING_WEIGHTS,

@@ -12,9 +12,26 @@
  *   divided by `routers` (at least 1 each);
  * - load older than `loadStaleMs` is left out of the projection (absent, never 0).
  */
-import type { ApiKeyStore } from "./api-keys.js";
-import type { RouteTable } from "./route-table.js";
-import type { RoutingMessage, RoutingSnapshot } from "./routing-messages.js";
+import type { ApiKeyInfo, ApiKeyStore } from "./api-keys.js";
+import { checkRange, RouterError } from "./errors.js";
+import type {
+  ReplicaLoad,
+  ReplicaRouteState,
+  RouteResolution,
+  RouteTable,
+  RoutingPolicy,
+} from "./route-table.js";
+import type {
+  KeyGrant,
+  LoadUpdate,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  RoutedReplicaState,
+  RoutingDelta,
+  RoutingMessage,
+  RoutingSnapshot,
+} from "./routing-messages.js";
 
 /** Inputs of `createRoutingState`. */
 export interface RoutingStateOptions {
@@ -52,4 +69,684 @@ export interface RoutingState {
   readonly lastHeardAtMs: number | undefined;
   /** Called after each membership change (snapshot or delta applied), not after load. */
   onMembershipChange(listener: () => void): () => void;
+}
+
+/** Default of {@link RoutingStateOptions.loadStaleMs}. */
+export const DEFAULT_LOAD_STALE_MS = 10_000;
+
+/**
+ * What one routing message, and the state it builds, may hold. The control plane is trusted,
+ * but its stream is outside input: past these a message is refused whole
+ * (`LLMGW_ROUTER_ROUTING_INVALID`) and the state stays as it was.
+ */
+export const ROUTING_LIMITS = {
+  /** Served models held (and listed in one message). */
+  maxModels: 100_000,
+  maxReplicas: 100_000,
+  maxKeys: 100_000,
+  /** Routers sharing the cluster. */
+  maxRouters: 10_000,
+  /** Ids and names: model, deployment, replica and key ids, key names. */
+  maxNameChars: 256,
+  maxEpochChars: 128,
+  maxUrlChars: 2048,
+  maxApiKeyChars: 4096,
+  maxCapacity: 1_000_000,
+  /** rpm, tpm and maxConcurrency of a key (the proto's uint32). */
+  maxKeyLimit: 4_294_967_295,
+  /** Engine-reported running and waiting requests. */
+  maxLoadRequests: 1_000_000_000,
+  maxKeepaliveIntervalMs: 3_600_000,
+  /** Timestamps are epoch ms within what a `Date` holds. */
+  maxEpochMs: 8_640_000_000_000_000,
+} as const;
+
+const POLICIES: ReadonlySet<string> = new Set<RoutingPolicy>([
+  "llmgw",
+  "round-robin",
+  "least-loaded",
+]);
+const REPLICA_STATES: ReadonlySet<string> = new Set<RoutedReplicaState>(["ready", "draining"]);
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+const fail = (kind: string, path: string, rule: string): never => {
+  throw new RouterError("LLMGW_ROUTER_ROUTING_INVALID", `routing ${kind}: ${path} ${rule}`);
+};
+
+/** A short echo of a bad value (strings cut, so a huge one never lands in a log line). */
+const show = (value: unknown): string => {
+  if (typeof value === "string") {
+    return value.length > 64
+      ? `${JSON.stringify(value.slice(0, 64))}… (${value.length} chars)`
+      : JSON.stringify(value);
+  }
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint")
+    return String(value);
+  return value === null ? "null" : typeof value;
+};
+
+/** Checks one routing message; the error names the field (`replicas[3].capacity`). */
+class MessageChecker {
+  constructor(readonly kind: string) {}
+
+  string(path: string, value: unknown, min: number, max: number, secret = false): void {
+    if (typeof value !== "string" || value.length < min || value.length > max) {
+      const got =
+        typeof value !== "string" ? show(value) : secret ? `${value.length} chars` : show(value);
+      fail(this.kind, path, `must be a string of ${min}..${max} characters, got ${got}`);
+    }
+  }
+
+  name(path: string, value: unknown): void {
+    this.string(path, value, 1, ROUTING_LIMITS.maxNameChars);
+  }
+
+  integer(path: string, value: unknown, min: number, max: number): void {
+    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+      fail(this.kind, path, `must be an integer in [${min}, ${max}], got ${show(value)}`);
+    }
+  }
+
+  number(path: string, value: unknown, min: number, max: number): void {
+    if (typeof value !== "number" || !Number.isFinite(value) || value < min || value > max) {
+      fail(this.kind, path, `must be a finite number in [${min}, ${max}], got ${show(value)}`);
+    }
+  }
+
+  epochMs(path: string, value: unknown): void {
+    this.integer(path, value, 0, ROUTING_LIMITS.maxEpochMs);
+  }
+
+  list(path: string, value: unknown, max: number): readonly unknown[] {
+    if (!Array.isArray(value)) return fail(this.kind, path, `must be a list, got ${show(value)}`);
+    if (value.length > max)
+      fail(this.kind, path, `holds ${value.length} entries, more than ${max}`);
+    return value;
+  }
+
+  names(path: string, value: unknown, max: number): void {
+    const list = this.list(path, value, max);
+    for (let i = 0; i < list.length; i++) this.name(`${path}[${i}]`, list[i]);
+  }
+
+  model(path: string, m: RoutedModel): void {
+    this.name(`${path}.name`, m.name);
+    this.name(`${path}.deployment`, m.deployment);
+    if (!POLICIES.has(m.policy as string)) {
+      fail(
+        this.kind,
+        `${path}.policy`,
+        `must be one of ${[...POLICIES].join(", ")}, got ${show(m.policy)}`,
+      );
+    }
+    if (typeof m.loading !== "boolean")
+      fail(this.kind, `${path}.loading`, `must be a boolean, got ${show(m.loading)}`);
+  }
+
+  replica(path: string, r: RoutedReplica): void {
+    this.name(`${path}.id`, r.id);
+    this.name(`${path}.model`, r.model);
+    this.name(`${path}.deployment`, r.deployment);
+    this.string(`${path}.baseUrl`, r.baseUrl, 1, ROUTING_LIMITS.maxUrlChars);
+    // The handler opens a connection pool on `new URL(baseUrl).origin`: a bad URL must stop
+    // here, not throw in the hot path.
+    let protocol: string | undefined;
+    try {
+      protocol = new URL(r.baseUrl).protocol;
+    } catch {}
+    if (protocol !== "http:" && protocol !== "https:") {
+      fail(this.kind, `${path}.baseUrl`, `must be an http(s) URL, got ${show(r.baseUrl)}`);
+    }
+    if (!REPLICA_STATES.has(r.state as string)) {
+      fail(this.kind, `${path}.state`, `must be one of ready, draining, got ${show(r.state)}`);
+    }
+    this.integer(`${path}.capacity`, r.capacity, 1, ROUTING_LIMITS.maxCapacity);
+    if (r.apiKey !== undefined) {
+      this.string(`${path}.apiKey`, r.apiKey, 1, ROUTING_LIMITS.maxApiKeyChars, true);
+    }
+    if ((r.load === undefined) !== (r.loadReportedAtMs === undefined)) {
+      fail(this.kind, path, "must carry load and loadReportedAtMs together or neither");
+    }
+    if (r.load !== undefined) this.load(`${path}.load`, r.load);
+    if (r.loadReportedAtMs !== undefined)
+      this.epochMs(`${path}.loadReportedAtMs`, r.loadReportedAtMs);
+  }
+
+  load(path: string, l: ReplicaLoad): void {
+    if (typeof l !== "object" || l === null)
+      fail(this.kind, path, `must be an object, got ${show(l)}`);
+    if (l.running !== undefined)
+      this.number(`${path}.running`, l.running, 0, ROUTING_LIMITS.maxLoadRequests);
+    if (l.waiting !== undefined)
+      this.number(`${path}.waiting`, l.waiting, 0, ROUTING_LIMITS.maxLoadRequests);
+    if (l.kvCacheUsage !== undefined) this.number(`${path}.kvCacheUsage`, l.kvCacheUsage, 0, 1);
+    if (l.prefixCacheHitRate !== undefined) {
+      this.number(`${path}.prefixCacheHitRate`, l.prefixCacheHitRate, 0, 1);
+    }
+  }
+
+  key(path: string, k: KeyGrant): void {
+    this.name(`${path}.id`, k.id);
+    this.string(`${path}.name`, k.name, 0, ROUTING_LIMITS.maxNameChars);
+    if (typeof k.secretSha256 !== "string" || !SHA256_HEX.test(k.secretSha256)) {
+      fail(
+        this.kind,
+        `${path}.secretSha256`,
+        `must be 64 lower-case hex digits, got ${show(k.secretSha256)}`,
+      );
+    }
+    if (k.models !== undefined) this.names(`${path}.models`, k.models, ROUTING_LIMITS.maxModels);
+    for (const limit of ["rpm", "tpm", "maxConcurrency"] as const) {
+      if (k[limit] !== undefined)
+        this.integer(`${path}.${limit}`, k[limit], 1, ROUTING_LIMITS.maxKeyLimit);
+    }
+  }
+
+  models(path: string, value: readonly RoutedModel[]): void {
+    const list = this.list(path, value, ROUTING_LIMITS.maxModels) as readonly RoutedModel[];
+    for (let i = 0; i < list.length; i++) this.model(`${path}[${i}]`, list[i] as RoutedModel);
+    this.unique(path, list, (m) => m.name, "name");
+  }
+
+  replicas(path: string, value: readonly RoutedReplica[]): void {
+    const list = this.list(path, value, ROUTING_LIMITS.maxReplicas) as readonly RoutedReplica[];
+    for (let i = 0; i < list.length; i++) this.replica(`${path}[${i}]`, list[i] as RoutedReplica);
+    this.unique(path, list, (r) => r.id, "id");
+  }
+
+  keys(path: string, value: readonly KeyGrant[]): void {
+    const list = this.list(path, value, ROUTING_LIMITS.maxKeys) as readonly KeyGrant[];
+    for (let i = 0; i < list.length; i++) this.key(`${path}[${i}]`, list[i] as KeyGrant);
+    this.unique(path, list, (k) => k.id, "id");
+  }
+
+  unique<T>(path: string, list: readonly T[], idOf: (item: T) => string, field: string): void {
+    const seen = new Set<string>();
+    for (let i = 0; i < list.length; i++) {
+      const id = idOf(list[i] as T);
+      if (seen.has(id)) fail(this.kind, `${path}[${i}].${field}`, `repeats ${show(id)}`);
+      seen.add(id);
+    }
+  }
+}
+
+/**
+ * Checks one routing message against {@link ROUTING_LIMITS} and the field rules (known kinds,
+ * policies and states, integers where counts, finite numbers, KV usage and hit rate in [0, 1],
+ * load with its timestamp, no id twice in one list). `@llmgw/wire` runs it on what it decodes;
+ * {@link RoutingState.apply} runs it on every message, so an in-process feed is held to the
+ * same bounds.
+ * @throws RouterError `LLMGW_ROUTER_ROUTING_INVALID` naming the field.
+ */
+export function validateRoutingMessage(message: RoutingMessage): void {
+  if (typeof message !== "object" || message === null) {
+    fail("message", "message", `must be an object, got ${show(message)}`);
+  }
+  const c = new MessageChecker(typeof message.kind === "string" ? message.kind : "message");
+  switch (message.kind) {
+    case "snapshot":
+      c.string("epoch", message.epoch, 1, ROUTING_LIMITS.maxEpochChars);
+      c.integer("version", message.version, 0, Number.MAX_SAFE_INTEGER);
+      c.models("models", message.models);
+      c.replicas("replicas", message.replicas);
+      c.keys("keys", message.keys);
+      c.integer("routers", message.routers, 1, ROUTING_LIMITS.maxRouters);
+      c.epochMs("sentAtMs", message.sentAtMs);
+      return;
+    case "delta":
+      c.string("epoch", message.epoch, 1, ROUTING_LIMITS.maxEpochChars);
+      c.integer("version", message.version, 1, Number.MAX_SAFE_INTEGER);
+      c.models("upsertedModels", message.upsertedModels);
+      c.names("removedModels", message.removedModels, ROUTING_LIMITS.maxModels);
+      c.replicas("upsertedReplicas", message.upsertedReplicas);
+      c.names("removedReplicas", message.removedReplicas, ROUTING_LIMITS.maxReplicas);
+      c.keys("upsertedKeys", message.upsertedKeys);
+      c.names("removedKeys", message.removedKeys, ROUTING_LIMITS.maxKeys);
+      if (message.routers !== undefined) {
+        c.integer("routers", message.routers, 1, ROUTING_LIMITS.maxRouters);
+      }
+      c.epochMs("sentAtMs", message.sentAtMs);
+      return;
+    case "load": {
+      c.string("epoch", message.epoch, 1, ROUTING_LIMITS.maxEpochChars);
+      const samples = c.list("samples", message.samples, ROUTING_LIMITS.maxReplicas);
+      for (let i = 0; i < samples.length; i++) {
+        const s = samples[i] as ReplicaLoadSample;
+        c.name(`samples[${i}].replicaId`, s.replicaId);
+        c.load(`samples[${i}].load`, s.load);
+        c.epochMs(`samples[${i}].reportedAtMs`, s.reportedAtMs);
+      }
+      return;
+    }
+    case "keepalive":
+      c.string("epoch", message.epoch, 1, ROUTING_LIMITS.maxEpochChars);
+      c.integer("version", message.version, 0, Number.MAX_SAFE_INTEGER);
+      c.epochMs("sentAtMs", message.sentAtMs);
+      c.integer("intervalMs", message.intervalMs, 1, ROUTING_LIMITS.maxKeepaliveIntervalMs);
+      return;
+    default:
+      fail(
+        "message",
+        "kind",
+        `must be one of snapshot, delta, load, keepalive, got ${show((message as { kind?: unknown }).kind)}`,
+      );
+  }
+}
+
+/** A projected replica route; `load` is rewritten in place, everything else once per version. */
+interface ProjectedRoute {
+  readonly id: string;
+  readonly baseUrl: string;
+  readonly state: ReplicaRouteState;
+  readonly capacity: number;
+  load: ReplicaLoad | undefined;
+  readonly apiKey: string | undefined;
+  readonly authorization: string | undefined;
+}
+
+/** One replica as held: membership (key kept), the newest load heard, and its projection. */
+interface HeldReplica {
+  /** Without load; `apiKey` is the one the router holds. */
+  readonly replica: RoutedReplica;
+  load: ReplicaLoad | undefined;
+  loadReportedAtMs: number | undefined;
+  route: ProjectedRoute;
+}
+
+/** Size of `current` after removing `removed` and upserting `upserted` (ids). */
+const sizeAfter = (
+  current: ReadonlyMap<string, unknown>,
+  removed: readonly string[],
+  upserted: readonly string[],
+): number => {
+  let size = current.size;
+  const gone = new Set<string>();
+  for (const id of removed) if (current.has(id) && !gone.has(id)) gone.add(id);
+  size -= gone.size;
+  for (const id of upserted) if (!current.has(id) || gone.has(id)) size += 1;
+  return size;
+};
+
+/**
+ * Creates a {@link RoutingState}: the router's copy of the routing state, applied message by
+ * message (see the contract above) and projected for the handler.
+ *
+ * - `routeTable.resolve` answers from a map of resolutions rebuilt only for the models a
+ *   membership change touched (all of them on a snapshot or a router-count change); the
+ *   `ReplicaRoute` objects are built at that time too, `authorization` included.
+ * - A `LoadUpdate` writes each sample into its replica's existing route object (the picker
+ *   reads `replica.load` at pick time): no new object, no version bump, no listener called.
+ *   A sample older than the one held is dropped, so a late message never rolls load back.
+ * - Staleness: each route object carries load only while it is younger than `loadStaleMs`.
+ *   Rather than a clock read per replica per pick, the state keeps the earliest expiry among
+ *   projected loads; `resolve()` reads the clock once and, when that expiry has passed, sweeps
+ *   every route and clears expired load. Sweeps are spaced at least `loadStaleMs / 20` apart,
+ *   so a load may outlive `loadStaleMs` by up to 5% (500 ms at the default), and a steady
+ *   stream of fresh load costs one sweep per `loadStaleMs` or so. The held load keeps its
+ *   timestamp, so {@link RoutingState.snapshot} saves it and a restarted router ages it the same.
+ * - `lastHeardAtMs` moves on every message applied or ignored (both came from a live control
+ *   plane holding this epoch: the state is confirmed current), never on a resync or a
+ *   refused (invalid) message.
+ * @throws RouterError `LLMGW_ROUTER_INVALID_OPTIONS` for a `loadStaleMs` out of [1, 86 400 000].
+ */
+export function createRoutingState(options: RoutingStateOptions): RoutingState {
+  const { hashSecret } = options;
+  const loadStaleMs = checkRange(
+    "loadStaleMs",
+    options.loadStaleMs ?? DEFAULT_LOAD_STALE_MS,
+    1,
+    86_400_000,
+  );
+  const now = options.now ?? Date.now;
+  const sweepSpacingMs = Math.max(1, Math.floor(loadStaleMs / 20));
+
+  let epoch: string | undefined;
+  let version = 0;
+  let routers = 1;
+  let sentAtMs = 0;
+  let lastHeardAtMs: number | undefined;
+  let models = new Map<string, RoutedModel>();
+  let replicas = new Map<string, HeldReplica>();
+  /** Served model name → ids of its replicas. */
+  let byModel = new Map<string, Set<string>>();
+  let keys = new Map<string, KeyGrant>();
+  let resolutions = new Map<string, RouteResolution>();
+  let keysByHash = new Map<string, ApiKeyInfo>();
+  let readyModels: string[] | undefined;
+  let tableVersion = 0;
+  /** Earliest time a projected load may turn stale; Infinity when none is projected. */
+  let nextSweepAtMs = Number.POSITIVE_INFINITY;
+  const tableListeners = new Set<(version: number) => void>();
+  const membershipListeners = new Set<() => void>();
+
+  const share = (value: number): number => Math.max(1, Math.floor(value / routers));
+
+  const project = (h: HeldReplica, t: number): ProjectedRoute => {
+    const r = h.replica;
+    let load: ReplicaLoad | undefined;
+    if (h.load !== undefined && h.loadReportedAtMs !== undefined) {
+      const expiresAtMs = h.loadReportedAtMs + loadStaleMs;
+      if (expiresAtMs > t) {
+        load = h.load;
+        if (expiresAtMs < nextSweepAtMs) nextSweepAtMs = expiresAtMs;
+      }
+    }
+    return {
+      id: r.id,
+      baseUrl: r.baseUrl,
+      state: r.state === "ready" ? "ready" : "stopping",
+      capacity: share(r.capacity),
+      load,
+      apiKey: r.apiKey,
+      authorization: r.apiKey === undefined ? undefined : `Bearer ${r.apiKey}`,
+    };
+  };
+
+  const sweep = (t: number): void => {
+    let next = Number.POSITIVE_INFINITY;
+    for (const h of replicas.values()) {
+      if (h.route.load === undefined || h.loadReportedAtMs === undefined) continue;
+      const expiresAtMs = h.loadReportedAtMs + loadStaleMs;
+      if (expiresAtMs <= t) h.route.load = undefined;
+      else if (expiresAtMs < next) next = expiresAtMs;
+    }
+    nextSweepAtMs = next === Number.POSITIVE_INFINITY ? next : Math.max(next, t + sweepSpacingMs);
+  };
+
+  /** The replica as held: the message's fields, the key kept, the newer of the two loads. */
+  const hold = (r: RoutedReplica, previous: HeldReplica | undefined): HeldReplica => {
+    const apiKey = r.apiKey ?? previous?.replica.apiKey;
+    const replica: RoutedReplica = {
+      id: r.id,
+      model: r.model,
+      deployment: r.deployment,
+      baseUrl: r.baseUrl,
+      state: r.state,
+      capacity: r.capacity,
+      ...(apiKey === undefined ? {} : { apiKey }),
+    };
+    let load = previous?.load;
+    let loadReportedAtMs = previous?.loadReportedAtMs;
+    if (
+      r.load !== undefined &&
+      r.loadReportedAtMs !== undefined &&
+      (loadReportedAtMs === undefined || r.loadReportedAtMs >= loadReportedAtMs)
+    ) {
+      load = r.load;
+      loadReportedAtMs = r.loadReportedAtMs;
+    }
+    // `route` is set by the projection that follows every hold.
+    return { replica, load, loadReportedAtMs, route: undefined as unknown as ProjectedRoute };
+  };
+
+  const index = (h: HeldReplica): void => {
+    let ids = byModel.get(h.replica.model);
+    if (ids === undefined) {
+      ids = new Set();
+      byModel.set(h.replica.model, ids);
+    }
+    ids.add(h.replica.id);
+  };
+  const unindex = (h: HeldReplica): void => {
+    const ids = byModel.get(h.replica.model);
+    if (ids === undefined) return;
+    ids.delete(h.replica.id);
+    if (ids.size === 0) byModel.delete(h.replica.model);
+  };
+
+  const resolveModel = (name: string): void => {
+    const model = models.get(name);
+    if (model === undefined) {
+      resolutions.delete(name);
+      return;
+    }
+    const ids = byModel.get(name);
+    const routes: ProjectedRoute[] = [];
+    if (ids !== undefined) {
+      // By id: the same order on every router and after every rebuild.
+      for (const id of [...ids].sort()) routes.push((replicas.get(id) as HeldReplica).route);
+    }
+    resolutions.set(name, {
+      deployment: model.deployment,
+      policy: model.policy,
+      replicas: routes,
+      loading: model.loading,
+    });
+  };
+
+  const grantInfo = (g: KeyGrant): ApiKeyInfo => {
+    const info: { -readonly [K in keyof ApiKeyInfo]: ApiKeyInfo[K] } = { id: g.id, name: g.name };
+    if (g.models !== undefined && g.models.length > 0) info.models = g.models;
+    if (g.rpm !== undefined) info.rpm = share(g.rpm);
+    if (g.tpm !== undefined) info.tpm = share(g.tpm);
+    if (g.maxConcurrency !== undefined) info.maxConcurrency = share(g.maxConcurrency);
+    return info;
+  };
+  const rebuildKeys = (): void => {
+    const next = new Map<string, ApiKeyInfo>();
+    for (const g of keys.values()) next.set(g.secretSha256, grantInfo(g));
+    keysByHash = next;
+  };
+
+  const rebuildAll = (): void => {
+    const t = now();
+    nextSweepAtMs = Number.POSITIVE_INFINITY;
+    for (const h of replicas.values()) h.route = project(h, t);
+    resolutions = new Map();
+    for (const name of models.keys()) resolveModel(name);
+    rebuildKeys();
+  };
+
+  const changed = (): void => {
+    tableVersion += 1;
+    readyModels = undefined;
+    for (const listener of [...tableListeners]) listener(tableVersion);
+    for (const listener of [...membershipListeners]) listener();
+  };
+
+  const applySnapshot = (m: RoutingSnapshot): void => {
+    const nextReplicas = new Map<string, HeldReplica>();
+    for (const r of m.replicas) nextReplicas.set(r.id, hold(r, replicas.get(r.id)));
+    models = new Map(m.models.map((model) => [model.name, model]));
+    replicas = nextReplicas;
+    byModel = new Map();
+    for (const h of replicas.values()) index(h);
+    keys = new Map(m.keys.map((k) => [k.id, k]));
+    epoch = m.epoch;
+    version = m.version;
+    routers = m.routers;
+    sentAtMs = m.sentAtMs;
+    rebuildAll();
+  };
+
+  const applyDelta = (m: RoutingDelta): void => {
+    const kind = "delta";
+    const upsertedIds = m.upsertedReplicas.map((r) => r.id);
+    if (
+      sizeAfter(
+        models,
+        m.removedModels,
+        m.upsertedModels.map((x) => x.name),
+      ) > ROUTING_LIMITS.maxModels
+    ) {
+      fail(kind, "upsertedModels", `would hold more than ${ROUTING_LIMITS.maxModels} models`);
+    }
+    if (sizeAfter(replicas, m.removedReplicas, upsertedIds) > ROUTING_LIMITS.maxReplicas) {
+      fail(kind, "upsertedReplicas", `would hold more than ${ROUTING_LIMITS.maxReplicas} replicas`);
+    }
+    if (
+      sizeAfter(
+        keys,
+        m.removedKeys,
+        m.upsertedKeys.map((k) => k.id),
+      ) > ROUTING_LIMITS.maxKeys
+    ) {
+      fail(kind, "upsertedKeys", `would hold more than ${ROUTING_LIMITS.maxKeys} keys`);
+    }
+    const touched = new Set<string>();
+    for (const name of m.removedModels) if (models.delete(name)) touched.add(name);
+    for (const model of m.upsertedModels) {
+      models.set(model.name, model);
+      touched.add(model.name);
+    }
+    for (const id of m.removedReplicas) {
+      const h = replicas.get(id);
+      if (h === undefined) continue;
+      replicas.delete(id);
+      unindex(h);
+      touched.add(h.replica.model);
+    }
+    const upserted: HeldReplica[] = [];
+    for (const r of m.upsertedReplicas) {
+      const previous = replicas.get(r.id);
+      if (previous !== undefined) {
+        unindex(previous);
+        touched.add(previous.replica.model);
+      }
+      const h = hold(r, previous);
+      replicas.set(r.id, h);
+      index(h);
+      touched.add(r.model);
+      upserted.push(h);
+    }
+    for (const id of m.removedKeys) keys.delete(id);
+    for (const k of m.upsertedKeys) keys.set(k.id, k);
+    epoch = m.epoch;
+    version = m.version;
+    sentAtMs = m.sentAtMs;
+    if (m.routers !== undefined && m.routers !== routers) {
+      // Every capacity and every key limit is a share of the router count.
+      routers = m.routers;
+      rebuildAll();
+      return;
+    }
+    const t = now();
+    for (const h of upserted) h.route = project(h, t);
+    for (const name of touched) resolveModel(name);
+    if (m.removedKeys.length > 0 || m.upsertedKeys.length > 0) rebuildKeys();
+  };
+
+  const applyLoad = (m: LoadUpdate): void => {
+    const t = now();
+    for (const s of m.samples) {
+      const h = replicas.get(s.replicaId);
+      if (h === undefined) continue;
+      if (h.loadReportedAtMs !== undefined && s.reportedAtMs < h.loadReportedAtMs) continue;
+      h.load = s.load;
+      h.loadReportedAtMs = s.reportedAtMs;
+      const expiresAtMs = s.reportedAtMs + loadStaleMs;
+      if (expiresAtMs > t) {
+        h.route.load = s.load;
+        if (expiresAtMs < nextSweepAtMs) nextSweepAtMs = expiresAtMs;
+      } else {
+        h.route.load = undefined;
+      }
+    }
+  };
+
+  const routeTable: RouteTable = {
+    resolve(modelName) {
+      if (nextSweepAtMs !== Number.POSITIVE_INFINITY) {
+        const t = now();
+        if (t >= nextSweepAtMs) sweep(t);
+      }
+      return resolutions.get(modelName);
+    },
+    models() {
+      if (readyModels === undefined) {
+        readyModels = [];
+        for (const [name, r] of resolutions) {
+          if (r.replicas.some((replica) => replica.state === "ready")) readyModels.push(name);
+        }
+        readyModels.sort();
+      }
+      return readyModels.slice();
+    },
+    get version() {
+      return tableVersion;
+    },
+    subscribe(listener) {
+      tableListeners.add(listener);
+      return () => {
+        tableListeners.delete(listener);
+      };
+    },
+  };
+
+  const apiKeys: ApiKeyStore = {
+    verify: (secret) => (keysByHash.size === 0 ? undefined : keysByHash.get(hashSecret(secret))),
+  };
+
+  return {
+    apply(message, heardAtMs) {
+      validateRoutingMessage(message);
+      const heard = heardAtMs ?? now();
+      let result: ApplyResult;
+      if (message.kind === "snapshot") {
+        applySnapshot(message);
+        changed();
+        result = "applied";
+      } else if (epoch === undefined || message.epoch !== epoch) {
+        return "resync";
+      } else if (message.kind === "delta") {
+        if (message.version <= version) result = "ignored";
+        else if (message.version !== version + 1) return "resync";
+        else {
+          applyDelta(message);
+          changed();
+          result = "applied";
+        }
+      } else if (message.kind === "load") {
+        applyLoad(message);
+        result = "applied";
+      } else {
+        // A keepalive ahead of the version held means a delta went missing.
+        if (message.version > version) return "resync";
+        result = message.version < version ? "ignored" : "applied";
+      }
+      lastHeardAtMs = heard;
+      return result;
+    },
+    routeTable,
+    apiKeys,
+    snapshot() {
+      if (epoch === undefined) return undefined;
+      const held: RoutedReplica[] = [];
+      for (const h of replicas.values()) {
+        held.push(
+          h.load === undefined || h.loadReportedAtMs === undefined
+            ? h.replica
+            : { ...h.replica, load: h.load, loadReportedAtMs: h.loadReportedAtMs },
+        );
+      }
+      return {
+        kind: "snapshot",
+        epoch,
+        version,
+        models: [...models.values()],
+        replicas: held,
+        keys: [...keys.values()],
+        routers,
+        sentAtMs,
+      };
+    },
+    get epoch() {
+      return epoch;
+    },
+    get version() {
+      return version;
+    },
+    get routers() {
+      return routers;
+    },
+    get lastHeardAtMs() {
+      return lastHeardAtMs;
+    },
+    onMembershipChange(listener) {
+      membershipListeners.add(listener);
+      return () => {
+        membershipListeners.delete(listener);
+      };
+    },
+  };
 }
