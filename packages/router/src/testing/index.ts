@@ -1,6 +1,8 @@
 /** Test doubles of `@llmgw/router` (real implementations, not mocks). */
 import type { RouterMetricsSink } from "../metrics-sink.js";
 
+export { createManualRoutingFeed, type ManualRoutingFeed } from "./routing-feed.js";
+
 /** One recorded sink call: the method name and its arguments. */
 export interface RecordedMetric {
   readonly method: keyof RouterMetricsSink;

@@ -1,0 +1,135 @@
+import type {
+  KeyGrant,
+  RoutedModel,
+  RoutedReplica,
+  RoutingDelta,
+  RoutingFeed,
+  RoutingMessage,
+  RoutingSnapshot,
+} from "../routing-messages.js";
+
+/** A {@link RoutingFeed} driven by hand: what a test pushes is what subscribers hear. */
+export interface ManualRoutingFeed extends RoutingFeed {
+  /**
+   * Delivers `message` to every subscriber, in subscription order, synchronously, and folds it
+   * into what a later subscriber is replayed. Nothing is validated: a test may push a gap, an
+   * old delta or a malformed message on purpose. A listener that throws does not stop delivery
+   * to the others; the first error is rethrown once all have been called.
+   */
+  push(message: RoutingMessage): void;
+  /**
+   * What a new subscriber hears first: the latest snapshot with the deltas that follow it in
+   * order (exactly version + 1, same epoch) and the load of the same epoch folded in; a delta
+   * that does not follow is delivered but not folded. Undefined before any snapshot.
+   */
+  current(): RoutingSnapshot | undefined;
+  /** Subscribers attached now. */
+  readonly subscribers: number;
+  /** Resolves once at least `count` subscribers are attached (at once when they are). */
+  waitForSubscribers(count: number): Promise<void>;
+}
+
+const byKey = <T>(items: readonly T[], key: (item: T) => string): Map<string, T> =>
+  new Map(items.map((item) => [key(item), item]));
+
+/** `delta` applied to `held`, keys and load kept by replica id the way a router keeps them. */
+const fold = (held: RoutingSnapshot, delta: RoutingDelta): RoutingSnapshot => {
+  const models = byKey<RoutedModel>(held.models, (m) => m.name);
+  for (const name of delta.removedModels) models.delete(name);
+  for (const m of delta.upsertedModels) models.set(m.name, m);
+  const replicas = byKey<RoutedReplica>(held.replicas, (r) => r.id);
+  for (const id of delta.removedReplicas) replicas.delete(id);
+  for (const r of delta.upsertedReplicas) {
+    const previous = replicas.get(r.id);
+    const apiKey = r.apiKey ?? previous?.apiKey;
+    const load =
+      r.load === undefined && previous?.load !== undefined
+        ? { load: previous.load, loadReportedAtMs: previous.loadReportedAtMs }
+        : {};
+    replicas.set(r.id, { ...r, ...(apiKey === undefined ? {} : { apiKey }), ...load });
+  }
+  const keys = byKey<KeyGrant>(held.keys, (k) => k.id);
+  for (const id of delta.removedKeys) keys.delete(id);
+  for (const k of delta.upsertedKeys) keys.set(k.id, k);
+  return {
+    kind: "snapshot",
+    epoch: held.epoch,
+    version: delta.version,
+    models: [...models.values()],
+    replicas: [...replicas.values()],
+    keys: [...keys.values()],
+    routers: delta.routers ?? held.routers,
+    sentAtMs: delta.sentAtMs,
+  };
+};
+
+/**
+ * Creates a {@link ManualRoutingFeed}: the control plane's publisher as tests and benchmarks
+ * need it, with no control plane. A new subscriber is replayed {@link ManualRoutingFeed.current}
+ * synchronously inside `subscribe`, then hears every later push.
+ */
+export function createManualRoutingFeed(): ManualRoutingFeed {
+  const listeners = new Set<(message: RoutingMessage) => void>();
+  const waiters = new Set<{ count: number; resolve: () => void }>();
+  let held: RoutingSnapshot | undefined;
+
+  const deliver = (
+    targets: Iterable<(message: RoutingMessage) => void>,
+    message: RoutingMessage,
+  ) => {
+    let failure: { error: unknown } | undefined;
+    for (const listener of targets) {
+      try {
+        listener(message);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (failure !== undefined) throw failure.error;
+  };
+
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      for (const waiter of [...waiters]) {
+        if (listeners.size >= waiter.count) {
+          waiters.delete(waiter);
+          waiter.resolve();
+        }
+      }
+      if (held !== undefined) deliver([listener], held);
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    push(message) {
+      if (message.kind === "snapshot") {
+        held = message;
+      } else if (held !== undefined && message.epoch === held.epoch) {
+        if (message.kind === "delta" && message.version === held.version + 1) {
+          held = fold(held, message);
+        } else if (message.kind === "load") {
+          const samples = new Map(message.samples.map((s) => [s.replicaId, s]));
+          held = {
+            ...held,
+            replicas: held.replicas.map((r) => {
+              const s = samples.get(r.id);
+              return s === undefined ? r : { ...r, load: s.load, loadReportedAtMs: s.reportedAtMs };
+            }),
+          };
+        }
+      }
+      deliver([...listeners], message);
+    },
+    current: () => held,
+    get subscribers() {
+      return listeners.size;
+    },
+    waitForSubscribers(count) {
+      if (listeners.size >= count) return Promise.resolve();
+      return new Promise((resolve) => {
+        waiters.add({ count, resolve });
+      });
+    },
+  };
+}
