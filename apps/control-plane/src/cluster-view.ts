@@ -4,10 +4,12 @@ import type {
   GpuView,
   NodeView,
   ReplicaView,
+  RouterView,
 } from "@llmgw/metrics-collector";
 import { ReplicaState } from "@llmgw/proto";
 import type { Cluster } from "./domain/cluster.js";
 import { replicaStateName } from "./domain/replica-state.js";
+import type { RouterRegistry } from "./routing/router-registry.js";
 
 /** Problem codes for the two verdicts that are not the agent's own problems. */
 const LOST = "LLMGW_DISCOVERY_GPU_LOST";
@@ -19,10 +21,17 @@ const num = (v: bigint | undefined): number | undefined =>
 /**
  * The read-only {@link ClusterView} `@llmgw/metrics-collector` scrapes: built from memory on
  * each call (no I/O). Readings come from the last heartbeat and fall back to registration;
- * a reading nobody reported stays undefined (a missing series, never 0).
+ * a reading nobody reported stays undefined (a missing series, never 0). With `routers`, the
+ * view lists the routers too (`llmgw_routers`).
  */
-export function createClusterView(cluster: Cluster): ClusterView {
+export function createClusterView(cluster: Cluster, routers?: RouterRegistry): ClusterView {
   return {
+    ...(routers === undefined
+      ? {}
+      : {
+          routers: (): RouterView[] =>
+            routers.list().map((r) => ({ id: r.id, connected: r.connected })),
+        }),
     nodes(): NodeView[] {
       const allocatedBy = new Map<string, string>();
       for (const p of cluster.placements()) {

@@ -18,7 +18,13 @@ describe("resolveControlPlaneOptions", () => {
       maxConnectionsPerAddress: 1_024,
       maxControlConnectionsPerAddress: 256,
       maxNodes: 10_000,
+      publicApi: true,
+      routingCoalesceMs: 25,
+      routingLoadFlushMs: 100,
+      routingKeepaliveMs: 2_000,
+      routingMaxQueued: 512,
     });
+    expect(resolveControlPlaneOptions({ dataDir: "/d", publicApi: false }).publicApi).toBe(false);
   });
 
   it("keeps each per-address cap a quarter of its listener's unless given", () => {
@@ -61,6 +67,14 @@ describe("resolveControlPlaneOptions", () => {
       "maxControlConnectionsPerAddress: maxControlConnectionsPerAddress must not exceed maxControlConnections (got 2000)",
     ],
     [{ maxNodes: 0 }, "maxNodes: Too small"],
+    [{ publicApi: "no" }, 'publicApi: Invalid input: expected boolean, received string (got "no")'],
+    [{ routingCoalesceMs: 0 }, "routingCoalesceMs: Too small"],
+    [{ routingLoadFlushMs: 20_000 }, "routingLoadFlushMs: Too big"],
+    [{ routingKeepaliveMs: 99 }, "routingKeepaliveMs: Too small"],
+    [
+      { routingMaxQueued: 1.5 },
+      "routingMaxQueued: Invalid input: expected int, received number (got 1.5)",
+    ],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });

@@ -25,6 +25,12 @@ export const controlPlaneConfigSchema = z
     dataDir: z.string().min(1),
     tlsCertFile: z.string().min(1).optional(),
     tlsKeyFile: z.string().min(1).optional(),
+    /**
+     * Serve `/v1/*` on `listen` by running the router in-process over the routing feed (the
+     * one-machine install, the demo). False (`--no-public-api`): no public listener; routers
+     * run apart (`llmgw router`) and watch the routing state on the control listener.
+     */
+    publicApi: z.boolean().default(true),
     /** Public API without API keys (demo only). */
     noAuth: z.boolean().default(false),
     /** Interval agents are told to heartbeat at. */
@@ -72,6 +78,14 @@ export const controlPlaneConfigSchema = z
      * make the control plane keep and export.
      */
     maxNodes: z.number().int().min(1).max(1_000_000).default(10_000),
+    /** Membership changes within this window reach routers as one delta. */
+    routingCoalesceMs: z.number().int().min(1).max(10_000).default(25),
+    /** Engine load reaches routers in one update this often. */
+    routingLoadFlushMs: z.number().int().min(10).max(10_000).default(100),
+    /** A quiet routing stream carries a keepalive this often (routers give up after three). */
+    routingKeepaliveMs: z.number().int().min(100).max(60_000).default(2_000),
+    /** Messages queued for one router that stopped reading before its stream is cut off. */
+    routingMaxQueued: z.number().int().min(8).max(100_000).default(512),
   })
   .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
     message: "--tls-cert and --tls-key must be given together",

@@ -60,6 +60,11 @@ function smallCluster(): FakeClusterView {
       { id: "llama-0", deployment: "llama", state: "ready" },
       { id: "llama-1", deployment: "llama", state: "pending" },
     ],
+    routers: [
+      { id: "in-process", connected: true },
+      { id: "router-a", connected: true },
+      { id: "router-b", connected: false },
+    ],
   });
 }
 
@@ -86,6 +91,25 @@ describe("createClusterCollector", () => {
       for (const s of own)
         expect(Object.keys(s.labels).sort(), f.name).toEqual([...f.labelNames].sort());
     }
+  });
+
+  it("counts routers by state, and exports none for a view without routers", async () => {
+    const registry = new Registry();
+    createClusterCollector(registry, smallCluster());
+    expect(
+      values(await scrape(registry), "llmgw_routers").map((s) => [s.labels.state, s.value]),
+    ).toEqual([
+      ["connected", 2],
+      ["disconnected", 1],
+    ]);
+    const bare = smallCluster();
+    const other = new Registry();
+    createClusterCollector(other, {
+      nodes: () => bare.nodes(),
+      deployments: () => bare.deployments(),
+      replicas: () => bare.replicas(),
+    });
+    expect(values(await scrape(other), "llmgw_routers")).toEqual([]);
   });
 
   it("exports GPU faults as a counter, current problems by code, and port health only when read", async () => {

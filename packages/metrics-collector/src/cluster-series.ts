@@ -1,5 +1,5 @@
 import type { ClusterView, GpuView, NodeView } from "./cluster-view.js";
-import { GPU_STATES, NODE_STATES, REPLICA_STATES } from "./families.js";
+import { GPU_STATES, NODE_STATES, REPLICA_STATES, ROUTER_STATES } from "./families.js";
 import { boundLabelValue } from "./labels.js";
 import type { LineWriter } from "./line-writer.js";
 
@@ -116,6 +116,8 @@ export type ClusterSeries = ReadonlyMap<string, readonly Sample[]>;
 
 const NODE_STATE_LABELS: Readonly<Record<string, Readonly<Record<string, string>>>> =
   Object.fromEntries(NODE_STATES.map((s) => [s, Object.freeze({ state: s })]));
+const ROUTER_STATE_LABELS: Readonly<Record<string, Readonly<Record<string, string>>>> =
+  Object.fromEntries(ROUTER_STATES.map((s) => [s, Object.freeze({ state: s })]));
 
 /** The GPU capacity state used by fabric and cluster totals (see `GPU_STATES`). */
 export type GpuCapacityState = (typeof GPU_STATES)[number];
@@ -230,6 +232,7 @@ function* clusterSeriesSteps(
   const nodes = view.nodes();
   const deployments = view.deployments();
   const replicas = view.replicas();
+  const routers = view.routers?.();
   cache.begin();
   const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
   const push = (name: string, labels: Record<string, string>, value: number) =>
@@ -439,5 +442,15 @@ function* clusterSeriesSteps(
   }
   for (const [deployment, m] of replicaCounts) {
     for (const [state, count] of m) push("llmgw_replicas", { deployment, state }, count);
+  }
+  if (routers !== undefined) {
+    const connected = routers.filter((r) => r.connected === true).length;
+    for (const state of ROUTER_STATES) {
+      push(
+        "llmgw_routers",
+        ROUTER_STATE_LABELS[state] ?? { state },
+        state === "connected" ? connected : routers.length - connected,
+      );
+    }
   }
 }

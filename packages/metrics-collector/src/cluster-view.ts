@@ -104,6 +104,13 @@ export interface ReplicaView {
   readonly state: ReplicaState;
 }
 
+/** A router the control plane streams routing to: connected now, or recently. */
+export interface RouterView {
+  readonly id: string;
+  /** True while its routing stream (or the in-process feed) is attached. */
+  readonly connected: boolean;
+}
+
 /**
  * The read-only view of cluster state that the control plane implements for the collector.
  * Called synchronously on every scrape (once per scrape, however many families read it), so
@@ -113,4 +120,6 @@ export interface ClusterView {
   nodes(): readonly NodeView[];
   deployments(): readonly DeploymentView[];
   replicas(): readonly ReplicaView[];
+  /** Routers known to the control plane; absent: no `llmgw_routers` series. */
+  routers?(): readonly RouterView[];
 }

@@ -34,7 +34,7 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   agent_version: "agent version string (truncated)",
   simulated: '"true" | "false"',
   state:
-    "a closed set per family: node `ready|unreachable|lost`; GPU `free|allocated|unhealthy|unavailable`; replica `pending|starting|loading|ready|unhealthy|stopping|exited|failed|unknown`; circuit `closed|open|half_open`",
+    "a closed set per family: node `ready|unreachable|lost`; GPU `free|allocated|unhealthy|unavailable`; replica `pending|starting|loading|ready|unhealthy|stopping|exited|failed|unknown`; circuit `closed|open|half_open`; router `connected|disconnected`",
   gpu: "GPU index on its node",
   uuid: "GPU UUID from nvidia-smi",
   name: "GPU product name from nvidia-smi (truncated)",
@@ -85,6 +85,9 @@ export const NODE_STATES = ["ready", "unreachable", "lost"] as const;
  * MIG enabled, or its node cordoned, draining or not ready); the rest are `free`.
  */
 export const GPU_STATES = ["free", "allocated", "unhealthy", "unavailable"] as const;
+
+/** States of a router as the control plane counts it. */
+export const ROUTER_STATES = ["connected", "disconnected"] as const;
 
 /** Circuit-breaker states of a replica as the router sees it. */
 export const CIRCUIT_STATES = ["closed", "open", "half_open"] as const;
@@ -219,6 +222,11 @@ export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
     "llmgw_deployment_unschedulable",
     "1 when the scheduler could not place every desired replica, else 0.",
     ["deployment"],
+  ),
+  g(
+    "llmgw_routers",
+    "Routers by state: connected (watching the routing state now; the in-process router counts) or disconnected within the last 10 minutes. Each router admits 1/connected of every replica's capacity and of every key's limits.",
+    ["state"],
   ),
   c(
     "llmgw_gpu_readings_rejected_total",

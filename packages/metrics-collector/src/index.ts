@@ -36,6 +36,7 @@ export type {
   NodeView,
   ReplicaState,
   ReplicaView,
+  RouterView,
 } from "./cluster-view.js";
 export {
   isMetricsCollectorError,
@@ -52,6 +53,7 @@ export {
   NODE_STATES,
   REPLICA_STATES,
   ROUTER_FAMILIES,
+  ROUTER_STATES,
 } from "./families.js";
 export {
   GPU_READING_REJECT_REASONS,

@@ -5,6 +5,7 @@ import type {
   NodeView,
   ReplicaState,
   ReplicaView,
+  RouterView,
 } from "../cluster-view.js";
 import type { RouterMetrics } from "../router-metrics.js";
 
@@ -18,15 +19,22 @@ export class FakeClusterView implements ClusterView {
   nodeList: NodeView[];
   deploymentList: DeploymentView[];
   replicaList: ReplicaView[];
+  routerList: RouterView[];
   /** Set to make every accessor throw (a broken control plane). */
   failWith: Error | undefined;
 
   constructor(
-    init: { nodes?: NodeView[]; deployments?: DeploymentView[]; replicas?: ReplicaView[] } = {},
+    init: {
+      nodes?: NodeView[];
+      deployments?: DeploymentView[];
+      replicas?: ReplicaView[];
+      routers?: RouterView[];
+    } = {},
   ) {
     this.nodeList = init.nodes ?? [];
     this.deploymentList = init.deployments ?? [];
     this.replicaList = init.replicas ?? [];
+    this.routerList = init.routers ?? [];
     this.failWith = undefined;
   }
   nodes(): readonly NodeView[] {
@@ -40,6 +48,10 @@ export class FakeClusterView implements ClusterView {
   replicas(): readonly ReplicaView[] {
     if (this.failWith) throw this.failWith;
     return this.replicaList;
+  }
+  routers(): readonly RouterView[] {
+    if (this.failWith) throw this.failWith;
+    return this.routerList;
   }
   /** Replaces one node (matched by id) with `update(node)`. */
   updateNode(id: string, update: (node: NodeView) => NodeView): void {
