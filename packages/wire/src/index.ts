@@ -25,3 +25,4 @@ export {
   portFromProto,
   portToProto,
 } from "./inventory.js";
+export { routingMessageFromProto, routingMessageToProto } from "./routing.js";

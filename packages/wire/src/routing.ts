@@ -1,0 +1,311 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  type EngineLoad,
+  type KeyGrant as KeyGrantProto,
+  RoutedReplicaState as ReplicaStateProto,
+  type RoutedModel as RoutedModelProto,
+  type RoutedReplica as RoutedReplicaProto,
+  RoutingPolicy as RoutingPolicyProto,
+  type WatchRoutingResponse,
+  WatchRoutingResponseSchema,
+} from "@llmgw/proto";
+import {
+  type KeyGrant,
+  type ReplicaLoad,
+  type RoutedModel,
+  type RoutedReplica,
+  type RoutedReplicaState,
+  RouterError,
+  type RoutingMessage,
+  type RoutingPolicy,
+  validateRoutingMessage,
+} from "@llmgw/router";
+
+/*
+ * The one place where `@llmgw/router`'s plain routing messages (numbers, absent for "not
+ * reported") and the wire `WatchRoutingResponse` (bigint, unset optionals) meet. Both ways run
+ * `validateRoutingMessage`, so what a control plane sends is what a router accepts.
+ */
+
+const POLICY_BY_PROTO: Readonly<Record<number, RoutingPolicy>> = {
+  [RoutingPolicyProto.LLMGW]: "llmgw",
+  [RoutingPolicyProto.ROUND_ROBIN]: "round-robin",
+  [RoutingPolicyProto.LEAST_LOADED]: "least-loaded",
+};
+const POLICY_TO_PROTO: Readonly<Record<RoutingPolicy, RoutingPolicyProto>> = {
+  llmgw: RoutingPolicyProto.LLMGW,
+  "round-robin": RoutingPolicyProto.ROUND_ROBIN,
+  "least-loaded": RoutingPolicyProto.LEAST_LOADED,
+};
+const STATE_BY_PROTO: Readonly<Record<number, RoutedReplicaState>> = {
+  [ReplicaStateProto.READY]: "ready",
+  [ReplicaStateProto.DRAINING]: "draining",
+};
+const STATE_TO_PROTO: Readonly<Record<RoutedReplicaState, ReplicaStateProto>> = {
+  ready: ReplicaStateProto.READY,
+  draining: ReplicaStateProto.DRAINING,
+};
+
+const fail = (kind: string, path: string, rule: string): never => {
+  throw new RouterError("LLMGW_ROUTER_ROUTING_INVALID", `routing ${kind}: ${path} ${rule}`);
+};
+
+/** A wire 64-bit integer as a number; past `Number.MAX_SAFE_INTEGER` it would lose digits. */
+const safe = (kind: string, path: string, v: bigint): number => {
+  if (v < 0n || v > BigInt(Number.MAX_SAFE_INTEGER)) {
+    fail(kind, path, `must be an integer in [0, ${Number.MAX_SAFE_INTEGER}], got ${v}`);
+  }
+  return Number(v);
+};
+
+function loadFromProto(l: EngineLoad): ReplicaLoad {
+  return {
+    ...(l.running === undefined ? {} : { running: l.running }),
+    ...(l.waiting === undefined ? {} : { waiting: l.waiting }),
+    ...(l.kvCacheUsage === undefined ? {} : { kvCacheUsage: l.kvCacheUsage }),
+    ...(l.prefixCacheHitRate === undefined ? {} : { prefixCacheHitRate: l.prefixCacheHitRate }),
+  };
+}
+
+function modelFromProto(kind: string, path: string, m: RoutedModelProto): RoutedModel {
+  const policy = POLICY_BY_PROTO[m.routingPolicy];
+  if (policy === undefined) {
+    fail(
+      kind,
+      `${path}.policy`,
+      `must be one of llmgw, round-robin, least-loaded, got ${m.routingPolicy}`,
+    );
+  }
+  return {
+    name: m.name,
+    deployment: m.deployment,
+    policy: policy as RoutingPolicy,
+    loading: m.loading,
+  };
+}
+
+function replicaFromProto(kind: string, path: string, r: RoutedReplicaProto): RoutedReplica {
+  const state = STATE_BY_PROTO[r.state];
+  if (state === undefined)
+    fail(kind, `${path}.state`, `must be one of ready, draining, got ${r.state}`);
+  return {
+    id: r.id,
+    model: r.model,
+    deployment: r.deployment,
+    baseUrl: r.baseUrl,
+    state: state as RoutedReplicaState,
+    capacity: r.capacity,
+    ...(r.engineApiKey === undefined ? {} : { apiKey: r.engineApiKey }),
+    ...(r.load === undefined ? {} : { load: loadFromProto(r.load) }),
+    ...(r.loadReportedAtUnixMs === undefined
+      ? {}
+      : { loadReportedAtMs: safe(kind, `${path}.loadReportedAtMs`, r.loadReportedAtUnixMs) }),
+  };
+}
+
+/** Empty `models` means all, the same as absent: it comes back absent. */
+function keyFromProto(k: KeyGrantProto): KeyGrant {
+  return {
+    id: k.id,
+    name: k.name,
+    secretSha256: k.secretSha256,
+    ...(k.models.length === 0 ? {} : { models: k.models }),
+    ...(k.requestsPerMinute === undefined ? {} : { rpm: k.requestsPerMinute }),
+    ...(k.tokensPerMinute === undefined ? {} : { tpm: k.tokensPerMinute }),
+    ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
+  };
+}
+
+/**
+ * Wire `WatchRoutingResponse` → plain {@link RoutingMessage}, checked with
+ * `validateRoutingMessage` (bounded counts and strings, finite numbers, KV usage and hit rate
+ * in [0, 1], running and waiting ≥ 0, capacity ≥ 1, known policies and states). Unset optionals
+ * stay absent; a key's empty `models` comes back absent (both mean all models).
+ * @throws RouterError `LLMGW_ROUTER_ROUTING_INVALID` naming the field (plain names, e.g.
+ *   `replicas[2].capacity`), for an unset `message`, an unknown enum, a 64-bit number past
+ *   `Number.MAX_SAFE_INTEGER`, a load sample without load, or anything the validator refuses.
+ */
+export function routingMessageFromProto(res: WatchRoutingResponse): RoutingMessage {
+  const m = res.message;
+  let message: RoutingMessage;
+  switch (m.case) {
+    case "snapshot": {
+      const s = m.value;
+      const kind = "snapshot";
+      message = {
+        kind,
+        epoch: s.epoch,
+        version: safe(kind, "version", s.version),
+        models: s.models.map((x, i) => modelFromProto(kind, `models[${i}]`, x)),
+        replicas: s.replicas.map((x, i) => replicaFromProto(kind, `replicas[${i}]`, x)),
+        keys: s.keys.map(keyFromProto),
+        routers: s.routers,
+        sentAtMs: safe(kind, "sentAtMs", s.sentAtUnixMs),
+      };
+      break;
+    }
+    case "delta": {
+      const d = m.value;
+      const kind = "delta";
+      message = {
+        kind,
+        epoch: d.epoch,
+        version: safe(kind, "version", d.version),
+        upsertedModels: d.upsertedModels.map((x, i) =>
+          modelFromProto(kind, `upsertedModels[${i}]`, x),
+        ),
+        removedModels: d.removedModels,
+        upsertedReplicas: d.upsertedReplicas.map((x, i) =>
+          replicaFromProto(kind, `upsertedReplicas[${i}]`, x),
+        ),
+        removedReplicas: d.removedReplicas,
+        upsertedKeys: d.upsertedKeys.map(keyFromProto),
+        removedKeys: d.removedKeys,
+        ...(d.routers === undefined ? {} : { routers: d.routers }),
+        sentAtMs: safe(kind, "sentAtMs", d.sentAtUnixMs),
+      };
+      break;
+    }
+    case "load": {
+      const kind = "load";
+      message = {
+        kind,
+        epoch: m.value.epoch,
+        samples: m.value.samples.map((s, i) => {
+          if (s.load === undefined) fail(kind, `samples[${i}].load`, "must be set");
+          return {
+            replicaId: s.replicaId,
+            load: loadFromProto(s.load as EngineLoad),
+            reportedAtMs: safe(kind, `samples[${i}].reportedAtMs`, s.reportedAtUnixMs),
+          };
+        }),
+      };
+      break;
+    }
+    case "keepalive": {
+      const k = m.value;
+      const kind = "keepalive";
+      message = {
+        kind,
+        epoch: k.epoch,
+        version: safe(kind, "version", k.version),
+        sentAtMs: safe(kind, "sentAtMs", k.sentAtUnixMs),
+        intervalMs: k.intervalMs,
+      };
+      break;
+    }
+    default:
+      return fail(
+        "message",
+        "message",
+        "must be one of snapshot, delta, load, keepalive, got none",
+      );
+  }
+  validateRoutingMessage(message);
+  return message;
+}
+
+const loadToProto = (l: ReplicaLoad) => ({
+  running: l.running,
+  waiting: l.waiting,
+  kvCacheUsage: l.kvCacheUsage,
+  prefixCacheHitRate: l.prefixCacheHitRate,
+});
+const modelToProto = (m: RoutedModel) => ({
+  name: m.name,
+  deployment: m.deployment,
+  routingPolicy: POLICY_TO_PROTO[m.policy],
+  loading: m.loading,
+});
+const replicaToProto = (r: RoutedReplica) => ({
+  id: r.id,
+  model: r.model,
+  deployment: r.deployment,
+  baseUrl: r.baseUrl,
+  state: STATE_TO_PROTO[r.state],
+  capacity: r.capacity,
+  engineApiKey: r.apiKey,
+  load: r.load === undefined ? undefined : loadToProto(r.load),
+  loadReportedAtUnixMs: r.loadReportedAtMs === undefined ? undefined : BigInt(r.loadReportedAtMs),
+});
+const keyToProto = (k: KeyGrant) => ({
+  id: k.id,
+  name: k.name,
+  secretSha256: k.secretSha256,
+  models: k.models === undefined ? [] : [...k.models],
+  requestsPerMinute: k.rpm,
+  tokensPerMinute: k.tpm,
+  maxConcurrency: k.maxConcurrency,
+});
+
+/**
+ * Plain {@link RoutingMessage} → wire `WatchRoutingResponse`. The message is checked first
+ * with `validateRoutingMessage`, so a control plane never sends what routers refuse (and a
+ * version past `Number.MAX_SAFE_INTEGER`, which a router could not compare, never leaves).
+ * Absent optionals stay unset.
+ * @throws RouterError `LLMGW_ROUTER_ROUTING_INVALID` naming the field.
+ */
+export function routingMessageToProto(m: RoutingMessage): WatchRoutingResponse {
+  validateRoutingMessage(m);
+  switch (m.kind) {
+    case "snapshot":
+      return create(WatchRoutingResponseSchema, {
+        message: {
+          case: "snapshot",
+          value: {
+            epoch: m.epoch,
+            version: BigInt(m.version),
+            models: m.models.map(modelToProto),
+            replicas: m.replicas.map(replicaToProto),
+            keys: m.keys.map(keyToProto),
+            routers: m.routers,
+            sentAtUnixMs: BigInt(m.sentAtMs),
+          },
+        },
+      });
+    case "delta":
+      return create(WatchRoutingResponseSchema, {
+        message: {
+          case: "delta",
+          value: {
+            epoch: m.epoch,
+            version: BigInt(m.version),
+            upsertedModels: m.upsertedModels.map(modelToProto),
+            removedModels: [...m.removedModels],
+            upsertedReplicas: m.upsertedReplicas.map(replicaToProto),
+            removedReplicas: [...m.removedReplicas],
+            upsertedKeys: m.upsertedKeys.map(keyToProto),
+            removedKeys: [...m.removedKeys],
+            routers: m.routers,
+            sentAtUnixMs: BigInt(m.sentAtMs),
+          },
+        },
+      });
+    case "load":
+      return create(WatchRoutingResponseSchema, {
+        message: {
+          case: "load",
+          value: {
+            epoch: m.epoch,
+            samples: m.samples.map((s) => ({
+              replicaId: s.replicaId,
+              load: loadToProto(s.load),
+              reportedAtUnixMs: BigInt(s.reportedAtMs),
+            })),
+          },
+        },
+      });
+    case "keepalive":
+      return create(WatchRoutingResponseSchema, {
+        message: {
+          case: "keepalive",
+          value: {
+            epoch: m.epoch,
+            version: BigInt(m.version),
+            sentAtUnixMs: BigInt(m.sentAtMs),
+            intervalMs: m.intervalMs,
+          },
+        },
+      });
+  }
+}
