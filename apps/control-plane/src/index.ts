@@ -18,10 +18,14 @@ export {
   DEFAULT_REPLICA_CAPACITY,
   type DesiredSet,
   type HeartbeatInput,
+  LOAD_REFRESH_MS,
   type RegisterInput,
   type RegisterResult,
   type ReplicaLoad,
+  type ReplicaLoadReportInput,
   type RoutableReplica,
+  type RoutingMembership,
+  replicaLoadFromProto,
 } from "./domain/cluster.js";
 export {
   type NodeLifecycleTiming,

@@ -2,7 +2,7 @@ import { isIP } from "node:net";
 import { ControlPlaneError } from "../errors.js";
 
 /**
- * What one agent may send, per Register and per Heartbeat. Every node's inventory is kept in
+ * What one agent may send, per Register, Heartbeat and ReportLoad. Every node's inventory is kept in
  * memory, stored, listed by the admin API and rendered into every /metrics scrape, so one
  * caller holding the join token must not be able to grow any of them without bound (one
  * Register with 100,000 GPUs once added 28 MB to every scrape).
@@ -53,6 +53,15 @@ export const AGENT_LIMITS = {
     "inventory.inactivePorts.health.counters": 32,
     "inventory.inactivePorts.health.problems": 16,
   } as Readonly<Record<string, number>>,
+  /**
+   * Most entries per repeated field of one request type where it differs from
+   * {@link AGENT_LIMITS.items} (the same path means another field there).
+   */
+  requestItems: {
+    // Load of every replica whose rank 0 the node serves; small models packed by MIG or on
+    // CPUs may run many more replicas than the 128 a heartbeat lists, and each report is small.
+    ReportLoadRequest: { replicas: 1_024 },
+  } as Readonly<Record<string, Readonly<Record<string, number>>>>,
   /** Characters of a string field not listed in {@link AGENT_LIMITS.chars} or `textChars`. */
   defaultChars: 256,
   /** Most characters of particular string fields (refused beyond). */
@@ -83,19 +92,82 @@ export const AGENT_LIMITS = {
   } as Readonly<Record<string, number>>,
   /** Bytes of a `bytes` field. */
   defaultBytes: 4_096,
+  /** Most requests an engine may report running or waiting (a ReportLoad value beyond is refused). */
+  maxQueuedRequests: 1_000_000,
+  /** How far a load report's `scrapedAtUnixMs` may be from the control plane's clock. */
+  scrapedAtSkewMs: 24 * 60 * 60_000,
 } as const;
 
 const truncatedMarker = (dropped: number) => `… [${dropped} more characters]`;
+
+/** Options of {@link boundAgentRequest}. */
+export interface BoundAgentRequestOptions {
+  /** The control plane's clock (epoch ms) that agent-sent times are judged against. */
+  readonly nowMs?: number;
+}
 
 /**
  * Checks an AgentService request against {@link AGENT_LIMITS}: throws
  * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` for a count or identifying string over its limit,
  * and truncates free text in place (a marker says how much went). `root` names the message
- * in errors, e.g. "RegisterRequest".
+ * in errors and selects {@link AGENT_LIMITS.requestItems}, e.g. "RegisterRequest". A
+ * "ReportLoadRequest" also has its load values and scrape times checked (against
+ * `options.nowMs`, default the system clock).
  */
-export function boundAgentRequest(root: string, request: object): void {
-  walk(root, "", request as Record<string, unknown>);
+export function boundAgentRequest(
+  root: string,
+  request: object,
+  options: BoundAgentRequestOptions = {},
+): void {
+  const own = AGENT_LIMITS.requestItems[root];
+  const items = (path: string) =>
+    own?.[path] ?? AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
+  walk(items, root, "", request as Record<string, unknown>);
   validateFaults(root, request as Record<string, unknown>);
+  if (root === "ReportLoadRequest")
+    validateLoadReports(root, request as Record<string, unknown>, options.nowMs ?? Date.now());
+}
+
+/** Largest value of each load field (all are ≥ 0). */
+const LOAD_FIELD_MAX = {
+  running: AGENT_LIMITS.maxQueuedRequests,
+  waiting: AGENT_LIMITS.maxQueuedRequests,
+  kvCacheUsage: 1,
+  prefixCacheHitRate: 1,
+} as const;
+
+/**
+ * Refuses load routers could not use: a value that is not a finite number within its range
+ * (a NaN or a negative queue would poison every router's scoring), a report without a replica
+ * id, or a scrape time more than a day from the control plane's clock (an agent clock that far
+ * off would make routers take fresh load for stale, or stale for fresh).
+ */
+function validateLoadReports(root: string, request: Record<string, unknown>, nowMs: number): void {
+  const reports = request.replicas;
+  if (!Array.isArray(reports)) return;
+  reports.forEach(
+    (
+      r: { replicaId: string; load?: Record<string, unknown>; scrapedAtUnixMs: bigint },
+      i: number,
+    ) => {
+      const name = `${root}.replicas[${i}]`;
+      const refuse = (why: string): never => {
+        throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `${name}${why}`);
+      };
+      if (r.replicaId === "") refuse(".replicaId is required");
+      for (const [field, max] of Object.entries(LOAD_FIELD_MAX)) {
+        const v = r.load?.[field];
+        if (v === undefined) continue;
+        if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > max)
+          refuse(`.load.${field} is ${String(v)}; it must be a number within [0, ${max}]`);
+      }
+      const at = Number(r.scrapedAtUnixMs);
+      if (Math.abs(at - nowMs) > AGENT_LIMITS.scrapedAtSkewMs)
+        refuse(
+          `.scrapedAtUnixMs is ${r.scrapedAtUnixMs}, more than a day from the control plane's clock (${nowMs}); check the agent's clock`,
+        );
+    },
+  );
 }
 
 /**
@@ -137,7 +209,15 @@ function validateFaults(root: string, request: Record<string, unknown>): void {
   }
 }
 
-function walk(where: string, path: string, message: Record<string, unknown>): void {
+/** Most entries of the repeated field at a path. */
+type ItemLimit = (path: string) => number;
+
+function walk(
+  items: ItemLimit,
+  where: string,
+  path: string,
+  message: Record<string, unknown>,
+): void {
   for (const key of Object.keys(message)) {
     if (key.startsWith("$")) continue;
     const value = message[key];
@@ -146,17 +226,17 @@ function walk(where: string, path: string, message: Record<string, unknown>): vo
     const fieldPath = path === "" ? field : `${path}.${field}`;
     const name = `${where}.${field}`;
     if (Array.isArray(value)) {
-      message[key] = boundList(name, fieldPath, value);
+      message[key] = boundList(items, name, fieldPath, value);
     } else {
-      const bounded = boundValue(name, fieldPath, value);
+      const bounded = boundValue(items, name, fieldPath, value);
       if (bounded !== value) message[key] = bounded;
     }
   }
 }
 
-function boundList(name: string, path: string, list: unknown[]): unknown[] {
-  const max = AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
-  let items = list;
+function boundList(items: ItemLimit, name: string, path: string, list: unknown[]): unknown[] {
+  const max = items(path);
+  let entries = list;
   if (list.length > max) {
     if (AGENT_LIMITS.textChars[path] === undefined) {
       throw new ControlPlaneError(
@@ -166,15 +246,15 @@ function boundList(name: string, path: string, list: unknown[]): unknown[] {
     }
     // Lines of text: the last ones say most about why an engine died.
     const dropped = list.length - (max - 1);
-    items = [`[… ${dropped} earlier lines dropped]`, ...list.slice(dropped)];
+    entries = [`[… ${dropped} earlier lines dropped]`, ...list.slice(dropped)];
   }
-  for (let i = 0; i < items.length; i++) {
-    items[i] = boundValue(`${name}[${i}]`, path, items[i]);
+  for (let i = 0; i < entries.length; i++) {
+    entries[i] = boundValue(items, `${name}[${i}]`, path, entries[i]);
   }
-  return items;
+  return entries;
 }
 
-function boundValue(name: string, path: string, value: unknown): unknown {
+function boundValue(items: ItemLimit, name: string, path: string, value: unknown): unknown {
   if (typeof value === "string") return boundString(name, path, value);
   if (value instanceof Uint8Array) {
     if (value.length > AGENT_LIMITS.defaultBytes) {
@@ -190,7 +270,7 @@ function boundValue(name: string, path: string, value: unknown): unknown {
     // Neither a message nor a oneof: a map field, bounded like a repeated one.
     if (!("$typeName" in record) && !("case" in record)) {
       const entries = Object.keys(record).length;
-      const max = AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
+      const max = items(path);
       if (entries > max) {
         throw new ControlPlaneError(
           "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
@@ -198,7 +278,7 @@ function boundValue(name: string, path: string, value: unknown): unknown {
         );
       }
     }
-    walk(name, path, record);
+    walk(items, name, path, record);
   }
   return value;
 }

@@ -9,6 +9,7 @@ import {
   ClassCapacitySchema,
   type DeploymentStatus,
   DeploymentStatusSchema,
+  type EngineLoad,
   type Event,
   EventSchema,
   type GetClusterStatusResponse,
@@ -32,6 +33,13 @@ import {
   ReplicaState,
   type ReplicaStatus,
 } from "@llmgw/proto";
+import type {
+  KeyGrant,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  ReplicaLoad as RouterReplicaLoad,
+} from "@llmgw/router";
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
   type ClearedFaults,
@@ -169,12 +177,70 @@ export interface ApiKeyGrant {
   readonly maxConcurrency?: number;
 }
 
-/** Engine load signals of a replica's rank 0, as plain numbers; undefined = not reported. */
-export interface ReplicaLoad {
-  readonly running?: number;
-  readonly waiting?: number;
-  readonly kvCacheUsage?: number;
-  readonly prefixCacheHitRate?: number;
+/**
+ * Engine load signals of a replica's rank 0, as plain numbers; undefined = not reported. The
+ * router's own type: one engine-load vocabulary from agent to router.
+ */
+export type ReplicaLoad = RouterReplicaLoad;
+
+/** One replica's load as an agent sends it in `ReportLoad`. */
+export interface ReplicaLoadReportInput {
+  readonly replicaId: string;
+  readonly load: ReplicaLoad;
+  /** When the agent read it from the engine (epoch ms, the agent's clock). */
+  readonly scrapedAtMs: number;
+}
+
+/** What routers route by: see {@link Cluster.routingMembership}. */
+export interface RoutingMembership {
+  readonly models: RoutedModel[];
+  readonly replicas: RoutedReplica[];
+  readonly keys: KeyGrant[];
+}
+
+/**
+ * Load unchanged for this long is announced again ({@link Cluster.onLoad}) with the next
+ * report that carries it: agents report only changed load, and routers treat load older than
+ * their `loadStaleMs` (default 10 s) as unreported, so a steady replica must not go stale.
+ */
+export const LOAD_REFRESH_MS = 5_000;
+
+/** Plain load from the wire; absent fields stay absent, an absent message is unknown load. */
+export function replicaLoadFromProto(load: EngineLoad | undefined): ReplicaLoad {
+  if (!load) return {};
+  return {
+    ...(load.running === undefined ? {} : { running: load.running }),
+    ...(load.waiting === undefined ? {} : { waiting: load.waiting }),
+    ...(load.kvCacheUsage === undefined ? {} : { kvCacheUsage: load.kvCacheUsage }),
+    ...(load.prefixCacheHitRate === undefined
+      ? {}
+      : { prefixCacheHitRate: load.prefixCacheHitRate }),
+  };
+}
+
+type MutableLoad = { -readonly [K in keyof ReplicaLoad]: ReplicaLoad[K] };
+
+/**
+ * A replica's last load: one object per replica for as long as it is placed, written in place,
+ * so the routes {@link Cluster.readyReplicas} handed out see new load without being rebuilt.
+ */
+interface HeldLoad {
+  readonly load: MutableLoad;
+  /** When it was last written (undefined: never reported). */
+  reportedAtMs?: number;
+}
+
+const LOAD_FIELDS = ["running", "waiting", "kvCacheUsage", "prefixCacheHitRate"] as const;
+
+const sameLoad = (a: ReplicaLoad, b: ReplicaLoad) => LOAD_FIELDS.every((f) => a[f] === b[f]);
+
+const knownLoad = (load: ReplicaLoad) => LOAD_FIELDS.some((f) => load[f] !== undefined);
+
+/** `load` without its absent fields (a copy: held load changes in place). */
+function copyLoad(load: ReplicaLoad): ReplicaLoad {
+  const out: MutableLoad = {};
+  for (const f of LOAD_FIELDS) if (load[f] !== undefined) out[f] = load[f];
+  return out;
 }
 
 /** A replica the router may send requests to. */
@@ -429,7 +495,21 @@ export class Cluster {
   readonly #routable = new Map<string, RoutableReplica[]>();
   /** Replica id → its serving engine's API key. Memory only: agents report them again. */
   readonly #engineKeys = new Map<string, string>();
+  /** The {@link #routingMarks} that {@link #routable} and {@link #membership} were built at. */
   #routableVersion = -1;
+  /**
+   * Counts every change to what routers route by, at once (caches compare it); the public
+   * {@link routingVersion} follows at the end of the operation, once per operation.
+   */
+  #routingMarks = 0;
+  #routingVersion = 0;
+  #routingDirty = false;
+  readonly #routingListeners = new Set<ChangeListener>();
+  readonly #loadListeners = new Set<(sample: ReplicaLoadSample) => void>();
+  /** Replica id → its rank 0's last load. Memory only: agents report it again. */
+  readonly #loads = new Map<string, HeldLoad>();
+  /** Membership without load, built at {@link #routableVersion}. */
+  #membership: RoutingMembership | undefined;
   /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
   readonly #clearedFaults = new Map<string, Map<string, number>>();
   /**
@@ -523,6 +603,8 @@ export class Cluster {
       registeredAtMs: previous?.record.registeredAtMs ?? now,
     };
     this.#o.store.putNode(record);
+    // Endpoints are the advertise address and the engine's port.
+    if (previous && previous.record.advertiseAddress !== advertiseAddress) this.#routingChange();
     const live = previous ?? newLiveNode(record, input.inventory, "ready", now);
     // After a reset nothing older than this registration may register again. When the prior
     // credential matched, the agent never got the current one: it keeps the prior, so the
@@ -539,6 +621,7 @@ export class Cluster {
     this.#nodes.set(id, live);
     this.#ingestStatuses(live, input.replicas);
     this.#ingestEngineKeys(live, input.engineCredentials ?? []);
+    this.#ingestLoads(live, now);
     for (const gpu of input.inventory.gpus) {
       if (!live.readings.has(gpu.index)) this.#announceFaults(live, gpu, gpu.faults);
     }
@@ -553,6 +636,7 @@ export class Cluster {
       "info",
     );
     this.#requestReconcile(`node ${id} joined`);
+    this.#flushRouting();
     return {
       nodeId: id,
       nodeCredential: credential,
@@ -662,6 +746,7 @@ export class Cluster {
     node.problems = [...input.problems];
     const failed = this.#ingestStatuses(node, input.replicas, input.generationSeen);
     this.#ingestEngineKeys(node, input.engineCredentials ?? []);
+    this.#ingestLoads(node, now);
     const wasState = node.state;
     this.#setNodeState(node, "ready", now);
     if (healthChanged || portsChanged) {
@@ -675,6 +760,8 @@ export class Cluster {
     } else {
       this.#touch();
     }
+    // A deferred reconcile has not touched yet; what this heartbeat changed is announced now.
+    this.#flushRouting();
     return {
       generation: node.generation,
       assignments: node.assignments,
@@ -833,6 +920,8 @@ export class Cluster {
     const from = node.state;
     node.state = next;
     node.stateSinceMs = now;
+    // Routers leave out the replicas with a rank on a lost node (see readyReplicas).
+    if (from === "lost" || next === "lost") this.#routingChange();
     this.#touch();
     const silentS = ((now - node.lastSeenMs) / 1000).toFixed(1);
     const message =
@@ -856,14 +945,67 @@ export class Cluster {
    */
   #ingestEngineKeys(node: LiveNode, credentials: readonly EngineCredentialInput[]): void {
     const id = node.record.id;
-    for (const replicaId of this.#engineKeys.keys()) {
+    const before = new Map<string, string>();
+    for (const [replicaId, key] of this.#engineKeys) {
       const rank0 = this.#placements.get(replicaId)?.ranks[0]?.nodeId;
+      if (rank0 === id) before.set(replicaId, key);
       if (rank0 === undefined || rank0 === id) this.#engineKeys.delete(replicaId);
     }
+    let changed = false;
     for (const c of credentials) {
       if (c.apiKey === "" || this.#placements.get(c.replicaId)?.ranks[0]?.nodeId !== id) continue;
       this.#engineKeys.set(c.replicaId, c.apiKey);
+      if (before.get(c.replicaId) !== c.apiKey) changed = true;
     }
+    for (const replicaId of before.keys()) if (!this.#engineKeys.has(replicaId)) changed = true;
+    if (changed) this.#routingChange();
+  }
+
+  /** True when `replicaId`'s rank `rank` is placed on `node` (its status counts). */
+  #placedHere(replicaId: string, rank: number, node: LiveNode): boolean {
+    const p = this.#placements.get(replicaId);
+    return p?.ranks.some((r) => r.rank === rank && r.nodeId === node.record.id) ?? false;
+  }
+
+  /**
+   * Takes the load of the replicas whose rank 0 `node` runs from their accepted statuses
+   * (absent there: unknown now), stamped `atMs`.
+   */
+  #ingestLoads(node: LiveNode, atMs: number): void {
+    for (const s of node.statuses.values()) {
+      if (s.rank !== 0 || this.#placements.get(s.replicaId)?.ranks[0]?.nodeId !== node.record.id)
+        continue;
+      this.#applyLoad(s.replicaId, replicaLoadFromProto(s.load), atMs);
+    }
+  }
+
+  /**
+   * Writes a replica's load in place and announces it ({@link onLoad}) when it changed, or
+   * when the same known load was last announced {@link LOAD_REFRESH_MS} or longer before
+   * `atMs`. Unknown load that stays unknown is not news.
+   */
+  #applyLoad(replicaId: string, load: ReplicaLoad, atMs: number): void {
+    const held = this.#heldLoad(replicaId);
+    if (
+      sameLoad(held.load, load) &&
+      (!knownLoad(load) ||
+        (held.reportedAtMs !== undefined && atMs - held.reportedAtMs < LOAD_REFRESH_MS))
+    )
+      return;
+    for (const f of LOAD_FIELDS) held.load[f] = load[f];
+    held.reportedAtMs = atMs;
+    if (this.#loadListeners.size === 0) return;
+    const sample: ReplicaLoadSample = { replicaId, load: copyLoad(load), reportedAtMs: atMs };
+    for (const l of this.#loadListeners) l(sample);
+  }
+
+  #heldLoad(replicaId: string): HeldLoad {
+    let held = this.#loads.get(replicaId);
+    if (!held) {
+      held = { load: {} };
+      this.#loads.set(replicaId, held);
+    }
+    return held;
   }
 
   /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
@@ -873,6 +1015,7 @@ export class Cluster {
     generationSeen?: bigint,
   ): boolean {
     let newlyFailed = false;
+    let routing = false;
     const next = new Map<string, ReplicaStatus>();
     const reported = new Set<string>();
     for (const s of statuses) {
@@ -892,6 +1035,13 @@ export class Cluster {
       }
       const before = node.statuses.get(key);
       next.set(key, s);
+      // What routers see of a rank: its state (with the others', the replica's) and rank 0's port.
+      if (
+        !routing &&
+        (before?.state !== s.state || before?.apiPort !== s.apiPort) &&
+        this.#placedHere(s.replicaId, s.rank, node)
+      )
+        routing = true;
       if (before?.state === s.state) continue;
       if (!this.#placements.has(s.replicaId)) continue;
       const failedNow = s.state === ReplicaState.FAILED;
@@ -913,7 +1063,11 @@ export class Cluster {
             : "info",
       );
     }
+    for (const [key, s] of node.statuses) {
+      if (!routing && !next.has(key) && this.#placedHere(s.replicaId, s.rank, node)) routing = true;
+    }
     node.statuses = next;
+    if (routing) this.#routingChange();
     // A retired engine the agent no longer reports is gone.
     for (const key of node.retired.keys()) if (!reported.has(key)) node.retired.delete(key);
     return newlyFailed;
@@ -968,6 +1122,7 @@ export class Cluster {
     this.#deployments.delete(name);
     this.#unschedulable.delete(name);
     this.#o.store.deleteDeployment(name);
+    this.#routingChange();
     this.#event("deployment.deleted", name, `deleted ${name}`, "info");
     this.#reconcile(`deployment ${name} deleted`);
   }
@@ -982,6 +1137,7 @@ export class Cluster {
     };
     this.#o.store.putDeployment(record);
     this.#deployments.set(spec.name, { record, spec });
+    this.#routingChange();
   }
 
   #requireDeployment(name: string): LiveDeployment {
@@ -1291,6 +1447,7 @@ export class Cluster {
     this.#updateNodeRecord(node, { revoked: true });
     this.#nodes.delete(node.record.id);
     this.#revokedIds.add(node.record.id);
+    this.#routingChange();
     this.#event(
       "node.revoked",
       node.record.id,
@@ -1403,6 +1560,7 @@ export class Cluster {
       `API key ${record.name} (${record.prefix}…) created`,
       "info",
     );
+    this.#routingChange();
     this.#touch();
     return { key: apiKeyToProto(record), secret };
   }
@@ -1431,6 +1589,7 @@ export class Cluster {
     this.#apiKeys.set(revoked.id, revoked);
     this.#apiKeysByHash.set(revoked.secretHash, revoked);
     this.#event("apikey.revoked", revoked.id, `API key ${revoked.name} revoked`, "info");
+    this.#routingChange();
     this.#touch();
     return apiKeyToProto(revoked);
   }
@@ -1622,6 +1781,8 @@ export class Cluster {
       this.#placements.set(p.replicaId, p);
       put.push(p);
     }
+    for (const id of removed) this.#loads.delete(id);
+    if (removed.length + put.length > 0) this.#routingChange();
     this.#savePlacements(removed, put);
     for (const r of plan.remove) {
       this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
@@ -1775,7 +1936,27 @@ export class Cluster {
     }
   }
 
+  /**
+   * Applies a `ReportLoad` from `nodeId` (the caller checked its credential and bounds): the
+   * load of each replica whose rank 0 is placed on `nodeId`, stamped with its scrape time.
+   * Reports for replicas served by another node are ignored (a node never sets another's
+   * load), and so are unknown ids (the replica may have just been removed). Updates what
+   * {@link readyReplicas} and {@link routingMembership} read and fires {@link onLoad}; never
+   * bumps {@link version} or {@link routingVersion}, never reconciles.
+   */
+  reportLoad(nodeId: string, reports: readonly ReplicaLoadReportInput[]): void {
+    for (const r of reports) {
+      if (this.#placements.get(r.replicaId)?.ranks[0]?.nodeId !== nodeId) continue;
+      this.#applyLoad(r.replicaId, r.load, r.scrapedAtMs);
+    }
+  }
+
   // ---------------------------------------------------------------- readers
+
+  /** The cluster's clock (epoch ms): what times that agents send are judged against. */
+  now(): number {
+    return this.#o.clock.now();
+  }
 
   /** The node's current desired set (what its next heartbeat will receive). */
   desiredSet(nodeId: string): DesiredSet {
@@ -1806,6 +1987,46 @@ export class Cluster {
   #touch(): void {
     this.#version++;
     for (const l of this.#changeListeners) l();
+    this.#flushRouting();
+  }
+
+  /**
+   * Bumped only when the routing membership may have changed (deployments, placements, a
+   * replica rank's state or API port, a node lost or back, an advertise address, API keys,
+   * engine keys); never by load, readings or problems alone. At most once per operation.
+   */
+  get routingVersion(): number {
+    return this.#routingVersion;
+  }
+
+  /** Called synchronously after each {@link routingVersion} bump. Returns an unsubscribe function. */
+  onRoutingChange(listener: () => void): () => void {
+    this.#routingListeners.add(listener);
+    return () => this.#routingListeners.delete(listener);
+  }
+
+  /**
+   * Called with each load report of a replica's rank 0 (heartbeat or {@link reportLoad})
+   * whose load changed, and with one that repeats a known load last announced
+   * {@link LOAD_REFRESH_MS} or longer before. A sample with no field says the load became
+   * unknown. Returns an unsubscribe function.
+   */
+  onLoad(listener: (sample: ReplicaLoadSample) => void): () => void {
+    this.#loadListeners.add(listener);
+    return () => this.#loadListeners.delete(listener);
+  }
+
+  /** Something routers route by changed: caches rebuild now, listeners hear at the flush. */
+  #routingChange(): void {
+    this.#routingMarks++;
+    this.#routingDirty = true;
+  }
+
+  #flushRouting(): void {
+    if (!this.#routingDirty) return;
+    this.#routingDirty = false;
+    this.#routingVersion++;
+    for (const l of this.#routingListeners) l();
   }
 
   /** Served model names with at least one ready replica (for `GET /v1/models`). */
@@ -1819,14 +2040,12 @@ export class Cluster {
 
   /**
    * Ready replicas serving `model` (by served model name), with endpoint and load signals.
-   * Cached until the next change (`version`), so the router may call it per request; treat
-   * the returned array as read-only.
+   * Cached until the routing membership changes, so the router may call it per request; each
+   * replica's `load` object is refreshed in place as load arrives. Treat the returned array
+   * as read-only.
    */
   readyReplicas(model: string): RoutableReplica[] {
-    if (this.#routableVersion !== this.#version) {
-      this.#routable.clear();
-      this.#routableVersion = this.#version;
-    }
+    this.#refreshRoutable();
     let cached = this.#routable.get(model);
     if (!cached) {
       cached = this.#computeReadyReplicas(model);
@@ -1844,7 +2063,6 @@ export class Cluster {
         const view = this.#replicaView(p);
         if (view.state !== ReplicaState.READY || !view.endpoint) continue;
         if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
-        const load = view.ranks[0]?.status?.load;
         const apiKey = this.#engineKeys.get(p.replicaId);
         out.push({
           replicaId: p.replicaId,
@@ -1852,12 +2070,7 @@ export class Cluster {
           model,
           endpoint: view.endpoint,
           state: "ready",
-          load: {
-            running: load?.running,
-            waiting: load?.waiting,
-            kvCacheUsage: load?.kvCacheUsage,
-            prefixCacheHitRate: load?.prefixCacheHitRate,
-          },
+          load: this.#heldLoad(p.replicaId).load,
           routingPolicy: d.spec.routingPolicy,
           capacity: d.spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
           ...(apiKey === undefined ? {} : { apiKey }),
@@ -1865,6 +2078,83 @@ export class Cluster {
       }
     }
     return out.sort((a, b) => a.replicaId.localeCompare(b.replicaId));
+  }
+
+  /** Drops the routing caches when the membership changed since they were built. */
+  #refreshRoutable(): void {
+    if (this.#routableVersion === this.#routingMarks) return;
+    this.#routable.clear();
+    this.#membership = undefined;
+    this.#routableVersion = this.#routingMarks;
+  }
+
+  /**
+   * What routers route by, now: every deployment's served model (also those with no ready
+   * replica, so routers answer "loading" or "no ready replica" rather than "unknown model";
+   * where deployments share a served name, the first by name speaks for it), the replicas
+   * that take traffic by the {@link readyReplicas} rule with their capacity, engine key when
+   * known and last load with `loadReportedAtMs` when reported, and the grants of non-revoked
+   * API keys (their stored hash and cluster-wide limits; never a secret). Built once per
+   * membership change; load is added per call. Models by name, replicas by id, keys oldest
+   * first (as {@link listApiKeys}).
+   */
+  routingMembership(): RoutingMembership {
+    this.#refreshRoutable();
+    this.#membership ??= this.#buildMembership();
+    const base = this.#membership;
+    return {
+      models: [...base.models],
+      replicas: base.replicas.map((r) => {
+        const held = this.#loads.get(r.id);
+        if (held?.reportedAtMs === undefined || !knownLoad(held.load)) return r;
+        return { ...r, load: copyLoad(held.load), loadReportedAtMs: held.reportedAtMs };
+      }),
+      keys: [...base.keys],
+    };
+  }
+
+  #buildMembership(): RoutingMembership {
+    const byModel = new Map<string, DeploymentSpec>();
+    for (const name of [...this.#deployments.keys()].sort()) {
+      const spec = (this.#deployments.get(name) as LiveDeployment).spec;
+      if (!byModel.has(spec.servedModelName)) byModel.set(spec.servedModelName, spec);
+    }
+    const models: RoutedModel[] = [];
+    const replicas: RoutedReplica[] = [];
+    for (const [name, spec] of [...byModel].sort(([a], [b]) => a.localeCompare(b))) {
+      models.push({
+        name,
+        deployment: spec.name,
+        policy: spec.routingPolicy,
+        loading: this.hasLoadingReplicas(name),
+      });
+      for (const r of this.readyReplicas(name)) {
+        replicas.push({
+          id: r.replicaId,
+          model: name,
+          deployment: r.deployment,
+          baseUrl: `http://${r.endpoint}`,
+          state: "ready",
+          capacity: r.capacity,
+          ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
+        });
+      }
+    }
+    replicas.sort((a, b) => a.id.localeCompare(b.id));
+    const keys: KeyGrant[] = [];
+    for (const k of this.#apiKeys.values()) {
+      if (k.revokedAtMs !== undefined) continue;
+      keys.push({
+        id: k.id,
+        name: k.name,
+        secretSha256: k.secretHash,
+        ...(k.models.length > 0 ? { models: [...k.models] } : {}),
+        ...(k.requestsPerMinute === undefined ? {} : { rpm: k.requestsPerMinute }),
+        ...(k.tokensPerMinute === undefined ? {} : { tpm: k.tokensPerMinute }),
+        ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
+      });
+    }
+    return { models, replicas, keys };
   }
 
   /** True when `model` has a replica placed but not ready yet (the router answers "loading"). */

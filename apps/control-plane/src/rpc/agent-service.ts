@@ -1,12 +1,29 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { type AgentService, HeartbeatResponseSchema, RegisterResponseSchema } from "@llmgw/proto";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  type AgentService,
+  HeartbeatResponseSchema,
+  RegisterResponseSchema,
+  ReportLoadResponseSchema,
+} from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
-import type { Cluster } from "../domain/cluster.js";
+import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
-/** `AgentService`: Register needs the join token, Heartbeat the node credential. */
+/** Checks the node credential of `nodeId` in the `Authorization: Bearer` header. */
+function authenticateNode(cluster: Cluster, ctx: HandlerContext, nodeId: string, rpc: string) {
+  const credential = bearerToken(ctx.requestHeader);
+  if (credential === undefined) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+      `missing Authorization: Bearer header; ${rpc} needs the node credential from Register`,
+    );
+  }
+  cluster.authenticateNode(nodeId, credential);
+}
+
+/** `AgentService`: Register needs the join token, Heartbeat and ReportLoad the node credential. */
 export function createAgentService(
   cluster: Cluster,
   joinToken: string,
@@ -42,14 +59,7 @@ export function createAgentService(
       });
     },
     heartbeat(req, ctx) {
-      const credential = bearerToken(ctx.requestHeader);
-      if (credential === undefined) {
-        throw new ControlPlaneError(
-          "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
-          "missing Authorization: Bearer header; Heartbeat needs the node credential from Register",
-        );
-      }
-      cluster.authenticateNode(req.nodeId, credential);
+      authenticateNode(cluster, ctx, req.nodeId, "Heartbeat");
       boundAgentRequest("HeartbeatRequest", req);
       const desired = cluster.heartbeat(req.nodeId, {
         gpus: req.gpus,
@@ -65,9 +75,19 @@ export function createAgentService(
         heartbeatIntervalMs: desired.heartbeatIntervalMs,
       });
     },
-    reportLoad() {
-      // Implemented with the control plane's load path (issue 17, same session).
-      throw new ConnectError("ReportLoad is not served yet", Code.Unimplemented);
+    reportLoad(req, ctx) {
+      authenticateNode(cluster, ctx, req.nodeId, "ReportLoad");
+      boundAgentRequest("ReportLoadRequest", req, { nowMs: cluster.now() });
+      cluster.reportLoad(
+        req.nodeId,
+        req.replicas.map((r) => ({
+          replicaId: r.replicaId,
+          load: replicaLoadFromProto(r.load),
+          scrapedAtMs: Number(r.scrapedAtUnixMs),
+        })),
+      );
+      // 0: the agent keeps its own interval (--load-interval).
+      return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
     },
   };
 }

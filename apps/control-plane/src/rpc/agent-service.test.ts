@@ -1,0 +1,319 @@
+// AgentService.ReportLoad through Connect's in-memory transport with the real service and
+// error mapping: credentials as Heartbeat, bounds, and load reaching what routers read.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import {
+  AgentService,
+  ReplicaLoadReportSchema,
+  ReplicaState,
+  ReplicaStatusSchema,
+} from "@llmgw/proto";
+import type { ReplicaLoadSample } from "@llmgw/router";
+import { schedule } from "@llmgw/scheduler";
+import { inventoryToProto } from "@llmgw/wire";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { AGENT_LIMITS } from "../domain/agent-limits.js";
+import { Cluster } from "../domain/cluster.js";
+import { openSqliteStore } from "../store/sqlite-store.js";
+import type { ClusterStore } from "../store/types.js";
+import { createAgentServiceTransport } from "../testing/agent-service-transport.js";
+import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { ERROR_CODE_HEADER } from "./errors.js";
+
+const JOIN_TOKEN = "llmgw-join-test";
+
+let dir: string;
+let store: ClusterStore;
+let clock: ManualClock;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-agent-service-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+  clock = createManualClock();
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Two nodes joined over the wire, one replica each, both heartbeating it ready. */
+async function setup() {
+  const cluster = new Cluster({
+    store,
+    schedule,
+    clock,
+    heartbeatIntervalMs: 1000,
+    unreachableAfterMs: 3000,
+    nodeLostAfterMs: 10_000,
+    rendezvousPortMin: 29_500,
+    rendezvousPortMax: 29_999,
+  });
+  const client = createClient(AgentService, createAgentServiceTransport(cluster, JOIN_TOKEN));
+  const join_ = async (hostname: string, address: string) => {
+    const res = await client.register(
+      {
+        inventory: inventoryToProto(
+          simulateInventory("1xh100-80g", { hostname, addresses: [address], nowMs: clock.now() }),
+        ),
+        advertiseAddress: address,
+      },
+      { headers: { authorization: `Bearer ${JOIN_TOKEN}` } },
+    );
+    return { nodeId: res.nodeId, auth: { authorization: `Bearer ${res.nodeCredential}` } };
+  };
+  const a = await join_("node-a", "10.0.0.1");
+  const b = await join_("node-b", "10.0.0.2");
+  cluster.applyDeployment(
+    parseDeploymentSpecOrThrow({
+      name: "chat",
+      engine: "sim",
+      model: "org/model",
+      gpuClass: "h100-80g",
+      replicas: 2,
+    }),
+  );
+  for (const n of [a, b]) {
+    await client.heartbeat(
+      {
+        nodeId: n.nodeId,
+        replicas: cluster.desiredSet(n.nodeId).assignments.map((x) =>
+          create(ReplicaStatusSchema, {
+            replicaId: x.replicaId,
+            rank: 0,
+            state: ReplicaState.READY,
+            apiPort: 8000,
+          }),
+        ),
+      },
+      { headers: n.auth },
+    );
+  }
+  const servedBy = (nodeId: string) =>
+    cluster.placements().find((p) => p.ranks[0]?.nodeId === nodeId)?.replicaId as string;
+  const samples: ReplicaLoadSample[] = [];
+  cluster.onLoad((s) => samples.push(s));
+  const report = (replicaId: string, load: Record<string, number>, scrapedAtMs = clock.now()) =>
+    create(ReplicaLoadReportSchema, { replicaId, load, scrapedAtUnixMs: BigInt(scrapedAtMs) });
+  return { cluster, client, a, b, servedBy, samples, report };
+}
+
+/** The Connect error `call` rejects with. */
+async function refusal(call: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await call;
+  } catch (error) {
+    return ConnectError.from(error);
+  }
+  throw new Error("expected the call to be refused");
+}
+
+describe("AgentService.ReportLoad", () => {
+  it("applies the reporting node's load without bumping any version, and asks for no interval", async () => {
+    const { cluster, client, a, servedBy, samples, report } = await setup();
+    const version = cluster.version;
+    const routingVersion = cluster.routingVersion;
+    const onA = servedBy(a.nodeId);
+    const res = await client.reportLoad(
+      {
+        nodeId: a.nodeId,
+        replicas: [
+          report(onA, { running: 3, waiting: 1, kvCacheUsage: 0.5, prefixCacheHitRate: 0.25 }),
+          report("chat-gone", { running: 1 }),
+        ],
+      },
+      { headers: a.auth },
+    );
+    expect(res.loadIntervalMs).toBe(0);
+    expect(samples).toEqual([
+      {
+        replicaId: onA,
+        load: { running: 3, waiting: 1, kvCacheUsage: 0.5, prefixCacheHitRate: 0.25 },
+        reportedAtMs: clock.now(),
+      },
+    ]);
+    expect(cluster.routingMembership().replicas.find((r) => r.id === onA)?.load).toEqual({
+      running: 3,
+      waiting: 1,
+      kvCacheUsage: 0.5,
+      prefixCacheHitRate: 0.25,
+    });
+    expect([cluster.version, cluster.routingVersion]).toEqual([version, routingVersion]);
+  });
+
+  it("ignores load a node reports for a replica another node serves", async () => {
+    const { cluster, client, a, b, servedBy, samples, report } = await setup();
+    const onA = servedBy(a.nodeId);
+    await client.reportLoad(
+      { nodeId: b.nodeId, replicas: [report(onA, { running: 999 })] },
+      { headers: b.auth },
+    );
+    expect(samples).toEqual([]);
+    expect(cluster.routingMembership().replicas.find((r) => r.id === onA)).not.toHaveProperty(
+      "load",
+    );
+  });
+
+  it.each([
+    ["no credential", {}, Code.Unauthenticated, "LLMGW_CONTROL_PLANE_UNAUTHENTICATED"],
+    [
+      "the join token",
+      { authorization: `Bearer ${JOIN_TOKEN}` },
+      Code.Unauthenticated,
+      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+    ],
+  ])("refuses %s", async (_name, headers, code, errorCode) => {
+    const { client, a, servedBy, samples, report } = await setup();
+    const error = await refusal(
+      client.reportLoad(
+        { nodeId: a.nodeId, replicas: [report(servedBy(a.nodeId), { running: 1 })] },
+        { headers },
+      ),
+    );
+    expect(error.code).toBe(code);
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe(errorCode);
+    expect(samples).toEqual([]);
+  });
+
+  it("refuses another node's credential and an unknown node", async () => {
+    const { client, a, b, servedBy, report } = await setup();
+    const replicas = [report(servedBy(a.nodeId), { running: 1 })];
+    const wrong = await refusal(
+      client.reportLoad({ nodeId: a.nodeId, replicas }, { headers: b.auth }),
+    );
+    expect(wrong.rawMessage).toContain(`wrong credential for node ${a.nodeId}`);
+    const unknown = await refusal(
+      client.reportLoad({ nodeId: "ghost", replicas }, { headers: a.auth }),
+    );
+    expect(unknown.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_NODE_UNKNOWN");
+  });
+
+  const DAY = 24 * 60 * 60_000;
+  it.each([
+    [
+      "a NaN",
+      { running: Number.NaN },
+      0,
+      "replicas[0].load.running is NaN; it must be a number within [0, 1000000]",
+    ],
+    [
+      "an infinity",
+      { waiting: Number.POSITIVE_INFINITY },
+      0,
+      "replicas[0].load.waiting is Infinity; it must be a number within [0, 1000000]",
+    ],
+    [
+      "a negative queue",
+      { waiting: -1 },
+      0,
+      "replicas[0].load.waiting is -1; it must be a number within [0, 1000000]",
+    ],
+    [
+      "a queue over a million",
+      { running: 1_000_001 },
+      0,
+      "replicas[0].load.running is 1000001; it must be a number within [0, 1000000]",
+    ],
+    [
+      "a KV usage over 1",
+      { kvCacheUsage: 1.01 },
+      0,
+      "replicas[0].load.kvCacheUsage is 1.01; it must be a number within [0, 1]",
+    ],
+    [
+      "a negative hit rate",
+      { prefixCacheHitRate: -0.1 },
+      0,
+      "replicas[0].load.prefixCacheHitRate is -0.1; it must be a number within [0, 1]",
+    ],
+    [
+      "a scrape time a day ahead",
+      { running: 1 },
+      DAY + 1,
+      "replicas[0].scrapedAtUnixMs is 1700086400001, more than a day from the control plane's clock (1700000000000); check the agent's clock",
+    ],
+    [
+      "a scrape time a day behind",
+      { running: 1 },
+      -DAY - 1,
+      "replicas[0].scrapedAtUnixMs is 1699913599999, more than a day from the control plane's clock (1700000000000); check the agent's clock",
+    ],
+  ])("refuses %s", async (_name, load, skewMs, message) => {
+    const { client, a, servedBy, samples, report } = await setup();
+    const error = await refusal(
+      client.reportLoad(
+        { nodeId: a.nodeId, replicas: [report(servedBy(a.nodeId), load, clock.now() + skewMs)] },
+        { headers: a.auth },
+      ),
+    );
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+    expect(error.rawMessage).toBe(`ReportLoadRequest.${message}`);
+    expect(samples).toEqual([]);
+  });
+
+  it("accepts the edges: 0 and 1 for fractions, a million queued, a scrape time a day off", async () => {
+    const { client, a, servedBy, samples, report } = await setup();
+    const id = servedBy(a.nodeId);
+    await client.reportLoad(
+      {
+        nodeId: a.nodeId,
+        replicas: [
+          report(
+            id,
+            { running: 1_000_000, waiting: 0, kvCacheUsage: 1, prefixCacheHitRate: 0 },
+            clock.now() - DAY,
+          ),
+        ],
+      },
+      { headers: a.auth },
+    );
+    expect(samples.map((s) => s.reportedAtMs)).toEqual([clock.now() - DAY]);
+  });
+
+  it("refuses a report without a replica id, an over-long id and more reports than the limit", async () => {
+    const { client, a, servedBy, report } = await setup();
+    const send = (replicas: ReturnType<typeof report>[]) =>
+      refusal(client.reportLoad({ nodeId: a.nodeId, replicas }, { headers: a.auth }));
+    expect((await send([report("", { running: 1 })])).rawMessage).toBe(
+      "ReportLoadRequest.replicas[0].replicaId is required",
+    );
+    expect((await send([report("r".repeat(257), { running: 1 })])).rawMessage).toBe(
+      "ReportLoadRequest.replicas[0].replicaId has 257 characters; the limit is 256",
+    );
+    const max = AGENT_LIMITS.requestItems.ReportLoadRequest?.replicas as number;
+    expect(max).toBe(1_024);
+    const many = (n: number) =>
+      Array.from({ length: n }, () => report(servedBy(a.nodeId), { running: 1 }));
+    expect((await send(many(max + 1))).rawMessage).toBe(
+      `ReportLoadRequest.replicas has ${max + 1} entries; the limit is ${max}`,
+    );
+    await client.reportLoad({ nodeId: a.nodeId, replicas: many(max) }, { headers: a.auth });
+  });
+
+  it("takes a report without load as load now unknown", async () => {
+    const { cluster, client, a, servedBy, samples, report } = await setup();
+    const id = servedBy(a.nodeId);
+    await client.reportLoad(
+      { nodeId: a.nodeId, replicas: [report(id, { running: 2 })] },
+      { headers: a.auth },
+    );
+    await client.reportLoad(
+      {
+        nodeId: a.nodeId,
+        replicas: [
+          create(ReplicaLoadReportSchema, { replicaId: id, scrapedAtUnixMs: BigInt(clock.now()) }),
+        ],
+      },
+      { headers: a.auth },
+    );
+    expect(samples.map((s) => s.load)).toEqual([{ running: 2 }, {}]);
+    expect(cluster.routingMembership().replicas.find((r) => r.id === id)).not.toHaveProperty(
+      "load",
+    );
+  });
+});
