@@ -1,0 +1,476 @@
+/**
+ * The routing publisher: the one place the control plane turns cluster state into the routing
+ * feed every router watches (the in-process one directly, remote ones behind `WatchRouting`).
+ * Membership is diffed and versioned; load is coalesced and never versioned.
+ */
+import { randomBytes } from "node:crypto";
+import type {
+  KeyGrant,
+  LoadUpdate,
+  ReplicaLoad,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  RoutingDelta,
+  RoutingFeed,
+  RoutingMessage,
+  RoutingSnapshot,
+} from "@llmgw/router";
+import { ControlPlaneError } from "../errors.js";
+
+/** What the publisher reads: the routing side of `Cluster`. */
+export interface RoutingSource {
+  /** Bumped only when the membership may have changed; never by load alone. */
+  readonly routingVersion: number;
+  onRoutingChange(listener: () => void): () => void;
+  routingMembership(): {
+    models: readonly RoutedModel[];
+    replicas: readonly RoutedReplica[];
+    keys: readonly KeyGrant[];
+  };
+  onLoad(listener: (sample: ReplicaLoadSample) => void): () => void;
+}
+
+/** The connected-router count (the router registry). */
+export interface RouterCount {
+  readonly connected: number;
+  onConnectedChange(listener: (connected: number) => void): () => void;
+}
+
+/** Options of {@link createRoutingPublisher}. */
+export interface RoutingPublisherOptions {
+  /** Membership changes within this window make one delta. Default 25 ms. */
+  readonly coalesceMs?: number;
+  /** Load samples are flushed as one LoadUpdate this often. Default 100 ms. */
+  readonly loadFlushMs?: number;
+  /** A keepalive goes out when nothing else did for this long. Default 2 000 ms. */
+  readonly keepaliveMs?: number;
+  /** Routers sharing the cluster; absent: 1. */
+  readonly routers?: RouterCount;
+  /** Default: 16 random bytes, hex (a new epoch per start). */
+  readonly epoch?: string;
+  /** Wall clock for `sentAtMs`, epoch ms. Default `Date.now`. */
+  readonly now?: () => number;
+  readonly log?: (line: string) => void;
+}
+
+/** Counters of a publisher, for tests and benchmarks. */
+export interface RoutingPublisherStats {
+  readonly epoch: string;
+  readonly version: number;
+  readonly routers: number;
+  readonly subscribers: number;
+  readonly snapshots: number;
+  readonly deltas: number;
+  readonly loadUpdates: number;
+  readonly keepalives: number;
+  /** Times `routingMembership()` was read (at most once per coalescing window). */
+  readonly membershipReads: number;
+  /** Messages handed to every subscriber, and the time that took (ms, total and worst). */
+  readonly fanouts: number;
+  readonly fanoutMsTotal: number;
+  readonly fanoutMsMax: number;
+}
+
+/** A routing feed over the cluster, with its lifecycle. */
+export interface RoutingPublisher extends RoutingFeed {
+  readonly epoch: string;
+  /** The version of the last snapshot or delta. */
+  readonly version: number;
+  stats(): RoutingPublisherStats;
+  /** Stops the timers and detaches from the cluster and from every subscriber. */
+  close(): void;
+}
+
+interface HeldLoad {
+  readonly load: ReplicaLoad;
+  readonly reportedAtMs: number;
+}
+
+/** A replica's membership part (what a delta is about): everything but its load. */
+type Membership = Omit<RoutedReplica, "load" | "loadReportedAtMs">;
+
+function membershipOf(r: RoutedReplica): Membership {
+  const { load: _load, loadReportedAtMs: _at, ...rest } = r;
+  return rest;
+}
+
+function sameModel(a: RoutedModel, b: RoutedModel): boolean {
+  return (
+    a.name === b.name &&
+    a.deployment === b.deployment &&
+    a.policy === b.policy &&
+    a.loading === b.loading
+  );
+}
+
+function sameReplica(a: Membership, b: Membership): boolean {
+  return (
+    a.id === b.id &&
+    a.model === b.model &&
+    a.deployment === b.deployment &&
+    a.baseUrl === b.baseUrl &&
+    a.state === b.state &&
+    a.capacity === b.capacity &&
+    a.apiKey === b.apiKey
+  );
+}
+
+function sameList(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  const x = a ?? [];
+  const y = b ?? [];
+  return x.length === y.length && x.every((v, i) => v === y[i]);
+}
+
+function sameKey(a: KeyGrant, b: KeyGrant): boolean {
+  return (
+    a.id === b.id &&
+    a.name === b.name &&
+    a.secretSha256 === b.secretSha256 &&
+    sameList(a.models, b.models) &&
+    a.rpm === b.rpm &&
+    a.tpm === b.tpm &&
+    a.maxConcurrency === b.maxConcurrency
+  );
+}
+
+/** Upserts (new or changed by `same`) and removals from `held` to `next`; updates `held`. */
+function diffInto<T>(
+  held: Map<string, T>,
+  next: readonly T[],
+  idOf: (v: T) => string,
+  same: (a: T, b: T) => boolean,
+): { upserted: T[]; removed: string[] } {
+  const upserted: T[] = [];
+  const seen = new Set<string>();
+  for (const v of next) {
+    const id = idOf(v);
+    seen.add(id);
+    const was = held.get(id);
+    if (was === undefined || !same(was, v)) {
+      upserted.push(v);
+      held.set(id, v);
+    }
+  }
+  const removed: string[] = [];
+  for (const id of held.keys()) {
+    if (!seen.has(id)) removed.push(id);
+  }
+  for (const id of removed) held.delete(id);
+  return { upserted, removed };
+}
+
+/**
+ * Creates the routing publisher over `source` (the Cluster). Reads the membership once now
+ * (version 1), then:
+ * - on `onRoutingChange` (and on a change of the router count) re-reads it at most once per
+ *   `coalesceMs`, diffs it by id against what it last published (value equality per entity,
+ *   load left out) and sends one delta (version + 1) when anything differs, nothing otherwise;
+ * - collects `onLoad` samples per replica (the newest wins) and sends them as one LoadUpdate
+ *   every `loadFlushMs`, for published replicas only;
+ * - sends a keepalive when nothing went out for `keepaliveMs`.
+ * A new subscriber gets the current snapshot (load included) synchronously, then every later
+ * message in order. Listeners are called synchronously: one that throws is dropped and logged.
+ */
+export function createRoutingPublisher(
+  source: RoutingSource,
+  options: RoutingPublisherOptions = {},
+): RoutingPublisher {
+  const coalesceMs = options.coalesceMs ?? 25;
+  const loadFlushMs = options.loadFlushMs ?? 100;
+  const keepaliveMs = options.keepaliveMs ?? 2_000;
+  for (const [name, v] of [
+    ["coalesceMs", coalesceMs],
+    ["loadFlushMs", loadFlushMs],
+    ["keepaliveMs", keepaliveMs],
+  ] as const) {
+    if (!Number.isInteger(v) || v < 1 || v > 600_000) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+        `routing publisher: ${name} must be a whole number of ms in 1–600000 (got ${v})`,
+      );
+    }
+  }
+  const epoch = options.epoch ?? randomBytes(16).toString("hex");
+  const now = options.now ?? Date.now;
+  const log = options.log ?? (() => {});
+  const routerCount = () => Math.max(1, options.routers?.connected ?? 1);
+
+  const models = new Map<string, RoutedModel>();
+  const replicas = new Map<string, Membership>();
+  const keys = new Map<string, KeyGrant>();
+  const loads = new Map<string, HeldLoad>();
+  const pendingLoad = new Map<string, ReplicaLoadSample>();
+  const listeners = new Set<(message: RoutingMessage) => void>();
+  let version = 1;
+  let routers = routerCount();
+  let seenRoutingVersion = -1;
+  let closed = false;
+  let sentSinceKeepalive = false;
+  let membershipTimer: NodeJS.Timeout | undefined;
+  let loadTimer: NodeJS.Timeout | undefined;
+  const stats = {
+    snapshots: 0,
+    deltas: 0,
+    loadUpdates: 0,
+    keepalives: 0,
+    membershipReads: 0,
+    fanouts: 0,
+    fanoutMsTotal: 0,
+    fanoutMsMax: 0,
+  };
+
+  /** Reads the membership; returns what changed since the last read (and applies it). */
+  const readMembership = () => {
+    seenRoutingVersion = source.routingVersion;
+    const m = source.routingMembership();
+    stats.membershipReads++;
+    const nextReplicas = m.replicas.map(membershipOf);
+    const modelDiff = diffInto(models, m.models, (v) => v.name, sameModel);
+    const replicaDiff = diffInto(replicas, nextReplicas, (v) => v.id, sameReplica);
+    const keyDiff = diffInto(keys, m.keys, (v) => v.id, sameKey);
+    for (const r of m.replicas) {
+      if (r.load === undefined || r.loadReportedAtMs === undefined) continue;
+      const held = loads.get(r.id);
+      if (held === undefined || held.reportedAtMs < r.loadReportedAtMs)
+        loads.set(r.id, { load: r.load, reportedAtMs: r.loadReportedAtMs });
+    }
+    for (const id of replicaDiff.removed) {
+      loads.delete(id);
+      pendingLoad.delete(id);
+    }
+    return { modelDiff, replicaDiff, keyDiff };
+  };
+
+  const withLoad = (r: Membership): RoutedReplica => {
+    const held = loads.get(r.id);
+    return held === undefined ? r : { ...r, load: held.load, loadReportedAtMs: held.reportedAtMs };
+  };
+
+  const broadcast = (message: RoutingMessage) => {
+    sentSinceKeepalive = true;
+    if (listeners.size === 0) return;
+    const started = performance.now();
+    for (const listener of listeners) {
+      try {
+        listener(message);
+      } catch (error) {
+        listeners.delete(listener);
+        log(`routing publisher: dropped a subscriber that threw: ${(error as Error).message}`);
+      }
+    }
+    const took = performance.now() - started;
+    stats.fanouts++;
+    stats.fanoutMsTotal += took;
+    if (took > stats.fanoutMsMax) stats.fanoutMsMax = took;
+  };
+
+  const flushMembership = () => {
+    membershipTimer = undefined;
+    if (closed) return;
+    const nextRouters = routerCount();
+    const membershipMoved = source.routingVersion !== seenRoutingVersion;
+    if (!membershipMoved && nextRouters === routers) return;
+    const empty = { upserted: [], removed: [] };
+    const { modelDiff, replicaDiff, keyDiff } = membershipMoved
+      ? readMembership()
+      : { modelDiff: empty, replicaDiff: empty, keyDiff: empty };
+    const routersChanged = nextRouters !== routers;
+    const changes =
+      modelDiff.upserted.length +
+      modelDiff.removed.length +
+      replicaDiff.upserted.length +
+      replicaDiff.removed.length +
+      keyDiff.upserted.length +
+      keyDiff.removed.length;
+    if (changes === 0 && !routersChanged) return;
+    routers = nextRouters;
+    version++;
+    const delta: RoutingDelta = {
+      kind: "delta",
+      epoch,
+      version,
+      upsertedModels: modelDiff.upserted,
+      removedModels: modelDiff.removed,
+      upsertedReplicas: replicaDiff.upserted.map(withLoad),
+      removedReplicas: replicaDiff.removed,
+      upsertedKeys: keyDiff.upserted,
+      removedKeys: keyDiff.removed,
+      ...(routersChanged ? { routers } : {}),
+      sentAtMs: now(),
+    };
+    stats.deltas++;
+    broadcast(delta);
+  };
+
+  const scheduleMembership = () => {
+    if (closed || membershipTimer !== undefined) return;
+    membershipTimer = setTimeout(flushMembership, coalesceMs);
+    membershipTimer.unref();
+  };
+
+  const flushLoad = () => {
+    loadTimer = undefined;
+    if (closed || pendingLoad.size === 0) return;
+    const samples: ReplicaLoadSample[] = [];
+    for (const s of pendingLoad.values()) {
+      if (replicas.has(s.replicaId)) samples.push(s);
+    }
+    pendingLoad.clear();
+    if (samples.length === 0) return;
+    const update: LoadUpdate = { kind: "load", epoch, samples };
+    stats.loadUpdates++;
+    broadcast(update);
+  };
+
+  const onLoad = (sample: ReplicaLoadSample) => {
+    if (closed || !replicas.has(sample.replicaId)) return;
+    const held = loads.get(sample.replicaId);
+    if (held !== undefined && held.reportedAtMs > sample.reportedAtMs) return;
+    loads.set(sample.replicaId, { load: sample.load, reportedAtMs: sample.reportedAtMs });
+    pendingLoad.set(sample.replicaId, sample);
+    if (loadTimer === undefined) {
+      loadTimer = setTimeout(flushLoad, loadFlushMs);
+      loadTimer.unref();
+    }
+  };
+
+  readMembership();
+  const offChange = source.onRoutingChange(scheduleMembership);
+  const offLoad = source.onLoad(onLoad);
+  const offRouters = options.routers?.onConnectedChange(scheduleMembership);
+  const keepaliveTimer = setInterval(() => {
+    if (!sentSinceKeepalive) {
+      stats.keepalives++;
+      broadcast({ kind: "keepalive", epoch, version, sentAtMs: now(), intervalMs: keepaliveMs });
+    }
+    sentSinceKeepalive = false;
+  }, keepaliveMs);
+  keepaliveTimer.unref();
+
+  const snapshot = (): RoutingSnapshot => ({
+    kind: "snapshot",
+    epoch,
+    version,
+    models: [...models.values()],
+    replicas: [...replicas.values()].map(withLoad),
+    keys: [...keys.values()],
+    routers,
+    sentAtMs: now(),
+  });
+
+  return {
+    epoch,
+    get version() {
+      return version;
+    },
+    subscribe(listener) {
+      if (closed) return () => {};
+      stats.snapshots++;
+      listener(snapshot());
+      listeners.add(listener);
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    stats: () => ({
+      epoch,
+      version,
+      routers,
+      subscribers: listeners.size,
+      ...stats,
+    }),
+    close() {
+      if (closed) return;
+      closed = true;
+      clearTimeout(membershipTimer);
+      clearTimeout(loadTimer);
+      clearInterval(keepaliveTimer);
+      offChange();
+      offLoad();
+      offRouters?.();
+      listeners.clear();
+    },
+  };
+}
+
+/** Default bound of {@link streamRoutingFeed}'s queue, in messages. */
+export const DEFAULT_MAX_QUEUED_MESSAGES = 512;
+
+/** Options of {@link streamRoutingFeed}. */
+export interface RoutingStreamOptions {
+  /**
+   * Messages waiting for the reader at most; one more and the stream ends with
+   * `LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW`. Default {@link DEFAULT_MAX_QUEUED_MESSAGES}
+   * (about 50 s of load updates at 100 ms on an otherwise quiet cluster).
+   */
+  readonly maxQueued?: number;
+  /** Ends the stream: by throwing its reason when that is an Error, else quietly. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * A feed as an async stream for one reader (an RPC stream): the feed delivers synchronously
+ * into a bounded queue that the reader drains at its own pace. Memory per reader is bounded
+ * by `maxQueued` (messages are shared between readers, not copied): a reader that stops
+ * reading is cut off, never buffered without end.
+ */
+export async function* streamRoutingFeed(
+  feed: RoutingFeed,
+  options: RoutingStreamOptions = {},
+): AsyncGenerator<RoutingMessage, void, undefined> {
+  const maxQueued = options.maxQueued ?? DEFAULT_MAX_QUEUED_MESSAGES;
+  const signal = options.signal;
+  let queue: RoutingMessage[] = [];
+  let head = 0;
+  let failure: ControlPlaneError | undefined;
+  let wake: (() => void) | undefined;
+  const unsubscribe = feed.subscribe((message) => {
+    if (failure !== undefined) return;
+    if (queue.length - head >= maxQueued) {
+      failure = new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW",
+        `the router read too slowly: ${maxQueued} routing messages were waiting for it; reconnect for a fresh snapshot`,
+      );
+      queue = [];
+      head = 0;
+    } else {
+      queue.push(message);
+    }
+    wake?.();
+  });
+  const onAbort = () => wake?.();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (;;) {
+      if (signal?.aborted) {
+        if (signal.reason instanceof Error) throw signal.reason;
+        return;
+      }
+      if (failure !== undefined) {
+        unsubscribe();
+        throw failure;
+      }
+      if (head < queue.length) {
+        const message = queue[head] as RoutingMessage;
+        head++;
+        if (head === queue.length) {
+          queue = [];
+          head = 0;
+        } else if (head > 1_024) {
+          queue = queue.slice(head);
+          head = 0;
+        }
+        yield message;
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      wake = undefined;
+    }
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+    unsubscribe();
+  }
+}
