@@ -17,13 +17,10 @@
 // `./testing`, `./client`), so the bench reaches for the module directly.
 
 import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
-import { createMetricsRegistry, createRouterMetrics } from "@llmgw/metrics-collector";
-import { createStaticRouteTable, type RoutingPolicy } from "@llmgw/router";
-import {
-  createPrometheusRouterMetricsSink,
-  type RunningRouterServer,
-  startRouterServer,
-} from "@llmgw/router-server";
+import { createMetricsRegistry } from "@llmgw/metrics-collector";
+import type { RoutingPolicy } from "@llmgw/router";
+import { createManualRoutingFeed } from "@llmgw/router/testing";
+import { type RunningRouter, startRouter } from "@llmgw/router-server";
 import { monitorLoopDelay } from "./loop-delay.js";
 
 /**
@@ -289,38 +286,48 @@ if (role === "trivial") {
   console.log(JSON.stringify({ url: sim.url }));
   process.on("SIGTERM", () => void sim.close().then(() => process.exit(0)));
 } else if (role === "router") {
-  const start = (config: RouterChildConfig, port = 0): Promise<RunningRouterServer> =>
-    startRouterServer({
-      port,
-      // As `createPublicApi` does: every request updates the router's metric families.
-      metrics: createPrometheusRouterMetricsSink(createRouterMetrics(createMetricsRegistry())),
-      routeTable: createStaticRouteTable({
-        [config.model]: {
-          deployment: config.model,
-          policy: config.policy,
-          loading: false,
-          replicas: config.upstreams.map((baseUrl, i) => ({
-            id: `r${i}`,
-            baseUrl,
-            state: "ready" as const,
-            capacity: config.capacity,
-          })),
-        },
-      }),
-      options: { noAuth: true, maxBodyBytes: 16 * 1024 * 1024, maxQueueLength: 8192 },
-      requestTimeoutMs: 300_000,
+  // THE router server, as `llmgw router` runs it, fed the way the control plane feeds it.
+  const start = (config: RouterChildConfig, port = 0): Promise<RunningRouter> => {
+    const feed = createManualRoutingFeed();
+    feed.push({
+      kind: "snapshot",
+      epoch: "bench",
+      version: 1,
+      models: [
+        { name: config.model, deployment: config.model, policy: config.policy, loading: false },
+      ],
+      replicas: config.upstreams.map((baseUrl, i) => ({
+        id: `r${i}`,
+        model: config.model,
+        deployment: config.model,
+        baseUrl,
+        state: "ready" as const,
+        capacity: config.capacity,
+      })),
+      keys: [],
+      routers: 1,
+      sentAtMs: Date.now(),
     });
+    return startRouter({
+      routing: { feed, routerId: "bench-router" },
+      listen: `127.0.0.1:${port}`,
+      // Every request updates the router's metric families, as in production.
+      registry: createMetricsRegistry(),
+      router: { noAuth: true, maxBodyBytes: 16 * 1024 * 1024, maxQueueLength: 8192 },
+      listener: { requestTimeoutMs: 300_000 },
+    });
+  };
   let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
   answerWithMonitor(loopMonitor(), async (config) => {
     const port = router.port;
-    await router.close();
+    await router.close(0);
     router = await start(config as RouterChildConfig, port).catch(() =>
       start(config as RouterChildConfig, 0),
     );
     return router.url;
   });
   console.log(JSON.stringify({ url: router.url }));
-  process.on("SIGTERM", () => void router.close().then(() => process.exit(0)));
+  process.on("SIGTERM", () => void router.close(0).then(() => process.exit(0)));
 } else {
   console.error(
     "usage: processes.ts sim|router|trivial|floor|idle '<config JSON>' (see the top of the file)",

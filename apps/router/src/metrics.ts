@@ -11,6 +11,7 @@ import {
   type RouterMetrics,
 } from "@llmgw/metrics-collector";
 import type { RejectionReason, RouterMetricsSink, UpstreamErrorKind } from "@llmgw/router";
+import type { Metric, Registry } from "prom-client";
 
 const ENDPOINT: Readonly<Record<string, RouterEndpoint>> = {
   "/v1/chat/completions": "chat_completions",
@@ -178,4 +179,70 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     // Pool utilisation is sampled at scrape time through `handler.workerPool()`.
     poolUtilization() {},
   };
+}
+
+/** What the routing-state gauges read at scrape time. */
+export interface RoutingStateSample {
+  /** Seconds since a control plane was last heard; undefined: never (the series is absent). */
+  readonly stateAgeSeconds: number | undefined;
+  /** Membership version held (0 before the first snapshot). */
+  readonly stateVersion: number;
+  /** 1 while a routing stream (or the in-process feed) is attached, else 0. */
+  readonly controlPlaneConnected: number;
+  /** Routers sharing the cluster: this router admits 1/routers of each capacity and limit. */
+  readonly routers: number;
+}
+
+/**
+ * The router's own state families, with their help text. `docs/metrics.md` is generated from
+ * `@llmgw/metrics-collector`'s catalogue, which does not list these yet (see apps/router/README.md).
+ */
+export const ROUTING_STATE_FAMILIES = [
+  {
+    name: "llmgw_router_state_age_seconds",
+    help: "Seconds since this router last heard from a control plane (live stream or its saved state); absent until it has",
+    read: (s: RoutingStateSample) => s.stateAgeSeconds,
+  },
+  {
+    name: "llmgw_router_state_version",
+    help: "Routing membership version this router holds (0 before its first snapshot)",
+    read: (s: RoutingStateSample) => s.stateVersion,
+  },
+  {
+    name: "llmgw_router_control_plane_connected",
+    help: "1 while this router's routing stream to a control plane is open, else 0",
+    read: (s: RoutingStateSample) => s.controlPlaneConnected,
+  },
+  {
+    name: "llmgw_router_routers",
+    help: "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
+    read: (s: RoutingStateSample) => s.routers,
+  },
+] as const;
+
+/**
+ * Registers the routing-state gauges on `registry`, each read from `sample()` at scrape time.
+ * Custom collectors, not prom-client Gauges: an unlabelled Gauge always exposes a value, and a
+ * state age never heard must be a missing series, not 0.
+ */
+export function registerRoutingStateMetrics(
+  registry: Registry,
+  sample: () => RoutingStateSample,
+): void {
+  for (const { name, help, read } of ROUTING_STATE_FAMILIES) {
+    const family = {
+      name,
+      help,
+      type: "gauge" as const,
+      aggregator: "omit" as const,
+      labelNames: [],
+      get: async () => {
+        const v = read(sample());
+        const values = v !== undefined && Number.isFinite(v) ? [{ labels: {}, value: v }] : [];
+        return { name, help, type: "gauge" as const, aggregator: "omit" as const, values };
+      },
+      reset: () => {},
+    };
+    registry.registerMetric(family as unknown as Metric);
+  }
 }

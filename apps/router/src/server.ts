@@ -1,58 +1,222 @@
 /**
- * A ready-made public listener for the router (tests, benchmarks, or a control plane that
- * needs nothing else on the port), built by the same {@link createHttpListener} as
- * production's listeners: header size, slow-client and connection limits live on the server.
+ * THE router server: production's `llmgw router`, the control plane's in-process `/v1`, the
+ * tests and `bench/router` all start it here, so the listener, limits and timeouts that are
+ * measured are the ones that ship. One listener: `/healthz`, `/readyz`, `/v1/*`.
  */
-import type { Server } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createRouterHandler, type RouterHandler, type RouterHandlerOptions } from "./handler.js";
+import { createRouterMetrics } from "@llmgw/metrics-collector";
+import type { RouterMetricsSink } from "@llmgw/router";
+import { Registry } from "prom-client";
+import { RouterServiceError } from "./errors.js";
+import { createRouterHandler, type RouterHandler } from "./handler.js";
 import { createHttpListener, type HttpListenerOptions } from "./http-listener.js";
+import { createPrometheusRouterMetricsSink, registerRoutingStateMetrics } from "./metrics.js";
+import type { RouterServiceOptions } from "./options.js";
+import {
+  type RoutingReadiness,
+  type RoutingRuntime,
+  type RoutingRuntimeOptions,
+  startRoutingRuntime,
+} from "./runtime.js";
 
-/** Options of {@link startRouterServer}: the handler's, the listener's, and where to listen. */
-export interface RouterServerOptions extends RouterHandlerOptions, HttpListenerOptions {
-  /** Default 127.0.0.1. */
-  readonly host?: string;
-  /** Default 0 (any free port). */
-  readonly port?: number;
+/** Inputs of {@link startRouter}. */
+export interface StartRouterOptions {
+  readonly routing: RoutingRuntimeOptions;
+  /** Handler options: noAuth, body/queue limits, upstream timeouts… */
+  readonly router?: RouterServiceOptions;
+  /** Listener limits and TLS (createHttpListener's options). */
+  readonly listener?: HttpListenerOptions;
+  /** "HOST:PORT" or ":PORT"; default "127.0.0.1:0". */
+  readonly listen?: string;
+  /** Router metric families (and llmgw_router_state_* gauges) go here. Default: a fresh Registry. */
+  readonly registry?: Registry;
+  /**
+   * Replaces the Prometheus sink on `registry` (tests record calls with
+   * `createRecordingRouterMetrics`); the state gauges stay on `registry`.
+   */
+  readonly metrics?: RouterMetricsSink;
+  readonly log?: (event: Readonly<Record<string, unknown>>) => void;
 }
 
 /** A listening router. */
-export interface RunningRouterServer {
-  /** `http://host:port`. */
+export interface RunningRouter {
+  /** http(s)://host:port */
   readonly url: string;
   readonly port: number;
   readonly server: Server;
+  readonly runtime: RoutingRuntime;
   readonly handler: RouterHandler;
-  /** Stops accepting, drops open connections, then closes the handler. */
-  close(): Promise<void>;
+  readonly registry: Registry;
+  /** Stops accepting, lets in-flight requests finish until graceMs (default 10 s), closes the runtime. */
+  close(graceMs?: number): Promise<void>;
+  /** {@link close}, reporting how it went. Calls after the first share its outcome. */
+  stop(graceMs?: number): Promise<RouterStopReport>;
 }
 
-/** Creates the handler, listens, and resolves once the port is open. */
-export async function startRouterServer(
-  options: RouterServerOptions,
-): Promise<RunningRouterServer> {
-  const handler = createRouterHandler(options);
-  const server = createHttpListener(options, handler);
-  const host = options.host ?? "127.0.0.1";
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+/** How a stop went, as data. */
+export interface RouterStopReport {
+  readonly durationMs: number;
+  /** True when connections were still open at the grace deadline and were closed by force. */
+  readonly forced: boolean;
+}
+
+/** Splits `HOST:PORT` / `:PORT` into a host ("" = all interfaces) and a port. */
+export function splitListen(listen: string): { host: string; port: number } {
+  const m = /^(\[[0-9a-fA-F:]+\]|[^\s:[\]]*):(\d{1,5})$/.exec(listen);
+  const port = Number(m?.[2]);
+  if (m === null || port > 65535) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `listen address must be HOST:PORT or :PORT, got ${JSON.stringify(listen)}`,
+    );
+  }
+  let host = m[1] as string;
+  if (host.startsWith("[")) host = host.slice(1, -1);
+  return { host, port };
+}
+
+/** Answers `/healthz` and `/readyz` for a runtime (also on the standalone metrics listener). */
+export function answerHealth(runtime: RoutingRuntime, path: string, res: ServerResponse): boolean {
+  if (path === "/healthz") {
+    res.writeHead(200, { "content-type": "application/json" }).end('{"status":"ok"}');
+    return true;
+  }
+  if (path === "/readyz") {
+    const readiness = runtime.readiness();
+    res
+      .writeHead(readiness.ready ? 200 : 503, { "content-type": "application/json" })
+      .end(JSON.stringify(readinessBody(readiness)));
+    return true;
+  }
+  return false;
+}
+
+function readinessBody(r: RoutingReadiness): Record<string, unknown> {
   return {
-    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
+    status: r.ready ? "ready" : "not_ready",
+    ...r,
+    ...(r.ready
+      ? {}
+      : { reason: "no routing state yet: waiting for a snapshot from a control plane" }),
+  };
+}
+
+const V = "v".charCodeAt(0);
+
+/**
+ * Starts the routing runtime (saved state first, then the feed or stream), the handler over
+ * its route table and keys, and the listener; resolves once the port is open.
+ * @throws RouterServiceError `LLMGW_ROUTER_LISTEN_FAILED` (address in use, no permission),
+ *   `LLMGW_ROUTER_TLS_INVALID`, `LLMGW_ROUTER_CONFIG_INVALID`, `LLMGW_ROUTER_STATE_FAILED`.
+ */
+export async function startRouter(options: StartRouterOptions): Promise<RunningRouter> {
+  const registry = options.registry ?? new Registry();
+  const log = options.log ?? (() => {});
+  const { host, port: wantedPort } = splitListen(options.listen ?? "127.0.0.1:0");
+  const runtime = await startRoutingRuntime({
+    ...options.routing,
+    log: options.routing.log ?? log,
+  });
+  let handler: RouterHandler | undefined;
+  let server: Server;
+  try {
+    const metrics =
+      options.metrics ??
+      createPrometheusRouterMetricsSink(
+        createRouterMetrics(registry, { workerPool: () => handler?.workerPool() }),
+      );
+    registerRoutingStateMetrics(registry, () => {
+      const r = runtime.readiness();
+      return {
+        stateAgeSeconds: r.stateAgeMs === undefined ? undefined : r.stateAgeMs / 1000,
+        stateVersion: r.version,
+        controlPlaneConnected: r.connected ? 1 : 0,
+        routers: runtime.state.routers,
+      };
+    });
+    const h = createRouterHandler({
+      routeTable: runtime.state.routeTable,
+      apiKeys: runtime.state.apiKeys,
+      metrics,
+      ...(options.router === undefined ? {} : { options: options.router }),
+      log,
+    });
+    handler = h;
+    server = createHttpListener(
+      options.listener ?? {},
+      (req: IncomingMessage, res: ServerResponse) => {
+        const url = req.url ?? "/";
+        // `/v1/…` straight to the handler: one character compared on the hot path.
+        if (url.charCodeAt(1) === V || !answerHealth(runtime, url.split("?", 1)[0] ?? url, res))
+          h(req, res);
+      },
+    );
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(wantedPort, host === "" ? undefined : host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    }).catch((cause: unknown) => {
+      throw new RouterServiceError(
+        "LLMGW_ROUTER_LISTEN_FAILED",
+        `cannot listen on ${options.listen ?? "127.0.0.1:0"}: ${(cause as Error).message}`,
+        { cause },
+      );
+    });
+  } catch (error) {
+    await handler?.close();
+    await runtime.close();
+    throw error;
+  }
+  const port = (server.address() as AddressInfo).port;
+  const shownHost = host === "" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
+  const h = handler as RouterHandler;
+  let closing: Promise<RouterStopReport> | undefined;
+  const stop = (graceMs = 10_000): Promise<RouterStopReport> => {
+    closing ??= (async () => {
+      const started = performance.now();
+      const forced = await stopListening(server, graceMs);
+      await h.close();
+      await runtime.close();
+      return { durationMs: Math.round(performance.now() - started), forced };
+    })();
+    return closing;
+  };
+  return {
+    url: `${options.listener?.tls ? "https" : "http"}://${shownHost}:${port}`,
     port,
     server,
-    handler,
-    async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
-      await handler.close();
+    runtime,
+    handler: h,
+    registry,
+    stop,
+    async close(graceMs) {
+      await stop(graceMs);
     },
   };
+}
+
+/**
+ * Stops accepting, closes idle keep-alive connections as they become idle, and waits for
+ * in-flight requests until `graceMs`; then closes what is left. Returns true when forced.
+ */
+export async function stopListening(server: Server, graceMs: number): Promise<boolean> {
+  let forced = false;
+  await new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections();
+    // A connection whose last request just ended goes idle without closing: sweep it.
+    const sweep = setInterval(() => server.closeIdleConnections(), 50);
+    const deadline = setTimeout(() => {
+      forced = true;
+      server.closeAllConnections();
+    }, graceMs);
+    server.once("close", () => {
+      clearInterval(sweep);
+      clearTimeout(deadline);
+    });
+  });
+  return forced;
 }

@@ -3,18 +3,17 @@
  * router answers, stops reading what matters, and drains the rest for a bounded while before
  * closing, instead of resetting the connection under the client's feet.
  */
-import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/index.js";
+import type { RunningRouter } from "../src/index.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
-let router: RunningRouterServer;
+let router: RunningRouter;
 
 beforeAll(async () => {
-  router = await startRouterServer({
-    routeTable: createStaticRouteTable({}),
-    apiKeys: createInMemoryApiKeyStore({ "sk-k": { id: "k", name: "k" } }),
-    options: { analyzer: { pool: false } }, // the default 8 MiB body limit
-  });
+  ({ router } = await startFedRouter({
+    snapshot: routingSnapshot({ keys: { "sk-k": { id: "k", name: "k" } } }),
+    router: { analyzer: { pool: false } }, // the default 8 MiB body limit
+  }));
 });
 
 afterAll(async () => {

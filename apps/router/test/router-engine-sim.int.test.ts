@@ -3,15 +3,11 @@
  * official client end to end, client aborts reaching the engine, and an engine crash mid-stream.
  */
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
-import {
-  createInMemoryApiKeyStore,
-  createStaticRouteTable,
-  type ReplicaRoute,
-} from "@llmgw/router";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/index.js";
+import type { RunningRouter } from "../src/index.js";
 import { waitFor } from "./router-fake-engine.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const MODEL = "sim-llama";
 const cleanups: (() => Promise<void>)[] = [];
@@ -27,19 +23,14 @@ async function sim(options: Parameters<typeof startEngineSim>[0]): Promise<Runni
 
 async function routerOver(
   sims: RunningEngineSim[],
-): Promise<{ router: RunningRouterServer; client: OpenAI }> {
-  const replicas: ReplicaRoute[] = sims.map((s, i) => ({
-    id: `sim-${i}`,
-    baseUrl: s.url,
-    state: "ready",
-    capacity: 8,
-  }));
-  const router = await startRouterServer({
-    routeTable: createStaticRouteTable({
-      [MODEL]: { deployment: "sim", policy: "llmgw", loading: false, replicas },
+): Promise<{ router: RunningRouter; client: OpenAI }> {
+  const replicas = sims.map((s, i) => ({ id: `sim-${i}`, baseUrl: s.url, capacity: 8 }));
+  const { router } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: { [MODEL]: { deployment: "sim", replicas } },
+      keys: { "sk-sim": { id: "k", name: "k" } },
     }),
-    apiKeys: createInMemoryApiKeyStore({ "sk-sim": { id: "k", name: "k" } }),
-    options: { analyzer: { pool: false } },
+    router: { analyzer: { pool: false } },
   });
   cleanups.push(() => router.close());
   return {

@@ -6,22 +6,13 @@
 
 import { request as httpRequest } from "node:http";
 import { connect, type Socket } from "node:net";
-import {
-  createInMemoryApiKeyStore,
-  createStaticRouteTable,
-  type ReplicaRoute,
-  type RouteResolution,
-  type RoutingPolicy,
-} from "@llmgw/router";
+import type { RoutingPolicy } from "@llmgw/router";
 import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import {
-  type RouterServiceOptions,
-  type RunningRouterServer,
-  startRouterServer,
-} from "../src/index.js";
+import type { RouterServiceOptions, RunningRouter } from "../src/index.js";
 import { refusedPort, startFakeEngine, waitFor } from "./router-fake-engine.js";
+import { type ReplicaSpec, routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };
 
@@ -42,33 +33,31 @@ async function engine(
 }
 
 async function routerFor(
-  replicas: ReplicaRoute[],
+  replicas: ReplicaSpec[],
   options: RouterServiceOptions = {},
   policy: RoutingPolicy = "llmgw",
-): Promise<{ router: RunningRouterServer; metrics: RecordingRouterMetrics; client: OpenAI }> {
+): Promise<{ router: RunningRouter; metrics: RecordingRouterMetrics; client: OpenAI }> {
   const metrics = createRecordingRouterMetrics();
-  const routes: Record<string, RouteResolution> = {
-    m: { deployment: "m", policy, loading: false, replicas },
-  };
-  const router = await startRouterServer({
-    routeTable: createStaticRouteTable(routes),
-    apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+  const { router } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: { m: { policy, replicas } },
+      keys: { [KEY]: { id: "k", name: "k" } },
+    }),
     metrics,
-    options: { analyzer: { pool: false }, ...options },
+    router: { analyzer: { pool: false }, ...options },
   });
   cleanups.push(() => router.close());
   const client = new OpenAI({ apiKey: KEY, baseURL: `${router.url}/v1`, maxRetries: 0 });
   return { router, metrics, client };
 }
 
-const ready = (id: string, baseUrl: string, capacity = 8): ReplicaRoute => ({
+const ready = (id: string, baseUrl: string, capacity = 8): ReplicaSpec => ({
   id,
   baseUrl,
-  state: "ready",
   capacity,
 });
 
-function send(router: RunningRouterServer, content: string, extra: Record<string, unknown> = {}) {
+function send(router: RunningRouter, content: string, extra: Record<string, unknown> = {}) {
   return fetch(`${router.url}/v1/chat/completions`, {
     method: "POST",
     headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
@@ -181,19 +170,51 @@ describe("router faults", () => {
     });
   });
 
-  it("answers 500 for a replica whose URL does not parse, and does not count it in flight", async () => {
-    // Capacity 1: had the failed attempt stayed counted, the second request would find no room.
-    const { router } = await routerFor([ready("bad", "not a url", 1)]);
+  it("refuses a routing delta with a replica whose URL does not parse, and keeps serving", async () => {
+    // The handler opens a pool per replica origin: a URL that does not parse must never reach
+    // it. The routing state refuses the whole message; the router keeps what it held.
+    const good = await engine("good");
+    const events: Readonly<Record<string, unknown>>[] = [];
+    const { router, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: { m: { replicas: [ready("good", good.url, 1)] } },
+        keys: { [KEY]: { id: "k", name: "k" } },
+      }),
+      router: { analyzer: { pool: false } },
+      log: (event) => events.push(event),
+    });
+    cleanups.push(() => router.close());
+    feed.push({
+      kind: "delta",
+      epoch: "epoch-test",
+      version: 2,
+      upsertedModels: [],
+      removedModels: [],
+      upsertedReplicas: [
+        {
+          id: "bad",
+          model: "m",
+          deployment: "m",
+          baseUrl: "not a url",
+          state: "ready",
+          capacity: 1,
+        },
+      ],
+      removedReplicas: [],
+      upsertedKeys: [],
+      removedKeys: [],
+      sentAtMs: Date.now(),
+    });
+    expect(events.find((e) => e.event === "routing_message_refused")).toMatchObject({
+      code: "LLMGW_ROUTER_STREAM_INVALID",
+      message: expect.stringContaining("baseUrl"),
+    });
+    expect(router.runtime.readiness()).toMatchObject({ ready: true, version: 1 });
     for (let i = 0; i < 2; i++) {
       const res = await send(router, `try ${i}`);
-      expect(res.status).toBe(500);
-      expect(res.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
-      expect(((await res.json()) as OpenAIError).error).toEqual({
-        message: "internal router error",
-        type: "internal_error",
-        code: "internal_error",
-        param: null,
-      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-llmgw-replica")).toBe("good");
+      await res.arrayBuffer();
     }
   });
 
@@ -273,7 +294,7 @@ describe("router faults", () => {
 
 describe("prefix affinity", () => {
   const system = "You are the support bot of ACME. Policy: be kind, cite sources. ".repeat(130);
-  const ask = (router: RunningRouterServer, question: string) =>
+  const ask = (router: RunningRouter, question: string) =>
     fetch(`${router.url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
@@ -338,21 +359,19 @@ describe("router: clients that go away while sending", () => {
   async function watchedRouter() {
     const metrics = createRecordingRouterMetrics();
     const events: Readonly<Record<string, unknown>>[] = [];
-    const router = await startRouterServer({
-      routeTable: createStaticRouteTable({}),
-      apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+    const { router } = await startFedRouter({
+      snapshot: routingSnapshot({ keys: { [KEY]: { id: "k", name: "k" } } }),
       metrics,
       log: (event) => events.push(event),
-      options: { analyzer: { pool: false } },
-      headersTimeoutMs: 300,
-      requestTimeoutMs: 600,
+      router: { analyzer: { pool: false } },
+      listener: { headersTimeoutMs: 300, requestTimeoutMs: 600 },
     });
     cleanups.push(() => router.close());
     return { router, metrics, events };
   }
 
   /** Sends a head announcing 1,000 bytes and a first few; returns the socket. */
-  async function partialUpload(router: RunningRouterServer): Promise<Socket> {
+  async function partialUpload(router: RunningRouter): Promise<Socket> {
     const socket = connect({ host: "127.0.0.1", port: router.port });
     socket.on("error", () => {});
     cleanups.push(async () => {

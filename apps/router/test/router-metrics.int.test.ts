@@ -1,42 +1,28 @@
 /**
  * Router traffic reaches the `llmgw_router_*` Prometheus families of
- * `@llmgw/metrics-collector` through the control plane's adapter, on an injected registry.
+ * `@llmgw/metrics-collector` on the registry `startRouter` is given, as production records them.
  */
-import { createRouterMetrics } from "@llmgw/metrics-collector";
-import {
-  createInFlightCounters,
-  createInMemoryApiKeyStore,
-  createStaticRouteTable,
-} from "@llmgw/router";
+import { createInFlightCounters } from "@llmgw/router";
 import { Registry } from "prom-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  createPrometheusRouterMetricsSink,
-  type RunningRouterServer,
-  startRouterServer,
-} from "../src/index.js";
+import type { RunningRouter } from "../src/index.js";
 import { type FakeEngine, startFakeEngine } from "./router-fake-engine.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 let engine: FakeEngine;
-let router: RunningRouterServer;
+let router: RunningRouter;
 const registry = new Registry();
 
 beforeAll(async () => {
   engine = await startFakeEngine({ name: "e" });
-  const handles = createRouterMetrics(registry, { workerPool: () => router.handler.workerPool() });
-  router = await startRouterServer({
-    routeTable: createStaticRouteTable({
-      m: {
-        deployment: "m",
-        policy: "llmgw",
-        loading: false,
-        replicas: [{ id: "m-0", baseUrl: engine.url, state: "ready", capacity: 4 }],
-      },
+  ({ router } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: { m: { replicas: [{ id: "m-0", baseUrl: engine.url, capacity: 4 }] } },
+      keys: { "sk-m": { id: "k", name: "metrics-key", rpm: 3 } },
     }),
-    apiKeys: createInMemoryApiKeyStore({ "sk-m": { id: "k", name: "metrics-key", rpm: 3 } }),
-    metrics: createPrometheusRouterMetricsSink(handles),
-    options: { analyzer: { pool: { maxThreads: 1 } } },
-  });
+    registry,
+    router: { analyzer: { pool: { maxThreads: 1 } } },
+  }));
 });
 
 afterAll(async () => {
@@ -56,24 +42,21 @@ describe("a replica that leaves the route table", () => {
     const gone = await startFakeEngine({ name: "gone" });
     const stays = await startFakeEngine({ name: "stays" });
     const own = new Registry();
-    const table = createStaticRouteTable();
-    const route = (ids: string[]) => ({
-      deployment: "d",
-      policy: "round-robin" as const,
-      loading: false,
-      replicas: ids.map((id) => ({
-        id,
-        baseUrl: id === "d-0" ? gone.url : stays.url,
-        state: "ready" as const,
-        capacity: 4,
-      })),
-    });
-    table.set({ d: route(["d-0", "d-1"]) });
     const inFlight = createInFlightCounters();
-    const r = await startRouterServer({
-      routeTable: table,
-      metrics: createPrometheusRouterMetricsSink(createRouterMetrics(own)),
-      options: { noAuth: true, analyzer: { pool: false }, picker: { inFlight } },
+    const { router: r, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: {
+          d: {
+            policy: "round-robin",
+            replicas: [
+              { id: "d-0", baseUrl: gone.url, capacity: 4 },
+              { id: "d-1", baseUrl: stays.url, capacity: 4 },
+            ],
+          },
+        },
+      }),
+      registry: own,
+      router: { noAuth: true, analyzer: { pool: false }, picker: { inFlight } },
     });
     try {
       const send = async () => {
@@ -97,7 +80,18 @@ describe("a replica that leaves the route table", () => {
       expect(await replicas()).toEqual(new Set(["d-0", "d-1"]));
       const slot = inFlight.slotOf("d-0");
 
-      table.set({ d: route(["d-1"]) });
+      feed.push({
+        kind: "delta",
+        epoch: "epoch-test",
+        version: 2,
+        upsertedModels: [],
+        removedModels: [],
+        upsertedReplicas: [],
+        removedReplicas: ["d-0"],
+        upsertedKeys: [],
+        removedKeys: [],
+        sentAtMs: Date.now(),
+      });
       expect(await replicas()).toEqual(new Set(["d-1"]));
       // Its shared in-flight slot is free again: the next new replica id gets it.
       expect(inFlight.slotOf("d-9")).toBe(slot);

@@ -4,9 +4,9 @@
  * engine reports, however the request spelt (or left out) its output limit.
  */
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
-import { createInMemoryApiKeyStore, createStaticRouteTable } from "@llmgw/router";
 import { afterEach, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/index.js";
+import type { RunningRouter } from "../src/index.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const MODEL = "sim-llama";
 const cleanups: (() => Promise<void>)[] = [];
@@ -19,7 +19,7 @@ async function setup(
   outputTokens: number,
   tpm: number,
   timeScale = 200,
-): Promise<{ router: RunningRouterServer; engine: RunningEngineSim }> {
+): Promise<{ router: RunningRouter; engine: RunningEngineSim }> {
   const engine = await startEngineSim({
     model: MODEL,
     port: 0,
@@ -29,17 +29,12 @@ async function setup(
     maxOutputTokens: outputTokens,
   });
   cleanups.push(() => engine.close());
-  const router = await startRouterServer({
-    routeTable: createStaticRouteTable({
-      [MODEL]: {
-        deployment: "sim",
-        policy: "llmgw",
-        loading: false,
-        replicas: [{ id: "sim-0", baseUrl: engine.url, state: "ready", capacity: 8 }],
-      },
+  const { router } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: { [MODEL]: { deployment: "sim", replicas: [{ id: "sim-0", baseUrl: engine.url }] } },
+      keys: { "sk-tpm": { id: "k", name: "metered", tpm } },
     }),
-    apiKeys: createInMemoryApiKeyStore({ "sk-tpm": { id: "k", name: "metered", tpm } }),
-    options: { analyzer: { pool: false } },
+    router: { analyzer: { pool: false } },
   });
   cleanups.push(() => router.close());
   return { router, engine };
@@ -47,7 +42,7 @@ async function setup(
 
 /** One chat request, read to its end; the status and, for JSON, the parsed body. */
 async function chat(
-  router: RunningRouterServer,
+  router: RunningRouter,
   extra: Record<string, unknown>,
 ): Promise<{ status: number; body: string; retryAfter: string | null }> {
   const response = await fetch(`${router.url}/v1/chat/completions`, {

@@ -2,17 +2,12 @@
  * The router's public API through the official `openai` client and raw fetch, against real
  * upstream servers on loopback: happy paths, streaming passthrough, and every refusal.
  */
-import {
-  createInMemoryApiKeyStore,
-  createStaticRouteTable,
-  type ReplicaRoute,
-  type RouteResolution,
-} from "@llmgw/router";
 import { createRecordingRouterMetrics } from "@llmgw/router/testing";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type RunningRouterServer, startRouterServer } from "../src/index.js";
+import type { RunningRouter } from "../src/index.js";
 import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
+import { type ReplicaSpec, routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 type OpenAIError = { error: { message: string; type: string; code: string; param: string | null } };
 
@@ -21,52 +16,42 @@ const LIMITED_KEY = "sk-test-rpm";
 const metrics = createRecordingRouterMetrics();
 let engineA: FakeEngine;
 let engineB: FakeEngine;
-let router: RunningRouterServer;
+let router: RunningRouter;
 let client: OpenAI;
 
-const replica = (id: string, engine: FakeEngine, capacity = 8): ReplicaRoute => ({
+const replica = (id: string, engine: FakeEngine, capacity = 8): ReplicaSpec => ({
   id,
   baseUrl: engine.url,
-  state: "ready",
   capacity,
 });
 
 beforeAll(async () => {
   engineA = await startFakeEngine({ name: "a" });
   engineB = await startFakeEngine({ name: "b" });
-  const routes: Record<string, RouteResolution> = {
-    "llama-8b": {
-      deployment: "llama",
-      policy: "llmgw",
-      loading: false,
-      replicas: [replica("llama-0", engineA), replica("llama-1", engineB)],
-    },
-    "warming-model": {
-      deployment: "warming",
-      policy: "llmgw",
-      loading: true,
-      replicas: [{ id: "w-0", baseUrl: engineA.url, state: "loading", capacity: 4 }],
-    },
-    "broken-model": {
-      deployment: "broken",
-      policy: "least-loaded",
-      loading: false,
-      replicas: [{ id: "b-0", baseUrl: engineA.url, state: "unhealthy", capacity: 4 }],
-    },
-  };
-  router = await startRouterServer({
-    routeTable: createStaticRouteTable(routes),
-    apiKeys: createInMemoryApiKeyStore({
-      [KEY]: { id: "k1", name: "good" },
-      [LIMITED_KEY]: { id: "k2", name: "limited", rpm: 2 },
+  ({ router } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: {
+        "llama-8b": {
+          deployment: "llama",
+          replicas: [replica("llama-0", engineA), replica("llama-1", engineB)],
+        },
+        // Starting replicas are not routed: the control plane says the model is loading.
+        "warming-model": { deployment: "warming", loading: true },
+        // An unhealthy replica is not routed either, and nothing is loading.
+        "broken-model": { deployment: "broken", policy: "least-loaded" },
+      },
+      keys: {
+        [KEY]: { id: "k1", name: "good" },
+        [LIMITED_KEY]: { id: "k2", name: "limited", rpm: 2 },
+      },
     }),
     metrics,
-    options: {
+    router: {
       maxBodyBytes: 64 * 1024,
       // Small threshold so that bodies over 2 KiB exercise the worker pool path.
       analyzer: { inlineThresholdBytes: 2048, pool: { maxThreads: 1, minThreads: 1 } },
     },
-  });
+  }));
   client = new OpenAI({ apiKey: KEY, baseURL: `${router.url}/v1`, maxRetries: 0 });
 });
 
@@ -142,19 +127,20 @@ describe("router: OpenAI API through the official client", () => {
   });
 
   it("sends the engine its own key and never the client's", async () => {
-    const keyed = await startRouterServer({
-      routeTable: createStaticRouteTable({
-        "keyed-model": {
-          deployment: "keyed",
-          policy: "round-robin",
-          loading: false,
-          replicas: [
-            { ...replica("keyed-0", engineB), apiKey: "llmgw-engine-keyed-0" },
-            replica("unkeyed-0", engineA),
-          ],
+    const { router: keyed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: {
+          "keyed-model": {
+            deployment: "keyed",
+            policy: "round-robin",
+            replicas: [
+              { ...replica("keyed-0", engineB), apiKey: "llmgw-engine-keyed-0" },
+              replica("unkeyed-0", engineA),
+            ],
+          },
         },
+        keys: { [KEY]: { id: "k1", name: "good" } },
       }),
-      apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k1", name: "good" } }),
       metrics: createRecordingRouterMetrics(),
     });
     try {

@@ -1,0 +1,309 @@
+/**
+ * The router's routing runtime: a feed (the control plane's publisher in-process, or
+ * `WatchRouting` streams from remote control planes) → a {@link RoutingState} → the state file.
+ *
+ * On start it loads the state file (ready at once, source "saved"), then attaches the feed. A
+ * corrupt file is logged (`LLMGW_ROUTER_STATE_CORRUPT`), moved aside, and the router waits for
+ * a fresh snapshot; it never stops the router. The state is saved after membership changes (at
+ * most once a second), every 30 s while messages arrive (so the saved "last heard" stays
+ * close), and at close.
+ */
+import { createHash } from "node:crypto";
+import path from "node:path";
+import {
+  createRoutingState,
+  type RoutingFeed,
+  type RoutingMessage,
+  type RoutingState,
+} from "@llmgw/router";
+import { isRouterServiceError, RouterServiceError } from "./errors.js";
+import { type RoutingClient, startRoutingClient } from "./routing-client.js";
+import {
+  moveAsideRoutingStateFile,
+  prepareStateDir,
+  ROUTING_STATE_FILE,
+  readRoutingStateFile,
+  writeRoutingStateFile,
+} from "./state-file.js";
+
+/** Inputs of {@link startRoutingRuntime}. */
+export interface RoutingRuntimeOptions {
+  /** In-process: the control plane's publisher (a RoutingFeed). Exclusive with controlPlanes. */
+  readonly feed?: RoutingFeed;
+  /** Remote: control-plane control URLs (e.g. http://10.0.0.1:7070), tried in turn. */
+  readonly controlPlanes?: readonly string[];
+  /** The router credential (remote only). */
+  readonly routerToken?: string;
+  /** PEM CA bundle for `https://` control planes, besides Node's default trust (remote only). */
+  readonly controlPlaneCa?: string | Buffer;
+  readonly routerId: string;
+  /** Where clients reach this router, for `llmgw routers`. */
+  readonly address?: string;
+  readonly version?: string;
+  /** Owner-only dir holding `routing-state.json`; undefined: nothing saved or loaded. */
+  readonly stateDir?: string;
+  readonly log?: (event: Readonly<Record<string, unknown>>) => void;
+  /** Wall clock, epoch ms. Default Date.now. */
+  readonly now?: () => number;
+  /** Remote client tuning (tests): backoff and keepalive defaults. */
+  readonly client?: {
+    readonly initialBackoffMs?: number;
+    readonly maxBackoffMs?: number;
+    readonly unauthenticatedRetryMs?: number;
+    readonly keepaliveIntervalMs?: number;
+  };
+  /** Saves while messages keep arriving at least this often, ms. Default 30 000. */
+  readonly saveIntervalMs?: number;
+}
+
+/** Whether the router can route, and how fresh its state is. */
+export interface RoutingReadiness {
+  /** True once a snapshot was applied, live or from the state file. */
+  readonly ready: boolean;
+  readonly source: "live" | "saved" | "none";
+  /** ms since a control plane was last heard (live stream or state file); undefined: never. */
+  readonly stateAgeMs?: number;
+  readonly epoch?: string;
+  readonly version: number;
+  /** True while a routing stream (or the in-process feed) is attached. */
+  readonly connected: boolean;
+  /** The control-plane URL the stream is on (remote only). */
+  readonly controlPlane?: string;
+}
+
+/** A running routing runtime. */
+export interface RoutingRuntime {
+  /** routeTable + apiKeys for createRouterHandler. */
+  readonly state: RoutingState;
+  readiness(): RoutingReadiness;
+  /** Saves the state one last time (when a stateDir is set) and detaches the feed/stream. */
+  close(): Promise<void>;
+}
+
+/** Shortest time between two saves, ms. */
+const MIN_SAVE_SPACING_MS = 1_000;
+
+/** Lower-case hex sha256, how key grants hold secrets. */
+const sha256Hex = (secret: string): string => createHash("sha256").update(secret).digest("hex");
+
+/**
+ * Loads the saved state, then attaches the feed or the remote client.
+ * @throws RouterServiceError `LLMGW_ROUTER_CONFIG_INVALID` for options that contradict each
+ *   other (both or neither of feed and controlPlanes, remote without a token),
+ *   `LLMGW_ROUTER_STATE_FAILED` for a state dir that cannot be made safe.
+ */
+export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promise<RoutingRuntime> {
+  const remote = options.controlPlanes !== undefined && options.controlPlanes.length > 0;
+  if (remote === (options.feed !== undefined)) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      "routing runtime: give exactly one of feed (in-process) and controlPlanes (remote)",
+    );
+  }
+  if (remote && !options.routerToken) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      "routing runtime: a remote router needs routerToken ('llmgw control-plane token --router')",
+    );
+  }
+  const now = options.now ?? Date.now;
+  const log = options.log ?? (() => {});
+  const state = createRoutingState({ hashSecret: sha256Hex, now });
+  const stateDir = options.stateDir;
+  let source: RoutingReadiness["source"] = "none";
+
+  if (stateDir !== undefined) {
+    await prepareStateDir(stateDir, process.getuid?.());
+    await loadSaved(stateDir);
+  }
+
+  async function loadSaved(dir: string): Promise<void> {
+    const file = path.join(dir, ROUTING_STATE_FILE);
+    try {
+      const saved = await readRoutingStateFile(dir);
+      if (saved === undefined) return;
+      state.apply(saved.snapshot, saved.lastHeardAtMs);
+      source = "saved";
+      log({
+        event: "routing_state_loaded",
+        file,
+        epoch: saved.snapshot.epoch,
+        version: saved.snapshot.version,
+        replicas: saved.snapshot.replicas.length,
+        stateAgeMs: Math.max(0, now() - saved.lastHeardAtMs),
+      });
+    } catch (error) {
+      const to = await moveAsideRoutingStateFile(dir).catch(() => "(left in place)");
+      log({
+        event: "routing_state_corrupt",
+        code: "LLMGW_ROUTER_STATE_CORRUPT",
+        file,
+        message: `${isRouterServiceError(error) ? error.message : `${file}: ${(error as Error).message}`}; moved aside to ${to}, not ready until a control plane sends a snapshot`,
+      });
+    }
+  }
+
+  // Saving: after membership changes (at most once per MIN_SAVE_SPACING_MS), and while
+  // messages arrive every saveIntervalMs, so the saved "last heard" stays close to the truth.
+  const saveIntervalMs = options.saveIntervalMs ?? 30_000;
+  let dirty = false;
+  let saveTimer: NodeJS.Timeout | undefined;
+  let saving: Promise<void> | undefined;
+  let lastSaveAt = Number.NEGATIVE_INFINITY;
+  let savedHeardAtMs = state.lastHeardAtMs;
+  let closed = false;
+
+  const save = async (): Promise<void> => {
+    const snapshot = state.snapshot();
+    const heard = state.lastHeardAtMs;
+    if (stateDir === undefined || snapshot === undefined || heard === undefined) return;
+    try {
+      await writeRoutingStateFile(stateDir, {
+        savedAtMs: now(),
+        lastHeardAtMs: heard,
+        snapshot,
+      });
+      savedHeardAtMs = heard;
+    } catch (error) {
+      log({
+        event: "routing_state_save_failed",
+        code: isRouterServiceError(error) ? error.code : "LLMGW_ROUTER_STATE_FAILED",
+        message: `${(error as Error).message}; still routing from memory, retrying at the next change`,
+      });
+    }
+  };
+  const flush = (): void => {
+    saveTimer = undefined;
+    if (!dirty || saving !== undefined) return;
+    dirty = false;
+    saving = save().finally(() => {
+      saving = undefined;
+      lastSaveAt = performance.now();
+      if (dirty && !closed) requestSave();
+    });
+  };
+  const requestSave = (): void => {
+    if (stateDir === undefined || closed) return;
+    dirty = true;
+    if (saveTimer !== undefined || saving !== undefined) return;
+    const waitMs = Math.max(0, lastSaveAt + MIN_SAVE_SPACING_MS - performance.now());
+    saveTimer = setTimeout(flush, waitMs);
+    saveTimer.unref();
+  };
+  const unsubscribeMembership = state.onMembershipChange(requestSave);
+  const heartbeatSave =
+    stateDir === undefined
+      ? undefined
+      : setInterval(() => {
+          if (state.lastHeardAtMs !== savedHeardAtMs) requestSave();
+        }, saveIntervalMs);
+  heartbeatSave?.unref();
+
+  /** Applies one message; a snapshot applied makes the state "live". */
+  const apply = (message: RoutingMessage): ReturnType<RoutingState["apply"]> => {
+    const result = state.apply(message);
+    if (result === "applied" && message.kind === "snapshot") source = "live";
+    return result;
+  };
+
+  let connected = false;
+  let detach: () => Promise<void>;
+  let controlPlane = (): string | undefined => undefined;
+
+  if (options.feed !== undefined) {
+    const feed = options.feed;
+    let unsubscribe: (() => void) | undefined;
+    let resyncTimer: NodeJS.Timeout | undefined;
+    let recentResyncs = 0;
+    const onMessage = (message: RoutingMessage): void => {
+      let result: ReturnType<RoutingState["apply"]>;
+      try {
+        result = apply(message);
+      } catch (error) {
+        log({
+          event: "routing_message_refused",
+          code: "LLMGW_ROUTER_STREAM_INVALID",
+          message: (error as Error).message,
+        });
+        result = "resync";
+      }
+      if (result !== "resync" || resyncTimer !== undefined || closed) return;
+      // Resubscribe for a snapshot, outside the feed's delivery loop; a feed that keeps
+      // asking for it is retried once a second, not in a tight loop.
+      recentResyncs += 1;
+      resyncTimer = setTimeout(
+        () => {
+          resyncTimer = undefined;
+          unsubscribe?.();
+          if (!closed) unsubscribe = feed.subscribe(onMessage);
+        },
+        recentResyncs > 3 ? 1_000 : 0,
+      );
+    };
+    const calm = setInterval(() => {
+      recentResyncs = 0;
+    }, 10_000);
+    calm.unref();
+    unsubscribe = feed.subscribe(onMessage);
+    connected = true;
+    detach = async () => {
+      clearInterval(calm);
+      clearTimeout(resyncTimer);
+      unsubscribe?.();
+      connected = false;
+    };
+  } else {
+    const client: RoutingClient = startRoutingClient({
+      controlPlanes: options.controlPlanes as readonly string[],
+      routerToken: options.routerToken as string,
+      routerId: options.routerId,
+      address: options.address ?? "",
+      version: options.version ?? "",
+      apply,
+      held: () => ({
+        epoch: state.epoch,
+        version: state.version,
+        ageMs: state.lastHeardAtMs === undefined ? undefined : now() - state.lastHeardAtMs,
+      }),
+      ...(options.controlPlaneCa === undefined ? {} : { ca: options.controlPlaneCa }),
+      ...options.client,
+      log,
+      onState: (s) => {
+        connected = s === "streaming";
+      },
+    });
+    controlPlane = () => client.controlPlane;
+    detach = async () => {
+      await client.close();
+      connected = false;
+    };
+  }
+
+  return {
+    state,
+    readiness() {
+      const heard = state.lastHeardAtMs;
+      const epoch = state.epoch;
+      const cp = connected ? controlPlane() : undefined;
+      return {
+        ready: epoch !== undefined,
+        source,
+        ...(heard === undefined ? {} : { stateAgeMs: Math.max(0, now() - heard) }),
+        ...(epoch === undefined ? {} : { epoch }),
+        version: state.version,
+        connected,
+        ...(cp === undefined ? {} : { controlPlane: cp }),
+      };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await detach();
+      unsubscribeMembership();
+      clearInterval(heartbeatSave);
+      clearTimeout(saveTimer);
+      await saving;
+      if (stateDir !== undefined && (dirty || state.lastHeardAtMs !== savedHeardAtMs)) await save();
+    },
+  };
+}
