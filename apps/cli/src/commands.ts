@@ -31,4 +31,6 @@ export const commands: Record<string, () => Promise<Command>> = {
   "keys create": async () => (await import("./commands/keys-create.js")).command,
   "keys list": async () => (await import("./commands/keys-list.js")).command,
   "keys revoke": async () => (await import("./commands/keys-revoke.js")).command,
+  router: async () => (await import("./commands/router.js")).command,
+  routers: async () => (await import("./commands/routers.js")).command,
 };
