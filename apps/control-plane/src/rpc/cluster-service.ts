@@ -3,12 +3,14 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   type ClusterService,
   type Event,
+  RouterInfoSchema,
   type WatchEventsResponse,
   WatchEventsResponseSchema,
 } from "@llmgw/proto";
 import { deploymentSpecFromProto } from "../convert/deployment.js";
 import type { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
+import type { RouterRegistry } from "../routing/router-registry.js";
 import { requireToken } from "./auth.js";
 
 const ADMIN = "the admin token (llmgw control-plane token --admin; LLMGW_ADMIN_TOKEN)";
@@ -23,7 +25,7 @@ function required(value: string, field: string): string {
 export function createClusterService(
   cluster: Cluster,
   adminToken: string,
-  opts: { version: string; shutdown: AbortSignal },
+  opts: { version: string; shutdown: AbortSignal; routers?: RouterRegistry },
 ): ServiceImpl<typeof ClusterService> {
   const admin = (ctx: HandlerContext) => requireToken(ctx.requestHeader, adminToken, ADMIN);
   return {
@@ -168,8 +170,21 @@ export function createClusterService(
     },
     listRouters(_req, ctx) {
       admin(ctx);
-      // Filled by the router registry (issue 17, same session).
-      return { routers: [] };
+      return {
+        routers: (opts.routers?.list() ?? []).map((r) =>
+          create(RouterInfoSchema, {
+            id: r.id,
+            address: r.address,
+            version: r.version,
+            connected: r.connected,
+            connectedAtUnixMs: BigInt(r.connectedAtMs),
+            lastSeenUnixMs: BigInt(r.lastSeenMs),
+            epoch: r.epoch,
+            stateVersion: BigInt(r.stateVersion),
+            inProcess: r.inProcess,
+          }),
+        ),
+      };
     },
   };
 }
