@@ -1,0 +1,344 @@
+/** One try of one request on one replica: the upstream half of an {@link Exchange}. */
+import {
+  countEventEnds,
+  type PickDecision,
+  type UpstreamErrorKind,
+  usageTail,
+} from "@llmgw/router";
+import { errorCode } from "./error-code.js";
+import type { Exchange } from "./exchange.js";
+import { errorBody, FAILURE_HTTP } from "./http-errors.js";
+import type { UpstreamHandler } from "./router-core.js";
+
+/** How an {@link Attempt} ended, for {@link Exchange.attemptEnded}. */
+export type AttemptResult =
+  | { readonly kind: "done" }
+  | {
+      readonly kind: "failed";
+      /** Nothing reached the replica's engine, or it refused before answering: try another. */
+      readonly retryable: boolean;
+      readonly timeout: boolean;
+      readonly message: string;
+      /** The engine answered 401 to the router's engine key (see `Attempt.onHeaders`). */
+      readonly keyRefused?: boolean;
+    };
+
+/** Failures before any response byte that mean the request never reached an engine's queue. */
+const RETRYABLE_CONNECT = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CLOSED",
+]);
+
+/** The reason undici gets when the client went away (never shown to anyone). */
+export class ClientGoneError extends Error {
+  constructor() {
+    super("client disconnected");
+    this.name = "ClientGoneError";
+  }
+}
+
+/**
+ * One try on one replica, and undici's raw `dispatch` handler for it: each upstream chunk is
+ * written to the client as it arrives, with no Readable stream, async iterator or promise per
+ * chunk in between (a third of undici's cost per small request here). Backpressure pauses the
+ * upstream until the client drains; a client that goes away aborts it. Ends by calling
+ * {@link Exchange.attemptEnded} once.
+ *
+ * The answer relayed: status and `content-type` as the engine sent them (5xx too, counted as a
+ * failure for the replica's circuit); a 401 is dropped and the request tried elsewhere. After
+ * the first byte, an upstream failure ends an SSE answer with an error event and destroys the
+ * socket of any other (its length cannot be met).
+ */
+export class Attempt implements UpstreamHandler {
+  readonly #x: Exchange;
+  readonly #replicaId: string;
+  readonly #sentAt: number;
+  #verdict: "success" | "failure" | "abandoned" = "abandoned";
+  #firstByteMs: number | undefined;
+  #abortUpstream: ((reason: Error) => void) | undefined;
+  #resume: (() => void) | undefined;
+  #onDrain: (() => void) | undefined;
+  #onClientGone: (() => void) | undefined;
+  #responding = false;
+  /** The engine answered 401: its body is dropped and the request tried elsewhere. */
+  #keyRefused = false;
+  #sse = false;
+  /** Server-sent events relayed, and whether the last chunk ended in `\n`. */
+  #events = 0;
+  #endedInNewline = false;
+  #sent = 0;
+  #last = 0;
+  // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
+  // answers and streams); nothing is copied per chunk.
+  #previous: Buffer | undefined;
+  #latest: Buffer | undefined;
+  /** The upstream's Content-Length, for a JSON answer (not SSE) that declared one. */
+  #length = -1;
+  /** A JSON answer that arrived whole in its first chunk, held for `res.end(chunk)`. */
+  #whole: Buffer | undefined;
+  #settled = false;
+
+  constructor(
+    x: Exchange,
+    readonly decision: PickDecision,
+  ) {
+    this.#x = x;
+    this.#replicaId = decision.replica.id;
+    this.#sentAt = performance.now();
+  }
+
+  /** Books the request on the replica and dispatches it. Throws on a malformed base URL. */
+  start(): void {
+    const x = this.#x;
+    const { picker, metrics, pools, replicaModel } = x.core;
+    const replica = this.decision.replica;
+    const signal = x.signal;
+    // Both may throw on a malformed base URL: before the replica counts this request.
+    const pool = pools.poolFor(replica.baseUrl);
+    const path = upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint);
+    replicaModel.set(replica.id, x.model);
+    metrics.replicaInFlight(x.model, replica.id, picker.dispatched(replica.id, x.analysis.chain));
+    if (signal.aborted) {
+      this.#clientGone();
+      return;
+    }
+    const onClientGone = (): void => {
+      this.#abortUpstream?.(new ClientGoneError());
+      // Not connected yet: `onConnect` aborts. Either way undici reports back through onError.
+    };
+    this.#onClientGone = onClientGone;
+    signal.addEventListener("abort", onClientGone);
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "x-request-id": x.requestId,
+    };
+    const accept = x.req.headers.accept;
+    if (accept !== undefined) headers.accept = accept;
+    // The replica's own engine key; the client's Authorization (its llmgw key) never leaves.
+    // Projected routes carry the header precomputed; a hand-built route may give the key only.
+    const authorization =
+      replica.authorization ??
+      (replica.apiKey === undefined ? undefined : `Bearer ${replica.apiKey}`);
+    if (authorization !== undefined) headers.authorization = authorization;
+    pool.dispatch({ path, method: "POST", headers, body: x.body }, this);
+  }
+
+  onConnect(abort: (reason: Error) => void): void {
+    this.#abortUpstream = abort;
+    if (this.#x.signal.aborted) abort(new ClientGoneError());
+  }
+
+  onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
+    const x = this.#x;
+    const { metrics, log } = x.core;
+    this.#resume = resumeUpstream;
+    if (status === 401) {
+      // The router, not the client, authenticates to engines: a 401 means the engine holds a
+      // key the router has not learnt yet (it restarted; the key comes with the next
+      // heartbeat). Nothing went to the client, so this is a refusal to try elsewhere.
+      this.#keyRefused = true;
+      this.#verdict = "failure";
+      x.upstreamMayBeReading = true;
+      metrics.upstreamError(x.model, this.#replicaId, "key_refused");
+      log({
+        event: "upstream_error",
+        replica: this.#replicaId,
+        kind: "key_refused",
+        requestId: x.requestId,
+      });
+      return true; // its body is read and dropped, keeping the connection
+    }
+    this.#responding = true;
+    this.#firstByteMs = performance.now() - this.#sentAt;
+    this.#verdict = status >= 500 ? "failure" : "success";
+    if (status >= 500) metrics.upstreamError(x.model, this.#replicaId, "status_5xx");
+    if (status >= 400) x.upstreamMayBeReading = true;
+    const contentType = rawHeader(rawHeaders, "content-type");
+    const sse = contentType?.startsWith("text/event-stream") ?? false;
+    this.#sse = sse;
+    const outHeaders: Record<string, string> = {
+      "x-request-id": x.requestId,
+      "x-llmgw-replica": this.#replicaId,
+    };
+    if (contentType !== undefined) outHeaders["content-type"] = contentType;
+    const length = rawHeader(rawHeaders, "content-length");
+    if (length !== undefined && !sse) {
+      outHeaders["content-length"] = length;
+      this.#length = Number(length);
+    }
+    if (sse) {
+      outHeaders["cache-control"] = "no-cache";
+      outHeaders["x-accel-buffering"] = "no";
+    }
+    x.res.writeHead(status, outHeaders);
+    if (sse) x.res.flushHeaders();
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const x = this.#x;
+    if (x.signal.aborted || this.#keyRefused) return true;
+    const metrics = x.core.metrics;
+    const now = performance.now();
+    if (this.#last === 0) metrics.firstByte(x.model, (now - x.started) / 1000);
+    else metrics.interChunk(x.model, (now - this.#last) / 1000);
+    this.#last = now;
+    this.#sent += chunk.length;
+    this.#previous = this.#latest;
+    this.#latest = chunk;
+    if (this.#sse && x.countEvents) {
+      this.#events += countEventEnds(chunk, this.#endedInNewline);
+      this.#endedInNewline = chunk[chunk.length - 1] === 0x0a;
+    }
+    if (this.#sent === this.#length && this.#sent === chunk.length) {
+      // The whole answer in one chunk (most JSON answers): sent by `res.end(chunk)` in
+      // onComplete, one write with the head, where `write` + `end` defers it to a corked tick.
+      this.#whole = chunk;
+      return true;
+    }
+    if (x.res.write(chunk)) return true;
+    if (this.#onDrain === undefined) {
+      const onDrain = (): void => this.#resume?.();
+      this.#onDrain = onDrain;
+      x.res.on("drain", onDrain);
+    }
+    return false;
+  }
+
+  onComplete(): void {
+    const x = this.#x;
+    if (x.signal.aborted) {
+      this.#clientGone();
+      return;
+    }
+    if (this.#keyRefused) {
+      this.#settle(this.#refusal());
+      return;
+    }
+    x.core.metrics.bytes(x.model, x.endpoint, "out", this.#sent);
+    if (this.#whole === undefined) x.res.end();
+    else x.res.end(this.#whole);
+    x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    this.#settle({ kind: "done" });
+  }
+
+  onError(error: Error): void {
+    const x = this.#x;
+    if (x.signal.aborted) {
+      this.#clientGone();
+      return;
+    }
+    if (this.#keyRefused) {
+      // Failed while its 401 body was dropped: still a refusal, still nothing sent.
+      this.#settle(this.#refusal());
+      return;
+    }
+    const { metrics, log } = x.core;
+    const replicaId = this.#replicaId;
+    this.#verdict = "failure";
+    const code = errorCode(error);
+    if (!this.#responding) {
+      const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
+      const kind: UpstreamErrorKind =
+        code === "UND_ERR_CONNECT_TIMEOUT" || timeout
+          ? "timeout"
+          : code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EHOSTUNREACH"
+            ? "connect"
+            : "reset_before_response";
+      metrics.upstreamError(x.model, replicaId, kind);
+      log({ event: "upstream_error", replica: replicaId, kind, code, requestId: x.requestId });
+      this.#settle({
+        kind: "failed",
+        retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+        timeout,
+        message: `replica ${replicaId} failed before responding (${code ?? String(error)})`,
+      });
+      return;
+    }
+    metrics.upstreamError(x.model, replicaId, "reset_mid_body");
+    log({
+      event: "upstream_error",
+      replica: replicaId,
+      kind: "reset_mid_body",
+      code: code ?? String(error),
+      requestId: x.requestId,
+    });
+    if (this.#sse) {
+      const event = errorBody(
+        FAILURE_HTTP.upstreamUnavailable,
+        `replica ${replicaId} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
+      );
+      x.res.end(`data: ${event}\n\n`);
+    } else {
+      x.res.destroy();
+    }
+    x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    this.#settle({ kind: "done" });
+  }
+
+  #refusal(): AttemptResult {
+    return {
+      kind: "failed",
+      retryable: true,
+      timeout: false,
+      keyRefused: true,
+      message: `replica ${this.#replicaId} refused the router's engine key; it restarted and its new key has not arrived yet`,
+    };
+  }
+
+  #clientGone(): void {
+    const x = this.#x;
+    x.core.metrics.clientDisconnect(x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
+    this.#verdict = "abandoned";
+    // What was relayed before the client left is paid for (no-op when nothing was).
+    if (this.#responding) x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    this.#settle({ kind: "done" });
+  }
+
+  #settle(result: AttemptResult): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    const x = this.#x;
+    const { picker, metrics, replicaModel } = x.core;
+    if (this.#onClientGone !== undefined) {
+      x.signal.removeEventListener("abort", this.#onClientGone);
+    }
+    if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
+    const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
+    // Not for a replica that left the table meanwhile: its series is gone for good.
+    if (replicaModel.has(this.#replicaId)) metrics.replicaInFlight(x.model, this.#replicaId, left);
+    x.attemptEnded(result, this.#replicaId);
+  }
+}
+
+const pathPrefixes = new Map<string, string>();
+
+/** The replica base URL's path (without trailing `/`) + the request URL, cached per base URL. */
+function upstreamPath(baseUrl: string, requestUrl: string): string {
+  let prefix = pathPrefixes.get(baseUrl);
+  if (prefix === undefined) {
+    prefix = new URL(baseUrl).pathname.replace(/\/+$/, "");
+    if (pathPrefixes.size > 10_000) pathPrefixes.clear();
+    pathPrefixes.set(baseUrl, prefix);
+  }
+  return prefix + requestUrl;
+}
+
+/** First value of header `name` (lower-case) in undici's raw `[name, value, …]` list. */
+function rawHeader(raw: Buffer[], name: string): string | undefined {
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const key = raw[i] as Buffer;
+    if (key.length === name.length && key.toString("latin1").toLowerCase() === name) {
+      return (raw[i + 1] as Buffer).toString("latin1");
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,405 @@
+/**
+ * Exchange and Attempt over a fake upstream dispatcher: each dispatch plays a script of undici's
+ * handler callbacks (refused, answered, reset mid-body, hung until aborted), and the client side
+ * is a real HTTP server and client on loopback.
+ */
+import { createServer, request as httpRequest, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import {
+  createInMemoryApiKeyStore,
+  createStaticRouteTable,
+  type ReplicaRoute,
+  type StaticRouteTable,
+} from "@llmgw/router";
+import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
+import { afterEach, describe, expect, it } from "vitest";
+import { ClientGoneError } from "./attempt.js";
+import { createRouterHandlerFromCore } from "./handler.js";
+import { type RouterServiceOptions, resolveRouterServiceOptions } from "./options.js";
+import {
+  createRouterCore,
+  type RouterCore,
+  type UpstreamHandler,
+  type UpstreamPools,
+  type UpstreamRequest,
+} from "./router-core.js";
+
+/** One step of a scripted upstream answer, each played on its own turn of the event loop. */
+type Step =
+  | { readonly headers: number; readonly type: string; readonly length?: number }
+  | { readonly data: string }
+  | { readonly fail: string }
+  | { readonly complete: true };
+
+/** A script that ends without `fail` or `complete` hangs until the router aborts it. */
+type Script = readonly Step[];
+
+interface Dispatched {
+  readonly baseUrl: string;
+  readonly request: UpstreamRequest;
+  /** What the router aborted the upstream with, once it did. */
+  abortedWith: Error | undefined;
+  /** True once the script (or an abort) delivered its last callback. */
+  ended: boolean;
+}
+
+/** Upstream pools whose dispatches play the queued scripts, in dispatch order. */
+class ScriptedUpstreams implements UpstreamPools {
+  readonly dispatched: Dispatched[] = [];
+  readonly #scripts: Script[] = [];
+  closed = false;
+
+  /** Queues the scripts the next dispatches play, one each. */
+  play(...scripts: Script[]): void {
+    this.#scripts.push(...scripts);
+  }
+
+  poolFor(baseUrl: string) {
+    return {
+      dispatch: (request: UpstreamRequest, handler: UpstreamHandler): boolean => {
+        const script = this.#scripts.shift();
+        if (script === undefined) throw new Error(`no script left for a dispatch to ${baseUrl}`);
+        const call: Dispatched = { baseUrl, request, abortedWith: undefined, ended: false };
+        this.dispatched.push(call);
+        setImmediate(() => void playScript(script, handler, call));
+        return true;
+      },
+    };
+  }
+
+  retain(): void {}
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
+
+const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+function raw(headers: Record<string, string>): Buffer[] {
+  return Object.entries(headers).flatMap(([k, v]) => [Buffer.from(k), Buffer.from(v)]);
+}
+
+function codeError(code: string): Error {
+  return Object.assign(new Error(`${code} (scripted)`), { code });
+}
+
+/** Plays `script` as undici would: `onConnect`, then each step; an abort ends it in `onError`. */
+async function playScript(script: Script, h: UpstreamHandler, call: Dispatched): Promise<void> {
+  h.onConnect((reason) => {
+    if (call.ended) return;
+    call.abortedWith = reason;
+    call.ended = true;
+    queueMicrotask(() => h.onError(reason));
+  });
+  for (const step of script) {
+    await turn();
+    if (call.ended) return;
+    if ("headers" in step) {
+      const headers: Record<string, string> = { "content-type": step.type };
+      if (step.length !== undefined) headers["content-length"] = String(step.length);
+      h.onHeaders(step.headers, raw(headers), () => {});
+    } else if ("data" in step) {
+      h.onData(Buffer.from(step.data));
+    } else if ("fail" in step) {
+      call.ended = true;
+      h.onError(codeError(step.fail));
+    } else {
+      call.ended = true;
+      h.onComplete();
+    }
+  }
+}
+
+const JSON_TYPE = "application/json";
+const SSE_TYPE = "text/event-stream";
+const answer = (status: number, body: string): Script => [
+  { headers: status, type: JSON_TYPE, length: Buffer.byteLength(body) },
+  { data: body },
+  { complete: true },
+];
+const refused: Script = [{ fail: "ECONNREFUSED" }];
+const OK_BODY = JSON.stringify({
+  id: "c1",
+  choices: [{ message: { role: "assistant", content: "hi" } }],
+  usage: { prompt_tokens: 5, completion_tokens: 1 },
+});
+
+const KEY = "sk-exchange";
+const replicas: ReplicaRoute[] = [
+  {
+    id: "a",
+    baseUrl: "http://a.invalid:8000/prefix/",
+    state: "ready",
+    capacity: 4,
+    apiKey: "ek-a",
+  },
+  { id: "b", baseUrl: "http://b.invalid:8000", state: "ready", capacity: 4, apiKey: "ek-b" },
+];
+
+interface Harness {
+  readonly url: string;
+  readonly core: RouterCore;
+  readonly upstreams: ScriptedUpstreams;
+  readonly metrics: RecordingRouterMetrics;
+  readonly routes: StaticRouteTable;
+  readonly events: Readonly<Record<string, unknown>>[];
+  /** Requests in flight on each replica, as the picker books them. */
+  inFlight(): Record<string, number>;
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function harness(options: RouterServiceOptions = {}): Promise<Harness> {
+  const upstreams = new ScriptedUpstreams();
+  const metrics = createRecordingRouterMetrics();
+  const events: Readonly<Record<string, unknown>>[] = [];
+  const routes = createStaticRouteTable({
+    m: { deployment: "m", policy: "llmgw", loading: false, replicas },
+  });
+  const core = createRouterCore({
+    routeTable: routes,
+    apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+    metrics,
+    log: (event) => events.push(event),
+    options: resolveRouterServiceOptions({ analyzer: { pool: false }, ...options }),
+    pools: upstreams,
+  });
+  const server: Server = createServer(createRouterHandlerFromCore(core));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await core.close();
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    core,
+    upstreams,
+    metrics,
+    routes,
+    events,
+    inFlight: () => Object.fromEntries(replicas.map((r) => [r.id, core.picker.inFlight.get(r.id)])),
+  };
+}
+
+const chatBody = (stream = false): string =>
+  JSON.stringify({ model: "m", stream, messages: [{ role: "user", content: "hello" }] });
+
+function send(h: Harness, body = chatBody()): Promise<Response> {
+  return fetch(`${h.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${KEY}`,
+      "content-type": JSON_TYPE,
+      "x-request-id": "req-1",
+    },
+    body,
+  });
+}
+
+async function waitFor(predicate: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** The other replica's id. */
+const other = (id: string | undefined): string => (id === "a" ? "b" : "a");
+
+describe("Exchange and Attempt over a scripted upstream", () => {
+  it("sends the body to the replica with its engine key and base path, and relays the answer", async () => {
+    const h = await harness();
+    h.upstreams.play(answer(200, OK_BODY));
+    const res = await send(h);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(OK_BODY);
+    const [call] = h.upstreams.dispatched;
+    const replica = replicas.find((r) => r.baseUrl === call?.baseUrl);
+    expect(res.headers.get("x-llmgw-replica")).toBe(replica?.id);
+    expect(res.headers.get("x-request-id")).toBe("req-1");
+    expect(call?.request).toMatchObject({
+      method: "POST",
+      path: replica?.id === "a" ? "/prefix/v1/chat/completions" : "/v1/chat/completions",
+      headers: {
+        "content-type": JSON_TYPE,
+        "x-request-id": "req-1",
+        authorization: `Bearer ek-${replica?.id}`,
+      },
+    });
+    expect(Buffer.from(call?.request.body ?? []).toString()).toBe(chatBody());
+    expect(h.metrics.of("tokens")).toEqual([
+      ["m", "prompt", 5],
+      ["m", "completion", 1],
+    ]);
+    await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
+  });
+
+  it("retries a refused connection once on the next-best replica and answers from it", async () => {
+    const h = await harness();
+    h.upstreams.play(refused, answer(200, OK_BODY));
+    const res = await send(h);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(OK_BODY);
+    const [first, second] = h.upstreams.dispatched.map(
+      (d) => replicas.find((r) => r.baseUrl === d.baseUrl)?.id,
+    );
+    expect(h.upstreams.dispatched).toHaveLength(2);
+    expect(second).toBe(other(first));
+    expect(res.headers.get("x-llmgw-replica")).toBe(second);
+    expect(h.metrics.of("retry")).toEqual([["m"]]);
+    expect(h.metrics.of("upstreamError")).toEqual([["m", first, "connect"]]);
+    expect(h.events).toContainEqual({
+      event: "upstream_error",
+      replica: first,
+      kind: "connect",
+      code: "ECONNREFUSED",
+      requestId: "req-1",
+    });
+  });
+
+  it("answers 502 when the retry is refused too, and tries no third time", async () => {
+    const h = await harness();
+    h.upstreams.play(refused, refused);
+    const res = await send(h);
+    expect(res.status).toBe(502);
+    const second = replicas.find((r) => r.baseUrl === h.upstreams.dispatched[1]?.baseUrl)?.id;
+    expect(await res.json()).toEqual({
+      error: {
+        message: `no replica of model m could be reached: replica ${second} failed before responding (ECONNREFUSED)`,
+        type: "upstream_error",
+        code: "upstream_unavailable",
+        param: null,
+      },
+    });
+    expect(h.upstreams.dispatched).toHaveLength(2);
+  });
+
+  it("answers 504 for a headers timeout, without a retry (the engine may be working on it)", async () => {
+    const h = await harness();
+    h.upstreams.play([{ fail: "UND_ERR_HEADERS_TIMEOUT" }]);
+    const res = await send(h);
+    expect(res.status).toBe(504);
+    expect(await res.json()).toMatchObject({ error: { code: "upstream_timeout" } });
+    expect(h.upstreams.dispatched).toHaveLength(1);
+  });
+
+  it("passes a 5xx to the client as is and counts it as a failure for the circuit", async () => {
+    const h = await harness({ picker: { health: { failureThreshold: 1 } } });
+    const busy = JSON.stringify({ error: { message: "engine overloaded" } });
+    h.upstreams.play(answer(503, busy));
+    const res = await send(h);
+    expect(res.status).toBe(503);
+    expect(res.headers.get("content-type")).toBe(JSON_TYPE);
+    expect(await res.text()).toBe(busy);
+    expect(h.upstreams.dispatched).toHaveLength(1);
+    const id = res.headers.get("x-llmgw-replica") ?? "";
+    expect(h.metrics.of("upstreamError")).toEqual([["m", id, "status_5xx"]]);
+    expect(h.events).toContainEqual({ event: "circuit", replica: id, from: "closed", to: "open" });
+    expect(h.core.picker.health.state(id)).toBe("open");
+  });
+
+  it("destroys the client's socket when a JSON answer is cut after its first byte", async () => {
+    const h = await harness();
+    h.upstreams.play([
+      { headers: 200, type: JSON_TYPE, length: OK_BODY.length },
+      { data: OK_BODY.slice(0, 10) },
+      { fail: "ECONNRESET" },
+    ]);
+    const res = await send(h);
+    expect(res.status).toBe(200);
+    await expect(res.text()).rejects.toThrow();
+    const id = res.headers.get("x-llmgw-replica");
+    expect(h.metrics.of("upstreamError")).toEqual([["m", id, "reset_mid_body"]]);
+    expect(h.upstreams.dispatched).toHaveLength(1);
+    await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
+  });
+
+  it("ends an SSE answer cut mid-stream with an error event", async () => {
+    const h = await harness();
+    const event = `data: ${JSON.stringify({ choices: [{ delta: { content: "hi" } }] })}\n\n`;
+    h.upstreams.play([{ headers: 200, type: SSE_TYPE }, { data: event }, { fail: "ECONNRESET" }]);
+    const res = await send(h, chatBody(true));
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe(SSE_TYPE);
+    const id = res.headers.get("x-llmgw-replica");
+    const error = JSON.stringify({
+      error: {
+        message: `replica ${id} failed mid-stream (ECONNRESET); the response is incomplete`,
+        type: "upstream_error",
+        code: "upstream_unavailable",
+        param: null,
+      },
+    });
+    expect(await res.text()).toBe(`${event}data: ${error}\n\n`);
+    expect(h.upstreams.dispatched).toHaveLength(1);
+  });
+
+  it("tries elsewhere when the engine refuses the router's key (401), dropping its body", async () => {
+    const h = await harness();
+    h.upstreams.play(answer(401, '{"error":"Invalid API key"}'), answer(200, OK_BODY));
+    const res = await send(h);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(OK_BODY);
+    const [first, second] = h.upstreams.dispatched.map(
+      (d) => replicas.find((r) => r.baseUrl === d.baseUrl)?.id,
+    );
+    expect(second).toBe(other(first));
+    expect(h.metrics.of("upstreamError")).toEqual([["m", first, "key_refused"]]);
+  });
+
+  it("answers 503 with Retry-After when every replica tried refused the key", async () => {
+    const h = await harness();
+    h.upstreams.play(answer(401, "{}"), answer(401, "{}"));
+    const res = await send(h);
+    expect(res.status).toBe(503);
+    expect(res.headers.get("retry-after")).toBe("1");
+    expect(await res.json()).toMatchObject({ error: { code: "upstream_key_refused" } });
+    expect(h.upstreams.dispatched).toHaveLength(2);
+  });
+
+  it.each([
+    { phase: "streaming", script: [{ headers: 200, type: SSE_TYPE }, { data: "data: {}\n\n" }] },
+    { phase: "before_first_byte", script: [] },
+  ] as const)(
+    "aborts the upstream when the client goes away ($phase)",
+    async ({ phase, script }) => {
+      const h = await harness();
+      h.upstreams.play(script);
+      const body = chatBody(true);
+      const req = httpRequest(`${h.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          "content-type": JSON_TYPE,
+          "content-length": Buffer.byteLength(body),
+        },
+      });
+      req.on("error", () => {}); // destroyed on purpose
+      req.on("response", (res) => res.once("data", () => req.destroy()));
+      req.end(body);
+      if (phase === "before_first_byte") {
+        await waitFor(() => h.upstreams.dispatched.length === 1, "the dispatch");
+        req.destroy();
+      }
+      await waitFor(() => h.upstreams.dispatched[0]?.abortedWith !== undefined, "the abort");
+      expect(h.upstreams.dispatched[0]?.abortedWith).toBeInstanceOf(ClientGoneError);
+      await waitFor(() => h.metrics.of("clientDisconnect").length > 0, "the disconnect metric");
+      expect(h.metrics.of("clientDisconnect")).toEqual([["m", phase]]);
+      await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
+      expect(h.metrics.of("upstreamError")).toEqual([]);
+    },
+  );
+
+  it("closes its pools with the handler", async () => {
+    const h = await harness();
+    await h.core.close();
+    expect(h.upstreams.closed).toBe(true);
+  });
+});

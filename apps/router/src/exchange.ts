@@ -1,0 +1,449 @@
+/**
+ * One inference request from its read body to its answer, over an explicit {@link RouterCore}:
+ * analysis, key limits, admission, replica choice and at most two upstream {@link Attempt}s.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import {
+  type AbortSignalLike,
+  type AdmissionOutcome,
+  type ApiKeyInfo,
+  DEFAULT_COMPLETION_TOKEN_ESTIMATE,
+  type KeyLease,
+  type PickDecision,
+  type ReplicaRoute,
+  type RequestAnalysis,
+  type RouteResolution,
+  readUsageCount,
+} from "@llmgw/router";
+import { Attempt, type AttemptResult } from "./attempt.js";
+import { errorCode } from "./error-code.js";
+import { FAILURE_HTTP, REJECTION_HTTP, sendError, sendErrorThenDrain } from "./http-errors.js";
+import { RejectedError } from "./rejection.js";
+import type { RouterCore } from "./router-core.js";
+
+type OkAnalysis = Extract<RequestAnalysis, { ok: true }>;
+const NONE_TRIED: ReadonlySet<string> = new Set();
+
+/**
+ * Fires once when the client goes away. Stands in for a per-request `AbortController`, whose
+ * `AbortSignal` is an `EventTarget` costing several µs to create, listen on and unlisten from
+ * (~5% of the router's CPU per small request in a profile). undici accepts any signal with
+ * `aborted` + `addEventListener`, and so does admission ({@link AbortSignalLike}).
+ */
+export class ClientGone implements AbortSignalLike {
+  aborted = false;
+  #listeners: (() => void)[] | undefined;
+
+  addEventListener(_type: "abort", listener: () => void): void {
+    if (this.aborted) return;
+    if (this.#listeners === undefined) this.#listeners = [listener];
+    else this.#listeners.push(listener);
+  }
+
+  removeEventListener(_type: "abort", listener: () => void): void {
+    const listeners = this.#listeners;
+    const at = listeners?.indexOf(listener) ?? -1;
+    if (at >= 0) listeners?.splice(at, 1);
+  }
+
+  /** Marks the signal aborted and calls each listener once. */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    const listeners = this.#listeners;
+    this.#listeners = undefined;
+    if (listeners !== undefined) for (const listener of listeners) listener();
+  }
+}
+
+/** What one request learns as it goes, for the listener that sees it end. */
+export interface RequestContext {
+  model: string;
+  stream: boolean;
+  /** Set once the request is admitted: the client going away must reach the upstream. */
+  clientGone: ClientGone | undefined;
+}
+
+/**
+ * Answers a request that failed before its first upstream byte (or destroys it after): a
+ * {@link RejectedError} as its OpenAI error, a failed request stream (the client left, or was
+ * too slow) by destroying the response, anything else as a 500 that names no detail.
+ */
+export function answerError(
+  core: RouterCore,
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: RequestContext,
+  requestId: string,
+  error: unknown,
+): void {
+  const { metrics, log, options } = core;
+  if (error instanceof RejectedError) {
+    metrics.rejected(ctx.model, error.reason, error.keyName);
+    const spec = REJECTION_HTTP[error.reason];
+    if (error.reason === "body_too_large") {
+      sendErrorThenDrain(req, res, spec, error.message, {
+        requestId,
+        drainMs: options.tooLargeDrainMs,
+        drainBytes: options.tooLargeDrainBytes,
+      });
+      return;
+    }
+    sendError(res, spec, error.message, {
+      requestId,
+      ...(error.param === undefined ? {} : { param: error.param }),
+      ...(error.retryAfterSeconds === undefined
+        ? {}
+        : { retryAfterSeconds: error.retryAfterSeconds }),
+    });
+    return;
+  }
+  if (error !== undefined && error === req.errored) {
+    // The request stream failed: the client went away, or the listener's deadline closed a
+    // client too slow to send its request. The client's doing, and nobody is left to answer.
+    metrics.clientDisconnect(ctx.model, "before_first_byte");
+    log({ event: "client_closed", requestId, phase: "request", code: errorCode(error) });
+    res.destroy();
+    return;
+  }
+  log({ event: "internal_error", requestId, error: String(error) });
+  sendError(res, FAILURE_HTTP.internal, "internal router error", { requestId });
+}
+
+/**
+ * One inference request from its read body to its answer. Each stage calls the next directly,
+ * through a promise only where it really waits (a worker's analysis, a queued admission): a
+ * chain of async functions here cost ~8 KB of allocation per request (suspended frames,
+ * promises, closures), the largest share of the router's own. One object per request, one
+ * {@link Attempt} per try.
+ *
+ * Every path ends in {@link Exchange.finish}, once: it frees the admission slot, the key's
+ * concurrency and the pooled body.
+ */
+export class Exchange {
+  model = "";
+  analysisStart = 0;
+  // Set by `#admit`, before any later stage runs:
+  analysis!: OkAnalysis;
+  resolution!: RouteResolution;
+  /** Routable replicas when the request was admitted (the first pick's candidates). */
+  routable: readonly ReplicaRoute[] = [];
+  /** Aborted when the client goes away; that must reach the upstream. */
+  signal!: ClientGone;
+  /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
+  upstreamMayBeReading = false;
+  /**
+   * Whether attempts count a stream's events: only where they can settle the key (a tpm key
+   * and no output limit, so the reservation is the flat default). Otherwise the reservation
+   * already bounds the answer, and counting would be one more pass over every byte.
+   */
+  countEvents = false;
+  /** Whether every attempt so far was refused for the router's engine key. */
+  #keyRefusedOnly = true;
+  /** Replicas that failed before answering. */
+  #tried: Set<string> | undefined;
+  /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
+  #lease: KeyLease | undefined;
+  #slotRelease: (() => void) | undefined;
+  #finished = false;
+
+  constructor(
+    readonly core: RouterCore,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly endpoint: string,
+    readonly requestId: string,
+    readonly started: number,
+    readonly ctx: RequestContext,
+    readonly key: ApiKeyInfo,
+    /** The request body, read (pooled from 16 KiB on) and not changed since. */
+    readonly body: Uint8Array,
+    readonly pooled: boolean,
+  ) {}
+
+  /** Starts the request: every later stage follows from here. */
+  analyse(): void {
+    try {
+      this.analysisStart = performance.now();
+      const analysis = this.core.analyzer.analyze(this.body, this.pooled);
+      if (analysis instanceof Promise) {
+        analysis.then(
+          (a) => this.#admit(a),
+          (error: unknown) => this.fail(error),
+        );
+      } else {
+        this.#admit(analysis);
+      }
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  #admit(analysis: RequestAnalysis): void {
+    try {
+      const { ctx, key, endpoint, core } = this;
+      const { metrics, picker } = core;
+      if (analysis.mode === "pool") {
+        const load = core.analyzer.poolLoad();
+        metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
+      }
+      if (!analysis.ok) {
+        throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
+      }
+      this.analysis = analysis;
+      const model = analysis.model;
+      ctx.stream = analysis.stream;
+      if (key.models !== undefined && !key.models.includes(model)) {
+        throw new RejectedError(
+          "forbidden_model",
+          `The model \`${model}\` does not exist or you do not have access to it.`,
+          undefined,
+          "model",
+        );
+      }
+      const resolution = core.routeTable.resolve(model);
+      if (resolution === undefined) {
+        throw new RejectedError(
+          "unknown_model",
+          `The model \`${model}\` does not exist or you do not have access to it.`,
+          undefined,
+          "model",
+        );
+      }
+      core.seenModels.add(model);
+      this.model = model;
+      this.resolution = resolution;
+      ctx.model = model;
+      metrics.bytes(model, endpoint, "in", this.body.length);
+      const routable = picker.routable(resolution);
+      this.routable = routable;
+      metrics.replicasAvailable(model, routable.length);
+      let capacity = 0;
+      for (const r of routable) capacity += Math.max(1, r.capacity);
+      if (capacity === 0) {
+        if (resolution.loading) {
+          throw new RejectedError("model_loading", `model ${model} is loading; retry shortly`, 5);
+        }
+        throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
+      }
+      const limit = core.limiter.acquire(key, analysis.estimatedTokens);
+      if (!limit.ok && limit.retryAfterSeconds === undefined) {
+        // No Retry-After: no wait would ever admit it.
+        throw new RejectedError(
+          "tpm",
+          `request reserves ${limit.reserved} tokens, more than API key ${key.name}'s tpm of ${limit.tpm}; lower max_tokens / max_completion_tokens (or n / best_of)`,
+          undefined,
+          undefined,
+          key.name,
+        );
+      }
+      if (!limit.ok) {
+        throw new RejectedError(
+          limit.reason,
+          `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
+          limit.retryAfterSeconds,
+          undefined,
+          key.name,
+        );
+      }
+      this.#lease = limit;
+      this.countEvents = key.tpm !== undefined && analysis.maxTokens === undefined;
+      metrics.inFlight(model, 1);
+      const signal = new ClientGone();
+      this.signal = signal;
+      ctx.clientGone = signal; // aborted by the request's one "close" listener (handler.ts)
+      const outcome = core.admission.admit(resolution.deployment, key.id, capacity, signal);
+      if (outcome instanceof Promise) {
+        const queuedAt = performance.now();
+        metrics.queueDepth(model, core.admission.stats(resolution.deployment).queued);
+        outcome.then(
+          (o) => this.#admitted(o, queuedAt),
+          (error: unknown) => this.fail(error),
+        );
+      } else {
+        this.#admitted(outcome, undefined);
+      }
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  #admitted(outcome: AdmissionOutcome, queuedAt: number | undefined): void {
+    try {
+      const { model, resolution, core } = this;
+      const metrics = core.metrics;
+      if (queuedAt !== undefined) {
+        // The wait may have changed who is routable.
+        this.routable = core.picker.routable(resolution);
+        metrics.queueDepth(model, core.admission.stats(resolution.deployment).queued);
+        metrics.queueWait(
+          model,
+          (performance.now() - queuedAt) / 1000,
+          outcome.admitted ? "admitted" : outcome.reason === "aborted" ? "cancelled" : "timed_out",
+        );
+      }
+      if (!outcome.admitted) {
+        if (outcome.reason === "aborted") {
+          metrics.clientDisconnect(model, "queued");
+          this.finish();
+          return;
+        }
+        throw new RejectedError(
+          outcome.reason,
+          outcome.reason === "queue_full"
+            ? `model ${model} is at capacity and its queue is full`
+            : `model ${model} is at capacity; the request waited too long in the queue`,
+          outcome.retryAfterSeconds,
+        );
+      }
+      this.#slotRelease = outcome.release;
+      new Attempt(this, this.#pick()).start();
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  /** The first pick, recorded as the request's routing decision. */
+  #pick(): PickDecision {
+    const { analysis, resolution, core } = this;
+    const decision = core.picker.pick(resolution, analysis.chain, NONE_TRIED, this.routable);
+    core.metrics.decision({
+      model: this.model,
+      policy: resolution.policy,
+      replicaId: decision?.replica.id ?? "",
+      seconds: (performance.now() - this.analysisStart) / 1000,
+      score: decision?.score ?? 0,
+      prefixBlocks: decision?.prefixBlocks ?? 0,
+      chainLength: analysis.chain.length,
+      affinityVoided: decision?.affinityVoided ?? false,
+      missingLoadSignals: decision?.missingLoadSignals ?? false,
+      mode: analysis.mode,
+    });
+    if (decision === undefined) {
+      throw new RejectedError("no_ready_replica", `no replica of model ${this.model} has room`, 1);
+    }
+    return decision;
+  }
+
+  /**
+   * Called once per attempt. A connect failure or refusal before any byte is tried once more
+   * on the next-best replica not tried yet.
+   */
+  attemptEnded(result: AttemptResult, replicaId: string): void {
+    try {
+      if (result.kind === "done") {
+        this.finish();
+        return;
+      }
+      const tried = this.#tried ?? new Set<string>();
+      this.#tried = tried;
+      tried.add(replicaId);
+      if (!result.keyRefused) this.#keyRefusedOnly = false;
+      if (!result.retryable) {
+        sendError(
+          this.res,
+          result.timeout ? FAILURE_HTTP.upstreamTimeout : FAILURE_HTTP.upstreamUnavailable,
+          result.message,
+          { requestId: this.requestId },
+        );
+        this.finish();
+        return;
+      }
+      const decision =
+        tried.size < 2
+          ? this.core.picker.pick(this.resolution, this.analysis.chain, tried)
+          : undefined;
+      if (decision !== undefined) {
+        this.core.metrics.retry(this.model);
+        // Not from inside the failed dispatch's own callback.
+        queueMicrotask(() => {
+          try {
+            new Attempt(this, decision).start();
+          } catch (error) {
+            this.fail(error);
+          }
+        });
+        return;
+      }
+      if (this.#keyRefusedOnly) {
+        // The key arrives with the replica's next heartbeat: worth retrying shortly.
+        sendError(
+          this.res,
+          FAILURE_HTTP.engineKeyRefused,
+          tried.size === 1 ? result.message : `every replica tried: ${result.message}`,
+          { requestId: this.requestId, retryAfterSeconds: 1 },
+        );
+      } else {
+        sendError(
+          this.res,
+          FAILURE_HTTP.upstreamUnavailable,
+          `no replica of model ${this.model} could be reached: ${result.message}`,
+          { requestId: this.requestId },
+        );
+      }
+      this.finish();
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  /**
+   * Records the answer's `usage` and settles the key's tpm reservation with it (prompt +
+   * completion; an embedding has prompt tokens only). A stream that reports no usage is
+   * settled with its events as a lower bound of what it generated (less the role-only first
+   * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
+   * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
+   * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
+   * for what it was sent.
+   */
+  settleUsage(tail: string, sseEvents: number): void {
+    const metrics = this.core.metrics;
+    const prompt = readUsageCount(tail, "prompt_tokens");
+    const completion = readUsageCount(tail, "completion_tokens");
+    if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
+    if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
+    const lease = this.#lease;
+    if (lease === undefined) return;
+    if (prompt !== undefined && (completion !== undefined || this.endpoint === "/v1/embeddings")) {
+      lease.settle(prompt + (completion ?? 0));
+      return;
+    }
+    const { estimatedTokens, maxTokens, choices } = this.analysis;
+    const floor =
+      estimatedTokens -
+      (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1) +
+      sseEvents -
+      2;
+    if (floor > estimatedTokens) lease.settle(floor);
+  }
+
+  /** Ends the request with `error`'s answer (see {@link answerError}). */
+  fail(error: unknown): void {
+    this.finish();
+    try {
+      answerError(this.core, this.req, this.res, this.ctx, this.requestId, error);
+    } catch (unexpected) {
+      // Called from promise callbacks too: nothing may escape into an unhandled rejection.
+      this.core.log({
+        event: "internal_error",
+        requestId: this.requestId,
+        error: String(unexpected),
+      });
+      this.res.destroy();
+    }
+  }
+
+  /** Frees what the request holds; idempotent. */
+  finish(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    this.#slotRelease?.();
+    if (this.#lease !== undefined) {
+      this.#lease.release();
+      this.core.metrics.inFlight(this.model, -1);
+    }
+    // Recycled unless an upstream answered an error, perhaps before reading the whole body:
+    // its socket could still be writing from this buffer. A 2xx means the engine read it.
+    if (this.pooled && !this.upstreamMayBeReading) this.core.analyzer.buffers.give(this.body);
+  }
+}

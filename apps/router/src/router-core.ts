@@ -1,0 +1,204 @@
+/**
+ * What every request of one router handler shares: the routing state, the picker, admission,
+ * the key limiter, the analyzer, the metrics sink, the log and the upstream pools. One object,
+ * made once per handler and handed to each {@link Exchange} explicitly, so the request path is
+ * module-scope code a test can drive with its own upstream dispatcher.
+ */
+import {
+  type AdmissionController,
+  type ApiKeyStore,
+  createAdmissionController,
+  createKeyLimiter,
+  createReplicaPicker,
+  createRequestAnalyzer,
+  type KeyLimiter,
+  noopRouterMetrics,
+  type ReplicaPicker,
+  type RequestAnalyzer,
+  type RouterMetricsSink,
+  type RouteTable,
+} from "@llmgw/router";
+import { Pool } from "undici";
+import type { ResolvedRouterServiceOptions } from "./options.js";
+
+/** One upstream request, as an {@link Attempt} hands it to {@link UpstreamDispatcher.dispatch}. */
+export interface UpstreamRequest {
+  /** The replica's base-URL path prefix plus the client's request URL. */
+  readonly path: string;
+  readonly method: "POST";
+  readonly headers: Record<string, string>;
+  /** The client's body, unchanged (perhaps a pooled buffer). */
+  readonly body: Uint8Array;
+}
+
+/**
+ * The callbacks of undici's raw dispatch handler that an {@link Attempt} implements, in the
+ * order undici calls them: `onConnect` once, then `onHeaders`, `onData`…, and `onComplete`,
+ * or `onError` at any point after `onConnect` (also after `abort` was called).
+ */
+export interface UpstreamHandler {
+  /** `abort(reason)` cancels the request; undici then reports it through `onError(reason)`. */
+  onConnect(abort: (reason: Error) => void): void;
+  /** Returns false to pause the upstream until `resume()` is called. */
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean;
+  /** Returns false to pause the upstream until `resume()` is called. */
+  onData(chunk: Buffer): boolean;
+  onComplete(): void;
+  onError(error: Error): void;
+}
+
+/** The shape of undici's `Dispatcher.dispatch` that the router uses (a `Pool` is one). */
+export interface UpstreamDispatcher {
+  dispatch(request: UpstreamRequest, handler: UpstreamHandler): unknown;
+}
+
+/** Dispatchers per replica base URL. */
+export interface UpstreamPools {
+  /** The dispatcher for `baseUrl`, made on first use. Throws on a malformed URL. */
+  poolFor(baseUrl: string): UpstreamDispatcher;
+  /** Closes the dispatchers of base URLs not in `live` (replicas that left the table). */
+  retain(live: ReadonlySet<string>): void;
+  /** Destroys every dispatcher. */
+  close(): Promise<void>;
+}
+
+/** One undici `Pool` per replica origin, with the router's upstream timeouts. */
+export function createUndiciPools(options: ResolvedRouterServiceOptions): UpstreamPools {
+  const pools = new Map<string, Pool>();
+  return {
+    poolFor(baseUrl) {
+      let pool = pools.get(baseUrl);
+      if (pool === undefined) {
+        pool = new Pool(new URL(baseUrl).origin, {
+          connections: options.upstreamConnections,
+          connectTimeout: options.upstreamConnectTimeoutMs,
+          headersTimeout: options.upstreamHeadersTimeoutMs,
+          bodyTimeout: options.upstreamBodyTimeoutMs,
+          keepAliveTimeout: 30_000,
+        });
+        pools.set(baseUrl, pool);
+      }
+      return pool;
+    },
+    retain(live) {
+      for (const [baseUrl, pool] of pools) {
+        if (live.has(baseUrl)) continue;
+        pools.delete(baseUrl);
+        void pool.close().catch(() => {});
+      }
+    },
+    async close() {
+      await Promise.all([...pools.values()].map((p) => p.destroy().catch(() => {})));
+      pools.clear();
+    },
+  };
+}
+
+/** Inputs of {@link createRouterCore}. */
+export interface RouterCoreOptions {
+  readonly routeTable: RouteTable;
+  /** Required unless `options.noAuth`. */
+  readonly apiKeys?: ApiKeyStore;
+  /** Default: records nothing. */
+  readonly metrics?: RouterMetricsSink;
+  readonly options: ResolvedRouterServiceOptions;
+  /** Default: drops every event. */
+  readonly log?: (event: Readonly<Record<string, unknown>>) => void;
+  /** Default: {@link createUndiciPools}. Tests pass their own dispatchers. */
+  readonly pools?: UpstreamPools;
+}
+
+/** The shared state of one router handler (see the top of this file). */
+export interface RouterCore {
+  readonly options: ResolvedRouterServiceOptions;
+  readonly routeTable: RouteTable;
+  /** Undefined only with `options.noAuth`. */
+  readonly apiKeys: ApiKeyStore | undefined;
+  readonly picker: ReplicaPicker;
+  readonly admission: AdmissionController;
+  readonly limiter: KeyLimiter;
+  readonly analyzer: RequestAnalyzer;
+  readonly metrics: RouterMetricsSink;
+  readonly log: (event: Readonly<Record<string, unknown>>) => void;
+  readonly pools: UpstreamPools;
+  /** Replica id → served model name, for replica-scoped metric labels (bounded by replicas). */
+  readonly replicaModel: Map<string, string>;
+  /** Models requests have named, whose replicas the route-table listener keeps books on. */
+  readonly seenModels: Set<string>;
+  /** Unix seconds, the `created` of every `/v1/models` entry. */
+  readonly createdAt: number;
+  /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
+  close(): Promise<void>;
+}
+
+/**
+ * Builds the core and subscribes it to the route table: new replicas (or capacity changes) must
+ * reach queued requests, and replicas that left the table lose their pool, their routing state
+ * and their metric series (replica ids come and go with deployments, and neither the shared
+ * in-flight slots nor the series may pile up). Throws a `TypeError` without `apiKeys` unless
+ * `options.noAuth`.
+ */
+export function createRouterCore(input: RouterCoreOptions): RouterCore {
+  const { options, routeTable } = input;
+  if (!options.noAuth && input.apiKeys === undefined) {
+    throw new TypeError("createRouterHandler: apiKeys is required unless options.noAuth is set");
+  }
+  const metrics = input.metrics ?? noopRouterMetrics;
+  const log = input.log ?? (() => {});
+  const replicaModel = new Map<string, string>();
+  const seenModels = new Set<string>();
+  const picker = createReplicaPicker({
+    ...options.picker,
+    health: {
+      ...options.picker.health,
+      onCircuitChange: (replicaId, from, to) => {
+        metrics.circuitState(replicaModel.get(replicaId) ?? "", replicaId, to);
+        log({ event: "circuit", replica: replicaId, from, to });
+        options.picker.health?.onCircuitChange?.(replicaId, from, to);
+      },
+    },
+  });
+  const admission = createAdmissionController(options.admission);
+  const analyzer = createRequestAnalyzer(options.analyzer);
+  const pools = input.pools ?? createUndiciPools(options);
+  const unsubscribe = routeTable.subscribe(() => {
+    const liveUrls = new Set<string>();
+    const liveIds = new Set<string>();
+    for (const model of seenModels) {
+      const resolution = routeTable.resolve(model);
+      if (resolution === undefined) continue;
+      for (const r of resolution.replicas) {
+        liveUrls.add(r.baseUrl);
+        liveIds.add(r.id);
+      }
+      admission.setCapacity(resolution.deployment, picker.capacity(resolution));
+    }
+    pools.retain(liveUrls);
+    for (const [id, model] of replicaModel) {
+      if (liveIds.has(id)) continue;
+      replicaModel.delete(id);
+      picker.forget(id);
+      metrics.replicaGone(model, id);
+    }
+  });
+  return {
+    options,
+    routeTable,
+    apiKeys: input.apiKeys,
+    picker,
+    admission,
+    limiter: createKeyLimiter(options.clock === undefined ? {} : { clock: options.clock }),
+    analyzer,
+    metrics,
+    log,
+    pools,
+    replicaModel,
+    seenModels,
+    createdAt: Math.floor(Date.now() / 1000),
+    async close() {
+      unsubscribe();
+      await analyzer.close();
+      await pools.close();
+    },
+  };
+}
