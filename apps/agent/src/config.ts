@@ -2,6 +2,11 @@ import { isDiscoveryError, parsePortThresholds } from "@llmgw/discovery";
 import { ENGINE_ENV_NAME, engineEnvRefusal } from "@llmgw/engines";
 import { z } from "zod";
 import { AgentError } from "./errors.js";
+import {
+  DEFAULT_LOAD_INTERVAL_MS,
+  MAX_LOAD_INTERVAL_MS,
+  MIN_LOAD_INTERVAL_MS,
+} from "./load-reporter.js";
 
 /** A variable name the operator may add to the engine env allow-list. */
 const allowableEnvName = z
@@ -114,7 +119,23 @@ export const agentConfigSchema = z.object({
   portHealthIntervalMs: z.number().int().positive().default(5_000),
   /** Discovery re-reads GPU readings this often. */
   readingsIntervalMs: z.number().int().positive().default(10_000),
-  loadScrapeIntervalMs: z.number().int().positive().default(2_000),
+  /**
+   * `--load-interval MS`: each ready engine's `/metrics` is scraped this often, and what
+   * changed is reported to the control plane right after (`ReportLoad`), so that routers see
+   * engine load within a second. 100..60 000 ms.
+   */
+  loadScrapeIntervalMs: z
+    .number({ error: "must be a whole number of milliseconds (--load-interval)" })
+    .int("must be a whole number of milliseconds (--load-interval)")
+    .min(
+      MIN_LOAD_INTERVAL_MS,
+      `must be ${MIN_LOAD_INTERVAL_MS}..${MAX_LOAD_INTERVAL_MS} ms (--load-interval)`,
+    )
+    .max(
+      MAX_LOAD_INTERVAL_MS,
+      `must be ${MIN_LOAD_INTERVAL_MS}..${MAX_LOAD_INTERVAL_MS} ms (--load-interval)`,
+    )
+    .default(DEFAULT_LOAD_INTERVAL_MS),
   probeIntervalMs: z.number().int().positive().default(1_000),
   probeTimeoutMs: z.number().int().positive().default(2_000),
   defaultLoadingDeadlineMs: z

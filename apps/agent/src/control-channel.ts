@@ -11,7 +11,10 @@ import {
   type Port,
   type Problem,
   RegisterRequestSchema,
+  type ReplicaLoadReport,
   type ReplicaStatus,
+  ReportLoadRequestSchema,
+  type ReportLoadResponse,
 } from "@llmgw/proto";
 import { type Clock, systemClock } from "@llmgw/supervisor";
 import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
@@ -107,6 +110,8 @@ export class ControlChannel {
   private beatPending = false;
   /** When the last heartbeat started (clock ms); undefined before the first. */
   private lastBeatStartedMs: number | undefined;
+  /** Successful Registers in this process. */
+  private registered = 0;
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -125,6 +130,39 @@ export class ControlChannel {
 
   get nodeId(): string | undefined {
     return this.identity?.nodeId;
+  }
+
+  /**
+   * How many times this channel has registered (0 while it runs on the identity a previous
+   * agent saved): a change means a new credential, and possibly a control plane that knows
+   * nothing of what was sent before.
+   */
+  get registrations(): number {
+    return this.registered;
+  }
+
+  /**
+   * Sends fresh engine load (`ReportLoad`) with the node credential, beside the heartbeats
+   * and never instead of them: the call is independent of the heartbeat loop, and its
+   * failures are the caller's to handle (the heartbeat path alone re-registers). Rejects with
+   * `Unauthenticated` when the channel holds no credential. Deadline: `callTimeoutMs`.
+   */
+  reportLoad(
+    replicas: readonly ReplicaLoadReport[],
+    signal?: AbortSignal,
+  ): Promise<ReportLoadResponse> {
+    const identity = this.identity;
+    if (!identity) {
+      return Promise.reject(new ConnectError("not registered", Code.Unauthenticated));
+    }
+    return this.client.reportLoad(
+      create(ReportLoadRequestSchema, { nodeId: identity.nodeId, replicas: [...replicas] }),
+      {
+        headers: { authorization: `Bearer ${identity.credential}` },
+        timeoutMs: this.options.callTimeoutMs,
+        ...(signal === undefined ? {} : { signal }),
+      },
+    );
   }
 
   /**
@@ -287,6 +325,7 @@ export class ControlChannel {
       credential: response.nodeCredential,
       controlPlaneUrl: this.options.controlPlaneUrl,
     };
+    this.registered += 1;
     if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
     // A (possibly new) node: its first desired set is applied whatever its generation.
     this.generationApplied = undefined;

@@ -20,11 +20,21 @@ export {
   type InventoryOptions,
   inventoryToJson,
 } from "./inventory.js";
+export {
+  DEFAULT_LOAD_INTERVAL_MS,
+  LoadReporter,
+  type LoadReporterOptions,
+  type LoadReporterState,
+  type LoadReportSink,
+  MAX_LOAD_INTERVAL_MS,
+  MIN_LOAD_INTERVAL_MS,
+} from "./load-reporter.js";
 export { createEngineProbes } from "./probes.js";
 export {
   type EngineLoadSignals,
   type EngineProbes,
   freePort,
+  type ReplicaLoadSample,
   ReplicaManager,
   type ReplicaManagerOptions,
 } from "./replica-manager.js";

@@ -92,12 +92,22 @@ describe("ReplicaManager load scraping", () => {
         served: number;
       };
 
-    manager.startLoadScraping(20);
+    expect(manager.loadSamples(), "not scraped yet: no sample").toEqual([]);
+    // What the load reporter sees after each round.
+    const seen: ReturnType<ReplicaManager["loadSamples"]>[] = [];
+    manager.startLoadScraping(20, () => seen.push(manager.loadSamples()));
     // Three slow scrapes take ≥ 900 ms: about 45 ticks, all but three of them skipped.
     await expect
       .poll(async () => (await stats()).served, { timeout: 10_000 })
       .toBeGreaterThanOrEqual(3);
     expect((await stats()).peak).toBe(1);
     expect(manager.statuses()[0]?.load).toMatchObject({ running: 0, kvCacheUsage: 0 });
+    await expect.poll(() => seen.at(-1)?.length).toBe(1);
+    expect(seen.at(-1)?.[0]).toEqual({
+      replicaId: "m-0",
+      // The sample has no waiting gauge: absent, not 0.
+      load: { running: 0, kvCacheUsage: 0, prefixCacheHitRate: 61216 / 123362 },
+      scrapedAtMs: expect.any(Number),
+    });
   });
 });

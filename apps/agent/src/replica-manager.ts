@@ -42,6 +42,15 @@ import { createRedactor } from "./redact.js";
 /** Load signals of one engine; every field absent when not reported. */
 export type EngineLoadSignals = EngineLoad;
 
+/** The last load scrape of one ready rank-0 engine (see {@link ReplicaManager.loadSamples}). */
+export interface ReplicaLoadSample {
+  readonly replicaId: string;
+  /** What the engine reported; undefined when the scrape failed or it reported no signal. */
+  readonly load: EngineLoadSignals | undefined;
+  /** When the scrape finished (epoch ms). */
+  readonly scrapedAtMs: number;
+}
+
 /** How the agent asks an engine whether it is up and loaded, and how busy it is. */
 export interface EngineProbes {
   /** One readiness probe against `baseUrl` (health + models), with the engine's key if any. */
@@ -100,6 +109,8 @@ interface Managed {
   stateSinceMs: number;
   message: string;
   load: EngineLoadSignals | undefined;
+  /** When {@link load} was last scraped (epoch ms); undefined until a scrape while ready. */
+  loadScrapedAtMs: number | undefined;
   restarts: number;
   /**
    * The API key of the serving engine process running now, drawn at its launch (see
@@ -351,6 +362,7 @@ export class ReplicaManager {
         stateSinceMs: Date.now(),
         message: "",
         load: undefined,
+        loadScrapedAtMs: undefined,
         restarts: 0,
         apiKey: apiKeyEnv === undefined ? undefined : apiKey,
       };
@@ -360,7 +372,10 @@ export class ReplicaManager {
         if (t.to === "starting" && t.from === "exited" && t.reason.startsWith("restart")) {
           managed.restarts += 1;
         }
-        if (t.to !== "ready") managed.load = undefined;
+        if (t.to !== "ready") {
+          managed.load = undefined;
+          managed.loadScrapedAtMs = undefined;
+        }
       });
       this.#rejected.delete(key);
       this.#managed.set(key, managed);
@@ -446,33 +461,70 @@ export class ReplicaManager {
    * at that tick: a slow `/metrics` (a busy engine, a scrape timeout longer than the
    * interval) then costs one connection, not one more every interval. A scrape that fails
    * leaves the engine's load unknown until one succeeds. Calling it again restarts the timer.
+   *
+   * `onScraped` (the load reporter) runs once the scrapes a tick started have all finished,
+   * and at the start of every tick, so that the result of a scrape slower than the interval
+   * goes out at the next tick instead of waiting for a round it did not start in. It reads
+   * {@link loadSamples}; a throw is logged, never stops the scraping.
    */
-  startLoadScraping(intervalMs: number): void {
+  startLoadScraping(intervalMs: number, onScraped?: () => void): void {
     const scrape = async (managed: Managed) => {
       const url = `http://${this.#localHost}:${managed.apiPort}${managed.launch.metricsPath}`;
+      let load: EngineLoadSignals | undefined;
       try {
-        managed.load = await this.options.probes.scrapeLoad(
+        load = await this.options.probes.scrapeLoad(
           url,
           this.options.probeTimeoutMs,
           managed.apiKey,
         );
       } catch {
-        managed.load = undefined;
+        load = undefined;
       } finally {
         this.#scraping.delete(managed);
       }
+      // A replica that stopped being ready during the scrape keeps its load cleared.
+      if (managed.replica.state !== "ready") return;
+      managed.load = load;
+      managed.loadScrapedAtMs = Date.now();
+    };
+    const notify = () => {
+      if (onScraped === undefined) return;
+      try {
+        onScraped();
+      } catch (error) {
+        this.options.logger.warn("handing on engine load failed", {
+          error: (error as Error).message,
+        });
+      }
     };
     const tick = () => {
+      notify();
+      const round: Promise<void>[] = [];
       for (const managed of this.#managed.values()) {
         if (managed.replica.state !== "ready" || managed.launch.apiPort === undefined) continue;
         if (this.#scraping.has(managed)) continue;
         this.#scraping.add(managed);
-        void scrape(managed);
+        round.push(scrape(managed));
       }
+      if (round.length > 0) void Promise.all(round).then(notify);
     };
     if (this.#loadTimer) clearInterval(this.#loadTimer);
     this.#loadTimer = setInterval(tick, intervalMs);
     this.#loadTimer.unref();
+  }
+
+  /**
+   * The last scrape of every ready rank-0 replica scraped since it became ready: what the
+   * load reporter compares with what it last sent. A replica not ready is left out (its state
+   * goes with the heartbeat), and so is one not scraped yet.
+   */
+  loadSamples(): ReplicaLoadSample[] {
+    const out: ReplicaLoadSample[] = [];
+    for (const m of this.#managed.values()) {
+      if (m.replica.state !== "ready" || m.loadScrapedAtMs === undefined) continue;
+      out.push({ replicaId: m.key, load: m.load, scrapedAtMs: m.loadScrapedAtMs });
+    }
+    return out;
   }
 
   /** Pids of every engine this agent manages (discovery must not flag their GPU memory). */

@@ -31,6 +31,7 @@ import { engineProcessOf } from "./engine-pids.js";
 import { AgentError } from "./errors.js";
 import { createGpuReadingMemory, loadGpuMemory, saveGpuMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
+import { LoadReporter } from "./load-reporter.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
 
@@ -208,7 +209,6 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   });
   const adopted = await manager.adoptPrevious();
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });
-  manager.startLoadScraping(config.loadScrapeIntervalMs);
 
   let readings: readonly Gpu[] = inventory.gpus;
   let readingProblems: readonly Problem[] = inventory.problems;
@@ -319,6 +319,16 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     },
   );
   beatSoon = () => channel.beatSoon();
+  // Engine load goes to the control plane right after each scrape round (ReportLoad), besides
+  // riding on every heartbeat; the control plane may ask for another interval.
+  const loadReporter: LoadReporter = new LoadReporter({
+    sink: channel,
+    samples: () => manager.loadSamples(),
+    logger,
+    intervalMs: config.loadScrapeIntervalMs,
+    onInterval: (ms) => manager.startLoadScraping(ms, () => loadReporter.reportChanges()),
+  });
+  manager.startLoadScraping(config.loadScrapeIntervalMs, () => loadReporter.reportChanges());
   const done = channel.run(abort.signal);
 
   /**
@@ -385,6 +395,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       onKernelFault = () => {};
       await watcher?.close();
       await done;
+      await loadReporter.close();
       await manager.close(options.stopEngines ?? config.stopEngines);
     },
   };

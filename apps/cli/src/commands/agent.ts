@@ -53,6 +53,8 @@ Options:
                             (env LLMGW_MODEL_ROOT)
   --allow-trust-remote-code let deployments with trustRemoteCode run here: the engine then
                             runs the model repository's Python (env LLMGW_ALLOW_TRUST_REMOTE_CODE=1)
+  --load-interval MS        scrape each engine's /metrics and report changed load to the
+                            control plane this often (100..60000, default 500)
 `;
 
 /** Variables engines inherit from the agent; everything else is set explicitly. */
@@ -107,6 +109,7 @@ export const command: Command = {
       "allow-engine-env": { type: "string", multiple: true },
       "model-root": { type: "string" },
       "allow-trust-remote-code": { type: "boolean" },
+      "load-interval": { type: "string" },
     });
     const controlPlaneUrl = values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE;
     const joinToken = values["join-token"] ?? io.env.LLMGW_JOIN_TOKEN;
@@ -151,6 +154,9 @@ export const command: Command = {
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
       ...(modelRoot ? { modelRoot } : {}),
+      ...(values["load-interval"] === undefined
+        ? {}
+        : { loadScrapeIntervalMs: Number(values["load-interval"]) }),
       allowTrustRemoteCode:
         values["allow-trust-remote-code"] === true || io.env.LLMGW_ALLOW_TRUST_REMOTE_CODE === "1",
       engines: {

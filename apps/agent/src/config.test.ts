@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+import { parseAgentConfig } from "./config.js";
+
+const base = {
+  controlPlaneUrl: "http://127.0.0.1:7070",
+  joinToken: "j".repeat(20),
+  stateDir: "/tmp/llmgw-agent",
+};
+
+describe("loadScrapeIntervalMs (--load-interval)", () => {
+  it("defaults to 500 ms", () => {
+    expect(parseAgentConfig(base).loadScrapeIntervalMs).toBe(500);
+  });
+
+  it.each([100, 500, 2_000, 60_000])("accepts %i ms", (ms) => {
+    expect(parseAgentConfig({ ...base, loadScrapeIntervalMs: ms }).loadScrapeIntervalMs).toBe(ms);
+  });
+
+  it.each([
+    [99, "must be 100..60000 ms (--load-interval)"],
+    [0, "must be 100..60000 ms (--load-interval)"],
+    [60_001, "must be 100..60000 ms (--load-interval)"],
+    [250.5, "must be a whole number of milliseconds (--load-interval)"],
+    // What the CLI passes for `--load-interval 1s` (Number("1s")).
+    [Number.NaN, "must be a whole number of milliseconds (--load-interval)"],
+  ])("refuses %d: %s", (ms, message) => {
+    expect(() => parseAgentConfig({ ...base, loadScrapeIntervalMs: ms })).toThrow(
+      `invalid agent configuration: loadScrapeIntervalMs: ${message}`,
+    );
+  });
+});
