@@ -32,6 +32,7 @@ import {
   ReplicaSchema,
   ReplicaState,
   type ReplicaStatus,
+  ReplicaStatusSchema,
 } from "@llmgw/proto";
 import type {
   KeyGrant,
@@ -66,6 +67,7 @@ import type {
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
+  ReplicaStatusRecord,
 } from "../store/types.js";
 import { validateAdvertiseAddress } from "./agent-limits.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
@@ -359,6 +361,53 @@ type ChangeListener = () => void;
 
 const statusKey = (replicaId: string, rank: number) => `${replicaId}#${rank}`;
 
+/** What the store keeps of a rank's status (see {@link ReplicaStatusRecord}). */
+function statusRecord(nodeId: string, s: ReplicaStatus): ReplicaStatusRecord {
+  return {
+    replicaId: s.replicaId,
+    rank: s.rank,
+    nodeId,
+    state: replicaStateName(s.state),
+    ...(s.apiPort === undefined ? {} : { apiPort: s.apiPort }),
+    stateSinceMs: Number(s.stateSinceUnixMs),
+    specHash: s.specHash,
+    revision: Number(s.revision),
+    ...(s.pid === undefined ? {} : { pid: s.pid }),
+    ...(s.startedAtUnixMs === undefined ? {} : { startedAtMs: Number(s.startedAtUnixMs) }),
+  };
+}
+
+/** True when `next` differs from `before` in a field the store keeps. */
+function keptFieldsChanged(before: ReplicaStatus | undefined, next: ReplicaStatus): boolean {
+  return (
+    before === undefined ||
+    before.state !== next.state ||
+    before.apiPort !== next.apiPort ||
+    before.stateSinceUnixMs !== next.stateSinceUnixMs ||
+    before.specHash !== next.specHash ||
+    before.revision !== next.revision ||
+    before.pid !== next.pid ||
+    before.startedAtUnixMs !== next.startedAtUnixMs
+  );
+}
+
+/** A stored status as the agent last reported it (without load, logs or message). */
+function statusFromRecord(r: ReplicaStatusRecord): ReplicaStatus | undefined {
+  const state = ReplicaState[r.state.toUpperCase() as keyof typeof ReplicaState];
+  if (typeof state !== "number") return undefined;
+  return create(ReplicaStatusSchema, {
+    replicaId: r.replicaId,
+    rank: r.rank,
+    state,
+    ...(r.apiPort === undefined ? {} : { apiPort: r.apiPort }),
+    stateSinceUnixMs: BigInt(r.stateSinceMs),
+    specHash: r.specHash,
+    revision: BigInt(r.revision),
+    ...(r.pid === undefined ? {} : { pid: r.pid }),
+    ...(r.startedAtMs === undefined ? {} : { startedAtUnixMs: BigInt(r.startedAtMs) }),
+  });
+}
+
 const NODE_STATE_TO_PROTO: Record<NodeState, ProtoNodeState> = {
   ready: ProtoNodeState.READY,
   unreachable: ProtoNodeState.UNREACHABLE,
@@ -487,6 +536,8 @@ export class Cluster {
   #eventsDropped = 0;
   /** True when the last placement write failed: the store's placements are stale. */
   #placementsUnsaved = false;
+  /** True when a replica status write failed: the store's statuses are stale until a tick. */
+  #statusesUnsaved = false;
   readonly #changeListeners = new Set<ChangeListener>();
   #version = 0;
   #reconcilePending: string[] | undefined;
@@ -556,7 +607,88 @@ export class Cluster {
       // heartbeats (its replicas stay placed), lost if it never does.
       this.#nodes.set(record.id, newLiveNode(record, inventory, "unreachable", now));
     }
+    this.#restoreStatuses();
     this.#reconcile("control plane started", { quietIfUnchanged: true });
+  }
+
+  /**
+   * Gives each node the statuses it last reported for its placed ranks, so that routers keep
+   * the replicas that were ready before any agent has reported again. They hold until the
+   * node reports otherwise or is declared lost. Stored statuses of placements or nodes that
+   * are gone are deleted.
+   */
+  #restoreStatuses(): void {
+    const orphans: ReplicaStatusRecord[] = [];
+    let restored = 0;
+    for (const r of this.#o.store.listReplicaStatuses()) {
+      const node = this.#nodes.get(r.nodeId);
+      const status = statusFromRecord(r);
+      if (!node || !status || !this.#placedHere(r.replicaId, r.rank, node)) {
+        orphans.push(r);
+        continue;
+      }
+      node.statuses.set(statusKey(r.replicaId, r.rank), status);
+      restored++;
+    }
+    if (restored > 0)
+      this.#o.log?.(
+        `restored the last reported status of ${restored} replica rank${restored === 1 ? "" : "s"}; each holds until its node reports again or is lost`,
+      );
+    this.#saveStatuses(
+      [],
+      orphans.map((r) => [r.replicaId, r.rank]),
+    );
+  }
+
+  /**
+   * Writes status changes. Like placements, a failing store (a full disk) does not fail the
+   * heartbeat that brought them: the failure is logged and every status is written again at
+   * the next {@link tick} that finds the store writable.
+   */
+  #saveStatuses(
+    put: readonly ReplicaStatusRecord[],
+    remove: readonly (readonly [string, number | undefined])[],
+  ): void {
+    if (this.#statusesUnsaved || put.length + remove.length === 0) return;
+    try {
+      this.#o.store.transaction(() => {
+        for (const [replicaId, rank] of remove)
+          this.#o.store.deleteReplicaStatuses(replicaId, rank);
+        for (const r of put) this.#o.store.putReplicaStatus(r);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      this.#statusesUnsaved = true;
+      this.#o.log?.(
+        `replica statuses kept in memory only, written again at a tick once the store takes writes: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  /** Makes the stored statuses equal to those in memory; true when that worked. */
+  #resaveStatuses(): boolean {
+    const want = new Map<string, ReplicaStatusRecord>();
+    for (const node of this.#nodes.values()) {
+      for (const [key, s] of node.statuses) {
+        if (this.#placedHere(s.replicaId, s.rank, node))
+          want.set(key, statusRecord(node.record.id, s));
+      }
+    }
+    try {
+      this.#o.store.transaction(() => {
+        for (const r of this.#o.store.listReplicaStatuses()) {
+          const kept = want.get(statusKey(r.replicaId, r.rank));
+          if (kept?.nodeId !== r.nodeId) this.#o.store.deleteReplicaStatuses(r.replicaId, r.rank);
+        }
+        for (const r of want.values()) this.#o.store.putReplicaStatus(r);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      return false;
+    }
+    this.#statusesUnsaved = false;
+    this.#o.log?.(`replica statuses written to the state store again (${want.size})`);
+    return true;
   }
 
   // ---------------------------------------------------------------- agents
@@ -900,6 +1032,7 @@ export class Cluster {
   tick(): void {
     if (this.#unwrittenEvents.length > 0) this.#writeEvents();
     if (this.#placementsUnsaved) this.#resavePlacements();
+    if (this.#statusesUnsaved) this.#resaveStatuses();
     const now = this.#o.clock.now();
     let lost = false;
     for (const node of this.#nodes.values()) {
@@ -1016,6 +1149,8 @@ export class Cluster {
   ): boolean {
     let newlyFailed = false;
     let routing = false;
+    const put: ReplicaStatusRecord[] = [];
+    const remove: [string, number][] = [];
     const next = new Map<string, ReplicaStatus>();
     const reported = new Set<string>();
     for (const s of statuses) {
@@ -1035,13 +1170,11 @@ export class Cluster {
       }
       const before = node.statuses.get(key);
       next.set(key, s);
-      // What routers see of a rank: its state (with the others', the replica's) and rank 0's port.
-      if (
-        !routing &&
-        (before?.state !== s.state || before?.apiPort !== s.apiPort) &&
-        this.#placedHere(s.replicaId, s.rank, node)
-      )
-        routing = true;
+      if (keptFieldsChanged(before, s) && this.#placedHere(s.replicaId, s.rank, node)) {
+        put.push(statusRecord(node.record.id, s));
+        // What routers see of a rank: its state (with the others', the replica's) and rank 0's port.
+        if (before?.state !== s.state || before?.apiPort !== s.apiPort) routing = true;
+      }
       if (before?.state === s.state) continue;
       if (!this.#placements.has(s.replicaId)) continue;
       const failedNow = s.state === ReplicaState.FAILED;
@@ -1064,10 +1197,13 @@ export class Cluster {
       );
     }
     for (const [key, s] of node.statuses) {
-      if (!routing && !next.has(key) && this.#placedHere(s.replicaId, s.rank, node)) routing = true;
+      if (next.has(key) || !this.#placedHere(s.replicaId, s.rank, node)) continue;
+      routing = true;
+      remove.push([s.replicaId, s.rank]);
     }
     node.statuses = next;
     if (routing) this.#routingChange();
+    this.#saveStatuses(put, remove);
     // A retired engine the agent no longer reports is gone.
     for (const key of node.retired.keys()) if (!reported.has(key)) node.retired.delete(key);
     return newlyFailed;
@@ -1784,6 +1920,10 @@ export class Cluster {
     for (const id of removed) this.#loads.delete(id);
     if (removed.length + put.length > 0) this.#routingChange();
     this.#savePlacements(removed, put);
+    this.#saveStatuses(
+      [],
+      removed.map((id) => [id, undefined]),
+    );
     for (const r of plan.remove) {
       this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
     }

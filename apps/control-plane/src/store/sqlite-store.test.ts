@@ -147,6 +147,73 @@ describe("openSqliteStore", () => {
     expect(store.listFaultClears()).toEqual([]);
   });
 
+  it("keeps replica statuses across a reopen, and deletes one rank or every rank", () => {
+    const store = openStore();
+    const status = (replicaId: string, rank: number, extra: Record<string, unknown> = {}) => ({
+      replicaId,
+      rank,
+      nodeId: "a-1",
+      state: "ready",
+      stateSinceMs: 10,
+      specHash: "h",
+      revision: 2,
+      ...extra,
+    });
+    store.putReplicaStatus(status("chat-0", 0, { apiPort: 8000, pid: 77, startedAtMs: 9 }));
+    store.putReplicaStatus(status("chat-0", 1));
+    store.putReplicaStatus(status("big-0", 0));
+    store.putReplicaStatus(status("big-0", 1));
+    store.putReplicaStatus(status("chat-0", 1, { state: "loading" }));
+    store.close();
+    const again = openStore({ expectExisting: true });
+    expect(again.listReplicaStatuses()).toEqual([
+      status("big-0", 0),
+      status("big-0", 1),
+      status("chat-0", 0, { apiPort: 8000, pid: 77, startedAtMs: 9 }),
+      status("chat-0", 1, { state: "loading" }),
+    ]);
+    again.deleteReplicaStatuses("chat-0", 1);
+    again.deleteReplicaStatuses("big-0");
+    expect(again.listReplicaStatuses().map((r) => `${r.replicaId}#${r.rank}`)).toEqual([
+      "chat-0#0",
+    ]);
+  });
+
+  it("adds the replica-status table to a store of the schema before, keeping its data", () => {
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 3)) db.exec(m);
+    db.pragma("user_version = 3");
+    db.exec(
+      `INSERT INTO deployments VALUES ('chat', '{"name":"chat"}', 2, 1, 2);
+       INSERT INTO placements VALUES
+         ('chat-0', 'chat', 2, '[{"rank":0,"nodeId":"a-1","gpuIndices":[0]}]', NULL, NULL, 3);
+       INSERT INTO nodes VALUES ('a-1', 'a', 'ee', x'010203', '10.0.0.1', 0, 0, 0, 5, 0);
+       INSERT INTO gpu_fault_clears VALUES ('GPU-a', 'xid:00000000:06:00.0:79', 2000, 9);`,
+    );
+    db.close();
+    const store = openStore({ expectExisting: true });
+    expect(store.listReplicaStatuses()).toEqual([]);
+    expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
+    expect(store.listPlacements().map((p) => p.ranks)).toEqual([
+      [{ rank: 0, nodeId: "a-1", gpuIndices: [0] }],
+    ]);
+    expect(store.listNodes().map((n) => n.advertiseAddress)).toEqual(["10.0.0.1"]);
+    expect(store.listFaultClears().map((c) => c.lastSeenUnixMs)).toEqual([2000]);
+    store.close();
+    const check = new Database(file, { readonly: true });
+    expect(check.pragma("user_version", { simple: true })).toBe(4);
+    check.close();
+  });
+
+  it("refuses a store whose version promises the replica-status table but lacks it", () => {
+    openStore().close();
+    const db = new Database(file);
+    db.exec("DROP TABLE replica_statuses");
+    db.close();
+    const message = expectCorrupt(() => openStore({ expectExisting: true }));
+    expect(message).toContain("table replica_statuses is missing at schema version 4");
+  });
+
   it("keeps only the newest events beyond its bound", () => {
     const store = openStore({ eventsKept: 10 });
     fill(store);

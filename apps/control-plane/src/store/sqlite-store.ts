@@ -9,6 +9,7 @@ import type {
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
+  ReplicaStatusRecord,
 } from "./types.js";
 
 /**
@@ -71,6 +72,25 @@ export const MIGRATIONS: readonly string[] = [
      cleared_at_ms INTEGER NOT NULL,
      PRIMARY KEY (gpu_uuid, fault_key)
    );`,
+  `CREATE TABLE replica_statuses (
+     replica_id TEXT NOT NULL,
+     rank INTEGER NOT NULL,
+     node_id TEXT NOT NULL,
+     state TEXT NOT NULL,
+     api_port INTEGER,
+     state_since_ms INTEGER NOT NULL,
+     spec_hash TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     pid INTEGER,
+     started_at_ms INTEGER,
+     PRIMARY KEY (replica_id, rank)
+   );`,
+];
+
+/** Tables added by later migrations: the table and the schema version that has it. */
+const LATER_TABLES: readonly [string, number][] = [
+  ["gpu_fault_clears", 3],
+  ["replica_statuses", 4],
 ];
 
 /** Options of {@link openSqliteStore}. */
@@ -179,6 +199,9 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     deleteNode: guard("deleteNode", store.deleteNode),
     listFaultClears: guard("listFaultClears", store.listFaultClears),
     replaceFaultClears: guard("replaceFaultClears", store.replaceFaultClears),
+    listReplicaStatuses: guard("listReplicaStatuses", store.listReplicaStatuses),
+    putReplicaStatus: guard("putReplicaStatus", store.putReplicaStatus),
+    deleteReplicaStatuses: guard("deleteReplicaStatuses", store.deleteReplicaStatuses),
     appendEvent: guard("appendEvent", store.appendEvent),
     listEvents: guard("listEvents", store.listEvents),
     transaction: <T>(fn: () => T): T => guard("transaction", () => store.transaction(fn))(),
@@ -212,6 +235,10 @@ function prepare(db: Database.Database, file: string, mustHaveState: boolean): v
     );
     for (const table of ["deployments", "placements", "api_keys", "nodes", "events"]) {
       if (!tables.has(table))
+        throw corrupt(file, `table ${table} is missing at schema version ${version}`);
+    }
+    for (const [table, since] of LATER_TABLES) {
+      if (version >= since && !tables.has(table))
         throw corrupt(file, `table ${table} is missing at schema version ${version}`);
     }
   }
@@ -269,6 +296,18 @@ interface FaultClearRow {
   last_seen_unix_ms: number;
   cleared_at_ms: number;
 }
+interface ReplicaStatusRow {
+  replica_id: string;
+  rank: number;
+  node_id: string;
+  state: string;
+  api_port: number | null;
+  state_since_ms: number;
+  spec_hash: string;
+  revision: number;
+  pid: number | null;
+  started_at_ms: number | null;
+}
 interface EventRow {
   id: number;
   at_ms: number;
@@ -314,6 +353,15 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       `INSERT INTO gpu_fault_clears (gpu_uuid, fault_key, last_seen_unix_ms, cleared_at_ms)
        VALUES (?, ?, ?, ?)`,
     ),
+    listReplicaStatuses: db.prepare("SELECT * FROM replica_statuses ORDER BY replica_id, rank"),
+    putReplicaStatus: db.prepare(
+      `INSERT OR REPLACE INTO replica_statuses (replica_id, rank, node_id, state, api_port,
+       state_since_ms, spec_hash, revision, pid, started_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    deleteReplicaStatus: db.prepare(
+      "DELETE FROM replica_statuses WHERE replica_id = ? AND rank = ?",
+    ),
+    deleteReplicaStatuses: db.prepare("DELETE FROM replica_statuses WHERE replica_id = ?"),
     appendEvent: db.prepare(
       "INSERT INTO events (at_ms, kind, subject, message, severity) VALUES (?, ?, ?, ?, ?)",
     ),
@@ -435,6 +483,37 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
         for (const r of records)
           q.putFaultClear.run(gpuUuid, r.faultKey, r.lastSeenUnixMs, r.clearedAtMs);
       })();
+    },
+    listReplicaStatuses: () =>
+      (q.listReplicaStatuses.all() as ReplicaStatusRow[]).map((r) => ({
+        replicaId: r.replica_id,
+        rank: r.rank,
+        nodeId: r.node_id,
+        state: r.state,
+        apiPort: opt(r.api_port),
+        stateSinceMs: r.state_since_ms,
+        specHash: r.spec_hash,
+        revision: r.revision,
+        pid: opt(r.pid),
+        startedAtMs: opt(r.started_at_ms),
+      })),
+    putReplicaStatus: (r: ReplicaStatusRecord) => {
+      q.putReplicaStatus.run(
+        r.replicaId,
+        r.rank,
+        r.nodeId,
+        r.state,
+        r.apiPort ?? null,
+        r.stateSinceMs,
+        r.specHash,
+        r.revision,
+        r.pid ?? null,
+        r.startedAtMs ?? null,
+      );
+    },
+    deleteReplicaStatuses: (replicaId, rank) => {
+      if (rank === undefined) q.deleteReplicaStatuses.run(replicaId);
+      else q.deleteReplicaStatus.run(replicaId, rank);
     },
     appendEvent: (e) => {
       const id = Number(

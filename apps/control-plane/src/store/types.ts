@@ -2,7 +2,10 @@
  * The control plane's durable state behind one small interface, so that a PostgreSQL
  * backend (several control-plane replicas) can follow the embedded SQLite one. Records are
  * plain data; deployment specs travel as protobuf JSON text so the store never needs to know
- * the spec's fields. Live readings (GPU readings, replica statuses, load) never come here.
+ * the spec's fields. Live readings (GPU readings, load, problems, engine log tails, engine
+ * keys) never come here. Of replica statuses only what routing needs is kept
+ * ({@link ReplicaStatusRecord}), written when it changes, not per heartbeat: a restarted
+ * control plane then routes to the replicas that were ready before any agent reports again.
  */
 
 /** A deployment as stored: the spec (protobuf JSON of `llmgw.v1.Deployment`) and its revision. */
@@ -86,6 +89,32 @@ export interface FaultClearRecord {
   readonly clearedAtMs: number;
 }
 
+/**
+ * What routing needs of the status a node last reported for one rank of a placed replica.
+ * Written when one of these fields changes, deleted with the placement or when the node stops
+ * reporting the rank. Never load, log lines or engine keys.
+ */
+export interface ReplicaStatusRecord {
+  readonly replicaId: string;
+  readonly rank: number;
+  /** The node the rank is placed on, which reported it. */
+  readonly nodeId: string;
+  /** Lower-case state name, e.g. "ready" (`replicaStateName`). */
+  readonly state: string;
+  /** The engine's API port (rank 0's is the replica's endpoint). */
+  readonly apiPort?: number;
+  readonly stateSinceMs: number;
+  /** Hash of the launch spec the engine runs. */
+  readonly specHash: string;
+  readonly revision: number;
+  /**
+   * The engine process, so that a replacement reusing the replica id on the same node is not
+   * taken for ready on the old engine's word after a restart either.
+   */
+  readonly pid?: number;
+  readonly startedAtMs?: number;
+}
+
 /** Severity of an {@link EventRecord}. */
 export type EventSeverity = "info" | "warning" | "error";
 
@@ -120,6 +149,12 @@ export interface ClusterStore {
   listFaultClears(): FaultClearRecord[];
   /** Replaces the cleared faults of one GPU with `records` (all for that `gpuUuid`). */
   replaceFaultClears(gpuUuid: string, records: readonly FaultClearRecord[]): void;
+  /** Every kept replica status, by replica id and rank. */
+  listReplicaStatuses(): ReplicaStatusRecord[];
+  /** Creates or replaces the status of (`replicaId`, `rank`). */
+  putReplicaStatus(record: ReplicaStatusRecord): void;
+  /** Deletes the status of one rank of a replica, or of all its ranks when `rank` is absent. */
+  deleteReplicaStatuses(replicaId: string, rank?: number): void;
   /** Appends an event and drops the oldest beyond the store's bound. */
   appendEvent(event: Omit<EventRecord, "id">): EventRecord;
   /** Events with id above `afterId`, oldest first, at most `limit` (the newest ones). */
