@@ -1,0 +1,321 @@
+/**
+ * THE router server over the routing runtime, fed the way the control plane feeds its
+ * in-process router: readiness before and after the first snapshot, the saved state a restarted
+ * router serves from, a corrupt state file, the state gauges, resyncs, and a graceful stop.
+ */
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { RoutingDelta, RoutingFeed } from "@llmgw/router";
+import { createManualRoutingFeed } from "@llmgw/router/testing";
+import { Registry } from "prom-client";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  CORRUPT_ROUTING_STATE_FILE,
+  ROUTING_STATE_FILE,
+  type RunningRouter,
+  startRouter,
+} from "../src/index.js";
+import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
+
+const KEY = "sk-runtime";
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function engine(name: string, options: { gated?: boolean } = {}): Promise<FakeEngine> {
+  const e = await startFakeEngine({ name, ...options });
+  cleanups.push(() => e.close());
+  return e;
+}
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-router-runtime-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+async function fed(options: Parameters<typeof startFedRouter>[0] = {}) {
+  const started = await startFedRouter({ router: { analyzer: { pool: false } }, ...options });
+  cleanups.push(() => started.router.close(0));
+  return started;
+}
+
+const snapshotOver = (e: FakeEngine, extra: { routers?: number; version?: number } = {}) =>
+  routingSnapshot({
+    models: { m: { replicas: [{ id: "m-0", baseUrl: e.url, capacity: 4 }] } },
+    keys: { [KEY]: { id: "k", name: "k", rpm: 90 } },
+    ...extra,
+  });
+
+const delta = (version: number, change: Partial<RoutingDelta> = {}): RoutingDelta => ({
+  kind: "delta",
+  epoch: "epoch-test",
+  version,
+  upsertedModels: [],
+  removedModels: [],
+  upsertedReplicas: [],
+  removedReplicas: [],
+  upsertedKeys: [],
+  removedKeys: [],
+  sentAtMs: Date.now(),
+  ...change,
+});
+
+const chat = (router: RunningRouter, content = "hi") =>
+  fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content }] }),
+  });
+
+const readyz = async (router: RunningRouter) => {
+  const res = await fetch(`${router.url}/readyz`);
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+};
+
+const gauge = async (registry: Registry, name: string): Promise<number | undefined> => {
+  const line = (await registry.metrics()).split("\n").find((l) => l.startsWith(`${name} `));
+  return line === undefined ? undefined : Number(line.slice(name.length + 1));
+};
+
+describe("readiness", () => {
+  it("is 503 until the first snapshot, 200 after; /healthz is 200 throughout", async () => {
+    const e = await engine("e");
+    const { router, feed } = await fed();
+    expect(await readyz(router)).toEqual({
+      status: 503,
+      body: {
+        status: "not_ready",
+        ready: false,
+        source: "none",
+        version: 0,
+        connected: true,
+        reason: "no routing state yet: waiting for a snapshot from a control plane",
+      },
+    });
+    expect((await fetch(`${router.url}/healthz`)).status).toBe(200);
+    // Nothing to route by yet: the key is not known either.
+    expect((await chat(router)).status).toBe(401);
+
+    feed.push(snapshotOver(e));
+    const after = await readyz(router);
+    expect(after).toMatchObject({
+      status: 200,
+      body: { status: "ready", ready: true, source: "live", epoch: "epoch-test", version: 1 },
+    });
+    expect(after.body.stateAgeMs).toBeGreaterThanOrEqual(0);
+    expect(after.body.stateAgeMs).toBeLessThan(5_000);
+    const res = await chat(router);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+  });
+
+  it("exposes the state age, version, connection and router count as gauges", async () => {
+    const e = await engine("e");
+    const registry = new Registry();
+    const { router, feed } = await fed({ registry });
+    expect(await gauge(registry, "llmgw_router_state_age_seconds")).toBeUndefined();
+    expect(await gauge(registry, "llmgw_router_state_version")).toBe(0);
+    expect(await gauge(registry, "llmgw_router_control_plane_connected")).toBe(1);
+    feed.push(snapshotOver(e));
+    feed.push(delta(2, { routers: 3 }));
+    expect(await gauge(registry, "llmgw_router_state_age_seconds")).toBeLessThan(5);
+    expect(await gauge(registry, "llmgw_router_state_version")).toBe(2);
+    expect(await gauge(registry, "llmgw_router_routers")).toBe(3);
+    // The router families share the registry.
+    await (await chat(router)).arrayBuffer();
+    expect(await registry.metrics()).toContain(
+      'llmgw_router_requests_total{model="m",endpoint="chat_completions",code="200"} 1',
+    );
+    await router.close(0);
+    expect(await gauge(registry, "llmgw_router_control_plane_connected")).toBe(0);
+  });
+});
+
+describe("versions", () => {
+  it("ignores duplicate and old deltas", async () => {
+    const a = await engine("a");
+    const b = await engine("b");
+    const { router, feed } = await fed();
+    feed.push(snapshotOver(a));
+    const replicaB = {
+      id: "m-1",
+      model: "m",
+      deployment: "m",
+      baseUrl: b.url,
+      state: "ready" as const,
+      capacity: 4,
+    };
+    feed.push(delta(2, { upsertedReplicas: [replicaB] }));
+    expect(router.runtime.state.version).toBe(2);
+    // Version 2 again (with another change) and version 1: both ignored.
+    feed.push(delta(2, { removedReplicas: ["m-0"] }));
+    feed.push(delta(1, { removedReplicas: ["m-0"] }));
+    expect(router.runtime.state.version).toBe(2);
+    expect(router.runtime.state.routeTable.resolve("m")?.replicas.map((r) => r.id)).toEqual([
+      "m-0",
+      "m-1",
+    ]);
+  });
+
+  it("resubscribes for a snapshot when it misses a delta, and gets what it missed", async () => {
+    const a = await engine("a");
+    const b = await engine("b");
+    // A feed that loses delta 3 on its first subscription only, the way a stream cut mid-delta
+    // would: the router sees 2 then 4, a gap.
+    const inner = createManualRoutingFeed();
+    let subscriptions = 0;
+    const lossy: RoutingFeed = {
+      subscribe(listener) {
+        subscriptions += 1;
+        const first = subscriptions === 1;
+        return inner.subscribe((m) => {
+          if (first && m.kind === "delta" && m.version === 3) return;
+          listener(m);
+        });
+      },
+    };
+    inner.push(snapshotOver(a));
+    const router = await startRouter({ routing: { feed: lossy, routerId: "lossy" } });
+    cleanups.push(() => router.close(0));
+    const replicaB = {
+      id: "m-1",
+      model: "m",
+      deployment: "m",
+      baseUrl: b.url,
+      state: "ready" as const,
+      capacity: 4,
+    };
+    inner.push(delta(2, { upsertedReplicas: [replicaB] }));
+    inner.push(delta(3, { removedReplicas: ["m-0"] }));
+    expect(router.runtime.state.version).toBe(2);
+    inner.push(delta(4, { routers: 2 }));
+    await waitFor(() => router.runtime.state.version === 4, 5000, "a resync to version 4");
+    expect(subscriptions).toBe(2);
+    expect(inner.subscribers).toBe(1);
+    // What delta 3 said arrived with the snapshot.
+    expect(router.runtime.state.routeTable.resolve("m")?.replicas.map((r) => r.id)).toEqual([
+      "m-1",
+    ]);
+    expect(router.runtime.state.routers).toBe(2);
+  });
+});
+
+describe("saved state", () => {
+  it("lets a router restarted without any control plane serve at once", async () => {
+    const e = await engine("e");
+    const dir = join(tempDir(), "router");
+    const first = await fed({ stateDir: dir, snapshot: snapshotOver(e) });
+    await waitFor(
+      () => existsSync(join(dir, ROUTING_STATE_FILE)),
+      5000,
+      "the state file to be written",
+    );
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(join(dir, ROUTING_STATE_FILE)).mode & 0o777).toBe(0o600);
+    // The engine key travels in the file: owner-only, as checked above.
+    await first.router.close(0);
+
+    // A new router on the same dir, and a feed that never says anything (no control plane).
+    const second = await fed({ stateDir: dir });
+    const ready = await readyz(second.router);
+    expect(ready).toMatchObject({
+      status: 200,
+      body: { ready: true, source: "saved", epoch: "epoch-test", version: 1 },
+    });
+    const res = await chat(second.router, "after a restart");
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-llmgw-replica")).toBe("m-0");
+    await res.arrayBuffer();
+    expect(e.received.at(-1)?.body.messages).toEqual([
+      { role: "user", content: "after a restart" },
+    ]);
+    // The first live snapshot replaces the saved state.
+    second.feed.push(snapshotOver(e, { version: 5 }));
+    expect(second.router.runtime.readiness()).toMatchObject({ source: "live", version: 5 });
+  });
+
+  it("saves a membership change within about a second, and on close", async () => {
+    const a = await engine("a");
+    const dir = tempDir();
+    const { router, feed } = await fed({ stateDir: dir, snapshot: snapshotOver(a) });
+    const saved = () =>
+      existsSync(join(dir, ROUTING_STATE_FILE))
+        ? (JSON.parse(readFileSync(join(dir, ROUTING_STATE_FILE), "utf8")) as {
+            snapshot: { version: string };
+          })
+        : undefined;
+    await waitFor(() => saved()?.snapshot.version === "1", 5000, "version 1 saved");
+    const changed = performance.now();
+    feed.push(delta(2, { removedKeys: ["k"] }));
+    feed.push(delta(3, { routers: 2 }));
+    await waitFor(() => saved()?.snapshot.version === "3", 5000, "version 3 saved");
+    expect(performance.now() - changed).toBeLessThan(2_500);
+    feed.push(delta(4, { routers: 3 }));
+    await router.close(0);
+    expect(saved()?.snapshot.version).toBe("4");
+  });
+
+  it("moves a corrupt state file aside, says so, and syncs afresh", async () => {
+    const e = await engine("e");
+    const dir = tempDir();
+    writeFileSync(join(dir, ROUTING_STATE_FILE), '{"format":"llmgw.routing-state.v1","sav');
+    const events: Readonly<Record<string, unknown>>[] = [];
+    const { router, feed } = await fed({ stateDir: dir, log: (event) => events.push(event) });
+    expect(events.find((ev) => ev.event === "routing_state_corrupt")).toEqual({
+      event: "routing_state_corrupt",
+      code: "LLMGW_ROUTER_STATE_CORRUPT",
+      file: join(dir, ROUTING_STATE_FILE),
+      message: expect.stringMatching(
+        new RegExp(
+          `^${join(dir, ROUTING_STATE_FILE)}: it is not JSON: .*; moved aside to ${join(dir, CORRUPT_ROUTING_STATE_FILE)}, not ready until a control plane sends a snapshot$`,
+        ),
+      ),
+    });
+    expect(readdirSync(dir)).toEqual([CORRUPT_ROUTING_STATE_FILE]);
+    expect((await readyz(router)).status).toBe(503);
+    feed.push(snapshotOver(e));
+    expect((await readyz(router)).status).toBe(200);
+    await waitFor(() => existsSync(join(dir, ROUTING_STATE_FILE)), 5000, "a fresh state file");
+  });
+});
+
+describe("stopping", () => {
+  it("stops accepting, lets an in-flight request finish, then reports", async () => {
+    const e = await engine("slow", { gated: true });
+    const { router } = await fed({ snapshot: snapshotOver(e) });
+    const inFlight = chat(router, "finish me");
+    await waitFor(() => e.received.length === 1, 5000, "the request to reach the engine");
+    const stopping = router.stop(10_000);
+    await waitFor(() => !router.server.listening, 5000, "the listener to close");
+    await expect(fetch(`${router.url}/healthz`)).rejects.toThrow();
+    e.openGate();
+    const res = await inFlight;
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    expect(await stopping).toMatchObject({ forced: false });
+  });
+
+  it("closes what is left at the grace deadline", async () => {
+    const e = await engine("stuck", { gated: true });
+    const { router } = await fed({ snapshot: snapshotOver(e) });
+    const inFlight = chat(router, "never answered").catch((error: unknown) => error);
+    await waitFor(() => e.received.length === 1, 5000, "the request to reach the engine");
+    const report = await router.stop(200);
+    expect(report.forced).toBe(true);
+    expect(report.durationMs).toBeGreaterThanOrEqual(150);
+    expect(await inFlight).toBeInstanceOf(Error);
+    e.openGate();
+  });
+});
