@@ -64,6 +64,13 @@ export {
 } from "./picker.js";
 export { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 export {
+  chainAnchor,
+  DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS,
+  rendezvousOrder,
+  rendezvousWeight,
+  replicaSeed,
+} from "./rendezvous.js";
+export {
   type CircuitState,
   createReplicaHealth,
   type ReplicaHealth,

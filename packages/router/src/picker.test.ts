@@ -1,6 +1,14 @@
 import { describe, expect, it } from "vitest";
+import { hashPromptBlocks } from "./block-hash.js";
 import { createInFlightCounters } from "./in-flight.js";
-import { createReplicaPicker } from "./picker.js";
+import {
+  createReplicaPicker,
+  type PickDecision,
+  type ReplicaPicker,
+  type ReplicaPickerOptions,
+} from "./picker.js";
+import { rendezvousOrder } from "./rendezvous.js";
+import type { RouteResolution } from "./route-table.js";
 
 describe("ReplicaPicker.forget", () => {
   it("drops a departed replica's prefix and health at once, its in-flight slot after its last request", () => {
@@ -34,5 +42,315 @@ describe("ReplicaPicker.forget", () => {
     picker.forget("idle");
     picker.forget("never-seen");
     expect(inFlight.slotOf("fresh")).toBe(slot);
+  });
+});
+
+/** mulberry32: a seeded PRNG in [0, 1). */
+function prng(seed: number): () => number {
+  let a = seed | 0;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pe", "da", "gu", "zen"];
+
+/** `chars` characters of pseudo-words, as bench/routing/workloads.ts writes them. */
+function words(rand: () => number, chars: number): string {
+  let out = "";
+  while (out.length < chars) out += `${SYLLABLES[Math.floor(rand() * SYLLABLES.length)]} `;
+  return out.slice(0, chars);
+}
+
+/** A tenant's system prompt: 3 KiB, so the default anchor (block 2) lies inside it. */
+const systemPrompt = (tenant: number): string =>
+  `You are the assistant of tenant ${tenant}.\n${words(prng(1000 + tenant), 3072)}`;
+
+/** A request of `tenant`: its system prompt and a conversation of 0.5–3 KiB of its own. */
+const promptChain = (rand: () => number, tenant: number): Float64Array =>
+  hashPromptBlocks(systemPrompt(tenant) + words(rand, 512 + Math.floor(rand() * 2560)));
+
+const replicaIds = (n: number): string[] => Array.from({ length: n }, (_, i) => `qwen-32b-r${i}`);
+
+const resolution = (ids: readonly string[], capacity: number): RouteResolution => ({
+  deployment: "qwen",
+  policy: "llmgw",
+  loading: false,
+  replicas: ids.map((id) => ({ id, baseUrl: `http://${id}:8000`, state: "ready", capacity })),
+});
+
+/** A router that has seen its own, different past: turns, latencies and prompts of its own. */
+function routerWithHistory(
+  ids: readonly string[],
+  seed: number,
+  options: ReplicaPickerOptions = {},
+): ReplicaPicker {
+  const picker = createReplicaPicker(options);
+  const rand = prng(seed);
+  for (let i = 0; i < 40 + seed; i++) {
+    const id = ids[i % ids.length] as string;
+    picker.dispatched(id, hashPromptBlocks(words(rand, 2048)));
+    // First-byte latencies 100–190 ms: a latency penalty of up to 0.18 that differs per router.
+    picker.finished(id, "success", 100 + Math.floor(rand() * 90));
+  }
+  return picker;
+}
+
+describe("rendezvous across routers", () => {
+  const ids = replicaIds(6);
+  const route = resolution(ids, 16);
+
+  it.each([
+    { name: "rendezvous on: they agree on every prefix", weight: 0.25 },
+    { name: "rendezvous off: they mostly do not (the control)", weight: 0 },
+  ])("two routers pick the same replica for each new shared prefix ($name)", ({ weight }) => {
+    const options = { scoring: { weights: { rendezvous: weight } } };
+    const a = routerWithHistory(ids, 1, options);
+    const b = routerWithHistory(ids, 8, options);
+    const rand = prng(42);
+    let agreed = 0;
+    const chosen = new Set<string>();
+    for (let tenant = 0; tenant < 300; tenant++) {
+      // Two conversations of one tenant, one through each router: only the system prompt is shared.
+      const chainA = promptChain(rand, tenant);
+      const chainB = promptChain(rand, tenant);
+      const pa = a.pick(route, chainA) as PickDecision;
+      const pb = b.pick(route, chainB) as PickDecision;
+      if (pa.replica.id === pb.replica.id) agreed++;
+      if (weight > 0) {
+        expect(pa.replica.id).toBe(rendezvousOrder(chainA, ids)[0]);
+        expect(pa.rendezvousPreferred).toBe(true);
+      }
+      chosen.add(pa.replica.id);
+      a.dispatched(pa.replica.id, chainA);
+      b.dispatched(pb.replica.id, chainB);
+      a.finished(pa.replica.id, "success", 150);
+      b.finished(pb.replica.id, "success", 150);
+    }
+    if (weight > 0) {
+      expect(agreed).toBe(300);
+      expect(chosen.size).toBe(6);
+    } else {
+      expect(agreed).toBeLessThan(150);
+    }
+  });
+
+  it("keeps agreeing while the preferred replica has room, then both spill to the same next one", () => {
+    const a = routerWithHistory(ids, 1);
+    const b = routerWithHistory(ids, 8);
+    const rand = prng(7);
+    // Background traffic in flight on both: 6 unrelated requests per replica.
+    for (const picker of [a, b]) {
+      for (const id of ids) {
+        for (let k = 0; k < 6; k++) picker.dispatched(id, hashPromptBlocks(words(rand, 2048)));
+      }
+    }
+    const order = rendezvousOrder(promptChain(prng(1), 5), ids);
+    const seqA: string[] = [];
+    const seqB: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      for (const [picker, seq] of [
+        [a, seqA],
+        [b, seqB],
+      ] as const) {
+        const chain = promptChain(rand, 5);
+        const pick = picker.pick(route, chain) as PickDecision;
+        picker.dispatched(pick.replica.id, chain); // stays in flight
+        seq.push(pick.replica.id);
+      }
+    }
+    expect(seqA).toEqual(seqB);
+    // 6 + k in flight of 36 + k on the preferred one stays within ceil(1.25 × (37 + k) ÷ 6)
+    // for k < 3; then the bound passes the prefix on, in rendezvous order, on both routers.
+    expect(seqA.map((id) => order.indexOf(id))).toEqual([0, 0, 0, 1, 1, 1, 2, 2]);
+  });
+
+  it("yields to the next rendezvous choice where the preferred replica is full", () => {
+    const small = resolution(ids, 4);
+    const a = routerWithHistory(ids, 1);
+    const b = routerWithHistory(ids, 8);
+    const chain = promptChain(prng(3), 9);
+    const order = rendezvousOrder(chain, ids);
+    for (let k = 0; k < 4; k++) a.dispatched(order[0] as string, [k]); // full in router a only
+    expect(a.pick(small, chain)?.replica.id).toBe(order[1]);
+    expect(b.pick(small, chain)?.replica.id).toBe(order[0]);
+    for (let k = 0; k < 4; k++) b.dispatched(order[0] as string, [k]);
+    expect(b.pick(small, chain)?.replica.id).toBe(order[1]);
+  });
+
+  it("leaves round-robin and least-loaded deployments alone", () => {
+    const chain = promptChain(prng(3), 9);
+    for (const policy of ["round-robin", "least-loaded"] as const) {
+      const picker = createReplicaPicker();
+      const pick = picker.pick({ ...route, policy }, chain) as PickDecision;
+      expect(pick.replica.id).toBe(ids[0]);
+      expect(pick.rendezvousPreferred).toBe(false);
+    }
+  });
+});
+
+interface SimulationReport {
+  /** Requests per replica, both routers together. */
+  readonly picks: number[];
+  readonly maxOverMean: number;
+  /** Mean number of distinct replicas each tenant's requests reached (copies of its prefix). */
+  readonly copiesPerTenant: number;
+  /** Share of tenants whose first request through each router went to the same replica. */
+  readonly firstAgreement: number;
+}
+
+/**
+ * Two routers behind a round-robin balancer: a closed loop of `concurrency` requests in flight,
+ * each ending in random order (exponential service times), each new one sent to the next router.
+ */
+function simulate(input: {
+  replicas: number;
+  tenants: number;
+  hotShare: number;
+  requests: number;
+  concurrency: number;
+  capacity: number;
+  rendezvous: number;
+  seed: number;
+  routers?: number;
+}): SimulationReport {
+  const ids = replicaIds(input.replicas);
+  const route = resolution(ids, input.capacity);
+  const options = { scoring: { weights: { rendezvous: input.rendezvous } } };
+  const routers = Array.from({ length: input.routers ?? 2 }, () => createReplicaPicker(options));
+  const rand = prng(input.seed);
+  const inFlight: { router: number; replica: string }[] = [];
+  const picks = new Map<string, number>(ids.map((id) => [id, 0]));
+  const reached = new Map<number, Set<string>>();
+  const first = new Map<number, (string | undefined)[]>();
+  for (let i = 0; i < input.requests; i++) {
+    while (inFlight.length >= input.concurrency) {
+      const [done] = inFlight.splice(Math.floor(rand() * inFlight.length), 1);
+      routers[done!.router]!.finished(done!.replica, "success", 100);
+    }
+    const tenant = rand() < input.hotShare ? 0 : 1 + Math.floor(rand() * (input.tenants - 1));
+    const router = i % routers.length;
+    const chain = promptChain(rand, tenant);
+    const pick = routers[router]!.pick(route, chain) as PickDecision;
+    const id = pick.replica.id;
+    routers[router]!.dispatched(id, chain);
+    inFlight.push({ router, replica: id });
+    picks.set(id, (picks.get(id) ?? 0) + 1);
+    const set = reached.get(tenant) ?? new Set<string>();
+    reached.set(tenant, set.add(id));
+    const firsts = first.get(tenant) ?? [undefined, undefined];
+    firsts[router] ??= id;
+    first.set(tenant, firsts);
+  }
+  const counts = [...picks.values()];
+  const mean = input.requests / input.replicas;
+  let copies = 0;
+  for (const set of reached.values()) copies += set.size;
+  let both = 0;
+  let same = 0;
+  for (const [x, y] of first.values()) {
+    if (x === undefined || y === undefined) continue;
+    both++;
+    if (x === y) same++;
+  }
+  return {
+    picks: counts,
+    maxOverMean: Math.max(...counts) / mean,
+    copiesPerTenant: copies / reached.size,
+    firstAgreement: same / both,
+  };
+}
+
+describe("rendezvous balance (simulated, two routers, fixed seed)", () => {
+  // `capacity` is each router's share of a replica; `perReplica` requests in flight per replica
+  // over both routers: a small deployment at low load, and vLLM-sized capacities under load.
+  it.each([
+    { replicas: 4, tenants: 200, hotShare: 0, capacity: 8, perReplica: 4 },
+    { replicas: 6, tenants: 200, hotShare: 0, capacity: 8, perReplica: 4 },
+    { replicas: 8, tenants: 200, hotShare: 0, capacity: 8, perReplica: 4 },
+    { replicas: 8, tenants: 40, hotShare: 0, capacity: 8, perReplica: 4 },
+    { replicas: 8, tenants: 40, hotShare: 0.5, capacity: 8, perReplica: 4 },
+    { replicas: 4, tenants: 200, hotShare: 0, capacity: 64, perReplica: 32 },
+    { replicas: 8, tenants: 200, hotShare: 0, capacity: 64, perReplica: 32 },
+    { replicas: 8, tenants: 40, hotShare: 0.5, capacity: 64, perReplica: 32 },
+  ])(
+    "$replicas replicas, $tenants tenants, hot share $hotShare, $perReplica in flight per replica",
+    (shape) => {
+      const run = (rendezvous: number, routers: number) =>
+        simulate({
+          ...shape,
+          requests: 3000,
+          concurrency: shape.replicas * shape.perReplica,
+          rendezvous,
+          seed: 17,
+          routers,
+        });
+      const on = run(0.25, 2);
+      const off = run(0, 2);
+      const single = run(0, 1);
+      const fmt = (r: SimulationReport) =>
+        `max/mean ${r.maxOverMean.toFixed(3)}, prefix copies ${r.copiesPerTenant.toFixed(2)}, first picks agree ${(r.firstAgreement * 100).toFixed(0)}%`;
+      console.log(
+        `${JSON.stringify(shape)}\n  two routers, rendezvous: ${fmt(on)}\n  two routers, off:        ${fmt(off)}\n  one router:              ${fmt(single)}`,
+      );
+      expect(on.maxOverMean).toBeLessThanOrEqual(1.25);
+      // Fewer copies of each shared prefix than two routers choosing alone, and agreement well
+      // above chance (1 in `replicas`).
+      expect(on.copiesPerTenant).toBeLessThan(off.copiesPerTenant * 0.92);
+      expect(on.firstAgreement).toBeGreaterThan(off.firstAgreement + 0.25);
+    },
+  );
+
+  it("spreads many distinct prefixes by hashing alone (nothing in flight, 8 replicas)", () => {
+    const ids = replicaIds(8);
+    const route = resolution(ids, 8);
+    const picker = createReplicaPicker();
+    const rand = prng(23);
+    const counts = new Map<string, number>();
+    const n = 8000;
+    for (let i = 0; i < n; i++) {
+      const chain = hashPromptBlocks(words(rand, 2048));
+      const id = (picker.pick(route, chain) as PickDecision).replica.id;
+      counts.set(id, (counts.get(id) ?? 0) + 1);
+    }
+    expect(counts.size).toBe(8);
+    expect(Math.max(...counts.values()) / (n / 8)).toBeLessThanOrEqual(1.1);
+  });
+});
+
+describe("rendezvous cost", () => {
+  it("adds well under a microsecond of CPU per pick (8 replicas; logged)", () => {
+    const ids = replicaIds(8);
+    const route = resolution(ids, 64);
+    const rand = prng(31);
+    const chains = Array.from({ length: 64 }, (_, i) => promptChain(rand, i % 16));
+    const on = createReplicaPicker();
+    const off = createReplicaPicker({ scoring: { weights: { rendezvous: 0 } } });
+    for (const picker of [on, off]) {
+      for (const [i, chain] of chains.entries()) picker.dispatched(ids[i % 8] as string, chain);
+    }
+    // CPU time (not wall time: other processes share the machine), best of 30 rounds.
+    const cpuNsPerPick = (picker: ReplicaPicker): number => {
+      let best = Number.POSITIVE_INFINITY;
+      for (let round = 0; round < 30; round++) {
+        const n = 5000;
+        const start = process.cpuUsage();
+        for (let i = 0; i < n; i++) picker.pick(route, chains[i & 63] as Float64Array);
+        const used = process.cpuUsage(start);
+        best = Math.min(best, ((used.user + used.system) * 1000) / n);
+      }
+      return best;
+    };
+    cpuNsPerPick(on);
+    cpuNsPerPick(off); // warm-up
+    const without = cpuNsPerPick(off);
+    const withIt = cpuNsPerPick(on);
+    console.log(
+      `pick, 8 replicas, 4–6-block chains: ${without.toFixed(0)} ns CPU without rendezvous, ${withIt.toFixed(0)} ns with (${withIt - without >= 0 ? "+" : ""}${(withIt - without).toFixed(0)} ns)`,
+    );
+    expect(withIt - without).toBeLessThan(1000);
   });
 });

@@ -2,9 +2,14 @@
  * The routing core the HTTP layer calls: filters routable replicas (ready + circuit allows),
  * matches the prefix chain, ranks under the deployment's policy, and keeps the books (shared
  * in-flight counters, prefix index, replica health) as requests start and end.
+ *
+ * Under `llmgw` each candidate also carries the prompt's rendezvous weight (rendezvous.ts):
+ * one anchor mix per request and one integer mix per replica, with replica seeds cached by id,
+ * so routers that do not share a prefix index still agree where a new prefix goes.
  */
 import { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 import { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+import { chainAnchor, rendezvousWeight, replicaSeed } from "./rendezvous.js";
 import {
   createReplicaHealth,
   type ReplicaHealth,
@@ -35,6 +40,8 @@ export interface PickDecision {
   readonly score: number;
   readonly prefixBlocks: number;
   readonly affinityVoided: boolean;
+  /** True when the replica got the prompt's rendezvous preference (see scoring.ts). */
+  readonly rendezvousPreferred: boolean;
   readonly missingLoadSignals: boolean;
 }
 
@@ -63,7 +70,8 @@ export interface ReplicaPicker {
   finished(replicaId: string, outcome: DispatchOutcome, firstByteMs?: number): number;
   /**
    * Drops what is known of a replica that left the route table: its health, its prefix-index
-   * entries and, once its last in-flight request has finished, its shared in-flight slot.
+   * entries, its rendezvous seed and, once its last in-flight request has finished, its shared
+   * in-flight slot.
    */
   forget(replicaId: string): void;
   readonly inFlight: InFlightCounters;
@@ -79,6 +87,16 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const health = createReplicaHealth(options.health);
   const inFlight = options.inFlight ?? createInFlightCounters();
   const turns = new Map<string, number>();
+  /** Replica id → rendezvous seed (bounded by the replicas in the table: `forget` drops one). */
+  const seeds = new Map<string, number>();
+  const seedOf = (replicaId: string): number => {
+    let seed = seeds.get(replicaId);
+    if (seed === undefined) {
+      seed = replicaSeed(replicaId);
+      seeds.set(replicaId, seed);
+    }
+    return seed;
+  };
   /** Forgotten replicas with requests still in flight: their slot is freed by the last one. */
   const retiring = new Set<string>();
   const routable = (resolution: RouteResolution): ReplicaRoute[] =>
@@ -86,6 +104,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const forget = (replicaId: string): void => {
     health.forget(replicaId);
     prefixIndex.forget(replicaId);
+    seeds.delete(replicaId);
     if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
     else inFlight.forget(replicaId);
   };
@@ -101,8 +120,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       const replicas =
         exclude === undefined || exclude.size === 0 ? all : all.filter((r) => !exclude.has(r.id));
       if (replicas.length === 0) return undefined;
-      const matches =
-        resolution.policy === "llmgw" && chain.length > 0 ? prefixIndex.match(chain) : undefined;
+      const byPrefix = resolution.policy === "llmgw" && chain.length > 0;
+      const matches = byPrefix ? prefixIndex.match(chain) : undefined;
+      const anchor =
+        byPrefix && scoring.weights.rendezvous > 0
+          ? chainAnchor(chain, scoring.rendezvousAnchorBlocks)
+          : undefined;
       const candidates: ScoringCandidate[] = new Array(replicas.length);
       for (let i = 0; i < replicas.length; i++) {
         const r = replicas[i] as ReplicaRoute;
@@ -116,6 +139,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
           errorRate: health.errorRate(r.id),
         };
         if (r.load !== undefined) candidate.load = r.load;
+        if (anchor !== undefined) candidate.rendezvous = rendezvousWeight(anchor, seedOf(r.id));
         const latencyMs = health.latencyMs(r.id);
         if (latencyMs !== undefined) candidate.latencyMs = latencyMs;
         candidates[i] = candidate;
@@ -132,6 +156,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         score: best.score,
         prefixBlocks: matches?.get(best.id) ?? 0,
         affinityVoided: best.affinityVoided,
+        rendezvousPreferred: best.rendezvousPreferred,
         missingLoadSignals: ranking.missingLoadSignals,
       };
     },

@@ -166,6 +166,162 @@ describe("rankCandidates", () => {
     expect(ranking.ranked.map((r) => r.id)).toEqual(order);
   });
 
+  describe("rendezvous preference", () => {
+    // `rendezvous` is the prompt's weight per replica; "p" is the preferred one unless bounds say no.
+    const rv = (
+      id: string,
+      inFlight: number,
+      weight: number,
+      extra: Partial<ScoringCandidate> = {},
+    ) => c(id, inFlight, { rendezvous: weight, ...extra });
+    it.each<{
+      name: string;
+      candidates: ScoringCandidate[];
+      chain?: number;
+      turn?: number;
+      first: string;
+    }>([
+      {
+        name: "decides an idle tie instead of the rotation",
+        candidates: [rv("a", 0, 10), rv("b", 0, 99), rv("c", 0, 50)],
+        turn: 0,
+        first: "b",
+      },
+      {
+        name: "equal weights: the smaller id, whatever the rotation",
+        candidates: [rv("b", 0, 7), rv("a", 0, 7)],
+        turn: 0,
+        first: "a",
+      },
+      {
+        name: "outweighs a utilisation lead of 0.2",
+        candidates: [rv("p", 2, 99, { capacity: 10 }), rv("b", 3, 1, { capacity: 100 })],
+        first: "p",
+      },
+      {
+        name: "yields to a utilisation lead of 0.27 (over its weight 0.25)",
+        candidates: [rv("p", 3, 99, { capacity: 10 }), rv("b", 3, 1, { capacity: 100 })],
+        first: "b",
+      },
+      {
+        name: "passes to the next weight when the preferred replica breaks the load bound",
+        // 2 in flight on p, none elsewhere: p's third would exceed ceil(1.25 × 3 ÷ 3) = 2.
+        candidates: [
+          rv("p", 2, 99, { capacity: 64 }),
+          rv("q", 0, 50, { capacity: 64 }),
+          rv("r", 0, 10, { capacity: 64 }),
+        ],
+        turn: 2,
+        first: "q",
+      },
+      {
+        name: "passes on at 3/4 busy",
+        candidates: [rv("p", 3, 99), rv("q", 2, 50), rv("r", 2, 10), rv("s", 3, 5)],
+        turn: 2, // the rotation alone would put r first
+        first: "q",
+      },
+      {
+        name: "keeps its claim against a 2× slower latency (at most 0.2)",
+        candidates: [rv("p", 0, 99, { latencyMs: 400 }), rv("b", 0, 1, { latencyMs: 100 })],
+        first: "p",
+      },
+      {
+        name: "yields to an engine queue over half the capacity",
+        candidates: [
+          rv("p", 0, 99, { load: { waiting: 3 } }),
+          rv("b", 0, 1, { load: { waiting: 0 } }),
+        ],
+        first: "b",
+      },
+      {
+        name: "keeps its claim against an engine queue of a quarter",
+        candidates: [
+          rv("p", 0, 99, { load: { waiting: 1 } }),
+          rv("b", 0, 1, { load: { waiting: 0 } }),
+        ],
+        first: "p",
+      },
+      {
+        name: "yields to KV usage 0.9 above another's",
+        candidates: [
+          rv("p", 0, 99, { load: { kvCacheUsage: 0.95 } }),
+          rv("b", 0, 1, { load: { kvCacheUsage: 0.05 } }),
+        ],
+        first: "b",
+      },
+      {
+        name: "yields to an error rate of 20%",
+        candidates: [rv("p", 0, 99, { errorRate: 0.2 }), rv("b", 0, 1)],
+        first: "b",
+      },
+      {
+        name: "steps aside once this router sent the anchor's prefix somewhere: affinity decides",
+        candidates: [rv("p", 0, 99), rv("b", 0, 1, { prefixBlocks: 2 })], // 2 of 40 blocks
+        chain: 40,
+        first: "b",
+      },
+      {
+        name: "a claim shorter than the anchor (2 blocks) leaves the prefix new",
+        candidates: [rv("p", 0, 99), rv("b", 0, 1, { prefixBlocks: 1 })],
+        chain: 8,
+        first: "p",
+      },
+      {
+        name: "a one-block chain is anchored at block 1, so a one-block claim holds it",
+        candidates: [rv("p", 0, 99), rv("b", 0, 1, { prefixBlocks: 1 })],
+        chain: 1,
+        first: "b",
+      },
+      {
+        name: "a voided claim on the anchor leaves the prefix new: passed to the next choice",
+        // b holds the prefix but is at 3/4; p is preferred over q.
+        candidates: [rv("b", 3, 1, { prefixBlocks: 8 }), rv("p", 2, 99), rv("q", 2, 50)],
+        chain: 8,
+        turn: 2,
+        first: "p",
+      },
+    ])("$name", ({ candidates, chain, turn, first }) => {
+      const ranking = rankCandidates("llmgw", candidates, chain ?? 4, turn ?? 1, opts);
+      expect(ranking.ranked[0]?.id).toBe(first);
+    });
+
+    it("marks the one candidate that got it, and nobody when it is off", () => {
+      const candidates = [rv("a", 0, 10), rv("b", 0, 99)];
+      const on = rankCandidates("llmgw", candidates, 4, 0, opts).ranked;
+      expect(on.map((r) => [r.id, r.rendezvousPreferred, r.score])).toEqual([
+        ["b", true, 0.25],
+        ["a", false, 0],
+      ]);
+      const off = resolveScoringOptions({ weights: { rendezvous: 0 } });
+      const ranked = rankCandidates("llmgw", candidates, 4, 0, off).ranked;
+      expect(ranked.map((r) => [r.id, r.rendezvousPreferred])).toEqual([
+        ["a", false],
+        ["b", false],
+      ]);
+    });
+
+    it.each<RoutingPolicy>(["round-robin", "least-loaded"])("is ignored by %s", (policy) => {
+      const candidates = [rv("a", 0, 1), rv("b", 0, 99)];
+      const ranked = rankCandidates(policy, candidates, 4, 0, opts).ranked;
+      expect(ranked.map((r) => [r.id, r.rendezvousPreferred])).toEqual([
+        ["a", false],
+        ["b", false],
+      ]);
+    });
+
+    it.each([0, 1.5, 513, Number.NaN])("refuses rendezvousAnchorBlocks %s", (value) => {
+      expect(() => resolveScoringOptions({ rendezvousAnchorBlocks: value })).toThrow(
+        `option rendezvousAnchorBlocks must be an integer in [1, 512], got ${String(value)}`,
+      );
+    });
+
+    it("defaults to weight 0.25 anchored at block 2", () => {
+      expect(opts.weights.rendezvous).toBe(0.25);
+      expect(opts.rendezvousAnchorBlocks).toBe(2);
+      expect(resolveScoringOptions({ rendezvousAnchorBlocks: 8 }).rendezvousAnchorBlocks).toBe(8);
+    });
+  });
+
   it("reports when engine load signals are missing", () => {
     expect(rankCandidates("llmgw", [c("a", 0)], 0, 0, opts).missingLoadSignals).toBe(true);
     expect(

@@ -8,8 +8,20 @@
  * `affinityMaxUtilization`, or exceeds the least-utilised candidate's by more than
  * `affinitySlack`, loses its affinity claim, so a shared prefix cannot pile load onto one replica
  * (the cache-aware "death spiral" peers reported).
+ *
+ * Plus rendezvous·wR for one candidate while the prompt's anchor is new to this router (no live
+ * affinity claim reaches the anchor block): the one with the highest rendezvous weight
+ * (rendezvous.ts) among those within the same bounds. It makes routers that share no prefix
+ * index agree where a new prefix goes; once a router has sent it, its own bounded affinity
+ * decides, as with one router (a bonus on top of affinity piled a hot prefix onto one replica
+ * in simulation). A preference, not an exact tie-break: each router counts only its own
+ * in-flight requests, so their scores never tie exactly. The default 0.25 outweighs a
+ * utilisation lead of 0.25 and the latency term (at most 0.2), and yields to an engine queue
+ * over half the capacity, KV usage 0.83 above another's, an error rate over 12.5% and the load
+ * bounds, which pass it to the next rendezvous choice, the same one on every router.
  */
-import { checkRange } from "./errors.js";
+import { checkRange, RouterError } from "./errors.js";
+import { DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS } from "./rendezvous.js";
 import type { ReplicaLoad, RoutingPolicy } from "./route-table.js";
 
 /** Live numbers about one routable replica. */
@@ -26,6 +38,11 @@ export interface ScoringCandidate {
   readonly errorRate: number;
   /** Recent latency to first byte in ms (EWMA); absent before the first response. */
   readonly latencyMs?: number;
+  /**
+   * The prompt's rendezvous weight for this replica (`rendezvousWeight`, unsigned 32-bit);
+   * absent when the prompt has no chain or the preference is off.
+   */
+  readonly rendezvous?: number;
 }
 
 /** Weights of the `llmgw` score. */
@@ -36,6 +53,8 @@ export interface ScoringWeights {
   readonly kvCache: number;
   readonly errors: number;
   readonly latency: number;
+  /** The rendezvous preference; 0 turns it off. */
+  readonly rendezvous: number;
 }
 
 /** Options of {@link rankCandidates}. */
@@ -52,6 +71,11 @@ export interface ScoringOptions {
    * low concurrency, where the utilisation bounds above (relative to capacity) never trigger.
    */
   readonly affinityLoadFactor?: number;
+  /**
+   * Block of the prompt's chain whose key anchors the rendezvous choice: block
+   * `min(chain length, this)`, an integer in [1, 512] (default 2, i.e. the first 2 KiB).
+   */
+  readonly rendezvousAnchorBlocks?: number;
 }
 
 /** Resolved {@link ScoringOptions}. */
@@ -60,6 +84,7 @@ export interface ResolvedScoringOptions {
   readonly affinityMaxUtilization: number;
   readonly affinitySlack: number;
   readonly affinityLoadFactor: number;
+  readonly rendezvousAnchorBlocks: number;
 }
 
 /** Default weights of the `llmgw` score. */
@@ -70,12 +95,20 @@ export const DEFAULT_SCORING_WEIGHTS: ScoringWeights = {
   kvCache: 0.3,
   errors: 2,
   latency: 0.2,
+  rendezvous: 0.25,
 };
 
 /** Validates scoring options and fills defaults. */
 export function resolveScoringOptions(options: ScoringOptions = {}): ResolvedScoringOptions {
   const weights = { ...DEFAULT_SCORING_WEIGHTS, ...options.weights };
   for (const [name, w] of Object.entries(weights)) checkRange(`weights.${name}`, w, 0, 100);
+  const anchorBlocks = options.rendezvousAnchorBlocks ?? DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS;
+  if (!Number.isInteger(anchorBlocks) || anchorBlocks < 1 || anchorBlocks > 512) {
+    throw new RouterError(
+      "LLMGW_ROUTER_INVALID_OPTIONS",
+      `option rendezvousAnchorBlocks must be an integer in [1, 512], got ${String(anchorBlocks)}`,
+    );
+  }
   return {
     weights,
     affinityMaxUtilization: checkRange(
@@ -91,6 +124,7 @@ export function resolveScoringOptions(options: ScoringOptions = {}): ResolvedSco
       1,
       100,
     ),
+    rendezvousAnchorBlocks: anchorBlocks,
   };
 }
 
@@ -102,6 +136,8 @@ export interface RankedCandidate {
   readonly affinity: number;
   /** True when the replica held a prefix but lost its claim to the load bound. */
   readonly affinityVoided: boolean;
+  /** True for the candidate that got the rendezvous preference (at most one, see above). */
+  readonly rendezvousPreferred: boolean;
   readonly utilization: number;
 }
 
@@ -162,14 +198,29 @@ export function rankCandidates(
   const loadBound = Math.ceil((affinityLoadFactor * (totalInFlight + 1)) / withRoom.length);
   // Built once, field by field, and sorted through an index: stripping the tie-break order with
   // a rest spread copied every candidate (scoring allocated ~1 KB per request, now ~0.6 KB).
-  const scored: RankedCandidate[] = [];
+  const scored: { -readonly [K in keyof RankedCandidate]: RankedCandidate[K] }[] = [];
+  /** The anchor's depth: a live claim this deep means the prefix is not new to this router. */
+  const anchorBlocks = Math.min(chainLength, options.rendezvousAnchorBlocks);
+  let anchorHeld = false;
+  let preferred = -1;
+  let preferredWeight = -1;
   for (const { c, utilization } of withRoom) {
     const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
-    const voided =
-      affinity > 0 &&
-      (utilization >= affinityMaxUtilization ||
-        utilization - minUtil > affinitySlack ||
-        c.inFlight + 1 > loadBound);
+    const overBound =
+      utilization >= affinityMaxUtilization ||
+      utilization - minUtil > affinitySlack ||
+      c.inFlight + 1 > loadBound;
+    const voided = affinity > 0 && overBound;
+    if (affinity > 0 && !voided && c.prefixBlocks >= anchorBlocks) anchorHeld = true;
+    const w = c.rendezvous;
+    if (
+      w !== undefined &&
+      !overBound &&
+      (w > preferredWeight || (w === preferredWeight && c.id < (scored[preferred]?.id ?? "")))
+    ) {
+      preferred = scored.length;
+      preferredWeight = w;
+    }
     const queue = Math.min(1, (c.load?.waiting ?? 0) / c.capacity);
     const kv = Math.min(1, Math.max(0, c.load?.kvCacheUsage ?? 0));
     const latency =
@@ -183,7 +234,19 @@ export function rankCandidates(
       kv * weights.kvCache -
       c.errorRate * weights.errors -
       latency * weights.latency;
-    scored.push({ id: c.id, score, affinity, affinityVoided: voided, utilization });
+    scored.push({
+      id: c.id,
+      score,
+      affinity,
+      affinityVoided: voided,
+      rendezvousPreferred: false,
+      utilization,
+    });
+  }
+  const chosen = scored[preferred];
+  if (chosen !== undefined && !anchorHeld && weights.rendezvous > 0) {
+    chosen.score += weights.rendezvous;
+    chosen.rendezvousPreferred = true;
   }
   if (scored.length < 2) return { ranked: scored, missingLoadSignals: missing };
   const byRank = scored.map((_, i) => i);
@@ -194,5 +257,12 @@ export function rankCandidates(
 }
 
 function plain(c: ScoringCandidate, utilization: number, score: number): RankedCandidate {
-  return { id: c.id, score, affinity: 0, affinityVoided: false, utilization };
+  return {
+    id: c.id,
+    score,
+    affinity: 0,
+    affinityVoided: false,
+    rendezvousPreferred: false,
+    utilization,
+  };
 }
