@@ -13,6 +13,7 @@ import {
   type ServiceImpl,
 } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { startControlPlane } from "@llmgw/control-plane";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import {
@@ -25,6 +26,7 @@ import {
   ReplicaLoadReportSchema,
   ReportLoadResponseSchema,
 } from "@llmgw/proto";
+import type { ReplicaLoadSample as RoutedLoadSample } from "@llmgw/router";
 import { silentLogger } from "@llmgw/supervisor";
 import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
 import { deploymentSpecToProto, inventoryToProto } from "@llmgw/wire";
@@ -604,5 +606,64 @@ describe("startAgent reports engine load between heartbeats", () => {
       LOAD_INTERVAL / 2,
     );
     expect(svc.heartbeats, "it all went by ReportLoad").toBe(1);
+  });
+});
+
+describe("startAgent against the real control plane", () => {
+  it("gets a changed engine load into the cluster's load by ReportLoad, not by a heartbeat", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-load-report-cp-"));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const cp = await startControlPlane({
+      dataDir: path.join(dir, "cp"),
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      // After the first, no heartbeat within the test: load can only come by ReportLoad.
+      heartbeatIntervalMs: 60_000,
+    });
+    cleanups.push(async () => {
+      await cp.close();
+    });
+    // Placed at the agent's Register, so its first heartbeat already carries the replica.
+    cp.cluster.applyDeployment(
+      parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+    );
+    const seen: (RoutedLoadSample & { atMs: number })[] = [];
+    cp.cluster.onLoad((sample) => seen.push({ ...sample, atMs: Date.now() }));
+    const logger = new RecordingLogger();
+    const agent = await startAgent(
+      parseAgentConfig({
+        controlPlaneUrl: cp.controlUrl,
+        joinToken: cp.joinToken,
+        stateDir: path.join(dir, "agent"),
+        simulate: "1xh100-80g",
+        advertiseAddress: "127.0.0.1",
+        probeIntervalMs: 50,
+        engines: { simCommand: [process.execPath, "-e", settableEngine, "--"] },
+      }),
+      {
+        logger,
+        probes: { probe: async () => "ready", scrapeLoad: createEngineProbes().scrapeLoad },
+        baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+        secretEnv: {},
+        agentVersion: "test",
+      },
+    );
+    cleanups.push(() => agent.close({ stopEngines: true }));
+    await expect
+      .poll(() => seen.at(-1)?.load, { timeout: 15_000 })
+      .toEqual({
+        running: 0,
+        waiting: 0,
+      });
+    const enginePort = agent.manager.statuses()[0]?.apiPort;
+    const changedAt = Date.now();
+    await fetch(`http://127.0.0.1:${enginePort}/set?running=4&waiting=2`);
+    await expect
+      .poll(() => seen.at(-1)?.load, { timeout: 5_000, interval: 5 })
+      .toEqual({ running: 4, waiting: 2 });
+    const sample = seen.at(-1) as RoutedLoadSample & { atMs: number };
+    expect(sample.replicaId).toBe(agent.manager.statuses()[0]?.replicaId);
+    expect(sample.atMs - changedAt, "engine → control plane ms").toBeLessThan(1_000);
+    expect(logger.lines.filter((l) => l.level === "warn" && /load/.test(l.message))).toEqual([]);
   });
 });
