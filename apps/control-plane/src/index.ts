@@ -74,4 +74,5 @@ export type {
   NodeRecord,
   PlacementRankRecord,
   PlacementRecord,
+  ReplicaStatusRecord,
 } from "./store/types.js";
