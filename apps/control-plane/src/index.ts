@@ -48,17 +48,41 @@ export {
   type TokenKind,
 } from "./domain/tokens.js";
 export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";
+export { createPublicApi } from "./public-api.js";
 export {
-  createClusterApiKeyStore,
-  createClusterRouteTable,
-  createPublicApi,
-} from "./public-api.js";
+  createRoutingPublisher,
+  DEFAULT_MAX_QUEUED_MESSAGES,
+  type RouterCount,
+  type RoutingPublisher,
+  type RoutingPublisherOptions,
+  type RoutingPublisherStats,
+  type RoutingSource,
+  type RoutingStreamOptions,
+  streamRoutingFeed,
+} from "./routing/publisher.js";
+export {
+  createRouterRegistry,
+  DEFAULT_MAX_ROUTERS,
+  DISCONNECTED_ROUTERS_KEPT_MS,
+  type RouterEntry,
+  type RouterRegistration,
+  type RouterRegistry,
+  type RouterRegistryOptions,
+  type RouterSession,
+} from "./routing/router-registry.js";
 export { ERROR_CODE_HEADER, toConnectError } from "./rpc/errors.js";
+export {
+  createRouterService,
+  type RouterServiceDeps,
+  validateWatchRoutingRequest,
+  WATCH_ROUTING_LIMITS,
+} from "./rpc/router-service.js";
 export {
   CONTROL_PLANE_VERSION,
   type ControlPlane,
   type ControlPlaneDeps,
   type HttpHandler,
+  IN_PROCESS_ROUTER_ID,
   type PublicHandler,
   type PublicHandlerContext,
   type ShutdownReport,
@@ -74,5 +98,4 @@ export type {
   NodeRecord,
   PlacementRankRecord,
   PlacementRecord,
-  ReplicaStatusRecord,
 } from "./store/types.js";

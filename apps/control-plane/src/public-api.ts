@@ -1,39 +1,55 @@
-import { createRouterMetrics } from "@llmgw/metrics-collector";
-import type { ApiKeyStore, ReplicaRoute, RouteResolution, RouteTable } from "@llmgw/router";
-import {
-  createPrometheusRouterMetricsSink,
-  createRouterHandler,
-  type RouterServiceOptions,
-} from "@llmgw/router-server";
+import type { ReplicaRoute, RouteResolution, RouteTable } from "@llmgw/router";
 import type { Cluster } from "./domain/cluster.js";
 import type { PublicHandler, PublicHandlerContext } from "./run.js";
 
+const IN_PROCESS_ROUTER = Symbol.for("llmgw.control-plane.in-process-router");
+
 /**
- * The router's view of the cluster, answered from memory: resolutions are rebuilt at most once
- * per cluster version (heartbeats bump it), so the hot path never touches the store.
+ * @deprecated The control plane runs its router in-process by default now (`startRouter`
+ * over the routing feed): pass no `publicHandler`. Kept so that callers written as
+ * `publicHandler: (ctx) => createPublicApi(ctx)` still get exactly that default.
+ */
+export function createPublicApi(_ctx?: PublicHandlerContext): PublicHandler {
+  return {
+    handle: (_req, res) => {
+      // Never served: startControlPlane starts the in-process router instead.
+      res.writeHead(500).end();
+    },
+    [IN_PROCESS_ROUTER]: true,
+  } as PublicHandler;
+}
+
+/** True for {@link createPublicApi}'s handler: "the default in-process router". */
+export function isInProcessRouter(handler: PublicHandler): boolean {
+  return (handler as { [IN_PROCESS_ROUTER]?: unknown })[IN_PROCESS_ROUTER] === true;
+}
+
+/**
+ * @deprecated Test-only, and going: routers route by the routing state (`createRoutingState`
+ * over the routing feed), never by resolutions built from the Cluster. Tests that check
+ * routability read `cluster.routingMembership()`.
  */
 export function createClusterRouteTable(cluster: Cluster): RouteTable {
   let cachedVersion = -1;
   const cache = new Map<string, RouteResolution | undefined>();
-  const listeners = new Set<(version: number) => void>();
-  cluster.onChange(() => {
-    for (const listener of listeners) listener(cluster.version);
-  });
   const resolveFresh = (model: string): RouteResolution | undefined => {
     const spec = cluster.deploymentSpecs().find((s) => s.servedModelName === model);
     if (!spec) return undefined;
     const ready = cluster.readyReplicas(model);
-    const deployment = ready[0]?.deployment ?? spec.name;
-    const policy = ready[0]?.routingPolicy ?? spec.routingPolicy;
     const replicas: ReplicaRoute[] = ready.map((r) => ({
       id: r.replicaId,
       baseUrl: `http://${r.endpoint}`,
       state: "ready",
       capacity: r.capacity,
       load: r.load,
-      ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey, authorization: `Bearer ${r.apiKey}` }),
+      ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
     }));
-    return { deployment, policy, replicas, loading: cluster.hasLoadingReplicas(model) };
+    return {
+      deployment: ready[0]?.deployment ?? spec.name,
+      policy: ready[0]?.routingPolicy ?? spec.routingPolicy,
+      replicas,
+      loading: cluster.hasLoadingReplicas(model),
+    };
   };
   return {
     resolve(model) {
@@ -48,54 +64,6 @@ export function createClusterRouteTable(cluster: Cluster): RouteTable {
     get version() {
       return cluster.version;
     },
-    subscribe(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-  };
-}
-
-/** API keys checked against the control plane's hashed keys, in memory. */
-export function createClusterApiKeyStore(cluster: Cluster): ApiKeyStore {
-  return {
-    verify(secret) {
-      const grant = cluster.authenticateApiKey(secret);
-      if (!grant) return undefined;
-      return {
-        id: grant.id,
-        name: grant.name,
-        ...(grant.models.length > 0 ? { models: grant.models } : {}),
-        ...(grant.requestsPerMinute !== undefined ? { rpm: grant.requestsPerMinute } : {}),
-        ...(grant.tokensPerMinute !== undefined ? { tpm: grant.tokensPerMinute } : {}),
-        ...(grant.maxConcurrency !== undefined ? { maxConcurrency: grant.maxConcurrency } : {}),
-      };
-    },
-  };
-}
-
-/**
- * The public listener's handler: the OpenAI-compatible router over the live cluster, with
- * its `llmgw_router_*` families on the control listener's registry.
- */
-export function createPublicApi(
-  ctx: PublicHandlerContext,
-  options: RouterServiceOptions = {},
-): PublicHandler {
-  const routeTable = createClusterRouteTable(ctx.cluster);
-  let handler: ReturnType<typeof createRouterHandler> | undefined;
-  const metrics = createRouterMetrics(ctx.registry, {
-    workerPool: () => handler?.workerPool(),
-  });
-  handler = createRouterHandler({
-    routeTable,
-    apiKeys: createClusterApiKeyStore(ctx.cluster),
-    metrics: createPrometheusRouterMetricsSink(metrics),
-    options: { noAuth: ctx.options.noAuth, ...options },
-    log: (event) => ctx.log(`router ${JSON.stringify(event)}`),
-  });
-  const h = handler;
-  return {
-    handle: (req, res) => h(req, res),
-    close: () => h.close(),
+    subscribe: () => () => {},
   };
 }

@@ -1,11 +1,18 @@
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import type { ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createClusterCollector, createMetricsEndpoint } from "@llmgw/metrics-collector";
-import { AgentService, ClusterService } from "@llmgw/proto";
-import { createHttpListener } from "@llmgw/router-server";
+import { AgentService, ClusterService, RouterService } from "@llmgw/proto";
+import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
+import {
+  createHttpListener,
+  isRouterServiceError,
+  type RunningRouter,
+  startRouter,
+} from "@llmgw/router-server";
 import { schedule as defaultSchedule } from "@llmgw/scheduler";
 import { Registry } from "prom-client";
 import { createClusterView } from "./cluster-view.js";
@@ -20,10 +27,18 @@ import type { ScheduleFn } from "./domain/reconcile.js";
 import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
 import { ControlPlaneError } from "./errors.js";
+import { isInProcessRouter } from "./public-api.js";
+import { createRoutingPublisher, type RoutingPublisher } from "./routing/publisher.js";
+import {
+  createRouterRegistry,
+  type RouterRegistry,
+  type RouterSession,
+} from "./routing/router-registry.js";
 import { createAgentService } from "./rpc/agent-service.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import { errorMappingInterceptor } from "./rpc/errors.js";
+import { createRouterService } from "./rpc/router-service.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 
@@ -33,9 +48,14 @@ export const CONTROL_PLANE_VERSION = "0.1.0";
 /** A Node HTTP request handler. */
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 
-/** What the public listener's handler factory receives (the router's seam). */
+/** Router id of the control plane's own (in-process) router in `llmgw routers`. */
+export const IN_PROCESS_ROUTER_ID = "in-process";
+
+/** What the public listener's handler factory receives (a seam for listener tests). */
 export interface PublicHandlerContext {
   readonly cluster: Cluster;
+  /** The routing feed routers watch. */
+  readonly feed: RoutingFeed;
   readonly options: ResolvedControlPlaneOptions;
   /** The control listener's registry: add router metric families here. */
   readonly registry: Registry;
@@ -57,7 +77,10 @@ export interface ControlPlaneDeps {
   readonly schedule?: ScheduleFn;
   /** One line per transition and decision. Default: silent. */
   readonly log?: (line: string) => void;
-  /** Builds the public listener's handler (the OpenAI router); default answers 404 JSON. */
+  /**
+   * Serves this handler on the public listener instead of the in-process router (tests of
+   * the listener itself). Default: the router (`startRouter`) over the routing feed.
+   */
   readonly publicHandler?: (ctx: PublicHandlerContext) => PublicHandler | Promise<PublicHandler>;
   /** Default: a fresh Registry (never prom-client's global one). */
   readonly registry?: Registry;
@@ -76,21 +99,24 @@ export interface ShutdownReport {
 export interface ControlPlane {
   /** e.g. "http://127.0.0.1:7070": Connect-RPC, /metrics, /healthz. */
   readonly controlUrl: string;
-  /** e.g. "http://127.0.0.1:8080": /v1/*, /healthz. */
-  readonly publicUrl: string;
+  /** e.g. "http://127.0.0.1:8080": /v1/*, /healthz, /readyz; undefined with `publicApi: false`. */
+  readonly publicUrl: string | undefined;
   readonly options: ResolvedControlPlaneOptions;
   readonly cluster: Cluster;
   readonly store: ClusterStore;
   readonly registry: Registry;
   readonly joinToken: string;
   readonly adminToken: string;
+  /** The credential `WatchRouting` takes (`llmgw control-plane token --router`). */
+  readonly routerToken: string;
+  /** The routing feed every router watches. */
+  readonly routing: RoutingPublisher;
+  /** The routers watching it (`ListRouters`). */
+  readonly routers: RouterRegistry;
+  /** The in-process router; undefined with `publicApi: false` or a `publicHandler`. */
+  readonly router: RunningRouter | undefined;
   /** Stops accepting, finishes in-flight requests (force-closing after the grace), closes the store. */
   close(): Promise<ShutdownReport>;
-}
-
-function notFoundJson(res: ServerResponse, message: string): void {
-  res.writeHead(404, { "content-type": "application/json" });
-  res.end(JSON.stringify({ error: { message, type: "invalid_request_error", code: "not_found" } }));
 }
 
 function healthz(res: ServerResponse): void {
@@ -129,9 +155,11 @@ async function listen(server: Server, address: string, what: string): Promise<st
 
 /**
  * Starts a control plane: data dir and tokens, the SQLite store, the cluster state, the
- * control listener (Connect `AgentService` + `ClusterService`, `/metrics`, `/healthz`) and
- * the public listener (`/healthz` + the injected router). No process globals: signals and
- * exit codes belong to the CLI. Throws `ControlPlaneError` (config, store, TLS, listen).
+ * routing feed, the control listener (Connect `AgentService`, `ClusterService` and
+ * `RouterService`, `/metrics`, `/healthz`) and, unless `publicApi` is false, the in-process
+ * router (`startRouter` over the routing feed, on `listen`). No process globals: signals and
+ * exit codes belong to the CLI. Throws `ControlPlaneError` (config, store, TLS, listen) or the
+ * router's `RouterServiceError` (its listener, its state dir).
  */
 export async function startControlPlane(
   options: ControlPlaneOptions,
@@ -150,6 +178,9 @@ export async function startControlPlane(
   const servers: Server[] = [];
   let timer: NodeJS.Timeout | undefined;
   let publicHandler: PublicHandler | undefined;
+  let publisher: RoutingPublisher | undefined;
+  let router: RunningRouter | undefined;
+  let routerSession: RouterSession | undefined;
   try {
     const cluster = new Cluster({
       store,
@@ -168,6 +199,15 @@ export async function startControlPlane(
         });
       },
     });
+    const routers = createRouterRegistry({ log });
+    const routing = createRoutingPublisher(cluster, {
+      routers,
+      coalesceMs: resolved.routingCoalesceMs,
+      loadFlushMs: resolved.routingLoadFlushMs,
+      keepaliveMs: resolved.routingKeepaliveMs,
+      log,
+    });
+    publisher = routing;
     const registry = deps.registry ?? new Registry();
     // Cluster families are rendered straight to text at scrape time (76k samples at 1,000
     // nodes × 8 GPUs: half the CPU of going through prom-client); router families stay on
@@ -177,7 +217,7 @@ export async function startControlPlane(
       ...(deps.clusterMetrics === false
         ? {}
         : {
-            cluster: createClusterCollector(registry, createClusterView(cluster), {
+            cluster: createClusterCollector(registry, createClusterView(cluster, routers), {
               exposition: "text",
             }),
           }),
@@ -201,6 +241,10 @@ export async function startControlPlane(
       keepAliveTimeoutMs: resolved.keepAliveTimeoutMs,
       ...(tls === undefined ? {} : { tls }),
     };
+    const publicCaps = {
+      maxConnections: resolved.maxConnections,
+      maxConnectionsPerAddress: resolved.maxConnectionsPerAddress,
+    };
     const makeServer = (
       handler: HttpHandler,
       caps: { readonly maxConnections: number; readonly maxConnectionsPerAddress: number },
@@ -210,8 +254,8 @@ export async function startControlPlane(
         if (!res.headersSent) res.writeHead(500, { "content-type": "application/json" });
         res.end();
       };
-      // A promise only for handlers that return one: the router answers synchronously, and a
-      // promise plus a closure per request is what its hot path was rid of.
+      // A promise only for handlers that return one: a promise plus a closure per request is
+      // what the router's hot path was rid of.
       const listener = (req: IncomingMessage, res: ServerResponse): void => {
         let result: void | Promise<void>;
         try {
@@ -222,7 +266,7 @@ export async function startControlPlane(
         }
         if (result instanceof Promise) result.catch((error: unknown) => failed(req, res, error));
       };
-      // The one server factory the router's tests and benchmarks use too.
+      // The one server factory the router uses too.
       const server = createHttpListener({ ...listenerLimits, ...caps }, listener);
       servers.push(server);
       return server;
@@ -239,6 +283,14 @@ export async function startControlPlane(
           createClusterService(cluster, dataDir.adminToken, {
             version: CONTROL_PLANE_VERSION,
             shutdown: shutdown.signal,
+            routers,
+          }),
+        );
+        router.service(
+          RouterService,
+          createRouterService(routing, routers, dataDir.routerToken, {
+            shutdown: shutdown.signal,
+            maxQueued: resolved.routingMaxQueued,
           }),
         );
         answerMalformedRequestsAsInvalidArgument(router);
@@ -262,33 +314,69 @@ export async function startControlPlane(
       },
     );
 
-    publicHandler = deps.publicHandler
-      ? await deps.publicHandler({
-          cluster,
-          options: resolved,
-          registry,
-          shutdown: shutdown.signal,
-          log,
-        })
-      : undefined;
-    const route = publicHandler?.handle;
-    const publicServer = makeServer(
-      (req, res) => {
-        if (pathOf(req) === "/healthz") return healthz(res);
-        if (route) return route(req, res);
-        notFoundJson(res, `no route for ${req.method} ${pathOf(req)}`);
-      },
-      {
-        maxConnections: resolved.maxConnections,
-        maxConnectionsPerAddress: resolved.maxConnectionsPerAddress,
-      },
-    );
-
     const scheme = tls ? "https" : "http";
     const controlUrl = `${scheme}://${await listen(controlServer, resolved.controlListen, "--control-listen")}`;
-    const publicUrl = `${scheme}://${await listen(publicServer, resolved.listen, "--listen")}`;
+
+    let publicUrl: string | undefined;
+    if (resolved.publicApi) {
+      const custom = deps.publicHandler
+        ? await deps.publicHandler({
+            cluster,
+            feed: routing,
+            options: resolved,
+            registry,
+            shutdown: shutdown.signal,
+            log,
+          })
+        : undefined;
+      if (custom !== undefined && !isInProcessRouter(custom)) {
+        publicHandler = custom;
+        const route = custom.handle;
+        const publicServer = makeServer((req, res) => {
+          if (pathOf(req) === "/healthz") return healthz(res);
+          return route(req, res);
+        }, publicCaps);
+        publicUrl = `${scheme}://${await listen(publicServer, resolved.listen, "--listen")}`;
+      } else {
+        // The in-process router is a router like any other: it counts in every router's share
+        // and is listed by ListRouters; what it was last handed is recorded like a stream's.
+        let last: RoutingMessage | undefined;
+        const feed: RoutingFeed = {
+          subscribe: (listener) =>
+            routing.subscribe((message) => {
+              last = message;
+              routerSession?.sent(message);
+              listener(message);
+            }),
+        };
+        router = await startRouter({
+          routing: {
+            feed,
+            routerId: IN_PROCESS_ROUTER_ID,
+            version: CONTROL_PLANE_VERSION,
+            stateDir: join(dataDir.dir, "router"),
+            log: (event) => log(`router ${JSON.stringify(event)}`),
+          },
+          router: { noAuth: resolved.noAuth },
+          listener: { ...listenerLimits, ...publicCaps },
+          listen: resolved.listen,
+          registry,
+          log: (event) => log(`router ${JSON.stringify(event)}`),
+        }).catch((error: unknown) => {
+          throw asControlPlaneError(error, resolved.listen);
+        });
+        publicUrl = router.url;
+        routerSession = routers.connect({
+          id: IN_PROCESS_ROUTER_ID,
+          address: new URL(router.url).host,
+          version: CONTROL_PLANE_VERSION,
+          inProcess: true,
+        });
+        if (last !== undefined) routerSession.sent(last);
+      }
+    }
     log(
-      `control plane listening: control ${controlUrl}, public ${publicUrl}, data dir ${resolved.dataDir}`,
+      `control plane listening: control ${controlUrl}, public ${publicUrl ?? "off (--no-public-api)"}, data dir ${resolved.dataDir}`,
     );
 
     timer = setInterval(
@@ -299,6 +387,7 @@ export async function startControlPlane(
 
     let closing: Promise<ShutdownReport> | undefined;
     const handler = publicHandler;
+    const inProcess = router;
     return {
       controlUrl,
       publicUrl,
@@ -308,23 +397,35 @@ export async function startControlPlane(
       registry,
       joinToken: dataDir.joinToken,
       adminToken: dataDir.adminToken,
+      routerToken: dataDir.routerToken,
+      routing,
+      routers,
+      router: inProcess,
       close() {
         closing ??= (async () => {
           const started = Date.now();
           clearInterval(timer);
+          // Ends every WatchRouting stream (Unavailable): remote routers move on to another
+          // control plane or keep serving from what they hold.
           shutdown.abort(
             new ControlPlaneError(
               "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
               "the control plane is shutting down",
             ),
           );
-          const forced = await closeServers(servers, resolved.shutdownGraceMs);
+          const [forced, routerReport] = await Promise.all([
+            closeServers(servers, resolved.shutdownGraceMs),
+            inProcess?.stop(resolved.shutdownGraceMs),
+          ]);
           await handler?.close?.();
+          routerSession?.close();
+          routing.close();
           store.close();
+          const anyForced = forced || routerReport?.forced === true;
           log(
-            `control plane stopped after ${Date.now() - started} ms${forced ? " (connections closed by force)" : ""}`,
+            `control plane stopped after ${Date.now() - started} ms${anyForced ? " (connections closed by force)" : ""}`,
           );
-          return { durationMs: Date.now() - started, forced };
+          return { durationMs: Date.now() - started, forced: anyForced };
         })();
         return closing;
       },
@@ -333,10 +434,36 @@ export async function startControlPlane(
     clearInterval(timer);
     shutdown.abort();
     await closeServers(servers, 0);
+    await router?.stop(0);
     await publicHandler?.close?.();
+    routerSession?.close();
+    publisher?.close();
     store.close();
     throw error;
   }
+}
+
+/**
+ * The in-process router's start errors in the control plane's terms, so that callers (the
+ * CLI) see one error base: its listener is the control plane's `--listen`.
+ */
+function asControlPlaneError(error: unknown, listenAddress: string): unknown {
+  if (!isRouterServiceError(error)) return error;
+  if (error.code === "LLMGW_ROUTER_LISTEN_FAILED") {
+    const reason = error.cause instanceof Error ? error.cause.message : error.message;
+    return new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_LISTEN_FAILED",
+      `cannot listen on ${listenAddress} (--listen): ${reason}`,
+      { cause: error },
+    );
+  }
+  const code =
+    error.code === "LLMGW_ROUTER_TLS_INVALID"
+      ? "LLMGW_CONTROL_PLANE_TLS_INVALID"
+      : error.code === "LLMGW_ROUTER_CONFIG_INVALID"
+        ? "LLMGW_CONTROL_PLANE_CONFIG_INVALID"
+        : "LLMGW_CONTROL_PLANE_STORE_FAILED";
+  return new ControlPlaneError(code, `the in-process router: ${error.message}`, { cause: error });
 }
 
 /** Stops accepting, lets in-flight requests finish until `graceMs`, then closes by force. */

@@ -316,7 +316,7 @@ describe("control plane over Connect", () => {
     expect(invalid.rawMessage).toMatch(/^RegisterRequest\.advertise_address must be an IP address/);
   });
 
-  it("streams events, serves /healthz and /metrics, and answers 404 JSON on the public listener", async () => {
+  it("streams events, serves /healthz and /metrics, and runs the router on the public listener", async () => {
     const { cp, admin } = await setup();
     const controller = new AbortController();
     const seen: string[] = [];
@@ -341,11 +341,13 @@ describe("control plane over Connect", () => {
     expect(metrics.status).toBe(200);
     expect(metrics.headers.get("content-type")).toContain("text/plain");
     expect(await metrics.text()).toMatch(/^# HELP llmgw_/m);
-    const nf = await fetch(`${cp.publicUrl}/v1/models`);
-    expect(nf.status).toBe(404);
-    expect(await nf.json()).toMatchObject({
-      error: { type: "invalid_request_error", code: "not_found" },
-    });
+    // The public listener is the in-process router: ready on the feed's first snapshot, and
+    // it wants an API key.
+    const ready = await fetch(`${cp.publicUrl}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toMatchObject({ ready: true, source: "live", connected: true });
+    const models = await fetch(`${cp.publicUrl}/v1/models`);
+    expect(models.status).toBe(401);
   });
 
   it("refuses to start on a corrupt store and names the file", async () => {

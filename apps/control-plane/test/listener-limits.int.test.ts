@@ -7,7 +7,6 @@
 import { connect, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ControlPlaneOptions } from "../src/config.js";
-import { createPublicApi } from "../src/public-api.js";
 import { type ControlPlane, startControlPlane } from "../src/run.js";
 import { tempDir } from "./helpers.js";
 
@@ -16,22 +15,23 @@ afterEach(async () => {
   for (const fn of cleanups.splice(0).reverse()) await fn();
 });
 
-async function controlPlane(options: Partial<ControlPlaneOptions>): Promise<ControlPlane> {
+/** A control plane with its in-process router (the public listener) on port 0. */
+async function controlPlane(
+  options: Partial<ControlPlaneOptions>,
+): Promise<ControlPlane & { readonly publicUrl: string }> {
   const tmp = tempDir();
   cleanups.push(tmp.cleanup);
-  const cp = await startControlPlane(
-    {
-      dataDir: tmp.dir,
-      listen: "127.0.0.1:0",
-      controlListen: "127.0.0.1:0",
-      shutdownGraceMs: 0,
-      noAuth: true,
-      ...options,
-    },
-    { publicHandler: (ctx) => createPublicApi(ctx) },
-  );
+  const cp = await startControlPlane({
+    dataDir: tmp.dir,
+    listen: "127.0.0.1:0",
+    controlListen: "127.0.0.1:0",
+    shutdownGraceMs: 0,
+    noAuth: true,
+    ...options,
+  });
   cleanups.push(() => cp.close().then(() => {}));
-  return cp;
+  if (cp.publicUrl === undefined) throw new Error("the control plane started no public listener");
+  return cp as ControlPlane & { readonly publicUrl: string };
 }
 
 /** A raw connection that records what it receives and when the server closed it. */

@@ -1,5 +1,9 @@
-import { describe, expect, it } from "vitest";
-import { parseCount, parseDurationMs } from "./control-plane.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { quietIo } from "../testing.js";
+import { command, parseCount, parseDurationMs } from "./control-plane.js";
 
 describe("control-plane flag values", () => {
   it.each([
@@ -21,5 +25,59 @@ describe("control-plane flag values", () => {
     ["2", 2000],
   ])("duration %j → %d ms", (text, expected) => {
     expect(parseDurationMs(text, "--headers-timeout")).toBe(expected);
+  });
+});
+
+describe("llmgw control-plane", () => {
+  const roots: string[] = [];
+  afterEach(() => {
+    for (const r of roots.splice(0)) rmSync(r, { recursive: true, force: true });
+  });
+
+  /** Runs the command until its "ready" line, then stops it; returns that line and the exit. */
+  async function runUntilReady(flags: string[]) {
+    const root = mkdtempSync(join(tmpdir(), "llmgw-cp-cmd-"));
+    roots.push(root);
+    const stop = new AbortController();
+    let err = "";
+    let readyLine: ((line: string) => void) | undefined;
+    const ready = new Promise<string>((resolve) => {
+      readyLine = resolve;
+    });
+    const exit = command.run(
+      ["--data-dir", root, "--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", ...flags],
+      {
+        ...quietIo(),
+        signal: stop.signal,
+        stderr: {
+          write: (s: string) => {
+            err += s;
+            const line = err.split("\n").find((l) => / ready /.test(l));
+            if (line) readyLine?.(line);
+          },
+        },
+      },
+    );
+    const line = await Promise.race([ready, exit.then((code) => `exited ${code}: ${err}`)]);
+    stop.abort(new Error("test done"));
+    return { line, code: await exit };
+  }
+
+  it("serves /v1 by the in-process router by default", async () => {
+    const { line, code } = await runUntilReady([]);
+    const url = /public=(http:\/\/\S+)/.exec(line)?.[1];
+    expect(url, line).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(line).toContain("routerToken=");
+    expect(code).toBe(0);
+  });
+
+  it("starts no public listener with --no-public-api", async () => {
+    const { line, code } = await runUntilReady(["--no-public-api"]);
+    expect(line).toContain('public="off (--no-public-api)"');
+    expect(code).toBe(0);
+  });
+
+  it("documents --no-public-api", () => {
+    expect(command.usage).toContain("--no-public-api");
   });
 });

@@ -1,6 +1,5 @@
 import {
   type ControlPlaneOptions,
-  createPublicApi,
   isControlPlaneError,
   startControlPlane,
 } from "@llmgw/control-plane";
@@ -9,13 +8,18 @@ import { createConsoleLogger } from "../logger.js";
 
 const USAGE = `Usage: llmgw control-plane [options]
 
-Runs the control plane until SIGINT/SIGTERM: the agent and admin APIs (Connect-RPC),
-/metrics and /healthz on the control listener; the OpenAI-compatible API and /healthz on
-the public listener. State lives in the data dir (SQLite), created 0700 on first start with
-a join token and an admin token ('llmgw control-plane token [--admin]').
+Runs the control plane until SIGINT/SIGTERM: the agent, admin and router APIs
+(Connect-RPC), /metrics and /healthz on the control listener; on the public listener, the
+OpenAI-compatible API (/v1/*, /healthz, /readyz) by the same router 'llmgw router' runs,
+in-process. Routers apart from it watch the routing state on the control listener. State
+lives in the data dir (SQLite), created 0700 on first start with a join token, an admin
+token and a router token ('llmgw control-plane token [--admin | --router]'); the
+in-process router keeps its last routing state in <data-dir>/router.
 
 Options:
   --listen HOST:PORT          public listener (default :8080)
+  --no-public-api             no public listener and no in-process router: clients reach
+                              'llmgw router' processes instead
   --control-listen HOST:PORT  control listener (default 127.0.0.1:7070; use :7070 with TLS
                               so agents on other hosts can reach it)
   --data-dir DIR              state and tokens (env LLMGW_DATA_DIR, default /var/lib/llmgw/control-plane)
@@ -76,6 +80,7 @@ export const command: Command = {
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
       "no-auth": { type: "boolean" },
+      "no-public-api": { type: "boolean" },
       "headers-timeout": { type: "string" },
       "request-timeout": { type: "string" },
       "max-connections": { type: "string" },
@@ -124,6 +129,7 @@ export const command: Command = {
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
         : {}),
       noAuth: values["no-auth"] ?? false,
+      publicApi: values["no-public-api"] !== true,
       ...(headersTimeoutMs === undefined ? {} : { headersTimeoutMs }),
       ...(requestTimeoutMs === undefined ? {} : { requestTimeoutMs }),
       ...(maxConnections === undefined ? {} : { maxConnections }),
@@ -135,10 +141,7 @@ export const command: Command = {
     const logger = createConsoleLogger(io.stderr, "control-plane");
     let cp: Awaited<ReturnType<typeof startControlPlane>>;
     try {
-      cp = await startControlPlane(options, {
-        log: (line) => logger.info(line),
-        publicHandler: (ctx) => createPublicApi(ctx),
-      });
+      cp = await startControlPlane(options, { log: (line) => logger.info(line) });
     } catch (error) {
       if (isControlPlaneError(error)) {
         if (error.code === "LLMGW_CONTROL_PLANE_CONFIG_INVALID")
@@ -150,9 +153,10 @@ export const command: Command = {
     }
     logger.info("ready", {
       control: cp.controlUrl,
-      public: cp.publicUrl,
+      public: cp.publicUrl ?? "off (--no-public-api)",
       dataDir: options.dataDir,
       joinToken: `llmgw control-plane token --data-dir ${options.dataDir}`,
+      routerToken: `llmgw control-plane token --router --data-dir ${options.dataDir}`,
     });
     if (options.noAuth) logger.warn("--no-auth: the public API accepts requests without API keys");
     await new Promise<void>((resolve) => {
