@@ -98,4 +98,5 @@ export type {
   NodeRecord,
   PlacementRankRecord,
   PlacementRecord,
+  ReplicaStatusRecord,
 } from "./store/types.js";
