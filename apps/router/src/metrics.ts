@@ -1,7 +1,8 @@
 /**
  * Adapts the router's {@link RouterMetricsSink} calls to the `llmgw_router_*` Prometheus handles
  * of `@llmgw/metrics-collector` (families and label sets are defined there; this file only
- * translates names and bounds label values).
+ * translates names and bounds label values), and registers the router's own routing-state
+ * gauges ({@link registerRoutingStateMetrics}).
  */
 import {
   type AdmissionRejectReason,

@@ -243,6 +243,11 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
     }
   };
 
+  const meanwhile = () =>
+    options.held().epoch === undefined
+      ? "not ready until a control plane answers"
+      : "serving from the state held meanwhile";
+
   const loop = async () => {
     let index = 0;
     let backoffMs = initialBackoffMs;
@@ -259,7 +264,7 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
             event: "routing_stream_refused",
             code: "LLMGW_ROUTER_UNAUTHENTICATED",
             controlPlane: url,
-            message: `the control plane refused the router token (${end.message}): set LLMGW_ROUTER_TOKEN or --router-token-file to the output of 'llmgw control-plane token --router' on the control plane; retrying every ${unauthenticatedRetryMs}ms, serving from the state held meanwhile`,
+            message: `the control plane refused the router token (${end.message}): set LLMGW_ROUTER_TOKEN or --router-token-file to the output of 'llmgw control-plane token --router' on the control plane; retrying every ${unauthenticatedRetryMs}ms, ${meanwhile()}`,
           },
           `unauthenticated ${url}`,
         );
@@ -275,7 +280,7 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
               event: end.streamed ? "routing_stream_lost" : "routing_stream_failed",
               code: end.code,
               controlPlane: url,
-              message: `${end.message}; ${options.controlPlanes.length > 1 ? "trying the next control plane" : "retrying"}, serving from the state held meanwhile`,
+              message: `${end.message}; ${options.controlPlanes.length > 1 ? "trying the next control plane" : "retrying"}, ${meanwhile()}`,
             },
             `${end.code} ${url}`,
           );

@@ -1,0 +1,258 @@
+/**
+ * The routing client's loop against scripted RouterService servers, served in memory by
+ * Connect's router transport: which URL it moves to, when it gives a stream up, what it sends.
+ * (The real control plane's WatchRouting is exercised in apps/cli/test/router-remote.int.test.ts.)
+ */
+import { createHash } from "node:crypto";
+import {
+  Code,
+  ConnectError,
+  createRouterTransport,
+  type HandlerContext,
+} from "@connectrpc/connect";
+import { RouterService, type WatchRoutingRequest, type WatchRoutingResponse } from "@llmgw/proto";
+import { createRoutingState, type RoutingMessage, type RoutingSnapshot } from "@llmgw/router";
+import { routingMessageToProto } from "@llmgw/wire";
+import { afterEach, describe, expect, it } from "vitest";
+import { type RoutingClient, startRoutingClient } from "./routing-client.js";
+
+const snapshot = (version = 1, epoch = "e1"): RoutingSnapshot => ({
+  kind: "snapshot",
+  epoch,
+  version,
+  models: [{ name: "m", deployment: "m", policy: "llmgw", loading: false }],
+  replicas: [
+    {
+      id: "m-0",
+      model: "m",
+      deployment: "m",
+      baseUrl: "http://10.0.0.5:8000",
+      state: "ready",
+      capacity: 4,
+    },
+  ],
+  keys: [],
+  routers: 1,
+  sentAtMs: Date.now(),
+});
+
+const wire = (m: RoutingMessage): WatchRoutingResponse => routingMessageToProto(m);
+
+type Script = (
+  req: WatchRoutingRequest,
+  ctx: HandlerContext,
+  connection: number,
+) => AsyncIterable<WatchRoutingResponse>;
+
+/** A control plane at `url` answering WatchRouting with `script`; counts its connections. */
+function server(script: Script) {
+  let connections = 0;
+  const requests: { req: WatchRoutingRequest; authorization: string | null }[] = [];
+  const transport = createRouterTransport(({ service }) => {
+    service(RouterService, {
+      watchRouting(req, ctx) {
+        connections += 1;
+        requests.push({ req, authorization: ctx.requestHeader.get("authorization") });
+        return script(req, ctx, connections);
+      },
+    });
+  });
+  return { transport, connections: () => connections, requests };
+}
+
+/** Yields `messages`, then holds the stream open until the client goes away. */
+async function* thenHold(ctx: HandlerContext, ...messages: RoutingMessage[]) {
+  for (const m of messages) yield wire(m);
+  await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve()));
+}
+
+const clients: RoutingClient[] = [];
+afterEach(async () => {
+  for (const c of clients.splice(0)) await c.close();
+});
+
+function client(
+  transports: Record<string, ReturnType<typeof server>["transport"]>,
+  extra: Partial<Parameters<typeof startRoutingClient>[0]> = {},
+) {
+  const state = createRoutingState({
+    hashSecret: (s) => createHash("sha256").update(s).digest("hex"),
+  });
+  const events: Record<string, unknown>[] = [];
+  const c = startRoutingClient({
+    controlPlanes: Object.keys(transports),
+    routerToken: "rt-secret",
+    routerId: "edge-1",
+    address: "10.0.0.9:8080",
+    version: "0.1.0",
+    apply: (m) => state.apply(m),
+    held: () => ({ epoch: state.epoch, version: state.version, ageMs: 1234 }),
+    transportFor: (url) => transports[url] as ReturnType<typeof server>["transport"],
+    initialBackoffMs: 10,
+    maxBackoffMs: 50,
+    random: () => 0.5,
+    log: (e) => events.push({ ...e }),
+    ...extra,
+  });
+  clients.push(c);
+  return { c, state, events };
+}
+
+async function waitFor(check: () => boolean, ms: number, what: string): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+describe("routing client", () => {
+  it("sends the router's id, address, version, held state and token", async () => {
+    const cp = server((_req, ctx) => thenHold(ctx, snapshot(3)));
+    const { c } = client({ "http://a": cp.transport });
+    await waitFor(() => c.state === "streaming", 2000, "the stream");
+    expect(cp.requests[0]?.authorization).toBe("Bearer rt-secret");
+    expect(cp.requests[0]?.req).toMatchObject({
+      routerId: "edge-1",
+      address: "10.0.0.9:8080",
+      version: "0.1.0",
+      epoch: "",
+      stateVersion: 0n,
+      stateAgeMs: 1234n,
+    });
+  });
+
+  it("moves to the next control plane when one is down, and back when that one fails", async () => {
+    const down = server(async function* () {
+      yield* [];
+      throw new ConnectError("connect ECONNREFUSED", Code.Unavailable);
+    });
+    const up = server((_req, ctx, n) =>
+      n === 1
+        ? (async function* () {
+            yield wire(snapshot(1));
+            throw new ConnectError("reset", Code.Unavailable);
+          })()
+        : thenHold(ctx, snapshot(2)),
+    );
+    const { c, state, events } = client({ "http://a": down.transport, "http://b": up.transport });
+    await waitFor(() => state.version === 2, 2000, "the second stream of b");
+    expect(c.controlPlane).toBe("http://b");
+    // a refused, b streamed and broke, a refused again, b again.
+    expect([down.connections(), up.connections()]).toEqual([2, 2]);
+    expect(events.filter((e) => e.event === "routing_stream_failed")[0]).toMatchObject({
+      code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
+      controlPlane: "http://a",
+      message:
+        "Unavailable: connect ECONNREFUSED; trying the next control plane, not ready until a control plane answers",
+    });
+    expect(events.find((e) => e.event === "routing_stream_lost")).toMatchObject({
+      controlPlane: "http://b",
+      message:
+        "Unavailable: reset; trying the next control plane, serving from the state held meanwhile",
+    });
+  });
+
+  it("gives up a stream silent for three keepalive intervals", async () => {
+    const cp = server((_req, ctx) =>
+      thenHold(ctx, snapshot(1), {
+        kind: "keepalive",
+        epoch: "e1",
+        version: 1,
+        sentAtMs: Date.now(),
+        intervalMs: 100,
+      }),
+    );
+    const { events } = client({ "http://a": cp.transport });
+    const started = performance.now();
+    await waitFor(() => cp.connections() === 2, 3000, "a second connection");
+    expect(performance.now() - started).toBeGreaterThanOrEqual(290);
+    expect(events.find((e) => e.event === "routing_stream_lost")).toMatchObject({
+      code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
+      message:
+        "no message for 300ms (3 keepalive intervals); retrying, serving from the state held meanwhile",
+    });
+  });
+
+  it("ends a stream that carries a malformed message", async () => {
+    const cp = server((_req, ctx, n) => {
+      if (n > 1) return thenHold(ctx, snapshot(1));
+      const bad = wire(snapshot(1));
+      const replica = bad.message.case === "snapshot" ? bad.message.value.replicas[0] : undefined;
+      if (replica) replica.capacity = 0;
+      return (async function* () {
+        yield bad;
+        yield* thenHold(ctx);
+      })();
+    });
+    const { state, events } = client({ "http://a": cp.transport });
+    await waitFor(() => state.version === 1 && cp.connections() >= 2, 2000, "a good snapshot");
+    expect(events.find((e) => e.code === "LLMGW_ROUTER_STREAM_INVALID")).toMatchObject({
+      event: "routing_stream_failed",
+      message: expect.stringMatching(/^a malformed routing message: .*capacity/),
+    });
+  });
+
+  it("reconnects for a snapshot when the state asks for a resync", async () => {
+    const cp = server((_req, ctx, n) =>
+      thenHold(
+        ctx,
+        snapshot(n === 1 ? 1 : 5),
+        // A gap: version 3 after 1.
+        {
+          kind: "delta",
+          epoch: "e1",
+          version: 3,
+          upsertedModels: [],
+          removedModels: [],
+          upsertedReplicas: [],
+          removedReplicas: [],
+          upsertedKeys: [],
+          removedKeys: [],
+          sentAtMs: Date.now(),
+        },
+      ),
+    );
+    const { c, state, events } = client({ "http://a": cp.transport });
+    await waitFor(() => state.version === 5, 2000, "the second snapshot");
+    expect(c.state).toBe("streaming");
+    expect(events.find((e) => e.event === "routing_resync")).toMatchObject({
+      controlPlane: "http://a",
+      message: "a delta the held state cannot follow (epoch e1); reconnecting for a snapshot",
+    });
+  });
+
+  it("retries a refused token slowly and logs it once", async () => {
+    const cp = server(async function* () {
+      yield* [];
+      throw new ConnectError("router token required", Code.Unauthenticated);
+    });
+    const { c, events } = client({ "http://a": cp.transport }, { unauthenticatedRetryMs: 30 });
+    await waitFor(() => cp.connections() >= 4, 2000, "four attempts");
+    expect(c.state).not.toBe("streaming");
+    const refused = events.filter((e) => e.event === "routing_stream_refused");
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ code: "LLMGW_ROUTER_UNAUTHENTICATED" });
+    expect(JSON.stringify(events)).not.toContain("rt-secret");
+  });
+
+  it("closes promptly, mid-stream or mid-backoff", async () => {
+    const cp = server((_req, ctx) => thenHold(ctx, snapshot(1)));
+    const { c } = client({ "http://a": cp.transport });
+    await waitFor(() => c.state === "streaming", 2000, "the stream");
+    const t0 = performance.now();
+    await c.close();
+    expect(c.state).toBe("closed");
+    const slow = server(async function* () {
+      yield* [];
+      throw new ConnectError("down", Code.Unavailable);
+    });
+    const { c: backingOff } = client(
+      { "http://a": slow.transport },
+      { initialBackoffMs: 60_000, maxBackoffMs: 60_000 },
+    );
+    await waitFor(() => backingOff.state === "backoff", 2000, "a backoff");
+    await backingOff.close();
+    expect(performance.now() - t0).toBeLessThan(1000);
+  });
+});
