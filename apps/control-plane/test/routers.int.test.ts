@@ -44,12 +44,16 @@ async function controlPlane(options: Partial<ControlPlaneOptions> = {}): Promise
 }
 
 /** A raw WatchRouting stream over the control listener (HTTP/1.1, as a router may dial it). */
-function watch(cp: ControlPlane, routerId: string, token = cp.routerToken) {
+function watch(cp: ControlPlane, routerId: string, token = cp.routerToken, json = false) {
   const abort = new AbortController();
   cleanups.push(() => abort.abort());
   const client = createClient(
     RouterService,
-    createConnectTransport({ httpVersion: "1.1", baseUrl: cp.controlUrl }),
+    createConnectTransport({
+      httpVersion: "1.1",
+      baseUrl: cp.controlUrl,
+      useBinaryFormat: !json,
+    }),
   );
   const received: RoutingMessage[] = [];
   const done = (async () => {
@@ -106,6 +110,23 @@ describe("routers", () => {
 
     // A quiet stream carries keepalives.
     await eventually(() => (a.received.some((m) => m.kind === "keepalive") ? true : undefined));
+  });
+
+  it("streams the same messages to a JSON client as to a binary one", async () => {
+    const cp = await controlPlane();
+    const admin = adminClient(cp, cp.adminToken);
+    await admin.createApiKey({ name: "team-a" });
+    await eventually(() => (cp.routing.version >= 2 ? true : undefined));
+    const binary = watch(cp, "router-a");
+    const json = watch(cp, "router-j", cp.routerToken, true);
+    for (const s of [binary, json])
+      await eventually(() => (s.received.length > 0 ? true : undefined));
+    expect(json.received[0]).toMatchObject({ kind: "snapshot", keys: [{ name: "team-a" }] });
+    expect({ ...json.received[0], routers: 0, sentAtMs: 0 }).toEqual({
+      ...binary.received[0],
+      routers: 0,
+      sentAtMs: 0,
+    });
   });
 
   it("refuses the join and admin tokens on the real listener", async () => {

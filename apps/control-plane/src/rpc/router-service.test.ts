@@ -1,11 +1,17 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
-import { ClusterService, RouterService, type WatchRoutingResponse } from "@llmgw/proto";
+import {
+  ClusterService,
+  RouterService,
+  type WatchRoutingResponse,
+  WatchRoutingResponseSchema,
+} from "@llmgw/proto";
 import type { RoutingMessage } from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
-import { routingMessageFromProto } from "@llmgw/wire";
+import { routingMessageFromProto, routingMessageToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
@@ -16,7 +22,7 @@ import type { ClusterStore } from "../store/types.js";
 import { createManualClock } from "../testing/manual-clock.js";
 import { createClusterService } from "./cluster-service.js";
 import { errorMappingInterceptor } from "./errors.js";
-import { createRouterService } from "./router-service.js";
+import { createRouterService, preEncodeRoutingResponse } from "./router-service.js";
 
 const ROUTER_TOKEN = "llmgw-router-test";
 const ADMIN_TOKEN = "llmgw-admin-test";
@@ -280,5 +286,66 @@ describe("RouterService.WatchRouting", () => {
     // A stream opened after that is refused the same way.
     const late = await watch("router-b").done;
     expect(late?.code).toBe(Code.Unavailable);
+  });
+});
+
+describe("preEncodeRoutingResponse", () => {
+  const replica = {
+    id: "chat-0",
+    model: "org/chat",
+    deployment: "chat",
+    baseUrl: "http://10.0.0.1:41000",
+    state: "ready",
+    capacity: 64,
+    apiKey: "engine-key",
+    load: { running: 3, kvCacheUsage: 0.25 },
+    loadReportedAtMs: 1_700_000_000_000,
+  } as const;
+  it.each<[string, RoutingMessage]>([
+    [
+      "snapshot",
+      {
+        kind: "snapshot",
+        epoch: "e",
+        version: 7,
+        models: [{ name: "org/chat", deployment: "chat", policy: "llmgw", loading: false }],
+        replicas: [replica],
+        keys: [
+          { id: "key_1", name: "a", secretSha256: "ab".repeat(32), models: ["org/chat"], rpm: 60 },
+        ],
+        routers: 2,
+        sentAtMs: 1_700_000_000_001,
+      },
+    ],
+    [
+      "delta",
+      {
+        kind: "delta",
+        epoch: "e",
+        version: 8,
+        upsertedModels: [],
+        removedModels: ["org/old"],
+        upsertedReplicas: [replica],
+        removedReplicas: [],
+        upsertedKeys: [],
+        removedKeys: ["key_1"],
+        routers: 3,
+        sentAtMs: 1_700_000_000_002,
+      },
+    ],
+    [
+      "load",
+      {
+        kind: "load",
+        epoch: "e",
+        samples: [{ replicaId: "chat-0", load: { waiting: 2 }, reportedAtMs: 1_700_000_000_003 }],
+      },
+    ],
+    ["keepalive", { kind: "keepalive", epoch: "e", version: 8, sentAtMs: 1, intervalMs: 2_000 }],
+  ])("writes exactly the bytes of a %s", (_kind, message) => {
+    const proto = routingMessageToProto(message);
+    const bytes = toBinary(WatchRoutingResponseSchema, preEncodeRoutingResponse(proto));
+    expect(bytes).toEqual(toBinary(WatchRoutingResponseSchema, proto));
+    expect(routingMessageFromProto(fromBinary(WatchRoutingResponseSchema, bytes))).toEqual(message);
   });
 });

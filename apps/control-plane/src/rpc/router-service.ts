@@ -1,5 +1,16 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { RouterService, WatchRoutingRequest, WatchRoutingResponse } from "@llmgw/proto";
+import {
+  LoadUpdateSchema,
+  type RouterService,
+  RoutingDeltaSchema,
+  RoutingKeepaliveSchema,
+  RoutingSnapshotSchema,
+  type WatchRoutingRequest,
+  type WatchRoutingResponse,
+  WatchRoutingResponseSchema,
+} from "@llmgw/proto";
 import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
 import { ControlPlaneError } from "../errors.js";
@@ -23,6 +34,48 @@ export const WATCH_ROUTING_LIMITS = {
   /** A router's state age beyond ten years is a bug, not an age. */
   stateAgeMaxMs: 10n * 365n * 86_400_000n,
 } as const;
+
+/**
+ * `res` with its one oneof field already encoded, as an unknown field: protobuf-es writes
+ * unknown fields verbatim (`writeUnknownFields`, on by default), so every binary stream that
+ * sends it copies the bytes instead of encoding the message again. The bytes on the wire are
+ * exactly those of `res` (field number, length, payload). A 1,000-replica LoadUpdate takes
+ * ~5 ms to encode: once per message rather than once per router.
+ */
+export function preEncodeRoutingResponse(res: WatchRoutingResponse): WatchRoutingResponse {
+  const m = res.message;
+  let payload: Uint8Array;
+  let field: number;
+  switch (m.case) {
+    case "snapshot":
+      field = 1;
+      payload = toBinary(RoutingSnapshotSchema, m.value);
+      break;
+    case "delta":
+      field = 2;
+      payload = toBinary(RoutingDeltaSchema, m.value);
+      break;
+    case "load":
+      field = 3;
+      payload = toBinary(LoadUpdateSchema, m.value);
+      break;
+    case "keepalive":
+      field = 4;
+      payload = toBinary(RoutingKeepaliveSchema, m.value);
+      break;
+    default:
+      return res;
+  }
+  const encoded = create(WatchRoutingResponseSchema);
+  encoded.$unknown = [
+    {
+      no: field,
+      wireType: WireType.LengthDelimited,
+      data: new BinaryWriter().bytes(payload).finish(),
+    },
+  ];
+  return encoded;
+}
 
 /** Options of {@link createRouterService}. */
 export interface RouterServiceDeps {
@@ -88,6 +141,7 @@ export function createRouterService(
   deps: RouterServiceDeps,
 ): ServiceImpl<typeof RouterService> {
   const converted = new WeakMap<RoutingMessage, WatchRoutingResponse>();
+  const encoded = new WeakMap<RoutingMessage, WatchRoutingResponse>();
   const toProto = (message: RoutingMessage): WatchRoutingResponse => {
     let proto = converted.get(message);
     if (proto === undefined) {
@@ -96,10 +150,21 @@ export function createRouterService(
     }
     return proto;
   };
+  const toEncoded = (message: RoutingMessage): WatchRoutingResponse => {
+    let proto = encoded.get(message);
+    if (proto === undefined) {
+      proto = preEncodeRoutingResponse(toProto(message));
+      encoded.set(message, proto);
+    }
+    return proto;
+  };
   return {
     async *watchRouting(req: WatchRoutingRequest, ctx: HandlerContext) {
       requireToken(ctx.requestHeader, routerToken, ROUTER_TOKEN);
       validateWatchRoutingRequest(req);
+      // JSON streams render fields, not unknown bytes: they get the message itself.
+      const json = /json/i.test(ctx.requestHeader.get("content-type") ?? "");
+      const out = json ? toProto : toEncoded;
       deps.shutdown.throwIfAborted();
       const session = registry.connect({
         id: req.routerId,
@@ -112,7 +177,7 @@ export function createRouterService(
           signal,
           ...(deps.maxQueued === undefined ? {} : { maxQueued: deps.maxQueued }),
         })) {
-          yield toProto(message);
+          yield out(message);
           // Resumed: the message was written (connect-node waits for the socket to drain).
           session.sent(message);
         }
