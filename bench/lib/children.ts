@@ -5,6 +5,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const processesScript = fileURLToPath(new URL("./processes.ts", import.meta.url));
@@ -23,23 +24,35 @@ export interface BenchChild {
   stop(): Promise<void>;
 }
 
+/** The roles of `processes.ts`. */
+export type BenchRole = "sim" | "router" | "trivial" | "idle" | "floor" | "remote-router";
+
+/** Where a child's `processes.ts` comes from. */
+export interface BenchChildSource {
+  /**
+   * A checkout of another commit (e.g. a `git worktree` with its own `pnpm install`): its
+   * `bench/lib/processes.ts` runs there, resolving that tree's packages, so one run can
+   * measure the router of an earlier commit beside today's. Default: this tree.
+   */
+  readonly tree?: string;
+}
+
 /** Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL. */
 export function startBenchChild(
-  role: "sim" | "router" | "trivial" | "idle" | "floor",
+  role: BenchRole,
   config: unknown,
   timeoutMs = 60_000,
+  source: BenchChildSource = {},
 ): Promise<BenchChild> {
+  const script =
+    source.tree === undefined ? processesScript : join(source.tree, "bench/lib/processes.ts");
   const proc = spawn(
     process.execPath,
-    [
-      "--conditions=@llmgw/source",
-      "--import",
-      "tsx",
-      processesScript,
-      role,
-      JSON.stringify(config),
-    ],
-    { stdio: ["ignore", "pipe", "inherit", "ipc"] },
+    ["--conditions=@llmgw/source", "--import", "tsx", script, role, JSON.stringify(config)],
+    {
+      stdio: ["ignore", "pipe", "inherit", "ipc"],
+      ...(source.tree === undefined ? {} : { cwd: source.tree }),
+    },
   );
   let nextId = 1;
   const pending = new Map<number, (msg: Record<string, unknown>) => void>();

@@ -1,3 +1,6 @@
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
@@ -18,6 +21,12 @@ const { values: flags } = parseArgs({
     only: { type: "string" },
     /** Let every process run on every core instead of giving the targets CPU 0. */
     "shared-cores": { type: "boolean", default: false },
+    /**
+     * A checkout of an earlier commit (`git worktree add /tmp/old-router b4232c5`, then
+     * `pnpm install --offline` there): its router runs as one more target, `llmgw-prev`,
+     * beside today's in the same rounds, and a goal compares their CPU per request.
+     */
+    "prev-tree": { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -124,6 +133,19 @@ if (unknownWorkloads.length > 0)
 if (flags.upstream !== undefined && flags.upstream !== "sim" && flags.upstream !== "trivial")
   throw new Error(`--upstream ${flags.upstream}: expected sim or trivial`);
 const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
+const prevTree = flags["prev-tree"];
+if (prevTree !== undefined && !existsSync(join(prevTree, "bench/lib/processes.ts")))
+  throw new Error(`--prev-tree ${prevTree}: no bench/lib/processes.ts there`);
+/** The earlier commit's router, when `--prev-tree` names a checkout: commit and subject. */
+const prev =
+  prevTree === undefined
+    ? undefined
+    : {
+        tree: prevTree,
+        commit: execFileSync("git", ["-C", prevTree, "log", "-1", "--format=%h %s"], {
+          encoding: "utf8",
+        }).trim(),
+      };
 /**
  * Under split placement (the default) the target being measured gets CPU 0 for its main thread
  * and everything else stays on the other CPUs: see `placement.ts` for why. This process moves
@@ -173,6 +195,8 @@ try {
     readonly engine: BenchChild;
     readonly nginx?: RunningProxy;
     readonly router: BenchChild;
+    /** The `--prev-tree` commit's router over the same upstream. */
+    readonly prevRouter?: BenchChild;
     /** The Node floor: a minimal Node proxy (see `floor` in processes.ts). */
     readonly floor: BenchChild;
   }
@@ -197,13 +221,19 @@ try {
             jitter: pacedJitter,
           } satisfies TrivialChildConfig);
     children.push(engine);
-    const router = await startBenchChild("router", {
+    const routerConfig = {
       model: "m",
       policy: "llmgw",
       upstreams: [engine.url],
       capacity: 4096,
-    } satisfies RouterChildConfig);
+    } satisfies RouterChildConfig;
+    const router = await startBenchChild("router", routerConfig);
     children.push(router);
+    // The earlier commit's child takes the same config (its `router` role had the same fields).
+    const prevRouter = prev
+      ? await startBenchChild("router", routerConfig, 60_000, { tree: prev.tree })
+      : undefined;
+    if (prevRouter) children.push(prevRouter);
     const floor = await startBenchChild("floor", { upstream: engine.url });
     children.push(floor);
     let proxy: RunningProxy | undefined;
@@ -211,7 +241,13 @@ try {
       proxy = await startNginx({ upstreams: [engine.url] });
       proxies.push(proxy);
     }
-    upstreams.set(key, { engine, router, floor, ...(proxy ? { nginx: proxy } : {}) });
+    upstreams.set(key, {
+      engine,
+      router,
+      floor,
+      ...(prevRouter ? { prevRouter } : {}),
+      ...(proxy ? { nginx: proxy } : {}),
+    });
   }
 
   /** `pid`: the target's process, moved onto the measured core while it is measured. */
@@ -220,6 +256,9 @@ try {
     ...(up.nginx ? [{ name: "nginx", url: up.nginx.url, pid: up.nginx.pid }] : []),
     { name: "node-floor", url: up.floor.url, pid: up.floor.proc.pid },
     { name: "llmgw", url: up.router.url, pid: up.router.proc.pid },
+    ...(up.prevRouter
+      ? [{ name: "llmgw-prev", url: up.prevRouter.url, pid: up.prevRouter.proc.pid }]
+      : []),
   ];
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
@@ -227,7 +266,13 @@ try {
       const targets = targetsFor(up);
       /** The Node processes that report loop delay and CPU. */
       const measured = (name: string): BenchChild | undefined =>
-        name === "llmgw" ? up.router : name === "node-floor" ? up.floor : undefined;
+        name === "llmgw"
+          ? up.router
+          : name === "llmgw-prev"
+            ? up.prevRouter
+            : name === "node-floor"
+              ? up.floor
+              : undefined;
       // Rotate the order each round so no target always runs first on a cold box.
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
@@ -474,6 +519,54 @@ const bigGoals = (row: Row | undefined, mode: string): void => {
 bigGoals(find("200KB-paced", 50, "llmgw"), pacedLabel(bigPacedDelayMs));
 bigGoals(find("200KB", 50, "llmgw"), closedLoop);
 
+/**
+ * Today's router against the `--prev-tree` commit's, CPU per request: the ratio in each round
+ * (both measured minutes apart at most, on the same upstream and core), median over rounds.
+ */
+const cpuPerRequest = (x: Sample): number | undefined =>
+  x.router === undefined ? undefined : x.router.cpuUs / Math.max(1, x.requests);
+const cpuVersusPrev = scenarios.flatMap((s) => {
+  const mine = samples.filter(
+    (x) => x.workload === s.workload && x.connections === s.connections && x.target === "llmgw",
+  );
+  const ratios = mine.flatMap((a) => {
+    const b = samples.find(
+      (x) =>
+        x.workload === s.workload &&
+        x.connections === s.connections &&
+        x.target === "llmgw-prev" &&
+        x.run === a.run,
+    );
+    const ca = cpuPerRequest(a);
+    const cb = b === undefined ? undefined : cpuPerRequest(b);
+    return ca === undefined || cb === undefined || cb <= 0 ? [] : [ca / cb];
+  });
+  if (ratios.length === 0) return [];
+  return [
+    {
+      workload: s.workload,
+      connections: s.connections,
+      llmgwCpuUsPerReq: find(s.workload, s.connections, "llmgw")?.cpuUsPerReq,
+      prevCpuUsPerReq: find(s.workload, s.connections, "llmgw-prev")?.cpuUsPerReq,
+      ratio: median(ratios),
+      ratioRange: [Math.min(...ratios), Math.max(...ratios)] as [number, number],
+    },
+  ];
+});
+const cpuGoal = (workload: string, connections: number, mode: string): void => {
+  const c = cpuVersusPrev.find((x) => x.workload === workload && x.connections === connections);
+  if (c === undefined || prev === undefined) return;
+  const range = runs > 1 ? `, rounds ${f(c.ratioRange[0], 3)}…${f(c.ratioRange[1], 3)}` : "";
+  goals.push({
+    goal: `CPU per request within 5% of ${prev.commit.split(" ")[0]}'s router (${workload} c=${connections}) — ${mode}`,
+    measured: `${f(c.llmgwCpuUsPerReq, 0)} vs ${f(c.prevCpuUsPerReq, 0)} µs/req: ${f(c.ratio, 3)}×${range}`,
+    met: c.ratio <= 1.05,
+  });
+};
+cpuGoal("chat-paced", quick ? 16 : 64, pacedLabel(chatPacedDelayMs));
+cpuGoal("chat", quick ? 16 : 64, closedLoop);
+cpuGoal("chat-sse", quick ? 16 : 64, closedLoop);
+
 const result = {
   bench: "router-overhead",
   mode: quick ? "quick" : "full",
@@ -486,7 +579,9 @@ const result = {
   wallSeconds: (Date.now() - t0) / 1000,
   loadavgAtEnd: loadAverage(),
   skipped,
+  ...(prev ? { prevRouter: prev } : {}),
   rows,
+  cpuVersusPrev,
   goals,
   samples,
 };
@@ -494,5 +589,6 @@ console.log(
   `\nRouter overhead — load generator: ${result.loadGenerator}; placement ${placement.description}; medians of ${runs} run(s) × ${seconds} s; load average at end ${result.loadavgAtEnd}`,
 );
 for (const s of skipped) console.log(`skipped ${s}`);
+if (prev) console.log(`llmgw-prev: the router of ${prev.commit} (${prev.tree})`);
 printReport("router", table, goals, result);
 process.exit(0);
