@@ -4,13 +4,14 @@
  * the real admin API. Everything started here is killed by `stopAll()`, engines included.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ClusterService, type DeploymentStatus, ReplicaState } from "@llmgw/proto";
+import { ClusterService, type DeploymentStatus, NodeState, ReplicaState } from "@llmgw/proto";
+import OpenAI from "openai";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, "..", "..", "..");
@@ -22,7 +23,9 @@ export function ensureCliBuilt(): void {
   execFileSync("pnpm", ["--filter", "llmgw", "build"], { cwd: repoRoot, stdio: "ignore" });
 }
 
-export { freePort } from "@llmgw/agent";
+import { freePort } from "@llmgw/agent";
+
+export { freePort };
 
 export interface Proc {
   readonly child: ChildProcess;
@@ -115,11 +118,13 @@ export class ControlPlaneProc {
       return res.ok ? true : undefined;
     });
   }
-  token(admin = false): string {
-    return readFileSync(
-      path.join(this.dataDir, admin ? "admin-token" : "join-token"),
-      "utf8",
-    ).trim();
+  /**
+   * A token the control plane wrote into its data dir: the join token (default), the admin
+   * token (`true` or "admin") or the router token ("router").
+   */
+  token(kind: boolean | "join" | "admin" | "router" = "join"): string {
+    const name = kind === true ? "admin" : kind === false ? "join" : kind;
+    return readFileSync(path.join(this.dataDir, `${name}-token`), "utf8").trim();
   }
   async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
     const proc = this.proc;
@@ -171,6 +176,156 @@ export class AgentProc {
     if (!proc || proc.child.exitCode !== null) return;
     proc.child.kill(signal);
     await proc.exited;
+  }
+}
+
+/** What `/readyz` of a router answered. */
+export interface RouterReadiness {
+  readonly status: number;
+  readonly body: {
+    readonly status?: string;
+    readonly ready?: boolean;
+    readonly source?: "live" | "saved" | "none";
+    readonly stateAgeMs?: number;
+    readonly epoch?: string;
+    readonly version?: number;
+    readonly connected?: boolean;
+    readonly controlPlane?: string;
+  };
+}
+
+/** How a {@link RouterProc} gets its router token. */
+export interface RouterProcOptions {
+  /** `--router-token-file` (default: a 0600 file in the test root) or `LLMGW_ROUTER_TOKEN`. */
+  readonly tokenVia?: "file" | "env";
+  /** The token to present; default the control plane's router token, read at each start. */
+  readonly token?: string;
+  /** Control-plane URLs; default the control plane's control URL. */
+  readonly controlPlanes?: readonly string[];
+  /** More `llmgw router` flags. */
+  readonly extraArgs?: readonly string[];
+}
+
+/**
+ * An `llmgw router` process on fixed loopback ports and a fixed state dir (kept across
+ * restarts, so a restarted router finds its saved state), watching `cp`.
+ */
+export class RouterProc {
+  proc: Proc | undefined;
+  readonly stateDir: string;
+  readonly tokenFile: string;
+  constructor(
+    readonly root: string,
+    readonly id: string,
+    readonly cp: ControlPlaneProc,
+    readonly port: number,
+    readonly metricsPort: number,
+    public options: RouterProcOptions = {},
+  ) {
+    this.stateDir = path.join(root, id);
+    this.tokenFile = path.join(root, `${id}.router-token`);
+  }
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+  get metricsUrl(): string {
+    return `http://127.0.0.1:${this.metricsPort}`;
+  }
+  /** Everything the current process wrote (stdout and stderr). */
+  output(): string {
+    return this.proc?.output() ?? "";
+  }
+  get running(): boolean {
+    return this.proc !== undefined && this.proc.child.exitCode === null;
+  }
+  /**
+   * Starts the router and waits until it listens (`/healthz`); with `ready` (default) also
+   * until `/readyz` answers 200. A router that exits meanwhile fails the wait with its output.
+   */
+  async start(opts: { ready?: boolean; timeoutMs?: number } = {}): Promise<void> {
+    const token = this.options.token ?? this.cp.token("router");
+    const env: Record<string, string> = {};
+    const tokenArgs: string[] = [];
+    if (this.options.tokenVia === "env") {
+      env.LLMGW_ROUTER_TOKEN = token;
+    } else {
+      writeFileSync(this.tokenFile, `${token}\n`, { mode: 0o600 });
+      tokenArgs.push("--router-token-file", this.tokenFile);
+    }
+    this.proc = runLlmgw(
+      [
+        "router",
+        "--control-plane",
+        (this.options.controlPlanes ?? [this.cp.controlUrl]).join(","),
+        ...tokenArgs,
+        "--listen",
+        `127.0.0.1:${this.port}`,
+        "--metrics-listen",
+        `127.0.0.1:${this.metricsPort}`,
+        "--address",
+        `127.0.0.1:${this.port}`,
+        "--state-dir",
+        this.stateDir,
+        "--router-id",
+        this.id,
+        ...(this.options.extraArgs ?? []),
+      ],
+      env,
+    );
+    const proc = this.proc;
+    const timeoutMs = opts.timeoutMs ?? 30_000;
+    await waitFor(
+      `router ${this.id} to answer /healthz`,
+      async () => {
+        if (proc.child.exitCode !== null)
+          throw new Error(`router ${this.id} exited:\n${proc.output()}`);
+        const res = await fetch(`${this.url}/healthz`);
+        await res.arrayBuffer();
+        return res.ok ? true : undefined;
+      },
+      timeoutMs,
+      50,
+    );
+    if (opts.ready ?? true) await this.waitReady(timeoutMs);
+  }
+  /** `/readyz` of the public listener. */
+  async readiness(): Promise<RouterReadiness> {
+    const res = await fetch(`${this.url}/readyz`);
+    return { status: res.status, body: (await res.json()) as RouterReadiness["body"] };
+  }
+  /** Waits until `/readyz` answers 200 (and `accept` takes it); returns that answer. */
+  async waitReady(
+    timeoutMs = 30_000,
+    accept: (r: RouterReadiness) => boolean = () => true,
+  ): Promise<RouterReadiness> {
+    const proc = this.proc;
+    return waitFor(
+      `router ${this.id} to be ready`,
+      async () => {
+        if (proc === undefined || proc.child.exitCode !== null)
+          throw new Error(`router ${this.id} is not running:\n${proc?.output() ?? ""}`);
+        const r = await this.readiness();
+        return r.status === 200 && accept(r) ? r : undefined;
+      },
+      timeoutMs,
+      50,
+    );
+  }
+  /** `/metrics` of the metrics listener, as text. */
+  async metrics(): Promise<string> {
+    const res = await fetch(`${this.metricsUrl}/metrics`);
+    return res.text();
+  }
+  /** Stops the router (SIGTERM: a graceful stop) and waits for it to exit; returns its exit code. */
+  async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<number | null> {
+    const proc = this.proc;
+    if (!proc || proc.child.exitCode !== null) return proc?.child.exitCode ?? null;
+    proc.child.kill(signal);
+    return proc.exited;
+  }
+  /** SIGKILLs the router and waits for it to be gone. */
+  async kill(): Promise<void> {
+    await this.stop("SIGKILL");
   }
 }
 
@@ -241,4 +396,195 @@ export function enginePids(d: DeploymentStatus | undefined): Map<string, number>
     }
   }
   return out;
+}
+
+/** One request of a {@link ClosedLoopTraffic}: when, through which router, and how it ended. */
+export interface TrafficOutcome {
+  readonly router: string;
+  /** `performance.now()` when it was sent and when its answer was read whole. */
+  readonly startedAt: number;
+  readonly endedAt: number;
+  /** True for a 200 with a complete answer (content, finish reason, usage). */
+  readonly ok: boolean;
+  readonly status: number | undefined;
+  readonly replica: string | undefined;
+  /** What was wrong, for a failure. */
+  readonly error: string | undefined;
+}
+
+/** A chat answer is complete when it has content, a finish reason and usage. */
+function incomplete(data: {
+  choices?: { message?: { content?: string | null }; finish_reason?: string | null }[];
+  usage?: { completion_tokens?: number } | null;
+}): string | undefined {
+  const choice = data.choices?.[0];
+  if (!choice?.message?.content) return "no content";
+  if (choice.finish_reason !== "stop" && choice.finish_reason !== "length")
+    return `finish_reason ${String(choice.finish_reason)}`;
+  if (
+    !data.usage ||
+    !(data.usage.completion_tokens !== undefined && data.usage.completion_tokens > 0)
+  )
+    return "no usage";
+  return undefined;
+}
+
+/**
+ * Closed-loop OpenAI traffic (the official client, no retries) against routers: `loops`
+ * clients per router, each sending its next chat completion when the last one ended. Every
+ * outcome is recorded; `stop()` ends the loops after their current request.
+ */
+export class ClosedLoopTraffic {
+  readonly outcomes: TrafficOutcome[] = [];
+  #running = false;
+  #loops: Promise<void>[] = [];
+  constructor(
+    readonly routers: readonly RouterProc[],
+    readonly apiKey: string,
+    readonly model: string,
+    readonly options: { loops?: number; maxTokens?: number; timeoutMs?: number } = {},
+  ) {}
+  start(): void {
+    this.#running = true;
+    for (const router of this.routers) {
+      const client = new OpenAI({
+        baseURL: `${router.url}/v1`,
+        apiKey: this.apiKey,
+        maxRetries: 0,
+        timeout: this.options.timeoutMs ?? 30_000,
+      });
+      for (let i = 0; i < (this.options.loops ?? 2); i++)
+        this.#loops.push(this.#loop(router.id, client, i));
+    }
+  }
+  async #loop(router: string, client: OpenAI, loop: number): Promise<void> {
+    let n = 0;
+    while (this.#running) {
+      n += 1;
+      const startedAt = performance.now();
+      let outcome: Omit<TrafficOutcome, "router" | "startedAt" | "endedAt">;
+      try {
+        const { data, response } = await client.chat.completions
+          .create({
+            model: this.model,
+            max_tokens: this.options.maxTokens ?? 8,
+            messages: [{ role: "user", content: `${router} loop ${loop} request ${n}` }],
+          })
+          .withResponse();
+        const error = incomplete(data);
+        outcome = {
+          ok: error === undefined,
+          status: response.status,
+          replica: response.headers.get("x-llmgw-replica") ?? undefined,
+          error,
+        };
+      } catch (error) {
+        const status = (error as { status?: number }).status;
+        outcome = { ok: false, status, replica: undefined, error: String(error) };
+      }
+      this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
+    }
+  }
+  /** Outcomes through `router` (all routers when undefined) that ended after `since`. */
+  since(since: number, router?: string): TrafficOutcome[] {
+    return this.outcomes.filter(
+      (o) => o.endedAt > since && (router === undefined || o.router === router),
+    );
+  }
+  failures(): TrafficOutcome[] {
+    return this.outcomes.filter((o) => !o.ok);
+  }
+  /** Waits until every router has answered `count` requests well after `since`. */
+  async waitForSuccesses(count: number, since: number, timeoutMs = 60_000): Promise<void> {
+    await waitFor(
+      `${count} successful requests through each router`,
+      () =>
+        this.routers.every(
+          (r) => this.since(since, r.id).filter((o) => o.ok && o.startedAt > since).length >= count,
+        ) || undefined,
+      timeoutMs,
+      50,
+    );
+  }
+  async stop(): Promise<TrafficOutcome[]> {
+    this.#running = false;
+    await Promise.all(this.#loops);
+    this.#loops = [];
+    return this.outcomes;
+  }
+}
+
+/** `failures` one per line, for an assertion's message. */
+export function describeFailures(failures: readonly TrafficOutcome[], t0 = 0): string {
+  return failures
+    .slice(0, 20)
+    .map(
+      (f) =>
+        `${f.router} ${Math.round(f.startedAt - t0)}..${Math.round(f.endedAt - t0)} ms: ${f.status ?? "-"} ${f.error ?? ""}`,
+    )
+    .join("\n");
+}
+
+/** `name{labels} value` samples of one family in a Prometheus text exposition. */
+export function metricSamples(
+  text: string,
+  name: string,
+): { labels: Record<string, string>; value: number }[] {
+  const out: { labels: Record<string, string>; value: number }[] = [];
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    const m = /^[^{\s]+(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[1] ?? "").matchAll(/([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1] as string] = l[2] as string;
+    out.push({ labels, value: Number(m[2]) });
+  }
+  return out;
+}
+
+/**
+ * The routers' acceptance cluster: a control plane without a public API (`--no-public-api`),
+ * two agents on simulated nodes, `routers` `llmgw router` processes, and an API key. Every
+ * port is fixed for the root's lifetime, so each process can be restarted in place.
+ */
+export interface RoutersCluster {
+  readonly root: string;
+  readonly cp: ControlPlaneProc;
+  readonly agents: readonly AgentProc[];
+  readonly routers: readonly RouterProc[];
+  readonly apiKey: string;
+}
+
+/** Starts a {@link RoutersCluster}; the routers are ready (a live snapshot) when it resolves. */
+export async function startRoutersCluster(
+  root: string,
+  options: { nodeLostAfter?: string; routers?: number; nodes?: readonly string[] } = {},
+): Promise<RoutersCluster> {
+  ensureCliBuilt();
+  const cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
+    "--heartbeat-interval",
+    "500ms",
+    "--node-lost-after",
+    options.nodeLostAfter ?? "120s",
+    "--no-public-api",
+  ]);
+  await cp.start();
+  const agents = (options.nodes ?? ["4xh100-80g", "4xh100-80g"]).map(
+    (spec, i) => new AgentProc(root, `node-${String.fromCharCode(97 + i)}`, spec, cp),
+  );
+  for (const agent of agents) agent.start();
+  await waitFor("every agent to register", async () => {
+    const res = await cp.admin().listNodes({}, cp.adminHeaders());
+    return res.nodes.filter((n) => n.state === NodeState.READY).length === agents.length
+      ? true
+      : undefined;
+  });
+  const apiKey = (await cp.admin().createApiKey({ name: "routers-e2e" }, cp.adminHeaders())).secret;
+  const routers: RouterProc[] = [];
+  for (let i = 0; i < (options.routers ?? 2); i++) {
+    routers.push(new RouterProc(root, `router-${i + 1}`, cp, await freePort(), await freePort()));
+  }
+  await Promise.all(routers.map((r) => r.start()));
+  return { root, cp, agents, routers, apiKey };
 }
