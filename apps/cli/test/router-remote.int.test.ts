@@ -5,7 +5,8 @@
  * count their attempts or cut their streams. Lives with the CLI because the CLI is the package
  * that depends on both the control plane and the router.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import {
   createServer,
   request as httpRequest,
@@ -13,6 +14,7 @@ import {
   type Server,
   type ServerResponse,
 } from "node:http";
+import { request as httpsRequest } from "node:https";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -367,5 +369,134 @@ describe("a router while its control plane is down", () => {
     const live = await chat(second.router, key.secret);
     expect(live.status).toBe(200);
     await live.arrayBuffer();
+  }, 60_000);
+});
+
+function hasOpenssl(): boolean {
+  try {
+    execFileSync("openssl", ["version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** GET over HTTPS trusting `ca`: status and body. */
+function httpsGet(url: string, ca: Buffer): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    httpsRequest(url, { ca }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => {
+        body += c;
+      });
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    })
+      .on("error", reject)
+      .end();
+  });
+}
+
+describe.skipIf(!hasOpenssl())("llmgw router with TLS on both sides", () => {
+  it("trusts a control plane's certificate with --control-plane-ca and serves HTTPS itself", async () => {
+    const dir = tempDir();
+    const cert = join(dir, "cert.pem");
+    const key = join(dir, "key.pem");
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+      ],
+      { stdio: "ignore" },
+    );
+    const tlsCp = await startControlPlane({
+      dataDir: join(dir, "data"),
+      listen: "127.0.0.1:0",
+      controlListen: "127.0.0.1:0",
+      tlsCertFile: cert,
+      tlsKeyFile: key,
+      publicApi: false,
+    });
+    cleanups.push(() => tlsCp.close().then(() => {}));
+    const tokenFile = join(dir, "router-token");
+    writeFileSync(tokenFile, `${tlsCp.routerToken}\n`, { mode: 0o600 });
+
+    /** Runs `llmgw router` until the returned stop is called; its stderr so far. */
+    const launch = (extra: string[]) => {
+      const controller = new AbortController();
+      const err: string[] = [];
+      const io: CliIo = {
+        stdout: { write: () => true },
+        stderr: { write: (c: string) => err.push(c) },
+        env: {},
+        cwd: process.cwd(),
+        signal: controller.signal,
+      };
+      const done = runCli(
+        [
+          "router",
+          "--control-plane",
+          tlsCp.controlUrl,
+          "--router-token-file",
+          tokenFile,
+          "--state-dir",
+          join(dir, `state-${extra.length}`),
+          "--listen",
+          "127.0.0.1:0",
+          "--metrics-listen",
+          "off",
+          ...extra,
+        ],
+        io,
+      );
+      return {
+        stderr: () => err.join(""),
+        stop: async () => {
+          controller.abort(new Error("test over"));
+          return done;
+        },
+      };
+    };
+
+    // Without the CA the control plane's self-signed certificate is refused: not ready, said why.
+    const untrusting = launch([]);
+    await waitFor(
+      () =>
+        /routing_stream_failed \[LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE\]/.test(
+          untrusting.stderr(),
+        ),
+      10_000,
+      "the refused certificate in the log",
+    );
+    expect(untrusting.stderr()).toMatch(/SELF_SIGNED|self.signed|UNABLE_TO_VERIFY/i);
+    expect(await untrusting.stop()).toBe(0);
+
+    const trusting = launch(["--control-plane-ca", cert, "--tls-cert", cert, "--tls-key", key]);
+    await waitFor(() => /listening public=https:/.test(trusting.stderr()), 10_000, "the listener");
+    const url = /listening public=(https:\/\/\S+)/.exec(trusting.stderr())?.[1] as string;
+    await waitFor(
+      async () => (await httpsGet(`${url}/readyz`, readFileSync(cert))).status === 200,
+      10_000,
+      "a ready router over TLS",
+    );
+    const ready = JSON.parse((await httpsGet(`${url}/readyz`, readFileSync(cert))).body);
+    expect(ready).toMatchObject({ ready: true, source: "live", controlPlane: tlsCp.controlUrl });
+    expect(await trusting.stop()).toBe(0);
+    expect(trusting.stderr()).toMatch(/router stopped durationMs=\d+ forced=false/);
+    expect(trusting.stderr()).not.toContain(tlsCp.routerToken);
   }, 60_000);
 });
