@@ -256,6 +256,12 @@ describe("parseRouterConfig", () => {
     expect((error as Error).message.startsWith("invalid llmgw router options: ")).toBe(true);
   });
 
+  it("refuses a default address the control plane would refuse", () => {
+    expect(() => parseRouterConfig(BASE, { hostname: "bad host", env: {} })).toThrow(
+      'invalid llmgw router options: --address defaults to "bad host:8080" (host name and --listen port), which is not HOST:PORT; give --address',
+    );
+  });
+
   it("names every bad flag at once", () => {
     expect(() => parse({ "queue-length": "x", "max-body": "y" })).toThrow(
       /--max-body must be a size.*; --queue-length must be a whole number/,

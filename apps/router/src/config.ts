@@ -110,6 +110,8 @@ export interface RouterConfigEnv {
   readonly hostname?: string;
 }
 
+/** What the control plane accepts as a router's address. */
+const ADDRESS = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$/;
 const LISTEN = /^(\[[0-9a-fA-F:]+\]|[^\s:[\]]*):(\d{1,5})$/;
 
 const listenAddress = z
@@ -224,7 +226,7 @@ const flagsSchema = z.object({
     .optional(),
   address: z
     .string()
-    .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):\d{1,5}$/, "must be HOST:PORT, e.g. 10.0.0.9:8080")
+    .regex(ADDRESS, "must be HOST:PORT, e.g. 10.0.0.9:8080")
     .max(255, "is longer than 255 characters")
     .optional(),
   "no-auth": z.boolean().default(false),
@@ -374,6 +376,15 @@ export function parseRouterConfig(
     ...defined("maxConnections", f["max-connections"]),
     ...defined("maxConnectionsPerAddress", f["max-connections-per-address"]),
   };
+  const address =
+    f.address ??
+    `${listenHost === "" || listenHost === "0.0.0.0" || listenHost === "[::]" ? hostname : listenHost}:${listenPort}`;
+  if (!ADDRESS.test(address) || address.length > 255) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `invalid llmgw router options: --address defaults to ${JSON.stringify(address)} (host name and --listen port), which is not HOST:PORT; give --address`,
+    );
+  }
   return {
     controlPlanes: [...new Set(f["control-plane"])],
     routerToken,
@@ -384,9 +395,7 @@ export function parseRouterConfig(
     tlsKeyFile: f["tls-key"],
     stateDir: f["state-dir"],
     routerId: f["router-id"],
-    address:
-      f.address ??
-      `${listenHost === "" || listenHost === "0.0.0.0" || listenHost === "[::]" ? hostname : listenHost}:${listenPort}`,
+    address,
     shutdownGraceMs: f["shutdown-grace"],
     router,
     listener,
