@@ -48,7 +48,6 @@ export {
   type TokenKind,
 } from "./domain/tokens.js";
 export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";
-export { createPublicApi } from "./public-api.js";
 export {
   createRoutingPublisher,
   DEFAULT_MAX_QUEUED_MESSAGES,
@@ -83,8 +82,6 @@ export {
   type ControlPlaneDeps,
   type HttpHandler,
   IN_PROCESS_ROUTER_ID,
-  type PublicHandler,
-  type PublicHandlerContext,
   type ShutdownReport,
   startControlPlane,
 } from "./run.js";

@@ -27,7 +27,6 @@ import type { ScheduleFn } from "./domain/reconcile.js";
 import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
 import { ControlPlaneError } from "./errors.js";
-import { isInProcessRouter } from "./public-api.js";
 import { createRoutingPublisher, type RoutingPublisher } from "./routing/publisher.js";
 import {
   createRouterRegistry,
@@ -51,25 +50,6 @@ export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | 
 /** Router id of the control plane's own (in-process) router in `llmgw routers`. */
 export const IN_PROCESS_ROUTER_ID = "in-process";
 
-/** What the public listener's handler factory receives (a seam for listener tests). */
-export interface PublicHandlerContext {
-  readonly cluster: Cluster;
-  /** The routing feed routers watch. */
-  readonly feed: RoutingFeed;
-  readonly options: ResolvedControlPlaneOptions;
-  /** The control listener's registry: add router metric families here. */
-  readonly registry: Registry;
-  /** Aborted when the control plane begins to shut down. */
-  readonly shutdown: AbortSignal;
-  readonly log: (line: string) => void;
-}
-
-/** Handler built by {@link ControlPlaneDeps.publicHandler}; `close` runs at shutdown. */
-export interface PublicHandler {
-  readonly handle: HttpHandler;
-  close?(): Promise<void>;
-}
-
 /** Injected collaborators; every one has a production default. */
 export interface ControlPlaneDeps {
   readonly clock?: Clock;
@@ -77,11 +57,6 @@ export interface ControlPlaneDeps {
   readonly schedule?: ScheduleFn;
   /** One line per transition and decision. Default: silent. */
   readonly log?: (line: string) => void;
-  /**
-   * Serves this handler on the public listener instead of the in-process router (tests of
-   * the listener itself). Default: the router (`startRouter`) over the routing feed.
-   */
-  readonly publicHandler?: (ctx: PublicHandlerContext) => PublicHandler | Promise<PublicHandler>;
   /** Default: a fresh Registry (never prom-client's global one). */
   readonly registry?: Registry;
   /** Register the cluster families of `@llmgw/metrics-collector` on the registry. Default true. */
@@ -113,7 +88,7 @@ export interface ControlPlane {
   readonly routing: RoutingPublisher;
   /** The routers watching it (`ListRouters`). */
   readonly routers: RouterRegistry;
-  /** The in-process router; undefined with `publicApi: false` or a `publicHandler`. */
+  /** The in-process router; undefined with `publicApi: false`. */
   readonly router: RunningRouter | undefined;
   /** Stops accepting, finishes in-flight requests (force-closing after the grace), closes the store. */
   close(): Promise<ShutdownReport>;
@@ -177,7 +152,6 @@ export async function startControlPlane(
   const shutdown = new AbortController();
   const servers: Server[] = [];
   let timer: NodeJS.Timeout | undefined;
-  let publicHandler: PublicHandler | undefined;
   let publisher: RoutingPublisher | undefined;
   let router: RunningRouter | undefined;
   let routerSession: RouterSession | undefined;
@@ -319,61 +293,41 @@ export async function startControlPlane(
 
     let publicUrl: string | undefined;
     if (resolved.publicApi) {
-      const custom = deps.publicHandler
-        ? await deps.publicHandler({
-            cluster,
-            feed: routing,
-            options: resolved,
-            registry,
-            shutdown: shutdown.signal,
-            log,
-          })
-        : undefined;
-      if (custom !== undefined && !isInProcessRouter(custom)) {
-        publicHandler = custom;
-        const route = custom.handle;
-        const publicServer = makeServer((req, res) => {
-          if (pathOf(req) === "/healthz") return healthz(res);
-          return route(req, res);
-        }, publicCaps);
-        publicUrl = `${scheme}://${await listen(publicServer, resolved.listen, "--listen")}`;
-      } else {
-        // The in-process router is a router like any other: it counts in every router's share
-        // and is listed by ListRouters; what it was last handed is recorded like a stream's.
-        let last: RoutingMessage | undefined;
-        const feed: RoutingFeed = {
-          subscribe: (listener) =>
-            routing.subscribe((message) => {
-              last = message;
-              routerSession?.sent(message);
-              listener(message);
-            }),
-        };
-        router = await startRouter({
-          routing: {
-            feed,
-            routerId: IN_PROCESS_ROUTER_ID,
-            version: CONTROL_PLANE_VERSION,
-            stateDir: join(dataDir.dir, "router"),
-            log: (event) => log(`router ${JSON.stringify(event)}`),
-          },
-          router: { noAuth: resolved.noAuth },
-          listener: { ...listenerLimits, ...publicCaps },
-          listen: resolved.listen,
-          registry,
-          log: (event) => log(`router ${JSON.stringify(event)}`),
-        }).catch((error: unknown) => {
-          throw asControlPlaneError(error, resolved.listen);
-        });
-        publicUrl = router.url;
-        routerSession = routers.connect({
-          id: IN_PROCESS_ROUTER_ID,
-          address: new URL(router.url).host,
+      // The in-process router is a router like any other: it counts in every router's share
+      // and is listed by ListRouters; what it was last handed is recorded like a stream's.
+      let last: RoutingMessage | undefined;
+      const feed: RoutingFeed = {
+        subscribe: (listener) =>
+          routing.subscribe((message) => {
+            last = message;
+            routerSession?.sent(message);
+            listener(message);
+          }),
+      };
+      router = await startRouter({
+        routing: {
+          feed,
+          routerId: IN_PROCESS_ROUTER_ID,
           version: CONTROL_PLANE_VERSION,
-          inProcess: true,
-        });
-        if (last !== undefined) routerSession.sent(last);
-      }
+          stateDir: join(dataDir.dir, "router"),
+          log: (event) => log(`router ${JSON.stringify(event)}`),
+        },
+        router: { noAuth: resolved.noAuth },
+        listener: { ...listenerLimits, ...publicCaps },
+        listen: resolved.listen,
+        registry,
+        log: (event) => log(`router ${JSON.stringify(event)}`),
+      }).catch((error: unknown) => {
+        throw asControlPlaneError(error, resolved.listen);
+      });
+      publicUrl = router.url;
+      routerSession = routers.connect({
+        id: IN_PROCESS_ROUTER_ID,
+        address: new URL(router.url).host,
+        version: CONTROL_PLANE_VERSION,
+        inProcess: true,
+      });
+      if (last !== undefined) routerSession.sent(last);
     }
     log(
       `control plane listening: control ${controlUrl}, public ${publicUrl ?? "off (--no-public-api)"}, data dir ${resolved.dataDir}`,
@@ -386,7 +340,6 @@ export async function startControlPlane(
     timer.unref();
 
     let closing: Promise<ShutdownReport> | undefined;
-    const handler = publicHandler;
     const inProcess = router;
     return {
       controlUrl,
@@ -417,7 +370,6 @@ export async function startControlPlane(
             closeServers(servers, resolved.shutdownGraceMs),
             inProcess?.stop(resolved.shutdownGraceMs),
           ]);
-          await handler?.close?.();
           routerSession?.close();
           routing.close();
           store.close();
@@ -435,7 +387,6 @@ export async function startControlPlane(
     shutdown.abort();
     await closeServers(servers, 0);
     await router?.stop(0);
-    await publicHandler?.close?.();
     routerSession?.close();
     publisher?.close();
     store.close();

@@ -25,7 +25,6 @@ import {
 } from "@llmgw/proto";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createPublicApi } from "../src/public-api.js";
 import type { ControlPlane } from "../src/run.js";
 import { FakeAgent } from "../src/testing/fake-agent.js";
 import { adminClient, startTestControlPlane, tempDir } from "./helpers.js";
@@ -40,7 +39,7 @@ const data = tempDir("llmgw-dash-");
 
 beforeAll(async () => {
   sim = await startEngineSim({ model: "sim/m", servedModelName: "chat", port: 0, timeScale: 50 });
-  cp = await startTestControlPlane(data.dir, {}, { publicHandler: (ctx) => createPublicApi(ctx) });
+  cp = await startTestControlPlane(data.dir);
   const inventory = simulateInventory("2xh100-80g@ib-a", { hostname: "dash-node" });
   const agent = new FakeAgent({
     controlUrl: cp.controlUrl,

@@ -11,7 +11,7 @@ import {
   type RunningAgent,
   startAgent,
 } from "@llmgw/agent";
-import { type ControlPlane, createPublicApi, startControlPlane } from "@llmgw/control-plane";
+import { type ControlPlane, startControlPlane } from "@llmgw/control-plane";
 import { ensureLlamaServer, ensureTinyModel } from "@llmgw/engine-sim";
 import {
   type ClusterService,
@@ -229,16 +229,15 @@ export const command: Command = {
         step.say(`  llama-server: ${llamaServer}\n  model: ${tinyModel}`);
       }
       step.say("• starting the control plane");
-      cp = await startControlPlane(
-        {
-          dataDir: path.join(root, "control-plane"),
-          listen: `127.0.0.1:${publicPort}`,
-          controlListen: `127.0.0.1:${controlPort}`,
-          heartbeatIntervalMs: 500,
-        },
-        { publicHandler: (ctx) => createPublicApi(ctx) },
-      );
-      step.say(`  public (OpenAI) API ${cp.publicUrl}   control ${cp.controlUrl}`);
+      cp = await startControlPlane({
+        dataDir: path.join(root, "control-plane"),
+        listen: `127.0.0.1:${publicPort}`,
+        controlListen: `127.0.0.1:${controlPort}`,
+        heartbeatIntervalMs: 500,
+      });
+      const publicUrl = cp.publicUrl;
+      if (publicUrl === undefined) throw new Error("the demo's control plane serves no public API");
+      step.say(`  public (OpenAI) API ${publicUrl}   control ${cp.controlUrl}`);
       step.say("• starting an agent on a simulated node: 2 × h100-80g on fabric demo-ib");
       agent = await startAgent(
         parseAgentConfig({
@@ -301,14 +300,14 @@ export const command: Command = {
       step.say(`  ${secret}`);
 
       step.say(`• POST /v1/chat/completions model=${SIM_MODEL} (not streamed)`);
-      const first = await chat(cp.publicUrl, secret, SIM_MODEL, false, () => {});
+      const first = await chat(publicUrl, secret, SIM_MODEL, false, () => {});
       step.say(`  served by ${first.replica}: ${JSON.stringify(first.text.slice(0, 120))}`);
       if (tinyModel) {
         step.say(
           `• POST /v1/chat/completions model=${LLAMA_MODEL} (streamed, printed as it arrives)`,
         );
         io.stdout.write("  ");
-        const second = await chat(cp.publicUrl, secret, LLAMA_MODEL, true, (piece) =>
+        const second = await chat(publicUrl, secret, LLAMA_MODEL, true, (piece) =>
           io.stdout.write(piece.replace(/\s+/g, " ")),
         );
         io.stdout.write("\n");
@@ -323,13 +322,13 @@ export const command: Command = {
       step.say(`
 Your cluster is running. Try:
 
-  curl ${cp.publicUrl}/v1/chat/completions \\
+  curl ${publicUrl}/v1/chat/completions \\
     -H "Authorization: Bearer ${secret}" -H "Content-Type: application/json" \\
     -d '{"model":"${SIM_MODEL}","messages":[{"role":"user","content":"hi"}]}'
 
   # any OpenAI SDK
   import OpenAI from "openai";
-  const client = new OpenAI({ baseURL: "${cp.publicUrl}/v1", apiKey: "${secret}" });
+  const client = new OpenAI({ baseURL: "${publicUrl}/v1", apiKey: "${secret}" });
 
   LLMGW_CONTROL_PLANE=${cp.controlUrl} LLMGW_ADMIN_TOKEN=${token} llmgw status
   curl ${cp.controlUrl}/metrics      # Prometheus: traffic and hardware

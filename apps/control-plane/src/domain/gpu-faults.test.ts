@@ -16,11 +16,19 @@ import {
 import { schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createClusterRouteTable } from "../public-api.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { Cluster } from "./cluster.js";
+
+/** The replicas routers would route `model` to, from the routing membership. */
+function routesOf(cluster: Cluster) {
+  return {
+    resolve: (model: string) => ({
+      replicas: cluster.routingMembership().replicas.filter((r) => r.model === model),
+    }),
+  };
+}
 
 let dir: string;
 let store: ClusterStore;
@@ -144,15 +152,15 @@ describe("fail closed on kernel-log faults", () => {
     const onA = placed?.ranks[0]?.nodeId === a.nodeId;
     const [serving, spare] = onA ? [a, b] : [b, a];
     beat(cluster, serving, { ready: ["chat-0"] });
-    const table = createClusterRouteTable(cluster);
-    expect(table.resolve("org/chat")?.replicas.map((r) => r.id)).toEqual(["chat-0"]);
+    const table = routesOf(cluster);
+    expect(table.resolve("org/chat").replicas.map((r) => r.id)).toEqual(["chat-0"]);
 
     const started = performance.now();
     const answer = beat(cluster, serving, { faults: [fault()], ready: ["chat-0"] });
     const elapsedMs = performance.now() - started;
     // No deferred reconcile ran, no tick: the heartbeat alone did it.
     expect(deferred).toHaveLength(0);
-    expect(table.resolve("org/chat")?.replicas).toEqual([]);
+    expect(table.resolve("org/chat").replicas).toEqual([]);
     expect(answer.assignments).toEqual([]);
     expect(placedOn(cluster)).toEqual([`chat-0@${spare.nodeId}`]);
     expect(elapsedMs).toBeLessThan(1_000);
@@ -449,7 +457,7 @@ describe("a replacement that reuses the replica id on the same node", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
     deploy(cluster, { name: "chat", servedModelName: "org/chat" });
-    const table = createClusterRouteTable(cluster);
+    const table = routesOf(cluster);
     const gpuOf = () => cluster.placements()[0]?.ranks[0]?.gpuIndices[0];
     const first = gpuOf();
     expect(first).toBeDefined();
@@ -483,7 +491,7 @@ describe("a replacement that reuses the replica id on the same node", () => {
         problems: [],
       });
     heartbeat(undefined, [status(100, 41_000)]);
-    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+    expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41000",
     ]);
 
@@ -494,12 +502,12 @@ describe("a replacement that reuses the replica id on the same node", () => {
       ["chat-0", first === 0 ? 1 : 0],
     ]);
     heartbeat(first, [status(100, 41_000)]);
-    expect(table.resolve("org/chat")?.replicas ?? []).toEqual([]);
+    expect(table.resolve("org/chat").replicas).toEqual([]);
     expect(cluster.listReplicas()[0]?.state).not.toBe(ReplicaState.READY);
 
     // The new engine (pid 200) is READY on its own port: that one is routed to.
     heartbeat(first, [status(200, 41_001)]);
-    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+    expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41001",
     ]);
   });
@@ -508,7 +516,7 @@ describe("a replacement that reuses the replica id on the same node", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     deploy(cluster, { name: "chat", servedModelName: "org/chat" });
-    const table = createClusterRouteTable(cluster);
+    const table = routesOf(cluster);
     const gpu0 = a.inventory.gpus[0]!;
     const ready = create(ReplicaStatusSchema, {
       replicaId: "chat-0",
@@ -550,7 +558,7 @@ describe("a replacement that reuses the replica id on the same node", () => {
       problems: [],
       generationSeen: applied,
     });
-    expect(table.resolve("org/chat")?.replicas ?? []).toEqual([]);
+    expect(table.resolve("org/chat").replicas).toEqual([]);
     // It applies that set (same assignment: it keeps pid 100) and says so.
     applied = answer.generation;
     cluster.heartbeat(a.nodeId, {
@@ -559,7 +567,7 @@ describe("a replacement that reuses the replica id on the same node", () => {
       problems: [],
       generationSeen: applied,
     });
-    expect(table.resolve("org/chat")?.replicas.map((r) => r.baseUrl)).toEqual([
+    expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41000",
     ]);
   });

@@ -1,6 +1,7 @@
 import Database from "better-sqlite3";
 
 const TABLES = [
+  "replica_statuses",
   "deployments",
   "placements",
   "api_keys",
