@@ -33,6 +33,11 @@ export interface RouterChildConfig {
   readonly upstreams: readonly string[];
   /** In-flight capacity the router assumes per replica. */
   readonly capacity: number;
+  /**
+   * Routers sharing the cluster, as the control plane streams it (default 1): each admits
+   * `max(1, floor(capacity / routers))` per replica, as `llmgw router` behind a balancer does.
+   */
+  readonly routers?: number;
 }
 
 /** What the `trivial` role serves: a fixed answer, optionally after a fixed service time. */
@@ -305,7 +310,7 @@ if (role === "trivial") {
         capacity: config.capacity,
       })),
       keys: [],
-      routers: 1,
+      routers: config.routers ?? 1,
       sentAtMs: Date.now(),
     });
     return startRouter({

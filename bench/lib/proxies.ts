@@ -21,8 +21,33 @@ export interface RunningProxy {
 /** nginx balancing: `round-robin` (its default) or `least_conn`. */
 export type NginxBalance = "round-robin" | "least_conn";
 
-/** HAProxy balancing: `leastconn`, or consistent hashing on the `x-session-id` header. */
-export type HaproxyBalance = "leastconn" | "session-hash";
+/**
+ * HAProxy balancing: `leastconn`, consistent hashing on the `x-session-id` header, or
+ * `roundrobin` (how routers sit behind one: docs/operations.md).
+ */
+export type HaproxyBalance = "leastconn" | "session-hash" | "roundrobin";
+
+/** Options of {@link startHaproxy}. */
+export interface HaproxyOptions {
+  readonly upstreams: readonly string[];
+  readonly balance: HaproxyBalance;
+  /**
+   * `http` (default): HAProxy parses requests and balances each one, keeping client
+   * connections when a server goes away. `tcp`: it balances connections and passes bytes
+   * through (the operations example, which leaves TLS to the routers).
+   */
+  readonly mode?: "http" | "tcp";
+  /**
+   * An HTTP health check on every server (e.g. `/readyz`): 200 keeps it in the pool, anything
+   * else or no answer takes it out after `fall` checks and back after `rise`.
+   */
+  readonly healthCheck?: {
+    readonly path: string;
+    readonly intervalMs?: number;
+    readonly fall?: number;
+    readonly rise?: number;
+  };
+}
 
 async function runProxy(
   name: string,
@@ -118,18 +143,37 @@ http {
   );
 }
 
-/** HAProxy (1 thread, HTTP mode, server-side connection reuse). */
-export function startHaproxy(options: {
-  readonly upstreams: readonly string[];
-  readonly balance: HaproxyBalance;
-}): Promise<RunningProxy> {
+/**
+ * HAProxy (1 thread; HTTP mode with server-side connection reuse, or TCP passthrough), with
+ * connect failures retried on another server (`option redispatch`, `retries 2`).
+ */
+export function startHaproxy(options: HaproxyOptions): Promise<RunningProxy> {
+  const mode = options.mode ?? "http";
   const balance =
     options.balance === "leastconn"
       ? "balance leastconn"
-      : "balance hdr(x-session-id)\n  hash-type consistent";
+      : options.balance === "roundrobin"
+        ? "balance roundrobin"
+        : "balance hdr(x-session-id)\n  hash-type consistent";
+  const check = options.healthCheck;
+  const checkLines =
+    check === undefined
+      ? ""
+      : `  option httpchk GET ${check.path}
+  http-check expect status 200
+  default-server inter ${check.intervalMs ?? 1000} fall ${check.fall ?? 2} rise ${check.rise ?? 2} on-marked-down shutdown-sessions
+`;
   const servers = options.upstreams
-    .map((u, i) => `  server s${i} ${hostPort(u)} maxconn 4000`)
+    .map((u, i) => `  server s${i} ${hostPort(u)} maxconn 4000${check ? " check" : ""}`)
     .join("\n");
+  const httpOnly =
+    mode === "http"
+      ? `  option http-keep-alive
+  # Streaming: without it HAProxy sends with MSG_MORE and small SSE chunks wait for the
+  # kernel's cork timeout (~200 ms), which shows up as TTFT, not routing.
+  option http-no-delay
+`
+      : "";
   return runProxy(
     "haproxy",
     (dir) => ["-f", join(dir, "haproxy.cfg"), "-db"],
@@ -137,21 +181,18 @@ export function startHaproxy(options: {
   nbthread 1
   maxconn 8000
 defaults
-  mode http
+  mode ${mode}
   timeout connect 5s
   timeout client 300s
   timeout server 300s
-  option http-keep-alive
-  # Streaming: without it HAProxy sends with MSG_MORE and small SSE chunks wait for the
-  # kernel's cork timeout (~200 ms), which shows up as TTFT, not routing.
-  option http-no-delay
-frontend fe
+  option redispatch
+  retries 2
+${httpOnly}frontend fe
   bind 127.0.0.1:${port}
   default_backend be
 backend be
   ${balance}
-  http-reuse always
-${servers}
+${mode === "http" ? "  http-reuse always\n" : ""}${checkLines}${servers}
 `,
     "haproxy.cfg",
   );

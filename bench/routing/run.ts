@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { request } from "undici";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
+import { median } from "../lib/load.js";
 import { type RunningProxy, startHaproxy, startNginx } from "../lib/proxies.js";
 import { printReport } from "../lib/report.js";
 import { formatTable, quantile } from "../lib/table.js";
@@ -15,6 +16,8 @@ const { values: flags } = parseArgs({
     "time-scale": { type: "string" },
     replicas: { type: "string" },
     targets: { type: "string" },
+    /** Rounds of the one-router vs two-router pair (other targets run once). */
+    rounds: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -22,6 +25,9 @@ const timeScale = Number(flags["time-scale"] ?? (quick ? 4 : 1));
 /** Arrivals per second, in simulated time (scaled by the time scale for the wall clock). */
 const simRate = Number(flags.rate ?? 16);
 const replicas = Number(flags.replicas ?? 4);
+const rounds = Number(flags.rounds ?? (quick ? 1 : 3));
+if (!Number.isInteger(rounds) || rounds < 1)
+  throw new Error(`--rounds ${flags.rounds}: expected a whole number ≥ 1`);
 const workloads = (flags.workloads ?? "shared-prefix,unique,hot-prefix").split(
   ",",
 ) as WorkloadName[];
@@ -51,7 +57,25 @@ type TargetName =
   | "haproxy session-hash"
   | "llmgw round-robin"
   | "llmgw least-loaded"
-  | "llmgw llmgw";
+  | "llmgw llmgw"
+  | "llmgw ×1 haproxy"
+  | "llmgw ×2 haproxy-rr";
+/**
+ * Two routers behind HAProxy round robin (HTTP mode: each request to the next router, a
+ * `/readyz` health check), each told by its snapshot that 2 routers share the cluster: each
+ * admits half of every replica's capacity, sees only its own in-flight requests, and breaks
+ * ties by the rendezvous hash of the prompt's prefix, so both send a shared prefix to the same
+ * replica. Compared with one router (`llmgw llmgw`) in the same rounds.
+ */
+const TWO_ROUTERS: TargetName = "llmgw ×2 haproxy-rr";
+const ONE_ROUTER: TargetName = "llmgw llmgw";
+/**
+ * One router behind the same HAProxy: what the balancer's hop costs alone, so that a gap
+ * between one and two routers can be told apart from the extra hop.
+ */
+const ONE_BEHIND_HAPROXY: TargetName = "llmgw ×1 haproxy";
+/** The targets run `--rounds` times (those the two-router goals compare). */
+const pairTargets: readonly TargetName[] = [ONE_ROUTER, ONE_BEHIND_HAPROXY, TWO_ROUTERS];
 const allTargets: TargetName[] = [
   "nginx round-robin",
   "nginx least_conn",
@@ -60,11 +84,15 @@ const allTargets: TargetName[] = [
   "llmgw round-robin",
   "llmgw least-loaded",
   "llmgw llmgw",
+  "llmgw ×1 haproxy",
+  "llmgw ×2 haproxy-rr",
 ];
 
 interface Row {
   workload: WorkloadName;
   target: TargetName;
+  /** 1-based; targets outside the one/two-router pair run only round 1. */
+  round: number;
   requests: number;
   ok: number;
   failed: number;
@@ -107,8 +135,10 @@ const targets = allTargets.filter(
   (t) =>
     (only === undefined || only.some((o) => t.startsWith(o))) &&
     (haveNginx || !t.startsWith("nginx")) &&
-    (haveHaproxy || !t.startsWith("haproxy")),
+    (haveHaproxy || !t.startsWith("haproxy")) &&
+    (haveHaproxy || (t !== TWO_ROUTERS && t !== ONE_BEHIND_HAPROXY)),
 );
+if (!haveHaproxy) skipped.push(`${TWO_ROUTERS}, ${ONE_BEHIND_HAPROXY}: haproxy not installed`);
 
 const simOptions = (i: number) => ({
   model: "m",
@@ -141,77 +171,101 @@ try {
       }),
     ),
   );
-  const routerConfig = (policy: "round-robin" | "least-loaded" | "llmgw") => ({
+  const routerConfig = (policy: "round-robin" | "least-loaded" | "llmgw", routers = 1) => ({
     model: "m",
     policy,
     upstreams: sims.map((s) => s.url),
     capacity,
+    routers,
   });
-  const router = await startBenchChild("router", routerConfig("llmgw"));
-  children.push(router);
+  const [router, secondRouter] = await Promise.all(
+    [1, 2].map(() =>
+      startBenchChild("router", routerConfig("llmgw")).then((c) => {
+        children.push(c);
+        return c;
+      }),
+    ),
+  );
+  if (router === undefined || secondRouter === undefined) throw new Error("no router child");
 
+  /** Each workload: every target once, the one/two-router pair in every round. */
+  const plan = (round: number) => targets.filter((t) => round === 1 || pairTargets.includes(t));
   for (const workload of workloads) {
     const conversations = buildWorkload(workload, size);
-    for (const target of targets) {
-      await Promise.all(sims.map((s) => s.request("restart"))); // fresh caches and counters
-      const upstreams = sims.map((s) => s.url);
-      let url: string;
-      if (target.startsWith("llmgw")) {
-        const policy = target.slice("llmgw ".length) as "round-robin" | "least-loaded" | "llmgw";
-        await router.request("restart", { ...routerConfig(policy), upstreams });
-        url = router.url;
-      } else {
-        proxy =
-          target === "nginx round-robin"
-            ? await startNginx({ upstreams })
-            : target === "nginx least_conn"
-              ? await startNginx({ upstreams, balance: "least_conn" })
-              : target === "haproxy leastconn"
-                ? await startHaproxy({ upstreams, balance: "leastconn" })
-                : await startHaproxy({ upstreams, balance: "session-hash" });
-        url = proxy.url;
+    for (let round = 1; round <= rounds; round++)
+      for (const target of plan(round)) {
+        await Promise.all(sims.map((s) => s.request("restart"))); // fresh caches and counters
+        const upstreams = sims.map((s) => s.url);
+        let url: string;
+        if (target === TWO_ROUTERS || target === ONE_BEHIND_HAPROXY) {
+          const behind = target === TWO_ROUTERS ? [router, secondRouter] : [router];
+          const config = { ...routerConfig("llmgw", behind.length), upstreams };
+          await Promise.all(behind.map((r) => r.request("restart", config)));
+          proxy = await startHaproxy({
+            upstreams: behind.map((r) => r.url),
+            balance: "roundrobin",
+            healthCheck: { path: "/readyz" },
+          });
+          url = proxy.url;
+        } else if (target.startsWith("llmgw")) {
+          const policy = target.slice("llmgw ".length) as "round-robin" | "least-loaded" | "llmgw";
+          await router.request("restart", { ...routerConfig(policy), upstreams });
+          url = router.url;
+        } else {
+          proxy =
+            target === "nginx round-robin"
+              ? await startNginx({ upstreams })
+              : target === "nginx least_conn"
+                ? await startNginx({ upstreams, balance: "least_conn" })
+                : target === "haproxy leastconn"
+                  ? await startHaproxy({ upstreams, balance: "leastconn" })
+                  : await startHaproxy({ upstreams, balance: "session-hash" });
+          url = proxy.url;
+        }
+        const { samples, wallMs } = await runOpenLoop({
+          url,
+          model: "m",
+          conversations,
+          ratePerSecond: simRate * timeScale,
+          maxTokens,
+          requestTimeoutMs: 120_000,
+          // The same arrivals for every target of a round; another draw in the next round.
+          seed: 7 + round - 1,
+        });
+        await proxy?.stop();
+        proxy = undefined;
+        const engine = await Promise.all(sims.map((s) => scrape(s.url)));
+        const ok = samples.filter((s) => s.ok);
+        const ttft = ok.flatMap((s) => (s.ttftMs === undefined ? [] : [s.ttftMs]));
+        const e2e = ok.map((s) => s.e2eMs);
+        const perReplica = engine.map((e) => e.requests);
+        const mean = perReplica.reduce((a, b) => a + b, 0) / perReplica.length;
+        const hits = engine.reduce((n, e) => n + e.hits, 0);
+        const queries = engine.reduce((n, e) => n + e.queries, 0);
+        const row: Row = {
+          workload,
+          target,
+          round,
+          requests: samples.length,
+          ok: ok.length,
+          failed: samples.length - ok.length,
+          ttftP50Ms: quantile(ttft, 0.5) ?? Number.NaN,
+          ttftP90Ms: quantile(ttft, 0.9) ?? Number.NaN,
+          ttftP99Ms: quantile(ttft, 0.99) ?? Number.NaN,
+          e2eP50Ms: quantile(e2e, 0.5) ?? Number.NaN,
+          e2eP99Ms: quantile(e2e, 0.99) ?? Number.NaN,
+          reqPerSec: (ok.length / wallMs) * 1000,
+          prefixHitRate: queries > 0 ? hits / queries : 0,
+          perReplica,
+          spreadMaxOverMean: mean > 0 ? Math.max(...perReplica) / mean : Number.NaN,
+          loadavg: loadAverage(),
+          errors: [...new Set(samples.flatMap((s) => (s.error ? [s.error] : [])))].slice(0, 5),
+        };
+        rows.push(row);
+        console.error(
+          `${workload} ${target}${rounds > 1 && pairTargets.includes(target) ? ` round ${round}` : ""}: ${row.ok}/${row.requests} ok, TTFT p50 ${row.ttftP50Ms.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(0)}%, replicas ${perReplica.join("/")} (load ${row.loadavg})`,
+        );
       }
-      const { samples, wallMs } = await runOpenLoop({
-        url,
-        model: "m",
-        conversations,
-        ratePerSecond: simRate * timeScale,
-        maxTokens,
-        requestTimeoutMs: 120_000,
-      });
-      await proxy?.stop();
-      proxy = undefined;
-      const engine = await Promise.all(sims.map((s) => scrape(s.url)));
-      const ok = samples.filter((s) => s.ok);
-      const ttft = ok.flatMap((s) => (s.ttftMs === undefined ? [] : [s.ttftMs]));
-      const e2e = ok.map((s) => s.e2eMs);
-      const perReplica = engine.map((e) => e.requests);
-      const mean = perReplica.reduce((a, b) => a + b, 0) / perReplica.length;
-      const hits = engine.reduce((n, e) => n + e.hits, 0);
-      const queries = engine.reduce((n, e) => n + e.queries, 0);
-      const row: Row = {
-        workload,
-        target,
-        requests: samples.length,
-        ok: ok.length,
-        failed: samples.length - ok.length,
-        ttftP50Ms: quantile(ttft, 0.5) ?? Number.NaN,
-        ttftP90Ms: quantile(ttft, 0.9) ?? Number.NaN,
-        ttftP99Ms: quantile(ttft, 0.99) ?? Number.NaN,
-        e2eP50Ms: quantile(e2e, 0.5) ?? Number.NaN,
-        e2eP99Ms: quantile(e2e, 0.99) ?? Number.NaN,
-        reqPerSec: (ok.length / wallMs) * 1000,
-        prefixHitRate: queries > 0 ? hits / queries : 0,
-        perReplica,
-        spreadMaxOverMean: mean > 0 ? Math.max(...perReplica) / mean : Number.NaN,
-        loadavg: loadAverage(),
-        errors: [...new Set(samples.flatMap((s) => (s.error ? [s.error] : [])))].slice(0, 5),
-      };
-      rows.push(row);
-      console.error(
-        `${workload} ${target}: ${row.ok}/${row.requests} ok, TTFT p50 ${row.ttftP50Ms.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(0)}%, replicas ${perReplica.join("/")} (load ${row.loadavg})`,
-      );
-    }
   }
 } finally {
   await proxy?.stop();
@@ -233,7 +287,7 @@ const table = formatTable(
   ],
   rows.map((r) => [
     r.workload,
-    r.target,
+    rounds > 1 && pairTargets.includes(r.target) ? `${r.target} #${r.round}` : r.target,
     `${r.ok}/${r.requests}`,
     `${f(r.ttftP50Ms)} / ${f(r.ttftP90Ms)} / ${f(r.ttftP99Ms)}`,
     `${f(r.e2eP50Ms)} / ${f(r.e2eP99Ms)}`,
@@ -246,8 +300,26 @@ const table = formatTable(
 
 /** The issue's goals, judged on this run (only where the needed rows exist). */
 const goals: { goal: string; measured: string; met: boolean }[] = [];
-const row = (w: WorkloadName, t: TargetName) =>
-  rows.find((r) => r.workload === w && r.target === t);
+/**
+ * A target's figures on a workload: its one row, or, for the pair run in several rounds, the
+ * median of each figure over the rounds (requests per replica from the round with the median
+ * max/mean).
+ */
+const row = (w: WorkloadName, t: TargetName): Row | undefined => {
+  const mine = rows.filter((r) => r.workload === w && r.target === t);
+  if (mine.length <= 1) return mine[0];
+  const med = (pick: (r: Row) => number) => median(mine.map(pick));
+  const spread = med((r) => r.spreadMaxOverMean);
+  const typical = mine.find((r) => r.spreadMaxOverMean === spread) ?? (mine[0] as Row);
+  return {
+    ...typical,
+    ttftP50Ms: med((r) => r.ttftP50Ms),
+    ttftP90Ms: med((r) => r.ttftP90Ms),
+    ttftP99Ms: med((r) => r.ttftP99Ms),
+    prefixHitRate: med((r) => r.prefixHitRate),
+    spreadMaxOverMean: spread,
+  };
+};
 const llmA = row("shared-prefix", "llmgw llmgw");
 if (llmA) {
   for (const rr of ["nginx round-robin", "llmgw round-robin"] as const) {
@@ -295,6 +367,66 @@ if (llmC) {
   });
 }
 
+/**
+ * Two routers behind HAProxy round robin against one router, per workload: the ratio (or
+ * difference) in each round, then the median over rounds.
+ */
+const versus = workloads.flatMap((w) => {
+  const pairs = Array.from({ length: rounds }, (_, i) => {
+    const one = rows.find((r) => r.workload === w && r.target === ONE_ROUTER && r.round === i + 1);
+    const two = rows.find((r) => r.workload === w && r.target === TWO_ROUTERS && r.round === i + 1);
+    return one && two ? [{ one, two }] : [];
+  }).flat();
+  if (pairs.length === 0) return [];
+  const ttftRatios = pairs.map((p) => p.two.ttftP50Ms / p.one.ttftP50Ms);
+  const hop = Array.from({ length: rounds }, (_, i) => {
+    const one = pairs.find((p) => p.one.round === i + 1)?.one;
+    const behind = rows.find(
+      (r) => r.workload === w && r.target === ONE_BEHIND_HAPROXY && r.round === i + 1,
+    );
+    return one && behind ? [behind.ttftP50Ms / one.ttftP50Ms] : [];
+  }).flat();
+  const hitDrops = pairs.map((p) => (p.one.prefixHitRate - p.two.prefixHitRate) * 100);
+  const spreads = pairs.map((p) => p.two.spreadMaxOverMean);
+  return [
+    {
+      workload: w,
+      rounds: pairs.length,
+      oneTtftP50Ms: median(pairs.map((p) => p.one.ttftP50Ms)),
+      twoTtftP50Ms: median(pairs.map((p) => p.two.ttftP50Ms)),
+      ttftRatio: median(ttftRatios),
+      ttftRatioRange: [Math.min(...ttftRatios), Math.max(...ttftRatios)],
+      /** One router behind HAProxy ÷ one router: the balancer's hop alone. */
+      haproxyHopTtftRatio: hop.length > 0 ? median(hop) : undefined,
+      oneHitRate: median(pairs.map((p) => p.one.prefixHitRate)),
+      twoHitRate: median(pairs.map((p) => p.two.prefixHitRate)),
+      hitDropPoints: median(hitDrops),
+      oneMaxOverMean: median(pairs.map((p) => p.one.spreadMaxOverMean)),
+      twoMaxOverMean: median(spreads),
+      twoMaxOverMeanRange: [Math.min(...spreads), Math.max(...spreads)],
+    },
+  ];
+});
+const range = (r: number[], d = 2) =>
+  rounds > 1 ? ` (rounds ${f(r[0] ?? Number.NaN, d)}…${f(r[1] ?? Number.NaN, d)})` : "";
+for (const v of versus) {
+  goals.push({
+    goal: `(${v.workload}) two routers: TTFT p50 within 10% of one router (ratio ≤ 1.10)`,
+    measured: `${f(v.twoTtftP50Ms)} vs ${f(v.oneTtftP50Ms)} ms: ${f(v.ttftRatio, 3)}×${range(v.ttftRatioRange, 3)}${v.haproxyHopTtftRatio === undefined ? "" : `; one router behind HAProxy ${f(v.haproxyHopTtftRatio, 3)}×`}`,
+    met: v.ttftRatio <= 1.1,
+  });
+  goals.push({
+    goal: `(${v.workload}) two routers: prefix hit rate within 5 points of one router`,
+    measured: `${(v.twoHitRate * 100).toFixed(1)}% vs ${(v.oneHitRate * 100).toFixed(1)}%: ${v.hitDropPoints <= 0 ? "+" : "−"}${Math.abs(v.hitDropPoints).toFixed(1)} points`,
+    met: v.hitDropPoints <= 5,
+  });
+  goals.push({
+    goal: `(${v.workload}) two routers: max/mean requests per replica ≤ 1.25`,
+    measured: `${f(v.twoMaxOverMean, 2)}${range(v.twoMaxOverMeanRange)} (one router ${f(v.oneMaxOverMean, 2)})`,
+    met: v.twoMaxOverMean <= 1.25,
+  });
+}
+
 const result = {
   bench: "routing-quality",
   mode: quick ? "quick" : "full",
@@ -308,11 +440,15 @@ const result = {
   maxTokens,
   kvCacheTokensPerReplica: kvCacheTokens,
   routerCapacityPerReplica: capacity,
+  rounds,
+  twoRouters:
+    "2 router processes behind HAProxy (HTTP mode, balance roundrobin, GET /readyz check), each with routers = 2 in its snapshot",
   sessionHeader: "x-session-id = tenant (unique workload: one per request)",
   wallSeconds: (Date.now() - t0) / 1000,
   loadavgAtEnd: loadAverage(),
   skipped,
   rows,
+  versus,
   goals,
 };
 const total = rows.reduce((n, r) => n + r.requests, 0);
