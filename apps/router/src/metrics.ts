@@ -8,6 +8,7 @@ import {
   type AdmissionRejectReason,
   boundLabelValue,
   type UpstreamErrorKind as PromUpstreamErrorKind,
+  ROUTER_STATE_FAMILIES,
   type RouterEndpoint,
   type RouterMetrics,
 } from "@llmgw/metrics-collector";
@@ -194,32 +195,20 @@ export interface RoutingStateSample {
   readonly routers: number;
 }
 
-/**
- * The router's own state families, with their help text. `docs/metrics.md` is generated from
- * `@llmgw/metrics-collector`'s catalogue, which does not list these yet (see apps/router/README.md).
- */
-export const ROUTING_STATE_FAMILIES = [
-  {
-    name: "llmgw_router_state_age_seconds",
-    help: "Seconds since this router last heard from a control plane (live stream or its saved state); absent until it has",
-    read: (s: RoutingStateSample) => s.stateAgeSeconds,
-  },
-  {
-    name: "llmgw_router_state_version",
-    help: "Routing membership version this router holds (0 before its first snapshot)",
-    read: (s: RoutingStateSample) => s.stateVersion,
-  },
-  {
-    name: "llmgw_router_control_plane_connected",
-    help: "1 while this router's routing stream to a control plane is open, else 0",
-    read: (s: RoutingStateSample) => s.controlPlaneConnected,
-  },
-  {
-    name: "llmgw_router_routers",
-    help: "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
-    read: (s: RoutingStateSample) => s.routers,
-  },
-] as const;
+/** How each routing-state gauge reads its sample; names and help come from the catalogue. */
+const READERS: Readonly<Record<string, (s: RoutingStateSample) => number | undefined>> = {
+  llmgw_router_state_age_seconds: (s) => s.stateAgeSeconds,
+  llmgw_router_state_version: (s) => s.stateVersion,
+  llmgw_router_control_plane_connected: (s) => s.controlPlaneConnected,
+  llmgw_router_routers: (s) => s.routers,
+};
+
+/** The router's own state families (`ROUTER_STATE_FAMILIES` in `@llmgw/metrics-collector`). */
+export const ROUTING_STATE_FAMILIES = ROUTER_STATE_FAMILIES.map((spec) => {
+  const read = READERS[spec.name];
+  if (read === undefined) throw new Error(`no reader for router state family ${spec.name}`);
+  return { name: spec.name, help: spec.help, read };
+});
 
 /**
  * Registers the routing-state gauges on `registry`, each read from `sample()` at scrape time.

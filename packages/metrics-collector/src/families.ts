@@ -252,6 +252,33 @@ const DECISION_BUCKETS = [
 const RATIO_BUCKETS = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] as const;
 
 /** Router families: the router records them through `createRouterMetrics` handles. */
+/**
+ * A router's own state, read at scrape time from its routing runtime (registered by
+ * `@llmgw/router-server`); unlabelled, and the state age is absent until a control plane was heard.
+ */
+export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
+  g(
+    "llmgw_router_state_age_seconds",
+    "Seconds since this router last heard from a control plane (live stream or its saved state); absent until it has",
+    [],
+  ),
+  g(
+    "llmgw_router_state_version",
+    "Routing membership version this router holds (0 before its first snapshot)",
+    [],
+  ),
+  g(
+    "llmgw_router_control_plane_connected",
+    "1 while this router's routing stream to a control plane is open, else 0",
+    [],
+  ),
+  g(
+    "llmgw_router_routers",
+    "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
+    [],
+  ),
+];
+
 export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   c("llmgw_router_requests_total", "Answered requests by model, endpoint and HTTP status code.", [
     "model",

@@ -53,6 +53,7 @@ export {
   NODE_STATES,
   REPLICA_STATES,
   ROUTER_FAMILIES,
+  ROUTER_STATE_FAMILIES,
   ROUTER_STATES,
 } from "./families.js";
 export {

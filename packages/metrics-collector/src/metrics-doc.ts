@@ -1,4 +1,10 @@
-import { CLUSTER_FAMILIES, type FamilySpec, LABEL_DOCS, ROUTER_FAMILIES } from "./families.js";
+import {
+  CLUSTER_FAMILIES,
+  type FamilySpec,
+  LABEL_DOCS,
+  ROUTER_FAMILIES,
+  ROUTER_STATE_FAMILIES,
+} from "./families.js";
 
 const BEGIN = "<!-- BEGIN GENERATED: renderMetricsReference() -->";
 const END = "<!-- END GENERATED -->";
@@ -38,6 +44,13 @@ export function renderMetricsReference(): string {
     "cardinality follows the replicas deployed now.",
     "",
     table(ROUTER_FAMILIES),
+    "",
+    `## Router state families (${ROUTER_STATE_FAMILIES.length})`,
+    "",
+    "Each router's own view of its routing state, read at scrape time. A router that has never",
+    "heard from a control plane has no `llmgw_router_state_age_seconds` series.",
+    "",
+    table(ROUTER_STATE_FAMILIES),
     "",
     "## Labels",
     "",
