@@ -31,6 +31,20 @@ vllm:gpu_cache_usage_perc{engine="0",${m}} 0.9`,
       load: { kvCacheUsage: 0.5 },
     },
     {
+      name: "readings out of range are left out, the others kept (outside input)",
+      text: `vllm:num_requests_running{${m}} -1
+vllm:num_requests_waiting{${m}} NaN
+vllm:kv_cache_usage_perc{${m}} 1.5
+vllm:gpu_prefix_cache_hit_rate{${m}} 0.3`,
+      load: { prefixCacheHitRate: 0.3 },
+    },
+    {
+      name: "an absurd queue length is left out",
+      text: `vllm:num_requests_running{${m}} 2
+vllm:num_requests_waiting{${m}} 1e9`,
+      load: { running: 2 },
+    },
+    {
       name: "vLLM counters without _total suffix",
       text: `vllm:prefix_cache_queries{${m}} 10
 vllm:prefix_cache_hits{${m}} 5`,

@@ -118,5 +118,24 @@ export function extractEngineLoad(
     default:
       load = {};
   }
-  return Object.fromEntries(Object.entries(load).filter(([, v]) => v !== undefined)) as EngineLoad;
+  return Object.fromEntries(
+    Object.entries(load).filter(([field, v]) => v !== undefined && inRange(field, v)),
+  ) as EngineLoad;
+}
+
+/** Largest believable value of each load field; every field is ≥ 0. */
+const LOAD_FIELD_MAX: Readonly<Record<string, number>> = {
+  running: 1_000_000,
+  waiting: 1_000_000,
+  kvCacheUsage: 1,
+  prefixCacheHitRate: 1,
+};
+
+/**
+ * Engine output is outside input: a reading that is not a finite number within its range (a
+ * NaN, a negative queue, a KV usage of 1.5) is left out — unreported, never passed on to poison
+ * every router's scoring, and never a reason for the control plane to refuse the whole report.
+ */
+function inRange(field: string, value: number): boolean {
+  return Number.isFinite(value) && value >= 0 && value <= (LOAD_FIELD_MAX[field] ?? 0);
 }
