@@ -266,10 +266,10 @@ describe("a router watching a real control plane", () => {
     expect(await runCli(["routers"], table.io)).toBe(0);
     const lines = table.stdout().trimEnd().split("\n");
     expect(lines[0]).toMatch(
-      /^ROUTER +ADDRESS +LLMGW +STATE +CONNECTED +LAST SEEN +VERSION SENT +IN-PROCESS$/,
+      /^ROUTER +ADDRESS +LLMGW +STATE +CONNECTED +LAST SEEN +VERSION SENT +STATE AGE +IN-PROCESS$/,
     );
     expect(lines.find((l) => l.startsWith("edge-1 "))).toMatch(
-      /^edge-1 +10\.0\.0\.9:8080 +0\.1\.0 +connected +\d+s ago +now +\d+ +no$/,
+      /^edge-1 +10\.0\.0\.9:8080 +0\.1\.0 +connected +\d+s ago +now +\d+ +\d+s +no$/,
     );
     expect(lines.some((l) => / yes$/.test(l))).toBe(true);
     const json = capture(env);

@@ -170,6 +170,7 @@ export function createClusterService(
     },
     listRouters(_req, ctx) {
       admin(ctx);
+      const now = Date.now();
       return {
         routers: (opts.routers?.list() ?? []).map((r) =>
           create(RouterInfoSchema, {
@@ -182,6 +183,7 @@ export function createClusterService(
             epoch: r.epoch,
             stateVersion: BigInt(r.stateVersion),
             inProcess: r.inProcess,
+            stateAgeMs: BigInt(Math.max(0, now - r.lastSeenMs)),
           }),
         ),
       };
