@@ -204,6 +204,8 @@ export interface RouterProcOptions {
   readonly controlPlanes?: readonly string[];
   /** More `llmgw router` flags. */
   readonly extraArgs?: readonly string[];
+  /** `--state-dir`; default `<root>/<id>`. */
+  readonly stateDir?: string;
 }
 
 /**
@@ -222,7 +224,7 @@ export class RouterProc {
     readonly metricsPort: number,
     public options: RouterProcOptions = {},
   ) {
-    this.stateDir = path.join(root, id);
+    this.stateDir = options.stateDir ?? path.join(root, id);
     this.tokenFile = path.join(root, `${id}.router-token`);
   }
   get url(): string {
