@@ -13,6 +13,7 @@ import {
   waitFor,
 } from "../../apps/cli/test/cluster-harness.js";
 import type { FaultRecord } from "./report.js";
+import type { RouterProc } from "./routers.js";
 
 /** The cluster the faults act on. */
 export interface SoakCluster {
@@ -27,6 +28,30 @@ export interface SoakCluster {
   readonly now: () => number;
   /** How long a fault may take to heal before it is reported as not recovered, ms. */
   readonly healTimeoutMs: number;
+  /**
+   * `llmgw router` processes serving the load (the control plane runs `--no-public-api`);
+   * none: the control plane's in-process router serves it.
+   */
+  readonly routers?: readonly RouterProc[];
+}
+
+/** True when every router (if any) streams live state from the control plane again. */
+async function routersLive(c: SoakCluster): Promise<boolean> {
+  const live = await Promise.all((c.routers ?? []).map((r) => r.live()));
+  return live.every(Boolean);
+}
+
+/** What each router's /readyz says, for the notes. */
+async function describeRouters(c: SoakCluster): Promise<string> {
+  const states = await Promise.all(
+    (c.routers ?? []).map(async (r) => {
+      const x = await r.readiness();
+      return x === undefined
+        ? `${r.name} not answering`
+        : `${r.name} ${x.status} source=${x.source} connected=${x.connected} age=${x.stateAgeMs === undefined ? "-" : `${(x.stateAgeMs / 1000).toFixed(1)}s`}`;
+    }),
+  );
+  return states.join(", ");
 }
 
 /** A sim deployment serving `model`. */
@@ -216,6 +241,92 @@ export async function restartControlPlane(c: SoakCluster): Promise<FaultRecord> 
       notes,
       outage: { fromMs: atMs, toMs: upMs },
     };
+  }
+}
+
+/**
+ * SIGKILLs the control plane and starts it again on the same ports and data dir after `downMs`
+ * (0: at once); healed when every replica is READY again and every router streams live state
+ * again. Adopted when no engine pid changed. Without routers the public API went down with it
+ * (an outage, during which an immediate reset is excused); with routers nothing is excused.
+ */
+export async function killControlPlane(c: SoakCluster, downMs: number): Promise<FaultRecord> {
+  const kind = downMs > 0 ? "control-plane-down" : "control-plane-kill";
+  const before = enginePids(await deployment(c.cp, c.deployment));
+  const atMs = c.now();
+  await c.cp.stop("SIGKILL");
+  const notes = [`SIGKILLed after ${Math.round(c.now() - atMs)} ms`];
+  if (downMs > 0) {
+    await new Promise((r) => setTimeout(r, downMs));
+    if (c.routers) notes.push(`after ${downMs / 1000} s down: ${await describeRouters(c)}`);
+  }
+  const restartMs = c.now();
+  await c.cp.start();
+  const upMs = c.now();
+  notes.push(
+    `started again at +${Math.round(restartMs - atMs)} ms, listening at +${Math.round(upMs - atMs)} ms`,
+  );
+  const outage = c.routers ? {} : { outage: { fromMs: atMs, toMs: upMs } };
+  try {
+    const after = await waitFor(
+      c.routers
+        ? "every replica READY again and every router live"
+        : "every replica to be reported READY again",
+      async () => {
+        const d = await deployment(c.cp, c.deployment);
+        return allReady(d, c.replicas) && (await routersLive(c)) ? d : undefined;
+      },
+      c.healTimeoutMs,
+      100,
+    );
+    const pids = enginePids(after);
+    notes.push(`engines before ${describePids(before)}, after ${describePids(pids)}`);
+    return {
+      kind,
+      atMs,
+      readyAtMs: c.now(),
+      adopted: describePids(pids) === describePids(before),
+      notes,
+      ...outage,
+    };
+  } catch (error) {
+    notes.push((error as Error).message);
+    if (c.routers) notes.push(await describeRouters(c));
+    return { kind, atMs, readyAtMs: undefined, adopted: false, notes, ...outage };
+  }
+}
+
+/**
+ * SIGKILLs router `index` and starts it again (same port and state dir) after `downMs`, long
+ * enough for the balancer's health check to take it out of the pool; healed when it streams
+ * live state again (the balancer re-adds it after its `rise` checks). Only requests in flight
+ * on it may fail.
+ */
+export async function killRouter(
+  c: SoakCluster,
+  index: number,
+  downMs: number,
+): Promise<FaultRecord> {
+  const router = c.routers?.[index];
+  const atMs = c.now();
+  if (router === undefined) {
+    return { kind: "router-kill", atMs, readyAtMs: undefined, adopted: null, notes: ["no router"] };
+  }
+  await router.kill("SIGKILL");
+  const notes = [`SIGKILLed ${router.name}`];
+  await new Promise((r) => setTimeout(r, downMs));
+  const restartMs = c.now();
+  await router.start();
+  const first = await router.readiness();
+  notes.push(
+    `started again at +${Math.round(restartMs - atMs)} ms, listening at +${Math.round(c.now() - atMs)} ms (${first?.status ?? "?"}, source ${first?.source ?? "?"})`,
+  );
+  try {
+    await waitFor(`${router.name} to stream live state`, () => router.live(), c.healTimeoutMs, 100);
+    return { kind: "router-kill", atMs, readyAtMs: c.now(), adopted: null, notes };
+  } catch (error) {
+    notes.push((error as Error).message);
+    return { kind: "router-kill", atMs, readyAtMs: undefined, adopted: null, notes };
   }
 }
 

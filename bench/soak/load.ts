@@ -74,6 +74,7 @@ export function startLoad(options: LoadOptions): LoadRun {
     const startMs = options.now();
     let answered = false;
     let replica: string | undefined;
+    let status: number | undefined;
     let verdict: Verdict;
     try {
       const res = await request(`${options.baseUrl}/v1/chat/completions`, {
@@ -87,6 +88,7 @@ export function startLoad(options: LoadOptions): LoadRun {
         signal: AbortSignal.timeout(options.timeoutMs),
       });
       answered = true;
+      status = res.statusCode;
       const header = res.headers["x-llmgw-replica"];
       replica = typeof header === "string" ? header : undefined;
       const text = await res.body.text();
@@ -102,6 +104,7 @@ export function startLoad(options: LoadOptions): LoadRun {
       class: verdict.class,
       detail: verdict.detail,
       ...(replica === undefined ? {} : { replica }),
+      ...(status === undefined ? {} : { status }),
     };
   };
 

@@ -76,6 +76,36 @@ describe("summarizeFaults", () => {
     expect(only?.firstOkAfterS).toBeUndefined();
     expect(only?.adopted).toBe(true);
   });
+
+  it("splits a window's failures into in flight at the fault and started after it", () => {
+    // router SIGKILL at 1 000: two requests in flight on it are cut, one started after fails
+    const [kill] = summarizeFaults(
+      [
+        req(800, 1_001, "reset", true),
+        req(990, 1_002, "malformed"),
+        req(950, 1_200, "ok"),
+        req(1_100, 1_300, "error"),
+      ],
+      [fault("router-kill", 1_000, 4_000)],
+      5_000,
+    );
+    expect([kill?.notOk, kill?.notOkInFlight, kill?.notOkAfter]).toEqual([3, 2, 1]);
+  });
+
+  it.each([
+    ["a 503", { status: 503, class: "error", detail: "503 model_loading" }, 1],
+    ["a stream's error event", { status: 200, class: "error", detail: "sse 200 upstream" }, 1],
+    ["a 429", { status: 429, class: "error", detail: "429 rate_limited" }, 0],
+    ["a reset before any status", { class: "reset", detail: "ECONNRESET" }, 0],
+    ["a 200 without [DONE]", { status: 200, class: "malformed", detail: "no [DONE]" }, 0],
+  ] as const)("%s counts as a 5xx: %s", (_what, fields, expected) => {
+    const [f] = summarizeFaults(
+      [{ ...req(10, 20, "ok"), ...fields }],
+      [fault("control-plane-kill", 0)],
+      100,
+    );
+    expect(f?.serverErrors).toBe(expected);
+  });
 });
 
 describe("summarizeTotals", () => {

@@ -16,10 +16,24 @@ export interface RequestRecord {
   readonly detail: string;
   /** The replica that answered (`x-llmgw-replica`), when the router said. */
   readonly replica?: string;
+  /** The HTTP status, when one arrived. */
+  readonly status?: number;
 }
 
-/** The faults the soak injects. */
-export type FaultKind = "engine-kill" | "agent-restart" | "control-plane-restart" | "slow-replica";
+/**
+ * The faults the soak injects: `control-plane-restart` is a SIGTERM and a start at once,
+ * `control-plane-kill` a SIGKILL and a start at once, `control-plane-down` a SIGKILL and a start
+ * after an outage, `router-kill` a SIGKILL of one `llmgw router` and a start after it left the
+ * balancer's pool.
+ */
+export type FaultKind =
+  | "engine-kill"
+  | "agent-restart"
+  | "control-plane-restart"
+  | "control-plane-kill"
+  | "control-plane-down"
+  | "router-kill"
+  | "slow-replica";
 
 /** What the fault driver observed. */
 export interface FaultRecord {
@@ -57,6 +71,12 @@ export interface FaultSummary {
   readonly byClass: Readonly<Record<OutcomeClass, number>>;
   /** Requests in the window that did not succeed (the error budget spent). */
   readonly notOk: number;
+  /** Of those, the ones already in flight when the fault hit (started before it). */
+  readonly notOkInFlight: number;
+  /** Of those, the ones that started at or after the fault. */
+  readonly notOkAfter: number;
+  /** Requests in the window answered with a 5xx status or ending with an SSE error event. */
+  readonly serverErrors: number;
   /** From the fault to the first success that ended after it, s. */
   readonly firstOkAfterS: number | undefined;
   /**
@@ -108,6 +128,12 @@ function countByClass(records: readonly RequestRecord[]): Record<OutcomeClass, n
 }
 
 const latency = (r: RequestRecord) => r.endMs - r.startMs;
+
+/** A 5xx answer, or a stream that ended with an error event (a 5xx after the status line). */
+export const isServerError = (r: RequestRecord): boolean =>
+  r.class !== "ok" &&
+  ((r.status !== undefined && r.status >= 500) ||
+    (r.class === "error" && r.detail.startsWith("sse ")));
 const round = (ms: number | undefined) => (ms === undefined ? undefined : Math.round(ms));
 const seconds = (ms: number | undefined) =>
   ms === undefined ? undefined : Math.round(ms / 100) / 10;
@@ -134,12 +160,16 @@ export function summarizeFaults(
         undefined,
       );
     const lastFailureEnd = failed.reduce((m, r) => Math.max(m, r.endMs), fault.atMs);
+    const inFlight = failed.filter((r) => r.startMs < fault.atMs).length;
     return {
       kind: fault.kind,
       atS: seconds(fault.atMs) ?? 0,
       requests: inWindow.length,
       byClass: countByClass(inWindow),
       notOk: failed.length,
+      notOkInFlight: inFlight,
+      notOkAfter: failed.length - inFlight,
+      serverErrors: inWindow.filter(isServerError).length,
       firstOkAfterS: seconds(firstOk === undefined ? undefined : firstOk - fault.atMs),
       steadyAfterS: seconds(lastFailureEnd - fault.atMs) ?? 0,
       readyAfterS: seconds(
