@@ -39,6 +39,8 @@ export const FAILURE_HTTP = {
   engineKeyRefused: { status: 503, type: "upstream_error", code: "upstream_key_refused" },
   upstreamTimeout: { status: 504, type: "upstream_error", code: "upstream_timeout" },
   internal: { status: 500, type: "internal_error", code: "internal_error" },
+  /** The router holds no routing state yet: it knows neither the keys nor the replicas. */
+  notReady: { status: 503, type: "service_unavailable", code: "router_not_ready" },
 } as const satisfies Record<string, HttpErrorSpec>;
 
 /** The JSON text of an OpenAI error body. */

@@ -10,6 +10,7 @@ import type { RouterMetricsSink } from "@llmgw/router";
 import { Registry } from "prom-client";
 import { RouterServiceError } from "./errors.js";
 import { createRouterHandler, type RouterHandler } from "./handler.js";
+import { FAILURE_HTTP, sendError } from "./http-errors.js";
 import { createHttpListener, type HttpListenerOptions } from "./http-listener.js";
 import { createPrometheusRouterMetricsSink, registerRoutingStateMetrics } from "./metrics.js";
 import type { RouterServiceOptions } from "./options.js";
@@ -148,8 +149,20 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       (req: IncomingMessage, res: ServerResponse) => {
         const url = req.url ?? "/";
         // `/v1/…` straight to the handler: one character compared on the hot path.
-        if (url.charCodeAt(1) === V || !answerHealth(runtime, url.split("?", 1)[0] ?? url, res))
-          h(req, res);
+        if (url.charCodeAt(1) !== V && answerHealth(runtime, url.split("?", 1)[0] ?? url, res))
+          return;
+        if (runtime.state.epoch === undefined) {
+          // No routing state yet: every key would look wrong and every model unknown. Say
+          // what is true, so that a client keeps its key and retries.
+          sendError(
+            res,
+            FAILURE_HTTP.notReady,
+            "this router has no routing state yet (it has not reached a control plane); retry shortly",
+            { retryAfterSeconds: 1 },
+          );
+          return;
+        }
+        h(req, res);
       },
     );
     await new Promise<void>((resolve, reject) => {

@@ -105,8 +105,13 @@ describe("readiness", () => {
       },
     });
     expect((await fetch(`${router.url}/healthz`)).status).toBe(200);
-    // Nothing to route by yet: the key is not known either.
-    expect((await chat(router)).status).toBe(401);
+    // Nothing to route by yet: not "your key is wrong" but "not ready", with a retry hint.
+    const early = await chat(router);
+    expect(early.status).toBe(503);
+    expect(early.headers.get("retry-after")).toBe("1");
+    expect(((await early.json()) as { error: { code: string } }).error.code).toBe(
+      "router_not_ready",
+    );
 
     feed.push(snapshotOver(e));
     const after = await readyz(router);
