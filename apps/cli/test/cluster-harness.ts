@@ -389,6 +389,14 @@ export function allReady(d: DeploymentStatus | undefined, count: number): boolea
   );
 }
 
+/** The engine API key the agent handed engine process `pid` (read from its environment). */
+export function engineKeyOf(pid: number): string | undefined {
+  const entry = readFileSync(`/proc/${pid}/environ`, "utf8")
+    .split("\0")
+    .find((e) => e.startsWith("LLMGW_ENGINE_API_KEY="));
+  return entry?.slice("LLMGW_ENGINE_API_KEY=".length);
+}
+
 /** replica id/rank → engine pid, as reported by agents. */
 export function enginePids(d: DeploymentStatus | undefined): Map<string, number> {
   const out = new Map<string, number>();

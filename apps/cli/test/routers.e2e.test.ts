@@ -9,6 +9,8 @@
  * stays reasonable, 60 (the issue's figure) with LLMGW_E2E_OUTAGE_S=60.
  */
 
+import { statSync } from "node:fs";
+import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { DeploymentSchema, Engine, RoutingPolicy } from "@llmgw/proto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,6 +19,8 @@ import {
   ClosedLoopTraffic,
   deployment,
   describeFailures,
+  engineKeyOf,
+  enginePids,
   metricSamples,
   type RoutersCluster,
   startRoutersCluster,
@@ -36,6 +40,8 @@ const MODEL = "chat";
 
 const root = tempRoot("llmgw-routers-e2e-");
 let c: RoutersCluster;
+/** The engines' API keys (the routers hold them; they must never reach a log). */
+const engineKeys: string[] = [];
 
 beforeAll(async () => {
   c = await startRoutersCluster(root);
@@ -62,6 +68,11 @@ beforeAll(async () => {
     90_000,
   );
   expect(new Set(d.replicas.map((r) => r.ranks[0]?.nodeId)).size).toBe(2);
+  for (const pid of enginePids(d).values()) {
+    const key = engineKeyOf(pid);
+    if (key !== undefined) engineKeys.push(key);
+  }
+  expect(engineKeys).toHaveLength(2);
   // Both routers route to both replicas before any fault.
   const warm = new ClosedLoopTraffic(c.routers, c.apiKey, MODEL, { loops: 1 });
   warm.start();
@@ -260,6 +271,13 @@ describe("two routers, one control plane, two agents", { timeout: 240_000 }, () 
     console.info(
       `router restarted during the outage: ready from saved state in ${Math.round(readyMs)} ms`,
     );
+    // The saved state holds engine keys: owner-only, and no secret in any router's log.
+    expect(statSync(r.stateDir).mode & 0o777).toBe(0o700);
+    expect(statSync(path.join(r.stateDir, "routing-state.json")).mode & 0o777).toBe(0o600);
+    for (const router of c.routers) {
+      for (const secret of [c.apiKey, c.cp.token("router"), ...engineKeys])
+        expect(router.output().includes(secret), `a secret in ${router.id}'s log`).toBe(false);
+    }
     // The control plane comes back: the routers go live again.
     await c.cp.start();
     await routersSay("both routers to stream from the control plane again", (b) =>
