@@ -188,9 +188,10 @@ describe("routers and the admin API", { timeout: 120_000 }, () => {
     const refused = await r.readiness();
     expect(refused.status).toBe(503);
     expect(refused.body).toMatchObject({ status: "not_ready", ready: false, source: "none" });
-    // Nothing to route by, no key known either (the router answers 401; a load balancer
-    // following /readyz sends it nothing meanwhile): not served.
-    expect((await chat(r, "chat", c.apiKey)).status).not.toBe(200);
+    // Nothing to route by, no key known either: "not ready", never "your key is wrong".
+    const notReady = await chat(r, "chat", c.apiKey);
+    expect(notReady.status).toBe(503);
+    expect(notReady.body).toContain("router_not_ready");
     expect(r.running).toBe(true);
     expect(r.output()).not.toContain(wrong);
     expect(r.output()).not.toContain(right);
