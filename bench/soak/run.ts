@@ -214,6 +214,13 @@ interface PhaseResult {
 }
 
 const BAD = (f: FaultSummary) => BAD_CLASSES.reduce((n, c) => n + f.byClass[c], 0);
+/** ": error 2, reset 1" for a window's failures; "" when there were none. */
+const notOkClasses = (f: FaultSummary): string => {
+  const parts = OUTCOME_CLASSES.filter((c) => c !== "ok" && f.byClass[c] > 0).map(
+    (c) => `${c} ${f.byClass[c]}`,
+  );
+  return parts.length === 0 ? "" : `: ${parts.join(", ")}`;
+};
 
 /** The single-process phase's goals: as before routers ran apart. */
 function singleGoals(perFault: readonly FaultSummary[], totals: SoakTotals): Goal[] {
@@ -263,11 +270,7 @@ function routerGoals(perFault: readonly FaultSummary[], totals: SoakTotals): Goa
         : `control plane down ${config.controlPlaneDownS} s${quick ? " (quick: the full run holds it 60 s)" : ""}`;
     goals.push({
       goal: `${what}: 0 unanswered and 0 5xx through two routers`,
-      value: `unanswered ${BAD(f)}, 5xx ${f.serverErrors} (not ok ${f.notOk} of ${f.requests}: ${OUTCOME_CLASSES.filter(
-        (c) => c !== "ok" && f.byClass[c] > 0,
-      )
-        .map((c) => `${c} ${f.byClass[c]}`)
-        .join(", ")}); healed after ${f.readyAfterS ?? "never"} s`,
+      value: `unanswered ${BAD(f)}, 5xx ${f.serverErrors} (not ok ${f.notOk} of ${f.requests}${notOkClasses(f)}); healed after ${f.readyAfterS ?? "never"} s`,
       met: BAD(f) === 0 && f.serverErrors === 0,
     });
   }
