@@ -4,7 +4,7 @@
  * through the admin API. One cluster is shared by the steps below, in order, because each
  * start costs seconds; each step leaves the cluster converged for the next.
  */
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -202,11 +202,21 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       bigints,
     );
     for (const key of keys) expect(views).not.toContain(key);
+    // The in-process router's saved routing state holds the engine keys on purpose (it serves
+    // through a restart with them), owner-only like the tokens beside it; nothing else may.
+    const routerState = path.join(cp.dataDir, "router", "routing-state.json");
     for (const file of readdirSync(cp.dataDir, { recursive: true, withFileTypes: true })) {
       if (!file.isFile()) continue;
-      const bytes = readFileSync(path.join(file.parentPath, file.name));
+      const where = path.join(file.parentPath, file.name);
+      if (where === routerState) continue;
+      const bytes = readFileSync(where);
       for (const key of keys) expect(bytes.includes(key as string), file.name).toBe(false);
     }
+    await waitFor("the in-process router to save its state", async () =>
+      existsSync(routerState) ? true : undefined,
+    );
+    expect(statSync(routerState).mode & 0o777).toBe(0o600);
+    expect(statSync(path.dirname(routerState)).mode & 0o777).toBe(0o700);
     expect(cp.proc?.output()).not.toContain(keys[0]);
   });
 

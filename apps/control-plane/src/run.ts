@@ -258,6 +258,7 @@ export async function startControlPlane(
             version: CONTROL_PLANE_VERSION,
             shutdown: shutdown.signal,
             routers,
+            flushRouting: () => routing.flush(),
           }),
         );
         router.service(

@@ -195,6 +195,17 @@ describe("createRoutingPublisher", () => {
     });
   });
 
+  it("publishes a pending change at once on flush (an admin call returns after it)", () => {
+    const { publisher, received } = publish({ coalesceMs: 60_000 });
+    const { key } = cluster.createApiKey({ name: "team-b", models: [] });
+    expect(deltas(received)).toHaveLength(0); // the window is a minute long
+    publisher.flush();
+    expect(deltas(received)).toHaveLength(1);
+    expect(deltas(received)[0]).toMatchObject({ upsertedKeys: [{ id: key.id }] });
+    publisher.flush(); // nothing pending: nothing sent
+    expect(deltas(received)).toHaveLength(1);
+  });
+
   it("coalesces ten changes within one window into one delta", async () => {
     const { publisher, received } = publish({ coalesceMs: 50 });
     for (let i = 0; i < 10; i++) cluster.createApiKey({ name: `key-${i}`, models: [] });

@@ -78,6 +78,12 @@ export interface RoutingPublisher extends RoutingFeed {
   /** The version of the last snapshot or delta. */
   readonly version: number;
   stats(): RoutingPublisherStats;
+  /**
+   * Publishes a pending membership change now instead of at the end of its window, so that
+   * an admin call (a new API key) has reached the in-process router, synchronously, when it
+   * returns. Remote routers get it as fast as their streams carry it.
+   */
+  flush(): void;
   /** Stops the timers and detaches from the cluster and from every subscriber. */
   close(): void;
 }
@@ -363,6 +369,11 @@ export function createRoutingPublisher(
     epoch,
     get version() {
       return version;
+    },
+    flush() {
+      if (membershipTimer === undefined) return;
+      clearTimeout(membershipTimer);
+      flushMembership();
     },
     subscribe(listener) {
       if (closed) return () => {};

@@ -25,8 +25,15 @@ function required(value: string, field: string): string {
 export function createClusterService(
   cluster: Cluster,
   adminToken: string,
-  opts: { version: string; shutdown: AbortSignal; routers?: RouterRegistry },
+  opts: {
+    version: string;
+    shutdown: AbortSignal;
+    routers?: RouterRegistry;
+    /** Publishes a pending routing change now (the publisher's `flush`). */
+    flushRouting?: () => void;
+  },
 ): ServiceImpl<typeof ClusterService> {
+  const flush = opts.flushRouting ?? (() => {});
   const admin = (ctx: HandlerContext) => requireToken(ctx.requestHeader, adminToken, ADMIN);
   return {
     listNodes(_req, ctx) {
@@ -71,15 +78,19 @@ export function createClusterService(
           "deployment is required",
         );
       const result = cluster.applyDeployment(deploymentSpecFromProto(req.deployment));
+      flush();
       return { deployment: result.status, changed: result.changed };
     },
     scaleDeployment(req, ctx) {
       admin(ctx);
-      return { deployment: cluster.scaleDeployment(required(req.name, "name"), req.replicas) };
+      const deployment = cluster.scaleDeployment(required(req.name, "name"), req.replicas);
+      flush();
+      return { deployment };
     },
     deleteDeployment(req, ctx) {
       admin(ctx);
       cluster.deleteDeployment(required(req.name, "name"));
+      flush();
       return {};
     },
     getDeployment(req, ctx) {
@@ -108,6 +119,9 @@ export function createClusterService(
         tokensPerMinute: req.tokensPerMinute,
         maxConcurrency: req.maxConcurrency,
       });
+      // The in-process router knows the key when this answer arrives: a client that creates
+      // a key and uses it at once is not told it is wrong.
+      flush();
       return { key, secret };
     },
     listApiKeys(req, ctx) {
@@ -116,7 +130,9 @@ export function createClusterService(
     },
     revokeApiKey(req, ctx) {
       admin(ctx);
-      return { key: cluster.revokeApiKey(required(req.key, "key")) };
+      const key = cluster.revokeApiKey(required(req.key, "key"));
+      flush();
+      return { key };
     },
     listEvents(req, ctx) {
       admin(ctx);
