@@ -1,19 +1,40 @@
 import { describe, expect, it } from "vitest";
 import { lastJson, runQuick } from "../lib/smoke.js";
 
-// Smoke only: quick mode (50 agents, 5 s windows) runs to the end and prints its tables and
-// JSON. The numbers are for people reading the benchmark, not for assertions on a shared box.
+// Smoke only: quick mode (50 agents, 5 s windows, 4 routers for one round of 4 s windows) runs
+// to the end and prints its tables and JSON. The numbers are for people reading the benchmark, not for assertions on a shared box.
 describe("bench/control-plane/run.ts --quick", () => {
-  it("completes the baseline, steady window and lost-node phases and prints the tables", async () => {
-    const { code, stdout, stderr } = await runQuick(new URL("./run.ts", import.meta.url), 115_000);
+  it("completes the baseline, steady window, routing and lost-node phases and prints the tables", async () => {
+    const { code, stdout, stderr } = await runQuick(new URL("./run.ts", import.meta.url), 175_000);
     expect(code, stderr.slice(-2000)).toBe(0);
     expect(stdout).toMatch(/steady window\s+no-op AgentService\s+control plane\s+goal/);
     expect(stdout).toMatch(/heartbeat p99 \(ms, client side\)/);
     expect(stdout).toMatch(/lost → READY elsewhere \(ms\)/);
-    const result = lastJson<{ bench: string; quick: boolean; controlPlane: { lostNode: object } }>(
-      stdout,
-    );
+    expect(stdout).toMatch(/routing goal\s+measured/);
+    const result = lastJson<{
+      bench: string;
+      quick: boolean;
+      controlPlane: {
+        lostNode: object;
+        routing: {
+          windows: {
+            churn: boolean;
+            traffic: { requests: number; errors: number; non2xx: number };
+          }[];
+          summary: { fanOutMissing: number };
+        };
+      };
+    }>(stdout);
     expect(result).toMatchObject({ bench: "control-plane", quick: true });
     expect(result.controlPlane.lostNode).toBeDefined();
-  }, 120_000);
+    // Both kinds of window ran, the traffic was answered (by a real router with a real key),
+    // and every key change reached every router: none of these depends on the box's speed.
+    const windows = result.controlPlane.routing.windows;
+    expect(windows.map((w) => w.churn).sort()).toEqual([false, true]);
+    for (const w of windows) {
+      expect(w.traffic.requests).toBeGreaterThan(0);
+      expect(w.traffic.errors + w.traffic.non2xx).toBe(0);
+    }
+    expect(result.controlPlane.routing.summary.fanOutMissing).toBe(0);
+  }, 180_000);
 });

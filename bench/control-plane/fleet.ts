@@ -33,7 +33,24 @@ export interface FleetOptions {
   readonly transports?: number;
   /** Sockets per transport. Default 64. */
   readonly socketsPerTransport?: number;
+  /**
+   * The address every agent advertises (engines are reached at it). Default each agent's own
+   * 10.x.y.z, which nothing answers; `127.0.0.1` with {@link apiPort} sends routed traffic to a
+   * real server on this machine.
+   */
+  readonly advertiseAddress?: string;
+  /** The API port every rank reports (default 40 000 + its index on the node). */
+  readonly apiPort?: number;
 }
+
+/** Engine load as an agent reports it (ReportLoad and heartbeats). */
+interface Load {
+  running: number;
+  waiting: number;
+  kvCacheUsage: number;
+  prefixCacheHitRate: number;
+}
+const IDLE: Load = { running: 0, waiting: 0, kvCacheUsage: 0, prefixCacheHitRate: 0 };
 
 /** One heartbeat's outcome, kept while recording. */
 interface Sample {
@@ -57,8 +74,18 @@ class SimAgent {
   beats = 0;
   /** First time each rank was seen, so `startedAt` stays stable across heartbeats. */
   readonly #since = new Map<string, number>();
+  /** Each replica's current engine load (rank 0), while the load churns. */
+  readonly load = new Map<string, Load>();
+  loadTimer: NodeJS.Timeout | undefined;
+  readonly #apiPort: number | undefined;
 
-  constructor(index: number, simSpec: string, client: Client<typeof AgentService>) {
+  constructor(
+    index: number,
+    simSpec: string,
+    client: Client<typeof AgentService>,
+    apiPort?: number,
+  ) {
+    this.#apiPort = apiPort;
     this.index = index;
     this.hostname = `n${String(index).padStart(4, "0")}`;
     this.plain = simulateInventory(simSpec, {
@@ -83,11 +110,11 @@ class SimAgent {
         rank: a.rank,
         state: ReplicaState.READY,
         pid: 100_000 + this.index * 16 + i,
-        apiPort: 40_000 + i,
+        apiPort: this.#apiPort ?? 40_000 + i,
         startedAtUnixMs: BigInt(since),
         stateSinceUnixMs: BigInt(since),
         revision: a.deployment?.revision ?? 0n,
-        load: { running: 0, waiting: 0, kvCacheUsage: 0, prefixCacheHitRate: 0 },
+        load: (a.rank === 0 ? this.load.get(a.replicaId) : undefined) ?? IDLE,
       });
     });
   }
@@ -124,6 +151,14 @@ export class Fleet {
   readonly options: FleetOptions;
   readonly agents: SimAgent[] = [];
   readonly counters: FleetCounters = { ok: 0, errors: 0, errorKinds: new Map() };
+  /** ReportLoad outcomes while the load churns. */
+  readonly loadCounters: FleetCounters = { ok: 0, errors: 0, errorKinds: new Map() };
+  /** Replica loads reported by ReportLoad (one RPC carries a node's replicas). */
+  loadSamples = 0;
+  #loadRecording: number[] | undefined;
+  #loadIntervalMs: number | undefined;
+  /** Bumped by each {@link churnLoad}, so a loop of an earlier call stops at its next turn. */
+  #loadGeneration = 0;
   readonly #httpAgents: HttpAgent[] = [];
   #recording: Sample[] | undefined;
   #intervalMs = 2_000;
@@ -151,7 +186,12 @@ export class Fleet {
     }
     for (let i = 0; i < options.agents; i++) {
       this.agents.push(
-        new SimAgent(i, options.simSpec, clients[i % transports] as Client<typeof AgentService>),
+        new SimAgent(
+          i,
+          options.simSpec,
+          clients[i % transports] as Client<typeof AgentService>,
+          options.apiPort,
+        ),
       );
     }
   }
@@ -166,7 +206,10 @@ export class Fleet {
         const a = this.agents[i];
         if (!a) return;
         const res = await a.client.register(
-          { inventory: a.inventory, advertiseAddress: a.plain.addresses[0] ?? "127.0.0.1" },
+          {
+            inventory: a.inventory,
+            advertiseAddress: this.options.advertiseAddress ?? a.plain.addresses[0] ?? "127.0.0.1",
+          },
           { headers: { authorization: `Bearer ${this.options.joinToken}` } },
         );
         a.nodeId = res.nodeId;
@@ -196,11 +239,85 @@ export class Fleet {
     clearTimeout(a.timer);
   }
 
+  /**
+   * Churns engine load: every `intervalMs` each agent that hosts a replica's rank 0 draws a new
+   * load for each of them and sends it with ReportLoad (one in flight per agent, like
+   * `apps/agent/src/load-reporter.ts`; every replica changed every time, the worst case), and
+   * its heartbeats carry the same load. `undefined` stops it; the loads then stay as they were.
+   */
+  churnLoad(intervalMs: number | undefined): void {
+    this.#loadIntervalMs = intervalMs;
+    const generation = ++this.#loadGeneration;
+    for (const a of this.agents) {
+      clearTimeout(a.loadTimer);
+      a.loadTimer = undefined;
+      if (intervalMs === undefined || !a.running) continue;
+      const first = performance.now() + Math.random() * intervalMs;
+      a.loadTimer = setTimeout(
+        () => this.#loadLoop(a, first, generation),
+        first - performance.now(),
+      );
+    }
+  }
+
+  /** Begins collecting ReportLoad latencies (ms, client side). */
+  startLoadRecording(): void {
+    this.#loadRecording = [];
+  }
+
+  /** Ends collecting; returns the ReportLoad latencies gathered since it started. */
+  stopLoadRecording(): number[] {
+    const out = this.#loadRecording ?? [];
+    this.#loadRecording = undefined;
+    return out;
+  }
+
+  async #loadLoop(a: SimAgent, dueAt: number, generation: number): Promise<void> {
+    const intervalMs = this.#loadIntervalMs;
+    if (!a.running || intervalMs === undefined || generation !== this.#loadGeneration) return;
+    const now = Date.now();
+    const replicas = a.assignments
+      .filter((x) => x.rank === 0)
+      .map((x) => {
+        const load: Load = {
+          running: Math.floor(Math.random() * 33),
+          waiting: Math.floor(Math.random() * 9),
+          kvCacheUsage: Math.round(Math.random() * 1000) / 1000,
+          prefixCacheHitRate: Math.round(Math.random() * 1000) / 1000,
+        };
+        a.load.set(x.replicaId, load);
+        return { replicaId: x.replicaId, load, scrapedAtUnixMs: BigInt(now) };
+      });
+    if (replicas.length > 0) {
+      const t0 = performance.now();
+      try {
+        await a.client.reportLoad(
+          { nodeId: a.nodeId, replicas },
+          { headers: { authorization: `Bearer ${a.credential}` } },
+        );
+        this.#loadRecording?.push(performance.now() - t0);
+        this.loadCounters.ok++;
+        this.loadSamples += replicas.length;
+      } catch (error) {
+        this.loadCounters.errors++;
+        const kind =
+          error instanceof ConnectError
+            ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
+            : (error as Error).message.slice(0, 80);
+        this.loadCounters.errorKinds.set(kind, (this.loadCounters.errorKinds.get(kind) ?? 0) + 1);
+      }
+    }
+    if (!a.running || generation !== this.#loadGeneration) return;
+    const next = Math.max(dueAt + intervalMs, performance.now());
+    a.loadTimer = setTimeout(() => this.#loadLoop(a, next, generation), next - performance.now());
+  }
+
   /** Stops every heartbeat loop and closes the sockets. */
   stop(): void {
     for (const a of this.agents) {
       a.running = false;
       clearTimeout(a.timer);
+      clearTimeout(a.loadTimer);
     }
     for (const h of this.#httpAgents) h.destroy();
   }

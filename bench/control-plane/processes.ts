@@ -109,6 +109,11 @@ export interface ControlPlaneProcessOptions {
   readonly nodeLostAfterS: number;
   /** Extra node flags, e.g. `--inspect=127.0.0.1:PORT` for profiling. */
   readonly nodeFlags?: readonly string[];
+  /**
+   * False: `--no-public-api` (no in-process router; routers run apart and are the only ones
+   * the control plane counts). Default true.
+   */
+  readonly publicApi?: boolean;
 }
 
 /**
@@ -140,6 +145,7 @@ export async function startControlPlaneProcess(
       // Every simulated agent connects from 127.0.0.1 (up to --transports × 64 sockets).
       "--max-control-connections-per-address",
       "1024",
+      ...(options.publicApi === false ? ["--no-public-api"] : []),
     ],
     logFile,
   );
@@ -198,8 +204,11 @@ export async function startNoopProcess(dir: string, intervalMs: number): Promise
   return { proc, pid: proc.pid as number, url, logFile, stop };
 }
 
-/** Reads a token the control plane wrote into its data dir (`join-token`, `admin-token`). */
-export function readDataDirToken(dataDir: string, kind: "join" | "admin"): string {
+/**
+ * Reads a token the control plane wrote into its data dir (`join-token`, `admin-token`,
+ * `router-token`).
+ */
+export function readDataDirToken(dataDir: string, kind: "join" | "admin" | "router"): string {
   return readFileSync(join(dataDir, `${kind}-token`), "utf8").trim();
 }
 

@@ -22,7 +22,8 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { Engine } from "@llmgw/proto";
-import { freePort, loadAverage } from "../lib/children.js";
+import { type BenchChild, freePort, loadAverage, startBenchChild } from "../lib/children.js";
+import type { TrivialChildConfig } from "../lib/processes.js";
 import { formatTable, quantile } from "../lib/table.js";
 import { Fleet } from "./fleet.js";
 import { type LostNodeResult, measureLostNode, until } from "./lost-node.js";
@@ -39,10 +40,17 @@ import {
   type TargetProcess,
 } from "./processes.js";
 import { type HotFunction, hotFunctions, type ProfilerSession, startProfiler } from "./profile.js";
+import { type RoutingPhaseResult, runRoutingPhase } from "./routing.js";
 import { measureWindow, type WindowResult } from "./window.js";
 
-/** The issue's goals. */
-const GOALS = { cpuCores: 0.25, heartbeatP99Ms: 20 } as const;
+/** The issue's goals (issue 7: the steady window; issue 17: the routing phase). */
+const GOALS = {
+  cpuCores: 0.25,
+  heartbeatP99Ms: 20,
+  routingCpuCores: 0.3,
+  fanOutP99Ms: 500,
+  routerCpuRatio: 1.05,
+} as const;
 
 /** Resolved benchmark settings. */
 interface BenchConfig {
@@ -57,6 +65,14 @@ interface BenchConfig {
   readonly baseline: boolean;
   readonly cpuProf: boolean;
   readonly rebuild: boolean;
+  /** Routers subscribed in the routing phase; 0 skips it. */
+  readonly routers: number;
+  readonly routingRounds: number;
+  readonly routingSeconds: number;
+  readonly loadIntervalMs: number;
+  readonly trafficConnections: number;
+  /** The traffic's upstream answers this long after the request, ms (a paced engine). */
+  readonly trafficDelayMs: number;
 }
 
 /** Parses the command line (see the file comment); throws on a bad value. */
@@ -73,6 +89,11 @@ function parseConfig(argv: string[]): BenchConfig {
       "no-baseline": { type: "boolean", default: false },
       "cpu-prof": { type: "boolean", default: false },
       rebuild: { type: "boolean", default: false },
+      routers: { type: "string" },
+      rounds: { type: "string" },
+      "routing-seconds": { type: "string" },
+      "load-interval-ms": { type: "string" },
+      "traffic-connections": { type: "string" },
     },
   });
   const quick = values.quick ?? false;
@@ -88,13 +109,21 @@ function parseConfig(argv: string[]): BenchConfig {
     agents: Math.round(num(values.agents, quick ? 50 : 1_000, "agents")),
     seconds: num(values.seconds, quick ? 5 : 30, "seconds"),
     warmupSeconds: quick ? 1 : 5,
-    deployments: Math.round(num(values.deployments, quick ? 10 : 100, "deployments")),
+    deployments: Math.round(num(values.deployments, quick ? 10 : 200, "deployments")),
     heartbeatIntervalS: 2,
     nodeLostAfterS: num(values["node-lost-after"], quick ? 2 : 5, "node-lost-after"),
     transports: Math.round(num(values.transports, 4, "transports")),
     baseline: !(values["no-baseline"] ?? false),
     cpuProf: values["cpu-prof"] ?? false,
     rebuild: values.rebuild ?? false,
+    routers: values.routers === "0" ? 0 : Math.round(num(values.routers, 4, "routers")),
+    routingRounds: Math.round(num(values.rounds, quick ? 1 : 3, "rounds")),
+    routingSeconds: num(values["routing-seconds"], quick ? 4 : 20, "routing-seconds"),
+    loadIntervalMs: Math.round(num(values["load-interval-ms"], 500, "load-interval-ms")),
+    trafficConnections: Math.round(
+      num(values["traffic-connections"], quick ? 4 : 8, "traffic-connections"),
+    ),
+    trafficDelayMs: 50,
   };
 }
 
@@ -107,7 +136,8 @@ interface DeploymentPlan {
 
 /**
  * A mixed set: tensor parallel 1, 2, 4, 8 in turn and 2–8 replicas each (mean 5), so 100
- * deployments ask for ~500 replicas on ~1,900 of 1,000 nodes' 8,000 GPUs.
+ * deployments ask for ~500 replicas on ~1,900 of 1,000 nodes' 8,000 GPUs, and 200 (the default
+ * since issue 17: 1,000 replicas whose load churns) for 999 replicas on 3,751 GPUs.
  */
 function deploymentPlans(count: number): DeploymentPlan[] {
   const tps = [1, 2, 4, 8] as const;
@@ -194,7 +224,12 @@ interface ControlPlaneResult {
   readonly metricsScrape: Awaited<ReturnType<typeof scrapeMetrics>>;
   readonly lostNode: LostNodeResult;
   readonly hot?: HotFunction[];
+  readonly routing?: RoutingPhaseResult;
 }
+
+/** The served model of the traffic deployment (its replicas answer at the trivial upstream). */
+const TRAFFIC_MODEL = "traffic";
+const TRAFFIC_REPLICAS = 8;
 
 async function runControlPlane(
   config: BenchConfig,
@@ -204,11 +239,20 @@ async function runControlPlane(
   const inspectPort = config.cpuProf ? await freePort() : undefined;
   let cp: ControlPlaneProcess | undefined;
   let fleet: Fleet | undefined;
+  let upstream: BenchChild | undefined;
   try {
+    // Where every replica "runs": one trivial server on loopback, answering after a paced
+    // service time, so the routing phase's traffic reaches a real upstream.
+    upstream = await startBenchChild("trivial", {
+      delayMs: config.trafficDelayMs,
+      jitter: 0.1,
+    } satisfies TrivialChildConfig);
     cp = await startControlPlaneProcess({
       dir,
       heartbeatIntervalS: config.heartbeatIntervalS,
       nodeLostAfterS: config.nodeLostAfterS,
+      // The routers of the routing phase are then the only ones the control plane counts.
+      publicApi: false,
       ...(inspectPort ? { nodeFlags: [`--inspect=127.0.0.1:${inspectPort}`] } : {}),
     });
     const admin = adminClient(cp.url, readDataDirToken(cp.dataDir, "admin"));
@@ -219,6 +263,8 @@ async function runControlPlane(
       agents: config.agents,
       simSpec: "8xh100-80g@ib-a",
       transports: config.transports,
+      advertiseAddress: "127.0.0.1",
+      apiPort: Number(new URL(upstream.url).port),
     });
     let t0 = performance.now();
     const interval = await fleet.registerAll();
@@ -229,8 +275,21 @@ async function runControlPlane(
     fleet.start();
 
     const plans = deploymentPlans(config.deployments);
-    const replicas = plans.reduce((n, p) => n + p.replicas, 0);
+    const trafficReplicas = config.routers > 0 ? TRAFFIC_REPLICAS : 0;
+    const replicas = plans.reduce((n, p) => n + p.replicas, 0) + trafficReplicas;
     t0 = performance.now();
+    if (trafficReplicas > 0) {
+      await admin.applyDeployment({
+        deployment: {
+          name: TRAFFIC_MODEL,
+          model: `sim/${TRAFFIC_MODEL}`,
+          servedModelName: TRAFFIC_MODEL,
+          engine: Engine.SIM,
+          gpuClass: "h100-80g",
+          replicas: trafficReplicas,
+        },
+      });
+    }
     for (const p of plans) {
       await admin.applyDeployment({
         deployment: {
@@ -272,6 +331,30 @@ async function runControlPlane(
     const hot = profiler ? hotFunctions(await profiler.stop()) : undefined;
 
     const metricsScrape = await scrapeMetrics(cp.url, cp.pid, ticks, 3, window.target.cpuCores);
+    let routing: RoutingPhaseResult | undefined;
+    if (config.routers > 0) {
+      const trafficKey = await admin.createApiKey({ name: "traffic" });
+      log(
+        `routing phase: ${config.routers} routers, ${config.routingRounds} round(s) × ${config.routingSeconds} s without and with load churn (ReportLoad every ${config.loadIntervalMs} ms)`,
+      );
+      routing = await runRoutingPhase({
+        config: {
+          routers: config.routers,
+          rounds: config.routingRounds,
+          seconds: config.routingSeconds,
+          loadIntervalMs: config.loadIntervalMs,
+          trafficConnections: config.trafficConnections,
+          trafficModel: TRAFFIC_MODEL,
+          trafficKey: trafficKey.secret,
+        },
+        controlUrl: cp.url,
+        cpPid: cp.pid,
+        routerToken: readDataDirToken(cp.dataDir, "router"),
+        admin,
+        fleet,
+        ticks,
+      });
+    }
     log(
       `lost-node phase (unreachable after 3 missed heartbeats, lost ${config.nodeLostAfterS} s later)`,
     );
@@ -289,10 +372,12 @@ async function runControlPlane(
       metricsScrape,
       lostNode,
       ...(hot ? { hot } : {}),
+      ...(routing ? { routing } : {}),
     };
   } finally {
     fleet?.stop();
     await cp?.stop();
+    await upstream?.stop();
   }
 }
 
@@ -458,6 +543,7 @@ function printTables(
       ],
     )}`,
   );
+  if (cp.routing) printRouting(cp.routing);
   if (cp.hot) {
     console.log(
       `\n${formatTable(
@@ -466,6 +552,105 @@ function printTables(
       )}`,
     );
   }
+}
+
+/** The issue-17 goals of the routing phase (empty when it did not run). */
+function routingGoals(r: RoutingPhaseResult | undefined) {
+  if (!r) return {};
+  const s = r.summary;
+  return {
+    routingCpuCores: {
+      goal: `≤ ${GOALS.routingCpuCores} with ${r.routers} routers, traffic and load churn`,
+      measured: s.cpCoresChurn,
+      met: s.cpCoresChurn <= GOALS.routingCpuCores,
+    },
+    fanOutP99Ms: {
+      goal: `≤ ${GOALS.fanOutP99Ms} (worst window, load churning)`,
+      measured: s.fanOutP99MsChurn,
+      met:
+        s.fanOutP99MsChurn !== undefined &&
+        s.fanOutP99MsChurn <= GOALS.fanOutP99Ms &&
+        s.fanOutMissing === 0,
+    },
+    routerCpuRatio: {
+      goal: `router CPU per request with churn ÷ without ≤ ${GOALS.routerCpuRatio}`,
+      measured: s.routerCpuRatio,
+      met: s.routerCpuRatio <= GOALS.routerCpuRatio,
+    },
+  };
+}
+
+/** The routing phase's windows and its goals. */
+function printRouting(r: RoutingPhaseResult): void {
+  const f = (n: number | undefined, d = 1) =>
+    n === undefined || Number.isNaN(n) ? "-" : n.toFixed(d);
+  console.log(
+    `\nrouting phase (issue 17): ${r.routers} routers (${r.routerKind}); ${r.replicasWithLoad} replicas' load churning every ${r.loadIntervalMs} ms in the churn windows (ReportLoad, every replica changed each time; heartbeats carry it too)\n`,
+  );
+  console.log(
+    formatTable(
+      [
+        "round",
+        "load",
+        "CP cores",
+        "heartbeats/s",
+        "hb p99 ms",
+        "ReportLoad/s (loads/s)",
+        "RL p99 ms",
+        "traffic req/s",
+        "p50 / p99 ms",
+        "router µs/req",
+        "router loop p99",
+        "fan-out p50 / p99 / max ms",
+        "changes (missing)",
+        "load avg",
+      ],
+      r.windows.map((w) => [
+        w.round,
+        w.churn ? "churn" : "steady",
+        w.cp.target.cpuCores.toFixed(3),
+        f(w.cp.heartbeats.perSecond),
+        f(w.cp.heartbeats.p99Ms),
+        `${f(w.reportLoad.perSecond)} (${f(w.reportLoad.replicaLoadsPerSecond, 0)})`,
+        f(w.reportLoad.p99Ms),
+        w.traffic.reqPerSec.toFixed(0),
+        `${f(w.traffic.p50Ms)} / ${f(w.traffic.p99Ms)}`,
+        f(w.router.cpuUsPerRequest, 0),
+        f(w.router.loopP99Ms),
+        `${f(w.fanOut.p50Ms, 0)} / ${f(w.fanOut.p99Ms, 0)} / ${f(w.fanOut.maxMs, 0)}`,
+        `${w.fanOut.changes} × ${r.routers} (${w.fanOut.missing})`,
+        w.cp.loadAverage.end,
+      ]),
+    ),
+  );
+  const s = r.summary;
+  const g = routingGoals(r);
+  const range =
+    s.routerCpuRatioRange.length === 2 && r.windows.length > 2
+      ? `, rounds ${f(s.routerCpuRatioRange[0], 3)}…${f(s.routerCpuRatioRange[1], 3)}`
+      : "";
+  console.log(
+    `\n${formatTable(
+      ["routing goal", "measured", ""],
+      [
+        [
+          `control-plane CPU ≤ ${GOALS.routingCpuCores} cores (median of churn windows)`,
+          `${f(s.cpCoresChurn, 3)} (steady windows ${f(s.cpCoresNoChurn, 3)})`,
+          verdict(g.routingCpuCores?.met ?? false),
+        ],
+        [
+          `delta fan-out p99 ≤ ${GOALS.fanOutP99Ms} ms, admin call → each router (worst churn window)`,
+          `${f(s.fanOutP99MsChurn, 0)} ms (steady ${f(s.fanOutP99MsNoChurn, 0)} ms); ${s.fanOutMissing} never arrived`,
+          verdict(g.fanOutP99Ms?.met ?? false),
+        ],
+        [
+          `router CPU per request unchanged by the churn (ratio ≤ ${GOALS.routerCpuRatio})`,
+          `${f(s.routerCpuChurn, 0)} vs ${f(s.routerCpuNoChurn, 0)} µs/req: ${f(s.routerCpuRatio, 3)}×${range}`,
+          verdict(g.routerCpuRatio?.met ?? false),
+        ],
+      ],
+    )}`,
+  );
 }
 
 async function main(): Promise<void> {
@@ -496,6 +681,7 @@ async function main(): Promise<void> {
             cp.window.heartbeats.p99Ms !== undefined &&
             cp.window.heartbeats.p99Ms < GOALS.heartbeatP99Ms,
         },
+        ...routingGoals(cp.routing),
       },
       baseline: base
         ? { ...base, ...saturation(config.agents, cp.heartbeatIntervalMs, base) }

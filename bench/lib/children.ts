@@ -16,13 +16,13 @@ export interface BenchChild {
   /** URL printed when it became ready (updated by `restart`). */
   url: string;
   /** Sends an IPC request and resolves with the child's answer. */
-  request<T extends Record<string, unknown>>(
-    type: "restart" | "reset" | "report",
-    config?: unknown,
-  ): Promise<T>;
+  request<T extends Record<string, unknown>>(type: ChildRequestType, config?: unknown): Promise<T>;
   /** SIGTERM, then SIGKILL after 2 s; resolves when it exited. */
   stop(): Promise<void>;
 }
+
+/** IPC requests a child answers (`arrivals`: the `remote-router` role only). */
+export type ChildRequestType = "restart" | "reset" | "report" | "arrivals";
 
 /** The roles of `processes.ts`. */
 export type BenchRole = "sim" | "router" | "trivial" | "idle" | "floor" | "remote-router";
@@ -35,6 +35,8 @@ export interface BenchChildSource {
    * measure the router of an earlier commit beside today's. Default: this tree.
    */
   readonly tree?: string;
+  /** Added to the child's environment (secrets go here, never into the argv config). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Starts `processes.ts <role> <config JSON>` and resolves once it printed its URL. */
@@ -52,6 +54,7 @@ export function startBenchChild(
     {
       stdio: ["ignore", "pipe", "inherit", "ipc"],
       ...(source.tree === undefined ? {} : { cwd: source.tree }),
+      ...(source.env === undefined ? {} : { env: { ...process.env, ...source.env } }),
     },
   );
   let nextId = 1;
@@ -82,7 +85,7 @@ export function startBenchChild(
         proc,
         url: (JSON.parse(line) as { url: string }).url,
         request<T extends Record<string, unknown>>(
-          type: "restart" | "reset" | "report",
+          type: ChildRequestType,
           cfg?: unknown,
         ): Promise<T> {
           const id = nextId++;

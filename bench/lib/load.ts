@@ -31,7 +31,15 @@ export interface LoadSpec {
   readonly body: string;
   readonly connections: number;
   readonly seconds: number;
+  /**
+   * Extra request headers (e.g. `authorization`). wrk reads them from its Lua script, a file in
+   * a 0700 temp dir removed after the run, never from argv.
+   */
+  readonly headers?: Readonly<Record<string, string>>;
 }
+
+/** A Lua string literal (headers go into wrk's script). */
+const luaString = (s: string): string => JSON.stringify(s);
 
 /** The generator this machine has: wrk when installed, else autocannon. */
 export function defaultGenerator(): "wrk" | "autocannon" {
@@ -49,7 +57,9 @@ export async function runWrk(spec: LoadSpec): Promise<LoadResult> {
       script,
       `wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-local f = io.open("${bodyFile}", "rb")
+${Object.entries(spec.headers ?? {})
+  .map(([k, v]) => `wrk.headers[${luaString(k)}] = ${luaString(v)}\n`)
+  .join("")}local f = io.open("${bodyFile}", "rb")
 wrk.body = f:read("*a")
 f:close()
 done = function(summary, latency, requests)
@@ -110,7 +120,7 @@ export async function runAutocannon(spec: LoadSpec): Promise<LoadResult> {
   const r = await autocannon({
     url: spec.url,
     method: "POST",
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", ...spec.headers },
     body: spec.body,
     connections: spec.connections,
     duration: spec.seconds,

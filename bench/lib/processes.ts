@@ -7,6 +7,8 @@
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{"delayMs": 16}'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts floor '{"upstream": "http://…"}'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts idle '{}'
+ *   LLMGW_ROUTER_TOKEN=… node --conditions=@llmgw/source --import tsx bench/lib/processes.ts \
+ *     remote-router '<RemoteRouterChildConfig JSON>'
  *
  * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
  * `{ id, type, … }` with `{ id, … }` (see {@link ChildRequest}). `restart` replaces the engine
@@ -40,6 +42,26 @@ export interface RouterChildConfig {
   readonly routers?: number;
 }
 
+/**
+ * What the `remote-router` role runs: `startRouter` watching a real control plane
+ * (`WatchRouting`, the router token from `LLMGW_ROUTER_TOKEN` in the environment), API keys
+ * on, as `llmgw router` runs it.
+ */
+export interface RemoteRouterChildConfig {
+  /** The control plane's control URL. */
+  readonly controlPlane: string;
+  readonly routerId: string;
+}
+
+/**
+ * A `remote-router`'s answer to `arrivals`: when (epoch ms, this process's clock) each key id
+ * first appeared in its routing state and when it left it, since the process started.
+ */
+export interface KeyArrivals {
+  readonly appeared: Readonly<Record<string, number>>;
+  readonly gone: Readonly<Record<string, number>>;
+}
+
 /** What the `trivial` role serves: a fixed answer, optionally after a fixed service time. */
 export interface TrivialChildConfig {
   /**
@@ -62,7 +84,8 @@ export interface TrivialChildConfig {
 export type ChildRequest =
   | { readonly id: number; readonly type: "restart"; readonly config?: unknown }
   | { readonly id: number; readonly type: "reset" }
-  | { readonly id: number; readonly type: "report" };
+  | { readonly id: number; readonly type: "report" }
+  | { readonly id: number; readonly type: "arrivals" };
 
 /** The router's answer to `report`: main-loop delay since the last `reset`, and CPU time. */
 export interface RouterReport {
@@ -333,9 +356,44 @@ if (role === "trivial") {
   });
   console.log(JSON.stringify({ url: router.url }));
   process.on("SIGTERM", () => void router.close(0).then(() => process.exit(0)));
+} else if (role === "remote-router") {
+  // A router of the control-plane benchmark: a real WatchRouting stream into a RoutingState.
+  // It notes when each key grant arrives and leaves (the delta fan-out delay) on every
+  // membership change, which is when deltas are applied; load updates do not call it.
+  const config = JSON.parse(configText ?? "{}") as RemoteRouterChildConfig;
+  const routerToken = process.env.LLMGW_ROUTER_TOKEN;
+  if (!routerToken) throw new Error("remote-router: LLMGW_ROUTER_TOKEN is not set");
+  const router = await startRouter({
+    routing: { controlPlanes: [config.controlPlane], routerToken, routerId: config.routerId },
+    registry: createMetricsRegistry(),
+    router: { maxQueueLength: 8192 },
+    listener: { requestTimeoutMs: 300_000 },
+  });
+  const appeared: Record<string, number> = {};
+  const gone: Record<string, number> = {};
+  let held = new Set<string>();
+  router.runtime.state.onMembershipChange(() => {
+    const now = Date.now();
+    const keys = new Set((router.runtime.state.snapshot()?.keys ?? []).map((k) => k.id));
+    for (const id of keys) if (!held.has(id) && appeared[id] === undefined) appeared[id] = now;
+    for (const id of held) if (!keys.has(id) && gone[id] === undefined) gone[id] = now;
+    held = keys;
+  });
+  const monitor = loopMonitor();
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type === "arrivals") {
+      reply({ id: msg.id, appeared, gone } satisfies KeyArrivals & { id: number });
+      return;
+    }
+    if (msg.type === "reset") monitor.reset();
+    reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
+  });
+  console.log(JSON.stringify({ url: router.url }));
+  process.on("SIGTERM", () => void router.close(0).then(() => process.exit(0)));
 } else {
   console.error(
-    "usage: processes.ts sim|router|trivial|floor|idle '<config JSON>' (see the top of the file)",
+    "usage: processes.ts sim|router|trivial|floor|idle|remote-router '<config JSON>' (see the top of the file)",
   );
   process.exit(2);
 }
