@@ -11,7 +11,9 @@ import type {
   RoutingSnapshot,
 } from "./routing-messages.js";
 import {
+  CLOCK_OFFSET_WINDOW,
   createRoutingState,
+  DEFAULT_LOAD_STALE_MS,
   ROUTING_LIMITS,
   type RoutingState,
   validateRoutingMessage,
@@ -497,6 +499,188 @@ describe("createRoutingState: load", () => {
       }),
     );
     expect(state.routeTable.resolve("alpha")?.replicas[0]?.load).toEqual({ running: 9 });
+  });
+});
+
+describe("createRoutingState: clocks", () => {
+  const STALE = DEFAULT_LOAD_STALE_MS;
+  /** Sweeps are spaced loadStaleMs / 20 apart: load may outlive its expiry by that much. */
+  const SPACING = STALE / 20;
+  const withLoad = (at: number) =>
+    snapshot({
+      replicas: [
+        replica("a-1", "alpha", { load: { running: 1 }, loadReportedAtMs: at }),
+        replica("a-2", "alpha", { load: { running: 2 }, loadReportedAtMs: at - STALE }),
+      ],
+    });
+  const keepalive = (sentAtMs: number, version = 10): RoutingMessage => ({
+    kind: "keepalive",
+    epoch: "e1",
+    version,
+    sentAtMs,
+    intervalMs: 2000,
+  });
+  const loadAt = (running: number, reportedAtMs: number): RoutingMessage => ({
+    kind: "load",
+    epoch: "e1",
+    samples: [{ replicaId: "a-1", load: { running }, reportedAtMs }],
+  });
+  /** A router whose clock is `skewMs` off the control plane's (which reads T0 when it starts). */
+  const skewed = (skewMs: number) => {
+    let t = T0 + skewMs;
+    const state = createRoutingState({ hashSecret: sha256, now: () => t });
+    const loads = () => state.routeTable.resolve("alpha")?.replicas.map((r) => r.load);
+    return {
+      state,
+      loads,
+      advance: (ms: number) => {
+        t += ms;
+      },
+      at: (ms: number) => {
+        t = ms;
+      },
+    };
+  };
+
+  it.each([
+    ["60 s ahead of", 60_000],
+    ["60 s behind", -60_000],
+    ["in step with", 0],
+  ])("a router %s the control plane: fresh load is fresh, 10 s-old load stale", (_, skewMs) => {
+    const { state, loads, advance } = skewed(skewMs);
+    expect(state.apply(withLoad(T0))).toBe("applied");
+    expect(state.clockOffsetMs).toBe(skewMs);
+    expect(loads()).toEqual([{ running: 1 }, undefined]);
+    // A LoadUpdate has no send time: it is aged with the offset learnt from the snapshot.
+    advance(1000);
+    expect(state.apply(loadAt(3, T0 + 1000))).toBe("applied");
+    expect(loads()).toEqual([{ running: 3 }, undefined]);
+    advance(STALE - 1);
+    expect(loads()).toEqual([{ running: 3 }, undefined]);
+    advance(1 + SPACING);
+    expect(loads()).toEqual([undefined, undefined]);
+    // Held with the control plane's time, as it came.
+    expect(state.snapshot()?.replicas.map((r) => r.loadReportedAtMs)).toEqual([
+      T0 + 1000,
+      T0 - STALE,
+    ]);
+  });
+
+  it("learns the offset from snapshots, deltas and keepalives, never from load or a resync", () => {
+    const { state, advance } = skewed(5000);
+    state.apply(snapshot());
+    advance(1000);
+    state.apply({ kind: "load", epoch: "e1", samples: [] });
+    state.apply(delta(12, { sentAtMs: T0 - 60_000 })); // a gap: resync
+    state.apply(keepalive(T0 - 60_000, 11)); // ahead: resync
+    expect(state.clockOffsetMs).toBe(5000);
+    state.apply(delta(11, { sentAtMs: T0 + 3000 })); // heard at T0 + 6000: offset 3000
+    expect(state.clockOffsetMs).toBe(3000);
+    state.apply(delta(5, { sentAtMs: T0 + 4000 })); // old, ignored, but sent now
+    expect(state.clockOffsetMs).toBe(2000);
+    state.apply(keepalive(T0 + 5000, 11));
+    expect(state.clockOffsetMs).toBe(1000);
+  });
+
+  it("takes the least of the last few: a late message never makes load look younger", () => {
+    const { state, loads, at } = skewed(0);
+    state.apply(snapshot());
+    // Keepalives every 2 s, each heard 10 ms after it was sent; the third held 3 s in a backlog.
+    const offsets = [10, 10, 3010, 10, 10, 10, 10].map((delayMs, i) => {
+      const sentAtMs = T0 + 2000 * (i + 1);
+      at(sentAtMs + delayMs);
+      state.apply(keepalive(sentAtMs));
+      return state.clockOffsetMs;
+    });
+    expect(offsets).toEqual([0, 0, 0, 10, 10, 10, 10]);
+    // Now T0 + 14 000 on the control plane's clock, as the router sees it.
+    state.apply({
+      kind: "load",
+      epoch: "e1",
+      samples: [
+        { replicaId: "a-1", load: { running: 1 }, reportedAtMs: T0 + 14_000 - STALE + 1 },
+        { replicaId: "a-2", load: { running: 2 }, reportedAtMs: T0 + 14_000 - STALE },
+      ],
+    });
+    expect(loads()).toEqual([{ running: 1 }, undefined]);
+  });
+
+  it("follows a clock step: back at once, forward within the window", () => {
+    const { state, advance } = skewed(0);
+    state.apply(snapshot());
+    let cp = T0;
+    const tick = (routerStepMs = 0) => {
+      cp += 2000;
+      advance(2000 + routerStepMs);
+      state.apply(keepalive(cp));
+      return state.clockOffsetMs;
+    };
+    expect(tick(-60_000)).toBe(-60_000);
+    const forward = [tick(60_000)];
+    for (let i = 1; i < CLOCK_OFFSET_WINDOW; i++) forward.push(tick());
+    expect(forward).toEqual([-60_000, -60_000, -60_000, 0]);
+  });
+
+  it("re-stamps held load onto another epoch's clock (another control plane)", () => {
+    const { state, loads, advance } = skewed(0);
+    state.apply(snapshot({ replicas: [replica("a-1", "alpha")] }));
+    state.apply(loadAt(7, T0));
+    advance(1000);
+    // The new control plane's clock is 30 s ahead; its snapshot has no load for a-1 yet.
+    state.apply(
+      snapshot({
+        epoch: "e2",
+        version: 1,
+        replicas: [replica("a-1", "alpha")],
+        sentAtMs: T0 + 31_000,
+      }),
+    );
+    expect(state.clockOffsetMs).toBe(-30_000);
+    expect(state.snapshot()?.replicas[0]).toMatchObject({
+      load: { running: 7 },
+      loadReportedAtMs: T0 + 30_000,
+    });
+    // It still expires when it would have: STALE after it was read, on the router's clock.
+    advance(STALE - 1001);
+    expect(loads()).toEqual([{ running: 7 }]);
+    advance(1 + SPACING);
+    expect(loads()).toEqual([undefined]);
+  });
+
+  it("keeps ages across a save and a reload: apply(snapshot(), lastHeardAtMs)", () => {
+    const { state, loads, advance } = skewed(60_000);
+    state.apply(withLoad(T0));
+    advance(3000);
+    state.apply(loadAt(8, T0 + 3000));
+    advance(1000);
+    state.apply(keepalive(T0 + 4000));
+    const saved = JSON.parse(JSON.stringify(state.snapshot())) as RoutingSnapshot;
+    const heard = state.lastHeardAtMs as number;
+    // The time last heard, on the control plane's clock.
+    expect([heard, saved.sentAtMs]).toEqual([T0 + 60_000 + 4000, T0 + 4000]);
+
+    advance(2000); // the router was down a while
+    let t = T0 + 60_000 + 6000;
+    const copy = createRoutingState({ hashSecret: sha256, now: () => t });
+    expect(copy.apply(saved, heard)).toBe("applied");
+    expect(copy.clockOffsetMs).toBe(60_000);
+    expect(copy.snapshot()).toEqual(saved);
+    const copyLoads = () => copy.routeTable.resolve("alpha")?.replicas.map((r) => r.load);
+    expect(copyLoads()).toEqual([{ running: 8 }, undefined]);
+    // a-1 was read at T0 + 3000 on the control plane's clock: stale STALE later, in both.
+    const toExpiry = 3000 + STALE - 6000;
+    advance(toExpiry - 1);
+    t += toExpiry - 1;
+    expect([loads(), copyLoads()]).toEqual([
+      [{ running: 8 }, undefined],
+      [{ running: 8 }, undefined],
+    ]);
+    advance(1 + SPACING);
+    t += 1 + SPACING;
+    expect([loads(), copyLoads()]).toEqual([
+      [undefined, undefined],
+      [undefined, undefined],
+    ]);
   });
 });
 

@@ -10,7 +10,11 @@
  * - an upserted replica without `apiKey` keeps the key already held for that replica id;
  * - each router's share: a replica's `capacity` and a key's `rpm`/`tpm`/`maxConcurrency` are
  *   divided by `routers` (at least 1 each);
- * - load older than `loadStaleMs` is left out of the projection (absent, never 0).
+ * - load older than `loadStaleMs` is left out of the projection (absent, never 0), its age
+ *   judged on the router's own clock: control-plane times (`loadReportedAtMs`, `reportedAtMs`)
+ *   are moved onto it by an offset learnt from each message's `sentAtMs` (see
+ *   {@link RoutingState.clockOffsetMs}), so a router whose clock is off the control plane's
+ *   ages load right.
  */
 import type { ApiKeyInfo, ApiKeyStore } from "./api-keys.js";
 import { checkRange, RouterError } from "./errors.js";
@@ -39,7 +43,10 @@ export interface RoutingStateOptions {
   readonly hashSecret: (secret: string) => string;
   /** Load read longer ago than this (ms) counts as unreported. Default 10 000. */
   readonly loadStaleMs?: number;
-  /** Wall clock, epoch ms (load timestamps are epoch ms). Default `Date.now`. */
+  /**
+   * The router's wall clock, epoch ms. Default `Date.now`. It need not agree with the control
+   * plane's: load is aged through {@link RoutingState.clockOffsetMs}.
+   */
   readonly now?: () => number;
 }
 
@@ -50,14 +57,19 @@ export type ApplyResult = "applied" | "ignored" | "resync";
 export interface RoutingState {
   /**
    * Applies one message heard at `heardAtMs` (default now; a state file passes the time it
-   * was last heard). `resync`: drop the feed and reconnect for a snapshot.
+   * was last heard, its `lastHeardAtMs`). `resync`: drop the feed and reconnect for a snapshot.
    */
   apply(message: RoutingMessage, heardAtMs?: number): ApplyResult;
   /** The route table the handler reads; `version` bumps on membership changes only. */
   readonly routeTable: RouteTable;
   /** Key grants by hash, limits already divided by the router count. */
   readonly apiKeys: ApiKeyStore;
-  /** The held state as a snapshot (current load included), or undefined before the first. */
+  /**
+   * The held state as a snapshot (current load included), or undefined before the first. Its
+   * `sentAtMs` is {@link lastHeardAtMs} on the control plane's clock (`lastHeardAtMs -
+   * clockOffsetMs`), so `apply(snapshot, lastHeardAtMs)` later, on a fresh state, restores the
+   * offset, and load ages exactly as it would have in this one.
+   */
   snapshot(): RoutingSnapshot | undefined;
   /** Undefined before the first snapshot. */
   readonly epoch: string | undefined;
@@ -67,12 +79,28 @@ export interface RoutingState {
   readonly routers: number;
   /** When a message was last applied or ignored (epoch ms); undefined before any. */
   readonly lastHeardAtMs: number | undefined;
+  /**
+   * The router's clock minus the control plane's, as estimated (ms; 0 before the first
+   * snapshot): the least `heardAtMs - sentAtMs` of the last {@link CLOCK_OFFSET_WINDOW}
+   * snapshots, deltas and keepalives, the snapshot that opens a stream starting afresh. It
+   * includes the fastest delivery of those messages, so load counts as read that much later.
+   */
+  readonly clockOffsetMs: number;
   /** Called after each membership change (snapshot or delta applied), not after load. */
   onMembershipChange(listener: () => void): () => void;
 }
 
 /** Default of {@link RoutingStateOptions.loadStaleMs}. */
 export const DEFAULT_LOAD_STALE_MS = 10_000;
+
+/**
+ * Messages whose `heardAtMs - sentAtMs` the clock offset is the least of. Delivery delay only
+ * ever adds to that difference (a stalled event loop, a backlog in the socket), so the least
+ * of a few is the clock difference plus the fastest delivery, and one late message does not
+ * make every load look younger; a few, so a stepped clock is followed within that many
+ * messages (a step that lowers the difference at once). A keepalive every 2 s: 8 s at most.
+ */
+export const CLOCK_OFFSET_WINDOW = 4;
 
 /**
  * What one routing message, and the state it builds, may hold. The control plane is trusted,
@@ -382,8 +410,10 @@ const sizeAfter = (
  *   projected loads; `resolve()` reads the clock once and, when that expiry has passed, sweeps
  *   every route and clears expired load. Sweeps are spaced at least `loadStaleMs / 20` apart,
  *   so a load may outlive `loadStaleMs` by up to 5% (500 ms at the default), and a steady
- *   stream of fresh load costs one sweep per `loadStaleMs` or so. The held load keeps its
- *   timestamp, so {@link RoutingState.snapshot} saves it and a restarted router ages it the same.
+ *   stream of fresh load costs one sweep per `loadStaleMs` or so. All of this runs on the
+ *   control plane's clock (the router's `now` less {@link RoutingState.clockOffsetMs}), so a
+ *   load keeps the timestamp it came with; {@link RoutingState.snapshot} saves it with the
+ *   offset, and a restarted router ages it the same.
  * - `lastHeardAtMs` moves on every message applied or ignored (both came from a live control
  *   plane holding this epoch: the state is confirmed current), never on a resync or a
  *   refused (invalid) message.
@@ -403,8 +433,11 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   let epoch: string | undefined;
   let version = 0;
   let routers = 1;
-  let sentAtMs = 0;
   let lastHeardAtMs: number | undefined;
+  /** `heardAtMs - sentAtMs` of the latest messages (≤ CLOCK_OFFSET_WINDOW), oldest first. */
+  let offsetSamples: number[] = [];
+  /** The least of `offsetSamples`: local clock minus the control plane's. */
+  let offsetMs = 0;
   let models = new Map<string, RoutedModel>();
   let replicas = new Map<string, HeldReplica>();
   /** Served model name → ids of its replicas. */
@@ -420,6 +453,21 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   const membershipListeners = new Set<() => void>();
 
   const share = (value: number): number => Math.max(1, Math.floor(value / routers));
+
+  /**
+   * Now on the control plane's clock. Load times stay as the control plane stamped them (they
+   * order samples and are saved as they came); their expiry is compared with this, so a new
+   * offset needs no pass over the replicas.
+   */
+  const cpNow = (): number => now() - offsetMs;
+
+  /** Takes `heard - sentAt` into the offset; `fresh` (a snapshot) drops the older samples. */
+  const learnOffset = (heard: number, sentAt: number, fresh: boolean): void => {
+    if (fresh) offsetSamples = [];
+    offsetSamples.push(heard - sentAt);
+    if (offsetSamples.length > CLOCK_OFFSET_WINDOW) offsetSamples.shift();
+    offsetMs = Math.min(...offsetSamples);
+  };
 
   const project = (h: HeldReplica, t: number): ProjectedRoute => {
     const r = h.replica;
@@ -453,8 +501,11 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     nextSweepAtMs = next === Number.POSITIVE_INFINITY ? next : Math.max(next, t + sweepSpacingMs);
   };
 
-  /** The replica as held: the message's fields, the key kept, the newer of the two loads. */
-  const hold = (r: RoutedReplica, previous: HeldReplica | undefined): HeldReplica => {
+  /**
+   * The replica as held: the message's fields, the key kept, the newer of the two loads. The
+   * held load's time is moved by `shiftMs` first (onto another control plane's clock).
+   */
+  const hold = (r: RoutedReplica, previous: HeldReplica | undefined, shiftMs = 0): HeldReplica => {
     const apiKey = r.apiKey ?? previous?.replica.apiKey;
     const replica: RoutedReplica = {
       id: r.id,
@@ -467,6 +518,13 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     };
     let load = previous?.load;
     let loadReportedAtMs = previous?.loadReportedAtMs;
+    if (loadReportedAtMs !== undefined && shiftMs !== 0) {
+      // Kept within what a snapshot may carry, so snapshot() stays valid to reload.
+      loadReportedAtMs = Math.min(
+        ROUTING_LIMITS.maxEpochMs,
+        Math.max(0, Math.round(loadReportedAtMs + shiftMs)),
+      );
+    }
     if (
       r.load !== undefined &&
       r.loadReportedAtMs !== undefined &&
@@ -529,7 +587,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   };
 
   const rebuildAll = (): void => {
-    const t = now();
+    const t = cpNow();
     nextSweepAtMs = Number.POSITIVE_INFINITY;
     for (const h of replicas.values()) h.route = project(h, t);
     resolutions = new Map();
@@ -544,9 +602,15 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     for (const listener of [...membershipListeners]) listener();
   };
 
-  const applySnapshot = (m: RoutingSnapshot): void => {
+  const applySnapshot = (m: RoutingSnapshot, heard: number): void => {
+    const previousOffsetMs = offsetMs;
+    learnOffset(heard, m.sentAtMs, true);
+    // Another epoch may be another control plane, on another clock: the load held from the
+    // old one is re-stamped on the new one's clock (the same instant on the router's) before
+    // it is compared with the snapshot's. Within an epoch the clock is the same one.
+    const shiftMs = epoch !== undefined && m.epoch !== epoch ? previousOffsetMs - offsetMs : 0;
     const nextReplicas = new Map<string, HeldReplica>();
-    for (const r of m.replicas) nextReplicas.set(r.id, hold(r, replicas.get(r.id)));
+    for (const r of m.replicas) nextReplicas.set(r.id, hold(r, replicas.get(r.id), shiftMs));
     models = new Map(m.models.map((model) => [model.name, model]));
     replicas = nextReplicas;
     byModel = new Map();
@@ -555,11 +619,10 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     epoch = m.epoch;
     version = m.version;
     routers = m.routers;
-    sentAtMs = m.sentAtMs;
     rebuildAll();
   };
 
-  const applyDelta = (m: RoutingDelta): void => {
+  const applyDelta = (m: RoutingDelta, heard: number): void => {
     const kind = "delta";
     const upsertedIds = m.upsertedReplicas.map((r) => r.id);
     if (
@@ -583,6 +646,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     ) {
       fail(kind, "upsertedKeys", `would hold more than ${ROUTING_LIMITS.maxKeys} keys`);
     }
+    learnOffset(heard, m.sentAtMs, false);
     const touched = new Set<string>();
     for (const name of m.removedModels) if (models.delete(name)) touched.add(name);
     for (const model of m.upsertedModels) {
@@ -613,21 +677,21 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     for (const k of m.upsertedKeys) keys.set(k.id, k);
     epoch = m.epoch;
     version = m.version;
-    sentAtMs = m.sentAtMs;
     if (m.routers !== undefined && m.routers !== routers) {
       // Every capacity and every key limit is a share of the router count.
       routers = m.routers;
       rebuildAll();
       return;
     }
-    const t = now();
+    const t = cpNow();
     for (const h of upserted) h.route = project(h, t);
     for (const name of touched) resolveModel(name);
     if (m.removedKeys.length > 0 || m.upsertedKeys.length > 0) rebuildKeys();
   };
 
   const applyLoad = (m: LoadUpdate): void => {
-    const t = now();
+    // A LoadUpdate carries no send time: it is aged with the offset the stream taught last.
+    const t = cpNow();
     for (const s of m.samples) {
       const h = replicas.get(s.replicaId);
       if (h === undefined) continue;
@@ -647,7 +711,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   const routeTable: RouteTable = {
     resolve(modelName) {
       if (nextSweepAtMs !== Number.POSITIVE_INFINITY) {
-        const t = now();
+        const t = cpNow();
         if (t >= nextSweepAtMs) sweep(t);
       }
       return resolutions.get(modelName);
@@ -683,16 +747,19 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       const heard = heardAtMs ?? now();
       let result: ApplyResult;
       if (message.kind === "snapshot") {
-        applySnapshot(message);
+        applySnapshot(message, heard);
         changed();
         result = "applied";
       } else if (epoch === undefined || message.epoch !== epoch) {
         return "resync";
       } else if (message.kind === "delta") {
-        if (message.version <= version) result = "ignored";
-        else if (message.version !== version + 1) return "resync";
+        if (message.version <= version) {
+          // Sent by the control plane of this epoch, even when old: its send time is good.
+          learnOffset(heard, message.sentAtMs, false);
+          result = "ignored";
+        } else if (message.version !== version + 1) return "resync";
         else {
-          applyDelta(message);
+          applyDelta(message, heard);
           changed();
           result = "applied";
         }
@@ -702,6 +769,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       } else {
         // A keepalive ahead of the version held means a delta went missing.
         if (message.version > version) return "resync";
+        learnOffset(heard, message.sentAtMs, false);
         result = message.version < version ? "ignored" : "applied";
       }
       lastHeardAtMs = heard;
@@ -727,7 +795,10 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
         replicas: held,
         keys: [...keys.values()],
         routers,
-        sentAtMs,
+        sentAtMs: Math.min(
+          ROUTING_LIMITS.maxEpochMs,
+          Math.max(0, Math.round((lastHeardAtMs ?? now()) - offsetMs)),
+        ),
       };
     },
     get epoch() {
@@ -741,6 +812,9 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     },
     get lastHeardAtMs() {
       return lastHeardAtMs;
+    },
+    get clockOffsetMs() {
+      return offsetMs;
     },
     onMembershipChange(listener) {
       membershipListeners.add(listener);
