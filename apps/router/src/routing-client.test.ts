@@ -4,6 +4,7 @@
  * (The real control plane's WatchRouting is exercised in apps/cli/test/router-remote.int.test.ts.)
  */
 import { createHash } from "node:crypto";
+import { rootCertificates } from "node:tls";
 import {
   Code,
   ConnectError,
@@ -14,7 +15,7 @@ import { RouterService, type WatchRoutingRequest, type WatchRoutingResponse } fr
 import { createRoutingState, type RoutingMessage, type RoutingSnapshot } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
-import { type RoutingClient, startRoutingClient } from "./routing-client.js";
+import { controlPlaneTrust, type RoutingClient, startRoutingClient } from "./routing-client.js";
 
 const snapshot = (version = 1, epoch = "e1"): RoutingSnapshot => ({
   kind: "snapshot",
@@ -220,6 +221,61 @@ describe("routing client", () => {
       controlPlane: "http://a",
       message: "a delta the held state cannot follow (epoch e1); reconnecting for a snapshot",
     });
+  });
+
+  it("waits the longest backoff after another stream of its id took over, and warns once", async () => {
+    // Two routers sharing an id: each new stream ends the other's (Aborted, ROUTER_REPLACED).
+    const replaced = () =>
+      new ConnectError("a newer stream of router edge-1 replaced this one", Code.Aborted, {
+        "llmgw-error-code": "LLMGW_CONTROL_PLANE_ROUTER_REPLACED",
+      });
+    const opened: number[] = [];
+    const cp = server(async function* () {
+      opened.push(performance.now());
+      yield wire(snapshot(1));
+      throw replaced();
+    });
+    const { events } = client({ "http://a": cp.transport }, { maxBackoffMs: 200 });
+    await waitFor(() => cp.connections() >= 3, 3000, "three streams");
+    // A stream that broke after its snapshot would start over at 10 ms; this one waits 200 ms.
+    for (let i = 1; i < 3; i++)
+      expect((opened[i] as number) - (opened[i - 1] as number)).toBeGreaterThanOrEqual(190);
+    const warnings = events.filter((e) => e.event === "routing_stream_replaced");
+    expect(warnings).toEqual([
+      {
+        event: "routing_stream_replaced",
+        code: "LLMGW_CONTROL_PLANE_ROUTER_REPLACED",
+        controlPlane: "http://a",
+        routerId: "edge-1",
+        times: 1,
+        message:
+          "the control plane ended this router's stream because another stream of router id edge-1 took over (a newer stream of router edge-1 replaced this one): another router uses this id? Give each router its own --router-id (or state dir); retrying within 200ms, serving from the state held meanwhile",
+      },
+    ]);
+    expect(events.find((e) => e.event === "routing_stream_lost")).toBeUndefined();
+  });
+
+  it("treats an Aborted stream with another code as a broken one", async () => {
+    const cp = server(async function* () {
+      yield wire(snapshot(1));
+      throw new ConnectError("something else", Code.Aborted, {
+        "llmgw-error-code": "LLMGW_CONTROL_PLANE_SOMETHING_ELSE",
+      });
+    });
+    const { events } = client({ "http://a": cp.transport }, { maxBackoffMs: 60_000 });
+    // Started over at 10 ms: three streams come long before a 60 s backoff.
+    await waitFor(() => cp.connections() >= 3, 3000, "three streams");
+    expect(events.find((e) => e.event === "routing_stream_replaced")).toBeUndefined();
+    expect(events.find((e) => e.event === "routing_stream_lost")).toMatchObject({
+      message: "Aborted: something else; retrying, serving from the state held meanwhile",
+    });
+  });
+
+  it("trusts Node's roots and the --control-plane-ca bundle, not the bundle alone", () => {
+    const pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const trust = controlPlaneTrust(pem);
+    expect(rootCertificates.length).toBeGreaterThan(50);
+    expect(trust).toEqual([...rootCertificates, pem]);
   });
 
   it("retries a refused token slowly and logs it once", async () => {

@@ -7,8 +7,13 @@
  * Moves to the next URL (jittered backoff from `initialBackoffMs`, doubling to `maxBackoffMs`)
  * on a refused or failed connect, a broken stream, a malformed message, three keepalive
  * intervals without a message, or a message the state answers `resync`. A refused router
- * token is retried every `unauthenticatedRetryMs` and never crashes anything.
+ * token is retried every `unauthenticatedRetryMs` and never crashes anything. A stream the
+ * control plane ended because a newer stream of the same router id took over (Aborted,
+ * `LLMGW_CONTROL_PLANE_ROUTER_REPLACED`) waits `maxBackoffMs` before the next try and is
+ * logged as a warning: two routers sharing an id would otherwise take it from each other
+ * every `initialBackoffMs`, a full snapshot each time.
  */
+import { rootCertificates } from "node:tls";
 import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { RouterService } from "@llmgw/proto";
@@ -31,7 +36,7 @@ export interface RoutingClientOptions {
   readonly apply: (message: RoutingMessage) => ReturnType<RoutingState["apply"]>;
   /** What the router holds now, sent with each WatchRouting request. */
   readonly held: () => { epoch: string | undefined; version: number; ageMs: number | undefined };
-  /** PEM CA bundle for `https://` control planes (added to Node's default trust). */
+  /** PEM CA bundle for `https://` control planes, added to Node's default trust. */
   readonly ca?: string | Buffer;
   /** Default: Connect over HTTP/1.1 to the URL. Tests may pass their own. */
   readonly transportFor?: (url: string) => Transport;
@@ -69,11 +74,25 @@ const MAX_KEEPALIVE_MS = 60_000;
 const RESYNC_RESET_MS = 30_000;
 /** A repeated failure is logged again at most this often. */
 const LOG_REPEAT_MS = 60_000;
+/** The control plane's code for a stream that a newer one of the same router id replaced. */
+const ROUTER_REPLACED = "LLMGW_CONTROL_PLANE_ROUTER_REPLACED";
+/** The response header (or trailer) carrying the control plane's `LLMGW_…` code. */
+const ERROR_CODE_HEADER = "llmgw-error-code";
+
+/**
+ * What a client with `ca` trusts: Node's bundled roots and `ca`. (`ca` alone in Node's TLS
+ * options replaces the roots, so a control plane behind a public certificate would be refused.)
+ */
+export function controlPlaneTrust(ca: string | Buffer): (string | Buffer)[] {
+  return [...rootCertificates, ca];
+}
 
 /** Why a stream ended, as the loop reacts to it. */
 type StreamEnd =
   | { readonly kind: "closed" }
   | { readonly kind: "unauthenticated"; readonly message: string }
+  /** A newer stream of this router id took over at the control plane. */
+  | { readonly kind: "replaced"; readonly message: string }
   /** The state asked for a snapshot (a gap in versions, another epoch). */
   | { readonly kind: "resync"; readonly lastedMs: number }
   | {
@@ -102,7 +121,9 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
         createConnectTransport({
           baseUrl: url,
           httpVersion: "1.1",
-          ...(options.ca === undefined ? {} : { nodeOptions: { ca: options.ca } }),
+          ...(options.ca === undefined
+            ? {}
+            : { nodeOptions: { ca: controlPlaneTrust(options.ca) } }),
         });
       client = createClient(RouterService, transport);
       clients.set(url, client);
@@ -119,6 +140,10 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
     state = next;
     options.onState?.(next, url);
   };
+
+  /** Takeovers since the last `routing_stream_replaced` line, and when that line was. */
+  let replacedSinceLog = 0;
+  let replacedLoggedAt = Number.NEGATIVE_INFINITY;
 
   /** Failures logged recently, by `code url`: a dead control plane is one line a minute. */
   const lastLogged = new Map<string, number>();
@@ -231,6 +256,11 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
       const err = ConnectError.from(error);
       if (err.code === Code.Unauthenticated)
         return { kind: "unauthenticated", message: err.rawMessage };
+      if (err.code === Code.Aborted) {
+        const code = err.metadata.get(ERROR_CODE_HEADER);
+        if (code === null || code === ROUTER_REPLACED)
+          return { kind: "replaced", message: err.rawMessage };
+      }
       return {
         kind: "failed",
         code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
@@ -269,6 +299,23 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
           `unauthenticated ${url}`,
         );
         waitMs = unauthenticatedRetryMs;
+      } else if (end.kind === "replaced") {
+        // Not logged through logFailure: each flap delivers a snapshot first, which clears it.
+        replacedSinceLog += 1;
+        if (performance.now() - replacedLoggedAt >= LOG_REPEAT_MS) {
+          log({
+            event: "routing_stream_replaced",
+            code: ROUTER_REPLACED,
+            controlPlane: url,
+            routerId: options.routerId,
+            times: replacedSinceLog,
+            message: `the control plane ended this router's stream because another stream of router id ${options.routerId} took over (${end.message}): another router uses this id? Give each router its own --router-id (or state dir); retrying within ${maxBackoffMs}ms, ${meanwhile()}`,
+          });
+          replacedSinceLog = 0;
+          replacedLoggedAt = performance.now();
+        }
+        backoffMs = maxBackoffMs;
+        waitMs = Math.min(maxBackoffMs, backoffMs * (0.5 + random()));
       } else {
         // A stream that broke after its snapshot starts the backoff over; resyncs in a row (a
         // control plane that keeps skipping versions) back off like failures.

@@ -4,9 +4,10 @@
  *
  * On start it loads the state file (ready at once, source "saved"), then attaches the feed. A
  * corrupt file is logged (`LLMGW_ROUTER_STATE_CORRUPT`), moved aside, and the router waits for
- * a fresh snapshot; it never stops the router. The state is saved after membership changes (at
- * most once a second), every 30 s while messages arrive (so the saved "last heard" stays
- * close), and at close.
+ * a fresh snapshot; a file that cannot be read (EACCES, EIO…) is logged
+ * (`LLMGW_ROUTER_STATE_FAILED`) and left in place. Neither stops the router. The state is
+ * saved after membership changes (at most once a second), every 30 s while messages arrive
+ * (so the saved "last heard" stays close), and at close.
  */
 import { createHash } from "node:crypto";
 import path from "node:path";
@@ -133,12 +134,23 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
         stateAgeMs: Math.max(0, now() - saved.lastHeardAtMs),
       });
     } catch (error) {
-      const to = await moveAsideRoutingStateFile(dir).catch(() => "(left in place)");
+      if (isRouterServiceError(error) && error.code === "LLMGW_ROUTER_STATE_CORRUPT") {
+        const to = await moveAsideRoutingStateFile(dir).catch(() => "(left in place)");
+        log({
+          event: "routing_state_corrupt",
+          code: "LLMGW_ROUTER_STATE_CORRUPT",
+          file,
+          message: `${error.message}; moved aside to ${to}, not ready until a control plane sends a snapshot`,
+        });
+        return;
+      }
+      // Could not read it (EACCES, EMFILE, EIO…): the file may be good, so it stays; the
+      // next save after a live snapshot replaces it.
       log({
-        event: "routing_state_corrupt",
-        code: "LLMGW_ROUTER_STATE_CORRUPT",
+        event: "routing_state_unreadable",
+        code: "LLMGW_ROUTER_STATE_FAILED",
         file,
-        message: `${isRouterServiceError(error) ? error.message : `${file}: ${(error as Error).message}`}; moved aside to ${to}, not ready until a control plane sends a snapshot`,
+        message: `${isRouterServiceError(error) ? error.message : `cannot read ${file}: ${(error as NodeJS.ErrnoException)?.code ?? "an unknown error"}`}; left in place, not ready until a control plane sends a snapshot`,
       });
     }
   }

@@ -1,7 +1,8 @@
 /**
  * THE router server: production's `llmgw router`, the control plane's in-process `/v1`, the
  * tests and `bench/router` all start it here, so the listener, limits and timeouts that are
- * measured are the ones that ship. One listener: `/healthz`, `/readyz`, `/v1/*`.
+ * measured are the ones that ship. One listener: `/healthz`, `/readyz` (status only: the
+ * detail is on the metrics listener), `/v1/*`.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -77,8 +78,24 @@ export function splitListen(listen: string): { host: string; port: number } {
   return { host, port };
 }
 
-/** Answers `/healthz` and `/readyz` for a runtime (also on the standalone metrics listener). */
-export function answerHealth(runtime: RoutingRuntime, path: string, res: ServerResponse): boolean {
+/**
+ * How much `/readyz` tells: `public` on the API listener, which anyone who reaches it may ask
+ * (what a load balancer needs: `status`, `ready`, `source`, `stateAgeMs`); `full` on the
+ * metrics listener, which also names the control plane, the epoch, the version, whether a
+ * stream is attached, and why it is not ready.
+ */
+export type ReadinessDetail = "public" | "full";
+
+/**
+ * Answers `/healthz` and `/readyz` for a runtime; false for any other path. `detail` defaults
+ * to `full`, what the standalone metrics listener answers.
+ */
+export function answerHealth(
+  runtime: RoutingRuntime,
+  path: string,
+  res: ServerResponse,
+  detail: ReadinessDetail = "full",
+): boolean {
   if (path === "/healthz") {
     res.writeHead(200, { "content-type": "application/json" }).end('{"status":"ok"}');
     return true;
@@ -87,15 +104,24 @@ export function answerHealth(runtime: RoutingRuntime, path: string, res: ServerR
     const readiness = runtime.readiness();
     res
       .writeHead(readiness.ready ? 200 : 503, { "content-type": "application/json" })
-      .end(JSON.stringify(readinessBody(readiness)));
+      .end(JSON.stringify(readinessBody(readiness, detail)));
     return true;
   }
   return false;
 }
 
-function readinessBody(r: RoutingReadiness): Record<string, unknown> {
+function readinessBody(r: RoutingReadiness, detail: ReadinessDetail): Record<string, unknown> {
+  const status = r.ready ? "ready" : "not_ready";
+  if (detail === "public") {
+    return {
+      status,
+      ready: r.ready,
+      source: r.source,
+      ...(r.stateAgeMs === undefined ? {} : { stateAgeMs: r.stateAgeMs }),
+    };
+  }
   return {
-    status: r.ready ? "ready" : "not_ready",
+    status,
     ...r,
     ...(r.ready
       ? {}
@@ -149,7 +175,10 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       (req: IncomingMessage, res: ServerResponse) => {
         const url = req.url ?? "/";
         // `/v1/…` straight to the handler: one character compared on the hot path.
-        if (url.charCodeAt(1) !== V && answerHealth(runtime, url.split("?", 1)[0] ?? url, res))
+        if (
+          url.charCodeAt(1) !== V &&
+          answerHealth(runtime, url.split("?", 1)[0] ?? url, res, "public")
+        )
           return;
         if (runtime.state.epoch === undefined) {
           // No routing state yet: every key would look wrong and every model unknown. Say

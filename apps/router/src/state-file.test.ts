@@ -119,8 +119,12 @@ describe("the routing state file", () => {
 
   const good = JSON.parse(formatRoutingStateFile(SAVED)) as Record<string, unknown>;
   it.each<[string, string, string | RegExp]>([
-    ["empty", "", /: it is not JSON: /],
-    ["truncated", formatRoutingStateFile(SAVED).slice(0, 200), /: it is not JSON: /],
+    ["empty", "", ": it is not JSON (it ends before the JSON does)"],
+    [
+      "truncated",
+      formatRoutingStateFile(SAVED).slice(0, 200),
+      ": it is not JSON (a syntax error at position 200)",
+    ],
     ["not an object", "[1,2]", ": it is not a JSON object"],
     [
       "another format",
@@ -145,7 +149,7 @@ describe("the routing state file", () => {
     [
       "a snapshot with an unknown field type",
       JSON.stringify({ ...good, snapshot: { version: "seven" } }),
-      /: its snapshot is invalid: /,
+      ": its snapshot is invalid: cannot decode field llmgw.v1.RoutingSnapshot.version from protobuf JSON",
     ],
     [
       "a replica without a URL",
@@ -156,7 +160,7 @@ describe("the routing state file", () => {
           replicas: [{ id: "r", model: "llama", deployment: "llama-d", capacity: 1, state: 1 }],
         },
       }),
-      /: its snapshot is invalid: .*base/i,
+      ": its snapshot is invalid: replicas[0].baseUrl must be a string of 1..2048 characters",
     ],
   ])("refuses %s with LLMGW_ROUTER_STATE_CORRUPT naming the file", (_name, text, message) => {
     let error: unknown;
@@ -169,6 +173,78 @@ describe("the routing state file", () => {
     expect((error as Error).message.startsWith("/state/routing-state.json: ")).toBe(true);
     if (typeof message === "string") expect((error as Error).message).toContain(message);
     else expect((error as Error).message).toMatch(message);
+  });
+
+  // The file holds engine keys: what is wrong is said by position or field, never quoted.
+  const SECRET = "llmgw-engine-secret";
+  const text = formatRoutingStateFile(SAVED);
+  const withReplica = (patch: Record<string, unknown>) => {
+    const snapshot = good.snapshot as { replicas: Record<string, unknown>[] };
+    return JSON.stringify({
+      ...good,
+      snapshot: { ...snapshot, replicas: [{ ...snapshot.replicas[0], ...patch }] },
+    });
+  };
+  it.each<[string, string, string]>([
+    [
+      "an unquoted engine key (V8 would quote the text around it)",
+      text.replace(JSON.stringify(SECRET), SECRET),
+      ": it is not JSON (an unexpected token)",
+    ],
+    [
+      "an engine key where a number belongs (protobuf-es would quote it)",
+      withReplica({ capacity: SECRET }),
+      ": its snapshot is invalid: cannot decode field llmgw.v1.RoutedReplica.capacity from protobuf JSON",
+    ],
+    [
+      "an engine key as an unknown field name",
+      JSON.stringify({ ...good, snapshot: { ...(good.snapshot as object), [SECRET]: 1 } }),
+      ": its snapshot is invalid: cannot decode message llmgw.v1.RoutingSnapshot from protobuf JSON",
+    ],
+    [
+      "an engine key in a URL (the stream's checks would echo it)",
+      withReplica({ baseUrl: `ftp://${SECRET}@10.0.0.5` }),
+      ": its snapshot is invalid: replicas[0].baseUrl must be an http(s) URL",
+    ],
+    [
+      "an engine key as the id of two replicas",
+      (() => {
+        const snapshot = good.snapshot as { replicas: Record<string, unknown>[] };
+        const r = { ...snapshot.replicas[0], id: SECRET };
+        return JSON.stringify({ ...good, snapshot: { ...snapshot, replicas: [r, r] } });
+      })(),
+      ": its snapshot is invalid: replicas[1].id repeats an earlier entry",
+    ],
+    [
+      "an engine key as the format",
+      JSON.stringify({ ...good, format: SECRET }),
+      ': its format is not an llmgw format name (expected "llmgw.routing-state.v1")',
+    ],
+  ])("refuses %s without quoting it, and carries no cause", (_name, bad, message) => {
+    expect(bad).toContain(SECRET);
+    let error: unknown;
+    try {
+      parseRoutingStateFile(bad, "/state/routing-state.json");
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toMatchObject({
+      code: "LLMGW_ROUTER_STATE_CORRUPT",
+      message: `/state/routing-state.json${message}`,
+    });
+    // The cause would carry the parser's message, value and all.
+    expect((error as Error).cause).toBeUndefined();
+    expect((error as Error).message).not.toContain("engine-secret");
+  });
+
+  it("reports a file it cannot open as LLMGW_ROUTER_STATE_FAILED, not corrupt", async () => {
+    const dir = tempDir();
+    // A symlink to itself: open fails (ELOOP) the way EACCES or EMFILE would, even as root.
+    symlinkSync(ROUTING_STATE_FILE, join(dir, ROUTING_STATE_FILE));
+    await expect(readRoutingStateFile(dir)).rejects.toMatchObject({
+      code: "LLMGW_ROUTER_STATE_FAILED",
+      message: `cannot open ${join(dir, ROUTING_STATE_FILE)}: ELOOP`,
+    });
   });
 
   it("refuses a file over the size limit without reading it whole", async () => {

@@ -13,7 +13,7 @@ import { chmod, lstat, mkdir, open, readFile, rename, rm } from "node:fs/promise
 import path from "node:path";
 import { create, fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
 import { RoutingSnapshotSchema, WatchRoutingResponseSchema } from "@llmgw/proto";
-import type { RoutingSnapshot } from "@llmgw/router";
+import { isRouterError, type RoutingSnapshot } from "@llmgw/router";
 import { routingMessageFromProto, routingMessageToProto } from "@llmgw/wire";
 import { ROUTER_ID_PATTERN } from "./config.js";
 import { RouterServiceError } from "./errors.js";
@@ -71,8 +71,13 @@ export async function prepareStateDir(dir: string, uid: number | undefined): Pro
 
 /**
  * Reads the saved state; undefined when there is none.
+ *
+ * The file holds engine API keys, so no error quotes its content: a parse failure names the
+ * position, a decoding failure the field, a check the field and the rule.
  * @throws RouterServiceError `LLMGW_ROUTER_STATE_CORRUPT` saying what is wrong with the file
- *   (too large, not JSON, another format, a snapshot the stream's checks refuse).
+ *   (too large, not a regular file, not JSON, another format, a snapshot the stream's checks
+ *   refuse): only then may it be moved aside. `LLMGW_ROUTER_STATE_FAILED` when it could not be
+ *   opened or read (EACCES, EMFILE, EIO…): the file may be good, so it is left where it is.
  */
 export async function readRoutingStateFile(dir: string): Promise<SavedRoutingState | undefined> {
   const file = path.join(dir, ROUTING_STATE_FILE);
@@ -81,17 +86,27 @@ export async function readRoutingStateFile(dir: string): Promise<SavedRoutingSta
     handle = await open(file, "r");
   } catch (cause) {
     if ((cause as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw corrupt(file, `cannot open it: ${(cause as Error).message}`, cause);
+    throw unreadable(file, "open", cause);
   }
   let text: string;
   try {
-    const stat = await handle.stat();
+    let stat: Awaited<ReturnType<typeof handle.stat>>;
+    try {
+      stat = await handle.stat();
+    } catch (cause) {
+      throw unreadable(file, "stat", cause);
+    }
     if (!stat.isFile()) throw corrupt(file, "it is not a regular file");
     if (stat.size > MAX_ROUTING_STATE_BYTES)
       throw corrupt(file, `it is ${stat.size} bytes, over the ${MAX_ROUTING_STATE_BYTES} limit`);
     // Read at most one byte over the limit: a file that grows while read is still bounded.
     const buffer = Buffer.alloc(Math.min(stat.size, MAX_ROUTING_STATE_BYTES) + 1);
-    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await handle.read(buffer, 0, buffer.length, 0));
+    } catch (cause) {
+      throw unreadable(file, "read", cause);
+    }
     if (bytesRead > MAX_ROUTING_STATE_BYTES)
       throw corrupt(file, `it is over the ${MAX_ROUTING_STATE_BYTES} byte limit`);
     text = buffer.toString("utf8", 0, bytesRead);
@@ -101,22 +116,33 @@ export async function readRoutingStateFile(dir: string): Promise<SavedRoutingSta
   return parseRoutingStateFile(text, file);
 }
 
-/** Parses the state file's text (`file` names it in errors). */
+/**
+ * Parses the state file's text (`file` names it in errors, which never quote the text).
+ * @throws RouterServiceError `LLMGW_ROUTER_STATE_CORRUPT`.
+ */
 export function parseRoutingStateFile(text: string, file: string): SavedRoutingState {
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (cause) {
-    throw corrupt(file, `it is not JSON: ${(cause as Error).message}`, cause);
+    throw corrupt(file, `it is not JSON (${describeJsonError(cause)})`);
   }
   if (typeof json !== "object" || json === null || Array.isArray(json))
     throw corrupt(file, "it is not a JSON object");
   const envelope = json as Record<string, unknown>;
-  if (envelope.format !== ROUTING_STATE_FORMAT)
+  if (envelope.format !== ROUTING_STATE_FORMAT) {
+    // Another llmgw version's format is worth naming; anything else is not quoted.
+    const format = envelope.format;
+    if (format === undefined || (typeof format === "string" && FORMAT_NAME.test(format)))
+      throw corrupt(
+        file,
+        `its format is ${JSON.stringify(format) ?? "undefined"}, not "${ROUTING_STATE_FORMAT}"`,
+      );
     throw corrupt(
       file,
-      `its format is ${JSON.stringify(envelope.format)}, not "${ROUTING_STATE_FORMAT}"`,
+      `its format is not an llmgw format name (expected "${ROUTING_STATE_FORMAT}")`,
     );
+  }
   for (const key of ["savedAtMs", "lastHeardAtMs"] as const) {
     const v = envelope[key];
     if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0)
@@ -131,13 +157,47 @@ export function parseRoutingStateFile(text: string, file: string): SavedRoutingS
     if (message.kind !== "snapshot") throw new Error("not a snapshot");
     snapshot = message;
   } catch (cause) {
-    throw corrupt(file, `its snapshot is invalid: ${(cause as Error).message}`, cause);
+    throw corrupt(file, `its snapshot is invalid: ${describeSnapshotError(cause)}`);
   }
   return {
     savedAtMs: envelope.savedAtMs as number,
     lastHeardAtMs: envelope.lastHeardAtMs as number,
     snapshot,
   };
+}
+
+/** What an llmgw state-file format name looks like (only such a value is quoted back). */
+const FORMAT_NAME = /^llmgw\.[a-z0-9.-]{1,64}$/;
+
+/**
+ * A JSON.parse failure without its text: V8 quotes about ten characters each side of the bad
+ * token ("Unexpected token 's', …"), which in this file may be an engine key.
+ */
+function describeJsonError(cause: unknown): string {
+  const message = (cause as Error)?.message ?? "";
+  const position = /\bat position (\d+)/.exec(message)?.[1];
+  if (position !== undefined) return `a syntax error at position ${position}`;
+  if (/^Unexpected end of JSON input$/.test(message)) return "it ends before the JSON does";
+  if (/^Unexpected token\b/.test(message)) return "an unexpected token";
+  return "a syntax error";
+}
+
+/**
+ * A snapshot decoding or check failure as the field (and the rule) only. protobuf-es quotes
+ * the offending value ("cannot decode field … from JSON: \"…\""), and the stream's checks
+ * echo most values ("…, got …") besides an engine key's: neither is repeated here.
+ */
+function describeSnapshotError(cause: unknown): string {
+  if (isRouterError(cause) && cause.code === "LLMGW_ROUTER_ROUTING_INVALID") {
+    return cause.message
+      .replace(/^routing \w+: /, "")
+      .replace(/, got [\s\S]*$/, "")
+      .replace(/ repeats [\s\S]*$/, " repeats an earlier entry");
+  }
+  const message = (cause as Error)?.message ?? "";
+  const decode = /^cannot decode ((?:field |message )?[\w.]+) from JSON/.exec(message)?.[1];
+  if (decode !== undefined) return `cannot decode ${decode} from protobuf JSON`;
+  return "it does not decode as a routing snapshot";
 }
 
 /** The state file's text for `state`. */
@@ -232,10 +292,20 @@ async function writeAtomically(file: string, text: string): Promise<void> {
   }
 }
 
-function corrupt(file: string, problem: string, cause?: unknown): RouterServiceError {
+/** A file whose content is wrong: no `cause`, which would carry the text or a value of it. */
+function corrupt(file: string, problem: string): RouterServiceError {
+  return new RouterServiceError("LLMGW_ROUTER_STATE_CORRUPT", `${file}: ${problem}`);
+}
+
+/** A file that could not be opened or read: it may be good, so it is not "corrupt". */
+function unreadable(
+  file: string,
+  step: "open" | "stat" | "read",
+  cause: unknown,
+): RouterServiceError {
   return new RouterServiceError(
-    "LLMGW_ROUTER_STATE_CORRUPT",
-    `${file}: ${problem}`,
-    cause === undefined ? undefined : { cause },
+    "LLMGW_ROUTER_STATE_FAILED",
+    `cannot ${step} ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`,
+    { cause },
   );
 }
