@@ -103,9 +103,13 @@ describe("createManualRoutingFeed", () => {
         ],
         keys: [],
         routers: 2,
-        sentAtMs: T0 + 7,
+        // Aged by the (real) time the feed held it before this subscriber came.
+        sentAtMs: expect.any(Number),
       },
     ]);
+    const replayedAt = (heard[0] as { sentAtMs: number }).sentAtMs;
+    expect(replayedAt).toBeGreaterThanOrEqual(T0 + 7);
+    expect(replayedAt).toBeLessThan(T0 + 7 + 5_000);
     feed.push(delta(8));
     expect(heard.map((m) => m.kind)).toEqual(["snapshot", "delta"]);
     expect(feed.current()?.version).toBe(8);

@@ -72,6 +72,8 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
   const listeners = new Set<(message: RoutingMessage) => void>();
   const waiters = new Set<{ count: number; resolve: () => void }>();
   let held: RoutingSnapshot | undefined;
+  /** When `held.sentAtMs` was last set (local clock), to age it on replay. */
+  let heldAtMs = 0;
 
   const deliver = (
     targets: Iterable<(message: RoutingMessage) => void>,
@@ -97,7 +99,10 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
           waiter.resolve();
         }
       }
-      if (held !== undefined) deliver([listener], held);
+      // Replayed later than it was sent: aged by the time held, as the control plane stamps
+      // each snapshot when it sends it (a router learns its clock offset from `sentAtMs`).
+      if (held !== undefined)
+        deliver([listener], { ...held, sentAtMs: held.sentAtMs + (Date.now() - heldAtMs) });
       return () => {
         listeners.delete(listener);
       };
@@ -105,9 +110,11 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
     push(message) {
       if (message.kind === "snapshot") {
         held = message;
+        heldAtMs = Date.now();
       } else if (held !== undefined && message.epoch === held.epoch) {
         if (message.kind === "delta" && message.version === held.version + 1) {
           held = fold(held, message);
+          heldAtMs = Date.now();
         } else if (message.kind === "load") {
           const samples = new Map(message.samples.map((s) => [s.replicaId, s]));
           held = {
