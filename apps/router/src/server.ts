@@ -80,9 +80,9 @@ export function splitListen(listen: string): { host: string; port: number } {
 
 /**
  * How much `/readyz` tells: `public` on the API listener, which anyone who reaches it may ask
- * (what a load balancer needs: `status`, `ready`, `source`, `stateAgeMs`); `full` on the
- * metrics listener, which also names the control plane, the epoch, the version, whether a
- * stream is attached, and why it is not ready.
+ * (what a load balancer and a client need: `status`, `ready`, `source`, `stateAgeMs`,
+ * `connected`); `full` on the metrics listener, which also names the control plane, the epoch,
+ * the version, and why it is not ready.
  */
 export type ReadinessDetail = "public" | "full";
 
@@ -118,6 +118,7 @@ function readinessBody(r: RoutingReadiness, detail: ReadinessDetail): Record<str
       ready: r.ready,
       source: r.source,
       ...(r.stateAgeMs === undefined ? {} : { stateAgeMs: r.stateAgeMs }),
+      connected: r.connected,
     };
   }
   return {

@@ -92,7 +92,7 @@ const readyz = async (base: string) => {
 };
 
 describe("/readyz", () => {
-  it("tells the public listener only status, source and age; the metrics listener the rest", async () => {
+  it("tells the public listener only status, source, age and connection; the metrics listener the rest", async () => {
     const cp = await scriptedControlPlane();
     const d = await daemon(cp.url);
     const publicUrl = d.router.url;
@@ -104,6 +104,7 @@ describe("/readyz", () => {
       body: { status: "not_ready", ready: false, source: "none" },
     });
     expect(Object.keys((await readyz(publicUrl)).body).sort()).toEqual([
+      "connected",
       "ready",
       "source",
       "status",
@@ -129,9 +130,21 @@ describe("/readyz", () => {
     const pub = await readyz(publicUrl);
     expect(pub).toMatchObject({
       status: 200,
-      body: { status: "ready", ready: true, source: "live", stateAgeMs: expect.any(Number) },
+      body: {
+        status: "ready",
+        ready: true,
+        source: "live",
+        stateAgeMs: expect.any(Number),
+        connected: true,
+      },
     });
-    expect(Object.keys(pub.body).sort()).toEqual(["ready", "source", "stateAgeMs", "status"]);
+    expect(Object.keys(pub.body).sort()).toEqual([
+      "connected",
+      "ready",
+      "source",
+      "stateAgeMs",
+      "status",
+    ]);
     // Nothing internal: not the control plane's address, the epoch or the version.
     expect(pub.text).not.toContain(cp.url);
     expect(pub.text).not.toContain("127.0.0.1");

@@ -100,7 +100,7 @@ describe("readiness", () => {
     // listener: router-readyz.int.test.ts).
     expect(await readyz(router)).toEqual({
       status: 503,
-      body: { status: "not_ready", ready: false, source: "none" },
+      body: { status: "not_ready", ready: false, source: "none", connected: true },
     });
     expect((await fetch(`${router.url}/healthz`)).status).toBe(200);
     // Nothing to route by yet: not "your key is wrong" but "not ready", with a retry hint.
@@ -115,7 +115,13 @@ describe("readiness", () => {
     const after = await readyz(router);
     expect(after).toEqual({
       status: 200,
-      body: { status: "ready", ready: true, source: "live", stateAgeMs: expect.any(Number) },
+      body: {
+        status: "ready",
+        ready: true,
+        source: "live",
+        stateAgeMs: expect.any(Number),
+        connected: true,
+      },
     });
     expect(after.body.stateAgeMs).toBeGreaterThanOrEqual(0);
     expect(after.body.stateAgeMs).toBeLessThan(5_000);
