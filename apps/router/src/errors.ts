@@ -10,7 +10,7 @@ export type RouterServiceErrorCode =
   | "LLMGW_ROUTER_TLS_INVALID"
   /** The saved routing state is unreadable or malformed; the router syncs afresh. */
   | "LLMGW_ROUTER_STATE_CORRUPT"
-  /** The state dir or state file could not be written. */
+  /** The state dir is unsafe, or the state file could not be written or read (left in place). */
   | "LLMGW_ROUTER_STATE_FAILED"
   /** A control plane refused the router credential. */
   | "LLMGW_ROUTER_UNAUTHENTICATED"
