@@ -7,7 +7,7 @@ import {
   ReplicaStatusSchema,
 } from "@llmgw/proto";
 import { describe, expect, it } from "vitest";
-import { AGENT_LIMITS, boundAgentRequest } from "./agent-limits.js";
+import { AGENT_LIMITS, boundAgentRequest, loadWithinRange } from "./agent-limits.js";
 
 const gpus = (n: number) =>
   Array.from({ length: n }, (_, i) => create(GpuSchema, { index: i, uuid: `GPU-${i}` }));
@@ -212,5 +212,43 @@ describe("boundAgentRequest: faults and ports (issue 20)", () => {
     expect(request.ports[0]?.health?.problems[0]?.message).toBe(
       `${"m".repeat(1_024)}… [76 more characters]`,
     );
+  });
+});
+
+describe("loadWithinRange", () => {
+  it.each([
+    ["in range", { running: 3, waiting: 0, kvCacheUsage: 1, prefixCacheHitRate: 0 }, [], []],
+    ["nothing reported", {}, [], []],
+    [
+      "an engine's raw KV usage over 1 and a negative queue",
+      { running: -3, waiting: 2, kvCacheUsage: 1.02 },
+      ["running", "kvCacheUsage"],
+      ["running=-3", "kvCacheUsage=1.02"],
+    ],
+    [
+      "NaN, infinity and a queue over the limit",
+      {
+        running: Number.NaN,
+        waiting: AGENT_LIMITS.maxQueuedRequests + 1,
+        prefixCacheHitRate: Number.POSITIVE_INFINITY,
+      },
+      ["running", "waiting", "prefixCacheHitRate"],
+      ["running=NaN", "waiting=1000001", "prefixCacheHitRate=Infinity"],
+    ],
+    [
+      "a negative hit rate",
+      { prefixCacheHitRate: -0.1 },
+      ["prefixCacheHitRate"],
+      ["prefixCacheHitRate=-0.1"],
+    ],
+  ])("%s", (_name, load, gone, dropped) => {
+    const out = loadWithinRange(load);
+    expect(out.dropped).toEqual(dropped);
+    const kept = { ...load } as Record<string, number>;
+    for (const f of gone) delete kept[f];
+    // Left out means unreported (absent), never 0.
+    expect(out.load).toEqual(kept);
+    for (const f of gone) expect(out.load).not.toHaveProperty(f);
+    if (gone.length === 0) expect(out.load).toBe(load);
   });
 });

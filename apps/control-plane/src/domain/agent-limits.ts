@@ -1,4 +1,5 @@
 import { isIP } from "node:net";
+import type { ReplicaLoad } from "@llmgw/router";
 import { ControlPlaneError } from "../errors.js";
 
 /**
@@ -94,7 +95,11 @@ export const AGENT_LIMITS = {
   defaultBytes: 4_096,
   /** Most requests an engine may report running or waiting (a ReportLoad value beyond is refused). */
   maxQueuedRequests: 1_000_000,
-  /** How far a load report's `scrapedAtUnixMs` may be from the control plane's clock. */
+  /**
+   * How far a load report's `scrapedAtUnixMs` may be from the control plane's clock. Only a
+   * sanity check: the control plane stamps load with its own clock when it arrives, so the
+   * agent's clock never orders or ages load.
+   */
   scrapedAtSkewMs: 24 * 60 * 60_000,
 } as const;
 
@@ -136,11 +141,42 @@ const LOAD_FIELD_MAX = {
   prefixCacheHitRate: 1,
 } as const;
 
+/** A load value within {@link LOAD_FIELD_MAX}'s range for `field`. */
+const loadValueInRange = (field: keyof typeof LOAD_FIELD_MAX, v: unknown): v is number =>
+  typeof v === "number" && Number.isFinite(v) && v >= 0 && v <= LOAD_FIELD_MAX[field];
+
+/** What {@link loadWithinRange} kept and left out. */
+export interface LoadWithinRange {
+  /** `load` without its out-of-range fields (the same object when none was). */
+  readonly load: ReplicaLoad;
+  /** The fields left out, each with the value it had, e.g. `kvCacheUsage=1.02`. */
+  readonly dropped: readonly string[];
+}
+
+/**
+ * `load` without the fields routers could not use (not a finite number, negative, running or
+ * waiting over {@link AGENT_LIMITS.maxQueuedRequests}, KV usage or prefix hit rate outside
+ * [0, 1]): each left out is unreported, never 0. For heartbeat load, which is never refused
+ * (the heartbeat carries the node's health; an old agent passes an engine's raw reading on).
+ */
+export function loadWithinRange(load: ReplicaLoad): LoadWithinRange {
+  let kept: Record<string, number> | undefined;
+  const dropped: string[] = [];
+  for (const field of Object.keys(LOAD_FIELD_MAX) as (keyof typeof LOAD_FIELD_MAX)[]) {
+    const v = load[field];
+    if (v === undefined || loadValueInRange(field, v)) continue;
+    kept ??= { ...load } as Record<string, number>;
+    delete kept[field];
+    dropped.push(`${field}=${String(v)}`);
+  }
+  return { load: kept === undefined ? load : (kept as ReplicaLoad), dropped };
+}
+
 /**
  * Refuses load routers could not use: a value that is not a finite number within its range
  * (a NaN or a negative queue would poison every router's scoring), a report without a replica
- * id, or a scrape time more than a day from the control plane's clock (an agent clock that far
- * off would make routers take fresh load for stale, or stale for fresh).
+ * id, or a scrape time more than a day from the control plane's clock (an agent whose clock is
+ * that far off is misconfigured; the time is checked, not used: load is stamped on arrival).
  */
 function validateLoadReports(root: string, request: Record<string, unknown>, nowMs: number): void {
   const reports = request.replicas;
@@ -158,7 +194,7 @@ function validateLoadReports(root: string, request: Record<string, unknown>, now
       for (const [field, max] of Object.entries(LOAD_FIELD_MAX)) {
         const v = r.load?.[field];
         if (v === undefined) continue;
-        if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > max)
+        if (!loadValueInRange(field as keyof typeof LOAD_FIELD_MAX, v))
           refuse(`.load.${field} is ${String(v)}; it must be a number within [0, ${max}]`);
       }
       const at = Number(r.scrapedAtUnixMs);

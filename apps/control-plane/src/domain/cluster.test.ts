@@ -21,7 +21,7 @@ let clock: ManualClock;
 const INTERVAL = 1_000;
 function newCluster(
   log?: (line: string) => void,
-  options?: { maxNodes?: number; unwrittenEventsKept?: number },
+  options?: { maxNodes?: number; unwrittenEventsKept?: number; maxApiKeys?: number },
 ): Cluster {
   return new Cluster({
     ...options,
@@ -547,6 +547,72 @@ describe("Cluster", () => {
     expect(cluster.listApiKeys(true)).toHaveLength(1);
   });
 
+  it.each<[string, Partial<Parameters<Cluster["createApiKey"]>[0]>, string]>([
+    [
+      "rpm 0",
+      { requestsPerMinute: 0 },
+      "API key requestsPerMinute must be a whole number in 1–4294967295, or unset for no limit (got 0)",
+    ],
+    [
+      "a fractional tpm",
+      { tokensPerMinute: 1.5 },
+      "API key tokensPerMinute must be a whole number in 1–4294967295, or unset for no limit (got 1.5)",
+    ],
+    [
+      "maxConcurrency past uint32",
+      { maxConcurrency: 2 ** 32 },
+      "API key maxConcurrency must be a whole number in 1–4294967295, or unset for no limit (got 4294967296)",
+    ],
+    [
+      "maxConcurrency 0",
+      { maxConcurrency: 0 },
+      "API key maxConcurrency must be a whole number in 1–4294967295, or unset for no limit (got 0)",
+    ],
+    [
+      "an empty model name",
+      { models: ["org/chat", ""] },
+      'API key models[1] must be a served model name of 1–256 characters (got "")',
+    ],
+    [
+      "a 300-character model name",
+      { models: ["m".repeat(300)] },
+      `API key models[0] must be a served model name of 1–256 characters (got "${"m".repeat(64)}"… (300 characters))`,
+    ],
+    [
+      "more models than routers hold",
+      { models: Array.from({ length: 100_001 }, (_, i) => `m${i}`) },
+      "API key models must list at most 100000 names (got 100001)",
+    ],
+  ])("refuses an API key routers would refuse: %s", (_name, input, message) => {
+    const cluster = newCluster();
+    expect(() => cluster.createApiKey({ name: "app", models: [], ...input })).toThrow(
+      expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", message }),
+    );
+    expect(cluster.listApiKeys(true)).toEqual([]);
+    expect(store.listApiKeys()).toEqual([]);
+  });
+
+  it("accepts the limits' ends, and refuses a key beyond maxApiKeys active ones", () => {
+    const cluster = newCluster(undefined, { maxApiKeys: 2 });
+    cluster.createApiKey({
+      name: "a",
+      models: ["m".repeat(256)],
+      requestsPerMinute: 1,
+      tokensPerMinute: 2 ** 32 - 1,
+      maxConcurrency: 1,
+    });
+    cluster.createApiKey({ name: "b", models: [] });
+    expect(() => cluster.createApiKey({ name: "c", models: [] })).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        message: "2 API keys are active, the most this control plane holds (2); revoke one first",
+      }),
+    );
+    // A revoked key frees its place.
+    cluster.revokeApiKey("a");
+    expect(cluster.createApiKey({ name: "c", models: [] }).key.name).toBe("c");
+  });
+
   it("answers heartbeats while the store is full and writes their events and placements once it frees", () => {
     const lines: string[] = [];
     const cluster = newCluster((line) => lines.push(line));
@@ -589,7 +655,10 @@ describe("Cluster", () => {
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
     expect(cluster.desiredSet(b.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
     expect(cluster.listEvents({ limit: 1_000 })).toHaveLength(eventsBefore);
-    expect(lines.filter((l) => l.includes("kept in memory only"))).toHaveLength(2);
+    // One line per kind of write held back: events, replica statuses, placements.
+    expect(
+      lines.filter((l) => l.includes("kept in memory only")).map((l) => l.split(" kept")[0]),
+    ).toEqual(["events", "replica statuses", "placements"]);
     expect(lines.some((l) => l.startsWith("gpu.health ") && l.includes("fallen off the bus"))).toBe(
       true,
     );

@@ -34,12 +34,13 @@ import {
   type ReplicaStatus,
   ReplicaStatusSchema,
 } from "@llmgw/proto";
-import type {
-  KeyGrant,
-  ReplicaLoadSample,
-  RoutedModel,
-  RoutedReplica,
-  ReplicaLoad as RouterReplicaLoad,
+import {
+  type KeyGrant,
+  type ReplicaLoadSample,
+  ROUTING_LIMITS,
+  type RoutedModel,
+  type RoutedReplica,
+  type ReplicaLoad as RouterReplicaLoad,
 } from "@llmgw/router";
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
@@ -69,7 +70,7 @@ import type {
   PlacementRecord,
   ReplicaStatusRecord,
 } from "../store/types.js";
-import { validateAdvertiseAddress } from "./agent-limits.js";
+import { loadWithinRange, validateAdvertiseAddress } from "./agent-limits.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { escapeOutsideText } from "./outside-text.js";
 import { planReconcile, type ScheduleFn } from "./reconcile.js";
@@ -109,6 +110,12 @@ export interface ClusterOptions {
    * list (and the metrics scraped from it) without end. Default {@link DEFAULT_MAX_NODES}.
    */
   readonly maxNodes?: number;
+  /**
+   * Active API keys at most; one more is refused with `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT`.
+   * Every router holds every key, and refuses a routing state of more than
+   * `ROUTING_LIMITS.maxKeys`. Default and most: `ROUTING_LIMITS.maxKeys`.
+   */
+  readonly maxApiKeys?: number;
   /** How long an operator's {@link Cluster.resetNode} stays open. Default {@link RESET_OPEN_MS}. */
   readonly resetOpenMs?: number;
   /** Events kept in memory while the store fails. Default {@link UNWRITTEN_EVENTS_KEPT}. */
@@ -189,7 +196,10 @@ export type ReplicaLoad = RouterReplicaLoad;
 export interface ReplicaLoadReportInput {
   readonly replicaId: string;
   readonly load: ReplicaLoad;
-  /** When the agent read it from the engine (epoch ms, the agent's clock). */
+  /**
+   * When the agent read it from the engine (epoch ms, the agent's clock). Checked by the RPC,
+   * never used to order or age load: the agent's clock may be off (see {@link Cluster.reportLoad}).
+   */
   readonly scrapedAtMs: number;
 }
 
@@ -559,6 +569,13 @@ export class Cluster {
   readonly #loadListeners = new Set<(sample: ReplicaLoadSample) => void>();
   /** Replica id → its rank 0's last load. Memory only: agents report it again. */
   readonly #loads = new Map<string, HeldLoad>();
+  /**
+   * Replica id → the load fields last left out of its reports as out of range, so that an
+   * agent sending the same bad reading every heartbeat is logged once, not every time.
+   */
+  readonly #loadFieldsDropped = new Map<string, string>();
+  /** Ids of stored API keys already logged as left out of routing (see {@link #buildMembership}). */
+  readonly #keysLeftOut = new Set<string>();
   /** Membership without load, built at {@link #routableVersion}. */
   #membership: RoutingMembership | undefined;
   /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
@@ -1108,16 +1125,31 @@ export class Cluster {
     for (const s of node.statuses.values()) {
       if (s.rank !== 0 || this.#placements.get(s.replicaId)?.ranks[0]?.nodeId !== node.record.id)
         continue;
-      this.#applyLoad(s.replicaId, replicaLoadFromProto(s.load), atMs);
+      this.#applyLoad(node.record.id, s.replicaId, replicaLoadFromProto(s.load), atMs);
     }
   }
 
   /**
    * Writes a replica's load in place and announces it ({@link onLoad}) when it changed, or
    * when the same known load was last announced {@link LOAD_REFRESH_MS} or longer before
-   * `atMs`. Unknown load that stays unknown is not news.
+   * `atMs`. Unknown load that stays unknown is not news. A field out of the range routers
+   * accept (see {@link loadWithinRange}) is left out, unreported: a heartbeat is never refused
+   * for it, and one bad reading must not reach every router's stream. Logged once per replica
+   * while the same fields stay bad.
    */
-  #applyLoad(replicaId: string, load: ReplicaLoad, atMs: number): void {
+  #applyLoad(nodeId: string, replicaId: string, reported: ReplicaLoad, atMs: number): void {
+    const { load, dropped } = loadWithinRange(reported);
+    const droppedFields = dropped.map((d) => d.slice(0, d.indexOf("="))).join(",");
+    if (droppedFields !== (this.#loadFieldsDropped.get(replicaId) ?? "")) {
+      if (droppedFields === "") {
+        this.#loadFieldsDropped.delete(replicaId);
+      } else {
+        this.#loadFieldsDropped.set(replicaId, droppedFields);
+        this.#o.log?.(
+          `replica ${replicaId}: node ${nodeId} reported load out of range, left out as unreported: ${dropped.join(", ")}`,
+        );
+      }
+    }
     const held = this.#heldLoad(replicaId);
     if (
       sameLoad(held.load, load) &&
@@ -1659,7 +1691,13 @@ export class Cluster {
 
   // ---------------------------------------------------------------- API keys
 
-  /** Creates an API key; the secret is returned once and only its hash is stored. */
+  /**
+   * Creates an API key; the secret is returned once and only its hash is stored. Refused
+   * (`LLMGW_CONTROL_PLANE_INVALID_ARGUMENT`, naming the field) is a key every router would
+   * refuse in its routing stream: a limit outside [1, 2³²−1] (unset is no limit), a model name
+   * outside 1–256 characters, more than `ROUTING_LIMITS.maxModels` models, or a key beyond
+   * {@link ClusterOptions.maxApiKeys} active ones.
+   */
   createApiKey(input: Omit<ApiKeyGrant, "id">): { key: ApiKey; secret: string } {
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(input.name)) {
       throw new ControlPlaneError(
@@ -1667,12 +1705,26 @@ export class Cluster {
         `API key name must be 1–64 letters, digits, '.', '_' or '-' (got ${JSON.stringify(input.name)})`,
       );
     }
-    if (
-      [...this.#apiKeys.values()].some((k) => k.name === input.name && k.revokedAtMs === undefined)
-    ) {
+    const problem = apiKeyGrantProblem(input);
+    if (problem !== undefined) {
+      throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `API key ${problem}`);
+    }
+    let live = 0;
+    for (const k of this.#apiKeys.values()) {
+      if (k.revokedAtMs !== undefined) continue;
+      live++;
+      if (k.name === input.name) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_ALREADY_EXISTS",
+          `an API key named ${input.name} already exists`,
+        );
+      }
+    }
+    const maxKeys = Math.min(this.#o.maxApiKeys ?? ROUTING_LIMITS.maxKeys, ROUTING_LIMITS.maxKeys);
+    if (live >= maxKeys) {
       throw new ControlPlaneError(
-        "LLMGW_CONTROL_PLANE_ALREADY_EXISTS",
-        `an API key named ${input.name} already exists`,
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `${live} API keys are active, the most this control plane holds (${maxKeys}); revoke one first`,
       );
     }
     const secret = generateSecret("sk-llmgw-");
@@ -1917,7 +1969,10 @@ export class Cluster {
       this.#placements.set(p.replicaId, p);
       put.push(p);
     }
-    for (const id of removed) this.#loads.delete(id);
+    for (const id of removed) {
+      this.#loads.delete(id);
+      this.#loadFieldsDropped.delete(id);
+    }
     if (removed.length + put.length > 0) this.#routingChange();
     this.#savePlacements(removed, put);
     this.#saveStatuses(
@@ -2078,16 +2133,20 @@ export class Cluster {
 
   /**
    * Applies a `ReportLoad` from `nodeId` (the caller checked its credential and bounds): the
-   * load of each replica whose rank 0 is placed on `nodeId`, stamped with its scrape time.
-   * Reports for replicas served by another node are ignored (a node never sets another's
-   * load), and so are unknown ids (the replica may have just been removed). Updates what
-   * {@link readyReplicas} and {@link routingMembership} read and fires {@link onLoad}; never
-   * bumps {@link version} or {@link routingVersion}, never reconciles.
+   * load of each replica whose rank 0 is placed on `nodeId`, stamped with the control plane's
+   * clock now, as heartbeat load is. One clock orders every sample: an agent clock behind by
+   * more than its report interval would otherwise lose every report to the last heartbeat's
+   * load, and one ahead would keep dead load fresh. Reports for replicas served by another
+   * node are ignored (a node never sets another's load), and so are unknown ids (the replica
+   * may have just been removed). Updates what {@link readyReplicas} and
+   * {@link routingMembership} read and fires {@link onLoad}; never bumps {@link version} or
+   * {@link routingVersion}, never reconciles.
    */
   reportLoad(nodeId: string, reports: readonly ReplicaLoadReportInput[]): void {
+    const atMs = this.#o.clock.now();
     for (const r of reports) {
       if (this.#placements.get(r.replicaId)?.ranks[0]?.nodeId !== nodeId) continue;
-      this.#applyLoad(r.replicaId, r.load, r.scrapedAtMs);
+      this.#applyLoad(nodeId, r.replicaId, r.load, atMs);
     }
   }
 
@@ -2284,6 +2343,20 @@ export class Cluster {
     const keys: KeyGrant[] = [];
     for (const k of this.#apiKeys.values()) {
       if (k.revokedAtMs !== undefined) continue;
+      // A key stored by an older version that checked less: routers would refuse the whole
+      // stream over it, so it is left out (it authenticates nowhere) and named once.
+      const problem = apiKeyGrantProblem(k);
+      if (problem !== undefined) {
+        if (!this.#keysLeftOut.has(k.id)) {
+          this.#keysLeftOut.add(k.id);
+          this.#o.log?.(
+            escapeOutsideText(
+              `API key ${k.name} (${k.id}) is left out of routing, routers would refuse it: ${problem}; revoke it and create a new one`,
+            ),
+          );
+        }
+        continue;
+      }
       keys.push({
         id: k.id,
         name: k.name,
@@ -2409,6 +2482,36 @@ export class Cluster {
   unschedulableReasons(name: string): readonly { code: string; message: string }[] {
     return this.#unschedulable.get(name)?.reasons ?? [];
   }
+}
+
+/**
+ * Why routers would refuse a key with these limits and models (see `ROUTING_LIMITS` and
+ * `validateRoutingMessage` in `@llmgw/router`), as "field must …, got …", or undefined.
+ */
+function apiKeyGrantProblem(k: {
+  readonly models: readonly string[];
+  readonly requestsPerMinute?: number;
+  readonly tokensPerMinute?: number;
+  readonly maxConcurrency?: number;
+}): string | undefined {
+  for (const field of ["requestsPerMinute", "tokensPerMinute", "maxConcurrency"] as const) {
+    const v = k[field];
+    if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > ROUTING_LIMITS.maxKeyLimit))
+      return `${field} must be a whole number in 1–${ROUTING_LIMITS.maxKeyLimit}, or unset for no limit (got ${v})`;
+  }
+  if (k.models.length > ROUTING_LIMITS.maxModels)
+    return `models must list at most ${ROUTING_LIMITS.maxModels} names (got ${k.models.length})`;
+  for (let i = 0; i < k.models.length; i++) {
+    const m = k.models[i] as string;
+    if (m.length < 1 || m.length > ROUTING_LIMITS.maxNameChars) {
+      const shown =
+        m.length > 64
+          ? `${JSON.stringify(m.slice(0, 64))}… (${m.length} characters)`
+          : JSON.stringify(m);
+      return `models[${i}] must be a served model name of 1–${ROUTING_LIMITS.maxNameChars} characters (got ${shown})`;
+    }
+  }
+  return undefined;
 }
 
 function apiKeyToProto(k: ApiKeyRecord): ApiKey {

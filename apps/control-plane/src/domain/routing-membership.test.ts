@@ -34,14 +34,21 @@ afterEach(() => {
 const spec = (input: Record<string, unknown>) =>
   parseDeploymentSpecOrThrow({ engine: "sim", model: "org/model", gpuClass: "h100-80g", ...input });
 
-type Load = { running?: number; waiting?: number; kvCacheUsage?: number };
+type Load = {
+  running?: number;
+  waiting?: number;
+  kvCacheUsage?: number;
+  prefixCacheHitRate?: number;
+};
 
 /** A cluster with nodes a (10.0.0.1) and b (10.0.0.2), one H100 each, and recorders. */
 function setup() {
+  const logs: string[] = [];
   const cluster = new Cluster({
     store,
     schedule,
     clock,
+    log: (line) => logs.push(line),
     heartbeatIntervalMs: 1000,
     unreachableAfterMs: 3000,
     nodeLostAfterMs: 10_000,
@@ -111,7 +118,7 @@ function setup() {
     return bumps - before;
   };
   const ids = () => cluster.routingMembership().replicas.map((r) => r.id);
-  return { cluster, a, b, beat, servedBy, samples, bumpsDuring, ids };
+  return { cluster, a, b, beat, servedBy, samples, bumpsDuring, ids, logs };
 }
 
 describe("Cluster.routingMembership", () => {
@@ -165,6 +172,37 @@ describe("Cluster.routingMembership", () => {
       },
     ]);
     expect(JSON.stringify(m)).not.toContain(secret);
+  });
+
+  it("leaves out a stored key routers would refuse (from an older version), naming it once", () => {
+    const stored = (id: string, name: string, extra: Record<string, unknown>) =>
+      store.putApiKey({
+        id,
+        name,
+        prefix: "sk-llmgw-old",
+        secretHash: hashSecret(`sk-llmgw-${id}`),
+        models: [],
+        createdAtMs: 1,
+        ...extra,
+      });
+    stored("key_rpm0", "zero-rpm", { requestsPerMinute: 0 });
+    stored("key_empty", "empty-model", { models: ["org/chat", ""] });
+    stored("key_good", "good", { tokensPerMinute: 1_000 });
+    const { cluster, logs } = setup();
+    expect(cluster.routingMembership().keys.map((k) => k.id)).toEqual(["key_good"]);
+    const said = logs.filter((l) => l.includes("left out of routing"));
+    expect(said).toEqual([
+      'API key empty-model (key_empty) is left out of routing, routers would refuse it: models[1] must be a served model name of 1–256 characters (got ""); revoke it and create a new one',
+      "API key zero-rpm (key_rpm0) is left out of routing, routers would refuse it: requestsPerMinute must be a whole number in 1–4294967295, or unset for no limit (got 0); revoke it and create a new one",
+    ]);
+    for (const l of said) expect(l).not.toContain("sk-llmgw-key_");
+    // The membership is rebuilt on the next change: the keys stay out, named no more.
+    cluster.createApiKey({ name: "new", models: [] });
+    expect(cluster.routingMembership().keys.map((k) => k.name)).toEqual(["good", "new"]);
+    expect(logs.filter((l) => l.includes("left out of routing"))).toHaveLength(2);
+    // Revoking one still works (and it stays out).
+    cluster.revokeApiKey("zero-rpm");
+    expect(cluster.listApiKeys().map((k) => k.name)).toEqual(["empty-model", "good", "new"]);
   });
 
   it("leaves out a replica without an endpoint or with a rank on a lost node, and load nobody reported", () => {
@@ -327,13 +365,14 @@ describe("Cluster load", () => {
       }),
     ).toBe(0);
     expect(cluster.version).toBe(version);
+    // Stamped with the control plane's clock on arrival, not the agent's scrape time.
     expect(samples).toEqual([
-      { replicaId: onA, load: { running: 7, prefixCacheHitRate: 0.5 }, reportedAtMs: 111 },
+      { replicaId: onA, load: { running: 7, prefixCacheHitRate: 0.5 }, reportedAtMs: clock.now() },
     ]);
     const routed = cluster.routingMembership().replicas.find((r) => r.id === onA);
     expect(routed).toMatchObject({
       load: { running: 7, prefixCacheHitRate: 0.5 },
-      loadReportedAtMs: 111,
+      loadReportedAtMs: clock.now(),
     });
     expect(cluster.readyReplicas("chat").find((r) => r.replicaId === onA)?.load).toEqual({
       running: 7,
@@ -375,6 +414,68 @@ describe("Cluster load", () => {
     expect(samples.at(-1)).toEqual({ replicaId: servedBy(a), load: {}, reportedAtMs: clock.now() });
     expect(samples).toHaveLength(3);
     expect(cluster.routingMembership().replicas[0]).not.toHaveProperty("load");
+  });
+
+  it("orders heartbeat and ReportLoad samples by the control plane's clock, whatever the agent's says", () => {
+    const { cluster, a, beat, servedBy, samples } = setup();
+    cluster.applyDeployment(spec({ name: "chat" }));
+    const agentBehindMs = 1_500;
+    beat(a, { load: { running: 1 } });
+    const heartbeatAt = clock.now();
+    clock.advance(500);
+    // Scraped after the heartbeat, but the agent's clock reads 1.5 s behind the control plane.
+    cluster.reportLoad(a, [
+      { replicaId: servedBy(a), load: { running: 42 }, scrapedAtMs: clock.now() - agentBehindMs },
+    ]);
+    expect(samples.map((s) => [s.load, s.reportedAtMs])).toEqual([
+      [{ running: 1 }, heartbeatAt],
+      [{ running: 42 }, heartbeatAt + 500],
+    ]);
+    expect(cluster.routingMembership().replicas[0]).toMatchObject({
+      load: { running: 42 },
+      loadReportedAtMs: heartbeatAt + 500,
+    });
+    // An agent clock an hour ahead does not keep its load fresh: the refresh runs on ours.
+    clock.advance(LOAD_REFRESH_MS);
+    cluster.reportLoad(a, [
+      { replicaId: servedBy(a), load: { running: 42 }, scrapedAtMs: clock.now() + 3_600_000 },
+    ]);
+    expect(samples.at(-1)?.reportedAtMs).toBe(clock.now());
+  });
+
+  it("leaves out heartbeat load out of range as unreported, takes the heartbeat, and logs it once", () => {
+    const { cluster, a, beat, servedBy, samples, logs } = setup();
+    cluster.applyDeployment(spec({ name: "chat" }));
+    const bad: Load = { running: -3, waiting: 2, kvCacheUsage: 7, prefixCacheHitRate: 0.4 };
+    beat(a, { load: bad });
+    beat(a, { load: bad });
+    expect(cluster.nodeState(a)).toBe("ready");
+    const id = servedBy(a);
+    expect(samples).toEqual([
+      { replicaId: id, load: { waiting: 2, prefixCacheHitRate: 0.4 }, reportedAtMs: clock.now() },
+    ]);
+    expect(cluster.routingMembership().replicas[0]).toMatchObject({
+      load: { waiting: 2, prefixCacheHitRate: 0.4 },
+    });
+    expect(cluster.routingMembership().replicas[0]?.load).not.toHaveProperty("running");
+    expect(cluster.readyReplicas("chat")[0]?.load).toEqual({
+      waiting: 2,
+      prefixCacheHitRate: 0.4,
+    });
+    const said = (l: string) => l.includes("reported load out of range");
+    expect(logs.filter(said)).toEqual([
+      `replica ${id}: node ${a} reported load out of range, left out as unreported: running=-3, kvCacheUsage=7`,
+    ]);
+    // Good again, then bad in another field: named again.
+    beat(a, { load: { running: 1 } });
+    beat(a, { load: { running: 1, kvCacheUsage: Number.NaN } });
+    expect(logs.filter(said)).toHaveLength(2);
+    expect(logs.filter(said)[1]).toBe(
+      `replica ${id}: node ${a} reported load out of range, left out as unreported: kvCacheUsage=NaN`,
+    );
+    // ReportLoad past its RPC check (a direct caller) is held to the same range.
+    cluster.reportLoad(a, [{ replicaId: id, load: { running: 1e9, waiting: 5 }, scrapedAtMs: 0 }]);
+    expect(samples.at(-1)?.load).toEqual({ waiting: 5 });
   });
 
   it("takes heartbeat load from rank 0 only", () => {

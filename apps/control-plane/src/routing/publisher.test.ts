@@ -5,15 +5,28 @@ import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { EngineLoadSchema, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
-import type { RoutingDelta, RoutingMessage } from "@llmgw/router";
+import type {
+  KeyGrant,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  RoutingDelta,
+  RoutingMessage,
+  RoutingSnapshot,
+} from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
+import { inventoryToProto, routingMessageToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Cluster } from "../domain/cluster.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
-import { createRoutingPublisher, type RoutingPublisher, streamRoutingFeed } from "./publisher.js";
+import {
+  createRoutingPublisher,
+  type RoutingPublisher,
+  type RoutingSource,
+  streamRoutingFeed,
+} from "./publisher.js";
 import { createRouterRegistry } from "./router-registry.js";
 
 let dir: string;
@@ -53,6 +66,43 @@ function publish(options: Parameters<typeof createRoutingPublisher>[1] = {}) {
 
 const deltas = (ms: readonly RoutingMessage[]) =>
   ms.filter((m): m is RoutingDelta => m.kind === "delta");
+
+/**
+ * The real cluster as a routing source, plus entities an older or buggy control plane could
+ * hold, added to what it lists; `emitLoad` hands every load listener a sample directly.
+ */
+function withExtras(extra: {
+  models?: RoutedModel[];
+  replicas?: RoutedReplica[];
+  keys?: KeyGrant[];
+}): RoutingSource & { emitLoad(sample: ReplicaLoadSample): void } {
+  const loadListeners = new Set<(sample: ReplicaLoadSample) => void>();
+  return {
+    get routingVersion() {
+      return cluster.routingVersion;
+    },
+    onRoutingChange: (listener) => cluster.onRoutingChange(listener),
+    routingMembership() {
+      const m = cluster.routingMembership();
+      return {
+        models: [...m.models, ...(extra.models ?? [])],
+        replicas: [...m.replicas, ...(extra.replicas ?? [])],
+        keys: [...m.keys, ...(extra.keys ?? [])],
+      };
+    },
+    onLoad(listener) {
+      loadListeners.add(listener);
+      const off = cluster.onLoad(listener);
+      return () => {
+        loadListeners.delete(listener);
+        off();
+      };
+    },
+    emitLoad(sample) {
+      for (const l of loadListeners) l(sample);
+    },
+  };
+}
 
 function deploy(name = "chat", replicas = 1) {
   cluster.applyDeployment(
@@ -105,7 +155,7 @@ describe("createRoutingPublisher", () => {
     report(nodeId, ReplicaState.READY, { running: 3, waiting: 1 });
     const { key } = cluster.createApiKey({ name: "team-a", models: [], requestsPerMinute: 60 });
     const { received } = publish();
-    expect(received).toHaveLength(1);
+    expect(received).toHaveLength(2);
     expect(received[0]).toMatchObject({
       kind: "snapshot",
       epoch: "epoch-1",
@@ -124,6 +174,138 @@ describe("createRoutingPublisher", () => {
         },
       ],
       keys: [{ id: key.id, name: "team-a", rpm: 60 }],
+    });
+    // Then a keepalive, so a router learns the interval now rather than after one or two.
+    expect(received[1]).toMatchObject({
+      kind: "keepalive",
+      epoch: "epoch-1",
+      version: 1,
+      intervalMs: 2_000,
+    });
+  });
+
+  it("gives a new subscriber the router count as the registry has it now", () => {
+    const registry = createRouterRegistry();
+    const { publisher } = publish({ coalesceMs: 60_000, routers: registry });
+    const a = registry.connect({ id: "a", address: "", version: "" });
+    const b = registry.connect({ id: "b", address: "", version: "" });
+    // The delta saying 2 waits for its window; a router connecting now takes its share at once.
+    const late: RoutingMessage[] = [];
+    publisher.subscribe((m) => late.push(m));
+    expect(late[0]).toMatchObject({ kind: "snapshot", version: 1, routers: 2 });
+    // Even when the count goes back before the window ends, every router hears it.
+    b.close();
+    publisher.flush();
+    expect(deltas(late)).toMatchObject([{ version: 2, routers: 1 }]);
+    a.close();
+  });
+
+  it("leaves out each model, replica, key and load sample routers would refuse, and publishes the rest", async () => {
+    const nodeId = joinNode();
+    deploy();
+    report(nodeId, ReplicaState.READY, { running: 1, waiting: 0 });
+    const { key } = cluster.createApiKey({ name: "team-a", models: [] });
+    const good: RoutedReplica = {
+      id: "extra-0",
+      model: "org/chat",
+      deployment: "chat",
+      baseUrl: "http://10.0.0.9:8000",
+      state: "ready",
+      capacity: 4,
+    };
+    const source = withExtras({
+      models: [{ name: "", deployment: "ghost", policy: "llmgw", loading: false }],
+      replicas: [
+        { ...good, id: "bad-capacity", capacity: 0 },
+        { ...good, id: "bad-url", baseUrl: "ftp://10.0.0.9" },
+        { ...good, id: "bad-load", load: { running: -3, kvCacheUsage: 7 }, loadReportedAtMs: 5 },
+      ],
+      keys: [
+        { id: "key_rpm0", name: "old", secretSha256: "a".repeat(64), rpm: 0 },
+        { id: "key_model", name: "old2", secretSha256: "b".repeat(64), models: ["m".repeat(300)] },
+      ],
+    });
+    const logs: string[] = [];
+    const publisher = createRoutingPublisher(source, {
+      epoch: "epoch-1",
+      coalesceMs: 5,
+      loadFlushMs: 5,
+      log: (l) => logs.push(l),
+    });
+    publishers.push(publisher);
+    const received: RoutingMessage[] = [];
+    publisher.subscribe((m) => received.push(m));
+    const snapshot = received[0] as RoutingSnapshot;
+    // What every router would accept: the wire conversion runs the routers' validator.
+    expect(() => routingMessageToProto(snapshot)).not.toThrow();
+    expect(snapshot.models.map((m) => m.name)).toEqual(["org/chat"]);
+    expect(snapshot.replicas.map((r) => r.id)).toEqual(["chat-0", "bad-load"]);
+    // A replica's bad load leaves only its load out: it routes without load signals.
+    expect(snapshot.replicas[1]).not.toHaveProperty("load");
+    expect(snapshot.replicas[0]).toMatchObject({ load: { running: 1, waiting: 0 } });
+    expect(snapshot.keys.map((k) => k.id)).toEqual([key.id]);
+    expect(publisher.stats()).toMatchObject({ leftOut: 5, loadSamplesLeftOut: 1 });
+    expect(logs).toEqual([
+      'routing publisher: left out model "", routers would refuse it: name must be a string of 1..256 characters, got ""',
+      'routing publisher: left out replica "bad-capacity", routers would refuse it: capacity must be an integer in [1, 1000000], got 0',
+      'routing publisher: left out replica "bad-url", routers would refuse it: baseUrl must be an http(s) URL, got "ftp://10.0.0.9"',
+      'routing publisher: left out key "key_rpm0", routers would refuse it: rpm must be an integer in [1, 4294967295], got 0',
+      `routing publisher: left out key "key_model", routers would refuse it: models[0] must be a string of 1..256 characters, got "${"m".repeat(64)}"… (300 chars)`,
+      'routing publisher: left out load of replica "bad-load", routers would refuse it: load.running must be a finite number in [0, 1000000000], got -3',
+    ]);
+
+    // Membership moves: the delta carries the change and encodes; the bad ones are not named again.
+    cluster.createApiKey({ name: "team-b", models: [] });
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
+    const delta = deltas(received)[0] as RoutingDelta;
+    expect(() => routingMessageToProto(delta)).not.toThrow();
+    expect(delta.upsertedKeys.map((k) => k.name)).toEqual(["team-b"]);
+    expect(logs).toHaveLength(6);
+
+    // A bad load sample is dropped and named; a good one still goes out, in one LoadUpdate.
+    const at = clock.now() + 10;
+    source.emitLoad({ replicaId: "chat-0", load: { waiting: Number.NaN }, reportedAtMs: at });
+    source.emitLoad({ replicaId: "bad-load", load: { running: 2 }, reportedAtMs: at });
+    await vi.waitFor(() => expect(received.some((m) => m.kind === "load")).toBe(true), {
+      interval: 2,
+    });
+    const update = received.find((m) => m.kind === "load");
+    expect(update).toMatchObject({
+      samples: [{ replicaId: "bad-load", load: { running: 2 }, reportedAtMs: at }],
+    });
+    expect(() => routingMessageToProto(update as RoutingMessage)).not.toThrow();
+    expect(logs.slice(6)).toEqual([
+      'routing publisher: left out load of replica "chat-0", routers would refuse it: load.waiting must be a finite number in [0, 1000000000], got NaN',
+    ]);
+    // A later snapshot keeps chat-0's last good load, not the refused one.
+    const late: RoutingMessage[] = [];
+    publisher.subscribe((m) => late.push(m));
+    expect((late[0] as RoutingSnapshot).replicas[0]).toMatchObject({
+      id: "chat-0",
+      load: { running: 1, waiting: 0 },
+    });
+    expect(() => routingMessageToProto(late[0] as RoutingMessage)).not.toThrow();
+  });
+
+  it("orders load by the control plane's clock: an agent 1.5 s behind still reaches routers", async () => {
+    const nodeId = joinNode();
+    deploy();
+    report(nodeId, ReplicaState.READY);
+    const { received } = publish({ coalesceMs: 5, loadFlushMs: 5 });
+    report(nodeId, ReplicaState.READY, { running: 1, waiting: 0 });
+    await vi.waitFor(() => expect(received.some((m) => m.kind === "load")).toBe(true), {
+      interval: 2,
+    });
+    clock.advance(500);
+    // Read from the engine after that heartbeat; the agent's clock says 1.5 s earlier.
+    cluster.reportLoad(nodeId, [
+      { replicaId: "chat-0", load: { running: 42 }, scrapedAtMs: clock.now() - 1_500 },
+    ]);
+    await vi.waitFor(() => expect(received.filter((m) => m.kind === "load")).toHaveLength(2), {
+      interval: 2,
+    });
+    expect(received.filter((m) => m.kind === "load").at(-1)).toMatchObject({
+      samples: [{ replicaId: "chat-0", load: { running: 42 }, reportedAtMs: clock.now() }],
     });
   });
 
@@ -233,17 +415,19 @@ describe("createRoutingPublisher", () => {
     expect(deltas(received)[1]).toMatchObject({ version: 3, routers: 1 });
   });
 
-  it("sends keepalives on a quiet feed only", async () => {
+  it("sends a keepalive after each snapshot, then on a quiet feed", async () => {
     const { publisher, received } = publish({ keepaliveMs: 20 });
-    await vi.waitFor(() => expect(received.map((m) => m.kind)).toContain("keepalive"), {
-      interval: 5,
-    });
-    expect(received.find((m) => m.kind === "keepalive")).toMatchObject({
+    expect(received.map((m) => m.kind)).toEqual(["snapshot", "keepalive"]);
+    await vi.waitFor(
+      () => expect(received.filter((m) => m.kind === "keepalive").length).toBeGreaterThan(1),
+      { interval: 5 },
+    );
+    expect(received.filter((m) => m.kind === "keepalive").at(-1)).toMatchObject({
       epoch: "epoch-1",
       version: 1,
       intervalMs: 20,
     });
-    expect(publisher.stats().keepalives).toBeGreaterThan(0);
+    expect(publisher.stats().keepalives).toBeGreaterThan(1);
   });
 
   it("drops a subscriber that throws and keeps serving the others", async () => {
@@ -252,13 +436,14 @@ describe("createRoutingPublisher", () => {
     let calls = 0;
     publisher.subscribe(() => {
       calls++;
-      if (calls > 1) throw new Error("boom");
+      // The snapshot and its keepalive pass; the first delta throws.
+      if (calls > 2) throw new Error("boom");
     });
     cluster.createApiKey({ name: "k1", models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
     cluster.createApiKey({ name: "k2", models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
-    expect(calls).toBe(2);
+    expect(calls).toBe(3);
     expect(logged).toEqual(["routing publisher: dropped a subscriber that threw: boom"]);
   });
 
@@ -275,6 +460,8 @@ describe("createRoutingPublisher", () => {
       { keepaliveMs: 700_000 },
       "routing publisher: keepaliveMs must be a whole number of ms in 1–600000 (got 700000)",
     ],
+    [{ epoch: "" }, "routing publisher: epoch must be 1–64 characters (got 0)"],
+    [{ epoch: "e".repeat(65) }, "routing publisher: epoch must be 1–64 characters (got 65)"],
   ])("refuses %j", (bad, message) => {
     expect(() => createRoutingPublisher(cluster, bad)).toThrow(message);
   });
@@ -285,6 +472,7 @@ describe("streamRoutingFeed", () => {
     const { publisher } = publish({ coalesceMs: 5 });
     const stream = streamRoutingFeed(publisher);
     expect((await stream.next()).value).toMatchObject({ kind: "snapshot", version: 1 });
+    expect((await stream.next()).value).toMatchObject({ kind: "keepalive", version: 1 });
     cluster.createApiKey({ name: "k1", models: [] });
     expect((await stream.next()).value).toMatchObject({ kind: "delta", version: 2 });
     await stream.return();
@@ -311,7 +499,8 @@ describe("streamRoutingFeed", () => {
     const { publisher } = publish();
     const stop = new AbortController();
     const stream = streamRoutingFeed(publisher, { signal: stop.signal });
-    await stream.next();
+    await stream.next(); // the snapshot
+    await stream.next(); // its keepalive
     const pending = stream.next();
     stop.abort(new Error("shutting down"));
     await expect(pending).rejects.toThrow("shutting down");

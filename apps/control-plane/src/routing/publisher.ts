@@ -4,17 +4,19 @@
  * Membership is diffed and versioned; load is coalesced and never versioned.
  */
 import { randomBytes } from "node:crypto";
-import type {
-  KeyGrant,
-  LoadUpdate,
-  ReplicaLoad,
-  ReplicaLoadSample,
-  RoutedModel,
-  RoutedReplica,
-  RoutingDelta,
-  RoutingFeed,
-  RoutingMessage,
-  RoutingSnapshot,
+import {
+  type KeyGrant,
+  type LoadUpdate,
+  type ReplicaLoad,
+  type ReplicaLoadSample,
+  type RoutedModel,
+  type RoutedReplica,
+  type RoutingDelta,
+  type RoutingFeed,
+  type RoutingKeepalive,
+  type RoutingMessage,
+  type RoutingSnapshot,
+  validateRoutingMessage,
 } from "@llmgw/router";
 import { ControlPlaneError } from "../errors.js";
 
@@ -70,6 +72,10 @@ export interface RoutingPublisherStats {
   readonly fanouts: number;
   readonly fanoutMsTotal: number;
   readonly fanoutMsMax: number;
+  /** Models, replicas and keys left out now, because routers would refuse them. */
+  readonly leftOut: number;
+  /** Load samples left out so far, because routers would refuse them. */
+  readonly loadSamplesLeftOut: number;
 }
 
 /** A routing feed over the cluster, with its lifecycle. */
@@ -140,23 +146,56 @@ function sameKey(a: KeyGrant, b: KeyGrant): boolean {
   );
 }
 
-/** Upserts (new or changed by `same`) and removals from `held` to `next`; updates `held`. */
+/**
+ * Why routers would refuse a message carrying `message`'s one entity, or undefined: the
+ * router's own rules (`validateRoutingMessage`), with the message-level prefix cut off
+ * (`upsertedKeys[0].rpm must be …` → `rpm must be …`).
+ */
+function problemOf(message: RoutingMessage): string | undefined {
+  try {
+    validateRoutingMessage(message);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message.replace(/^routing \w+: (upserted\w+|samples)\[0\]\.?/, "");
+  }
+}
+
+/** An id as a log line shows it: quoted, cut at 64 characters. */
+const shownId = (id: string) =>
+  id.length > 64 ? `${JSON.stringify(id.slice(0, 64))}… (${id.length} chars)` : JSON.stringify(id);
+
+/**
+ * Upserts (new or changed by `same`) and removals from `held` to `next`; updates `held`.
+ * A new or changed entity that `check` finds a problem with is not taken: it counts as absent
+ * (removed when held before), and `onInvalid` hears of it.
+ */
 function diffInto<T>(
   held: Map<string, T>,
   next: readonly T[],
   idOf: (v: T) => string,
   same: (a: T, b: T) => boolean,
+  check: (v: T) => string | undefined,
+  onInvalid: (id: string, problem: string) => void,
 ): { upserted: T[]; removed: string[] } {
   const upserted: T[] = [];
   const seen = new Set<string>();
   for (const v of next) {
     const id = idOf(v);
-    seen.add(id);
+    if (seen.has(id)) {
+      onInvalid(id, "is listed twice; the first is kept");
+      continue;
+    }
     const was = held.get(id);
     if (was === undefined || !same(was, v)) {
+      const problem = check(v);
+      if (problem !== undefined) {
+        onInvalid(id, problem);
+        continue;
+      }
       upserted.push(v);
       held.set(id, v);
     }
+    seen.add(id);
   }
   const removed: string[] = [];
   for (const id of held.keys()) {
@@ -165,6 +204,26 @@ function diffInto<T>(
   for (const id of removed) held.delete(id);
   return { upserted, removed };
 }
+
+/** A delta of nothing, to check one entity at a time with the router's rules. */
+const EMPTY_DELTA: RoutingDelta = {
+  kind: "delta",
+  epoch: "check",
+  version: 1,
+  upsertedModels: [],
+  removedModels: [],
+  upsertedReplicas: [],
+  removedReplicas: [],
+  upsertedKeys: [],
+  removedKeys: [],
+  sentAtMs: 0,
+};
+
+const modelProblem = (m: RoutedModel) => problemOf({ ...EMPTY_DELTA, upsertedModels: [m] });
+const replicaProblem = (r: Membership) => problemOf({ ...EMPTY_DELTA, upsertedReplicas: [r] });
+const keyProblem = (k: KeyGrant) => problemOf({ ...EMPTY_DELTA, upsertedKeys: [k] });
+const sampleProblem = (s: ReplicaLoadSample) =>
+  problemOf({ kind: "load", epoch: "check", samples: [s] });
 
 /**
  * Creates the routing publisher over `source` (the Cluster). Reads the membership once now
@@ -175,8 +234,17 @@ function diffInto<T>(
  * - collects `onLoad` samples per replica (the newest wins) and sends them as one LoadUpdate
  *   every `loadFlushMs`, for published replicas only;
  * - sends a keepalive when nothing went out for `keepaliveMs`.
- * A new subscriber gets the current snapshot (load included) synchronously, then every later
- * message in order. Listeners are called synchronously: one that throws is dropped and logged.
+ *
+ * Every new or changed model, replica and key, and every load sample, is checked with the
+ * routers' own rules (`validateRoutingMessage`) before it is published: one that routers would
+ * refuse is left out (a replica's bad load alone leaves only the load out) and logged once
+ * while it stays the same, so one bad entity never makes every router refuse the stream.
+ *
+ * A new subscriber gets, synchronously, the current snapshot (load included, with the router
+ * count as it is now) and a keepalive (so it learns `keepaliveMs` at once, not one to two
+ * intervals later), then every later message in order. Listeners are called synchronously: one
+ * that throws is dropped and logged.
+ * @throws ControlPlaneError `LLMGW_CONTROL_PLANE_CONFIG_INVALID` for an option out of range.
  */
 export function createRoutingPublisher(
   source: RoutingSource,
@@ -198,6 +266,12 @@ export function createRoutingPublisher(
     }
   }
   const epoch = options.epoch ?? randomBytes(16).toString("hex");
+  if (epoch.length < 1 || epoch.length > 64) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      `routing publisher: epoch must be 1–64 characters (got ${epoch.length})`,
+    );
+  }
   const now = options.now ?? Date.now;
   const log = options.log ?? (() => {});
   const routerCount = () => Math.max(1, options.routers?.connected ?? 1);
@@ -208,8 +282,16 @@ export function createRoutingPublisher(
   const loads = new Map<string, HeldLoad>();
   const pendingLoad = new Map<string, ReplicaLoadSample>();
   const listeners = new Set<(message: RoutingMessage) => void>();
+  /** Entity (`replica "r-1"`) → why it is left out, as of the last membership read. */
+  let leftOut = new Map<string, string>();
+  /** Replica id → why its last load sample was left out, until a good one comes. */
+  const loadLeftOut = new Map<string, string>();
+  let loadSamplesLeftOut = 0;
   let version = 1;
+  /** The router count published last (in a delta; a snapshot may carry a newer one). */
   let routers = routerCount();
+  /** A snapshot went out with a count other than `routers`: the next flush publishes it. */
+  let routersPending = false;
   let seenRoutingVersion = -1;
   let closed = false;
   let sentSinceKeepalive = false;
@@ -226,24 +308,65 @@ export function createRoutingPublisher(
     fanoutMsMax: 0,
   };
 
+  /** Takes a load sample unless routers would refuse it (then logs it, once per problem). */
+  const takeLoad = (sample: ReplicaLoadSample): boolean => {
+    const problem = sampleProblem(sample);
+    if (problem === undefined) {
+      loadLeftOut.delete(sample.replicaId);
+      loads.set(sample.replicaId, { load: sample.load, reportedAtMs: sample.reportedAtMs });
+      return true;
+    }
+    loadSamplesLeftOut++;
+    if (loadLeftOut.get(sample.replicaId) !== problem) {
+      loadLeftOut.set(sample.replicaId, problem);
+      log(
+        `routing publisher: left out load of replica ${shownId(sample.replicaId)}, routers would refuse it: ${problem}`,
+      );
+    }
+    return false;
+  };
+
   /** Reads the membership; returns what changed since the last read (and applies it). */
   const readMembership = () => {
     seenRoutingVersion = source.routingVersion;
     const m = source.routingMembership();
     stats.membershipReads++;
+    const found = new Map<string, string>();
+    const invalid = (what: string) => (id: string, problem: string) => {
+      const entity = `${what} ${shownId(id)}`;
+      found.set(entity, problem);
+      if (leftOut.get(entity) !== problem)
+        log(`routing publisher: left out ${entity}, routers would refuse it: ${problem}`);
+    };
     const nextReplicas = m.replicas.map(membershipOf);
-    const modelDiff = diffInto(models, m.models, (v) => v.name, sameModel);
-    const replicaDiff = diffInto(replicas, nextReplicas, (v) => v.id, sameReplica);
-    const keyDiff = diffInto(keys, m.keys, (v) => v.id, sameKey);
+    const modelDiff = diffInto(
+      models,
+      m.models,
+      (v) => v.name,
+      sameModel,
+      modelProblem,
+      invalid("model"),
+    );
+    const replicaDiff = diffInto(
+      replicas,
+      nextReplicas,
+      (v) => v.id,
+      sameReplica,
+      replicaProblem,
+      invalid("replica"),
+    );
+    const keyDiff = diffInto(keys, m.keys, (v) => v.id, sameKey, keyProblem, invalid("key"));
+    leftOut = found;
     for (const r of m.replicas) {
-      if (r.load === undefined || r.loadReportedAtMs === undefined) continue;
+      if (r.load === undefined || r.loadReportedAtMs === undefined || !replicas.has(r.id)) continue;
       const held = loads.get(r.id);
       if (held === undefined || held.reportedAtMs < r.loadReportedAtMs)
-        loads.set(r.id, { load: r.load, reportedAtMs: r.loadReportedAtMs });
+        takeLoad({ replicaId: r.id, load: r.load, reportedAtMs: r.loadReportedAtMs });
     }
     for (const id of replicaDiff.removed) {
       loads.delete(id);
       pendingLoad.delete(id);
+      loadLeftOut.delete(id);
     }
     return { modelDiff, replicaDiff, keyDiff };
   };
@@ -276,12 +399,12 @@ export function createRoutingPublisher(
     if (closed) return;
     const nextRouters = routerCount();
     const membershipMoved = source.routingVersion !== seenRoutingVersion;
-    if (!membershipMoved && nextRouters === routers) return;
+    if (!membershipMoved && nextRouters === routers && !routersPending) return;
     const empty = { upserted: [], removed: [] };
     const { modelDiff, replicaDiff, keyDiff } = membershipMoved
       ? readMembership()
       : { modelDiff: empty, replicaDiff: empty, keyDiff: empty };
-    const routersChanged = nextRouters !== routers;
+    const routersChanged = nextRouters !== routers || routersPending;
     const changes =
       modelDiff.upserted.length +
       modelDiff.removed.length +
@@ -291,6 +414,7 @@ export function createRoutingPublisher(
       keyDiff.removed.length;
     if (changes === 0 && !routersChanged) return;
     routers = nextRouters;
+    routersPending = false;
     version++;
     const delta: RoutingDelta = {
       kind: "delta",
@@ -333,7 +457,7 @@ export function createRoutingPublisher(
     if (closed || !replicas.has(sample.replicaId)) return;
     const held = loads.get(sample.replicaId);
     if (held !== undefined && held.reportedAtMs > sample.reportedAtMs) return;
-    loads.set(sample.replicaId, { load: sample.load, reportedAtMs: sample.reportedAtMs });
+    if (!takeLoad(sample)) return;
     pendingLoad.set(sample.replicaId, sample);
     if (loadTimer === undefined) {
       loadTimer = setTimeout(flushLoad, loadFlushMs);
@@ -345,25 +469,39 @@ export function createRoutingPublisher(
   const offChange = source.onRoutingChange(scheduleMembership);
   const offLoad = source.onLoad(onLoad);
   const offRouters = options.routers?.onConnectedChange(scheduleMembership);
+  const keepalive = (): RoutingKeepalive => {
+    stats.keepalives++;
+    return { kind: "keepalive", epoch, version, sentAtMs: now(), intervalMs: keepaliveMs };
+  };
   const keepaliveTimer = setInterval(() => {
-    if (!sentSinceKeepalive) {
-      stats.keepalives++;
-      broadcast({ kind: "keepalive", epoch, version, sentAtMs: now(), intervalMs: keepaliveMs });
-    }
+    if (!sentSinceKeepalive) broadcast(keepalive());
     sentSinceKeepalive = false;
   }, keepaliveMs);
   keepaliveTimer.unref();
 
-  const snapshot = (): RoutingSnapshot => ({
-    kind: "snapshot",
-    epoch,
-    version,
-    models: [...models.values()],
-    replicas: [...replicas.values()].map(withLoad),
-    keys: [...keys.values()],
-    routers,
-    sentAtMs: now(),
-  });
+  /**
+   * The held state with the router count as the registry has it now: a router connecting
+   * (it is registered before it subscribes) takes its share at once rather than after the
+   * next delta. When that count is not the one published last, the next flush publishes it,
+   * so every router converges on it even if the count moves back before then.
+   */
+  const snapshot = (): RoutingSnapshot => {
+    const current = routerCount();
+    if (current !== routers && !routersPending) {
+      routersPending = true;
+      scheduleMembership();
+    }
+    return {
+      kind: "snapshot",
+      epoch,
+      version,
+      models: [...models.values()],
+      replicas: [...replicas.values()].map(withLoad),
+      keys: [...keys.values()],
+      routers: current,
+      sentAtMs: now(),
+    };
+  };
 
   return {
     epoch,
@@ -379,6 +517,7 @@ export function createRoutingPublisher(
       if (closed) return () => {};
       stats.snapshots++;
       listener(snapshot());
+      listener(keepalive());
       listeners.add(listener);
       return () => {
         listeners.delete(listener);
@@ -390,6 +529,8 @@ export function createRoutingPublisher(
       routers,
       subscribers: listeners.size,
       ...stats,
+      leftOut: leftOut.size,
+      loadSamplesLeftOut,
     }),
     close() {
       if (closed) return;
