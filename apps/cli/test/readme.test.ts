@@ -556,7 +556,7 @@ describe("docs/api.md lists every error the code can answer", () => {
     : [];
   const source = (path: string): string => readFileSync(join(repoRoot, path), "utf8");
   const httpErrors = [
-    ...source("apps/control-plane/src/router/http-errors.ts").matchAll(
+    ...source("apps/router/src/http-errors.ts").matchAll(
       /\{\s*status:\s*(\d+),\s*type:\s*"([^"]+)",\s*code:\s*"([^"]+)"\s*\}/g,
     ),
   ].map((m) => ({ status: m[1] as string, type: m[2] as string, code: m[3] as string }));
