@@ -5,14 +5,18 @@ import { createRouterRegistry, DISCONNECTED_ROUTERS_KEPT_MS } from "./router-reg
 function fixture(maxRouters?: number) {
   let nowMs = 1_000;
   const counts: number[] = [];
+  const lines: string[] = [];
   const registry = createRouterRegistry({
     now: () => nowMs,
+    keepaliveMs: 2_000,
+    log: (line) => lines.push(line),
     ...(maxRouters === undefined ? {} : { maxRouters }),
   });
   registry.onConnectedChange((n) => counts.push(n));
   return {
     registry,
     counts,
+    lines,
     advance: (ms: number) => {
       nowMs += ms;
     },
@@ -111,6 +115,76 @@ describe("createRouterRegistry", () => {
     ]);
     newer.close();
     expect(counts).toEqual([1, 0]);
+  });
+
+  it.each([
+    [
+      "written to within a keepalive interval: a warning naming both ends",
+      2_000,
+      "warning: router router-a: a newer stream (from 10.0.0.2:40002, address a:2) replaces one written to 2000 ms ago (from 10.0.0.1:40001, address a:1); do two routers use this id?",
+    ],
+    [
+      "quiet for longer (a reconnect the old stream did not notice)",
+      2_001,
+      "router router-a: a newer stream (from 10.0.0.2:40002, address a:2) replaces the open one (from 10.0.0.1:40001, address a:1)",
+    ],
+  ])("logs a takeover of a stream %s", (_name, quietMs, line) => {
+    const { registry, lines, advance } = fixture();
+    const older = registry.connect({
+      id: "router-a",
+      address: "a:1",
+      version: "1",
+      peer: "10.0.0.1:40001",
+    });
+    advance(5_000);
+    older.sent(delta(2));
+    advance(quietMs);
+    registry.connect({ id: "router-a", address: "a:2", version: "1", peer: "10.0.0.2:40002" });
+    expect(lines).toEqual(["router router-a connected from a:1", line]);
+  });
+
+  it("names a takeover's ends it does not know as such", () => {
+    const { registry, lines } = fixture();
+    registry.connect({ id: "router-a", address: "", version: "1" });
+    registry.connect({ id: "router-a", address: "", version: "1" });
+    expect(lines[1]).toBe(
+      "warning: router router-a: a newer stream (from an unknown peer, no address) replaces one written to 0 ms ago (from an unknown peer, no address); do two routers use this id?",
+    );
+  });
+
+  it("never lets a remote router and the in-process one replace each other", () => {
+    const { registry, counts } = fixture();
+    const cp = registry.connect({ id: "in-process", address: "", version: "v", inProcess: true });
+    const refusal = {
+      code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+      message:
+        "router id in-process is the control plane's own router; a remote router needs another id",
+    };
+    expect(() => registry.connect({ id: "in-process", address: "", version: "v" })).toThrow(
+      expect.objectContaining(refusal),
+    );
+    expect(cp.replaced.aborted).toBe(false);
+    const remote = registry.connect({ id: "router-a", address: "", version: "v" });
+    expect(() =>
+      registry.connect({ id: "router-a", address: "", version: "v", inProcess: true }),
+    ).toThrow(expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT" }));
+    expect(remote.replaced.aborted).toBe(false);
+    expect(registry.connected).toBe(2);
+    // Once the in-process router is gone, its id is an ordinary disconnected entry.
+    cp.close();
+    registry.connect({ id: "in-process", address: "", version: "v" });
+    expect(counts).toEqual([1, 2, 1, 2]);
+  });
+
+  it("adds the reason a session was closed to the log line", () => {
+    const { registry, lines } = fixture();
+    const a = registry.connect({ id: "router-a", address: "", version: "v" });
+    a.close("cut off (LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW)");
+    a.close("again");
+    expect(lines).toEqual([
+      "router router-a connected",
+      "router router-a disconnected: cut off (LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW)",
+    ]);
   });
 
   it("forgets the oldest disconnected router to make room, and refuses past the cap", () => {

@@ -12,6 +12,13 @@ export const DISCONNECTED_ROUTERS_KEPT_MS = 10 * 60_000;
 /** Routers held at most (connected and recently disconnected). */
 export const DEFAULT_MAX_ROUTERS = 1_024;
 
+/**
+ * Router ids no stream may take: `in-process` is the control plane's own router
+ * (`IN_PROCESS_ROUTER_ID`). A remote router under it would take over that entry, and the
+ * count would drop by one while the in-process router still serves.
+ */
+export const RESERVED_ROUTER_IDS: readonly string[] = ["in-process"];
+
 /** What a router says about itself when its stream opens. */
 export interface RouterRegistration {
   readonly id: string;
@@ -20,6 +27,8 @@ export interface RouterRegistration {
   readonly version: string;
   /** The control plane's own router (`llmgw control-plane` without `--no-public-api`). */
   readonly inProcess?: boolean;
+  /** The peer the stream came from (`10.0.0.9:53122`), for log lines only; absent: unknown. */
+  readonly peer?: string;
 }
 
 /** One router as `ListRouters` shows it. */
@@ -49,8 +58,11 @@ export interface RouterSession {
   readonly replaced: AbortSignal;
   /** Records that `message` went out on this stream (last seen, epoch, version). */
   sent(message: RoutingMessage): void;
-  /** Ends the session; the router stays listed, disconnected. Idempotent. */
-  close(): void;
+  /**
+   * Ends the session; the router stays listed, disconnected, and the count drops now.
+   * `reason`, when given, is added to the log line. Idempotent.
+   */
+  close(reason?: string): void;
 }
 
 /** Options of {@link createRouterRegistry}. */
@@ -61,6 +73,12 @@ export interface RouterRegistryOptions {
   readonly disconnectedKeptMs?: number;
   /** Default {@link DEFAULT_MAX_ROUTERS}. */
   readonly maxRouters?: number;
+  /**
+   * The publisher's keepalive interval, ms. A session that was sent a message within it is
+   * live: a newer stream of its id taking over is logged as a warning (two routers under one
+   * id?). Default 2 000 (the publisher's default).
+   */
+  readonly keepaliveMs?: number;
   readonly log?: (line: string) => void;
 }
 
@@ -69,7 +87,9 @@ export interface RouterRegistry {
   /**
    * Registers an open stream. A router id already connected is replaced (its older session's
    * `replaced` signal aborts). Throws `LLMGW_CONTROL_PLANE_ROUTER_LIMIT` when `maxRouters`
-   * routers are connected already (disconnected ones are forgotten first, oldest first).
+   * routers are connected already (disconnected ones are forgotten first, oldest first), and
+   * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` when a remote router and the in-process one would
+   * share an id (neither replaces the other).
    */
   connect(registration: RouterRegistration): RouterSession;
   /** Connected routers first, then disconnected ones, each by id. */
@@ -78,6 +98,12 @@ export interface RouterRegistry {
   readonly connected: number;
   /** Called (synchronously) whenever {@link connected} changes. Returns an unsubscribe function. */
   onConnectedChange(listener: (connected: number) => void): () => void;
+}
+
+/** `from 10.0.0.9:53122, address 10.0.0.9:8080`, the parts a registration has. */
+function whereFrom(r: RouterRegistration): string {
+  const from = r.peer === undefined ? "from an unknown peer" : `from ${r.peer}`;
+  return r.address === "" ? `${from}, no address` : `${from}, address ${r.address}`;
 }
 
 interface Entry {
@@ -94,6 +120,7 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
   const now = options.now ?? Date.now;
   const keptMs = options.disconnectedKeptMs ?? DISCONNECTED_ROUTERS_KEPT_MS;
   const maxRouters = options.maxRouters ?? DEFAULT_MAX_ROUTERS;
+  const keepaliveMs = options.keepaliveMs ?? 2_000;
   const log = options.log ?? (() => {});
   const entries = new Map<string, Entry>();
   const replacers = new Map<string, AbortController>();
@@ -132,6 +159,15 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
     connect(registration) {
       const previous = entries.get(registration.id);
       const takesOver = previous?.session !== undefined;
+      if (
+        takesOver &&
+        (previous.registration.inProcess === true) !== (registration.inProcess === true)
+      ) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          `router id ${registration.id} is the control plane's own router; a remote router needs another id`,
+        );
+      }
       if (previous === undefined) makeRoom();
       if (takesOver) {
         replacers
@@ -142,7 +178,12 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
               `a newer stream of router ${registration.id} replaced this one`,
             ),
           );
-        log(`router ${registration.id}: a newer stream replaces the open one`);
+        const quietMs = now() - previous.lastSeenMs;
+        log(
+          quietMs <= keepaliveMs
+            ? `warning: router ${registration.id}: a newer stream (${whereFrom(registration)}) replaces one written to ${quietMs} ms ago (${whereFrom(previous.registration)}); do two routers use this id?`
+            : `router ${registration.id}: a newer stream (${whereFrom(registration)}) replaces the open one (${whereFrom(previous.registration)})`,
+        );
       }
       const token = {};
       const replaced = new AbortController();
@@ -175,7 +216,7 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
             entry.stateVersion = message.version;
           }
         },
-        close() {
+        close(reason) {
           if (!open) return;
           open = false;
           entry.lastSeenMs = now();
@@ -183,7 +224,7 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
           if (entries.get(registration.id)?.session !== token) return;
           entry.session = undefined;
           replacers.delete(registration.id);
-          log(`router ${registration.id} disconnected`);
+          log(`router ${registration.id} disconnected${reason === undefined ? "" : `: ${reason}`}`);
           setConnected(connected - 1);
         },
       };

@@ -1,15 +1,20 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import type { Server } from "node:http";
+import { createServer as createHttp2Server, type Http2Server, type Http2Session } from "node:http2";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { connectNodeAdapter, createConnectTransport } from "@connectrpc/connect-node";
 import {
   ClusterService,
   RouterService,
   type WatchRoutingResponse,
   WatchRoutingResponseSchema,
 } from "@llmgw/proto";
-import type { RoutingMessage } from "@llmgw/router";
+import type { KeyGrant, RoutingFeed, RoutingMessage } from "@llmgw/router";
+import { createHttpListener } from "@llmgw/router-server";
 import { schedule } from "@llmgw/scheduler";
 import { routingMessageFromProto, routingMessageToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -17,12 +22,19 @@ import { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
 import { createRoutingPublisher, type RoutingPublisher } from "../routing/publisher.js";
 import { createRouterRegistry, type RouterRegistry } from "../routing/router-registry.js";
+import { IN_PROCESS_ROUTER_ID } from "../run.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock } from "../testing/manual-clock.js";
 import { createClusterService } from "./cluster-service.js";
 import { errorMappingInterceptor } from "./errors.js";
-import { createRouterService, preEncodeRoutingResponse } from "./router-service.js";
+import {
+  createRouterService,
+  preEncodeRoutingResponse,
+  routerServiceContextValues,
+  STALLED_WRITE_KEEPALIVES,
+  WATCH_ROUTING_LIMITS,
+} from "./router-service.js";
 
 const ROUTER_TOKEN = "llmgw-router-test";
 const ADMIN_TOKEN = "llmgw-admin-test";
@@ -90,7 +102,10 @@ afterEach(() => {
 
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
-/** Opens a WatchRouting stream and collects what it delivers, converted back to plain form. */
+/**
+ * Opens a WatchRouting stream and collects what it delivers, converted back to plain form;
+ * keepalives (one follows each snapshot) are left out.
+ */
 function watch(
   routerId: string,
   options: { token?: string; address?: string; version?: string } = {},
@@ -104,7 +119,8 @@ function watch(
         { routerId, address: options.address ?? "", version: options.version ?? "0.1.0" },
         { headers: bearer(options.token ?? ROUTER_TOKEN), signal: abort.signal },
       )) {
-        received.push(routingMessageFromProto(res as WatchRoutingResponse));
+        const message = routingMessageFromProto(res as WatchRoutingResponse);
+        if (message.kind !== "keepalive") received.push(message);
       }
       return undefined;
     } catch (error) {
@@ -183,6 +199,10 @@ describe("RouterService.WatchRouting", () => {
       { stateAgeMs: BigInt(-1) },
       "WatchRoutingRequest.state_age_ms must be 0–315360000000 (got -1)",
     ],
+    [
+      { routerId: "in-process" },
+      `WatchRoutingRequest.router_id "in-process" is reserved for the control plane's own router; start this router with another --router-id`,
+    ],
   ])("refuses a bad request field (case %#)", async (bad, message) => {
     const error = await (async () => {
       try {
@@ -197,6 +217,10 @@ describe("RouterService.WatchRouting", () => {
     })();
     expect(error?.code).toBe(Code.InvalidArgument);
     expect(error?.rawMessage).toBe(message);
+  });
+
+  it("reserves the in-process router's id", () => {
+    expect(WATCH_ROUTING_LIMITS.reservedRouterIds).toContain(IN_PROCESS_ROUTER_ID);
   });
 
   it("streams a snapshot then deltas, and lists the router with what it was sent", async () => {
@@ -347,5 +371,208 @@ describe("preEncodeRoutingResponse", () => {
     const bytes = toBinary(WatchRoutingResponseSchema, preEncodeRoutingResponse(proto));
     expect(bytes).toEqual(toBinary(WatchRoutingResponseSchema, proto));
     expect(routingMessageFromProto(fromBinary(WatchRoutingResponseSchema, bytes))).toEqual(message);
+  });
+});
+
+describe("RouterService.WatchRouting over a real listener", () => {
+  // Generous: a 0.6 MB message must be written well within it on a loaded machine.
+  const KEEPALIVE_MS = 500;
+  const STALL_MS = STALLED_WRITE_KEEPALIVES * KEEPALIVE_MS;
+  const opened: { server: Server | Http2Server; abort: AbortController }[] = [];
+  const sessions = new WeakMap<Server | Http2Server, Http2Session[]>();
+  afterEach(async () => {
+    for (const { server, abort } of opened.splice(0)) {
+      abort.abort();
+      if ("closeAllConnections" in server) server.closeAllConnections();
+      const closed = new Promise((resolve) => server.close(resolve));
+      for (const session of sessions.get(server) ?? []) session.destroy();
+      await closed;
+    }
+  });
+
+  /** A feed the test drives: a snapshot on subscribe, then what `emit` hands it. */
+  function drivenFeed() {
+    const listeners = new Set<(message: RoutingMessage) => void>();
+    const feed: RoutingFeed = {
+      subscribe(listener) {
+        listeners.add(listener);
+        listener({
+          kind: "snapshot",
+          epoch: "e",
+          version: 1,
+          models: [],
+          replicas: [],
+          keys: [],
+          routers: 1,
+          sentAtMs: Date.now(),
+        });
+        return () => listeners.delete(listener);
+      },
+    };
+    return {
+      feed,
+      subscribers: () => listeners.size,
+      emit: (message: RoutingMessage) => {
+        for (const l of [...listeners]) l(message);
+      },
+    };
+  }
+
+  // ~0.6 MB: a few dozen fill any loopback socket's buffers.
+  const keys: KeyGrant[] = Array.from({ length: 2_000 }, (_, i) => ({
+    id: `key_${i}`,
+    name: `${"n".repeat(250)}${i}`.slice(-256),
+    secretSha256: "ab".repeat(32),
+  }));
+  const bigDelta: RoutingMessage = {
+    kind: "delta",
+    epoch: "e",
+    version: 2,
+    upsertedModels: [],
+    removedModels: [],
+    upsertedReplicas: [],
+    removedReplicas: [],
+    upsertedKeys: keys,
+    removedKeys: [],
+    sentAtMs: 1,
+  };
+
+  async function serve(
+    feed: RoutingFeed,
+    withConnection: boolean,
+    httpVersion: "1.1" | "2" = "1.1",
+  ) {
+    const lines: string[] = [];
+    const routers = createRouterRegistry({ keepaliveMs: KEEPALIVE_MS, log: (l) => lines.push(l) });
+    const handler = connectNodeAdapter({
+      interceptors: [errorMappingInterceptor],
+      ...(withConnection ? { contextValues: routerServiceContextValues } : {}),
+      routes: (router) => {
+        router.service(
+          RouterService,
+          createRouterService(feed, routers, ROUTER_TOKEN, {
+            shutdown: new AbortController().signal,
+            maxQueued: 10_000,
+            keepaliveMs: KEEPALIVE_MS,
+          }),
+        );
+      },
+    });
+    // HTTP/1.1 through the control listener's own factory; HTTP/2 through node:http2.
+    let server: Server | Http2Server;
+    if (httpVersion === "1.1") server = createHttpListener({}, handler);
+    else {
+      const h2 = createHttp2Server(handler);
+      const held: Http2Session[] = [];
+      h2.on("session", (session) => held.push(session));
+      sessions.set(h2, held);
+      server = h2;
+    }
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const abort = new AbortController();
+    opened.push({ server, abort });
+    const { port } = server.address() as AddressInfo;
+    const client = createClient(
+      RouterService,
+      createConnectTransport({ baseUrl: `http://127.0.0.1:${port}`, httpVersion }),
+    );
+    const stream = client
+      .watchRouting(
+        { routerId: "router-a", address: "10.0.0.9:8080", version: "1" },
+        { headers: bearer(ROUTER_TOKEN), signal: abort.signal },
+      )
+      [Symbol.asyncIterator]();
+    const connections = () =>
+      new Promise<number>((resolve, reject) =>
+        server.getConnections((error, n) => (error ? reject(error) : resolve(n))),
+      );
+    return { routers, lines, stream, connections };
+  }
+
+  /**
+   * Emits big deltas (the kernel buffers fill, then a write stalls) until the router is no
+   * longer counted; returns when its last write completed and when it was uncounted (epoch ms,
+   * as the registry lists them).
+   */
+  async function fillUntilCutOff(driven: ReturnType<typeof drivenFeed>, routers: RouterRegistry) {
+    let lastWriteMs = 0;
+    const deadline = performance.now() + 10_000;
+    while (routers.connected > 0 && performance.now() < deadline) {
+      driven.emit(bigDelta);
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      const entry = routers.list()[0];
+      if (entry?.connected) lastWriteMs = entry.lastSeenMs;
+    }
+    expect(routers.connected).toBe(0);
+    return { lastWriteMs, cutOffMs: routers.list()[0]?.lastSeenMs ?? 0 };
+  }
+
+  it("keeps a router that reads, however quiet the stream is", async () => {
+    const driven = drivenFeed();
+    const { routers, stream } = await serve(driven.feed, true);
+    expect((await stream.next()).value?.message.case).toBe("snapshot");
+    expect(routers.connected).toBe(1);
+    // Quiet for twice the stall bound: waiting for the next message is not a stalled write.
+    const next = stream.next();
+    await new Promise((resolve) => setTimeout(resolve, 2 * STALL_MS));
+    expect(routers.connected).toBe(1);
+    driven.emit(bigDelta);
+    expect((await next).value?.message.case).toBe("delta");
+    // Busy for the stall bound and more: every big delta is read, none is cut off.
+    for (let i = 0; i < 20; i++) {
+      driven.emit(bigDelta);
+      expect((await stream.next()).value?.message.case).toBe("delta");
+    }
+    expect(routers.connected).toBe(1);
+  });
+
+  /** Reads on to the stream's end: the error it ends with, or undefined. */
+  async function drain(stream: AsyncIterator<WatchRoutingResponse>) {
+    try {
+      for (let r = await stream.next(); r.done !== true; r = await stream.next()) {}
+      return undefined;
+    } catch (e) {
+      return ConnectError.from(e);
+    }
+  }
+
+  it.each(["1.1", "2"] as const)(
+    "cuts off a router that stops reading (HTTP/%s): uncounted within the bound, its feed and connection released",
+    async (httpVersion) => {
+      const driven = drivenFeed();
+      const { routers, lines, stream, connections } = await serve(driven.feed, true, httpVersion);
+      expect((await stream.next()).value?.message.case).toBe("snapshot");
+      await vi.waitFor(() => expect(routers.connected).toBe(1), { interval: 5 });
+      // The client now reads nothing more: its socket buffers fill, then the server's write stalls.
+      const { lastWriteMs, cutOffMs } = await fillUntilCutOff(driven, routers);
+      // The stalled write began as the last one completed: cut off STALL_MS later (the slack
+      // is for a loaded machine's late timer).
+      expect(cutOffMs - lastWriteMs).toBeGreaterThanOrEqual(STALL_MS - 5);
+      expect(cutOffMs - lastWriteMs).toBeLessThan(STALL_MS + 2_000);
+      expect(routers.list()).toMatchObject([{ id: "router-a", connected: false }]);
+      expect(lines.at(-1)).toBe(
+        `router router-a disconnected: a routing message waited ${STALL_MS} ms (${STALLED_WRITE_KEEPALIVES} keepalive intervals) for the router to read it; cut off (LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW)`,
+      );
+      expect(lines[0]).toBe("router router-a connected from 10.0.0.9:8080");
+      expect(driven.subscribers()).toBe(0);
+      // Torn down: what the client had buffered, then an error, never a clean end.
+      expect(await drain(stream)).toBeInstanceOf(ConnectError);
+      if (httpVersion === "1.1")
+        await vi.waitFor(async () => expect(await connections()).toBe(0), { interval: 5 });
+    },
+  );
+
+  it("without the connection in its context, still uncounts at once, and ends the stream TOO_SLOW once the router reads again", async () => {
+    const driven = drivenFeed();
+    const { routers, stream } = await serve(driven.feed, false);
+    expect((await stream.next()).value?.message.case).toBe("snapshot");
+    await fillUntilCutOff(driven, routers);
+    expect(driven.subscribers()).toBe(0);
+    // Reading again drains what was buffered, then the stream ends with the reason.
+    const error = await drain(stream);
+    expect(error?.code).toBe(Code.ResourceExhausted);
+    expect(error?.rawMessage).toBe(
+      `the router read nothing for ${STALL_MS} ms while a routing message waited; reconnect for a fresh snapshot`,
+    );
   });
 });

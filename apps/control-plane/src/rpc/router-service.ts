@@ -1,6 +1,12 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  type ContextValues,
+  createContextKey,
+  createContextValues,
+  type HandlerContext,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import {
   LoadUpdateSchema,
   type RouterService,
@@ -15,7 +21,7 @@ import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
 import { ControlPlaneError } from "../errors.js";
 import { streamRoutingFeed } from "../routing/publisher.js";
-import type { RouterRegistry } from "../routing/router-registry.js";
+import { RESERVED_ROUTER_IDS, type RouterRegistry } from "../routing/router-registry.js";
 import { requireToken } from "./auth.js";
 
 const ROUTER_TOKEN = "the router token (llmgw control-plane token --router; LLMGW_ROUTER_TOKEN)";
@@ -24,6 +30,8 @@ const ROUTER_TOKEN = "the router token (llmgw control-plane token --router; LLMG
 export const WATCH_ROUTING_LIMITS = {
   /** As `llmgw router --router-id` accepts it. */
   routerId: /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/,
+  /** Ids no remote router may use (the control plane's own router is `in-process`). */
+  reservedRouterIds: RESERVED_ROUTER_IDS,
   /** `HOST:PORT` (or empty); shown by `llmgw routers`. */
   address: /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$/,
   addressMaxChars: 255,
@@ -83,6 +91,67 @@ export interface RouterServiceDeps {
   readonly shutdown: AbortSignal;
   /** Messages queued per stream before a slow reader is cut off (see `streamRoutingFeed`). */
   readonly maxQueued?: number;
+  /**
+   * The publisher's keepalive interval, ms (1–600 000). A stream whose write of one message
+   * has not completed within {@link STALLED_WRITE_KEEPALIVES} of them is cut off. Default
+   * 2 000 (the publisher's default).
+   */
+  readonly keepaliveMs?: number;
+}
+
+/**
+ * Keepalive intervals one message may take to be written before its stream is cut off. A
+ * healthy router drains a message in milliseconds; a stalled write means a router that stopped
+ * reading (SIGSTOP, a hung event loop, a host gone without a RST), which TCP alone would hold
+ * for 15 minutes or forever, counted the whole time in every router's share divisor.
+ */
+export const STALLED_WRITE_KEEPALIVES = 3;
+
+/**
+ * The Node request a call came in on, as far as the stall watchdog needs it: an HTTP/1.1
+ * `IncomingMessage` or an HTTP/2 `Http2ServerRequest`.
+ */
+export interface RouterStreamConnection {
+  readonly socket: {
+    readonly remoteAddress?: string | undefined;
+    readonly remotePort?: number | undefined;
+    destroy(): unknown;
+  };
+  /** HTTP/2 only: the call's own stream (there the socket is the whole session's). */
+  readonly stream?: { destroy(): unknown };
+}
+
+/**
+ * Fails a write stuck on the call's connection (ERR_STREAM_DESTROYED, which connect-node takes
+ * for a client gone and does not log), so the handler unwinds. Destroying the request is not
+ * enough: Node leaves an HTTP/1.1 socket open once the request body was read.
+ */
+function tearDown(connection: RouterStreamConnection): void {
+  (connection.stream ?? connection.socket).destroy();
+}
+
+/** Where {@link routerServiceContextValues} puts the connection. */
+export const ROUTER_STREAM_CONNECTION = createContextKey<RouterStreamConnection | undefined>(
+  undefined,
+  { description: "the HTTP request a WatchRouting stream came in on" },
+);
+
+/**
+ * For `connectNodeAdapter({ contextValues })`: hands each call its Node request, so that a
+ * stalled WatchRouting stream is torn down (not only uncounted) and log lines name the peer.
+ * Without it a stalled stream still stops counting at once and releases its feed; its socket
+ * goes when TCP gives up on it.
+ */
+export function routerServiceContextValues(req: RouterStreamConnection): ContextValues {
+  return createContextValues().set(ROUTER_STREAM_CONNECTION, req);
+}
+
+function peerOf(connection: RouterStreamConnection | undefined): string | undefined {
+  const address = connection?.socket.remoteAddress;
+  if (address === undefined) return undefined;
+  const port = connection?.socket.remotePort;
+  const host = address.includes(":") ? `[${address}]` : address;
+  return port === undefined ? host : `${host}:${port}`;
 }
 
 function invalid(message: string): ControlPlaneError {
@@ -99,6 +168,11 @@ export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
   if (!L.routerId.test(req.routerId)) {
     throw invalid(
       `WatchRoutingRequest.router_id must be 1–63 letters, digits, '.', '_' or '-', starting alphanumeric (got ${shown(req.routerId)})`,
+    );
+  }
+  if (L.reservedRouterIds.includes(req.routerId)) {
+    throw invalid(
+      `WatchRoutingRequest.router_id ${shown(req.routerId)} is reserved for the control plane's own router; start this router with another --router-id`,
     );
   }
   if (
@@ -131,8 +205,12 @@ export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
  * token (nothing else opens it: the stream carries the engines' API keys). While the stream
  * is open the router is registered (its count is every router's share divisor); it ends when
  * the control plane shuts down (Unavailable), when the router goes away, when a newer stream
- * of the same router id opens (Aborted) or when the router stops reading (ResourceExhausted).
- * Each message is converted to protobuf once, whichever number of routers it goes to.
+ * of the same router id opens (Aborted) or when the router stops reading (ResourceExhausted):
+ * more than `maxQueued` messages waiting, or one message not written within
+ * {@link STALLED_WRITE_KEEPALIVES} keepalive intervals. A stalled stream stops counting at once
+ * (every other router's share grows), releases its feed subscription and has its connection
+ * torn down (with {@link routerServiceContextValues}). Each message is converted to protobuf
+ * once, whichever number of routers it goes to.
  */
 export function createRouterService(
   feed: RoutingFeed,
@@ -140,6 +218,14 @@ export function createRouterService(
   routerToken: string,
   deps: RouterServiceDeps,
 ): ServiceImpl<typeof RouterService> {
+  const keepaliveMs = deps.keepaliveMs ?? 2_000;
+  if (!Number.isInteger(keepaliveMs) || keepaliveMs < 1 || keepaliveMs > 600_000) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      `router service: keepaliveMs must be a whole number of ms in 1–600000 (got ${keepaliveMs})`,
+    );
+  }
+  const stallMs = STALLED_WRITE_KEEPALIVES * keepaliveMs;
   const converted = new WeakMap<RoutingMessage, WatchRoutingResponse>();
   const encoded = new WeakMap<RoutingMessage, WatchRoutingResponse>();
   const toProto = (message: RoutingMessage): WatchRoutingResponse => {
@@ -166,22 +252,51 @@ export function createRouterService(
       const json = /json/i.test(ctx.requestHeader.get("content-type") ?? "");
       const out = json ? toProto : toEncoded;
       deps.shutdown.throwIfAborted();
+      const connection = ctx.values.get(ROUTER_STREAM_CONNECTION);
+      const peer = peerOf(connection);
       const session = registry.connect({
         id: req.routerId,
         address: req.address,
         version: req.version,
+        ...(peer === undefined ? {} : { peer }),
       });
-      const signal = AbortSignal.any([deps.shutdown, session.replaced, ctx.signal]);
+      const stalled = new AbortController();
+      const signal = AbortSignal.any([deps.shutdown, session.replaced, ctx.signal, stalled.signal]);
+      const messages = streamRoutingFeed(feed, {
+        signal,
+        ...(deps.maxQueued === undefined ? {} : { maxQueued: deps.maxQueued }),
+      });
+      // connect-node pulls the next message only once the last one is written (it waits for
+      // 'drain'), so a router that stops reading leaves this generator suspended at `yield`,
+      // where no signal reaches it: the watchdog acts from outside.
+      let writing = false;
+      const watchdog = setTimeout(() => {
+        if (!writing) return;
+        const reason = `a routing message waited ${stallMs} ms (${STALLED_WRITE_KEEPALIVES} keepalive intervals) for the router to read it; cut off (LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW)`;
+        stalled.abort(
+          new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW",
+            `the router read nothing for ${stallMs} ms while a routing message waited; reconnect for a fresh snapshot`,
+          ),
+        );
+        session.close(reason);
+        // Unsubscribes from the feed now (the feed generator is suspended at its own yield).
+        messages.return(undefined).catch(() => {});
+        if (connection !== undefined) tearDown(connection);
+      }, stallMs);
+      watchdog.unref();
       try {
-        for await (const message of streamRoutingFeed(feed, {
-          signal,
-          ...(deps.maxQueued === undefined ? {} : { maxQueued: deps.maxQueued }),
-        })) {
+        for await (const message of messages) {
+          writing = true;
+          watchdog.refresh();
           yield out(message);
-          // Resumed: the message was written (connect-node waits for the socket to drain).
+          writing = false;
+          // Written after all, but too late: end with the reason rather than resume.
+          stalled.signal.throwIfAborted();
           session.sent(message);
         }
       } finally {
+        clearTimeout(watchdog);
         session.close();
       }
     },
