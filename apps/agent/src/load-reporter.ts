@@ -7,6 +7,7 @@ import {
   type ReportLoadResponse,
 } from "@llmgw/proto";
 import type { SupervisorLogger } from "@llmgw/supervisor";
+import { engineLoadToProto } from "@llmgw/wire";
 import type { ChannelState } from "./control-channel.js";
 import type { EngineLoadSignals, ReplicaLoadSample } from "./replica-manager.js";
 
@@ -114,14 +115,7 @@ export function loadReportToProto(sample: ReplicaLoadSample): ReplicaLoadReport 
     ...(load === undefined
       ? {}
       : {
-          load: create(EngineLoadSchema, {
-            ...(load.running === undefined ? {} : { running: load.running }),
-            ...(load.waiting === undefined ? {} : { waiting: load.waiting }),
-            ...(load.kvCacheUsage === undefined ? {} : { kvCacheUsage: load.kvCacheUsage }),
-            ...(load.prefixCacheHitRate === undefined
-              ? {}
-              : { prefixCacheHitRate: load.prefixCacheHitRate }),
-          }),
+          load: create(EngineLoadSchema, engineLoadToProto(load)),
         }),
   });
 }

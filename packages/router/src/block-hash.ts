@@ -166,7 +166,7 @@ class ChainBuilder {
 }
 
 /** MurmurHash3's finaliser: every input bit affects every output bit. */
-function fmix32(h: number): number {
+export function fmix32(h: number): number {
   let x = h ^ (h >>> 16);
   x = Math.imul(x, 0x85ebca6b);
   x ^= x >>> 13;

@@ -20,17 +20,10 @@
  * the same one (affinity only, never correctness).
  */
 
+import { fmix32 } from "./block-hash.js";
+
 /** Default anchor depth in blocks (2 × 1 KiB ≈ 512 tokens of English). */
 export const DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS = 2;
-
-/** MurmurHash3's finaliser (as in block-hash.ts): every input bit affects every output bit. */
-function fmix32(h: number): number {
-  let x = h ^ (h >>> 16);
-  x = Math.imul(x, 0x85ebca6b);
-  x ^= x >>> 13;
-  x = Math.imul(x, 0xc2b2ae35);
-  return x ^ (x >>> 16);
-}
 
 /**
  * The 32-bit seed of a replica id: FNV-1a over its UTF-16 code units, finalised. Pure and

@@ -25,4 +25,9 @@ export {
   portFromProto,
   portToProto,
 } from "./inventory.js";
-export { routingMessageFromProto, routingMessageToProto } from "./routing.js";
+export {
+  engineLoadFromProto,
+  engineLoadToProto,
+  routingMessageFromProto,
+  routingMessageToProto,
+} from "./routing.js";

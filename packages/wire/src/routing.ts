@@ -58,7 +58,8 @@ const safe = (kind: string, path: string, v: bigint): number => {
   return Number(v);
 };
 
-function loadFromProto(l: EngineLoad): ReplicaLoad {
+/** Engine load from the wire; absent fields stay absent (an unreported reading is not 0). */
+export function engineLoadFromProto(l: EngineLoad): ReplicaLoad {
   return {
     ...(l.running === undefined ? {} : { running: l.running }),
     ...(l.waiting === undefined ? {} : { waiting: l.waiting }),
@@ -96,7 +97,7 @@ function replicaFromProto(kind: string, path: string, r: RoutedReplicaProto): Ro
     state: state as RoutedReplicaState,
     capacity: r.capacity,
     ...(r.engineApiKey === undefined ? {} : { apiKey: r.engineApiKey }),
-    ...(r.load === undefined ? {} : { load: loadFromProto(r.load) }),
+    ...(r.load === undefined ? {} : { load: engineLoadFromProto(r.load) }),
     ...(r.loadReportedAtUnixMs === undefined
       ? {}
       : { loadReportedAtMs: safe(kind, `${path}.loadReportedAtMs`, r.loadReportedAtUnixMs) }),
@@ -175,7 +176,7 @@ export function routingMessageFromProto(res: WatchRoutingResponse): RoutingMessa
           if (s.load === undefined) fail(kind, `samples[${i}].load`, "must be set");
           return {
             replicaId: s.replicaId,
-            load: loadFromProto(s.load as EngineLoad),
+            load: engineLoadFromProto(s.load as EngineLoad),
             reportedAtMs: safe(kind, `samples[${i}].reportedAtMs`, s.reportedAtUnixMs),
           };
         }),
@@ -205,7 +206,8 @@ export function routingMessageFromProto(res: WatchRoutingResponse): RoutingMessa
   return message;
 }
 
-const loadToProto = (l: ReplicaLoad) => ({
+/** Engine load for the wire (an `EngineLoad` init); absent fields stay unset. */
+export const engineLoadToProto = (l: ReplicaLoad) => ({
   running: l.running,
   waiting: l.waiting,
   kvCacheUsage: l.kvCacheUsage,
@@ -225,7 +227,7 @@ const replicaToProto = (r: RoutedReplica) => ({
   state: STATE_TO_PROTO[r.state],
   capacity: r.capacity,
   engineApiKey: r.apiKey,
-  load: r.load === undefined ? undefined : loadToProto(r.load),
+  load: r.load === undefined ? undefined : engineLoadToProto(r.load),
   loadReportedAtUnixMs: r.loadReportedAtMs === undefined ? undefined : BigInt(r.loadReportedAtMs),
 });
 const keyToProto = (k: KeyGrant) => ({
@@ -289,7 +291,7 @@ export function routingMessageToProto(m: RoutingMessage): WatchRoutingResponse {
             epoch: m.epoch,
             samples: m.samples.map((s) => ({
               replicaId: s.replicaId,
-              load: loadToProto(s.load),
+              load: engineLoadToProto(s.load),
               reportedAtUnixMs: BigInt(s.reportedAtMs),
             })),
           },

@@ -45,6 +45,7 @@ import {
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
   type ClearedFaults,
+  engineLoadFromProto,
   faultCleared,
   faultCounts,
   faultIsActionable,
@@ -219,15 +220,7 @@ export const LOAD_REFRESH_MS = 5_000;
 
 /** Plain load from the wire; absent fields stay absent, an absent message is unknown load. */
 export function replicaLoadFromProto(load: EngineLoad | undefined): ReplicaLoad {
-  if (!load) return {};
-  return {
-    ...(load.running === undefined ? {} : { running: load.running }),
-    ...(load.waiting === undefined ? {} : { waiting: load.waiting }),
-    ...(load.kvCacheUsage === undefined ? {} : { kvCacheUsage: load.kvCacheUsage }),
-    ...(load.prefixCacheHitRate === undefined
-      ? {}
-      : { prefixCacheHitRate: load.prefixCacheHitRate }),
-  };
+  return load ? engineLoadFromProto(load) : {};
 }
 
 type MutableLoad = { -readonly [K in keyof ReplicaLoad]: ReplicaLoad[K] };
