@@ -37,7 +37,7 @@ import { createAgentService } from "./rpc/agent-service.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import { errorMappingInterceptor } from "./rpc/errors.js";
-import { createRouterService } from "./rpc/router-service.js";
+import { createRouterService, routerServiceContextValues } from "./rpc/router-service.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 
@@ -173,7 +173,7 @@ export async function startControlPlane(
         });
       },
     });
-    const routers = createRouterRegistry({ log });
+    const routers = createRouterRegistry({ log, keepaliveMs: resolved.routingKeepaliveMs });
     const routing = createRoutingPublisher(cluster, {
       routers,
       coalesceMs: resolved.routingCoalesceMs,
@@ -247,6 +247,8 @@ export async function startControlPlane(
     };
 
     const connect = connectNodeAdapter({
+      // WatchRouting's watchdog tears down the socket of a router that stopped reading.
+      contextValues: routerServiceContextValues,
       interceptors: [errorMappingInterceptor],
       // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
       readMaxBytes: 4 * 1024 * 1024,
@@ -266,6 +268,7 @@ export async function startControlPlane(
           createRouterService(routing, routers, dataDir.routerToken, {
             shutdown: shutdown.signal,
             maxQueued: resolved.routingMaxQueued,
+            keepaliveMs: resolved.routingKeepaliveMs,
           }),
         );
         answerMalformedRequestsAsInvalidArgument(router);
