@@ -328,6 +328,24 @@ describe("a router watching a real control plane", () => {
   });
 });
 
+describe("two routers with one id", () => {
+  it("each hears from the real control plane that the other took its stream over", async () => {
+    const a = await router({ routerId: "edge-twin" });
+    const b = await router({ routerId: "edge-twin" });
+    await waitFor(
+      () => [a, b].every(({ events }) => events.some((e) => e.event === "routing_stream_replaced")),
+      10_000,
+      "both twins to be told they were replaced",
+    );
+    for (const { events } of [a, b]) {
+      expect(events.find((e) => e.event === "routing_stream_replaced")).toMatchObject({
+        code: "LLMGW_CONTROL_PLANE_ROUTER_REPLACED",
+        routerId: "edge-twin",
+      });
+    }
+  });
+});
+
 describe("a router while its control plane is down", () => {
   it("keeps serving, restarts from its saved state, and finds the restarted control plane", async () => {
     const key = await admin().createApiKey({ name: "outage" });

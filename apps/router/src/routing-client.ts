@@ -256,11 +256,10 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
       const err = ConnectError.from(error);
       if (err.code === Code.Unauthenticated)
         return { kind: "unauthenticated", message: err.rawMessage };
-      if (err.code === Code.Aborted) {
-        const code = err.metadata.get(ERROR_CODE_HEADER);
-        if (code === null || code === ROUTER_REPLACED)
-          return { kind: "replaced", message: err.rawMessage };
-      }
+      // Only the control plane's own word: a connection cut mid-stream is Aborted too, with
+      // no code, and must start the backoff over like any broken stream.
+      if (err.code === Code.Aborted && err.metadata.get(ERROR_CODE_HEADER) === ROUTER_REPLACED)
+        return { kind: "replaced", message: err.rawMessage };
       return {
         kind: "failed",
         code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
