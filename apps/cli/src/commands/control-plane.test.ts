@@ -77,7 +77,18 @@ describe("llmgw control-plane", () => {
     expect(code).toBe(0);
   });
 
-  it("documents --no-public-api", () => {
+  it("documents --no-public-api and --routing-keepalive", () => {
     expect(command.usage).toContain("--no-public-api");
+    expect(command.usage).toContain("--routing-keepalive D");
+  });
+
+  it("takes --routing-keepalive as a duration and refuses one out of range", async () => {
+    expect((await runUntilReady(["--routing-keepalive", "500ms"])).code).toBe(0);
+    await expect(runUntilReady(["--routing-keepalive", "50ms"])).rejects.toThrow(
+      /routingKeepaliveMs: Too small: expected number to be >=100 \(got 50\)/,
+    );
+    await expect(runUntilReady(["--routing-keepalive", "soon"])).rejects.toThrow(
+      /--routing-keepalive must be a duration/,
+    );
   });
 });

@@ -28,6 +28,10 @@ Options:
   --heartbeat-interval D      how often agents heartbeat (default 2s)
   --node-lost-after D         how long an unreachable node may stay silent before its
                               replicas move elsewhere (default 60s)
+  --routing-keepalive D       how often a quiet routing stream carries a keepalive to
+                              routers (default 2s); a router that has not read a message
+                              within 3 of these is cut off, one that hears nothing for 3
+                              reconnects. Raise it for routers on very slow links
   --no-auth                   public API without API keys (demos only)
   --headers-timeout D         time a client has to send a request head, both listeners
                               (default 30s; then 408)
@@ -79,6 +83,7 @@ export const command: Command = {
       "tls-key": { type: "string" },
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
+      "routing-keepalive": { type: "string" },
       "no-auth": { type: "boolean" },
       "no-public-api": { type: "boolean" },
       "headers-timeout": { type: "string" },
@@ -127,6 +132,11 @@ export const command: Command = {
         : {}),
       ...(values["node-lost-after"]
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
+        : {}),
+      ...(values["routing-keepalive"]
+        ? {
+            routingKeepaliveMs: parseDurationMs(values["routing-keepalive"], "--routing-keepalive"),
+          }
         : {}),
       noAuth: values["no-auth"] ?? false,
       publicApi: values["no-public-api"] !== true,
