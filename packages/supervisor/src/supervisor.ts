@@ -252,11 +252,20 @@ export class Supervisor {
     }
     child.on("error", () => {}); // later errors (e.g. kill on a dead pid) are reported via exit
     const pid = child.pid!;
-    let identity: ProcessIdentity | undefined;
-    try {
-      identity = readProcessIdentity(pid, o.procRoot);
-    } catch {
-      identity = undefined; // exited already; the exit handler reports it
+    const readIdentity = (): ProcessIdentity | undefined => {
+      try {
+        return readProcessIdentity(pid, o.procRoot);
+      } catch {
+        return undefined; // not readable yet, or exited already (the exit handler reports it)
+      }
+    };
+    let identity = readIdentity();
+    // spawn returns once the child's exec has begun, but the kernel lays out the new program's
+    // arguments a moment later: until then /proc/<pid>/cmdline is empty, and on a busy machine
+    // that moment is long enough to miss (the pid file was then never written). Wait for it.
+    for (let i = 0; identity === undefined && i < 100 && isRunning(child); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      identity = readIdentity();
     }
     if (identity !== undefined) {
       writePidFile(o.stateDir, {
@@ -561,4 +570,9 @@ class GroupHandle implements ProcessHandle {
       this.#schedulePoll();
     }, this.#o.logPollIntervalMs);
   }
+}
+
+/** True while `child` has neither exited nor been killed by a signal. */
+function isRunning(child: { exitCode: number | null; signalCode: string | null }): boolean {
+  return child.exitCode === null && child.signalCode === null;
 }
