@@ -37,7 +37,10 @@ export interface RoutingPhaseConfig {
   readonly trafficKey: string;
 }
 
-/** Fan-out delays of one window, ms. */
+/**
+ * Fan-out delays of one window, ms: from the control plane's own timestamp of the change to
+ * the router holding it (`p50Ms`…), and from this process's call (`asked…`).
+ */
 export interface FanOut {
   /** Admin changes made (key creations and revocations). */
   readonly changes: number;
@@ -45,9 +48,13 @@ export interface FanOut {
   readonly samples: number;
   /** Pairs whose change never showed at that router (within the window plus 2 s). */
   readonly missing: number;
+  /** Changes whose answer carried no server timestamp (measured from the call instead). */
+  readonly withoutServerTime: number;
   readonly p50Ms: number | undefined;
   readonly p99Ms: number | undefined;
   readonly maxMs: number | undefined;
+  /** From just before the admin call (includes the admin RPC and this process's lateness). */
+  readonly askedP99Ms: number | undefined;
   /** The admin call itself (request to answer), p50. */
   readonly adminP50Ms: number | undefined;
   /** Per router: p99. */
@@ -100,11 +107,17 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const round = (n: number | undefined, digits = 1) =>
   n === undefined || Number.isNaN(n) ? undefined : Number(n.toFixed(digits));
 
-/** One admin change and when it was asked for (epoch ms, just before the call). */
+/**
+ * One admin change: when the control plane made it (the key's `created_at` / `revoked_at`,
+ * epoch ms on this same host's clock) and when this process asked for it (just before the
+ * call; later than the truth by this process's own event-loop lateness, which the 1,000-agent
+ * fleet makes large).
+ */
 interface Change {
   readonly keyId: string;
   readonly kind: "create" | "revoke";
-  readonly atMs: number;
+  readonly serverAtMs: number | undefined;
+  readonly askedAtMs: number;
   readonly adminMs: number;
 }
 
@@ -118,39 +131,60 @@ async function driveKeyChanges(
   let previous: string | undefined;
   for (let i = 0; performance.now() < untilMs - 1_000; i++) {
     const tick = performance.now();
-    let atMs = Date.now();
-    let t0 = performance.now();
-    const created = await admin.createApiKey({ name: `fanout-${tag}-${i}` });
-    const id = created.key?.id;
-    if (id) changes.push({ keyId: id, kind: "create", atMs, adminMs: performance.now() - t0 });
+    const create = async (): Promise<string | undefined> => {
+      const askedAtMs = Date.now();
+      const t0 = performance.now();
+      const created = await admin.createApiKey({ name: `fanout-${tag}-${i}` });
+      const key = created.key;
+      if (key?.id) {
+        changes.push({
+          keyId: key.id,
+          kind: "create",
+          serverAtMs: Number(key.createdAtUnixMs) || undefined,
+          askedAtMs,
+          adminMs: performance.now() - t0,
+        });
+      }
+      return key?.id;
+    };
+    const id = await create();
     await sleep(Math.max(0, tick + 500 - performance.now()));
-    if (previous) {
-      atMs = Date.now();
-      t0 = performance.now();
-      await admin.revokeApiKey({ key: previous });
-      changes.push({ keyId: previous, kind: "revoke", atMs, adminMs: performance.now() - t0 });
-    }
+    if (previous) await revoke(previous);
     previous = id;
     await sleep(Math.max(0, tick + 1_000 - performance.now()));
   }
-  if (previous) {
-    const atMs = Date.now();
-    const t0 = performance.now();
-    await admin.revokeApiKey({ key: previous });
-    changes.push({ keyId: previous, kind: "revoke", atMs, adminMs: performance.now() - t0 });
-  }
+  if (previous) await revoke(previous);
   return changes;
+
+  async function revoke(keyId: string): Promise<void> {
+    const askedAtMs = Date.now();
+    const t0 = performance.now();
+    const res = await admin.revokeApiKey({ key: keyId });
+    const at = res.key?.revokedAtUnixMs;
+    changes.push({
+      keyId,
+      kind: "revoke",
+      serverAtMs: at === undefined ? undefined : Number(at),
+      askedAtMs,
+      adminMs: performance.now() - t0,
+    });
+  }
 }
 
 function fanOut(changes: readonly Change[], arrivals: readonly KeyArrivals[]): FanOut {
   const all: number[] = [];
+  const asked: number[] = [];
   let missing = 0;
   const perRouter = arrivals.map((a) => {
     const mine: number[] = [];
     for (const c of changes) {
       const seen = c.kind === "create" ? a.appeared[c.keyId] : a.gone[c.keyId];
-      if (seen === undefined) missing++;
-      else mine.push(seen - c.atMs);
+      if (seen === undefined) {
+        missing++;
+        continue;
+      }
+      mine.push(seen - (c.serverAtMs ?? c.askedAtMs));
+      asked.push(seen - c.askedAtMs);
     }
     all.push(...mine);
     return round(quantile(mine, 0.99));
@@ -159,9 +193,11 @@ function fanOut(changes: readonly Change[], arrivals: readonly KeyArrivals[]): F
     changes: changes.length,
     samples: changes.length * arrivals.length,
     missing,
+    withoutServerTime: changes.filter((c) => c.serverAtMs === undefined).length,
     p50Ms: round(quantile(all, 0.5)),
     p99Ms: round(quantile(all, 0.99)),
     maxMs: round(all.length > 0 ? Math.max(...all) : undefined),
+    askedP99Ms: round(quantile(asked, 0.99)),
     adminP50Ms: round(
       quantile(
         changes.map((c) => c.adminMs),
