@@ -5,7 +5,6 @@
  * count their attempts or cut their streams. Lives with the CLI because the CLI is the package
  * that depends on both the control plane and the router.
  */
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import {
   createServer,
@@ -21,7 +20,7 @@ import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { type ControlPlane, inventoryToProto, startControlPlane } from "@llmgw/control-plane";
-import { FakeAgent } from "@llmgw/control-plane/testing";
+import { FakeAgent, hasOpenssl, selfSignedCert } from "@llmgw/control-plane/testing";
 import { simulateInventory } from "@llmgw/discovery";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { ClusterService, Engine, ReplicaState } from "@llmgw/proto";
@@ -390,15 +389,6 @@ describe("a router while its control plane is down", () => {
   }, 60_000);
 });
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync("openssl", ["version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** GET over HTTPS trusting `ca`: status and body. */
 function httpsGet(url: string, ca: Buffer): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
@@ -418,29 +408,7 @@ function httpsGet(url: string, ca: Buffer): Promise<{ status: number; body: stri
 describe.skipIf(!hasOpenssl())("llmgw router with TLS on both sides", () => {
   it("trusts a control plane's certificate with --control-plane-ca and serves HTTPS itself", async () => {
     const dir = tempDir();
-    const cert = join(dir, "cert.pem");
-    const key = join(dir, "key.pem");
-    execFileSync(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        key,
-        "-out",
-        cert,
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-      ],
-      { stdio: "ignore" },
-    );
+    const { cert, key } = selfSignedCert(dir);
     const tlsCp = await startControlPlane({
       dataDir: join(dir, "data"),
       listen: "127.0.0.1:0",

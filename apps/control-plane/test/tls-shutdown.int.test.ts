@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
@@ -7,6 +6,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { ClusterService } from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
 import { startControlPlane } from "../src/run.js";
+import { hasOpenssl, selfSignedCert } from "../src/testing/self-signed.js";
 import { adminClient, startTestControlPlane, tempDir } from "./helpers.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -14,44 +14,13 @@ afterEach(async () => {
   for (const fn of cleanups.splice(0).reverse()) await fn();
 });
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync("openssl", ["version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe("TLS and shutdown", () => {
   it.skipIf(!hasOpenssl())(
     "serves Connect and /healthz over TLS with the given certificate",
     async () => {
       const tmp = tempDir();
       cleanups.push(tmp.cleanup);
-      const cert = join(tmp.dir, "cert.pem");
-      const key = join(tmp.dir, "key.pem");
-      execFileSync(
-        "openssl",
-        [
-          "req",
-          "-x509",
-          "-newkey",
-          "rsa:2048",
-          "-nodes",
-          "-keyout",
-          key,
-          "-out",
-          cert,
-          "-days",
-          "1",
-          "-subj",
-          "/CN=127.0.0.1",
-          "-addext",
-          "subjectAltName=IP:127.0.0.1",
-        ],
-        { stdio: "ignore" },
-      );
+      const { cert, key } = selfSignedCert(tmp.dir);
       const cp = await startControlPlane({
         dataDir: join(tmp.dir, "data"),
         listen: "127.0.0.1:0",

@@ -4,3 +4,4 @@ export {
 } from "./agent-service-transport.js";
 export { FakeAgent, type FakeAgentOptions, type FakeRankReport } from "./fake-agent.js";
 export { createManualClock, type ManualClock } from "./manual-clock.js";
+export { hasOpenssl, selfSignedCert } from "./self-signed.js";
