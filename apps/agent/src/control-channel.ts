@@ -1,5 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import {
   AgentService,
@@ -15,6 +16,9 @@ import {
   type ReplicaStatus,
   ReportLoadRequestSchema,
   type ReportLoadResponse,
+  type StreamLoadRequest,
+  StreamLoadRequestSchema,
+  type StreamLoadResponse,
 } from "@llmgw/proto";
 import { type Clock, systemClock } from "@llmgw/supervisor";
 import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
@@ -85,6 +89,75 @@ export interface ControlChannelOptions {
  */
 export const MIN_HURRIED_BEAT_SPACING_MS = 250;
 
+/**
+ * One open `StreamLoad` request ({@link ControlChannel.openLoadStream}): reports written to it
+ * go out as they are written, and the control plane applies each as it arrives.
+ */
+export interface LoadStream {
+  /**
+   * Queues one report; false when it was not taken: the stream has ended, or reports are
+   * backing up (two still wait for the socket), so the caller keeps them for a later round.
+   */
+  write(replicas: readonly ReplicaLoadReport[]): boolean;
+  /** Ends the request; the answer comes once the control plane has applied every report. */
+  end(): Promise<StreamLoadResponse>;
+  /** Settles when the call ends, however it ends: the answer, or the call's error. */
+  readonly done: Promise<StreamLoadResponse>;
+}
+
+/** Reports queued on a {@link LoadStream} at most (not yet taken by the socket). */
+const LOAD_STREAM_QUEUE = 2;
+
+/**
+ * Opens a `StreamLoad` request as `identity` on `client` (the agent's channel, and the
+ * control-plane benchmark's simulated agents): each {@link LoadStream.write} becomes one
+ * message, taken by the socket as soon as the one before it went.
+ */
+export function openLoadStream(
+  client: Client<typeof AgentService>,
+  identity: { readonly nodeId: string; readonly credential: string },
+  options: { readonly timeoutMs: number; readonly signal?: AbortSignal },
+): LoadStream {
+  const requests = createWritableIterable<StreamLoadRequest>();
+  let ended = false;
+  /** Reports written but not yet taken by the call. */
+  let waiting = 0;
+  const done = client.streamLoad(requests, {
+    headers: { authorization: `Bearer ${identity.credential}` },
+    timeoutMs: options.timeoutMs,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
+  // Marks the stream ended however the call ends; the caller reads `done` itself.
+  done
+    .finally(() => {
+      ended = true;
+      requests.close();
+    })
+    .catch(() => {});
+  const taken = () => {
+    waiting -= 1;
+  };
+  return {
+    write(replicas) {
+      if (ended || waiting >= LOAD_STREAM_QUEUE) return false;
+      waiting += 1;
+      requests
+        .write(
+          create(StreamLoadRequestSchema, { nodeId: identity.nodeId, replicas: [...replicas] }),
+        )
+        .then(taken, taken);
+      return true;
+    },
+    end() {
+      ended = true;
+      // What was written before still goes: the call reads the queue before it sees the end.
+      requests.close();
+      return done;
+    },
+    done,
+  };
+}
+
 /** The control plane's `llmgw-error-code` for a node id held with another credential. */
 const NODE_ID_TAKEN = "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN";
 
@@ -101,6 +174,8 @@ export class ControlChannel {
   /** Generation of the desired set last applied; undefined = apply the next one whatever it is. */
   private generationApplied: bigint | undefined;
   private intervalMs = 2000;
+  /** `load_stream_ms` of the last heartbeat answer; 0: unary ReportLoad only. */
+  private loadStreamMsValue = 0;
   private lastError: string | undefined;
   /** True while the credential in memory is not yet on disk (a failed write, e.g. disk full). */
   private identityUnsaved = false;
@@ -166,6 +241,29 @@ export class ControlChannel {
   }
 
   /**
+   * How long one `StreamLoad` request may stay open, as the last heartbeat answer said; 0
+   * (also before the first heartbeat, or from an older control plane): reports go as unary
+   * {@link reportLoad} calls.
+   */
+  get loadStreamMs(): number {
+    return this.loadStreamMsValue;
+  }
+
+  /**
+   * Opens a `StreamLoad` request with the node credential. Its deadline is `loadStreamMs`
+   * plus `callTimeoutMs`: the caller ends it after `loadStreamMs` and opens the next. Throws
+   * `Unauthenticated` when the channel holds no credential.
+   */
+  openLoadStream(signal?: AbortSignal): LoadStream {
+    const identity = this.identity;
+    if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
+    return openLoadStream(this.client, identity, {
+      timeoutMs: this.loadStreamMsValue + this.options.callTimeoutMs,
+      ...(signal === undefined ? {} : { signal }),
+    });
+  }
+
+  /**
    * Sends the next heartbeat now instead of at the end of the interval: a hardware fault is
    * worth an out-of-band report. Calls coalesce; one that arrives after a heartbeat took its
    * snapshot causes one more after that heartbeat (its snapshot may predate the news). A
@@ -222,6 +320,7 @@ export class ControlChannel {
         this.setState("connected", `heartbeat ok (generation ${response.generation})`);
         if (this.identityUnsaved) await this.persistIdentity();
         if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+        this.loadStreamMsValue = response.loadStreamMs;
         await this.applyOnce(response);
         await this.waitForNextBeat(signal);
       } catch (error) {

@@ -11,6 +11,8 @@ export {
   type ChannelState,
   ControlChannel,
   type ControlChannelOptions,
+  type LoadStream,
+  openLoadStream,
 } from "./control-channel.js";
 export { AgentError, type AgentErrorCode, isAgentError } from "./errors.js";
 export { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";

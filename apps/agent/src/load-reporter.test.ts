@@ -23,8 +23,10 @@ import {
   RegisterResponseSchema,
   type ReplicaAssignment,
   ReplicaAssignmentSchema,
+  type ReplicaLoadReport,
   ReplicaLoadReportSchema,
   ReportLoadResponseSchema,
+  StreamLoadResponseSchema,
 } from "@llmgw/proto";
 import type { ReplicaLoadSample as RoutedLoadSample } from "@llmgw/router";
 import { silentLogger } from "@llmgw/supervisor";
@@ -152,6 +154,8 @@ describe("loadReportToProto", () => {
 interface ReceivedReport {
   readonly nodeId: string;
   readonly credential: string;
+  /** How it came: a unary ReportLoad call or a message of a StreamLoad request. */
+  readonly via: "unary" | "stream";
   readonly replicas: { id: string; load: EngineLoadSignals | undefined; scrapedAtMs: number }[];
   readonly receivedAtMs: number;
 }
@@ -162,9 +166,15 @@ interface ReceivedReport {
  * only the node's current credential (`Unauthenticated` otherwise); `revoke()` drops it, as
  * a revoked node or a lost data dir would. ReportLoad can answer `Unimplemented` (an older
  * control plane), wait on a gate (a slow one), fail (`Unavailable`), or ask for an interval.
+ * With `loadStreamMs` > 0 heartbeats offer StreamLoad, which records each message as it
+ * arrives and can answer `Unimplemented` or fail after its first message.
  */
 function honestAgentService(
-  options: { heartbeatIntervalMs?: number; assignments?: ReplicaAssignment[] } = {},
+  options: {
+    heartbeatIntervalMs?: number;
+    assignments?: ReplicaAssignment[];
+    loadStreamMs?: number;
+  } = {},
 ) {
   const credentials = new Map<string, string>();
   const svc = {
@@ -181,6 +191,10 @@ function honestAgentService(
     /** While set, ReportLoad waits for it before answering. */
     gate: undefined as Promise<void> | undefined,
     loadIntervalMs: 0,
+    /** StreamLoad requests opened, and those that ended with the agent's end of the request. */
+    streamsOpened: 0,
+    streamsEnded: 0,
+    streamMode: "serve" as "serve" | "unimplemented" | "fail-after-first",
     revoke(nodeId: string) {
       credentials.delete(nodeId);
     },
@@ -192,6 +206,23 @@ function honestAgentService(
       throw new ConnectError("unknown node credential", Code.Unauthenticated);
     }
     return bearer;
+  };
+  const record = (
+    via: ReceivedReport["via"],
+    req: { nodeId: string; replicas: readonly ReplicaLoadReport[] },
+    credential: string,
+  ) => {
+    svc.reports.push({
+      nodeId: req.nodeId,
+      credential,
+      via,
+      replicas: req.replicas.map((r) => ({
+        id: r.replicaId,
+        load: r.load === undefined ? undefined : plainLoad(r.load),
+        scrapedAtMs: Number(r.scrapedAtUnixMs),
+      })),
+      receivedAtMs: Date.now(),
+    });
   };
   const impl: ServiceImpl<typeof AgentService> = {
     register(req, ctx) {
@@ -216,7 +247,23 @@ function honestAgentService(
         generation: 1n,
         assignments: options.assignments ?? [],
         heartbeatIntervalMs: options.heartbeatIntervalMs ?? 2_000,
+        loadStreamMs: options.loadStreamMs ?? 0,
       });
+    },
+    async streamLoad(requests, ctx) {
+      if (svc.streamMode === "unimplemented") {
+        throw new ConnectError("StreamLoad is not served", Code.Unimplemented);
+      }
+      svc.streamsOpened += 1;
+      for await (const req of requests) {
+        const credential = authorize(req.nodeId, ctx);
+        record("stream", req, credential);
+        if (svc.streamMode === "fail-after-first") {
+          throw new ConnectError("overloaded", Code.Unavailable);
+        }
+      }
+      svc.streamsEnded += 1;
+      return create(StreamLoadResponseSchema, { loadIntervalMs: svc.loadIntervalMs });
     },
     async reportLoad(req, ctx) {
       svc.reportCalls += 1;
@@ -232,16 +279,7 @@ function honestAgentService(
       } finally {
         svc.inFlight -= 1;
       }
-      svc.reports.push({
-        nodeId: req.nodeId,
-        credential,
-        replicas: req.replicas.map((r) => ({
-          id: r.replicaId,
-          load: r.load === undefined ? undefined : plainLoad(r.load),
-          scrapedAtMs: Number(r.scrapedAtUnixMs),
-        })),
-        receivedAtMs: Date.now(),
-      });
+      record("unary", req, credential);
       return create(ReportLoadResponseSchema, { loadIntervalMs: svc.loadIntervalMs });
     },
   };
@@ -271,10 +309,10 @@ const INTERVAL = 2_000;
  * The real ControlChannel (manual clock: heartbeats only when the test advances it) against
  * {@link honestAgentService} in memory, and a LoadReporter on it whose samples the test sets.
  */
-async function connectedReporter() {
+async function connectedReporter(options: { loadStreamMs?: number } = {}) {
   const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-load-reporter-"));
   cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
-  const { svc, routes } = honestAgentService({ heartbeatIntervalMs: INTERVAL });
+  const { svc, routes } = honestAgentService({ heartbeatIntervalMs: INTERVAL, ...options });
   const clock = new ManualClock();
   const channel = new ControlChannel(
     {
@@ -522,95 +560,173 @@ http.createServer((req, res) => {
 }).listen(Number(arg("--port")), arg("--host"));
 `;
 
-describe("startAgent reports engine load between heartbeats", () => {
-  it("gets a changed engine load to a real control-plane listener within the interval", async () => {
-    const LOAD_INTERVAL = 500;
-    const { svc, routes } = honestAgentService({
-      // No heartbeat after the first during the test: load can only arrive by ReportLoad.
-      heartbeatIntervalMs: 600_000,
-      assignments: [
-        create(ReplicaAssignmentSchema, {
-          replicaId: "m-0",
-          rank: 0,
-          gpuIndices: [0],
-          deployment: deploymentSpecToProto(
-            parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-          ),
-        }),
-      ],
+describe("LoadReporter over StreamLoad", () => {
+  it("sends each round's changes as messages of one open stream, ended and opened again every load_stream_ms", async () => {
+    const h = await connectedReporter({ loadStreamMs: 300 });
+    expect(h.channel.loadStreamMs).toBe(300);
+    h.scrape("a", { running: 1, waiting: 0 });
+    h.scrape("b", { running: 0, waiting: 0 });
+    h.reporter.reportChanges();
+    await expect.poll(() => h.svc.reports.length).toBe(1);
+    h.scrape("a", { running: 2, waiting: 1 });
+    h.reporter.reportChanges();
+    h.reporter.reportChanges(); // nothing changed since: nothing sent
+    await expect.poll(() => h.svc.reports.length).toBe(2);
+    expect([h.svc.streamsOpened, h.svc.reportCalls]).toEqual([1, 0]);
+    // Ended by the reporter after load_stream_ms though no report came; the control plane
+    // answered it, so what it carried stays acknowledged.
+    await expect.poll(() => h.svc.streamsEnded, { timeout: 3_000 }).toBe(1);
+    h.reporter.reportChanges();
+    h.scrape("b", { running: 3, waiting: 0 });
+    h.reporter.reportChanges();
+    await expect.poll(() => h.svc.reports.length).toBe(3);
+    expect(h.sent()).toEqual(["a=1/0 b=0/0", "a=2/1", "b=3/0"]);
+    expect(h.svc.reports.map((r) => r.via)).toEqual(["stream", "stream", "stream"]);
+    expect(h.svc.streamsOpened).toBe(2);
+    expect(h.svc.reports.every((r) => r.credential === "node-credential-1")).toBe(true);
+    expect(h.logger.lines).toEqual([]);
+  });
+
+  it("sends everything again on the next stream when one fails", async () => {
+    const h = await connectedReporter({ loadStreamMs: 20_000 });
+    h.svc.streamMode = "fail-after-first";
+    h.scrape("a", { running: 1, waiting: 0 });
+    h.reporter.reportChanges();
+    await expect
+      .poll(() => h.logger.lines.map((l) => `${l.level} ${l.message} ${l.fields?.code ?? ""}`))
+      .toEqual([
+        "warn load report failed; engine load goes with heartbeats until reports go through again Unavailable",
+      ]);
+    h.svc.streamMode = "serve";
+    h.scrape("b", { running: 2, waiting: 0 });
+    h.reporter.reportChanges();
+    await expect.poll(() => h.svc.reports.length).toBe(2);
+    expect(h.sent()).toEqual(["a=1/0", "a=1/0 b=2/0"]);
+    expect([h.svc.streamsOpened, h.svc.reportCalls]).toEqual([2, 0]);
+  });
+
+  it("falls back to one ReportLoad call per report when StreamLoad is Unimplemented", async () => {
+    const h = await connectedReporter({ loadStreamMs: 20_000 });
+    h.svc.streamMode = "unimplemented";
+    h.scrape("a", { running: 1, waiting: 0 });
+    h.reporter.reportChanges();
+    await expect.poll(() => h.logger.lines.length).toBe(1);
+    expect(h.logger.lines[0]).toEqual({
+      level: "warn",
+      message:
+        "the control plane does not serve StreamLoad: load reports go as one ReportLoad call each until the agent registers again",
     });
-    const server = createServer(connectNodeAdapter({ routes }));
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
-    server.unref();
-    const port = (server.address() as AddressInfo).port;
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-load-report-"));
-    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
-    const agent: RunningAgent = await startAgent(
-      parseAgentConfig({
-        controlPlaneUrl: `http://127.0.0.1:${port}`,
-        joinToken: JOIN,
-        stateDir,
-        simulate: "1xh100-80g",
-        nodeName: "node-a",
-        advertiseAddress: "127.0.0.1",
-        probeIntervalMs: 50,
-        loadScrapeIntervalMs: LOAD_INTERVAL,
-        engines: { simCommand: [process.execPath, "-e", settableEngine, "--"] },
-      }),
-      {
-        logger: silentLogger,
-        // Readiness is not under test; the scrape is the agent's real one over HTTP.
-        probes: { probe: async () => "ready", scrapeLoad: createEngineProbes().scrapeLoad },
-        baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-        secretEnv: {},
-        agentVersion: "test",
-      },
-    );
-    cleanups.push(() => agent.close({ stopEngines: true }));
-
-    // The engine's first load (zeros are load; the fields it does not report stay unset).
-    await expect.poll(() => svc.reports.length, { timeout: 15_000 }).toBe(1);
-    expect(svc.reports[0]?.replicas).toEqual([
-      { id: "m-0", load: { running: 0, waiting: 0 }, scrapedAtMs: expect.any(Number) },
-    ]);
-    expect(svc.heartbeats).toBe(1);
-    const enginePort = agent.manager.statuses()[0]?.apiPort;
-    const engine = async (pathAndQuery: string) =>
-      (await fetch(`http://127.0.0.1:${enginePort}${pathAndQuery}`)).text();
-    const scrapes = async () => (JSON.parse(await engine("/stats")) as { scrapes: number }).scrapes;
-
-    // Unchanged load: four more scrape rounds, no report.
-    const before = await scrapes();
-    await expect.poll(scrapes, { timeout: 10_000 }).toBeGreaterThanOrEqual(before + 4);
-    expect(svc.reports).toHaveLength(1);
-
-    // Changed load, several times: each reaches the control plane within the interval plus a
-    // scrape, and leaves the agent right after its scrape.
-    const engineToCp: number[] = [];
-    const scrapeToCp: number[] = [];
-    for (let i = 1; i <= 5; i++) {
-      const changedAt = Date.now();
-      await engine(`/set?running=${i}&waiting=${i - 1}`);
-      await expect
-        .poll(() => svc.reports.at(-1)?.replicas[0]?.load, { timeout: 5_000, interval: 5 })
-        .toEqual({ running: i, waiting: i - 1 });
-      const report = svc.reports.at(-1) as ReceivedReport;
-      engineToCp.push(report.receivedAtMs - changedAt);
-      scrapeToCp.push(report.receivedAtMs - (report.replicas[0]?.scrapedAtMs ?? 0));
-    }
-    expect(svc.reports).toHaveLength(6);
-    expect(svc.peakInFlight).toBe(1);
-    expect(Math.max(...engineToCp), `engine → control plane ms: ${engineToCp}`).toBeLessThan(1_000);
-    expect(Math.max(...scrapeToCp), `scrape → control plane ms: ${scrapeToCp}`).toBeLessThan(
-      LOAD_INTERVAL / 2,
-    );
-    expect(svc.heartbeats, "it all went by ReportLoad").toBe(1);
+    await h.round();
+    h.scrape("a", { running: 2, waiting: 0 });
+    await h.round();
+    expect(h.sent()).toEqual(["a=1/0", "a=2/0"]);
+    expect(h.svc.reports.map((r) => r.via)).toEqual(["unary", "unary"]);
+    expect(h.logger.lines).toHaveLength(1);
   });
 });
 
+describe("startAgent reports engine load between heartbeats", () => {
+  it.each([
+    ["one StreamLoad request", 20_000, "stream"],
+    ["ReportLoad calls (streams off)", 0, "unary"],
+  ] as const)(
+    "gets a changed engine load to a real control-plane listener within the interval by %s",
+    async (_name, loadStreamMs, via) => {
+      const LOAD_INTERVAL = 500;
+      const { svc, routes } = honestAgentService({
+        loadStreamMs,
+        // No heartbeat after the first during the test: load can only arrive by ReportLoad.
+        heartbeatIntervalMs: 600_000,
+        assignments: [
+          create(ReplicaAssignmentSchema, {
+            replicaId: "m-0",
+            rank: 0,
+            gpuIndices: [0],
+            deployment: deploymentSpecToProto(
+              parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
+            ),
+          }),
+        ],
+      });
+      const server = createServer(connectNodeAdapter({ routes }));
+      await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+      cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+      server.unref();
+      const port = (server.address() as AddressInfo).port;
+      const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-load-report-"));
+      cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
+      const agent: RunningAgent = await startAgent(
+        parseAgentConfig({
+          controlPlaneUrl: `http://127.0.0.1:${port}`,
+          joinToken: JOIN,
+          stateDir,
+          simulate: "1xh100-80g",
+          nodeName: "node-a",
+          advertiseAddress: "127.0.0.1",
+          probeIntervalMs: 50,
+          loadScrapeIntervalMs: LOAD_INTERVAL,
+          engines: { simCommand: [process.execPath, "-e", settableEngine, "--"] },
+        }),
+        {
+          logger: silentLogger,
+          // Readiness is not under test; the scrape is the agent's real one over HTTP.
+          probes: { probe: async () => "ready", scrapeLoad: createEngineProbes().scrapeLoad },
+          baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+          secretEnv: {},
+          agentVersion: "test",
+        },
+      );
+      cleanups.push(() => agent.close({ stopEngines: true }));
+
+      // The engine's first load (zeros are load; the fields it does not report stay unset).
+      await expect.poll(() => svc.reports.length, { timeout: 15_000 }).toBe(1);
+      expect(svc.reports[0]?.replicas).toEqual([
+        { id: "m-0", load: { running: 0, waiting: 0 }, scrapedAtMs: expect.any(Number) },
+      ]);
+      expect(svc.heartbeats).toBe(1);
+      const enginePort = agent.manager.statuses()[0]?.apiPort;
+      const engine = async (pathAndQuery: string) =>
+        (await fetch(`http://127.0.0.1:${enginePort}${pathAndQuery}`)).text();
+      const scrapes = async () =>
+        (JSON.parse(await engine("/stats")) as { scrapes: number }).scrapes;
+
+      // Unchanged load: four more scrape rounds, no report.
+      const before = await scrapes();
+      await expect.poll(scrapes, { timeout: 10_000 }).toBeGreaterThanOrEqual(before + 4);
+      expect(svc.reports).toHaveLength(1);
+
+      // Changed load, several times: each reaches the control plane within the interval plus a
+      // scrape, and leaves the agent right after its scrape.
+      const engineToCp: number[] = [];
+      const scrapeToCp: number[] = [];
+      for (let i = 1; i <= 5; i++) {
+        const changedAt = Date.now();
+        await engine(`/set?running=${i}&waiting=${i - 1}`);
+        await expect
+          .poll(() => svc.reports.at(-1)?.replicas[0]?.load, { timeout: 5_000, interval: 5 })
+          .toEqual({ running: i, waiting: i - 1 });
+        const report = svc.reports.at(-1) as ReceivedReport;
+        engineToCp.push(report.receivedAtMs - changedAt);
+        scrapeToCp.push(report.receivedAtMs - (report.replicas[0]?.scrapedAtMs ?? 0));
+      }
+      expect(svc.reports).toHaveLength(6);
+      expect(svc.reports.every((r) => r.via === via)).toBe(true);
+      // Over a real HTTP/1.1 socket each message arrived as written, on one request.
+      if (via === "stream") expect([svc.streamsOpened, svc.reportCalls]).toEqual([1, 0]);
+      else expect(svc.peakInFlight).toBe(1);
+      expect(Math.max(...engineToCp), `engine → control plane ms: ${engineToCp}`).toBeLessThan(
+        1_000,
+      );
+      expect(Math.max(...scrapeToCp), `scrape → control plane ms: ${scrapeToCp}`).toBeLessThan(
+        LOAD_INTERVAL / 2,
+      );
+      expect(svc.heartbeats, "it all went by ReportLoad").toBe(1);
+    },
+  );
+});
+
 describe("startAgent against the real control plane", () => {
-  it("gets a changed engine load into the cluster's load by ReportLoad, not by a heartbeat", async () => {
+  it("gets a changed engine load into the cluster's load by a load report, not by a heartbeat", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "llmgw-load-report-cp-"));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
     const cp = await startControlPlane({

@@ -14,16 +14,22 @@ describe("resolveControlPlaneOptions", () => {
       requestTimeoutMs: 60_000,
       keepAliveTimeoutMs: 5_000,
       maxConnections: 4_096,
-      maxControlConnections: 1_024,
+      maxControlConnections: 4_096,
       maxConnectionsPerAddress: 1_024,
-      maxControlConnectionsPerAddress: 256,
+      maxControlConnectionsPerAddress: 1_024,
       maxNodes: 10_000,
       publicApi: true,
       routingCoalesceMs: 25,
       routingLoadFlushMs: 100,
       routingKeepaliveMs: 2_000,
       routingMaxQueued: 512,
+      loadStreamMs: 20_000,
     });
+    // Load streams follow a shorter request timeout unless given, and stop below 2 s.
+    const stream = (requestTimeoutMs: number) =>
+      resolveControlPlaneOptions({ dataDir: "/d", requestTimeoutMs, headersTimeoutMs: 100 })
+        .loadStreamMs;
+    expect([stream(30_000), stream(2_000), stream(1_999)]).toEqual([15_000, 1_000, 0]);
     expect(resolveControlPlaneOptions({ dataDir: "/d", publicApi: false }).publicApi).toBe(false);
   });
 
@@ -63,10 +69,18 @@ describe("resolveControlPlaneOptions", () => {
       "maxConnectionsPerAddress: maxConnectionsPerAddress must not exceed maxConnections (got 11)",
     ],
     [
-      { maxControlConnectionsPerAddress: 2_000 },
-      "maxControlConnectionsPerAddress: maxControlConnectionsPerAddress must not exceed maxControlConnections (got 2000)",
+      { maxControlConnectionsPerAddress: 5_000 },
+      "maxControlConnectionsPerAddress: maxControlConnectionsPerAddress must not exceed maxControlConnections (got 5000)",
     ],
     [{ maxNodes: 0 }, "maxNodes: Too small"],
+    [
+      { loadStreamMs: 40_000 },
+      "loadStreamMs: loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 40000)",
+    ],
+    [
+      { loadStreamMs: 500 },
+      "loadStreamMs: loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 500)",
+    ],
     [{ publicApi: "no" }, 'publicApi: Invalid input: expected boolean, received string (got "no")'],
     [{ routingCoalesceMs: 0 }, "routingCoalesceMs: Too small"],
     [{ routingLoadFlushMs: 20_000 }, "routingLoadFlushMs: Too big"],

@@ -57,8 +57,10 @@ export const controlPlaneConfigSchema = z
     /**
      * Control listener: its own cap, so a flood of the public listener never takes the
      * agents' and operators' way in (keep both caps together below the process's file limit).
+     * An agent holds two while load streams are on (heartbeats, its `StreamLoad` request):
+     * the default fits 2,000 agents with room for routers and operators.
      */
-    maxControlConnections: z.number().int().min(1).max(1_000_000).default(1_024),
+    maxControlConnections: z.number().int().min(1).max(1_000_000).default(4_096),
     /**
      * Public listener: open connections from one client address; more are closed at once.
      * Default a quarter of `maxConnections` (1,024), so one address cannot hold the listener,
@@ -68,7 +70,7 @@ export const controlPlaneConfigSchema = z
     maxConnectionsPerAddress: z.number().int().min(1).max(1_000_000).optional(),
     /**
      * Control listener: open connections from one client address. Default a quarter of
-     * `maxControlConnections` (256), so that one address (a compromised host, a runaway
+     * `maxControlConnections` (1,024), so that one address (a compromised host, a runaway
      * script) cannot lock out every agent and operator.
      */
     maxControlConnectionsPerAddress: z.number().int().min(1).max(1_000_000).optional(),
@@ -84,6 +86,14 @@ export const controlPlaneConfigSchema = z
     routingLoadFlushMs: z.number().int().min(10).max(10_000).default(100),
     /** A quiet routing stream carries a keepalive this often (routers give up after three). */
     routingKeepaliveMs: z.number().int().min(100).max(60_000).default(2_000),
+    /**
+     * How long an agent keeps one `StreamLoad` request open (told in every heartbeat answer);
+     * at most half of `requestTimeoutMs`, since the whole stream is one request body. 0: agents
+     * send each load report as its own `ReportLoad` call (for a proxy in front of the control
+     * listener that buffers request bodies). Default 20 s, or half of a shorter
+     * `requestTimeoutMs` (0 below 2 s).
+     */
+    loadStreamMs: z.number().int().min(0).max(3_600_000).optional(),
     /** Messages queued for one router that stopped reading before its stream is cut off. */
     routingMaxQueued: z.number().int().min(8).max(100_000).default(512),
   })
@@ -107,6 +117,16 @@ export const controlPlaneConfigSchema = z
     message: "headersTimeoutMs must not exceed requestTimeoutMs",
     path: ["headersTimeoutMs"],
   })
+  .refine(
+    (c) =>
+      c.loadStreamMs === undefined ||
+      c.loadStreamMs === 0 ||
+      (c.loadStreamMs >= 1_000 && c.loadStreamMs * 2 <= c.requestTimeoutMs),
+    {
+      message: "loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs",
+      path: ["loadStreamMs"],
+    },
+  )
   // Per-address caps follow their listener's cap unless given: lowering a cap alone must
   // neither fail validation nor let one address take the whole listener.
   .transform((c) => ({
@@ -114,7 +134,14 @@ export const controlPlaneConfigSchema = z
     maxConnectionsPerAddress: c.maxConnectionsPerAddress ?? quarterOf(c.maxConnections),
     maxControlConnectionsPerAddress:
       c.maxControlConnectionsPerAddress ?? quarterOf(c.maxControlConnections),
+    loadStreamMs: c.loadStreamMs ?? defaultLoadStreamMs(c.requestTimeoutMs),
   }));
+
+/** 20 s, or half of a shorter request timeout; 0 (no streams) when that is below 1 s. */
+function defaultLoadStreamMs(requestTimeoutMs: number): number {
+  const ms = Math.min(20_000, Math.floor(requestTimeoutMs / 2));
+  return ms < 1_000 ? 0 : ms;
+}
 
 function quarterOf(cap: number): number {
   return Math.max(1, Math.floor(cap / 4));

@@ -253,7 +253,12 @@ export async function startControlPlane(
       // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
       readMaxBytes: 4 * 1024 * 1024,
       routes: (router: ConnectRouter) => {
-        router.service(AgentService, createAgentService(cluster, dataDir.joinToken));
+        router.service(
+          AgentService,
+          createAgentService(cluster, dataDir.joinToken, {
+            loadStreamMs: resolved.loadStreamMs,
+          }),
+        );
         router.service(
           ClusterService,
           createClusterService(cluster, dataDir.adminToken, {

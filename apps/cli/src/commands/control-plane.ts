@@ -32,21 +32,26 @@ Options:
                               routers (default 2s); a router that has not read a message
                               within 3 of these is cut off, one that hears nothing for 3
                               reconnects. Raise it for routers on very slow links
+  --load-stream D             how long an agent keeps one load-report stream open (default
+                              20s or half of a shorter --request-timeout; at most half of
+                              it); 0: each report is its own call (for a proxy in front
+                              of the control listener that buffers request bodies)
   --no-auth                   public API without API keys (demos only)
   --headers-timeout D         time a client has to send a request head, both listeners
                               (default 30s; then 408)
   --request-timeout D         time a client has to send a whole request, body included
                               (default 60s; then 408; answers and streams are not limited)
   --max-connections N         open public connections at once (default 4096)
-  --max-control-connections N open control connections at once (default 1024); keep both
-                              caps together below the process's open-file limit
+  --max-control-connections N open control connections at once (default 4096; an agent
+                              holds two, one for its load stream); keep both caps
+                              together below the process's open-file limit
   --max-connections-per-address N
                               open public connections from one client address
                               (default 1024; behind a load balancer, which is one
                               address for every client, raise it to --max-connections)
   --max-control-connections-per-address N
                               open control connections from one client address
-                              (default 256, so one address cannot lock out the others)
+                              (default 1024, so one address cannot lock out the others)
   --max-nodes N               nodes held at most; a Register that would add one more is
                               refused (default 10000)
 
@@ -84,6 +89,7 @@ export const command: Command = {
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
       "routing-keepalive": { type: "string" },
+      "load-stream": { type: "string" },
       "no-auth": { type: "boolean" },
       "no-public-api": { type: "boolean" },
       "headers-timeout": { type: "string" },
@@ -132,6 +138,9 @@ export const command: Command = {
         : {}),
       ...(values["node-lost-after"]
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
+        : {}),
+      ...(values["load-stream"]
+        ? { loadStreamMs: parseDurationMs(values["load-stream"], "--load-stream") }
         : {}),
       ...(values["routing-keepalive"]
         ? {

@@ -62,6 +62,7 @@ export const AGENT_LIMITS = {
     // Load of every replica whose rank 0 the node serves; small models packed by MIG or on
     // CPUs may run many more replicas than the 128 a heartbeat lists, and each report is small.
     ReportLoadRequest: { replicas: 1_024 },
+    StreamLoadRequest: { replicas: 1_024 },
   } as Readonly<Record<string, Readonly<Record<string, number>>>>,
   /** Characters of a string field not listed in {@link AGENT_LIMITS.chars} or `textChars`. */
   defaultChars: 256,
@@ -116,7 +117,7 @@ export interface BoundAgentRequestOptions {
  * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` for a count or identifying string over its limit,
  * and truncates free text in place (a marker says how much went). `root` names the message
  * in errors and selects {@link AGENT_LIMITS.requestItems}, e.g. "RegisterRequest". A
- * "ReportLoadRequest" also has its load values and scrape times checked (against
+ * "ReportLoadRequest" or "StreamLoadRequest" also has its load values and scrape times checked (against
  * `options.nowMs`, default the system clock).
  */
 export function boundAgentRequest(
@@ -129,7 +130,7 @@ export function boundAgentRequest(
     own?.[path] ?? AGENT_LIMITS.items[path] ?? AGENT_LIMITS.defaultItems;
   walk(items, root, "", request as Record<string, unknown>);
   validateFaults(root, request as Record<string, unknown>);
-  if (root === "ReportLoadRequest")
+  if (root === "ReportLoadRequest" || root === "StreamLoadRequest")
     validateLoadReports(root, request as Record<string, unknown>, options.nowMs ?? Date.now());
 }
 

@@ -556,6 +556,11 @@ export class Cluster {
    * {@link routingVersion} follows at the end of the operation, once per operation.
    */
   #routingMarks = 0;
+  /**
+   * Counts changes to the API key grants alone (created, revoked): they rebuild the keys of
+   * the membership, never the replicas ({@link #membershipKeys}).
+   */
+  #keyMarks = 0;
   #routingVersion = 0;
   #routingDirty = false;
   readonly #routingListeners = new Set<ChangeListener>();
@@ -569,8 +574,10 @@ export class Cluster {
   readonly #loadFieldsDropped = new Map<string, string>();
   /** Ids of stored API keys already logged as left out of routing (see {@link #buildMembership}). */
   readonly #keysLeftOut = new Set<string>();
-  /** Membership without load, built at {@link #routableVersion}. */
-  #membership: RoutingMembership | undefined;
+  /** Models and replicas of the membership, without load, built at {@link #routableVersion}. */
+  #membership: Omit<RoutingMembership, "keys"> | undefined;
+  /** The key grants of the membership and the {@link #keyMarks} they were built at. */
+  #membershipKeys: { readonly marks: number; readonly keys: readonly KeyGrant[] } | undefined;
   /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
   readonly #clearedFaults = new Map<string, Map<string, number>>();
   /**
@@ -858,6 +865,15 @@ export class Cluster {
     }
     // The agent has the new credential: the one before it is retired.
     node.priorCredentialHash = undefined;
+  }
+
+  /**
+   * True while `credential` is still what authenticates `nodeId`, cheaply: for a stream whose
+   * first message passed {@link authenticateNode} with it. A node revoked or reset and
+   * registered again since, holding a new credential, no longer matches.
+   */
+  stillAuthenticated(nodeId: string, credentialHash: string): boolean {
+    return this.#nodes.get(nodeId)?.record.credentialHash === credentialHash;
   }
 
   /** Takes a heartbeat (credential already checked) and returns the node's full desired set. */
@@ -1741,7 +1757,7 @@ export class Cluster {
       `API key ${record.name} (${record.prefix}…) created`,
       "info",
     );
-    this.#routingChange();
+    this.#routingChange("keys");
     this.#touch();
     return { key: apiKeyToProto(record), secret };
   }
@@ -1770,7 +1786,7 @@ export class Cluster {
     this.#apiKeys.set(revoked.id, revoked);
     this.#apiKeysByHash.set(revoked.secretHash, revoked);
     this.#event("apikey.revoked", revoked.id, `API key ${revoked.name} revoked`, "info");
-    this.#routingChange();
+    this.#routingChange("keys");
     this.#touch();
     return apiKeyToProto(revoked);
   }
@@ -2208,10 +2224,23 @@ export class Cluster {
     return () => this.#loadListeners.delete(listener);
   }
 
-  /** Something routers route by changed: caches rebuild now, listeners hear at the flush. */
-  #routingChange(): void {
-    this.#routingMarks++;
+  /**
+   * Something routers route by changed: caches rebuild now, listeners hear at the flush.
+   * "keys": only API key grants did, so replicas and models stay as built.
+   */
+  #routingChange(what: "keys" | "membership" = "membership"): void {
+    if (what === "keys") this.#keyMarks++;
+    else this.#routingMarks++;
     this.#routingDirty = true;
+  }
+
+  /**
+   * Bumped when anything routers route by but the API key grants may have changed: a reader
+   * that saw this value before needs only {@link routingKeys} again. Moves with
+   * {@link routingVersion}'s bumps, never alone.
+   */
+  get routingTopologyVersion(): number {
+    return this.#routingMarks;
   }
 
   #flushRouting(): void {
@@ -2301,11 +2330,22 @@ export class Cluster {
         if (held?.reportedAtMs === undefined || !knownLoad(held.load)) return r;
         return { ...r, load: copyLoad(held.load), loadReportedAtMs: held.reportedAtMs };
       }),
-      keys: [...base.keys],
+      keys: [...this.routingKeys()],
     };
   }
 
-  #buildMembership(): RoutingMembership {
+  /**
+   * The API key grants of {@link routingMembership} alone, built once per key change (an
+   * admin creating keys must not cost a walk over every replica). Treat as read-only.
+   */
+  routingKeys(): readonly KeyGrant[] {
+    if (this.#membershipKeys?.marks !== this.#keyMarks) {
+      this.#membershipKeys = { marks: this.#keyMarks, keys: this.#buildKeyGrants() };
+    }
+    return this.#membershipKeys.keys;
+  }
+
+  #buildMembership(): Omit<RoutingMembership, "keys"> {
     const byModel = new Map<string, DeploymentSpec>();
     for (const name of [...this.#deployments.keys()].sort()) {
       const spec = (this.#deployments.get(name) as LiveDeployment).spec;
@@ -2333,6 +2373,10 @@ export class Cluster {
       }
     }
     replicas.sort((a, b) => a.id.localeCompare(b.id));
+    return { models, replicas };
+  }
+
+  #buildKeyGrants(): KeyGrant[] {
     const keys: KeyGrant[] = [];
     for (const k of this.#apiKeys.values()) {
       if (k.revokedAtMs !== undefined) continue;
@@ -2360,7 +2404,7 @@ export class Cluster {
         ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
       });
     }
-    return { models, replicas, keys };
+    return keys;
   }
 
   /** True when `model` has a replica placed but not ready yet (the router answers "loading"). */

@@ -82,6 +82,13 @@ function withExtras(extra: {
       return cluster.routingVersion;
     },
     onRoutingChange: (listener) => cluster.onRoutingChange(listener),
+    // Extras count as topology: the publisher reads the whole membership whenever they could.
+    get routingTopologyVersion() {
+      return cluster.routingVersion;
+    },
+    routingKeys() {
+      return [...cluster.routingKeys(), ...(extra.keys ?? [])];
+    },
     routingMembership() {
       const m = cluster.routingMembership();
       return {
@@ -397,7 +404,28 @@ describe("createRoutingPublisher", () => {
     expect(deltas(received)[0]?.upsertedKeys.map((k) => k.name)).toEqual(
       Array.from({ length: 10 }, (_, i) => `key-${i}`),
     );
-    expect(publisher.stats()).toMatchObject({ deltas: 1, membershipReads: 2 });
+    // The first read is the whole membership; ten key changes then read only the keys.
+    expect(publisher.stats()).toMatchObject({ deltas: 1, membershipReads: 1, keyReads: 1 });
+  });
+
+  it("reads only the key grants for a key change, and the whole membership after a replica change", async () => {
+    const nodeId = joinNode();
+    deploy();
+    report(nodeId, ReplicaState.READY);
+    const { publisher, received } = publish({ coalesceMs: 5 });
+    const topology = cluster.routingTopologyVersion;
+    const { key } = cluster.createApiKey({ name: "team-c", models: [] });
+    expect(cluster.routingTopologyVersion).toBe(topology);
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
+    expect(deltas(received)[0]).toMatchObject({
+      upsertedKeys: [{ id: key.id }],
+      upsertedReplicas: [],
+    });
+    expect(publisher.stats()).toMatchObject({ membershipReads: 1, keyReads: 1 });
+    report(nodeId, ReplicaState.UNHEALTHY);
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
+    expect(deltas(received)[1]).toMatchObject({ removedReplicas: ["chat-0"], upsertedKeys: [] });
+    expect(publisher.stats()).toMatchObject({ membershipReads: 2, keyReads: 1 });
   });
 
   it("sends the router count in a delta when it changes", async () => {

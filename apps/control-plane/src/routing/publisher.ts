@@ -30,6 +30,13 @@ export interface RoutingSource {
     replicas: readonly RoutedReplica[];
     keys: readonly KeyGrant[];
   };
+  /**
+   * Bumped with {@link routingVersion} whenever more than the key grants may have changed;
+   * while it stays, {@link routingKeys} is all there is to read again.
+   */
+  readonly routingTopologyVersion: number;
+  /** The key grants of {@link routingMembership} alone. */
+  routingKeys(): readonly KeyGrant[];
   onLoad(listener: (sample: ReplicaLoadSample) => void): () => void;
 }
 
@@ -68,6 +75,8 @@ export interface RoutingPublisherStats {
   readonly keepalives: number;
   /** Times `routingMembership()` was read (at most once per coalescing window). */
   readonly membershipReads: number;
+  /** Times only `routingKeys()` was read (nothing but key grants had changed). */
+  readonly keyReads: number;
   /** Messages handed to every subscriber, and the time that took (ms, total and worst). */
   readonly fanouts: number;
   readonly fanoutMsTotal: number;
@@ -293,6 +302,7 @@ export function createRoutingPublisher(
   /** A snapshot went out with a count other than `routers`: the next flush publishes it. */
   let routersPending = false;
   let seenRoutingVersion = -1;
+  let seenTopologyVersion = -1;
   let closed = false;
   let sentSinceKeepalive = false;
   let membershipTimer: NodeJS.Timeout | undefined;
@@ -303,6 +313,7 @@ export function createRoutingPublisher(
     loadUpdates: 0,
     keepalives: 0,
     membershipReads: 0,
+    keyReads: 0,
     fanouts: 0,
     fanoutMsTotal: 0,
     fanoutMsMax: 0,
@@ -329,8 +340,6 @@ export function createRoutingPublisher(
   /** Reads the membership; returns what changed since the last read (and applies it). */
   const readMembership = () => {
     seenRoutingVersion = source.routingVersion;
-    const m = source.routingMembership();
-    stats.membershipReads++;
     const found = new Map<string, string>();
     const invalid = (what: string) => (id: string, problem: string) => {
       const entity = `${what} ${shownId(id)}`;
@@ -338,6 +347,27 @@ export function createRoutingPublisher(
       if (leftOut.get(entity) !== problem)
         log(`routing publisher: left out ${entity}, routers would refuse it: ${problem}`);
     };
+    if (source.routingTopologyVersion === seenTopologyVersion) {
+      // Only key grants changed (an admin creating or revoking keys): no walk over replicas.
+      stats.keyReads++;
+      const keyDiff = diffInto(
+        keys,
+        source.routingKeys(),
+        (v) => v.id,
+        sameKey,
+        keyProblem,
+        invalid("key"),
+      );
+      for (const [entity, problem] of leftOut) {
+        if (!entity.startsWith("key ")) found.set(entity, problem);
+      }
+      leftOut = found;
+      const empty = { upserted: [], removed: [] };
+      return { modelDiff: empty, replicaDiff: empty, keyDiff };
+    }
+    seenTopologyVersion = source.routingTopologyVersion;
+    const m = source.routingMembership();
+    stats.membershipReads++;
     const nextReplicas = m.replicas.map(membershipOf);
     const modelDiff = diffInto(
       models,

@@ -5,10 +5,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import {
   AgentService,
+  type ReplicaLoadReport,
   ReplicaLoadReportSchema,
   ReplicaState,
   ReplicaStatusSchema,
@@ -316,5 +318,110 @@ describe("AgentService.ReportLoad", () => {
     expect(cluster.routingMembership().replicas.find((r) => r.id === id)).not.toHaveProperty(
       "load",
     );
+  });
+});
+
+describe("AgentService.StreamLoad", () => {
+  /** A request stream the test feeds one message at a time, and ends. */
+  function feed() {
+    const messages = createWritableIterable<{ nodeId: string; replicas: ReplicaLoadReport[] }>();
+    return {
+      messages,
+      send(m: { nodeId: string; replicas: ReplicaLoadReport[] }) {
+        // Resolves once the service took it; a refused stream rejects the writes after it.
+        messages.write(m).catch(() => {});
+      },
+      end: () => messages.close(),
+    };
+  }
+
+  it("applies each report as it arrives, before the stream ends, and answers at the end", async () => {
+    const { cluster, client, a, servedBy, samples, report } = await setup();
+    const routingVersion = cluster.routingVersion;
+    const onA = servedBy(a.nodeId);
+    const f = feed();
+    const call = client.streamLoad(f.messages, { headers: a.auth });
+    f.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 1, waiting: 0 })] });
+    await expect.poll(() => samples.length).toBe(1);
+    f.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 5, kvCacheUsage: 0.5 })] });
+    await expect.poll(() => samples.length).toBe(2);
+    expect(cluster.routingMembership().replicas.find((r) => r.id === onA)?.load).toEqual({
+      running: 5,
+      kvCacheUsage: 0.5,
+    });
+    f.end();
+    const res = await call;
+    expect(res.loadIntervalMs).toBe(0);
+    expect(cluster.routingVersion).toBe(routingVersion);
+  });
+
+  it("ends with the error of a bad report and keeps the reports before it", async () => {
+    const { client, a, b, servedBy, samples, report } = await setup();
+    const onA = servedBy(a.nodeId);
+    const cases = [
+      {
+        bad: { nodeId: a.nodeId, replicas: [report(onA, { kvCacheUsage: 2 })] },
+        code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        message:
+          "StreamLoadRequest.replicas[0].load.kvCacheUsage is 2; it must be a number within [0, 1]",
+      },
+      {
+        bad: { nodeId: b.nodeId, replicas: [report(onA, { running: 1 })] },
+        code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        message: `StreamLoadRequest.nodeId changed from ${a.nodeId} to ${b.nodeId} within one stream`,
+      },
+    ];
+    for (const [i, { bad, code, message }] of cases.entries()) {
+      samples.length = 0;
+      const f = feed();
+      const call = refusal(client.streamLoad(f.messages, { headers: a.auth }));
+      // A new value each time: unchanged load is no news to the cluster.
+      f.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 2 + i })] });
+      f.send(bad);
+      const error = await call;
+      expect(error.metadata.get(ERROR_CODE_HEADER)).toBe(code);
+      expect(error.rawMessage).toBe(message);
+      expect(samples.map((s) => s.load)).toEqual([{ running: 2 + i }]);
+    }
+  });
+
+  it("refuses another node's credential, and a node revoked mid-stream", async () => {
+    const { cluster, client, a, b, servedBy, samples, report } = await setup();
+    const onA = servedBy(a.nodeId);
+    const wrong = feed();
+    const refused = refusal(client.streamLoad(wrong.messages, { headers: b.auth }));
+    wrong.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 1 })] });
+    expect((await refused).rawMessage).toContain(`wrong credential for node ${a.nodeId}`);
+    expect(samples).toEqual([]);
+
+    const f = feed();
+    const call = refusal(client.streamLoad(f.messages, { headers: a.auth }));
+    f.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 1 })] });
+    await expect.poll(() => samples.length).toBe(1);
+    cluster.revokeNode(a.nodeId);
+    f.send({ nodeId: a.nodeId, replicas: [report(onA, { running: 7 })] });
+    const error = await call;
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_NODE_REVOKED");
+    expect(samples.map((s) => s.load)).toEqual([{ running: 1 }]);
+  });
+
+  it("tells agents in every heartbeat answer how long a stream may stay open", async () => {
+    const cluster = (await setup()).cluster;
+    const withStreams = createClient(
+      AgentService,
+      createAgentServiceTransport(cluster, JOIN_TOKEN, { loadStreamMs: 20_000 }),
+    );
+    const res = await withStreams.register(
+      {
+        inventory: inventoryToProto(
+          simulateInventory("1xh100-80g", { hostname: "node-c", nowMs: clock.now() }),
+        ),
+        advertiseAddress: "10.0.0.3",
+      },
+      { headers: { authorization: `Bearer ${JOIN_TOKEN}` } },
+    );
+    const auth = { authorization: `Bearer ${res.nodeCredential}` };
+    const beat = await withStreams.heartbeat({ nodeId: res.nodeId }, { headers: auth });
+    expect(beat.loadStreamMs).toBe(20_000);
   });
 });

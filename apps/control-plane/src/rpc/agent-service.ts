@@ -4,10 +4,13 @@ import {
   type AgentService,
   HeartbeatResponseSchema,
   RegisterResponseSchema,
+  type ReplicaLoadReport,
   ReportLoadResponseSchema,
+  StreamLoadResponseSchema,
 } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
+import { hashSecret } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
@@ -23,11 +26,41 @@ function authenticateNode(cluster: Cluster, ctx: HandlerContext, nodeId: string,
   cluster.authenticateNode(nodeId, credential);
 }
 
-/** `AgentService`: Register needs the join token, Heartbeat and ReportLoad the node credential. */
+/** Options of {@link createAgentService}. */
+export interface AgentServiceOptions {
+  /**
+   * How long an agent keeps one `StreamLoad` request open, ms, told in every heartbeat answer
+   * (`load_stream_ms`); 0: agents send load as unary `ReportLoad` calls only. Default 0.
+   */
+  readonly loadStreamMs?: number;
+}
+
+/** Applies one load report of `nodeId` (credential and bounds already checked). */
+function applyLoadReports(
+  cluster: Cluster,
+  nodeId: string,
+  replicas: readonly ReplicaLoadReport[],
+) {
+  cluster.reportLoad(
+    nodeId,
+    replicas.map((r) => ({
+      replicaId: r.replicaId,
+      load: replicaLoadFromProto(r.load),
+      scrapedAtMs: Number(r.scrapedAtUnixMs),
+    })),
+  );
+}
+
+/**
+ * `AgentService`: Register needs the join token; Heartbeat, ReportLoad and StreamLoad the node
+ * credential.
+ */
 export function createAgentService(
   cluster: Cluster,
   joinToken: string,
+  options: AgentServiceOptions = {},
 ): ServiceImpl<typeof AgentService> {
+  const loadStreamMs = options.loadStreamMs ?? 0;
   return {
     register(req, ctx) {
       requireToken(ctx.requestHeader, joinToken, "the join token (llmgw control-plane token)");
@@ -73,21 +106,40 @@ export function createAgentService(
         generation: desired.generation,
         assignments: [...desired.assignments],
         heartbeatIntervalMs: desired.heartbeatIntervalMs,
+        loadStreamMs,
       });
     },
     reportLoad(req, ctx) {
       authenticateNode(cluster, ctx, req.nodeId, "ReportLoad");
       boundAgentRequest("ReportLoadRequest", req, { nowMs: cluster.now() });
-      cluster.reportLoad(
-        req.nodeId,
-        req.replicas.map((r) => ({
-          replicaId: r.replicaId,
-          load: replicaLoadFromProto(r.load),
-          scrapedAtMs: Number(r.scrapedAtUnixMs),
-        })),
-      );
+      applyLoadReports(cluster, req.nodeId, req.replicas);
       // 0: the agent keeps its own interval (--load-interval).
       return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
+    },
+    async streamLoad(requests, ctx) {
+      // Each report is checked and applied as it arrives, the credential included (an
+      // operator's reset revokes it mid-stream); a bad one ends the request with its error,
+      // the reports before it stay applied.
+      let nodeId: string | undefined;
+      // The hash of the credential the first message passed with: later ones are checked
+      // against it without hashing again (an agent sends a few a second).
+      let passed: string | undefined;
+      for await (const req of requests) {
+        if (nodeId !== undefined && req.nodeId !== nodeId) {
+          throw new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+            `StreamLoadRequest.nodeId changed from ${nodeId} to ${req.nodeId} within one stream`,
+          );
+        }
+        if (passed === undefined || !cluster.stillAuthenticated(req.nodeId, passed)) {
+          authenticateNode(cluster, ctx, req.nodeId, "StreamLoad");
+          passed = hashSecret(bearerToken(ctx.requestHeader) ?? "");
+        }
+        nodeId = req.nodeId;
+        boundAgentRequest("StreamLoadRequest", req, { nowMs: cluster.now() });
+        applyLoadReports(cluster, req.nodeId, req.replicas);
+      }
+      return create(StreamLoadResponseSchema, { loadIntervalMs: 0 });
     },
   };
 }

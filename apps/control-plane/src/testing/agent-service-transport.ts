@@ -11,6 +11,8 @@ export interface AgentServiceTransportOptions {
    * see the Connect errors an agent sees; e.g. to record calls or to play an outage.
    */
   readonly interceptors?: readonly Interceptor[];
+  /** `load_stream_ms` told to agents (0, the default: unary ReportLoad only). */
+  readonly loadStreamMs?: number;
 }
 
 /**
@@ -25,7 +27,12 @@ export function createAgentServiceTransport(
 ): Transport {
   return createRouterTransport(
     (router) => {
-      router.service(AgentService, createAgentService(cluster, joinToken));
+      router.service(
+        AgentService,
+        createAgentService(cluster, joinToken, {
+          loadStreamMs: options.loadStreamMs ?? 0,
+        }),
+      );
     },
     { router: { interceptors: [...(options.interceptors ?? []), errorMappingInterceptor] } },
   );

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIngKEUhlYXJ0YmVhdFJlc3BvbnNlEhIKCmdlbmVyYXRpb24YASABKAQSMAoLYXNzaWdubWVudHMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhQXNzaWdubWVudBIdChVoZWFydGJlYXRfaW50ZXJ2YWxfbXMYAyABKA0iugEKEVJlcGxpY2FBc3NpZ25tZW50EhIKCnJlcGxpY2FfaWQYASABKAkSKAoKZGVwbG95bWVudBgCIAEoCzIULmxsbWd3LnYxLkRlcGxveW1lbnQSDAoEcmFuaxgDIAEoDRIeCgV3b3JsZBgEIAEoCzIPLmxsbWd3LnYxLldvcmxkEhMKC2dwdV9pbmRpY2VzGAUgAygNEhEKCWdwdV91dWlkcxgGIAMoCRIRCglmYWJyaWNfaWQYByABKAkiWQoFV29ybGQSDgoGbm5vZGVzGAEgASgNEhUKDXJhbmswX2FkZHJlc3MYAiABKAkSFwoPcmVuZGV6dm91c19wb3J0GAMgASgNEhAKCG5vZGVfaWRzGAQgAygJIlMKEVJlcG9ydExvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCJnChFSZXBsaWNhTG9hZFJlcG9ydBISCgpyZXBsaWNhX2lkGAEgASgJEiIKBGxvYWQYAiABKAsyFC5sbG1ndy52MS5FbmdpbmVMb2FkEhoKEnNjcmFwZWRfYXRfdW5peF9tcxgDIAEoAyIuChJSZXBvcnRMb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDTLgAQoMQWdlbnRTZXJ2aWNlEkEKCFJlZ2lzdGVyEhkubGxtZ3cudjEuUmVnaXN0ZXJSZXF1ZXN0GhoubGxtZ3cudjEuUmVnaXN0ZXJSZXNwb25zZRJECglIZWFydGJlYXQSGi5sbG1ndy52MS5IZWFydGJlYXRSZXF1ZXN0GhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2USRwoKUmVwb3J0TG9hZBIbLmxsbWd3LnYxLlJlcG9ydExvYWRSZXF1ZXN0GhwubGxtZ3cudjEuUmVwb3J0TG9hZFJlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIpABChFIZWFydGJlYXRSZXNwb25zZRISCgpnZW5lcmF0aW9uGAEgASgEEjAKC2Fzc2lnbm1lbnRzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUFzc2lnbm1lbnQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhYKDmxvYWRfc3RyZWFtX21zGAQgASgNIroBChFSZXBsaWNhQXNzaWdubWVudBISCgpyZXBsaWNhX2lkGAEgASgJEigKCmRlcGxveW1lbnQYAiABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50EgwKBHJhbmsYAyABKA0SHgoFd29ybGQYBCABKAsyDy5sbG1ndy52MS5Xb3JsZBITCgtncHVfaW5kaWNlcxgFIAMoDRIRCglncHVfdXVpZHMYBiADKAkSEQoJZmFicmljX2lkGAcgASgJIlkKBVdvcmxkEg4KBm5ub2RlcxgBIAEoDRIVCg1yYW5rMF9hZGRyZXNzGAIgASgJEhcKD3JlbmRlenZvdXNfcG9ydBgDIAEoDRIQCghub2RlX2lkcxgEIAMoCSJTChFSZXBvcnRMb2FkUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJEi0KCHJlcGxpY2FzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUxvYWRSZXBvcnQiZwoRUmVwbGljYUxvYWRSZXBvcnQSEgoKcmVwbGljYV9pZBgBIAEoCRIiCgRsb2FkGAIgASgLMhQubGxtZ3cudjEuRW5naW5lTG9hZBIaChJzY3JhcGVkX2F0X3VuaXhfbXMYAyABKAMiLgoSUmVwb3J0TG9hZFJlc3BvbnNlEhgKEGxvYWRfaW50ZXJ2YWxfbXMYASABKA0iUwoRU3RyZWFtTG9hZFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRItCghyZXBsaWNhcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkUmVwb3J0Ii4KElN0cmVhbUxvYWRSZXNwb25zZRIYChBsb2FkX2ludGVydmFsX21zGAEgASgNMqsCCgxBZ2VudFNlcnZpY2USQQoIUmVnaXN0ZXISGS5sbG1ndy52MS5SZWdpc3RlclJlcXVlc3QaGi5sbG1ndy52MS5SZWdpc3RlclJlc3BvbnNlEkQKCUhlYXJ0YmVhdBIaLmxsbWd3LnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5sbG1ndy52MS5IZWFydGJlYXRSZXNwb25zZRJHCgpSZXBvcnRMb2FkEhsubGxtZ3cudjEuUmVwb3J0TG9hZFJlcXVlc3QaHC5sbG1ndy52MS5SZXBvcnRMb2FkUmVzcG9uc2USSQoKU3RyZWFtTG9hZBIbLmxsbWd3LnYxLlN0cmVhbUxvYWRSZXF1ZXN0GhwubGxtZ3cudjEuU3RyZWFtTG9hZFJlc3BvbnNlKAFiBnByb3RvMw", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.RegisterRequest
@@ -204,6 +204,14 @@ export type HeartbeatResponse = Message<"llmgw.v1.HeartbeatResponse"> & {
    * @generated from field: uint32 heartbeat_interval_ms = 3;
    */
   heartbeatIntervalMs: number;
+
+  /**
+   * How long one StreamLoad request may stay open, ms; 0: the control plane takes load reports
+   * only as unary ReportLoad calls (an older version, or streams turned off).
+   *
+   * @generated from field: uint32 load_stream_ms = 4;
+   */
+  loadStreamMs: number;
 };
 
 /**
@@ -375,6 +383,51 @@ export const ReportLoadResponseSchema: GenMessage<ReportLoadResponse> = /*@__PUR
   messageDesc(file_llmgw_v1_agent, 9);
 
 /**
+ * One report on a StreamLoad request: what a ReportLoadRequest carries.
+ *
+ * @generated from message llmgw.v1.StreamLoadRequest
+ */
+export type StreamLoadRequest = Message<"llmgw.v1.StreamLoadRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * Replicas whose rank-0 engine load changed since the last report.
+   *
+   * @generated from field: repeated llmgw.v1.ReplicaLoadReport replicas = 2;
+   */
+  replicas: ReplicaLoadReport[];
+};
+
+/**
+ * Describes the message llmgw.v1.StreamLoadRequest.
+ * Use `create(StreamLoadRequestSchema)` to create a new message.
+ */
+export const StreamLoadRequestSchema: GenMessage<StreamLoadRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 10);
+
+/**
+ * @generated from message llmgw.v1.StreamLoadResponse
+ */
+export type StreamLoadResponse = Message<"llmgw.v1.StreamLoadResponse"> & {
+  /**
+   * How often the control plane wants load reports; 0 keeps the agent's own setting.
+   *
+   * @generated from field: uint32 load_interval_ms = 1;
+   */
+  loadIntervalMs: number;
+};
+
+/**
+ * Describes the message llmgw.v1.StreamLoadResponse.
+ * Use `create(StreamLoadResponseSchema)` to create a new message.
+ */
+export const StreamLoadResponseSchema: GenMessage<StreamLoadResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 11);
+
+/**
  * Agents dial out to the control plane; the control plane never dials agents.
  * Register authenticates with the join token, Heartbeat with the node credential,
  * both as `Authorization: Bearer <token>`.
@@ -412,6 +465,19 @@ export const AgentService: GenService<{
     methodKind: "unary";
     input: typeof ReportLoadRequestSchema;
     output: typeof ReportLoadResponseSchema;
+  },
+  /**
+   * The same reports over one long-lived request (node credential): each message is one
+   * report, applied as it arrives, at a fraction of a unary call's cost. The agent ends the
+   * request after HeartbeatResponse.load_stream_ms and opens the next; the answer comes when
+   * the agent ends it. Used only when the control plane offers it (load_stream_ms > 0).
+   *
+   * @generated from rpc llmgw.v1.AgentService.StreamLoad
+   */
+  streamLoad: {
+    methodKind: "client_streaming";
+    input: typeof StreamLoadRequestSchema;
+    output: typeof StreamLoadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_agent, 0);
