@@ -823,6 +823,61 @@ describe("createRoutingState: bounds", () => {
       },
       "routing load: samples[0].load.running must be a finite number in [0, 1000000000], got NaN",
     ],
+    // The fast path for good load samples must refuse everything the field checks refuse.
+    ...(
+      [
+        [
+          "an empty replica id",
+          { replicaId: "", load: { running: 1 }, reportedAtMs: T0 },
+          'samples[1].replicaId must be a string of 1..256 characters, got ""',
+        ],
+        [
+          "a replica id that is no string",
+          { replicaId: 7, load: { running: 1 }, reportedAtMs: T0 },
+          "samples[1].replicaId must be a string of 1..256 characters, got 7",
+        ],
+        [
+          "no load object",
+          { replicaId: "a-1", load: null, reportedAtMs: T0 },
+          "samples[1].load must be an object, got null",
+        ],
+        [
+          "KV usage above 1",
+          { replicaId: "a-1", load: { kvCacheUsage: 1.5 }, reportedAtMs: T0 },
+          "samples[1].load.kvCacheUsage must be a finite number in [0, 1], got 1.5",
+        ],
+        [
+          "an infinite hit rate",
+          { replicaId: "a-1", load: { prefixCacheHitRate: Infinity }, reportedAtMs: T0 },
+          "samples[1].load.prefixCacheHitRate must be a finite number in [0, 1], got Infinity",
+        ],
+        [
+          "running past the limit",
+          { replicaId: "a-1", load: { running: 1e9 + 1 }, reportedAtMs: T0 },
+          "samples[1].load.running must be a finite number in [0, 1000000000], got 1000000001",
+        ],
+        [
+          "a fractional report time",
+          { replicaId: "a-1", load: { running: 1 }, reportedAtMs: T0 + 0.5 },
+          `samples[1].reportedAtMs must be an integer in [0, 8640000000000000], got ${T0 + 0.5}`,
+        ],
+        [
+          "a negative report time",
+          { replicaId: "a-1", load: { running: 1 }, reportedAtMs: -1 },
+          "samples[1].reportedAtMs must be an integer in [0, 8640000000000000], got -1",
+        ],
+        ["a sample that is no object", null, "samples[1] must be an object, got null"],
+      ] as const
+    ).map(([name, bad, message]): [string, RoutingMessage, string] => [
+      `a load sample with ${name}`,
+      {
+        kind: "load",
+        epoch: "e1",
+        // A good sample first: the bad one is found after it, and named by its index.
+        samples: [{ replicaId: "a-0", load: { running: 1 }, reportedAtMs: T0 }, bad],
+      } as unknown as RoutingMessage,
+      `routing load: ${message}`,
+    ]),
     [
       "a policy it does not know",
       snapshot({ models: [model("alpha", { policy: "random" as "llmgw" })] }),
