@@ -19,6 +19,8 @@ describe("bench/control-plane/run.ts --quick", () => {
         routing: {
           windows: {
             churn: boolean;
+            loadVia?: string;
+            reportLoad: { rpcs: number; errors: number };
             traffic: { requests: number; errors: number; non2xx: number };
           }[];
           summary: { fanOutMissing: number };
@@ -31,6 +33,11 @@ describe("bench/control-plane/run.ts --quick", () => {
     // and every key change reached every router: none of these depends on the box's speed.
     const windows = result.controlPlane.routing.windows;
     expect(windows.map((w) => w.churn).sort()).toEqual([false, true]);
+    // The churn went as StreamLoad messages (what agents do by default), every one taken.
+    const churn = windows.find((w) => w.churn);
+    expect(churn?.loadVia).toBe("stream");
+    expect(churn?.reportLoad.rpcs).toBeGreaterThan(0);
+    expect(churn?.reportLoad.errors).toBe(0);
     for (const w of windows) {
       expect(w.traffic.requests).toBeGreaterThan(0);
       expect(w.traffic.errors + w.traffic.non2xx).toBe(0);

@@ -10,11 +10,15 @@ import { performance } from "node:perf_hooks";
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { type LoadStream, openLoadStream } from "@llmgw/agent";
 import { type NodeInventory as PlainInventory, simulateInventory } from "@llmgw/discovery";
 import {
   AgentService,
+  EngineLoadSchema,
   type NodeInventory,
   type ReplicaAssignment,
+  type ReplicaLoadReport,
+  ReplicaLoadReportSchema,
   ReplicaState,
   type ReplicaStatus,
   ReplicaStatusSchema,
@@ -42,6 +46,9 @@ export interface FleetOptions {
   /** The API port every rank reports (default 40 000 + its index on the node). */
   readonly apiPort?: number;
 }
+
+/** How load reports travel while the load churns (see {@link Fleet.churnLoad}). */
+export type LoadVia = "stream" | "unary";
 
 /** Engine load as an agent reports it (ReportLoad and heartbeats). */
 interface Load {
@@ -77,6 +84,10 @@ class SimAgent {
   /** Each replica's current engine load (rank 0), while the load churns. */
   readonly load = new Map<string, Load>();
   loadTimer: NodeJS.Timeout | undefined;
+  /** The open StreamLoad request while the load churns over streams, and when it opened. */
+  loadStream: { writer: LoadStream; openedAt: number } | undefined;
+  /** `load_stream_ms` of the last heartbeat answer. */
+  loadStreamMs = 0;
   readonly #apiPort: number | undefined;
 
   constructor(
@@ -151,12 +162,19 @@ export class Fleet {
   readonly options: FleetOptions;
   readonly agents: SimAgent[] = [];
   readonly counters: FleetCounters = { ok: 0, errors: 0, errorKinds: new Map() };
-  /** ReportLoad outcomes while the load churns. */
+  /**
+   * Load reports while the load churns: ReportLoad calls answered, or StreamLoad messages
+   * taken (their errors: failed calls or streams).
+   */
   readonly loadCounters: FleetCounters = { ok: 0, errors: 0, errorKinds: new Map() };
-  /** Replica loads reported by ReportLoad (one RPC carries a node's replicas). */
+  /** Replica loads reported (one report carries a node's replicas). */
   loadSamples = 0;
   #loadRecording: number[] | undefined;
   #loadIntervalMs: number | undefined;
+  #loadVia: LoadVia = "stream";
+  /** Streams get a socket each (a stream holds its socket for its whole life). */
+  readonly #streamHttpAgent = new HttpAgent({ keepAlive: true });
+  readonly #streamClient: Client<typeof AgentService>;
   /** Bumped by each {@link churnLoad}, so a loop of an earlier call stops at its next turn. */
   #loadGeneration = 0;
   readonly #httpAgents: HttpAgent[] = [];
@@ -166,6 +184,14 @@ export class Fleet {
   constructor(options: FleetOptions) {
     this.options = options;
     const transports = Math.max(1, options.transports ?? 4);
+    this.#streamClient = createClient(
+      AgentService,
+      createConnectTransport({
+        baseUrl: options.controlUrl,
+        httpVersion: "1.1",
+        nodeOptions: { agent: this.#streamHttpAgent },
+      }),
+    );
     const clients: Client<typeof AgentService>[] = [];
     for (let t = 0; t < transports; t++) {
       const agent = new HttpAgent({
@@ -241,16 +267,21 @@ export class Fleet {
 
   /**
    * Churns engine load: every `intervalMs` each agent that hosts a replica's rank 0 draws a new
-   * load for each of them and sends it with ReportLoad (one in flight per agent, like
-   * `apps/agent/src/load-reporter.ts`; every replica changed every time, the worst case), and
-   * its heartbeats carry the same load. `undefined` stops it; the loads then stay as they were.
+   * load for each of them and reports it (every replica changed every time, the worst case),
+   * and its heartbeats carry the same load. `via` "stream": as a message of the agent's open
+   * `StreamLoad` request (`openLoadStream` of `apps/agent`, the agent's own; ended and opened
+   * again every `load_stream_ms` the heartbeats tell); "unary": one `ReportLoad` call each (one
+   * in flight per agent, like `apps/agent/src/load-reporter.ts` with streams off).
+   * `undefined` stops it; the loads then stay as they were, and open streams are ended.
    */
-  churnLoad(intervalMs: number | undefined): void {
+  churnLoad(intervalMs: number | undefined, via: LoadVia = "stream"): void {
     this.#loadIntervalMs = intervalMs;
+    this.#loadVia = via;
     const generation = ++this.#loadGeneration;
     for (const a of this.agents) {
       clearTimeout(a.loadTimer);
       a.loadTimer = undefined;
+      this.#endStream(a);
       if (intervalMs === undefined || !a.running) continue;
       const first = performance.now() + Math.random() * intervalMs;
       a.loadTimer = setTimeout(
@@ -286,9 +317,15 @@ export class Fleet {
           prefixCacheHitRate: Math.round(Math.random() * 1000) / 1000,
         };
         a.load.set(x.replicaId, load);
-        return { replicaId: x.replicaId, load, scrapedAtUnixMs: BigInt(now) };
+        return create(ReplicaLoadReportSchema, {
+          replicaId: x.replicaId,
+          load: create(EngineLoadSchema, load),
+          scrapedAtUnixMs: BigInt(now),
+        });
       });
-    if (replicas.length > 0) {
+    if (replicas.length > 0 && this.#loadVia === "stream") {
+      this.#streamReport(a, replicas);
+    } else if (replicas.length > 0) {
       const t0 = performance.now();
       try {
         await a.client.reportLoad(
@@ -299,17 +336,52 @@ export class Fleet {
         this.loadCounters.ok++;
         this.loadSamples += replicas.length;
       } catch (error) {
-        this.loadCounters.errors++;
-        const kind =
-          error instanceof ConnectError
-            ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
-            : (error as Error).message.slice(0, 80);
-        this.loadCounters.errorKinds.set(kind, (this.loadCounters.errorKinds.get(kind) ?? 0) + 1);
+        this.#loadFailed(error);
       }
     }
     if (!a.running || generation !== this.#loadGeneration) return;
     const next = Math.max(dueAt + intervalMs, performance.now());
     a.loadTimer = setTimeout(() => this.#loadLoop(a, next, generation), next - performance.now());
+  }
+
+  /** Writes one report to `a`'s open stream, opening one (or the next) first. */
+  #streamReport(a: SimAgent, replicas: readonly ReplicaLoadReport[]): void {
+    const now = performance.now();
+    if (a.loadStream !== undefined && now - a.loadStream.openedAt >= a.loadStreamMs) {
+      this.#endStream(a);
+    }
+    if (a.loadStream === undefined) {
+      const writer = openLoadStream(
+        this.#streamClient,
+        { nodeId: a.nodeId, credential: a.credential },
+        { timeoutMs: a.loadStreamMs + 10_000 },
+      );
+      writer.done.catch((error: unknown) => {
+        if (a.loadStream?.writer === writer) a.loadStream = undefined;
+        this.#loadFailed(error);
+      });
+      a.loadStream = { writer, openedAt: now };
+    }
+    if (a.loadStream.writer.write(replicas)) {
+      this.loadCounters.ok++;
+      this.loadSamples += replicas.length;
+    }
+  }
+
+  #endStream(a: SimAgent): void {
+    const stream = a.loadStream;
+    a.loadStream = undefined;
+    // Its failure, if any, is counted by the catch of streamReport.
+    void stream?.writer.end().catch(() => {});
+  }
+
+  #loadFailed(error: unknown): void {
+    this.loadCounters.errors++;
+    const kind =
+      error instanceof ConnectError
+        ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
+        : (error as Error).message.slice(0, 80);
+    this.loadCounters.errorKinds.set(kind, (this.loadCounters.errorKinds.get(kind) ?? 0) + 1);
   }
 
   /** Stops every heartbeat loop and closes the sockets. */
@@ -320,6 +392,7 @@ export class Fleet {
       clearTimeout(a.loadTimer);
     }
     for (const h of this.#httpAgents) h.destroy();
+    this.#streamHttpAgent.destroy();
   }
 
   /** Begins collecting heartbeat latencies (ms, client side). */
@@ -372,6 +445,7 @@ export class Fleet {
       this.#recording?.push({ ms });
       this.counters.ok++;
       a.generation = res.generation;
+      a.loadStreamMs = res.loadStreamMs;
       a.assignments = res.assignments;
     } catch (error) {
       this.counters.errors++;

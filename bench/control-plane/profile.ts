@@ -15,6 +15,7 @@ export interface CpuProfile {
       readonly lineNumber: number;
     };
     readonly hitCount?: number;
+    readonly children?: readonly number[];
   }[];
   readonly startTime: number;
   readonly endTime: number;
@@ -26,6 +27,11 @@ export interface HotFunction {
   readonly fn: string;
   /** Share of the busy (non-idle) samples, 0..1. */
   readonly self: number;
+  /**
+   * Share of the busy samples in it or anything it called (a function on the stack twice is
+   * counted once per stack), 0..1.
+   */
+  readonly total?: number;
 }
 
 /** A started profiler session; `stop` returns the profile and closes the socket. */
@@ -109,4 +115,44 @@ export function hotFunctions(profile: CpuProfile, top = 15): HotFunction[] {
     .sort((a, b) => b[1] - a[1])
     .slice(0, top)
     .map(([fn, c]) => ({ fn, self: total > 0 ? c / total : 0 }));
+}
+
+/**
+ * Inclusive time by function among those whose file matches `only` (e.g. llmgw's own code),
+ * largest first: where a hot path starts, which self time alone does not show.
+ */
+export function inclusiveFunctions(profile: CpuProfile, only: RegExp, top = 15): HotFunction[] {
+  const byNode = new Map(profile.nodes.map((n) => [n.id, n]));
+  const hits = new Map<number, number>();
+  let total = 0;
+  for (const id of profile.samples ?? []) {
+    if (byNode.get(id)?.callFrame.functionName === "(idle)") continue;
+    hits.set(id, (hits.get(id) ?? 0) + 1);
+    total += 1;
+  }
+  const keyOf = (n: CpuProfile["nodes"][number]) => {
+    const { functionName, url, lineNumber } = n.callFrame;
+    const file = url
+      .replace(/^file:\/\//, "")
+      .replace(/^.*\/(node_modules|apps|packages)\//, "$1/");
+    return { key: `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`, file };
+  };
+  const totals = new Map<string, number>();
+  const walk = (id: number, onStack: ReadonlySet<string>): number => {
+    const n = byNode.get(id);
+    if (!n) return 0;
+    const { key, file } = keyOf(n);
+    const counted = only.test(file) && !onStack.has(key);
+    const next = counted ? new Set([...onStack, key]) : onStack;
+    let sum = hits.get(id) ?? 0;
+    for (const c of n.children ?? []) sum += walk(c, next);
+    if (counted) totals.set(key, (totals.get(key) ?? 0) + sum);
+    return sum;
+  };
+  const root = profile.nodes[0];
+  if (root) walk(root.id, new Set());
+  return [...totals]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([fn, c]) => ({ fn, self: 0, total: total > 0 ? c / total : 0 }));
 }

@@ -11,6 +11,7 @@
  *   drops) the grant, as the router process notes on its membership change;
  * - router CPU per request (the router carrying the traffic, process CPU ÷ wrk's requests).
  */
+import { mkdirSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import type { Client } from "@connectrpc/connect";
 import type { ClusterService } from "@llmgw/proto";
@@ -18,8 +19,9 @@ import { type BenchChild, loadAverage, startBenchChild } from "../lib/children.j
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
 import type { KeyArrivals, RemoteRouterChildConfig, RouterReport } from "../lib/processes.js";
 import { quantile } from "../lib/table.js";
-import type { Fleet } from "./fleet.js";
+import type { Fleet, LoadVia } from "./fleet.js";
 import { log } from "./processes.js";
+import { type HotFunction, hotFunctions, inclusiveFunctions, startProfiler } from "./profile.js";
 import { measureWindow, type WindowResult } from "./window.js";
 
 /** Settings of the phase. */
@@ -27,8 +29,13 @@ export interface RoutingPhaseConfig {
   readonly routers: number;
   readonly rounds: number;
   readonly seconds: number;
-  /** ReportLoad interval of every agent while the load churns, ms. */
+  /** Load report interval of every agent while the load churns, ms. */
   readonly loadIntervalMs: number;
+  /**
+   * How the churning load travels, one churn window per entry and round; the first is the one
+   * the goals judge ("stream", what agents do by default), the others are baselines.
+   */
+  readonly loadVia: readonly LoadVia[];
   /** wrk connections against the traffic router. */
   readonly trafficConnections: number;
   /** The served model the traffic asks for (its replicas answer at the trivial upstream). */
@@ -65,8 +72,11 @@ export interface FanOut {
 export interface RoutingWindow {
   readonly round: number;
   readonly churn: boolean;
+  /** How the load travelled in a churn window (undefined: steady). */
+  readonly loadVia: LoadVia | undefined;
   readonly cp: WindowResult;
   readonly reportLoad: {
+    /** ReportLoad calls answered, or StreamLoad messages taken. */
     readonly rpcs: number;
     readonly perSecond: number;
     readonly replicaLoadsPerSecond: number;
@@ -89,6 +99,8 @@ export interface RoutingPhaseResult {
   readonly loadIntervalMs: number;
   readonly replicasWithLoad: number;
   readonly windows: readonly RoutingWindow[];
+  /** With `--cpu-prof`: the control plane's hottest functions in round 1's judged churn window. */
+  readonly hot?: readonly HotFunction[];
   readonly summary: {
     readonly cpCoresChurn: number;
     readonly cpCoresNoChurn: number;
@@ -100,6 +112,13 @@ export interface RoutingPhaseResult {
     /** Median over rounds of (churn ÷ no churn) router CPU per request. */
     readonly routerCpuRatio: number;
     readonly routerCpuRatioRange: readonly [number, number];
+    /** Per way of reporting (the first is the one above): CP cores and router CPU ratio. */
+    readonly byLoadVia: readonly {
+      readonly via: LoadVia;
+      readonly cpCores: number;
+      readonly routerCpu: number;
+      readonly routerCpuRatio: number;
+    }[];
   };
 }
 
@@ -217,6 +236,8 @@ export async function runRoutingPhase(options: {
   readonly admin: Client<typeof ClusterService>;
   readonly fleet: Fleet;
   readonly ticks: number;
+  /** The control plane's inspector port (`--cpu-prof`): round 1's judged churn window is profiled. */
+  readonly inspectPort?: number;
 }): Promise<RoutingPhaseResult> {
   const { config, fleet, admin } = options;
   const routers: BenchChild[] = [];
@@ -270,23 +291,42 @@ export async function runRoutingPhase(options: {
       });
     await load(2); // warm the router's pools and JIT
     const windows: RoutingWindow[] = [];
+    let hot: HotFunction[] | undefined;
     for (let r = 1; r <= config.rounds; r++) {
-      // Alternate which mode goes first, so a drift of the box's load favours neither.
-      const modes = r % 2 === 1 ? [false, true] : [true, false];
-      for (const churn of modes) {
-        fleet.churnLoad(churn ? config.loadIntervalMs : undefined);
+      // Alternate the order, so a drift of the box's load favours no mode.
+      const order: (LoadVia | undefined)[] = [undefined, ...config.loadVia];
+      const modes = r % 2 === 1 ? order : order.reverse();
+      for (const via of modes) {
+        const churn = via !== undefined;
+        fleet.churnLoad(churn ? config.loadIntervalMs : undefined, via);
         await sleep(2_000); // in flight from the mode before has drained; the churn has begun
         const rpcs0 = fleet.loadCounters.ok;
         const errors0 = fleet.loadCounters.errors;
         const samples0 = fleet.loadSamples;
         fleet.startLoadRecording();
         await traffic.request("reset");
+        const profiler =
+          options.inspectPort !== undefined && r === 1 && via === config.loadVia[0]
+            ? await startProfiler(options.inspectPort)
+            : undefined;
         const t0 = performance.now();
         const [cp, result, changes] = await Promise.all([
           measureWindow(fleet, options.cpPid, options.ticks, config.seconds),
           load(config.seconds),
-          driveKeyChanges(admin, t0 + config.seconds * 1000, `${r}-${churn ? "c" : "n"}`),
+          driveKeyChanges(admin, t0 + config.seconds * 1000, `${r}-${via ?? "n"}`),
         ]);
+        if (profiler) {
+          const profile = await profiler.stop();
+          mkdirSync("bench/results", { recursive: true });
+          const file = `bench/results/control-plane-churn-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
+          writeFileSync(file, JSON.stringify(profile));
+          log(`churn window profile written to ${file} (open it in Chrome DevTools)`);
+          // Self time, then inclusive time of llmgw's own code (the CLI's bundle).
+          hot = [
+            ...hotFunctions(profile, 20),
+            ...inclusiveFunctions(profile, /^apps\/cli\/dist\//, 25),
+          ];
+        }
         const report = await traffic.request<RouterReport & Record<string, unknown>>("report");
         const wallS = (performance.now() - t0) / 1000;
         const loadLatencies = fleet.stopLoadRecording();
@@ -298,6 +338,7 @@ export async function runRoutingPhase(options: {
         const w: RoutingWindow = {
           round: r,
           churn,
+          loadVia: via,
           cp,
           reportLoad: {
             rpcs,
@@ -317,30 +358,38 @@ export async function runRoutingPhase(options: {
         };
         windows.push(w);
         log(
-          `routing round ${r} ${churn ? "churn" : "no churn"}: CP ${cp.target.cpuCores} cores, ` +
-            `ReportLoad ${w.reportLoad.perSecond}/s, traffic ${result.reqPerSec.toFixed(0)} req/s, ` +
+          `routing round ${r} ${via === undefined ? "no churn" : `churn by ${via}`}: CP ${cp.target.cpuCores} cores, ` +
+            `load reports ${w.reportLoad.perSecond}/s, traffic ${result.reqPerSec.toFixed(0)} req/s, ` +
             `router ${w.router.cpuUsPerRequest ?? "-"} µs/req, fan-out p99 ${w.fanOut.p99Ms ?? "-"} ms ` +
             `(${w.fanOut.missing} missing) (load ${loadAverage()})`,
         );
       }
     }
     fleet.churnLoad(undefined);
-    const of = (churn: boolean) => windows.filter((w) => w.churn === churn);
+    // "churn" below: the windows of the way the goals judge (the first of config.loadVia).
+    const judged = config.loadVia[0];
+    const of = (via: LoadVia | undefined) => windows.filter((w) => w.loadVia === via);
     const pooledP99 = (churn: boolean) => {
-      const p = of(churn).flatMap((w) => (w.fanOut.p99Ms === undefined ? [] : [w.fanOut.p99Ms]));
+      const p = of(churn ? judged : undefined).flatMap((w) =>
+        w.fanOut.p99Ms === undefined ? [] : [w.fanOut.p99Ms],
+      );
       return p.length > 0 ? Math.max(...p) : undefined;
     };
-    const ratios = Array.from({ length: config.rounds }, (_, i) => {
-      const a = windows.find((w) => w.round === i + 1 && w.churn)?.router.cpuUsPerRequest;
-      const b = windows.find((w) => w.round === i + 1 && !w.churn)?.router.cpuUsPerRequest;
-      return a !== undefined && b !== undefined && b > 0 ? [a / b] : [];
-    }).flat();
-    const cpu = (churn: boolean) =>
+    const ratiosOf = (via: LoadVia | undefined) =>
+      Array.from({ length: config.rounds }, (_, i) => {
+        const a = windows.find((w) => w.round === i + 1 && w.loadVia === via)?.router
+          .cpuUsPerRequest;
+        const b = windows.find((w) => w.round === i + 1 && !w.churn)?.router.cpuUsPerRequest;
+        return a !== undefined && b !== undefined && b > 0 ? [a / b] : [];
+      }).flat();
+    const ratios = ratiosOf(judged);
+    const cpu = (via: LoadVia | undefined) =>
       median(
-        of(churn).flatMap((w) =>
+        of(via).flatMap((w) =>
           w.router.cpuUsPerRequest === undefined ? [] : [w.router.cpuUsPerRequest],
         ),
       );
+    const cores = (via: LoadVia | undefined) => median(of(via).map((w) => w.cp.target.cpuCores));
     return {
       routers: config.routers,
       routerKind:
@@ -351,17 +400,24 @@ export async function runRoutingPhase(options: {
         0,
       ),
       windows,
+      ...(hot === undefined ? {} : { hot }),
       summary: {
-        cpCoresChurn: median(of(true).map((w) => w.cp.target.cpuCores)),
-        cpCoresNoChurn: median(of(false).map((w) => w.cp.target.cpuCores)),
+        cpCoresChurn: cores(judged),
+        cpCoresNoChurn: cores(undefined),
         // The worst window's p99 (each window's p99 over its change × router pairs).
         fanOutP99MsChurn: pooledP99(true),
         fanOutP99MsNoChurn: pooledP99(false),
         fanOutMissing: windows.reduce((n, w) => n + w.fanOut.missing, 0),
-        routerCpuChurn: cpu(true),
-        routerCpuNoChurn: cpu(false),
+        routerCpuChurn: cpu(judged),
+        routerCpuNoChurn: cpu(undefined),
         routerCpuRatio: median(ratios),
         routerCpuRatioRange: [Math.min(...ratios), Math.max(...ratios)],
+        byLoadVia: config.loadVia.map((via) => ({
+          via,
+          cpCores: cores(via),
+          routerCpu: cpu(via),
+          routerCpuRatio: median(ratiosOf(via)),
+        })),
       },
     };
   } finally {
