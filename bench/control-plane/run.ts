@@ -342,7 +342,15 @@ async function runControlPlane(
     if (inspectPort) profiler = await startProfiler(inspectPort);
     log(`control plane: measuring for ${config.seconds} s${profiler ? " (profiling)" : ""}`);
     const window = await measureWindow(fleet, cp.pid, ticks, config.seconds);
-    const hot = profiler ? hotFunctions(await profiler.stop()) : undefined;
+    let hot: HotFunction[] | undefined;
+    if (profiler) {
+      const profile = await profiler.stop();
+      hot = hotFunctions(profile);
+      mkdirSync("bench/results", { recursive: true });
+      const file = `bench/results/control-plane-steady-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
+      writeFileSync(file, JSON.stringify(profile));
+      log(`steady window profile written to ${file} (open it in Chrome DevTools)`);
+    }
 
     const metricsScrape = await scrapeMetrics(cp.url, cp.pid, ticks, 3, window.target.cpuCores);
     let routing: RoutingPhaseResult | undefined;
