@@ -446,7 +446,8 @@ export class Fleet {
       this.counters.ok++;
       a.generation = res.generation;
       a.loadStreamMs = res.loadStreamMs;
-      a.assignments = res.assignments;
+      // `unchanged`: the set of the generation it sent, kept from before (as the agent does).
+      if (!res.unchanged) a.assignments = res.assignments;
     } catch (error) {
       this.counters.errors++;
       // Code name plus the start of the raw message, e.g. "internal: read ECONNRESET".

@@ -425,3 +425,22 @@ describe("AgentService.StreamLoad", () => {
     expect(beat.loadStreamMs).toBe(20_000);
   });
 });
+
+describe("AgentService.Heartbeat answers", () => {
+  it("leave out the desired set the agent says it applied, and send it whole otherwise", async () => {
+    const { client, a } = await setup();
+    const beat = (generationSeen: bigint) =>
+      client.heartbeat({ nodeId: a.nodeId, generationSeen }, { headers: a.auth });
+    const first = await beat(0n);
+    expect(first.unchanged).toBe(false);
+    expect(first.assignments).toHaveLength(1);
+    const same = await beat(first.generation);
+    expect(same).toMatchObject({ generation: first.generation, unchanged: true, assignments: [] });
+    // An older generation (a failed apply, another control plane's): the whole set again.
+    const stale = await beat(first.generation - 1n);
+    expect(stale.unchanged).toBe(false);
+    expect(stale.assignments.map((x) => x.replicaId)).toEqual(
+      first.assignments.map((x) => x.replicaId),
+    );
+  });
+});

@@ -93,8 +93,9 @@ export class FakeAgent {
       { headers: { authorization: `Bearer ${this.credential}` } },
     );
     this.generation = res.generation;
-    this.assignments = res.assignments;
-    return res.assignments;
+    // `unchanged`: the set of the generation it reported, kept from before.
+    if (!res.unchanged) this.assignments = res.assignments;
+    return this.assignments;
   }
 
   /** Replica ids of the current desired set, sorted. */
