@@ -8,6 +8,7 @@ import {
   Code,
   ConnectError,
   type ConnectRouter,
+  createClient,
   createRouterTransport,
   type HandlerContext,
   type ServiceImpl,
@@ -34,7 +35,7 @@ import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
 import { deploymentSpecToProto, inventoryToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { parseAgentConfig } from "./config.js";
-import { ControlChannel } from "./control-channel.js";
+import { ControlChannel, openLoadStream } from "./control-channel.js";
 import {
   LoadReporter,
   loadReportToProto,
@@ -560,6 +561,47 @@ http.createServer((req, res) => {
 }).listen(Number(arg("--port")), arg("--host"));
 `;
 
+describe("openLoadStream", () => {
+  it("takes at most two reports the socket has not taken yet, and every one written arrives", async () => {
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const received: number[] = [];
+    const routes = (router: ConnectRouter) =>
+      router.service(AgentService, {
+        async streamLoad(requests) {
+          await gate; // a control plane that reads nothing yet
+          for await (const req of requests) received.push(req.replicas[0]?.load?.running ?? -1);
+          return create(StreamLoadResponseSchema, { loadIntervalMs: 0 });
+        },
+      });
+    const client = createClient(AgentService, createRouterTransport(routes));
+    const stream = openLoadStream(
+      client,
+      { nodeId: "node-1", credential: "c" },
+      { timeoutMs: 5_000 },
+    );
+    const report = (running: number) => [
+      create(ReplicaLoadReportSchema, {
+        replicaId: "m-0",
+        load: create(EngineLoadSchema, { running }),
+        scrapedAtUnixMs: 1n,
+      }),
+    ];
+    // The call takes the first message as it starts; then two may wait, a further one is refused.
+    const taken = [1, 2, 3, 4, 5].map((n) => stream.write(report(n)));
+    expect(taken.filter(Boolean).length).toBeLessThan(5);
+    expect(taken.at(-1)).toBe(false);
+    release();
+    await expect.poll(() => received.length).toBe(taken.filter(Boolean).length);
+    expect(stream.write(report(9))).toBe(true);
+    await stream.end();
+    expect(received).toEqual([...[1, 2, 3, 4, 5].filter((_, i) => taken[i]), 9]);
+    expect(stream.write(report(10)), "ended").toBe(false);
+  });
+});
+
 describe("LoadReporter over StreamLoad", () => {
   it("sends each round's changes as messages of one open stream, ended and opened again every load_stream_ms", async () => {
     const h = await connectedReporter({ loadStreamMs: 300 });
@@ -635,7 +677,7 @@ describe("startAgent reports engine load between heartbeats", () => {
       const LOAD_INTERVAL = 500;
       const { svc, routes } = honestAgentService({
         loadStreamMs,
-        // No heartbeat after the first during the test: load can only arrive by ReportLoad.
+        // No heartbeat after the first during the test: load can only arrive as a load report.
         heartbeatIntervalMs: 600_000,
         assignments: [
           create(ReplicaAssignmentSchema, {

@@ -160,8 +160,8 @@ export class LoadReporter {
   #failures = 0;
   #intervalMs: number;
   readonly #abort = new AbortController();
-  /** The open `StreamLoad` request, the registration it belongs to and its end timer. */
-  #stream: { writer: LoadStream; registration: number; timer: NodeJS.Timeout } | undefined;
+  /** The open `StreamLoad` request and its end timer. */
+  #stream: { writer: LoadStream; timer: NodeJS.Timeout } | undefined;
   /** The control plane answered `StreamLoad` `Unimplemented` in this registration. */
   #streamsRefused = false;
 
@@ -245,9 +245,9 @@ export class LoadReporter {
         if (this.#stream?.writer === writer) this.#endStream();
       }, streamMs);
       timer.unref?.();
-      stream = { writer, registration: this.#registration, timer };
+      stream = { writer, timer };
       this.#stream = stream;
-      this.#watch(stream.writer, stream.registration);
+      this.#watch(writer, this.#registration);
     }
     if (!stream.writer.write(changed.map(loadReportToProto))) return;
     for (const sample of changed) this.#acknowledged.set(sample.replicaId, sample.load);

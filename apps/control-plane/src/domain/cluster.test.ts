@@ -335,6 +335,21 @@ describe("Cluster", () => {
     expect(join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a).nodeId).not.toBe(a.nodeId);
   });
 
+  it("keeps a passed credential's hash good until the node registers again or is revoked", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const passed = cluster.authenticateNode(a.nodeId, a.nodeCredential);
+    expect(cluster.stillAuthenticated(a.nodeId, passed)).toBe(true);
+    expect(cluster.stillAuthenticated("ghost", passed)).toBe(false);
+    // A new Register issues a new credential: a stream that passed with the old one is done.
+    const again = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a);
+    expect(cluster.stillAuthenticated(a.nodeId, passed)).toBe(false);
+    const renewed = cluster.authenticateNode(a.nodeId, again.nodeCredential);
+    expect(cluster.stillAuthenticated(a.nodeId, renewed)).toBe(true);
+    cluster.revokeNode("node-a");
+    expect(cluster.stillAuthenticated(a.nodeId, renewed)).toBe(false);
+  });
+
   it("refuses to re-register a held id without its credential and leaves the node untouched", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");

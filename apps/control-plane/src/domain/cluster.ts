@@ -846,7 +846,7 @@ export class Cluster {
    * Checks a node credential. Unknown and revoked nodes are refused with codes that tell the
    * agent to register again with the join token.
    */
-  authenticateNode(nodeId: string, credential: string): void {
+  authenticateNode(nodeId: string, credential: string): string {
     const node = this.#nodes.get(nodeId);
     if (!node) {
       const revoked = this.#revokedIds.has(nodeId);
@@ -865,12 +865,13 @@ export class Cluster {
     }
     // The agent has the new credential: the one before it is retired.
     node.priorCredentialHash = undefined;
+    return node.record.credentialHash;
   }
 
   /**
-   * True while `credential` is still what authenticates `nodeId`, cheaply: for a stream whose
-   * first message passed {@link authenticateNode} with it. A node revoked or reset and
-   * registered again since, holding a new credential, no longer matches.
+   * True while `credentialHash` (what {@link authenticateNode} returned) still authenticates
+   * `nodeId`, without hashing again: for a stream whose first message passed. A node revoked,
+   * or registered again with a new credential since, no longer matches.
    */
   stillAuthenticated(nodeId: string, credentialHash: string): boolean {
     return this.#nodes.get(nodeId)?.record.credentialHash === credentialHash;

@@ -10,12 +10,19 @@ import {
 } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
-import { hashSecret } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
-/** Checks the node credential of `nodeId` in the `Authorization: Bearer` header. */
-function authenticateNode(cluster: Cluster, ctx: HandlerContext, nodeId: string, rpc: string) {
+/**
+ * Checks the node credential of `nodeId` in the `Authorization: Bearer` header; returns its
+ * hash (see `Cluster.stillAuthenticated`).
+ */
+function authenticateNode(
+  cluster: Cluster,
+  ctx: HandlerContext,
+  nodeId: string,
+  rpc: string,
+): string {
   const credential = bearerToken(ctx.requestHeader);
   if (credential === undefined) {
     throw new ControlPlaneError(
@@ -23,7 +30,7 @@ function authenticateNode(cluster: Cluster, ctx: HandlerContext, nodeId: string,
       `missing Authorization: Bearer header; ${rpc} needs the node credential from Register`,
     );
   }
-  cluster.authenticateNode(nodeId, credential);
+  return cluster.authenticateNode(nodeId, credential);
 }
 
 /** Options of {@link createAgentService}. */
@@ -136,8 +143,7 @@ export function createAgentService(
           );
         }
         if (passed === undefined || !cluster.stillAuthenticated(req.nodeId, passed)) {
-          authenticateNode(cluster, ctx, req.nodeId, "StreamLoad");
-          passed = hashSecret(bearerToken(ctx.requestHeader) ?? "");
+          passed = authenticateNode(cluster, ctx, req.nodeId, "StreamLoad");
         }
         nodeId = req.nodeId;
         boundAgentRequest("StreamLoadRequest", req, { nowMs: cluster.now() });
