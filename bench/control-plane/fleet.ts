@@ -10,11 +10,19 @@ import { performance } from "node:perf_hooks";
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { type LoadStream, openLoadStream } from "@llmgw/agent";
+import {
+  type LoadStream,
+  openHeartbeatStream,
+  openLoadStream,
+  type ReportStream,
+  watchDesired,
+} from "@llmgw/agent";
 import { type NodeInventory as PlainInventory, simulateInventory } from "@llmgw/discovery";
 import {
   AgentService,
   EngineLoadSchema,
+  type HeartbeatRequest,
+  type HeartbeatResponse,
   type NodeInventory,
   type ReplicaAssignment,
   type ReplicaLoadReport,
@@ -50,6 +58,13 @@ export interface FleetOptions {
 /** How load reports travel while the load churns (see {@link Fleet.churnLoad}). */
 export type LoadVia = "stream" | "unary";
 
+/**
+ * How heartbeats travel ({@link Fleet.heartbeatsVia}): "stream" as an agent sends them when
+ * the control plane offers it (messages of one StreamHeartbeat request, desired sets from
+ * WatchDesired), "unary" one Heartbeat call each.
+ */
+export type HeartbeatsVia = "stream" | "unary";
+
 /** Engine load as an agent reports it (ReportLoad and heartbeats). */
 interface Load {
   running: number;
@@ -58,11 +73,6 @@ interface Load {
   prefixCacheHitRate: number;
 }
 const IDLE: Load = { running: 0, waiting: 0, kvCacheUsage: 0, prefixCacheHitRate: 0 };
-
-/** One heartbeat's outcome, kept while recording. */
-interface Sample {
-  readonly ms: number;
-}
 
 /** One simulated node. */
 class SimAgent {
@@ -88,6 +98,12 @@ class SimAgent {
   loadStream: { writer: LoadStream; openedAt: number } | undefined;
   /** `load_stream_ms` of the last heartbeat answer. */
   loadStreamMs = 0;
+  /** `heartbeat_streams` of the last heartbeat answer. */
+  heartbeatStreams = false;
+  /** The open StreamHeartbeat request and when it opened. */
+  beatStream: { writer: ReportStream<HeartbeatRequest, unknown>; openedAt: number } | undefined;
+  /** The running WatchDesired loop; `open` once its stream answered. */
+  watch: { abort: AbortController; open: boolean } | undefined;
   readonly #apiPort: number | undefined;
 
   constructor(
@@ -178,8 +194,12 @@ export class Fleet {
   /** Bumped by each {@link churnLoad}, so a loop of an earlier call stops at its next turn. */
   #loadGeneration = 0;
   readonly #httpAgents: HttpAgent[] = [];
-  #recording: Sample[] | undefined;
+  /** Latencies of heartbeat calls answered while recording, ms. */
+  #recording: number[] | undefined;
+  /** Heartbeats written to streams while recording. */
+  #streamedInRecording = 0;
   #intervalMs = 2_000;
+  #heartbeatsVia: HeartbeatsVia = "unary";
 
   constructor(options: FleetOptions) {
     this.options = options;
@@ -390,19 +410,44 @@ export class Fleet {
       a.running = false;
       clearTimeout(a.timer);
       clearTimeout(a.loadTimer);
+      a.watch?.abort.abort();
+      void a.beatStream?.writer.end().catch(() => {});
     }
     for (const h of this.#httpAgents) h.destroy();
     this.#streamHttpAgent.destroy();
   }
 
-  /** Begins collecting heartbeat latencies (ms, client side). */
-  startRecording(): void {
-    this.#recording = [];
+  /** How heartbeats travel from each agent's next beat on (default "unary"). */
+  get heartbeatsVia(): HeartbeatsVia {
+    return this.#heartbeatsVia;
   }
 
-  /** Ends collecting; returns the latencies gathered since {@link startRecording}. */
-  stopRecording(): number[] {
-    const out = (this.#recording ?? []).map((s) => s.ms);
+  /**
+   * Switches how heartbeats travel. "unary" ends every watch and heartbeat stream; "stream"
+   * lets each agent open its watch after its next call (as the agent's channel does).
+   */
+  setHeartbeatsVia(via: HeartbeatsVia): void {
+    this.#heartbeatsVia = via;
+    if (via === "stream") return;
+    for (const a of this.agents) {
+      a.watch?.abort.abort();
+      void a.beatStream?.writer.end().catch(() => {});
+      a.beatStream = undefined;
+    }
+  }
+
+  /** Begins collecting heartbeat latencies (ms, client side) and counting streamed ones. */
+  startRecording(): void {
+    this.#recording = [];
+    this.#streamedInRecording = 0;
+  }
+
+  /**
+   * Ends collecting; returns the latencies of the calls answered since {@link startRecording}
+   * and how many heartbeats went on streams (no answer, so no latency).
+   */
+  stopRecording(): { latencies: number[]; streamed: number } {
+    const out = { latencies: this.#recording ?? [], streamed: this.#streamedInRecording };
     this.#recording = undefined;
     return out;
   }
@@ -429,38 +474,112 @@ export class Fleet {
   async #loop(a: SimAgent, dueAt: number): Promise<void> {
     if (!a.running) return;
     const now = Date.now();
-    const t0 = performance.now();
-    try {
-      const res = await a.client.heartbeat(
-        {
-          nodeId: a.nodeId,
-          generationSeen: a.generation,
-          gpus: a.readings(),
-          replicas: a.statuses(now),
-          sentAtUnixMs: BigInt(now),
-        },
-        { headers: { authorization: `Bearer ${a.credential}` } },
-      );
-      const ms = performance.now() - t0;
-      this.#recording?.push({ ms });
+    const request = {
+      nodeId: a.nodeId,
+      generationSeen: a.generation,
+      gpus: a.readings(),
+      replicas: a.statuses(now),
+      sentAtUnixMs: BigInt(now),
+    };
+    const streaming = this.#heartbeatsVia === "stream" && a.heartbeatStreams;
+    if (streaming && a.watch?.open === true && this.#streamBeat(a, request)) {
       this.counters.ok++;
-      a.generation = res.generation;
-      a.loadStreamMs = res.loadStreamMs;
-      // `unchanged`: the set of the generation it sent, kept from before (as the agent does).
-      if (!res.unchanged) a.assignments = res.assignments;
-    } catch (error) {
-      this.counters.errors++;
-      // Code name plus the start of the raw message, e.g. "internal: read ECONNRESET".
-      const kind =
-        error instanceof ConnectError
-          ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
-          : (error as Error).message.slice(0, 80);
-      this.counters.errorKinds.set(kind, (this.counters.errorKinds.get(kind) ?? 0) + 1);
+      if (this.#recording) this.#streamedInRecording++;
+    } else {
+      const t0 = performance.now();
+      try {
+        const res = await a.client.heartbeat(request, {
+          headers: { authorization: `Bearer ${a.credential}` },
+        });
+        this.#recording?.push(performance.now() - t0);
+        this.counters.ok++;
+        this.#takeDesired(a, res);
+        if (this.#heartbeatsVia === "stream" && a.heartbeatStreams && !a.watch) this.#watch(a);
+      } catch (error) {
+        this.#heartbeatFailed(error);
+      }
     }
     if (!a.running) return;
     // Fixed rate like a ticker: the next beat is due one interval after this one was due;
     // when the loop fell behind, it sends at once rather than bunching several.
     const next = Math.max(dueAt + this.#intervalMs, performance.now());
     a.timer = setTimeout(() => this.#loop(a, next), next - performance.now());
+  }
+
+  #heartbeatFailed(error: unknown): void {
+    this.counters.errors++;
+    // Code name plus the start of the raw message, e.g. "internal: read ECONNRESET".
+    const kind =
+      error instanceof ConnectError
+        ? `${Code[error.code]}: ${error.rawMessage.slice(0, 60)}`
+        : (error as Error).message.slice(0, 80);
+    this.counters.errorKinds.set(kind, (this.counters.errorKinds.get(kind) ?? 0) + 1);
+  }
+
+  /** What a heartbeat answer or a watch brings: the desired set and the settings. */
+  #takeDesired(a: SimAgent, res: HeartbeatResponse): void {
+    a.generation = res.generation;
+    a.loadStreamMs = res.loadStreamMs;
+    a.heartbeatStreams = res.heartbeatStreams && res.loadStreamMs > 0;
+    // `unchanged`: the set of the generation it sent, kept from before (as the agent does).
+    if (!res.unchanged) a.assignments = res.assignments;
+  }
+
+  /**
+   * Writes one heartbeat to `a`'s heartbeat stream, opening one (or the next, as the agent's
+   * channel does after `load_stream_ms`) first; false when the stream did not take it.
+   */
+  #streamBeat(a: SimAgent, request: Parameters<SimAgent["client"]["heartbeat"]>[0]): boolean {
+    const now = performance.now();
+    if (a.beatStream !== undefined && now - a.beatStream.openedAt >= a.loadStreamMs) {
+      void a.beatStream.writer.end().catch(() => {});
+      a.beatStream = undefined;
+    }
+    if (a.beatStream === undefined) {
+      const writer = openHeartbeatStream(
+        this.#streamClient,
+        { nodeId: a.nodeId, credential: a.credential },
+        { timeoutMs: a.loadStreamMs + 10_000 },
+      );
+      writer.done.catch((error: unknown) => {
+        if (a.beatStream?.writer === writer) a.beatStream = undefined;
+        this.#heartbeatFailed(error);
+        // As the agent: what it carried may be lost, and the next beat is a call.
+        a.watch?.abort.abort();
+      });
+      a.beatStream = { writer, openedAt: now };
+    }
+    return a.beatStream.writer.write(request as HeartbeatRequest);
+  }
+
+  /** Runs `a`'s WatchDesired streams, one after another, until one fails or the agent stops. */
+  #watch(a: SimAgent): void {
+    const entry = { abort: new AbortController(), open: false };
+    a.watch = entry;
+    void (async () => {
+      try {
+        while (a.running && !entry.abort.signal.aborted) {
+          let answers = 0;
+          const stream = watchDesired(
+            this.#streamClient,
+            { nodeId: a.nodeId, credential: a.credential },
+            a.generation,
+            { timeoutMs: a.loadStreamMs + 10_000, signal: entry.abort.signal },
+          );
+          for await (const desired of stream) {
+            answers++;
+            entry.open = true;
+            this.#takeDesired(a, desired);
+          }
+          entry.open = false;
+          if (answers === 0) break;
+        }
+      } catch (error) {
+        if (!entry.abort.signal.aborted) this.#heartbeatFailed(error);
+      } finally {
+        entry.open = false;
+        if (a.watch === entry) a.watch = undefined;
+      }
+    })();
   }
 }

@@ -142,9 +142,13 @@ export async function startControlPlaneProcess(
       `${options.heartbeatIntervalS}s`,
       "--node-lost-after",
       `${options.nodeLostAfterS}s`,
-      // Every simulated agent connects from 127.0.0.1 (up to --transports × 64 sockets).
+      // Every simulated agent connects from 127.0.0.1: up to --transports × 64 sockets for
+      // calls, and with streams a watch and a heartbeat stream per agent, a load stream per
+      // agent serving a replica.
+      "--max-control-connections",
+      "8192",
       "--max-control-connections-per-address",
-      "1024",
+      "8192",
       ...(options.publicApi === false ? ["--no-public-api"] : []),
     ],
     logFile,

@@ -300,8 +300,14 @@ export async function runRoutingPhase(options: {
       const modes = r % 2 === 1 ? order : order.reverse();
       for (const via of modes) {
         const churn = via !== undefined;
+        // "unary" windows send everything as calls (streams off); the others as agents do.
+        const beats = via === "unary" ? "unary" : "stream";
+        const switched = fleet.heartbeatsVia !== beats;
+        fleet.setHeartbeatsVia(beats);
         fleet.churnLoad(churn ? config.loadIntervalMs : undefined, via);
-        await sleep(2_000); // in flight from the mode before has drained; the churn has begun
+        // In flight from the mode before has drained; the churn has begun; after a switch to
+        // streams, every agent has had the call that opens its watch and a beat after it.
+        await sleep(switched ? 5_000 : 2_000);
         const rpcs0 = fleet.loadCounters.ok;
         const errors0 = fleet.loadCounters.errors;
         const samples0 = fleet.loadSamples;
@@ -368,6 +374,7 @@ export async function runRoutingPhase(options: {
       }
     }
     fleet.churnLoad(undefined);
+    fleet.setHeartbeatsVia("unary");
     // "churn" below: the windows of the way the goals judge (the first of config.loadVia).
     const judged = config.loadVia[0];
     const of = (via: LoadVia | undefined) => windows.filter((w) => w.loadVia === via);

@@ -616,7 +616,7 @@ function printRouting(r: RoutingPhaseResult): void {
   const f = (n: number | undefined, d = 1) =>
     n === undefined || Number.isNaN(n) ? "-" : n.toFixed(d);
   console.log(
-    `\nrouting phase (issue 17): ${r.routers} routers (${r.routerKind}); ${r.replicasWithLoad} replicas' load churning every ${r.loadIntervalMs} ms in the churn windows (every replica changed each time; heartbeats carry it too), "churn stream" as messages of one StreamLoad request per agent (what agents do), "churn unary" one ReportLoad call each\n`,
+    `\nrouting phase (issue 17): ${r.routers} routers (${r.routerKind}); ${r.replicasWithLoad} replicas' load churning every ${r.loadIntervalMs} ms in the churn windows (every replica changed each time; heartbeats carry it too); "steady" and "churn stream" with heartbeats and load reports as messages of one StreamHeartbeat and one StreamLoad request per agent and desired sets from WatchDesired (what agents do), "churn unary" with one Heartbeat and one ReportLoad call each (streams off)\n`,
   );
   console.log(
     formatTable(
@@ -624,8 +624,8 @@ function printRouting(r: RoutingPhaseResult): void {
         "round",
         "load",
         "CP cores",
-        "heartbeats/s",
-        "hb p99 ms",
+        "heartbeats/s (on streams)",
+        "hb call p99 ms",
         "reports/s (loads/s)",
         "RL p99 ms",
         "traffic req/s",
@@ -640,7 +640,7 @@ function printRouting(r: RoutingPhaseResult): void {
         w.round,
         w.loadVia === undefined ? "steady" : `churn ${w.loadVia}`,
         w.cp.target.cpuCores.toFixed(3),
-        f(w.cp.heartbeats.perSecond),
+        `${f(w.cp.heartbeats.perSecond)} (${f((100 * w.cp.heartbeats.streamed) / Math.max(1, w.cp.heartbeats.count), 0)}%)`,
         f(w.cp.heartbeats.p99Ms),
         `${f(w.reportLoad.perSecond)} (${f(w.reportLoad.replicaLoadsPerSecond, 0)})`,
         f(w.reportLoad.p99Ms),

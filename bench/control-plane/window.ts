@@ -16,13 +16,16 @@ export interface WindowResult {
   readonly loadAverage: { readonly start: string; readonly end: string };
   readonly target: {
     readonly cpuCores: number;
-    /** Target CPU time per heartbeat answered in the window, µs (load-independent-ish). */
+    /** Target CPU time per heartbeat sent in the window, µs (load-independent-ish). */
     readonly cpuUsPerHeartbeat: number | undefined;
     readonly rssMiB: number;
     readonly peakRssMiB: number;
   };
   readonly heartbeats: {
+    /** Heartbeats sent: calls answered plus messages written to heartbeat streams. */
     readonly count: number;
+    /** Of them on streams (unanswered, so outside the latencies below). */
+    readonly streamed: number;
     readonly perSecond: number;
     readonly errors: number;
     /** Every error kind seen so far in this fleet (Connect code or message) → count. */
@@ -58,7 +61,8 @@ export async function measureWindow(
   const s0 = sampleProc(pid, ticksPerSecond, performance.now());
   fleet.startRecording();
   await sleep(seconds * 1000);
-  const latencies = fleet.stopRecording();
+  const { latencies, streamed } = fleet.stopRecording();
+  const beats = latencies.length + streamed;
   const s1 = sampleProc(pid, ticksPerSecond, performance.now());
   eld.disable();
   const cpu = process.cpuUsage(cpu0);
@@ -70,15 +74,14 @@ export async function measureWindow(
     target: {
       cpuCores: round(cpuCores, 3),
       cpuUsPerHeartbeat:
-        latencies.length > 0
-          ? Math.round(((s1.cpuSeconds - s0.cpuSeconds) * 1e6) / latencies.length)
-          : undefined,
+        beats > 0 ? Math.round(((s1.cpuSeconds - s0.cpuSeconds) * 1e6) / beats) : undefined,
       rssMiB: round(s1.rssBytes / 2 ** 20, 1),
       peakRssMiB: round(s1.peakRssBytes / 2 ** 20, 1),
     },
     heartbeats: {
-      count: latencies.length,
-      perSecond: round(latencies.length / windowS, 1),
+      count: beats,
+      streamed,
+      perSecond: round(beats / windowS, 1),
       errors: fleet.counters.errors - errors0,
       errorKinds: Object.fromEntries(fleet.counters.errorKinds),
       p50Ms: roundOpt(quantile(latencies, 0.5)),

@@ -204,7 +204,8 @@ async function phase(fleet: Fleet, name: string, scrape?: () => Promise<unknown>
     }
   };
   await Promise.all([loop(), sleep(phaseSeconds * 1000)]);
-  const latencies = fleet.stopRecording();
+  // The fleet heartbeats as calls here (its default), so every beat has a latency.
+  const { latencies } = fleet.stopRecording();
   delay.disable();
   await sleep(4_000); // let a backlog drain before the next phase starts recording
   return {

@@ -6,6 +6,7 @@ import {
   AgentService,
   type EngineCredential,
   type GpuReading,
+  type HeartbeatRequest,
   HeartbeatRequestSchema,
   type HeartbeatResponse,
   type NodeInventory,
@@ -16,6 +17,9 @@ import {
   type ReplicaStatus,
   ReportLoadRequestSchema,
   type ReportLoadResponse,
+  type StreamHeartbeatRequest,
+  StreamHeartbeatRequestSchema,
+  type StreamHeartbeatResponse,
   type StreamLoadRequest,
   StreamLoadRequestSchema,
   type StreamLoadResponse,
@@ -90,43 +94,38 @@ export interface ControlChannelOptions {
 export const MIN_HURRIED_BEAT_SPACING_MS = 250;
 
 /**
- * One open `StreamLoad` request ({@link ControlChannel.openLoadStream}): reports written to it
- * go out as they are written, and the control plane applies each as it arrives.
+ * One open client-streaming request ({@link ControlChannel.openLoadStream}, the channel's own
+ * heartbeat stream): each item written goes out as one message as soon as the one before it
+ * went, and the control plane takes each as it arrives.
  */
-export interface LoadStream {
+export interface ReportStream<T, R> {
   /**
-   * Queues one report; false when it was not taken: the stream has ended, or reports are
-   * backing up (two still wait for the socket), so the caller keeps them for a later round.
+   * Queues one item; false when it was not taken: the stream has ended, or items are backing
+   * up (two still wait for the socket), so the caller keeps or resends it another way.
    */
-  write(replicas: readonly ReplicaLoadReport[]): boolean;
-  /** Ends the request; the answer comes once the control plane has applied every report. */
-  end(): Promise<StreamLoadResponse>;
+  write(item: T): boolean;
+  /** Ends the request; the answer comes once the control plane has taken every item. */
+  end(): Promise<R>;
   /** Settles when the call ends, however it ends: the answer, or the call's error. */
-  readonly done: Promise<StreamLoadResponse>;
+  readonly done: Promise<R>;
 }
 
-/** Reports queued on a {@link LoadStream} at most (not yet taken by the socket). */
-const LOAD_STREAM_QUEUE = 2;
+/** An open `StreamLoad` request: one load report per write. */
+export type LoadStream = ReportStream<readonly ReplicaLoadReport[], StreamLoadResponse>;
 
-/**
- * Opens a `StreamLoad` request as `identity` on `client` (the agent's channel, and the
- * control-plane benchmark's simulated agents): each {@link LoadStream.write} becomes one
- * message, taken by the socket as soon as the one before it went.
- */
-export function openLoadStream(
-  client: Client<typeof AgentService>,
-  identity: { readonly nodeId: string; readonly credential: string },
-  options: { readonly timeoutMs: number; readonly signal?: AbortSignal },
-): LoadStream {
-  const requests = createWritableIterable<StreamLoadRequest>();
+/** Items queued on a {@link ReportStream} at most (not yet taken by the socket). */
+const REPORT_STREAM_QUEUE = 2;
+
+/** Opens one client-streaming call through `call`, each item made a message by `toMessage`. */
+function openReportStream<T, M, R>(
+  call: (requests: AsyncIterable<M>) => Promise<R>,
+  toMessage: (item: T) => M,
+): ReportStream<T, R> {
+  const requests = createWritableIterable<M>();
   let ended = false;
-  /** Reports written but not yet taken by the call. */
+  /** Items written but not yet taken by the call. */
   let waiting = 0;
-  const done = client.streamLoad(requests, {
-    headers: { authorization: `Bearer ${identity.credential}` },
-    timeoutMs: options.timeoutMs,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-  });
+  const done = call(requests);
   // Marks the stream ended however the call ends; the caller reads `done` itself.
   done
     .finally(() => {
@@ -138,14 +137,10 @@ export function openLoadStream(
     waiting -= 1;
   };
   return {
-    write(replicas) {
-      if (ended || waiting >= LOAD_STREAM_QUEUE) return false;
+    write(item) {
+      if (ended || waiting >= REPORT_STREAM_QUEUE) return false;
       waiting += 1;
-      requests
-        .write(
-          create(StreamLoadRequestSchema, { nodeId: identity.nodeId, replicas: [...replicas] }),
-        )
-        .then(taken, taken);
+      requests.write(toMessage(item)).then(taken, taken);
       return true;
     },
     end() {
@@ -156,6 +151,72 @@ export function openLoadStream(
     },
     done,
   };
+}
+
+/** Who a stream speaks for, and how long it may take. */
+type StreamIdentity = { readonly nodeId: string; readonly credential: string };
+type StreamOptions = { readonly timeoutMs: number; readonly signal?: AbortSignal };
+
+const callOptions = (identity: StreamIdentity, options: StreamOptions) => ({
+  headers: { authorization: `Bearer ${identity.credential}` },
+  timeoutMs: options.timeoutMs,
+  ...(options.signal === undefined ? {} : { signal: options.signal }),
+});
+
+/**
+ * Opens a `StreamLoad` request as `identity` on `client` (the agent's channel, and the
+ * control-plane benchmark's simulated agents): each {@link LoadStream.write} becomes one
+ * message, taken by the socket as soon as the one before it went.
+ */
+export function openLoadStream(
+  client: Client<typeof AgentService>,
+  identity: StreamIdentity,
+  options: StreamOptions,
+): LoadStream {
+  return openReportStream(
+    (requests: AsyncIterable<StreamLoadRequest>) =>
+      client.streamLoad(requests, callOptions(identity, options)),
+    (replicas: readonly ReplicaLoadReport[]) =>
+      create(StreamLoadRequestSchema, { nodeId: identity.nodeId, replicas: [...replicas] }),
+  );
+}
+
+/**
+ * Opens a `StreamHeartbeat` request as `identity` on `client`: each write is one heartbeat,
+ * never answered (the desired set comes over {@link watchDesired}).
+ */
+export function openHeartbeatStream(
+  client: Client<typeof AgentService>,
+  identity: StreamIdentity,
+  options: StreamOptions,
+): ReportStream<HeartbeatRequest, StreamHeartbeatResponse> {
+  return openReportStream(
+    (requests: AsyncIterable<StreamHeartbeatRequest>) =>
+      client.streamHeartbeat(requests, callOptions(identity, options)),
+    (heartbeat: HeartbeatRequest) => create(StreamHeartbeatRequestSchema, { heartbeat }),
+  );
+}
+
+/**
+ * Opens a `WatchDesired` stream as `identity` on `client`: the node's desired set at once,
+ * then each time it changes, until the control plane ends it (after `load_stream_ms`).
+ */
+export async function* watchDesired(
+  client: Client<typeof AgentService>,
+  identity: StreamIdentity,
+  generationSeen: bigint,
+  options: StreamOptions,
+): AsyncGenerator<HeartbeatResponse> {
+  const answers = client.watchDesired(
+    { nodeId: identity.nodeId, generationSeen },
+    callOptions(identity, options),
+  );
+  for await (const { desired } of answers) {
+    if (desired === undefined) {
+      throw new ConnectError("WatchDesiredResponse.desired is missing", Code.Internal);
+    }
+    yield desired;
+  }
 }
 
 /** The control plane's `llmgw-error-code` for a node id held with another credential. */
@@ -187,6 +248,29 @@ export class ControlChannel {
   private lastBeatStartedMs: number | undefined;
   /** Successful Registers in this process. */
   private registered = 0;
+  /**
+   * `heartbeat_streams` of the last answer: heartbeats may go on a `StreamHeartbeat` request
+   * while a `WatchDesired` stream brings the desired sets.
+   */
+  private heartbeatStreamsOffered = false;
+  /** The open `StreamHeartbeat` request, the identity it speaks for and when it opened. */
+  private beatStream:
+    | {
+        readonly stream: ReportStream<HeartbeatRequest, StreamHeartbeatResponse>;
+        readonly identity: NodeIdentity;
+        readonly openedAt: number;
+      }
+    | undefined;
+  /** The running `WatchDesired` loop; `open` once its current stream has answered. */
+  private watch:
+    | { readonly identity: NodeIdentity; readonly abort: AbortController; open: boolean }
+    | undefined;
+  /** Desired sets delivered by watches: a unary answer they overtook is not applied. */
+  private watchDeliveries = 0;
+  /** The last desired set failed to apply: the next heartbeat is a call, to get it again. */
+  private applyFailed = false;
+  /** Applies desired sets one at a time (the heartbeat answers and the watch both deliver). */
+  private applying: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -257,10 +341,20 @@ export class ControlChannel {
   openLoadStream(signal?: AbortSignal): LoadStream {
     const identity = this.identity;
     if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
-    return openLoadStream(this.client, identity, {
+    return openLoadStream(this.client, identity, this.streamOptions(signal));
+  }
+
+  /** A stream's deadline: `loadStreamMs` plus `callTimeoutMs` (it is ended after the first). */
+  private streamOptions(signal?: AbortSignal) {
+    return {
       timeoutMs: this.loadStreamMsValue + this.options.callTimeoutMs,
       ...(signal === undefined ? {} : { signal }),
-    });
+    };
+  }
+
+  /** True while heartbeats go on the heartbeat stream rather than as calls. */
+  get heartbeatsStreamed(): boolean {
+    return this.watch?.open === true && this.watch.identity === this.identity;
   }
 
   /**
@@ -314,14 +408,21 @@ export class ControlChannel {
           registering = false;
           proof = undefined;
         }
-        const response = await this.heartbeat();
+        const beat = await this.heartbeat(signal);
         backoffMs = this.options.initialBackoffMs;
         refusals = 0;
-        this.setState("connected", `heartbeat ok (generation ${response.generation})`);
+        if (beat === "streamed") {
+          this.setState("connected", "heartbeat sent on the heartbeat stream");
+        } else {
+          this.setState("connected", `heartbeat ok (generation ${beat.response.generation})`);
+        }
         if (this.identityUnsaved) await this.persistIdentity();
-        if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
-        this.loadStreamMsValue = response.loadStreamMs;
-        await this.applyOnce(response);
+        if (beat !== "streamed") {
+          this.takeSettings(beat.response);
+          // A watch answer that came while the call was out is at least as new.
+          if (!beat.overtaken) await this.applySerially(beat.response);
+          this.startWatch(signal);
+        }
         await this.waitForNextBeat(signal);
       } catch (error) {
         if (signal.aborted) break;
@@ -356,6 +457,8 @@ export class ControlChannel {
         backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
       }
     }
+    this.watch?.abort.abort();
+    void this.beatStream?.stream.end().catch(() => {});
     this.setState("stopped", "agent stopping");
   }
 
@@ -373,12 +476,121 @@ export class ControlChannel {
     try {
       await this.hooks.applyDesired(response);
       this.generationApplied = response.generation;
+      this.applyFailed = false;
     } catch (error) {
+      this.applyFailed = true;
       this.hooks.onState?.(
         this.stateValue,
         `cannot apply desired generation ${response.generation}: ${(error as Error).message}; retrying after the next heartbeat`,
       );
     }
+  }
+
+  /** {@link applyOnce}, after every apply before it has finished. */
+  private applySerially(response: HeartbeatResponse): Promise<void> {
+    const applied = this.applying.then(() => this.applyOnce(response));
+    this.applying = applied;
+    return applied;
+  }
+
+  /** What every desired-set answer also says: the intervals and which streams to use. */
+  private takeSettings(response: HeartbeatResponse): void {
+    if (response.heartbeatIntervalMs > 0) this.intervalMs = response.heartbeatIntervalMs;
+    this.loadStreamMsValue = response.loadStreamMs;
+    this.heartbeatStreamsOffered = response.heartbeatStreams && response.loadStreamMs > 0;
+  }
+
+  /**
+   * Starts watching the desired set when the control plane offers it and no watch runs for
+   * the current identity. The watch opens the next stream each time one ends on time; any
+   * failure ends it, heartbeats go as calls again, and the next answer starts a new one.
+   */
+  private startWatch(signal: AbortSignal): void {
+    const identity = this.identity;
+    if (!this.heartbeatStreamsOffered || !identity) return;
+    if (this.watch?.identity === identity) return;
+    this.watch?.abort.abort();
+    const entry = { identity, abort: new AbortController(), open: false };
+    this.watch = entry;
+    const watchSignal = AbortSignal.any([signal, entry.abort.signal]);
+    void this.runWatch(entry, watchSignal).finally(() => {
+      entry.open = false;
+      if (this.watch === entry) this.watch = undefined;
+    });
+  }
+
+  private async runWatch(
+    entry: NonNullable<ControlChannel["watch"]>,
+    signal: AbortSignal,
+  ): Promise<void> {
+    while (!signal.aborted && this.identity === entry.identity && this.heartbeatStreamsOffered) {
+      let answers = 0;
+      try {
+        const stream = watchDesired(
+          this.client,
+          entry.identity,
+          this.generationApplied ?? 0n,
+          this.streamOptions(signal),
+        );
+        for await (const desired of stream) {
+          answers += 1;
+          entry.open = true;
+          this.watchDeliveries += 1;
+          this.takeSettings(desired);
+          await this.applySerially(desired);
+        }
+      } catch (error) {
+        if (!signal.aborted) {
+          this.hooks.onState?.(
+            this.stateValue,
+            `desired-set watch ended: ${ConnectError.from(error).rawMessage}; heartbeats go as calls until the next one opens`,
+          );
+        }
+        return;
+      } finally {
+        entry.open = false;
+      }
+      // A stream that ended without an answer is not one ended on time: do not loop on it.
+      if (answers === 0) return;
+    }
+  }
+
+  /**
+   * The heartbeat stream of the current identity, opened (again) when there is none or the
+   * open one has been open `loadStreamMs`.
+   */
+  private heartbeatStream(identity: NodeIdentity, signal: AbortSignal) {
+    const now = this.clock.now();
+    const open = this.beatStream;
+    if (open && (open.identity !== identity || now - open.openedAt >= this.loadStreamMsValue)) {
+      this.beatStream = undefined;
+      void open.stream.end().catch(() => {});
+    }
+    if (!this.beatStream) {
+      const entry = {
+        stream: openHeartbeatStream(this.client, identity, this.streamOptions(signal)),
+        identity,
+        openedAt: now,
+      };
+      this.beatStream = entry;
+      entry.stream.done.then(
+        () => {
+          if (this.beatStream === entry) this.beatStream = undefined;
+        },
+        (error: unknown) => {
+          if (this.beatStream === entry) this.beatStream = undefined;
+          if (signal.aborted) return;
+          // What it carried may be lost: the next heartbeat goes as a call, now.
+          this.hooks.onState?.(
+            this.stateValue,
+            `heartbeat stream failed: ${ConnectError.from(error).rawMessage}; sending the next heartbeat as a call`,
+          );
+          this.watch?.abort.abort();
+          this.beatSoon();
+        },
+      );
+    }
+    return this.beatStream.stream;
   }
 
   private noteFailure(error: unknown): void {
@@ -451,29 +663,43 @@ export class ControlChannel {
     }
   }
 
-  private async heartbeat(): Promise<HeartbeatResponse> {
+  /**
+   * Sends one heartbeat: on the heartbeat stream while a watch is open (then nothing answers
+   * it), else as a `Heartbeat` call. `overtaken`: a watch delivered a desired set while the
+   * call was out.
+   */
+  private async heartbeat(
+    signal: AbortSignal,
+  ): Promise<"streamed" | { response: HeartbeatResponse; overtaken: boolean }> {
     const identity = this.identity;
     if (!identity) throw new ConnectError("not registered", Code.Unauthenticated);
     // This snapshot carries whatever news a beatSoon so far announced.
     this.beatPending = false;
     this.lastBeatStartedMs = this.clock.now();
     const snapshot = await this.hooks.snapshot();
-    return this.client.heartbeat(
-      create(HeartbeatRequestSchema, {
-        nodeId: identity.nodeId,
-        generationSeen: this.generationApplied ?? 0n,
-        gpus: snapshot.gpus,
-        replicas: snapshot.replicas,
-        problems: snapshot.problems,
-        engineCredentials: snapshot.engineCredentials ?? [],
-        ports: snapshot.ports ?? [],
-        sentAtUnixMs: BigInt(Math.round(this.clock.now())),
-      }),
-      {
-        headers: { authorization: `Bearer ${identity.credential}` },
-        timeoutMs: this.options.callTimeoutMs,
-      },
-    );
+    const request = create(HeartbeatRequestSchema, {
+      nodeId: identity.nodeId,
+      generationSeen: this.generationApplied ?? 0n,
+      gpus: snapshot.gpus,
+      replicas: snapshot.replicas,
+      problems: snapshot.problems,
+      engineCredentials: snapshot.engineCredentials ?? [],
+      ports: snapshot.ports ?? [],
+      sentAtUnixMs: BigInt(Math.round(this.clock.now())),
+    });
+    if (
+      this.heartbeatsStreamed &&
+      !this.applyFailed &&
+      this.heartbeatStream(identity, signal).write(request)
+    ) {
+      return "streamed";
+    }
+    const deliveries = this.watchDeliveries;
+    const response = await this.client.heartbeat(request, {
+      headers: { authorization: `Bearer ${identity.credential}` },
+      timeoutMs: this.options.callTimeoutMs,
+    });
+    return { response, overtaken: this.watchDeliveries !== deliveries };
   }
 
   private setState(state: ChannelState, detail: string): void {

@@ -12,7 +12,10 @@ export {
   ControlChannel,
   type ControlChannelOptions,
   type LoadStream,
+  openHeartbeatStream,
   openLoadStream,
+  type ReportStream,
+  watchDesired,
 } from "./control-channel.js";
 export { AgentError, type AgentErrorCode, isAgentError } from "./errors.js";
 export { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";

@@ -225,7 +225,7 @@ function honestAgentService(
       receivedAtMs: Date.now(),
     });
   };
-  const impl: ServiceImpl<typeof AgentService> = {
+  const impl: Partial<ServiceImpl<typeof AgentService>> = {
     register(req, ctx) {
       if (svc.down) throw new ConnectError("control plane down", Code.Unavailable);
       if (ctx.requestHeader.get("authorization") !== `Bearer ${JOIN}`) {

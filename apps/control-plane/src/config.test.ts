@@ -23,12 +23,12 @@ describe("resolveControlPlaneOptions", () => {
       routingLoadFlushMs: 100,
       routingKeepaliveMs: 2_000,
       routingMaxQueued: 512,
-      loadStreamMs: 20_000,
+      agentStreamMs: 20_000,
     });
     // Load streams follow a shorter request timeout unless given, and stop below 2 s.
     const stream = (requestTimeoutMs: number) =>
       resolveControlPlaneOptions({ dataDir: "/d", requestTimeoutMs, headersTimeoutMs: 100 })
-        .loadStreamMs;
+        .agentStreamMs;
     expect([stream(30_000), stream(2_000), stream(1_999)]).toEqual([15_000, 1_000, 0]);
     expect(resolveControlPlaneOptions({ dataDir: "/d", publicApi: false }).publicApi).toBe(false);
   });
@@ -74,12 +74,12 @@ describe("resolveControlPlaneOptions", () => {
     ],
     [{ maxNodes: 0 }, "maxNodes: Too small"],
     [
-      { loadStreamMs: 40_000 },
-      "loadStreamMs: loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 40000)",
+      { agentStreamMs: 40_000 },
+      "agentStreamMs: agentStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 40000)",
     ],
     [
-      { loadStreamMs: 500 },
-      "loadStreamMs: loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 500)",
+      { agentStreamMs: 500 },
+      "agentStreamMs: agentStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs (got 500)",
     ],
     [{ publicApi: "no" }, 'publicApi: Invalid input: expected boolean, received string (got "no")'],
     [{ routingCoalesceMs: 0 }, "routingCoalesceMs: Too small"],

@@ -87,13 +87,14 @@ export const controlPlaneConfigSchema = z
     /** A quiet routing stream carries a keepalive this often (routers give up after three). */
     routingKeepaliveMs: z.number().int().min(100).max(60_000).default(2_000),
     /**
-     * How long an agent keeps one `StreamLoad` request open (told in every heartbeat answer);
-     * at most half of `requestTimeoutMs`, since the whole stream is one request body. 0: agents
-     * send each load report as its own `ReportLoad` call (for a proxy in front of the control
-     * listener that buffers request bodies). Default 20 s, or half of a shorter
-     * `requestTimeoutMs` (0 below 2 s).
+     * How long an agent keeps each of its streams open (`StreamHeartbeat`, `WatchDesired`,
+     * `StreamLoad`; told in every desired-set answer as `load_stream_ms`); at most half of
+     * `requestTimeoutMs`, since a client stream is one request body. 0: agents send each
+     * heartbeat and load report as its own call (for a proxy in front of the control listener
+     * that buffers request bodies). Default 20 s, or half of a shorter `requestTimeoutMs` (0
+     * below 2 s).
      */
-    loadStreamMs: z.number().int().min(0).max(3_600_000).optional(),
+    agentStreamMs: z.number().int().min(0).max(3_600_000).optional(),
     /** Messages queued for one router that stopped reading before its stream is cut off. */
     routingMaxQueued: z.number().int().min(8).max(100_000).default(512),
   })
@@ -119,12 +120,12 @@ export const controlPlaneConfigSchema = z
   })
   .refine(
     (c) =>
-      c.loadStreamMs === undefined ||
-      c.loadStreamMs === 0 ||
-      (c.loadStreamMs >= 1_000 && c.loadStreamMs * 2 <= c.requestTimeoutMs),
+      c.agentStreamMs === undefined ||
+      c.agentStreamMs === 0 ||
+      (c.agentStreamMs >= 1_000 && c.agentStreamMs * 2 <= c.requestTimeoutMs),
     {
-      message: "loadStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs",
-      path: ["loadStreamMs"],
+      message: "agentStreamMs must be 0 (no streams) or 1 s up to half of requestTimeoutMs",
+      path: ["agentStreamMs"],
     },
   )
   // Per-address caps follow their listener's cap unless given: lowering a cap alone must
@@ -134,11 +135,11 @@ export const controlPlaneConfigSchema = z
     maxConnectionsPerAddress: c.maxConnectionsPerAddress ?? quarterOf(c.maxConnections),
     maxControlConnectionsPerAddress:
       c.maxControlConnectionsPerAddress ?? quarterOf(c.maxControlConnections),
-    loadStreamMs: c.loadStreamMs ?? defaultLoadStreamMs(c.requestTimeoutMs),
+    agentStreamMs: c.agentStreamMs ?? defaultAgentStreamMs(c.requestTimeoutMs),
   }));
 
 /** 20 s, or half of a shorter request timeout; 0 (no streams) when that is below 1 s. */
-function defaultLoadStreamMs(requestTimeoutMs: number): number {
+function defaultAgentStreamMs(requestTimeoutMs: number): number {
   const ms = Math.min(20_000, Math.floor(requestTimeoutMs / 2));
   return ms < 1_000 ? 0 : ms;
 }

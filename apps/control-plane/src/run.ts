@@ -33,7 +33,8 @@ import {
   type RouterRegistry,
   type RouterSession,
 } from "./routing/router-registry.js";
-import { createAgentService } from "./rpc/agent-service.js";
+import { createAgentService, createAgentStreams } from "./rpc/agent-service.js";
+import { createAgentStreamFastPath } from "./rpc/agent-stream-fast-path.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import { errorMappingInterceptor } from "./rpc/errors.js";
@@ -246,18 +247,28 @@ export async function startControlPlane(
       return server;
     };
 
+    const agentServiceOptions = {
+      loadStreamMs: resolved.agentStreamMs,
+      heartbeatStreams: true,
+      shutdown: shutdown.signal,
+    };
+    // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
+    const readMaxBytes = 4 * 1024 * 1024;
+    // The agents' client streams in the encoding agents use, without Connect's per-message
+    // async iterables (see agent-stream-fast-path.ts); anything else goes to Connect.
+    const agentStreams = createAgentStreamFastPath(
+      createAgentStreams(cluster, agentServiceOptions),
+      { readMaxBytes },
+    );
     const connect = connectNodeAdapter({
       // WatchRouting's watchdog tears down the socket of a router that stopped reading.
       contextValues: routerServiceContextValues,
       interceptors: [errorMappingInterceptor],
-      // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
-      readMaxBytes: 4 * 1024 * 1024,
+      readMaxBytes,
       routes: (router: ConnectRouter) => {
         router.service(
           AgentService,
-          createAgentService(cluster, dataDir.joinToken, {
-            loadStreamMs: resolved.loadStreamMs,
-          }),
+          createAgentService(cluster, dataDir.joinToken, agentServiceOptions),
         );
         router.service(
           ClusterService,
@@ -289,6 +300,7 @@ export async function startControlPlane(
           res.end(body);
           return;
         }
+        if (agentStreams(req, res)) return;
         connect(req, res);
       },
       {

@@ -77,17 +77,17 @@ describe("llmgw control-plane", () => {
     expect(code).toBe(0);
   });
 
-  it("takes --load-stream as a duration, 0 for none, and refuses one past half the request timeout", async () => {
-    expect(command.usage).toContain("--load-stream D");
-    expect((await runUntilReady(["--load-stream", "0"])).code).toBe(0);
-    expect((await runUntilReady(["--load-stream", "5s"])).code).toBe(0);
+  it("takes --agent-stream as a duration, 0 for none, and refuses one past half the request timeout", async () => {
+    expect(command.usage).toContain("--agent-stream D");
+    expect((await runUntilReady(["--agent-stream", "0"])).code).toBe(0);
+    expect((await runUntilReady(["--agent-stream", "5s"])).code).toBe(0);
     await expect(
-      runUntilReady(["--load-stream", "20s", "--request-timeout", "30s"]),
+      runUntilReady(["--agent-stream", "20s", "--request-timeout", "30s"]),
     ).rejects.toThrow(
-      /loadStreamMs: loadStreamMs must be 0 \(no streams\) or 1 s up to half of requestTimeoutMs \(got 20000\)/,
+      /agentStreamMs: agentStreamMs must be 0 \(no streams\) or 1 s up to half of requestTimeoutMs \(got 20000\)/,
     );
-    await expect(runUntilReady(["--load-stream", "often"])).rejects.toThrow(
-      /--load-stream must be a duration/,
+    await expect(runUntilReady(["--agent-stream", "often"])).rejects.toThrow(
+      /--agent-stream must be a duration/,
     );
   });
 

@@ -32,10 +32,12 @@ Options:
                               routers (default 2s); a router that has not read a message
                               within 3 of these is cut off, one that hears nothing for 3
                               reconnects. Raise it for routers on very slow links
-  --load-stream D             how long an agent keeps one load-report stream open (default
-                              20s or half of a shorter --request-timeout; at most half of
-                              it); 0: each report is its own call (for a proxy in front
-                              of the control listener that buffers request bodies)
+  --agent-stream D            how long an agent keeps each of its streams (heartbeats,
+                              desired-set watch, load reports) open before it opens the
+                              next (default 20s or half of a shorter --request-timeout; at
+                              most half of it); 0: each heartbeat and report is its own
+                              call (for a proxy in front of the control listener that
+                              buffers request bodies)
   --no-auth                   public API without API keys (demos only)
   --headers-timeout D         time a client has to send a request head, both listeners
                               (default 30s; then 408)
@@ -89,7 +91,7 @@ export const command: Command = {
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
       "routing-keepalive": { type: "string" },
-      "load-stream": { type: "string" },
+      "agent-stream": { type: "string" },
       "no-auth": { type: "boolean" },
       "no-public-api": { type: "boolean" },
       "headers-timeout": { type: "string" },
@@ -139,8 +141,8 @@ export const command: Command = {
       ...(values["node-lost-after"]
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
         : {}),
-      ...(values["load-stream"]
-        ? { loadStreamMs: parseDurationMs(values["load-stream"], "--load-stream") }
+      ...(values["agent-stream"]
+        ? { agentStreamMs: parseDurationMs(values["agent-stream"], "--agent-stream") }
         : {}),
       ...(values["routing-keepalive"]
         ? {

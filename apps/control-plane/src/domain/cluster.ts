@@ -542,6 +542,8 @@ export class Cluster {
   /** True when a replica status write failed: the store's statuses are stale until a tick. */
   #statusesUnsaved = false;
   readonly #changeListeners = new Set<ChangeListener>();
+  /** {@link onDesiredChange} listeners by node id. */
+  readonly #desiredListeners = new Map<string, Set<() => void>>();
   #version = 0;
   #reconcilePending: string[] | undefined;
   /** Ids of revoked nodes, so their heartbeats get "revoked" rather than "unknown". */
@@ -768,6 +770,8 @@ export class Cluster {
     live.ports = registeredPorts(input.inventory);
     live.lastSeenMs = now;
     this.#nodes.set(id, live);
+    // A watch opened with the credential this one replaces must end.
+    if (previous) this.#desiredChanged(id);
     this.#ingestStatuses(live, input.replicas);
     this.#ingestEngineKeys(live, input.engineCredentials ?? []);
     this.#ingestLoads(live, now);
@@ -1625,6 +1629,7 @@ export class Cluster {
     this.#updateNodeRecord(node, { revoked: true });
     this.#nodes.delete(node.record.id);
     this.#revokedIds.add(node.record.id);
+    this.#desiredChanged(node.record.id);
     this.#routingChange();
     this.#event(
       "node.revoked",
@@ -2133,12 +2138,38 @@ export class Cluster {
             `${a.replicaId}/${a.rank}/${a.deployment?.revision}/${a.gpuIndices.join(",")}/${a.world?.rank0Address}:${a.world?.rendezvousPort}`,
         )
         .join(";");
+      node.assignments = assignments;
       if (fingerprint !== node.fingerprint) {
         node.fingerprint = fingerprint;
         node.generation = node.generation + 1n > BigInt(now) ? node.generation + 1n : BigInt(now);
+        this.#desiredChanged(node.record.id);
       }
-      node.assignments = assignments;
     }
+  }
+
+  /**
+   * Calls `listener` (synchronously, so it should only schedule work) whenever what
+   * {@link desiredSet} returns for `nodeId` may have changed: a new generation, the node
+   * registered again (a new credential) or revoked. Returns an unsubscribe function.
+   */
+  onDesiredChange(nodeId: string, listener: () => void): () => void {
+    let set = this.#desiredListeners.get(nodeId);
+    if (!set) {
+      set = new Set();
+      this.#desiredListeners.set(nodeId, set);
+    }
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.#desiredListeners.get(nodeId) === set) {
+        this.#desiredListeners.delete(nodeId);
+      }
+    };
+  }
+
+  #desiredChanged(nodeId: string): void {
+    const set = this.#desiredListeners.get(nodeId);
+    if (set) for (const l of [...set]) l();
   }
 
   /**

@@ -444,3 +444,184 @@ describe("AgentService.Heartbeat answers", () => {
     );
   });
 });
+
+describe("AgentService heartbeat streams", () => {
+  /** The setup's cluster behind a transport that serves heartbeat streams of `streamMs`. */
+  async function streaming(streamMs = 20_000) {
+    const s = await setup();
+    const client = createClient(
+      AgentService,
+      createAgentServiceTransport(s.cluster, JOIN_TOKEN, {
+        loadStreamMs: streamMs,
+        heartbeatStreams: true,
+      }),
+    );
+    return { ...s, client };
+  }
+  const problem = (code: string) => ({ code, message: `${code} (test)`, source: "host" });
+  const heartbeatFeed = () => {
+    const messages = createWritableIterable<{ heartbeat?: object }>();
+    return {
+      messages,
+      send(heartbeat: object | undefined) {
+        messages.write(heartbeat === undefined ? {} : { heartbeat }).catch(() => {});
+      },
+      end: () => messages.close(),
+    };
+  };
+
+  it("are offered in heartbeat answers only when turned on with a stream length", async () => {
+    const { cluster, a } = await setup();
+    const answer = async (options: { loadStreamMs?: number; heartbeatStreams?: boolean }) => {
+      const client = createClient(
+        AgentService,
+        createAgentServiceTransport(cluster, JOIN_TOKEN, options),
+      );
+      return (await client.heartbeat({ nodeId: a.nodeId }, { headers: a.auth })).heartbeatStreams;
+    };
+    expect(await answer({ loadStreamMs: 20_000, heartbeatStreams: true })).toBe(true);
+    expect(await answer({ loadStreamMs: 0, heartbeatStreams: true })).toBe(false);
+    expect(await answer({ loadStreamMs: 20_000 })).toBe(false);
+    const off = createClient(AgentService, createAgentServiceTransport(cluster, JOIN_TOKEN));
+    const watch = refusal(
+      (async () => {
+        for await (const _ of off.watchDesired({ nodeId: a.nodeId }, { headers: a.auth })) {
+          // nothing comes
+        }
+      })(),
+    );
+    expect((await watch).code).toBe(Code.Unimplemented);
+    const f = heartbeatFeed();
+    const beats = refusal(off.streamHeartbeat(f.messages, { headers: a.auth }));
+    f.send({ nodeId: a.nodeId });
+    expect((await beats).code).toBe(Code.Unimplemented);
+  });
+
+  it("take each heartbeat as it arrives and end with the first bad one's error", async () => {
+    const { cluster, client, a, b } = await streaming();
+    const f = heartbeatFeed();
+    const call = refusal(client.streamHeartbeat(f.messages, { headers: a.auth }));
+    f.send({ nodeId: a.nodeId, problems: [problem("first")] });
+    await expect
+      .poll(() => cluster.getNode(a.nodeId).problems.map((p) => p.code))
+      .toEqual(["first"]);
+    f.send({ nodeId: a.nodeId, problems: [problem("second")] });
+    await expect
+      .poll(() => cluster.getNode(a.nodeId).problems.map((p) => p.code))
+      .toEqual(["second"]);
+    f.send({ nodeId: b.nodeId, problems: [problem("other node")] });
+    const error = await call;
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+    expect(error.rawMessage).toBe(
+      `StreamHeartbeatRequest.heartbeat.nodeId changed from ${a.nodeId} to ${b.nodeId} within one stream`,
+    );
+    expect(cluster.getNode(b.nodeId).problems).toEqual([]);
+
+    const most = AGENT_LIMITS.items.problems as number;
+    const cases = [
+      { send: undefined, message: "StreamHeartbeatRequest.heartbeat is required" },
+      {
+        send: {
+          nodeId: a.nodeId,
+          problems: Array.from({ length: most + 1 }, () => problem("x")),
+        },
+        message: `HeartbeatRequest.problems has ${most + 1} entries; the limit is ${most}`,
+      },
+    ];
+    for (const { send, message } of cases) {
+      const g = heartbeatFeed();
+      const refused = refusal(client.streamHeartbeat(g.messages, { headers: a.auth }));
+      g.send(send);
+      const e = await refused;
+      expect(e.rawMessage).toBe(message);
+    }
+    expect(cluster.getNode(a.nodeId).problems.map((p) => p.code)).toEqual(["second"]);
+  });
+
+  it("refuse another node's credential and end once the node is revoked", async () => {
+    const { cluster, client, a, b } = await streaming();
+    const wrong = heartbeatFeed();
+    const refused = refusal(client.streamHeartbeat(wrong.messages, { headers: b.auth }));
+    wrong.send({ nodeId: a.nodeId });
+    expect((await refused).rawMessage).toContain(`wrong credential for node ${a.nodeId}`);
+    const f = heartbeatFeed();
+    const call = refusal(client.streamHeartbeat(f.messages, { headers: a.auth }));
+    f.send({ nodeId: a.nodeId, problems: [problem("before")] });
+    await expect.poll(() => cluster.getNode(a.nodeId).problems.length).toBe(1);
+    cluster.revokeNode(a.nodeId);
+    f.send({ nodeId: a.nodeId });
+    expect((await call).metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_NODE_REVOKED");
+  });
+
+  it("WatchDesired answers at once, again on each new generation, and ends on time", async () => {
+    const { cluster, client, a } = await streaming(1_000);
+    const current = cluster.desiredSet(a.nodeId);
+    const answers: { generation: bigint; unchanged: boolean; replicas: number }[] = [];
+    const started = performance.now();
+    const watching = (async () => {
+      for await (const { desired } of client.watchDesired(
+        { nodeId: a.nodeId, generationSeen: current.generation },
+        { headers: a.auth },
+      )) {
+        answers.push({
+          generation: desired?.generation ?? -1n,
+          unchanged: desired?.unchanged ?? false,
+          replicas: desired?.assignments.length ?? -1,
+        });
+      }
+    })();
+    // What the agent applied already: the first answer says so and sends no set.
+    await expect
+      .poll(() => answers)
+      .toEqual([{ generation: current.generation, unchanged: true, replicas: 0 }]);
+    cluster.deleteDeployment("chat");
+    const next = cluster.desiredSet(a.nodeId);
+    expect(next.generation).not.toBe(current.generation);
+    await expect.poll(() => answers.length).toBe(2);
+    expect(answers[1]).toEqual({
+      generation: next.generation,
+      unchanged: false,
+      replicas: next.assignments.length,
+    });
+    await watching;
+    // The 1 s stream length, not a test timeout, ended it.
+    expect(performance.now() - started).toBeGreaterThanOrEqual(950);
+    expect(answers).toHaveLength(2);
+  });
+
+  it("WatchDesired sends the whole set first to an agent behind, and ends when the node registers again", async () => {
+    const { cluster, client, a } = await streaming();
+    const answers: number[] = [];
+    const watch = refusal(
+      (async () => {
+        for await (const { desired } of client.watchDesired(
+          { nodeId: a.nodeId, generationSeen: 0n },
+          { headers: a.auth },
+        )) {
+          answers.push(desired?.assignments.length ?? -1);
+        }
+      })(),
+    );
+    await expect.poll(() => answers).toEqual([cluster.desiredSet(a.nodeId).assignments.length]);
+    expect(answers[0]).toBeGreaterThan(0);
+    // The agent joins again (a new credential): the watch opened with the old one ends.
+    await client.register(
+      {
+        inventory: inventoryToProto(
+          simulateInventory("1xh100-80g", {
+            hostname: "node-a",
+            addresses: ["10.0.0.1"],
+            nowMs: clock.now(),
+          }),
+        ),
+        advertiseAddress: "10.0.0.1",
+        previousNodeId: a.nodeId,
+        previousNodeCredential: a.auth.authorization.slice("Bearer ".length),
+      },
+      { headers: { authorization: `Bearer ${JOIN_TOKEN}` } },
+    );
+    const error = await watch;
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_UNAUTHENTICATED");
+    expect(error.rawMessage).toContain("no longer holds");
+  });
+});

@@ -1,12 +1,20 @@
 import { create } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   type AgentService,
+  type HeartbeatRequest,
+  type HeartbeatResponse,
   HeartbeatResponseSchema,
   RegisterResponseSchema,
   type ReplicaLoadReport,
   ReportLoadResponseSchema,
+  type StreamHeartbeatRequest,
+  type StreamHeartbeatResponse,
+  StreamHeartbeatResponseSchema,
+  type StreamLoadRequest,
+  type StreamLoadResponse,
   StreamLoadResponseSchema,
+  WatchDesiredResponseSchema,
 } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
@@ -17,13 +25,8 @@ import { bearerToken, requireToken } from "./auth.js";
  * Checks the node credential of `nodeId` in the `Authorization: Bearer` header; returns its
  * hash (see `Cluster.stillAuthenticated`).
  */
-function authenticateNode(
-  cluster: Cluster,
-  ctx: HandlerContext,
-  nodeId: string,
-  rpc: string,
-): string {
-  const credential = bearerToken(ctx.requestHeader);
+function authenticateNode(cluster: Cluster, headers: Headers, nodeId: string, rpc: string): string {
+  const credential = bearerToken(headers);
   if (credential === undefined) {
     throw new ControlPlaneError(
       "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
@@ -40,6 +43,14 @@ export interface AgentServiceOptions {
    * (`load_stream_ms`); 0: agents send load as unary `ReportLoad` calls only. Default 0.
    */
   readonly loadStreamMs?: number;
+  /**
+   * Whether agents may send heartbeats on `StreamHeartbeat` and take desired sets from
+   * `WatchDesired`, each open for `loadStreamMs` (told as `heartbeat_streams`). Default false;
+   * off whenever `loadStreamMs` is 0.
+   */
+  readonly heartbeatStreams?: boolean;
+  /** Aborted when the control plane stops: open watches end. */
+  readonly shutdown?: AbortSignal;
 }
 
 /** Applies one load report of `nodeId` (credential and bounds already checked). */
@@ -58,9 +69,115 @@ function applyLoadReports(
   );
 }
 
+/** One client stream's messages, taken one at a time as they arrive. */
+export interface ClientStreamSession<I, O> {
+  /**
+   * Checks and takes one message, the credential included (an operator's reset revokes it
+   * mid-stream); throws to end the stream with that error, what came before staying taken.
+   */
+  take(message: I): void;
+  /** The answer once the client has ended the stream. */
+  finish(): O;
+}
+
 /**
- * `AgentService`: Register needs the join token; Heartbeat, ReportLoad and StreamLoad the node
- * credential.
+ * The agent's client streams, one session per request: the Connect handlers below and the
+ * control listener's fast path (`agent-stream-fast-path.ts`) feed the same sessions.
+ */
+export interface AgentStreams {
+  streamLoad(headers: Headers): ClientStreamSession<StreamLoadRequest, StreamLoadResponse>;
+  /** Throws `Unimplemented` when heartbeat streams are off. */
+  streamHeartbeat(
+    headers: Headers,
+  ): ClientStreamSession<StreamHeartbeatRequest, StreamHeartbeatResponse>;
+}
+
+/** Bounds and takes one heartbeat (credential already checked). */
+function takeHeartbeat(cluster: Cluster, req: HeartbeatRequest) {
+  boundAgentRequest("HeartbeatRequest", req);
+  return cluster.heartbeat(req.nodeId, {
+    gpus: req.gpus,
+    replicas: req.replicas,
+    problems: req.problems,
+    engineCredentials: req.engineCredentials,
+    ports: req.ports,
+    generationSeen: req.generationSeen,
+  });
+}
+
+/**
+ * Keeps one stream to one node: the first message's node id holds for the whole stream, and
+ * the credential hash the first message passed with is checked again for later ones without
+ * hashing (an agent sends a few a second).
+ */
+function streamIdentity(cluster: Cluster, headers: Headers, field: string, rpc: string) {
+  let nodeId: string | undefined;
+  let passed: string | undefined;
+  return (messageNodeId: string) => {
+    if (nodeId !== undefined && messageNodeId !== nodeId) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `${field} changed from ${nodeId} to ${messageNodeId} within one stream`,
+      );
+    }
+    if (passed === undefined || !cluster.stillAuthenticated(messageNodeId, passed)) {
+      passed = authenticateNode(cluster, headers, messageNodeId, rpc);
+    }
+    nodeId = messageNodeId;
+  };
+}
+
+/** The sessions of {@link AgentStreams} over `cluster`. */
+export function createAgentStreams(
+  cluster: Cluster,
+  options: AgentServiceOptions = {},
+): AgentStreams {
+  const heartbeatStreams = (options.loadStreamMs ?? 0) > 0 && options.heartbeatStreams === true;
+  return {
+    streamLoad(headers) {
+      const check = streamIdentity(cluster, headers, "StreamLoadRequest.nodeId", "StreamLoad");
+      return {
+        take(req) {
+          check(req.nodeId);
+          boundAgentRequest("StreamLoadRequest", req, { nowMs: cluster.now() });
+          applyLoadReports(cluster, req.nodeId, req.replicas);
+        },
+        finish: () => create(StreamLoadResponseSchema, { loadIntervalMs: 0 }),
+      };
+    },
+    streamHeartbeat(headers) {
+      if (!heartbeatStreams) {
+        throw new ConnectError(
+          "StreamHeartbeat is turned off on this control plane (--agent-stream 0); send unary Heartbeat calls",
+          Code.Unimplemented,
+        );
+      }
+      const check = streamIdentity(
+        cluster,
+        headers,
+        "StreamHeartbeatRequest.heartbeat.nodeId",
+        "StreamHeartbeat",
+      );
+      return {
+        take({ heartbeat }) {
+          if (!heartbeat) {
+            throw new ControlPlaneError(
+              "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+              "StreamHeartbeatRequest.heartbeat is required",
+            );
+          }
+          check(heartbeat.nodeId);
+          takeHeartbeat(cluster, heartbeat);
+        },
+        finish: () => create(StreamHeartbeatResponseSchema, {}),
+      };
+    },
+  };
+}
+
+/**
+ * `AgentService`: Register needs the join token; Heartbeat, ReportLoad, StreamLoad,
+ * StreamHeartbeat and WatchDesired the node credential.
  */
 export function createAgentService(
   cluster: Cluster,
@@ -68,6 +185,33 @@ export function createAgentService(
   options: AgentServiceOptions = {},
 ): ServiceImpl<typeof AgentService> {
   const loadStreamMs = options.loadStreamMs ?? 0;
+  const heartbeatStreams = loadStreamMs > 0 && options.heartbeatStreams === true;
+  /** The answer to an agent that last applied `generationSeen` (0: none). */
+  const desiredResponse = (
+    desired: ReturnType<Cluster["desiredSet"]>,
+    generationSeen: bigint,
+  ): HeartbeatResponse => {
+    // The set the agent applied already: its generation says so, the set is not sent again
+    // (encoding every node's full set on every beat was 8% of the control plane's CPU).
+    const unchanged = generationSeen !== 0n && generationSeen === desired.generation;
+    return create(HeartbeatResponseSchema, {
+      generation: desired.generation,
+      assignments: unchanged ? [] : [...desired.assignments],
+      unchanged,
+      heartbeatIntervalMs: desired.heartbeatIntervalMs,
+      loadStreamMs,
+      heartbeatStreams,
+    });
+  };
+  const requireStreams = (rpc: string) => {
+    if (!heartbeatStreams) {
+      throw new ConnectError(
+        `${rpc} is turned off on this control plane (--agent-stream 0); send unary Heartbeat calls`,
+        Code.Unimplemented,
+      );
+    }
+  };
+  const streams = createAgentStreams(cluster, options);
   return {
     register(req, ctx) {
       requireToken(ctx.requestHeader, joinToken, "the join token (llmgw control-plane token)");
@@ -99,57 +243,77 @@ export function createAgentService(
       });
     },
     heartbeat(req, ctx) {
-      authenticateNode(cluster, ctx, req.nodeId, "Heartbeat");
-      boundAgentRequest("HeartbeatRequest", req);
-      const desired = cluster.heartbeat(req.nodeId, {
-        gpus: req.gpus,
-        replicas: req.replicas,
-        problems: req.problems,
-        engineCredentials: req.engineCredentials,
-        ports: req.ports,
-        generationSeen: req.generationSeen,
-      });
-      // The set the agent applied already: its generation says so, the set is not sent again
-      // (encoding every node's full set on every beat was 8% of the control plane's CPU).
-      const unchanged = req.generationSeen !== 0n && req.generationSeen === desired.generation;
-      return create(HeartbeatResponseSchema, {
-        generation: desired.generation,
-        assignments: unchanged ? [] : [...desired.assignments],
-        unchanged,
-        heartbeatIntervalMs: desired.heartbeatIntervalMs,
-        loadStreamMs,
-      });
+      authenticateNode(cluster, ctx.requestHeader, req.nodeId, "Heartbeat");
+      return desiredResponse(takeHeartbeat(cluster, req), req.generationSeen);
     },
     reportLoad(req, ctx) {
-      authenticateNode(cluster, ctx, req.nodeId, "ReportLoad");
+      authenticateNode(cluster, ctx.requestHeader, req.nodeId, "ReportLoad");
       boundAgentRequest("ReportLoadRequest", req, { nowMs: cluster.now() });
       applyLoadReports(cluster, req.nodeId, req.replicas);
       // 0: the agent keeps its own interval (--load-interval).
       return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
     },
     async streamLoad(requests, ctx) {
-      // Each report is checked and applied as it arrives, the credential included (an
-      // operator's reset revokes it mid-stream); a bad one ends the request with its error,
-      // the reports before it stay applied.
-      let nodeId: string | undefined;
-      // The hash of the credential the first message passed with: later ones are checked
-      // against it without hashing again (an agent sends a few a second).
-      let passed: string | undefined;
-      for await (const req of requests) {
-        if (nodeId !== undefined && req.nodeId !== nodeId) {
-          throw new ControlPlaneError(
-            "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
-            `StreamLoadRequest.nodeId changed from ${nodeId} to ${req.nodeId} within one stream`,
-          );
+      const session = streams.streamLoad(ctx.requestHeader);
+      for await (const req of requests) session.take(req);
+      return session.finish();
+    },
+    async streamHeartbeat(requests, ctx) {
+      const session = streams.streamHeartbeat(ctx.requestHeader);
+      for await (const req of requests) session.take(req);
+      return session.finish();
+    },
+    async *watchDesired(req, ctx) {
+      requireStreams("WatchDesired");
+      const passed = authenticateNode(cluster, ctx.requestHeader, req.nodeId, "WatchDesired");
+      let wake: (() => void) | undefined;
+      let changed = true;
+      let over = false;
+      const end = () => {
+        over = true;
+        wake?.();
+      };
+      const unsubscribe = cluster.onDesiredChange(req.nodeId, () => {
+        changed = true;
+        wake?.();
+      });
+      // Ends on time, and the agent opens the next: no proxy timeout ever sees an older one.
+      const timer = setTimeout(end, loadStreamMs);
+      const signal = AbortSignal.any(
+        options.shutdown === undefined ? [ctx.signal] : [ctx.signal, options.shutdown],
+      );
+      signal.addEventListener("abort", end, { once: true });
+      let first = true;
+      let sent = req.generationSeen;
+      try {
+        while (!over) {
+          if (changed) {
+            changed = false;
+            if (!cluster.stillAuthenticated(req.nodeId, passed)) {
+              throw new ControlPlaneError(
+                "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+                `node ${req.nodeId} opened this WatchDesired with a credential that no longer holds (registered again, or revoked); register again with the join token`,
+              );
+            }
+            const desired = cluster.desiredSet(req.nodeId);
+            // The first answer always goes: it tells the agent the watch is open.
+            if (first || desired.generation !== sent) {
+              yield create(WatchDesiredResponseSchema, { desired: desiredResponse(desired, sent) });
+              first = false;
+              sent = desired.generation;
+            }
+            continue;
+          }
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+          });
+          wake = undefined;
         }
-        if (passed === undefined || !cluster.stillAuthenticated(req.nodeId, passed)) {
-          passed = authenticateNode(cluster, ctx, req.nodeId, "StreamLoad");
-        }
-        nodeId = req.nodeId;
-        boundAgentRequest("StreamLoadRequest", req, { nowMs: cluster.now() });
-        applyLoadReports(cluster, req.nodeId, req.replicas);
+      } finally {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", end);
+        unsubscribe();
       }
-      return create(StreamLoadResponseSchema, { loadIntervalMs: 0 });
     },
   };
 }

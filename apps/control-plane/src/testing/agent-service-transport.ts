@@ -13,6 +13,8 @@ export interface AgentServiceTransportOptions {
   readonly interceptors?: readonly Interceptor[];
   /** `load_stream_ms` told to agents (0, the default: unary ReportLoad only). */
   readonly loadStreamMs?: number;
+  /** Serve StreamHeartbeat and WatchDesired (with `loadStreamMs` > 0); default false. */
+  readonly heartbeatStreams?: boolean;
 }
 
 /**
@@ -31,6 +33,7 @@ export function createAgentServiceTransport(
         AgentService,
         createAgentService(cluster, joinToken, {
           loadStreamMs: options.loadStreamMs ?? 0,
+          heartbeatStreams: options.heartbeatStreams ?? false,
         }),
       );
     },

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIqMBChFIZWFydGJlYXRSZXNwb25zZRISCgpnZW5lcmF0aW9uGAEgASgEEjAKC2Fzc2lnbm1lbnRzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUFzc2lnbm1lbnQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhYKDmxvYWRfc3RyZWFtX21zGAQgASgNEhEKCXVuY2hhbmdlZBgFIAEoCCK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkiUwoRUmVwb3J0TG9hZFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRItCghyZXBsaWNhcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkUmVwb3J0ImcKEVJlcGxpY2FMb2FkUmVwb3J0EhIKCnJlcGxpY2FfaWQYASABKAkSIgoEbG9hZBgCIAEoCzIULmxsbWd3LnYxLkVuZ2luZUxvYWQSGgoSc2NyYXBlZF9hdF91bml4X21zGAMgASgDIi4KElJlcG9ydExvYWRSZXNwb25zZRIYChBsb2FkX2ludGVydmFsX21zGAEgASgNIlMKEVN0cmVhbUxvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCIuChJTdHJlYW1Mb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDTKrAgoMQWdlbnRTZXJ2aWNlEkEKCFJlZ2lzdGVyEhkubGxtZ3cudjEuUmVnaXN0ZXJSZXF1ZXN0GhoubGxtZ3cudjEuUmVnaXN0ZXJSZXNwb25zZRJECglIZWFydGJlYXQSGi5sbG1ndy52MS5IZWFydGJlYXRSZXF1ZXN0GhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2USRwoKUmVwb3J0TG9hZBIbLmxsbWd3LnYxLlJlcG9ydExvYWRSZXF1ZXN0GhwubGxtZ3cudjEuUmVwb3J0TG9hZFJlc3BvbnNlEkkKClN0cmVhbUxvYWQSGy5sbG1ndy52MS5TdHJlYW1Mb2FkUmVxdWVzdBocLmxsbWd3LnYxLlN0cmVhbUxvYWRSZXNwb25zZSgBYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIr4BChFIZWFydGJlYXRSZXNwb25zZRISCgpnZW5lcmF0aW9uGAEgASgEEjAKC2Fzc2lnbm1lbnRzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUFzc2lnbm1lbnQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhYKDmxvYWRfc3RyZWFtX21zGAQgASgNEhEKCXVuY2hhbmdlZBgFIAEoCBIZChFoZWFydGJlYXRfc3RyZWFtcxgGIAEoCCK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkiUwoRUmVwb3J0TG9hZFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRItCghyZXBsaWNhcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkUmVwb3J0ImcKEVJlcGxpY2FMb2FkUmVwb3J0EhIKCnJlcGxpY2FfaWQYASABKAkSIgoEbG9hZBgCIAEoCzIULmxsbWd3LnYxLkVuZ2luZUxvYWQSGgoSc2NyYXBlZF9hdF91bml4X21zGAMgASgDIi4KElJlcG9ydExvYWRSZXNwb25zZRIYChBsb2FkX2ludGVydmFsX21zGAEgASgNIlMKEVN0cmVhbUxvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCIuChJTdHJlYW1Mb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDSJHChZTdHJlYW1IZWFydGJlYXRSZXF1ZXN0Ei0KCWhlYXJ0YmVhdBgBIAEoCzIaLmxsbWd3LnYxLkhlYXJ0YmVhdFJlcXVlc3QiGQoXU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UiPwoTV2F0Y2hEZXNpcmVkUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJEhcKD2dlbmVyYXRpb25fc2VlbhgCIAEoBCJEChRXYXRjaERlc2lyZWRSZXNwb25zZRIsCgdkZXNpcmVkGAEgASgLMhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2Uy1gMKDEFnZW50U2VydmljZRJBCghSZWdpc3RlchIZLmxsbWd3LnYxLlJlZ2lzdGVyUmVxdWVzdBoaLmxsbWd3LnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubGxtZ3cudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxsbWd3LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEkcKClJlcG9ydExvYWQSGy5sbG1ndy52MS5SZXBvcnRMb2FkUmVxdWVzdBocLmxsbWd3LnYxLlJlcG9ydExvYWRSZXNwb25zZRJJCgpTdHJlYW1Mb2FkEhsubGxtZ3cudjEuU3RyZWFtTG9hZFJlcXVlc3QaHC5sbG1ndy52MS5TdHJlYW1Mb2FkUmVzcG9uc2UoARJYCg9TdHJlYW1IZWFydGJlYXQSIC5sbG1ndy52MS5TdHJlYW1IZWFydGJlYXRSZXF1ZXN0GiEubGxtZ3cudjEuU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UoARJPCgxXYXRjaERlc2lyZWQSHS5sbG1ndy52MS5XYXRjaERlc2lyZWRSZXF1ZXN0Gh4ubGxtZ3cudjEuV2F0Y2hEZXNpcmVkUmVzcG9uc2UwAWIGcHJvdG8z", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.RegisterRequest
@@ -223,6 +223,14 @@ export type HeartbeatResponse = Message<"llmgw.v1.HeartbeatResponse"> & {
    * @generated from field: bool unchanged = 5;
    */
   unchanged: boolean;
+
+  /**
+   * The control plane takes heartbeats on StreamHeartbeat and sends desired sets on
+   * WatchDesired, each request open for at most load_stream_ms (set only when that is > 0).
+   *
+   * @generated from field: bool heartbeat_streams = 6;
+   */
+  heartbeatStreams: boolean;
 };
 
 /**
@@ -439,6 +447,82 @@ export const StreamLoadResponseSchema: GenMessage<StreamLoadResponse> = /*@__PUR
   messageDesc(file_llmgw_v1_agent, 11);
 
 /**
+ * One heartbeat on a StreamHeartbeat request.
+ *
+ * @generated from message llmgw.v1.StreamHeartbeatRequest
+ */
+export type StreamHeartbeatRequest = Message<"llmgw.v1.StreamHeartbeatRequest"> & {
+  /**
+   * @generated from field: llmgw.v1.HeartbeatRequest heartbeat = 1;
+   */
+  heartbeat?: HeartbeatRequest | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.StreamHeartbeatRequest.
+ * Use `create(StreamHeartbeatRequestSchema)` to create a new message.
+ */
+export const StreamHeartbeatRequestSchema: GenMessage<StreamHeartbeatRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 12);
+
+/**
+ * @generated from message llmgw.v1.StreamHeartbeatResponse
+ */
+export type StreamHeartbeatResponse = Message<"llmgw.v1.StreamHeartbeatResponse"> & {
+};
+
+/**
+ * Describes the message llmgw.v1.StreamHeartbeatResponse.
+ * Use `create(StreamHeartbeatResponseSchema)` to create a new message.
+ */
+export const StreamHeartbeatResponseSchema: GenMessage<StreamHeartbeatResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 13);
+
+/**
+ * @generated from message llmgw.v1.WatchDesiredRequest
+ */
+export type WatchDesiredRequest = Message<"llmgw.v1.WatchDesiredRequest"> & {
+  /**
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * The desired-set generation the agent last applied (0: none); the first answer leaves the
+   * assignments out (`unchanged`) when it is still the current one.
+   *
+   * @generated from field: uint64 generation_seen = 2;
+   */
+  generationSeen: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.WatchDesiredRequest.
+ * Use `create(WatchDesiredRequestSchema)` to create a new message.
+ */
+export const WatchDesiredRequestSchema: GenMessage<WatchDesiredRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 14);
+
+/**
+ * One answer on a WatchDesired stream: what a Heartbeat call would have answered.
+ *
+ * @generated from message llmgw.v1.WatchDesiredResponse
+ */
+export type WatchDesiredResponse = Message<"llmgw.v1.WatchDesiredResponse"> & {
+  /**
+   * @generated from field: llmgw.v1.HeartbeatResponse desired = 1;
+   */
+  desired?: HeartbeatResponse | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.WatchDesiredResponse.
+ * Use `create(WatchDesiredResponseSchema)` to create a new message.
+ */
+export const WatchDesiredResponseSchema: GenMessage<WatchDesiredResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 15);
+
+/**
  * Agents dial out to the control plane; the control plane never dials agents.
  * Register authenticates with the join token, Heartbeat with the node credential,
  * both as `Authorization: Bearer <token>`.
@@ -489,6 +573,31 @@ export const AgentService: GenService<{
     methodKind: "client_streaming";
     input: typeof StreamLoadRequestSchema;
     output: typeof StreamLoadResponseSchema;
+  },
+  /**
+   * Heartbeats over one long-lived request (node credential): each message is taken as a
+   * Heartbeat call's request is, but is never answered; the desired set comes over
+   * WatchDesired instead. Ended and opened again like StreamLoad. Used only when the control
+   * plane offers it (HeartbeatResponse.heartbeat_streams) and a WatchDesired is open.
+   *
+   * @generated from rpc llmgw.v1.AgentService.StreamHeartbeat
+   */
+  streamHeartbeat: {
+    methodKind: "client_streaming";
+    input: typeof StreamHeartbeatRequestSchema;
+    output: typeof StreamHeartbeatResponseSchema;
+  },
+  /**
+   * The node's desired set as it changes (node credential): one answer at once, then one
+   * each time the node's generation moves. Ends after load_stream_ms (the agent opens the
+   * next), or with Unauthenticated once the credential it was opened with stops holding.
+   *
+   * @generated from rpc llmgw.v1.AgentService.WatchDesired
+   */
+  watchDesired: {
+    methodKind: "server_streaming";
+    input: typeof WatchDesiredRequestSchema;
+    output: typeof WatchDesiredResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_agent, 0);
