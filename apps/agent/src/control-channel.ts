@@ -525,6 +525,7 @@ export class ControlChannel {
   ): Promise<void> {
     while (!signal.aborted && this.identity === entry.identity && this.heartbeatStreamsOffered) {
       let answers = 0;
+      const openedAt = this.clock.now();
       try {
         const stream = watchDesired(
           this.client,
@@ -550,8 +551,9 @@ export class ControlChannel {
       } finally {
         entry.open = false;
       }
-      // A stream that ended without an answer is not one ended on time: do not loop on it.
-      if (answers === 0) return;
+      // A stream that ended without an answer, or long before its time, is not one ended on
+      // time: no loop of watches; the next heartbeat call's answer starts one again.
+      if (answers === 0 || this.clock.now() - openedAt < this.loadStreamMsValue / 2) return;
     }
   }
 

@@ -624,4 +624,36 @@ describe("AgentService heartbeat streams", () => {
     expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_UNAUTHENTICATED");
     expect(error.rawMessage).toContain("no longer holds");
   });
+
+  it("WatchDesired ends with shutting down when the control plane stops, and refuses a new one", async () => {
+    const { cluster, a } = await setup();
+    const shutdown = new AbortController();
+    const client = createClient(
+      AgentService,
+      createAgentServiceTransport(cluster, JOIN_TOKEN, {
+        loadStreamMs: 20_000,
+        heartbeatStreams: true,
+        shutdown: shutdown.signal,
+      }),
+    );
+    const watch = (answers: unknown[]) =>
+      refusal(
+        (async () => {
+          for await (const m of client.watchDesired({ nodeId: a.nodeId }, { headers: a.auth })) {
+            answers.push(m);
+          }
+        })(),
+      );
+    const answers: unknown[] = [];
+    const open = watch(answers);
+    await expect.poll(() => answers.length).toBe(1);
+    shutdown.abort();
+    const error = await open;
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_SHUTTING_DOWN");
+    const later: unknown[] = [];
+    expect((await watch(later)).metadata.get(ERROR_CODE_HEADER)).toBe(
+      "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
+    );
+    expect(later).toEqual([]);
+  });
 });

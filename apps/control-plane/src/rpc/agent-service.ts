@@ -282,6 +282,7 @@ export function createAgentService(
       const signal = AbortSignal.any(
         options.shutdown === undefined ? [ctx.signal] : [ctx.signal, options.shutdown],
       );
+      if (signal.aborted) over = true;
       signal.addEventListener("abort", end, { once: true });
       let first = true;
       let sent = req.generationSeen;
@@ -308,6 +309,14 @@ export function createAgentService(
             wake = resolve;
           });
           wake = undefined;
+        }
+        // Not an end on time: the agent must not open the next watch here, but go on with
+        // heartbeat calls (to the next control plane).
+        if (options.shutdown?.aborted) {
+          throw new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
+            "the control plane is shutting down",
+          );
         }
       } finally {
         clearTimeout(timer);

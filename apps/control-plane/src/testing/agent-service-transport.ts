@@ -15,6 +15,8 @@ export interface AgentServiceTransportOptions {
   readonly loadStreamMs?: number;
   /** Serve StreamHeartbeat and WatchDesired (with `loadStreamMs` > 0); default false. */
   readonly heartbeatStreams?: boolean;
+  /** Aborted when "the control plane stops": open watches end. */
+  readonly shutdown?: AbortSignal;
 }
 
 /**
@@ -34,6 +36,7 @@ export function createAgentServiceTransport(
         createAgentService(cluster, joinToken, {
           loadStreamMs: options.loadStreamMs ?? 0,
           heartbeatStreams: options.heartbeatStreams ?? false,
+          ...(options.shutdown === undefined ? {} : { shutdown: options.shutdown }),
         }),
       );
     },
