@@ -258,6 +258,9 @@ function walk(
   for (const key of Object.keys(message)) {
     if (key.startsWith("$")) continue;
     const value = message[key];
+    // Numbers, booleans and 64-bit integers have nothing to bound (most of a heartbeat's
+    // fields): no paths built for them.
+    if (typeof value !== "string" && (typeof value !== "object" || value === null)) continue;
     // A oneof is { case, value }: its value stands for the field named by its case.
     const field = key === "value" && typeof message.case === "string" ? message.case : key;
     const fieldPath = path === "" ? field : `${path}.${field}`;
