@@ -24,11 +24,14 @@ const JOIN = "join-token-0123456789abcdef";
 const INTERVAL = 2_000;
 
 const cleanups: (() => Promise<void> | void)[] = [];
+/** `expect.poll` with room for a busy CI box. */
+const poll = <T>(fn: () => T) => expect.poll(fn, { timeout: 5_000 });
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function start() {
+async function start(options: { applyFailures?: number } = {}) {
+  let applyFailures = options.applyFailures ?? 0;
   const stateDir = await mkdtemp(path.join(tmpdir(), "llmgw-heartbeat-streams-"));
   cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
   const store = openSqliteStore({ file: path.join(stateDir, "control-plane.db") });
@@ -82,6 +85,10 @@ async function start() {
         problems: [create(ProblemSchema, { code: `beat-${++beat}`, source: "test" })],
       }),
       applyDesired: async (response) => {
+        if (response.assignments.length > 0 && applyFailures > 0) {
+          applyFailures--;
+          throw new Error("disk full (test)");
+        }
         applied.push(response);
       },
       onState: (_state, detail) => details.push(detail),
@@ -97,7 +104,7 @@ async function start() {
   const lastBeat = () =>
     channel.nodeId === undefined ? undefined : cluster.getNode(channel.nodeId).problems[0]?.code;
   /** Resolves once the channel waits for its next beat. */
-  const asleep = () => expect.poll(() => clock.pending(), { timeout: 5_000 }).toBe(1);
+  const asleep = () => poll(() => clock.pending()).toBe(1);
   const count = (method: string) => calls.filter((c) => c === method).length;
   return { cluster, clock, channel, calls, count, applied, details, lastBeat, asleep };
 }
@@ -107,11 +114,11 @@ describe("heartbeat streams", () => {
     const h = await start();
     await h.asleep();
     expect(h.count("Heartbeat")).toBe(1);
-    await expect.poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
     expect(h.count("WatchDesired")).toBe(1);
     for (const n of [3, 4, 5]) {
       h.clock.advance(INTERVAL);
-      await expect.poll(h.lastBeat).toBe(`beat-${n}`);
+      await poll(h.lastBeat).toBe(`beat-${n}`);
       await h.asleep();
     }
     // Three beats on one stream, no more calls.
@@ -127,24 +134,24 @@ describe("heartbeat streams", () => {
         gpuClass: "h100-80g",
       }),
     );
-    await expect.poll(() => h.applied.length).toBe(before + 1);
+    await poll(() => h.applied.length).toBe(before + 1);
     expect(h.applied.at(-1)?.assignments.map((a) => a.deployment?.name)).toEqual(["chat"]);
     expect(h.count("Heartbeat")).toBe(1);
     // The next beat tells the generation the watch delivered.
     h.clock.advance(INTERVAL);
-    await expect.poll(h.lastBeat).toBe("beat-6");
+    await poll(h.lastBeat).toBe("beat-6");
   });
 
   it("a new stream opens once the open one is as old as the control plane allows", async () => {
     const h = await start();
     await h.asleep();
-    await expect.poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
     h.clock.advance(INTERVAL);
-    await expect.poll(h.lastBeat).toBe("beat-3");
+    await poll(h.lastBeat).toBe("beat-3");
     await h.asleep();
     // 20 s later (load_stream_ms), the beat ends the stream it would have used.
     h.clock.advance(20_000);
-    await expect.poll(h.lastBeat).toBe("beat-4");
+    await poll(h.lastBeat).toBe("beat-4");
     expect(h.count("StreamHeartbeat")).toBe(2);
     expect(h.count("Heartbeat")).toBe(1);
   });
@@ -152,22 +159,50 @@ describe("heartbeat streams", () => {
   it("a revoked node's streams end, and it registers again and streams with its new credential", async () => {
     const h = await start();
     await h.asleep();
-    await expect.poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
     const first = h.channel.nodeId as string;
     h.cluster.revokeNode(first);
     // The watch ends at once: the next beat is a call, refused, and the agent joins again.
-    await expect.poll(() => h.channel.heartbeatsStreamed).toBe(false);
+    await poll(() => h.channel.heartbeatsStreamed).toBe(false);
     h.clock.advance(INTERVAL);
-    await expect.poll(() => h.channel.registrations).toBe(2);
-    await expect.poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    await poll(() => h.channel.registrations).toBe(2);
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
     expect(h.details.some((d) => d.startsWith("desired-set watch ended:"))).toBe(true);
     await h.asleep();
     const calls = h.count("Heartbeat");
     h.clock.advance(INTERVAL);
-    await expect.poll(h.lastBeat).toMatch(/^beat-\d+$/);
+    await poll(h.lastBeat).toMatch(/^beat-\d+$/);
     const now = h.lastBeat();
     h.clock.advance(INTERVAL);
-    await expect.poll(h.lastBeat).not.toBe(now);
+    await poll(h.lastBeat).not.toBe(now);
     expect(h.count("Heartbeat")).toBe(calls);
+  });
+
+  it("a desired set the watch brought but that failed to apply comes again with the next beat, a call", async () => {
+    const h = await start({ applyFailures: 1 });
+    await h.asleep();
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    h.cluster.applyDeployment(
+      parseDeploymentSpecOrThrow({
+        name: "chat",
+        engine: "sim",
+        model: "org/model",
+        gpuClass: "h100-80g",
+      }),
+    );
+    await poll(() => h.details.some((d) => d.startsWith("cannot apply desired generation"))).toBe(
+      true,
+    );
+    expect(h.applied.filter((r) => r.assignments.length > 0)).toEqual([]);
+    h.clock.advance(INTERVAL);
+    await poll(() => h.count("Heartbeat")).toBe(2);
+    await poll(() => h.applied.at(-1)?.assignments.map((a) => a.deployment?.name)).toEqual([
+      "chat",
+    ]);
+    // Applied: the beat after it goes on the stream again.
+    await h.asleep();
+    h.clock.advance(INTERVAL);
+    await poll(h.lastBeat).toBe("beat-4");
+    expect(h.count("Heartbeat")).toBe(2);
   });
 });
