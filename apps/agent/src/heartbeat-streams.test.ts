@@ -24,6 +24,12 @@ const JOIN = "join-token-0123456789abcdef";
 const INTERVAL = 2_000;
 
 const cleanups: (() => Promise<void> | void)[] = [];
+const chat = parseDeploymentSpecOrThrow({
+  name: "chat",
+  engine: "sim",
+  model: "org/model",
+  gpuClass: "h100-80g",
+});
 /** `expect.poll` with room for a busy CI box. */
 const poll = <T>(fn: () => T) => expect.poll(fn, { timeout: 5_000 });
 afterEach(async () => {
@@ -126,14 +132,7 @@ describe("heartbeat streams", () => {
     expect(h.count("StreamHeartbeat")).toBe(1);
     // A new deployment reaches the agent without waiting for a beat.
     const before = h.applied.length;
-    h.cluster.applyDeployment(
-      parseDeploymentSpecOrThrow({
-        name: "chat",
-        engine: "sim",
-        model: "org/model",
-        gpuClass: "h100-80g",
-      }),
-    );
+    h.cluster.applyDeployment(chat);
     await poll(() => h.applied.length).toBe(before + 1);
     expect(h.applied.at(-1)?.assignments.map((a) => a.deployment?.name)).toEqual(["chat"]);
     expect(h.count("Heartbeat")).toBe(1);
@@ -182,14 +181,7 @@ describe("heartbeat streams", () => {
     const h = await start({ applyFailures: 1 });
     await h.asleep();
     await poll(() => h.channel.heartbeatsStreamed).toBe(true);
-    h.cluster.applyDeployment(
-      parseDeploymentSpecOrThrow({
-        name: "chat",
-        engine: "sim",
-        model: "org/model",
-        gpuClass: "h100-80g",
-      }),
-    );
+    h.cluster.applyDeployment(chat);
     await poll(() => h.details.some((d) => d.startsWith("cannot apply desired generation"))).toBe(
       true,
     );

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
@@ -25,6 +25,7 @@ import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createAgentServiceTransport } from "../testing/agent-service-transport.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { refusal } from "../testing/refusal.js";
 import { ERROR_CODE_HEADER } from "./errors.js";
 
 const JOIN_TOKEN = "llmgw-join-test";
@@ -102,16 +103,6 @@ async function setup() {
   const report = (replicaId: string, load: Record<string, number>, scrapedAtMs = clock.now()) =>
     create(ReplicaLoadReportSchema, { replicaId, load, scrapedAtUnixMs: BigInt(scrapedAtMs) });
   return { cluster, client, a, b, servedBy, samples, report };
-}
-
-/** The Connect error `call` rejects with. */
-async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to be refused");
 }
 
 describe("AgentService.ReportLoad", () => {

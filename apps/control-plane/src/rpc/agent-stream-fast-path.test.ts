@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter, createConnectTransport } from "@connectrpc/connect-node";
 import { simulateInventory } from "@llmgw/discovery";
@@ -27,6 +27,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { Cluster } from "../domain/cluster.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import { createManualClock } from "../testing/manual-clock.js";
+import { refusal } from "../testing/refusal.js";
 import { createAgentService, createAgentStreams } from "./agent-service.js";
 import { createAgentStreamFastPath } from "./agent-stream-fast-path.js";
 import { ERROR_CODE_HEADER, errorMappingInterceptor } from "./errors.js";
@@ -133,15 +134,6 @@ async function setup(fastReadMaxBytes = 4 * 1024 * 1024) {
       scrapedAtUnixMs: BigInt(clock.now()),
     });
   return { cluster, url, client, agent, nodeId, auth, samples, report, taken: () => taken };
-}
-
-async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await call;
-  } catch (error) {
-    return ConnectError.from(error);
-  }
-  throw new Error("expected the call to be refused");
 }
 
 describe("agent stream fast path", () => {
