@@ -205,7 +205,7 @@ describe("agent stream fast path", () => {
     expect(taken()).toBe(0);
   });
 
-  it("answers a truncated or compressed envelope with invalid_argument", async () => {
+  it("answers a truncated, compressed or end-of-stream envelope with invalid_argument", async () => {
     const { url, auth } = await setup();
     const post = async (body: Buffer) => {
       const res = await fetch(`${url}/llmgw.v1.AgentService/StreamLoad`, {
@@ -239,6 +239,14 @@ describe("agent stream fast path", () => {
       error: {
         code: "invalid_argument",
         message: "protocol error: received a compressed message, but no encoding was negotiated",
+      },
+    });
+    // An end-of-stream envelope is for answers only.
+    expect(await post(Buffer.concat([header(2, 2), Buffer.from("{}")]))).toEqual({
+      answered: false,
+      error: {
+        code: "invalid_argument",
+        message: "protocol error: unexpected envelope flags 2 in a request",
       },
     });
     // No message at all: an empty stream is answered.
