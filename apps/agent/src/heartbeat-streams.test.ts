@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
-import type { Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Cluster, openSqliteStore } from "@llmgw/control-plane";
 import { createAgentServiceTransport } from "@llmgw/control-plane/testing";
 import { simulateInventory } from "@llmgw/discovery";
@@ -12,7 +12,7 @@ import { schedule } from "@llmgw/scheduler";
 import { ManualClock } from "@llmgw/supervisor/testing";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
-import { ControlChannel } from "./control-channel.js";
+import { ControlChannel, MIN_HURRIED_BEAT_SPACING_MS } from "./control-channel.js";
 
 /**
  * Heartbeats on `StreamHeartbeat` and desired sets from `WatchDesired`, against the control
@@ -54,8 +54,13 @@ async function start(options: { applyFailures?: number } = {}) {
     rendezvousPortMax: 29_999,
   });
   const calls: string[] = [];
-  const recorder: Interceptor = (next) => (req) => {
+  /** Set to cut every StreamHeartbeat request (a proxy or a control plane gone wrong). */
+  const cut = { beatStreams: false };
+  const recorder: Interceptor = (next) => async (req) => {
     calls.push(req.method.name);
+    if (cut.beatStreams && req.method.name === "StreamHeartbeat") {
+      throw new ConnectError("cut (test)", Code.Unavailable);
+    }
     return next(req);
   };
   let beat = 0;
@@ -112,7 +117,7 @@ async function start(options: { applyFailures?: number } = {}) {
   /** Resolves once the channel waits for its next beat. */
   const asleep = () => poll(() => clock.pending()).toBe(1);
   const count = (method: string) => calls.filter((c) => c === method).length;
-  return { cluster, clock, channel, calls, count, applied, details, lastBeat, asleep };
+  return { cluster, clock, channel, calls, count, applied, details, lastBeat, asleep, cut };
 }
 
 describe("heartbeat streams", () => {
@@ -195,6 +200,29 @@ describe("heartbeat streams", () => {
     await h.asleep();
     h.clock.advance(INTERVAL);
     await poll(h.lastBeat).toBe("beat-4");
+    expect(h.count("Heartbeat")).toBe(2);
+  });
+
+  it("a heartbeat stream that fails sends the next beat as a call at once, then streams again", async () => {
+    const h = await start();
+    await h.asleep();
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    h.cut.beatStreams = true;
+    h.clock.advance(INTERVAL);
+    await poll(() =>
+      h.details.some((d) => d.startsWith("heartbeat stream failed: cut (test)")),
+    ).toBe(true);
+    // The hurried beat waits out the shortest spacing, then goes as a call: the cluster has it.
+    await h.asleep();
+    h.clock.advance(MIN_HURRIED_BEAT_SPACING_MS);
+    await poll(() => h.count("Heartbeat")).toBe(2);
+    await poll(h.lastBeat).toBe("beat-4");
+    // Its answer opened a new watch; the stream is whole again, and so are the beats.
+    h.cut.beatStreams = false;
+    await poll(() => h.channel.heartbeatsStreamed).toBe(true);
+    await h.asleep();
+    h.clock.advance(INTERVAL);
+    await poll(h.lastBeat).toBe("beat-5");
     expect(h.count("Heartbeat")).toBe(2);
   });
 });
