@@ -22,6 +22,7 @@ import {
   AgentService,
   EngineLoadSchema,
   type HeartbeatRequest,
+  HeartbeatRequestSchema,
   type HeartbeatResponse,
   type NodeInventory,
   type ReplicaAssignment,
@@ -474,13 +475,13 @@ export class Fleet {
   async #loop(a: SimAgent, dueAt: number): Promise<void> {
     if (!a.running) return;
     const now = Date.now();
-    const request = {
+    const request = create(HeartbeatRequestSchema, {
       nodeId: a.nodeId,
       generationSeen: a.generation,
       gpus: a.readings(),
       replicas: a.statuses(now),
       sentAtUnixMs: BigInt(now),
-    };
+    });
     const streaming = this.#heartbeatsVia === "stream" && a.heartbeatStreams;
     if (streaming && a.watch?.open === true && this.#streamBeat(a, request)) {
       this.counters.ok++;
@@ -529,7 +530,7 @@ export class Fleet {
    * Writes one heartbeat to `a`'s heartbeat stream, opening one (or the next, as the agent's
    * channel does after `load_stream_ms`) first; false when the stream did not take it.
    */
-  #streamBeat(a: SimAgent, request: Parameters<SimAgent["client"]["heartbeat"]>[0]): boolean {
+  #streamBeat(a: SimAgent, request: HeartbeatRequest): boolean {
     const now = performance.now();
     if (a.beatStream !== undefined && now - a.beatStream.openedAt >= a.loadStreamMs) {
       void a.beatStream.writer.end().catch(() => {});
@@ -549,7 +550,7 @@ export class Fleet {
       });
       a.beatStream = { writer, openedAt: now };
     }
-    return a.beatStream.writer.write(request as HeartbeatRequest);
+    return a.beatStream.writer.write(request);
   }
 
   /** Runs `a`'s WatchDesired streams, one after another, until one fails or the agent stops. */

@@ -92,6 +92,20 @@ export interface AgentStreams {
   ): ClientStreamSession<StreamHeartbeatRequest, StreamHeartbeatResponse>;
 }
 
+/** Whether `options` turn heartbeat streams on: asked for, and with a stream length. */
+const heartbeatStreamsOn = (options: AgentServiceOptions) =>
+  (options.loadStreamMs ?? 0) > 0 && options.heartbeatStreams === true;
+
+/** Refuses `rpc` with `Unimplemented` when heartbeat streams are off (`on` false). */
+function requireHeartbeatStreams(on: boolean, rpc: string): void {
+  if (!on) {
+    throw new ConnectError(
+      `${rpc} is turned off on this control plane (--agent-stream 0); send unary Heartbeat calls`,
+      Code.Unimplemented,
+    );
+  }
+}
+
 /** Bounds and takes one heartbeat (credential already checked). */
 function takeHeartbeat(cluster: Cluster, req: HeartbeatRequest) {
   boundAgentRequest("HeartbeatRequest", req);
@@ -132,7 +146,7 @@ export function createAgentStreams(
   cluster: Cluster,
   options: AgentServiceOptions = {},
 ): AgentStreams {
-  const heartbeatStreams = (options.loadStreamMs ?? 0) > 0 && options.heartbeatStreams === true;
+  const heartbeatStreams = heartbeatStreamsOn(options);
   return {
     streamLoad(headers) {
       const check = streamIdentity(cluster, headers, "StreamLoadRequest.nodeId", "StreamLoad");
@@ -146,12 +160,7 @@ export function createAgentStreams(
       };
     },
     streamHeartbeat(headers) {
-      if (!heartbeatStreams) {
-        throw new ConnectError(
-          "StreamHeartbeat is turned off on this control plane (--agent-stream 0); send unary Heartbeat calls",
-          Code.Unimplemented,
-        );
-      }
+      requireHeartbeatStreams(heartbeatStreams, "StreamHeartbeat");
       const check = streamIdentity(
         cluster,
         headers,
@@ -185,7 +194,7 @@ export function createAgentService(
   options: AgentServiceOptions = {},
 ): ServiceImpl<typeof AgentService> {
   const loadStreamMs = options.loadStreamMs ?? 0;
-  const heartbeatStreams = loadStreamMs > 0 && options.heartbeatStreams === true;
+  const heartbeatStreams = heartbeatStreamsOn(options);
   /** The answer to an agent that last applied `generationSeen` (0: none). */
   const desiredResponse = (
     desired: ReturnType<Cluster["desiredSet"]>,
@@ -202,14 +211,6 @@ export function createAgentService(
       loadStreamMs,
       heartbeatStreams,
     });
-  };
-  const requireStreams = (rpc: string) => {
-    if (!heartbeatStreams) {
-      throw new ConnectError(
-        `${rpc} is turned off on this control plane (--agent-stream 0); send unary Heartbeat calls`,
-        Code.Unimplemented,
-      );
-    }
   };
   const streams = createAgentStreams(cluster, options);
   return {
@@ -264,7 +265,7 @@ export function createAgentService(
       return session.finish();
     },
     async *watchDesired(req, ctx) {
-      requireStreams("WatchDesired");
+      requireHeartbeatStreams(heartbeatStreams, "WatchDesired");
       const passed = authenticateNode(cluster, ctx.requestHeader, req.nodeId, "WatchDesired");
       let wake: (() => void) | undefined;
       let changed = true;

@@ -39,7 +39,7 @@ afterEach(async () => {
 });
 
 /** A control listener of the fast path then Connect, a node with one ready replica. */
-async function setup(fastReadMaxBytes = 4 * 1024 * 1024) {
+async function setup(fastReadMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true) {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-fast-path-"));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
   const store = openSqliteStore({ file: join(dir, "state.db") });
@@ -55,7 +55,7 @@ async function setup(fastReadMaxBytes = 4 * 1024 * 1024) {
     rendezvousPortMin: 29_500,
     rendezvousPortMax: 29_999,
   });
-  const options = { loadStreamMs: 20_000, heartbeatStreams: true };
+  const options = { loadStreamMs: 20_000, heartbeatStreams };
   const fast = createAgentStreamFastPath(createAgentStreams(cluster, options), {
     readMaxBytes: fastReadMaxBytes,
   });
@@ -191,6 +191,23 @@ describe("agent stream fast path", () => {
     requests.close();
     expect(error.code).toBe(Code.ResourceExhausted);
     expect(error.rawMessage).toMatch(/larger than configured readMaxBytes 64/);
+  });
+
+  it("refuses StreamHeartbeat with unimplemented when heartbeat streams are off, reading nothing", async () => {
+    const { cluster, agent, nodeId, auth, taken } = await setup(undefined, false);
+    const requests = createWritableIterable<StreamHeartbeatRequest>();
+    const call = refusal(agent.streamHeartbeat(requests, { headers: auth }));
+    void requests
+      .write({
+        heartbeat: { nodeId, problems: [{ code: "never", message: "", source: "test" }] },
+      } as unknown as StreamHeartbeatRequest)
+      .catch(() => {});
+    const error = await call;
+    requests.close();
+    expect(error.code).toBe(Code.Unimplemented);
+    expect(error.rawMessage).toMatch(/^StreamHeartbeat is turned off on this control plane/);
+    expect(cluster.getNode(nodeId).problems).toEqual([]);
+    expect(taken()).toBe(1);
   });
 
   it("leaves JSON to Connect's handler, which serves the same streams", async () => {
