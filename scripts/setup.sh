@@ -22,7 +22,7 @@ say "installing dependencies (pnpm install --frozen-lockfile)"
 pnpm install --frozen-lockfile --reporter=append-only 2>&1 | grep -Ev '^(Progress|\.\.\./)' >&2 || {
   say "pnpm install failed"; exit 1; }
 
-apt_pkgs=(nginx-light haproxy prometheus wrk cmake g++ git)
+apt_pkgs=(nginx-light haproxy prometheus wrk cmake g++ git postgresql)
 if [ "${LLMGW_SKIP_APT:-0}" != 1 ]; then
   missing=()
   for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -32,7 +32,7 @@ if [ "${LLMGW_SKIP_APT:-0}" != 1 ]; then
       apt-get update -qq >&2
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
       # The packages' own services are not wanted: tests start their own instances.
-      for svc in nginx haproxy prometheus prometheus-node-exporter; do
+      for svc in nginx haproxy prometheus prometheus-node-exporter postgresql; do
         (service "$svc" stop || true) >/dev/null 2>&1
       done
     else

@@ -24,8 +24,18 @@ const allowableEnvName = z
  * this shape by the CLI). Durations are milliseconds.
  */
 export const agentConfigSchema = z.object({
-  /** Base URL of the control plane's control listener, e.g. http://10.0.0.1:7070. */
-  controlPlaneUrl: z.url({ protocol: /^https?$/ }),
+  /**
+   * Base URL of the control plane's control listener, e.g. http://10.0.0.1:7070; several,
+   * comma-separated, for control-plane instances sharing a PostgreSQL store (the agent
+   * follows the leader).
+   */
+  controlPlaneUrl: z
+    .string()
+    .refine(
+      (list) =>
+        list.split(",").every((u) => z.url({ protocol: /^https?$/ }).safeParse(u.trim()).success),
+      "expected an http:// or https:// URL, or several separated by commas",
+    ),
   /** Join token from `llmgw control-plane token`. */
   joinToken: z
     .string()

@@ -25,6 +25,7 @@ import {
   type StreamLoadResponse,
 } from "@llmgw/proto";
 import { type Clock, systemClock } from "@llmgw/supervisor";
+import { createFailoverTransport, splitControlPlaneUrls } from "@llmgw/wire";
 import { loadIdentity, type NodeIdentity, saveIdentity } from "./identity.js";
 
 /** The agent's view of its connection to the control plane. */
@@ -221,6 +222,8 @@ export async function* watchDesired(
 
 /** The control plane's `llmgw-error-code` for a node id held with another credential. */
 const NODE_ID_TAKEN = "LLMGW_CONTROL_PLANE_NODE_ID_TAKEN";
+/** A follower's refusal: another instance leads, or will within a lease. */
+const NOT_LEADER = "LLMGW_CONTROL_PLANE_NOT_LEADER";
 
 /**
  * The agent's only link to the control plane. Agents dial out; a lost control channel never
@@ -278,7 +281,10 @@ export class ControlChannel {
   ) {
     const transport =
       options.transport ??
-      createConnectTransport({ baseUrl: options.controlPlaneUrl, httpVersion: "1.1" });
+      createFailoverTransport({
+        urls: splitControlPlaneUrls(options.controlPlaneUrl),
+        transportFor: (baseUrl) => createConnectTransport({ baseUrl, httpVersion: "1.1" }),
+      });
     this.client = createClient(AgentService, transport);
     this.clock = options.clock ?? systemClock;
   }
@@ -392,7 +398,8 @@ export class ControlChannel {
   /** Runs until `signal` aborts. Never throws for control-plane trouble; it retries. */
   async run(signal: AbortSignal): Promise<void> {
     const saved = await loadIdentity(this.options.stateDir);
-    if (saved && saved.controlPlaneUrl === this.options.controlPlaneUrl) this.identity = saved;
+    if (saved && sameControlPlanes(saved.controlPlaneUrl, this.options.controlPlaneUrl))
+      this.identity = saved;
     let backoffMs = this.options.initialBackoffMs;
     // The identity whose credential was refused: it still proves the node id at the next
     // Register, even when it never reached the state dir.
@@ -454,7 +461,10 @@ export class ControlChannel {
         }
         const jittered = backoffMs * (0.5 + (this.options.random ?? Math.random)());
         await sleep(this.clock, Math.min(jittered, this.options.maxBackoffMs), signal);
-        backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
+        // Instances handing the lead over answer again within a lease: no growing backoff
+        // for a follower's refusal, so the node is back at the new leader within a second.
+        if (err.metadata.get("llmgw-error-code") !== NOT_LEADER)
+          backoffMs = Math.min(backoffMs * 2, this.options.maxBackoffMs);
       }
     }
     this.watch?.abort.abort();
@@ -733,4 +743,14 @@ function sleep(
     }
     signal.addEventListener("abort", done, { once: true });
   });
+}
+
+/**
+ * Whether an identity saved for `saved` (a URL or a list) belongs to the cluster `current`
+ * names: they share an instance, so adding a control-plane instance to the list keeps the
+ * node's identity.
+ */
+function sameControlPlanes(saved: string, current: string): boolean {
+  const now = new Set(splitControlPlaneUrls(current));
+  return splitControlPlaneUrls(saved).some((u) => now.has(u));
 }

@@ -1,6 +1,11 @@
 import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ClusterService } from "@llmgw/proto";
+import {
+  createFailoverTransport,
+  type FailoverTransport,
+  splitControlPlaneUrls,
+} from "@llmgw/wire";
 import { type CliIo, UsageError } from "./command.js";
 
 /** Default control listener when neither `--control-plane` nor `LLMGW_CONTROL_PLANE` is set. */
@@ -14,13 +19,15 @@ export const ADMIN_FLAGS = {
 } as const;
 
 /** Lines every admin command's usage ends with. */
-export const ADMIN_FLAGS_USAGE = `  --control-plane URL  control listener (env LLMGW_CONTROL_PLANE, default ${DEFAULT_CONTROL_PLANE_URL})
+export const ADMIN_FLAGS_USAGE = `  --control-plane URL  control listener (env LLMGW_CONTROL_PLANE, default ${DEFAULT_CONTROL_PLANE_URL});
+                       several comma-separated instances: the command follows the leader
   --token T            admin token (env LLMGW_ADMIN_TOKEN; 'llmgw control-plane token --admin')
   --json               machine-readable output
 `;
 
 /** A connected admin client and the output mode. */
 export interface AdminContext {
+  /** The instance calls go to now (the leader, once one answered). */
   readonly url: string;
   readonly client: Client<typeof ClusterService>;
   readonly json: boolean;
@@ -31,34 +38,42 @@ export function adminContext(
   values: { "control-plane"?: string; token?: string; json?: boolean },
   io: CliIo,
 ): AdminContext {
-  const url = (
-    values["control-plane"] ??
-    io.env.LLMGW_CONTROL_PLANE ??
-    DEFAULT_CONTROL_PLANE_URL
-  ).replace(/\/+$/, "");
-  if (!/^https?:\/\//.test(url)) {
-    throw new UsageError(`--control-plane must be an http:// or https:// URL, got "${url}"`);
+  const urls = splitControlPlaneUrls(
+    values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE_URL,
+  );
+  for (const url of urls) {
+    if (!/^https?:\/\//.test(url))
+      throw new UsageError(`--control-plane must be an http:// or https:// URL, got "${url}"`);
   }
+  if (urls.length === 0) throw new UsageError("--control-plane is empty");
   const token = values.token ?? io.env.LLMGW_ADMIN_TOKEN;
   if (!token) {
     throw new UsageError(
       "no admin token: set LLMGW_ADMIN_TOKEN or pass --token (print it with 'llmgw control-plane token --admin --data-dir DIR')",
     );
   }
-  const client = createClient(
-    ClusterService,
-    createConnectTransport({
-      httpVersion: "1.1",
-      baseUrl: url,
-      interceptors: [
-        (next) => (req) => {
-          req.header.set("authorization", `Bearer ${token}`);
-          return next(req);
-        },
-      ],
-    }),
-  );
-  return { url, client, json: values.json ?? false };
+  const transport: FailoverTransport = createFailoverTransport({
+    urls,
+    transportFor: (baseUrl) =>
+      createConnectTransport({
+        httpVersion: "1.1",
+        baseUrl,
+        interceptors: [
+          (next) => (req) => {
+            req.header.set("authorization", `Bearer ${token}`);
+            return next(req);
+          },
+        ],
+      }),
+  });
+  const client = createClient(ClusterService, transport);
+  return {
+    get url() {
+      return transport.current;
+    },
+    client,
+    json: values.json ?? false,
+  };
 }
 
 const NETWORK_CODES = [

@@ -153,11 +153,13 @@ export class AgentProc {
   ) {
     this.stateDir = path.join(root, name);
   }
+  /** `--control-plane`: default the control plane's URL; a comma list for several instances. */
+  controlPlane: string | undefined;
   start(extra: string[] = []): void {
     this.proc = runLlmgw([
       "agent",
       "--control-plane",
-      this.cp.controlUrl,
+      this.controlPlane ?? this.cp.controlUrl,
       "--join-token",
       this.cp.token(),
       "--state-dir",

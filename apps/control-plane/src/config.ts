@@ -21,8 +21,29 @@ export const controlPlaneConfigSchema = z
     listen: listenAddress.default(":8080"),
     /** Control listener: Connect-RPC, `/metrics`, `/healthz`. */
     controlListen: listenAddress.default("127.0.0.1:7070"),
-    /** SQLite store and token files (created 0700). */
+    /** SQLite store (unless `store` is PostgreSQL) and token files (created 0700). */
     dataDir: z.string().min(1),
+    /**
+     * Where the state lives: `sqlite:` (default: `state.db` in `dataDir`, one instance) or a
+     * `postgres://` / `postgresql://` URL (several instances, one leader). Never echoed in
+     * errors: it may hold a password.
+     */
+    store: z
+      .string()
+      .refine((v) => v === "sqlite:" || /^postgres(ql)?:\/\/[^\s]+$/.test(v), {
+        message: 'must be "sqlite:" or a postgres:// URL',
+      })
+      .default("sqlite:"),
+    /**
+     * PostgreSQL only: how long the leader lease holds without renewal. A follower leads at
+     * most this long (plus a poll) after the leader dies or loses the database.
+     */
+    leaseTtlMs: z.number().int().min(300).max(60_000).default(2_000),
+    /**
+     * PostgreSQL only: this instance's control URL as other hosts reach it, handed to clients
+     * of followers as the leader's. Default: the control listener's URL.
+     */
+    advertiseUrl: z.url({ protocol: /^https?$/ }).optional(),
     tlsCertFile: z.string().min(1).optional(),
     tlsKeyFile: z.string().min(1).optional(),
     /**
@@ -164,7 +185,7 @@ export function resolveControlPlaneOptions(
   if (parsed.success) return parsed.data;
   const details = parsed.error.issues.map((issue) => {
     const key = issue.path.join(".");
-    const value = key ? (options as Record<string, unknown>)[key] : undefined;
+    const value = key && key !== "store" ? (options as Record<string, unknown>)[key] : undefined;
     return `${key || "options"}: ${issue.message}${value === undefined ? "" : ` (got ${JSON.stringify(value)})`}`;
   });
   throw new ControlPlaneError(

@@ -85,7 +85,8 @@ export {
   type ShutdownReport,
   startControlPlane,
 } from "./run.js";
-export { MIGRATIONS, openSqliteStore, type SqliteStoreOptions } from "./store/sqlite-store.js";
+export { MIGRATIONS } from "./store/migrations.js";
+export { openSqliteStore, type SqliteStoreOptions } from "./store/sqlite-store.js";
 export type {
   ApiKeyRecord,
   ClusterStore,

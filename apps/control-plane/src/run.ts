@@ -1,10 +1,23 @@
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { hostname } from "node:os";
 import { join } from "node:path";
-import type { ConnectRouter } from "@connectrpc/connect";
+import type { DescService } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  type ConnectRouter,
+  type Interceptor,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createClusterCollector, createMetricsEndpoint } from "@llmgw/metrics-collector";
+import {
+  type ClusterView,
+  createClusterCollector,
+  createMetricsEndpoint,
+} from "@llmgw/metrics-collector";
 import { AgentService, ClusterService, RouterService } from "@llmgw/proto";
 import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
 import {
@@ -37,8 +50,10 @@ import { createAgentService, createAgentStreams } from "./rpc/agent-service.js";
 import { createAgentStreamFastPath } from "./rpc/agent-stream-fast-path.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
-import { errorMappingInterceptor } from "./rpc/errors.js";
+import { ERROR_CODE_HEADER, errorMappingInterceptor, LEADER_HEADER } from "./rpc/errors.js";
 import { createRouterService, routerServiceContextValues } from "./rpc/router-service.js";
+import { type LeaderInfo, type LeaderLease, startLeaderLease } from "./store/postgres-lease.js";
+import { openPostgresDatabase, openPostgresStore } from "./store/postgres-store.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 
@@ -78,8 +93,19 @@ export interface ControlPlane {
   /** e.g. "http://127.0.0.1:8080": /v1/*, /healthz, /readyz; undefined with `publicApi: false`. */
   readonly publicUrl: string | undefined;
   readonly options: ResolvedControlPlaneOptions;
+  /**
+   * The cluster state, the store and the routing feed of the current leadership term. Over
+   * PostgreSQL they change with each term, and reading one while following throws
+   * `LLMGW_CONTROL_PLANE_NOT_LEADER`; over SQLite they never change.
+   */
   readonly cluster: Cluster;
   readonly store: ClusterStore;
+  /** True while this instance leads (always over SQLite). */
+  readonly leading: boolean;
+  /** The leader lease over PostgreSQL; undefined over SQLite. */
+  readonly lease: LeaderLease | undefined;
+  /** Where the state lives, without secrets: the SQLite file or the PostgreSQL URL. */
+  readonly storeLocation: string;
   readonly registry: Registry;
   readonly joinToken: string;
   readonly adminToken: string;
@@ -129,13 +155,75 @@ async function listen(server: Server, address: string, what: string): Promise<st
   return joinHostPort(shown, bound.port);
 }
 
+/** A refusal from a follower: `Unavailable`, with the leader's URL when one is known. */
+function notLeader(self: string, leader: LeaderInfo | undefined): ConnectError {
+  const where =
+    leader === undefined
+      ? "no instance holds the leader lease now (one takes it within seconds, or the state store is unreachable)"
+      : `the leader is ${leader.url}`;
+  return new ConnectError(
+    `this control plane (${self}) is a follower: ${where}`,
+    Code.Unavailable,
+    {
+      [ERROR_CODE_HEADER]: "LLMGW_CONTROL_PLANE_NOT_LEADER",
+      ...(leader === undefined ? {} : { [LEADER_HEADER]: leader.url }),
+    },
+  );
+}
+
+/** Every method of `service` answering `refuse()`: what a follower serves. */
+function refusingService<S extends DescService>(
+  service: S,
+  refuse: () => ConnectError,
+): ServiceImpl<S> {
+  const impl: Record<string, unknown> = {};
+  for (const method of service.methods) {
+    impl[method.localName] =
+      method.methodKind === "server_streaming" || method.methodKind === "bidi_streaming"
+        ? // biome-ignore lint/correctness/useYield: it refuses before its first message
+          async function* () {
+            throw refuse();
+          }
+        : async () => {
+            throw refuse();
+          };
+  }
+  return impl as ServiceImpl<S>;
+}
+
 /**
- * Starts a control plane: data dir and tokens, the SQLite store, the cluster state, the
- * routing feed, the control listener (Connect `AgentService`, `ClusterService` and
- * `RouterService`, `/metrics`, `/healthz`) and, unless `publicApi` is false, the in-process
- * router (`startRouter` over the routing feed, on `listen`). No process globals: signals and
- * exit codes belong to the CLI. Throws `ControlPlaneError` (config, store, TLS, listen) or the
- * router's `RouterServiceError` (its listener, its state dir).
+ * Unary answers wait until what the call changed is durable (`ClusterStore.flush`): nothing
+ * a client was told is lost when the leader dies. Streams wait per message where it matters
+ * (`WatchDesired`).
+ */
+function durableAnswers(store: ClusterStore): Interceptor {
+  return (next) => async (req) => {
+    const res = await next(req);
+    if (!res.stream) await store.flush();
+    return res;
+  };
+}
+
+/** What one leadership term runs: over SQLite the one term lasts the process's life. */
+interface Term {
+  readonly cluster: Cluster;
+  readonly store: ClusterStore;
+  readonly routing: RoutingPublisher;
+  readonly view: ClusterView;
+  readonly handle: (req: IncomingMessage, res: ServerResponse) => void;
+  readonly shutdown: AbortController;
+  readonly timer: NodeJS.Timeout;
+}
+
+/**
+ * Starts a control plane: data dir and tokens, the store, the routing feed, the control
+ * listener (Connect `AgentService`, `ClusterService` and `RouterService`, `/metrics`,
+ * `/healthz`) and, unless `publicApi` is false, the in-process router (`startRouter` over
+ * the routing feed, on `listen`). Over SQLite it leads at once. Over PostgreSQL it contends
+ * for the leader lease: while it follows, every RPC answers `Unavailable` naming the leader
+ * (`llmgw-leader`), and once it wins, it loads the state and leads until it stops or loses
+ * the lease. No process globals: signals and exit codes belong to the CLI. Throws
+ * `ControlPlaneError` (config, store, TLS, listen) or the router's `RouterServiceError`.
  */
 export async function startControlPlane(
   options: ControlPlaneOptions,
@@ -145,18 +233,54 @@ export async function startControlPlane(
   const log = deps.log ?? (() => {});
   const clock = deps.clock ?? { now: () => Date.now() };
   const dataDir = initDataDir(resolved.dataDir);
-  const store = openSqliteStore({
-    file: dataDir.databaseFile,
-    eventsKept: resolved.eventsKept,
-    expectExisting: dataDir.initialisedBefore,
-  });
-  const shutdown = new AbortController();
+  const postgres =
+    resolved.store === "sqlite:"
+      ? undefined
+      : await openPostgresDatabase({
+          url: resolved.store,
+          tokens: [dataDir.joinToken, dataDir.adminToken, dataDir.routerToken],
+        });
+  const sqlite =
+    postgres === undefined
+      ? openSqliteStore({
+          file: dataDir.databaseFile,
+          eventsKept: resolved.eventsKept,
+          expectExisting: dataDir.initialisedBefore,
+        })
+      : undefined;
+  const storeLocation = postgres?.location ?? dataDir.databaseFile;
+  const stopping = new AbortController();
   const servers: Server[] = [];
-  let timer: NodeJS.Timeout | undefined;
-  let publisher: RoutingPublisher | undefined;
+  let term: Term | undefined;
+  let lease: LeaderLease | undefined;
   let router: RunningRouter | undefined;
   let routerSession: RouterSession | undefined;
-  try {
+  const routers = createRouterRegistry({ log, keepaliveMs: resolved.routingKeepaliveMs });
+  /** Subscribers of the in-process router's feed → their subscription to this term's feed. */
+  const relayed = new Map<(message: RoutingMessage) => void, (() => void) | undefined>();
+  // The in-process router is a router like any other: it counts in every router's share and
+  // is listed by ListRouters; what it was last handed is recorded like a stream's. Between
+  // terms it keeps serving from what it holds.
+  let last: RoutingMessage | undefined;
+  const relay: RoutingFeed = {
+    subscribe(listener) {
+      const recorded = (message: RoutingMessage) => {
+        last = message;
+        routerSession?.sent(message);
+        listener(message);
+      };
+      relayed.set(recorded, term?.routing.subscribe(recorded));
+      return () => {
+        relayed.get(recorded)?.();
+        relayed.delete(recorded);
+      };
+    },
+  };
+  const readMaxBytes = 4 * 1024 * 1024;
+  let selfUrl = "";
+
+  const startTerm = (store: ClusterStore): Term => {
+    const shutdown = new AbortController();
     const cluster = new Cluster({
       store,
       schedule: deps.schedule ?? defaultSchedule,
@@ -174,7 +298,6 @@ export async function startControlPlane(
         });
       },
     });
-    const routers = createRouterRegistry({ log, keepaliveMs: resolved.routingKeepaliveMs });
     const routing = createRoutingPublisher(cluster, {
       routers,
       coalesceMs: resolved.routingCoalesceMs,
@@ -182,20 +305,116 @@ export async function startControlPlane(
       keepaliveMs: resolved.routingKeepaliveMs,
       log,
     });
-    publisher = routing;
+    const agentServiceOptions = {
+      loadStreamMs: resolved.agentStreamMs,
+      heartbeatStreams: true,
+      shutdown: shutdown.signal,
+      durable: () => store.flush(),
+    };
+    // The agents' client streams in the encoding agents use, without Connect's per-message
+    // async iterables (see agent-stream-fast-path.ts); anything else goes to Connect.
+    const agentStreams = createAgentStreamFastPath(
+      createAgentStreams(cluster, agentServiceOptions),
+      { readMaxBytes },
+    );
+    const connect = connectNodeAdapter({
+      // WatchRouting's watchdog tears down the socket of a router that stopped reading.
+      contextValues: routerServiceContextValues,
+      interceptors: [errorMappingInterceptor, durableAnswers(store)],
+      readMaxBytes,
+      routes: (r: ConnectRouter) => {
+        r.service(
+          AgentService,
+          createAgentService(cluster, dataDir.joinToken, agentServiceOptions),
+        );
+        r.service(
+          ClusterService,
+          createClusterService(cluster, dataDir.adminToken, {
+            version: CONTROL_PLANE_VERSION,
+            shutdown: shutdown.signal,
+            routers,
+            flushRouting: () => routing.flush(),
+            store: postgres === undefined ? "sqlite" : "postgres",
+            controlPlanes: async () => {
+              if (lease === undefined) return [];
+              const leader = lease.leader;
+              return (await lease.instances()).map((i) => ({
+                ...i,
+                leader: i.id === leader?.holder,
+              }));
+            },
+          }),
+        );
+        r.service(
+          RouterService,
+          createRouterService(routing, routers, dataDir.routerToken, {
+            shutdown: shutdown.signal,
+            maxQueued: resolved.routingMaxQueued,
+            keepaliveMs: resolved.routingKeepaliveMs,
+          }),
+        );
+        answerMalformedRequestsAsInvalidArgument(r);
+      },
+    });
+    const timer = setInterval(
+      () => cluster.tick(),
+      Math.max(50, Math.min(1_000, resolved.heartbeatIntervalMs / 2)),
+    );
+    timer.unref();
+    for (const listener of relayed.keys()) relayed.set(listener, routing.subscribe(listener));
+    return {
+      cluster,
+      store,
+      routing,
+      view: createClusterView(cluster, routers),
+      handle: (req, res) => {
+        if (agentStreams(req, res)) return;
+        connect(req, res);
+      },
+      shutdown,
+      timer,
+    };
+  };
+  /** Ends `ended`: its streams end with `reason`, its feed detaches, its store closes. */
+  const endTerm = (ended: Term, reason: ControlPlaneError): void => {
+    if (term === ended) term = undefined;
+    clearInterval(ended.timer);
+    ended.shutdown.abort(reason);
+    for (const [listener, unsubscribe] of relayed) {
+      unsubscribe?.();
+      relayed.set(listener, undefined);
+    }
+    ended.routing.close();
+    ended.store.close();
+  };
+
+  const follower = connectNodeAdapter({
+    readMaxBytes,
+    routes: (r: ConnectRouter) => {
+      const refuse = () => notLeader(selfUrl, lease?.leader);
+      r.service(AgentService, refusingService(AgentService, refuse));
+      r.service(ClusterService, refusingService(ClusterService, refuse));
+      r.service(RouterService, refusingService(RouterService, refuse));
+    },
+  });
+
+  try {
+    if (sqlite !== undefined) term = startTerm(sqlite);
     const registry = deps.registry ?? new Registry();
     // Cluster families are rendered straight to text at scrape time (76k samples at 1,000
     // nodes × 8 GPUs: half the CPU of going through prom-client); router families stay on
-    // the registry.
+    // the registry. A follower exports none: it holds no cluster state.
+    const view: ClusterView = {
+      nodes: () => term?.view.nodes() ?? [],
+      deployments: () => term?.view.deployments() ?? [],
+      replicas: () => term?.view.replicas() ?? [],
+      routers: () => term?.view.routers?.() ?? [],
+    };
     const metricsEndpoint = createMetricsEndpoint({
       registry,
       ...(deps.clusterMetrics === false
         ? {}
-        : {
-            cluster: createClusterCollector(registry, createClusterView(cluster, routers), {
-              exposition: "text",
-            }),
-          }),
+        : { cluster: createClusterCollector(registry, view, { exposition: "text" }) }),
     });
 
     let tls: { cert: Buffer; key: Buffer } | undefined;
@@ -247,49 +466,6 @@ export async function startControlPlane(
       return server;
     };
 
-    const agentServiceOptions = {
-      loadStreamMs: resolved.agentStreamMs,
-      heartbeatStreams: true,
-      shutdown: shutdown.signal,
-    };
-    // An 8-GPU inventory is a few KiB; this bounds what an unauthenticated caller can send.
-    const readMaxBytes = 4 * 1024 * 1024;
-    // The agents' client streams in the encoding agents use, without Connect's per-message
-    // async iterables (see agent-stream-fast-path.ts); anything else goes to Connect.
-    const agentStreams = createAgentStreamFastPath(
-      createAgentStreams(cluster, agentServiceOptions),
-      { readMaxBytes },
-    );
-    const connect = connectNodeAdapter({
-      // WatchRouting's watchdog tears down the socket of a router that stopped reading.
-      contextValues: routerServiceContextValues,
-      interceptors: [errorMappingInterceptor],
-      readMaxBytes,
-      routes: (router: ConnectRouter) => {
-        router.service(
-          AgentService,
-          createAgentService(cluster, dataDir.joinToken, agentServiceOptions),
-        );
-        router.service(
-          ClusterService,
-          createClusterService(cluster, dataDir.adminToken, {
-            version: CONTROL_PLANE_VERSION,
-            shutdown: shutdown.signal,
-            routers,
-            flushRouting: () => routing.flush(),
-          }),
-        );
-        router.service(
-          RouterService,
-          createRouterService(routing, routers, dataDir.routerToken, {
-            shutdown: shutdown.signal,
-            maxQueued: resolved.routingMaxQueued,
-            keepaliveMs: resolved.routingKeepaliveMs,
-          }),
-        );
-        answerMalformedRequestsAsInvalidArgument(router);
-      },
-    });
     const controlServer = makeServer(
       async (req, res) => {
         const path = pathOf(req);
@@ -300,8 +476,8 @@ export async function startControlPlane(
           res.end(body);
           return;
         }
-        if (agentStreams(req, res)) return;
-        connect(req, res);
+        if (term !== undefined) term.handle(req, res);
+        else follower(req, res);
       },
       {
         maxConnections: resolved.maxControlConnections,
@@ -311,23 +487,13 @@ export async function startControlPlane(
 
     const scheme = tls ? "https" : "http";
     const controlUrl = `${scheme}://${await listen(controlServer, resolved.controlListen, "--control-listen")}`;
+    selfUrl = resolved.advertiseUrl?.replace(/\/+$/, "") ?? controlUrl;
 
     let publicUrl: string | undefined;
     if (resolved.publicApi) {
-      // The in-process router is a router like any other: it counts in every router's share
-      // and is listed by ListRouters; what it was last handed is recorded like a stream's.
-      let last: RoutingMessage | undefined;
-      const feed: RoutingFeed = {
-        subscribe: (listener) =>
-          routing.subscribe((message) => {
-            last = message;
-            routerSession?.sent(message);
-            listener(message);
-          }),
-      };
       router = await startRouter({
         routing: {
-          feed,
+          feed: relay,
           routerId: IN_PROCESS_ROUTER_ID,
           version: CONTROL_PLANE_VERSION,
           stateDir: join(dataDir.dir, "router"),
@@ -350,50 +516,133 @@ export async function startControlPlane(
       });
       if (last !== undefined) routerSession.sent(last);
     }
-    log(
-      `control plane listening: control ${controlUrl}, public ${publicUrl ?? "off (--no-public-api)"}, data dir ${resolved.dataDir}`,
-    );
 
-    timer = setInterval(
-      () => cluster.tick(),
-      Math.max(50, Math.min(1_000, resolved.heartbeatIntervalMs / 2)),
+    if (postgres !== undefined) {
+      const database = postgres;
+      const instanceId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+      /** Bumped on every election and deposal: a store loaded for an older one is dropped. */
+      let elections = 0;
+      const depose = (reason: string) => {
+        elections++;
+        if (term === undefined) return;
+        endTerm(
+          term,
+          new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_NOT_LEADER",
+            `this control plane stopped leading: ${reason}`,
+          ),
+        );
+      };
+      lease = startLeaderLease({
+        database,
+        instanceId,
+        url: selfUrl,
+        version: CONTROL_PLANE_VERSION,
+        ttlMs: resolved.leaseTtlMs,
+        log,
+        onDeposed: depose,
+        onElected: (writer) => {
+          const election = ++elections;
+          const startedAt = performance.now();
+          openPostgresStore({
+            database,
+            writer,
+            eventsKept: resolved.eventsKept,
+            log,
+            onFenced: (error) => {
+              log(error.message);
+              void lease?.resign(error.message);
+            },
+          }).then(
+            (store) => {
+              if (election !== elections || stopping.signal.aborted) {
+                store.close();
+                return;
+              }
+              try {
+                term = startTerm(store);
+              } catch (error) {
+                store.close();
+                log(`cannot lead: ${(error as Error).message}`);
+                void lease?.resign((error as Error).message);
+                return;
+              }
+              log(
+                `leading (epoch ${writer.epoch}): state loaded from ${database.location} in ${Math.round(performance.now() - startedAt)} ms`,
+              );
+            },
+            (error: unknown) => {
+              log(`cannot lead: ${(error as Error).message}`);
+              void lease?.resign((error as Error).message);
+            },
+          );
+        },
+      });
+    }
+    log(
+      `control plane listening: control ${controlUrl}, public ${publicUrl ?? "off (--no-public-api)"}, data dir ${resolved.dataDir}, store ${storeLocation}`,
     );
-    timer.unref();
 
     let closing: Promise<ShutdownReport> | undefined;
     const inProcess = router;
+    const current = (): Term => {
+      if (term !== undefined) return term;
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_NOT_LEADER",
+        `this control plane (${selfUrl}) does not lead now`,
+      );
+    };
     return {
       controlUrl,
       publicUrl,
       options: resolved,
-      cluster,
-      store,
+      get cluster() {
+        return current().cluster;
+      },
+      get store() {
+        return current().store;
+      },
+      get routing() {
+        return current().routing;
+      },
+      get leading() {
+        return term !== undefined;
+      },
+      get lease() {
+        return lease;
+      },
+      storeLocation,
       registry,
       joinToken: dataDir.joinToken,
       adminToken: dataDir.adminToken,
       routerToken: dataDir.routerToken,
-      routing,
       routers,
       router: inProcess,
       close() {
         closing ??= (async () => {
           const started = Date.now();
-          clearInterval(timer);
-          // Ends every WatchRouting stream (Unavailable): remote routers move on to another
-          // control plane or keep serving from what they hold.
-          shutdown.abort(
-            new ControlPlaneError(
-              "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
-              "the control plane is shutting down",
-            ),
+          stopping.abort();
+          const shuttingDown = new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
+            "the control plane is shutting down",
           );
+          // Ends every stream (Unavailable): agents and remote routers move on to another
+          // control plane or keep running what they hold.
+          term?.shutdown.abort(shuttingDown);
           const [forced, routerReport] = await Promise.all([
             closeServers(servers, resolved.shutdownGraceMs),
             inProcess?.stop(resolved.shutdownGraceMs),
           ]);
           routerSession?.close();
-          routing.close();
-          store.close();
+          const ending = term;
+          if (ending !== undefined) {
+            // What was answered is durable already; this writes what ticks changed since.
+            await ending.store.flush(resolved.shutdownGraceMs).catch((error: unknown) => {
+              log(`stopping with unwritten changes: ${(error as Error).message}`);
+            });
+            endTerm(ending, shuttingDown);
+          }
+          await lease?.close();
           const anyForced = forced || routerReport?.forced === true;
           log(
             `control plane stopped after ${Date.now() - started} ms${anyForced ? " (connections closed by force)" : ""}`,
@@ -404,13 +653,14 @@ export async function startControlPlane(
       },
     };
   } catch (error) {
-    clearInterval(timer);
-    shutdown.abort();
+    stopping.abort();
+    if (term !== undefined)
+      endTerm(term, new ControlPlaneError("LLMGW_CONTROL_PLANE_SHUTTING_DOWN", "start failed"));
+    sqlite?.close();
+    await lease?.close();
     await closeServers(servers, 0);
     await router?.stop(0);
     routerSession?.close();
-    publisher?.close();
-    store.close();
     throw error;
   }
 }

@@ -5,6 +5,14 @@ export {
   sameDeploymentSpec,
 } from "./deployment.js";
 export {
+  classifyControlPlaneError,
+  createFailoverTransport,
+  type FailoverTransport,
+  type FailoverTransportOptions,
+  LEADER_HEADER,
+  splitControlPlaneUrls,
+} from "./failover.js";
+export {
   type ClearedFaults,
   faultCleared,
   faultCounts,

@@ -19,7 +19,9 @@ launches and supervises the engines it is assigned. Engines keep running when th
 stops or loses the control plane; a restarted agent adopts them.
 
 Options:
-  --control-plane URL       control listener of the control plane (env LLMGW_CONTROL_PLANE)
+  --control-plane URL[,URL…] control listener of the control plane (env LLMGW_CONTROL_PLANE);
+                            several instances sharing a PostgreSQL store, comma-separated:
+                            the agent follows the leader
   --join-token T            join token from 'llmgw control-plane token'; prefer the env
                             LLMGW_JOIN_TOKEN (an environment file): argv is visible in ps
   --state-dir DIR           identity, pid files, replica records, engine logs

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import {
   type ControlPlaneOptions,
   isControlPlaneError,
@@ -23,6 +24,17 @@ Options:
   --control-listen HOST:PORT  control listener (default 127.0.0.1:7070; use :7070 with TLS
                               so agents on other hosts can reach it)
   --data-dir DIR              state and tokens (env LLMGW_DATA_DIR, default /var/lib/llmgw/control-plane)
+  --store URL                 where the state lives: sqlite: (default, state.db in the data
+                              dir, one instance) or postgres://USER@HOST:PORT/DB (several
+                              instances share it, one leads). A URL with a password is
+                              refused here (argv is public): use --store-url-file or
+                              LLMGW_STORE_URL, or PGPASSWORD / ~/.pgpass
+  --store-url-file FILE       read the store URL from FILE (keep it 0600)
+  --advertise-url URL         this instance's control URL as agents and the CLI on other
+                              hosts reach it; followers hand it out as the leader's
+                              (default: the control listener's URL)
+  --lease-ttl D               PostgreSQL: how long the leader lease holds unrenewed, so
+                              the longest a dead leader goes unreplaced (default 2s)
   --tls-cert FILE             serve both listeners over TLS (with --tls-key)
   --tls-key FILE
   --heartbeat-interval D      how often agents heartbeat (default 2s)
@@ -77,6 +89,44 @@ export function parseDurationMs(text: string, flag: string): number {
   return Math.round(Number(m[1]) * unit);
 }
 
+/**
+ * The store URL from `--store`, `--store-url-file` or `LLMGW_STORE_URL` (one of them). A
+ * password on the command line is refused: every user of the host can read argv.
+ */
+export function storeUrl(
+  flag: string | undefined,
+  file: string | undefined,
+  env: string | undefined,
+): string | undefined {
+  if (flag !== undefined && file !== undefined)
+    throw new UsageError("give --store or --store-url-file, not both");
+  if (file !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (error) {
+      throw new UsageError(`cannot read --store-url-file ${file}: ${(error as Error).message}`);
+    }
+    const url = text.trim();
+    if (url === "") throw new UsageError(`--store-url-file ${file} is empty`);
+    return url;
+  }
+  if (flag !== undefined) {
+    let password = "";
+    try {
+      password = flag.startsWith("postgres") ? new URL(flag).password : "";
+    } catch {
+      throw new UsageError('--store must be "sqlite:" or a postgres:// URL');
+    }
+    if (password !== "" || /[?&]password=/.test(flag))
+      throw new UsageError(
+        "--store holds a password, which every user of this host can read in the process list: put the URL in --store-url-file FILE (mode 0600) or LLMGW_STORE_URL, or the password in PGPASSWORD or ~/.pgpass",
+      );
+    return flag;
+  }
+  return env === undefined || env === "" ? undefined : env.trim();
+}
+
 export const command: Command = {
   name: "control-plane",
   summary: "run the control plane",
@@ -86,6 +136,10 @@ export const command: Command = {
       listen: { type: "string" },
       "control-listen": { type: "string" },
       "data-dir": { type: "string" },
+      store: { type: "string" },
+      "store-url-file": { type: "string" },
+      "advertise-url": { type: "string" },
+      "lease-ttl": { type: "string" },
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       "heartbeat-interval": { type: "string" },
@@ -124,8 +178,14 @@ export const command: Command = {
     const maxConnectionsPerAddress = count("max-connections-per-address");
     const maxControlConnectionsPerAddress = count("max-control-connections-per-address");
     const maxNodes = count("max-nodes");
+    const store = storeUrl(values.store, values["store-url-file"], io.env.LLMGW_STORE_URL);
     const options: ControlPlaneOptions = {
       dataDir: values["data-dir"] ?? io.env.LLMGW_DATA_DIR ?? "/var/lib/llmgw/control-plane",
+      ...(store === undefined ? {} : { store }),
+      ...(values["advertise-url"] ? { advertiseUrl: values["advertise-url"] } : {}),
+      ...(values["lease-ttl"]
+        ? { leaseTtlMs: parseDurationMs(values["lease-ttl"], "--lease-ttl") }
+        : {}),
       ...(values.listen ? { listen: values.listen } : {}),
       ...(values["control-listen"] ? { controlListen: values["control-listen"] } : {}),
       ...(values["tls-cert"] ? { tlsCertFile: values["tls-cert"] } : {}),
@@ -174,6 +234,7 @@ export const command: Command = {
     }
     logger.info("ready", {
       control: cp.controlUrl,
+      store: cp.storeLocation,
       public: cp.publicUrl ?? "off (--no-public-api)",
       dataDir: options.dataDir,
       joinToken: `llmgw control-plane token --data-dir ${options.dataDir}`,

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { deploymentSpecToProto, replicaStateName } from "@llmgw/control-plane/client";
 import { type DeploymentSpec, ENGINES, parseDeploymentSpec } from "@llmgw/engines";
 import { type DeploymentStatus, DeploymentStatusSchema, ReplicaState } from "@llmgw/proto";
@@ -154,6 +155,7 @@ async function waitForRollout(
   const lastLoadingLine = new Map<string, number>();
   let shownReasons = "";
   let last: DeploymentStatus | undefined;
+  let waitingOut = false;
   // Everything printed here carries cluster text (reasons, status messages, log tails).
   const out = (line: string) => io.stderr.write(`${terminalText(line)}\n`);
   for (;;) {
@@ -161,7 +163,20 @@ async function waitForRollout(
       out("interrupted; the deployment keeps rolling out");
       return 130;
     }
-    last = (await ctx.client.getDeployment({ name: spec.name })).deployment;
+    try {
+      last = (await ctx.client.getDeployment({ name: spec.name })).deployment;
+    } catch (error) {
+      // A control plane restarting, or instances handing the lead over: the rollout goes on
+      // without us, so keep asking until the timeout.
+      const unavailable = ConnectError.from(error);
+      if (unavailable.code !== Code.Unavailable || Date.now() - started > timeoutMs) throw error;
+      if (!waitingOut) out(`control plane unavailable (${unavailable.rawMessage}); still waiting`);
+      waitingOut = true;
+      await pause(io.signal, 500);
+      continue;
+    }
+    if (waitingOut) out(`control plane ${ctx.url} answers again`);
+    waitingOut = false;
     if (!last) throw new Error(`deployment ${spec.name} disappeared`);
     const now = Date.now();
     const reasons = last.unschedulable
@@ -218,18 +233,23 @@ async function waitForRollout(
       );
       return 1;
     }
-    await new Promise<void>((r) => {
-      const t = setTimeout(r, 500);
-      io.signal.addEventListener(
-        "abort",
-        () => {
-          clearTimeout(t);
-          r();
-        },
-        { once: true },
-      );
-    });
+    await pause(io.signal, 500);
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts. */
+function pause(signal: AbortSignal, ms: number): Promise<void> {
+  return new Promise<void>((r) => {
+    const t = setTimeout(r, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        r();
+      },
+      { once: true },
+    );
+  });
 }
 
 function progressText(

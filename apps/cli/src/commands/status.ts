@@ -23,7 +23,7 @@ export const command: Command = {
       }
       io.stdout.write(
         [
-          `control plane ${ctx.url} (llmgw ${s.version})`,
+          `control plane ${ctx.url} (llmgw ${s.version}, ${s.store || "sqlite"} store${s.controlPlanes.length > 0 ? `, ${s.controlPlanes.length} instance${s.controlPlanes.length === 1 ? "" : "s"}` : ""})`,
           `nodes        ${s.nodesReady}/${s.nodesTotal} ready`,
           `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
           `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
@@ -31,6 +31,20 @@ export const command: Command = {
           "",
         ].join("\n"),
       );
+      if (s.controlPlanes.length > 0) {
+        io.stdout.write(
+          `\n${renderTable(
+            ["CONTROL PLANE", "URL", "ROLE", "VERSION", "SEEN"],
+            s.controlPlanes.map((c) => [
+              c.id,
+              c.url,
+              c.leader ? "leader" : "follower",
+              c.version,
+              `${(Number(c.seenAgoMs) / 1000).toFixed(1)}s ago`,
+            ]),
+          )}`,
+        );
+      }
       if (s.classes.length > 0) {
         io.stdout.write(
           `\n${renderTable(

@@ -51,6 +51,12 @@ export interface AgentServiceOptions {
   readonly heartbeatStreams?: boolean;
   /** Aborted when the control plane stops: open watches end. */
   readonly shutdown?: AbortSignal;
+  /**
+   * Resolves once the state a desired set was built from is durable (`ClusterStore.flush`):
+   * a watch never hands an agent a placement a failover could forget. Unary answers wait in
+   * an interceptor instead. Default: nothing to wait for.
+   */
+  readonly durable?: () => Promise<void>;
 }
 
 /** Applies one load report of `nodeId` (credential and bounds already checked). */
@@ -300,6 +306,7 @@ export function createAgentService(
             const desired = cluster.desiredSet(req.nodeId);
             // The first answer always goes: it tells the agent the watch is open.
             if (first || desired.generation !== sent) {
+              if (options.durable) await options.durable();
               yield create(WatchDesiredResponseSchema, { desired: desiredResponse(desired, sent) });
               first = false;
               sent = desired.generation;

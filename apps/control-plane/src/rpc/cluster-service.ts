@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   type ClusterService,
+  ControlPlaneInstanceSchema,
   type Event,
   RouterInfoSchema,
   type WatchEventsResponse,
@@ -12,6 +13,16 @@ import type { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
 import type { RouterRegistry } from "../routing/router-registry.js";
 import { requireToken } from "./auth.js";
+
+/** A control-plane instance for `GetClusterStatus` (see `store/postgres-lease.ts`). */
+export interface ControlPlaneInstanceInfo {
+  readonly id: string;
+  readonly url: string;
+  readonly version: string;
+  readonly leader: boolean;
+  readonly startedAtMs: number;
+  readonly seenAgoMs: number;
+}
 
 const ADMIN = "the admin token (llmgw control-plane token --admin; LLMGW_ADMIN_TOKEN)";
 
@@ -31,6 +42,10 @@ export function createClusterService(
     routers?: RouterRegistry;
     /** Publishes a pending routing change now (the publisher's `flush`). */
     flushRouting?: () => void;
+    /** "sqlite" or "postgres", for `GetClusterStatus`. */
+    store?: string;
+    /** The instances sharing the store (PostgreSQL), for `GetClusterStatus`. */
+    controlPlanes?: () => Promise<readonly ControlPlaneInstanceInfo[]>;
   },
 ): ServiceImpl<typeof ClusterService> {
   const flush = opts.flushRouting ?? (() => {});
@@ -180,9 +195,21 @@ export function createClusterService(
         off();
       }
     },
-    getClusterStatus(_req, ctx) {
+    async getClusterStatus(_req, ctx) {
       admin(ctx);
-      return cluster.clusterStatus(opts.version);
+      const status = cluster.clusterStatus(opts.version);
+      status.store = opts.store ?? "sqlite";
+      status.controlPlanes = ((await opts.controlPlanes?.()) ?? []).map((i) =>
+        create(ControlPlaneInstanceSchema, {
+          id: i.id,
+          url: i.url,
+          version: i.version,
+          leader: i.leader,
+          startedAtUnixMs: BigInt(i.startedAtMs),
+          seenAgoMs: BigInt(Math.max(0, i.seenAgoMs)),
+        }),
+      );
+      return status;
     },
     listRouters(_req, ctx) {
       admin(ctx);

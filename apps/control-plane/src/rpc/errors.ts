@@ -10,6 +10,10 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_STORE_CORRUPT: Code.Internal,
   LLMGW_CONTROL_PLANE_STORE_FAILED: Code.Internal,
   LLMGW_CONTROL_PLANE_STORE_TOO_NEW: Code.Internal,
+  // PostgreSQL did not confirm a write in time: the client may retry, here or elsewhere.
+  LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE: Code.Unavailable,
+  // A follower: `llmgw-leader` names the leader's URL when one is known.
+  LLMGW_CONTROL_PLANE_NOT_LEADER: Code.Unavailable,
   LLMGW_CONTROL_PLANE_LISTEN_FAILED: Code.Internal,
   LLMGW_CONTROL_PLANE_TLS_INVALID: Code.Internal,
   LLMGW_CONTROL_PLANE_UNAUTHENTICATED: Code.Unauthenticated,
@@ -31,6 +35,9 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
 
 /** Header carrying the stable `LLMGW_…` code of a refused call, for clients that branch on it. */
 export const ERROR_CODE_HEADER = "llmgw-error-code";
+
+/** Header of a follower's `NOT_LEADER` refusal: the leader's control URL, when one is known. */
+export const LEADER_HEADER = "llmgw-leader";
 
 /** Converts anything thrown by a handler into a ConnectError with the right code. */
 export function toConnectError(error: unknown): ConnectError {

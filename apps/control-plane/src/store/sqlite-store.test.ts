@@ -5,7 +5,8 @@ import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { isControlPlaneError } from "../errors.js";
 import { fillDisk } from "../testing/full-disk.js";
-import { MIGRATIONS, openSqliteStore } from "./sqlite-store.js";
+import { MIGRATIONS } from "./migrations.js";
+import { openSqliteStore } from "./sqlite-store.js";
 import type { ClusterStore } from "./types.js";
 
 let dir: string;

@@ -1,97 +1,36 @@
 import { chmodSync, closeSync, existsSync, openSync, statSync } from "node:fs";
 import Database from "better-sqlite3";
 import { ControlPlaneError } from "../errors.js";
+import { FIRST_TABLES, LATER_TABLES, MIGRATIONS } from "./migrations.js";
+import {
+  type ApiKeyRow,
+  apiKeyFromRow,
+  apiKeyValues,
+  type DeploymentRow,
+  deploymentFromRow,
+  type EventRow,
+  eventFromRow,
+  type FaultClearRow,
+  faultClearFromRow,
+  type NodeRow,
+  nodeFromRow,
+  nodeValues,
+  type PlacementRow,
+  placementFromRow,
+  placementValues,
+  type ReplicaStatusRow,
+  replicaStatusFromRow,
+  replicaStatusValues,
+} from "./rows.js";
 import type {
   ApiKeyRecord,
   ClusterStore,
   DeploymentRecord,
-  EventSeverity,
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
   ReplicaStatusRecord,
 } from "./types.js";
-
-/**
- * Schema versions, applied in order; `PRAGMA user_version` holds how many ran. Never edit a
- * shipped entry: append a new one.
- */
-export const MIGRATIONS: readonly string[] = [
-  `CREATE TABLE deployments (
-     name TEXT PRIMARY KEY,
-     spec_json TEXT NOT NULL,
-     revision INTEGER NOT NULL,
-     created_at_ms INTEGER NOT NULL,
-     updated_at_ms INTEGER NOT NULL
-   );
-   CREATE TABLE placements (
-     replica_id TEXT PRIMARY KEY,
-     deployment TEXT NOT NULL,
-     revision INTEGER NOT NULL,
-     ranks_json TEXT NOT NULL,
-     fabric_id TEXT,
-     rendezvous_port INTEGER,
-     created_at_ms INTEGER NOT NULL
-   );
-   CREATE TABLE api_keys (
-     id TEXT PRIMARY KEY,
-     name TEXT NOT NULL,
-     prefix TEXT NOT NULL,
-     secret_hash TEXT NOT NULL UNIQUE,
-     models_json TEXT NOT NULL,
-     requests_per_minute INTEGER,
-     tokens_per_minute INTEGER,
-     max_concurrency INTEGER,
-     created_at_ms INTEGER NOT NULL,
-     revoked_at_ms INTEGER
-   );
-   CREATE TABLE nodes (
-     id TEXT PRIMARY KEY,
-     hostname TEXT NOT NULL,
-     credential_hash TEXT NOT NULL,
-     inventory BLOB NOT NULL,
-     advertise_address TEXT NOT NULL,
-     cordoned INTEGER NOT NULL,
-     draining INTEGER NOT NULL,
-     revoked INTEGER NOT NULL,
-     registered_at_ms INTEGER NOT NULL
-   );
-   CREATE TABLE events (
-     id INTEGER PRIMARY KEY AUTOINCREMENT,
-     at_ms INTEGER NOT NULL,
-     kind TEXT NOT NULL,
-     subject TEXT NOT NULL,
-     message TEXT NOT NULL,
-     severity TEXT NOT NULL
-   );`,
-  "ALTER TABLE nodes ADD COLUMN reset_pending INTEGER NOT NULL DEFAULT 0;",
-  `CREATE TABLE gpu_fault_clears (
-     gpu_uuid TEXT NOT NULL,
-     fault_key TEXT NOT NULL,
-     last_seen_unix_ms INTEGER NOT NULL,
-     cleared_at_ms INTEGER NOT NULL,
-     PRIMARY KEY (gpu_uuid, fault_key)
-   );`,
-  `CREATE TABLE replica_statuses (
-     replica_id TEXT NOT NULL,
-     rank INTEGER NOT NULL,
-     node_id TEXT NOT NULL,
-     state TEXT NOT NULL,
-     api_port INTEGER,
-     state_since_ms INTEGER NOT NULL,
-     spec_hash TEXT NOT NULL,
-     revision INTEGER NOT NULL,
-     pid INTEGER,
-     started_at_ms INTEGER,
-     PRIMARY KEY (replica_id, rank)
-   );`,
-];
-
-/** Tables added by later migrations: the table and the schema version that has it. */
-const LATER_TABLES: readonly [string, number][] = [
-  ["gpu_fault_clears", 3],
-  ["replica_statuses", 4],
-];
 
 /** Options of {@link openSqliteStore}. */
 export interface SqliteStoreOptions {
@@ -205,6 +144,7 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     appendEvent: guard("appendEvent", store.appendEvent),
     listEvents: guard("listEvents", store.listEvents),
     transaction: <T>(fn: () => T): T => guard("transaction", () => store.transaction(fn))(),
+    flush: store.flush,
     close: guard("close", store.close),
   };
 }
@@ -233,7 +173,7 @@ function prepare(db: Database.Database, file: string, mustHaveState: boolean): v
         }[]
       ).map((t) => t.name),
     );
-    for (const table of ["deployments", "placements", "api_keys", "nodes", "events"]) {
+    for (const table of FIRST_TABLES) {
       if (!tables.has(table))
         throw corrupt(file, `table ${table} is missing at schema version ${version}`);
     }
@@ -249,75 +189,6 @@ function prepare(db: Database.Database, file: string, mustHaveState: boolean): v
     })();
   }
 }
-
-interface DeploymentRow {
-  name: string;
-  spec_json: string;
-  revision: number;
-  created_at_ms: number;
-  updated_at_ms: number;
-}
-interface PlacementRow {
-  replica_id: string;
-  deployment: string;
-  revision: number;
-  ranks_json: string;
-  fabric_id: string | null;
-  rendezvous_port: number | null;
-  created_at_ms: number;
-}
-interface ApiKeyRow {
-  id: string;
-  name: string;
-  prefix: string;
-  secret_hash: string;
-  models_json: string;
-  requests_per_minute: number | null;
-  tokens_per_minute: number | null;
-  max_concurrency: number | null;
-  created_at_ms: number;
-  revoked_at_ms: number | null;
-}
-interface NodeRow {
-  id: string;
-  hostname: string;
-  credential_hash: string;
-  inventory: Buffer;
-  advertise_address: string;
-  cordoned: number;
-  draining: number;
-  revoked: number;
-  registered_at_ms: number;
-  reset_pending: number;
-}
-interface FaultClearRow {
-  gpu_uuid: string;
-  fault_key: string;
-  last_seen_unix_ms: number;
-  cleared_at_ms: number;
-}
-interface ReplicaStatusRow {
-  replica_id: string;
-  rank: number;
-  node_id: string;
-  state: string;
-  api_port: number | null;
-  state_since_ms: number;
-  spec_hash: string;
-  revision: number;
-  pid: number | null;
-  started_at_ms: number | null;
-}
-interface EventRow {
-  id: number;
-  at_ms: number;
-  kind: string;
-  subject: string;
-  message: string;
-  severity: string;
-}
-
-const opt = <T>(v: T | null): T | undefined => (v === null ? undefined : v);
 
 function createSqliteStore(db: Database.Database, file: string, eventsKept: number): ClusterStore {
   const q = {
@@ -373,110 +244,32 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
   let open = true;
   return {
     location: file,
-    listDeployments: () =>
-      (q.listDeployments.all() as DeploymentRow[]).map((r) => ({
-        name: r.name,
-        specJson: r.spec_json,
-        revision: r.revision,
-        createdAtMs: r.created_at_ms,
-        updatedAtMs: r.updated_at_ms,
-      })),
+    listDeployments: () => (q.listDeployments.all() as DeploymentRow[]).map(deploymentFromRow),
     putDeployment: (r: DeploymentRecord) => {
       q.putDeployment.run(r);
     },
     deleteDeployment: (name) => {
       q.deleteDeployment.run(name);
     },
-    listPlacements: () =>
-      (q.listPlacements.all() as PlacementRow[]).map((r) => ({
-        replicaId: r.replica_id,
-        deployment: r.deployment,
-        revision: r.revision,
-        ranks: JSON.parse(r.ranks_json) as PlacementRecord["ranks"],
-        fabricId: opt(r.fabric_id),
-        rendezvousPort: opt(r.rendezvous_port),
-        createdAtMs: r.created_at_ms,
-      })),
+    listPlacements: () => (q.listPlacements.all() as PlacementRow[]).map(placementFromRow),
     putPlacement: (r: PlacementRecord) => {
-      q.putPlacement.run(
-        r.replicaId,
-        r.deployment,
-        r.revision,
-        JSON.stringify(r.ranks),
-        r.fabricId ?? null,
-        r.rendezvousPort ?? null,
-        r.createdAtMs,
-      );
+      q.putPlacement.run(...placementValues(r));
     },
     deletePlacement: (id) => {
       q.deletePlacement.run(id);
     },
-    listApiKeys: () =>
-      (q.listApiKeys.all() as ApiKeyRow[]).map((r) => ({
-        id: r.id,
-        name: r.name,
-        prefix: r.prefix,
-        secretHash: r.secret_hash,
-        models: JSON.parse(r.models_json) as string[],
-        requestsPerMinute: opt(r.requests_per_minute),
-        tokensPerMinute: opt(r.tokens_per_minute),
-        maxConcurrency: opt(r.max_concurrency),
-        createdAtMs: r.created_at_ms,
-        revokedAtMs: opt(r.revoked_at_ms),
-      })),
+    listApiKeys: () => (q.listApiKeys.all() as ApiKeyRow[]).map(apiKeyFromRow),
     putApiKey: (r: ApiKeyRecord) => {
-      q.putApiKey.run(
-        r.id,
-        r.name,
-        r.prefix,
-        r.secretHash,
-        JSON.stringify(r.models),
-        r.requestsPerMinute ?? null,
-        r.tokensPerMinute ?? null,
-        r.maxConcurrency ?? null,
-        r.createdAtMs,
-        r.revokedAtMs ?? null,
-      );
+      q.putApiKey.run(...apiKeyValues(r));
     },
-    listNodes: () =>
-      (q.listNodes.all() as NodeRow[]).map((r) => ({
-        id: r.id,
-        hostname: r.hostname,
-        credentialHash: r.credential_hash,
-        inventory: new Uint8Array(r.inventory),
-        advertiseAddress: r.advertise_address,
-        cordoned: r.cordoned === 1,
-        draining: r.draining === 1,
-        revoked: r.revoked === 1,
-        registeredAtMs: r.registered_at_ms,
-        // The column holds the reset's expiry (epoch ms, 0 = none); a 1 written before
-        // resets expired reads as long past, so such a reset lapses.
-        resetUntilMs: r.reset_pending > 0 ? r.reset_pending : undefined,
-      })),
+    listNodes: () => (q.listNodes.all() as NodeRow[]).map(nodeFromRow),
     putNode: (r: NodeRecord) => {
-      q.putNode.run(
-        r.id,
-        r.hostname,
-        r.credentialHash,
-        Buffer.from(r.inventory),
-        r.advertiseAddress,
-        r.cordoned ? 1 : 0,
-        r.draining ? 1 : 0,
-        r.revoked ? 1 : 0,
-        r.registeredAtMs,
-        r.resetUntilMs ?? 0,
-      );
+      q.putNode.run(...nodeValues(r));
     },
     deleteNode: (id) => {
       q.deleteNode.run(id);
     },
-    listFaultClears: () =>
-      (q.listFaultClears.all() as FaultClearRow[]).map((r) => ({
-        gpuUuid: r.gpu_uuid,
-        faultKey: r.fault_key,
-        lastSeenUnixMs: r.last_seen_unix_ms,
-        clearedAtMs: r.cleared_at_ms,
-      })),
+    listFaultClears: () => (q.listFaultClears.all() as FaultClearRow[]).map(faultClearFromRow),
     replaceFaultClears: (gpuUuid, records: readonly FaultClearRecord[]) => {
       db.transaction(() => {
         q.deleteFaultClears.run(gpuUuid);
@@ -485,31 +278,9 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       })();
     },
     listReplicaStatuses: () =>
-      (q.listReplicaStatuses.all() as ReplicaStatusRow[]).map((r) => ({
-        replicaId: r.replica_id,
-        rank: r.rank,
-        nodeId: r.node_id,
-        state: r.state,
-        apiPort: opt(r.api_port),
-        stateSinceMs: r.state_since_ms,
-        specHash: r.spec_hash,
-        revision: r.revision,
-        pid: opt(r.pid),
-        startedAtMs: opt(r.started_at_ms),
-      })),
+      (q.listReplicaStatuses.all() as ReplicaStatusRow[]).map(replicaStatusFromRow),
     putReplicaStatus: (r: ReplicaStatusRecord) => {
-      q.putReplicaStatus.run(
-        r.replicaId,
-        r.rank,
-        r.nodeId,
-        r.state,
-        r.apiPort ?? null,
-        r.stateSinceMs,
-        r.specHash,
-        r.revision,
-        r.pid ?? null,
-        r.startedAtMs ?? null,
-      );
+      q.putReplicaStatus.run(...replicaStatusValues(r));
     },
     deleteReplicaStatuses: (replicaId, rank) => {
       if (rank === undefined) q.deleteReplicaStatuses.run(replicaId);
@@ -523,15 +294,9 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       return { id, ...e };
     },
     listEvents: ({ afterId = 0, limit }) =>
-      (q.listEvents.all(afterId, limit) as EventRow[]).map((r) => ({
-        id: r.id,
-        atMs: r.at_ms,
-        kind: r.kind,
-        subject: r.subject,
-        message: r.message,
-        severity: r.severity as EventSeverity,
-      })),
+      (q.listEvents.all(afterId, limit) as EventRow[]).map(eventFromRow),
     transaction: <T>(fn: () => T): T => db.transaction(fn)(),
+    flush: () => Promise.resolve(),
     close: () => {
       if (!open) return;
       open = false;

@@ -130,7 +130,11 @@ export interface EventRecord {
   readonly severity: EventSeverity;
 }
 
-/** Durable cluster state. All methods are synchronous (the embedded store is in-process). */
+/**
+ * Durable cluster state. Every method is synchronous, so that the cluster's state changes
+ * stay one synchronous step each: SQLite writes in-process; PostgreSQL applies each write to
+ * its in-memory copy at once and commits in the background, in order ({@link flush}).
+ */
 export interface ClusterStore {
   /** Where the state lives, for messages ("/var/lib/llmgw/state.db"). */
   readonly location: string;
@@ -161,5 +165,12 @@ export interface ClusterStore {
   listEvents(query: { afterId?: number; limit: number }): EventRecord[];
   /** Runs `fn` atomically: every write inside lands or none does. */
   transaction<T>(fn: () => T): T;
+  /**
+   * Resolves once every write made so far is durable: at once for SQLite (each write is),
+   * after the commit for PostgreSQL. Rejects `LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE` when the
+   * database does not confirm within `timeoutMs` (default 5 s), `LLMGW_CONTROL_PLANE_NOT_LEADER`
+   * when this instance lost the leader lease. An answer to a client waits for this.
+   */
+  flush(timeoutMs?: number): Promise<void>;
   close(): void;
 }

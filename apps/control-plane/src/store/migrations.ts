@@ -1,0 +1,109 @@
+/**
+ * The schema of the state store, shared by both engines: one list of versions, applied in
+ * order, written in the SQL both SQLite and PostgreSQL take once {@link postgresDdl} has
+ * mapped the three type names that differ. SQLite counts what ran in `PRAGMA user_version`,
+ * PostgreSQL in `llmgw_schema`. Each version runs in one transaction on either engine (both
+ * have transactional DDL), so an interrupted migration leaves the previous version intact.
+ */
+
+/**
+ * Schema versions, applied in order; `PRAGMA user_version` holds how many ran. Never edit a
+ * shipped entry: append a new one.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE deployments (
+     name TEXT PRIMARY KEY,
+     spec_json TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     created_at_ms INTEGER NOT NULL,
+     updated_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE placements (
+     replica_id TEXT PRIMARY KEY,
+     deployment TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     ranks_json TEXT NOT NULL,
+     fabric_id TEXT,
+     rendezvous_port INTEGER,
+     created_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     prefix TEXT NOT NULL,
+     secret_hash TEXT NOT NULL UNIQUE,
+     models_json TEXT NOT NULL,
+     requests_per_minute INTEGER,
+     tokens_per_minute INTEGER,
+     max_concurrency INTEGER,
+     created_at_ms INTEGER NOT NULL,
+     revoked_at_ms INTEGER
+   );
+   CREATE TABLE nodes (
+     id TEXT PRIMARY KEY,
+     hostname TEXT NOT NULL,
+     credential_hash TEXT NOT NULL,
+     inventory BLOB NOT NULL,
+     advertise_address TEXT NOT NULL,
+     cordoned INTEGER NOT NULL,
+     draining INTEGER NOT NULL,
+     revoked INTEGER NOT NULL,
+     registered_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE events (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     at_ms INTEGER NOT NULL,
+     kind TEXT NOT NULL,
+     subject TEXT NOT NULL,
+     message TEXT NOT NULL,
+     severity TEXT NOT NULL
+   );`,
+  "ALTER TABLE nodes ADD COLUMN reset_pending INTEGER NOT NULL DEFAULT 0;",
+  `CREATE TABLE gpu_fault_clears (
+     gpu_uuid TEXT NOT NULL,
+     fault_key TEXT NOT NULL,
+     last_seen_unix_ms INTEGER NOT NULL,
+     cleared_at_ms INTEGER NOT NULL,
+     PRIMARY KEY (gpu_uuid, fault_key)
+   );`,
+  `CREATE TABLE replica_statuses (
+     replica_id TEXT NOT NULL,
+     rank INTEGER NOT NULL,
+     node_id TEXT NOT NULL,
+     state TEXT NOT NULL,
+     api_port INTEGER,
+     state_since_ms INTEGER NOT NULL,
+     spec_hash TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     pid INTEGER,
+     started_at_ms INTEGER,
+     PRIMARY KEY (replica_id, rank)
+   );`,
+];
+
+/** Tables added by later migrations: the table and the schema version that has it. */
+export const LATER_TABLES: readonly [string, number][] = [
+  ["gpu_fault_clears", 3],
+  ["replica_statuses", 4],
+];
+
+/** Tables every schema version has. */
+export const FIRST_TABLES: readonly string[] = [
+  "deployments",
+  "placements",
+  "api_keys",
+  "nodes",
+  "events",
+];
+
+/**
+ * A migration in PostgreSQL's types: 64-bit integers (epoch ms do not fit in 32 bits), `BYTEA`
+ * for blobs, and event ids the leader assigns itself (it is the one writer, fenced), so no
+ * sequence to keep in step when a store is copied.
+ */
+export function postgresDdl(sql: string): string {
+  return sql
+    .replace(/\bINTEGER PRIMARY KEY AUTOINCREMENT\b/g, "BIGINT PRIMARY KEY")
+    .replace(/\bINTEGER\b/g, "BIGINT")
+    .replace(/\bBLOB\b/g, "BYTEA");
+}

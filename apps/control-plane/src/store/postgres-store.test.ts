@@ -1,0 +1,356 @@
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isControlPlaneError } from "../errors.js";
+import { postgresUnavailable, startTestPostgres, type TestPostgres } from "../testing/postgres.js";
+import { MIGRATIONS } from "./migrations.js";
+import { startLeaderLease } from "./postgres-lease.js";
+import {
+  openPostgresDatabase,
+  openPostgresStore,
+  type PostgresDatabase,
+  redactStoreUrl,
+} from "./postgres-store.js";
+
+const skip = postgresUnavailable();
+const TOKENS = ["join-aaaaaaaaaaaaaaaa", "admin-bbbbbbbbbbbbbb", "router-cccccccccccc"];
+
+let server: TestPostgres;
+beforeAll(async () => {
+  if (!skip) server = await startTestPostgres();
+});
+afterAll(() => server?.destroy());
+
+/** Takes the lease directly, as a lease loop would, and returns the epoch. */
+async function takeLease(db: PostgresDatabase, holder: string): Promise<number> {
+  const c = await db.connect();
+  try {
+    const r = await c.query<{ epoch: number }>(
+      `UPDATE llmgw_leader SET holder = $1, holder_url = 'http://x', epoch = epoch + 1,
+         expires_at = clock_timestamp() + interval '1 hour' WHERE id = 1 RETURNING epoch`,
+      [holder],
+    );
+    return r.rows[0]?.epoch as number;
+  } finally {
+    await c.end();
+  }
+}
+
+async function count(url: string, table: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return Number((await c.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
+  } finally {
+    await c.end();
+  }
+}
+
+describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, () => {
+  it("migrates once, writes through on flush and reads everything back in a new instance", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    // A second instance starting on the same database finds it migrated.
+    await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    store.transaction(() => {
+      store.putDeployment({
+        name: "chat",
+        specJson: "{}",
+        revision: 1,
+        createdAtMs: 1,
+        updatedAtMs: 1,
+      });
+      store.putPlacement({
+        replicaId: "chat-0",
+        deployment: "chat",
+        revision: 1,
+        ranks: [{ rank: 0, nodeId: "n1", gpuIndices: [0, 1] }],
+        rendezvousPort: 29500,
+        createdAtMs: 2,
+      });
+    });
+    store.putNode({
+      id: "n1",
+      hostname: "h",
+      credentialHash: "ee",
+      inventory: new Uint8Array([1, 2, 3]),
+      advertiseAddress: "10.0.0.1",
+      cordoned: false,
+      draining: true,
+      revoked: false,
+      registeredAtMs: 1_800_000_000_000,
+    });
+    store.putApiKey({
+      id: "k1",
+      name: "app",
+      prefix: "sk",
+      secretHash: "ff",
+      models: ["chat"],
+      createdAtMs: 3,
+    });
+    store.replaceFaultClears("GPU-1", [
+      { gpuUuid: "GPU-1", faultKey: "xid:0:79", lastSeenUnixMs: 5, clearedAtMs: 6 },
+    ]);
+    store.putReplicaStatus({
+      replicaId: "chat-0",
+      rank: 0,
+      nodeId: "n1",
+      state: "ready",
+      apiPort: 8000,
+      stateSinceMs: 7,
+      specHash: "abc",
+      revision: 1,
+    });
+    for (let i = 0; i < 5; i++)
+      store.appendEvent({ atMs: i, kind: "k", subject: "s", message: `m${i}`, severity: "info" });
+    expect(store.pending).toBeGreaterThan(0);
+    await store.flush();
+    expect(store.pending).toBe(0);
+    expect(await count(url, "events")).toBe(5);
+
+    const again = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(again.listDeployments()).toEqual(store.listDeployments());
+    expect(again.listPlacements()).toEqual(store.listPlacements());
+    expect(again.listNodes()).toEqual(store.listNodes());
+    expect(again.listNodes()[0]?.registeredAtMs).toBe(1_800_000_000_000);
+    expect(again.listApiKeys()).toEqual(store.listApiKeys());
+    expect(again.listFaultClears()).toEqual(store.listFaultClears());
+    expect(again.listReplicaStatuses()).toEqual(store.listReplicaStatuses());
+    expect(again.listEvents({ limit: 3 }).map((e) => e.message)).toEqual(["m2", "m3", "m4"]);
+    // Event ids continue after the last stored one.
+    expect(
+      again.appendEvent({ atMs: 9, kind: "k", subject: "s", message: "m5", severity: "info" }).id,
+    ).toBe(6);
+    store.close();
+    again.close();
+  });
+
+  it("a failed transaction leaves neither the copy nor the database changed", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(() =>
+      store.transaction(() => {
+        store.putDeployment({
+          name: "x",
+          specJson: "{}",
+          revision: 1,
+          createdAtMs: 1,
+          updatedAtMs: 1,
+        });
+        throw new Error("domain says no");
+      }),
+    ).toThrow("domain says no");
+    expect(store.listDeployments()).toEqual([]);
+    await store.flush();
+    expect(await count(url, "deployments")).toBe(0);
+    store.close();
+  });
+
+  it("fences: after another instance takes the lease the old writer commits nothing", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "old");
+    const fenced: string[] = [];
+    const old = await openPostgresStore({
+      database: db,
+      writer: { holder: "old", epoch },
+      onFenced: (e) => fenced.push(e.code),
+    });
+    old.putDeployment({
+      name: "before",
+      specJson: "{}",
+      revision: 1,
+      createdAtMs: 1,
+      updatedAtMs: 1,
+    });
+    await old.flush();
+    await takeLease(db, "new");
+    old.putDeployment({
+      name: "after",
+      specJson: "{}",
+      revision: 1,
+      createdAtMs: 1,
+      updatedAtMs: 1,
+    });
+    const error = await old.flush().catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_NOT_LEADER");
+    expect(fenced).toEqual(["LLMGW_CONTROL_PLANE_NOT_LEADER"]);
+    // Later writes are refused too, never queued behind the fence.
+    old.putDeployment({
+      name: "later",
+      specJson: "{}",
+      revision: 1,
+      createdAtMs: 1,
+      updatedAtMs: 1,
+    });
+    await expect(old.flush()).rejects.toThrow(/no longer holds the leader lease/);
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    const names = (await c.query("SELECT name FROM deployments ORDER BY name")).rows.map(
+      (r) => r.name,
+    );
+    await c.end();
+    expect(names).toEqual(["before"]);
+  });
+
+  it("holds writes while the database is down and commits them, in order, when it returns", async () => {
+    const own = await startTestPostgres();
+    try {
+      const url = await own.createDatabase();
+      const db = await openPostgresDatabase({ url, tokens: TOKENS });
+      const epoch = await takeLease(db, "a");
+      const lines: string[] = [];
+      const store = await openPostgresStore({
+        database: db,
+        writer: { holder: "a", epoch },
+        log: (l) => lines.push(l),
+      });
+      own.stop();
+      store.putDeployment({
+        name: "d",
+        specJson: "{}",
+        revision: 1,
+        createdAtMs: 1,
+        updatedAtMs: 1,
+      });
+      store.putDeployment({
+        name: "d",
+        specJson: "{}",
+        revision: 2,
+        createdAtMs: 1,
+        updatedAtMs: 2,
+      });
+      const early = await store.flush(300).catch((e: unknown) => e);
+      expect(isControlPlaneError(early) && early.code).toBe(
+        "LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE",
+      );
+      own.start();
+      await store.flush(10_000);
+      const c = new pg.Client({ connectionString: url });
+      await c.connect();
+      const rows = (await c.query("SELECT revision FROM deployments")).rows;
+      await c.end();
+      expect(rows.map((r) => Number(r.revision))).toEqual([2]);
+      expect(lines.some((l) => l.includes("unreachable"))).toBe(true);
+      expect(lines.some((l) => l.includes("takes writes again"))).toBe(true);
+      // The password never reaches a log line.
+      expect(lines.join("\n")).not.toContain(own.password);
+      store.close();
+    } finally {
+      own.destroy();
+    }
+  });
+
+  it("an interrupted migration is rolled back and the store still opens at the previous version", async () => {
+    const url = await server.createDatabase();
+    const broken = [...MIGRATIONS, "CREATE TABLE extra (a BIGINT); SELECT no_such_function();"];
+    const error = await openPostgresDatabase({ url, tokens: TOKENS, migrations: broken }).catch(
+      (e: unknown) => e,
+    );
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect((error as Error).message).toContain(
+      `migration to schema version ${MIGRATIONS.length + 1}`,
+    );
+    expect((error as Error).message).not.toContain(server.password);
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    expect((await c.query("SELECT version FROM llmgw_schema")).rows[0].version).toBe(
+      MIGRATIONS.length,
+    );
+    expect((await c.query("SELECT to_regclass('extra') AS t")).rows[0].t).toBeNull();
+    await c.end();
+    await openPostgresDatabase({ url, tokens: TOKENS });
+  });
+
+  it("refuses a schema newer than this build and an instance with other tokens", async () => {
+    const url = await server.createDatabase();
+    await openPostgresDatabase({ url, tokens: TOKENS });
+    await expect(openPostgresDatabase({ url, tokens: ["other"] })).rejects.toThrow(
+      /other tokens than this data dir's/,
+    );
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    await c.query("UPDATE llmgw_schema SET version = 999");
+    await c.end();
+    const error = await openPostgresDatabase({ url, tokens: TOKENS }).catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_TOO_NEW");
+  });
+
+  it("a database that cannot be reached is a clear error without the password", async () => {
+    const url = `postgres://llmgw:${server.password}@127.0.0.1:1/none`;
+    const error = await openPostgresDatabase({ url, tokens: TOKENS }).catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect((error as Error).message).toContain("postgres://llmgw:***@127.0.0.1:1/none");
+    expect((error as Error).message).not.toContain(server.password);
+    expect(redactStoreUrl("postgres://u:p@h/d?password=q")).toBe("postgres://u:***@h/d");
+  });
+
+  it("a leader cut off from the database stops leading within its ttl, on its own clock", async () => {
+    const own = await startTestPostgres();
+    try {
+      const db = await openPostgresDatabase({ url: await own.createDatabase(), tokens: TOKENS });
+      let deposedAt: number | undefined;
+      const reasons: string[] = [];
+      const lease = startLeaderLease({
+        database: db,
+        instanceId: "a",
+        url: "http://a",
+        version: "test",
+        ttlMs: 800,
+        onElected: () => {},
+        onDeposed: (why) => {
+          deposedAt = performance.now();
+          reasons.push(why);
+        },
+      });
+      await expect.poll(() => lease.writer?.epoch, { timeout: 5_000 }).toBe(1);
+      const stoppedAt = performance.now();
+      own.stop();
+      await expect.poll(() => deposedAt, { timeout: 5_000 }).toBeDefined();
+      expect((deposedAt as number) - stoppedAt).toBeLessThanOrEqual(800);
+      expect(reasons).toEqual(["not renewed within 800 ms (the database is slow or unreachable)"]);
+      // Back: it contends again like any follower and wins a new epoch.
+      own.start();
+      await expect.poll(() => lease.writer?.epoch, { timeout: 10_000 }).toBe(2);
+      await lease.close();
+    } finally {
+      own.destroy();
+    }
+  });
+
+  it("one leader at a time: a planned stop hands the lease over at once, with a higher epoch", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const events: string[] = [];
+    const lease = (id: string) =>
+      startLeaderLease({
+        database: db,
+        instanceId: id,
+        url: `http://${id}`,
+        version: "test",
+        ttlMs: 600,
+        pollMs: 50,
+        onElected: (w) => events.push(`${id} elected ${w.epoch}`),
+        onDeposed: (why) => events.push(`${id} deposed: ${why}`),
+      });
+    const a = lease("a");
+    await expect.poll(() => a.writer?.epoch, { timeout: 5_000 }).toBe(1);
+    const b = lease("b");
+    await expect.poll(() => b.leader?.holder, { timeout: 5_000 }).toBe("a");
+    expect(b.writer).toBeUndefined();
+    expect((await b.instances()).map((i) => i.id).sort()).toEqual(["a", "b"]);
+    const stoppedAt = performance.now();
+    await a.close();
+    await expect.poll(() => b.writer?.epoch, { timeout: 5_000 }).toBe(2);
+    expect(performance.now() - stoppedAt).toBeLessThan(600);
+    expect(events).toEqual([
+      "a elected 1",
+      "a deposed: this control plane is stopping",
+      "b elected 2",
+    ]);
+    await b.close();
+  });
+});

@@ -1,0 +1,690 @@
+import { createHash } from "node:crypto";
+import pg from "pg";
+import { ControlPlaneError } from "../errors.js";
+import { FIRST_TABLES, LATER_TABLES, MIGRATIONS, postgresDdl } from "./migrations.js";
+import {
+  type ApiKeyRow,
+  apiKeyFromRow,
+  apiKeyValues,
+  type DeploymentRow,
+  deploymentFromRow,
+  type EventRow,
+  eventFromRow,
+  type FaultClearRow,
+  faultClearFromRow,
+  type NodeRow,
+  nodeFromRow,
+  nodeValues,
+  type PlacementRow,
+  placementFromRow,
+  placementValues,
+  type ReplicaStatusRow,
+  replicaStatusFromRow,
+  replicaStatusValues,
+} from "./rows.js";
+import type {
+  ApiKeyRecord,
+  ClusterStore,
+  DeploymentRecord,
+  EventRecord,
+  FaultClearRecord,
+  NodeRecord,
+  PlacementRecord,
+  ReplicaStatusRecord,
+} from "./types.js";
+
+/*
+ * The PostgreSQL engine of the state store, for several control-plane instances of which one
+ * leads (see postgres-lease.ts). The leader holds the whole store in memory, as the embedded
+ * engine's caller does anyway, and writes through: each write lands in the copy at once (the
+ * cluster's state changes stay synchronous) and is committed in the background, in order,
+ * many writes to a transaction. Every such transaction first locks the lease row and checks
+ * that this instance still holds it at its epoch: a leader that lost the lease can never
+ * write again, whatever its clock or its network believe. Answers to clients wait for
+ * `flush()`, so nothing acknowledged is lost when the leader dies.
+ */
+
+/** Coordination tables, PostgreSQL only: the lease, the instances, the cluster's identity. */
+const COORDINATION_DDL = `
+  CREATE TABLE IF NOT EXISTS llmgw_schema (version INT NOT NULL);
+  CREATE TABLE IF NOT EXISTS llmgw_leader (
+    id INT PRIMARY KEY CHECK (id = 1),
+    holder TEXT NOT NULL,
+    holder_url TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS llmgw_instances (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    version TEXT NOT NULL,
+    started_at_ms BIGINT NOT NULL,
+    seen_at TIMESTAMPTZ NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS llmgw_cluster (
+    id INT PRIMARY KEY CHECK (id = 1),
+    tokens_sha256 TEXT NOT NULL
+  );
+  INSERT INTO llmgw_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM llmgw_schema);
+  INSERT INTO llmgw_leader (id, holder, holder_url, epoch, expires_at)
+    VALUES (1, '', '', 0, '-infinity') ON CONFLICT (id) DO NOTHING;`;
+
+/** Advisory lock key serialising migrations between instances starting together. */
+const MIGRATION_LOCK = 7_070_001;
+
+/** `url` without its password, for messages and logs. */
+export function redactStoreUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    u.searchParams.delete("password");
+    return u.toString();
+  } catch {
+    return "postgres://(unparsable URL)";
+  }
+}
+
+/** 64-bit integers as numbers: every one we store is an epoch ms, an id or a port. */
+const TYPES = {
+  getTypeParser: ((oid: number, format?: string) =>
+    oid === 20 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text")) as never,
+};
+
+/** Network and server-going-away failures: worth retrying once the database is back. */
+export function isTransientPgError(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== "string") {
+    const message = (error as Error | undefined)?.message ?? "";
+    return /Connection terminated|timeout|not queryable|Client has encountered a connection error/i.test(
+      message,
+    );
+  }
+  return (
+    code.startsWith("08") ||
+    code.startsWith("57P") ||
+    code.startsWith("53") ||
+    ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENOTFOUND"].includes(code)
+  );
+}
+
+/** A PostgreSQL database holding (or about to hold) a cluster's state. */
+export interface PostgresDatabase {
+  /** The URL without its password. */
+  readonly location: string;
+  /** A new connected client; the caller ends it. */
+  connect(options?: { queryTimeoutMs?: number }): Promise<pg.Client>;
+}
+
+function failed(location: string, what: string, cause: unknown): ControlPlaneError {
+  return new ControlPlaneError(
+    "LLMGW_CONTROL_PLANE_STORE_FAILED",
+    `the state store ${location} failed (${what}): ${(cause as Error).message}`,
+    { cause },
+  );
+}
+
+/**
+ * Connects to the database, creates the coordination tables and runs the state migrations
+ * this build has and the database lacks, one transaction each, under an advisory lock (so
+ * instances starting together migrate once). `tokens` (the data dir's join, admin and
+ * router tokens) are compared by hash with those the first instance recorded: instances of
+ * one cluster must share them. Throws `LLMGW_CONTROL_PLANE_STORE_TOO_NEW` for a schema newer
+ * than this build, `…_STORE_CORRUPT` for missing tables, `…_CONFIG_INVALID` for other
+ * tokens, `…_STORE_FAILED` when the database cannot be reached.
+ */
+export async function openPostgresDatabase(options: {
+  readonly url: string;
+  readonly tokens: readonly string[];
+  /** Test seam: the migrations to run (default {@link MIGRATIONS}). */
+  readonly migrations?: readonly string[];
+}): Promise<PostgresDatabase> {
+  const location = redactStoreUrl(options.url);
+  const migrations = options.migrations ?? MIGRATIONS;
+  const database: PostgresDatabase = {
+    location,
+    async connect({ queryTimeoutMs } = {}) {
+      const client = new pg.Client({
+        connectionString: options.url,
+        types: TYPES,
+        connectionTimeoutMillis: 5_000,
+        ...(queryTimeoutMs === undefined ? {} : { query_timeout: queryTimeoutMs }),
+        application_name: "llmgw-control-plane",
+      });
+      // An idle client whose server went away emits "error"; its next query fails anyway.
+      client.on("error", () => {});
+      try {
+        await client.connect();
+      } catch (cause) {
+        await client.end().catch(() => {});
+        throw cause;
+      }
+      return client;
+    },
+  };
+  let client: pg.Client;
+  try {
+    client = await database.connect();
+  } catch (cause) {
+    throw failed(location, "connect", cause);
+  }
+  try {
+    await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]);
+    await client.query(COORDINATION_DDL);
+    const version = Number(
+      (await client.query<{ version: number }>("SELECT version FROM llmgw_schema")).rows[0]
+        ?.version ?? 0,
+    );
+    if (version > migrations.length) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_STORE_TOO_NEW",
+        `the state store ${location} has schema version ${version}, newer than this build understands (${migrations.length}); run the newer llmgw or restore a backup`,
+      );
+    }
+    if (version > 0) {
+      const tables = new Set(
+        (
+          await client.query<{ table_name: string }>(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()",
+          )
+        ).rows.map((r) => r.table_name),
+      );
+      const expected = [
+        ...FIRST_TABLES,
+        ...LATER_TABLES.filter(([, since]) => version >= since).map(([t]) => t),
+      ];
+      for (const table of expected) {
+        if (!tables.has(table))
+          throw new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+            `the state store ${location} lacks table ${table} at schema version ${version}; refusing to start with an empty cluster. Restore the database from a backup.`,
+          );
+      }
+    }
+    for (let v = version; v < migrations.length; v++) {
+      await client.query("BEGIN");
+      try {
+        await client.query(postgresDdl(migrations[v] as string));
+        await client.query("UPDATE llmgw_schema SET version = $1", [v + 1]);
+        await client.query("COMMIT");
+      } catch (cause) {
+        await client.query("ROLLBACK").catch(() => {});
+        throw failed(location, `migration to schema version ${v + 1}`, cause);
+      }
+    }
+    const tokensSha256 = createHash("sha256").update(options.tokens.join("\n")).digest("hex");
+    await client.query(
+      "INSERT INTO llmgw_cluster (id, tokens_sha256) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+      [tokensSha256],
+    );
+    const recorded = (
+      await client.query<{ tokens_sha256: string }>("SELECT tokens_sha256 FROM llmgw_cluster")
+    ).rows[0]?.tokens_sha256;
+    if (recorded !== tokensSha256) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+        `the state store ${location} belongs to a cluster with other tokens than this data dir's: every control-plane instance of a cluster needs the same join, admin and router tokens (copy the token files of the first instance's --data-dir)`,
+      );
+    }
+  } catch (error) {
+    if (error instanceof ControlPlaneError) throw error;
+    throw failed(location, "prepare", error);
+  } finally {
+    await client.end().catch(() => {});
+  }
+  return database;
+}
+
+/** Who writes: the lease holder and the epoch it won. */
+export interface WriterIdentity {
+  readonly holder: string;
+  readonly epoch: number;
+}
+
+/** Options of {@link openPostgresStore}. */
+export interface PostgresStoreOptions {
+  readonly database: PostgresDatabase;
+  readonly writer: WriterIdentity;
+  /** Events kept; older ones are dropped on append. Default 1000. */
+  readonly eventsKept?: number;
+  /** Called once when a commit found the lease held by another epoch: stop leading. */
+  readonly onFenced?: (error: ControlPlaneError) => void;
+  readonly log?: (line: string) => void;
+}
+
+interface Statement {
+  readonly text: string;
+  readonly values: readonly unknown[];
+}
+
+/** The store as a leader uses it: a {@link ClusterStore} plus what a fenced writer needs. */
+export interface PostgresStore extends ClusterStore {
+  /** Writes queued and not yet committed. */
+  readonly pending: number;
+  /** Ends the writer: queued writes are dropped, waiting flushes rejected with `error`. */
+  abandon(error: ControlPlaneError): void;
+}
+
+const keyOf = (replicaId: string, rank: number) => `${replicaId}\u0000${rank}`;
+
+/**
+ * Loads the whole store into memory and returns it as a {@link ClusterStore} whose writes
+ * commit in the background under the lease `writer` holds. Throws `…_STORE_FAILED` when the
+ * database cannot be read.
+ */
+export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
+  const { database, writer } = options;
+  const location = database.location;
+  const eventsKept = options.eventsKept ?? 1000;
+  const log = options.log ?? (() => {});
+  const deployments = new Map<string, DeploymentRecord>();
+  const placements = new Map<string, PlacementRecord>();
+  const apiKeys = new Map<string, ApiKeyRecord>();
+  const nodes = new Map<string, NodeRecord>();
+  const faultClears = new Map<string, FaultClearRecord[]>();
+  const statuses = new Map<string, ReplicaStatusRecord>();
+  let events: EventRecord[] = [];
+  let nextEventId = 1;
+
+  let client: pg.Client | undefined;
+  try {
+    client = await database.connect();
+    await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    for (const r of (await client.query<DeploymentRow>("SELECT * FROM deployments")).rows)
+      deployments.set(r.name, deploymentFromRow(r));
+    for (const r of (await client.query<PlacementRow>("SELECT * FROM placements")).rows)
+      placements.set(r.replica_id, placementFromRow(r));
+    for (const r of (await client.query<ApiKeyRow>("SELECT * FROM api_keys")).rows)
+      apiKeys.set(r.id, apiKeyFromRow(r));
+    for (const r of (await client.query<NodeRow>("SELECT * FROM nodes")).rows)
+      nodes.set(r.id, nodeFromRow(r));
+    for (const r of (await client.query<FaultClearRow>("SELECT * FROM gpu_fault_clears")).rows) {
+      const list = faultClears.get(r.gpu_uuid) ?? [];
+      list.push(faultClearFromRow(r));
+      faultClears.set(r.gpu_uuid, list);
+    }
+    for (const r of (await client.query<ReplicaStatusRow>("SELECT * FROM replica_statuses")).rows)
+      statuses.set(keyOf(r.replica_id, r.rank), replicaStatusFromRow(r));
+    const last = await client.query<{ id: number }>(
+      "SELECT COALESCE(MAX(id), 0) AS id FROM events",
+    );
+    nextEventId = (last.rows[0]?.id ?? 0) + 1;
+    events = (
+      await client.query<EventRow>("SELECT * FROM events WHERE id > $1 ORDER BY id", [
+        nextEventId - 1 - eventsKept,
+      ])
+    ).rows.map(eventFromRow);
+    await client.query("COMMIT");
+  } catch (cause) {
+    await client?.end().catch(() => {});
+    throw failed(location, "load", cause);
+  }
+  await client.end().catch(() => {});
+
+  // ------------------------------------------------------------------ the writer
+  /** Statements of the open `transaction`, and how to undo its changes to the copy. */
+  let tx: { statements: Statement[]; undo: (() => void)[] } | undefined;
+  /** Committed batches are numbered; `flush` waits for the number queued when it was called. */
+  const queue: { seq: number; statements: Statement[] }[] = [];
+  let queuedSeq = 0;
+  let committedSeq = 0;
+  const waiters: {
+    seq: number;
+    resolve: () => void;
+    reject: (e: Error) => void;
+    timer: NodeJS.Timeout;
+  }[] = [];
+  let ended: ControlPlaneError | undefined;
+  let writerClient: pg.Client | undefined;
+  let draining = false;
+  let retryTimer: NodeJS.Timeout | undefined;
+  let backoffMs = 100;
+  let unavailableSince: number | undefined;
+
+  const enqueue = (statements: Statement[]) => {
+    if (ended || statements.length === 0) return;
+    queue.push({ seq: ++queuedSeq, statements });
+    if (!draining && retryTimer === undefined) setImmediate(drain);
+  };
+  const write = (statement: Statement, undo?: () => void) => {
+    if (tx) {
+      tx.statements.push(statement);
+      if (undo) tx.undo.push(undo);
+    } else enqueue([statement]);
+  };
+  const settle = () => {
+    for (let i = waiters.length - 1; i >= 0; i--) {
+      const w = waiters[i];
+      if (w && w.seq <= committedSeq) {
+        clearTimeout(w.timer);
+        waiters.splice(i, 1);
+        w.resolve();
+      }
+    }
+  };
+  const fail = (error: ControlPlaneError) => {
+    if (ended) return;
+    ended = error;
+    queue.length = 0;
+    clearTimeout(retryTimer);
+    for (const w of waiters.splice(0)) {
+      clearTimeout(w.timer);
+      w.reject(error);
+    }
+    const c = writerClient;
+    writerClient = undefined;
+    void c?.end().catch(() => {});
+  };
+  async function drain(): Promise<void> {
+    retryTimer = undefined;
+    if (draining || ended || queue.length === 0) return;
+    draining = true;
+    const batch = queue.slice();
+    const lastSeq = batch[batch.length - 1]?.seq ?? committedSeq;
+    try {
+      writerClient ??= await database.connect({ queryTimeoutMs: 10_000 });
+      const c = writerClient;
+      await c.query("BEGIN");
+      const fence = await c.query(
+        "SELECT 1 FROM llmgw_leader WHERE id = 1 AND holder = $1 AND epoch = $2 AND expires_at > clock_timestamp() FOR UPDATE",
+        [writer.holder, writer.epoch],
+      );
+      if (fence.rowCount !== 1) {
+        await c.query("ROLLBACK").catch(() => {});
+        fail(
+          new ControlPlaneError(
+            "LLMGW_CONTROL_PLANE_NOT_LEADER",
+            `this control plane no longer holds the leader lease of ${location} (epoch ${writer.epoch}); its unwritten changes are dropped`,
+          ),
+        );
+        options.onFenced?.(ended as unknown as ControlPlaneError);
+        return;
+      }
+      for (const { statements } of batch)
+        for (const s of statements) await c.query(s.text, s.values as unknown[]);
+      await c.query("COMMIT");
+      queue.splice(0, batch.length);
+      committedSeq = lastSeq;
+      backoffMs = 100;
+      if (unavailableSince !== undefined) {
+        log(
+          `the state store ${location} takes writes again after ${Date.now() - unavailableSince} ms`,
+        );
+        unavailableSince = undefined;
+      }
+      settle();
+    } catch (error) {
+      const c = writerClient;
+      writerClient = undefined;
+      void c?.end().catch(() => {});
+      if (ended) return;
+      if (!isTransientPgError(error)) {
+        // Not the network: a bug or a schema someone changed. Retrying cannot help, and
+        // writing later batches without this one would corrupt the state.
+        const e = failed(location, "commit", error);
+        log(e.message);
+        fail(e);
+        options.onFenced?.(e);
+        return;
+      }
+      if (unavailableSince === undefined) {
+        unavailableSince = Date.now();
+        log(
+          `the state store ${location} is unreachable (${(error as Error).message}); ${queue.length} change batches held in memory, retrying`,
+        );
+      }
+      retryTimer = setTimeout(drain, backoffMs);
+      retryTimer.unref?.();
+      backoffMs = Math.min(backoffMs * 2, 1_000);
+    } finally {
+      draining = false;
+    }
+    if (!ended && queue.length > 0 && retryTimer === undefined) setImmediate(drain);
+  }
+
+  const store: PostgresStore = {
+    location,
+    get pending() {
+      return queue.reduce((n, b) => n + b.statements.length, 0);
+    },
+    listDeployments: () => [...deployments.values()].sort((a, b) => cmp(a.name, b.name)),
+    putDeployment: (r) => {
+      const before = deployments.get(r.name);
+      const kept: DeploymentRecord =
+        before === undefined ? r : { ...r, createdAtMs: before.createdAtMs };
+      deployments.set(r.name, kept);
+      write(
+        {
+          text: `INSERT INTO deployments (name, spec_json, revision, created_at_ms, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (name) DO UPDATE SET spec_json = excluded.spec_json,
+                   revision = excluded.revision, updated_at_ms = excluded.updated_at_ms`,
+          values: [r.name, r.specJson, r.revision, r.createdAtMs, r.updatedAtMs],
+        },
+        () => restore(deployments, r.name, before),
+      );
+    },
+    deleteDeployment: (name) => {
+      const before = deployments.get(name);
+      deployments.delete(name);
+      write({ text: "DELETE FROM deployments WHERE name = $1", values: [name] }, () =>
+        restore(deployments, name, before),
+      );
+    },
+    listPlacements: () => [...placements.values()].sort((a, b) => cmp(a.replicaId, b.replicaId)),
+    putPlacement: (r) => {
+      const before = placements.get(r.replicaId);
+      placements.set(r.replicaId, r);
+      write(
+        {
+          text: `INSERT INTO placements (replica_id, deployment, revision, ranks_json, fabric_id,
+                   rendezvous_port, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (replica_id) DO UPDATE SET deployment = excluded.deployment,
+                   revision = excluded.revision, ranks_json = excluded.ranks_json,
+                   fabric_id = excluded.fabric_id, rendezvous_port = excluded.rendezvous_port,
+                   created_at_ms = excluded.created_at_ms`,
+          values: placementValues(r),
+        },
+        () => restore(placements, r.replicaId, before),
+      );
+    },
+    deletePlacement: (id) => {
+      const before = placements.get(id);
+      placements.delete(id);
+      write({ text: "DELETE FROM placements WHERE replica_id = $1", values: [id] }, () =>
+        restore(placements, id, before),
+      );
+    },
+    listApiKeys: () =>
+      [...apiKeys.values()].sort((a, b) => a.createdAtMs - b.createdAtMs || cmp(a.id, b.id)),
+    putApiKey: (r) => {
+      const before = apiKeys.get(r.id);
+      for (const k of apiKeys.values()) {
+        if (k.id !== r.id && k.secretHash === r.secretHash)
+          throw failed(location, "putApiKey", new Error("a key with this secret exists"));
+      }
+      apiKeys.set(r.id, r);
+      write(
+        {
+          text: `INSERT INTO api_keys (id, name, prefix, secret_hash, models_json,
+                   requests_per_minute, tokens_per_minute, max_concurrency, created_at_ms,
+                   revoked_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, prefix = excluded.prefix,
+                   secret_hash = excluded.secret_hash, models_json = excluded.models_json,
+                   requests_per_minute = excluded.requests_per_minute,
+                   tokens_per_minute = excluded.tokens_per_minute,
+                   max_concurrency = excluded.max_concurrency,
+                   created_at_ms = excluded.created_at_ms, revoked_at_ms = excluded.revoked_at_ms`,
+          values: apiKeyValues(r),
+        },
+        () => restore(apiKeys, r.id, before),
+      );
+    },
+    listNodes: () =>
+      [...nodes.values()].sort((a, b) => a.registeredAtMs - b.registeredAtMs || cmp(a.id, b.id)),
+    putNode: (r) => {
+      const before = nodes.get(r.id);
+      nodes.set(r.id, r);
+      write(
+        {
+          text: `INSERT INTO nodes (id, hostname, credential_hash, inventory, advertise_address,
+                   cordoned, draining, revoked, registered_at_ms, reset_pending)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname,
+                   credential_hash = excluded.credential_hash, inventory = excluded.inventory,
+                   advertise_address = excluded.advertise_address, cordoned = excluded.cordoned,
+                   draining = excluded.draining, revoked = excluded.revoked,
+                   registered_at_ms = excluded.registered_at_ms,
+                   reset_pending = excluded.reset_pending`,
+          values: nodeValues(r),
+        },
+        () => restore(nodes, r.id, before),
+      );
+    },
+    deleteNode: (id) => {
+      const before = nodes.get(id);
+      nodes.delete(id);
+      write({ text: "DELETE FROM nodes WHERE id = $1", values: [id] }, () =>
+        restore(nodes, id, before),
+      );
+    },
+    listFaultClears: () =>
+      [...faultClears.keys()]
+        .sort(cmp)
+        .flatMap((uuid) =>
+          [...(faultClears.get(uuid) ?? [])].sort((a, b) => cmp(a.faultKey, b.faultKey)),
+        ),
+    replaceFaultClears: (gpuUuid, records) => {
+      const before = faultClears.get(gpuUuid);
+      const next = records.map((r) => ({ ...r, gpuUuid }));
+      if (next.length === 0) faultClears.delete(gpuUuid);
+      else faultClears.set(gpuUuid, next);
+      store.transaction(() => {
+        write({ text: "DELETE FROM gpu_fault_clears WHERE gpu_uuid = $1", values: [gpuUuid] }, () =>
+          restore(faultClears, gpuUuid, before),
+        );
+        for (const r of next)
+          write({
+            text: `INSERT INTO gpu_fault_clears (gpu_uuid, fault_key, last_seen_unix_ms,
+                     cleared_at_ms) VALUES ($1, $2, $3, $4)`,
+            values: [gpuUuid, r.faultKey, r.lastSeenUnixMs, r.clearedAtMs],
+          });
+      });
+    },
+    listReplicaStatuses: () =>
+      [...statuses.values()].sort((a, b) => cmp(a.replicaId, b.replicaId) || a.rank - b.rank),
+    putReplicaStatus: (r) => {
+      const key = keyOf(r.replicaId, r.rank);
+      const before = statuses.get(key);
+      statuses.set(key, r);
+      write(
+        {
+          text: `INSERT INTO replica_statuses (replica_id, rank, node_id, state, api_port,
+                   state_since_ms, spec_hash, revision, pid, started_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (replica_id, rank) DO UPDATE SET node_id = excluded.node_id,
+                   state = excluded.state, api_port = excluded.api_port,
+                   state_since_ms = excluded.state_since_ms, spec_hash = excluded.spec_hash,
+                   revision = excluded.revision, pid = excluded.pid,
+                   started_at_ms = excluded.started_at_ms`,
+          values: replicaStatusValues(r),
+        },
+        () => restore(statuses, key, before),
+      );
+    },
+    deleteReplicaStatuses: (replicaId, rank) => {
+      const removed = [...statuses.entries()].filter(
+        ([, s]) => s.replicaId === replicaId && (rank === undefined || s.rank === rank),
+      );
+      for (const [key] of removed) statuses.delete(key);
+      write(
+        rank === undefined
+          ? { text: "DELETE FROM replica_statuses WHERE replica_id = $1", values: [replicaId] }
+          : {
+              text: "DELETE FROM replica_statuses WHERE replica_id = $1 AND rank = $2",
+              values: [replicaId, rank],
+            },
+        () => {
+          for (const [key, s] of removed) statuses.set(key, s);
+        },
+      );
+    },
+    appendEvent: (e) => {
+      const event: EventRecord = { id: nextEventId++, ...e };
+      const before = events;
+      events = [...events.slice(Math.max(0, events.length + 1 - eventsKept)), event];
+      store.transaction(() => {
+        write(
+          {
+            text: "INSERT INTO events (id, at_ms, kind, subject, message, severity) VALUES ($1, $2, $3, $4, $5, $6)",
+            values: [event.id, e.atMs, e.kind, e.subject, e.message, e.severity],
+          },
+          () => {
+            events = before;
+            nextEventId = event.id;
+          },
+        );
+        if (event.id > eventsKept)
+          write({ text: "DELETE FROM events WHERE id <= $1", values: [event.id - eventsKept] });
+      });
+      return event;
+    },
+    listEvents: ({ afterId = 0, limit }) => {
+      const after = events.filter((e) => e.id > afterId);
+      return after.slice(Math.max(0, after.length - limit));
+    },
+    transaction: <T>(fn: () => T): T => {
+      if (tx) return fn();
+      const open = { statements: [] as Statement[], undo: [] as (() => void)[] };
+      tx = open;
+      let result: T;
+      try {
+        result = fn();
+      } catch (error) {
+        tx = undefined;
+        for (const undo of open.undo.reverse()) undo();
+        throw error;
+      }
+      tx = undefined;
+      enqueue(open.statements);
+      return result;
+    },
+    flush: (timeoutMs = 5_000) => {
+      if (ended) return Promise.reject(ended);
+      const seq = queuedSeq;
+      if (seq <= committedSeq) return Promise.resolve();
+      return new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          const i = waiters.findIndex((w) => w.timer === timer);
+          if (i >= 0) waiters.splice(i, 1);
+          reject(
+            new ControlPlaneError(
+              "LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE",
+              `the state store ${location} did not confirm the change within ${timeoutMs} ms; it is kept in memory and written when the database answers, unless this control plane loses the lead first`,
+            ),
+          );
+        }, timeoutMs);
+        timer.unref?.();
+        waiters.push({ seq, resolve, reject, timer });
+      });
+    },
+    abandon: (error) => fail(error),
+    close: () => {
+      fail(
+        new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_SHUTTING_DOWN",
+          "the control plane is shutting down",
+        ),
+      );
+    },
+  };
+  return store;
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function restore<K, V>(map: Map<K, V>, key: K, before: V | undefined): void {
+  if (before === undefined) map.delete(key);
+  else map.set(key, before);
+}
