@@ -13,6 +13,8 @@ export const commands: Record<string, () => Promise<Command>> = {
   "launch-plan": async () => (await import("./commands/launch-plan.js")).command,
   "control-plane": async () => (await import("./commands/control-plane.js")).command,
   "control-plane token": async () => (await import("./commands/control-plane-token.js")).command,
+  "control-plane migrate-store": async () =>
+    (await import("./commands/control-plane-migrate-store.js")).command,
   deploy: async () => (await import("./commands/deploy.js")).command,
   deployments: async () => (await import("./commands/deployments.js")).command,
   replicas: async () => (await import("./commands/replicas.js")).command,

@@ -85,7 +85,19 @@ export {
   type ShutdownReport,
   startControlPlane,
 } from "./run.js";
+export {
+  type MigrateStoreOptions,
+  type MigrateStoreReport,
+  migrateStore,
+  STORE_TABLES,
+} from "./store/migrate-store.js";
 export { MIGRATIONS } from "./store/migrations.js";
+export { type LeaderLease, startLeaderLease } from "./store/postgres-lease.js";
+export {
+  openPostgresDatabase,
+  openPostgresStore,
+  redactStoreUrl,
+} from "./store/postgres-store.js";
 export { openSqliteStore, type SqliteStoreOptions } from "./store/sqlite-store.js";
 export type {
   ApiKeyRecord,

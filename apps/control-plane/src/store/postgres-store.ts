@@ -234,6 +234,69 @@ export async function openPostgresDatabase(options: {
   return database;
 }
 
+/** Every record of a store, each list in the order the `list…` methods return it. */
+export interface StoreSnapshot {
+  readonly deployments: readonly DeploymentRecord[];
+  readonly placements: readonly PlacementRecord[];
+  readonly apiKeys: readonly ApiKeyRecord[];
+  readonly nodes: readonly NodeRecord[];
+  readonly faultClears: readonly FaultClearRecord[];
+  readonly replicaStatuses: readonly ReplicaStatusRecord[];
+  /** The newest events, oldest first. */
+  readonly events: readonly EventRecord[];
+  /** The highest event id ever stored (0 for none). */
+  readonly lastEventId: number;
+}
+
+/**
+ * Reads every table in one read-only snapshot; at most `eventsKept` newest events. With
+ * `inTransaction`, inside the caller's open transaction instead (it sees its own writes).
+ */
+export async function readSnapshot(
+  client: pg.Client,
+  eventsKept: number,
+  inTransaction = false,
+): Promise<StoreSnapshot> {
+  if (!inTransaction) await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  try {
+    const rows = async <R extends pg.QueryResultRow>(sql: string, values: unknown[] = []) =>
+      (await client.query<R>(sql, values)).rows;
+    const lastEventId =
+      (await rows<{ id: number }>("SELECT COALESCE(MAX(id), 0) AS id FROM events"))[0]?.id ?? 0;
+    const snapshot: StoreSnapshot = {
+      deployments: (await rows<DeploymentRow>("SELECT * FROM deployments ORDER BY name")).map(
+        deploymentFromRow,
+      ),
+      placements: (await rows<PlacementRow>("SELECT * FROM placements ORDER BY replica_id")).map(
+        placementFromRow,
+      ),
+      apiKeys: (await rows<ApiKeyRow>("SELECT * FROM api_keys ORDER BY created_at_ms, id")).map(
+        apiKeyFromRow,
+      ),
+      nodes: (await rows<NodeRow>("SELECT * FROM nodes ORDER BY registered_at_ms, id")).map(
+        nodeFromRow,
+      ),
+      faultClears: (
+        await rows<FaultClearRow>("SELECT * FROM gpu_fault_clears ORDER BY gpu_uuid, fault_key")
+      ).map(faultClearFromRow),
+      replicaStatuses: (
+        await rows<ReplicaStatusRow>("SELECT * FROM replica_statuses ORDER BY replica_id, rank")
+      ).map(replicaStatusFromRow),
+      events: (
+        await rows<EventRow>("SELECT * FROM events WHERE id > $1 ORDER BY id", [
+          lastEventId - eventsKept,
+        ])
+      ).map(eventFromRow),
+      lastEventId,
+    };
+    if (!inTransaction) await client.query("COMMIT");
+    return snapshot;
+  } catch (error) {
+    if (!inTransaction) await client.query("ROLLBACK").catch(() => {});
+    throw error;
+  }
+}
+
 /** Who writes: the lease holder and the epoch it won. */
 export interface WriterIdentity {
   readonly holder: string;
@@ -285,40 +348,28 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   let events: EventRecord[] = [];
   let nextEventId = 1;
 
+  let snapshot: StoreSnapshot;
   let client: pg.Client | undefined;
   try {
     client = await database.connect();
-    await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-    for (const r of (await client.query<DeploymentRow>("SELECT * FROM deployments")).rows)
-      deployments.set(r.name, deploymentFromRow(r));
-    for (const r of (await client.query<PlacementRow>("SELECT * FROM placements")).rows)
-      placements.set(r.replica_id, placementFromRow(r));
-    for (const r of (await client.query<ApiKeyRow>("SELECT * FROM api_keys")).rows)
-      apiKeys.set(r.id, apiKeyFromRow(r));
-    for (const r of (await client.query<NodeRow>("SELECT * FROM nodes")).rows)
-      nodes.set(r.id, nodeFromRow(r));
-    for (const r of (await client.query<FaultClearRow>("SELECT * FROM gpu_fault_clears")).rows) {
-      const list = faultClears.get(r.gpu_uuid) ?? [];
-      list.push(faultClearFromRow(r));
-      faultClears.set(r.gpu_uuid, list);
-    }
-    for (const r of (await client.query<ReplicaStatusRow>("SELECT * FROM replica_statuses")).rows)
-      statuses.set(keyOf(r.replica_id, r.rank), replicaStatusFromRow(r));
-    const last = await client.query<{ id: number }>(
-      "SELECT COALESCE(MAX(id), 0) AS id FROM events",
-    );
-    nextEventId = (last.rows[0]?.id ?? 0) + 1;
-    events = (
-      await client.query<EventRow>("SELECT * FROM events WHERE id > $1 ORDER BY id", [
-        nextEventId - 1 - eventsKept,
-      ])
-    ).rows.map(eventFromRow);
-    await client.query("COMMIT");
+    snapshot = await readSnapshot(client, eventsKept);
   } catch (cause) {
-    await client?.end().catch(() => {});
     throw failed(location, "load", cause);
+  } finally {
+    await client?.end().catch(() => {});
   }
-  await client.end().catch(() => {});
+  for (const r of snapshot.deployments) deployments.set(r.name, r);
+  for (const r of snapshot.placements) placements.set(r.replicaId, r);
+  for (const r of snapshot.apiKeys) apiKeys.set(r.id, r);
+  for (const r of snapshot.nodes) nodes.set(r.id, r);
+  for (const r of snapshot.faultClears) {
+    const list = faultClears.get(r.gpuUuid) ?? [];
+    list.push(r);
+    faultClears.set(r.gpuUuid, list);
+  }
+  for (const r of snapshot.replicaStatuses) statuses.set(keyOf(r.replicaId, r.rank), r);
+  events = [...snapshot.events];
+  nextEventId = snapshot.lastEventId + 1;
 
   // ------------------------------------------------------------------ the writer
   /** Statements of the open `transaction`, and how to undo its changes to the copy. */
