@@ -114,6 +114,8 @@ export interface ControlPlaneProcessOptions {
    * the control plane counts). Default true.
    */
   readonly publicApi?: boolean;
+  /** A file holding a `postgres://` URL: the store is PostgreSQL instead of SQLite. */
+  readonly storeUrlFile?: string;
 }
 
 /**
@@ -150,6 +152,7 @@ export async function startControlPlaneProcess(
       "--max-control-connections-per-address",
       "8192",
       ...(options.publicApi === false ? ["--no-public-api"] : []),
+      ...(options.storeUrlFile === undefined ? [] : ["--store-url-file", options.storeUrlFile]),
     ],
     logFile,
   );

@@ -11,7 +11,11 @@
  *   node --conditions=@llmgw/source --import tsx bench/control-plane/run.ts            # 1,000 agents, 30 s
  *   node --conditions=@llmgw/source --import tsx bench/control-plane/run.ts --quick    # 50 agents, 5 s
  *     [--agents N] [--seconds S] [--deployments D] [--node-lost-after S] [--transports T]
- *     [--no-baseline] [--cpu-prof] [--rebuild]
+ *     [--no-baseline] [--cpu-prof] [--rebuild] [--store sqlite|postgres]
+ *
+ * `--store postgres` runs the control plane on a throwaway PostgreSQL (Debian's package,
+ * started here on loopback with fsync off, as the tests do) instead of SQLite; the baseline
+ * is the same either way, so compare each store's ratio to it.
  *
  * The machine is shared (2 cores): the load generator competes with the control plane, and
  * every result carries /proc/loadavg and the generator's own event-loop delay.
@@ -21,6 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
+import { startTestPostgres, type TestPostgres } from "@llmgw/control-plane/testing";
 import { Engine } from "@llmgw/proto";
 import { type BenchChild, freePort, loadAverage, startBenchChild } from "../lib/children.js";
 import type { TrivialChildConfig } from "../lib/processes.js";
@@ -75,6 +80,8 @@ interface BenchConfig {
   readonly trafficConnections: number;
   /** The traffic's upstream answers this long after the request, ms (a paced engine). */
   readonly trafficDelayMs: number;
+  /** Where the control plane keeps its state. */
+  readonly store: "sqlite" | "postgres";
 }
 
 /** Parses the command line (see the file comment); throws on a bad value. */
@@ -97,8 +104,12 @@ function parseConfig(argv: string[]): BenchConfig {
       "load-interval-ms": { type: "string" },
       "load-via": { type: "string" },
       "traffic-connections": { type: "string" },
+      store: { type: "string" },
     },
   });
+  const store = values.store ?? "sqlite";
+  if (store !== "sqlite" && store !== "postgres")
+    throw new Error(`--store must be sqlite or postgres, got "${store}"`);
   const quick = values.quick ?? false;
   const num = (v: string | undefined, dflt: number, flag: string): number => {
     if (v === undefined) return dflt;
@@ -128,6 +139,7 @@ function parseConfig(argv: string[]): BenchConfig {
       num(values["traffic-connections"], quick ? 4 : 8, "traffic-connections"),
     ),
     trafficDelayMs: 50,
+    store,
   };
 }
 
@@ -254,7 +266,15 @@ async function runControlPlane(
   let cp: ControlPlaneProcess | undefined;
   let fleet: Fleet | undefined;
   let upstream: BenchChild | undefined;
+  let postgres: TestPostgres | undefined;
   try {
+    let storeUrlFile: string | undefined;
+    if (config.store === "postgres") {
+      postgres = await startTestPostgres();
+      storeUrlFile = join(dir, "store-url");
+      writeFileSync(storeUrlFile, `${await postgres.createDatabase()}\n`, { mode: 0o600 });
+      log(`PostgreSQL on 127.0.0.1:${postgres.port} (fsync off)`);
+    }
     // Where every replica "runs": one trivial server on loopback, answering after a paced
     // service time, so the routing phase's traffic reaches a real upstream.
     upstream = await startBenchChild("trivial", {
@@ -268,6 +288,7 @@ async function runControlPlane(
       // The routers of the routing phase are then the only ones the control plane counts.
       publicApi: false,
       ...(inspectPort ? { nodeFlags: [`--inspect=127.0.0.1:${inspectPort}`] } : {}),
+      ...(storeUrlFile === undefined ? {} : { storeUrlFile }),
     });
     const admin = adminClient(cp.url, readDataDirToken(cp.dataDir, "admin"));
     const idle = sampleProc(cp.pid, ticks, performance.now());
@@ -402,6 +423,7 @@ async function runControlPlane(
     fleet?.stop();
     await cp?.stop();
     await upstream?.stop();
+    postgres?.destroy();
   }
 }
 
@@ -441,7 +463,7 @@ function printTables(
   );
   console.log(
     formatTable(
-      ["steady window", "no-op AgentService", "control plane", "goal", ""],
+      ["steady window", "no-op AgentService", `control plane (${config.store})`, "goal", ""],
       [
         [
           "target CPU (cores)",

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { GpuReadingSchema, NodeState, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
-import { schedule } from "@llmgw/scheduler";
+import { type SchedulerNode, schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
@@ -173,6 +173,37 @@ describe("Cluster", () => {
     cluster.heartbeat(a.nodeId, { gpus: [], replicas: [], problems: [] });
     expect(cluster.nodeState(a.nodeId)).toBe("ready");
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
+  });
+
+  it("hands the scheduler the same object for a node that did not change, a new one for a node that did", () => {
+    const seen: (readonly SchedulerNode[])[] = [];
+    const cluster = new Cluster({
+      store,
+      schedule: (input) => {
+        seen.push(input.nodes);
+        return schedule(input);
+      },
+      clock,
+      heartbeatIntervalMs: INTERVAL,
+      unreachableAfterMs: 3 * INTERVAL,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+    });
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    const before = seen.at(-1) as readonly SchedulerNode[];
+    cluster.applyDeployment(spec({ name: "chat", replicas: 2 }));
+    const same = seen.at(-1) as readonly SchedulerNode[];
+    expect(same).not.toBe(before);
+    expect(same[0]).toBe(before[0]);
+    expect(same[1]).toBe(before[1]);
+    cluster.cordonNode(a.nodeId);
+    const cordoned = seen.at(-1) as readonly SchedulerNode[];
+    expect(cordoned.find((n) => n.id === a.nodeId)).not.toBe(before[0]);
+    expect(cordoned.find((n) => n.id === a.nodeId)?.cordoned).toBe(true);
+    expect(cordoned.find((n) => n.id !== a.nodeId)).toBe(before[1]);
   });
 
   it("drains a node: cordoned, and its replicas move", () => {

@@ -1888,41 +1888,73 @@ export class Cluster {
 
   // ---------------------------------------------------------------- reconciler
 
+  /**
+   * The scheduler's view of each node, rebuilt only when something it reads changed (state,
+   * flags, inventory, a GPU's verdict, a fabric's trouble): the scheduler caches what it
+   * derives per node object, so a reconcile after one node's event re-derives one node.
+   */
+  readonly #schedulerNodeCache = new Map<
+    string,
+    { readonly inventory: NodeInventory; readonly key: string; readonly node: SchedulerNode }
+  >();
+
   #schedulerNodes(): SchedulerNode[] {
-    return [...this.#nodes.values()].map((n) => {
+    const out: SchedulerNode[] = [];
+    for (const n of this.#nodes.values()) {
       const trouble = troubledFabrics(n.ports);
-      const nvlinks = (n.inventory.topology?.gpuLinks ?? [])
-        .filter((l) => l.nvlinks > 0)
-        .map((l) => ({ a: l.gpuA, b: l.gpuB, count: l.nvlinks }));
-      const distance: Record<number, number> = {};
-      const rank: Record<string, number> = { PIX: 0, PXB: 1, PHB: 2, NODE: 3, SYS: 4 };
-      for (const nic of n.inventory.topology?.gpuNics ?? []) {
-        const d = rank[nic.path];
-        if (
-          d !== undefined &&
-          (distance[nic.gpu] === undefined || d < (distance[nic.gpu] as number))
-        )
-          distance[nic.gpu] = d;
+      const healthy = n.inventory.gpus.map(
+        (g) => this.#verdict(g, n.readings.get(g.index)).healthy,
+      );
+      const key = `${n.state}|${n.record.cordoned}|${n.record.draining}|${healthy.map(Number).join("")}|${[...trouble.keys()].sort().join(",")}`;
+      const cached = this.#schedulerNodeCache.get(n.record.id);
+      if (cached?.inventory === n.inventory && cached.key === key) {
+        out.push(cached.node);
+        continue;
       }
-      return {
-        id: n.record.id,
-        state: n.state,
-        cordoned: n.record.cordoned,
-        draining: n.record.draining,
-        gpus: n.inventory.gpus.map((g) => ({
-          index: g.index,
-          uuid: g.uuid,
-          gpuClass: g.gpuClass === "" ? undefined : g.gpuClass,
-          healthy: this.#verdict(g, n.readings.get(g.index)).healthy,
-          migEnabled: g.migEnabled,
-          vendor: g.vendor === "amd" ? ("amd" as const) : ("nvidia" as const),
-        })),
-        // A fabric with an unhealthy port on this node takes no new gangs here.
-        fabrics: n.inventory.fabrics.map((f) => f.id).filter((f) => !trouble.has(f)),
-        nvlinks,
-        nicDistance: distance,
-      };
-    });
+      const node = this.#schedulerNode(n, healthy, trouble);
+      this.#schedulerNodeCache.set(n.record.id, { inventory: n.inventory, key, node });
+      out.push(node);
+    }
+    if (this.#schedulerNodeCache.size > this.#nodes.size) {
+      for (const id of this.#schedulerNodeCache.keys())
+        if (!this.#nodes.has(id)) this.#schedulerNodeCache.delete(id);
+    }
+    return out;
+  }
+
+  #schedulerNode(
+    n: LiveNode,
+    healthy: readonly boolean[],
+    trouble: ReadonlyMap<string, string>,
+  ): SchedulerNode {
+    const nvlinks = (n.inventory.topology?.gpuLinks ?? [])
+      .filter((l) => l.nvlinks > 0)
+      .map((l) => ({ a: l.gpuA, b: l.gpuB, count: l.nvlinks }));
+    const distance: Record<number, number> = {};
+    const rank: Record<string, number> = { PIX: 0, PXB: 1, PHB: 2, NODE: 3, SYS: 4 };
+    for (const nic of n.inventory.topology?.gpuNics ?? []) {
+      const d = rank[nic.path];
+      if (d !== undefined && (distance[nic.gpu] === undefined || d < (distance[nic.gpu] as number)))
+        distance[nic.gpu] = d;
+    }
+    return {
+      id: n.record.id,
+      state: n.state,
+      cordoned: n.record.cordoned,
+      draining: n.record.draining,
+      gpus: n.inventory.gpus.map((g, i) => ({
+        index: g.index,
+        uuid: g.uuid,
+        gpuClass: g.gpuClass === "" ? undefined : g.gpuClass,
+        healthy: healthy[i] === true,
+        migEnabled: g.migEnabled,
+        vendor: g.vendor === "amd" ? ("amd" as const) : ("nvidia" as const),
+      })),
+      // A fabric with an unhealthy port on this node takes no new gangs here.
+      fabrics: n.inventory.fabrics.map((f) => f.id).filter((f) => !trouble.has(f)),
+      nvlinks,
+      nicDistance: distance,
+    };
   }
 
   /** Reconciles now, or once soon for every request made until then (see `defer`). */
