@@ -7,7 +7,7 @@ describe("bench/control-plane/run.ts --quick", () => {
   it("completes the baseline, steady window, routing and lost-node phases and prints the tables", async () => {
     const { code, stdout, stderr } = await runQuick(new URL("./run.ts", import.meta.url), 175_000);
     expect(code, stderr.slice(-2000)).toBe(0);
-    expect(stdout).toMatch(/steady window\s+no-op AgentService\s+control plane\s+goal/);
+    expect(stdout).toMatch(/steady window\s+no-op AgentService\s+control plane \(sqlite\)\s+goal/);
     expect(stdout).toMatch(/heartbeat p99 \(ms, client side\)/);
     expect(stdout).toMatch(/lost → READY elsewhere \(ms\)/);
     expect(stdout).toMatch(/routing goal\s+measured/);

@@ -102,6 +102,14 @@ describe.skipIf(skip)(
       step("three instances started");
       const leader0 = await waitFor("one leader among three instances", leaderOf, 20_000);
       expect(urls).toContain(leader0);
+      // `llmgw status` given every instance names the store and each instance's role.
+      const status = runLlmgw(["status", "--control-plane", urls.join(",")], {
+        LLMGW_ADMIN_TOKEN: first.token("admin"),
+      });
+      expect(await status.exited, status.output()).toBe(0);
+      expect(status.output()).toContain("postgres store, 3 instances");
+      expect(status.output().match(/ leader /g)).toHaveLength(1);
+      expect(status.output().match(/ follower /g)).toHaveLength(2);
       // A follower refuses, naming the leader.
       const follower = cps.find((cp) => cp.controlUrl !== leader0) as ControlPlaneProc;
       const refusal = await follower
