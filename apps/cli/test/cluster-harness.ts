@@ -8,9 +8,18 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { create } from "@bufbuild/protobuf";
 import { type Client, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { ClusterService, type DeploymentStatus, NodeState, ReplicaState } from "@llmgw/proto";
+import {
+  ClusterService,
+  type Deployment,
+  DeploymentSchema,
+  type DeploymentStatus,
+  Engine,
+  NodeState,
+  ReplicaState,
+} from "@llmgw/proto";
 import OpenAI from "openai";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -376,6 +385,11 @@ export async function deployment(
 ): Promise<DeploymentStatus | undefined> {
   const res = await cp.admin().getDeployment({ name }, cp.adminHeaders());
   return res.deployment;
+}
+
+/** A deployment of the simulated engine serving `sim/NAME` (more fields in `fields`). */
+export function simDeployment(name: string, fields: Record<string, unknown> = {}): Deployment {
+  return create(DeploymentSchema, { name, model: `sim/${name}`, engine: Engine.SIM, ...fields });
 }
 
 /** True when every replica of the deployment is READY (and there are `count` of them). */

@@ -30,6 +30,7 @@ import {
   ensureCliBuilt,
   freePort,
   runLlmgw,
+  simDeployment,
   stopAll,
   tempRoot,
   waitFor,
@@ -40,8 +41,7 @@ let cp: ControlPlaneProc;
 let agentA: AgentProc;
 let agentB: AgentProc;
 
-const sim = (name: string, fields: Record<string, unknown>) =>
-  create(DeploymentSchema, { name, model: `sim/${name}`, engine: Engine.SIM, ...fields });
+const sim = simDeployment;
 
 async function nodeIdOf(name: string): Promise<string> {
   const res = await cp.admin().listNodes({}, cp.adminHeaders());

@@ -6,13 +6,12 @@
  */
 import { writeFileSync } from "node:fs";
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
 import {
   postgresUnavailable,
   startTestPostgres,
   type TestPostgres,
 } from "@llmgw/control-plane/testing";
-import { DeploymentSchema, Engine, NodeState } from "@llmgw/proto";
+import { NodeState } from "@llmgw/proto";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   AgentProc,
@@ -22,6 +21,7 @@ import {
   ensureCliBuilt,
   freePort,
   runLlmgw,
+  simDeployment,
   stopAll,
   tempRoot,
   waitFor,
@@ -64,13 +64,7 @@ describe.skipIf(skip)(
       );
       await admin.applyDeployment(
         {
-          deployment: create(DeploymentSchema, {
-            name: "chat",
-            model: "sim/chat",
-            engine: Engine.SIM,
-            gpuClass: "h100-80g",
-            replicas: 1,
-          }),
+          deployment: simDeployment("chat", { gpuClass: "h100-80g", replicas: 1 }),
         },
         auth,
       );

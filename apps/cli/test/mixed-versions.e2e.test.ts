@@ -7,8 +7,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
-import { DeploymentSchema, Engine, NodeState } from "@llmgw/proto";
+import { NodeState } from "@llmgw/proto";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   allReady,
@@ -16,6 +15,7 @@ import {
   enginePids,
   ensureCliBuilt,
   freePort,
+  simDeployment,
   stopAll,
   tempRoot,
   waitFor,
@@ -83,13 +83,7 @@ describe.skipIf(skip)(
       });
       await admin.applyDeployment(
         {
-          deployment: create(DeploymentSchema, {
-            name: "chat",
-            model: "sim/chat",
-            engine: Engine.SIM,
-            gpuClass: "h100-80g",
-            replicas: 1,
-          }),
+          deployment: simDeployment("chat", { gpuClass: "h100-80g", replicas: 1 }),
         },
         auth,
       );
