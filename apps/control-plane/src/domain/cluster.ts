@@ -68,6 +68,7 @@ import type {
   EventSeverity,
   FaultClearRecord,
   NodeRecord,
+  PlacementRankRecord,
   PlacementRecord,
   ReplicaStatusRecord,
 } from "../store/types.js";
@@ -345,6 +346,12 @@ interface LiveNode {
   generation: bigint;
   fingerprint: string;
   assignments: ReplicaAssignment[];
+  /** What {@link assignments} were built from (see `#refreshDesiredSets`). */
+  assignmentsBuilt?: {
+    readonly fingerprint: string;
+    readonly inventory: NodeInventory;
+    readonly specs: readonly DeploymentSpec[];
+  };
   /**
    * The credential hash before the last re-registration, still accepted by Register (never
    * by Heartbeat) until the new credential is first used: an agent whose Register answer
@@ -2124,53 +2131,68 @@ export class Cluster {
   }
 
   #refreshDesiredSets(now: number): void {
-    const byNode = new Map<string, ReplicaAssignment[]>();
-    const wire = new Map<string, ReturnType<typeof deploymentSpecToProto>>();
-    for (const p of [...this.#placements.values()].sort((a, b) =>
-      a.replicaId.localeCompare(b.replicaId),
-    )) {
-      const spec = this.#deployments.get(p.deployment)?.spec;
-      if (!spec) continue;
-      let deployment = wire.get(spec.name);
-      if (!deployment) {
-        deployment = deploymentSpecToProto(spec);
-        wire.set(spec.name, deployment);
+    const byNode = new Map<string, { p: PlacementRecord; rank: PlacementRankRecord }[]>();
+    for (const p of this.#placements.values()) {
+      if (!this.#deployments.has(p.deployment)) continue;
+      for (const rank of p.ranks) {
+        if (!this.#nodes.has(rank.nodeId)) continue;
+        const list = byNode.get(rank.nodeId);
+        if (list) list.push({ p, rank });
+        else byNode.set(rank.nodeId, [{ p, rank }]);
       }
-      const rank0 = this.#nodes.get(p.ranks[0]?.nodeId ?? "");
-      for (const r of p.ranks) {
-        const node = this.#nodes.get(r.nodeId);
-        if (!node) continue;
-        const list = byNode.get(r.nodeId) ?? [];
-        list.push(
-          create(ReplicaAssignmentSchema, {
+    }
+    const wire = new Map<string, ReturnType<typeof deploymentSpecToProto>>();
+    for (const node of this.#nodes.values()) {
+      const entries = (byNode.get(node.record.id) ?? []).sort(
+        (a, b) => a.p.replicaId.localeCompare(b.p.replicaId) || a.rank.rank - b.rank.rank,
+      );
+      const specs = entries.map(
+        ({ p }) => (this.#deployments.get(p.deployment) as { spec: DeploymentSpec }).spec,
+      );
+      const rank0Address = (p: PlacementRecord) =>
+        this.#nodes.get(p.ranks[0]?.nodeId ?? "")?.record.advertiseAddress ?? "";
+      const fingerprint = entries
+        .map(
+          ({ p, rank }, i) =>
+            `${p.replicaId}/${rank.rank}/${specs[i]?.revision}/${rank.gpuIndices.join(",")}/${rank0Address(p)}:${p.rendezvousPort ?? 0}`,
+        )
+        .join(";");
+      // The messages are rebuilt only when something they carry changed: the fingerprint, a
+      // spec object (a scale keeps the revision) or the inventory (GPU uuids).
+      const built = node.assignmentsBuilt;
+      if (
+        built === undefined ||
+        built.fingerprint !== fingerprint ||
+        built.inventory !== node.inventory ||
+        built.specs.length !== specs.length ||
+        built.specs.some((spec, i) => spec !== specs[i])
+      ) {
+        node.assignments = entries.map(({ p, rank }, i) => {
+          const spec = specs[i] as DeploymentSpec;
+          let deployment = wire.get(spec.name);
+          if (!deployment) {
+            deployment = deploymentSpecToProto(spec);
+            wire.set(spec.name, deployment);
+          }
+          return create(ReplicaAssignmentSchema, {
             replicaId: p.replicaId,
             deployment,
-            rank: r.rank,
+            rank: rank.rank,
             world: {
               nnodes: p.ranks.length,
-              rank0Address: rank0?.record.advertiseAddress ?? "",
+              rank0Address: rank0Address(p),
               rendezvousPort: p.rendezvousPort ?? 0,
               nodeIds: p.ranks.map((k) => k.nodeId),
             },
-            gpuIndices: [...r.gpuIndices],
-            gpuUuids: r.gpuIndices.map(
-              (i) => node.inventory.gpus.find((g) => g.index === i)?.uuid ?? "",
+            gpuIndices: [...rank.gpuIndices],
+            gpuUuids: rank.gpuIndices.map(
+              (gi) => node.inventory.gpus.find((g) => g.index === gi)?.uuid ?? "",
             ),
             fabricId: p.fabricId ?? "",
-          }),
-        );
-        byNode.set(r.nodeId, list);
+          });
+        });
+        node.assignmentsBuilt = { fingerprint, inventory: node.inventory, specs };
       }
-    }
-    for (const node of this.#nodes.values()) {
-      const assignments = byNode.get(node.record.id) ?? [];
-      const fingerprint = assignments
-        .map(
-          (a) =>
-            `${a.replicaId}/${a.rank}/${a.deployment?.revision}/${a.gpuIndices.join(",")}/${a.world?.rank0Address}:${a.world?.rendezvousPort}`,
-        )
-        .join(";");
-      node.assignments = assignments;
       if (fingerprint !== node.fingerprint) {
         node.fingerprint = fingerprint;
         node.generation = node.generation + 1n > BigInt(now) ? node.generation + 1n : BigInt(now);

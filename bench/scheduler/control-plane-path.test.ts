@@ -1,0 +1,25 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { expect, it } from "vitest";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+// Smoke only: the quick mode (100 and 400 nodes) runs to the end and prints its table. The
+// numbers are for people reading the benchmark, not for assertions on a shared machine.
+it("runs the quick control-plane-path scheduler benchmark and prints the table", async () => {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "--conditions=@llmgw/source",
+      "bench/scheduler/control-plane-path.ts",
+      "--quick",
+    ],
+    { cwd: root, timeout: 120_000 },
+  );
+  expect(stdout).toMatch(/scheduler alone, same input\s+control plane path\s+goal/);
+  expect(stdout).toMatch(/incremental: one node cordoned \/ uncordoned \(100 nodes\)\s+\d/);
+  expect(stdout).toMatch(/full: a control plane starts over the stored state \(400 nodes\)\s+\d/);
+}, 130_000);
