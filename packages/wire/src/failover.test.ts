@@ -104,6 +104,25 @@ describe("createFailoverTransport", () => {
     expect(calls).toBe(1);
   });
 
+  it("a connection broken mid-call fails that call (it may have run) and moves the next one", async () => {
+    const reset: Transport = {
+      unary: () =>
+        Promise.reject(
+          new ConnectError("read ECONNRESET", Code.Internal, undefined, undefined, {
+            code: "ECONNRESET",
+          }),
+        ),
+      stream: () => Promise.reject(new Error("reset")),
+    };
+    const { client, transport } = clientOver({
+      "http://a": reset,
+      "http://b": instance("b", { leads: true }),
+    });
+    await expect(client.getClusterStatus({})).rejects.toThrow("ECONNRESET");
+    expect(transport.current).toBe("http://b");
+    expect((await client.getClusterStatus({})).version).toBe("b");
+  });
+
   it("splits a URL list, dropping blanks and trailing slashes", () => {
     expect(splitControlPlaneUrls(" http://a:7070/, ,https://b:7070")).toEqual([
       "http://a:7070",

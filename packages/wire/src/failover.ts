@@ -25,6 +25,8 @@ const SHUTTING_DOWN = "LLMGW_CONTROL_PLANE_SHUTTING_DOWN";
 
 /** Connection failures: nothing reached the instance. */
 const NOT_SENT = ["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"];
+/** A connection that broke after the request went out. */
+const BROKEN = ["ECONNRESET", "EPIPE", "ETIMEDOUT", "ECONNABORTED"];
 
 /** Splits `URL[,URL…]` into URLs without trailing slashes; empty parts are dropped. */
 export function splitControlPlaneUrls(list: string): string[] {
@@ -81,6 +83,8 @@ export function classifyControlPlaneError(error: unknown): {
   }
   const net = networkCode(error);
   if (net !== undefined && NOT_SENT.includes(net)) return { action: "retry", why: net };
+  // The connection broke mid-call (the instance died): the call may have run.
+  if (net !== undefined && BROKEN.includes(net)) return { action: "move", why: net };
   if (llmgwCode === SHUTTING_DOWN) return { action: "move", why: "shutting down" };
   if (connectError.code === Code.Unavailable)
     return { action: "move", why: connectError.rawMessage };

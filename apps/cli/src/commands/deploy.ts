@@ -1,10 +1,11 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { toJson } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import { deploymentSpecToProto, replicaStateName } from "@llmgw/control-plane/client";
 import { type DeploymentSpec, ENGINES, parseDeploymentSpec } from "@llmgw/engines";
 import { type DeploymentStatus, DeploymentStatusSchema, ReplicaState } from "@llmgw/proto";
+import { classifyControlPlaneError } from "@llmgw/wire";
 import { parse as parseYaml } from "yaml";
 import {
   ADMIN_FLAGS,
@@ -168,9 +169,11 @@ async function waitForRollout(
     } catch (error) {
       // A control plane restarting, or instances handing the lead over: the rollout goes on
       // without us, so keep asking until the timeout.
-      const unavailable = ConnectError.from(error);
-      if (unavailable.code !== Code.Unavailable || Date.now() - started > timeoutMs) throw error;
-      if (!waitingOut) out(`control plane unavailable (${unavailable.rawMessage}); still waiting`);
+      // A read, so safe to repeat whatever the failure did: a refusal, a broken connection.
+      if (classifyControlPlaneError(error).action === "stay" || Date.now() - started > timeoutMs)
+        throw error;
+      if (!waitingOut)
+        out(`control plane unavailable (${ConnectError.from(error).rawMessage}); still waiting`);
       waitingOut = true;
       await pause(io.signal, 500);
       continue;

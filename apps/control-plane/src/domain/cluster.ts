@@ -331,6 +331,13 @@ interface LiveNode {
   lastSeenMs: number;
   lastHeartbeatMs?: number;
   readings: Map<number, GpuReading>;
+  /**
+   * Bumped whenever a GPU verdict or a fabric's trouble on this node may have changed (a
+   * verdict flipped in a heartbeat, a port's trouble changed, a fault cleared): the
+   * scheduler's view of the node is rebuilt only then ({@link Cluster.#schedulerNodes}).
+   * A new inventory object counts on its own.
+   */
+  healthVersion: number;
   problems: Problem[];
   /** Latest ports: the heartbeat's when it sent any, else the registered ones. */
   ports: PortSnapshot[];
@@ -438,6 +445,7 @@ function newLiveNode(
     stateSinceMs: now,
     lastSeenMs: now,
     readings: new Map(),
+    healthVersion: 0,
     problems: [],
     ports: registeredPorts(inventory),
     statuses: new Map(),
@@ -913,6 +921,7 @@ export class Cluster {
       }
     }
     const portsChanged = this.#ingestPorts(node, input.ports ?? []);
+    if (healthChanged || portsChanged) node.healthVersion++;
     node.problems = [...input.problems];
     const failed = this.#ingestStatuses(node, input.replicas, input.generationSeen);
     this.#ingestEngineKeys(node, input.engineCredentials ?? []);
@@ -1625,6 +1634,7 @@ export class Cluster {
     // Store first: a refused write changes nothing.
     this.#o.store.replaceFaultClears(gpu.uuid, records);
     this.#clearedFaults.set(gpu.uuid, new Map(kept));
+    node.healthVersion++;
     const announced = this.#announcedFaults.get(`${node.record.id}/${gpu.index}`);
     for (const f of faults) announced?.delete(gpuFaultKey(f));
     return { gpu, faults, counting, before, after: this.#verdict(gpu, reading) };
@@ -1902,24 +1912,37 @@ export class Cluster {
    */
   readonly #schedulerNodeCache = new Map<
     string,
-    { readonly inventory: NodeInventory; readonly key: string; readonly node: SchedulerNode }
+    {
+      readonly inventory: NodeInventory;
+      readonly healthVersion: number;
+      readonly flags: string;
+      readonly node: SchedulerNode;
+    }
   >();
 
   #schedulerNodes(): SchedulerNode[] {
     const out: SchedulerNode[] = [];
     for (const n of this.#nodes.values()) {
-      const trouble = troubledFabrics(n.ports);
-      const healthy = n.inventory.gpus.map(
-        (g) => this.#verdict(g, n.readings.get(g.index)).healthy,
-      );
-      const key = `${n.state}|${n.record.cordoned}|${n.record.draining}|${healthy.map(Number).join("")}|${[...trouble.keys()].sort().join(",")}`;
+      const flags = `${n.state}|${n.record.cordoned}|${n.record.draining}`;
       const cached = this.#schedulerNodeCache.get(n.record.id);
-      if (cached?.inventory === n.inventory && cached.key === key) {
+      if (
+        cached?.inventory === n.inventory &&
+        cached.healthVersion === n.healthVersion &&
+        cached.flags === flags
+      ) {
         out.push(cached.node);
         continue;
       }
-      const node = this.#schedulerNode(n, healthy, trouble);
-      this.#schedulerNodeCache.set(n.record.id, { inventory: n.inventory, key, node });
+      const healthy = n.inventory.gpus.map(
+        (g) => this.#verdict(g, n.readings.get(g.index)).healthy,
+      );
+      const node = this.#schedulerNode(n, healthy, troubledFabrics(n.ports));
+      this.#schedulerNodeCache.set(n.record.id, {
+        inventory: n.inventory,
+        healthVersion: n.healthVersion,
+        flags,
+        node,
+      });
       out.push(node);
     }
     if (this.#schedulerNodeCache.size > this.#nodes.size) {
