@@ -208,7 +208,12 @@ async function waitForRollout(
         lastLoadingLine.set(r.replicaId, now);
       }
     }
-    const failed = last.unschedulable.filter((r) => r.code === FAILED_CODE);
+    // `failed` apart from placement problems; a control plane before it lists them only
+    // among the unschedulable reasons.
+    const failed =
+      last.failed.length > 0
+        ? last.failed
+        : last.unschedulable.filter((r) => r.code === FAILED_CODE);
     if (failed.length > 0) {
       for (const f of failed) out(f.message);
       out(

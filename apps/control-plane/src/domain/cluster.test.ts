@@ -293,6 +293,9 @@ describe("Cluster", () => {
     });
     const d = cluster.deploymentStatus("chat");
     expect(d.replicas[0]?.state).toBe(ReplicaState.FAILED);
+    expect(d.failed.map((r) => r.code)).toEqual(["LLMGW_CONTROL_PLANE_REPLICA_FAILED"]);
+    expect(d.failed[0]?.message).toContain("CUDA out of memory");
+    // Still listed with the placement problems too, for CLIs that read only those.
     expect(d.unschedulable.map((r) => r.message).join("\n")).toContain("CUDA out of memory");
     const failed = cluster.listEvents({ limit: 100 }).find((e) => e.severity === "error");
     expect(failed?.message).toContain("ready → failed");

@@ -1349,7 +1349,7 @@ export class Cluster {
     return d;
   }
 
-  /** A deployment with its replicas' states and unschedulable reasons. */
+  /** A deployment with its replicas' states, why some cannot be placed, which failed. */
   deploymentStatus(name: string): DeploymentStatus {
     const d = this.#requireDeployment(name);
     const replicas = this.#replicasOf(name);
@@ -1371,6 +1371,7 @@ export class Cluster {
       readyReplicas: replicas.filter((r) => r.state === ReplicaState.READY).length,
       replicas,
       unschedulable: [...reasons.map((r) => ({ code: r.code, message: r.message })), ...failed],
+      failed,
       createdAtUnixMs: BigInt(d.record.createdAtMs),
       updatedAtUnixMs: BigInt(d.record.updatedAtMs),
     });
