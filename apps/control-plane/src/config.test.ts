@@ -104,3 +104,27 @@ describe("splitListenAddress", () => {
     expect(splitListenAddress(address)).toEqual({ host, port });
   });
 });
+
+describe("the store option", () => {
+  it("defaults to sqlite: and takes postgres:// and postgresql:// URLs", () => {
+    expect(resolveControlPlaneOptions({ dataDir: "/d" }).store).toBe("sqlite:");
+    for (const store of ["postgres://u@db:5432/llmgw", "postgresql://db/llmgw"])
+      expect(resolveControlPlaneOptions({ dataDir: "/d", store }).store).toBe(store);
+  });
+
+  it.each(["mysql://u:s3cret@db/x", "postgres://u:s3cret@db/with space", "sqlite:/tmp/x"])(
+    "refuses %s without echoing it (it may hold a password)",
+    (store) => {
+      let message = "";
+      try {
+        resolveControlPlaneOptions({ dataDir: "/d", store });
+      } catch (error) {
+        expect((error as { code?: string }).code).toBe("LLMGW_CONTROL_PLANE_CONFIG_INVALID");
+        message = (error as Error).message;
+      }
+      expect(message).toContain('store: must be "sqlite:" or a postgres:// URL');
+      expect(message).not.toContain("s3cret");
+      expect(message).not.toContain(store);
+    },
+  );
+});

@@ -1,9 +1,10 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { UsageError } from "../command.js";
 import { quietIo } from "../testing.js";
-import { command, parseCount, parseDurationMs } from "./control-plane.js";
+import { command, parseCount, parseDurationMs, storeUrl } from "./control-plane.js";
 
 describe("control-plane flag values", () => {
   it.each([
@@ -103,6 +104,60 @@ describe("llmgw control-plane", () => {
     );
     await expect(runUntilReady(["--routing-keepalive", "soon"])).rejects.toThrow(
       /--routing-keepalive must be a duration/,
+    );
+  });
+});
+
+describe("the store URL (storeUrl)", () => {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+  const file = (text: string) => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-store-url-"));
+    dirs.push(dir);
+    const f = join(dir, "url");
+    writeFileSync(f, text, { mode: 0o600 });
+    return f;
+  };
+
+  it("takes --store, then --store-url-file (trimmed), then LLMGW_STORE_URL", () => {
+    expect(storeUrl("postgres://llmgw@db/llmgw", undefined, "postgres://env/x")).toBe(
+      "postgres://llmgw@db/llmgw",
+    );
+    expect(storeUrl(undefined, file("postgres://u:secret@db/x\n"), undefined)).toBe(
+      "postgres://u:secret@db/x",
+    );
+    expect(storeUrl(undefined, undefined, " postgres://env/x ")).toBe("postgres://env/x");
+    expect(storeUrl(undefined, undefined, "")).toBeUndefined();
+    expect(storeUrl("sqlite:", undefined, undefined)).toBe("sqlite:");
+  });
+
+  it.each(["postgres://llmgw:s3cret@db/llmgw", "postgresql://db/llmgw?user=llmgw&password=s3cret"])(
+    "refuses a password on the command line without echoing it: %s",
+    (url) => {
+      let message = "";
+      try {
+        storeUrl(url, undefined, undefined);
+      } catch (error) {
+        expect(error).toBeInstanceOf(UsageError);
+        message = (error as Error).message;
+      }
+      expect(message).toContain("process list");
+      expect(message).not.toContain("s3cret");
+    },
+  );
+
+  it("refuses both flags, an unreadable file and an empty one", () => {
+    expect(() => storeUrl("sqlite:", file("x"), undefined)).toThrow(
+      "give --store or --store-url-file, not both",
+    );
+    expect(() => storeUrl(undefined, "/nonexistent/url", undefined)).toThrow(
+      /cannot read --store-url-file \/nonexistent\/url: ENOENT/,
+    );
+    const empty = file(" \n");
+    expect(() => storeUrl(undefined, empty, undefined)).toThrow(
+      `--store-url-file ${empty} is empty`,
     );
   });
 });

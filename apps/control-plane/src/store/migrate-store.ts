@@ -75,25 +75,20 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
   };
 }
 
-/** Per-table sha256 of the records as JSON with their keys sorted (absent fields left out). */
-function digests(s: StoreSnapshot): Record<StoreTable, string> {
+/**
+ * Per table, the row count and the sha256 of the records as JSON with their keys sorted
+ * (absent fields left out).
+ */
+function summarize(s: StoreSnapshot): Record<StoreTable, { rows: number; sha256: string }> {
   const lists = canonical(s);
-  const out = {} as Record<StoreTable, string>;
+  const out = {} as Record<StoreTable, { rows: number; sha256: string }>;
   for (const table of STORE_TABLES) {
     const hash = createHash("sha256");
     for (const record of lists[table])
       hash.update(`${JSON.stringify(record, Object.keys(record as object).sort())}\n`);
-    out[table] = hash.digest("hex");
+    out[table] = { rows: lists[table].length, sha256: hash.digest("hex") };
   }
   return out;
-}
-
-function counts(s: StoreSnapshot): Record<StoreTable, number> {
-  const lists = canonical(s);
-  return Object.fromEntries(STORE_TABLES.map((t) => [t, lists[t].length])) as Record<
-    StoreTable,
-    number
-  >;
 }
 
 /** Reads the SQLite store of `dataDir` from an online backup (the file itself is not opened for writing). */
@@ -154,8 +149,7 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
   );
   const source = await readSqlite(options.fromDataDir);
   const database = await openPostgresDatabase({ url: options.toUrl, tokens });
-  const want = digests(source);
-  const expected = counts(source);
+  const want = summarize(source);
   const client = await database.connect();
   try {
     await client.query("BEGIN");
@@ -236,15 +230,15 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
         e.severity,
       ]);
     // Checked before it commits: a copy that differs is never left behind.
-    const copied = await readSnapshot(client, EVERY_EVENT, true);
-    const got = digests(copied);
-    const have = counts(copied);
-    const wrong = STORE_TABLES.filter((t) => got[t] !== want[t] || have[t] !== expected[t]);
+    const got = summarize(await readSnapshot(client, EVERY_EVENT, true));
+    const wrong = STORE_TABLES.filter(
+      (t) => got[t].sha256 !== want[t].sha256 || got[t].rows !== want[t].rows,
+    );
     if (wrong.length > 0)
       throw new ControlPlaneError(
         "LLMGW_CONTROL_PLANE_STORE_FAILED",
         `the copy in ${database.location} differs from the source in ${wrong
-          .map((t) => `${t} (${have[t]} rows, ${expected[t]} expected)`)
+          .map((t) => `${t} (${got[t].rows} rows, ${want[t].rows} expected)`)
           .join(", ")}; nothing was committed`,
       );
     await client.query("COMMIT");
@@ -260,10 +254,13 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
     await client.end().catch(() => {});
   }
   const checksum = createHash("sha256")
-    .update(STORE_TABLES.map((t) => want[t]).join("\n"))
+    .update(STORE_TABLES.map((t) => want[t].sha256).join("\n"))
     .digest("hex");
   return {
-    counts: expected,
+    counts: Object.fromEntries(STORE_TABLES.map((t) => [t, want[t].rows])) as Record<
+      StoreTable,
+      number
+    >,
     checksum,
     target: database.location,
     durationMs: Math.round(performance.now() - started),

@@ -149,6 +149,56 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     store.close();
   });
 
+  it("refuses a second key with the same secret, as SQLite's unique index does, and keeps the first", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    const key = { id: "k1", name: "a", prefix: "sk", secretHash: "ff", models: [], createdAtMs: 1 };
+    store.putApiKey(key);
+    let code = "";
+    try {
+      store.putApiKey({ ...key, id: "k2", name: "b" });
+    } catch (error) {
+      code = (error as { code?: string }).code ?? "";
+    }
+    expect(code).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect(store.listApiKeys().map((k) => k.id)).toEqual(["k1"]);
+    await store.flush();
+    expect(await count(url, "api_keys")).toBe(1);
+    store.close();
+  });
+
+  it("resigning hands the lease over at once and keeps the resigner out for three ttls", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const lease = (id: string) =>
+      startLeaderLease({
+        database: db,
+        instanceId: id,
+        url: `http://${id}`,
+        version: "test",
+        ttlMs: 600,
+        pollMs: 50,
+        onElected: () => {},
+        onDeposed: () => {},
+      });
+    const a = lease("a");
+    await expect.poll(() => a.writer?.epoch, { timeout: 5_000 }).toBe(1);
+    const b = lease("b");
+    await expect.poll(() => b.leader?.holder, { timeout: 5_000 }).toBe("a");
+    const resignedAt = performance.now();
+    await a.resign("its state failed to load");
+    expect(a.writer).toBeUndefined();
+    await expect.poll(() => b.writer?.epoch, { timeout: 5_000 }).toBe(2);
+    expect(performance.now() - resignedAt).toBeLessThan(600);
+    // b stops: a takes the lease again, but only once its three ttls are over.
+    await b.close();
+    await expect.poll(() => a.writer?.epoch, { timeout: 5_000 }).toBe(3);
+    expect(performance.now() - resignedAt).toBeGreaterThanOrEqual(3 * 600);
+    await a.close();
+  });
+
   it("fences: after another instance takes the lease the old writer commits nothing", async () => {
     const url = await server.createDatabase();
     const db = await openPostgresDatabase({ url, tokens: TOKENS });

@@ -323,8 +323,6 @@ interface Statement {
 export interface PostgresStore extends ClusterStore {
   /** Writes queued and not yet committed. */
   readonly pending: number;
-  /** Ends the writer: queued writes are dropped, waiting flushes rejected with `error`. */
-  abandon(error: ControlPlaneError): void;
 }
 
 const keyOf = (replicaId: string, rank: number) => `${replicaId}\u0000${rank}`;
@@ -718,7 +716,6 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         waiters.push({ seq, resolve, reject, timer });
       });
     },
-    abandon: (error) => fail(error),
     close: () => {
       fail(
         new ControlPlaneError(
