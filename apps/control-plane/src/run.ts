@@ -9,6 +9,7 @@ import {
   Code,
   ConnectError,
   type ConnectRouter,
+  type HandlerContext,
   type Interceptor,
   type ServiceImpl,
 } from "@connectrpc/connect";
@@ -50,12 +51,20 @@ import { createAgentService, createAgentStreams } from "./rpc/agent-service.js";
 import { createAgentStreamFastPath } from "./rpc/agent-stream-fast-path.js";
 import { createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
-import { ERROR_CODE_HEADER, errorMappingInterceptor, LEADER_HEADER } from "./rpc/errors.js";
+import {
+  COPY_AGE_HEADER,
+  ERROR_CODE_HEADER,
+  errorMappingInterceptor,
+  LEADER_HEADER,
+  SERVED_BY_HEADER,
+} from "./rpc/errors.js";
 import { createRouterService, routerServiceContextValues } from "./rpc/router-service.js";
 import { type LeaderInfo, type LeaderLease, startLeaderLease } from "./store/postgres-lease.js";
 import { openPostgresDatabase, openPostgresStore } from "./store/postgres-store.js";
+import { snapshotStore } from "./store/snapshot-store.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
+import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
 
 /** The version the control plane reports in `GetClusterStatus`. */
 export const CONTROL_PLANE_VERSION = "0.1.0";
@@ -191,6 +200,55 @@ function refusingService<S extends DescService>(
   return impl as ServiceImpl<S>;
 }
 
+/** The `ClusterService` reads a follower answers from its warm copy of the state. */
+export const FOLLOWER_READS: ReadonlySet<string> = new Set([
+  "listNodes",
+  "getNode",
+  "getDeployment",
+  "listDeployments",
+  "listReplicas",
+  "listApiKeys",
+  "listEvents",
+  "getClusterStatus",
+]);
+
+/** What a follower serves reads from: a read-only cluster over a snapshot, and its service. */
+interface FollowerCopy {
+  readonly cluster: Cluster;
+  readonly service: ServiceImpl<typeof ClusterService>;
+}
+
+/**
+ * A follower's `ClusterService`: the reads of {@link FOLLOWER_READS} from its warm copy,
+ * marked as such ({@link SERVED_BY_HEADER}, {@link COPY_AGE_HEADER}, the leader when known);
+ * every other call, and any read before the first copy, refused as {@link notLeader}.
+ */
+function followerClusterService(
+  refuse: () => ConnectError,
+  copy: () => WarmCopyState<FollowerCopy> | undefined,
+  leader: () => LeaderInfo | undefined,
+): ServiceImpl<typeof ClusterService> {
+  const impl = refusingService(ClusterService, refuse) as Record<string, unknown>;
+  for (const method of ClusterService.methods) {
+    const name = method.localName;
+    if (!FOLLOWER_READS.has(name)) continue;
+    impl[name] = (req: unknown, ctx: HandlerContext) => {
+      const held = copy();
+      if (held === undefined) throw refuse();
+      ctx.responseHeader.set(SERVED_BY_HEADER, "follower");
+      ctx.responseHeader.set(COPY_AGE_HEADER, String(Math.max(0, Date.now() - held.readAtMs)));
+      const url = leader()?.url;
+      if (url !== undefined) ctx.responseHeader.set(LEADER_HEADER, url);
+      const read = (held.value.service as Record<string, unknown>)[name] as (
+        req: unknown,
+        ctx: HandlerContext,
+      ) => unknown;
+      return read(req, ctx);
+    };
+  }
+  return impl as ServiceImpl<typeof ClusterService>;
+}
+
 /**
  * Unary answers wait until what the call changed is durable (`ClusterStore.flush`): nothing
  * a client was told is lost when the leader dies. Streams wait per message where it matters
@@ -279,18 +337,28 @@ export async function startControlPlane(
   const readMaxBytes = 4 * 1024 * 1024;
   let selfUrl = "";
 
+  const clusterOptions = (store: ClusterStore) => ({
+    store,
+    schedule: deps.schedule ?? defaultSchedule,
+    clock,
+    heartbeatIntervalMs: resolved.heartbeatIntervalMs,
+    unreachableAfterMs: resolved.heartbeatIntervalMs * resolved.unreachableAfterMissed,
+    nodeLostAfterMs: resolved.nodeLostAfterMs,
+    rendezvousPortMin: resolved.rendezvousPortMin,
+    rendezvousPortMax: resolved.rendezvousPortMax,
+    maxNodes: resolved.maxNodes,
+  });
+  const storeKind = postgres === undefined ? "sqlite" : "postgres";
+  const controlPlanes = async () => {
+    if (lease === undefined) return [];
+    const leader = lease.leader;
+    return (await lease.instances()).map((i) => ({ ...i, leader: i.id === leader?.holder }));
+  };
+
   const startTerm = (store: ClusterStore): Term => {
     const shutdown = new AbortController();
     const cluster = new Cluster({
-      store,
-      schedule: deps.schedule ?? defaultSchedule,
-      clock,
-      heartbeatIntervalMs: resolved.heartbeatIntervalMs,
-      unreachableAfterMs: resolved.heartbeatIntervalMs * resolved.unreachableAfterMissed,
-      nodeLostAfterMs: resolved.nodeLostAfterMs,
-      rendezvousPortMin: resolved.rendezvousPortMin,
-      rendezvousPortMax: resolved.rendezvousPortMax,
-      maxNodes: resolved.maxNodes,
+      ...clusterOptions(store),
       log,
       defer: (run) => {
         setImmediate(() => {
@@ -334,15 +402,8 @@ export async function startControlPlane(
             shutdown: shutdown.signal,
             routers,
             flushRouting: () => routing.flush(),
-            store: postgres === undefined ? "sqlite" : "postgres",
-            controlPlanes: async () => {
-              if (lease === undefined) return [];
-              const leader = lease.leader;
-              return (await lease.instances()).map((i) => ({
-                ...i,
-                leader: i.id === leader?.holder,
-              }));
-            },
+            store: storeKind,
+            controlPlanes,
           }),
         );
         r.service(
@@ -388,12 +449,22 @@ export async function startControlPlane(
     ended.store.close();
   };
 
+  /** While following over PostgreSQL: the state as last read, for reads. */
+  let warm: WarmCopy<FollowerCopy> | undefined;
   const follower = connectNodeAdapter({
     readMaxBytes,
+    interceptors: [errorMappingInterceptor],
     routes: (r: ConnectRouter) => {
       const refuse = () => notLeader(selfUrl, lease?.leader);
       r.service(AgentService, refusingService(AgentService, refuse));
-      r.service(ClusterService, refusingService(ClusterService, refuse));
+      r.service(
+        ClusterService,
+        followerClusterService(
+          refuse,
+          () => warm?.current,
+          () => lease?.leader,
+        ),
+      );
       r.service(RouterService, refusingService(RouterService, refuse));
     },
   });
@@ -522,8 +593,35 @@ export async function startControlPlane(
       const instanceId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
       /** Bumped on every election and deposal: a store loaded for an older one is dropped. */
       let elections = 0;
+      const follow = () => {
+        if (warm !== undefined || stopping.signal.aborted) return;
+        warm = startWarmCopy({
+          database,
+          eventsKept: resolved.eventsKept,
+          log,
+          build: (snapshot): FollowerCopy => {
+            const cluster = new Cluster({
+              ...clusterOptions(snapshotStore(snapshot, database.location)),
+              readOnly: true,
+            });
+            const service = createClusterService(cluster, dataDir.adminToken, {
+              version: CONTROL_PLANE_VERSION,
+              shutdown: stopping.signal,
+              store: storeKind,
+              controlPlanes,
+            });
+            return { cluster, service };
+          },
+        });
+      };
+      const unfollow = () => {
+        void warm?.close();
+        warm = undefined;
+      };
+      follow();
       const depose = (reason: string) => {
         elections++;
+        follow();
         if (term === undefined) return;
         endTerm(
           term,
@@ -543,6 +641,7 @@ export async function startControlPlane(
         onDeposed: depose,
         onElected: (writer) => {
           const election = ++elections;
+          unfollow();
           const startedAt = performance.now();
           openPostgresStore({
             database,
@@ -642,6 +741,7 @@ export async function startControlPlane(
             });
             endTerm(ending, shuttingDown);
           }
+          await warm?.close();
           await lease?.close();
           const anyForced = forced || routerReport?.forced === true;
           log(
@@ -657,6 +757,7 @@ export async function startControlPlane(
     if (term !== undefined)
       endTerm(term, new ControlPlaneError("LLMGW_CONTROL_PLANE_SHUTTING_DOWN", "start failed"));
     sqlite?.close();
+    await warm?.close();
     await lease?.close();
     await closeServers(servers, 0);
     await router?.stop(0);

@@ -26,6 +26,19 @@ function instance(name: string, role: { leads: true } | { leader?: string }): Tr
   });
 }
 
+/** A follower answering reads from its copy (version `name`), naming `leader`. */
+function readingFollower(name: string, leader: string): Transport {
+  return createRouterTransport(({ service }) => {
+    service(ClusterService, {
+      getClusterStatus: (_req, ctx) => {
+        ctx.responseHeader.set("llmgw-served-by", "follower");
+        ctx.responseHeader.set("llmgw-leader", leader);
+        return create(GetClusterStatusResponseSchema, { version: name });
+      },
+    } as never);
+  });
+}
+
 /** An instance that is down: every call fails as a refused connection does. */
 const down: Transport = {
   unary: () =>
@@ -47,6 +60,31 @@ function clientOver(map: Record<string, Transport>, moves: string[] = []) {
 }
 
 describe("createFailoverTransport", () => {
+  it("asks the leader again when a follower answered a read from its copy, and stays there", async () => {
+    const moves: string[] = [];
+    const { client, transport } = clientOver(
+      {
+        "http://a": readingFollower("a's copy", "http://b/"),
+        "http://b": instance("b", { leads: true }),
+      },
+      moves,
+    );
+    expect((await client.getClusterStatus({})).version).toBe("b");
+    expect(transport.current).toBe("http://b");
+    expect(moves).toEqual(["http://a→http://b (a follower's copy)"]);
+  });
+
+  it("keeps a follower's read when the leader it names is down or not listed", async () => {
+    const named = clientOver({
+      "http://a": readingFollower("a's copy", "http://b"),
+      "http://b": down,
+    });
+    expect((await named.client.getClusterStatus({})).version).toBe("a's copy");
+    expect(named.transport.current).toBe("http://a");
+    const unlisted = clientOver({ "http://a": readingFollower("a's copy", "http://evil") });
+    expect((await unlisted.client.getClusterStatus({})).version).toBe("a's copy");
+  });
+
   it("follows a follower's hint to the leader and stays there", async () => {
     const moves: string[] = [];
     const { client, transport } = clientOver(

@@ -13,13 +13,18 @@ import {
  * `llmgw-leader`; an instance that is down refuses the connection. Neither ran the call, so
  * a unary call moves on at once: to the named leader when it is one of the listed URLs
  * (a follower cannot send a client to a host the operator did not list), else to the next
- * URL, each at most once per call. Streams cannot be replayed: their failure moves the
- * transport along, and the caller's next stream goes there.
+ * URL, each at most once per call. A follower answers reads from its copy of the state,
+ * marked `llmgw-served-by: follower`: such an answer naming a listed leader is asked again
+ * of the leader (a read is safe to repeat), whose answer wins; the follower's stands when
+ * the leader fails. Streams cannot be replayed: their failure moves the transport along,
+ * and the caller's next stream goes there.
  */
 
 /** Header of a follower's refusal naming the leader (the control plane's `LEADER_HEADER`). */
 export const LEADER_HEADER = "llmgw-leader";
 const ERROR_CODE_HEADER = "llmgw-error-code";
+/** Header of a read a follower answered from its copy (the control plane's `SERVED_BY_HEADER`). */
+export const SERVED_BY_HEADER = "llmgw-served-by";
 const NOT_LEADER = "LLMGW_CONTROL_PLANE_NOT_LEADER";
 const SHUTTING_DOWN = "LLMGW_CONTROL_PLANE_SHUTTING_DOWN";
 
@@ -142,17 +147,29 @@ export function createFailoverTransport(options: FailoverTransportOptions): Fail
     async unary(method, signal, timeoutMs, header, input, contextValues) {
       const tried = new Set<string>();
       let url = current;
+      const call = (at: string) =>
+        transportOf(at).unary(method, signal, timeoutMs, header, input, contextValues) as Promise<
+          UnaryResponse<never, never>
+        >;
       for (;;) {
         tried.add(url);
         try {
-          return (await transportOf(url).unary(
-            method,
-            signal,
-            timeoutMs,
-            header,
-            input,
-            contextValues,
-          )) as UnaryResponse<never, never>;
+          const answer = await call(url);
+          const leader = answer.header.get(LEADER_HEADER)?.replace(/\/+$/, "");
+          if (
+            answer.header.get(SERVED_BY_HEADER) !== "follower" ||
+            leader === undefined ||
+            !urls.includes(leader) ||
+            tried.has(leader)
+          )
+            return answer;
+          try {
+            const fromLeader = await call(leader);
+            moveFrom(url, leader, "a follower's copy");
+            return fromLeader;
+          } catch {
+            return answer;
+          }
         } catch (error) {
           const verdict = classifyControlPlaneError(error);
           if (verdict.action === "stay" || signal?.aborted) throw error;

@@ -10,6 +10,7 @@ export {
   type FailoverTransport,
   type FailoverTransportOptions,
   LEADER_HEADER,
+  SERVED_BY_HEADER,
   splitControlPlaneUrls,
 } from "./failover.js";
 export {

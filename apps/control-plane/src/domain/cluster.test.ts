@@ -175,6 +175,66 @@ describe("Cluster", () => {
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
   });
 
+  it("records each node's liveness when it changes, never per heartbeat, for followers to show", () => {
+    const writes: string[] = [];
+    const counted: ClusterStore = {
+      ...store,
+      putNode: (r) => {
+        writes.push(`node ${r.hostname} ${r.state}`);
+        store.putNode(r);
+      },
+      putNodeState: (id, state, sinceMs) => {
+        writes.push(`state ${id} ${state} ${sinceMs}`);
+        store.putNodeState(id, state, sinceMs);
+      },
+    };
+    const joinedAt = clock.now();
+    const cluster = new Cluster({
+      store: counted,
+      schedule,
+      clock,
+      heartbeatIntervalMs: INTERVAL,
+      unreachableAfterMs: 3 * INTERVAL,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+    });
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    expect(writes).toEqual(["node node-a ready"]);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(INTERVAL);
+      cluster.heartbeat(a.nodeId, { gpus: [], replicas: [], problems: [] });
+      cluster.tick();
+    }
+    expect(writes).toEqual(["node node-a ready"]);
+    clock.advance(3 * INTERVAL);
+    cluster.tick();
+    const silentAt = clock.now();
+    cluster.heartbeat(a.nodeId, { gpus: [], replicas: [], problems: [] });
+    expect(writes.slice(1)).toEqual([
+      `state ${a.nodeId} unreachable ${silentAt}`,
+      `state ${a.nodeId} ready ${silentAt}`,
+    ]);
+
+    // A follower's read-only copy shows what was recorded; a leader starting does not trust it.
+    expect(store.listNodes()[0]).toMatchObject({ state: "ready", stateSinceMs: silentAt });
+    expect(joinedAt).toBeLessThan(silentAt);
+    clock.advance(5 * INTERVAL);
+    const readOnly = new Cluster({
+      store,
+      schedule,
+      clock,
+      heartbeatIntervalMs: INTERVAL,
+      unreachableAfterMs: 3 * INTERVAL,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+      readOnly: true,
+    });
+    expect(readOnly.getNode(a.nodeId).state).toBe(NodeState.READY);
+    expect(newCluster().nodeState(a.nodeId)).toBe("unreachable");
+  });
+
   it("hands the scheduler the same object for a node that did not change, a new one for a node that did", () => {
     const seen: (readonly SchedulerNode[])[] = [];
     const cluster = new Cluster({

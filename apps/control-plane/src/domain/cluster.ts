@@ -122,6 +122,12 @@ export interface ClusterOptions {
   readonly resetOpenMs?: number;
   /** Events kept in memory while the store fails. Default {@link UNWRITTEN_EVENTS_KEPT}. */
   readonly unwrittenEventsKept?: number;
+  /**
+   * A follower's copy: the stored state as the leader left it, for reads only. Nothing is
+   * placed or cleaned up on construction, and nodes keep the liveness the leader recorded
+   * ({@link NodeRecord.state}). Its mutations throw from the (read-only) store.
+   */
+  readonly readOnly?: boolean;
 }
 
 /** What an agent registers with. */
@@ -442,7 +448,7 @@ function newLiveNode(
     record,
     inventory,
     state,
-    stateSinceMs: now,
+    stateSinceMs: record.state === state ? (record.stateSinceMs ?? now) : now,
     lastSeenMs: now,
     readings: new Map(),
     healthVersion: 0,
@@ -556,6 +562,8 @@ export class Cluster {
   #placementsUnsaved = false;
   /** True when a replica status write failed: the store's statuses are stale until a tick. */
   #statusesUnsaved = false;
+  /** True when a node state write failed: written again at a tick. */
+  #nodeStatesUnsaved = false;
   readonly #changeListeners = new Set<ChangeListener>();
   /** {@link onDesiredChange} listeners by node id. */
   readonly #desiredListeners = new Map<string, Set<() => void>>();
@@ -638,11 +646,13 @@ export class Cluster {
         );
       }
       // Not heard from since this control plane started: unreachable until its agent
-      // heartbeats (its replicas stay placed), lost if it never does.
-      this.#nodes.set(record.id, newLiveNode(record, inventory, "unreachable", now));
+      // heartbeats (its replicas stay placed), lost if it never does. A follower's copy
+      // shows what the leader recorded.
+      const state = options.readOnly ? (record.state ?? "unreachable") : "unreachable";
+      this.#nodes.set(record.id, newLiveNode(record, inventory, state, now));
     }
     this.#restoreStatuses();
-    this.#reconcile("control plane started", { quietIfUnchanged: true });
+    if (!options.readOnly) this.#reconcile("control plane started", { quietIfUnchanged: true });
   }
 
   /**
@@ -664,6 +674,7 @@ export class Cluster {
       node.statuses.set(statusKey(r.replicaId, r.rank), status);
       restored++;
     }
+    if (this.#o.readOnly) return;
     if (restored > 0)
       this.#o.log?.(
         `restored the last reported status of ${restored} replica rank${restored === 1 ? "" : "s"}; each holds until its node reports again or is lost`,
@@ -767,6 +778,8 @@ export class Cluster {
       draining: previous?.record.draining ?? false,
       revoked: false,
       registeredAtMs: previous?.record.registeredAtMs ?? now,
+      state: "ready",
+      stateSinceMs: previous?.state === "ready" ? previous.stateSinceMs : now,
     };
     this.#o.store.putNode(record);
     // Endpoints are the advertise address and the engine's port.
@@ -1080,6 +1093,7 @@ export class Cluster {
     if (this.#unwrittenEvents.length > 0) this.#writeEvents();
     if (this.#placementsUnsaved) this.#resavePlacements();
     if (this.#statusesUnsaved) this.#resaveStatuses();
+    if (this.#nodeStatesUnsaved) this.#resaveNodeStates();
     const now = this.#o.clock.now();
     let lost = false;
     for (const node of this.#nodes.values()) {
@@ -1100,6 +1114,7 @@ export class Cluster {
     const from = node.state;
     node.state = next;
     node.stateSinceMs = now;
+    this.#saveNodeState(node);
     // Routers leave out the replicas with a rank on a lost node (see readyReplicas).
     if (from === "lost" || next === "lost") this.#routingChange();
     this.#touch();
@@ -1116,6 +1131,38 @@ export class Cluster {
       message,
       next === "ready" ? "info" : next === "lost" ? "error" : "warning",
     );
+  }
+
+  /**
+   * Records `node`'s liveness for followers to show. Like statuses, a failing store does not
+   * fail the heartbeat or tick that changed it: every node's is written again at a tick.
+   */
+  #saveNodeState(node: LiveNode): void {
+    if (node.record.state === node.state && node.record.stateSinceMs === node.stateSinceMs) return;
+    node.record = { ...node.record, state: node.state, stateSinceMs: node.stateSinceMs };
+    if (this.#nodeStatesUnsaved) return;
+    try {
+      this.#o.store.putNodeState(node.record.id, node.state, node.stateSinceMs);
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      this.#nodeStatesUnsaved = true;
+      this.#o.log?.(
+        `node states kept in memory only, written again at a tick once the store takes writes: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  #resaveNodeStates(): void {
+    try {
+      this.#o.store.transaction(() => {
+        for (const n of this.#nodes.values())
+          this.#o.store.putNodeState(n.record.id, n.state, n.stateSinceMs);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      return;
+    }
+    this.#nodeStatesUnsaved = false;
   }
 
   /**

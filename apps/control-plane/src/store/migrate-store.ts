@@ -204,7 +204,7 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
     for (const r of source.nodes)
       await insert(
         "nodes",
-        "id, hostname, credential_hash, inventory, advertise_address, cordoned, draining, revoked, registered_at_ms, reset_pending",
+        "id, hostname, credential_hash, inventory, advertise_address, cordoned, draining, revoked, registered_at_ms, reset_pending, state, state_since_ms",
         nodeValues(r),
       );
     for (const r of source.faultClears)

@@ -79,6 +79,11 @@ export const MIGRATIONS: readonly string[] = [
      started_at_ms INTEGER,
      PRIMARY KEY (replica_id, rank)
    );`,
+  // The leader's last word on each node's liveness, written when it changes (never per
+  // heartbeat): what followers show. A leader starting ignores it: a node is unreachable
+  // until it heartbeats to that leader.
+  `ALTER TABLE nodes ADD COLUMN state TEXT;
+   ALTER TABLE nodes ADD COLUMN state_since_ms INTEGER;`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */

@@ -10,6 +10,7 @@ import {
   type PostgresDatabase,
   redactStoreUrl,
 } from "./postgres-store.js";
+import { startWarmCopy } from "./warm-copy.js";
 
 const skip = postgresUnavailable();
 const TOKENS = ["join-aaaaaaaaaaaaaaaa", "admin-bbbbbbbbbbbbbb", "router-cccccccccccc"];
@@ -109,7 +110,10 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     expect(store.pending).toBe(0);
     expect(await count(url, "events")).toBe(5);
 
+    store.putNodeState("n1", "lost", 9);
+    await store.flush();
     const again = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(again.listNodes()[0]).toMatchObject({ state: "lost", stateSinceMs: 9 });
     expect(again.listDeployments()).toEqual(store.listDeployments());
     expect(again.listPlacements()).toEqual(store.listPlacements());
     expect(again.listNodes()).toEqual(store.listNodes());
@@ -125,6 +129,46 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     store.close();
     again.close();
   });
+
+  it("a warm copy is read again after each commit the leader notifies, and after an outage", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    const lines: string[] = [];
+    const copy = startWarmCopy({
+      database: db,
+      eventsKept: 100,
+      build: (s) => s.deployments.map((d) => d.name),
+      log: (line) => lines.push(line),
+      minIntervalMs: 20,
+      // Only a notification can bring a change within the test's time.
+      pollMs: 600_000,
+    });
+    try {
+      expect((await copy.refreshed()).value).toEqual([]);
+      const put = (name: string) =>
+        store.putDeployment({ name, specJson: "{}", revision: 1, createdAtMs: 1, updatedAtMs: 1 });
+      put("chat");
+      await store.flush();
+      await expect.poll(() => copy.current?.value, { timeout: 5_000 }).toEqual(["chat"]);
+
+      server.stop();
+      void copy.refreshed();
+      // The database is down: the copy keeps what it had, and says why once.
+      await expect.poll(() => lines.length, { timeout: 5_000 }).toBeGreaterThan(0);
+      expect(copy.current?.value).toEqual(["chat"]);
+      expect(lines[0]).toContain("cannot be read");
+      server.start();
+      put("code");
+      await store.flush(15_000);
+      await expect.poll(() => copy.current?.value, { timeout: 10_000 }).toEqual(["chat", "code"]);
+      expect(lines.at(-1)).toContain("current again");
+    } finally {
+      await copy.close();
+      store.close();
+    }
+  }, 40_000);
 
   it("a failed transaction leaves neither the copy nor the database changed", async () => {
     const url = await server.createDatabase();

@@ -107,6 +107,9 @@ export function isTransientPgError(error: unknown): boolean {
   );
 }
 
+/** The channel the leader notifies in every transaction it commits: followers re-read. */
+export const STATE_CHANGED_CHANNEL = "llmgw_state_changed";
+
 /** A PostgreSQL database holding (or about to hold) a cluster's state. */
 export interface PostgresDatabase {
   /** The URL without its password. */
@@ -450,6 +453,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       }
       for (const { statements } of batch)
         for (const s of statements) await c.query(s.text, s.values as unknown[]);
+      // Delivered at COMMIT, to followers' warm copies (store/warm-copy.ts).
+      await c.query(`NOTIFY ${STATE_CHANGED_CHANNEL}`);
       await c.query("COMMIT");
       queue.splice(0, batch.length);
       committedSeq = lastSeq;
@@ -576,17 +581,31 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       write(
         {
           text: `INSERT INTO nodes (id, hostname, credential_hash, inventory, advertise_address,
-                   cordoned, draining, revoked, registered_at_ms, reset_pending)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                   cordoned, draining, revoked, registered_at_ms, reset_pending, state,
+                   state_since_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                  ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname,
                    credential_hash = excluded.credential_hash, inventory = excluded.inventory,
                    advertise_address = excluded.advertise_address, cordoned = excluded.cordoned,
                    draining = excluded.draining, revoked = excluded.revoked,
                    registered_at_ms = excluded.registered_at_ms,
-                   reset_pending = excluded.reset_pending`,
+                   reset_pending = excluded.reset_pending, state = excluded.state,
+                   state_since_ms = excluded.state_since_ms`,
           values: nodeValues(r),
         },
         () => restore(nodes, r.id, before),
+      );
+    },
+    putNodeState: (id, state, sinceMs) => {
+      const before = nodes.get(id);
+      if (before === undefined) return;
+      nodes.set(id, { ...before, state, stateSinceMs: sinceMs });
+      write(
+        {
+          text: "UPDATE nodes SET state = $1, state_since_ms = $2 WHERE id = $3",
+          values: [state, sinceMs, id],
+        },
+        () => restore(nodes, id, before),
       );
     },
     deleteNode: (id) => {

@@ -53,6 +53,8 @@ export interface NodeRow {
   revoked: number;
   registered_at_ms: number;
   reset_pending: number;
+  state: string | null;
+  state_since_ms: number | null;
 }
 export interface FaultClearRow {
   gpu_uuid: string;
@@ -155,11 +157,17 @@ export const nodeFromRow = (r: NodeRow): NodeRecord => ({
   // The column holds the reset's expiry (epoch ms, 0 = none); a 1 written before resets
   // expired reads as long past, so such a reset lapses.
   resetUntilMs: r.reset_pending > 0 ? r.reset_pending : undefined,
+  ...(isNodeLiveness(r.state) && r.state_since_ms !== null
+    ? { state: r.state, stateSinceMs: r.state_since_ms }
+    : {}),
 });
+
+const isNodeLiveness = (s: string | null): s is NonNullable<NodeRecord["state"]> =>
+  s === "ready" || s === "unreachable" || s === "lost";
 
 /**
  * Columns (id, hostname, credential_hash, inventory, advertise_address, cordoned, draining,
- * revoked, registered_at_ms, reset_pending).
+ * revoked, registered_at_ms, reset_pending, state, state_since_ms).
  */
 export const nodeValues = (r: NodeRecord): unknown[] => [
   r.id,
@@ -172,6 +180,8 @@ export const nodeValues = (r: NodeRecord): unknown[] => [
   r.revoked ? 1 : 0,
   r.registeredAtMs,
   r.resetUntilMs ?? 0,
+  r.state ?? null,
+  r.stateSinceMs ?? null,
 ];
 
 export const faultClearFromRow = (r: FaultClearRow): FaultClearRecord => ({

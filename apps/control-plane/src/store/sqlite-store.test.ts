@@ -118,6 +118,18 @@ describe("openSqliteStore", () => {
     expect(again.listEvents({ limit: 3 }).map((e) => e.message)).toEqual(["m37", "m38", "m39"]);
   });
 
+  it("keeps a node's recorded liveness, and leaves a node without one without", () => {
+    const first = openStore();
+    fill(first);
+    expect(first.listNodes()[0]?.state).toBeUndefined();
+    first.putNodeState("a-1", "unreachable", 77);
+    first.putNodeState("not-stored", "ready", 78);
+    first.close();
+    const [node, ...rest] = openStore({ expectExisting: true }).listNodes();
+    expect(node).toMatchObject({ id: "a-1", state: "unreachable", stateSinceMs: 77 });
+    expect(rest).toEqual([]);
+  });
+
   it("keeps a GPU's cleared faults across a reopen, and replaces them per GPU", () => {
     const store = openStore();
     const clear = (gpuUuid: string, faultKey: string, lastSeenUnixMs: number) => ({
@@ -202,7 +214,7 @@ describe("openSqliteStore", () => {
     expect(store.listFaultClears().map((c) => c.lastSeenUnixMs)).toEqual([2000]);
     store.close();
     const check = new Database(file, { readonly: true });
-    expect(check.pragma("user_version", { simple: true })).toBe(4);
+    expect(check.pragma("user_version", { simple: true })).toBe(MIGRATIONS.length);
     check.close();
   });
 
@@ -212,7 +224,9 @@ describe("openSqliteStore", () => {
     db.exec("DROP TABLE replica_statuses");
     db.close();
     const message = expectCorrupt(() => openStore({ expectExisting: true }));
-    expect(message).toContain("table replica_statuses is missing at schema version 4");
+    expect(message).toContain(
+      `table replica_statuses is missing at schema version ${MIGRATIONS.length}`,
+    );
   });
 
   it("keeps only the newest events beyond its bound", () => {

@@ -136,6 +136,7 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     listNodes: guard("listNodes", store.listNodes),
     putNode: guard("putNode", store.putNode),
     deleteNode: guard("deleteNode", store.deleteNode),
+    putNodeState: guard("putNodeState", store.putNodeState),
     listFaultClears: guard("listFaultClears", store.listFaultClears),
     replaceFaultClears: guard("replaceFaultClears", store.replaceFaultClears),
     listReplicaStatuses: guard("listReplicaStatuses", store.listReplicaStatuses),
@@ -215,8 +216,10 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     listNodes: db.prepare("SELECT * FROM nodes ORDER BY registered_at_ms, id"),
     putNode: db.prepare(
       `INSERT OR REPLACE INTO nodes (id, hostname, credential_hash, inventory, advertise_address, cordoned,
-       draining, revoked, registered_at_ms, reset_pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       draining, revoked, registered_at_ms, reset_pending, state, state_since_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
+    putNodeState: db.prepare("UPDATE nodes SET state = ?, state_since_ms = ? WHERE id = ?"),
     deleteNode: db.prepare("DELETE FROM nodes WHERE id = ?"),
     listFaultClears: db.prepare("SELECT * FROM gpu_fault_clears ORDER BY gpu_uuid, fault_key"),
     deleteFaultClears: db.prepare("DELETE FROM gpu_fault_clears WHERE gpu_uuid = ?"),
@@ -265,6 +268,9 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     listNodes: () => (q.listNodes.all() as NodeRow[]).map(nodeFromRow),
     putNode: (r: NodeRecord) => {
       q.putNode.run(...nodeValues(r));
+    },
+    putNodeState: (id, state, sinceMs) => {
+      q.putNodeState.run(state, sinceMs, id);
     },
     deleteNode: (id) => {
       q.deleteNode.run(id);

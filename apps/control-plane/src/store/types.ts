@@ -73,6 +73,13 @@ export interface NodeRecord {
    * node credential. Undefined or past: no reset open.
    */
   readonly resetUntilMs?: number;
+  /**
+   * The leader's last word on the node's liveness, written when it changes (never per
+   * heartbeat), for followers to show; absent until a leader recorded one. A leader starting
+   * does not trust it: a node is unreachable until it heartbeats to that leader.
+   */
+  readonly state?: "ready" | "unreachable" | "lost";
+  readonly stateSinceMs?: number;
 }
 
 /**
@@ -149,6 +156,8 @@ export interface ClusterStore {
   listNodes(): NodeRecord[];
   putNode(record: NodeRecord): void;
   deleteNode(id: string): void;
+  /** Records a node's liveness ({@link NodeRecord.state}); a node not stored is ignored. */
+  putNodeState(id: string, state: NonNullable<NodeRecord["state"]>, sinceMs: number): void;
   /** Every GPU's cleared faults. */
   listFaultClears(): FaultClearRecord[];
   /** Replaces the cleared faults of one GPU with `records` (all for that `gpuUuid`). */

@@ -1,0 +1,45 @@
+import { ControlPlaneError } from "../errors.js";
+import type { StoreSnapshot } from "./postgres-store.js";
+import type { ClusterStore, ReplicaStatusRecord } from "./types.js";
+
+/**
+ * A read-only {@link ClusterStore} over one snapshot of the database: what a follower's warm
+ * copy of the state is built on. Every write throws `LLMGW_CONTROL_PLANE_NOT_LEADER`: only
+ * the leader writes.
+ */
+export function snapshotStore(snapshot: StoreSnapshot, location: string): ClusterStore {
+  const refuse = (): never => {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_NOT_LEADER",
+      `a follower's copy of ${location} is read-only: only the leader writes`,
+    );
+  };
+  return {
+    location,
+    listDeployments: () => [...snapshot.deployments],
+    listPlacements: () => [...snapshot.placements],
+    listApiKeys: () => [...snapshot.apiKeys],
+    listNodes: () => [...snapshot.nodes],
+    listFaultClears: () => [...snapshot.faultClears],
+    listReplicaStatuses: (): ReplicaStatusRecord[] => [...snapshot.replicaStatuses],
+    listEvents: ({ afterId = 0, limit }) => {
+      const after = snapshot.events.filter((e) => e.id > afterId);
+      return after.slice(Math.max(0, after.length - limit));
+    },
+    putDeployment: refuse,
+    deleteDeployment: refuse,
+    putPlacement: refuse,
+    deletePlacement: refuse,
+    putApiKey: refuse,
+    putNode: refuse,
+    deleteNode: refuse,
+    putNodeState: refuse,
+    replaceFaultClears: refuse,
+    putReplicaStatus: refuse,
+    deleteReplicaStatuses: refuse,
+    appendEvent: refuse,
+    transaction: (fn) => fn(),
+    flush: async () => {},
+    close: () => {},
+  };
+}

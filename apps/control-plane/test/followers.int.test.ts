@@ -1,0 +1,129 @@
+// Followers over PostgreSQL answer reads from a warm copy of the state, kept current by the
+// leader's commit notifications, and refuse writes naming the leader.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Engine, NodeState } from "@llmgw/proto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ControlPlane, startControlPlane } from "../src/run.js";
+import {
+  postgresUnavailable,
+  startTestPostgres,
+  type TestPostgres,
+} from "../src/testing/postgres.js";
+import { adminClient, eventually, simAgent, tempDir } from "./helpers.js";
+
+const skip = postgresUnavailable();
+let server: TestPostgres;
+beforeAll(async () => {
+  if (!skip) server = await startTestPostgres();
+});
+afterAll(() => server?.destroy());
+
+function start(dataDir: string, store: string): Promise<ControlPlane> {
+  return startControlPlane({
+    dataDir,
+    store,
+    controlListen: "127.0.0.1:0",
+    publicApi: false,
+    heartbeatIntervalMs: 200,
+    nodeLostAfterMs: 60_000,
+    leaseTtlMs: 3_000,
+    shutdownGraceMs: 1_000,
+  });
+}
+
+/** Calls `read` on `cp`'s admin API and returns the answer with its response headers. */
+async function withHeaders<T>(
+  read: (
+    client: ReturnType<typeof adminClient>,
+    options: { onHeader: (h: Headers) => void },
+  ) => Promise<T>,
+  cp: ControlPlane,
+): Promise<{ answer: T; headers: Headers }> {
+  let headers = new Headers();
+  const answer = await read(adminClient(cp, cp.adminToken), {
+    onHeader: (h) => {
+      headers = h;
+    },
+  });
+  return { answer, headers };
+}
+
+describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
+  it("answer reads from a warm copy, show the leader's node states and refuse writes", async () => {
+    const url = await server.createDatabase();
+    const tmp = tempDir();
+    const leader = await start(tmp.dir, url);
+    const follower = await start(tmp.dir, url);
+    try {
+      await eventually(() => (leader.leading ? true : undefined));
+      expect(follower.leading).toBe(false);
+
+      const agent = simAgent(leader, "node-a", "2xh100-80g");
+      await agent.register();
+      await adminClient(leader, leader.adminToken).applyDeployment({
+        deployment: { name: "chat", model: "m", engine: Engine.SIM, gpuClass: "h100-80g" },
+      });
+
+      // The copy follows the leader's commits.
+      const { answer, headers } = await eventually(async () => {
+        const r = await withHeaders((c, o) => c.listDeployments({}, o), follower);
+        return r.answer.deployments.some((d) => d.spec?.name === "chat") ? r : undefined;
+      });
+      expect(answer.deployments.map((d) => d.spec?.name)).toEqual(["chat"]);
+      expect(headers.get("llmgw-served-by")).toBe("follower");
+      expect(headers.get("llmgw-leader")).toBe(leader.controlUrl);
+      expect(Number(headers.get("llmgw-copy-age-ms"))).toBeGreaterThanOrEqual(0);
+      const replicas = await adminClient(follower, follower.adminToken).listReplicas({});
+      expect(replicas.replicas.map((r) => r.id)).toEqual(
+        (await adminClient(leader, leader.adminToken).listReplicas({})).replicas.map((r) => r.id),
+      );
+
+      // Node liveness as the leader recorded it: ready while the agent heartbeats, then
+      // unreachable once it falls silent.
+      const nodeOnFollower = async () =>
+        (await adminClient(follower, follower.adminToken).getNode({ node: "node-a" })).node;
+      const beating = setInterval(() => void agent.heartbeat().catch(() => {}), 50);
+      try {
+        await eventually(async () =>
+          leader.cluster.nodeState("node-a") === "ready" &&
+          (await nodeOnFollower())?.state === NodeState.READY
+            ? true
+            : undefined,
+        );
+      } finally {
+        clearInterval(beating);
+      }
+      await eventually(async () =>
+        (await nodeOnFollower())?.state === NodeState.UNREACHABLE ? true : undefined,
+      );
+      const events = await adminClient(follower, follower.adminToken).listEvents({ limit: 100 });
+      expect(events.events.map((e) => e.kind)).toContain("node.unreachable");
+
+      // Writes go to the leader, which the refusal names; the admin token is still required.
+      const refused = await adminClient(follower, follower.adminToken)
+        .scaleDeployment({ name: "chat", replicas: 2 })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect(refused).toBeInstanceOf(ConnectError);
+      expect((refused as ConnectError).code).toBe(Code.Unavailable);
+      expect((refused as ConnectError).metadata.get("llmgw-error-code")).toBe(
+        "LLMGW_CONTROL_PLANE_NOT_LEADER",
+      );
+      expect((refused as ConnectError).metadata.get("llmgw-leader")).toBe(leader.controlUrl);
+      const unauthenticated = await adminClient(follower, "wrong")
+        .listNodes({})
+        .catch((e: unknown) => ConnectError.from(e));
+      expect((unauthenticated as ConnectError).code).toBe(Code.Unauthenticated);
+
+      // The leader stops: the follower leads and answers as the leader.
+      await leader.close();
+      await eventually(() => (follower.leading ? true : undefined), 10_000);
+      const after = await withHeaders((c, o) => c.listDeployments({}, o), follower);
+      expect(after.answer.deployments.map((d) => d.spec?.name)).toEqual(["chat"]);
+      expect(after.headers.get("llmgw-served-by")).toBeNull();
+    } finally {
+      await leader.close();
+      await follower.close();
+      tmp.cleanup();
+    }
+  }, 60_000);
+});
