@@ -61,22 +61,30 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
       const agent = simAgent(leader, "node-a", "2xh100-80g");
       await agent.register();
       await adminClient(leader, leader.adminToken).applyDeployment({
-        deployment: { name: "chat", model: "m", engine: Engine.SIM, gpuClass: "h100-80g" },
+        deployment: {
+          name: "chat",
+          model: "m",
+          engine: Engine.SIM,
+          gpuClass: "h100-80g",
+          replicas: 1,
+        },
       });
 
       // The copy follows the leader's commits.
       const { answer, headers } = await eventually(async () => {
         const r = await withHeaders((c, o) => c.listDeployments({}, o), follower);
-        return r.answer.deployments.some((d) => d.spec?.name === "chat") ? r : undefined;
+        return r.answer.deployments.some((d) => d.spec?.name === "chat") &&
+          (await adminClient(follower, follower.adminToken).listReplicas({})).replicas.length > 0
+          ? r
+          : undefined;
       });
       expect(answer.deployments.map((d) => d.spec?.name)).toEqual(["chat"]);
       expect(headers.get("llmgw-served-by")).toBe("follower");
       expect(headers.get("llmgw-leader")).toBe(leader.controlUrl);
       expect(Number(headers.get("llmgw-copy-age-ms"))).toBeGreaterThanOrEqual(0);
       const replicas = await adminClient(follower, follower.adminToken).listReplicas({});
-      expect(replicas.replicas.map((r) => r.id)).toEqual(
-        (await adminClient(leader, leader.adminToken).listReplicas({})).replicas.map((r) => r.id),
-      );
+      expect(replicas.replicas.map((r) => r.replicaId)).toEqual(["chat-0"]);
+      expect(replicas.replicas.map((r) => r.ranks[0]?.nodeId)).toEqual([agent.nodeId]);
 
       // Node liveness as the leader recorded it: ready while the agent heartbeats, then
       // unreachable once it falls silent.

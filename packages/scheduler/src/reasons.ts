@@ -8,8 +8,11 @@
 export type RemovalReasonCode =
   /** The deployment no longer exists. */
   | "deployment-deleted"
-  /** The deployment's revision changed; the replica is re-created at the new revision. */
-  | "revision-changed"
+  /**
+   * The deployment changed shape (GPUs per replica, nodes per replica or GPU class): the
+   * replica is re-created. A new revision of the same shape keeps it (`revised`).
+   */
+  | "shape-changed"
   /** A node of the replica is in state `lost`. */
   | "node-lost"
   /** A node of the replica is no longer in the input at all. */
@@ -18,6 +21,8 @@ export type RemovalReasonCode =
   | "gpu-unusable"
   /** A GPU of the replica is also claimed by another placement that sorts first. */
   | "gpu-conflict"
+  /** A node of a multi-node replica has an unhealthy port on the replica's fabric. */
+  | "port-unhealthy"
   /** A node of the replica is draining: the replica moves. */
   | "node-draining"
   /** The deployment wants fewer replicas. */

@@ -17,6 +17,7 @@ function summarize(result: ScheduleResult): string[] {
         `${p.replicaId} ${p.ranks.map((r) => `${r.nodeId}:${r.gpuIndices.join(",")}`).join(" ")}${p.fabricId === undefined ? "" : ` @${p.fabricId}`}`,
     ),
     ...result.remove.map((r) => `${r.replicaId} -${r.reason.code}`),
+    ...result.revised.map((p) => `${p.replicaId} @revision ${p.revision}`),
     ...result.unschedulable.map(
       (u) => `${u.deployment} ×${u.missingReplicas} ${u.reasons.map((r) => r.code).join(",")}`,
     ),
@@ -332,14 +333,57 @@ const scenarios: Scenario[] = [
     plan: ["m-1 -scale-down"],
   },
   {
-    // Removals are carried out before additions, so the new revision may reuse the GPU.
-    name: "revision change re-creates the replica",
+    name: "a new revision of the same shape keeps the replica, at that revision",
     input: {
       nodes: [node("n1")],
       deployments: [dep("m", { revision: 2 })],
       placements: [at("m-0", [["n1", [0]]])],
     },
-    plan: ["m-1 n1:0", "m-0 -revision-changed"],
+    plan: ["m-0 @revision 2"],
+  },
+  {
+    // Removals are carried out before additions, so the new shape may reuse the GPUs.
+    name: "a change of shape re-creates the replica",
+    input: {
+      nodes: [node("n1")],
+      deployments: [dep("m", { revision: 2, gpusPerReplica: 2 })],
+      placements: [at("m-0", [["n1", [0]]])],
+    },
+    plan: ["m-1 n1:0,1", "m-0 -shape-changed"],
+  },
+  {
+    name: "a change of GPU class re-creates the replica",
+    input: {
+      nodes: [node("n1"), node("n2", { gpuClass: "a100-80g" })],
+      deployments: [dep("m", { revision: 2, gpuClass: "a100-80g" })],
+      placements: [at("m-0", [["n1", [0]]])],
+    },
+    plan: ["m-1 n2:0", "m-0 -shape-changed"],
+  },
+  {
+    name: "a gang with an unhealthy port on its fabric loses every rank, a single-node replica none",
+    input: {
+      // The control plane leaves a troubled fabric out of `fabrics` too.
+      nodes: [
+        node("n1", { gpus: 9, fabricTrouble: { "ib-a": "mlx5_0 port 1: 12 symbol errors" } }),
+        node("n2", { gpus: 9, fabrics: ["ib-a"] }),
+      ],
+      deployments: [dep("g", { gpusPerReplica: 16, replicas: 1 }), dep("m")],
+      placements: [
+        at(
+          "g-0",
+          [
+            ["n1", [0, 1, 2, 3, 4, 5, 6, 7]],
+            ["n2", [0, 1, 2, 3, 4, 5, 6, 7]],
+          ],
+          {
+            fabricId: "ib-a",
+          },
+        ),
+        at("m-0", [["n1", [8]]]),
+      ],
+    },
+    plan: ["g-0 -port-unhealthy", "g ×1 no-fabric-fits"],
   },
   {
     name: "deleted deployment loses its replicas",

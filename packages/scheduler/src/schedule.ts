@@ -191,18 +191,23 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     });
   };
 
-  // 1. Existing placements: keep unless a cause removes them.
-  for (const placement of placements) {
-    useId(placement.deployment, placement.replicaId);
-    const why = removalCause(placement, deploymentByName, nodeById);
+  // 1. Existing placements: keep unless a cause removes them; a new revision of the same
+  // shape keeps them at that revision.
+  const revised = new Map<string, Placement>();
+  for (const stored of placements) {
+    useId(stored.deployment, stored.replicaId);
+    const why = removalCause(stored, deploymentByName, nodeById);
     if (why !== undefined) {
       remove.push({
-        replicaId: placement.replicaId,
-        deployment: placement.deployment,
+        replicaId: stored.replicaId,
+        deployment: stored.deployment,
         reason: why,
       });
       continue;
     }
+    const revision = deploymentByName.get(stored.deployment)?.revision ?? stored.revision;
+    const placement = revision === stored.revision ? stored : { ...stored, revision };
+    if (placement !== stored) revised.set(placement.replicaId, placement);
     for (const rank of placement.ranks) {
       const node = nodeById.get(rank.nodeId);
       if (node === undefined) continue;
@@ -325,9 +330,11 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     }
   }
 
+  for (const r of remove) revised.delete(r.replicaId);
   return {
     add: add.sort((a, b) => byString(a.replicaId, b.replicaId)),
     remove: remove.sort((a, b) => byString(a.replicaId, b.replicaId)),
+    revised: [...revised.values()],
     unschedulable: unschedulable.sort((a, b) => byString(a.deployment, b.deployment)),
   };
 }
@@ -490,12 +497,6 @@ function removalCause(
   if (deployment === undefined) {
     return reason("deployment-deleted", `deployment ${placement.deployment} was deleted`);
   }
-  if (deployment.revision !== placement.revision) {
-    return reason(
-      "revision-changed",
-      `deployment ${deployment.name} is at revision ${deployment.revision}; replica runs revision ${placement.revision}`,
-    );
-  }
   for (const rank of placement.ranks) {
     const node = nodes.get(rank.nodeId);
     if (node === undefined) {
@@ -524,10 +525,62 @@ function removalCause(
       }
     }
   }
+  const shape = shapeChange(placement, deployment, nodes);
+  if (shape !== undefined) return shape;
+  if (placement.ranks.length > 1 && placement.fabricId !== undefined) {
+    for (const rank of placement.ranks) {
+      const why = nodes.get(rank.nodeId)?.node.fabricTrouble?.[placement.fabricId];
+      if (why !== undefined)
+        return reason("port-unhealthy", `node ${rank.nodeId} (rank ${rank.rank}): ${why}`);
+    }
+  }
   for (const rank of placement.ranks) {
     if (nodes.get(rank.nodeId)?.node.draining === true) {
       return reason("node-draining", `node ${rank.nodeId} is draining`);
     }
+  }
+  return undefined;
+}
+
+/**
+ * Why a placement no longer has its deployment's shape: another GPU count, node count or GPU
+ * class. Its GPUs are known present (checked before).
+ */
+function shapeChange(
+  placement: Placement,
+  deployment: SchedulerDeployment,
+  nodes: ReadonlyMap<string, NodeState>,
+): Reason | undefined {
+  if (deployment.gpuClass !== undefined) {
+    for (const rank of placement.ranks) {
+      const info = nodes.get(rank.nodeId)?.info;
+      const wrong = rank.gpuIndices.find(
+        (i) => info?.gpuByIndex.get(i)?.gpuClass !== deployment.gpuClass,
+      );
+      if (wrong !== undefined)
+        return reason(
+          "shape-changed",
+          `deployment ${deployment.name} now needs ${deployment.gpuClass} GPUs; GPU ${wrong} on node ${rank.nodeId} is not one`,
+        );
+    }
+  }
+  const gpus = placement.ranks.reduce((sum, r) => sum + r.gpuIndices.length, 0);
+  const want = deployment.gpusPerReplica;
+  if (
+    gpus !== want ||
+    // Zero-GPU replicas run on one node whatever the spec says.
+    (want > 0 &&
+      deployment.nodesPerReplica !== undefined &&
+      placement.ranks.length !== deployment.nodesPerReplica)
+  ) {
+    return reason(
+      "shape-changed",
+      `deployment ${deployment.name} now needs ${plural(want, "GPU")}${
+        deployment.nodesPerReplica === undefined
+          ? ""
+          : ` on ${plural(deployment.nodesPerReplica, "node")}`
+      } per replica; this replica has ${gpus} on ${plural(placement.ranks.length, "node")}`,
+    );
   }
   return undefined;
 }

@@ -33,6 +33,12 @@ export interface SchedulerNode {
   readonly nvlinks?: readonly { readonly a: number; readonly b: number; readonly count: number }[];
   /** GPU index → best PCIe distance to a NIC on the chosen fabric: 0 PIX … 4 SYS. */
   readonly nicDistance?: Readonly<Record<number, number>>;
+  /**
+   * Fabric id → why this node may not carry a multi-node replica on it (an unhealthy port):
+   * a gang placed there loses all its ranks (`port-unhealthy`). Such fabrics are left out of
+   * `fabrics` too, so no new gang goes there. Absent: none.
+   */
+  readonly fabricTrouble?: Readonly<Record<string, string>>;
 }
 
 export interface SchedulerDeployment {
@@ -95,5 +101,10 @@ export interface UnschedulableDeployment {
 export interface ScheduleResult {
   readonly add: readonly Placement[];
   readonly remove: readonly PlacementRemoval[];
+  /**
+   * Kept placements whose deployment moved to a new revision of the same shape, at that
+   * revision: the replica (and its id) stays, its engine is replaced in place.
+   */
+  readonly revised: readonly Placement[];
   readonly unschedulable: readonly UnschedulableDeployment[];
 }

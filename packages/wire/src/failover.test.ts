@@ -4,6 +4,7 @@ import {
   ConnectError,
   createClient,
   createRouterTransport,
+  type HandlerContext,
   type Transport,
 } from "@connectrpc/connect";
 import { ClusterService, GetClusterStatusResponseSchema } from "@llmgw/proto";
@@ -30,7 +31,7 @@ function instance(name: string, role: { leads: true } | { leader?: string }): Tr
 function readingFollower(name: string, leader: string): Transport {
   return createRouterTransport(({ service }) => {
     service(ClusterService, {
-      getClusterStatus: (_req, ctx) => {
+      getClusterStatus: (_req: unknown, ctx: HandlerContext) => {
         ctx.responseHeader.set("llmgw-served-by", "follower");
         ctx.responseHeader.set("llmgw-leader", leader);
         return create(GetClusterStatusResponseSchema, { version: name });

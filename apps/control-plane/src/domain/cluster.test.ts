@@ -762,7 +762,7 @@ describe("Cluster", () => {
     });
     expect(desired.assignments).toEqual([]);
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
-    expect(cluster.desiredSet(b.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
+    expect(cluster.desiredSet(b.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-1"]);
     expect(cluster.listEvents({ limit: 1_000 })).toHaveLength(eventsBefore);
     // One line per kind of write held back: events, replica statuses, placements.
     expect(

@@ -2028,8 +2028,10 @@ export class Cluster {
         migEnabled: g.migEnabled,
         vendor: g.vendor === "amd" ? ("amd" as const) : ("nvidia" as const),
       })),
-      // A fabric with an unhealthy port on this node takes no new gangs here.
+      // A fabric with an unhealthy port on this node takes no new gangs here, and a gang on
+      // it goes.
       fabrics: n.inventory.fabrics.map((f) => f.id).filter((f) => !trouble.has(f)),
+      ...(trouble.size === 0 ? {} : { fabricTrouble: Object.fromEntries(trouble) }),
       nvlinks,
       nicDistance: distance,
     };
@@ -2070,9 +2072,6 @@ export class Cluster {
       nodes: this.#schedulerNodes(),
       schedule: this.#o.schedule,
       nowMs: now,
-      fabricTrouble: new Map(
-        [...this.#nodes.values()].map((n) => [n.record.id, troubledFabrics(n.ports)]),
-      ),
     });
     // Sequential: a port given to one new replica is taken for the next on the same node.
     const added: PlacementRecord[] = [];

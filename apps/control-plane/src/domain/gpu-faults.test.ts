@@ -162,7 +162,8 @@ describe("fail closed on kernel-log faults", () => {
     expect(deferred).toHaveLength(0);
     expect(table.resolve("org/chat").replicas).toEqual([]);
     expect(answer.assignments).toEqual([]);
-    expect(placedOn(cluster)).toEqual([`chat-0@${spare.nodeId}`]);
+    // A replacement never takes the id of the replica it replaces (the scheduler's rule).
+    expect(placedOn(cluster)).toEqual([`chat-1@${spare.nodeId}`]);
     expect(elapsedMs).toBeLessThan(1_000);
     const removed = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "replica.removed");
     expect(removed?.message).toBe(`GPU 0 on node ${serving.nodeId} is unhealthy`);
@@ -452,7 +453,7 @@ describe("a node-wide fault", () => {
   });
 });
 
-describe("a replacement that reuses the replica id on the same node", () => {
+describe("a replica that reuses a freed replica id on the same node", () => {
   it("is not ready, nor routed to, on the word of the engine being stopped", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
@@ -461,9 +462,9 @@ describe("a replacement that reuses the replica id on the same node", () => {
     const gpuOf = () => cluster.placements()[0]?.ranks[0]?.gpuIndices[0];
     const first = gpuOf();
     expect(first).toBeDefined();
-    const status = (pid: number, port: number) =>
+    const status = (pid: number, port: number, replicaId = "chat-0") =>
       create(ReplicaStatusSchema, {
-        replicaId: "chat-0",
+        replicaId,
         rank: 0,
         state: ReplicaState.READY,
         pid,
@@ -495,20 +496,36 @@ describe("a replacement that reuses the replica id on the same node", () => {
       "http://10.0.0.1:41000",
     ]);
 
-    // GPU `first` faults: chat-0 moves to the node's other GPU under the same id, while the
-    // agent still reports the old engine (pid 100) as READY until it has stopped it.
-    heartbeat(first, [status(100, 41_000)]);
+    // GPU `first` faults: chat-0 goes, chat-1 takes the node's other GPU. The fault is
+    // cleared and the deployment scaled up: chat-0's id is free again and is placed back on
+    // `first`, while the agent still reports the old engine (pid 100) as READY until it has
+    // stopped it.
+    const other = first === 0 ? 1 : 0;
+    heartbeat(first, [status(100, 41_000), status(300, 41_002, "chat-1")]);
     expect(cluster.placements().map((p) => [p.replicaId, p.ranks[0]?.gpuIndices[0]])).toEqual([
-      ["chat-0", first === 0 ? 1 : 0],
+      ["chat-1", other],
     ]);
-    heartbeat(first, [status(100, 41_000)]);
-    expect(table.resolve("org/chat").replicas).toEqual([]);
-    expect(cluster.listReplicas()[0]?.state).not.toBe(ReplicaState.READY);
+    expect(cluster.clearGpuFaults("node-a", first as number)).toBe(1);
+    heartbeat(undefined, [status(100, 41_000), status(300, 41_002, "chat-1")]);
+    cluster.scaleDeployment("chat", 2);
+    const placed = cluster.placements().map((p) => [p.replicaId, p.ranks[0]?.gpuIndices[0]]);
+    expect(placed.sort()).toEqual([
+      ["chat-0", first],
+      ["chat-1", other],
+    ]);
+    heartbeat(undefined, [status(100, 41_000), status(300, 41_002, "chat-1")]);
+    expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
+      "http://10.0.0.1:41002",
+    ]);
+    expect(cluster.listReplicas().find((r) => r.replicaId === "chat-0")?.state).not.toBe(
+      ReplicaState.READY,
+    );
 
     // The new engine (pid 200) is READY on its own port: that one is routed to.
-    heartbeat(first, [status(200, 41_001)]);
+    heartbeat(undefined, [status(200, 41_001), status(300, 41_002, "chat-1")]);
     expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41001",
+      "http://10.0.0.1:41002",
     ]);
   });
 

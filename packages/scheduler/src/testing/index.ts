@@ -31,6 +31,7 @@ export interface TestNodeSpec {
   readonly vendor?: "nvidia" | "amd";
   /** GPU indices that are AMD whatever `vendor` says. */
   readonly amd?: readonly number[];
+  readonly fabricTrouble?: SchedulerNode["fabricTrouble"];
 }
 
 /** A {@link SchedulerNode} with GPUs `0..gpus-1`, uuids `GPU-<id>-<index>`. */
@@ -57,6 +58,7 @@ export function testNode(id: string, spec: TestNodeSpec = {}): SchedulerNode {
     })),
     ...(spec.nvlinks === undefined ? {} : { nvlinks: spec.nvlinks }),
     ...(spec.nicDistance === undefined ? {} : { nicDistance: spec.nicDistance }),
+    ...(spec.fabricTrouble === undefined ? {} : { fabricTrouble: spec.fabricTrouble }),
   };
 }
 
@@ -115,6 +117,15 @@ export function checkPlan(input: ScheduleInput, result: ScheduleResult): string[
     if (!existing.has(r.replicaId)) problems.push(`removes unknown replica ${r.replicaId}`);
   }
   const removed = new Set(result.remove.map((r) => r.replicaId));
+  for (const p of result.revised) {
+    const before = existing.get(p.replicaId);
+    if (before === undefined || removed.has(p.replicaId))
+      problems.push(`revises a replica that is not kept: ${p.replicaId}`);
+    else if (JSON.stringify(before.ranks) !== JSON.stringify(p.ranks))
+      problems.push(`${p.replicaId}: revised with other ranks`);
+    if (p.revision !== deployments.get(p.deployment)?.revision)
+      problems.push(`${p.replicaId}: revised to another revision than its deployment's`);
+  }
   const after = [...input.placements.filter((p) => !removed.has(p.replicaId)), ...result.add];
   const owners = new Map<string, string>();
   for (const p of after) {
