@@ -365,8 +365,8 @@ describe("startAgent on a real node whose nvidia-smi stops answering", () => {
     closers.push(close);
     expect(agent.inventory().gpus.map((g) => [g.index, g.healthy])).toEqual([[0, true]]);
     const events = (kind: string) =>
-      cp.cluster
-        .listEvents()
+      cp.cluster.events
+        .list()
         .filter((e) => e.kind === kind)
         .map((e) => e.message);
 
@@ -430,8 +430,8 @@ describe("startAgent with RDMA port health", () => {
     await expect
       .poll(
         () =>
-          cp.cluster
-            .listEvents()
+          cp.cluster.events
+            .list()
             .filter((e) => e.kind === "port.health")
             .map((e) => e.message),
         { timeout: 10_000 },

@@ -10,6 +10,7 @@ export {
   deploymentSpecFromProto,
   deploymentSpecToProto,
 } from "./convert/deployment.js";
+export { ApiKeys } from "./domain/api-keys.js";
 export {
   type ApiKeyGrant,
   type Clock,
@@ -27,6 +28,7 @@ export {
   type RoutingMembership,
   replicaLoadFromProto,
 } from "./domain/cluster.js";
+export { EventLog } from "./domain/event-log.js";
 export {
   type NodeLifecycleTiming,
   type NodeState,

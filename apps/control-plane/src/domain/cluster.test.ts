@@ -162,7 +162,7 @@ describe("Cluster", () => {
     cluster.tick();
     expect(cluster.nodeState(a.nodeId)).toBe("lost");
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
-    const kinds = cluster.listEvents({ limit: 100 }).map((e) => `${e.kind} ${e.subject}`);
+    const kinds = cluster.events.list({ limit: 100 }).map((e) => `${e.kind} ${e.subject}`);
     expect(kinds).toContain(`node.unreachable ${a.nodeId}`);
     expect(kinds).toContain(`node.lost ${a.nodeId}`);
     expect(kinds.indexOf(`node.unreachable ${a.nodeId}`)).toBeLessThan(
@@ -289,7 +289,7 @@ describe("Cluster", () => {
     expect(status.unschedulable[0]?.message).toMatch(/\d/);
     join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
     expect(cluster.deploymentStatus("big").unschedulable).toEqual([]);
-    expect(cluster.listEvents({ limit: 100 }).map((e) => e.kind)).toContain(
+    expect(cluster.events.list({ limit: 100 }).map((e) => e.kind)).toContain(
       "deployment.unschedulable",
     );
   });
@@ -357,7 +357,7 @@ describe("Cluster", () => {
     expect(d.failed[0]?.message).toContain("CUDA out of memory");
     // Still listed with the placement problems too, for CLIs that read only those.
     expect(d.unschedulable.map((r) => r.message).join("\n")).toContain("CUDA out of memory");
-    const failed = cluster.listEvents({ limit: 100 }).find((e) => e.severity === "error");
+    const failed = cluster.events.list({ limit: 100 }).find((e) => e.severity === "error");
     expect(failed?.message).toContain("ready → failed");
   });
 
@@ -391,7 +391,7 @@ describe("Cluster", () => {
       problems: [],
     });
     expect(cluster.placements()[0]?.ranks[0]?.gpuIndices).toEqual([before === 0 ? 1 : 0]);
-    expect(cluster.listEvents({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
+    expect(cluster.events.list({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
   });
 
   it("survives a restart: same placements, rejoining nodes keep their identity", () => {
@@ -466,8 +466,8 @@ describe("Cluster", () => {
     cluster.authenticateNode(a.nodeId, a.nodeCredential);
     expect(cluster.desiredSet(a.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-0"]);
     // One event for the attempts of a minute, so repeating them cannot flood the event log.
-    const refused = cluster
-      .listEvents({ limit: 100 })
+    const refused = cluster.events
+      .list({ limit: 100 })
       .filter((e) => e.kind === "node.takeover_refused");
     expect(refused.map((e) => e.message)).toEqual([
       `a Register from evil (advertising 10.6.6.6) named node ${a.nodeId} without its node credential; the node is unchanged`,
@@ -531,7 +531,7 @@ describe("Cluster", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     cluster.resetNode("node-a");
-    expect(cluster.listEvents({ limit: 100 }).at(-1)?.message).toBe(
+    expect(cluster.events.list({ limit: 100 }).at(-1)?.message).toBe(
       "node-a reset by an operator: the next Register naming " +
         `${a.nodeId} in the next 15 minutes may take it with the join token alone`,
     );
@@ -572,7 +572,7 @@ describe("Cluster", () => {
     expect(() => join_(restarted, "node-a", "1xh100-80g", "10.0.0.9", a)).toThrow(
       /needs its node credential/,
     );
-    const kinds = restarted.listEvents({ limit: 100 }).map((e) => e.kind);
+    const kinds = restarted.events.list({ limit: 100 }).map((e) => e.kind);
     expect(kinds).toContain("node.reset");
     expect(kinds.indexOf("node.reset")).toBeLessThan(kinds.lastIndexOf("node.rejoined"));
   });
@@ -637,26 +637,26 @@ describe("Cluster", () => {
 
   it("manages API keys by hash", () => {
     const cluster = newCluster();
-    const { key, secret } = cluster.createApiKey({
+    const { key, secret } = cluster.apiKeys.create({
       name: "app",
       models: ["chat"],
       requestsPerMinute: 60,
     });
     expect(secret.startsWith(key.prefix)).toBe(true);
-    expect(cluster.authenticateApiKey(secret)).toMatchObject({
+    expect(cluster.apiKeys.authenticate(secret)).toMatchObject({
       name: "app",
       models: ["chat"],
       requestsPerMinute: 60,
     });
-    expect(cluster.authenticateApiKey(`${secret}x`)).toBeUndefined();
-    expect(() => cluster.createApiKey({ name: "app", models: [] })).toThrow(/already exists/);
-    cluster.revokeApiKey("app");
-    expect(cluster.authenticateApiKey(secret)).toBeUndefined();
-    expect(cluster.listApiKeys()).toEqual([]);
-    expect(cluster.listApiKeys(true)).toHaveLength(1);
+    expect(cluster.apiKeys.authenticate(`${secret}x`)).toBeUndefined();
+    expect(() => cluster.apiKeys.create({ name: "app", models: [] })).toThrow(/already exists/);
+    cluster.apiKeys.revoke("app");
+    expect(cluster.apiKeys.authenticate(secret)).toBeUndefined();
+    expect(cluster.apiKeys.list()).toEqual([]);
+    expect(cluster.apiKeys.list(true)).toHaveLength(1);
   });
 
-  it.each<[string, Partial<Parameters<Cluster["createApiKey"]>[0]>, string]>([
+  it.each<[string, Partial<Parameters<Cluster["apiKeys"]["create"]>[0]>, string]>([
     [
       "rpm 0",
       { requestsPerMinute: 0 },
@@ -694,32 +694,32 @@ describe("Cluster", () => {
     ],
   ])("refuses an API key routers would refuse: %s", (_name, input, message) => {
     const cluster = newCluster();
-    expect(() => cluster.createApiKey({ name: "app", models: [], ...input })).toThrow(
+    expect(() => cluster.apiKeys.create({ name: "app", models: [], ...input })).toThrow(
       expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", message }),
     );
-    expect(cluster.listApiKeys(true)).toEqual([]);
+    expect(cluster.apiKeys.list(true)).toEqual([]);
     expect(store.listApiKeys()).toEqual([]);
   });
 
   it("accepts the limits' ends, and refuses a key beyond maxApiKeys active ones", () => {
     const cluster = newCluster(undefined, { maxApiKeys: 2 });
-    cluster.createApiKey({
+    cluster.apiKeys.create({
       name: "a",
       models: ["m".repeat(256)],
       requestsPerMinute: 1,
       tokensPerMinute: 2 ** 32 - 1,
       maxConcurrency: 1,
     });
-    cluster.createApiKey({ name: "b", models: [] });
-    expect(() => cluster.createApiKey({ name: "c", models: [] })).toThrow(
+    cluster.apiKeys.create({ name: "b", models: [] });
+    expect(() => cluster.apiKeys.create({ name: "c", models: [] })).toThrow(
       expect.objectContaining({
         code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
         message: "2 API keys are active, the most this control plane holds (2); revoke one first",
       }),
     );
     // A revoked key frees its place.
-    cluster.revokeApiKey("a");
-    expect(cluster.createApiKey({ name: "c", models: [] }).key.name).toBe("c");
+    cluster.apiKeys.revoke("a");
+    expect(cluster.apiKeys.create({ name: "c", models: [] }).key.name).toBe("c");
   });
 
   it("answers heartbeats while the store is full and writes their events and placements once it frees", () => {
@@ -736,7 +736,7 @@ describe("Cluster", () => {
       apiPort: 41_000,
     });
     cluster.heartbeat(a.nodeId, { gpus: [], replicas: [ready], problems: [] });
-    const eventsBefore = cluster.listEvents({ limit: 1_000 }).length;
+    const eventsBefore = cluster.events.list({ limit: 1_000 }).length;
 
     const free = fillDisk(join(dir, "state.db"));
     // An operator's change is refused whole, with the store's code.
@@ -763,7 +763,7 @@ describe("Cluster", () => {
     expect(desired.assignments).toEqual([]);
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
     expect(cluster.desiredSet(b.nodeId).assignments.map((x) => x.replicaId)).toEqual(["chat-1"]);
-    expect(cluster.listEvents({ limit: 1_000 })).toHaveLength(eventsBefore);
+    expect(cluster.events.list({ limit: 1_000 })).toHaveLength(eventsBefore);
     // One line per kind of write held back: events, replica statuses, placements.
     expect(
       lines.filter((l) => l.includes("kept in memory only")).map((l) => l.split(" kept")[0]),
@@ -776,8 +776,8 @@ describe("Cluster", () => {
     cluster.tick();
     free();
     cluster.tick();
-    const kinds = cluster
-      .listEvents({ limit: 1_000 })
+    const kinds = cluster.events
+      .list({ limit: 1_000 })
       .slice(eventsBefore)
       .map((e) => e.kind);
     expect(kinds).toEqual(
@@ -805,8 +805,8 @@ describe("Cluster", () => {
     );
     free();
     cluster.tick();
-    const refused = cluster
-      .listEvents({ limit: 1_000 })
+    const refused = cluster.events
+      .list({ limit: 1_000 })
       .filter((e) => e.kind === "node.takeover_refused")
       .map((e) => e.message.split(" ")[3]);
     expect(refused).toEqual(["evil-2", "evil-3", "evil-4"]);

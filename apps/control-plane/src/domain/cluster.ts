@@ -3,15 +3,11 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { isNodeWideFault } from "@llmgw/discovery";
 import type { DeploymentSpec } from "@llmgw/engines";
 import {
-  type ApiKey,
-  ApiKeySchema,
   type ClassCapacity,
   ClassCapacitySchema,
   type DeploymentStatus,
   DeploymentStatusSchema,
   type EngineLoad,
-  type Event,
-  EventSchema,
   type GetClusterStatusResponse,
   GetClusterStatusResponseSchema,
   type Gpu,
@@ -34,13 +30,12 @@ import {
   type ReplicaStatus,
   ReplicaStatusSchema,
 } from "@llmgw/proto";
-import {
-  type KeyGrant,
-  type ReplicaLoadSample,
-  ROUTING_LIMITS,
-  type RoutedModel,
-  type RoutedReplica,
-  type ReplicaLoad as RouterReplicaLoad,
+import type {
+  KeyGrant,
+  ReplicaLoadSample,
+  RoutedModel,
+  RoutedReplica,
+  ReplicaLoad as RouterReplicaLoad,
 } from "@llmgw/router";
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
@@ -59,13 +54,10 @@ import {
   deploymentSpecToProto,
   sameDeploymentSpec,
 } from "../convert/deployment.js";
-import { ControlPlaneError, isControlPlaneError } from "../errors.js";
+import { ControlPlaneError } from "../errors.js";
 import type {
-  ApiKeyRecord,
   ClusterStore,
   DeploymentRecord,
-  EventRecord,
-  EventSeverity,
   FaultClearRecord,
   NodeRecord,
   PlacementRankRecord,
@@ -73,8 +65,9 @@ import type {
   ReplicaStatusRecord,
 } from "../store/types.js";
 import { loadWithinRange, validateAdvertiseAddress } from "./agent-limits.js";
+import { ApiKeys } from "./api-keys.js";
+import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
-import { escapeOutsideText } from "./outside-text.js";
 import { planReconcile, type ScheduleFn } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
@@ -120,7 +113,7 @@ export interface ClusterOptions {
   readonly maxApiKeys?: number;
   /** How long an operator's {@link Cluster.resetNode} stays open. Default {@link RESET_OPEN_MS}. */
   readonly resetOpenMs?: number;
-  /** Events kept in memory while the store fails. Default {@link UNWRITTEN_EVENTS_KEPT}. */
+  /** Events kept in memory while the store fails. Default `UNWRITTEN_EVENTS_KEPT` (event-log.ts). */
   readonly unwrittenEventsKept?: number;
   /**
    * A follower's copy: the stored state as the leader left it, for reads only. Nothing is
@@ -184,15 +177,7 @@ export interface DesiredSet {
   readonly heartbeatIntervalMs: number;
 }
 
-/** An API key as the router checks it (never the secret). */
-export interface ApiKeyGrant {
-  readonly id: string;
-  readonly name: string;
-  readonly models: readonly string[];
-  readonly requestsPerMinute?: number;
-  readonly tokensPerMinute?: number;
-  readonly maxConcurrency?: number;
-}
+export type { ApiKeyGrant } from "./api-keys.js";
 
 /**
  * Engine load signals of a replica's rank 0, as plain numbers; undefined = not reported. The
@@ -271,9 +256,6 @@ export interface RoutableReplica {
   readonly apiKey?: string;
 }
 
-/** Events held in memory while the store fails; beyond this the oldest are dropped. */
-export const UNWRITTEN_EVENTS_KEPT = 10_000;
-
 /** Default {@link ClusterOptions.maxNodes}: ten times the largest fleet we plan for. */
 export const DEFAULT_MAX_NODES = 10_000;
 
@@ -283,9 +265,6 @@ export const DEFAULT_MAX_NODES = 10_000;
  * every holder of the join token.
  */
 export const RESET_OPEN_MS = 15 * 60_000;
-
-const isStoreFailure = (error: unknown) =>
-  isControlPlaneError(error) && error.code === "LLMGW_CONTROL_PLANE_STORE_FAILED";
 
 /** The agent's problem code for kernel-log faults (`ProblemCodes.gpuFault`). */
 const GPU_FAULT_PROBLEM = "LLMGW_DISCOVERY_GPU_FAULT";
@@ -551,13 +530,10 @@ export class Cluster {
     string,
     { missing: number; reasons: readonly { code: string; message: string }[] }
   >();
-  readonly #apiKeys = new Map<string, ApiKeyRecord>();
-  readonly #apiKeysByHash = new Map<string, ApiKeyRecord>();
-  readonly #eventListeners = new Set<(event: EventRecord) => void>();
-  /** Events not yet in the store (it failed); see `#writeEvents`. */
-  readonly #unwrittenEvents: Omit<EventRecord, "id">[] = [];
-  #eventStoreFailing = false;
-  #eventsDropped = 0;
+  /** What happened, in the store's bounded log. */
+  readonly events: EventLog;
+  /** The API keys routers check. */
+  readonly apiKeys: ApiKeys;
   /** True when the last placement write failed: the store's placements are stale. */
   #placementsUnsaved = false;
   /** True when a replica status write failed: the store's statuses are stale until a tick. */
@@ -597,8 +573,6 @@ export class Cluster {
    * agent sending the same bad reading every heartbeat is logged once, not every time.
    */
   readonly #loadFieldsDropped = new Map<string, string>();
-  /** Ids of stored API keys already logged as left out of routing (see {@link #buildMembership}). */
-  readonly #keysLeftOut = new Set<string>();
   /** Models and replicas of the membership, without load, built at {@link #routableVersion}. */
   #membership: Omit<RoutingMembership, "keys"> | undefined;
   /** The key grants of the membership and the {@link #keyMarks} they were built at. */
@@ -626,10 +600,23 @@ export class Cluster {
       byKey.set(c.faultKey, c.lastSeenUnixMs);
       this.#clearedFaults.set(c.gpuUuid, byKey);
     }
-    for (const k of store.listApiKeys()) {
-      this.#apiKeys.set(k.id, k);
-      this.#apiKeysByHash.set(k.secretHash, k);
-    }
+    this.events = new EventLog({
+      store,
+      clock: options.clock,
+      log: options.log,
+      unwrittenKept: options.unwrittenEventsKept,
+    });
+    this.apiKeys = new ApiKeys({
+      store,
+      clock: options.clock,
+      events: this.events,
+      log: options.log,
+      maxApiKeys: options.maxApiKeys,
+      onChange: () => {
+        this.#routingChange("keys");
+        this.#touch();
+      },
+    });
     for (const record of store.listNodes()) {
       if (record.revoked) {
         this.#revokedIds.add(record.id);
@@ -808,7 +795,7 @@ export class Cluster {
     }
     this.#setNodeState(live, "ready", now);
     const gpus = input.inventory.gpus.length;
-    this.#event(
+    this.events.record(
       previous ? "node.rejoined" : "node.joined",
       id,
       `${input.inventory.hostname} ${previous ? (byReset ? "re-registered after a reset" : "re-registered") : "joined"} with ${gpus} GPU${gpus === 1 ? "" : "s"}${
@@ -859,7 +846,7 @@ export class Cluster {
     // that a caller repeating the attempt cannot push real events out of the bounded log.
     if (node.refusedEventAtMs === undefined || now - node.refusedEventAtMs >= 60_000) {
       node.refusedEventAtMs = now;
-      this.#event(
+      this.events.record(
         "node.takeover_refused",
         id,
         `a Register from ${input.inventory.hostname} (advertising ${input.advertiseAddress || "no address"}) named node ${id} ${
@@ -974,7 +961,7 @@ export class Cluster {
         (fault
           ? `${faultName(fault)} (${fault.action}): ${fault.description || "kernel-log fault"}; evidence: ${fault.evidence}`
           : "the agent reports it unhealthy"));
-    this.#event(
+    this.events.record(
       "gpu.health",
       node.record.id,
       `GPU ${gpu.index} on ${node.record.hostname} is now ${after.healthy ? "healthy" : `unhealthy: ${why}`}`,
@@ -1004,7 +991,7 @@ export class Cluster {
       }
       this.#tallyFault(node.record.id, gpu.index, f);
       const actionable = faultIsActionable(f);
-      this.#event(
+      this.events.record(
         "gpu.fault",
         node.record.id,
         `GPU ${gpu.index} on ${node.record.hostname}: ${faultName(f)} (${f.action}${
@@ -1073,7 +1060,7 @@ export class Cluster {
       // A first report of a healthy port is not news; an unhealthy one always is.
       if (was === undefined && p.healthy) continue;
       const on = p.fabrics.length > 0 ? ` (fabric ${p.fabrics.join(", ")})` : "";
-      this.#event(
+      this.events.record(
         "port.health",
         node.record.id,
         `port ${p.device}/${p.port}${on} on ${node.record.hostname} is now ${
@@ -1090,7 +1077,7 @@ export class Cluster {
    * (events, placements); call periodically.
    */
   tick(): void {
-    if (this.#unwrittenEvents.length > 0) this.#writeEvents();
+    this.events.retry();
     if (this.#placementsUnsaved) this.#resavePlacements();
     if (this.#statusesUnsaved) this.#resaveStatuses();
     if (this.#nodeStatesUnsaved) this.#resaveNodeStates();
@@ -1125,7 +1112,7 @@ export class Cluster {
         : next === "unreachable"
           ? `${node.record.hostname} missed heartbeats for ${silentS}s; its replicas keep serving`
           : `${node.record.hostname} silent for ${silentS}s; its replicas are rescheduled`;
-    this.#event(
+    this.events.record(
       `node.${next}`,
       node.record.id,
       message,
@@ -1292,7 +1279,7 @@ export class Cluster {
         failedNow && s.logTail.length > 0
           ? `; last output: ${s.logTail.slice(-3).join(" | ")}`
           : "";
-      this.#event(
+      this.events.record(
         "replica.state",
         s.replicaId,
         `rank ${s.rank} on ${node.record.hostname}: ${before ? replicaStateName(before.state) : "reported"} → ${replicaStateName(s.state)}${
@@ -1333,7 +1320,7 @@ export class Cluster {
       sameDeploymentSpec(existing.spec, { ...spec, replicas: existing.spec.replicas });
     const revision = onlyScaled ? existing.spec.revision : (existing?.spec.revision ?? 0) + 1;
     this.#putDeployment({ ...spec, revision }, existing?.record.createdAtMs ?? now, now);
-    this.#event(
+    this.events.record(
       existing ? "deployment.updated" : "deployment.created",
       spec.name,
       `${existing ? "updated" : "created"} ${spec.name} (revision ${revision}): ${spec.replicas} × ${spec.engine} ${spec.model}`,
@@ -1350,7 +1337,7 @@ export class Cluster {
       const now = this.#o.clock.now();
       // The revision counts changes to how replicas run; scaling restarts none of them.
       this.#putDeployment({ ...existing.spec, replicas }, existing.record.createdAtMs, now);
-      this.#event(
+      this.events.record(
         "deployment.scaled",
         name,
         `scaled ${name} from ${existing.spec.replicas} to ${replicas} replicas`,
@@ -1368,7 +1355,7 @@ export class Cluster {
     this.#unschedulable.delete(name);
     this.#o.store.deleteDeployment(name);
     this.#routingChange();
-    this.#event("deployment.deleted", name, `deleted ${name}`, "info");
+    this.events.record("deployment.deleted", name, `deleted ${name}`, "info");
     this.#reconcile(`deployment ${name} deleted`);
   }
 
@@ -1538,7 +1525,7 @@ export class Cluster {
     const node = this.#requireNode(nodeOrHost);
     if (!node.record.cordoned) {
       this.#updateNodeRecord(node, { cordoned: true });
-      this.#event(
+      this.events.record(
         "node.cordoned",
         node.record.id,
         `${node.record.hostname} cordoned: no new replicas`,
@@ -1554,7 +1541,12 @@ export class Cluster {
     const node = this.#requireNode(nodeOrHost);
     if (node.record.cordoned || node.record.draining) {
       this.#updateNodeRecord(node, { cordoned: false, draining: false });
-      this.#event("node.uncordoned", node.record.id, `${node.record.hostname} uncordoned`, "info");
+      this.events.record(
+        "node.uncordoned",
+        node.record.id,
+        `${node.record.hostname} uncordoned`,
+        "info",
+      );
       this.#reconcile(`node ${node.record.id} uncordoned`);
     }
     return this.#nodeView(node);
@@ -1565,7 +1557,7 @@ export class Cluster {
     const node = this.#requireNode(nodeOrHost);
     if (!node.record.draining) {
       this.#updateNodeRecord(node, { cordoned: true, draining: true });
-      this.#event(
+      this.events.record(
         "node.draining",
         node.record.id,
         `${node.record.hostname} draining: its replicas move elsewhere`,
@@ -1589,7 +1581,7 @@ export class Cluster {
     const node = this.#requireNode(nodeOrHost);
     const openMs = this.#o.resetOpenMs ?? RESET_OPEN_MS;
     this.#updateNodeRecord(node, { resetUntilMs: this.#o.clock.now() + openMs });
-    this.#event(
+    this.events.record(
       "node.reset",
       node.record.id,
       `${node.record.hostname} reset by an operator: the next Register naming ${node.record.id} in the next ${formatMinutes(openMs)} may take it with the join token alone`,
@@ -1639,7 +1631,7 @@ export class Cluster {
     const still = after.healthy
       ? ""
       : `; it stays unhealthy: ${after.lost ? "the GPU is lost" : (after.problems[0]?.message ?? "faults remain")}`;
-    this.#event(
+    this.events.record(
       "gpu.fault_cleared",
       node.record.id,
       `GPU ${gpuIndex} (${gpu.uuid}) on ${node.record.hostname}: ${
@@ -1696,7 +1688,7 @@ export class Cluster {
     this.#revokedIds.add(node.record.id);
     this.#desiredChanged(node.record.id);
     this.#routingChange();
-    this.#event(
+    this.events.record(
       "node.revoked",
       node.record.id,
       `${node.record.hostname} revoked; it must join again with the join token`,
@@ -1767,188 +1759,6 @@ export class Cluster {
         ? r.healthProblems
         : r.healthProblems.filter((p) => p.code !== GPU_FAULT_PROBLEM);
     return { ...r, healthy: verdict.healthy, faults, healthProblems };
-  }
-
-  // ---------------------------------------------------------------- API keys
-
-  /**
-   * Creates an API key; the secret is returned once and only its hash is stored. Refused
-   * (`LLMGW_CONTROL_PLANE_INVALID_ARGUMENT`, naming the field) is a key every router would
-   * refuse in its routing stream: a limit outside [1, 2³²−1] (unset is no limit), a model name
-   * outside 1–256 characters, more than `ROUTING_LIMITS.maxModels` models, or a key beyond
-   * {@link ClusterOptions.maxApiKeys} active ones.
-   */
-  createApiKey(input: Omit<ApiKeyGrant, "id">): { key: ApiKey; secret: string } {
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(input.name)) {
-      throw new ControlPlaneError(
-        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
-        `API key name must be 1–64 letters, digits, '.', '_' or '-' (got ${JSON.stringify(input.name)})`,
-      );
-    }
-    const problem = apiKeyGrantProblem(input);
-    if (problem !== undefined) {
-      throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `API key ${problem}`);
-    }
-    let live = 0;
-    for (const k of this.#apiKeys.values()) {
-      if (k.revokedAtMs !== undefined) continue;
-      live++;
-      if (k.name === input.name) {
-        throw new ControlPlaneError(
-          "LLMGW_CONTROL_PLANE_ALREADY_EXISTS",
-          `an API key named ${input.name} already exists`,
-        );
-      }
-    }
-    const maxKeys = Math.min(this.#o.maxApiKeys ?? ROUTING_LIMITS.maxKeys, ROUTING_LIMITS.maxKeys);
-    if (live >= maxKeys) {
-      throw new ControlPlaneError(
-        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
-        `${live} API keys are active, the most this control plane holds (${maxKeys}); revoke one first`,
-      );
-    }
-    const secret = generateSecret("sk-llmgw-");
-    const record: ApiKeyRecord = {
-      id: `key_${randomBytes(6).toString("hex")}`,
-      name: input.name,
-      prefix: secret.slice(0, 14),
-      secretHash: hashSecret(secret),
-      models: [...input.models],
-      requestsPerMinute: input.requestsPerMinute,
-      tokensPerMinute: input.tokensPerMinute,
-      maxConcurrency: input.maxConcurrency,
-      createdAtMs: this.#o.clock.now(),
-    };
-    this.#o.store.putApiKey(record);
-    this.#apiKeys.set(record.id, record);
-    this.#apiKeysByHash.set(record.secretHash, record);
-    this.#event(
-      "apikey.created",
-      record.id,
-      `API key ${record.name} (${record.prefix}…) created`,
-      "info",
-    );
-    this.#routingChange("keys");
-    this.#touch();
-    return { key: apiKeyToProto(record), secret };
-  }
-
-  /** API keys, oldest first. */
-  listApiKeys(includeRevoked = false): ApiKey[] {
-    return [...this.#apiKeys.values()]
-      .filter((k) => includeRevoked || k.revokedAtMs === undefined)
-      .map(apiKeyToProto);
-  }
-
-  /** Revokes a key by id or name. */
-  revokeApiKey(idOrName: string): ApiKey {
-    const record =
-      this.#apiKeys.get(idOrName) ??
-      [...this.#apiKeys.values()].find((k) => k.name === idOrName && k.revokedAtMs === undefined);
-    if (!record) {
-      throw new ControlPlaneError(
-        "LLMGW_CONTROL_PLANE_NOT_FOUND",
-        `no API key with id or name ${JSON.stringify(idOrName)}`,
-      );
-    }
-    if (record.revokedAtMs !== undefined) return apiKeyToProto(record);
-    const revoked = { ...record, revokedAtMs: this.#o.clock.now() };
-    this.#o.store.putApiKey(revoked);
-    this.#apiKeys.set(revoked.id, revoked);
-    this.#apiKeysByHash.set(revoked.secretHash, revoked);
-    this.#event("apikey.revoked", revoked.id, `API key ${revoked.name} revoked`, "info");
-    this.#routingChange("keys");
-    this.#touch();
-    return apiKeyToProto(revoked);
-  }
-
-  /** The grant of a presented API key secret, or undefined when unknown or revoked. */
-  authenticateApiKey(secret: string): ApiKeyGrant | undefined {
-    const record = this.#apiKeysByHash.get(hashSecret(secret));
-    if (!record || record.revokedAtMs !== undefined) return undefined;
-    return {
-      id: record.id,
-      name: record.name,
-      models: record.models,
-      requestsPerMinute: record.requestsPerMinute,
-      tokensPerMinute: record.tokensPerMinute,
-      maxConcurrency: record.maxConcurrency,
-    };
-  }
-
-  // ---------------------------------------------------------------- events
-
-  /**
-   * Records an event and logs it as one line. Messages embed text that agents sent
-   * (hostnames, problem messages, engine log tails): their control characters are escaped
-   * here, once for every event, so that none can forge a log line or a second event.
-   */
-  #event(kind: string, subject: string, message: string, severity: EventSeverity): void {
-    const safeSubject = escapeOutsideText(subject);
-    const safeMessage = escapeOutsideText(message);
-    this.#o.log?.(`${kind} ${safeSubject}: ${safeMessage}`);
-    this.#unwrittenEvents.push({
-      atMs: this.#o.clock.now(),
-      kind,
-      subject: safeSubject,
-      message: safeMessage,
-      severity,
-    });
-    this.#writeEvents();
-  }
-
-  /**
-   * Appends the events not yet stored, oldest first, and hands each to the listeners once it
-   * has its id. A store that fails (a full disk) must not fail what caused the event (a
-   * heartbeat reporting a crash): the events wait in memory, at most
-   * {@link UNWRITTEN_EVENTS_KEPT} of them (the oldest dropped beyond), until {@link tick}
-   * finds the store writable again.
-   */
-  #writeEvents(): void {
-    while (this.#unwrittenEvents.length > 0) {
-      let event: EventRecord;
-      try {
-        event = this.#o.store.appendEvent(this.#unwrittenEvents[0] as Omit<EventRecord, "id">);
-      } catch (error) {
-        if (!isStoreFailure(error)) throw error;
-        const kept = this.#o.unwrittenEventsKept ?? UNWRITTEN_EVENTS_KEPT;
-        const over = this.#unwrittenEvents.length - kept;
-        if (over > 0) {
-          this.#unwrittenEvents.splice(0, over);
-          this.#eventsDropped += over;
-        }
-        if (!this.#eventStoreFailing) {
-          this.#eventStoreFailing = true;
-          this.#o.log?.(
-            `events kept in memory only (up to ${kept}), retried every tick until the store takes writes: ${(error as Error).message}`,
-          );
-        }
-        return;
-      }
-      this.#unwrittenEvents.shift();
-      for (const listener of this.#eventListeners) listener(event);
-    }
-    if (this.#eventStoreFailing) {
-      this.#eventStoreFailing = false;
-      this.#o.log?.(
-        `events written to the state store again${this.#eventsDropped > 0 ? `; ${this.#eventsDropped} older ones were dropped while it failed` : ""}`,
-      );
-      this.#eventsDropped = 0;
-    }
-  }
-
-  /** Recent events, oldest first. */
-  listEvents(query: { afterId?: number; limit?: number } = {}): Event[] {
-    return this.#o.store
-      .listEvents({ afterId: query.afterId, limit: query.limit || 100 })
-      .map(eventToProto);
-  }
-
-  /** Calls `listener` with every new event until the returned function is called. */
-  onEvent(listener: (event: Event) => void): () => void {
-    const wrapped = (e: EventRecord) => listener(eventToProto(e));
-    this.#eventListeners.add(wrapped);
-    return () => this.#eventListeners.delete(wrapped);
   }
 
   // ---------------------------------------------------------------- reconciler
@@ -2104,11 +1914,11 @@ export class Cluster {
       removed.map((id) => [id, undefined]),
     );
     for (const r of plan.remove) {
-      this.#event("replica.removed", r.placement.replicaId, r.reason.message, "warning");
+      this.events.record("replica.removed", r.placement.replicaId, r.reason.message, "warning");
     }
     for (const p of added) {
       const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
-      this.#event(
+      this.events.record(
         "replica.placed",
         p.replicaId,
         `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
@@ -2123,7 +1933,7 @@ export class Cluster {
       if (key(before) === key(after)) continue;
       if (after) {
         this.#unschedulable.set(name, after);
-        this.#event(
+        this.events.record(
           "deployment.unschedulable",
           name,
           `${after.missing} replica${after.missing === 1 ? "" : "s"} cannot be placed: ${after.reasons.map((r) => r.message).join("; ")}`,
@@ -2132,7 +1942,12 @@ export class Cluster {
       } else {
         this.#unschedulable.delete(name);
         if (before)
-          this.#event("deployment.schedulable", name, `every replica of ${name} is placed`, "info");
+          this.events.record(
+            "deployment.schedulable",
+            name,
+            `every replica of ${name} is placed`,
+            "info",
+          );
       }
     }
     const changed = plan.remove.length + added.length > 0;
@@ -2496,7 +2311,7 @@ export class Cluster {
    */
   routingKeys(): readonly KeyGrant[] {
     if (this.#membershipKeys?.marks !== this.#keyMarks) {
-      this.#membershipKeys = { marks: this.#keyMarks, keys: this.#buildKeyGrants() };
+      this.#membershipKeys = { marks: this.#keyMarks, keys: this.apiKeys.grants() };
     }
     return this.#membershipKeys.keys;
   }
@@ -2530,37 +2345,6 @@ export class Cluster {
     }
     replicas.sort((a, b) => a.id.localeCompare(b.id));
     return { models, replicas };
-  }
-
-  #buildKeyGrants(): KeyGrant[] {
-    const keys: KeyGrant[] = [];
-    for (const k of this.#apiKeys.values()) {
-      if (k.revokedAtMs !== undefined) continue;
-      // A key stored by an older version that checked less: routers would refuse the whole
-      // stream over it, so it is left out (it authenticates nowhere) and named once.
-      const problem = apiKeyGrantProblem(k);
-      if (problem !== undefined) {
-        if (!this.#keysLeftOut.has(k.id)) {
-          this.#keysLeftOut.add(k.id);
-          this.#o.log?.(
-            escapeOutsideText(
-              `API key ${k.name} (${k.id}) is left out of routing, routers would refuse it: ${problem}; revoke it and create a new one`,
-            ),
-          );
-        }
-        continue;
-      }
-      keys.push({
-        id: k.id,
-        name: k.name,
-        secretSha256: k.secretHash,
-        ...(k.models.length > 0 ? { models: [...k.models] } : {}),
-        ...(k.requestsPerMinute === undefined ? {} : { rpm: k.requestsPerMinute }),
-        ...(k.tokensPerMinute === undefined ? {} : { tpm: k.tokensPerMinute }),
-        ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
-      });
-    }
-    return keys;
   }
 
   /** True when `model` has a replica placed but not ready yet (the router answers "loading"). */
@@ -2675,61 +2459,6 @@ export class Cluster {
   unschedulableReasons(name: string): readonly { code: string; message: string }[] {
     return this.#unschedulable.get(name)?.reasons ?? [];
   }
-}
-
-/**
- * Why routers would refuse a key with these limits and models (see `ROUTING_LIMITS` and
- * `validateRoutingMessage` in `@llmgw/router`), as "field must …, got …", or undefined.
- */
-function apiKeyGrantProblem(k: {
-  readonly models: readonly string[];
-  readonly requestsPerMinute?: number;
-  readonly tokensPerMinute?: number;
-  readonly maxConcurrency?: number;
-}): string | undefined {
-  for (const field of ["requestsPerMinute", "tokensPerMinute", "maxConcurrency"] as const) {
-    const v = k[field];
-    if (v !== undefined && (!Number.isInteger(v) || v < 1 || v > ROUTING_LIMITS.maxKeyLimit))
-      return `${field} must be a whole number in 1–${ROUTING_LIMITS.maxKeyLimit}, or unset for no limit (got ${v})`;
-  }
-  if (k.models.length > ROUTING_LIMITS.maxModels)
-    return `models must list at most ${ROUTING_LIMITS.maxModels} names (got ${k.models.length})`;
-  for (let i = 0; i < k.models.length; i++) {
-    const m = k.models[i] as string;
-    if (m.length < 1 || m.length > ROUTING_LIMITS.maxNameChars) {
-      const shown =
-        m.length > 64
-          ? `${JSON.stringify(m.slice(0, 64))}… (${m.length} characters)`
-          : JSON.stringify(m);
-      return `models[${i}] must be a served model name of 1–${ROUTING_LIMITS.maxNameChars} characters (got ${shown})`;
-    }
-  }
-  return undefined;
-}
-
-function apiKeyToProto(k: ApiKeyRecord): ApiKey {
-  return create(ApiKeySchema, {
-    id: k.id,
-    name: k.name,
-    prefix: k.prefix,
-    models: [...k.models],
-    requestsPerMinute: k.requestsPerMinute,
-    tokensPerMinute: k.tokensPerMinute,
-    maxConcurrency: k.maxConcurrency,
-    createdAtUnixMs: BigInt(k.createdAtMs),
-    revokedAtUnixMs: k.revokedAtMs === undefined ? undefined : BigInt(k.revokedAtMs),
-  });
-}
-
-function eventToProto(e: EventRecord): Event {
-  return create(EventSchema, {
-    id: BigInt(e.id),
-    atUnixMs: BigInt(e.atMs),
-    kind: e.kind,
-    subject: e.subject,
-    message: e.message,
-    severity: e.severity,
-  });
 }
 
 /** `15 minutes`, `1 minute`, `90 seconds`: a window as an operator reads it. */

@@ -138,7 +138,7 @@ function beat(
   });
 }
 
-const kinds = (cluster: Cluster) => cluster.listEvents({ limit: 1_000 }).map((e) => e.kind);
+const kinds = (cluster: Cluster) => cluster.events.list({ limit: 1_000 }).map((e) => e.kind);
 const placedOn = (cluster: Cluster) =>
   cluster.placements().map((p) => `${p.replicaId}@${p.ranks.map((r) => r.nodeId).join("+")}`);
 
@@ -165,9 +165,9 @@ describe("fail closed on kernel-log faults", () => {
     // A replacement never takes the id of the replica it replaces (the scheduler's rule).
     expect(placedOn(cluster)).toEqual([`chat-1@${spare.nodeId}`]);
     expect(elapsedMs).toBeLessThan(1_000);
-    const removed = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "replica.removed");
+    const removed = cluster.events.list({ limit: 1_000 }).find((e) => e.kind === "replica.removed");
     expect(removed?.message).toBe(`GPU 0 on node ${serving.nodeId} is unhealthy`);
-    const health = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "gpu.health");
+    const health = cluster.events.list({ limit: 1_000 }).find((e) => e.kind === "gpu.health");
     expect(health?.message).toBe(
       `GPU 0 on ${serving.inventory.hostname} is now unhealthy: Xid 79 (reset-gpu): GPU has fallen off the bus; evidence: ${XID79}`,
     );
@@ -179,7 +179,7 @@ describe("fail closed on kernel-log faults", () => {
     const xid31 = fault({ code: 31, action: "ignore", evidence: XID31, description: "MMU fault" });
     beat(cluster, a, { faults: [xid31] });
     beat(cluster, a, { faults: [{ ...xid31, count: 5, lastSeenUnixMs: 9_000n }] });
-    const faults = cluster.listEvents({ limit: 1_000 }).filter((e) => e.kind === "gpu.fault");
+    const faults = cluster.events.list({ limit: 1_000 }).filter((e) => e.kind === "gpu.fault");
     expect(faults.map((e) => [e.severity, e.message])).toEqual([
       ["info", `GPU 0 on node-a: Xid 31 (ignore), 1 record, MMU fault; evidence: ${XID31}`],
     ]);
@@ -197,7 +197,7 @@ describe("fail closed on kernel-log faults", () => {
     beat(cluster, a, {
       faults: [fault({ evidence: `${XID79}\nforged 2026 error node.lost x: y` })],
     });
-    const event = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "gpu.fault");
+    const event = cluster.events.list({ limit: 1_000 }).find((e) => e.kind === "gpu.fault");
     expect(event?.message).not.toContain("\n");
     expect(event?.message).toContain(`${XID79}\\nforged`);
   });
@@ -212,8 +212,8 @@ describe("fail closed on kernel-log faults", () => {
 
     expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
     expect(placedOn(cluster)).toEqual([`chat-0@${a.nodeId}`]);
-    const cleared = cluster
-      .listEvents({ limit: 1_000 })
+    const cleared = cluster.events
+      .list({ limit: 1_000 })
       .find((e) => e.kind === "gpu.fault_cleared");
     expect(cleared?.message).toBe(
       `GPU 0 (${a.inventory.gpus[0]?.uuid}) on node-a: 1 fault cleared by an operator (Xid 79); a record seen after this counts again`,
@@ -274,8 +274,8 @@ describe("fail closed on kernel-log faults", () => {
       problems: [],
     });
     expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
-    const cleared = cluster
-      .listEvents({ limit: 1_000 })
+    const cleared = cluster.events
+      .list({ limit: 1_000 })
       .find((e) => e.kind === "gpu.fault_cleared");
     expect(cleared?.message).toMatch(/; it stays unhealthy: a row could not be remapped$/);
     expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(false);
@@ -335,8 +335,8 @@ describe("port health", () => {
 
     beat(cluster, victim, { ports: [port("mlx5_0", false)] });
     expect(deferred).toHaveLength(0);
-    const removed = cluster
-      .listEvents({ limit: 1_000 })
+    const removed = cluster.events
+      .list({ limit: 1_000 })
       .filter((e) => e.kind === "replica.removed")
       .map((e) => e.message);
     expect(removed).toEqual([
@@ -346,7 +346,7 @@ describe("port health", () => {
     expect(big()?.ranks.map((r) => r.nodeId)).not.toContain(victim.nodeId);
     expect(big()?.fabricId).toBe("ib-a");
     expect(small()?.replicaId).toBe(smallBefore);
-    const ev = cluster.listEvents({ limit: 1_000 }).find((e) => e.kind === "port.health");
+    const ev = cluster.events.list({ limit: 1_000 }).find((e) => e.kind === "port.health");
     expect(ev?.message).toBe(
       `port mlx5_0/1 (fabric ib-a) on ${victim.inventory.hostname} is now unhealthy: port left ACTIVE 4 times in 600 s`,
     );
@@ -444,8 +444,8 @@ describe("a node-wide fault", () => {
     expect(cluster.clearGpuFaults("node-a", 0)).toBe(1);
     // GPU 0 is back; GPU 1 lost its Xid 79 too but keeps its own Xid 48.
     expect(healthy()).toEqual([true, false]);
-    const cleared = cluster
-      .listEvents({ limit: 100 })
+    const cleared = cluster.events
+      .list({ limit: 100 })
       .filter((e) => e.kind === "gpu.fault_cleared");
     expect(cleared.at(-1)?.message).toContain("(also on GPU 1)");
     expect(cluster.clearGpuFaults("node-a", 1)).toBe(1);

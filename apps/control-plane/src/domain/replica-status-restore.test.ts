@@ -153,12 +153,12 @@ describe("replica statuses across a control-plane restart", () => {
   it("take the node's next heartbeat as news only where it differs", () => {
     const { again, a } = readyThenRestart();
     const version = again.routingVersion;
-    const eventsBefore = again.listEvents({ limit: 100 }).length;
+    const eventsBefore = again.events.list({ limit: 100 }).length;
     beat(again, a);
     // Same states: no replica.state event; only the learnt engine key moves the routing.
     expect(
-      again
-        .listEvents({ limit: 100 })
+      again.events
+        .list({ limit: 100 })
         .slice(eventsBefore)
         .map((e) => e.kind),
     ).toEqual(["node.ready"]);

@@ -128,14 +128,14 @@ describe("Cluster.routingMembership", () => {
       spec({ name: "chat", servedModelName: "org/chat", replicas: 2, maxConcurrencyPerReplica: 8 }),
     );
     cluster.applyDeployment(spec({ name: "idle", replicas: 0, routingPolicy: "round-robin" }));
-    const { secret } = cluster.createApiKey({
+    const { secret } = cluster.apiKeys.create({
       name: "app",
       models: ["org/chat"],
       requestsPerMinute: 60,
       maxConcurrency: 4,
     });
-    cluster.createApiKey({ name: "open", models: [] });
-    cluster.revokeApiKey("open");
+    cluster.apiKeys.create({ name: "open", models: [] });
+    cluster.apiKeys.revoke("open");
     const onA = servedBy(a);
     beat(a, {
       load: { running: 2, kvCacheUsage: 0.25 },
@@ -197,12 +197,12 @@ describe("Cluster.routingMembership", () => {
     ]);
     for (const l of said) expect(l).not.toContain("sk-llmgw-key_");
     // The membership is rebuilt on the next change: the keys stay out, named no more.
-    cluster.createApiKey({ name: "new", models: [] });
+    cluster.apiKeys.create({ name: "new", models: [] });
     expect(cluster.routingMembership().keys.map((k) => k.name)).toEqual(["good", "new"]);
     expect(logs.filter((l) => l.includes("left out of routing"))).toHaveLength(2);
     // Revoking one still works (and it stays out).
-    cluster.revokeApiKey("zero-rpm");
-    expect(cluster.listApiKeys().map((k) => k.name)).toEqual(["empty-model", "good", "new"]);
+    cluster.apiKeys.revoke("zero-rpm");
+    expect(cluster.apiKeys.list().map((k) => k.name)).toEqual(["empty-model", "good", "new"]);
   });
 
   it("leaves out a replica without an endpoint or with a rank on a lost node, and load nobody reported", () => {
@@ -308,9 +308,9 @@ describe("Cluster.routingVersion", () => {
     expect(bumpsDuring(() => cluster.applyDeployment(spec({ name: "chat" })))).toBe(0);
     expect(bumpsDuring(() => cluster.scaleDeployment("chat", 2))).toBe(1);
     expect(cluster.placements()).toHaveLength(2);
-    expect(bumpsDuring(() => cluster.createApiKey({ name: "app", models: [] }))).toBe(1);
+    expect(bumpsDuring(() => cluster.apiKeys.create({ name: "app", models: [] }))).toBe(1);
     expect(cluster.routingMembership().keys.map((k) => k.name)).toEqual(["app"]);
-    expect(bumpsDuring(() => cluster.revokeApiKey("app"))).toBe(1);
+    expect(bumpsDuring(() => cluster.apiKeys.revoke("app"))).toBe(1);
     expect(cluster.routingMembership().keys).toEqual([]);
     expect(bumpsDuring(() => cluster.deleteDeployment("chat"))).toBe(1);
     expect(cluster.routingMembership().models).toEqual([]);

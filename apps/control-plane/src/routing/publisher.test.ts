@@ -160,7 +160,7 @@ describe("createRoutingPublisher", () => {
     const nodeId = joinNode();
     deploy();
     report(nodeId, ReplicaState.READY, { running: 3, waiting: 1 });
-    const { key } = cluster.createApiKey({ name: "team-a", models: [], requestsPerMinute: 60 });
+    const { key } = cluster.apiKeys.create({ name: "team-a", models: [], requestsPerMinute: 60 });
     const { received } = publish();
     expect(received).toHaveLength(2);
     expect(received[0]).toMatchObject({
@@ -211,7 +211,7 @@ describe("createRoutingPublisher", () => {
     const nodeId = joinNode();
     deploy();
     report(nodeId, ReplicaState.READY, { running: 1, waiting: 0 });
-    const { key } = cluster.createApiKey({ name: "team-a", models: [] });
+    const { key } = cluster.apiKeys.create({ name: "team-a", models: [] });
     const good: RoutedReplica = {
       id: "extra-0",
       model: "org/chat",
@@ -262,7 +262,7 @@ describe("createRoutingPublisher", () => {
     ]);
 
     // Membership moves: the delta carries the change and encodes; the bad ones are not named again.
-    cluster.createApiKey({ name: "team-b", models: [] });
+    cluster.apiKeys.create({ name: "team-b", models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
     const delta = deltas(received)[0] as RoutingDelta;
     expect(() => routingMessageToProto(delta)).not.toThrow();
@@ -372,10 +372,10 @@ describe("createRoutingPublisher", () => {
   });
 
   it("removes a revoked key in a delta", async () => {
-    const { key } = cluster.createApiKey({ name: "team-a", models: ["org/chat"] });
+    const { key } = cluster.apiKeys.create({ name: "team-a", models: ["org/chat"] });
     const { received } = publish({ coalesceMs: 5 });
     expect(received[0]).toMatchObject({ keys: [{ id: key.id, models: ["org/chat"] }] });
-    cluster.revokeApiKey("team-a");
+    cluster.apiKeys.revoke("team-a");
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
     expect(deltas(received)[0]).toMatchObject({
       version: 2,
@@ -386,7 +386,7 @@ describe("createRoutingPublisher", () => {
 
   it("publishes a pending change at once on flush (an admin call returns after it)", () => {
     const { publisher, received } = publish({ coalesceMs: 60_000 });
-    const { key } = cluster.createApiKey({ name: "team-b", models: [] });
+    const { key } = cluster.apiKeys.create({ name: "team-b", models: [] });
     expect(deltas(received)).toHaveLength(0); // the window is a minute long
     publisher.flush();
     expect(deltas(received)).toHaveLength(1);
@@ -397,7 +397,7 @@ describe("createRoutingPublisher", () => {
 
   it("coalesces ten changes within one window into one delta", async () => {
     const { publisher, received } = publish({ coalesceMs: 50 });
-    for (let i = 0; i < 10; i++) cluster.createApiKey({ name: `key-${i}`, models: [] });
+    for (let i = 0; i < 10; i++) cluster.apiKeys.create({ name: `key-${i}`, models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 5 });
     await new Promise((resolve) => setTimeout(resolve, 60));
     expect(deltas(received)).toHaveLength(1);
@@ -414,7 +414,7 @@ describe("createRoutingPublisher", () => {
     report(nodeId, ReplicaState.READY);
     const { publisher, received } = publish({ coalesceMs: 5 });
     const topology = cluster.routingTopologyVersion;
-    const { key } = cluster.createApiKey({ name: "team-c", models: [] });
+    const { key } = cluster.apiKeys.create({ name: "team-c", models: [] });
     expect(cluster.routingTopologyVersion).toBe(topology);
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
     expect(deltas(received)[0]).toMatchObject({
@@ -467,9 +467,9 @@ describe("createRoutingPublisher", () => {
       // The snapshot and its keepalive pass; the first delta throws.
       if (calls > 2) throw new Error("boom");
     });
-    cluster.createApiKey({ name: "k1", models: [] });
+    cluster.apiKeys.create({ name: "k1", models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
-    cluster.createApiKey({ name: "k2", models: [] });
+    cluster.apiKeys.create({ name: "k2", models: [] });
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
     expect(calls).toBe(3);
     expect(logged).toEqual(["routing publisher: dropped a subscriber that threw: boom"]);
@@ -501,7 +501,7 @@ describe("streamRoutingFeed", () => {
     const stream = streamRoutingFeed(publisher);
     expect((await stream.next()).value).toMatchObject({ kind: "snapshot", version: 1 });
     expect((await stream.next()).value).toMatchObject({ kind: "keepalive", version: 1 });
-    cluster.createApiKey({ name: "k1", models: [] });
+    cluster.apiKeys.create({ name: "k1", models: [] });
     expect((await stream.next()).value).toMatchObject({ kind: "delta", version: 2 });
     await stream.return();
     expect(publisher.stats().subscribers).toBe(1);
@@ -512,7 +512,7 @@ describe("streamRoutingFeed", () => {
     const stream = streamRoutingFeed(publisher, { maxQueued: 3 });
     await stream.next();
     for (let i = 0; i < 4; i++) {
-      cluster.createApiKey({ name: `k${i}`, models: [] });
+      cluster.apiKeys.create({ name: `k${i}`, models: [] });
       await vi.waitFor(() => expect(publisher.version).toBe(i + 2), { interval: 1 });
     }
     await expect(stream.next()).rejects.toMatchObject({

@@ -1,9 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
+  type ApiKey,
+  ApiKeySchema,
   type ClusterService,
   ControlPlaneInstanceSchema,
   type Event,
+  EventSchema,
   RouterInfoSchema,
   type WatchEventsResponse,
   WatchEventsResponseSchema,
@@ -12,6 +15,7 @@ import { deploymentSpecFromProto } from "../convert/deployment.js";
 import type { Cluster } from "../domain/cluster.js";
 import { ControlPlaneError } from "../errors.js";
 import type { RouterRegistry } from "../routing/router-registry.js";
+import type { ApiKeyRecord, EventRecord } from "../store/types.js";
 import { requireToken } from "./auth.js";
 
 /** A control-plane instance for `GetClusterStatus` (see `store/postgres-lease.ts`). */
@@ -127,7 +131,7 @@ export function createClusterService(
     },
     createApiKey(req, ctx) {
       admin(ctx);
-      const { key, secret } = cluster.createApiKey({
+      const { key, secret } = cluster.apiKeys.create({
         name: req.name,
         models: req.models,
         requestsPerMinute: req.requestsPerMinute,
@@ -137,33 +141,32 @@ export function createClusterService(
       // The in-process router knows the key when this answer arrives: a client that creates
       // a key and uses it at once is not told it is wrong.
       flush();
-      return { key, secret };
+      return { key: apiKeyToProto(key), secret };
     },
     listApiKeys(req, ctx) {
       admin(ctx);
-      return { keys: cluster.listApiKeys(req.includeRevoked) };
+      return { keys: cluster.apiKeys.list(req.includeRevoked).map(apiKeyToProto) };
     },
     revokeApiKey(req, ctx) {
       admin(ctx);
-      const key = cluster.revokeApiKey(required(req.key, "key"));
+      const key = cluster.apiKeys.revoke(required(req.key, "key"));
       flush();
-      return { key };
+      return { key: apiKeyToProto(key) };
     },
     listEvents(req, ctx) {
       admin(ctx);
       return {
-        events: cluster.listEvents({
-          afterId: Number(req.afterId),
-          limit: Math.min(req.limit || 100, 10_000),
-        }),
+        events: cluster.events
+          .list({ afterId: Number(req.afterId), limit: Math.min(req.limit || 100, 10_000) })
+          .map(eventToProto),
       };
     },
     async *watchEvents(req, ctx): AsyncIterable<WatchEventsResponse> {
       admin(ctx);
       const queue: Event[] = [];
       let wake: (() => void) | undefined;
-      const off = cluster.onEvent((e) => {
-        queue.push(e);
+      const off = cluster.events.subscribe((e) => {
+        queue.push(eventToProto(e));
         wake?.();
       });
       const stop = AbortSignal.any([ctx.signal, opts.shutdown]);
@@ -173,7 +176,7 @@ export function createClusterService(
       try {
         let lastId = 0n;
         for (const event of req.backlog > 0
-          ? cluster.listEvents({ limit: Math.min(req.backlog, 10_000) })
+          ? cluster.events.list({ limit: Math.min(req.backlog, 10_000) }).map(eventToProto)
           : []) {
           lastId = event.id;
           yield create(WatchEventsResponseSchema, { event });
@@ -232,4 +235,30 @@ export function createClusterService(
       };
     },
   };
+}
+
+/** A stored key as the admin API shows it: never the secret or its hash. */
+function apiKeyToProto(k: ApiKeyRecord): ApiKey {
+  return create(ApiKeySchema, {
+    id: k.id,
+    name: k.name,
+    prefix: k.prefix,
+    models: [...k.models],
+    requestsPerMinute: k.requestsPerMinute,
+    tokensPerMinute: k.tokensPerMinute,
+    maxConcurrency: k.maxConcurrency,
+    createdAtUnixMs: BigInt(k.createdAtMs),
+    revokedAtUnixMs: k.revokedAtMs === undefined ? undefined : BigInt(k.revokedAtMs),
+  });
+}
+
+function eventToProto(e: EventRecord): Event {
+  return create(EventSchema, {
+    id: BigInt(e.id),
+    atUnixMs: BigInt(e.atMs),
+    kind: e.kind,
+    subject: e.subject,
+    message: e.message,
+    severity: e.severity,
+  });
 }

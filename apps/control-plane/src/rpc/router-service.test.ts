@@ -224,7 +224,7 @@ describe("RouterService.WatchRouting", () => {
   });
 
   it("streams a snapshot then deltas, and lists the router with what it was sent", async () => {
-    const { key } = cluster.createApiKey({ name: "team-a", models: [] });
+    const { key } = cluster.apiKeys.create({ name: "team-a", models: [] });
     await vi.waitFor(() => expect(publisher.version).toBe(2), { interval: 2 });
     const a = watch("router-a", { address: "10.0.0.9:8080" });
     await vi.waitFor(() => expect(a.received).toHaveLength(1), { interval: 2 });
@@ -235,7 +235,7 @@ describe("RouterService.WatchRouting", () => {
       routers: 1,
       keys: [{ id: key.id, name: "team-a" }],
     });
-    cluster.revokeApiKey("team-a");
+    cluster.apiKeys.revoke("team-a");
     await vi.waitFor(() => expect(a.received).toHaveLength(2), { interval: 2 });
     // One router connected is still a share divisor of 1: the only delta is the revoke.
     expect(a.received[1]).toMatchObject({ kind: "delta", version: 3, removedKeys: [key.id] });
