@@ -443,6 +443,17 @@ function newLiveNode(
 
 const portKey = (device: string, port: number) => `${device}/${port}`;
 
+/**
+ * The inventory's GPU with `index`: for every reading of every heartbeat, so the position
+ * discovery lists it at is tried first.
+ */
+function inventoryGpu(inventory: NodeInventory, index: number): Gpu | undefined {
+  const at = inventory.gpus[index];
+  if (at?.index === index) return at;
+  for (const g of inventory.gpus) if (g.index === index) return g;
+  return undefined;
+}
+
 /** Fabric ids of each registered port, by `device/port`. */
 function portFabrics(inventory: NodeInventory): Map<string, string[]> {
   const byPort = new Map<string, string[]>();
@@ -909,15 +920,14 @@ export class Cluster {
     node.lastHeartbeatMs = now;
     let healthChanged = false;
     for (const reading of input.gpus) {
-      const gpu = node.inventory.gpus.find((g) => g.index === reading.index);
-      const before = gpu ? this.#verdict(gpu, node.readings.get(reading.index)).healthy : true;
+      const gpu = inventoryGpu(node.inventory, reading.index);
+      const before = gpu ? this.#healthy(gpu, node.readings.get(reading.index)) : true;
       node.readings.set(reading.index, reading);
       if (!gpu) continue;
-      this.#announceFaults(node, gpu, reading.faults);
-      const after = this.#verdict(gpu, reading);
-      if (before !== after.healthy) {
+      if (reading.faults.length > 0) this.#announceFaults(node, gpu, reading.faults);
+      if (before !== this.#healthy(gpu, reading)) {
         healthChanged = true;
-        this.#gpuHealthEvent(node, gpu, after);
+        this.#gpuHealthEvent(node, gpu, this.#verdict(gpu, reading));
       }
     }
     const portsChanged = this.#ingestPorts(node, input.ports ?? []);
@@ -951,6 +961,17 @@ export class Cluster {
   /** The one health rule (see `gpuHealthVerdict`), with this GPU's cleared faults. */
   #verdict(gpu: Gpu, reading: GpuReading | undefined): GpuHealthVerdict {
     return gpuHealthVerdict(gpu, reading, this.#clearedFaults.get(gpu.uuid));
+  }
+
+  /**
+   * {@link #verdict}'s `healthy`. A source with nothing against it (not lost, healthy, no
+   * problem, no fault: every heartbeat of a sound node) is healthy whatever was cleared, and
+   * is answered without building a verdict.
+   */
+  #healthy(gpu: Gpu, reading: GpuReading | undefined): boolean {
+    const s = reading ?? gpu;
+    if (!s.lost && s.healthy && s.healthProblems.length === 0 && s.faults.length === 0) return true;
+    return this.#verdict(gpu, reading).healthy;
   }
 
   #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
@@ -1203,7 +1224,8 @@ export class Cluster {
    */
   #applyLoad(nodeId: string, replicaId: string, reported: ReplicaLoad, atMs: number): void {
     const { load, dropped } = loadWithinRange(reported);
-    const droppedFields = dropped.map((d) => d.slice(0, d.indexOf("="))).join(",");
+    const droppedFields =
+      dropped.length === 0 ? "" : dropped.map((d) => d.slice(0, d.indexOf("="))).join(",");
     if (droppedFields !== (this.#loadFieldsDropped.get(replicaId) ?? "")) {
       if (droppedFields === "") {
         this.#loadFieldsDropped.delete(replicaId);

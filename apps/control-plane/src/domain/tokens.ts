@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { hash, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ControlPlaneError } from "../errors.js";
@@ -42,7 +42,8 @@ export function generateSecret(prefix: string): string {
 
 /** Hex sha256 of a secret; only this is stored for credentials and API keys. */
 export function hashSecret(secret: string): string {
-  return createHash("sha256").update(secret, "utf8").digest("hex");
+  // One-shot: no Hash object per call (a node credential is hashed on every heartbeat).
+  return hash("sha256", secret, "hex");
 }
 
 /** Compares two secrets (or hashes) in constant time. */
