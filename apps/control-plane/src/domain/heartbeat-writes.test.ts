@@ -152,7 +152,7 @@ describe("a heartbeat that changes nothing", () => {
         problems: [],
       });
     again();
-    expect(cluster.listEvents({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
+    expect(cluster.events.list({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
     expect(writes).toContain("appendEvent");
     writes.length = 0;
     again();

@@ -1,4 +1,5 @@
-import { hash, randomBytes, timingSafeEqual } from "node:crypto";
+import * as nodeCrypto from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ControlPlaneError } from "../errors.js";
@@ -40,10 +41,17 @@ export function generateSecret(prefix: string): string {
   return `${prefix}${randomBytes(32).toString("base64url")}`;
 }
 
+/** `crypto.hash` is Node ≥ 20.12; `engines` allows 20.11 (a named import would not link there). */
+const oneShotHash = (nodeCrypto as { hash?: (alg: string, data: string, enc: "hex") => string })
+  .hash;
+
 /** Hex sha256 of a secret; only this is stored for credentials and API keys. */
 export function hashSecret(secret: string): string {
-  // One-shot: no Hash object per call (a node credential is hashed on every heartbeat).
-  return hash("sha256", secret, "hex");
+  // One-shot where there is one: no Hash object per call (a node credential is hashed on
+  // every heartbeat).
+  return oneShotHash !== undefined
+    ? oneShotHash("sha256", secret, "hex")
+    : createHash("sha256").update(secret).digest("hex");
 }
 
 /** Compares two secrets (or hashes) in constant time. */
