@@ -516,6 +516,14 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
   return out;
 }
 
+/** The nodes of `ids` that `nodes` holds. */
+function* nodesIn<T>(nodes: ReadonlyMap<string, T>, ids: Iterable<string>): Iterable<T> {
+  for (const id of ids) {
+    const node = nodes.get(id);
+    if (node !== undefined) yield node;
+  }
+}
+
 function nodeIdFor(hostname: string): string {
   const base =
     hostname
@@ -549,6 +557,13 @@ export class Cluster {
   #placementsUnsaved = false;
   /** True when a replica status write failed: the store's statuses are stale until a tick. */
   #statusesUnsaved = false;
+  /**
+   * Nodes whose desired set may have changed since it was last built (placements added,
+   * removed or revised on them), or all of them (a spec, an inventory or an address changed):
+   * `#refreshDesiredSets` rebuilds only these.
+   */
+  #desiredDirty = new Set<string>();
+  #desiredAllDirty = true;
   /** True when a node state write failed: written again at a tick. */
   #nodeStatesUnsaved = false;
   readonly #changeListeners = new Set<ChangeListener>();
@@ -796,6 +811,8 @@ export class Cluster {
     live.ports = registeredPorts(input.inventory);
     live.lastSeenMs = now;
     this.#nodes.set(id, live);
+    // Its inventory (GPU uuids) and address (rank 0 of gangs with other nodes) may be new.
+    this.#desiredAllDirty = true;
     // A watch opened with the credential this one replaces must end.
     if (previous) this.#desiredChanged(id);
     this.#ingestStatuses(live, input.replicas);
@@ -1391,6 +1408,8 @@ export class Cluster {
     };
     this.#o.store.putDeployment(record);
     this.#deployments.set(spec.name, { record, spec });
+    // Every assignment of it carries the spec.
+    this.#desiredAllDirty = true;
     this.#routingChange();
   }
 
@@ -1914,6 +1933,7 @@ export class Cluster {
       this.#placements.delete(r.placement.replicaId);
       removed.push(r.placement.replicaId);
       this.#retireStatuses(r.placement);
+      for (const rank of r.placement.ranks) this.#desiredDirty.add(rank.nodeId);
     }
     for (const p of plan.keep) {
       if (this.#placements.get(p.replicaId)?.revision !== p.revision) {
@@ -1930,6 +1950,7 @@ export class Cluster {
       this.#loadFieldsDropped.delete(id);
     }
     if (removed.length + put.length > 0) this.#routingChange();
+    for (const p of put) for (const rank of p.ranks) this.#desiredDirty.add(rank.nodeId);
     this.#savePlacements(removed, put);
     this.#saveStatuses(
       [],
@@ -2038,10 +2059,16 @@ export class Cluster {
   }
 
   #refreshDesiredSets(now: number): void {
+    const all = this.#desiredAllDirty;
+    const dirty = this.#desiredDirty;
+    this.#desiredAllDirty = false;
+    this.#desiredDirty = new Set();
+    if (!all && dirty.size === 0) return;
     const byNode = new Map<string, { p: PlacementRecord; rank: PlacementRankRecord }[]>();
     for (const p of this.#placements.values()) {
       if (!this.#deployments.has(p.deployment)) continue;
       for (const rank of p.ranks) {
+        if (!all && !dirty.has(rank.nodeId)) continue;
         if (!this.#nodes.has(rank.nodeId)) continue;
         const list = byNode.get(rank.nodeId);
         if (list) list.push({ p, rank });
@@ -2049,7 +2076,7 @@ export class Cluster {
       }
     }
     const wire = new Map<string, ReturnType<typeof deploymentSpecToProto>>();
-    for (const node of this.#nodes.values()) {
+    for (const node of all ? this.#nodes.values() : nodesIn(this.#nodes, dirty)) {
       const entries = (byNode.get(node.record.id) ?? []).sort(
         (a, b) => a.p.replicaId.localeCompare(b.p.replicaId) || a.rank.rank - b.rank.rank,
       );
