@@ -1,12 +1,13 @@
 import type {
   ClusterView,
   DeploymentView,
+  FabricView,
   GpuView,
   NodeView,
   ReplicaView,
   RouterView,
 } from "@llmgw/metrics-collector";
-import { ReplicaState } from "@llmgw/proto";
+import { type NodeInventory, ReplicaState } from "@llmgw/proto";
 import type { Cluster } from "./domain/cluster.js";
 import { replicaStateName } from "./domain/replica-state.js";
 import type { RouterRegistry } from "./routing/router-registry.js";
@@ -18,13 +19,66 @@ const FAULT = "LLMGW_DISCOVERY_GPU_FAULT";
 const num = (v: bigint | undefined): number | undefined =>
   v === undefined ? undefined : Number(v);
 
+/** Deployments and replicas as of one {@link Cluster.routingVersion}. */
+interface Membership {
+  readonly routingVersion: number;
+  readonly replicas: readonly ReplicaView[];
+  /** Without `unschedulable`, which is read at every call (it can move on its own). */
+  readonly deployments: readonly Omit<DeploymentView, "unschedulable">[];
+}
+
 /**
  * The read-only {@link ClusterView} `@llmgw/metrics-collector` scrapes: built from memory on
  * each call (no I/O). Readings come from the last heartbeat and fall back to registration;
  * a reading nobody reported stays undefined (a missing series, never 0). With `routers`, the
  * view lists the routers too (`llmgw_routers`).
+ *
+ * Deployments and replicas are rebuilt only when `cluster.routingVersion` moved: it is bumped
+ * on every change to deployments, placements and replica ranks' states, the only inputs of
+ * their views besides `unschedulable` (read live). Heartbeats alone leave them as built, which
+ * at 1,000 replicas saves most of a scrape's view time (bench/metrics/cluster-scrape.ts).
  */
 export function createClusterView(cluster: Cluster, routers?: RouterRegistry): ClusterView {
+  let membership: Membership | undefined;
+  const currentMembership = (): Membership => {
+    const routingVersion = cluster.routingVersion;
+    if (membership?.routingVersion === routingVersion) return membership;
+    const ready = new Map<string, number>();
+    const replicas = cluster.listReplicas().map((r): ReplicaView => {
+      const state = r.state === ReplicaState.UNSPECIFIED ? ReplicaState.PENDING : r.state;
+      if (state === ReplicaState.READY) ready.set(r.deployment, (ready.get(r.deployment) ?? 0) + 1);
+      return {
+        id: r.replicaId,
+        deployment: r.deployment,
+        state: replicaStateName(state) as ReplicaView["state"],
+      };
+    });
+    // By name, as `listDeployments` orders them.
+    const deployments = [...cluster.deploymentSpecs()]
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map((s) => ({
+        name: s.name,
+        desired: s.replicas,
+        ready: ready.get(s.name) ?? 0,
+        gpuClass: s.gpuClass ?? "",
+        engine: s.engine,
+      }));
+    membership = { routingVersion, replicas, deployments };
+    return membership;
+  };
+  // Fabrics come from the registered inventory, which a node keeps until it registers again.
+  const fabricsOf = new WeakMap<NodeInventory, readonly FabricView[]>();
+  const fabrics = (inventory: NodeInventory): readonly FabricView[] => {
+    let out = fabricsOf.get(inventory);
+    if (out === undefined) {
+      out = inventory.fabrics.map((f) => ({
+        id: f.id,
+        linkLayer: f.linkLayer === "infiniband" || f.linkLayer === "roce" ? f.linkLayer : "unknown",
+      }));
+      fabricsOf.set(inventory, out);
+    }
+    return out;
+  };
   return {
     ...(routers === undefined
       ? {}
@@ -33,41 +87,53 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
             routers.list().map((r) => ({ id: r.id, connected: r.connected })),
         }),
     nodes(): NodeView[] {
-      const allocatedBy = new Map<string, string>();
+      const allocatedBy = new Map<string, Map<number, string>>();
       for (const p of cluster.placements()) {
-        for (const r of p.ranks)
-          for (const i of r.gpuIndices) allocatedBy.set(`${r.nodeId}/${i}`, p.deployment);
+        for (const r of p.ranks) {
+          let byIndex = allocatedBy.get(r.nodeId);
+          if (byIndex === undefined) {
+            byIndex = new Map();
+            allocatedBy.set(r.nodeId, byIndex);
+          }
+          for (const i of r.gpuIndices) byIndex.set(i, p.deployment);
+        }
       }
       return cluster.nodeSnapshots().map((n) => {
-        const gpus: GpuView[] = n.inventory.gpus.map((g) => {
+        const allocated = allocatedBy.get(n.id);
+        let healthy = true;
+        const gpus = n.inventory.gpus.map((g): GpuView => {
           const reading = n.readings.get(g.index);
           const verdict = n.health.get(g.index);
-          const problems = [
-            ...(verdict?.lost ? [LOST] : []),
-            ...(verdict?.problems ?? []).map((p) => p.code),
-            ...((verdict?.faults.length ?? 0) > 0 ? [FAULT] : []),
-          ];
-          const faultsSeen = n.faultTallies
-            .filter((t) => t.gpu === g.index)
-            .map(({ code, kind, action, count }) => ({ code, kind, action, count }));
+          const problems: string[] = [];
+          if (verdict !== undefined) {
+            if (verdict.lost) problems.push(LOST);
+            for (const p of verdict.problems) problems.push(p.code);
+            if (verdict.faults.length > 0) problems.push(FAULT);
+          }
+          const faultsSeen: { code: number; kind: string; action: string; count: number }[] = [];
+          for (const t of n.faultTallies) {
+            if (t.gpu !== g.index) continue;
+            faultsSeen.push({ code: t.code, kind: t.kind, action: t.action, count: t.count });
+          }
+          const gpuHealthy = verdict?.healthy ?? false;
+          healthy &&= gpuHealthy;
+          const source = reading ?? g;
           return {
             index: g.index,
             uuid: g.uuid,
             name: g.name,
             gpuClass: g.gpuClass,
             memoryTotalBytes: num(g.memoryTotalBytes),
-            memoryUsedBytes: num(reading ? reading.memoryUsedBytes : g.memoryUsedBytes),
-            utilizationPercent: reading ? reading.utilizationPercent : g.utilizationPercent,
-            eccUncorrectedErrors: num(
-              reading ? reading.eccUncorrectedErrors : g.eccUncorrectedErrors,
-            ),
-            temperatureCelsius: reading ? reading.temperatureCelsius : g.temperatureCelsius,
-            powerWatts: reading ? reading.powerWatts : g.powerWatts,
-            healthy: verdict?.healthy ?? false,
-            ...(problems.length > 0 ? { healthProblems: problems } : {}),
-            ...(faultsSeen.length > 0 ? { faultsSeen } : {}),
+            memoryUsedBytes: num(source.memoryUsedBytes),
+            utilizationPercent: source.utilizationPercent,
+            eccUncorrectedErrors: num(source.eccUncorrectedErrors),
+            temperatureCelsius: source.temperatureCelsius,
+            powerWatts: source.powerWatts,
+            healthy: gpuHealthy,
+            healthProblems: problems.length > 0 ? problems : undefined,
+            faultsSeen: faultsSeen.length > 0 ? faultsSeen : undefined,
             mig: g.migEnabled,
-            allocatedDeployment: allocatedBy.get(`${n.id}/${g.index}`),
+            allocatedDeployment: allocated?.get(g.index),
           };
         });
         return {
@@ -79,39 +145,21 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
           simulated: n.inventory.simulated,
           agentVersion: n.inventory.agentVersion,
           lastHeartbeatUnixMs: n.lastHeartbeatMs,
-          healthy: gpus.every((g) => g.healthy),
+          healthy,
           gpus,
-          ports: n.ports.map((p) => ({
-            device: p.device,
-            port: p.port,
-            ...(p.healthy === undefined ? {} : { healthy: p.healthy }),
-          })),
-          fabrics: n.inventory.fabrics.map((f) => ({
-            id: f.id,
-            linkLayer:
-              f.linkLayer === "infiniband" || f.linkLayer === "roce" ? f.linkLayer : "unknown",
-          })),
+          ports: n.ports.map((p) => ({ device: p.device, port: p.port, healthy: p.healthy })),
+          fabrics: fabrics(n.inventory),
         };
       });
     },
     deployments(): DeploymentView[] {
-      return cluster.listDeployments().map((d) => ({
-        name: d.spec?.name ?? "",
-        desired: d.desiredReplicas,
-        ready: d.readyReplicas,
-        unschedulable: cluster.unschedulableReasons(d.spec?.name ?? "").length > 0,
-        gpuClass: d.spec?.gpuClass ?? "",
-        engine: cluster.deploymentSpecs().find((s) => s.name === d.spec?.name)?.engine ?? "",
+      return currentMembership().deployments.map((d) => ({
+        ...d,
+        unschedulable: cluster.unschedulableReasons(d.name).length > 0,
       }));
     },
-    replicas(): ReplicaView[] {
-      return cluster.listReplicas().map((r) => ({
-        id: r.replicaId,
-        deployment: r.deployment,
-        state: replicaStateName(
-          r.state === ReplicaState.UNSPECIFIED ? ReplicaState.PENDING : r.state,
-        ) as ReplicaView["state"],
-      }));
+    replicas(): readonly ReplicaView[] {
+      return currentMembership().replicas;
     },
   };
 }

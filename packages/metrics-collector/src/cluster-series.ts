@@ -32,6 +32,88 @@ export interface CachedLabels {
   readonly labels: Readonly<Record<string, string>>;
   /** `name="value"` pairs in key order, joined by commas, values escaped. */
   readonly text: string;
+  /**
+   * A sink's rendered lines of this label set by family, kept while the set is (the text
+   * renderer keeps `name{labels} ` and the last value's line here, so a reading that did not
+   * change costs no formatting). Owned by whichever sink writes it; empty until then.
+   */
+  readonly lines: Map<string, RenderedLine>;
+}
+
+/** One sample line as a text sink rendered it last: reused while the value stays the same. */
+export interface RenderedLine {
+  /** `name{labels} `, everything before the value, as UTF-8. */
+  readonly prefix: Uint8Array;
+  value: number;
+  /** `value` formatted (`${value}`). */
+  text: string;
+}
+
+/**
+ * What one walk derived from a node's fields other than its readings (bounded labels, the
+ * GPUs' cached label sets), kept by a {@link LabelCache} for the next walk. A new object
+ * whenever any such field changed, so a sink may key what it rendered from the node's fixed
+ * samples by this object's identity (see {@link SeriesSink.fixedSamples}).
+ */
+export interface NodeMemo {
+  /** The view the memo was derived from, or a later one equal apart from readings. */
+  readonly node: NodeView;
+  readonly labelValueMaxLength: number;
+  readonly id: string;
+  readonly labels: CachedLabels;
+  /** One per `node.gpus` entry, same order. */
+  readonly gpuLabels: readonly CachedLabels[];
+  /** The {@link LabelCache} keys of `gpuLabels`. */
+  readonly gpuKeys: readonly string[];
+  /** Bounded `gpuClass` per `node.gpus` entry. */
+  readonly gpuClasses: readonly string[];
+  /** The node's fabrics (`none` when it lists none), bounded. */
+  readonly fabrics: readonly { readonly id: string; readonly linkLayer: string }[];
+  readonly state: (typeof NODE_STATES)[number];
+  readonly agentVersion: string;
+}
+
+/**
+ * The view fields a heartbeat moves and the walk reads only for readings' samples
+ * ({@link walkClusterSeries}); every other field of a node or GPU is "fixed": a change to any
+ * of them renders the node's other samples again.
+ */
+export const READING_FIELDS: ReadonlySet<string> = new Set([
+  "lastHeartbeatUnixMs",
+  "memoryUsedBytes",
+  "utilizationPercent",
+  "eccUncorrectedErrors",
+  "temperatureCelsius",
+  "powerWatts",
+]);
+
+/**
+ * Whether two views of a node agree on everything but {@link READING_FIELDS}: a deep
+ * comparison of own enumerable fields (a field set to `undefined` equals a missing one),
+ * short-cut by identity. `NaN` never equals itself here, which only costs a re-render.
+ */
+export function sameApartFromReadings(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameApartFromReadings(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  for (const k in x) {
+    const xv = x[k];
+    const yv = y[k];
+    if (xv === yv || READING_FIELDS.has(k)) continue;
+    if (typeof xv !== "object" || typeof yv !== "object" || !sameApartFromReadings(xv, yv))
+      return false;
+  }
+  for (const k in y) {
+    if (x[k] === undefined && y[k] !== undefined && !READING_FIELDS.has(k)) return false;
+  }
+  return true;
 }
 
 /**
@@ -41,13 +123,22 @@ export interface CachedLabels {
 export class LabelCache {
   /** Per-family byte buffers of `renderClusterText`, reused from scrape to scrape. */
   readonly writers = new Map<string, LineWriter>();
+  /**
+   * `renderClusterText`'s bytes of each node's fixed samples, by family writer, kept while
+   * the node's memo is (a changed node gets a new memo, and renders again).
+   */
+  readonly fixedBlocks = new WeakMap<NodeMemo, readonly (readonly [LineWriter, Buffer])[]>();
   #previous = new Map<string, CachedLabels>();
   #current = new Map<string, CachedLabels>();
+  #previousNodes = new Map<string, NodeMemo>();
+  #currentNodes = new Map<string, NodeMemo>();
 
   /** Starts a scrape: entries not used since the last `begin()` are dropped. */
   begin(): void {
     this.#previous = this.#current;
     this.#current = new Map();
+    this.#previousNodes = this.#currentNodes;
+    this.#currentNodes = new Map();
   }
 
   /** The cached label set for `key`, or `make()` (frozen and rendered) remembered under it. */
@@ -55,10 +146,37 @@ export class LabelCache {
     let v = this.#current.get(key) ?? this.#previous.get(key);
     if (v === undefined) {
       const labels = Object.freeze(make());
-      v = { labels, text: formatLabelPairs(labels) };
+      v = { labels, text: formatLabelPairs(labels), lines: new Map() };
     }
     this.#current.set(key, v);
     return v;
+  }
+
+  /**
+   * The memo of the node with bounded id `id` from the previous walk if `node` still agrees
+   * with it apart from readings (then with `node` as its view, same identity otherwise),
+   * else `undefined`; nothing is remembered until {@link keepNode}.
+   */
+  node(id: string, node: NodeView, labelValueMaxLength: number): NodeMemo | undefined {
+    const memo = this.#currentNodes.get(id) ?? this.#previousNodes.get(id);
+    if (
+      memo === undefined ||
+      memo.labelValueMaxLength !== labelValueMaxLength ||
+      !sameApartFromReadings(memo.node, node)
+    ) {
+      return undefined;
+    }
+    // Keep the newest view: the next walk compares with it (same fixed fields, by the check).
+    (memo as { node: NodeView }).node = node;
+    return memo;
+  }
+
+  /** Remembers `memo` for the next walk (and keeps its label sets alive). */
+  keepNode(memo: NodeMemo): void {
+    this.#currentNodes.set(memo.id, memo);
+    this.#current.set(memo.id, memo.labels);
+    for (let i = 0; i < memo.gpuKeys.length; i++)
+      this.#current.set(memo.gpuKeys[i] as string, memo.gpuLabels[i] as CachedLabels);
   }
 
   /** Entries held (for tests). */
@@ -84,6 +202,17 @@ export interface SeriesSink {
     extra: Readonly<Record<string, string>>,
     value: number,
   ): void;
+  /**
+   * Optional: called before each node's fixed samples (every sample of the node's and its
+   * GPUs' and ports' families but the readings of {@link READING_FIELDS}). `unchanged`: the
+   * node's fixed fields are as in the previous walk over the same {@link LabelCache}, and
+   * `memo` is then the very object of that walk. Return true to skip them (the sink writes
+   * what it kept from an earlier walk itself); otherwise they follow, then
+   * {@link fixedSamplesEnd}.
+   */
+  fixedSamples?(memo: NodeMemo, unchanged: boolean): boolean;
+  /** Optional: the node's fixed samples announced by {@link fixedSamples} are all handed over. */
+  fixedSamplesEnd?(memo: NodeMemo): void;
 }
 
 /** The empty label set passed as `extra` when a family adds nothing to a node's or GPU's. */
@@ -166,10 +295,13 @@ export function buildClusterSeries(
 
 /**
  * The one place the cluster families' semantics live: reads the view once and hands every
- * sample to `sink`, in family-catalogue order within each node and GPU. Readings that are
- * absent, non-finite or negative produce no sample; label values are bounded to
- * `labelValueMaxLength`. Both {@link buildClusterSeries} (prom-client path) and
- * `renderClusterText` (direct text path) are sinks over this walk.
+ * sample to `sink`, node by node (within a family, samples come in node order, then GPU
+ * order): first each node's fixed samples, then its readings ({@link READING_FIELDS}).
+ * Readings that are absent, non-finite or negative produce no sample; label values are
+ * bounded to `labelValueMaxLength`. Both {@link buildClusterSeries} (prom-client path) and
+ * `renderClusterText` (direct text path) are sinks over this walk. `cache` remembers what
+ * each node's fixed fields gave ({@link NodeMemo}) for the next walk, so a sink with
+ * {@link SeriesSink.fixedSamples} can skip an unchanged node's fixed samples.
  * @throws whatever the view throws (callers turn that into an empty scrape).
  */
 export function walkClusterSeries(
@@ -221,6 +353,162 @@ export async function walkClusterSeriesYielding(
   }
 }
 
+/** Derives a node's {@link NodeMemo} from its fixed fields. */
+function nodeMemo(
+  node: NodeView,
+  id: string,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  b: (v: unknown) => string,
+): NodeMemo {
+  const gpuClasses = node.gpus.map((gpu) => b(gpu.gpuClass));
+  const gpuKeys = node.gpus.map((gpu, g) => `${id}\u0000${gpu.index}\u0000${gpuClasses[g]}`);
+  return {
+    node,
+    labelValueMaxLength,
+    id,
+    labels: cache.get(id, () => ({ node: id })),
+    gpuLabels: node.gpus.map((gpu, g) =>
+      cache.get(gpuKeys[g] as string, () => ({
+        node: id,
+        gpu: String(gpu.index),
+        gpu_class: gpuClasses[g] as string,
+      })),
+    ),
+    gpuKeys,
+    gpuClasses,
+    fabrics: (node.fabrics.length > 0 ? node.fabrics : [{ id: "none", linkLayer: "none" }]).map(
+      (f) => ({ id: b(f.id), linkLayer: b(f.linkLayer) }),
+    ),
+    // A state outside the union (a newer control plane) counts as not up, never as ready.
+    state: (NODE_STATES as readonly string[]).includes(node.state)
+      ? (node.state as NodeMemo["state"])
+      : "lost",
+    agentVersion: b(node.agentVersion),
+  };
+}
+
+/** A node's fixed samples: all of its, its GPUs' and its ports' but the readings. */
+function nodeFixedSeries(
+  node: NodeView,
+  memo: NodeMemo,
+  nodeClasses: ReadonlyMap<string, number>,
+  b: (v: unknown) => string,
+  sink: SeriesSink,
+): void {
+  const { id, labels: nodeLabels, state } = memo;
+  sink.shared(
+    "llmgw_node_info",
+    nodeLabels,
+    {
+      hostname: b(node.hostname),
+      agent_version: memo.agentVersion,
+      simulated: String(node.simulated === true),
+    },
+    1,
+  );
+  sink.shared("llmgw_node_up", nodeLabels, NO_LABELS, state === "ready" ? 1 : 0);
+  for (const s of NODE_STATES)
+    sink.shared(
+      "llmgw_node_state",
+      nodeLabels,
+      NODE_STATE_LABELS[s] ?? { state: s },
+      s === state ? 1 : 0,
+    );
+  sink.shared("llmgw_node_healthy", nodeLabels, NO_LABELS, flag(node.healthy));
+  sink.shared("llmgw_node_cordoned", nodeLabels, NO_LABELS, flag(node.cordoned));
+  sink.shared("llmgw_node_draining", nodeLabels, NO_LABELS, flag(node.draining));
+  node.gpus.forEach((gpu, g) => {
+    const labels = memo.gpuLabels[g] as CachedLabels;
+    sink.shared(
+      "llmgw_gpu_info",
+      labels,
+      { uuid: b(gpu.uuid), name: b(gpu.name), mig: String(gpu.mig === true) },
+      1,
+    );
+    if (nonNegative(gpu.memoryTotalBytes))
+      sink.shared("llmgw_gpu_memory_total_bytes", labels, NO_LABELS, gpu.memoryTotalBytes);
+    sink.shared("llmgw_gpu_healthy", labels, NO_LABELS, flag(gpu.healthy));
+    for (const code of new Set(gpu.healthProblems ?? []))
+      sink.plain(
+        "llmgw_gpu_health_problem",
+        { node: id, gpu: String(gpu.index), code: b(code) },
+        1,
+      );
+    for (const f of gpu.faultsSeen ?? []) {
+      if (!nonNegative(f.count)) continue;
+      sink.plain(
+        "llmgw_gpu_faults_total",
+        {
+          node: id,
+          gpu: String(gpu.index),
+          code: String(f.code),
+          kind: b(f.kind),
+          action: b(f.action),
+        },
+        f.count,
+      );
+    }
+    if (gpu.allocatedDeployment !== undefined) {
+      sink.shared("llmgw_gpu_allocation", labels, { deployment: b(gpu.allocatedDeployment) }, 1);
+    }
+  });
+  for (const p of node.ports ?? []) {
+    if (typeof p.healthy !== "boolean") continue;
+    sink.plain(
+      "llmgw_port_healthy",
+      { node: id, device: b(p.device), port: String(p.port) },
+      flag(p.healthy),
+    );
+  }
+  for (const [gpuClass, count] of nodeClasses)
+    sink.shared("llmgw_node_gpus", nodeLabels, { gpu_class: gpuClass }, count);
+}
+
+/**
+ * A node's samples of {@link READING_FIELDS}: what moves with every heartbeat. Absent,
+ * non-finite or negative (temperature: non-finite) readings have no sample.
+ */
+function nodeReadingSeries(node: NodeView, memo: NodeMemo, sink: SeriesSink): void {
+  if (nonNegative(node.lastHeartbeatUnixMs)) {
+    sink.shared(
+      "llmgw_node_last_heartbeat_timestamp_seconds",
+      memo.labels,
+      NO_LABELS,
+      node.lastHeartbeatUnixMs / 1000,
+    );
+  }
+  // Family by family (each in GPU order, as always), so that a sink sees each family's lines
+  // of the node in one run.
+  const gpus = node.gpus;
+  const labels = memo.gpuLabels as readonly CachedLabels[];
+  for (let g = 0; g < gpus.length; g++) {
+    const v = (gpus[g] as GpuView).memoryUsedBytes;
+    if (nonNegative(v))
+      sink.shared("llmgw_gpu_memory_used_bytes", labels[g] as CachedLabels, NO_LABELS, v);
+  }
+  for (let g = 0; g < gpus.length; g++) {
+    const v = (gpus[g] as GpuView).utilizationPercent;
+    if (nonNegative(v))
+      sink.shared("llmgw_gpu_utilization_ratio", labels[g] as CachedLabels, NO_LABELS, v / 100);
+  }
+  for (let g = 0; g < gpus.length; g++) {
+    const v = (gpus[g] as GpuView).eccUncorrectedErrors;
+    if (nonNegative(v))
+      sink.shared("llmgw_gpu_ecc_uncorrected_errors", labels[g] as CachedLabels, NO_LABELS, v);
+  }
+  for (let g = 0; g < gpus.length; g++) {
+    const v = (gpus[g] as GpuView).temperatureCelsius;
+    if (finite(v))
+      sink.shared("llmgw_gpu_temperature_celsius", labels[g] as CachedLabels, NO_LABELS, v);
+  }
+  for (let g = 0; g < gpus.length; g++) {
+    const v = (gpus[g] as GpuView).powerWatts;
+    if (nonNegative(v))
+      sink.shared("llmgw_gpu_power_watts", labels[g] as CachedLabels, NO_LABELS, v);
+  }
+}
+
 /** The walk itself, one step per node, so callers choose whether to pause between steps. */
 function* clusterSeriesSteps(
   view: ClusterView,
@@ -237,14 +525,6 @@ function* clusterSeriesSteps(
   const b = (v: unknown) => boundLabelValue(v, labelValueMaxLength);
   const push = (name: string, labels: Record<string, string>, value: number) =>
     sink.plain(name, labels, value);
-  const pushShared = (name: string, shared: CachedLabels, value: number) =>
-    sink.shared(name, shared, NO_LABELS, value);
-  const pushExtra = (
-    name: string,
-    shared: CachedLabels,
-    extra: Readonly<Record<string, string>>,
-    value: number,
-  ) => sink.shared(name, shared, extra, value);
 
   const clusterGpus = new Map<string, Map<GpuCapacityState, number>>();
   const fabricGpus = new Map<
@@ -262,87 +542,16 @@ function* clusterSeriesSteps(
 
   for (const node of nodes) {
     const id = b(node.id);
-    // A state outside the union (a newer control plane) counts as not up, never as ready.
-    const state = (NODE_STATES as readonly string[]).includes(node.state) ? node.state : "lost";
-    const version = b(node.agentVersion);
-    const nodeLabels = cache.get(id, () => ({ node: id }));
-    pushExtra(
-      "llmgw_node_info",
-      nodeLabels,
-      {
-        hostname: b(node.hostname),
-        agent_version: version,
-        simulated: String(node.simulated === true),
-      },
-      1,
-    );
-    pushShared("llmgw_node_up", nodeLabels, state === "ready" ? 1 : 0);
-    for (const s of NODE_STATES)
-      pushExtra(
-        "llmgw_node_state",
-        nodeLabels,
-        NODE_STATE_LABELS[s] ?? { state: s },
-        s === state ? 1 : 0,
-      );
-    pushShared("llmgw_node_healthy", nodeLabels, flag(node.healthy));
-    pushShared("llmgw_node_cordoned", nodeLabels, flag(node.cordoned));
-    pushShared("llmgw_node_draining", nodeLabels, flag(node.draining));
-    if (nonNegative(node.lastHeartbeatUnixMs)) {
-      pushShared(
-        "llmgw_node_last_heartbeat_timestamp_seconds",
-        nodeLabels,
-        node.lastHeartbeatUnixMs / 1000,
-      );
-    }
+    let memo = cache.node(id, node, labelValueMaxLength);
+    const unchanged = memo !== undefined;
+    memo ??= nodeMemo(node, id, labelValueMaxLength, cache, b);
+    cache.keepNode(memo);
+    const { state, agentVersion, fabrics, gpuClasses } = memo;
     nodeStates.set(state, (nodeStates.get(state) ?? 0) + 1);
-    agentVersions.set(version, (agentVersions.get(version) ?? 0) + 1);
-
-    const fabrics = node.fabrics.length > 0 ? node.fabrics : [{ id: "none", linkLayer: "none" }];
+    agentVersions.set(agentVersion, (agentVersions.get(agentVersion) ?? 0) + 1);
     const nodeClasses = new Map<string, number>();
-    for (const gpu of node.gpus) {
-      const gpuClass = b(gpu.gpuClass);
-      const labels = cache.get(`${id}\u0000${gpu.index}\u0000${gpuClass}`, () => ({
-        node: id,
-        gpu: String(gpu.index),
-        gpu_class: gpuClass,
-      }));
-      pushExtra(
-        "llmgw_gpu_info",
-        labels,
-        { uuid: b(gpu.uuid), name: b(gpu.name), mig: String(gpu.mig === true) },
-        1,
-      );
-      if (nonNegative(gpu.memoryTotalBytes))
-        pushShared("llmgw_gpu_memory_total_bytes", labels, gpu.memoryTotalBytes);
-      if (nonNegative(gpu.memoryUsedBytes))
-        pushShared("llmgw_gpu_memory_used_bytes", labels, gpu.memoryUsedBytes);
-      if (nonNegative(gpu.utilizationPercent))
-        pushShared("llmgw_gpu_utilization_ratio", labels, gpu.utilizationPercent / 100);
-      if (nonNegative(gpu.eccUncorrectedErrors))
-        pushShared("llmgw_gpu_ecc_uncorrected_errors", labels, gpu.eccUncorrectedErrors);
-      if (finite(gpu.temperatureCelsius))
-        pushShared("llmgw_gpu_temperature_celsius", labels, gpu.temperatureCelsius);
-      if (nonNegative(gpu.powerWatts)) pushShared("llmgw_gpu_power_watts", labels, gpu.powerWatts);
-      pushShared("llmgw_gpu_healthy", labels, flag(gpu.healthy));
-      for (const code of new Set(gpu.healthProblems ?? []))
-        push("llmgw_gpu_health_problem", { node: id, gpu: String(gpu.index), code: b(code) }, 1);
-      for (const f of gpu.faultsSeen ?? []) {
-        if (!nonNegative(f.count)) continue;
-        push(
-          "llmgw_gpu_faults_total",
-          {
-            node: id,
-            gpu: String(gpu.index),
-            code: String(f.code),
-            kind: b(f.kind),
-            action: b(f.action),
-          },
-          f.count,
-        );
-      }
-      if (gpu.allocatedDeployment !== undefined) {
-        pushExtra("llmgw_gpu_allocation", labels, { deployment: b(gpu.allocatedDeployment) }, 1);
-      }
+    node.gpus.forEach((gpu, g) => {
+      const gpuClass = gpuClasses[g] as string;
       nodeClasses.set(gpuClass, (nodeClasses.get(gpuClass) ?? 0) + 1);
       const cap = gpuCapacityState(node, gpu);
       let byState = clusterGpus.get(gpuClass);
@@ -352,13 +561,12 @@ function* clusterSeriesSteps(
       }
       byState.set(cap, (byState.get(cap) ?? 0) + 1);
       for (const fabric of fabrics) {
-        const fabricId = b(fabric.id);
-        const key = `${fabricId}\u0000${gpuClass}`;
+        const key = `${fabric.id}\u0000${gpuClass}`;
         let entry = fabricGpus.get(key);
         if (entry === undefined) {
           entry = {
-            fabric: fabricId,
-            linkLayer: b(fabric.linkLayer),
+            fabric: fabric.id,
+            linkLayer: fabric.linkLayer,
             gpuClass,
             counts: new Map(GPU_STATES.map((s) => [s, 0])),
             nodes: 0,
@@ -367,22 +575,18 @@ function* clusterSeriesSteps(
         }
         entry.counts.set(cap, (entry.counts.get(cap) ?? 0) + 1);
       }
-    }
-    for (const p of node.ports ?? []) {
-      if (typeof p.healthy !== "boolean") continue;
-      push(
-        "llmgw_port_healthy",
-        { node: id, device: b(p.device), port: String(p.port) },
-        flag(p.healthy),
-      );
-    }
-    for (const [gpuClass, count] of nodeClasses) {
-      pushExtra("llmgw_node_gpus", nodeLabels, { gpu_class: gpuClass }, count);
+    });
+    for (const gpuClass of nodeClasses.keys()) {
       for (const fabric of fabrics) {
-        const entry = fabricGpus.get(`${b(fabric.id)}\u0000${gpuClass}`);
+        const entry = fabricGpus.get(`${fabric.id}\u0000${gpuClass}`);
         if (entry !== undefined) entry.nodes += 1;
       }
     }
+    if (sink.fixedSamples?.(memo, unchanged) !== true) {
+      nodeFixedSeries(node, memo, nodeClasses, b, sink);
+      sink.fixedSamplesEnd?.(memo);
+    }
+    nodeReadingSeries(node, memo, sink);
     yield;
   }
 

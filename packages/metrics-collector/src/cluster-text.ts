@@ -72,30 +72,93 @@ function writeClusterLines(
   cache: LabelCache,
 ): ReadonlyMap<string, LineWriter> {
   const lines = resetWriters(cache);
-  walkClusterSeries(view, labelValueMaxLength, cache, lineSink(lines));
+  const sink = lineSink(lines, cache);
+  walkClusterSeries(view, labelValueMaxLength, cache, sink);
+  sink.flush();
   return lines;
 }
 
-/** The sink writing each sample as one text line into its family's writer. */
-function lineSink(lines: ReadonlyMap<string, LineWriter>): SeriesSink {
+/**
+ * The sink writing each sample as one text line into its family's writer, and keeping (in
+ * `cache.fixedBlocks`) each node's fixed samples as bytes, written again as they are for as
+ * long as the walk says the node's fixed fields are unchanged. Lines of a node's or GPU's
+ * label set without extra labels (its readings above all) keep `name{labels} ` as bytes and
+ * the last value's text on the label set: such a line is two copies, no string built.
+ */
+function lineSink(
+  lines: ReadonlyMap<string, LineWriter>,
+  cache: LabelCache,
+): SeriesSink & { flush(): void } {
   // Samples render as `name{` + (family labels + `,`) + shared labels + `} ` + value + `\n`,
   // the same bytes prom-client writes (its order: the sample's own labels, then shared).
+  // While a node's fixed samples are handed over: where each family's writer stood before
+  // its first line of them (a node's lines of one family are contiguous).
+  let capture: Map<LineWriter, number> | undefined;
+  // Consecutive lines of one family are joined and written at once: one short string and
+  // one write per run instead of per line (the walk hands over a node's readings family by
+  // family); the string dies young.
+  let runName = "";
+  let run = "";
+  const flush = () => {
+    if (run.length === 0) return;
+    const w = lines.get(runName) as LineWriter;
+    if (capture !== undefined && !capture.has(w)) capture.set(w, w.length);
+    w.write(run);
+    run = "";
+  };
+  const write = (name: string, line: string) => {
+    if (name !== runName) {
+      flush();
+      runName = name;
+    }
+    run += line;
+  };
   return {
+    flush,
     plain(name, labels, value) {
       if (!Number.isFinite(value)) return;
       const pairs = formatLabelPairs(labels);
-      (lines.get(name) as LineWriter).write(
-        pairs.length === 0 ? `${name} ${value}\n` : `${name}{${pairs}} ${value}\n`,
-      );
+      write(name, pairs.length === 0 ? `${name} ${value}\n` : `${name}{${pairs}} ${value}\n`);
     },
     shared(name: string, shared: CachedLabels, extra, value) {
       if (!Number.isFinite(value)) return;
-      // One short-lived string per line (dies young; only the bytes outlive the walk).
-      (lines.get(name) as LineWriter).write(
-        extra === NO_LABELS
-          ? `${name}{${shared.text}} ${value}\n`
-          : `${name}{${formatLabelPairs(extra)},${shared.text}} ${value}\n`,
-      );
+      if (extra !== NO_LABELS) {
+        write(name, `${name}{${formatLabelPairs(extra)},${shared.text}} ${value}\n`);
+        return;
+      }
+      let line = shared.lines.get(name);
+      if (line === undefined) {
+        line = {
+          prefix: Buffer.from(`${name}{${shared.text}} `, "utf8"),
+          value,
+          text: `${value}`,
+        };
+        shared.lines.set(name, line);
+      } else if (line.value !== value) {
+        line.value = value;
+        line.text = `${value}`;
+      }
+      flush();
+      const w = lines.get(name) as LineWriter;
+      if (capture !== undefined && !capture.has(w)) capture.set(w, w.length);
+      w.writeLine(line.prefix, line.text);
+    },
+    fixedSamples(memo, unchanged) {
+      flush();
+      const kept = unchanged ? cache.fixedBlocks.get(memo) : undefined;
+      if (kept === undefined) {
+        capture = new Map();
+        return false;
+      }
+      for (const [w, bytes] of kept) w.writeBytes(bytes);
+      return true;
+    },
+    fixedSamplesEnd(memo) {
+      flush();
+      const kept: [LineWriter, Buffer][] = [];
+      for (const [w, start] of capture ?? []) kept.push([w, w.copyFrom(start)]);
+      cache.fixedBlocks.set(memo, kept);
+      capture = undefined;
     },
   };
 }
@@ -143,7 +206,9 @@ export async function renderClusterBytesYielding(
   options?: YieldingWalkOptions,
 ): Promise<Buffer> {
   const lines = resetWriters(cache);
-  await walkClusterSeriesYielding(view, labelValueMaxLength, cache, lineSink(lines), options);
+  const sink = lineSink(lines, cache);
+  await walkClusterSeriesYielding(view, labelValueMaxLength, cache, sink, options);
+  sink.flush();
   return joinBlockBytes(lines);
 }
 

@@ -1,0 +1,115 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
+import { schedule } from "@llmgw/scheduler";
+import { inventoryToProto } from "@llmgw/wire";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createClusterView } from "./cluster-view.js";
+import { Cluster } from "./domain/cluster.js";
+import { openSqliteStore } from "./store/sqlite-store.js";
+import type { ClusterStore } from "./store/types.js";
+import { createManualClock } from "./testing/manual-clock.js";
+
+let dir: string;
+let store: ClusterStore;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-cluster-view-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function setup() {
+  const cluster = new Cluster({
+    store,
+    schedule,
+    clock: createManualClock(),
+    heartbeatIntervalMs: 1_000,
+    unreachableAfterMs: 3_000,
+    nodeLostAfterMs: 10_000,
+    rendezvousPortMin: 29_500,
+    rendezvousPortMax: 29_999,
+  });
+  const { nodeId } = cluster.register({
+    inventory: inventoryToProto(
+      simulateInventory("2xh100-80g", { hostname: "node-a", addresses: ["10.0.0.1"] }),
+    ),
+    advertiseAddress: "10.0.0.1",
+    replicas: [],
+  });
+  const deploy = (name: string, replicas: number) =>
+    cluster.applyDeployment(
+      parseDeploymentSpecOrThrow({
+        name,
+        engine: "vllm",
+        model: "org/model",
+        gpuClass: "h100-80g",
+        replicas,
+      }),
+    );
+  const heartbeat = (states: Record<string, ReplicaState>) =>
+    cluster.heartbeat(nodeId, {
+      gpus: [],
+      replicas: Object.entries(states).map(([replicaId, state]) =>
+        create(ReplicaStatusSchema, { replicaId, rank: 0, state, apiPort: 41_000 }),
+      ),
+      problems: [],
+    });
+  return { cluster, nodeId, deploy, heartbeat, view: createClusterView(cluster) };
+}
+
+describe("createClusterView: deployments and replicas", () => {
+  it("follows replica states and deployments across heartbeats", () => {
+    const { deploy, heartbeat, view } = setup();
+    deploy("chat", 1);
+    expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "pending" }]);
+    expect(view.deployments()).toMatchObject([{ name: "chat", desired: 1, ready: 0 }]);
+
+    heartbeat({ "chat-0": ReplicaState.READY });
+    expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "ready" }]);
+    expect(view.deployments()).toMatchObject([{ name: "chat", desired: 1, ready: 1 }]);
+
+    // A heartbeat that changes nothing routers see keeps the same lists.
+    const replicas = view.replicas();
+    heartbeat({ "chat-0": ReplicaState.READY });
+    expect(view.replicas()).toBe(replicas);
+
+    heartbeat({ "chat-0": ReplicaState.UNHEALTHY });
+    expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "unhealthy" }]);
+    expect(view.deployments()).toMatchObject([{ name: "chat", ready: 0 }]);
+
+    deploy("batch", 1);
+    deploy("chat", 2);
+    expect(view.deployments().map((d) => [d.name, d.desired])).toEqual([
+      ["batch", 1],
+      ["chat", 2],
+    ]);
+    // Placed replicas only: two GPUs, batch's one and chat's first.
+    expect(view.replicas().map((r) => r.id)).toEqual(["batch-0", "chat-0"]);
+  });
+
+  it("reads unschedulable at every call", () => {
+    const { cluster, deploy, view } = setup();
+    deploy("chat", 1);
+    expect(view.deployments()).toMatchObject([{ name: "chat", unschedulable: false }]);
+    // Two GPUs on the only node: a third replica of one GPU cannot be placed.
+    deploy("chat", 3);
+    expect(cluster.unschedulableReasons("chat").length).toBeGreaterThan(0);
+    expect(view.deployments()).toMatchObject([{ name: "chat", unschedulable: true }]);
+  });
+
+  it("lists the GPUs a placement holds by deployment", () => {
+    const { deploy, view } = setup();
+    deploy("chat", 1);
+    const gpus = view.nodes()[0]?.gpus ?? [];
+    expect(gpus.map((g) => g.allocatedDeployment)).toEqual(["chat", undefined]);
+    expect(gpus.every((g) => g.healthy)).toBe(true);
+  });
+});
