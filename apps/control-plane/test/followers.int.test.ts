@@ -9,6 +9,7 @@ import {
   startTestPostgres,
   type TestPostgres,
 } from "../src/testing/postgres.js";
+import { startTcpProxy } from "../src/testing/tcp-proxy.js";
 import { adminClient, eventually, simAgent, tempDir } from "./helpers.js";
 
 const skip = postgresUnavailable();
@@ -18,7 +19,7 @@ beforeAll(async () => {
 });
 afterAll(() => server?.destroy());
 
-function start(dataDir: string, store: string): Promise<ControlPlane> {
+function start(dataDir: string, store: string, leaseTtlMs = 3_000): Promise<ControlPlane> {
   return startControlPlane({
     dataDir,
     store,
@@ -26,7 +27,7 @@ function start(dataDir: string, store: string): Promise<ControlPlane> {
     publicApi: false,
     heartbeatIntervalMs: 200,
     nodeLostAfterMs: 60_000,
-    leaseTtlMs: 3_000,
+    leaseTtlMs,
     shutdownGraceMs: 1_000,
   });
 }
@@ -134,4 +135,66 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
       tmp.cleanup();
     }
   }, 60_000);
+
+  it("a leader cut off from the database steps down before another leads, and follows once back", async () => {
+    const url = await server.createDatabase();
+    // The first instance reaches PostgreSQL through a proxy that can black-hole it alone.
+    const proxy = await startTcpProxy(server.port);
+    const viaProxy = url.replace(`:${server.port}/`, `:${proxy.port}/`);
+    const tmp = tempDir();
+    const a = await start(tmp.dir, viaProxy, 1_500);
+    let b: ControlPlane | undefined;
+    let twoLeaders = false;
+    const watch = setInterval(() => {
+      if (a.leading && b?.leading) twoLeaders = true;
+    }, 2);
+    try {
+      await eventually(() => (a.leading ? true : undefined));
+      b = await start(tmp.dir, url, 1_500);
+      const agent = simAgent(a, "node-a", "2xh100-80g");
+      await agent.register();
+      await adminClient(a, a.adminToken).applyDeployment({
+        deployment: {
+          name: "chat",
+          model: "m",
+          engine: Engine.SIM,
+          gpuClass: "h100-80g",
+          replicas: 1,
+        },
+      });
+
+      proxy.cut();
+      const follower = b;
+      await eventually(() => (follower.leading ? true : undefined), 20_000);
+      expect(a.leading).toBe(false);
+      // The new leader has what the old one answered, and takes writes; the old one refuses.
+      const admin = adminClient(follower, follower.adminToken);
+      expect((await admin.getDeployment({ name: "chat" })).deployment?.desiredReplicas).toBe(1);
+      await admin.scaleDeployment({ name: "chat", replicas: 2 });
+      const refused = await adminClient(a, a.adminToken)
+        .scaleDeployment({ name: "chat", replicas: 3 })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect((refused as ConnectError).metadata.get("llmgw-error-code")).toBe(
+        "LLMGW_CONTROL_PLANE_NOT_LEADER",
+      );
+
+      // Back on the network, it follows: its copy catches up with the new leader's writes.
+      proxy.restore();
+      await eventually(async () => {
+        const d = await adminClient(a, a.adminToken)
+          .getDeployment({ name: "chat" })
+          .catch(() => undefined);
+        return d?.deployment?.desiredReplicas === 2 ? true : undefined;
+      }, 20_000);
+      expect(a.leading).toBe(false);
+      expect(follower.leading).toBe(true);
+      expect(twoLeaders).toBe(false);
+    } finally {
+      clearInterval(watch);
+      await a.close();
+      await b?.close();
+      await proxy.close();
+      tmp.cleanup();
+    }
+  }, 90_000);
 });
