@@ -28,7 +28,7 @@ import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type ScheduleInput, schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
-import { runAsShipped } from "../lib/shipped.js";
+import { collectGarbage, runAsShipped } from "../lib/shipped.js";
 import { formatTable, quantile } from "../lib/table.js";
 
 const median = (xs: readonly number[]) => quantile(xs, 0.5) ?? Number.NaN;
@@ -175,12 +175,15 @@ function main(): void {
     for (let r = 0; r < Math.min(rounds, 5); r++) {
       const store = openSqliteStore({ file: join(dir, `state-${largeNodes}.db`) });
       const deferred: (() => void)[] = [];
+      collectGarbage();
       const loadOnly = timeIt(() => newCluster(store, {}, deferred, true));
+      collectGarbage();
       const start = timeIt(() => newCluster(store, {}, deferred));
       starts.push(start);
       replans.push(start - loadOnly);
       store.close();
       const fresh = cold(input);
+      collectGarbage();
       schedulerCold.push(timeIt(() => schedule(fresh)));
     }
 

@@ -337,12 +337,14 @@ interface LiveNode {
   retired: Map<string, { pid: number; startedAtUnixMs: bigint | undefined; generation: bigint }>;
   generation: bigint;
   fingerprint: string;
-  assignments: ReplicaAssignment[];
-  /** What {@link assignments} were built from (see `#refreshDesiredSets`). */
-  assignmentsBuilt?: {
+  /** Built when first asked for (`#assignmentsOf`), from {@link assignmentsFrom}. */
+  assignments: ReplicaAssignment[] | undefined;
+  /** What {@link assignments} are (to be) built from (see `#refreshDesiredSets`). */
+  assignmentsFrom?: {
     readonly fingerprint: string;
     readonly inventory: NodeInventory;
     readonly specs: readonly DeploymentSpec[];
+    readonly entries: readonly { p: PlacementRecord; rank: PlacementRankRecord }[];
   };
   /**
    * The credential hash before the last re-registration, still accepted by Register (never
@@ -514,6 +516,17 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
     }
   }
   return out;
+}
+
+/** One message per spec object, shared by every assignment carrying it. */
+const specMessages = new WeakMap<DeploymentSpec, ReturnType<typeof deploymentSpecToProto>>();
+function specMessage(spec: DeploymentSpec): ReturnType<typeof deploymentSpecToProto> {
+  let message = specMessages.get(spec);
+  if (message === undefined) {
+    message = deploymentSpecToProto(spec);
+    specMessages.set(spec, message);
+  }
+  return message;
 }
 
 /** The nodes of `ids` that `nodes` holds. */
@@ -970,7 +983,7 @@ export class Cluster {
     this.#flushRouting();
     return {
       generation: node.generation,
-      assignments: node.assignments,
+      assignments: this.#assignmentsOf(node),
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
     };
   }
@@ -1814,7 +1827,6 @@ export class Cluster {
     {
       readonly inventory: NodeInventory;
       readonly healthVersion: number;
-      readonly flags: string;
       readonly node: SchedulerNode;
     }
   >();
@@ -1822,12 +1834,13 @@ export class Cluster {
   #schedulerNodes(): SchedulerNode[] {
     const out: SchedulerNode[] = [];
     for (const n of this.#nodes.values()) {
-      const flags = `${n.state}|${n.record.cordoned}|${n.record.draining}`;
       const cached = this.#schedulerNodeCache.get(n.record.id);
       if (
         cached?.inventory === n.inventory &&
         cached.healthVersion === n.healthVersion &&
-        cached.flags === flags
+        cached.node.state === n.state &&
+        cached.node.cordoned === n.record.cordoned &&
+        cached.node.draining === n.record.draining
       ) {
         out.push(cached.node);
         continue;
@@ -1839,7 +1852,6 @@ export class Cluster {
       this.#schedulerNodeCache.set(n.record.id, {
         inventory: n.inventory,
         healthVersion: n.healthVersion,
-        flags,
         node,
       });
       out.push(node);
@@ -1917,8 +1929,10 @@ export class Cluster {
   /** Runs the scheduler and applies the plan; then refreshes every node's desired set. */
   #reconcile(cause: string, opts: { quietIfUnchanged?: boolean } = {}): void {
     const now = this.#o.clock.now();
+    const specs = new Map<string, DeploymentSpec>();
+    for (const [name, d] of this.#deployments) specs.set(name, d.spec);
     const plan = planReconcile({
-      deployments: new Map([...this.#deployments].map(([k, v]) => [k, v.spec])),
+      deployments: specs,
       placements: [...this.#placements.values()],
       nodes: this.#schedulerNodes(),
       schedule: this.#o.schedule,
@@ -2075,7 +2089,6 @@ export class Cluster {
         else byNode.set(rank.nodeId, [{ p, rank }]);
       }
     }
-    const wire = new Map<string, ReturnType<typeof deploymentSpecToProto>>();
     for (const node of all ? this.#nodes.values() : nodesIn(this.#nodes, dirty)) {
       const entries = (byNode.get(node.record.id) ?? []).sort(
         (a, b) => a.p.replicaId.localeCompare(b.p.replicaId) || a.rank.rank - b.rank.rank,
@@ -2092,40 +2105,18 @@ export class Cluster {
         )
         .join(";");
       // The messages are rebuilt only when something they carry changed: the fingerprint, a
-      // spec object (a scale keeps the revision) or the inventory (GPU uuids).
-      const built = node.assignmentsBuilt;
+      // spec object (a scale keeps the revision) or the inventory (GPU uuids); and only when
+      // asked for (the node's next answer), not for every node a full re-plan touched.
+      const from = node.assignmentsFrom;
       if (
-        built === undefined ||
-        built.fingerprint !== fingerprint ||
-        built.inventory !== node.inventory ||
-        built.specs.length !== specs.length ||
-        built.specs.some((spec, i) => spec !== specs[i])
+        from === undefined ||
+        from.fingerprint !== fingerprint ||
+        from.inventory !== node.inventory ||
+        from.specs.length !== specs.length ||
+        from.specs.some((spec, i) => spec !== specs[i])
       ) {
-        node.assignments = entries.map(({ p, rank }, i) => {
-          const spec = specs[i] as DeploymentSpec;
-          let deployment = wire.get(spec.name);
-          if (!deployment) {
-            deployment = deploymentSpecToProto(spec);
-            wire.set(spec.name, deployment);
-          }
-          return create(ReplicaAssignmentSchema, {
-            replicaId: p.replicaId,
-            deployment,
-            rank: rank.rank,
-            world: {
-              nnodes: p.ranks.length,
-              rank0Address: rank0Address(p),
-              rendezvousPort: p.rendezvousPort ?? 0,
-              nodeIds: p.ranks.map((k) => k.nodeId),
-            },
-            gpuIndices: [...rank.gpuIndices],
-            gpuUuids: rank.gpuIndices.map(
-              (gi) => node.inventory.gpus.find((g) => g.index === gi)?.uuid ?? "",
-            ),
-            fabricId: p.fabricId ?? "",
-          });
-        });
-        node.assignmentsBuilt = { fingerprint, inventory: node.inventory, specs };
+        node.assignments = undefined;
+        node.assignmentsFrom = { fingerprint, inventory: node.inventory, specs, entries };
       }
       if (fingerprint !== node.fingerprint) {
         node.fingerprint = fingerprint;
@@ -2133,6 +2124,34 @@ export class Cluster {
         this.#desiredChanged(node.record.id);
       }
     }
+  }
+
+  /** `node`'s assignments as messages, built on first use after they changed. */
+  #assignmentsOf(node: LiveNode): ReplicaAssignment[] {
+    if (node.assignments !== undefined) return node.assignments;
+    const from = node.assignmentsFrom;
+    const rank0Address = (p: PlacementRecord) =>
+      this.#nodes.get(p.ranks[0]?.nodeId ?? "")?.record.advertiseAddress ?? "";
+    const built = (from?.entries ?? []).map(({ p, rank }, i) =>
+      create(ReplicaAssignmentSchema, {
+        replicaId: p.replicaId,
+        deployment: specMessage(from?.specs[i] as DeploymentSpec),
+        rank: rank.rank,
+        world: {
+          nnodes: p.ranks.length,
+          rank0Address: rank0Address(p),
+          rendezvousPort: p.rendezvousPort ?? 0,
+          nodeIds: p.ranks.map((k) => k.nodeId),
+        },
+        gpuIndices: [...rank.gpuIndices],
+        gpuUuids: rank.gpuIndices.map(
+          (gi) => from?.inventory.gpus.find((g) => g.index === gi)?.uuid ?? "",
+        ),
+        fabricId: p.fabricId ?? "",
+      }),
+    );
+    node.assignments = built;
+    return built;
   }
 
   /**
@@ -2191,7 +2210,7 @@ export class Cluster {
     const node = this.#requireNode(nodeId);
     return {
       generation: node.generation,
-      assignments: node.assignments,
+      assignments: this.#assignmentsOf(node),
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
     };
   }

@@ -3,7 +3,13 @@ import {
   deploymentGpusPerReplica,
   engineSupportsMultiNode,
 } from "@llmgw/engines";
-import type { Reason, ScheduleInput, ScheduleResult, SchedulerNode } from "@llmgw/scheduler";
+import type {
+  Reason,
+  ScheduleInput,
+  ScheduleResult,
+  SchedulerDeployment,
+  SchedulerNode,
+} from "@llmgw/scheduler";
 import type { PlacementRecord } from "../store/types.js";
 
 /** The scheduler as the reconciler uses it: pure, deterministic for the same input. */
@@ -43,27 +49,13 @@ export interface ReconcilePlan {
  * records and the scheduler's plain input and back. Pure apart from calling `schedule`.
  */
 export function planReconcile(input: ReconcileInput): ReconcilePlan {
+  const deployments: SchedulerDeployment[] = [];
+  for (const spec of input.deployments.values()) deployments.push(schedulerDeployment(spec));
   const result = input.schedule({
     nodes: input.nodes,
-    deployments: [...input.deployments.values()].map((spec) => ({
-      name: spec.name,
-      revision: spec.revision,
-      gpuClass: spec.gpuClass,
-      gpusPerReplica: deploymentGpusPerReplica(spec),
-      replicas: spec.replicas,
-      nodesPerReplica: spec.nodesPerReplica,
-      fabric: spec.fabric,
-      multiNode: engineSupportsMultiNode(spec.engine),
-      priority: spec.priority,
-      allowPreemption: spec.allowPreemption,
-    })),
-    placements: input.placements.map((p) => ({
-      replicaId: p.replicaId,
-      deployment: p.deployment,
-      revision: p.revision,
-      ranks: p.ranks,
-      fabricId: p.fabricId,
-    })),
+    deployments,
+    // A record has every field of the scheduler's placement (and more it ignores).
+    placements: input.placements,
   });
 
   const removed = new Map(result.remove.map((r) => [r.replicaId, r.reason]));
@@ -94,4 +86,26 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     ]),
   );
   return { keep, add, remove, unschedulable };
+}
+
+/** The scheduler's view of a spec, one object per spec object (reconciles reuse it). */
+const schedulerDeployments = new WeakMap<DeploymentSpec, SchedulerDeployment>();
+function schedulerDeployment(spec: DeploymentSpec): SchedulerDeployment {
+  let d = schedulerDeployments.get(spec);
+  if (d === undefined) {
+    d = {
+      name: spec.name,
+      revision: spec.revision,
+      gpuClass: spec.gpuClass,
+      gpusPerReplica: deploymentGpusPerReplica(spec),
+      replicas: spec.replicas,
+      nodesPerReplica: spec.nodesPerReplica,
+      fabric: spec.fabric,
+      multiNode: engineSupportsMultiNode(spec.engine),
+      priority: spec.priority,
+      allowPreemption: spec.allowPreemption,
+    };
+    schedulerDeployments.set(spec, d);
+  }
+  return d;
 }
