@@ -25,5 +25,6 @@ it("runs the quick control-plane-path scheduler benchmark and prints the table",
   expect(stdout).toMatch(
     /start: loading the stored state, then the full re-plan \(400 nodes\)\s+\d/,
   );
+  expect(stdout).toMatch(/takeover: the same start by a follower.*\(400 nodes\)\s+\d/);
   expect(stdout).toContain("run as shipped (bundled by tsup)");
 }, 130_000);

@@ -10,6 +10,8 @@
  *   control plane starting (or taking the lead) over the stored state, less the same start
  *   that only loads (a follower's read-only copy), per round.
  * - **start**: that whole start, loading included (decoding 10,000 stored inventories).
+ * - **takeover**: the start a follower makes when it wins the lease, reusing the inventories
+ *   its warm copy decoded.
  *
  * It runs as the CLI ships (bundled by tsup, see `bench/lib/shipped.ts`); `--source` runs
  * the source files under tsx instead (for profiling).
@@ -23,7 +25,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { Cluster, type ClusterStore, openSqliteStore } from "@llmgw/control-plane";
+import {
+  Cluster,
+  type ClusterStore,
+  type InventoryLookup,
+  openSqliteStore,
+} from "@llmgw/control-plane";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type ScheduleInput, schedule } from "@llmgw/scheduler";
@@ -46,6 +53,7 @@ function newCluster(
   recorded: { input?: ScheduleInput },
   deferred: (() => void)[],
   readOnly = false,
+  inventories?: InventoryLookup,
 ) {
   const now = 1_800_000_000_000;
   return new Cluster({
@@ -64,6 +72,7 @@ function newCluster(
     // Registering thousands of nodes reconciles once, as the production defer coalesces.
     defer: (run) => deferred.push(run),
     readOnly,
+    ...(inventories === undefined ? {} : { inventories }),
   });
 }
 
@@ -171,16 +180,23 @@ function main(): void {
     large.store.close();
     const starts: number[] = [];
     const replans: number[] = [];
+    const takeovers: number[] = [];
     const schedulerCold: number[] = [];
     for (let r = 0; r < Math.min(rounds, 5); r++) {
       const store = openSqliteStore({ file: join(dir, `state-${largeNodes}.db`) });
       const deferred: (() => void)[] = [];
       collectGarbage();
-      const loadOnly = timeIt(() => newCluster(store, {}, deferred, true));
+      let copy: Cluster | undefined;
+      const loadOnly = timeIt(() => {
+        copy = newCluster(store, {}, deferred, true);
+      });
       collectGarbage();
       const start = timeIt(() => newCluster(store, {}, deferred));
       starts.push(start);
       replans.push(start - loadOnly);
+      const inventories = copy?.inventories();
+      collectGarbage();
+      takeovers.push(timeIt(() => newCluster(store, {}, deferred, false, inventories)));
       store.close();
       const fresh = cold(input);
       collectGarbage();
@@ -214,6 +230,13 @@ function main(): void {
             `start: loading the stored state, then the full re-plan (${largeNodes} nodes)`,
             median(schedulerCold).toFixed(1),
             median(starts).toFixed(1),
+            "",
+            "",
+          ],
+          [
+            `takeover: the same start by a follower, its copy's inventories reused (${largeNodes} nodes)`,
+            median(schedulerCold).toFixed(1),
+            median(takeovers).toFixed(1),
             "",
             "",
           ],

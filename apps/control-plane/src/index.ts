@@ -19,6 +19,7 @@ export {
   DEFAULT_REPLICA_CAPACITY,
   type DesiredSet,
   type HeartbeatInput,
+  type InventoryLookup,
   LOAD_REFRESH_MS,
   type RegisterInput,
   type RegisterResult,

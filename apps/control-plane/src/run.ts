@@ -36,7 +36,7 @@ import {
   resolveControlPlaneOptions,
   splitListenAddress,
 } from "./config.js";
-import { type Clock, Cluster } from "./domain/cluster.js";
+import { type Clock, Cluster, type InventoryLookup } from "./domain/cluster.js";
 import type { ScheduleFn } from "./domain/reconcile.js";
 import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
@@ -355,10 +355,11 @@ export async function startControlPlane(
     return (await lease.instances()).map((i) => ({ ...i, leader: i.id === leader?.holder }));
   };
 
-  const startTerm = (store: ClusterStore): Term => {
+  const startTerm = (store: ClusterStore, inventories?: InventoryLookup): Term => {
     const shutdown = new AbortController();
     const cluster = new Cluster({
       ...clusterOptions(store),
+      ...(inventories === undefined ? {} : { inventories }),
       log,
       defer: (run) => {
         setImmediate(() => {
@@ -600,9 +601,11 @@ export async function startControlPlane(
           eventsKept: resolved.eventsKept,
           log,
           build: (snapshot): FollowerCopy => {
+            const previous = warm?.current?.value.cluster;
             const cluster = new Cluster({
               ...clusterOptions(snapshotStore(snapshot, database.location)),
               readOnly: true,
+              ...(previous === undefined ? {} : { inventories: previous.inventories() }),
             });
             const service = createClusterService(cluster, dataDir.adminToken, {
               version: CONTROL_PLANE_VERSION,
@@ -641,6 +644,8 @@ export async function startControlPlane(
         onDeposed: depose,
         onElected: (writer) => {
           const election = ++elections;
+          // What the copy decoded need not be decoded again (most of loading a large cluster).
+          const inventories = warm?.current?.value.cluster.inventories();
           unfollow();
           const startedAt = performance.now();
           openPostgresStore({
@@ -659,7 +664,7 @@ export async function startControlPlane(
                 return;
               }
               try {
-                term = startTerm(store);
+                term = startTerm(store, inventories);
               } catch (error) {
                 store.close();
                 log(`cannot lead: ${(error as Error).message}`);

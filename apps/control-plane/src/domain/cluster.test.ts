@@ -235,6 +235,32 @@ describe("Cluster", () => {
     expect(newCluster().nodeState(a.nodeId)).toBe("unreachable");
   });
 
+  it("takes another cluster's decoded inventory when the stored bytes are the same", () => {
+    const first = newCluster();
+    const a = join_(first, "node-a", "1xh100-80g", "10.0.0.1");
+    const b = join_(first, "node-b", "1xh100-80g", "10.0.0.2");
+    const inventoryOf = (c: Cluster, id: string) =>
+      c.nodeSnapshots().find((n) => n.id === id)?.inventory;
+    const lookup = first.inventories();
+    // node-b registers again with another inventory: first's decoded one no longer matches.
+    const second = newCluster();
+    join_(second, "node-b", "2xh100-80g", "10.0.0.2", b);
+    const third = new Cluster({
+      store,
+      schedule,
+      clock,
+      heartbeatIntervalMs: INTERVAL,
+      unreachableAfterMs: 3 * INTERVAL,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+      inventories: lookup,
+    });
+    expect(inventoryOf(third, a.nodeId)).toBe(inventoryOf(first, a.nodeId));
+    expect(inventoryOf(third, b.nodeId)).not.toBe(inventoryOf(first, b.nodeId));
+    expect(inventoryOf(third, b.nodeId)?.gpus).toHaveLength(2);
+  });
+
   it("hands the scheduler the same object for a node that did not change, a new one for a node that did", () => {
     const seen: (readonly SchedulerNode[])[] = [];
     const cluster = new Cluster({

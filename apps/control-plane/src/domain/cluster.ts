@@ -121,7 +121,17 @@ export interface ClusterOptions {
    * ({@link NodeRecord.state}). Its mutations throw from the (read-only) store.
    */
   readonly readOnly?: boolean;
+  /**
+   * Decoded inventories another `Cluster` over the same database holds (its
+   * {@link Cluster.inventories}): a stored inventory with the same bytes is taken from there
+   * instead of decoded again. A follower's copy hands its own to the next copy and to the term
+   * it starts when it wins the lease: decoding is most of loading a large cluster.
+   */
+  readonly inventories?: InventoryLookup;
 }
+
+/** A node's decoded inventory when its stored bytes are `bytes`, else undefined. */
+export type InventoryLookup = (nodeId: string, bytes: Uint8Array) => NodeInventory | undefined;
 
 /** What an agent registers with. */
 export interface RegisterInput {
@@ -663,7 +673,9 @@ export class Cluster {
       }
       let inventory: NodeInventory;
       try {
-        inventory = fromBinary(NodeInventorySchema, record.inventory);
+        inventory =
+          options.inventories?.(record.id, record.inventory) ??
+          fromBinary(NodeInventorySchema, record.inventory);
       } catch (cause) {
         throw new ControlPlaneError(
           "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
@@ -679,6 +691,20 @@ export class Cluster {
     }
     this.#restoreStatuses();
     if (!options.readOnly) this.#reconcile("control plane started", { quietIfUnchanged: true });
+  }
+
+  /**
+   * The decoded inventory of each node, by its stored bytes (see
+   * {@link ClusterOptions.inventories}). Inventories are never changed in place (a
+   * registration replaces one), so another `Cluster` may share them.
+   */
+  inventories(): InventoryLookup {
+    return (nodeId, bytes) => {
+      const node = this.#nodes.get(nodeId);
+      return node !== undefined && Buffer.from(node.record.inventory).equals(bytes)
+        ? node.inventory
+        : undefined;
+    };
   }
 
   /**
