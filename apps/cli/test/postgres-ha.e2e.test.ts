@@ -110,13 +110,22 @@ describe.skipIf(skip)(
       expect(status.output()).toContain("postgres store, 3 instances");
       expect(status.output().match(/ leader /g)).toHaveLength(1);
       expect(status.output().match(/ follower /g)).toHaveLength(2);
-      // A follower refuses, naming the leader.
+      // A follower answers reads from its copy and refuses writes, naming the leader.
       const follower = cps.find((cp) => cp.controlUrl !== leader0) as ControlPlaneProc;
       const refusal = await follower
         .admin()
-        .listNodes({}, auth)
+        .scaleDeployment({ name: "chat", replicas: 1 }, auth)
         .catch((e: unknown) => e as Error);
       expect(String(refusal)).toContain(`is a follower: the leader is ${leader0}`);
+      const servedBy = await waitFor("a follower's read from its copy", async () => {
+        let header: string | null = null;
+        await follower
+          .admin()
+          .listNodes({}, { ...auth, onHeader: (h) => void (header = h.get("llmgw-served-by")) })
+          .catch(() => undefined);
+        return header ?? undefined;
+      });
+      expect(servedBy).toBe("follower");
 
       const agent = new AgentProc(root, "node-a", "2xh100-80g", first);
       agent.controlPlane = urls.join(",");
@@ -199,8 +208,9 @@ describe.skipIf(skip)(
       await waitFor(
         "every instance to stop leading",
         async () => {
+          // A write (a no-op if it landed): followers answer reads from their copies even now.
           const e = await admin
-            .getClusterStatus({}, { ...auth, timeoutMs: 1_000 })
+            .scaleDeployment({ name: "chat", replicas: 2 }, { ...auth, timeoutMs: 1_000 })
             .catch((x: unknown) => x);
           if (e instanceof Error && e.message.includes("no instance holds the leader lease"))
             return true;
