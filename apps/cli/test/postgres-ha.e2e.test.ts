@@ -121,7 +121,15 @@ describe.skipIf(skip)(
         let header: string | null = null;
         await follower
           .admin()
-          .listNodes({}, { ...auth, onHeader: (h) => void (header = h.get("llmgw-served-by")) })
+          .listNodes(
+            {},
+            {
+              ...auth,
+              onHeader: (h) => {
+                header = h.get("llmgw-served-by");
+              },
+            },
+          )
           .catch(() => undefined);
         return header ?? undefined;
       });
