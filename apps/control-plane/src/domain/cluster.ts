@@ -599,6 +599,11 @@ export class Cluster {
   readonly #routable = new Map<string, RoutableReplica[]>();
   /** Replica id → its serving engine's API key. Memory only: agents report them again. */
   readonly #engineKeys = new Map<string, string>();
+  /**
+   * Node id → the placed replicas whose rank 0 (the serving rank) it runs: whose engine keys
+   * its heartbeats report (a heartbeat touches these, not every key of the cluster).
+   */
+  readonly #servedBy = new Map<string, Set<string>>();
   /** The {@link #routingMarks} that {@link #routable} and {@link #membership} were built at. */
   #routableVersion = -1;
   /**
@@ -643,7 +648,10 @@ export class Cluster {
     for (const record of store.listDeployments()) {
       this.#deployments.set(record.name, { record, spec: deploymentSpecFromJson(record.specJson) });
     }
-    for (const p of store.listPlacements()) this.#placements.set(p.replicaId, p);
+    for (const p of store.listPlacements()) {
+      this.#placements.set(p.replicaId, p);
+      this.#indexServing(p, true);
+    }
     for (const c of store.listFaultClears()) {
       const byKey = this.#clearedFaults.get(c.gpuUuid) ?? new Map<string, number>();
       byKey.set(c.faultKey, c.lastSeenUnixMs);
@@ -1237,10 +1245,11 @@ export class Cluster {
   #ingestEngineKeys(node: LiveNode, credentials: readonly EngineCredentialInput[]): void {
     const id = node.record.id;
     const before = new Map<string, string>();
-    for (const [replicaId, key] of this.#engineKeys) {
-      const rank0 = this.#placements.get(replicaId)?.ranks[0]?.nodeId;
-      if (rank0 === id) before.set(replicaId, key);
-      if (rank0 === undefined || rank0 === id) this.#engineKeys.delete(replicaId);
+    for (const replicaId of this.#servedBy.get(id) ?? []) {
+      const key = this.#engineKeys.get(replicaId);
+      if (key === undefined) continue;
+      before.set(replicaId, key);
+      this.#engineKeys.delete(replicaId);
     }
     let changed = false;
     for (const c of credentials) {
@@ -1250,6 +1259,20 @@ export class Cluster {
     }
     for (const replicaId of before.keys()) if (!this.#engineKeys.has(replicaId)) changed = true;
     if (changed) this.#routingChange();
+  }
+
+  /** Adds `p` to (or takes it from) the replicas its rank 0's node serves. */
+  #indexServing(p: PlacementRecord, add: boolean): void {
+    const nodeId = p.ranks[0]?.nodeId;
+    if (nodeId === undefined) return;
+    let served = this.#servedBy.get(nodeId);
+    if (add) {
+      if (served === undefined) {
+        served = new Set();
+        this.#servedBy.set(nodeId, served);
+      }
+      served.add(p.replicaId);
+    } else if (served?.delete(p.replicaId) && served.size === 0) this.#servedBy.delete(nodeId);
   }
 
   /** True when `replicaId`'s rank `rank` is placed on `node` (its status counts). */
@@ -1971,6 +1994,8 @@ export class Cluster {
     const put: PlacementRecord[] = [];
     for (const r of plan.remove) {
       this.#placements.delete(r.placement.replicaId);
+      this.#indexServing(r.placement, false);
+      this.#engineKeys.delete(r.placement.replicaId);
       removed.push(r.placement.replicaId);
       this.#retireStatuses(r.placement);
       for (const rank of r.placement.ranks) this.#desiredDirty.add(rank.nodeId);
@@ -1983,6 +2008,7 @@ export class Cluster {
     }
     for (const p of added) {
       this.#placements.set(p.replicaId, p);
+      this.#indexServing(p, true);
       put.push(p);
     }
     for (const id of removed) {
