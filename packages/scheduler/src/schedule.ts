@@ -714,7 +714,7 @@ interface PlacementContext {
    * sorted by id); the same per `${class} ${fabric}`. Kept current on every allocation, so
    * "does any node / do k nodes of a fabric have n free" is answered without scanning nodes.
    */
-  readonly freeLists: Map<string, NodeState[][]>;
+  readonly freeLists: Map<string, (NodeBucket | undefined)[]>;
   /** False until {@link indexFree} ran; until then `freeLists` is empty. */
   indexed: boolean;
   /** Class → GPU counts that do not change during a run, for reasons. */
@@ -745,16 +745,67 @@ function indexFree(ctx: PlacementContext): void {
           lists = [];
           ctx.freeLists.set(key, lists);
         }
-        let sameFree = lists[free];
-        if (sameFree === undefined) {
-          sameFree = [];
-          lists[free] = sameFree;
-        }
-        sameFree.push(node);
+        bucketOf(lists, free, ctx.nodes.length).add(node.ordinal);
       }
     }
   }
   ctx.indexed = true;
+}
+
+/**
+ * The nodes of one histogram key with one free count, as a bit set over node ordinals: moving
+ * a node between counts is O(1) (a sorted array paid a splice of up to every node), and
+ * walking the set visits nodes in ordinal (= id) order, as the choice rules need.
+ */
+class NodeBucket {
+  size = 0;
+  private readonly words: Uint32Array;
+
+  constructor(nodeCount: number) {
+    this.words = new Uint32Array((nodeCount + 31) >>> 5);
+  }
+
+  add(ordinal: number): void {
+    const w = ordinal >>> 5;
+    const bit = 1 << (ordinal & 31);
+    const word = this.words[w] as number;
+    if ((word & bit) !== 0) return;
+    this.words[w] = word | bit;
+    this.size++;
+  }
+
+  delete(ordinal: number): void {
+    const w = ordinal >>> 5;
+    const bit = 1 << (ordinal & 31);
+    const word = this.words[w] as number;
+    if ((word & bit) === 0) return;
+    this.words[w] = word & ~bit;
+    this.size--;
+  }
+
+  /** The smallest ordinal ≥ `from` in the set, or -1. */
+  next(from: number): number {
+    const words = this.words;
+    let w = from >>> 5;
+    if (w >= words.length) return -1;
+    let word = (words[w] as number) & (-1 << (from & 31));
+    while (word === 0) {
+      if (++w >= words.length) return -1;
+      word = words[w] as number;
+    }
+    return (w << 5) + (31 - Math.clz32(word & -word));
+  }
+}
+
+function bucketOf(lists: (NodeBucket | undefined)[], free: number, nodeCount: number): NodeBucket {
+  let bucket = lists[free];
+  if (bucket === undefined) {
+    // Fill any gap below, so the array stays packed.
+    for (let f = lists.length; f < free; f++) lists[f] = undefined;
+    bucket = new NodeBucket(nodeCount);
+    lists[free] = bucket;
+  }
+  return bucket;
 }
 
 /** Takes (`take`) or returns `gpus` of `node`, keeping the histograms and lists current. */
@@ -787,18 +838,6 @@ function changeFree(
   }
 }
 
-/** Position of `node` in `list` (sorted by ordinal), or where it would be inserted. */
-function searchByOrdinal(list: readonly NodeState[], ordinal: number): number {
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if ((list[mid]?.ordinal ?? 0) < ordinal) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 /** Moves `node` from the `before` to the `after` free-count bucket of `cls`. */
 function trackFree(
   ctx: PlacementContext,
@@ -811,26 +850,17 @@ function trackFree(
   for (const key of node.info.histogramKeys.get(cls) ?? []) {
     const lists = ctx.freeLists.get(key);
     if (lists === undefined) continue;
-    const from = lists[before];
-    if (from !== undefined) {
-      const at = searchByOrdinal(from, node.ordinal);
-      if (from[at] === node) from.splice(at, 1);
-    }
-    let to = lists[after];
-    if (to === undefined) {
-      to = [];
-      lists[after] = to;
-    }
-    to.splice(searchByOrdinal(to, node.ordinal), 0, node);
+    lists[before]?.delete(node.ordinal);
+    bucketOf(lists, after, ctx.nodes.length).add(node.ordinal);
   }
 }
 
 /** How many schedulable nodes have at least `n` free GPUs of `cls` (on `fabric` if given). */
 function nodesWithFree(ctx: PlacementContext, cls: string, n: number, fabric?: string): number {
-  const lists = ctx.freeLists.get(fabric === undefined ? cls : `${cls} ${fabric}`);
+  const lists = ctx.freeLists.get(fabric === undefined ? cls : fabricKey(cls, fabric));
   if (lists === undefined) return 0;
   let count = 0;
-  for (let f = n; f < lists.length; f++) count += lists[f]?.length ?? 0;
+  for (let f = n; f < lists.length; f++) count += lists[f]?.size ?? 0;
   return count;
 }
 
@@ -838,7 +868,7 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
   const usable = new Set<string>();
   const maxPerNode = new Map<string, number>();
   const fabricNodes = new Map<string, NodeState[]>();
-  const freeLists = new Map<string, NodeState[][]>();
+  const freeLists = new Map<string, (NodeBucket | undefined)[]>();
   const classStats = new Map<string, ClassStats>();
   for (const node of nodes) {
     const { countedPools, countedStats, usablePools } = node.info;
@@ -1018,8 +1048,12 @@ function findSingleNode(
   let best: NodeState | undefined;
   let bestSpread = Number.POSITIVE_INFINITY;
   let bestLeftover = 0;
+  const all = ctx.nodes;
   for (let free = perNode; free < lists.length && bestSpread > 0; free++) {
-    for (const node of lists[free] ?? []) {
+    const bucket = lists[free];
+    if (bucket === undefined) continue;
+    for (let o = bucket.next(0); o >= 0; o = bucket.next(o + 1)) {
+      const node = all[o] as NodeState;
       const spread = node.perDeployment?.get(deployment.name) ?? 0;
       if (spread < bestSpread) {
         best = node;
@@ -1060,11 +1094,14 @@ function findGang(
     if (nodesWithFree(ctx, cls, shape.perNode, fabric) < shape.nodes) continue;
     // Walk nodes by (leftover, id); k nodes without this deployment found this way are the
     // k best. Only when there are fewer does spread force a full sort.
-    const lists = ctx.freeLists.get(`${cls} ${fabric}`) ?? [];
+    const lists = ctx.freeLists.get(fabricKey(cls, fabric)) ?? [];
     let fits: { node: NodeState; spread: number; leftover: number }[] = [];
     const all: { node: NodeState; spread: number; leftover: number }[] = [];
     for (let free = shape.perNode; free < lists.length && fits.length < shape.nodes; free++) {
-      for (const node of lists[free] ?? []) {
+      const bucket = lists[free];
+      if (bucket === undefined) continue;
+      for (let o = bucket.next(0); o >= 0; o = bucket.next(o + 1)) {
+        const node = ctx.nodes[o] as NodeState;
         const fit = {
           node,
           spread: node.perDeployment?.get(deployment.name) ?? 0,
@@ -1139,12 +1176,11 @@ function explainFailure(
   let mostFree = 0;
   let mostFreeNode = "";
   for (let f = 1; f < lists.length; f++) {
-    const list = lists[f] ?? [];
-    free += f * list.length;
-    if (list[0] !== undefined) {
-      mostFree = f;
-      mostFreeNode = list[0].id;
-    }
+    const bucket = lists[f];
+    if (bucket === undefined || bucket.size === 0) continue;
+    free += f * bucket.size;
+    mostFree = f;
+    mostFreeNode = ctx.nodes[bucket.next(0)]?.id ?? "";
   }
   const allocated = total - unhealthy - mig - unschedulable - free;
   const tail = [
