@@ -25,110 +25,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import {
-  Cluster,
-  type ClusterStore,
-  type InventoryLookup,
-  openSqliteStore,
-} from "@llmgw/control-plane";
-import { simulateInventory } from "@llmgw/discovery";
-import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { type ScheduleInput, schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
+import { type Cluster, type InventoryLookup, openSqliteStore } from "@llmgw/control-plane";
+import { schedule } from "@llmgw/scheduler";
 import { collectGarbage, runAsShipped } from "../lib/shipped.js";
 import { formatTable, quantile } from "../lib/table.js";
+import { buildPlacedCluster, coldInput, newCluster } from "./control-plane-cluster.js";
 
 const median = (xs: readonly number[]) => quantile(xs, 0.5) ?? Number.NaN;
-
-interface Built {
-  readonly cluster: Cluster;
-  readonly store: ClusterStore;
-  readonly nodeIds: readonly string[];
-  /** The scheduler's last input, as the cluster built it. */
-  lastInput(): ScheduleInput;
-}
-
-function newCluster(
-  store: ClusterStore,
-  recorded: { input?: ScheduleInput },
-  deferred: (() => void)[],
-  readOnly = false,
-  inventories?: InventoryLookup,
-) {
-  const now = 1_800_000_000_000;
-  return new Cluster({
-    store,
-    schedule: (input) => {
-      recorded.input = input;
-      return schedule(input);
-    },
-    clock: { now: () => now },
-    heartbeatIntervalMs: 2_000,
-    unreachableAfterMs: 6_000,
-    nodeLostAfterMs: 60_000,
-    rendezvousPortMin: 29_500,
-    rendezvousPortMax: 29_999,
-    maxNodes: 1_000_000,
-    // Registering thousands of nodes reconciles once, as the production defer coalesces.
-    defer: (run) => deferred.push(run),
-    readOnly,
-    ...(inventories === undefined ? {} : { inventories }),
-  });
-}
-
-/** `nodes` 8-GPU nodes on four fabrics and `deployments` of 1–8 GPUs, placed. */
-function build(dir: string, nodes: number, deployments: number): Built {
-  const store = openSqliteStore({ file: join(dir, `state-${nodes}.db`) });
-  const recorded: { input?: ScheduleInput } = {};
-  const deferred: (() => void)[] = [];
-  const cluster = newCluster(store, recorded, deferred);
-  // Deployments first, then the nodes in one coalesced reconcile: one plan places them all
-  // (applying 2,000 deployments to 10,000 registered nodes one by one took minutes).
-  const tps = [1, 2, 4, 8];
-  for (let i = 0; i < deployments; i++) {
-    cluster.applyDeployment(
-      parseDeploymentSpecOrThrow({
-        name: `m${String(i).padStart(4, "0")}`,
-        engine: "vllm",
-        model: "org/m",
-        gpuClass: "h100-80g",
-        tensorParallel: tps[i % 4],
-        replicas: 2 + ((i * 3) % 7),
-      }),
-    );
-    for (const run of deferred.splice(0)) run();
-  }
-  const nodeIds: string[] = [];
-  store.transaction(() => {
-    for (let i = 0; i < nodes; i++) {
-      const fabric = `ib-${"abcd"[i % 4]}`;
-      const r = cluster.register({
-        inventory: inventoryToProto(
-          simulateInventory(`8xh100-80g@${fabric}`, {
-            hostname: `n${String(i).padStart(5, "0")}`,
-            addresses: ["10.0.0.1"],
-            nowMs: 1_800_000_000_000,
-          }),
-        ),
-        advertiseAddress: "10.0.0.1",
-        replicas: [],
-      } as never);
-      nodeIds.push(r.nodeId);
-    }
-  });
-  for (const run of deferred.splice(0)) run();
-  return {
-    cluster,
-    store,
-    nodeIds,
-    lastInput: () => recorded.input as ScheduleInput,
-  };
-}
-
-/** A fresh copy of each node object: what the scheduler sees with nothing cached. */
-function cold(input: ScheduleInput): ScheduleInput {
-  return { ...input, nodes: input.nodes.map((n) => ({ ...n })) };
-}
 
 function timeIt(fn: () => void): number {
   const t0 = performance.now();
@@ -154,7 +57,7 @@ function main(): void {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-sched-cp-"));
   try {
     // --- incremental at 1,000 nodes
-    const small = build(dir, smallNodes, smallNodes / 5);
+    const small = buildPlacedCluster(dir, smallNodes, smallNodes / 5);
     const incremental: number[] = [];
     const schedulerWarm: number[] = [];
     for (let r = 0; r < rounds; r++) {
@@ -174,7 +77,7 @@ function main(): void {
       return;
     }
     // --- full at 10,000 nodes: a control plane starting over the stored state
-    const large = build(dir, largeNodes, largeNodes / 5);
+    const large = buildPlacedCluster(dir, largeNodes, largeNodes / 5);
     const placedLarge = large.cluster.placements().length;
     const input = large.lastInput();
     large.store.close();
@@ -194,11 +97,11 @@ function main(): void {
       const start = timeIt(() => newCluster(store, {}, deferred));
       starts.push(start);
       replans.push(start - loadOnly);
-      const inventories = copy?.inventories();
+      const inventories: InventoryLookup | undefined = copy?.inventories();
       collectGarbage();
       takeovers.push(timeIt(() => newCluster(store, {}, deferred, false, inventories)));
       store.close();
-      const fresh = cold(input);
+      const fresh = coldInput(input);
       collectGarbage();
       schedulerCold.push(timeIt(() => schedule(fresh)));
     }

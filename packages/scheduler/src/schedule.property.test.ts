@@ -274,3 +274,51 @@ describe.each([
     );
   });
 });
+
+/** A deep copy of every node: objects the scheduler has never seen, so nothing is cached. */
+function freshNodes(nodes: readonly SchedulerNode[]): SchedulerNode[] {
+  return nodes.map((n) => JSON.parse(JSON.stringify(n)) as SchedulerNode);
+}
+
+describe("schedule caches per node object without changing the plan", () => {
+  it("gives the same plan for reused and fresh node objects, as placements and flags change", () => {
+    fc.assert(
+      fc.property(inputArb, fc.integer({ min: 0, max: 11 }), (input, toggle) => {
+        // Warm the cache with these node objects, then reuse them with other placements (the
+        // plan applied: the same node objects now carry other replicas), then with one node's
+        // object replaced (cordon toggled) and the rest reused, as the control plane does.
+        const first = schedule(input);
+        expect(schedule({ ...input, nodes: freshNodes(input.nodes) })).toEqual(first);
+        const applied: ScheduleInput = {
+          ...input,
+          placements: applyPlan(input.placements, first),
+        };
+        expect(schedule(applied)).toEqual(
+          schedule({ ...applied, nodes: freshNodes(applied.nodes) }),
+        );
+        // The same node objects with fewer replicas on them (every other one gone).
+        const fewer: ScheduleInput = {
+          ...applied,
+          placements: applied.placements.filter((_, i) => i % 2 === 0),
+        };
+        expect(schedule(fewer)).toEqual(schedule({ ...fewer, nodes: freshNodes(fewer.nodes) }));
+        const toggled: ScheduleInput = {
+          ...applied,
+          nodes: applied.nodes.map((n, i) =>
+            i === toggle % applied.nodes.length ? { ...n, cordoned: !n.cordoned } : n,
+          ),
+        };
+        const warm = schedule(toggled);
+        expect(checkPlan(toggled, warm)).toEqual([]);
+        expect(warm).toEqual(schedule({ ...toggled, nodes: freshNodes(toggled.nodes) }));
+        // And back: the reused objects again, after the toggled one was seen.
+        const back = { ...toggled, placements: applyPlan(toggled.placements, warm) };
+        const restored = { ...back, nodes: applied.nodes };
+        const again = schedule(restored);
+        expect(checkPlan(restored, again)).toEqual([]);
+        expect(again).toEqual(schedule({ ...restored, nodes: freshNodes(restored.nodes) }));
+      }),
+      runs,
+    );
+  });
+});

@@ -620,6 +620,16 @@ describe("schedule", () => {
       'duplicate node id "n1"',
     ],
     [
+      "duplicate node id in sorted ids",
+      { nodes: [node("n1"), node("n2"), node("n2"), node("n3")], deployments: [], placements: [] },
+      'duplicate node id "n2"',
+    ],
+    [
+      "duplicate node id in unsorted ids",
+      { nodes: [node("n3"), node("n1"), node("n2"), node("n1")], deployments: [], placements: [] },
+      'duplicate node id "n1"',
+    ],
+    [
       "negative replicas",
       { nodes: [], deployments: [dep("m", { replicas: -1 })], placements: [] },
       "deployment m: replicas must be an integer ≥ 0, got -1",

@@ -48,6 +48,13 @@ interface NodeInfo {
   readonly classCounts: ReadonlyMap<string, ClassStats>;
   /** Class → keys of the free-count histograms the node is counted in (class, class on fabric). */
   readonly histogramKeys: ReadonlyMap<string, readonly string[]>;
+  /** The entries of {@link classCounts}, {@link usableByClass} and {@link histogramKeys} as
+   * arrays: the per-run loops over every node walk these without iterator allocations. */
+  readonly countedPools: readonly string[];
+  readonly countedStats: readonly ClassStats[];
+  readonly usablePools: readonly string[];
+  readonly histogramPools: readonly string[];
+  readonly histogramKeyLists: readonly (readonly string[])[];
   /** Built on first use. */
   nvlink: NvlinkMatrix | undefined;
 }
@@ -124,13 +131,18 @@ function plural(n: number, word: string): string {
  */
 export function schedule(input: ScheduleInput): ScheduleResult {
   validateInput(input);
-  const nodes = [...input.nodes]
-    .sort((a, b) => byString(a.id, b.id))
-    .map((node, i) => buildNodeState(node, i));
-  const nodeById = new Map(nodes.map((n) => [n.id, n]));
-  const deployments = [...input.deployments].sort((a, b) => byString(a.name, b.name));
-  const deploymentByName = new Map(deployments.map((d) => [d.name, d]));
-  const placements = [...input.placements].sort((a, b) => byString(a.replicaId, b.replicaId));
+  const sortedNodes = sortedBy(input.nodes, nodeId);
+  const nodes: NodeState[] = new Array(sortedNodes.length);
+  const nodeById = new Map<string, NodeState>();
+  for (let i = 0; i < sortedNodes.length; i++) {
+    const state = buildNodeState(sortedNodes[i] as SchedulerNode, i);
+    nodes[i] = state;
+    nodeById.set(state.id, state);
+  }
+  const deployments = sortedBy(input.deployments, deploymentName);
+  const deploymentByName = new Map<string, SchedulerDeployment>();
+  for (const d of deployments) deploymentByName.set(d.name, d);
+  const placements = sortedBy(input.placements, replicaIdOf);
   const context = buildContext(nodes);
   const remove: PlacementRemoval[] = [];
   const add: Placement[] = [];
@@ -339,20 +351,56 @@ export function schedule(input: ScheduleInput): ScheduleResult {
   };
 }
 
+const nodeId = (n: SchedulerNode): string => n.id;
+const deploymentName = (d: SchedulerDeployment): string => d.name;
+const replicaIdOf = (p: Placement): string => p.replicaId;
+
+/** Whether the keys of `items` strictly ascend: then they are unique and already sorted. */
+function strictlyAscending<T>(items: readonly T[], key: (item: T) => string): boolean {
+  for (let i = 1; i < items.length; i++) {
+    if (!(key(items[i - 1] as T) < key(items[i] as T))) return false;
+  }
+  return true;
+}
+
+/**
+ * `items` sorted by `key` (unique, checked by {@link validateInput}). The control plane passes
+ * its lists already sorted: an O(n) check then spares the copy and the sort.
+ */
+function sortedBy<T>(items: readonly T[], key: (item: T) => string): readonly T[] {
+  if (strictlyAscending(items, key)) return items;
+  return [...items].sort((a, b) => byString(key(a), key(b)));
+}
+
+/** The first key of `items` seen twice, in input order. */
+function firstDuplicate<T>(items: readonly T[], key: (item: T) => string): string | undefined {
+  if (strictlyAscending(items, key)) return undefined;
+  const seen = new Set<string>();
+  for (const item of items) {
+    const k = key(item);
+    if (seen.has(k)) return k;
+    seen.add(k);
+  }
+  return undefined;
+}
+
 function validateInput(input: ScheduleInput): void {
   const fail = (message: string): never => {
     throw new SchedulerError("LLMGW_SCHEDULER_INVALID_INPUT", message);
   };
   const isCount = (v: number, min: number): boolean => Number.isInteger(v) && v >= min;
-  const nodeIds = new Set<string>();
-  for (const node of input.nodes) {
-    if (nodeIds.has(node.id)) fail(`duplicate node id ${JSON.stringify(node.id)}`);
-    nodeIds.add(node.id);
-  }
-  const names = new Set<string>();
+  const nodeDuplicate = firstDuplicate(input.nodes, nodeId);
+  if (nodeDuplicate !== undefined) fail(`duplicate node id ${JSON.stringify(nodeDuplicate)}`);
+  // Deployments are checked in input order, so a duplicate name is reported before a bad
+  // count of a later deployment, as before.
+  const names = strictlyAscending(input.deployments, deploymentName)
+    ? undefined
+    : new Set<string>();
   for (const d of input.deployments) {
-    if (names.has(d.name)) fail(`duplicate deployment name ${JSON.stringify(d.name)}`);
-    names.add(d.name);
+    if (names !== undefined) {
+      if (names.has(d.name)) fail(`duplicate deployment name ${JSON.stringify(d.name)}`);
+      names.add(d.name);
+    }
     if (!isCount(d.gpusPerReplica, 0)) {
       fail(`deployment ${d.name}: gpusPerReplica must be an integer ≥ 0, got ${d.gpusPerReplica}`);
     }
@@ -368,11 +416,9 @@ function validateInput(input: ScheduleInput): void {
       fail(`deployment ${d.name}: priority must be a finite number, got ${d.priority}`);
     }
   }
-  const replicaIds = new Set<string>();
-  for (const p of input.placements) {
-    if (replicaIds.has(p.replicaId)) fail(`duplicate replica id ${JSON.stringify(p.replicaId)}`);
-    replicaIds.add(p.replicaId);
-  }
+  const replicaDuplicate = firstDuplicate(input.placements, replicaIdOf);
+  if (replicaDuplicate !== undefined)
+    fail(`duplicate replica id ${JSON.stringify(replicaDuplicate)}`);
 }
 
 function buildNodeInfo(node: SchedulerNode): NodeInfo {
@@ -413,11 +459,16 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
     list.push(gpu.index);
   }
   for (const list of usableByClass.values()) list.sort((x, y) => x - y);
-  const fabrics = [...new Set(node.fabrics)].sort(byString);
+  const fabrics =
+    node.fabrics.length === 1 ? node.fabrics : [...new Set(node.fabrics)].sort(byString);
   const histogramKeys = new Map<string, string[]>();
+  const histogramKeyLists: string[][] = [];
   if (schedulable) {
     for (const cls of usableByClass.keys()) {
-      histogramKeys.set(cls, [cls, ...fabrics.map((f) => `${cls} ${f}`)]);
+      const keys = [cls];
+      for (const f of fabrics) keys.push(fabricKey(cls, f));
+      histogramKeys.set(cls, keys);
+      histogramKeyLists.push(keys);
     }
   }
   const info: NodeInfo = {
@@ -429,10 +480,36 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
     gpuByIndex,
     classCounts,
     histogramKeys,
+    countedPools: [...classCounts.keys()],
+    countedStats: [...classCounts.values()],
+    usablePools: [...usableByClass.keys()],
+    histogramPools: [...histogramKeys.keys()],
+    histogramKeyLists,
     nvlink: undefined,
   };
   nodeInfoCache.set(node, info);
   return info;
+}
+
+/** `${pool} ${fabric}` → the one string for it, so that nodes share their histogram keys. */
+const fabricKeys = new Map<string, Map<string, string>>();
+
+/** The histogram key of `pool` on `fabric` (see {@link PlacementContext.freeLists}). */
+function fabricKey(pool: string, fabric: string): string {
+  let byFabric = fabricKeys.get(pool);
+  if (byFabric === undefined) {
+    // Bounded: pools × fabrics is small, but a long-lived caller should not grow it forever.
+    if (fabricKeys.size > 1_000) fabricKeys.clear();
+    byFabric = new Map();
+    fabricKeys.set(pool, byFabric);
+  }
+  let key = byFabric.get(fabric);
+  if (key === undefined) {
+    if (byFabric.size > 1_000) byFabric.clear();
+    key = `${pool} ${fabric}`;
+    byFabric.set(fabric, key);
+  }
+  return key;
 }
 
 /**
@@ -482,12 +559,29 @@ function freeSet(node: NodeState, cls: string): Set<number> | undefined {
 
 /** The n of `${deployment}-${n}`, or -1 when the id does not follow the pattern. */
 function ordinalOf(deployment: string, replicaId: string): number {
-  const prefix = `${deployment}-`;
-  if (!replicaId.startsWith(prefix)) return -1;
-  const rest = replicaId.slice(prefix.length);
-  return /^(0|[1-9][0-9]*)$/.test(rest) ? Number(rest) : -1;
+  const at = deployment.length + 1;
+  if (
+    replicaId.length <= at ||
+    replicaId.charCodeAt(at - 1) !== 45 /* - */ ||
+    !replicaId.startsWith(deployment)
+  ) {
+    return -1;
+  }
+  // Digits without a leading zero (`0` itself allowed), as `/^(0|[1-9][0-9]*)$/`.
+  if (replicaId.charCodeAt(at) === 48 /* 0 */ && replicaId.length > at + 1) return -1;
+  for (let i = at; i < replicaId.length; i++) {
+    const c = replicaId.charCodeAt(i);
+    if (c < 48 || c > 57) return -1;
+  }
+  return Number(replicaId.slice(at));
 }
 
+/**
+ * Why a kept placement must go, or undefined. The checks run in the order of the README's
+ * list (node gone or lost, then each GPU, rank by rank; then shape; then fabric trouble; then
+ * draining): one pass over the ranks gathers what the later checks need, and a message is
+ * built only for the reason returned.
+ */
 function removalCause(
   placement: Placement,
   deployments: ReadonlyMap<string, SchedulerDeployment>,
@@ -497,7 +591,13 @@ function removalCause(
   if (deployment === undefined) {
     return reason("deployment-deleted", `deployment ${placement.deployment} was deleted`);
   }
-  for (const rank of placement.ranks) {
+  const wantClass = deployment.gpuClass;
+  const ranks = placement.ranks;
+  let gpus = 0;
+  // The first GPU (rank by rank) not of the deployment's class: the shape check's answer.
+  let wrongRank: PlacementRank | undefined;
+  let wrongGpu = 0;
+  for (const rank of ranks) {
     const node = nodes.get(rank.nodeId);
     if (node === undefined) {
       return reason("node-gone", `node ${rank.nodeId} (rank ${rank.rank}) is no longer registered`);
@@ -505,8 +605,12 @@ function removalCause(
     if (node.node.state === "lost") {
       return reason("node-lost", `node ${rank.nodeId} (rank ${rank.rank}) is lost`);
     }
-    for (const index of rank.gpuIndices) {
-      const gpu = node.info.gpuByIndex.get(index);
+    const gpuByIndex = node.info.gpuByIndex;
+    const claimedBy = node.claimedBy;
+    const indices = rank.gpuIndices;
+    gpus += indices.length;
+    for (const index of indices) {
+      const gpu = gpuByIndex.get(index);
       if (gpu === undefined) {
         return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} is no longer present`);
       }
@@ -516,62 +620,32 @@ function removalCause(
       if (gpu.migEnabled) {
         return reason("gpu-unusable", `GPU ${index} on node ${rank.nodeId} has MIG enabled`);
       }
-      const owner = node.claimedBy?.get(index);
+      const owner = claimedBy?.get(index);
       if (owner !== undefined) {
         return reason(
           "gpu-conflict",
           `GPU ${index} on node ${rank.nodeId} is already used by replica ${owner}`,
         );
       }
+      if (wantClass !== undefined && wrongRank === undefined && gpu.gpuClass !== wantClass) {
+        wrongRank = rank;
+        wrongGpu = index;
+      }
     }
   }
-  const shape = shapeChange(placement, deployment, nodes);
-  if (shape !== undefined) return shape;
-  if (placement.ranks.length > 1 && placement.fabricId !== undefined) {
-    for (const rank of placement.ranks) {
-      const why = nodes.get(rank.nodeId)?.node.fabricTrouble?.[placement.fabricId];
-      if (why !== undefined)
-        return reason("port-unhealthy", `node ${rank.nodeId} (rank ${rank.rank}): ${why}`);
-    }
+  if (wrongRank !== undefined) {
+    return reason(
+      "shape-changed",
+      `deployment ${deployment.name} now needs ${wantClass} GPUs; GPU ${wrongGpu} on node ${wrongRank.nodeId} is not one`,
+    );
   }
-  for (const rank of placement.ranks) {
-    if (nodes.get(rank.nodeId)?.node.draining === true) {
-      return reason("node-draining", `node ${rank.nodeId} is draining`);
-    }
-  }
-  return undefined;
-}
-
-/**
- * Why a placement no longer has its deployment's shape: another GPU count, node count or GPU
- * class. Its GPUs are known present (checked before).
- */
-function shapeChange(
-  placement: Placement,
-  deployment: SchedulerDeployment,
-  nodes: ReadonlyMap<string, NodeState>,
-): Reason | undefined {
-  if (deployment.gpuClass !== undefined) {
-    for (const rank of placement.ranks) {
-      const info = nodes.get(rank.nodeId)?.info;
-      const wrong = rank.gpuIndices.find(
-        (i) => info?.gpuByIndex.get(i)?.gpuClass !== deployment.gpuClass,
-      );
-      if (wrong !== undefined)
-        return reason(
-          "shape-changed",
-          `deployment ${deployment.name} now needs ${deployment.gpuClass} GPUs; GPU ${wrong} on node ${rank.nodeId} is not one`,
-        );
-    }
-  }
-  const gpus = placement.ranks.reduce((sum, r) => sum + r.gpuIndices.length, 0);
   const want = deployment.gpusPerReplica;
   if (
     gpus !== want ||
     // Zero-GPU replicas run on one node whatever the spec says.
     (want > 0 &&
       deployment.nodesPerReplica !== undefined &&
-      placement.ranks.length !== deployment.nodesPerReplica)
+      ranks.length !== deployment.nodesPerReplica)
   ) {
     return reason(
       "shape-changed",
@@ -579,8 +653,20 @@ function shapeChange(
         deployment.nodesPerReplica === undefined
           ? ""
           : ` on ${plural(deployment.nodesPerReplica, "node")}`
-      } per replica; this replica has ${gpus} on ${plural(placement.ranks.length, "node")}`,
+      } per replica; this replica has ${gpus} on ${plural(ranks.length, "node")}`,
     );
+  }
+  if (ranks.length > 1 && placement.fabricId !== undefined) {
+    for (const rank of ranks) {
+      const why = nodes.get(rank.nodeId)?.node.fabricTrouble?.[placement.fabricId];
+      if (why !== undefined)
+        return reason("port-unhealthy", `node ${rank.nodeId} (rank ${rank.rank}): ${why}`);
+    }
+  }
+  for (const rank of ranks) {
+    if (nodes.get(rank.nodeId)?.node.draining === true) {
+      return reason("node-draining", `node ${rank.nodeId} is draining`);
+    }
   }
   return undefined;
 }
@@ -628,7 +714,7 @@ interface PlacementContext {
    * sorted by id); the same per `${class} ${fabric}`. Kept current on every allocation, so
    * "does any node / do k nodes of a fabric have n free" is answered without scanning nodes.
    */
-  readonly freeLists: Map<string, NodeState[][]>;
+  readonly freeLists: Map<string, (NodeBucket | undefined)[]>;
   /** False until {@link indexFree} ran; until then `freeLists` is empty. */
   indexed: boolean;
   /** Class → GPU counts that do not change during a run, for reasons. */
@@ -650,24 +736,76 @@ interface ClassStats {
  */
 function indexFree(ctx: PlacementContext): void {
   for (const node of ctx.nodes) {
-    for (const [cls, keys] of node.info.histogramKeys) {
-      const free = freeOf(node, cls);
-      for (const key of keys) {
+    const { histogramPools, histogramKeyLists } = node.info;
+    for (let c = 0; c < histogramPools.length; c++) {
+      const free = freeOf(node, histogramPools[c] as string);
+      for (const key of histogramKeyLists[c] as readonly string[]) {
         let lists = ctx.freeLists.get(key);
         if (lists === undefined) {
           lists = [];
           ctx.freeLists.set(key, lists);
         }
-        let sameFree = lists[free];
-        if (sameFree === undefined) {
-          sameFree = [];
-          lists[free] = sameFree;
-        }
-        sameFree.push(node);
+        bucketOf(lists, free, ctx.nodes.length).add(node.ordinal);
       }
     }
   }
   ctx.indexed = true;
+}
+
+/**
+ * The nodes of one histogram key with one free count, as a bit set over node ordinals: moving
+ * a node between counts is O(1) (a sorted array paid a splice of up to every node), and
+ * walking the set visits nodes in ordinal (= id) order, as the choice rules need.
+ */
+class NodeBucket {
+  size = 0;
+  private readonly words: Uint32Array;
+
+  constructor(nodeCount: number) {
+    this.words = new Uint32Array((nodeCount + 31) >>> 5);
+  }
+
+  add(ordinal: number): void {
+    const w = ordinal >>> 5;
+    const bit = 1 << (ordinal & 31);
+    const word = this.words[w] as number;
+    if ((word & bit) !== 0) return;
+    this.words[w] = word | bit;
+    this.size++;
+  }
+
+  delete(ordinal: number): void {
+    const w = ordinal >>> 5;
+    const bit = 1 << (ordinal & 31);
+    const word = this.words[w] as number;
+    if ((word & bit) === 0) return;
+    this.words[w] = word & ~bit;
+    this.size--;
+  }
+
+  /** The smallest ordinal ≥ `from` in the set, or -1. */
+  next(from: number): number {
+    const words = this.words;
+    let w = from >>> 5;
+    if (w >= words.length) return -1;
+    let word = (words[w] as number) & (-1 << (from & 31));
+    while (word === 0) {
+      if (++w >= words.length) return -1;
+      word = words[w] as number;
+    }
+    return (w << 5) + (31 - Math.clz32(word & -word));
+  }
+}
+
+function bucketOf(lists: (NodeBucket | undefined)[], free: number, nodeCount: number): NodeBucket {
+  let bucket = lists[free];
+  if (bucket === undefined) {
+    // Fill any gap below, so the array stays packed.
+    for (let f = lists.length; f < free; f++) lists[f] = undefined;
+    bucket = new NodeBucket(nodeCount);
+    lists[free] = bucket;
+  }
+  return bucket;
 }
 
 /** Takes (`take`) or returns `gpus` of `node`, keeping the histograms and lists current. */
@@ -700,18 +838,6 @@ function changeFree(
   }
 }
 
-/** Position of `node` in `list` (sorted by ordinal), or where it would be inserted. */
-function searchByOrdinal(list: readonly NodeState[], ordinal: number): number {
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if ((list[mid]?.ordinal ?? 0) < ordinal) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
 /** Moves `node` from the `before` to the `after` free-count bucket of `cls`. */
 function trackFree(
   ctx: PlacementContext,
@@ -724,26 +850,17 @@ function trackFree(
   for (const key of node.info.histogramKeys.get(cls) ?? []) {
     const lists = ctx.freeLists.get(key);
     if (lists === undefined) continue;
-    const from = lists[before];
-    if (from !== undefined) {
-      const at = searchByOrdinal(from, node.ordinal);
-      if (from[at] === node) from.splice(at, 1);
-    }
-    let to = lists[after];
-    if (to === undefined) {
-      to = [];
-      lists[after] = to;
-    }
-    to.splice(searchByOrdinal(to, node.ordinal), 0, node);
+    lists[before]?.delete(node.ordinal);
+    bucketOf(lists, after, ctx.nodes.length).add(node.ordinal);
   }
 }
 
 /** How many schedulable nodes have at least `n` free GPUs of `cls` (on `fabric` if given). */
 function nodesWithFree(ctx: PlacementContext, cls: string, n: number, fabric?: string): number {
-  const lists = ctx.freeLists.get(fabric === undefined ? cls : `${cls} ${fabric}`);
+  const lists = ctx.freeLists.get(fabric === undefined ? cls : fabricKey(cls, fabric));
   if (lists === undefined) return 0;
   let count = 0;
-  for (let f = n; f < lists.length; f++) count += lists[f]?.length ?? 0;
+  for (let f = n; f < lists.length; f++) count += lists[f]?.size ?? 0;
   return count;
 }
 
@@ -751,10 +868,13 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
   const usable = new Set<string>();
   const maxPerNode = new Map<string, number>();
   const fabricNodes = new Map<string, NodeState[]>();
-  const freeLists = new Map<string, NodeState[][]>();
+  const freeLists = new Map<string, (NodeBucket | undefined)[]>();
   const classStats = new Map<string, ClassStats>();
   for (const node of nodes) {
-    for (const [cls, counts] of node.info.classCounts) {
+    const { countedPools, countedStats, usablePools } = node.info;
+    for (let c = 0; c < countedPools.length; c++) {
+      const cls = countedPools[c] as string;
+      const counts = countedStats[c] as ClassStats;
       let stats = classStats.get(cls);
       if (stats === undefined) {
         stats = { total: 0, unhealthy: 0, mig: 0, onUnschedulable: 0 };
@@ -766,7 +886,7 @@ function buildContext(nodes: readonly NodeState[]): PlacementContext {
       stats.onUnschedulable += counts.onUnschedulable;
       maxPerNode.set(cls, Math.max(maxPerNode.get(cls) ?? 0, counts.total));
     }
-    for (const cls of node.info.usableByClass.keys()) usable.add(cls);
+    for (const cls of usablePools) usable.add(cls);
     for (const fabric of node.fabrics) {
       let list = fabricNodes.get(fabric);
       if (list === undefined) {
@@ -928,8 +1048,12 @@ function findSingleNode(
   let best: NodeState | undefined;
   let bestSpread = Number.POSITIVE_INFINITY;
   let bestLeftover = 0;
+  const all = ctx.nodes;
   for (let free = perNode; free < lists.length && bestSpread > 0; free++) {
-    for (const node of lists[free] ?? []) {
+    const bucket = lists[free];
+    if (bucket === undefined) continue;
+    for (let o = bucket.next(0); o >= 0; o = bucket.next(o + 1)) {
+      const node = all[o] as NodeState;
       const spread = node.perDeployment?.get(deployment.name) ?? 0;
       if (spread < bestSpread) {
         best = node;
@@ -970,11 +1094,14 @@ function findGang(
     if (nodesWithFree(ctx, cls, shape.perNode, fabric) < shape.nodes) continue;
     // Walk nodes by (leftover, id); k nodes without this deployment found this way are the
     // k best. Only when there are fewer does spread force a full sort.
-    const lists = ctx.freeLists.get(`${cls} ${fabric}`) ?? [];
+    const lists = ctx.freeLists.get(fabricKey(cls, fabric)) ?? [];
     let fits: { node: NodeState; spread: number; leftover: number }[] = [];
     const all: { node: NodeState; spread: number; leftover: number }[] = [];
     for (let free = shape.perNode; free < lists.length && fits.length < shape.nodes; free++) {
-      for (const node of lists[free] ?? []) {
+      const bucket = lists[free];
+      if (bucket === undefined) continue;
+      for (let o = bucket.next(0); o >= 0; o = bucket.next(o + 1)) {
+        const node = ctx.nodes[o] as NodeState;
         const fit = {
           node,
           spread: node.perDeployment?.get(deployment.name) ?? 0,
@@ -1049,12 +1176,11 @@ function explainFailure(
   let mostFree = 0;
   let mostFreeNode = "";
   for (let f = 1; f < lists.length; f++) {
-    const list = lists[f] ?? [];
-    free += f * list.length;
-    if (list[0] !== undefined) {
-      mostFree = f;
-      mostFreeNode = list[0].id;
-    }
+    const bucket = lists[f];
+    if (bucket === undefined || bucket.size === 0) continue;
+    free += f * bucket.size;
+    mostFree = f;
+    mostFreeNode = ctx.nodes[bucket.next(0)]?.id ?? "";
   }
   const allocated = total - unhealthy - mig - unschedulable - free;
   const tail = [
