@@ -12,7 +12,7 @@ import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
-import { Cluster } from "./cluster.js";
+import { Cluster, type ClusterOptions } from "./cluster.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -21,12 +21,17 @@ let clock: ManualClock;
 const INTERVAL = 1_000;
 function newCluster(
   log?: (line: string) => void,
-  options?: { maxNodes?: number; unwrittenEventsKept?: number; maxApiKeys?: number },
+  options?: Partial<
+    Pick<
+      ClusterOptions,
+      "maxNodes" | "unwrittenEventsKept" | "maxApiKeys" | "store" | "readOnly" | "inventories"
+    >
+  >,
 ): Cluster {
   return new Cluster({
+    store,
     ...options,
     log,
-    store,
     schedule,
     clock,
     heartbeatIntervalMs: INTERVAL,
@@ -189,16 +194,7 @@ describe("Cluster", () => {
       },
     };
     const joinedAt = clock.now();
-    const cluster = new Cluster({
-      store: counted,
-      schedule,
-      clock,
-      heartbeatIntervalMs: INTERVAL,
-      unreachableAfterMs: 3 * INTERVAL,
-      nodeLostAfterMs: 10_000,
-      rendezvousPortMin: 29_500,
-      rendezvousPortMax: 29_999,
-    });
+    const cluster = newCluster(undefined, { store: counted });
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     expect(writes).toEqual(["node node-a ready"]);
     for (let i = 0; i < 3; i++) {
@@ -220,17 +216,7 @@ describe("Cluster", () => {
     expect(store.listNodes()[0]).toMatchObject({ state: "ready", stateSinceMs: silentAt });
     expect(joinedAt).toBeLessThan(silentAt);
     clock.advance(5 * INTERVAL);
-    const readOnly = new Cluster({
-      store,
-      schedule,
-      clock,
-      heartbeatIntervalMs: INTERVAL,
-      unreachableAfterMs: 3 * INTERVAL,
-      nodeLostAfterMs: 10_000,
-      rendezvousPortMin: 29_500,
-      rendezvousPortMax: 29_999,
-      readOnly: true,
-    });
+    const readOnly = newCluster(undefined, { readOnly: true });
     expect(readOnly.getNode(a.nodeId).state).toBe(NodeState.READY);
     expect(newCluster().nodeState(a.nodeId)).toBe("unreachable");
   });
@@ -245,17 +231,7 @@ describe("Cluster", () => {
     // node-b registers again with another inventory: first's decoded one no longer matches.
     const second = newCluster();
     join_(second, "node-b", "2xh100-80g", "10.0.0.2", b);
-    const third = new Cluster({
-      store,
-      schedule,
-      clock,
-      heartbeatIntervalMs: INTERVAL,
-      unreachableAfterMs: 3 * INTERVAL,
-      nodeLostAfterMs: 10_000,
-      rendezvousPortMin: 29_500,
-      rendezvousPortMax: 29_999,
-      inventories: lookup,
-    });
+    const third = newCluster(undefined, { inventories: lookup });
     expect(inventoryOf(third, a.nodeId)).toBe(inventoryOf(first, a.nodeId));
     expect(inventoryOf(third, b.nodeId)).not.toBe(inventoryOf(first, b.nodeId));
     expect(inventoryOf(third, b.nodeId)?.gpus).toHaveLength(2);
