@@ -344,6 +344,14 @@ export interface GpuHealthVerdict {
   readonly faults: readonly GpuFault[];
 }
 
+/** The verdict of a GPU with nothing against it, shared (verdicts are never changed). */
+const SOUND: GpuHealthVerdict = Object.freeze({
+  healthy: true,
+  lost: false,
+  problems: Object.freeze([]) as readonly Problem[],
+  faults: Object.freeze([]) as readonly GpuFault[],
+});
+
 /**
  * The one health rule for a GPU, used for placement, reconcile, metrics and views. From the
  * latest heartbeat reading, else from registration, the GPU is unhealthy when it is lost, has
@@ -359,6 +367,14 @@ export function gpuHealthVerdict(
   cleared?: ClearedFaults,
 ): GpuHealthVerdict {
   const source = reading ?? gpu;
+  // Every reading of a sound GPU (every heartbeat, every scrape): nothing to filter.
+  if (
+    !source.lost &&
+    source.healthy &&
+    source.healthProblems.length === 0 &&
+    source.faults.length === 0
+  )
+    return SOUND;
   const faults = source.faults.filter((f) => faultCounts(f, cleared));
   const problems = source.healthProblems.filter(
     (p) => p.code !== GPU_FAULT_PROBLEM || source.faults.length === 0,

@@ -985,11 +985,11 @@ export class Cluster {
     let healthChanged = false;
     for (const reading of input.gpus) {
       const gpu = inventoryGpu(node.inventory, reading.index);
-      const before = gpu ? this.#healthy(gpu, node.readings.get(reading.index)) : true;
+      const before = gpu ? this.#verdict(gpu, node.readings.get(reading.index)).healthy : true;
       node.readings.set(reading.index, reading);
       if (!gpu) continue;
       if (reading.faults.length > 0) this.#announceFaults(node, gpu, reading.faults);
-      if (before !== this.#healthy(gpu, reading)) {
+      if (before !== this.#verdict(gpu, reading).healthy) {
         healthChanged = true;
         this.#gpuHealthEvent(node, gpu, this.#verdict(gpu, reading));
       }
@@ -1025,17 +1025,6 @@ export class Cluster {
   /** The one health rule (see `gpuHealthVerdict`), with this GPU's cleared faults. */
   #verdict(gpu: Gpu, reading: GpuReading | undefined): GpuHealthVerdict {
     return gpuHealthVerdict(gpu, reading, this.#clearedFaults.get(gpu.uuid));
-  }
-
-  /**
-   * {@link #verdict}'s `healthy`. A source with nothing against it (not lost, healthy, no
-   * problem, no fault: every heartbeat of a sound node) is healthy whatever was cleared, and
-   * is answered without building a verdict.
-   */
-  #healthy(gpu: Gpu, reading: GpuReading | undefined): boolean {
-    const s = reading ?? gpu;
-    if (!s.lost && s.healthy && s.healthProblems.length === 0 && s.faults.length === 0) return true;
-    return this.#verdict(gpu, reading).healthy;
   }
 
   #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
