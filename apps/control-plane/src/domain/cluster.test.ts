@@ -221,6 +221,27 @@ describe("Cluster", () => {
     expect(newCluster().nodeState(a.nodeId)).toBe("unreachable");
   });
 
+  it("keeps node states in memory while the store is full and writes them at a tick once it frees", () => {
+    const lines: string[] = [];
+    const cluster = newCluster((line) => lines.push(line));
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    clock.advance(3 * INTERVAL);
+    const free = fillDisk(join(dir, "state.db"));
+    cluster.tick();
+    expect(cluster.nodeState(a.nodeId)).toBe("unreachable");
+    // The heartbeat that brings it back is answered though the state cannot be written.
+    expect(cluster.heartbeat(a.nodeId, { gpus: [], replicas: [], problems: [] }).generation).toBe(
+      cluster.desiredSet(a.nodeId).generation,
+    );
+    expect(cluster.nodeState(a.nodeId)).toBe("ready");
+    expect(lines.some((l) => l.startsWith("node states kept in memory only"))).toBe(true);
+    expect(store.listNodes()[0]?.state).toBe("ready");
+    expect(store.listNodes()[0]?.stateSinceMs).toBeLessThan(clock.now());
+    free();
+    cluster.tick();
+    expect(store.listNodes()[0]).toMatchObject({ state: "ready", stateSinceMs: clock.now() });
+  });
+
   it("takes another cluster's decoded inventory when the stored bytes are the same", () => {
     const first = newCluster();
     const a = join_(first, "node-a", "1xh100-80g", "10.0.0.1");
