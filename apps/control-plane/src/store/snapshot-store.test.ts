@@ -1,0 +1,59 @@
+import { describe, expect, it } from "vitest";
+import { isControlPlaneError } from "../errors.js";
+import type { StoreSnapshot } from "./postgres-store.js";
+import { snapshotStore } from "./snapshot-store.js";
+
+const event = (id: number) => ({
+  id,
+  atMs: id,
+  kind: "k",
+  subject: "s",
+  message: `m${id}`,
+  severity: "info" as const,
+});
+
+const snapshot: StoreSnapshot = {
+  deployments: [{ name: "chat", specJson: "{}", revision: 1, createdAtMs: 1, updatedAtMs: 1 }],
+  placements: [],
+  apiKeys: [],
+  nodes: [],
+  faultClears: [],
+  replicaStatuses: [],
+  events: [event(3), event(4), event(5), event(6)],
+  lastEventId: 6,
+};
+
+describe("snapshotStore", () => {
+  it("lists what the snapshot holds, events as the stores do", () => {
+    const store = snapshotStore(snapshot, "postgres://db/llmgw");
+    expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
+    expect(store.listEvents({ limit: 2 }).map((e) => e.id)).toEqual([5, 6]);
+    expect(store.listEvents({ afterId: 4, limit: 10 }).map((e) => e.id)).toEqual([5, 6]);
+    expect(store.listEvents({ afterId: 6, limit: 10 })).toEqual([]);
+    // A caller changing what it got changes nothing held.
+    store.listDeployments().pop();
+    expect(store.listDeployments()).toHaveLength(1);
+  });
+
+  it("refuses every write: only the leader writes", () => {
+    const store = snapshotStore(snapshot, "postgres://db/llmgw");
+    const writes: (() => unknown)[] = [
+      () => store.putDeployment(snapshot.deployments[0] as never),
+      () => store.deleteDeployment("chat"),
+      () => store.deletePlacement("chat-0"),
+      () => store.putNodeState("n1", "ready", 1),
+      () => store.appendEvent({ atMs: 1, kind: "k", subject: "s", message: "m", severity: "info" }),
+      () => store.transaction(() => store.deleteNode("n1")),
+    ];
+    for (const write of writes) {
+      let thrown: unknown;
+      try {
+        write();
+      } catch (error) {
+        thrown = error;
+      }
+      expect(isControlPlaneError(thrown) && thrown.code).toBe("LLMGW_CONTROL_PLANE_NOT_LEADER");
+      expect((thrown as Error).message).toContain("postgres://db/llmgw is read-only");
+    }
+  });
+});
