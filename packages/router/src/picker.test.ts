@@ -331,7 +331,7 @@ describe("rendezvous balance (simulated, two routers, fixed seed)", () => {
 describe("rendezvous cost", () => {
   // A guard against a gross regression (a scan per block, a hash per replica and block), not
   // a measurement: it is typically +200-600 ns, and a busy 2-core CI box once read 1,049 ns
-  // against a 1,000 ns bound. The measured number is the log line (and bench/routing).
+  // against a 1,000 ns bound. The measured number is the log line.
   it("adds at most a few microseconds of CPU per pick (8 replicas; logged)", () => {
     const ids = replicaIds(8);
     const route = resolution(ids, 64);
