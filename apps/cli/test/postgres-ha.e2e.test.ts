@@ -228,6 +228,13 @@ describe.skipIf(skip)(
         100,
       );
       const steppedDownMs = Date.now() - downAt;
+      // `llmgw status` still answers, from a follower's copy, and says so.
+      const copyStatus = runLlmgw(["status", "--control-plane", urls.join(",")], {
+        LLMGW_ADMIN_TOKEN: first.token("admin"),
+      });
+      expect(await copyStatus.exited, copyStatus.output()).toBe(0);
+      expect(copyStatus.output()).toContain("answered by a follower from its copy of the state");
+      expect(copyStatus.output()).toContain("deployments  1/1 fully ready");
       // Serving goes on from what the router and the agent hold.
       const duringOutage = performance.now();
       await traffic.waitForSuccesses(10, duringOutage);

@@ -49,7 +49,7 @@ import {
 } from "./routing/router-registry.js";
 import { createAgentService, createAgentStreams } from "./rpc/agent-service.js";
 import { createAgentStreamFastPath } from "./rpc/agent-stream-fast-path.js";
-import { createClusterService } from "./rpc/cluster-service.js";
+import { type ControlPlaneInstanceInfo, createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import {
   COPY_AGE_HEADER,
@@ -349,10 +349,18 @@ export async function startControlPlane(
     maxNodes: resolved.maxNodes,
   });
   const storeKind = postgres === undefined ? "sqlite" : "postgres";
-  const controlPlanes = async () => {
+  /** The instances as last read: what `GetClusterStatus` shows while the database is down. */
+  let instances: ControlPlaneInstanceInfo[] = [];
+  const controlPlanes = async (): Promise<readonly ControlPlaneInstanceInfo[]> => {
     if (lease === undefined) return [];
     const leader = lease.leader;
-    return (await lease.instances()).map((i) => ({ ...i, leader: i.id === leader?.holder }));
+    try {
+      instances = (await lease.instances()).map((i) => ({ ...i, leader: i.id === leader?.holder }));
+    } catch (error) {
+      // A follower answers from its copy while the database is unreachable; so does this.
+      log(`cannot list the control-plane instances: ${(error as Error).message}`);
+    }
+    return instances;
   };
 
   const startTerm = (store: ClusterStore, inventories?: InventoryLookup): Term => {

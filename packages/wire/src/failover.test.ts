@@ -75,6 +75,20 @@ describe("createFailoverTransport", () => {
     expect(moves).toEqual(["http://a→http://b (a follower's copy)"]);
   });
 
+  it("moves on from a refused connection reported as internal, with the code only in its message", async () => {
+    const refusedAsInternal: Transport = {
+      unary: () =>
+        Promise.reject(new ConnectError("connect ECONNREFUSED 127.0.0.1:7070", Code.Internal)),
+      stream: () => Promise.reject(new Error("down")),
+    };
+    const { client, transport } = clientOver({
+      "http://a": refusedAsInternal,
+      "http://b": instance("b", { leads: true }),
+    });
+    expect((await client.getClusterStatus({})).version).toBe("b");
+    expect(transport.current).toBe("http://b");
+  });
+
   it("keeps a follower's read when the leader it names is down or not listed", async () => {
     const named = clientOver({
       "http://a": readingFollower("a's copy", "http://b"),

@@ -56,11 +56,21 @@ export interface FailoverTransport extends Transport {
   readonly current: string;
 }
 
+/**
+ * The network error code under `error`: a `code` string down its causes, else one of ours
+ * named in a message (connect-node reports a refused connection as `[internal] connect
+ * ECONNREFUSED …` without the cause when it happens while sending a request).
+ */
 function networkCode(error: unknown): string | undefined {
   let cur: unknown = error;
   for (let depth = 0; depth < 6 && cur; depth++) {
     const code = (cur as { code?: unknown }).code;
     if (typeof code === "string") return code;
+    const message = (cur as { message?: unknown }).message;
+    if (typeof message === "string") {
+      const named = [...NOT_SENT, ...BROKEN].find((c) => message.includes(c));
+      if (named !== undefined) return named;
+    }
     cur = (cur as { cause?: unknown }).cause;
   }
   return undefined;

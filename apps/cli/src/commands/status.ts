@@ -1,5 +1,6 @@
 import { toJson } from "@bufbuild/protobuf";
 import { GetClusterStatusResponseSchema } from "@llmgw/proto";
+import { SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { deploymentRow } from "../cluster-format.js";
 import { type Command, parseCommandArgs } from "../command.js";
@@ -13,8 +14,18 @@ export const command: Command = {
     const { values } = parseCommandArgs(argv, ADMIN_FLAGS);
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {
+      // Set when no leader answered and a follower did, from its copy of the state.
+      let copyAgeMs: string | undefined;
       const [s, d] = await Promise.all([
-        ctx.client.getClusterStatus({}),
+        ctx.client.getClusterStatus(
+          {},
+          {
+            onHeader: (h) => {
+              if (h.get(SERVED_BY_HEADER) === "follower")
+                copyAgeMs = h.get("llmgw-copy-age-ms") ?? "?";
+            },
+          },
+        ),
         ctx.client.listDeployments({}),
       ]);
       if (ctx.json) {
@@ -24,6 +35,11 @@ export const command: Command = {
       io.stdout.write(
         [
           `control plane ${ctx.url} (llmgw ${s.version}, ${s.store || "sqlite"} store${s.controlPlanes.length > 0 ? `, ${s.controlPlanes.length} instance${s.controlPlanes.length === 1 ? "" : "s"}` : ""})`,
+          ...(copyAgeMs === undefined
+            ? []
+            : [
+                `answered by a follower from its copy of the state (${copyAgeMs} ms old): no leader answered; live readings are not in it`,
+              ]),
           `nodes        ${s.nodesReady}/${s.nodesTotal} ready`,
           `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
           `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
