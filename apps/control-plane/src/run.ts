@@ -610,21 +610,25 @@ export async function startControlPlane(
           log,
           build: (snapshot): FollowerCopy => {
             const previous = warm?.current?.value.cluster;
-            const cluster = new Cluster({
-              ...clusterOptions(snapshotStore(snapshot, database.location)),
-              readOnly: true,
-              ...(previous === undefined ? {} : { inventories: previous.inventories() }),
-            });
-            const service = createClusterService(cluster, dataDir.adminToken, {
-              version: CONTROL_PLANE_VERSION,
-              shutdown: stopping.signal,
-              store: storeKind,
-              controlPlanes,
-            });
-            return { cluster, service };
+            return readsOf(
+              new Cluster({
+                ...clusterOptions(snapshotStore(snapshot, database.location)),
+                readOnly: true,
+                ...(previous === undefined ? {} : { inventories: previous.inventories() }),
+              }),
+            );
           },
         });
       };
+      const readsOf = (cluster: Cluster): FollowerCopy => ({
+        cluster,
+        service: createClusterService(cluster, dataDir.adminToken, {
+          version: CONTROL_PLANE_VERSION,
+          shutdown: stopping.signal,
+          store: storeKind,
+          controlPlanes,
+        }),
+      });
       const unfollow = () => {
         void warm?.close();
         warm = undefined;
@@ -634,6 +638,9 @@ export async function startControlPlane(
         elections++;
         follow();
         if (term === undefined) return;
+        // Until its copy is read (the database may be what it lost), it answers reads from
+        // the state it led with, frozen as the term ends.
+        warm?.seed(readsOf(term.cluster), clock.now());
         endTerm(
           term,
           new ControlPlaneError(

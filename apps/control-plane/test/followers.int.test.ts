@@ -167,6 +167,10 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
       const follower = b;
       await eventually(() => (follower.leading ? true : undefined), 20_000);
       expect(a.leading).toBe(false);
+      // Cut off, the old leader still answers reads, from the state it led with.
+      const frozen = await withHeaders((c, o) => c.getDeployment({ name: "chat" }, o), a);
+      expect(frozen.answer.deployment?.desiredReplicas).toBe(1);
+      expect(frozen.headers.get("llmgw-served-by")).toBe("follower");
       // The new leader has what the old one answered, and takes writes; the old one refuses.
       const admin = adminClient(follower, follower.adminToken);
       expect((await admin.getDeployment({ name: "chat" })).deployment?.desiredReplicas).toBe(1);

@@ -26,6 +26,12 @@ export interface WarmCopy<T> {
   readonly current: WarmCopyState<T> | undefined;
   /** Resolves once a copy newer than the call has been built (tests, `refresh` on demand). */
   refreshed(): Promise<WarmCopyState<T>>;
+  /**
+   * Serves `value` (the state as of `readAtMs`) until a read succeeds: a leader that stepped
+   * down answers from its last state while the database is unreachable. Ignored once a copy
+   * was read.
+   */
+  seed(value: T, readAtMs: number): void;
   close(): Promise<void>;
 }
 
@@ -135,6 +141,9 @@ export function startWarmCopy<T>(options: WarmCopyOptions<T>): WarmCopy<T> {
   return {
     get current() {
       return current;
+    },
+    seed(value, readAtMs) {
+      current ??= { value, readAtMs };
     },
     refreshed() {
       const after = now();
