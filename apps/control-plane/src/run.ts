@@ -351,14 +351,21 @@ export async function startControlPlane(
   const storeKind = postgres === undefined ? "sqlite" : "postgres";
   /** The instances as last read: what `GetClusterStatus` shows while the database is down. */
   let instances: ControlPlaneInstanceInfo[] = [];
+  let instancesFailing = false;
   const controlPlanes = async (): Promise<readonly ControlPlaneInstanceInfo[]> => {
     if (lease === undefined) return [];
     const leader = lease.leader;
     try {
       instances = (await lease.instances()).map((i) => ({ ...i, leader: i.id === leader?.holder }));
+      instancesFailing = false;
     } catch (error) {
       // A follower answers from its copy while the database is unreachable; so does this.
-      log(`cannot list the control-plane instances: ${(error as Error).message}`);
+      // Once per outage: status pollers would repeat it every call.
+      if (!instancesFailing)
+        log(
+          `cannot list the control-plane instances (showing the last list read): ${(error as Error).message}`,
+        );
+      instancesFailing = true;
     }
     return instances;
   };

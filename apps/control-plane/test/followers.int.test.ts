@@ -32,6 +32,16 @@ function start(dataDir: string, store: string, leaseTtlMs = 3_000): Promise<Cont
   });
 }
 
+/** An agent with two GPUs joins `cp`, which places one replica of `chat` on it. */
+async function joinAndDeploy(cp: ControlPlane) {
+  const agent = simAgent(cp, "node-a", "2xh100-80g");
+  await agent.register();
+  await adminClient(cp, cp.adminToken).applyDeployment({
+    deployment: { name: "chat", model: "m", engine: Engine.SIM, gpuClass: "h100-80g", replicas: 1 },
+  });
+  return agent;
+}
+
 /** Calls `read` on `cp`'s admin API and returns the answer with its response headers. */
 async function withHeaders<T>(
   read: (
@@ -59,17 +69,7 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
       await eventually(() => (leader.leading ? true : undefined));
       expect(follower.leading).toBe(false);
 
-      const agent = simAgent(leader, "node-a", "2xh100-80g");
-      await agent.register();
-      await adminClient(leader, leader.adminToken).applyDeployment({
-        deployment: {
-          name: "chat",
-          model: "m",
-          engine: Engine.SIM,
-          gpuClass: "h100-80g",
-          replicas: 1,
-        },
-      });
+      const agent = await joinAndDeploy(leader);
 
       // The copy follows the leader's commits.
       const { answer, headers } = await eventually(async () => {
@@ -151,17 +151,7 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
     try {
       await eventually(() => (a.leading ? true : undefined));
       b = await start(tmp.dir, url, 1_500);
-      const agent = simAgent(a, "node-a", "2xh100-80g");
-      await agent.register();
-      await adminClient(a, a.adminToken).applyDeployment({
-        deployment: {
-          name: "chat",
-          model: "m",
-          engine: Engine.SIM,
-          gpuClass: "h100-80g",
-          replicas: 1,
-        },
-      });
+      await joinAndDeploy(a);
 
       proxy.cut();
       const follower = b;

@@ -20,11 +20,13 @@ import {
  * and the caller's next stream goes there.
  */
 
-/** Header of a follower's refusal naming the leader (the control plane's `LEADER_HEADER`). */
+/** Header of a follower's refusal, and of its read answers: the leader's URL when known. */
 export const LEADER_HEADER = "llmgw-leader";
 const ERROR_CODE_HEADER = "llmgw-error-code";
-/** Header of a read a follower answered from its copy (the control plane's `SERVED_BY_HEADER`). */
+/** Header of a read a follower answered from its copy of the state: "follower". */
 export const SERVED_BY_HEADER = "llmgw-served-by";
+/** Header of a follower's read answer: how old its copy of the state is, in ms. */
+export const COPY_AGE_HEADER = "llmgw-copy-age-ms";
 const NOT_LEADER = "LLMGW_CONTROL_PLANE_NOT_LEADER";
 const SHUTTING_DOWN = "LLMGW_CONTROL_PLANE_SHUTTING_DOWN";
 

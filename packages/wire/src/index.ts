@@ -5,6 +5,7 @@ export {
   sameDeploymentSpec,
 } from "./deployment.js";
 export {
+  COPY_AGE_HEADER,
   classifyControlPlaneError,
   createFailoverTransport,
   type FailoverTransport,

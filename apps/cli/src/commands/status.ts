@@ -1,6 +1,6 @@
 import { toJson } from "@bufbuild/protobuf";
 import { GetClusterStatusResponseSchema } from "@llmgw/proto";
-import { SERVED_BY_HEADER } from "@llmgw/wire";
+import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { deploymentRow } from "../cluster-format.js";
 import { type Command, parseCommandArgs } from "../command.js";
@@ -21,8 +21,7 @@ export const command: Command = {
           {},
           {
             onHeader: (h) => {
-              if (h.get(SERVED_BY_HEADER) === "follower")
-                copyAgeMs = h.get("llmgw-copy-age-ms") ?? "?";
+              if (h.get(SERVED_BY_HEADER) === "follower") copyAgeMs = h.get(COPY_AGE_HEADER) ?? "?";
             },
           },
         ),

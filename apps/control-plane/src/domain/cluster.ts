@@ -709,7 +709,7 @@ export class Cluster {
   inventories(): InventoryLookup {
     return (nodeId, bytes) => {
       const node = this.#nodes.get(nodeId);
-      return node !== undefined && Buffer.from(node.record.inventory).equals(bytes)
+      return node !== undefined && Buffer.compare(node.record.inventory, bytes) === 0
         ? node.inventory
         : undefined;
     };

@@ -36,17 +36,8 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
 /** Header carrying the stable `LLMGW_…` code of a refused call, for clients that branch on it. */
 export const ERROR_CODE_HEADER = "llmgw-error-code";
 
-/**
- * Header of a follower's `NOT_LEADER` refusal and of its read answers: the leader's control
- * URL, when one is known.
- */
-export const LEADER_HEADER = "llmgw-leader";
-
-/** Header of a read a follower answered from its warm copy: "follower". */
-export const SERVED_BY_HEADER = "llmgw-served-by";
-
-/** Header of a follower's read answer: how old its copy of the state is, in ms. */
-export const COPY_AGE_HEADER = "llmgw-copy-age-ms";
+// The follower headers are the clients' contract, defined once in @llmgw/wire.
+export { COPY_AGE_HEADER, LEADER_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 
 /** Converts anything thrown by a handler into a ConnectError with the right code. */
 export function toConnectError(error: unknown): ConnectError {
