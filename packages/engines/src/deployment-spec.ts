@@ -372,6 +372,15 @@ const objectSchema = z.strictObject({
   nodesPerReplica: count(1, 1024).optional(),
   /** GPUs per replica for engines that may run without GPUs (llama.cpp); default 0. */
   gpusPerReplica: count(0, 1024).optional(),
+  /**
+   * Rolling updates: replicas of the new revision started above `replicas` while the old
+   * ones still serve; absent: 1 ({@link rolloutLimits}).
+   */
+  maxSurge: count(0, 100_000).optional(),
+  /** Ready replicas a rolling update or a drain may take away at once; absent: 0. */
+  maxUnavailable: count(0, 100_000).optional(),
+  /** How long a leaving replica may finish its in-flight requests; absent: 300 s. */
+  drainTimeoutSeconds: count(1, 24 * 3600).optional(),
 });
 
 /**
@@ -439,6 +448,14 @@ export const deploymentSpecSchema = objectSchema
         message: "llamacpp cannot span nodes",
       });
     }
+    if (spec.maxSurge === 0 && spec.maxUnavailable === 0) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["maxSurge"],
+        message:
+          "maxSurge and maxUnavailable are both 0: a rolling update could neither add a replica nor take one away",
+      });
+    }
     if (spec.gpusPerReplica !== undefined && spec.engine !== "llamacpp") {
       const tpPp = spec.tensorParallel * spec.pipelineParallel;
       if (spec.gpusPerReplica !== tpPp) {
@@ -454,6 +471,29 @@ export const deploymentSpecSchema = objectSchema
 
 /** A validated deployment spec with defaults filled. */
 export type DeploymentSpec = z.infer<typeof deploymentSpecSchema>;
+
+/** Replicas a rolling update starts above the count when absent from the spec. */
+export const DEFAULT_MAX_SURGE = 1;
+/** Ready replicas a rolling update or drain may take away when absent from the spec. */
+export const DEFAULT_MAX_UNAVAILABLE = 0;
+/** Seconds a leaving replica may finish its in-flight requests when absent from the spec. */
+export const DEFAULT_DRAIN_TIMEOUT_SECONDS = 300;
+
+/**
+ * A spec's lifecycle limits with defaults applied. They are not filled in by parsing, so a
+ * spec stored before they existed compares equal to the same spec applied again.
+ */
+export function rolloutLimits(spec: DeploymentSpec): {
+  maxSurge: number;
+  maxUnavailable: number;
+  drainTimeoutMs: number;
+} {
+  return {
+    maxSurge: spec.maxSurge ?? DEFAULT_MAX_SURGE,
+    maxUnavailable: spec.maxUnavailable ?? DEFAULT_MAX_UNAVAILABLE,
+    drainTimeoutMs: (spec.drainTimeoutSeconds ?? DEFAULT_DRAIN_TIMEOUT_SECONDS) * 1000,
+  };
+}
 /** What callers may pass in (defaults optional; uint64 fields may be decimal strings). */
 export type DeploymentSpecInput = z.input<typeof deploymentSpecSchema>;
 

@@ -1,5 +1,8 @@
 export { buildLaunchSpec, engineAdapters } from "./build-launch-spec.js";
 export {
+  DEFAULT_DRAIN_TIMEOUT_SECONDS,
+  DEFAULT_MAX_SURGE,
+  DEFAULT_MAX_UNAVAILABLE,
   type DeploymentSpec,
   type DeploymentSpecInput,
   deploymentGpusPerReplica,
@@ -18,6 +21,7 @@ export {
   ROUTING_POLICIES,
   type RoutingPolicy,
   refusedEngineEnv,
+  rolloutLimits,
 } from "./deployment-spec.js";
 export {
   allowEngineEnvHint,

@@ -65,6 +65,9 @@ export function deploymentInputFromProto(d: Deployment): Record<string, unknown>
     maxConcurrencyPerReplica: d.maxConcurrencyPerReplica,
     nodesPerReplica: d.nodesPerReplica,
     gpusPerReplica: d.gpusPerReplica,
+    maxSurge: d.maxSurge,
+    maxUnavailable: d.maxUnavailable,
+    drainTimeoutSeconds: d.drainTimeoutSeconds,
   };
 }
 
@@ -105,6 +108,9 @@ export function deploymentSpecToProto(spec: DeploymentSpec): Deployment {
     maxConcurrencyPerReplica: spec.maxConcurrencyPerReplica,
     nodesPerReplica: spec.nodesPerReplica,
     gpusPerReplica: spec.gpusPerReplica,
+    maxSurge: spec.maxSurge,
+    maxUnavailable: spec.maxUnavailable,
+    drainTimeoutSeconds: spec.drainTimeoutSeconds,
   });
 }
 

@@ -15,6 +15,48 @@ export interface DeploymentRecord {
   readonly revision: number;
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
+  /** The deployment's latest change of revision; absent before its first update. */
+  readonly rollout?: RolloutRecord;
+}
+
+/** The latest change of revision of a deployment (`llmgw.v1.Rollout`). */
+export interface RolloutRecord {
+  readonly state: "in-progress" | "complete" | "rolled-back";
+  readonly fromRevision: number;
+  readonly toRevision: number;
+  /** Progress, or why it rolled back. */
+  readonly message: string;
+  readonly startedAtMs: number;
+  readonly updatedAtMs: number;
+}
+
+/**
+ * The spec of one revision of a deployment: the current one, and older ones while replicas
+ * still run them (a rolling update, a drain after an undeploy). Deleted once no placement
+ * runs it and it is not the deployment's current revision.
+ */
+export interface DeploymentRevisionRecord {
+  readonly name: string;
+  readonly revision: number;
+  /** Same form as {@link DeploymentRecord.specJson}. */
+  readonly specJson: string;
+}
+
+/**
+ * A placement on its way out (`llmgw.v1.ReplicaRetirement`): `waiting` still takes new
+ * requests until its replacement is ready; `draining` takes none and is stopped once its
+ * in-flight requests end or at `deadlineMs`.
+ */
+export interface RetirementRecord {
+  /** The reason's stable code (`scale-down`, `node-draining`, `rollout`, …). */
+  readonly code: string;
+  readonly message: string;
+  readonly phase: "waiting" | "draining";
+  readonly sinceMs: number;
+  /** Set with phase `draining`. */
+  readonly drainingSinceMs?: number;
+  /** Set with phase `draining`. */
+  readonly deadlineMs?: number;
 }
 
 /** One rank of a placed replica. */
@@ -35,6 +77,8 @@ export interface PlacementRecord {
   /** Rendezvous port on rank 0 for multi-node replicas. */
   readonly rendezvousPort?: number;
   readonly createdAtMs: number;
+  /** Absent while the replica serves normally. */
+  readonly retirement?: RetirementRecord;
 }
 
 /** An API key: only the sha256 of its secret is kept. */
@@ -80,6 +124,12 @@ export interface NodeRecord {
    */
   readonly state?: "ready" | "unreachable" | "lost";
   readonly stateSinceMs?: number;
+  /**
+   * Who drained the node while `draining`: `operator` (`llmgw drain`) or `agent` (the agent
+   * leaving with `--stop-engines`, undone when it starts again). Absent when not draining, or
+   * for a drain stored before this was recorded (treated as the operator's).
+   */
+  readonly drainedBy?: "operator" | "agent";
 }
 
 /**
@@ -148,6 +198,11 @@ export interface ClusterStore {
   listDeployments(): DeploymentRecord[];
   putDeployment(record: DeploymentRecord): void;
   deleteDeployment(name: string): void;
+  /** Every stored revision spec, by name then revision. */
+  listDeploymentRevisions(): DeploymentRevisionRecord[];
+  /** Creates or replaces the spec of (`name`, `revision`). */
+  putDeploymentRevision(record: DeploymentRevisionRecord): void;
+  deleteDeploymentRevision(name: string, revision: number): void;
   listPlacements(): PlacementRecord[];
   putPlacement(record: PlacementRecord): void;
   deletePlacement(replicaId: string): void;

@@ -14,7 +14,43 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIr4BChFIZWFydGJlYXRSZXNwb25zZRISCgpnZW5lcmF0aW9uGAEgASgEEjAKC2Fzc2lnbm1lbnRzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUFzc2lnbm1lbnQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhYKDmxvYWRfc3RyZWFtX21zGAQgASgNEhEKCXVuY2hhbmdlZBgFIAEoCBIZChFoZWFydGJlYXRfc3RyZWFtcxgGIAEoCCK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkiUwoRUmVwb3J0TG9hZFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRItCghyZXBsaWNhcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkUmVwb3J0ImcKEVJlcGxpY2FMb2FkUmVwb3J0EhIKCnJlcGxpY2FfaWQYASABKAkSIgoEbG9hZBgCIAEoCzIULmxsbWd3LnYxLkVuZ2luZUxvYWQSGgoSc2NyYXBlZF9hdF91bml4X21zGAMgASgDIi4KElJlcG9ydExvYWRSZXNwb25zZRIYChBsb2FkX2ludGVydmFsX21zGAEgASgNIlMKEVN0cmVhbUxvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCIuChJTdHJlYW1Mb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDSJHChZTdHJlYW1IZWFydGJlYXRSZXF1ZXN0Ei0KCWhlYXJ0YmVhdBgBIAEoCzIaLmxsbWd3LnYxLkhlYXJ0YmVhdFJlcXVlc3QiGQoXU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UiPwoTV2F0Y2hEZXNpcmVkUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJEhcKD2dlbmVyYXRpb25fc2VlbhgCIAEoBCJEChRXYXRjaERlc2lyZWRSZXNwb25zZRIsCgdkZXNpcmVkGAEgASgLMhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2Uy1gMKDEFnZW50U2VydmljZRJBCghSZWdpc3RlchIZLmxsbWd3LnYxLlJlZ2lzdGVyUmVxdWVzdBoaLmxsbWd3LnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubGxtZ3cudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxsbWd3LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEkcKClJlcG9ydExvYWQSGy5sbG1ndy52MS5SZXBvcnRMb2FkUmVxdWVzdBocLmxsbWd3LnYxLlJlcG9ydExvYWRSZXNwb25zZRJJCgpTdHJlYW1Mb2FkEhsubGxtZ3cudjEuU3RyZWFtTG9hZFJlcXVlc3QaHC5sbG1ndy52MS5TdHJlYW1Mb2FkUmVzcG9uc2UoARJYCg9TdHJlYW1IZWFydGJlYXQSIC5sbG1ndy52MS5TdHJlYW1IZWFydGJlYXRSZXF1ZXN0GiEubGxtZ3cudjEuU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UoARJPCgxXYXRjaERlc2lyZWQSHS5sbG1ndy52MS5XYXRjaERlc2lyZWRSZXF1ZXN0Gh4ubGxtZ3cudjEuV2F0Y2hEZXNpcmVkUmVzcG9uc2UwAWIGcHJvdG8z", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEiJAoRU2V0TGVhdmluZ1JlcXVlc3QSDwoHbGVhdmluZxgBIAEoCCImChJTZXRMZWF2aW5nUmVzcG9uc2USEAoIcmVwbGljYXMYASABKA0iswIKD1JlZ2lzdGVyUmVxdWVzdBIqCglpbnZlbnRvcnkYASABKAsyFy5sbG1ndy52MS5Ob2RlSW52ZW50b3J5Eh0KEHByZXZpb3VzX25vZGVfaWQYAiABKAlIAIgBARIZChFhZHZlcnRpc2VfYWRkcmVzcxgDIAEoCRIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJlcGxpY2FTdGF0dXMSJQoYcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsGAUgASgJSAGIAQESNgoSZW5naW5lX2NyZWRlbnRpYWxzGAYgAygLMhoubGxtZ3cudjEuRW5naW5lQ3JlZGVudGlhbEITChFfcHJldmlvdXNfbm9kZV9pZEIbChlfcHJldmlvdXNfbm9kZV9jcmVkZW50aWFsIlsKEFJlZ2lzdGVyUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIXCg9ub2RlX2NyZWRlbnRpYWwYAiABKAkSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNIqACChBIZWFydGJlYXRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFwoPZ2VuZXJhdGlvbl9zZWVuGAIgASgEEiIKBGdwdXMYAyADKAsyFC5sbG1ndy52MS5HcHVSZWFkaW5nEikKCHJlcGxpY2FzGAQgAygLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cxIjCghwcm9ibGVtcxgFIAMoCzIRLmxsbWd3LnYxLlByb2JsZW0SFwoPc2VudF9hdF91bml4X21zGAYgASgDEjYKEmVuZ2luZV9jcmVkZW50aWFscxgHIAMoCzIaLmxsbWd3LnYxLkVuZ2luZUNyZWRlbnRpYWwSHQoFcG9ydHMYCCADKAsyDi5sbG1ndy52MS5Qb3J0IjcKEEVuZ2luZUNyZWRlbnRpYWwSEgoKcmVwbGljYV9pZBgBIAEoCRIPCgdhcGlfa2V5GAIgASgJIr4BChFIZWFydGJlYXRSZXNwb25zZRISCgpnZW5lcmF0aW9uGAEgASgEEjAKC2Fzc2lnbm1lbnRzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUFzc2lnbm1lbnQSHQoVaGVhcnRiZWF0X2ludGVydmFsX21zGAMgASgNEhYKDmxvYWRfc3RyZWFtX21zGAQgASgNEhEKCXVuY2hhbmdlZBgFIAEoCBIZChFoZWFydGJlYXRfc3RyZWFtcxgGIAEoCCK6AQoRUmVwbGljYUFzc2lnbm1lbnQSEgoKcmVwbGljYV9pZBgBIAEoCRIoCgpkZXBsb3ltZW50GAIgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIMCgRyYW5rGAMgASgNEh4KBXdvcmxkGAQgASgLMg8ubGxtZ3cudjEuV29ybGQSEwoLZ3B1X2luZGljZXMYBSADKA0SEQoJZ3B1X3V1aWRzGAYgAygJEhEKCWZhYnJpY19pZBgHIAEoCSJZCgVXb3JsZBIOCgZubm9kZXMYASABKA0SFQoNcmFuazBfYWRkcmVzcxgCIAEoCRIXCg9yZW5kZXp2b3VzX3BvcnQYAyABKA0SEAoIbm9kZV9pZHMYBCADKAkiUwoRUmVwb3J0TG9hZFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCRItCghyZXBsaWNhcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkUmVwb3J0ImcKEVJlcGxpY2FMb2FkUmVwb3J0EhIKCnJlcGxpY2FfaWQYASABKAkSIgoEbG9hZBgCIAEoCzIULmxsbWd3LnYxLkVuZ2luZUxvYWQSGgoSc2NyYXBlZF9hdF91bml4X21zGAMgASgDIi4KElJlcG9ydExvYWRSZXNwb25zZRIYChBsb2FkX2ludGVydmFsX21zGAEgASgNIlMKEVN0cmVhbUxvYWRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSLQoIcmVwbGljYXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFJlcG9ydCIuChJTdHJlYW1Mb2FkUmVzcG9uc2USGAoQbG9hZF9pbnRlcnZhbF9tcxgBIAEoDSJHChZTdHJlYW1IZWFydGJlYXRSZXF1ZXN0Ei0KCWhlYXJ0YmVhdBgBIAEoCzIaLmxsbWd3LnYxLkhlYXJ0YmVhdFJlcXVlc3QiGQoXU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UiPwoTV2F0Y2hEZXNpcmVkUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJEhcKD2dlbmVyYXRpb25fc2VlbhgCIAEoBCJEChRXYXRjaERlc2lyZWRSZXNwb25zZRIsCgdkZXNpcmVkGAEgASgLMhsubGxtZ3cudjEuSGVhcnRiZWF0UmVzcG9uc2UynwQKDEFnZW50U2VydmljZRJBCghSZWdpc3RlchIZLmxsbWd3LnYxLlJlZ2lzdGVyUmVxdWVzdBoaLmxsbWd3LnYxLlJlZ2lzdGVyUmVzcG9uc2USRAoJSGVhcnRiZWF0EhoubGxtZ3cudjEuSGVhcnRiZWF0UmVxdWVzdBobLmxsbWd3LnYxLkhlYXJ0YmVhdFJlc3BvbnNlEkcKClJlcG9ydExvYWQSGy5sbG1ndy52MS5SZXBvcnRMb2FkUmVxdWVzdBocLmxsbWd3LnYxLlJlcG9ydExvYWRSZXNwb25zZRJJCgpTdHJlYW1Mb2FkEhsubGxtZ3cudjEuU3RyZWFtTG9hZFJlcXVlc3QaHC5sbG1ndy52MS5TdHJlYW1Mb2FkUmVzcG9uc2UoARJYCg9TdHJlYW1IZWFydGJlYXQSIC5sbG1ndy52MS5TdHJlYW1IZWFydGJlYXRSZXF1ZXN0GiEubGxtZ3cudjEuU3RyZWFtSGVhcnRiZWF0UmVzcG9uc2UoARJPCgxXYXRjaERlc2lyZWQSHS5sbG1ndy52MS5XYXRjaERlc2lyZWRSZXF1ZXN0Gh4ubGxtZ3cudjEuV2F0Y2hEZXNpcmVkUmVzcG9uc2UwARJHCgpTZXRMZWF2aW5nEhsubGxtZ3cudjEuU2V0TGVhdmluZ1JlcXVlc3QaHC5sbG1ndy52MS5TZXRMZWF2aW5nUmVzcG9uc2ViBnByb3RvMw", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+
+/**
+ * @generated from message llmgw.v1.SetLeavingRequest
+ */
+export type SetLeavingRequest = Message<"llmgw.v1.SetLeavingRequest"> & {
+  /**
+   * @generated from field: bool leaving = 1;
+   */
+  leaving: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.SetLeavingRequest.
+ * Use `create(SetLeavingRequestSchema)` to create a new message.
+ */
+export const SetLeavingRequestSchema: GenMessage<SetLeavingRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 0);
+
+/**
+ * @generated from message llmgw.v1.SetLeavingResponse
+ */
+export type SetLeavingResponse = Message<"llmgw.v1.SetLeavingResponse"> & {
+  /**
+   * Replicas still placed on the node (waiting for replacements or draining).
+   *
+   * @generated from field: uint32 replicas = 1;
+   */
+  replicas: number;
+};
+
+/**
+ * Describes the message llmgw.v1.SetLeavingResponse.
+ * Use `create(SetLeavingResponseSchema)` to create a new message.
+ */
+export const SetLeavingResponseSchema: GenMessage<SetLeavingResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 1);
 
 /**
  * @generated from message llmgw.v1.RegisterRequest
@@ -68,7 +104,7 @@ export type RegisterRequest = Message<"llmgw.v1.RegisterRequest"> & {
  * Use `create(RegisterRequestSchema)` to create a new message.
  */
 export const RegisterRequestSchema: GenMessage<RegisterRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 0);
+  messageDesc(file_llmgw_v1_agent, 2);
 
 /**
  * @generated from message llmgw.v1.RegisterResponse
@@ -97,7 +133,7 @@ export type RegisterResponse = Message<"llmgw.v1.RegisterResponse"> & {
  * Use `create(RegisterResponseSchema)` to create a new message.
  */
 export const RegisterResponseSchema: GenMessage<RegisterResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 1);
+  messageDesc(file_llmgw_v1_agent, 3);
 
 /**
  * @generated from message llmgw.v1.HeartbeatRequest
@@ -158,7 +194,7 @@ export type HeartbeatRequest = Message<"llmgw.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 2);
+  messageDesc(file_llmgw_v1_agent, 4);
 
 /**
  * The API key of one replica's serving engine (rank 0 of a multi-node replica).
@@ -182,7 +218,7 @@ export type EngineCredential = Message<"llmgw.v1.EngineCredential"> & {
  * Use `create(EngineCredentialSchema)` to create a new message.
  */
 export const EngineCredentialSchema: GenMessage<EngineCredential> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 3);
+  messageDesc(file_llmgw_v1_agent, 5);
 
 /**
  * @generated from message llmgw.v1.HeartbeatResponse
@@ -238,7 +274,7 @@ export type HeartbeatResponse = Message<"llmgw.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 4);
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * One replica rank the node should run.
@@ -287,7 +323,7 @@ export type ReplicaAssignment = Message<"llmgw.v1.ReplicaAssignment"> & {
  * Use `create(ReplicaAssignmentSchema)` to create a new message.
  */
 export const ReplicaAssignmentSchema: GenMessage<ReplicaAssignment> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 7);
 
 /**
  * The group a multi-node replica forms.
@@ -327,7 +363,7 @@ export type World = Message<"llmgw.v1.World"> & {
  * Use `create(WorldSchema)` to create a new message.
  */
 export const WorldSchema: GenMessage<World> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 6);
+  messageDesc(file_llmgw_v1_agent, 8);
 
 /**
  * @generated from message llmgw.v1.ReportLoadRequest
@@ -351,7 +387,7 @@ export type ReportLoadRequest = Message<"llmgw.v1.ReportLoadRequest"> & {
  * Use `create(ReportLoadRequestSchema)` to create a new message.
  */
 export const ReportLoadRequestSchema: GenMessage<ReportLoadRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 7);
+  messageDesc(file_llmgw_v1_agent, 9);
 
 /**
  * @generated from message llmgw.v1.ReplicaLoadReport
@@ -380,7 +416,7 @@ export type ReplicaLoadReport = Message<"llmgw.v1.ReplicaLoadReport"> & {
  * Use `create(ReplicaLoadReportSchema)` to create a new message.
  */
 export const ReplicaLoadReportSchema: GenMessage<ReplicaLoadReport> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 8);
+  messageDesc(file_llmgw_v1_agent, 10);
 
 /**
  * @generated from message llmgw.v1.ReportLoadResponse
@@ -399,7 +435,7 @@ export type ReportLoadResponse = Message<"llmgw.v1.ReportLoadResponse"> & {
  * Use `create(ReportLoadResponseSchema)` to create a new message.
  */
 export const ReportLoadResponseSchema: GenMessage<ReportLoadResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 9);
+  messageDesc(file_llmgw_v1_agent, 11);
 
 /**
  * One report on a StreamLoad request: what a ReportLoadRequest carries.
@@ -425,7 +461,7 @@ export type StreamLoadRequest = Message<"llmgw.v1.StreamLoadRequest"> & {
  * Use `create(StreamLoadRequestSchema)` to create a new message.
  */
 export const StreamLoadRequestSchema: GenMessage<StreamLoadRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 10);
+  messageDesc(file_llmgw_v1_agent, 12);
 
 /**
  * @generated from message llmgw.v1.StreamLoadResponse
@@ -444,7 +480,7 @@ export type StreamLoadResponse = Message<"llmgw.v1.StreamLoadResponse"> & {
  * Use `create(StreamLoadResponseSchema)` to create a new message.
  */
 export const StreamLoadResponseSchema: GenMessage<StreamLoadResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 11);
+  messageDesc(file_llmgw_v1_agent, 13);
 
 /**
  * One heartbeat on a StreamHeartbeat request.
@@ -463,7 +499,7 @@ export type StreamHeartbeatRequest = Message<"llmgw.v1.StreamHeartbeatRequest"> 
  * Use `create(StreamHeartbeatRequestSchema)` to create a new message.
  */
 export const StreamHeartbeatRequestSchema: GenMessage<StreamHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 12);
+  messageDesc(file_llmgw_v1_agent, 14);
 
 /**
  * @generated from message llmgw.v1.StreamHeartbeatResponse
@@ -476,7 +512,7 @@ export type StreamHeartbeatResponse = Message<"llmgw.v1.StreamHeartbeatResponse"
  * Use `create(StreamHeartbeatResponseSchema)` to create a new message.
  */
 export const StreamHeartbeatResponseSchema: GenMessage<StreamHeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 13);
+  messageDesc(file_llmgw_v1_agent, 15);
 
 /**
  * @generated from message llmgw.v1.WatchDesiredRequest
@@ -501,7 +537,7 @@ export type WatchDesiredRequest = Message<"llmgw.v1.WatchDesiredRequest"> & {
  * Use `create(WatchDesiredRequestSchema)` to create a new message.
  */
 export const WatchDesiredRequestSchema: GenMessage<WatchDesiredRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 14);
+  messageDesc(file_llmgw_v1_agent, 16);
 
 /**
  * One answer on a WatchDesired stream: what a Heartbeat call would have answered.
@@ -520,7 +556,7 @@ export type WatchDesiredResponse = Message<"llmgw.v1.WatchDesiredResponse"> & {
  * Use `create(WatchDesiredResponseSchema)` to create a new message.
  */
 export const WatchDesiredResponseSchema: GenMessage<WatchDesiredResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 15);
+  messageDesc(file_llmgw_v1_agent, 17);
 
 /**
  * Agents dial out to the control plane; the control plane never dials agents.
@@ -598,6 +634,19 @@ export const AgentService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchDesiredRequestSchema;
     output: typeof WatchDesiredResponseSchema;
+  },
+  /**
+   * The agent leaving with its engines (`llmgw agent --stop-engines`, node credential):
+   * leaving = true drains the node (its replicas are started elsewhere, then drained here);
+   * leaving = false, when the agent starts again, ends a drain that its own leaving began
+   * (never an operator's).
+   *
+   * @generated from rpc llmgw.v1.AgentService.SetLeaving
+   */
+  setLeaving: {
+    methodKind: "unary";
+    input: typeof SetLeavingRequestSchema;
+    output: typeof SetLeavingResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_agent, 0);

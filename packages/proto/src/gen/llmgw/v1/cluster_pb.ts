@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/cluster.proto.
  */
 export const file_llmgw_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKOAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rQhkKF19sYXN0X2hlYXJ0YmVhdF91bml4X21zIpEBCgpQbGFjZWRSYW5rEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIMCgRyYW5rGAMgASgNEg8KB25vZGVfaWQYBCABKAkSEwoLZ3B1X2luZGljZXMYBSADKA0SJwoGc3RhdHVzGAYgASgLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cyInCgZSZWFzb24SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJItABCgdSZXBsaWNhEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIQCghyZXZpc2lvbhgDIAEoBBIlCgVzdGF0ZRgEIAEoDjIWLmxsbWd3LnYxLlJlcGxpY2FTdGF0ZRIRCglmYWJyaWNfaWQYBSABKAkSIwoFcmFua3MYBiADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhAKCGVuZHBvaW50GAcgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAyKQAgoQRGVwbG95bWVudFN0YXR1cxIiCgRzcGVjGAEgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIYChBkZXNpcmVkX3JlcGxpY2FzGAIgASgNEhYKDnJlYWR5X3JlcGxpY2FzGAMgASgNEiMKCHJlcGxpY2FzGAQgAygLMhEubGxtZ3cudjEuUmVwbGljYRInCg11bnNjaGVkdWxhYmxlGAUgAygLMhAubGxtZ3cudjEuUmVhc29uEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgGIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYByABKAMSIAoGZmFpbGVkGAggAygLMhAubGxtZ3cudjEuUmVhc29uIrgCCgZBcGlLZXkSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZwcmVmaXgYAyABKAkSDgoGbW9kZWxzGAQgAygJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYBSABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgGIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgHIAEoDUgCiAEBEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAxIfChJyZXZva2VkX2F0X3VuaXhfbXMYCSABKANIA4gBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeUIVChNfcmV2b2tlZF9hdF91bml4X21zImkKBUV2ZW50EgoKAmlkGAEgASgEEhIKCmF0X3VuaXhfbXMYAiABKAMSDAoEa2luZBgDIAEoCRIPCgdzdWJqZWN0GAQgASgJEg8KB21lc3NhZ2UYBSABKAkSEAoIc2V2ZXJpdHkYBiABKAkiEgoQTGlzdE5vZGVzUmVxdWVzdCIyChFMaXN0Tm9kZXNSZXNwb25zZRIdCgVub2RlcxgBIAMoCzIOLmxsbWd3LnYxLk5vZGUiHgoOR2V0Tm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIvCg9HZXROb2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIQoRQ29yZG9uTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIyChJDb3Jkb25Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIwoTVW5jb3Jkb25Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjQKFFVuY29yZG9uTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiAKEERyYWluTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIxChFEcmFpbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIhChFSZXZva2VOb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIhQKElJldm9rZU5vZGVSZXNwb25zZSIgChBSZXNldE5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiEwoRUmVzZXROb2RlUmVzcG9uc2UiOAoVQ2xlYXJHcHVGYXVsdHNSZXF1ZXN0EgwKBG5vZGUYASABKAkSEQoJZ3B1X2luZGV4GAIgASgNIikKFkNsZWFyR3B1RmF1bHRzUmVzcG9uc2USDwoHY2xlYXJlZBgBIAEoDSJCChZBcHBseURlcGxveW1lbnRSZXF1ZXN0EigKCmRlcGxveW1lbnQYASABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50IloKF0FwcGx5RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzEg8KB2NoYW5nZWQYAiABKAgiOAoWU2NhbGVEZXBsb3ltZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCHJlcGxpY2FzGAIgASgNIkkKF1NjYWxlRGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIicKF0RlbGV0ZURlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiGgoYRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlIiQKFEdldERlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRwoVR2V0RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIhgKFkxpc3REZXBsb3ltZW50c1JlcXVlc3QiSgoXTGlzdERlcGxveW1lbnRzUmVzcG9uc2USLwoLZGVwbG95bWVudHMYASADKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIjcKE0xpc3RSZXBsaWNhc1JlcXVlc3QSEgoKZGVwbG95bWVudBgBIAEoCRIMCgRub2RlGAIgASgJIjsKFExpc3RSZXBsaWNhc1Jlc3BvbnNlEiMKCHJlcGxpY2FzGAEgAygLMhEubGxtZ3cudjEuUmVwbGljYSLVAQoTQ3JlYXRlQXBpS2V5UmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBm1vZGVscxgCIAMoCRIgChNyZXF1ZXN0c19wZXJfbWludXRlGAMgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYBCABKA1IAYgBARIcCg9tYXhfY29uY3VycmVuY3kYBSABKA1IAogBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJFChRDcmVhdGVBcGlLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sbG1ndy52MS5BcGlLZXkSDgoGc2VjcmV0GAIgASgJIi0KEkxpc3RBcGlLZXlzUmVxdWVzdBIXCg9pbmNsdWRlX3Jldm9rZWQYASABKAgiNQoTTGlzdEFwaUtleXNSZXNwb25zZRIeCgRrZXlzGAEgAygLMhAubGxtZ3cudjEuQXBpS2V5IiIKE1Jldm9rZUFwaUtleVJlcXVlc3QSCwoDa2V5GAEgASgJIjUKFFJldm9rZUFwaUtleVJlc3BvbnNlEh0KA2tleRgBIAEoCzIQLmxsbWd3LnYxLkFwaUtleSI0ChFMaXN0RXZlbnRzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIQCghhZnRlcl9pZBgCIAEoBCI1ChJMaXN0RXZlbnRzUmVzcG9uc2USHwoGZXZlbnRzGAEgAygLMg8ubGxtZ3cudjEuRXZlbnQiJQoSV2F0Y2hFdmVudHNSZXF1ZXN0Eg8KB2JhY2tsb2cYASABKA0iNQoTV2F0Y2hFdmVudHNSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmxsbWd3LnYxLkV2ZW50IhkKF0dldENsdXN0ZXJTdGF0dXNSZXF1ZXN0IvACChhHZXRDbHVzdGVyU3RhdHVzUmVzcG9uc2USEwoLbm9kZXNfdG90YWwYASABKA0SEwoLbm9kZXNfcmVhZHkYAiABKA0SEgoKZ3B1c190b3RhbBgDIAEoDRIWCg5ncHVzX2FsbG9jYXRlZBgEIAEoDRIWCg5ncHVzX3VuaGVhbHRoeRgFIAEoDRIZChFkZXBsb3ltZW50c190b3RhbBgGIAEoDRIZChFkZXBsb3ltZW50c19yZWFkeRgHIAEoDRIWCg5yZXBsaWNhc190b3RhbBgIIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgJIAEoDRIoCgdjbGFzc2VzGAogAygLMhcubGxtZ3cudjEuQ2xhc3NDYXBhY2l0eRIPCgd2ZXJzaW9uGAsgASgJEg0KBXN0b3JlGAwgASgJEjYKDmNvbnRyb2xfcGxhbmVzGA0gAygLMh4ubGxtZ3cudjEuQ29udHJvbFBsYW5lSW5zdGFuY2UigQEKFENvbnRyb2xQbGFuZUluc3RhbmNlEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIaChJzdGFydGVkX2F0X3VuaXhfbXMYBSABKAQSEwoLc2Vlbl9hZ29fbXMYBiABKAQieAoNQ2xhc3NDYXBhY2l0eRIRCglncHVfY2xhc3MYASABKAkSEQoJZmFicmljX2lkGAIgASgJEg0KBXRvdGFsGAMgASgNEhEKCWFsbG9jYXRlZBgEIAEoDRIRCgl1bmhlYWx0aHkYBSABKA0SDAoEZnJlZRgGIAEoDSIUChJMaXN0Um91dGVyc1JlcXVlc3QiPAoTTGlzdFJvdXRlcnNSZXNwb25zZRIlCgdyb3V0ZXJzGAEgAygLMhQubGxtZ3cudjEuUm91dGVySW5mbyLWAQoKUm91dGVySW5mbxIKCgJpZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSEQoJY29ubmVjdGVkGAQgASgIEhwKFGNvbm5lY3RlZF9hdF91bml4X21zGAUgASgDEhkKEWxhc3Rfc2Vlbl91bml4X21zGAYgASgDEg0KBWVwb2NoGAcgASgJEhUKDXN0YXRlX3ZlcnNpb24YCCABKAQSEgoKaW5fcHJvY2VzcxgJIAEoCBIUCgxzdGF0ZV9hZ2VfbXMYCiABKAMqbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADMoQNCg5DbHVzdGVyU2VydmljZRJECglMaXN0Tm9kZXMSGi5sbG1ndy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubGxtZ3cudjEuTGlzdE5vZGVzUmVzcG9uc2USPgoHR2V0Tm9kZRIYLmxsbWd3LnYxLkdldE5vZGVSZXF1ZXN0GhkubGxtZ3cudjEuR2V0Tm9kZVJlc3BvbnNlEkcKCkNvcmRvbk5vZGUSGy5sbG1ndy52MS5Db3Jkb25Ob2RlUmVxdWVzdBocLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXNwb25zZRJNCgxVbmNvcmRvbk5vZGUSHS5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXF1ZXN0Gh4ubGxtZ3cudjEuVW5jb3Jkb25Ob2RlUmVzcG9uc2USRAoJRHJhaW5Ob2RlEhoubGxtZ3cudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmxsbWd3LnYxLkRyYWluTm9kZVJlc3BvbnNlEkcKClJldm9rZU5vZGUSGy5sbG1ndy52MS5SZXZva2VOb2RlUmVxdWVzdBocLmxsbWd3LnYxLlJldm9rZU5vZGVSZXNwb25zZRJECglSZXNldE5vZGUSGi5sbG1ndy52MS5SZXNldE5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuUmVzZXROb2RlUmVzcG9uc2USUwoOQ2xlYXJHcHVGYXVsdHMSHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1JlcXVlc3QaIC5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1Jlc3BvbnNlElYKD0FwcGx5RGVwbG95bWVudBIgLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5BcHBseURlcGxveW1lbnRSZXNwb25zZRJWCg9TY2FsZURlcGxveW1lbnQSIC5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXF1ZXN0GiEubGxtZ3cudjEuU2NhbGVEZXBsb3ltZW50UmVzcG9uc2USWQoQRGVsZXRlRGVwbG95bWVudBIhLmxsbWd3LnYxLkRlbGV0ZURlcGxveW1lbnRSZXF1ZXN0GiIubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlElAKDUdldERlcGxveW1lbnQSHi5sbG1ndy52MS5HZXREZXBsb3ltZW50UmVxdWVzdBofLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXNwb25zZRJWCg9MaXN0RGVwbG95bWVudHMSIC5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXF1ZXN0GiEubGxtZ3cudjEuTGlzdERlcGxveW1lbnRzUmVzcG9uc2USTQoMTGlzdFJlcGxpY2FzEh0ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBoeLmxsbWd3LnYxLkxpc3RSZXBsaWNhc1Jlc3BvbnNlEk0KDENyZWF0ZUFwaUtleRIdLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaHi5sbG1ndy52MS5DcmVhdGVBcGlLZXlSZXNwb25zZRJKCgtMaXN0QXBpS2V5cxIcLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVzcG9uc2USTQoMUmV2b2tlQXBpS2V5Eh0ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLlJldm9rZUFwaUtleVJlc3BvbnNlEkcKCkxpc3RFdmVudHMSGy5sbG1ndy52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmxsbWd3LnYxLkxpc3RFdmVudHNSZXNwb25zZRJMCgtXYXRjaEV2ZW50cxIcLmxsbWd3LnYxLldhdGNoRXZlbnRzUmVxdWVzdBodLmxsbWd3LnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJZChBHZXRDbHVzdGVyU3RhdHVzEiEubGxtZ3cudjEuR2V0Q2x1c3RlclN0YXR1c1JlcXVlc3QaIi5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVzcG9uc2USSgoLTGlzdFJvdXRlcnMSHC5sbG1ndy52MS5MaXN0Um91dGVyc1JlcXVlc3QaHS5sbG1ndy52MS5MaXN0Um91dGVyc1Jlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKOAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rQhkKF19sYXN0X2hlYXJ0YmVhdF91bml4X21zIpEBCgpQbGFjZWRSYW5rEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIMCgRyYW5rGAMgASgNEg8KB25vZGVfaWQYBCABKAkSEwoLZ3B1X2luZGljZXMYBSADKA0SJwoGc3RhdHVzGAYgASgLMhcubGxtZ3cudjEuUmVwbGljYVN0YXR1cyInCgZSZWFzb24SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIoECCgdSZXBsaWNhEhIKCnJlcGxpY2FfaWQYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIQCghyZXZpc2lvbhgDIAEoBBIlCgVzdGF0ZRgEIAEoDjIWLmxsbWd3LnYxLlJlcGxpY2FTdGF0ZRIRCglmYWJyaWNfaWQYBSABKAkSIwoFcmFua3MYBiADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhAKCGVuZHBvaW50GAcgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAxIvCgpyZXRpcmVtZW50GAkgASgLMhsubGxtZ3cudjEuUmVwbGljYVJldGlyZW1lbnQinAIKEVJlcGxpY2FSZXRpcmVtZW50EiAKBnJlYXNvbhgBIAEoCzIQLmxsbWd3LnYxLlJlYXNvbhIoCgVwaGFzZRgCIAEoDjIZLmxsbWd3LnYxLlJldGlyZW1lbnRQaGFzZRIVCg1zaW5jZV91bml4X21zGAMgASgDEiMKFmRyYWluaW5nX3NpbmNlX3VuaXhfbXMYBCABKANIAIgBARIjChZkcmFpbl9kZWFkbGluZV91bml4X21zGAUgASgDSAGIAQESFgoJaW5fZmxpZ2h0GAYgASgNSAKIAQFCGQoXX2RyYWluaW5nX3NpbmNlX3VuaXhfbXNCGQoXX2RyYWluX2RlYWRsaW5lX3VuaXhfbXNCDAoKX2luX2ZsaWdodCKlAQoHUm9sbG91dBIlCgVzdGF0ZRgBIAEoDjIWLmxsbWd3LnYxLlJvbGxvdXRTdGF0ZRIVCg1mcm9tX3JldmlzaW9uGAIgASgEEhMKC3RvX3JldmlzaW9uGAMgASgEEg8KB21lc3NhZ2UYBCABKAkSGgoSc3RhcnRlZF9hdF91bml4X21zGAUgASgDEhoKEnVwZGF0ZWRfYXRfdW5peF9tcxgGIAEoAyK0AgoQRGVwbG95bWVudFN0YXR1cxIiCgRzcGVjGAEgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudBIYChBkZXNpcmVkX3JlcGxpY2FzGAIgASgNEhYKDnJlYWR5X3JlcGxpY2FzGAMgASgNEiMKCHJlcGxpY2FzGAQgAygLMhEubGxtZ3cudjEuUmVwbGljYRInCg11bnNjaGVkdWxhYmxlGAUgAygLMhAubGxtZ3cudjEuUmVhc29uEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgGIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYByABKAMSIAoGZmFpbGVkGAggAygLMhAubGxtZ3cudjEuUmVhc29uEiIKB3JvbGxvdXQYCSABKAsyES5sbG1ndy52MS5Sb2xsb3V0IrgCCgZBcGlLZXkSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZwcmVmaXgYAyABKAkSDgoGbW9kZWxzGAQgAygJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYBSABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgGIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgHIAEoDUgCiAEBEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgIIAEoAxIfChJyZXZva2VkX2F0X3VuaXhfbXMYCSABKANIA4gBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeUIVChNfcmV2b2tlZF9hdF91bml4X21zImkKBUV2ZW50EgoKAmlkGAEgASgEEhIKCmF0X3VuaXhfbXMYAiABKAMSDAoEa2luZBgDIAEoCRIPCgdzdWJqZWN0GAQgASgJEg8KB21lc3NhZ2UYBSABKAkSEAoIc2V2ZXJpdHkYBiABKAkiEgoQTGlzdE5vZGVzUmVxdWVzdCIyChFMaXN0Tm9kZXNSZXNwb25zZRIdCgVub2RlcxgBIAMoCzIOLmxsbWd3LnYxLk5vZGUiHgoOR2V0Tm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIvCg9HZXROb2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIQoRQ29yZG9uTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIyChJDb3Jkb25Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIwoTVW5jb3Jkb25Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjQKFFVuY29yZG9uTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiAKEERyYWluTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIxChFEcmFpbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIhChFSZXZva2VOb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIhQKElJldm9rZU5vZGVSZXNwb25zZSIgChBSZXNldE5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiEwoRUmVzZXROb2RlUmVzcG9uc2UiOAoVQ2xlYXJHcHVGYXVsdHNSZXF1ZXN0EgwKBG5vZGUYASABKAkSEQoJZ3B1X2luZGV4GAIgASgNIikKFkNsZWFyR3B1RmF1bHRzUmVzcG9uc2USDwoHY2xlYXJlZBgBIAEoDSJCChZBcHBseURlcGxveW1lbnRSZXF1ZXN0EigKCmRlcGxveW1lbnQYASABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50IloKF0FwcGx5RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzEg8KB2NoYW5nZWQYAiABKAgiOAoWU2NhbGVEZXBsb3ltZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCHJlcGxpY2FzGAIgASgNIkkKF1NjYWxlRGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIicKF0RlbGV0ZURlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiGgoYRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlIiQKFEdldERlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRwoVR2V0RGVwbG95bWVudFJlc3BvbnNlEi4KCmRlcGxveW1lbnQYASABKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIhgKFkxpc3REZXBsb3ltZW50c1JlcXVlc3QiSgoXTGlzdERlcGxveW1lbnRzUmVzcG9uc2USLwoLZGVwbG95bWVudHMYASADKAsyGi5sbG1ndy52MS5EZXBsb3ltZW50U3RhdHVzIjcKE0xpc3RSZXBsaWNhc1JlcXVlc3QSEgoKZGVwbG95bWVudBgBIAEoCRIMCgRub2RlGAIgASgJIjsKFExpc3RSZXBsaWNhc1Jlc3BvbnNlEiMKCHJlcGxpY2FzGAEgAygLMhEubGxtZ3cudjEuUmVwbGljYSLVAQoTQ3JlYXRlQXBpS2V5UmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBm1vZGVscxgCIAMoCRIgChNyZXF1ZXN0c19wZXJfbWludXRlGAMgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYBCABKA1IAYgBARIcCg9tYXhfY29uY3VycmVuY3kYBSABKA1IAogBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJFChRDcmVhdGVBcGlLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sbG1ndy52MS5BcGlLZXkSDgoGc2VjcmV0GAIgASgJIi0KEkxpc3RBcGlLZXlzUmVxdWVzdBIXCg9pbmNsdWRlX3Jldm9rZWQYASABKAgiNQoTTGlzdEFwaUtleXNSZXNwb25zZRIeCgRrZXlzGAEgAygLMhAubGxtZ3cudjEuQXBpS2V5IiIKE1Jldm9rZUFwaUtleVJlcXVlc3QSCwoDa2V5GAEgASgJIjUKFFJldm9rZUFwaUtleVJlc3BvbnNlEh0KA2tleRgBIAEoCzIQLmxsbWd3LnYxLkFwaUtleSI0ChFMaXN0RXZlbnRzUmVxdWVzdBINCgVsaW1pdBgBIAEoDRIQCghhZnRlcl9pZBgCIAEoBCI1ChJMaXN0RXZlbnRzUmVzcG9uc2USHwoGZXZlbnRzGAEgAygLMg8ubGxtZ3cudjEuRXZlbnQiJQoSV2F0Y2hFdmVudHNSZXF1ZXN0Eg8KB2JhY2tsb2cYASABKA0iNQoTV2F0Y2hFdmVudHNSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmxsbWd3LnYxLkV2ZW50IhkKF0dldENsdXN0ZXJTdGF0dXNSZXF1ZXN0IvACChhHZXRDbHVzdGVyU3RhdHVzUmVzcG9uc2USEwoLbm9kZXNfdG90YWwYASABKA0SEwoLbm9kZXNfcmVhZHkYAiABKA0SEgoKZ3B1c190b3RhbBgDIAEoDRIWCg5ncHVzX2FsbG9jYXRlZBgEIAEoDRIWCg5ncHVzX3VuaGVhbHRoeRgFIAEoDRIZChFkZXBsb3ltZW50c190b3RhbBgGIAEoDRIZChFkZXBsb3ltZW50c19yZWFkeRgHIAEoDRIWCg5yZXBsaWNhc190b3RhbBgIIAEoDRIWCg5yZXBsaWNhc19yZWFkeRgJIAEoDRIoCgdjbGFzc2VzGAogAygLMhcubGxtZ3cudjEuQ2xhc3NDYXBhY2l0eRIPCgd2ZXJzaW9uGAsgASgJEg0KBXN0b3JlGAwgASgJEjYKDmNvbnRyb2xfcGxhbmVzGA0gAygLMh4ubGxtZ3cudjEuQ29udHJvbFBsYW5lSW5zdGFuY2UigQEKFENvbnRyb2xQbGFuZUluc3RhbmNlEgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgJEg4KBmxlYWRlchgEIAEoCBIaChJzdGFydGVkX2F0X3VuaXhfbXMYBSABKAQSEwoLc2Vlbl9hZ29fbXMYBiABKAQieAoNQ2xhc3NDYXBhY2l0eRIRCglncHVfY2xhc3MYASABKAkSEQoJZmFicmljX2lkGAIgASgJEg0KBXRvdGFsGAMgASgNEhEKCWFsbG9jYXRlZBgEIAEoDRIRCgl1bmhlYWx0aHkYBSABKA0SDAoEZnJlZRgGIAEoDSIUChJMaXN0Um91dGVyc1JlcXVlc3QiPAoTTGlzdFJvdXRlcnNSZXNwb25zZRIlCgdyb3V0ZXJzGAEgAygLMhQubGxtZ3cudjEuUm91dGVySW5mbyLWAQoKUm91dGVySW5mbxIKCgJpZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSEQoJY29ubmVjdGVkGAQgASgIEhwKFGNvbm5lY3RlZF9hdF91bml4X21zGAUgASgDEhkKEWxhc3Rfc2Vlbl91bml4X21zGAYgASgDEg0KBWVwb2NoGAcgASgJEhUKDXN0YXRlX3ZlcnNpb24YCCABKAQSEgoKaW5fcHJvY2VzcxgJIAEoCBIUCgxzdGF0ZV9hZ2VfbXMYCiABKAMqbgoJTm9kZVN0YXRlEhoKFk5PREVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBOT0RFX1NUQVRFX1JFQURZEAESGgoWTk9ERV9TVEFURV9VTlJFQUNIQUJMRRACEhMKD05PREVfU1RBVEVfTE9TVBADKnAKD1JldGlyZW1lbnRQaGFzZRIgChxSRVRJUkVNRU5UX1BIQVNFX1VOU1BFQ0lGSUVEEAASHAoYUkVUSVJFTUVOVF9QSEFTRV9XQUlUSU5HEAESHQoZUkVUSVJFTUVOVF9QSEFTRV9EUkFJTklORxACKocBCgxSb2xsb3V0U3RhdGUSHQoZUk9MTE9VVF9TVEFURV9VTlNQRUNJRklFRBAAEh0KGVJPTExPVVRfU1RBVEVfSU5fUFJPR1JFU1MQARIaChZST0xMT1VUX1NUQVRFX0NPTVBMRVRFEAISHQoZUk9MTE9VVF9TVEFURV9ST0xMRURfQkFDSxADMoQNCg5DbHVzdGVyU2VydmljZRJECglMaXN0Tm9kZXMSGi5sbG1ndy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubGxtZ3cudjEuTGlzdE5vZGVzUmVzcG9uc2USPgoHR2V0Tm9kZRIYLmxsbWd3LnYxLkdldE5vZGVSZXF1ZXN0GhkubGxtZ3cudjEuR2V0Tm9kZVJlc3BvbnNlEkcKCkNvcmRvbk5vZGUSGy5sbG1ndy52MS5Db3Jkb25Ob2RlUmVxdWVzdBocLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXNwb25zZRJNCgxVbmNvcmRvbk5vZGUSHS5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXF1ZXN0Gh4ubGxtZ3cudjEuVW5jb3Jkb25Ob2RlUmVzcG9uc2USRAoJRHJhaW5Ob2RlEhoubGxtZ3cudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmxsbWd3LnYxLkRyYWluTm9kZVJlc3BvbnNlEkcKClJldm9rZU5vZGUSGy5sbG1ndy52MS5SZXZva2VOb2RlUmVxdWVzdBocLmxsbWd3LnYxLlJldm9rZU5vZGVSZXNwb25zZRJECglSZXNldE5vZGUSGi5sbG1ndy52MS5SZXNldE5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuUmVzZXROb2RlUmVzcG9uc2USUwoOQ2xlYXJHcHVGYXVsdHMSHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1JlcXVlc3QaIC5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1Jlc3BvbnNlElYKD0FwcGx5RGVwbG95bWVudBIgLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5BcHBseURlcGxveW1lbnRSZXNwb25zZRJWCg9TY2FsZURlcGxveW1lbnQSIC5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXF1ZXN0GiEubGxtZ3cudjEuU2NhbGVEZXBsb3ltZW50UmVzcG9uc2USWQoQRGVsZXRlRGVwbG95bWVudBIhLmxsbWd3LnYxLkRlbGV0ZURlcGxveW1lbnRSZXF1ZXN0GiIubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlElAKDUdldERlcGxveW1lbnQSHi5sbG1ndy52MS5HZXREZXBsb3ltZW50UmVxdWVzdBofLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXNwb25zZRJWCg9MaXN0RGVwbG95bWVudHMSIC5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXF1ZXN0GiEubGxtZ3cudjEuTGlzdERlcGxveW1lbnRzUmVzcG9uc2USTQoMTGlzdFJlcGxpY2FzEh0ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBoeLmxsbWd3LnYxLkxpc3RSZXBsaWNhc1Jlc3BvbnNlEk0KDENyZWF0ZUFwaUtleRIdLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaHi5sbG1ndy52MS5DcmVhdGVBcGlLZXlSZXNwb25zZRJKCgtMaXN0QXBpS2V5cxIcLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVzcG9uc2USTQoMUmV2b2tlQXBpS2V5Eh0ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLlJldm9rZUFwaUtleVJlc3BvbnNlEkcKCkxpc3RFdmVudHMSGy5sbG1ndy52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmxsbWd3LnYxLkxpc3RFdmVudHNSZXNwb25zZRJMCgtXYXRjaEV2ZW50cxIcLmxsbWd3LnYxLldhdGNoRXZlbnRzUmVxdWVzdBodLmxsbWd3LnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJZChBHZXRDbHVzdGVyU3RhdHVzEiEubGxtZ3cudjEuR2V0Q2x1c3RlclN0YXR1c1JlcXVlc3QaIi5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVzcG9uc2USSgoLTGlzdFJvdXRlcnMSHC5sbG1ndy52MS5MaXN0Um91dGVyc1JlcXVlc3QaHS5sbG1ndy52MS5MaXN0Um91dGVyc1Jlc3BvbnNlYgZwcm90bzM", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.Node
@@ -211,6 +211,13 @@ export type Replica = Message<"llmgw.v1.Replica"> & {
    * @generated from field: int64 created_at_unix_ms = 8;
    */
   createdAtUnixMs: bigint;
+
+  /**
+   * Set while the replica is leaving (a scale-down, an update, a drain, an undeploy).
+   *
+   * @generated from field: llmgw.v1.ReplicaRetirement retirement = 9;
+   */
+  retirement?: ReplicaRetirement | undefined;
 };
 
 /**
@@ -219,6 +226,103 @@ export type Replica = Message<"llmgw.v1.Replica"> & {
  */
 export const ReplicaSchema: GenMessage<Replica> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_cluster, 3);
+
+/**
+ * @generated from message llmgw.v1.ReplicaRetirement
+ */
+export type ReplicaRetirement = Message<"llmgw.v1.ReplicaRetirement"> & {
+  /**
+   * Why it leaves: the scheduler's code (scale-down, node-draining, …), or rollout,
+   * rolled-back, deployment-deleted.
+   *
+   * @generated from field: llmgw.v1.Reason reason = 1;
+   */
+  reason?: Reason | undefined;
+
+  /**
+   * @generated from field: llmgw.v1.RetirementPhase phase = 2;
+   */
+  phase: RetirementPhase;
+
+  /**
+   * @generated from field: int64 since_unix_ms = 3;
+   */
+  sinceUnixMs: bigint;
+
+  /**
+   * When draining began; absent while waiting.
+   *
+   * @generated from field: optional int64 draining_since_unix_ms = 4;
+   */
+  drainingSinceUnixMs?: bigint | undefined;
+
+  /**
+   * When it is stopped even with requests in flight; absent while waiting.
+   *
+   * @generated from field: optional int64 drain_deadline_unix_ms = 5;
+   */
+  drainDeadlineUnixMs?: bigint | undefined;
+
+  /**
+   * Requests the routers last reported in flight on it (summed); absent: none reported yet.
+   *
+   * @generated from field: optional uint32 in_flight = 6;
+   */
+  inFlight?: number | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.ReplicaRetirement.
+ * Use `create(ReplicaRetirementSchema)` to create a new message.
+ */
+export const ReplicaRetirementSchema: GenMessage<ReplicaRetirement> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 4);
+
+/**
+ * The latest change of revision of a deployment.
+ *
+ * @generated from message llmgw.v1.Rollout
+ */
+export type Rollout = Message<"llmgw.v1.Rollout"> & {
+  /**
+   * @generated from field: llmgw.v1.RolloutState state = 1;
+   */
+  state: RolloutState;
+
+  /**
+   * @generated from field: uint64 from_revision = 2;
+   */
+  fromRevision: bigint;
+
+  /**
+   * @generated from field: uint64 to_revision = 3;
+   */
+  toRevision: bigint;
+
+  /**
+   * Human text: progress, or why it rolled back.
+   *
+   * @generated from field: string message = 4;
+   */
+  message: string;
+
+  /**
+   * @generated from field: int64 started_at_unix_ms = 5;
+   */
+  startedAtUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 updated_at_unix_ms = 6;
+   */
+  updatedAtUnixMs: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.Rollout.
+ * Use `create(RolloutSchema)` to create a new message.
+ */
+export const RolloutSchema: GenMessage<Rollout> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 5);
 
 /**
  * @generated from message llmgw.v1.DeploymentStatus
@@ -269,6 +373,13 @@ export type DeploymentStatus = Message<"llmgw.v1.DeploymentStatus"> & {
    * @generated from field: repeated llmgw.v1.Reason failed = 8;
    */
   failed: Reason[];
+
+  /**
+   * Absent until the deployment's first update.
+   *
+   * @generated from field: llmgw.v1.Rollout rollout = 9;
+   */
+  rollout?: Rollout | undefined;
 };
 
 /**
@@ -276,7 +387,7 @@ export type DeploymentStatus = Message<"llmgw.v1.DeploymentStatus"> & {
  * Use `create(DeploymentStatusSchema)` to create a new message.
  */
 export const DeploymentStatusSchema: GenMessage<DeploymentStatus> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 4);
+  messageDesc(file_llmgw_v1_cluster, 6);
 
 /**
  * @generated from message llmgw.v1.ApiKey
@@ -337,7 +448,7 @@ export type ApiKey = Message<"llmgw.v1.ApiKey"> & {
  * Use `create(ApiKeySchema)` to create a new message.
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 5);
+  messageDesc(file_llmgw_v1_cluster, 7);
 
 /**
  * @generated from message llmgw.v1.Event
@@ -385,7 +496,7 @@ export type Event = Message<"llmgw.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 6);
+  messageDesc(file_llmgw_v1_cluster, 8);
 
 /**
  * @generated from message llmgw.v1.ListNodesRequest
@@ -398,7 +509,7 @@ export type ListNodesRequest = Message<"llmgw.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 7);
+  messageDesc(file_llmgw_v1_cluster, 9);
 
 /**
  * @generated from message llmgw.v1.ListNodesResponse
@@ -415,7 +526,7 @@ export type ListNodesResponse = Message<"llmgw.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 8);
+  messageDesc(file_llmgw_v1_cluster, 10);
 
 /**
  * @generated from message llmgw.v1.GetNodeRequest
@@ -434,7 +545,7 @@ export type GetNodeRequest = Message<"llmgw.v1.GetNodeRequest"> & {
  * Use `create(GetNodeRequestSchema)` to create a new message.
  */
 export const GetNodeRequestSchema: GenMessage<GetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 9);
+  messageDesc(file_llmgw_v1_cluster, 11);
 
 /**
  * @generated from message llmgw.v1.GetNodeResponse
@@ -451,7 +562,7 @@ export type GetNodeResponse = Message<"llmgw.v1.GetNodeResponse"> & {
  * Use `create(GetNodeResponseSchema)` to create a new message.
  */
 export const GetNodeResponseSchema: GenMessage<GetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 10);
+  messageDesc(file_llmgw_v1_cluster, 12);
 
 /**
  * @generated from message llmgw.v1.CordonNodeRequest
@@ -468,7 +579,7 @@ export type CordonNodeRequest = Message<"llmgw.v1.CordonNodeRequest"> & {
  * Use `create(CordonNodeRequestSchema)` to create a new message.
  */
 export const CordonNodeRequestSchema: GenMessage<CordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 11);
+  messageDesc(file_llmgw_v1_cluster, 13);
 
 /**
  * @generated from message llmgw.v1.CordonNodeResponse
@@ -485,7 +596,7 @@ export type CordonNodeResponse = Message<"llmgw.v1.CordonNodeResponse"> & {
  * Use `create(CordonNodeResponseSchema)` to create a new message.
  */
 export const CordonNodeResponseSchema: GenMessage<CordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 12);
+  messageDesc(file_llmgw_v1_cluster, 14);
 
 /**
  * @generated from message llmgw.v1.UncordonNodeRequest
@@ -502,7 +613,7 @@ export type UncordonNodeRequest = Message<"llmgw.v1.UncordonNodeRequest"> & {
  * Use `create(UncordonNodeRequestSchema)` to create a new message.
  */
 export const UncordonNodeRequestSchema: GenMessage<UncordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 13);
+  messageDesc(file_llmgw_v1_cluster, 15);
 
 /**
  * @generated from message llmgw.v1.UncordonNodeResponse
@@ -519,7 +630,7 @@ export type UncordonNodeResponse = Message<"llmgw.v1.UncordonNodeResponse"> & {
  * Use `create(UncordonNodeResponseSchema)` to create a new message.
  */
 export const UncordonNodeResponseSchema: GenMessage<UncordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 14);
+  messageDesc(file_llmgw_v1_cluster, 16);
 
 /**
  * @generated from message llmgw.v1.DrainNodeRequest
@@ -536,7 +647,7 @@ export type DrainNodeRequest = Message<"llmgw.v1.DrainNodeRequest"> & {
  * Use `create(DrainNodeRequestSchema)` to create a new message.
  */
 export const DrainNodeRequestSchema: GenMessage<DrainNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 15);
+  messageDesc(file_llmgw_v1_cluster, 17);
 
 /**
  * @generated from message llmgw.v1.DrainNodeResponse
@@ -553,7 +664,7 @@ export type DrainNodeResponse = Message<"llmgw.v1.DrainNodeResponse"> & {
  * Use `create(DrainNodeResponseSchema)` to create a new message.
  */
 export const DrainNodeResponseSchema: GenMessage<DrainNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 16);
+  messageDesc(file_llmgw_v1_cluster, 18);
 
 /**
  * @generated from message llmgw.v1.RevokeNodeRequest
@@ -570,7 +681,7 @@ export type RevokeNodeRequest = Message<"llmgw.v1.RevokeNodeRequest"> & {
  * Use `create(RevokeNodeRequestSchema)` to create a new message.
  */
 export const RevokeNodeRequestSchema: GenMessage<RevokeNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 17);
+  messageDesc(file_llmgw_v1_cluster, 19);
 
 /**
  * @generated from message llmgw.v1.RevokeNodeResponse
@@ -583,7 +694,7 @@ export type RevokeNodeResponse = Message<"llmgw.v1.RevokeNodeResponse"> & {
  * Use `create(RevokeNodeResponseSchema)` to create a new message.
  */
 export const RevokeNodeResponseSchema: GenMessage<RevokeNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 18);
+  messageDesc(file_llmgw_v1_cluster, 20);
 
 /**
  * @generated from message llmgw.v1.ResetNodeRequest
@@ -600,7 +711,7 @@ export type ResetNodeRequest = Message<"llmgw.v1.ResetNodeRequest"> & {
  * Use `create(ResetNodeRequestSchema)` to create a new message.
  */
 export const ResetNodeRequestSchema: GenMessage<ResetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 19);
+  messageDesc(file_llmgw_v1_cluster, 21);
 
 /**
  * @generated from message llmgw.v1.ResetNodeResponse
@@ -613,7 +724,7 @@ export type ResetNodeResponse = Message<"llmgw.v1.ResetNodeResponse"> & {
  * Use `create(ResetNodeResponseSchema)` to create a new message.
  */
 export const ResetNodeResponseSchema: GenMessage<ResetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 20);
+  messageDesc(file_llmgw_v1_cluster, 22);
 
 /**
  * @generated from message llmgw.v1.ClearGpuFaultsRequest
@@ -639,7 +750,7 @@ export type ClearGpuFaultsRequest = Message<"llmgw.v1.ClearGpuFaultsRequest"> & 
  * Use `create(ClearGpuFaultsRequestSchema)` to create a new message.
  */
 export const ClearGpuFaultsRequestSchema: GenMessage<ClearGpuFaultsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 21);
+  messageDesc(file_llmgw_v1_cluster, 23);
 
 /**
  * @generated from message llmgw.v1.ClearGpuFaultsResponse
@@ -658,7 +769,7 @@ export type ClearGpuFaultsResponse = Message<"llmgw.v1.ClearGpuFaultsResponse"> 
  * Use `create(ClearGpuFaultsResponseSchema)` to create a new message.
  */
 export const ClearGpuFaultsResponseSchema: GenMessage<ClearGpuFaultsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 22);
+  messageDesc(file_llmgw_v1_cluster, 24);
 
 /**
  * @generated from message llmgw.v1.ApplyDeploymentRequest
@@ -675,7 +786,7 @@ export type ApplyDeploymentRequest = Message<"llmgw.v1.ApplyDeploymentRequest"> 
  * Use `create(ApplyDeploymentRequestSchema)` to create a new message.
  */
 export const ApplyDeploymentRequestSchema: GenMessage<ApplyDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 23);
+  messageDesc(file_llmgw_v1_cluster, 25);
 
 /**
  * @generated from message llmgw.v1.ApplyDeploymentResponse
@@ -699,7 +810,7 @@ export type ApplyDeploymentResponse = Message<"llmgw.v1.ApplyDeploymentResponse"
  * Use `create(ApplyDeploymentResponseSchema)` to create a new message.
  */
 export const ApplyDeploymentResponseSchema: GenMessage<ApplyDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 24);
+  messageDesc(file_llmgw_v1_cluster, 26);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentRequest
@@ -721,7 +832,7 @@ export type ScaleDeploymentRequest = Message<"llmgw.v1.ScaleDeploymentRequest"> 
  * Use `create(ScaleDeploymentRequestSchema)` to create a new message.
  */
 export const ScaleDeploymentRequestSchema: GenMessage<ScaleDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 25);
+  messageDesc(file_llmgw_v1_cluster, 27);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentResponse
@@ -738,7 +849,7 @@ export type ScaleDeploymentResponse = Message<"llmgw.v1.ScaleDeploymentResponse"
  * Use `create(ScaleDeploymentResponseSchema)` to create a new message.
  */
 export const ScaleDeploymentResponseSchema: GenMessage<ScaleDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 26);
+  messageDesc(file_llmgw_v1_cluster, 28);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentRequest
@@ -755,7 +866,7 @@ export type DeleteDeploymentRequest = Message<"llmgw.v1.DeleteDeploymentRequest"
  * Use `create(DeleteDeploymentRequestSchema)` to create a new message.
  */
 export const DeleteDeploymentRequestSchema: GenMessage<DeleteDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 27);
+  messageDesc(file_llmgw_v1_cluster, 29);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentResponse
@@ -768,7 +879,7 @@ export type DeleteDeploymentResponse = Message<"llmgw.v1.DeleteDeploymentRespons
  * Use `create(DeleteDeploymentResponseSchema)` to create a new message.
  */
 export const DeleteDeploymentResponseSchema: GenMessage<DeleteDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 28);
+  messageDesc(file_llmgw_v1_cluster, 30);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentRequest
@@ -785,7 +896,7 @@ export type GetDeploymentRequest = Message<"llmgw.v1.GetDeploymentRequest"> & {
  * Use `create(GetDeploymentRequestSchema)` to create a new message.
  */
 export const GetDeploymentRequestSchema: GenMessage<GetDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 29);
+  messageDesc(file_llmgw_v1_cluster, 31);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentResponse
@@ -802,7 +913,7 @@ export type GetDeploymentResponse = Message<"llmgw.v1.GetDeploymentResponse"> & 
  * Use `create(GetDeploymentResponseSchema)` to create a new message.
  */
 export const GetDeploymentResponseSchema: GenMessage<GetDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 30);
+  messageDesc(file_llmgw_v1_cluster, 32);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsRequest
@@ -815,7 +926,7 @@ export type ListDeploymentsRequest = Message<"llmgw.v1.ListDeploymentsRequest"> 
  * Use `create(ListDeploymentsRequestSchema)` to create a new message.
  */
 export const ListDeploymentsRequestSchema: GenMessage<ListDeploymentsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 31);
+  messageDesc(file_llmgw_v1_cluster, 33);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsResponse
@@ -832,7 +943,7 @@ export type ListDeploymentsResponse = Message<"llmgw.v1.ListDeploymentsResponse"
  * Use `create(ListDeploymentsResponseSchema)` to create a new message.
  */
 export const ListDeploymentsResponseSchema: GenMessage<ListDeploymentsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 32);
+  messageDesc(file_llmgw_v1_cluster, 34);
 
 /**
  * @generated from message llmgw.v1.ListReplicasRequest
@@ -858,7 +969,7 @@ export type ListReplicasRequest = Message<"llmgw.v1.ListReplicasRequest"> & {
  * Use `create(ListReplicasRequestSchema)` to create a new message.
  */
 export const ListReplicasRequestSchema: GenMessage<ListReplicasRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 33);
+  messageDesc(file_llmgw_v1_cluster, 35);
 
 /**
  * @generated from message llmgw.v1.ListReplicasResponse
@@ -875,7 +986,7 @@ export type ListReplicasResponse = Message<"llmgw.v1.ListReplicasResponse"> & {
  * Use `create(ListReplicasResponseSchema)` to create a new message.
  */
 export const ListReplicasResponseSchema: GenMessage<ListReplicasResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 34);
+  messageDesc(file_llmgw_v1_cluster, 36);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyRequest
@@ -912,7 +1023,7 @@ export type CreateApiKeyRequest = Message<"llmgw.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 35);
+  messageDesc(file_llmgw_v1_cluster, 37);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyResponse
@@ -936,7 +1047,7 @@ export type CreateApiKeyResponse = Message<"llmgw.v1.CreateApiKeyResponse"> & {
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 36);
+  messageDesc(file_llmgw_v1_cluster, 38);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysRequest
@@ -953,7 +1064,7 @@ export type ListApiKeysRequest = Message<"llmgw.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 37);
+  messageDesc(file_llmgw_v1_cluster, 39);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysResponse
@@ -970,7 +1081,7 @@ export type ListApiKeysResponse = Message<"llmgw.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 38);
+  messageDesc(file_llmgw_v1_cluster, 40);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyRequest
@@ -989,7 +1100,7 @@ export type RevokeApiKeyRequest = Message<"llmgw.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 39);
+  messageDesc(file_llmgw_v1_cluster, 41);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyResponse
@@ -1006,7 +1117,7 @@ export type RevokeApiKeyResponse = Message<"llmgw.v1.RevokeApiKeyResponse"> & {
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 40);
+  messageDesc(file_llmgw_v1_cluster, 42);
 
 /**
  * @generated from message llmgw.v1.ListEventsRequest
@@ -1030,7 +1141,7 @@ export type ListEventsRequest = Message<"llmgw.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 41);
+  messageDesc(file_llmgw_v1_cluster, 43);
 
 /**
  * @generated from message llmgw.v1.ListEventsResponse
@@ -1047,7 +1158,7 @@ export type ListEventsResponse = Message<"llmgw.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 42);
+  messageDesc(file_llmgw_v1_cluster, 44);
 
 /**
  * @generated from message llmgw.v1.WatchEventsRequest
@@ -1066,7 +1177,7 @@ export type WatchEventsRequest = Message<"llmgw.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 43);
+  messageDesc(file_llmgw_v1_cluster, 45);
 
 /**
  * @generated from message llmgw.v1.WatchEventsResponse
@@ -1083,7 +1194,7 @@ export type WatchEventsResponse = Message<"llmgw.v1.WatchEventsResponse"> & {
  * Use `create(WatchEventsResponseSchema)` to create a new message.
  */
 export const WatchEventsResponseSchema: GenMessage<WatchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 44);
+  messageDesc(file_llmgw_v1_cluster, 46);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusRequest
@@ -1096,7 +1207,7 @@ export type GetClusterStatusRequest = Message<"llmgw.v1.GetClusterStatusRequest"
  * Use `create(GetClusterStatusRequestSchema)` to create a new message.
  */
 export const GetClusterStatusRequestSchema: GenMessage<GetClusterStatusRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 45);
+  messageDesc(file_llmgw_v1_cluster, 47);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusResponse
@@ -1177,7 +1288,7 @@ export type GetClusterStatusResponse = Message<"llmgw.v1.GetClusterStatusRespons
  * Use `create(GetClusterStatusResponseSchema)` to create a new message.
  */
 export const GetClusterStatusResponseSchema: GenMessage<GetClusterStatusResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 46);
+  messageDesc(file_llmgw_v1_cluster, 48);
 
 /**
  * A control-plane instance as it last announced itself in the shared store.
@@ -1227,7 +1338,7 @@ export type ControlPlaneInstance = Message<"llmgw.v1.ControlPlaneInstance"> & {
  * Use `create(ControlPlaneInstanceSchema)` to create a new message.
  */
 export const ControlPlaneInstanceSchema: GenMessage<ControlPlaneInstance> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 47);
+  messageDesc(file_llmgw_v1_cluster, 49);
 
 /**
  * GPU capacity of one class on one fabric.
@@ -1271,7 +1382,7 @@ export type ClassCapacity = Message<"llmgw.v1.ClassCapacity"> & {
  * Use `create(ClassCapacitySchema)` to create a new message.
  */
 export const ClassCapacitySchema: GenMessage<ClassCapacity> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 48);
+  messageDesc(file_llmgw_v1_cluster, 50);
 
 /**
  * @generated from message llmgw.v1.ListRoutersRequest
@@ -1284,7 +1395,7 @@ export type ListRoutersRequest = Message<"llmgw.v1.ListRoutersRequest"> & {
  * Use `create(ListRoutersRequestSchema)` to create a new message.
  */
 export const ListRoutersRequestSchema: GenMessage<ListRoutersRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 49);
+  messageDesc(file_llmgw_v1_cluster, 51);
 
 /**
  * @generated from message llmgw.v1.ListRoutersResponse
@@ -1301,7 +1412,7 @@ export type ListRoutersResponse = Message<"llmgw.v1.ListRoutersResponse"> & {
  * Use `create(ListRoutersResponseSchema)` to create a new message.
  */
 export const ListRoutersResponseSchema: GenMessage<ListRoutersResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 50);
+  messageDesc(file_llmgw_v1_cluster, 52);
 
 /**
  * A router as the control plane knows it: from its WatchRouting stream.
@@ -1377,7 +1488,7 @@ export type RouterInfo = Message<"llmgw.v1.RouterInfo"> & {
  * Use `create(RouterInfoSchema)` to create a new message.
  */
 export const RouterInfoSchema: GenMessage<RouterInfo> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 51);
+  messageDesc(file_llmgw_v1_cluster, 53);
 
 /**
  * Lifecycle of a node as the control plane sees it.
@@ -1415,6 +1526,73 @@ export enum NodeState {
  */
 export const NodeStateSchema: GenEnum<NodeState> = /*@__PURE__*/
   enumDesc(file_llmgw_v1_cluster, 0);
+
+/**
+ * @generated from enum llmgw.v1.RetirementPhase
+ */
+export enum RetirementPhase {
+  /**
+   * @generated from enum value: RETIREMENT_PHASE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Still takes new requests until its replacement is ready (make before break).
+   *
+   * @generated from enum value: RETIREMENT_PHASE_WAITING = 1;
+   */
+  WAITING = 1,
+
+  /**
+   * Takes no new requests; stopped once its in-flight requests end or its drain times out.
+   *
+   * @generated from enum value: RETIREMENT_PHASE_DRAINING = 2;
+   */
+  DRAINING = 2,
+}
+
+/**
+ * Describes the enum llmgw.v1.RetirementPhase.
+ */
+export const RetirementPhaseSchema: GenEnum<RetirementPhase> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 1);
+
+/**
+ * @generated from enum llmgw.v1.RolloutState
+ */
+export enum RolloutState {
+  /**
+   * @generated from enum value: ROLLOUT_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Replicas of an older revision still serve; new ones are being started.
+   *
+   * @generated from enum value: ROLLOUT_STATE_IN_PROGRESS = 1;
+   */
+  IN_PROGRESS = 1,
+
+  /**
+   * Every replica runs the current revision.
+   *
+   * @generated from enum value: ROLLOUT_STATE_COMPLETE = 2;
+   */
+  COMPLETE = 2,
+
+  /**
+   * A replica of the new revision failed; the deployment went back to the revision before.
+   *
+   * @generated from enum value: ROLLOUT_STATE_ROLLED_BACK = 3;
+   */
+  ROLLED_BACK = 3,
+}
+
+/**
+ * Describes the enum llmgw.v1.RolloutState.
+ */
+export const RolloutStateSchema: GenEnum<RolloutState> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 2);
 
 /**
  * The admin API. Every call needs the admin token (`Authorization: Bearer <token>`).

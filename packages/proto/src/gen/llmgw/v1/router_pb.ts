@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/router.proto.
  */
 export const file_llmgw_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("ChVsbG1ndy92MS9yb3V0ZXIucHJvdG8SCGxsbWd3LnYxIoYBChNXYXRjaFJvdXRpbmdSZXF1ZXN0EhEKCXJvdXRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDQoFZXBvY2gYBCABKAkSFQoNc3RhdGVfdmVyc2lvbhgFIAEoBBIUCgxzdGF0ZV9hZ2VfbXMYBiABKAMi0AEKFFdhdGNoUm91dGluZ1Jlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhkubGxtZ3cudjEuUm91dGluZ1NuYXBzaG90SAASJwoFZGVsdGEYAiABKAsyFi5sbG1ndy52MS5Sb3V0aW5nRGVsdGFIABIkCgRsb2FkGAMgASgLMhQubGxtZ3cudjEuTG9hZFVwZGF0ZUgAEi8KCWtlZXBhbGl2ZRgEIAEoCzIaLmxsbWd3LnYxLlJvdXRpbmdLZWVwYWxpdmVIAEIJCgdtZXNzYWdlIs8BCg9Sb3V0aW5nU25hcHNob3QSDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIlCgZtb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESIAoEa2V5cxgFIAMoCzISLmxsbWd3LnYxLktleUdyYW50Eg8KB3JvdXRlcnMYBiABKA0SFwoPc2VudF9hdF91bml4X21zGAcgASgDIsACCgxSb3V0aW5nRGVsdGESDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIuCg91cHNlcnRlZF9tb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIWCg5yZW1vdmVkX21vZGVscxgEIAMoCRIyChF1cHNlcnRlZF9yZXBsaWNhcxgFIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESGAoQcmVtb3ZlZF9yZXBsaWNhcxgGIAMoCRIpCg11cHNlcnRlZF9rZXlzGAcgAygLMhIubGxtZ3cudjEuS2V5R3JhbnQSFAoMcmVtb3ZlZF9rZXlzGAggAygJEhQKB3JvdXRlcnMYCSABKA1IAIgBARIXCg9zZW50X2F0X3VuaXhfbXMYCiABKANCCgoIX3JvdXRlcnMicQoLUm91dGVkTW9kZWwSDAoEbmFtZRgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEi8KDnJvdXRpbmdfcG9saWN5GAMgASgOMhcubGxtZ3cudjEuUm91dGluZ1BvbGljeRIPCgdsb2FkaW5nGAQgASgIIqcCCg1Sb3V0ZWRSZXBsaWNhEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCmRlcGxveW1lbnQYAyABKAkSEAoIYmFzZV91cmwYBCABKAkSKwoFc3RhdGUYBSABKA4yHC5sbG1ndy52MS5Sb3V0ZWRSZXBsaWNhU3RhdGUSEAoIY2FwYWNpdHkYBiABKA0SGwoOZW5naW5lX2FwaV9rZXkYByABKAlIAIgBARIiCgRsb2FkGAggASgLMhQubGxtZ3cudjEuRW5naW5lTG9hZBIlChhsb2FkX3JlcG9ydGVkX2F0X3VuaXhfbXMYCSABKANIAYgBAUIRCg9fZW5naW5lX2FwaV9rZXlCGwoZX2xvYWRfcmVwb3J0ZWRfYXRfdW5peF9tcyLtAQoIS2V5R3JhbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIVCg1zZWNyZXRfc2hhMjU2GAMgASgJEg4KBm1vZGVscxgEIAMoCRIgChNyZXF1ZXN0c19wZXJfbWludXRlGAUgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYBiABKA1IAYgBARIcCg9tYXhfY29uY3VycmVuY3kYByABKA1IAogBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJJCgpMb2FkVXBkYXRlEg0KBWVwb2NoGAEgASgJEiwKB3NhbXBsZXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFNhbXBsZSJoChFSZXBsaWNhTG9hZFNhbXBsZRISCgpyZXBsaWNhX2lkGAEgASgJEiIKBGxvYWQYAiABKAsyFC5sbG1ndy52MS5FbmdpbmVMb2FkEhsKE3JlcG9ydGVkX2F0X3VuaXhfbXMYAyABKAMiYAoQUm91dGluZ0tlZXBhbGl2ZRINCgVlcG9jaBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEEhcKD3NlbnRfYXRfdW5peF9tcxgDIAEoAxITCgtpbnRlcnZhbF9tcxgEIAEoDSp9ChJSb3V0ZWRSZXBsaWNhU3RhdGUSJAogUk9VVEVEX1JFUExJQ0FfU1RBVEVfVU5TUEVDSUZJRUQQABIeChpST1VURURfUkVQTElDQV9TVEFURV9SRUFEWRABEiEKHVJPVVRFRF9SRVBMSUNBX1NUQVRFX0RSQUlOSU5HEAIyYAoNUm91dGVyU2VydmljZRJPCgxXYXRjaFJvdXRpbmcSHS5sbG1ndy52MS5XYXRjaFJvdXRpbmdSZXF1ZXN0Gh4ubGxtZ3cudjEuV2F0Y2hSb3V0aW5nUmVzcG9uc2UwAWIGcHJvdG8z", [file_llmgw_v1_deployment]);
+  fileDesc("ChVsbG1ndy92MS9yb3V0ZXIucHJvdG8SCGxsbWd3LnYxIoYBChNXYXRjaFJvdXRpbmdSZXF1ZXN0EhEKCXJvdXRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDQoFZXBvY2gYBCABKAkSFQoNc3RhdGVfdmVyc2lvbhgFIAEoBBIUCgxzdGF0ZV9hZ2VfbXMYBiABKAMi0AEKFFdhdGNoUm91dGluZ1Jlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhkubGxtZ3cudjEuUm91dGluZ1NuYXBzaG90SAASJwoFZGVsdGEYAiABKAsyFi5sbG1ndy52MS5Sb3V0aW5nRGVsdGFIABIkCgRsb2FkGAMgASgLMhQubGxtZ3cudjEuTG9hZFVwZGF0ZUgAEi8KCWtlZXBhbGl2ZRgEIAEoCzIaLmxsbWd3LnYxLlJvdXRpbmdLZWVwYWxpdmVIAEIJCgdtZXNzYWdlIs8BCg9Sb3V0aW5nU25hcHNob3QSDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIlCgZtb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESIAoEa2V5cxgFIAMoCzISLmxsbWd3LnYxLktleUdyYW50Eg8KB3JvdXRlcnMYBiABKA0SFwoPc2VudF9hdF91bml4X21zGAcgASgDIsACCgxSb3V0aW5nRGVsdGESDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIuCg91cHNlcnRlZF9tb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIWCg5yZW1vdmVkX21vZGVscxgEIAMoCRIyChF1cHNlcnRlZF9yZXBsaWNhcxgFIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESGAoQcmVtb3ZlZF9yZXBsaWNhcxgGIAMoCRIpCg11cHNlcnRlZF9rZXlzGAcgAygLMhIubGxtZ3cudjEuS2V5R3JhbnQSFAoMcmVtb3ZlZF9rZXlzGAggAygJEhQKB3JvdXRlcnMYCSABKA1IAIgBARIXCg9zZW50X2F0X3VuaXhfbXMYCiABKANCCgoIX3JvdXRlcnMicQoLUm91dGVkTW9kZWwSDAoEbmFtZRgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEi8KDnJvdXRpbmdfcG9saWN5GAMgASgOMhcubGxtZ3cudjEuUm91dGluZ1BvbGljeRIPCgdsb2FkaW5nGAQgASgIIqcCCg1Sb3V0ZWRSZXBsaWNhEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCmRlcGxveW1lbnQYAyABKAkSEAoIYmFzZV91cmwYBCABKAkSKwoFc3RhdGUYBSABKA4yHC5sbG1ndy52MS5Sb3V0ZWRSZXBsaWNhU3RhdGUSEAoIY2FwYWNpdHkYBiABKA0SGwoOZW5naW5lX2FwaV9rZXkYByABKAlIAIgBARIiCgRsb2FkGAggASgLMhQubGxtZ3cudjEuRW5naW5lTG9hZBIlChhsb2FkX3JlcG9ydGVkX2F0X3VuaXhfbXMYCSABKANIAYgBAUIRCg9fZW5naW5lX2FwaV9rZXlCGwoZX2xvYWRfcmVwb3J0ZWRfYXRfdW5peF9tcyLtAQoIS2V5R3JhbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIVCg1zZWNyZXRfc2hhMjU2GAMgASgJEg4KBm1vZGVscxgEIAMoCRIgChNyZXF1ZXN0c19wZXJfbWludXRlGAUgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYBiABKA1IAYgBARIcCg9tYXhfY29uY3VycmVuY3kYByABKA1IAogBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJJCgpMb2FkVXBkYXRlEg0KBWVwb2NoGAEgASgJEiwKB3NhbXBsZXMYAiADKAsyGy5sbG1ndy52MS5SZXBsaWNhTG9hZFNhbXBsZSJoChFSZXBsaWNhTG9hZFNhbXBsZRISCgpyZXBsaWNhX2lkGAEgASgJEiIKBGxvYWQYAiABKAsyFC5sbG1ndy52MS5FbmdpbmVMb2FkEhsKE3JlcG9ydGVkX2F0X3VuaXhfbXMYAyABKAMiYAoQUm91dGluZ0tlZXBhbGl2ZRINCgVlcG9jaBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgEEhcKD3NlbnRfYXRfdW5peF9tcxgDIAEoAxITCgtpbnRlcnZhbF9tcxgEIAEoDSJ9ChVSZXBvcnRJbkZsaWdodFJlcXVlc3QSEQoJcm91dGVyX2lkGAEgASgJEg0KBWVwb2NoGAIgASgJEhUKDXN0YXRlX3ZlcnNpb24YAyABKAQSKwoIZHJhaW5pbmcYBCADKAsyGS5sbG1ndy52MS5SZXBsaWNhSW5GbGlnaHQiOAoPUmVwbGljYUluRmxpZ2h0EhIKCnJlcGxpY2FfaWQYASABKAkSEQoJaW5fZmxpZ2h0GAIgASgNIhgKFlJlcG9ydEluRmxpZ2h0UmVzcG9uc2UqfQoSUm91dGVkUmVwbGljYVN0YXRlEiQKIFJPVVRFRF9SRVBMSUNBX1NUQVRFX1VOU1BFQ0lGSUVEEAASHgoaUk9VVEVEX1JFUExJQ0FfU1RBVEVfUkVBRFkQARIhCh1ST1VURURfUkVQTElDQV9TVEFURV9EUkFJTklORxACMrUBCg1Sb3V0ZXJTZXJ2aWNlEk8KDFdhdGNoUm91dGluZxIdLmxsbWd3LnYxLldhdGNoUm91dGluZ1JlcXVlc3QaHi5sbG1ndy52MS5XYXRjaFJvdXRpbmdSZXNwb25zZTABElMKDlJlcG9ydEluRmxpZ2h0Eh8ubGxtZ3cudjEuUmVwb3J0SW5GbGlnaHRSZXF1ZXN0GiAubGxtZ3cudjEuUmVwb3J0SW5GbGlnaHRSZXNwb25zZWIGcHJvdG8z", [file_llmgw_v1_deployment]);
 
 /**
  * @generated from message llmgw.v1.WatchRoutingRequest
@@ -490,6 +490,77 @@ export const RoutingKeepaliveSchema: GenMessage<RoutingKeepalive> = /*@__PURE__*
   messageDesc(file_llmgw_v1_router, 9);
 
 /**
+ * @generated from message llmgw.v1.ReportInFlightRequest
+ */
+export type ReportInFlightRequest = Message<"llmgw.v1.ReportInFlightRequest"> & {
+  /**
+   * @generated from field: string router_id = 1;
+   */
+  routerId: string;
+
+  /**
+   * The routing state the router holds (epoch and version of the last message it applied).
+   *
+   * @generated from field: string epoch = 2;
+   */
+  epoch: string;
+
+  /**
+   * @generated from field: uint64 state_version = 3;
+   */
+  stateVersion: bigint;
+
+  /**
+   * Every replica the router holds as draining, with its requests in flight (0 included).
+   *
+   * @generated from field: repeated llmgw.v1.ReplicaInFlight draining = 4;
+   */
+  draining: ReplicaInFlight[];
+};
+
+/**
+ * Describes the message llmgw.v1.ReportInFlightRequest.
+ * Use `create(ReportInFlightRequestSchema)` to create a new message.
+ */
+export const ReportInFlightRequestSchema: GenMessage<ReportInFlightRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 10);
+
+/**
+ * @generated from message llmgw.v1.ReplicaInFlight
+ */
+export type ReplicaInFlight = Message<"llmgw.v1.ReplicaInFlight"> & {
+  /**
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * @generated from field: uint32 in_flight = 2;
+   */
+  inFlight: number;
+};
+
+/**
+ * Describes the message llmgw.v1.ReplicaInFlight.
+ * Use `create(ReplicaInFlightSchema)` to create a new message.
+ */
+export const ReplicaInFlightSchema: GenMessage<ReplicaInFlight> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 11);
+
+/**
+ * @generated from message llmgw.v1.ReportInFlightResponse
+ */
+export type ReportInFlightResponse = Message<"llmgw.v1.ReportInFlightResponse"> & {
+};
+
+/**
+ * Describes the message llmgw.v1.ReportInFlightResponse.
+ * Use `create(ReportInFlightResponseSchema)` to create a new message.
+ */
+export const ReportInFlightResponseSchema: GenMessage<ReportInFlightResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 12);
+
+/**
  * Routing state of one replica, as routers see it.
  *
  * @generated from enum llmgw.v1.RoutedReplicaState
@@ -541,6 +612,17 @@ export const RouterService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchRoutingRequestSchema;
     output: typeof WatchRoutingResponseSchema;
+  },
+  /**
+   * What a router still has in flight on each replica it holds as draining: a replica is
+   * stopped once every connected router reports none (or its drain times out).
+   *
+   * @generated from rpc llmgw.v1.RouterService.ReportInFlight
+   */
+  reportInFlight: {
+    methodKind: "unary";
+    input: typeof ReportInFlightRequestSchema;
+    output: typeof ReportInFlightResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_router, 0);
