@@ -34,6 +34,47 @@ interface Scenario {
 
 const scenarios: Scenario[] = [
   {
+    name: "held placements keep their GPUs and do not count as replicas",
+    input: {
+      nodes: [node("n1", { gpus: 2 })],
+      deployments: [dep("m", { replicas: 1 })],
+      placements: [],
+      held: [at("m-0", [["n1", [0]]])],
+    },
+    // A replacement goes beside it, under a fresh id.
+    plan: ["m-1 n1:1"],
+  },
+  {
+    name: "planned rules leave held placements alone: draining node, deleted deployment",
+    input: {
+      nodes: [node("n1", { draining: true, cordoned: true })],
+      deployments: [],
+      placements: [],
+      held: [at("m-0", [["n1", [0]]])],
+    },
+    plan: [],
+  },
+  {
+    name: "a loss removes a held placement",
+    input: {
+      nodes: [node("n1", { unhealthy: [0] })],
+      deployments: [dep("m", { replicas: 0 })],
+      placements: [],
+      held: [at("m-0", [["n1", [0]]]), at("m-1", [["gone", [0]]])],
+    },
+    plan: ["m-0 -gpu-unusable", "m-1 -node-gone"],
+  },
+  {
+    name: "nothing new is placed on a held placement's GPUs",
+    input: {
+      nodes: [node("n1", { gpus: 1 })],
+      deployments: [dep("m", { replicas: 0 }), dep("o")],
+      placements: [],
+      held: [at("m-0", [["n1", [0]]])],
+    },
+    plan: ["o ×1 no-free-gpus"],
+  },
+  {
     name: "single GPU replica on an empty node",
     input: { nodes: [node("n1")], deployments: [dep("m")], placements: [] },
     plan: ["m-0 n1:0"],

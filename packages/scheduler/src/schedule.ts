@@ -234,6 +234,24 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     });
   }
 
+  // Held placements keep their GPUs until the control plane lets them go; only a loss
+  // removes one here.
+  for (const held of sortedBy(input.held ?? [], replicaIdOf)) {
+    useId(held.deployment, held.replicaId);
+    const why = removalCause(held, undefined, nodeById);
+    if (why !== undefined) {
+      remove.push({ replicaId: held.replicaId, deployment: held.deployment, reason: why });
+      continue;
+    }
+    for (const rank of held.ranks) {
+      const node = nodeById.get(rank.nodeId);
+      if (node === undefined) continue;
+      node.claimedBy ??= new Map();
+      for (const gpu of rank.gpuIndices) node.claimedBy.set(gpu, held.replicaId);
+      changeFree(context, node, rank.gpuIndices, true);
+    }
+  }
+
   // 2. Scale-down: drop the surplus whose removal frees the most useful capacity.
   for (const deployment of deployments) {
     const records = liveOf(deployment.name);
@@ -416,7 +434,12 @@ function validateInput(input: ScheduleInput): void {
       fail(`deployment ${d.name}: priority must be a finite number, got ${d.priority}`);
     }
   }
-  const replicaDuplicate = firstDuplicate(input.placements, replicaIdOf);
+  const replicaDuplicate = firstDuplicate(
+    input.held === undefined || input.held.length === 0
+      ? input.placements
+      : [...input.placements, ...input.held],
+    replicaIdOf,
+  );
   if (replicaDuplicate !== undefined)
     fail(`duplicate replica id ${JSON.stringify(replicaDuplicate)}`);
 }
@@ -584,14 +607,16 @@ function ordinalOf(deployment: string, replicaId: string): number {
  */
 function removalCause(
   placement: Placement,
-  deployments: ReadonlyMap<string, SchedulerDeployment>,
+  deployments: ReadonlyMap<string, SchedulerDeployment> | undefined,
   nodes: ReadonlyMap<string, NodeState>,
 ): Reason | undefined {
-  const deployment = deployments.get(placement.deployment);
-  if (deployment === undefined) {
+  // Without deployments the placement is held: only the losses apply.
+  const held = deployments === undefined;
+  const deployment = deployments?.get(placement.deployment);
+  if (!held && deployment === undefined) {
     return reason("deployment-deleted", `deployment ${placement.deployment} was deleted`);
   }
-  const wantClass = deployment.gpuClass;
+  const wantClass = deployment?.gpuClass;
   const ranks = placement.ranks;
   let gpus = 0;
   // The first GPU (rank by rank) not of the deployment's class: the shape check's answer.
@@ -633,6 +658,7 @@ function removalCause(
       }
     }
   }
+  if (deployment === undefined) return portTrouble(placement, nodes);
   if (wrongRank !== undefined) {
     return reason(
       "shape-changed",
@@ -656,17 +682,26 @@ function removalCause(
       } per replica; this replica has ${gpus} on ${plural(ranks.length, "node")}`,
     );
   }
-  if (ranks.length > 1 && placement.fabricId !== undefined) {
-    for (const rank of ranks) {
-      const why = nodes.get(rank.nodeId)?.node.fabricTrouble?.[placement.fabricId];
-      if (why !== undefined)
-        return reason("port-unhealthy", `node ${rank.nodeId} (rank ${rank.rank}): ${why}`);
-    }
-  }
+  const trouble = portTrouble(placement, nodes);
+  if (trouble !== undefined) return trouble;
   for (const rank of ranks) {
     if (nodes.get(rank.nodeId)?.node.draining === true) {
       return reason("node-draining", `node ${rank.nodeId} is draining`);
     }
+  }
+  return undefined;
+}
+
+/** A multi-node placement's fabric turned bad on one of its nodes, or undefined. */
+function portTrouble(
+  placement: Placement,
+  nodes: ReadonlyMap<string, NodeState>,
+): Reason | undefined {
+  if (placement.ranks.length < 2 || placement.fabricId === undefined) return undefined;
+  for (const rank of placement.ranks) {
+    const why = nodes.get(rank.nodeId)?.node.fabricTrouble?.[placement.fabricId];
+    if (why !== undefined)
+      return reason("port-unhealthy", `node ${rank.nodeId} (rank ${rank.rank}): ${why}`);
   }
   return undefined;
 }

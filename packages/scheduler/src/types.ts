@@ -83,6 +83,15 @@ export interface ScheduleInput {
   readonly deployments: readonly SchedulerDeployment[];
   /** What is placed now (possibly on nodes that are gone or for deployments that changed). */
   readonly placements: readonly Placement[];
+  /**
+   * Placements leaving on the control plane's own schedule (draining, waiting for their
+   * replacement, an older revision in a rolling update): their GPUs stay taken and their ids
+   * are not reused, but they do not count as replicas of their deployment and no planned
+   * rule (scale-down, node draining, deployment deleted, shape, preemption) touches them.
+   * Only a loss removes one: node gone or lost, GPU unusable or claimed twice, port unhealthy.
+   * Absent: none.
+   */
+  readonly held?: readonly Placement[];
 }
 
 export interface PlacementRemoval {

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { isNodeWideFault } from "@llmgw/discovery";
-import type { DeploymentSpec } from "@llmgw/engines";
+import { type DeploymentSpec, rolloutLimits } from "@llmgw/engines";
 import {
   type ClassCapacity,
   ClassCapacitySchema,
@@ -25,10 +25,14 @@ import {
   type Replica,
   type ReplicaAssignment,
   ReplicaAssignmentSchema,
+  ReplicaRetirementSchema,
   ReplicaSchema,
   ReplicaState,
   type ReplicaStatus,
   ReplicaStatusSchema,
+  RetirementPhase,
+  RolloutSchema,
+  RolloutState,
 } from "@llmgw/proto";
 import type {
   KeyGrant,
@@ -63,12 +67,14 @@ import type {
   PlacementRankRecord,
   PlacementRecord,
   ReplicaStatusRecord,
+  RolloutRecord,
 } from "../store/types.js";
 import { loadWithinRange, validateAdvertiseAddress } from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
+import { DrainTracker, type InFlightReport } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
-import { planReconcile, type ScheduleFn } from "./reconcile.js";
+import { planReconcile, type ReplicaCondition, type ScheduleFn, sameLaunch } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
 
@@ -128,6 +134,12 @@ export interface ClusterOptions {
    * it starts when it wins the lease: decoding is most of loading a large cluster.
    */
   readonly inventories?: InventoryLookup;
+  /**
+   * Ids of the routers connected now, the in-process one included: a draining replica stops
+   * once each of them reported nothing in flight on it ({@link Cluster.reportInFlight}).
+   * Default: none (drains wait for the settle time and the engine's own load).
+   */
+  readonly connectedRouters?: () => readonly string[];
 }
 
 /** A node's decoded inventory when its stored bytes are `bytes`, else undefined. */
@@ -264,6 +276,24 @@ export interface RoutableReplica {
   readonly capacity: number;
   /** The key rank 0's engine demands (`Authorization: Bearer`); undefined when it reported none. */
   readonly apiKey?: string;
+}
+
+/** `llmgw.v1.Rollout` of a stored rollout; undefined when there is none. */
+function rolloutView(r: RolloutRecord | undefined) {
+  if (r === undefined) return undefined;
+  const state = {
+    "in-progress": RolloutState.IN_PROGRESS,
+    complete: RolloutState.COMPLETE,
+    "rolled-back": RolloutState.ROLLED_BACK,
+  }[r.state];
+  return create(RolloutSchema, {
+    state,
+    fromRevision: BigInt(r.fromRevision),
+    toRevision: BigInt(r.toRevision),
+    message: r.message,
+    startedAtUnixMs: BigInt(r.startedAtMs),
+    updatedAtUnixMs: BigInt(r.updatedAtMs),
+  });
 }
 
 /** Default {@link ClusterOptions.maxNodes}: ten times the largest fleet we plan for. */
@@ -568,6 +598,16 @@ export class Cluster {
   readonly #nodes = new Map<string, LiveNode>();
   readonly #deployments = new Map<string, LiveDeployment>();
   readonly #placements = new Map<string, PlacementRecord>();
+  /** Deployment name → revision → spec, for every revision some replica runs (and the current). */
+  readonly #revisions = new Map<string, Map<number, DeploymentSpec>>();
+  /** Ids of placements leaving (waiting or draining). */
+  readonly #retiring = new Set<string>();
+  /**
+   * Deployments with lifecycle work under way (leaving replicas, or replicas of an older
+   * revision): a replica state change there reconciles, since it may let a step go on.
+   */
+  #active = new Set<string>();
+  readonly #drains: DrainTracker;
   readonly #unschedulable = new Map<
     string,
     { missing: number; reasons: readonly { code: string; message: string }[] }
@@ -645,12 +685,23 @@ export class Cluster {
     this.#o = options;
     const now = options.clock.now();
     const store = options.store;
+    this.#drains = new DrainTracker({
+      now: () => options.clock.now(),
+      connectedRouters: options.connectedRouters ?? (() => []),
+    });
     for (const record of store.listDeployments()) {
-      this.#deployments.set(record.name, { record, spec: deploymentSpecFromJson(record.specJson) });
+      const spec = deploymentSpecFromJson(record.specJson);
+      this.#deployments.set(record.name, { record, spec });
+      this.#keepRevision(spec);
+    }
+    for (const r of store.listDeploymentRevisions()) {
+      if (this.#revisions.get(r.name)?.has(r.revision)) continue;
+      this.#keepRevision(deploymentSpecFromJson(r.specJson));
     }
     for (const p of store.listPlacements()) {
       this.#placements.set(p.replicaId, p);
       this.#indexServing(p, true);
+      if (p.retirement !== undefined) this.#retiring.add(p.replicaId);
     }
     for (const c of store.listFaultClears()) {
       const byKey = this.#clearedFaults.get(c.gpuUuid) ?? new Map<string, number>();
@@ -1168,6 +1219,8 @@ export class Cluster {
       }
     }
     if (lost) this.#reconcile("node lost");
+    else if (this.#drainsDue()) this.#reconcile("replicas drained");
+    this.#drains.prune();
   }
 
   #setNodeState(node: LiveNode, next: NodeState, now: number): void {
@@ -1362,7 +1415,11 @@ export class Cluster {
         if (before?.state !== s.state || before?.apiPort !== s.apiPort) routing = true;
       }
       if (before?.state === s.state) continue;
-      if (!this.#placements.has(s.replicaId)) continue;
+      const placed = this.#placements.get(s.replicaId);
+      if (placed === undefined) continue;
+      // A replacement turning ready (or failing) may let a leaving replica go on.
+      if (this.#active.has(placed.deployment))
+        this.#requestReconcile(`replica ${s.replicaId} ${replicaStateName(s.state)}`);
       const failedNow = s.state === ReplicaState.FAILED;
       if (failedNow) newlyFailed = true;
       const tail =
@@ -1409,7 +1466,8 @@ export class Cluster {
       existing !== undefined &&
       sameDeploymentSpec(existing.spec, { ...spec, replicas: existing.spec.replicas });
     const revision = onlyScaled ? existing.spec.revision : (existing?.spec.revision ?? 0) + 1;
-    this.#putDeployment({ ...spec, revision }, existing?.record.createdAtMs ?? now, now);
+    const next = { ...spec, revision };
+    this.#putDeployment(next, existing?.record.createdAtMs ?? now, now, this.#rolloutFor(next));
     this.events.record(
       existing ? "deployment.updated" : "deployment.created",
       spec.name,
@@ -1426,7 +1484,12 @@ export class Cluster {
     if (existing.spec.replicas !== replicas) {
       const now = this.#o.clock.now();
       // The revision counts changes to how replicas run; scaling restarts none of them.
-      this.#putDeployment({ ...existing.spec, replicas }, existing.record.createdAtMs, now);
+      this.#putDeployment(
+        { ...existing.spec, replicas },
+        existing.record.createdAtMs,
+        now,
+        existing.record.rollout,
+      );
       this.events.record(
         "deployment.scaled",
         name,
@@ -1438,10 +1501,15 @@ export class Cluster {
     return this.deploymentStatus(name);
   }
 
-  /** Deletes a deployment; its replicas leave their nodes with the next heartbeats. */
+  /**
+   * Deletes a deployment: its model leaves the routers at once; its replicas drain (no new
+   * requests, in-flight ones finish) and then leave their nodes.
+   */
   deleteDeployment(name: string): void {
     this.#requireDeployment(name);
     this.#deployments.delete(name);
+    // Its replicas still run their revisions' specs while they drain.
+    this.#desiredAllDirty = true;
     this.#unschedulable.delete(name);
     this.#o.store.deleteDeployment(name);
     this.#routingChange();
@@ -1449,19 +1517,69 @@ export class Cluster {
     this.#reconcile(`deployment ${name} deleted`);
   }
 
-  #putDeployment(spec: DeploymentSpec, createdAtMs: number, now: number): void {
+  #putDeployment(
+    spec: DeploymentSpec,
+    createdAtMs: number,
+    now: number,
+    rollout: RolloutRecord | undefined,
+  ): void {
+    const specJson = JSON.stringify(spec);
     const record: DeploymentRecord = {
       name: spec.name,
-      specJson: JSON.stringify(spec),
+      specJson,
       revision: spec.revision,
       createdAtMs,
       updatedAtMs: now,
+      ...(rollout === undefined ? {} : { rollout }),
     };
-    this.#o.store.putDeployment(record);
+    this.#o.store.transaction(() => {
+      this.#o.store.putDeployment(record);
+      this.#o.store.putDeploymentRevision({ name: spec.name, revision: spec.revision, specJson });
+    });
     this.#deployments.set(spec.name, { record, spec });
+    this.#keepRevision(spec);
     // Every assignment of it carries the spec.
     this.#desiredAllDirty = true;
     this.#routingChange();
+  }
+
+  #keepRevision(spec: DeploymentSpec): void {
+    let byRevision = this.#revisions.get(spec.name);
+    if (byRevision === undefined) {
+      byRevision = new Map();
+      this.#revisions.set(spec.name, byRevision);
+    }
+    byRevision.set(spec.revision, spec);
+  }
+
+  /** The spec replica `p` runs: its revision's, which is the current one unless it is older. */
+  #specOf(p: PlacementRecord): DeploymentSpec | undefined {
+    const current = this.#deployments.get(p.deployment)?.spec;
+    if (current?.revision === p.revision) return current;
+    return this.#revisions.get(p.deployment)?.get(p.revision);
+  }
+
+  /**
+   * The rollout a new revision starts: in progress when replicas run an older revision that
+   * launches engines differently (a rolling update follows); else the deployment's last one.
+   */
+  #rolloutFor(next: DeploymentSpec): RolloutRecord | undefined {
+    const existing = this.#deployments.get(next.name);
+    if (existing === undefined) return undefined;
+    const from = existing.spec;
+    const rolls = [...this.#placements.values()].some(
+      (p) => p.deployment === next.name && p.retirement === undefined,
+    );
+    if (!rolls || sameLaunch(from, next)) return existing.record.rollout;
+    const now = this.#o.clock.now();
+    return {
+      state: "in-progress",
+      fromRevision: from.revision,
+      toRevision: next.revision,
+      message: `replacing ${from.replicas} replica(s) at revision ${from.revision}, ${rolloutLimits(next).maxSurge} at a time`,
+      startedAtMs: now,
+      updatedAtMs: now,
+    };
   }
 
   #requireDeployment(name: string): LiveDeployment {
@@ -1500,6 +1618,7 @@ export class Cluster {
       failed,
       createdAtUnixMs: BigInt(d.record.createdAtMs),
       updatedAtUnixMs: BigInt(d.record.updatedAtMs),
+      rollout: rolloutView(d.record.rollout),
     });
   }
 
@@ -1513,6 +1632,13 @@ export class Cluster {
     if (filter.deployment) this.#requireDeployment(filter.deployment);
     const nodeId = filter.node ? this.#requireNode(filter.node).record.id : undefined;
     const names = filter.deployment ? [filter.deployment] : [...this.#deployments.keys()].sort();
+    // Replicas of deleted deployments still draining are listed too.
+    if (!filter.deployment) {
+      const gone = new Set<string>();
+      for (const p of this.#placements.values())
+        if (!this.#deployments.has(p.deployment)) gone.add(p.deployment);
+      names.push(...[...gone].sort());
+    }
     return names
       .flatMap((n) => this.#replicasOf(n))
       .filter((r) => nodeId === undefined || r.ranks.some((k) => k.nodeId === nodeId));
@@ -1570,6 +1696,23 @@ export class Cluster {
       ranks,
       endpoint: this.#endpointOf(p) ?? "",
       createdAtUnixMs: BigInt(p.createdAtMs),
+      retirement: this.#retirementView(p),
+    });
+  }
+
+  #retirementView(p: PlacementRecord) {
+    const r = p.retirement;
+    if (r === undefined) return undefined;
+    const inFlight = this.#inFlightOf(p);
+    return create(ReplicaRetirementSchema, {
+      reason: { code: r.code, message: r.message },
+      phase: r.phase === "waiting" ? RetirementPhase.WAITING : RetirementPhase.DRAINING,
+      sinceUnixMs: BigInt(r.sinceMs),
+      ...(r.drainingSinceMs === undefined
+        ? {}
+        : { drainingSinceUnixMs: BigInt(r.drainingSinceMs) }),
+      ...(r.deadlineMs === undefined ? {} : { drainDeadlineUnixMs: BigInt(r.deadlineMs) }),
+      ...(inFlight === undefined ? {} : { inFlight }),
     });
   }
 
@@ -1632,7 +1775,7 @@ export class Cluster {
   uncordonNode(nodeOrHost: string): Node {
     const node = this.#requireNode(nodeOrHost);
     if (node.record.cordoned || node.record.draining) {
-      this.#updateNodeRecord(node, { cordoned: false, draining: false });
+      this.#updateNodeRecord(node, { cordoned: false, draining: false, drainedBy: undefined });
       this.events.record(
         "node.uncordoned",
         node.record.id,
@@ -1647,8 +1790,9 @@ export class Cluster {
   /** Cordons a node and moves its replicas elsewhere. */
   drainNode(nodeOrHost: string): Node {
     const node = this.#requireNode(nodeOrHost);
-    if (!node.record.draining) {
-      this.#updateNodeRecord(node, { cordoned: true, draining: true });
+    if (!node.record.draining || node.record.drainedBy === "agent") {
+      // An operator's drain outlasts the agent's own: its next start does not end it.
+      this.#updateNodeRecord(node, { cordoned: true, draining: true, drainedBy: "operator" });
       this.events.record(
         "node.draining",
         node.record.id,
@@ -1658,6 +1802,37 @@ export class Cluster {
       this.#reconcile(`node ${node.record.id} drained`);
     }
     return this.#nodeView(node);
+  }
+
+  /**
+   * The agent of `nodeId` leaving with its engines (`SetLeaving`): `true` drains the node
+   * (replacements first, then its replicas drain), unless already drained; `false`, when it
+   * starts again, ends a drain its own leaving began, never an operator's. Returns the
+   * replicas still placed on the node.
+   */
+  setNodeLeaving(nodeId: string, leaving: boolean): number {
+    const node = this.#nodes.get(nodeId);
+    if (node === undefined) {
+      throw new ControlPlaneError("LLMGW_CONTROL_PLANE_NOT_FOUND", `no node with id ${nodeId}`);
+    }
+    if (leaving && !node.record.draining) {
+      this.#updateNodeRecord(node, { cordoned: true, draining: true, drainedBy: "agent" });
+      this.events.record(
+        "node.leaving",
+        nodeId,
+        `${node.record.hostname}'s agent is stopping its engines: its replicas move elsewhere first`,
+        "info",
+      );
+      this.#reconcile(`node ${nodeId} leaving`);
+    } else if (!leaving && node.record.draining && node.record.drainedBy === "agent") {
+      this.#updateNodeRecord(node, { cordoned: false, draining: false, drainedBy: undefined });
+      this.events.record("node.back", nodeId, `${node.record.hostname}'s agent is back`, "info");
+      this.#reconcile(`node ${nodeId} back`);
+    }
+    let placed = 0;
+    for (const p of this.#placements.values())
+      if (p.ranks.some((r) => r.nodeId === nodeId)) placed++;
+    return placed;
   }
 
   /**
@@ -1791,7 +1966,9 @@ export class Cluster {
 
   #updateNodeRecord(
     node: LiveNode,
-    patch: Partial<Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetUntilMs">>,
+    patch: Partial<
+      Pick<NodeRecord, "cordoned" | "draining" | "revoked" | "resetUntilMs" | "drainedBy">
+    >,
   ): void {
     const record = { ...node.record, ...patch };
     // Store first: a refused write changes nothing.
@@ -1966,13 +2143,17 @@ export class Cluster {
 
   /** Runs the scheduler and applies the plan; then refreshes every node's desired set. */
   #reconcile(cause: string, opts: { quietIfUnchanged?: boolean } = {}): void {
+    this.#rollBackFailedRollouts();
     const now = this.#o.clock.now();
     const specs = new Map<string, DeploymentSpec>();
     for (const [name, d] of this.#deployments) specs.set(name, d.spec);
     const plan = planReconcile({
       deployments: specs,
+      specOf: (name, revision) => this.#revisions.get(name)?.get(revision),
       placements: [...this.#placements.values()],
       nodes: this.#schedulerNodes(),
+      condition: (id) => this.#condition(id),
+      drained: (id) => this.#drained(id),
       schedule: this.#o.schedule,
       nowMs: now,
     });
@@ -1981,19 +2162,26 @@ export class Cluster {
     for (const p of plan.add) added.push(this.#withRendezvous(p, added));
     const removed: string[] = [];
     const put: PlacementRecord[] = [];
+    // Events name how many requests were cut: read before the reports are dropped.
+    const cut = new Map<string, number | undefined>();
     for (const r of plan.remove) {
+      if (r.kind === "drain-timeout") cut.set(r.placement.replicaId, this.#inFlightOf(r.placement));
       this.#placements.delete(r.placement.replicaId);
+      this.#retiring.delete(r.placement.replicaId);
       this.#indexServing(r.placement, false);
       this.#engineKeys.delete(r.placement.replicaId);
       removed.push(r.placement.replicaId);
       this.#retireStatuses(r.placement);
       for (const rank of r.placement.ranks) this.#desiredDirty.add(rank.nodeId);
     }
-    for (const p of plan.keep) {
-      if (this.#placements.get(p.replicaId)?.revision !== p.revision) {
-        this.#placements.set(p.replicaId, p);
-        put.push(p);
-      }
+    const stepped: { before: PlacementRecord | undefined; after: PlacementRecord }[] = [];
+    for (const p of plan.changed) {
+      const before = this.#placements.get(p.replicaId);
+      this.#placements.set(p.replicaId, p);
+      if (p.retirement !== undefined) this.#retiring.add(p.replicaId);
+      put.push(p);
+      if (p.retirement !== undefined && p.retirement.phase !== before?.retirement?.phase)
+        stepped.push({ before, after: p });
     }
     for (const p of added) {
       this.#placements.set(p.replicaId, p);
@@ -2011,18 +2199,7 @@ export class Cluster {
       [],
       removed.map((id) => [id, undefined]),
     );
-    for (const r of plan.remove) {
-      this.events.record("replica.removed", r.placement.replicaId, r.reason.message, "warning");
-    }
-    for (const p of added) {
-      const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
-      this.events.record(
-        "replica.placed",
-        p.replicaId,
-        `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
-        "info",
-      );
-    }
+    this.#recordLifecycle(plan, added, stepped, cut);
     for (const name of this.#deployments.keys()) {
       const before = this.#unschedulable.get(name);
       const after = plan.unschedulable.get(name);
@@ -2048,11 +2225,260 @@ export class Cluster {
           );
       }
     }
-    const changed = plan.remove.length + added.length > 0;
+    this.#finishRollouts(now);
+    this.#pruneRevisions();
+    const changed = plan.remove.length + added.length + plan.changed.length > 0;
     if (changed || !opts.quietIfUnchanged)
-      this.#o.log?.(`reconciled (${cause}): +${added.length} -${plan.remove.length}`);
+      this.#o.log?.(
+        `reconciled (${cause}): +${added.length} -${plan.remove.length}${
+          stepped.length > 0 ? ` ~${stepped.length} leaving` : ""
+        }`,
+      );
     this.#refreshDesiredSets(now);
     this.#touch();
+  }
+
+  /** Events for a plan's placements, steps of leaving replicas, removals and capacity dips. */
+  #recordLifecycle(
+    plan: ReturnType<typeof planReconcile>,
+    added: readonly PlacementRecord[],
+    stepped: readonly { before: PlacementRecord | undefined; after: PlacementRecord }[],
+    cut: ReadonlyMap<string, number | undefined>,
+  ): void {
+    for (const r of plan.remove) {
+      const id = r.placement.replicaId;
+      if (r.kind === "drained") {
+        this.events.record(
+          "replica.drained",
+          id,
+          `drained (nothing in flight): stopping it`,
+          "info",
+        );
+      } else if (r.kind === "drain-timeout") {
+        const n = cut.get(id);
+        const spec = this.#specOf(r.placement);
+        const seconds = spec === undefined ? "?" : rolloutLimits(spec).drainTimeoutMs / 1000;
+        this.events.record(
+          "replica.drain-timeout",
+          id,
+          `drain timed out after ${seconds}s with ${n === undefined ? "an unknown number of" : n} request(s) in flight: stopping it anyway`,
+          "warning",
+        );
+      } else {
+        this.events.record(
+          "replica.removed",
+          id,
+          r.reason.message,
+          r.kind === "lost" ? "warning" : "info",
+        );
+      }
+    }
+    for (const { after } of stepped) {
+      const r = after.retirement;
+      if (r === undefined) continue;
+      if (r.phase === "waiting") {
+        this.events.record(
+          "replica.retiring",
+          after.replicaId,
+          `keeps serving until its replacement is ready: ${r.message}`,
+          "info",
+        );
+      } else {
+        const seconds = Math.round(((r.deadlineMs ?? 0) - (r.drainingSinceMs ?? 0)) / 1000);
+        this.events.record(
+          "replica.draining",
+          after.replicaId,
+          `draining (no new requests; stopped once none is in flight, within ${seconds}s): ${r.message}`,
+          "info",
+        );
+      }
+    }
+    for (const p of added) {
+      const where = p.ranks.map((r) => `${r.nodeId}[${r.gpuIndices.join(",")}]`).join(" + ");
+      this.events.record(
+        "replica.placed",
+        p.replicaId,
+        `placed on ${where}${p.fabricId ? ` via ${p.fabricId}` : ""}`,
+        "info",
+      );
+    }
+    for (const dip of plan.dips) {
+      this.events.record("deployment.capacity-dip", dip.deployment, dip.message, "warning");
+    }
+  }
+
+  /** Where replica `id` stands for leaving (see {@link ReplicaCondition}). */
+  #condition(id: string): ReplicaCondition {
+    const p = this.#placements.get(id);
+    if (p === undefined) return "idle";
+    const view = this.#replicaView(p);
+    switch (view.state) {
+      case ReplicaState.READY:
+        if (!view.endpoint) return "coming";
+        return p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")
+          ? "idle"
+          : "serving";
+      case ReplicaState.PENDING:
+      case ReplicaState.STARTING:
+      case ReplicaState.LOADING:
+        return "coming";
+      case ReplicaState.FAILED:
+        return "failed";
+      default:
+        return "idle";
+    }
+  }
+
+  #drained(id: string): boolean {
+    const r = this.#placements.get(id)?.retirement;
+    if (r?.phase !== "draining") return false;
+    const held = this.#loads.get(id);
+    const load = held?.reportedAtMs === undefined ? undefined : held.load;
+    const busy =
+      load === undefined || (load.running === undefined && load.waiting === undefined)
+        ? undefined
+        : (load.running ?? 0) + (load.waiting ?? 0) > 0;
+    return this.#drains.drained(id, r.drainingSinceMs ?? 0, busy);
+  }
+
+  /** Requests routers still hold on a leaving replica; undefined when none reported it. */
+  #inFlightOf(p: PlacementRecord): number | undefined {
+    return p.retirement?.phase === "draining" ? this.#drains.inFlight(p.replicaId) : undefined;
+  }
+
+  /**
+   * A router's report of what it still has in flight on the replicas it holds as draining
+   * (`RouterService.ReportInFlight`, or the in-process router). A drain that it completes
+   * reconciles soon.
+   */
+  reportInFlight(routerId: string, report: InFlightReport): void {
+    this.#drains.report(routerId, report);
+    if (this.#drainsDue()) this.#requestReconcile("replicas drained");
+  }
+
+  /** True when a draining replica may stop now (drained, or its deadline passed). */
+  #drainsDue(): boolean {
+    if (this.#retiring.size === 0) return false;
+    const now = this.#o.clock.now();
+    for (const id of this.#retiring) {
+      const r = this.#placements.get(id)?.retirement;
+      if (r?.phase !== "draining") continue;
+      if (now >= (r.deadlineMs ?? 0) || this.#drained(id)) return true;
+    }
+    return false;
+  }
+
+  /**
+   * A rolling update whose new revision failed goes back: the deployment takes the spec of
+   * the revision it came from (as a new revision, so that the old replicas keep running
+   * untouched and the failed ones go), marked rolled back with the reason.
+   */
+  #rollBackFailedRollouts(): void {
+    for (const d of this.#deployments.values()) {
+      const rollout = d.record.rollout;
+      if (rollout?.state !== "in-progress" || rollout.toRevision !== d.spec.revision) continue;
+      const failed = [...this.#placements.values()].find(
+        (p) =>
+          p.deployment === d.spec.name &&
+          p.revision === d.spec.revision &&
+          this.#condition(p.replicaId) === "failed",
+      );
+      if (failed === undefined) continue;
+      const from = this.#revisions.get(d.spec.name)?.get(rollout.fromRevision);
+      const now = this.#o.clock.now();
+      const why = this.#failureOf(failed);
+      if (from === undefined) {
+        this.#o.log?.(
+          `cannot roll ${d.spec.name} back: revision ${rollout.fromRevision} is not kept`,
+        );
+        continue;
+      }
+      const revision = d.spec.revision + 1;
+      const message = `revision ${d.spec.revision} failed (${failed.replicaId}: ${why}); back to the spec of revision ${from.revision} as revision ${revision}`;
+      this.#putDeployment(
+        { ...from, replicas: d.spec.replicas, revision },
+        d.record.createdAtMs,
+        now,
+        {
+          state: "rolled-back",
+          fromRevision: d.spec.revision,
+          toRevision: revision,
+          message,
+          startedAtMs: rollout.startedAtMs,
+          updatedAtMs: now,
+        },
+      );
+      this.events.record("deployment.rolled-back", d.spec.name, message, "error");
+    }
+  }
+
+  /** A failed replica's status message, for a rollback's reason. */
+  #failureOf(p: PlacementRecord): string {
+    for (const rank of p.ranks) {
+      const status = this.#nodes.get(rank.nodeId)?.statuses.get(statusKey(p.replicaId, rank.rank));
+      if (status?.state === ReplicaState.FAILED) return status.message || "engine failed";
+    }
+    return "engine failed";
+  }
+
+  /**
+   * Marks in-progress rollouts complete once every replica runs the current revision and
+   * none is leaving; recomputes which deployments have lifecycle work under way.
+   */
+  #finishRollouts(now: number): void {
+    const active = new Set<string>();
+    for (const p of this.#placements.values()) {
+      const current = this.#deployments.get(p.deployment)?.spec.revision;
+      if (p.retirement !== undefined || current !== p.revision) active.add(p.deployment);
+    }
+    this.#active = active;
+    for (const d of this.#deployments.values()) {
+      const rollout = d.record.rollout;
+      if (rollout?.state !== "in-progress" || active.has(d.spec.name)) continue;
+      const record: DeploymentRecord = {
+        ...d.record,
+        rollout: {
+          ...rollout,
+          state: "complete",
+          message: `every replica runs revision ${rollout.toRevision}`,
+          updatedAtMs: now,
+        },
+      };
+      try {
+        this.#o.store.putDeployment(record);
+      } catch (error) {
+        // Shown from memory; the next change of the deployment writes it.
+        if (!isStoreFailure(error)) throw error;
+      }
+      d.record = record;
+      this.events.record(
+        "deployment.rollout",
+        d.spec.name,
+        `rollout from revision ${rollout.fromRevision} to ${rollout.toRevision} complete`,
+        "info",
+      );
+    }
+  }
+
+  /** Forgets revision specs no replica runs any more (the current ones stay). */
+  #pruneRevisions(): void {
+    const used = new Set<string>();
+    for (const p of this.#placements.values()) used.add(`${p.deployment}\u0000${p.revision}`);
+    for (const [name, byRevision] of this.#revisions) {
+      const current = this.#deployments.get(name)?.spec.revision;
+      for (const revision of byRevision.keys()) {
+        if (revision === current || used.has(`${name}\u0000${revision}`)) continue;
+        try {
+          this.#o.store.deleteDeploymentRevision(name, revision);
+        } catch (error) {
+          // Kept in the store: harmless, pruned again at the next reconcile.
+          if (!isStoreFailure(error)) throw error;
+          continue;
+        }
+        byRevision.delete(revision);
+      }
+      if (byRevision.size === 0) this.#revisions.delete(name);
+    }
   }
 
   /**
@@ -2121,7 +2547,7 @@ export class Cluster {
     if (!all && dirty.size === 0) return;
     const byNode = new Map<string, { p: PlacementRecord; rank: PlacementRankRecord }[]>();
     for (const p of this.#placements.values()) {
-      if (!this.#deployments.has(p.deployment)) continue;
+      if (this.#specOf(p) === undefined) continue;
       for (const rank of p.ranks) {
         if (!all && !dirty.has(rank.nodeId)) continue;
         if (!this.#nodes.has(rank.nodeId)) continue;
@@ -2134,9 +2560,7 @@ export class Cluster {
       const entries = (byNode.get(node.record.id) ?? []).sort(
         (a, b) => a.p.replicaId.localeCompare(b.p.replicaId) || a.rank.rank - b.rank.rank,
       );
-      const specs = entries.map(
-        ({ p }) => (this.#deployments.get(p.deployment) as { spec: DeploymentSpec }).spec,
-      );
+      const specs = entries.map(({ p }) => this.#specOf(p) as DeploymentSpec);
       const rank0Address = (p: PlacementRecord) =>
         this.#nodes.get(p.ranks[0]?.nodeId ?? "")?.record.advertiseAddress ?? "";
       const fingerprint = entries
@@ -2360,7 +2784,7 @@ export class Cluster {
     for (const d of this.#deployments.values()) {
       if (d.spec.servedModelName !== model) continue;
       for (const p of this.#placements.values()) {
-        if (p.deployment !== d.spec.name) continue;
+        if (p.deployment !== d.spec.name || p.retirement?.phase === "draining") continue;
         const view = this.#replicaView(p);
         if (view.state !== ReplicaState.READY || !view.endpoint) continue;
         if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
@@ -2451,6 +2875,27 @@ export class Cluster {
           ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
         });
       }
+    }
+    // Draining replicas stay listed, taking no new requests, so that routers finish (and
+    // report) what they have in flight on them; also those of a deleted deployment, whose
+    // model is gone.
+    for (const id of this.#retiring) {
+      const p = this.#placements.get(id);
+      const spec = p === undefined ? undefined : this.#specOf(p);
+      if (p?.retirement?.phase !== "draining" || spec === undefined) continue;
+      const endpoint = this.#endpointOf(p);
+      if (endpoint === undefined) continue;
+      if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
+      const apiKey = this.#engineKeys.get(p.replicaId);
+      replicas.push({
+        id: p.replicaId,
+        model: spec.servedModelName,
+        deployment: p.deployment,
+        baseUrl: `http://${endpoint}`,
+        state: "draining",
+        capacity: spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
+        ...(apiKey === undefined ? {} : { apiKey }),
+      });
     }
     replicas.sort((a, b) => a.id.localeCompare(b.id));
     return { models, replicas };

@@ -2,6 +2,7 @@ import {
   type DeploymentSpec,
   deploymentGpusPerReplica,
   engineSupportsMultiNode,
+  rolloutLimits,
 } from "@llmgw/engines";
 import type {
   Reason,
@@ -10,88 +11,443 @@ import type {
   SchedulerDeployment,
   SchedulerNode,
 } from "@llmgw/scheduler";
-import type { PlacementRecord } from "../store/types.js";
+import type { PlacementRecord, RetirementRecord } from "../store/types.js";
 
 /** The scheduler as the reconciler uses it: pure, deterministic for the same input. */
 export type ScheduleFn = (input: ScheduleInput) => ScheduleResult;
+
+/** Where a placed replica stands, as far as leaving it is concerned. */
+export type ReplicaCondition =
+  /** Takes traffic (ready, with an endpoint, on nodes not lost). */
+  | "serving"
+  /** Placed, not ready yet (pending, starting, loading): a replacement on its way. */
+  | "coming"
+  /** Its engine failed: the restart policy gave up. */
+  | "failed"
+  /** Anything else (exited, unhealthy, stopping, not reported). */
+  | "idle";
 
 /** What {@link planReconcile} works from. */
 export interface ReconcileInput {
   /** Current specs by name. */
   readonly deployments: ReadonlyMap<string, DeploymentSpec>;
+  /** The spec of an older revision still run by some replica; undefined when not kept. */
+  readonly specOf: (deployment: string, revision: number) => DeploymentSpec | undefined;
   readonly placements: readonly PlacementRecord[];
   /** Every known, non-revoked node, in scheduler form (fabric trouble included). */
   readonly nodes: readonly SchedulerNode[];
+  readonly condition: (replicaId: string) => ReplicaCondition;
+  /**
+   * True when a draining replica has nothing in flight any more (every connected router said
+   * so, and its engine agrees): it may stop.
+   */
+  readonly drained: (replicaId: string) => boolean;
   readonly schedule: ScheduleFn;
   readonly nowMs: number;
 }
 
-/** A placement to drop and why. */
+/** Why a placement stops now. */
+export type RemovalKind =
+  /** A loss (node lost or gone, GPU unusable, port trouble): nothing to drain. */
+  | "lost"
+  /** Leaving and serving nothing (not ready, or failed): stopped at once. */
+  | "idle"
+  /** Drained: no request in flight. */
+  | "drained"
+  /** Its drain timed out with requests still in flight. */
+  | "drain-timeout";
+
+/** A placement to drop now, and why. */
 export interface PlacementRemovalPlan {
   readonly placement: PlacementRecord;
-  /** The scheduler's reason: its codes (`node-lost`, `shape-changed`, …) are the one vocabulary. */
   readonly reason: Reason;
+  readonly kind: RemovalKind;
 }
 
 /** What the control plane should do to converge; applied (and persisted) by the caller. */
 export interface ReconcilePlan {
-  /** Placements to keep, with revisions brought up to date. */
+  /**
+   * Placements to keep, with revisions brought up to date and retirements set; those whose
+   * record changed are also in {@link changed}.
+   */
   readonly keep: readonly PlacementRecord[];
+  /** Kept placements whose record changed (revision, retirement), by replica id order. */
+  readonly changed: readonly PlacementRecord[];
   readonly add: readonly PlacementRecord[];
   readonly remove: readonly PlacementRemovalPlan[];
   /** Reasons per deployment that misses replicas; absent = fully placed. */
   readonly unschedulable: ReadonlyMap<string, { missing: number; reasons: readonly Reason[] }>;
+  /**
+   * Deployments taking a replica away before its replacement is ready, because none could
+   * be placed (no room for a surge): announced, never silent.
+   */
+  readonly dips: readonly { readonly deployment: string; readonly message: string }[];
 }
 
+/** Scheduler codes of planned removals: the replica drains instead of stopping. */
+const DRAIN_NOW = new Set(["scale-down", "preempted", "deployment-deleted"]);
+/** Scheduler codes of planned moves: the replacement is made before the replica drains. */
+const MOVE = new Set(["node-draining", "shape-changed"]);
+
 /**
- * Decides placements: the scheduler owns every rule (which placement goes and why, which
- * stays at a new revision, what is added); this translates between the control plane's
- * records and the scheduler's plain input and back. Pure apart from calling `schedule`.
+ * Decides placements and how replicas leave. The scheduler owns where replicas go and which
+ * placement must leave and why (one code vocabulary); this adds the lifecycle around it:
+ *
+ * - A loss removes a replica at once: there is nothing left to drain.
+ * - A planned removal (scale-down, preemption, undeploy) drains the replica first: it takes
+ *   no new requests, and stops once nothing is in flight or its `drainTimeoutSeconds` ends.
+ * - A planned move (node drain) and a new revision that changes how engines run make before
+ *   they break: the leaving replica keeps serving (`waiting`) while its replacement starts,
+ *   and drains once enough replicas serve (`replicas − maxUnavailable`). A rolling update
+ *   marks at most `maxSurge` old replicas at a time. When no replacement can be placed and
+ *   none is coming, one replica at a time goes anyway, announced as a capacity dip.
+ * - A new revision that runs engines the same way (routing policy, limits) keeps its
+ *   replicas at that revision, untouched.
+ *
+ * Leaving replicas are held: their GPUs stay taken until they stop, so nothing new lands on
+ * GPUs still serving. Pure apart from calling `schedule`.
  */
 export function planReconcile(input: ReconcileInput): ReconcilePlan {
-  const deployments: SchedulerDeployment[] = [];
-  for (const spec of input.deployments.values()) deployments.push(schedulerDeployment(spec));
-  const result = input.schedule({
-    nodes: input.nodes,
-    deployments,
-    // A record has every field of the scheduler's placement (and more it ignores).
-    placements: input.placements,
-  });
-
-  const removed = new Map(result.remove.map((r) => [r.replicaId, r.reason]));
-  const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));
-  const keep: PlacementRecord[] = [];
+  const now = input.nowMs;
   const remove: PlacementRemovalPlan[] = [];
+  /** Replica id → its record as kept (retirement or revision possibly changed). */
+  const kept = new Map<string, PlacementRecord>();
+  const changed = new Set<string>();
+  const held = new Set<string>();
+  const fresh = new Set<string>();
+  /** Deployment → ready replicas of older revisions still counted as its replicas. */
+  const oldServing = new Map<string, PlacementRecord[]>();
+  const dips: { deployment: string; message: string }[] = [];
+
+  const retire = (p: PlacementRecord, retirement: RetirementRecord): void => {
+    kept.set(p.replicaId, { ...p, retirement });
+    changed.add(p.replicaId);
+    held.add(p.replicaId);
+    fresh.delete(p.replicaId);
+  };
+  const drainingOf = (p: PlacementRecord, code: string, message: string): RetirementRecord => {
+    const spec = input.deployments.get(p.deployment) ?? input.specOf(p.deployment, p.revision);
+    const timeout = spec === undefined ? 0 : rolloutLimits(spec).drainTimeoutMs;
+    return {
+      code,
+      message,
+      phase: "draining",
+      sinceMs: p.retirement?.sinceMs ?? now,
+      drainingSinceMs: now,
+      deadlineMs: now + timeout,
+    };
+  };
+  /** A planned removal: drains when serving, else stops now. */
+  const leave = (p: PlacementRecord, reason: Reason, move: boolean): void => {
+    const condition = input.condition(p.replicaId);
+    if (condition !== "serving") {
+      remove.push({ placement: p, reason, kind: "idle" });
+      kept.delete(p.replicaId);
+      fresh.delete(p.replicaId);
+      return;
+    }
+    retire(
+      p,
+      move
+        ? { code: reason.code, message: reason.message, phase: "waiting", sinceMs: now }
+        : drainingOf(p, reason.code, reason.message),
+    );
+  };
+
+  // 1. Sort what is placed: leaving already, of a deleted deployment, of an older revision.
   for (const p of input.placements) {
-    const reason = removed.get(p.replicaId);
-    if (reason) {
-      remove.push({ placement: p, reason });
+    const spec = input.deployments.get(p.deployment);
+    const retirement = p.retirement;
+    if (retirement !== undefined) {
+      if (retirement.phase === "draining") {
+        if (input.drained(p.replicaId)) {
+          remove.push({ placement: p, reason: reasonOf(retirement), kind: "drained" });
+          continue;
+        }
+        if (now >= (retirement.deadlineMs ?? 0)) {
+          remove.push({ placement: p, reason: reasonOf(retirement), kind: "drain-timeout" });
+          continue;
+        }
+      } else if (input.condition(p.replicaId) !== "serving") {
+        remove.push({ placement: p, reason: reasonOf(retirement), kind: "idle" });
+        continue;
+      }
+      kept.set(p.replicaId, p);
+      held.add(p.replicaId);
       continue;
     }
-    const revision = revised.get(p.replicaId);
-    keep.push(revision === undefined ? p : { ...p, revision });
+    kept.set(p.replicaId, p);
+    if (spec === undefined) {
+      leave(
+        p,
+        { code: "deployment-deleted", message: `deployment ${p.deployment} was deleted` },
+        false,
+      );
+      continue;
+    }
+    if (p.revision === spec.revision) {
+      fresh.add(p.replicaId);
+      continue;
+    }
+    const older = input.specOf(p.deployment, p.revision);
+    if (older !== undefined && sameLaunch(older, spec)) {
+      // Nothing the engine runs with changed: the scheduler keeps the replica at the new
+      // revision (`revised`).
+      fresh.add(p.replicaId);
+      continue;
+    }
+    const rollout: Reason = {
+      code: "rollout",
+      message: `deployment ${p.deployment} moves from revision ${p.revision} to ${spec.revision}`,
+    };
+    if (older === undefined || input.condition(p.replicaId) !== "serving") {
+      // Serving nothing (or its spec is gone): replaced without a wait.
+      remove.push({ placement: p, reason: rollout, kind: "idle" });
+      kept.delete(p.replicaId);
+      continue;
+    }
+    held.add(p.replicaId);
+    const list = oldServing.get(p.deployment) ?? [];
+    list.push(p);
+    oldServing.set(p.deployment, list);
   }
-  const add = result.add.map<PlacementRecord>((p) => ({
+
+  // 2. Rolling updates: up to maxSurge + maxUnavailable old replicas at a time wait for a
+  // replacement (those maxUnavailable allows drain at once, in step 4); old replicas beyond
+  // the replica count (scaled down mid-update) drain.
+  for (const [name, olds] of oldServing) {
+    const spec = input.deployments.get(name) as DeploymentSpec;
+    const limits = rolloutLimits(spec);
+    let waiting = 0;
+    for (const p of kept.values())
+      if (p.deployment === name && p.retirement?.phase === "waiting") waiting += 1;
+    const room = Math.max(0, limits.maxSurge + limits.maxUnavailable - waiting);
+    // Oldest revision first, then by id: deterministic.
+    olds.sort((a, b) => a.revision - b.revision || a.replicaId.localeCompare(b.replicaId));
+    for (const p of olds.splice(0, Math.max(0, olds.length - spec.replicas))) {
+      retire(
+        p,
+        drainingOf(
+          p,
+          "scale-down",
+          `deployment ${name} scaled to ${spec.replicas} during an update`,
+        ),
+      );
+    }
+    for (const p of olds.splice(0, room)) {
+      retire(p, {
+        code: "rollout",
+        message: `replaced by a replica at revision ${spec.revision} first (was ${p.revision})`,
+        phase: "waiting",
+        sinceMs: now,
+      });
+    }
+  }
+
+  // 3. Schedule: the current revision's replicas count, leaving ones hold their GPUs. A
+  // planned removal turns into a drain and the plan is made again with it held, so that
+  // nothing new is placed on GPUs that still serve.
+  let result: ScheduleResult | undefined;
+  for (let pass = 0; pass < 4; pass++) {
+    result = input.schedule({
+      nodes: input.nodes,
+      deployments: schedulerDeployments(input.deployments, oldServing),
+      placements: pick(kept, fresh),
+      held: pick(kept, held),
+    });
+    let replanned = false;
+    const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));
+    for (const r of result.remove) {
+      const p = kept.get(r.replicaId);
+      if (p === undefined) continue;
+      if (held.has(r.replicaId)) {
+        // A loss of a held replica: it goes now (a rollout's old one is replaced by the
+        // scheduler next pass, since it no longer counts).
+        remove.push({ placement: p, reason: r.reason, kind: "lost" });
+        kept.delete(r.replicaId);
+        held.delete(r.replicaId);
+        removeOld(oldServing, p);
+        replanned = true;
+      } else if (DRAIN_NOW.has(r.reason.code) || MOVE.has(r.reason.code)) {
+        leave(p, r.reason, MOVE.has(r.reason.code));
+        replanned = true;
+      } else {
+        remove.push({ placement: p, reason: r.reason, kind: "lost" });
+        kept.delete(r.replicaId);
+        fresh.delete(r.replicaId);
+        replanned = true;
+      }
+    }
+    for (const [id, revision] of revised) {
+      const p = kept.get(id);
+      if (p !== undefined && p.revision !== revision && fresh.has(id)) {
+        kept.set(id, { ...p, revision });
+        changed.add(id);
+      }
+    }
+    if (!replanned) break;
+  }
+  const final = result as ScheduleResult;
+
+  // 4. Waiting replicas drain once enough others serve; a deployment that cannot get a
+  // replacement lets one go at a time, announced.
+  const adds = final.add.map<PlacementRecord>((p) => ({
     replicaId: p.replicaId,
     deployment: p.deployment,
     revision: p.revision,
     ranks: p.ranks.map((r) => ({ rank: r.rank, nodeId: r.nodeId, gpuIndices: [...r.gpuIndices] })),
     fabricId: p.fabricId,
-    createdAtMs: input.nowMs,
+    createdAtMs: now,
   }));
   const unschedulable = new Map(
-    result.unschedulable.map((u) => [
+    final.unschedulable.map((u) => [
       u.deployment,
       { missing: u.missingReplicas, reasons: u.reasons },
     ]),
   );
-  return { keep, add, remove, unschedulable };
+  const byDeployment = new Map<string, PlacementRecord[]>();
+  for (const p of kept.values()) {
+    const list = byDeployment.get(p.deployment) ?? [];
+    list.push(p);
+    byDeployment.set(p.deployment, list);
+  }
+  for (const [name, list] of byDeployment) {
+    const spec = input.deployments.get(name);
+    if (spec === undefined) continue;
+    const waiting = list
+      .filter((p) => p.retirement?.phase === "waiting")
+      .sort(
+        (a, b) =>
+          (a.retirement?.sinceMs ?? 0) - (b.retirement?.sinceMs ?? 0) ||
+          a.replicaId.localeCompare(b.replicaId),
+      );
+    if (waiting.length === 0) continue;
+    const { maxUnavailable } = rolloutLimits(spec);
+    let serving = 0;
+    let coming = false;
+    let draining = false;
+    for (const p of list) {
+      if (p.retirement?.phase === "draining") {
+        draining = true;
+        continue;
+      }
+      const condition = input.condition(p.replicaId);
+      if (condition === "serving") serving += 1;
+      else if (condition === "coming") coming = true;
+    }
+    if (adds.some((p) => p.deployment === name)) coming = true;
+    const floor = spec.replicas - maxUnavailable;
+    let advanced = false;
+    for (const p of waiting) {
+      if (serving - 1 < floor) continue;
+      retire(p, drainingOf(p, p.retirement?.code ?? "rollout", p.retirement?.message ?? ""));
+      serving -= 1;
+      advanced = true;
+    }
+    const stuck = waiting.find((p) => kept.get(p.replicaId)?.retirement?.phase === "waiting");
+    if (stuck !== undefined && !advanced && !coming && !draining && unschedulable.has(name)) {
+      const why =
+        unschedulable
+          .get(name)
+          ?.reasons.map((r) => r.message)
+          .join("; ") ?? "";
+      retire(
+        stuck,
+        drainingOf(stuck, stuck.retirement?.code ?? "rollout", stuck.retirement?.message ?? ""),
+      );
+      dips.push({
+        deployment: name,
+        message: `no room for a replacement (${why}): ${stuck.replicaId} drains first, ${serving - 1} of ${spec.replicas} replicas serve until its replacement is ready`,
+      });
+    }
+  }
+
+  const keep = [...kept.values()];
+  return {
+    keep,
+    changed: keep
+      .filter((p) => changed.has(p.replicaId))
+      .sort((a, b) => a.replicaId.localeCompare(b.replicaId)),
+    add: adds,
+    remove,
+    unschedulable,
+    dips,
+  };
+}
+
+/** The retirement's reason as a scheduler-style reason. */
+function reasonOf(r: RetirementRecord): Reason {
+  return { code: r.code, message: r.message };
+}
+
+function pick(from: ReadonlyMap<string, PlacementRecord>, ids: ReadonlySet<string>) {
+  const out: PlacementRecord[] = [];
+  for (const id of ids) {
+    const p = from.get(id);
+    if (p !== undefined) out.push(p);
+  }
+  return out;
+}
+
+function removeOld(oldServing: Map<string, PlacementRecord[]>, p: PlacementRecord): void {
+  const list = oldServing.get(p.deployment);
+  if (list === undefined) return;
+  const i = list.findIndex((q) => q.replicaId === p.replicaId);
+  if (i >= 0) list.splice(i, 1);
+}
+
+/**
+ * Fields that do not change how an engine runs: a revision that differs only in these keeps
+ * its replicas (no restart, no rolling update).
+ */
+const NOT_LAUNCHED: readonly (keyof DeploymentSpec)[] = [
+  "replicas",
+  "revision",
+  "routingPolicy",
+  "priority",
+  "allowPreemption",
+  "maxConcurrencyPerReplica",
+  "loadingDeadlineSeconds",
+  "maxSurge",
+  "maxUnavailable",
+  "drainTimeoutSeconds",
+];
+
+/** True when replicas of `a` and of `b` run the same engine the same way. */
+export function sameLaunch(a: DeploymentSpec, b: DeploymentSpec): boolean {
+  const strip = (s: DeploymentSpec): string => {
+    const skip = new Set<string>(NOT_LAUNCHED);
+    const entries = Object.entries(s)
+      .filter(([k, v]) => !skip.has(k) && v !== undefined)
+      .sort(([x], [y]) => x.localeCompare(y));
+    // Env order means nothing.
+    const env = Object.entries(s.env).sort(([x], [y]) => x.localeCompare(y));
+    return JSON.stringify(entries.map(([k, v]) => (k === "env" ? [k, env] : [k, v])));
+  };
+  return strip(a) === strip(b);
+}
+
+/**
+ * The scheduler's view of each spec. Ready replicas of an older revision still count during
+ * a rolling update (they are held, not placed): the scheduler is asked for that many fewer.
+ */
+function schedulerDeployments(
+  specs: ReadonlyMap<string, DeploymentSpec>,
+  oldServing: ReadonlyMap<string, readonly PlacementRecord[]>,
+): SchedulerDeployment[] {
+  const out: SchedulerDeployment[] = [];
+  for (const spec of specs.values()) {
+    const base = schedulerDeployment(spec);
+    const olds = oldServing.get(spec.name)?.length ?? 0;
+    out.push(olds === 0 ? base : { ...base, replicas: Math.max(0, base.replicas - olds) });
+  }
+  return out;
 }
 
 /** The scheduler's view of a spec, one object per spec object (reconciles reuse it). */
-const schedulerDeployments = new WeakMap<DeploymentSpec, SchedulerDeployment>();
+const schedulerDeploymentCache = new WeakMap<DeploymentSpec, SchedulerDeployment>();
 function schedulerDeployment(spec: DeploymentSpec): SchedulerDeployment {
-  let d = schedulerDeployments.get(spec);
+  let d = schedulerDeploymentCache.get(spec);
   if (d === undefined) {
     d = {
       name: spec.name,
@@ -105,7 +461,7 @@ function schedulerDeployment(spec: DeploymentSpec): SchedulerDeployment {
       priority: spec.priority,
       allowPreemption: spec.allowPreemption,
     };
-    schedulerDeployments.set(spec, d);
+    schedulerDeploymentCache.set(spec, d);
   }
   return d;
 }

@@ -113,8 +113,10 @@ export function checkPlan(input: ScheduleInput, result: ScheduleResult): string[
   const nodes = new Map(input.nodes.map((n) => [n.id, n]));
   const deployments = new Map(input.deployments.map((d) => [d.name, d]));
   const existing = new Map(input.placements.map((p) => [p.replicaId, p]));
+  const held = new Map((input.held ?? []).map((p) => [p.replicaId, p]));
   for (const r of result.remove) {
-    if (!existing.has(r.replicaId)) problems.push(`removes unknown replica ${r.replicaId}`);
+    if (!existing.has(r.replicaId) && !held.has(r.replicaId))
+      problems.push(`removes unknown replica ${r.replicaId}`);
   }
   const removed = new Set(result.remove.map((r) => r.replicaId));
   for (const p of result.revised) {
@@ -127,8 +129,9 @@ export function checkPlan(input: ScheduleInput, result: ScheduleResult): string[
       problems.push(`${p.replicaId}: revised to another revision than its deployment's`);
   }
   const after = [...input.placements.filter((p) => !removed.has(p.replicaId)), ...result.add];
+  const heldAfter = [...held.values()].filter((p) => !removed.has(p.replicaId));
   const owners = new Map<string, string>();
-  for (const p of after) {
+  for (const p of [...heldAfter, ...after]) {
     for (const rank of p.ranks) {
       for (const gpu of rank.gpuIndices) {
         const key = `${rank.nodeId}/${gpu}`;
@@ -144,7 +147,7 @@ export function checkPlan(input: ScheduleInput, result: ScheduleResult): string[
       problems.push(`${p.replicaId}: added for unknown deployment`);
       continue;
     }
-    if (existing.has(p.replicaId) && !removed.has(p.replicaId)) {
+    if ((existing.has(p.replicaId) || held.has(p.replicaId)) && !removed.has(p.replicaId)) {
       problems.push(`${p.replicaId}: id already in use`);
     }
     if (p.revision !== d.revision) problems.push(`${p.replicaId}: wrong revision`);

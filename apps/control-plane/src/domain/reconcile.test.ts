@@ -1,0 +1,327 @@
+import { type DeploymentSpec, parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { type SchedulerNode, schedule } from "@llmgw/scheduler";
+import { testNode } from "@llmgw/scheduler/testing";
+import { describe, expect, it } from "vitest";
+import type { PlacementRecord } from "../store/types.js";
+import {
+  planReconcile,
+  type ReconcileInput,
+  type ReplicaCondition,
+  sameLaunch,
+} from "./reconcile.js";
+
+const NOW = 1_000_000;
+
+function spec(input: Record<string, unknown> = {}): DeploymentSpec {
+  return parseDeploymentSpecOrThrow({
+    name: "chat",
+    model: "org/model",
+    engine: "vllm",
+    tensorParallel: 2,
+    replicas: 2,
+    ...input,
+  });
+}
+
+function placed(id: string, node: string, gpus: number[], extra: Partial<PlacementRecord> = {}) {
+  return {
+    replicaId: id,
+    deployment: "chat",
+    revision: 1,
+    ranks: [{ rank: 0, nodeId: node, gpuIndices: gpus }],
+    createdAtMs: 0,
+    ...extra,
+  } satisfies PlacementRecord;
+}
+
+interface World {
+  specs: DeploymentSpec[];
+  older?: DeploymentSpec[];
+  placements: PlacementRecord[];
+  nodes: SchedulerNode[];
+  conditions?: Record<string, ReplicaCondition>;
+  drained?: string[];
+  now?: number;
+}
+
+function plan(w: World) {
+  const input: ReconcileInput = {
+    deployments: new Map(w.specs.map((s) => [s.name, s])),
+    specOf: (name, revision) =>
+      [...(w.older ?? []), ...w.specs].find((s) => s.name === name && s.revision === revision),
+    placements: w.placements,
+    nodes: w.nodes,
+    // Placed replicas serve unless a test says otherwise; new ones are coming.
+    condition: (id) => w.conditions?.[id] ?? "serving",
+    drained: (id) => (w.drained ?? []).includes(id),
+    schedule,
+    nowMs: w.now ?? NOW,
+  };
+  return planReconcile(input);
+}
+
+const leaving = (p: ReturnType<typeof plan>) =>
+  p.changed.map((c) => `${c.replicaId}:${c.retirement?.phase ?? `r${c.revision}`}`);
+const removed = (p: ReturnType<typeof plan>) =>
+  p.remove.map((r) => `${r.placement.replicaId}:${r.kind}`);
+
+describe("planReconcile: planned removals drain", () => {
+  it("a scale-down drains the surplus replica instead of stopping it", () => {
+    const p = plan({
+      specs: [spec({ replicas: 1, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: [testNode("n1"), testNode("n2")],
+    });
+    expect(p.remove).toEqual([]);
+    expect(p.add).toEqual([]);
+    expect(p.changed).toHaveLength(1);
+    const r = p.changed[0]?.retirement;
+    expect(r).toMatchObject({ code: "scale-down", phase: "draining", drainingSinceMs: NOW });
+    expect(r?.deadlineMs).toBe(NOW + 300_000);
+  });
+
+  it("drainTimeoutSeconds sets the deadline", () => {
+    const p = plan({
+      specs: [spec({ replicas: 0, revision: 1, drainTimeoutSeconds: 7 })],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1")],
+    });
+    expect(p.changed[0]?.retirement?.deadlineMs).toBe(NOW + 7_000);
+  });
+
+  it("a replica that serves nothing leaves at once", () => {
+    const p = plan({
+      specs: [spec({ replicas: 0, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1")],
+      conditions: { "chat-0": "coming" },
+    });
+    expect(removed(p)).toEqual(["chat-0:idle"]);
+  });
+
+  it("a deleted deployment's replicas drain", () => {
+    const p = plan({
+      specs: [],
+      older: [spec({ revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n1", [2, 3])],
+      nodes: [testNode("n1")],
+      conditions: { "chat-1": "failed" },
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining"]);
+    expect(p.changed[0]?.retirement?.code).toBe("deployment-deleted");
+    expect(removed(p)).toEqual(["chat-1:idle"]);
+  });
+
+  it("a drained replica stops; one past its deadline stops with drain-timeout", () => {
+    const draining = (id: string, gpus: number[], deadlineMs: number) =>
+      placed(id, "n1", gpus, {
+        retirement: {
+          code: "scale-down",
+          message: "m",
+          phase: "draining",
+          sinceMs: 0,
+          drainingSinceMs: 0,
+          deadlineMs,
+        },
+      });
+    const p = plan({
+      specs: [spec({ replicas: 0, revision: 1 })],
+      placements: [
+        draining("chat-0", [0, 1], NOW + 1),
+        draining("chat-1", [2, 3], NOW),
+        draining("chat-2", [4, 5], NOW + 1),
+      ],
+      nodes: [testNode("n1")],
+      drained: ["chat-0"],
+    });
+    expect(removed(p).sort()).toEqual(["chat-0:drained", "chat-1:drain-timeout"]);
+    expect(p.keep.map((k) => k.replicaId)).toEqual(["chat-2"]);
+    expect(p.changed).toEqual([]);
+  });
+
+  it("a loss removes at once: nothing is left to drain", () => {
+    const p = plan({
+      specs: [spec({ replicas: 1, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { state: "lost" }), testNode("n2")],
+    });
+    expect(removed(p)).toEqual(["chat-0:lost"]);
+    expect(p.add.map((a) => a.ranks[0]?.nodeId)).toEqual(["n2"]);
+  });
+
+  it("GPUs of a draining replica are not given to anything new", () => {
+    // One 2-GPU node: scaling chat down while `other` waits for GPUs must not place `other`
+    // on the GPUs chat still serves from.
+    const other = parseDeploymentSpecOrThrow({
+      name: "other",
+      model: "org/other",
+      engine: "vllm",
+      tensorParallel: 2,
+      revision: 1,
+    });
+    const p = plan({
+      specs: [spec({ replicas: 0, revision: 1 }), other],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { gpus: 2 })],
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining"]);
+    expect(p.add).toEqual([]);
+    expect(p.unschedulable.get("other")?.missing).toBe(1);
+    // Once drained, the next plan places it there.
+    const after = plan({
+      specs: [spec({ replicas: 0, revision: 1 }), other],
+      placements: p.keep,
+      nodes: [testNode("n1", { gpus: 2 })],
+      drained: ["chat-0"],
+    });
+    expect(removed(after)).toEqual(["chat-0:drained"]);
+    expect(after.add.map((a) => a.replicaId)).toEqual(["other-0"]);
+  });
+});
+
+describe("planReconcile: make before break", () => {
+  it("a node drain starts the replacement first, then drains the old replica", () => {
+    const world: World = {
+      specs: [spec({ replicas: 1, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { draining: true, cordoned: true }), testNode("n2")],
+    };
+    const first = plan(world);
+    expect(leaving(first)).toEqual(["chat-0:waiting"]);
+    expect(first.add.map((a) => `${a.replicaId}@${a.ranks[0]?.nodeId}`)).toEqual(["chat-1@n2"]);
+    expect(first.remove).toEqual([]);
+    // While the replacement loads, the old one keeps serving.
+    const loading = plan({
+      ...world,
+      placements: [...first.keep, ...first.add],
+      conditions: { "chat-1": "coming" },
+    });
+    expect(loading.changed).toEqual([]);
+    expect(loading.add).toEqual([]);
+    // Ready: the old one drains.
+    const ready = plan({ ...world, placements: [...first.keep, ...first.add] });
+    expect(leaving(ready)).toEqual(["chat-0:draining"]);
+    expect(ready.dips).toEqual([]);
+  });
+
+  it("with no room for a replacement, one replica goes at a time and the dip is announced", () => {
+    const p = plan({
+      specs: [spec({ replicas: 2, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: [
+        testNode("n1", { gpus: 2, draining: true, cordoned: true }),
+        testNode("n2", { gpus: 2, draining: true, cordoned: true }),
+      ],
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining", "chat-1:waiting"]);
+    expect(p.dips).toHaveLength(1);
+    expect(p.dips[0]?.message).toMatch(/no room for a replacement .*chat-0 drains first, 1 of 2/);
+  });
+
+  it("maxUnavailable lets a replica drain without waiting", () => {
+    const p = plan({
+      specs: [spec({ replicas: 2, revision: 1, maxUnavailable: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: [testNode("n1", { draining: true, cordoned: true }), testNode("n2"), testNode("n3")],
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining"]);
+    expect(p.add.map((a) => a.ranks[0]?.nodeId)).toEqual(["n3"]);
+    expect(p.dips).toEqual([]);
+  });
+});
+
+describe("planReconcile: rolling updates", () => {
+  const v1 = spec({ replicas: 2, revision: 1 });
+  const v2 = spec({ replicas: 2, revision: 2, extraArgs: ["--enforce-eager"] });
+  const nodes = [testNode("n1", { gpus: 4 }), testNode("n2", { gpus: 4 })];
+
+  it("replaces maxSurge replicas at a time, each drained only once its replacement serves", () => {
+    let placements: PlacementRecord[] = [
+      placed("chat-0", "n1", [0, 1]),
+      placed("chat-1", "n2", [0, 1]),
+    ];
+    const step = (conditions: Record<string, ReplicaCondition> = {}, drained: string[] = []) => {
+      const p = plan({ specs: [v2], older: [v1], placements, nodes, conditions, drained });
+      placements = [...p.keep, ...p.add];
+      return p;
+    };
+    const first = step();
+    expect(leaving(first)).toEqual(["chat-0:waiting"]);
+    expect(first.add.map((a) => `${a.replicaId}@r${a.revision}`)).toEqual(["chat-2@r2"]);
+    // chat-1 (old, not yet replaced) is untouched and still counted.
+    expect(placements.find((p) => p.replicaId === "chat-1")?.retirement).toBeUndefined();
+    expect(step({ "chat-2": "coming" }).changed).toEqual([]);
+    const second = step();
+    expect(leaving(second)).toEqual(["chat-0:draining"]);
+    // Nothing new while the drained one holds its slot in the surge: the next old one is
+    // marked only after chat-0 leaves.
+    expect(second.add).toEqual([]);
+    const third = step({}, ["chat-0"]);
+    expect(removed(third)).toEqual(["chat-0:drained"]);
+    expect(leaving(third)).toEqual(["chat-1:waiting"]);
+    expect(third.add.map((a) => `${a.replicaId}@r${a.revision}`)).toEqual(["chat-0@r2"]);
+    const fourth = step();
+    expect(leaving(fourth)).toEqual(["chat-1:draining"]);
+    const done = step({}, ["chat-1"]);
+    expect(removed(done)).toEqual(["chat-1:drained"]);
+    expect(done.add).toEqual([]);
+    expect(placements.map((p) => `${p.replicaId}@r${p.revision}`).sort()).toEqual([
+      "chat-0@r2",
+      "chat-2@r2",
+    ]);
+  });
+
+  it("a revision that runs engines the same way keeps its replicas (no restart)", () => {
+    const v2Policy = spec({ replicas: 2, revision: 2, routingPolicy: "round-robin" });
+    const p = plan({
+      specs: [v2Policy],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes,
+    });
+    expect(leaving(p)).toEqual(["chat-0:r2", "chat-1:r2"]);
+    expect(p.add).toEqual([]);
+    expect(p.remove).toEqual([]);
+  });
+
+  it("an old replica that serves nothing is replaced at once", () => {
+    const p = plan({
+      specs: [v2],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes,
+      conditions: { "chat-1": "failed" },
+    });
+    expect(removed(p)).toEqual(["chat-1:idle"]);
+    expect(leaving(p)).toEqual(["chat-0:waiting"]);
+    expect(p.add).toHaveLength(2);
+  });
+
+  it("on a full fleet the update goes one at a time, announced", () => {
+    const full = [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })];
+    const p = plan({
+      specs: [v2],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: full,
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining"]);
+    expect(p.dips[0]?.message).toMatch(/no room for a replacement/);
+    // When it is gone, its GPUs take the new revision.
+    const next = plan({
+      specs: [v2],
+      older: [v1],
+      placements: p.keep,
+      nodes: full,
+      drained: ["chat-0"],
+    });
+    expect(removed(next)).toEqual(["chat-0:drained"]);
+    expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n1@r2"]);
+  });
+
+  it("sameLaunch ignores what does not reach the engine, and sees what does", () => {
+    expect(sameLaunch(v1, spec({ revision: 5, replicas: 9, priority: 3, maxSurge: 2 }))).toBe(true);
+    expect(sameLaunch(v1, v2)).toBe(false);
+    expect(sameLaunch(v1, spec({ revision: 1, env: { A: "1" } }))).toBe(false);
+  });
+});
