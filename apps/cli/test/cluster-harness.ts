@@ -468,7 +468,13 @@ export class ClosedLoopTraffic {
     readonly routers: readonly RouterProc[],
     readonly apiKey: string,
     readonly model: string,
-    readonly options: { loops?: number; maxTokens?: number; timeoutMs?: number } = {},
+    readonly options: {
+      loops?: number;
+      maxTokens?: number;
+      timeoutMs?: number;
+      /** Every other loop streams (`stream: true`); a stream is ok only if it ends whole. */
+      streams?: boolean;
+    } = {},
   ) {}
   start(): void {
     this.#running = true;
@@ -489,12 +495,18 @@ export class ClosedLoopTraffic {
       n += 1;
       const startedAt = performance.now();
       let outcome: Omit<TrafficOutcome, "router" | "startedAt" | "endedAt">;
+      const content = `${router} loop ${loop} request ${n}`;
       try {
+        if (this.options.streams === true && loop % 2 === 1) {
+          outcome = await this.#stream(client, content);
+          this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
+          continue;
+        }
         const { data, response } = await client.chat.completions
           .create({
             model: this.model,
             max_tokens: this.options.maxTokens ?? 8,
-            messages: [{ role: "user", content: `${router} loop ${loop} request ${n}` }],
+            messages: [{ role: "user", content }],
           })
           .withResponse();
         const error = incomplete(data);
@@ -510,6 +522,43 @@ export class ClosedLoopTraffic {
       }
       this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
     }
+  }
+  /**
+   * One streamed completion, read to its end: ok when content arrived, the last choice chunk
+   * has a finish reason and the stream ended without an error (a cut stream is not ok).
+   */
+  async #stream(
+    client: OpenAI,
+    content: string,
+  ): Promise<Omit<TrafficOutcome, "router" | "startedAt" | "endedAt">> {
+    const { data: stream, response } = await client.chat.completions
+      .create({
+        model: this.model,
+        max_tokens: this.options.maxTokens ?? 8,
+        stream: true,
+        stream_options: { include_usage: true },
+        messages: [{ role: "user", content }],
+      })
+      .withResponse();
+    let text = "";
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      const choice = chunk.choices[0];
+      text += choice?.delta?.content ?? "";
+      if (choice?.finish_reason) finish = choice.finish_reason;
+    }
+    const error =
+      text === ""
+        ? "stream: no content"
+        : finish !== "stop" && finish !== "length"
+          ? `stream: truncated (finish_reason ${String(finish)})`
+          : undefined;
+    return {
+      ok: error === undefined,
+      status: response.status,
+      replica: response.headers.get("x-llmgw-replica") ?? undefined,
+      error,
+    };
   }
   /** Outcomes through `router` (all routers when undefined) that ended after `since`. */
   since(since: number, router?: string): TrafficOutcome[] {

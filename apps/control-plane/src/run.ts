@@ -339,6 +339,12 @@ export async function startControlPlane(
 
   const clusterOptions = (store: ClusterStore) => ({
     store,
+    // A draining replica stops once every router connected now reported nothing in flight.
+    connectedRouters: () =>
+      routers
+        .list()
+        .filter((r) => r.connected)
+        .map((r) => r.id),
     schedule: deps.schedule ?? defaultSchedule,
     clock,
     heartbeatIntervalMs: resolved.heartbeatIntervalMs,

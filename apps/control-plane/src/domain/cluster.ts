@@ -608,6 +608,11 @@ export class Cluster {
    */
   #active = new Set<string>();
   readonly #drains: DrainTracker;
+  /**
+   * Set when a report changed the state of a replica of an {@link #active} deployment: the
+   * heartbeat reconciles (deferred) once it has taken the whole report.
+   */
+  #lifecycleStep: string | undefined;
   readonly #unschedulable = new Map<
     string,
     { missing: number; reasons: readonly { code: string; message: string }[] }
@@ -1059,8 +1064,9 @@ export class Cluster {
       this.#reconcile(
         `heartbeat from ${nodeId}: ${healthChanged ? "GPU health" : "port health"} changed`,
       );
-    } else if (failed || wasState === "lost") {
-      this.#requestReconcile(`heartbeat from ${nodeId}`);
+    } else if (failed || wasState === "lost" || this.#lifecycleStep !== undefined) {
+      this.#requestReconcile(this.#lifecycleStep ?? `heartbeat from ${nodeId}`);
+      this.#lifecycleStep = undefined;
     } else {
       this.#touch();
     }
@@ -1388,6 +1394,7 @@ export class Cluster {
   ): boolean {
     let newlyFailed = false;
     let routing = false;
+    let stepped: string | undefined;
     const put: ReplicaStatusRecord[] = [];
     const remove: [string, number][] = [];
     const next = new Map<string, ReplicaStatus>();
@@ -1419,7 +1426,7 @@ export class Cluster {
       if (placed === undefined) continue;
       // A replacement turning ready (or failing) may let a leaving replica go on.
       if (this.#active.has(placed.deployment))
-        this.#requestReconcile(`replica ${s.replicaId} ${replicaStateName(s.state)}`);
+        stepped ??= `replica ${s.replicaId} ${replicaStateName(s.state)}`;
       const failedNow = s.state === ReplicaState.FAILED;
       if (failedNow) newlyFailed = true;
       const tail =
@@ -1446,6 +1453,8 @@ export class Cluster {
     }
     node.statuses = next;
     if (routing) this.#routingChange();
+    // After the caller took the rest of the report (load, liveness): see #lifecycleStep.
+    if (stepped !== undefined) this.#lifecycleStep = stepped;
     this.#saveStatuses(put, remove);
     // A retired engine the agent no longer reports is gone.
     for (const key of node.retired.keys()) if (!reported.has(key)) node.retired.delete(key);

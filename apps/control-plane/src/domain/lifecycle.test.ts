@@ -1,0 +1,292 @@
+// How replicas leave, on a real Cluster over SQLite: drains held open by routers' in-flight
+// reports and by the engine's own load, make-before-break moves, rolling updates through the
+// desired sets agents receive, rollback of a failed revision, and an agent leaving.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { simulateInventory } from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { ReplicaState, ReplicaStatusSchema, RetirementPhase, RolloutState } from "@llmgw/proto";
+import { schedule } from "@llmgw/scheduler";
+import { inventoryToProto } from "@llmgw/wire";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { openSqliteStore } from "../store/sqlite-store.js";
+import type { ClusterStore } from "../store/types.js";
+import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { Cluster } from "./cluster.js";
+import { DRAIN_SETTLE_MS } from "./drains.js";
+
+let dir: string;
+let store: ClusterStore;
+let clock: ManualClock;
+let routers: string[];
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-lifecycle-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+  clock = createManualClock();
+  routers = ["r1"];
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const spec = (input: Record<string, unknown>) =>
+  parseDeploymentSpecOrThrow({
+    engine: "sim",
+    model: "org/model",
+    name: "chat",
+    gpuClass: "h100-80g",
+    ...input,
+  });
+
+function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
+  const newCluster = () =>
+    new Cluster({
+      store,
+      schedule,
+      clock,
+      heartbeatIntervalMs: 1000,
+      unreachableAfterMs: 3000,
+      nodeLostAfterMs: 10_000,
+      rendezvousPortMin: 29_500,
+      rendezvousPortMax: 29_999,
+      connectedRouters: () => routers,
+    });
+  const cluster = newCluster();
+  const ids = nodes.map(
+    (hostname, i) =>
+      cluster.register({
+        inventory: inventoryToProto(
+          simulateInventory(sim, { hostname, addresses: [`10.0.0.${i + 1}`], nowMs: clock.now() }),
+        ),
+        advertiseAddress: `10.0.0.${i + 1}`,
+        replicas: [],
+      }).nodeId,
+  );
+  /** Every node reports every rank it was given as `state` (per replica id when a map). */
+  const beat = (
+    states: Record<string, ReplicaState> = {},
+    load: Record<string, { running?: number; waiting?: number }> = {},
+  ) => {
+    for (const nodeId of ids) {
+      cluster.heartbeat(nodeId, {
+        gpus: [],
+        problems: [],
+        replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
+          create(ReplicaStatusSchema, {
+            replicaId: x.replicaId,
+            rank: x.rank,
+            state: states[x.replicaId] ?? ReplicaState.READY,
+            apiPort: 8000 + Number(x.replicaId.split("-").at(-1)),
+            revision: x.deployment?.revision ?? 0n,
+            ...(load[x.replicaId] ? { load: load[x.replicaId] } : {}),
+          }),
+        ),
+      });
+    }
+  };
+  const desired = () =>
+    ids.flatMap((id) =>
+      cluster
+        .desiredSet(id)
+        .assignments.map((a) => `${a.replicaId}@r${a.deployment?.revision}`),
+    );
+  const replicas = () =>
+    cluster.listReplicas().map((r) => {
+      const phase =
+        r.retirement === undefined
+          ? ""
+          : r.retirement.phase === RetirementPhase.WAITING
+            ? ":waiting"
+            : ":draining";
+      return `${r.replicaId}@r${r.revision}${phase}`;
+    });
+  const routed = () =>
+    cluster
+      .routingMembership()
+      .replicas.map((r) => `${r.id}:${r.state}`)
+      .sort();
+  const kinds = () => cluster.events.list({ limit: 500 }).map((e) => e.kind);
+  return { cluster, ids, beat, desired, replicas, routed, kinds, newCluster };
+}
+
+describe("draining", () => {
+  it("a scale-down keeps the replica running and routed as draining until routers report none in flight", () => {
+    const { cluster, beat, desired, routed, replicas, kinds } = setup();
+    cluster.applyDeployment(spec({ replicas: 2 }));
+    beat();
+    expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);
+    cluster.scaleDeployment("chat", 1);
+    // Still on its node (the agent keeps the engine), routed as draining.
+    expect(desired().sort()).toEqual(["chat-0@r1", "chat-1@r1"]);
+    expect(replicas()).toEqual(["chat-0@r1", "chat-1@r1:draining"]);
+    expect(routed()).toEqual(["chat-0:ready", "chat-1:draining"]);
+    const view = cluster.listReplicas().find((r) => r.replicaId === "chat-1");
+    expect(view?.retirement?.reason?.code).toBe("scale-down");
+    expect(view?.retirement?.inFlight).toBeUndefined();
+
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 2 }] });
+    expect(cluster.listReplicas()[1]?.retirement?.inFlight).toBe(2);
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.tick();
+    expect(replicas()).toContain("chat-1@r1:draining");
+    // Nothing in flight, but the settle time had passed only with the old report: a fresh
+    // report of 0 ends it.
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 0 }] });
+    expect(replicas()).toEqual(["chat-0@r1"]);
+    expect(desired()).toEqual(["chat-0@r1"]);
+    expect(kinds()).toContain("replica.drained");
+  });
+
+  it("waits for every connected router, and for the engine's own load", () => {
+    routers = ["r1", "r2"];
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.scaleDeployment("chat", 0);
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    // r2 does not hold it as draining yet.
+    cluster.reportInFlight("r2", { draining: [] });
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    // The engine still runs a request (a router that lost its control plane sent it).
+    beat({}, { "chat-0": { running: 1, waiting: 0 } });
+    cluster.reportInFlight("r2", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    beat({}, { "chat-0": { running: 0, waiting: 0 } });
+    cluster.tick();
+    expect(replicas()).toEqual([]);
+  });
+
+  it("stops a replica at its drain deadline, reporting what was still in flight", () => {
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1, drainTimeoutSeconds: 5 }));
+    beat();
+    cluster.scaleDeployment("chat", 0);
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 3 }] });
+    clock.advance(4_999);
+    cluster.tick();
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    clock.advance(1);
+    cluster.tick();
+    expect(replicas()).toEqual([]);
+    const event = cluster.events.list({ limit: 100 }).find((e) => e.kind === "replica.drain-timeout");
+    expect(event?.message).toMatch(/after 5s with 3 request\(s\) in flight/);
+  });
+
+  it("undeploy: the model leaves routers at once, the replicas drain on their own spec", () => {
+    const { cluster, beat, routed, desired, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.deleteDeployment("chat");
+    expect(cluster.routingMembership().models).toEqual([]);
+    expect(routed()).toEqual(["chat-0:draining"]);
+    expect(desired()).toEqual(["chat-0@r1"]);
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    expect(replicas()).toEqual([]);
+    expect(desired()).toEqual([]);
+  });
+
+  it("a drain survives a control-plane restart", () => {
+    const { cluster, beat, newCluster } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.deleteDeployment("chat");
+    const again = newCluster();
+    expect(again.listReplicas().map((r) => r.retirement?.phase)).toEqual([RetirementPhase.DRAINING]);
+    clock.advance(DRAIN_SETTLE_MS);
+    again.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    expect(again.listReplicas()).toEqual([]);
+  });
+});
+
+describe("make before break", () => {
+  it("a node drain starts the replacement and drains the old replica once it is ready", () => {
+    const { cluster, ids, beat, replicas, routed } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    const onA = cluster.placements()[0]?.ranks[0]?.nodeId === ids[0];
+    cluster.drainNode(onA ? "node-a" : "node-b");
+    expect(replicas()).toEqual(["chat-0@r1:waiting", "chat-1@r1"]);
+    // Waiting still takes requests; the replacement is loading.
+    beat({ "chat-1": ReplicaState.LOADING });
+    expect(routed()).toEqual(["chat-0:ready"]);
+    beat();
+    expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r1"]);
+    expect(routed()).toEqual(["chat-0:draining", "chat-1:ready"]);
+  });
+
+  it("a rolling update replaces one replica at a time, and never restarts one in place", () => {
+    const { cluster, beat, desired, replicas, routed } = setup();
+    cluster.applyDeployment(spec({ replicas: 2 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 2, extraArgs: ["--seed", "2"] }));
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe(RolloutState.IN_PROGRESS);
+    // The old replicas keep their revision's spec: no agent restarts them.
+    expect(desired().sort()).toEqual(["chat-0@r1", "chat-1@r1", "chat-2@r2"]);
+    expect(replicas()).toEqual(["chat-0@r1:waiting", "chat-1@r1", "chat-2@r2"]);
+    beat({ "chat-2": ReplicaState.LOADING });
+    expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);
+    beat();
+    expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r1", "chat-2@r2"]);
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    expect(replicas()).toEqual(["chat-0@r2", "chat-1@r1:waiting", "chat-2@r2"]);
+    beat();
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 0 }] });
+    expect(replicas()).toEqual(["chat-0@r2", "chat-2@r2"]);
+    const status = cluster.deploymentStatus("chat");
+    expect(status.rollout?.state).toBe(RolloutState.COMPLETE);
+    expect([status.rollout?.fromRevision, status.rollout?.toRevision]).toEqual([1n, 2n]);
+  });
+
+  it("a new revision that only changes routing keeps every replica", () => {
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 2 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 2, routingPolicy: "round-robin" }));
+    expect(replicas()).toEqual(["chat-0@r2", "chat-1@r2"]);
+    expect(cluster.deploymentStatus("chat").rollout).toBeUndefined();
+  });
+
+  it("a failed new revision rolls back; the old replicas serve throughout", () => {
+    const { cluster, beat, replicas, routed, kinds } = setup();
+    cluster.applyDeployment(spec({ replicas: 2 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 2, extraArgs: ["--fail-load"] }));
+    beat({ "chat-2": ReplicaState.FAILED });
+    const status = cluster.deploymentStatus("chat");
+    expect(status.rollout?.state).toBe(RolloutState.ROLLED_BACK);
+    expect(status.rollout?.message).toMatch(/revision 2 failed \(chat-2/);
+    expect(status.spec?.extraArgs).toEqual([]);
+    expect(status.spec?.revision).toBe(3n);
+    // The old replicas are kept at the rolled-back revision (same engines); the failed one went.
+    expect(replicas()).toEqual(["chat-0@r3", "chat-1@r3"]);
+    expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);
+    expect(kinds()).toContain("deployment.rolled-back");
+  });
+});
+
+describe("an agent leaving with its engines", () => {
+  it("drains its node, then ends its own drain when it is back, never an operator's", () => {
+    const { cluster, ids, beat } = setup(["node-a", "node-b"], "1xh100-80g");
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    const home = cluster.placements()[0]?.ranks[0]?.nodeId as string;
+    expect(cluster.setNodeLeaving(home, true)).toBe(2);
+    expect(cluster.getNode(home).draining).toBe(true);
+    cluster.setNodeLeaving(home, false);
+    expect(cluster.getNode(home).draining).toBe(false);
+    const other = ids.find((id) => id !== home) as string;
+    cluster.drainNode(other);
+    cluster.setNodeLeaving(other, false);
+    expect(cluster.getNode(other).draining).toBe(true);
+  });
+});
