@@ -29,3 +29,25 @@ describe("loadScrapeIntervalMs (--load-interval)", () => {
     );
   });
 });
+
+describe("leaveTimeoutMs (--leave-timeout)", () => {
+  it("defaults to 600 s", () => {
+    expect(parseAgentConfig(base).leaveTimeoutMs).toBe(600_000);
+  });
+
+  it.each([0, 1, 30_000, 86_400_000])("accepts %i ms", (ms) => {
+    expect(parseAgentConfig({ ...base, leaveTimeoutMs: ms }).leaveTimeoutMs).toBe(ms);
+  });
+
+  it.each([
+    [-1],
+    [86_400_001],
+    [0.5],
+    // What the CLI passes for `--leave-timeout 10m` (not a number of seconds).
+    [Number.NaN],
+  ])("refuses %d", (ms) => {
+    expect(() => parseAgentConfig({ ...base, leaveTimeoutMs: ms })).toThrow(
+      "invalid agent configuration: leaveTimeoutMs: must be 0..86400 seconds (--leave-timeout)",
+    );
+  });
+});

@@ -19,6 +19,12 @@ const allowableEnvName = z
     }
   });
 
+/** Default of `leaveTimeoutMs` (`--leave-timeout 600`). */
+export const DEFAULT_LEAVE_TIMEOUT_MS = 600_000;
+/** Longest `leaveTimeoutMs`: a day (a drain longer than that is an operator's, not a stop's). */
+export const MAX_LEAVE_TIMEOUT_MS = 86_400_000;
+const LEAVE_TIMEOUT_RANGE = `must be 0..${MAX_LEAVE_TIMEOUT_MS / 1000} seconds (--leave-timeout)`;
+
 /**
  * `llmgw agent` configuration, validated once here (flags and environment are mapped onto
  * this shape by the CLI). Durations are milliseconds.
@@ -67,6 +73,17 @@ export const agentConfigSchema = z.object({
   fabricNames: z.record(z.string(), z.string()).default({}),
   /** Stop engines when the agent exits (default: leave them for the next agent to adopt). */
   stopEngines: z.boolean().default(false),
+  /**
+   * `--leave-timeout S` (ms here): with `stopEngines`, how long the agent waits at shutdown
+   * for the control plane to move its replicas elsewhere and drain them (`SetLeaving`) before
+   * it stops what is left. 0: no wait, engines stop at once as before. At most a day.
+   */
+  leaveTimeoutMs: z
+    .number({ error: LEAVE_TIMEOUT_RANGE })
+    .int(LEAVE_TIMEOUT_RANGE)
+    .min(0, LEAVE_TIMEOUT_RANGE)
+    .max(MAX_LEAVE_TIMEOUT_MS, LEAVE_TIMEOUT_RANGE)
+    .default(DEFAULT_LEAVE_TIMEOUT_MS),
   engines: z
     .object({
       vllmCommand: z.array(z.string().min(1)).min(1).optional(),

@@ -17,6 +17,8 @@ import {
   type ReplicaStatus,
   ReportLoadRequestSchema,
   type ReportLoadResponse,
+  SetLeavingRequestSchema,
+  type SetLeavingResponse,
   type StreamHeartbeatRequest,
   StreamHeartbeatRequestSchema,
   type StreamHeartbeatResponse,
@@ -54,6 +56,11 @@ export interface ChannelHooks {
   applyDesired(response: HeartbeatResponse): Promise<void>;
   /** Called on every state change, with the reason. */
   onState?(state: ChannelState, detail: string): void;
+  /**
+   * Called after every heartbeat that got through (answered, or taken by the heartbeat
+   * stream), once its desired set is applied; must not block (the next beat waits for it).
+   */
+  onHeartbeat?(): void;
 }
 
 export interface ControlChannelOptions {
@@ -331,6 +338,28 @@ export class ControlChannel {
   }
 
   /**
+   * Tells the control plane this node is leaving with its engines (`leaving` true: it moves
+   * the node's replicas elsewhere and drains them here) or is back (`leaving` false: ends a
+   * leave this agent began). One call with the node credential, deadline `callTimeoutMs`,
+   * beside the heartbeats; the transport tries each control-plane URL once. Rejects with
+   * `Unauthenticated` when the channel holds no credential, `Unimplemented` from a control
+   * plane older than the call.
+   */
+  setLeaving(leaving: boolean, signal?: AbortSignal): Promise<SetLeavingResponse> {
+    const identity = this.identity;
+    if (!identity) {
+      return Promise.reject(new ConnectError("not registered", Code.Unauthenticated));
+    }
+    return this.client.setLeaving(
+      create(SetLeavingRequestSchema, { leaving }),
+      callOptions(identity, {
+        timeoutMs: this.options.callTimeoutMs,
+        ...(signal === undefined ? {} : { signal }),
+      }),
+    );
+  }
+
+  /**
    * How long one `StreamLoad` request may stay open, as the last heartbeat answer said; 0
    * (also before the first heartbeat, or from an older control plane): reports go as unary
    * {@link reportLoad} calls.
@@ -430,6 +459,7 @@ export class ControlChannel {
           if (!beat.overtaken) await this.applySerially(beat.response);
           this.startWatch(signal);
         }
+        this.hooks.onHeartbeat?.();
         await this.waitForNextBeat(signal);
       } catch (error) {
         if (signal.aborted) break;

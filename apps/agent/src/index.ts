@@ -3,7 +3,9 @@ export {
   type AgentConfigInput,
   agentConfigSchema,
   DEFAULT_AGENT_KERNEL_LOG,
+  DEFAULT_LEAVE_TIMEOUT_MS,
   kernelLogPath,
+  MAX_LEAVE_TIMEOUT_MS,
   parseAgentConfig,
 } from "./config.js";
 export {
@@ -25,6 +27,8 @@ export {
   type InventoryOptions,
   inventoryToJson,
 } from "./inventory.js";
+export type { LeaveOutcome, LeaveReport } from "./leave.js";
+export { LEAVING_MARKER_FILE } from "./leaving-marker.js";
 export {
   DEFAULT_LOAD_INTERVAL_MS,
   LoadReporter,
@@ -43,4 +47,4 @@ export {
   ReplicaManager,
   type ReplicaManagerOptions,
 } from "./replica-manager.js";
-export { type AgentDeps, type RunningAgent, startAgent } from "./run.js";
+export { type AgentDeps, type CloseOptions, type RunningAgent, startAgent } from "./run.js";

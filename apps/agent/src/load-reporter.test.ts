@@ -718,7 +718,9 @@ describe("startAgent reports engine load between heartbeats", () => {
           agentVersion: "test",
         },
       );
-      cleanups.push(() => agent.close({ stopEngines: true }));
+      cleanups.push(async () => {
+        await agent.close({ stopEngines: true });
+      });
 
       // The engine's first load (zeros are load; the fields it does not report stay unset).
       await expect.poll(() => svc.reports.length, { timeout: 15_000 }).toBe(1);
@@ -806,7 +808,10 @@ describe("startAgent against the real control plane", () => {
         agentVersion: "test",
       },
     );
-    cleanups.push(() => agent.close({ stopEngines: true }));
+    cleanups.push(async () => {
+      // Not a leave (heartbeats are a minute apart): the control plane goes too.
+      await agent.close({ stopEngines: true, leaveTimeoutMs: 0 });
+    });
     await expect
       .poll(() => seen.at(-1)?.load, { timeout: 15_000 })
       .toEqual({

@@ -318,7 +318,8 @@ async function agentWithControlPlane(
     cp,
     agent,
     close: async () => {
-      await agent.close({ stopEngines: true });
+      // Not a leave: the control plane goes too, and its single node has nowhere to drain to.
+      await agent.close({ stopEngines: true, leaveTimeoutMs: 0 });
       await cp.close();
     },
   };

@@ -23,7 +23,7 @@ import {
   watchKernelLog,
 } from "@llmgw/discovery";
 import { ProblemSchema } from "@llmgw/proto";
-import { createSupervisor, type SupervisorLogger } from "@llmgw/supervisor";
+import { createSupervisor, type SupervisorLogger, systemClock } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
 import { type AgentConfig, kernelLogPath } from "./config.js";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
@@ -31,6 +31,7 @@ import { engineProcessOf } from "./engine-pids.js";
 import { AgentError } from "./errors.js";
 import { createGpuReadingMemory, loadGpuMemory, saveGpuMemory } from "./gpu-readings.js";
 import { collectInventory } from "./inventory.js";
+import { createLeaveUndo, DesiredReplicas, type LeaveReport, leaveCluster } from "./leave.js";
 import { LoadReporter } from "./load-reporter.js";
 import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
@@ -64,9 +65,22 @@ export interface RunningAgent {
   readonly done: Promise<void>;
   /**
    * Stops the agent. Engines keep running unless `stopEngines` (or the config's
-   * `stopEngines`) asks otherwise, so an agent restart never restarts a serving model.
+   * `stopEngines`) asks otherwise, so an agent restart never restarts a serving model. One
+   * that stops them leaves the cluster first ({@link leaveCluster}): the control plane moves
+   * its replicas elsewhere and drains them while the agent keeps heartbeating, for at most
+   * `leaveTimeoutMs` (default the config's), then what is left stops. Resolves with how the
+   * leave went; undefined when engines keep running. A second call waits for the first.
    */
-  close(options?: { stopEngines?: boolean }): Promise<void>;
+  close(options?: CloseOptions): Promise<LeaveReport | undefined>;
+}
+
+/** Options of {@link RunningAgent.close}. */
+export interface CloseOptions {
+  readonly stopEngines?: boolean;
+  /** Overrides the config's `leaveTimeoutMs`; 0 stops engines without leaving first. */
+  readonly leaveTimeoutMs?: number;
+  /** Aborted to end the leave at once (the CLI's second signal); engines then stop. */
+  readonly interrupt?: AbortSignal;
 }
 
 /**
@@ -284,7 +298,14 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
   portsTimer.unref();
   await refreshPorts().catch(() => {});
 
-  const channel = new ControlChannel(
+  // A leave the previous agent began (its marker) ends once this one heartbeats.
+  const leaveUndo = await createLeaveUndo({
+    setLeaving: () => channel.setLeaving(false),
+    stateDir: config.stateDir,
+    logger,
+  });
+  const desired = new DesiredReplicas();
+  const channel: ControlChannel = new ControlChannel(
     {
       controlPlaneUrl: config.controlPlaneUrl,
       joinToken: config.joinToken,
@@ -311,7 +332,9 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
       }),
       applyDesired: async (response) => {
         await manager.apply(response.assignments);
+        desired.noteApplied(response.assignments.length);
       },
+      onHeartbeat: () => leaveUndo.afterHeartbeat(),
       onState: (state, detail) => {
         const log = state === "connected" || state === "stopped" ? logger.info : logger.warn;
         log.call(logger, `control channel ${state}: ${detail}`, {});
@@ -381,6 +404,34 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     );
   };
 
+  const close = async (options: CloseOptions): Promise<LeaveReport | undefined> => {
+    const stopEngines = options.stopEngines ?? config.stopEngines;
+    // The undo of an earlier leave must not land after this leave.
+    await leaveUndo.stop();
+    const leave = stopEngines
+      ? await leaveCluster({
+          setLeaving: (signal) => channel.setLeaving(true, signal),
+          beatSoon: () => channel.beatSoon(),
+          desired,
+          stateDir: config.stateDir,
+          nodeId: channel.nodeId,
+          timeoutMs: options.leaveTimeoutMs ?? config.leaveTimeoutMs,
+          ...(options.interrupt === undefined ? {} : { interrupt: options.interrupt }),
+          clock: systemClock,
+          logger,
+        })
+      : undefined;
+    abort.abort();
+    clearInterval(readingsTimer);
+    clearInterval(portsTimer);
+    onKernelFault = () => {};
+    await watcher?.close();
+    await done;
+    await loadReporter.close();
+    await manager.close(stopEngines);
+    return leave;
+  };
+  let closing: Promise<LeaveReport | undefined> | undefined;
   return {
     inventory: () => inventory,
     channelState: () => channel.state,
@@ -388,15 +439,9 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     manager,
     kernelLog: watcher,
     done,
-    async close(options = {}) {
-      abort.abort();
-      clearInterval(readingsTimer);
-      clearInterval(portsTimer);
-      onKernelFault = () => {};
-      await watcher?.close();
-      await done;
-      await loadReporter.close();
-      await manager.close(options.stopEngines ?? config.stopEngines);
+    close(options = {}) {
+      closing ??= close(options);
+      return closing;
     },
   };
 }

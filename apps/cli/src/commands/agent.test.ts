@@ -79,3 +79,24 @@ describe("llmgw agent --kernel-log", () => {
     await expect(run).rejects.toThrow('kernelLog: must be a path or "off"');
   });
 });
+
+describe("llmgw agent --leave-timeout", () => {
+  it("is documented in the help text with its default and env", () => {
+    expect(command.usage).toContain("--leave-timeout S");
+    expect(command.usage).toContain("(default 600; 0: no drain, stop at once;");
+    expect(command.usage).toContain("env LLMGW_LEAVE_TIMEOUT)");
+  });
+
+  it.each([
+    [["--leave-timeout", "10m"], {}],
+    [["--leave-timeout", ""], {}],
+    [["--leave-timeout=-1"], {}],
+    [["--leave-timeout", "86401"], {}],
+    [[], { LLMGW_LEAVE_TIMEOUT: "1e3" }],
+  ])("refuses %j %j at start, naming the flag", async (flags, env) => {
+    const { io } = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN, ...env });
+    const run = command.run(["--control-plane", "http://127.0.0.1:1", ...flags], io);
+    await expect(run).rejects.toBeInstanceOf(UsageError);
+    await expect(run).rejects.toThrow("leaveTimeoutMs: must be 0..86400 seconds (--leave-timeout)");
+  });
+});

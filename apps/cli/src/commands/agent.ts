@@ -42,7 +42,12 @@ Options:
   --engine-bind-address ADDR  address engines listen on (default: the advertise address;
                             0.0.0.0 when that address is not local, e.g. behind NAT)
   --fabric-name DEV=ID      name the fabric of an RDMA device (repeatable)
-  --stop-engines            stop engines when the agent exits (default: leave them running)
+  --stop-engines            stop engines when the agent exits (default: leave them running);
+                            first the node leaves the cluster: its replicas move elsewhere and
+                            drain, so no request fails
+  --leave-timeout S         with --stop-engines, wait at most S seconds for that drain, then
+                            stop what is left (default 600; 0: no drain, stop at once;
+                            env LLMGW_LEAVE_TIMEOUT)
   --llama-server PATH       llama.cpp server binary (default: the cached build, else PATH)
   --vllm-command CMD        argv prefix for vLLM, space-separated (default "vllm serve")
   --sglang-command CMD      argv prefix for SGLang (default "python3 -m sglang.launch_server")
@@ -76,6 +81,14 @@ const PASSTHROUGH_ENV = [
   "NODE_OPTIONS",
 ];
 
+/**
+ * `--leave-timeout` seconds as milliseconds; NaN for anything but a decimal number (so "",
+ * "10m" or "1e3" are refused by the config's validation instead of read as 0 or 1000 s).
+ */
+function secondsToMs(text: string): number {
+  return /^\d+(\.\d+)?$/.test(text.trim()) ? Math.round(Number(text) * 1000) : Number.NaN;
+}
+
 /** The command that runs `llmgw` itself, for the simulated engine (`llmgw engine-sim`). */
 export function selfCommand(): string[] {
   const main = process.argv[1] ?? fileURLToPath(new URL("./main.js", import.meta.url));
@@ -103,6 +116,7 @@ export const command: Command = {
       "engine-bind-address": { type: "string" },
       "fabric-name": { type: "string", multiple: true },
       "stop-engines": { type: "boolean" },
+      "leave-timeout": { type: "string" },
       "llama-server": { type: "string" },
       "vllm-command": { type: "string" },
       "sglang-command": { type: "string" },
@@ -130,6 +144,7 @@ export const command: Command = {
       .map((name) => name.trim())
       .filter((name) => name !== "");
     const modelRoot = values["model-root"] ?? io.env.LLMGW_MODEL_ROOT;
+    const leaveTimeout = values["leave-timeout"] ?? io.env.LLMGW_LEAVE_TIMEOUT;
     const fabricNames = parseFabricNames(values["fabric-name"] ?? []);
     const llamaServer =
       values["llama-server"] ??
@@ -155,6 +170,7 @@ export const command: Command = {
         : {}),
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
+      ...(leaveTimeout === undefined ? {} : { leaveTimeoutMs: secondsToMs(leaveTimeout) }),
       ...(modelRoot ? { modelRoot } : {}),
       ...(values["load-interval"] === undefined
         ? {}

@@ -648,3 +648,52 @@ describe("AgentService heartbeat streams", () => {
     expect(later).toEqual([]);
   });
 });
+
+describe("AgentService.SetLeaving: the node credential, as Heartbeat checks it", () => {
+  it.each([
+    [
+      "no credential",
+      {},
+      "missing Authorization: Bearer header; SetLeaving needs the node credential from Register",
+    ],
+    [
+      "the join token",
+      { authorization: `Bearer ${JOIN_TOKEN}` },
+      "no node holds this credential; SetLeaving needs the node credential from Register (register again with the join token)",
+    ],
+    [
+      "a credential no node holds",
+      { authorization: "Bearer llmgw-node-not-issued" },
+      "no node holds this credential; SetLeaving needs the node credential from Register (register again with the join token)",
+    ],
+  ])("refuses %s", async (_name, headers, message) => {
+    const { client, cluster, a } = await setup();
+    const error = await refusal(client.setLeaving({ leaving: true }, { headers }));
+    expect(error.code).toBe(Code.Unauthenticated);
+    expect(error.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_UNAUTHENTICATED");
+    expect(error.rawMessage).toBe(message);
+    expect(cluster.getNode(a.nodeId).draining).toBe(false);
+  });
+});
+
+// These run once Cluster.setNodeLeaving (the lead's lifecycle work) is on the branch.
+describe("AgentService.SetLeaving drains the calling node, and only it", () => {
+  it("leaves with the node's placed replicas counted, and comes back", async () => {
+    const { client, cluster, a, b } = await setup();
+    const left = await client.setLeaving({ leaving: true }, { headers: a.auth });
+    expect(left.replicas).toBe(1);
+    expect([cluster.getNode(a.nodeId).draining, cluster.getNode(b.nodeId).draining]).toEqual([
+      true,
+      false,
+    ]);
+    await client.setLeaving({ leaving: false }, { headers: a.auth });
+    expect(cluster.getNode(a.nodeId).draining).toBe(false);
+  });
+
+  it("never ends an operator's drain", async () => {
+    const { client, cluster, a } = await setup();
+    cluster.drainNode(a.nodeId);
+    await client.setLeaving({ leaving: false }, { headers: a.auth });
+    expect(cluster.getNode(a.nodeId).draining).toBe(true);
+  });
+});

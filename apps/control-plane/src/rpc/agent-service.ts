@@ -8,6 +8,7 @@ import {
   RegisterResponseSchema,
   type ReplicaLoadReport,
   ReportLoadResponseSchema,
+  SetLeavingResponseSchema,
   type StreamHeartbeatRequest,
   type StreamHeartbeatResponse,
   StreamHeartbeatResponseSchema,
@@ -18,6 +19,7 @@ import {
 } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
+import { hashSecret } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
@@ -34,6 +36,32 @@ function authenticateNode(cluster: Cluster, headers: Headers, nodeId: string, rp
     );
   }
   return cluster.authenticateNode(nodeId, credential);
+}
+
+/**
+ * The node whose credential is in the `Authorization: Bearer` header, checked as
+ * {@link authenticateNode} checks it, for a call whose request names no node
+ * (`SetLeavingRequest`). Finding the node costs a pass over the nodes, fine for a call an
+ * agent makes twice per stop; a `node_id` field in the request would make it a lookup.
+ */
+function authenticatedNodeOf(cluster: Cluster, headers: Headers, rpc: string): string {
+  const credential = bearerToken(headers);
+  if (credential === undefined) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+      `missing Authorization: Bearer header; ${rpc} needs the node credential from Register`,
+    );
+  }
+  const hash = hashSecret(credential);
+  const node = cluster.listNodes().find((n) => cluster.stillAuthenticated(n.nodeId, hash));
+  if (node === undefined) {
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
+      `no node holds this credential; ${rpc} needs the node credential from Register (register again with the join token)`,
+    );
+  }
+  authenticateNode(cluster, headers, node.nodeId, rpc);
+  return node.nodeId;
 }
 
 /** Options of {@link createAgentService}. */
@@ -192,7 +220,7 @@ export function createAgentStreams(
 
 /**
  * `AgentService`: Register needs the join token; Heartbeat, ReportLoad, StreamLoad,
- * StreamHeartbeat and WatchDesired the node credential.
+ * StreamHeartbeat, WatchDesired and SetLeaving the node credential.
  */
 export function createAgentService(
   cluster: Cluster,
@@ -259,6 +287,13 @@ export function createAgentService(
       applyLoadReports(cluster, req.nodeId, req.replicas);
       // 0: the agent keeps its own interval (--load-interval).
       return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
+    },
+    setLeaving(req, ctx) {
+      const nodeId = authenticatedNodeOf(cluster, ctx.requestHeader, "SetLeaving");
+      // The agent stopping with its engines drains its node (leaving), or ends the drain its
+      // own leave began when it starts again; the cluster refuses to end an operator's.
+      const replicas = cluster.setNodeLeaving(nodeId, req.leaving);
+      return create(SetLeavingResponseSchema, { replicas });
     },
     async streamLoad(requests, ctx) {
       const session = streams.streamLoad(ctx.requestHeader);
