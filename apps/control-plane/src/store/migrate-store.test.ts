@@ -1,22 +1,35 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { initDataDir } from "../domain/tokens.js";
+import Database from "better-sqlite3";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { DATA_DIR_FILES, initDataDir, readToken } from "../domain/tokens.js";
+import { postgresUnavailable, startTestPostgres, type TestPostgres } from "../testing/postgres.js";
 import { migrateStore } from "./migrate-store.js";
+import { MIGRATIONS } from "./migrations.js";
+import { openPostgresDatabase, openPostgresStore, type PostgresStore } from "./postgres-store.js";
+import { openSqliteStore } from "./sqlite-store.js";
+import {
+  DRAINING,
+  LIFECYCLE,
+  lifecycleKeys,
+  placement,
+  putLifecycleRecords,
+} from "./test-records.js";
 
-// What migrate-store refuses before it reaches any database; the copy itself runs against a
-// real PostgreSQL in apps/cli/test/migrate-store.e2e.test.ts.
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+const dir = () => {
+  const d = mkdtempSync(join(tmpdir(), "llmgw-migrate-unit-"));
+  dirs.push(d);
+  return d;
+};
+
+// What migrate-store refuses before it reaches any database; a whole cluster moving runs in
+// apps/cli/test/migrate-store.e2e.test.ts.
 describe("migrateStore refuses a source it cannot copy", () => {
-  const dirs: string[] = [];
-  afterEach(() => {
-    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-  });
-  const dir = () => {
-    const d = mkdtempSync(join(tmpdir(), "llmgw-migrate-unit-"));
-    dirs.push(d);
-    return d;
-  };
   // Nothing listens on port 1: reaching the database would fail differently.
   const toUrl = "postgres://llmgw@127.0.0.1:1/llmgw";
 
@@ -35,5 +48,108 @@ describe("migrateStore refuses a source it cannot copy", () => {
       code: "LLMGW_CONTROL_PLANE_NOT_FOUND",
       message: expect.stringContaining(`no SQLite store in ${d}`),
     });
+  });
+});
+
+const skip = postgresUnavailable();
+
+describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})` : ""}`, () => {
+  let server: TestPostgres;
+  beforeAll(async () => {
+    server = await startTestPostgres();
+  });
+  afterAll(() => server?.destroy());
+
+  /** A data dir whose SQLite store `fill` wrote. */
+  const dataDir = (fill: (file: string) => void) => {
+    const d = join(dir(), "cp");
+    initDataDir(d);
+    fill(join(d, DATA_DIR_FILES.database));
+    return d;
+  };
+  /** The target's records, loaded as a leader would. */
+  const target = async (fromDataDir: string, url: string): Promise<PostgresStore> => {
+    const tokens = (["join", "admin", "router"] as const).map((k) => readToken(fromDataDir, k));
+    const database = await openPostgresDatabase({ url, tokens });
+    return openPostgresStore({ database, writer: { holder: "test", epoch: 0 } });
+  };
+
+  it("copies a store the previous release wrote (schema 5), leaving the source as it was", async () => {
+    const from = dataDir((file) => {
+      const db = new Database(file);
+      for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
+      db.pragma("user_version = 5");
+      db.exec(
+        `INSERT INTO deployments VALUES ('chat', '{"name":"chat"}', 2, 1, 2);
+         INSERT INTO placements VALUES
+           ('chat-0', 'chat', 2, '[{"rank":0,"nodeId":"a-1","gpuIndices":[0]}]', NULL, NULL, 3);
+         INSERT INTO nodes VALUES ('a-1', 'a', 'ee', x'010203', '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);
+         INSERT INTO events (at_ms, kind, subject, message, severity)
+           VALUES (7, 'node.joined', 'a-1', 'joined', 'info');`,
+      );
+      db.close();
+    });
+    const url = await server.createDatabase();
+    const report = await migrateStore({ fromDataDir: from, toUrl: url });
+    expect(report.counts).toEqual({
+      deployments: 1,
+      deployment_revisions: 0,
+      placements: 1,
+      api_keys: 0,
+      nodes: 1,
+      gpu_fault_clears: 0,
+      replica_statuses: 0,
+      events: 1,
+    });
+    const store = await target(from, url);
+    expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
+    expect(store.listPlacements()[0]?.ranks).toEqual([{ rank: 0, nodeId: "a-1", gpuIndices: [0] }]);
+    expect(store.listNodes()).toMatchObject([{ id: "a-1", draining: true, state: "ready" }]);
+    expect(lifecycleKeys(store)).toEqual([]);
+    store.close();
+    const source = new Database(join(from, DATA_DIR_FILES.database), { readonly: true });
+    expect(source.pragma("user_version", { simple: true })).toBe(5);
+    source.close();
+  });
+
+  it("copies revision specs, retirements, rollouts and who drained a node, all in the checksum", async () => {
+    const write = (records: (file: string) => void) => dataDir(records);
+    const lifecycle = (file: string) => {
+      const store = openSqliteStore({ file });
+      putLifecycleRecords(store);
+      store.close();
+    };
+    const from = write(lifecycle);
+    const url = await server.createDatabase();
+    const report = await migrateStore({ fromDataDir: from, toUrl: url });
+    expect(report.counts).toMatchObject({
+      deployments: 2,
+      deployment_revisions: 3,
+      placements: 3,
+      nodes: 3,
+    });
+    const store = await target(from, url);
+    expect(store.listDeployments()).toEqual(LIFECYCLE.deployments);
+    expect(store.listDeploymentRevisions()).toEqual(LIFECYCLE.revisions);
+    expect(store.listPlacements()).toEqual(LIFECYCLE.placements);
+    expect(store.listNodes()).toEqual(LIFECYCLE.nodes);
+    expect(lifecycleKeys(store)).toEqual(["chat", "chat-0", "chat-1", "a-1", "b-1"]);
+    store.close();
+
+    // The same records copied again sum the same; one nested field apart, they do not.
+    const same = await migrateStore({
+      fromDataDir: write(lifecycle),
+      toUrl: await server.createDatabase(),
+    });
+    expect(same.checksum).toBe(report.checksum);
+    const later = write((file) => {
+      lifecycle(file);
+      const s = openSqliteStore({ file });
+      s.putPlacement(placement("chat-0", { retirement: { ...DRAINING, deadlineMs: 1 } }));
+      s.close();
+    });
+    const other = await migrateStore({ fromDataDir: later, toUrl: await server.createDatabase() });
+    expect(other.counts).toEqual(report.counts);
+    expect(other.checksum).not.toBe(report.checksum);
   });
 });

@@ -6,7 +6,18 @@ import Database from "better-sqlite3";
 import { DATA_DIR_FILES, readToken } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { openPostgresDatabase, readSnapshot, type StoreSnapshot } from "./postgres-store.js";
-import { apiKeyValues, nodeValues, placementValues, replicaStatusValues } from "./rows.js";
+import {
+  apiKeyValues,
+  DEPLOYMENT_COLUMNS,
+  DEPLOYMENT_REVISION_COLUMNS,
+  deploymentRevisionValues,
+  deploymentValues,
+  NODE_COLUMNS,
+  nodeValues,
+  PLACEMENT_COLUMNS,
+  placementValues,
+  replicaStatusValues,
+} from "./rows.js";
 import { openSqliteStore } from "./sqlite-store.js";
 
 /*
@@ -19,6 +30,7 @@ import { openSqliteStore } from "./sqlite-store.js";
 /** The tables copied, in the order reported. */
 export const STORE_TABLES = [
   "deployments",
+  "deployment_revisions",
   "placements",
   "api_keys",
   "nodes",
@@ -62,6 +74,9 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
   });
   return {
     deployments: [...s.deployments].sort((a, b) => cmp(a.name, b.name)),
+    deployment_revisions: [...s.deploymentRevisions].sort(
+      (a, b) => cmp(a.name, b.name) || a.revision - b.revision,
+    ),
     placements: [...s.placements].sort((a, b) => cmp(a.replicaId, b.replicaId)),
     api_keys: [...s.apiKeys].sort((a, b) => cmp(a.id, b.id)),
     nodes: [...s.nodes].sort((a, b) => cmp(a.id, b.id)).map(inventory),
@@ -76,19 +91,33 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
 }
 
 /**
- * Per table, the row count and the sha256 of the records as JSON with their keys sorted
- * (absent fields left out).
+ * Per table, the row count and the sha256 of the records as JSON with the keys of every
+ * object sorted, nested ones too (absent fields left out).
  */
 function summarize(s: StoreSnapshot): Record<StoreTable, { rows: number; sha256: string }> {
   const lists = canonical(s);
   const out = {} as Record<StoreTable, { rows: number; sha256: string }>;
   for (const table of STORE_TABLES) {
     const hash = createHash("sha256");
-    for (const record of lists[table])
-      hash.update(`${JSON.stringify(record, Object.keys(record as object).sort())}\n`);
+    for (const record of lists[table]) hash.update(`${JSON.stringify(sortedKeys(record))}\n`);
     out[table] = { rows: lists[table].length, sha256: hash.digest("hex") };
   }
   return out;
+}
+
+/**
+ * `value` with every object's keys in order. (A key list passed to `JSON.stringify` would
+ * filter nested objects by the outer keys, leaving a retirement or a rank out of the sum.)
+ */
+function sortedKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortedKeys);
+  if (typeof value !== "object" || value === null) return value;
+  const o = value as Record<string, unknown>;
+  return Object.fromEntries(
+    Object.keys(o)
+      .sort()
+      .map((k) => [k, sortedKeys(o[k])]),
+  );
 }
 
 /** Reads the SQLite store of `dataDir` from an online backup (the file itself is not opened for writing). */
@@ -113,6 +142,7 @@ async function readSqlite(dataDir: string): Promise<StoreSnapshot> {
       const events = store.listEvents({ limit: EVERY_EVENT });
       return {
         deployments: store.listDeployments(),
+        deploymentRevisions: store.listDeploymentRevisions(),
         placements: store.listPlacements(),
         apiKeys: store.listApiKeys(),
         nodes: store.listNodes(),
@@ -182,31 +212,22 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
         values as unknown[],
       );
     for (const r of source.deployments)
-      await insert("deployments", "name, spec_json, revision, created_at_ms, updated_at_ms", [
-        r.name,
-        r.specJson,
-        r.revision,
-        r.createdAtMs,
-        r.updatedAtMs,
-      ]);
-    for (const r of source.placements)
+      await insert("deployments", DEPLOYMENT_COLUMNS.join(", "), deploymentValues(r));
+    for (const r of source.deploymentRevisions)
       await insert(
-        "placements",
-        "replica_id, deployment, revision, ranks_json, fabric_id, rendezvous_port, created_at_ms",
-        placementValues(r),
+        "deployment_revisions",
+        DEPLOYMENT_REVISION_COLUMNS.join(", "),
+        deploymentRevisionValues(r),
       );
+    for (const r of source.placements)
+      await insert("placements", PLACEMENT_COLUMNS.join(", "), placementValues(r));
     for (const r of source.apiKeys)
       await insert(
         "api_keys",
         "id, name, prefix, secret_hash, models_json, requests_per_minute, tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms",
         apiKeyValues(r),
       );
-    for (const r of source.nodes)
-      await insert(
-        "nodes",
-        "id, hostname, credential_hash, inventory, advertise_address, cordoned, draining, revoked, registered_at_ms, reset_pending, state, state_since_ms",
-        nodeValues(r),
-      );
+    for (const r of source.nodes) await insert("nodes", NODE_COLUMNS.join(", "), nodeValues(r));
     for (const r of source.faultClears)
       await insert("gpu_fault_clears", "gpu_uuid, fault_key, last_seen_unix_ms, cleared_at_ms", [
         r.gpuUuid,

@@ -84,12 +84,26 @@ export const MIGRATIONS: readonly string[] = [
   // until it heartbeats to that leader.
   `ALTER TABLE nodes ADD COLUMN state TEXT;
    ALTER TABLE nodes ADD COLUMN state_since_ms INTEGER;`,
+  // Zero-loss lifecycle: the spec of every revision replicas still run (a rolling update keeps
+  // the old one until its last replica drained), each placement's retirement (NULL: serving),
+  // each deployment's latest rollout (NULL: none yet), and who drained a node (NULL: not
+  // draining, or drained before this was recorded, which counts as the operator's).
+  `CREATE TABLE deployment_revisions (
+     name TEXT NOT NULL,
+     revision INTEGER NOT NULL,
+     spec_json TEXT NOT NULL,
+     PRIMARY KEY (name, revision)
+   );
+   ALTER TABLE placements ADD COLUMN retirement_json TEXT;
+   ALTER TABLE deployments ADD COLUMN rollout_json TEXT;
+   ALTER TABLE nodes ADD COLUMN drained_by TEXT;`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */
 export const LATER_TABLES: readonly [string, number][] = [
   ["gpu_fault_clears", 3],
   ["replica_statuses", 4],
+  ["deployment_revisions", 6],
 ];
 
 /** Tables every schema version has. */

@@ -10,6 +10,15 @@ import {
   type PostgresDatabase,
   redactStoreUrl,
 } from "./postgres-store.js";
+import { snapshotStore } from "./snapshot-store.js";
+import {
+  LIFECYCLE,
+  lifecycleKeys,
+  node,
+  placement,
+  putLifecycleRecords,
+  revision,
+} from "./test-records.js";
 import { startWarmCopy } from "./warm-copy.js";
 
 const skip = postgresUnavailable();
@@ -31,6 +40,21 @@ async function takeLease(db: PostgresDatabase, holder: string): Promise<number> 
       [holder],
     );
     return r.rows[0]?.epoch as number;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Runs `sql` on its own connection to `url`, returning the rows. */
+async function query(
+  url: string,
+  sql: string,
+  values: unknown[] = [],
+): Promise<pg.QueryResultRow[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query(sql, values)).rows;
   } finally {
     await c.end();
   }
@@ -128,6 +152,153 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     ).toBe(6);
     store.close();
     again.close();
+  });
+
+  it("keeps retirements, rollouts, who drained a node and revision specs, for a new leader and a follower", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    putLifecycleRecords(store);
+    expect(store.listDeploymentRevisions()).toEqual(LIFECYCLE.revisions);
+    await store.flush();
+    const loaded = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(loaded.listDeployments()).toEqual(LIFECYCLE.deployments);
+    expect(loaded.listDeploymentRevisions()).toEqual(LIFECYCLE.revisions);
+    expect(loaded.listPlacements()).toEqual(LIFECYCLE.placements);
+    expect(loaded.listNodes()).toEqual(LIFECYCLE.nodes);
+    expect(lifecycleKeys(loaded)).toEqual(["chat", "chat-0", "chat-1", "a-1", "b-1"]);
+    loaded.close();
+
+    // Replaced, cleared and deleted; a failed transaction changes neither copy nor database.
+    store.putDeploymentRevision({ ...revision("chat", 3), specJson: '{"replaced":true}' });
+    store.deleteDeploymentRevision("chat", 10);
+    store.deleteDeploymentRevision("none", 1);
+    store.putPlacement(placement("chat-0"));
+    store.putNode(node("a-1"));
+    expect(() =>
+      store.transaction(() => {
+        store.putDeploymentRevision(revision("chat", 11));
+        store.deleteDeploymentRevision("code", 1);
+        throw new Error("domain says no");
+      }),
+    ).toThrow("domain says no");
+    const expected = [
+      { ...revision("chat", 3), specJson: '{"replaced":true}' },
+      revision("code", 1),
+    ];
+    expect(store.listDeploymentRevisions()).toEqual(expected);
+    await store.flush();
+    expect(
+      await query(url, "SELECT name, revision FROM deployment_revisions ORDER BY name, revision"),
+    ).toEqual([
+      { name: "chat", revision: "3" },
+      { name: "code", revision: "1" },
+    ]);
+
+    const copy = startWarmCopy({
+      database: db,
+      eventsKept: 100,
+      build: (snapshot) => snapshotStore(snapshot, db.location),
+      pollMs: 600_000,
+    });
+    try {
+      const follower = (await copy.refreshed()).value;
+      expect(follower.listDeploymentRevisions()).toEqual(expected);
+      expect(follower.listDeployments()).toEqual(LIFECYCLE.deployments);
+      expect(follower.listPlacements().map((p) => p.retirement)).toEqual([
+        undefined,
+        LIFECYCLE.placements[1]?.retirement,
+        undefined,
+      ]);
+      expect(lifecycleKeys(follower)).toEqual(["chat", "chat-1", "b-1"]);
+      expect(() => follower.putDeploymentRevision(revision("chat", 12))).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_LEADER" }),
+      );
+    } finally {
+      await copy.close();
+      store.close();
+    }
+  });
+
+  it("upgrades a database of schema version 5: its rows read back with the new fields absent", async () => {
+    const url = await server.createDatabase();
+    await openPostgresDatabase({ url, tokens: TOKENS, migrations: MIGRATIONS.slice(0, 5) });
+    await query(
+      url,
+      `INSERT INTO deployments VALUES ('chat', '{"name":"chat"}', 2, 1, 2);
+       INSERT INTO placements VALUES
+         ('chat-0', 'chat', 2, '[{"rank":0,"nodeId":"a-1","gpuIndices":[0]}]', NULL, NULL, 3);
+       INSERT INTO nodes VALUES ('a-1', 'a', 'ee', decode('010203', 'hex'), '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);`,
+    );
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    expect(await query(url, "SELECT version FROM llmgw_schema")).toEqual([{ version: 6 }]);
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch: 0 } });
+    expect(store.listDeployments()).toEqual([
+      { name: "chat", specJson: '{"name":"chat"}', revision: 2, createdAtMs: 1, updatedAtMs: 2 },
+    ]);
+    expect(store.listPlacements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+    expect(store.listNodes()).toMatchObject([{ id: "a-1", draining: true, state: "ready" }]);
+    expect([...(store.listNodes()[0]?.inventory ?? [])]).toEqual([1, 2, 3]);
+    expect(lifecycleKeys(store)).toEqual([]);
+    expect(store.listDeploymentRevisions()).toEqual([]);
+    store.close();
+  });
+
+  it("rolls back an interrupted migration to version 6 and finishes it on the next start", async () => {
+    const url = await server.createDatabase();
+    await openPostgresDatabase({ url, tokens: TOKENS, migrations: MIGRATIONS.slice(0, 5) });
+    // The last statement of version 6 fails after the others ran.
+    await query(url, "ALTER TABLE nodes ADD COLUMN drained_by TEXT");
+    const error = await openPostgresDatabase({ url, tokens: TOKENS }).catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect((error as Error).message).toContain("migration to schema version 6");
+    expect((error as Error).message).toContain(
+      'column "drained_by" of relation "nodes" already exists',
+    );
+    expect(await query(url, "SELECT version FROM llmgw_schema")).toEqual([{ version: 5 }]);
+    expect(await query(url, "SELECT to_regclass('deployment_revisions') AS t")).toEqual([
+      { t: null },
+    ]);
+    expect(
+      await query(
+        url,
+        `SELECT table_name, column_name FROM information_schema.columns
+         WHERE column_name IN ('retirement_json', 'rollout_json')`,
+      ),
+    ).toEqual([]);
+    await query(url, "ALTER TABLE nodes DROP COLUMN drained_by");
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    putLifecycleRecords(store);
+    await store.flush();
+    store.close();
+    expect(await query(url, "SELECT id, drained_by FROM nodes ORDER BY id")).toEqual([
+      { id: "a-1", drained_by: "agent" },
+      { id: "b-1", drained_by: "operator" },
+      { id: "c-1", drained_by: null },
+    ]);
+  });
+
+  it("a stored record that does not decode stops the load, naming the row", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    putLifecycleRecords(store);
+    await store.flush();
+    store.close();
+    await query(url, "UPDATE placements SET retirement_json = $1 WHERE replica_id = 'chat-1'", [
+      '{"phase":"draining"}',
+    ]);
+    const error = await openPostgresStore({ database: db, writer: { holder: "a", epoch } }).catch(
+      (e: unknown) => e,
+    );
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_CORRUPT");
+    expect((error as Error).message).toContain(
+      "the stored placement chat-1 does not decode: placements.retirement_json field code is missing, not a non-empty string",
+    );
   });
 
   it("a warm copy is read again after each commit the leader notifies, and after an outage", async () => {

@@ -1,31 +1,41 @@
 import { createHash } from "node:crypto";
 import pg from "pg";
-import { ControlPlaneError } from "../errors.js";
+import { ControlPlaneError, isControlPlaneError } from "../errors.js";
 import { FIRST_TABLES, LATER_TABLES, MIGRATIONS, postgresDdl } from "./migrations.js";
 import {
   type ApiKeyRow,
   apiKeyFromRow,
   apiKeyValues,
+  DEPLOYMENT_COLUMNS,
+  DEPLOYMENT_REVISION_COLUMNS,
+  type DeploymentRevisionRow,
   type DeploymentRow,
   deploymentFromRow,
+  deploymentRevisionFromRow,
+  deploymentRevisionValues,
+  deploymentValues,
   type EventRow,
   eventFromRow,
   type FaultClearRow,
   faultClearFromRow,
+  NODE_COLUMNS,
   type NodeRow,
   nodeFromRow,
   nodeValues,
+  PLACEMENT_COLUMNS,
   type PlacementRow,
   placementFromRow,
   placementValues,
   type ReplicaStatusRow,
   replicaStatusFromRow,
   replicaStatusValues,
+  upsertSql,
 } from "./rows.js";
 import type {
   ApiKeyRecord,
   ClusterStore,
   DeploymentRecord,
+  DeploymentRevisionRecord,
   EventRecord,
   FaultClearRecord,
   NodeRecord,
@@ -240,6 +250,8 @@ export async function openPostgresDatabase(options: {
 /** Every record of a store, each list in the order the `list…` methods return it. */
 export interface StoreSnapshot {
   readonly deployments: readonly DeploymentRecord[];
+  /** By name, then revision. */
+  readonly deploymentRevisions: readonly DeploymentRevisionRecord[];
   readonly placements: readonly PlacementRecord[];
   readonly apiKeys: readonly ApiKeyRecord[];
   readonly nodes: readonly NodeRecord[];
@@ -270,6 +282,11 @@ export async function readSnapshot(
       deployments: (await rows<DeploymentRow>("SELECT * FROM deployments ORDER BY name")).map(
         deploymentFromRow,
       ),
+      deploymentRevisions: (
+        await rows<DeploymentRevisionRow>(
+          "SELECT * FROM deployment_revisions ORDER BY name, revision",
+        )
+      ).map(deploymentRevisionFromRow),
       placements: (await rows<PlacementRow>("SELECT * FROM placements ORDER BY replica_id")).map(
         placementFromRow,
       ),
@@ -329,11 +346,25 @@ export interface PostgresStore extends ClusterStore {
 }
 
 const keyOf = (replicaId: string, rank: number) => `${replicaId}\u0000${rank}`;
+const revisionKey = (name: string, revision: number) => `${name}\u0000${revision}`;
+
+/** Whole-row writes, each naming every column of its table (rows.ts). */
+const UPSERT = {
+  // A deployment keeps the creation time it was first stored with.
+  deployment: upsertSql("postgres", "deployments", DEPLOYMENT_COLUMNS, ["name"], ["created_at_ms"]),
+  deploymentRevision: upsertSql("postgres", "deployment_revisions", DEPLOYMENT_REVISION_COLUMNS, [
+    "name",
+    "revision",
+  ]),
+  placement: upsertSql("postgres", "placements", PLACEMENT_COLUMNS, ["replica_id"]),
+  node: upsertSql("postgres", "nodes", NODE_COLUMNS, ["id"]),
+};
 
 /**
  * Loads the whole store into memory and returns it as a {@link ClusterStore} whose writes
  * commit in the background under the lease `writer` holds. Throws `…_STORE_FAILED` when the
- * database cannot be read.
+ * database cannot be read, `…_STORE_CORRUPT` naming the row when a stored record does not
+ * decode.
  */
 export async function openPostgresStore(options: PostgresStoreOptions): Promise<PostgresStore> {
   const { database, writer } = options;
@@ -341,6 +372,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const eventsKept = options.eventsKept ?? 1000;
   const log = options.log ?? (() => {});
   const deployments = new Map<string, DeploymentRecord>();
+  const revisions = new Map<string, DeploymentRevisionRecord>();
   const placements = new Map<string, PlacementRecord>();
   const apiKeys = new Map<string, ApiKeyRecord>();
   const nodes = new Map<string, NodeRecord>();
@@ -355,11 +387,14 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     client = await database.connect();
     snapshot = await readSnapshot(client, eventsKept);
   } catch (cause) {
+    // A stored record that does not decode: STORE_CORRUPT naming the row, not a database failure.
+    if (isControlPlaneError(cause)) throw cause;
     throw failed(location, "load", cause);
   } finally {
     await client?.end().catch(() => {});
   }
   for (const r of snapshot.deployments) deployments.set(r.name, r);
+  for (const r of snapshot.deploymentRevisions) revisions.set(revisionKey(r.name, r.revision), r);
   for (const r of snapshot.placements) placements.set(r.replicaId, r);
   for (const r of snapshot.apiKeys) apiKeys.set(r.id, r);
   for (const r of snapshot.nodes) nodes.set(r.id, r);
@@ -506,15 +541,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       const kept: DeploymentRecord =
         before === undefined ? r : { ...r, createdAtMs: before.createdAtMs };
       deployments.set(r.name, kept);
-      write(
-        {
-          text: `INSERT INTO deployments (name, spec_json, revision, created_at_ms, updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (name) DO UPDATE SET spec_json = excluded.spec_json,
-                   revision = excluded.revision, updated_at_ms = excluded.updated_at_ms`,
-          values: [r.name, r.specJson, r.revision, r.createdAtMs, r.updatedAtMs],
-        },
-        () => restore(deployments, r.name, before),
+      write({ text: UPSERT.deployment, values: deploymentValues(r) }, () =>
+        restore(deployments, r.name, before),
       );
     },
     deleteDeployment: (name) => {
@@ -524,21 +552,34 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         restore(deployments, name, before),
       );
     },
+    listDeploymentRevisions: () =>
+      [...revisions.values()].sort((a, b) => cmp(a.name, b.name) || a.revision - b.revision),
+    putDeploymentRevision: (r) => {
+      const key = revisionKey(r.name, r.revision);
+      const before = revisions.get(key);
+      revisions.set(key, r);
+      write({ text: UPSERT.deploymentRevision, values: deploymentRevisionValues(r) }, () =>
+        restore(revisions, key, before),
+      );
+    },
+    deleteDeploymentRevision: (name, revision) => {
+      const key = revisionKey(name, revision);
+      const before = revisions.get(key);
+      revisions.delete(key);
+      write(
+        {
+          text: "DELETE FROM deployment_revisions WHERE name = $1 AND revision = $2",
+          values: [name, revision],
+        },
+        () => restore(revisions, key, before),
+      );
+    },
     listPlacements: () => [...placements.values()].sort((a, b) => cmp(a.replicaId, b.replicaId)),
     putPlacement: (r) => {
       const before = placements.get(r.replicaId);
       placements.set(r.replicaId, r);
-      write(
-        {
-          text: `INSERT INTO placements (replica_id, deployment, revision, ranks_json, fabric_id,
-                   rendezvous_port, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (replica_id) DO UPDATE SET deployment = excluded.deployment,
-                   revision = excluded.revision, ranks_json = excluded.ranks_json,
-                   fabric_id = excluded.fabric_id, rendezvous_port = excluded.rendezvous_port,
-                   created_at_ms = excluded.created_at_ms`,
-          values: placementValues(r),
-        },
-        () => restore(placements, r.replicaId, before),
+      write({ text: UPSERT.placement, values: placementValues(r) }, () =>
+        restore(placements, r.replicaId, before),
       );
     },
     deletePlacement: (id) => {
@@ -578,23 +619,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     putNode: (r) => {
       const before = nodes.get(r.id);
       nodes.set(r.id, r);
-      write(
-        {
-          text: `INSERT INTO nodes (id, hostname, credential_hash, inventory, advertise_address,
-                   cordoned, draining, revoked, registered_at_ms, reset_pending, state,
-                   state_since_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-                 ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname,
-                   credential_hash = excluded.credential_hash, inventory = excluded.inventory,
-                   advertise_address = excluded.advertise_address, cordoned = excluded.cordoned,
-                   draining = excluded.draining, revoked = excluded.revoked,
-                   registered_at_ms = excluded.registered_at_ms,
-                   reset_pending = excluded.reset_pending, state = excluded.state,
-                   state_since_ms = excluded.state_since_ms`,
-          values: nodeValues(r),
-        },
-        () => restore(nodes, r.id, before),
-      );
+      write({ text: UPSERT.node, values: nodeValues(r) }, () => restore(nodes, r.id, before));
     },
     putNodeState: (id, state, sinceMs) => {
       const before = nodes.get(id);

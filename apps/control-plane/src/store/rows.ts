@@ -1,17 +1,28 @@
 /*
  * Rows of the state store's tables as both engines return them (the same column names and
  * types once PostgreSQL's 64-bit integers are read as numbers), and the records they hold.
- * The `…Values` functions give a record's columns in table order, for positional parameters.
+ * The `…Values` functions give a record's columns in the order of the matching `…_COLUMNS`,
+ * for positional parameters; every statement that writes a whole row names its columns from
+ * those lists, so a column added to a table cannot be left out of one engine's writes.
+ *
+ * A JSON or enumerated column this build did not write (hand-edited, or damaged) throws
+ * `LLMGW_CONTROL_PLANE_STORE_CORRUPT` naming the row and the column: guessing would change
+ * what the cluster does (a draining replica taken for serving, say), so the control plane
+ * refuses to start on it, as it does for an inventory or a spec that does not decode.
  */
+import { ControlPlaneError } from "../errors.js";
 import type {
   ApiKeyRecord,
   DeploymentRecord,
+  DeploymentRevisionRecord,
   EventRecord,
   EventSeverity,
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
   ReplicaStatusRecord,
+  RetirementRecord,
+  RolloutRecord,
 } from "./types.js";
 
 export interface DeploymentRow {
@@ -20,6 +31,13 @@ export interface DeploymentRow {
   revision: number;
   created_at_ms: number;
   updated_at_ms: number;
+  /** Schema v6; NULL: no rollout yet. */
+  rollout_json: string | null;
+}
+export interface DeploymentRevisionRow {
+  name: string;
+  revision: number;
+  spec_json: string;
 }
 export interface PlacementRow {
   replica_id: string;
@@ -29,6 +47,8 @@ export interface PlacementRow {
   fabric_id: string | null;
   rendezvous_port: number | null;
   created_at_ms: number;
+  /** Schema v6; NULL: serving. */
+  retirement_json: string | null;
 }
 export interface ApiKeyRow {
   id: string;
@@ -55,6 +75,8 @@ export interface NodeRow {
   reset_pending: number;
   state: string | null;
   state_since_ms: number | null;
+  /** Schema v6; NULL: not draining, or drained before this was recorded. */
+  drained_by: string | null;
 }
 export interface FaultClearRow {
   gpu_uuid: string;
@@ -85,25 +107,101 @@ export interface EventRow {
 
 const opt = <T>(v: T | null): T | undefined => (v === null ? undefined : v);
 
-export const deploymentFromRow = (r: DeploymentRow): DeploymentRecord => ({
+/**
+ * The statement creating or replacing a whole row of `table`, both engines' dialect: on a
+ * conflict over `key` every column of `columns` is overwritten but those in `keep`. `?`
+ * placeholders for SQLite, `$1…` for PostgreSQL, in the order of `columns`.
+ */
+export function upsertSql(
+  engine: "sqlite" | "postgres",
+  table: string,
+  columns: readonly string[],
+  key: readonly string[],
+  keep: readonly string[] = [],
+): string {
+  const placeholders = columns.map((_, i) => (engine === "sqlite" ? "?" : `$${i + 1}`));
+  const updated = columns.filter((c) => !key.includes(c) && !keep.includes(c));
+  return (
+    `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${placeholders.join(", ")}) ` +
+    `ON CONFLICT (${key.join(", ")}) DO UPDATE SET ${updated.map((c) => `${c} = excluded.${c}`).join(", ")}`
+  );
+}
+
+/** The columns {@link deploymentValues} gives, in order. */
+export const DEPLOYMENT_COLUMNS = [
+  "name",
+  "spec_json",
+  "revision",
+  "created_at_ms",
+  "updated_at_ms",
+  "rollout_json",
+] as const;
+
+export const deploymentFromRow = (r: DeploymentRow): DeploymentRecord => {
+  const rollout = rolloutFromJson(r.name, r.rollout_json);
+  return {
+    name: r.name,
+    specJson: r.spec_json,
+    revision: r.revision,
+    createdAtMs: r.created_at_ms,
+    updatedAtMs: r.updated_at_ms,
+    ...(rollout === undefined ? {} : { rollout }),
+  };
+};
+
+/** Values of {@link DEPLOYMENT_COLUMNS}. */
+export const deploymentValues = (r: DeploymentRecord): unknown[] => [
+  r.name,
+  r.specJson,
+  r.revision,
+  r.createdAtMs,
+  r.updatedAtMs,
+  r.rollout === undefined ? null : rolloutJson(r.rollout),
+];
+
+/** The columns {@link deploymentRevisionValues} gives, in order. */
+export const DEPLOYMENT_REVISION_COLUMNS = ["name", "revision", "spec_json"] as const;
+
+export const deploymentRevisionFromRow = (r: DeploymentRevisionRow): DeploymentRevisionRecord => ({
   name: r.name,
+  revision: r.revision,
   specJson: r.spec_json,
-  revision: r.revision,
-  createdAtMs: r.created_at_ms,
-  updatedAtMs: r.updated_at_ms,
 });
 
-export const placementFromRow = (r: PlacementRow): PlacementRecord => ({
-  replicaId: r.replica_id,
-  deployment: r.deployment,
-  revision: r.revision,
-  ranks: JSON.parse(r.ranks_json) as PlacementRecord["ranks"],
-  fabricId: opt(r.fabric_id),
-  rendezvousPort: opt(r.rendezvous_port),
-  createdAtMs: r.created_at_ms,
-});
+/** Values of {@link DEPLOYMENT_REVISION_COLUMNS}. */
+export const deploymentRevisionValues = (r: DeploymentRevisionRecord): unknown[] => [
+  r.name,
+  r.revision,
+  r.specJson,
+];
 
-/** Columns (replica_id, deployment, revision, ranks_json, fabric_id, rendezvous_port, created_at_ms). */
+/** The columns {@link placementValues} gives, in order. */
+export const PLACEMENT_COLUMNS = [
+  "replica_id",
+  "deployment",
+  "revision",
+  "ranks_json",
+  "fabric_id",
+  "rendezvous_port",
+  "created_at_ms",
+  "retirement_json",
+] as const;
+
+export const placementFromRow = (r: PlacementRow): PlacementRecord => {
+  const retirement = retirementFromJson(r.replica_id, r.retirement_json);
+  return {
+    replicaId: r.replica_id,
+    deployment: r.deployment,
+    revision: r.revision,
+    ranks: JSON.parse(r.ranks_json) as PlacementRecord["ranks"],
+    fabricId: opt(r.fabric_id),
+    rendezvousPort: opt(r.rendezvous_port),
+    createdAtMs: r.created_at_ms,
+    ...(retirement === undefined ? {} : { retirement }),
+  };
+};
+
+/** Values of {@link PLACEMENT_COLUMNS}. */
 export const placementValues = (r: PlacementRecord): unknown[] => [
   r.replicaId,
   r.deployment,
@@ -112,6 +210,7 @@ export const placementValues = (r: PlacementRecord): unknown[] => [
   r.fabricId ?? null,
   r.rendezvousPort ?? null,
   r.createdAtMs,
+  r.retirement === undefined ? null : retirementJson(r.retirement),
 ];
 
 export const apiKeyFromRow = (r: ApiKeyRow): ApiKeyRecord => ({
@@ -144,6 +243,23 @@ export const apiKeyValues = (r: ApiKeyRecord): unknown[] => [
   r.revokedAtMs ?? null,
 ];
 
+/** The columns {@link nodeValues} gives, in order. */
+export const NODE_COLUMNS = [
+  "id",
+  "hostname",
+  "credential_hash",
+  "inventory",
+  "advertise_address",
+  "cordoned",
+  "draining",
+  "revoked",
+  "registered_at_ms",
+  "reset_pending",
+  "state",
+  "state_since_ms",
+  "drained_by",
+] as const;
+
 export const nodeFromRow = (r: NodeRow): NodeRecord => ({
   id: r.id,
   hostname: r.hostname,
@@ -160,15 +276,26 @@ export const nodeFromRow = (r: NodeRow): NodeRecord => ({
   ...(isNodeLiveness(r.state) && r.state_since_ms !== null
     ? { state: r.state, stateSinceMs: r.state_since_ms }
     : {}),
+  ...(r.drained_by === null ? {} : { drainedBy: drainedByFromColumn(r.id, r.drained_by) }),
 });
 
 const isNodeLiveness = (s: string | null): s is NonNullable<NodeRecord["state"]> =>
   s === "ready" || s === "unreachable" || s === "lost";
 
-/**
- * Columns (id, hostname, credential_hash, inventory, advertise_address, cordoned, draining,
- * revoked, registered_at_ms, reset_pending, state, state_since_ms).
- */
+const DRAINED_BY = ["operator", "agent"] as const;
+
+function drainedByFromColumn(id: string, value: string): NonNullable<NodeRecord["drainedBy"]> {
+  const known = DRAINED_BY.find((d) => d === value);
+  if (known === undefined)
+    throw undecodable(
+      `node ${id}`,
+      "nodes.drained_by",
+      `is ${describe(value)}, not ${DRAINED_BY.map((d) => `"${d}"`).join(" or ")}`,
+    );
+  return known;
+}
+
+/** Values of {@link NODE_COLUMNS}. */
 export const nodeValues = (r: NodeRecord): unknown[] => [
   r.id,
   r.hostname,
@@ -182,6 +309,7 @@ export const nodeValues = (r: NodeRecord): unknown[] => [
   r.resetUntilMs ?? 0,
   r.state ?? null,
   r.stateSinceMs ?? null,
+  r.drainedBy ?? null,
 ];
 
 export const faultClearFromRow = (r: FaultClearRow): FaultClearRecord => ({
@@ -229,3 +357,115 @@ export const eventFromRow = (r: EventRow): EventRecord => ({
   message: r.message,
   severity: r.severity as EventSeverity,
 });
+
+// ------------------------------------------------------------------ JSON columns
+
+/*
+ * Written field by field, so a record carrying anything more (a caller's spread) stores only
+ * what the type has; absent optional fields stay absent (JSON drops `undefined`).
+ */
+const retirementJson = (r: RetirementRecord): string =>
+  JSON.stringify({
+    code: r.code,
+    message: r.message,
+    phase: r.phase,
+    sinceMs: r.sinceMs,
+    drainingSinceMs: r.drainingSinceMs,
+    deadlineMs: r.deadlineMs,
+  });
+
+const rolloutJson = (r: RolloutRecord): string =>
+  JSON.stringify({
+    state: r.state,
+    fromRevision: r.fromRevision,
+    toRevision: r.toRevision,
+    message: r.message,
+    startedAtMs: r.startedAtMs,
+    updatedAtMs: r.updatedAtMs,
+  });
+
+const RETIREMENT_PHASES = ["waiting", "draining"] as const;
+const ROLLOUT_STATES = ["in-progress", "complete", "rolled-back"] as const;
+
+/** `placements.retirement_json` of replica `replicaId`; NULL: serving. */
+function retirementFromJson(replicaId: string, text: string | null): RetirementRecord | undefined {
+  if (text === null) return undefined;
+  const f = jsonFields(`placement ${replicaId}`, "placements.retirement_json", text);
+  const drainingSinceMs = f.optionalNonNegative("drainingSinceMs");
+  const deadlineMs = f.optionalNonNegative("deadlineMs");
+  return {
+    code: f.text("code", { nonEmpty: true }),
+    message: f.text("message"),
+    phase: f.oneOf("phase", RETIREMENT_PHASES),
+    sinceMs: f.nonNegative("sinceMs"),
+    ...(drainingSinceMs === undefined ? {} : { drainingSinceMs }),
+    ...(deadlineMs === undefined ? {} : { deadlineMs }),
+  };
+}
+
+/** `deployments.rollout_json` of deployment `name`; NULL: no rollout yet. */
+function rolloutFromJson(name: string, text: string | null): RolloutRecord | undefined {
+  if (text === null) return undefined;
+  const f = jsonFields(`deployment ${name}`, "deployments.rollout_json", text);
+  return {
+    state: f.oneOf("state", ROLLOUT_STATES),
+    fromRevision: f.nonNegative("fromRevision"),
+    toRevision: f.nonNegative("toRevision"),
+    message: f.text("message"),
+    startedAtMs: f.nonNegative("startedAtMs"),
+    updatedAtMs: f.nonNegative("updatedAtMs"),
+  };
+}
+
+function undecodable(row: string, column: string, detail: string): ControlPlaneError {
+  return new ControlPlaneError(
+    "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+    `the stored ${row} does not decode: ${column} ${detail}; refusing to guess what the cluster should do with it. ` +
+      "Restore the store from a backup, or correct the column.",
+  );
+}
+
+/**
+ * Typed reads of the fields of the JSON object `text` in `column` of `row`, each throwing
+ * {@link undecodable} naming the field. Fields the reads do not ask for are ignored.
+ */
+function jsonFields(row: string, column: string, text: string) {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (cause) {
+    throw undecodable(row, column, `is not JSON (${(cause as Error).message})`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw undecodable(row, column, `is ${describe(parsed)}, not an object`);
+  const o = parsed as Record<string, unknown>;
+  const bad = (key: string, want: string): never => {
+    throw undecodable(row, column, `field ${key} is ${describe(o[key])}, not ${want}`);
+  };
+  const nonNegative = (key: string): number => {
+    const v = o[key];
+    return typeof v === "number" && Number.isSafeInteger(v) && v >= 0
+      ? v
+      : bad(key, "a non-negative integer");
+  };
+  return {
+    text: (key: string, { nonEmpty = false } = {}): string => {
+      const v = o[key];
+      return typeof v === "string" && (!nonEmpty || v !== "")
+        ? v
+        : bad(key, nonEmpty ? "a non-empty string" : "a string");
+    },
+    nonNegative,
+    optionalNonNegative: (key: string): number | undefined =>
+      o[key] === undefined ? undefined : nonNegative(key),
+    oneOf: <T extends string>(key: string, values: readonly T[]): T =>
+      values.find((v) => v === o[key]) ?? bad(key, values.map((v) => `"${v}"`).join(" or ")),
+  };
+}
+
+/** A value as a message shows it: short, and never a whole document. */
+function describe(v: unknown): string {
+  if (v === undefined) return "missing";
+  const json = JSON.stringify(v);
+  return json.length > 40 ? `${json.slice(0, 40)}…` : json;
+}

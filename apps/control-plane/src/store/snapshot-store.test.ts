@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { isControlPlaneError } from "../errors.js";
 import type { StoreSnapshot } from "./postgres-store.js";
 import { snapshotStore } from "./snapshot-store.js";
+import { LIFECYCLE, revision } from "./test-records.js";
 
 const event = (id: number) => ({
   id,
@@ -14,9 +15,10 @@ const event = (id: number) => ({
 
 const snapshot: StoreSnapshot = {
   deployments: [{ name: "chat", specJson: "{}", revision: 1, createdAtMs: 1, updatedAtMs: 1 }],
-  placements: [],
+  deploymentRevisions: LIFECYCLE.revisions,
+  placements: LIFECYCLE.placements,
   apiKeys: [],
-  nodes: [],
+  nodes: LIFECYCLE.nodes,
   faultClears: [],
   replicaStatuses: [],
   events: [event(3), event(4), event(5), event(6)],
@@ -27,12 +29,17 @@ describe("snapshotStore", () => {
   it("lists what the snapshot holds, events as the stores do", () => {
     const store = snapshotStore(snapshot, "postgres://db/llmgw");
     expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
+    expect(store.listDeploymentRevisions()).toEqual(LIFECYCLE.revisions);
+    expect(store.listPlacements()).toEqual(LIFECYCLE.placements);
+    expect(store.listNodes()).toEqual(LIFECYCLE.nodes);
     expect(store.listEvents({ limit: 2 }).map((e) => e.id)).toEqual([5, 6]);
     expect(store.listEvents({ afterId: 4, limit: 10 }).map((e) => e.id)).toEqual([5, 6]);
     expect(store.listEvents({ afterId: 6, limit: 10 })).toEqual([]);
     // A caller changing what it got changes nothing held.
     store.listDeployments().pop();
     expect(store.listDeployments()).toHaveLength(1);
+    store.listDeploymentRevisions().pop();
+    expect(store.listDeploymentRevisions()).toHaveLength(3);
   });
 
   it("refuses every write: only the leader writes", () => {
@@ -40,6 +47,10 @@ describe("snapshotStore", () => {
     const writes: (() => unknown)[] = [
       () => store.putDeployment(snapshot.deployments[0] as never),
       () => store.deleteDeployment("chat"),
+      () => store.putDeploymentRevision(revision("chat", 2)),
+      () => store.deleteDeploymentRevision("chat", 3),
+      () => store.putPlacement(LIFECYCLE.placements[0]!),
+      () => store.putNode(LIFECYCLE.nodes[0]!),
       () => store.deletePlacement("chat-0"),
       () => store.putNodeState("n1", "ready", 1),
       () => store.appendEvent({ atMs: 1, kind: "k", subject: "s", message: "m", severity: "info" }),

@@ -17,6 +17,7 @@ export function snapshotStore(snapshot: StoreSnapshot, location: string): Cluste
   return {
     location,
     listDeployments: () => [...snapshot.deployments],
+    listDeploymentRevisions: () => [...snapshot.deploymentRevisions],
     listPlacements: () => [...snapshot.placements],
     listApiKeys: () => [...snapshot.apiKeys],
     listNodes: () => [...snapshot.nodes],
@@ -28,6 +29,8 @@ export function snapshotStore(snapshot: StoreSnapshot, location: string): Cluste
     },
     putDeployment: refuse,
     deleteDeployment: refuse,
+    putDeploymentRevision: refuse,
+    deleteDeploymentRevision: refuse,
     putPlacement: refuse,
     deletePlacement: refuse,
     putApiKey: refuse,

@@ -7,6 +7,17 @@ import { isControlPlaneError } from "../errors.js";
 import { fillDisk } from "../testing/full-disk.js";
 import { MIGRATIONS } from "./migrations.js";
 import { openSqliteStore } from "./sqlite-store.js";
+import {
+  DRAINING,
+  deployment,
+  LIFECYCLE,
+  lifecycleKeys,
+  node,
+  placement,
+  putLifecycleRecords,
+  revision,
+  WAITING,
+} from "./test-records.js";
 import type { ClusterStore } from "./types.js";
 
 let dir: string;
@@ -227,6 +238,243 @@ describe("openSqliteStore", () => {
     expect(message).toContain(
       `table replica_statuses is missing at schema version ${MIGRATIONS.length}`,
     );
+  });
+
+  it("keeps retirements, rollouts, who drained a node and revision specs across a reopen", () => {
+    const first = openStore();
+    putLifecycleRecords(first);
+    first.close();
+    const again = openStore({ expectExisting: true });
+    expect(again.listDeployments()).toEqual(LIFECYCLE.deployments);
+    expect(again.listDeploymentRevisions()).toEqual(LIFECYCLE.revisions);
+    expect(again.listPlacements()).toEqual(LIFECYCLE.placements);
+    expect(again.listNodes()).toEqual(LIFECYCLE.nodes);
+    // Absent stays absent: no empty retirement, no "" for who drained.
+    expect(lifecycleKeys(again)).toEqual(["chat", "chat-0", "chat-1", "a-1", "b-1"]);
+  });
+
+  it("replaces and clears the lifecycle fields, keeping a deployment's creation time", () => {
+    const store = openStore();
+    putLifecycleRecords(store);
+    store.putDeployment(deployment("chat", { createdAtMs: 99, revision: 11 }));
+    store.putPlacement(placement("chat-0"));
+    store.putPlacement(placement("chat-2", { retirement: WAITING }));
+    store.putPlacement(placement("chat-1", { retirement: { ...WAITING, ...DRAINING } }));
+    store.putNode(node("a-1"));
+    store.close();
+    const again = openStore({ expectExisting: true });
+    const [chat] = again.listDeployments();
+    expect(chat).toEqual(deployment("chat", { revision: 11 }));
+    expect(again.listPlacements().map((p) => p.retirement)).toEqual([undefined, DRAINING, WAITING]);
+    expect(lifecycleKeys(again)).toEqual(["chat-1", "chat-2", "b-1"]);
+  });
+
+  it("creates, replaces and deletes revision specs, listed by name then revision", () => {
+    const store = openStore();
+    putLifecycleRecords(store);
+    store.putDeploymentRevision({ ...revision("chat", 3), specJson: '{"replaced":true}' });
+    store.putDeploymentRevision(revision("a", 7));
+    store.deleteDeploymentRevision("chat", 10);
+    // Deleting what is not there is no error.
+    store.deleteDeploymentRevision("chat", 10);
+    store.deleteDeploymentRevision("none", 1);
+    expect(store.listDeploymentRevisions()).toEqual([
+      revision("a", 7),
+      { ...revision("chat", 3), specJson: '{"replaced":true}' },
+      revision("code", 1),
+    ]);
+    store.transaction(() => {
+      store.putDeploymentRevision(revision("chat", 4));
+      store.deleteDeploymentRevision("a", 7);
+    });
+    expect(store.listDeploymentRevisions().map((r) => `${r.name}@${r.revision}`)).toEqual([
+      "chat@3",
+      "chat@4",
+      "code@1",
+    ]);
+    expect(() =>
+      store.transaction(() => {
+        store.deleteDeploymentRevision("code", 1);
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
+    expect(store.listDeploymentRevisions()).toHaveLength(3);
+  });
+
+  it("upgrades a store of schema version 5: its rows read back with the new fields absent", () => {
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
+    db.pragma("user_version = 5");
+    db.exec(
+      `INSERT INTO deployments VALUES ('chat', '{"name":"chat"}', 2, 1, 2);
+       INSERT INTO placements VALUES
+         ('chat-0', 'chat', 2, '[{"rank":0,"nodeId":"a-1","gpuIndices":[0]}]', NULL, NULL, 3);
+       INSERT INTO nodes VALUES ('a-1', 'a', 'ee', x'010203', '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);`,
+    );
+    db.close();
+    const store = openStore({ expectExisting: true });
+    expect(store.listDeployments()).toEqual([
+      { name: "chat", specJson: '{"name":"chat"}', revision: 2, createdAtMs: 1, updatedAtMs: 2 },
+    ]);
+    expect(store.listPlacements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+    // A drain stored before v6: draining, by nobody recorded (the operator's).
+    expect(store.listNodes()).toMatchObject([{ id: "a-1", draining: true, state: "ready" }]);
+    expect(lifecycleKeys(store)).toEqual([]);
+    expect(store.listDeploymentRevisions()).toEqual([]);
+    store.close();
+    const check = new Database(file, { readonly: true });
+    expect(check.pragma("user_version", { simple: true })).toBe(6);
+    check.close();
+  });
+
+  it("rolls back an interrupted migration to version 6 and finishes it on the next start", () => {
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
+    // The last statement of version 6 fails after the others ran.
+    db.exec("ALTER TABLE nodes ADD COLUMN drained_by TEXT");
+    db.pragma("user_version = 5");
+    db.close();
+    expect(() => openStore({ expectExisting: true })).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_STORE_FAILED",
+        message: `cannot open the state store ${file}: duplicate column name: drained_by`,
+      }),
+    );
+    const after = new Database(file);
+    expect(after.pragma("user_version", { simple: true })).toBe(5);
+    const columns = (table: string) =>
+      (after.pragma(`table_info(${table})`) as { name: string }[]).map((c) => c.name);
+    expect(columns("placements")).not.toContain("retirement_json");
+    expect(columns("deployments")).not.toContain("rollout_json");
+    expect(
+      after.prepare("SELECT name FROM sqlite_master WHERE name = 'deployment_revisions'").all(),
+    ).toEqual([]);
+    after.exec("ALTER TABLE nodes DROP COLUMN drained_by");
+    after.close();
+    const store = openStore({ expectExisting: true });
+    putLifecycleRecords(store);
+    expect(store.listNodes()).toEqual(LIFECYCLE.nodes);
+  });
+
+  it("refuses a store whose version promises the revision table but lacks it", () => {
+    openStore().close();
+    const db = new Database(file);
+    db.exec("DROP TABLE deployment_revisions");
+    db.close();
+    expect(expectCorrupt(() => openStore({ expectExisting: true }))).toContain(
+      `table deployment_revisions is missing at schema version ${MIGRATIONS.length}`,
+    );
+  });
+
+  const jsonError = (text: string) => {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      return (error as Error).message;
+    }
+    throw new Error(`${text} is JSON`);
+  };
+  const undecodable = (row: string, column: string, detail: string) =>
+    `the stored ${row} does not decode: ${column} ${detail}; refusing to guess what the cluster should do with it. Restore the store from a backup, or correct the column.`;
+  const retirement = (fields: Record<string, unknown>) =>
+    JSON.stringify({ code: "scale-down", message: "m", phase: "waiting", sinceMs: 1, ...fields });
+  const rollout = (fields: Record<string, unknown>) =>
+    JSON.stringify({
+      state: "complete",
+      fromRevision: 1,
+      toRevision: 2,
+      message: "",
+      startedAtMs: 1,
+      updatedAtMs: 2,
+      ...fields,
+    });
+  it.each([
+    ["placements", "retirement_json", "{", `is not JSON (${jsonError("{")})`],
+    ["placements", "retirement_json", "[1]", "is [1], not an object"],
+    ["placements", "retirement_json", "null", "is null, not an object"],
+    [
+      "placements",
+      "retirement_json",
+      retirement({ phase: "stopping" }),
+      'field phase is "stopping", not "waiting" or "draining"',
+    ],
+    [
+      "placements",
+      "retirement_json",
+      retirement({ code: "" }),
+      'field code is "", not a non-empty string',
+    ],
+    [
+      "placements",
+      "retirement_json",
+      retirement({ sinceMs: undefined }),
+      "field sinceMs is missing, not a non-negative integer",
+    ],
+    [
+      "placements",
+      "retirement_json",
+      retirement({ phase: "draining", deadlineMs: -5 }),
+      "field deadlineMs is -5, not a non-negative integer",
+    ],
+    [
+      "placements",
+      "retirement_json",
+      retirement({ message: "x".repeat(100), drainingSinceMs: "soon" }),
+      'field drainingSinceMs is "soon", not a non-negative integer',
+    ],
+    [
+      "deployments",
+      "rollout_json",
+      rollout({ state: "done" }),
+      'field state is "done", not "in-progress" or "complete" or "rolled-back"',
+    ],
+    [
+      "deployments",
+      "rollout_json",
+      rollout({ toRevision: 1.5 }),
+      "field toRevision is 1.5, not a non-negative integer",
+    ],
+    ["deployments", "rollout_json", rollout({ message: 7 }), "field message is 7, not a string"],
+    ["nodes", "drained_by", "robot", 'is "robot", not "operator" or "agent"'],
+    ["nodes", "drained_by", "", 'is "", not "operator" or "agent"'],
+  ])("refuses to read %s.%s holding %s, naming the row", (table, column, value, detail) => {
+    const target = {
+      placements: { where: "replica_id = 'chat-0'", row: "placement chat-0" },
+      deployments: { where: "name = 'chat'", row: "deployment chat" },
+      nodes: { where: "id = 'a-1'", row: "node a-1" },
+    }[table as "placements" | "deployments" | "nodes"];
+    const store = openStore();
+    putLifecycleRecords(store);
+    const db = new Database(file);
+    db.prepare(`UPDATE ${table} SET ${column} = ? WHERE ${target.where}`).run(value);
+    db.close();
+    const list = () => {
+      if (table === "placements") store.listPlacements();
+      else if (table === "deployments") store.listDeployments();
+      else store.listNodes();
+    };
+    expect(list).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+        message: undecodable(target.row, `${table}.${column}`, detail),
+      }),
+    );
+  });
+
+  it("reads a retirement with fields it does not know, leaving them out", () => {
+    const store = openStore();
+    putLifecycleRecords(store);
+    const db = new Database(file);
+    db.prepare("UPDATE placements SET retirement_json = ? WHERE replica_id = 'chat-2'").run(
+      retirement({ inFlight: 3 }),
+    );
+    db.close();
+    expect(store.listPlacements()[2]?.retirement).toStrictEqual({
+      code: "scale-down",
+      message: "m",
+      phase: "waiting",
+      sinceMs: 1,
+    });
   });
 
   it("keeps only the newest events beyond its bound", () => {

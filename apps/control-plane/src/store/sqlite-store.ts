@@ -6,26 +6,36 @@ import {
   type ApiKeyRow,
   apiKeyFromRow,
   apiKeyValues,
+  DEPLOYMENT_COLUMNS,
+  DEPLOYMENT_REVISION_COLUMNS,
+  type DeploymentRevisionRow,
   type DeploymentRow,
   deploymentFromRow,
+  deploymentRevisionFromRow,
+  deploymentRevisionValues,
+  deploymentValues,
   type EventRow,
   eventFromRow,
   type FaultClearRow,
   faultClearFromRow,
+  NODE_COLUMNS,
   type NodeRow,
   nodeFromRow,
   nodeValues,
+  PLACEMENT_COLUMNS,
   type PlacementRow,
   placementFromRow,
   placementValues,
   type ReplicaStatusRow,
   replicaStatusFromRow,
   replicaStatusValues,
+  upsertSql,
 } from "./rows.js";
 import type {
   ApiKeyRecord,
   ClusterStore,
   DeploymentRecord,
+  DeploymentRevisionRecord,
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
@@ -128,6 +138,9 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     listDeployments: guard("listDeployments", store.listDeployments),
     putDeployment: guard("putDeployment", store.putDeployment),
     deleteDeployment: guard("deleteDeployment", store.deleteDeployment),
+    listDeploymentRevisions: guard("listDeploymentRevisions", store.listDeploymentRevisions),
+    putDeploymentRevision: guard("putDeploymentRevision", store.putDeploymentRevision),
+    deleteDeploymentRevision: guard("deleteDeploymentRevision", store.deleteDeploymentRevision),
     listPlacements: guard("listPlacements", store.listPlacements),
     putPlacement: guard("putPlacement", store.putPlacement),
     deletePlacement: guard("deletePlacement", store.deletePlacement),
@@ -194,19 +207,25 @@ function prepare(db: Database.Database, file: string, mustHaveState: boolean): v
 function createSqliteStore(db: Database.Database, file: string, eventsKept: number): ClusterStore {
   const q = {
     listDeployments: db.prepare("SELECT * FROM deployments ORDER BY name"),
+    // A deployment keeps the creation time it was first stored with.
     putDeployment: db.prepare(
-      `INSERT INTO deployments (name, spec_json, revision, created_at_ms, updated_at_ms)
-       VALUES (@name, @specJson, @revision, @createdAtMs, @updatedAtMs)
-       ON CONFLICT(name) DO UPDATE SET spec_json = excluded.spec_json, revision = excluded.revision,
-         updated_at_ms = excluded.updated_at_ms`,
+      upsertSql("sqlite", "deployments", DEPLOYMENT_COLUMNS, ["name"], ["created_at_ms"]),
     ),
     deleteDeployment: db.prepare("DELETE FROM deployments WHERE name = ?"),
-    listPlacements: db.prepare("SELECT * FROM placements ORDER BY replica_id"),
-    putPlacement: db.prepare(
-      `INSERT OR REPLACE INTO placements
-       (replica_id, deployment, revision, ranks_json, fabric_id, rendezvous_port, created_at_ms)
-       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    listDeploymentRevisions: db.prepare(
+      "SELECT * FROM deployment_revisions ORDER BY name, revision",
     ),
+    putDeploymentRevision: db.prepare(
+      upsertSql("sqlite", "deployment_revisions", DEPLOYMENT_REVISION_COLUMNS, [
+        "name",
+        "revision",
+      ]),
+    ),
+    deleteDeploymentRevision: db.prepare(
+      "DELETE FROM deployment_revisions WHERE name = ? AND revision = ?",
+    ),
+    listPlacements: db.prepare("SELECT * FROM placements ORDER BY replica_id"),
+    putPlacement: db.prepare(upsertSql("sqlite", "placements", PLACEMENT_COLUMNS, ["replica_id"])),
     deletePlacement: db.prepare("DELETE FROM placements WHERE replica_id = ?"),
     listApiKeys: db.prepare("SELECT * FROM api_keys ORDER BY created_at_ms, id"),
     putApiKey: db.prepare(
@@ -214,11 +233,7 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
        tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     listNodes: db.prepare("SELECT * FROM nodes ORDER BY registered_at_ms, id"),
-    putNode: db.prepare(
-      `INSERT OR REPLACE INTO nodes (id, hostname, credential_hash, inventory, advertise_address, cordoned,
-       draining, revoked, registered_at_ms, reset_pending, state, state_since_ms)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ),
+    putNode: db.prepare(upsertSql("sqlite", "nodes", NODE_COLUMNS, ["id"])),
     putNodeState: db.prepare("UPDATE nodes SET state = ?, state_since_ms = ? WHERE id = ?"),
     deleteNode: db.prepare("DELETE FROM nodes WHERE id = ?"),
     listFaultClears: db.prepare("SELECT * FROM gpu_fault_clears ORDER BY gpu_uuid, fault_key"),
@@ -249,10 +264,18 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     location: file,
     listDeployments: () => (q.listDeployments.all() as DeploymentRow[]).map(deploymentFromRow),
     putDeployment: (r: DeploymentRecord) => {
-      q.putDeployment.run(r);
+      q.putDeployment.run(...deploymentValues(r));
     },
     deleteDeployment: (name) => {
       q.deleteDeployment.run(name);
+    },
+    listDeploymentRevisions: () =>
+      (q.listDeploymentRevisions.all() as DeploymentRevisionRow[]).map(deploymentRevisionFromRow),
+    putDeploymentRevision: (r: DeploymentRevisionRecord) => {
+      q.putDeploymentRevision.run(...deploymentRevisionValues(r));
+    },
+    deleteDeploymentRevision: (name, revision) => {
+      q.deleteDeploymentRevision.run(name, revision);
     },
     listPlacements: () => (q.listPlacements.all() as PlacementRow[]).map(placementFromRow),
     putPlacement: (r: PlacementRecord) => {
