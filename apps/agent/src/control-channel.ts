@@ -351,7 +351,7 @@ export class ControlChannel {
       return Promise.reject(new ConnectError("not registered", Code.Unauthenticated));
     }
     return this.client.setLeaving(
-      create(SetLeavingRequestSchema, { leaving }),
+      create(SetLeavingRequestSchema, { leaving, nodeId: identity.nodeId }),
       callOptions(identity, {
         timeoutMs: this.options.callTimeoutMs,
         ...(signal === undefined ? {} : { signal }),

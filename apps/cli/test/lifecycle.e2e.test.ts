@@ -92,8 +92,7 @@ async function step(
 /** Leaving replicas that still take new requests (waiting for their replacement). */
 function leavingServing(d: DeploymentStatus | undefined): number {
   return (d?.replicas ?? []).filter(
-    (r) =>
-      r.state === ReplicaState.READY && r.retirement?.phase === RetirementPhase.WAITING,
+    (r) => r.state === ReplicaState.READY && r.retirement?.phase === RetirementPhase.WAITING,
   ).length;
 }
 
@@ -182,9 +181,7 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
     await step(
       "chat rolled back, 2 ready replicas at the good spec",
       () =>
-        c.cp
-          .admin()
-          .applyDeployment({ deployment: chat(2, ["--fail-load"]) }, c.cp.adminHeaders()),
+        c.cp.admin().applyDeployment({ deployment: chat(2, ["--fail-load"]) }, c.cp.adminHeaders()),
       (d) =>
         d?.rollout?.state === RolloutState.ROLLED_BACK &&
         census(d).ready === 2 &&
@@ -220,7 +217,11 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
       90_000,
     );
     // Both routers must hold the replica before the stream starts.
-    const client = new OpenAI({ baseURL: `${c.routers[0]?.url}/v1`, apiKey: c.apiKey, maxRetries: 0 });
+    const client = new OpenAI({
+      baseURL: `${c.routers[0]?.url}/v1`,
+      apiKey: c.apiKey,
+      maxRetries: 0,
+    });
     let first = false;
     const stream = (async () => {
       const s = await client.chat.completions.create({

@@ -234,6 +234,7 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     });
   }
 
+  for (const r of input.retired ?? []) useId(r.deployment, r.replicaId);
   // Held placements keep their GPUs until the control plane lets them go; only a loss
   // removes one here.
   for (const held of sortedBy(input.held ?? [], replicaIdOf)) {

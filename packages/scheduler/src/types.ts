@@ -92,6 +92,11 @@ export interface ScheduleInput {
    * Absent: none.
    */
   readonly held?: readonly Placement[];
+  /**
+   * Replicas the caller removed in the same plan: their ids are not given to new replicas,
+   * so that nothing takes a replacement for the engine being stopped. Absent: none.
+   */
+  readonly retired?: readonly { readonly deployment: string; readonly replicaId: string }[];
 }
 
 export interface PlacementRemoval {

@@ -384,17 +384,24 @@ describe("Cluster", () => {
     expect(failed?.message).toContain("ready → failed");
   });
 
-  it("re-places replicas when the GPU class changes, keeps them on a same-shape spec change", () => {
+  it("keeps replicas on a change engines do not see, replaces them on one they do", () => {
     const cluster = newCluster();
-    join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
     const b = join_(cluster, "node-b", "1xa100-80g", "10.0.0.2");
     cluster.applyDeployment(spec({ name: "chat" }));
     const first = cluster.placements()[0];
-    cluster.applyDeployment(spec({ name: "chat", maxModelLen: 4096 }));
+    cluster.applyDeployment(spec({ name: "chat", routingPolicy: "round-robin" }));
     expect(cluster.placements()).toEqual([{ ...first, revision: 2 }]);
-    cluster.applyDeployment(spec({ name: "chat", maxModelLen: 4096, gpuClass: "a100-80g" }));
+    // Not serving yet (no agent reported it ready): replaced at once, under a new id.
+    cluster.applyDeployment(
+      spec({ name: "chat", routingPolicy: "round-robin", maxModelLen: 4096 }),
+    );
+    expect(cluster.placements().map((p) => `${p.replicaId}@r${p.revision}`)).toEqual(["chat-1@r3"]);
+    cluster.applyDeployment(
+      spec({ name: "chat", routingPolicy: "round-robin", maxModelLen: 4096, gpuClass: "a100-80g" }),
+    );
     expect(placedOn(cluster, "chat")).toEqual([b.nodeId]);
-    expect(cluster.placements()[0]?.revision).toBe(3);
+    expect(cluster.placements()[0]?.revision).toBe(4);
   });
 
   it("moves a replica off a GPU that turned unhealthy", () => {

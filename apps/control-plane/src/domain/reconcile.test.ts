@@ -37,7 +37,7 @@ function placed(id: string, node: string, gpus: number[], extra: Partial<Placeme
 interface World {
   specs: DeploymentSpec[];
   older?: DeploymentSpec[];
-  placements: PlacementRecord[];
+  placements: readonly PlacementRecord[];
   nodes: SchedulerNode[];
   conditions?: Record<string, ReplicaCondition>;
   drained?: string[];
@@ -259,15 +259,16 @@ describe("planReconcile: rolling updates", () => {
     const third = step({}, ["chat-0"]);
     expect(removed(third)).toEqual(["chat-0:drained"]);
     expect(leaving(third)).toEqual(["chat-1:waiting"]);
-    expect(third.add.map((a) => `${a.replicaId}@r${a.revision}`)).toEqual(["chat-0@r2"]);
+    // Not chat-0: nothing may take the stopping engine for its replacement.
+    expect(third.add.map((a) => `${a.replicaId}@r${a.revision}`)).toEqual(["chat-3@r2"]);
     const fourth = step();
     expect(leaving(fourth)).toEqual(["chat-1:draining"]);
     const done = step({}, ["chat-1"]);
     expect(removed(done)).toEqual(["chat-1:drained"]);
     expect(done.add).toEqual([]);
     expect(placements.map((p) => `${p.replicaId}@r${p.revision}`).sort()).toEqual([
-      "chat-0@r2",
       "chat-2@r2",
+      "chat-3@r2",
     ]);
   });
 

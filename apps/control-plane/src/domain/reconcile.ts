@@ -158,6 +158,19 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   for (const p of input.placements) {
     const spec = input.deployments.get(p.deployment);
     const retirement = p.retirement;
+    if (
+      retirement?.phase === "waiting" &&
+      retirement.code === "rollout" &&
+      spec !== undefined &&
+      (p.revision === spec.revision || sameLaunchAs(p, spec))
+    ) {
+      // The deployment went back (a rollback) to what this replica runs: it stays.
+      const { retirement: _, ...serving } = p;
+      kept.set(p.replicaId, serving);
+      changed.add(p.replicaId);
+      fresh.add(p.replicaId);
+      continue;
+    }
     if (retirement !== undefined) {
       if (retirement.phase === "draining") {
         if (input.drained(p.replicaId)) {
@@ -212,6 +225,11 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     oldServing.set(p.deployment, list);
   }
 
+  function sameLaunchAs(p: PlacementRecord, spec: DeploymentSpec): boolean {
+    const runs = input.specOf(p.deployment, p.revision);
+    return runs !== undefined && sameLaunch(runs, spec);
+  }
+
   // 2. Rolling updates: up to maxSurge + maxUnavailable old replicas at a time wait for a
   // replacement (those maxUnavailable allows drain at once, in step 4); old replicas beyond
   // the replica count (scaled down mid-update) drain.
@@ -254,6 +272,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       deployments: schedulerDeployments(input.deployments, oldServing),
       placements: pick(kept, fresh),
       held: pick(kept, held),
+      retired: remove.map((r) => r.placement),
     });
     let replanned = false;
     const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));

@@ -17,6 +17,7 @@ import type { ClusterStore, ReplicaStatusRecord } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { Cluster } from "./cluster.js";
+import { DRAIN_SETTLE_MS } from "./drains.js";
 
 let dir: string;
 let file: string;
@@ -268,7 +269,12 @@ describe("kept replica statuses", () => {
     beat(cluster, a);
     expect(store.listReplicaStatuses().map((r) => r.replicaId)).toEqual(["chat-0", "chat-1"]);
     cluster.scaleDeployment("chat", 1);
+    // The surplus replica drains first; with no router connected it stops once the settle
+    // time passed.
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.tick();
     const kept = cluster.placements().map((p) => p.replicaId);
+    expect(kept).toHaveLength(1);
     expect(store.listReplicaStatuses().map((r) => r.replicaId)).toEqual(kept);
     writes.length = 0;
     cluster.heartbeat(a, { gpus: [], problems: [], replicas: [] });

@@ -19,7 +19,6 @@ import {
 } from "@llmgw/proto";
 import { boundAgentRequest } from "../domain/agent-limits.js";
 import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
-import { hashSecret } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
@@ -36,32 +35,6 @@ function authenticateNode(cluster: Cluster, headers: Headers, nodeId: string, rp
     );
   }
   return cluster.authenticateNode(nodeId, credential);
-}
-
-/**
- * The node whose credential is in the `Authorization: Bearer` header, checked as
- * {@link authenticateNode} checks it, for a call whose request names no node
- * (`SetLeavingRequest`). Finding the node costs a pass over the nodes, fine for a call an
- * agent makes twice per stop; a `node_id` field in the request would make it a lookup.
- */
-function authenticatedNodeOf(cluster: Cluster, headers: Headers, rpc: string): string {
-  const credential = bearerToken(headers);
-  if (credential === undefined) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
-      `missing Authorization: Bearer header; ${rpc} needs the node credential from Register`,
-    );
-  }
-  const hash = hashSecret(credential);
-  const node = cluster.listNodes().find((n) => cluster.stillAuthenticated(n.nodeId, hash));
-  if (node === undefined) {
-    throw new ControlPlaneError(
-      "LLMGW_CONTROL_PLANE_UNAUTHENTICATED",
-      `no node holds this credential; ${rpc} needs the node credential from Register (register again with the join token)`,
-    );
-  }
-  authenticateNode(cluster, headers, node.nodeId, rpc);
-  return node.nodeId;
 }
 
 /** Options of {@link createAgentService}. */
@@ -289,7 +262,8 @@ export function createAgentService(
       return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
     },
     setLeaving(req, ctx) {
-      const nodeId = authenticatedNodeOf(cluster, ctx.requestHeader, "SetLeaving");
+      authenticateNode(cluster, ctx.requestHeader, req.nodeId, "SetLeaving");
+      const nodeId = req.nodeId;
       // The agent stopping with its engines drains its node (leaving), or ends the drain its
       // own leave began when it starts again; the cluster refuses to end an operator's.
       const replicas = cluster.setNodeLeaving(nodeId, req.leaving);
