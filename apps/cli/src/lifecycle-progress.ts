@@ -13,7 +13,7 @@ import { formatDuration } from "./table.js";
 /*
  * What `llmgw deploy|scale|undeploy|drain --wait` print while replicas come and go, as pure
  * functions of what two polls of the control plane saw. The loops that poll live in
- * follow.ts; nothing here reads a clock or writes output.
+ * lifecycle-wait.ts; nothing here reads a clock or writes output.
  */
 
 /** One poll's replicas and when it answered (Unix ms). */
