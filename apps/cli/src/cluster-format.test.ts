@@ -1,9 +1,28 @@
 import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
-import { GpuFaultSchema, GpuReadingSchema, NodeSchema, NodeState } from "@llmgw/proto";
+import {
+  DeploymentSchema,
+  DeploymentStatusSchema,
+  GpuFaultSchema,
+  GpuReadingSchema,
+  NodeSchema,
+  NodeState,
+  ReplicaSchema,
+  ReplicaState,
+  RetirementPhase,
+  RolloutSchema,
+  RolloutState,
+} from "@llmgw/proto";
 import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it } from "vitest";
-import { nodeDetail } from "./cluster-format.js";
+import {
+  deploymentDetail,
+  deploymentRow,
+  nodeDetail,
+  replicaRow,
+  replicaStateText,
+  rolloutText,
+} from "./cluster-format.js";
 
 // Verbatim from shared/reference/health-formats.md §1.3.
 const XID48 =
@@ -67,5 +86,130 @@ describe("nodeDetail", () => {
   it("says when a node has no faults", () => {
     const plain = create(NodeSchema, { nodeId: "n", hostname: "n", inventory });
     expect(nodeDetail(plain, 0)).toContain("\nno kernel-log faults\n");
+  });
+});
+
+const NOW = 1_796_000_000_000;
+
+const leaving = (phase: RetirementPhase, more: Record<string, unknown> = {}) =>
+  create(ReplicaSchema, {
+    replicaId: "chat-0",
+    deployment: "chat",
+    revision: 2n,
+    state: ReplicaState.READY,
+    createdAtUnixMs: BigInt(NOW - 90_000),
+    ranks: [{ replicaId: "chat-0", nodeId: "gpu-07", gpuIndices: [0, 1] }],
+    endpoint: "10.0.0.7:41234",
+    retirement: {
+      reason: { code: "node-draining", message: "node gpu-07 is draining" },
+      phase,
+      sinceUnixMs: BigInt(NOW - 5_000),
+      ...more,
+    },
+  });
+
+describe("replicaStateText", () => {
+  it.each([
+    ["serving, not leaving", create(ReplicaSchema, { state: ReplicaState.LOADING }), "loading"],
+    [
+      "waiting for its replacement",
+      leaving(RetirementPhase.WAITING),
+      "ready,waiting (node-draining)",
+    ],
+    [
+      "draining, no in-flight report yet, deadline ahead",
+      leaving(RetirementPhase.DRAINING, { drainDeadlineUnixMs: BigInt(NOW + 125_000) }),
+      "ready,draining (node-draining, 2m 05s left)",
+    ],
+    [
+      "draining with requests in flight",
+      leaving(RetirementPhase.DRAINING, { inFlight: 3, drainDeadlineUnixMs: BigInt(NOW + 1_000) }),
+      "ready,draining (node-draining, 3 in flight, 1s left)",
+    ],
+    [
+      "draining past its deadline, none in flight",
+      leaving(RetirementPhase.DRAINING, { inFlight: 0, drainDeadlineUnixMs: BigInt(NOW) }),
+      "ready,draining (node-draining, 0 in flight, deadline passed)",
+    ],
+  ])("%s", (_name, r, text) => {
+    expect(replicaStateText(r, NOW)).toBe(text);
+  });
+
+  it("is the STATE column of llmgw replicas", () => {
+    const row = replicaRow(leaving(RetirementPhase.DRAINING, { inFlight: 3 }), NOW);
+    expect(row).toEqual([
+      "chat-0",
+      "chat",
+      "ready,draining (node-draining, 3 in flight)",
+      "gpu-07[0,1]",
+      "10.0.0.7:41234",
+      "1m 30s",
+    ]);
+  });
+});
+
+describe("rollouts in llmgw deployments", () => {
+  const rollout = (state: RolloutState, message = "") =>
+    create(RolloutSchema, {
+      state,
+      fromRevision: 1n,
+      toRevision: 2n,
+      message,
+      startedAtUnixMs: BigInt(NOW - 65_000),
+    });
+  const status = (r?: ReturnType<typeof rollout>) =>
+    create(DeploymentStatusSchema, {
+      spec: create(DeploymentSchema, { name: "chat", model: "m", engine: 4, revision: 2n }),
+      desiredReplicas: 1,
+      readyReplicas: 1,
+      replicas: [leaving(RetirementPhase.WAITING)],
+      ...(r ? { rollout: r } : {}),
+    });
+
+  it.each([
+    [RolloutState.IN_PROGRESS, "1 of 2 replaced", "rollout r1 → r2 in progress: 1 of 2 replaced"],
+    [RolloutState.COMPLETE, "", "rollout r1 → r2 complete"],
+    [
+      RolloutState.ROLLED_BACK,
+      "chat-3 failed: CUDA OOM",
+      "rolled back from r2 to r1: chat-3 failed: CUDA OOM",
+    ],
+    [9 as RolloutState, "", "rollout r1 → r2 (state 9)"],
+  ])("rolloutText %s", (state, message, text) => {
+    expect(rolloutText(rollout(state, message))).toBe(text);
+  });
+
+  it.each([
+    ["no rollout yet", undefined, "ok"],
+    ["a complete rollout is just ok", rollout(RolloutState.COMPLETE), "ok"],
+    ["in progress", rollout(RolloutState.IN_PROGRESS), "rollout r1 → r2 in progress"],
+    [
+      "rolled back, first line of why",
+      rollout(RolloutState.ROLLED_BACK, "chat-3 failed\nlog tail"),
+      "rolled back from r2 to r1: chat-3 failed",
+    ],
+  ])("STATUS column: %s", (_name, r, text) => {
+    expect(deploymentRow(status(r))[6]).toBe(text);
+  });
+
+  it("llmgw deployments NAME shows the rollout and each replica's state and revision", () => {
+    const lines = deploymentDetail(status(rollout(RolloutState.IN_PROGRESS)), NOW).split("\n");
+    expect(lines.slice(0, 2)).toEqual([
+      "chat: m on sim, class any, revision 2, 1/1 ready",
+      "  rollout r1 → r2 in progress (started 1m 05s ago)",
+    ]);
+    expect(lines[3]).toMatch(/^REPLICA +STATE +REV +PLACEMENT +ENDPOINT +AGE$/);
+    expect(lines[4]).toMatch(
+      /^chat-0 +ready,waiting \(node-draining\) +2 +gpu-07\[0,1\] +10\.0\.0\.7:41234 +1m 30s$/,
+    );
+  });
+
+  it("escapes a rollout message's control characters", () => {
+    const text = deploymentDetail(
+      status(rollout(RolloutState.ROLLED_BACK, "x\u001b[2J\nforged line")),
+      NOW,
+    );
+    expect(text).not.toContain("\u001b");
+    expect(text).not.toMatch(/^forged line/m);
   });
 });

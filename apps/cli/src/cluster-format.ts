@@ -1,6 +1,14 @@
 import { escapeOutsideText, replicaStateName } from "@llmgw/control-plane/client";
-import type { DeploymentStatus, Event, Node, Replica } from "@llmgw/proto";
-import { NodeState } from "@llmgw/proto";
+import {
+  type DeploymentStatus,
+  type Event,
+  type Node,
+  NodeState,
+  type Replica,
+  RetirementPhase,
+  type Rollout,
+  RolloutState,
+} from "@llmgw/proto";
 import { formatDuration, renderTable } from "./table.js";
 
 /** "ready", "unreachable,cordoned", "ready,draining". */
@@ -41,12 +49,61 @@ export function replicaPlacement(r: Replica): string {
   return r.ranks.map((k) => `${k.nodeId}[${k.gpuIndices.join(",")}]`).join(" + ") || "-";
 }
 
+/** "waiting", "draining", or "retiring" from a control plane newer than this CLI. */
+function phaseWord(phase: RetirementPhase): string {
+  return phase === RetirementPhase.WAITING
+    ? "waiting"
+    : phase === RetirementPhase.DRAINING
+      ? "draining"
+      : "retiring";
+}
+
+/**
+ * A replica's state as `llmgw replicas` shows it: "ready", or while it leaves
+ * "ready,waiting (rollout)" (still serving until its replacement is ready) and
+ * "ready,draining (scale-down, 3 in flight, 4m 12s left)". The in-flight count appears only
+ * once a router reported one; the time left only while a drain deadline is known.
+ */
+export function replicaStateText(r: Replica, nowMs: number): string {
+  const state = replicaStateName(r.state);
+  const t = r.retirement;
+  if (!t) return state;
+  const details: string[] = [];
+  if (t.reason?.code) details.push(t.reason.code);
+  if (t.inFlight !== undefined) details.push(`${t.inFlight} in flight`);
+  if (t.phase === RetirementPhase.DRAINING && t.drainDeadlineUnixMs !== undefined) {
+    const left = Number(t.drainDeadlineUnixMs) - nowMs;
+    details.push(left > 0 ? `${formatDuration(left)} left` : "deadline passed");
+  }
+  return `${state},${phaseWord(t.phase)}${details.length > 0 ? ` (${details.join(", ")})` : ""}`;
+}
+
+/**
+ * "rollout r1 → r2 in progress", "rollout r1 → r2 complete", "rolled back from r2 to r1:
+ * <why>"; a state newer than this CLI reads "rollout r1 → r2 (state 7)". The control plane's
+ * message follows when it has one.
+ */
+export function rolloutText(r: Rollout): string {
+  const span = `r${r.fromRevision} → r${r.toRevision}`;
+  const message = r.message ? `: ${r.message}` : "";
+  switch (r.state) {
+    case RolloutState.IN_PROGRESS:
+      return `rollout ${span} in progress${message}`;
+    case RolloutState.COMPLETE:
+      return `rollout ${span} complete${message}`;
+    case RolloutState.ROLLED_BACK:
+      return `rolled back from r${r.toRevision} to r${r.fromRevision}${message}`;
+    default:
+      return `rollout ${span} (state ${r.state})${message}`;
+  }
+}
+
 /** Table row of a replica. */
 export function replicaRow(r: Replica, nowMs: number): string[] {
   return [
     r.replicaId,
     r.deployment,
-    replicaStateName(r.state),
+    replicaStateText(r, nowMs),
     replicaPlacement(r),
     r.endpoint || "-",
     formatDuration(nowMs - Number(r.createdAtUnixMs)),
@@ -62,6 +119,11 @@ export function deploymentRow(d: DeploymentStatus): string[] {
       ? ` tp${spec.tensorParallel}${spec.pipelineParallel > 1 ? `pp${spec.pipelineParallel}` : ""}`
       : "";
   const problem = d.unschedulable[0]?.message.split("\n")[0];
+  // A rollout under way or rolled back says more than "ok"; a complete one says nothing new.
+  const rollout =
+    d.rollout && d.rollout.state !== RolloutState.COMPLETE
+      ? rolloutText(d.rollout).split("\n")[0]
+      : undefined;
   return [
     spec?.name ?? "?",
     spec?.servedModelName || spec?.model || "?",
@@ -69,8 +131,36 @@ export function deploymentRow(d: DeploymentStatus): string[] {
     spec?.gpuClass || "any",
     `${d.readyReplicas}/${d.desiredReplicas}`,
     String(spec?.revision ?? 0n),
-    problem ?? (d.readyReplicas >= d.desiredReplicas ? "ok" : "rolling out"),
+    problem ?? rollout ?? (d.readyReplicas >= d.desiredReplicas ? "ok" : "rolling out"),
   ];
+}
+
+/**
+ * `llmgw deployments NAME`: one line on the deployment, its latest rollout, each reason
+ * replicas cannot be placed or failed (first line of each), then its replicas as a table with
+ * each one's revision. Every cell is escaped by {@link renderTable}; the rest by
+ * `escapeOutsideText`.
+ */
+export function deploymentDetail(d: DeploymentStatus, nowMs: number): string {
+  const esc = escapeOutsideText;
+  const [name, model, engine, gpuClass, ready, revision] = deploymentRow(d);
+  let out = `${esc(name ?? "")}: ${esc(model ?? "")} on ${esc(engine ?? "")}, class ${esc(gpuClass ?? "")}, revision ${revision}, ${ready} ready\n`;
+  if (d.rollout) {
+    const started = d.rollout.startedAtUnixMs;
+    const ago = started > 0n ? ` (started ${formatDuration(nowMs - Number(started))} ago)` : "";
+    out += `  ${esc(rolloutText(d.rollout))}${ago}\n`;
+  }
+  for (const r of [...d.unschedulable, ...d.failed])
+    out += `  problem ${esc(r.code)}: ${esc(r.message.split("\n")[0] ?? "")}\n`;
+  const rows = d.replicas.map((r) => {
+    const row = replicaRow(r, nowMs);
+    return [row[0] ?? "", row[2] ?? "", String(r.revision), ...row.slice(3)];
+  });
+  out +=
+    rows.length === 0
+      ? "\nno replicas\n"
+      : `\n${renderTable(["REPLICA", "STATE", "REV", "PLACEMENT", "ENDPOINT", "AGE"], rows)}`;
+  return out;
 }
 
 /** "2026-11-30T04:20:08Z warning node.unreachable node-a-1f2e3d: …". */

@@ -1,28 +1,21 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { toJson } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
-import { deploymentSpecToProto, replicaStateName } from "@llmgw/control-plane/client";
-import { type DeploymentSpec, ENGINES, parseDeploymentSpec } from "@llmgw/engines";
-import { type DeploymentStatus, DeploymentStatusSchema, ReplicaState } from "@llmgw/proto";
-import { classifyControlPlaneError } from "@llmgw/wire";
+import { deploymentSpecToProto } from "@llmgw/control-plane/client";
+import { ENGINES, parseDeploymentSpec } from "@llmgw/engines";
+import { DeploymentStatusSchema } from "@llmgw/proto";
 import { parse as parseYaml } from "yaml";
-import {
-  ADMIN_FLAGS,
-  ADMIN_FLAGS_USAGE,
-  type AdminContext,
-  adminContext,
-  runAdmin,
-} from "../admin-client.js";
-import { replicaPlacement } from "../cluster-format.js";
-import { type CliIo, type Command, parseCommandArgs, UsageError } from "../command.js";
-import { formatDuration, terminalText } from "../table.js";
+import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
+import { type Command, parseCommandArgs, UsageError } from "../command.js";
+import { parseWaitTimeoutMs, WAIT_TIMEOUT_HELP, waitForRollout } from "../lifecycle-wait.js";
 
 const USAGE = `Usage: llmgw deploy NAME --model M --engine E [options]
        llmgw deploy -f spec.yaml|spec.json [NAME] [options]
 
 Creates or updates a deployment. With --wait, shows each replica's progress (placed →
-starting → loading → ready), the reason it cannot be placed, or why it failed.
+starting → loading → ready), the reason it cannot be placed, or why it failed; during an
+update, each old replica waiting for its replacement, draining (n in flight) and stopped,
+with a progress line ("2/4 ready at revision 3, 1 draining").
 
 Options:
   --model M               Hugging Face id, a path on the nodes, or a GGUF file
@@ -36,8 +29,9 @@ Options:
   --served-model-name S   model id clients send (default NAME)
   --extra-arg A           engine flag appended after llmgw's own (repeatable)
   -f, --file F            spec file (YAML or JSON, fields as in the deployment spec)
-  --wait                  wait until every replica is ready (exit 1 on failure/timeout)
-  --timeout S             seconds --wait waits (default 900)
+  --wait                  wait until every replica runs the new revision and is ready, and
+                          replaced ones are gone (exit 1 on failure, rollback or timeout)
+  --timeout S             ${WAIT_TIMEOUT_HELP}
 ${ADMIN_FLAGS_USAGE}`;
 
 function count(value: string | undefined, flag: string): number | undefined {
@@ -116,7 +110,7 @@ export const command: Command = {
       throw new UsageError(`--engine is required: ${ENGINES.join(", ")}`);
     const parsed = parseDeploymentSpec(input);
     if (!parsed.ok) throw new UsageError(parsed.error.message);
-    const timeoutS = count(values.timeout, "--timeout") ?? 900;
+    const timeoutMs = parseWaitTimeoutMs(values.timeout);
 
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {
@@ -136,146 +130,15 @@ export const command: Command = {
       io.stderr.write(
         `${res.changed ? "applied" : "unchanged"} ${parsed.spec.name} (revision ${status?.spec?.revision ?? "?"}); waiting for ${status?.desiredReplicas ?? 0} replica(s)\n`,
       );
-      return waitForRollout(ctx, io, parsed.spec, timeoutS * 1000);
+      const revision = status?.spec?.revision;
+      if (revision === undefined)
+        throw new Error("the control plane answered the apply without the deployment's revision");
+      return waitForRollout(ctx, io, {
+        name: parsed.spec.name,
+        revision,
+        timeoutMs,
+        doing: "rolling out",
+      });
     });
   },
 };
-
-const FAILED_CODE = "LLMGW_CONTROL_PLANE_REPLICA_FAILED";
-
-/** Polls the deployment every 500 ms and prints each replica's progress until all are ready. */
-async function waitForRollout(
-  ctx: AdminContext,
-  io: CliIo,
-  spec: DeploymentSpec,
-  timeoutMs: number,
-): Promise<number> {
-  const started = Date.now();
-  const shown = new Map<string, string>();
-  const loadingSince = new Map<string, number>();
-  const lastLoadingLine = new Map<string, number>();
-  let shownReasons = "";
-  let last: DeploymentStatus | undefined;
-  let waitingOut = false;
-  // Everything printed here carries cluster text (reasons, status messages, log tails).
-  const out = (line: string) => io.stderr.write(`${terminalText(line)}\n`);
-  for (;;) {
-    if (io.signal.aborted) {
-      out("interrupted; the deployment keeps rolling out");
-      return 130;
-    }
-    try {
-      last = (await ctx.client.getDeployment({ name: spec.name })).deployment;
-    } catch (error) {
-      // A control plane restarting, or instances handing the lead over: the rollout goes on
-      // without us, so keep asking until the timeout.
-      // A read, so safe to repeat whatever the failure did: a refusal, a broken connection.
-      if (classifyControlPlaneError(error).action === "stay" || Date.now() - started > timeoutMs)
-        throw error;
-      if (!waitingOut)
-        out(`control plane unavailable (${ConnectError.from(error).rawMessage}); still waiting`);
-      waitingOut = true;
-      await pause(io.signal, 500);
-      continue;
-    }
-    if (waitingOut) out(`control plane ${ctx.url} answers again`);
-    waitingOut = false;
-    if (!last) throw new Error(`deployment ${spec.name} disappeared`);
-    const now = Date.now();
-    const reasons = last.unschedulable
-      .filter((r) => r.code !== FAILED_CODE)
-      .map((r) => r.message)
-      .join("; ");
-    if (reasons !== shownReasons) {
-      if (reasons) out(`${spec.name}: cannot place every replica: ${reasons}`);
-      shownReasons = reasons;
-    }
-    for (const r of last.replicas) {
-      const state = replicaStateName(r.state);
-      const since = r.ranks[0]?.status?.stateSinceUnixMs;
-      if (r.state === ReplicaState.LOADING && !loadingSince.has(r.replicaId)) {
-        loadingSince.set(r.replicaId, since && since > 0n ? Number(since) : now);
-      }
-      if (shown.get(r.replicaId) !== state) {
-        shown.set(r.replicaId, state);
-        out(`${r.replicaId}  ${progressText(r, state, now, loadingSince.get(r.replicaId))}`);
-        lastLoadingLine.set(r.replicaId, now);
-      } else if (
-        r.state === ReplicaState.LOADING &&
-        now - (lastLoadingLine.get(r.replicaId) ?? now) >= 10_000
-      ) {
-        out(`${r.replicaId}  ${progressText(r, state, now, loadingSince.get(r.replicaId))}`);
-        lastLoadingLine.set(r.replicaId, now);
-      }
-    }
-    // `failed` apart from placement problems; a control plane before it lists them only
-    // among the unschedulable reasons.
-    const failed =
-      last.failed.length > 0
-        ? last.failed
-        : last.unschedulable.filter((r) => r.code === FAILED_CODE);
-    if (failed.length > 0) {
-      for (const f of failed) out(f.message);
-      out(
-        `${spec.name}: ${failed.length} replica(s) failed; see 'llmgw events' and the agent's engine logs`,
-      );
-      return 1;
-    }
-    if (
-      last.desiredReplicas > 0
-        ? last.readyReplicas >= last.desiredReplicas
-        : last.replicas.length === 0
-    ) {
-      out(
-        `${spec.name}: ${last.readyReplicas}/${last.desiredReplicas} ready after ${formatDuration(now - started)}`,
-      );
-      if (ctx.json)
-        io.stdout.write(`${JSON.stringify(toJson(DeploymentStatusSchema, last), null, 2)}\n`);
-      return 0;
-    }
-    if (now - started > timeoutMs) {
-      out(
-        `${spec.name}: timed out after ${formatDuration(now - started)} with ${last.readyReplicas}/${last.desiredReplicas} ready${
-          shownReasons ? `; ${shownReasons}` : ""
-        }`,
-      );
-      return 1;
-    }
-    await pause(io.signal, 500);
-  }
-}
-
-/** Waits `ms`, or less when `signal` aborts. */
-function pause(signal: AbortSignal, ms: number): Promise<void> {
-  return new Promise<void>((r) => {
-    const t = setTimeout(r, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(t);
-        r();
-      },
-      { once: true },
-    );
-  });
-}
-
-function progressText(
-  r: DeploymentStatus["replicas"][number],
-  state: string,
-  now: number,
-  loadingSince?: number,
-): string {
-  switch (r.state) {
-    case ReplicaState.PENDING:
-      return `placed on ${replicaPlacement(r)}`;
-    case ReplicaState.LOADING:
-      return `loading (${formatDuration(now - (loadingSince ?? now))})`;
-    case ReplicaState.READY:
-      return `ready${r.endpoint ? ` at ${r.endpoint}` : ""}`;
-    default: {
-      const message = r.ranks.find((k) => k.status?.message)?.status?.message;
-      return `${state}${message ? ` (${message})` : ""}`;
-    }
-  }
-}

@@ -8,7 +8,7 @@ import { renderTable } from "../table.js";
 export const command: Command = {
   name: "replicas",
   summary: "list replicas with state, placement and endpoint",
-  usage: `Usage: llmgw replicas [--deployment D] [--node N] [options]\n\nLists replicas: state (least advanced of its ranks), where each rank runs, endpoint.\n\nOptions:\n  --deployment D       only this deployment\n  --node N             only replicas with a rank on this node (id or hostname)\n${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw replicas [--deployment D] [--node N] [options]\n\nLists replicas: state (least advanced of its ranks; a leaving replica adds waiting (serves\nuntil its replacement is ready) or draining, why it leaves, its requests in flight and the\ntime left before it is stopped anyway), where each rank runs, endpoint.\n\nOptions:\n  --deployment D       only this deployment\n  --node N             only replicas with a rank on this node (id or hostname)\n${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, {
       ...ADMIN_FLAGS,
