@@ -8,6 +8,11 @@ export interface CliIo {
   readonly cwd: string;
   /** Aborted on SIGINT/SIGTERM by main.ts; long-running commands stop when it fires. */
   readonly signal: AbortSignal;
+  /**
+   * Aborted on a second SIGINT/SIGTERM while a command listens to it (an agent leaving with
+   * its engines stops waiting for its drain); unlistened, a second signal exits at once.
+   */
+  readonly interrupt?: AbortSignal;
 }
 
 /** One `llmgw` subcommand. `run` returns the process exit code. */

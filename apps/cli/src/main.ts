@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // The only place that touches process argv, env, signals and the exit code.
+import { getEventListeners } from "node:events";
 import { runCli } from "./cli.js";
 
 // `llmgw … --json | head` closes stdout once the reader has what it wants: that is the reader
@@ -14,10 +15,17 @@ process.stderr.on("error", (error: NodeJS.ErrnoException) => {
 });
 
 const controller = new AbortController();
+const interrupt = new AbortController();
 let signals = 0;
 for (const sig of ["SIGINT", "SIGTERM"] as const) {
   process.on(sig, () => {
     signals += 1;
+    // A second signal cuts short what the first began (an agent's drain) when a command
+    // listens for it; otherwise, and always on a third, it exits at once.
+    if (signals === 2 && getEventListeners(interrupt.signal, "abort").length > 0) {
+      interrupt.abort(new Error(`received ${sig} again`));
+      return;
+    }
     if (signals > 1) process.exit(130);
     controller.abort(new Error(`received ${sig}`));
   });
@@ -29,6 +37,7 @@ runCli(process.argv.slice(2), {
   env: process.env,
   cwd: process.cwd(),
   signal: controller.signal,
+  interrupt: interrupt.signal,
 }).then(
   (code) => {
     process.exitCode = code;

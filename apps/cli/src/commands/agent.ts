@@ -226,7 +226,14 @@ export const command: Command = {
       config.stopEngines ? "stopping engines and exiting" : "exiting; engines keep running",
       {},
     );
-    await agent.close();
+    if (config.stopEngines && io.interrupt !== undefined) {
+      io.interrupt.addEventListener(
+        "abort",
+        () => logger.warn("second signal: stopping engines now, without waiting for the drain", {}),
+        { once: true },
+      );
+    }
+    await agent.close(io.interrupt === undefined ? {} : { interrupt: io.interrupt });
     return 0;
   },
 };

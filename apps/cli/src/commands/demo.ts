@@ -349,7 +349,8 @@ Your cluster is running. Try:
       return 1;
     } finally {
       step.say("• stopping the agent, its engines and the control plane");
-      await agent?.close({ stopEngines: true }).catch(() => {});
+      // The whole demo cluster goes: nothing to drain to.
+      await agent?.close({ stopEngines: true, leaveTimeoutMs: 0 }).catch(() => {});
       await cp?.close().catch(() => {});
       rmSync(root, { recursive: true, force: true });
     }
