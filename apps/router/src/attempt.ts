@@ -313,6 +313,11 @@ export class Attempt implements UpstreamHandler {
     }
     if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
     const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
+    // The admission slot this request holds counted as capacity while it ran on a draining
+    // replica; that capacity goes now, before `attemptEnded` frees the slot, so nothing queued
+    // is admitted into room the ready replicas do not have.
+    const { draining } = x.core;
+    if (draining.size !== 0 && draining.has(this.#replicaId)) x.core.refreshCapacity(x.model);
     // Not for a replica that left the table meanwhile: its series is gone for good.
     if (replicaModel.has(this.#replicaId)) metrics.replicaInFlight(x.model, this.#replicaId, left);
     x.attemptEnded(result, this.#replicaId);

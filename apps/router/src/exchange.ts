@@ -226,6 +226,11 @@ export class Exchange {
         }
         throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
       }
+      // Requests still running on draining replicas hold admission slots: they count on top,
+      // or a drain would shut new requests out of ready replicas with room.
+      if (routable.length < resolution.replicas.length) {
+        capacity += picker.drainingInFlight(resolution);
+      }
       const limit = core.limiter.acquire(key, analysis.estimatedTokens);
       if (!limit.ok && limit.retryAfterSeconds === undefined) {
         // No Retry-After: no wait would ever admit it.
@@ -273,8 +278,11 @@ export class Exchange {
       const { model, resolution, core } = this;
       const metrics = core.metrics;
       if (queuedAt !== undefined) {
-        // The wait may have changed who is routable.
-        this.routable = core.picker.routable(resolution);
+        // The wait may have changed who is routable (a replica turned draining is in a new
+        // resolution; the one held since admission still says it is ready).
+        const current = core.routeTable.resolve(model);
+        if (current !== undefined) this.resolution = current;
+        this.routable = current === undefined ? [] : core.picker.routable(current);
         metrics.queueDepth(model, core.admission.stats(resolution.deployment).queued);
         metrics.queueWait(
           model,
@@ -349,10 +357,12 @@ export class Exchange {
         this.finish();
         return;
       }
+      // The resolution as it is now: one that turned draining since the first pick is not tried.
+      const current = tried.size < 2 ? this.core.routeTable.resolve(this.model) : undefined;
       const decision =
-        tried.size < 2
-          ? this.core.picker.pick(this.resolution, this.analysis.chain, tried)
-          : undefined;
+        current === undefined
+          ? undefined
+          : this.core.picker.pick(current, this.analysis.chain, tried);
       if (decision !== undefined) {
         this.core.metrics.retry(this.model);
         // Not from inside the failed dispatch's own callback.

@@ -43,6 +43,11 @@ export interface RouterHandler {
    * `undefined` when the pool is disabled.
    */
   workerPool(): { utilizationRatio: number; queueSize: number } | undefined;
+  /**
+   * Requests this handler has on `replicaId` now: from dispatch until the answer's last byte
+   * (a stream until it ends), what in-flight reports tell the control plane.
+   */
+  inFlight(replicaId: string): number;
   readonly options: ResolvedRouterServiceOptions;
 }
 
@@ -81,6 +86,7 @@ export function createRouterHandlerFromCore(core: RouterCore): RouterHandler {
       ? undefined
       : { utilizationRatio: Math.min(1, load.active / load.slots), queueSize: load.queued };
   };
+  handler.inFlight = (replicaId) => core.picker.inFlight.get(replicaId);
   handler.close = () => core.close();
   return handler;
 }

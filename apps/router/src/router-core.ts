@@ -15,6 +15,7 @@ import {
   noopRouterMetrics,
   type ReplicaPicker,
   type RequestAnalyzer,
+  type RouteResolution,
   type RouterMetricsSink,
   type RouteTable,
 } from "@llmgw/router";
@@ -125,6 +126,17 @@ export interface RouterCore {
   readonly replicaModel: Map<string, string>;
   /** Models requests have named, whose replicas the route-table listener keeps books on. */
   readonly seenModels: Set<string>;
+  /**
+   * Replica id → served model of the replicas of {@link seenModels} that take no new requests
+   * (draining): a request ending there shrinks its deployment's admission capacity.
+   */
+  readonly draining: ReadonlyMap<string, string>;
+  /**
+   * Sets the admission capacity of `model`'s deployment to what it is now: its ready capacity
+   * plus the requests still running on its draining replicas (see
+   * `ReplicaPicker.drainingInFlight`). Nothing for a model no longer listed.
+   */
+  refreshCapacity(model: string): void;
   /** Unix seconds, the `created` of every `/v1/models` entry. */
   readonly createdAt: number;
   /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
@@ -147,6 +159,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const log = input.log ?? (() => {});
   const replicaModel = new Map<string, string>();
   const seenModels = new Set<string>();
+  const draining = new Map<string, string>();
   const picker = createReplicaPicker({
     ...options.picker,
     health: {
@@ -161,17 +174,21 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const admission = createAdmissionController(options.admission);
   const analyzer = createRequestAnalyzer(options.analyzer);
   const pools = input.pools ?? createUndiciPools(options);
+  const admissionCapacity = (resolution: RouteResolution): number =>
+    picker.capacity(resolution) + picker.drainingInFlight(resolution);
   const unsubscribe = routeTable.subscribe(() => {
     const liveUrls = new Set<string>();
     const liveIds = new Set<string>();
+    draining.clear();
     for (const model of seenModels) {
       const resolution = routeTable.resolve(model);
       if (resolution === undefined) continue;
       for (const r of resolution.replicas) {
         liveUrls.add(r.baseUrl);
         liveIds.add(r.id);
+        if (r.state !== "ready") draining.set(r.id, model);
       }
-      admission.setCapacity(resolution.deployment, picker.capacity(resolution));
+      admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
     }
     pools.retain(liveUrls);
     for (const [id, model] of replicaModel) {
@@ -194,6 +211,13 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     pools,
     replicaModel,
     seenModels,
+    draining,
+    refreshCapacity(model) {
+      const resolution = routeTable.resolve(model);
+      if (resolution !== undefined) {
+        admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
+      }
+    },
     createdAt: Math.floor(Date.now() / 1000),
     async close() {
       unsubscribe();

@@ -11,7 +11,12 @@ import {
   createRouterTransport,
   type HandlerContext,
 } from "@connectrpc/connect";
-import { RouterService, type WatchRoutingRequest, type WatchRoutingResponse } from "@llmgw/proto";
+import {
+  type ReportInFlightRequest,
+  RouterService,
+  type WatchRoutingRequest,
+  type WatchRoutingResponse,
+} from "@llmgw/proto";
 import { createRoutingState, type RoutingMessage, type RoutingSnapshot } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
@@ -45,8 +50,14 @@ type Script = (
   connection: number,
 ) => AsyncIterable<WatchRoutingResponse>;
 
-/** A control plane at `url` answering WatchRouting with `script`; counts its connections. */
-function server(script: Script) {
+/**
+ * A control plane at `url` answering WatchRouting with `script` (counting its connections) and
+ * ReportInFlight with `report` (when given).
+ */
+function server(
+  script: Script,
+  report?: (req: ReportInFlightRequest, ctx: HandlerContext) => Promise<Record<string, never>>,
+) {
   let connections = 0;
   const requests: { req: WatchRoutingRequest; authorization: string | null }[] = [];
   const transport = createRouterTransport(({ service }) => {
@@ -56,6 +67,7 @@ function server(script: Script) {
         requests.push({ req, authorization: ctx.requestHeader.get("authorization") });
         return script(req, ctx, connections);
       },
+      ...(report === undefined ? {} : { reportInFlight: report }),
     });
   });
   return { transport, connections: () => connections, requests };
@@ -310,5 +322,71 @@ describe("routing client", () => {
     await waitFor(() => backingOff.state === "backoff", 2000, "a backoff");
     await backingOff.close();
     expect(performance.now() - t0).toBeLessThan(1000);
+  });
+});
+
+describe("routing client: in-flight reports", () => {
+  const draining = (inFlight: number) => ({
+    epoch: "e1",
+    stateVersion: 1,
+    draining: [{ replicaId: "m-0", inFlight }],
+  });
+
+  it("sends one call at a time with the router token, the newest report replacing one not sent", async () => {
+    const heard: { req: ReportInFlightRequest; authorization: string | null }[] = [];
+    let release: (() => void) | undefined;
+    const cp = server(
+      (_req, ctx) => thenHold(ctx, snapshot(1)),
+      async (req, ctx) => {
+        heard.push({ req, authorization: ctx.requestHeader.get("authorization") });
+        if (heard.length === 1) await new Promise<void>((r) => (release = r));
+        return {};
+      },
+    );
+    const { c } = client({ "http://a": cp.transport });
+    await waitFor(() => c.state === "streaming", 2000, "the stream");
+    c.reportInFlight(draining(3));
+    await waitFor(() => release !== undefined, 2000, "the first call");
+    c.reportInFlight(draining(2)); // replaced by the next before the first call returns
+    c.reportInFlight(draining(1));
+    release?.();
+    await waitFor(() => heard.length === 2, 2000, "the second call");
+    expect(heard.map((h) => h.req.draining.map((d) => d.inFlight))).toEqual([[3], [1]]);
+    expect(heard[1]?.authorization).toBe("Bearer rt-secret");
+    expect(heard[1]?.req).toMatchObject({ routerId: "edge-1", epoch: "e1", stateVersion: 1n });
+  });
+
+  it("logs a failing call once per code and control plane, and gives up a call at its timeout", async () => {
+    let calls = 0;
+    const cp = server(
+      (_req, ctx) => thenHold(ctx, snapshot(1)),
+      async (_req, ctx) => {
+        calls += 1;
+        if (calls <= 3) throw new ConnectError("the cluster is busy", Code.Unavailable);
+        // Never answers: the router's timeout ends the call.
+        await new Promise<void>((r) => ctx.signal.addEventListener("abort", () => r()));
+        return {};
+      },
+    );
+    const { c, events } = client({ "http://a": cp.transport }, { reportTimeoutMs: 50 });
+    await waitFor(() => c.state === "streaming", 2000, "the stream");
+    for (let i = 0; i < 4; i++) {
+      c.reportInFlight(draining(i));
+      await waitFor(() => calls === i + 1, 2000, `call ${i + 1}`);
+    }
+    const failed = () => events.filter((e) => e.event === "in_flight_report_failed");
+    await waitFor(() => failed().length === 2, 2000, "the timeout's line");
+    expect(failed()).toEqual([
+      {
+        event: "in_flight_report_failed",
+        code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
+        controlPlane: "http://a",
+        message:
+          "ReportInFlight failed (Unavailable: the cluster is busy); reporting goes on every second, a drain there waits for a report or its timeout",
+      },
+      expect.objectContaining({
+        message: expect.stringMatching(/^ReportInFlight failed \(DeadlineExceeded: /),
+      }),
+    ]);
   });
 });

@@ -12,12 +12,17 @@
  * `LLMGW_CONTROL_PLANE_ROUTER_REPLACED`) waits `maxBackoffMs` before the next try and is
  * logged as a warning: two routers sharing an id would otherwise take it from each other
  * every `initialBackoffMs`, a full snapshot each time.
+ *
+ * In-flight reports go to `ReportInFlight` on the control plane the stream is on, with the
+ * router token, one call at a time (a newer report replaces one not sent yet), each bounded by
+ * `reportTimeoutMs`; a failure is logged once a minute per code and control plane. While no
+ * stream is open a report is dropped: the reporter sends the next within a second.
  */
 import { rootCertificates } from "node:tls";
 import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { RouterService } from "@llmgw/proto";
-import type { RoutingMessage, RoutingState } from "@llmgw/router";
+import type { InFlightReport, RoutingMessage, RoutingState } from "@llmgw/router";
 import { routingMessageFromProto } from "@llmgw/wire";
 import type { RouterServiceErrorCode } from "./errors.js";
 
@@ -48,6 +53,8 @@ export interface RoutingClientOptions {
   readonly unauthenticatedRetryMs?: number;
   /** Keepalive interval assumed before a keepalive says otherwise. Default 2 000 ms. */
   readonly keepaliveIntervalMs?: number;
+  /** Longest wait for one `ReportInFlight` call. Default 2 000 ms. */
+  readonly reportTimeoutMs?: number;
   /** Jitter source in [0, 1). Default `Math.random`. */
   readonly random?: () => number;
   /** Structured events (never the token). */
@@ -61,7 +68,12 @@ export interface RoutingClient {
   readonly state: RoutingClientState;
   /** The URL of the current (or last tried) control plane. */
   readonly controlPlane: string | undefined;
-  /** Ends the stream and the loop. */
+  /**
+   * Sends `report` to the control plane the stream is on (see the top of this file); returns at
+   * once and never throws.
+   */
+  reportInFlight(report: InFlightReport): void;
+  /** Ends the stream, the loop and any report in flight. */
   close(): Promise<void>;
 }
 
@@ -340,6 +352,63 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
     setState("closed", current);
   };
 
+  const reportTimeoutMs = options.reportTimeoutMs ?? 2_000;
+  /** The newest report not sent yet, and the sender's run while one is going. */
+  let pendingReport: InFlightReport | undefined;
+  let reporting: Promise<void> | undefined;
+  const reportFailures = new Map<string, number>();
+  const sendReports = async (): Promise<void> => {
+    while (pendingReport !== undefined && !stop.signal.aborted) {
+      const report = pendingReport;
+      pendingReport = undefined;
+      const url = current;
+      if (state !== "streaming" || url === undefined) return;
+      try {
+        await clientFor(url).reportInFlight(
+          {
+            routerId: options.routerId,
+            epoch: report.epoch,
+            stateVersion: BigInt(report.stateVersion),
+            draining: report.draining.map((d) => ({
+              replicaId: d.replicaId,
+              inFlight: d.inFlight,
+            })),
+          },
+          {
+            signal: stop.signal,
+            timeoutMs: reportTimeoutMs,
+            headers: { authorization: `Bearer ${options.routerToken}` },
+          },
+        );
+      } catch (error) {
+        if (stop.signal.aborted) return;
+        const err = ConnectError.from(error);
+        const key = `${Code[err.code]} ${url}`;
+        const now = performance.now();
+        const last = reportFailures.get(key);
+        if (last !== undefined && now - last < LOG_REPEAT_MS) continue;
+        if (reportFailures.size > 100) reportFailures.clear();
+        reportFailures.set(key, now);
+        log({
+          event: "in_flight_report_failed",
+          code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
+          controlPlane: url,
+          message: `ReportInFlight failed (${describe(err)})${err.code === Code.Unimplemented ? ": a control plane older than this router?" : ""}; reporting goes on every second, a drain there waits for a report or its timeout`,
+        });
+      }
+    }
+  };
+
+  const startReports = (): void => {
+    reporting = sendReports().finally(() => {
+      reporting = undefined;
+      // One that came after the last check of the loop above.
+      if (pendingReport !== undefined && state === "streaming" && !stop.signal.aborted)
+        startReports();
+      else pendingReport = undefined;
+    });
+  };
+
   const running = loop().catch((error: unknown) => {
     // The loop handles every control-plane failure; anything else is a bug worth a line.
     log({ event: "routing_client_crashed", message: String((error as Error)?.stack ?? error) });
@@ -352,9 +421,15 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
     get controlPlane() {
       return current;
     },
+    reportInFlight(report) {
+      if (state !== "streaming" || stop.signal.aborted) return;
+      pendingReport = report;
+      if (reporting === undefined) startReports();
+    },
     async close() {
       stop.abort(new Error("routing client closed"));
       await running;
+      await reporting;
     },
   };
 }

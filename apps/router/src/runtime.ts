@@ -8,11 +8,15 @@
  * (`LLMGW_ROUTER_STATE_FAILED`) and left in place. Neither stops the router. The state is
  * saved after membership changes (at most once a second), every 30 s while messages arrive
  * (so the saved "last heard" stays close), and at close.
+ *
+ * In-flight reports (see in-flight-reporter.ts) go back the way the state came: to the feed's
+ * `reportInFlight`, or to `RouterService.ReportInFlight` on the control plane the stream is on.
  */
 import { createHash } from "node:crypto";
 import path from "node:path";
 import {
   createRoutingState,
+  type InFlightReport,
   type RoutingFeed,
   type RoutingMessage,
   type RoutingState,
@@ -52,6 +56,7 @@ export interface RoutingRuntimeOptions {
     readonly maxBackoffMs?: number;
     readonly unauthenticatedRetryMs?: number;
     readonly keepaliveIntervalMs?: number;
+    readonly reportTimeoutMs?: number;
   };
   /** Saves while messages keep arriving at least this often, ms. Default 30 000. */
   readonly saveIntervalMs?: number;
@@ -77,6 +82,12 @@ export interface RoutingRuntime {
   /** routeTable + apiKeys for createRouterHandler. */
   readonly state: RoutingState;
   readiness(): RoutingReadiness;
+  /**
+   * Hands an in-flight report to whoever sent the state: the feed (in-process) or the control
+   * plane the stream is on (remote; dropped while no stream is open, the next one follows
+   * within a second). Never throws, never waits; a failure is logged once a minute per kind.
+   */
+  reportInFlight(report: InFlightReport): void;
   /** Saves the state one last time (when a stateDir is set) and detaches the feed/stream. */
   close(): Promise<void>;
 }
@@ -221,6 +232,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
   let connected = false;
   let detach: () => Promise<void>;
   let controlPlane = (): string | undefined => undefined;
+  let reportInFlight: (report: InFlightReport) => void;
 
   if (options.feed !== undefined) {
     const feed = options.feed;
@@ -258,6 +270,24 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
     calm.unref();
     unsubscribe = feed.subscribe(onMessage);
     connected = true;
+    let reportFailedAt = new Map<string, number>();
+    reportInFlight = (report) => {
+      try {
+        feed.reportInFlight?.(report);
+      } catch (error) {
+        // The in-process cluster threw: logged once a minute per kind, the next report retries.
+        const kind = String((error as { code?: unknown })?.code ?? (error as Error)?.name);
+        const at = performance.now();
+        if (at - (reportFailedAt.get(kind) ?? Number.NEGATIVE_INFINITY) < 60_000) return;
+        if (reportFailedAt.size > 100) reportFailedAt = new Map();
+        reportFailedAt.set(kind, at);
+        log({
+          event: "in_flight_report_failed",
+          kind,
+          message: `the in-process control plane refused an in-flight report: ${(error as Error)?.message ?? String(error)}; reporting goes on`,
+        });
+      }
+    };
     detach = async () => {
       clearInterval(calm);
       clearTimeout(resyncTimer);
@@ -285,6 +315,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
       },
     });
     controlPlane = () => client.controlPlane;
+    reportInFlight = (report) => client.reportInFlight(report);
     detach = async () => {
       await client.close();
       connected = false;
@@ -306,6 +337,9 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
         connected,
         ...(cp === undefined ? {} : { controlPlane: cp }),
       };
+    },
+    reportInFlight(report) {
+      if (!closed) reportInFlight(report);
     },
     async close() {
       if (closed) return;

@@ -13,6 +13,7 @@ import { RouterServiceError } from "./errors.js";
 import { createRouterHandler, type RouterHandler } from "./handler.js";
 import { FAILURE_HTTP, sendError } from "./http-errors.js";
 import { createHttpListener, type HttpListenerOptions } from "./http-listener.js";
+import { type InFlightReporter, startInFlightReporter } from "./in-flight-reporter.js";
 import { createPrometheusRouterMetricsSink, registerRoutingStateMetrics } from "./metrics.js";
 import type { RouterServiceOptions } from "./options.js";
 import {
@@ -147,6 +148,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
     log: options.routing.log ?? log,
   });
   let handler: RouterHandler | undefined;
+  let reporter: InFlightReporter | undefined;
   let server: Server;
   try {
     const metrics =
@@ -171,6 +173,11 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       log,
     });
     handler = h;
+    reporter = startInFlightReporter({
+      state: runtime.state,
+      inFlight: h.inFlight,
+      send: (report) => runtime.reportInFlight(report),
+    });
     server = createHttpListener(
       options.listener ?? {},
       (req: IncomingMessage, res: ServerResponse) => {
@@ -209,6 +216,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       );
     });
   } catch (error) {
+    reporter?.close();
     await handler?.close();
     await runtime.close();
     throw error;
@@ -221,6 +229,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
     closing ??= (async () => {
       const started = performance.now();
       const forced = await stopListening(server, graceMs);
+      // No last report: the control plane stops counting this router with its stream.
+      reporter?.close();
       await h.close();
       await runtime.close();
       return { durationMs: Math.round(performance.now() - started), forced };

@@ -325,6 +325,41 @@ describe("saved state", () => {
   });
 });
 
+describe("in-flight reports in process", () => {
+  it("hands them to the feed, and logs a feed that throws once per kind, never throwing back", async () => {
+    const manual = createManualRoutingFeed();
+    let refusals = 0;
+    const feed: RoutingFeed = {
+      subscribe: (listener) => manual.subscribe(listener),
+      reportInFlight(report) {
+        if (report.draining.length > 0 && refusals++ < 2) {
+          throw Object.assign(new Error("the cluster is closing"), { code: "LLMGW_TEST_CLOSING" });
+        }
+        manual.reportInFlight(report);
+      },
+    };
+    const events: Record<string, unknown>[] = [];
+    const router = await startRouter({
+      routing: { feed, routerId: "router-test", log: (e) => events.push({ ...e }) },
+      router: { analyzer: { pool: false } },
+    });
+    cleanups.push(() => router.close(0));
+    const report = { epoch: "e1", stateVersion: 3, draining: [{ replicaId: "m-0", inFlight: 0 }] };
+    router.runtime.reportInFlight(report);
+    router.runtime.reportInFlight(report);
+    router.runtime.reportInFlight(report);
+    expect(manual.reports).toEqual([report]);
+    expect(events.filter((e) => e.event === "in_flight_report_failed")).toEqual([
+      {
+        event: "in_flight_report_failed",
+        kind: "LLMGW_TEST_CLOSING",
+        message:
+          "the in-process control plane refused an in-flight report: the cluster is closing; reporting goes on",
+      },
+    ]);
+  });
+});
+
 describe("stopping", () => {
   it("stops accepting, lets an in-flight request finish, then reports", async () => {
     const e = await engine("slow", { gated: true });

@@ -94,6 +94,7 @@ export {
   type StaticRouteTable,
 } from "./route-table.js";
 export type {
+  InFlightReport,
   KeyGrant,
   LoadUpdate,
   ReplicaLoadSample,

@@ -10,6 +10,54 @@ import {
 import { rendezvousOrder } from "./rendezvous.js";
 import type { RouteResolution } from "./route-table.js";
 
+describe("ReplicaPicker: draining replicas take nothing new", () => {
+  const route = (id: string, state: "ready" | "draining", capacity = 8) => ({
+    id,
+    baseUrl: `http://10.0.0.1:${id === "a" ? 8000 : 8001}`,
+    state,
+    capacity,
+  });
+  const resolution = (policy: RouteResolution["policy"]): RouteResolution => ({
+    deployment: "d",
+    policy,
+    loading: false,
+    // `a` draining, and everything that would draw a pick to it: idle, prefix held, no errors.
+    replicas: [route("a", "draining", 100), route("b", "ready", 2)],
+  });
+  const chain = [101, 202, 303];
+
+  it.each(["llmgw", "round-robin", "least-loaded"] as const)(
+    "never picks a draining replica under %s, for a first pick or a retry",
+    (policy) => {
+      const picker = createReplicaPicker();
+      picker.dispatched("a", chain); // its prefix is on a; one request in flight there
+      picker.dispatched("b", []); // b is busier than a
+      const res = resolution(policy);
+      expect(picker.routable(res).map((r) => r.id)).toEqual(["b"]);
+      for (let turn = 0; turn < 6; turn++) {
+        expect(picker.pick(res, chain)?.replica.id).toBe("b");
+      }
+      // The retry after b failed: nothing left, rather than the draining one.
+      expect(picker.pick(res, chain, new Set(["b"]))).toBeUndefined();
+      // A full b: no room anywhere, still not a.
+      picker.dispatched("b", []);
+      expect(picker.pick(res, chain)).toBeUndefined();
+    },
+  );
+
+  it("counts a draining replica's in-flight requests apart from the ready capacity", () => {
+    const picker = createReplicaPicker();
+    const res = resolution("llmgw");
+    expect([picker.capacity(res), picker.drainingInFlight(res)]).toEqual([2, 0]);
+    picker.dispatched("a", []);
+    picker.dispatched("a", []);
+    picker.dispatched("b", []);
+    expect([picker.capacity(res), picker.drainingInFlight(res)]).toEqual([2, 2]);
+    picker.finished("a", "success", 1);
+    expect(picker.drainingInFlight(res)).toBe(1);
+  });
+});
+
 describe("ReplicaPicker.forget", () => {
   it("drops a departed replica's prefix and health at once, its in-flight slot after its last request", () => {
     const inFlight = createInFlightCounters();

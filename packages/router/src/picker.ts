@@ -1,5 +1,6 @@
 /**
- * The routing core the HTTP layer calls: filters routable replicas (ready + circuit allows),
+ * The routing core the HTTP layer calls: filters routable replicas (ready + circuit allows; a
+ * `draining` replica is never one, for a first pick or a retry),
  * matches the prefix chain, ranks under the deployment's policy, and keeps the books (shared
  * in-flight counters, prefix index, replica health) as requests start and end.
  *
@@ -52,8 +53,15 @@ export type DispatchOutcome = "success" | "failure" | "abandoned";
 export interface ReplicaPicker {
   /** Ready replicas whose circuit lets traffic through. */
   routable(resolution: RouteResolution): ReplicaRoute[];
-  /** Sum of routable replicas' capacities (the deployment's admission capacity). */
+  /** Sum of routable replicas' capacities (the deployment's ready capacity). */
   capacity(resolution: RouteResolution): number;
+  /**
+   * Requests this router has in flight on the resolution's replicas that take no new ones (any
+   * state but `ready`, e.g. `draining`). Each holds an admission slot until it ends, so the
+   * deployment's admission capacity is {@link capacity} plus this: a replica turned draining
+   * with its streams still running must not shut new requests out of the ready ones.
+   */
+  drainingInFlight(resolution: RouteResolution): number;
   /**
    * Best replica with room for a prompt with `chain`, skipping `exclude`; undefined when none.
    * `routable`: this resolution's {@link routable} replicas when the caller just computed them.
@@ -113,6 +121,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     capacity(resolution) {
       let sum = 0;
       for (const r of routable(resolution)) sum += Math.max(1, r.capacity);
+      return sum;
+    },
+    drainingInFlight(resolution) {
+      let sum = 0;
+      for (const r of resolution.replicas) if (r.state !== "ready") sum += inFlight.get(r.id);
       return sum;
     },
     pick(resolution, chain, exclude, known) {

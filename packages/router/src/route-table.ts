@@ -7,8 +7,18 @@
 /** Routing policy of one deployment. `llmgw` scores affinity + load; the others are baselines. */
 export type RoutingPolicy = "llmgw" | "round-robin" | "least-loaded";
 
-/** Replica lifecycle as the router cares about it; only `ready` replicas receive traffic. */
-export type ReplicaRouteState = "starting" | "loading" | "ready" | "unhealthy" | "stopping";
+/**
+ * Replica lifecycle as the router cares about it; only `ready` replicas receive new requests.
+ * A `draining` one is leaving on purpose: the requests already on it run to their last byte,
+ * nothing new goes there (no pick, no retry, no admission capacity).
+ */
+export type ReplicaRouteState =
+  | "starting"
+  | "loading"
+  | "ready"
+  | "draining"
+  | "unhealthy"
+  | "stopping";
 
 /** Engine load signals as last reported (absent = nobody reported it, never 0). */
 export interface ReplicaLoad {

@@ -111,10 +111,30 @@ export interface RoutingKeepalive {
 export type RoutingMessage = RoutingSnapshot | RoutingDelta | LoadUpdate | RoutingKeepalive;
 
 /**
+ * What one router still has in flight on each replica it holds as `draining`: the control
+ * plane stops a draining replica once every connected router reports 0 for it (or its drain
+ * times out). It lists every draining replica held, 0 included (absent is not 0: a replica
+ * missing from a report is one this router does not hold as draining); an empty list says the
+ * router holds none any more.
+ */
+export interface InFlightReport {
+  /** Epoch and version of the routing state the router holds (the last message it applied). */
+  readonly epoch: string;
+  readonly stateVersion: number;
+  readonly draining: readonly { readonly replicaId: string; readonly inFlight: number }[];
+}
+
+/**
  * A source of routing messages: the control plane's publisher (in-process, and behind
  * `WatchRouting`). A new subscriber's first message is a snapshot; later ones follow in order.
  */
 export interface RoutingFeed {
   /** Returns an unsubscribe function. */
   subscribe(listener: (message: RoutingMessage) => void): () => void;
+  /**
+   * Takes a subscriber's {@link InFlightReport} (the in-process router's; remote routers send
+   * theirs with `RouterService.ReportInFlight`). Called off the feed's delivery, at most every
+   * ~100 ms while the router holds draining replicas. Absent: reports are dropped.
+   */
+  reportInFlight?(report: InFlightReport): void;
 }

@@ -136,7 +136,7 @@ describe("createRoutingState: snapshot → projection", () => {
     expect(state.routeTable.resolve("beta")).toMatchObject({
       policy: "round-robin",
       loading: true,
-      replicas: [{ id: "b-1", state: "stopping", apiKey: undefined, authorization: undefined }],
+      replicas: [{ id: "b-1", state: "draining", apiKey: undefined, authorization: undefined }],
     });
     expect(state.routeTable.resolve("gamma")).toBeUndefined();
     expect([state.epoch, state.version, state.routers, state.routeTable.version]).toEqual([
@@ -204,6 +204,84 @@ describe("createRoutingState: snapshot → projection", () => {
   });
 });
 
+describe("createRoutingState: draining replicas", () => {
+  it("holds a draining replica whose model is not listed (its deployment was deleted), in no resolution", () => {
+    const { state } = setup(
+      snapshot({
+        models: [model("alpha")],
+        replicas: [replica("a-1", "alpha"), replica("gone-1", "gone", { state: "draining" })],
+      }),
+    );
+    expect(state.drainingReplicaIds).toEqual(["gone-1"]);
+    expect(state.routeTable.resolve("gone")).toBeUndefined();
+    expect(state.routeTable.models()).toEqual(["alpha"]);
+    // Saved and reloaded as it came: the state file holds the same replica.
+    const saved = state.snapshot() as RoutingSnapshot;
+    expect(saved.replicas.map((r) => [r.id, r.model, r.state])).toEqual([
+      ["a-1", "alpha", "ready"],
+      ["gone-1", "gone", "draining"],
+    ]);
+    const reloaded = createRoutingState({ hashSecret: sha256 });
+    expect(reloaded.apply(saved)).toBe("applied");
+    expect(reloaded.drainingReplicaIds).toEqual(["gone-1"]);
+  });
+
+  it("applies a delta that removes a model and turns its replicas draining in one step", () => {
+    const { state } = setup();
+    const seen: (readonly string[])[] = [];
+    state.onMembershipChange(() => seen.push(state.drainingReplicaIds));
+    expect(state.drainingReplicaIds).toEqual(["b-1"]);
+    expect(
+      state.apply(
+        delta(11, {
+          removedModels: ["alpha"],
+          upsertedReplicas: [
+            replica("a-1", "alpha", { state: "draining" }),
+            replica("a-2", "alpha", { state: "draining" }),
+          ],
+        }),
+      ),
+    ).toBe("applied");
+    expect(state.routeTable.resolve("alpha")).toBeUndefined();
+    expect(seen).toEqual([["a-1", "a-2", "b-1"]]);
+    // Drained: the control plane removes them; what is left is the beta one.
+    state.apply(delta(12, { removedReplicas: ["a-1", "a-2"] }));
+    expect(state.drainingReplicaIds).toEqual(["b-1"]);
+  });
+
+  it("keeps the same list between membership changes, and none before the first snapshot", () => {
+    expect(createRoutingState({ hashSecret: sha256 }).drainingReplicaIds).toEqual([]);
+    const { state } = setup();
+    const first = state.drainingReplicaIds;
+    state.apply({
+      kind: "load",
+      epoch: "e1",
+      samples: [{ replicaId: "b-1", load: { running: 1 }, reportedAtMs: T0 }],
+    });
+    expect(state.drainingReplicaIds).toBe(first);
+    state.apply(delta(11, { upsertedReplicas: [replica("b-1", "beta")] }));
+    expect(state.drainingReplicaIds).toEqual([]);
+  });
+
+  it("still refuses a replica state it does not know", () => {
+    expect(
+      routerErrorOf(() =>
+        validateRoutingMessage(
+          delta(11, {
+            upsertedReplicas: [
+              replica("a-1", "alpha", { state: "stopping" as unknown as "draining" }),
+            ],
+          }),
+        ),
+      ),
+    ).toEqual({
+      code: "LLMGW_ROUTER_ROUTING_INVALID",
+      message:
+        'routing delta: upsertedReplicas[0].state must be one of ready, draining, got "stopping"',
+    });
+  });
+});
+
 describe("createRoutingState: deltas", () => {
   it.each<[string, Partial<RoutingDelta>, (s: RoutingState) => unknown, unknown]>([
     [
@@ -234,7 +312,7 @@ describe("createRoutingState: deltas", () => {
       "changes a replica (draining)",
       { upsertedReplicas: [replica("a-1", "alpha", { state: "draining" })] },
       (s) => s.routeTable.resolve("alpha")?.replicas.map((r) => r.state),
-      ["stopping", "ready"],
+      ["draining", "ready"],
     ],
     [
       "moves a replica to another model",

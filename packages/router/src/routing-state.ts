@@ -8,6 +8,10 @@
  *   never bump `version` nor rebuild resolutions: load is written into the projected replica
  *   routes in place;
  * - an upserted replica without `apiKey` keeps the key already held for that replica id;
+ * - a `draining` replica is projected as `draining` (routed to by no one, its requests in
+ *   flight left to finish) and may name a model the state does not list: a deleted deployment's
+ *   model goes at once while its replicas drain. Such a replica is held (see
+ *   {@link RoutingState.drainingReplicaIds}) but in no resolution;
  * - each router's share: a replica's `capacity` and a key's `rpm`/`tpm`/`maxConcurrency` are
  *   divided by `routers` (at least 1 each);
  * - load older than `loadStaleMs` is left out of the projection (absent, never 0), its age
@@ -86,6 +90,11 @@ export interface RoutingState {
    * includes the fastest delivery of those messages, so load counts as read that much later.
    */
   readonly clockOffsetMs: number;
+  /**
+   * Ids of the replicas held as `draining`, sorted, whatever model they name (listed or not).
+   * The same array until the next membership change. Empty before the first snapshot.
+   */
+  readonly drainingReplicaIds: readonly string[];
   /** Called after each membership change (snapshot or delta applied), not after load. */
   onMembershipChange(listener: () => void): () => void;
 }
@@ -479,6 +488,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   let resolutions = new Map<string, RouteResolution>();
   let keysByHash = new Map<string, ApiKeyInfo>();
   let readyModels: string[] | undefined;
+  let draining: readonly string[] | undefined;
   let tableVersion = 0;
   /** Earliest time a projected load may turn stale; Infinity when none is projected. */
   let nextSweepAtMs = Number.POSITIVE_INFINITY;
@@ -515,7 +525,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     return {
       id: r.id,
       baseUrl: r.baseUrl,
-      state: r.state === "ready" ? "ready" : "stopping",
+      state: r.state,
       capacity: share(r.capacity),
       load,
       apiKey: r.apiKey,
@@ -631,6 +641,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   const changed = (): void => {
     tableVersion += 1;
     readyModels = undefined;
+    draining = undefined;
     for (const listener of [...tableListeners]) listener(tableVersion);
     for (const listener of [...membershipListeners]) listener();
   };
@@ -848,6 +859,14 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     },
     get clockOffsetMs() {
       return offsetMs;
+    },
+    get drainingReplicaIds() {
+      if (draining === undefined) {
+        const ids: string[] = [];
+        for (const [id, h] of replicas) if (h.replica.state === "draining") ids.push(id);
+        draining = ids.sort();
+      }
+      return draining;
     },
     onMembershipChange(listener) {
       membershipListeners.add(listener);

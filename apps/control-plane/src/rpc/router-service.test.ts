@@ -13,8 +13,14 @@ import {
   type WatchRoutingResponse,
   WatchRoutingResponseSchema,
 } from "@llmgw/proto";
-import type { KeyGrant, RoutingFeed, RoutingMessage } from "@llmgw/router";
-import { createHttpListener } from "@llmgw/router-server";
+import {
+  createRoutingState,
+  type InFlightReport,
+  type KeyGrant,
+  type RoutingFeed,
+  type RoutingMessage,
+} from "@llmgw/router";
+import { createHttpListener, startRoutingClient } from "@llmgw/router-server";
 import { schedule } from "@llmgw/scheduler";
 import { routingMessageFromProto, routingMessageToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -31,6 +37,7 @@ import { errorMappingInterceptor } from "./errors.js";
 import {
   createRouterService,
   preEncodeRoutingResponse,
+  REPORT_IN_FLIGHT_LIMITS,
   routerServiceContextValues,
   STALLED_WRITE_KEEPALIVES,
   WATCH_ROUTING_LIMITS,
@@ -48,6 +55,9 @@ let registry: RouterRegistry;
 let shutdown: AbortController;
 let routerClient: ReturnType<typeof createClient<typeof RouterService>>;
 let adminClient: ReturnType<typeof createClient<typeof ClusterService>>;
+let transport: ReturnType<typeof createRouterTransport>;
+/** What `onInFlight` was handed, in order. */
+let inFlightHeard: { routerId: string; report: InFlightReport }[];
 const streams: AbortController[] = [];
 
 beforeEach(() => {
@@ -70,13 +80,15 @@ beforeEach(() => {
     routers: registry,
   });
   shutdown = new AbortController();
-  const transport = createRouterTransport(
+  inFlightHeard = [];
+  transport = createRouterTransport(
     (router) => {
       router.service(
         RouterService,
         createRouterService(publisher, registry, ROUTER_TOKEN, {
           shutdown: shutdown.signal,
           maxQueued: 64,
+          onInFlight: (routerId, report) => inFlightHeard.push({ routerId, report }),
         }),
       );
       router.service(
@@ -310,6 +322,160 @@ describe("RouterService.WatchRouting", () => {
     // A stream opened after that is refused the same way.
     const late = await watch("router-b").done;
     expect(late?.code).toBe(Code.Unavailable);
+  });
+});
+
+describe("RouterService.ReportInFlight", () => {
+  const report = (over: Record<string, unknown> = {}) => ({
+    routerId: "router-a",
+    epoch: "epoch-1",
+    stateVersion: BigInt(7),
+    draining: [
+      { replicaId: "chat-0", inFlight: 2 },
+      { replicaId: "chat-1", inFlight: 0 },
+    ],
+    ...over,
+  });
+  const callError = async (req: ReturnType<typeof report>, token?: string) => {
+    try {
+      await routerClient.reportInFlight(req, token === undefined ? {} : { headers: bearer(token) });
+      return undefined;
+    } catch (e) {
+      return ConnectError.from(e);
+    }
+  };
+
+  it("hands a valid report to onInFlight, 0 included, and answers empty", async () => {
+    const res = await routerClient.reportInFlight(report(), { headers: bearer(ROUTER_TOKEN) });
+    expect(res.$typeName).toBe("llmgw.v1.ReportInFlightResponse");
+    expect(inFlightHeard).toEqual([
+      {
+        routerId: "router-a",
+        report: {
+          epoch: "epoch-1",
+          stateVersion: 7,
+          draining: [
+            { replicaId: "chat-0", inFlight: 2 },
+            { replicaId: "chat-1", inFlight: 0 },
+          ],
+        },
+      },
+    ]);
+    // The empty list that ends a drain is a report too.
+    await routerClient.reportInFlight(report({ draining: [] }), { headers: bearer(ROUTER_TOKEN) });
+    expect(inFlightHeard[1]?.report.draining).toEqual([]);
+  });
+
+  it.each([
+    [undefined, "missing Authorization: Bearer header"],
+    [ADMIN_TOKEN, "wrong token"],
+    [JOIN_TOKEN, "wrong token"],
+  ])("refuses any token but the router token (%s)", async (token, start) => {
+    const error = await callError(report(), token);
+    expect(error?.code).toBe(Code.Unauthenticated);
+    expect(error?.rawMessage).toBe(
+      `${start}; this call needs the router token (llmgw control-plane token --router; LLMGW_ROUTER_TOKEN)`,
+    );
+    expect(inFlightHeard).toEqual([]);
+  });
+
+  it.each([
+    [
+      { routerId: "-a" },
+      `ReportInFlightRequest.router_id must be 1–63 letters, digits, '.', '_' or '-', starting alphanumeric (got "-a")`,
+    ],
+    [
+      { routerId: "in-process" },
+      `ReportInFlightRequest.router_id "in-process" is reserved for the control plane's own router; start this router with another --router-id`,
+    ],
+    [{ epoch: "" }, "ReportInFlightRequest.epoch must be 1–64 characters (got 0)"],
+    [{ epoch: "e".repeat(65) }, "ReportInFlightRequest.epoch must be 1–64 characters (got 65)"],
+    [
+      { stateVersion: BigInt(Number.MAX_SAFE_INTEGER) + BigInt(1) },
+      "ReportInFlightRequest.state_version must be at most 9007199254740991 (got 9007199254740992)",
+    ],
+    [
+      {
+        draining: Array.from({ length: REPORT_IN_FLIGHT_LIMITS.maxDraining + 1 }, (_, i) => ({
+          replicaId: `r-${i}`,
+          inFlight: 0,
+        })),
+      },
+      "ReportInFlightRequest.draining lists 10001 replicas, more than 10000",
+    ],
+    [
+      { draining: [{ replicaId: "", inFlight: 1 }] },
+      `ReportInFlightRequest.draining[0].replica_id must be 1–256 characters (got "")`,
+    ],
+    [
+      { draining: [{ replicaId: "r".repeat(257), inFlight: 1 }] },
+      `ReportInFlightRequest.draining[0].replica_id must be 1–256 characters (got "${"r".repeat(80)}…")`,
+    ],
+    [
+      {
+        draining: [
+          { replicaId: "chat-0", inFlight: 1 },
+          { replicaId: "chat-0", inFlight: 0 },
+        ],
+      },
+      `ReportInFlightRequest.draining[1].replica_id repeats "chat-0"`,
+    ],
+  ])("refuses a bad request field (case %#)", async (bad, message) => {
+    const error = await callError(report(bad), ROUTER_TOKEN);
+    expect(error?.code).toBe(Code.InvalidArgument);
+    expect(error?.rawMessage).toBe(message);
+    expect(inFlightHeard).toEqual([]);
+  });
+
+  it("accepts and ignores reports without onInFlight", async () => {
+    const bare = createRouterTransport(
+      (router) => {
+        router.service(
+          RouterService,
+          createRouterService(publisher, registry, ROUTER_TOKEN, { shutdown: shutdown.signal }),
+        );
+      },
+      { router: { interceptors: [errorMappingInterceptor] } },
+    );
+    const res = await createClient(RouterService, bare).reportInFlight(report(), {
+      headers: bearer(ROUTER_TOKEN),
+    });
+    expect(res.$typeName).toBe("llmgw.v1.ReportInFlightResponse");
+  });
+
+  it("is what a remote router's routing client sends, on the control plane its stream is on", async () => {
+    const state = createRoutingState({ hashSecret: (s) => s });
+    const client = startRoutingClient({
+      controlPlanes: ["http://cp-1.test:7070"],
+      routerToken: ROUTER_TOKEN,
+      routerId: "router-r",
+      address: "",
+      version: "0.1.0",
+      apply: (m) => state.apply(m),
+      held: () => ({ epoch: state.epoch, version: state.version, ageMs: undefined }),
+      transportFor: () => transport,
+    });
+    try {
+      // Before a stream is open there is no one to tell: dropped.
+      client.reportInFlight({ epoch: "epoch-1", stateVersion: 0, draining: [] });
+      await vi.waitFor(() => expect(client.state).toBe("streaming"), { interval: 2 });
+      client.reportInFlight({
+        epoch: state.epoch as string,
+        stateVersion: state.version,
+        draining: [{ replicaId: "chat-0", inFlight: 1 }],
+      });
+      await vi.waitFor(() => expect(inFlightHeard).toHaveLength(1), { interval: 2 });
+      expect(inFlightHeard[0]).toEqual({
+        routerId: "router-r",
+        report: {
+          epoch: "epoch-1",
+          stateVersion: state.version,
+          draining: [{ replicaId: "chat-0", inFlight: 1 }],
+        },
+      });
+    } finally {
+      await client.close();
+    }
   });
 });
 

@@ -9,6 +9,7 @@ import {
 } from "@connectrpc/connect";
 import {
   LoadUpdateSchema,
+  type ReportInFlightRequest,
   type RouterService,
   RoutingDeltaSchema,
   RoutingKeepaliveSchema,
@@ -17,7 +18,7 @@ import {
   type WatchRoutingResponse,
   WatchRoutingResponseSchema,
 } from "@llmgw/proto";
-import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
+import type { InFlightReport, RoutingFeed, RoutingMessage } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
 import { ControlPlaneError } from "../errors.js";
 import { streamRoutingFeed } from "../routing/publisher.js";
@@ -41,6 +42,15 @@ export const WATCH_ROUTING_LIMITS = {
   epochMaxChars: 64,
   /** A router's state age beyond ten years is a bug, not an age. */
   stateAgeMaxMs: 10n * 365n * 86_400_000n,
+} as const;
+
+/** What one `ReportInFlightRequest` may carry. */
+export const REPORT_IN_FLIGHT_LIMITS = {
+  /** Replicas one report lists (a router holds at most as many as the cluster has). */
+  maxDraining: 10_000,
+  /** As routers hold replica ids (`ROUTING_LIMITS.maxNameChars` in `@llmgw/router`). */
+  replicaIdMaxChars: 256,
+  epochMaxChars: WATCH_ROUTING_LIMITS.epochMaxChars,
 } as const;
 
 /**
@@ -97,6 +107,12 @@ export interface RouterServiceDeps {
    * 2 000 (the publisher's default).
    */
   readonly keepaliveMs?: number;
+  /**
+   * Takes a valid `ReportInFlight` from `routerId` (what it has in flight on each replica it
+   * holds as draining). Absent: reports are accepted and ignored. A throw answers the call
+   * with the error's mapping, as any handler's.
+   */
+  readonly onInFlight?: (routerId: string, report: InFlightReport) => void;
 }
 
 /**
@@ -162,19 +178,25 @@ function invalid(message: string): ControlPlaneError {
 const shown = (value: string) =>
   JSON.stringify(value.length > 80 ? `${value.slice(0, 80)}…` : value);
 
+/** Refuses a router id `llmgw router --router-id` would not take, or a reserved one. */
+function validateRouterId(message: string, routerId: string): void {
+  const L = WATCH_ROUTING_LIMITS;
+  if (!L.routerId.test(routerId)) {
+    throw invalid(
+      `${message}.router_id must be 1–63 letters, digits, '.', '_' or '-', starting alphanumeric (got ${shown(routerId)})`,
+    );
+  }
+  if (L.reservedRouterIds.includes(routerId)) {
+    throw invalid(
+      `${message}.router_id ${shown(routerId)} is reserved for the control plane's own router; start this router with another --router-id`,
+    );
+  }
+}
+
 /** Refuses a request outside {@link WATCH_ROUTING_LIMITS}, naming the field. */
 export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
   const L = WATCH_ROUTING_LIMITS;
-  if (!L.routerId.test(req.routerId)) {
-    throw invalid(
-      `WatchRoutingRequest.router_id must be 1–63 letters, digits, '.', '_' or '-', starting alphanumeric (got ${shown(req.routerId)})`,
-    );
-  }
-  if (L.reservedRouterIds.includes(req.routerId)) {
-    throw invalid(
-      `WatchRoutingRequest.router_id ${shown(req.routerId)} is reserved for the control plane's own router; start this router with another --router-id`,
-    );
-  }
+  validateRouterId("WatchRoutingRequest", req.routerId);
   if (
     req.address !== "" &&
     (req.address.length > L.addressMaxChars || !L.address.test(req.address))
@@ -201,6 +223,46 @@ export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
 }
 
 /**
+ * Checks a `ReportInFlightRequest` against {@link REPORT_IN_FLIGHT_LIMITS} (router id as for
+ * WatchRouting, an epoch, a version a number holds, replica ids bounded and each listed once)
+ * and returns it as plain data.
+ * @throws ControlPlaneError `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` naming the field.
+ */
+export function validateReportInFlightRequest(req: ReportInFlightRequest): InFlightReport {
+  const L = REPORT_IN_FLIGHT_LIMITS;
+  validateRouterId("ReportInFlightRequest", req.routerId);
+  if (req.epoch.length < 1 || req.epoch.length > L.epochMaxChars) {
+    throw invalid(
+      `ReportInFlightRequest.epoch must be 1–${L.epochMaxChars} characters (got ${req.epoch.length})`,
+    );
+  }
+  if (req.stateVersion > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw invalid(
+      `ReportInFlightRequest.state_version must be at most ${Number.MAX_SAFE_INTEGER} (got ${req.stateVersion})`,
+    );
+  }
+  if (req.draining.length > L.maxDraining) {
+    throw invalid(
+      `ReportInFlightRequest.draining lists ${req.draining.length} replicas, more than ${L.maxDraining}`,
+    );
+  }
+  const seen = new Set<string>();
+  const draining = req.draining.map(({ replicaId, inFlight }, i) => {
+    if (replicaId.length < 1 || replicaId.length > L.replicaIdMaxChars) {
+      throw invalid(
+        `ReportInFlightRequest.draining[${i}].replica_id must be 1–${L.replicaIdMaxChars} characters (got ${shown(replicaId)})`,
+      );
+    }
+    if (seen.has(replicaId)) {
+      throw invalid(`ReportInFlightRequest.draining[${i}].replica_id repeats ${shown(replicaId)}`);
+    }
+    seen.add(replicaId);
+    return { replicaId, inFlight };
+  });
+  return { epoch: req.epoch, stateVersion: Number(req.stateVersion), draining };
+}
+
+/**
  * `RouterService`: `WatchRouting` streams the routing feed to a router holding the router
  * token (nothing else opens it: the stream carries the engines' API keys). While the stream
  * is open the router is registered (its count is every router's share divisor); it ends when
@@ -211,6 +273,10 @@ export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
  * (every other router's share grows), releases its feed subscription and has its connection
  * torn down (with {@link routerServiceContextValues}). Each message is converted to protobuf
  * once, whichever number of routers it goes to.
+ *
+ * `ReportInFlight` (router token too) hands a router's in-flight counts on the replicas it
+ * holds as draining to `deps.onInFlight` once validated ({@link validateReportInFlightRequest}),
+ * and answers an empty response.
  */
 export function createRouterService(
   feed: RoutingFeed,
@@ -245,6 +311,12 @@ export function createRouterService(
     return proto;
   };
   return {
+    reportInFlight(req: ReportInFlightRequest, ctx: HandlerContext) {
+      requireToken(ctx.requestHeader, routerToken, ROUTER_TOKEN);
+      const report = validateReportInFlightRequest(req);
+      deps.onInFlight?.(req.routerId, report);
+      return {};
+    },
     async *watchRouting(req: WatchRoutingRequest, ctx: HandlerContext) {
       requireToken(ctx.requestHeader, routerToken, ROUTER_TOKEN);
       validateWatchRoutingRequest(req);

@@ -132,7 +132,7 @@ describe("createManualRoutingFeed", () => {
     expect(late.routeTable.resolve("alpha")).toEqual(early.routeTable.resolve("alpha"));
     expect(late.routeTable.resolve("alpha")?.replicas.map((r) => [r.state, r.load])).toEqual([
       ["ready", { waiting: 2 }],
-      ["stopping", undefined],
+      ["draining", undefined],
     ]);
   });
 

@@ -1,4 +1,5 @@
 import type {
+  InFlightReport,
   KeyGrant,
   RoutedModel,
   RoutedReplica,
@@ -25,6 +26,9 @@ export interface ManualRoutingFeed extends RoutingFeed {
   current(): RoutingSnapshot | undefined;
   /** Subscribers attached now. */
   readonly subscribers: number;
+  /** Every {@link InFlightReport} a subscriber made, in order (what the control plane hears). */
+  readonly reports: InFlightReport[];
+  reportInFlight(report: InFlightReport): void;
   /** Resolves once at least `count` subscribers are attached (at once when they are). */
   waitForSubscribers(count: number): Promise<void>;
 }
@@ -74,6 +78,7 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
   let held: RoutingSnapshot | undefined;
   /** When `held.sentAtMs` was last set (local clock), to age it on replay. */
   let heldAtMs = 0;
+  const reports: InFlightReport[] = [];
 
   const deliver = (
     targets: Iterable<(message: RoutingMessage) => void>,
@@ -129,6 +134,10 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
       deliver([...listeners], message);
     },
     current: () => held,
+    reports,
+    reportInFlight(report) {
+      reports.push(report);
+    },
     get subscribers() {
       return listeners.size;
     },
