@@ -165,7 +165,7 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
     const onA = (d: DeploymentStatus | undefined) =>
       (d?.replicas ?? []).filter((r) => r.ranks.some((k) => k.nodeId === nodeA)).length;
     const nodes = await c.cp.admin().listNodes({}, c.cp.adminHeaders());
-    const nodeA = nodes.nodes.find((n) => n.hostname === "node-a")?.id ?? "";
+    const nodeA = nodes.nodes.find((n) => n.hostname === "node-a")?.nodeId ?? "";
     expect(onA(await deployment(c.cp, MODEL))).toBeGreaterThan(0);
     const { minReady } = await step(
       "no replica of chat on node-a, 2 ready",

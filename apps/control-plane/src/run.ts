@@ -333,6 +333,10 @@ export async function startControlPlane(
         relayed.delete(recorded);
       };
     },
+    // The in-process router's in-flight counts, for drains, as a remote router's report.
+    reportInFlight(report) {
+      term?.cluster.reportInFlight(IN_PROCESS_ROUTER_ID, report);
+    },
   };
   const readMaxBytes = 4 * 1024 * 1024;
   let selfUrl = "";
@@ -434,6 +438,7 @@ export async function startControlPlane(
             shutdown: shutdown.signal,
             maxQueued: resolved.routingMaxQueued,
             keepaliveMs: resolved.routingKeepaliveMs,
+            onInFlight: (routerId, report) => cluster.reportInFlight(routerId, report),
           }),
         );
         answerMalformedRequestsAsInvalidArgument(r);

@@ -35,6 +35,7 @@ import {
   RolloutState,
 } from "@llmgw/proto";
 import type {
+  InFlightReport,
   KeyGrant,
   ReplicaLoadSample,
   RoutedModel,
@@ -71,7 +72,7 @@ import type {
 } from "../store/types.js";
 import { loadWithinRange, validateAdvertiseAddress } from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
-import { DrainTracker, type InFlightReport } from "./drains.js";
+import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn, sameLaunch } from "./reconcile.js";

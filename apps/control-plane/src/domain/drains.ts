@@ -13,10 +13,7 @@
  * Memory only: a control plane that starts asks routers again (they report every second while
  * they hold draining replicas).
  */
-/** What a router reports (structurally `InFlightReport` of `@llmgw/router`). */
-export interface InFlightReport {
-  readonly draining: readonly { readonly replicaId: string; readonly inFlight: number }[];
-}
+import type { InFlightReport } from "@llmgw/router";
 
 /** Minimum time a replica drains, ms (see the module comment). */
 export const DRAIN_SETTLE_MS = 1_000;

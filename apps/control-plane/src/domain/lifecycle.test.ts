@@ -126,14 +126,22 @@ describe("draining", () => {
     expect(view?.retirement?.reason?.code).toBe("scale-down");
     expect(view?.retirement?.inFlight).toBeUndefined();
 
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 2 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-1", inFlight: 2 }],
+    });
     expect(cluster.listReplicas()[1]?.retirement?.inFlight).toBe(2);
     clock.advance(DRAIN_SETTLE_MS);
     cluster.tick();
     expect(replicas()).toContain("chat-1@r1:draining");
     // Nothing in flight, but the settle time had passed only with the old report: a fresh
     // report of 0 ends it.
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 0 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-1", inFlight: 0 }],
+    });
     expect(replicas()).toEqual(["chat-0@r1"]);
     expect(desired()).toEqual(["chat-0@r1"]);
     expect(kinds()).toContain("replica.drained");
@@ -146,14 +154,22 @@ describe("draining", () => {
     beat();
     cluster.scaleDeployment("chat", 0);
     clock.advance(DRAIN_SETTLE_MS);
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
     // r2 does not hold it as draining yet.
-    cluster.reportInFlight("r2", { draining: [] });
+    cluster.reportInFlight("r2", { epoch: "e1", stateVersion: 1, draining: [] });
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
     // The engine still runs a request (a router that lost its control plane sent it).
     beat({}, { "chat-0": { running: 1, waiting: 0 } });
-    cluster.reportInFlight("r2", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    cluster.reportInFlight("r2", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
     beat({}, { "chat-0": { running: 0, waiting: 0 } });
     cluster.tick();
@@ -165,7 +181,11 @@ describe("draining", () => {
     cluster.applyDeployment(spec({ replicas: 1, drainTimeoutSeconds: 5 }));
     beat();
     cluster.scaleDeployment("chat", 0);
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 3 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 3 }],
+    });
     clock.advance(4_999);
     cluster.tick();
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
@@ -188,7 +208,11 @@ describe("draining", () => {
     expect(desired()).toEqual(["chat-0@r1"]);
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
     clock.advance(DRAIN_SETTLE_MS);
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
     expect(replicas()).toEqual([]);
     expect(desired()).toEqual([]);
   });
@@ -203,7 +227,11 @@ describe("draining", () => {
       RetirementPhase.DRAINING,
     ]);
     clock.advance(DRAIN_SETTLE_MS);
-    again.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    again.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
     expect(again.listReplicas()).toEqual([]);
   });
 });
@@ -238,12 +266,20 @@ describe("make before break", () => {
     beat();
     expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r1", "chat-2@r2"]);
     clock.advance(DRAIN_SETTLE_MS);
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-0", inFlight: 0 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
     // A drained replica's id is not reused in the same plan.
     expect(replicas()).toEqual(["chat-1@r1:waiting", "chat-2@r2", "chat-3@r2"]);
     beat();
     clock.advance(DRAIN_SETTLE_MS);
-    cluster.reportInFlight("r1", { draining: [{ replicaId: "chat-1", inFlight: 0 }] });
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-1", inFlight: 0 }],
+    });
     expect(replicas()).toEqual(["chat-2@r2", "chat-3@r2"]);
     const status = cluster.deploymentStatus("chat");
     expect(status.rollout?.state).toBe(RolloutState.COMPLETE);
