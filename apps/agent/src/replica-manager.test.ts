@@ -289,4 +289,33 @@ describe("ReplicaManager: engine API keys", () => {
     expect(next.engineCredentials()).toMatchObject([{ replicaId: "m-0", apiKey: rotated }]);
     await next.close(true);
   });
+  it("keeps the engine on a change engines never see (a scale, a routing change), replaces it on one they do", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-same-launch-"));
+    dirs.push(stateDir);
+    const m = keyedManager(stateDir);
+    const at = (fields: Record<string, unknown>, revision: bigint) => {
+      const a = assignment();
+      a.deployment = deploymentSpecToProto(
+        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim", ...fields }),
+      );
+      a.deployment.revision = revision;
+      return a;
+    };
+    await m.apply([at({}, 1n)]);
+    const pid = await until("the engine to run", () => pidOf(m));
+    await m.apply([at({ replicas: 4, routingPolicy: "round-robin", maxSurge: 2 }, 2n)]);
+    expect(pidOf(m)).toBe(pid);
+    expect(m.statuses()[0]?.revision).toBe(2n);
+    // The record a restarted agent adopts from has the new assignment.
+    expect(JSON.parse(readFileSync(record(stateDir), "utf8")).assignment).toContain('"replicas":4');
+    await m.apply([
+      at({ replicas: 4, routingPolicy: "round-robin", extraArgs: ["--seed", "3"] }, 3n),
+    ]);
+    const replaced = await until("the replacement engine", () => {
+      const next = pidOf(m);
+      return next !== undefined && next !== pid && next;
+    });
+    expect(replaced).not.toBe(pid);
+    await m.close(true);
+  });
 });

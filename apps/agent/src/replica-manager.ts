@@ -2,11 +2,12 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import path from "node:path";
-import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { create, fromJsonString, toJson, toJsonString } from "@bufbuild/protobuf";
 import type { NodeInventory } from "@llmgw/discovery";
 import {
   buildLaunchSpec,
   type LaunchSpec,
+  NOT_LAUNCHED_FIELDS,
   type NodeEngineConfig,
   SECRET_ENV_NAMES,
   validateLaunch,
@@ -98,10 +99,25 @@ export interface ReplicaManagerOptions {
   readonly allowTrustRemoteCode?: boolean;
 }
 
+/**
+ * What of an assignment decides the engine process: all of it but the spec fields engines
+ * never see (`NOT_LAUNCHED_FIELDS`, shared with the control plane's rolling updates).
+ */
+function launchKey(assignment: ReplicaAssignment): string {
+  const json = toJson(ReplicaAssignmentSchema, assignment) as {
+    deployment?: Record<string, unknown>;
+  };
+  if (json.deployment !== undefined) {
+    for (const field of NOT_LAUNCHED_FIELDS) delete json.deployment[field];
+  }
+  return JSON.stringify(json);
+}
+
 /** Everything the agent keeps about one replica rank it runs. */
 interface Managed {
   readonly key: string;
-  readonly assignment: ReplicaAssignment;
+  /** Replaced in place by one that runs the same process (a scale, a routing change). */
+  assignment: ReplicaAssignment;
   readonly launch: LaunchSpec;
   readonly specHash: string;
   readonly apiPort: number;
@@ -222,10 +238,18 @@ export class ReplicaManager {
         this.#retire(managed, "no longer assigned to this node");
         continue;
       }
-      const sameSpec =
-        toJsonString(ReplicaAssignmentSchema, desired) ===
-        toJsonString(ReplicaAssignmentSchema, managed.assignment);
-      if (!sameSpec) this.#retire(managed, "assignment changed; replacing the replica");
+      if (launchKey(desired) !== launchKey(managed.assignment)) {
+        this.#retire(managed, "assignment changed; replacing the replica");
+      } else if (
+        toJsonString(ReplicaAssignmentSchema, desired) !==
+        toJsonString(ReplicaAssignmentSchema, managed.assignment)
+      ) {
+        // Only what the engine never sees changed (the replica count after a scale, the
+        // routing policy, a revision that changed nothing else): the engine keeps running,
+        // and reports the new revision.
+        managed.assignment = desired;
+        await this.#persist(managed);
+      }
     }
     for (const key of this.#rejected.keys()) if (!wanted.has(key)) this.#rejected.delete(key);
     for (const [key, assignment] of wanted) {

@@ -472,6 +472,40 @@ export const deploymentSpecSchema = objectSchema
 /** A validated deployment spec with defaults filled. */
 export type DeploymentSpec = z.infer<typeof deploymentSpecSchema>;
 
+/**
+ * Spec fields that do not change how an engine runs (scheduling, routing, limits, the
+ * lifecycle): two specs that differ only in these run the same process, so neither the control
+ * plane (no rolling update) nor an agent (no restart) replaces a replica for them.
+ */
+export const NOT_LAUNCHED_FIELDS: readonly (keyof DeploymentSpec)[] = [
+  "replicas",
+  "revision",
+  "routingPolicy",
+  "priority",
+  "allowPreemption",
+  "maxConcurrencyPerReplica",
+  "loadingDeadlineSeconds",
+  "maxSurge",
+  "maxUnavailable",
+  "drainTimeoutSeconds",
+];
+
+/** True when replicas of `a` and of `b` run the same engine the same way. */
+export function sameLaunch(a: DeploymentSpec, b: DeploymentSpec): boolean {
+  return launchKey(a) === launchKey(b);
+}
+
+/** `spec` without {@link NOT_LAUNCHED_FIELDS}, keys (and env) sorted, as JSON. */
+function launchKey(spec: DeploymentSpec): string {
+  const skip = new Set<string>(NOT_LAUNCHED_FIELDS);
+  const entries = Object.entries(spec)
+    .filter(([k, v]) => !skip.has(k) && v !== undefined)
+    .sort(([x], [y]) => x.localeCompare(y));
+  // Env order means nothing.
+  const env = Object.entries(spec.env).sort(([x], [y]) => x.localeCompare(y));
+  return JSON.stringify(entries.map(([k, v]) => (k === "env" ? [k, env] : [k, v])));
+}
+
 /** Replicas a rolling update starts above the count when absent from the spec. */
 export const DEFAULT_MAX_SURGE = 1;
 /** Ready replicas a rolling update or drain may take away when absent from the spec. */

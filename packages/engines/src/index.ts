@@ -11,6 +11,7 @@ export {
   type EngineName,
   engineEnvRefusal,
   engineSupportsMultiNode,
+  NOT_LAUNCHED_FIELDS,
   OWNED_ENV,
   OWNED_FLAGS,
   OWNED_SHORT_FLAGS,
@@ -22,6 +23,7 @@ export {
   type RoutingPolicy,
   refusedEngineEnv,
   rolloutLimits,
+  sameLaunch,
 } from "./deployment-spec.js";
 export {
   allowEngineEnvHint,

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { isNodeWideFault } from "@llmgw/discovery";
-import { type DeploymentSpec, rolloutLimits } from "@llmgw/engines";
+import { type DeploymentSpec, rolloutLimits, sameLaunch } from "@llmgw/engines";
 import {
   type ClassCapacity,
   ClassCapacitySchema,
@@ -75,7 +75,7 @@ import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
-import { planReconcile, type ReplicaCondition, type ScheduleFn, sameLaunch } from "./reconcile.js";
+import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
 

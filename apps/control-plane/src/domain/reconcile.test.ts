@@ -1,14 +1,9 @@
-import { type DeploymentSpec, parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { type DeploymentSpec, parseDeploymentSpecOrThrow, sameLaunch } from "@llmgw/engines";
 import { type SchedulerNode, schedule } from "@llmgw/scheduler";
 import { testNode } from "@llmgw/scheduler/testing";
 import { describe, expect, it } from "vitest";
 import type { PlacementRecord } from "../store/types.js";
-import {
-  planReconcile,
-  type ReconcileInput,
-  type ReplicaCondition,
-  sameLaunch,
-} from "./reconcile.js";
+import { planReconcile, type ReconcileInput, type ReplicaCondition } from "./reconcile.js";
 
 const NOW = 1_000_000;
 

@@ -3,6 +3,7 @@ import {
   deploymentGpusPerReplica,
   engineSupportsMultiNode,
   rolloutLimits,
+  sameLaunch,
 } from "@llmgw/engines";
 import type {
   Reason,
@@ -413,37 +414,6 @@ function removeOld(oldServing: Map<string, PlacementRecord[]>, p: PlacementRecor
   if (list === undefined) return;
   const i = list.findIndex((q) => q.replicaId === p.replicaId);
   if (i >= 0) list.splice(i, 1);
-}
-
-/**
- * Fields that do not change how an engine runs: a revision that differs only in these keeps
- * its replicas (no restart, no rolling update).
- */
-const NOT_LAUNCHED: readonly (keyof DeploymentSpec)[] = [
-  "replicas",
-  "revision",
-  "routingPolicy",
-  "priority",
-  "allowPreemption",
-  "maxConcurrencyPerReplica",
-  "loadingDeadlineSeconds",
-  "maxSurge",
-  "maxUnavailable",
-  "drainTimeoutSeconds",
-];
-
-/** True when replicas of `a` and of `b` run the same engine the same way. */
-export function sameLaunch(a: DeploymentSpec, b: DeploymentSpec): boolean {
-  const strip = (s: DeploymentSpec): string => {
-    const skip = new Set<string>(NOT_LAUNCHED);
-    const entries = Object.entries(s)
-      .filter(([k, v]) => !skip.has(k) && v !== undefined)
-      .sort(([x], [y]) => x.localeCompare(y));
-    // Env order means nothing.
-    const env = Object.entries(s.env).sort(([x], [y]) => x.localeCompare(y));
-    return JSON.stringify(entries.map(([k, v]) => (k === "env" ? [k, env] : [k, v])));
-  };
-  return strip(a) === strip(b);
 }
 
 /**
