@@ -12,6 +12,7 @@ import {
   DeploymentSchema,
   type DeploymentStatus,
   Engine,
+  NodeState,
   ReplicaState,
   RetirementPhase,
   RolloutState,
@@ -175,6 +176,67 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
     expect(minReady).toBeGreaterThanOrEqual(2);
     await c.cp.admin().uncordonNode({ node: "node-a" }, c.cp.adminHeaders());
   }, 180_000);
+
+  it("an agent stopped with --stop-engines drains its node first, and takes work again when back", async () => {
+    const agent = c.agents[1];
+    if (agent === undefined) throw new Error("no second agent");
+    const nodes = await c.cp.admin().listNodes({}, c.cp.adminHeaders());
+    const nodeId = nodes.nodes.find((n) => n.hostname === agent.name)?.nodeId ?? "";
+    const onNode = (d: DeploymentStatus | undefined) =>
+      (d?.replicas ?? []).filter((r) => r.ranks.some((k) => k.nodeId === nodeId)).length;
+    // Put a replica there, and restart its agent with --stop-engines (it adopts its engines).
+    await c.cp.admin().drainNode({ node: "node-a" }, c.cp.adminHeaders());
+    await waitFor(
+      "chat to run on node-b only",
+      async () => {
+        const d = await deployment(c.cp, MODEL);
+        return onNode(d) === 2 && census(d).ready === 2 && census(d).leaving === 0
+          ? true
+          : undefined;
+      },
+      60_000,
+    );
+    await c.cp.admin().uncordonNode({ node: "node-a" }, c.cp.adminHeaders());
+    await agent.kill("SIGTERM");
+    agent.start(["--stop-engines"]);
+    await waitFor(
+      "the agent to be back with its engines",
+      async () => {
+        const n = await c.cp.admin().getNode({ node: nodeId }, c.cp.adminHeaders());
+        const d = await deployment(c.cp, MODEL);
+        return n.node?.state === NodeState.READY &&
+          d?.replicas.every((r) => r.ranks[0]?.status?.adopted)
+          ? true
+          : undefined;
+      },
+      60_000,
+    );
+    let exited = false;
+    const { minReady } = await step(
+      "node-b's agent to leave, chat whole on node-a",
+      async () => {
+        void agent.kill("SIGTERM").then(() => {
+          exited = true;
+        });
+      },
+      (d) => exited && onNode(d) === 0 && census(d).ready === 2 && census(d).leaving === 0,
+    );
+    expect(minReady).toBeGreaterThanOrEqual(2);
+    expect(agent.proc?.output()).toMatch(/left the cluster in .*: every replica drained/);
+    expect((await c.cp.admin().getNode({ node: nodeId }, c.cp.adminHeaders())).node?.draining).toBe(
+      true,
+    );
+    // Back without the flag: its own drain ends.
+    agent.start();
+    await waitFor(
+      "node-b to take work again",
+      async () => {
+        const n = await c.cp.admin().getNode({ node: nodeId }, c.cp.adminHeaders());
+        return n.node?.draining === false && n.node.cordoned === false ? true : undefined;
+      },
+      60_000,
+    );
+  }, 240_000);
 
   it("a new revision that fails to load rolls back; the old replicas serve throughout", async () => {
     const good = (await deployment(c.cp, MODEL))?.spec?.revision ?? 0n;
