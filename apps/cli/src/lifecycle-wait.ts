@@ -35,6 +35,22 @@ const MAX_WAIT_S = 86_400;
 /** What `--timeout S` means, for every `--wait` command's usage. */
 export const WAIT_TIMEOUT_HELP = `seconds --wait waits (default 900, at most ${MAX_WAIT_S})`;
 
+/** The `--wait` and `--timeout S` flags of the commands that follow a change. */
+export const WAIT_FLAGS = {
+  wait: { type: "boolean" },
+  timeout: { type: "string" },
+} as const;
+
+/**
+ * `--timeout` of {@link WAIT_FLAGS} in milliseconds ({@link parseWaitTimeoutMs}); a usage
+ * error when it comes without `--wait`.
+ */
+export function waitTimeoutMs(values: { wait?: boolean; timeout?: string }): number {
+  if (values.timeout !== undefined && !values.wait)
+    throw new UsageError("--timeout applies only with --wait");
+  return parseWaitTimeoutMs(values.timeout);
+}
+
 /**
  * `--timeout S` in milliseconds: whole seconds 0–86400, default 900 (15 minutes, a large
  * model's load). A usage error names the flag and echoes the value.

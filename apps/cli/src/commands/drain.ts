@@ -3,7 +3,7 @@ import { NodeSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { nodeStateText } from "../cluster-format.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
-import { parseWaitTimeoutMs, WAIT_TIMEOUT_HELP, waitForDrain } from "../lifecycle-wait.js";
+import { WAIT_FLAGS, WAIT_TIMEOUT_HELP, waitForDrain, waitTimeoutMs } from "../lifecycle-wait.js";
 
 export const command: Command = {
   name: "drain",
@@ -22,15 +22,9 @@ Options:
   --timeout S          ${WAIT_TIMEOUT_HELP}
 ${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
-    const { values, positionals } = parseCommandArgs(
-      argv,
-      { ...ADMIN_FLAGS, wait: { type: "boolean" }, timeout: { type: "string" } },
-      true,
-    );
+    const { values, positionals } = parseCommandArgs(argv, { ...ADMIN_FLAGS, ...WAIT_FLAGS }, true);
     if (positionals.length !== 1) throw new UsageError("expected exactly one NODE");
-    if (values.timeout !== undefined && !values.wait)
-      throw new UsageError("--timeout applies only with --wait");
-    const timeoutMs = parseWaitTimeoutMs(values.timeout);
+    const timeoutMs = waitTimeoutMs(values);
     const name = positionals[0] as string;
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {

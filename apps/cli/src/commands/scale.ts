@@ -2,7 +2,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { DeploymentStatusSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
-import { parseWaitTimeoutMs, WAIT_TIMEOUT_HELP, waitForRollout } from "../lifecycle-wait.js";
+import { WAIT_FLAGS, WAIT_TIMEOUT_HELP, waitForRollout, waitTimeoutMs } from "../lifecycle-wait.js";
 
 export const command: Command = {
   name: "scale",
@@ -19,19 +19,13 @@ Options:
   --timeout S          ${WAIT_TIMEOUT_HELP}
 ${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
-    const { values, positionals } = parseCommandArgs(
-      argv,
-      { ...ADMIN_FLAGS, wait: { type: "boolean" }, timeout: { type: "string" } },
-      true,
-    );
+    const { values, positionals } = parseCommandArgs(argv, { ...ADMIN_FLAGS, ...WAIT_FLAGS }, true);
     const [name, count] = positionals;
     if (!name || count === undefined || positionals.length !== 2)
       throw new UsageError("expected NAME and REPLICAS");
     if (!/^\d+$/.test(count) || Number(count) > 100_000)
       throw new UsageError(`REPLICAS must be a whole number 0–100000, got "${count}"`);
-    if (values.timeout !== undefined && !values.wait)
-      throw new UsageError("--timeout applies only with --wait");
-    const timeoutMs = parseWaitTimeoutMs(values.timeout);
+    const timeoutMs = waitTimeoutMs(values);
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {
       const res = await ctx.client.scaleDeployment({ name, replicas: Number(count) });
