@@ -71,15 +71,14 @@ const FAILED_CODE = "LLMGW_CONTROL_PLANE_REPLICA_FAILED";
 function pause(signal: AbortSignal, ms: number): Promise<void> {
   return new Promise<void>((r) => {
     if (signal.aborted) return r();
-    const t = setTimeout(r, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(t);
-        r();
-      },
-      { once: true },
-    );
+    // One listener at a time: a wait of many polls must not pile them up on the signal.
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      r();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
   });
 }
 

@@ -7,6 +7,8 @@
  * order; each planned change must cost no client a single error or truncated stream.
  */
 
+import { writeFileSync } from "node:fs";
+import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import {
   DeploymentSchema,
@@ -25,6 +27,7 @@ import {
   deployment,
   describeFailures,
   type RoutersCluster,
+  runLlmgw,
   startRoutersCluster,
   stopAll,
   tempRoot,
@@ -36,7 +39,7 @@ const root = tempRoot("llmgw-lifecycle-e2e-");
 let c: RoutersCluster;
 let traffic: ClosedLoopTraffic;
 
-function chat(replicas: number, extraArgs: string[] = []) {
+function chat(replicas: number) {
   return create(DeploymentSchema, {
     name: MODEL,
     model: `sim/${MODEL}`,
@@ -45,7 +48,6 @@ function chat(replicas: number, extraArgs: string[] = []) {
     replicas,
     // Both routers send to every replica all the time.
     routingPolicy: RoutingPolicy.ROUND_ROBIN,
-    extraArgs,
   });
 }
 
@@ -97,6 +99,29 @@ function leavingServing(d: DeploymentStatus | undefined): number {
   ).length;
 }
 
+/** `llmgw deploy -f … --wait` of chat (2 replicas, round robin) with `extraArgs`, as a process. */
+async function llmgwDeploy(extraArgs: string[]): Promise<{ code: number | null; output: string }> {
+  const file = path.join(root, `chat-${extraArgs.join("")}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({
+      name: MODEL,
+      model: `sim/${MODEL}`,
+      engine: "sim",
+      gpuClass: "h100-80g",
+      replicas: 2,
+      routingPolicy: "round-robin",
+      extraArgs,
+    }),
+  );
+  const proc = runLlmgw(["deploy", "-f", file, "--wait", "--timeout", "170"], {
+    LLMGW_CONTROL_PLANE: c.cp.controlUrl,
+    LLMGW_ADMIN_TOKEN: c.cp.token("admin"),
+  });
+  const code = await proc.exited;
+  return { code, output: proc.output() };
+}
+
 async function events(kind: string): Promise<string[]> {
   const res = await c.cp.admin().listEvents({ limit: 1000 }, c.cp.adminHeaders());
   return res.events.filter((e) => e.kind === kind).map((e) => `${e.subject}: ${e.message}`);
@@ -139,10 +164,13 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
   it("a rolling update starts each new replica before the old one drains", async () => {
     const before = await deployment(c.cp, MODEL);
     const from = before?.spec?.revision ?? 0n;
+    let cli = { code: null as number | null, output: "" };
     const { minReady } = await step(
       "every replica of chat at the new revision, ready",
-      () =>
-        c.cp.admin().applyDeployment({ deployment: chat(2, ["--seed", "7"]) }, c.cp.adminHeaders()),
+      async () => {
+        // Through the operator's command, which follows each step until the rollout is done.
+        cli = await llmgwDeploy(["--seed", "7"]);
+      },
       (d) => {
         const x = census(d);
         return (
@@ -157,6 +185,9 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
     );
     // maxSurge 1, maxUnavailable 0: never fewer than 2 replicas taking new requests.
     expect(minReady).toBeGreaterThanOrEqual(2);
+    expect(cli.code, cli.output).toBe(0);
+    expect(cli.output).toMatch(/draining/);
+    expect(cli.output).toMatch(/stopped/);
     const d = await deployment(c.cp, MODEL);
     expect(d?.rollout?.fromRevision).toBe(from);
     expect(d?.rollout?.toRevision).toBe(d?.spec?.revision);
@@ -212,6 +243,7 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
       60_000,
     );
     let exited = false;
+    const proc = agent.proc;
     const { minReady } = await step(
       "node-b's agent to leave, chat whole on node-a",
       async () => {
@@ -220,7 +252,9 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
         });
       },
       (d) => exited && onNode(d) === 0 && census(d).ready === 2 && census(d).leaving === 0,
-    );
+    ).catch((error: Error) => {
+      throw new Error(`${error.message}\nagent output:\n${proc?.output().slice(-6000)}`);
+    });
     expect(minReady).toBeGreaterThanOrEqual(2);
     expect(agent.proc?.output()).toMatch(/left the cluster in .*: every replica drained/);
     expect((await c.cp.admin().getNode({ node: nodeId }, c.cp.adminHeaders())).node?.draining).toBe(
@@ -240,10 +274,12 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
 
   it("a new revision that fails to load rolls back; the old replicas serve throughout", async () => {
     const good = (await deployment(c.cp, MODEL))?.spec?.revision ?? 0n;
+    let cli = { code: null as number | null, output: "" };
     await step(
       "chat rolled back, 2 ready replicas at the good spec",
-      () =>
-        c.cp.admin().applyDeployment({ deployment: chat(2, ["--fail-load"]) }, c.cp.adminHeaders()),
+      async () => {
+        cli = await llmgwDeploy(["--fail-load"]);
+      },
       (d) =>
         d?.rollout?.state === RolloutState.ROLLED_BACK &&
         census(d).ready === 2 &&
@@ -254,6 +290,9 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
     );
     const d = await deployment(c.cp, MODEL);
     expect(d?.rollout?.message).toMatch(/failed/);
+    // `llmgw deploy --wait` says so and fails.
+    expect(cli.code, cli.output).toBe(1);
+    expect(cli.output).toMatch(/rolled back/);
     expect(d?.spec?.revision).toBeGreaterThan(good + 1n);
     expect(await events("deployment.rolled-back")).toHaveLength(1);
   }, 240_000);

@@ -206,7 +206,11 @@ export class SupervisedReplica {
     if (options.adopt === true) {
       const report = await this.#supervisor.adopt(this.options.replicaId, this.options.specHash);
       if (report.kind === "adopted") {
-        this.#attach(report.handle, "adopted a running process");
+        // Probed before this returns: an engine that serves is reported ready from the new
+        // agent's first heartbeat on, never `starting` (which would take it off the routers
+        // for a probe interval, and make a planned move treat it as serving nothing).
+        this.#attach(report.handle, "adopted a running process", false);
+        await this.#runProbe(this.#generation);
         return;
       }
       if (report.kind === "spec-changed") {
@@ -271,7 +275,7 @@ export class SupervisedReplica {
     this.#attach(handle, reason);
   }
 
-  #attach(handle: ProcessHandle, reason: string): void {
+  #attach(handle: ProcessHandle, reason: string, probeSoon = true): void {
     const generation = ++this.#generation;
     this.#handle = handle;
     this.#failedProbes = 0;
@@ -288,7 +292,7 @@ export class SupervisedReplica {
         }
       }, loadingDeadlineMs),
     );
-    this.#scheduleProbe(generation, 0);
+    if (probeSoon) this.#scheduleProbe(generation, 0);
     void handle.exited.then((exit) => this.#onExit(generation, handle, exit));
   }
 

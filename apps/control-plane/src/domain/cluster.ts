@@ -2410,9 +2410,10 @@ export class Cluster {
         d.record.createdAtMs,
         now,
         {
+          // The update that was rolled back: from the good revision to the failed one.
           state: "rolled-back",
-          fromRevision: d.spec.revision,
-          toRevision: revision,
+          fromRevision: rollout.fromRevision,
+          toRevision: d.spec.revision,
           message,
           startedAtMs: rollout.startedAtMs,
           updatedAtMs: now,
