@@ -1,5 +1,5 @@
 /**
- * Soak under faults, in two phases of one run, each with its own cluster (a real control plane
+ * Soak under faults, in three phases of one run, each with its own cluster (a real control plane
  * and two agents on simulated nodes, a sim deployment with replicas on both) and a sustained mix
  * of streaming and non-streaming chat completions, every request classified:
  *
@@ -9,12 +9,16 @@
  * - `routers`: the control plane runs `--no-public-api`; two `llmgw router` processes behind
  *   HAProxy round robin (`/readyz` health check) serve the load while the control plane is
  *   SIGKILLed and restarted, then SIGKILLed and kept down (60 s; 8 s with --quick), and one
- *   router is SIGKILLed.
+ *   router is SIGKILLed;
+ * - `lifecycle` (issue 21): the same shape as `routers`, while planned changes run one after
+ *   the other — scale down and up, a rolling update, a node drain, an agent leaving with
+ *   `--stop-engines`, the undeploy of a second deployment of the model — none of which any
+ *   client may notice.
  *
  * The report gives error budgets, recovery times and adoption per fault, per phase.
  *
  *   node --conditions=@llmgw/source --import tsx bench/soak/run.ts [--quick] [--duration S]
- *        [--concurrency N] [--seed N] [--phases single,routers] [--cp-down S]
+ *        [--concurrency N] [--seed N] [--phases single,routers,lifecycle] [--cp-down S]
  *        [--haproxy-mode http|tcp]
  */
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -47,11 +51,22 @@ import {
   type SoakCluster,
   simDeployment,
 } from "./faults.js";
+import {
+  agentLeave,
+  drainNode,
+  type LifecycleOptions,
+  rollingUpdate,
+  scaleMain,
+  undeployExtra,
+} from "./lifecycle.js";
 import { startLoad } from "./load.js";
 import {
   type FaultKind,
   type FaultRecord,
   type FaultSummary,
+  type Goal,
+  lifecycleGoals,
+  notOkClasses,
   type RequestRecord,
   type SoakTotals,
   summarizeFaults,
@@ -59,8 +74,8 @@ import {
 } from "./report.js";
 import { ROUTER_CHECK, RouterProc, startRouterBalancer } from "./routers.js";
 
-type Phase = "single" | "routers";
-const PHASES: readonly Phase[] = ["single", "routers"];
+type Phase = "single" | "routers" | "lifecycle";
+const PHASES: readonly Phase[] = ["single", "routers", "lifecycle"];
 
 const { values: args } = parseArgs({
   options: {
@@ -112,6 +127,20 @@ const config = {
    */
   routerDownMs: ROUTER_CHECK.fall * ROUTER_CHECK.intervalMs + 1_000,
   haproxyMode,
+  /**
+   * The lifecycle phase's load, s: its six changes take ~25 s in all on an idle machine (the
+   * rolling update, three make-before-break steps, the longest), so the quick run's 34 s
+   * would leave them no quiet time between them.
+   */
+  lifecycleDurationS: positive(args.duration, quick ? 50 : 240, "duration"),
+  /**
+   * The goal for each planned change, command to done, s: a few times the slowest measured
+   * (see the README), and far below the default drainTimeoutSeconds (300 s), so a drain that
+   * only ended by its timeout cannot pass.
+   */
+  lifecycleBoundS: 60,
+  /** How long the soak waits for one planned change before reporting it as never done, ms. */
+  lifecycleWaitMs: 120_000,
 };
 /** Fault start times per phase, as fractions of the load's duration. */
 const SCHEDULES: Readonly<Record<Phase, readonly { kind: FaultKind; at: number }[]>> = {
@@ -128,9 +157,19 @@ const SCHEDULES: Readonly<Record<Phase, readonly { kind: FaultKind; at: number }
     { kind: "control-plane-down", at: 0.22 },
     { kind: "router-kill", at: 0.7 },
   ],
+  lifecycle: [
+    { kind: "scale-down", at: 0.05 },
+    { kind: "scale-up", at: 0.15 },
+    { kind: "rolling-update", at: 0.25 },
+    { kind: "node-drain", at: 0.45 },
+    { kind: "agent-leave", at: 0.62 },
+    { kind: "undeploy", at: 0.85 },
+  ],
 };
 const MODEL = "soak-chat";
 const DEPLOYMENT = "chat";
+/** The lifecycle phase's second deployment of the model: 1 replica, undeployed last. */
+const EXTRA_DEPLOYMENT = "chat-extra";
 
 /** SIGKILLs every engine recorded under the agents' state dirs (process groups first). */
 function killEngines(root: string): number[] {
@@ -188,13 +227,6 @@ async function cleanUp(root: string, balancer: RunningProxy | undefined): Promis
   if (left.length > 0) console.error(`engines still alive after cleanup: ${left.join(" ")}`);
 }
 
-/** One goal of a phase and how the phase did. */
-interface Goal {
-  readonly goal: string;
-  readonly value: string;
-  readonly met: boolean;
-}
-
 /** Everything one phase measured. */
 interface PhaseResult {
   readonly phase: Phase;
@@ -214,13 +246,6 @@ interface PhaseResult {
 }
 
 const BAD = (f: FaultSummary) => BAD_CLASSES.reduce((n, c) => n + f.byClass[c], 0);
-/** ": error 2, reset 1" for a window's failures; "" when there were none. */
-const notOkClasses = (f: FaultSummary): string => {
-  const parts = OUTCOME_CLASSES.filter((c) => c !== "ok" && f.byClass[c] > 0).map(
-    (c) => `${c} ${f.byClass[c]}`,
-  );
-  return parts.length === 0 ? "" : `: ${parts.join(", ")}`;
-};
 
 /** The single-process phase's goals: as before routers ran apart. */
 function singleGoals(perFault: readonly FaultSummary[], totals: SoakTotals): Goal[] {
@@ -304,12 +329,14 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
   let balancer: RunningProxy | undefined;
   try {
     const setupStart = performance.now();
+    // The lifecycle phase runs the routers shape too: it is what production runs.
+    const apart = phase !== "single";
     const cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
       "--heartbeat-interval",
       config.heartbeat,
       "--node-lost-after",
       config.nodeLostAfter,
-      ...(phase === "routers" ? ["--no-public-api"] : []),
+      ...(apart ? ["--no-public-api"] : []),
     ]);
     await cp.start();
     const agents = [
@@ -322,13 +349,12 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
       return res.nodes.filter((n) => n.state === NodeState.READY).length === 2 ? true : undefined;
     });
     let t0 = performance.now();
-    const routers =
-      phase === "routers"
-        ? [
-            new RouterProc(root, "router-a", await freePort(), cp),
-            new RouterProc(root, "router-b", await freePort(), cp),
-          ]
-        : undefined;
+    const routers = apart
+      ? [
+          new RouterProc(root, "router-a", await freePort(), cp),
+          new RouterProc(root, "router-b", await freePort(), cp),
+        ]
+      : undefined;
     const cluster: SoakCluster = {
       cp,
       agents,
@@ -345,6 +371,9 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
       60_000,
     );
     const spread = new Set(ready.replicas.map((r) => r.ranks[0]?.nodeId));
+    if (phase === "lifecycle") {
+      await deployAndWait(cluster, simDeployment(EXTRA_DEPLOYMENT, MODEL, 1), 60_000);
+    }
     const key = await cp.admin().createApiKey({ name: "soak" }, cp.adminHeaders());
     let baseUrl = cp.publicUrl;
     if (routers) {
@@ -367,8 +396,9 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
       });
     }
     const setupS = (performance.now() - setupStart) / 1000;
+    const durationS = phase === "lifecycle" ? config.lifecycleDurationS : config.durationS;
     console.error(
-      `[${phase}] cluster up in ${setupS.toFixed(1)} s: ${config.replicas} replicas on ${spread.size} nodes${routers ? `, ${routers.length} routers behind HAProxy (${config.haproxyMode} mode, round robin, ${ROUTER_CHECK.path} check)` : ", the control plane's in-process router"}; load for ${config.durationS} s × ${config.concurrency} loops`,
+      `[${phase}] cluster up in ${setupS.toFixed(1)} s: ${config.replicas} replicas on ${spread.size} nodes${phase === "lifecycle" ? ` and ${EXTRA_DEPLOYMENT} (1 replica)` : ""}${routers ? `, ${routers.length} routers behind HAProxy (${config.haproxyMode} mode, round robin, ${ROUTER_CHECK.path} check)` : ", the control plane's in-process router"}; load for ${durationS} s × ${config.concurrency} loops`,
     );
 
     t0 = performance.now();
@@ -385,25 +415,31 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
       now: cluster.now,
     });
     const faults: FaultRecord[] = [];
-    const durationMs = config.durationS * 1000;
+    const durationMs = durationS * 1000;
+    const lifecycle: LifecycleOptions = {
+      waitMs: config.lifecycleWaitMs,
+      extraDeployment: EXTRA_DEPLOYMENT,
+    };
+    const inject: Record<FaultKind, () => Promise<FaultRecord>> = {
+      "engine-kill": () => killEngine(cluster),
+      "agent-restart": () => restartAgent(cluster),
+      "control-plane-restart": () => restartControlPlane(cluster),
+      "control-plane-kill": () => killControlPlane(cluster, 0),
+      "control-plane-down": () => killControlPlane(cluster, config.controlPlaneDownS * 1000),
+      "router-kill": () => killRouter(cluster, 0, config.routerDownMs),
+      "slow-replica": () => addSlowReplica(cluster, config.slowTokenMs),
+      "scale-down": () => scaleMain(cluster, "scale-down", config.replicas - 1, lifecycle),
+      "scale-up": () => scaleMain(cluster, "scale-up", config.replicas, lifecycle),
+      "rolling-update": () => rollingUpdate(cluster, lifecycle),
+      "node-drain": () => drainNode(cluster, lifecycle),
+      "agent-leave": () => agentLeave(cluster, lifecycle),
+      undeploy: () => undeployExtra(cluster, lifecycle),
+    };
     for (const step of SCHEDULES[phase]) {
       const wait = step.at * durationMs - cluster.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       console.error(`[${phase}] +${(cluster.now() / 1000).toFixed(1)} s: ${step.kind}`);
-      const record =
-        step.kind === "engine-kill"
-          ? await killEngine(cluster)
-          : step.kind === "agent-restart"
-            ? await restartAgent(cluster)
-            : step.kind === "control-plane-restart"
-              ? await restartControlPlane(cluster)
-              : step.kind === "control-plane-kill"
-                ? await killControlPlane(cluster, 0)
-                : step.kind === "control-plane-down"
-                  ? await killControlPlane(cluster, config.controlPlaneDownS * 1000)
-                  : step.kind === "router-kill"
-                    ? await killRouter(cluster, 0, config.routerDownMs)
-                    : await addSlowReplica(cluster, config.slowTokenMs);
+      const record = await inject[step.kind]();
       faults.push(record);
       console.error(`  ${record.notes.join("; ")}`);
     }
@@ -448,7 +484,12 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
       drainS: Math.round((endMs - stopAt) / 100) / 10,
       faults: perFault,
       totals,
-      goals: phase === "single" ? singleGoals(perFault, totals) : routerGoals(perFault, totals),
+      goals:
+        phase === "single"
+          ? singleGoals(perFault, totals)
+          : phase === "routers"
+            ? routerGoals(perFault, totals)
+            : lifecycleGoals(perFault, totals, config.lifecycleBoundS),
       ...(slowReplica ? { slowReplica } : {}),
       records,
     };
@@ -458,6 +499,42 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
 }
 
 /** The tables of one phase. */
+/** The lifecycle phase's table: one row per planned change. */
+function plannedTable(faults: readonly FaultSummary[]): string {
+  return formatTable(
+    [
+      "event",
+      "at s",
+      "took s",
+      "healed +s",
+      "requests",
+      "ok",
+      "by leaving",
+      "failures",
+      "truncated",
+      "5xx",
+      "min capacity",
+      "ok p50 ms",
+      "ok p99 ms",
+    ],
+    faults.map((f) => [
+      f.kind,
+      f.atS,
+      f.planned?.tookS ?? "never",
+      f.readyAfterS ?? "never",
+      f.requests,
+      f.byClass.ok,
+      f.planned?.servedByLeaving ?? "-",
+      f.notOk,
+      f.truncatedStreams,
+      f.serverErrors,
+      `${f.planned?.minCapacity ?? "-"}${f.planned?.capacityFloor === undefined ? "" : ` (≥ ${f.planned.capacityFloor})`}`,
+      f.okP50Ms ?? "-",
+      f.okP99Ms ?? "-",
+    ]),
+  );
+}
+
 function printPhase(r: PhaseResult): void {
   const faultTable = formatTable(
     [
@@ -530,7 +607,8 @@ function printPhase(r: PhaseResult): void {
     `\n== phase ${r.phase}: ${where}; ${config.concurrency} loops × ${r.loadS} s (setup ${r.setupS} s)\n`,
   );
   const notes = r.faults.map((f) => `  ${f.kind}: ${f.notes.join("; ")}`).join("\n");
-  console.log(`${faultTable}\n\n${notes}\n\n${totalsTable}\n`);
+  const table = r.phase === "lifecycle" ? plannedTable(r.faults) : faultTable;
+  console.log(`${table}\n\n${notes}\n\n${totalsTable}\n`);
   if (t.details.length > 0) {
     console.log(
       `${formatTable(
