@@ -8,7 +8,8 @@
  * - every router connected now has reported since it began draining, holds it as draining,
  *   and has nothing in flight on it (a stream counts until its last byte);
  * - its engine, when it reported load, has nothing running or waiting (a router that lost its
- *   control plane cannot report, but its requests still show there).
+ *   control plane cannot report, but its requests still show there; so for a router that
+ *   never reported at all, {@link SILENT_ROUTER_MS} into the drain, the engine decides).
  *
  * Memory only: a control plane that starts asks routers again (they report every second while
  * they hold draining replicas).
@@ -17,6 +18,13 @@ import type { InFlightReport } from "@llmgw/router";
 
 /** Minimum time a replica drains, ms (see the module comment). */
 export const DRAIN_SETTLE_MS = 1_000;
+
+/**
+ * A connected router that never reported at all this long into a drain is taken for one
+ * that cannot (a release before reports): the drain goes by its engine's load for it rather
+ * than waiting out the drain timeout. A router that did report once is waited for.
+ */
+export const SILENT_ROUTER_MS = 5_000;
 
 /** Draining replicas one report may name (the RPC refuses more). */
 export const MAX_REPORTED_DRAINING = 10_000;
@@ -75,7 +83,11 @@ export class DrainTracker {
     if (engineBusy === true) return false;
     for (const id of this.#o.connectedRouters()) {
       const report = this.#reports.get(id);
-      if (report === undefined || report.atMs < sinceMs) return false;
+      if (report === undefined) {
+        if (now - sinceMs < SILENT_ROUTER_MS) return false;
+        continue;
+      }
+      if (report.atMs < sinceMs) return false;
       const n = report.inFlight.get(replicaId);
       if (n === undefined || n > 0) return false;
     }

@@ -15,7 +15,7 @@ import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { Cluster } from "./cluster.js";
-import { DRAIN_SETTLE_MS } from "./drains.js";
+import { DRAIN_SETTLE_MS, SILENT_ROUTER_MS } from "./drains.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -172,6 +172,27 @@ describe("draining", () => {
     });
     expect(replicas()).toEqual(["chat-0@r1:draining"]);
     beat({}, { "chat-0": { running: 0, waiting: 0 } });
+    cluster.tick();
+    expect(replicas()).toEqual([]);
+  });
+
+  it("goes by the engine for a router that never reports (an older release), not the deadline", () => {
+    routers = ["r1", "old"];
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat({}, { "chat-0": { running: 0, waiting: 0 } });
+    cluster.scaleDeployment("chat", 0);
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    clock.advance(SILENT_ROUTER_MS - DRAIN_SETTLE_MS - 1);
+    cluster.tick();
+    expect(replicas()).toEqual(["chat-0@r1:draining"]);
+    clock.advance(1);
     cluster.tick();
     expect(replicas()).toEqual([]);
   });
