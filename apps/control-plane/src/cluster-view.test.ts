@@ -95,6 +95,16 @@ describe("createClusterView: deployments and replicas", () => {
     expect(view.replicas().map((r) => r.id)).toEqual(["batch-0", "chat-0"]);
   });
 
+  it("says which replicas are leaving, and how", () => {
+    const { deploy, heartbeat, view } = setup();
+    deploy("chat", 1);
+    heartbeat({ "chat-0": ReplicaState.READY });
+    deploy("chat", 0);
+    expect(view.replicas()).toEqual([
+      { id: "chat-0", deployment: "chat", state: "ready", leaving: "draining" },
+    ]);
+  });
+
   it("reads unschedulable at every call", () => {
     const { cluster, deploy, view } = setup();
     deploy("chat", 1);

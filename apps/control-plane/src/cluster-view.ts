@@ -7,7 +7,7 @@ import type {
   ReplicaView,
   RouterView,
 } from "@llmgw/metrics-collector";
-import { type NodeInventory, ReplicaState } from "@llmgw/proto";
+import { type NodeInventory, ReplicaState, RetirementPhase } from "@llmgw/proto";
 import type { Cluster } from "./domain/cluster.js";
 import { replicaStateName } from "./domain/replica-state.js";
 import type { RouterRegistry } from "./routing/router-registry.js";
@@ -47,10 +47,16 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
     const replicas = cluster.listReplicas().map((r): ReplicaView => {
       const state = r.state === ReplicaState.UNSPECIFIED ? ReplicaState.PENDING : r.state;
       if (state === ReplicaState.READY) ready.set(r.deployment, (ready.get(r.deployment) ?? 0) + 1);
+      const phase = r.retirement?.phase;
       return {
         id: r.replicaId,
         deployment: r.deployment,
         state: replicaStateName(state) as ReplicaView["state"],
+        ...(phase === RetirementPhase.WAITING
+          ? { leaving: "waiting" as const }
+          : phase === RetirementPhase.DRAINING
+            ? { leaving: "draining" as const }
+            : {}),
       };
     });
     // By name, as `listDeployments` orders them.

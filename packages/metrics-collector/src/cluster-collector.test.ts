@@ -199,8 +199,20 @@ describe("createClusterCollector", () => {
       ...n,
       gpus: n.gpus.map((g) => (g.index === 1 ? { ...g, utilizationPercent: 37 } : g)),
     }));
-    view.replicaList = view.replicaList.map((r) => ({ ...r, state: "ready" as const }));
+    const leavingBefore = values(before, "llmgw_replicas_leaving").map(
+      (s) => `${s.labels.phase}=${s.value}`,
+    );
+    // Every phase present per deployment, 0 when none is leaving.
+    expect(leavingBefore.sort()).toEqual(["draining=0", "waiting=0"]);
+    view.replicaList = view.replicaList.map((r, i) => ({
+      ...r,
+      state: "ready" as const,
+      ...(i === 0 ? { leaving: "draining" as const } : {}),
+    }));
     const after = await scrape(registry);
+    expect(
+      values(after, "llmgw_replicas_leaving").map((s) => `${s.labels.phase}=${s.value}`).sort(),
+    ).toEqual(["draining=1", "waiting=0"]);
     expect(values(after, "llmgw_node_up").find((s) => s.labels.node === "n2")?.value).toBe(1);
     expect(
       values(after, "llmgw_node_last_heartbeat_timestamp_seconds").find(

@@ -639,13 +639,24 @@ function* clusterSeriesSteps(
       push("llmgw_deployment_replicas_ready", { deployment: name }, d.ready);
     push("llmgw_deployment_unschedulable", { deployment: name }, flag(d.unschedulable));
   }
+  const leaving = new Map<string, { waiting: number; draining: number }>();
   for (const r of replicas) {
-    const m = countsFor(b(r.deployment));
+    const deployment = b(r.deployment);
+    const m = countsFor(deployment);
     const state = (REPLICA_STATES as readonly string[]).includes(r.state) ? r.state : "unknown";
     m.set(state, (m.get(state) ?? 0) + 1);
+    let l = leaving.get(deployment);
+    if (l === undefined) {
+      l = { waiting: 0, draining: 0 };
+      leaving.set(deployment, l);
+    }
+    if (r.leaving !== undefined) l[r.leaving] += 1;
   }
   for (const [deployment, m] of replicaCounts) {
     for (const [state, count] of m) push("llmgw_replicas", { deployment, state }, count);
+    const l = leaving.get(deployment) ?? { waiting: 0, draining: 0 };
+    push("llmgw_replicas_leaving", { deployment, phase: "waiting" }, l.waiting);
+    push("llmgw_replicas_leaving", { deployment, phase: "draining" }, l.draining);
   }
   if (routers !== undefined) {
     const connected = routers.filter((r) => r.connected === true).length;

@@ -102,6 +102,8 @@ export interface ReplicaView {
   readonly id: string;
   readonly deployment: string;
   readonly state: ReplicaState;
+  /** Set while it leaves service (a scale-down, an update, a drain, an undeploy). */
+  readonly leaving?: "waiting" | "draining";
 }
 
 /** A router the control plane streams routing to: connected now, or recently. */

@@ -210,6 +210,11 @@ export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
     "state",
   ]),
   g(
+    "llmgw_replicas_leaving",
+    "Replicas leaving service by deployment and phase: waiting (serves until its replacement is ready) or draining (takes no new requests, finishing those in flight). Both phases present, 0 when none.",
+    ["deployment", "phase"],
+  ),
+  g(
     "llmgw_deployment_info",
     "Always 1 per deployment; carries its served model name (the router's `model` label), GPU class and engine.",
     ["deployment", "model", "gpu_class", "engine"],
