@@ -1475,7 +1475,12 @@ export class Cluster {
     const onlyScaled =
       existing !== undefined &&
       sameDeploymentSpec(existing.spec, { ...spec, replicas: existing.spec.replicas });
-    const revision = onlyScaled ? existing.spec.revision : (existing?.spec.revision ?? 0) + 1;
+    // A name deleted while its replicas still drain keeps their revisions: a new deployment
+    // of that name counts on from them, so no draining replica is handed the new spec.
+    const kept = Math.max(0, ...(this.#revisions.get(spec.name)?.keys() ?? []));
+    const revision = onlyScaled
+      ? existing.spec.revision
+      : Math.max(existing?.spec.revision ?? 0, kept) + 1;
     const next = { ...spec, revision };
     this.#putDeployment(next, existing?.record.createdAtMs ?? now, now, this.#rolloutFor(next));
     this.events.record(

@@ -238,6 +238,21 @@ describe("draining", () => {
     expect(desired()).toEqual([]);
   });
 
+  it("a deployment made again under a draining one's name never hands its spec to the old replicas", () => {
+    const { cluster, beat, desired, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.deleteDeployment("chat");
+    cluster.applyDeployment(spec({ replicas: 1, extraArgs: ["--seed", "9"] }));
+    expect(cluster.deploymentStatus("chat").spec?.revision).toBe(2n);
+    expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r2"]);
+    expect(desired().sort()).toEqual(["chat-0@r1", "chat-1@r2"]);
+    const old = cluster.desiredSet(cluster.placements()[0]?.ranks[0]?.nodeId as string);
+    expect(old.assignments.find((a) => a.replicaId === "chat-0")?.deployment?.extraArgs).toEqual(
+      [],
+    );
+  });
+
   it("a drain survives a control-plane restart", () => {
     const { cluster, beat, newCluster } = setup();
     cluster.applyDeployment(spec({ replicas: 1 }));
