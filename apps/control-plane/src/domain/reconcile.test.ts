@@ -174,6 +174,52 @@ describe("planReconcile: planned removals drain", () => {
   });
 });
 
+describe("planReconcile: preemption", () => {
+  it("drains the victim, and the preemptor waits for it instead of evicting more", () => {
+    const low = (name: string) =>
+      parseDeploymentSpecOrThrow({
+        name,
+        model: "org/m",
+        engine: "vllm",
+        tensorParallel: 2,
+        revision: 1,
+        priority: 0,
+      });
+    const high = parseDeploymentSpecOrThrow({
+      name: "high",
+      model: "org/h",
+      engine: "vllm",
+      tensorParallel: 2,
+      revision: 1,
+      priority: 10,
+      allowPreemption: true,
+    });
+    const p = plan({
+      specs: [low("a"), low("b"), high],
+      placements: [
+        { ...placed("a-0", "n1", [0, 1]), deployment: "a" },
+        { ...placed("b-0", "n2", [0, 1]), deployment: "b" },
+      ],
+      nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
+    });
+    expect(leaving(p)).toHaveLength(1);
+    expect(p.changed[0]?.retirement).toMatchObject({ code: "preempted", phase: "draining" });
+    expect(p.add).toEqual([]);
+    expect(p.remove).toEqual([]);
+    // Nor in the next plans while it drains; once drained, the preemptor takes its GPUs.
+    const world = {
+      specs: [low("a"), low("b"), high],
+      nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
+    };
+    const again = plan({ ...world, placements: p.keep });
+    expect(again.changed).toEqual([]);
+    const victim = p.changed[0]?.replicaId as string;
+    const done = plan({ ...world, placements: p.keep, drained: [victim] });
+    expect(removed(done)).toEqual([`${victim}:drained`]);
+    expect(done.add.map((a) => a.deployment)).toEqual(["high"]);
+  });
+});
+
 describe("planReconcile: make before break", () => {
   it("a node drain starts the replacement first, then drains the old replica", () => {
     const world: World = {

@@ -267,15 +267,19 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   // planned removal turns into a drain and the plan is made again with it held, so that
   // nothing new is placed on GPUs that still serve.
   let result: ScheduleResult | undefined;
+  // While preempted replicas drain (holding their GPUs), nothing preempts again: the
+  // preemptor waits for them rather than evicting more, in this plan and the next ones.
+  let preempted = [...kept.values()].some((p) => p.retirement?.code === "preempted");
   for (let pass = 0; pass < 4; pass++) {
     result = input.schedule({
       nodes: input.nodes,
-      deployments: schedulerDeployments(input.deployments, oldServing),
+      deployments: schedulerDeployments(input.deployments, oldServing, preempted),
       placements: pick(kept, fresh),
       held: pick(kept, held),
       retired: remove.map((r) => r.placement),
     });
     let replanned = false;
+    if (result.remove.some((r) => r.reason.code === "preempted")) preempted = true;
     const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));
     for (const r of result.remove) {
       const p = kept.get(r.replicaId);
@@ -423,12 +427,15 @@ function removeOld(oldServing: Map<string, PlacementRecord[]>, p: PlacementRecor
 function schedulerDeployments(
   specs: ReadonlyMap<string, DeploymentSpec>,
   oldServing: ReadonlyMap<string, readonly PlacementRecord[]>,
+  noPreemption: boolean,
 ): SchedulerDeployment[] {
   const out: SchedulerDeployment[] = [];
   for (const spec of specs.values()) {
-    const base = schedulerDeployment(spec);
+    let d = schedulerDeployment(spec);
     const olds = oldServing.get(spec.name)?.length ?? 0;
-    out.push(olds === 0 ? base : { ...base, replicas: Math.max(0, base.replicas - olds) });
+    if (olds > 0) d = { ...d, replicas: Math.max(0, d.replicas - olds) };
+    if (noPreemption && d.allowPreemption) d = { ...d, allowPreemption: false };
+    out.push(d);
   }
   return out;
 }
