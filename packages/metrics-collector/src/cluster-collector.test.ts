@@ -211,7 +211,9 @@ describe("createClusterCollector", () => {
     }));
     const after = await scrape(registry);
     expect(
-      values(after, "llmgw_replicas_leaving").map((s) => `${s.labels.phase}=${s.value}`).sort(),
+      values(after, "llmgw_replicas_leaving")
+        .map((s) => `${s.labels.phase}=${s.value}`)
+        .sort(),
     ).toEqual(["draining=1", "waiting=0"]);
     expect(values(after, "llmgw_node_up").find((s) => s.labels.node === "n2")?.value).toBe(1);
     expect(
