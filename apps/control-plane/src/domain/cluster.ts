@@ -2241,7 +2241,6 @@ export class Cluster {
       }
     }
     this.#finishRollouts(now);
-    this.#pruneRevisions();
     const changed = plan.remove.length + added.length + plan.changed.length > 0;
     if (changed || !opts.quietIfUnchanged)
       this.#o.log?.(
@@ -2326,10 +2325,16 @@ export class Cluster {
   #condition(id: string): ReplicaCondition {
     const p = this.#placements.get(id);
     if (p === undefined) return "idle";
-    const view = this.#replicaView(p);
-    switch (view.state) {
+    // The replica view's state, without building the view (this runs per leaving replica
+    // on every reconcile).
+    const state = aggregateReplicaState(
+      p.ranks.map(
+        (r) => this.#nodes.get(r.nodeId)?.statuses.get(statusKey(p.replicaId, r.rank))?.state,
+      ),
+    );
+    switch (state) {
       case ReplicaState.READY:
-        if (!view.endpoint) return "coming";
+        if (this.#endpointOf(p) === undefined) return "coming";
         return p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")
           ? "idle"
           : "serving";
@@ -2392,22 +2397,21 @@ export class Cluster {
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress" || rollout.toRevision !== d.spec.revision) continue;
-      const failed = [...this.#placements.values()].find(
-        (p) =>
-          p.deployment === d.spec.name &&
-          p.revision === d.spec.revision &&
-          this.#condition(p.replicaId) === "failed",
-      );
+      let failed: PlacementRecord | undefined;
+      for (const p of this.#placements.values()) {
+        if (p.deployment !== d.spec.name || p.revision !== d.spec.revision) continue;
+        if (this.#condition(p.replicaId) === "failed") failed = p;
+      }
       if (failed === undefined) continue;
       const from = this.#revisions.get(d.spec.name)?.get(rollout.fromRevision);
-      const now = this.#o.clock.now();
-      const why = this.#failureOf(failed);
       if (from === undefined) {
         this.#o.log?.(
           `cannot roll ${d.spec.name} back: revision ${rollout.fromRevision} is not kept`,
         );
         continue;
       }
+      const now = this.#o.clock.now();
+      const why = this.#failureOf(failed);
       const revision = d.spec.revision + 1;
       const message = `revision ${d.spec.revision} failed (${failed.replicaId}: ${why}); back to the spec of revision ${from.revision} as revision ${revision}`;
       this.#putDeployment(
@@ -2439,15 +2443,25 @@ export class Cluster {
 
   /**
    * Marks in-progress rollouts complete once every replica runs the current revision and
-   * none is leaving; recomputes which deployments have lifecycle work under way.
+   * none is leaving; recomputes which deployments have lifecycle work under way; forgets the
+   * revision specs no replica runs.
    */
   #finishRollouts(now: number): void {
+    // One pass over the placements for both: which deployments have work under way, and
+    // which kept revisions replicas still run (only of names with more than the current one).
+    const extra = new Map<string, Set<number>>();
+    for (const [name, byRevision] of this.#revisions) {
+      const current = this.#deployments.get(name)?.spec.revision;
+      if (byRevision.size > 1 || !byRevision.has(current ?? -1)) extra.set(name, new Set());
+    }
     const active = new Set<string>();
     for (const p of this.#placements.values()) {
       const current = this.#deployments.get(p.deployment)?.spec.revision;
       if (p.retirement !== undefined || current !== p.revision) active.add(p.deployment);
+      extra.get(p.deployment)?.add(p.revision);
     }
     this.#active = active;
+    this.#pruneRevisions(extra);
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress" || active.has(d.spec.name)) continue;
@@ -2476,14 +2490,17 @@ export class Cluster {
     }
   }
 
-  /** Forgets revision specs no replica runs any more (the current ones stay). */
-  #pruneRevisions(): void {
-    const used = new Set<string>();
-    for (const p of this.#placements.values()) used.add(`${p.deployment}\u0000${p.revision}`);
-    for (const [name, byRevision] of this.#revisions) {
+  /**
+   * Forgets revision specs no replica runs any more (the current ones stay), of the names in
+   * `used` (name → revisions its replicas run).
+   */
+  #pruneRevisions(used: ReadonlyMap<string, ReadonlySet<number>>): void {
+    for (const [name, running] of used) {
+      const byRevision = this.#revisions.get(name);
+      if (byRevision === undefined) continue;
       const current = this.#deployments.get(name)?.spec.revision;
       for (const revision of byRevision.keys()) {
-        if (revision === current || used.has(`${name}\u0000${revision}`)) continue;
+        if (revision === current || running.has(revision)) continue;
         try {
           this.#o.store.deleteDeploymentRevision(name, revision);
         } catch (error) {

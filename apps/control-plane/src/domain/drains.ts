@@ -26,9 +26,6 @@ export const DRAIN_SETTLE_MS = 1_000;
  */
 export const SILENT_ROUTER_MS = 5_000;
 
-/** Draining replicas one report may name (the RPC refuses more). */
-export const MAX_REPORTED_DRAINING = 10_000;
-
 interface RouterReport {
   readonly atMs: number;
   readonly inFlight: ReadonlyMap<string, number>;
@@ -54,8 +51,9 @@ export class DrainTracker {
   /** Takes a router's report; its previous one is replaced. */
   report(routerId: string, report: InFlightReport): void {
     const inFlight = new Map<string, number>();
-    for (const r of report.draining.slice(0, MAX_REPORTED_DRAINING))
-      inFlight.set(r.replicaId, r.inFlight);
+    // Bounded where it comes in: `REPORT_IN_FLIGHT_LIMITS` of the RPC, the routing state's
+    // own limits in process.
+    for (const r of report.draining) inFlight.set(r.replicaId, r.inFlight);
     this.#reports.set(routerId, { atMs: this.#o.now(), inFlight });
   }
 

@@ -236,6 +236,7 @@ describe("draining", () => {
     });
     expect(replicas()).toEqual([]);
     expect(desired()).toEqual([]);
+    expect(store.listDeploymentRevisions()).toEqual([]);
   });
 
   it("a deployment made again under a draining one's name never hands its spec to the old replicas", () => {
@@ -319,6 +320,8 @@ describe("make before break", () => {
     expect(replicas()).toEqual(["chat-2@r2", "chat-3@r2"]);
     const status = cluster.deploymentStatus("chat");
     expect(status.rollout?.state).toBe(RolloutState.COMPLETE);
+    // The old revision's spec is kept only while a replica runs it.
+    expect(store.listDeploymentRevisions().map((r) => r.revision)).toEqual([2]);
     expect([status.rollout?.fromRevision, status.rollout?.toRevision]).toEqual([1n, 2n]);
   });
 

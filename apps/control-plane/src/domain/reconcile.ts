@@ -85,10 +85,14 @@ export interface ReconcilePlan {
   readonly dips: readonly { readonly deployment: string; readonly message: string }[];
 }
 
-/** Scheduler codes of planned removals: the replica drains instead of stopping. */
-const DRAIN_NOW = new Set(["scale-down", "preempted", "deployment-deleted"]);
+/**
+ * Scheduler codes of planned removals: the replica drains instead of stopping. (A deleted
+ * deployment's replicas, and older revisions, never reach the scheduler: step 1 sorts them,
+ * so `deployment-deleted` and `shape-changed` do not come back from it.)
+ */
+const DRAIN_NOW = new Set(["scale-down", "preempted"]);
 /** Scheduler codes of planned moves: the replacement is made before the replica drains. */
-const MOVE = new Set(["node-draining", "shape-changed"]);
+const MOVE = new Set(["node-draining"]);
 
 /**
  * Decides placements and how replicas leave. The scheduler owns where replicas go and which
@@ -100,7 +104,7 @@ const MOVE = new Set(["node-draining", "shape-changed"]);
  * - A planned move (node drain) and a new revision that changes how engines run make before
  *   they break: the leaving replica keeps serving (`waiting`) while its replacement starts,
  *   and drains once enough replicas serve (`replicas − maxUnavailable`). A rolling update
- *   marks at most `maxSurge` old replicas at a time. When no replacement can be placed and
+ *   marks at most `maxSurge + maxUnavailable` old replicas at a time. When no replacement can be placed and
  *   none is coming, one replica at a time goes anyway, announced as a capacity dip.
  * - A new revision that runs engines the same way (routing policy, limits) keeps its
  *   replicas at that revision, untouched.
@@ -163,7 +167,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       retirement?.phase === "waiting" &&
       retirement.code === "rollout" &&
       spec !== undefined &&
-      (p.revision === spec.revision || sameLaunchAs(p, spec))
+      sameLaunchAs(p, spec)
     ) {
       // The deployment went back (a rollback) to what this replica runs: it stays.
       const { retirement: _, ...serving } = p;
@@ -269,7 +273,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   let result: ScheduleResult | undefined;
   // While preempted replicas drain (holding their GPUs), nothing preempts again: the
   // preemptor waits for them rather than evicting more, in this plan and the next ones.
-  let preempted = [...kept.values()].some((p) => p.retirement?.code === "preempted");
+  let preempted = false;
+  for (const p of kept.values()) if (p.retirement?.code === "preempted") preempted = true;
   for (let pass = 0; pass < 4; pass++) {
     result = input.schedule({
       nodes: input.nodes,
@@ -329,8 +334,12 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       { missing: u.missingReplicas, reasons: u.reasons },
     ]),
   );
+  // Only deployments with a waiting replica have a step to take.
+  const stepping = new Set<string>();
+  for (const p of kept.values()) if (p.retirement?.phase === "waiting") stepping.add(p.deployment);
   const byDeployment = new Map<string, PlacementRecord[]>();
-  for (const p of kept.values()) {
+  for (const p of stepping.size === 0 ? [] : kept.values()) {
+    if (!stepping.has(p.deployment)) continue;
     const list = byDeployment.get(p.deployment) ?? [];
     list.push(p);
     byDeployment.set(p.deployment, list);
