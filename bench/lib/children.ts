@@ -15,6 +15,13 @@ export interface BenchChild {
   readonly proc: ChildProcess;
   /** URL printed when it became ready (updated by `restart`). */
   url: string;
+  /**
+   * Every URL the child serves (the `sims` role: one per engine; others: `[url]`), updated by
+   * `restart`.
+   */
+  urls: string[];
+  /** The `sims` role with KV events: where it serves its engines' blocks (`KvCacheService`). */
+  kvUrl?: string;
   /** Sends an IPC request and resolves with the child's answer. */
   request<T extends Record<string, unknown>>(type: ChildRequestType, config?: unknown): Promise<T>;
   /** SIGTERM, then SIGKILL after 2 s; resolves when it exited. */
@@ -25,7 +32,7 @@ export interface BenchChild {
 export type ChildRequestType = "restart" | "reset" | "report" | "arrivals";
 
 /** The roles of `processes.ts`. */
-export type BenchRole = "sim" | "router" | "trivial" | "idle" | "floor" | "remote-router";
+export type BenchRole = "sim" | "sims" | "router" | "trivial" | "idle" | "floor" | "remote-router";
 
 /** Where a child's `processes.ts` comes from. */
 export interface BenchChildSource {
@@ -81,9 +88,12 @@ export function startBenchChild(
       clearTimeout(timer);
       proc.stdout?.off("data", onData);
       proc.stdout?.resume();
+      const ready = JSON.parse(line) as { url: string; urls?: string[]; kvUrl?: string };
       const child: BenchChild = {
         proc,
-        url: (JSON.parse(line) as { url: string }).url,
+        url: ready.url,
+        urls: ready.urls ?? [ready.url],
+        ...(ready.kvUrl === undefined ? {} : { kvUrl: ready.kvUrl }),
         request<T extends Record<string, unknown>>(
           type: ChildRequestType,
           cfg?: unknown,
@@ -97,6 +107,8 @@ export function startBenchChild(
             pending.set(id, (msg) => {
               clearTimeout(t);
               if (typeof msg.url === "string") child.url = msg.url;
+              if (Array.isArray(msg.urls)) child.urls = msg.urls as string[];
+              else if (typeof msg.url === "string") child.urls = [msg.url];
               res(msg as T);
             });
             proc.send({ id, type, ...(cfg === undefined ? {} : { config: cfg }) });

@@ -3,6 +3,7 @@
  * get their own event loop (the router is what is measured, not a sim sharing its loop):
  *
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sim '<EngineSimOptions JSON>'
+ *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts sims '<SimsChildConfig JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts router '<RouterChildConfig JSON>'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts trivial '{"delayMs": 16}'
  *   node --conditions=@llmgw/source --import tsx bench/lib/processes.ts floor '{"upstream": "http://…"}'
@@ -10,7 +11,7 @@
  *   LLMGW_ROUTER_TOKEN=… node --conditions=@llmgw/source --import tsx bench/lib/processes.ts \
  *     remote-router '<RemoteRouterChildConfig JSON>'
  *
- * Each prints one JSON line `{ "url": … }` when ready and answers IPC requests
+ * Each prints one JSON line `{ "url": … }` when ready (`sims`: also `"urls": […]`, one per engine) and answers IPC requests
  * `{ id, type, … }` with `{ id, … }` (see {@link ChildRequest}). `restart` replaces the engine
  * (fresh prefix cache) or the router (fresh prefix index, new policy) inside the same process,
  * which costs milliseconds instead of a new tsx start (seconds on this loaded 2-core box).
@@ -19,9 +20,11 @@
 // `./testing`, `./client`), so the bench reaches for the module directly.
 
 import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createKvBlockFeed, type KvBlockFeed, startKvCacheServer } from "@llmgw/kv-events";
 import { createMetricsRegistry } from "@llmgw/metrics-collector";
-import type { RoutingPolicy } from "@llmgw/router";
-import { createManualRoutingFeed } from "@llmgw/router/testing";
+import { extractEngineLoad, parsePrometheusText } from "@llmgw/readiness";
+import type { RoutingPolicy, ScoringOptions } from "@llmgw/router";
+import { createManualRoutingFeed, type ManualRoutingFeed } from "@llmgw/router/testing";
 import { type RunningRouter, startRouter } from "@llmgw/router-server";
 import { monitorLoopDelay } from "./loop-delay.js";
 
@@ -40,7 +43,27 @@ export interface RouterChildConfig {
    * `max(1, floor(capacity / routers))` per replica, as `llmgw router` behind a balancer does.
    */
   readonly routers?: number;
+  /**
+   * Precise mode (routing on the engines' KV-cache events): where each upstream's blocks are
+   * served (`KvCacheService` of the `sims` child hosting it, as an agent serves its node's), in
+   * upstream order, and the key those calls carry. The model then names the sim tokenizer.
+   */
+  readonly precise?: { readonly kvEventsUrls: readonly string[]; readonly key: string };
+  /**
+   * A header the router reads as an affinity hint (`llmgw router --session-header`); the
+   * benchmark's client sends `x-session-id`.
+   */
+  readonly sessionHeader?: string;
+  /** Scoring options of the `llmgw` policy (default: the router's defaults). */
+  readonly scoring?: ScoringOptions;
 }
+
+/**
+ * How often the `router` role reads each upstream's `/metrics` and passes its load on, as an
+ * agent does with `--load-interval` (its running/waiting requests, KV usage and KV capacity:
+ * what sizes the router's model of each replica's prefix cache).
+ */
+const ROUTER_LOAD_INTERVAL_MS = 500;
 
 /**
  * What the `remote-router` role runs: `startRouter` watching a real control plane
@@ -60,6 +83,29 @@ export interface RemoteRouterChildConfig {
 export interface KeyArrivals {
   readonly appeared: Readonly<Record<string, number>>;
   readonly gone: Readonly<Record<string, number>>;
+}
+
+/**
+ * What the `sims` role runs: several simulated engines in one process, each its own HTTP
+ * server on its own port (a fleet of 16 engines as 16 tsx processes is more than 2 cores
+ * start and schedule; the engines' own work is small). `restart` restarts them all, on the
+ * same ports where the OS allows, with `{ overrides }` merged into every engine's options
+ * (the routing benchmark's rate sweep changes `timeScale` per rung this way).
+ */
+export interface SimsChildConfig {
+  /** One entry per engine (port is always 0: the OS picks). */
+  readonly sims: readonly EngineSimOptions[];
+  /**
+   * When set, the child also does what an agent does for `kvEvents` engines: subscribes to
+   * each engine's KV events and serves their blocks (`KvCacheService`, printed as `kvUrl`),
+   * under these replica ids (one per engine), to callers with this key.
+   */
+  readonly kv?: { readonly replicaIds: readonly string[]; readonly key: string };
+}
+
+/** The config of a `sims` child's `restart` (optional): merged into every engine's options. */
+export interface SimsRestartConfig {
+  readonly overrides?: Partial<EngineSimOptions>;
 }
 
 /** What the `trivial` role serves: a fixed answer, optionally after a fixed service time. */
@@ -133,14 +179,23 @@ function loopMonitor(): { reset(): void; report(): RouterReport } {
 function answerWithMonitor(
   monitor: ReturnType<typeof loopMonitor>,
   restart?: (config: unknown) => Promise<string>,
+  extra?: () => Promise<Record<string, unknown>>,
 ): void {
   process.on("message", (raw) => {
     const msg = raw as ChildRequest;
     if (msg.type === "restart" && restart) {
-      void restart(msg.config).then((url) => reply({ id: msg.id, url }));
+      // A refused config is answered, not left to crash the child (the caller sees `error`).
+      void restart(msg.config).then(
+        (url) => reply({ id: msg.id, url }),
+        (error: unknown) => reply({ id: msg.id, error: (error as Error).message }),
+      );
       return;
     }
     if (msg.type === "reset") monitor.reset();
+    if (msg.type === "report" && extra !== undefined) {
+      void extra().then((more) => reply({ id: msg.id, ...monitor.report(), ...more }));
+      return;
+    }
     reply({ id: msg.id, ...(msg.type === "report" ? monitor.report() : {}) });
   });
 }
@@ -313,47 +368,150 @@ if (role === "trivial") {
   });
   console.log(JSON.stringify({ url: sim.url }));
   process.on("SIGTERM", () => void sim.close().then(() => process.exit(0)));
+} else if (role === "sims") {
+  const config = JSON.parse(configText ?? "{}") as SimsChildConfig;
+  let sims: RunningEngineSim[] = await Promise.all(
+    config.sims.map((options) => startEngineSim({ ...options, port: 0 })),
+  );
+  const urls = (): string[] => sims.map((s) => s.url);
+  // The agent's part for KV events: one feed per engine, served on one port.
+  let feeds = new Map<string, KvBlockFeed>();
+  const follow = (): void => {
+    const kv = config.kv;
+    if (kv === undefined) return;
+    feeds = new Map(
+      sims.flatMap((s, i) => {
+        const endpoint = s.kvEvents?.endpoint;
+        const id = kv.replicaIds[i];
+        return endpoint === undefined || id === undefined
+          ? []
+          : [[id, createKvBlockFeed({ endpoint })] as const];
+      }),
+    );
+  };
+  follow();
+  const kvServer =
+    config.kv === undefined
+      ? undefined
+      : await startKvCacheServer({
+          registry: {
+            get: (id) => {
+              const feed = feeds.get(id);
+              return feed === undefined ? undefined : { feed, apiKey: config.kv?.key };
+            },
+          },
+        });
+  process.on("message", (raw) => {
+    const msg = raw as ChildRequest;
+    if (msg.type !== "restart") {
+      reply({ id: msg.id, error: `unknown request ${msg.type}` });
+      return;
+    }
+    const overrides = (msg.config as SimsRestartConfig | undefined)?.overrides ?? {};
+    void (async () => {
+      const ports = sims.map((s) => s.port);
+      await Promise.all([
+        ...sims.map((s) => s.close()),
+        ...[...feeds.values()].map((f) => f.close()),
+      ]);
+      sims = await Promise.all(
+        config.sims.map((options, i) => {
+          const next = { ...options, ...overrides };
+          // Same port when the OS allows it, so callers' URLs (and proxy configs) stay valid.
+          return startEngineSim({ ...next, port: ports[i] ?? 0 }).catch(() =>
+            startEngineSim({ ...next, port: 0 }),
+          );
+        }),
+      );
+      follow();
+      reply({ id: msg.id, url: sims[0]?.url ?? "", urls: urls(), kvUrl: kvServer?.url });
+    })();
+  });
+  console.log(JSON.stringify({ url: sims[0]?.url ?? "", urls: urls(), kvUrl: kvServer?.url }));
+  process.on(
+    "SIGTERM",
+    () => void Promise.all(sims.map((s) => s.close())).then(() => process.exit(0)),
+  );
 } else if (role === "router") {
   // THE router server, as `llmgw router` runs it, fed the way the control plane feeds it.
-  const start = (config: RouterChildConfig, port = 0): Promise<RunningRouter> => {
+  let stopLoads = (): void => {};
+  const start = async (config: RouterChildConfig, port = 0): Promise<RunningRouter> => {
     const feed = createManualRoutingFeed();
+    const precise = config.precise;
     feed.push({
       kind: "snapshot",
       epoch: "bench",
       version: 1,
       models: [
-        { name: config.model, deployment: config.model, policy: config.policy, loading: false },
+        {
+          name: config.model,
+          deployment: config.model,
+          policy: config.policy,
+          loading: false,
+          ...(precise === undefined ? {} : { tokenizer: "sim" as const }),
+        },
       ],
-      replicas: config.upstreams.map((baseUrl, i) => ({
-        id: `r${i}`,
-        model: config.model,
-        deployment: config.model,
-        baseUrl,
-        state: "ready" as const,
-        capacity: config.capacity,
-      })),
+      replicas: config.upstreams.map((baseUrl, i) => {
+        const kvEventsUrl = precise?.kvEventsUrls[i];
+        return {
+          id: `r${i}`,
+          model: config.model,
+          deployment: config.model,
+          baseUrl,
+          state: "ready" as const,
+          capacity: config.capacity,
+          ...(precise === undefined ? {} : { apiKey: precise.key }),
+          ...(kvEventsUrl === undefined ? {} : { kvEventsUrl }),
+        };
+      }),
       keys: [],
       routers: config.routers ?? 1,
       sentAtMs: Date.now(),
     });
+    stopLoads();
+    stopLoads = reportLoads(feed, config.upstreams);
     return startRouter({
       routing: { feed, routerId: "bench-router" },
       listen: `127.0.0.1:${port}`,
       // Every request updates the router's metric families, as in production.
       registry: createMetricsRegistry(),
-      router: { noAuth: true, maxBodyBytes: 16 * 1024 * 1024, maxQueueLength: 8192 },
+      router: {
+        noAuth: true,
+        maxBodyBytes: 16 * 1024 * 1024,
+        maxQueueLength: 8192,
+        ...(config.sessionHeader === undefined ? {} : { sessionHeader: config.sessionHeader }),
+        ...(config.scoring === undefined ? {} : { picker: { scoring: config.scoring } }),
+      },
       listener: { requestTimeoutMs: 300_000 },
     });
   };
   let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
-  answerWithMonitor(loopMonitor(), async (config) => {
-    const port = router.port;
-    await router.close(0);
-    router = await start(config as RouterChildConfig, port).catch(() =>
-      start(config as RouterChildConfig, 0),
-    );
-    return router.url;
-  });
+  answerWithMonitor(
+    loopMonitor(),
+    async (config) => {
+      const port = router.port;
+      await router.close(0);
+      router = await start(config as RouterChildConfig, port).catch(() =>
+        start(config as RouterChildConfig, 0),
+      );
+      return router.url;
+    },
+    // How the router's prefix model fared against the engines' cached tokens since it started.
+    async () => {
+      const predictions: Record<string, number> = {};
+      const family = (await router.registry.getMetricsAsJSON()).find(
+        (m) => m.name === "llmgw_router_prefix_predictions_total",
+      );
+      for (const v of (family?.values ?? []) as {
+        labels: Record<string, string>;
+        value: number;
+      }[]) {
+        const key = `${v.labels.source} ${v.labels.outcome}`;
+        predictions[key] = (predictions[key] ?? 0) + v.value;
+      }
+      return { predictions };
+    },
+  );
   console.log(JSON.stringify({ url: router.url }));
   process.on("SIGTERM", () => void router.close(0).then(() => process.exit(0)));
 } else if (role === "remote-router") {
@@ -393,7 +551,37 @@ if (role === "trivial") {
   process.on("SIGTERM", () => void router.close(0).then(() => process.exit(0)));
 } else {
   console.error(
-    "usage: processes.ts sim|router|trivial|floor|idle|remote-router '<config JSON>' (see the top of the file)",
+    "usage: processes.ts sim|sims|router|trivial|floor|idle|remote-router '<config JSON>' (see the top of the file)",
   );
   process.exit(2);
+}
+
+/**
+ * Reads each upstream's `/metrics` every {@link ROUTER_LOAD_INTERVAL_MS} and pushes the load
+ * to `feed` as the control plane relays an agent's reports (the same parser the agent uses).
+ * Returns the function that stops it.
+ */
+function reportLoads(feed: ManualRoutingFeed, upstreams: readonly string[]): () => void {
+  let stopped = false;
+  const round = async (): Promise<void> => {
+    const samples = await Promise.all(
+      upstreams.map(async (url, i) => {
+        try {
+          const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(2_000) });
+          const load = extractEngineLoad(parsePrometheusText(await res.text()));
+          return [{ replicaId: `r${i}`, load, reportedAtMs: Date.now() }];
+        } catch {
+          return []; // an engine restarting between measurements: nothing to report
+        }
+      }),
+    );
+    if (!stopped) feed.push({ kind: "load", epoch: "bench", samples: samples.flat() });
+  };
+  const timer = setInterval(() => void round(), ROUTER_LOAD_INTERVAL_MS);
+  timer.unref();
+  void round();
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+  };
 }

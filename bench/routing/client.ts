@@ -1,7 +1,11 @@
 /**
  * The open-loop client of the routing benchmark: Poisson arrivals of conversation turns, every
  * request streamed so TTFT (time to the first non-empty content delta) is measured at the
- * client, through whichever target (proxy or router) is in front of the engines.
+ * client, through whichever target (proxy or router) is in front of the engines. Every target
+ * gets the same requests: the session (tenant) as an `x-session-id` header and as the body's
+ * `prompt_cache_key` (OpenAI's cache-affinity hint; proxies ignore the body, llmgw reads it),
+ * unless hints are off; and `stream_options.include_usage`, so the final chunk carries the
+ * engine's usage, with `prompt_tokens_details.cached_tokens` where the engine reports it.
  */
 
 import { createPrng } from "@llmgw/engine-sim";
@@ -19,6 +23,14 @@ export interface RequestSample {
   readonly e2eMs: number;
   readonly error?: string;
   readonly startedMs: number;
+  /** `usage.prompt_tokens` of the final chunk, when the stream carried usage. */
+  readonly promptTokens?: number;
+  /**
+   * `usage.prompt_tokens_details.cached_tokens`: prompt tokens the engine found in its prefix
+   * cache for this request (vLLM with `--enable-prompt-tokens-details`; the simulator), when
+   * reported.
+   */
+  readonly cachedTokens?: number;
 }
 
 /** What to run. */
@@ -33,6 +45,26 @@ export interface OpenLoopSpec {
   /** Per-request limit, ms; a request past it is aborted and counted as failed. */
   readonly requestTimeoutMs: number;
   readonly seed?: number;
+  /**
+   * Send the session as `x-session-id` and `prompt_cache_key` (default true); false sends
+   * neither, to show a router without hints.
+   */
+  readonly hints?: boolean;
+}
+
+/** What {@link runOpenLoop} resolves with. */
+export interface OpenLoopResult {
+  readonly samples: RequestSample[];
+  /** From the first arrival's due time to the last answer, ms. */
+  readonly wallMs: number;
+  /** Due time of the last arrival in the Poisson schedule, ms after the start. */
+  readonly scheduledSpanMs: number;
+  /**
+   * When the last arrival was actually sent, ms after the start: later than scheduled when
+   * arrivals waited for an idle conversation (every conversation busy: the client held the
+   * load back, so the offered rate was not reached).
+   */
+  readonly sentSpanMs: number;
 }
 
 /** Sends one streamed chat request and times it. */
@@ -49,16 +81,24 @@ async function send(
   let ttftMs: number | undefined;
   let answer = "";
   let status = 0;
+  let promptTokens: number | undefined;
+  let cachedTokens: number | undefined;
+  const hints = spec.hints !== false;
   try {
     const res = await request(`${spec.url}/v1/chat/completions`, {
       method: "POST",
       dispatcher,
-      headers: { "content-type": "application/json", "x-session-id": session },
+      headers: {
+        "content-type": "application/json",
+        ...(hints ? { "x-session-id": session } : {}),
+      },
       body: JSON.stringify({
         model: spec.model,
         stream: true,
+        stream_options: { include_usage: true },
         max_tokens: spec.maxTokens,
         messages,
+        ...(hints ? { prompt_cache_key: session } : {}),
       }),
       signal: AbortSignal.timeout(spec.requestTimeoutMs),
     });
@@ -81,8 +121,18 @@ async function send(
         const event = JSON.parse(data) as {
           choices?: { delta?: { content?: string } }[];
           error?: { message?: string };
+          usage?: {
+            prompt_tokens?: number;
+            prompt_tokens_details?: { cached_tokens?: number } | null;
+          } | null;
         };
         if (event.error) throw new Error(`SSE error event: ${event.error.message ?? "?"}`);
+        if (event.usage) {
+          if (typeof event.usage.prompt_tokens === "number")
+            promptTokens = event.usage.prompt_tokens;
+          const cached = event.usage.prompt_tokens_details?.cached_tokens;
+          if (typeof cached === "number") cachedTokens = cached;
+        }
         const content = event.choices?.[0]?.delta?.content;
         if (content) {
           if (ttftMs === undefined) ttftMs = performance.now() - started;
@@ -100,6 +150,8 @@ async function send(
         ...(ttftMs === undefined ? {} : { ttftMs }),
         e2eMs: performance.now() - started,
         startedMs,
+        ...(promptTokens === undefined ? {} : { promptTokens }),
+        ...(cachedTokens === undefined ? {} : { cachedTokens }),
         ...(ok ? {} : { error: status === 200 ? "stream ended without [DONE]" : `HTTP ${status}` }),
       },
       answer,
@@ -126,9 +178,7 @@ async function send(
  * none is idle the arrival waits for one — the load is open-loop until every conversation is
  * busy). Resolves with every request's sample once all turns are answered or failed.
  */
-export async function runOpenLoop(
-  spec: OpenLoopSpec,
-): Promise<{ samples: RequestSample[]; wallMs: number }> {
+export async function runOpenLoop(spec: OpenLoopSpec): Promise<OpenLoopResult> {
   const rand = createPrng(spec.seed ?? 7);
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
   const idle: { conv: Conversation; next: number; history: { role: string; content: string }[] }[] =
@@ -143,11 +193,13 @@ export async function runOpenLoop(
   const t0 = performance.now();
   let remaining = spec.conversations.reduce((n, c) => n + c.turns.length, 0);
   let due = t0;
+  let sentAt = t0;
   while (remaining > 0) {
     due += (-Math.log(1 - rand()) / spec.ratePerSecond) * 1000;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     while (idle.length === 0) await new Promise<void>((r) => (waiter = r));
+    sentAt = performance.now();
     const slot = idle.shift()!;
     const turn = slot.next++;
     const messages = [...slot.history, { role: "user", content: slot.conv.turns[turn] as string }];
@@ -170,5 +222,5 @@ export async function runOpenLoop(
   await Promise.all(inFlight);
   const wallMs = performance.now() - t0;
   await dispatcher.close();
-  return { samples, wallMs };
+  return { samples, wallMs, scheduledSpanMs: due - t0, sentSpanMs: sentAt - t0 };
 }

@@ -69,6 +69,22 @@ export const agentConfigSchema = z.object({
     .regex(/^[A-Za-z0-9._:-]+$/, "must be an IP address or host name")
     .refine((v) => !v.startsWith("-"), "must be an IP address or host name")
     .optional(),
+  /**
+   * `--kv-listen HOST:PORT`: where routers watch the KV-cache blocks of this node's replicas
+   * that publish events (`kvEvents` deployments); `off` serves none. Default: the engines'
+   * bind address, a free port (reported to the control plane with each replica).
+   */
+  kvListen: z
+    .union([
+      z.literal("off"),
+      z
+        .string()
+        .regex(
+          /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}$/,
+          "must be HOST:PORT or off (--kv-listen)",
+        ),
+    ])
+    .optional(),
   /** Operator-named fabrics: RDMA device → fabric id. */
   fabricNames: z.record(z.string(), z.string()).default({}),
   /** Stop engines when the agent exits (default: leave them for the next agent to adopt). */

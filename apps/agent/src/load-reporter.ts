@@ -96,7 +96,8 @@ function knownLoad(load: EngineLoadSignals | undefined): EngineLoadSignals | und
     load.running !== undefined ||
     load.waiting !== undefined ||
     load.kvCacheUsage !== undefined ||
-    load.prefixCacheHitRate !== undefined;
+    load.prefixCacheHitRate !== undefined ||
+    load.kvCacheTokens !== undefined;
   return known ? load : undefined;
 }
 
@@ -106,7 +107,8 @@ function sameLoad(a: EngineLoadSignals | undefined, b: EngineLoadSignals | undef
     a.running === b.running &&
     a.waiting === b.waiting &&
     a.kvCacheUsage === b.kvCacheUsage &&
-    a.prefixCacheHitRate === b.prefixCacheHitRate
+    a.prefixCacheHitRate === b.prefixCacheHitRate &&
+    a.kvCacheTokens === b.kvCacheTokens
   );
 }
 

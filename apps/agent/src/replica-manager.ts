@@ -1,4 +1,5 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import path from "node:path";
@@ -12,6 +13,7 @@ import {
   SECRET_ENV_NAMES,
   validateLaunch,
 } from "@llmgw/engines";
+import { createKvBlockFeed, type KvBlockFeed, type KvFeedRegistry } from "@llmgw/kv-events";
 import {
   type EngineCredential,
   EngineCredentialSchema,
@@ -134,6 +136,11 @@ interface Managed {
    * take no key. Reported to the control plane, never logged.
    */
   apiKey: string | undefined;
+  /**
+   * Its engine's KV-cache events, subscribed from the endpoint it publishes on (a `kvEvents`
+   * deployment's serving rank); served to routers by `KvCacheService`.
+   */
+  readonly kvFeed: KvBlockFeed | undefined;
 }
 
 /** A replica the agent could not even start (bad spec, failed validation). */
@@ -180,6 +187,8 @@ export class ReplicaManager {
   #loadTimer: NodeJS.Timeout | undefined;
   /** Replicas whose load scrape is in flight: one scrape per engine at a time. */
   readonly #scraping = new Set<Managed>();
+  /** The port `KvCacheService` listens on (`--kv-listen`); undefined: none runs. */
+  #kvEventsPort: number | undefined;
 
   constructor(private readonly options: ReplicaManagerOptions) {}
 
@@ -323,7 +332,9 @@ export class ReplicaManager {
         const cwd = this.options.nodeConfig.cwd ?? process.cwd();
         checkModelRoot(deployment.model, deployment.engine, this.options.modelRoot, cwd);
       }
+      const kvEventsEndpoint = deployment.kvEvents ? this.#kvEventsEndpoint(key) : undefined;
       const launch = buildLaunchSpec({
+        ...(kvEventsEndpoint === undefined ? {} : { kvEventsEndpoint }),
         deployment,
         placement: {
           rank: assignment.rank,
@@ -389,6 +400,18 @@ export class ReplicaManager {
         loadScrapedAtMs: undefined,
         restarts: 0,
         apiKey: apiKeyEnv === undefined ? undefined : apiKey,
+        kvFeed:
+          launch.kvEventsEndpoint === undefined
+            ? undefined
+            : createKvBlockFeed({
+                endpoint: launch.kvEventsEndpoint,
+                logger: {
+                  info: (message, fields) =>
+                    this.options.logger.info(message, { replicaId: key, ...fields }),
+                  warn: (message, fields) =>
+                    this.options.logger.warn(message, { replicaId: key, ...fields }),
+                },
+              }),
       };
       replica.subscribe((t) => {
         managed.stateSinceMs = t.atMs;
@@ -439,6 +462,7 @@ export class ReplicaManager {
   #retire(managed: Managed, reason: string): void {
     const key = managed.key;
     this.#managed.delete(key);
+    void managed.kvFeed?.close();
     this.options.logger.info("stopping replica", { replicaId: key, reason });
     const previous = this.#stopping.get(key) ?? Promise.resolve();
     const done: Promise<void> = previous
@@ -460,6 +484,34 @@ export class ReplicaManager {
         if (this.#stopping.get(key) === done) this.#stopping.delete(key);
       });
     this.#stopping.set(key, done);
+  }
+
+  /**
+   * Where replica `key`'s engine publishes its KV-cache events: a unix socket in the agent's
+   * state directory (owner-only; events carry the prompts' token ids, so they never leave the
+   * node). Named by a hash of the id: socket paths are short (108 bytes on Linux), and the same
+   * id gets the same path, so an adopted engine is found again.
+   */
+  #kvEventsEndpoint(key: string): string {
+    const dir = path.join(this.options.stateDir, "kv");
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const name = createHash("sha256").update(key).digest("hex").slice(0, 16);
+    return `ipc://${path.join(dir, `${name}.ipc`)}`;
+  }
+
+  /** Where `KvCacheService` serves the feeds below: reported with each replica that has one. */
+  setKvEventsPort(port: number | undefined): void {
+    this.#kvEventsPort = port;
+  }
+
+  /** The KV-cache feeds of the replicas that publish events, for `KvCacheService`. */
+  kvFeeds(): KvFeedRegistry {
+    return {
+      get: (replicaId) => {
+        const m = this.#managed.get(replicaId);
+        return m?.kvFeed === undefined ? undefined : { feed: m.kvFeed, apiKey: m.apiKey };
+      },
+    };
   }
 
   #recordPath(key: string): string {
@@ -651,6 +703,7 @@ export class ReplicaManager {
           specHash: m.specHash,
           revision: m.assignment.deployment?.revision ?? 0n,
           adopted: handle?.adopted ?? false,
+          kvEventsPort: m.kvFeed === undefined ? undefined : this.#kvEventsPort,
         }),
       );
     }
@@ -680,7 +733,10 @@ export class ReplicaManager {
     if (stopEngines) {
       for (const managed of [...this.#managed.values()]) this.#retire(managed, "agent stopping");
     }
-    await Promise.all([...this.#stopping.values()]);
+    await Promise.all([
+      ...this.#stopping.values(),
+      ...[...this.#managed.values()].map((m) => m.kvFeed?.close()),
+    ]);
   }
 }
 

@@ -22,6 +22,7 @@ import {
   readGpuReadings,
   watchKernelLog,
 } from "@llmgw/discovery";
+import { startKvCacheServer } from "@llmgw/kv-events";
 import { ProblemSchema } from "@llmgw/proto";
 import { createSupervisor, type SupervisorLogger, systemClock } from "@llmgw/supervisor";
 import { gpuReadingToProto, inventoryToProto, portToProto } from "@llmgw/wire";
@@ -221,6 +222,15 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     ...(modelRoot === undefined ? {} : { modelRoot }),
     allowTrustRemoteCode: config.allowTrustRemoteCode,
   });
+  // Precise routing: the KV-cache blocks of replicas that publish events, for routers.
+  const kvServer =
+    config.kvListen === "off"
+      ? undefined
+      : await startKvCacheServer({
+          registry: manager.kvFeeds(),
+          ...kvListenAddress(config.kvListen, bindAddress),
+        });
+  manager.setKvEventsPort(kvServer?.port);
   const adopted = await manager.adoptPrevious();
   if (adopted.length > 0) logger.info(`adopted ${adopted.length} running engine(s)`, { adopted });
 
@@ -429,6 +439,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     await done;
     await loadReporter.close();
     await manager.close(stopEngines);
+    await kvServer?.close();
     return leave;
   };
   let closing: Promise<LeaveReport | undefined> | undefined;
@@ -545,4 +556,14 @@ async function resolveModelRoot(root: string): Promise<string> {
       `--model-root ${root} cannot be resolved: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
     );
   }
+}
+
+/** Host and port of `--kv-listen` (default: the engines' bind address, any free port). */
+function kvListenAddress(
+  listen: string | undefined,
+  bindAddress: string,
+): { host: string; port: number } {
+  if (listen === undefined) return { host: bindAddress.replace(/^\[|\]$/g, ""), port: 0 };
+  const at = listen.lastIndexOf(":");
+  return { host: listen.slice(0, at).replace(/^\[|\]$/g, ""), port: Number(listen.slice(at + 1)) };
 }

@@ -63,6 +63,8 @@ export class Attempt implements UpstreamHandler {
   readonly #sentAt: number;
   #verdict: "success" | "failure" | "abandoned" = "abandoned";
   #firstByteMs: number | undefined;
+  /** Prompt tokens booked as queued prefill on the replica until the first body byte. */
+  #prefill = 0;
   #abortUpstream: ((reason: Error) => void) | undefined;
   #resume: (() => void) | undefined;
   #onDrain: (() => void) | undefined;
@@ -105,7 +107,12 @@ export class Attempt implements UpstreamHandler {
     const pool = pools.poolFor(replica.baseUrl);
     const path = upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint);
     replicaModel.set(replica.id, x.model);
-    metrics.replicaInFlight(x.model, replica.id, picker.dispatched(replica.id, x.analysis.chain));
+    this.#prefill = this.decision.prefillTokens;
+    metrics.replicaInFlight(
+      x.model,
+      replica.id,
+      picker.dispatched(replica.id, x.analysis.chain, this.#prefill),
+    );
     if (signal.aborted) {
       this.#clientGone();
       return;
@@ -188,8 +195,10 @@ export class Attempt implements UpstreamHandler {
     if (x.signal.aborted || this.#keyRefused) return true;
     const metrics = x.core.metrics;
     const now = performance.now();
-    if (this.#last === 0) metrics.firstByte(x.model, (now - x.started) / 1000);
-    else metrics.interChunk(x.model, (now - this.#last) / 1000);
+    if (this.#last === 0) {
+      metrics.firstByte(x.model, (now - x.started) / 1000);
+      this.#prefillDone();
+    } else metrics.interChunk(x.model, (now - this.#last) / 1000);
     this.#last = now;
     this.#sent += chunk.length;
     this.#previous = this.#latest;
@@ -303,6 +312,13 @@ export class Attempt implements UpstreamHandler {
     this.#settle({ kind: "done" });
   }
 
+  /** Takes this request's prefill off the replica's queue, once. */
+  #prefillDone(): void {
+    if (this.#prefill === 0) return;
+    this.#x.core.picker.prefillDone(this.#replicaId, this.#prefill);
+    this.#prefill = 0;
+  }
+
   #settle(result: AttemptResult): void {
     if (this.#settled) return;
     this.#settled = true;
@@ -312,6 +328,7 @@ export class Attempt implements UpstreamHandler {
       x.signal.removeEventListener("abort", this.#onClientGone);
     }
     if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
+    this.#prefillDone();
     const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
     // The admission slot this request holds counted as capacity while it ran on a draining
     // replica; that capacity goes now, before `attemptEnded` frees the slot, so nothing queued

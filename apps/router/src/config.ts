@@ -8,7 +8,11 @@
 import { z } from "zod";
 import { RouterServiceError } from "./errors.js";
 import { type HttpListenerOptions, LISTENER_OPTION_LIMITS } from "./http-listener.js";
-import { ROUTER_OPTION_LIMITS, type RouterServiceOptions } from "./options.js";
+import {
+  ROUTER_OPTION_LIMITS,
+  type RouterServiceOptions,
+  SESSION_HEADER_PATTERN,
+} from "./options.js";
 
 /** `node:util` parseArgs options of `llmgw router` (the CLI parses, this module validates). */
 export const ROUTER_FLAGS = {
@@ -28,6 +32,7 @@ export const ROUTER_FLAGS = {
   "too-large-drain": { type: "string" },
   "too-large-drain-bytes": { type: "string" },
   "queue-length": { type: "string" },
+  "session-header": { type: "string" },
   "queue-timeout": { type: "string" },
   "upstream-connect-timeout": { type: "string" },
   "upstream-headers-timeout": { type: "string" },
@@ -239,6 +244,13 @@ const flagsSchema = z.object({
   "upstream-headers-timeout": duration(R.upstreamHeadersTimeoutMs).optional(),
   "upstream-body-timeout": duration(R.upstreamBodyTimeoutMs).optional(),
   "upstream-connections": count(R.upstreamConnections).optional(),
+  "session-header": z
+    .string()
+    .regex(
+      SESSION_HEADER_PATTERN,
+      "must be an HTTP header name of 1–64 characters, e.g. x-session-id",
+    )
+    .optional(),
   "analyzer-threads": count({ min: 0, max: 64 }).optional(),
   "inline-analysis-bytes": size({ min: 0, max: 2 ** 31 - 1 }).optional(),
   "max-header-bytes": size(L.maxHeaderBytes).optional(),
@@ -367,6 +379,7 @@ export function parseRouterConfig(
     ...defined("upstreamBodyTimeoutMs", f["upstream-body-timeout"]),
     ...defined("upstreamConnections", f["upstream-connections"]),
     ...defined("analyzer", analyzer),
+    ...defined("sessionHeader", f["session-header"]),
   };
   const listener: Omit<HttpListenerOptions, "tls"> = {
     ...defined("maxHeaderBytes", f["max-header-bytes"]),

@@ -3,15 +3,19 @@
  * analysis, key limits, admission, replica choice and at most two upstream {@link Attempt}s.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
   type AbortSignalLike,
   type AdmissionOutcome,
   type ApiKeyInfo,
   DEFAULT_COMPLETION_TOKEN_ESTIMATE,
   type KeyLease,
+  MAX_HINT_LENGTH,
   type PickDecision,
+  type PreciseFallbackReason,
   type ReplicaRoute,
   type RequestAnalysis,
+  type RequestHint,
   type RouteResolution,
   readUsageCount,
 } from "@llmgw/router";
@@ -20,8 +24,26 @@ import { errorCode } from "./error-code.js";
 import { FAILURE_HTTP, REJECTION_HTTP, sendError, sendErrorThenDrain } from "./http-errors.js";
 import { RejectedError } from "./rejection.js";
 import type { RouterCore } from "./router-core.js";
+import { type TokenizeResult, tokenizerFor } from "./tokenizer.js";
 
 type OkAnalysis = Extract<RequestAnalysis, { ok: true }>;
+
+/** {@link Exchange.hint} of a request. */
+function hintOf(
+  analysis: OkAnalysis,
+  req: IncomingMessage,
+  sessionHeader: string | undefined,
+): RequestHint | undefined {
+  const body = analysis.hint;
+  if (body?.source === "prompt_cache_key" || sessionHeader === undefined) return body;
+  const header = req.headers[sessionHeader];
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined || value.length === 0) return body;
+  return {
+    source: "header",
+    value: value.length > MAX_HINT_LENGTH ? value.slice(0, MAX_HINT_LENGTH) : value,
+  };
+}
 const NONE_TRIED: ReadonlySet<string> = new Set();
 
 /**
@@ -126,6 +148,17 @@ export class Exchange {
   // Set by `#admit`, before any later stage runs:
   analysis!: OkAnalysis;
   resolution!: RouteResolution;
+  /**
+   * The request's affinity hint: the body's `prompt_cache_key`, else the session header, else
+   * the body's `safety_identifier` or `user` (undefined: none).
+   */
+  hint: RequestHint | undefined;
+  /** Prefix blocks the router expected the chosen replica to hold (the last pick's). */
+  predictedBlocks = 0;
+  /** Where {@link predictedBlocks} came from. */
+  prefixSource: "precise" | "approximate" = "approximate";
+  /** The prompt's token-block keys, when precise mode matched it (kept for a retry). */
+  precise: Float64Array | undefined;
   /** Routable replicas when the request was admitted (the first pick's candidates). */
   routable: readonly ReplicaRoute[] = [];
   /** Aborted when the client goes away; that must reach the upstream. */
@@ -191,6 +224,7 @@ export class Exchange {
         throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
       }
       this.analysis = analysis;
+      this.hint = hintOf(analysis, this.req, core.options.sessionHeader);
       const model = analysis.model;
       ctx.stream = analysis.stream;
       if (key.models !== undefined && !key.models.includes(model)) {
@@ -305,16 +339,69 @@ export class Exchange {
         );
       }
       this.#slotRelease = outcome.release;
-      new Attempt(this, this.#pick()).start();
+      this.#route();
     } catch (error) {
       this.fail(error);
     }
   }
 
+  /**
+   * Picks and starts the first attempt. A deployment whose replicas feed their KV-cache blocks
+   * (precise mode) and that the router can tokenize for is matched on the prompt's token
+   * blocks; anything that stands in the way (a feed not synced, a request it cannot tokenize, a
+   * tokenizer that failed) routes on the approximate index instead, counted by reason.
+   */
+  #route(): void {
+    const { resolution, routable, core } = this;
+    const kind = resolution.tokenizer;
+    if (
+      kind === undefined ||
+      resolution.policy !== "llmgw" ||
+      !routable.some((r) => r.kvEventsUrl !== undefined)
+    ) {
+      new Attempt(this, this.#pick()).start();
+      return;
+    }
+    const blockSize = core.picker.preciseBlockSize(routable);
+    if (blockSize === undefined || blockSize === "empty") {
+      // Empty: no engine holds any block yet, so no prefix to match anywhere.
+      new Attempt(
+        this,
+        this.#pick(undefined, blockSize === undefined ? "kv_events_not_synced" : undefined),
+      ).start();
+      return;
+    }
+    const tokenized = tokenizerFor(kind)(this.body, this.endpoint, routable);
+    const go = (t: TokenizeResult): void => {
+      try {
+        new Attempt(
+          this,
+          t.ok ? this.#pick(tokenBlockKeys(t.tokens, blockSize)) : this.#pick(undefined, t.reason),
+        ).start();
+      } catch (error) {
+        this.fail(error);
+      }
+    };
+    if (tokenized instanceof Promise) tokenized.then(go, (error: unknown) => this.fail(error));
+    else go(tokenized);
+  }
+
   /** The first pick, recorded as the request's routing decision. */
-  #pick(): PickDecision {
+  #pick(precise?: Float64Array, preciseFallback?: PreciseFallbackReason): PickDecision {
     const { analysis, resolution, core } = this;
-    const decision = core.picker.pick(resolution, analysis.chain, NONE_TRIED, this.routable);
+    this.precise = precise;
+    const decision = core.picker.pick(resolution, analysis.chain, NONE_TRIED, this.routable, {
+      ...(this.hint === undefined ? {} : { hint: this.hint.value }),
+      ...(precise === undefined ? {} : { precise }),
+      promptTokens: this.promptTokens(),
+    });
+    if (decision !== undefined) {
+      this.predictedBlocks = decision.prefixBlocks;
+      this.prefixSource = decision.prefixSource;
+    }
+    if (this.hint !== undefined && decision?.rendezvousPreferred === true) {
+      core.metrics.hint(this.model, this.hint.source);
+    }
     core.metrics.decision({
       model: this.model,
       policy: resolution.policy,
@@ -326,6 +413,7 @@ export class Exchange {
       affinityVoided: decision?.affinityVoided ?? false,
       missingLoadSignals: decision?.missingLoadSignals ?? false,
       mode: analysis.mode,
+      ...(preciseFallback === undefined ? {} : { preciseFallback }),
     });
     if (decision === undefined) {
       throw new RejectedError("no_ready_replica", `no replica of model ${this.model} has room`, 1);
@@ -362,8 +450,14 @@ export class Exchange {
       const decision =
         current === undefined
           ? undefined
-          : this.core.picker.pick(current, this.analysis.chain, tried);
+          : this.core.picker.pick(current, this.analysis.chain, tried, undefined, {
+              ...(this.hint === undefined ? {} : { hint: this.hint.value }),
+              ...(this.precise === undefined ? {} : { precise: this.precise }),
+              promptTokens: this.promptTokens(),
+            });
       if (decision !== undefined) {
+        this.predictedBlocks = decision.prefixBlocks;
+        this.prefixSource = decision.prefixSource;
         this.core.metrics.retry(this.model);
         // Not from inside the failed dispatch's own callback.
         queueMicrotask(() => {
@@ -412,6 +506,23 @@ export class Exchange {
     const completion = readUsageCount(tail, "completion_tokens");
     if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
     if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
+    const cached = readUsageCount(tail, "cached_tokens");
+    if (cached !== undefined) {
+      metrics.tokens(this.model, "cached", cached);
+      // A hit is at least one block of what the router matched on: it cannot see less.
+      const source = this.prefixSource;
+      const preciseSize =
+        source === "precise" ? this.core.picker.preciseBlockSize(this.routable) : undefined;
+      const blockTokens =
+        typeof preciseSize === "number" ? preciseSize : this.core.picker.blockTokens;
+      const expected = this.predictedBlocks > 0;
+      const found = cached >= blockTokens;
+      metrics.prefixPrediction(
+        this.model,
+        source,
+        expected === found ? (found ? "hit" : "miss") : expected ? "false_hit" : "missed_hit",
+      );
+    }
     const lease = this.#lease;
     if (lease === undefined) return;
     if (prompt !== undefined && (completion !== undefined || this.endpoint === "/v1/embeddings")) {
@@ -425,6 +536,15 @@ export class Exchange {
       sseEvents -
       2;
     if (floor > estimatedTokens) lease.settle(floor);
+  }
+
+  /** The prompt's estimated tokens: the reservation less its output part (bytes ÷ 4). */
+  promptTokens(): number {
+    const { estimatedTokens, maxTokens, choices } = this.analysis;
+    return Math.max(
+      1,
+      estimatedTokens - (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1),
+    );
   }
 
   /** Ends the request with `error`'s answer (see {@link answerError}). */

@@ -84,6 +84,7 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
       interChunk: m.interChunk.series(one),
       promptTokens: m.promptTokens.series(one),
       completionTokens: m.completionTokens.series(one),
+      cachedPromptTokens: m.cachedPromptTokens.series(one),
       inFlight: m.inFlight.series(one),
       replicasAvailable: m.replicasAvailable.series(one),
       chosenScore: m.chosenScore.series(one),
@@ -129,8 +130,16 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     interChunk: (model, seconds) => perModel(modelLabel(model)).interChunk.observe(seconds),
     tokens(model, kind, count) {
       const series = perModel(modelLabel(model));
-      (kind === "prompt" ? series.promptTokens : series.completionTokens).inc(count);
+      (kind === "prompt"
+        ? series.promptTokens
+        : kind === "completion"
+          ? series.completionTokens
+          : series.cachedPromptTokens
+      ).inc(count);
     },
+    prefixPrediction: (model, source, outcome) =>
+      m.prefixPredictions.inc({ model: modelLabel(model), source, outcome }),
+    hint: (model, source) => m.affinityHints.inc({ model: modelLabel(model), source }),
     bytes(model, endpoint, direction, count) {
       perModel(modelLabel(model))
         .bytes(`${endpointLabel(endpoint)} ${direction}`)
@@ -175,6 +184,8 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
       if (e.chainLength > 0) series.prefixHitRatio.observe(e.prefixBlocks / e.chainLength);
       if (e.prefixBlocks > 0) series.prefixHitRequests.inc();
       if (e.missingLoadSignals) m.routingFallbacks.inc({ model, reason: "missing_load_signals" });
+      if (e.preciseFallback !== undefined)
+        m.routingFallbacks.inc({ model, reason: e.preciseFallback });
     },
     clientDisconnect: (model, phase) =>
       m.clientDisconnects.inc({ model: modelLabel(model), phase }),

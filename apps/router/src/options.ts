@@ -5,6 +5,7 @@ import type {
   ReplicaPickerOptions,
   RequestAnalyzerOptions,
 } from "@llmgw/router";
+import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
 
 /** User-facing router options (all optional). */
@@ -32,6 +33,12 @@ export interface RouterServiceOptions {
   readonly upstreamBodyTimeoutMs?: number;
   /** Max connections per replica pool. Default 256. */
   readonly upstreamConnections?: number;
+  /**
+   * A request header whose value is an affinity hint (e.g. `x-session-id`): requests with the
+   * same value go to the same replica while it has room. A body's `prompt_cache_key` wins over
+   * it; it wins over `safety_identifier` and `user`. Default: none.
+   */
+  readonly sessionHeader?: string;
   readonly analyzer?: RequestAnalyzerOptions;
   readonly picker?: ReplicaPickerOptions;
   readonly clock?: Clock;
@@ -48,6 +55,8 @@ export interface ResolvedRouterServiceOptions {
   readonly upstreamHeadersTimeoutMs: number;
   readonly upstreamBodyTimeoutMs: number;
   readonly upstreamConnections: number;
+  /** Lower-case header name, or undefined. */
+  readonly sessionHeader: string | undefined;
   readonly analyzer: RequestAnalyzerOptions;
   readonly picker: ReplicaPickerOptions;
   readonly clock: Clock | undefined;
@@ -97,6 +106,7 @@ export function resolveRouterServiceOptions(
     ),
     upstreamBodyTimeoutMs: int("upstreamBodyTimeoutMs", options.upstreamBodyTimeoutMs ?? 300_000),
     upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256),
+    sessionHeader: sessionHeader(options.sessionHeader),
     analyzer: options.analyzer ?? {},
     picker:
       clock === undefined || options.picker?.health?.clock !== undefined
@@ -104,4 +114,18 @@ export function resolveRouterServiceOptions(
         : { ...options.picker, health: { ...options.picker?.health, clock } },
     clock,
   };
+}
+
+/** An HTTP header name (RFC 9110 token), at most 64 characters. */
+export const SESSION_HEADER_PATTERN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$/;
+
+function sessionHeader(name: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  if (!SESSION_HEADER_PATTERN.test(name)) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `invalid router option sessionHeader: must be an HTTP header name of 1–64 characters, got ${JSON.stringify(name.slice(0, 80))}`,
+    );
+  }
+  return name.toLowerCase();
 }

@@ -4,6 +4,7 @@
  * made once per handler and handed to each {@link Exchange} explicitly, so the request path is
  * module-scope code a test can drive with its own upstream dispatcher.
  */
+
 import {
   type AdmissionController,
   type ApiKeyStore,
@@ -20,6 +21,7 @@ import {
   type RouteTable,
 } from "@llmgw/router";
 import { Pool } from "undici";
+import { startKvWatch } from "./kv-watch.js";
 import type { ResolvedRouterServiceOptions } from "./options.js";
 
 /** One upstream request, as an {@link Attempt} hands it to {@link UpstreamDispatcher.dispatch}. */
@@ -176,6 +178,8 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const pools = input.pools ?? createUndiciPools(options);
   const admissionCapacity = (resolution: RouteResolution): number =>
     picker.capacity(resolution) + picker.drainingInFlight(resolution);
+  // Precise mode: the KV-event feeds of every replica that has one, into the picker.
+  const kvWatch = startKvWatch({ routeTable, index: picker.preciseIndex, log });
   const unsubscribe = routeTable.subscribe(() => {
     const liveUrls = new Set<string>();
     const liveIds = new Set<string>();
@@ -221,6 +225,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     createdAt: Math.floor(Date.now() / 1000),
     async close() {
       unsubscribe();
+      kvWatch.close();
       await analyzer.close();
       await pools.close();
     },

@@ -3,10 +3,25 @@
  * official client end to end, client aborts reaching the engine, and an engine crash mid-stream.
  */
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { createKvBlockFeed, type KvBlockFeed, startKvCacheServer } from "@llmgw/kv-events";
 import OpenAI from "openai";
+import { Registry } from "prom-client";
 import { afterEach, describe, expect, it } from "vitest";
 import type { RunningRouter } from "../src/index.js";
-import { waitFor } from "./router-fake-engine.js";
+
+/** Polls `predicate` until it holds. */
+async function waitFor(
+  predicate: () => boolean | Promise<boolean>,
+  timeoutMs = 15_000,
+  what = "condition",
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const MODEL = "sim-llama";
@@ -23,6 +38,7 @@ async function sim(options: Parameters<typeof startEngineSim>[0]): Promise<Runni
 
 async function routerOver(
   sims: RunningEngineSim[],
+  options: { sessionHeader?: string } = {},
 ): Promise<{ router: RunningRouter; client: OpenAI }> {
   const replicas = sims.map((s, i) => ({ id: `sim-${i}`, baseUrl: s.url, capacity: 8 }));
   const { router } = await startFedRouter({
@@ -30,7 +46,7 @@ async function routerOver(
       models: { [MODEL]: { deployment: "sim", replicas } },
       keys: { "sk-sim": { id: "k", name: "k" } },
     }),
-    router: { analyzer: { pool: false } },
+    router: { analyzer: { pool: false }, ...options },
   });
   cleanups.push(() => router.close());
   return {
@@ -132,4 +148,168 @@ describe("router over @llmgw/engine-sim", () => {
     ).rejects.toThrow(/failed mid-stream/);
     expect(chunks).toBeGreaterThan(0);
   });
+});
+
+describe("router over @llmgw/engine-sim: affinity hints", () => {
+  it("keeps a hint's requests on one replica, prompt_cache_key over the session header over user", async () => {
+    const engines = await Promise.all(
+      [0, 1, 2, 3].map(() => sim({ model: MODEL, timeScale: 50, maxOutputTokens: 16 })),
+    );
+    const { client } = await routerOver(engines, { sessionHeader: "x-session-id" });
+    const replicaOf = async (
+      body: Partial<OpenAI.ChatCompletionCreateParamsNonStreaming>,
+      headers: Record<string, string> = {},
+    ): Promise<string> => {
+      const { response } = await client.chat.completions
+        .create(
+          {
+            model: MODEL,
+            max_tokens: 2,
+            // Different from the first character: no prefix ties these requests together.
+            messages: [{ role: "user", content: `${Math.random()} ${"z".repeat(3000)}` }],
+            ...body,
+          },
+          { headers },
+        )
+        .withResponse();
+      return response.headers.get("x-llmgw-replica") ?? "";
+    };
+    const spread = async (make: (i: number) => Promise<string>): Promise<Set<string>> => {
+      const seen = new Set<string>();
+      for (let i = 0; i < 6; i++) seen.add(await make(i));
+      return seen;
+    };
+    // Without a hint, unrelated prompts spread over the replicas.
+    expect((await spread(() => replicaOf({}))).size).toBeGreaterThan(1);
+    // Each hint keeps its requests together, one at a time (always within the load bound).
+    const byKey = await spread(() => replicaOf({ prompt_cache_key: "tenant-a" }));
+    const byHeader = await spread(() => replicaOf({}, { "x-session-id": "session-b" }));
+    const byUser = await spread(() => replicaOf({ user: "user-c" }));
+    for (const seen of [byKey, byHeader, byUser]) expect(seen.size).toBe(1);
+    // prompt_cache_key beats the header; the header beats user.
+    const [keyHome] = byKey;
+    const [headerHome] = byHeader;
+    expect(await replicaOf({ prompt_cache_key: "tenant-a" }, { "x-session-id": "session-b" })).toBe(
+      keyHome,
+    );
+    expect(await replicaOf({ user: "user-c" }, { "x-session-id": "session-b" })).toBe(headerHome);
+    // A hint that is not a string is the client's error, named.
+    const bad = await client.chat.completions
+      .create({
+        model: MODEL,
+        messages: [{ role: "user", content: "x" }],
+        user: 7 as unknown as string,
+      })
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((bad as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("user");
+  });
+});
+
+describe("router over @llmgw/engine-sim: precise mode from the sims' KV events", () => {
+  it.each(["sim", "vllm"] as const)(
+    "matches prompts on the engines' own blocks (%s tokenizer), and the engine confirms the hit",
+    async (tokenizer) => {
+      const engines = await Promise.all(
+        [0, 1, 2].map((seed) =>
+          sim({
+            model: MODEL,
+            seed,
+            timeScale: 50,
+            maxOutputTokens: 16,
+            apiKey: `engine-key-${seed}`,
+            kvEvents: { enableKvCacheEvents: true, endpoint: "tcp://127.0.0.1:0" },
+          }),
+        ),
+      );
+      const feeds = new Map<string, { feed: KvBlockFeed; apiKey: string }>(
+        engines.map((e, i) => {
+          const feed = createKvBlockFeed({ endpoint: e.kvEvents?.endpoint as string });
+          cleanups.push(() => feed.close());
+          return [`sim-${i}`, { feed, apiKey: `engine-key-${i}` }];
+        }),
+      );
+      const kv = await startKvCacheServer({ registry: { get: (id) => feeds.get(id) } });
+      cleanups.push(() => kv.close());
+      const registry = new Registry();
+      const { router } = await startFedRouter({
+        snapshot: routingSnapshot({
+          models: {
+            [MODEL]: {
+              deployment: "sim",
+              tokenizer,
+              replicas: engines.map((e, i) => ({
+                id: `sim-${i}`,
+                baseUrl: e.url,
+                capacity: 8,
+                apiKey: `engine-key-${i}`,
+                kvEventsUrl: kv.url,
+              })),
+            },
+          },
+          keys: { "sk-sim": { id: "k", name: "k" } },
+        }),
+        router: { analyzer: { pool: false } },
+        registry,
+      });
+      cleanups.push(() => router.close());
+      const client = new OpenAI({ apiKey: "sk-sim", baseURL: `${router.url}/v1`, maxRetries: 0 });
+      const sample = async (name: string, labels: Record<string, string>): Promise<number> => {
+        const text = await registry.metrics();
+        let sum = 0;
+        for (const line of text.split("\n")) {
+          if (!line.startsWith(`${name}{`)) continue;
+          if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+          sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+        }
+        return sum;
+      };
+      const ask = async (content: string) => {
+        const { data, response } = await client.chat.completions
+          .create({ model: MODEL, max_tokens: 2, messages: [{ role: "user", content }] })
+          .withResponse();
+        const usage = data.usage as { prompt_tokens_details?: { cached_tokens?: number } };
+        return {
+          replica: response.headers.get("x-llmgw-replica") ?? "",
+          cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
+        };
+      };
+      // Until every engine has published once (a SUB socket joins late), routing is approximate.
+      await waitFor(async () => {
+        await ask(`warm ${Math.random()} ${"w".repeat(200)}`);
+        return [...feeds.values()].every(({ feed }) => feed.stats().received > 0);
+      });
+      const prompts = [0, 1, 2, 3].map(
+        (i) => `document ${i}: ${"words of a long shared context ".repeat(120)}`,
+      );
+      const home = new Map<string, string>();
+      for (const p of prompts) home.set(p, (await ask(p)).replica);
+      // Each prompt again: routed on the engine's blocks to where it is cached, and the engine
+      // says it found it.
+      await waitFor(async () => {
+        for (const p of prompts) {
+          const again = await ask(p);
+          if (again.replica !== home.get(p) || again.cached === 0) {
+            return false;
+          }
+        }
+        return true;
+      });
+      expect(
+        await sample("llmgw_router_prefix_predictions_total", {
+          source: "precise",
+          outcome: "hit",
+        }),
+      ).toBeGreaterThan(0);
+      expect(
+        await sample("llmgw_router_prefix_predictions_total", {
+          source: "precise",
+          outcome: "false_hit",
+        }),
+      ).toBe(0);
+    },
+  );
 });

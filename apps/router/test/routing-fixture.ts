@@ -6,6 +6,7 @@
 import { createHash } from "node:crypto";
 import type {
   KeyGrant,
+  PromptTokenizerKind,
   ReplicaLoad,
   RoutedReplicaState,
   RouterMetricsSink,
@@ -34,6 +35,8 @@ export interface ReplicaSpec {
   readonly state?: RoutedReplicaState;
   readonly apiKey?: string;
   readonly load?: ReplicaLoad;
+  /** Where its agent serves its KV-cache blocks (precise mode). */
+  readonly kvEventsUrl?: string;
 }
 
 /** A served model: its deployment (default: the model name) and replicas. */
@@ -43,6 +46,8 @@ export interface ModelSpec {
   readonly policy?: RoutingPolicy;
   readonly loading?: boolean;
   readonly replicas?: readonly ReplicaSpec[];
+  /** How its requests are tokenized for precise routing. */
+  readonly tokenizer?: PromptTokenizerKind;
 }
 
 /** An API key by its secret. */
@@ -74,6 +79,7 @@ export function routingSnapshot(spec: {
       deployment: m.deployment ?? name,
       policy: m.policy ?? "llmgw",
       loading: m.loading ?? false,
+      ...(m.tokenizer === undefined ? {} : { tokenizer: m.tokenizer }),
     })),
     replicas: models.flatMap(([name, m]) =>
       (m.replicas ?? []).map((r) => ({
@@ -84,6 +90,7 @@ export function routingSnapshot(spec: {
         state: r.state ?? "ready",
         capacity: r.capacity ?? 8,
         ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
+        ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
         ...(r.load === undefined ? {} : { load: r.load, loadReportedAtMs: now }),
       })),
     ),

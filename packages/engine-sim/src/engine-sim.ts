@@ -1,6 +1,8 @@
-import { timingSafeEqual } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
+import type { KvEvent, KvEventPublisher } from "@llmgw/kv-events";
+import { parseSimChatMessages, simChatPrompt } from "./chat-prompt.js";
 import { EngineSimError } from "./errors.js";
 import {
   Histogram,
@@ -20,8 +22,21 @@ import {
   type RendezvousMember,
   type RendezvousServer,
 } from "./rendezvous.js";
-import { TimingModel, type TimingSnapshot, type TokenEvent } from "./timing-model.js";
-import { blockHashes, countTokens, createPrng, hashString, nextTokenText } from "./tokenizer.js";
+import {
+  type PrefixCacheEvent,
+  TimingModel,
+  type TimingSnapshot,
+  type TokenEvent,
+} from "./timing-model.js";
+import {
+  blockHashes,
+  CHARS_PER_TOKEN,
+  countTokens,
+  createPrng,
+  hashString,
+  nextTokenText,
+  simTokenIds,
+} from "./tokenizer.js";
 
 /**
  * Lifecycle of a simulated engine: `loading` (port closed) → `warming` (SGLang only: port
@@ -69,6 +84,10 @@ export interface RunningEngineSim {
   readonly url: string;
   readonly port: number;
   readonly options: ResolvedEngineSimOptions;
+  /** Where this engine publishes KV events (bound endpoints); undefined when they are off. */
+  readonly kvEvents:
+    | { readonly endpoint: string; readonly replayEndpoint: string | undefined }
+    | undefined;
   state(): EngineSimState;
   stats(): EngineSimStats;
   /** Resolves once the engine has ended (closed or failed); never rejects. */
@@ -114,6 +133,16 @@ function timestamp(): string {
 
 function sglangTimestamp(): string {
   return new Date().toISOString().replace("T", " ").slice(0, 19);
+}
+
+const U64 = (1n << 64n) - 1n;
+
+/** splitmix64's finaliser: spreads a 64-bit value over all 64 bits. */
+function mix64(value: bigint): bigint {
+  let x = value & U64;
+  x = ((x ^ (x >> 30n)) * 0xbf58476d1ce4e5b9n) & U64;
+  x = ((x ^ (x >> 27n)) * 0x94d049bb133111ebn) & U64;
+  return x ^ (x >> 31n);
 }
 
 /**
@@ -164,11 +193,24 @@ class EngineSim {
   #exit!: (report: EngineSimExitReport) => void;
   readonly exited: Promise<EngineSimExitReport>;
   #created = Math.floor(Date.now() / 1000);
+  /**
+   * Mixed into every engine block hash: like vLLM without PYTHONHASHSEED (NONE_HASH =
+   * os.urandom), each engine start hashes the same prefix differently, so only the token ids
+   * in its KV events let a consumer match blocks across replicas.
+   */
+  readonly #hashSeed = randomBytes(8).readBigUInt64BE(0);
+  #kvPublisher: KvEventPublisher | undefined;
+  #kvClosed: Promise<void> = Promise.resolve();
+  /** Prefix-cache changes of the current step, published as one batch after it. */
+  readonly #pendingKv: PrefixCacheEvent[] = [];
 
   constructor(options: ResolvedEngineSimOptions, clock: EngineSimClock) {
     this.o = options;
     this.clock = clock;
-    this.model = new TimingModel(options.timing);
+    this.model = new TimingModel(
+      options.timing,
+      options.kvEvents ? { onCacheEvent: (event) => this.#pendingKv.push(event) } : {},
+    );
     this.t0 = clock.now();
     this.#errorPrng = createPrng(options.seed ^ 0x5eed);
     this.#apiKeyBytes = options.apiKey === undefined ? undefined : Buffer.from(options.apiKey);
@@ -277,6 +319,7 @@ class EngineSim {
         "model_runner.py:2",
         `Loading weights took ${(o.loadMs / 1000).toFixed(2)} seconds`,
       );
+      if (o.kvEvents && o.nodeRank === 0) await this.#startKvEvents();
       await this.#listen();
       if (o.nodeRank > 0) {
         this.log(
@@ -317,6 +360,10 @@ class EngineSim {
       url: this.url(),
       port: this.#port,
       options: this.o,
+      kvEvents: this.#kvPublisher && {
+        endpoint: this.#kvPublisher.endpoint,
+        replayEndpoint: this.#kvPublisher.replayEndpoint,
+      },
       state: () => this.state(),
       stats: () => this.stats(),
       exited: this.exited,
@@ -355,6 +402,7 @@ class EngineSim {
     const server = this.#server;
     this.#teardown();
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    await this.#kvClosed;
     this.#exit({ exitCode: 0, reason: "closed" });
   }
 
@@ -364,6 +412,99 @@ class EngineSim {
     this.#rendezvous?.close();
     this.#member?.close();
     this.#active.clear();
+    if (this.#kvPublisher) this.#kvClosed = this.#kvPublisher.close().catch(() => {});
+    this.#kvPublisher = undefined;
+  }
+
+  /**
+   * Binds the KV-event publisher. A restart in the same process (bench's `restart`) rebinds
+   * the endpoint the closed engine just released, which the OS may still hold for a moment:
+   * "address in use" is retried for up to 2 s.
+   */
+  async #startKvEvents(): Promise<void> {
+    const kv = this.o.kvEvents!;
+    // Loaded only when events are on: zeromq is a native addon the sim otherwise never needs.
+    const { createKvEventPublisher } = await import("@llmgw/kv-events");
+    const deadline = this.clock.now() + 2000;
+    for (;;) {
+      try {
+        this.#kvPublisher = await createKvEventPublisher({
+          endpoint: kv.endpoint,
+          ...(kv.replayEndpoint === undefined ? {} : { replayEndpoint: kv.replayEndpoint }),
+          topic: kv.topic,
+          encoding: kv.encoding,
+          bufferSteps: kv.bufferSteps,
+          dataParallelRank: 0,
+        });
+        break;
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        if (!/in use/i.test(message) || this.clock.now() > deadline) {
+          throw new EngineSimError(
+            "LLMGW_ENGINE_SIM_LISTEN_FAILED",
+            `cannot publish KV events: ${message}`,
+            { cause: error },
+          );
+        }
+        await this.clock.sleep(20);
+      }
+    }
+    const p = this.#kvPublisher;
+    this.log(
+      "INFO",
+      "kv_events.py:1",
+      `KV events: ZMQ publisher on ${p.endpoint}${p.replayEndpoint ? `, replay on ${p.replayEndpoint}` : ""} (topic ${JSON.stringify(kv.topic)}, ${kv.encoding})`,
+    );
+  }
+
+  #engineHash(simHash: string): bigint {
+    return mix64(BigInt(`0x${simHash}`) ^ this.#hashSeed);
+  }
+
+  /** The step's prefix-cache changes as vLLM's events. */
+  #kvEvents(changes: readonly PrefixCacheEvent[]): KvEvent[] {
+    const bs = this.o.timing.blockSizeTokens;
+    return changes.map((c): KvEvent => {
+      switch (c.type) {
+        case "stored": {
+          const hashes = c.seq.blockHashes;
+          const tokens = c.seq.tokenIds ?? [];
+          const parent = c.from > 0 ? hashes[c.from - 1] : undefined;
+          return {
+            type: "BlockStored",
+            blockHashes: hashes.slice(c.from, c.to).map((h) => this.#engineHash(h)),
+            ...(parent === undefined ? {} : { parentBlockHash: this.#engineHash(parent) }),
+            tokenIds: Array.from({ length: (c.to - c.from) * bs }, (_, i) =>
+              Number(tokens[c.from * bs + i] ?? 0),
+            ),
+            blockSize: bs,
+            medium: "GPU",
+            groupIdx: 0,
+            kvCacheSpecKind: "full_attention",
+          };
+        }
+        case "removed":
+          return {
+            type: "BlockRemoved",
+            blockHashes: c.hashes.map((h) => this.#engineHash(h)),
+            medium: "GPU",
+            groupIdx: 0,
+          };
+        default: // "cleared"
+          return { type: "AllBlocksCleared" };
+      }
+    });
+  }
+
+  /** Publishes what the last step (or a cache reset) changed, as one batch, like vLLM. */
+  #flushKv(): void {
+    if (this.#pendingKv.length === 0) return;
+    const changes = this.#pendingKv.splice(0);
+    const publisher = this.#kvPublisher;
+    if (!publisher) return;
+    publisher.publish(this.#kvEvents(changes)).catch((error: unknown) => {
+      this.log("WARNING", "kv_events.py:2", `KV event batch not sent: ${String(error)}`);
+    });
   }
 
   async #listen(): Promise<void> {
@@ -458,6 +599,21 @@ class EngineSim {
           is_generation: true,
         });
         return;
+      case "/reset_prefix_cache":
+        if (method !== "POST") break;
+        if (this.model.resetPrefixCache()) {
+          this.#flushKv();
+          this.#json(res, 200, {});
+        } else {
+          this.#error(res, {
+            status: 409,
+            message: "The prefix cache is in use by running requests; not reset",
+            type: "ConflictError",
+            param: null,
+          });
+        }
+        return;
+      case "/tokenize":
       case "/v1/chat/completions":
       case "/v1/completions":
       case "/v1/embeddings":
@@ -545,6 +701,7 @@ class EngineSim {
       itl: this.itl,
       success: this.success,
       genThroughput: tokens / 5,
+      blockSizeTokens: this.o.timing.blockSizeTokens,
     };
     const text = this.o.mimic === "sglang" ? renderSglangMetrics(state) : renderVllmMetrics(state);
     res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
@@ -580,6 +737,11 @@ class EngineSim {
           type: "ServiceUnavailableError",
           param: null,
         });
+        return;
+      }
+      if (path === "/tokenize") {
+        const error = this.#tokenize(Buffer.concat(chunks), res);
+        if (error) this.#error(res, error);
         return;
       }
       this.#requests += 1;
@@ -638,6 +800,72 @@ class EngineSim {
     return undefined;
   }
 
+  /**
+   * `POST /tokenize` as vLLM serves it (checked against vLLM's
+   * `vllm/entrypoints/openai/protocol.py`, `TokenizeCompletionRequest`/`TokenizeChatRequest`
+   * → `TokenizeResponse`): `{model?, prompt, add_special_tokens?, return_token_strs?}` or
+   * `{model?, messages, add_generation_prompt? = true, continue_final_message? = false, …}`
+   * → `{count, max_model_len, tokens, token_strs}` (`token_strs` null unless asked for). The
+   * sim has no special tokens, so `add_special_tokens` changes nothing.
+   */
+  #tokenize(raw: Buffer, res: ServerResponse): ApiError | undefined {
+    let body: unknown;
+    try {
+      body = JSON.parse(raw.toString("utf8"));
+    } catch (error) {
+      return badRequest(
+        `Invalid JSON body: ${error instanceof Error ? error.message : String(error)}`,
+      );
+    }
+    if (!isObject(body)) return badRequest("request body must be a JSON object");
+    const modelError = this.#checkModel(body);
+    if (modelError) return modelError;
+    for (const flag of [
+      "add_generation_prompt",
+      "continue_final_message",
+      "add_special_tokens",
+      "return_token_strs",
+    ]) {
+      const v = body[flag];
+      if (v !== undefined && v !== null && typeof v !== "boolean") {
+        return badRequest(`${flag} must be a boolean`, flag);
+      }
+    }
+    let prompt: string;
+    if (body.messages !== undefined) {
+      const messages = parseSimChatMessages(body.messages);
+      if (typeof messages === "string") return badRequest(messages, "messages");
+      // vLLM's check_generation_prompt looks at the fields as sent, not at their defaults.
+      if (body.continue_final_message === true && body.add_generation_prompt === true) {
+        return badRequest(
+          "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        );
+      }
+      prompt = simChatPrompt(messages, {
+        addGenerationPrompt: body.add_generation_prompt !== false,
+        continueFinalMessage: body.continue_final_message === true,
+      });
+    } else if (typeof body.prompt === "string") {
+      prompt = body.prompt;
+    } else {
+      return badRequest("prompt must be a string (or send messages)", "prompt");
+    }
+    const tokens = simTokenIds(prompt);
+    const strs =
+      body.return_token_strs === true
+        ? Array.from({ length: tokens.length }, (_, i) =>
+            prompt.slice(i * CHARS_PER_TOKEN, (i + 1) * CHARS_PER_TOKEN),
+          )
+        : null;
+    this.#json(res, 200, {
+      count: tokens.length,
+      max_model_len: this.o.maxModelLen,
+      tokens: Array.from(tokens),
+      token_strs: strs,
+    });
+    return undefined;
+  }
+
   #embeddings(body: unknown, res: ServerResponse): ApiError | undefined {
     if (!isObject(body)) return badRequest("request body must be a JSON object");
     const modelError = this.#checkModel(body);
@@ -693,30 +921,9 @@ class EngineSim {
     if (modelError) return modelError;
     let prompt: string;
     if (kind === "chat") {
-      const messages = body.messages;
-      if (!Array.isArray(messages) || messages.length === 0) {
-        return badRequest("messages must be a non-empty array", "messages");
-      }
-      const parts: string[] = [];
-      for (const [i, m] of messages.entries()) {
-        if (!isObject(m) || typeof m.role !== "string") {
-          return badRequest(`messages[${i}] must be an object with a string role`, "messages");
-        }
-        let content: string;
-        if (typeof m.content === "string") content = m.content;
-        else if (m.content === null || m.content === undefined) content = "";
-        else if (Array.isArray(m.content)) {
-          content = m.content
-            .map((p) => (isObject(p) && typeof p.text === "string" ? p.text : ""))
-            .join("");
-        } else
-          return badRequest(
-            `messages[${i}].content must be a string or an array of parts`,
-            "messages",
-          );
-        parts.push(`<|${m.role}|>\n${content}\n`);
-      }
-      prompt = `${parts.join("")}<|assistant|>\n`;
+      const messages = parseSimChatMessages(body.messages);
+      if (typeof messages === "string") return badRequest(messages, "messages");
+      prompt = simChatPrompt(messages);
     } else {
       const p =
         Array.isArray(body.prompt) && body.prompt.length === 1 ? body.prompt[0] : body.prompt;
@@ -776,6 +983,7 @@ class EngineSim {
           promptTokens,
           blockHashes: blockHashes(prompt, this.o.timing.blockSizeTokens),
           outputTokens,
+          ...(this.o.kvEvents ? { tokenIds: simTokenIds(prompt) } : {}),
         },
         this.modelNow(),
       );
@@ -790,8 +998,11 @@ class EngineSim {
     const object =
       kind === "chat" ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     const head = `{"id":"${id}","object":"${object}","created":${created},"model":${modelJson},"choices":[`;
+    // `prompt_tokens_details.cached_tokens` is vLLM's field (PromptTokenUsageInfo, sent with
+    // --enable-prompt-tokens-details; OpenAI's name too); the sim always sends it.
+    let cachedTokens = 0;
     const usage = (completion: number): string =>
-      `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completion},"completion_tokens":${completion}}`;
+      `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completion},"completion_tokens":${completion},"prompt_tokens_details":{"cached_tokens":${cachedTokens}}}`;
     let text = "";
     let done = false;
     const dieAfter = this.o.faults.dieMidStreamAfterTokens;
@@ -813,6 +1024,7 @@ class EngineSim {
     });
     this.#active.set(id, {
       onToken: (event) => {
+        if (event.cachedTokens !== undefined) cachedTokens = event.cachedTokens;
         const piece = nextTokenText(next);
         const fr = event.finished ? finishReason : null;
         const frJson = fr ? `"${fr}"` : "null";
@@ -877,6 +1089,7 @@ class EngineSim {
         const now = this.modelNow();
         const last = this.#lastStepEndMs;
         const plan = this.model.step(now - last < this.o.timing.decodeStepMs ? last : now);
+        this.#flushKv();
         if (!plan) break;
         await this.clock.sleep((plan.endMs - this.modelNow()) / this.o.timeScale);
         if (this.#state !== "ready") break;

@@ -1,3 +1,9 @@
+export {
+  parseSimChatMessages,
+  type SimChatMessage,
+  type SimChatPromptOptions,
+  simChatPrompt,
+} from "./chat-prompt.js";
 export { ENGINE_SIM_API_KEY_ENV, type EngineSimCliIo, runEngineSimCli } from "./cli.js";
 export {
   type EngineSimClock,
@@ -31,22 +37,34 @@ export { Histogram, type MetricsState, renderSglangMetrics, renderVllmMetrics } 
 export {
   ENGINE_SIM_USAGE,
   type EngineSimFaults,
+  type EngineSimKvEventsOptions,
   type EngineSimMimic,
   type EngineSimOptions,
   parseEngineSimArgv,
+  parseKvEventsConfig,
   type ResolvedEngineSimFaults,
+  type ResolvedEngineSimKvEvents,
   type ResolvedEngineSimOptions,
   resolveEngineSimOptions,
+  resolveKvEventsOptions,
 } from "./options.js";
 export {
   DEFAULT_TIMING_MODEL_OPTIONS,
+  type PrefixCacheEvent,
   type ResolvedTimingModelOptions,
   resolveTimingModelOptions,
   type SequenceSpec,
   type StepPlan,
   TimingModel,
+  type TimingModelHooks,
   type TimingModelOptions,
   type TimingSnapshot,
   type TokenEvent,
 } from "./timing-model.js";
-export { blockHashes, CHARS_PER_TOKEN, countTokens, createPrng } from "./tokenizer.js";
+export {
+  blockHashes,
+  CHARS_PER_TOKEN,
+  countTokens,
+  createPrng,
+  simTokenIds,
+} from "./tokenizer.js";

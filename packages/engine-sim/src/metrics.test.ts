@@ -28,6 +28,7 @@ function state(): MetricsState {
     itl: new Histogram([0.01]),
     success: { stop: 2, length: 1, abort: 0 },
     genThroughput: 12.5,
+    blockSizeTokens: 16,
   };
 }
 

@@ -40,6 +40,8 @@ export interface MetricsState {
   readonly success: Readonly<Record<"stop" | "length" | "abort", number>>;
   /** Generated tokens per second over the last few seconds (SGLang `gen_throughput`). */
   readonly genThroughput: number;
+  /** Tokens per KV block (vLLM `cache_config_info`'s `block_size`). */
+  readonly blockSizeTokens: number;
 }
 
 function num(value: number): string {
@@ -106,6 +108,13 @@ export function renderVllmMetrics(state: MetricsState): string {
   e.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", s.running);
   e.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting);
   e.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kvUsage);
+  // An info gauge: the engine's CacheConfig as labels (vLLM `log_metrics_info`), value 1.
+  e.family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  e.sample("vllm:cache_config_info", 1, {
+    block_size: String(state.blockSizeTokens),
+    enable_prefix_caching: "True",
+    num_gpu_blocks: String(s.totalBlocks),
+  });
   e.counter(
     "vllm:prefix_cache_queries",
     "Prefix cache queries, in terms of number of queried tokens.",
@@ -147,6 +156,11 @@ export function renderSglangMetrics(state: MetricsState): string {
   e.gauge("sglang:num_running_reqs", "The number of running requests.", s.running);
   e.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", s.waiting);
   e.gauge("sglang:token_usage", "The token usage.", s.kvUsage);
+  e.gauge(
+    "sglang:max_total_num_tokens",
+    "Maximum total number of tokens in the KV cache pool.",
+    s.totalBlocks * state.blockSizeTokens,
+  );
   e.gauge(
     "sglang:cache_hit_rate",
     "The prefix cache hit rate.",

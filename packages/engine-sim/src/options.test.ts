@@ -1,5 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { parseEngineSimArgv, parseHostPort, resolveEngineSimOptions } from "./options.js";
+import {
+  parseEngineSimArgv,
+  parseHostPort,
+  parseKvEventsConfig,
+  resolveEngineSimOptions,
+  resolveKvEventsOptions,
+} from "./options.js";
 
 describe("parseEngineSimArgv", () => {
   it("reads the flags the sim engine adapter emits", () => {
@@ -148,5 +154,73 @@ describe("parseHostPort", () => {
     ["[fd00::1]:29500", { host: "fd00::1", port: 29500 }],
   ])("parses %s", (text, expected) => {
     expect(parseHostPort(text)).toEqual(expected);
+  });
+});
+
+describe("KV events options", () => {
+  it("reads vLLM's --kv-events-config JSON and the encoding flag", () => {
+    const { options } = parseEngineSimArgv([
+      "--model",
+      "m",
+      "--kv-events-config",
+      '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv@10.0.0.1:8000@m","buffer_steps":50,"hwm":100000}',
+      "--kv-events-encoding",
+      "positional",
+    ]);
+    expect(resolveEngineSimOptions(options).kvEvents).toEqual({
+      endpoint: "tcp://*:5557",
+      replayEndpoint: "tcp://*:5558",
+      topic: "kv@10.0.0.1:8000@m",
+      bufferSteps: 50,
+      encoding: "positional",
+    });
+  });
+
+  it.each([
+    [undefined, undefined],
+    [{}, undefined],
+    [{ enableKvCacheEvents: false, endpoint: "tcp://*:1" }, undefined],
+    [{ enableKvCacheEvents: true, publisher: "null" as const }, undefined],
+    [
+      { enableKvCacheEvents: true },
+      {
+        endpoint: "tcp://*:5557",
+        replayEndpoint: undefined,
+        topic: "",
+        bufferSteps: 10_000,
+        encoding: "tagged",
+      },
+    ],
+  ])("resolves %j to vLLM's defaults", (input, expected) => {
+    expect(resolveKvEventsOptions(input)).toEqual(expected);
+  });
+
+  it.each([
+    ["not json", "Unexpected token"],
+    ["[]", '--kv-events-config must be a JSON object, got "[]"'],
+    ['{"enable":true}', '--kv-events-config has an unknown key "enable"'],
+    [
+      '{"enable_kv_cache_events":"yes"}',
+      '--kv-events-config enable_kv_cache_events must be a boolean, got "yes"',
+    ],
+  ])("refuses --kv-events-config %s", (text, message) => {
+    expect(() => parseKvEventsConfig(text)).toThrow(message);
+  });
+
+  it.each([
+    [{ publisher: "kafka" }, 'kvEvents.publisher must be "zmq" or "null", got "kafka"'],
+    [{ encoding: "json" }, 'kvEvents.encoding must be "tagged" or "positional", got "json"'],
+    [
+      { endpoint: "localhost:5557" },
+      'kvEvents.endpoint must be a tcp://, ipc:// or inproc:// endpoint, got "localhost:5557"',
+    ],
+    [
+      { bufferSteps: -1 },
+      "kvEvents.bufferSteps must be an integer in [0, 9007199254740991], got -1",
+    ],
+  ])("refuses %j", (extra, message) => {
+    expect(() =>
+      resolveKvEventsOptions({ enableKvCacheEvents: true, ...(extra as object) }),
+    ).toThrow(expect.objectContaining({ code: "LLMGW_ENGINE_SIM_INVALID_OPTION", message }));
   });
 });

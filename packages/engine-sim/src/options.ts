@@ -35,6 +35,37 @@ export interface ResolvedEngineSimFaults {
   readonly dieMidStreamAfterTokens: number | null;
 }
 
+/**
+ * KV-cache events, as vLLM's `--kv-events-config` (`KVEventsConfig`, vllm/config/kv_events.py)
+ * names them in camelCase, plus the event encoding. The sim's publisher always binds its
+ * endpoints (vLLM binds for `*`, `::`, `ipc://`, `inproc://` and connects otherwise).
+ */
+export interface EngineSimKvEventsOptions {
+  /** Default false: no events. */
+  enableKvCacheEvents?: boolean;
+  /** `"zmq"` (the default once enabled) or `"null"` (no events). */
+  publisher?: "zmq" | "null";
+  /** PUB endpoint. Default `tcp://*:5557`; port 0 picks a free one. */
+  endpoint?: string;
+  /** Replay ROUTER endpoint; none by default. */
+  replayEndpoint?: string | null;
+  /** First frame of every message. Default "". */
+  topic?: string;
+  /** Batches kept for replay. Default 10 000. */
+  bufferSteps?: number;
+  /** `"tagged"` (vLLM ≥ 0.26, the default) or `"positional"` (earlier vLLM, SGLang). */
+  encoding?: "tagged" | "positional";
+}
+
+/** {@link EngineSimKvEventsOptions} of an engine that publishes. */
+export interface ResolvedEngineSimKvEvents {
+  readonly endpoint: string;
+  readonly replayEndpoint: string | undefined;
+  readonly topic: string;
+  readonly bufferSteps: number;
+  readonly encoding: "tagged" | "positional";
+}
+
 /** User-facing options of the simulated engine; see the README for every default. */
 export interface EngineSimOptions {
   /** Model path or id, as given to a real engine. Required. */
@@ -81,6 +112,8 @@ export interface EngineSimOptions {
   /** Dimension of `/v1/embeddings` vectors. Default 64. */
   embeddingDim?: number;
   faults?: EngineSimFaults;
+  /** KV-cache events over ZMQ, as vLLM publishes them. Default: off. */
+  kvEvents?: EngineSimKvEventsOptions;
   /** Receives each log line (no trailing newline). Default: dropped. */
   log?: (line: string) => void;
 }
@@ -108,6 +141,8 @@ export interface ResolvedEngineSimOptions {
   readonly maxBodyBytes: number;
   readonly embeddingDim: number;
   readonly faults: ResolvedEngineSimFaults;
+  /** Undefined when KV events are off. */
+  readonly kvEvents: ResolvedEngineSimKvEvents | undefined;
   readonly log: (line: string) => void;
 }
 
@@ -137,6 +172,86 @@ export function parseHostPort(text: string): { host: string; port: number } {
     throw invalid(`distInitAddr must be host:port, got ${JSON.stringify(text)}`);
   }
   return { host: m[1] ?? m[2] ?? "", port };
+}
+
+/** Resolves {@link EngineSimKvEventsOptions}; undefined when events are off. */
+export function resolveKvEventsOptions(
+  options: EngineSimKvEventsOptions | undefined,
+): ResolvedEngineSimKvEvents | undefined {
+  if (!options?.enableKvCacheEvents) return undefined;
+  const publisher = options.publisher ?? "zmq";
+  if (publisher !== "zmq" && publisher !== "null") {
+    throw invalid(`kvEvents.publisher must be "zmq" or "null", got ${JSON.stringify(publisher)}`);
+  }
+  if (publisher === "null") return undefined;
+  const encoding = options.encoding ?? "tagged";
+  if (encoding !== "tagged" && encoding !== "positional") {
+    throw invalid(
+      `kvEvents.encoding must be "tagged" or "positional", got ${JSON.stringify(encoding)}`,
+    );
+  }
+  const endpoint = options.endpoint ?? "tcp://*:5557";
+  const endpoints: [string, unknown][] = [["endpoint", endpoint]];
+  if (options.replayEndpoint != null) endpoints.push(["replayEndpoint", options.replayEndpoint]);
+  for (const [name, value] of endpoints) {
+    if (typeof value !== "string" || !/^(tcp|ipc|inproc):\/\/./.test(value)) {
+      throw invalid(
+        `kvEvents.${name} must be a tcp://, ipc:// or inproc:// endpoint, got ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  if (options.topic !== undefined && typeof options.topic !== "string") {
+    throw invalid(`kvEvents.topic must be a string, got ${JSON.stringify(options.topic)}`);
+  }
+  return Object.freeze({
+    endpoint,
+    replayEndpoint: options.replayEndpoint ?? undefined,
+    topic: options.topic ?? "",
+    bufferSteps: int("kvEvents.bufferSteps", options.bufferSteps ?? 10_000, 0),
+    encoding,
+  });
+}
+
+/**
+ * Parses vLLM's `--kv-events-config` JSON (snake_case keys of `KVEventsConfig`) into
+ * {@link EngineSimKvEventsOptions}. `hwm` and `max_queue_size` are accepted and ignored;
+ * any other key is refused, as vLLM's config refuses unknown fields.
+ */
+export function parseKvEventsConfig(text: string): EngineSimKvEventsOptions {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (error) {
+    throw invalid(
+      `--kv-events-config must be JSON: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw invalid(`--kv-events-config must be a JSON object, got ${JSON.stringify(text)}`);
+  }
+  const keys: Record<string, keyof EngineSimKvEventsOptions | null> = {
+    enable_kv_cache_events: "enableKvCacheEvents",
+    publisher: "publisher",
+    endpoint: "endpoint",
+    replay_endpoint: "replayEndpoint",
+    topic: "topic",
+    buffer_steps: "bufferSteps",
+    hwm: null,
+    max_queue_size: null,
+  };
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(raw)) {
+    if (!(key in keys))
+      throw invalid(`--kv-events-config has an unknown key ${JSON.stringify(key)}`);
+    const name = keys[key];
+    if (name) out[name] = value;
+  }
+  if (out.enableKvCacheEvents !== undefined && typeof out.enableKvCacheEvents !== "boolean") {
+    throw invalid(
+      `--kv-events-config enable_kv_cache_events must be a boolean, got ${JSON.stringify(out.enableKvCacheEvents)}`,
+    );
+  }
+  return out as EngineSimKvEventsOptions;
 }
 
 /** Applies defaults and validates; throws `LLMGW_ENGINE_SIM_INVALID_OPTION` naming the option. */
@@ -216,6 +331,7 @@ export function resolveEngineSimOptions(options: EngineSimOptions): ResolvedEngi
           ? null
           : int("dieMidStreamAfterTokens", f.dieMidStreamAfterTokens, 1),
     }),
+    kvEvents: resolveKvEventsOptions(options.kvEvents),
     log: options.log ?? (() => {}),
   });
 }
@@ -265,6 +381,14 @@ Faults:
   --error-rate F                answer a fraction F of inference requests with 500
   --slow-token-ms MS            add MS to every decode step (slow streams)
   --die-mid-stream-after-tokens N  exit non-zero once any stream has sent N tokens
+
+KV-cache events (as vLLM):
+  --kv-events-config JSON       e.g. '{"enable_kv_cache_events":true,"publisher":"zmq",
+                                "endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558",
+                                "topic":"kv@host:port@model","buffer_steps":10000}'
+  --kv-events-encoding tagged|positional
+                                event form: tagged maps (vLLM >= 0.26, default) or
+                                positional arrays (earlier vLLM, SGLang)
 `;
 
 function num(flag: string, text: string | undefined): number | undefined {
@@ -329,6 +453,8 @@ export function parseEngineSimArgv(
         "error-rate": s,
         "slow-token-ms": s,
         "die-mid-stream-after-tokens": s,
+        "kv-events-config": s,
+        "kv-events-encoding": s,
       },
     }).values;
   } catch (error) {
@@ -347,6 +473,17 @@ export function parseEngineSimArgv(
   if (mimic !== undefined && mimic !== "vllm" && mimic !== "sglang") {
     throw invalid(`--mimic must be vllm or sglang, got ${JSON.stringify(mimic)}`);
   }
+  const kvConfig = str("kv-events-config");
+  const kvEncoding = str("kv-events-encoding");
+  const kvEvents: EngineSimKvEventsOptions | undefined =
+    kvConfig === undefined && kvEncoding === undefined
+      ? undefined
+      : {
+          ...(kvConfig === undefined ? {} : parseKvEventsConfig(kvConfig)),
+          ...(kvEncoding === undefined
+            ? {}
+            : { encoding: kvEncoding as EngineSimKvEventsOptions["encoding"] }),
+        };
   const options: EngineSimOptions = {
     ...fromEnvironment,
     model,
@@ -384,6 +521,7 @@ export function parseEngineSimArgv(
       slowTokenMs: n("slow-token-ms"),
       dieMidStreamAfterTokens: n("die-mid-stream-after-tokens"),
     },
+    ...(kvEvents === undefined ? {} : { kvEvents }),
   };
   // Validate now so a bad flag fails before anything starts.
   resolveEngineSimOptions(options);

@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { type SequenceSpec, TimingModel, type TokenEvent } from "./timing-model.js";
+import {
+  type PrefixCacheEvent,
+  type SequenceSpec,
+  TimingModel,
+  type TokenEvent,
+} from "./timing-model.js";
 import { blockHashes } from "./tokenizer.js";
 
 /** Drives the model like the engine loop does, on a manual clock starting at `nowMs`. */
@@ -93,13 +98,14 @@ describe("TimingModel", () => {
     expect(model.snapshot().cachedFreeBlocks).toBe(8);
     model.submit(seq("c", c, 1), t);
     t = runUntilIdle(model, t).endMs;
-    // c needed 5 blocks with 2 free: the 3 least recently used (a's first three) went.
+    // c needed 5 blocks with 2 free: the 3 least recently used went. Blocks are freed tail
+    // first, as vLLM does, so those were a's last three and its first block stays.
     const [a0, a1, a2, a3] = blockHashes(a, 16);
     expect([a0, a1, a2, a3].map((h) => model.hasCachedBlock(h!))).toEqual([
-      false,
-      false,
-      false,
       true,
+      false,
+      false,
+      false,
     ]);
     expect(blockHashes(b, 16).every((h) => model.hasCachedBlock(h))).toBe(true);
   });
@@ -159,5 +165,59 @@ describe("TimingModel", () => {
     expect(() =>
       model.submit({ id: "big", promptTokens: 60, blockHashes: [], outputTokens: 10 }, 0),
     ).toThrow("cannot fit a KV cache of 64 tokens");
+  });
+});
+
+describe("TimingModel prefix-cache events", () => {
+  const compact = (events: PrefixCacheEvent[]) =>
+    events.map((e) =>
+      e.type === "stored"
+        ? `stored ${e.seq.id} ${e.from}..${e.to}`
+        : e.type === "removed"
+          ? `removed ${e.hashes.length}`
+          : "cleared",
+    );
+
+  it("reports blocks entering the cache once, in runs, and reports cached tokens per request", () => {
+    const events: PrefixCacheEvent[] = [];
+    const model = new TimingModel({}, { onCacheEvent: (e) => events.push(e) });
+    const shared = "s".repeat(128); // 2 blocks of 16 tokens
+    model.submit(seq("a", `${shared}${"a".repeat(130)}`, 2), 0); // 4 full blocks
+    const first = runUntilIdle(model);
+    model.submit(seq("b", `${shared}${"b".repeat(70)}`, 2), first.endMs); // 3 full blocks
+    const second = runUntilIdle(model, first.endMs);
+    expect(compact(events)).toEqual(["stored a 0..4", "stored b 2..3"]);
+    const cached = (r: typeof first, id: string) =>
+      r.events.find((e) => e.id === id && e.tokenIndex === 0)?.cachedTokens;
+    expect(cached(first, "a")).toBe(0);
+    expect(cached(second, "b")).toBe(32);
+    expect(
+      second.events.filter((e) => e.tokenIndex > 0).every((e) => e.cachedTokens === undefined),
+    ).toBe(true);
+  });
+
+  it("reports evictions, and a reset as cleared (refused while blocks are in use)", () => {
+    const events: PrefixCacheEvent[] = [];
+    // 6 blocks in all: the second prompt (4 blocks + output) must evict the first's.
+    const model = new TimingModel(
+      { kvCacheTokens: 96, maxBatchedTokens: 256, maxRunningSeqs: 4 },
+      { onCacheEvent: (e) => events.push(e) },
+    );
+    model.submit(seq("a", "a".repeat(256), 1), 0);
+    const { endMs } = runUntilIdle(model);
+    model.submit(seq("b", "b".repeat(256), 3), endMs);
+    model.step(endMs);
+    expect(model.resetPrefixCache()).toBe(false); // b runs and references its blocks
+    runUntilIdle(model, endMs);
+    expect(model.resetPrefixCache()).toBe(true);
+    // b's 4 blocks evict 2 of a's at admission, its first output token a third.
+    expect(compact(events)).toEqual([
+      "stored a 0..4",
+      "removed 2",
+      "stored b 0..4",
+      "removed 1",
+      "cleared",
+    ]);
+    expect(model.cachedBlockHashes()).toEqual([]);
   });
 });

@@ -111,6 +111,34 @@ export interface SequenceSpec {
   readonly blockHashes: readonly string[];
   /** Tokens this request will generate before finishing (≥ 1). */
   readonly outputTokens: number;
+  /**
+   * The prompt's token ids, passed through to {@link PrefixCacheEvent}s (KV events carry
+   * them); the model itself never reads them.
+   */
+  readonly tokenIds?: ArrayLike<number>;
+}
+
+/**
+ * A change of the prefix cache, as an engine's KV events report it:
+ * - `stored`: blocks `[from, to)` of `seq.blockHashes` entered the cache (block `from - 1`,
+ *   if any, is their parent and is cached);
+ * - `removed`: blocks evicted;
+ * - `cleared`: the whole cache dropped ({@link TimingModel.resetPrefixCache}).
+ */
+export type PrefixCacheEvent =
+  | {
+      readonly type: "stored";
+      readonly seq: SequenceSpec;
+      readonly from: number;
+      readonly to: number;
+    }
+  | { readonly type: "removed"; readonly hashes: readonly string[] }
+  | { readonly type: "cleared" };
+
+/** Observers of a {@link TimingModel}. */
+export interface TimingModelHooks {
+  /** Called synchronously for every prefix-cache change, in order. */
+  readonly onCacheEvent?: (event: PrefixCacheEvent) => void;
 }
 
 /** A token produced by a step, delivered at the step's `endMs`. */
@@ -124,6 +152,11 @@ export interface TokenEvent {
   readonly ttftMs?: number;
   /** Set on later tokens: time since the previous token, ms (model time). */
   readonly itlMs?: number;
+  /**
+   * Set on the first token: prompt tokens found in the prefix cache when the sequence was
+   * first admitted (vLLM's `num_cached_tokens`, reported as `cached_tokens`).
+   */
+  readonly cachedTokens?: number;
 }
 
 /** What one engine step does; the caller waits `durationMs` and then delivers `events`. */
@@ -167,6 +200,8 @@ interface Seq {
   /** Blocks owned only by this sequence (partial prompt block + output). */
   privateBlocks: number;
   lastTokenMs: number;
+  /** Prefix-cache hit tokens at the first admission; undefined before it. */
+  cachedTokens: number | undefined;
   /** In the running set (false while waiting, after preemption and once finished). */
   running: boolean;
 }
@@ -199,9 +234,11 @@ export class TimingModel {
   #generationTokens = 0;
   #preemptions = 0;
   #steps = 0;
+  readonly #onCacheEvent: ((event: PrefixCacheEvent) => void) | undefined;
 
-  constructor(options: TimingModelOptions = {}) {
+  constructor(options: TimingModelOptions = {}, hooks: TimingModelHooks = {}) {
     this.options = resolveTimingModelOptions(options);
+    this.#onCacheEvent = hooks.onCacheEvent;
     this.totalBlocks = Math.floor(this.options.kvCacheTokens / this.options.blockSizeTokens);
   }
 
@@ -223,6 +260,7 @@ export class TimingModel {
       shared: [],
       privateBlocks: 0,
       lastTokenMs: nowMs,
+      cachedTokens: undefined,
       running: false,
     });
   }
@@ -310,7 +348,9 @@ export class TimingModel {
       this.#generationTokens += 1;
       const finished = seq.generated >= seq.spec.outputTokens;
       const timing =
-        tokenIndex === 0 ? { ttftMs: endMs - seq.arrivalMs } : { itlMs: endMs - seq.lastTokenMs };
+        tokenIndex === 0
+          ? { ttftMs: endMs - seq.arrivalMs, cachedTokens: seq.cachedTokens ?? 0 }
+          : { itlMs: endMs - seq.lastTokenMs };
       seq.lastTokenMs = endMs;
       events.push({ id: seq.spec.id, tokenIndex, finished, ...timing });
       if (finished) {
@@ -358,6 +398,22 @@ export class TimingModel {
     return this.#cache.has(hash);
   }
 
+  /** The hashes of every cached block, least recently used first (for tests and debugging). */
+  cachedBlockHashes(): string[] {
+    return [...this.#cache.keys()];
+  }
+
+  /**
+   * Drops the whole prefix cache, as vLLM's `reset_prefix_cache` does; like it, refuses
+   * (returns false, nothing changed) while running sequences reference cached blocks.
+   */
+  resetPrefixCache(): boolean {
+    if (this.#referencedCacheBlocks > 0) return false;
+    this.#cache.clear();
+    this.#onCacheEvent?.({ type: "cleared" });
+    return true;
+  }
+
   #freeBlocks(): number {
     return this.totalBlocks - this.#privateBlocks - this.#cache.size;
   }
@@ -365,11 +421,14 @@ export class TimingModel {
   /** Evicts unreferenced cached blocks, oldest first, until `n` blocks are free. */
   #reserve(n: number): boolean {
     if (this.#freeBlocks() >= n) return true;
+    const evicted: string[] = [];
     for (const [hash, entry] of this.#cache) {
       if (entry.refs > 0) continue;
       this.#cache.delete(hash);
-      if (this.#freeBlocks() >= n) return true;
+      evicted.push(hash);
+      if (this.#freeBlocks() >= n) break;
     }
+    if (evicted.length > 0) this.#onCacheEvent?.({ type: "removed", hashes: evicted });
     return this.#freeBlocks() >= n;
   }
 
@@ -419,13 +478,26 @@ export class TimingModel {
       for (const h of present) this.#unref(h);
       return false;
     }
-    for (const h of hashes) if (!present.includes(h)) this.#ref(h);
+    // New blocks enter the cache in runs; each run's parent (if any) is cached already.
+    const cached = new Set(present);
+    let run = -1;
+    for (let i = 0; i <= hashes.length; i += 1) {
+      const fresh = i < hashes.length && !cached.has(hashes[i]!);
+      if (fresh) {
+        this.#ref(hashes[i]!);
+        if (run < 0) run = i;
+      } else if (run >= 0) {
+        this.#onCacheEvent?.({ type: "stored", seq: seq.spec, from: run, to: i });
+        run = -1;
+      }
+    }
     seq.shared = [...hashes];
     seq.privateBlocks = privateBlocks;
     this.#privateBlocks += privateBlocks;
     const hitTokens = hitBlocks * bs;
     this.#prefixQueryTokens += seq.spec.promptTokens;
     this.#prefixHitTokens += hitTokens;
+    seq.cachedTokens ??= hitTokens;
     seq.prefillRemaining = tokens - hitTokens;
     return true;
   }
@@ -456,7 +528,10 @@ export class TimingModel {
   }
 
   #release(seq: Seq): void {
-    for (const h of seq.shared) this.#unref(h);
+    // Tail first, as vLLM's block pool frees a request's blocks (`reversed(blocks)`): the
+    // prompt's first blocks become the most recently used, so a shared prefix outlives the
+    // turns after it (and an eviction never leaves a later block without its parent).
+    for (let i = seq.shared.length - 1; i >= 0; i--) this.#unref(seq.shared[i] as string);
     seq.shared = [];
     this.#privateBlocks -= seq.privateBlocks;
     seq.privateBlocks = 0;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { blockHashes, countTokens, createPrng } from "./tokenizer.js";
+import { blockHashes, countTokens, createPrng, simTokenIds } from "./tokenizer.js";
 
 describe("token approximation", () => {
   it.each([
@@ -30,5 +30,24 @@ describe("token approximation", () => {
     };
     expect(draw(42)).toEqual(draw(42));
     expect(draw(42)).not.toEqual(draw(43));
+  });
+});
+
+describe("simTokenIds", () => {
+  it("gives one id per 4-character piece: FNV-1a 32-bit of the piece, mod 2^31", () => {
+    // FNV-1a("abcd") = 0xce3479bd; mod 2^31 drops the top bit.
+    expect([...simTokenIds("abcd")]).toEqual([0xce3479bd % 0x80000000]);
+    expect(simTokenIds("")).toHaveLength(0);
+    const ids = simTokenIds("abcdabcdab");
+    expect(ids).toHaveLength(countTokens("abcdabcdab"));
+    expect(ids[0]).toBe(ids[1]); // equal pieces, equal ids
+    expect(ids[2]).not.toBe(ids[0]); // the short last piece "ab"
+  });
+
+  it("is prefix-stable and stays below 2^31", () => {
+    const text = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(40);
+    const all = simTokenIds(text);
+    expect([...simTokenIds(text.slice(0, 400))]).toEqual([...all.subarray(0, 100)]);
+    expect(all.every((id) => id < 2 ** 31)).toBe(true);
   });
 });

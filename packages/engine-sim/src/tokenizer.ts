@@ -12,6 +12,27 @@ export function countTokens(text: string): number {
 }
 
 /**
+ * The simulated token ids of `text`: one per 4-character piece (the last piece may be
+ * shorter), each the FNV-1a 32-bit hash of the piece's UTF-16 code units, modulo 2^31 (ids
+ * stay non-negative int32, as real vocabularies' are). Deterministic and prefix-stable like
+ * {@link countTokens}: `simTokenIds(text).length === countTokens(text)`, and equal pieces get
+ * equal ids. A router tokenizes requests for the sim's model family with this (plus
+ * {@link simChatPrompt} for chat), and the sim's KV events carry these ids.
+ */
+export function simTokenIds(text: string): Uint32Array {
+  const ids = new Uint32Array(countTokens(text));
+  for (let t = 0; t < ids.length; t += 1) {
+    let h = 0x811c9dc5;
+    const end = Math.min(text.length, (t + 1) * CHARS_PER_TOKEN);
+    for (let i = t * CHARS_PER_TOKEN; i < end; i += 1) {
+      h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+    }
+    ids[t] = (h >>> 0) % 0x80000000;
+  }
+  return ids;
+}
+
+/**
  * Chained hashes of the prompt's full KV blocks of `blockSizeTokens` tokens, like vLLM's
  * prefix-cache block hashes: block i's hash covers blocks 0..i, so equal hashes mean equal
  * prefixes. A trailing partial block gets no hash (it is never shared).

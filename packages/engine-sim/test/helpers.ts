@@ -29,11 +29,15 @@ export interface SimProcess {
 
 /** Spawns the engine-sim bin through tsx with `args` (and `env` on top of ours); kill it in `afterEach`. */
 export function spawnSim(args: readonly string[], env: Record<string, string> = {}): SimProcess {
-  const child = spawn(process.execPath, ["--import", "tsx", BIN, ...args], {
-    cwd: REPO,
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    process.execPath,
+    ["--conditions=@llmgw/source", "--import", "tsx", BIN, ...args],
+    {
+      cwd: REPO,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   let out = "";
   const waiters = new Set<() => void>();
   const onData = (d: Buffer): void => {

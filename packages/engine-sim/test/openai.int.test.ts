@@ -42,7 +42,12 @@ describe("the simulated engine through the official openai client", () => {
     expect(r.choices[0]?.finish_reason).toBe("length");
     expect(r.choices[0]?.message.role).toBe("assistant");
     // "<|user|>\nSay something.\n<|assistant|>\n" is 38 characters: 10 tokens at 4 chars/token.
-    expect(r.usage).toEqual({ prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 });
+    expect(r.usage).toEqual({
+      prompt_tokens: 10,
+      completion_tokens: 5,
+      total_tokens: 15,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 
   it("finishes with stop before a generous max_tokens and is deterministic for a seed", async () => {

@@ -324,6 +324,45 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
     ]);
   });
 
+  it.each(["vllm", "sglang", "sim"] as const)(
+    "%s: kvEvents publishes on the agent's endpoint, on the serving rank only",
+    (engine) => {
+      const endpoint = "ipc:///var/lib/llmgw/kv/r1.ipc";
+      const spec = { engine, kvEvents: true };
+      const serving = buildLaunchSpec({
+        ...input(spec, { gpuIndices: [0] }),
+        kvEventsEndpoint: endpoint,
+      });
+      const at = serving.argv.indexOf("--kv-events-config");
+      expect(JSON.parse(serving.argv[at + 1] as string)).toEqual({
+        enable_kv_cache_events: true,
+        publisher: "zmq",
+        endpoint,
+        topic: "",
+      });
+      expect(serving.kvEventsEndpoint).toBe(endpoint);
+      // Without kvEvents, no flag even with an endpoint; without an endpoint, a clear refusal.
+      const plain = buildLaunchSpec({
+        ...input({ engine }, { gpuIndices: [0] }),
+        kvEventsEndpoint: endpoint,
+      });
+      expect(plain.argv).not.toContain("--kv-events-config");
+      expect(plain.kvEventsEndpoint).toBeUndefined();
+      expect(() => buildLaunchSpec(input(spec, { gpuIndices: [0] }))).toThrow(
+        /kvEvents needs the agent's event endpoint/,
+      );
+      // A deployment may not choose where events go.
+      expect(() =>
+        parseDeploymentSpecOrThrow({
+          name: "x",
+          model: MODEL,
+          engine,
+          extraArgs: ["--kv-events-config", "{}"],
+        }),
+      ).toThrow(/--kv-events-config/);
+    },
+  );
+
   it("trust-remote-code only when asked", () => {
     expect(buildLaunchSpec(input({ engine: "vllm" }, { gpuIndices: [0] })).argv).not.toContain(
       "--trust-remote-code",

@@ -193,6 +193,9 @@ export function finishLaunchSpec(
     ...(apiKeyEnv === undefined ? {} : { apiKeyEnv }),
     ...(config.cwd === undefined ? {} : { cwd: config.cwd }),
     ...(options.serving ? { apiPort: input.ports.api } : {}),
+    ...(kvEventsEndpointOf(input, options.serving) === undefined
+      ? {}
+      : { kvEventsEndpoint: input.kvEventsEndpoint }),
     readiness: options.serving
       ? {
           healthPath: "/health",
@@ -205,6 +208,31 @@ export function finishLaunchSpec(
     stopGraceMs: config.stopGraceMs[engine],
     reasons,
   };
+}
+
+/** The KV-events endpoint of a serving rank of a `kvEvents` deployment; else undefined. */
+function kvEventsEndpointOf(input: BuildLaunchSpecInput, serving: boolean): string | undefined {
+  return serving && input.deployment.kvEvents ? input.kvEventsEndpoint : undefined;
+}
+
+/**
+ * `--kv-events-config` for a serving rank of a `kvEvents` deployment (vLLM's `KVEventsConfig`
+ * JSON; SGLang and the simulator take the same), publishing on the agent's endpoint; nothing
+ * otherwise. A `kvEvents` deployment launched without an endpoint is a bug of the caller.
+ */
+export function kvEventsArgs(input: BuildLaunchSpecInput, serving: boolean): string[] {
+  if (!serving || !input.deployment.kvEvents) return [];
+  const endpoint = input.kvEventsEndpoint;
+  if (endpoint === undefined || !/^(ipc|tcp):\/\/\S{1,200}$/.test(endpoint)) {
+    throw new EnginesError(
+      "LLMGW_ENGINES_INVALID_LAUNCH",
+      `kvEvents needs the agent's event endpoint (ipc:// or tcp://), got ${JSON.stringify(endpoint)}`,
+    );
+  }
+  return [
+    "--kv-events-config",
+    JSON.stringify({ enable_kv_cache_events: true, publisher: "zmq", endpoint, topic: "" }),
+  ];
 }
 
 /** `[flag, value]` when value is set, else nothing. */

@@ -57,7 +57,17 @@ describe("parseDeploymentSpec", () => {
       allowPreemption: false,
       revision: 0,
       trustRemoteCode: false,
+      kvEvents: false,
     });
+  });
+
+  it("refuses kvEvents for an engine that publishes none", () => {
+    expect(() =>
+      parseDeploymentSpecOrThrow({ ...base, engine: "llamacpp", kvEvents: true }),
+    ).toThrow(
+      /kvEvents needs an engine that publishes KV-cache events \(vllm, sglang, sim\); llamacpp does not/,
+    );
+    expect(parseDeploymentSpecOrThrow({ ...base, kvEvents: true }).kvEvents).toBe(true);
   });
 
   it("takes protobuf-JSON uint64 strings and an empty gpuClass as unset", () => {

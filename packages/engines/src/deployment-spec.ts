@@ -23,6 +23,9 @@ export type EngineName = (typeof ENGINES)[number];
 
 /** How the router picks a replica: prefix affinity bounded by load (default), or plain policies. */
 export const ROUTING_POLICIES = ["llmgw", "round-robin", "least-loaded"] as const;
+
+/** Engines that publish KV-cache events in vLLM's format (`kvEvents`). */
+export const KV_EVENT_ENGINES: ReadonlySet<EngineName> = new Set(["vllm", "sglang", "sim"]);
 /** A routing policy name; see {@link ROUTING_POLICIES}. */
 export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
 
@@ -91,6 +94,8 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--profiler-config",
     "--tool-server",
     "--otlp-traces-endpoint",
+    // Where the engine publishes its KV-cache events: the agent's to choose (kvEvents).
+    "--kv-events-config",
   ],
   sglang: [
     "--model-path",
@@ -158,6 +163,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--modelopt-export-path",
     "--tool-server",
     "--otlp-traces-endpoint",
+    "--kv-events-config",
   ],
   // Whole alias groups from the pinned llama-server's --help (see llamacpp-flags.ts).
   llamacpp: LLAMACPP_OWNED_LONG,
@@ -170,6 +176,7 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--nnodes",
     "--node-rank",
     "--dist-init-addr",
+    "--kv-events-config",
   ],
 };
 
@@ -381,6 +388,11 @@ const objectSchema = z.strictObject({
   maxUnavailable: count(0, 100_000).optional(),
   /** How long a leaving replica may finish its in-flight requests; absent: 300 s. */
   drainTimeoutSeconds: count(1, 24 * 3600).optional(),
+  /**
+   * The engine publishes its KV-cache events (vLLM, SGLang, sim: `--kv-events-config`) to its
+   * agent, which serves each replica's blocks to routers for precise prefix routing.
+   */
+  kvEvents: z.boolean().default(false),
 });
 
 /**
@@ -454,6 +466,13 @@ export const deploymentSpecSchema = objectSchema
         path: ["maxSurge"],
         message:
           "maxSurge and maxUnavailable are both 0: a rolling update could neither add a replica nor take one away",
+      });
+    }
+    if (spec.kvEvents === true && !KV_EVENT_ENGINES.has(spec.engine)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["kvEvents"],
+        message: `kvEvents needs an engine that publishes KV-cache events (vllm, sglang, sim); ${spec.engine} does not`,
       });
     }
     if (spec.gpusPerReplica !== undefined && spec.engine !== "llamacpp") {

@@ -111,6 +111,8 @@ export interface LaunchSpec {
   readonly cwd?: string;
   /** API port on rank 0; undefined on ranks that serve no API. */
   readonly apiPort?: number;
+  /** The endpoint the engine publishes its KV-cache events on (see `kvEventsEndpoint`). */
+  readonly kvEventsEndpoint?: string;
   /** Undefined for ranks with nothing to probe (vLLM headless, SGLang/sim workers). */
   readonly readiness: LaunchReadiness | undefined;
   readonly metricsPath: string;
@@ -128,6 +130,12 @@ export interface BuildLaunchSpecInput {
   readonly ports: LaunchPorts;
   readonly node: LaunchNode;
   readonly nodeConfig?: NodeEngineConfig;
+  /**
+   * Where a `kvEvents` deployment's serving rank publishes its KV-cache events: a local
+   * endpoint the agent picked, e.g. `ipc:///var/lib/llmgw/kv/r1.ipc` (ipc binds, as vLLM does
+   * for `ipc://`, and never leaves the node: events carry the prompts' token ids).
+   */
+  readonly kvEventsEndpoint?: string;
 }
 
 /** One engine's rules for turning a deployment into a process. */

@@ -1,4 +1,4 @@
-import { checkLaunch, distInitArgs, finishLaunchSpec, opt } from "./common.js";
+import { checkLaunch, distInitArgs, finishLaunchSpec, kvEventsArgs, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -38,6 +38,7 @@ export const sglangAdapter: EngineAdapter = {
       ...(d.trustRemoteCode ? ["--trust-remote-code"] : []),
       "--enable-metrics",
       ...distInitArgs(input, checked),
+      ...kvEventsArgs(input, serving),
       ...d.extraArgs,
     ];
     return finishLaunchSpec("sglang", input, checked, argv, {

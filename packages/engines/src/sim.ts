@@ -1,4 +1,4 @@
-import { checkLaunch, distInitArgs, finishLaunchSpec, opt } from "./common.js";
+import { checkLaunch, distInitArgs, finishLaunchSpec, kvEventsArgs, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -26,6 +26,7 @@ export const simAdapter: EngineAdapter = {
       String(ports.api),
       ...opt("--max-model-len", d.maxModelLen),
       ...distInitArgs(input, checked),
+      ...kvEventsArgs(input, serving),
       ...d.extraArgs,
     ];
     return finishLaunchSpec("sim", input, checked, argv, {

@@ -1,4 +1,4 @@
-import { checkLaunch, finishLaunchSpec, opt } from "./common.js";
+import { checkLaunch, finishLaunchSpec, kvEventsArgs, opt } from "./common.js";
 import type { EngineAdapter } from "./launch-spec.js";
 
 /**
@@ -43,6 +43,7 @@ export const vllmAdapter: EngineAdapter = {
             String(checked.rendezvous.port),
             ...(serving ? [] : ["--headless"]),
           ]),
+      ...kvEventsArgs(input, serving),
       ...d.extraArgs,
     ];
     return finishLaunchSpec("vllm", input, checked, argv, {

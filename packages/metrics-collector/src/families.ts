@@ -340,6 +340,21 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
     ["model", "replica", "kind"],
   ),
   c(
+    "llmgw_router_cached_prompt_tokens_total",
+    "Prompt tokens the engine reported serving from its prefix cache (usage.prompt_tokens_details.cached_tokens).",
+    ["model"],
+  ),
+  c(
+    "llmgw_router_prefix_predictions_total",
+    "Requests whose engine reported its cached tokens, by where the router's prefix knowledge came from (precise: the engines' KV events; approximate: its own model) and how it fared (hit|miss: it agreed; false_hit: it expected a cached prefix the engine lacked; missed_hit: the engine had one it did not expect).",
+    ["model", "source", "outcome"],
+  ),
+  c(
+    "llmgw_router_affinity_hints_total",
+    "Requests routed by an affinity hint, by its source (prompt_cache_key|header|safety_identifier|user).",
+    ["model", "source"],
+  ),
+  c(
     "llmgw_router_retries_total",
     "Requests retried on the next-best replica after a connect failure before any byte.",
     ["model"],
@@ -379,7 +394,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_router_routing_fallbacks_total",
-    "Requests scored without part of the signals, by reason (missing_load_signals|stale_load_signals); the router falls back to least-loaded, never silently.",
+    "Requests scored without part of the signals, by reason (missing_load_signals|stale_load_signals: load; kv_events_not_synced|unsupported_request|tokenizer_failed: a precise-mode deployment routed on the approximate prefix index), never silently.",
     ["model", "reason"],
   ),
   c(

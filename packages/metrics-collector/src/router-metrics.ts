@@ -54,6 +54,9 @@ export interface RouterMetrics {
   readonly admissionRejections: HotCounter<"model" | "reason">;
   readonly upstreamErrors: HotCounter<"model" | "replica" | "kind">;
   readonly retries: HotCounter<"model">;
+  readonly cachedPromptTokens: HotCounter<"model">;
+  readonly prefixPredictions: HotCounter<"model" | "source" | "outcome">;
+  readonly affinityHints: HotCounter<"model" | "source">;
   readonly circuitState: HotGauge<"model" | "replica" | "state">;
   readonly circuitTransitions: HotCounter<"model" | "replica" | "to">;
   readonly routingDecision: HotHistogram<"model" | "path">;
@@ -169,6 +172,11 @@ export function createRouterMetrics(
     admissionRejections: counter<"model" | "reason">("llmgw_router_admission_rejections_total"),
     upstreamErrors: counter<"model" | "replica" | "kind">("llmgw_router_upstream_errors_total"),
     retries: counter<"model">("llmgw_router_retries_total"),
+    cachedPromptTokens: counter<"model">("llmgw_router_cached_prompt_tokens_total"),
+    prefixPredictions: counter<"model" | "source" | "outcome">(
+      "llmgw_router_prefix_predictions_total",
+    ),
+    affinityHints: counter<"model" | "source">("llmgw_router_affinity_hints_total"),
     circuitState: gauge<"model" | "replica" | "state">("llmgw_router_circuit_state"),
     circuitTransitions: counter<"model" | "replica" | "to">(
       "llmgw_router_circuit_transitions_total",

@@ -3,4 +3,5 @@ export * from "./gen/llmgw/v1/agent_pb.js";
 export * from "./gen/llmgw/v1/cluster_pb.js";
 export * from "./gen/llmgw/v1/deployment_pb.js";
 export * from "./gen/llmgw/v1/inventory_pb.js";
+export * from "./gen/llmgw/v1/kv_pb.js";
 export * from "./gen/llmgw/v1/router_pb.js";

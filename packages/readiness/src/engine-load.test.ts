@@ -17,6 +17,25 @@ vllm:prefix_cache_queries_created{engine="0",${m}} 1.7592e+09`,
       load: { running: 0, waiting: 2, kvCacheUsage: 0, prefixCacheHitRate: 61216 / 123362 },
     },
     {
+      name: "vLLM KV capacity from cache_config_info (num_gpu_blocks × block_size, max over engines)",
+      text: `vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="27264",${m}} 1.0
+vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="27000",${m}} 1.0
+vllm:kv_cache_usage_perc{engine="0",${m}} 0.1`,
+      load: { kvCacheUsage: 0.1, kvCacheTokens: 27264 * 16 },
+    },
+    {
+      name: "vLLM cache_config_info before profiling (num_gpu_blocks None): capacity unreported",
+      text: `vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="None",${m}} 1.0
+vllm:num_requests_running{engine="0",${m}} 1.0`,
+      load: { running: 1 },
+    },
+    {
+      name: "SGLang KV capacity from max_total_num_tokens",
+      text: `sglang:token_usage{model_name="m"} 0.5
+sglang:max_total_num_tokens{model_name="m"} 812345.0`,
+      load: { kvCacheUsage: 0.5, kvCacheTokens: 812345 },
+    },
+    {
       name: "vLLM renamed (deprecated) names: gpu_cache_usage_perc, gpu_prefix_cache_*_total",
       text: `vllm:num_requests_running{${m}} 3.0
 vllm:gpu_cache_usage_perc{${m}} 0.25

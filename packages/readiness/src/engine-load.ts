@@ -16,6 +16,8 @@ export interface EngineLoad {
   readonly kvCacheUsage?: number;
   /** Prefix-cache hit rate, 0–1. */
   readonly prefixCacheHitRate?: number;
+  /** KV-cache capacity in tokens (what a router may assume the prefix cache can hold). */
+  readonly kvCacheTokens?: number;
 }
 
 const PREFIX: Record<EngineKind, string> = {
@@ -97,6 +99,7 @@ export function extractEngineLoad(
         waiting: max("vllm:num_requests_waiting"),
         kvCacheUsage: max("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         prefixCacheHitRate: rate,
+        kvCacheTokens: vllmKvCacheTokens(samples),
       };
       break;
     }
@@ -106,6 +109,7 @@ export function extractEngineLoad(
         waiting: max("sglang:num_queue_reqs"),
         kvCacheUsage: max("sglang:token_usage"),
         prefixCacheHitRate: max("sglang:cache_hit_rate"),
+        kvCacheTokens: max("sglang:max_total_num_tokens"),
       };
       break;
     case "llamacpp":
@@ -129,7 +133,27 @@ const LOAD_FIELD_MAX: Readonly<Record<string, number>> = {
   waiting: 1_000_000,
   kvCacheUsage: 1,
   prefixCacheHitRate: 1,
+  kvCacheTokens: 2 ** 40,
 };
+
+/**
+ * vLLM's KV capacity in tokens: `vllm:cache_config_info` is an info gauge whose labels are the
+ * engine's `CacheConfig` fields as strings, `num_gpu_blocks` × `block_size` of them (the
+ * largest over series: one per engine of a data-parallel group). Absent when either label is
+ * missing or not a positive integer (`None` before the engine profiled its memory).
+ */
+function vllmKvCacheTokens(samples: readonly PrometheusSample[]): number | undefined {
+  let best: number | undefined;
+  for (const s of samples) {
+    if (s.name !== "vllm:cache_config_info") continue;
+    const blocks = Number(s.labels.num_gpu_blocks);
+    const size = Number(s.labels.block_size);
+    if (!Number.isSafeInteger(blocks) || !Number.isSafeInteger(size) || blocks <= 0 || size <= 0)
+      continue;
+    best = Math.max(best ?? 0, blocks * size);
+  }
+  return best;
+}
 
 /**
  * Engine output is outside input: a reading that is not a finite number within its range (a

@@ -12,6 +12,7 @@ import { type BlockHashOptions, hashPromptPieces, hashScannedPrompt } from "./bl
 import {
   extractRequestFeaturesAndPieces,
   type FeatureErrorReason,
+  type RequestHint,
   reservedTokens,
 } from "./features.js";
 import { scanRequestBody } from "./json-scan.js";
@@ -32,6 +33,8 @@ export type BodyAnalysis =
        */
       readonly estimatedTokens: number;
       readonly chain: Float64Array;
+      /** The body's affinity hint (`RequestFeatures.hint`), when it gives one. */
+      readonly hint?: RequestHint;
     }
   | {
       readonly ok: false;
@@ -63,9 +66,14 @@ export function analyzeRequestBody(
 export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
-  const { model, stream, maxTokens, choices, estimatedTokens } = result.features;
+  const { model, stream, maxTokens, choices, estimatedTokens, hint } = result.features;
   const chain = hashPromptPieces(pieces, options);
-  return outputLimits({ ok: true, model, stream, estimatedTokens, chain }, maxTokens, choices);
+  return outputLimits(
+    { ok: true, model, stream, estimatedTokens, chain },
+    maxTokens,
+    choices,
+    hint,
+  );
 }
 
 /** The byte scanner, then hash the prompt straight from `body`. */
@@ -73,21 +81,28 @@ export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = 
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
   const chain = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
-  const { model, stream, maxTokens, choices } = scan;
+  const { model, stream, maxTokens, choices, hint } = scan;
   const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
-  return outputLimits({ ok: true, model, stream, estimatedTokens, chain }, maxTokens, choices);
+  return outputLimits(
+    { ok: true, model, stream, estimatedTokens, chain },
+    maxTokens,
+    choices,
+    hint,
+  );
 }
 
-/** `a` with the optional output limits that are set (absent keys stay absent). */
+/** `a` with the optional output limits and hint that are set (absent keys stay absent). */
 function outputLimits<T extends object>(
   a: T,
   maxTokens: number | undefined,
   choices: number | undefined,
-): T & { readonly maxTokens?: number; readonly choices?: number } {
-  if (maxTokens === undefined && choices === undefined) return a;
+  hint: RequestHint | undefined,
+): T & { readonly maxTokens?: number; readonly choices?: number; readonly hint?: RequestHint } {
+  if (maxTokens === undefined && choices === undefined && hint === undefined) return a;
   return {
     ...a,
     ...(maxTokens === undefined ? {} : { maxTokens }),
     ...(choices === undefined ? {} : { choices }),
+    ...(hint === undefined ? {} : { hint }),
   };
 }

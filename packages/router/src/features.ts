@@ -35,7 +35,27 @@ export interface RequestFeatures {
    * known.
    */
   readonly estimatedTokens: number;
+  /**
+   * The request's own cache-affinity hint, when it gives one: `prompt_cache_key`, else
+   * `safety_identifier`, else `user` (see {@link HINT_FIELDS}); an empty string is none.
+   */
+  readonly hint?: RequestHint;
 }
+
+/** A body field that names what a request belongs with, strongest first. */
+export const HINT_FIELDS = ["prompt_cache_key", "safety_identifier", "user"] as const;
+
+/** Where a {@link RequestHint} came from: a body field, or the router's session header. */
+export type HintSource = (typeof HINT_FIELDS)[number] | "header";
+
+/** An affinity hint: requests with equal values belong on the same replica while it has room. */
+export interface RequestHint {
+  readonly source: HintSource;
+  readonly value: string;
+}
+
+/** Longest hint value used, in UTF-16 code units; a longer one is cut (it still groups alike). */
+export const MAX_HINT_LENGTH = 256;
 
 /** Why a body was refused. */
 export type FeatureErrorReason =
@@ -77,7 +97,41 @@ export const REFUSED = {
     message: "`stream` must be a boolean",
     param: "stream",
   },
+  ...hintRefusals(),
 } as const satisfies Record<string, FeatureResult>;
+
+function hintRefusals(): Record<
+  (typeof HINT_FIELDS)[number],
+  { ok: false; reason: "invalid_field"; message: string; param: string }
+> {
+  const out = {} as Record<
+    (typeof HINT_FIELDS)[number],
+    { ok: false; reason: "invalid_field"; message: string; param: string }
+  >;
+  for (const field of HINT_FIELDS) {
+    out[field] = {
+      ok: false,
+      reason: "invalid_field",
+      message: `\`${field}\` must be a string`,
+      param: field,
+    };
+  }
+  return out;
+}
+
+/** The hint of a body whose hint fields hold these values (strings, or absent/null). */
+export function hintOf(values: readonly (string | undefined)[]): RequestHint | undefined {
+  for (let i = 0; i < HINT_FIELDS.length; i++) {
+    const value = values[i];
+    if (value !== undefined && value.length > 0) {
+      return {
+        source: HINT_FIELDS[i] as HintSource,
+        value: value.length > MAX_HINT_LENGTH ? value.slice(0, MAX_HINT_LENGTH) : value,
+      };
+    }
+  }
+  return undefined;
+}
 
 /**
  * Completion tokens reserved for the `tpm` estimate when the request sets no output limit; the
@@ -177,6 +231,13 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
   if (stream !== undefined && stream !== null && typeof stream !== "boolean") {
     return REFUSED.stream;
   }
+  const hintValues: (string | undefined)[] = [];
+  for (const field of HINT_FIELDS) {
+    const v = obj[field];
+    if (v !== undefined && v !== null && typeof v !== "string") return REFUSED[field];
+    hintValues.push(v ?? undefined);
+  }
+  const hint = hintOf(hintValues);
   promptPiecesOf(obj, pieces);
   let promptText = "";
   let promptBytes = 0;
@@ -196,6 +257,7 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     ...(maxTokens === undefined ? {} : { maxTokens }),
     ...(choices === undefined ? {} : { choices }),
     estimatedTokens,
+    ...(hint === undefined ? {} : { hint }),
   };
   return { ok: true, features };
 }

@@ -35,7 +35,11 @@ export {
   extractRequestFeatures,
   type FeatureErrorReason,
   type FeatureResult,
+  HINT_FIELDS,
+  type HintSource,
+  MAX_HINT_LENGTH,
   type RequestFeatures,
+  type RequestHint,
 } from "./features.js";
 export { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 export {
@@ -50,6 +54,8 @@ export {
 export {
   type DecisionEvent,
   noopRouterMetrics,
+  type PreciseFallbackReason,
+  type PrefixPredictionOutcome,
   type RejectionReason,
   type RequestEvent,
   type RouterMetricsSink,
@@ -59,9 +65,18 @@ export {
   createReplicaPicker,
   type DispatchOutcome,
   type PickDecision,
+  type PickRequest,
   type ReplicaPicker,
   type ReplicaPickerOptions,
 } from "./picker.js";
+export {
+  type BlockFeedResult,
+  type BlockFeedUpdate,
+  createPreciseIndex,
+  MAX_PRECISE_KEYS,
+  type PreciseIndex,
+  type PreciseReplicaState,
+} from "./precise-index.js";
 export { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 export {
   chainAnchor,
@@ -85,6 +100,7 @@ export {
 } from "./request-analyzer.js";
 export {
   createStaticRouteTable,
+  type PromptTokenizerKind,
   type ReplicaLoad,
   type ReplicaRoute,
   type ReplicaRouteState,

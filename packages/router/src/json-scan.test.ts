@@ -24,6 +24,7 @@ type Outcome =
       choices?: number;
       estimatedTokens: number;
       chain?: Float64Array;
+      hint?: { source: string; value: string };
     };
 
 function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
@@ -40,6 +41,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     ...(a.choices === undefined ? {} : { choices: a.choices }),
     estimatedTokens: a.estimatedTokens,
     ...(withChain ? { chain: a.chain } : {}),
+    ...(a.hint === undefined ? {} : { hint: a.hint }),
   };
 }
 
@@ -206,6 +208,10 @@ const field = fc.oneof(
   fc.tuple(fc.constantFrom("max_tokens", "max_completion_tokens"), fc.oneof(num, lit, json)),
   fc.tuple(fc.constantFrom("n", "best_of"), fc.oneof(num, lit, json)),
   fc.tuple(
+    fc.constantFrom("prompt_cache_key", "safety_identifier", "user"),
+    fc.oneof({ weight: 4, arbitrary: str }, lit, json),
+  ),
+  fc.tuple(
     fc.constant("messages"),
     fc.oneof({ weight: 5, arbitrary: fc.array(message, { maxLength: 5 }).map(arr) }, json),
   ),
@@ -363,6 +369,43 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
       scanRequestBody(utf8('{"model":"m","messages":[{"role":"user","content":"x","n":4}]}')),
     ).not.toHaveProperty("choices");
   });
+
+  it("reads the affinity hint: prompt_cache_key, else safety_identifier, else user", () => {
+    expect(
+      scanRequestBody(utf8('{"user":"u1","model":"m","prompt_cache_key":"tenant-7"}')),
+    ).toMatchObject({ ok: true, hint: { source: "prompt_cache_key", value: "tenant-7" } });
+    expect(
+      scanRequestBody(utf8('{"model":"m","user":"u1","safety_identifier":"s\u00e9"}')),
+    ).toMatchObject({ ok: true, hint: { source: "safety_identifier", value: "sé" } });
+    // Empty and null are no hint; nested fields of the same name are not the request's.
+    expect(
+      scanRequestBody(
+        utf8(
+          '{"model":"m","prompt_cache_key":"","user":null,"messages":[{"role":"user","content":"x","user":"no"}]}',
+        ),
+      ),
+    ).not.toHaveProperty("hint");
+    // A long hint is cut to MAX_HINT_LENGTH, alike in both readers.
+    const long = utf8(`{"model":"m","user":"${"é".repeat(2000)}"}`);
+    expect(scanned(long)).toEqual(reference(long));
+    expect(analyzeByScanning(long)).toMatchObject({ hint: { value: "é".repeat(256) } });
+  });
+
+  it.each(["prompt_cache_key", "safety_identifier", "user"])(
+    "refuses a %s that is not a string, naming it",
+    (field) => {
+      for (const body of [`{"model":"m","${field}":7}`, `{"model":"m","${field}":{"a":1}}`]) {
+        const expected = {
+          ok: false,
+          reason: "invalid_field",
+          message: `\`${field}\` must be a string`,
+          param: field,
+        };
+        expect(analyzeByScanning(utf8(body))).toEqual(expected);
+        expect(analyzeByParsing(utf8(body))).toEqual(expected);
+      }
+    },
+  );
 
   it("says where the syntax broke", () => {
     expect(scanRequestBody(utf8('{"model":"m",}'))).toEqual({

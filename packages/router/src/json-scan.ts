@@ -20,8 +20,12 @@ import {
   choiceCount,
   completionTokenLimit,
   type FeatureErrorReason,
+  HINT_FIELDS,
+  hintOf,
+  MAX_HINT_LENGTH,
   MAX_MODEL_LENGTH,
   REFUSED,
+  type RequestHint,
 } from "./features.js";
 
 /** A JSON string value inside the body: the bytes between its quotes. */
@@ -52,6 +56,8 @@ export type ScanResult =
       readonly pieces: readonly PromptPiece[];
       /** Total UTF-8 bytes of the pieces. */
       readonly promptBytes: number;
+      /** `RequestFeatures.hint`. */
+      readonly hint?: RequestHint;
     }
   | {
       readonly ok: false;
@@ -90,8 +96,16 @@ const KEY = {
   role: bytesOf("role"),
   content: bytesOf("content"),
   text: bytesOf("text"),
+  prompt_cache_key: bytesOf("prompt_cache_key"),
+  safety_identifier: bytesOf("safety_identifier"),
+  user: bytesOf("user"),
 } as const;
 type KeyName = keyof typeof KEY;
+
+/** A hint field's index in {@link HINT_FIELDS}. */
+const HINT_INDEX: Readonly<Record<string, number | undefined>> = Object.fromEntries(
+  HINT_FIELDS.map((field, i) => [field, i]),
+);
 
 function bytesOf(s: string): Uint8Array {
   return new TextEncoder().encode(s);
@@ -561,6 +575,8 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   let messages: PromptPiece[] | undefined;
   let prompt: InputValue = { kind: Kind.Absent };
   let input: InputValue = { kind: Kind.Absent };
+  /** The hint fields' values, in {@link HINT_FIELDS} order (a span, or its kind when not a string). */
+  const hints: (StringSpan | Kind)[] = [Kind.Absent, Kind.Absent, Kind.Absent];
   try {
     // TextDecoder (what the reference decodes with) drops a leading BOM.
     let p = n >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
@@ -601,6 +617,9 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
             choicesN = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           } else if (key === "best_of") {
             bestOf = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
+          } else {
+            const h = key === undefined ? undefined : HINT_INDEX[key];
+            if (h !== undefined) hints[h] = kind === Kind.String ? s.span(v, after) : kind;
           }
           return after;
         }
@@ -632,6 +651,20 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   ) {
     return REFUSED.stream;
   }
+  const hintValues: (string | undefined)[] = [];
+  for (let i = 0; i < hints.length; i++) {
+    const h = hints[i] as StringSpan | Kind;
+    if (typeof h === "object") {
+      // At most 6 raw bytes per UTF-16 unit: a longer span is cut before decoding.
+      const span =
+        h.end - h.start > 6 * MAX_HINT_LENGTH && !h.escaped
+          ? { ...h, end: h.start + 6 * MAX_HINT_LENGTH }
+          : h;
+      hintValues.push(s.text(span));
+    } else if (h === Kind.Absent || h === Kind.Null) hintValues.push(undefined);
+    else return REFUSED[HINT_FIELDS[i] as (typeof HINT_FIELDS)[number]];
+  }
+  const hint = hintOf(hintValues);
   const pieces: PromptPiece[] =
     messages ??
     inputPieces(prompt.kind === Kind.Absent || prompt.kind === Kind.Null ? input : prompt);
@@ -645,6 +678,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     stream: streamKind === Kind.True,
     pieces,
     promptBytes,
+    ...(hint === undefined ? {} : { hint }),
   };
   const limit = completionTokenLimit(maxTokens, maxCompletion);
   const choices = choiceCount(choicesN, bestOf);

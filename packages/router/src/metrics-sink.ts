@@ -3,6 +3,7 @@
  * Prometheus families (`llmgw_router_*`); this package never touches a registry.
  */
 import type { AdmissionRejection } from "./admission.js";
+import type { HintSource } from "./features.js";
 import type { KeyLimitReason } from "./key-limiter.js";
 import type { CircuitState } from "./replica-health.js";
 import type { RoutingPolicy } from "./route-table.js";
@@ -30,6 +31,9 @@ export type UpstreamErrorKind =
   /** The engine answered 401 to the router's engine key (it restarted with a new one). */
   | "key_refused";
 
+/** {@link RouterMetricsSink.prefixPrediction}'s outcomes. */
+export type PrefixPredictionOutcome = "hit" | "miss" | "false_hit" | "missed_hit";
+
 /** One routing decision. */
 export interface DecisionEvent {
   readonly model: string;
@@ -46,7 +50,15 @@ export interface DecisionEvent {
   readonly missingLoadSignals: boolean;
   /** Where the body was analysed. */
   readonly mode: "inline" | "pool";
+  /** Why a deployment with KV-event feeds was routed on the approximate index, if it was. */
+  readonly preciseFallback?: PreciseFallbackReason;
 }
+
+/** Why precise mode could not match a request (see `llmgw_router_routing_fallbacks_total`). */
+export type PreciseFallbackReason =
+  | "kv_events_not_synced"
+  | "unsupported_request"
+  | "tokenizer_failed";
 
 /** A finished request. */
 export interface RequestEvent {
@@ -65,8 +77,23 @@ export interface RouterMetricsSink {
   firstByte(model: string, seconds: number): void;
   /** Gap between consecutive streamed chunks. */
   interChunk(model: string, seconds: number): void;
-  /** Token counts read from the engine's `usage`. */
-  tokens(model: string, kind: "prompt" | "completion", count: number): void;
+  /**
+   * Token counts read from the engine's `usage`; `cached`: its prompt tokens served from the
+   * engine's prefix cache (`prompt_tokens_details.cached_tokens`).
+   */
+  tokens(model: string, kind: "prompt" | "completion" | "cached", count: number): void;
+  /**
+   * How the router's prefix model fared on a request whose engine reported its cached tokens:
+   * `hit` / `miss` when they agree, `false_hit` when the router expected a cached prefix the
+   * engine did not have, `missed_hit` when the engine had one the router did not expect.
+   */
+  prefixPrediction(
+    model: string,
+    source: "precise" | "approximate",
+    outcome: PrefixPredictionOutcome,
+  ): void;
+  /** A request routed by its affinity hint, by where the hint came from. */
+  hint(model: string, source: HintSource): void;
   /** Body bytes: `in` from clients, `out` to clients. */
   bytes(model: string, endpoint: string, direction: "in" | "out", count: number): void;
   inFlight(model: string, delta: number): void;
@@ -106,6 +133,8 @@ export const noopRouterMetrics: RouterMetricsSink = {
   retry() {},
   circuitState() {},
   decision() {},
+  prefixPrediction() {},
+  hint() {},
   clientDisconnect() {},
   poolUtilization() {},
 };

@@ -412,3 +412,182 @@ describe("rendezvous cost", () => {
     expect(withIt - without).toBeLessThan(5_000);
   });
 });
+
+describe("ReplicaPicker: affinity hints", () => {
+  const replicas = ["r0", "r1", "r2", "r3"].map((id, i) => ({
+    id,
+    baseUrl: `http://10.0.0.${i + 1}:8000`,
+    state: "ready" as const,
+    capacity: 16,
+  }));
+  const res: RouteResolution = { deployment: "d", policy: "llmgw", loading: false, replicas };
+
+  it("sends a hint's requests to the same replica from any router, whatever the prompt", () => {
+    const homes = new Set<string>();
+    for (const hint of ["tenant-1", "tenant-2", "tenant-3", "tenant-4", "tenant-5"]) {
+      // Fresh pickers are routers that share nothing; prompts differ from the first byte.
+      const chosen = [0, 1, 2].map(
+        (i) =>
+          createReplicaPicker().pick(
+            res,
+            hashPromptBlocks(`${i} ${"x".repeat(4096)}`),
+            undefined,
+            undefined,
+            { hint },
+          )?.replica.id,
+      );
+      expect(new Set(chosen).size).toBe(1);
+      homes.add(chosen[0] as string);
+    }
+    // Different hints spread (5 hints over 4 replicas land on more than one).
+    expect(homes.size).toBeGreaterThan(1);
+  });
+
+  it("keeps a hinted request on its replica against a small part of its prompt held elsewhere", () => {
+    const picker = createReplicaPicker();
+    const chain = hashPromptBlocks("y".repeat(8192));
+    const home = picker.pick(res, [], undefined, undefined, { hint: "tenant-9" })?.replica
+      .id as string;
+    const other = replicas.find((r) => r.id !== home)?.id as string;
+    picker.dispatched(other, chain.subarray(0, 2)); // 2 of its 8 blocks went elsewhere once
+    picker.finished(other, "success", 5);
+    expect(picker.pick(res, chain, undefined, undefined, { hint: "tenant-9" })?.replica.id).toBe(
+      home,
+    );
+    // Without the hint, the held prefix wins; most of the prompt held elsewhere wins over it.
+    expect(picker.pick(res, chain)?.replica.id).toBe(other);
+    picker.dispatched(other, chain.subarray(0, 7));
+    picker.finished(other, "success", 5);
+    expect(picker.pick(res, chain, undefined, undefined, { hint: "tenant-9" })?.replica.id).toBe(
+      other,
+    );
+  });
+
+  it("weighs the prefill queued on each replica: unrelated prompts go where the least waits", () => {
+    const picker = createReplicaPicker({ scoring: { weights: { rendezvous: 0 } } });
+    const chain = hashPromptBlocks("q".repeat(4096)); // 4 blocks, ~1 024 tokens
+    // Two full prompts queued on r0, one on r1, none on r2 and r3.
+    picker.dispatched("r0", [], 2048);
+    picker.dispatched("r1", [], 1024);
+    const first = picker.pick(res, chain, undefined, undefined, { promptTokens: 1024 });
+    expect(["r2", "r3"]).toContain(first?.replica.id);
+    expect(first?.prefillTokens).toBe(1024);
+    picker.dispatched("r2", [], 1024);
+    picker.dispatched("r3", [], 1024);
+    // r1, r2, r3 wait one prompt each now; r0 two: never r0.
+    expect(
+      picker.pick(res, chain, undefined, undefined, { promptTokens: 1024 })?.replica.id,
+    ).not.toBe("r0");
+    // r0's first bytes came: nothing waits there any more.
+    picker.prefillDone("r0", 2048);
+    expect(picker.pick(res, chain, undefined, undefined, { promptTokens: 1024 })?.replica.id).toBe(
+      "r0",
+    );
+  });
+
+  it("spills a hint to one next replica, the same on every router, once its home is over the bound", () => {
+    const a = createReplicaPicker();
+    const home = a.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id as string;
+    // Home carries more than its bounded share: ceil(1.25 × (6 + 1) ÷ 4) = 3 < 6 + 1.
+    for (let i = 0; i < 6; i++) a.dispatched(home, []);
+    const spill = a.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id as string;
+    expect(spill).not.toBe(home);
+    const b = createReplicaPicker();
+    for (let i = 0; i < 6; i++) b.dispatched(home, []);
+    expect(b.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id).toBe(spill);
+  });
+
+  it("ignores hints under the plain policies and with a hint weight of 0", () => {
+    const off = createReplicaPicker({ scoring: { weights: { hint: 0 } } });
+    const rr = { ...res, policy: "round-robin" as const };
+    const picks = new Set<string>();
+    for (let i = 0; i < 4; i++) {
+      picks.add(
+        createReplicaPicker().pick(rr, [], undefined, undefined, { hint: "t" })?.replica.id ?? "",
+      );
+      const d = off.pick(res, [], undefined, undefined, { hint: "t" });
+      expect(d?.rendezvousPreferred).toBe(false);
+    }
+    expect(picks.size).toBe(1); // a fresh round robin always starts at the first
+  });
+});
+
+describe("ReplicaPicker: each replica's prefix share is its engine's KV cache", () => {
+  it("forgets a prefix the engine's reported capacity could not have kept", () => {
+    // 2 048 tokens of KV = 8 blocks of 256 tokens: one 8-block prompt fills it.
+    const small = {
+      id: "s",
+      baseUrl: "http://10.0.0.1:8000",
+      state: "ready" as const,
+      capacity: 8,
+      load: { kvCacheTokens: 2048 },
+    };
+    const res: RouteResolution = {
+      deployment: "d",
+      policy: "llmgw",
+      loading: false,
+      replicas: [small],
+    };
+    const picker = createReplicaPicker();
+    const first = hashPromptBlocks(`a${"x".repeat(8 * 1024)}`);
+    const second = hashPromptBlocks(`b${"x".repeat(8 * 1024)}`);
+    picker.pick(res, first);
+    picker.dispatched("s", first);
+    expect(picker.pick(res, first)?.prefixBlocks).toBe(8);
+    picker.dispatched("s", second);
+    expect(picker.prefixIndex.blocksOf("s")).toBe(8);
+    expect(picker.pick(res, first)?.prefixBlocks).toBe(0);
+    expect(picker.pick(res, second)?.prefixBlocks).toBe(8);
+  });
+});
+
+describe("ReplicaPicker: the bounded-load rule counts recent requests", () => {
+  const ids = Array.from({ length: 16 }, (_, i) => `r${String(i).padStart(2, "0")}`);
+  const res: RouteResolution = {
+    deployment: "d",
+    policy: "llmgw",
+    loading: false,
+    replicas: ids.map((id, i) => ({
+      id,
+      baseUrl: `http://10.0.1.${i}:8000`,
+      state: "ready",
+      capacity: 64,
+    })),
+  };
+
+  it("keeps a prefix on its replica while that replica serves another request, at low concurrency", () => {
+    const picker = createReplicaPicker();
+    const rand = prng(3);
+    // A window of unrelated picks spread over the fleet.
+    for (let i = 0; i < 160; i++) {
+      const chain = hashPromptBlocks(words(rand, 2048));
+      const d = picker.pick(res, chain) as PickDecision;
+      picker.dispatched(d.replica.id, chain);
+      picker.finished(d.replica.id, "success", 5);
+    }
+    const tenant = hashPromptBlocks(words(prng(99), 4096));
+    const home = (picker.pick(res, tenant) as PickDecision).replica.id;
+    picker.dispatched(home, tenant);
+    // Its first request is still running (1 in flight, 1 in total: the in-flight bound was 1).
+    const again = picker.pick(res, tenant) as PickDecision;
+    expect(again.replica.id).toBe(home);
+    expect(again.affinityVoided).toBe(false);
+  });
+
+  it("spreads a prefix that takes more than its share of recent requests", () => {
+    const picker = createReplicaPicker();
+    const hot = hashPromptBlocks(words(prng(5), 4096));
+    const seen = new Map<string, number>();
+    for (let i = 0; i < 128 + 320; i++) {
+      const d = picker.pick(res, hot) as PickDecision;
+      // The first 128 fill the window (until then the in-flight bound alone applies).
+      if (i >= 128) seen.set(d.replica.id, (seen.get(d.replica.id) ?? 0) + 1);
+      picker.dispatched(d.replica.id, hot);
+      picker.finished(d.replica.id, "success", 5);
+    }
+    // All of one prefix: no replica keeps more than its bounded share (ceil(1.25 × 129 ÷ 16) = 11
+    // of each 128 picks), so it lands on many replicas, never on one.
+    expect(seen.size).toBeGreaterThan(8);
+    expect(Math.max(...seen.values())).toBeLessThanOrEqual(Math.ceil((11 / 128) * 320) + 11);
+  });
+});

@@ -8,9 +8,12 @@
  * one anchor mix per request and one integer mix per replica, with replica seeds cached by id,
  * so routers that do not share a prefix index still agree where a new prefix goes.
  */
+import { DEFAULT_BLOCK_BYTES } from "./block-hash.js";
+import { checkRange } from "./errors.js";
 import { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
+import { createPreciseIndex, type PreciseIndex } from "./precise-index.js";
 import { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
-import { chainAnchor, rendezvousWeight, replicaSeed } from "./rendezvous.js";
+import { chainAnchor, hintAnchor, rendezvousWeight, replicaSeed } from "./rendezvous.js";
 import {
   createReplicaHealth,
   type ReplicaHealth,
@@ -32,6 +35,29 @@ export interface ReplicaPickerOptions {
   readonly health?: ReplicaHealthOptions;
   /** Shared counters (default: a fresh set). */
   readonly inFlight?: InFlightCounters;
+  /**
+   * Tokens one prefix-index block stands for, to size each replica's share of the index from
+   * its engine's reported KV capacity (default: the default block of 1 024 bytes at ~4 bytes a
+   * token, 256).
+   */
+  readonly blockTokens?: number;
+}
+
+/** What {@link ReplicaPicker.pick} may know of a request besides its chain. */
+export interface PickRequest {
+  /**
+   * The request's affinity hint (`RequestHint.value`), which anchors the rendezvous choice in
+   * place of the prompt (scoring.ts).
+   */
+  readonly hint?: string;
+  /**
+   * The prompt's token-block keys at the engines' block size ({@link ReplicaPicker.preciseBlockSize});
+   * affinity then comes from the engines' own blocks ({@link ReplicaPicker.preciseIndex})
+   * instead of the approximate index.
+   */
+  readonly precise?: ArrayLike<number>;
+  /** Estimated prompt tokens: the unit of queued prefill in the score (default: from the chain). */
+  readonly promptTokens?: number;
 }
 
 /** A chosen replica plus what led there. */
@@ -44,6 +70,13 @@ export interface PickDecision {
   /** True when the replica got the prompt's rendezvous preference (see scoring.ts). */
   readonly rendezvousPreferred: boolean;
   readonly missingLoadSignals: boolean;
+  /**
+   * Where `prefixBlocks` came from: the engines' own KV events (`precise`, blocks of the
+   * engine's size) or the router's model of their caches (`approximate`).
+   */
+  readonly prefixSource: "precise" | "approximate";
+  /** Estimated prompt tokens the replica must still compute (the prompt less its held prefix). */
+  readonly prefillTokens: number;
 }
 
 /** How a dispatched request ended, for {@link ReplicaPicker.finished}. */
@@ -65,15 +98,29 @@ export interface ReplicaPicker {
   /**
    * Best replica with room for a prompt with `chain`, skipping `exclude`; undefined when none.
    * `routable`: this resolution's {@link routable} replicas when the caller just computed them.
+   * `request`: what else is known of the request (see {@link PickRequest}).
    */
   pick(
     resolution: RouteResolution,
     chain: ArrayLike<number>,
     exclude?: ReadonlySet<string>,
     routable?: readonly ReplicaRoute[],
+    request?: PickRequest,
   ): PickDecision | undefined;
-  /** Books a request sent to `replicaId`; returns its in-flight count. */
-  dispatched(replicaId: string, chain: ArrayLike<number>): number;
+  /**
+   * Whether precise mode can match for `replicas`: `undefined` unless every one has a fresh
+   * block feed and those that stored blocks agree on a block size; then that size, or
+   * `"empty"` while none has stored anything (nothing to match: no engine holds a prefix).
+   */
+  preciseBlockSize(replicas: readonly ReplicaRoute[]): number | "empty" | undefined;
+  /**
+   * Books a request sent to `replicaId`; returns its in-flight count. `prefillTokens`: its
+   * prompt tokens the replica does not hold ({@link PickDecision.prefillTokens}), queued there
+   * until {@link prefillDone}.
+   */
+  dispatched(replicaId: string, chain: ArrayLike<number>, prefillTokens?: number): number;
+  /** The request's first byte came (or it ended without one): its prefill is no longer queued. */
+  prefillDone(replicaId: string, prefillTokens: number): void;
   /** Books its end; returns the in-flight count after it. */
   finished(replicaId: string, outcome: DispatchOutcome, firstByteMs?: number): number;
   /**
@@ -84,17 +131,32 @@ export interface ReplicaPicker {
   forget(replicaId: string): void;
   readonly inFlight: InFlightCounters;
   readonly prefixIndex: PrefixIndex;
+  /** The engines' own blocks, from their agents' KV-event feeds. */
+  readonly preciseIndex: PreciseIndex;
   readonly health: ReplicaHealth;
   readonly scoring: ResolvedScoringOptions;
+  /** Tokens one prefix-index block stands for ({@link ReplicaPickerOptions.blockTokens}). */
+  readonly blockTokens: number;
 }
 
 /** Creates a {@link ReplicaPicker}. */
 export function createReplicaPicker(options: ReplicaPickerOptions = {}): ReplicaPicker {
   const scoring = resolveScoringOptions(options.scoring);
   const prefixIndex = createPrefixIndex(options.prefixIndex);
+  const preciseIndex = createPreciseIndex();
   const health = createReplicaHealth(options.health);
   const inFlight = options.inFlight ?? createInFlightCounters();
+  const blockTokens = checkRange(
+    "blockTokens",
+    options.blockTokens ?? DEFAULT_BLOCK_BYTES / 4,
+    1,
+    1 << 20,
+  );
   const turns = new Map<string, number>();
+  /** Replica id → prompt tokens sent there without a first byte yet. */
+  const pendingPrefill = new Map<string, number>();
+  /** Deployment → its recent picks (the bounded-load window of scoring.ts). */
+  const windows = new Map<string, RecentPicks>();
   /** Replica id → rendezvous seed (bounded by the replicas in the table: `forget` drops one). */
   const seeds = new Map<string, number>();
   const seedOf = (replicaId: string): number => {
@@ -112,6 +174,8 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const forget = (replicaId: string): void => {
     health.forget(replicaId);
     prefixIndex.forget(replicaId);
+    preciseIndex.forget(replicaId);
+    pendingPrefill.delete(replicaId);
     seeds.delete(replicaId);
     if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
     else inFlight.forget(replicaId);
@@ -128,15 +192,48 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       for (const r of resolution.replicas) if (r.state !== "ready") sum += inFlight.get(r.id);
       return sum;
     },
-    pick(resolution, chain, exclude, known) {
+    preciseBlockSize(list) {
+      let size: number | undefined;
+      for (const r of list) {
+        const s = preciseIndex.state(r.id);
+        if (s === undefined || !s.fresh) return undefined;
+        if (s.blockSizeTokens === undefined) continue; // stored nothing yet: matches nothing
+        if (size !== undefined && s.blockSizeTokens !== size) return undefined;
+        size = s.blockSizeTokens;
+      }
+      return size ?? "empty";
+    },
+    pick(resolution, chain, exclude, known, request) {
+      const hint = request?.hint;
+      const precise = request?.precise;
       const all = known ?? routable(resolution);
       const replicas =
         exclude === undefined || exclude.size === 0 ? all : all.filter((r) => !exclude.has(r.id));
       if (replicas.length === 0) return undefined;
-      const byPrefix = resolution.policy === "llmgw" && chain.length > 0;
-      const matches = byPrefix ? prefixIndex.match(chain) : undefined;
-      const anchor =
-        byPrefix && scoring.weights.rendezvous > 0
+      const scored = resolution.policy === "llmgw";
+      const byPrefix = scored && chain.length > 0;
+      const byEngine = scored && precise !== undefined && precise.length > 0;
+      if (byPrefix) {
+        // Each replica's share of the index is its engine's KV cache (unchanged capacities
+        // return at once; a smaller one trims that replica's share before matching).
+        for (const r of replicas) {
+          const kvTokens = r.load?.kvCacheTokens;
+          if (kvTokens !== undefined) prefixIndex.setCapacity(r.id, kvTokens / blockTokens);
+        }
+      }
+      const matches = byEngine
+        ? preciseIndex.match(
+            replicas.map((r) => r.id),
+            precise,
+          )
+        : byPrefix
+          ? prefixIndex.match(chain)
+          : undefined;
+      const chainLength = byEngine ? precise.length : chain.length;
+      const hinted = scored && hint !== undefined && scoring.weights.hint > 0;
+      const anchor = hinted
+        ? hintAnchor(hint)
+        : byPrefix && scoring.weights.rendezvous > 0
           ? chainAnchor(chain, scoring.rendezvousAnchorBlocks)
           : undefined;
       const candidates: ScoringCandidate[] = new Array(replicas.length);
@@ -155,14 +252,40 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         if (anchor !== undefined) candidate.rendezvous = rendezvousWeight(anchor, seedOf(r.id));
         const latencyMs = health.latencyMs(r.id);
         if (latencyMs !== undefined) candidate.latencyMs = latencyMs;
+        const pending = pendingPrefill.get(r.id);
+        if (pending !== undefined) candidate.pendingPrefillTokens = pending;
         candidates[i] = candidate;
+      }
+      let recent = windows.get(resolution.deployment);
+      if (recent === undefined) {
+        recent = new RecentPicks();
+        windows.set(resolution.deployment, recent);
+      }
+      if (scored) {
+        for (const c of candidates) {
+          const n = recent.count(c.id);
+          if (n > 0) (c as { recent?: number }).recent = n;
+        }
       }
       const turn = turns.get(resolution.deployment) ?? 0;
       turns.set(resolution.deployment, turn + 1);
-      const ranking = rankCandidates(resolution.policy, candidates, chain.length, turn, scoring);
+      const promptTokens = Math.max(1, request?.promptTokens ?? chain.length * blockTokens);
+      const ranking = rankCandidates(
+        resolution.policy,
+        candidates,
+        chainLength,
+        turn,
+        scoring,
+        hinted,
+        promptTokens,
+        // Only a full window says what a fair share is; before that, the in-flight bound.
+        scored && recent.size >= windowOf(resolution) ? recent.size : undefined,
+      );
       const best = ranking.ranked[0];
       if (best === undefined) return undefined;
       const replica = replicas.find((r) => r.id === best.id) as ReplicaRoute;
+      // Eight picks per replica: long enough to see a tenant's share, short enough to follow it.
+      recent.add(best.id, windowOf(resolution));
       return {
         replica,
         policy: resolution.policy,
@@ -171,12 +294,22 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         affinityVoided: best.affinityVoided,
         rendezvousPreferred: best.rendezvousPreferred,
         missingLoadSignals: ranking.missingLoadSignals,
+        prefixSource: byEngine ? "precise" : "approximate",
+        prefillTokens: Math.round(promptTokens * (1 - best.affinity)),
       };
     },
-    dispatched(replicaId, chain) {
+    dispatched(replicaId, chain, prefillTokens = 0) {
       health.onDispatch(replicaId);
+      if (prefillTokens > 0) {
+        pendingPrefill.set(replicaId, (pendingPrefill.get(replicaId) ?? 0) + prefillTokens);
+      }
       if (chain.length > 0) prefixIndex.record(chain, replicaId);
       return inFlight.increment(replicaId);
+    },
+    prefillDone(replicaId, prefillTokens) {
+      const left = (pendingPrefill.get(replicaId) ?? 0) - prefillTokens;
+      if (left > 0) pendingPrefill.set(replicaId, left);
+      else pendingPrefill.delete(replicaId);
     },
     finished(replicaId, outcome, firstByteMs) {
       if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);
@@ -189,7 +322,46 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     forget,
     inFlight,
     prefixIndex,
+    preciseIndex,
     health,
     scoring,
+    blockTokens,
   };
+}
+
+/** Picks the bounded-load window of a deployment holds: eight per replica, 32 to 4 096. */
+function windowOf(resolution: RouteResolution): number {
+  return Math.min(4096, Math.max(32, 8 * resolution.replicas.length));
+}
+
+/** The last picks of one deployment, oldest first, with a count per replica. */
+class RecentPicks {
+  readonly #ids: string[] = [];
+  readonly #counts = new Map<string, number>();
+  #head = 0;
+
+  get size(): number {
+    return this.#ids.length - this.#head;
+  }
+
+  count(id: string): number {
+    return this.#counts.get(id) ?? 0;
+  }
+
+  /** Adds `id`, dropping the oldest picks past `limit`. */
+  add(id: string, limit: number): void {
+    this.#ids.push(id);
+    this.#counts.set(id, this.count(id) + 1);
+    while (this.size > limit) {
+      const old = this.#ids[this.#head++] as string;
+      const n = this.count(old) - 1;
+      if (n > 0) this.#counts.set(old, n);
+      else this.#counts.delete(old);
+    }
+    // Compact now and then, so the array does not grow with every pick.
+    if (this.#head > limit) {
+      this.#ids.splice(0, this.#head);
+      this.#head = 0;
+    }
+  }
 }

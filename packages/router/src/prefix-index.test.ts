@@ -31,15 +31,45 @@ describe("prefix index", () => {
     expect(Object.fromEntries(index.match(query))).toEqual(expected);
   });
 
-  it("stays within maxEntries, dropping the least recently recorded", () => {
+  it("stays within maxEntries, dropping the least recently used: a chain's tail first", () => {
     const index = createPrefixIndex({ maxEntries: 3 });
     index.record([1, 2], "a");
     index.record([3, 4], "b");
     expect(index.size).toBe(3);
-    expect(Object.fromEntries(index.match([1]))).toEqual({});
-    // A chain key stands for its whole prefix, so block 2 alone still proves "a" saw [1, 2].
-    expect(Object.fromEntries(index.match([1, 2]))).toEqual({ a: 2 });
+    // [1, 2] was touched tail first, so its block 2 was the oldest key: its prefix [1] stays.
+    expect(Object.fromEntries(index.match([1, 2]))).toEqual({ a: 1 });
     expect(Object.fromEntries(index.match([3, 4]))).toEqual({ b: 2 });
+  });
+
+  it("holds at most a replica's capacity, evicting that replica's least recently used", () => {
+    const index = createPrefixIndex();
+    index.setCapacity("a", 3);
+    index.record([1, 2], "a");
+    index.record([5, 6], "b");
+    index.record([3, 4], "a");
+    expect(index.blocksOf("a")).toBe(3);
+    // Block 2 (the tail of the older chain) went; its head and the newer chain stay.
+    expect(Object.fromEntries(index.match([1, 2]))).toEqual({ a: 1 });
+    expect(Object.fromEntries(index.match([3, 4]))).toEqual({ a: 2 });
+    // Another replica's blocks are not its to evict.
+    expect(Object.fromEntries(index.match([5, 6]))).toEqual({ b: 2 });
+    // A block two replicas hold leaves only the one that evicted it.
+    index.record([5], "a");
+    expect([...index.match([5]).keys()].sort()).toEqual(["a", "b"]);
+    index.record([7, 8, 9], "a");
+    expect([...index.match([5]).keys()]).toEqual(["b"]);
+  });
+
+  it("trims at once when a capacity shrinks, and grows again when it is lifted", () => {
+    const index = createPrefixIndex();
+    index.record([1, 2, 3, 4], "a");
+    index.setCapacity("a", 2);
+    expect(index.blocksOf("a")).toBe(2);
+    expect(Object.fromEntries(index.match([1, 2, 3, 4]))).toEqual({ a: 2 });
+    index.setCapacity("a", undefined);
+    index.record([1, 2, 3, 4], "a");
+    expect(index.blocksOf("a")).toBe(4);
+    expect(() => index.setCapacity("a", -1)).toThrow(/capacity/);
   });
 
   it("keeps at most maxReplicasPerBlock, most recent first", () => {

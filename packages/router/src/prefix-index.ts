@@ -1,19 +1,29 @@
 /**
- * A bounded prefix index: block key → replicas that recently received a prompt with that prefix.
+ * The router's model of each replica's prefix cache: block key → replicas that recently received
+ * a prompt with that prefix.
+ *
+ * It is meant to say "this replica still has this prefix" as often as the engine would, so it
+ * keeps what the engine keeps:
+ * - **Capacity**: each replica holds at most as many blocks as its engine's KV cache
+ *   ({@link PrefixIndex.setCapacity}, from the engine's reported KV size); without one, only the
+ *   index-wide `maxEntries` bound applies.
+ * - **Eviction**: least recently used first, per replica, as vLLM's and the simulator's free
+ *   queues do. A chain is touched from its last block to its first, as vLLM frees a finished
+ *   request's blocks (tail first, `reversed(blocks)` in its block pool), so a prompt's first
+ *   blocks are the last to go: a shared system prompt outlives the turns after it.
  *
  * One index per router process, on the main thread: workers return the hash chain and the main
  * thread matches and records it, so every request sees every other request's history (a
  * per-worker map would split affinity). Matching is O(blocks) `Map` lookups (~5 µs for a
  * 200-block prompt), small next to parsing and hashing, which run in the workers.
- * Memory is bounded by `maxEntries` (LRU by last record) and `maxReplicasPerBlock`.
  */
 import { checkRange } from "./errors.js";
 
 /** Options of {@link createPrefixIndex}. */
 export interface PrefixIndexOptions {
-  /** Most block keys kept (default 100 000; ~10 MB). */
+  /** Most block keys kept across all replicas (default 100 000; ~10 MB). */
   readonly maxEntries?: number;
-  /** Most replicas remembered per block, most recent first (default 4). */
+  /** Most replicas remembered per block, most recent first (default 64). */
   readonly maxReplicasPerBlock?: number;
 }
 
@@ -21,22 +31,64 @@ export interface PrefixIndexOptions {
 export interface PrefixIndex {
   /**
    * For each replica holding a prefix of `chain`: the number of leading blocks it holds
-   * (the longest prefix it recently received). Does not refresh LRU order.
+   * (the deepest key of the chain it holds: a key stands for its whole prefix). Does not refresh
+   * LRU order.
    */
   match(chain: ArrayLike<number>): Map<string, number>;
   /** Records that `replicaId` received the prefixes in `chain` (refreshes their LRU order). */
   record(chain: ArrayLike<number>, replicaId: string): void;
+  /**
+   * Sets how many blocks `replicaId`'s cache holds (its engine's KV cache in index blocks);
+   * undefined: unknown, no per-replica bound. A smaller capacity evicts at once.
+   */
+  setCapacity(replicaId: string, blocks: number | undefined): void;
+  /** Blocks held for `replicaId`. */
+  blocksOf(replicaId: string): number;
   /** Forgets a replica everywhere it is remembered (e.g. it was removed or restarted). */
   forget(replicaId: string): void;
   /** Number of block keys held. */
   readonly size: number;
 }
 
+/** One replica's blocks, least recently used first, and its capacity. */
+interface ReplicaCache {
+  readonly blocks: Map<number, true>;
+  capacity: number;
+}
+
 /** Creates a {@link PrefixIndex}. */
 export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex {
   const maxEntries = checkRange("maxEntries", options.maxEntries ?? 100_000, 1, 1e8);
-  const perBlock = checkRange("maxReplicasPerBlock", options.maxReplicasPerBlock ?? 4, 1, 64);
+  const perBlock = checkRange("maxReplicasPerBlock", options.maxReplicasPerBlock ?? 64, 1, 1024);
+  /** Key → replicas holding it, most recent first; Map order is global LRU order. */
   const map = new Map<number, string[]>();
+  const replicas = new Map<string, ReplicaCache>();
+
+  const cacheOf = (id: string): ReplicaCache => {
+    let c = replicas.get(id);
+    if (c === undefined) {
+      c = { blocks: new Map(), capacity: Number.POSITIVE_INFINITY };
+      replicas.set(id, c);
+    }
+    return c;
+  };
+  /** Removes `id` from `key`'s holders (and the key once nobody holds it). */
+  const release = (key: number, id: string): void => {
+    const ids = map.get(key);
+    if (ids === undefined) return;
+    const at = ids.indexOf(id);
+    if (at < 0) return;
+    ids.splice(at, 1);
+    if (ids.length === 0) map.delete(key);
+  };
+  const trim = (id: string, c: ReplicaCache): void => {
+    while (c.blocks.size > c.capacity) {
+      const oldest = c.blocks.keys().next().value as number;
+      c.blocks.delete(oldest);
+      release(oldest, id);
+    }
+  };
+
   return {
     match(chain) {
       const out = new Map<string, number>();
@@ -48,34 +100,53 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
       return out;
     },
     record(chain, replicaId) {
-      for (let i = 0; i < chain.length; i++) {
+      const c = cacheOf(replicaId);
+      // Last block first: the chain's first blocks end up the most recently used.
+      for (let i = chain.length - 1; i >= 0; i--) {
         const key = chain[i] as number;
+        c.blocks.delete(key);
+        c.blocks.set(key, true);
         const ids = map.get(key);
         if (ids === undefined) {
           map.set(key, [replicaId]);
-        } else {
-          map.delete(key);
-          const at = ids.indexOf(replicaId);
-          if (at !== 0) {
-            if (at > 0) ids.splice(at, 1);
-            ids.unshift(replicaId);
-            if (ids.length > perBlock) ids.length = perBlock;
-          }
-          map.set(key, ids);
+          continue;
         }
+        map.delete(key);
+        const at = ids.indexOf(replicaId);
+        if (at !== 0) {
+          if (at > 0) ids.splice(at, 1);
+          ids.unshift(replicaId);
+          if (ids.length > perBlock) {
+            for (const dropped of ids.splice(perBlock)) replicas.get(dropped)?.blocks.delete(key);
+          }
+        }
+        map.set(key, ids);
       }
+      trim(replicaId, c);
       while (map.size > maxEntries) {
-        const oldest = map.keys().next().value as number;
+        const [oldest, ids] = map.entries().next().value as [number, string[]];
         map.delete(oldest);
+        for (const id of ids) replicas.get(id)?.blocks.delete(oldest);
       }
     },
+    setCapacity(replicaId, blocks) {
+      const c = cacheOf(replicaId);
+      const capacity =
+        blocks === undefined
+          ? Number.POSITIVE_INFINITY
+          : Math.max(0, Math.floor(checkRange("capacity", blocks, 0, 1e9)));
+      if (capacity === c.capacity) return;
+      c.capacity = capacity;
+      trim(replicaId, c);
+    },
+    blocksOf(replicaId) {
+      return replicas.get(replicaId)?.blocks.size ?? 0;
+    },
     forget(replicaId) {
-      for (const [key, ids] of map) {
-        const at = ids.indexOf(replicaId);
-        if (at < 0) continue;
-        ids.splice(at, 1);
-        if (ids.length === 0) map.delete(key);
-      }
+      const c = replicas.get(replicaId);
+      if (c === undefined) return;
+      replicas.delete(replicaId);
+      for (const key of c.blocks.keys()) release(key, replicaId);
     },
     get size() {
       return map.size;

@@ -54,6 +54,17 @@ export function chainAnchor(chain: ArrayLike<number>, anchorBlocks: number): num
  * The weight of the replica with seed `seed` for a prompt whose anchor is `anchor` (both from
  * this module): an unsigned 32-bit number; the highest weight is the preferred replica.
  */
+/**
+ * The anchor of a request that names its own affinity (`prompt_cache_key`, a session header,
+ * `user`): FNV-1a over the value's UTF-16 units, finalised, seeded apart from
+ * {@link replicaSeed} so a hint equal to a replica id does not pick that replica.
+ */
+export function hintAnchor(value: string): number {
+  let h = 0x9e3779b9 | 0;
+  for (let i = 0; i < value.length; i++) h = Math.imul(h ^ value.charCodeAt(i), 0x01000193);
+  return fmix32(h ^ value.length) >>> 0;
+}
+
 export function rendezvousWeight(anchor: number, seed: number): number {
   return fmix32(anchor ^ seed) >>> 0;
 }

@@ -30,6 +30,8 @@ export interface ReplicaLoad {
   readonly kvCacheUsage?: number;
   /** Engine prefix-cache hit rate, 0..1. */
   readonly prefixCacheHitRate?: number;
+  /** The engine's KV-cache capacity in tokens (sizes the router's model of its prefix cache). */
+  readonly kvCacheTokens?: number;
 }
 
 /** One replica the router may send requests to. */
@@ -52,7 +54,12 @@ export interface ReplicaRoute {
    * hot path builds no header string per request. When absent the router derives it.
    */
   readonly authorization?: string;
+  /** Where its agent serves its KV-cache blocks (precise mode); absent: no KV events. */
+  readonly kvEventsUrl?: string;
 }
+
+/** How a deployment's requests are tokenized for precise routing (see `tokenizer.ts`). */
+export type PromptTokenizerKind = "sim" | "vllm";
 
 /** What {@link RouteTable.resolve} returns for a served model name. */
 export interface RouteResolution {
@@ -62,6 +69,8 @@ export interface RouteResolution {
   readonly replicas: readonly ReplicaRoute[];
   /** True while at least one replica of the deployment is starting or loading. */
   readonly loading: boolean;
+  /** How its requests may be tokenized for precise routing; absent: they may not. */
+  readonly tokenizer?: PromptTokenizerKind;
 }
 
 /**

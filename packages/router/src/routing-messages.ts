@@ -4,7 +4,7 @@
  * replicas, key grants, the router count) is versioned; load is refreshed in place and never
  * bumps the version, so a heartbeat's load never rebuilds route resolutions.
  */
-import type { ReplicaLoad, RoutingPolicy } from "./route-table.js";
+import type { PromptTokenizerKind, ReplicaLoad, RoutingPolicy } from "./route-table.js";
 
 /** A served model name and the deployment that serves it. */
 export interface RoutedModel {
@@ -14,6 +14,8 @@ export interface RoutedModel {
   readonly policy: RoutingPolicy;
   /** True while at least one replica of the deployment is starting or loading. */
   readonly loading: boolean;
+  /** How requests may be tokenized for precise routing (absent: they may not). */
+  readonly tokenizer?: PromptTokenizerKind;
 }
 
 /** Routing state of one replica: `ready` takes new requests, `draining` only finishes. */
@@ -35,6 +37,8 @@ export interface RoutedReplica {
    * restart, until the node's next heartbeat): a router then keeps the key it already holds.
    */
   readonly apiKey?: string;
+  /** Where its agent serves its KV-cache blocks (`KvCacheService`); absent: no KV events. */
+  readonly kvEventsUrl?: string;
   /** Last reported load, and when it was read from the engine (epoch ms); both or neither. */
   readonly load?: ReplicaLoad;
   readonly loadReportedAtMs?: number;

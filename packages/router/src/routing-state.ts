@@ -23,6 +23,7 @@
 import type { ApiKeyInfo, ApiKeyStore } from "./api-keys.js";
 import { checkRange, RouterError } from "./errors.js";
 import type {
+  PromptTokenizerKind,
   ReplicaLoad,
   ReplicaRouteState,
   RouteResolution,
@@ -133,11 +134,14 @@ export const ROUTING_LIMITS = {
   maxKeyLimit: 4_294_967_295,
   /** Engine-reported running and waiting requests. */
   maxLoadRequests: 1_000_000_000,
+  /** Largest KV-cache capacity, in tokens, a load report may carry. */
+  maxKvCacheTokens: 2 ** 40,
   maxKeepaliveIntervalMs: 3_600_000,
   /** Timestamps are epoch ms within what a `Date` holds. */
   maxEpochMs: 8_640_000_000_000_000,
 } as const;
 
+const TOKENIZERS: ReadonlySet<string> = new Set<PromptTokenizerKind>(["sim", "vllm"]);
 const POLICIES: ReadonlySet<string> = new Set<RoutingPolicy>([
   "llmgw",
   "round-robin",
@@ -183,6 +187,7 @@ function goodLoadSample(s: ReplicaLoadSample): boolean {
     absentOrIn(load.waiting, 0, ROUTING_LIMITS.maxLoadRequests) &&
     absentOrIn(load.kvCacheUsage, 0, 1) &&
     absentOrIn(load.prefixCacheHitRate, 0, 1) &&
+    absentOrIn(load.kvCacheTokens, 0, ROUTING_LIMITS.maxKvCacheTokens) &&
     typeof reportedAtMs === "number" &&
     Number.isInteger(reportedAtMs) &&
     reportedAtMs >= 0 &&
@@ -246,22 +251,33 @@ class MessageChecker {
     }
     if (typeof m.loading !== "boolean")
       fail(this.kind, `${path}.loading`, `must be a boolean, got ${show(m.loading)}`);
+    if (m.tokenizer !== undefined && !TOKENIZERS.has(m.tokenizer as string)) {
+      fail(
+        this.kind,
+        `${path}.tokenizer`,
+        `must be one of ${[...TOKENIZERS].join(", ")}, got ${show(m.tokenizer)}`,
+      );
+    }
+  }
+
+  httpUrl(path: string, url: string): void {
+    this.string(path, url, 1, ROUTING_LIMITS.maxUrlChars);
+    let protocol: string | undefined;
+    try {
+      protocol = new URL(url).protocol;
+    } catch {}
+    if (protocol !== "http:" && protocol !== "https:") {
+      fail(this.kind, path, `must be an http(s) URL, got ${show(url)}`);
+    }
   }
 
   replica(path: string, r: RoutedReplica): void {
     this.name(`${path}.id`, r.id);
     this.name(`${path}.model`, r.model);
     this.name(`${path}.deployment`, r.deployment);
-    this.string(`${path}.baseUrl`, r.baseUrl, 1, ROUTING_LIMITS.maxUrlChars);
     // The handler opens a connection pool on `new URL(baseUrl).origin`: a bad URL must stop
     // here, not throw in the hot path.
-    let protocol: string | undefined;
-    try {
-      protocol = new URL(r.baseUrl).protocol;
-    } catch {}
-    if (protocol !== "http:" && protocol !== "https:") {
-      fail(this.kind, `${path}.baseUrl`, `must be an http(s) URL, got ${show(r.baseUrl)}`);
-    }
+    this.httpUrl(`${path}.baseUrl`, r.baseUrl);
     if (!REPLICA_STATES.has(r.state as string)) {
       fail(this.kind, `${path}.state`, `must be one of ready, draining, got ${show(r.state)}`);
     }
@@ -269,6 +285,7 @@ class MessageChecker {
     if (r.apiKey !== undefined) {
       this.string(`${path}.apiKey`, r.apiKey, 1, ROUTING_LIMITS.maxApiKeyChars, true);
     }
+    if (r.kvEventsUrl !== undefined) this.httpUrl(`${path}.kvEventsUrl`, r.kvEventsUrl);
     if ((r.load === undefined) !== (r.loadReportedAtMs === undefined)) {
       fail(this.kind, path, "must carry load and loadReportedAtMs together or neither");
     }
@@ -287,6 +304,9 @@ class MessageChecker {
     if (l.kvCacheUsage !== undefined) this.number(`${path}.kvCacheUsage`, l.kvCacheUsage, 0, 1);
     if (l.prefixCacheHitRate !== undefined) {
       this.number(`${path}.prefixCacheHitRate`, l.prefixCacheHitRate, 0, 1);
+    }
+    if (l.kvCacheTokens !== undefined) {
+      this.number(`${path}.kvCacheTokens`, l.kvCacheTokens, 0, ROUTING_LIMITS.maxKvCacheTokens);
     }
   }
 
@@ -412,6 +432,7 @@ interface ProjectedRoute {
   load: ReplicaLoad | undefined;
   readonly apiKey: string | undefined;
   readonly authorization: string | undefined;
+  readonly kvEventsUrl: string | undefined;
 }
 
 /** One replica as held: membership (key kept), the newest load heard, and its projection. */
@@ -530,6 +551,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       load,
       apiKey: r.apiKey,
       authorization: r.apiKey === undefined ? undefined : `Bearer ${r.apiKey}`,
+      kvEventsUrl: r.kvEventsUrl,
     };
   };
 
@@ -558,6 +580,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       state: r.state,
       capacity: r.capacity,
       ...(apiKey === undefined ? {} : { apiKey }),
+      ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
     };
     let load = previous?.load;
     let loadReportedAtMs = previous?.loadReportedAtMs;
@@ -612,6 +635,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       policy: model.policy,
       replicas: routes,
       loading: model.loading,
+      ...(model.tokenizer === undefined ? {} : { tokenizer: model.tokenizer }),
     });
   };
 

@@ -31,11 +31,13 @@ function latin1(bytes: Uint8Array, from: number): string {
 }
 
 /** A `usage` field {@link readUsageCount} reads. */
-export type UsageField = "prompt_tokens" | "completion_tokens";
+export type UsageField = "prompt_tokens" | "completion_tokens" | "cached_tokens";
 
 const KEYS: Readonly<Record<UsageField, string>> = {
   prompt_tokens: '"prompt_tokens"',
   completion_tokens: '"completion_tokens"',
+  // `usage.prompt_tokens_details.cached_tokens`: prompt tokens the engine found in its cache.
+  cached_tokens: '"cached_tokens"',
 };
 
 /** More digits than this is no token count (2^53 has 16). */

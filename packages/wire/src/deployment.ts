@@ -68,6 +68,7 @@ export function deploymentInputFromProto(d: Deployment): Record<string, unknown>
     maxSurge: d.maxSurge,
     maxUnavailable: d.maxUnavailable,
     drainTimeoutSeconds: d.drainTimeoutSeconds,
+    kvEvents: d.kvEvents,
   };
 }
 
@@ -111,6 +112,7 @@ export function deploymentSpecToProto(spec: DeploymentSpec): Deployment {
     maxSurge: spec.maxSurge,
     maxUnavailable: spec.maxUnavailable,
     drainTimeoutSeconds: spec.drainTimeoutSeconds,
+    kvEvents: spec.kvEvents,
   });
 }
 

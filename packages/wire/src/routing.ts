@@ -11,6 +11,7 @@ import {
 } from "@llmgw/proto";
 import {
   type KeyGrant,
+  type PromptTokenizerKind,
   type ReplicaLoad,
   type RoutedModel,
   type RoutedReplica,
@@ -68,6 +69,7 @@ export function engineLoadFromProto(l: EngineLoad): ReplicaLoad {
   if (l.waiting !== undefined) out.waiting = l.waiting;
   if (l.kvCacheUsage !== undefined) out.kvCacheUsage = l.kvCacheUsage;
   if (l.prefixCacheHitRate !== undefined) out.prefixCacheHitRate = l.prefixCacheHitRate;
+  if (l.kvCacheTokens !== undefined) out.kvCacheTokens = l.kvCacheTokens;
   return out;
 }
 
@@ -85,6 +87,7 @@ function modelFromProto(kind: string, path: string, m: RoutedModelProto): Routed
     deployment: m.deployment,
     policy: policy as RoutingPolicy,
     loading: m.loading,
+    ...(m.tokenizer === "" ? {} : { tokenizer: m.tokenizer as PromptTokenizerKind }),
   };
 }
 
@@ -100,6 +103,7 @@ function replicaFromProto(kind: string, path: string, r: RoutedReplicaProto): Ro
     state: state as RoutedReplicaState,
     capacity: r.capacity,
     ...(r.engineApiKey === undefined ? {} : { apiKey: r.engineApiKey }),
+    ...(r.kvEventsUrl === "" ? {} : { kvEventsUrl: r.kvEventsUrl }),
     ...(r.load === undefined ? {} : { load: engineLoadFromProto(r.load) }),
     ...(r.loadReportedAtUnixMs === undefined
       ? {}
@@ -220,12 +224,14 @@ export const engineLoadToProto = (l: ReplicaLoad) => ({
   waiting: l.waiting,
   kvCacheUsage: l.kvCacheUsage,
   prefixCacheHitRate: l.prefixCacheHitRate,
+  kvCacheTokens: l.kvCacheTokens,
 });
 const modelToProto = (m: RoutedModel) => ({
   name: m.name,
   deployment: m.deployment,
   routingPolicy: POLICY_TO_PROTO[m.policy],
   loading: m.loading,
+  tokenizer: m.tokenizer ?? "",
 });
 const replicaToProto = (r: RoutedReplica) => ({
   id: r.id,
@@ -235,6 +241,7 @@ const replicaToProto = (r: RoutedReplica) => ({
   state: STATE_TO_PROTO[r.state],
   capacity: r.capacity,
   engineApiKey: r.apiKey,
+  kvEventsUrl: r.kvEventsUrl ?? "",
   load: r.load === undefined ? undefined : engineLoadToProto(r.load),
   loadReportedAtUnixMs: r.loadReportedAtMs === undefined ? undefined : BigInt(r.loadReportedAtMs),
 });

@@ -41,6 +41,9 @@ Options:
   --advertise-address ADDR  address peers and the router use to reach this node's engines
   --engine-bind-address ADDR  address engines listen on (default: the advertise address;
                             0.0.0.0 when that address is not local, e.g. behind NAT)
+  --kv-listen HOST:PORT     where routers watch the KV-cache blocks of replicas that publish
+                            events (kvEvents deployments); "off": none (default: the engine
+                            bind address, a free port)
   --fabric-name DEV=ID      name the fabric of an RDMA device (repeatable)
   --stop-engines            stop engines when the agent exits (default: leave them running);
                             first the node leaves the cluster: its replicas move elsewhere and
@@ -114,6 +117,7 @@ export const command: Command = {
       "node-name": { type: "string" },
       "advertise-address": { type: "string" },
       "engine-bind-address": { type: "string" },
+      "kv-listen": { type: "string" },
       "fabric-name": { type: "string", multiple: true },
       "stop-engines": { type: "boolean" },
       "leave-timeout": { type: "string" },
@@ -168,6 +172,7 @@ export const command: Command = {
       ...(values["engine-bind-address"]
         ? { engineBindAddress: values["engine-bind-address"] }
         : {}),
+      ...(values["kv-listen"] ? { kvListen: values["kv-listen"] } : {}),
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
       ...(leaveTimeout === undefined ? {} : { leaveTimeoutMs: secondsToMs(leaveTimeout) }),

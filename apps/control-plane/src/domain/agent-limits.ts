@@ -144,6 +144,7 @@ const LOAD_FIELD_MAX = {
   waiting: AGENT_LIMITS.maxQueuedRequests,
   kvCacheUsage: 1,
   prefixCacheHitRate: 1,
+  kvCacheTokens: 2 ** 40,
 } as const;
 
 /** A load value within {@link LOAD_FIELD_MAX}'s range for `field`. */

@@ -37,6 +37,7 @@ import {
 import type {
   InFlightReport,
   KeyGrant,
+  PromptTokenizerKind,
   ReplicaLoadSample,
   RoutedModel,
   RoutedReplica,
@@ -250,7 +251,13 @@ interface HeldLoad {
   reportedAtMs?: number;
 }
 
-const LOAD_FIELDS = ["running", "waiting", "kvCacheUsage", "prefixCacheHitRate"] as const;
+const LOAD_FIELDS = [
+  "running",
+  "waiting",
+  "kvCacheUsage",
+  "prefixCacheHitRate",
+  "kvCacheTokens",
+] as const;
 
 const sameLoad = (a: ReplicaLoad, b: ReplicaLoad) => LOAD_FIELDS.every((f) => a[f] === b[f]);
 
@@ -277,7 +284,19 @@ export interface RoutableReplica {
   readonly capacity: number;
   /** The key rank 0's engine demands (`Authorization: Bearer`); undefined when it reported none. */
   readonly apiKey?: string;
+  /** Where its agent serves its KV-cache blocks (a `kvEvents` deployment); else undefined. */
+  readonly kvEventsUrl?: string;
 }
+
+/**
+ * How routers may tokenize a `kvEvents` deployment's requests for precise routing, per engine:
+ * the simulator's own tokenizer in-process, vLLM's `POST /tokenize`. SGLang's events are
+ * served, but routers match them only approximately until a tokenizer for it exists.
+ */
+const TOKENIZER_OF: Readonly<Partial<Record<DeploymentSpec["engine"], PromptTokenizerKind>>> = {
+  sim: "sim",
+  vllm: "vllm",
+};
 
 /** `llmgw.v1.Rollout` of a stored rollout; undefined when there is none. */
 function rolloutView(r: RolloutRecord | undefined) {
@@ -1740,6 +1759,16 @@ export class Cluster {
     return joinHostPort(node.record.advertiseAddress, port);
   }
 
+  /** `http://` URL of the agent serving rank 0's KV-cache blocks, when it reported one. */
+  #kvEventsUrlOf(p: PlacementRecord): string | undefined {
+    const rank0 = p.ranks[0];
+    if (!rank0) return undefined;
+    const node = this.#nodes.get(rank0.nodeId);
+    const port = node?.statuses.get(statusKey(p.replicaId, 0))?.kvEventsPort;
+    if (!node || port === undefined || port === 0) return undefined;
+    return `http://${joinHostPort(node.record.advertiseAddress, port)}`;
+  }
+
   // ---------------------------------------------------------------- nodes
 
   #requireNode(nodeOrHost: string): LiveNode {
@@ -2822,6 +2851,7 @@ export class Cluster {
         if (view.state !== ReplicaState.READY || !view.endpoint) continue;
         if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
         const apiKey = this.#engineKeys.get(p.replicaId);
+        const kvEventsUrl = d.spec.kvEvents ? this.#kvEventsUrlOf(p) : undefined;
         out.push({
           replicaId: p.replicaId,
           deployment: d.spec.name,
@@ -2832,6 +2862,7 @@ export class Cluster {
           routingPolicy: d.spec.routingPolicy,
           capacity: d.spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
           ...(apiKey === undefined ? {} : { apiKey }),
+          ...(kvEventsUrl === undefined ? {} : { kvEventsUrl }),
         });
       }
     }
@@ -2891,11 +2922,13 @@ export class Cluster {
     const models: RoutedModel[] = [];
     const replicas: RoutedReplica[] = [];
     for (const [name, spec] of [...byModel].sort(([a], [b]) => a.localeCompare(b))) {
+      const tokenizer = spec.kvEvents ? TOKENIZER_OF[spec.engine] : undefined;
       models.push({
         name,
         deployment: spec.name,
         policy: spec.routingPolicy,
         loading: this.hasLoadingReplicas(name),
+        ...(tokenizer === undefined ? {} : { tokenizer }),
       });
       for (const r of this.readyReplicas(name)) {
         replicas.push({
@@ -2906,6 +2939,7 @@ export class Cluster {
           state: "ready",
           capacity: r.capacity,
           ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
+          ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
         });
       }
     }

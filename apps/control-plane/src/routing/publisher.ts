@@ -121,7 +121,8 @@ function sameModel(a: RoutedModel, b: RoutedModel): boolean {
     a.name === b.name &&
     a.deployment === b.deployment &&
     a.policy === b.policy &&
-    a.loading === b.loading
+    a.loading === b.loading &&
+    a.tokenizer === b.tokenizer
   );
 }
 
@@ -133,7 +134,8 @@ function sameReplica(a: Membership, b: Membership): boolean {
     a.baseUrl === b.baseUrl &&
     a.state === b.state &&
     a.capacity === b.capacity &&
-    a.apiKey === b.apiKey
+    a.apiKey === b.apiKey &&
+    a.kvEventsUrl === b.kvEventsUrl
   );
 }
 

@@ -268,6 +268,9 @@ export function exerciseRouterMetrics(m: RouterMetrics): void {
   m.admissionRejections.inc({ model, reason: "queue_full" });
   m.upstreamErrors.inc({ model, replica: "llama-0", kind: "connect" });
   m.retries.inc({ model });
+  m.cachedPromptTokens.inc({ model }, 1024);
+  m.prefixPredictions.inc({ model, source: "precise", outcome: "hit" });
+  m.affinityHints.inc({ model, source: "prompt_cache_key" });
   m.setCircuitState(model, "llama-0", "open");
   m.circuitTransitions.inc({ model, replica: "llama-0", to: "open" });
   m.routingDecision.observe({ model, path: "inline" }, 0.00002);

@@ -43,6 +43,8 @@ export function createRecordingRouterMetrics(): RecordingRouterMetrics {
     retry: rec("retry"),
     circuitState: rec("circuitState"),
     decision: rec("decision"),
+    prefixPrediction: rec("prefixPrediction"),
+    hint: rec("hint"),
     clientDisconnect: rec("clientDisconnect"),
     poolUtilization: rec("poolUtilization"),
   };

@@ -1,0 +1,312 @@
+/**
+ * A subscriber to one engine's KV events: ZMQ SUB on the engine's publisher, sequence checks,
+ * and resync through the engine's replay socket when one is configured. What the batches mean
+ * is the owner's business (typically a {@link createReplicaBlockSet} per engine).
+ */
+import { Dealer, Subscriber } from "zeromq";
+import {
+  type DecodedKvEventBatch,
+  decodeKvEventBatch,
+  type KvEventDecodeLimits,
+  resolveKvEventDecodeLimits,
+} from "./decode.js";
+import { isKvEventsError, KvEventsError } from "./errors.js";
+import { END_SEQ, seqFrame } from "./publisher.js";
+
+/**
+ * Why the owner must forget what it knew of this engine:
+ * - `"restart"`: seq went back (it restarts from 0 per engine process);
+ * - `"gap"`: messages were lost and could not be replayed;
+ * - `"undecodable"`: a message in sequence could not be decoded, so its events are lost.
+ */
+export type KvEventsResetReason = "restart" | "gap" | "undecodable";
+
+/** Structured log sink (the default drops everything). */
+export interface KvEventsLogger {
+  info(message: string, fields?: Readonly<Record<string, unknown>>): void;
+  warn(message: string, fields?: Readonly<Record<string, unknown>>): void;
+}
+
+/** Options of {@link createKvEventSubscriber}. */
+export interface KvEventSubscriberOptions {
+  /** The engine's PUB endpoint to connect to, e.g. `tcp://10.0.0.5:5557`. */
+  readonly endpoint: string;
+  /** Topic to subscribe to; messages with another topic are dropped (default `""`: all). */
+  readonly topic?: string;
+  /** The engine's replay ROUTER endpoint; without it a gap resets. */
+  readonly replayEndpoint?: string;
+  /** Called with each batch, in sequence order; `rejected` lists its refused events. */
+  readonly onBatch: (batch: DecodedKvEventBatch, seq: bigint) => void;
+  /** Called before the batch that follows a reset: the owner clears this engine's set. */
+  readonly onReset: (reason: KvEventsResetReason) => void;
+  readonly logger?: KvEventsLogger;
+  /** Bounds of the payload decoder. */
+  readonly decodeLimits?: KvEventDecodeLimits;
+  /** Longest wait for each replay reply, ms (default 2,000); past it the replay failed. */
+  readonly replayTimeoutMs?: number;
+  /** Most batches taken from one replay (default 100,000); more fails the replay. */
+  readonly maxReplayBatches?: number;
+}
+
+/** Counters of a subscriber, since it was created. */
+export interface KvEventSubscriberStats {
+  /** Messages received on the SUB socket. */
+  readonly received: number;
+  /** Batches handed to `onBatch` (live or replayed). */
+  readonly applied: number;
+  /** Of those, batches that came from a replay. */
+  readonly replayed: number;
+  /** Gaps seen in the sequence (whether or not replay closed them). */
+  readonly gaps: number;
+  /** `onReset` calls. */
+  readonly resets: number;
+  /** Messages dropped: wrong frame count, bad seq frame, other topic, undecodable payload. */
+  readonly malformed: number;
+  /** Events refused inside otherwise good batches. */
+  readonly rejectedEvents: number;
+  /** Live messages already applied from a replay, skipped. */
+  readonly duplicates: number;
+}
+
+/** A running subscription. */
+export interface KvEventSubscriber {
+  /** Seq of the last batch applied, undefined before the first. */
+  readonly lastSeq: bigint | undefined;
+  stats(): KvEventSubscriberStats;
+  /** Closes the sockets and resolves once the receive loop has stopped. */
+  close(): Promise<void>;
+}
+
+const silent: KvEventsLogger = { info: () => {}, warn: () => {} };
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const v = value ?? fallback;
+  if (!Number.isSafeInteger(v) || v <= 0) {
+    throw new KvEventsError(
+      "LLMGW_KV_EVENTS_INVALID_OPTIONS",
+      `${name} must be a positive integer, got ${String(value)}`,
+    );
+  }
+  return v;
+}
+
+/**
+ * Connects a SUB socket to `endpoint` and starts receiving. Sequence rules: the first message
+ * sets the baseline; `last + 1` is applied; a seq ≤ last means the engine restarted
+ * (`onReset("restart")`, then apply); a gap is closed by a replay of `last + 1` onwards when
+ * `replayEndpoint` is set (live messages wait in the SUB socket's queue meanwhile, up to its
+ * high-water mark of 100,000 like vLLM's PUB side), else, or when the replay fails,
+ * `onReset("gap")` and the message becomes the new baseline. A malformed message is counted
+ * and logged; nothing a peer sends can throw out of the loop. Exceptions thrown by `onBatch` or
+ * `onReset` are logged and do not stop it.
+ */
+export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEventSubscriber {
+  const limits = resolveKvEventDecodeLimits(options.decodeLimits);
+  const replayTimeoutMs = positiveInt(options.replayTimeoutMs, 2000, "replayTimeoutMs");
+  const maxReplayBatches = positiveInt(options.maxReplayBatches, 100_000, "maxReplayBatches");
+  const topic = options.topic ?? "";
+  const log = options.logger ?? silent;
+  const fields = { endpoint: options.endpoint, topic };
+
+  const sub = new Subscriber({ receiveHighWaterMark: 100_000, linger: 0 });
+  try {
+    sub.connect(options.endpoint);
+  } catch (cause) {
+    sub.close();
+    throw new KvEventsError(
+      "LLMGW_KV_EVENTS_SOCKET_FAILED",
+      `could not connect the SUB socket to ${options.endpoint}: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  sub.subscribe(topic);
+
+  const stats = {
+    received: 0,
+    applied: 0,
+    replayed: 0,
+    gaps: 0,
+    resets: 0,
+    malformed: 0,
+    rejectedEvents: 0,
+    duplicates: 0,
+  };
+  let last: bigint | undefined;
+  /** After a replay: live messages in (replayFrom - 1, skipThrough] were applied already. */
+  let skipFrom: bigint | undefined;
+  let skipThrough: bigint | undefined;
+  let closed = false;
+  let replaySocket: Dealer | undefined;
+
+  function malformed(message: string, extra: Record<string, unknown> = {}): void {
+    stats.malformed++;
+    log.warn(`kv-events: ${message}`, { ...fields, ...extra });
+  }
+
+  function reset(reason: KvEventsResetReason, extra: Record<string, unknown>): void {
+    stats.resets++;
+    log.info(`kv-events: reset (${reason})`, { ...fields, ...extra });
+    try {
+      options.onReset(reason);
+    } catch (error) {
+      log.warn("kv-events: onReset threw", { ...fields, error: String(error) });
+    }
+  }
+
+  /** Decodes and hands on one batch at `seq`, which becomes `last`. */
+  function apply(seq: bigint, payload: Uint8Array, replayed: boolean): void {
+    last = seq;
+    let batch: DecodedKvEventBatch;
+    try {
+      batch = decodeKvEventBatch(payload, limits);
+    } catch (error) {
+      if (!isKvEventsError(error)) throw error;
+      malformed(`undecodable payload at seq ${seq}: ${error.message}`, { code: error.code });
+      reset("undecodable", { seq: String(seq) });
+      return;
+    }
+    stats.applied++;
+    if (replayed) stats.replayed++;
+    if (batch.rejected.length > 0) {
+      stats.rejectedEvents += batch.rejected.length;
+      log.warn(`kv-events: ${batch.rejected.length} events refused at seq ${seq}`, {
+        ...fields,
+        first: batch.rejected[0]?.error.message,
+      });
+    }
+    try {
+      options.onBatch(batch, seq);
+    } catch (error) {
+      log.warn("kv-events: onBatch threw", { ...fields, error: String(error) });
+    }
+  }
+
+  /**
+   * Asks the replay socket for `from` onwards. Returns the batches in order, or a reason the
+   * replay cannot close the gap. A fresh DEALER per replay, so a late reply to a timed-out
+   * request can never be taken for the next one's.
+   */
+  async function replay(from: bigint): Promise<{ seq: bigint; payload: Uint8Array }[] | string> {
+    const dealer = new Dealer({ receiveTimeout: replayTimeoutMs, linger: 0 });
+    replaySocket = dealer;
+    try {
+      dealer.connect(options.replayEndpoint as string);
+      // The empty frame stands in for the envelope a REQ socket would add: vLLM's ROUTER
+      // unpacks `client_id, _, start_seq_bytes`.
+      await dealer.send(["", seqFrame(from)]);
+      const out: { seq: bigint; payload: Uint8Array }[] = [];
+      for (;;) {
+        const frames = await dealer.receive();
+        if (frames.length !== 3 || (frames[1] as Buffer).length !== 8) {
+          return `replay reply of ${frames.length} frames is not ["", seq, payload]`;
+        }
+        const seqBytes = frames[1] as Buffer;
+        if (seqBytes.equals(END_SEQ)) return out;
+        if (out.length >= maxReplayBatches) return `replay exceeded ${maxReplayBatches} batches`;
+        out.push({ seq: seqBytes.readBigUInt64BE(0), payload: frames[2] as Buffer });
+      }
+    } catch (error) {
+      return `replay failed: ${(error as Error).message}`;
+    } finally {
+      replaySocket = undefined;
+      dealer.close();
+    }
+  }
+
+  async function onGap(seq: bigint, payload: Uint8Array, prev: bigint): Promise<void> {
+    stats.gaps++;
+    const from = prev + 1n;
+    if (options.replayEndpoint !== undefined) {
+      const got = await replay(from);
+      if (closed) return;
+      if (typeof got !== "string") {
+        const usable = got.filter((b) => b.seq >= from);
+        // The replay closes the gap only if it starts right after `prev`, runs without holes
+        // and reaches the live message.
+        const contiguous = usable.every((b, i) => b.seq === from + BigInt(i));
+        const through = usable.length > 0 ? from + BigInt(usable.length) - 1n : prev;
+        if (usable.length > 0 && contiguous && through >= seq) {
+          for (const b of usable) apply(b.seq, b.payload, true);
+          skipFrom = prev + 1n;
+          skipThrough = through;
+          log.info(`kv-events: gap ${from}..${seq - 1n} closed by replay`, {
+            ...fields,
+            batches: usable.length,
+          });
+          return;
+        }
+        log.warn("kv-events: replay does not cover the gap", {
+          ...fields,
+          from: String(from),
+          live: String(seq),
+          replayedThrough: String(through),
+          first: usable[0] === undefined ? undefined : String(usable[0].seq),
+        });
+      } else {
+        log.warn(`kv-events: ${got}`, { ...fields, from: String(from) });
+      }
+    }
+    reset("gap", { from: String(from), live: String(seq) });
+    apply(seq, payload, false);
+  }
+
+  async function handle(frames: Buffer[]): Promise<void> {
+    stats.received++;
+    if (frames.length !== 3) {
+      malformed(`message of ${frames.length} frames, expected [topic, seq, payload]`);
+      return;
+    }
+    const [topicFrame, seqBytes, payload] = frames as [Buffer, Buffer, Buffer];
+    if (seqBytes.length !== 8) {
+      malformed(`seq frame of ${seqBytes.length} bytes, expected 8`);
+      return;
+    }
+    if (topic !== "" && topicFrame.toString("utf8") !== topic) {
+      // SUB filters by prefix: `kv@a` also receives `kv@ab`.
+      malformed(`message for topic ${JSON.stringify(topicFrame.toString("utf8"))}`);
+      return;
+    }
+    const seq = seqBytes.readBigUInt64BE(0);
+    if (skipThrough !== undefined && skipFrom !== undefined) {
+      if (seq >= skipFrom && seq <= skipThrough) {
+        stats.duplicates++;
+        return;
+      }
+      skipFrom = skipThrough = undefined;
+    }
+    if (last === undefined || seq === last + 1n) {
+      apply(seq, payload, false);
+    } else if (seq <= last) {
+      reset("restart", { seq: String(seq), last: String(last) });
+      apply(seq, payload, false);
+    } else {
+      await onGap(seq, payload, last);
+    }
+  }
+
+  const loop = (async () => {
+    try {
+      for await (const frames of sub) {
+        if (closed) break;
+        await handle(frames);
+      }
+    } catch (error) {
+      // Closing the socket ends the iteration with an error; anything else is logged.
+      if (!closed) log.warn("kv-events: receive loop stopped", { ...fields, error: String(error) });
+    }
+  })();
+
+  return {
+    get lastSeq() {
+      return last;
+    },
+    stats: () => ({ ...stats }),
+    async close() {
+      if (closed) return;
+      closed = true;
+      sub.close();
+      replaySocket?.close();
+      await loop;
+    },
+  };
+}

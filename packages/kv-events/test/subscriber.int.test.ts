@@ -1,0 +1,283 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { Publisher, Subscriber } from "zeromq";
+import { createReplicaBlockSet } from "../src/block-set.js";
+import type { DecodedKvEventBatch } from "../src/decode.js";
+import { encodeKvEventBatch } from "../src/encode.js";
+import type { KvEvent } from "../src/kv-event.js";
+import { createKvEventPublisher, type KvEventPublisher, seqFrame } from "../src/publisher.js";
+import {
+  createKvEventSubscriber,
+  type KvEventSubscriber,
+  type KvEventSubscriberOptions,
+  type KvEventsResetReason,
+} from "../src/subscriber.js";
+import { tokenBlockKeys } from "../src/token-blocks.js";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const fn of cleanups.splice(0).reverse()) await fn();
+});
+
+/** Polls `condition` until it holds (each poll yields to I/O), or fails after `ms`. */
+async function waitFor(condition: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+async function publisher(options: Partial<Parameters<typeof createKvEventPublisher>[0]> = {}) {
+  const pub = await createKvEventPublisher({
+    endpoint: "tcp://127.0.0.1:0",
+    topic: "kv@test",
+    ...options,
+  });
+  cleanups.push(() => pub.close());
+  return pub;
+}
+
+interface Recorded {
+  sub: KvEventSubscriber;
+  batches: { seq: bigint; batch: DecodedKvEventBatch }[];
+  resets: KvEventsResetReason[];
+  warnings: string[];
+}
+
+function subscribe(options: Partial<KvEventSubscriberOptions> & { endpoint: string }): Recorded {
+  const rec: Omit<Recorded, "sub"> = { batches: [], resets: [], warnings: [] };
+  const sub = createKvEventSubscriber({
+    topic: "kv@test",
+    onBatch: (batch, seq) => rec.batches.push({ seq, batch }),
+    onReset: (reason) => rec.resets.push(reason),
+    logger: { info: () => {}, warn: (m) => rec.warnings.push(m) },
+    ...options,
+  });
+  cleanups.push(() => sub.close());
+  return { ...rec, sub };
+}
+
+/** PUB→SUB drops messages until the subscription has propagated: publish empty batches until one arrives. */
+async function join(pub: KvEventPublisher, rec: Recorded): Promise<void> {
+  const before = rec.sub.stats().received;
+  while (rec.sub.stats().received === before) {
+    await pub.publish([]);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the join batches");
+}
+
+/**
+ * A lossy link: a SUB→PUB relay in front of a real publisher that drops the seqs `drop` says.
+ * The replay endpoint stays the real publisher's.
+ */
+async function lossyRelay(upstream: string, drop: (seq: bigint) => boolean) {
+  const inbound = new Subscriber({ linger: 0 });
+  inbound.connect(upstream);
+  inbound.subscribe();
+  const outbound = new Publisher({ linger: 0 });
+  await outbound.bind("tcp://127.0.0.1:*");
+  let forwarded = 0;
+  const loop = (async () => {
+    try {
+      for await (const frames of inbound) {
+        if (drop((frames[1] as Buffer).readBigUInt64BE(0))) continue;
+        await outbound.send(frames);
+        forwarded++;
+      }
+    } catch {
+      // closed
+    }
+  })();
+  cleanups.push(async () => {
+    inbound.close();
+    outbound.close();
+    await loop;
+  });
+  return { endpoint: outbound.lastEndpoint as string, forwarded: () => forwarded };
+}
+
+const BS = 4;
+const TOKENS = Array.from({ length: 24 }, (_, i) => 500 + i);
+const KEYS = [...tokenBlockKeys(TOKENS, BS)];
+/** BlockStored of block i of TOKENS, engine hash 1000+i chained on 1000+i-1. */
+function block(i: number): KvEvent {
+  return {
+    type: "BlockStored",
+    blockHashes: [BigInt(1000 + i)],
+    ...(i > 0 ? { parentBlockHash: BigInt(999 + i) } : {}),
+    tokenIds: TOKENS.slice(i * BS, (i + 1) * BS),
+    blockSize: BS,
+    medium: "GPU",
+  };
+}
+
+describe("KV-event subscriber over real ZMQ sockets", () => {
+  it("applies batches in order; a block set fed by it holds what the engine stored", async () => {
+    const pub = await publisher({ encoding: "positional" });
+    expect(pub.endpoint).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    const set = createReplicaBlockSet();
+    const rec = subscribe({ endpoint: pub.endpoint });
+    const sub = rec.sub;
+    await join(pub, rec);
+    const firstSeq = pub.nextSeq;
+    const start = rec.batches.length;
+    for (let i = 0; i < 6; i++) await pub.publish([block(i)]);
+    await pub.publish([{ type: "BlockRemoved", blockHashes: [1005n], medium: "GPU" }]);
+    await waitFor(() => sub.lastSeq === pub.nextSeq - 1n, "all batches");
+    for (const { batch } of rec.batches.slice(start)) set.apply(batch);
+    expect(rec.batches.slice(start).map((b) => b.seq)).toEqual(
+      Array.from({ length: 7 }, (_, i) => firstSeq + BigInt(i)),
+    );
+    expect(set.snapshot().sort()).toEqual(KEYS.slice(0, 5).sort());
+    expect(rec.resets).toEqual([]);
+    expect(sub.stats()).toMatchObject({ gaps: 0, resets: 0, malformed: 0 });
+  });
+
+  it("closes a gap by replay from last + 1, in order, and skips the live copies", async () => {
+    const pub = await publisher({ replayEndpoint: "tcp://127.0.0.1:0", bufferSteps: 100 });
+    expect(pub.replayEndpoint).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
+    const lost = new Set<bigint>();
+    const relay = await lossyRelay(pub.endpoint, (seq) => lost.has(seq));
+    const rec = subscribe({
+      endpoint: relay.endpoint,
+      replayEndpoint: pub.replayEndpoint as string,
+    });
+    await join(pub, rec);
+    const base = pub.nextSeq;
+    lost.add(base + 1n).add(base + 2n);
+    for (let i = 0; i < 6; i++) await pub.publish([block(i)]);
+    await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the resync");
+    const seqs = rec.batches.map((b) => b.seq).filter((s) => s >= base);
+    expect(seqs).toEqual([0n, 1n, 2n, 3n, 4n, 5n].map((i) => base + i));
+    const set = createReplicaBlockSet();
+    for (const { batch, seq } of rec.batches) if (seq >= base) set.apply(batch);
+    expect(set.snapshot().sort()).toEqual([...KEYS].sort());
+    expect(rec.resets).toEqual([]);
+    // The replay returns base+1 onwards as far as the publisher had got (at least base+3, the
+    // live message that showed the gap); live copies of replayed batches are skipped.
+    const stats = rec.sub.stats();
+    expect(stats).toMatchObject({ gaps: 1, resets: 0 });
+    expect(stats.duplicates).toBe(stats.replayed - 3);
+    expect(stats.replayed).toBeGreaterThanOrEqual(3);
+  });
+
+  it.each([
+    ["no replay endpoint", false, 100],
+    ["a replay buffer that no longer holds the gap", true, 1],
+  ])(
+    "resets on a gap with %s, and takes the live message as the new baseline",
+    async (_n, withReplay, bufferSteps) => {
+      const pub = await publisher(
+        withReplay ? { replayEndpoint: "tcp://127.0.0.1:0", bufferSteps } : {},
+      );
+      const lost = new Set<bigint>();
+      const relay = await lossyRelay(pub.endpoint, (seq) => lost.has(seq));
+      const rec = subscribe({
+        endpoint: relay.endpoint,
+        ...(withReplay ? { replayEndpoint: pub.replayEndpoint as string } : {}),
+      });
+      await join(pub, rec);
+      const base = pub.nextSeq;
+      lost.add(base + 1n);
+      for (let i = 0; i < 4; i++) await pub.publish([block(i)]);
+      await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the last batch");
+      expect(rec.resets).toEqual(["gap"]);
+      expect(rec.batches.map((b) => b.seq).filter((s) => s >= base)).toEqual([
+        base,
+        base + 2n,
+        base + 3n,
+      ]);
+      expect(rec.sub.stats()).toMatchObject({ gaps: 1, resets: 1, replayed: 0 });
+    },
+  );
+
+  it("resets with 'restart' when a new publisher on the same endpoint starts again from seq 0", async () => {
+    const first = await publisher();
+    const rec = subscribe({ endpoint: first.endpoint });
+    await join(first, rec);
+    // Raise last well above what the new publisher will send while the SUB reconnects.
+    while (first.nextSeq < 200n) await first.publish([block(0)]);
+    await waitFor(() => rec.sub.lastSeq === 199n, "seq 199");
+    await first.close();
+    // The port is free once the closed socket's I/O thread lets go of it.
+    let second: KvEventPublisher | undefined;
+    while (!second) {
+      second = await publisher({ endpoint: first.endpoint }).catch(() => undefined);
+    }
+    while (rec.resets.length === 0 && second.nextSeq < 150n) {
+      await second.publish([]);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect(rec.resets).toEqual(["restart"]);
+    await waitFor(() => rec.sub.lastSeq === second.nextSeq - 1n, "the new publisher's batches");
+    expect(rec.sub.stats().resets).toBe(1);
+  });
+
+  it("counts and logs malformed messages and keeps going", async () => {
+    const raw = new Publisher({ linger: 0 });
+    await raw.bind("tcp://127.0.0.1:*");
+    cleanups.push(() => raw.close());
+    const rec = subscribe({ endpoint: raw.lastEndpoint as string, topic: "kv@a" });
+    const good = (seq: bigint) => [
+      "kv@a",
+      seqFrame(seq),
+      encodeKvEventBatch({ ts: 1, events: [] }, { encoding: "tagged" }),
+    ];
+    let seq = 0n;
+    while (rec.sub.stats().applied === 0) {
+      await raw.send(good(seq++));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await waitFor(() => rec.sub.lastSeq === seq - 1n, "the join batches");
+    const applied = rec.sub.stats().applied;
+    await raw.send(["kv@a"]);
+    await raw.send(["kv@a", Buffer.alloc(4), Buffer.alloc(1)]);
+    await raw.send(["kv@a", seqFrame(seq), Buffer.alloc(1), Buffer.alloc(1)]);
+    await raw.send(["kv@ab", ...good(seq).slice(1)]);
+    await raw.send(["kv@a", seqFrame(seq++), Uint8Array.of(0xc1)]);
+    await raw.send(good(seq++));
+    await waitFor(() => rec.sub.lastSeq === seq - 1n, "the batch after the bad ones");
+    expect(rec.sub.stats()).toMatchObject({ malformed: 5, applied: applied + 1, resets: 1 });
+    expect(rec.resets).toEqual(["undecodable"]);
+    expect(rec.warnings).toEqual([
+      "kv-events: message of 1 frames, expected [topic, seq, payload]",
+      "kv-events: seq frame of 4 bytes, expected 8",
+      "kv-events: message of 4 frames, expected [topic, seq, payload]",
+      'kv-events: message for topic "kv@ab"',
+      `kv-events: undecodable payload at seq ${seq - 2n}: payload is not valid msgpack: Unrecognized type byte: 0xc1`,
+    ]);
+  });
+
+  it("keeps receiving when onBatch throws", async () => {
+    const pub = await publisher();
+    let calls = 0;
+    const rec = subscribe({
+      endpoint: pub.endpoint,
+      onBatch: () => {
+        calls++;
+        throw new Error("owner bug");
+      },
+    });
+    await join(pub, rec);
+    const before = calls;
+    await pub.publish([]);
+    await waitFor(() => calls === before + 1, "the next batch");
+    expect(rec.warnings).toContain("kv-events: onBatch threw");
+  });
+
+  it("refuses publish after close, and a bad bufferSteps", async () => {
+    const pub = await publisher();
+    await pub.close();
+    await expect(pub.publish([])).rejects.toMatchObject({ code: "LLMGW_KV_EVENTS_CLOSED" });
+    await expect(
+      createKvEventPublisher({ endpoint: "tcp://127.0.0.1:0", bufferSteps: -1 }),
+    ).rejects.toMatchObject({
+      code: "LLMGW_KV_EVENTS_INVALID_OPTIONS",
+      message: "bufferSteps must be a non-negative integer, got -1",
+    });
+    await expect(createKvEventPublisher({ endpoint: "nonsense" })).rejects.toMatchObject({
+      code: "LLMGW_KV_EVENTS_SOCKET_FAILED",
+    });
+  });
+});
