@@ -18,6 +18,7 @@ import { describe, expect, it } from "vitest";
 import {
   deploymentDetail,
   deploymentRow,
+  fleetVersions,
   nodeDetail,
   replicaRow,
   replicaStateText,
@@ -211,5 +212,41 @@ describe("rollouts in llmgw deployments", () => {
     );
     expect(text).not.toContain("\u001b");
     expect(text).not.toMatch(/^forged line/m);
+  });
+});
+
+describe("fleetVersions in llmgw status", () => {
+  it("says one version when everything runs it", () => {
+    expect(
+      fleetVersions([
+        { kind: "control plane", name: "cp-1", version: "0.2.0" },
+        { kind: "agent", name: "node-a", version: "0.2.0" },
+      ]),
+    ).toBe("0.2.0 everywhere");
+  });
+
+  it("names who runs which version during an upgrade, newest first, numerically", () => {
+    expect(
+      fleetVersions([
+        { kind: "agent", name: "node-c", version: "0.9.1" },
+        { kind: "control plane", name: "cp-1", version: "0.10.0" },
+        { kind: "agent", name: "node-a", version: "0.10.0" },
+        { kind: "agent", name: "node-b", version: "0.10.0" },
+        { kind: "router", name: "r-1", version: "0.9.1" },
+      ]),
+    ).toBe(
+      "mixed: 0.10.0 (control plane cp-1, agents node-a, node-b), 0.9.1 (agent node-c, router r-1)",
+    );
+  });
+
+  it("counts a component that reported no version as unknown, and shortens long lists", () => {
+    const agents = ["a", "b", "c", "d", "e"].map((n) => ({
+      kind: "agent" as const,
+      name: n,
+      version: "0.2.0",
+    }));
+    expect(fleetVersions([...agents, { kind: "router", name: "r-1", version: "" }])).toBe(
+      "mixed: 0.2.0 (agents a, b, c and 2 more), unknown (router r-1)",
+    );
   });
 });

@@ -40,8 +40,58 @@ export function nodeRow(n: Node, nowMs: number): string[] {
     `${used.size}/${n.inventory?.gpus.length ?? 0}`,
     (n.inventory?.fabrics ?? []).map((f) => f.id).join(",") || "-",
     n.advertiseAddress,
+    n.inventory?.agentVersion || "-",
     last,
   ];
+}
+
+/** One component that reports a version: what it is, and which one. */
+export interface VersionedComponent {
+  kind: "control plane" | "agent" | "router";
+  name: string;
+  version: string;
+}
+
+/**
+ * "0.2.0 everywhere", or, during an upgrade, each version with who runs it, newest first:
+ * "mixed: 0.2.0 (control plane cp-1, agents node-a, node-b), 0.1.0 (agent node-c)". A component
+ * that reported no version counts as "unknown".
+ */
+export function fleetVersions(components: readonly VersionedComponent[]): string {
+  const byVersion = new Map<string, VersionedComponent[]>();
+  for (const c of components) {
+    const v = c.version || "unknown";
+    byVersion.set(v, [...(byVersion.get(v) ?? []), c]);
+  }
+  if (byVersion.size <= 1) return `${[...byVersion.keys()][0] ?? "unknown"} everywhere`;
+  const order = [...byVersion.keys()].sort((a, b) => compareVersions(b, a));
+  const who = (cs: VersionedComponent[]) =>
+    (["control plane", "agent", "router"] as const)
+      .map((kind) => {
+        const names = cs.filter((c) => c.kind === kind).map((c) => c.name);
+        if (names.length === 0) return undefined;
+        const shown =
+          names.length > 3
+            ? `${names.slice(0, 3).join(", ")} and ${names.length - 3} more`
+            : names.join(", ");
+        return `${names.length === 1 ? kind : `${kind}s`} ${shown}`;
+      })
+      .filter((s) => s !== undefined)
+      .join(", ");
+  return `mixed: ${order.map((v) => `${v} (${who(byVersion.get(v) ?? [])})`).join(", ")}`;
+}
+
+/** Orders dotted versions numerically ("0.10.0" after "0.9.1"); anything else sorts first. */
+function compareVersions(a: string, b: string): number {
+  const pa = a.split(/[.+-]/).map(Number);
+  const pb = b.split(/[.+-]/).map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const x = pa[i] ?? 0;
+    const y = pb[i] ?? 0;
+    if (Number.isNaN(x) || Number.isNaN(y)) return Number.isNaN(x) ? (Number.isNaN(y) ? 0 : -1) : 1;
+    if (x !== y) return x - y;
+  }
+  return 0;
 }
 
 /** Where a replica runs: "node-a[0,1] + node-b[0,1]". */

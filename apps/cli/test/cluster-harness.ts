@@ -44,9 +44,13 @@ export interface Proc {
 
 const started = new Set<ChildProcess>();
 
-/** Runs `llmgw …` as a child process, collecting its output. */
-export function runLlmgw(args: string[], env: Record<string, string> = {}): Proc {
-  const child = spawn(process.execPath, [cliMain, ...args], {
+/** Runs `llmgw …` (this build's, or `main` of another) as a child process, collecting its output. */
+export function runLlmgw(
+  args: string[],
+  env: Record<string, string> = {},
+  main: string = cliMain,
+): Proc {
+  const child = spawn(process.execPath, [main, ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -100,6 +104,8 @@ export class ControlPlaneProc {
     readonly controlPort: number,
     readonly publicPort: number,
     readonly extraArgs: string[] = [],
+    /** The CLI bundle to run: this build's, or an earlier release's in mixed-version tests. */
+    readonly main: string = cliMain,
   ) {
     this.dataDir = path.join(root, "cp");
   }
@@ -110,16 +116,20 @@ export class ControlPlaneProc {
     return `http://127.0.0.1:${this.publicPort}`;
   }
   async start(): Promise<void> {
-    this.proc = runLlmgw([
-      "control-plane",
-      "--data-dir",
-      this.dataDir,
-      "--listen",
-      `127.0.0.1:${this.publicPort}`,
-      "--control-listen",
-      `127.0.0.1:${this.controlPort}`,
-      ...this.extraArgs,
-    ]);
+    this.proc = runLlmgw(
+      [
+        "control-plane",
+        "--data-dir",
+        this.dataDir,
+        "--listen",
+        `127.0.0.1:${this.publicPort}`,
+        "--control-listen",
+        `127.0.0.1:${this.controlPort}`,
+        ...this.extraArgs,
+      ],
+      {},
+      this.main,
+    );
     const proc = this.proc;
     await waitFor("the control plane to answer /healthz", async () => {
       if (proc.child.exitCode !== null) throw new Error(`control plane exited:\n${proc.output()}`);

@@ -1,26 +1,36 @@
 /**
- * Mixed versions during an upgrade (control planes first, then agents): the previous main's
- * agent, built from git history, against this control plane. It registers, takes a
- * deployment, reports its engine ready, and keeps it through a restart of this control plane.
- * (It knows one control-plane URL only, so it cannot follow a PostgreSQL failover: upgrade
- * agents before relying on one.)
+ * Mixed versions during an upgrade, in either order. The previous main's agent, built from git
+ * history, against this control plane: it registers, takes a deployment, reports its engine
+ * ready, and keeps it through a restart of this control plane. (It knows one control-plane URL
+ * only, so it cannot follow a PostgreSQL failover: upgrade agents before relying on one.) And
+ * this agent against the previous main's control plane: deploy, ready, serve.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
+import { MIGRATIONS } from "@llmgw/control-plane";
 import { NodeState } from "@llmgw/proto";
+import { LLMGW_VERSION } from "@llmgw/wire";
+import OpenAI from "openai";
 import { afterAll, describe, expect, it } from "vitest";
 import {
+  AgentProc,
   allReady,
   ControlPlaneProc,
   enginePids,
   ensureCliBuilt,
   freePort,
+  runLlmgw,
   simDeployment,
   stopAll,
   tempRoot,
   waitFor,
 } from "./cluster-harness.js";
-import { PREVIOUS_MAIN, previousCli, previousCliUnavailable } from "./previous-release.js";
+import {
+  PREVIOUS_MAIN,
+  previousCli,
+  previousCliUnavailable,
+  previousControlPlane,
+} from "./previous-release.js";
 
 const skip = previousCliUnavailable();
 const roots: string[] = [];
@@ -31,7 +41,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(skip)(
-  `the previous main's agent (${PREVIOUS_MAIN.slice(0, 7)}) against this control plane${skip ? ` (skipped: ${skip})` : ""}`,
+  `the previous main (${PREVIOUS_MAIN.slice(0, 7)}) and this build, mixed${skip ? ` (skipped: ${skip})` : ""}`,
   () => {
     it("registers, runs a deployment and keeps its engine through a control-plane restart", async () => {
       ensureCliBuilt();
@@ -92,6 +102,19 @@ describe.skipIf(skip)(
         return allReady(d, 1) ? d : undefined;
       });
       const pids = enginePids(ready);
+      // The operator sees the upgrade half done: the old agent's version in `llmgw nodes`, and
+      // `llmgw status` naming who runs which.
+      const adminEnv = { LLMGW_ADMIN_TOKEN: cp.token("admin") };
+      const nodes = runLlmgw(["nodes", "--control-plane", cp.controlUrl], adminEnv);
+      expect(await nodes.exited, nodes.output()).toBe(0);
+      expect(nodes.output()).toMatch(/old-agent .* 0\.1\.0 /);
+      const status = runLlmgw(["status", "--control-plane", cp.controlUrl], adminEnv);
+      expect(await status.exited, status.output()).toBe(0);
+      const nodeId = (await admin.listNodes({}, auth)).nodes[0]?.nodeId;
+      expect(nodeId).toMatch(/^old-agent/);
+      expect(status.output()).toContain(
+        `versions     mixed: ${LLMGW_VERSION} (control plane ${cp.controlUrl}), 0.1.0 (agent ${nodeId})`,
+      );
       await cp.stop();
       await cp.start();
       const again = await waitFor("the replica ready after the restart", async () => {
@@ -102,6 +125,86 @@ describe.skipIf(skip)(
       });
       expect(enginePids(again)).toEqual(pids);
       expect(output).not.toContain("LLMGW_AGENT_CONFIG_INVALID");
+    }, 400_000);
+
+    it("this agent under the previous main's control plane: deploy, ready, serve", async (test) => {
+      ensureCliBuilt();
+      const previous = previousControlPlane();
+      if (previous.unavailable)
+        test.skip(`the previous control plane cannot run here: ${previous.unavailable}`);
+      const root = tempRoot("llmgw-mixed-old-cp-");
+      roots.push(root);
+      const cp = new ControlPlaneProc(
+        root,
+        await freePort(),
+        await freePort(),
+        ["--heartbeat-interval", "500ms"],
+        previous.main,
+      );
+      await cp.start();
+      const agent = new AgentProc(root, "new-agent", "1xh100-80g", cp);
+      agent.start();
+      const admin = cp.admin();
+      const auth = cp.adminHeaders();
+      await waitFor("this agent's node ready under the previous control plane", async () => {
+        if (agent.proc?.child.exitCode !== null)
+          throw new Error(`the agent exited:\n${agent.proc?.output()}`);
+        return (await admin.listNodes({}, auth)).nodes[0]?.state === NodeState.READY
+          ? true
+          : undefined;
+      });
+      await admin.applyDeployment(
+        { deployment: simDeployment("chat", { gpuClass: "h100-80g", replicas: 1 }) },
+        auth,
+      );
+      await waitFor("its replica ready", async () =>
+        allReady((await admin.getDeployment({ name: "chat" }, auth)).deployment, 1)
+          ? true
+          : undefined,
+      );
+      const { secret } = await admin.createApiKey({ name: "mixed" }, auth);
+      const client = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
+      const answer = await client.chat.completions.create({
+        model: "chat",
+        max_tokens: 8,
+        messages: [{ role: "user", content: "hello across versions" }],
+      });
+      expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
+      expect(answer.usage?.completion_tokens).toBeGreaterThan(0);
+      const status = await admin.getClusterStatus({}, auth);
+      expect(status.version).toBe("0.1.0");
+      expect((await admin.listNodes({}, auth)).nodes[0]?.inventory?.agentVersion).toBe(
+        LLMGW_VERSION,
+      );
+    }, 400_000);
+
+    it("a downgrade onto this release's store is refused by the previous control plane, clearly", async (test) => {
+      ensureCliBuilt();
+      const previous = previousControlPlane();
+      if (previous.unavailable)
+        test.skip(`the previous control plane cannot run here: ${previous.unavailable}`);
+      const root = tempRoot("llmgw-downgrade-");
+      roots.push(root);
+      const cp = new ControlPlaneProc(root, await freePort(), 0, ["--no-public-api"]);
+      await cp.start();
+      await cp.stop();
+      const old = runLlmgw(
+        [
+          "control-plane",
+          "--data-dir",
+          cp.dataDir,
+          "--no-public-api",
+          "--control-listen",
+          `127.0.0.1:${await freePort()}`,
+        ],
+        {},
+        previous.main,
+      );
+      expect(await old.exited).not.toBe(0);
+      expect(old.output()).toContain("LLMGW_CONTROL_PLANE_STORE_TOO_NEW");
+      expect(old.output()).toContain(
+        `has schema version ${MIGRATIONS.length}, newer than this build understands`,
+      );
     }, 400_000);
   },
 );

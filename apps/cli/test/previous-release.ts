@@ -5,7 +5,7 @@
  * `$LLMGW_CACHE_DIR/previous/` (default `~/.cache/llmgw`), so it is built once per machine.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { homedir } from "node:os";
 import path from "node:path";
 import { repoRoot } from "./cluster-harness.js";
@@ -28,6 +28,52 @@ export function previousCliUnavailable(commit = PREVIOUS_MAIN): string | undefin
     return "pnpm is not installed";
   }
   return undefined;
+}
+
+/**
+ * The previous tree installs without running install scripts, so it has no compiled
+ * better-sqlite3: its control plane borrows this checkout's build when both lock the same
+ * version (a native module depends on the Node.js ABI and the package version only).
+ * Returns why it cannot, or undefined once the previous tree has one.
+ */
+function borrowSqlite(previousDir: string): string | undefined {
+  const pnpmDir = (root: string) => path.join(root, "node_modules", ".pnpm");
+  const versions = (root: string) =>
+    existsSync(pnpmDir(root))
+      ? readdirSync(pnpmDir(root)).filter((d) => d.startsWith("better-sqlite3@"))
+      : [];
+  const ours = versions(repoRoot)[0];
+  const theirs = versions(previousDir)[0];
+  if (ours === undefined || theirs === undefined) return "no better-sqlite3 in one of the trees";
+  if (ours !== theirs) return `better-sqlite3 differs (${ours} here, ${theirs} there)`;
+  const addon = (root: string) =>
+    path.join(
+      pnpmDir(root),
+      ours,
+      "node_modules",
+      "better-sqlite3",
+      "build",
+      "Release",
+      "better_sqlite3.node",
+    );
+  if (existsSync(addon(previousDir))) return undefined;
+  if (!existsSync(addon(repoRoot))) return "this checkout's better-sqlite3 is not built";
+  mkdirSync(path.dirname(addon(previousDir)), { recursive: true });
+  copyFileSync(addon(repoRoot), addon(previousDir));
+  return undefined;
+}
+
+/**
+ * Path of the previous CLI's `dist/main.js` with what its control plane needs to open a store,
+ * or the reason it has not (its agent still runs).
+ */
+export function previousControlPlane(commit = PREVIOUS_MAIN): {
+  main: string;
+  unavailable?: string;
+} {
+  const main = previousCli(commit);
+  const unavailable = borrowSqlite(path.resolve(path.dirname(main), "..", "..", ".."));
+  return unavailable === undefined ? { main } : { main, unavailable };
 }
 
 /** Path of the previous CLI's `dist/main.js`, building it first when not cached. */

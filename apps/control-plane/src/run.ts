@@ -28,6 +28,7 @@ import {
   startRouter,
 } from "@llmgw/router-server";
 import { schedule as defaultSchedule } from "@llmgw/scheduler";
+import { LLMGW_VERSION } from "@llmgw/wire";
 import { Registry } from "prom-client";
 import { createClusterView } from "./cluster-view.js";
 import {
@@ -67,7 +68,7 @@ import type { ClusterStore } from "./store/types.js";
 import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
 
 /** The version the control plane reports in `GetClusterStatus`. */
-export const CONTROL_PLANE_VERSION = "0.1.0";
+export const CONTROL_PLANE_VERSION = LLMGW_VERSION;
 
 /** A Node HTTP request handler. */
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;

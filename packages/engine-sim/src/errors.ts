@@ -8,6 +8,7 @@ export type EngineSimErrorCode =
   | "LLMGW_ENGINE_SIM_RANK_LOST"
   | "LLMGW_ENGINE_SIM_INVALID_TRANSITION"
   | "LLMGW_ENGINE_SIM_LLAMACPP_BUILD_FAILED"
+  | "LLMGW_ENGINE_SIM_LLAMACPP_NOT_BUILT"
   | "LLMGW_ENGINE_SIM_GGUF_INVALID";
 
 /** The one error base of `@llmgw/engine-sim`; `code` is stable, `cause` carries the origin. */

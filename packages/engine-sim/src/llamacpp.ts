@@ -66,6 +66,13 @@ export async function ensureLlamaServer(options: EnsureLlamaServerOptions = {}):
   if (found) return found;
   const cacheDir = options.cacheDir ?? defaultLlamaCacheDir();
   const script = join(repoRoot, "scripts", "build-llamacpp.sh");
+  if (!existsSync(script)) {
+    // An installed llmgw (npm or .deb) carries no llama.cpp source: it builds from a checkout.
+    throw new EngineSimError(
+      "LLMGW_ENGINE_SIM_LLAMACPP_NOT_BUILT",
+      `no llama-server is built in ${join(cacheDir, "llama.cpp")}, and this install cannot build one (it has no llama.cpp source: run scripts/build-llamacpp.sh in a checkout of llmgw, with LLMGW_CACHE_DIR pointing here), or skip it with --no-llamacpp`,
+    );
+  }
   const tail: string[] = [];
   let stdout = "";
   const code = await new Promise<number | null>((resolve, reject) => {

@@ -41,3 +41,4 @@ export {
   routingMessageFromProto,
   routingMessageToProto,
 } from "./routing.js";
+export { LLMGW_VERSION, PROTO_PACKAGE } from "./version.js";

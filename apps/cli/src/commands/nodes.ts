@@ -8,7 +8,7 @@ import { renderTable } from "../table.js";
 export const command: Command = {
   name: "nodes",
   summary: "list the nodes of the cluster",
-  usage: `Usage: llmgw nodes [options]\n\nLists nodes with their state, GPUs, allocation and last heartbeat.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw nodes [options]\n\nLists nodes with their state, GPUs, allocation, agent version and last heartbeat.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, ADMIN_FLAGS);
     const ctx = adminContext(values, io);
@@ -21,7 +21,17 @@ export const command: Command = {
       const now = Date.now();
       io.stdout.write(
         renderTable(
-          ["NODE", "HOSTNAME", "STATE", "GPUS", "ALLOCATED", "FABRICS", "ADDRESS", "HEARTBEAT"],
+          [
+            "NODE",
+            "HOSTNAME",
+            "STATE",
+            "GPUS",
+            "ALLOCATED",
+            "FABRICS",
+            "ADDRESS",
+            "VERSION",
+            "HEARTBEAT",
+          ],
           res.nodes.map((n) => nodeRow(n, now)),
         ),
       );

@@ -2,21 +2,21 @@ import { toJson } from "@bufbuild/protobuf";
 import { GetClusterStatusResponseSchema } from "@llmgw/proto";
 import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
-import { deploymentRow } from "../cluster-format.js";
+import { deploymentRow, fleetVersions } from "../cluster-format.js";
 import { type Command, parseCommandArgs } from "../command.js";
 import { renderTable } from "../table.js";
 
 export const command: Command = {
   name: "status",
   summary: "one-screen summary of the cluster",
-  usage: `Usage: llmgw status [options]\n\nNodes, GPUs by class and fabric, deployments and replicas at a glance.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw status [options]\n\nNodes, GPUs by class and fabric, deployments and replicas at a glance, and the versions\nrunning ("mixed: ..." during an upgrade, naming which control planes, agents and routers run which).\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, ADMIN_FLAGS);
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {
       // Set when no leader answered and a follower did, from its copy of the state.
       let copyAgeMs: string | undefined;
-      const [s, d] = await Promise.all([
+      const [s, d, nodes, routers] = await Promise.all([
         ctx.client.getClusterStatus(
           {},
           {
@@ -26,6 +26,9 @@ export const command: Command = {
           },
         ),
         ctx.client.listDeployments({}),
+        ctx.client.listNodes({}),
+        // A control plane older than routers apart from it has no list of them.
+        ctx.client.listRouters({}).catch(() => ({ routers: [] })),
       ]);
       if (ctx.json) {
         io.stdout.write(`${JSON.stringify(toJson(GetClusterStatusResponseSchema, s), null, 2)}\n`);
@@ -43,6 +46,23 @@ export const command: Command = {
           `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
           `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
           `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
+          `versions     ${fleetVersions([
+            ...(s.controlPlanes.length > 0
+              ? s.controlPlanes.map((c) => ({
+                  kind: "control plane" as const,
+                  name: c.id,
+                  version: c.version,
+                }))
+              : [{ kind: "control plane" as const, name: ctx.url, version: s.version }]),
+            ...nodes.nodes.map((n) => ({
+              kind: "agent" as const,
+              name: n.nodeId,
+              version: n.inventory?.agentVersion ?? "",
+            })),
+            ...routers.routers
+              .filter((r) => r.connected && !r.inProcess)
+              .map((r) => ({ kind: "router" as const, name: r.id, version: r.version })),
+          ])}`,
           "",
         ].join("\n"),
       );
