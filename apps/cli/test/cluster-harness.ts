@@ -174,23 +174,29 @@ export class AgentProc {
   }
   /** `--control-plane`: default the control plane's URL; a comma list for several instances. */
   controlPlane: string | undefined;
+  /** The CLI bundle to run: this build's, or an earlier release's. */
+  main: string = cliMain;
   start(extra: string[] = []): void {
-    this.proc = runLlmgw([
-      "agent",
-      "--control-plane",
-      this.controlPlane ?? this.cp.controlUrl,
-      "--join-token",
-      this.cp.token(),
-      "--state-dir",
-      this.stateDir,
-      "--simulate",
-      this.simulate,
-      "--node-name",
-      this.name,
-      "--advertise-address",
-      "127.0.0.1",
-      ...extra,
-    ]);
+    this.proc = runLlmgw(
+      [
+        "agent",
+        "--control-plane",
+        this.controlPlane ?? this.cp.controlUrl,
+        "--join-token",
+        this.cp.token(),
+        "--state-dir",
+        this.stateDir,
+        "--simulate",
+        this.simulate,
+        "--node-name",
+        this.name,
+        "--advertise-address",
+        "127.0.0.1",
+        ...extra,
+      ],
+      {},
+      this.main,
+    );
   }
   async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
     const proc = this.proc;
@@ -403,6 +409,26 @@ export function simDeployment(name: string, fields: Record<string, unknown> = {}
 }
 
 /** True when every replica of the deployment is READY (and there are `count` of them). */
+/**
+ * Applies a one-replica simulated deployment on an h100-80g (any release's control plane takes
+ * it) and waits until its replica is ready; returns its status.
+ */
+export async function deploySimReady(
+  cp: ControlPlaneProc,
+  name = "chat",
+): Promise<DeploymentStatus> {
+  const admin = cp.admin();
+  const auth = cp.adminHeaders();
+  await admin.applyDeployment(
+    { deployment: simDeployment(name, { gpuClass: "h100-80g", replicas: 1 }) },
+    auth,
+  );
+  return waitFor(`${name}'s replica ready`, async () => {
+    const d = (await admin.getDeployment({ name }, auth)).deployment;
+    return allReady(d, 1) ? d : undefined;
+  });
+}
+
 export function allReady(d: DeploymentStatus | undefined, count: number): boolean {
   return (
     d !== undefined &&

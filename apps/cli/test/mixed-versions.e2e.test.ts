@@ -16,11 +16,11 @@ import {
   AgentProc,
   allReady,
   ControlPlaneProc,
+  deploySimReady,
   enginePids,
   ensureCliBuilt,
   freePort,
   runLlmgw,
-  simDeployment,
   stopAll,
   tempRoot,
   waitFor,
@@ -91,16 +91,7 @@ describe.skipIf(skip)(
           ? true
           : undefined;
       });
-      await admin.applyDeployment(
-        {
-          deployment: simDeployment("chat", { gpuClass: "h100-80g", replicas: 1 }),
-        },
-        auth,
-      );
-      const ready = await waitFor("its replica ready", async () => {
-        const d = (await admin.getDeployment({ name: "chat" }, auth)).deployment;
-        return allReady(d, 1) ? d : undefined;
-      });
+      const ready = await deploySimReady(cp);
       const pids = enginePids(ready);
       // The operator sees the upgrade half done: the old agent's version in `llmgw nodes`, and
       // `llmgw status` naming who runs which.
@@ -153,15 +144,7 @@ describe.skipIf(skip)(
           ? true
           : undefined;
       });
-      await admin.applyDeployment(
-        { deployment: simDeployment("chat", { gpuClass: "h100-80g", replicas: 1 }) },
-        auth,
-      );
-      await waitFor("its replica ready", async () =>
-        allReady((await admin.getDeployment({ name: "chat" }, auth)).deployment, 1)
-          ? true
-          : undefined,
-      );
+      await deploySimReady(cp);
       const { secret } = await admin.createApiKey({ name: "mixed" }, auth);
       const client = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
       const answer = await client.chat.completions.create({

@@ -305,6 +305,10 @@ export async function startControlPlane(
           file: dataDir.databaseFile,
           eventsKept: resolved.eventsKept,
           expectExisting: dataDir.initialisedBefore,
+          onBackup: (backup, from, to) =>
+            log(
+              `state store backed up to ${backup} before migrating it from schema ${from} to ${to}`,
+            ),
         })
       : undefined;
   const storeLocation = postgres?.location ?? dataDir.databaseFile;

@@ -1,4 +1,17 @@
-import { mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
@@ -574,5 +587,114 @@ describe("openSqliteStore", () => {
       }),
     ).toThrow(domain);
     expect(append().id).toBeGreaterThan(0);
+  });
+});
+
+function canMountTmpfs(): boolean {
+  return process.platform === "linux" && process.getuid?.() === 0;
+}
+
+describe("migrating an older store", () => {
+  /** A store as a release with `version` schema versions left it, holding one deployment. */
+  function olderStore(version: number, extraSql = ""): void {
+    const db = new Database(file);
+    for (const sql of MIGRATIONS.slice(0, version)) db.exec(sql);
+    db.pragma(`user_version = ${version}`);
+    db.prepare(
+      "INSERT INTO deployments (name, spec_json, revision, created_at_ms, updated_at_ms) VALUES ('chat', '{\"name\":\"chat\"}', 3, 1, 2)",
+    ).run();
+    if (extraSql) db.exec(extraSql);
+    db.close();
+  }
+  const NOW = new Date("2026-12-02T10:11:12.345Z");
+  const backupName = (v: number) => `${file}.schema-${v}-20261202T101112Z.bak`;
+  const backups = () => readdirSync(dir).filter((f) => f.endsWith(".bak"));
+
+  it("copies the file at its old schema before the first migration, then never again", () => {
+    const from = MIGRATIONS.length - 2;
+    olderStore(from);
+    const told: [string, number, number][] = [];
+    const store = openSqliteStore({ file, now: () => NOW, onBackup: (...a) => told.push(a) });
+    open.push(store);
+    expect(told).toEqual([[backupName(from), from, MIGRATIONS.length]]);
+    expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
+    expect(statSync(backupName(from)).mode & 0o777).toBe(0o600);
+    const copy = new Database(backupName(from), { readonly: true });
+    expect(copy.pragma("user_version", { simple: true })).toBe(from);
+    expect(copy.prepare("SELECT name, revision FROM deployments").all()).toEqual([
+      { name: "chat", revision: 3 },
+    ]);
+    copy.close();
+    store.close();
+    open.pop();
+    // At the latest schema: nothing to migrate, nothing copied.
+    const again = openSqliteStore({ file, onBackup: () => told.push(["again", 0, 0]) });
+    open.push(again);
+    expect(told).toHaveLength(1);
+    expect(backups()).toEqual([backupName(from).split("/").pop()]);
+  });
+
+  it("copies nothing for a new store", () => {
+    openStore().close();
+    open.pop();
+    expect(backups()).toEqual([]);
+  });
+
+  it.skipIf(!canMountTmpfs())(
+    `stops with the store untouched when the disk is too full for the copy${canMountTmpfs() ? "" : " (skipped: mounting a tmpfs needs root)"}`,
+    () => {
+      // A real full disk: a 1 MiB tmpfs holding the store and a file that takes the rest.
+      const disk = join(dir, "disk");
+      mkdirSync(disk);
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]);
+      try {
+        file = join(disk, "state.db");
+        olderStore(1);
+        const filler = openSync(join(disk, "filler"), "w");
+        try {
+          const chunk = Buffer.alloc(4096);
+          for (;;) writeSync(filler, chunk);
+        } catch (error) {
+          expect((error as NodeJS.ErrnoException).code).toBe("ENOSPC");
+        } finally {
+          closeSync(filler);
+        }
+        const before = readFileSync(file);
+        expect(() => openSqliteStore({ file, now: () => NOW })).toThrow(
+          expect.objectContaining({
+            code: "LLMGW_CONTROL_PLANE_STORE_FAILED",
+            message: expect.stringMatching(
+              new RegExp(
+                `^cannot back up the state store ${file} to ${file}\\.schema-1-20261202T101112Z\\.bak before migrating it from schema 1 to ${MIGRATIONS.length}: .*full.*; nothing was migrated`,
+              ),
+            ),
+          }),
+        );
+        expect(readFileSync(file).equals(before)).toBe(true);
+        expect(readdirSync(disk).sort()).toEqual(["filler", "state.db"]);
+      } finally {
+        execFileSync("umount", [disk]);
+      }
+    },
+  );
+
+  it("leaves the previous schema and data intact when a migration fails halfway", () => {
+    // The last migration adds a table and three columns in one transaction; a table of that
+    // name already there makes it fail after nothing, or part, of it ran.
+    const from = MIGRATIONS.length - 1;
+    olderStore(from, "CREATE TABLE deployment_revisions (x INTEGER);");
+    expect(() => openSqliteStore({ file, now: () => NOW })).toThrow(
+      expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_STORE_FAILED" }),
+    );
+    const db = new Database(file, { readonly: true });
+    expect(db.pragma("user_version", { simple: true })).toBe(from);
+    const columns = (db.prepare("PRAGMA table_info(placements)").all() as { name: string }[]).map(
+      (c) => c.name,
+    );
+    expect(columns).not.toContain("retirement_json");
+    expect(db.prepare("SELECT name FROM deployments").all()).toEqual([{ name: "chat" }]);
+    db.close();
+    // The copy was made before the failed attempt, at the old schema.
+    expect(backups()).toEqual([backupName(from).split("/").pop()]);
   });
 });

@@ -1,4 +1,4 @@
-import { chmodSync, closeSync, existsSync, openSync, statSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, openSync, rmSync, statSync } from "node:fs";
 import Database from "better-sqlite3";
 import { ControlPlaneError } from "../errors.js";
 import { FIRST_TABLES, LATER_TABLES, MIGRATIONS } from "./migrations.js";
@@ -53,6 +53,13 @@ export interface SqliteStoreOptions {
    * means lost state, not a first start, and is refused.
    */
   readonly expectExisting?: boolean;
+  /**
+   * Told where the copy of the file went before a migration changed it (see
+   * {@link backupBeforeMigrating}); not called when nothing needed migrating.
+   */
+  readonly onBackup?: (backup: string, fromVersion: number, toVersion: number) => void;
+  /** The time a backup is named after; default the wall clock. */
+  readonly now?: () => Date;
 }
 
 const SQLITE_CORRUPT_CODES = new Set(["SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_CORRUPT_VTAB"]);
@@ -97,7 +104,7 @@ export function openSqliteStore(options: SqliteStoreOptions): ClusterStore {
     );
   }
   try {
-    prepare(db, file, existed || options.expectExisting === true);
+    prepare(db, file, existed || options.expectExisting === true, options);
   } catch (error) {
     db.close();
     if (error instanceof ControlPlaneError) throw error;
@@ -163,12 +170,57 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
   };
 }
 
-function prepare(db: Database.Database, file: string, mustHaveState: boolean): void {
+/**
+ * Copies the store, consistent and compacted (`VACUUM INTO`), to
+ * `<file>.schema-<version>-<UTC time>.bak` (0600), before a migration changes it: going back to
+ * the release that wrote it is then stopping, putting the copy back and starting that release.
+ * A copy that cannot be made (a full disk, an unwritable directory) stops the start with the
+ * store untouched, and leaves no partial copy behind.
+ */
+export function backupBeforeMigrating(
+  db: Database.Database,
+  file: string,
+  version: number,
+  now = new Date(),
+): string {
+  const stamp = now
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d+Z$/, "Z");
+  let backup = `${file}.schema-${version}-${stamp}.bak`;
+  let created = false;
+  try {
+    // VACUUM INTO writes into an empty file, so it keeps the mode this one is created with.
+    // A start retried within the second gets its own copy next to the first.
+    for (let n = 1; !created; n++) {
+      try {
+        closeSync(openSync(backup, "wx", 0o600));
+        created = true;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST" || n > 99) throw error;
+        backup = `${file}.schema-${version}-${stamp}-${n}.bak`;
+      }
+    }
+    db.prepare("VACUUM INTO ?").run(backup);
+  } catch (cause) {
+    if (created) rmSync(backup, { force: true });
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      `cannot back up the state store ${file} to ${backup} before migrating it from schema ${version} to ${MIGRATIONS.length}: ${(cause as Error).message}; nothing was migrated. Free space or fix the directory's permissions, then start again`,
+      { cause },
+    );
+  }
+  return backup;
+}
+
+function prepare(
+  db: Database.Database,
+  file: string,
+  mustHaveState: boolean,
+  options: Pick<SqliteStoreOptions, "onBackup" | "now">,
+): void {
   const check = db.pragma("quick_check", { simple: true });
   if (check !== "ok") throw corrupt(file, `quick_check: ${String(check)}`);
-  db.pragma("journal_mode = WAL");
-  db.pragma("synchronous = NORMAL");
-  db.pragma("foreign_keys = ON");
   const version = db.pragma("user_version", { simple: true }) as number;
   if (version > MIGRATIONS.length) {
     throw new ControlPlaneError(
@@ -196,6 +248,15 @@ function prepare(db: Database.Database, file: string, mustHaveState: boolean): v
         throw corrupt(file, `table ${table} is missing at schema version ${version}`);
     }
   }
+  // Before anything writes (even the switch to WAL), so a store that cannot be copied is
+  // left exactly as it was.
+  if (version > 0 && version < MIGRATIONS.length) {
+    const backup = backupBeforeMigrating(db, file, version, options.now?.() ?? new Date());
+    options.onBackup?.(backup, version, MIGRATIONS.length);
+  }
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = NORMAL");
+  db.pragma("foreign_keys = ON");
   for (let v = version; v < MIGRATIONS.length; v++) {
     db.transaction(() => {
       db.exec(MIGRATIONS[v] as string);
