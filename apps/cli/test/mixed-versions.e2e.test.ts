@@ -33,6 +33,22 @@ import {
 } from "./previous-release.js";
 
 const skip = previousCliUnavailable();
+
+let keys = 0;
+
+/** One chat completion through the control plane's public API, with a new key. */
+async function chatOnce(cp: ControlPlaneProc): Promise<void> {
+  keys += 1;
+  const { secret } = await cp.admin().createApiKey({ name: `mixed-${keys}` }, cp.adminHeaders());
+  const client = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
+  const answer = await client.chat.completions.create({
+    model: "chat",
+    max_tokens: 8,
+    messages: [{ role: "user", content: "hello across versions" }],
+  });
+  expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
+  expect(answer.usage?.completion_tokens).toBeGreaterThan(0);
+}
 const roots: string[] = [];
 const children: ChildProcess[] = [];
 afterAll(async () => {
@@ -43,13 +59,12 @@ afterAll(async () => {
 describe.skipIf(skip)(
   `the previous main (${PREVIOUS_MAIN.slice(0, 7)}) and this build, mixed${skip ? ` (skipped: ${skip})` : ""}`,
   () => {
-    it("registers, runs a deployment and keeps its engine through a control-plane restart", async () => {
+    it("registers, runs a deployment, serves, and keeps its engine through a control-plane restart", async () => {
       ensureCliBuilt();
       const previous = previousCli();
       const root = tempRoot("llmgw-mixed-");
       roots.push(root);
-      const cp = new ControlPlaneProc(root, await freePort(), 0, [
-        "--no-public-api",
+      const cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
         "--heartbeat-interval",
         "500ms",
       ]);
@@ -93,6 +108,7 @@ describe.skipIf(skip)(
       });
       const ready = await deploySimReady(cp);
       const pids = enginePids(ready);
+      await chatOnce(cp);
       // The operator sees the upgrade half done: the old agent's version in `llmgw nodes`, and
       // `llmgw status` naming who runs which.
       const adminEnv = { LLMGW_ADMIN_TOKEN: cp.token("admin") };
@@ -115,6 +131,7 @@ describe.skipIf(skip)(
         return allReady(d, 1) ? d : undefined;
       });
       expect(enginePids(again)).toEqual(pids);
+      await chatOnce(cp);
       expect(output).not.toContain("LLMGW_AGENT_CONFIG_INVALID");
     }, 400_000);
 
@@ -145,15 +162,7 @@ describe.skipIf(skip)(
           : undefined;
       });
       await deploySimReady(cp);
-      const { secret } = await admin.createApiKey({ name: "mixed" }, auth);
-      const client = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
-      const answer = await client.chat.completions.create({
-        model: "chat",
-        max_tokens: 8,
-        messages: [{ role: "user", content: "hello across versions" }],
-      });
-      expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
-      expect(answer.usage?.completion_tokens).toBeGreaterThan(0);
+      await chatOnce(cp);
       const status = await admin.getClusterStatus({}, auth);
       expect(status.version).toBe("0.1.0");
       expect((await admin.listNodes({}, auth)).nodes[0]?.inventory?.agentVersion).toBe(
