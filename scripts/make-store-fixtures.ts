@@ -71,11 +71,13 @@ function schemaAt(commit: string): number | undefined {
 }
 
 /**
- * One commit of main per schema version an earlier release shipped: the last at that version
- * whose control plane runs. (v5's very last, 0f23957, is mid-way through the lifecycle work:
- * its cluster code already wants schema 6's tables.) Append one when a migration is added.
+ * One commit of main per schema version: for each earlier one the last at that version whose
+ * control plane runs (v5's very last, 0f23957, is mid-way through the lifecycle work: its
+ * cluster code already wants schema 6's tables), and for the current one a commit that writes
+ * it, whose store must open with neither a migration nor a backup. When a migration is added,
+ * replace the current one's with the last commit at that version and append the new one.
  */
-const RELEASE_COMMITS = ["d49bdae", "b9e1633", "501984c", "013e902", "7e87454"];
+const RELEASE_COMMITS = ["d49bdae", "b9e1633", "501984c", "013e902", "7e87454", "767f360"];
 
 async function makeFixture(commit: string): Promise<void> {
   const { main, unavailable } = previousControlPlane(commit);

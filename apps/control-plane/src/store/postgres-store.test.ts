@@ -221,6 +221,26 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     }
   });
 
+  it("instances starting together run each migration once, in one of them, and all open", async () => {
+    const url = await server.createDatabase();
+    await query(url, "CREATE TABLE migration_runs (version INT NOT NULL)");
+    // Each version also records that it ran: a second run would record it twice (or fail).
+    const counted = MIGRATIONS.map(
+      (m, i) => `${m};\nINSERT INTO migration_runs VALUES (${i + 1});`,
+    );
+    await Promise.all(
+      Array.from({ length: 4 }, () =>
+        openPostgresDatabase({ url, tokens: TOKENS, migrations: counted }),
+      ),
+    );
+    expect(await query(url, "SELECT version FROM migration_runs ORDER BY version")).toEqual(
+      MIGRATIONS.map((_, i) => ({ version: i + 1 })),
+    );
+    expect(await query(url, "SELECT version FROM llmgw_schema")).toEqual([
+      { version: MIGRATIONS.length },
+    ]);
+  });
+
   it("upgrades a database of schema version 5: its rows read back with the new fields absent", async () => {
     const url = await server.createDatabase();
     await openPostgresDatabase({ url, tokens: TOKENS, migrations: MIGRATIONS.slice(0, 5) });

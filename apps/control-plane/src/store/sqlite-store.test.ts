@@ -1,5 +1,7 @@
 import { execFileSync } from "node:child_process";
 import {
+  chmodSync,
+  chownSync,
   closeSync,
   mkdirSync,
   mkdtempSync,
@@ -590,6 +592,31 @@ describe("openSqliteStore", () => {
   });
 });
 
+/**
+ * Runs `fn` unable to create files in `inDir` while `files` in it stay writable: as root
+ * (whom permissions do not stop) with the effective uid of nobody, who then owns `files`;
+ * otherwise with the directory made read-only.
+ */
+function withoutWriteAccess<T>(inDir: string, files: readonly string[], fn: () => T): T {
+  if (process.getuid?.() !== 0) {
+    chmodSync(inDir, 0o555);
+    try {
+      return fn();
+    } finally {
+      chmodSync(inDir, 0o700);
+    }
+  }
+  const nobody = 65534;
+  chmodSync(inDir, 0o755);
+  for (const f of files) chownSync(f, nobody, nobody);
+  process.seteuid?.(nobody);
+  try {
+    return fn();
+  } finally {
+    process.seteuid?.(0);
+  }
+}
+
 function canMountTmpfs(): boolean {
   return process.platform === "linux" && process.getuid?.() === 0;
 }
@@ -677,6 +704,29 @@ describe("migrating an older store", () => {
       }
     },
   );
+
+  it("stops with the store untouched when the directory cannot take the copy", () => {
+    olderStore(1);
+    const before = readFileSync(file);
+    const thrown = withoutWriteAccess(dir, [file], () => {
+      try {
+        openSqliteStore({ file, now: () => NOW });
+      } catch (error) {
+        return error;
+      }
+      return undefined;
+    });
+    expect(thrown).toMatchObject({
+      code: "LLMGW_CONTROL_PLANE_STORE_FAILED",
+      message: expect.stringMatching(
+        new RegExp(
+          `^cannot back up the state store ${file} to ${file}\\.schema-1-20261202T101112Z\\.bak before migrating it from schema 1 to ${MIGRATIONS.length}: EACCES: permission denied.*; nothing was migrated`,
+        ),
+      ),
+    });
+    expect(readFileSync(file).equals(before)).toBe(true);
+    expect(readdirSync(dir)).toEqual(["state.db"]);
+  });
 
   it("leaves the previous schema and data intact when a migration fails halfway", () => {
     // The last migration adds a table and three columns in one transaction; a table of that
