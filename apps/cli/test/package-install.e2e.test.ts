@@ -9,8 +9,10 @@
  */
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
+import { homedir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { findLlamaServer } from "@llmgw/engine-sim";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { installedPackageDir, npmInstallArgs } from "../../../scripts/package.js";
 import { ensureCliBuilt, freePort, repoRoot, stopAll, tempRoot } from "./cluster-harness.js";
@@ -38,6 +40,8 @@ const env: NodeJS.ProcessEnv = {
     ),
   ),
   HOME: home,
+  // An empty llmgw cache: no llama-server built yet.
+  LLMGW_CACHE_DIR: path.join(home, ".cache", "llmgw"),
   // Reuse one download cache between runs (the registry is the network; the cache is npm's own).
   npm_config_cache: path.join(process.env.HOME ?? "/root", ".cache", "llmgw", "npm"),
   npm_config_update_notifier: "false",
@@ -144,6 +148,23 @@ describe("the npm package and the Debian package", () => {
     expect(`${refused.stdout}${refused.stderr}`).toContain("this install cannot build one");
   }, 300_000);
 
+  it.skipIf(llamaServerCache() === undefined)(
+    `runs the demo's real llama.cpp model from the npm install with this machine's cached llama-server${llamaServerCache() === undefined ? " (skipped: scripts/build-llamacpp.sh has not built one here)" : ""}`,
+    async () => {
+      const bin = path.join(prefix, "bin", "llmgw");
+      const args = (await demoArgs()).filter((a) => a !== "--no-llamacpp");
+      const demo = await run(bin, args, {
+        env: { ...env, LLMGW_CACHE_DIR: llamaServerCache() },
+        timeout: 300_000,
+        maxBuffer: 16 << 20,
+      });
+      const out = `${demo.stdout}${demo.stderr}`;
+      expect(out).toContain(`llama-server: ${llamaServerCache()}/llama.cpp/`);
+      expect(out).toContain("every step worked");
+    },
+    300_000,
+  );
+
   it("lays out a .deb from the same install that dpkg-deb reads and that runs", async () => {
     const built = await run(
       "npx",
@@ -212,6 +233,12 @@ describe("the npm package and the Debian package", () => {
     300_000,
   );
 });
+
+/** This machine's llmgw cache when it holds a built llama-server (the README's set-up builds one). */
+function llamaServerCache(): string | undefined {
+  const cacheDir = process.env.LLMGW_CACHE_DIR ?? path.join(homedir(), ".cache", "llmgw");
+  return findLlamaServer({ cacheDir }) === undefined ? undefined : cacheDir;
+}
 
 function hasLintian(): boolean {
   try {

@@ -222,10 +222,13 @@ export const command: Command = {
       let tinyModel: string | undefined;
       if (withLlama) {
         step.say("• preparing llama.cpp (builds llama-server once, then reuses the cache)…");
+        // The cache the README's set-up and `llmgw agent` use: $LLMGW_CACHE_DIR, else ~/.cache/llmgw.
+        const cache = io.env.LLMGW_CACHE_DIR ? { cacheDir: io.env.LLMGW_CACHE_DIR } : {};
         llamaServer = await ensureLlamaServer({
+          ...cache,
           onProgress: (line: string) => step.say(`    ${line}`),
         });
-        tinyModel = await ensureTinyModel("tiny");
+        tinyModel = await ensureTinyModel("tiny", cache);
         step.say(`  llama-server: ${llamaServer}\n  model: ${tinyModel}`);
       }
       step.say("• starting the control plane");
