@@ -13,6 +13,7 @@ import {
 } from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
 import { runCli } from "./cli.js";
+import { callAgainAfterBreak } from "./lifecycle-wait.js";
 import {
   capturedIo,
   type FakeClusterService,
@@ -554,5 +555,59 @@ describe("leaving replicas and rollouts in the read commands", () => {
     const all = capturedIo(fake.env);
     expect(await runCli(["deployments"], all)).toBe(0);
     expect(lines(all.out())[1]).toMatch(/ 0\/2 +3 +rolled back from r3 to r2: chat-2 failed$/);
+  });
+});
+
+describe("callAgainAfterBreak (llmgw deploy's apply across a leader's death)", () => {
+  const broken = () => new ConnectError("read ECONNRESET", Code.Internal);
+  const calls = (answers: (Error | string)[]) => {
+    let n = 0;
+    return {
+      call: async () => {
+        const a = answers[Math.min(n++, answers.length - 1)] as Error | string;
+        if (a instanceof Error) throw a;
+        return a;
+      },
+      count: () => n,
+    };
+  };
+
+  it("asks again when the connection broke mid-call, and says so once", async () => {
+    const io = capturedIo({});
+    const c = calls([
+      broken(),
+      new ConnectError("connect ECONNREFUSED", Code.Unavailable),
+      "applied",
+    ]);
+    expect(await callAgainAfterBreak(io, "the apply", c.call)).toBe("applied");
+    expect(c.count()).toBe(3);
+    expect(io.err()).toBe(
+      "the control plane's connection broke during the apply (ECONNRESET); asking again\n",
+    );
+  });
+
+  it("fails at once when no control plane took the call, or one refused it", async () => {
+    const refused = calls([new ConnectError("connect ECONNREFUSED", Code.Unavailable), "applied"]);
+    await expect(callAgainAfterBreak(capturedIo({}), "the apply", refused.call)).rejects.toThrow(
+      /ECONNREFUSED/,
+    );
+    expect(refused.count()).toBe(1);
+    const denied = calls([
+      broken(),
+      new ConnectError("bad token", Code.PermissionDenied),
+      "applied",
+    ]);
+    await expect(callAgainAfterBreak(capturedIo({}), "the apply", denied.call)).rejects.toThrow(
+      /bad token/,
+    );
+    expect(denied.count()).toBe(2);
+  });
+
+  it("gives up once the break has lasted the window", async () => {
+    const c = calls([broken()]);
+    await expect(callAgainAfterBreak(capturedIo({}), "the apply", c.call, 600)).rejects.toThrow(
+      /ECONNRESET/,
+    );
+    expect(c.count()).toBeGreaterThanOrEqual(2);
   });
 });

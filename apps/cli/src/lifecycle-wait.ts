@@ -94,6 +94,41 @@ interface FollowSpec<T> {
   readonly timedOut: (last: T, nowMs: number, elapsedMs: number) => number;
 }
 
+/** How long {@link callAgainAfterBreak} keeps asking: a leader lease (2 s) and more to spare. */
+const BROKEN_CALL_WINDOW_MS = 30_000;
+
+/**
+ * Calls `call` — one that is safe to repeat, such as applying a declarative spec — and, when its
+ * connection broke mid-call (the leader died, so it may or may not have run: the failover
+ * transport will not guess), asks again until a control plane answers, for at most 30 s. A
+ * refusal, or a control plane that never took the call, is thrown at once as before.
+ */
+export async function callAgainAfterBreak<T>(
+  io: CliIo,
+  what: string,
+  call: () => Promise<T>,
+  windowMs = BROKEN_CALL_WINDOW_MS,
+): Promise<T> {
+  let brokeAt: number | undefined;
+  for (;;) {
+    try {
+      return await call();
+    } catch (error) {
+      const verdict = classifyControlPlaneError(error);
+      if (brokeAt === undefined && verdict.action !== "move") throw error;
+      if (verdict.action === "stay" || io.signal.aborted) throw error;
+      const now = Date.now();
+      if (brokeAt === undefined) {
+        brokeAt = now;
+        io.stderr.write(
+          `${terminalText(`the control plane's connection broke during ${what} (${verdict.why}); asking again`)}\n`,
+        );
+      } else if (now - brokeAt >= windowMs) throw error;
+      await pause(io.signal, POLL_MS);
+    }
+  }
+}
+
 /**
  * The polling loop every wait shares. A control plane restarting or handing the lead over
  * only delays the wait (the change goes on without us; each read is safe to repeat), with one

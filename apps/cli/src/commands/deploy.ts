@@ -7,7 +7,12 @@ import { DeploymentStatusSchema } from "@llmgw/proto";
 import { parse as parseYaml } from "yaml";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
-import { parseWaitTimeoutMs, WAIT_TIMEOUT_HELP, waitForRollout } from "../lifecycle-wait.js";
+import {
+  callAgainAfterBreak,
+  parseWaitTimeoutMs,
+  WAIT_TIMEOUT_HELP,
+  waitForRollout,
+} from "../lifecycle-wait.js";
 
 const USAGE = `Usage: llmgw deploy NAME --model M --engine E [options]
        llmgw deploy -f spec.yaml|spec.json [NAME] [options]
@@ -114,9 +119,11 @@ export const command: Command = {
 
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {
-      const res = await ctx.client.applyDeployment({
-        deployment: deploymentSpecToProto(parsed.spec),
-      });
+      // Applying the same spec twice changes nothing, so a call whose answer was lost with
+      // the leader is asked again of the next one.
+      const res = await callAgainAfterBreak(io, "the apply", () =>
+        ctx.client.applyDeployment({ deployment: deploymentSpecToProto(parsed.spec) }),
+      );
       const status = res.deployment;
       if (!values.wait) {
         if (ctx.json && status)
