@@ -167,6 +167,58 @@ export function installedPackageDir(prefix: string): string {
   return join(prefix, "lib", "node_modules", "llmgw");
 }
 
+/** Text set verbatim in roff: backslashes escaped, and no line may start a request. */
+function roffVerbatim(text: string): string {
+  return text
+    .replace(/\\/g, "\\e")
+    .split("\n")
+    .map((l) => (/^[.']/.test(l) ? `\\&${l}` : l))
+    .join("\n");
+}
+
+/**
+ * llmgw(1), from the CLI's own help: the overview, then each command's `--help`, so the page
+ * says exactly what the installed binary does.
+ */
+export function manPage(main: string, version: string, date: string): string {
+  const help = (args: string[]) =>
+    execFileSync(process.execPath, [main, ...args, "--help"], { encoding: "utf8" }).trimEnd();
+  const overview = help([]);
+  const commands = (overview.split("Commands:")[1] ?? "")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "");
+  return [
+    `.TH LLMGW 1 "${date}" "llmgw ${version}" "User Commands"`,
+    ".SH NAME",
+    "llmgw \\- one LLM-serving cluster from a fleet of GPU machines",
+    ".SH SYNOPSIS",
+    ".B llmgw",
+    "\\fICOMMAND\\fR [\\fIoptions\\fR]",
+    ".SH DESCRIPTION",
+    ".nf",
+    roffVerbatim(overview),
+    ".fi",
+    ".SH COMMANDS",
+    ...commands.flatMap((c) => [
+      `.SS "llmgw ${c}"`,
+      ".nf",
+      roffVerbatim(help(c.split(" "))),
+      ".fi",
+    ]),
+    ".SH FILES",
+    ".TP",
+    ".I /etc/llmgw/agent.env, /etc/llmgw/control-plane.env, /etc/llmgw/router.env",
+    "Environment of the llmgw-agent, llmgw-control-plane and llmgw-router units (0600: tokens).",
+    ".TP",
+    ".I /var/lib/llmgw",
+    "State: the node identity, engine logs, the cluster store and its backups.",
+    ".SH SEE ALSO",
+    "/usr/lib/llmgw/README.md, /usr/lib/llmgw/CHANGELOG.md",
+    "",
+  ].join("\n");
+}
+
 const MAINTAINER = "llmgw developers <llmgw@llmgw.dev>";
 
 const CONTROL = (v: {
@@ -346,6 +398,13 @@ function buildDeb(
       conffiles.push(`/etc/llmgw/${name}`);
     }
   }
+  const man = join(pkg, "usr", "share", "man", "man1");
+  mkdirSync(man, { recursive: true });
+  const manDate = run("git", ["log", "-1", "--format=%cs"], root).trim();
+  writeFileSync(
+    join(man, "llmgw.1.gz"),
+    gzipSync(manPage(join(lib, "dist", "main.js"), manifest.version, manDate), { level: 9 }),
+  );
   const doc = join(pkg, "usr", "share", "doc", "llmgw");
   mkdirSync(doc, { recursive: true });
   writeFileSync(

@@ -12,6 +12,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSyn
 import { homedir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { gunzipSync } from "node:zlib";
 import { findLlamaServer } from "@llmgw/engine-sim";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { installedPackageDir, npmInstallArgs } from "../../../scripts/package.js";
@@ -186,6 +187,7 @@ describe("the npm package and the Debian package", () => {
       "./lib/systemd/system/llmgw-control-plane.service",
       "./lib/systemd/system/llmgw-router.service",
       "./usr/share/doc/llmgw/copyright",
+      "./usr/share/man/man1/llmgw.1.gz",
     ]) {
       expect(contents).toContain(want);
     }
@@ -209,6 +211,15 @@ describe("the npm package and the Debian package", () => {
     await run("dpkg-deb", ["-x", deb, x]);
     expect(readlinkSync(path.join(x, "usr", "bin", "llmgw"))).toBe("../lib/llmgw/dist/main.js");
     expect(statSync(path.join(x, "etc", "llmgw", "agent.env")).mode & 0o777).toBe(0o600);
+    // llmgw(1) is the installed binary's own help: the overview and every command's --help.
+    const page = gunzipSync(
+      readFileSync(path.join(x, "usr", "share", "man", "man1", "llmgw.1.gz")),
+    ).toString();
+    expect(page).toMatch(/^\.TH LLMGW 1 /);
+    for (const c of ["agent", "control-plane", "router", "deploy", "gpu clear", "version"]) {
+      expect(page).toContain(`.SS "llmgw ${c}"`);
+    }
+    expect(page).toContain("Usage: llmgw deploy NAME --model M --engine E [options]");
     // Nothing built for another system, or for building, is shipped.
     const zmqBuilds = path.join(x, "usr", "lib", "llmgw", "node_modules", "zeromq", "build");
     expect(readdirSync(zmqBuilds).sort()).toEqual(["linux", "manifest.json"]);
