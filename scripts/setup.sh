@@ -22,7 +22,7 @@ say "installing dependencies (pnpm install --frozen-lockfile)"
 pnpm install --frozen-lockfile --reporter=append-only 2>&1 | grep -Ev '^(Progress|\.\.\./)' >&2 || {
   say "pnpm install failed"; exit 1; }
 
-apt_pkgs=(nginx-light haproxy prometheus wrk cmake g++ git postgresql lintian)
+apt_pkgs=(nginx-light haproxy prometheus wrk cmake g++ git postgresql lintian chromium)
 if [ "${LLMGW_SKIP_APT:-0}" != 1 ]; then
   missing=()
   for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -52,6 +52,15 @@ export const controlPlaneConfigSchema = z
      * run apart (`llmgw router`) and watch the routing state on the control listener.
      */
     publicApi: z.boolean().default(true),
+    /** The web console at `/ui/` on the control listener (`--no-ui`: off). */
+    ui: z.boolean().default(true),
+    /** How long a console login lasts. */
+    uiSessionTtlMs: z
+      .number()
+      .int()
+      .min(60_000)
+      .max(30 * 86_400_000)
+      .default(12 * 3_600_000),
     /** Public API without API keys (demo only). */
     noAuth: z.boolean().default(false),
     /** Interval agents are told to heartbeat at. */

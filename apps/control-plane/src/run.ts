@@ -66,6 +66,7 @@ import { snapshotStore } from "./store/snapshot-store.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
+import { type ConsoleAsset, type ConsoleHttp, createConsoleHttp } from "./ui/console-http.js";
 
 /** The version the control plane reports in `GetClusterStatus`. */
 export const CONTROL_PLANE_VERSION = LLMGW_VERSION;
@@ -102,6 +103,8 @@ export interface ControlPlane {
   readonly controlUrl: string;
   /** e.g. "http://127.0.0.1:8080": /v1/*, /healthz, /readyz; undefined with `publicApi: false`. */
   readonly publicUrl: string | undefined;
+  /** The web console, e.g. "http://127.0.0.1:7070/ui/"; undefined with `ui: false`. */
+  readonly consoleUrl: string | undefined;
   readonly options: ResolvedControlPlaneOptions;
   /**
    * The cluster state, the store and the routing feed of the current leadership term. Over
@@ -134,6 +137,18 @@ export interface ControlPlane {
 function healthz(res: ServerResponse): void {
   res.writeHead(200, { "content-type": "application/json" });
   res.end('{"status":"ok"}');
+}
+
+/**
+ * The console's built files, or undefined when `@llmgw/console` was not built (running from
+ * source before `pnpm build`): the control plane then answers `/ui/` with how to build it.
+ */
+async function loadConsoleAssets(): Promise<readonly ConsoleAsset[] | undefined> {
+  try {
+    return (await import("@llmgw/console")).assets;
+  } catch {
+    return undefined;
+  }
 }
 
 function pathOf(req: IncomingMessage): string {
@@ -569,6 +584,19 @@ export async function startControlPlane(
       return server;
     };
 
+    let ui: ConsoleHttp | undefined;
+    if (resolved.ui) {
+      const assets = await loadConsoleAssets();
+      if (assets === undefined)
+        log("console: @llmgw/console is not built; /ui/ says so (pnpm build, or --no-ui)");
+      ui = createConsoleHttp({
+        adminToken: dataDir.adminToken,
+        assets,
+        secure: tls !== undefined,
+        sessionTtlMs: resolved.uiSessionTtlMs,
+        log,
+      });
+    }
     const controlServer = makeServer(
       async (req, res) => {
         const path = pathOf(req);
@@ -579,6 +607,7 @@ export async function startControlPlane(
           res.end(body);
           return;
         }
+        if (ui !== undefined && (ui.handle(req, res, path) || !ui.admit(req, res, path))) return;
         if (term !== undefined) term.handle(req, res);
         else follower(req, res);
       },
@@ -736,6 +765,7 @@ export async function startControlPlane(
     };
     return {
       controlUrl,
+      consoleUrl: ui === undefined ? undefined : `${controlUrl}/ui/`,
       publicUrl,
       options: resolved,
       get cluster() {

@@ -50,6 +50,9 @@ Options:
                               most half of it); 0: each heartbeat and report is its own
                               call (for a proxy in front of the control listener that
                               buffers request bodies)
+  --no-ui                     no web console (default: served at /ui/ on the control
+                              listener; log in with the admin token)
+  --ui-session-ttl D          how long a console login lasts (default 12h)
   --no-auth                   public API without API keys (demos only)
   --headers-timeout D         time a client has to send a request head, both listeners
                               (default 30s; then 408)
@@ -148,6 +151,8 @@ export const command: Command = {
       "agent-stream": { type: "string" },
       "no-auth": { type: "boolean" },
       "no-public-api": { type: "boolean" },
+      "no-ui": { type: "boolean" },
+      "ui-session-ttl": { type: "string" },
       "headers-timeout": { type: "string" },
       "request-timeout": { type: "string" },
       "max-connections": { type: "string" },
@@ -211,6 +216,10 @@ export const command: Command = {
         : {}),
       noAuth: values["no-auth"] ?? false,
       publicApi: values["no-public-api"] !== true,
+      ui: values["no-ui"] !== true,
+      ...(values["ui-session-ttl"]
+        ? { uiSessionTtlMs: parseDurationMs(values["ui-session-ttl"], "--ui-session-ttl") }
+        : {}),
       ...(headersTimeoutMs === undefined ? {} : { headersTimeoutMs }),
       ...(requestTimeoutMs === undefined ? {} : { requestTimeoutMs }),
       ...(maxConnections === undefined ? {} : { maxConnections }),
@@ -236,6 +245,7 @@ export const command: Command = {
       control: cp.controlUrl,
       store: cp.storeLocation,
       public: cp.publicUrl ?? "off (--no-public-api)",
+      console: cp.consoleUrl ?? "off (--no-ui)",
       dataDir: options.dataDir,
       joinToken: `llmgw control-plane token --data-dir ${options.dataDir}`,
       routerToken: `llmgw control-plane token --router --data-dir ${options.dataDir}`,

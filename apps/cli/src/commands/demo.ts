@@ -322,8 +322,20 @@ export const command: Command = {
       for (const family of ["llmgw_router_requests_total", "llmgw_gpu_memory_total_bytes"]) {
         if (!metrics.includes(family)) step.fail(`/metrics has no ${family}`);
       }
+      const consoleUrl = cp.consoleUrl;
+      if (consoleUrl === undefined) step.fail("the demo's control plane serves no web console");
+      else {
+        const page = await fetch(consoleUrl);
+        const html = await page.text();
+        if (!page.ok || !html.includes('<div id="app">'))
+          step.fail(
+            `the web console at ${consoleUrl} answered ${page.status}: ${html.slice(0, 200)}`,
+          );
+      }
       step.say(`
 Your cluster is running. Try:
+
+  open ${consoleUrl}   # the web console: log in with the admin token below
 
   curl ${publicUrl}/v1/chat/completions \\
     -H "Authorization: Bearer ${secret}" -H "Content-Type: application/json" \\

@@ -1,0 +1,279 @@
+/**
+ * The web console end to end in a real headless Chromium (Debian's `chromium`, driven by
+ * playwright-core: no browser download), against a real control plane and two agents on
+ * simulated nodes running simulated engines. Every page is screenshotted into
+ * test-artifacts/console/ (not committed) and checked with axe-core.
+ */
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { ReplicaState } from "@llmgw/proto";
+import OpenAI from "openai";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  AgentProc,
+  ControlPlaneProc,
+  deployment,
+  deploySimReady,
+  ensureCliBuilt,
+  freePort,
+  repoRoot,
+  simDeployment,
+  stopAll,
+  tempRoot,
+  waitFor,
+} from "./cluster-harness.js";
+
+const CHROMIUM = "/usr/bin/chromium";
+const haveChromium = (() => {
+  try {
+    readFileSync(CHROMIUM);
+    return true;
+  } catch {
+    return false;
+  }
+})();
+const artifacts = path.join(repoRoot, "test-artifacts", "console");
+const axeSource = readFileSync(
+  createRequire(import.meta.url).resolve("axe-core/axe.min.js"),
+  "utf8",
+);
+
+/** health-formats.md §1.3, verbatim but for its PCI id (the simulated GPU 0's bus). */
+const XID79 = "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.";
+
+const root = tempRoot("llmgw-e2e-console-");
+let cp: ControlPlaneProc;
+let kernelLog: string;
+let browser: Browser;
+let page: Page;
+
+/** Waits for the page to show `selector` (playwright's own polling; no sleeps). */
+async function shows(selector: string, timeout = 15_000): Promise<void> {
+  await page.locator(selector).first().waitFor({ state: "visible", timeout });
+}
+
+/** axe-core on the page as it is: serious and critical violations, described. */
+async function accessibilityProblems(): Promise<string[]> {
+  await page.evaluate(axeSource);
+  // A string, not a function: this file is typed for Node, without the DOM's names.
+  const result = (await page.evaluate("axe.run(document)")) as {
+    violations: { id: string; impact: string; help: string; nodes: { target: string[] }[] }[];
+  };
+  return result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map(
+      (v) =>
+        `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`,
+    );
+}
+
+/** Screenshot and accessibility check of the page now shown. */
+async function checkPage(name: string): Promise<void> {
+  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+  expect(await accessibilityProblems(), `axe on the ${name} page`).toEqual([]);
+}
+
+beforeAll(async () => {
+  if (!haveChromium) return;
+  ensureCliBuilt();
+  mkdirSync(artifacts, { recursive: true });
+  cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
+    "--heartbeat-interval",
+    "500ms",
+  ]);
+  await cp.start();
+  kernelLog = path.join(root, "gpu-a.kmsg");
+  writeFileSync(kernelLog, "");
+  new AgentProc(root, "gpu-a", "2xh100-80g@ib-a", cp).start(["--kernel-log", kernelLog]);
+  new AgentProc(root, "gpu-b", "3xh100-80g@ib-a", cp).start();
+  await waitFor("both agents to register", async () => {
+    const res = await cp.admin().listNodes({}, cp.adminHeaders());
+    return res.nodes.length === 2 ? true : undefined;
+  });
+  await deploySimReady(cp, "chat");
+  // An engine that fails while loading: its replica ends FAILED with the engine's last lines.
+  await cp.admin().applyDeployment(
+    {
+      deployment: simDeployment("broken", {
+        gpuClass: "h100-80g",
+        replicas: 1,
+        extraArgs: ["--fail-load"],
+      }),
+    },
+    cp.adminHeaders(),
+  );
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    // Chromium's sandbox needs an unprivileged user; tests run as root here.
+    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
+  });
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  // Any script error or CSP refusal on any page fails the run.
+  const consoleErrors: string[] = [];
+  page.on("pageerror", (e) => consoleErrors.push(e.message));
+  page.on("console", (m) => {
+    if (m.type() === "error" && !/Failed to load resource/.test(m.text()))
+      consoleErrors.push(m.text());
+  });
+  (globalThis as { consoleErrors?: string[] }).consoleErrors = consoleErrors;
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await stopAll([root]);
+});
+
+describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000 }, () => {
+  it("refuses a wrong admin token and logs in with the right one", async () => {
+    await page.goto(`${cp.controlUrl}/ui/`);
+    await shows("#token");
+    await checkPage("login");
+    await page.fill("#token", "not-the-token");
+    await page.click("button[type=submit]");
+    await shows("[role=alert]");
+    expect(await page.textContent("[role=alert]")).toMatch(/wrong token/);
+    await page.fill("#token", cp.token(true));
+    await page.click("button[type=submit]");
+    await shows("h1:text('Fleet')");
+    // The token is in no URL and nothing the page stored.
+    expect(page.url()).not.toContain(cp.token(true));
+    const stored = await page.evaluate("JSON.stringify({ ...localStorage, ...sessionStorage })");
+    expect(stored).toBe("{}");
+    const cookies = await page.context().cookies();
+    expect(cookies.map((c) => [c.name, c.httpOnly, c.sameSite])).toEqual([
+      ["llmgw_session", true, "Strict"],
+    ]);
+  });
+
+  it("shows the fleet: both nodes, their simulated GPUs with the right classes", async () => {
+    await shows('[data-node="gpu-a"] [data-gpu]');
+    await shows('[data-node="gpu-b"] [data-gpu]');
+    expect(await page.locator('[data-node="gpu-a"] [data-gpu]').count()).toBe(2);
+    expect(await page.locator('[data-node="gpu-b"] [data-gpu]').count()).toBe(3);
+    const classes = await page.locator("[data-gpu] .gpu-class").allTextContents();
+    expect(classes).toEqual(Array(5).fill("h100-80g"));
+    expect(await page.locator('[data-gpu][data-health="healthy"]').count()).toBe(5);
+    expect(await page.textContent('[data-island="h100-80g/ib-a"]')).toMatch(/h100-80g/);
+    await checkPage("fleet");
+  });
+
+  it("shows a GPU made unhealthy by an Xid as unhealthy, with its reason, without a reload", async () => {
+    const started = Date.now();
+    appendFileSync(kernelLog, `${XID79}\n`);
+    const sick = '[data-node="gpu-a"] [data-gpu="0"][data-health="unhealthy"]';
+    await shows(sick);
+    const elapsed = Date.now() - started;
+    console.log(`console: GPU unhealthy on the page ${elapsed} ms after the Xid was logged`);
+    expect(await page.textContent(`${sick} [data-reasons]`)).toMatch(/79|fallen off the bus/i);
+    await checkPage("fleet-unhealthy");
+  });
+
+  it("scales a deployment from the deployments page, after a confirmation", async () => {
+    await page.click("nav a[href='#/deployments']");
+    const chat = page.locator('[data-deployment="chat"]');
+    await chat.waitFor();
+    await checkPage("deployments");
+    await chat.locator("input[type=number]").fill("2");
+    await chat.locator("button[type=submit]").click();
+    const dialog = page.locator("dialog[open]");
+    await dialog.waitFor();
+    expect(await dialog.textContent()).toMatch(/from 1 to 2 replicas/);
+    await dialog.locator("button:text('Scale to 2')").click();
+    await waitFor(
+      "chat to have 2 ready replicas",
+      async () => {
+        const d = await deployment(cp, "chat");
+        return d?.desiredReplicas === 2 && d.readyReplicas === 2 ? true : undefined;
+      },
+      60_000,
+    );
+    await shows('[data-deployment="chat"] .badge:text("2/2 ready")');
+  });
+
+  it("shows a failing replica's engine log tail", async () => {
+    const failed = await waitFor(
+      "broken's replica to fail with its log",
+      async () => {
+        const d = await deployment(cp, "broken");
+        const r = d?.replicas[0];
+        return r?.ranks[0]?.status?.state === ReplicaState.FAILED &&
+          (r.ranks[0].status.logTail.length ?? 0) > 0
+          ? r
+          : undefined;
+      },
+      90_000,
+    );
+    await page.click("nav a[href='#/deployments']");
+    await page.locator(`[data-replica="${failed.replicaId}"] a`).click();
+    await shows("[data-log-tail]");
+    expect(await page.textContent("[data-log-tail]")).toMatch(/simulated fault --fail-load/);
+    expect(await page.textContent("main")).toMatch(/failed/);
+    await checkPage("replica");
+  });
+
+  it("creates a key that works with the openai client, and shows its secret once", async () => {
+    const model = (await deployment(cp, "chat"))?.spec?.servedModelName ?? "";
+    expect(model).not.toBe("");
+    await page.click("nav a[href='#/keys']");
+    await shows("#key-name");
+    await page.fill("#key-name", "from-the-console");
+    await page.fill("#key-models", model);
+    await page.click("button:text('Create key')");
+    await shows("[data-secret]");
+    const secret = ((await page.textContent("[data-secret]")) ?? "").trim();
+    expect(secret.length).toBeGreaterThan(20);
+    await checkPage("keys-created");
+    await page.click("button:text('I have copied it')");
+    await shows('[data-key="from-the-console"]');
+    expect(await page.content()).not.toContain(secret);
+    await page.reload();
+    await shows('[data-key="from-the-console"]');
+    expect(await page.content()).not.toContain(secret);
+
+    const openai = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
+    const answer = await openai.chat.completions.create({
+      model,
+      messages: [{ role: "user", content: "hello from the console test" }],
+      max_tokens: 8,
+    });
+    expect(answer.choices[0]?.message.content?.length).toBeGreaterThan(0);
+    // The key is limited to that model: another one is refused.
+    await expect(
+      openai.chat.completions.create({
+        model: "broken",
+        messages: [{ role: "user", content: "x" }],
+      }),
+    ).rejects.toThrow();
+    await checkPage("keys");
+  });
+
+  it("shows new events live, without a reload", async () => {
+    await page.click("nav a[href='#/events']");
+    await shows("table.events tbody tr");
+    expect(await page.locator('[data-event="node.cordoned"]').count()).toBe(0);
+    await cp.admin().cordonNode({ node: "gpu-b" }, cp.adminHeaders());
+    await shows('[data-event="node.cordoned"]');
+    expect(await page.textContent('[data-event="node.cordoned"]')).toMatch(/gpu-b/);
+    await cp.admin().uncordonNode({ node: "gpu-b" }, cp.adminHeaders());
+    await shows('[data-event="node.uncordoned"]');
+    await checkPage("events");
+  });
+
+  it("lists the routers, the in-process one among them", async () => {
+    await page.click("nav a[href='#/routers']");
+    await shows('[data-router="in-process"]');
+    await checkPage("routers");
+  });
+
+  it("logs out: the page asks for the token again and the old session is dead", async () => {
+    await page.click("button:text('Log out')");
+    await shows("#token");
+    await page.reload();
+    await shows("#token");
+    const status = await page.evaluate(async () => (await fetch("/ui/api/session")).status);
+    expect(status).toBe(401);
+    expect((globalThis as { consoleErrors?: string[] }).consoleErrors).toEqual([]);
+  });
+});

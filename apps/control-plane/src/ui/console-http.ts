@@ -1,0 +1,322 @@
+/**
+ * The web console on the control listener: its static files under `/ui/`, a login that
+ * trades the admin token for an httpOnly session cookie, and the one translation that lets
+ * the page call `ClusterService` itself: a request carrying a live session cookie and its
+ * CSRF token is let in as the admin. Nothing else changes for the admin API; the CLI's
+ * bearer tokens go through untouched.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { secretsEqual } from "../domain/tokens.js";
+import {
+  type ConsoleSession,
+  createLoginThrottle,
+  createSessionStore,
+  type LoginThrottle,
+  type SessionStore,
+} from "./sessions.js";
+
+/** One file of the console's build (`@llmgw/console`). */
+export interface ConsoleAsset {
+  /** Under `/ui/`, e.g. "index.html" or "assets/app-3f9c2a.js". */
+  readonly path: string;
+  readonly contentType: string;
+  /** The file, base64. */
+  readonly body: string;
+  /** Content-hashed name: cached for a year. */
+  readonly immutable: boolean;
+}
+
+/** The header a page sends its session's CSRF token in. */
+export const CSRF_HEADER = "x-llmgw-csrf";
+/** Only these paths accept a session cookie in place of the admin token. */
+const ADMIN_API_PREFIX = "/llmgw.v1.ClusterService/";
+const LOGIN_BODY_MAX_BYTES = 4_096;
+
+/**
+ * No inline script or style, nothing from elsewhere, no framing: the page's only code is its
+ * own bundle, and it talks to this origin only.
+ */
+export const CONSOLE_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+const SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  "content-security-policy": CONSOLE_CSP,
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+  "cross-origin-opener-policy": "same-origin",
+  "cross-origin-resource-policy": "same-origin",
+};
+
+/** Options of {@link createConsoleHttp}. */
+export interface ConsoleHttpOptions {
+  readonly adminToken: string;
+  /** The built files; undefined when the console was not built (the page then says so). */
+  readonly assets: readonly ConsoleAsset[] | undefined;
+  /** The control listener speaks TLS: cookies get `Secure` and the `__Host-` prefix. */
+  readonly secure: boolean;
+  readonly sessionTtlMs: number;
+  readonly maxSessions?: number;
+  readonly now?: () => number;
+  readonly log?: (line: string) => void;
+}
+
+/** The console's side of the control listener. */
+export interface ConsoleHttp {
+  /** Answers `/ui` and everything under it; false for any other path. */
+  handle(req: IncomingMessage, res: ServerResponse, path: string): boolean;
+  /**
+   * For an admin API call with a session cookie and no `Authorization` header: lets it in as
+   * the admin when the session is live and the CSRF token matches (true), or answers it with
+   * 401 / 403 (false). Any other request passes untouched (true).
+   */
+  admit(req: IncomingMessage, res: ServerResponse, path: string): boolean;
+  readonly sessions: SessionStore;
+}
+
+export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
+  const now = opts.now ?? Date.now;
+  const log = opts.log ?? (() => {});
+  const cookieName = opts.secure ? "__Host-llmgw_session" : "llmgw_session";
+  const sessions = createSessionStore({
+    ttlMs: opts.sessionTtlMs,
+    maxSessions: opts.maxSessions ?? 1_000,
+    now,
+  });
+  const throttle: LoginThrottle = createLoginThrottle({
+    maxFailures: 5,
+    windowMs: 60_000,
+    maxAddresses: 10_000,
+    now,
+  });
+  const files = new Map<string, { asset: ConsoleAsset; bytes: Buffer }>();
+  for (const asset of opts.assets ?? [])
+    files.set(asset.path, { asset, bytes: Buffer.from(asset.body, "base64") });
+
+  const cookie = (value: string, maxAgeS: number): string =>
+    [
+      `${cookieName}=${value}`,
+      "Path=/",
+      "HttpOnly",
+      "SameSite=Strict",
+      `Max-Age=${maxAgeS}`,
+      ...(opts.secure ? ["Secure"] : []),
+    ].join("; ");
+
+  const sessionOf = (req: IncomingMessage): ConsoleSession | undefined => {
+    const id = cookieValue(req.headers.cookie, cookieName);
+    return id === undefined ? undefined : sessions.get(id);
+  };
+
+  /** A request from a page of another origin: refused whatever it carries. */
+  const crossOrigin = (req: IncomingMessage): boolean => {
+    const origin = req.headers.origin;
+    if (origin === undefined) return false;
+    try {
+      return new URL(origin).host !== req.headers.host;
+    } catch {
+      return true;
+    }
+  };
+
+  const json = (res: ServerResponse, status: number, body: unknown, extra = {}): void => {
+    res.writeHead(status, {
+      ...SECURITY_HEADERS,
+      "content-type": "application/json",
+      "cache-control": "no-store",
+      ...extra,
+    });
+    res.end(JSON.stringify(body));
+  };
+  const refuse = (res: ServerResponse, status: number, code: string, message: string) =>
+    json(res, status, { code, message });
+
+  const serveFile = (res: ServerResponse, req: IncomingMessage, file: string): void => {
+    const found = files.get(file);
+    if (found === undefined) {
+      if (opts.assets === undefined) {
+        res.writeHead(503, { ...SECURITY_HEADERS, "content-type": "text/plain; charset=utf-8" });
+        res.end(
+          "The web console was not built into this control plane (run `pnpm build`, or start it with --no-ui).\n",
+        );
+        return;
+      }
+      res.writeHead(404, { ...SECURITY_HEADERS, "content-type": "text/plain; charset=utf-8" });
+      res.end("not found\n");
+      return;
+    }
+    res.writeHead(200, {
+      ...SECURITY_HEADERS,
+      "content-type": found.asset.contentType,
+      "content-length": String(found.bytes.length),
+      "cache-control": found.asset.immutable ? "public, max-age=31536000, immutable" : "no-cache",
+    });
+    res.end(req.method === "HEAD" ? undefined : found.bytes);
+  };
+
+  const login = (req: IncomingMessage, res: ServerResponse): void => {
+    const address = req.socket.remoteAddress ?? "unknown";
+    const wait = throttle.retryAfterMs(address);
+    if (wait > 0) {
+      refuse(
+        res,
+        429,
+        "LLMGW_CONTROL_PLANE_UI_LOGIN_THROTTLED",
+        `too many failed logins from ${address}; try again in ${Math.ceil(wait / 1000)} s`,
+      );
+      return;
+    }
+    readSmallBody(req, LOGIN_BODY_MAX_BYTES).then(
+      (body) => {
+        let token: unknown;
+        try {
+          token = (JSON.parse(body) as { token?: unknown }).token;
+        } catch {
+          refuse(res, 400, "LLMGW_CONTROL_PLANE_UI_BAD_LOGIN", 'expected JSON {"token": "…"}');
+          return;
+        }
+        if (typeof token !== "string" || token.length === 0) {
+          refuse(res, 400, "LLMGW_CONTROL_PLANE_UI_BAD_LOGIN", 'expected JSON {"token": "…"}');
+          return;
+        }
+        if (!secretsEqual(token.trim(), opts.adminToken)) {
+          throttle.failed(address);
+          log(`console: failed login from ${address}`);
+          refuse(
+            res,
+            401,
+            "LLMGW_CONTROL_PLANE_UI_LOGIN_FAILED",
+            "wrong token: the console takes the admin token (llmgw control-plane token --admin)",
+          );
+          return;
+        }
+        throttle.succeeded(address);
+        const session = sessions.create();
+        log(`console: login from ${address}`);
+        json(
+          res,
+          200,
+          { csrf: session.csrf, expiresAtMs: session.expiresAtMs },
+          { "set-cookie": cookie(session.id, Math.floor(opts.sessionTtlMs / 1000)) },
+        );
+      },
+      (error: Error) =>
+        refuse(res, 413, "LLMGW_CONTROL_PLANE_UI_BAD_LOGIN", `login body: ${error.message}`),
+    );
+  };
+
+  return {
+    sessions,
+    handle(req, res, path) {
+      if (path !== "/ui" && !path.startsWith("/ui/")) return false;
+      const method = req.method ?? "GET";
+      if (path === "/ui") {
+        res.writeHead(308, { ...SECURITY_HEADERS, location: "/ui/" });
+        res.end();
+        return true;
+      }
+      if (path.startsWith("/ui/api/")) {
+        if (crossOrigin(req)) {
+          refuse(res, 403, "LLMGW_CONTROL_PLANE_UI_CROSS_ORIGIN", "cross-origin request refused");
+          return true;
+        }
+        const route = path.slice("/ui/api/".length);
+        if (route === "login" && method === "POST") login(req, res);
+        else if (route === "session" && method === "GET") {
+          const session = sessionOf(req);
+          if (session === undefined)
+            refuse(res, 401, "LLMGW_CONTROL_PLANE_UI_NO_SESSION", "not logged in");
+          else json(res, 200, { csrf: session.csrf, expiresAtMs: session.expiresAtMs });
+        } else if (route === "logout" && method === "POST") {
+          const session = sessionOf(req);
+          if (session !== undefined && !csrfMatches(req, session)) {
+            refuse(res, 403, "LLMGW_CONTROL_PLANE_UI_CSRF", `missing or wrong ${CSRF_HEADER}`);
+            return true;
+          }
+          if (session !== undefined) sessions.revoke(session.id);
+          json(res, 200, {}, { "set-cookie": cookie("", 0) });
+        } else refuse(res, 404, "LLMGW_CONTROL_PLANE_UI_NOT_FOUND", `no ${method} ${path}`);
+        return true;
+      }
+      if (method !== "GET" && method !== "HEAD") {
+        res.writeHead(405, { ...SECURITY_HEADERS, allow: "GET, HEAD" });
+        res.end();
+        return true;
+      }
+      const file = path.slice("/ui/".length);
+      serveFile(res, req, file === "" ? "index.html" : file);
+      return true;
+    },
+    admit(req, res, path) {
+      if (!path.startsWith(ADMIN_API_PREFIX) || req.headers.authorization !== undefined)
+        return true;
+      const id = cookieValue(req.headers.cookie, cookieName);
+      if (id === undefined) return true;
+      if (crossOrigin(req)) {
+        refuse(res, 403, "permission_denied", "cross-origin request refused");
+        return false;
+      }
+      const session = sessions.get(id);
+      if (session === undefined) {
+        // Connect's error shape: the page's client reads it as Code.Unauthenticated.
+        json(res, 401, { code: "unauthenticated", message: "console session expired; log in" });
+        return false;
+      }
+      if (!csrfMatches(req, session)) {
+        json(res, 403, { code: "permission_denied", message: `missing or wrong ${CSRF_HEADER}` });
+        return false;
+      }
+      req.headers.authorization = `Bearer ${opts.adminToken}`;
+      return true;
+    },
+  };
+}
+
+function csrfMatches(req: IncomingMessage, session: ConsoleSession): boolean {
+  const sent = req.headers[CSRF_HEADER];
+  return typeof sent === "string" && secretsEqual(sent, session.csrf);
+}
+
+/** The value of cookie `name` in a `Cookie` header, or undefined. */
+export function cookieValue(header: string | undefined, name: string): string | undefined {
+  if (header === undefined) return undefined;
+  for (const part of header.split(";")) {
+    const eq = part.indexOf("=");
+    if (eq === -1) continue;
+    if (part.slice(0, eq).trim() === name) {
+      const value = part.slice(eq + 1).trim();
+      return value === "" ? undefined : value;
+    }
+  }
+  return undefined;
+}
+
+function readSmallBody(req: IncomingMessage, maxBytes: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        // Read on and drop the rest (the request timeout bounds it), so the answer gets out.
+        req.off("data", onData);
+        req.resume();
+        reject(new Error(`over ${maxBytes} bytes`));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on("data", onData);
+    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    req.on("error", reject);
+  });
+}

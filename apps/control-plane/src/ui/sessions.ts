@@ -1,0 +1,116 @@
+import { randomBytes } from "node:crypto";
+import { secretsEqual } from "../domain/tokens.js";
+
+/** One browser's login: an opaque id in its httpOnly cookie, a CSRF token the page holds. */
+export interface ConsoleSession {
+  readonly id: string;
+  /** Sent back by the page in `x-llmgw-csrf` on every call; never in a cookie. */
+  readonly csrf: string;
+  readonly createdAtMs: number;
+  readonly expiresAtMs: number;
+}
+
+/** Options of {@link createSessionStore}. */
+export interface SessionStoreOptions {
+  /** How long a login lasts. */
+  readonly ttlMs: number;
+  /** Sessions held at most; the oldest is dropped for a new one. */
+  readonly maxSessions: number;
+  readonly now?: () => number;
+}
+
+/**
+ * The console's logins, in memory only: a control plane restart or a failover to another
+ * instance logs every browser out, which costs one more login and keeps session secrets out
+ * of the store. Ids are 256 random bits; lookups compare in constant time per candidate.
+ */
+export interface SessionStore {
+  create(): ConsoleSession;
+  /** The live session with this id, or undefined (unknown or expired; expired ones are dropped). */
+  get(id: string): ConsoleSession | undefined;
+  revoke(id: string): void;
+  readonly size: number;
+}
+
+export function createSessionStore(opts: SessionStoreOptions): SessionStore {
+  const now = opts.now ?? Date.now;
+  // Insertion order is creation order: the first entry is the oldest.
+  const sessions = new Map<string, ConsoleSession>();
+  const token = () => randomBytes(32).toString("base64url");
+  return {
+    create() {
+      const at = now();
+      for (const [id, s] of sessions) if (s.expiresAtMs <= at) sessions.delete(id);
+      while (sessions.size >= opts.maxSessions) {
+        const oldest = sessions.keys().next().value;
+        if (oldest === undefined) break;
+        sessions.delete(oldest);
+      }
+      const session = { id: token(), csrf: token(), createdAtMs: at, expiresAtMs: at + opts.ttlMs };
+      sessions.set(session.id, session);
+      return session;
+    },
+    get(id) {
+      const session = sessions.get(id);
+      if (session === undefined || !secretsEqual(session.id, id)) return undefined;
+      if (session.expiresAtMs <= now()) {
+        sessions.delete(id);
+        return undefined;
+      }
+      return session;
+    },
+    revoke(id) {
+      sessions.delete(id);
+    },
+    get size() {
+      return sessions.size;
+    },
+  };
+}
+
+/** Failed logins per client address within a window; past the limit, logins wait. */
+export interface LoginThrottle {
+  /** Milliseconds until `address` may try again; 0 when it may now. */
+  retryAfterMs(address: string): number;
+  failed(address: string): void;
+  succeeded(address: string): void;
+}
+
+export function createLoginThrottle(opts: {
+  readonly maxFailures: number;
+  readonly windowMs: number;
+  /** Addresses tracked at most (the oldest is forgotten first). */
+  readonly maxAddresses: number;
+  readonly now?: () => number;
+}): LoginThrottle {
+  const now = opts.now ?? Date.now;
+  const failures = new Map<string, number[]>();
+  const recent = (address: string): number[] => {
+    const cutoff = now() - opts.windowMs;
+    const list = (failures.get(address) ?? []).filter((t) => t > cutoff);
+    if (list.length === 0) failures.delete(address);
+    else failures.set(address, list);
+    return list;
+  };
+  return {
+    retryAfterMs(address) {
+      const list = recent(address);
+      if (list.length < opts.maxFailures) return 0;
+      return Math.max(1, (list[list.length - opts.maxFailures] ?? 0) + opts.windowMs - now());
+    },
+    failed(address) {
+      const list = recent(address);
+      list.push(now());
+      failures.delete(address);
+      failures.set(address, list);
+      while (failures.size > opts.maxAddresses) {
+        const oldest = failures.keys().next().value;
+        if (oldest === undefined) break;
+        failures.delete(oldest);
+      }
+    },
+    succeeded(address) {
+      failures.delete(address);
+    },
+  };
+}

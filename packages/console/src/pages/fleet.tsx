@@ -1,0 +1,239 @@
+/** The fleet: nodes by state, a GPU grid per node, fabric islands with free GPUs per class. */
+import type { GetClusterStatusResponse } from "@llmgw/proto";
+import { Component } from "preact";
+import { useMemo, useState } from "preact/hooks";
+import { cluster } from "../api.js";
+import { type GpuView, groupNodes, type NodeView, nodeView } from "../fleet-model.js";
+import { clock } from "../format.js";
+import { usePoll } from "../live.js";
+import { Badge, ErrorLine, Loading } from "../ui.js";
+
+/** How often the page reads the fleet: the agents' default heartbeat interval. */
+const POLL_MS = 2_000;
+
+class GpuCell extends Component<{ gpu: GpuView }> {
+  override shouldComponentUpdate(next: { gpu: GpuView }): boolean {
+    return next.gpu.sig !== this.props.gpu.sig;
+  }
+  override render() {
+    const g = this.props.gpu;
+    const health = g.lost ? "lost" : g.healthy ? "healthy" : "unhealthy";
+    return (
+      <li class={`gpu ${g.healthy ? "" : "sick"}`} data-gpu={g.index} data-health={health}>
+        <div class="gpu-head">
+          <strong>GPU {g.index}</strong>
+          <span class="gpu-class">{g.gpuClass}</span>
+          <Badge state={g.healthy ? "ready" : "unhealthy"} label={health} />
+        </div>
+        <div class="meter" aria-hidden="true">
+          {g.utilizationValue === undefined ? null : (
+            <span style={{ width: `${Math.max(0, Math.min(100, g.utilizationValue))}%` }} />
+          )}
+        </div>
+        <dl class="readings">
+          <div>
+            <dt>util</dt>
+            <dd>{g.utilization}</dd>
+          </div>
+          <div>
+            <dt>mem</dt>
+            <dd>{g.memory}</dd>
+          </div>
+          <div>
+            <dt>temp</dt>
+            <dd>{g.temperature}</dd>
+          </div>
+          <div>
+            <dt>power</dt>
+            <dd>{g.power}</dd>
+          </div>
+        </dl>
+        {g.reasons.length === 0 ? null : (
+          <ul class="reasons" data-reasons>
+            {g.reasons.map((r) => (
+              <li key={r}>{r}</li>
+            ))}
+          </ul>
+        )}
+        {g.placed.length === 0 ? null : <p class="placed">{g.placed.join(", ")}</p>}
+      </li>
+    );
+  }
+}
+
+class NodeCard extends Component<{ node: NodeView }> {
+  override shouldComponentUpdate(next: { node: NodeView }): boolean {
+    return next.node.sig !== this.props.node.sig;
+  }
+  override render() {
+    const n = this.props.node;
+    return (
+      <article class="node" data-node={n.hostname} aria-label={`node ${n.hostname}`}>
+        <header>
+          <h4>{n.hostname}</h4>
+          <Badge state={n.state} />
+          {n.cordoned ? <Badge state="quiet" label="cordoned" /> : null}
+          {n.draining ? <Badge state="draining" label="draining" /> : null}
+          {n.simulated ? <span class="quiet">simulated</span> : null}
+          <span class="quiet">agent {n.agentVersion}</span>
+          <span class="quiet">fabric {n.fabrics}</span>
+          {n.state === "ready" ? null : (
+            <span class="quiet">last heartbeat {clock(n.lastHeartbeatMs)}</span>
+          )}
+        </header>
+        {n.problems.length === 0 ? null : (
+          <ul class="problems">
+            {n.problems.map((p) => (
+              <li key={p}>{p}</li>
+            ))}
+          </ul>
+        )}
+        {n.gpus.length === 0 ? (
+          <p class="quiet">no GPUs</p>
+        ) : (
+          <ul class="gpus">
+            {n.gpus.map((g) => (
+              <GpuCell key={g.index} gpu={g} />
+            ))}
+          </ul>
+        )}
+      </article>
+    );
+  }
+}
+
+function Islands({ status }: { status: GetClusterStatusResponse }) {
+  if (status.classes.length === 0) return null;
+  return (
+    <section aria-labelledby="islands">
+      <h2 id="islands">Fabric islands</h2>
+      <table>
+        <thead>
+          <tr>
+            <th scope="col">GPU class</th>
+            <th scope="col">Fabric</th>
+            <th scope="col">Free</th>
+            <th scope="col">Allocated</th>
+            <th scope="col">Unhealthy</th>
+            <th scope="col">Total</th>
+          </tr>
+        </thead>
+        <tbody>
+          {status.classes.map((c) => (
+            <tr key={`${c.gpuClass}/${c.fabricId}`} data-island={`${c.gpuClass}/${c.fabricId}`}>
+              <td>{c.gpuClass}</td>
+              <td>{c.fabricId || "none"}</td>
+              <td>{c.free}</td>
+              <td>{c.allocated}</td>
+              <td>{c.unhealthy}</td>
+              <td>{c.total}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+export function FleetPage() {
+  const polled = usePoll(
+    async (signal) => {
+      const [nodes, status] = await Promise.all([
+        cluster.listNodes({}, { signal }),
+        cluster.getClusterStatus({}, { signal }),
+      ]);
+      return { nodes: nodes.nodes.map(nodeView), status };
+    },
+    POLL_MS,
+    [],
+    (e) => e.kind.startsWith("node."),
+  );
+  const [filter, setFilter] = useState("");
+  const [onlyProblems, setOnlyProblems] = useState(false);
+  const groups = useMemo(() => {
+    const nodes = polled.data?.nodes ?? [];
+    const f = filter.trim().toLowerCase();
+    const shown = nodes.filter(
+      (n) =>
+        (f === "" ||
+          n.hostname.toLowerCase().includes(f) ||
+          n.gpus.some((g) => g.gpuClass.toLowerCase().includes(f))) &&
+        (!onlyProblems ||
+          n.state !== "ready" ||
+          n.problems.length > 0 ||
+          n.gpus.some((g) => !g.healthy)),
+    );
+    return groupNodes(shown);
+  }, [polled.data, filter, onlyProblems]);
+
+  const s = polled.data?.status;
+  return (
+    <>
+      <h1>Fleet</h1>
+      <ErrorLine error={polled.error} />
+      {s === undefined ? (
+        <Loading what="the fleet" />
+      ) : (
+        <>
+          <ul class="summary" aria-label="cluster summary">
+            <li>
+              <strong data-summary="nodes">
+                {s.nodesReady}/{s.nodesTotal}
+              </strong>{" "}
+              nodes ready
+            </li>
+            <li>
+              <strong data-summary="gpus">
+                {s.gpusAllocated}/{s.gpusTotal}
+              </strong>{" "}
+              GPUs allocated
+            </li>
+            <li>
+              <strong data-summary="unhealthy">{s.gpusUnhealthy}</strong> GPUs unhealthy
+            </li>
+            <li>
+              <strong>
+                {s.replicasReady}/{s.replicasTotal}
+              </strong>{" "}
+              replicas ready
+            </li>
+          </ul>
+          <Islands status={s} />
+        </>
+      )}
+      <section aria-labelledby="nodes">
+        <h2 id="nodes">Nodes</h2>
+        <div class="toolbar">
+          <label>
+            Filter{" "}
+            <input
+              type="search"
+              value={filter}
+              placeholder="hostname or GPU class"
+              onInput={(e) => setFilter((e.target as HTMLInputElement).value)}
+            />
+          </label>
+          <label>
+            <input
+              type="checkbox"
+              checked={onlyProblems}
+              onChange={(e) => setOnlyProblems((e.target as HTMLInputElement).checked)}
+            />{" "}
+            only nodes with problems
+          </label>
+        </div>
+        {polled.data !== undefined && groups.length === 0 ? <p class="quiet">No nodes.</p> : null}
+        {groups.map((g) => (
+          <section key={g.state} class="node-group" aria-label={`${g.state} nodes`}>
+            <h3 class="group-title">
+              {g.state} <span class="quiet">({g.nodes.length})</span>
+            </h3>
+            {g.nodes.map((n) => (
+              <NodeCard key={n.id} node={n} />
+            ))}
+          </section>
+        ))}
+      </section>
+    </>
+  );
+}

@@ -1,0 +1,223 @@
+/**
+ * API keys: create (the secret is shown once, in a dialog, and then forgotten by the page),
+ * list, revoke after a confirmation.
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ApiKey, CreateApiKeyRequestSchema } from "@llmgw/proto";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { cluster, describeError } from "../api.js";
+import { clock, count } from "../format.js";
+import { usePoll } from "../live.js";
+import { Badge, Confirm, ErrorLine, Loading } from "../ui.js";
+
+/** "" → undefined; anything but a whole number ≥ 1 is an error naming the field. */
+export function optionalLimit(value: string, field: string): number | undefined {
+  const v = value.trim();
+  if (v === "") return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > 4_294_967_295)
+    throw new Error(`${field}: a whole number of at least 1, or empty for no limit`);
+  return n;
+}
+
+function SecretOnce({ secret, name, close }: { secret: string; name: string; close: () => void }) {
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    ref.current?.showModal();
+  }, []);
+  return (
+    <dialog ref={ref} aria-labelledby="secret-title" onClose={close} onCancel={close}>
+      <h2 id="secret-title">Key {name} created</h2>
+      <p>Copy it now: it is shown this once, and llmgw keeps only its hash.</p>
+      <p>
+        <code class="secret" data-secret>
+          {secret}
+        </code>
+      </p>
+      <div class="buttons">
+        <button type="button" class="primary" onClick={close}>
+          I have copied it
+        </button>
+      </div>
+    </dialog>
+  );
+}
+
+function CreateKey({ created }: { created: () => void }) {
+  const [name, setName] = useState("");
+  const [models, setModels] = useState("");
+  const [rpm, setRpm] = useState("");
+  const [tpm, setTpm] = useState("");
+  const [concurrency, setConcurrency] = useState("");
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [secret, setSecret] = useState<{ name: string; secret: string } | undefined>(undefined);
+  const submit = async () => {
+    let request: MessageInitShape<typeof CreateApiKeyRequestSchema> & { name: string };
+    try {
+      if (name.trim() === "") throw new Error("name: required");
+      const requestsPerMinute = optionalLimit(rpm, "requests per minute");
+      const tokensPerMinute = optionalLimit(tpm, "tokens per minute");
+      const maxConcurrency = optionalLimit(concurrency, "concurrency");
+      request = {
+        name: name.trim(),
+        models: models
+          .split(",")
+          .map((m) => m.trim())
+          .filter((m) => m !== ""),
+        ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
+        ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
+        ...(maxConcurrency === undefined ? {} : { maxConcurrency }),
+      };
+    } catch (e) {
+      setError((e as Error).message);
+      return;
+    }
+    try {
+      const res = await cluster.createApiKey(request);
+      setError(undefined);
+      setSecret({ name: res.key?.name ?? request.name ?? "", secret: res.secret });
+      setName("");
+      setModels("");
+      setRpm("");
+      setTpm("");
+      setConcurrency("");
+      created();
+    } catch (e) {
+      setError(describeError(e));
+    }
+  };
+  const field = (id: string, label: string, value: string, set: (v: string) => void, hint = "") => (
+    <div class="field">
+      <label for={id}>{label}</label>
+      <input
+        id={id}
+        value={value}
+        placeholder={hint}
+        onInput={(e) => set((e.target as HTMLInputElement).value)}
+      />
+    </div>
+  );
+  return (
+    <section aria-labelledby="create-key">
+      <h2 id="create-key">Create a key</h2>
+      <form
+        class="grid-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          void submit();
+        }}
+      >
+        {field("key-name", "Name", name, setName, "team-a")}
+        {field("key-models", "Models (comma-separated; empty: all)", models, setModels)}
+        {field("key-rpm", "Requests per minute", rpm, setRpm, "no limit")}
+        {field("key-tpm", "Tokens per minute", tpm, setTpm, "no limit")}
+        {field("key-concurrency", "Concurrent requests", concurrency, setConcurrency, "no limit")}
+        <div class="field">
+          <button type="submit" class="primary">
+            Create key
+          </button>
+        </div>
+      </form>
+      <ErrorLine error={error} />
+      {secret === undefined ? null : (
+        <SecretOnce secret={secret.secret} name={secret.name} close={() => setSecret(undefined)} />
+      )}
+    </section>
+  );
+}
+
+function KeyRow({ k, revoked }: { k: ApiKey; revoked: () => void }) {
+  const [asking, setAsking] = useState(false);
+  return (
+    <tr data-key={k.name}>
+      <td>{k.name}</td>
+      <td>
+        <code>{k.prefix}…</code>
+      </td>
+      <td>{k.models.length === 0 ? "all" : k.models.join(", ")}</td>
+      <td>{count(k.requestsPerMinute)}</td>
+      <td>{count(k.tokensPerMinute)}</td>
+      <td>{count(k.maxConcurrency)}</td>
+      <td>{clock(k.createdAtUnixMs)}</td>
+      <td>
+        {k.revokedAtUnixMs === undefined ? (
+          <>
+            <button type="button" class="danger" onClick={() => setAsking(true)}>
+              Revoke
+            </button>
+            {asking ? (
+              <Confirm
+                title={`Revoke ${k.name}`}
+                action="Revoke"
+                danger
+                close={() => setAsking(false)}
+                confirm={async () => {
+                  try {
+                    await cluster.revokeApiKey({ key: k.id });
+                  } catch (e) {
+                    throw new Error(describeError(e));
+                  }
+                  revoked();
+                }}
+              >
+                <p>Requests with {k.name} are refused from now on. This cannot be undone.</p>
+              </Confirm>
+            ) : null}
+          </>
+        ) : (
+          <Badge state="quiet" label={`revoked ${clock(k.revokedAtUnixMs)}`} />
+        )}
+      </td>
+    </tr>
+  );
+}
+
+export function KeysPage() {
+  const [includeRevoked, setIncludeRevoked] = useState(false);
+  const polled = usePoll(
+    async (signal) => (await cluster.listApiKeys({ includeRevoked }, { signal })).keys,
+    10_000,
+    [includeRevoked],
+  );
+  return (
+    <>
+      <h1>API keys</h1>
+      <CreateKey created={polled.refresh} />
+      <section aria-labelledby="keys">
+        <h2 id="keys">Keys</h2>
+        <label>
+          <input
+            type="checkbox"
+            checked={includeRevoked}
+            onChange={(e) => setIncludeRevoked((e.target as HTMLInputElement).checked)}
+          />{" "}
+          show revoked keys
+        </label>
+        <ErrorLine error={polled.error} />
+        {polled.data === undefined ? <Loading what="keys" /> : null}
+        {polled.data?.length === 0 ? <p class="quiet">No keys.</p> : null}
+        {polled.data?.length ? (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Prefix</th>
+                <th scope="col">Models</th>
+                <th scope="col">Requests/min</th>
+                <th scope="col">Tokens/min</th>
+                <th scope="col">Concurrency</th>
+                <th scope="col">Created</th>
+                <th scope="col">Status</th>
+              </tr>
+            </thead>
+            <tbody>
+              {polled.data.map((k) => (
+                <KeyRow key={k.id} k={k} revoked={polled.refresh} />
+              ))}
+            </tbody>
+          </table>
+        ) : null}
+      </section>
+    </>
+  );
+}
