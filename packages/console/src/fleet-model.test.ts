@@ -1,9 +1,9 @@
 import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
-import { GpuReadingSchema, NodeSchema, NodeState, ProblemSchema } from "@llmgw/proto";
+import { GpuReadingSchema, type Node, NodeSchema, NodeState, ProblemSchema } from "@llmgw/proto";
 import { inventoryToProto } from "@llmgw/wire";
-import { describe, expect, it } from "vitest";
-import { groupNodes, nodeView } from "./fleet-model.js";
+import { describe, expect, it, vi } from "vitest";
+import { createFleetReader, groupNodes, type NodeSource, nodeView } from "./fleet-model.js";
 import {
   ABSENT,
   ago,
@@ -118,5 +118,106 @@ describe("formatters", () => {
     expect(ago(1, 2.5 * 3_600_000)).toBe("2 h ago");
     expect(codeWords("LLMGW_SCHEDULER_NO_FABRIC_CAPACITY")).toBe("no fabric capacity");
     expect(codeWords("LLMGW_CONTROL_PLANE_REPLICA_FAILED")).toBe("replica failed");
+  });
+});
+
+describe("the fleet page's reads of nodes", () => {
+  /**
+   * A control plane's ListNodes and GetNode over `nodes()`, honouring omit_inventory, with
+   * every call logged; `hold` keeps whole ListNodes answers back until released.
+   */
+  function plane(nodes: () => Node[]) {
+    const calls: string[] = [];
+    let held: (() => void)[] | undefined;
+    const copy = (n: Node, omit: boolean) =>
+      create(NodeSchema, { ...n, inventory: omit ? undefined : n.inventory });
+    const source: NodeSource = {
+      async list(omitInventory) {
+        calls.push(omitInventory ? "light" : "whole");
+        if (!omitInventory && held !== undefined) await new Promise<void>((r) => held?.push(r));
+        return nodes().map((n) => copy(n, omitInventory));
+      },
+      async get(id) {
+        calls.push(`get ${id}`);
+        const n = nodes().find((x) => x.nodeId === id);
+        return n === undefined ? undefined : copy(n, false);
+      },
+    };
+    return {
+      calls,
+      source,
+      hold: () => {
+        held = [];
+      },
+      release: () => {
+        const waiting = held ?? [];
+        held = undefined;
+        for (const r of waiting) r();
+      },
+    };
+  }
+  const withDigest = (n: Node, digest: string) => {
+    n.inventoryDigest = digest;
+    return n;
+  };
+  const signal = new AbortController().signal;
+  const classes = (nodes: Node[]) =>
+    nodes.map((n) => {
+      const v = nodeView(n);
+      return v.inventoryPending ? "pending" : v.gpus.map((g) => g.gpuClass).join(",");
+    });
+
+  it("shows the first nodes at once, the rest once the background read is in", async () => {
+    const nodes = [withDigest(node("a"), "d-a"), withDigest(node("b"), "d-b")];
+    const p = plane(() => nodes);
+    p.hold();
+    let arrived = 0;
+    const read = createFleetReader(p.source, {
+      firstShown: (light) => light.slice(0, 1).map((n) => n.nodeId),
+      inventoriesArrived: () => arrived++,
+    });
+    const first = await read(signal);
+    expect(classes(first)).toEqual(["h100-80g,h100-80g", "pending"]);
+    // A pending node still says how many GPUs it has, from its readings.
+    expect(nodeView(first[1] as Node).gpuCount).toBe(0);
+    expect(p.calls).toEqual(["light", "get a-id", "whole"]);
+    // While the whole read is out, reads stay light and b stays pending.
+    expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g", "pending"]);
+    p.release();
+    await vi.waitFor(() => expect(arrived).toBe(1));
+    expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g", "h100-80g,h100-80g"]);
+    expect(p.calls).toEqual(["light", "get a-id", "whole", "light", "light"]);
+  });
+
+  it("reads whole again when a node is new or its inventory digest changed", async () => {
+    let nodes = [withDigest(node("a"), "d-a")];
+    const p = plane(() => nodes);
+    let arrived = 0;
+    const read = createFleetReader(p.source, {
+      firstShown: () => [],
+      inventoriesArrived: () => arrived++,
+    });
+    await read(signal);
+    await vi.waitFor(() => expect(arrived).toBe(1));
+    nodes = [...nodes, withDigest(node("b"), "d-b")];
+    expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g", "h100-80g,h100-80g"]);
+    nodes = [withDigest(node("a", NodeState.READY, "4xh100-80g@ib-a"), "d-a2"), nodes[1] as Node];
+    expect(classes(await read(signal))[0]).toBe("h100-80g,h100-80g,h100-80g,h100-80g");
+    expect(p.calls).toEqual(["light", "whole", "light", "whole", "light", "whole"]);
+    // A node gone: the next light read still fills the rest in.
+    nodes = [nodes[1] as Node];
+    expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g"]);
+    expect(p.calls.at(-1)).toBe("light");
+  });
+
+  it("always reads whole from a control plane that sets no digest", async () => {
+    const p = plane(() => [node("a")]);
+    const read = createFleetReader(p.source, {
+      firstShown: () => ["a-id"],
+      inventoriesArrived: () => {},
+    });
+    expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g"]);
+    await read(signal);
+    expect(p.calls).toEqual(["light", "whole", "whole"]);
   });
 });

@@ -3,7 +3,7 @@
  * signature of them, so that a poll re-renders only the cells whose text changed (at 1,000
  * nodes × 8 GPUs most cells do not change between heartbeats).
  */
-import type { Gpu, GpuReading, Node } from "@llmgw/proto";
+import type { Gpu, GpuReading, Node, NodeInventory } from "@llmgw/proto";
 import { NodeState } from "@llmgw/proto";
 import { ABSENT, celsius, memory, nodeState, percent, watts } from "./format.js";
 
@@ -37,7 +37,13 @@ export interface NodeView {
   readonly fabrics: string;
   readonly lastHeartbeatMs: number | undefined;
   readonly problems: readonly string[];
+  /** Empty while the inventory is still being read ({@link inventoryPending}). */
   readonly gpus: readonly GpuView[];
+  /** The node came without its inventory, which is still being read: no GPU grid yet. */
+  readonly inventoryPending: boolean;
+  /** GPUs and unhealthy ones, from the readings when the inventory is pending. */
+  readonly gpuCount: number;
+  readonly unhealthyCount: number;
   /** Everything above but the heartbeat time (shown relative, refreshed apart). */
   readonly sig: string;
 }
@@ -99,6 +105,10 @@ export function nodeView(node: Node): NodeView {
     gpuView(g, readings.get(g.index), placedOn.get(g.index) ?? []),
   );
   const problems = node.problems.map((p) => p.message || p.code);
+  const pending = inventory === undefined && node.inventoryDigest !== "";
+  const unhealthyCount = pending
+    ? node.gpuReadings.filter((r) => !r.healthy || r.lost).length
+    : gpus.filter((g) => !g.healthy).length;
   const fabrics = (inventory?.fabrics ?? []).map((f) => `${f.id} (${f.linkLayer})`).join(", ");
   const base = {
     id: node.nodeId,
@@ -113,11 +123,17 @@ export function nodeView(node: Node): NodeView {
       node.lastHeartbeatUnixMs === undefined ? undefined : Number(node.lastHeartbeatUnixMs),
     problems,
     gpus,
+    inventoryPending: pending,
+    gpuCount: pending ? node.gpuReadings.length : gpus.length,
+    unhealthyCount,
   };
   return {
     ...base,
     sig: [
       base.hostname,
+      pending,
+      base.gpuCount,
+      unhealthyCount,
       base.state,
       base.cordoned,
       base.draining,
@@ -142,4 +158,97 @@ export function groupNodes(nodes: readonly NodeView[]): { state: string; nodes: 
       nodes: (groups.get(state) ?? []).sort((a, b) => a.hostname.localeCompare(b.hostname)),
     }))
     .filter((g) => g.nodes.length > 0);
+}
+
+/** What the fleet page reads nodes with (`ClusterService`'s `ListNodes` and `GetNode`). */
+export interface NodeSource {
+  list(omitInventory: boolean, signal: AbortSignal): Promise<Node[]>;
+  get(nodeId: string, signal: AbortSignal): Promise<Node | undefined>;
+}
+
+/** Options of {@link createFleetReader}. */
+export interface FleetReaderOptions {
+  /** The nodes a first read shows at once (their inventories are read before it returns). */
+  readonly firstShown: (nodes: readonly Node[]) => readonly string[];
+  /** Called when inventories read in the background arrived: read again to show them. */
+  readonly inventoriesArrived: () => void;
+}
+
+type Kept = Map<string, { readonly digest: string; readonly inventory: NodeInventory }>;
+
+/**
+ * The fleet page's reads of nodes, with each inventory kept between reads: inventories are
+ * three quarters of `ListNodes`' bytes at 1,000 nodes (2.7 MB, ~400 ms to decode in a busy
+ * tab) and change only when an agent registers again.
+ *
+ * - The first read asks `ListNodes` with `omit_inventory`, reads the inventories of the nodes
+ *   shown first with `GetNode`, and starts a whole `ListNodes` in the background; until it is
+ *   in, the other nodes come without inventory (the page shows their GPUs as being read).
+ * - Later reads ask with `omit_inventory` and fill the inventories in; a node that is new or
+ *   whose `inventory_digest` changed (its agent registered with other hardware) makes the
+ *   read ask for the whole list.
+ * - A control plane that sets no digest is always read whole.
+ */
+export function createFleetReader(
+  source: NodeSource,
+  options: FleetReaderOptions,
+): (signal: AbortSignal) => Promise<Node[]> {
+  const kept: Kept = new Map();
+  let digests = true;
+  const keep = (nodes: readonly Node[]) => {
+    for (const n of nodes)
+      if (n.inventory !== undefined)
+        kept.set(n.nodeId, { digest: n.inventoryDigest, inventory: n.inventory });
+  };
+  const readWhole = async (signal: AbortSignal): Promise<Node[]> => {
+    const full = await source.list(false, signal);
+    kept.clear();
+    digests = full.every((n) => n.inventoryDigest !== "");
+    keep(full);
+    return full;
+  };
+  const fillIn = (light: Node[]): Node[] => {
+    for (const n of light) {
+      const k = kept.get(n.nodeId);
+      if (k !== undefined && k.digest === n.inventoryDigest) n.inventory = k.inventory;
+    }
+    if (light.length < kept.size) {
+      const live = new Set(light.map((n) => n.nodeId));
+      for (const id of kept.keys()) if (!live.has(id)) kept.delete(id);
+    }
+    return light;
+  };
+  let started = false;
+  /** The background whole read is out. */
+  let pending = false;
+  return async (signal) => {
+    if (!digests) return readWhole(signal);
+    const light = await source.list(true, signal);
+    if (!started) {
+      started = true;
+      if (light.some((n) => n.inventoryDigest === "")) {
+        digests = false;
+        return readWhole(signal);
+      }
+      const first = await Promise.all(
+        options.firstShown(light).map((id) => source.get(id, signal)),
+      );
+      keep(first.filter((n): n is Node => n !== undefined));
+      // Not tied to this read's signal: the page's next read still wants them.
+      pending = true;
+      readWhole(new AbortController().signal).then(
+        () => {
+          pending = false;
+          options.inventoriesArrived();
+        },
+        () => {
+          pending = false; // the next read finds nodes without inventory and reads whole
+        },
+      );
+      return fillIn(light);
+    }
+    if (pending) return fillIn(light);
+    const stale = light.some((n) => kept.get(n.nodeId)?.digest !== n.inventoryDigest);
+    return stale ? readWhole(signal) : fillIn(light);
+  };
 }

@@ -132,10 +132,13 @@ function Page() {
   }
 }
 
+/** Asked before the first render: the page's first calls wait for it. */
+const resumed = resumeSession();
+
 function App() {
   const [state, setState] = useState<"checking" | "out" | "in">("checking");
   useEffect(() => {
-    resumeSession().then(
+    resumed.then(
       (s) => setState(s === undefined ? "out" : "in"),
       () => setState("out"),
     );

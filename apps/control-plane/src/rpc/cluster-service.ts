@@ -17,6 +17,7 @@ import { ControlPlaneError } from "../errors.js";
 import type { RouterRegistry } from "../routing/router-registry.js";
 import type { ApiKeyRecord, EventRecord } from "../store/types.js";
 import { requireToken } from "./auth.js";
+import { binaryCodec, nodeForWire, type WireOptions } from "./pre-encoded.js";
 
 /** A control-plane instance for `GetClusterStatus` (see `store/postgres-lease.ts`). */
 export interface ControlPlaneInstanceInfo {
@@ -27,6 +28,8 @@ export interface ControlPlaneInstanceInfo {
   readonly startedAtMs: number;
   readonly seenAgoMs: number;
 }
+
+const wireOf = (ctx: HandlerContext): WireOptions => ({ binary: binaryCodec(ctx.requestHeader) });
 
 const ADMIN = "the admin token (llmgw control-plane token --admin; LLMGW_ADMIN_TOKEN)";
 
@@ -55,25 +58,26 @@ export function createClusterService(
   const flush = opts.flushRouting ?? (() => {});
   const admin = (ctx: HandlerContext) => requireToken(ctx.requestHeader, adminToken, ADMIN);
   return {
-    listNodes(_req, ctx) {
+    listNodes(req, ctx) {
       admin(ctx);
-      return { nodes: cluster.listNodes() };
+      const wire = { binary: binaryCodec(ctx.requestHeader), omitInventory: req.omitInventory };
+      return { nodes: cluster.listNodes().map((n) => nodeForWire(n, wire)) };
     },
     getNode(req, ctx) {
       admin(ctx);
-      return { node: cluster.getNode(required(req.node, "node")) };
+      return { node: nodeForWire(cluster.getNode(required(req.node, "node")), wireOf(ctx)) };
     },
     cordonNode(req, ctx) {
       admin(ctx);
-      return { node: cluster.cordonNode(required(req.node, "node")) };
+      return { node: nodeForWire(cluster.cordonNode(required(req.node, "node")), wireOf(ctx)) };
     },
     uncordonNode(req, ctx) {
       admin(ctx);
-      return { node: cluster.uncordonNode(required(req.node, "node")) };
+      return { node: nodeForWire(cluster.uncordonNode(required(req.node, "node")), wireOf(ctx)) };
     },
     drainNode(req, ctx) {
       admin(ctx);
-      return { node: cluster.drainNode(required(req.node, "node")) };
+      return { node: nodeForWire(cluster.drainNode(required(req.node, "node")), wireOf(ctx)) };
     },
     revokeNode(req, ctx) {
       admin(ctx);

@@ -1,9 +1,15 @@
 /** The fleet: nodes by state, a GPU grid per node, fabric islands with free GPUs per class. */
 import type { GetClusterStatusResponse } from "@llmgw/proto";
-import { Component } from "preact";
-import { useMemo, useState } from "preact/hooks";
+import { Component, createRef } from "preact";
+import { useMemo, useRef, useState } from "preact/hooks";
 import { cluster } from "../api.js";
-import { type GpuView, groupNodes, type NodeView, nodeView } from "../fleet-model.js";
+import {
+  createFleetReader,
+  type GpuView,
+  groupNodes,
+  type NodeView,
+  nodeView,
+} from "../fleet-model.js";
 import { clock } from "../format.js";
 import { usePoll } from "../live.js";
 import { Badge, ErrorLine, Loading } from "../ui.js";
@@ -61,45 +67,136 @@ class GpuCell extends Component<{ gpu: GpuView }> {
   }
 }
 
-class NodeCard extends Component<{ node: NodeView }> {
-  override shouldComponentUpdate(next: { node: NodeView }): boolean {
-    return next.node.sig !== this.props.node.sig;
+/**
+ * Cards within this distance of the viewport draw their GPUs. At 1,000 nodes × 8 GPUs the
+ * full grid is ~200,000 elements, more than a browser builds in a second; a card out of view
+ * shows its header and keeps the grid's place. Drawn once, a card stays drawn.
+ */
+const NEAR_MARGIN = "1200px 0px";
+/** Cards drawn in the first render, before anything is measured: a first screenful. */
+const EAGER_CARDS = 12;
+
+/** One IntersectionObserver for every node card; `onNear` runs once, when the card comes near. */
+const nearViewport = (() => {
+  const waiting = new Map<Element, () => void>();
+  let observer: IntersectionObserver | undefined;
+  const forget = (el: Element) => {
+    observer?.unobserve(el);
+    waiting.delete(el);
+  };
+  return (el: Element, onNear: () => void): (() => void) => {
+    observer ??= new IntersectionObserver(
+      (entries) => {
+        for (const e of entries) {
+          if (!e.isIntersecting) continue;
+          const near = waiting.get(e.target);
+          forget(e.target);
+          near?.();
+        }
+      },
+      { rootMargin: NEAR_MARGIN },
+    );
+    waiting.set(el, onNear);
+    observer.observe(el);
+    return () => forget(el);
+  };
+})();
+
+/** The height a card's GPU grid will take (15rem columns, ~8.5rem rows), held while undrawn. */
+function pendingGridHeight(gpus: number): string {
+  const perRow = Math.max(1, Math.floor((window.innerWidth - 80) / 256));
+  return `${Math.ceil(gpus / perRow) * 8.5}rem`;
+}
+
+interface NodeCardProps {
+  readonly node: NodeView;
+  readonly eager: boolean;
+}
+
+class NodeCard extends Component<NodeCardProps, { near: boolean }> {
+  readonly #ref = createRef<HTMLElement>();
+  #stopWatching: (() => void) | undefined;
+  constructor(props: NodeCardProps) {
+    super(props);
+    this.state = { near: props.eager };
+  }
+  override componentDidMount() {
+    const el = this.#ref.current;
+    if (!this.state.near && el !== null)
+      this.#stopWatching = nearViewport(el, () => this.setState({ near: true }));
+  }
+  override componentWillUnmount() {
+    this.#stopWatching?.();
+  }
+  override shouldComponentUpdate(next: NodeCardProps, nextState: { near: boolean }): boolean {
+    return next.node.sig !== this.props.node.sig || nextState.near !== this.state.near;
   }
   override render() {
     const n = this.props.node;
+    // Out of view, or its GPUs still being read: the name, the state and the GPU count only.
+    const drawn = this.state.near && !n.inventoryPending;
     return (
-      <article class="node" data-node={n.hostname} aria-label={`node ${n.hostname}`}>
+      <article
+        ref={this.#ref}
+        class="node"
+        data-node={n.hostname}
+        aria-label={`node ${n.hostname}`}
+      >
         <header>
           <h4>{n.hostname}</h4>
           <Badge state={n.state} />
-          {n.cordoned ? <Badge state="quiet" label="cordoned" /> : null}
-          {n.draining ? <Badge state="draining" label="draining" /> : null}
-          {n.simulated ? <span class="quiet">simulated</span> : null}
-          <span class="quiet">agent {n.agentVersion}</span>
-          <span class="quiet">fabric {n.fabrics}</span>
-          {n.state === "ready" ? null : (
-            <span class="quiet">last heartbeat {clock(n.lastHeartbeatMs)}</span>
-          )}
+          {drawn ? <NodeFacts node={n} /> : null}
+          <span class="quiet">{gpuSummary(n)}</span>
         </header>
-        {n.problems.length === 0 ? null : (
-          <ul class="problems">
-            {n.problems.map((p) => (
-              <li key={p}>{p}</li>
-            ))}
-          </ul>
-        )}
-        {n.gpus.length === 0 ? (
-          <p class="quiet">no GPUs</p>
+        {!drawn ? (
+          <div class="gpus-pending" style={{ height: pendingGridHeight(n.gpuCount) }}>
+            {this.state.near ? <p class="quiet">Reading the GPUs…</p> : null}
+          </div>
         ) : (
-          <ul class="gpus">
-            {n.gpus.map((g) => (
-              <GpuCell key={g.index} gpu={g} />
-            ))}
-          </ul>
+          <>
+            {n.problems.length === 0 ? null : (
+              <ul class="problems">
+                {n.problems.map((p) => (
+                  <li key={p}>{p}</li>
+                ))}
+              </ul>
+            )}
+            {n.gpus.length === 0 ? (
+              <p class="quiet">no GPUs</p>
+            ) : (
+              <ul class="gpus">
+                {n.gpus.map((g) => (
+                  <GpuCell key={g.index} gpu={g} />
+                ))}
+              </ul>
+            )}
+          </>
         )}
       </article>
     );
   }
+}
+
+/** A drawn card's flags and facts, in its header. */
+function NodeFacts({ node: n }: { node: NodeView }) {
+  return (
+    <>
+      {n.cordoned ? <Badge state="quiet" label="cordoned" /> : null}
+      {n.draining ? <Badge state="draining" label="draining" /> : null}
+      {n.simulated ? <span class="quiet">simulated</span> : null}
+      <span class="quiet">agent {n.agentVersion}</span>
+      <span class="quiet">fabric {n.fabrics}</span>
+      {n.state === "ready" ? null : (
+        <span class="quiet">last heartbeat {clock(n.lastHeartbeatMs)}</span>
+      )}
+    </>
+  );
+}
+
+/** "8 GPUs, 1 unhealthy": what a card says before (and beside) its grid. */
+function gpuSummary(n: NodeView): string {
+  const total = `${n.gpuCount} GPU${n.gpuCount === 1 ? "" : "s"}`;
+  return n.unhealthyCount === 0 ? total : `${total}, ${n.unhealthyCount} unhealthy`;
 }
 
 function Islands({ status }: { status: GetClusterStatusResponse }) {
@@ -136,18 +233,39 @@ function Islands({ status }: { status: GetClusterStatusResponse }) {
 }
 
 export function FleetPage() {
+  const refresh = useRef(() => {});
+  const readNodes = useMemo(
+    () =>
+      createFleetReader(
+        {
+          list: async (omitInventory, signal) =>
+            (await cluster.listNodes({ omitInventory }, { signal })).nodes,
+          get: async (node, signal) => (await cluster.getNode({ node }, { signal })).node,
+        },
+        {
+          firstShown: (nodes) =>
+            groupNodes(nodes.map(nodeView))
+              .flatMap((g) => g.nodes)
+              .slice(0, EAGER_CARDS)
+              .map((n) => n.id),
+          inventoriesArrived: () => refresh.current(),
+        },
+      ),
+    [],
+  );
   const polled = usePoll(
     async (signal) => {
       const [nodes, status] = await Promise.all([
-        cluster.listNodes({}, { signal }),
+        readNodes(signal),
         cluster.getClusterStatus({}, { signal }),
       ]);
-      return { nodes: nodes.nodes.map(nodeView), status };
+      return { nodes: nodes.map(nodeView), status };
     },
     POLL_MS,
     [],
     (e) => e.kind.startsWith("node."),
   );
+  refresh.current = polled.refresh;
   const [filter, setFilter] = useState("");
   const [onlyProblems, setOnlyProblems] = useState(false);
   const groups = useMemo(() => {
@@ -158,12 +276,15 @@ export function FleetPage() {
         (f === "" ||
           n.hostname.toLowerCase().includes(f) ||
           n.gpus.some((g) => g.gpuClass.toLowerCase().includes(f))) &&
-        (!onlyProblems ||
-          n.state !== "ready" ||
-          n.problems.length > 0 ||
-          n.gpus.some((g) => !g.healthy)),
+        (!onlyProblems || n.state !== "ready" || n.problems.length > 0 || n.unhealthyCount > 0),
     );
-    return groupNodes(shown);
+    // Each group with the position of its first node on the page (for EAGER_CARDS).
+    let first = 0;
+    return groupNodes(shown).map((g) => {
+      const at = first;
+      first += g.nodes.length;
+      return { ...g, first: at };
+    });
   }, [polled.data, filter, onlyProblems]);
 
   const s = polled.data?.status;
@@ -228,8 +349,8 @@ export function FleetPage() {
             <h3 class="group-title">
               {g.state} <span class="quiet">({g.nodes.length})</span>
             </h3>
-            {g.nodes.map((n) => (
-              <NodeCard key={n.id} node={n} />
+            {g.nodes.map((n, i) => (
+              <NodeCard key={n.id} node={n} eager={g.first + i < EAGER_CARDS} />
             ))}
           </section>
         ))}
