@@ -2,7 +2,7 @@
  * `ListNodes` sends each inventory as bytes encoded once (`rpc/pre-encoded.ts`) to binary
  * callers: against a real control plane, binary and JSON callers see the same nodes, an agent
  * that registers again with other GPUs is seen with them under a new digest, and
- * `omit_inventory` leaves inventories out.
+ * `omit_inventory` leaves inventories out and `nodes` picks nodes.
  */
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -77,6 +77,19 @@ describe("ListNodes over both codecs", () => {
     expect(light.nodes.map((n) => n.inventoryDigest).sort()).toEqual(
       after.nodes.map((n) => n.inventoryDigest).sort(),
     );
+    // Only the nodes asked for, by id or hostname; a name no node has is left out.
+    const some = await binary.listNodes({ nodes: ["codec-b", a.nodeId ?? "", "gone"] });
+    expect(some.nodes.map((n) => n.hostname).sort()).toEqual(["codec-a", "codec-b"]);
+    expect(some.nodes.every((n) => n.inventory !== undefined)).toBe(true);
+    const none = await binary.listNodes({ nodes: ["gone"] });
+    expect(none.nodes).toEqual([]);
+    await expect(
+      binary.listNodes({ nodes: Array.from({ length: 1_001 }, (_, i) => `n${i}`) }),
+    ).rejects.toThrow(/at most 1000 names/);
+    await expect(binary.listNodes({ nodes: ["x".repeat(257)] })).rejects.toThrow(
+      /of at most 256 characters/,
+    );
+
     // GetNode carries the digest too (and the inventory).
     const one = await binary.getNode({ node: "codec-b" });
     expect(one.node?.inventoryDigest).toBe(digest(after.nodes, "codec-b"));

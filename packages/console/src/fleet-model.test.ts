@@ -3,7 +3,13 @@ import { simulateInventory } from "@llmgw/discovery";
 import { GpuReadingSchema, type Node, NodeSchema, NodeState, ProblemSchema } from "@llmgw/proto";
 import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it, vi } from "vitest";
-import { createFleetReader, groupNodes, type NodeSource, nodeView } from "./fleet-model.js";
+import {
+  createFleetReader,
+  firstShown,
+  groupNodes,
+  type NodeSource,
+  nodeView,
+} from "./fleet-model.js";
 import {
   ABSENT,
   ago,
@@ -123,8 +129,8 @@ describe("formatters", () => {
 
 describe("the fleet page's reads of nodes", () => {
   /**
-   * A control plane's ListNodes and GetNode over `nodes()`, honouring omit_inventory, with
-   * every call logged; `hold` keeps whole ListNodes answers back until released.
+   * A control plane's ListNodes over `nodes()`, honouring omit_inventory and `nodes`, with
+   * every call logged; `hold` keeps answers for every node whole back until released.
    */
   function plane(nodes: () => Node[]) {
     const calls: string[] = [];
@@ -132,15 +138,16 @@ describe("the fleet page's reads of nodes", () => {
     const copy = (n: Node, omit: boolean) =>
       create(NodeSchema, { ...n, inventory: omit ? undefined : n.inventory });
     const source: NodeSource = {
-      async list(omitInventory) {
+      async list(omitInventory, _signal, only = []) {
+        if (only.length > 0) {
+          calls.push(`some ${only.join(",")}`);
+          return nodes()
+            .filter((n) => only.includes(n.nodeId))
+            .map((n) => copy(n, omitInventory));
+        }
         calls.push(omitInventory ? "light" : "whole");
         if (!omitInventory && held !== undefined) await new Promise<void>((r) => held?.push(r));
         return nodes().map((n) => copy(n, omitInventory));
-      },
-      async get(id) {
-        calls.push(`get ${id}`);
-        const n = nodes().find((x) => x.nodeId === id);
-        return n === undefined ? undefined : copy(n, false);
       },
     };
     return {
@@ -180,13 +187,13 @@ describe("the fleet page's reads of nodes", () => {
     expect(classes(first)).toEqual(["h100-80g,h100-80g", "pending"]);
     // A pending node still says how many GPUs it has, from its readings.
     expect(nodeView(first[1] as Node).gpuCount).toBe(0);
-    expect(p.calls).toEqual(["light", "get a-id", "whole"]);
+    expect(p.calls).toEqual(["light", "some a-id", "whole"]);
     // While the whole read is out, reads stay light and b stays pending.
     expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g", "pending"]);
     p.release();
     await vi.waitFor(() => expect(arrived).toBe(1));
     expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g", "h100-80g,h100-80g"]);
-    expect(p.calls).toEqual(["light", "get a-id", "whole", "light", "light"]);
+    expect(p.calls).toEqual(["light", "some a-id", "whole", "light", "light"]);
   });
 
   it("reads whole again when a node is new or its inventory digest changed", async () => {
@@ -219,5 +226,23 @@ describe("the fleet page's reads of nodes", () => {
     expect(classes(await read(signal))).toEqual(["h100-80g,h100-80g"]);
     await read(signal);
     expect(p.calls).toEqual(["light", "whole", "whole"]);
+  });
+});
+
+describe("the nodes a first read shows", () => {
+  it("are the worst first, each state by hostname, as the page lists them", () => {
+    const nodes = [
+      node("c"),
+      node("b", NodeState.LOST),
+      node("a"),
+      node("d", NodeState.UNREACHABLE),
+    ];
+    expect(firstShown(nodes, 3)).toEqual(["b-id", "d-id", "a-id"]);
+    expect(firstShown(nodes, 3)).toEqual(
+      groupNodes(nodes.map(nodeView))
+        .flatMap((g) => g.nodes)
+        .slice(0, 3)
+        .map((n) => n.id),
+    );
   });
 });

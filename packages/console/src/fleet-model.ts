@@ -146,11 +146,13 @@ export function nodeView(node: Node): NodeView {
 }
 
 /** Nodes by state, worst first, each group by hostname. */
-export function groupNodes(nodes: readonly NodeView[]): { state: string; nodes: NodeView[] }[] {
+export function groupNodes<T extends { readonly state: string; readonly hostname: string }>(
+  nodes: readonly T[],
+): { state: string; nodes: T[] }[] {
   const order = [NodeState.LOST, NodeState.UNREACHABLE, NodeState.READY, NodeState.UNSPECIFIED].map(
     nodeState,
   );
-  const groups = new Map<string, NodeView[]>(order.map((s) => [s, []]));
+  const groups = new Map<string, T[]>(order.map((s) => [s, []]));
   for (const n of nodes) groups.get(n.state)?.push(n);
   return order
     .map((state) => ({
@@ -160,10 +162,23 @@ export function groupNodes(nodes: readonly NodeView[]): { state: string; nodes: 
     .filter((g) => g.nodes.length > 0);
 }
 
-/** What the fleet page reads nodes with (`ClusterService`'s `ListNodes` and `GetNode`). */
+/** The ids of the first `count` nodes the fleet page shows (before any filter). */
+export function firstShown(nodes: readonly Node[], count: number): string[] {
+  const keys = nodes.map((n) => ({
+    id: n.nodeId,
+    state: nodeState(n.state),
+    hostname: n.hostname || n.nodeId,
+  }));
+  return groupNodes(keys)
+    .flatMap((g) => g.nodes)
+    .slice(0, count)
+    .map((n) => n.id);
+}
+
+/** What the fleet page reads nodes with: `ClusterService.ListNodes`. */
 export interface NodeSource {
-  list(omitInventory: boolean, signal: AbortSignal): Promise<Node[]>;
-  get(nodeId: string, signal: AbortSignal): Promise<Node | undefined>;
+  /** Every node, or only those in `nodes` (ids); without inventories when `omitInventory`. */
+  list(omitInventory: boolean, signal: AbortSignal, nodes?: readonly string[]): Promise<Node[]>;
 }
 
 /** Options of {@link createFleetReader}. */
@@ -181,8 +196,8 @@ type Kept = Map<string, { readonly digest: string; readonly inventory: NodeInven
  * three quarters of `ListNodes`' bytes at 1,000 nodes (2.7 MB, ~400 ms to decode in a busy
  * tab) and change only when an agent registers again.
  *
- * - The first read asks `ListNodes` with `omit_inventory`, reads the inventories of the nodes
- *   shown first with `GetNode`, and starts a whole `ListNodes` in the background; until it is
+ * - The first read asks `ListNodes` with `omit_inventory`, then for the nodes shown first
+ *   whole (`nodes`), and starts a whole `ListNodes` of every node in the background; until it is
  *   in, the other nodes come without inventory (the page shows their GPUs as being read).
  * - Later reads ask with `omit_inventory` and fill the inventories in; a node that is new or
  *   whose `inventory_digest` changed (its agent registered with other hardware) makes the
@@ -230,10 +245,8 @@ export function createFleetReader(
         digests = false;
         return readWhole(signal);
       }
-      const first = await Promise.all(
-        options.firstShown(light).map((id) => source.get(id, signal)),
-      );
-      keep(first.filter((n): n is Node => n !== undefined));
+      const shown = options.firstShown(light);
+      if (shown.length > 0) keep(await source.list(false, signal, shown));
       // Not tied to this read's signal: the page's next read still wants them.
       pending = true;
       readWhole(new AbortController().signal).then(

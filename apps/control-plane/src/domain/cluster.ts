@@ -1788,10 +1788,15 @@ export class Cluster {
     );
   }
 
-  /** All (non-revoked) nodes. */
-  listNodes(): Node[] {
+  /** All (non-revoked) nodes, or those of them named in `only` (ids or hostnames). */
+  listNodes(only?: readonly string[]): Node[] {
     const placed = this.#placedByNode();
-    return [...this.#nodes.values()].map((n) => this.#nodeView(n, placed));
+    let nodes = [...this.#nodes.values()];
+    if (only !== undefined && only.length > 0) {
+      const names = new Set(only);
+      nodes = nodes.filter((n) => names.has(n.record.id) || names.has(n.record.hostname));
+    }
+    return nodes.map((n) => this.#nodeView(n, placed));
   }
 
   /** One node by id or hostname. */

@@ -31,6 +31,10 @@ export interface ControlPlaneInstanceInfo {
 
 const wireOf = (ctx: HandlerContext): WireOptions => ({ binary: binaryCodec(ctx.requestHeader) });
 
+/** `ListNodesRequest.nodes`: how many names, and how long each. */
+const MAX_LISTED_NAMES = 1_000;
+const MAX_NODE_NAME_CHARS = 256;
+
 const ADMIN = "the admin token (llmgw control-plane token --admin; LLMGW_ADMIN_TOKEN)";
 
 function required(value: string, field: string): string {
@@ -60,8 +64,16 @@ export function createClusterService(
   return {
     listNodes(req, ctx) {
       admin(ctx);
+      if (
+        req.nodes.length > MAX_LISTED_NAMES ||
+        req.nodes.some((n) => n.length > MAX_NODE_NAME_CHARS)
+      )
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          `ListNodesRequest.nodes: at most ${MAX_LISTED_NAMES} names of at most ${MAX_NODE_NAME_CHARS} characters (${req.nodes.length} given)`,
+        );
       const wire = { binary: binaryCodec(ctx.requestHeader), omitInventory: req.omitInventory };
-      return { nodes: cluster.listNodes().map((n) => nodeForWire(n, wire)) };
+      return { nodes: cluster.listNodes(req.nodes).map((n) => nodeForWire(n, wire)) };
     },
     getNode(req, ctx) {
       admin(ctx);

@@ -5,6 +5,7 @@ import { useMemo, useRef, useState } from "preact/hooks";
 import { cluster } from "../api.js";
 import {
   createFleetReader,
+  firstShown,
   type GpuView,
   groupNodes,
   type NodeView,
@@ -238,16 +239,11 @@ export function FleetPage() {
     () =>
       createFleetReader(
         {
-          list: async (omitInventory, signal) =>
-            (await cluster.listNodes({ omitInventory }, { signal })).nodes,
-          get: async (node, signal) => (await cluster.getNode({ node }, { signal })).node,
+          list: async (omitInventory, signal, nodes = []) =>
+            (await cluster.listNodes({ omitInventory, nodes: [...nodes] }, { signal })).nodes,
         },
         {
-          firstShown: (nodes) =>
-            groupNodes(nodes.map(nodeView))
-              .flatMap((g) => g.nodes)
-              .slice(0, EAGER_CARDS)
-              .map((n) => n.id),
+          firstShown: (nodes) => firstShown(nodes, EAGER_CARDS),
           inventoriesArrived: () => refresh.current(),
         },
       ),
