@@ -366,6 +366,10 @@ async function main(): Promise<void> {
     await page.fill("#token", adminToken);
     await page.click("button[type=submit]");
     await renderedAt(page, "first load");
+    // What the operator sees, kept beside the JSON (bench/results/ is git-ignored).
+    const shot = join(import.meta.dirname, "..", "results", `console-fleet-${Date.now()}.png`);
+    await page.screenshot({ path: shot });
+    log(`fleet page: ${shot}`);
 
     // The baseline page: this render's DOM, scripts removed, with the same stylesheet.
     const cssPath =
