@@ -15,6 +15,12 @@ import { clock } from "../format.js";
 import { usePoll } from "../live.js";
 import { Badge, ErrorLine, Loading } from "../ui.js";
 
+/**
+ * Events after which the page reads the fleet at once rather than at its next poll: a node's
+ * state, a GPU's or port's health or fault, a replica placed on GPUs or taken off them.
+ */
+const FLEET_EVENT = /^(node|gpu|port)\.|^replica\.(placed|removed)$/;
+
 /** How often the page reads the fleet: the agents' default heartbeat interval. */
 const POLL_MS = 2_000;
 
@@ -259,7 +265,7 @@ export function FleetPage() {
     },
     POLL_MS,
     [],
-    (e) => e.kind.startsWith("node."),
+    (e) => FLEET_EVENT.test(e.kind),
   );
   refresh.current = polled.refresh;
   const [filter, setFilter] = useState("");
