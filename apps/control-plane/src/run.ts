@@ -14,6 +14,7 @@ import {
   type ServiceImpl,
 } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { ConsoleAsset } from "@llmgw/console";
 import {
   type ClusterView,
   createClusterCollector,
@@ -66,7 +67,7 @@ import { snapshotStore } from "./store/snapshot-store.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
-import { type ConsoleAsset, type ConsoleHttp, createConsoleHttp } from "./ui/console-http.js";
+import { type ConsoleHttp, createConsoleHttp } from "./ui/console-http.js";
 
 /** The version the control plane reports in `GetClusterStatus`. */
 export const CONTROL_PLANE_VERSION = LLMGW_VERSION;
@@ -140,14 +141,15 @@ function healthz(res: ServerResponse): void {
 }
 
 /**
- * The console's built files, or undefined when `@llmgw/console` was not built (running from
- * source before `pnpm build`): the control plane then answers `/ui/` with how to build it.
+ * The console's built files, or why they cannot be loaded: `@llmgw/console` was not built
+ * (running from source before `pnpm build`; the `llmgw` bundle always has them compiled in).
+ * The control plane then answers `/ui/` with how to build it and logs the reason.
  */
-async function loadConsoleAssets(): Promise<readonly ConsoleAsset[] | undefined> {
+async function loadConsoleAssets(): Promise<readonly ConsoleAsset[] | string> {
   try {
     return (await import("@llmgw/console")).assets;
-  } catch {
-    return undefined;
+  } catch (error) {
+    return (error as Error).message;
   }
 }
 
@@ -587,11 +589,11 @@ export async function startControlPlane(
     let ui: ConsoleHttp | undefined;
     if (resolved.ui) {
       const assets = await loadConsoleAssets();
-      if (assets === undefined)
-        log("console: @llmgw/console is not built; /ui/ says so (pnpm build, or --no-ui)");
+      if (typeof assets === "string")
+        log(`console: cannot load @llmgw/console (${assets}); /ui/ says to run pnpm build`);
       ui = createConsoleHttp({
         adminToken: dataDir.adminToken,
-        assets,
+        assets: typeof assets === "string" ? undefined : assets,
         secure: tls !== undefined,
         sessionTtlMs: resolved.uiSessionTtlMs,
         log,

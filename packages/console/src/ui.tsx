@@ -83,3 +83,18 @@ export function Facts({ items }: { items: readonly (readonly [string, ComponentC
     </dl>
   );
 }
+
+/** A table's column headings. */
+export function ColumnHeads({ names }: { names: readonly string[] }) {
+  return (
+    <thead>
+      <tr>
+        {names.map((n) => (
+          <th key={n} scope="col">
+            {n}
+          </th>
+        ))}
+      </tr>
+    </thead>
+  );
+}

@@ -72,7 +72,7 @@ export function createClusterService(
           "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
           `ListNodesRequest.nodes: at most ${MAX_LISTED_NAMES} names of at most ${MAX_NODE_NAME_CHARS} characters (${req.nodes.length} given)`,
         );
-      const wire = { binary: binaryCodec(ctx.requestHeader), omitInventory: req.omitInventory };
+      const wire = { ...wireOf(ctx), omitInventory: req.omitInventory };
       return { nodes: cluster.listNodes(req.nodes).map((n) => nodeForWire(n, wire)) };
     },
     getNode(req, ctx) {

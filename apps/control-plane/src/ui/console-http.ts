@@ -6,6 +6,7 @@
  * bearer tokens go through untouched.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ConsoleAsset } from "@llmgw/console";
 import { secretsEqual } from "../domain/tokens.js";
 import {
   type ConsoleSession,
@@ -14,17 +15,6 @@ import {
   type LoginThrottle,
   type SessionStore,
 } from "./sessions.js";
-
-/** One file of the console's build (`@llmgw/console`). */
-export interface ConsoleAsset {
-  /** Under `/ui/`, e.g. "index.html" or "assets/app-3f9c2a.js". */
-  readonly path: string;
-  readonly contentType: string;
-  /** The file, base64. */
-  readonly body: string;
-  /** Content-hashed name: cached for a year. */
-  readonly immutable: boolean;
-}
 
 /** The header a page sends its session's CSRF token in. */
 export const CSRF_HEADER = "x-llmgw-csrf";

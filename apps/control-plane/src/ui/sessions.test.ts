@@ -95,3 +95,31 @@ describe("the console under TLS", () => {
     );
   });
 });
+
+describe("the console's files", () => {
+  let server: Server | undefined;
+  afterEach(() => server?.close());
+
+  async function serve(assets: Parameters<typeof createConsoleHttp>[0]["assets"]) {
+    const ui = createConsoleHttp({ adminToken: "t", assets, secure: false, sessionTtlMs: 60_000 });
+    server = createServer((req, res) => {
+      if (!ui.handle(req, res, req.url ?? "/")) res.end();
+    });
+    await new Promise<void>((r) => server?.listen(0, "127.0.0.1", r));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it("not built: /ui/ says how to build them, with the security headers", async () => {
+    const res = await fetch(`${await serve(undefined)}/ui/`);
+    expect(res.status).toBe(503);
+    expect(await res.text()).toMatch(/not built into this control plane \(run `pnpm build`/);
+    expect(res.headers.get("content-security-policy")).toContain("default-src 'none'");
+  });
+
+  it("built: a file that is not one of them is 404, never the page", async () => {
+    const page = { path: "index.html", contentType: "text/html", body: "", immutable: false };
+    const base = await serve([page]);
+    expect((await fetch(`${base}/ui/`)).status).toBe(200);
+    expect((await fetch(`${base}/ui/assets/app-0.js`)).status).toBe(404);
+  });
+});

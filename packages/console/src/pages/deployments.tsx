@@ -8,7 +8,7 @@ import { useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { codeWords, replicaState, retirementPhase, rolloutState } from "../format.js";
 import { usePoll } from "../live.js";
-import { Badge, Confirm, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
 
 const ENGINES: Record<Engine, string> = {
   [Engine.UNSPECIFIED]: "—",
@@ -189,16 +189,9 @@ function DeploymentCard({ d, refresh }: { d: DeploymentStatus; refresh: () => vo
       ) : (
         <table>
           <caption class="visually-hidden">Replicas of {name}</caption>
-          <thead>
-            <tr>
-              <th scope="col">Replica</th>
-              <th scope="col">State</th>
-              <th scope="col">Revision</th>
-              <th scope="col">Nodes and GPUs</th>
-              <th scope="col">Endpoint</th>
-              <th scope="col">Leaving</th>
-            </tr>
-          </thead>
+          <ColumnHeads
+            names={["Replica", "State", "Revision", "Nodes and GPUs", "Endpoint", "Leaving"]}
+          />
           <tbody>
             {d.replicas.map((r) => (
               <ReplicaRow key={r.replicaId} replica={r} />

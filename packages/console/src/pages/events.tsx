@@ -2,7 +2,7 @@
 import { useState } from "preact/hooks";
 import { clock } from "../format.js";
 import { events, useEvents } from "../live.js";
-import { Badge } from "../ui.js";
+import { Badge, ColumnHeads } from "../ui.js";
 
 /** Rows shown at most; the stream keeps more. */
 const SHOWN = 500;
@@ -58,15 +58,7 @@ export function EventsPage() {
       </div>
       <table class="events">
         <caption class="visually-hidden">Cluster events, newest first</caption>
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            <th scope="col">Severity</th>
-            <th scope="col">Kind</th>
-            <th scope="col">Subject</th>
-            <th scope="col">Message</th>
-          </tr>
-        </thead>
+        <ColumnHeads names={["Time", "Severity", "Kind", "Subject", "Message"]} />
         <tbody>
           {shown.map((e) => (
             <tr key={String(e.id)} data-event={e.kind}>

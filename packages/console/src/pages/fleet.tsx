@@ -13,7 +13,7 @@ import {
 } from "../fleet-model.js";
 import { clock } from "../format.js";
 import { usePoll } from "../live.js";
-import { Badge, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, ErrorLine, Loading } from "../ui.js";
 
 /**
  * Events after which the page reads the fleet at once rather than at its next poll: a node's
@@ -212,16 +212,7 @@ function Islands({ status }: { status: GetClusterStatusResponse }) {
     <section aria-labelledby="islands">
       <h2 id="islands">Fabric islands</h2>
       <table>
-        <thead>
-          <tr>
-            <th scope="col">GPU class</th>
-            <th scope="col">Fabric</th>
-            <th scope="col">Free</th>
-            <th scope="col">Allocated</th>
-            <th scope="col">Unhealthy</th>
-            <th scope="col">Total</th>
-          </tr>
-        </thead>
+        <ColumnHeads names={["GPU class", "Fabric", "Free", "Allocated", "Unhealthy", "Total"]} />
         <tbody>
           {status.classes.map((c) => (
             <tr key={`${c.gpuClass}/${c.fabricId}`} data-island={`${c.gpuClass}/${c.fabricId}`}>

@@ -8,7 +8,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { clock, count } from "../format.js";
 import { usePoll } from "../live.js";
-import { Badge, Confirm, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
 
 /** "" → undefined; anything but a whole number ≥ 1 is an error naming the field. */
 export function optionalLimit(value: string, field: string): number | undefined {
@@ -198,18 +198,18 @@ export function KeysPage() {
         {polled.data?.length === 0 ? <p class="quiet">No keys.</p> : null}
         {polled.data?.length ? (
           <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Prefix</th>
-                <th scope="col">Models</th>
-                <th scope="col">Requests/min</th>
-                <th scope="col">Tokens/min</th>
-                <th scope="col">Concurrency</th>
-                <th scope="col">Created</th>
-                <th scope="col">Status</th>
-              </tr>
-            </thead>
+            <ColumnHeads
+              names={[
+                "Name",
+                "Prefix",
+                "Models",
+                "Requests/min",
+                "Tokens/min",
+                "Concurrency",
+                "Created",
+                "Status",
+              ]}
+            />
             <tbody>
               {polled.data.map((k) => (
                 <KeyRow key={k.id} k={k} revoked={polled.refresh} />

@@ -2,7 +2,7 @@
 import { cluster } from "../api.js";
 import { ago, duration } from "../format.js";
 import { useNow, usePoll } from "../live.js";
-import { Badge, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, ErrorLine, Loading } from "../ui.js";
 
 export function RoutersPage() {
   const now = useNow();
@@ -18,17 +18,17 @@ export function RoutersPage() {
       {polled.data?.length === 0 ? <p class="quiet">No router has connected.</p> : null}
       {polled.data?.length ? (
         <table>
-          <thead>
-            <tr>
-              <th scope="col">Router</th>
-              <th scope="col">Address</th>
-              <th scope="col">Version</th>
-              <th scope="col">Stream</th>
-              <th scope="col">Routing state age</th>
-              <th scope="col">Connected</th>
-              <th scope="col">Last seen</th>
-            </tr>
-          </thead>
+          <ColumnHeads
+            names={[
+              "Router",
+              "Address",
+              "Version",
+              "Stream",
+              "Routing state age",
+              "Connected",
+              "Last seen",
+            ]}
+          />
           <tbody>
             {polled.data.map((r) => (
               <tr key={r.id} data-router={r.id}>
