@@ -97,6 +97,46 @@ export const MIGRATIONS: readonly string[] = [
    ALTER TABLE placements ADD COLUMN retirement_json TEXT;
    ALTER TABLE deployments ADD COLUMN rollout_json TEXT;
    ALTER TABLE nodes ADD COLUMN drained_by TEXT;`,
+  // Tenants, usage and priorities. A tenant's and a key's budgets are JSON lists of
+  // {period, model, tokens}; a priority is its lower-case class name (NULL: inherited). Usage
+  // is kept as rollups, one row per bucket ('minute' | 'hour' | 'day'), start, tenant ('' for
+  // none), key id and model, added to by each stored batch, never a row per request; the ids
+  // of stored batches make a batch sent twice count once.
+  `CREATE TABLE tenants (
+     name TEXT PRIMARY KEY,
+     requests_per_minute INTEGER,
+     tokens_per_minute INTEGER,
+     max_concurrency INTEGER,
+     budgets_json TEXT NOT NULL,
+     priority TEXT,
+     weight INTEGER NOT NULL,
+     created_at_ms INTEGER NOT NULL,
+     updated_at_ms INTEGER NOT NULL
+   );
+   ALTER TABLE api_keys ADD COLUMN tenant TEXT;
+   ALTER TABLE api_keys ADD COLUMN budgets_json TEXT;
+   ALTER TABLE api_keys ADD COLUMN priority TEXT;
+   CREATE TABLE usage_rollups (
+     bucket TEXT NOT NULL,
+     start_ms INTEGER NOT NULL,
+     tenant TEXT NOT NULL,
+     key_id TEXT NOT NULL,
+     model TEXT NOT NULL,
+     requests INTEGER NOT NULL,
+     prompt_tokens INTEGER NOT NULL,
+     cached_tokens INTEGER NOT NULL,
+     completion_tokens INTEGER NOT NULL,
+     gpu_ms INTEGER NOT NULL,
+     estimated_requests INTEGER NOT NULL,
+     refused_usage INTEGER NOT NULL,
+     PRIMARY KEY (bucket, start_ms, tenant, key_id, model)
+   );
+   CREATE TABLE usage_batches (
+     router_id TEXT NOT NULL,
+     batch_id TEXT NOT NULL,
+     stored_at_ms INTEGER NOT NULL,
+     PRIMARY KEY (router_id, batch_id)
+   );`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */
@@ -104,6 +144,9 @@ export const LATER_TABLES: readonly [string, number][] = [
   ["gpu_fault_clears", 3],
   ["replica_statuses", 4],
   ["deployment_revisions", 6],
+  ["tenants", 7],
+  ["usage_rollups", 7],
+  ["usage_batches", 7],
 ];
 
 /** Tables every schema version has. */

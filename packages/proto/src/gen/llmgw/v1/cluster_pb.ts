@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/cluster.proto.
  */
 export const file_llmgw_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKoAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhgKEGludmVudG9yeV9kaWdlc3QYDSABKAlCGQoXX2xhc3RfaGVhcnRiZWF0X3VuaXhfbXMikQEKClBsYWNlZFJhbmsSEgoKcmVwbGljYV9pZBgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEgwKBHJhbmsYAyABKA0SDwoHbm9kZV9pZBgEIAEoCRITCgtncHVfaW5kaWNlcxgFIAMoDRInCgZzdGF0dXMYBiABKAsyFy5sbG1ndy52MS5SZXBsaWNhU3RhdHVzIicKBlJlYXNvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkigQIKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEhAKCHJldmlzaW9uGAMgASgEEiUKBXN0YXRlGAQgASgOMhYubGxtZ3cudjEuUmVwbGljYVN0YXRlEhEKCWZhYnJpY19pZBgFIAEoCRIjCgVyYW5rcxgGIAMoCzIULmxsbWd3LnYxLlBsYWNlZFJhbmsSEAoIZW5kcG9pbnQYByABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEi8KCnJldGlyZW1lbnQYCSABKAsyGy5sbG1ndy52MS5SZXBsaWNhUmV0aXJlbWVudCKcAgoRUmVwbGljYVJldGlyZW1lbnQSIAoGcmVhc29uGAEgASgLMhAubGxtZ3cudjEuUmVhc29uEigKBXBoYXNlGAIgASgOMhkubGxtZ3cudjEuUmV0aXJlbWVudFBoYXNlEhUKDXNpbmNlX3VuaXhfbXMYAyABKAMSIwoWZHJhaW5pbmdfc2luY2VfdW5peF9tcxgEIAEoA0gAiAEBEiMKFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYBSABKANIAYgBARIWCglpbl9mbGlnaHQYBiABKA1IAogBAUIZChdfZHJhaW5pbmdfc2luY2VfdW5peF9tc0IZChdfZHJhaW5fZGVhZGxpbmVfdW5peF9tc0IMCgpfaW5fZmxpZ2h0IqUBCgdSb2xsb3V0EiUKBXN0YXRlGAEgASgOMhYubGxtZ3cudjEuUm9sbG91dFN0YXRlEhUKDWZyb21fcmV2aXNpb24YAiABKAQSEwoLdG9fcmV2aXNpb24YAyABKAQSDwoHbWVzc2FnZRgEIAEoCRIaChJzdGFydGVkX2F0X3VuaXhfbXMYBSABKAMSGgoSdXBkYXRlZF9hdF91bml4X21zGAYgASgDIrQCChBEZXBsb3ltZW50U3RhdHVzEiIKBHNwZWMYASABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50EhgKEGRlc2lyZWRfcmVwbGljYXMYAiABKA0SFgoOcmVhZHlfcmVwbGljYXMYAyABKA0SIwoIcmVwbGljYXMYBCADKAsyES5sbG1ndy52MS5SZXBsaWNhEicKDXVuc2NoZWR1bGFibGUYBSADKAsyEC5sbG1ndy52MS5SZWFzb24SGgoSY3JlYXRlZF9hdF91bml4X21zGAYgASgDEhoKEnVwZGF0ZWRfYXRfdW5peF9tcxgHIAEoAxIgCgZmYWlsZWQYCCADKAsyEC5sbG1ndy52MS5SZWFzb24SIgoHcm9sbG91dBgJIAEoCzIRLmxsbWd3LnYxLlJvbGxvdXQiuAIKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBnByZWZpeBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgFIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAYgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAcgASgNSAKIAQESGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEh8KEnJldm9rZWRfYXRfdW5peF9tcxgJIAEoA0gDiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5QhUKE19yZXZva2VkX2F0X3VuaXhfbXMiaQoFRXZlbnQSCgoCaWQYASABKAQSEgoKYXRfdW5peF9tcxgCIAEoAxIMCgRraW5kGAMgASgJEg8KB3N1YmplY3QYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCSI5ChBMaXN0Tm9kZXNSZXF1ZXN0EhYKDm9taXRfaW52ZW50b3J5GAEgASgIEg0KBW5vZGVzGAIgAygJIjIKEUxpc3ROb2Rlc1Jlc3BvbnNlEh0KBW5vZGVzGAEgAygLMg4ubGxtZ3cudjEuTm9kZSIeCg5HZXROb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIi8KD0dldE5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIhChFDb3Jkb25Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjIKEkNvcmRvbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIjChNVbmNvcmRvbk5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiNAoUVW5jb3Jkb25Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIAoQRHJhaW5Ob2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIjEKEURyYWluTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiEKEVJldm9rZU5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiFAoSUmV2b2tlTm9kZVJlc3BvbnNlIiAKEFJlc2V0Tm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSITChFSZXNldE5vZGVSZXNwb25zZSI4ChVDbGVhckdwdUZhdWx0c1JlcXVlc3QSDAoEbm9kZRgBIAEoCRIRCglncHVfaW5kZXgYAiABKA0iKQoWQ2xlYXJHcHVGYXVsdHNSZXNwb25zZRIPCgdjbGVhcmVkGAEgASgNIkIKFkFwcGx5RGVwbG95bWVudFJlcXVlc3QSKAoKZGVwbG95bWVudBgBIAEoCzIULmxsbWd3LnYxLkRlcGxveW1lbnQiWgoXQXBwbHlEZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMSDwoHY2hhbmdlZBgCIAEoCCI4ChZTY2FsZURlcGxveW1lbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIcmVwbGljYXMYAiABKA0iSQoXU2NhbGVEZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiJwoXRGVsZXRlRGVwbG95bWVudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSIaChhEZWxldGVEZXBsb3ltZW50UmVzcG9uc2UiJAoUR2V0RGVwbG95bWVudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJHChVHZXREZXBsb3ltZW50UmVzcG9uc2USLgoKZGVwbG95bWVudBgBIAEoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiGAoWTGlzdERlcGxveW1lbnRzUmVxdWVzdCJKChdMaXN0RGVwbG95bWVudHNSZXNwb25zZRIvCgtkZXBsb3ltZW50cxgBIAMoCzIaLmxsbWd3LnYxLkRlcGxveW1lbnRTdGF0dXMiNwoTTGlzdFJlcGxpY2FzUmVxdWVzdBISCgpkZXBsb3ltZW50GAEgASgJEgwKBG5vZGUYAiABKAkiOwoUTGlzdFJlcGxpY2FzUmVzcG9uc2USIwoIcmVwbGljYXMYASADKAsyES5sbG1ndy52MS5SZXBsaWNhItUBChNDcmVhdGVBcGlLZXlSZXF1ZXN0EgwKBG5hbWUYASABKAkSDgoGbW9kZWxzGAIgAygJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYAyABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgEIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgFIAEoDUgCiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5IkUKFENyZWF0ZUFwaUtleVJlc3BvbnNlEh0KA2tleRgBIAEoCzIQLmxsbWd3LnYxLkFwaUtleRIOCgZzZWNyZXQYAiABKAkiLQoSTGlzdEFwaUtleXNSZXF1ZXN0EhcKD2luY2x1ZGVfcmV2b2tlZBgBIAEoCCI1ChNMaXN0QXBpS2V5c1Jlc3BvbnNlEh4KBGtleXMYASADKAsyEC5sbG1ndy52MS5BcGlLZXkiIgoTUmV2b2tlQXBpS2V5UmVxdWVzdBILCgNrZXkYASABKAkiNQoUUmV2b2tlQXBpS2V5UmVzcG9uc2USHQoDa2V5GAEgASgLMhAubGxtZ3cudjEuQXBpS2V5IjQKEUxpc3RFdmVudHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEhAKCGFmdGVyX2lkGAIgASgEIjUKEkxpc3RFdmVudHNSZXNwb25zZRIfCgZldmVudHMYASADKAsyDy5sbG1ndy52MS5FdmVudCIlChJXYXRjaEV2ZW50c1JlcXVlc3QSDwoHYmFja2xvZxgBIAEoDSI1ChNXYXRjaEV2ZW50c1Jlc3BvbnNlEh4KBWV2ZW50GAEgASgLMg8ubGxtZ3cudjEuRXZlbnQiGQoXR2V0Q2x1c3RlclN0YXR1c1JlcXVlc3Qi8AIKGEdldENsdXN0ZXJTdGF0dXNSZXNwb25zZRITCgtub2Rlc190b3RhbBgBIAEoDRITCgtub2Rlc19yZWFkeRgCIAEoDRISCgpncHVzX3RvdGFsGAMgASgNEhYKDmdwdXNfYWxsb2NhdGVkGAQgASgNEhYKDmdwdXNfdW5oZWFsdGh5GAUgASgNEhkKEWRlcGxveW1lbnRzX3RvdGFsGAYgASgNEhkKEWRlcGxveW1lbnRzX3JlYWR5GAcgASgNEhYKDnJlcGxpY2FzX3RvdGFsGAggASgNEhYKDnJlcGxpY2FzX3JlYWR5GAkgASgNEigKB2NsYXNzZXMYCiADKAsyFy5sbG1ndy52MS5DbGFzc0NhcGFjaXR5Eg8KB3ZlcnNpb24YCyABKAkSDQoFc3RvcmUYDCABKAkSNgoOY29udHJvbF9wbGFuZXMYDSADKAsyHi5sbG1ndy52MS5Db250cm9sUGxhbmVJbnN0YW5jZSKBAQoUQ29udHJvbFBsYW5lSW5zdGFuY2USCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDgoGbGVhZGVyGAQgASgIEhoKEnN0YXJ0ZWRfYXRfdW5peF9tcxgFIAEoBBITCgtzZWVuX2Fnb19tcxgGIAEoBCJ4Cg1DbGFzc0NhcGFjaXR5EhEKCWdwdV9jbGFzcxgBIAEoCRIRCglmYWJyaWNfaWQYAiABKAkSDQoFdG90YWwYAyABKA0SEQoJYWxsb2NhdGVkGAQgASgNEhEKCXVuaGVhbHRoeRgFIAEoDRIMCgRmcmVlGAYgASgNIhQKEkxpc3RSb3V0ZXJzUmVxdWVzdCI8ChNMaXN0Um91dGVyc1Jlc3BvbnNlEiUKB3JvdXRlcnMYASADKAsyFC5sbG1ndy52MS5Sb3V0ZXJJbmZvItYBCgpSb3V0ZXJJbmZvEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDwoHdmVyc2lvbhgDIAEoCRIRCgljb25uZWN0ZWQYBCABKAgSHAoUY29ubmVjdGVkX2F0X3VuaXhfbXMYBSABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBiABKAMSDQoFZXBvY2gYByABKAkSFQoNc3RhdGVfdmVyc2lvbhgIIAEoBBISCgppbl9wcm9jZXNzGAkgASgIEhQKDHN0YXRlX2FnZV9tcxgKIAEoAypuCglOb2RlU3RhdGUSGgoWTk9ERV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEE5PREVfU1RBVEVfUkVBRFkQARIaChZOT0RFX1NUQVRFX1VOUkVBQ0hBQkxFEAISEwoPTk9ERV9TVEFURV9MT1NUEAMqcAoPUmV0aXJlbWVudFBoYXNlEiAKHFJFVElSRU1FTlRfUEhBU0VfVU5TUEVDSUZJRUQQABIcChhSRVRJUkVNRU5UX1BIQVNFX1dBSVRJTkcQARIdChlSRVRJUkVNRU5UX1BIQVNFX0RSQUlOSU5HEAIqhwEKDFJvbGxvdXRTdGF0ZRIdChlST0xMT1VUX1NUQVRFX1VOU1BFQ0lGSUVEEAASHQoZUk9MTE9VVF9TVEFURV9JTl9QUk9HUkVTUxABEhoKFlJPTExPVVRfU1RBVEVfQ09NUExFVEUQAhIdChlST0xMT1VUX1NUQVRFX1JPTExFRF9CQUNLEAMyhA0KDkNsdXN0ZXJTZXJ2aWNlEkQKCUxpc3ROb2RlcxIaLmxsbWd3LnYxLkxpc3ROb2Rlc1JlcXVlc3QaGy5sbG1ndy52MS5MaXN0Tm9kZXNSZXNwb25zZRI+CgdHZXROb2RlEhgubGxtZ3cudjEuR2V0Tm9kZVJlcXVlc3QaGS5sbG1ndy52MS5HZXROb2RlUmVzcG9uc2USRwoKQ29yZG9uTm9kZRIbLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXF1ZXN0GhwubGxtZ3cudjEuQ29yZG9uTm9kZVJlc3BvbnNlEk0KDFVuY29yZG9uTm9kZRIdLmxsbWd3LnYxLlVuY29yZG9uTm9kZVJlcXVlc3QaHi5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXNwb25zZRJECglEcmFpbk5vZGUSGi5sbG1ndy52MS5EcmFpbk5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuRHJhaW5Ob2RlUmVzcG9uc2USRwoKUmV2b2tlTm9kZRIbLmxsbWd3LnYxLlJldm9rZU5vZGVSZXF1ZXN0GhwubGxtZ3cudjEuUmV2b2tlTm9kZVJlc3BvbnNlEkQKCVJlc2V0Tm9kZRIaLmxsbWd3LnYxLlJlc2V0Tm9kZVJlcXVlc3QaGy5sbG1ndy52MS5SZXNldE5vZGVSZXNwb25zZRJTCg5DbGVhckdwdUZhdWx0cxIfLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRzUmVxdWVzdBogLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRzUmVzcG9uc2USVgoPQXBwbHlEZXBsb3ltZW50EiAubGxtZ3cudjEuQXBwbHlEZXBsb3ltZW50UmVxdWVzdBohLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlc3BvbnNlElYKD1NjYWxlRGVwbG95bWVudBIgLmxsbWd3LnYxLlNjYWxlRGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXNwb25zZRJZChBEZWxldGVEZXBsb3ltZW50EiEubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlcXVlc3QaIi5sbG1ndy52MS5EZWxldGVEZXBsb3ltZW50UmVzcG9uc2USUAoNR2V0RGVwbG95bWVudBIeLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXF1ZXN0Gh8ubGxtZ3cudjEuR2V0RGVwbG95bWVudFJlc3BvbnNlElYKD0xpc3REZXBsb3ltZW50cxIgLmxsbWd3LnYxLkxpc3REZXBsb3ltZW50c1JlcXVlc3QaIS5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXNwb25zZRJNCgxMaXN0UmVwbGljYXMSHS5sbG1ndy52MS5MaXN0UmVwbGljYXNSZXF1ZXN0Gh4ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVzcG9uc2USTQoMQ3JlYXRlQXBpS2V5Eh0ubGxtZ3cudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlEkoKC0xpc3RBcGlLZXlzEhwubGxtZ3cudjEuTGlzdEFwaUtleXNSZXF1ZXN0Gh0ubGxtZ3cudjEuTGlzdEFwaUtleXNSZXNwb25zZRJNCgxSZXZva2VBcGlLZXkSHS5sbG1ndy52MS5SZXZva2VBcGlLZXlSZXF1ZXN0Gh4ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2USRwoKTGlzdEV2ZW50cxIbLmxsbWd3LnYxLkxpc3RFdmVudHNSZXF1ZXN0GhwubGxtZ3cudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKC1dhdGNoRXZlbnRzEhwubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXF1ZXN0Gh0ubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElkKEEdldENsdXN0ZXJTdGF0dXMSIS5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVxdWVzdBoiLmxsbWd3LnYxLkdldENsdXN0ZXJTdGF0dXNSZXNwb25zZRJKCgtMaXN0Um91dGVycxIcLmxsbWd3LnYxLkxpc3RSb3V0ZXJzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RSb3V0ZXJzUmVzcG9uc2ViBnByb3RvMw", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
+  fileDesc("ChZsbG1ndy92MS9jbHVzdGVyLnByb3RvEghsbG1ndy52MSKoAwoETm9kZRIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEiIKBXN0YXRlGAMgASgOMhMubGxtZ3cudjEuTm9kZVN0YXRlEhAKCGNvcmRvbmVkGAQgASgIEhAKCGRyYWluaW5nGAUgASgIEioKCWludmVudG9yeRgGIAEoCzIXLmxsbWd3LnYxLk5vZGVJbnZlbnRvcnkSKgoMZ3B1X3JlYWRpbmdzGAcgAygLMhQubGxtZ3cudjEuR3B1UmVhZGluZxIjChZsYXN0X2hlYXJ0YmVhdF91bml4X21zGAggASgDSACIAQESHQoVcmVnaXN0ZXJlZF9hdF91bml4X21zGAkgASgDEhkKEWFkdmVydGlzZV9hZGRyZXNzGAogASgJEiMKCHByb2JsZW1zGAsgAygLMhEubGxtZ3cudjEuUHJvYmxlbRIkCgZwbGFjZWQYDCADKAsyFC5sbG1ndy52MS5QbGFjZWRSYW5rEhgKEGludmVudG9yeV9kaWdlc3QYDSABKAlCGQoXX2xhc3RfaGVhcnRiZWF0X3VuaXhfbXMikQEKClBsYWNlZFJhbmsSEgoKcmVwbGljYV9pZBgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEgwKBHJhbmsYAyABKA0SDwoHbm9kZV9pZBgEIAEoCRITCgtncHVfaW5kaWNlcxgFIAMoDRInCgZzdGF0dXMYBiABKAsyFy5sbG1ndy52MS5SZXBsaWNhU3RhdHVzIicKBlJlYXNvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkigQIKB1JlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRISCgpkZXBsb3ltZW50GAIgASgJEhAKCHJldmlzaW9uGAMgASgEEiUKBXN0YXRlGAQgASgOMhYubGxtZ3cudjEuUmVwbGljYVN0YXRlEhEKCWZhYnJpY19pZBgFIAEoCRIjCgVyYW5rcxgGIAMoCzIULmxsbWd3LnYxLlBsYWNlZFJhbmsSEAoIZW5kcG9pbnQYByABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEi8KCnJldGlyZW1lbnQYCSABKAsyGy5sbG1ndy52MS5SZXBsaWNhUmV0aXJlbWVudCKcAgoRUmVwbGljYVJldGlyZW1lbnQSIAoGcmVhc29uGAEgASgLMhAubGxtZ3cudjEuUmVhc29uEigKBXBoYXNlGAIgASgOMhkubGxtZ3cudjEuUmV0aXJlbWVudFBoYXNlEhUKDXNpbmNlX3VuaXhfbXMYAyABKAMSIwoWZHJhaW5pbmdfc2luY2VfdW5peF9tcxgEIAEoA0gAiAEBEiMKFmRyYWluX2RlYWRsaW5lX3VuaXhfbXMYBSABKANIAYgBARIWCglpbl9mbGlnaHQYBiABKA1IAogBAUIZChdfZHJhaW5pbmdfc2luY2VfdW5peF9tc0IZChdfZHJhaW5fZGVhZGxpbmVfdW5peF9tc0IMCgpfaW5fZmxpZ2h0IqUBCgdSb2xsb3V0EiUKBXN0YXRlGAEgASgOMhYubGxtZ3cudjEuUm9sbG91dFN0YXRlEhUKDWZyb21fcmV2aXNpb24YAiABKAQSEwoLdG9fcmV2aXNpb24YAyABKAQSDwoHbWVzc2FnZRgEIAEoCRIaChJzdGFydGVkX2F0X3VuaXhfbXMYBSABKAMSGgoSdXBkYXRlZF9hdF91bml4X21zGAYgASgDIrQCChBEZXBsb3ltZW50U3RhdHVzEiIKBHNwZWMYASABKAsyFC5sbG1ndy52MS5EZXBsb3ltZW50EhgKEGRlc2lyZWRfcmVwbGljYXMYAiABKA0SFgoOcmVhZHlfcmVwbGljYXMYAyABKA0SIwoIcmVwbGljYXMYBCADKAsyES5sbG1ndy52MS5SZXBsaWNhEicKDXVuc2NoZWR1bGFibGUYBSADKAsyEC5sbG1ndy52MS5SZWFzb24SGgoSY3JlYXRlZF9hdF91bml4X21zGAYgASgDEhoKEnVwZGF0ZWRfYXRfdW5peF9tcxgHIAEoAxIgCgZmYWlsZWQYCCADKAsyEC5sbG1ndy52MS5SZWFzb24SIgoHcm9sbG91dBgJIAEoCzIRLmxsbWd3LnYxLlJvbGxvdXQimwMKBkFwaUtleRIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBnByZWZpeBgDIAEoCRIOCgZtb2RlbHMYBCADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgFIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAYgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAcgASgNSAKIAQESGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEh8KEnJldm9rZWRfYXRfdW5peF9tcxgJIAEoA0gDiAEBEg4KBnRlbmFudBgKIAEoCRImCgdidWRnZXRzGAsgAygLMhUubGxtZ3cudjEuVG9rZW5CdWRnZXQSKQoIcHJpb3JpdHkYDCABKA4yFy5sbG1ndy52MS5Qcmlvcml0eUNsYXNzQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5QhUKE19yZXZva2VkX2F0X3VuaXhfbXMiVAoLVG9rZW5CdWRnZXQSJgoGcGVyaW9kGAEgASgOMhYubGxtZ3cudjEuQnVkZ2V0UGVyaW9kEg0KBW1vZGVsGAIgASgJEg4KBnRva2VucxgDIAEoBCLoAgoGVGVuYW50EgwKBG5hbWUYASABKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgCIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAMgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAQgASgNSAKIAQESJgoHYnVkZ2V0cxgFIAMoCzIVLmxsbWd3LnYxLlRva2VuQnVkZ2V0EikKCHByaW9yaXR5GAYgASgOMhcubGxtZ3cudjEuUHJpb3JpdHlDbGFzcxIOCgZ3ZWlnaHQYByABKA0SGgoSY3JlYXRlZF9hdF91bml4X21zGAggASgDEhoKEnVwZGF0ZWRfYXRfdW5peF9tcxgJIAEoAxITCgthY3RpdmVfa2V5cxgKIAEoDUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGVCEgoQX21heF9jb25jdXJyZW5jeSJpCgVFdmVudBIKCgJpZBgBIAEoBBISCgphdF91bml4X21zGAIgASgDEgwKBGtpbmQYAyABKAkSDwoHc3ViamVjdBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhAKCHNldmVyaXR5GAYgASgJIjkKEExpc3ROb2Rlc1JlcXVlc3QSFgoOb21pdF9pbnZlbnRvcnkYASABKAgSDQoFbm9kZXMYAiADKAkiMgoRTGlzdE5vZGVzUmVzcG9uc2USHQoFbm9kZXMYASADKAsyDi5sbG1ndy52MS5Ob2RlIh4KDkdldE5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiLwoPR2V0Tm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiEKEUNvcmRvbk5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiMgoSQ29yZG9uTm9kZVJlc3BvbnNlEhwKBG5vZGUYASABKAsyDi5sbG1ndy52MS5Ob2RlIiMKE1VuY29yZG9uTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSI0ChRVbmNvcmRvbk5vZGVSZXNwb25zZRIcCgRub2RlGAEgASgLMg4ubGxtZ3cudjEuTm9kZSIgChBEcmFpbk5vZGVSZXF1ZXN0EgwKBG5vZGUYASABKAkiMQoRRHJhaW5Ob2RlUmVzcG9uc2USHAoEbm9kZRgBIAEoCzIOLmxsbWd3LnYxLk5vZGUiIQoRUmV2b2tlTm9kZVJlcXVlc3QSDAoEbm9kZRgBIAEoCSIUChJSZXZva2VOb2RlUmVzcG9uc2UiIAoQUmVzZXROb2RlUmVxdWVzdBIMCgRub2RlGAEgASgJIhMKEVJlc2V0Tm9kZVJlc3BvbnNlIjgKFUNsZWFyR3B1RmF1bHRzUmVxdWVzdBIMCgRub2RlGAEgASgJEhEKCWdwdV9pbmRleBgCIAEoDSIpChZDbGVhckdwdUZhdWx0c1Jlc3BvbnNlEg8KB2NsZWFyZWQYASABKA0iQgoWQXBwbHlEZXBsb3ltZW50UmVxdWVzdBIoCgpkZXBsb3ltZW50GAEgASgLMhQubGxtZ3cudjEuRGVwbG95bWVudCJaChdBcHBseURlcGxveW1lbnRSZXNwb25zZRIuCgpkZXBsb3ltZW50GAEgASgLMhoubGxtZ3cudjEuRGVwbG95bWVudFN0YXR1cxIPCgdjaGFuZ2VkGAIgASgIIjgKFlNjYWxlRGVwbG95bWVudFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghyZXBsaWNhcxgCIAEoDSJJChdTY2FsZURlcGxveW1lbnRSZXNwb25zZRIuCgpkZXBsb3ltZW50GAEgASgLMhoubGxtZ3cudjEuRGVwbG95bWVudFN0YXR1cyInChdEZWxldGVEZXBsb3ltZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJIhoKGERlbGV0ZURlcGxveW1lbnRSZXNwb25zZSIkChRHZXREZXBsb3ltZW50UmVxdWVzdBIMCgRuYW1lGAEgASgJIkcKFUdldERlcGxveW1lbnRSZXNwb25zZRIuCgpkZXBsb3ltZW50GAEgASgLMhoubGxtZ3cudjEuRGVwbG95bWVudFN0YXR1cyIYChZMaXN0RGVwbG95bWVudHNSZXF1ZXN0IkoKF0xpc3REZXBsb3ltZW50c1Jlc3BvbnNlEi8KC2RlcGxveW1lbnRzGAEgAygLMhoubGxtZ3cudjEuRGVwbG95bWVudFN0YXR1cyI3ChNMaXN0UmVwbGljYXNSZXF1ZXN0EhIKCmRlcGxveW1lbnQYASABKAkSDAoEbm9kZRgCIAEoCSI7ChRMaXN0UmVwbGljYXNSZXNwb25zZRIjCghyZXBsaWNhcxgBIAMoCzIRLmxsbWd3LnYxLlJlcGxpY2EiuAIKE0NyZWF0ZUFwaUtleVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIOCgZtb2RlbHMYAiADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgDIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAQgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAUgASgNSAKIAQESDgoGdGVuYW50GAYgASgJEiYKB2J1ZGdldHMYByADKAsyFS5sbG1ndy52MS5Ub2tlbkJ1ZGdldBIpCghwcmlvcml0eRgIIAEoDjIXLmxsbWd3LnYxLlByaW9yaXR5Q2xhc3NCFgoUX3JlcXVlc3RzX3Blcl9taW51dGVCFAoSX3Rva2Vuc19wZXJfbWludXRlQhIKEF9tYXhfY29uY3VycmVuY3kiRQoUQ3JlYXRlQXBpS2V5UmVzcG9uc2USHQoDa2V5GAEgASgLMhAubGxtZ3cudjEuQXBpS2V5Eg4KBnNlY3JldBgCIAEoCSItChJMaXN0QXBpS2V5c1JlcXVlc3QSFwoPaW5jbHVkZV9yZXZva2VkGAEgASgIIjUKE0xpc3RBcGlLZXlzUmVzcG9uc2USHgoEa2V5cxgBIAMoCzIQLmxsbWd3LnYxLkFwaUtleSIiChNSZXZva2VBcGlLZXlSZXF1ZXN0EgsKA2tleRgBIAEoCSI1ChRSZXZva2VBcGlLZXlSZXNwb25zZRIdCgNrZXkYASABKAsyEC5sbG1ndy52MS5BcGlLZXkiNwoTQ3JlYXRlVGVuYW50UmVxdWVzdBIgCgZ0ZW5hbnQYASABKAsyEC5sbG1ndy52MS5UZW5hbnQiOAoUQ3JlYXRlVGVuYW50UmVzcG9uc2USIAoGdGVuYW50GAEgASgLMhAubGxtZ3cudjEuVGVuYW50IhQKEkxpc3RUZW5hbnRzUmVxdWVzdCI4ChNMaXN0VGVuYW50c1Jlc3BvbnNlEiEKB3RlbmFudHMYASADKAsyEC5sbG1ndy52MS5UZW5hbnQiRwoTVXBkYXRlVGVuYW50UmVxdWVzdBIgCgZ0ZW5hbnQYASABKAsyEC5sbG1ndy52MS5UZW5hbnQSDgoGZmllbGRzGAIgAygJIjgKFFVwZGF0ZVRlbmFudFJlc3BvbnNlEiAKBnRlbmFudBgBIAEoCzIQLmxsbWd3LnYxLlRlbmFudCIjChNEZWxldGVUZW5hbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkiFgoURGVsZXRlVGVuYW50UmVzcG9uc2Ui3wEKD0dldFVzYWdlUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSCwoDa2V5GAIgASgJEg0KBW1vZGVsGAMgASgJEhUKDXNpbmNlX3VuaXhfbXMYBCABKAMSGgoNdW50aWxfdW5peF9tcxgFIAEoA0gAiAEBEi8KC2dyYW51bGFyaXR5GAYgASgOMhoubGxtZ3cudjEuVXNhZ2VHcmFudWxhcml0eRIqCghncm91cF9ieRgHIAMoDjIYLmxsbWd3LnYxLlVzYWdlRGltZW5zaW9uQhAKDl91bnRpbF91bml4X21zIjQKEEdldFVzYWdlUmVzcG9uc2USIAoEcm93cxgBIAMoCzISLmxsbWd3LnYxLlVzYWdlUm93IoUCCghVc2FnZVJvdxIVCg1zdGFydF91bml4X21zGAEgASgDEg4KBnRlbmFudBgCIAEoCRIOCgZrZXlfaWQYAyABKAkSEAoIa2V5X25hbWUYBCABKAkSDQoFbW9kZWwYBSABKAkSEAoIcmVxdWVzdHMYBiABKAQSFQoNcHJvbXB0X3Rva2VucxgHIAEoBBIVCg1jYWNoZWRfdG9rZW5zGAggASgEEhkKEWNvbXBsZXRpb25fdG9rZW5zGAkgASgEEhMKC2dwdV9zZWNvbmRzGAogASgBEhoKEmVzdGltYXRlZF9yZXF1ZXN0cxgLIAEoBBIVCg1yZWZ1c2VkX3VzYWdlGAwgASgEIjQKEUxpc3RFdmVudHNSZXF1ZXN0Eg0KBWxpbWl0GAEgASgNEhAKCGFmdGVyX2lkGAIgASgEIjUKEkxpc3RFdmVudHNSZXNwb25zZRIfCgZldmVudHMYASADKAsyDy5sbG1ndy52MS5FdmVudCIlChJXYXRjaEV2ZW50c1JlcXVlc3QSDwoHYmFja2xvZxgBIAEoDSI1ChNXYXRjaEV2ZW50c1Jlc3BvbnNlEh4KBWV2ZW50GAEgASgLMg8ubGxtZ3cudjEuRXZlbnQiGQoXR2V0Q2x1c3RlclN0YXR1c1JlcXVlc3Qi8AIKGEdldENsdXN0ZXJTdGF0dXNSZXNwb25zZRITCgtub2Rlc190b3RhbBgBIAEoDRITCgtub2Rlc19yZWFkeRgCIAEoDRISCgpncHVzX3RvdGFsGAMgASgNEhYKDmdwdXNfYWxsb2NhdGVkGAQgASgNEhYKDmdwdXNfdW5oZWFsdGh5GAUgASgNEhkKEWRlcGxveW1lbnRzX3RvdGFsGAYgASgNEhkKEWRlcGxveW1lbnRzX3JlYWR5GAcgASgNEhYKDnJlcGxpY2FzX3RvdGFsGAggASgNEhYKDnJlcGxpY2FzX3JlYWR5GAkgASgNEigKB2NsYXNzZXMYCiADKAsyFy5sbG1ndy52MS5DbGFzc0NhcGFjaXR5Eg8KB3ZlcnNpb24YCyABKAkSDQoFc3RvcmUYDCABKAkSNgoOY29udHJvbF9wbGFuZXMYDSADKAsyHi5sbG1ndy52MS5Db250cm9sUGxhbmVJbnN0YW5jZSKBAQoUQ29udHJvbFBsYW5lSW5zdGFuY2USCgoCaWQYASABKAkSCwoDdXJsGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDgoGbGVhZGVyGAQgASgIEhoKEnN0YXJ0ZWRfYXRfdW5peF9tcxgFIAEoBBITCgtzZWVuX2Fnb19tcxgGIAEoBCJ4Cg1DbGFzc0NhcGFjaXR5EhEKCWdwdV9jbGFzcxgBIAEoCRIRCglmYWJyaWNfaWQYAiABKAkSDQoFdG90YWwYAyABKA0SEQoJYWxsb2NhdGVkGAQgASgNEhEKCXVuaGVhbHRoeRgFIAEoDRIMCgRmcmVlGAYgASgNIhQKEkxpc3RSb3V0ZXJzUmVxdWVzdCI8ChNMaXN0Um91dGVyc1Jlc3BvbnNlEiUKB3JvdXRlcnMYASADKAsyFC5sbG1ndy52MS5Sb3V0ZXJJbmZvItYBCgpSb3V0ZXJJbmZvEgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSDwoHdmVyc2lvbhgDIAEoCRIRCgljb25uZWN0ZWQYBCABKAgSHAoUY29ubmVjdGVkX2F0X3VuaXhfbXMYBSABKAMSGQoRbGFzdF9zZWVuX3VuaXhfbXMYBiABKAMSDQoFZXBvY2gYByABKAkSFQoNc3RhdGVfdmVyc2lvbhgIIAEoBBISCgppbl9wcm9jZXNzGAkgASgIEhQKDHN0YXRlX2FnZV9tcxgKIAEoAypuCglOb2RlU3RhdGUSGgoWTk9ERV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEE5PREVfU1RBVEVfUkVBRFkQARIaChZOT0RFX1NUQVRFX1VOUkVBQ0hBQkxFEAISEwoPTk9ERV9TVEFURV9MT1NUEAMqcAoPUmV0aXJlbWVudFBoYXNlEiAKHFJFVElSRU1FTlRfUEhBU0VfVU5TUEVDSUZJRUQQABIcChhSRVRJUkVNRU5UX1BIQVNFX1dBSVRJTkcQARIdChlSRVRJUkVNRU5UX1BIQVNFX0RSQUlOSU5HEAIqhwEKDFJvbGxvdXRTdGF0ZRIdChlST0xMT1VUX1NUQVRFX1VOU1BFQ0lGSUVEEAASHQoZUk9MTE9VVF9TVEFURV9JTl9QUk9HUkVTUxABEhoKFlJPTExPVVRfU1RBVEVfQ09NUExFVEUQAhIdChlST0xMT1VUX1NUQVRFX1JPTExFRF9CQUNLEAMqgwEKDVByaW9yaXR5Q2xhc3MSHgoaUFJJT1JJVFlfQ0xBU1NfVU5TUEVDSUZJRUQQABIbChdQUklPUklUWV9DTEFTU19DUklUSUNBTBABEhsKF1BSSU9SSVRZX0NMQVNTX1NUQU5EQVJEEAISGAoUUFJJT1JJVFlfQ0xBU1NfQkFUQ0gQAypdCgxCdWRnZXRQZXJpb2QSHQoZQlVER0VUX1BFUklPRF9VTlNQRUNJRklFRBAAEhUKEUJVREdFVF9QRVJJT0RfREFZEAESFwoTQlVER0VUX1BFUklPRF9NT05USBACKoEBCg5Vc2FnZURpbWVuc2lvbhIfChtVU0FHRV9ESU1FTlNJT05fVU5TUEVDSUZJRUQQABIaChZVU0FHRV9ESU1FTlNJT05fVEVOQU5UEAESFwoTVVNBR0VfRElNRU5TSU9OX0tFWRACEhkKFVVTQUdFX0RJTUVOU0lPTl9NT0RFTBADKooBChBVc2FnZUdyYW51bGFyaXR5EiEKHVVTQUdFX0dSQU5VTEFSSVRZX1VOU1BFQ0lGSUVEEAASHAoYVVNBR0VfR1JBTlVMQVJJVFlfTUlOVVRFEAESGgoWVVNBR0VfR1JBTlVMQVJJVFlfSE9VUhACEhkKFVVTQUdFX0dSQU5VTEFSSVRZX0RBWRADMoAQCg5DbHVzdGVyU2VydmljZRJECglMaXN0Tm9kZXMSGi5sbG1ndy52MS5MaXN0Tm9kZXNSZXF1ZXN0GhsubGxtZ3cudjEuTGlzdE5vZGVzUmVzcG9uc2USPgoHR2V0Tm9kZRIYLmxsbWd3LnYxLkdldE5vZGVSZXF1ZXN0GhkubGxtZ3cudjEuR2V0Tm9kZVJlc3BvbnNlEkcKCkNvcmRvbk5vZGUSGy5sbG1ndy52MS5Db3Jkb25Ob2RlUmVxdWVzdBocLmxsbWd3LnYxLkNvcmRvbk5vZGVSZXNwb25zZRJNCgxVbmNvcmRvbk5vZGUSHS5sbG1ndy52MS5VbmNvcmRvbk5vZGVSZXF1ZXN0Gh4ubGxtZ3cudjEuVW5jb3Jkb25Ob2RlUmVzcG9uc2USRAoJRHJhaW5Ob2RlEhoubGxtZ3cudjEuRHJhaW5Ob2RlUmVxdWVzdBobLmxsbWd3LnYxLkRyYWluTm9kZVJlc3BvbnNlEkcKClJldm9rZU5vZGUSGy5sbG1ndy52MS5SZXZva2VOb2RlUmVxdWVzdBocLmxsbWd3LnYxLlJldm9rZU5vZGVSZXNwb25zZRJECglSZXNldE5vZGUSGi5sbG1ndy52MS5SZXNldE5vZGVSZXF1ZXN0GhsubGxtZ3cudjEuUmVzZXROb2RlUmVzcG9uc2USUwoOQ2xlYXJHcHVGYXVsdHMSHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1JlcXVlc3QaIC5sbG1ndy52MS5DbGVhckdwdUZhdWx0c1Jlc3BvbnNlElYKD0FwcGx5RGVwbG95bWVudBIgLmxsbWd3LnYxLkFwcGx5RGVwbG95bWVudFJlcXVlc3QaIS5sbG1ndy52MS5BcHBseURlcGxveW1lbnRSZXNwb25zZRJWCg9TY2FsZURlcGxveW1lbnQSIC5sbG1ndy52MS5TY2FsZURlcGxveW1lbnRSZXF1ZXN0GiEubGxtZ3cudjEuU2NhbGVEZXBsb3ltZW50UmVzcG9uc2USWQoQRGVsZXRlRGVwbG95bWVudBIhLmxsbWd3LnYxLkRlbGV0ZURlcGxveW1lbnRSZXF1ZXN0GiIubGxtZ3cudjEuRGVsZXRlRGVwbG95bWVudFJlc3BvbnNlElAKDUdldERlcGxveW1lbnQSHi5sbG1ndy52MS5HZXREZXBsb3ltZW50UmVxdWVzdBofLmxsbWd3LnYxLkdldERlcGxveW1lbnRSZXNwb25zZRJWCg9MaXN0RGVwbG95bWVudHMSIC5sbG1ndy52MS5MaXN0RGVwbG95bWVudHNSZXF1ZXN0GiEubGxtZ3cudjEuTGlzdERlcGxveW1lbnRzUmVzcG9uc2USTQoMTGlzdFJlcGxpY2FzEh0ubGxtZ3cudjEuTGlzdFJlcGxpY2FzUmVxdWVzdBoeLmxsbWd3LnYxLkxpc3RSZXBsaWNhc1Jlc3BvbnNlEk0KDENyZWF0ZUFwaUtleRIdLmxsbWd3LnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaHi5sbG1ndy52MS5DcmVhdGVBcGlLZXlSZXNwb25zZRJKCgtMaXN0QXBpS2V5cxIcLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RBcGlLZXlzUmVzcG9uc2USTQoMUmV2b2tlQXBpS2V5Eh0ubGxtZ3cudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBoeLmxsbWd3LnYxLlJldm9rZUFwaUtleVJlc3BvbnNlEk0KDENyZWF0ZVRlbmFudBIdLmxsbWd3LnYxLkNyZWF0ZVRlbmFudFJlcXVlc3QaHi5sbG1ndy52MS5DcmVhdGVUZW5hbnRSZXNwb25zZRJKCgtMaXN0VGVuYW50cxIcLmxsbWd3LnYxLkxpc3RUZW5hbnRzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RUZW5hbnRzUmVzcG9uc2USTQoMVXBkYXRlVGVuYW50Eh0ubGxtZ3cudjEuVXBkYXRlVGVuYW50UmVxdWVzdBoeLmxsbWd3LnYxLlVwZGF0ZVRlbmFudFJlc3BvbnNlEk0KDERlbGV0ZVRlbmFudBIdLmxsbWd3LnYxLkRlbGV0ZVRlbmFudFJlcXVlc3QaHi5sbG1ndy52MS5EZWxldGVUZW5hbnRSZXNwb25zZRJBCghHZXRVc2FnZRIZLmxsbWd3LnYxLkdldFVzYWdlUmVxdWVzdBoaLmxsbWd3LnYxLkdldFVzYWdlUmVzcG9uc2USRwoKTGlzdEV2ZW50cxIbLmxsbWd3LnYxLkxpc3RFdmVudHNSZXF1ZXN0GhwubGxtZ3cudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKC1dhdGNoRXZlbnRzEhwubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXF1ZXN0Gh0ubGxtZ3cudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElkKEEdldENsdXN0ZXJTdGF0dXMSIS5sbG1ndy52MS5HZXRDbHVzdGVyU3RhdHVzUmVxdWVzdBoiLmxsbWd3LnYxLkdldENsdXN0ZXJTdGF0dXNSZXNwb25zZRJKCgtMaXN0Um91dGVycxIcLmxsbWd3LnYxLkxpc3RSb3V0ZXJzUmVxdWVzdBodLmxsbWd3LnYxLkxpc3RSb3V0ZXJzUmVzcG9uc2ViBnByb3RvMw", [file_llmgw_v1_deployment, file_llmgw_v1_inventory]);
 
 /**
  * @generated from message llmgw.v1.Node
@@ -450,6 +450,25 @@ export type ApiKey = Message<"llmgw.v1.ApiKey"> & {
    * @generated from field: optional int64 revoked_at_unix_ms = 9;
    */
   revokedAtUnixMs?: bigint | undefined;
+
+  /**
+   * The tenant that owns the key; empty: none (only the key's own limits apply).
+   *
+   * @generated from field: string tenant = 10;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TokenBudget budgets = 11;
+   */
+  budgets: TokenBudget[];
+
+  /**
+   * Unspecified: the tenant's class, else standard.
+   *
+   * @generated from field: llmgw.v1.PriorityClass priority = 12;
+   */
+  priority: PriorityClass;
 };
 
 /**
@@ -458,6 +477,110 @@ export type ApiKey = Message<"llmgw.v1.ApiKey"> & {
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_cluster, 7);
+
+/**
+ * Most tokens (prompt + completion) a tenant or key may use in each UTC day or month.
+ *
+ * @generated from message llmgw.v1.TokenBudget
+ */
+export type TokenBudget = Message<"llmgw.v1.TokenBudget"> & {
+  /**
+   * @generated from field: llmgw.v1.BudgetPeriod period = 1;
+   */
+  period: BudgetPeriod;
+
+  /**
+   * Served model name; empty: every model together.
+   *
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * @generated from field: uint64 tokens = 3;
+   */
+  tokens: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.TokenBudget.
+ * Use `create(TokenBudgetSchema)` to create a new message.
+ */
+export const TokenBudgetSchema: GenMessage<TokenBudget> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 8);
+
+/**
+ * A team sharing the fleet: it owns keys, and its limits bound all of them together.
+ *
+ * @generated from message llmgw.v1.Tenant
+ */
+export type Tenant = Message<"llmgw.v1.Tenant"> & {
+  /**
+   * Lower-case letters, digits and '-', at most 63 characters, e.g. "search-team".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: optional uint32 requests_per_minute = 2;
+   */
+  requestsPerMinute?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 tokens_per_minute = 3;
+   */
+  tokensPerMinute?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 max_concurrency = 4;
+   */
+  maxConcurrency?: number | undefined;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TokenBudget budgets = 5;
+   */
+  budgets: TokenBudget[];
+
+  /**
+   * Unspecified: standard.
+   *
+   * @generated from field: llmgw.v1.PriorityClass priority = 6;
+   */
+  priority: PriorityClass;
+
+  /**
+   * Share of its priority class under contention, relative to the other tenants' (1–1000;
+   * 0 reads as 1).
+   *
+   * @generated from field: uint32 weight = 7;
+   */
+  weight: number;
+
+  /**
+   * @generated from field: int64 created_at_unix_ms = 8;
+   */
+  createdAtUnixMs: bigint;
+
+  /**
+   * @generated from field: int64 updated_at_unix_ms = 9;
+   */
+  updatedAtUnixMs: bigint;
+
+  /**
+   * Keys of this tenant that are not revoked.
+   *
+   * @generated from field: uint32 active_keys = 10;
+   */
+  activeKeys: number;
+};
+
+/**
+ * Describes the message llmgw.v1.Tenant.
+ * Use `create(TenantSchema)` to create a new message.
+ */
+export const TenantSchema: GenMessage<Tenant> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 9);
 
 /**
  * @generated from message llmgw.v1.Event
@@ -505,7 +628,7 @@ export type Event = Message<"llmgw.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 8);
+  messageDesc(file_llmgw_v1_cluster, 10);
 
 /**
  * @generated from message llmgw.v1.ListNodesRequest
@@ -534,7 +657,7 @@ export type ListNodesRequest = Message<"llmgw.v1.ListNodesRequest"> & {
  * Use `create(ListNodesRequestSchema)` to create a new message.
  */
 export const ListNodesRequestSchema: GenMessage<ListNodesRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 9);
+  messageDesc(file_llmgw_v1_cluster, 11);
 
 /**
  * @generated from message llmgw.v1.ListNodesResponse
@@ -551,7 +674,7 @@ export type ListNodesResponse = Message<"llmgw.v1.ListNodesResponse"> & {
  * Use `create(ListNodesResponseSchema)` to create a new message.
  */
 export const ListNodesResponseSchema: GenMessage<ListNodesResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 10);
+  messageDesc(file_llmgw_v1_cluster, 12);
 
 /**
  * @generated from message llmgw.v1.GetNodeRequest
@@ -570,7 +693,7 @@ export type GetNodeRequest = Message<"llmgw.v1.GetNodeRequest"> & {
  * Use `create(GetNodeRequestSchema)` to create a new message.
  */
 export const GetNodeRequestSchema: GenMessage<GetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 11);
+  messageDesc(file_llmgw_v1_cluster, 13);
 
 /**
  * @generated from message llmgw.v1.GetNodeResponse
@@ -587,7 +710,7 @@ export type GetNodeResponse = Message<"llmgw.v1.GetNodeResponse"> & {
  * Use `create(GetNodeResponseSchema)` to create a new message.
  */
 export const GetNodeResponseSchema: GenMessage<GetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 12);
+  messageDesc(file_llmgw_v1_cluster, 14);
 
 /**
  * @generated from message llmgw.v1.CordonNodeRequest
@@ -604,7 +727,7 @@ export type CordonNodeRequest = Message<"llmgw.v1.CordonNodeRequest"> & {
  * Use `create(CordonNodeRequestSchema)` to create a new message.
  */
 export const CordonNodeRequestSchema: GenMessage<CordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 13);
+  messageDesc(file_llmgw_v1_cluster, 15);
 
 /**
  * @generated from message llmgw.v1.CordonNodeResponse
@@ -621,7 +744,7 @@ export type CordonNodeResponse = Message<"llmgw.v1.CordonNodeResponse"> & {
  * Use `create(CordonNodeResponseSchema)` to create a new message.
  */
 export const CordonNodeResponseSchema: GenMessage<CordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 14);
+  messageDesc(file_llmgw_v1_cluster, 16);
 
 /**
  * @generated from message llmgw.v1.UncordonNodeRequest
@@ -638,7 +761,7 @@ export type UncordonNodeRequest = Message<"llmgw.v1.UncordonNodeRequest"> & {
  * Use `create(UncordonNodeRequestSchema)` to create a new message.
  */
 export const UncordonNodeRequestSchema: GenMessage<UncordonNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 15);
+  messageDesc(file_llmgw_v1_cluster, 17);
 
 /**
  * @generated from message llmgw.v1.UncordonNodeResponse
@@ -655,7 +778,7 @@ export type UncordonNodeResponse = Message<"llmgw.v1.UncordonNodeResponse"> & {
  * Use `create(UncordonNodeResponseSchema)` to create a new message.
  */
 export const UncordonNodeResponseSchema: GenMessage<UncordonNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 16);
+  messageDesc(file_llmgw_v1_cluster, 18);
 
 /**
  * @generated from message llmgw.v1.DrainNodeRequest
@@ -672,7 +795,7 @@ export type DrainNodeRequest = Message<"llmgw.v1.DrainNodeRequest"> & {
  * Use `create(DrainNodeRequestSchema)` to create a new message.
  */
 export const DrainNodeRequestSchema: GenMessage<DrainNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 17);
+  messageDesc(file_llmgw_v1_cluster, 19);
 
 /**
  * @generated from message llmgw.v1.DrainNodeResponse
@@ -689,7 +812,7 @@ export type DrainNodeResponse = Message<"llmgw.v1.DrainNodeResponse"> & {
  * Use `create(DrainNodeResponseSchema)` to create a new message.
  */
 export const DrainNodeResponseSchema: GenMessage<DrainNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 18);
+  messageDesc(file_llmgw_v1_cluster, 20);
 
 /**
  * @generated from message llmgw.v1.RevokeNodeRequest
@@ -706,7 +829,7 @@ export type RevokeNodeRequest = Message<"llmgw.v1.RevokeNodeRequest"> & {
  * Use `create(RevokeNodeRequestSchema)` to create a new message.
  */
 export const RevokeNodeRequestSchema: GenMessage<RevokeNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 19);
+  messageDesc(file_llmgw_v1_cluster, 21);
 
 /**
  * @generated from message llmgw.v1.RevokeNodeResponse
@@ -719,7 +842,7 @@ export type RevokeNodeResponse = Message<"llmgw.v1.RevokeNodeResponse"> & {
  * Use `create(RevokeNodeResponseSchema)` to create a new message.
  */
 export const RevokeNodeResponseSchema: GenMessage<RevokeNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 20);
+  messageDesc(file_llmgw_v1_cluster, 22);
 
 /**
  * @generated from message llmgw.v1.ResetNodeRequest
@@ -736,7 +859,7 @@ export type ResetNodeRequest = Message<"llmgw.v1.ResetNodeRequest"> & {
  * Use `create(ResetNodeRequestSchema)` to create a new message.
  */
 export const ResetNodeRequestSchema: GenMessage<ResetNodeRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 21);
+  messageDesc(file_llmgw_v1_cluster, 23);
 
 /**
  * @generated from message llmgw.v1.ResetNodeResponse
@@ -749,7 +872,7 @@ export type ResetNodeResponse = Message<"llmgw.v1.ResetNodeResponse"> & {
  * Use `create(ResetNodeResponseSchema)` to create a new message.
  */
 export const ResetNodeResponseSchema: GenMessage<ResetNodeResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 22);
+  messageDesc(file_llmgw_v1_cluster, 24);
 
 /**
  * @generated from message llmgw.v1.ClearGpuFaultsRequest
@@ -775,7 +898,7 @@ export type ClearGpuFaultsRequest = Message<"llmgw.v1.ClearGpuFaultsRequest"> & 
  * Use `create(ClearGpuFaultsRequestSchema)` to create a new message.
  */
 export const ClearGpuFaultsRequestSchema: GenMessage<ClearGpuFaultsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 23);
+  messageDesc(file_llmgw_v1_cluster, 25);
 
 /**
  * @generated from message llmgw.v1.ClearGpuFaultsResponse
@@ -794,7 +917,7 @@ export type ClearGpuFaultsResponse = Message<"llmgw.v1.ClearGpuFaultsResponse"> 
  * Use `create(ClearGpuFaultsResponseSchema)` to create a new message.
  */
 export const ClearGpuFaultsResponseSchema: GenMessage<ClearGpuFaultsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 24);
+  messageDesc(file_llmgw_v1_cluster, 26);
 
 /**
  * @generated from message llmgw.v1.ApplyDeploymentRequest
@@ -811,7 +934,7 @@ export type ApplyDeploymentRequest = Message<"llmgw.v1.ApplyDeploymentRequest"> 
  * Use `create(ApplyDeploymentRequestSchema)` to create a new message.
  */
 export const ApplyDeploymentRequestSchema: GenMessage<ApplyDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 25);
+  messageDesc(file_llmgw_v1_cluster, 27);
 
 /**
  * @generated from message llmgw.v1.ApplyDeploymentResponse
@@ -835,7 +958,7 @@ export type ApplyDeploymentResponse = Message<"llmgw.v1.ApplyDeploymentResponse"
  * Use `create(ApplyDeploymentResponseSchema)` to create a new message.
  */
 export const ApplyDeploymentResponseSchema: GenMessage<ApplyDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 26);
+  messageDesc(file_llmgw_v1_cluster, 28);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentRequest
@@ -857,7 +980,7 @@ export type ScaleDeploymentRequest = Message<"llmgw.v1.ScaleDeploymentRequest"> 
  * Use `create(ScaleDeploymentRequestSchema)` to create a new message.
  */
 export const ScaleDeploymentRequestSchema: GenMessage<ScaleDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 27);
+  messageDesc(file_llmgw_v1_cluster, 29);
 
 /**
  * @generated from message llmgw.v1.ScaleDeploymentResponse
@@ -874,7 +997,7 @@ export type ScaleDeploymentResponse = Message<"llmgw.v1.ScaleDeploymentResponse"
  * Use `create(ScaleDeploymentResponseSchema)` to create a new message.
  */
 export const ScaleDeploymentResponseSchema: GenMessage<ScaleDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 28);
+  messageDesc(file_llmgw_v1_cluster, 30);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentRequest
@@ -891,7 +1014,7 @@ export type DeleteDeploymentRequest = Message<"llmgw.v1.DeleteDeploymentRequest"
  * Use `create(DeleteDeploymentRequestSchema)` to create a new message.
  */
 export const DeleteDeploymentRequestSchema: GenMessage<DeleteDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 29);
+  messageDesc(file_llmgw_v1_cluster, 31);
 
 /**
  * @generated from message llmgw.v1.DeleteDeploymentResponse
@@ -904,7 +1027,7 @@ export type DeleteDeploymentResponse = Message<"llmgw.v1.DeleteDeploymentRespons
  * Use `create(DeleteDeploymentResponseSchema)` to create a new message.
  */
 export const DeleteDeploymentResponseSchema: GenMessage<DeleteDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 30);
+  messageDesc(file_llmgw_v1_cluster, 32);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentRequest
@@ -921,7 +1044,7 @@ export type GetDeploymentRequest = Message<"llmgw.v1.GetDeploymentRequest"> & {
  * Use `create(GetDeploymentRequestSchema)` to create a new message.
  */
 export const GetDeploymentRequestSchema: GenMessage<GetDeploymentRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 31);
+  messageDesc(file_llmgw_v1_cluster, 33);
 
 /**
  * @generated from message llmgw.v1.GetDeploymentResponse
@@ -938,7 +1061,7 @@ export type GetDeploymentResponse = Message<"llmgw.v1.GetDeploymentResponse"> & 
  * Use `create(GetDeploymentResponseSchema)` to create a new message.
  */
 export const GetDeploymentResponseSchema: GenMessage<GetDeploymentResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 32);
+  messageDesc(file_llmgw_v1_cluster, 34);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsRequest
@@ -951,7 +1074,7 @@ export type ListDeploymentsRequest = Message<"llmgw.v1.ListDeploymentsRequest"> 
  * Use `create(ListDeploymentsRequestSchema)` to create a new message.
  */
 export const ListDeploymentsRequestSchema: GenMessage<ListDeploymentsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 33);
+  messageDesc(file_llmgw_v1_cluster, 35);
 
 /**
  * @generated from message llmgw.v1.ListDeploymentsResponse
@@ -968,7 +1091,7 @@ export type ListDeploymentsResponse = Message<"llmgw.v1.ListDeploymentsResponse"
  * Use `create(ListDeploymentsResponseSchema)` to create a new message.
  */
 export const ListDeploymentsResponseSchema: GenMessage<ListDeploymentsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 34);
+  messageDesc(file_llmgw_v1_cluster, 36);
 
 /**
  * @generated from message llmgw.v1.ListReplicasRequest
@@ -994,7 +1117,7 @@ export type ListReplicasRequest = Message<"llmgw.v1.ListReplicasRequest"> & {
  * Use `create(ListReplicasRequestSchema)` to create a new message.
  */
 export const ListReplicasRequestSchema: GenMessage<ListReplicasRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 35);
+  messageDesc(file_llmgw_v1_cluster, 37);
 
 /**
  * @generated from message llmgw.v1.ListReplicasResponse
@@ -1011,7 +1134,7 @@ export type ListReplicasResponse = Message<"llmgw.v1.ListReplicasResponse"> & {
  * Use `create(ListReplicasResponseSchema)` to create a new message.
  */
 export const ListReplicasResponseSchema: GenMessage<ListReplicasResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 36);
+  messageDesc(file_llmgw_v1_cluster, 38);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyRequest
@@ -1041,6 +1164,23 @@ export type CreateApiKeyRequest = Message<"llmgw.v1.CreateApiKeyRequest"> & {
    * @generated from field: optional uint32 max_concurrency = 5;
    */
   maxConcurrency?: number | undefined;
+
+  /**
+   * Tenant name; empty: none.
+   *
+   * @generated from field: string tenant = 6;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TokenBudget budgets = 7;
+   */
+  budgets: TokenBudget[];
+
+  /**
+   * @generated from field: llmgw.v1.PriorityClass priority = 8;
+   */
+  priority: PriorityClass;
 };
 
 /**
@@ -1048,7 +1188,7 @@ export type CreateApiKeyRequest = Message<"llmgw.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 37);
+  messageDesc(file_llmgw_v1_cluster, 39);
 
 /**
  * @generated from message llmgw.v1.CreateApiKeyResponse
@@ -1072,7 +1212,7 @@ export type CreateApiKeyResponse = Message<"llmgw.v1.CreateApiKeyResponse"> & {
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 38);
+  messageDesc(file_llmgw_v1_cluster, 40);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysRequest
@@ -1089,7 +1229,7 @@ export type ListApiKeysRequest = Message<"llmgw.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 39);
+  messageDesc(file_llmgw_v1_cluster, 41);
 
 /**
  * @generated from message llmgw.v1.ListApiKeysResponse
@@ -1106,7 +1246,7 @@ export type ListApiKeysResponse = Message<"llmgw.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 40);
+  messageDesc(file_llmgw_v1_cluster, 42);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyRequest
@@ -1125,7 +1265,7 @@ export type RevokeApiKeyRequest = Message<"llmgw.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 41);
+  messageDesc(file_llmgw_v1_cluster, 43);
 
 /**
  * @generated from message llmgw.v1.RevokeApiKeyResponse
@@ -1142,7 +1282,303 @@ export type RevokeApiKeyResponse = Message<"llmgw.v1.RevokeApiKeyResponse"> & {
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 42);
+  messageDesc(file_llmgw_v1_cluster, 44);
+
+/**
+ * @generated from message llmgw.v1.CreateTenantRequest
+ */
+export type CreateTenantRequest = Message<"llmgw.v1.CreateTenantRequest"> & {
+  /**
+   * Name, limits, budgets, priority and weight; the times and counts are ignored.
+   *
+   * @generated from field: llmgw.v1.Tenant tenant = 1;
+   */
+  tenant?: Tenant | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.CreateTenantRequest.
+ * Use `create(CreateTenantRequestSchema)` to create a new message.
+ */
+export const CreateTenantRequestSchema: GenMessage<CreateTenantRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 45);
+
+/**
+ * @generated from message llmgw.v1.CreateTenantResponse
+ */
+export type CreateTenantResponse = Message<"llmgw.v1.CreateTenantResponse"> & {
+  /**
+   * @generated from field: llmgw.v1.Tenant tenant = 1;
+   */
+  tenant?: Tenant | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.CreateTenantResponse.
+ * Use `create(CreateTenantResponseSchema)` to create a new message.
+ */
+export const CreateTenantResponseSchema: GenMessage<CreateTenantResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 46);
+
+/**
+ * @generated from message llmgw.v1.ListTenantsRequest
+ */
+export type ListTenantsRequest = Message<"llmgw.v1.ListTenantsRequest"> & {
+};
+
+/**
+ * Describes the message llmgw.v1.ListTenantsRequest.
+ * Use `create(ListTenantsRequestSchema)` to create a new message.
+ */
+export const ListTenantsRequestSchema: GenMessage<ListTenantsRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 47);
+
+/**
+ * @generated from message llmgw.v1.ListTenantsResponse
+ */
+export type ListTenantsResponse = Message<"llmgw.v1.ListTenantsResponse"> & {
+  /**
+   * @generated from field: repeated llmgw.v1.Tenant tenants = 1;
+   */
+  tenants: Tenant[];
+};
+
+/**
+ * Describes the message llmgw.v1.ListTenantsResponse.
+ * Use `create(ListTenantsResponseSchema)` to create a new message.
+ */
+export const ListTenantsResponseSchema: GenMessage<ListTenantsResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 48);
+
+/**
+ * @generated from message llmgw.v1.UpdateTenantRequest
+ */
+export type UpdateTenantRequest = Message<"llmgw.v1.UpdateTenantRequest"> & {
+  /**
+   * `name` says which tenant; the other fields are the new values of those in `fields`.
+   *
+   * @generated from field: llmgw.v1.Tenant tenant = 1;
+   */
+  tenant?: Tenant | undefined;
+
+  /**
+   * Field names of `Tenant` to change, e.g. "tokens_per_minute", "budgets", "priority".
+   *
+   * @generated from field: repeated string fields = 2;
+   */
+  fields: string[];
+};
+
+/**
+ * Describes the message llmgw.v1.UpdateTenantRequest.
+ * Use `create(UpdateTenantRequestSchema)` to create a new message.
+ */
+export const UpdateTenantRequestSchema: GenMessage<UpdateTenantRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 49);
+
+/**
+ * @generated from message llmgw.v1.UpdateTenantResponse
+ */
+export type UpdateTenantResponse = Message<"llmgw.v1.UpdateTenantResponse"> & {
+  /**
+   * @generated from field: llmgw.v1.Tenant tenant = 1;
+   */
+  tenant?: Tenant | undefined;
+};
+
+/**
+ * Describes the message llmgw.v1.UpdateTenantResponse.
+ * Use `create(UpdateTenantResponseSchema)` to create a new message.
+ */
+export const UpdateTenantResponseSchema: GenMessage<UpdateTenantResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 50);
+
+/**
+ * @generated from message llmgw.v1.DeleteTenantRequest
+ */
+export type DeleteTenantRequest = Message<"llmgw.v1.DeleteTenantRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message llmgw.v1.DeleteTenantRequest.
+ * Use `create(DeleteTenantRequestSchema)` to create a new message.
+ */
+export const DeleteTenantRequestSchema: GenMessage<DeleteTenantRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 51);
+
+/**
+ * @generated from message llmgw.v1.DeleteTenantResponse
+ */
+export type DeleteTenantResponse = Message<"llmgw.v1.DeleteTenantResponse"> & {
+};
+
+/**
+ * Describes the message llmgw.v1.DeleteTenantResponse.
+ * Use `create(DeleteTenantResponseSchema)` to create a new message.
+ */
+export const DeleteTenantResponseSchema: GenMessage<DeleteTenantResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 52);
+
+/**
+ * @generated from message llmgw.v1.GetUsageRequest
+ */
+export type GetUsageRequest = Message<"llmgw.v1.GetUsageRequest"> & {
+  /**
+   * Filters; empty: all. `key` is a key id or name.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * Period start (inclusive) and end (exclusive); unset end: now.
+   *
+   * @generated from field: int64 since_unix_ms = 4;
+   */
+  sinceUnixMs: bigint;
+
+  /**
+   * @generated from field: optional int64 until_unix_ms = 5;
+   */
+  untilUnixMs?: bigint | undefined;
+
+  /**
+   * Unspecified: day.
+   *
+   * @generated from field: llmgw.v1.UsageGranularity granularity = 6;
+   */
+  granularity: UsageGranularity;
+
+  /**
+   * Empty: tenant and model.
+   *
+   * @generated from field: repeated llmgw.v1.UsageDimension group_by = 7;
+   */
+  groupBy: UsageDimension[];
+};
+
+/**
+ * Describes the message llmgw.v1.GetUsageRequest.
+ * Use `create(GetUsageRequestSchema)` to create a new message.
+ */
+export const GetUsageRequestSchema: GenMessage<GetUsageRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 53);
+
+/**
+ * @generated from message llmgw.v1.GetUsageResponse
+ */
+export type GetUsageResponse = Message<"llmgw.v1.GetUsageResponse"> & {
+  /**
+   * By start, then tenant, key and model.
+   *
+   * @generated from field: repeated llmgw.v1.UsageRow rows = 1;
+   */
+  rows: UsageRow[];
+};
+
+/**
+ * Describes the message llmgw.v1.GetUsageResponse.
+ * Use `create(GetUsageResponseSchema)` to create a new message.
+ */
+export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 54);
+
+/**
+ * What was used in one period by one group. Dimensions not grouped by are empty.
+ *
+ * @generated from message llmgw.v1.UsageRow
+ */
+export type UsageRow = Message<"llmgw.v1.UsageRow"> & {
+  /**
+   * @generated from field: int64 start_unix_ms = 1;
+   */
+  startUnixMs: bigint;
+
+  /**
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string key_id = 3;
+   */
+  keyId: string;
+
+  /**
+   * @generated from field: string key_name = 4;
+   */
+  keyName: string;
+
+  /**
+   * @generated from field: string model = 5;
+   */
+  model: string;
+
+  /**
+   * @generated from field: uint64 requests = 6;
+   */
+  requests: bigint;
+
+  /**
+   * @generated from field: uint64 prompt_tokens = 7;
+   */
+  promptTokens: bigint;
+
+  /**
+   * Prompt tokens the engine served from its cache (included in prompt_tokens), where reported.
+   *
+   * @generated from field: uint64 cached_tokens = 8;
+   */
+  cachedTokens: bigint;
+
+  /**
+   * @generated from field: uint64 completion_tokens = 9;
+   */
+  completionTokens: bigint;
+
+  /**
+   * Each request's share of its replica's GPUs over its duration.
+   *
+   * @generated from field: double gpu_seconds = 10;
+   */
+  gpuSeconds: number;
+
+  /**
+   * Requests whose counts are estimates: cut short, or the engine reported no usage.
+   *
+   * @generated from field: uint64 estimated_requests = 11;
+   */
+  estimatedRequests: bigint;
+
+  /**
+   * Answers whose reported usage was refused (negative, fractional, absurd): counted here,
+   * charged their estimate.
+   *
+   * @generated from field: uint64 refused_usage = 12;
+   */
+  refusedUsage: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.UsageRow.
+ * Use `create(UsageRowSchema)` to create a new message.
+ */
+export const UsageRowSchema: GenMessage<UsageRow> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_cluster, 55);
 
 /**
  * @generated from message llmgw.v1.ListEventsRequest
@@ -1166,7 +1602,7 @@ export type ListEventsRequest = Message<"llmgw.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 43);
+  messageDesc(file_llmgw_v1_cluster, 56);
 
 /**
  * @generated from message llmgw.v1.ListEventsResponse
@@ -1183,7 +1619,7 @@ export type ListEventsResponse = Message<"llmgw.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 44);
+  messageDesc(file_llmgw_v1_cluster, 57);
 
 /**
  * @generated from message llmgw.v1.WatchEventsRequest
@@ -1202,7 +1638,7 @@ export type WatchEventsRequest = Message<"llmgw.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 45);
+  messageDesc(file_llmgw_v1_cluster, 58);
 
 /**
  * @generated from message llmgw.v1.WatchEventsResponse
@@ -1219,7 +1655,7 @@ export type WatchEventsResponse = Message<"llmgw.v1.WatchEventsResponse"> & {
  * Use `create(WatchEventsResponseSchema)` to create a new message.
  */
 export const WatchEventsResponseSchema: GenMessage<WatchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 46);
+  messageDesc(file_llmgw_v1_cluster, 59);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusRequest
@@ -1232,7 +1668,7 @@ export type GetClusterStatusRequest = Message<"llmgw.v1.GetClusterStatusRequest"
  * Use `create(GetClusterStatusRequestSchema)` to create a new message.
  */
 export const GetClusterStatusRequestSchema: GenMessage<GetClusterStatusRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 47);
+  messageDesc(file_llmgw_v1_cluster, 60);
 
 /**
  * @generated from message llmgw.v1.GetClusterStatusResponse
@@ -1313,7 +1749,7 @@ export type GetClusterStatusResponse = Message<"llmgw.v1.GetClusterStatusRespons
  * Use `create(GetClusterStatusResponseSchema)` to create a new message.
  */
 export const GetClusterStatusResponseSchema: GenMessage<GetClusterStatusResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 48);
+  messageDesc(file_llmgw_v1_cluster, 61);
 
 /**
  * A control-plane instance as it last announced itself in the shared store.
@@ -1363,7 +1799,7 @@ export type ControlPlaneInstance = Message<"llmgw.v1.ControlPlaneInstance"> & {
  * Use `create(ControlPlaneInstanceSchema)` to create a new message.
  */
 export const ControlPlaneInstanceSchema: GenMessage<ControlPlaneInstance> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 49);
+  messageDesc(file_llmgw_v1_cluster, 62);
 
 /**
  * GPU capacity of one class on one fabric.
@@ -1407,7 +1843,7 @@ export type ClassCapacity = Message<"llmgw.v1.ClassCapacity"> & {
  * Use `create(ClassCapacitySchema)` to create a new message.
  */
 export const ClassCapacitySchema: GenMessage<ClassCapacity> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 50);
+  messageDesc(file_llmgw_v1_cluster, 63);
 
 /**
  * @generated from message llmgw.v1.ListRoutersRequest
@@ -1420,7 +1856,7 @@ export type ListRoutersRequest = Message<"llmgw.v1.ListRoutersRequest"> & {
  * Use `create(ListRoutersRequestSchema)` to create a new message.
  */
 export const ListRoutersRequestSchema: GenMessage<ListRoutersRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 51);
+  messageDesc(file_llmgw_v1_cluster, 64);
 
 /**
  * @generated from message llmgw.v1.ListRoutersResponse
@@ -1437,7 +1873,7 @@ export type ListRoutersResponse = Message<"llmgw.v1.ListRoutersResponse"> & {
  * Use `create(ListRoutersResponseSchema)` to create a new message.
  */
 export const ListRoutersResponseSchema: GenMessage<ListRoutersResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 52);
+  messageDesc(file_llmgw_v1_cluster, 65);
 
 /**
  * A router as the control plane knows it: from its WatchRouting stream.
@@ -1513,7 +1949,7 @@ export type RouterInfo = Message<"llmgw.v1.RouterInfo"> & {
  * Use `create(RouterInfoSchema)` to create a new message.
  */
 export const RouterInfoSchema: GenMessage<RouterInfo> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_cluster, 53);
+  messageDesc(file_llmgw_v1_cluster, 66);
 
 /**
  * Lifecycle of a node as the control plane sees it.
@@ -1618,6 +2054,135 @@ export enum RolloutState {
  */
 export const RolloutStateSchema: GenEnum<RolloutState> = /*@__PURE__*/
   enumDesc(file_llmgw_v1_cluster, 2);
+
+/**
+ * How a request is served when its deployment is at capacity: every queued request of a higher
+ * class goes first; within a class, tenants share by weight, counted in tokens; `batch` is
+ * refused first when the queue is full.
+ *
+ * @generated from enum llmgw.v1.PriorityClass
+ */
+export enum PriorityClass {
+  /**
+   * Inherits: a key's from its tenant, a tenant's is standard.
+   *
+   * @generated from enum value: PRIORITY_CLASS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: PRIORITY_CLASS_CRITICAL = 1;
+   */
+  CRITICAL = 1,
+
+  /**
+   * @generated from enum value: PRIORITY_CLASS_STANDARD = 2;
+   */
+  STANDARD = 2,
+
+  /**
+   * @generated from enum value: PRIORITY_CLASS_BATCH = 3;
+   */
+  BATCH = 3,
+}
+
+/**
+ * Describes the enum llmgw.v1.PriorityClass.
+ */
+export const PriorityClassSchema: GenEnum<PriorityClass> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 3);
+
+/**
+ * A UTC calendar period a token budget covers.
+ *
+ * @generated from enum llmgw.v1.BudgetPeriod
+ */
+export enum BudgetPeriod {
+  /**
+   * @generated from enum value: BUDGET_PERIOD_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: BUDGET_PERIOD_DAY = 1;
+   */
+  DAY = 1,
+
+  /**
+   * @generated from enum value: BUDGET_PERIOD_MONTH = 2;
+   */
+  MONTH = 2,
+}
+
+/**
+ * Describes the enum llmgw.v1.BudgetPeriod.
+ */
+export const BudgetPeriodSchema: GenEnum<BudgetPeriod> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 4);
+
+/**
+ * A dimension usage rows are kept apart by; those not asked for are summed over.
+ *
+ * @generated from enum llmgw.v1.UsageDimension
+ */
+export enum UsageDimension {
+  /**
+   * @generated from enum value: USAGE_DIMENSION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: USAGE_DIMENSION_TENANT = 1;
+   */
+  TENANT = 1,
+
+  /**
+   * @generated from enum value: USAGE_DIMENSION_KEY = 2;
+   */
+  KEY = 2,
+
+  /**
+   * @generated from enum value: USAGE_DIMENSION_MODEL = 3;
+   */
+  MODEL = 3,
+}
+
+/**
+ * Describes the enum llmgw.v1.UsageDimension.
+ */
+export const UsageDimensionSchema: GenEnum<UsageDimension> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 5);
+
+/**
+ * @generated from enum llmgw.v1.UsageGranularity
+ */
+export enum UsageGranularity {
+  /**
+   * @generated from enum value: USAGE_GRANULARITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: USAGE_GRANULARITY_MINUTE = 1;
+   */
+  MINUTE = 1,
+
+  /**
+   * @generated from enum value: USAGE_GRANULARITY_HOUR = 2;
+   */
+  HOUR = 2,
+
+  /**
+   * @generated from enum value: USAGE_GRANULARITY_DAY = 3;
+   */
+  DAY = 3,
+}
+
+/**
+ * Describes the enum llmgw.v1.UsageGranularity.
+ */
+export const UsageGranularitySchema: GenEnum<UsageGranularity> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_cluster, 6);
 
 /**
  * The admin API. Every call needs the admin token (`Authorization: Bearer <token>`).
@@ -1779,6 +2344,54 @@ export const ClusterService: GenService<{
     methodKind: "unary";
     input: typeof RevokeApiKeyRequestSchema;
     output: typeof RevokeApiKeyResponseSchema;
+  },
+  /**
+   * Tenants (teams) own keys; a request needs room under its key's limits and its tenant's.
+   *
+   * @generated from rpc llmgw.v1.ClusterService.CreateTenant
+   */
+  createTenant: {
+    methodKind: "unary";
+    input: typeof CreateTenantRequestSchema;
+    output: typeof CreateTenantResponseSchema;
+  },
+  /**
+   * @generated from rpc llmgw.v1.ClusterService.ListTenants
+   */
+  listTenants: {
+    methodKind: "unary";
+    input: typeof ListTenantsRequestSchema;
+    output: typeof ListTenantsResponseSchema;
+  },
+  /**
+   * Changes the fields named in `fields`; a named field left unset is cleared.
+   *
+   * @generated from rpc llmgw.v1.ClusterService.UpdateTenant
+   */
+  updateTenant: {
+    methodKind: "unary";
+    input: typeof UpdateTenantRequestSchema;
+    output: typeof UpdateTenantResponseSchema;
+  },
+  /**
+   * Refused while the tenant has keys that are not revoked.
+   *
+   * @generated from rpc llmgw.v1.ClusterService.DeleteTenant
+   */
+  deleteTenant: {
+    methodKind: "unary";
+    input: typeof DeleteTenantRequestSchema;
+    output: typeof DeleteTenantResponseSchema;
+  },
+  /**
+   * Tokens, requests and GPU-seconds used, from the routers' usage records, in rollups.
+   *
+   * @generated from rpc llmgw.v1.ClusterService.GetUsage
+   */
+  getUsage: {
+    methodKind: "unary";
+    input: typeof GetUsageRequestSchema;
+    output: typeof GetUsageResponseSchema;
   },
   /**
    * @generated from rpc llmgw.v1.ClusterService.ListEvents

@@ -4,6 +4,8 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { BudgetPeriod, PriorityClass, TokenBudget } from "./cluster_pb.js";
+import { file_llmgw_v1_cluster } from "./cluster_pb.js";
 import type { EngineLoad, RoutingPolicy } from "./deployment_pb.js";
 import { file_llmgw_v1_deployment } from "./deployment_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/router.proto.
  */
 export const file_llmgw_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("ChVsbG1ndy92MS9yb3V0ZXIucHJvdG8SCGxsbWd3LnYxIoYBChNXYXRjaFJvdXRpbmdSZXF1ZXN0EhEKCXJvdXRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDQoFZXBvY2gYBCABKAkSFQoNc3RhdGVfdmVyc2lvbhgFIAEoBBIUCgxzdGF0ZV9hZ2VfbXMYBiABKAMi0AEKFFdhdGNoUm91dGluZ1Jlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhkubGxtZ3cudjEuUm91dGluZ1NuYXBzaG90SAASJwoFZGVsdGEYAiABKAsyFi5sbG1ndy52MS5Sb3V0aW5nRGVsdGFIABIkCgRsb2FkGAMgASgLMhQubGxtZ3cudjEuTG9hZFVwZGF0ZUgAEi8KCWtlZXBhbGl2ZRgEIAEoCzIaLmxsbWd3LnYxLlJvdXRpbmdLZWVwYWxpdmVIAEIJCgdtZXNzYWdlIs8BCg9Sb3V0aW5nU25hcHNob3QSDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIlCgZtb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESIAoEa2V5cxgFIAMoCzISLmxsbWd3LnYxLktleUdyYW50Eg8KB3JvdXRlcnMYBiABKA0SFwoPc2VudF9hdF91bml4X21zGAcgASgDIsACCgxSb3V0aW5nRGVsdGESDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIuCg91cHNlcnRlZF9tb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIWCg5yZW1vdmVkX21vZGVscxgEIAMoCRIyChF1cHNlcnRlZF9yZXBsaWNhcxgFIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESGAoQcmVtb3ZlZF9yZXBsaWNhcxgGIAMoCRIpCg11cHNlcnRlZF9rZXlzGAcgAygLMhIubGxtZ3cudjEuS2V5R3JhbnQSFAoMcmVtb3ZlZF9rZXlzGAggAygJEhQKB3JvdXRlcnMYCSABKA1IAIgBARIXCg9zZW50X2F0X3VuaXhfbXMYCiABKANCCgoIX3JvdXRlcnMihAEKC1JvdXRlZE1vZGVsEgwKBG5hbWUYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIvCg5yb3V0aW5nX3BvbGljeRgDIAEoDjIXLmxsbWd3LnYxLlJvdXRpbmdQb2xpY3kSDwoHbG9hZGluZxgEIAEoCBIRCgl0b2tlbml6ZXIYBSABKAkivgIKDVJvdXRlZFJlcGxpY2ESCgoCaWQYASABKAkSDQoFbW9kZWwYAiABKAkSEgoKZGVwbG95bWVudBgDIAEoCRIQCghiYXNlX3VybBgEIAEoCRIrCgVzdGF0ZRgFIAEoDjIcLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2FTdGF0ZRIQCghjYXBhY2l0eRgGIAEoDRIbCg5lbmdpbmVfYXBpX2tleRgHIAEoCUgAiAEBEiIKBGxvYWQYCCABKAsyFC5sbG1ndy52MS5FbmdpbmVMb2FkEiUKGGxvYWRfcmVwb3J0ZWRfYXRfdW5peF9tcxgJIAEoA0gBiAEBEhUKDWt2X2V2ZW50c191cmwYCiABKAlCEQoPX2VuZ2luZV9hcGlfa2V5QhsKGV9sb2FkX3JlcG9ydGVkX2F0X3VuaXhfbXMi7QEKCEtleUdyYW50EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFQoNc2VjcmV0X3NoYTI1NhgDIAEoCRIOCgZtb2RlbHMYBCADKAkSIAoTcmVxdWVzdHNfcGVyX21pbnV0ZRgFIAEoDUgAiAEBEh4KEXRva2Vuc19wZXJfbWludXRlGAYgASgNSAGIAQESHAoPbWF4X2NvbmN1cnJlbmN5GAcgASgNSAKIAQFCFgoUX3JlcXVlc3RzX3Blcl9taW51dGVCFAoSX3Rva2Vuc19wZXJfbWludXRlQhIKEF9tYXhfY29uY3VycmVuY3kiSQoKTG9hZFVwZGF0ZRINCgVlcG9jaBgBIAEoCRIsCgdzYW1wbGVzGAIgAygLMhsubGxtZ3cudjEuUmVwbGljYUxvYWRTYW1wbGUiaAoRUmVwbGljYUxvYWRTYW1wbGUSEgoKcmVwbGljYV9pZBgBIAEoCRIiCgRsb2FkGAIgASgLMhQubGxtZ3cudjEuRW5naW5lTG9hZBIbChNyZXBvcnRlZF9hdF91bml4X21zGAMgASgDImAKEFJvdXRpbmdLZWVwYWxpdmUSDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIXCg9zZW50X2F0X3VuaXhfbXMYAyABKAMSEwoLaW50ZXJ2YWxfbXMYBCABKA0ifQoVUmVwb3J0SW5GbGlnaHRSZXF1ZXN0EhEKCXJvdXRlcl9pZBgBIAEoCRINCgVlcG9jaBgCIAEoCRIVCg1zdGF0ZV92ZXJzaW9uGAMgASgEEisKCGRyYWluaW5nGAQgAygLMhkubGxtZ3cudjEuUmVwbGljYUluRmxpZ2h0IjgKD1JlcGxpY2FJbkZsaWdodBISCgpyZXBsaWNhX2lkGAEgASgJEhEKCWluX2ZsaWdodBgCIAEoDSIYChZSZXBvcnRJbkZsaWdodFJlc3BvbnNlKn0KElJvdXRlZFJlcGxpY2FTdGF0ZRIkCiBST1VURURfUkVQTElDQV9TVEFURV9VTlNQRUNJRklFRBAAEh4KGlJPVVRFRF9SRVBMSUNBX1NUQVRFX1JFQURZEAESIQodUk9VVEVEX1JFUExJQ0FfU1RBVEVfRFJBSU5JTkcQAjK1AQoNUm91dGVyU2VydmljZRJPCgxXYXRjaFJvdXRpbmcSHS5sbG1ndy52MS5XYXRjaFJvdXRpbmdSZXF1ZXN0Gh4ubGxtZ3cudjEuV2F0Y2hSb3V0aW5nUmVzcG9uc2UwARJTCg5SZXBvcnRJbkZsaWdodBIfLmxsbWd3LnYxLlJlcG9ydEluRmxpZ2h0UmVxdWVzdBogLmxsbWd3LnYxLlJlcG9ydEluRmxpZ2h0UmVzcG9uc2ViBnByb3RvMw", [file_llmgw_v1_deployment]);
+  fileDesc("ChVsbG1ndy92MS9yb3V0ZXIucHJvdG8SCGxsbWd3LnYxIoYBChNXYXRjaFJvdXRpbmdSZXF1ZXN0EhEKCXJvdXRlcl9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg8KB3ZlcnNpb24YAyABKAkSDQoFZXBvY2gYBCABKAkSFQoNc3RhdGVfdmVyc2lvbhgFIAEoBBIUCgxzdGF0ZV9hZ2VfbXMYBiABKAMi0AEKFFdhdGNoUm91dGluZ1Jlc3BvbnNlEi0KCHNuYXBzaG90GAEgASgLMhkubGxtZ3cudjEuUm91dGluZ1NuYXBzaG90SAASJwoFZGVsdGEYAiABKAsyFi5sbG1ndy52MS5Sb3V0aW5nRGVsdGFIABIkCgRsb2FkGAMgASgLMhQubGxtZ3cudjEuTG9hZFVwZGF0ZUgAEi8KCWtlZXBhbGl2ZRgEIAEoCzIaLmxsbWd3LnYxLlJvdXRpbmdLZWVwYWxpdmVIAEIJCgdtZXNzYWdlIvcBCg9Sb3V0aW5nU25hcHNob3QSDQoFZXBvY2gYASABKAkSDwoHdmVyc2lvbhgCIAEoBBIlCgZtb2RlbHMYAyADKAsyFS5sbG1ndy52MS5Sb3V0ZWRNb2RlbBIpCghyZXBsaWNhcxgEIAMoCzIXLmxsbWd3LnYxLlJvdXRlZFJlcGxpY2ESIAoEa2V5cxgFIAMoCzISLmxsbWd3LnYxLktleUdyYW50Eg8KB3JvdXRlcnMYBiABKA0SFwoPc2VudF9hdF91bml4X21zGAcgASgDEiYKB3RlbmFudHMYCCADKAsyFS5sbG1ndy52MS5UZW5hbnRHcmFudCKKAwoMUm91dGluZ0RlbHRhEg0KBWVwb2NoGAEgASgJEg8KB3ZlcnNpb24YAiABKAQSLgoPdXBzZXJ0ZWRfbW9kZWxzGAMgAygLMhUubGxtZ3cudjEuUm91dGVkTW9kZWwSFgoOcmVtb3ZlZF9tb2RlbHMYBCADKAkSMgoRdXBzZXJ0ZWRfcmVwbGljYXMYBSADKAsyFy5sbG1ndy52MS5Sb3V0ZWRSZXBsaWNhEhgKEHJlbW92ZWRfcmVwbGljYXMYBiADKAkSKQoNdXBzZXJ0ZWRfa2V5cxgHIAMoCzISLmxsbWd3LnYxLktleUdyYW50EhQKDHJlbW92ZWRfa2V5cxgIIAMoCRIUCgdyb3V0ZXJzGAkgASgNSACIAQESFwoPc2VudF9hdF91bml4X21zGAogASgDEi8KEHVwc2VydGVkX3RlbmFudHMYCyADKAsyFS5sbG1ndy52MS5UZW5hbnRHcmFudBIXCg9yZW1vdmVkX3RlbmFudHMYDCADKAlCCgoIX3JvdXRlcnMinQEKC1JvdXRlZE1vZGVsEgwKBG5hbWUYASABKAkSEgoKZGVwbG95bWVudBgCIAEoCRIvCg5yb3V0aW5nX3BvbGljeRgDIAEoDjIXLmxsbWd3LnYxLlJvdXRpbmdQb2xpY3kSDwoHbG9hZGluZxgEIAEoCBIRCgl0b2tlbml6ZXIYBSABKAkSFwoPZW5naW5lX3ByaW9yaXR5GAYgASgIIr4CCg1Sb3V0ZWRSZXBsaWNhEgoKAmlkGAEgASgJEg0KBW1vZGVsGAIgASgJEhIKCmRlcGxveW1lbnQYAyABKAkSEAoIYmFzZV91cmwYBCABKAkSKwoFc3RhdGUYBSABKA4yHC5sbG1ndy52MS5Sb3V0ZWRSZXBsaWNhU3RhdGUSEAoIY2FwYWNpdHkYBiABKA0SGwoOZW5naW5lX2FwaV9rZXkYByABKAlIAIgBARIiCgRsb2FkGAggASgLMhQubGxtZ3cudjEuRW5naW5lTG9hZBIlChhsb2FkX3JlcG9ydGVkX2F0X3VuaXhfbXMYCSABKANIAYgBARIVCg1rdl9ldmVudHNfdXJsGAogASgJQhEKD19lbmdpbmVfYXBpX2tleUIbChlfbG9hZF9yZXBvcnRlZF9hdF91bml4X21zItACCghLZXlHcmFudBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhUKDXNlY3JldF9zaGEyNTYYAyABKAkSDgoGbW9kZWxzGAQgAygJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYBSABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgGIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgHIAEoDUgCiAEBEg4KBnRlbmFudBgIIAEoCRImCgdidWRnZXRzGAkgAygLMhUubGxtZ3cudjEuVG9rZW5CdWRnZXQSKQoIcHJpb3JpdHkYCiABKA4yFy5sbG1ndy52MS5Qcmlvcml0eUNsYXNzQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5IqACCgtUZW5hbnRHcmFudBIMCgRuYW1lGAEgASgJEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYAiABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgDIAEoDUgBiAEBEhwKD21heF9jb25jdXJyZW5jeRgEIAEoDUgCiAEBEiYKB2J1ZGdldHMYBSADKAsyFS5sbG1ndy52MS5Ub2tlbkJ1ZGdldBIpCghwcmlvcml0eRgGIAEoDjIXLmxsbWd3LnYxLlByaW9yaXR5Q2xhc3MSDgoGd2VpZ2h0GAcgASgNQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZUISChBfbWF4X2NvbmN1cnJlbmN5IkkKCkxvYWRVcGRhdGUSDQoFZXBvY2gYASABKAkSLAoHc2FtcGxlcxgCIAMoCzIbLmxsbWd3LnYxLlJlcGxpY2FMb2FkU2FtcGxlImgKEVJlcGxpY2FMb2FkU2FtcGxlEhIKCnJlcGxpY2FfaWQYASABKAkSIgoEbG9hZBgCIAEoCzIULmxsbWd3LnYxLkVuZ2luZUxvYWQSGwoTcmVwb3J0ZWRfYXRfdW5peF9tcxgDIAEoAyJgChBSb3V0aW5nS2VlcGFsaXZlEg0KBWVwb2NoGAEgASgJEg8KB3ZlcnNpb24YAiABKAQSFwoPc2VudF9hdF91bml4X21zGAMgASgDEhMKC2ludGVydmFsX21zGAQgASgNIn0KFVJlcG9ydEluRmxpZ2h0UmVxdWVzdBIRCglyb3V0ZXJfaWQYASABKAkSDQoFZXBvY2gYAiABKAkSFQoNc3RhdGVfdmVyc2lvbhgDIAEoBBIrCghkcmFpbmluZxgEIAMoCzIZLmxsbWd3LnYxLlJlcGxpY2FJbkZsaWdodCI4Cg9SZXBsaWNhSW5GbGlnaHQSEgoKcmVwbGljYV9pZBgBIAEoCRIRCglpbl9mbGlnaHQYAiABKA0iGAoWUmVwb3J0SW5GbGlnaHRSZXNwb25zZSJhChJSZXBvcnRVc2FnZVJlcXVlc3QSEQoJcm91dGVyX2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJEiYKB3JlY29yZHMYAyADKAsyFS5sbG1ndy52MS5Vc2FnZVJlY29yZCL8AQoLVXNhZ2VSZWNvcmQSFgoObWludXRlX3VuaXhfbXMYASABKAMSDgoGa2V5X2lkGAIgASgJEg4KBnRlbmFudBgDIAEoCRINCgVtb2RlbBgEIAEoCRIQCghyZXF1ZXN0cxgFIAEoBBIVCg1wcm9tcHRfdG9rZW5zGAYgASgEEhUKDWNhY2hlZF90b2tlbnMYByABKAQSGQoRY29tcGxldGlvbl90b2tlbnMYCCABKAQSGAoQZ3B1X21pbGxpc2Vjb25kcxgJIAEoBBIaChJlc3RpbWF0ZWRfcmVxdWVzdHMYCiABKAQSFQoNcmVmdXNlZF91c2FnZRgLIAEoBCJsChNSZXBvcnRVc2FnZVJlc3BvbnNlEhEKCWR1cGxpY2F0ZRgBIAEoCBIrCglzdGFuZGluZ3MYAiADKAsyGC5sbG1ndy52MS5CdWRnZXRTdGFuZGluZxIVCg1hc19vZl91bml4X21zGAMgASgDIpoBCg5CdWRnZXRTdGFuZGluZxIOCgZ0ZW5hbnQYASABKAkSDgoGa2V5X2lkGAIgASgJEiYKBnBlcmlvZBgDIAEoDjIWLmxsbWd3LnYxLkJ1ZGdldFBlcmlvZBINCgVtb2RlbBgEIAEoCRIcChRwZXJpb2Rfc3RhcnRfdW5peF9tcxgFIAEoAxITCgt1c2VkX3Rva2VucxgGIAEoBCp9ChJSb3V0ZWRSZXBsaWNhU3RhdGUSJAogUk9VVEVEX1JFUExJQ0FfU1RBVEVfVU5TUEVDSUZJRUQQABIeChpST1VURURfUkVQTElDQV9TVEFURV9SRUFEWRABEiEKHVJPVVRFRF9SRVBMSUNBX1NUQVRFX0RSQUlOSU5HEAIygQIKDVJvdXRlclNlcnZpY2USTwoMV2F0Y2hSb3V0aW5nEh0ubGxtZ3cudjEuV2F0Y2hSb3V0aW5nUmVxdWVzdBoeLmxsbWd3LnYxLldhdGNoUm91dGluZ1Jlc3BvbnNlMAESUwoOUmVwb3J0SW5GbGlnaHQSHy5sbG1ndy52MS5SZXBvcnRJbkZsaWdodFJlcXVlc3QaIC5sbG1ndy52MS5SZXBvcnRJbkZsaWdodFJlc3BvbnNlEkoKC1JlcG9ydFVzYWdlEhwubGxtZ3cudjEuUmVwb3J0VXNhZ2VSZXF1ZXN0Gh0ubGxtZ3cudjEuUmVwb3J0VXNhZ2VSZXNwb25zZWIGcHJvdG8z", [file_llmgw_v1_cluster, file_llmgw_v1_deployment]);
 
 /**
  * @generated from message llmgw.v1.WatchRoutingRequest
@@ -153,6 +155,11 @@ export type RoutingSnapshot = Message<"llmgw.v1.RoutingSnapshot"> & {
    * @generated from field: int64 sent_at_unix_ms = 7;
    */
   sentAtUnixMs: bigint;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TenantGrant tenants = 8;
+   */
+  tenants: TenantGrant[];
 };
 
 /**
@@ -229,6 +236,18 @@ export type RoutingDelta = Message<"llmgw.v1.RoutingDelta"> & {
    * @generated from field: int64 sent_at_unix_ms = 10;
    */
   sentAtUnixMs: bigint;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TenantGrant upserted_tenants = 11;
+   */
+  upsertedTenants: TenantGrant[];
+
+  /**
+   * Tenant names deleted.
+   *
+   * @generated from field: repeated string removed_tenants = 12;
+   */
+  removedTenants: string[];
 };
 
 /**
@@ -274,6 +293,14 @@ export type RoutedModel = Message<"llmgw.v1.RoutedModel"> & {
    * @generated from field: string tokenizer = 5;
    */
   tokenizer: string;
+
+  /**
+   * The engine schedules by a request's `priority` field (vLLM's `--scheduling-policy
+   * priority`): routers set it from the request's priority class.
+   *
+   * @generated from field: bool engine_priority = 6;
+   */
+  enginePriority: boolean;
 };
 
 /**
@@ -408,6 +435,25 @@ export type KeyGrant = Message<"llmgw.v1.KeyGrant"> & {
    * @generated from field: optional uint32 max_concurrency = 7;
    */
   maxConcurrency?: number | undefined;
+
+  /**
+   * Owning tenant; empty: none.
+   *
+   * @generated from field: string tenant = 8;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TokenBudget budgets = 9;
+   */
+  budgets: TokenBudget[];
+
+  /**
+   * Unspecified: the tenant's, else standard.
+   *
+   * @generated from field: llmgw.v1.PriorityClass priority = 10;
+   */
+  priority: PriorityClass;
 };
 
 /**
@@ -416,6 +462,59 @@ export type KeyGrant = Message<"llmgw.v1.KeyGrant"> & {
  */
 export const KeyGrantSchema: GenMessage<KeyGrant> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_router, 6);
+
+/**
+ * A tenant as routers enforce it. Rates and concurrency are cluster-wide: each router enforces
+ * its share. Budgets are cluster-wide too: routers learn what each has used from
+ * `ReportUsageResponse`.
+ *
+ * @generated from message llmgw.v1.TenantGrant
+ */
+export type TenantGrant = Message<"llmgw.v1.TenantGrant"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: optional uint32 requests_per_minute = 2;
+   */
+  requestsPerMinute?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 tokens_per_minute = 3;
+   */
+  tokensPerMinute?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 max_concurrency = 4;
+   */
+  maxConcurrency?: number | undefined;
+
+  /**
+   * @generated from field: repeated llmgw.v1.TokenBudget budgets = 5;
+   */
+  budgets: TokenBudget[];
+
+  /**
+   * @generated from field: llmgw.v1.PriorityClass priority = 6;
+   */
+  priority: PriorityClass;
+
+  /**
+   * 1–1000.
+   *
+   * @generated from field: uint32 weight = 7;
+   */
+  weight: number;
+};
+
+/**
+ * Describes the message llmgw.v1.TenantGrant.
+ * Use `create(TenantGrantSchema)` to create a new message.
+ */
+export const TenantGrantSchema: GenMessage<TenantGrant> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 7);
 
 /**
  * Fresh engine load for some replicas. Never bumps the version; applies to any replica the
@@ -440,7 +539,7 @@ export type LoadUpdate = Message<"llmgw.v1.LoadUpdate"> & {
  * Use `create(LoadUpdateSchema)` to create a new message.
  */
 export const LoadUpdateSchema: GenMessage<LoadUpdate> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 7);
+  messageDesc(file_llmgw_v1_router, 8);
 
 /**
  * @generated from message llmgw.v1.ReplicaLoadSample
@@ -469,7 +568,7 @@ export type ReplicaLoadSample = Message<"llmgw.v1.ReplicaLoadSample"> & {
  * Use `create(ReplicaLoadSampleSchema)` to create a new message.
  */
 export const ReplicaLoadSampleSchema: GenMessage<ReplicaLoadSample> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 8);
+  messageDesc(file_llmgw_v1_router, 9);
 
 /**
  * Sent when nothing else was for a while, so that a router tells a quiet stream from a dead one.
@@ -505,7 +604,7 @@ export type RoutingKeepalive = Message<"llmgw.v1.RoutingKeepalive"> & {
  * Use `create(RoutingKeepaliveSchema)` to create a new message.
  */
 export const RoutingKeepaliveSchema: GenMessage<RoutingKeepalive> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 9);
+  messageDesc(file_llmgw_v1_router, 10);
 
 /**
  * @generated from message llmgw.v1.ReportInFlightRequest
@@ -541,7 +640,7 @@ export type ReportInFlightRequest = Message<"llmgw.v1.ReportInFlightRequest"> & 
  * Use `create(ReportInFlightRequestSchema)` to create a new message.
  */
 export const ReportInFlightRequestSchema: GenMessage<ReportInFlightRequest> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 10);
+  messageDesc(file_llmgw_v1_router, 11);
 
 /**
  * @generated from message llmgw.v1.ReplicaInFlight
@@ -563,7 +662,7 @@ export type ReplicaInFlight = Message<"llmgw.v1.ReplicaInFlight"> & {
  * Use `create(ReplicaInFlightSchema)` to create a new message.
  */
 export const ReplicaInFlightSchema: GenMessage<ReplicaInFlight> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 11);
+  messageDesc(file_llmgw_v1_router, 12);
 
 /**
  * @generated from message llmgw.v1.ReportInFlightResponse
@@ -576,7 +675,200 @@ export type ReportInFlightResponse = Message<"llmgw.v1.ReportInFlightResponse"> 
  * Use `create(ReportInFlightResponseSchema)` to create a new message.
  */
 export const ReportInFlightResponseSchema: GenMessage<ReportInFlightResponse> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_router, 12);
+  messageDesc(file_llmgw_v1_router, 13);
+
+/**
+ * @generated from message llmgw.v1.ReportUsageRequest
+ */
+export type ReportUsageRequest = Message<"llmgw.v1.ReportUsageRequest"> & {
+  /**
+   * @generated from field: string router_id = 1;
+   */
+  routerId: string;
+
+  /**
+   * Unique per batch (the router's id and a sequence number, or a random id), kept by the
+   * router until acknowledged.
+   *
+   * @generated from field: string batch_id = 2;
+   */
+  batchId: string;
+
+  /**
+   * At most 10,000.
+   *
+   * @generated from field: repeated llmgw.v1.UsageRecord records = 3;
+   */
+  records: UsageRecord[];
+};
+
+/**
+ * Describes the message llmgw.v1.ReportUsageRequest.
+ * Use `create(ReportUsageRequestSchema)` to create a new message.
+ */
+export const ReportUsageRequestSchema: GenMessage<ReportUsageRequest> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 14);
+
+/**
+ * Usage summed over one minute for one key and model, as one router saw it.
+ *
+ * @generated from message llmgw.v1.UsageRecord
+ */
+export type UsageRecord = Message<"llmgw.v1.UsageRecord"> & {
+  /**
+   * Start of the UTC minute.
+   *
+   * @generated from field: int64 minute_unix_ms = 1;
+   */
+  minuteUnixMs: bigint;
+
+  /**
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * The key's tenant then; empty: none.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string model = 4;
+   */
+  model: string;
+
+  /**
+   * @generated from field: uint64 requests = 5;
+   */
+  requests: bigint;
+
+  /**
+   * @generated from field: uint64 prompt_tokens = 6;
+   */
+  promptTokens: bigint;
+
+  /**
+   * @generated from field: uint64 cached_tokens = 7;
+   */
+  cachedTokens: bigint;
+
+  /**
+   * @generated from field: uint64 completion_tokens = 8;
+   */
+  completionTokens: bigint;
+
+  /**
+   * Each request's share of its replica's GPUs over its duration, in GPU-milliseconds.
+   *
+   * @generated from field: uint64 gpu_milliseconds = 9;
+   */
+  gpuMilliseconds: bigint;
+
+  /**
+   * Requests charged an estimate: cut short, or the engine reported no usage.
+   *
+   * @generated from field: uint64 estimated_requests = 10;
+   */
+  estimatedRequests: bigint;
+
+  /**
+   * Answers whose reported usage was refused (negative, fractional, absurd).
+   *
+   * @generated from field: uint64 refused_usage = 11;
+   */
+  refusedUsage: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.UsageRecord.
+ * Use `create(UsageRecordSchema)` to create a new message.
+ */
+export const UsageRecordSchema: GenMessage<UsageRecord> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 15);
+
+/**
+ * @generated from message llmgw.v1.ReportUsageResponse
+ */
+export type ReportUsageResponse = Message<"llmgw.v1.ReportUsageResponse"> & {
+  /**
+   * The batch id was stored before: nothing was counted this time.
+   *
+   * @generated from field: bool duplicate = 1;
+   */
+  duplicate: boolean;
+
+  /**
+   * Tokens used in the current period of every budget of every tenant and key, cluster-wide,
+   * as stored when answering.
+   *
+   * @generated from field: repeated llmgw.v1.BudgetStanding standings = 2;
+   */
+  standings: BudgetStanding[];
+
+  /**
+   * @generated from field: int64 as_of_unix_ms = 3;
+   */
+  asOfUnixMs: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.ReportUsageResponse.
+ * Use `create(ReportUsageResponseSchema)` to create a new message.
+ */
+export const ReportUsageResponseSchema: GenMessage<ReportUsageResponse> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 16);
+
+/**
+ * @generated from message llmgw.v1.BudgetStanding
+ */
+export type BudgetStanding = Message<"llmgw.v1.BudgetStanding"> & {
+  /**
+   * Set for a tenant's budget.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * Set for a key's budget.
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * @generated from field: llmgw.v1.BudgetPeriod period = 3;
+   */
+  period: BudgetPeriod;
+
+  /**
+   * Empty: every model together.
+   *
+   * @generated from field: string model = 4;
+   */
+  model: string;
+
+  /**
+   * Start of the UTC day or month.
+   *
+   * @generated from field: int64 period_start_unix_ms = 5;
+   */
+  periodStartUnixMs: bigint;
+
+  /**
+   * @generated from field: uint64 used_tokens = 6;
+   */
+  usedTokens: bigint;
+};
+
+/**
+ * Describes the message llmgw.v1.BudgetStanding.
+ * Use `create(BudgetStandingSchema)` to create a new message.
+ */
+export const BudgetStandingSchema: GenMessage<BudgetStanding> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_router, 17);
 
 /**
  * Routing state of one replica, as routers see it.
@@ -641,6 +933,19 @@ export const RouterService: GenService<{
     methodKind: "unary";
     input: typeof ReportInFlightRequestSchema;
     output: typeof ReportInFlightResponseSchema;
+  },
+  /**
+   * A batch of usage records (sums per minute, key and model). Answered once the batch is
+   * stored; a batch id already stored is acknowledged without counting it again, so a router
+   * sends a batch until it is acknowledged, across its own restarts. The answer carries what
+   * every budget has used so far, cluster-wide.
+   *
+   * @generated from rpc llmgw.v1.RouterService.ReportUsage
+   */
+  reportUsage: {
+    methodKind: "unary";
+    input: typeof ReportUsageRequestSchema;
+    output: typeof ReportUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_router, 0);
