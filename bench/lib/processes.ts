@@ -19,18 +19,20 @@
 // The control plane does not export its router listener from the package root (only `.`,
 // `./testing`, `./client`), so the bench reaches for the module directly.
 
+import { createHash } from "node:crypto";
 import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { createKvBlockFeed, type KvBlockFeed, startKvCacheServer } from "@llmgw/kv-events";
 import { createMetricsRegistry } from "@llmgw/metrics-collector";
 import { extractEngineLoad, parsePrometheusText } from "@llmgw/readiness";
-import type { RoutingPolicy, ScoringOptions } from "@llmgw/router";
+import type { KeyGrant, RoutingPolicy, ScoringOptions, TenantGrant } from "@llmgw/router";
 import { createManualRoutingFeed, type ManualRoutingFeed } from "@llmgw/router/testing";
 import { type RunningRouter, startRouter } from "@llmgw/router-server";
 import { monitorLoopDelay } from "./loop-delay.js";
 
 /**
- * What the `router` role serves: one model over the given engines, no auth, and the
- * `llmgw_router_*` Prometheus families recorded as the control plane records them.
+ * What the `router` role serves: one model over the given engines, no auth unless `auth`
+ * grants keys, and the `llmgw_router_*` Prometheus families recorded as the control plane
+ * records them.
  */
 export interface RouterChildConfig {
   readonly model: string;
@@ -56,6 +58,36 @@ export interface RouterChildConfig {
   readonly sessionHeader?: string;
   /** Scoring options of the `llmgw` policy (default: the router's defaults). */
   readonly scoring?: ScoringOptions;
+  /**
+   * API keys and tenants, as the control plane grants them: auth on (without it, `noAuth`),
+   * every key a grant holding the sha256 of its secret.
+   */
+  readonly auth?: RouterChildAuth;
+  /** Per-deployment admission queue length (default 8192: the benches' loads never queue). */
+  readonly maxQueueLength?: number;
+  /** Longest admission wait, ms (default: the router's, 30 000). */
+  readonly queueTimeoutMs?: number;
+  /**
+   * Record each answered request's usage and report it to the feed (default true, as
+   * shipped); false is `startRouter`'s `recordUsage: false`, the baseline of what accounting
+   * costs.
+   */
+  readonly recordUsage?: boolean;
+}
+
+/** One API key of a {@link RouterChildAuth}: its grant, by its secret. */
+export interface RouterChildKey extends Omit<KeyGrant, "secretSha256"> {
+  /**
+   * What clients send as `Authorization: Bearer <secret>`. A bench's throwaway key, so it may
+   * travel in the child's argv; the grant holds only its sha256.
+   */
+  readonly secret: string;
+}
+
+/** Keys and tenants of a `router` child (see {@link RouterChildConfig.auth}). */
+export interface RouterChildAuth {
+  readonly keys: readonly RouterChildKey[];
+  readonly tenants?: readonly TenantGrant[];
 }
 
 /**
@@ -464,7 +496,13 @@ if (role === "trivial") {
           ...(kvEventsUrl === undefined ? {} : { kvEventsUrl }),
         };
       }),
-      keys: [],
+      keys: (config.auth?.keys ?? []).map(
+        ({ secret, ...grant }): KeyGrant => ({
+          ...grant,
+          secretSha256: createHash("sha256").update(secret).digest("hex"),
+        }),
+      ),
+      ...(config.auth?.tenants === undefined ? {} : { tenants: config.auth.tenants }),
       routers: config.routers ?? 1,
       sentAtMs: Date.now(),
     });
@@ -475,10 +513,12 @@ if (role === "trivial") {
       listen: `127.0.0.1:${port}`,
       // Every request updates the router's metric families, as in production.
       registry: createMetricsRegistry(),
+      ...(config.recordUsage === false ? { recordUsage: false } : {}),
       router: {
-        noAuth: true,
+        noAuth: config.auth === undefined,
         maxBodyBytes: 16 * 1024 * 1024,
-        maxQueueLength: 8192,
+        maxQueueLength: config.maxQueueLength ?? 8192,
+        ...(config.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: config.queueTimeoutMs }),
         ...(config.sessionHeader === undefined ? {} : { sessionHeader: config.sessionHeader }),
         ...(config.scoring === undefined ? {} : { picker: { scoring: config.scoring } }),
       },

@@ -17,13 +17,16 @@ describe("bench/router/run.ts --quick", () => {
 
   it("refuses an unknown --only workload or --upstream before starting anything", async () => {
     const script = new URL("./run.ts", import.meta.url);
-    const [only, upstream] = await Promise.all([
+    const [only, upstream, limits] = await Promise.all([
       runQuick(script, 60_000, ["--only", "chat,nope"]),
       runQuick(script, 60_000, ["--upstream", "nginx"]),
+      runQuick(script, 60_000, ["--limits-workloads", "chat-paced,nope"]),
     ]);
     expect(only.code).not.toBe(0);
     expect(only.stderr).toContain("--only: no such workload nope");
     expect(upstream.code).not.toBe(0);
     expect(upstream.stderr).toContain("--upstream nginx: expected sim or trivial");
+    expect(limits.code).not.toBe(0);
+    expect(limits.stderr).toContain("--limits-workloads: no such workload nope");
   }, 90_000);
 });

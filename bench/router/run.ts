@@ -5,7 +5,12 @@ import { parseArgs } from "node:util";
 import { type BenchChild, findBinary, loadAverage, startBenchChild } from "../lib/children.js";
 import { defaultGenerator, type LoadResult, median, runLoad } from "../lib/load.js";
 import { createPlacer, pinSelf, planPlacement } from "../lib/placement.js";
-import type { RouterChildConfig, RouterReport, TrivialChildConfig } from "../lib/processes.js";
+import type {
+  RouterChildAuth,
+  RouterChildConfig,
+  RouterReport,
+  TrivialChildConfig,
+} from "../lib/processes.js";
 import { type RunningProxy, startNginx } from "../lib/proxies.js";
 import { printReport } from "../lib/report.js";
 import { formatTable } from "../lib/table.js";
@@ -27,6 +32,15 @@ const { values: flags } = parseArgs({
      * beside today's in the same rounds, and a goal compares their CPU per request.
      */
     "prev-tree": { type: "string" },
+    /**
+     * Workloads (comma-separated) on which two more routers run beside `llmgw`, to measure
+     * what tenant limits and usage accounting cost (issue 23): `llmgw-key`, API keys on with
+     * one plain key (no tenant, no limits) and accounting off (`recordUsage: false`), and
+     * `llmgw-tenant`, a key in a tenant with every limit set (generous: nothing is refused)
+     * and accounting on, as shipped. Default `chat-paced`, where the goal is judged; `none`
+     * runs neither.
+     */
+    "limits-workloads": { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -133,6 +147,45 @@ if (unknownWorkloads.length > 0)
 if (flags.upstream !== undefined && flags.upstream !== "sim" && flags.upstream !== "trivial")
   throw new Error(`--upstream ${flags.upstream}: expected sim or trivial`);
 const scenarios = allScenarios.filter((s) => only === undefined || only.includes(s.workload));
+const limitsWorkloads = new Set(
+  (flags["limits-workloads"] ?? "chat-paced")
+    .split(",")
+    .map((w) => w.trim())
+    .filter((w) => w !== "none" && w !== ""),
+);
+const unknownLimits = [...limitsWorkloads].filter(
+  (w) => !allScenarios.some((s) => s.workload === w),
+);
+if (unknownLimits.length > 0)
+  throw new Error(`--limits-workloads: no such workload ${unknownLimits.join(", ")}`);
+/**
+ * The keys of the `llmgw-key` and `llmgw-tenant` routers. Every limit of `llmgw-tenant` is
+ * far above what a run sends (4,000 req/s is 240k requests a minute), so each request pays
+ * for every check and charge and none is refused: key and tenant rpm, tpm and concurrency,
+ * and a day and a month budget at both levels.
+ */
+const limitsKeySecret = "sk-bench-router-limits";
+const generous = { rpm: 100_000_000, tpm: 1_000_000_000, maxConcurrency: 100_000 } as const;
+const generousBudgets = [
+  { period: "day" as const, tokens: 1e13 },
+  { period: "month" as const, tokens: 1e14 },
+];
+const plainKeyAuth: RouterChildAuth = {
+  keys: [{ secret: limitsKeySecret, id: "k-plain", name: "plain" }],
+};
+const tenantKeyAuth: RouterChildAuth = {
+  keys: [
+    {
+      secret: limitsKeySecret,
+      id: "k-tenant",
+      name: "tenant",
+      tenant: "bench",
+      ...generous,
+      budgets: generousBudgets,
+    },
+  ],
+  tenants: [{ name: "bench", weight: 1, ...generous, budgets: generousBudgets }],
+};
 const prevTree = flags["prev-tree"];
 if (prevTree !== undefined && !existsSync(join(prevTree, "bench/lib/processes.ts")))
   throw new Error(`--prev-tree ${prevTree}: no bench/lib/processes.ts there`);
@@ -199,6 +252,9 @@ try {
     readonly prevRouter?: BenchChild;
     /** The Node floor: a minimal Node proxy (see `floor` in processes.ts). */
     readonly floor: BenchChild;
+    /** `--limits-workloads`: a plain key, accounting off; a key in a tenant, limits on. */
+    readonly keyRouter?: BenchChild;
+    readonly tenantRouter?: BenchChild;
   }
   const upstreams = new Map<string, Upstream>();
   for (const s of scenarios) {
@@ -234,6 +290,22 @@ try {
       ? await startBenchChild("router", routerConfig, 60_000, { tree: prev.tree })
       : undefined;
     if (prevRouter) children.push(prevRouter);
+    const limited = scenarios.some((x) => upstreamOf(x) === key && limitsWorkloads.has(x.workload));
+    const keyRouter = limited
+      ? await startBenchChild("router", {
+          ...routerConfig,
+          auth: plainKeyAuth,
+          recordUsage: false,
+        } satisfies RouterChildConfig)
+      : undefined;
+    const tenantRouter = limited
+      ? await startBenchChild("router", {
+          ...routerConfig,
+          auth: tenantKeyAuth,
+        } satisfies RouterChildConfig)
+      : undefined;
+    if (keyRouter) children.push(keyRouter);
+    if (tenantRouter) children.push(tenantRouter);
     const floor = await startBenchChild("floor", { upstream: engine.url });
     children.push(floor);
     let proxy: RunningProxy | undefined;
@@ -246,12 +318,14 @@ try {
       router,
       floor,
       ...(prevRouter ? { prevRouter } : {}),
+      ...(keyRouter ? { keyRouter } : {}),
+      ...(tenantRouter ? { tenantRouter } : {}),
       ...(proxy ? { nginx: proxy } : {}),
     });
   }
 
   /** `pid`: the target's process, moved onto the measured core while it is measured. */
-  const targetsFor = (up: Upstream) => [
+  const targetsFor = (up: Upstream, s: Scenario) => [
     { name: "direct", url: up.engine.url, pid: undefined },
     ...(up.nginx ? [{ name: "nginx", url: up.nginx.url, pid: up.nginx.pid }] : []),
     { name: "node-floor", url: up.floor.url, pid: up.floor.proc.pid },
@@ -259,30 +333,45 @@ try {
     ...(up.prevRouter
       ? [{ name: "llmgw-prev", url: up.prevRouter.url, pid: up.prevRouter.proc.pid }]
       : []),
+    ...(up.keyRouter && up.tenantRouter && limitsWorkloads.has(s.workload)
+      ? [
+          { name: "llmgw-key", url: up.keyRouter.url, pid: up.keyRouter.proc.pid },
+          { name: "llmgw-tenant", url: up.tenantRouter.url, pid: up.tenantRouter.proc.pid },
+        ]
+      : []),
   ];
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
       const up = upstreams.get(upstreamOf(s))!;
-      const targets = targetsFor(up);
+      const targets = targetsFor(up, s);
       /** The Node processes that report loop delay and CPU. */
       const measured = (name: string): BenchChild | undefined =>
         name === "llmgw"
           ? up.router
           : name === "llmgw-prev"
             ? up.prevRouter
-            : name === "node-floor"
-              ? up.floor
-              : undefined;
+            : name === "llmgw-key"
+              ? up.keyRouter
+              : name === "llmgw-tenant"
+                ? up.tenantRouter
+                : name === "node-floor"
+                  ? up.floor
+                  : undefined;
       // Rotate the order each round so no target always runs first on a cold box.
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
+        const headers =
+          t.name === "llmgw-key" || t.name === "llmgw-tenant"
+            ? { headers: { authorization: `Bearer ${limitsKeySecret}` } }
+            : {};
         placer.promote(t.pid);
         await runLoad(generator, {
           url,
           body: s.body,
           connections: s.connections,
           seconds: warmupSeconds(run),
+          ...headers,
         });
         placer.promote(t.pid); // again: threads started during the warm-up inherited CPU 0 only
         const child = measured(t.name);
@@ -293,6 +382,7 @@ try {
           body: s.body,
           connections: s.connections,
           seconds,
+          ...headers,
         });
         const nginxCpu1 = t.name === "nginx" ? up.nginx?.cpuUs() : undefined;
         placer.demote(t.pid);
@@ -567,6 +657,64 @@ cpuGoal("chat-paced", quick ? 16 : 64, pacedLabel(chatPacedDelayMs));
 cpuGoal("chat", quick ? 16 : 64, closedLoop);
 cpuGoal("chat-sse", quick ? 16 : 64, closedLoop);
 
+/**
+ * Issue 23: what tenant limits and usage accounting add per request, `llmgw-tenant` against
+ * `llmgw-key` (the same router and key check, without limits or accounting), each figure
+ * compared within a round (the two measured seconds apart on the same upstream and core),
+ * median over rounds. A refused request would be cheap and flatter the CPU figure: the
+ * tenant's row must have no errors.
+ */
+const limitsVersusKey = scenarios.flatMap((s) => {
+  const at = (target: string) =>
+    samples.filter(
+      (x) => x.workload === s.workload && x.connections === s.connections && x.target === target,
+    );
+  const pairs = at("llmgw-tenant").flatMap((a) => {
+    const b = at("llmgw-key").find((x) => x.run === a.run);
+    return b === undefined ? [] : [{ a, b }];
+  });
+  if (pairs.length === 0) return [];
+  const cpuRatios = pairs.flatMap(({ a, b }) => {
+    const ca = cpuPerRequest(a);
+    const cb = cpuPerRequest(b);
+    return ca === undefined || cb === undefined || cb <= 0 ? [] : [ca / cb];
+  });
+  const p99Added = pairs.map(({ a, b }) => a.p99Ms - b.p99Ms);
+  const p50Added = pairs.map(({ a, b }) => a.p50Ms - b.p50Ms);
+  return [
+    {
+      workload: s.workload,
+      connections: s.connections,
+      tenantCpuUsPerReq: find(s.workload, s.connections, "llmgw-tenant")?.cpuUsPerReq,
+      keyCpuUsPerReq: find(s.workload, s.connections, "llmgw-key")?.cpuUsPerReq,
+      cpuRatio: median(cpuRatios),
+      cpuRatioRange: [Math.min(...cpuRatios), Math.max(...cpuRatios)] as [number, number],
+      addedP50Ms: median(p50Added),
+      addedP99Ms: median(p99Added),
+      addedP99RangeMs: [Math.min(...p99Added), Math.max(...p99Added)] as [number, number],
+      tenantErrors: find(s.workload, s.connections, "llmgw-tenant")?.errors ?? 0,
+    },
+  ];
+});
+const limitsGoal = (workload: string, connections: number, mode: string): void => {
+  const c = limitsVersusKey.find((x) => x.workload === workload && x.connections === connections);
+  if (c === undefined) return;
+  const rounds = (lo: number, hi: number, d: number): string =>
+    runs > 1 ? `, rounds ${f(lo, d)}…${f(hi, d)}` : "";
+  const refused = c.tenantErrors === 0 ? "" : `; ${c.tenantErrors} errors or refusals`;
+  goals.push({
+    goal: `tenant limits + accounting: CPU per request ≤ 1.05× a plain key's (${workload} c=${connections}) — ${mode}`,
+    measured: `${f(c.tenantCpuUsPerReq, 0)} vs ${f(c.keyCpuUsPerReq, 0)} µs/req: ${f(c.cpuRatio, 3)}×${rounds(...c.cpuRatioRange, 3)}${refused}`,
+    met: c.cpuRatio <= 1.05 && c.tenantErrors === 0,
+  });
+  goals.push({
+    goal: `tenant limits + accounting: p99 ≤ +0.2 ms over a plain key's (${workload} c=${connections}) — ${mode}`,
+    measured: `${c.addedP99Ms >= 0 ? "+" : ""}${f(c.addedP99Ms)} ms p99 (p50 ${c.addedP50Ms >= 0 ? "+" : ""}${f(c.addedP50Ms)})${rounds(...c.addedP99RangeMs, 2)}${refused}`,
+    met: c.addedP99Ms <= 0.2 && c.tenantErrors === 0,
+  });
+};
+limitsGoal("chat-paced", quick ? 16 : 64, pacedLabel(chatPacedDelayMs));
+
 const result = {
   bench: "router-overhead",
   mode: quick ? "quick" : "full",
@@ -582,6 +730,7 @@ const result = {
   ...(prev ? { prevRouter: prev } : {}),
   rows,
   cpuVersusPrev,
+  limitsVersusKey,
   goals,
   samples,
 };
@@ -590,5 +739,9 @@ console.log(
 );
 for (const s of skipped) console.log(`skipped ${s}`);
 if (prev) console.log(`llmgw-prev: the router of ${prev.commit} (${prev.tree})`);
+if (limitsVersusKey.length > 0)
+  console.log(
+    "llmgw-key: API keys on, one plain key, accounting off; llmgw-tenant: a key in a tenant with every limit (none reached) and accounting on",
+  );
 printReport("router", table, goals, result);
 process.exit(0);

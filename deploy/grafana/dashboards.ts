@@ -24,6 +24,8 @@ interface PanelSpec {
   /** Width in grid units (24 per row). Default 12. */
   w?: number;
   h?: number;
+  /** A dashboard variable: Grafana draws the panel once per selected value, side by side. */
+  repeat?: string;
 }
 
 interface Row {
@@ -97,6 +99,9 @@ function layout(rows: Row[]) {
         description: p.description,
         datasource: DS,
         gridPos: { x, y, w, h },
+        ...(p.repeat === undefined
+          ? {}
+          : { repeat: p.repeat, repeatDirection: "h", maxPerRow: Math.floor(24 / w) }),
         fieldConfig: {
           defaults: {
             unit: p.unit ?? "short",
@@ -436,7 +441,10 @@ function traffic() {
     "llmgw-traffic",
     "llmgw / Traffic",
     "Requests through the llmgw router: rates, latency, TTFT, admission queue, rejections, upstream errors, routing.",
-    [queryVar("model", "Model", "label_values(llmgw_router_requests_total, model)", true)],
+    [
+      queryVar("model", "Model", "label_values(llmgw_router_requests_total, model)", true),
+      queryVar("tenant", "Tenant", "label_values(llmgw_usage_requests_total, tenant)", true),
+    ],
     [
       {
         title: "Requests",
@@ -746,6 +754,75 @@ function traffic() {
             targets: [
               { expr: "llmgw_router_worker_pool_utilization_ratio", legend: "utilisation" },
               { expr: "llmgw_router_worker_pool_queue_size", legend: "queued tasks" },
+            ],
+          },
+        ],
+      },
+      {
+        title: "Usage per tenant",
+        panels: [
+          {
+            title: "Tokens: $tenant",
+            description:
+              "Tokens per second this tenant used, by model and type (cached tokens are part of prompt), from the usage batches the control plane stored. One panel per tenant selected; (none) is keys without a tenant.",
+            repeat: "tenant",
+            w: 8,
+            targets: [
+              {
+                expr: `sum by (model, type) (rate(llmgw_usage_tokens_total{tenant="$tenant", ${m}}[${RATE}]))`,
+                legend: "{{model}} {{type}}",
+              },
+            ],
+          },
+          {
+            title: "Tokens in the last 24 h by tenant",
+            description:
+              "Prompt + completion tokens per tenant over the last day, what day budgets count (budgets use the UTC day; `llmgw usage` has the exact figures).",
+            type: "bargauge",
+            targets: [
+              {
+                expr: `sum by (tenant) (increase(llmgw_usage_tokens_total{tenant=~"$tenant", type!="cached", ${m}}[1d]))`,
+                legend: "{{tenant}}",
+              },
+            ],
+          },
+          {
+            title: "Requests by tenant",
+            description: "Requests per second each tenant sent, all models.",
+            unit: "reqps",
+            stack: true,
+            targets: [
+              {
+                expr: `sum by (tenant) (rate(llmgw_usage_requests_total{tenant=~"$tenant", ${m}}[${RATE}]))`,
+                legend: "{{tenant}}",
+              },
+            ],
+          },
+          {
+            title: "GPUs used by tenant",
+            description:
+              "GPU-seconds per second: each request's share of its replica's GPUs over its duration, summed per tenant.",
+            stack: true,
+            targets: [
+              {
+                expr: `sum by (tenant) (rate(llmgw_usage_gpu_seconds_total{tenant=~"$tenant", ${m}}[${RATE}]))`,
+                legend: "{{tenant}}",
+              },
+            ],
+          },
+          {
+            title: "Estimated and refused usage",
+            description:
+              "Requests charged an estimate (cut short, or no usage from the engine) and answers whose reported usage was refused as implausible.",
+            targets: [
+              {
+                expr: `sum by (tenant) (rate(llmgw_usage_estimated_requests_total{tenant=~"$tenant", ${m}}[${RATE}]))`,
+                legend: "estimated {{tenant}}",
+              },
+              {
+                expr: `sum by (tenant) (rate(llmgw_usage_refused_total{tenant=~"$tenant", ${m}}[${RATE}]))`,
+                legend: "refused {{tenant}}",
+              },
             ],
           },
         ],

@@ -33,6 +33,11 @@ export const commands: Record<string, () => Promise<Command>> = {
   "keys create": async () => (await import("./commands/keys-create.js")).command,
   "keys list": async () => (await import("./commands/keys-list.js")).command,
   "keys revoke": async () => (await import("./commands/keys-revoke.js")).command,
+  "tenants create": async () => (await import("./commands/tenants-create.js")).command,
+  "tenants list": async () => (await import("./commands/tenants-list.js")).command,
+  "tenants update": async () => (await import("./commands/tenants-update.js")).command,
+  "tenants delete": async () => (await import("./commands/tenants-delete.js")).command,
   router: async () => (await import("./commands/router.js")).command,
   routers: async () => (await import("./commands/routers.js")).command,
+  usage: async () => (await import("./commands/usage.js")).command,
 };

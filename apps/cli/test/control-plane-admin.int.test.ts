@@ -178,7 +178,7 @@ describe("llmgw admin commands (built CLI)", () => {
     expect(secret).toMatch(/^sk-llmgw-[A-Za-z0-9_-]{43}$/);
     expect(cp.cluster.apiKeys.authenticate(secret)?.name).toBe("app");
     const listed = await llmgw(["keys", "list"]);
-    expect(listed.stdout).toMatch(/app\s+sk-llmgw-\S+…\s+chat\s+60\s+-\s+-/);
+    expect(listed.stdout).toMatch(/app\s+sk-llmgw-\S+…\s+chat\s+-\s+standard\s+60\s+-\s+-/);
     expect(listed.stdout).not.toContain(secret);
     const revoked = await llmgw(["keys", "revoke", "app"]);
     expect(revoked.stdout).toMatch(/^revoked API key app \(key_[0-9a-f]+\)/);

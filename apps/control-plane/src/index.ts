@@ -10,7 +10,7 @@ export {
   deploymentSpecFromProto,
   deploymentSpecToProto,
 } from "./convert/deployment.js";
-export { ApiKeys } from "./domain/api-keys.js";
+export { type ApiKeyInput, ApiKeys } from "./domain/api-keys.js";
 export {
   type ApiKeyGrant,
   type Clock,
@@ -43,6 +43,14 @@ export {
 } from "./domain/reconcile.js";
 export { aggregateReplicaState, replicaStateName } from "./domain/replica-state.js";
 export {
+  type TenantInput,
+  Tenants,
+  type TokenBudgetInput,
+  validateBudgets,
+  validatePriority,
+  validateTenantName,
+} from "./domain/tenants.js";
+export {
   DATA_DIR_FILES,
   type DataDir,
   hashSecret,
@@ -50,6 +58,17 @@ export {
   readToken,
   type TokenKind,
 } from "./domain/tokens.js";
+export {
+  type BudgetPeriodName,
+  type BudgetSpec,
+  type BudgetStandingData,
+  budgetSpecs,
+  ClusterUsage,
+  type ClusterUsageOptions,
+  MAX_USAGE_ROWS,
+  type UsageReport,
+  usageByTenantAndModel,
+} from "./domain/usage.js";
 export { ControlPlaneError, type ControlPlaneErrorCode, isControlPlaneError } from "./errors.js";
 export {
   createRoutingPublisher,
@@ -80,6 +99,15 @@ export {
   WATCH_ROUTING_LIMITS,
 } from "./rpc/router-service.js";
 export {
+  budgetStandingToProto,
+  GET_USAGE_LIMITS,
+  REPORT_USAGE_LIMITS,
+  usageReportToProto,
+  usageRowToProto,
+  validateGetUsageRequest,
+  validateReportUsageRequest,
+} from "./rpc/usage-requests.js";
+export {
   CONTROL_PLANE_VERSION,
   type ControlPlane,
   type ControlPlaneDeps,
@@ -101,7 +129,18 @@ export {
   openPostgresStore,
   redactStoreUrl,
 } from "./store/postgres-store.js";
-export { openSqliteStore, type SqliteStoreOptions } from "./store/sqlite-store.js";
+export {
+  exportUsage,
+  importUsage,
+  openPostgresUsageStore,
+  type PostgresUsageStoreOptions,
+} from "./store/postgres-usage-store.js";
+export {
+  openSqliteStore,
+  type SqliteStore,
+  type SqliteStoreOptions,
+} from "./store/sqlite-store.js";
+export { createSqliteUsageStore } from "./store/sqlite-usage-store.js";
 export type {
   ApiKeyRecord,
   ClusterStore,
@@ -111,5 +150,25 @@ export type {
   NodeRecord,
   PlacementRankRecord,
   PlacementRecord,
+  PriorityClassName,
   ReplicaStatusRecord,
+  TenantRecord,
+  TokenBudgetRecord,
 } from "./store/types.js";
+export {
+  bucketStart,
+  buildUsageDeltas,
+  DEFAULT_USAGE_RETENTION,
+  monthStart,
+  type UsageBatch,
+  type UsageBucket,
+  type UsageCounts,
+  type UsageExport,
+  type UsagePruneReport,
+  type UsageQuery,
+  type UsageRecordData,
+  type UsageRetention,
+  type UsageRollupDelta,
+  type UsageRollupRow,
+  type UsageStore,
+} from "./store/usage-store.js";

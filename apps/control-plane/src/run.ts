@@ -19,6 +19,8 @@ import {
   type ClusterView,
   createClusterCollector,
   createMetricsEndpoint,
+  createUsageMetrics,
+  type UsageMetrics,
 } from "@llmgw/metrics-collector";
 import { AgentService, ClusterService, RouterService } from "@llmgw/proto";
 import type { RoutingFeed, RoutingMessage } from "@llmgw/router";
@@ -29,7 +31,7 @@ import {
   startRouter,
 } from "@llmgw/router-server";
 import { schedule as defaultSchedule } from "@llmgw/scheduler";
-import { LLMGW_VERSION } from "@llmgw/wire";
+import { LLMGW_VERSION, usageAnswerFromProto, usageBatchToProto } from "@llmgw/wire";
 import { Registry } from "prom-client";
 import { createClusterView } from "./cluster-view.js";
 import {
@@ -42,6 +44,7 @@ import { type Clock, Cluster, type InventoryLookup } from "./domain/cluster.js";
 import type { ScheduleFn } from "./domain/reconcile.js";
 import { joinHostPort } from "./domain/replica-state.js";
 import { initDataDir } from "./domain/tokens.js";
+import { budgetSpecs, ClusterUsage, usageByTenantAndModel } from "./domain/usage.js";
 import { ControlPlaneError } from "./errors.js";
 import { createRoutingPublisher, type RoutingPublisher } from "./routing/publisher.js";
 import {
@@ -61,11 +64,14 @@ import {
   SERVED_BY_HEADER,
 } from "./rpc/errors.js";
 import { createRouterService, routerServiceContextValues } from "./rpc/router-service.js";
+import { usageReportToProto, validateReportUsageRequest } from "./rpc/usage-requests.js";
 import { type LeaderInfo, type LeaderLease, startLeaderLease } from "./store/postgres-lease.js";
 import { openPostgresDatabase, openPostgresStore } from "./store/postgres-store.js";
+import { openPostgresUsageStore } from "./store/postgres-usage-store.js";
 import { snapshotStore } from "./store/snapshot-store.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
+import type { UsageStore } from "./store/usage-store.js";
 import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
 import { type ConsoleHttp, createConsoleHttp } from "./ui/console-http.js";
 
@@ -114,6 +120,8 @@ export interface ControlPlane {
    */
   readonly cluster: Cluster;
   readonly store: ClusterStore;
+  /** The usage routers report (`ReportUsage`), of the current term like `cluster`. */
+  readonly usage: ClusterUsage;
   /** True while this instance leads (always over SQLite). */
   readonly leading: boolean;
   /** The leader lease over PostgreSQL; undefined over SQLite. */
@@ -226,6 +234,7 @@ export const FOLLOWER_READS: ReadonlySet<string> = new Set([
   "listDeployments",
   "listReplicas",
   "listApiKeys",
+  "listTenants",
   "listEvents",
   "getClusterStatus",
 ]);
@@ -284,6 +293,9 @@ function durableAnswers(store: ClusterStore): Interceptor {
 interface Term {
   readonly cluster: Cluster;
   readonly store: ClusterStore;
+  readonly usage: ClusterUsage;
+  /** Where `usage` lives: closed with the term (the SQLite one closes with the store). */
+  readonly usageStore: UsageStore;
   readonly routing: RoutingPublisher;
   readonly view: ClusterView;
   readonly handle: (req: IncomingMessage, res: ServerResponse) => void;
@@ -359,9 +371,21 @@ export async function startControlPlane(
     reportInFlight(report) {
       term?.cluster.reportInFlight(IN_PROCESS_ROUTER_ID, report);
     },
+    // The in-process router's usage, checked and stored as a remote router's batch is (the
+    // RPC itself refuses this router's reserved id). No term (not leading): refused, and the
+    // router keeps the batch for the next one.
+    async reportUsage(routerId, batch) {
+      const current = term;
+      if (current === undefined) throw new Error("this control plane does not lead now");
+      const request = usageBatchToProto(routerId, batch);
+      const report = await current.usage.report(validateReportUsageRequest(request, Date.now()));
+      return usageAnswerFromProto(usageReportToProto(report));
+    },
   };
   const readMaxBytes = 4 * 1024 * 1024;
   let selfUrl = "";
+  /** The `llmgw_usage_*` families: cumulative over this process's terms. */
+  let usageMetrics: UsageMetrics | undefined;
 
   const clusterOptions = (store: ClusterStore) => ({
     store,
@@ -402,7 +426,11 @@ export async function startControlPlane(
     return instances;
   };
 
-  const startTerm = (store: ClusterStore, inventories?: InventoryLookup): Term => {
+  const startTerm = (
+    store: ClusterStore,
+    usageStore: UsageStore,
+    inventories?: InventoryLookup,
+  ): Term => {
     const shutdown = new AbortController();
     const cluster = new Cluster({
       ...clusterOptions(store),
@@ -413,6 +441,26 @@ export async function startControlPlane(
           if (!shutdown.signal.aborted) run();
         });
       },
+    });
+    const usage = new ClusterUsage({
+      store: usageStore,
+      clock,
+      budgets: budgetSpecs(
+        () => cluster.routingTenants(),
+        () => cluster.routingKeys(),
+      ),
+      onStored: (records) => {
+        for (const { tenant, model, counts } of usageByTenantAndModel(records)) {
+          // A tenant deleted since (or never defined) is one series, not one per name.
+          const known = tenant === "" || cluster.tenants.get(tenant) !== undefined;
+          usageMetrics?.add(known ? tenant : "other", model, counts);
+        }
+      },
+      log,
+    });
+    // Standings ready before the first batch; a failure is retried by the first batch.
+    usage.load().catch((error: unknown) => {
+      log(`usage: cannot load this month's totals yet: ${(error as Error).message}`);
     });
     const routing = createRoutingPublisher(cluster, {
       routers,
@@ -452,6 +500,7 @@ export async function startControlPlane(
             flushRouting: () => routing.flush(),
             store: storeKind,
             controlPlanes,
+            usage,
           }),
         );
         r.service(
@@ -461,13 +510,18 @@ export async function startControlPlane(
             maxQueued: resolved.routingMaxQueued,
             keepaliveMs: resolved.routingKeepaliveMs,
             onInFlight: (routerId, report) => cluster.reportInFlight(routerId, report),
+            onUsage: (batch) => usage.report(batch),
+            now: () => clock.now(),
           }),
         );
         answerMalformedRequestsAsInvalidArgument(r);
       },
     });
     const timer = setInterval(
-      () => cluster.tick(),
+      () => {
+        cluster.tick();
+        usage.tick();
+      },
       Math.max(50, Math.min(1_000, resolved.heartbeatIntervalMs / 2)),
     );
     timer.unref();
@@ -475,6 +529,8 @@ export async function startControlPlane(
     return {
       cluster,
       store,
+      usage,
+      usageStore,
       routing,
       view: createClusterView(cluster, routers),
       handle: (req, res) => {
@@ -496,6 +552,11 @@ export async function startControlPlane(
     }
     ended.routing.close();
     ended.store.close();
+    const { usage, usageStore } = ended;
+    void usage
+      .close()
+      .then(() => usageStore.close())
+      .catch((error: unknown) => log(`usage: closing the store: ${(error as Error).message}`));
   };
 
   /** While following over PostgreSQL: the state as last read, for reads. */
@@ -519,8 +580,9 @@ export async function startControlPlane(
   });
 
   try {
-    if (sqlite !== undefined) term = startTerm(sqlite);
+    if (sqlite !== undefined) term = startTerm(sqlite, sqlite.usage);
     const registry = deps.registry ?? new Registry();
+    usageMetrics = createUsageMetrics(registry);
     // Cluster families are rendered straight to text at scrape time (76k samples at 1,000
     // nodes × 8 GPUs: half the CPU of going through prom-client); router families stay on
     // the registry. A follower exports none: it holds no cluster state.
@@ -732,10 +794,19 @@ export async function startControlPlane(
                 store.close();
                 return;
               }
+              const usageStore = openPostgresUsageStore({
+                database,
+                writer,
+                onFenced: (error) => {
+                  log(error.message);
+                  void lease?.resign(error.message);
+                },
+              });
               try {
-                term = startTerm(store, inventories);
+                term = startTerm(store, usageStore, inventories);
               } catch (error) {
                 store.close();
+                void usageStore.close();
                 log(`cannot lead: ${(error as Error).message}`);
                 void lease?.resign((error as Error).message);
                 return;
@@ -775,6 +846,9 @@ export async function startControlPlane(
       },
       get store() {
         return current().store;
+      },
+      get usage() {
+        return current().usage;
       },
       get routing() {
         return current().routing;

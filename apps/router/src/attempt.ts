@@ -3,6 +3,7 @@ import {
   countEventEnds,
   type PickDecision,
   type UpstreamErrorKind,
+  UsageEventFilter,
   usageTail,
 } from "@llmgw/router";
 import { errorCode } from "./error-code.js";
@@ -87,6 +88,10 @@ export class Attempt implements UpstreamHandler {
   /** A JSON answer that arrived whole in its first chunk, held for `res.end(chunk)`. */
   #whole: Buffer | undefined;
   #settled = false;
+  /** Takes the usage event the router asked for out of the stream (`Exchange.hideUsage`). */
+  #usageFilter: UsageEventFilter | undefined;
+  /** This try's start mark in its replica's GPU shares (see `GpuShares`). */
+  #gpuMark = 0;
 
   constructor(
     x: Exchange,
@@ -135,7 +140,15 @@ export class Attempt implements UpstreamHandler {
       replica.authorization ??
       (replica.apiKey === undefined ? undefined : `Bearer ${replica.apiKey}`);
     if (authorization !== undefined) headers.authorization = authorization;
-    pool.dispatch({ path, method: "POST", headers, body: x.body }, this);
+    if (x.core.usage !== undefined) {
+      this.#gpuMark = x.core.gpuShares.start(
+        replica.id,
+        replica.gpus ?? 0,
+        this.#sentAt,
+        replica.load?.running,
+      );
+    }
+    pool.dispatch({ path, method: "POST", headers, body: x.upstreamBody }, this);
   }
 
   onConnect(abort: (reason: Error) => void): void {
@@ -184,6 +197,7 @@ export class Attempt implements UpstreamHandler {
     if (sse) {
       outHeaders["cache-control"] = "no-cache";
       outHeaders["x-accel-buffering"] = "no";
+      if (x.hideUsage) this.#usageFilter = new UsageEventFilter();
     }
     x.res.writeHead(status, outHeaders);
     if (sse) x.res.flushHeaders();
@@ -213,7 +227,8 @@ export class Attempt implements UpstreamHandler {
       this.#whole = chunk;
       return true;
     }
-    if (x.res.write(chunk)) return true;
+    const out = this.#usageFilter === undefined ? chunk : this.#usageFilter.push(chunk);
+    if (out.length === 0 || x.res.write(out)) return true;
     if (this.#onDrain === undefined) {
       const onDrain = (): void => this.#resume?.();
       this.#onDrain = onDrain;
@@ -233,8 +248,10 @@ export class Attempt implements UpstreamHandler {
       return;
     }
     x.core.metrics.bytes(x.model, x.endpoint, "out", this.#sent);
-    if (this.#whole === undefined) x.res.end();
-    else x.res.end(this.#whole);
+    const held = this.#usageFilter?.end();
+    if (this.#whole !== undefined) x.res.end(this.#whole);
+    else if (held !== undefined) x.res.end(held);
+    else x.res.end();
     x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
     this.#settle({ kind: "done" });
   }
@@ -285,6 +302,8 @@ export class Attempt implements UpstreamHandler {
         FAILURE_HTTP.upstreamUnavailable,
         `replica ${replicaId} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
       );
+      const held = this.#usageFilter?.end();
+      if (held !== undefined) x.res.write(held);
       x.res.end(`data: ${event}\n\n`);
     } else {
       x.res.destroy();
@@ -329,6 +348,11 @@ export class Attempt implements UpstreamHandler {
     }
     if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
     this.#prefillDone();
+    if (x.core.usage !== undefined) {
+      const held = x.core.gpuShares.end(this.#replicaId, this.#gpuMark, performance.now());
+      // A try that never reached the engine held nothing there.
+      if (this.#responding) x.gpuMs += held;
+    }
     const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
     // The admission slot this request holds counted as capacity while it ran on a draining
     // replica; that capacity goes now, before `attemptEnded` frees the slot, so nothing queued

@@ -8,16 +8,22 @@ import {
   type AbortSignalLike,
   type AdmissionOutcome,
   type ApiKeyInfo,
+  appendMembers,
   DEFAULT_COMPLETION_TOKEN_ESTIMATE,
-  type KeyLease,
+  type LimitLease,
+  type LimitNever,
+  type LimitReason,
+  type LimitRefusal,
   MAX_HINT_LENGTH,
   type PickDecision,
   type PreciseFallbackReason,
+  type PriorityClass,
   type ReplicaRoute,
   type RequestAnalysis,
   type RequestHint,
+  type RequestUsage,
   type RouteResolution,
-  readUsageCount,
+  readAnswerUsage,
 } from "@llmgw/router";
 import { Attempt, type AttemptResult } from "./attempt.js";
 import { errorCode } from "./error-code.js";
@@ -45,6 +51,46 @@ function hintOf(
   };
 }
 const NONE_TRIED: ReadonlySet<string> = new Set();
+
+/**
+ * A class as vLLM's `priority` field (`--scheduling-policy priority`: lower values are
+ * scheduled first, and may preempt higher ones).
+ */
+const ENGINE_PRIORITY: Readonly<Record<PriorityClass, number>> = {
+  critical: 0,
+  standard: 1,
+  batch: 2,
+};
+
+const LIMIT_NAMES: Readonly<Record<LimitReason, string>> = {
+  "key-rpm": "rpm",
+  "key-tpm": "tpm",
+  "key-concurrency": "max-concurrency",
+  "key-budget": "token budget",
+  "tenant-rpm": "rpm",
+  "tenant-tpm": "tpm",
+  "tenant-concurrency": "max-concurrency",
+  "tenant-budget": "token budget",
+};
+
+/** The message of a 429 for a key's or its tenant's limit. */
+function limitMessage(key: ApiKeyInfo, limit: LimitRefusal | LimitNever): string {
+  const who = limit.reason.startsWith("key-")
+    ? `API key ${key.name}`
+    : `tenant ${key.tenant?.name ?? ""}`;
+  const b = limit.budget;
+  const what =
+    b === undefined
+      ? LIMIT_NAMES[limit.reason]
+      : `${b.period === "day" ? "daily" : "monthly"} token budget${b.model === undefined ? "" : ` for model ${b.model}`}`;
+  if (limit.retryAfterSeconds === undefined) {
+    // No Retry-After: no wait would ever admit it.
+    return `request reserves ${limit.reserved} tokens, more than ${who}'s ${what} of ${limit.limit}; lower max_tokens / max_completion_tokens (or n / best_of)`;
+  }
+  return b === undefined
+    ? `${who} exceeded its ${what} limit`
+    : `${who} used up its ${what} of ${b.tokens} tokens; it renews at the next UTC ${b.period === "day" ? "midnight" : "month"}`;
+}
 
 /**
  * Fires once when the client goes away. Stands in for a per-request `AbortController`, whose
@@ -117,6 +163,7 @@ export function answerError(
       ...(error.retryAfterSeconds === undefined
         ? {}
         : { retryAfterSeconds: error.retryAfterSeconds }),
+      ...(spec.status === 429 ? { limit: error.reason } : {}),
     });
     return;
   }
@@ -171,12 +218,26 @@ export class Exchange {
    * already bounds the answer, and counting would be one more pass over every byte.
    */
   countEvents = false;
+  /**
+   * The body sent upstream: {@link body}, or a copy with members the router added (see
+   * {@link upstreamBodyOf}). Set before the first attempt.
+   */
+  upstreamBody!: Uint8Array;
+  /**
+   * Whether the router asked the engine for a stream's usage the client did not ask for: the
+   * attempt takes that event out of what the client receives.
+   */
+  hideUsage = false;
+  /** GPU-ms this request held, over its attempts (see `GpuShares`). */
+  gpuMs = 0;
+  /** What the answer used, once settled (see {@link settleUsage}). */
+  #used: RequestUsage | undefined;
   /** Whether every attempt so far was refused for the router's engine key. */
   #keyRefusedOnly = true;
   /** Replicas that failed before answering. */
   #tried: Set<string> | undefined;
   /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
-  #lease: KeyLease | undefined;
+  #lease: LimitLease | undefined;
   #slotRelease: (() => void) | undefined;
   #finished = false;
 
@@ -265,33 +326,29 @@ export class Exchange {
       if (routable.length < resolution.replicas.length) {
         capacity += picker.drainingInFlight(resolution);
       }
-      const limit = core.limiter.acquire(key, analysis.estimatedTokens);
-      if (!limit.ok && limit.retryAfterSeconds === undefined) {
-        // No Retry-After: no wait would ever admit it.
-        throw new RejectedError(
-          "tpm",
-          `request reserves ${limit.reserved} tokens, more than API key ${key.name}'s tpm of ${limit.tpm}; lower max_tokens / max_completion_tokens (or n / best_of)`,
-          undefined,
-          undefined,
-          key.name,
-        );
-      }
+      const limit = core.limiter.acquire(key, model, analysis.estimatedTokens);
       if (!limit.ok) {
         throw new RejectedError(
           limit.reason,
-          `API key ${key.name} exceeded its ${limit.reason === "concurrency" ? "max-concurrency" : limit.reason} limit`,
+          limitMessage(key, limit),
           limit.retryAfterSeconds,
           undefined,
           key.name,
         );
       }
       this.#lease = limit;
-      this.countEvents = key.tpm !== undefined && analysis.maxTokens === undefined;
+      this.countEvents = limit.metered && analysis.maxTokens === undefined;
       metrics.inFlight(model, 1);
       const signal = new ClientGone();
       this.signal = signal;
       ctx.clientGone = signal; // aborted by the request's one "close" listener (handler.ts)
-      const outcome = core.admission.admit(resolution.deployment, key.id, capacity, signal);
+      const outcome = core.admission.admit(
+        resolution.deployment,
+        key,
+        analysis.estimatedTokens,
+        capacity,
+        signal,
+      );
       if (outcome instanceof Promise) {
         const queuedAt = performance.now();
         metrics.queueDepth(model, core.admission.stats(resolution.deployment).queued);
@@ -321,10 +378,18 @@ export class Exchange {
         metrics.queueWait(
           model,
           (performance.now() - queuedAt) / 1000,
-          outcome.admitted ? "admitted" : outcome.reason === "aborted" ? "cancelled" : "timed_out",
+          outcome.admitted
+            ? "admitted"
+            : outcome.reason === "aborted"
+              ? "cancelled"
+              : outcome.reason === "shed"
+                ? "shed"
+                : "timed_out",
         );
       }
       if (!outcome.admitted) {
+        // Refused or abandoned in the queue: nothing ran, so nothing is charged.
+        this.#lease?.settle(0);
         if (outcome.reason === "aborted") {
           metrics.clientDisconnect(model, "queued");
           this.finish();
@@ -334,7 +399,9 @@ export class Exchange {
           outcome.reason,
           outcome.reason === "queue_full"
             ? `model ${model} is at capacity and its queue is full`
-            : `model ${model} is at capacity; the request waited too long in the queue`,
+            : outcome.reason === "shed"
+              ? `model ${model} is at capacity; the queued batch request made room for one of a higher priority`
+              : `model ${model} is at capacity; the request waited too long in the queue`,
           outcome.retryAfterSeconds,
         );
       }
@@ -353,6 +420,9 @@ export class Exchange {
    */
   #route(): void {
     const { resolution, routable, core } = this;
+    this.upstreamBody = this.#upstreamBodyOf();
+    // A stream cut short is charged what it streamed: count its events.
+    if (core.usage !== undefined && this.analysis.stream) this.countEvents = true;
     const kind = resolution.tokenizer;
     if (
       kind === undefined ||
@@ -492,21 +562,46 @@ export class Exchange {
   }
 
   /**
+   * The body to send upstream. A stream whose client left `stream_options` out is asked for
+   * its usage (`"stream_options":{"include_usage":true}` appended) when the router records
+   * usage, so that it is charged the engine's exact counts; the attempt then takes the usage
+   * event out of the stream, and the client receives the bytes it asked for. A deployment whose
+   * engines schedule by priority gets the request's class as `"priority"` (vLLM: lower runs
+   * first), appended last so that it overrides one the client wrote: the key's class decides,
+   * not the request.
+   */
+  #upstreamBodyOf(): Uint8Array {
+    const { analysis, core, resolution } = this;
+    const askUsage =
+      core.usage !== undefined && analysis.stream && analysis.streamUsage === "absent";
+    const priority = resolution.enginePriority === true;
+    if (!askUsage && !priority) return this.body;
+    const members = [
+      ...(askUsage ? ['"stream_options":{"include_usage":true}'] : []),
+      ...(priority ? [`"priority":${ENGINE_PRIORITY[this.key.priority ?? "standard"]}`] : []),
+    ];
+    const rewritten = appendMembers(this.body, members.join(","));
+    if (rewritten === undefined) return this.body;
+    this.hideUsage = askUsage;
+    return rewritten;
+  }
+
+  /**
    * Records the answer's `usage` and settles the key's tpm reservation with it (prompt +
    * completion; an embedding has prompt tokens only). A stream that reports no usage is
    * settled with its events as a lower bound of what it generated (less the role-only first
    * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
    * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
    * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
-   * for what it was sent.
+   * for what it was sent. Usage the engine reported with impossible values (negative,
+   * fractional, absurd) is refused whole: counted as refused, charged the estimate.
    */
   settleUsage(tail: string, sseEvents: number): void {
     const metrics = this.core.metrics;
-    const prompt = readUsageCount(tail, "prompt_tokens");
-    const completion = readUsageCount(tail, "completion_tokens");
+    const usage = readAnswerUsage(tail);
+    const { prompt, completion, cached } = usage;
     if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
     if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
-    const cached = readUsageCount(tail, "cached_tokens");
     if (cached !== undefined) {
       metrics.tokens(this.model, "cached", cached);
       // A hit is at least one block of what the router matched on: it cannot see less.
@@ -523,9 +618,31 @@ export class Exchange {
         expected === found ? (found ? "hit" : "miss") : expected ? "false_hit" : "missed_hit",
       );
     }
+    const exact =
+      prompt !== undefined && (completion !== undefined || this.endpoint === "/v1/embeddings");
+    // Cut short or unreported: the prompt as estimated, and what was streamed (one token per
+    // content event, less the role-only first event and `[DONE]`).
+    const streamed = Math.max(0, sseEvents - 2);
+    this.#used = exact
+      ? {
+          promptTokens: prompt,
+          cachedTokens: cached ?? 0,
+          completionTokens: completion ?? 0,
+          gpuMs: 0,
+          estimated: false,
+          refused: false,
+        }
+      : {
+          promptTokens: this.promptTokens(),
+          cachedTokens: 0,
+          completionTokens: streamed,
+          gpuMs: 0,
+          estimated: true,
+          refused: usage.refused,
+        };
     const lease = this.#lease;
     if (lease === undefined) return;
-    if (prompt !== undefined && (completion !== undefined || this.endpoint === "/v1/embeddings")) {
+    if (exact) {
       lease.settle(prompt + (completion ?? 0));
       return;
     }
@@ -533,8 +650,7 @@ export class Exchange {
     const floor =
       estimatedTokens -
       (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1) +
-      sseEvents -
-      2;
+      streamed;
     if (floor > estimatedTokens) lease.settle(floor);
   }
 
@@ -568,6 +684,15 @@ export class Exchange {
     if (this.#finished) return;
     this.#finished = true;
     this.#slotRelease?.();
+    const used = this.#used;
+    const ledger = this.core.usage;
+    if (used !== undefined && ledger !== undefined) {
+      ledger.add(Date.now(), this.key.id, this.key.tenant?.name ?? "", this.model, {
+        ...used,
+        gpuMs: this.gpuMs,
+      });
+      if (ledger.full) this.core.onUsageFull();
+    }
     if (this.#lease !== undefined) {
       this.#lease.release();
       this.core.metrics.inFlight(this.model, -1);

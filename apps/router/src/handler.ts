@@ -9,7 +9,14 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { ApiKeyInfo, ApiKeyStore, RouterMetricsSink, RouteTable } from "@llmgw/router";
+import type {
+  ApiKeyInfo,
+  ApiKeyStore,
+  RouterMetricsSink,
+  RouteTable,
+  UsageAnswer,
+  UsageLedger,
+} from "@llmgw/router";
 import { readBody } from "./body-reader.js";
 import { answerError, Exchange, type RequestContext } from "./exchange.js";
 import { FAILURE_HTTP, sendError } from "./http-errors.js";
@@ -31,6 +38,9 @@ export interface RouterHandlerOptions {
   readonly options?: RouterServiceOptions;
   /** Receives notable events (circuit transitions, upstream failures) as structured records. */
   readonly log?: (event: Readonly<Record<string, unknown>>) => void;
+  /** Where answered requests' usage is summed (see `RouterCoreOptions.usage`). */
+  readonly usage?: UsageLedger;
+  readonly onUsageFull?: () => void;
 }
 
 /** A request handler to mount on the public listener, plus its shutdown. */
@@ -48,6 +58,11 @@ export interface RouterHandler {
    * (a stream until it ends), what in-flight reports tell the control plane.
    */
   inFlight(replicaId: string): number;
+  /**
+   * Budget standings from a usage report's answer, for the limiter; `includedUpToMs`: when the
+   * newest batch they include was sealed (see `Limiter.applyStandings`).
+   */
+  applyStandings(answer: UsageAnswer, includedUpToMs: number): void;
   readonly options: ResolvedRouterServiceOptions;
 }
 
@@ -68,6 +83,8 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       ...(input.apiKeys === undefined ? {} : { apiKeys: input.apiKeys }),
       ...(input.metrics === undefined ? {} : { metrics: input.metrics }),
       ...(input.log === undefined ? {} : { log: input.log }),
+      ...(input.usage === undefined ? {} : { usage: input.usage }),
+      ...(input.onUsageFull === undefined ? {} : { onUsageFull: input.onUsageFull }),
     }),
   );
 }
@@ -87,6 +104,8 @@ export function createRouterHandlerFromCore(core: RouterCore): RouterHandler {
       : { utilizationRatio: Math.min(1, load.active / load.slots), queueSize: load.queued };
   };
   handler.inFlight = (replicaId) => core.picker.inFlight.get(replicaId);
+  handler.applyStandings = (answer, includedUpToMs) =>
+    core.limiter.applyStandings(answer.standings, answer.asOfMs, includedUpToMs);
   handler.close = () => core.close();
   return handler;
 }

@@ -24,10 +24,21 @@ export const REJECTION_HTTP: Readonly<Record<RejectionReason, HttpErrorSpec>> = 
   body_too_large: { status: 413, type: "invalid_request_error", code: "request_too_large" },
   queue_full: { status: 429, type: "rate_limit_error", code: "queue_full" },
   queue_timeout: { status: 429, type: "rate_limit_error", code: "queue_timeout" },
+  // A queued batch request that made room for a higher class: the queue was full for it.
+  shed: { status: 429, type: "rate_limit_error", code: "queue_full" },
   aborted: { status: 499, type: "client_closed_request", code: "client_closed_request" },
-  rpm: { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded" },
-  tpm: { status: 429, type: "rate_limit_error", code: "tokens_rate_limit_exceeded" },
-  concurrency: { status: 429, type: "rate_limit_error", code: "concurrency_limit_exceeded" },
+  "key-rpm": { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded" },
+  "key-tpm": { status: 429, type: "rate_limit_error", code: "tokens_rate_limit_exceeded" },
+  "key-concurrency": { status: 429, type: "rate_limit_error", code: "concurrency_limit_exceeded" },
+  "key-budget": { status: 429, type: "rate_limit_error", code: "token_budget_exceeded" },
+  "tenant-rpm": { status: 429, type: "rate_limit_error", code: "rate_limit_exceeded" },
+  "tenant-tpm": { status: 429, type: "rate_limit_error", code: "tokens_rate_limit_exceeded" },
+  "tenant-concurrency": {
+    status: 429,
+    type: "rate_limit_error",
+    code: "concurrency_limit_exceeded",
+  },
+  "tenant-budget": { status: 429, type: "rate_limit_error", code: "token_budget_exceeded" },
 };
 
 /** Answers for failures that are not admission decisions. */
@@ -52,13 +63,15 @@ export function errorBody(spec: HttpErrorSpec, message: string, param?: string):
 
 /**
  * Sends an error answer. When headers already went out (cannot happen before the first upstream
- * byte) the socket is destroyed so the client is never left hanging.
+ * byte) the socket is destroyed so the client is never left hanging. `limit` is sent as
+ * `x-llmgw-limit`: which limit or queue refused a 429, machine-readable (`tenant-tpm`,
+ * `queue_full`, …), where `code` is OpenAI's coarser vocabulary.
  */
 export function sendError(
   res: ServerResponse,
   spec: HttpErrorSpec,
   message: string,
-  options: { param?: string; retryAfterSeconds?: number; requestId?: string } = {},
+  options: { param?: string; retryAfterSeconds?: number; requestId?: string; limit?: string } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
@@ -71,6 +84,7 @@ export function sendError(
   };
   if (options.requestId !== undefined) headers["x-request-id"] = options.requestId;
   if (options.retryAfterSeconds !== undefined) headers["retry-after"] = options.retryAfterSeconds;
+  if (options.limit !== undefined) headers["x-llmgw-limit"] = options.limit;
   res.writeHead(spec.status, headers);
   res.end(body);
 }

@@ -12,7 +12,12 @@ import {
   type RouterEndpoint,
   type RouterMetrics,
 } from "@llmgw/metrics-collector";
-import type { RejectionReason, RouterMetricsSink, UpstreamErrorKind } from "@llmgw/router";
+import type {
+  LimitReason,
+  RejectionReason,
+  RouterMetricsSink,
+  UpstreamErrorKind,
+} from "@llmgw/router";
 import type { Metric, Registry } from "prom-client";
 
 const ENDPOINT: Readonly<Record<string, RouterEndpoint>> = {
@@ -32,9 +37,21 @@ const UPSTREAM_KIND: Readonly<Record<UpstreamErrorKind, PromUpstreamErrorKind>> 
   key_refused: "protocol",
 };
 
+const LIMIT_REASONS: ReadonlySet<RejectionReason> = new Set<LimitReason>([
+  "key-rpm",
+  "key-tpm",
+  "key-concurrency",
+  "key-budget",
+  "tenant-rpm",
+  "tenant-tpm",
+  "tenant-concurrency",
+  "tenant-budget",
+]);
+
 const ADMISSION: Partial<Record<RejectionReason, AdmissionRejectReason>> = {
   queue_full: "queue_full",
   queue_timeout: "queue_timeout",
+  shed: "shed",
   no_ready_replica: "no_ready_replica",
   model_loading: "model_loading",
   unknown_model: "model_not_found",
@@ -154,7 +171,7 @@ export function createPrometheusRouterMetricsSink(m: RouterMetrics): RouterMetri
     queueWait: (model, seconds, outcome) =>
       m.queueWait.observe({ model: modelLabel(model), outcome }, seconds),
     rejected(model, reason, keyName) {
-      if (reason === "rpm" || reason === "tpm" || reason === "concurrency") {
+      if (LIMIT_REASONS.has(reason)) {
         m.rateLimited.inc({ key_name: boundLabelValue(keyName ?? "", 64), limit: reason });
         return;
       }

@@ -9,16 +9,18 @@ import {
   type AdmissionController,
   type ApiKeyStore,
   createAdmissionController,
-  createKeyLimiter,
+  createLimiter,
   createReplicaPicker,
   createRequestAnalyzer,
-  type KeyLimiter,
+  GpuShares,
+  type Limiter,
   noopRouterMetrics,
   type ReplicaPicker,
   type RequestAnalyzer,
   type RouteResolution,
   type RouterMetricsSink,
   type RouteTable,
+  type UsageLedger,
 } from "@llmgw/router";
 import { Pool } from "undici";
 import { startKvWatch } from "./kv-watch.js";
@@ -109,6 +111,13 @@ export interface RouterCoreOptions {
   readonly log?: (event: Readonly<Record<string, unknown>>) => void;
   /** Default: {@link createUndiciPools}. Tests pass their own dispatchers. */
   readonly pools?: UpstreamPools;
+  /**
+   * Where each answered request's usage is summed until it is reported (see
+   * usage-reporter.ts); undefined: usage is not recorded (a router with no control plane).
+   */
+  readonly usage?: UsageLedger;
+  /** Called when {@link usage} is full after an add: seal and send it now. */
+  readonly onUsageFull?: () => void;
 }
 
 /** The shared state of one router handler (see the top of this file). */
@@ -119,7 +128,7 @@ export interface RouterCore {
   readonly apiKeys: ApiKeyStore | undefined;
   readonly picker: ReplicaPicker;
   readonly admission: AdmissionController;
-  readonly limiter: KeyLimiter;
+  readonly limiter: Limiter;
   readonly analyzer: RequestAnalyzer;
   readonly metrics: RouterMetricsSink;
   readonly log: (event: Readonly<Record<string, unknown>>) => void;
@@ -141,6 +150,11 @@ export interface RouterCore {
   refreshCapacity(model: string): void;
   /** Unix seconds, the `created` of every `/v1/models` entry. */
   readonly createdAt: number;
+  /** See {@link RouterCoreOptions.usage}. */
+  readonly usage: UsageLedger | undefined;
+  readonly onUsageFull: () => void;
+  /** Each request's share of its replica's GPUs (only kept with {@link usage}). */
+  readonly gpuShares: GpuShares;
   /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
   close(): Promise<void>;
 }
@@ -208,7 +222,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     apiKeys: input.apiKeys,
     picker,
     admission,
-    limiter: createKeyLimiter(options.clock === undefined ? {} : { clock: options.clock }),
+    limiter: createLimiter(options.clock === undefined ? {} : { clock: options.clock }),
     analyzer,
     metrics,
     log,
@@ -223,6 +237,9 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
       }
     },
     createdAt: Math.floor(Date.now() / 1000),
+    usage: input.usage,
+    onUsageFull: input.onUsageFull ?? (() => {}),
+    gpuShares: new GpuShares(),
     async close() {
       unsubscribe();
       kvWatch.close();

@@ -22,8 +22,14 @@ import { rootCertificates } from "node:tls";
 import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { RouterService } from "@llmgw/proto";
-import type { InFlightReport, RoutingMessage, RoutingState } from "@llmgw/router";
-import { routingMessageFromProto } from "@llmgw/wire";
+import type {
+  InFlightReport,
+  RoutingMessage,
+  RoutingState,
+  UsageAnswer,
+  UsageBatch,
+} from "@llmgw/router";
+import { routingMessageFromProto, usageAnswerFromProto, usageBatchToProto } from "@llmgw/wire";
 import type { RouterServiceErrorCode } from "./errors.js";
 
 /** Where the client stands; `streaming` once a stream delivered its snapshot. */
@@ -73,6 +79,12 @@ export interface RoutingClient {
    * once and never throws.
    */
   reportInFlight(report: InFlightReport): void;
+  /**
+   * Sends a usage batch to the control plane the stream is on and resolves with its answer;
+   * rejects while no stream is open or when the call fails (the caller keeps the batch and
+   * sends it again: the control plane counts a batch id once).
+   */
+  reportUsage(batch: UsageBatch): Promise<UsageAnswer>;
   /** Ends the stream, the loop and any report in flight. */
   close(): Promise<void>;
 }
@@ -353,6 +365,8 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
   };
 
   const reportTimeoutMs = options.reportTimeoutMs ?? 2_000;
+  /** A usage batch is up to 10,000 records, stored in one transaction: more time than a report. */
+  const usageTimeoutMs = Math.max(reportTimeoutMs, 10_000);
   /** The newest report not sent yet, and the sender's run while one is going. */
   let pendingReport: InFlightReport | undefined;
   let reporting: Promise<void> | undefined;
@@ -425,6 +439,18 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
       if (state !== "streaming" || stop.signal.aborted) return;
       pendingReport = report;
       if (reporting === undefined) startReports();
+    },
+    async reportUsage(batch) {
+      const url = current;
+      if (state !== "streaming" || url === undefined || stop.signal.aborted) {
+        throw new Error("no control plane connected");
+      }
+      const answer = await clientFor(url).reportUsage(usageBatchToProto(options.routerId, batch), {
+        signal: stop.signal,
+        timeoutMs: usageTimeoutMs,
+        headers: { authorization: `Bearer ${options.routerToken}` },
+      });
+      return usageAnswerFromProto(answer);
     },
     async close() {
       stop.abort(new Error("routing client closed"));

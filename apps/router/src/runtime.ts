@@ -20,6 +20,8 @@ import {
   type RoutingFeed,
   type RoutingMessage,
   type RoutingState,
+  type UsageAnswer,
+  type UsageBatch,
 } from "@llmgw/router";
 import { isRouterServiceError, RouterServiceError } from "./errors.js";
 import { type RoutingClient, startRoutingClient } from "./routing-client.js";
@@ -88,6 +90,12 @@ export interface RoutingRuntime {
    * within a second). Never throws, never waits; a failure is logged once a minute per kind.
    */
   reportInFlight(report: InFlightReport): void;
+  /**
+   * Sends a usage batch to whoever sends the state (the in-process control plane, or the
+   * control plane the stream is on) and resolves with its answer; rejects when none takes it
+   * now (the caller keeps the batch for later).
+   */
+  reportUsage(batch: UsageBatch): Promise<UsageAnswer>;
   /** Saves the state one last time (when a stateDir is set) and detaches the feed/stream. */
   close(): Promise<void>;
 }
@@ -233,6 +241,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
   let detach: () => Promise<void>;
   let controlPlane = (): string | undefined => undefined;
   let reportInFlight: (report: InFlightReport) => void;
+  let reportUsage: (batch: UsageBatch) => Promise<UsageAnswer>;
 
   if (options.feed !== undefined) {
     const feed = options.feed;
@@ -271,6 +280,10 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
     unsubscribe = feed.subscribe(onMessage);
     connected = true;
     let reportFailedAt = new Map<string, number>();
+    reportUsage = async (batch) => {
+      if (feed.reportUsage === undefined) throw new Error("the in-process feed takes no usage");
+      return feed.reportUsage(options.routerId, batch);
+    };
     reportInFlight = (report) => {
       try {
         feed.reportInFlight?.(report);
@@ -316,6 +329,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
     });
     controlPlane = () => client.controlPlane;
     reportInFlight = (report) => client.reportInFlight(report);
+    reportUsage = (batch) => client.reportUsage(batch);
     detach = async () => {
       await client.close();
       connected = false;
@@ -337,6 +351,9 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
         connected,
         ...(cp === undefined ? {} : { controlPlane: cp }),
       };
+    },
+    reportUsage(batch) {
+      return closed ? Promise.reject(new Error("routing runtime closed")) : reportUsage(batch);
     },
     reportInFlight(report) {
       if (!closed) reportInFlight(report);

@@ -6,8 +6,9 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import path from "node:path";
 import { createRouterMetrics } from "@llmgw/metrics-collector";
-import type { RouterMetricsSink } from "@llmgw/router";
+import { type RouterMetricsSink, UsageLedger } from "@llmgw/router";
 import { Registry } from "prom-client";
 import { RouterServiceError } from "./errors.js";
 import { createRouterHandler, type RouterHandler } from "./handler.js";
@@ -22,6 +23,7 @@ import {
   type RoutingRuntimeOptions,
   startRoutingRuntime,
 } from "./runtime.js";
+import { startUsageReporter, type UsageReporter } from "./usage-reporter.js";
 
 /** Inputs of {@link startRouter}. */
 export interface StartRouterOptions {
@@ -40,6 +42,14 @@ export interface StartRouterOptions {
    */
   readonly metrics?: RouterMetricsSink;
   readonly log?: (event: Readonly<Record<string, unknown>>) => void;
+  /** How often usage is sealed and reported, ms (default 5 000; tests shorten it). */
+  readonly usageReportIntervalMs?: number;
+  /**
+   * Record each answered request's usage and report it (default true). False: no ledger and
+   * no usage reports, so no budget standings are learnt either; `bench/router` turns it off
+   * for the baseline of what accounting costs. Not an operator's option.
+   */
+  readonly recordUsage?: boolean;
 }
 
 /** A listening router. */
@@ -149,6 +159,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
   });
   let handler: RouterHandler | undefined;
   let reporter: InFlightReporter | undefined;
+  let usageReporter: UsageReporter | undefined;
   let server: Server;
   try {
     const metrics =
@@ -165,14 +176,30 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
         routers: runtime.state.routers,
       };
     });
+    const ledger = options.recordUsage === false ? undefined : new UsageLedger();
     const h = createRouterHandler({
       routeTable: runtime.state.routeTable,
       apiKeys: runtime.state.apiKeys,
       metrics,
       ...(options.router === undefined ? {} : { options: options.router }),
       log,
+      ...(ledger === undefined ? {} : { usage: ledger }),
+      onUsageFull: () => usageReporter?.sealNow(),
     });
     handler = h;
+    const stateDir = options.routing.stateDir;
+    if (ledger !== undefined) {
+      usageReporter = await startUsageReporter({
+        ledger,
+        send: (batch) => runtime.reportUsage(batch),
+        onStandings: (answer, includedUpToMs) => h.applyStandings(answer, includedUpToMs),
+        ...(stateDir === undefined ? {} : { dir: path.join(stateDir, "usage") }),
+        ...(options.usageReportIntervalMs === undefined
+          ? {}
+          : { intervalMs: options.usageReportIntervalMs }),
+        log,
+      });
+    }
     reporter = startInFlightReporter({
       state: runtime.state,
       inFlight: h.inFlight,
@@ -217,6 +244,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
     });
   } catch (error) {
     reporter?.close();
+    await usageReporter?.close(0);
     await handler?.close();
     await runtime.close();
     throw error;
@@ -231,6 +259,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       const forced = await stopListening(server, graceMs);
       // No last report: the control plane stops counting this router with its stream.
       reporter?.close();
+      // What the finished requests used, sealed and sent while the stream is still open.
+      await usageReporter?.close();
       await h.close();
       await runtime.close();
       return { durationMs: Math.round(performance.now() - started), forced };

@@ -14,7 +14,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { RoutingSnapshot } from "@llmgw/router";
+import type { KeyGrant, RoutingSnapshot } from "@llmgw/router";
 import { afterAll, describe, expect, it } from "vitest";
 import {
   CORRUPT_ROUTING_STATE_FILE,
@@ -90,6 +90,36 @@ describe("the routing state file", () => {
     const dir = tempDir();
     await writeRoutingStateFile(dir, SAVED);
     expect(await readRoutingStateFile(dir)).toEqual(SAVED);
+  });
+
+  it("round-trips tenants and the keys' tenant, budgets and class", async () => {
+    const dir = tempDir();
+    const saved = {
+      ...SAVED,
+      snapshot: {
+        ...SNAPSHOT,
+        keys: [
+          {
+            ...(SNAPSHOT.keys[0] as KeyGrant),
+            tenant: "search-team",
+            budgets: [{ period: "month" as const, model: "llama", tokens: 5_000_000 }],
+            priority: "critical" as const,
+          },
+        ],
+        tenants: [
+          {
+            name: "search-team",
+            tpm: 90_000,
+            maxConcurrency: 40,
+            budgets: [{ period: "day" as const, tokens: 1_000_000 }],
+            priority: "batch" as const,
+            weight: 3,
+          },
+        ],
+      },
+    };
+    await writeRoutingStateFile(dir, saved);
+    expect(await readRoutingStateFile(dir)).toEqual(saved);
   });
 
   it("is 0600 in a 0700 dir, and leaves no temp file behind", async () => {

@@ -20,6 +20,12 @@ export interface FakeEngineOptions {
    * real engine started with `--api-key` does.
    */
   readonly apiKey?: string;
+  /**
+   * The `usage` object's JSON text in answers (default
+   * `{"prompt_tokens":7,"completion_tokens":<chunks>,"total_tokens":…}`): hostile values go
+   * through as written.
+   */
+  readonly usage?: string;
 }
 
 export interface ReceivedRequest {
@@ -138,6 +144,8 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
     }
     const chat = req.url === "/v1/chat/completions";
     const n = options.chunks ?? 4;
+    const usageJson =
+      options.usage ?? `{"prompt_tokens":7,"completion_tokens":${n},"total_tokens":${7 + n}}`;
     if (body.stream === true) {
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < n; i++) {
@@ -160,7 +168,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       const usage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
       if (usage === true) {
         write(
-          `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 1, model, choices: [], usage: { prompt_tokens: 7, completion_tokens: n, total_tokens: 7 + n } })}\n\n`,
+          `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 1, model, choices: [] }).slice(0, -1)},"usage":${usageJson}}\n\n`,
         );
       }
       write("data: [DONE]\n\n");
@@ -180,9 +188,8 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
           ? { index: 0, message: { role: "assistant", content: text }, finish_reason: "stop" }
           : { index: 0, text, finish_reason: "stop" },
       ],
-      usage: { prompt_tokens: 7, completion_tokens: n, total_tokens: 7 + n },
-    });
-    answerJson(json);
+    }).slice(0, -1);
+    answerJson(`${json},"usage":${usageJson}}`);
   };
 
   const server = createServer((req, res) => {
@@ -234,4 +241,15 @@ export async function waitFor(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * A stream as the engine wrote it, without the usage event (its `choices` empty): what a
+ * client that did not ask for usage receives through the router, which asked for it.
+ */
+export function withoutUsageEvent(stream: string): string {
+  return stream
+    .split(/(?<=\n\n)/)
+    .filter((event) => !(event.includes('"choices":[]') && event.includes('"usage"')))
+    .join("");
 }

@@ -6,12 +6,15 @@
 import { createHash } from "node:crypto";
 import type {
   KeyGrant,
+  PriorityClass,
   PromptTokenizerKind,
   ReplicaLoad,
   RoutedReplicaState,
   RouterMetricsSink,
   RoutingPolicy,
   RoutingSnapshot,
+  TenantGrant,
+  TokenBudget,
 } from "@llmgw/router";
 import { createManualRoutingFeed, type ManualRoutingFeed } from "@llmgw/router/testing";
 import type { Registry } from "prom-client";
@@ -37,6 +40,8 @@ export interface ReplicaSpec {
   readonly load?: ReplicaLoad;
   /** Where its agent serves its KV-cache blocks (precise mode). */
   readonly kvEventsUrl?: string;
+  /** GPUs it holds (GPU-seconds are a share of these). */
+  readonly gpus?: number;
 }
 
 /** A served model: its deployment (default: the model name) and replicas. */
@@ -58,12 +63,17 @@ export interface KeySpec {
   readonly rpm?: number;
   readonly tpm?: number;
   readonly maxConcurrency?: number;
+  /** Owning tenant's name. */
+  readonly tenant?: string;
+  readonly budgets?: readonly TokenBudget[];
+  readonly priority?: PriorityClass;
 }
 
 /** What the control plane would stream first, from a short description. */
 export function routingSnapshot(spec: {
   readonly models?: Readonly<Record<string, ModelSpec>>;
   readonly keys?: Readonly<Record<string, KeySpec>>;
+  readonly tenants?: readonly TenantGrant[];
   readonly routers?: number;
   readonly epoch?: string;
   readonly version?: number;
@@ -91,6 +101,7 @@ export function routingSnapshot(spec: {
         capacity: r.capacity ?? 8,
         ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
         ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
+        ...(r.gpus === undefined ? {} : { gpus: r.gpus }),
         ...(r.load === undefined ? {} : { load: r.load, loadReportedAtMs: now }),
       })),
     ),
@@ -103,8 +114,12 @@ export function routingSnapshot(spec: {
         ...(k.rpm === undefined ? {} : { rpm: k.rpm }),
         ...(k.tpm === undefined ? {} : { tpm: k.tpm }),
         ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
+        ...(k.tenant === undefined ? {} : { tenant: k.tenant }),
+        ...(k.budgets === undefined ? {} : { budgets: k.budgets }),
+        ...(k.priority === undefined ? {} : { priority: k.priority }),
       }),
     ),
+    ...(spec.tenants === undefined ? {} : { tenants: spec.tenants }),
     routers: spec.routers ?? 1,
     sentAtMs: now,
   };
@@ -122,6 +137,7 @@ export async function startFedRouter(
     readonly routerId?: string;
     readonly log?: (event: Readonly<Record<string, unknown>>) => void;
     readonly listen?: string;
+    readonly usageReportIntervalMs?: number;
   } = {},
 ): Promise<{ router: RunningRouter; feed: ManualRoutingFeed }> {
   const feed = createManualRoutingFeed();
@@ -138,6 +154,9 @@ export async function startFedRouter(
     ...(options.registry === undefined ? {} : { registry: options.registry }),
     ...(options.log === undefined ? {} : { log: options.log }),
     ...(options.listen === undefined ? {} : { listen: options.listen }),
+    ...(options.usageReportIntervalMs === undefined
+      ? {}
+      : { usageReportIntervalMs: options.usageReportIntervalMs }),
   });
   return { router, feed };
 }

@@ -68,6 +68,7 @@ export {
   parseLlamaServerHelp,
   parseLlamaServerHelpOptions,
 } from "./llamacpp-flags.js";
+export { schedulesByPriority } from "./scheduling-policy.js";
 export {
   DEFAULT_GPU_MEMORY_UTILIZATION,
   FP8_MIN_COMPUTE_CAPABILITY,

@@ -56,10 +56,14 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   port: "port number on its RDMA device",
   to: "circuit state entered: `closed|open|half_open`",
   path: "`inline|pool`: scored on the main thread or in the worker pool",
-  outcome: "queue wait outcome: `admitted|timed_out|cancelled`",
+  outcome: "queue wait outcome: `admitted|timed_out|cancelled|shed`",
   phase: "where the client left: `queued|before_first_byte|streaming`",
   key_name: "API key _name_ (never the secret), truncated",
-  limit: "`requests|tokens`",
+  tenant:
+    "tenant name (bounded by the tenants defined); `(none)` for keys without a tenant, `other` for names past the series bound",
+  type: "`prompt|cached|completion`",
+  limit:
+    "`<level>-<limit>`: `key|tenant` × `rpm|tpm|concurrency|budget` (the 429's `x-llmgw-limit`)",
   direction: "`in|out`",
 };
 
@@ -325,13 +329,13 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   g("llmgw_router_queue_depth", "Requests waiting for admission, by model.", ["model"]),
   h(
     "llmgw_router_queue_wait_seconds",
-    "Time spent in the admission queue, by outcome (admitted|timed_out|cancelled).",
+    "Time spent in the admission queue, by outcome (admitted|timed_out|cancelled|shed).",
     ["model", "outcome"],
     QUEUE_BUCKETS,
   ),
   c(
     "llmgw_router_admission_rejections_total",
-    "Requests refused before reaching an engine, by reason (queue_full|queue_timeout|no_ready_replica|model_loading|model_not_found|body_too_large|invalid_request).",
+    "Requests refused before reaching an engine, by reason (queue_full|queue_timeout|shed|no_ready_replica|model_loading|model_not_found|body_too_large|invalid_request).",
     ["model", "reason"],
   ),
   c(
@@ -420,7 +424,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_router_rate_limited_total",
-    "Requests refused by a per-key limit, by key name (never the secret) and limit (requests|tokens).",
+    "Requests refused by a key's or its tenant's limit, by key name (never the secret) and limit (key-rpm|key-tpm|key-concurrency|key-budget|tenant-rpm|tenant-tpm|tenant-concurrency|tenant-budget).",
     ["key_name", "limit"],
   ),
   g(
@@ -432,5 +436,38 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
     "llmgw_router_bytes_total",
     "Body bytes moved by the router, by direction (in: from clients, out: to clients).",
     ["model", "endpoint", "direction"],
+  ),
+];
+
+/**
+ * Usage the control plane stored from the routers' batches, cumulative since it started, each
+ * batch counted once (a batch sent again is not). Labelled by tenant and model only, never by
+ * key: tenants and deployed models are few, keys are many.
+ */
+export const USAGE_FAMILIES: readonly FamilySpec[] = [
+  c(
+    "llmgw_usage_requests_total",
+    "Requests the routers reported, by tenant and model, from stored usage batches.",
+    ["tenant", "model"],
+  ),
+  c(
+    "llmgw_usage_tokens_total",
+    "Tokens the routers reported, by tenant, model and type (prompt|cached|completion; cached tokens are part of prompt).",
+    ["tenant", "model", "type"],
+  ),
+  c(
+    "llmgw_usage_gpu_seconds_total",
+    "GPU-seconds the routers' requests used: each request's share of its replica's GPUs over its duration.",
+    ["tenant", "model"],
+  ),
+  c(
+    "llmgw_usage_estimated_requests_total",
+    "Requests charged an estimate (cut short, or the engine reported no usage).",
+    ["tenant", "model"],
+  ),
+  c(
+    "llmgw_usage_refused_total",
+    "Answers whose engine-reported usage the router refused as implausible and charged its estimate instead.",
+    ["tenant", "model"],
   ),
 ];

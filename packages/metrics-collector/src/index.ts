@@ -55,6 +55,7 @@ export {
   ROUTER_FAMILIES,
   ROUTER_STATE_FAMILIES,
   ROUTER_STATES,
+  USAGE_FAMILIES,
 } from "./families.js";
 export {
   GPU_READING_REJECT_REASONS,
@@ -92,3 +93,10 @@ export {
   type ScoringPath,
   type UpstreamErrorKind,
 } from "./router-metrics.js";
+export {
+  createUsageMetrics,
+  NO_TENANT_LABEL,
+  type UsageMetrics,
+  type UsageMetricsOptions,
+  type UsageSample,
+} from "./usage-metrics.js";

@@ -4,6 +4,7 @@ import {
   LABEL_DOCS,
   ROUTER_FAMILIES,
   ROUTER_STATE_FAMILIES,
+  USAGE_FAMILIES,
 } from "./families.js";
 
 const BEGIN = "<!-- BEGIN GENERATED: renderMetricsReference() -->";
@@ -23,7 +24,7 @@ function table(families: readonly FamilySpec[]): string {
  */
 export function renderMetricsReference(): string {
   const usedLabels = new Set(
-    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES].flatMap((f) => f.labelNames),
+    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES].flatMap((f) => f.labelNames),
   );
   const labelRows = [...usedLabels]
     .sort()
@@ -51,6 +52,14 @@ export function renderMetricsReference(): string {
     "heard from a control plane has no `llmgw_router_state_age_seconds` series.",
     "",
     table(ROUTER_STATE_FAMILIES),
+    "",
+    `## Usage families (${USAGE_FAMILIES.length})`,
+    "",
+    "The control plane's, from the usage batches routers report (`ReportUsage`): cumulative since",
+    "it started, each batch counted once. Labelled by tenant and model, never by key; per key,",
+    "ask `llmgw usage --group key`.",
+    "",
+    table(USAGE_FAMILIES),
     "",
     "## Labels",
     "",

@@ -9,6 +9,8 @@ export type RouterEndpoint = "chat_completions" | "completions" | "embeddings" |
 export type AdmissionRejectReason =
   | "queue_full"
   | "queue_timeout"
+  /** A queued batch request that made room for one of a higher class. */
+  | "shed"
   | "no_ready_replica"
   | "model_loading"
   | "model_not_found"
@@ -25,7 +27,7 @@ export type UpstreamErrorKind =
 /** Circuit-breaker state of a replica. */
 export type CircuitState = (typeof CIRCUIT_STATES)[number];
 /** `outcome` values of `llmgw_router_queue_wait_seconds`. */
-export type QueueOutcome = "admitted" | "timed_out" | "cancelled";
+export type QueueOutcome = "admitted" | "timed_out" | "cancelled" | "shed";
 /** `phase` values of `llmgw_router_client_disconnects_total`. */
 export type DisconnectPhase = "queued" | "before_first_byte" | "streaming";
 /** `reason` values of `llmgw_router_auth_failures_total`. */

@@ -6,8 +6,10 @@ import {
   createClusterCollector,
   createMetricsRegistry,
   createRouterMetrics,
+  createUsageMetrics,
   ROUTER_FAMILIES,
   ROUTER_STATE_FAMILIES,
+  USAGE_FAMILIES,
 } from "@llmgw/metrics-collector";
 import {
   buildSyntheticCluster,
@@ -33,6 +35,16 @@ async function scrapedFamilies(): Promise<Set<string>> {
   exerciseRouterMetrics(
     createRouterMetrics(registry, { workerPool: () => ({ utilizationRatio: 0.1, queueSize: 0 }) }),
   );
+  // Usage families are the control plane's, counted from stored usage batches.
+  createUsageMetrics(registry).add("search", "chat", {
+    requests: 3,
+    promptTokens: 300,
+    cachedTokens: 100,
+    completionTokens: 90,
+    gpuMs: 2_500,
+    estimatedRequests: 1,
+    refusedUsage: 1,
+  });
   const families = familyNamesInExposition(await registry.metrics());
   // Registered by each router (@llmgw/router-server, which depends on this package) from this
   // catalogue; the live-dashboards test finds them in a real control plane's scrape.
@@ -149,7 +161,7 @@ describe("Prometheus config", () => {
 
   it("every family the package defines shows up in the realistic scrape", async () => {
     const scraped = await scrapedFamilies();
-    const defined = [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES].map((f) => f.name);
+    const defined = [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES].map((f) => f.name);
     expect(defined.filter((n) => !scraped.has(n))).toEqual([]);
   });
 

@@ -5,6 +5,7 @@ import {
   createClusterCollector,
   createMetricsRegistry,
   createRouterMetrics,
+  createUsageMetrics,
   METRICS_REFERENCE_MARKERS,
   ROUTER_FAMILIES,
   ROUTER_STATE_FAMILIES,
@@ -39,6 +40,7 @@ describe("docs/metrics.md", () => {
     const registry = createMetricsRegistry();
     createClusterCollector(registry, new FakeClusterView());
     createRouterMetrics(registry);
+    createUsageMetrics(registry);
     // The router-state gauges are registered by @llmgw/router-server (apps/router), which
     // depends on this package; their specs are here, and apps/router reads names and help from them.
     const registered = [

@@ -1,5 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { type AdmissionOutcome, createAdmissionController } from "./admission.js";
+import {
+  type AdmissionKey,
+  type AdmissionOutcome,
+  createAdmissionController,
+} from "./admission.js";
 import { createManualClock } from "./clock.js";
 
 const admitted = (o: AdmissionOutcome | Promise<AdmissionOutcome>): AdmissionOutcome => {
@@ -10,11 +14,11 @@ const admitted = (o: AdmissionOutcome | Promise<AdmissionOutcome>): AdmissionOut
 describe("admission", () => {
   it("admits up to capacity at once, then queues, then refuses when the queue is full", () => {
     const ctl = createAdmissionController({ maxQueueLength: 1, clock: createManualClock() });
-    expect(admitted(ctl.admit("d", "k", 2)).admitted).toBe(true);
-    expect(admitted(ctl.admit("d", "k", 2)).admitted).toBe(true);
-    const queued = ctl.admit("d", "k", 2);
+    expect(admitted(ctl.admit("d", { id: "k" }, 1, 2)).admitted).toBe(true);
+    expect(admitted(ctl.admit("d", { id: "k" }, 1, 2)).admitted).toBe(true);
+    const queued = ctl.admit("d", { id: "k" }, 1, 2);
     expect(queued).toBeInstanceOf(Promise);
-    expect(admitted(ctl.admit("d", "k", 2))).toEqual({
+    expect(admitted(ctl.admit("d", { id: "k" }, 1, 2))).toEqual({
       admitted: false,
       reason: "queue_full",
       retryAfterSeconds: 1,
@@ -25,8 +29,8 @@ describe("admission", () => {
   it("hands a released slot to the queue and reports the wait", async () => {
     const clock = createManualClock();
     const ctl = createAdmissionController({ clock });
-    const first = admitted(ctl.admit("d", "k", 1));
-    const second = ctl.admit("d", "k", 1) as Promise<AdmissionOutcome>;
+    const first = admitted(ctl.admit("d", { id: "k" }, 1, 1));
+    const second = ctl.admit("d", { id: "k" }, 1, 1) as Promise<AdmissionOutcome>;
     clock.advance(250);
     if (first.admitted) first.release();
     first.admitted && first.release(); // idempotent
@@ -37,8 +41,8 @@ describe("admission", () => {
   it("expires a wait with queue_timeout and a Retry-After", async () => {
     const clock = createManualClock();
     const ctl = createAdmissionController({ clock, queueTimeoutMs: 2500 });
-    admitted(ctl.admit("d", "k", 1));
-    const waiting = ctl.admit("d", "k", 1);
+    admitted(ctl.admit("d", { id: "k" }, 1, 1));
+    const waiting = ctl.admit("d", { id: "k" }, 1, 1);
     clock.advance(2500);
     await expect(waiting).resolves.toEqual({
       admitted: false,
@@ -50,9 +54,9 @@ describe("admission", () => {
 
   it("drops an aborted waiter", async () => {
     const ctl = createAdmissionController({ clock: createManualClock() });
-    admitted(ctl.admit("d", "k", 1));
+    admitted(ctl.admit("d", { id: "k" }, 1, 1));
     const abort = new AbortController();
-    const waiting = ctl.admit("d", "k", 1, abort.signal);
+    const waiting = ctl.admit("d", { id: "k" }, 1, 1, abort.signal);
     abort.abort();
     await expect(waiting).resolves.toMatchObject({ admitted: false, reason: "aborted" });
     expect(ctl.stats("d").queued).toBe(0);
@@ -60,10 +64,10 @@ describe("admission", () => {
 
   it("serves queued keys round-robin, not first-come", async () => {
     const ctl = createAdmissionController({ clock: createManualClock() });
-    const holder = admitted(ctl.admit("d", "x", 1));
+    const holder = admitted(ctl.admit("d", { id: "x" }, 1, 1));
     const order: string[] = [];
     const wait = (key: string, tag: string) =>
-      (ctl.admit("d", key, 1) as Promise<AdmissionOutcome>).then((o) => {
+      (ctl.admit("d", { id: key }, 1, 1) as Promise<AdmissionOutcome>).then((o) => {
         order.push(tag);
         return o;
       });
@@ -87,9 +91,131 @@ describe("admission", () => {
 
   it("admits queued requests when capacity grows", async () => {
     const ctl = createAdmissionController({ clock: createManualClock() });
-    admitted(ctl.admit("d", "k", 1));
-    const waiting = ctl.admit("d", "k", 1);
+    admitted(ctl.admit("d", { id: "k" }, 1, 1));
+    const waiting = ctl.admit("d", { id: "k" }, 1, 1);
     ctl.setCapacity("d", 2);
     await expect(waiting).resolves.toMatchObject({ admitted: true });
+  });
+});
+
+/** Lets promise callbacks run. */
+const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+interface Entry {
+  readonly key: AdmissionKey;
+  readonly tokens: number;
+  readonly tag: string;
+}
+
+/**
+ * Queues `entries` behind one request holding the deployment's only slot, then frees the slot
+ * `steps` times (each served request releasing for the next): the tags in serving order.
+ */
+async function servingOrder(entries: readonly Entry[], steps: number): Promise<string[]> {
+  const ctl = createAdmissionController({ clock: createManualClock(), maxQueueLength: 10_000 });
+  const served: { tag: string; outcome: AdmissionOutcome }[] = [];
+  let current = admitted(ctl.admit("d", { id: "holder" }, 1, 1));
+  for (const e of entries) {
+    void (ctl.admit("d", e.key, e.tokens, 1) as Promise<AdmissionOutcome>).then((outcome) =>
+      served.push({ tag: e.tag, outcome }),
+    );
+  }
+  for (let i = 0; i < steps; i++) {
+    if (current.admitted) current.release();
+    await flush();
+    current = (served[served.length - 1] as { outcome: AdmissionOutcome }).outcome;
+  }
+  return served.map((s) => s.tag);
+}
+
+const many = (key: AdmissionKey, tokens: number, tag: string, n: number): Entry[] =>
+  Array.from({ length: n }, () => ({ key, tokens, tag }));
+
+const count = (tags: readonly string[], tag: string) => tags.filter((t) => t === tag).length;
+
+describe("admission: priorities and fair share", () => {
+  it("serves every critical request before standard ones, and those before batch", async () => {
+    const order = await servingOrder(
+      [
+        { key: { id: "b", priority: "batch" }, tokens: 1, tag: "batch1" },
+        { key: { id: "s" }, tokens: 1, tag: "standard1" },
+        { key: { id: "c", priority: "critical" }, tokens: 1, tag: "critical1" },
+        { key: { id: "s", priority: "standard" }, tokens: 1, tag: "standard2" },
+        { key: { id: "c", priority: "critical" }, tokens: 1, tag: "critical2" },
+      ],
+      5,
+    );
+    expect(order).toEqual(["critical1", "critical2", "standard1", "standard2", "batch1"]);
+  });
+
+  it("shares a class 3:1 in tokens between tenants of weights 3 and 1", async () => {
+    const heavy = { id: "h", tenant: { name: "heavy", weight: 3 } };
+    const light = { id: "l", tenant: { name: "light", weight: 1 } };
+    const order = await servingOrder(
+      [...many(light, 100, "light", 60), ...many(heavy, 100, "heavy", 60)],
+      40,
+    );
+    expect([count(order, "heavy"), count(order, "light")]).toEqual([30, 10]);
+  });
+
+  it("counts tokens, not requests: a tenant of small requests is served more of them", async () => {
+    const big = { id: "big", tenant: { name: "big", weight: 1 } };
+    const small = { id: "small", tenant: { name: "small", weight: 1 } };
+    const order = await servingOrder(
+      [...many(big, 1_000, "big", 20), ...many(small, 100, "small", 40)],
+      22,
+    );
+    expect([count(order, "big"), count(order, "small")]).toEqual([2, 20]);
+  });
+
+  it("shares by tenant, not by key: a tenant's keys split one share", async () => {
+    const team = { name: "team", weight: 1 };
+    const order = await servingOrder(
+      [
+        ...many({ id: "k1", tenant: team }, 10, "team", 10),
+        ...many({ id: "k2", tenant: team }, 10, "team", 10),
+        ...many({ id: "solo" }, 10, "solo", 20),
+      ],
+      20,
+    );
+    expect([count(order, "team"), count(order, "solo")]).toEqual([10, 10]);
+  });
+
+  it("sheds the newest queued batch request for a higher class when the queue is full", async () => {
+    const clock = createManualClock();
+    const ctl = createAdmissionController({ clock, maxQueueLength: 2, queueTimeoutMs: 1_000 });
+    const holder = admitted(ctl.admit("d", { id: "x" }, 1, 1));
+    const batch = { id: "b", priority: "batch" as const };
+    const b1 = ctl.admit("d", batch, 1, 1);
+    const b2 = ctl.admit("d", batch, 1, 1);
+    // A batch request finds the queue full: refused, never queued.
+    expect(admitted(ctl.admit("d", batch, 1, 1))).toMatchObject({ reason: "queue_full" });
+    const s1 = ctl.admit("d", { id: "s" }, 1, 1);
+    await expect(b2).resolves.toEqual({ admitted: false, reason: "shed", retryAfterSeconds: 1 });
+    const c1 = ctl.admit("d", { id: "c", priority: "critical" }, 1, 1);
+    await expect(b1).resolves.toMatchObject({ reason: "shed" });
+    // Nothing left to shed.
+    expect(admitted(ctl.admit("d", { id: "s" }, 1, 1))).toMatchObject({ reason: "queue_full" });
+    expect(ctl.stats("d")).toEqual({ inFlight: 1, queued: 2 });
+    if (holder.admitted) holder.release();
+    const first = await c1;
+    expect(first.admitted).toBe(true);
+    clock.advance(1_000); // the shed ones' timers were cancelled: only s1 times out
+    await expect(s1).resolves.toMatchObject({ reason: "queue_timeout" });
+    expect(ctl.stats("d")).toEqual({ inFlight: 1, queued: 0 });
+  });
+
+  it("still times out and aborts queued requests of every class", async () => {
+    const clock = createManualClock();
+    const ctl = createAdmissionController({ clock, queueTimeoutMs: 500 });
+    admitted(ctl.admit("d", { id: "x" }, 1, 1));
+    const abort = new AbortController();
+    const critical = ctl.admit("d", { id: "c", priority: "critical" }, 5, 1, abort.signal);
+    const batch = ctl.admit("d", { id: "b", priority: "batch" }, 5, 1);
+    abort.abort();
+    await expect(critical).resolves.toMatchObject({ reason: "aborted" });
+    clock.advance(500);
+    await expect(batch).resolves.toMatchObject({ reason: "queue_timeout" });
+    expect(ctl.stats("d")).toEqual({ inFlight: 1, queued: 0 });
   });
 });

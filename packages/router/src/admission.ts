@@ -1,11 +1,27 @@
 /**
  * Admission per deployment: up to `capacity` requests (the sum of its routable replicas'
- * capacities) in flight; beyond that a bounded queue with a deadline, served round-robin across
- * API keys so one busy key cannot starve the others. A full queue or an expired wait is an
- * explicit rejection (429 + Retry-After upstream of here), never a silent drop.
+ * capacities) in flight; beyond that a bounded queue with a deadline. A full queue or an
+ * expired wait is an explicit rejection (429 + Retry-After upstream of here), never a silent
+ * drop.
+ *
+ * The queue serves by priority class, then by weighted fair share:
+ * - every queued `critical` request goes before any `standard` one, and those before `batch`;
+ * - within a class, tenants (a key without a tenant is a tenant of its own) share by weight,
+ *   counted in tokens, not requests: self-clocked weighted fair queueing. Each request gets a
+ *   virtual finish time `max(class virtual time, its tenant's last finish) + tokens / weight`,
+ *   the request with the least is served next and the class's virtual time moves to it. A
+ *   tenant of weight 3 is served three times the tokens of one of weight 1 while both wait,
+ *   and a tenant of big requests waits longer per request than one of small requests. A tenant
+ *   that stops waiting banks no credit: its next request starts from the class's virtual time;
+ * - a full queue makes room for a `critical` or `standard` request by shedding the newest
+ *   queued `batch` request (answered `shed`); a `batch` request is refused (`queue_full`).
+ *
+ * The uncontended path (nothing queued, a slot free) looks at none of this.
  */
+
 import { type Clock, systemClock } from "./clock.js";
 import { checkRange } from "./errors.js";
+import type { PriorityClass } from "./routing-messages.js";
 
 /** Options of {@link createAdmissionController}. */
 export interface AdmissionOptions {
@@ -16,8 +32,11 @@ export interface AdmissionOptions {
   readonly clock?: Clock;
 }
 
-/** Why a request was not admitted. */
-export type AdmissionRejection = "queue_full" | "queue_timeout" | "aborted";
+/**
+ * Why a request was not admitted; `shed`: it was queued as `batch` and made room for a
+ * request of a higher class.
+ */
+export type AdmissionRejection = "queue_full" | "queue_timeout" | "aborted" | "shed";
 
 /** Outcome of {@link AdmissionController.admit}. */
 export type AdmissionOutcome =
@@ -46,16 +65,29 @@ export interface AbortSignalLike {
   removeEventListener(type: "abort", listener: () => void): void;
 }
 
+/**
+ * Who a request queues as: an `ApiKeyInfo` fits. Its tenant (else the key itself) is the
+ * unit of fair share; `priority` its class (absent: `standard`).
+ */
+export interface AdmissionKey {
+  readonly id: string;
+  readonly priority?: PriorityClass;
+  /** Weight 1–1000 (below 1 reads as 1). */
+  readonly tenant?: { readonly name: string; readonly weight: number };
+}
+
 /** Per-deployment admission state. */
 export interface AdmissionController {
   /**
-   * Admits a request of `keyId` to `deployment` whose current capacity is `capacity`. Returns
-   * synchronously when admitted or refused at once, a promise when queued. An `abortSignal`
-   * that fires while queued resolves with `aborted`.
+   * Admits a request of `key` reserving `tokens` (its estimate, for fair share) to
+   * `deployment` whose current capacity is `capacity`. Returns synchronously when admitted or
+   * refused at once, a promise when queued. An `abortSignal` that fires while queued resolves
+   * with `aborted`.
    */
   admit(
     deployment: string,
-    keyId: string,
+    key: AdmissionKey,
+    tokens: number,
     capacity: number,
     abortSignal?: AbortSignalLike,
   ): AdmissionOutcome | Promise<AdmissionOutcome>;
@@ -68,16 +100,72 @@ export interface AdmissionController {
 interface Waiter {
   readonly enqueuedAt: number;
   readonly resolve: (outcome: AdmissionOutcome) => void;
+  readonly flow: Flow;
+  readonly cls: ClassQueue;
+  /** Virtual finish time: served in increasing order within the class. */
+  readonly finish: number;
+  /** Arrival order within the deployment: the newest batch request is shed first. */
+  readonly seq: number;
   cancelTimer: () => void;
   detach: () => void;
+}
+
+/** One tenant's (or tenantless key's) queued requests in one class, oldest first. */
+interface Flow {
+  readonly id: string;
+  readonly waiters: Waiter[];
+  /** Virtual finish time of its newest request. */
+  lastFinish: number;
+}
+
+interface ClassQueue {
+  queued: number;
+  /** Finish time of the last request served. */
+  vtime: number;
+  /** Flows with requests queued. */
+  readonly flows: Map<string, Flow>;
 }
 
 interface DeploymentState {
   inFlight: number;
   capacity: number;
   queued: number;
-  /** keyId → FIFO; Map order is the round-robin order (a served key moves to the back). */
-  readonly queues: Map<string, Waiter[]>;
+  seq: number;
+  /** critical, standard, batch. */
+  readonly classes: readonly [ClassQueue, ClassQueue, ClassQueue];
+}
+
+const CLASS_INDEX: Readonly<Record<PriorityClass, 0 | 1 | 2>> = {
+  critical: 0,
+  standard: 1,
+  batch: 2,
+};
+const BATCH = 2;
+
+const classQueue = (): ClassQueue => ({ queued: 0, vtime: 0, flows: new Map() });
+
+/** The flow of `cls` with the least head finish time (the first such in map order). */
+function nextFlow(cls: ClassQueue): Flow | undefined {
+  let best: Flow | undefined;
+  let bestFinish = Number.POSITIVE_INFINITY;
+  for (const flow of cls.flows.values()) {
+    const head = flow.waiters[0] as Waiter;
+    if (head.finish < bestFinish) {
+      best = flow;
+      bestFinish = head.finish;
+    }
+  }
+  return best;
+}
+
+/** The newest waiter queued in `cls`. */
+function newestWaiter(cls: ClassQueue): Waiter | undefined {
+  let newest: Waiter | undefined;
+  for (const flow of cls.flows.values()) {
+    const tail = flow.waiters[flow.waiters.length - 1] as Waiter;
+    if (newest === undefined || tail.seq > newest.seq) newest = tail;
+  }
+  return newest;
 }
 
 /** Creates an {@link AdmissionController}. */
@@ -89,7 +177,13 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
   const stateOf = (deployment: string): DeploymentState => {
     let s = states.get(deployment);
     if (s === undefined) {
-      s = { inFlight: 0, capacity: 0, queued: 0, queues: new Map() };
+      s = {
+        inFlight: 0,
+        capacity: 0,
+        queued: 0,
+        seq: 0,
+        classes: [classQueue(), classQueue(), classQueue()],
+      };
       states.set(deployment, s);
     }
     return s;
@@ -110,46 +204,80 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
     };
   };
 
+  /** Takes `waiter` out of its queue; false when it was no longer queued. */
+  const remove = (s: DeploymentState, waiter: Waiter): boolean => {
+    const { flow, cls } = waiter;
+    const at = flow.waiters.indexOf(waiter);
+    if (at < 0) return false;
+    flow.waiters.splice(at, 1);
+    if (flow.waiters.length === 0) cls.flows.delete(flow.id);
+    cls.queued -= 1;
+    s.queued -= 1;
+    return true;
+  };
+
   const pump = (s: DeploymentState): void => {
     while (s.queued > 0 && s.inFlight < s.capacity) {
-      const [keyId, queue] = s.queues.entries().next().value as [string, Waiter[]];
-      const waiter = queue.shift() as Waiter;
-      s.queues.delete(keyId);
-      if (queue.length > 0) s.queues.set(keyId, queue);
-      s.queued -= 1;
+      const cls =
+        s.classes[0].queued > 0
+          ? s.classes[0]
+          : s.classes[1].queued > 0
+            ? s.classes[1]
+            : s.classes[2];
+      const flow = nextFlow(cls) as Flow;
+      const waiter = flow.waiters[0] as Waiter;
+      remove(s, waiter);
+      cls.vtime = waiter.finish;
       waiter.cancelTimer();
       waiter.detach();
       waiter.resolve(grant(s, clock.now() - waiter.enqueuedAt));
     }
   };
 
-  const remove = (s: DeploymentState, keyId: string, waiter: Waiter): boolean => {
-    const queue = s.queues.get(keyId);
-    const at = queue?.indexOf(waiter) ?? -1;
-    if (queue === undefined || at < 0) return false;
-    queue.splice(at, 1);
-    if (queue.length === 0) s.queues.delete(keyId);
-    s.queued -= 1;
+  /** Sheds the newest queued batch request; false when none is queued. */
+  const shed = (s: DeploymentState): boolean => {
+    const victim = newestWaiter(s.classes[BATCH]);
+    if (victim === undefined || !remove(s, victim)) return false;
+    victim.cancelTimer();
+    victim.detach();
+    victim.resolve({ admitted: false, reason: "shed", retryAfterSeconds: 1 });
     return true;
   };
 
   return {
-    admit(deployment, keyId, capacity, abortSignal) {
+    admit(deployment, key, tokens, capacity, abortSignal) {
       const s = stateOf(deployment);
       s.capacity = capacity;
       if (s.queued === 0 && s.inFlight < capacity) return grant(s, 0);
-      if (s.queued >= maxQueue) {
+      const classIndex = key.priority === undefined ? 1 : CLASS_INDEX[key.priority];
+      if (s.queued >= maxQueue && (classIndex === BATCH || !shed(s))) {
         return { admitted: false, reason: "queue_full", retryAfterSeconds: 1 };
       }
+      const cls = s.classes[classIndex];
+      const tenant = key.tenant;
+      // Prefixed: a tenant and a key may share a name.
+      const flowId = tenant === undefined ? `k:${key.id}` : `t:${tenant.name}`;
+      let flow = cls.flows.get(flowId);
+      if (flow === undefined) {
+        flow = { id: flowId, waiters: [], lastFinish: 0 };
+        cls.flows.set(flowId, flow);
+      }
+      const weight = tenant === undefined ? 1 : Math.max(1, tenant.weight);
+      const finish = Math.max(cls.vtime, flow.lastFinish) + Math.max(1, tokens) / weight;
+      flow.lastFinish = finish;
       return new Promise<AdmissionOutcome>((resolve) => {
         const waiter: Waiter = {
           enqueuedAt: clock.now(),
           resolve,
+          flow: flow as Flow,
+          cls,
+          finish,
+          seq: s.seq++,
           cancelTimer: () => {},
           detach: () => {},
         };
         waiter.cancelTimer = clock.setTimer(() => {
-          if (remove(s, keyId, waiter)) {
+          if (remove(s, waiter)) {
             waiter.detach();
             resolve({
               admitted: false,
@@ -160,7 +288,7 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
         }, timeoutMs);
         if (abortSignal !== undefined) {
           const onAbort = (): void => {
-            if (remove(s, keyId, waiter)) {
+            if (remove(s, waiter)) {
               waiter.cancelTimer();
               resolve({ admitted: false, reason: "aborted", retryAfterSeconds: 1 });
             }
@@ -168,12 +296,8 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
           abortSignal.addEventListener("abort", onAbort, { once: true });
           waiter.detach = () => abortSignal.removeEventListener("abort", onAbort);
         }
-        let queue = s.queues.get(keyId);
-        if (queue === undefined) {
-          queue = [];
-          s.queues.set(keyId, queue);
-        }
-        queue.push(waiter);
+        (flow as Flow).waiters.push(waiter);
+        cls.queued += 1;
         s.queued += 1;
       });
     },

@@ -14,6 +14,7 @@ import {
   type FeatureErrorReason,
   type RequestHint,
   reservedTokens,
+  type StreamUsage,
 } from "./features.js";
 import { scanRequestBody } from "./json-scan.js";
 
@@ -23,6 +24,8 @@ export type BodyAnalysis =
       readonly ok: true;
       readonly model: string;
       readonly stream: boolean;
+      /** `RequestFeatures.streamUsage`. */
+      readonly streamUsage: StreamUsage;
       /** The larger of `max_tokens` and `max_completion_tokens` that is a positive integer. */
       readonly maxTokens?: number;
       /** The larger of `n` and `best_of`, when more than one. */
@@ -66,10 +69,10 @@ export function analyzeRequestBody(
 export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
-  const { model, stream, maxTokens, choices, estimatedTokens, hint } = result.features;
+  const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint } = result.features;
   const chain = hashPromptPieces(pieces, options);
   return outputLimits(
-    { ok: true, model, stream, estimatedTokens, chain },
+    { ok: true, model, stream, streamUsage, estimatedTokens, chain },
     maxTokens,
     choices,
     hint,
@@ -81,10 +84,10 @@ export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = 
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
   const chain = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
-  const { model, stream, maxTokens, choices, hint } = scan;
+  const { model, stream, streamUsage, maxTokens, choices, hint } = scan;
   const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
   return outputLimits(
-    { ok: true, model, stream, estimatedTokens, chain },
+    { ok: true, model, stream, streamUsage, estimatedTokens, chain },
     maxTokens,
     choices,
     hint,

@@ -1,4 +1,21 @@
 /** API keys as the router sees them: a verified identity plus its optional limits. */
+import type { PriorityClass, TokenBudget } from "./routing-messages.js";
+
+/**
+ * A tenant (team) as the router enforces it: its limits bound all its keys together. Rates and
+ * concurrency are this router's share; budgets are cluster-wide (see `Limiter.applyStandings`).
+ * Absent limits mean "no limit".
+ */
+export interface TenantInfo {
+  readonly name: string;
+  readonly rpm?: number;
+  readonly tpm?: number;
+  readonly maxConcurrency?: number;
+  /** Absent or empty: none. */
+  readonly budgets?: readonly TokenBudget[];
+  /** Share of its priority class under contention, relative to other tenants' (1–1000). */
+  readonly weight: number;
+}
 
 /** A verified API key. Absent limits mean "no limit". */
 export interface ApiKeyInfo {
@@ -16,6 +33,12 @@ export interface ApiKeyInfo {
   readonly tpm?: number;
   /** Requests in flight at once. */
   readonly maxConcurrency?: number;
+  /** The owning tenant, whose limits must have room too; absent: none. */
+  readonly tenant?: TenantInfo;
+  /** Token budgets of the key itself (cluster-wide); absent or empty: none. */
+  readonly budgets?: readonly TokenBudget[];
+  /** The class its requests queue in, already resolved (key's, else tenant's); absent: standard. */
+  readonly priority?: PriorityClass;
 }
 
 /**

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { analyzeRequestBody } from "./analyze.js";
+import { analyzeByParsing, analyzeByScanning, analyzeRequestBody } from "./analyze.js";
 import { hashPromptBlocks } from "./block-hash.js";
 import { extractRequestFeatures } from "./features.js";
 
@@ -96,8 +96,26 @@ describe("extractRequestFeatures", () => {
   ])("$name", ({ body, expected }) => {
     expect(extractRequestFeatures(new TextEncoder().encode(body))).toEqual({
       ok: true,
-      features: expected,
+      features: { streamUsage: "absent", ...expected },
     });
+  });
+
+  it.each([
+    ['{"model":"m","stream":true}', "absent"],
+    ['{"model":"m","stream":true,"stream_options":null}', "absent"],
+    ['{"model":"m","stream":true,"stream_options":{"include_usage":true}}', "asked"],
+    [
+      '{"model":"m","stream_options":{"include_usage":true,"continuous_usage_stats":true}}',
+      "asked",
+    ],
+    ['{"model":"m","stream":true,"stream_options":{"include_usage":false}}', "other"],
+    ['{"model":"m","stream":true,"stream_options":{}}', "other"],
+    ['{"model":"m","stream":true,"stream_options":"yes"}', "other"],
+    ['{"model":"m","stream_options":{"include_usage":true},"stream_options":{}}', "other"],
+  ])("stream_options of %s: %s", (body, streamUsage) => {
+    for (const analyse of [analyzeByParsing, analyzeByScanning]) {
+      expect(analyse(new TextEncoder().encode(body))).toMatchObject({ ok: true, streamUsage });
+    }
   });
 
   it.each([

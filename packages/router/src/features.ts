@@ -12,6 +12,8 @@ export interface RequestFeatures {
   readonly model: string;
   /** The `stream` field (false when absent). */
   readonly stream: boolean;
+  /** What the request says of `stream_options.include_usage` (see {@link StreamUsage}). */
+  readonly streamUsage: StreamUsage;
   /**
    * The text a prefix cache would see: for chat, each message as `role\ncontent\n` (text parts
    * of array contents joined); for completions/embeddings the prompt/input strings joined by
@@ -40,6 +42,23 @@ export interface RequestFeatures {
    * `safety_identifier`, else `user` (see {@link HINT_FIELDS}); an empty string is none.
    */
   readonly hint?: RequestHint;
+}
+
+/**
+ * `stream_options` as the router reads it: `absent` (no `stream_options`, or `null`): the router
+ * may add `{"include_usage":true}` and take the usage event out of the stream again; `asked`
+ * (`include_usage: true`): the client gets the usage event, and so does the router; `other`
+ * (any other `stream_options`): left alone, and a stream is charged an estimate.
+ */
+export type StreamUsage = "absent" | "asked" | "other";
+
+/** {@link StreamUsage} of a `stream_options` value. */
+export function streamUsageOf(options: unknown): StreamUsage {
+  if (options === undefined || options === null) return "absent";
+  if (typeof options === "object" && !Array.isArray(options)) {
+    return (options as Record<string, unknown>).include_usage === true ? "asked" : "other";
+  }
+  return "other";
 }
 
 /** A body field that names what a request belongs with, strongest first. */
@@ -253,6 +272,7 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
   const features: RequestFeatures = {
     model,
     stream: stream === true,
+    streamUsage: streamUsageOf(obj.stream_options),
     promptText,
     ...(maxTokens === undefined ? {} : { maxTokens }),
     ...(choices === undefined ? {} : { choices }),

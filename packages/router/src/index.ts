@@ -1,6 +1,7 @@
 export {
   type AbortSignalLike,
   type AdmissionController,
+  type AdmissionKey,
   type AdmissionOptions,
   type AdmissionOutcome,
   type AdmissionRejection,
@@ -18,6 +19,7 @@ export {
   type ApiKeyStore,
   createInMemoryApiKeyStore,
   type InMemoryApiKeyStore,
+  type TenantInfo,
 } from "./api-keys.js";
 export {
   type BlockHashOptions,
@@ -26,6 +28,7 @@ export {
   hashPromptBlocks,
   hashPromptPieces,
 } from "./block-hash.js";
+export { appendMembers } from "./body-rewrite.js";
 export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-pool.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
@@ -40,17 +43,21 @@ export {
   MAX_HINT_LENGTH,
   type RequestFeatures,
   type RequestHint,
+  type StreamUsage,
+  streamUsageOf,
 } from "./features.js";
 export { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 export {
-  createKeyLimiter,
-  type KeyLease,
-  type KeyLimiter,
-  type KeyLimiterOptions,
-  type KeyLimitOutcome,
-  type KeyLimitReason,
+  createLimiter,
+  type Limiter,
+  type LimiterOptions,
+  type LimitLease,
+  type LimitNever,
+  type LimitOutcome,
+  type LimitReason,
+  type LimitRefusal,
   MAX_SETTLED_TOKENS,
-} from "./key-limiter.js";
+} from "./limits.js";
 export {
   type DecisionEvent,
   noopRouterMetrics,
@@ -110,9 +117,11 @@ export {
   type StaticRouteTable,
 } from "./route-table.js";
 export type {
+  BudgetPeriod,
   InFlightReport,
   KeyGrant,
   LoadUpdate,
+  PriorityClass,
   ReplicaLoadSample,
   RoutedModel,
   RoutedReplica,
@@ -122,6 +131,8 @@ export type {
   RoutingKeepalive,
   RoutingMessage,
   RoutingSnapshot,
+  TenantGrant,
+  TokenBudget,
 } from "./routing-messages.js";
 export {
   type ApplyResult,
@@ -144,9 +155,23 @@ export {
   type ScoringWeights,
 } from "./scoring.js";
 export {
+  type AnswerUsage,
   countEventEnds,
+  MAX_REPORTED_TOKENS,
+  readAnswerUsage,
   readUsageCount,
   USAGE_TAIL_CHARS,
+  UsageEventFilter,
   type UsageField,
   usageTail,
 } from "./usage.js";
+export {
+  type BudgetStanding,
+  GpuShares,
+  type RequestUsage,
+  type UsageAnswer,
+  type UsageBatch,
+  type UsageEntry,
+  UsageLedger,
+  type UsageLedgerOptions,
+} from "./usage-ledger.js";

@@ -20,6 +20,7 @@ type Outcome =
       ok: true;
       model: string;
       stream: boolean;
+      streamUsage: string;
       maxTokens?: number;
       choices?: number;
       estimatedTokens: number;
@@ -37,6 +38,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     ok: true,
     model: a.model,
     stream: a.stream,
+    streamUsage: a.streamUsage,
     ...(a.maxTokens === undefined ? {} : { maxTokens: a.maxTokens }),
     ...(a.choices === undefined ? {} : { choices: a.choices }),
     estimatedTokens: a.estimatedTokens,
@@ -205,6 +207,18 @@ const input = fc.oneof(str, fc.array(tokenItem, { maxLength: 5 }).map(arr), json
 const field = fc.oneof(
   fc.tuple(fc.constant("model"), fc.oneof({ weight: 5, arbitrary: str }, json)),
   fc.tuple(fc.constant("stream"), fc.oneof(lit, json)),
+  fc.tuple(
+    fc.constant("stream_options"),
+    fc.oneof(
+      lit,
+      json,
+      fc
+        .array(fc.tuple(fc.constantFrom("include_usage", "continuous_usage_stats"), lit), {
+          maxLength: 3,
+        })
+        .map(obj),
+    ),
+  ),
   fc.tuple(fc.constantFrom("max_tokens", "max_completion_tokens"), fc.oneof(num, lit, json)),
   fc.tuple(fc.constantFrom("n", "best_of"), fc.oneof(num, lit, json)),
   fc.tuple(

@@ -26,6 +26,7 @@ import {
   MAX_MODEL_LENGTH,
   REFUSED,
   type RequestHint,
+  type StreamUsage,
 } from "./features.js";
 
 /** A JSON string value inside the body: the bytes between its quotes. */
@@ -49,6 +50,7 @@ export type ScanResult =
       readonly ok: true;
       readonly model: string;
       readonly stream: boolean;
+      readonly streamUsage: StreamUsage;
       readonly maxTokens?: number;
       /** The larger of `n` and `best_of` when more than one (`RequestFeatures.choices`). */
       readonly choices?: number;
@@ -99,6 +101,8 @@ const KEY = {
   prompt_cache_key: bytesOf("prompt_cache_key"),
   safety_identifier: bytesOf("safety_identifier"),
   user: bytesOf("user"),
+  stream_options: bytesOf("stream_options"),
+  include_usage: bytesOf("include_usage"),
 } as const;
 type KeyName = keyof typeof KEY;
 
@@ -567,6 +571,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   const s = new Scanner(body, n);
   let model: StringSpan | undefined;
   let streamKind = Kind.Absent as Kind;
+  let streamUsage: StreamUsage = "absent";
   // NaN unless a number: NaN is no positive integer to `completionTokenLimit`.
   let maxTokens = Number.NaN;
   let maxCompletion = Number.NaN;
@@ -596,6 +601,22 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
           }
           messages = undefined;
           return s.value(v);
+        case "stream_options": {
+          if (body[v] !== OPEN_OBJECT) {
+            const after = s.value(v);
+            streamUsage = s.kind === Kind.Null ? "absent" : "other";
+            return after;
+          }
+          // The last `include_usage` decides, as JSON.parse keeps the last of a repeated key.
+          let asked = false;
+          const end = s.members(v, (member, m) => {
+            const after = s.value(m);
+            if (member === "include_usage") asked = s.kind === Kind.True;
+            return after;
+          });
+          streamUsage = asked ? "asked" : "other";
+          return end;
+        }
         case "prompt":
         case "input": {
           const value = s.input(v);
@@ -676,6 +697,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     ok: true as const,
     model: modelText,
     stream: streamKind === Kind.True,
+    streamUsage,
     pieces,
     promptBytes,
     ...(hint === undefined ? {} : { hint }),

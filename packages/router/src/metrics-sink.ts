@@ -4,14 +4,14 @@
  */
 import type { AdmissionRejection } from "./admission.js";
 import type { HintSource } from "./features.js";
-import type { KeyLimitReason } from "./key-limiter.js";
+import type { LimitReason } from "./limits.js";
 import type { CircuitState } from "./replica-health.js";
 import type { RoutingPolicy } from "./route-table.js";
 
 /** Why a request was answered without reaching an engine. */
 export type RejectionReason =
   | AdmissionRejection
-  | KeyLimitReason
+  | LimitReason
   | "missing_key"
   | "unauthorized"
   | "forbidden_model"
@@ -103,7 +103,11 @@ export interface RouterMetricsSink {
   /** Routable replicas of a model, as seen by the latest request. */
   replicasAvailable(model: string, count: number): void;
   queueDepth(model: string, depth: number): void;
-  queueWait(model: string, seconds: number, outcome: "admitted" | "timed_out" | "cancelled"): void;
+  queueWait(
+    model: string,
+    seconds: number,
+    outcome: "admitted" | "timed_out" | "cancelled" | "shed",
+  ): void;
   /** A refusal; `keyName` is set for per-key limit refusals. Unknown models come as `""`. */
   rejected(model: string, reason: RejectionReason, keyName?: string): void;
   upstreamError(model: string, replicaId: string, kind: UpstreamErrorKind): void;

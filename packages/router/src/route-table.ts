@@ -56,6 +56,8 @@ export interface ReplicaRoute {
   readonly authorization?: string;
   /** Where its agent serves its KV-cache blocks (precise mode); absent: no KV events. */
   readonly kvEventsUrl?: string;
+  /** GPUs the replica holds, all ranks together (a request's GPU-seconds are a share). */
+  readonly gpus?: number;
 }
 
 /** How a deployment's requests are tokenized for precise routing (see `tokenizer.ts`). */
@@ -71,6 +73,11 @@ export interface RouteResolution {
   readonly loading: boolean;
   /** How its requests may be tokenized for precise routing; absent: they may not. */
   readonly tokenizer?: PromptTokenizerKind;
+  /**
+   * Its engines schedule by a request's `priority` field (vLLM's `--scheduling-policy
+   * priority`): the router sets it from the request's class. Absent: false.
+   */
+  readonly enginePriority?: boolean;
 }
 
 /**

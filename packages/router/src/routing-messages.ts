@@ -5,6 +5,7 @@
  * bumps the version, so a heartbeat's load never rebuilds route resolutions.
  */
 import type { PromptTokenizerKind, ReplicaLoad, RoutingPolicy } from "./route-table.js";
+import type { UsageAnswer, UsageBatch } from "./usage-ledger.js";
 
 /** A served model name and the deployment that serves it. */
 export interface RoutedModel {
@@ -16,6 +17,11 @@ export interface RoutedModel {
   readonly loading: boolean;
   /** How requests may be tokenized for precise routing (absent: they may not). */
   readonly tokenizer?: PromptTokenizerKind;
+  /**
+   * The engine schedules by a request's `priority` field (vLLM's `--scheduling-policy
+   * priority`): a router sets it from the request's priority class. Absent: false.
+   */
+  readonly enginePriority?: boolean;
 }
 
 /** Routing state of one replica: `ready` takes new requests, `draining` only finishes. */
@@ -39,6 +45,11 @@ export interface RoutedReplica {
   readonly apiKey?: string;
   /** Where its agent serves its KV-cache blocks (`KvCacheService`); absent: no KV events. */
   readonly kvEventsUrl?: string;
+  /**
+   * GPUs the replica holds, all ranks together: a request's GPU-seconds are its share of
+   * these over its duration. Absent: unknown.
+   */
+  readonly gpus?: number;
   /** Last reported load, and when it was read from the engine (epoch ms); both or neither. */
   readonly load?: ReplicaLoad;
   readonly loadReportedAtMs?: number;
@@ -55,6 +66,46 @@ export interface KeyGrant {
   readonly rpm?: number;
   readonly tpm?: number;
   readonly maxConcurrency?: number;
+  /** The tenant that owns the key, whose limits bound it too; absent: none. */
+  readonly tenant?: string;
+  /** Absent or empty: none. */
+  readonly budgets?: readonly TokenBudget[];
+  /** Absent: the tenant's class, else `standard`. */
+  readonly priority?: PriorityClass;
+}
+
+/**
+ * How a request is served when its deployment is at capacity: every queued request of a
+ * higher class goes first; `batch` is refused first when the queue is full.
+ */
+export type PriorityClass = "critical" | "standard" | "batch";
+
+/** A UTC calendar period a token budget covers. */
+export type BudgetPeriod = "day" | "month";
+
+/** Most tokens (prompt + completion) a tenant or key may use in each UTC day or month. */
+export interface TokenBudget {
+  readonly period: BudgetPeriod;
+  /** Served model name; absent: every model together. */
+  readonly model?: string;
+  readonly tokens: number;
+}
+
+/**
+ * A tenant as routers enforce it. Rates and concurrency are cluster-wide (each router takes
+ * its share); budgets are cluster-wide too, their standing learnt from usage reports.
+ */
+export interface TenantGrant {
+  readonly name: string;
+  readonly rpm?: number;
+  readonly tpm?: number;
+  readonly maxConcurrency?: number;
+  /** Absent or empty: none. */
+  readonly budgets?: readonly TokenBudget[];
+  /** Absent: `standard`. */
+  readonly priority?: PriorityClass;
+  /** Share of its priority class under contention, relative to other tenants' (1–1000). */
+  readonly weight: number;
 }
 
 /** The whole routing state at `version` of `epoch`; replaces whatever a router held. */
@@ -66,6 +117,8 @@ export interface RoutingSnapshot {
   readonly models: readonly RoutedModel[];
   readonly replicas: readonly RoutedReplica[];
   readonly keys: readonly KeyGrant[];
+  /** Absent: none. */
+  readonly tenants?: readonly TenantGrant[];
   /** Routers connected to the control plane, the receiver included (≥ 1). */
   readonly routers: number;
   readonly sentAtMs: number;
@@ -82,6 +135,10 @@ export interface RoutingDelta {
   readonly removedReplicas: readonly string[];
   readonly upsertedKeys: readonly KeyGrant[];
   readonly removedKeys: readonly string[];
+  /** Absent: none. */
+  readonly upsertedTenants?: readonly TenantGrant[];
+  /** Names of tenants deleted; absent: none. */
+  readonly removedTenants?: readonly string[];
   /** Set when the number of connected routers changed. */
   readonly routers?: number;
   readonly sentAtMs: number;
@@ -141,4 +198,10 @@ export interface RoutingFeed {
    * ~100 ms while the router holds draining replicas. Absent: reports are dropped.
    */
   reportInFlight?(report: InFlightReport): void;
+  /**
+   * Stores a subscriber's usage batch (the in-process router's; remote routers send theirs
+   * with `RouterService.ReportUsage`) and answers with every budget's standing. Absent: usage
+   * is kept by the router until a control plane takes it.
+   */
+  reportUsage?(routerId: string, batch: UsageBatch): Promise<UsageAnswer>;
 }

@@ -1050,3 +1050,113 @@ describe("createRoutingState: bounds", () => {
     );
   });
 });
+
+describe("createRoutingState: tenants", () => {
+  const team = {
+    name: "team",
+    rpm: 100,
+    tpm: 10_000,
+    maxConcurrency: 9,
+    budgets: [{ period: "day" as const, tokens: 1_000_000 }],
+    priority: "batch" as const,
+    weight: 3,
+  };
+  const withTenants = (routers = 1) =>
+    snapshot({
+      routers,
+      tenants: [team],
+      keys: [
+        grant("k1", "sk-one", {
+          tenant: "team",
+          budgets: [{ period: "month", model: "alpha", tokens: 500 }],
+        }),
+        grant("k2", "sk-two", { tenant: "team", priority: "critical" }),
+        grant("k3", "sk-three", { tenant: "ghost" }),
+      ],
+    });
+
+  it("projects a key's tenant (its share of rates, budgets whole), budgets and class", () => {
+    const { state } = setup(withTenants(2));
+    const tenant = {
+      name: "team",
+      rpm: 50,
+      tpm: 5_000,
+      maxConcurrency: 4,
+      budgets: team.budgets,
+      weight: 3,
+    };
+    expect(state.apiKeys.verify("sk-one")).toEqual({
+      id: "k1",
+      name: "k1-name",
+      tenant,
+      budgets: [{ period: "month", model: "alpha", tokens: 500 }],
+      priority: "batch",
+    });
+    expect(state.apiKeys.verify("sk-two")).toMatchObject({ priority: "critical", tenant });
+    // One object per tenant: every key's limits are the same tenant's state.
+    expect(state.apiKeys.verify("sk-one")?.tenant).toBe(state.apiKeys.verify("sk-two")?.tenant);
+    // A tenant not granted: the key is still its tenant's, without limits.
+    expect(state.apiKeys.verify("sk-three")).toEqual({
+      id: "k3",
+      name: "k3-name",
+      tenant: { name: "ghost", weight: 1 },
+    });
+  });
+
+  it("applies upserted and removed tenants from a delta to the keys that name them", () => {
+    const { state } = setup(withTenants());
+    state.apply(delta(11, { upsertedTenants: [{ ...team, tpm: 20, priority: undefined }] }));
+    expect(state.apiKeys.verify("sk-one")?.tenant?.tpm).toBe(20);
+    expect(state.apiKeys.verify("sk-one")?.priority).toBeUndefined();
+    state.apply(delta(12, { upsertedTenants: [{ name: "ghost", weight: 7 }] }));
+    expect(state.apiKeys.verify("sk-three")?.tenant).toEqual({ name: "ghost", weight: 7 });
+    state.apply(delta(13, { removedTenants: ["team"] }));
+    expect(state.apiKeys.verify("sk-one")?.tenant).toEqual({ name: "team", weight: 1 });
+  });
+
+  it("re-divides a tenant's rates when the router count changes", () => {
+    const { state } = setup(withTenants());
+    state.apply(delta(11, { routers: 4 }));
+    expect(state.apiKeys.verify("sk-one")?.tenant).toMatchObject({
+      rpm: 25,
+      tpm: 2_500,
+      maxConcurrency: 2,
+    });
+  });
+
+  it("saves tenants in snapshot() and restores them", () => {
+    const { state } = setup(withTenants());
+    const saved = state.snapshot() as RoutingSnapshot;
+    expect(saved.tenants).toEqual([team]);
+    const copy = createRoutingState({ hashSecret: sha256, now: () => T0 });
+    copy.apply(JSON.parse(JSON.stringify(saved)) as RoutingSnapshot);
+    expect(copy.apiKeys.verify("sk-one")).toEqual(state.apiKeys.verify("sk-one"));
+  });
+
+  it.each<[string, RoutingMessage, string]>([
+    [
+      "a weight of 0",
+      snapshot({ tenants: [{ ...team, weight: 0 }] }),
+      "routing snapshot: tenants[0].weight must be an integer in [1, 1000], got 0",
+    ],
+    [
+      "a budget period it does not know",
+      snapshot({ tenants: [{ ...team, budgets: [{ period: "week" as "day", tokens: 1 }] }] }),
+      'routing snapshot: tenants[0].budgets[0].period must be one of day, month, got "week"',
+    ],
+    [
+      "a key's unknown class",
+      snapshot({ keys: [grant("k1", "sk-one", { priority: "urgent" as "critical" })] }),
+      'routing snapshot: keys[0].priority must be one of critical, standard, batch, got "urgent"',
+    ],
+    [
+      "a tenant twice",
+      snapshot({ tenants: [team, team] }),
+      'routing snapshot: tenants[1].name repeats "team"',
+    ],
+  ])("refuses %s", (_name, message, error) => {
+    const state = createRoutingState({ hashSecret: sha256, now: () => T0 });
+    expect(() => state.apply(message)).toThrow(error);
+    expect(state.epoch).toBeUndefined();
+  });
+});

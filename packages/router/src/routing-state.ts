@@ -13,14 +13,18 @@
  *   model goes at once while its replicas drain. Such a replica is held (see
  *   {@link RoutingState.drainingReplicaIds}) but in no resolution;
  * - each router's share: a replica's `capacity` and a key's `rpm`/`tpm`/`maxConcurrency` are
- *   divided by `routers` (at least 1 each);
+ *   divided by `routers` (at least 1 each), and so are a tenant's; budgets are cluster-wide
+ *   and not divided (routers learn each other's use from usage reports);
+ * - a key's tenant is projected onto the key (`ApiKeyInfo.tenant`, the same object for every
+ *   key of a tenant); a key naming a tenant the state does not hold gets that tenant without
+ *   limits, weight 1; a key's priority is its own, else its tenant's, else absent (standard);
  * - load older than `loadStaleMs` is left out of the projection (absent, never 0), its age
  *   judged on the router's own clock: control-plane times (`loadReportedAtMs`, `reportedAtMs`)
  *   are moved onto it by an offset learnt from each message's `sentAtMs` (see
  *   {@link RoutingState.clockOffsetMs}), so a router whose clock is off the control plane's
  *   ages load right.
  */
-import type { ApiKeyInfo, ApiKeyStore } from "./api-keys.js";
+import type { ApiKeyInfo, ApiKeyStore, TenantInfo } from "./api-keys.js";
 import { checkRange, RouterError } from "./errors.js";
 import type {
   PromptTokenizerKind,
@@ -31,8 +35,10 @@ import type {
   RoutingPolicy,
 } from "./route-table.js";
 import type {
+  BudgetPeriod,
   KeyGrant,
   LoadUpdate,
+  PriorityClass,
   ReplicaLoadSample,
   RoutedModel,
   RoutedReplica,
@@ -40,6 +46,8 @@ import type {
   RoutingDelta,
   RoutingMessage,
   RoutingSnapshot,
+  TenantGrant,
+  TokenBudget,
 } from "./routing-messages.js";
 
 /** Inputs of `createRoutingState`. */
@@ -122,6 +130,11 @@ export const ROUTING_LIMITS = {
   maxModels: 100_000,
   maxReplicas: 100_000,
   maxKeys: 100_000,
+  maxTenants: 100_000,
+  /** Token budgets of one tenant or key. */
+  maxBudgets: 32,
+  /** Largest tenant weight (the smallest is 1). */
+  maxTenantWeight: 1_000,
   /** Routers sharing the cluster. */
   maxRouters: 10_000,
   /** Ids and names: model, deployment, replica and key ids, key names. */
@@ -130,6 +143,8 @@ export const ROUTING_LIMITS = {
   maxUrlChars: 2048,
   maxApiKeyChars: 4096,
   maxCapacity: 1_000_000,
+  /** GPUs of one replica, all ranks together. */
+  maxGpus: 65_536,
   /** rpm, tpm and maxConcurrency of a key (the proto's uint32). */
   maxKeyLimit: 4_294_967_295,
   /** Engine-reported running and waiting requests. */
@@ -148,6 +163,12 @@ const POLICIES: ReadonlySet<string> = new Set<RoutingPolicy>([
   "least-loaded",
 ]);
 const REPLICA_STATES: ReadonlySet<string> = new Set<RoutedReplicaState>(["ready", "draining"]);
+const PRIORITY_CLASSES: ReadonlySet<string> = new Set<PriorityClass>([
+  "critical",
+  "standard",
+  "batch",
+]);
+const BUDGET_PERIODS: ReadonlySet<string> = new Set<BudgetPeriod>(["day", "month"]);
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 const fail = (kind: string, path: string, rule: string): never => {
@@ -258,6 +279,8 @@ class MessageChecker {
         `must be one of ${[...TOKENIZERS].join(", ")}, got ${show(m.tokenizer)}`,
       );
     }
+    if (m.enginePriority !== undefined && typeof m.enginePriority !== "boolean")
+      fail(this.kind, `${path}.enginePriority`, `must be a boolean, got ${show(m.enginePriority)}`);
   }
 
   httpUrl(path: string, url: string): void {
@@ -286,6 +309,7 @@ class MessageChecker {
       this.string(`${path}.apiKey`, r.apiKey, 1, ROUTING_LIMITS.maxApiKeyChars, true);
     }
     if (r.kvEventsUrl !== undefined) this.httpUrl(`${path}.kvEventsUrl`, r.kvEventsUrl);
+    if (r.gpus !== undefined) this.integer(`${path}.gpus`, r.gpus, 1, ROUTING_LIMITS.maxGpus);
     if ((r.load === undefined) !== (r.loadReportedAtMs === undefined)) {
       fail(this.kind, path, "must carry load and loadReportedAtMs together or neither");
     }
@@ -325,6 +349,51 @@ class MessageChecker {
       if (k[limit] !== undefined)
         this.integer(`${path}.${limit}`, k[limit], 1, ROUTING_LIMITS.maxKeyLimit);
     }
+    if (k.tenant !== undefined) this.name(`${path}.tenant`, k.tenant);
+    if (k.budgets !== undefined) this.budgets(`${path}.budgets`, k.budgets);
+    if (k.priority !== undefined) this.priority(`${path}.priority`, k.priority);
+  }
+
+  tenant(path: string, t: TenantGrant): void {
+    this.name(`${path}.name`, t.name);
+    for (const limit of ["rpm", "tpm", "maxConcurrency"] as const) {
+      if (t[limit] !== undefined)
+        this.integer(`${path}.${limit}`, t[limit], 1, ROUTING_LIMITS.maxKeyLimit);
+    }
+    if (t.budgets !== undefined) this.budgets(`${path}.budgets`, t.budgets);
+    if (t.priority !== undefined) this.priority(`${path}.priority`, t.priority);
+    this.integer(`${path}.weight`, t.weight, 1, ROUTING_LIMITS.maxTenantWeight);
+  }
+
+  tenants(path: string, value: readonly TenantGrant[]): void {
+    const list = this.list(path, value, ROUTING_LIMITS.maxTenants) as readonly TenantGrant[];
+    for (let i = 0; i < list.length; i++) this.tenant(`${path}[${i}]`, list[i] as TenantGrant);
+    this.unique(path, list, (t) => t.name, "name");
+  }
+
+  budgets(path: string, value: readonly TokenBudget[]): void {
+    const list = this.list(path, value, ROUTING_LIMITS.maxBudgets) as readonly TokenBudget[];
+    for (let i = 0; i < list.length; i++) {
+      const b = list[i] as TokenBudget;
+      if (typeof b !== "object" || b === null)
+        fail(this.kind, `${path}[${i}]`, `must be an object, got ${show(b)}`);
+      if (!BUDGET_PERIODS.has(b.period))
+        fail(this.kind, `${path}[${i}].period`, `must be one of day, month, got ${show(b.period)}`);
+      if (b.model !== undefined) this.name(`${path}[${i}].model`, b.model);
+      this.integer(`${path}[${i}].tokens`, b.tokens, 1, Number.MAX_SAFE_INTEGER);
+    }
+    // "day", "month:llama-3-8b": as `llmgw tenants create --budget` spells them.
+    this.unique(
+      path,
+      list,
+      (b) => (b.model === undefined ? b.period : `${b.period}:${b.model}`),
+      "period and model",
+    );
+  }
+
+  priority(path: string, value: PriorityClass): void {
+    if (!PRIORITY_CLASSES.has(value))
+      fail(this.kind, path, `must be one of critical, standard, batch, got ${show(value)}`);
   }
 
   models(path: string, value: readonly RoutedModel[]): void {
@@ -375,6 +444,7 @@ export function validateRoutingMessage(message: RoutingMessage): void {
       c.models("models", message.models);
       c.replicas("replicas", message.replicas);
       c.keys("keys", message.keys);
+      if (message.tenants !== undefined) c.tenants("tenants", message.tenants);
       c.integer("routers", message.routers, 1, ROUTING_LIMITS.maxRouters);
       c.epochMs("sentAtMs", message.sentAtMs);
       return;
@@ -387,6 +457,10 @@ export function validateRoutingMessage(message: RoutingMessage): void {
       c.names("removedReplicas", message.removedReplicas, ROUTING_LIMITS.maxReplicas);
       c.keys("upsertedKeys", message.upsertedKeys);
       c.names("removedKeys", message.removedKeys, ROUTING_LIMITS.maxKeys);
+      if (message.upsertedTenants !== undefined)
+        c.tenants("upsertedTenants", message.upsertedTenants);
+      if (message.removedTenants !== undefined)
+        c.names("removedTenants", message.removedTenants, ROUTING_LIMITS.maxTenants);
       if (message.routers !== undefined) {
         c.integer("routers", message.routers, 1, ROUTING_LIMITS.maxRouters);
       }
@@ -433,6 +507,7 @@ interface ProjectedRoute {
   readonly apiKey: string | undefined;
   readonly authorization: string | undefined;
   readonly kvEventsUrl: string | undefined;
+  readonly gpus: number | undefined;
 }
 
 /** One replica as held: membership (key kept), the newest load heard, and its projection. */
@@ -506,6 +581,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
   /** Served model name → ids of its replicas. */
   let byModel = new Map<string, Set<string>>();
   let keys = new Map<string, KeyGrant>();
+  let tenants = new Map<string, TenantGrant>();
   let resolutions = new Map<string, RouteResolution>();
   let keysByHash = new Map<string, ApiKeyInfo>();
   let readyModels: string[] | undefined;
@@ -552,6 +628,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       apiKey: r.apiKey,
       authorization: r.apiKey === undefined ? undefined : `Bearer ${r.apiKey}`,
       kvEventsUrl: r.kvEventsUrl,
+      gpus: r.gpus,
     };
   };
 
@@ -581,6 +658,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       capacity: r.capacity,
       ...(apiKey === undefined ? {} : { apiKey }),
       ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
+      ...(r.gpus === undefined ? {} : { gpus: r.gpus }),
     };
     let load = previous?.load;
     let loadReportedAtMs = previous?.loadReportedAtMs;
@@ -636,20 +714,47 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       replicas: routes,
       loading: model.loading,
       ...(model.tokenizer === undefined ? {} : { tokenizer: model.tokenizer }),
+      ...(model.enginePriority === true ? { enginePriority: true } : {}),
     });
   };
 
-  const grantInfo = (g: KeyGrant): ApiKeyInfo => {
+  const tenantInfo = (t: TenantGrant): TenantInfo => {
+    const info: { -readonly [K in keyof TenantInfo]: TenantInfo[K] } = {
+      name: t.name,
+      weight: t.weight,
+    };
+    if (t.rpm !== undefined) info.rpm = share(t.rpm);
+    if (t.tpm !== undefined) info.tpm = share(t.tpm);
+    if (t.maxConcurrency !== undefined) info.maxConcurrency = share(t.maxConcurrency);
+    if (t.budgets !== undefined && t.budgets.length > 0) info.budgets = t.budgets;
+    return info;
+  };
+  const grantInfo = (g: KeyGrant, tenantInfos: Map<string, TenantInfo>): ApiKeyInfo => {
     const info: { -readonly [K in keyof ApiKeyInfo]: ApiKeyInfo[K] } = { id: g.id, name: g.name };
     if (g.models !== undefined && g.models.length > 0) info.models = g.models;
     if (g.rpm !== undefined) info.rpm = share(g.rpm);
     if (g.tpm !== undefined) info.tpm = share(g.tpm);
     if (g.maxConcurrency !== undefined) info.maxConcurrency = share(g.maxConcurrency);
+    if (g.budgets !== undefined && g.budgets.length > 0) info.budgets = g.budgets;
+    if (g.tenant !== undefined) {
+      let tenant = tenantInfos.get(g.tenant);
+      if (tenant === undefined) {
+        // Not (yet) granted: the key is still its tenant's for fair share and usage.
+        tenant = { name: g.tenant, weight: 1 };
+        tenantInfos.set(g.tenant, tenant);
+      }
+      info.tenant = tenant;
+    }
+    const priority =
+      g.priority ?? (g.tenant === undefined ? undefined : tenants.get(g.tenant)?.priority);
+    if (priority !== undefined) info.priority = priority;
     return info;
   };
   const rebuildKeys = (): void => {
+    const tenantInfos = new Map<string, TenantInfo>();
+    for (const t of tenants.values()) tenantInfos.set(t.name, tenantInfo(t));
     const next = new Map<string, ApiKeyInfo>();
-    for (const g of keys.values()) next.set(g.secretSha256, grantInfo(g));
+    for (const g of keys.values()) next.set(g.secretSha256, grantInfo(g, tenantInfos));
     keysByHash = next;
   };
 
@@ -684,6 +789,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     byModel = new Map();
     for (const h of replicas.values()) index(h);
     keys = new Map(m.keys.map((k) => [k.id, k]));
+    tenants = new Map((m.tenants ?? []).map((t) => [t.name, t]));
     epoch = m.epoch;
     version = m.version;
     routers = m.routers;
@@ -714,6 +820,17 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     ) {
       fail(kind, "upsertedKeys", `would hold more than ${ROUTING_LIMITS.maxKeys} keys`);
     }
+    const upsertedTenants = m.upsertedTenants ?? [];
+    const removedTenants = m.removedTenants ?? [];
+    if (
+      sizeAfter(
+        tenants,
+        removedTenants,
+        upsertedTenants.map((t) => t.name),
+      ) > ROUTING_LIMITS.maxTenants
+    ) {
+      fail(kind, "upsertedTenants", `would hold more than ${ROUTING_LIMITS.maxTenants} tenants`);
+    }
     learnOffset(heard, m.sentAtMs, false);
     const touched = new Set<string>();
     for (const name of m.removedModels) if (models.delete(name)) touched.add(name);
@@ -743,6 +860,8 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     }
     for (const id of m.removedKeys) keys.delete(id);
     for (const k of m.upsertedKeys) keys.set(k.id, k);
+    for (const name of removedTenants) tenants.delete(name);
+    for (const t of upsertedTenants) tenants.set(t.name, t);
     epoch = m.epoch;
     version = m.version;
     if (m.routers !== undefined && m.routers !== routers) {
@@ -754,7 +873,14 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     const t = cpNow();
     for (const h of upserted) h.route = project(h, t);
     for (const name of touched) resolveModel(name);
-    if (m.removedKeys.length > 0 || m.upsertedKeys.length > 0) rebuildKeys();
+    if (
+      m.removedKeys.length > 0 ||
+      m.upsertedKeys.length > 0 ||
+      removedTenants.length > 0 ||
+      upsertedTenants.length > 0
+    ) {
+      rebuildKeys();
+    }
   };
 
   const applyLoad = (m: LoadUpdate): void => {
@@ -862,6 +988,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
         models: [...models.values()],
         replicas: held,
         keys: [...keys.values()],
+        ...(tenants.size === 0 ? {} : { tenants: [...tenants.values()] }),
         routers,
         sentAtMs: Math.min(
           ROUTING_LIMITS.maxEpochMs,

@@ -53,6 +53,15 @@ const MAX_DIGITS = 15;
  * (`\"prompt_tokens\"`) never match, since the key's closing quote must follow directly.
  */
 export function readUsageCount(tail: string, field: UsageField): number | undefined {
+  return usageValue(tail, field) ?? undefined;
+}
+
+/**
+ * {@link readUsageCount}, telling an absent field (`undefined`, or a JSON `null`) from one
+ * whose value no engine would report (`null` returned): negative, fractional, an exponent, a
+ * string, more than 15 digits.
+ */
+function usageValue(tail: string, field: UsageField): number | null | undefined {
   const key = KEYS[field];
   for (
     let at = tail.lastIndexOf(key);
@@ -63,6 +72,7 @@ export function readUsageCount(tail: string, field: UsageField): number | undefi
     // The key as a value (`["prompt_tokens"]`) is not the member: look further back.
     if (tail.charCodeAt(i) !== 0x3a) continue;
     i = skipJsonSpace(tail, i + 1);
+    if (tail.startsWith("null", i)) return undefined;
     let value = 0;
     let digits = 0;
     let c = tail.charCodeAt(i);
@@ -71,9 +81,54 @@ export function readUsageCount(tail: string, field: UsageField): number | undefi
       digits++;
     }
     const fraction = c === 0x2e || c === 0x65 || c === 0x45;
-    return digits === 0 || digits > MAX_DIGITS || fraction ? undefined : value;
+    return digits === 0 || digits > MAX_DIGITS || fraction ? null : value;
   }
   return undefined;
+}
+
+/**
+ * Most tokens one answer may report in one field (2^24, above any context window times any
+ * sane `n`): more is a corrupt or hostile answer, refused like a negative count.
+ */
+export const MAX_REPORTED_TOKENS = 2 ** 24;
+
+/** An answer's `usage` as the router may trust it. */
+export interface AnswerUsage {
+  readonly prompt?: number;
+  readonly completion?: number;
+  readonly cached?: number;
+  /**
+   * A count was there but no engine would send it (negative, fractional, exponent, string,
+   * above {@link MAX_REPORTED_TOKENS}, cached above prompt): every count of the answer is
+   * dropped, and the request charged its estimate.
+   */
+  readonly refused: boolean;
+}
+
+const NO_USAGE: AnswerUsage = { refused: false };
+const REFUSED_USAGE: AnswerUsage = { refused: true };
+
+/** The counts of the `usage` at the end of an answer (see {@link usageTail}). */
+export function readAnswerUsage(tail: string): AnswerUsage {
+  if (tail.indexOf("_tokens") < 0) return NO_USAGE;
+  const prompt = usageValue(tail, "prompt_tokens");
+  const completion = usageValue(tail, "completion_tokens");
+  const cached = usageValue(tail, "cached_tokens");
+  if (prompt === null || completion === null || cached === null) return REFUSED_USAGE;
+  if (
+    (prompt ?? 0) > MAX_REPORTED_TOKENS ||
+    (completion ?? 0) > MAX_REPORTED_TOKENS ||
+    (cached !== undefined && cached > (prompt ?? MAX_REPORTED_TOKENS))
+  ) {
+    return REFUSED_USAGE;
+  }
+  if (prompt === undefined && completion === undefined) return NO_USAGE;
+  return {
+    refused: false,
+    ...(prompt === undefined ? {} : { prompt }),
+    ...(completion === undefined ? {} : { completion }),
+    ...(cached === undefined ? {} : { cached }),
+  };
 }
 
 function skipJsonSpace(text: string, i: number): number {
@@ -98,4 +153,59 @@ export function countEventEnds(chunk: Uint8Array, afterNewline: boolean): number
     if (at === 0 ? afterNewline : chunk[at - 1] === LF) count++;
   }
   return count;
+}
+
+const EVENT_END = Buffer.from("\n\n");
+const EMPTY_CHOICES = [Buffer.from('"choices":[]'), Buffer.from('"choices": []')];
+const USAGE_KEY = Buffer.from('"usage"');
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Takes out of a stream the one event a client did not ask for: the usage event that the
+ * router asked the engine for (`stream_options.include_usage`) so that a stream is charged
+ * its exact counts. vLLM, SGLang and llama.cpp all send it as its own event, after the last
+ * content and before `[DONE]`, with an empty `choices` list. Every other byte goes through
+ * unchanged and in order; an event split across chunks is held until its end arrives, so a
+ * client sees the same bytes as without the router, at most one partial event later.
+ */
+export class UsageEventFilter {
+  #held: Buffer | undefined;
+  /** Whether the usage event was seen (and dropped). */
+  dropped = false;
+
+  /** The bytes of `chunk` (and of what was held) to forward now; may be empty. */
+  push(chunk: Buffer): Buffer {
+    const data = this.#held === undefined ? chunk : Buffer.concat([this.#held, chunk]);
+    const last = data.lastIndexOf(EVENT_END);
+    if (last < 0) {
+      this.#held = data;
+      return EMPTY;
+    }
+    const cut = last + EVENT_END.length;
+    this.#held = cut === data.length ? undefined : data.subarray(cut);
+    const complete = cut === data.length ? data : data.subarray(0, cut);
+    return this.dropped ? complete : this.#drop(complete);
+  }
+
+  /** What is still held when the stream ends (an unfinished last event), forwarded as is. */
+  end(): Buffer | undefined {
+    const held = this.#held;
+    this.#held = undefined;
+    return held;
+  }
+
+  #drop(events: Buffer): Buffer {
+    let at = events.indexOf(EMPTY_CHOICES[0] as Buffer);
+    if (at < 0) at = events.indexOf(EMPTY_CHOICES[1] as Buffer);
+    if (at < 0) return events;
+    const previous = events.lastIndexOf(EVENT_END, at);
+    const from = previous < 0 ? 0 : previous + EVENT_END.length;
+    const end = events.indexOf(EVENT_END, at) + EVENT_END.length;
+    const event = events.subarray(from, end);
+    if (event.indexOf(USAGE_KEY) < 0) return events;
+    this.dropped = true;
+    if (from === 0) return events.subarray(end);
+    if (end === events.length) return events.subarray(0, from);
+    return Buffer.concat([events.subarray(0, from), events.subarray(end)]);
+  }
 }

@@ -36,9 +36,15 @@ export {
   portToProto,
 } from "./inventory.js";
 export {
+  budgetPeriodFromProto,
+  budgetPeriodToProto,
   engineLoadFromProto,
   engineLoadToProto,
+  priorityClassFromProto,
+  priorityClassToProto,
   routingMessageFromProto,
   routingMessageToProto,
+  tokenBudgetToProto,
 } from "./routing.js";
+export { usageAnswerFromProto, usageAnswerToProto, usageBatchToProto } from "./usage.js";
 export { LLMGW_VERSION, PROTO_PACKAGE } from "./version.js";

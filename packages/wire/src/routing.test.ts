@@ -196,6 +196,56 @@ describe("routing messages on the wire", () => {
       secretSha256: HASH,
     });
   });
+
+  it("carries tenants, the keys' tenant, budgets and priority, GPUs and engine priority", () => {
+    const snapshot: RoutingMessage = {
+      kind: "snapshot",
+      epoch: "e",
+      version: 3,
+      models: [
+        { name: "alpha", deployment: "d", policy: "llmgw", loading: false, enginePriority: true },
+      ],
+      replicas: [{ ...replica, gpus: 8 }],
+      keys: [
+        {
+          id: "k",
+          name: "n",
+          secretSha256: HASH,
+          tenant: "search",
+          budgets: [{ period: "month", model: "alpha", tokens: Number.MAX_SAFE_INTEGER }],
+          priority: "batch",
+        },
+      ],
+      tenants: [
+        {
+          name: "search",
+          rpm: 5,
+          budgets: [{ period: "day", tokens: 9 }],
+          priority: "critical",
+          weight: 1000,
+        },
+        { name: "other", weight: 1 },
+      ],
+      routers: 1,
+      sentAtMs: T0,
+    };
+    expect(overTheWire(snapshot)).toStrictEqual(snapshot);
+    const delta: RoutingMessage = {
+      kind: "delta",
+      epoch: "e",
+      version: 4,
+      upsertedModels: [],
+      removedModels: [],
+      upsertedReplicas: [],
+      removedReplicas: [],
+      upsertedKeys: [],
+      removedKeys: [],
+      upsertedTenants: [{ name: "search", weight: 2 }],
+      removedTenants: ["other"],
+      sentAtMs: T0,
+    };
+    expect(overTheWire(delta)).toStrictEqual(delta);
+  });
 });
 
 describe("routingMessageFromProto refuses", () => {
@@ -227,6 +277,42 @@ describe("routingMessageFromProto refuses", () => {
         models: [{ name: "alpha", deployment: "d", routingPolicy: RoutingPolicy.UNSPECIFIED }],
       }),
       "routing snapshot: models[0].policy must be one of llmgw, round-robin, least-loaded, got 0",
+    ],
+    [
+      "an unknown priority class on a key",
+      snapshotWith({ keys: [{ id: "k", name: "n", secretSha256: HASH, priority: 9 }] }),
+      "routing snapshot: keys[0].priority must be one of critical, standard, batch or unset, got 9",
+    ],
+    [
+      "a budget without a period",
+      snapshotWith({ tenants: [{ name: "t", weight: 1, budgets: [{ tokens: 5n }] }] }),
+      "routing snapshot: tenants[0].budgets[0].period must be one of day, month, got 0",
+    ],
+    [
+      "a tenant weight of 0",
+      snapshotWith({ tenants: [{ name: "t", weight: 0 }] }),
+      "routing snapshot: tenants[0].weight must be an integer in [1, 1000], got 0",
+    ],
+    [
+      "a budget of 0 tokens",
+      snapshotWith({ tenants: [{ name: "t", weight: 1, budgets: [{ period: 1, tokens: 0n }] }] }),
+      "routing snapshot: tenants[0].budgets[0].tokens must be an integer in [1, 9007199254740991], got 0",
+    ],
+    [
+      "two budgets of one period and model",
+      snapshotWith({
+        tenants: [
+          {
+            name: "t",
+            weight: 1,
+            budgets: [
+              { period: 1, tokens: 5n },
+              { period: 1, tokens: 6n },
+            ],
+          },
+        ],
+      }),
+      'routing snapshot: tenants[0].budgets[1].period and model repeats "day"',
     ],
     [
       "an unknown replica state",

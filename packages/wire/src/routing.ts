@@ -1,16 +1,22 @@
 import { create } from "@bufbuild/protobuf";
 import {
+  BudgetPeriod as BudgetPeriodProto,
   type EngineLoad,
   type KeyGrant as KeyGrantProto,
+  PriorityClass as PriorityClassProto,
   RoutedReplicaState as ReplicaStateProto,
   type RoutedModel as RoutedModelProto,
   type RoutedReplica as RoutedReplicaProto,
   RoutingPolicy as RoutingPolicyProto,
+  type TenantGrant as TenantGrantProto,
+  type TokenBudget as TokenBudgetProto,
   type WatchRoutingResponse,
   WatchRoutingResponseSchema,
 } from "@llmgw/proto";
 import {
+  type BudgetPeriod,
   type KeyGrant,
+  type PriorityClass,
   type PromptTokenizerKind,
   type ReplicaLoad,
   type RoutedModel,
@@ -19,6 +25,8 @@ import {
   RouterError,
   type RoutingMessage,
   type RoutingPolicy,
+  type TenantGrant,
+  type TokenBudget,
   validateRoutingMessage,
 } from "@llmgw/router";
 
@@ -46,6 +54,51 @@ const STATE_TO_PROTO: Readonly<Record<RoutedReplicaState, ReplicaStateProto>> = 
   ready: ReplicaStateProto.READY,
   draining: ReplicaStateProto.DRAINING,
 };
+
+const PRIORITY_BY_PROTO: Readonly<Record<number, PriorityClass>> = {
+  [PriorityClassProto.CRITICAL]: "critical",
+  [PriorityClassProto.STANDARD]: "standard",
+  [PriorityClassProto.BATCH]: "batch",
+};
+const PRIORITY_TO_PROTO: Readonly<Record<PriorityClass, PriorityClassProto>> = {
+  critical: PriorityClassProto.CRITICAL,
+  standard: PriorityClassProto.STANDARD,
+  batch: PriorityClassProto.BATCH,
+};
+const PERIOD_BY_PROTO: Readonly<Record<number, BudgetPeriod>> = {
+  [BudgetPeriodProto.DAY]: "day",
+  [BudgetPeriodProto.MONTH]: "month",
+};
+const PERIOD_TO_PROTO: Readonly<Record<BudgetPeriod, BudgetPeriodProto>> = {
+  day: BudgetPeriodProto.DAY,
+  month: BudgetPeriodProto.MONTH,
+};
+
+/**
+ * A wire `PriorityClass` as its plain name; `UNSPECIFIED` (inherit) is undefined, and so is a
+ * value this build does not know (`priorityClassFromProto(7) === undefined`): callers that
+ * must refuse one check `value !== 0` themselves.
+ */
+export const priorityClassFromProto = (p: PriorityClassProto): PriorityClass | undefined =>
+  PRIORITY_BY_PROTO[p];
+
+/** A plain priority class for the wire; undefined (inherit) is `UNSPECIFIED`. */
+export const priorityClassToProto = (p: PriorityClass | undefined): PriorityClassProto =>
+  p === undefined ? PriorityClassProto.UNSPECIFIED : PRIORITY_TO_PROTO[p];
+
+/** A plain budget period for the wire. */
+export const budgetPeriodToProto = (p: BudgetPeriod): BudgetPeriodProto => PERIOD_TO_PROTO[p];
+
+/** A wire `BudgetPeriod` as its plain name; `UNSPECIFIED` or unknown: undefined. */
+export const budgetPeriodFromProto = (p: BudgetPeriodProto): BudgetPeriod | undefined =>
+  PERIOD_BY_PROTO[p];
+
+/** A plain token budget for the wire (a `TokenBudget` init); all models: empty `model`. */
+export const tokenBudgetToProto = (b: TokenBudget) => ({
+  period: PERIOD_TO_PROTO[b.period],
+  model: b.model ?? "",
+  tokens: BigInt(b.tokens),
+});
 
 const fail = (kind: string, path: string, rule: string): never => {
   throw new RouterError("LLMGW_ROUTER_ROUTING_INVALID", `routing ${kind}: ${path} ${rule}`);
@@ -88,6 +141,7 @@ function modelFromProto(kind: string, path: string, m: RoutedModelProto): Routed
     policy: policy as RoutingPolicy,
     loading: m.loading,
     ...(m.tokenizer === "" ? {} : { tokenizer: m.tokenizer as PromptTokenizerKind }),
+    ...(m.enginePriority ? { enginePriority: true } : {}),
   };
 }
 
@@ -104,6 +158,7 @@ function replicaFromProto(kind: string, path: string, r: RoutedReplicaProto): Ro
     capacity: r.capacity,
     ...(r.engineApiKey === undefined ? {} : { apiKey: r.engineApiKey }),
     ...(r.kvEventsUrl === "" ? {} : { kvEventsUrl: r.kvEventsUrl }),
+    ...(r.gpus === 0 ? {} : { gpus: r.gpus }),
     ...(r.load === undefined ? {} : { load: engineLoadFromProto(r.load) }),
     ...(r.loadReportedAtUnixMs === undefined
       ? {}
@@ -111,8 +166,38 @@ function replicaFromProto(kind: string, path: string, r: RoutedReplicaProto): Ro
   };
 }
 
+function priorityFromProto(kind: string, path: string, p: PriorityClassProto) {
+  if (p === PriorityClassProto.UNSPECIFIED) return undefined;
+  const name = PRIORITY_BY_PROTO[p];
+  if (name === undefined)
+    fail(kind, path, `must be one of critical, standard, batch or unset, got ${p}`);
+  return name;
+}
+
+/** Budgets from the wire; an empty list comes back absent (both mean none). */
+function budgetsFromProto(
+  kind: string,
+  path: string,
+  list: readonly TokenBudgetProto[],
+): { budgets?: TokenBudget[] } {
+  if (list.length === 0) return {};
+  return {
+    budgets: list.map((b, i) => {
+      const period = PERIOD_BY_PROTO[b.period];
+      if (period === undefined)
+        fail(kind, `${path}[${i}].period`, `must be one of day, month, got ${b.period}`);
+      return {
+        period: period as BudgetPeriod,
+        ...(b.model === "" ? {} : { model: b.model }),
+        tokens: safe(kind, `${path}[${i}].tokens`, b.tokens),
+      };
+    }),
+  };
+}
+
 /** Empty `models` means all, the same as absent: it comes back absent. */
-function keyFromProto(k: KeyGrantProto): KeyGrant {
+function keyFromProto(kind: string, path: string, k: KeyGrantProto): KeyGrant {
+  const priority = priorityFromProto(kind, `${path}.priority`, k.priority);
   return {
     id: k.id,
     name: k.name,
@@ -121,6 +206,22 @@ function keyFromProto(k: KeyGrantProto): KeyGrant {
     ...(k.requestsPerMinute === undefined ? {} : { rpm: k.requestsPerMinute }),
     ...(k.tokensPerMinute === undefined ? {} : { tpm: k.tokensPerMinute }),
     ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
+    ...(k.tenant === "" ? {} : { tenant: k.tenant }),
+    ...budgetsFromProto(kind, `${path}.budgets`, k.budgets),
+    ...(priority === undefined ? {} : { priority }),
+  };
+}
+
+function tenantFromProto(kind: string, path: string, t: TenantGrantProto): TenantGrant {
+  const priority = priorityFromProto(kind, `${path}.priority`, t.priority);
+  return {
+    name: t.name,
+    ...(t.requestsPerMinute === undefined ? {} : { rpm: t.requestsPerMinute }),
+    ...(t.tokensPerMinute === undefined ? {} : { tpm: t.tokensPerMinute }),
+    ...(t.maxConcurrency === undefined ? {} : { maxConcurrency: t.maxConcurrency }),
+    ...budgetsFromProto(kind, `${path}.budgets`, t.budgets),
+    ...(priority === undefined ? {} : { priority }),
+    weight: t.weight,
   };
 }
 
@@ -146,7 +247,10 @@ export function routingMessageFromProto(res: WatchRoutingResponse): RoutingMessa
         version: safe(kind, "version", s.version),
         models: s.models.map((x, i) => modelFromProto(kind, `models[${i}]`, x)),
         replicas: s.replicas.map((x, i) => replicaFromProto(kind, `replicas[${i}]`, x)),
-        keys: s.keys.map(keyFromProto),
+        keys: s.keys.map((x, i) => keyFromProto(kind, `keys[${i}]`, x)),
+        ...(s.tenants.length === 0
+          ? {}
+          : { tenants: s.tenants.map((x, i) => tenantFromProto(kind, `tenants[${i}]`, x)) }),
         routers: s.routers,
         sentAtMs: safe(kind, "sentAtMs", s.sentAtUnixMs),
       };
@@ -167,8 +271,16 @@ export function routingMessageFromProto(res: WatchRoutingResponse): RoutingMessa
           replicaFromProto(kind, `upsertedReplicas[${i}]`, x),
         ),
         removedReplicas: d.removedReplicas,
-        upsertedKeys: d.upsertedKeys.map(keyFromProto),
+        upsertedKeys: d.upsertedKeys.map((x, i) => keyFromProto(kind, `upsertedKeys[${i}]`, x)),
         removedKeys: d.removedKeys,
+        ...(d.upsertedTenants.length === 0
+          ? {}
+          : {
+              upsertedTenants: d.upsertedTenants.map((x, i) =>
+                tenantFromProto(kind, `upsertedTenants[${i}]`, x),
+              ),
+            }),
+        ...(d.removedTenants.length === 0 ? {} : { removedTenants: d.removedTenants }),
         ...(d.routers === undefined ? {} : { routers: d.routers }),
         sentAtMs: safe(kind, "sentAtMs", d.sentAtUnixMs),
       };
@@ -232,6 +344,7 @@ const modelToProto = (m: RoutedModel) => ({
   routingPolicy: POLICY_TO_PROTO[m.policy],
   loading: m.loading,
   tokenizer: m.tokenizer ?? "",
+  enginePriority: m.enginePriority ?? false,
 });
 const replicaToProto = (r: RoutedReplica) => ({
   id: r.id,
@@ -242,6 +355,7 @@ const replicaToProto = (r: RoutedReplica) => ({
   capacity: r.capacity,
   engineApiKey: r.apiKey,
   kvEventsUrl: r.kvEventsUrl ?? "",
+  gpus: r.gpus ?? 0,
   load: r.load === undefined ? undefined : engineLoadToProto(r.load),
   loadReportedAtUnixMs: r.loadReportedAtMs === undefined ? undefined : BigInt(r.loadReportedAtMs),
 });
@@ -253,6 +367,18 @@ const keyToProto = (k: KeyGrant) => ({
   requestsPerMinute: k.rpm,
   tokensPerMinute: k.tpm,
   maxConcurrency: k.maxConcurrency,
+  tenant: k.tenant ?? "",
+  budgets: (k.budgets ?? []).map(tokenBudgetToProto),
+  priority: priorityClassToProto(k.priority),
+});
+const tenantToProto = (t: TenantGrant) => ({
+  name: t.name,
+  requestsPerMinute: t.rpm,
+  tokensPerMinute: t.tpm,
+  maxConcurrency: t.maxConcurrency,
+  budgets: (t.budgets ?? []).map(tokenBudgetToProto),
+  priority: priorityClassToProto(t.priority),
+  weight: t.weight,
 });
 
 /**
@@ -275,6 +401,7 @@ export function routingMessageToProto(m: RoutingMessage): WatchRoutingResponse {
             models: m.models.map(modelToProto),
             replicas: m.replicas.map(replicaToProto),
             keys: m.keys.map(keyToProto),
+            tenants: (m.tenants ?? []).map(tenantToProto),
             routers: m.routers,
             sentAtUnixMs: BigInt(m.sentAtMs),
           },
@@ -293,6 +420,8 @@ export function routingMessageToProto(m: RoutingMessage): WatchRoutingResponse {
             removedReplicas: [...m.removedReplicas],
             upsertedKeys: m.upsertedKeys.map(keyToProto),
             removedKeys: [...m.removedKeys],
+            upsertedTenants: (m.upsertedTenants ?? []).map(tenantToProto),
+            removedTenants: [...(m.removedTenants ?? [])],
             routers: m.routers,
             sentAtUnixMs: BigInt(m.sentAtMs),
           },

@@ -2,6 +2,7 @@ import { toJson } from "@bufbuild/protobuf";
 import { ApiKeySchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
+import { parseBudgetFlags, parsePriorityFlag } from "../tenant-flags.js";
 
 function limit(value: string | undefined, flag: string): number | undefined {
   if (value === undefined) return undefined;
@@ -14,7 +15,7 @@ function limit(value: string | undefined, flag: string): number | undefined {
 export const command: Command = {
   name: "keys create",
   summary: "create an API key for the OpenAI-compatible API (shown once)",
-  usage: `Usage: llmgw keys create --name N [--models a,b] [--rpm N] [--tpm N] [--max-concurrency N] [options]\n\nCreates an API key and prints its secret once; only a hash is stored.\n\nOptions:\n  --name N             a name to recognise the key by (unique among active keys)\n  --models a,b         served model names the key may call (default: all)\n  --rpm N              requests per minute\n  --tpm N              tokens per minute\n  --max-concurrency N  concurrent requests\n${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw keys create --name N [--models a,b] [--rpm N] [--tpm N] [--max-concurrency N] [--tenant T] [--priority CLASS] [--budget P[:MODEL]=N ...] [options]\n\nCreates an API key and prints its secret once; only a hash is stored.\n\nOptions:\n  --name N             a name to recognise the key by (unique among active keys)\n  --models a,b         served model names the key may call (default: all)\n  --rpm N              requests per minute\n  --tpm N              tokens per minute\n  --max-concurrency N  concurrent requests\n  --tenant T           the tenant that owns the key (llmgw tenants create): its limits\n                       and budgets apply too\n  --priority CLASS     critical, standard or batch (default: the tenant's, else standard)\n  --budget P[:MODEL]=N most tokens per UTC day or month, e.g. day=1000000 or\n                       month:llama-3-8b=50000000 (repeat for several)\n${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, {
       ...ADMIN_FLAGS,
@@ -23,6 +24,9 @@ export const command: Command = {
       rpm: { type: "string" },
       tpm: { type: "string" },
       "max-concurrency": { type: "string" },
+      tenant: { type: "string" },
+      priority: { type: "string" },
+      budget: { type: "string", multiple: true },
     });
     if (!values.name) throw new UsageError("--name is required");
     const request = {
@@ -34,6 +38,9 @@ export const command: Command = {
       requestsPerMinute: limit(values.rpm, "--rpm"),
       tokensPerMinute: limit(values.tpm, "--tpm"),
       maxConcurrency: limit(values["max-concurrency"], "--max-concurrency"),
+      tenant: values.tenant ?? "",
+      priority: parsePriorityFlag(values.priority),
+      budgets: parseBudgetFlags(values.budget),
     };
     const ctx = adminContext(values, io);
     return runAdmin(io, ctx, async () => {

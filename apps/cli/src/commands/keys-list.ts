@@ -3,6 +3,7 @@ import { ListApiKeysResponseSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs } from "../command.js";
 import { renderTable } from "../table.js";
+import { formatPriority } from "../tenant-flags.js";
 
 export const command: Command = {
   name: "keys list",
@@ -20,12 +21,27 @@ export const command: Command = {
       const opt = (v: number | undefined) => (v === undefined ? "-" : String(v));
       io.stdout.write(
         renderTable(
-          ["ID", "NAME", "PREFIX", "MODELS", "RPM", "TPM", "CONCURRENCY", "CREATED", "REVOKED"],
+          [
+            "ID",
+            "NAME",
+            "PREFIX",
+            "MODELS",
+            "TENANT",
+            "PRIORITY",
+            "RPM",
+            "TPM",
+            "CONCURRENCY",
+            "CREATED",
+            "REVOKED",
+          ],
           res.keys.map((k) => [
             k.id,
             k.name,
             `${k.prefix}…`,
             k.models.join(",") || "all",
+            k.tenant || "-",
+            // Unspecified: the tenant's class, else standard.
+            formatPriority(k.priority, k.tenant ? "(tenant's)" : "standard"),
             opt(k.requestsPerMinute),
             opt(k.tokensPerMinute),
             opt(k.maxConcurrency),

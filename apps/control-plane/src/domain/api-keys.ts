@@ -4,6 +4,7 @@ import { ControlPlaneError } from "../errors.js";
 import type { ApiKeyRecord, ClusterStore } from "../store/types.js";
 import type { EventLog } from "./event-log.js";
 import { escapeOutsideText } from "./outside-text.js";
+import { type TokenBudgetInput, validateBudgets, validatePriority } from "./tenants.js";
 import { generateSecret, hashSecret } from "./tokens.js";
 
 /** An API key as the router checks it (never the secret). */
@@ -16,6 +17,15 @@ export interface ApiKeyGrant {
   readonly maxConcurrency?: number;
 }
 
+/** What {@link ApiKeys.create} takes: a grant's fields, and the key's tenant, budgets, priority. */
+export interface ApiKeyInput extends Omit<ApiKeyGrant, "id"> {
+  /** An existing tenant's name; absent or empty: none. */
+  readonly tenant?: string;
+  readonly budgets?: readonly TokenBudgetInput[];
+  /** A priority class name; absent: the tenant's. */
+  readonly priority?: string;
+}
+
 export interface ApiKeysOptions {
   readonly store: ClusterStore;
   readonly clock: { now(): number };
@@ -25,6 +35,8 @@ export interface ApiKeysOptions {
   readonly maxApiKeys?: number;
   /** Called after each change every router must hear of. */
   readonly onChange: () => void;
+  /** Whether a tenant exists: a key names only an existing one. Absent: none does. */
+  readonly tenantExists?: (name: string) => boolean;
 }
 
 /**
@@ -48,9 +60,10 @@ export class ApiKeys {
    * a key every router would refuse in its routing stream: a limit outside [1, 2³²−1] (unset
    * is no limit), a model name outside 1–256 characters, more than `ROUTING_LIMITS.maxModels`
    * models, or a key beyond `maxApiKeys` active ones; `LLMGW_CONTROL_PLANE_ALREADY_EXISTS`
-   * when an active key has the name.
+   * when an active key has the name; `…_TENANT_UNKNOWN` when `tenant` names no tenant; and
+   * the budget and priority refusals of `validateBudgets` and `validatePriority`.
    */
-  create(input: Omit<ApiKeyGrant, "id">): { key: ApiKeyRecord; secret: string } {
+  create(input: ApiKeyInput): { key: ApiKeyRecord; secret: string } {
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(input.name)) {
       throw new ControlPlaneError(
         "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
@@ -60,6 +73,16 @@ export class ApiKeys {
     const problem = apiKeyGrantProblem(input);
     if (problem !== undefined) {
       throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", `API key ${problem}`);
+    }
+    const owner = `API key ${input.name}`;
+    const budgets = validateBudgets(input.budgets ?? [], owner);
+    const priority = validatePriority(input.priority, owner);
+    const tenant = input.tenant === undefined || input.tenant === "" ? undefined : input.tenant;
+    if (tenant !== undefined && !(this.#o.tenantExists?.(tenant) ?? false)) {
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_TENANT_UNKNOWN",
+        `${owner}: no tenant named ${JSON.stringify(tenant.slice(0, 64))}; create it first (llmgw tenants create)`,
+      );
     }
     let live = 0;
     for (const k of this.#byId.values()) {
@@ -90,6 +113,9 @@ export class ApiKeys {
       tokensPerMinute: input.tokensPerMinute,
       maxConcurrency: input.maxConcurrency,
       createdAtMs: this.#o.clock.now(),
+      ...(tenant === undefined ? {} : { tenant }),
+      budgets,
+      ...(priority === undefined ? {} : { priority }),
     };
     this.#o.store.putApiKey(record);
     this.#hold(record);
@@ -106,6 +132,14 @@ export class ApiKeys {
   /** API keys, oldest first. */
   list(includeRevoked = false): ApiKeyRecord[] {
     return [...this.#byId.values()].filter((k) => includeRevoked || k.revokedAtMs === undefined);
+  }
+
+  /** Keys of `tenant` that are not revoked. */
+  activeKeysOf(tenant: string): number {
+    let n = 0;
+    for (const k of this.#byId.values())
+      if (k.tenant === tenant && k.revokedAtMs === undefined) n++;
+    return n;
   }
 
   /** Revokes a key by id or name (`LLMGW_CONTROL_PLANE_NOT_FOUND` when none); idempotent. */
@@ -169,6 +203,9 @@ export class ApiKeys {
         ...(k.requestsPerMinute === undefined ? {} : { rpm: k.requestsPerMinute }),
         ...(k.tokensPerMinute === undefined ? {} : { tpm: k.tokensPerMinute }),
         ...(k.maxConcurrency === undefined ? {} : { maxConcurrency: k.maxConcurrency }),
+        ...(k.tenant === undefined ? {} : { tenant: k.tenant }),
+        ...(k.budgets.length === 0 ? {} : { budgets: k.budgets.map((b) => ({ ...b })) }),
+        ...(k.priority === undefined ? {} : { priority: k.priority }),
       });
     }
     return keys;

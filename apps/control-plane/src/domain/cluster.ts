@@ -1,7 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { isNodeWideFault } from "@llmgw/discovery";
-import { type DeploymentSpec, rolloutLimits, sameLaunch } from "@llmgw/engines";
+import {
+  type DeploymentSpec,
+  rolloutLimits,
+  sameLaunch,
+  schedulesByPriority,
+} from "@llmgw/engines";
 import {
   type ClassCapacity,
   ClassCapacitySchema,
@@ -42,6 +47,7 @@ import type {
   RoutedModel,
   RoutedReplica,
   ReplicaLoad as RouterReplicaLoad,
+  TenantGrant,
 } from "@llmgw/router";
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
@@ -78,6 +84,7 @@ import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
+import { Tenants } from "./tenants.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
 
 /** Time source; tests inject a manual one. */
@@ -225,6 +232,7 @@ export interface RoutingMembership {
   readonly models: RoutedModel[];
   readonly replicas: RoutedReplica[];
   readonly keys: KeyGrant[];
+  readonly tenants: TenantGrant[];
 }
 
 /**
@@ -641,6 +649,8 @@ export class Cluster {
   readonly events: EventLog;
   /** The API keys routers check. */
   readonly apiKeys: ApiKeys;
+  /** The tenants that own keys, whose limits routers apply to all their keys together. */
+  readonly tenants: Tenants;
   /** True when the last placement write failed: the store's placements are stale. */
   #placementsUnsaved = false;
   /** True when a replica status write failed: the store's statuses are stale until a tick. */
@@ -693,9 +703,13 @@ export class Cluster {
    */
   readonly #loadFieldsDropped = new Map<string, string>();
   /** Models and replicas of the membership, without load, built at {@link #routableVersion}. */
-  #membership: Omit<RoutingMembership, "keys"> | undefined;
+  #membership: Omit<RoutingMembership, "keys" | "tenants"> | undefined;
   /** The key grants of the membership and the {@link #keyMarks} they were built at. */
   #membershipKeys: { readonly marks: number; readonly keys: readonly KeyGrant[] } | undefined;
+  /** The tenant grants of the membership and the {@link #keyMarks} they were built at. */
+  #membershipTenants:
+    | { readonly marks: number; readonly tenants: readonly TenantGrant[] }
+    | undefined;
   /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
   readonly #clearedFaults = new Map<string, Map<string, number>>();
   /**
@@ -745,6 +759,18 @@ export class Cluster {
       events: this.events,
       log: options.log,
       maxApiKeys: options.maxApiKeys,
+      onChange: () => {
+        this.#routingChange("keys");
+        this.#touch();
+      },
+      tenantExists: (name) => this.tenants.get(name) !== undefined,
+    });
+    this.tenants = new Tenants({
+      store,
+      clock: options.clock,
+      events: this.events,
+      activeKeys: (name) => this.apiKeys.activeKeysOf(name),
+      // Tenants change with keys' cadence and never touch replicas: the same cheap path.
       onChange: () => {
         this.#routingChange("keys");
         this.#touch();
@@ -2904,6 +2930,7 @@ export class Cluster {
         return { ...r, load: copyLoad(held.load), loadReportedAtMs: held.reportedAtMs };
       }),
       keys: [...this.routingKeys()],
+      tenants: [...this.routingTenants()],
     };
   }
 
@@ -2918,7 +2945,24 @@ export class Cluster {
     return this.#membershipKeys.keys;
   }
 
-  #buildMembership(): Omit<RoutingMembership, "keys"> {
+  /** The tenant grants of {@link routingMembership} alone, by name. Treat as read-only. */
+  routingTenants(): readonly TenantGrant[] {
+    if (this.#membershipTenants?.marks !== this.#keyMarks) {
+      this.#membershipTenants = { marks: this.#keyMarks, tenants: this.tenants.grants() };
+    }
+    return this.#membershipTenants.tenants;
+  }
+
+  /** GPUs a placement holds, all ranks together (a request's GPU-seconds are a share of these). */
+  #gpusOf(replicaId: string): number | undefined {
+    const p = this.#placements.get(replicaId);
+    if (p === undefined) return undefined;
+    let gpus = 0;
+    for (const r of p.ranks) gpus += r.gpuIndices.length;
+    return gpus > 0 ? gpus : undefined;
+  }
+
+  #buildMembership(): Omit<RoutingMembership, "keys" | "tenants"> {
     const byModel = new Map<string, DeploymentSpec>();
     for (const name of [...this.#deployments.keys()].sort()) {
       const spec = (this.#deployments.get(name) as LiveDeployment).spec;
@@ -2934,8 +2978,10 @@ export class Cluster {
         policy: spec.routingPolicy,
         loading: this.hasLoadingReplicas(name),
         ...(tokenizer === undefined ? {} : { tokenizer }),
+        ...(schedulesByPriority(spec) ? { enginePriority: true } : {}),
       });
       for (const r of this.readyReplicas(name)) {
+        const gpus = this.#gpusOf(r.replicaId);
         replicas.push({
           id: r.replicaId,
           model: name,
@@ -2945,6 +2991,7 @@ export class Cluster {
           capacity: r.capacity,
           ...(r.apiKey === undefined ? {} : { apiKey: r.apiKey }),
           ...(r.kvEventsUrl === undefined ? {} : { kvEventsUrl: r.kvEventsUrl }),
+          ...(gpus === undefined ? {} : { gpus }),
         });
       }
     }
@@ -2959,6 +3006,7 @@ export class Cluster {
       if (endpoint === undefined) continue;
       if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
       const apiKey = this.#engineKeys.get(p.replicaId);
+      const gpus = this.#gpusOf(p.replicaId);
       replicas.push({
         id: p.replicaId,
         model: spec.servedModelName,
@@ -2967,6 +3015,7 @@ export class Cluster {
         state: "draining",
         capacity: spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
         ...(apiKey === undefined ? {} : { apiKey }),
+        ...(gpus === undefined ? {} : { gpus }),
       });
     }
     replicas.sort((a, b) => a.id.localeCompare(b.id));

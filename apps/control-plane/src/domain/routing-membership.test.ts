@@ -157,6 +157,7 @@ describe("Cluster.routingMembership", () => {
         state: "ready",
         capacity: 8,
         apiKey: "engine-a",
+        gpus: 1,
         load: { running: 2, kvCacheUsage: 0.25 },
         loadReportedAtMs: clock.now(),
       },
@@ -182,6 +183,7 @@ describe("Cluster.routingMembership", () => {
         prefix: "sk-llmgw-old",
         secretHash: hashSecret(`sk-llmgw-${id}`),
         models: [],
+        budgets: [],
         createdAtMs: 1,
         ...extra,
       });

@@ -428,6 +428,69 @@ describe("createRoutingPublisher", () => {
     expect(publisher.stats()).toMatchObject({ membershipReads: 2, keyReads: 1 });
   });
 
+  it("publishes tenants in the snapshot, and their changes in deltas on the keys' path", async () => {
+    cluster.tenants.create("search", { tokensPerMinute: 1000, priority: "critical", weight: 5 });
+    const { publisher, received } = publish({ coalesceMs: 5 });
+    expect(received[0]).toMatchObject({
+      kind: "snapshot",
+      tenants: [{ name: "search", tpm: 1000, priority: "critical", weight: 5 }],
+    });
+    cluster.tenants.create("batch", { budgets: [{ period: "month", model: "chat", tokens: 9 }] });
+    const { key } = cluster.apiKeys.create({
+      name: "app",
+      models: [],
+      tenant: "batch",
+      priority: "batch",
+      budgets: [{ period: "day", tokens: 5 }],
+    });
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
+    expect(deltas(received)[0]).toMatchObject({
+      upsertedTenants: [
+        { name: "batch", budgets: [{ period: "month", model: "chat", tokens: 9 }], weight: 1 },
+      ],
+      upsertedKeys: [
+        { id: key.id, tenant: "batch", priority: "batch", budgets: [{ period: "day", tokens: 5 }] },
+      ],
+    });
+    expect(deltas(received)[0]).not.toHaveProperty("removedTenants");
+    cluster.tenants.update("search", { weight: 7 }, ["weight"]);
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
+    expect(deltas(received)[1]).toMatchObject({
+      upsertedTenants: [{ name: "search", tpm: 1000, priority: "critical", weight: 7 }],
+      upsertedKeys: [],
+    });
+    cluster.apiKeys.revoke("app");
+    cluster.tenants.delete("batch");
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(3), { interval: 2 });
+    expect(deltas(received)[2]).toMatchObject({ removedTenants: ["batch"], removedKeys: [key.id] });
+    // Tenants changed with keys: the replicas were never walked again.
+    expect(publisher.stats()).toMatchObject({ membershipReads: 1, keyReads: 3 });
+    // A new subscriber's snapshot holds what the deltas built.
+    const late: RoutingMessage[] = [];
+    publisher.subscribe((m) => late.push(m));
+    expect(late[0]).toMatchObject({ tenants: [{ name: "search", weight: 7 }] });
+  });
+
+  it("carries a replica's GPUs and whether its engine schedules by priority", () => {
+    const nodeId = joinNode();
+    cluster.applyDeployment(
+      parseDeploymentSpecOrThrow({
+        name: "chat",
+        engine: "vllm",
+        model: "org/model",
+        servedModelName: "org/chat",
+        gpuClass: "h100-80g",
+        extraArgs: ["--scheduling-policy=priority"],
+      }),
+    );
+    report(nodeId, ReplicaState.READY);
+    const { received } = publish();
+    expect(received[0]).toMatchObject({
+      models: [{ name: "org/chat", enginePriority: true }],
+      replicas: [{ id: "chat-0", gpus: 1 }],
+    });
+  });
+
   it("sends the router count in a delta when it changes", async () => {
     const registry = createRouterRegistry();
     const { received } = publish({ coalesceMs: 5, routers: registry });

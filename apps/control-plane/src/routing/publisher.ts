@@ -16,6 +16,8 @@ import {
   type RoutingKeepalive,
   type RoutingMessage,
   type RoutingSnapshot,
+  type TenantGrant,
+  type TokenBudget,
   validateRoutingMessage,
 } from "@llmgw/router";
 import { ControlPlaneError } from "../errors.js";
@@ -29,6 +31,8 @@ export interface RoutingSource {
     models: readonly RoutedModel[];
     replicas: readonly RoutedReplica[];
     keys: readonly KeyGrant[];
+    /** Absent: none. */
+    tenants?: readonly TenantGrant[];
   };
   /**
    * Bumped with {@link routingVersion} whenever more than the key grants may have changed;
@@ -37,6 +41,11 @@ export interface RoutingSource {
   readonly routingTopologyVersion: number;
   /** The key grants of {@link routingMembership} alone. */
   routingKeys(): readonly KeyGrant[];
+  /**
+   * The tenant grants of {@link routingMembership} alone, read with {@link routingKeys} (they
+   * change on the same path). Absent: none.
+   */
+  routingTenants?(): readonly TenantGrant[];
   onLoad(listener: (sample: ReplicaLoadSample) => void): () => void;
 }
 
@@ -122,7 +131,8 @@ function sameModel(a: RoutedModel, b: RoutedModel): boolean {
     a.deployment === b.deployment &&
     a.policy === b.policy &&
     a.loading === b.loading &&
-    a.tokenizer === b.tokenizer
+    a.tokenizer === b.tokenizer &&
+    (a.enginePriority ?? false) === (b.enginePriority ?? false)
   );
 }
 
@@ -135,7 +145,8 @@ function sameReplica(a: Membership, b: Membership): boolean {
     a.state === b.state &&
     a.capacity === b.capacity &&
     a.apiKey === b.apiKey &&
-    a.kvEventsUrl === b.kvEventsUrl
+    a.kvEventsUrl === b.kvEventsUrl &&
+    a.gpus === b.gpus
   );
 }
 
@@ -153,7 +164,37 @@ function sameKey(a: KeyGrant, b: KeyGrant): boolean {
     sameList(a.models, b.models) &&
     a.rpm === b.rpm &&
     a.tpm === b.tpm &&
-    a.maxConcurrency === b.maxConcurrency
+    a.maxConcurrency === b.maxConcurrency &&
+    a.tenant === b.tenant &&
+    sameBudgets(a.budgets, b.budgets) &&
+    a.priority === b.priority
+  );
+}
+
+function sameBudgets(
+  a: readonly TokenBudget[] | undefined,
+  b: readonly TokenBudget[] | undefined,
+): boolean {
+  const x = a ?? [];
+  const y = b ?? [];
+  return (
+    x.length === y.length &&
+    x.every((v, i) => {
+      const w = y[i] as TokenBudget;
+      return v.period === w.period && v.model === w.model && v.tokens === w.tokens;
+    })
+  );
+}
+
+function sameTenant(a: TenantGrant, b: TenantGrant): boolean {
+  return (
+    a.name === b.name &&
+    a.rpm === b.rpm &&
+    a.tpm === b.tpm &&
+    a.maxConcurrency === b.maxConcurrency &&
+    sameBudgets(a.budgets, b.budgets) &&
+    a.priority === b.priority &&
+    a.weight === b.weight
   );
 }
 
@@ -233,6 +274,7 @@ const EMPTY_DELTA: RoutingDelta = {
 const modelProblem = (m: RoutedModel) => problemOf({ ...EMPTY_DELTA, upsertedModels: [m] });
 const replicaProblem = (r: Membership) => problemOf({ ...EMPTY_DELTA, upsertedReplicas: [r] });
 const keyProblem = (k: KeyGrant) => problemOf({ ...EMPTY_DELTA, upsertedKeys: [k] });
+const tenantProblem = (t: TenantGrant) => problemOf({ ...EMPTY_DELTA, upsertedTenants: [t] });
 const sampleProblem = (s: ReplicaLoadSample) =>
   problemOf({ kind: "load", epoch: "check", samples: [s] });
 
@@ -290,6 +332,7 @@ export function createRoutingPublisher(
   const models = new Map<string, RoutedModel>();
   const replicas = new Map<string, Membership>();
   const keys = new Map<string, KeyGrant>();
+  const tenants = new Map<string, TenantGrant>();
   const loads = new Map<string, HeldLoad>();
   const pendingLoad = new Map<string, ReplicaLoadSample>();
   const listeners = new Set<(message: RoutingMessage) => void>();
@@ -360,12 +403,20 @@ export function createRoutingPublisher(
         keyProblem,
         invalid("key"),
       );
+      const tenantDiff = diffInto(
+        tenants,
+        source.routingTenants?.() ?? [],
+        (v) => v.name,
+        sameTenant,
+        tenantProblem,
+        invalid("tenant"),
+      );
       for (const [entity, problem] of leftOut) {
-        if (!entity.startsWith("key ")) found.set(entity, problem);
+        if (!entity.startsWith("key ") && !entity.startsWith("tenant ")) found.set(entity, problem);
       }
       leftOut = found;
       const empty = { upserted: [], removed: [] };
-      return { modelDiff: empty, replicaDiff: empty, keyDiff };
+      return { modelDiff: empty, replicaDiff: empty, keyDiff, tenantDiff };
     }
     seenTopologyVersion = source.routingTopologyVersion;
     const m = source.routingMembership();
@@ -388,6 +439,14 @@ export function createRoutingPublisher(
       invalid("replica"),
     );
     const keyDiff = diffInto(keys, m.keys, (v) => v.id, sameKey, keyProblem, invalid("key"));
+    const tenantDiff = diffInto(
+      tenants,
+      m.tenants ?? [],
+      (v) => v.name,
+      sameTenant,
+      tenantProblem,
+      invalid("tenant"),
+    );
     leftOut = found;
     for (const r of m.replicas) {
       if (r.load === undefined || r.loadReportedAtMs === undefined || !replicas.has(r.id)) continue;
@@ -400,7 +459,7 @@ export function createRoutingPublisher(
       pendingLoad.delete(id);
       loadLeftOut.delete(id);
     }
-    return { modelDiff, replicaDiff, keyDiff };
+    return { modelDiff, replicaDiff, keyDiff, tenantDiff };
   };
 
   const withLoad = (r: Membership): RoutedReplica => {
@@ -433,9 +492,9 @@ export function createRoutingPublisher(
     const membershipMoved = source.routingVersion !== seenRoutingVersion;
     if (!membershipMoved && nextRouters === routers && !routersPending) return;
     const empty = { upserted: [], removed: [] };
-    const { modelDiff, replicaDiff, keyDiff } = membershipMoved
+    const { modelDiff, replicaDiff, keyDiff, tenantDiff } = membershipMoved
       ? readMembership()
-      : { modelDiff: empty, replicaDiff: empty, keyDiff: empty };
+      : { modelDiff: empty, replicaDiff: empty, keyDiff: empty, tenantDiff: empty };
     const routersChanged = nextRouters !== routers || routersPending;
     const changes =
       modelDiff.upserted.length +
@@ -443,7 +502,9 @@ export function createRoutingPublisher(
       replicaDiff.upserted.length +
       replicaDiff.removed.length +
       keyDiff.upserted.length +
-      keyDiff.removed.length;
+      keyDiff.removed.length +
+      tenantDiff.upserted.length +
+      tenantDiff.removed.length;
     if (changes === 0 && !routersChanged) return;
     routers = nextRouters;
     routersPending = false;
@@ -458,6 +519,8 @@ export function createRoutingPublisher(
       removedReplicas: replicaDiff.removed,
       upsertedKeys: keyDiff.upserted,
       removedKeys: keyDiff.removed,
+      ...(tenantDiff.upserted.length === 0 ? {} : { upsertedTenants: tenantDiff.upserted }),
+      ...(tenantDiff.removed.length === 0 ? {} : { removedTenants: tenantDiff.removed }),
       ...(routersChanged ? { routers } : {}),
       sentAtMs: now(),
     };
@@ -530,6 +593,7 @@ export function createRoutingPublisher(
       models: [...models.values()],
       replicas: [...replicas.values()].map(withLoad),
       keys: [...keys.values()],
+      ...(tenants.size === 0 ? {} : { tenants: [...tenants.values()] }),
       routers: current,
       sentAtMs: now(),
     };

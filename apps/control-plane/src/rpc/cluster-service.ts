@@ -8,16 +8,28 @@ import {
   type Event,
   EventSchema,
   RouterInfoSchema,
+  type Tenant,
+  TenantSchema,
+  type TokenBudget,
   type WatchEventsResponse,
   WatchEventsResponseSchema,
 } from "@llmgw/proto";
+import {
+  budgetPeriodFromProto,
+  priorityClassFromProto,
+  priorityClassToProto,
+  tokenBudgetToProto,
+} from "@llmgw/wire";
 import { deploymentSpecFromProto } from "../convert/deployment.js";
 import type { Cluster } from "../domain/cluster.js";
+import type { TenantInput, TokenBudgetInput } from "../domain/tenants.js";
+import type { ClusterUsage } from "../domain/usage.js";
 import { ControlPlaneError } from "../errors.js";
 import type { RouterRegistry } from "../routing/router-registry.js";
-import type { ApiKeyRecord, EventRecord } from "../store/types.js";
+import type { ApiKeyRecord, EventRecord, TenantRecord } from "../store/types.js";
 import { requireToken } from "./auth.js";
 import { binaryCodec, nodeForWire, type WireOptions } from "./pre-encoded.js";
+import { usageRowToProto, validateGetUsageRequest } from "./usage-requests.js";
 
 /** A control-plane instance for `GetClusterStatus` (see `store/postgres-lease.ts`). */
 export interface ControlPlaneInstanceInfo {
@@ -57,6 +69,8 @@ export function createClusterService(
     store?: string;
     /** The instances sharing the store (PostgreSQL), for `GetClusterStatus`. */
     controlPlanes?: () => Promise<readonly ControlPlaneInstanceInfo[]>;
+    /** The usage `GetUsage` reads; absent: it answers `…_STORE_UNAVAILABLE`. */
+    usage?: ClusterUsage;
   },
 ): ServiceImpl<typeof ClusterService> {
   const flush = opts.flushRouting ?? (() => {});
@@ -153,6 +167,9 @@ export function createClusterService(
         requestsPerMinute: req.requestsPerMinute,
         tokensPerMinute: req.tokensPerMinute,
         maxConcurrency: req.maxConcurrency,
+        tenant: req.tenant,
+        budgets: budgetsFromProto(req.budgets),
+        priority: priorityFromProto(req.priority),
       });
       // The in-process router knows the key when this answer arrives: a client that creates
       // a key and uses it at once is not told it is wrong.
@@ -168,6 +185,42 @@ export function createClusterService(
       const key = cluster.apiKeys.revoke(required(req.key, "key"));
       flush();
       return { key: apiKeyToProto(key) };
+    },
+    createTenant(req, ctx) {
+      admin(ctx);
+      const t = req.tenant;
+      if (t === undefined)
+        throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", "tenant is required");
+      const tenant = cluster.tenants.create(t.name, tenantInputFromProto(t));
+      flush();
+      return { tenant: tenantToProto(tenant, 0) };
+    },
+    listTenants(_req, ctx) {
+      admin(ctx);
+      return {
+        tenants: cluster.tenants
+          .list()
+          .map((t) => tenantToProto(t, cluster.apiKeys.activeKeysOf(t.name))),
+      };
+    },
+    updateTenant(req, ctx) {
+      admin(ctx);
+      const t = req.tenant;
+      if (t === undefined)
+        throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", "tenant is required");
+      const tenant = cluster.tenants.update(
+        required(t.name, "tenant.name"),
+        tenantInputFromProto(t),
+        req.fields,
+      );
+      flush();
+      return { tenant: tenantToProto(tenant, cluster.apiKeys.activeKeysOf(tenant.name)) };
+    },
+    deleteTenant(req, ctx) {
+      admin(ctx);
+      cluster.tenants.delete(required(req.name, "name"));
+      flush();
+      return {};
     },
     listEvents(req, ctx) {
       admin(ctx);
@@ -230,6 +283,29 @@ export function createClusterService(
       );
       return status;
     },
+    async getUsage(req, ctx) {
+      admin(ctx);
+      const { key, ...query } = validateGetUsageRequest(req, cluster.now());
+      if (opts.usage === undefined)
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE",
+          "this control plane serves no usage now",
+        );
+      // Keys are revoked, never deleted: every id a row can name has its name here. A name
+      // may cover a revoked key and the active one that took the name after it.
+      const keys = cluster.apiKeys.list(true);
+      const names = new Map(keys.map((k) => [k.id, k.name]));
+      let keyIds: string[] | undefined;
+      if (key !== undefined) {
+        keyIds = keys.filter((k) => k.id === key || k.name === key).map((k) => k.id);
+        if (keyIds.length === 0) keyIds = [key];
+      }
+      const rows = await opts.usage.query({
+        ...query,
+        ...(keyIds === undefined ? {} : { keyIds }),
+      });
+      return { rows: rows.map((r) => usageRowToProto(r, names.get(r.keyId) ?? "")) };
+    },
     listRouters(_req, ctx) {
       admin(ctx);
       const now = Date.now();
@@ -265,7 +341,54 @@ function apiKeyToProto(k: ApiKeyRecord): ApiKey {
     maxConcurrency: k.maxConcurrency,
     createdAtUnixMs: BigInt(k.createdAtMs),
     revokedAtUnixMs: k.revokedAtMs === undefined ? undefined : BigInt(k.revokedAtMs),
+    tenant: k.tenant ?? "",
+    budgets: k.budgets.map(tokenBudgetToProto),
+    priority: priorityClassToProto(k.priority),
   });
+}
+
+/** A stored tenant as the admin API shows it, with its count of non-revoked keys. */
+function tenantToProto(t: TenantRecord, activeKeys: number): Tenant {
+  return create(TenantSchema, {
+    name: t.name,
+    requestsPerMinute: t.requestsPerMinute,
+    tokensPerMinute: t.tokensPerMinute,
+    maxConcurrency: t.maxConcurrency,
+    budgets: t.budgets.map(tokenBudgetToProto),
+    priority: priorityClassToProto(t.priority),
+    weight: t.weight,
+    createdAtUnixMs: BigInt(t.createdAtMs),
+    updatedAtUnixMs: BigInt(t.updatedAtMs),
+    activeKeys,
+  });
+}
+
+/**
+ * Wire budgets as the domain checks them: an unspecified or unknown period stays missing or
+ * its number (refused there, naming the budget); tokens past 2⁵³ stay past it (refused too).
+ */
+function budgetsFromProto(budgets: readonly TokenBudget[]): TokenBudgetInput[] {
+  return budgets.map((b) => ({
+    period: budgetPeriodFromProto(b.period) ?? (b.period === 0 ? undefined : String(b.period)),
+    model: b.model,
+    tokens: Number(b.tokens),
+  }));
+}
+
+/** A wire priority as the domain checks it: unspecified is undefined, an unknown one its number. */
+function priorityFromProto(p: number): string | undefined {
+  return p === 0 ? undefined : (priorityClassFromProto(p) ?? String(p));
+}
+
+function tenantInputFromProto(t: Tenant): TenantInput {
+  return {
+    requestsPerMinute: t.requestsPerMinute,
+    tokensPerMinute: t.tokensPerMinute,
+    maxConcurrency: t.maxConcurrency,
+    budgets: budgetsFromProto(t.budgets),
+    priority: priorityFromProto(t.priority),
+    weight: t.weight,
+  };
 }
 
 function eventToProto(e: EventRecord): Event {

@@ -31,6 +31,18 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_ROUTER_REPLACED: Code.Aborted,
   // The router stopped reading its stream; it reconnects for a fresh snapshot.
   LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW: Code.ResourceExhausted,
+  LLMGW_CONTROL_PLANE_TENANT_NAME_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_TENANT_WEIGHT_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_TENANT_LIMIT_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN: Code.InvalidArgument,
+  // A key naming a tenant that does not exist: create the tenant first.
+  LLMGW_CONTROL_PLANE_TENANT_UNKNOWN: Code.FailedPrecondition,
+  // Deleting a tenant that still has keys: revoke them first.
+  LLMGW_CONTROL_PLANE_TENANT_HAS_KEYS: Code.FailedPrecondition,
+  LLMGW_CONTROL_PLANE_PRIORITY_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_BUDGET_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_BUDGET_DUPLICATE: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_BUDGET_TOO_MANY: Code.InvalidArgument,
 };
 
 /** Header carrying the stable `LLMGW_…` code of a refused call, for clients that branch on it. */

@@ -10,6 +10,7 @@ import {
 import {
   LoadUpdateSchema,
   type ReportInFlightRequest,
+  type ReportUsageRequest,
   type RouterService,
   RoutingDeltaSchema,
   RoutingKeepaliveSchema,
@@ -20,10 +21,13 @@ import {
 } from "@llmgw/proto";
 import type { InFlightReport, RoutingFeed, RoutingMessage } from "@llmgw/router";
 import { routingMessageToProto } from "@llmgw/wire";
+import type { UsageReport } from "../domain/usage.js";
 import { ControlPlaneError } from "../errors.js";
 import { streamRoutingFeed } from "../routing/publisher.js";
 import { RESERVED_ROUTER_IDS, type RouterRegistry } from "../routing/router-registry.js";
+import type { UsageBatch } from "../store/usage-store.js";
 import { requireToken } from "./auth.js";
+import { usageReportToProto, validateReportUsageRequest } from "./usage-requests.js";
 
 const ROUTER_TOKEN = "the router token (llmgw control-plane token --router; LLMGW_ROUTER_TOKEN)";
 
@@ -113,6 +117,14 @@ export interface RouterServiceDeps {
    * with the error's mapping, as any handler's.
    */
   readonly onInFlight?: (routerId: string, report: InFlightReport) => void;
+  /**
+   * Stores a valid `ReportUsage` batch (`ClusterUsage.report`) and resolves once it is
+   * durable. Absent: the call answers `LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE` (routers keep
+   * the batch and send it again).
+   */
+  readonly onUsage?: (batch: UsageBatch) => Promise<UsageReport>;
+  /** The clock record times are judged against (epoch ms); default `Date.now`. */
+  readonly now?: () => number;
 }
 
 /**
@@ -276,7 +288,9 @@ export function validateReportInFlightRequest(req: ReportInFlightRequest): InFli
  *
  * `ReportInFlight` (router token too) hands a router's in-flight counts on the replicas it
  * holds as draining to `deps.onInFlight` once validated ({@link validateReportInFlightRequest}),
- * and answers an empty response.
+ * and answers an empty response. `ReportUsage` (router token too) hands a validated batch
+ * (`validateReportUsageRequest`) to `deps.onUsage` and answers once it is stored, with every
+ * budget's standing.
  */
 export function createRouterService(
   feed: RoutingFeed,
@@ -316,6 +330,17 @@ export function createRouterService(
       const report = validateReportInFlightRequest(req);
       deps.onInFlight?.(req.routerId, report);
       return {};
+    },
+    async reportUsage(req: ReportUsageRequest, ctx: HandlerContext) {
+      requireToken(ctx.requestHeader, routerToken, ROUTER_TOKEN);
+      validateRouterId("ReportUsageRequest", req.routerId);
+      const batch = validateReportUsageRequest(req, (deps.now ?? Date.now)());
+      if (deps.onUsage === undefined)
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE",
+          "this control plane keeps no usage now; send the batch again later",
+        );
+      return usageReportToProto(await deps.onUsage(batch));
     },
     async *watchRouting(req: WatchRoutingRequest, ctx: HandlerContext) {
       requireToken(ctx.requestHeader, routerToken, ROUTER_TOKEN);

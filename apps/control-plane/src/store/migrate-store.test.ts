@@ -8,6 +8,7 @@ import { postgresUnavailable, startTestPostgres, type TestPostgres } from "../te
 import { migrateStore } from "./migrate-store.js";
 import { MIGRATIONS } from "./migrations.js";
 import { openPostgresDatabase, openPostgresStore, type PostgresStore } from "./postgres-store.js";
+import { openPostgresUsageStore } from "./postgres-usage-store.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import {
   DRAINING,
@@ -15,6 +16,8 @@ import {
   lifecycleKeys,
   placement,
   putLifecycleRecords,
+  putTenancyRecords,
+  TENANCY,
 } from "./test-records.js";
 
 const dirs: string[] = [];
@@ -96,10 +99,13 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
       deployment_revisions: 0,
       placements: 1,
       api_keys: 0,
+      tenants: 0,
       nodes: 1,
       gpu_fault_clears: 0,
       replica_statuses: 0,
       events: 1,
+      usage_rollups: 0,
+      usage_batches: 0,
     });
     const store = await target(from, url);
     expect(store.listDeployments().map((d) => d.name)).toEqual(["chat"]);
@@ -149,6 +155,96 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
       s.close();
     });
     const other = await migrateStore({ fromDataDir: later, toUrl: await server.createDatabase() });
+    expect(other.counts).toEqual(report.counts);
+    expect(other.checksum).not.toBe(report.checksum);
+  });
+
+  it("copies tenants and the keys' tenant, budgets and priority, all in the checksum", async () => {
+    const tenancy = (file: string) => {
+      const store = openSqliteStore({ file });
+      putTenancyRecords(store);
+      store.close();
+    };
+    const url = await server.createDatabase();
+    const from = dataDir(tenancy);
+    const report = await migrateStore({ fromDataDir: from, toUrl: url });
+    expect(report.counts).toMatchObject({ tenants: 2, api_keys: 2 });
+    const store = await target(from, url);
+    expect(store.listTenants()).toEqual(TENANCY.tenants);
+    expect(store.listApiKeys()).toEqual(TENANCY.keys);
+    store.close();
+
+    // A key's budget apart: the same counts, another sum.
+    const later = dataDir((file) => {
+      tenancy(file);
+      const s = openSqliteStore({ file });
+      const [key] = TENANCY.keys;
+      if (key) s.putApiKey({ ...key, budgets: [{ period: "day", model: "chat", tokens: 6 }] });
+      s.close();
+    });
+    const other = await migrateStore({ fromDataDir: later, toUrl: await server.createDatabase() });
+    expect(other.counts).toEqual(report.counts);
+    expect(other.checksum).not.toBe(report.checksum);
+  });
+
+  it("copies usage rollups and batch ids (a batch sent again still counts once), in the checksum", async () => {
+    const minute = Date.UTC(2026, 11, 3, 10, 59);
+    const record = {
+      minuteMs: minute,
+      keyId: "k1",
+      tenant: "search",
+      model: "chat",
+      requests: 2,
+      promptTokens: 100,
+      cachedTokens: 40,
+      completionTokens: 20,
+      gpuMs: 1_500,
+      estimatedRequests: 0,
+      refusedUsage: 0,
+    };
+    const usage = (requests: number) => async (file: string) => {
+      const s = openSqliteStore({ file });
+      await s.usage.storeBatch(
+        { routerId: "r1", batchId: "r1-1", records: [{ ...record, requests }] },
+        minute + 60_000,
+      );
+      s.close();
+    };
+    const withUsage = async (requests: number) => {
+      const d = join(dir(), "cp");
+      initDataDir(d);
+      await usage(requests)(join(d, DATA_DIR_FILES.database));
+      return d;
+    };
+    const from = await withUsage(2);
+    const url = await server.createDatabase();
+    const report = await migrateStore({ fromDataDir: from, toUrl: url });
+    expect(report.counts).toMatchObject({ usage_rollups: 3, usage_batches: 1 });
+    const tokens = (["join", "admin", "router"] as const).map((k) => readToken(from, k));
+    const database = await openPostgresDatabase({ url, tokens });
+    const copied = openPostgresUsageStore({ database, writer: { holder: "test", epoch: 0 } });
+    try {
+      const rows = await copied.query({
+        bucket: "hour",
+        sinceMs: 0,
+        untilMs: minute + 86_400_000,
+        groupBy: { tenant: true, key: true, model: true },
+        limit: 10,
+      });
+      expect(rows.map((r) => [r.startMs, r.requests, r.gpuMs])).toEqual([
+        [Date.UTC(2026, 11, 3, 10), 2, 1_500],
+      ]);
+      // The lease row is not held by "test" here: reading the export is not a write.
+      expect((await copied.exportAll()).batches).toEqual([
+        { routerId: "r1", batchId: "r1-1", storedAtMs: minute + 60_000 },
+      ]);
+    } finally {
+      await copied.close();
+    }
+    const other = await migrateStore({
+      fromDataDir: await withUsage(3),
+      toUrl: await server.createDatabase(),
+    });
     expect(other.counts).toEqual(report.counts);
     expect(other.checksum).not.toBe(report.checksum);
   });

@@ -6,7 +6,9 @@ import Database from "better-sqlite3";
 import { DATA_DIR_FILES, readToken } from "../domain/tokens.js";
 import { ControlPlaneError } from "../errors.js";
 import { openPostgresDatabase, readSnapshot, type StoreSnapshot } from "./postgres-store.js";
+import { exportUsage, importUsage } from "./postgres-usage-store.js";
 import {
+  API_KEY_COLUMNS,
   apiKeyValues,
   DEPLOYMENT_COLUMNS,
   DEPLOYMENT_REVISION_COLUMNS,
@@ -17,8 +19,11 @@ import {
   PLACEMENT_COLUMNS,
   placementValues,
   replicaStatusValues,
+  TENANT_COLUMNS,
+  tenantValues,
 } from "./rows.js";
 import { openSqliteStore } from "./sqlite-store.js";
+import type { UsageExport } from "./usage-store.js";
 
 /*
  * `llmgw control-plane migrate-store`: copies a SQLite store into PostgreSQL in one
@@ -33,10 +38,13 @@ export const STORE_TABLES = [
   "deployment_revisions",
   "placements",
   "api_keys",
+  "tenants",
   "nodes",
   "gpu_fault_clears",
   "replica_statuses",
   "events",
+  "usage_rollups",
+  "usage_batches",
 ] as const;
 export type StoreTable = (typeof STORE_TABLES)[number];
 
@@ -67,7 +75,7 @@ function cmp(a: string, b: string): number {
 }
 
 /** Every list in one order, whichever engine and collation produced it. */
-function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
+function canonical(s: StoreSnapshot, usage: UsageExport): Record<StoreTable, readonly unknown[]> {
   const inventory = (n: StoreSnapshot["nodes"][number]) => ({
     ...n,
     inventory: Buffer.from(n.inventory).toString("base64"),
@@ -79,6 +87,7 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
     ),
     placements: [...s.placements].sort((a, b) => cmp(a.replicaId, b.replicaId)),
     api_keys: [...s.apiKeys].sort((a, b) => cmp(a.id, b.id)),
+    tenants: [...s.tenants].sort((a, b) => cmp(a.name, b.name)),
     nodes: [...s.nodes].sort((a, b) => cmp(a.id, b.id)).map(inventory),
     gpu_fault_clears: [...s.faultClears].sort(
       (a, b) => cmp(a.gpuUuid, b.gpuUuid) || cmp(a.faultKey, b.faultKey),
@@ -87,6 +96,17 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
       (a, b) => cmp(a.replicaId, b.replicaId) || a.rank - b.rank,
     ),
     events: [...s.events].sort((a, b) => a.id - b.id),
+    usage_rollups: [...usage.rollups].sort(
+      (a, b) =>
+        cmp(a.bucket, b.bucket) ||
+        a.startMs - b.startMs ||
+        cmp(a.tenant, b.tenant) ||
+        cmp(a.keyId, b.keyId) ||
+        cmp(a.model, b.model),
+    ),
+    usage_batches: [...usage.batches].sort(
+      (a, b) => cmp(a.routerId, b.routerId) || cmp(a.batchId, b.batchId),
+    ),
   };
 }
 
@@ -94,8 +114,11 @@ function canonical(s: StoreSnapshot): Record<StoreTable, readonly unknown[]> {
  * Per table, the row count and the sha256 of the records as JSON with the keys of every
  * object sorted, nested ones too (absent fields left out).
  */
-function summarize(s: StoreSnapshot): Record<StoreTable, { rows: number; sha256: string }> {
-  const lists = canonical(s);
+function summarize(
+  s: StoreSnapshot,
+  usage: UsageExport,
+): Record<StoreTable, { rows: number; sha256: string }> {
+  const lists = canonical(s, usage);
   const out = {} as Record<StoreTable, { rows: number; sha256: string }>;
   for (const table of STORE_TABLES) {
     const hash = createHash("sha256");
@@ -121,7 +144,7 @@ function sortedKeys(value: unknown): unknown {
 }
 
 /** Reads the SQLite store of `dataDir` from an online backup (the file itself is not opened for writing). */
-async function readSqlite(dataDir: string): Promise<StoreSnapshot> {
+async function readSqlite(dataDir: string): Promise<StoreSnapshot & { usage: UsageExport }> {
   const file = join(dataDir, DATA_DIR_FILES.database);
   if (!existsSync(file))
     throw new ControlPlaneError(
@@ -145,11 +168,13 @@ async function readSqlite(dataDir: string): Promise<StoreSnapshot> {
         deploymentRevisions: store.listDeploymentRevisions(),
         placements: store.listPlacements(),
         apiKeys: store.listApiKeys(),
+        tenants: store.listTenants(),
         nodes: store.listNodes(),
         faultClears: store.listFaultClears(),
         replicaStatuses: store.listReplicaStatuses(),
         events,
         lastEventId: events[events.length - 1]?.id ?? 0,
+        usage: await store.usage.exportAll(),
       };
     } finally {
       store.close();
@@ -179,7 +204,7 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
   );
   const source = await readSqlite(options.fromDataDir);
   const database = await openPostgresDatabase({ url: options.toUrl, tokens });
-  const want = summarize(source);
+  const want = summarize(source, source.usage);
   const client = await database.connect();
   try {
     await client.query("BEGIN");
@@ -222,11 +247,9 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
     for (const r of source.placements)
       await insert("placements", PLACEMENT_COLUMNS.join(", "), placementValues(r));
     for (const r of source.apiKeys)
-      await insert(
-        "api_keys",
-        "id, name, prefix, secret_hash, models_json, requests_per_minute, tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms",
-        apiKeyValues(r),
-      );
+      await insert("api_keys", API_KEY_COLUMNS.join(", "), apiKeyValues(r));
+    for (const r of source.tenants)
+      await insert("tenants", TENANT_COLUMNS.join(", "), tenantValues(r));
     for (const r of source.nodes) await insert("nodes", NODE_COLUMNS.join(", "), nodeValues(r));
     for (const r of source.faultClears)
       await insert("gpu_fault_clears", "gpu_uuid, fault_key, last_seen_unix_ms, cleared_at_ms", [
@@ -250,8 +273,9 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
         e.message,
         e.severity,
       ]);
+    await importUsage(client, source.usage);
     // Checked before it commits: a copy that differs is never left behind.
-    const got = summarize(await readSnapshot(client, EVERY_EVENT, true));
+    const got = summarize(await readSnapshot(client, EVERY_EVENT, true), await exportUsage(client));
     const wrong = STORE_TABLES.filter(
       (t) => got[t].sha256 !== want[t].sha256 || got[t].rows !== want[t].rows,
     );

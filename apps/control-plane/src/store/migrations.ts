@@ -136,7 +136,8 @@ export const MIGRATIONS: readonly string[] = [
      batch_id TEXT NOT NULL,
      stored_at_ms INTEGER NOT NULL,
      PRIMARY KEY (router_id, batch_id)
-   );`,
+   );
+   CREATE INDEX usage_batches_stored ON usage_batches (stored_at_ms);`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */

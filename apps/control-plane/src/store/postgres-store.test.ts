@@ -17,7 +17,9 @@ import {
   node,
   placement,
   putLifecycleRecords,
+  putTenancyRecords,
   revision,
+  TENANCY,
 } from "./test-records.js";
 import { startWarmCopy } from "./warm-copy.js";
 
@@ -112,6 +114,7 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
       prefix: "sk",
       secretHash: "ff",
       models: ["chat"],
+      budgets: [],
       createdAtMs: 3,
     });
     store.replaceFaultClears("GPU-1", [
@@ -221,6 +224,58 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     }
   });
 
+  it("keeps tenants and the keys' tenant, budgets and priority, for a new leader and a follower", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    putTenancyRecords(store);
+    expect(store.listTenants()).toEqual(TENANCY.tenants);
+    await store.flush();
+    const loaded = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(loaded.listTenants()).toEqual(TENANCY.tenants);
+    expect(loaded.listApiKeys()).toEqual(TENANCY.keys);
+    expect(loaded.listApiKeys()[1]).not.toHaveProperty("tenant");
+    loaded.close();
+
+    // Replaced (keeping its creation time) and deleted; a failed transaction changes neither.
+    const [batch, search] = TENANCY.tenants;
+    const replaced = { ...(search as (typeof TENANCY.tenants)[number]), weight: 3, createdAtMs: 1 };
+    store.putTenant(replaced);
+    store.deleteTenant("batch-jobs");
+    expect(() =>
+      store.transaction(() => {
+        store.deleteTenant("search");
+        store.putTenant({ ...(batch as (typeof TENANCY.tenants)[number]), name: "other" });
+        throw new Error("domain says no");
+      }),
+    ).toThrow("domain says no");
+    const expected = [{ ...replaced, createdAtMs: search?.createdAtMs }];
+    expect(store.listTenants()).toEqual(expected);
+    await store.flush();
+    expect(await query(url, "SELECT name, weight, created_at_ms FROM tenants")).toEqual([
+      { name: "search", weight: "3", created_at_ms: String(search?.createdAtMs) },
+    ]);
+
+    const copy = startWarmCopy({
+      database: db,
+      eventsKept: 100,
+      build: (snapshot) => snapshotStore(snapshot, db.location),
+      pollMs: 600_000,
+    });
+    try {
+      const follower = (await copy.refreshed()).value;
+      expect(follower.listTenants()).toEqual(expected);
+      expect(follower.listApiKeys()).toEqual(TENANCY.keys);
+      expect(() => follower.deleteTenant("search")).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_LEADER" }),
+      );
+    } finally {
+      await copy.close();
+      store.close();
+    }
+  });
+
   it("instances starting together run each migration once, in one of them, and all open", async () => {
     const url = await server.createDatabase();
     await query(url, "CREATE TABLE migration_runs (version INT NOT NULL)");
@@ -252,7 +307,9 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
        INSERT INTO nodes VALUES ('a-1', 'a', 'ee', decode('010203', 'hex'), '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);`,
     );
     const db = await openPostgresDatabase({ url, tokens: TOKENS });
-    expect(await query(url, "SELECT version FROM llmgw_schema")).toEqual([{ version: 6 }]);
+    expect(await query(url, "SELECT version FROM llmgw_schema")).toEqual([
+      { version: MIGRATIONS.length },
+    ]);
     const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch: 0 } });
     expect(store.listDeployments()).toEqual([
       { name: "chat", specJson: '{"name":"chat"}', revision: 2, createdAtMs: 1, updatedAtMs: 2 },
@@ -389,7 +446,15 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     const db = await openPostgresDatabase({ url, tokens: TOKENS });
     const epoch = await takeLease(db, "a");
     const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
-    const key = { id: "k1", name: "a", prefix: "sk", secretHash: "ff", models: [], createdAtMs: 1 };
+    const key = {
+      id: "k1",
+      name: "a",
+      prefix: "sk",
+      secretHash: "ff",
+      models: [],
+      budgets: [],
+      createdAtMs: 1,
+    };
     store.putApiKey(key);
     let code = "";
     try {

@@ -3,6 +3,7 @@ import pg from "pg";
 import { ControlPlaneError, isControlPlaneError } from "../errors.js";
 import { FIRST_TABLES, LATER_TABLES, MIGRATIONS, postgresDdl } from "./migrations.js";
 import {
+  API_KEY_COLUMNS,
   type ApiKeyRow,
   apiKeyFromRow,
   apiKeyValues,
@@ -29,6 +30,10 @@ import {
   type ReplicaStatusRow,
   replicaStatusFromRow,
   replicaStatusValues,
+  TENANT_COLUMNS,
+  type TenantRow,
+  tenantFromRow,
+  tenantValues,
   upsertSql,
 } from "./rows.js";
 import type {
@@ -41,6 +46,7 @@ import type {
   NodeRecord,
   PlacementRecord,
   ReplicaStatusRecord,
+  TenantRecord,
 } from "./types.js";
 
 /*
@@ -254,6 +260,8 @@ export interface StoreSnapshot {
   readonly deploymentRevisions: readonly DeploymentRevisionRecord[];
   readonly placements: readonly PlacementRecord[];
   readonly apiKeys: readonly ApiKeyRecord[];
+  /** By name. */
+  readonly tenants: readonly TenantRecord[];
   readonly nodes: readonly NodeRecord[];
   readonly faultClears: readonly FaultClearRecord[];
   readonly replicaStatuses: readonly ReplicaStatusRecord[];
@@ -293,6 +301,7 @@ export async function readSnapshot(
       apiKeys: (await rows<ApiKeyRow>("SELECT * FROM api_keys ORDER BY created_at_ms, id")).map(
         apiKeyFromRow,
       ),
+      tenants: (await rows<TenantRow>("SELECT * FROM tenants ORDER BY name")).map(tenantFromRow),
       nodes: (await rows<NodeRow>("SELECT * FROM nodes ORDER BY registered_at_ms, id")).map(
         nodeFromRow,
       ),
@@ -358,6 +367,9 @@ const UPSERT = {
   ]),
   placement: upsertSql("postgres", "placements", PLACEMENT_COLUMNS, ["replica_id"]),
   node: upsertSql("postgres", "nodes", NODE_COLUMNS, ["id"]),
+  apiKey: upsertSql("postgres", "api_keys", API_KEY_COLUMNS, ["id"]),
+  // A tenant keeps the creation time it was first stored with.
+  tenant: upsertSql("postgres", "tenants", TENANT_COLUMNS, ["name"], ["created_at_ms"]),
 };
 
 /**
@@ -375,6 +387,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const revisions = new Map<string, DeploymentRevisionRecord>();
   const placements = new Map<string, PlacementRecord>();
   const apiKeys = new Map<string, ApiKeyRecord>();
+  const tenants = new Map<string, TenantRecord>();
   const nodes = new Map<string, NodeRecord>();
   const faultClears = new Map<string, FaultClearRecord[]>();
   const statuses = new Map<string, ReplicaStatusRecord>();
@@ -397,6 +410,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   for (const r of snapshot.deploymentRevisions) revisions.set(revisionKey(r.name, r.revision), r);
   for (const r of snapshot.placements) placements.set(r.replicaId, r);
   for (const r of snapshot.apiKeys) apiKeys.set(r.id, r);
+  for (const r of snapshot.tenants) tenants.set(r.name, r);
   for (const r of snapshot.nodes) nodes.set(r.id, r);
   for (const r of snapshot.faultClears) {
     const list = faultClears.get(r.gpuUuid) ?? [];
@@ -598,20 +612,23 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
           throw failed(location, "putApiKey", new Error("a key with this secret exists"));
       }
       apiKeys.set(r.id, r);
-      write(
-        {
-          text: `INSERT INTO api_keys (id, name, prefix, secret_hash, models_json,
-                   requests_per_minute, tokens_per_minute, max_concurrency, created_at_ms,
-                   revoked_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, prefix = excluded.prefix,
-                   secret_hash = excluded.secret_hash, models_json = excluded.models_json,
-                   requests_per_minute = excluded.requests_per_minute,
-                   tokens_per_minute = excluded.tokens_per_minute,
-                   max_concurrency = excluded.max_concurrency,
-                   created_at_ms = excluded.created_at_ms, revoked_at_ms = excluded.revoked_at_ms`,
-          values: apiKeyValues(r),
-        },
-        () => restore(apiKeys, r.id, before),
+      write({ text: UPSERT.apiKey, values: apiKeyValues(r) }, () => restore(apiKeys, r.id, before));
+    },
+    listTenants: () => [...tenants.values()].sort((a, b) => cmp(a.name, b.name)),
+    putTenant: (r) => {
+      const before = tenants.get(r.name);
+      const kept: TenantRecord =
+        before === undefined ? r : { ...r, createdAtMs: before.createdAtMs };
+      tenants.set(r.name, kept);
+      write({ text: UPSERT.tenant, values: tenantValues(r) }, () =>
+        restore(tenants, r.name, before),
+      );
+    },
+    deleteTenant: (name) => {
+      const before = tenants.get(name);
+      tenants.delete(name);
+      write({ text: "DELETE FROM tenants WHERE name = $1", values: [name] }, () =>
+        restore(tenants, name, before),
       );
     },
     listNodes: () =>

@@ -20,9 +20,12 @@ import type {
   FaultClearRecord,
   NodeRecord,
   PlacementRecord,
+  PriorityClassName,
   ReplicaStatusRecord,
   RetirementRecord,
   RolloutRecord,
+  TenantRecord,
+  TokenBudgetRecord,
 } from "./types.js";
 
 export interface DeploymentRow {
@@ -61,6 +64,23 @@ export interface ApiKeyRow {
   max_concurrency: number | null;
   created_at_ms: number;
   revoked_at_ms: number | null;
+  /** Schema v7; NULL: no tenant. */
+  tenant: string | null;
+  /** Schema v7; NULL: no budgets (keys created before). */
+  budgets_json: string | null;
+  /** Schema v7; NULL: inherited. */
+  priority: string | null;
+}
+export interface TenantRow {
+  name: string;
+  requests_per_minute: number | null;
+  tokens_per_minute: number | null;
+  max_concurrency: number | null;
+  budgets_json: string;
+  priority: string | null;
+  weight: number;
+  created_at_ms: number;
+  updated_at_ms: number;
 }
 export interface NodeRow {
   id: string;
@@ -213,23 +233,45 @@ export const placementValues = (r: PlacementRecord): unknown[] => [
   r.retirement === undefined ? null : retirementJson(r.retirement),
 ];
 
-export const apiKeyFromRow = (r: ApiKeyRow): ApiKeyRecord => ({
-  id: r.id,
-  name: r.name,
-  prefix: r.prefix,
-  secretHash: r.secret_hash,
-  models: JSON.parse(r.models_json) as string[],
-  requestsPerMinute: opt(r.requests_per_minute),
-  tokensPerMinute: opt(r.tokens_per_minute),
-  maxConcurrency: opt(r.max_concurrency),
-  createdAtMs: r.created_at_ms,
-  revokedAtMs: opt(r.revoked_at_ms),
-});
+/** The columns {@link apiKeyValues} gives, in order. */
+export const API_KEY_COLUMNS = [
+  "id",
+  "name",
+  "prefix",
+  "secret_hash",
+  "models_json",
+  "requests_per_minute",
+  "tokens_per_minute",
+  "max_concurrency",
+  "created_at_ms",
+  "revoked_at_ms",
+  "tenant",
+  "budgets_json",
+  "priority",
+] as const;
 
-/**
- * Columns (id, name, prefix, secret_hash, models_json, requests_per_minute,
- * tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms).
- */
+export const apiKeyFromRow = (r: ApiKeyRow): ApiKeyRecord => {
+  const row = `API key ${r.id}`;
+  const priority = priorityFromColumn(row, "api_keys.priority", r.priority);
+  return {
+    id: r.id,
+    name: r.name,
+    prefix: r.prefix,
+    secretHash: r.secret_hash,
+    models: JSON.parse(r.models_json) as string[],
+    requestsPerMinute: opt(r.requests_per_minute),
+    tokensPerMinute: opt(r.tokens_per_minute),
+    maxConcurrency: opt(r.max_concurrency),
+    createdAtMs: r.created_at_ms,
+    revokedAtMs: opt(r.revoked_at_ms),
+    ...(r.tenant === null ? {} : { tenant: r.tenant }),
+    budgets:
+      r.budgets_json === null ? [] : budgetsFromJson(row, "api_keys.budgets_json", r.budgets_json),
+    ...(priority === undefined ? {} : { priority }),
+  };
+};
+
+/** Values of {@link API_KEY_COLUMNS}. */
 export const apiKeyValues = (r: ApiKeyRecord): unknown[] => [
   r.id,
   r.name,
@@ -241,6 +283,51 @@ export const apiKeyValues = (r: ApiKeyRecord): unknown[] => [
   r.maxConcurrency ?? null,
   r.createdAtMs,
   r.revokedAtMs ?? null,
+  r.tenant ?? null,
+  budgetsJson(r.budgets),
+  r.priority ?? null,
+];
+
+/** The columns {@link tenantValues} gives, in order. */
+export const TENANT_COLUMNS = [
+  "name",
+  "requests_per_minute",
+  "tokens_per_minute",
+  "max_concurrency",
+  "budgets_json",
+  "priority",
+  "weight",
+  "created_at_ms",
+  "updated_at_ms",
+] as const;
+
+export const tenantFromRow = (r: TenantRow): TenantRecord => {
+  const row = `tenant ${r.name}`;
+  const priority = priorityFromColumn(row, "tenants.priority", r.priority);
+  return {
+    name: r.name,
+    ...(r.requests_per_minute === null ? {} : { requestsPerMinute: r.requests_per_minute }),
+    ...(r.tokens_per_minute === null ? {} : { tokensPerMinute: r.tokens_per_minute }),
+    ...(r.max_concurrency === null ? {} : { maxConcurrency: r.max_concurrency }),
+    budgets: budgetsFromJson(row, "tenants.budgets_json", r.budgets_json),
+    ...(priority === undefined ? {} : { priority }),
+    weight: r.weight,
+    createdAtMs: r.created_at_ms,
+    updatedAtMs: r.updated_at_ms,
+  };
+};
+
+/** Values of {@link TENANT_COLUMNS}. */
+export const tenantValues = (r: TenantRecord): unknown[] => [
+  r.name,
+  r.requestsPerMinute ?? null,
+  r.tokensPerMinute ?? null,
+  r.maxConcurrency ?? null,
+  budgetsJson(r.budgets),
+  r.priority ?? null,
+  r.weight,
+  r.createdAtMs,
+  r.updatedAtMs,
 ];
 
 /** The columns {@link nodeValues} gives, in order. */
@@ -384,7 +471,56 @@ const rolloutJson = (r: RolloutRecord): string =>
     updatedAtMs: r.updatedAtMs,
   });
 
+/** A budget list as stored: `{period, model, tokens}` each, `model` "" for every model. */
+const budgetsJson = (budgets: readonly TokenBudgetRecord[]): string =>
+  JSON.stringify(
+    budgets.map((b) => ({ period: b.period, model: b.model ?? "", tokens: b.tokens })),
+  );
+
 const RETIREMENT_PHASES = ["waiting", "draining"] as const;
+const BUDGET_PERIODS = ["day", "month"] as const;
+const PRIORITY_CLASSES = ["critical", "standard", "batch"] as const;
+
+/** A priority column; NULL: inherited. */
+function priorityFromColumn(
+  row: string,
+  column: string,
+  value: string | null,
+): PriorityClassName | undefined {
+  if (value === null) return undefined;
+  const known = PRIORITY_CLASSES.find((p) => p === value);
+  if (known === undefined)
+    throw undecodable(
+      row,
+      column,
+      `is ${describe(value)}, not ${PRIORITY_CLASSES.map((p) => `"${p}"`).join(" or ")}`,
+    );
+  return known;
+}
+
+/** A budgets column: a JSON list of `{period, model, tokens}`. */
+function budgetsFromJson(row: string, column: string, text: string): TokenBudgetRecord[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (cause) {
+    throw undecodable(row, column, `is not JSON (${(cause as Error).message})`);
+  }
+  if (!Array.isArray(parsed)) throw undecodable(row, column, `is ${describe(parsed)}, not a list`);
+  return parsed.map((item, i) => {
+    if (typeof item !== "object" || item === null || Array.isArray(item))
+      throw undecodable(row, column, `item ${i} is ${describe(item)}, not an object`);
+    const f = jsonFields(row, `${column}[${i}]`, JSON.stringify(item));
+    const model = f.text("model");
+    const tokens = f.nonNegative("tokens");
+    if (tokens < 1) throw undecodable(row, `${column}[${i}]`, "field tokens is 0, not at least 1");
+    return {
+      period: f.oneOf("period", BUDGET_PERIODS),
+      ...(model === "" ? {} : { model }),
+      tokens,
+    };
+  });
+}
 const ROLLOUT_STATES = ["in-progress", "complete", "rolled-back"] as const;
 
 /** `placements.retirement_json` of replica `replicaId`; NULL: serving. */

@@ -18,6 +18,7 @@ const snapshot: StoreSnapshot = {
   deploymentRevisions: LIFECYCLE.revisions,
   placements: LIFECYCLE.placements,
   apiKeys: [],
+  tenants: [],
   nodes: LIFECYCLE.nodes,
   faultClears: [],
   replicaStatuses: [],

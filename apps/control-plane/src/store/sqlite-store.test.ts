@@ -30,7 +30,9 @@ import {
   node,
   placement,
   putLifecycleRecords,
+  putTenancyRecords,
   revision,
+  TENANCY,
   WAITING,
 } from "./test-records.js";
 import type { ClusterStore } from "./types.js";
@@ -77,6 +79,7 @@ function fill(store: ClusterStore): void {
     secretHash: "ff",
     models: ["chat"],
     requestsPerMinute: 60,
+    budgets: [],
     createdAtMs: 4,
   });
   store.putNode({
@@ -316,6 +319,106 @@ describe("openSqliteStore", () => {
     expect(store.listDeploymentRevisions()).toHaveLength(3);
   });
 
+  it("keeps tenants and the keys' tenant, budgets and priority across a reopen", () => {
+    const first = openStore();
+    putTenancyRecords(first);
+    expect(first.listTenants()).toEqual(TENANCY.tenants);
+    first.close();
+    const again = openStore({ expectExisting: true });
+    expect(again.listTenants()).toEqual(TENANCY.tenants);
+    expect(again.listApiKeys()).toEqual(TENANCY.keys);
+    // Absent stays absent, not a key holding undefined: the routing grants compare by key.
+    expect(Object.keys(again.listTenants()[0] ?? {}).sort()).toEqual([
+      "budgets",
+      "createdAtMs",
+      "name",
+      "updatedAtMs",
+      "weight",
+    ]);
+    expect(again.listApiKeys()[1]).not.toHaveProperty("tenant");
+    expect(again.listApiKeys()[1]).not.toHaveProperty("priority");
+  });
+
+  it("replaces a tenant keeping its creation time, and deletes it", () => {
+    const store = openStore();
+    putTenancyRecords(store);
+    const [, search] = TENANCY.tenants;
+    store.putTenant({
+      name: "search",
+      budgets: [],
+      weight: 3,
+      createdAtMs: 1,
+      updatedAtMs: (search?.updatedAtMs ?? 0) + 10,
+    });
+    store.deleteTenant("batch-jobs");
+    store.deleteTenant("none");
+    store.close();
+    expect(openStore({ expectExisting: true }).listTenants()).toEqual([
+      {
+        name: "search",
+        budgets: [],
+        weight: 3,
+        createdAtMs: search?.createdAtMs,
+        updatedAtMs: (search?.updatedAtMs ?? 0) + 10,
+      },
+    ]);
+  });
+
+  it.each([
+    [
+      "tenants",
+      "budgets_json",
+      '\'[{"period":"week","model":"","tokens":5}]\'',
+      'the stored tenant search does not decode: tenants.budgets_json[0] field period is "week", not "day" or "month"',
+    ],
+    [
+      "tenants",
+      "budgets_json",
+      "'{}'",
+      "the stored tenant search does not decode: tenants.budgets_json is {}, not a list",
+    ],
+    [
+      "tenants",
+      "budgets_json",
+      '\'[{"period":"day","model":"","tokens":0}]\'',
+      "the stored tenant search does not decode: tenants.budgets_json[0] field tokens is 0, not at least 1",
+    ],
+    [
+      "tenants",
+      "priority",
+      "'urgent'",
+      'the stored tenant search does not decode: tenants.priority is "urgent", not "critical" or "standard" or "batch"',
+    ],
+    [
+      "api_keys",
+      "priority",
+      "'high'",
+      'the stored API key key_a does not decode: api_keys.priority is "high", not "critical" or "standard" or "batch"',
+    ],
+    [
+      "api_keys",
+      "budgets_json",
+      "'nope'",
+      "the stored API key key_a does not decode: api_keys.budgets_json is not JSON",
+    ],
+  ])("refuses a %s row whose %s is %s, naming it", (table, column, value, message) => {
+    const store = openStore();
+    putTenancyRecords(store);
+    store.close();
+    const db = new Database(file);
+    const where = table === "tenants" ? "name = 'search'" : "id = 'key_a'";
+    db.exec(`UPDATE ${table} SET ${column} = ${value} WHERE ${where}`);
+    db.close();
+    const reopened = openStore({ expectExisting: true });
+    const read = () => (table === "tenants" ? reopened.listTenants() : reopened.listApiKeys());
+    expect(read).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+        message: expect.stringContaining(message),
+      }),
+    );
+  });
+
   it("upgrades a store of schema version 5: its rows read back with the new fields absent", () => {
     const db = new Database(file);
     for (const m of MIGRATIONS.slice(0, 5)) db.exec(m);
@@ -324,10 +427,28 @@ describe("openSqliteStore", () => {
       `INSERT INTO deployments VALUES ('chat', '{"name":"chat"}', 2, 1, 2);
        INSERT INTO placements VALUES
          ('chat-0', 'chat', 2, '[{"rank":0,"nodeId":"a-1","gpuIndices":[0]}]', NULL, NULL, 3);
-       INSERT INTO nodes VALUES ('a-1', 'a', 'ee', x'010203', '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);`,
+       INSERT INTO nodes VALUES ('a-1', 'a', 'ee', x'010203', '10.0.0.1', 0, 1, 0, 5, 0, 'ready', 6);
+       INSERT INTO api_keys VALUES ('key_1', 'app', 'sk-llmgw-abcd', 'ff', '["chat"]', 60, NULL, NULL, 4, NULL);`,
     );
     db.close();
     const store = openStore({ expectExisting: true });
+    // A key stored before v7: no tenant, no budgets, its priority inherited.
+    expect(store.listApiKeys()).toEqual([
+      {
+        id: "key_1",
+        name: "app",
+        prefix: "sk-llmgw-abcd",
+        secretHash: "ff",
+        models: ["chat"],
+        requestsPerMinute: 60,
+        tokensPerMinute: undefined,
+        maxConcurrency: undefined,
+        createdAtMs: 4,
+        revokedAtMs: undefined,
+        budgets: [],
+      },
+    ]);
+    expect(store.listTenants()).toEqual([]);
     expect(store.listDeployments()).toEqual([
       { name: "chat", specJson: '{"name":"chat"}', revision: 2, createdAtMs: 1, updatedAtMs: 2 },
     ]);
@@ -338,7 +459,7 @@ describe("openSqliteStore", () => {
     expect(store.listDeploymentRevisions()).toEqual([]);
     store.close();
     const check = new Database(file, { readonly: true });
-    expect(check.pragma("user_version", { simple: true })).toBe(6);
+    expect(check.pragma("user_version", { simple: true })).toBe(MIGRATIONS.length);
     check.close();
   });
 
@@ -729,19 +850,23 @@ describe("migrating an older store", () => {
   });
 
   it("leaves the previous schema and data intact when a migration fails halfway", () => {
-    // The last migration adds a table and three columns in one transaction; a table of that
-    // name already there makes it fail after nothing, or part, of it ran.
+    // The last migration adds tables and three columns in one transaction; a table named as
+    // its last one already there makes it fail after the rest of it ran.
     const from = MIGRATIONS.length - 1;
-    olderStore(from, "CREATE TABLE deployment_revisions (x INTEGER);");
+    olderStore(from, "CREATE TABLE usage_batches (x INTEGER);");
     expect(() => openSqliteStore({ file, now: () => NOW })).toThrow(
       expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_STORE_FAILED" }),
     );
     const db = new Database(file, { readonly: true });
     expect(db.pragma("user_version", { simple: true })).toBe(from);
-    const columns = (db.prepare("PRAGMA table_info(placements)").all() as { name: string }[]).map(
+    const columns = (db.prepare("PRAGMA table_info(api_keys)").all() as { name: string }[]).map(
       (c) => c.name,
     );
-    expect(columns).not.toContain("retirement_json");
+    expect(columns).not.toContain("tenant");
+    expect(columns).not.toContain("budgets_json");
+    expect(
+      db.prepare("SELECT name FROM sqlite_master WHERE name IN ('tenants', 'usage_rollups')").all(),
+    ).toEqual([]);
     expect(db.prepare("SELECT name FROM deployments").all()).toEqual([{ name: "chat" }]);
     db.close();
     // The copy was made before the failed attempt, at the old schema.

@@ -3,6 +3,7 @@ import Database from "better-sqlite3";
 import { ControlPlaneError } from "../errors.js";
 import { FIRST_TABLES, LATER_TABLES, MIGRATIONS } from "./migrations.js";
 import {
+  API_KEY_COLUMNS,
   type ApiKeyRow,
   apiKeyFromRow,
   apiKeyValues,
@@ -29,8 +30,13 @@ import {
   type ReplicaStatusRow,
   replicaStatusFromRow,
   replicaStatusValues,
+  TENANT_COLUMNS,
+  type TenantRow,
+  tenantFromRow,
+  tenantValues,
   upsertSql,
 } from "./rows.js";
+import { createSqliteUsageStore } from "./sqlite-usage-store.js";
 import type {
   ApiKeyRecord,
   ClusterStore,
@@ -40,7 +46,9 @@ import type {
   NodeRecord,
   PlacementRecord,
   ReplicaStatusRecord,
+  TenantRecord,
 } from "./types.js";
+import type { UsageStore } from "./usage-store.js";
 
 /** Options of {@link openSqliteStore}. */
 export interface SqliteStoreOptions {
@@ -73,13 +81,19 @@ function corrupt(file: string, detail: string, cause?: unknown): ControlPlaneErr
   );
 }
 
+/** The SQLite state store, with the usage tables on the same connection. */
+export interface SqliteStore extends ClusterStore {
+  /** Usage rollups and batch ids (see `usage-store.ts`); closed with the store. */
+  readonly usage: UsageStore;
+}
+
 /**
  * Opens (creating when absent) the SQLite store: WAL journal, versioned migrations, owner-only
  * file. A file that is not a database, fails `PRAGMA quick_check`, or lacks the tables its
  * version promises throws `LLMGW_CONTROL_PLANE_STORE_CORRUPT`; a schema newer than this
  * build throws `LLMGW_CONTROL_PLANE_STORE_TOO_NEW`.
  */
-export function openSqliteStore(options: SqliteStoreOptions): ClusterStore {
+export function openSqliteStore(options: SqliteStoreOptions): SqliteStore {
   const file = options.file;
   const eventsKept = options.eventsKept ?? 1000;
   const existed = existsSync(file) && statSync(file).size > 0;
@@ -116,7 +130,10 @@ export function openSqliteStore(options: SqliteStoreOptions): ClusterStore {
       { cause: error },
     );
   }
-  return withStoreErrors(file, createSqliteStore(db, file, eventsKept));
+  return {
+    ...withStoreErrors(file, createSqliteStore(db, file, eventsKept)),
+    usage: createSqliteUsageStore(db, file),
+  };
 }
 
 /**
@@ -153,6 +170,9 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     deletePlacement: guard("deletePlacement", store.deletePlacement),
     listApiKeys: guard("listApiKeys", store.listApiKeys),
     putApiKey: guard("putApiKey", store.putApiKey),
+    listTenants: guard("listTenants", store.listTenants),
+    putTenant: guard("putTenant", store.putTenant),
+    deleteTenant: guard("deleteTenant", store.deleteTenant),
     listNodes: guard("listNodes", store.listNodes),
     putNode: guard("putNode", store.putNode),
     deleteNode: guard("deleteNode", store.deleteNode),
@@ -289,10 +309,13 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     putPlacement: db.prepare(upsertSql("sqlite", "placements", PLACEMENT_COLUMNS, ["replica_id"])),
     deletePlacement: db.prepare("DELETE FROM placements WHERE replica_id = ?"),
     listApiKeys: db.prepare("SELECT * FROM api_keys ORDER BY created_at_ms, id"),
-    putApiKey: db.prepare(
-      `INSERT OR REPLACE INTO api_keys (id, name, prefix, secret_hash, models_json, requests_per_minute,
-       tokens_per_minute, max_concurrency, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    putApiKey: db.prepare(upsertSql("sqlite", "api_keys", API_KEY_COLUMNS, ["id"])),
+    listTenants: db.prepare("SELECT * FROM tenants ORDER BY name"),
+    // A tenant keeps the creation time it was first stored with.
+    putTenant: db.prepare(
+      upsertSql("sqlite", "tenants", TENANT_COLUMNS, ["name"], ["created_at_ms"]),
     ),
+    deleteTenant: db.prepare("DELETE FROM tenants WHERE name = ?"),
     listNodes: db.prepare("SELECT * FROM nodes ORDER BY registered_at_ms, id"),
     putNode: db.prepare(upsertSql("sqlite", "nodes", NODE_COLUMNS, ["id"])),
     putNodeState: db.prepare("UPDATE nodes SET state = ?, state_since_ms = ? WHERE id = ?"),
@@ -348,6 +371,13 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     listApiKeys: () => (q.listApiKeys.all() as ApiKeyRow[]).map(apiKeyFromRow),
     putApiKey: (r: ApiKeyRecord) => {
       q.putApiKey.run(...apiKeyValues(r));
+    },
+    listTenants: () => (q.listTenants.all() as TenantRow[]).map(tenantFromRow),
+    putTenant: (r: TenantRecord) => {
+      q.putTenant.run(...tenantValues(r));
+    },
+    deleteTenant: (name) => {
+      q.deleteTenant.run(name);
     },
     listNodes: () => (q.listNodes.all() as NodeRow[]).map(nodeFromRow),
     putNode: (r: NodeRecord) => {

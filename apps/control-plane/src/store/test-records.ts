@@ -1,4 +1,5 @@
 import type {
+  ApiKeyRecord,
   ClusterStore,
   DeploymentRecord,
   DeploymentRevisionRecord,
@@ -6,6 +7,7 @@ import type {
   PlacementRecord,
   RetirementRecord,
   RolloutRecord,
+  TenantRecord,
 } from "./types.js";
 
 /*
@@ -113,4 +115,62 @@ export function lifecycleKeys(store: ClusterStore): string[] {
     ...store.listPlacements().flatMap((p) => (Object.hasOwn(p, "retirement") ? [p.replicaId] : [])),
     ...store.listNodes().flatMap((n) => (Object.hasOwn(n, "drainedBy") ? [n.id] : [])),
   ];
+}
+
+/**
+ * Tenants and keys of theirs with every field of schema 7 set or absent, as the stores list
+ * them: tenants by name, keys oldest first.
+ */
+export const TENANCY = {
+  tenants: [
+    {
+      name: "batch-jobs",
+      budgets: [],
+      weight: 1,
+      createdAtMs: T,
+      updatedAtMs: T,
+    },
+    {
+      name: "search",
+      requestsPerMinute: 600,
+      tokensPerMinute: 4_294_967_295,
+      maxConcurrency: 8,
+      budgets: [
+        { period: "day", tokens: 1_000_000 },
+        { period: "month", model: "llama-3-8b", tokens: Number.MAX_SAFE_INTEGER },
+      ],
+      priority: "critical",
+      weight: 1000,
+      createdAtMs: T + 1,
+      updatedAtMs: T + 2,
+    },
+  ] satisfies TenantRecord[],
+  keys: [
+    {
+      id: "key_a",
+      name: "search-app",
+      prefix: "sk-llmgw-aaaa",
+      secretHash: "aa",
+      models: [],
+      budgets: [{ period: "day", model: "chat", tokens: 5 }],
+      createdAtMs: T,
+      tenant: "search",
+      priority: "batch",
+    },
+    {
+      id: "key_b",
+      name: "plain",
+      prefix: "sk-llmgw-bbbb",
+      secretHash: "bb",
+      models: ["chat"],
+      budgets: [],
+      createdAtMs: T + 1,
+    },
+  ] satisfies ApiKeyRecord[],
+};
+
+/** Stores every record of {@link TENANCY}, tenants out of order. */
+export function putTenancyRecords(store: ClusterStore): void {
+  for (const r of [...TENANCY.tenants].reverse()) store.putTenant(r);
+  for (const r of TENANCY.keys) store.putApiKey(r);
 }

@@ -96,6 +96,39 @@ export interface ApiKeyRecord {
   readonly maxConcurrency?: number;
   readonly createdAtMs: number;
   readonly revokedAtMs?: number;
+  /** The tenant that owns the key; absent: none. */
+  readonly tenant?: string;
+  /** Empty: none. */
+  readonly budgets: readonly TokenBudgetRecord[];
+  /** Absent: the tenant's class, else standard. */
+  readonly priority?: PriorityClassName;
+}
+
+/** A priority class by its lower-case name (`llmgw.v1.PriorityClass`). */
+export type PriorityClassName = "critical" | "standard" | "batch";
+
+/** Most tokens (prompt + completion) in each UTC day or month (`llmgw.v1.TokenBudget`). */
+export interface TokenBudgetRecord {
+  readonly period: "day" | "month";
+  /** Served model name; absent: every model together. */
+  readonly model?: string;
+  readonly tokens: number;
+}
+
+/** A tenant (`llmgw.v1.Tenant`): a team owning keys, whose limits bound all of them together. */
+export interface TenantRecord {
+  /** Lower-case letters, digits and '-', at most 63 characters. */
+  readonly name: string;
+  readonly requestsPerMinute?: number;
+  readonly tokensPerMinute?: number;
+  readonly maxConcurrency?: number;
+  readonly budgets: readonly TokenBudgetRecord[];
+  /** Absent: standard. */
+  readonly priority?: PriorityClassName;
+  /** 1–1000. */
+  readonly weight: number;
+  readonly createdAtMs: number;
+  readonly updatedAtMs: number;
 }
 
 /** A node that joined, with its inventory as registered (protobuf binary). */
@@ -208,6 +241,11 @@ export interface ClusterStore {
   deletePlacement(replicaId: string): void;
   listApiKeys(): ApiKeyRecord[];
   putApiKey(record: ApiKeyRecord): void;
+  /** Every tenant, by name. */
+  listTenants(): TenantRecord[];
+  /** Creates or replaces the tenant `record.name`. */
+  putTenant(record: TenantRecord): void;
+  deleteTenant(name: string): void;
   listNodes(): NodeRecord[];
   putNode(record: NodeRecord): void;
   deleteNode(id: string): void;

@@ -8,6 +8,7 @@ import type {
   RoutingMessage,
   RoutingSnapshot,
 } from "../routing-messages.js";
+import type { BudgetStanding, UsageAnswer, UsageBatch } from "../usage-ledger.js";
 
 /** A {@link RoutingFeed} driven by hand: what a test pushes is what subscribers hear. */
 export interface ManualRoutingFeed extends RoutingFeed {
@@ -31,6 +32,16 @@ export interface ManualRoutingFeed extends RoutingFeed {
   reportInFlight(report: InFlightReport): void;
   /** Resolves once at least `count` subscribers are attached (at once when they are). */
   waitForSubscribers(count: number): Promise<void>;
+  /**
+   * Every usage batch with records a subscriber sent, each id once: one sent again is answered
+   * as a duplicate and not kept twice, as the control plane does.
+   */
+  readonly usageBatches: UsageBatch[];
+  /** What {@link reportUsage} answers with (default none). */
+  usageStandings: BudgetStanding[];
+  /** While true, {@link reportUsage} fails as an unreachable control plane would. */
+  refuseUsage: boolean;
+  reportUsage(routerId: string, batch: UsageBatch): Promise<UsageAnswer>;
 }
 
 const byKey = <T>(items: readonly T[], key: (item: T) => string): Map<string, T> =>
@@ -79,6 +90,8 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
   /** When `held.sentAtMs` was last set (local clock), to age it on replay. */
   let heldAtMs = 0;
   const reports: InFlightReport[] = [];
+  const usageBatches: UsageBatch[] = [];
+  const usageBatchIds = new Set<string>();
 
   const deliver = (
     targets: Iterable<(message: RoutingMessage) => void>,
@@ -140,6 +153,18 @@ export function createManualRoutingFeed(): ManualRoutingFeed {
     },
     get subscribers() {
       return listeners.size;
+    },
+    usageBatches,
+    usageStandings: [],
+    refuseUsage: false,
+    async reportUsage(_routerId, batch) {
+      if (this.refuseUsage) throw new Error("control plane unreachable (refuseUsage)");
+      const duplicate = usageBatchIds.has(batch.batchId);
+      if (!duplicate && batch.records.length > 0) {
+        usageBatchIds.add(batch.batchId);
+        usageBatches.push(batch);
+      }
+      return { duplicate, standings: this.usageStandings, asOfMs: Date.now() };
     },
     waitForSubscribers(count) {
       if (listeners.size >= count) return Promise.resolve();

@@ -1,0 +1,201 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ControlPlaneError, isControlPlaneError } from "../errors.js";
+import { openSqliteStore, type SqliteStore } from "../store/sqlite-store.js";
+import type { UsageRecordData } from "../store/usage-store.js";
+import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { type BudgetSpec, ClusterUsage, type ClusterUsageOptions } from "./usage.js";
+
+const MIN = 60_000;
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+/** 2026-12-03T00:00:00Z */
+const D3 = Date.UTC(2026, 11, 3);
+const DEC = Date.UTC(2026, 11, 1);
+
+function record(over: Partial<UsageRecordData> = {}): UsageRecordData {
+  return {
+    minuteMs: D3 + 10 * HOUR,
+    keyId: "k1",
+    tenant: "search",
+    model: "chat",
+    requests: 1,
+    promptTokens: 100,
+    cachedTokens: 0,
+    completionTokens: 10,
+    gpuMs: 0,
+    estimatedRequests: 0,
+    refusedUsage: 0,
+    ...over,
+  };
+}
+
+const BUDGETS: BudgetSpec[] = [
+  { tenant: "search", period: "day", model: "", tokens: 1_000 },
+  { tenant: "search", period: "month", model: "chat", tokens: 10_000 },
+  { keyId: "k1", period: "day", model: "code", tokens: 500 },
+  { keyId: "k2", period: "month", model: "", tokens: 500 },
+];
+
+let dir: string;
+let store: SqliteStore;
+let clock: ManualClock;
+let stored: (readonly UsageRecordData[])[];
+
+const open = (over: Partial<ClusterUsageOptions> = {}) =>
+  new ClusterUsage({
+    store: store.usage,
+    clock,
+    budgets: () => BUDGETS,
+    onStored: (records) => stored.push(records),
+    ...over,
+  });
+/** The used tokens of each budget's standing, in `BUDGETS` order. */
+const used = (usage: ClusterUsage) => usage.standings().map((s) => s.usedTokens);
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-usage-domain-"));
+  store = openSqliteStore({ file: join(dir, "state.db") });
+  clock = createManualClock(D3 + 11 * HOUR);
+  stored = [];
+});
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("ClusterUsage", () => {
+  it("answers an empty batch (a router asking for standings) without keeping its id", async () => {
+    const usage = open();
+    const ask = { routerId: "r", batchId: "ask", records: [] };
+    expect((await usage.report(ask)).duplicate).toBe(false);
+    expect((await usage.report(ask)).duplicate).toBe(false);
+    expect((await store.usage.exportAll()).batches).toEqual([]);
+    expect(stored).toEqual([]);
+    await usage.close();
+  });
+
+  it("answers every budget's standing in its current UTC day or month, a duplicate adding nothing", async () => {
+    const usage = open();
+    await usage.load();
+    const batch = {
+      routerId: "r1",
+      batchId: "1",
+      records: [
+        record(),
+        record({ model: "code", promptTokens: 50, completionTokens: 5 }),
+        record({ keyId: "k2", minuteMs: D3 - DAY }),
+        record({ keyId: "k3", tenant: "" }),
+      ],
+    };
+    const first = await usage.report(batch);
+    expect(first.duplicate).toBe(false);
+    expect(first.asOfMs).toBe(D3 + 11 * HOUR);
+    expect(first.standings).toEqual([
+      { tenant: "search", period: "day", model: "", periodStartMs: D3, usedTokens: 165 },
+      { tenant: "search", period: "month", model: "chat", periodStartMs: DEC, usedTokens: 220 },
+      { keyId: "k1", period: "day", model: "code", periodStartMs: D3, usedTokens: 55 },
+      { keyId: "k2", period: "month", model: "", periodStartMs: DEC, usedTokens: 110 },
+    ]);
+    const again = await usage.report(batch);
+    expect(again.duplicate).toBe(true);
+    expect(again.standings).toEqual(first.standings);
+    expect(stored).toHaveLength(1);
+  });
+
+  it("reads the same standings back after a restart, and counts a batch resent then once", async () => {
+    const batch = { routerId: "r1", batchId: "1", records: [record(), record({ keyId: "k2" })] };
+    await open().report(batch);
+    store.close();
+    store = openSqliteStore({ file: join(dir, "state.db") });
+    const restarted = open();
+    await restarted.load();
+    expect(used(restarted)).toEqual([220, 220, 0, 110]);
+    expect((await restarted.report(batch)).duplicate).toBe(true);
+    expect(used(restarted)).toEqual([220, 220, 0, 110]);
+  });
+
+  it("reads the totals again after a store failure: a batch stored whose answer was lost counts", async () => {
+    let loseAnswers = true;
+    const usage = open({
+      store: {
+        ...store.usage,
+        storeBatch: async (batch, nowMs) => {
+          const stored = await store.usage.storeBatch(batch, nowMs);
+          if (!loseAnswers) return stored;
+          throw new ControlPlaneError("LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE", "answer lost");
+        },
+      },
+    });
+    const batch = { routerId: "r1", batchId: "1", records: [record()] };
+    await expect(usage.report(batch)).rejects.toThrow("answer lost");
+    loseAnswers = false;
+    const resent = await usage.report(batch);
+    expect(resent.duplicate).toBe(true);
+    expect(resent.standings[0]?.usedTokens).toBe(110);
+  });
+
+  it("starts each UTC day and month from zero", async () => {
+    const usage = open();
+    await usage.report({
+      routerId: "r",
+      batchId: "1",
+      records: [record(), record({ keyId: "k2" })],
+    });
+    clock.set(D3 + DAY);
+    expect(used(usage)).toEqual([0, 220, 0, 110]);
+    clock.set(Date.UTC(2027, 0, 1));
+    expect(used(usage)).toEqual([0, 0, 0, 0]);
+    // A late batch of the old month counts in its rollups, not in the new month's standings.
+    await usage.report({
+      routerId: "r",
+      batchId: "2",
+      records: [record({ minuteMs: Date.UTC(2026, 11, 31, 23, 59) })],
+    });
+    expect(used(usage)).toEqual([0, 0, 0, 0]);
+    expect(stored).toHaveLength(2);
+  });
+
+  it("prunes old rows at most once per interval, never per batch", async () => {
+    const lines: string[] = [];
+    const usage = open({ pruneEveryMs: HOUR, log: (l) => lines.push(l) });
+    await usage.report({ routerId: "r", batchId: "1", records: [record()] });
+    clock.advance(HOUR - 1);
+    usage.tick();
+    expect(await usage.prune()).toEqual({ minuteRows: 0, hourRows: 0, batchIds: 0 });
+    clock.advance(48 * HOUR);
+    // An interval after the last prune, the next batch starts one (in the background).
+    await usage.report({ routerId: "r", batchId: "2", records: [] });
+    await usage.close();
+    expect(lines).toEqual(["usage: pruned 1 minute rows, 0 hour rows and 0 batch ids"]);
+    const minuteRows = await usage.query({
+      bucket: "minute",
+      sinceMs: 0,
+      untilMs: D3 + 10 * DAY,
+      groupBy: { tenant: true, key: true, model: true },
+    });
+    expect(minuteRows).toEqual([]);
+  });
+
+  it("refuses a query matching more rows than it answers, saying how to narrow", async () => {
+    const usage = open({ maxRows: 1 });
+    await usage.report({
+      routerId: "r",
+      batchId: "1",
+      records: [record(), record({ minuteMs: D3 + 10 * HOUR + MIN })],
+    });
+    const q = {
+      sinceMs: 0,
+      untilMs: D3 + DAY,
+      groupBy: { tenant: true, key: true, model: true },
+    };
+    expect(await usage.query({ ...q, bucket: "day" })).toHaveLength(1);
+    const error = await usage.query({ ...q, bucket: "minute" }).catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+    expect((error as Error).message).toBe(
+      "more than 1 usage rows match; narrow the period (since/until), use a coarser granularity, filter by tenant, key or model, or group by fewer dimensions",
+    );
+  });
+});

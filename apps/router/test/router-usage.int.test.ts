@@ -1,0 +1,341 @@
+/**
+ * Exact usage: every answered request is charged the engine's own counts, streams too (the
+ * router asks for the usage event a client left out, and takes it out again so the client
+ * gets the bytes it asked for), and sent to the control plane in batches that survive the
+ * router's restart and count once.
+ */
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import type { UsageEntry } from "@llmgw/router";
+import { createManualRoutingFeed } from "@llmgw/router/testing";
+import OpenAI from "openai";
+import { afterEach, describe, expect, it } from "vitest";
+import { type RunningRouter, startRouter } from "../src/index.js";
+import { type FakeEngine, startFakeEngine } from "./router-fake-engine.js";
+import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const KEYS = {
+  "sk-a": { id: "key-a", name: "a" },
+  "sk-b": { id: "key-b", name: "b" },
+};
+
+/** Sums of what the batches sent so far say, per key. */
+function totals(batches: readonly { records: readonly UsageEntry[] }[]) {
+  const out = new Map<
+    string,
+    {
+      requests: number;
+      prompt: number;
+      cached: number;
+      completion: number;
+      gpuMs: number;
+      estimated: number;
+      refused: number;
+    }
+  >();
+  for (const b of batches) {
+    for (const r of b.records) {
+      const t = out.get(r.keyId) ?? {
+        requests: 0,
+        prompt: 0,
+        cached: 0,
+        completion: 0,
+        gpuMs: 0,
+        estimated: 0,
+        refused: 0,
+      };
+      t.requests += r.requests;
+      t.prompt += r.promptTokens;
+      t.cached += r.cachedTokens;
+      t.completion += r.completionTokens;
+      t.gpuMs += r.gpuMs;
+      t.estimated += r.estimatedRequests;
+      t.refused += r.refusedUsage;
+      out.set(r.keyId, t);
+    }
+  }
+  return out;
+}
+
+/** Waits until `check` holds, polling every 20 ms, for at most `ms`. */
+async function until(check: () => boolean | Promise<boolean>, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function fakeSetup(options: { usage?: string; dieAfterChunks?: number } = {}) {
+  const engine = await startFakeEngine({ name: "e", chunks: 5, ...options });
+  cleanups.push(() => engine.close());
+  const { router, feed } = await startFedRouter({
+    snapshot: routingSnapshot({
+      models: { m: { replicas: [{ id: "r0", baseUrl: engine.url, gpus: 2 }] } },
+      keys: KEYS,
+    }),
+    router: { analyzer: { pool: false } },
+    usageReportIntervalMs: 20,
+  });
+  cleanups.push(() => router.close());
+  return { engine, router, feed };
+}
+
+async function post(router: RunningRouter, key: string, body: Record<string, unknown>) {
+  const res = await fetch(`${router.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], ...body }),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+const engineBytes = (engine: FakeEngine, i: number): string =>
+  Buffer.concat(engine.written[i] ?? []).toString();
+
+describe("router: exact usage of streams", () => {
+  it("asks the engine for a stream's usage and gives the client exactly the bytes it asked for", async () => {
+    const { engine, router, feed } = await fakeSetup();
+    const asked = await post(router, "sk-a", { stream: true });
+    expect(asked.status).toBe(200);
+    // The engine was asked for usage; the client did not ask and does not get it.
+    expect(engine.received[0]?.body.stream_options).toEqual({ include_usage: true });
+    const sent = engineBytes(engine, 0);
+    expect(sent).toContain('"usage":');
+    expect(asked.text).not.toContain('"usage"');
+    const usageEvent = sent.split("\n\n").find((e) => e.includes('"usage"'));
+    expect(asked.text).toBe(sent.replace(`${usageEvent}\n\n`, ""));
+    expect(asked.text.endsWith("data: [DONE]\n\n")).toBe(true);
+
+    // A client that asks gets the engine's bytes unchanged, usage event included.
+    const own = await post(router, "sk-a", {
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(own.text).toBe(engineBytes(engine, 1));
+    expect(engine.received[1]?.body.stream_options).toEqual({ include_usage: true });
+
+    // Any other stream_options is left alone: nothing added, the stream charged an estimate.
+    const other = await post(router, "sk-b", { stream: true, stream_options: {} });
+    expect(other.text).toBe(engineBytes(engine, 2));
+    expect(engine.received[2]?.body.stream_options).toEqual({});
+
+    await until(() => (totals(feed.usageBatches).get("key-b")?.requests ?? 0) === 1);
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 2);
+    const t = totals(feed.usageBatches);
+    expect(t.get("key-a")).toMatchObject({ prompt: 14, completion: 10, estimated: 0, refused: 0 });
+    // Five content events streamed, no usage: charged the estimate of the prompt and what
+    // was streamed, and flagged.
+    expect(t.get("key-b")).toMatchObject({ completion: 4, estimated: 1, refused: 0 });
+    // Two GPUs held for each request's duration: a share, more than nothing.
+    expect(t.get("key-a")?.gpuMs).toBeGreaterThan(0);
+  });
+
+  it("charges a stream cut short what it streamed, flagged as estimated", async () => {
+    const { router, feed } = await fakeSetup({ dieAfterChunks: 3 });
+    const cut = await post(router, "sk-a", { stream: true });
+    expect(cut.status).toBe(200);
+    expect(cut.text).toContain("failed mid-stream");
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    expect(totals(feed.usageBatches).get("key-a")).toMatchObject({
+      completion: 1,
+      estimated: 1,
+      refused: 0,
+    });
+  });
+
+  it.each([
+    ["negative", '{"prompt_tokens":-3,"completion_tokens":5}'],
+    ["NaN", '{"prompt_tokens":NaN,"completion_tokens":5}'],
+    ["1e30", '{"prompt_tokens":7,"completion_tokens":1e30}'],
+    ["absurd", '{"prompt_tokens":7,"completion_tokens":99999999}'],
+  ])("refuses and counts %s usage from an engine, storing none of it", async (_name, usage) => {
+    const { router, feed } = await fakeSetup({ usage });
+    const answer = await post(router, "sk-a", {});
+    expect(answer.status).toBe(200);
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    const t = totals(feed.usageBatches).get("key-a");
+    expect(t).toMatchObject({ refused: 1, estimated: 1, completion: 0 });
+    expect(t?.prompt).toBeLessThan(100);
+  });
+
+  it("counts missing usage as estimated, not refused", async () => {
+    const { router, feed } = await fakeSetup({ usage: "null" });
+    await post(router, "sk-a", {});
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    expect(totals(feed.usageBatches).get("key-a")).toMatchObject({ refused: 0, estimated: 1 });
+  });
+});
+
+describe("router: usage through the official client equals the engine's own counts", () => {
+  let engine: RunningEngineSim;
+
+  it("streaming and not, with and without include_usage, cached tokens too", async () => {
+    engine = await startEngineSim({
+      model: "sim",
+      port: 0,
+      warmupSeconds: 0,
+      timeScale: 100,
+      minOutputTokens: 3,
+      maxOutputTokens: 12,
+    });
+    cleanups.push(() => engine.close());
+    const { router, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: { sim: { replicas: [{ id: "s0", baseUrl: engine.url, gpus: 1 }] } },
+        keys: KEYS,
+      }),
+      usageReportIntervalMs: 20,
+    });
+    cleanups.push(() => router.close());
+    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: "sk-a", maxRetries: 0 });
+    const expected = { prompt: 0, completion: 0, cached: 0 };
+    const prompt = `${"a shared system prompt ".repeat(30)}`;
+    for (let i = 0; i < 6; i++) {
+      const messages = [{ role: "user" as const, content: `${prompt} question ${i}` }];
+      if (i % 3 === 0) {
+        const r = await client.chat.completions.create({ model: "sim", messages });
+        expected.prompt += r.usage?.prompt_tokens ?? Number.NaN;
+        expected.completion += r.usage?.completion_tokens ?? Number.NaN;
+        expected.cached += r.usage?.prompt_tokens_details?.cached_tokens ?? Number.NaN;
+      } else if (i % 3 === 1) {
+        const stream = await client.chat.completions.create({
+          model: "sim",
+          messages,
+          stream: true,
+          stream_options: { include_usage: true },
+        });
+        for await (const chunk of stream) {
+          if (chunk.usage) {
+            expected.prompt += chunk.usage.prompt_tokens;
+            expected.completion += chunk.usage.completion_tokens;
+            expected.cached += chunk.usage.prompt_tokens_details?.cached_tokens ?? Number.NaN;
+          }
+        }
+      } else {
+        // No usage asked: the client sees none, and the same request asked again with usage
+        // (the sim's answer to a prompt is fixed) says what this one used.
+        const stream = await client.chat.completions.create({
+          model: "sim",
+          messages,
+          stream: true,
+        });
+        let chunks = 0;
+        for await (const chunk of stream) {
+          chunks += 1;
+          expect(chunk.usage ?? undefined).toBeUndefined();
+          expect(chunk.choices.length).toBeGreaterThan(0);
+        }
+        expect(chunks).toBeGreaterThan(1);
+        const again = await client.chat.completions.create({ model: "sim", messages });
+        expected.prompt += 2 * (again.usage?.prompt_tokens ?? Number.NaN);
+        expected.completion += 2 * (again.usage?.completion_tokens ?? Number.NaN);
+        // Cached tokens of the unasked stream are not visible to the client: read them from
+        // the router's own record below instead (they are the engine's, not an estimate).
+        expected.cached += again.usage?.prompt_tokens_details?.cached_tokens ?? Number.NaN;
+      }
+    }
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 8);
+    const t = totals(feed.usageBatches).get("key-a");
+    expect(t).toMatchObject({
+      requests: 8,
+      prompt: expected.prompt,
+      completion: expected.completion,
+      estimated: 0,
+      refused: 0,
+    });
+    // Every cached count the client saw is in there, and the unseen ones add to it.
+    expect(t?.cached).toBeGreaterThanOrEqual(expected.cached);
+    expect(t?.cached).toBeLessThanOrEqual(expected.prompt);
+  });
+});
+
+describe("router: usage batches survive the router's restart and count once", () => {
+  it("keeps unacknowledged batches in the state dir and sends them after a restart", async () => {
+    const engine = await startFakeEngine({ name: "e", chunks: 2 });
+    cleanups.push(() => engine.close());
+    const stateDir = await mkdtemp(path.join(tmpdir(), "llmgw-usage-"));
+    cleanups.push(() => rm(stateDir, { recursive: true, force: true }));
+    const feed = createManualRoutingFeed();
+    feed.push(
+      routingSnapshot({
+        models: { m: { replicas: [{ id: "r0", baseUrl: engine.url }] } },
+        keys: KEYS,
+      }),
+    );
+    feed.refuseUsage = true;
+    const start = () =>
+      startRouter({
+        routing: { feed, routerId: "router-usage", stateDir },
+        router: { analyzer: { pool: false } },
+        usageReportIntervalMs: 20,
+      });
+    const batchFiles = async () =>
+      (await readdir(path.join(stateDir, "usage")).catch(() => [] as string[])).filter((f) =>
+        f.endsWith(".json"),
+      );
+    const first = await start();
+    for (let i = 0; i < 3; i++) expect((await post(first, "sk-a", {})).status).toBe(200);
+    // Sealed and kept while the control plane refuses it.
+    await until(async () => (await batchFiles()).length > 0);
+    await first.close();
+    expect(feed.usageBatches).toEqual([]);
+    expect((await batchFiles()).length).toBeGreaterThan(0);
+
+    feed.refuseUsage = false;
+    const second = await start();
+    cleanups.push(() => second.close());
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) >= 3);
+    await until(async () => (await batchFiles()).length === 0);
+    expect(totals(feed.usageBatches).get("key-a")).toMatchObject({
+      requests: 3,
+      prompt: 21,
+      completion: 6,
+    });
+    // A batch sent again (its answer lost) is a duplicate: counted once.
+    const again = await feed.reportUsage("router-usage", feed.usageBatches[0] as never);
+    expect(again.duplicate).toBe(true);
+    expect(totals(feed.usageBatches).get("key-a")?.requests).toBe(3);
+  });
+});
+
+describe("router: a deployment whose engines schedule by priority", () => {
+  it("gets each request's class as `priority`, over whatever the client wrote", async () => {
+    const engine = await startFakeEngine({ name: "e", chunks: 2 });
+    cleanups.push(() => engine.close());
+    const snapshot = routingSnapshot({
+      models: {
+        m: { replicas: [{ id: "r0", baseUrl: engine.url }] },
+        plain: { replicas: [{ id: "r1", baseUrl: engine.url }] },
+      },
+      keys: KEYS,
+    });
+    const { router } = await startFedRouter({
+      snapshot: {
+        ...snapshot,
+        models: snapshot.models.map((m) => (m.name === "m" ? { ...m, enginePriority: true } : m)),
+        keys: snapshot.keys.map((k) => (k.id === "key-b" ? { ...k, priority: "batch" } : k)),
+      },
+      router: { analyzer: { pool: false } },
+    });
+    cleanups.push(() => router.close());
+    expect((await post(router, "sk-a", { priority: -50 })).status).toBe(200);
+    expect((await post(router, "sk-b", { stream: true })).status).toBe(200);
+    const plain = await fetch(`${router.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: "Bearer sk-b", "content-type": "application/json" },
+      body: JSON.stringify({ model: "plain", messages: [{ role: "user", content: "x" }] }),
+    });
+    expect(plain.status).toBe(200);
+    // Standard (the default class) is 1, batch 2; a client cannot buy its way up.
+    expect(engine.received.map((r) => r.body.priority)).toEqual([1, 2, undefined]);
+    expect(engine.received[1]?.body.stream_options).toEqual({ include_usage: true });
+  });
+});
