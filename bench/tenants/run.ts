@@ -21,9 +21,13 @@ const { values: flags } = parseArgs({
     quick: { type: "boolean", default: false },
     rounds: { type: "string" },
     replicas: { type: "string" },
-    /** In-flight requests per replica: the router's capacity and the engine's max running. */
+    /** In-flight requests per replica the router keeps (its capacity). */
     capacity: { type: "string" },
-    /** The engines' max running sequences (default: `--capacity`). */
+    /**
+     * The engines' max running sequences (default: 2 × `--capacity`): an engine's batch limit
+     * sits above the router's target, as vLLM's `--max-num-seqs` (256) sits above llmgw's
+     * default `maxConcurrencyPerReplica` (64); critical requests use the difference.
+     */
     "engine-seqs": { type: "string" },
     "time-scale": { type: "string" },
     /** Seconds (wall clock) of each burst window. */
@@ -49,7 +53,7 @@ const positive = (name: string, text: string | undefined, fallback: number): num
 const rounds = Math.round(positive("rounds", flags.rounds, quick ? 1 : 3));
 const replicas = Math.round(positive("replicas", flags.replicas, quick ? 2 : 4));
 const capacity = Math.round(positive("capacity", flags.capacity, 8));
-const engineSeqs = Math.round(positive("engine-seqs", flags["engine-seqs"], capacity));
+const engineSeqs = Math.round(positive("engine-seqs", flags["engine-seqs"], 2 * capacity));
 /** Engine time scale: simulated ms = wall ms × this (below 1: slower than real time). */
 const timeScale = positive("time-scale", flags["time-scale"], 0.3);
 const windowMs = positive("window", flags.window, quick ? 5 : 40) * 1000;
@@ -437,7 +441,7 @@ const result = {
   measurements,
 };
 console.log(
-  `\nTenants and priorities — ${replicas} sim engines × ${capacity} in flight (router capacity = engine max running), time scale ${timeScale}; latencies in simulated ms, rates per simulated second; ${rounds} round(s) × ${windowMs / 1000} s (wall) windows, medians; load average ${loadAtStart} at start, ${result.loadavgAtEnd} at end; ${result.wallSeconds.toFixed(0)} s`,
+  `\nTenants and priorities — ${replicas} sim engines × ${capacity} in flight (router capacity; engine max running ${engineSeqs}), time scale ${timeScale}; latencies in simulated ms, rates per simulated second; ${rounds} round(s) × ${windowMs / 1000} s (wall) windows, medians; load average ${loadAtStart} at start, ${result.loadavgAtEnd} at end; ${result.wallSeconds.toFixed(0)} s`,
 );
 console.log(
   `fleet capacity ≈ ${f(fleetCapacity, 1)} req/s (estimated; measured under the burst ${f(measuredCapacity, 1)}); critical ${f(criticalRate, 1)} req/s (${f(criticalLoad * 100)}%); batch burst ${f(batchRate, 1)} req/s (${f(burst)}× the estimate${measuredCapacity > 0 ? `, ${f(batchRate / measuredCapacity, 1)}× measured` : ""}); ${promptTokens}-token prompts, ${minOutputTokens}–${maxOutputTokens} output tokens; router queue ${queueLength}`,

@@ -464,6 +464,7 @@ export class Exchange {
       ...(this.hint === undefined ? {} : { hint: this.hint.value }),
       ...(precise === undefined ? {} : { precise }),
       promptTokens: this.promptTokens(),
+      ...this.#headroom(),
     });
     if (decision !== undefined) {
       this.predictedBlocks = decision.prefixBlocks;
@@ -524,6 +525,7 @@ export class Exchange {
               ...(this.hint === undefined ? {} : { hint: this.hint.value }),
               ...(this.precise === undefined ? {} : { precise: this.precise }),
               promptTokens: this.promptTokens(),
+              ...this.#headroom(),
             });
       if (decision !== undefined) {
         this.predictedBlocks = decision.prefixBlocks;
@@ -652,6 +654,13 @@ export class Exchange {
       (maxTokens ?? DEFAULT_COMPLETION_TOKEN_ESTIMATE) * (choices ?? 1) +
       streamed;
     if (floor > estimatedTokens) lease.settle(floor);
+  }
+
+  /** A critical request's room past each replica's capacity (its admission headroom). */
+  #headroom(): { headroom?: number } {
+    return this.key.priority === "critical"
+      ? { headroom: this.core.options.admission.criticalHeadroom ?? 0 }
+      : {};
   }
 
   /** The prompt's estimated tokens: the reservation less its output part (bytes ÷ 4). */

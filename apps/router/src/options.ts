@@ -25,6 +25,11 @@ export interface RouterServiceOptions {
   readonly maxQueueLength?: number;
   /** Longest admission wait in ms. Default 30 000. */
   readonly queueTimeoutMs?: number;
+  /**
+   * How far `critical` requests may go past a deployment's capacity, as a fraction of it.
+   * Default 1 (as much again); 0 turns it off (see `AdmissionOptions.criticalHeadroom`).
+   */
+  readonly criticalHeadroom?: number;
   /** Upstream TCP connect timeout in ms. Default 5 000. */
   readonly upstreamConnectTimeoutMs?: number;
   /** Upstream time to response headers in ms. Default 300 000 (long prefills). */
@@ -94,6 +99,7 @@ export function resolveRouterServiceOptions(
     admission: {
       maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256),
       queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000),
+      criticalHeadroom: options.criticalHeadroom ?? 1,
       ...(clock === undefined ? {} : { clock }),
     },
     upstreamConnectTimeoutMs: int(

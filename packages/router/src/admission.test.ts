@@ -112,7 +112,12 @@ interface Entry {
  * `steps` times (each served request releasing for the next): the tags in serving order.
  */
 async function servingOrder(entries: readonly Entry[], steps: number): Promise<string[]> {
-  const ctl = createAdmissionController({ clock: createManualClock(), maxQueueLength: 10_000 });
+  // No critical headroom: the queue's order alone is what these tests look at.
+  const ctl = createAdmissionController({
+    clock: createManualClock(),
+    maxQueueLength: 10_000,
+    criticalHeadroom: 0,
+  });
   const served: { tag: string; outcome: AdmissionOutcome }[] = [];
   let current = admitted(ctl.admit("d", { id: "holder" }, 1, 1));
   for (const e of entries) {
@@ -134,6 +139,39 @@ const many = (key: AdmissionKey, tokens: number, tag: string, n: number): Entry[
 const count = (tags: readonly string[], tag: string) => tags.filter((t) => t === tag).length;
 
 describe("admission: priorities and fair share", () => {
+  it("lets critical requests past a full capacity by its headroom, and no other class", async () => {
+    const ctl = createAdmissionController({ clock: createManualClock(), criticalHeadroom: 0.25 });
+    const batch = { id: "b", priority: "batch" } as const;
+    const critical = { id: "c", priority: "critical" } as const;
+    // Capacity 8, all of it held by batch: critical gets ceil(8 × 0.25) = 2 more at once.
+    const held = Array.from({ length: 8 }, () => admitted(ctl.admit("d", batch, 1, 8)));
+    expect(ctl.admit("d", { id: "s" }, 1, 8)).toBeInstanceOf(Promise);
+    expect(admitted(ctl.admit("d", critical, 1, 8)).admitted).toBe(true);
+    expect(admitted(ctl.admit("d", critical, 1, 8)).admitted).toBe(true);
+    const third = ctl.admit("d", critical, 1, 8);
+    expect(third).toBeInstanceOf(Promise);
+    expect(ctl.stats("d")).toEqual({ inFlight: 10, queued: 2 });
+    // A freed slot goes to the waiting critical request (still within its headroom), not to
+    // standard, which waits for the in-flight count to come under the capacity itself.
+    const first = held[0] as AdmissionOutcome;
+    if (first.admitted) first.release();
+    await expect(third).resolves.toMatchObject({ admitted: true });
+    expect(ctl.stats("d")).toEqual({ inFlight: 10, queued: 1 });
+    for (const h of held.slice(1, 3)) if (h.admitted) h.release();
+    await flush();
+    expect(ctl.stats("d")).toEqual({ inFlight: 8, queued: 1 });
+    const next = held[3] as AdmissionOutcome;
+    if (next.admitted) next.release();
+    await flush();
+    expect(ctl.stats("d")).toEqual({ inFlight: 8, queued: 0 });
+  });
+
+  it("gives critical no headroom when told so", () => {
+    const ctl = createAdmissionController({ clock: createManualClock(), criticalHeadroom: 0 });
+    admitted(ctl.admit("d", { id: "b" }, 1, 1));
+    expect(ctl.admit("d", { id: "c", priority: "critical" }, 1, 1)).toBeInstanceOf(Promise);
+  });
+
   it("serves every critical request before standard ones, and those before batch", async () => {
     const order = await servingOrder(
       [
@@ -183,7 +221,12 @@ describe("admission: priorities and fair share", () => {
 
   it("sheds the newest queued batch request for a higher class when the queue is full", async () => {
     const clock = createManualClock();
-    const ctl = createAdmissionController({ clock, maxQueueLength: 2, queueTimeoutMs: 1_000 });
+    const ctl = createAdmissionController({
+      clock,
+      maxQueueLength: 2,
+      queueTimeoutMs: 1_000,
+      criticalHeadroom: 0,
+    });
     const holder = admitted(ctl.admit("d", { id: "x" }, 1, 1));
     const batch = { id: "b", priority: "batch" as const };
     const b1 = ctl.admit("d", batch, 1, 1);
@@ -207,7 +250,7 @@ describe("admission: priorities and fair share", () => {
 
   it("still times out and aborts queued requests of every class", async () => {
     const clock = createManualClock();
-    const ctl = createAdmissionController({ clock, queueTimeoutMs: 500 });
+    const ctl = createAdmissionController({ clock, queueTimeoutMs: 500, criticalHeadroom: 0 });
     admitted(ctl.admit("d", { id: "x" }, 1, 1));
     const abort = new AbortController();
     const critical = ctl.admit("d", { id: "c", priority: "critical" }, 5, 1, abort.signal);

@@ -14,7 +14,12 @@
  *   and a tenant of big requests waits longer per request than one of small requests. A tenant
  *   that stops waiting banks no credit: its next request starts from the class's virtual time;
  * - a full queue makes room for a `critical` or `standard` request by shedding the newest
- *   queued `batch` request (answered `shed`); a `batch` request is refused (`queue_full`).
+ *   queued `batch` request (answered `shed`); a `batch` request is refused (`queue_full`);
+ * - `critical` requests may go past the capacity by `criticalHeadroom` (as much again by
+ *   default): the others fill the capacity, and a critical request arriving then starts at
+ *   once instead of waiting for a slot to free. The capacity is the router's target per replica
+ *   (`maxConcurrencyPerReplica`), below an engine's own batch limit (vLLM `--max-num-seqs`,
+ *   256 by default), so the engine takes the extra requests into its running batch.
  *
  * The uncontended path (nothing queued, a slot free) looks at none of this.
  */
@@ -29,6 +34,11 @@ export interface AdmissionOptions {
   readonly maxQueueLength?: number;
   /** Longest wait in the queue in ms (default 30 000). */
   readonly queueTimeoutMs?: number;
+  /**
+   * How far `critical` requests may go past a deployment's capacity, as a fraction of it
+   * (rounded up; default 1: as much again; 0 turns it off).
+   */
+  readonly criticalHeadroom?: number;
   readonly clock?: Clock;
 }
 
@@ -172,6 +182,10 @@ function newestWaiter(cls: ClassQueue): Waiter | undefined {
 export function createAdmissionController(options: AdmissionOptions = {}): AdmissionController {
   const maxQueue = checkRange("maxQueueLength", options.maxQueueLength ?? 256, 0, 1e6);
   const timeoutMs = checkRange("queueTimeoutMs", options.queueTimeoutMs ?? 30_000, 1, 3_600_000);
+  const headroom = checkRange("criticalHeadroom", options.criticalHeadroom ?? 1, 0, 4);
+  /** Most requests in flight before one of class `classIndex` waits. */
+  const ceiling = (s: DeploymentState, classIndex: number): number =>
+    classIndex === 0 ? s.capacity + Math.ceil(s.capacity * headroom) : s.capacity;
   const clock = options.clock ?? systemClock;
   const states = new Map<string, DeploymentState>();
   const stateOf = (deployment: string): DeploymentState => {
@@ -217,13 +231,10 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
   };
 
   const pump = (s: DeploymentState): void => {
-    while (s.queued > 0 && s.inFlight < s.capacity) {
-      const cls =
-        s.classes[0].queued > 0
-          ? s.classes[0]
-          : s.classes[1].queued > 0
-            ? s.classes[1]
-            : s.classes[2];
+    while (s.queued > 0) {
+      const classIndex = s.classes[0].queued > 0 ? 0 : s.classes[1].queued > 0 ? 1 : 2;
+      if (s.inFlight >= ceiling(s, classIndex)) return;
+      const cls = s.classes[classIndex];
       const flow = nextFlow(cls) as Flow;
       const waiter = flow.waiters[0] as Waiter;
       remove(s, waiter);
@@ -250,6 +261,10 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
       s.capacity = capacity;
       if (s.queued === 0 && s.inFlight < capacity) return grant(s, 0);
       const classIndex = key.priority === undefined ? 1 : CLASS_INDEX[key.priority];
+      // Critical goes first whatever else waits: it only waits behind critical.
+      if (classIndex === 0 && s.classes[0].queued === 0 && s.inFlight < ceiling(s, 0)) {
+        return grant(s, 0);
+      }
       if (s.queued >= maxQueue && (classIndex === BATCH || !shed(s))) {
         return { admitted: false, reason: "queue_full", retryAfterSeconds: 1 };
       }

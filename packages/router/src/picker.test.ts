@@ -45,6 +45,23 @@ describe("ReplicaPicker: draining replicas take nothing new", () => {
     },
   );
 
+  it.each(["llmgw", "round-robin", "least-loaded"] as const)(
+    "lets a request with headroom past a full replica's capacity, by that much, under %s",
+    (policy) => {
+      const picker = createReplicaPicker();
+      const res = resolution(policy);
+      picker.dispatched("b", []);
+      picker.dispatched("b", []); // b is at its capacity of 2
+      expect(picker.pick(res, chain)).toBeUndefined();
+      // ceil(2 × 0.25) = 1 more for a critical request, never the draining replica.
+      expect(picker.pick(res, chain, undefined, undefined, { headroom: 0.25 })?.replica.id).toBe(
+        "b",
+      );
+      picker.dispatched("b", []);
+      expect(picker.pick(res, chain, undefined, undefined, { headroom: 0.25 })).toBeUndefined();
+    },
+  );
+
   it("counts a draining replica's in-flight requests apart from the ready capacity", () => {
     const picker = createReplicaPicker();
     const res = resolution("llmgw");

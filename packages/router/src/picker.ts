@@ -58,7 +58,16 @@ export interface PickRequest {
   readonly precise?: ArrayLike<number>;
   /** Estimated prompt tokens: the unit of queued prefill in the score (default: from the chain). */
   readonly promptTokens?: number;
+  /**
+   * How far past each replica's capacity this request may go, as a fraction of it (rounded
+   * up): a `critical` request's admission headroom (`AdmissionOptions.criticalHeadroom`).
+   */
+  readonly headroom?: number;
 }
+
+/** `capacity` plus `headroom` of it, rounded up. */
+const withHeadroom = (capacity: number, headroom: number): number =>
+  headroom > 0 ? capacity + Math.ceil(capacity * headroom) : capacity;
 
 /** A chosen replica plus what led there. */
 export interface PickDecision {
@@ -205,6 +214,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     },
     pick(resolution, chain, exclude, known, request) {
       const hint = request?.hint;
+      const headroom = request?.headroom ?? 0;
       const precise = request?.precise;
       const all = known ?? routable(resolution);
       const replicas =
@@ -243,7 +253,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
           -readonly [K in keyof ScoringCandidate]: ScoringCandidate[K];
         } = {
           id: r.id,
-          capacity: Math.max(1, r.capacity),
+          capacity: withHeadroom(Math.max(1, r.capacity), headroom),
           inFlight: inFlight.get(r.id),
           prefixBlocks: matches?.get(r.id) ?? 0,
           errorRate: health.errorRate(r.id),

@@ -346,7 +346,8 @@ export type RoutedReplica = Message<"llmgw.v1.RoutedReplica"> & {
   state: RoutedReplicaState;
 
   /**
-   * Most requests the whole cluster keeps in flight on this replica (≥ 1).
+   * Most requests the whole cluster keeps in flight on this replica (≥ 1); `critical`
+   * requests may go past it by a router's headroom (see `PriorityClass`).
    *
    * @generated from field: uint32 capacity = 6;
    */
