@@ -77,6 +77,8 @@ export const ROUTER_OPTION_LIMITS = {
   tooLargeDrainBytes: { min: 0, max: 2 ** 40 },
   maxQueueLength: { min: 0, max: 1_000_000 },
   queueTimeoutMs: { min: 1, max: 3_600_000 },
+  /** `--critical-headroom`, in percent of the capacity. */
+  criticalHeadroomPercent: { min: 0, max: 400 },
   upstreamConnectTimeoutMs: { min: 1, max: 600_000 },
   upstreamHeadersTimeoutMs: { min: 1, max: 3_600_000 },
   upstreamBodyTimeoutMs: { min: 1, max: 3_600_000 },

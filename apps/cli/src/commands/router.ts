@@ -63,6 +63,8 @@ Requests:
   --queue-length N          requests waiting for a replica, per deployment (default 256;
                             0: refuse at once when every replica is full)
   --queue-timeout D         longest wait for a replica; then 429 (default 30s)
+  --critical-headroom PCT   how far past a deployment's capacity critical requests may go,
+                            in percent of it (default 100: as much again; 0: not at all)
   --session-header NAME     a header naming a session (e.g. x-session-id): its requests go to
                             the same replica while it has room (a body's prompt_cache_key
                             wins; it wins over user / safety_identifier; default: none)
