@@ -67,6 +67,8 @@ export interface RouterChildConfig {
   readonly maxQueueLength?: number;
   /** Longest admission wait, ms (default: the router's, 30 000). */
   readonly queueTimeoutMs?: number;
+  /** `llmgw router --critical-prefill-reserve` (default: the router's, 1). */
+  readonly criticalPrefillReserve?: number;
   /**
    * Record each answered request's usage and report it to the feed (default true, as
    * shipped); false is `startRouter`'s `recordUsage: false`, the baseline of what accounting
@@ -519,6 +521,9 @@ if (role === "trivial") {
         maxBodyBytes: 16 * 1024 * 1024,
         maxQueueLength: config.maxQueueLength ?? 8192,
         ...(config.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: config.queueTimeoutMs }),
+        ...(config.criticalPrefillReserve === undefined
+          ? {}
+          : { criticalPrefillReserve: config.criticalPrefillReserve }),
         ...(config.sessionHeader === undefined ? {} : { sessionHeader: config.sessionHeader }),
         ...(config.scoring === undefined ? {} : { picker: { scoring: config.scoring } }),
       },

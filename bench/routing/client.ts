@@ -10,6 +10,7 @@
 
 import { createPrng } from "@llmgw/engine-sim";
 import { Agent, request } from "undici";
+import { chatStreamEvents, DONE } from "../lib/sse.js";
 import type { Conversation } from "./workloads.js";
 
 /** One answered (or failed) request. */
@@ -103,41 +104,21 @@ async function send(
       signal: AbortSignal.timeout(spec.requestTimeoutMs),
     });
     status = res.statusCode;
-    let buf = "";
     let sawDone = false;
-    for await (const chunk of res.body) {
-      buf += (chunk as Buffer).toString("utf8");
-      let nl = buf.indexOf("\n");
-      while (nl >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        nl = buf.indexOf("\n");
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") {
-          sawDone = true;
-          continue;
-        }
-        const event = JSON.parse(data) as {
-          choices?: { delta?: { content?: string } }[];
-          error?: { message?: string };
-          usage?: {
-            prompt_tokens?: number;
-            prompt_tokens_details?: { cached_tokens?: number } | null;
-          } | null;
-        };
-        if (event.error) throw new Error(`SSE error event: ${event.error.message ?? "?"}`);
-        if (event.usage) {
-          if (typeof event.usage.prompt_tokens === "number")
-            promptTokens = event.usage.prompt_tokens;
-          const cached = event.usage.prompt_tokens_details?.cached_tokens;
-          if (typeof cached === "number") cachedTokens = cached;
-        }
-        const content = event.choices?.[0]?.delta?.content;
-        if (content) {
-          if (ttftMs === undefined) ttftMs = performance.now() - started;
-          answer += content;
-        }
+    for await (const event of chatStreamEvents(res.body)) {
+      if (event === DONE) {
+        sawDone = true;
+        continue;
+      }
+      if (event.usage) {
+        if (typeof event.usage.prompt_tokens === "number") promptTokens = event.usage.prompt_tokens;
+        const cached = event.usage.prompt_tokens_details?.cached_tokens;
+        if (typeof cached === "number") cachedTokens = cached;
+      }
+      const content = event.choices?.[0]?.delta?.content;
+      if (content) {
+        if (ttftMs === undefined) ttftMs = performance.now() - started;
+        answer += content;
       }
     }
     const ok = status === 200 && sawDone;

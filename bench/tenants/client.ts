@@ -7,6 +7,7 @@
  */
 import { createPrng } from "@llmgw/engine-sim";
 import { Agent, request } from "undici";
+import { chatStreamEvents, DONE } from "../lib/sse.js";
 
 /** One request's outcome. */
 export interface TenantSample {
@@ -108,32 +109,16 @@ async function send(
         error: `HTTP ${status}`,
       };
     }
-    let buf = "";
     let done = false;
-    for await (const chunk of res.body) {
-      buf += (chunk as Buffer).toString("utf8");
-      let nl = buf.indexOf("\n");
-      while (nl >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        nl = buf.indexOf("\n");
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") {
-          done = true;
-          continue;
-        }
-        const event = JSON.parse(data) as {
-          choices?: { delta?: { content?: string } }[];
-          usage?: { completion_tokens?: number } | null;
-          error?: { message?: string };
-        };
-        if (event.error) throw new Error(`SSE error event: ${event.error.message ?? "?"}`);
-        if (typeof event.usage?.completion_tokens === "number")
-          completionTokens = event.usage.completion_tokens;
-        if (ttftMs === undefined && event.choices?.[0]?.delta?.content)
-          ttftMs = performance.now() - started;
+    for await (const event of chatStreamEvents(res.body)) {
+      if (event === DONE) {
+        done = true;
+        continue;
       }
+      if (typeof event.usage?.completion_tokens === "number")
+        completionTokens = event.usage.completion_tokens;
+      if (ttftMs === undefined && event.choices?.[0]?.delta?.content)
+        ttftMs = performance.now() - started;
     }
     return {
       sentMs,

@@ -41,6 +41,8 @@ const { values: flags } = parseArgs({
     "prompt-chars": { type: "string" },
     /** The router's admission queue length per deployment. */
     queue: { type: "string" },
+    /** `llmgw router --critical-prefill-reserve` (default: the router's). */
+    reserve: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -71,6 +73,9 @@ const maxOutputTokens = Math.round((outputTokens * 7) / 4);
 const promptChars = Math.round(positive("prompt-chars", flags["prompt-chars"], 800));
 /** The router's default queue length (256): the burst is run against the router as shipped. */
 const queueLength = Math.round(positive("queue", flags.queue, 256));
+const reserve = flags.reserve === undefined ? undefined : Number(flags.reserve);
+if (reserve !== undefined && !(Number.isInteger(reserve) && reserve >= 0))
+  throw new Error(`--reserve ${String(flags.reserve)}: expected a whole number`);
 /** critical alone before the burst starts (warms a freshly restarted router), wall ms. */
 const leadMs = quick ? 500 : 1500;
 /**
@@ -203,6 +208,7 @@ const routerConfig = (s: Scenario, upstreams: readonly string[]): RouterChildCon
   capacity,
   auth: authFor(s.priorities),
   maxQueueLength: queueLength,
+  ...(reserve === undefined ? {} : { criticalPrefillReserve: reserve }),
 });
 try {
   fleet = await startSimFleet({

@@ -66,6 +66,8 @@ export class Attempt implements UpstreamHandler {
   #firstByteMs: number | undefined;
   /** Prompt tokens booked as queued prefill on the replica until the first body byte. */
   #prefill = 0;
+  /** A critical stream's prefill queued at the replica (`RouterCore.criticalPrefills`). */
+  #criticalPrefill = false;
   #abortUpstream: ((reason: Error) => void) | undefined;
   #resume: (() => void) | undefined;
   #onDrain: (() => void) | undefined;
@@ -113,6 +115,11 @@ export class Attempt implements UpstreamHandler {
     const path = upstreamPath(replica.baseUrl, x.req.url ?? x.endpoint);
     replicaModel.set(replica.id, x.model);
     this.#prefill = this.decision.prefillTokens;
+    const held = x.core.criticalPrefills;
+    if (held !== undefined && x.key.priority === "critical" && x.analysis.stream) {
+      held.begin(replica.id);
+      this.#criticalPrefill = true;
+    }
     metrics.replicaInFlight(
       x.model,
       replica.id,
@@ -212,6 +219,7 @@ export class Attempt implements UpstreamHandler {
     if (this.#last === 0) {
       metrics.firstByte(x.model, (now - x.started) / 1000);
       this.#prefillDone();
+      x.slotPrefilled?.();
     } else metrics.interChunk(x.model, (now - this.#last) / 1000);
     this.#last = now;
     this.#sent += chunk.length;
@@ -333,6 +341,10 @@ export class Attempt implements UpstreamHandler {
 
   /** Takes this request's prefill off the replica's queue, once. */
   #prefillDone(): void {
+    if (this.#criticalPrefill) {
+      this.#criticalPrefill = false;
+      this.#x.core.criticalPrefills?.end(this.#replicaId);
+    }
     if (this.#prefill === 0) return;
     this.#x.core.picker.prefillDone(this.#replicaId, this.#prefill);
     this.#prefill = 0;

@@ -239,6 +239,8 @@ export class Exchange {
   /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
   #lease: LimitLease | undefined;
   #slotRelease: (() => void) | undefined;
+  /** Tells admission the first byte came (its prefill no longer holds others back). */
+  slotPrefilled: (() => void) | undefined;
   #finished = false;
 
   constructor(
@@ -348,6 +350,7 @@ export class Exchange {
         analysis.estimatedTokens,
         capacity,
         signal,
+        routable.length,
       );
       if (outcome instanceof Promise) {
         const queuedAt = performance.now();
@@ -406,6 +409,10 @@ export class Exchange {
         );
       }
       this.#slotRelease = outcome.release;
+      // A whole answer's first byte is its last: the router cannot see when its prefill ends,
+      // so it does not count as prefilling (see `AdmissionOptions.criticalPrefillReserve`).
+      if (this.analysis.stream) this.slotPrefilled = outcome.prefilled;
+      else outcome.prefilled();
       this.#route();
     } catch (error) {
       this.fail(error);
@@ -429,31 +436,52 @@ export class Exchange {
       resolution.policy !== "llmgw" ||
       !routable.some((r) => r.kvEventsUrl !== undefined)
     ) {
-      new Attempt(this, this.#pick()).start();
+      this.#start(this.#pick());
       return;
     }
     const blockSize = core.picker.preciseBlockSize(routable);
     if (blockSize === undefined || blockSize === "empty") {
       // Empty: no engine holds any block yet, so no prefix to match anywhere.
-      new Attempt(
-        this,
+      this.#start(
         this.#pick(undefined, blockSize === undefined ? "kv_events_not_synced" : undefined),
-      ).start();
+      );
       return;
     }
     const tokenized = tokenizerFor(kind)(this.body, this.endpoint, routable);
     const go = (t: TokenizeResult): void => {
       try {
-        new Attempt(
-          this,
+        this.#start(
           t.ok ? this.#pick(tokenBlockKeys(t.tokens, blockSize)) : this.#pick(undefined, t.reason),
-        ).start();
+        );
       } catch (error) {
         this.fail(error);
       }
     };
     if (tokenized instanceof Promise) tokenized.then(go, (error: unknown) => this.fail(error));
     else go(tokenized);
+  }
+
+  /**
+   * Starts the first attempt; one of a class below critical picked for a replica where a
+   * critical request's prefill is queued waits for it first (see `CriticalPrefills`).
+   */
+  #start(decision: PickDecision): void {
+    const held = this.core.criticalPrefills;
+    if (
+      held === undefined ||
+      this.key.priority === "critical" ||
+      held.pending(decision.replica.id) === 0
+    ) {
+      new Attempt(this, decision).start();
+      return;
+    }
+    held.after(decision.replica.id, () => {
+      try {
+        new Attempt(this, decision).start();
+      } catch (error) {
+        this.fail(error);
+      }
+    });
   }
 
   /** The first pick, recorded as the request's routing decision. */

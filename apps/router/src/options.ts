@@ -30,6 +30,11 @@ export interface RouterServiceOptions {
    * Default 1 (as much again); 0 turns it off (see `AdmissionOptions.criticalHeadroom`).
    */
   readonly criticalHeadroom?: number;
+  /**
+   * Replicas kept free of the other classes' prefills while critical requests arrive. Default
+   * 1; 0 turns it off (see `AdmissionOptions.criticalPrefillReserve`).
+   */
+  readonly criticalPrefillReserve?: number;
   /** Upstream TCP connect timeout in ms. Default 5 000. */
   readonly upstreamConnectTimeoutMs?: number;
   /** Upstream time to response headers in ms. Default 300 000 (long prefills). */
@@ -79,6 +84,7 @@ export const ROUTER_OPTION_LIMITS = {
   queueTimeoutMs: { min: 1, max: 3_600_000 },
   /** `--critical-headroom`, in percent of the capacity. */
   criticalHeadroomPercent: { min: 0, max: 400 },
+  criticalPrefillReserve: { min: 0, max: 64 },
   upstreamConnectTimeoutMs: { min: 1, max: 600_000 },
   upstreamHeadersTimeoutMs: { min: 1, max: 3_600_000 },
   upstreamBodyTimeoutMs: { min: 1, max: 3_600_000 },
@@ -102,6 +108,7 @@ export function resolveRouterServiceOptions(
       maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256),
       queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000),
       criticalHeadroom: options.criticalHeadroom ?? 1,
+      criticalPrefillReserve: int("criticalPrefillReserve", options.criticalPrefillReserve ?? 1),
       ...(clock === undefined ? {} : { clock }),
     },
     upstreamConnectTimeoutMs: int(

@@ -8,6 +8,7 @@
 import {
   type AdmissionController,
   type ApiKeyStore,
+  CriticalPrefills,
   createAdmissionController,
   createLimiter,
   createReplicaPicker,
@@ -20,11 +21,19 @@ import {
   type RouteResolution,
   type RouterMetricsSink,
   type RouteTable,
+  systemClock,
   type UsageLedger,
 } from "@llmgw/router";
 import { Pool } from "undici";
 import { startKvWatch } from "./kv-watch.js";
 import type { ResolvedRouterServiceOptions } from "./options.js";
+
+/**
+ * Longest a request of another class waits to be sent to a replica with a critical prefill
+ * queued (see `CriticalPrefills`): a few engine steps; past it, a long or hung critical prompt
+ * no longer holds the replica.
+ */
+const CRITICAL_PREFILL_MAX_WAIT_MS = 1_000;
 
 /** One upstream request, as an {@link Attempt} hands it to {@link UpstreamDispatcher.dispatch}. */
 export interface UpstreamRequest {
@@ -128,6 +137,8 @@ export interface RouterCore {
   readonly apiKeys: ApiKeyStore | undefined;
   readonly picker: ReplicaPicker;
   readonly admission: AdmissionController;
+  /** Critical prefills queued per replica (undefined: the prefill reserve is off). */
+  readonly criticalPrefills: CriticalPrefills | undefined;
   readonly limiter: Limiter;
   readonly analyzer: RequestAnalyzer;
   readonly metrics: RouterMetricsSink;
@@ -222,6 +233,10 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     apiKeys: input.apiKeys,
     picker,
     admission,
+    criticalPrefills:
+      (options.admission.criticalPrefillReserve ?? 1) > 0
+        ? new CriticalPrefills(options.admission.clock ?? systemClock, CRITICAL_PREFILL_MAX_WAIT_MS)
+        : undefined,
     limiter: createLimiter(options.clock === undefined ? {} : { clock: options.clock }),
     analyzer,
     metrics,

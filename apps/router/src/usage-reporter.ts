@@ -81,6 +81,8 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
   /** When the newest acknowledged batch was sealed. */
   let includedUpToMs = 0;
   let failures = 0;
+  /** Set once `close` gave up waiting: nothing more is sent. */
+  let closedForGood = false;
 
   if (dir !== undefined) {
     // Made with the first batch written: a router that never holds one leaves no dir.
@@ -165,14 +167,9 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
         queue.shift();
         continue;
       }
+      let answer: UsageAnswer;
       try {
-        const answer = await send({ batchId: p.batchId, records });
-        lastAskedAt = Date.now();
-        failures = 0;
-        queue.shift();
-        includedUpToMs = Math.max(includedUpToMs, p.sealedAtMs);
-        if (dir !== undefined) await rm(fileOf(p.batchId), { force: true });
-        options.onStandings?.(answer, includedUpToMs);
+        answer = await send({ batchId: p.batchId, records });
       } catch (error) {
         failures += 1;
         // Logged on the first failure of a run of them, then every 60th (about 5 min).
@@ -185,6 +182,21 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
           });
         }
         return;
+      }
+      lastAskedAt = Date.now();
+      failures = 0;
+      queue.shift();
+      includedUpToMs = Math.max(includedUpToMs, p.sealedAtMs);
+      options.onStandings?.(answer, includedUpToMs);
+      if (dir !== undefined) {
+        // Acknowledged: a file left behind would only be sent again and counted once.
+        await rm(fileOf(p.batchId), { force: true }).catch((error: unknown) =>
+          log({
+            event: "usage_batch_not_removed",
+            batchId: p.batchId,
+            message: (error as Error).message,
+          }),
+        );
       }
     }
     // Nothing pending: ask anyway now and then, for the budgets' standings.
@@ -199,7 +211,6 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
     }
   };
 
-  let closedForGood = false;
   const tick = (): void => {
     if (sending !== undefined || closed) return;
     sending = seal()

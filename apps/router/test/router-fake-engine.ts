@@ -15,6 +15,8 @@ export interface FakeEngineOptions {
   readonly dieAfterChunks?: number;
   /** When set, each request waits for `gate.open()` before answering (streams: after the first chunk). */
   readonly gated?: boolean;
+  /** With `gated`: a stream waits before its first chunk instead (its prefill, as the router sees it). */
+  readonly gateFirstChunk?: boolean;
   /**
    * The engine's key: a request without `Authorization: Bearer <apiKey>` is answered 401, as a
    * real engine started with `--api-key` does.
@@ -148,6 +150,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       options.usage ?? `{"prompt_tokens":7,"completion_tokens":${n},"total_tokens":${7 + n}}`;
     if (body.stream === true) {
       res.writeHead(200, { "content-type": "text/event-stream" });
+      if (options.gateFirstChunk === true) await gate();
       for (let i = 0; i < n; i++) {
         if (res.destroyed) return;
         const delta = chat
@@ -162,7 +165,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
           res.socket?.destroy();
           return;
         }
-        if (i === 0) await gate();
+        if (i === 0 && options.gateFirstChunk !== true) await gate();
         else await new Promise((r) => setTimeout(r, 2));
       }
       const usage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage;

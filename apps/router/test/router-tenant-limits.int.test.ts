@@ -8,7 +8,7 @@ import { createRecordingRouterMetrics } from "@llmgw/router/testing";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import type { RunningRouter } from "../src/index.js";
-import { startFakeEngine, waitFor } from "./router-fake-engine.js";
+import { type FakeEngine, startFakeEngine, waitFor } from "./router-fake-engine.js";
 import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const MODEL = "sim-llama";
@@ -123,5 +123,69 @@ describe("router: tenant limits", () => {
     expect([refused.status, refused.headers.get("x-llmgw-limit")]).toEqual([429, "queue_full"]);
     engine.openGate();
     expect([(await running).status, (await standard).status]).toEqual([200, 200]);
+  });
+
+  it("keeps a replica free of batch prefills while a critical request prefills", async () => {
+    const engines = await Promise.all(
+      ["a", "b"].map((name) => startFakeEngine({ name, gated: true, gateFirstChunk: true })),
+    );
+    for (const e of engines) cleanups.push(() => e.close());
+    const metrics = createRecordingRouterMetrics();
+    const { router } = await startFedRouter({
+      metrics,
+      snapshot: routingSnapshot({
+        models: {
+          m: { replicas: engines.map((e) => ({ id: e.name, baseUrl: e.url, capacity: 4 })) },
+        },
+        tenants: [
+          { name: "app", priority: "critical", weight: 1 },
+          { name: "nightly", priority: "batch", weight: 1 },
+        ],
+        keys: {
+          "sk-app": { id: "ka", name: "app", tenant: "app" },
+          "sk-batch": { id: "kb", name: "batch", tenant: "nightly" },
+        },
+      }),
+      router: { analyzer: { pool: false } },
+    });
+    cleanups.push(() => router.close());
+    const send = (key: string, stream: boolean) =>
+      fetch(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "m", stream, messages: [{ role: "user", content: "hi" }] }),
+      });
+    const reached = () => engines.reduce((n, e) => n + e.received.length, 0);
+    // A critical stream reaches an engine and waits there for its first byte: of 2 replicas,
+    // 1 is kept free of prefills, and the critical one holds the other.
+    const critical = send("sk-app", true);
+    await waitFor(() => reached() === 1, 5_000, "the critical request to reach an engine");
+    const batch = send("sk-batch", true);
+    await waitFor(
+      () => metrics.of("queueDepth").some((a) => a[1] === 1),
+      5_000,
+      "the batch stream to be held",
+    );
+    // A non-streamed one waits too, though it will not count as prefilling once it starts
+    // (the router cannot see its prefill end: its first byte is its last).
+    const whole = send("sk-batch", false);
+    await waitFor(
+      () => metrics.of("queueDepth").some((a) => a[1] === 2),
+      5_000,
+      "the non-streamed request to be held",
+    );
+    expect(reached()).toBe(1);
+    // The critical request's first byte (its engine's gate) lets one held request start: the
+    // other waits for that one's first byte in turn (1 prefill at a time, of 2 replicas).
+    const criticalEngine = engines.find((e) => e.received.length === 1) as FakeEngine;
+    criticalEngine.openGate();
+    await waitFor(() => reached() === 2, 5_000, "a held batch request to reach an engine");
+    expect(metrics.of("queueDepth").at(-1)).toEqual(["m", 1]);
+    for (const e of engines) e.openGate();
+    await waitFor(() => reached() === 3, 5_000, "the last held request to reach an engine");
+    for (const response of await Promise.all([critical, batch, whole])) {
+      expect(response.status).toBe(200);
+      await response.text();
+    }
   });
 });

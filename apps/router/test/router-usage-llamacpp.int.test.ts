@@ -134,20 +134,27 @@ describe.skipIf(llamaServer === undefined)(
             }),
             { requests: 0, prompt: 0, cached: 0, completion: 0, estimated: 0, refused: 0 },
           );
+      const expected = async () => {
+        const c = await engineCounters(engineUrl);
+        return {
+          requests,
+          prompt:
+            (c.prompt_tokens_total ?? Number.NaN) + (c.prompt_tokens_cached_total ?? Number.NaN),
+          cached: c.prompt_tokens_cached_total,
+          completion: c.tokens_predicted_total,
+          estimated: 0,
+          refused: 0,
+        };
+      };
+      // Both sides settle a moment after the last answer: the router's next usage batch, and
+      // llama-server's counters (updated as its slot is released, which may follow the answer).
       const deadline = Date.now() + 5_000;
-      while (sums().requests < requests && Date.now() < deadline) {
+      let want = await expected();
+      while (JSON.stringify(sums()) !== JSON.stringify(want) && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 20));
+        want = await expected();
       }
-      const c = await engineCounters(engineUrl);
-      expect(sums()).toEqual({
-        requests,
-        prompt:
-          (c.prompt_tokens_total ?? Number.NaN) + (c.prompt_tokens_cached_total ?? Number.NaN),
-        cached: c.prompt_tokens_cached_total,
-        completion: c.tokens_predicted_total,
-        estimated: 0,
-        refused: 0,
-      });
+      expect(sums()).toEqual(want);
     });
   },
 );

@@ -262,3 +262,93 @@ describe("admission: priorities and fair share", () => {
     expect(ctl.stats("d")).toEqual({ inFlight: 1, queued: 0 });
   });
 });
+
+describe("admission: the critical prefill reserve", () => {
+  const batch = { id: "b", priority: "batch" } as const;
+  const standard = { id: "s" } as const;
+  const critical = { id: "c", priority: "critical" } as const;
+  const grant = (o: AdmissionOutcome | Promise<AdmissionOutcome>) => {
+    const outcome = admitted(o);
+    if (!outcome.admitted) throw new Error(`refused: ${outcome.reason}`);
+    return outcome;
+  };
+
+  it("keeps a replica free of prefills while critical requests arrive", async () => {
+    const clock = createManualClock();
+    const ctl = createAdmissionController({ clock });
+    // 4 replicas, capacity 16: 4 − 1 prefills at once, the critical one counted.
+    const c = grant(ctl.admit("d", critical, 1, 16, undefined, 4));
+    const b1 = grant(ctl.admit("d", batch, 1, 16, undefined, 4));
+    const s1 = grant(ctl.admit("d", standard, 1, 16, undefined, 4));
+    const held = ctl.admit("d", batch, 1, 16, undefined, 4);
+    expect(held).toBeInstanceOf(Promise);
+    expect(ctl.stats("d")).toEqual({ inFlight: 3, queued: 1 });
+    // The critical request's first byte frees a prefill: the held one starts.
+    c.prefilled();
+    c.prefilled(); // idempotent
+    await expect(held).resolves.toMatchObject({ admitted: true, waitedMs: 0 });
+    // A release counts as the first byte of one that never had it.
+    const next = ctl.admit("d", batch, 1, 16, undefined, 4);
+    expect(next).toBeInstanceOf(Promise);
+    clock.advance(40);
+    b1.release();
+    await expect(next).resolves.toMatchObject({ admitted: true, waitedMs: 40 });
+    // A slot released after its first byte frees no prefill.
+    s1.prefilled();
+    s1.release();
+    expect(ctl.stats("d")).toEqual({ inFlight: 3, queued: 0 });
+  });
+
+  it("never holds a critical request for it", () => {
+    const ctl = createAdmissionController({ clock: createManualClock() });
+    for (let i = 0; i < 3; i++) grant(ctl.admit("d", critical, 1, 16, undefined, 4));
+    expect(ctl.admit("d", batch, 1, 16, undefined, 4)).toBeInstanceOf(Promise);
+    // Past the reserve and past the capacity (its headroom): critical starts at once.
+    for (let i = 0; i < 20; i++) grant(ctl.admit("d", critical, 1, 16, undefined, 4));
+    expect(ctl.stats("d")).toEqual({ inFlight: 23, queued: 1 });
+  });
+
+  it("holds nothing without critical traffic, and lapses a window after the last one", async () => {
+    const clock = createManualClock();
+    const ctl = createAdmissionController({ clock, criticalWindowMs: 5_000 });
+    // No critical request yet: every slot of the capacity starts at once.
+    for (let i = 0; i < 16; i++) grant(ctl.admit("d", batch, 1, 16, undefined, 4));
+    const other = createAdmissionController({ clock, criticalWindowMs: 5_000 });
+    grant(other.admit("d", critical, 1, 16, undefined, 4)).release();
+    for (let i = 0; i < 3; i++) grant(other.admit("d", batch, 1, 16, undefined, 4));
+    const held = other.admit("d", batch, 1, 16, undefined, 4);
+    expect(held).toBeInstanceOf(Promise);
+    clock.advance(5_000);
+    // The window lapsed: the next arrival lets the held one start, and starts itself.
+    grant(other.admit("d", batch, 1, 16, undefined, 4));
+    await expect(held).resolves.toMatchObject({ admitted: true, waitedMs: 5_000 });
+  });
+
+  it("is off at reserve 0 and on a deployment with no replica to spare", () => {
+    const off = createAdmissionController({
+      clock: createManualClock(),
+      criticalPrefillReserve: 0,
+    });
+    grant(off.admit("d", critical, 1, 16, undefined, 4));
+    for (let i = 0; i < 15; i++) grant(off.admit("d", batch, 1, 16, undefined, 4));
+    const two = createAdmissionController({
+      clock: createManualClock(),
+      criticalPrefillReserve: 2,
+    });
+    grant(two.admit("d", critical, 1, 16, undefined, 2));
+    for (let i = 0; i < 15; i++) grant(two.admit("d", batch, 1, 16, undefined, 2));
+    const three = createAdmissionController({
+      clock: createManualClock(),
+      criticalPrefillReserve: 2,
+    });
+    grant(three.admit("d", critical, 1, 16, undefined, 3));
+    expect(three.admit("d", batch, 1, 16, undefined, 3)).toBeInstanceOf(Promise);
+  });
+
+  it("refuses a reserve or window out of range", () => {
+    expect(() => createAdmissionController({ criticalPrefillReserve: 65 })).toThrow(
+      /criticalPrefillReserve/,
+    );
+    expect(() => createAdmissionController({ criticalWindowMs: -1 })).toThrow(/criticalWindowMs/);
+  });
+});

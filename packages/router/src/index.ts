@@ -31,6 +31,7 @@ export {
 export { appendMembers } from "./body-rewrite.js";
 export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-pool.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
+export { CriticalPrefills } from "./critical-prefills.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";
 export {
   completionTokenLimit,

@@ -65,6 +65,10 @@ Requests:
   --queue-timeout D         longest wait for a replica; then 429 (default 30s)
   --critical-headroom PCT   how far past a deployment's capacity critical requests may go,
                             in percent of it (default 100: as much again; 0: not at all)
+  --critical-prefill-reserve N
+                            while critical requests arrive, replicas kept free of the other
+                            classes' streamed prefills, so a critical request never waits
+                            behind one (default 1; 0: off)
   --session-header NAME     a header naming a session (e.g. x-session-id): its requests go to
                             the same replica while it has room (a body's prompt_cache_key
                             wins; it wins over user / safety_identifier; default: none)

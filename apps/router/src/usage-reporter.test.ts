@@ -1,0 +1,172 @@
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { type UsageAnswer, type UsageBatch, UsageLedger } from "@llmgw/router";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { startUsageReporter, type UsageReporter } from "./usage-reporter.js";
+
+const answer: UsageAnswer = { duplicate: false, standings: [], asOfMs: 1 };
+const used = {
+  promptTokens: 10,
+  cachedTokens: 0,
+  completionTokens: 5,
+  gpuMs: 0,
+  estimated: false,
+  refused: false,
+};
+const record = {
+  minuteMs: 60_000,
+  keyId: "k",
+  tenant: "t",
+  model: "m",
+  requests: 1,
+  promptTokens: 10,
+  cachedTokens: 0,
+  completionTokens: 5,
+  gpuMs: 0,
+  estimatedRequests: 0,
+  refusedUsage: 0,
+};
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function tempDir(): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), "llmgw-usage-"));
+  cleanups.push(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A send that records each batch with records and answers or refuses as `ok` says. */
+function recordingSend() {
+  const batches: UsageBatch[] = [];
+  let calls = 0;
+  const state = { ok: true };
+  const send = async (batch: UsageBatch): Promise<UsageAnswer> => {
+    calls += 1;
+    if (!state.ok) throw new Error("control plane unreachable");
+    if (batch.records.length > 0) batches.push(batch);
+    return answer;
+  };
+  return { send, batches, state, calls: () => calls };
+}
+
+/** Lets a finished tick clear (its last steps are promise callbacks); `sealNow` skips a busy one. */
+const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+async function start(options: Parameters<typeof startUsageReporter>[0]): Promise<UsageReporter> {
+  const reporter = await startUsageReporter({ intervalMs: 3_600_000, ...options });
+  cleanups.push(() => reporter.close(100));
+  return reporter;
+}
+
+describe("usage reporter", () => {
+  it("moves a corrupt batch file aside, says so, and sends the others", async () => {
+    const dir = path.join(await tempDir(), "usage");
+    await mkdir(dir);
+    const file = (id: string, body: unknown) =>
+      writeFile(
+        path.join(dir, `${id}.json`),
+        typeof body === "string" ? body : JSON.stringify(body),
+      );
+    await file("a-0", { batchId: "a-0", records: [record] });
+    await file("a-1", "{ not json");
+    await file("a-2", { batchId: "a-2", records: [{ ...record, requests: -1 }] });
+    await file("a-3", { batchId: "someone-else", records: [record] });
+    await file("a-4", { batchId: "a-4", records: [{ ...record, model: 7 }] });
+    await file("a-5", { batchId: "a-5", records: [record] });
+    const log: Record<string, unknown>[] = [];
+    const sent = recordingSend();
+    const reporter = await start({
+      ledger: new UsageLedger(),
+      send: sent.send,
+      dir,
+      log: (e) => log.push({ ...e }),
+    });
+    await vi.waitFor(() => expect(reporter.pending).toBe(0));
+    expect(sent.batches.map((b) => b.batchId)).toEqual(["a-0", "a-5"]);
+    expect(sent.batches[0]?.records).toEqual([record]);
+    const corrupt = log.filter((e) => e.event === "usage_batch_unreadable");
+    expect(corrupt.map((e) => [e.batchId, e.code])).toEqual([
+      ["a-1", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-2", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-3", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-4", "LLMGW_ROUTER_STATE_CORRUPT"],
+    ]);
+    expect(String(corrupt[1]?.message)).toContain("record 0: requests is not a count");
+    expect(String(corrupt[3]?.message)).toContain("record 0: model is not a string");
+    // Kept for a person to look at, never read again; the sent ones are gone.
+    expect((await readdir(dir)).sort()).toEqual([
+      "a-1.json.corrupt",
+      "a-2.json.corrupt",
+      "a-3.json.corrupt",
+      "a-4.json.corrupt",
+    ]);
+  });
+
+  it("without a state dir, drops the oldest batch past the bound and says so", async () => {
+    const ledger = new UsageLedger();
+    const sent = recordingSend();
+    sent.state.ok = false;
+    const log: Record<string, unknown>[] = [];
+    const reporter = await start({
+      ledger,
+      send: sent.send,
+      maxBatchesInMemory: 2,
+      log: (e) => log.push({ ...e }),
+    });
+    await vi.waitFor(() => expect(sent.calls()).toBe(1)); // the first tick's ask
+    await settled();
+    for (let i = 1; i <= 3; i++) {
+      ledger.add(60_000 * i, "k", "t", "m", used);
+      reporter.sealNow();
+      await vi.waitFor(() => expect(sent.calls()).toBe(1 + i));
+      await settled();
+    }
+    expect([reporter.pending, reporter.dropped]).toEqual([2, 1]);
+    const dropped = log.filter((e) => e.event === "usage_batch_dropped");
+    expect(dropped).toHaveLength(1);
+    expect(dropped[0]?.records).toBe(1);
+    // The outage was logged once, not per try.
+    expect(log.filter((e) => e.event === "usage_report_failed")).toHaveLength(1);
+    sent.state.ok = true;
+    reporter.sealNow();
+    await vi.waitFor(() => expect(reporter.pending).toBe(0));
+    // The two kept, oldest first: minutes 2 and 3.
+    expect(sent.batches.map((b) => b.records[0]?.minuteMs)).toEqual([120_000, 180_000]);
+    expect(sent.batches.map((b) => b.batchId)).not.toContain(dropped[0]?.batchId);
+  });
+
+  it("sends a batch it could not write from memory, and reports what it includes", async () => {
+    const root = await tempDir();
+    const ledger = new UsageLedger();
+    const sent = recordingSend();
+    const log: Record<string, unknown>[] = [];
+    const standings: number[] = [];
+    const reporter = await start({
+      ledger,
+      send: sent.send,
+      dir: path.join(root, "usage"),
+      log: (e) => log.push({ ...e }),
+      onStandings: (_answer, includedUpToMs) => standings.push(includedUpToMs),
+    });
+    await vi.waitFor(() => expect(standings).toHaveLength(1));
+    await settled();
+    expect(standings[0]).toBe(0); // the ask: nothing acknowledged yet
+    // The state dir turned into a regular file: every write fails.
+    await writeFile(path.join(root, "usage"), "");
+    const before = Date.now();
+    ledger.add(Date.now(), "k", "t", "m", used);
+    reporter.sealNow();
+    await vi.waitFor(() => expect(sent.batches).toHaveLength(1));
+    expect(log.some((e) => e.event === "usage_batch_not_saved")).toBe(true);
+    expect(reporter.pending).toBe(0);
+    await vi.waitFor(() => expect(standings).toHaveLength(2));
+    expect(standings[1]).toBeGreaterThanOrEqual(before);
+    // Sent and acknowledged: neither an outage nor a lost batch, only a file it could not remove.
+    expect(log.some((e) => e.event === "usage_report_failed")).toBe(false);
+    expect(log.some((e) => e.event === "usage_batch_not_removed")).toBe(true);
+  });
+});
