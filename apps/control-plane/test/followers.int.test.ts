@@ -64,9 +64,13 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
     const url = await server.createDatabase();
     const tmp = tempDir();
     const leader = await start(tmp.dir, url);
-    const follower = await start(tmp.dir, url);
+    const started = [leader];
     try {
-      await eventually(() => (leader.leading ? true : undefined));
+      // The follower starts once the leader leads: started together, either may win the lease
+      // (on a loaded machine the second one sometimes did, and the first never led).
+      await eventually(() => (leader.leading ? true : undefined), 20_000);
+      const follower = await start(tmp.dir, url);
+      started.push(follower);
       expect(follower.leading).toBe(false);
 
       const agent = await joinAndDeploy(leader);
@@ -130,8 +134,7 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
       expect(after.answer.deployments.map((d) => d.spec?.name)).toEqual(["chat"]);
       expect(after.headers.get("llmgw-served-by")).toBeNull();
     } finally {
-      await leader.close();
-      await follower.close();
+      for (const cp of started) await cp.close();
       tmp.cleanup();
     }
   }, 60_000);

@@ -266,9 +266,10 @@ describe.skipIf(skip)(`tenants on followers${skip ? ` (skipped: ${skip})` : ""}`
       });
     const leader = await start();
     cleanups.push(() => leader.close().then(() => {}));
+    // Started together, either may win the lease: the follower starts once the leader leads.
+    await eventually(() => (leader.leading ? true : undefined), 20_000);
     const follower = await start();
     cleanups.push(() => follower.close().then(() => {}));
-    await eventually(() => (leader.leading ? true : undefined));
     const onLeader = adminClient(leader, leader.adminToken);
     const onFollower = adminClient(follower, follower.adminToken);
     await onLeader.createTenant({ tenant: { name: "search", weight: 3 } });
