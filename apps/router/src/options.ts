@@ -1,9 +1,10 @@
 /** Options of the router's HTTP layer; resolved and validated once. */
-import type {
-  AdmissionOptions,
-  Clock,
-  ReplicaPickerOptions,
-  RequestAnalyzerOptions,
+import {
+  type AdmissionOptions,
+  type Clock,
+  DEFAULT_CRITICAL_PREFILL_RESERVE,
+  type ReplicaPickerOptions,
+  type RequestAnalyzerOptions,
 } from "@llmgw/router";
 import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
@@ -108,7 +109,10 @@ export function resolveRouterServiceOptions(
       maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256),
       queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000),
       criticalHeadroom: options.criticalHeadroom ?? 1,
-      criticalPrefillReserve: int("criticalPrefillReserve", options.criticalPrefillReserve ?? 1),
+      criticalPrefillReserve: int(
+        "criticalPrefillReserve",
+        options.criticalPrefillReserve ?? DEFAULT_CRITICAL_PREFILL_RESERVE,
+      ),
       ...(clock === undefined ? {} : { clock }),
     },
     upstreamConnectTimeoutMs: int(

@@ -54,6 +54,33 @@ const ask = (client: OpenAI) =>
     max_tokens: 400,
   });
 
+/**
+ * A router over `engines` (model `m`, capacity 4 each) with two tenants: `app` (critical,
+ * key `sk-app`) and `nightly` (batch, key `sk-batch`).
+ */
+async function priorityRouter(engines: readonly FakeEngine[]) {
+  const metrics = createRecordingRouterMetrics();
+  const { router } = await startFedRouter({
+    metrics,
+    snapshot: routingSnapshot({
+      models: {
+        m: { replicas: engines.map((e) => ({ id: e.name, baseUrl: e.url, capacity: 4 })) },
+      },
+      tenants: [
+        { name: "app", priority: "critical", weight: 1 },
+        { name: "nightly", priority: "batch", weight: 1 },
+      ],
+      keys: {
+        "sk-app": { id: "ka", name: "app", tenant: "app" },
+        "sk-batch": { id: "kb", name: "batch", tenant: "nightly" },
+      },
+    }),
+    router: { analyzer: { pool: false } },
+  });
+  cleanups.push(() => router.close());
+  return { router, metrics };
+}
+
 describe("router: tenant limits", () => {
   it("shares a tenant's tpm between its keys and refuses with x-llmgw-limit: tenant-tpm", async () => {
     const { router } = await setup();
@@ -130,25 +157,7 @@ describe("router: tenant limits", () => {
       ["a", "b"].map((name) => startFakeEngine({ name, gated: true, gateFirstChunk: true })),
     );
     for (const e of engines) cleanups.push(() => e.close());
-    const metrics = createRecordingRouterMetrics();
-    const { router } = await startFedRouter({
-      metrics,
-      snapshot: routingSnapshot({
-        models: {
-          m: { replicas: engines.map((e) => ({ id: e.name, baseUrl: e.url, capacity: 4 })) },
-        },
-        tenants: [
-          { name: "app", priority: "critical", weight: 1 },
-          { name: "nightly", priority: "batch", weight: 1 },
-        ],
-        keys: {
-          "sk-app": { id: "ka", name: "app", tenant: "app" },
-          "sk-batch": { id: "kb", name: "batch", tenant: "nightly" },
-        },
-      }),
-      router: { analyzer: { pool: false } },
-    });
-    cleanups.push(() => router.close());
+    const { router, metrics } = await priorityRouter(engines);
     const send = (key: string, stream: boolean) =>
       fetch(`${router.url}/v1/chat/completions`, {
         method: "POST",
@@ -184,6 +193,76 @@ describe("router: tenant limits", () => {
     for (const e of engines) e.openGate();
     await waitFor(() => reached() === 3, 5_000, "the last held request to reach an engine");
     for (const response of await Promise.all([critical, batch, whole])) {
+      expect(response.status).toBe(200);
+      await response.text();
+    }
+  });
+
+  /**
+   * One gated engine behind a router with a critical and a batch tenant: a critical stream
+   * reaches the engine and waits for its first byte; then a batch stream is admitted (1
+   * replica: the reserve does not apply) and picked for that same replica, where it is held.
+   */
+  async function batchBehindCritical() {
+    const engine = await startFakeEngine({ name: "a", gated: true, gateFirstChunk: true });
+    cleanups.push(() => engine.close());
+    const { router, metrics } = await priorityRouter([engine]);
+    const send = (key: string) =>
+      fetch(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "m",
+          stream: true,
+          messages: [{ role: "user", content: "hi" }],
+        }),
+      });
+    const picked = () => metrics.of("decision").length;
+    const critical = send("sk-app");
+    await waitFor(
+      () => engine.received.length === 1,
+      5_000,
+      "the critical request to reach the engine",
+    );
+    const batch = send("sk-batch");
+    await waitFor(() => picked() === 2, 5_000, "the batch stream to be picked");
+    return { engine, send, picked, critical, batch, heldAt: performance.now() };
+  }
+
+  it("sends no batch request to a replica whose critical prefill is queued until its first byte", async () => {
+    const { engine, send, picked, critical, batch, heldAt } = await batchBehindCritical();
+    // A critical request sent after it is never held: it overtakes the batch one.
+    const second = send("sk-app");
+    await waitFor(
+      () => engine.received.length === 2,
+      5_000,
+      "the second critical request to arrive",
+    );
+    expect(picked()).toBe(3);
+    // Both critical prefills end (their first bytes): the batch stream goes, well before the
+    // hold's 1 s bound.
+    engine.openGate();
+    await waitFor(
+      () => engine.received.length === 3,
+      5_000,
+      "the held batch request to reach the engine",
+    );
+    expect(performance.now() - heldAt).toBeLessThan(900);
+    for (const response of await Promise.all([critical, batch, second])) {
+      expect(response.status).toBe(200);
+      await response.text();
+    }
+  });
+
+  it("holds a batch request behind a critical prefill for 1 s at most", async () => {
+    const { engine, critical, batch, heldAt } = await batchBehindCritical();
+    // The critical prefill never ends (a hung or very long prompt): the batch request goes
+    // anyway once the bound passes, while the critical one still waits at the gate.
+    await waitFor(() => engine.received.length === 2, 5_000, "the batch request to be let go");
+    expect(performance.now() - heldAt).toBeGreaterThanOrEqual(950);
+    expect(engine.held()).toBe(2);
+    engine.openGate();
+    for (const response of await Promise.all([critical, batch])) {
       expect(response.status).toBe(200);
       await response.text();
     }

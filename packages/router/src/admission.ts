@@ -61,6 +61,9 @@ export interface AdmissionOptions {
   readonly clock?: Clock;
 }
 
+/** The default of {@link AdmissionOptions.criticalPrefillReserve}. */
+export const DEFAULT_CRITICAL_PREFILL_RESERVE = 1;
+
 /**
  * Why a request was not admitted; `shed`: it was queued as `batch` and made room for a
  * request of a higher class.
@@ -216,7 +219,12 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
   /** Most requests in flight before one of class `classIndex` waits. */
   const ceiling = (s: DeploymentState, classIndex: number): number =>
     classIndex === 0 ? s.capacity + Math.ceil(s.capacity * headroom) : s.capacity;
-  const reserve = checkRange("criticalPrefillReserve", options.criticalPrefillReserve ?? 1, 0, 64);
+  const reserve = checkRange(
+    "criticalPrefillReserve",
+    options.criticalPrefillReserve ?? DEFAULT_CRITICAL_PREFILL_RESERVE,
+    0,
+    64,
+  );
   const windowMs = checkRange("criticalWindowMs", options.criticalWindowMs ?? 10_000, 0, 3_600_000);
   const clock = options.clock ?? systemClock;
   /** True when a request below critical must wait for a prefill to end (see the reserve above). */

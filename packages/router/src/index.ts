@@ -6,6 +6,7 @@ export {
   type AdmissionOutcome,
   type AdmissionRejection,
   createAdmissionController,
+  DEFAULT_CRITICAL_PREFILL_RESERVE,
 } from "./admission.js";
 export {
   analyzeByParsing,
