@@ -466,6 +466,20 @@ describe("limiter: bounded state", () => {
     expect(limiter.stats()).toEqual({ keys: 1_000, tenants: 50, budgetCounters: 2_000 });
   });
 
+  it("drops the key not used since, not the oldest one used again", () => {
+    const limiter = createLimiter({ clock: createManualClock(), maxKeys: 2 });
+    // One request a minute, ended at once: a state kept refuses the key's next request.
+    const use = (id: string): string => {
+      const lease = limiter.acquire({ id, name: id, rpm: 1 }, MODEL, 1);
+      if (lease.ok) lease.release();
+      return verdict(lease);
+    };
+    expect([use("a"), use("b"), use("a")]).toEqual(["ok", "ok", "key-rpm:60"]);
+    // A third key: "b" goes (unused since it came), "a" stays (used again after "b").
+    expect([use("c"), use("a"), use("b")]).toEqual(["ok", "key-rpm:60", "ok"]);
+    expect(limiter.stats().keys).toBe(2);
+  });
+
   it("never drops the state of a key with a request in flight", () => {
     const limiter = createLimiter({ clock: createManualClock(), maxKeys: 1 });
     const held = limiter.acquire({ id: "a", name: "a", maxConcurrency: 1 }, MODEL, 1);
