@@ -15,9 +15,12 @@
  * One index per router process, on the main thread: workers return the hash chain and the main
  * thread matches and records it, so every request sees every other request's history (a
  * per-worker map would split affinity). Matching is O(blocks) `Map` lookups (~5 µs for a
- * 200-block prompt), small next to parsing and hashing, which run in the workers.
+ * 200-block prompt), small next to parsing and hashing, which run in the workers; recording it
+ * moves nodes of two {@link LruMap}s (match + record of 200 blocks: ~26 µs, against ~112 µs
+ * when each touch deleted and set a `Map` key again).
  */
 import { checkRange } from "./errors.js";
+import { LruMap } from "./lru-map.js";
 
 /** Options of {@link createPrefixIndex}. */
 export interface PrefixIndexOptions {
@@ -52,7 +55,7 @@ export interface PrefixIndex {
 
 /** One replica's blocks, least recently used first, and its capacity. */
 interface ReplicaCache {
-  readonly blocks: Map<number, true>;
+  readonly blocks: LruMap<number, true>;
   capacity: number;
 }
 
@@ -60,14 +63,14 @@ interface ReplicaCache {
 export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex {
   const maxEntries = checkRange("maxEntries", options.maxEntries ?? 100_000, 1, 1e8);
   const perBlock = checkRange("maxReplicasPerBlock", options.maxReplicasPerBlock ?? 64, 1, 1024);
-  /** Key → replicas holding it, most recent first; Map order is global LRU order. */
-  const map = new Map<number, string[]>();
+  /** Key → replicas holding it, most recent first; in global LRU order. */
+  const map = new LruMap<number, string[]>();
   const replicas = new Map<string, ReplicaCache>();
 
   const cacheOf = (id: string): ReplicaCache => {
     let c = replicas.get(id);
     if (c === undefined) {
-      c = { blocks: new Map(), capacity: Number.POSITIVE_INFINITY };
+      c = { blocks: new LruMap(), capacity: Number.POSITIVE_INFINITY };
       replicas.set(id, c);
     }
     return c;
@@ -83,7 +86,7 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
   };
   const trim = (id: string, c: ReplicaCache): void => {
     while (c.blocks.size > c.capacity) {
-      const oldest = c.blocks.keys().next().value as number;
+      const oldest = (c.blocks.oldest() as [number, true])[0];
       c.blocks.delete(oldest);
       release(oldest, id);
     }
@@ -104,14 +107,12 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
       // Last block first: the chain's first blocks end up the most recently used.
       for (let i = chain.length - 1; i >= 0; i--) {
         const key = chain[i] as number;
-        c.blocks.delete(key);
         c.blocks.set(key, true);
         const ids = map.get(key);
         if (ids === undefined) {
           map.set(key, [replicaId]);
           continue;
         }
-        map.delete(key);
         const at = ids.indexOf(replicaId);
         if (at !== 0) {
           if (at > 0) ids.splice(at, 1);
@@ -124,7 +125,7 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
       }
       trim(replicaId, c);
       while (map.size > maxEntries) {
-        const [oldest, ids] = map.entries().next().value as [number, string[]];
+        const [oldest, ids] = map.oldest() as [number, string[]];
         map.delete(oldest);
         for (const id of ids) replicas.get(id)?.blocks.delete(oldest);
       }
