@@ -10,7 +10,7 @@ import {
   type TestPostgres,
 } from "../src/testing/postgres.js";
 import { startTcpProxy } from "../src/testing/tcp-proxy.js";
-import { adminClient, eventually, simAgent, tempDir } from "./helpers.js";
+import { adminClient, eventually, simAgent, tempDir, whenServed } from "./helpers.js";
 
 const skip = postgresUnavailable();
 let server: TestPostgres;
@@ -75,10 +75,11 @@ describe.skipIf(skip)(`followers${skip ? ` (skipped: ${skip})` : ""}`, () => {
 
       const agent = await joinAndDeploy(leader);
 
-      // The copy follows the leader's commits.
+      // The copy follows the leader's commits. Until it is first read, the follower refuses
+      // reads too (`Unavailable`, naming the leader), as it refuses writes.
       const { answer, headers } = await eventually(async () => {
-        const r = await withHeaders((c, o) => c.listDeployments({}, o), follower);
-        return r.answer.deployments.some((d) => d.spec?.name === "chat") &&
+        const r = await whenServed(() => withHeaders((c, o) => c.listDeployments({}, o), follower));
+        return r?.answer.deployments.some((d) => d.spec?.name === "chat") &&
           (await adminClient(follower, follower.adminToken).listReplicas({})).replicas.length > 0
           ? r
           : undefined;

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type Client, createClient } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { simulateInventory } from "@llmgw/discovery";
 import { ClusterService } from "@llmgw/proto";
@@ -67,6 +67,19 @@ export function simAgent(cp: ControlPlane, hostname: string, sim: string): FakeA
     joinToken: cp.joinToken,
     inventory: inventoryToProto(simulateInventory(sim, { hostname, addresses: ["127.0.0.1"] })),
   });
+}
+
+/**
+ * `read`'s answer, or undefined while it is refused `Unavailable`: a follower refuses reads
+ * too until its warm copy is first read (for {@link eventually}).
+ */
+export async function whenServed<T>(read: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (error) {
+    if (ConnectError.from(error).code === Code.Unavailable) return undefined;
+    throw error;
+  }
 }
 
 /** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs`. */

@@ -20,7 +20,7 @@ import {
   startTestPostgres,
   type TestPostgres,
 } from "../src/testing/postgres.js";
-import { adminClient, eventually, tempDir } from "./helpers.js";
+import { adminClient, eventually, tempDir, whenServed } from "./helpers.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -277,15 +277,17 @@ describe.skipIf(skip)(`tenants on followers${skip ? ` (skipped: ${skip})` : ""}`
 
     let headers = new Headers();
     const listed = await eventually(async () => {
-      const { tenants } = await onFollower.listTenants(
-        {},
-        {
-          onHeader: (h) => {
-            headers = h;
+      const answer = await whenServed(() =>
+        onFollower.listTenants(
+          {},
+          {
+            onHeader: (h) => {
+              headers = h;
+            },
           },
-        },
+        ),
       );
-      return tenants[0]?.activeKeys === 1 ? tenants : undefined;
+      return answer?.tenants[0]?.activeKeys === 1 ? answer.tenants : undefined;
     });
     expect(listed.map((t) => [t.name, t.weight, t.activeKeys])).toEqual([["search", 3, 1]]);
     expect(headers.get("llmgw-served-by")).toBe("follower");
