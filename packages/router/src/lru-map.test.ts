@@ -38,4 +38,24 @@ describe("LruMap", () => {
       ["g", 6],
     ]);
   });
+
+  it("use reads a value and makes it the newest; entries survive deleting what they yield", () => {
+    const m = new LruMap<string, number>();
+    for (const [i, k] of ["a", "b", "c", "d"].entries()) m.set(k, i);
+    expect([m.use("b"), m.use("x"), order(m)]).toEqual([1, undefined, ["a", "c", "d", "b"]]);
+    const seen: [string, number][] = [];
+    for (const entry of m.entries()) {
+      seen.push(entry);
+      if (entry[1] % 2 === 0) m.delete(entry[0]);
+    }
+    expect([seen, order(m)]).toEqual([
+      [
+        ["a", 0],
+        ["c", 2],
+        ["d", 3],
+        ["b", 1],
+      ],
+      ["d", "b"],
+    ]);
+  });
 });

@@ -35,6 +35,14 @@ export class LruMap<K, V> {
     return this.#nodes.get(key)?.value;
   }
 
+  /** The value of `key`, which becomes the most recently used; undefined when absent. */
+  use(key: K): V | undefined {
+    const node = this.#nodes.get(key);
+    if (node === undefined) return undefined;
+    this.#toNewest(node);
+    return node.value;
+  }
+
   /** Sets `key` to `value` and makes it the most recently used. */
   set(key: K, value: V): void {
     const node = this.#nodes.get(key);
@@ -45,11 +53,7 @@ export class LruMap<K, V> {
       return;
     }
     node.value = value;
-    if (node === this.#newest) return;
-    this.#unlink(node);
-    node.prev = this.#newest;
-    node.next = undefined;
-    this.#append(node);
+    this.#toNewest(node);
   }
 
   /** Removes `key`; false when it was not there. */
@@ -67,9 +71,24 @@ export class LruMap<K, V> {
     return node === undefined ? undefined : [node.key, node.value];
   }
 
-  /** Every key, least recently used first. */
+  /** Every key, least recently used first (deleting the key just yielded is safe). */
   *keys(): IterableIterator<K> {
     for (let node = this.#oldest; node !== undefined; node = node.next) yield node.key;
+  }
+
+  /** Every key and value, least recently used first (deleting the key just yielded is safe). */
+  *entries(): IterableIterator<[K, V]> {
+    for (let node = this.#oldest; node !== undefined; node = node.next) {
+      yield [node.key, node.value];
+    }
+  }
+
+  #toNewest(node: LruNode<K, V>): void {
+    if (node === this.#newest) return;
+    this.#unlink(node);
+    node.prev = this.#newest;
+    node.next = undefined;
+    this.#append(node);
   }
 
   /** Links `node` (whose `prev` is the current newest) at the newest end. */
