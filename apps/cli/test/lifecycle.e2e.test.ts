@@ -317,20 +317,27 @@ describe("planned changes under steady streaming and non-streaming traffic", () 
       async () => (census(await deployment(c.cp, "slow")).ready === 1 ? true : undefined),
       90_000,
     );
-    // Both routers must hold the replica before the stream starts.
     const client = new OpenAI({
       baseURL: `${c.routers[0]?.url}/v1`,
       apiKey: c.apiKey,
       maxRetries: 0,
     });
+    // The router learns that the replica is ready from its watch, a moment after the control
+    // plane says so; until then it answers 503 `model_loading` (its documented answer), and
+    // `waitFor` tries again.
+    const s = await waitFor(
+      "the router to route to slow",
+      () =>
+        client.chat.completions.create({
+          model: "slow",
+          max_tokens: 200,
+          stream: true,
+          messages: [{ role: "user", content: "never done" }],
+        }),
+      30_000,
+    );
     let first = false;
     const stream = (async () => {
-      const s = await client.chat.completions.create({
-        model: "slow",
-        max_tokens: 200,
-        stream: true,
-        messages: [{ role: "user", content: "never done" }],
-      });
       try {
         for await (const _ of s) first = true;
         return "ended";
