@@ -15,12 +15,13 @@ describe("bench/router/run.ts --quick", () => {
     expect(targets.has("nginx") || result.skipped.some((s) => s.startsWith("nginx"))).toBe(true);
   }, 300_000);
 
-  it("refuses an unknown --only workload or --upstream before starting anything", async () => {
+  it("refuses an unknown --only workload, --upstream or --targets before starting anything", async () => {
     const script = new URL("./run.ts", import.meta.url);
-    const [only, upstream, limits] = await Promise.all([
+    const [only, upstream, limits, targets] = await Promise.all([
       runQuick(script, 60_000, ["--only", "chat,nope"]),
       runQuick(script, 60_000, ["--upstream", "nginx"]),
       runQuick(script, 60_000, ["--limits-workloads", "chat-paced,nope"]),
+      runQuick(script, 60_000, ["--targets", "llmgw,haproxy"]),
     ]);
     expect(only.code).not.toBe(0);
     expect(only.stderr).toContain("--only: no such workload nope");
@@ -28,5 +29,7 @@ describe("bench/router/run.ts --quick", () => {
     expect(upstream.stderr).toContain("--upstream nginx: expected sim or trivial");
     expect(limits.code).not.toBe(0);
     expect(limits.stderr).toContain("--limits-workloads: no such workload nope");
+    expect(targets.code).not.toBe(0);
+    expect(targets.stderr).toContain("--targets: no such target haproxy");
   }, 90_000);
 });

@@ -41,6 +41,12 @@ const { values: flags } = parseArgs({
      * runs neither.
      */
     "limits-workloads": { type: "string" },
+    /**
+     * Comma-separated targets to measure (default: all), e.g. `llmgw-key,llmgw-tenant` for
+     * many short rounds of one comparison. Goals whose targets did not run are not judged;
+     * without `direct`, added latencies are not computed.
+     */
+    targets: { type: "string" },
   },
 });
 const quick = flags.quick === true;
@@ -186,6 +192,24 @@ const tenantKeyAuth: RouterChildAuth = {
   ],
   tenants: [{ name: "bench", weight: 1, ...generous, budgets: generousBudgets }],
 };
+const TARGET_NAMES = [
+  "direct",
+  "nginx",
+  "node-floor",
+  "llmgw",
+  "llmgw-prev",
+  "llmgw-key",
+  "llmgw-tenant",
+] as const;
+const onlyTargets =
+  flags.targets === undefined ? undefined : new Set(flags.targets.split(",").filter(Boolean));
+const unknownTargets = [...(onlyTargets ?? [])].filter(
+  (t) => !(TARGET_NAMES as readonly string[]).includes(t),
+);
+if (unknownTargets.length > 0)
+  throw new Error(
+    `--targets: no such target ${unknownTargets.join(", ")} (known: ${TARGET_NAMES.join(", ")})`,
+  );
 const prevTree = flags["prev-tree"];
 if (prevTree !== undefined && !existsSync(join(prevTree, "bench/lib/processes.ts")))
   throw new Error(`--prev-tree ${prevTree}: no bench/lib/processes.ts there`);
@@ -343,7 +367,9 @@ try {
   for (let run = 1; run <= runs; run++) {
     for (const s of scenarios) {
       const up = upstreams.get(upstreamOf(s))!;
-      const targets = targetsFor(up, s);
+      const targets = targetsFor(up, s).filter(
+        (t) => onlyTargets === undefined || onlyTargets.has(t.name),
+      );
       /** The Node processes that report loop delay and CPU. */
       const measured = (name: string): BenchChild | undefined =>
         name === "llmgw"
