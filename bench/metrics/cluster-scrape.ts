@@ -5,9 +5,9 @@
 // Before every scrape each node heartbeats once with fresh readings (every reading changed: the
 // worst case for anything cached between scrapes).
 //
-// Per scrape, medians of --runs: the view's `nodes()` alone; `endpoint.body()` (sliced, what
-// the handler awaits) as wall and CPU time, with the longest stretch it held the event loop;
-// the synchronous render. Event-loop holds are measured with a setImmediate ticker.
+// Per scrape, medians of --runs: the view's `nodes()` alone; `endpoint.exposition()` (sliced,
+// what the handler sends) and `endpoint.body()` (the same joined) as wall and CPU time, with
+// the longest stretch each held the event loop; the synchronous render. Event-loop holds are measured with a setImmediate ticker.
 //
 //   node --conditions=@llmgw/source --import tsx bench/metrics/cluster-scrape.ts
 //     [--nodes N] [--deployments D] [--runs R] [--cpu-prof (node's own flag, before --import)]
@@ -187,7 +187,10 @@ for (let r = 0; r < runs; r++) {
       walkClusterSeries(view, 128, c, { plain() {}, shared() {} }),
     );
   }
-  await measure("endpoint.body() (sliced, what /metrics awaits)", () => endpoint.body());
+  await measure("endpoint.exposition() (sliced, what /metrics sends)", async () =>
+    (await endpoint.exposition()).release(),
+  );
+  await measure("endpoint.body() (the same joined into one buffer)", () => endpoint.body());
   await measure("renderClusterMetricsBytes() (one synchronous call)", () =>
     collector.renderClusterMetricsBytes(),
   );

@@ -666,9 +666,15 @@ export async function startControlPlane(
         const path = pathOf(req);
         if (path === "/healthz") return healthz(res);
         if (path === "/metrics" && req.method === "GET") {
-          const body = await metricsEndpoint.body();
-          res.writeHead(200, { "content-type": metricsEndpoint.contentType });
-          res.end(body);
+          // Written as rendered, in the render's own buffers: lent until the response closes.
+          const out = await metricsEndpoint.exposition();
+          res.on("close", out.release);
+          res.writeHead(200, {
+            "content-type": metricsEndpoint.contentType,
+            "content-length": out.byteLength,
+          });
+          for (const chunk of out.chunks) res.write(chunk);
+          res.end();
           return;
         }
         if (ui !== undefined && (ui.handle(req, res, path) || !ui.admit(req, res, path))) return;

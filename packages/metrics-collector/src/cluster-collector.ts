@@ -6,10 +6,12 @@ import {
   sampleLabels,
 } from "./cluster-series.js";
 import {
+  type LentExposition,
   renderClusterBytes,
-  renderClusterBytesYielding,
+  renderClusterChunksYielding,
   renderClusterText,
   renderEmptyClusterText,
+  unlentExposition,
 } from "./cluster-text.js";
 import type { ClusterView } from "./cluster-view.js";
 import { MetricsCollectorError } from "./errors.js";
@@ -102,6 +104,13 @@ export interface ClusterCollector {
    * Scrapes that arrive while one renders share its result. Same bytes; never rejects.
    */
   renderClusterMetricsBytesYielding(): Promise<Buffer>;
+  /**
+   * {@link renderClusterMetricsBytesYielding} as chunks lent from the render's buffers, for a
+   * server to write as they are (no 6.7 MB join at fleet size); release them once sent.
+   * Scrapes that arrive while one renders share its chunks; their memory is reused once every
+   * sharer released. Never rejects.
+   */
+  renderClusterMetricsChunksYielding(): Promise<LentExposition>;
   /**
    * {@link validateGpuReading} with this collector's limits; a refusal is logged with its
    * reason and counted in `llmgw_gpu_readings_rejected_total{reason}`. For heartbeat ingest.
@@ -218,7 +227,40 @@ export function createClusterCollector(
   let unregistered = false;
   // Its own cache: a synchronous render may run while a yielding one is paused.
   const yieldingCache = new LabelCache();
-  let rendering: Promise<Buffer> | undefined;
+  /** The yielding render under way, and how many scrapes hold its chunks. */
+  let rendering: { readonly lent: Promise<LentExposition>; holders: number } | undefined;
+  const chunksYielding = (): Promise<LentExposition> => {
+    if (unregistered) return Promise.resolve(unlentExposition(Buffer.alloc(0)));
+    let shared = rendering;
+    if (shared === undefined) {
+      const lent = renderClusterChunksYielding(view, resolved.labelValueMaxLength, yieldingCache)
+        .catch((error: unknown) => {
+          viewFailed(error);
+          return unlentExposition(Buffer.from(renderEmptyClusterText(), "utf8"));
+        })
+        .finally(() => {
+          rendering = undefined;
+        });
+      shared = { lent, holders: 0 };
+      rendering = shared;
+    }
+    // Counted now, before any sharer can receive the chunks and release them.
+    const mine = shared;
+    mine.holders += 1;
+    return mine.lent.then((lent) => {
+      let held = true;
+      return {
+        chunks: lent.chunks,
+        byteLength: lent.byteLength,
+        release() {
+          if (!held) return;
+          held = false;
+          mine.holders -= 1;
+          if (mine.holders === 0) lent.release();
+        },
+      };
+    });
+  };
   return {
     families,
     exposition: resolved.exposition,
@@ -240,18 +282,13 @@ export function createClusterCollector(
         return Buffer.from(renderEmptyClusterText(), "utf8");
       }
     },
-    renderClusterMetricsBytesYielding() {
-      if (unregistered) return Promise.resolve(Buffer.alloc(0));
-      rendering ??= renderClusterBytesYielding(view, resolved.labelValueMaxLength, yieldingCache)
-        .catch((error: unknown) => {
-          viewFailed(error);
-          return Buffer.from(renderEmptyClusterText(), "utf8");
-        })
-        .finally(() => {
-          rendering = undefined;
-        });
-      return rendering;
+    async renderClusterMetricsBytesYielding() {
+      const lent = await chunksYielding();
+      const bytes = Buffer.concat(lent.chunks, lent.byteLength);
+      lent.release();
+      return bytes;
     },
+    renderClusterMetricsChunksYielding: chunksYielding,
     validateGpuReading(raw, context) {
       const result = validateGpuReading(raw, resolved.readingLimits);
       if (!result.ok) {

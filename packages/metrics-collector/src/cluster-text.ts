@@ -10,7 +10,7 @@ import {
 } from "./cluster-series.js";
 import type { ClusterView } from "./cluster-view.js";
 import { CLUSTER_FAMILIES, isViewFamily } from "./families.js";
-import { LineWriter } from "./line-writer.js";
+import { type LentBlock, LineWriter } from "./line-writer.js";
 
 /**
  * The cluster families rendered as text: every gauge of `CLUSTER_FAMILIES` and the counters
@@ -43,15 +43,59 @@ function joinBlocks(lines: ReadonlyMap<string, LineWriter>): string {
   return out;
 }
 
+/** Each family's header lines as bytes, with the blank line before every block but the first. */
+const HEADER_BYTES: readonly (readonly [string, Buffer])[] = [...HEADERS].map(
+  ([name, header], i) => [name, Buffer.from(`${i === 0 ? "" : "\n"}${header}\n`, "utf8")],
+);
+
 /** {@link joinBlocks} as UTF-8 bytes: no string is built, each writer's bytes copied once. */
 function joinBlockBytes(lines: ReadonlyMap<string, LineWriter>): Buffer {
   const parts: Buffer[] = [];
-  for (const [name, header] of HEADERS) {
-    parts.push(Buffer.from(`${parts.length === 0 ? "" : "\n"}${header}\n`, "utf8"));
+  for (const [name, header] of HEADER_BYTES) {
+    parts.push(header);
     const own = lines.get(name);
     if (own !== undefined) parts.push(own.bytes());
   }
   return Buffer.concat(parts);
+}
+
+/**
+ * Bytes of an exposition in the order they are sent, lent from the render's buffers: send
+ * `chunks` one after the other (their sizes add up to `byteLength`), then call `release`
+ * once, when they are sent (after the response's `close`), so the next scrape writes into
+ * the same memory. Not releasing is safe, only slower.
+ */
+export interface LentExposition {
+  readonly chunks: readonly Buffer[];
+  readonly byteLength: number;
+  release(): void;
+}
+
+/** {@link joinBlockBytes} without the copy: the header bytes and each writer's lent block. */
+function lendBlocks(lines: ReadonlyMap<string, LineWriter>): LentExposition {
+  const chunks: Buffer[] = [];
+  const lent: [LineWriter, LentBlock][] = [];
+  let byteLength = 0;
+  for (const [name, header] of HEADER_BYTES) {
+    chunks.push(header);
+    byteLength += header.length;
+    const own = lines.get(name);
+    if (own === undefined || own.length === 0) continue;
+    const block = own.lend();
+    lent.push([own, block]);
+    chunks.push(block.bytes);
+    byteLength += block.bytes.length;
+  }
+  let released = false;
+  return {
+    chunks,
+    byteLength,
+    release() {
+      if (released) return;
+      released = true;
+      for (const [w, block] of lent) w.giveBack(block);
+    },
+  };
 }
 
 /** Empties the cache's per-family writers (reused: no memory grows per scrape). */
@@ -205,11 +249,34 @@ export async function renderClusterBytesYielding(
   cache: LabelCache,
   options?: YieldingWalkOptions,
 ): Promise<Buffer> {
+  const lent = await renderClusterChunksYielding(view, labelValueMaxLength, cache, options);
+  const bytes = Buffer.concat(lent.chunks, lent.byteLength);
+  lent.release();
+  return bytes;
+}
+
+/**
+ * {@link renderClusterBytesYielding} as lent chunks, for a server that writes them to its
+ * socket as they are: the same bytes, never joined into one buffer. `cache` may render again
+ * before the chunks are released (its writers go on in other memory).
+ * @throws (rejects with) whatever the view throws.
+ */
+export async function renderClusterChunksYielding(
+  view: ClusterView,
+  labelValueMaxLength: number,
+  cache: LabelCache,
+  options?: YieldingWalkOptions,
+): Promise<LentExposition> {
   const lines = resetWriters(cache);
   const sink = lineSink(lines, cache);
   await walkClusterSeriesYielding(view, labelValueMaxLength, cache, sink, options);
   sink.flush();
-  return joinBlockBytes(lines);
+  return lendBlocks(lines);
+}
+
+/** `bytes` as a {@link LentExposition} that lends nothing (its release does nothing). */
+export function unlentExposition(bytes: Buffer): LentExposition {
+  return { chunks: bytes.length === 0 ? [] : [bytes], byteLength: bytes.length, release() {} };
 }
 
 /** The text of every cluster gauge family with no samples (a scrape whose view failed). */

@@ -23,6 +23,7 @@ export {
 } from "./cluster-series.js";
 export {
   CLUSTER_TEXT_FAMILIES,
+  type LentExposition,
   renderClusterBytes,
   renderClusterText,
   renderEmptyClusterText,

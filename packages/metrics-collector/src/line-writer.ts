@@ -9,6 +9,8 @@ import { isAscii } from "node:buffer";
 export class LineWriter {
   #buf: Buffer;
   #length = 0;
+  /** Memory a lent block came back in, kept for the next {@link lend}. */
+  #spare: Buffer | undefined;
 
   constructor(capacityBytes = 64 * 1024) {
     this.#buf = Buffer.allocUnsafe(capacityBytes);
@@ -17,6 +19,29 @@ export class LineWriter {
   /** Empties the writer, keeping its memory for the next scrape. */
   reset(): void {
     this.#length = 0;
+  }
+
+  /**
+   * Hands over what was written, without copying it, for a response to send; the writer goes
+   * on empty, in the memory a previous lend gave back (or new memory). Pass the result to
+   * {@link giveBack} once the bytes are sent (a socket may still read them until then). A
+   * block never given back is only garbage. Copying a fleet's 6.7 MB into one fresh buffer
+   * instead cost ~40 ms a scrape on these VMs (page faults on new memory, bench/control-plane).
+   */
+  lend(): LentBlock {
+    const memory = this.#buf;
+    const block = { bytes: memory.subarray(0, this.#length), memory };
+    this.#buf = this.#spare ?? Buffer.allocUnsafe(memory.length);
+    this.#spare = undefined;
+    this.#length = 0;
+    return block;
+  }
+
+  /** Takes back a block of {@link lend}: its memory is the next lend's. */
+  giveBack(block: LentBlock): void {
+    if (block.memory === this.#buf) return;
+    if (this.#spare === undefined || this.#spare.length < block.memory.length)
+      this.#spare = block.memory;
   }
 
   /** Appends `s` as UTF-8. */
@@ -75,4 +100,10 @@ export class LineWriter {
     const bytes = this.#buf.subarray(0, this.#length);
     return bytes.toString(isAscii(bytes) ? "latin1" : "utf8");
   }
+}
+
+/** What {@link LineWriter.lend} hands over: `bytes` are a view of `memory`. */
+export interface LentBlock {
+  readonly bytes: Buffer;
+  readonly memory: Buffer;
 }

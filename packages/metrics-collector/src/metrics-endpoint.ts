@@ -1,5 +1,6 @@
 import { Registry } from "prom-client";
 import type { ClusterCollector } from "./cluster-collector.js";
+import { type LentExposition, unlentExposition } from "./cluster-text.js";
 import { MetricsCollectorError } from "./errors.js";
 
 /** Options of {@link createMetricsEndpoint}. */
@@ -31,6 +32,20 @@ export interface MetricsEndpoint {
    * (`renderClusterMetricsBytesYielding`), so a server keeps answering during a scrape.
    */
   body(): Promise<Buffer>;
+  /**
+   * {@link body} as chunks to write one after the other, lent from the render's buffers
+   * (at fleet size the cluster part is 6.7 MB: joining it into one buffer was a sixth of a
+   * scrape's CPU). Release once the response is sent:
+   *
+   * ```ts
+   * const out = await endpoint.exposition();
+   * res.on("close", out.release);
+   * res.writeHead(200, { "content-type": endpoint.contentType, "content-length": out.byteLength });
+   * for (const chunk of out.chunks) res.write(chunk);
+   * res.end();
+   * ```
+   */
+  exposition(): Promise<LentExposition>;
 }
 
 /**
@@ -60,6 +75,24 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
       `registry content type must be ${Registry.PROMETHEUS_CONTENT_TYPE} with text-rendered cluster families, got ${registry.contentType}`,
     );
   }
+  const exposition = async (): Promise<LentExposition> => {
+    if (text === undefined) return unlentExposition(Buffer.from(await registry.metrics(), "utf8"));
+    const cluster = await text.renderClusterMetricsChunksYielding();
+    let registryText: string;
+    try {
+      registryText = await registry.metrics();
+    } catch (error) {
+      cluster.release();
+      throw error;
+    }
+    if (registryText.trim().length === 0) return cluster;
+    const head = Buffer.from(`${registryText}\n`, "utf8");
+    return {
+      chunks: [head, ...cluster.chunks],
+      byteLength: head.length + cluster.byteLength,
+      release: cluster.release,
+    };
+  };
   return {
     contentType: registry.contentType,
     async metrics() {
@@ -69,12 +102,12 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
       // An empty registry renders "\n"; keep the exposition free of a leading blank line.
       return registryText.trim().length === 0 ? clusterText : `${registryText}\n${clusterText}`;
     },
-    async body() {
-      if (text === undefined) return Buffer.from(await registry.metrics(), "utf8");
-      const clusterBytes = await text.renderClusterMetricsBytesYielding();
-      const registryText = await registry.metrics();
-      if (registryText.trim().length === 0) return clusterBytes;
-      return Buffer.concat([Buffer.from(`${registryText}\n`, "utf8"), clusterBytes]);
+    body: async () => {
+      const lent = await exposition();
+      const bytes = Buffer.concat(lent.chunks, lent.byteLength);
+      lent.release();
+      return bytes;
     },
+    exposition,
   };
 }
