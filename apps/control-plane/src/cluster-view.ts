@@ -110,16 +110,23 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
         const gpus = n.inventory.gpus.map((g): GpuView => {
           const reading = n.readings.get(g.index);
           const verdict = n.health.get(g.index);
-          const problems: string[] = [];
-          if (verdict !== undefined) {
+          // Most GPUs are sound and have seen no fault: no arrays for them (8,000 a scrape).
+          let problems: string[] | undefined;
+          if (verdict !== undefined && !verdict.healthy) {
+            problems = [];
             if (verdict.lost) problems.push(LOST);
             for (const p of verdict.problems) problems.push(p.code);
             if (verdict.faults.length > 0) problems.push(FAULT);
           }
-          const faultsSeen: { code: number; kind: string; action: string; count: number }[] = [];
-          for (const t of n.faultTallies) {
-            if (t.gpu !== g.index) continue;
-            faultsSeen.push({ code: t.code, kind: t.kind, action: t.action, count: t.count });
+          let faultsSeen:
+            | { code: number; kind: string; action: string; count: number }[]
+            | undefined;
+          if (n.faultTallies.length > 0) {
+            faultsSeen = [];
+            for (const t of n.faultTallies) {
+              if (t.gpu !== g.index) continue;
+              faultsSeen.push({ code: t.code, kind: t.kind, action: t.action, count: t.count });
+            }
           }
           const gpuHealthy = verdict?.healthy ?? false;
           healthy &&= gpuHealthy;
@@ -136,8 +143,8 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
             temperatureCelsius: source.temperatureCelsius,
             powerWatts: source.powerWatts,
             healthy: gpuHealthy,
-            healthProblems: problems.length > 0 ? problems : undefined,
-            faultsSeen: faultsSeen.length > 0 ? faultsSeen : undefined,
+            healthProblems: problems !== undefined && problems.length > 0 ? problems : undefined,
+            faultsSeen: faultsSeen !== undefined && faultsSeen.length > 0 ? faultsSeen : undefined,
             mig: g.migEnabled,
             allocatedDeployment: allocated?.get(g.index),
           };

@@ -69,6 +69,8 @@ export interface NodeMemo {
   readonly gpuClasses: readonly string[];
   /** The node's fabrics (`none` when it lists none), bounded. */
   readonly fabrics: readonly { readonly id: string; readonly linkLayer: string }[];
+  /** Per `node.gpus` entry, its `fabric\u0000gpuClass` key for each of {@link fabrics}. */
+  readonly fabricKeys: readonly (readonly string[])[];
   readonly state: (typeof NODE_STATES)[number];
   readonly agentVersion: string;
 }
@@ -118,7 +120,8 @@ export function sameApartFromReadings(a: unknown, b: unknown): boolean {
 
 /**
  * Keeps the per-node and per-GPU label sets (object and rendered text) stable from one scrape
- * to the next, holding only the entries the latest scrape used (bounded by the cluster's size).
+ * to the next, holding only what the latest scrape used (bounded by the cluster's size). They
+ * live on each node's {@link NodeMemo}, the one entry per node a walk writes.
  */
 export class LabelCache {
   /** Per-family byte buffers of `renderClusterText`, reused from scrape to scrape. */
@@ -128,28 +131,29 @@ export class LabelCache {
    * the node's memo is (a changed node gets a new memo, and renders again).
    */
   readonly fixedBlocks = new WeakMap<NodeMemo, readonly (readonly [LineWriter, Buffer])[]>();
-  #previous = new Map<string, CachedLabels>();
-  #current = new Map<string, CachedLabels>();
   #previousNodes = new Map<string, NodeMemo>();
   #currentNodes = new Map<string, NodeMemo>();
 
-  /** Starts a scrape: entries not used since the last `begin()` are dropped. */
+  /** Starts a scrape: nodes not walked since the last `begin()` are dropped. */
   begin(): void {
-    this.#previous = this.#current;
-    this.#current = new Map();
     this.#previousNodes = this.#currentNodes;
     this.#currentNodes = new Map();
   }
 
-  /** The cached label set for `key`, or `make()` (frozen and rendered) remembered under it. */
-  get(key: string, make: () => Record<string, string>): CachedLabels {
-    let v = this.#current.get(key) ?? this.#previous.get(key);
-    if (v === undefined) {
-      const labels = Object.freeze(make());
-      v = { labels, text: formatLabelPairs(labels), lines: new Map() };
+  /**
+   * The label set `key` (node `id` itself, or one of its GPUs' keys) had in the node's last
+   * memo, or `make()` (frozen and rendered): a node whose fixed fields changed keeps the label
+   * sets that did not, and the lines rendered with them.
+   */
+  labels(id: string, key: string, make: () => Record<string, string>): CachedLabels {
+    const old = this.#currentNodes.get(id) ?? this.#previousNodes.get(id);
+    if (old !== undefined) {
+      if (key === id) return old.labels;
+      const g = old.gpuKeys.indexOf(key);
+      if (g >= 0) return old.gpuLabels[g] as CachedLabels;
     }
-    this.#current.set(key, v);
-    return v;
+    const labels = Object.freeze(make());
+    return { labels, text: formatLabelPairs(labels), lines: new Map() };
   }
 
   /**
@@ -171,17 +175,16 @@ export class LabelCache {
     return memo;
   }
 
-  /** Remembers `memo` for the next walk (and keeps its label sets alive). */
+  /** Remembers `memo` for the next walk, and with it its label sets. */
   keepNode(memo: NodeMemo): void {
     this.#currentNodes.set(memo.id, memo);
-    this.#current.set(memo.id, memo.labels);
-    for (let i = 0; i < memo.gpuKeys.length; i++)
-      this.#current.set(memo.gpuKeys[i] as string, memo.gpuLabels[i] as CachedLabels);
   }
 
-  /** Entries held (for tests). */
+  /** Label sets held: each node's and its GPUs' (for tests). */
   get size(): number {
-    return this.#current.size;
+    let n = 0;
+    for (const memo of this.#currentNodes.values()) n += 1 + memo.gpuLabels.length;
+    return n;
   }
 }
 
@@ -362,14 +365,17 @@ function nodeMemo(
   b: (v: unknown) => string,
 ): NodeMemo {
   const gpuClasses = node.gpus.map((gpu) => b(gpu.gpuClass));
+  const fabrics = (
+    node.fabrics.length > 0 ? node.fabrics : [{ id: "none", linkLayer: "none" }]
+  ).map((f) => ({ id: b(f.id), linkLayer: b(f.linkLayer) }));
   const gpuKeys = node.gpus.map((gpu, g) => `${id}\u0000${gpu.index}\u0000${gpuClasses[g]}`);
   return {
     node,
     labelValueMaxLength,
     id,
-    labels: cache.get(id, () => ({ node: id })),
+    labels: cache.labels(id, id, () => ({ node: id })),
     gpuLabels: node.gpus.map((gpu, g) =>
-      cache.get(gpuKeys[g] as string, () => ({
+      cache.labels(id, gpuKeys[g] as string, () => ({
         node: id,
         gpu: String(gpu.index),
         gpu_class: gpuClasses[g] as string,
@@ -377,9 +383,8 @@ function nodeMemo(
     ),
     gpuKeys,
     gpuClasses,
-    fabrics: (node.fabrics.length > 0 ? node.fabrics : [{ id: "none", linkLayer: "none" }]).map(
-      (f) => ({ id: b(f.id), linkLayer: b(f.linkLayer) }),
-    ),
+    fabrics,
+    fabricKeys: gpuClasses.map((gpuClass) => fabrics.map((f) => `${f.id}\u0000${gpuClass}`)),
     // A state outside the union (a newer control plane) counts as not up, never as ready.
     state: (NODE_STATES as readonly string[]).includes(node.state)
       ? (node.state as NodeMemo["state"])
@@ -546,7 +551,7 @@ function* clusterSeriesSteps(
     const unchanged = memo !== undefined;
     memo ??= nodeMemo(node, id, labelValueMaxLength, cache, b);
     cache.keepNode(memo);
-    const { state, agentVersion, fabrics, gpuClasses } = memo;
+    const { state, agentVersion, fabrics, fabricKeys, gpuClasses } = memo;
     nodeStates.set(state, (nodeStates.get(state) ?? 0) + 1);
     agentVersions.set(agentVersion, (agentVersions.get(agentVersion) ?? 0) + 1);
     const nodeClasses = new Map<string, number>();
@@ -560,8 +565,10 @@ function* clusterSeriesSteps(
         clusterGpus.set(gpuClass, byState);
       }
       byState.set(cap, (byState.get(cap) ?? 0) + 1);
-      for (const fabric of fabrics) {
-        const key = `${fabric.id}\u0000${gpuClass}`;
+      const keys = fabricKeys[g] as readonly string[];
+      for (let f = 0; f < fabrics.length; f++) {
+        const fabric = fabrics[f] as NodeMemo["fabrics"][number];
+        const key = keys[f] as string;
         let entry = fabricGpus.get(key);
         if (entry === undefined) {
           entry = {

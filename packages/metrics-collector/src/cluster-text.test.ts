@@ -207,10 +207,29 @@ describe("renderClusterText", () => {
     const view = smallCluster();
     const cache = new LabelCache();
     renderClusterText(view, 128, cache);
-    const first = cache.get("n1", () => ({ node: "changed" }));
+    const first = cache.labels("n1", "n1", () => ({ node: "changed" }));
     renderClusterText(view, 128, cache);
-    expect(cache.get("n1", () => ({ node: "changed" }))).toBe(first);
+    expect(cache.labels("n1", "n1", () => ({ node: "changed" }))).toBe(first);
     expect(first.text).toBe('node="n1"');
+  });
+
+  it("keeps the label sets of a node whose fixed fields changed", () => {
+    const view = smallCluster();
+    const cache = new LabelCache();
+    renderClusterText(view, 128, cache);
+    const gpuKey = "n1\u00000\u0000h100-80g";
+    const node = cache.labels("n1", "n1", () => ({ node: "changed" }));
+    const gpu = cache.labels("n1", gpuKey, () => ({ node: "changed" }));
+    expect(gpu.text).toBe('node="n1",gpu="0",gpu_class="h100-80g"');
+    view.nodeList = view.nodeList.map((n) => (n.id === "n1" ? { ...n, cordoned: !n.cordoned } : n));
+    const text = renderClusterText(view, 128, cache);
+    expect(text).toMatch(/llmgw_node_cordoned\{node="n1"\} [01]/);
+    expect(cache.labels("n1", "n1", () => ({ node: "changed" }))).toBe(node);
+    expect(cache.labels("n1", gpuKey, () => ({ node: "changed" }))).toBe(gpu);
+    // A key the node never had is made.
+    expect(cache.labels("n1", "n1\u00009\u0000h100-80g", () => ({ node: "new" })).text).toBe(
+      'node="new"',
+    );
   });
 
   it("renders header lines only when there is nothing to say", () => {

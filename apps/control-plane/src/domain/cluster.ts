@@ -431,6 +431,8 @@ interface LiveDeployment {
 
 type ChangeListener = () => void;
 
+const NO_TALLIES: readonly FaultTally[] = Object.freeze([]);
+
 const statusKey = (replicaId: string, rank: number) => `${replicaId}#${rank}`;
 
 /** What the store keeps of a rank's status (see {@link ReplicaStatusRecord}). */
@@ -3100,19 +3102,27 @@ export class Cluster {
     readonly faultTallies: readonly FaultTally[];
     readonly ports: readonly PortSnapshot[];
   }[] {
-    return [...this.#nodes.values()].map((n) => ({
-      id: n.record.id,
-      state: n.state,
-      record: n.record,
-      inventory: n.inventory,
-      readings: n.readings,
-      lastHeartbeatMs: n.lastHeartbeatMs,
-      health: new Map(
-        n.inventory.gpus.map((g) => [g.index, this.#verdict(g, n.readings.get(g.index))]),
-      ),
-      faultTallies: [...(this.#faultTallies.get(n.record.id)?.values() ?? [])],
-      ports: n.ports,
-    }));
+    // Called by every /metrics scrape for every node: no intermediate arrays.
+    const out = [];
+    for (const n of this.#nodes.values()) {
+      const health = new Map<number, GpuHealthVerdict>();
+      for (const g of n.inventory.gpus)
+        health.set(g.index, this.#verdict(g, n.readings.get(g.index)));
+      const tallies = this.#faultTallies.get(n.record.id);
+      out.push({
+        id: n.record.id,
+        state: n.state,
+        record: n.record,
+        inventory: n.inventory,
+        readings: n.readings,
+        lastHeartbeatMs: n.lastHeartbeatMs,
+        health,
+        faultTallies:
+          tallies === undefined || tallies.size === 0 ? NO_TALLIES : [...tallies.values()],
+        ports: n.ports,
+      });
+    }
+    return out;
   }
 
   /** The cleared faults of a GPU by uuid (fault key → lastSeenUnixMs when cleared). */
