@@ -397,7 +397,7 @@ async function runControlPlane(
       log(`steady window profile written to ${file} (open it in Chrome DevTools)`);
     }
 
-    const metricsScrape = await scrapeMetrics(cp.url, cp.pid, ticks, 5, window.target.cpuCores);
+    const metricsScrape = await scrapeMetrics(cp.url, cp.pid, ticks, 9, window.target.cpuCores);
     let routing: RoutingPhaseResult | undefined;
     if (config.routers > 0) {
       const trafficKey = await admin.createApiKey({ name: "traffic" });
@@ -588,7 +588,7 @@ function printTables(
         ["RSS before agents (MiB)", fmt(cp.rssBeforeAgentsMiB)],
         ["/metrics first scrape (ms)", fmt(cp.metricsScrape.firstMs)],
         [
-          "/metrics scrape median / max of the next 5 (ms)",
+          "/metrics scrape median / max of the next 9 (ms)",
           `${fmt(cp.metricsScrape.medianMs)} / ${fmt(cp.metricsScrape.maxMs)}`,
         ],
         ["/metrics size (KiB)", fmt(cp.metricsScrape.bytes / 1024, 0)],
