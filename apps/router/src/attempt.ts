@@ -22,6 +22,11 @@ export type AttemptResult =
       readonly message: string;
       /** The engine answered 401 to the router's engine key (see `Attempt.onHeaders`). */
       readonly keyRefused?: boolean;
+      /**
+       * The connection was open and the engine closed it before answering (see
+       * {@link CLOSED_UNDER_US}): worth one more try on the same replica, over a new one.
+       */
+      readonly closedUnderUs?: boolean;
     };
 
 /** Failures before any response byte that mean the request never reached an engine's queue. */
@@ -37,6 +42,15 @@ const RETRYABLE_CONNECT = new Set([
   "UND_ERR_SOCKET",
   "UND_ERR_CLOSED",
 ]);
+
+/**
+ * Of those, the failures of a connection that was open: the engine closed it before it
+ * answered. Mostly a pooled keep-alive connection the engine had just closed: llama.cpp's
+ * server closes a connection after each streamed answer without saying so (no `Connection:
+ * close`), and a request sent on it before the router sees the close gets a reset
+ * (`UND_ERR_SOCKET`). Nothing reached the engine's queue, and a new connection works.
+ */
+const CLOSED_UNDER_US = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "UND_ERR_CLOSED"]);
 
 /** The reason undici gets when the client went away (never shown to anyone). */
 export class ClientGoneError extends Error {
@@ -292,6 +306,7 @@ export class Attempt implements UpstreamHandler {
       this.#settle({
         kind: "failed",
         retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+        closedUnderUs: code !== undefined && CLOSED_UNDER_US.has(code),
         timeout,
         message: `replica ${replicaId} failed before responding (${code ?? String(error)})`,
       });
@@ -373,7 +388,7 @@ export class Attempt implements UpstreamHandler {
     if (draining.size !== 0 && draining.has(this.#replicaId)) x.core.refreshCapacity(x.model);
     // Not for a replica that left the table meanwhile: its series is gone for good.
     if (replicaModel.has(this.#replicaId)) metrics.replicaInFlight(x.model, this.#replicaId, left);
-    x.attemptEnded(result, this.#replicaId);
+    x.attemptEnded(result, this.#replicaId, this.decision);
   }
 }
 

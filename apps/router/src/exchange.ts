@@ -234,6 +234,8 @@ export class Exchange {
   #used: RequestUsage | undefined;
   /** Whether every attempt so far was refused for the router's engine key. */
   #keyRefusedOnly = true;
+  /** Attempts that ended without an answer: one retry at most. */
+  #attempts = 0;
   /** Replicas that failed before answering. */
   #tried: Set<string> | undefined;
   /** The key's hold: its concurrency slot and tpm reservation, settled by the answer. */
@@ -522,9 +524,10 @@ export class Exchange {
 
   /**
    * Called once per attempt. A connect failure or refusal before any byte is tried once more
-   * on the next-best replica not tried yet.
+   * on the next-best replica not tried yet; a connection the engine closed under the request
+   * (`closedUnderUs`) with no other replica to try, once more on the same replica.
    */
-  attemptEnded(result: AttemptResult, replicaId: string): void {
+  attemptEnded(result: AttemptResult, replicaId: string, failed?: PickDecision): void {
     try {
       if (result.kind === "done") {
         this.finish();
@@ -544,17 +547,23 @@ export class Exchange {
         this.finish();
         return;
       }
+      this.#attempts += 1;
       // The resolution as it is now: one that turned draining since the first pick is not tried.
-      const current = tried.size < 2 ? this.core.routeTable.resolve(this.model) : undefined;
+      const current = this.#attempts < 2 ? this.core.routeTable.resolve(this.model) : undefined;
       const decision =
         current === undefined
           ? undefined
-          : this.core.picker.pick(current, this.analysis.chain, tried, undefined, {
+          : (this.core.picker.pick(current, this.analysis.chain, tried, undefined, {
               ...(this.hint === undefined ? {} : { hint: this.hint.value }),
               ...(this.precise === undefined ? {} : { precise: this.precise }),
               promptTokens: this.promptTokens(),
               ...this.#headroom(),
-            });
+            }) ??
+            (result.closedUnderUs === true &&
+            failed !== undefined &&
+            current.replicas.some((r) => r.id === replicaId && r.state === "ready")
+              ? failed
+              : undefined));
       if (decision !== undefined) {
         this.predictedBlocks = decision.prefixBlocks;
         this.prefixSource = decision.prefixSource;

@@ -4,8 +4,8 @@
  * holds while a replica has room and yields when it does not.
  */
 
-import { request as httpRequest } from "node:http";
-import { connect, type Socket } from "node:net";
+import { createServer, request as httpRequest } from "node:http";
+import { type AddressInfo, connect, type Socket } from "node:net";
 import type { RoutingPolicy } from "@llmgw/router";
 import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
 import OpenAI from "openai";
@@ -159,6 +159,50 @@ describe("router faults", () => {
     const sent = Buffer.concat(big.written[0] ?? []);
     expect(sent.length).toBeGreaterThan(2_000_000);
     expect(received.equals(sent)).toBe(true);
+  });
+
+  it("tries the only replica again on a new connection when the engine closed the one it used", async () => {
+    // What llama.cpp's server does after a streamed answer: it closes the connection without
+    // `Connection: close`, and the next request sent on it meets a reset. Here the engine
+    // resets every second request of a connection, before answering.
+    const served = new WeakSet<Socket>();
+    let resets = 0;
+    let answered = 0;
+    const closer = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        if (served.has(req.socket)) {
+          resets++;
+          req.socket.destroy();
+          return;
+        }
+        served.add(req.socket);
+        answered++;
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({
+            id: `c${answered}`,
+            object: "chat.completion",
+            choices: [{ index: 0, message: { role: "assistant", content: "hi" } }],
+            usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+          }),
+        );
+      });
+    });
+    await new Promise<void>((resolve) => closer.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => closer.close(() => resolve())));
+    const { port } = closer.address() as AddressInfo;
+    const { router, metrics } = await routerFor([ready("only", `http://127.0.0.1:${port}`)]);
+    for (let i = 0; i < 3; i++) {
+      const res = await send(router, `q${i}`);
+      expect(res.status, await res.clone().text()).toBe(200);
+      await res.arrayBuffer();
+    }
+    // Requests 2 and 3 each met a closed connection first, then went through on a new one.
+    expect(resets).toBe(2);
+    expect(answered).toBe(3);
+    expect(metrics.of("retry")).toHaveLength(2);
+    expect(metrics.of("upstreamError")).toContainEqual(["m", "only", "reset_before_response"]);
   });
 
   it("answers 502 when every replica refuses", async () => {

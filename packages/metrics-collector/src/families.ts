@@ -360,7 +360,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_router_retries_total",
-    "Requests retried on the next-best replica after a connect failure before any byte.",
+    "Requests retried after a connect failure before any byte: on the next-best replica, or on the same one over a new connection when the engine closed the one used and no other replica can take it.",
     ["model"],
   ),
   g(
