@@ -234,7 +234,7 @@ export class Exchange {
   #used: RequestUsage | undefined;
   /** Whether every attempt so far was refused for the router's engine key. */
   #keyRefusedOnly = true;
-  /** Attempts that ended without an answer: one retry at most. */
+  /** Attempts that failed in a way worth retrying; after the first, none is. */
   #attempts = 0;
   /** Replicas that failed before answering. */
   #tried: Set<string> | undefined;

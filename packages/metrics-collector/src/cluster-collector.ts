@@ -6,6 +6,7 @@ import {
   sampleLabels,
 } from "./cluster-series.js";
 import {
+  joinExposition,
   type LentExposition,
   renderClusterBytes,
   renderClusterChunksYielding,
@@ -282,12 +283,7 @@ export function createClusterCollector(
         return Buffer.from(renderEmptyClusterText(), "utf8");
       }
     },
-    async renderClusterMetricsBytesYielding() {
-      const lent = await chunksYielding();
-      const bytes = Buffer.concat(lent.chunks, lent.byteLength);
-      lent.release();
-      return bytes;
-    },
+    renderClusterMetricsBytesYielding: async () => joinExposition(await chunksYielding()),
     renderClusterMetricsChunksYielding: chunksYielding,
     validateGpuReading(raw, context) {
       const result = validateGpuReading(raw, resolved.readingLimits);

@@ -249,10 +249,9 @@ export async function renderClusterBytesYielding(
   cache: LabelCache,
   options?: YieldingWalkOptions,
 ): Promise<Buffer> {
-  const lent = await renderClusterChunksYielding(view, labelValueMaxLength, cache, options);
-  const bytes = Buffer.concat(lent.chunks, lent.byteLength);
-  lent.release();
-  return bytes;
+  return joinExposition(
+    await renderClusterChunksYielding(view, labelValueMaxLength, cache, options),
+  );
 }
 
 /**
@@ -272,6 +271,13 @@ export async function renderClusterChunksYielding(
   await walkClusterSeriesYielding(view, labelValueMaxLength, cache, sink, options);
   sink.flush();
   return lendBlocks(lines);
+}
+
+/** A lent exposition's chunks copied into one buffer, released at once (for callers of bytes). */
+export function joinExposition(lent: LentExposition): Buffer {
+  const bytes = Buffer.concat(lent.chunks, lent.byteLength);
+  lent.release();
+  return bytes;
 }
 
 /** `bytes` as a {@link LentExposition} that lends nothing (its release does nothing). */

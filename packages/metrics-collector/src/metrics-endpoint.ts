@@ -1,6 +1,6 @@
 import { Registry } from "prom-client";
 import type { ClusterCollector } from "./cluster-collector.js";
-import { type LentExposition, unlentExposition } from "./cluster-text.js";
+import { joinExposition, type LentExposition, unlentExposition } from "./cluster-text.js";
 import { MetricsCollectorError } from "./errors.js";
 
 /** Options of {@link createMetricsEndpoint}. */
@@ -78,13 +78,8 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
   const exposition = async (): Promise<LentExposition> => {
     if (text === undefined) return unlentExposition(Buffer.from(await registry.metrics(), "utf8"));
     const cluster = await text.renderClusterMetricsChunksYielding();
-    let registryText: string;
-    try {
-      registryText = await registry.metrics();
-    } catch (error) {
-      cluster.release();
-      throw error;
-    }
+    // Should this throw, the cluster chunks stay lent: only the next render's memory is new.
+    const registryText = await registry.metrics();
     if (registryText.trim().length === 0) return cluster;
     const head = Buffer.from(`${registryText}\n`, "utf8");
     return {
@@ -102,12 +97,7 @@ export function createMetricsEndpoint(options: MetricsEndpointOptions): MetricsE
       // An empty registry renders "\n"; keep the exposition free of a leading blank line.
       return registryText.trim().length === 0 ? clusterText : `${registryText}\n${clusterText}`;
     },
-    body: async () => {
-      const lent = await exposition();
-      const bytes = Buffer.concat(lent.chunks, lent.byteLength);
-      lent.release();
-      return bytes;
-    },
+    body: async () => joinExposition(await exposition()),
     exposition,
   };
 }
