@@ -2,6 +2,7 @@
 import {
   countEventEnds,
   type PickDecision,
+  type StepPhase,
   type UpstreamErrorKind,
   UsageEventFilter,
   usageTail,
@@ -108,6 +109,8 @@ export class Attempt implements UpstreamHandler {
   #usageFilter: UsageEventFilter | undefined;
   /** This try's start mark in its replica's GPU shares (see `GpuShares`). */
   #gpuMark = 0;
+  /** The replica's step rhythm, fed with every chunk it streams (see `StepPhase`). */
+  readonly #phase: StepPhase;
 
   constructor(
     x: Exchange,
@@ -116,6 +119,7 @@ export class Attempt implements UpstreamHandler {
     this.#x = x;
     this.#replicaId = decision.replica.id;
     this.#sentAt = performance.now();
+    this.#phase = x.core.picker.stepPhase(this.#replicaId);
   }
 
   /** Books the request on the replica and dispatches it. Throws on a malformed base URL. */
@@ -230,6 +234,7 @@ export class Attempt implements UpstreamHandler {
     if (x.signal.aborted || this.#keyRefused) return true;
     const metrics = x.core.metrics;
     const now = performance.now();
+    this.#phase.observe(now);
     if (this.#last === 0) {
       metrics.firstByte(x.model, (now - x.started) / 1000);
       this.#prefillDone();

@@ -693,10 +693,13 @@ export class Exchange {
     if (floor > estimatedTokens) lease.settle(floor);
   }
 
-  /** A critical request's room past each replica's capacity (its admission headroom). */
-  #headroom(): { headroom?: number } {
+  /**
+   * A critical request's room past each replica's capacity (its admission headroom), and its
+   * first token before load balance (the replica whose engine step ends soonest).
+   */
+  #headroom(): { headroom?: number; latencyFirst?: boolean } {
     return this.key.priority === "critical"
-      ? { headroom: this.core.options.admission.criticalHeadroom ?? 0 }
+      ? { headroom: this.core.options.admission.criticalHeadroom ?? 0, latencyFirst: true }
       : {};
   }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { hashPromptBlocks } from "./block-hash.js";
+import { createManualClock } from "./clock.js";
 import { createInFlightCounters } from "./in-flight.js";
 import {
   createReplicaPicker,
@@ -430,14 +431,20 @@ describe("rendezvous cost", () => {
   });
 });
 
-describe("ReplicaPicker: affinity hints", () => {
+/** Four ready replicas r0…r3 of deployment `d` under `llmgw`, each of `capacity`. */
+function fourReplicas(capacity: number) {
   const replicas = ["r0", "r1", "r2", "r3"].map((id, i) => ({
     id,
     baseUrl: `http://10.0.0.${i + 1}:8000`,
     state: "ready" as const,
-    capacity: 16,
+    capacity,
   }));
   const res: RouteResolution = { deployment: "d", policy: "llmgw", loading: false, replicas };
+  return { replicas, res };
+}
+
+describe("ReplicaPicker: affinity hints", () => {
+  const { replicas, res } = fourReplicas(16);
 
   it("sends a hint's requests to the same replica from any router, whatever the prompt", () => {
     const homes = new Set<string>();
@@ -606,5 +613,76 @@ describe("ReplicaPicker: the bounded-load rule counts recent requests", () => {
     // of each 128 picks), so it lands on many replicas, never on one.
     expect(seen.size).toBeGreaterThan(8);
     expect(Math.max(...seen.values())).toBeLessThanOrEqual(Math.ceil((11 / 128) * 320) + 11);
+  });
+});
+
+describe("ReplicaPicker: where a new request waits least for the engine", () => {
+  const { replicas, res } = fourReplicas(8);
+  const prompt = { promptTokens: 200 };
+
+  it("counts a pending prefill less as it ages towards the replica's usual first byte", () => {
+    const clock = createManualClock(1_000);
+    const picker = createReplicaPicker({
+      scoring: { weights: { rendezvous: 0 } },
+      health: { clock },
+    });
+    // Every replica's usual first byte: 40 ms.
+    for (const r of replicas) {
+      picker.dispatched(r.id, []);
+      picker.finished(r.id, "success", 40);
+    }
+    // One prompt queued on each, sent 15, 5, 2.5 and 0 ms ago.
+    picker.dispatched("r2", [], 200);
+    clock.advance(10);
+    picker.dispatched("r1", [], 200);
+    clock.advance(2.5);
+    picker.dispatched("r0", [], 200);
+    clock.advance(2.5);
+    picker.dispatched("r3", [], 200);
+    // r2's prefill is 15 ms old of a usual 40: the furthest along. Counted in full, all four
+    // would tie, and this first pick's tie-break order starts at r0.
+    expect(picker.pick(res, [], undefined, undefined, prompt)?.replica.id).toBe("r2");
+    // r0's (2.5 ms old) ends before r3's (just sent), though the tie-break now prefers r3.
+    expect(picker.pick(res, [], new Set(["r1", "r2"]), undefined, prompt)?.replica.id).toBe("r0");
+    // Long overdue, a prefill still counts half a prompt: a replica with none goes first.
+    clock.advance(1_000);
+    picker.prefillDone("r1", 200);
+    for (let i = 0; i < 4; i++)
+      expect(picker.pick(res, [], undefined, undefined, prompt)?.replica.id).toBe("r1");
+    // Without a usual first byte there is nothing to age by: a prompt counts in full, however old.
+    const fresh = createReplicaPicker({
+      scoring: { weights: { rendezvous: 0 } },
+      health: { clock },
+    });
+    fresh.dispatched("r0", [], 200);
+    clock.advance(1_000);
+    for (let i = 0; i < 4; i++)
+      expect(fresh.pick(res, [], undefined, undefined, prompt)?.replica.id).not.toBe("r0");
+  });
+
+  it("sends a latency-first request where the current engine step ends soonest", () => {
+    const clock = createManualClock(0);
+    const picker = createReplicaPicker({
+      scoring: { weights: { rendezvous: 0 } },
+      health: { clock },
+    });
+    // Steps of 40 ms on every replica, ending 0, 10, 25 and 35 ms past each multiple of 40.
+    const offsets: Record<string, number> = { r0: 0, r1: 10, r2: 25, r3: 35 };
+    for (let t = 0; t < 400; t += 40)
+      for (const [id, off] of Object.entries(offsets)) picker.stepPhase(id).observe(t + off);
+    // At 401 ms: r0's step, begun 41 ms ago, runs past its usual 40 (a long one), r1's began
+    // 31 ms ago (9 to go), r2's 16 (24 to go), r3's 6 (34 to go).
+    clock.advance(401);
+    expect(
+      picker.pick(res, [], undefined, undefined, { ...prompt, latencyFirst: true })?.replica.id,
+    ).toBe("r1");
+    // A request that does not ask for it is placed as before: by load, then in turn.
+    picker.dispatched("r1", []);
+    expect(picker.pick(res, [], undefined, undefined, prompt)?.replica.id).not.toBe("r1");
+    // A replica with a prefill queued still loses to one mid-step with none.
+    picker.dispatched("r1", [], 200);
+    expect(
+      picker.pick(res, [], undefined, undefined, { ...prompt, latencyFirst: true })?.replica.id,
+    ).not.toBe("r1");
   });
 });

@@ -9,6 +9,7 @@
  * so routers that do not share a prefix index still agree where a new prefix goes.
  */
 import { DEFAULT_BLOCK_BYTES } from "./block-hash.js";
+import { type Clock, systemClock } from "./clock.js";
 import { checkRange } from "./errors.js";
 import { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 import { createPreciseIndex, type PreciseIndex } from "./precise-index.js";
@@ -27,6 +28,7 @@ import {
   type ScoringCandidate,
   type ScoringOptions,
 } from "./scoring.js";
+import { StepPhase } from "./step-phase.js";
 
 /** Options of {@link createReplicaPicker}. */
 export interface ReplicaPickerOptions {
@@ -63,7 +65,28 @@ export interface PickRequest {
    * up): a `critical` request's admission headroom (`AdmissionOptions.criticalHeadroom`).
    */
   readonly headroom?: number;
+  /**
+   * The request's first token matters more than load balance (a `critical` one): where the
+   * engine's current step ends soonest counts in the score ({@link ReplicaPicker.stepPhase}).
+   */
+  readonly latencyFirst?: boolean;
 }
+
+/** A prefill sent to a replica whose first byte has not come yet. */
+interface PendingPrefill {
+  readonly tokens: number;
+  readonly sentAtMs: number;
+}
+
+/**
+ * The least a pending prefill counts, as a share of its tokens, however old: until its first
+ * byte comes it may still be queued (a request sent there shares its step) or running (a
+ * request sent there waits for its step's end), and either costs more than the end of a
+ * decode step on a replica with none (bench/tenants: critical requests sent where a prefill
+ * was "nearly done" by the time alone had TTFTs of 50–62 ms, where those sent to a replica
+ * with none stayed under 48).
+ */
+const LEAST_PENDING_PREFILL_SHARE = 0.5;
 
 /** `capacity` plus `headroom` of it, rounded up. */
 const withHeadroom = (capacity: number, headroom: number): number =>
@@ -128,6 +151,11 @@ export interface ReplicaPicker {
    * until {@link prefillDone}.
    */
   dispatched(replicaId: string, chain: ArrayLike<number>, prefillTokens?: number): number;
+  /**
+   * `replicaId`'s step rhythm: the caller {@link StepPhase.observe}s each chunk the replica
+   * streams (kept until the replica is forgotten).
+   */
+  stepPhase(replicaId: string): StepPhase;
   /** The request's first byte came (or it ended without one): its prefill is no longer queued. */
   prefillDone(replicaId: string, prefillTokens: number): void;
   /** Books its end; returns the in-flight count after it. */
@@ -161,9 +189,34 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     1,
     1 << 20,
   );
+  const clock: Clock = options.health?.clock ?? systemClock;
   const turns = new Map<string, number>();
-  /** Replica id → prompt tokens sent there without a first byte yet. */
-  const pendingPrefill = new Map<string, number>();
+  /** Replica id → the prefills sent there without a first byte yet, oldest first. */
+  const pendingPrefill = new Map<string, PendingPrefill[]>();
+  /**
+   * Prompt tokens still expected to be in prefill at `replicaId`: each pending prefill counts
+   * in full when just sent and less as it ages towards the replica's usual time to first
+   * byte. A request sent where a prefill is nearly done waits for its end; one sent where a
+   * prefill has just begun waits for all of it, or shares its step: under a burst every
+   * replica often has one prefill queued, and which one ends first is what a new request's
+   * first token waits for (bench/tenants).
+   */
+  const remainingPrefill = (replicaId: string, list: readonly PendingPrefill[]): number => {
+    const expectedMs = health.latencyMs(replicaId);
+    let sum = 0;
+    if (expectedMs === undefined || expectedMs <= 0) {
+      for (const p of list) sum += p.tokens;
+      return sum;
+    }
+    const now = clock.now();
+    for (const p of list) {
+      const left = 1 - (now - p.sentAtMs) / expectedMs;
+      sum += p.tokens * Math.max(LEAST_PENDING_PREFILL_SHARE, Math.min(1, left));
+    }
+    return sum;
+  };
+  /** Replica id → its engine's step rhythm, from the chunks streamed through this router. */
+  const phases = new Map<string, StepPhase>();
   /** Deployment → its recent picks (the bounded-load window of scoring.ts). */
   const windows = new Map<string, RecentPicks>();
   /** Replica id → rendezvous seed (bounded by the replicas in the table: `forget` drops one). */
@@ -185,6 +238,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     prefixIndex.forget(replicaId);
     preciseIndex.forget(replicaId);
     pendingPrefill.delete(replicaId);
+    phases.delete(replicaId);
     seeds.delete(replicaId);
     if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
     else inFlight.forget(replicaId);
@@ -216,6 +270,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       const hint = request?.hint;
       const headroom = request?.headroom ?? 0;
       const precise = request?.precise;
+      const nowMs = request?.latencyFirst === true ? clock.now() : undefined;
       const all = known ?? routable(resolution);
       const replicas =
         exclude === undefined || exclude.size === 0 ? all : all.filter((r) => !exclude.has(r.id));
@@ -263,7 +318,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         const latencyMs = health.latencyMs(r.id);
         if (latencyMs !== undefined) candidate.latencyMs = latencyMs;
         const pending = pendingPrefill.get(r.id);
-        if (pending !== undefined) candidate.pendingPrefillTokens = pending;
+        if (pending !== undefined) candidate.pendingPrefillTokens = remainingPrefill(r.id, pending);
+        if (nowMs !== undefined) {
+          const wait = phases.get(r.id)?.waitShare(nowMs);
+          if (wait !== undefined) candidate.stepWait = wait;
+        }
         candidates[i] = candidate;
       }
       let recent = windows.get(resolution.deployment);
@@ -311,15 +370,29 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     dispatched(replicaId, chain, prefillTokens = 0) {
       health.onDispatch(replicaId);
       if (prefillTokens > 0) {
-        pendingPrefill.set(replicaId, (pendingPrefill.get(replicaId) ?? 0) + prefillTokens);
+        const entry = { tokens: prefillTokens, sentAtMs: clock.now() };
+        const list = pendingPrefill.get(replicaId);
+        if (list === undefined) pendingPrefill.set(replicaId, [entry]);
+        else list.push(entry);
       }
       if (chain.length > 0) prefixIndex.record(chain, replicaId);
       return inFlight.increment(replicaId);
     },
+    stepPhase(replicaId) {
+      let phase = phases.get(replicaId);
+      if (phase === undefined) {
+        phase = new StepPhase();
+        phases.set(replicaId, phase);
+      }
+      return phase;
+    },
     prefillDone(replicaId, prefillTokens) {
-      const left = (pendingPrefill.get(replicaId) ?? 0) - prefillTokens;
-      if (left > 0) pendingPrefill.set(replicaId, left);
-      else pendingPrefill.delete(replicaId);
+      const list = pendingPrefill.get(replicaId);
+      if (list === undefined) return;
+      // First bytes come about in the order prompts were sent: the oldest of this size ends.
+      const at = list.findIndex((p) => p.tokens === prefillTokens);
+      if (at >= 0) list.splice(at, 1);
+      if (list.length === 0) pendingPrefill.delete(replicaId);
     },
     finished(replicaId, outcome, firstByteMs) {
       if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);

@@ -60,6 +60,12 @@ export interface ScoringCandidate {
   /** Of the deployment's recent requests through this router, how many went here. */
   readonly recent?: number;
   /**
+   * Of a step, how long a request sent now waits for the replica's current engine step to end
+   * (`StepPhase.waitShare`, 0–1); set only for a request that asks for its first token before
+   * load balance (`PickRequest.latencyFirst`), absent when unknown.
+   */
+  readonly stepWait?: number;
+  /**
    * The prompt's rendezvous weight for this replica (`rendezvousWeight`, unsigned 32-bit);
    * absent when the prompt has no chain or the preference is off.
    */
@@ -80,6 +86,8 @@ export interface ScoringWeights {
   readonly hint: number;
   /** Queued prefill ahead of the request, per prompt of its own (see above). */
   readonly prefill: number;
+  /** The wait for the current engine step to end, per step (`stepWait`). */
+  readonly step: number;
 }
 
 /** Options of {@link rankCandidates}. */
@@ -130,6 +138,7 @@ export const DEFAULT_SCORING_WEIGHTS: ScoringWeights = {
   rendezvous: 0.25,
   hint: 0.5,
   prefill: 1,
+  step: 0.5,
 };
 
 /** Validates scoring options and fills defaults. */
@@ -290,7 +299,8 @@ export function rankCandidates(
       queue * weights.queue -
       kv * weights.kvCache -
       c.errorRate * weights.errors -
-      latency * weights.latency;
+      latency * weights.latency -
+      (c.stepWait ?? 0) * weights.step;
     scored.push({
       id: c.id,
       score,

@@ -1,0 +1,64 @@
+import { describe, expect, it } from "vitest";
+import { StepPhase } from "./step-phase.js";
+
+/** Steps ending every `period` ms from `start`, each seen as `streams` chunks 0.5 ms apart. */
+function feed(phase: StepPhase, start: number, period: number, steps: number, streams = 3): number {
+  let end = start;
+  for (let s = 0; s < steps; s++) {
+    end = start + s * period;
+    for (let k = 0; k < streams; k++) phase.observe(end + k * 0.5);
+  }
+  return end;
+}
+
+describe("StepPhase", () => {
+  it("knows nothing until two step ends were seen", () => {
+    const phase = new StepPhase();
+    expect(phase.waitShare(0)).toBeUndefined();
+    phase.observe(100);
+    phase.observe(100.5);
+    expect(phase.periodMs()).toBeUndefined();
+    expect(phase.waitShare(110)).toBeUndefined();
+    phase.observe(140);
+    expect(phase.periodMs()).toBe(40);
+  });
+
+  it("learns the period from chunk clusters, one per step, whatever the streams", () => {
+    const phase = new StepPhase();
+    feed(phase, 1_000, 40, 20, 8);
+    expect(phase.periodMs()).toBeCloseTo(40, 6);
+  });
+
+  it("waits a whole step just after one ended and almost none just before the next", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 40, 10);
+    expect(phase.waitShare(last + 1.5)).toBeCloseTo(1 - 1.5 / 40, 6);
+    expect(phase.waitShare(last + 20)).toBeCloseTo(0.5, 6);
+    expect(phase.waitShare(last + 39)).toBeCloseTo(1 / 40, 6);
+  });
+
+  it("reads a step past its usual length as a long one still running, and a silent engine as idle", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 40, 10);
+    // Overdue: a prefill in that step, its end unknown.
+    expect(phase.waitShare(last + 60)).toBe(1);
+    // Nothing for three periods: the engine ran out of work and starts a step at once.
+    expect(phase.waitShare(last + 121)).toBe(0);
+  });
+
+  it("keeps idle spells out of the period", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 40, 10);
+    // A second of silence, then steps again: the silence is no step.
+    feed(phase, last + 1_000, 40, 3);
+    expect(phase.periodMs()).toBeCloseTo(40, 6);
+  });
+
+  it("follows a rhythm that changes", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 40, 10);
+    feed(phase, last + 60, 60, 30);
+    expect(phase.periodMs()).toBeGreaterThan(59);
+    expect(phase.periodMs()).toBeLessThan(61);
+  });
+});
