@@ -25,13 +25,20 @@ export interface PlacedCluster {
   lastInput(): ScheduleInput;
 }
 
+/** What {@link newCluster} records: the scheduler's last input, and each reconcile's ms as the
+ * control plane times it (`onReconciled`, its `llmgw_control_plane_reconcile_duration_seconds`). */
+export interface Recorded {
+  input?: ScheduleInput;
+  reconcileMs?: number[];
+}
+
 /**
- * A `Cluster` on `store` at a fixed clock that records each scheduler input in `recorded` and
- * queues its reconciles in `deferred` (run them to reconcile).
+ * A `Cluster` on `store` at a fixed clock that records each scheduler input and reconcile time
+ * in `recorded` and queues its reconciles in `deferred` (run them to reconcile).
  */
 export function newCluster(
   store: ClusterStore,
-  recorded: { input?: ScheduleInput },
+  recorded: Recorded,
   deferred: (() => void)[],
   readOnly = false,
   inventories?: InventoryLookup,
@@ -44,6 +51,9 @@ export function newCluster(
       return schedule(input);
     },
     clock: { now: () => now },
+    onReconciled: (ms) => {
+      recorded.reconcileMs?.push(ms);
+    },
     heartbeatIntervalMs: 2_000,
     unreachableAfterMs: 6_000,
     nodeLostAfterMs: 60_000,
@@ -60,7 +70,7 @@ export function newCluster(
 /** `nodes` 8-GPU nodes on four fabrics and `deployments` of 1–8 GPUs, placed. */
 export function buildPlacedCluster(dir: string, nodes: number, deployments: number): PlacedCluster {
   const store = openSqliteStore({ file: join(dir, `state-${nodes}.db`) });
-  const recorded: { input?: ScheduleInput } = {};
+  const recorded: Recorded = {};
   const deferred: (() => void)[] = [];
   const cluster = newCluster(store, recorded, deferred);
   // Deployments first, then the nodes in one coalesced reconcile: one plan places them all

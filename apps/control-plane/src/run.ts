@@ -17,7 +17,9 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { ConsoleAsset } from "@llmgw/console";
 import {
   type ClusterView,
+  type ControlPlaneMetrics,
   createClusterCollector,
+  createControlPlaneMetrics,
   createMetricsEndpoint,
   createUsageMetrics,
   type UsageMetrics,
@@ -386,6 +388,7 @@ export async function startControlPlane(
   let selfUrl = "";
   /** The `llmgw_usage_*` families: cumulative over this process's terms. */
   let usageMetrics: UsageMetrics | undefined;
+  let controlPlaneMetrics: ControlPlaneMetrics | undefined;
 
   const clusterOptions = (store: ClusterStore) => ({
     store,
@@ -436,6 +439,7 @@ export async function startControlPlane(
       ...clusterOptions(store),
       ...(inventories === undefined ? {} : { inventories }),
       log,
+      onReconciled: (ms) => controlPlaneMetrics?.reconciled(ms / 1000),
       defer: (run) => {
         setImmediate(() => {
           if (!shutdown.signal.aborted) run();
@@ -580,9 +584,11 @@ export async function startControlPlane(
   });
 
   try {
-    if (sqlite !== undefined) term = startTerm(sqlite, sqlite.usage);
+    // Before the first term: its Cluster reconciles as it starts.
     const registry = deps.registry ?? new Registry();
     usageMetrics = createUsageMetrics(registry);
+    controlPlaneMetrics = createControlPlaneMetrics(registry);
+    if (sqlite !== undefined) term = startTerm(sqlite, sqlite.usage);
     // Cluster families are rendered straight to text at scrape time (76k samples at 1,000
     // nodes × 8 GPUs: half the CPU of going through prom-client); router families stay on
     // the registry. A follower exports none: it holds no cluster state.

@@ -342,7 +342,16 @@ describe("control plane over Connect", () => {
     const metrics = await fetch(`${cp.controlUrl}/metrics`);
     expect(metrics.status).toBe(200);
     expect(metrics.headers.get("content-type")).toContain("text/plain");
-    expect(await metrics.text()).toMatch(/^# HELP llmgw_/m);
+    const text = await metrics.text();
+    expect(text).toMatch(/^# HELP llmgw_/m);
+    // The leader's own work: at least its start's reconcile, timed.
+    const reconciles = Number(
+      /^llmgw_control_plane_reconcile_duration_seconds_count (\d+)$/m.exec(text)?.[1],
+    );
+    expect(reconciles).toBeGreaterThanOrEqual(1);
+    expect(
+      Number(/^llmgw_control_plane_reconcile_duration_seconds_sum (\S+)$/m.exec(text)?.[1]),
+    ).toBeGreaterThan(0);
     // The public listener is the in-process router: ready on the feed's first snapshot, and
     // it wants an API key.
     const ready = await fetch(`${cp.publicUrl}/readyz`);

@@ -444,6 +444,16 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
  * batch counted once (a batch sent again is not). Labelled by tenant and model only, never by
  * key: tenants and deployed models are few, keys are many.
  */
+/** The control plane's own work, registered by the leader (`createControlPlaneMetrics`). */
+export const CONTROL_PLANE_FAMILIES: readonly FamilySpec[] = [
+  h(
+    "llmgw_control_plane_reconcile_duration_seconds",
+    "Time of one reconcile on the leader: the scheduler's input, its plan, the store writes and the desired sets it changed (a leader's first one, at its start or takeover, plans every node from cold caches).",
+    [],
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  ),
+];
+
 export const USAGE_FAMILIES: readonly FamilySpec[] = [
   c(
     "llmgw_usage_requests_total",

@@ -39,6 +39,7 @@ export type {
   ReplicaView,
   RouterView,
 } from "./cluster-view.js";
+export { type ControlPlaneMetrics, createControlPlaneMetrics } from "./control-plane-metrics.js";
 export {
   isMetricsCollectorError,
   MetricsCollectorError,
@@ -47,6 +48,7 @@ export {
 export {
   CIRCUIT_STATES,
   CLUSTER_FAMILIES,
+  CONTROL_PLANE_FAMILIES,
   type FamilySpec,
   type FamilyType,
   GPU_STATES,

@@ -1,5 +1,6 @@
 import {
   CLUSTER_FAMILIES,
+  CONTROL_PLANE_FAMILIES,
   type FamilySpec,
   LABEL_DOCS,
   ROUTER_FAMILIES,
@@ -24,7 +25,9 @@ function table(families: readonly FamilySpec[]): string {
  */
 export function renderMetricsReference(): string {
   const usedLabels = new Set(
-    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES].flatMap((f) => f.labelNames),
+    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES, ...CONTROL_PLANE_FAMILIES].flatMap(
+      (f) => f.labelNames,
+    ),
   );
   const labelRows = [...usedLabels]
     .sort()
@@ -60,6 +63,14 @@ export function renderMetricsReference(): string {
     "ask `llmgw usage --group key`.",
     "",
     table(USAGE_FAMILIES),
+    "",
+    `## Control plane families (${CONTROL_PLANE_FAMILIES.length})`,
+    "",
+    "The control plane's own work, on the leader (a follower plans nothing). A reconcile runs after",
+    "each change that can move a replica (a node's state or inventory, a deployment, a drain), a",
+    "burst of agent changes coalesced into one.",
+    "",
+    table(CONTROL_PLANE_FAMILIES),
     "",
     "## Labels",
     "",

@@ -3,7 +3,9 @@ import { readdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
   CLUSTER_FAMILIES,
+  CONTROL_PLANE_FAMILIES,
   createClusterCollector,
+  createControlPlaneMetrics,
   createMetricsRegistry,
   createRouterMetrics,
   createUsageMetrics,
@@ -45,6 +47,8 @@ async function scrapedFamilies(): Promise<Set<string>> {
     estimatedRequests: 1,
     refusedUsage: 1,
   });
+  // The leader's own work.
+  createControlPlaneMetrics(registry).reconciled(0.004);
   const families = familyNamesInExposition(await registry.metrics());
   // Registered by each router (@llmgw/router-server, which depends on this package) from this
   // catalogue; the live-dashboards test finds them in a real control plane's scrape.
@@ -161,7 +165,12 @@ describe("Prometheus config", () => {
 
   it("every family the package defines shows up in the realistic scrape", async () => {
     const scraped = await scrapedFamilies();
-    const defined = [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES].map((f) => f.name);
+    const defined = [
+      ...CLUSTER_FAMILIES,
+      ...ROUTER_FAMILIES,
+      ...USAGE_FAMILIES,
+      ...CONTROL_PLANE_FAMILIES,
+    ].map((f) => f.name);
     expect(defined.filter((n) => !scraped.has(n))).toEqual([]);
   });
 

@@ -3,6 +3,7 @@ import { fileURLToPath } from "node:url";
 import {
   CLUSTER_FAMILIES,
   createClusterCollector,
+  createControlPlaneMetrics,
   createMetricsRegistry,
   createRouterMetrics,
   createUsageMetrics,
@@ -41,6 +42,7 @@ describe("docs/metrics.md", () => {
     createClusterCollector(registry, new FakeClusterView());
     createRouterMetrics(registry);
     createUsageMetrics(registry);
+    createControlPlaneMetrics(registry);
     // The router-state gauges are registered by @llmgw/router-server (apps/router), which
     // depends on this package; their specs are here, and apps/router reads names and help from them.
     const registered = [

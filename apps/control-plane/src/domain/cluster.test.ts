@@ -24,7 +24,13 @@ function newCluster(
   options?: Partial<
     Pick<
       ClusterOptions,
-      "maxNodes" | "unwrittenEventsKept" | "maxApiKeys" | "store" | "readOnly" | "inventories"
+      | "maxNodes"
+      | "unwrittenEventsKept"
+      | "maxApiKeys"
+      | "store"
+      | "readOnly"
+      | "inventories"
+      | "onReconciled"
     >
   >,
 ): Cluster {
@@ -287,6 +293,25 @@ describe("Cluster", () => {
     expect(cordoned.find((n) => n.id === a.nodeId)).not.toBe(before[0]);
     expect(cordoned.find((n) => n.id === a.nodeId)?.cordoned).toBe(true);
     expect(cordoned.find((n) => n.id !== a.nodeId)).toBe(before[1]);
+  });
+
+  it("times every reconcile, the start's included, and none on a follower's copy", () => {
+    const times: number[] = [];
+    const onReconciled = (ms: number) => times.push(ms);
+    const cluster = newCluster(undefined, { onReconciled });
+    // The start's reconcile, over whatever the store holds (nothing yet).
+    expect(times).toHaveLength(1);
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    cluster.cordonNode(a.nodeId);
+    expect(times.length).toBeGreaterThanOrEqual(4);
+    for (const ms of times) {
+      expect(Number.isFinite(ms)).toBe(true);
+      expect(ms).toBeGreaterThanOrEqual(0);
+    }
+    const before = times.length;
+    newCluster(undefined, { onReconciled, readOnly: true });
+    expect(times).toHaveLength(before);
   });
 
   it("drains a node: cordoned, and its replicas move", () => {

@@ -114,6 +114,12 @@ export interface ClusterOptions {
    */
   readonly defer?: (run: () => void) => void;
   /**
+   * Told how long each reconcile took, ms (`llmgw_control_plane_reconcile_duration_seconds`):
+   * the scheduler's input, its plan, the store writes and the desired sets. The first one, in
+   * the constructor, plans every node from cold caches.
+   */
+  readonly onReconciled?: (ms: number) => void;
+  /**
    * Nodes this control plane holds at most; a Register that would add one more is refused
    * with `LLMGW_CONTROL_PLANE_NODE_LIMIT`. The join token is shared, and every Register
    * without a held id makes a new node, so without a cap its holders could grow the node
@@ -2220,6 +2226,12 @@ export class Cluster {
 
   /** Runs the scheduler and applies the plan; then refreshes every node's desired set. */
   #reconcile(cause: string, opts: { quietIfUnchanged?: boolean } = {}): void {
+    const started = performance.now();
+    this.#plan(cause, opts);
+    this.#o.onReconciled?.(performance.now() - started);
+  }
+
+  #plan(cause: string, opts: { quietIfUnchanged?: boolean }): void {
     this.#rollBackFailedRollouts();
     const now = this.#o.clock.now();
     const specs = new Map<string, DeploymentSpec>();
