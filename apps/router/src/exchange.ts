@@ -494,7 +494,7 @@ export class Exchange {
       ...(this.hint === undefined ? {} : { hint: this.hint.value }),
       ...(precise === undefined ? {} : { precise }),
       promptTokens: this.promptTokens(),
-      ...this.#headroom(),
+      ...this.#criticalPick(),
     });
     if (decision !== undefined) {
       this.predictedBlocks = decision.prefixBlocks;
@@ -557,7 +557,7 @@ export class Exchange {
               ...(this.hint === undefined ? {} : { hint: this.hint.value }),
               ...(this.precise === undefined ? {} : { precise: this.precise }),
               promptTokens: this.promptTokens(),
-              ...this.#headroom(),
+              ...this.#criticalPick(),
             }) ??
             (result.closedUnderUs === true &&
             failed !== undefined &&
@@ -697,7 +697,7 @@ export class Exchange {
    * A critical request's room past each replica's capacity (its admission headroom), and its
    * first token before load balance (the replica whose engine step ends soonest).
    */
-  #headroom(): { headroom?: number; latencyFirst?: boolean } {
+  #criticalPick(): { headroom?: number; latencyFirst?: boolean } {
     return this.key.priority === "critical"
       ? { headroom: this.core.options.admission.criticalHeadroom ?? 0, latencyFirst: true }
       : {};

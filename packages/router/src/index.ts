@@ -156,7 +156,7 @@ export {
   type ScoringOptions,
   type ScoringWeights,
 } from "./scoring.js";
-export { SAME_STEP_MS, StepPhase } from "./step-phase.js";
+export { StepPhase } from "./step-phase.js";
 export {
   type AnswerUsage,
   countEventEnds,

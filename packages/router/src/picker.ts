@@ -201,16 +201,15 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
    * replica often has one prefill queued, and which one ends first is what a new request's
    * first token waits for (bench/tenants).
    */
-  const remainingPrefill = (replicaId: string, list: readonly PendingPrefill[]): number => {
-    const expectedMs = health.latencyMs(replicaId);
+  const remainingPrefill = (
+    list: readonly PendingPrefill[],
+    expectedMs: number | undefined,
+    nowMs: number,
+  ): number => {
     let sum = 0;
-    if (expectedMs === undefined || expectedMs <= 0) {
-      for (const p of list) sum += p.tokens;
-      return sum;
-    }
-    const now = clock.now();
     for (const p of list) {
-      const left = 1 - (now - p.sentAtMs) / expectedMs;
+      const left =
+        expectedMs === undefined || expectedMs <= 0 ? 1 : 1 - (nowMs - p.sentAtMs) / expectedMs;
       sum += p.tokens * Math.max(LEAST_PENDING_PREFILL_SHARE, Math.min(1, left));
     }
     return sum;
@@ -270,7 +269,8 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       const hint = request?.hint;
       const headroom = request?.headroom ?? 0;
       const precise = request?.precise;
-      const nowMs = request?.latencyFirst === true ? clock.now() : undefined;
+      const nowMs = clock.now();
+      const latencyFirst = request?.latencyFirst === true;
       const all = known ?? routable(resolution);
       const replicas =
         exclude === undefined || exclude.size === 0 ? all : all.filter((r) => !exclude.has(r.id));
@@ -318,8 +318,9 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         const latencyMs = health.latencyMs(r.id);
         if (latencyMs !== undefined) candidate.latencyMs = latencyMs;
         const pending = pendingPrefill.get(r.id);
-        if (pending !== undefined) candidate.pendingPrefillTokens = remainingPrefill(r.id, pending);
-        if (nowMs !== undefined) {
+        if (pending !== undefined)
+          candidate.pendingPrefillTokens = remainingPrefill(pending, latencyMs, nowMs);
+        if (latencyFirst) {
           const wait = phases.get(r.id)?.waitShare(nowMs);
           if (wait !== undefined) candidate.stepWait = wait;
         }
