@@ -22,7 +22,7 @@ it("runs the quick control-plane-path scheduler benchmark and prints the table",
   expect(stdout).toMatch(/scheduler alone, same input\s+control plane path\s+goal/);
   expect(stdout).toMatch(/incremental: one node cordoned \/ uncordoned \(100 nodes\)\s+\d/);
   expect(stdout).toMatch(
-    /full re-plan: a starting leader's reconcile, every node from cold caches \(400 nodes\)\s+\d+\.\d\s+\d+\.\d/,
+    /full re-plan: a starting leader's reconcile, the scheduler's caches cold \(400 nodes\)\s+\d+\.\d\s+\d+\.\d/,
   );
   expect(stdout).toMatch(/start less a follower's load-only start \(400 nodes\)\s+\d/);
   expect(stdout).toMatch(

@@ -448,7 +448,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
 export const CONTROL_PLANE_FAMILIES: readonly FamilySpec[] = [
   h(
     "llmgw_control_plane_reconcile_duration_seconds",
-    "Time of one reconcile on the leader: the scheduler's input, its plan, the store writes and the desired sets it changed (a leader's first one, at its start or takeover, plans every node from cold caches).",
+    "Time of one reconcile on the leader: the scheduler's input, its plan, the store writes and the desired sets it changed (a leader's first one, at its start or takeover, plans every node with the scheduler's caches cold).",
     [],
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
   ),

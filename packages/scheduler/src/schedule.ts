@@ -29,12 +29,14 @@ interface ReplicaRecord {
 }
 
 /**
- * What a run derives from one {@link SchedulerNode} that does not depend on placements. Cached
- * per node object (inputs are readonly), so a re-plan that passes the same node objects again
- * skips rebuilding it: that is most of what makes the incremental re-plan cheap.
+ * What a run derives from one {@link SchedulerNode} that does not depend on placements, nor on
+ * the node's id: nodes of one layout (the same `gpus` and `fabrics` arrays, both ready or
+ * both not) share one. Cached per node object (inputs are readonly), so a re-plan that passes
+ * the same node objects again skips even the lookup: that is most of what makes the
+ * incremental re-plan cheap; and per layout, so a plan over thousands of fresh node objects
+ * (a control plane starting) derives each layout once, where the caller shares the arrays.
  */
 interface NodeInfo {
-  readonly node: SchedulerNode;
   /** Ready, not cordoned, not draining: may receive new replicas. */
   readonly schedulable: boolean;
   readonly fabrics: readonly string[];
@@ -55,11 +57,17 @@ interface NodeInfo {
   readonly usablePools: readonly string[];
   readonly histogramPools: readonly string[];
   readonly histogramKeyLists: readonly (readonly string[])[];
-  /** Built on first use. */
-  nvlink: NvlinkMatrix | undefined;
 }
 
 const nodeInfoCache = new WeakMap<SchedulerNode, NodeInfo>();
+/** `gpus` → `fabrics` → [info when schedulable, info when not]. */
+const layoutCache = new WeakMap<
+  readonly SchedulerGpu[],
+  WeakMap<readonly string[], [NodeInfo | undefined, NodeInfo | undefined]>
+>();
+/** A node's `nvlinks` list → its matrix, built on first use and shared by nodes that share the list. */
+const nvlinkCache = new WeakMap<object, NvlinkMatrix>();
+const NO_NVLINKS: readonly never[] = [];
 
 /** Mutable per-node view during one run; the maps are created on first write. */
 interface NodeState {
@@ -448,11 +456,30 @@ function validateInput(input: ScheduleInput): void {
 function buildNodeInfo(node: SchedulerNode): NodeInfo {
   const cached = nodeInfoCache.get(node);
   if (cached !== undefined) return cached;
+  const schedulable = node.state === "ready" && !node.cordoned && !node.draining;
+  let byFabrics = layoutCache.get(node.gpus);
+  if (byFabrics === undefined) {
+    byFabrics = new WeakMap();
+    layoutCache.set(node.gpus, byFabrics);
+  }
+  let pair = byFabrics.get(node.fabrics);
+  if (pair === undefined) {
+    pair = [undefined, undefined];
+    byFabrics.set(node.fabrics, pair);
+  }
+  const slot = schedulable ? 0 : 1;
+  const info = pair[slot] ?? deriveNodeInfo(node, schedulable);
+  pair[slot] = info;
+  nodeInfoCache.set(node, info);
+  return info;
+}
+
+/** The {@link NodeInfo} of `node`'s layout; throws on a duplicate GPU index. */
+function deriveNodeInfo(node: SchedulerNode, schedulable: boolean): NodeInfo {
   const usableClass = new Map<number, string>();
   const usableByClass = new Map<string, number[]>();
   const gpuByIndex = new Map<number, SchedulerGpu>();
   const classCounts = new Map<string, ClassStats>();
-  const schedulable = node.state === "ready" && !node.cordoned && !node.draining;
   for (const gpu of node.gpus) {
     if (gpuByIndex.has(gpu.index)) {
       throw new SchedulerError(
@@ -495,8 +522,7 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
       histogramKeyLists.push(keys);
     }
   }
-  const info: NodeInfo = {
-    node,
+  return {
     schedulable,
     fabrics,
     usableClass,
@@ -509,10 +535,18 @@ function buildNodeInfo(node: SchedulerNode): NodeInfo {
     usablePools: [...usableByClass.keys()],
     histogramPools: [...histogramKeys.keys()],
     histogramKeyLists,
-    nvlink: undefined,
   };
-  nodeInfoCache.set(node, info);
-  return info;
+}
+
+/** The NVLink matrix of `node`, shared by every node with the same `nvlinks` list. */
+function nvlinkOf(node: SchedulerNode): NvlinkMatrix {
+  const key = node.nvlinks ?? NO_NVLINKS;
+  let matrix = nvlinkCache.get(key);
+  if (matrix === undefined) {
+    matrix = buildNvlinkMatrix(key);
+    nvlinkCache.set(key, matrix);
+  }
+  return matrix;
 }
 
 /** `${pool} ${fabric}` → the one string for it, so that nodes share their histogram keys. */
@@ -1350,11 +1384,10 @@ function commit(
     if (candidate.perNode >= free.length) {
       return { rank, nodeId: node.id, gpuIndices: free.sort((x, y) => x - y) };
     }
-    node.info.nvlink ??= buildNvlinkMatrix(node.node.nvlinks);
     return {
       rank,
       nodeId: node.id,
-      gpuIndices: selectGpus(free, candidate.perNode, node.info.nvlink, node.node.nicDistance),
+      gpuIndices: selectGpus(free, candidate.perNode, nvlinkOf(node.node), node.node.nicDistance),
     };
   });
   return {

@@ -11,7 +11,9 @@ export interface Reason {
 
 export interface SchedulerGpu {
   readonly index: number;
-  readonly uuid: string;
+  /** Not read by the scheduler; the control plane leaves it out so that nodes of one layout
+   * share one GPU list (see `NodeInfo` in schedule.ts). */
+  readonly uuid?: string;
   /** e.g. "h100-80g"; undefined when unknown (such a GPU is never used for a class request). */
   readonly gpuClass?: string;
   readonly healthy: boolean;
