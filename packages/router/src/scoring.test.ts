@@ -285,6 +285,22 @@ describe("rankCandidates", () => {
       expect(ranking.ranked[0]?.id).toBe(first);
     });
 
+    it.each<{ name: string; hinted: boolean; queued: number; first: string }>([
+      // Prompts of 100 tokens; p is the rendezvous (or hint) choice.
+      { name: "new prompt, half a prompt queued on p", hinted: false, queued: 50, first: "b" },
+      { name: "hinted, half a prompt queued on p", hinted: true, queued: 50, first: "b" },
+      { name: "hinted, a quarter queued on p: still p's", hinted: true, queued: 25, first: "p" },
+    ])("passes on when prefill is queued ahead of it: $name", ({ hinted, queued, first }) => {
+      // The aged half prompt queued on p plus the hint's bonus tied with the free b before.
+      const candidates = [
+        rv("p", 1, 99, { capacity: 64, pendingPrefillTokens: queued }),
+        rv("b", 1, 1, { capacity: 64 }),
+      ];
+      const ranked = rankCandidates("llmgw", candidates, 4, 0, opts, hinted, 100).ranked;
+      expect(ranked[0]?.id).toBe(first);
+      expect(ranked.find((r) => r.rendezvousPreferred)?.id).toBe(first);
+    });
+
     it("marks the one candidate that got it, and nobody when it is off", () => {
       const candidates = [rv("a", 0, 10), rv("b", 0, 99)];
       const on = rankCandidates("llmgw", candidates, 4, 0, opts).ranked;

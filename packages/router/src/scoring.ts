@@ -32,7 +32,9 @@
  * hint·wH (default 1, as much as a full prefix match) whether or not the prompt is new: the
  * client said these requests belong together, so they keep going to the hint's replica while it
  * is within the same load bounds — consistent hashing with bounded loads, on every router
- * alike — and spill to the hint's next rendezvous choice when it is not.
+ * alike — and spill to the hint's next rendezvous choice when it is not. Neither preference
+ * goes to a replica with more prefill queued than the least queued one by over a quarter of
+ * this prompt: a request would wait behind it, and nothing cached there yet makes up for that.
  */
 import { checkRange, RouterError } from "./errors.js";
 import { DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS } from "./rendezvous.js";
@@ -126,6 +128,12 @@ export interface ResolvedScoringOptions {
   readonly affinityLoadFactor: number;
   readonly rendezvousAnchorBlocks: number;
 }
+
+/**
+ * Queued prefill, in prompts of the request's own, by which a replica may exceed the least
+ * queued one and still take the rendezvous or hint preference.
+ */
+const QUEUED_SLACK = 0.25;
 
 /** Default weights of the `llmgw` score. */
 export const DEFAULT_SCORING_WEIGHTS: ScoringWeights = {
@@ -237,8 +245,10 @@ export function rankCandidates(
   let minLatency = Number.POSITIVE_INFINITY;
   let missing = false;
   let totalInFlight = 0;
+  let leastQueued = Number.POSITIVE_INFINITY;
   for (const x of withRoom) {
     totalInFlight += x.c.inFlight;
+    leastQueued = Math.min(leastQueued, x.c.pendingPrefillTokens ?? 0);
     minUtil = Math.min(minUtil, x.utilization);
     if (x.c.latencyMs !== undefined) minLatency = Math.min(minLatency, x.c.latencyMs);
     if (x.c.load?.waiting === undefined && x.c.load?.kvCacheUsage === undefined) missing = true;
@@ -276,7 +286,13 @@ export function rankCandidates(
     // A new prefix's rendezvous choice keeps the in-flight bound alone: every router agrees on
     // it without knowing the others' recent picks, and new prefixes hash evenly anyway. A
     // holder whose claim the bound voided gets no preference either, or it would keep the prefix.
-    const eligible = hinted ? !overBound : !(overUtilized || overInFlight || voided);
+    // Nor does a replica with prefill queued ahead when another has less: the preference is a
+    // tie-break among equals, and an aged prefill (half a prompt at least) plus a hint's bonus
+    // (half a prompt) tied with a free replica, so unique sessions queued behind each other.
+    const queuedBehind =
+      ((c.pendingPrefillTokens ?? 0) - leastQueued) / Math.max(1, promptTokens) > QUEUED_SLACK;
+    const eligible =
+      !queuedBehind && (hinted ? !overBound : !(overUtilized || overInFlight || voided));
     if (
       w !== undefined &&
       eligible &&

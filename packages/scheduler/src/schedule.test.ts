@@ -7,7 +7,7 @@ import {
   testDeployment as dep,
   testNode as node,
 } from "./testing/index.js";
-import type { ScheduleInput, ScheduleResult } from "./types.js";
+import type { ScheduleInput, ScheduleResult, SchedulerNode } from "./types.js";
 
 /** The plan as short lines: "id node:gpus node:gpus @fabric", "id -code", "name ×missing code". */
 function summarize(result: ScheduleResult): string[] {
@@ -556,6 +556,36 @@ describe("schedule", () => {
     const result = schedule(input);
     expect(summarize(result)).toEqual(plan);
     expect(checkPlan(input, result)).toEqual([]);
+  });
+
+  it("judges each node of a shared layout by its own state and fabrics", () => {
+    // As the control plane builds them: one GPU list and one fabric list for many nodes.
+    const layout = node("x", { fabrics: ["ib-a"] });
+    const as = (id: string, extra: Partial<SchedulerNode> = {}): SchedulerNode => ({
+      ...layout,
+      id,
+      ...extra,
+    });
+    const input: ScheduleInput = {
+      nodes: [
+        as("a1"),
+        as("a2", { draining: true }),
+        as("a3", { state: "unreachable" }),
+        as("a4"),
+        as("b1", { fabrics: ["ib-b"] }),
+      ],
+      deployments: [dep("g", { gpusPerReplica: 16 }), dep("one", { gpusPerReplica: 8 })],
+      placements: [at("one-0", [["a2", [0, 1, 2, 3, 4, 5, 6, 7]]])],
+    };
+    const result = schedule(input);
+    expect(summarize(result)).toEqual([
+      "g-0 a1:0,1,2,3,4,5,6,7 a4:0,1,2,3,4,5,6,7 @ib-a",
+      "one-1 b1:0,1,2,3,4,5,6,7",
+      "one-0 -node-draining",
+    ]);
+    expect(checkPlan(input, result)).toEqual([]);
+    // The same nodes as separate objects plan alike.
+    expect(schedule(structuredClone(input))).toEqual(result);
   });
 
   it("explains a gang that no fabric can hold, with numbers", () => {
