@@ -10,6 +10,8 @@ describe("bench/control-plane/run.ts --quick", () => {
     expect(stdout).toMatch(/steady window\s+no-op AgentService\s+control plane \(sqlite\)\s+goal/);
     expect(stdout).toMatch(/heartbeat p99 \(ms, client side\)/);
     expect(stdout).toMatch(/lost → READY elsewhere \(ms\)/);
+    expect(stdout).toMatch(/issue 19: 1 \+ 1 steady windows, back to back/);
+    expect(stdout).toMatch(/CPU per heartbeat \(µs\), each window\s+\d+\s+\d+\s+\d+\.\d\d/);
     expect(stdout).toMatch(/routing goal\s+measured/);
     const result = lastJson<{
       bench: string;

@@ -51,6 +51,10 @@ import { measureWindow, type WindowResult } from "./window.js";
 
 /** The issue's goals (issue 7: the steady window; issue 17: the routing phase). */
 const GOALS = {
+  /** Issue 19: the control plane against the do-nothing floor, medians of the steady windows. */
+  cpuPerHeartbeatRatio: 1.1,
+  heartbeatP99Ratio: 1.5,
+  metricsScrapeMs: 100,
   cpuCores: 0.25,
   heartbeatP99Ms: 20,
   routingCpuCores: 0.3,
@@ -63,6 +67,11 @@ interface BenchConfig {
   readonly quick: boolean;
   readonly agents: number;
   readonly seconds: number;
+  /**
+   * Steady windows against each target, back to back (the floor's first, then the control
+   * plane's): issue 19's ratios are judged on their medians.
+   */
+  readonly steadyWindows: number;
   readonly warmupSeconds: number;
   readonly deployments: number;
   readonly heartbeatIntervalS: number;
@@ -93,6 +102,7 @@ function parseConfig(argv: string[]): BenchConfig {
       quick: { type: "boolean", default: false },
       agents: { type: "string" },
       seconds: { type: "string" },
+      "steady-windows": { type: "string" },
       deployments: { type: "string" },
       "node-lost-after": { type: "string" },
       transports: { type: "string" },
@@ -123,6 +133,7 @@ function parseConfig(argv: string[]): BenchConfig {
     quick,
     agents: Math.round(num(values.agents, quick ? 50 : 1_000, "agents")),
     seconds: num(values.seconds, quick ? 5 : 30, "seconds"),
+    steadyWindows: Math.round(num(values["steady-windows"], quick ? 1 : 3, "steady-windows")),
     warmupSeconds: quick ? 1 : 5,
     deployments: Math.round(num(values.deployments, quick ? 10 : 200, "deployments")),
     heartbeatIntervalS: 2,
@@ -181,7 +192,11 @@ function deploymentPlans(count: number): DeploymentPlan[] {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The baseline: the same fleet against the do-nothing AgentService. */
-async function runBaseline(config: BenchConfig, dir: string, ticks: number): Promise<WindowResult> {
+async function runBaseline(
+  config: BenchConfig,
+  dir: string,
+  ticks: number,
+): Promise<WindowResult[]> {
   let target: TargetProcess | undefined;
   let fleet: Fleet | undefined;
   try {
@@ -196,8 +211,12 @@ async function runBaseline(config: BenchConfig, dir: string, ticks: number): Pro
     await fleet.registerAll();
     fleet.start();
     await sleep((config.heartbeatIntervalS + config.warmupSeconds) * 1000);
-    log(`baseline (do-nothing AgentService): measuring for ${config.seconds} s`);
-    return await measureWindow(fleet, target.pid, ticks, config.seconds);
+    const windows: WindowResult[] = [];
+    for (let i = 0; i < config.steadyWindows; i++) {
+      log(`baseline (do-nothing AgentService): measuring for ${config.seconds} s (${i + 1})`);
+      windows.push(await measureWindow(fleet, target.pid, ticks, config.seconds));
+    }
+    return windows;
   } finally {
     fleet?.stop();
     await target?.stop();
@@ -270,7 +289,10 @@ interface ControlPlaneResult {
   readonly registerS: number;
   readonly deployS: number;
   readonly convergeS: number;
+  /** The first steady window (the tables' column). */
   readonly window: WindowResult;
+  /** Every steady window, the first included (issue 19's medians). */
+  readonly steadyWindows: readonly WindowResult[];
   readonly metricsScrape: Awaited<ReturnType<typeof scrapeMetrics>>;
   readonly lostNode: LostNodeResult;
   readonly hot?: HotFunction[];
@@ -387,6 +409,12 @@ async function runControlPlane(
     if (inspectPort) profiler = await startProfiler(inspectPort);
     log(`control plane: measuring for ${config.seconds} s${profiler ? " (profiling)" : ""}`);
     const window = await measureWindow(fleet, cp.pid, ticks, config.seconds);
+    const steadyWindows = [window];
+    // Without the profiler: it would weigh on the windows after the first.
+    for (let i = 1; i < config.steadyWindows && !profiler; i++) {
+      log(`control plane: measuring for ${config.seconds} s (${i + 1})`);
+      steadyWindows.push(await measureWindow(fleet, cp.pid, ticks, config.seconds));
+    }
     let hot: HotFunction[] | undefined;
     if (profiler) {
       const profile = await profiler.stop();
@@ -438,6 +466,7 @@ async function runControlPlane(
       deployS: Number(deployS.toFixed(2)),
       convergeS: Number(convergeS.toFixed(2)),
       window,
+      steadyWindows,
       metricsScrape,
       lostNode,
       ...(hot ? { hot } : {}),
@@ -744,8 +773,10 @@ async function main(): Promise<void> {
   const ticks = clockTicksPerSecond();
   const loadAtStart = loadAverage();
   try {
-    const base = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
+    const baseWindows = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
+    const base = baseWindows?.[0];
     const cp = await runControlPlane(config, tmp, ticks);
+    const floor = baseWindows === undefined ? undefined : againstFloor(baseWindows, cp);
     const result = {
       bench: "control-plane",
       at: new Date().toISOString(),
@@ -765,10 +796,15 @@ async function main(): Promise<void> {
             cp.window.heartbeats.p99Ms !== undefined &&
             cp.window.heartbeats.p99Ms < GOALS.heartbeatP99Ms,
         },
+        ...(floor === undefined ? {} : floor.goals),
         ...routingGoals(cp.routing),
       },
       baseline: base
-        ? { ...base, ...saturation(config.agents, cp.heartbeatIntervalMs, base) }
+        ? {
+            ...base,
+            ...saturation(config.agents, cp.heartbeatIntervalMs, base),
+            steadyWindows: baseWindows,
+          }
         : null,
       controlPlane: {
         ...cp,
@@ -776,6 +812,7 @@ async function main(): Promise<void> {
       },
     };
     printTables(config, cp, base, loadAtStart);
+    if (floor !== undefined) console.log(`\n${floor.table}`);
     const dir = join(repoRoot, "bench/results");
     mkdirSync(dir, { recursive: true });
     const file = join(dir, `control-plane-${result.at.replace(/[:.]/g, "-")}.json`);
@@ -785,6 +822,105 @@ async function main(): Promise<void> {
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
+}
+
+/**
+ * Issue 19's goals: CPU per heartbeat and heartbeat p99 as ratios of the medians of the
+ * steady windows against the do-nothing floor (one window each is a coin toss on this box:
+ * the floor alone moved 393–455 µs between runs minutes apart), and the `/metrics` median.
+ */
+function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
+  const med = (xs: readonly (number | undefined)[]) =>
+    quantile(
+      xs.filter((x): x is number => x !== undefined),
+      0.5,
+    );
+  const cpWindows = cp.steadyWindows;
+  const cpu = [
+    med(floor.map((w) => w.target.cpuUsPerHeartbeat)),
+    med(cpWindows.map((w) => w.target.cpuUsPerHeartbeat)),
+  ] as const;
+  const p99 = [
+    med(floor.map((w) => w.heartbeats.p99Ms)),
+    med(cpWindows.map((w) => w.heartbeats.p99Ms)),
+  ] as const;
+  const ratio = (pair: readonly [number | undefined, number | undefined]) =>
+    pair[0] === undefined || pair[1] === undefined || pair[0] <= 0 ? undefined : pair[1] / pair[0];
+  const cpuRatio = ratio(cpu);
+  const p99Ratio = ratio(p99);
+  const scrapeMs = cp.metricsScrape.medianMs;
+  const list = (xs: readonly (number | undefined)[], digits: number) =>
+    xs.map((x) => fmt(x, digits)).join(", ");
+  const goals = {
+    cpuPerHeartbeatRatio: {
+      goal: `≤ ${GOALS.cpuPerHeartbeatRatio}× the floor (medians)`,
+      floorUs: cpu[0],
+      controlPlaneUs: cpu[1],
+      ratio: cpuRatio,
+      met: cpuRatio !== undefined && cpuRatio <= GOALS.cpuPerHeartbeatRatio,
+    },
+    heartbeatP99Ratio: {
+      goal: `≤ ${GOALS.heartbeatP99Ratio}× the floor (medians)`,
+      floorMs: p99[0],
+      controlPlaneMs: p99[1],
+      ratio: p99Ratio,
+      met: p99Ratio !== undefined && p99Ratio <= GOALS.heartbeatP99Ratio,
+    },
+    metricsScrapeMs: {
+      goal: `≤ ${GOALS.metricsScrapeMs} ms (median)`,
+      medianMs: scrapeMs,
+      met: scrapeMs <= GOALS.metricsScrapeMs,
+    },
+  };
+  const table = formatTable(
+    [
+      `issue 19: ${floor.length} + ${cpWindows.length} steady windows, back to back`,
+      "no-op AgentService",
+      "control plane",
+      "median ratio",
+      "goal",
+      "",
+    ],
+    [
+      [
+        "CPU per heartbeat (µs), each window",
+        list(
+          floor.map((w) => w.target.cpuUsPerHeartbeat),
+          0,
+        ),
+        list(
+          cpWindows.map((w) => w.target.cpuUsPerHeartbeat),
+          0,
+        ),
+        fmt(cpuRatio, 2),
+        `≤ ${GOALS.cpuPerHeartbeatRatio}`,
+        verdict(goals.cpuPerHeartbeatRatio.met),
+      ],
+      [
+        "heartbeat p99 (ms), each window",
+        list(
+          floor.map((w) => w.heartbeats.p99Ms),
+          1,
+        ),
+        list(
+          cpWindows.map((w) => w.heartbeats.p99Ms),
+          1,
+        ),
+        fmt(p99Ratio, 2),
+        `≤ ${GOALS.heartbeatP99Ratio}`,
+        verdict(goals.heartbeatP99Ratio.met),
+      ],
+      [
+        "/metrics scrape median (ms)",
+        "",
+        fmt(scrapeMs, 1),
+        "",
+        `≤ ${GOALS.metricsScrapeMs}`,
+        verdict(goals.metricsScrapeMs.met),
+      ],
+    ],
+  );
+  return { goals, table };
 }
 
 main().catch((error: unknown) => {
