@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
-import { type NodeInventory, TopologySchema } from "@llmgw/proto";
+import { GpuLinkSchema, type NodeInventory, TopologySchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it } from "vitest";
@@ -90,7 +90,9 @@ describe("SchedulerNodes", () => {
     expect(none.nicDistance).not.toBe(base.nicDistance);
 
     const inv = inventory("f", ["PIX"]);
-    inv.topology?.gpuLinks.push({ ...(inv.topology.gpuLinks[0] as never), gpuA: 4, gpuB: 5 });
+    inv.topology?.gpuLinks.push(
+      create(GpuLinkSchema, { gpuA: 4, gpuB: 5, path: "NV18", nvlinks: 18 }),
+    );
     const linked = nodes.build(source("f", inv));
     expect(linked.nvlinks).not.toBe(base.nvlinks);
     expect(linked.nvlinks).toHaveLength(3);

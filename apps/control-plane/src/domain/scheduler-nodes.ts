@@ -17,8 +17,8 @@ export interface SchedulerNodeSource {
 
 /**
  * PCIe path to a NIC → the scheduler's distance, 0 PIX … 4 SYS. A switch, not a keyed
- * lookup: a decoded string used as a property key is internalized first, which made this a
- * third of a starting control plane's scheduler input.
+ * lookup: a decoded string used as a property key is internalized first, which was a third
+ * of this builder's own time when a control plane started over 10,000 nodes.
  */
 function nicDistance(path: string): number | undefined {
   switch (path) {
@@ -41,9 +41,10 @@ function nicDistance(path: string): number | undefined {
  * Builds the scheduler's view of nodes, sharing every part two nodes have equal (their GPU
  * list without UUIDs, fabrics, NVLink list, NIC distances): a fleet has a handful of node
  * layouts, and the scheduler derives what it needs once per shared list (`layoutCache` in
- * `@llmgw/scheduler`). A control plane starting over 10,000 nodes then keeps a few hundred
- * objects of scheduler input instead of ~100 per node, and its first reconcile derives each
- * layout once. Equal parts are found by a hash and then compared, so sharing is exact.
+ * `@llmgw/scheduler`). A control plane starting over 10,000 nodes then keeps one small object
+ * per node plus the shared lists, instead of ~100 objects per node, and its first reconcile
+ * derives each layout once. Equal parts are found by a hash and then compared, so sharing is
+ * exact.
  */
 export class SchedulerNodes {
   readonly #gpus = new Shared(sameGpus, makeGpus);
