@@ -184,10 +184,15 @@ export async function startControlPlaneProcess(
 }
 
 /** Starts the do-nothing `AgentService` baseline; resolves once it printed its URL. */
-export async function startNoopProcess(dir: string, intervalMs: number): Promise<TargetProcess> {
+export async function startNoopProcess(
+  dir: string,
+  intervalMs: number,
+  /** Extra node flags, e.g. `--inspect=127.0.0.1:PORT` for profiling. */
+  nodeFlags: readonly string[] = [],
+): Promise<TargetProcess> {
   const logFile = join(dir, "noop.log");
   const { proc, exited, stop } = spawnLogged(
-    ["--conditions=@llmgw/source", "--import", "tsx", noopScript, String(intervalMs)],
+    [...nodeFlags, "--conditions=@llmgw/source", "--import", "tsx", noopScript, String(intervalMs)],
     logFile,
   );
   const deadline = Date.now() + 60_000;

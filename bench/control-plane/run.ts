@@ -196,11 +196,16 @@ async function runBaseline(
   config: BenchConfig,
   dir: string,
   ticks: number,
-): Promise<WindowResult[]> {
+): Promise<{ windows: WindowResult[]; hot?: HotFunction[] }> {
   let target: TargetProcess | undefined;
   let fleet: Fleet | undefined;
+  const inspectPort = config.cpuProf ? await freePort() : undefined;
   try {
-    target = await startNoopProcess(dir, config.heartbeatIntervalS * 1000);
+    target = await startNoopProcess(
+      dir,
+      config.heartbeatIntervalS * 1000,
+      inspectPort === undefined ? [] : [`--inspect=127.0.0.1:${inspectPort}`],
+    );
     fleet = new Fleet({
       controlUrl: target.url,
       joinToken: "unused",
@@ -212,11 +217,26 @@ async function runBaseline(
     fleet.start();
     await sleep((config.heartbeatIntervalS + config.warmupSeconds) * 1000);
     const windows: WindowResult[] = [];
+    let hot: HotFunction[] | undefined;
     for (let i = 0; i < config.steadyWindows; i++) {
-      log(`baseline (do-nothing AgentService): measuring for ${config.seconds} s (${i + 1})`);
+      // The floor profiled in its first window, as the control plane is in its own: the two
+      // profiles side by side say where the control plane's extra time per heartbeat goes.
+      const profiler =
+        i === 0 && inspectPort !== undefined ? await startProfiler(inspectPort) : undefined;
+      log(
+        `baseline (do-nothing AgentService): measuring for ${config.seconds} s (${i + 1})${profiler ? " (profiling)" : ""}`,
+      );
       windows.push(await measureWindow(fleet, target.pid, ticks, config.seconds));
+      if (profiler) {
+        const profile = await profiler.stop();
+        hot = hotFunctions(profile);
+        mkdirSync("bench/results", { recursive: true });
+        const file = `bench/results/control-plane-floor-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
+        writeFileSync(file, JSON.stringify(profile));
+        log(`floor window profile written to ${file}`);
+      }
     }
-    return windows;
+    return { windows, ...(hot ? { hot } : {}) };
   } finally {
     fleet?.stop();
     await target?.stop();
@@ -502,6 +522,7 @@ function printTables(
   cp: ControlPlaneResult,
   base: WindowResult | undefined,
   loadAtStart: string,
+  floorHot?: readonly HotFunction[],
 ): void {
   const w = cp.window;
   const b = (pick: (r: WindowResult) => string) => (base ? pick(base) : "skipped");
@@ -645,13 +666,17 @@ function printTables(
   );
   if (cp.routing) printRouting(cp.routing);
   for (const [what, hot] of [
-    ["in the window", cp.hot],
-    [`in round 1's churn window (${cp.routing?.summary.byLoadVia[0]?.via})`, cp.routing?.hot],
+    ["control plane self time in the window", cp.hot],
+    [
+      `control plane self time in round 1's churn window (${cp.routing?.summary.byLoadVia[0]?.via})`,
+      cp.routing?.hot,
+    ],
+    ["no-op AgentService self time in its first window", floorHot],
   ] as const) {
     if (!hot) continue;
     console.log(
       `\n${formatTable(
-        [`control plane self time ${what} (busy samples)`, "share"],
+        [`${what} (busy samples)`, "share"],
         hot.map((h) => [
           h.total === undefined ? h.fn : `${h.fn} (inclusive)`,
           `${((h.total ?? h.self) * 100).toFixed(1)}%`,
@@ -773,7 +798,8 @@ async function main(): Promise<void> {
   const ticks = clockTicksPerSecond();
   const loadAtStart = loadAverage();
   try {
-    const baseWindows = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
+    const baseline = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
+    const baseWindows = baseline?.windows;
     const base = baseWindows?.[0];
     const cp = await runControlPlane(config, tmp, ticks);
     const floor = baseWindows === undefined ? undefined : againstFloor(baseWindows, cp);
@@ -804,6 +830,7 @@ async function main(): Promise<void> {
             ...base,
             ...saturation(config.agents, cp.heartbeatIntervalMs, base),
             steadyWindows: baseWindows,
+            ...(baseline?.hot ? { hot: baseline.hot } : {}),
           }
         : null,
       controlPlane: {
@@ -811,7 +838,7 @@ async function main(): Promise<void> {
         window: { ...cp.window, ...saturation(config.agents, cp.heartbeatIntervalMs, cp.window) },
       },
     };
-    printTables(config, cp, base, loadAtStart);
+    printTables(config, cp, base, loadAtStart, baseline?.hot);
     if (floor !== undefined) console.log(`\n${floor.table}`);
     const dir = join(repoRoot, "bench/results");
     mkdirSync(dir, { recursive: true });
