@@ -1,3 +1,4 @@
+import { mkdirSync, writeFileSync } from "node:fs";
 /**
  * CPU-profiling the control plane during the steady window only (`--cpu-prof`): the control
  * plane runs with `--inspect=127.0.0.1:PORT` and this file drives the V8 profiler over the
@@ -155,4 +156,15 @@ export function inclusiveFunctions(profile: CpuProfile, only: RegExp, top = 15):
     .sort((a, b) => b[1] - a[1])
     .slice(0, top)
     .map(([fn, c]) => ({ fn, self: 0, total: total > 0 ? c / total : 0 }));
+}
+
+/**
+ * Writes `profile` to `bench/results/control-plane-<kind>-<time>.cpuprofile` (git-ignored;
+ * open it in Chrome DevTools) and returns the path.
+ */
+export function saveProfile(kind: string, profile: CpuProfile): string {
+  mkdirSync("bench/results", { recursive: true });
+  const file = `bench/results/control-plane-${kind}-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
+  writeFileSync(file, JSON.stringify(profile));
+  return file;
 }

@@ -11,7 +11,6 @@
  *   drops) the grant, as the router process notes on its membership change;
  * - router CPU per request (the router carrying the traffic, process CPU ÷ wrk's requests).
  */
-import { mkdirSync, writeFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import type { Client } from "@connectrpc/connect";
 import type { ClusterService } from "@llmgw/proto";
@@ -21,7 +20,13 @@ import type { KeyArrivals, RemoteRouterChildConfig, RouterReport } from "../lib/
 import { quantile } from "../lib/table.js";
 import type { Fleet, LoadVia } from "./fleet.js";
 import { log } from "./processes.js";
-import { type HotFunction, hotFunctions, inclusiveFunctions, startProfiler } from "./profile.js";
+import {
+  type HotFunction,
+  hotFunctions,
+  inclusiveFunctions,
+  saveProfile,
+  startProfiler,
+} from "./profile.js";
 import { measureWindow, type WindowResult } from "./window.js";
 
 /** Settings of the phase. */
@@ -325,9 +330,7 @@ export async function runRoutingPhase(options: {
         ]);
         if (profiler) {
           const profile = await profiler.stop();
-          mkdirSync("bench/results", { recursive: true });
-          const file = `bench/results/control-plane-churn-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
-          writeFileSync(file, JSON.stringify(profile));
+          const file = saveProfile("churn", profile);
           log(`churn window profile written to ${file} (open it in Chrome DevTools)`);
           // Self time, then inclusive time of llmgw's own code (the CLI's bundle).
           hot = [

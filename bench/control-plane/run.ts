@@ -45,7 +45,13 @@ import {
   startNoopProcess,
   type TargetProcess,
 } from "./processes.js";
-import { type HotFunction, hotFunctions, type ProfilerSession, startProfiler } from "./profile.js";
+import {
+  type HotFunction,
+  hotFunctions,
+  type ProfilerSession,
+  saveProfile,
+  startProfiler,
+} from "./profile.js";
 import { type RoutingPhaseResult, runRoutingPhase } from "./routing.js";
 import { measureWindow, type WindowResult } from "./window.js";
 
@@ -230,10 +236,7 @@ async function runBaseline(
       if (profiler) {
         const profile = await profiler.stop();
         hot = hotFunctions(profile);
-        mkdirSync("bench/results", { recursive: true });
-        const file = `bench/results/control-plane-floor-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
-        writeFileSync(file, JSON.stringify(profile));
-        log(`floor window profile written to ${file}`);
+        log(`floor window profile written to ${saveProfile("floor", profile)}`);
       }
     }
     return { windows, ...(hot ? { hot } : {}) };
@@ -439,9 +442,7 @@ async function runControlPlane(
     if (profiler) {
       const profile = await profiler.stop();
       hot = hotFunctions(profile);
-      mkdirSync("bench/results", { recursive: true });
-      const file = `bench/results/control-plane-steady-${new Date().toISOString().replace(/[:.]/g, "-")}.cpuprofile`;
-      writeFileSync(file, JSON.stringify(profile));
+      const file = saveProfile("steady", profile);
       log(`steady window profile written to ${file} (open it in Chrome DevTools)`);
     }
 
