@@ -858,48 +858,54 @@ async function main(): Promise<void> {
  * the floor alone moved 393–455 µs between runs minutes apart), and the `/metrics` median.
  */
 function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
+  const cpWindows = cp.steadyWindows;
   const med = (xs: readonly (number | undefined)[]) =>
     quantile(
       xs.filter((x): x is number => x !== undefined),
       0.5,
     );
-  const cpWindows = cp.steadyWindows;
-  const cpu = [
-    med(floor.map((w) => w.target.cpuUsPerHeartbeat)),
-    med(cpWindows.map((w) => w.target.cpuUsPerHeartbeat)),
-  ] as const;
-  const p99 = [
-    med(floor.map((w) => w.heartbeats.p99Ms)),
-    med(cpWindows.map((w) => w.heartbeats.p99Ms)),
-  ] as const;
-  const ratio = (pair: readonly [number | undefined, number | undefined]) =>
-    pair[0] === undefined || pair[1] === undefined || pair[0] <= 0 ? undefined : pair[1] / pair[0];
-  const cpuRatio = ratio(cpu);
-  const p99Ratio = ratio(p99);
+  /** One figure of every window on both sides, their medians and the ratio against `goal`. */
+  const compare = (pick: (w: WindowResult) => number | undefined, goal: number) => {
+    const floorEach = floor.map(pick);
+    const cpEach = cpWindows.map(pick);
+    const floorMedian = med(floorEach);
+    const cpMedian = med(cpEach);
+    const ratio =
+      floorMedian === undefined || cpMedian === undefined || floorMedian <= 0
+        ? undefined
+        : cpMedian / floorMedian;
+    return {
+      floorEach,
+      cpEach,
+      json: {
+        goal: `≤ ${goal}× the floor (medians)`,
+        floor: floorMedian,
+        controlPlane: cpMedian,
+        ratio,
+        met: ratio !== undefined && ratio <= goal,
+      },
+    };
+  };
+  const cpu = compare((w) => w.target.cpuUsPerHeartbeat, GOALS.cpuPerHeartbeatRatio);
+  const p99 = compare((w) => w.heartbeats.p99Ms, GOALS.heartbeatP99Ratio);
   const scrapeMs = cp.metricsScrape.medianMs;
-  const list = (xs: readonly (number | undefined)[], digits: number) =>
-    xs.map((x) => fmt(x, digits)).join(", ");
   const goals = {
-    cpuPerHeartbeatRatio: {
-      goal: `≤ ${GOALS.cpuPerHeartbeatRatio}× the floor (medians)`,
-      floorUs: cpu[0],
-      controlPlaneUs: cpu[1],
-      ratio: cpuRatio,
-      met: cpuRatio !== undefined && cpuRatio <= GOALS.cpuPerHeartbeatRatio,
-    },
-    heartbeatP99Ratio: {
-      goal: `≤ ${GOALS.heartbeatP99Ratio}× the floor (medians)`,
-      floorMs: p99[0],
-      controlPlaneMs: p99[1],
-      ratio: p99Ratio,
-      met: p99Ratio !== undefined && p99Ratio <= GOALS.heartbeatP99Ratio,
-    },
+    cpuPerHeartbeatRatio: cpu.json,
+    heartbeatP99Ratio: p99.json,
     metricsScrapeMs: {
       goal: `≤ ${GOALS.metricsScrapeMs} ms (median)`,
       medianMs: scrapeMs,
       met: scrapeMs <= GOALS.metricsScrapeMs,
     },
   };
+  const row = (what: string, c: ReturnType<typeof compare>, digits: number, goal: number) => [
+    what,
+    c.floorEach.map((x) => fmt(x, digits)).join(", "),
+    c.cpEach.map((x) => fmt(x, digits)).join(", "),
+    fmt(c.json.ratio, 2),
+    `≤ ${goal}`,
+    verdict(c.json.met),
+  ];
   const table = formatTable(
     [
       `issue 19: ${floor.length} + ${cpWindows.length} steady windows, back to back`,
@@ -910,34 +916,8 @@ function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
       "",
     ],
     [
-      [
-        "CPU per heartbeat (µs), each window",
-        list(
-          floor.map((w) => w.target.cpuUsPerHeartbeat),
-          0,
-        ),
-        list(
-          cpWindows.map((w) => w.target.cpuUsPerHeartbeat),
-          0,
-        ),
-        fmt(cpuRatio, 2),
-        `≤ ${GOALS.cpuPerHeartbeatRatio}`,
-        verdict(goals.cpuPerHeartbeatRatio.met),
-      ],
-      [
-        "heartbeat p99 (ms), each window",
-        list(
-          floor.map((w) => w.heartbeats.p99Ms),
-          1,
-        ),
-        list(
-          cpWindows.map((w) => w.heartbeats.p99Ms),
-          1,
-        ),
-        fmt(p99Ratio, 2),
-        `≤ ${GOALS.heartbeatP99Ratio}`,
-        verdict(goals.heartbeatP99Ratio.met),
-      ],
+      row("CPU per heartbeat (µs), each window", cpu, 0, GOALS.cpuPerHeartbeatRatio),
+      row("heartbeat p99 (ms), each window", p99, 1, GOALS.heartbeatP99Ratio),
       [
         "/metrics scrape median (ms)",
         "",

@@ -29,7 +29,7 @@
  *
  * A request that names its affinity (a hint: `prompt_cache_key`, the session header, `user`)
  * anchors the rendezvous choice on the hint instead of its prompt, and that choice gets
- * hint·wH (default 1, as much as a full prefix match) whether or not the prompt is new: the
+ * hint·wH (default 0.5, half a full prefix match) whether or not the prompt is new: the
  * client said these requests belong together, so they keep going to the hint's replica while it
  * is within the same load bounds — consistent hashing with bounded loads, on every router
  * alike — and spill to the hint's next rendezvous choice when it is not. Neither preference
