@@ -183,16 +183,28 @@ export async function startControlPlaneProcess(
   };
 }
 
-/** Starts the do-nothing `AgentService` baseline; resolves once it printed its URL. */
+/**
+ * Starts the do-nothing `AgentService` baseline (`fast`: its answers through the control
+ * plane's fast path); resolves once it printed its URL.
+ */
 export async function startNoopProcess(
   dir: string,
   intervalMs: number,
   /** Extra node flags, e.g. `--inspect=127.0.0.1:PORT` for profiling. */
   nodeFlags: readonly string[] = [],
+  fast = false,
 ): Promise<TargetProcess> {
-  const logFile = join(dir, "noop.log");
+  const logFile = join(dir, fast ? "noop-fast.log" : "noop.log");
   const { proc, exited, stop } = spawnLogged(
-    [...nodeFlags, "--conditions=@llmgw/source", "--import", "tsx", noopScript, String(intervalMs)],
+    [
+      ...nodeFlags,
+      "--conditions=@llmgw/source",
+      "--import",
+      "tsx",
+      noopScript,
+      String(intervalMs),
+      ...(fast ? ["fast"] : []),
+    ],
     logFile,
   );
   const deadline = Date.now() + 60_000;

@@ -197,20 +197,25 @@ function deploymentPlans(count: number): DeploymentPlan[] {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** The baseline: the same fleet against the do-nothing AgentService. */
+/**
+ * The baseline: the same fleet against the do-nothing AgentService, on Connect's handler or
+ * (`fast`) through the control plane's fast path; profiled with `--cpu-prof`, Connect's only.
+ */
 async function runBaseline(
   config: BenchConfig,
   dir: string,
   ticks: number,
+  fast = false,
 ): Promise<{ windows: WindowResult[]; hot?: HotFunction[] }> {
   let target: TargetProcess | undefined;
   let fleet: Fleet | undefined;
-  const inspectPort = config.cpuProf ? await freePort() : undefined;
+  const inspectPort = config.cpuProf && !fast ? await freePort() : undefined;
   try {
     target = await startNoopProcess(
       dir,
       config.heartbeatIntervalS * 1000,
       inspectPort === undefined ? [] : [`--inspect=127.0.0.1:${inspectPort}`],
+      fast,
     );
     fleet = new Fleet({
       controlUrl: target.url,
@@ -230,7 +235,7 @@ async function runBaseline(
       const profiler =
         i === 0 && inspectPort !== undefined ? await startProfiler(inspectPort) : undefined;
       log(
-        `baseline (do-nothing AgentService): measuring for ${config.seconds} s (${i + 1})${profiler ? " (profiling)" : ""}`,
+        `baseline (do-nothing AgentService${fast ? ", fast path" : ""}): measuring for ${config.seconds} s (${i + 1})${profiler ? " (profiling)" : ""}`,
       );
       windows.push(await measureWindow(fleet, target.pid, ticks, config.seconds));
       if (profiler) {
@@ -802,8 +807,10 @@ async function main(): Promise<void> {
     const baseline = config.baseline ? await runBaseline(config, tmp, ticks) : undefined;
     const baseWindows = baseline?.windows;
     const base = baseWindows?.[0];
+    const fastFloor = config.baseline ? await runBaseline(config, tmp, ticks, true) : undefined;
     const cp = await runControlPlane(config, tmp, ticks);
-    const floor = baseWindows === undefined ? undefined : againstFloor(baseWindows, cp);
+    const floor =
+      baseWindows === undefined ? undefined : againstFloor(baseWindows, fastFloor?.windows, cp);
     const result = {
       bench: "control-plane",
       at: new Date().toISOString(),
@@ -834,6 +841,7 @@ async function main(): Promise<void> {
             ...(baseline?.hot ? { hot: baseline.hot } : {}),
           }
         : null,
+      fastPathBaseline: fastFloor ? { steadyWindows: fastFloor.windows } : null,
       controlPlane: {
         ...cp,
         window: { ...cp.window, ...saturation(config.agents, cp.heartbeatIntervalMs, cp.window) },
@@ -856,8 +864,15 @@ async function main(): Promise<void> {
  * Issue 19's goals: CPU per heartbeat and heartbeat p99 as ratios of the medians of the
  * steady windows against the do-nothing floor (one window each is a coin toss on this box:
  * the floor alone moved 393–455 µs between runs minutes apart), and the `/metrics` median.
+ * Beside them, not judged, the same do-nothing answers through the control plane's fast path
+ * (`fastFloor`): the control plane skips Connect's unary handler as that floor does, so the
+ * ratio against it is llmgw's own handling per heartbeat.
  */
-function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
+function againstFloor(
+  floor: readonly WindowResult[],
+  fastFloor: readonly WindowResult[] | undefined,
+  cp: ControlPlaneResult,
+) {
   const cpWindows = cp.steadyWindows;
   const med = (xs: readonly (number | undefined)[]) =>
     quantile(
@@ -867,22 +882,27 @@ function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
   /** One figure of every window on both sides, their medians and the ratio against `goal`. */
   const compare = (pick: (w: WindowResult) => number | undefined, goal: number) => {
     const floorEach = floor.map(pick);
+    const fastEach = fastFloor?.map(pick) ?? [];
     const cpEach = cpWindows.map(pick);
     const floorMedian = med(floorEach);
+    const fastMedian = med(fastEach);
     const cpMedian = med(cpEach);
-    const ratio =
-      floorMedian === undefined || cpMedian === undefined || floorMedian <= 0
-        ? undefined
-        : cpMedian / floorMedian;
+    const over = (base: number | undefined) =>
+      base === undefined || cpMedian === undefined || base <= 0 ? undefined : cpMedian / base;
+    const ratio = over(floorMedian);
     return {
       floorEach,
+      fastEach,
       cpEach,
+      fastRatio: over(fastMedian),
       json: {
         goal: `≤ ${goal}× the floor (medians)`,
         floor: floorMedian,
         controlPlane: cpMedian,
         ratio,
         met: ratio !== undefined && ratio <= goal,
+        fastPathFloor: fastMedian,
+        ratioToFastPathFloor: over(fastMedian),
       },
     };
   };
@@ -898,20 +918,26 @@ function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
       met: scrapeMs <= GOALS.metricsScrapeMs,
     },
   };
+  const each = (xs: readonly (number | undefined)[], digits: number) =>
+    xs.map((x) => fmt(x, digits)).join(", ");
   const row = (what: string, c: ReturnType<typeof compare>, digits: number, goal: number) => [
     what,
-    c.floorEach.map((x) => fmt(x, digits)).join(", "),
-    c.cpEach.map((x) => fmt(x, digits)).join(", "),
+    each(c.floorEach, digits),
+    each(c.fastEach, digits),
+    each(c.cpEach, digits),
     fmt(c.json.ratio, 2),
+    fmt(c.fastRatio, 2),
     `≤ ${goal}`,
     verdict(c.json.met),
   ];
   const table = formatTable(
     [
-      `issue 19: ${floor.length} + ${cpWindows.length} steady windows, back to back`,
+      `issue 19: ${floor.length} + ${fastFloor?.length ?? 0} + ${cpWindows.length} steady windows, back to back`,
       "no-op AgentService",
+      "no-op, fast path",
       "control plane",
       "median ratio",
+      "(to fast path)",
       "goal",
       "",
     ],
@@ -921,7 +947,9 @@ function againstFloor(floor: readonly WindowResult[], cp: ControlPlaneResult) {
       [
         "/metrics scrape median (ms)",
         "",
+        "",
         fmt(scrapeMs, 1),
+        "",
         "",
         `≤ ${GOALS.metricsScrapeMs}`,
         verdict(goals.metricsScrapeMs.met),

@@ -91,6 +91,8 @@ export {
   type RouterRegistryOptions,
   type RouterSession,
 } from "./routing/router-registry.js";
+export { type AgentFastPathOptions, createAgentFastPath } from "./rpc/agent-fast-path.js";
+export type { AgentCalls, AgentStreams, ClientStreamSession } from "./rpc/agent-service.js";
 export { ERROR_CODE_HEADER, toConnectError } from "./rpc/errors.js";
 export {
   createRouterService,

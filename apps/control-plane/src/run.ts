@@ -54,8 +54,8 @@ import {
   type RouterRegistry,
   type RouterSession,
 } from "./routing/router-registry.js";
-import { createAgentService, createAgentStreams } from "./rpc/agent-service.js";
-import { createAgentStreamFastPath } from "./rpc/agent-stream-fast-path.js";
+import { createAgentFastPath } from "./rpc/agent-fast-path.js";
+import { createAgentCalls, createAgentService, createAgentStreams } from "./rpc/agent-service.js";
 import { type ControlPlaneInstanceInfo, createClusterService } from "./rpc/cluster-service.js";
 import { answerMalformedRequestsAsInvalidArgument } from "./rpc/decode-errors.js";
 import {
@@ -479,12 +479,14 @@ export async function startControlPlane(
       shutdown: shutdown.signal,
       durable: () => store.flush(),
     };
-    // The agents' client streams in the encoding agents use, without Connect's per-message
-    // async iterables (see agent-stream-fast-path.ts); anything else goes to Connect.
-    const agentStreams = createAgentStreamFastPath(
-      createAgentStreams(cluster, agentServiceOptions),
-      { readMaxBytes },
-    );
+    // The agents' frequent calls in the encoding agents use, without Connect's per-call and
+    // per-message machinery (see agent-fast-path.ts); anything else goes to Connect.
+    const agentFastPath = createAgentFastPath({
+      streams: createAgentStreams(cluster, agentServiceOptions),
+      calls: createAgentCalls(cluster, agentServiceOptions),
+      durable: () => store.flush(),
+      readMaxBytes,
+    });
     const connect = connectNodeAdapter({
       // WatchRouting's watchdog tears down the socket of a router that stopped reading.
       contextValues: routerServiceContextValues,
@@ -538,7 +540,7 @@ export async function startControlPlane(
       routing,
       view: createClusterView(cluster, routers),
       handle: (req, res) => {
-        if (agentStreams(req, res)) return;
+        if (agentFastPath(req, res)) return;
         connect(req, res);
       },
       shutdown,
@@ -667,22 +669,23 @@ export async function startControlPlane(
         log,
       });
     }
+    const scrape = async (res: ServerResponse): Promise<void> => {
+      // Written as rendered, in the render's own buffers: lent until the response closes.
+      const out = await metricsEndpoint.exposition();
+      res.on("close", out.release);
+      res.writeHead(200, {
+        "content-type": metricsEndpoint.contentType,
+        "content-length": out.byteLength,
+      });
+      for (const chunk of out.chunks) res.write(chunk);
+      res.end();
+    };
     const controlServer = makeServer(
-      async (req, res) => {
+      // Not async: a heartbeat (hundreds a second) makes no promise here.
+      (req, res) => {
         const path = pathOf(req);
         if (path === "/healthz") return healthz(res);
-        if (path === "/metrics" && req.method === "GET") {
-          // Written as rendered, in the render's own buffers: lent until the response closes.
-          const out = await metricsEndpoint.exposition();
-          res.on("close", out.release);
-          res.writeHead(200, {
-            "content-type": metricsEndpoint.contentType,
-            "content-length": out.byteLength,
-          });
-          for (const chunk of out.chunks) res.write(chunk);
-          res.end();
-          return;
-        }
+        if (path === "/metrics" && req.method === "GET") return scrape(res);
         if (ui !== undefined && (ui.handle(req, res, path) || !ui.admit(req, res, path))) return;
         if (term !== undefined) term.handle(req, res);
         else follower(req, res);

@@ -7,6 +7,8 @@ import {
   HeartbeatResponseSchema,
   RegisterResponseSchema,
   type ReplicaLoadReport,
+  type ReportLoadRequest,
+  type ReportLoadResponse,
   ReportLoadResponseSchema,
   SetLeavingResponseSchema,
   type StreamHeartbeatRequest,
@@ -89,7 +91,7 @@ export interface ClientStreamSession<I, O> {
 
 /**
  * The agent's client streams, one session per request: the Connect handlers below and the
- * control listener's fast path (`agent-stream-fast-path.ts`) feed the same sessions.
+ * control listener's fast path (`agent-fast-path.ts`) feed the same sessions.
  */
 export interface AgentStreams {
   streamLoad(headers: Headers): ClientStreamSession<StreamLoadRequest, StreamLoadResponse>;
@@ -192,6 +194,52 @@ export function createAgentStreams(
 }
 
 /**
+ * The agent's two frequent unary calls, answered synchronously (the caller waits for
+ * durability before sending the answer): the Connect handlers below and the control
+ * listener's fast path (`agent-fast-path.ts`) run the same code.
+ */
+export interface AgentCalls {
+  heartbeat(req: HeartbeatRequest, headers: Headers): HeartbeatResponse;
+  reportLoad(req: ReportLoadRequest, headers: Headers): ReportLoadResponse;
+}
+
+/** The answer to an agent that last applied `generationSeen` (0: none). */
+function desiredResponse(
+  desired: ReturnType<Cluster["desiredSet"]>,
+  generationSeen: bigint,
+  options: AgentServiceOptions,
+): HeartbeatResponse {
+  // The set the agent applied already: its generation says so, the set is not sent again
+  // (encoding every node's full set on every beat was 8% of the control plane's CPU).
+  const unchanged = generationSeen !== 0n && generationSeen === desired.generation;
+  return create(HeartbeatResponseSchema, {
+    generation: desired.generation,
+    assignments: unchanged ? [] : [...desired.assignments],
+    unchanged,
+    heartbeatIntervalMs: desired.heartbeatIntervalMs,
+    loadStreamMs: options.loadStreamMs ?? 0,
+    heartbeatStreams: heartbeatStreamsOn(options),
+  });
+}
+
+/** {@link AgentCalls} over `cluster`. */
+export function createAgentCalls(cluster: Cluster, options: AgentServiceOptions = {}): AgentCalls {
+  return {
+    heartbeat(req, headers) {
+      authenticateNode(cluster, headers, req.nodeId, "Heartbeat");
+      return desiredResponse(takeHeartbeat(cluster, req), req.generationSeen, options);
+    },
+    reportLoad(req, headers) {
+      authenticateNode(cluster, headers, req.nodeId, "ReportLoad");
+      boundAgentRequest("ReportLoadRequest", req, { nowMs: cluster.now() });
+      applyLoadReports(cluster, req.nodeId, req.replicas);
+      // 0: the agent keeps its own interval (--load-interval).
+      return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
+    },
+  };
+}
+
+/**
  * `AgentService`: Register needs the join token; Heartbeat, ReportLoad, StreamLoad,
  * StreamHeartbeat, WatchDesired and SetLeaving the node credential.
  */
@@ -202,24 +250,8 @@ export function createAgentService(
 ): ServiceImpl<typeof AgentService> {
   const loadStreamMs = options.loadStreamMs ?? 0;
   const heartbeatStreams = heartbeatStreamsOn(options);
-  /** The answer to an agent that last applied `generationSeen` (0: none). */
-  const desiredResponse = (
-    desired: ReturnType<Cluster["desiredSet"]>,
-    generationSeen: bigint,
-  ): HeartbeatResponse => {
-    // The set the agent applied already: its generation says so, the set is not sent again
-    // (encoding every node's full set on every beat was 8% of the control plane's CPU).
-    const unchanged = generationSeen !== 0n && generationSeen === desired.generation;
-    return create(HeartbeatResponseSchema, {
-      generation: desired.generation,
-      assignments: unchanged ? [] : [...desired.assignments],
-      unchanged,
-      heartbeatIntervalMs: desired.heartbeatIntervalMs,
-      loadStreamMs,
-      heartbeatStreams,
-    });
-  };
   const streams = createAgentStreams(cluster, options);
+  const calls = createAgentCalls(cluster, options);
   return {
     register(req, ctx) {
       requireToken(ctx.requestHeader, joinToken, "the join token (llmgw control-plane token)");
@@ -250,17 +282,8 @@ export function createAgentService(
         heartbeatIntervalMs: result.heartbeatIntervalMs,
       });
     },
-    heartbeat(req, ctx) {
-      authenticateNode(cluster, ctx.requestHeader, req.nodeId, "Heartbeat");
-      return desiredResponse(takeHeartbeat(cluster, req), req.generationSeen);
-    },
-    reportLoad(req, ctx) {
-      authenticateNode(cluster, ctx.requestHeader, req.nodeId, "ReportLoad");
-      boundAgentRequest("ReportLoadRequest", req, { nowMs: cluster.now() });
-      applyLoadReports(cluster, req.nodeId, req.replicas);
-      // 0: the agent keeps its own interval (--load-interval).
-      return create(ReportLoadResponseSchema, { loadIntervalMs: 0 });
-    },
+    heartbeat: (req, ctx) => calls.heartbeat(req, ctx.requestHeader),
+    reportLoad: (req, ctx) => calls.reportLoad(req, ctx.requestHeader),
     setLeaving(req, ctx) {
       authenticateNode(cluster, ctx.requestHeader, req.nodeId, "SetLeaving");
       const nodeId = req.nodeId;
@@ -316,7 +339,9 @@ export function createAgentService(
             // The first answer always goes: it tells the agent the watch is open.
             if (first || desired.generation !== sent) {
               if (options.durable) await options.durable();
-              yield create(WatchDesiredResponseSchema, { desired: desiredResponse(desired, sent) });
+              yield create(WatchDesiredResponseSchema, {
+                desired: desiredResponse(desired, sent, options),
+              });
               first = false;
               sent = desired.generation;
             }

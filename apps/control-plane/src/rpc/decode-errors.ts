@@ -47,6 +47,15 @@ export function answerMalformedRequestsAsInvalidArgument(router: ConnectRouter):
   }
 }
 
+/** The answer to a request body that is not valid protobuf binary (`detail`: the decoder's why). */
+export function malformedBodyError(detail: string): ConnectError {
+  return new ConnectError(
+    `the request body is not a valid protobuf message (${detail})`,
+    Code.InvalidArgument,
+    { [ERROR_CODE_HEADER]: INVALID },
+  );
+}
+
 /** Connect answers Internal with 500 and a JSON error body; everything else passes untouched. */
 const mayRewrite = (res: UniversalServerResponse) =>
   res.status === codeToHttpStatus(Code.Internal) && res.body !== undefined;
@@ -58,14 +67,13 @@ async function rewrite(res: UniversalServerResponse): Promise<UniversalServerRes
   if (message === undefined || !message.startsWith(PARSE_BINARY)) {
     return { ...res, body: createAsyncIterable([bytes]) };
   }
-  const error = new ConnectError(
-    `the request body is not a valid protobuf message (${message.slice(PARSE_BINARY.length).trim()})`,
-    Code.InvalidArgument,
-  );
+  const error = malformedBodyError(message.slice(PARSE_BINARY.length).trim());
   const body = errorToJsonBytes(error, {});
   const header = new Headers(res.header);
   header.set("content-length", String(body.byteLength));
-  header.set(ERROR_CODE_HEADER, INVALID);
+  error.metadata.forEach((value, key) => {
+    header.set(key, value);
+  });
   return {
     ...res,
     status: codeToHttpStatus(Code.InvalidArgument),

@@ -1,12 +1,14 @@
-// The agents' client streams served off the socket (agent-stream-fast-path.ts), on a real
-// loopback listener, driven by the official Connect client as agents drive them; anything the
-// fast path does not take goes to Connect's own handler on the same listener.
+// The agents' calls served off the socket (agent-fast-path.ts), on a real loopback listener,
+// driven by the official Connect client as agents drive them; anything the fast path does not
+// take goes to Connect's own handler on the same listener (and so does a request carrying the
+// test's `x-via-connect` header, to compare the two answers).
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { gzipSync } from "node:zlib";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter, createConnectTransport } from "@connectrpc/connect-node";
@@ -14,6 +16,8 @@ import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import {
   AgentService,
+  HeartbeatRequestSchema,
+  HeartbeatResponseSchema,
   ReplicaLoadReportSchema,
   ReplicaState,
   ReplicaStatusSchema,
@@ -25,11 +29,12 @@ import { schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { Cluster } from "../domain/cluster.js";
+import { ControlPlaneError } from "../errors.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import { createManualClock } from "../testing/manual-clock.js";
 import { refusal } from "../testing/refusal.js";
-import { createAgentService, createAgentStreams } from "./agent-service.js";
-import { createAgentStreamFastPath } from "./agent-stream-fast-path.js";
+import { createAgentFastPath } from "./agent-fast-path.js";
+import { createAgentCalls, createAgentService, createAgentStreams } from "./agent-service.js";
 import { ERROR_CODE_HEADER, errorMappingInterceptor } from "./errors.js";
 
 const JOIN = "llmgw-join-test";
@@ -39,7 +44,10 @@ afterEach(async () => {
 });
 
 /** A control listener of the fast path then Connect, a node with one ready replica. */
-async function setup(fastReadMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true) {
+async function setup(
+  opts: { readonly readMaxBytes?: number; readonly heartbeatStreams?: boolean } = {},
+) {
+  const { readMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true } = opts;
   const dir = mkdtempSync(join(tmpdir(), "llmgw-fast-path-"));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
   const store = openSqliteStore({ file: join(dir, "state.db") });
@@ -56,8 +64,12 @@ async function setup(fastReadMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true
     rendezvousPortMax: 29_999,
   });
   const options = { loadStreamMs: 20_000, heartbeatStreams };
-  const fast = createAgentStreamFastPath(createAgentStreams(cluster, options), {
-    readMaxBytes: fastReadMaxBytes,
+  let durable = (): Promise<void> => Promise.resolve();
+  const fast = createAgentFastPath({
+    streams: createAgentStreams(cluster, options),
+    calls: createAgentCalls(cluster, options),
+    durable: () => durable(),
+    readMaxBytes,
   });
   const connect = connectNodeAdapter({
     interceptors: [errorMappingInterceptor],
@@ -66,7 +78,7 @@ async function setup(fastReadMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true
   });
   let taken = 0;
   const server: Server = createServer((req, res) => {
-    if (fast(req, res)) {
+    if (req.headers["x-via-connect"] === undefined && fast(req, res)) {
       taken++;
       return;
     }
@@ -127,13 +139,29 @@ async function setup(fastReadMaxBytes = 4 * 1024 * 1024, heartbeatStreams = true
   );
   const samples: ReplicaLoadSample[] = [];
   cluster.onLoad((s) => samples.push(s));
+  // Counted from here: setup's own heartbeat went the fast way too.
+  taken = 0;
   const report = (running: number) =>
     create(ReplicaLoadReportSchema, {
       replicaId,
       load: { running },
       scrapedAtUnixMs: BigInt(clock.now()),
     });
-  return { cluster, url, client, agent, nodeId, auth, samples, report, taken: () => taken };
+  return {
+    cluster,
+    url,
+    client,
+    agent,
+    nodeId,
+    auth,
+    samples,
+    report,
+    taken: () => taken,
+    /** Replaces what unary answers wait for. */
+    setDurable: (wait: () => Promise<void>) => {
+      durable = wait;
+    },
+  };
 }
 
 describe("agent stream fast path", () => {
@@ -181,7 +209,7 @@ describe("agent stream fast path", () => {
   });
 
   it("refuses a message over readMaxBytes with resource_exhausted", async () => {
-    const { agent, nodeId, auth } = await setup(64);
+    const { agent, nodeId, auth } = await setup({ readMaxBytes: 64 });
     const requests = createWritableIterable<StreamLoadRequest>();
     const call = refusal(agent.streamLoad(requests, { headers: auth }));
     void requests
@@ -194,7 +222,7 @@ describe("agent stream fast path", () => {
   });
 
   it("refuses StreamHeartbeat with unimplemented when heartbeat streams are off, reading nothing", async () => {
-    const { cluster, agent, nodeId, auth, taken } = await setup(undefined, false);
+    const { cluster, agent, nodeId, auth, taken } = await setup({ heartbeatStreams: false });
     const requests = createWritableIterable<StreamHeartbeatRequest>();
     const call = refusal(agent.streamHeartbeat(requests, { headers: auth }));
     void requests
@@ -268,5 +296,177 @@ describe("agent stream fast path", () => {
     });
     // No message at all: an empty stream is answered.
     expect(await post(Buffer.alloc(0))).toEqual({ answered: true });
+  });
+});
+
+describe("agent unary fast path", () => {
+  /** POSTs `body` to a unary method as `application/proto`, through Connect with `viaConnect`. */
+  const postUnary = async (
+    url: string,
+    method: string,
+    body: Uint8Array,
+    headers: Record<string, string>,
+    viaConnect = false,
+  ) => {
+    const res = await fetch(`${url}/llmgw.v1.AgentService/${method}`, {
+      method: "POST",
+      headers: {
+        ...headers,
+        "content-type": "application/proto",
+        ...(viaConnect ? { "x-via-connect": "1" } : {}),
+      },
+      body,
+    });
+    return {
+      status: res.status,
+      type: res.headers.get("content-type"),
+      errorCode: res.headers.get(ERROR_CODE_HEADER),
+      body: await res.text(),
+    };
+  };
+
+  it("answers Heartbeat and ReportLoad as Connect does, the desired set once per generation", async () => {
+    const { cluster, agent, nodeId, auth, samples, report, taken } = await setup();
+    const first = await agent.heartbeat({ nodeId }, { headers: auth });
+    const desired = cluster.desiredSet(nodeId);
+    expect(first.generation).toBe(desired.generation);
+    expect(first.unchanged).toBe(false);
+    expect(first.assignments.map((a) => a.replicaId)).toEqual(
+      desired.assignments.map((a) => a.replicaId),
+    );
+    expect(first.assignments).toHaveLength(1);
+    expect(first.heartbeatStreams).toBe(true);
+    expect(first.loadStreamMs).toBe(20_000);
+    const again = await agent.heartbeat(
+      { nodeId, generationSeen: first.generation },
+      { headers: auth },
+    );
+    expect(again.unchanged).toBe(true);
+    expect(again.assignments).toEqual([]);
+    // The same call through Connect's handler gives the same answer.
+    const viaConnect = await agent.heartbeat(
+      { nodeId, generationSeen: first.generation },
+      { headers: { ...auth, "x-via-connect": "1" } },
+    );
+    expect(viaConnect).toEqual(again);
+
+    const problem = { code: "xid-79", message: "fell off the bus", source: "test" };
+    await agent.heartbeat({ nodeId, problems: [problem] }, { headers: auth });
+    expect(cluster.getNode(nodeId).problems.map((p) => p.code)).toEqual(["xid-79"]);
+
+    expect(
+      (await agent.reportLoad({ nodeId, replicas: [report(4)] }, { headers: auth })).loadIntervalMs,
+    ).toBe(0);
+    expect(samples.map((s) => s.load)).toEqual([{ running: 4 }]);
+    expect(taken()).toBe(4);
+  });
+
+  it("refuses a wrong credential or an unbounded request with the code and llmgw-error-code Connect gives", async () => {
+    const { url, agent, nodeId, auth, taken } = await setup();
+    const wrong = await refusal(
+      agent.heartbeat({ nodeId }, { headers: { authorization: "Bearer llmgw-node-wrong" } }),
+    );
+    expect(wrong.code).toBe(Code.Unauthenticated);
+    expect(wrong.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_UNAUTHENTICATED");
+    const missing = await refusal(agent.reportLoad({ nodeId }));
+    expect(missing.code).toBe(Code.Unauthenticated);
+    expect(missing.rawMessage).toMatch(/missing Authorization: Bearer header; ReportLoad needs/);
+
+    const tooMany = Array.from({ length: 65 }, (_, i) => ({
+      code: `p${i}`,
+      message: "",
+      source: "test",
+    }));
+    const bounded = await refusal(
+      agent.heartbeat({ nodeId, problems: tooMany }, { headers: auth }),
+    );
+    expect(bounded.code).toBe(Code.InvalidArgument);
+    expect(bounded.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+    expect(taken()).toBe(3);
+
+    // Byte for byte what Connect's handler answers.
+    const body = toBinary(HeartbeatRequestSchema, create(HeartbeatRequestSchema, { nodeId }));
+    const wrongAuth = { authorization: "Bearer llmgw-node-wrong" };
+    const fast = await postUnary(url, "Heartbeat", body, wrongAuth);
+    expect(fast).toEqual(await postUnary(url, "Heartbeat", body, wrongAuth, true));
+    expect(fast.status).toBe(401);
+    expect(fast.type).toBe("application/json");
+  });
+
+  it("answers a body that is not protobuf with invalid_argument, as Connect's handler (rewritten) does", async () => {
+    const { url, auth, taken } = await setup();
+    // Field 1 (node_id), length-delimited, claiming 100 bytes that are not there.
+    const garbage = Uint8Array.from([0x0a, 100, 1, 2]);
+    const fast = await postUnary(url, "Heartbeat", garbage, auth);
+    expect(fast.status).toBe(400);
+    expect(fast.errorCode).toBe("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT");
+    const error = JSON.parse(fast.body) as { code: string; message: string };
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/^the request body is not a valid protobuf message \(.+\)$/);
+    expect(taken()).toBe(1);
+  });
+
+  it("refuses a body over readMaxBytes with resource_exhausted and keeps the connection usable", async () => {
+    const { url, auth, nodeId } = await setup({ readMaxBytes: 64 });
+    const big = toBinary(
+      HeartbeatRequestSchema,
+      create(HeartbeatRequestSchema, { nodeId: `${nodeId}-${"x".repeat(100)}` }),
+    );
+    const answer = await postUnary(url, "Heartbeat", big, auth);
+    expect(answer.status).toBe(429);
+    expect(JSON.parse(answer.body)).toEqual({
+      code: "resource_exhausted",
+      message: `message size ${big.byteLength} is larger than configured readMaxBytes 64`,
+    });
+    const small = toBinary(HeartbeatRequestSchema, create(HeartbeatRequestSchema, { nodeId }));
+    expect((await postUnary(url, "Heartbeat", small, auth)).status).toBe(200);
+  });
+
+  it("answers only once the change is durable, and unavailable when the store does not confirm", async () => {
+    const { agent, nodeId, auth, setDurable } = await setup();
+    let confirm: (() => void) | undefined;
+    setDurable(
+      () =>
+        new Promise<void>((resolve) => {
+          confirm = resolve;
+        }),
+    );
+    let answered = false;
+    const call = agent.heartbeat({ nodeId }, { headers: auth }).then((res) => {
+      answered = true;
+      return res;
+    });
+    await expect.poll(() => confirm).toBeDefined();
+    // The call was taken; its answer waits for the store. A short real wait shows it waiting.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(answered).toBe(false);
+    confirm?.();
+    expect((await call).unchanged).toBe(false);
+
+    setDurable(() =>
+      Promise.reject(
+        new ControlPlaneError("LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE", "the store did not confirm"),
+      ),
+    );
+    const refused = await refusal(agent.heartbeat({ nodeId }, { headers: auth }));
+    expect(refused.code).toBe(Code.Unavailable);
+    expect(refused.metadata.get(ERROR_CODE_HEADER)).toBe("LLMGW_CONTROL_PLANE_STORE_UNAVAILABLE");
+  });
+
+  it("leaves JSON and compressed calls to Connect's handler", async () => {
+    const { url, client, nodeId, auth, taken } = await setup();
+    const json = client(false);
+    expect((await json.heartbeat({ nodeId }, { headers: auth })).assignments).toHaveLength(1);
+    const body = toBinary(HeartbeatRequestSchema, create(HeartbeatRequestSchema, { nodeId }));
+    const res = await fetch(`${url}/llmgw.v1.AgentService/Heartbeat`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/proto", "content-encoding": "gzip" },
+      body: gzipSync(body),
+    });
+    expect(res.status).toBe(200);
+    expect(
+      fromBinary(HeartbeatResponseSchema, new Uint8Array(await res.arrayBuffer())).assignments,
+    ).toHaveLength(1);
+    expect(taken()).toBe(0);
   });
 });
