@@ -12,7 +12,6 @@ import {
   ClassCapacitySchema,
   type DeploymentStatus,
   DeploymentStatusSchema,
-  type EngineLoad,
   type GetClusterStatusResponse,
   GetClusterStatusResponseSchema,
   type Gpu,
@@ -52,7 +51,6 @@ import type {
 import type { SchedulerNode } from "@llmgw/scheduler";
 import {
   type ClearedFaults,
-  engineLoadFromProto,
   faultCleared,
   faultCounts,
   faultIsActionable,
@@ -77,12 +75,13 @@ import type {
   ReplicaStatusRecord,
   RolloutRecord,
 } from "../store/types.js";
-import { loadWithinRange, validateAdvertiseAddress } from "./agent-limits.js";
+import { validateAdvertiseAddress } from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
+import { copyLoad, knownLoad, ReplicaLoads, replicaLoadFromProto } from "./replica-loads.js";
 import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
 import { SchedulerNodes } from "./scheduler-nodes.js";
 import { Tenants } from "./tenants.js";
@@ -243,48 +242,7 @@ export interface RoutingMembership {
   readonly tenants: TenantGrant[];
 }
 
-/**
- * Load unchanged for this long is announced again ({@link Cluster.onLoad}) with the next
- * report that carries it: agents report only changed load, and routers treat load older than
- * their `loadStaleMs` (default 10 s) as unreported, so a steady replica must not go stale.
- */
-export const LOAD_REFRESH_MS = 5_000;
-
-/** Plain load from the wire; absent fields stay absent, an absent message is unknown load. */
-export function replicaLoadFromProto(load: EngineLoad | undefined): ReplicaLoad {
-  return load ? engineLoadFromProto(load) : {};
-}
-
-type MutableLoad = { -readonly [K in keyof ReplicaLoad]: ReplicaLoad[K] };
-
-/**
- * A replica's last load: one object per replica for as long as it is placed, written in place,
- * so the routes {@link Cluster.readyReplicas} handed out see new load without being rebuilt.
- */
-interface HeldLoad {
-  readonly load: MutableLoad;
-  /** When it was last written (undefined: never reported). */
-  reportedAtMs?: number;
-}
-
-const LOAD_FIELDS = [
-  "running",
-  "waiting",
-  "kvCacheUsage",
-  "prefixCacheHitRate",
-  "kvCacheTokens",
-] as const;
-
-const sameLoad = (a: ReplicaLoad, b: ReplicaLoad) => LOAD_FIELDS.every((f) => a[f] === b[f]);
-
-const knownLoad = (load: ReplicaLoad) => LOAD_FIELDS.some((f) => load[f] !== undefined);
-
-/** `load` without its absent fields (a copy: held load changes in place). */
-function copyLoad(load: ReplicaLoad): ReplicaLoad {
-  const out: MutableLoad = {};
-  for (const f of LOAD_FIELDS) if (load[f] !== undefined) out[f] = load[f];
-  return out;
-}
+export { LOAD_REFRESH_MS, replicaLoadFromProto } from "./replica-loads.js";
 
 /** A replica the router may send requests to. */
 export interface RoutableReplica {
@@ -704,14 +662,8 @@ export class Cluster {
   #routingVersion = 0;
   #routingDirty = false;
   readonly #routingListeners = new Set<ChangeListener>();
-  readonly #loadListeners = new Set<(sample: ReplicaLoadSample) => void>();
-  /** Replica id → its rank 0's last load. Memory only: agents report it again. */
-  readonly #loads = new Map<string, HeldLoad>();
-  /**
-   * Replica id → the load fields last left out of its reports as out of range, so that an
-   * agent sending the same bad reading every heartbeat is logged once, not every time.
-   */
-  readonly #loadFieldsDropped = new Map<string, string>();
+  /** Each placed replica's last engine load (rank 0's reports). */
+  readonly #loads: ReplicaLoads;
   /** Models and replicas of the membership, without load, built at {@link #routableVersion}. */
   #membership: Omit<RoutingMembership, "keys" | "tenants"> | undefined;
   /** The key grants of the membership and the {@link #keyMarks} they were built at. */
@@ -734,6 +686,7 @@ export class Cluster {
     this.#o = options;
     const now = options.clock.now();
     const store = options.store;
+    this.#loads = new ReplicaLoads(options.log);
     this.#drains = new DrainTracker({
       now: () => options.clock.now(),
       connectedRouters: options.connectedRouters ?? (() => []),
@@ -1401,53 +1354,8 @@ export class Cluster {
     for (const s of node.statuses.values()) {
       if (s.rank !== 0 || this.#placements.get(s.replicaId)?.ranks[0]?.nodeId !== node.record.id)
         continue;
-      this.#applyLoad(node.record.id, s.replicaId, replicaLoadFromProto(s.load), atMs);
+      this.#loads.apply(node.record.id, s.replicaId, replicaLoadFromProto(s.load), atMs);
     }
-  }
-
-  /**
-   * Writes a replica's load in place and announces it ({@link onLoad}) when it changed, or
-   * when the same known load was last announced {@link LOAD_REFRESH_MS} or longer before
-   * `atMs`. Unknown load that stays unknown is not news. A field out of the range routers
-   * accept (see {@link loadWithinRange}) is left out, unreported: a heartbeat is never refused
-   * for it, and one bad reading must not reach every router's stream. Logged once per replica
-   * while the same fields stay bad.
-   */
-  #applyLoad(nodeId: string, replicaId: string, reported: ReplicaLoad, atMs: number): void {
-    const { load, dropped } = loadWithinRange(reported);
-    const droppedFields =
-      dropped.length === 0 ? "" : dropped.map((d) => d.slice(0, d.indexOf("="))).join(",");
-    if (droppedFields !== (this.#loadFieldsDropped.get(replicaId) ?? "")) {
-      if (droppedFields === "") {
-        this.#loadFieldsDropped.delete(replicaId);
-      } else {
-        this.#loadFieldsDropped.set(replicaId, droppedFields);
-        this.#o.log?.(
-          `replica ${replicaId}: node ${nodeId} reported load out of range, left out as unreported: ${dropped.join(", ")}`,
-        );
-      }
-    }
-    const held = this.#heldLoad(replicaId);
-    if (
-      sameLoad(held.load, load) &&
-      (!knownLoad(load) ||
-        (held.reportedAtMs !== undefined && atMs - held.reportedAtMs < LOAD_REFRESH_MS))
-    )
-      return;
-    for (const f of LOAD_FIELDS) held.load[f] = load[f];
-    held.reportedAtMs = atMs;
-    if (this.#loadListeners.size === 0) return;
-    const sample: ReplicaLoadSample = { replicaId, load: copyLoad(load), reportedAtMs: atMs };
-    for (const l of this.#loadListeners) l(sample);
-  }
-
-  #heldLoad(replicaId: string): HeldLoad {
-    let held = this.#loads.get(replicaId);
-    if (!held) {
-      held = { load: {} };
-      this.#loads.set(replicaId, held);
-    }
-    return held;
   }
 
   /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
@@ -2259,8 +2167,7 @@ export class Cluster {
       put.push(p);
     }
     for (const id of removed) {
-      this.#loads.delete(id);
-      this.#loadFieldsDropped.delete(id);
+      this.#loads.forget(id);
     }
     if (removed.length + put.length > 0) this.#routingChange();
     for (const p of put) for (const rank of p.ranks) this.#desiredDirty.add(rank.nodeId);
@@ -2407,8 +2314,7 @@ export class Cluster {
   #drained(id: string): boolean {
     const r = this.#placements.get(id)?.retirement;
     if (r?.phase !== "draining") return false;
-    const held = this.#loads.get(id);
-    const load = held?.reportedAtMs === undefined ? undefined : held.load;
+    const load = this.#loads.reported(id)?.load;
     const busy =
       load === undefined || (load.running === undefined && load.waiting === undefined)
         ? undefined
@@ -2747,7 +2653,7 @@ export class Cluster {
     const atMs = this.#o.clock.now();
     for (const r of reports) {
       if (this.#placements.get(r.replicaId)?.ranks[0]?.nodeId !== nodeId) continue;
-      this.#applyLoad(nodeId, r.replicaId, r.load, atMs);
+      this.#loads.apply(nodeId, r.replicaId, r.load, atMs);
     }
   }
 
@@ -2812,8 +2718,7 @@ export class Cluster {
    * unknown. Returns an unsubscribe function.
    */
   onLoad(listener: (sample: ReplicaLoadSample) => void): () => void {
-    this.#loadListeners.add(listener);
-    return () => this.#loadListeners.delete(listener);
+    return this.#loads.onLoad(listener);
   }
 
   /**
@@ -2884,7 +2789,7 @@ export class Cluster {
           model,
           endpoint: view.endpoint,
           state: "ready",
-          load: this.#heldLoad(p.replicaId).load,
+          load: this.#loads.held(p.replicaId).load,
           routingPolicy: d.spec.routingPolicy,
           capacity: d.spec.maxConcurrencyPerReplica ?? DEFAULT_REPLICA_CAPACITY,
           ...(apiKey === undefined ? {} : { apiKey }),
@@ -2920,8 +2825,8 @@ export class Cluster {
     return {
       models: [...base.models],
       replicas: base.replicas.map((r) => {
-        const held = this.#loads.get(r.id);
-        if (held?.reportedAtMs === undefined || !knownLoad(held.load)) return r;
+        const held = this.#loads.reported(r.id);
+        if (held === undefined || !knownLoad(held.load)) return r;
         return { ...r, load: copyLoad(held.load), loadReportedAtMs: held.reportedAtMs };
       }),
       keys: [...this.routingKeys()],
