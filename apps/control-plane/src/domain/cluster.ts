@@ -57,7 +57,6 @@ import {
   type GpuHealthVerdict,
   gpuFaultFromProto,
   gpuFaultKey,
-  gpuHealthVerdict,
 } from "@llmgw/wire";
 import {
   deploymentSpecFromJson,
@@ -68,7 +67,6 @@ import { ControlPlaneError } from "../errors.js";
 import type {
   ClusterStore,
   DeploymentRecord,
-  FaultClearRecord,
   NodeRecord,
   PlacementRankRecord,
   PlacementRecord,
@@ -79,6 +77,7 @@ import { validateAdvertiseAddress } from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
+import { type FaultTally, faultName, GpuFaults } from "./gpu-faults.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
 import { copyLoad, knownLoad, ReplicaLoads, replicaLoadFromProto } from "./replica-loads.js";
@@ -303,20 +302,7 @@ export const RESET_OPEN_MS = 15 * 60_000;
 /** The agent's problem code for kernel-log faults (`ProblemCodes.gpuFault`). */
 const GPU_FAULT_PROBLEM = "LLMGW_DISCOVERY_GPU_FAULT";
 
-/** Cleared faults kept per GPU; beyond it the ones cleared at the oldest sighting go. */
-export const FAULT_CLEARS_KEPT = 64;
-
-/** Distinct fault keys remembered per GPU for "new fault" events and the fault counter. */
-const FAULTS_REMEMBERED = 256;
-
-/** A count of distinct faults seen on one GPU, by code, kind and action (for metrics). */
-export interface FaultTally {
-  readonly gpu: number;
-  readonly code: number;
-  readonly kind: string;
-  readonly action: string;
-  readonly count: number;
-}
+export { FAULT_CLEARS_KEPT, type FaultTally, faultName } from "./gpu-faults.js";
 
 /** One RDMA port as the control plane last heard of it. */
 export interface PortSnapshot {
@@ -328,15 +314,6 @@ export interface PortSnapshot {
   readonly healthy?: boolean;
   /** The first problem's message, when unhealthy. */
   readonly problem?: string;
-}
-
-/** "Xid 79", "SXid 12028", "fallen off the bus": a fault as an operator names it. */
-export function faultName(f: { readonly kind: string; readonly code: number }): string {
-  return f.kind === "sxid"
-    ? `SXid ${f.code}`
-    : f.kind === "fallen-off-bus"
-      ? "fallen off the bus"
-      : `Xid ${f.code}`;
 }
 
 /** Default router capacity per replica when a deployment does not set one. */
@@ -396,8 +373,6 @@ interface LiveDeployment {
 }
 
 type ChangeListener = () => void;
-
-const NO_TALLIES: readonly FaultTally[] = Object.freeze([]);
 
 const statusKey = (replicaId: string, rank: number) => `${replicaId}#${rank}`;
 
@@ -672,15 +647,8 @@ export class Cluster {
   #membershipTenants:
     | { readonly marks: number; readonly tenants: readonly TenantGrant[] }
     | undefined;
-  /** GPU uuid → its cleared faults (fault key → lastSeenUnixMs when cleared). Stored. */
-  readonly #clearedFaults = new Map<string, Map<string, number>>();
-  /**
-   * `nodeId/gpuIndex` → fault keys already announced (a `gpu.fault` event, one count in
-   * {@link FaultTally}). Memory only: after a restart each current fault is announced once more.
-   */
-  readonly #announcedFaults = new Map<string, Set<string>>();
-  /** Node id → `gpu/code/kind/action` → its tally. */
-  readonly #faultTallies = new Map<string, Map<string, FaultTally>>();
+  /** Cleared, announced and tallied GPU faults. */
+  readonly #faults: GpuFaults;
 
   constructor(options: ClusterOptions) {
     this.#o = options;
@@ -705,11 +673,7 @@ export class Cluster {
       this.#indexServing(p, true);
       if (p.retirement !== undefined) this.#retiring.add(p.replicaId);
     }
-    for (const c of store.listFaultClears()) {
-      const byKey = this.#clearedFaults.get(c.gpuUuid) ?? new Map<string, number>();
-      byKey.set(c.faultKey, c.lastSeenUnixMs);
-      this.#clearedFaults.set(c.gpuUuid, byKey);
-    }
+    this.#faults = new GpuFaults(store, options.log);
     this.events = new EventLog({
       store,
       clock: options.clock,
@@ -1095,10 +1059,7 @@ export class Cluster {
 
   /** The one health rule (see `gpuHealthVerdict`), with this GPU's cleared faults. */
   #verdict(gpu: Gpu, reading: GpuReading | undefined): GpuHealthVerdict {
-    // Without any clear, no lookup: hashing each freshly decoded GPU UUID is a verdict's
-    // largest cost when a starting control plane judges 80,000 GPUs.
-    const cleared = this.#clearedFaults.size === 0 ? undefined : this.#clearedFaults.get(gpu.uuid);
-    return gpuHealthVerdict(gpu, reading, cleared);
+    return this.#faults.verdict(gpu, reading);
   }
 
   #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
@@ -1123,21 +1084,7 @@ export class Cluster {
    * covered by a clear is neither.
    */
   #announceFaults(node: LiveNode, gpu: Gpu, faults: readonly GpuFault[]): void {
-    const gpuKey = `${node.record.id}/${gpu.index}`;
-    const cleared = this.#clearedFaults.get(gpu.uuid);
-    let announced = this.#announcedFaults.get(gpuKey);
-    for (const f of faults) {
-      const key = gpuFaultKey(f);
-      if (announced?.has(key) || faultCleared(f, cleared)) continue;
-      if (!announced) {
-        announced = new Set();
-        this.#announcedFaults.set(gpuKey, announced);
-      }
-      announced.add(key);
-      if (announced.size > FAULTS_REMEMBERED) {
-        announced.delete(announced.values().next().value as string);
-      }
-      this.#tallyFault(node.record.id, gpu.index, f);
+    for (const f of this.#faults.takeNew(node.record.id, gpu, faults)) {
       const actionable = faultIsActionable(f);
       this.events.record(
         "gpu.fault",
@@ -1150,31 +1097,6 @@ export class Cluster {
         actionable ? "error" : "info",
       );
     }
-  }
-
-  #tallyFault(nodeId: string, gpu: number, f: GpuFault): void {
-    let tallies = this.#faultTallies.get(nodeId);
-    if (!tallies) {
-      tallies = new Map();
-      this.#faultTallies.set(nodeId, tallies);
-    }
-    const key = `${gpu}/${f.code}/${f.kind}/${f.action}`;
-    const before = tallies.get(key);
-    // A counter series per (GPU, code, kind, action): bounded, so an agent sending ever new
-    // codes cannot grow every scrape; past the bound new ones are logged, not counted.
-    if (!before && tallies.size >= FAULTS_REMEMBERED) {
-      this.#o.log?.(
-        `fault tally of node ${nodeId} is full; ${faultName(f)} on GPU ${gpu} not counted`,
-      );
-      return;
-    }
-    tallies.set(key, {
-      gpu,
-      code: f.code,
-      kind: f.kind,
-      action: f.action,
-      count: (before?.count ?? 0) + 1,
-    });
   }
 
   /**
@@ -1922,29 +1844,12 @@ export class Cluster {
   #clearOn(node: LiveNode, gpu: Gpu, which: (f: GpuFault) => boolean) {
     const reading = node.readings.get(gpu.index);
     const faults = (reading ?? gpu).faults.filter(which);
-    const prior = this.#clearedFaults.get(gpu.uuid);
+    const prior = this.#faults.cleared(gpu.uuid);
     const before = this.#verdict(gpu, reading);
     const counting = faults.filter((f) => faultCounts(f, prior));
-    const now = this.#o.clock.now();
-    const next = new Map(prior);
-    for (const f of faults) {
-      const key = gpuFaultKey(f);
-      next.set(key, Math.max(next.get(key) ?? Number.NEGATIVE_INFINITY, Number(f.lastSeenUnixMs)));
-    }
-    // Bounded: the oldest sightings go first (a fault seen after them would count anyway).
-    const kept = [...next].sort((a, b) => b[1] - a[1]).slice(0, FAULT_CLEARS_KEPT);
-    const records: FaultClearRecord[] = kept.map(([faultKey, lastSeenUnixMs]) => ({
-      gpuUuid: gpu.uuid,
-      faultKey,
-      lastSeenUnixMs,
-      clearedAtMs: now,
-    }));
-    // Store first: a refused write changes nothing.
-    this.#o.store.replaceFaultClears(gpu.uuid, records);
-    this.#clearedFaults.set(gpu.uuid, new Map(kept));
+    // Store first (in `clear`): a refused write changes nothing.
+    this.#faults.clear(node.record.id, gpu, faults, this.#o.clock.now());
     node.healthVersion++;
-    const announced = this.#announcedFaults.get(`${node.record.id}/${gpu.index}`);
-    for (const f of faults) announced?.delete(gpuFaultKey(f));
     return { gpu, faults, counting, before, after: this.#verdict(gpu, reading) };
   }
 
@@ -2019,7 +1924,7 @@ export class Cluster {
   #readingView(n: LiveNode, r: GpuReading): GpuReading {
     const gpu = n.inventory.gpus.find((g) => g.index === r.index);
     if (!gpu) return r;
-    const cleared = this.#clearedFaults.get(gpu.uuid);
+    const cleared = this.#faults.cleared(gpu.uuid);
     const verdict = this.#verdict(gpu, r);
     const faults = r.faults.filter((f) => !faultCleared(f, cleared));
     if (verdict.healthy === r.healthy && faults.length === r.faults.length) return r;
@@ -3006,7 +2911,6 @@ export class Cluster {
       const health = new Map<number, GpuHealthVerdict>();
       for (const g of n.inventory.gpus)
         health.set(g.index, this.#verdict(g, n.readings.get(g.index)));
-      const tallies = this.#faultTallies.get(n.record.id);
       out.push({
         id: n.record.id,
         state: n.state,
@@ -3015,8 +2919,7 @@ export class Cluster {
         readings: n.readings,
         lastHeartbeatMs: n.lastHeartbeatMs,
         health,
-        faultTallies:
-          tallies === undefined || tallies.size === 0 ? NO_TALLIES : [...tallies.values()],
+        faultTallies: this.#faults.tallies(n.record.id),
         ports: n.ports,
       });
     }
@@ -3025,7 +2928,7 @@ export class Cluster {
 
   /** The cleared faults of a GPU by uuid (fault key → lastSeenUnixMs when cleared). */
   clearedFaults(gpuUuid: string): ClearedFaults {
-    return this.#clearedFaults.get(gpuUuid) ?? new Map();
+    return this.#faults.cleared(gpuUuid) ?? new Map();
   }
 
   /** Current placements (read-only). */

@@ -14,12 +14,13 @@ import {
   ReplicaStatusSchema,
 } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
+import { gpuFaultKey, inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { Cluster } from "./cluster.js";
+import { GpuFaults } from "./gpu-faults.js";
 
 /** The replicas routers would route `model` to, from the routing membership. */
 function routesOf(cluster: Cluster) {
@@ -587,5 +588,66 @@ describe("a replica that reuses a freed replica id on the same node", () => {
     expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41000",
     ]);
+  });
+});
+
+describe("GpuFaults (the cluster's fault memory on its own)", () => {
+  const gpu = () => {
+    const inventory = inventoryToProto(simulateInventory("1xh100-80g", { hostname: "n" }));
+    return inventory.gpus[0] as NonNullable<(typeof inventory.gpus)[number]>;
+  };
+
+  it("announces each fault once, not while cleared, and again when seen after its clear", () => {
+    const faults = new GpuFaults(store);
+    const g = gpu();
+    const f = fault();
+    const reading = create(GpuReadingSchema, { index: g.index, uuid: g.uuid, faults: [f] });
+    expect(faults.takeNew("n-1", g, [f])).toEqual([f]);
+    expect(faults.takeNew("n-1", g, [f])).toEqual([]);
+    // The same fault on another node's GPU of that index is that node's own news.
+    expect(faults.takeNew("n-2", g, [f])).toEqual([f]);
+    expect(faults.tallies("n-1")).toEqual([
+      { gpu: g.index, code: 79, kind: "xid", action: "reset-gpu", count: 1 },
+    ]);
+    expect(faults.verdict(g, reading).healthy).toBe(false);
+
+    faults.clear("n-1", g, [f], 5_000);
+    expect(faults.cleared(g.uuid)?.get(gpuFaultKey(f))).toBe(1_000);
+    expect(faults.verdict(g, reading).healthy).toBe(true);
+    expect(faults.takeNew("n-1", g, [f])).toEqual([]);
+    const again = fault({ lastSeenUnixMs: 6_000n, count: 2 });
+    expect(faults.takeNew("n-1", g, [again])).toEqual([again]);
+    expect(faults.tallies("n-1")[0]?.count).toBe(2);
+  });
+
+  it("keeps clears in the store (a new instance reads them) and writes the store first", () => {
+    const g = gpu();
+    new GpuFaults(store).clear("n-1", g, [fault()], 5_000);
+    expect(new GpuFaults(store).cleared(g.uuid)?.size).toBe(1);
+
+    const refusing: ClusterStore = {
+      ...store,
+      listFaultClears: () => store.listFaultClears(),
+      replaceFaultClears: () => {
+        throw new Error("disk full");
+      },
+    };
+    const faults = new GpuFaults(refusing);
+    const other = fault({ code: 31, kind: "xid", action: "restart-app" });
+    expect(() => faults.clear("n-1", g, [other], 6_000)).toThrow("disk full");
+    expect(faults.cleared(g.uuid)?.has(gpuFaultKey(other))).toBe(false);
+  });
+
+  it("bounds the tally per node, logging what it no longer counts", () => {
+    const lines: string[] = [];
+    const faults = new GpuFaults(store, (line) => lines.push(line));
+    const g = gpu();
+    const many = Array.from({ length: 257 }, (_, i) => fault({ code: 1_000 + i }));
+    expect(faults.takeNew("n-1", g, many)).toHaveLength(257);
+    expect(faults.tallies("n-1")).toHaveLength(256);
+    expect(lines).toEqual([
+      `fault tally of node n-1 is full; Xid 1256 on GPU ${g.index} not counted`,
+    ]);
+    expect(faults.tallies("n-2")).toEqual([]);
   });
 });
