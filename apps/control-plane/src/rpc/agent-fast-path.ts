@@ -142,11 +142,12 @@ export function createAgentFastPath(
     if (type !== STREAM_PROTO) return false;
     const encoding = req.headers["connect-content-encoding"];
     if (encoding !== undefined && encoding !== "identity") return false;
-    serve(stream, req, res, readMaxBytes);
+    serveStream(stream, req, res, readMaxBytes);
     return true;
   };
 }
 
+/** A unary route, its types checked here and erased for the table. */
 function unaryRoute<I extends DescMessage, O extends DescMessage>(
   input: I,
   output: O,
@@ -247,7 +248,7 @@ function answerUnaryError(res: ServerResponse, error: ConnectError): void {
   res.end(body);
 }
 
-function serve(
+function serveStream(
   route: FastClientStream<DescMessage, DescMessage>,
   req: IncomingMessage,
   res: ServerResponse,
