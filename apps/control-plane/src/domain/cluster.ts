@@ -1019,13 +1019,16 @@ export class Cluster {
     let healthChanged = false;
     for (const reading of input.gpus) {
       const gpu = inventoryGpu(node.inventory, reading.index);
-      const before = gpu ? this.#verdict(gpu, node.readings.get(reading.index)).healthy : true;
+      const before = gpu
+        ? this.#faults.verdict(gpu, node.readings.get(reading.index)).healthy
+        : true;
       node.readings.set(reading.index, reading);
       if (!gpu) continue;
       if (reading.faults.length > 0) this.#announceFaults(node, gpu, reading.faults);
-      if (before !== this.#verdict(gpu, reading).healthy) {
+      const after = this.#faults.verdict(gpu, reading);
+      if (before !== after.healthy) {
         healthChanged = true;
-        this.#gpuHealthEvent(node, gpu, this.#verdict(gpu, reading));
+        this.#gpuHealthEvent(node, gpu, after);
       }
     }
     const portsChanged = this.#ingestPorts(node, input.ports ?? []);
@@ -1055,11 +1058,6 @@ export class Cluster {
       assignments: this.#assignmentsOf(node),
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
     };
-  }
-
-  /** The one health rule (see `gpuHealthVerdict`), with this GPU's cleared faults. */
-  #verdict(gpu: Gpu, reading: GpuReading | undefined): GpuHealthVerdict {
-    return this.#faults.verdict(gpu, reading);
   }
 
   #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
@@ -1845,12 +1843,12 @@ export class Cluster {
     const reading = node.readings.get(gpu.index);
     const faults = (reading ?? gpu).faults.filter(which);
     const prior = this.#faults.cleared(gpu.uuid);
-    const before = this.#verdict(gpu, reading);
+    const before = this.#faults.verdict(gpu, reading);
     const counting = faults.filter((f) => faultCounts(f, prior));
     // Store first (in `clear`): a refused write changes nothing.
     this.#faults.clear(node.record.id, gpu, faults, this.#o.clock.now());
     node.healthVersion++;
-    return { gpu, faults, counting, before, after: this.#verdict(gpu, reading) };
+    return { gpu, faults, counting, before, after: this.#faults.verdict(gpu, reading) };
   }
 
   /** Forgets a node and revokes its credential; its replicas are rescheduled. */
@@ -1925,7 +1923,7 @@ export class Cluster {
     const gpu = n.inventory.gpus.find((g) => g.index === r.index);
     if (!gpu) return r;
     const cleared = this.#faults.cleared(gpu.uuid);
-    const verdict = this.#verdict(gpu, r);
+    const verdict = this.#faults.verdict(gpu, r);
     const faults = r.faults.filter((f) => !faultCleared(f, cleared));
     if (verdict.healthy === r.healthy && faults.length === r.faults.length) return r;
     // The agent's fault problem stands for faults; once none counts, it says nothing true.
@@ -1981,7 +1979,9 @@ export class Cluster {
       cordoned: n.record.cordoned,
       draining: n.record.draining,
       inventory: n.inventory,
-      healthy: n.inventory.gpus.map((g) => this.#verdict(g, n.readings.get(g.index)).healthy),
+      healthy: n.inventory.gpus.map(
+        (g) => this.#faults.verdict(g, n.readings.get(g.index)).healthy,
+      ),
       trouble: troubledFabrics(n.ports),
     });
     this.#schedulerNodeCache.set(n.record.id, {
@@ -2858,7 +2858,7 @@ export class Cluster {
       const fabric = n.inventory.fabrics[0]?.id ?? "";
       for (const g of n.inventory.gpus) {
         const isAllocated = allocated.get(n.record.id)?.has(g.index) ?? false;
-        const healthy = this.#verdict(g, n.readings.get(g.index)).healthy;
+        const healthy = this.#faults.verdict(g, n.readings.get(g.index)).healthy;
         gpusTotal++;
         if (isAllocated) gpusAllocated++;
         if (!healthy) gpusUnhealthy++;
@@ -2910,7 +2910,7 @@ export class Cluster {
     for (const n of this.#nodes.values()) {
       const health = new Map<number, GpuHealthVerdict>();
       for (const g of n.inventory.gpus)
-        health.set(g.index, this.#verdict(g, n.readings.get(g.index)));
+        health.set(g.index, this.#faults.verdict(g, n.readings.get(g.index)));
       out.push({
         id: n.record.id,
         state: n.state,

@@ -22,7 +22,7 @@ type MutableLoad = { -readonly [K in keyof ReplicaLoad]: ReplicaLoad[K] };
  * so the routes handed out with it (`Cluster.readyReplicas`) see new load without being rebuilt.
  */
 export interface HeldLoad {
-  readonly load: Readonly<MutableLoad>;
+  readonly load: ReplicaLoad;
   /** When it was last written (undefined: never reported). */
   readonly reportedAtMs?: number;
 }

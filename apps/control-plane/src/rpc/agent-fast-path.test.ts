@@ -420,6 +420,43 @@ describe("agent unary fast path", () => {
     });
     const small = toBinary(HeartbeatRequestSchema, create(HeartbeatRequestSchema, { nodeId }));
     expect((await postUnary(url, "Heartbeat", small, auth)).status).toBe(200);
+
+    // Without a content-length (chunked), the bound holds as the bytes arrive.
+    const chunked = await fetch(`${url}/llmgw.v1.AgentService/Heartbeat`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/proto" },
+      body: new ReadableStream({
+        start(controller) {
+          controller.enqueue(big.subarray(0, 40));
+          controller.enqueue(big.subarray(40));
+          controller.close();
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(chunked.status).toBe(429);
+    expect(((await chunked.json()) as { message: string }).message).toBe(
+      `message size ${big.byteLength} is larger than configured readMaxBytes 64`,
+    );
+  });
+
+  it("leaves a malformed connect-timeout-ms to Connect, which refuses it", async () => {
+    const { url, auth, nodeId, taken } = await setup();
+    const body = toBinary(HeartbeatRequestSchema, create(HeartbeatRequestSchema, { nodeId }));
+    const answer = await postUnary(url, "Heartbeat", body, {
+      ...auth,
+      "connect-timeout-ms": "soon",
+    });
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body)).toEqual({
+      code: "invalid_argument",
+      message: "protocol error: invalid connect timeout value: soon",
+    });
+    expect(taken()).toBe(0);
+    // A well-formed one is taken (the answer is synchronous but for durability).
+    const ok = await postUnary(url, "Heartbeat", body, { ...auth, "connect-timeout-ms": "5000" });
+    expect(ok.status).toBe(200);
+    expect(taken()).toBe(1);
   });
 
   it("answers only once the change is durable, and unavailable when the store does not confirm", async () => {

@@ -3,7 +3,7 @@ import { type DescMessage, fromBinary, type MessageShape, toBinary } from "@bufb
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
   codeToHttpStatus,
-  codeToString,
+  endStreamToJson,
   errorToJsonBytes,
 } from "@connectrpc/connect/protocol-connect";
 import {
@@ -331,7 +331,8 @@ function serveStream(
 /** Writes the whole answer: the message (when there is one) and the end of the stream. */
 function answer(res: ServerResponse, message: Uint8Array | undefined, error?: ConnectError) {
   if (res.headersSent) return;
-  const end = Buffer.from(JSON.stringify(endStream(error)));
+  // The end-of-stream JSON: `{}`, or the error with its metadata (e.g. `llmgw-error-code`).
+  const end = Buffer.from(JSON.stringify(endStreamToJson(new Headers(), error, {})));
   const parts: Buffer[] = [];
   if (message !== undefined) parts.push(envelopeHeader(0, message.length), Buffer.from(message));
   parts.push(envelopeHeader(END_STREAM, end.length), end);
@@ -345,17 +346,4 @@ function envelopeHeader(flags: number, length: number): Buffer {
   header[0] = flags;
   header.writeUInt32BE(length, 1);
   return header;
-}
-
-/** The end-of-stream JSON: `{}`, or the error with its metadata (e.g. `llmgw-error-code`). */
-function endStream(error: ConnectError | undefined): object {
-  if (error === undefined) return {};
-  const metadata: Record<string, string[]> = {};
-  error.metadata.forEach((value, key) => {
-    metadata[key] = [value];
-  });
-  return {
-    error: { code: codeToString(error.code), message: error.rawMessage },
-    ...(Object.keys(metadata).length > 0 ? { metadata } : {}),
-  };
 }

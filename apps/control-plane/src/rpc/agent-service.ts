@@ -105,6 +105,17 @@ export interface AgentStreams {
 const heartbeatStreamsOn = (options: AgentServiceOptions) =>
   (options.loadStreamMs ?? 0) > 0 && options.heartbeatStreams === true;
 
+/** What every heartbeat answer tells the agent of streams, resolved once from the options. */
+interface StreamOffer {
+  readonly loadStreamMs: number;
+  readonly heartbeatStreams: boolean;
+}
+
+const streamOffer = (options: AgentServiceOptions): StreamOffer => ({
+  loadStreamMs: options.loadStreamMs ?? 0,
+  heartbeatStreams: heartbeatStreamsOn(options),
+});
+
 /** Refuses `rpc` with `Unimplemented` when heartbeat streams are off (`on` false). */
 function requireHeartbeatStreams(on: boolean, rpc: string): void {
   if (!on) {
@@ -207,7 +218,7 @@ export interface AgentCalls {
 function desiredResponse(
   desired: ReturnType<Cluster["desiredSet"]>,
   generationSeen: bigint,
-  options: AgentServiceOptions,
+  offer: StreamOffer,
 ): HeartbeatResponse {
   // The set the agent applied already: its generation says so, the set is not sent again
   // (encoding every node's full set on every beat was 8% of the control plane's CPU).
@@ -217,17 +228,18 @@ function desiredResponse(
     assignments: unchanged ? [] : [...desired.assignments],
     unchanged,
     heartbeatIntervalMs: desired.heartbeatIntervalMs,
-    loadStreamMs: options.loadStreamMs ?? 0,
-    heartbeatStreams: heartbeatStreamsOn(options),
+    loadStreamMs: offer.loadStreamMs,
+    heartbeatStreams: offer.heartbeatStreams,
   });
 }
 
 /** {@link AgentCalls} over `cluster`. */
 export function createAgentCalls(cluster: Cluster, options: AgentServiceOptions = {}): AgentCalls {
+  const offer = streamOffer(options);
   return {
     heartbeat(req, headers) {
       authenticateNode(cluster, headers, req.nodeId, "Heartbeat");
-      return desiredResponse(takeHeartbeat(cluster, req), req.generationSeen, options);
+      return desiredResponse(takeHeartbeat(cluster, req), req.generationSeen, offer);
     },
     reportLoad(req, headers) {
       authenticateNode(cluster, headers, req.nodeId, "ReportLoad");
@@ -248,8 +260,8 @@ export function createAgentService(
   joinToken: string,
   options: AgentServiceOptions = {},
 ): ServiceImpl<typeof AgentService> {
-  const loadStreamMs = options.loadStreamMs ?? 0;
-  const heartbeatStreams = heartbeatStreamsOn(options);
+  const offer = streamOffer(options);
+  const { loadStreamMs, heartbeatStreams } = offer;
   const streams = createAgentStreams(cluster, options);
   const calls = createAgentCalls(cluster, options);
   return {
@@ -340,7 +352,7 @@ export function createAgentService(
             if (first || desired.generation !== sent) {
               if (options.durable) await options.durable();
               yield create(WatchDesiredResponseSchema, {
-                desired: desiredResponse(desired, sent, options),
+                desired: desiredResponse(desired, sent, offer),
               });
               first = false;
               sent = desired.generation;
