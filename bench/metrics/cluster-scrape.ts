@@ -16,7 +16,6 @@ import os from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
-import { create } from "@bufbuild/protobuf";
 import { Cluster, createClusterView, openSqliteStore } from "@llmgw/control-plane";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
@@ -27,9 +26,8 @@ import {
   LabelCache,
   walkClusterSeries,
 } from "@llmgw/metrics-collector";
-import { ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { gpuReadingToProto, inventoryToProto } from "@llmgw/wire";
+import { gpuReadingFromProto, gpuReadingToProto } from "@llmgw/wire";
 import { formatTable, quantile } from "../lib/table.js";
 
 const { values } = parseArgs({
@@ -76,10 +74,10 @@ const fleet = Array.from({ length: nodes }, (_, i) => {
 store.transaction(() => {
   for (const a of fleet) {
     a.nodeId = cluster.register({
-      inventory: inventoryToProto(a.plain),
+      inventory: a.plain,
       advertiseAddress: "10.0.0.1",
       replicas: [],
-    } as never).nodeId;
+    }).nodeId;
   }
 });
 drain();
@@ -105,25 +103,32 @@ function heartbeatAll(): void {
   for (const a of fleet) {
     const desired = cluster.desiredSet(a.nodeId);
     cluster.heartbeat(a.nodeId, {
+      // As the control plane's agent edge hands them over (`convert/agent-reports.ts`).
       gpus: a.plain.gpus.map((g) =>
-        gpuReadingToProto({
-          ...g,
-          utilizationPercent: 40 + ((beat + g.index) % 20),
-          memoryUsedBytes: 60 * 1024 ** 3,
-          temperatureCelsius: 35 + ((beat + g.index) % 10),
-          powerWatts: 400 + (beat % 7),
-        }),
+        gpuReadingFromProto(
+          gpuReadingToProto({
+            ...g,
+            utilizationPercent: 40 + ((beat + g.index) % 20),
+            memoryUsedBytes: 60 * 1024 ** 3,
+            temperatureCelsius: 35 + ((beat + g.index) % 10),
+            powerWatts: 400 + (beat % 7),
+          }),
+        ),
       ),
-      replicas: desired.assignments.map((r, k) =>
-        create(ReplicaStatusSchema, {
-          replicaId: r.replicaId,
-          rank: r.rank,
-          state: ReplicaState.READY,
-          pid: 1000 + k,
-          apiPort: 40_000 + k,
-          revision: r.deployment?.revision ?? 0n,
-        }),
-      ),
+      replicas: desired.assignments.map((r, k) => ({
+        replicaId: r.replicaId,
+        rank: r.rank,
+        state: "ready" as const,
+        stateSinceMs: now,
+        pid: 1000 + k,
+        apiPort: 40_000 + k,
+        restarts: 0,
+        logTail: [],
+        message: "",
+        specHash: "",
+        revision: r.spec.revision,
+        adopted: false,
+      })),
       problems: [],
     });
     drain();

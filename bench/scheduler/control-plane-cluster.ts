@@ -14,7 +14,6 @@ import {
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type ScheduleInput, schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 
 /** A cluster built and placed by {@link buildPlacedCluster}. */
 export interface PlacedCluster {
@@ -94,16 +93,14 @@ export function buildPlacedCluster(dir: string, nodes: number, deployments: numb
     for (let i = 0; i < nodes; i++) {
       const fabric = `ib-${"abcd"[i % 4]}`;
       const r = cluster.register({
-        inventory: inventoryToProto(
-          simulateInventory(`8xh100-80g@${fabric}`, {
-            hostname: `n${String(i).padStart(5, "0")}`,
-            addresses: ["10.0.0.1"],
-            nowMs: 1_800_000_000_000,
-          }),
-        ),
+        inventory: simulateInventory(`8xh100-80g@${fabric}`, {
+          hostname: `n${String(i).padStart(5, "0")}`,
+          addresses: ["10.0.0.1"],
+          nowMs: 1_800_000_000_000,
+        }),
         advertiseAddress: "10.0.0.1",
         replicas: [],
-      } as never);
+      });
       nodeIds.push(r.nodeId);
     }
   });

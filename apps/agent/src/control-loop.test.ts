@@ -14,7 +14,7 @@ import type {
 } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
 import { ManualClock } from "@llmgw/supervisor/testing";
-import { inventoryToProto } from "@llmgw/wire";
+import { inventoryFromProto, inventoryToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { type ChannelState, ControlChannel } from "./control-channel.js";
 import { type NodeIdentity, saveIdentity } from "./identity.js";
@@ -307,7 +307,7 @@ const rows: Row[] = [
     given: async (h) => {
       // The control plane holds node-a with a credential this agent no longer has.
       const held = h.cluster.register({
-        inventory: inventory(),
+        inventory: inventoryFromProto(inventory()),
         advertiseAddress: "10.0.0.1",
         replicas: [],
       });

@@ -60,7 +60,7 @@ describe("an agent over HTTPS", () => {
       const nodeId = await waitFor("the agent's first heartbeat over HTTPS", () => {
         if (agent.child.exitCode !== null) throw new Error(`agent exited:\n${agent.output()}`);
         const node = cp.cluster.listNodes()[0];
-        return node?.lastHeartbeatUnixMs !== undefined ? node.nodeId : undefined;
+        return node?.lastHeartbeatMs !== undefined ? node.nodeId : undefined;
       });
       cp.cluster.applyDeployment(
         parseDeploymentSpecOrThrow({

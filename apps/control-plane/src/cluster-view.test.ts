@@ -1,18 +1,17 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createClusterView } from "./cluster-view.js";
 import { Cluster } from "./domain/cluster.js";
+import type { ReplicaStateName } from "./domain/replica-state.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 import { createManualClock } from "./testing/manual-clock.js";
+import { rankStatus } from "./testing/reports.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -38,9 +37,7 @@ function setup() {
     rendezvousPortMax: 29_999,
   });
   const { nodeId } = cluster.register({
-    inventory: inventoryToProto(
-      simulateInventory("2xh100-80g", { hostname: "node-a", addresses: ["10.0.0.1"] }),
-    ),
+    inventory: simulateInventory("2xh100-80g", { hostname: "node-a", addresses: ["10.0.0.1"] }),
     advertiseAddress: "10.0.0.1",
     replicas: [],
   });
@@ -54,11 +51,11 @@ function setup() {
         replicas,
       }),
     );
-  const heartbeat = (states: Record<string, ReplicaState>) =>
+  const heartbeat = (states: Record<string, ReplicaStateName>) =>
     cluster.heartbeat(nodeId, {
       gpus: [],
       replicas: Object.entries(states).map(([replicaId, state]) =>
-        create(ReplicaStatusSchema, { replicaId, rank: 0, state, apiPort: 41_000 }),
+        rankStatus({ replicaId, rank: 0, state, apiPort: 41_000 }),
       ),
       problems: [],
     });
@@ -72,16 +69,16 @@ describe("createClusterView: deployments and replicas", () => {
     expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "pending" }]);
     expect(view.deployments()).toMatchObject([{ name: "chat", desired: 1, ready: 0 }]);
 
-    heartbeat({ "chat-0": ReplicaState.READY });
+    heartbeat({ "chat-0": "ready" });
     expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "ready" }]);
     expect(view.deployments()).toMatchObject([{ name: "chat", desired: 1, ready: 1 }]);
 
     // A heartbeat that changes nothing routers see keeps the same lists.
     const replicas = view.replicas();
-    heartbeat({ "chat-0": ReplicaState.READY });
+    heartbeat({ "chat-0": "ready" });
     expect(view.replicas()).toBe(replicas);
 
-    heartbeat({ "chat-0": ReplicaState.UNHEALTHY });
+    heartbeat({ "chat-0": "unhealthy" });
     expect(view.replicas()).toEqual([{ id: "chat-0", deployment: "chat", state: "unhealthy" }]);
     expect(view.deployments()).toMatchObject([{ name: "chat", ready: 0 }]);
 
@@ -98,7 +95,7 @@ describe("createClusterView: deployments and replicas", () => {
   it("says which replicas are leaving, and how", () => {
     const { deploy, heartbeat, view } = setup();
     deploy("chat", 1);
-    heartbeat({ "chat-0": ReplicaState.READY });
+    heartbeat({ "chat-0": "ready" });
     deploy("chat", 0);
     expect(view.replicas()).toEqual([
       { id: "chat-0", deployment: "chat", state: "ready", leaving: "draining" },

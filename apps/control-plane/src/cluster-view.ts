@@ -1,3 +1,4 @@
+import type { NodeInventory } from "@llmgw/discovery";
 import type {
   ClusterView,
   DeploymentView,
@@ -7,17 +8,12 @@ import type {
   ReplicaView,
   RouterView,
 } from "@llmgw/metrics-collector";
-import { type NodeInventory, ReplicaState, RetirementPhase } from "@llmgw/proto";
 import type { Cluster } from "./domain/cluster.js";
-import { replicaStateName } from "./domain/replica-state.js";
 import type { RouterRegistry } from "./routing/router-registry.js";
 
 /** Problem codes for the two verdicts that are not the agent's own problems. */
 const LOST = "LLMGW_DISCOVERY_GPU_LOST";
 const FAULT = "LLMGW_DISCOVERY_GPU_FAULT";
-
-const num = (v: bigint | undefined): number | undefined =>
-  v === undefined ? undefined : Number(v);
 
 /** Deployments and replicas as of one {@link Cluster.routingVersion}. */
 interface Membership {
@@ -45,18 +41,13 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
     if (membership?.routingVersion === routingVersion) return membership;
     const ready = new Map<string, number>();
     const replicas = cluster.listReplicas().map((r): ReplicaView => {
-      const state = r.state === ReplicaState.UNSPECIFIED ? ReplicaState.PENDING : r.state;
-      if (state === ReplicaState.READY) ready.set(r.deployment, (ready.get(r.deployment) ?? 0) + 1);
+      if (r.state === "ready") ready.set(r.deployment, (ready.get(r.deployment) ?? 0) + 1);
       const phase = r.retirement?.phase;
       return {
         id: r.replicaId,
         deployment: r.deployment,
-        state: replicaStateName(state) as ReplicaView["state"],
-        ...(phase === RetirementPhase.WAITING
-          ? { leaving: "waiting" as const }
-          : phase === RetirementPhase.DRAINING
-            ? { leaving: "draining" as const }
-            : {}),
+        state: r.state,
+        ...(phase === undefined ? {} : { leaving: phase }),
       };
     });
     // By name, as `listDeployments` orders them.
@@ -135,11 +126,11 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
             index: g.index,
             uuid: g.uuid,
             name: g.name,
-            gpuClass: g.gpuClass,
-            memoryTotalBytes: num(g.memoryTotalBytes),
-            memoryUsedBytes: num(source.memoryUsedBytes),
+            gpuClass: g.gpuClass ?? "",
+            memoryTotalBytes: g.memoryTotalBytes,
+            memoryUsedBytes: source.memoryUsedBytes,
             utilizationPercent: source.utilizationPercent,
-            eccUncorrectedErrors: num(source.eccUncorrectedErrors),
+            eccUncorrectedErrors: source.eccUncorrectedErrors,
             temperatureCelsius: source.temperatureCelsius,
             powerWatts: source.powerWatts,
             healthy: gpuHealthy,

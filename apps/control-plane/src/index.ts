@@ -27,7 +27,6 @@ export {
   type ReplicaLoadReportInput,
   type RoutableReplica,
   type RoutingMembership,
-  replicaLoadFromProto,
 } from "./domain/cluster.js";
 export { EventLog } from "./domain/event-log.js";
 export {
@@ -41,6 +40,7 @@ export {
   type ReconcilePlan,
   type ScheduleFn,
 } from "./domain/reconcile.js";
+export { replicaLoadFromProto } from "./domain/replica-loads.js";
 export { aggregateReplicaState, replicaStateName } from "./domain/replica-state.js";
 export {
   type TenantInput,

@@ -198,6 +198,7 @@ export type {
   GpuHealthReadings,
   GpuLink,
   GpuNicAffinity,
+  GpuReading,
   GpuVendor,
   HostFacts,
   LinkLayer,

@@ -46,6 +46,27 @@ export interface Gpu {
   readonly faults?: readonly GpuFault[];
 }
 
+/**
+ * What of a GPU changes while it runs: the part an agent reports with every heartbeat, apart
+ * from the identity and static facts registration already carried.
+ */
+export type GpuReading = Pick<
+  Gpu,
+  | "index"
+  | "uuid"
+  | "memoryUsedBytes"
+  | "utilizationPercent"
+  | "eccUncorrectedErrors"
+  | "temperatureCelsius"
+  | "powerWatts"
+  | "healthy"
+  | "healthProblems"
+  | "unmanagedMemoryBytes"
+  | "lost"
+  | "health"
+  | "faults"
+>;
+
 export type GpuVendor = "nvidia" | "amd";
 
 /**

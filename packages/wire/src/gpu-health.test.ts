@@ -2,9 +2,15 @@ import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { type GpuFault, GpuFaultSchema, GpuReadingSchema } from "@llmgw/proto";
 import { describe, expect, it } from "vitest";
-import { gpuFaultKey, gpuHealthVerdict, gpuHealthy, inventoryToProto } from "./index.js";
+import {
+  gpuFaultFromProto,
+  gpuFaultKey,
+  gpuHealthVerdict,
+  gpuHealthy,
+  gpuReadingFromProto,
+} from "./index.js";
 
-const gpu = inventoryToProto(simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 })).gpus[0];
+const gpu = simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 }).gpus[0];
 if (!gpu) throw new Error("no gpu");
 
 // Evidence lines verbatim from shared/reference/health-formats.md §1.3.
@@ -26,8 +32,11 @@ const XID13 = fault(
   "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
 );
 const faultProblem = { code: "LLMGW_DISCOVERY_GPU_FAULT", message: "Xid 79", source: "kernel-log" };
+// Built as the agent sends it, read as the control plane takes it.
 const reading = (extra: Parameters<typeof create<typeof GpuReadingSchema>>[1]) =>
-  create(GpuReadingSchema, { index: 0, uuid: gpu.uuid, healthy: true, ...extra });
+  gpuReadingFromProto(
+    create(GpuReadingSchema, { index: 0, uuid: gpu.uuid, healthy: true, ...extra }),
+  );
 
 describe("gpuHealthVerdict", () => {
   it.each([
@@ -95,7 +104,8 @@ describe("gpuHealthVerdict", () => {
   });
 
   it("reads registration's faults until a reading arrives", () => {
-    expect(gpuHealthy({ ...gpu, faults: [XID79] }, undefined)).toBe(false);
-    expect(gpuHealthy({ ...gpu, faults: [XID79] }, reading({}))).toBe(true);
+    const faulted = { ...gpu, faults: [gpuFaultFromProto(XID79)] };
+    expect(gpuHealthy(faulted, undefined)).toBe(false);
+    expect(gpuHealthy(faulted, reading({}))).toBe(true);
   });
 });

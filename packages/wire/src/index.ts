@@ -26,6 +26,7 @@ export {
   gpuFromProto,
   gpuHealthVerdict,
   gpuHealthy,
+  gpuReadingFromProto,
   gpuReadingToProto,
   gpuToProto,
   healthReadingsFromProto,
@@ -34,6 +35,7 @@ export {
   inventoryToProto,
   portFromProto,
   portToProto,
+  problemFromProto,
 } from "./inventory.js";
 export {
   budgetPeriodFromProto,

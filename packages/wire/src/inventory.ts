@@ -28,7 +28,10 @@ const num = (v: bigint | undefined): number | undefined =>
 const big = (v: number | undefined): bigint | undefined =>
   v === undefined ? undefined : BigInt(Math.round(v));
 
-function problemFromProto(p: Problem): plain.Problem {
+const NO_PROBLEMS: readonly plain.Problem[] = Object.freeze([]);
+
+/** Wire problem → plain. */
+export function problemFromProto(p: Problem): plain.Problem {
   return { code: p.code, message: p.message, source: p.source };
 }
 
@@ -339,18 +342,20 @@ export interface GpuHealthVerdict {
   readonly healthy: boolean;
   readonly lost: boolean;
   /** The agent's health problems other than kernel-log faults (those are `faults`). */
-  readonly problems: readonly Problem[];
+  readonly problems: readonly plain.Problem[];
   /** Actionable kernel-log faults that still count (not cleared, or seen again since). */
-  readonly faults: readonly GpuFault[];
+  readonly faults: readonly plain.GpuFault[];
 }
 
 /** The verdict of a GPU with nothing against it, shared (verdicts are never changed). */
 const SOUND: GpuHealthVerdict = Object.freeze({
   healthy: true,
   lost: false,
-  problems: Object.freeze([]) as readonly Problem[],
-  faults: Object.freeze([]) as readonly GpuFault[],
+  problems: Object.freeze([]) as readonly plain.Problem[],
+  faults: Object.freeze([]) as readonly plain.GpuFault[],
 });
+
+const NO_FAULTS: readonly plain.GpuFault[] = Object.freeze([]);
 
 /**
  * The one health rule for a GPU, used for placement, reconcile, metrics and views. From the
@@ -362,25 +367,20 @@ const SOUND: GpuHealthVerdict = Object.freeze({
  * fault problem without any fault record: there is nothing to clear.
  */
 export function gpuHealthVerdict(
-  gpu: Gpu,
-  reading: GpuReading | undefined,
+  gpu: plain.Gpu,
+  reading: plain.GpuReading | undefined,
   cleared?: ClearedFaults,
 ): GpuHealthVerdict {
   const source = reading ?? gpu;
+  const all = source.faults ?? NO_FAULTS;
   // Every reading of a sound GPU (every heartbeat, every scrape): nothing to filter.
-  if (
-    !source.lost &&
-    source.healthy &&
-    source.healthProblems.length === 0 &&
-    source.faults.length === 0
-  )
+  if (!source.lost && source.healthy && source.healthProblems.length === 0 && all.length === 0)
     return SOUND;
-  const faults = source.faults.filter((f) => faultCounts(f, cleared));
+  const faults = all.filter((f) => faultCounts(f, cleared));
   const problems = source.healthProblems.filter(
-    (p) => p.code !== GPU_FAULT_PROBLEM || source.faults.length === 0,
+    (p) => p.code !== GPU_FAULT_PROBLEM || all.length === 0,
   );
-  const unexplained =
-    !source.healthy && source.healthProblems.length === 0 && source.faults.length === 0;
+  const unexplained = !source.healthy && source.healthProblems.length === 0 && all.length === 0;
   return {
     healthy: !source.lost && problems.length === 0 && faults.length === 0 && !unexplained,
     lost: source.lost,
@@ -391,15 +391,35 @@ export function gpuHealthVerdict(
 
 /** A GPU's effective health (see {@link gpuHealthVerdict}). */
 export function gpuHealthy(
-  gpu: Gpu,
-  reading: GpuReading | undefined,
+  gpu: plain.Gpu,
+  reading: plain.GpuReading | undefined,
   cleared?: ClearedFaults,
 ): boolean {
   return gpuHealthVerdict(gpu, reading, cleared).healthy;
 }
 
-/** Plain GPU (as discovery reads it) → the live reading sent with every heartbeat. */
-export function gpuReadingToProto(g: plain.Gpu): GpuReading {
+/** Wire reading → plain; every unset optional stays undefined, no faults reads as absent. */
+export function gpuReadingFromProto(r: GpuReading): plain.GpuReading {
+  return {
+    index: r.index,
+    uuid: r.uuid,
+    memoryUsedBytes: num(r.memoryUsedBytes),
+    utilizationPercent: r.utilizationPercent,
+    eccUncorrectedErrors: num(r.eccUncorrectedErrors),
+    temperatureCelsius: r.temperatureCelsius,
+    powerWatts: r.powerWatts,
+    healthy: r.healthy,
+    healthProblems:
+      r.healthProblems.length === 0 ? NO_PROBLEMS : r.healthProblems.map(problemFromProto),
+    unmanagedMemoryBytes: num(r.unmanagedMemoryBytes),
+    lost: r.lost,
+    health: r.health === undefined ? undefined : healthReadingsFromProto(r.health),
+    ...(r.faults.length === 0 ? {} : { faults: r.faults.map(gpuFaultFromProto) }),
+  };
+}
+
+/** Plain GPU or reading → the live reading sent with every heartbeat. */
+export function gpuReadingToProto(g: plain.GpuReading): GpuReading {
   return create(GpuReadingSchema, {
     index: g.index,
     uuid: g.uuid,

@@ -7,6 +7,7 @@ import {
   deploymentSpecFromProto,
   deploymentSpecToProto,
   gpuHealthy,
+  gpuReadingFromProto,
   gpuReadingToProto,
   inventoryFromProto,
   inventoryToProto,
@@ -21,6 +22,53 @@ describe("inventory", () => {
       expect(inventoryFromProto(inventoryToProto(inv))).toEqual(JSON.parse(JSON.stringify(inv)));
     },
   );
+
+  it("round-trips a heartbeat's reading, faults and health readings included", () => {
+    const inv = simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 });
+    const gpu = inv.gpus[0];
+    if (!gpu) throw new Error("no gpu");
+    const live = {
+      index: gpu.index,
+      uuid: gpu.uuid,
+      memoryUsedBytes: 2 ** 40,
+      utilizationPercent: 37,
+      temperatureCelsius: 61,
+      healthy: false,
+      healthProblems: [
+        { code: "LLMGW_DISCOVERY_GPU_FAULT", message: "Xid 79", source: "kernel-log" },
+      ],
+      lost: false,
+      health: { remappedRowsPending: true, pcieLinkWidthCurrent: 8 },
+      faults: [
+        {
+          kind: "xid" as const,
+          code: 79,
+          action: "reset-gpu" as const,
+          pciBusId: "00000000:06:00.0",
+          count: 2,
+          firstSeenUnixMs: 1_000,
+          lastSeenUnixMs: 2_000,
+          evidence: "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+          description: "GPU has fallen off the bus",
+        },
+      ],
+    };
+    expect(gpuReadingFromProto(gpuReadingToProto(live))).toEqual(JSON.parse(JSON.stringify(live)));
+    // Unset stays unset: no reading becomes 0 on its way through.
+    const bare = gpuReadingFromProto(
+      gpuReadingToProto({
+        index: 0,
+        uuid: gpu.uuid,
+        healthy: true,
+        healthProblems: [],
+        lost: false,
+      }),
+    );
+    expect(bare.memoryUsedBytes).toBeUndefined();
+    expect(bare.utilizationPercent).toBeUndefined();
+    expect(bare.health).toBeUndefined();
+    expect(bare).not.toHaveProperty("faults");
+  });
 
   it("keeps unreported readings absent on the wire, never 0", () => {
     const inv = simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 });
@@ -39,8 +87,7 @@ describe("inventory", () => {
 });
 
 describe("gpuHealthy", () => {
-  const inv = inventoryToProto(simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 }));
-  const gpu = inv.gpus[0];
+  const gpu = simulateInventory("1xh100-80g", { hostname: "n1", nowMs: 1 }).gpus[0];
   if (!gpu) throw new Error("no gpu");
 
   it("falls back to registration until a reading arrives", () => {
@@ -50,7 +97,9 @@ describe("gpuHealthy", () => {
   });
 
   it("trusts the latest reading over registration", () => {
-    const reading = create(GpuReadingSchema, { index: 0, uuid: gpu.uuid, healthy: true });
+    const reading = gpuReadingFromProto(
+      create(GpuReadingSchema, { index: 0, uuid: gpu.uuid, healthy: true }),
+    );
     expect(gpuHealthy({ ...gpu, healthy: false }, reading)).toBe(true);
     expect(gpuHealthy(gpu, { ...reading, healthy: false })).toBe(false);
     expect(gpuHealthy(gpu, { ...reading, lost: true })).toBe(false);

@@ -1,18 +1,17 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { GpuReadingSchema, NodeState, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import { type SchedulerNode, schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { gpuReading, rankStatus } from "../testing/reports.js";
 import { Cluster, type ClusterOptions } from "./cluster.js";
+import type { RankStatus } from "./views.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -56,9 +55,7 @@ function join_(
   previous?: { nodeId: string; nodeCredential?: string },
 ) {
   return cluster.register({
-    inventory: inventoryToProto(
-      simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
-    ),
+    inventory: simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
     advertiseAddress: address,
     previousNodeId: previous?.nodeId,
     previousNodeCredential: previous?.nodeCredential,
@@ -109,7 +106,7 @@ describe("Cluster", () => {
     const [assignment] = desired.assignments;
     expect(assignment?.gpuIndices).toEqual([0, 1]);
     expect(assignment?.gpuUuids.every((u) => u.startsWith("GPU-"))).toBe(true);
-    expect(assignment?.deployment?.revision).toBe(1n);
+    expect(assignment?.spec.revision).toBe(1);
     expect(assignment?.world?.nnodes).toBe(1);
     // Applying the same spec again changes nothing.
     expect(
@@ -223,7 +220,7 @@ describe("Cluster", () => {
     expect(joinedAt).toBeLessThan(silentAt);
     clock.advance(5 * INTERVAL);
     const readOnly = newCluster(undefined, { readOnly: true });
-    expect(readOnly.getNode(a.nodeId).state).toBe(NodeState.READY);
+    expect(readOnly.getNode(a.nodeId).state).toBe("ready");
     expect(newCluster().nodeState(a.nodeId)).toBe("unreachable");
   });
 
@@ -348,7 +345,7 @@ describe("Cluster", () => {
     cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
     const scaled = cluster.scaleDeployment("chat", 3);
     expect(scaled.replicas.map((r) => r.replicaId)).toEqual(["chat-0", "chat-1", "chat-2"]);
-    expect(scaled.spec?.revision).toBe(1n);
+    expect(scaled.spec.revision).toBe(1);
     expect(cluster.scaleDeployment("chat", 1).replicas.map((r) => r.replicaId)).toHaveLength(1);
     cluster.deleteDeployment("chat");
     expect(cluster.desiredSet(a.nodeId).assignments).toEqual([]);
@@ -359,24 +356,18 @@ describe("Cluster", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat" }));
-    const status = (state: ReplicaState, extra: Record<string, unknown> = {}) =>
-      create(ReplicaStatusSchema, {
-        replicaId: "chat-0",
-        rank: 0,
-        state,
-        apiPort: 41_000,
-        ...extra,
-      });
+    const status = (state: RankStatus["state"], extra: Partial<RankStatus> = {}) =>
+      rankStatus({ replicaId: "chat-0", rank: 0, state, apiPort: 41_000, ...extra });
     cluster.heartbeat(a.nodeId, {
       gpus: [],
-      replicas: [status(ReplicaState.LOADING)],
+      replicas: [status("loading")],
       problems: [],
     });
     expect(cluster.hasLoadingReplicas("org/chat")).toBe(true);
     expect(cluster.readyReplicas("org/chat")).toEqual([]);
     cluster.heartbeat(a.nodeId, {
       gpus: [],
-      replicas: [status(ReplicaState.READY, { load: { running: 3, kvCacheUsage: 0.5 } })],
+      replicas: [status("ready", { load: { running: 3, kvCacheUsage: 0.5 } })],
       problems: [],
     });
     expect(cluster.readyReplicas("org/chat")).toEqual([
@@ -394,13 +385,11 @@ describe("Cluster", () => {
     expect(cluster.readyModels()).toEqual(["org/chat"]);
     cluster.heartbeat(a.nodeId, {
       gpus: [],
-      replicas: [
-        status(ReplicaState.FAILED, { message: "exited 3 times", logTail: ["CUDA out of memory"] }),
-      ],
+      replicas: [status("failed", { message: "exited 3 times", logTail: ["CUDA out of memory"] })],
       problems: [],
     });
     const d = cluster.deploymentStatus("chat");
-    expect(d.replicas[0]?.state).toBe(ReplicaState.FAILED);
+    expect(d.replicas[0]?.state).toBe("failed");
     expect(d.failed.map((r) => r.code)).toEqual(["LLMGW_CONTROL_PLANE_REPLICA_FAILED"]);
     expect(d.failed[0]?.message).toContain("CUDA out of memory");
     // Still listed with the placement problems too, for CLIs that read only those.
@@ -436,10 +425,11 @@ describe("Cluster", () => {
     const before = cluster.placements()[0]?.ranks[0]?.gpuIndices[0] as number;
     cluster.heartbeat(a.nodeId, {
       gpus: [
-        create(GpuReadingSchema, {
+        gpuReading({
           index: before,
+          uuid: "",
           healthy: false,
-          healthProblems: [{ code: "X", message: "ECC" }],
+          healthProblems: [{ code: "X", message: "ECC", source: "nvidia-smi" }],
         }),
       ],
       replicas: [],
@@ -463,7 +453,7 @@ describe("Cluster", () => {
       "chat-0",
       "chat-1",
     ]);
-    expect(again.getNode(a.nodeId).state).toBe(NodeState.READY);
+    expect(again.getNode(a.nodeId).state).toBe("ready");
   });
 
   it("refuses revoked and unknown nodes and wrong credentials", () => {
@@ -784,12 +774,7 @@ describe("Cluster", () => {
     cluster.applyDeployment(spec({ name: "chat" }));
     const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
     expect(placedOn(cluster, "chat")).toEqual([a.nodeId]);
-    const ready = create(ReplicaStatusSchema, {
-      replicaId: "chat-0",
-      rank: 0,
-      state: ReplicaState.READY,
-      apiPort: 41_000,
-    });
+    const ready = rankStatus({ replicaId: "chat-0", rank: 0, state: "ready", apiPort: 41_000 });
     cluster.heartbeat(a.nodeId, { gpus: [], replicas: [ready], problems: [] });
     const eventsBefore = cluster.events.list({ limit: 1_000 }).length;
 
@@ -800,19 +785,19 @@ describe("Cluster", () => {
     );
     expect(cluster.deploymentStatus("chat").desiredReplicas).toBe(1);
     // A heartbeat reporting a crash and a broken GPU is answered and applied in memory.
-    const gpu = cluster.getNode(a.nodeId).inventory?.gpus[0];
+    const gpu = cluster.getNode(a.nodeId).inventory.gpus[0];
     const desired = cluster.heartbeat(a.nodeId, {
       gpus: [
-        create(GpuReadingSchema, {
+        gpuReading({
           index: 0,
-          uuid: gpu?.uuid,
+          uuid: gpu?.uuid ?? "",
           healthy: false,
-          healthProblems: [{ code: "xid", message: "Xid 79: GPU has fallen off the bus" }],
+          healthProblems: [
+            { code: "xid", message: "Xid 79: GPU has fallen off the bus", source: "kernel-log" },
+          ],
         }),
       ],
-      replicas: [
-        create(ReplicaStatusSchema, { ...ready, state: ReplicaState.FAILED, logTail: ["boom"] }),
-      ],
+      replicas: [{ ...ready, state: "failed", logTail: ["boom"] }],
       problems: [],
     });
     expect(desired.assignments).toEqual([]);

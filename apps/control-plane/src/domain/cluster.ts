@@ -1,43 +1,19 @@
 import { randomBytes } from "node:crypto";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { isNodeWideFault } from "@llmgw/discovery";
+import {
+  type Gpu,
+  type GpuFault,
+  type GpuReading,
+  isNodeWideFault,
+  type NodeInventory,
+  type Port,
+  type Problem,
+} from "@llmgw/discovery";
 import {
   type DeploymentSpec,
   rolloutLimits,
   sameLaunch,
   schedulesByPriority,
 } from "@llmgw/engines";
-import {
-  type ClassCapacity,
-  ClassCapacitySchema,
-  type DeploymentStatus,
-  DeploymentStatusSchema,
-  type GetClusterStatusResponse,
-  GetClusterStatusResponseSchema,
-  type Gpu,
-  type GpuFault,
-  type GpuReading,
-  type Node,
-  type NodeInventory,
-  NodeInventorySchema,
-  NodeSchema,
-  type PlacedRank,
-  PlacedRankSchema,
-  type Port,
-  type Problem,
-  NodeState as ProtoNodeState,
-  type Replica,
-  type ReplicaAssignment,
-  ReplicaAssignmentSchema,
-  ReplicaRetirementSchema,
-  ReplicaSchema,
-  ReplicaState,
-  type ReplicaStatus,
-  ReplicaStatusSchema,
-  RetirementPhase,
-  RolloutSchema,
-  RolloutState,
-} from "@llmgw/proto";
 import type {
   InFlightReport,
   KeyGrant,
@@ -55,14 +31,10 @@ import {
   faultCounts,
   faultIsActionable,
   type GpuHealthVerdict,
-  gpuFaultFromProto,
   gpuFaultKey,
 } from "@llmgw/wire";
-import {
-  deploymentSpecFromJson,
-  deploymentSpecToProto,
-  sameDeploymentSpec,
-} from "../convert/deployment.js";
+import { deploymentSpecFromJson, sameDeploymentSpec } from "../convert/deployment.js";
+import { inventoryFromRecord, inventoryRecord } from "../convert/inventory-record.js";
 import { ControlPlaneError } from "../errors.js";
 import type {
   ClusterStore,
@@ -80,11 +52,22 @@ import { EventLog, isStoreFailure } from "./event-log.js";
 import { type FaultTally, faultName, GpuFaults } from "./gpu-faults.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
-import { copyLoad, knownLoad, ReplicaLoads, replicaLoadFromProto } from "./replica-loads.js";
-import { aggregateReplicaState, joinHostPort, replicaStateName } from "./replica-state.js";
+import { copyLoad, knownLoad, ReplicaLoads } from "./replica-loads.js";
+import { aggregateRankStates, joinHostPort, replicaStateFromRecord } from "./replica-state.js";
 import { SchedulerNodes } from "./scheduler-nodes.js";
 import { Tenants } from "./tenants.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
+import type {
+  Assignment,
+  ClassCapacityInfo,
+  ClusterSummary,
+  DeploymentInfo,
+  NodeInfo,
+  PlacedRankInfo,
+  RankStatus,
+  ReplicaInfo,
+  RetirementInfo,
+} from "./views.js";
 
 /** Time source; tests inject a manual one. */
 export interface Clock {
@@ -167,7 +150,7 @@ export interface RegisterInput {
   /** The credential issued with `previousNodeId`; needed to re-register an id still held. */
   readonly previousNodeCredential?: string;
   readonly advertiseAddress: string;
-  readonly replicas: readonly ReplicaStatus[];
+  readonly replicas: readonly RankStatus[];
   /** API keys of the engines already running on the node; see {@link HeartbeatInput}. */
   readonly engineCredentials?: readonly EngineCredentialInput[];
 }
@@ -191,7 +174,7 @@ export interface RegisterResult {
 /** What a heartbeat reports. */
 export interface HeartbeatInput {
   readonly gpus: readonly GpuReading[];
-  readonly replicas: readonly ReplicaStatus[];
+  readonly replicas: readonly RankStatus[];
   readonly problems: readonly Problem[];
   /**
    * API keys of the node's serving engines (each process draws its own). Kept in memory only
@@ -210,7 +193,7 @@ export interface HeartbeatInput {
 /** The node's full desired set. */
 export interface DesiredSet {
   readonly generation: bigint;
-  readonly assignments: readonly ReplicaAssignment[];
+  readonly assignments: readonly Assignment[];
   readonly heartbeatIntervalMs: number;
 }
 
@@ -241,7 +224,7 @@ export interface RoutingMembership {
   readonly tenants: TenantGrant[];
 }
 
-export { LOAD_REFRESH_MS, replicaLoadFromProto } from "./replica-loads.js";
+export { LOAD_REFRESH_MS } from "./replica-loads.js";
 
 /** A replica the router may send requests to. */
 export interface RoutableReplica {
@@ -270,24 +253,6 @@ const TOKENIZER_OF: Readonly<Partial<Record<DeploymentSpec["engine"], PromptToke
   sim: "sim",
   vllm: "vllm",
 };
-
-/** `llmgw.v1.Rollout` of a stored rollout; undefined when there is none. */
-function rolloutView(r: RolloutRecord | undefined) {
-  if (r === undefined) return undefined;
-  const state = {
-    "in-progress": RolloutState.IN_PROGRESS,
-    complete: RolloutState.COMPLETE,
-    "rolled-back": RolloutState.ROLLED_BACK,
-  }[r.state];
-  return create(RolloutSchema, {
-    state,
-    fromRevision: BigInt(r.fromRevision),
-    toRevision: BigInt(r.toRevision),
-    message: r.message,
-    startedAtUnixMs: BigInt(r.startedAtMs),
-    updatedAtUnixMs: BigInt(r.updatedAtMs),
-  });
-}
 
 /** Default {@link ClusterOptions.maxNodes}: ten times the largest fleet we plan for. */
 export const DEFAULT_MAX_NODES = 10_000;
@@ -338,18 +303,18 @@ interface LiveNode {
   /** Latest ports: the heartbeat's when it sent any, else the registered ones. */
   ports: PortSnapshot[];
   /** Latest status per `${replicaId}#${rank}`. */
-  statuses: Map<string, ReplicaStatus>;
+  statuses: Map<string, RankStatus>;
   /**
    * Engines of removed placements still reported under their replica id, by status key: the
    * scheduler reuses the lowest free id, so a replacement on the same node shares the key with
    * the engine being stopped. Statuses of that engine (same pid and start time) are not the new
    * placement's and are ignored until it is gone.
    */
-  retired: Map<string, { pid: number; startedAtUnixMs: bigint | undefined; generation: bigint }>;
+  retired: Map<string, { pid: number; startedAtMs: number | undefined; generation: bigint }>;
   generation: bigint;
   fingerprint: string;
   /** Built when first asked for (`#assignmentsOf`), from {@link assignmentsFrom}. */
-  assignments: ReplicaAssignment[] | undefined;
+  assignments: readonly Assignment[] | undefined;
   /** What {@link assignments} are (to be) built from (see `#refreshDesiredSets`). */
   assignmentsFrom?: {
     readonly fingerprint: string;
@@ -377,57 +342,60 @@ type ChangeListener = () => void;
 const statusKey = (replicaId: string, rank: number) => `${replicaId}#${rank}`;
 
 /** What the store keeps of a rank's status (see {@link ReplicaStatusRecord}). */
-function statusRecord(nodeId: string, s: ReplicaStatus): ReplicaStatusRecord {
+function statusRecord(nodeId: string, s: RankStatus): ReplicaStatusRecord {
   return {
     replicaId: s.replicaId,
     rank: s.rank,
     nodeId,
-    state: replicaStateName(s.state),
+    state: s.state,
     ...(s.apiPort === undefined ? {} : { apiPort: s.apiPort }),
-    stateSinceMs: Number(s.stateSinceUnixMs),
+    stateSinceMs: s.stateSinceMs,
     specHash: s.specHash,
-    revision: Number(s.revision),
+    revision: s.revision,
     ...(s.pid === undefined ? {} : { pid: s.pid }),
-    ...(s.startedAtUnixMs === undefined ? {} : { startedAtMs: Number(s.startedAtUnixMs) }),
+    ...(s.startedAtMs === undefined ? {} : { startedAtMs: s.startedAtMs }),
   };
 }
 
 /** True when `next` differs from `before` in a field the store keeps. */
-function keptFieldsChanged(before: ReplicaStatus | undefined, next: ReplicaStatus): boolean {
+function keptFieldsChanged(before: RankStatus | undefined, next: RankStatus): boolean {
   return (
     before === undefined ||
     before.state !== next.state ||
     before.apiPort !== next.apiPort ||
-    before.stateSinceUnixMs !== next.stateSinceUnixMs ||
+    before.stateSinceMs !== next.stateSinceMs ||
     before.specHash !== next.specHash ||
     before.revision !== next.revision ||
     before.pid !== next.pid ||
-    before.startedAtUnixMs !== next.startedAtUnixMs
+    before.startedAtMs !== next.startedAtMs
   );
 }
 
+const NO_LINES: readonly string[] = Object.freeze([]);
+
+/** A rank 0 that reported no load: unknown, not zero. */
+const UNKNOWN_LOAD: ReplicaLoad = Object.freeze({});
+
 /** A stored status as the agent last reported it (without load, logs or message). */
-function statusFromRecord(r: ReplicaStatusRecord): ReplicaStatus | undefined {
-  const state = ReplicaState[r.state.toUpperCase() as keyof typeof ReplicaState];
-  if (typeof state !== "number") return undefined;
-  return create(ReplicaStatusSchema, {
+function statusFromRecord(r: ReplicaStatusRecord): RankStatus | undefined {
+  const state = replicaStateFromRecord(r.state);
+  if (state === undefined) return undefined;
+  return {
     replicaId: r.replicaId,
     rank: r.rank,
     state,
     ...(r.apiPort === undefined ? {} : { apiPort: r.apiPort }),
-    stateSinceUnixMs: BigInt(r.stateSinceMs),
+    stateSinceMs: r.stateSinceMs,
     specHash: r.specHash,
-    revision: BigInt(r.revision),
+    revision: r.revision,
     ...(r.pid === undefined ? {} : { pid: r.pid }),
-    ...(r.startedAtMs === undefined ? {} : { startedAtUnixMs: BigInt(r.startedAtMs) }),
-  });
+    ...(r.startedAtMs === undefined ? {} : { startedAtMs: r.startedAtMs }),
+    restarts: 0,
+    logTail: NO_LINES,
+    message: "",
+    adopted: false,
+  };
 }
-
-const NODE_STATE_TO_PROTO: Record<NodeState, ProtoNodeState> = {
-  ready: ProtoNodeState.READY,
-  unreachable: ProtoNodeState.UNREACHABLE,
-  lost: ProtoNodeState.LOST,
-};
 
 /** A node as first known: nothing reported yet, generation seeded from the clock. */
 function newLiveNode(
@@ -527,17 +495,6 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
     }
   }
   return out;
-}
-
-/** One message per spec object, shared by every assignment carrying it. */
-const specMessages = new WeakMap<DeploymentSpec, ReturnType<typeof deploymentSpecToProto>>();
-function specMessage(spec: DeploymentSpec): ReturnType<typeof deploymentSpecToProto> {
-  let message = specMessages.get(spec);
-  if (message === undefined) {
-    message = deploymentSpecToProto(spec);
-    specMessages.set(spec, message);
-  }
-  return message;
 }
 
 /** The nodes of `ids` that `nodes` holds. */
@@ -712,7 +669,7 @@ export class Cluster {
       try {
         inventory =
           options.inventories?.(record.id, record.inventory) ??
-          fromBinary(NodeInventorySchema, record.inventory);
+          inventoryFromRecord(record.inventory);
       } catch (cause) {
         throw new ControlPlaneError(
           "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
@@ -866,7 +823,7 @@ export class Cluster {
       id,
       hostname: input.inventory.hostname,
       credentialHash: hashSecret(credential),
-      inventory: toBinary(NodeInventorySchema, input.inventory),
+      inventory: inventoryRecord(input.inventory),
       advertiseAddress,
       cordoned: previous?.record.cordoned ?? false,
       draining: previous?.record.draining ?? false,
@@ -900,7 +857,8 @@ export class Cluster {
     this.#ingestEngineKeys(live, input.engineCredentials ?? []);
     this.#ingestLoads(live, now);
     for (const gpu of input.inventory.gpus) {
-      if (!live.readings.has(gpu.index)) this.#announceFaults(live, gpu, gpu.faults);
+      if (!live.readings.has(gpu.index) && gpu.faults !== undefined)
+        this.#announceFaults(live, gpu, gpu.faults);
     }
     this.#setNodeState(live, "ready", now);
     const gpus = input.inventory.gpus.length;
@@ -1024,7 +982,8 @@ export class Cluster {
         : true;
       node.readings.set(reading.index, reading);
       if (!gpu) continue;
-      if (reading.faults.length > 0) this.#announceFaults(node, gpu, reading.faults);
+      if (reading.faults !== undefined && reading.faults.length > 0)
+        this.#announceFaults(node, gpu, reading.faults);
       const after = this.#faults.verdict(gpu, reading);
       if (before !== after.healthy) {
         healthChanged = true;
@@ -1274,14 +1233,14 @@ export class Cluster {
     for (const s of node.statuses.values()) {
       if (s.rank !== 0 || this.#placements.get(s.replicaId)?.ranks[0]?.nodeId !== node.record.id)
         continue;
-      this.#loads.apply(node.record.id, s.replicaId, replicaLoadFromProto(s.load), atMs);
+      this.#loads.apply(node.record.id, s.replicaId, s.load ?? UNKNOWN_LOAD, atMs);
     }
   }
 
   /** Stores reported statuses; emits an event per state change; true when a rank newly failed. */
   #ingestStatuses(
     node: LiveNode,
-    statuses: readonly ReplicaStatus[],
+    statuses: readonly RankStatus[],
     generationSeen?: bigint,
   ): boolean {
     let newlyFailed = false;
@@ -1289,7 +1248,7 @@ export class Cluster {
     let stepped: string | undefined;
     const put: ReplicaStatusRecord[] = [];
     const remove: [string, number][] = [];
-    const next = new Map<string, ReplicaStatus>();
+    const next = new Map<string, RankStatus>();
     const reported = new Set<string>();
     for (const s of statuses) {
       const key = statusKey(s.replicaId, s.rank);
@@ -1302,7 +1261,7 @@ export class Cluster {
         const answered =
           node.generation === retired.generation ||
           (generationSeen !== undefined && generationSeen > retired.generation);
-        const sameEngine = s.pid === retired.pid && s.startedAtUnixMs === retired.startedAtUnixMs;
+        const sameEngine = s.pid === retired.pid && s.startedAtMs === retired.startedAtMs;
         if (sameEngine && !answered) continue;
         node.retired.delete(key);
       }
@@ -1317,9 +1276,8 @@ export class Cluster {
       const placed = this.#placements.get(s.replicaId);
       if (placed === undefined) continue;
       // A replacement turning ready (or failing) may let a leaving replica go on.
-      if (this.#active.has(placed.deployment))
-        stepped ??= `replica ${s.replicaId} ${replicaStateName(s.state)}`;
-      const failedNow = s.state === ReplicaState.FAILED;
+      if (this.#active.has(placed.deployment)) stepped ??= `replica ${s.replicaId} ${s.state}`;
+      const failedNow = s.state === "failed";
       if (failedNow) newlyFailed = true;
       const tail =
         failedNow && s.logTail.length > 0
@@ -1328,14 +1286,10 @@ export class Cluster {
       this.events.record(
         "replica.state",
         s.replicaId,
-        `rank ${s.rank} on ${node.record.hostname}: ${before ? replicaStateName(before.state) : "reported"} → ${replicaStateName(s.state)}${
+        `rank ${s.rank} on ${node.record.hostname}: ${before ? before.state : "reported"} → ${s.state}${
           s.message ? ` (${s.message})` : ""
         }${tail}`,
-        failedNow
-          ? "error"
-          : s.state === ReplicaState.UNHEALTHY || s.state === ReplicaState.EXITED
-            ? "warning"
-            : "info",
+        failedNow ? "error" : s.state === "unhealthy" || s.state === "exited" ? "warning" : "info",
       );
     }
     for (const [key, s] of node.statuses) {
@@ -1356,7 +1310,7 @@ export class Cluster {
   // ---------------------------------------------------------------- deployments
 
   /** Creates or updates a deployment (spec already validated); bumps the revision on change. */
-  applyDeployment(spec: DeploymentSpec): { status: DeploymentStatus; changed: boolean } {
+  applyDeployment(spec: DeploymentSpec): { status: DeploymentInfo; changed: boolean } {
     const now = this.#o.clock.now();
     const existing = this.#deployments.get(spec.name);
     if (existing && sameDeploymentSpec(existing.spec, spec)) {
@@ -1385,7 +1339,7 @@ export class Cluster {
   }
 
   /** Sets a deployment's replica count. */
-  scaleDeployment(name: string, replicas: number): DeploymentStatus {
+  scaleDeployment(name: string, replicas: number): DeploymentInfo {
     const existing = this.#requireDeployment(name);
     if (existing.spec.replicas !== replicas) {
       const now = this.#o.clock.now();
@@ -1500,14 +1454,14 @@ export class Cluster {
   }
 
   /** A deployment with its replicas' states, why some cannot be placed, which failed. */
-  deploymentStatus(name: string): DeploymentStatus {
+  deploymentStatus(name: string): DeploymentInfo {
     const d = this.#requireDeployment(name);
     const replicas = this.#replicasOf(name);
     const reasons = this.#unschedulable.get(name)?.reasons ?? [];
     const failed = replicas
-      .filter((r) => r.state === ReplicaState.FAILED)
+      .filter((r) => r.state === "failed")
       .map((r) => {
-        const tail = r.ranks.find((k) => k.status?.state === ReplicaState.FAILED)?.status;
+        const tail = r.ranks.find((k) => k.status?.state === "failed")?.status;
         return {
           code: "LLMGW_CONTROL_PLANE_REPLICA_FAILED",
           message: `replica ${r.replicaId} failed${tail?.message ? `: ${tail.message}` : ""}${
@@ -1515,26 +1469,26 @@ export class Cluster {
           }`,
         };
       });
-    return create(DeploymentStatusSchema, {
-      spec: deploymentSpecToProto(d.spec),
+    return {
+      spec: d.spec,
       desiredReplicas: d.spec.replicas,
-      readyReplicas: replicas.filter((r) => r.state === ReplicaState.READY).length,
+      readyReplicas: replicas.filter((r) => r.state === "ready").length,
       replicas,
       unschedulable: [...reasons.map((r) => ({ code: r.code, message: r.message })), ...failed],
       failed,
-      createdAtUnixMs: BigInt(d.record.createdAtMs),
-      updatedAtUnixMs: BigInt(d.record.updatedAtMs),
-      rollout: rolloutView(d.record.rollout),
-    });
+      createdAtMs: d.record.createdAtMs,
+      updatedAtMs: d.record.updatedAtMs,
+      ...(d.record.rollout === undefined ? {} : { rollout: d.record.rollout }),
+    };
   }
 
   /** Every deployment's status, by name. */
-  listDeployments(): DeploymentStatus[] {
+  listDeployments(): DeploymentInfo[] {
     return [...this.#deployments.keys()].sort().map((n) => this.deploymentStatus(n));
   }
 
   /** Replicas, optionally of one deployment and/or on one node (id or hostname). */
-  listReplicas(filter: { deployment?: string; node?: string } = {}): Replica[] {
+  listReplicas(filter: { deployment?: string; node?: string } = {}): ReplicaInfo[] {
     if (filter.deployment) this.#requireDeployment(filter.deployment);
     const nodeId = filter.node ? this.#requireNode(filter.node).record.id : undefined;
     const names = filter.deployment ? [filter.deployment] : [...this.#deployments.keys()].sort();
@@ -1550,7 +1504,7 @@ export class Cluster {
       .filter((r) => nodeId === undefined || r.ranks.some((k) => k.nodeId === nodeId));
   }
 
-  #replicasOf(deployment: string): Replica[] {
+  #replicasOf(deployment: string): ReplicaInfo[] {
     return [...this.#placements.values()]
       .filter((p) => p.deployment === deployment)
       .sort((a, b) => a.replicaId.localeCompare(b.replicaId, "en", { numeric: true }))
@@ -1572,54 +1526,54 @@ export class Cluster {
       if (status.pid !== undefined) {
         node.retired.set(key, {
           pid: status.pid,
-          startedAtUnixMs: status.startedAtUnixMs,
+          startedAtMs: status.startedAtMs,
           generation: node.generation,
         });
       }
     }
   }
 
-  #placedRank(p: PlacementRecord, rank: PlacementRecord["ranks"][number]): PlacedRank {
+  #placedRank(p: PlacementRecord, rank: PlacementRecord["ranks"][number]): PlacedRankInfo {
     const status = this.#nodes.get(rank.nodeId)?.statuses.get(statusKey(p.replicaId, rank.rank));
-    return create(PlacedRankSchema, {
+    return {
       replicaId: p.replicaId,
       deployment: p.deployment,
       rank: rank.rank,
       nodeId: rank.nodeId,
-      gpuIndices: [...rank.gpuIndices],
-      status,
-    });
+      gpuIndices: rank.gpuIndices,
+      ...(status === undefined ? {} : { status }),
+    };
   }
 
-  #replicaView(p: PlacementRecord): Replica {
+  #replicaView(p: PlacementRecord): ReplicaInfo {
     const ranks = p.ranks.map((r) => this.#placedRank(p, r));
-    return create(ReplicaSchema, {
+    const endpoint = this.#endpointOf(p);
+    const retirement = this.#retirementView(p);
+    return {
       replicaId: p.replicaId,
       deployment: p.deployment,
-      revision: BigInt(p.revision),
-      state: aggregateReplicaState(ranks.map((r) => r.status?.state)),
-      fabricId: p.fabricId ?? "",
+      revision: p.revision,
+      state: aggregateRankStates(ranks.map((r) => r.status?.state)),
+      ...(p.fabricId ? { fabricId: p.fabricId } : {}),
       ranks,
-      endpoint: this.#endpointOf(p) ?? "",
-      createdAtUnixMs: BigInt(p.createdAtMs),
-      retirement: this.#retirementView(p),
-    });
+      ...(endpoint === undefined ? {} : { endpoint }),
+      createdAtMs: p.createdAtMs,
+      ...(retirement === undefined ? {} : { retirement }),
+    };
   }
 
-  #retirementView(p: PlacementRecord) {
+  #retirementView(p: PlacementRecord): RetirementInfo | undefined {
     const r = p.retirement;
     if (r === undefined) return undefined;
     const inFlight = this.#inFlightOf(p);
-    return create(ReplicaRetirementSchema, {
+    return {
       reason: { code: r.code, message: r.message },
-      phase: r.phase === "waiting" ? RetirementPhase.WAITING : RetirementPhase.DRAINING,
-      sinceUnixMs: BigInt(r.sinceMs),
-      ...(r.drainingSinceMs === undefined
-        ? {}
-        : { drainingSinceUnixMs: BigInt(r.drainingSinceMs) }),
-      ...(r.deadlineMs === undefined ? {} : { drainDeadlineUnixMs: BigInt(r.deadlineMs) }),
+      phase: r.phase,
+      sinceMs: r.sinceMs,
+      ...(r.drainingSinceMs === undefined ? {} : { drainingSinceMs: r.drainingSinceMs }),
+      ...(r.deadlineMs === undefined ? {} : { drainDeadlineMs: r.deadlineMs }),
       ...(inFlight === undefined ? {} : { inFlight }),
-    });
+    };
   }
 
   #endpointOf(p: PlacementRecord): string | undefined {
@@ -1661,7 +1615,7 @@ export class Cluster {
   }
 
   /** All (non-revoked) nodes, or those of them named in `only` (ids or hostnames). */
-  listNodes(only?: readonly string[]): Node[] {
+  listNodes(only?: readonly string[]): NodeInfo[] {
     const placed = this.#placedByNode();
     let nodes = [...this.#nodes.values()];
     if (only !== undefined && only.length > 0) {
@@ -1672,12 +1626,12 @@ export class Cluster {
   }
 
   /** One node by id or hostname. */
-  getNode(nodeOrHost: string): Node {
+  getNode(nodeOrHost: string): NodeInfo {
     return this.#nodeView(this.#requireNode(nodeOrHost));
   }
 
   /** Stops new placements on a node; running replicas stay. */
-  cordonNode(nodeOrHost: string): Node {
+  cordonNode(nodeOrHost: string): NodeInfo {
     const node = this.#requireNode(nodeOrHost);
     if (!node.record.cordoned) {
       this.#updateNodeRecord(node, { cordoned: true });
@@ -1693,7 +1647,7 @@ export class Cluster {
   }
 
   /** Clears cordon and drain. */
-  uncordonNode(nodeOrHost: string): Node {
+  uncordonNode(nodeOrHost: string): NodeInfo {
     const node = this.#requireNode(nodeOrHost);
     if (node.record.cordoned || node.record.draining) {
       this.#updateNodeRecord(node, { cordoned: false, draining: false, drainedBy: undefined });
@@ -1709,7 +1663,7 @@ export class Cluster {
   }
 
   /** Cordons a node and moves its replicas elsewhere. */
-  drainNode(nodeOrHost: string): Node {
+  drainNode(nodeOrHost: string): NodeInfo {
     const node = this.#requireNode(nodeOrHost);
     if (!node.record.draining || node.record.drainedBy === "agent") {
       // An operator's drain outlasts the agent's own: its next start does not end it.
@@ -1803,9 +1757,7 @@ export class Cluster {
     const own = this.#clearOn(node, gpu, () => true);
     // A node-wide fault (an Xid 79, a fatal SXid: the agent attaches it to every GPU) is one
     // fault: clearing it on one GPU clears it on the node's other GPUs too.
-    const nodeWide = new Set(
-      own.faults.filter((f) => isNodeWideFault(gpuFaultFromProto(f))).map(gpuFaultKey),
-    );
+    const nodeWide = new Set(own.faults.filter((f) => isNodeWideFault(f)).map(gpuFaultKey));
     const others =
       nodeWide.size === 0
         ? []
@@ -1841,7 +1793,7 @@ export class Cluster {
   /** Records a clear of `gpu`'s faults that `which` selects; store first, then memory. */
   #clearOn(node: LiveNode, gpu: Gpu, which: (f: GpuFault) => boolean) {
     const reading = node.readings.get(gpu.index);
-    const faults = (reading ?? gpu).faults.filter(which);
+    const faults = ((reading ?? gpu).faults ?? []).filter(which);
     const prior = this.#faults.cleared(gpu.uuid);
     const before = this.#faults.verdict(gpu, reading);
     const counting = faults.filter((f) => faultCounts(f, prior));
@@ -1881,8 +1833,8 @@ export class Cluster {
   }
 
   /** Placed ranks by node id, built once per listing instead of once per node. */
-  #placedByNode(): Map<string, PlacedRank[]> {
-    const byNode = new Map<string, PlacedRank[]>();
+  #placedByNode(): Map<string, PlacedRankInfo[]> {
+    const byNode = new Map<string, PlacedRankInfo[]>();
     for (const p of this.#placements.values()) {
       for (const r of p.ranks) {
         const list = byNode.get(r.nodeId) ?? [];
@@ -1893,26 +1845,26 @@ export class Cluster {
     return byNode;
   }
 
-  #nodeView(n: LiveNode, placedByNode?: ReadonlyMap<string, PlacedRank[]>): Node {
+  #nodeView(n: LiveNode, placedByNode?: ReadonlyMap<string, PlacedRankInfo[]>): NodeInfo {
     const placed = placedByNode
       ? (placedByNode.get(n.record.id) ?? [])
       : [...this.#placements.values()].flatMap((p) =>
           p.ranks.filter((r) => r.nodeId === n.record.id).map((r) => this.#placedRank(p, r)),
         );
-    return create(NodeSchema, {
+    return {
       nodeId: n.record.id,
       hostname: n.record.hostname,
-      state: NODE_STATE_TO_PROTO[n.state],
+      state: n.state,
       cordoned: n.record.cordoned,
       draining: n.record.draining,
       inventory: n.inventory,
       gpuReadings: [...n.readings.values()].map((r) => this.#readingView(n, r)),
-      lastHeartbeatUnixMs: n.lastHeartbeatMs === undefined ? undefined : BigInt(n.lastHeartbeatMs),
-      registeredAtUnixMs: BigInt(n.record.registeredAtMs),
+      ...(n.lastHeartbeatMs === undefined ? {} : { lastHeartbeatMs: n.lastHeartbeatMs }),
+      registeredAtMs: n.record.registeredAtMs,
       advertiseAddress: n.record.advertiseAddress,
       problems: n.problems,
       placed,
-    });
+    };
   }
 
   /**
@@ -1920,15 +1872,16 @@ export class Cluster {
    * operator cleared no longer count), and cleared faults are left out of `faults`.
    */
   #readingView(n: LiveNode, r: GpuReading): GpuReading {
-    const gpu = n.inventory.gpus.find((g) => g.index === r.index);
+    const gpu = inventoryGpu(n.inventory, r.index);
     if (!gpu) return r;
+    const all = r.faults ?? [];
     const cleared = this.#faults.cleared(gpu.uuid);
     const verdict = this.#faults.verdict(gpu, r);
-    const faults = r.faults.filter((f) => !faultCleared(f, cleared));
-    if (verdict.healthy === r.healthy && faults.length === r.faults.length) return r;
+    const faults = all.filter((f) => !faultCleared(f, cleared));
+    if (verdict.healthy === r.healthy && faults.length === all.length) return r;
     // The agent's fault problem stands for faults; once none counts, it says nothing true.
     const healthProblems =
-      verdict.faults.length > 0 || r.faults.length === 0
+      verdict.faults.length > 0 || all.length === 0
         ? r.healthProblems
         : r.healthProblems.filter((p) => p.code !== GPU_FAULT_PROBLEM);
     return { ...r, healthy: verdict.healthy, faults, healthProblems };
@@ -2194,22 +2147,22 @@ export class Cluster {
     if (p === undefined) return "idle";
     // The replica view's state, without building the view (this runs per leaving replica
     // on every reconcile).
-    const state = aggregateReplicaState(
+    const state = aggregateRankStates(
       p.ranks.map(
         (r) => this.#nodes.get(r.nodeId)?.statuses.get(statusKey(p.replicaId, r.rank))?.state,
       ),
     );
     switch (state) {
-      case ReplicaState.READY:
+      case "ready":
         if (this.#endpointOf(p) === undefined) return "coming";
         return p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")
           ? "idle"
           : "serving";
-      case ReplicaState.PENDING:
-      case ReplicaState.STARTING:
-      case ReplicaState.LOADING:
+      case "pending":
+      case "starting":
+      case "loading":
         return "coming";
-      case ReplicaState.FAILED:
+      case "failed":
         return "failed";
       default:
         return "idle";
@@ -2302,7 +2255,7 @@ export class Cluster {
   #failureOf(p: PlacementRecord): string {
     for (const rank of p.ranks) {
       const status = this.#nodes.get(rank.nodeId)?.statuses.get(statusKey(p.replicaId, rank.rank));
-      if (status?.state === ReplicaState.FAILED) return status.message || "engine failed";
+      if (status?.state === "failed") return status.message || "engine failed";
     }
     return "engine failed";
   }
@@ -2491,15 +2444,15 @@ export class Cluster {
   }
 
   /** `node`'s assignments as messages, built on first use after they changed. */
-  #assignmentsOf(node: LiveNode): ReplicaAssignment[] {
+  #assignmentsOf(node: LiveNode): readonly Assignment[] {
     if (node.assignments !== undefined) return node.assignments;
     const from = node.assignmentsFrom;
     const rank0Address = (p: PlacementRecord) =>
       this.#nodes.get(p.ranks[0]?.nodeId ?? "")?.record.advertiseAddress ?? "";
-    const built = (from?.entries ?? []).map(({ p, rank }, i) =>
-      create(ReplicaAssignmentSchema, {
+    const built = (from?.entries ?? []).map(
+      ({ p, rank }, i): Assignment => ({
         replicaId: p.replicaId,
-        deployment: specMessage(from?.specs[i] as DeploymentSpec),
+        spec: from?.specs[i] as DeploymentSpec,
         rank: rank.rank,
         world: {
           nnodes: p.ranks.length,
@@ -2507,11 +2460,11 @@ export class Cluster {
           rendezvousPort: p.rendezvousPort ?? 0,
           nodeIds: p.ranks.map((k) => k.nodeId),
         },
-        gpuIndices: [...rank.gpuIndices],
+        gpuIndices: rank.gpuIndices,
         gpuUuids: rank.gpuIndices.map(
           (gi) => from?.inventory.gpus.find((g) => g.index === gi)?.uuid ?? "",
         ),
-        fabricId: p.fabricId ?? "",
+        ...(p.fabricId ? { fabricId: p.fabricId } : {}),
       }),
     );
     node.assignments = built;
@@ -2684,7 +2637,7 @@ export class Cluster {
       for (const p of this.#placements.values()) {
         if (p.deployment !== d.spec.name || p.retirement?.phase === "draining") continue;
         const view = this.#replicaView(p);
-        if (view.state !== ReplicaState.READY || !view.endpoint) continue;
+        if (view.state !== "ready" || view.endpoint === undefined) continue;
         if (p.ranks.some((r) => this.#nodes.get(r.nodeId)?.state === "lost")) continue;
         const apiKey = this.#engineKeys.get(p.replicaId);
         const kvEventsUrl = d.spec.kvEvents ? this.#kvEventsUrlOf(p) : undefined;
@@ -2832,15 +2785,14 @@ export class Cluster {
     for (const d of this.#deployments.values()) {
       if (d.spec.servedModelName !== model) continue;
       for (const r of this.#replicasOf(d.spec.name)) {
-        if ([ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.LOADING].includes(r.state))
-          return true;
+        if (r.state === "pending" || r.state === "starting" || r.state === "loading") return true;
       }
     }
     return false;
   }
 
   /** One-screen summary. */
-  clusterStatus(version: string): GetClusterStatusResponse {
+  clusterStatus(): ClusterSummary {
     const nodes = [...this.#nodes.values()];
     const allocated = new Map<string, Set<number>>();
     for (const p of this.#placements.values()) {
@@ -2850,7 +2802,10 @@ export class Cluster {
         allocated.set(r.nodeId, set);
       }
     }
-    const classes = new Map<string, ClassCapacity>();
+    const classes = new Map<
+      string,
+      { -readonly [K in keyof ClassCapacityInfo]: ClassCapacityInfo[K] }
+    >();
     let gpusTotal = 0;
     let gpusAllocated = 0;
     let gpusUnhealthy = 0;
@@ -2862,10 +2817,16 @@ export class Cluster {
         gpusTotal++;
         if (isAllocated) gpusAllocated++;
         if (!healthy) gpusUnhealthy++;
-        const key = `${g.gpuClass}|${fabric}`;
-        const c =
-          classes.get(key) ??
-          create(ClassCapacitySchema, { gpuClass: g.gpuClass, fabricId: fabric });
+        const gpuClass = g.gpuClass ?? "";
+        const key = `${gpuClass}|${fabric}`;
+        const c = classes.get(key) ?? {
+          gpuClass,
+          fabricId: fabric,
+          total: 0,
+          allocated: 0,
+          unhealthy: 0,
+          free: 0,
+        };
         c.total++;
         if (isAllocated) c.allocated++;
         if (!healthy) c.unhealthy++;
@@ -2875,7 +2836,7 @@ export class Cluster {
     }
     const deployments = this.listDeployments();
     const replicas = deployments.flatMap((d) => d.replicas);
-    return create(GetClusterStatusResponseSchema, {
+    return {
       nodesTotal: nodes.length,
       nodesReady: nodes.filter((n) => n.state === "ready").length,
       gpusTotal,
@@ -2884,12 +2845,11 @@ export class Cluster {
       deploymentsTotal: deployments.length,
       deploymentsReady: deployments.filter((d) => d.readyReplicas >= d.desiredReplicas).length,
       replicasTotal: replicas.length,
-      replicasReady: replicas.filter((r) => r.state === ReplicaState.READY).length,
+      replicasReady: replicas.filter((r) => r.state === "ready").length,
       classes: [...classes.values()].sort((a, b) =>
         `${a.gpuClass}${a.fabricId}`.localeCompare(`${b.gpuClass}${b.fabricId}`),
       ),
-      version,
-    });
+    };
   }
 
   /** Plain snapshot of nodes for metrics (see `createClusterView`). */

@@ -3,16 +3,17 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create, toJsonString } from "@bufbuild/protobuf";
+import { toJsonString } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaSchema, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
+import { ReplicaSchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { replicaToProto } from "../convert/views.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { rankStatus } from "../testing/reports.js";
 import { Cluster, type EngineCredentialInput } from "./cluster.js";
 
 let dir: string;
@@ -42,13 +43,11 @@ function setup() {
   });
   const join_ = (hostname: string, address: string) =>
     cluster.register({
-      inventory: inventoryToProto(
-        simulateInventory("1xh100-80g@ib-a", {
-          hostname,
-          addresses: [address],
-          nowMs: clock.now(),
-        }),
-      ),
+      inventory: simulateInventory("1xh100-80g@ib-a", {
+        hostname,
+        addresses: [address],
+        nowMs: clock.now(),
+      }),
       advertiseAddress: address,
       replicas: [],
     }).nodeId;
@@ -60,10 +59,10 @@ function setup() {
       gpus: [],
       problems: [],
       replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
-        create(ReplicaStatusSchema, {
+        rankStatus({
           replicaId: x.replicaId,
           rank: x.rank,
-          state: ReplicaState.READY,
+          state: "ready",
           apiPort: 8000,
         }),
       ),
@@ -128,7 +127,9 @@ describe("engine API keys", () => {
     beat(b, []);
     expect(cluster.readyReplicas("chat").some((r) => r.apiKey === secret)).toBe(true);
     const views = [
-      ...cluster.listReplicas().map((r) => toJsonString(ReplicaSchema, r)),
+      ...cluster.listReplicas().map((r) => JSON.stringify(r)),
+      // As the admin API sends them.
+      ...cluster.listReplicas().map((r) => toJsonString(ReplicaSchema, replicaToProto(r))),
       ...cluster.events.list().map((e) => JSON.stringify(e)),
       JSON.stringify(cluster.listNodes(), (_, v) => (typeof v === "bigint" ? String(v) : v)),
     ];

@@ -1,24 +1,21 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
-import { simulateInventory } from "@llmgw/discovery";
-import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import {
+  type Gpu,
   type GpuFault,
-  GpuFaultSchema,
-  GpuReadingSchema,
+  type NodeInventory,
   type Port,
-  PortSchema,
-  ReplicaState,
-  ReplicaStatusSchema,
-} from "@llmgw/proto";
+  simulateInventory,
+} from "@llmgw/discovery";
+import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
-import { gpuFaultKey, inventoryToProto } from "@llmgw/wire";
+import { gpuFaultKey } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { gpuReading, rankStatus } from "../testing/reports.js";
 import { Cluster } from "./cluster.js";
 import { GpuFaults } from "./gpu-faults.js";
 
@@ -63,9 +60,7 @@ afterEach(() => {
 });
 
 function join_(cluster: Cluster, hostname: string, sim: string, address: string) {
-  const inventory = inventoryToProto(
-    simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
-  );
+  const inventory = simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() });
   const { nodeId } = cluster.register({ inventory, advertiseAddress: address, replicas: [] });
   for (const run of deferred.splice(0)) run();
   return { nodeId, inventory };
@@ -77,19 +72,18 @@ const XID79 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
 const XID31 =
   "NVRM: Xid (PCI:0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ";
 
-const fault = (extra: Partial<GpuFault> = {}): GpuFault =>
-  create(GpuFaultSchema, {
-    kind: "xid",
-    code: 79,
-    action: "reset-gpu",
-    pciBusId: "00000000:01:00.0",
-    count: 1,
-    firstSeenUnixMs: 1_000n,
-    lastSeenUnixMs: 1_000n,
-    evidence: XID79,
-    description: "GPU has fallen off the bus",
-    ...extra,
-  });
+const fault = (extra: Partial<GpuFault> = {}): GpuFault => ({
+  kind: "xid",
+  code: 79,
+  action: "reset-gpu",
+  pciBusId: "00000000:01:00.0",
+  count: 1,
+  firstSeenUnixMs: 1_000,
+  lastSeenUnixMs: 1_000,
+  evidence: XID79,
+  description: "GPU has fallen off the bus",
+  ...extra,
+});
 
 const deploy = (cluster: Cluster, input: Record<string, unknown>) =>
   cluster.applyDeployment(
@@ -103,15 +97,15 @@ const deploy = (cluster: Cluster, input: Record<string, unknown>) =>
 
 function beat(
   cluster: Cluster,
-  node: { nodeId: string; inventory: ReturnType<typeof inventoryToProto> },
+  node: { nodeId: string; inventory: NodeInventory },
   opts: { faults?: GpuFault[]; ports?: Port[]; ready?: string[] } = {},
 ) {
   const gpu = node.inventory.gpus[0];
   return cluster.heartbeat(node.nodeId, {
     gpus: [
-      create(GpuReadingSchema, {
+      gpuReading({
         index: 0,
-        uuid: gpu?.uuid,
+        uuid: gpu?.uuid ?? "",
         healthy: (opts.faults ?? []).length === 0,
         healthProblems:
           (opts.faults ?? []).length === 0
@@ -127,10 +121,10 @@ function beat(
       }),
     ],
     replicas: (opts.ready ?? []).map((replicaId, i) =>
-      create(ReplicaStatusSchema, {
+      rankStatus({
         replicaId,
         rank: 0,
-        state: ReplicaState.READY,
+        state: "ready",
         apiPort: 41_000 + i,
       }),
     ),
@@ -179,7 +173,7 @@ describe("fail closed on kernel-log faults", () => {
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     const xid31 = fault({ code: 31, action: "ignore", evidence: XID31, description: "MMU fault" });
     beat(cluster, a, { faults: [xid31] });
-    beat(cluster, a, { faults: [{ ...xid31, count: 5, lastSeenUnixMs: 9_000n }] });
+    beat(cluster, a, { faults: [{ ...xid31, count: 5, lastSeenUnixMs: 9_000 }] });
     const faults = cluster.events.list({ limit: 1_000 }).filter((e) => e.kind === "gpu.fault");
     expect(faults.map((e) => [e.severity, e.message])).toEqual([
       ["info", `GPU 0 on node-a: Xid 31 (ignore), 1 record, MMU fault; evidence: ${XID31}`],
@@ -235,11 +229,11 @@ describe("fail closed on kernel-log faults", () => {
 
     // A later record is a new fault: out again, however long after the clear. Never by time.
     clock.advance(24 * 3_600_000);
-    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001n })] });
+    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001 })] });
     expect(cluster.placements()).toEqual([]);
     expect(cluster.getNode(a.nodeId).gpuReadings[0]?.healthy).toBe(false);
     clock.advance(7 * 24 * 3_600_000);
-    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001n })] });
+    beat(cluster, a, { faults: [fault({ count: 2, lastSeenUnixMs: 1_001 })] });
     expect(cluster.placements()).toEqual([]);
   });
 
@@ -258,14 +252,15 @@ describe("fail closed on kernel-log faults", () => {
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
     cluster.heartbeat(a.nodeId, {
       gpus: [
-        create(GpuReadingSchema, {
+        gpuReading({
           index: 0,
-          uuid: a.inventory.gpus[0]?.uuid,
+          uuid: a.inventory.gpus[0]?.uuid ?? "",
           healthy: false,
           healthProblems: [
             {
               code: "LLMGW_DISCOVERY_GPU_ROW_REMAP_FAILURE",
               message: "a row could not be remapped",
+              source: "",
             },
           ],
           faults: [fault()],
@@ -303,22 +298,26 @@ describe("fail closed on kernel-log faults", () => {
 });
 
 describe("port health", () => {
-  const port = (device: string, healthy: boolean, problem = "port left ACTIVE 4 times in 600 s") =>
-    create(PortSchema, {
-      device,
-      port: 1,
-      linkLayer: "infiniband",
-      state: "ACTIVE",
-      physState: "LinkUp",
-      health: {
-        healthy,
-        flaps: healthy ? 0 : 4,
-        flapWindowS: 600,
-        problems: healthy
-          ? []
-          : [{ code: "LLMGW_DISCOVERY_PORT_FLAPPING", message: problem, source: "sysfs" }],
-      },
-    });
+  const port = (
+    device: string,
+    healthy: boolean,
+    problem = "port left ACTIVE 4 times in 600 s",
+  ): Port => ({
+    device,
+    port: 1,
+    linkLayer: "infiniband",
+    state: "ACTIVE",
+    physState: "LinkUp",
+    health: {
+      healthy,
+      flaps: healthy ? 0 : 4,
+      flapWindowS: 600,
+      problems: healthy
+        ? []
+        : [{ code: "LLMGW_DISCOVERY_PORT_FLAPPING", message: problem, source: "sysfs" }],
+      counters: [],
+    },
+  });
 
   it("takes multi-node replicas off a node whose port on their fabric flaps, not single-node ones", () => {
     const cluster = newCluster();
@@ -372,14 +371,14 @@ describe("port health", () => {
     expect(onA()).toBe(true);
     join_(cluster, "node-c", "2xh100-80g@ib-a", "10.0.0.3");
     // A port that went down and stayed down never flaps: its monitor says healthy.
-    const down = create(PortSchema, {
+    const down: Port = {
       device: "mlx5_0",
       port: 1,
       linkLayer: "infiniband",
       state: "DOWN",
       physState: "Polling",
-      health: { healthy: true, flaps: 0, flapWindowS: 600, problems: [] },
-    });
+      health: { healthy: true, flaps: 0, flapWindowS: 600, problems: [], counters: [] },
+    };
     beat(cluster, a, { ports: [down, port("mlx5_1", true)] });
     const [snapshot] = cluster.nodeSnapshots().filter((n) => n.id === a.nodeId);
     expect(snapshot?.ports.find((p) => p.device === "mlx5_0")).toEqual({
@@ -425,9 +424,9 @@ describe("a node-wide fault", () => {
       description: "Double Bit ECC Error",
     });
     const reading = (index: number, faults: GpuFault[]) =>
-      create(GpuReadingSchema, {
+      gpuReading({
         index,
-        uuid: gpus[index]?.uuid,
+        uuid: gpus[index]?.uuid ?? "",
         healthy: false,
         healthProblems: [
           { code: "LLMGW_DISCOVERY_GPU_FAULT", message: "kernel-log fault", source: "kernel-log" },
@@ -464,18 +463,18 @@ describe("a replica that reuses a freed replica id on the same node", () => {
     const first = gpuOf();
     expect(first).toBeDefined();
     const status = (pid: number, port: number, replicaId = "chat-0") =>
-      create(ReplicaStatusSchema, {
+      rankStatus({
         replicaId,
         rank: 0,
-        state: ReplicaState.READY,
+        state: "ready",
         pid,
         apiPort: port,
-        startedAtUnixMs: BigInt(pid) * 1_000n,
+        startedAtMs: pid * 1_000,
       });
     const heartbeat = (faulted: number | undefined, replicas: ReturnType<typeof status>[]) =>
       cluster.heartbeat(a.nodeId, {
         gpus: a.inventory.gpus.map((g) =>
-          create(GpuReadingSchema, {
+          gpuReading({
             index: g.index,
             uuid: g.uuid,
             healthy: g.index !== faulted,
@@ -518,9 +517,7 @@ describe("a replica that reuses a freed replica id on the same node", () => {
     expect(table.resolve("org/chat").replicas.map((r) => r.baseUrl)).toEqual([
       "http://10.0.0.1:41002",
     ]);
-    expect(cluster.listReplicas().find((r) => r.replicaId === "chat-0")?.state).not.toBe(
-      ReplicaState.READY,
-    );
+    expect(cluster.listReplicas().find((r) => r.replicaId === "chat-0")?.state).not.toBe("ready");
 
     // The new engine (pid 200) is READY on its own port: that one is routed to.
     heartbeat(undefined, [status(200, 41_001), status(300, 41_002, "chat-1")]);
@@ -536,16 +533,16 @@ describe("a replica that reuses a freed replica id on the same node", () => {
     deploy(cluster, { name: "chat", servedModelName: "org/chat" });
     const table = routesOf(cluster);
     const gpu0 = a.inventory.gpus[0]!;
-    const ready = create(ReplicaStatusSchema, {
+    const ready = rankStatus({
       replicaId: "chat-0",
       rank: 0,
-      state: ReplicaState.READY,
+      state: "ready",
       pid: 100,
       apiPort: 41_000,
-      startedAtUnixMs: 100_000n,
+      startedAtMs: 100_000,
     });
     const reading = (faulted: boolean) =>
-      create(GpuReadingSchema, {
+      gpuReading({
         index: 0,
         uuid: gpu0.uuid,
         healthy: !faulted,
@@ -592,16 +589,13 @@ describe("a replica that reuses a freed replica id on the same node", () => {
 });
 
 describe("GpuFaults (the cluster's fault memory on its own)", () => {
-  const gpu = () => {
-    const inventory = inventoryToProto(simulateInventory("1xh100-80g", { hostname: "n" }));
-    return inventory.gpus[0] as NonNullable<(typeof inventory.gpus)[number]>;
-  };
+  const gpu = () => simulateInventory("1xh100-80g", { hostname: "n" }).gpus[0] as Gpu;
 
   it("announces each fault once, not while cleared, and again when seen after its clear", () => {
     const faults = new GpuFaults(store);
     const g = gpu();
     const f = fault();
-    const reading = create(GpuReadingSchema, { index: g.index, uuid: g.uuid, faults: [f] });
+    const reading = gpuReading({ index: g.index, uuid: g.uuid, faults: [f] });
     expect(faults.takeNew("n-1", g, [f])).toEqual([f]);
     expect(faults.takeNew("n-1", g, [f])).toEqual([]);
     // The same fault on another node's GPU of that index is that node's own news.
@@ -615,7 +609,7 @@ describe("GpuFaults (the cluster's fault memory on its own)", () => {
     expect(faults.cleared(g.uuid)?.get(gpuFaultKey(f))).toBe(1_000);
     expect(faults.verdict(g, reading).healthy).toBe(true);
     expect(faults.takeNew("n-1", g, [f])).toEqual([]);
-    const again = fault({ lastSeenUnixMs: 6_000n, count: 2 });
+    const again = fault({ lastSeenUnixMs: 6_000, count: 2 });
     expect(faults.takeNew("n-1", g, [again])).toEqual([again]);
     expect(faults.tallies("n-1")[0]?.count).toBe(2);
   });
@@ -633,7 +627,7 @@ describe("GpuFaults (the cluster's fault memory on its own)", () => {
       },
     };
     const faults = new GpuFaults(refusing);
-    const other = fault({ code: 31, kind: "xid", action: "restart-app" });
+    const other = fault({ code: 31, kind: "xid", action: "restart-engine" });
     expect(() => faults.clear("n-1", g, [other], 6_000)).toThrow("disk full");
     expect(faults.cleared(g.uuid)?.has(gpuFaultKey(other))).toBe(false);
   });

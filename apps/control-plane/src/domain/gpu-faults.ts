@@ -1,4 +1,4 @@
-import type { Gpu, GpuFault, GpuReading } from "@llmgw/proto";
+import type { Gpu, GpuFault, GpuReading } from "@llmgw/discovery";
 import {
   type ClearedFaults,
   faultCleared,

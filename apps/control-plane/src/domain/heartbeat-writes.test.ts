@@ -5,23 +5,16 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
-import { simulateInventory } from "@llmgw/discovery";
+import { type Gpu, type GpuReading, simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import {
-  type GpuReading,
-  GpuReadingSchema,
-  ReplicaState,
-  type ReplicaStatus,
-  ReplicaStatusSchema,
-} from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { gpuReadingToProto, inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { gpuReading, rankStatus } from "../testing/reports.js";
 import { Cluster } from "./cluster.js";
+import type { RankStatus } from "./views.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -58,6 +51,24 @@ const plain = () =>
     nowMs: clock.now(),
   });
 
+/** What an agent reports of a discovered GPU with each heartbeat: its readings, not its facts. */
+const readingOf = (g: Gpu): GpuReading =>
+  gpuReading({
+    index: g.index,
+    uuid: g.uuid,
+    memoryUsedBytes: g.memoryUsedBytes,
+    utilizationPercent: g.utilizationPercent,
+    eccUncorrectedErrors: g.eccUncorrectedErrors,
+    temperatureCelsius: g.temperatureCelsius,
+    powerWatts: g.powerWatts,
+    healthy: g.healthy,
+    healthProblems: g.healthProblems,
+    unmanagedMemoryBytes: g.unmanagedMemoryBytes,
+    lost: g.lost,
+    health: g.health,
+    faults: g.faults,
+  });
+
 /** One node with one replica of a sim deployment placed on it. */
 function setup() {
   const { store: recorded, writes } = recording(store);
@@ -72,7 +83,7 @@ function setup() {
     rendezvousPortMax: 29_999,
   });
   const { nodeId } = cluster.register({
-    inventory: inventoryToProto(plain()),
+    inventory: plain(),
     advertiseAddress: "10.0.0.1",
     replicas: [],
   });
@@ -91,25 +102,23 @@ function setup() {
 /** The node's beat `n`: readings and load that move every time, the rank READY since 5. */
 function beat(cluster: Cluster, nodeId: string, n: number) {
   const desired = cluster.desiredSet(nodeId);
-  const gpus: GpuReading[] = plain().gpus.map((g) =>
-    gpuReadingToProto({
-      ...g,
-      utilizationPercent: 40 + n,
-      temperatureCelsius: 35 + (n % 10),
-      memoryUsedBytes: 60 * 1024 ** 3,
-    }),
-  );
-  const replicas: ReplicaStatus[] = desired.assignments.map((a) =>
-    create(ReplicaStatusSchema, {
+  const gpus: GpuReading[] = plain().gpus.map((g) => ({
+    ...readingOf(g),
+    utilizationPercent: 40 + n,
+    temperatureCelsius: 35 + (n % 10),
+    memoryUsedBytes: 60 * 1024 ** 3,
+  }));
+  const replicas: RankStatus[] = desired.assignments.map((a) =>
+    rankStatus({
       replicaId: a.replicaId,
       rank: a.rank,
-      state: ReplicaState.READY,
+      state: "ready",
       apiPort: 8000,
       pid: 4242,
-      startedAtUnixMs: 5n,
-      stateSinceUnixMs: 5n,
+      startedAtMs: 5,
+      stateSinceMs: 5,
       specHash: "spec-1",
-      revision: a.deployment?.revision ?? 0n,
+      revision: a.spec.revision,
       load: { running: n, waiting: n % 3, kvCacheUsage: 0.5, prefixCacheHitRate: 0.25 },
     }),
   );
@@ -141,13 +150,10 @@ describe("a heartbeat that changes nothing", () => {
     const { cluster, nodeId, writes } = setup();
     beat(cluster, nodeId, 0);
     writes.length = 0;
-    const sick = create(GpuReadingSchema, {
-      ...gpuReadingToProto(plain().gpus[1] as never),
-      lost: true,
-    });
+    const sick: GpuReading = { ...readingOf(plain().gpus[1] as Gpu), lost: true };
     const again = () =>
       cluster.heartbeat(nodeId, {
-        gpus: [gpuReadingToProto(plain().gpus[0] as never), sick],
+        gpus: [readingOf(plain().gpus[0] as Gpu), sick],
         replicas: [],
         problems: [],
       });

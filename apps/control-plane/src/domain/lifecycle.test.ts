@@ -4,18 +4,17 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaState, ReplicaStatusSchema, RetirementPhase, RolloutState } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { rankStatus } from "../testing/reports.js";
 import { Cluster } from "./cluster.js";
 import { DRAIN_SETTLE_MS, SILENT_ROUTER_MS } from "./drains.js";
+import type { ReplicaStateName } from "./replica-state.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -59,16 +58,18 @@ function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
   const ids = nodes.map(
     (hostname, i) =>
       cluster.register({
-        inventory: inventoryToProto(
-          simulateInventory(sim, { hostname, addresses: [`10.0.0.${i + 1}`], nowMs: clock.now() }),
-        ),
+        inventory: simulateInventory(sim, {
+          hostname,
+          addresses: [`10.0.0.${i + 1}`],
+          nowMs: clock.now(),
+        }),
         advertiseAddress: `10.0.0.${i + 1}`,
         replicas: [],
       }).nodeId,
   );
   /** Every node reports every rank it was given as `state` (per replica id when a map). */
   const beat = (
-    states: Record<string, ReplicaState> = {},
+    states: Record<string, ReplicaStateName> = {},
     load: Record<string, { running?: number; waiting?: number }> = {},
   ) => {
     for (const nodeId of ids) {
@@ -76,12 +77,12 @@ function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
         gpus: [],
         problems: [],
         replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
-          create(ReplicaStatusSchema, {
+          rankStatus({
             replicaId: x.replicaId,
             rank: x.rank,
-            state: states[x.replicaId] ?? ReplicaState.READY,
+            state: states[x.replicaId] ?? "ready",
             apiPort: 8000 + Number(x.replicaId.split("-").at(-1)),
-            revision: x.deployment?.revision ?? 0n,
+            revision: x.spec.revision,
             ...(load[x.replicaId] ? { load: load[x.replicaId] } : {}),
           }),
         ),
@@ -90,14 +91,14 @@ function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
   };
   const desired = () =>
     ids.flatMap((id) =>
-      cluster.desiredSet(id).assignments.map((a) => `${a.replicaId}@r${a.deployment?.revision}`),
+      cluster.desiredSet(id).assignments.map((a) => `${a.replicaId}@r${a.spec.revision}`),
     );
   const replicas = () =>
     cluster.listReplicas().map((r) => {
       const phase =
         r.retirement === undefined
           ? ""
-          : r.retirement.phase === RetirementPhase.WAITING
+          : r.retirement.phase === "waiting"
             ? ":waiting"
             : ":draining";
       return `${r.replicaId}@r${r.revision}${phase}`;
@@ -245,13 +246,11 @@ describe("draining", () => {
     beat();
     cluster.deleteDeployment("chat");
     cluster.applyDeployment(spec({ replicas: 1, extraArgs: ["--seed", "9"] }));
-    expect(cluster.deploymentStatus("chat").spec?.revision).toBe(2n);
+    expect(cluster.deploymentStatus("chat").spec.revision).toBe(2);
     expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r2"]);
     expect(desired().sort()).toEqual(["chat-0@r1", "chat-1@r2"]);
     const old = cluster.desiredSet(cluster.placements()[0]?.ranks[0]?.nodeId as string);
-    expect(old.assignments.find((a) => a.replicaId === "chat-0")?.deployment?.extraArgs).toEqual(
-      [],
-    );
+    expect(old.assignments.find((a) => a.replicaId === "chat-0")?.spec.extraArgs).toEqual([]);
   });
 
   it("a drain survives a control-plane restart", () => {
@@ -260,9 +259,7 @@ describe("draining", () => {
     beat();
     cluster.deleteDeployment("chat");
     const again = newCluster();
-    expect(again.listReplicas().map((r) => r.retirement?.phase)).toEqual([
-      RetirementPhase.DRAINING,
-    ]);
+    expect(again.listReplicas().map((r) => r.retirement?.phase)).toEqual(["draining"]);
     clock.advance(DRAIN_SETTLE_MS);
     again.reportInFlight("r1", {
       epoch: "e1",
@@ -282,7 +279,7 @@ describe("make before break", () => {
     cluster.drainNode(onA ? "node-a" : "node-b");
     expect(replicas()).toEqual(["chat-0@r1:waiting", "chat-1@r1"]);
     // Waiting still takes requests; the replacement is loading.
-    beat({ "chat-1": ReplicaState.LOADING });
+    beat({ "chat-1": "loading" });
     expect(routed()).toEqual(["chat-0:ready"]);
     beat();
     expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r1"]);
@@ -294,11 +291,11 @@ describe("make before break", () => {
     cluster.applyDeployment(spec({ replicas: 2 }));
     beat();
     cluster.applyDeployment(spec({ replicas: 2, extraArgs: ["--seed", "2"] }));
-    expect(cluster.deploymentStatus("chat").rollout?.state).toBe(RolloutState.IN_PROGRESS);
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
     // The old replicas keep their revision's spec: no agent restarts them.
     expect(desired().sort()).toEqual(["chat-0@r1", "chat-1@r1", "chat-2@r2"]);
     expect(replicas()).toEqual(["chat-0@r1:waiting", "chat-1@r1", "chat-2@r2"]);
-    beat({ "chat-2": ReplicaState.LOADING });
+    beat({ "chat-2": "loading" });
     expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);
     beat();
     expect(replicas()).toEqual(["chat-0@r1:draining", "chat-1@r1", "chat-2@r2"]);
@@ -319,10 +316,10 @@ describe("make before break", () => {
     });
     expect(replicas()).toEqual(["chat-2@r2", "chat-3@r2"]);
     const status = cluster.deploymentStatus("chat");
-    expect(status.rollout?.state).toBe(RolloutState.COMPLETE);
+    expect(status.rollout?.state).toBe("complete");
     // The old revision's spec is kept only while a replica runs it.
     expect(store.listDeploymentRevisions().map((r) => r.revision)).toEqual([2]);
-    expect([status.rollout?.fromRevision, status.rollout?.toRevision]).toEqual([1n, 2n]);
+    expect([status.rollout?.fromRevision, status.rollout?.toRevision]).toEqual([1, 2]);
   });
 
   it("a new revision that only changes routing keeps every replica", () => {
@@ -339,12 +336,12 @@ describe("make before break", () => {
     cluster.applyDeployment(spec({ replicas: 2 }));
     beat();
     cluster.applyDeployment(spec({ replicas: 2, extraArgs: ["--fail-load"] }));
-    beat({ "chat-2": ReplicaState.FAILED });
+    beat({ "chat-2": "failed" });
     const status = cluster.deploymentStatus("chat");
-    expect(status.rollout?.state).toBe(RolloutState.ROLLED_BACK);
+    expect(status.rollout?.state).toBe("rolled-back");
     expect(status.rollout?.message).toMatch(/revision 2 failed \(chat-2/);
-    expect(status.spec?.extraArgs).toEqual([]);
-    expect(status.spec?.revision).toBe(3n);
+    expect(status.spec.extraArgs).toEqual([]);
+    expect(status.spec.revision).toBe(3);
     // The old replicas are kept at the rolled-back revision (same engines); the failed one went.
     expect(replicas()).toEqual(["chat-0@r3", "chat-1@r3"]);
     expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);

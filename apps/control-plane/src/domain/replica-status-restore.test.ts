@@ -4,20 +4,19 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore, ReplicaStatusRecord } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { rankStatus } from "../testing/reports.js";
 import { Cluster } from "./cluster.js";
 import { DRAIN_SETTLE_MS } from "./drains.js";
+import type { ReplicaStateName } from "./replica-state.js";
 
 let dir: string;
 let file: string;
@@ -62,9 +61,7 @@ const spec = (input: Record<string, unknown>) =>
 
 function join_(cluster: Cluster, hostname: string, address: string, sim = "1xh100-80g@ib-a") {
   return cluster.register({
-    inventory: inventoryToProto(
-      simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
-    ),
+    inventory: simulateInventory(sim, { hostname, addresses: [address], nowMs: clock.now() }),
     advertiseAddress: address,
     replicas: [],
   }).nodeId;
@@ -74,23 +71,23 @@ function join_(cluster: Cluster, hostname: string, address: string, sim = "1xh10
 function beat(
   cluster: Cluster,
   nodeId: string,
-  state = ReplicaState.READY,
-  extra: { load?: { running: number }; stateSinceUnixMs?: bigint; pid?: number } = {},
+  state: ReplicaStateName = "ready",
+  extra: { load?: { running: number }; stateSinceMs?: number; pid?: number } = {},
 ) {
   return cluster.heartbeat(nodeId, {
     gpus: [],
     problems: [],
     replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
-      create(ReplicaStatusSchema, {
+      rankStatus({
         replicaId: x.replicaId,
         rank: x.rank,
         state,
         apiPort: 8000,
-        stateSinceUnixMs: extra.stateSinceUnixMs ?? 1n,
+        stateSinceMs: extra.stateSinceMs ?? 1,
         specHash: "spec-1",
-        revision: 1n,
+        revision: 1,
         pid: extra.pid ?? 4242,
-        startedAtUnixMs: 5n,
+        startedAtMs: 5,
         message: "serving",
         logTail: ["a line of output"],
         ...(extra.load ? { load: extra.load } : {}),
@@ -108,7 +105,7 @@ function readyThenRestart() {
   const first = start();
   const a = join_(first, "node-a", "10.0.0.1");
   first.applyDeployment(spec({ name: "chat" }));
-  beat(first, a, ReplicaState.READY, { load: { running: 3 } });
+  beat(first, a, "ready", { load: { running: 3 } });
   const before = first.routingMembership();
   const lines: string[] = [];
   const again = start(reopen(), (line) => lines.push(line));
@@ -136,13 +133,13 @@ describe("replica statuses across a control-plane restart", () => {
     });
     expect(again.readyModels()).toEqual(["chat"]);
     expect(again.listReplicas()[0]?.ranks[0]?.status).toMatchObject({
-      state: ReplicaState.READY,
+      state: "ready",
       apiPort: 8000,
-      stateSinceUnixMs: 1n,
+      stateSinceMs: 1,
       specHash: "spec-1",
-      revision: 1n,
+      revision: 1,
       pid: 4242,
-      startedAtUnixMs: 5n,
+      startedAtMs: 5,
       message: "",
       logTail: [],
     });
@@ -170,7 +167,7 @@ describe("replica statuses across a control-plane restart", () => {
   it("drop the replica when its node then reports it failed", () => {
     const { again, a } = readyThenRestart();
     expect(again.routingMembership().replicas.map((r) => r.id)).toEqual(["chat-0"]);
-    beat(again, a, ReplicaState.FAILED);
+    beat(again, a, "failed");
     expect(again.routingMembership().replicas).toEqual([]);
     expect(store.listReplicaStatuses().map((r) => r.state)).toEqual(["failed"]);
   });
@@ -237,13 +234,13 @@ describe("kept replica statuses", () => {
     const cluster = start(counted);
     const a = join_(cluster, "node-a", "10.0.0.1");
     cluster.applyDeployment(spec({ name: "chat" }));
-    beat(cluster, a, ReplicaState.LOADING);
-    beat(cluster, a, ReplicaState.LOADING, { load: { running: 1 } });
-    beat(cluster, a, ReplicaState.READY, { stateSinceUnixMs: 2n });
+    beat(cluster, a, "loading");
+    beat(cluster, a, "loading", { load: { running: 1 } });
+    beat(cluster, a, "ready", { stateSinceMs: 2 });
     for (let i = 0; i < 5; i++)
-      beat(cluster, a, ReplicaState.READY, { stateSinceUnixMs: 2n, load: { running: i } });
+      beat(cluster, a, "ready", { stateSinceMs: 2, load: { running: i } });
     // A restarted engine: same state, a new process.
-    beat(cluster, a, ReplicaState.READY, { stateSinceUnixMs: 2n, pid: 4343 });
+    beat(cluster, a, "ready", { stateSinceMs: 2, pid: 4343 });
     expect(writes).toEqual(["put chat-0#0 loading", "put chat-0#0 ready", "put chat-0#0 ready"]);
     expect(store.listReplicaStatuses()).toEqual([
       {
@@ -318,7 +315,7 @@ describe("kept replica statuses", () => {
     const cluster = start(store, (line) => lines.push(line));
     const a = join_(cluster, "node-a", "10.0.0.1");
     cluster.applyDeployment(spec({ name: "chat" }));
-    beat(cluster, a, ReplicaState.LOADING);
+    beat(cluster, a, "loading");
     const free = fillDisk(file);
     const db = new Database(file);
     for (const op of ["INSERT", "UPDATE", "DELETE"]) {
@@ -327,7 +324,7 @@ describe("kept replica statuses", () => {
          BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;`,
       );
     }
-    expect(() => beat(cluster, a, ReplicaState.READY)).not.toThrow();
+    expect(() => beat(cluster, a, "ready")).not.toThrow();
     expect(cluster.routingMembership().replicas.map((r) => r.id)).toEqual(["chat-0"]);
     expect(store.listReplicaStatuses().map((r) => r.state)).toEqual(["loading"]);
     expect(lines.some((l) => l.startsWith("replica statuses kept in memory only"))).toBe(true);

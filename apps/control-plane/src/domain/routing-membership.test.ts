@@ -3,18 +3,17 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { GpuReadingSchema, ProblemSchema, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import type { ReplicaLoadSample } from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { gpuReading, rankStatus } from "../testing/reports.js";
 import { Cluster, type EngineCredentialInput, LOAD_REFRESH_MS } from "./cluster.js";
+import type { ReplicaStateName } from "./replica-state.js";
 import { hashSecret } from "./tokens.js";
 
 let dir: string;
@@ -57,13 +56,11 @@ function setup() {
   });
   const join_ = (hostname: string, address: string) =>
     cluster.register({
-      inventory: inventoryToProto(
-        simulateInventory("1xh100-80g@ib-a", {
-          hostname,
-          addresses: [address],
-          nowMs: clock.now(),
-        }),
-      ),
+      inventory: simulateInventory("1xh100-80g@ib-a", {
+        hostname,
+        addresses: [address],
+        nowMs: clock.now(),
+      }),
       advertiseAddress: address,
       replicas: [],
     }).nodeId;
@@ -73,7 +70,7 @@ function setup() {
   const beat = (
     nodeId: string,
     opts: {
-      state?: ReplicaState;
+      state?: ReplicaStateName;
       load?: Load;
       port?: number;
       credentials?: EngineCredentialInput[];
@@ -84,19 +81,20 @@ function setup() {
       gpus:
         opts.gpuHealthy === false
           ? [
-              create(GpuReadingSchema, {
+              gpuReading({
                 index: 0,
+                uuid: "",
                 healthy: false,
-                healthProblems: [{ code: "X", message: "ECC" }],
+                healthProblems: [{ code: "X", message: "ECC", source: "" }],
               }),
             ]
           : [],
       problems: [],
       replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
-        create(ReplicaStatusSchema, {
+        rankStatus({
           replicaId: x.replicaId,
           rank: x.rank,
-          state: opts.state ?? ReplicaState.READY,
+          state: opts.state ?? "ready",
           apiPort: opts.port ?? 8000,
           ...(opts.load ? { load: opts.load } : {}),
         }),
@@ -141,7 +139,7 @@ describe("Cluster.routingMembership", () => {
       load: { running: 2, kvCacheUsage: 0.25 },
       credentials: [{ replicaId: onA, apiKey: "engine-a" }],
     });
-    beat(b, { state: ReplicaState.LOADING });
+    beat(b, { state: "loading" });
 
     const m = cluster.routingMembership();
     expect(m.models).toEqual([
@@ -213,9 +211,7 @@ describe("Cluster.routingMembership", () => {
     cluster.heartbeat(a, {
       gpus: [],
       problems: [],
-      replicas: [
-        create(ReplicaStatusSchema, { replicaId: servedBy(a), rank: 0, state: ReplicaState.READY }),
-      ],
+      replicas: [rankStatus({ replicaId: servedBy(a), rank: 0, state: "ready" })],
     });
     beat(b);
     expect(ids()).toEqual([servedBy(b)]);
@@ -251,13 +247,13 @@ describe("Cluster.routingVersion", () => {
       bumpsDuring(() => {
         beat(a, { load: { running: 5, waiting: 2 } });
         cluster.heartbeat(b, {
-          gpus: [create(GpuReadingSchema, { index: 0, healthy: true, temperatureCelsius: 71 })],
-          problems: [create(ProblemSchema, { code: "disk", message: "slow" })],
+          gpus: [gpuReading({ index: 0, uuid: "", healthy: true, temperatureCelsius: 71 })],
+          problems: [{ code: "disk", message: "slow", source: "" }],
           replicas: [
-            create(ReplicaStatusSchema, {
+            rankStatus({
               replicaId: servedBy(b),
               rank: 0,
-              state: ReplicaState.READY,
+              state: "ready",
               apiPort: 8000,
               message: "still fine",
             }),
@@ -276,8 +272,8 @@ describe("Cluster.routingVersion", () => {
     });
   });
 
-  it.each<[string, { state?: ReplicaState; port?: number; credentials?: "own" }]>([
-    ["a rank's state changes", { state: ReplicaState.UNHEALTHY }],
+  it.each<[string, { state?: ReplicaStateName; port?: number; credentials?: "own" }]>([
+    ["a rank's state changes", { state: "unhealthy" }],
     ["rank 0's API port changes", { port: 9000 }],
     ["an engine key is learnt", { credentials: "own" }],
   ])("moves once when %s", (_what, change) => {

@@ -1,23 +1,23 @@
-import { create } from "@bufbuild/protobuf";
-import { simulateInventory } from "@llmgw/discovery";
-import { GpuLinkSchema, type NodeInventory, TopologySchema } from "@llmgw/proto";
+import { type NodeInventory, simulateInventory } from "@llmgw/discovery";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto } from "@llmgw/wire";
 import { describe, expect, it } from "vitest";
 import { type SchedulerNodeSource, SchedulerNodes } from "./scheduler-nodes.js";
 
 /** An 8-GPU node's inventory with NVLink pairs and NIC paths, as discovery reports them. */
 function inventory(hostname: string, nicPaths: readonly string[] = []): NodeInventory {
-  const inv = inventoryToProto(simulateInventory("8xh100-80g@ib-a", { hostname }));
-  inv.topology = create(TopologySchema, {
-    gpuLinks: [
-      { gpuA: 0, gpuB: 1, path: "NV18", nvlinks: 18 },
-      { gpuA: 0, gpuB: 2, path: "SYS", nvlinks: 0 },
-      { gpuA: 2, gpuB: 3, path: "NV18", nvlinks: 18 },
-    ],
-    gpuNics: nicPaths.map((path, i) => ({ gpu: i % 2, nic: `mlx5_${i}`, path })),
-  });
-  return inv;
+  const inv = simulateInventory("8xh100-80g@ib-a", { hostname });
+  return {
+    ...inv,
+    topology: {
+      gpuLinks: [
+        { gpuA: 0, gpuB: 1, path: "NV18", nvlinks: 18 },
+        { gpuA: 0, gpuB: 2, path: "SYS", nvlinks: 0 },
+        { gpuA: 2, gpuB: 3, path: "NV18", nvlinks: 18 },
+      ],
+      gpuNics: nicPaths.map((path, i) => ({ gpu: i % 2, nic: `mlx5_${i}`, path })),
+      gpuAffinity: [],
+    },
+  };
 }
 
 function source(id: string, inv: NodeInventory, over: Partial<SchedulerNodeSource> = {}) {
@@ -89,10 +89,14 @@ describe("SchedulerNodes", () => {
     expect(none.nicDistance).toEqual([]);
     expect(none.nicDistance).not.toBe(base.nicDistance);
 
-    const inv = inventory("f", ["PIX"]);
-    inv.topology?.gpuLinks.push(
-      create(GpuLinkSchema, { gpuA: 4, gpuB: 5, path: "NV18", nvlinks: 18 }),
-    );
+    const plain = inventory("f", ["PIX"]);
+    const inv: NodeInventory = {
+      ...plain,
+      topology: {
+        ...plain.topology,
+        gpuLinks: [...plain.topology.gpuLinks, { gpuA: 4, gpuB: 5, path: "NV18", nvlinks: 18 }],
+      },
+    };
     const linked = nodes.build(source("f", inv));
     expect(linked.nvlinks).not.toBe(base.nvlinks);
     expect(linked.nvlinks).toHaveLength(3);

@@ -1,4 +1,4 @@
-import type { NodeInventory } from "@llmgw/proto";
+import type { NodeInventory } from "@llmgw/discovery";
 import type { SchedulerGpu, SchedulerNode } from "@llmgw/scheduler";
 import type { NodeState } from "./node-lifecycle.js";
 
@@ -63,18 +63,18 @@ export class SchedulerNodes {
       const g = inventory.gpus[i] as InventoryGpu;
       h = mix(h, g.index);
       h = mix(h, (n.healthy[i] === true ? 1 : 0) | (g.migEnabled ? 2 : 0) | (isAmd(g) ? 4 : 0));
-      h = mixString(h, g.gpuClass);
+      h = mixString(h, g.gpuClass ?? "");
     }
     let fh = HASH_SEED;
     for (const f of inventory.fabrics) if (!n.trouble.has(f.id)) fh = mixString(fh, f.id);
-    const links = inventory.topology?.gpuLinks ?? [];
+    const links = inventory.topology.gpuLinks;
     let lh = HASH_SEED;
     for (const l of links) if (l.nvlinks > 0) lh = mix(mix(mix(lh, l.gpuA), l.gpuB), l.nvlinks);
     // GPU index → distance, a holey array (a record with integer keys): compared and hashed
     // by position, without enumerating keys.
     const distance = this.#distance;
     distance.length = 0;
-    for (const nic of inventory.topology?.gpuNics ?? []) {
+    for (const nic of inventory.topology.gpuNics) {
       const d = nicDistance(nic.path);
       if (d !== undefined && !(d >= (distance[nic.gpu] ?? 5))) distance[nic.gpu] = d;
     }
@@ -96,7 +96,7 @@ export class SchedulerNodes {
 
 type InventoryGpu = NodeInventory["gpus"][number];
 type InventoryFabric = NodeInventory["fabrics"][number];
-type InventoryLink = NonNullable<NodeInventory["topology"]>["gpuLinks"][number];
+type InventoryLink = NodeInventory["topology"]["gpuLinks"][number];
 type Links = NonNullable<SchedulerNode["nvlinks"]>;
 
 const isAmd = (g: InventoryGpu): boolean => g.vendor === "amd";
@@ -122,7 +122,7 @@ function sameGpus(
     const g = gpus[i] as InventoryGpu;
     if (
       x.index !== g.index ||
-      (x.gpuClass ?? "") !== g.gpuClass ||
+      (x.gpuClass ?? "") !== (g.gpuClass ?? "") ||
       x.healthy !== (healthy[i] === true) ||
       x.migEnabled !== g.migEnabled ||
       (x.vendor === "amd") !== isAmd(g)

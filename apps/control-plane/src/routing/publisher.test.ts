@@ -1,10 +1,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { EngineLoadSchema, ReplicaState, ReplicaStatusSchema } from "@llmgw/proto";
 import type {
   KeyGrant,
   ReplicaLoadSample,
@@ -15,12 +13,14 @@ import type {
   RoutingSnapshot,
 } from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
-import { inventoryToProto, routingMessageToProto } from "@llmgw/wire";
+import { routingMessageToProto } from "@llmgw/wire";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Cluster } from "../domain/cluster.js";
+import type { ReplicaStateName } from "../domain/replica-state.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import { rankStatus } from "../testing/reports.js";
 import {
   createRoutingPublisher,
   type RoutingPublisher,
@@ -126,9 +126,11 @@ function deploy(name = "chat", replicas = 1) {
 
 function joinNode(hostname = "node-a", address = "10.0.0.1") {
   return cluster.register({
-    inventory: inventoryToProto(
-      simulateInventory("1xh100-80g", { hostname, addresses: [address], nowMs: clock.now() }),
-    ),
+    inventory: simulateInventory("1xh100-80g", {
+      hostname,
+      addresses: [address],
+      nowMs: clock.now(),
+    }),
     advertiseAddress: address,
     replicas: [],
   }).nodeId;
@@ -136,19 +138,19 @@ function joinNode(hostname = "node-a", address = "10.0.0.1") {
 
 function report(
   nodeId: string,
-  state: ReplicaState,
+  state: ReplicaStateName,
   load?: { running: number; waiting: number },
   replicaId = "chat-0",
 ) {
   cluster.heartbeat(nodeId, {
     gpus: [],
     replicas: [
-      create(ReplicaStatusSchema, {
+      rankStatus({
         replicaId,
         rank: 0,
         state,
         apiPort: 41_000,
-        ...(load ? { load: create(EngineLoadSchema, load) } : {}),
+        ...(load ? { load } : {}),
       }),
     ],
     problems: [],
@@ -159,7 +161,7 @@ describe("createRoutingPublisher", () => {
   it("gives a subscriber the current snapshot first, load included", () => {
     const nodeId = joinNode();
     deploy();
-    report(nodeId, ReplicaState.READY, { running: 3, waiting: 1 });
+    report(nodeId, "ready", { running: 3, waiting: 1 });
     const { key } = cluster.apiKeys.create({ name: "team-a", models: [], requestsPerMinute: 60 });
     const { received } = publish();
     expect(received).toHaveLength(2);
@@ -210,7 +212,7 @@ describe("createRoutingPublisher", () => {
   it("leaves out each model, replica, key and load sample routers would refuse, and publishes the rest", async () => {
     const nodeId = joinNode();
     deploy();
-    report(nodeId, ReplicaState.READY, { running: 1, waiting: 0 });
+    report(nodeId, "ready", { running: 1, waiting: 0 });
     const { key } = cluster.apiKeys.create({ name: "team-a", models: [] });
     const good: RoutedReplica = {
       id: "extra-0",
@@ -297,9 +299,9 @@ describe("createRoutingPublisher", () => {
   it("orders load by the control plane's clock: an agent 1.5 s behind still reaches routers", async () => {
     const nodeId = joinNode();
     deploy();
-    report(nodeId, ReplicaState.READY);
+    report(nodeId, "ready");
     const { received } = publish({ coalesceMs: 5, loadFlushMs: 5 });
-    report(nodeId, ReplicaState.READY, { running: 1, waiting: 0 });
+    report(nodeId, "ready", { running: 1, waiting: 0 });
     await vi.waitFor(() => expect(received.some((m) => m.kind === "load")).toBe(true), {
       interval: 2,
     });
@@ -329,7 +331,7 @@ describe("createRoutingPublisher", () => {
       removedModels: [],
       upsertedReplicas: [],
     });
-    report(nodeId, ReplicaState.READY);
+    report(nodeId, "ready");
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
     expect(deltas(received)[1]).toMatchObject({
       version: 3,
@@ -348,11 +350,11 @@ describe("createRoutingPublisher", () => {
   it("turns a load-only heartbeat into a LoadUpdate, never a delta", async () => {
     const nodeId = joinNode();
     deploy();
-    report(nodeId, ReplicaState.READY);
+    report(nodeId, "ready");
     const { publisher, received } = publish({ coalesceMs: 5, loadFlushMs: 10 });
     const version = cluster.routingVersion;
     clock.advance(500);
-    report(nodeId, ReplicaState.READY, { running: 7, waiting: 2 });
+    report(nodeId, "ready", { running: 7, waiting: 2 });
     await vi.waitFor(() => expect(received.map((m) => m.kind)).toContain("load"), {
       interval: 2,
     });
@@ -411,7 +413,7 @@ describe("createRoutingPublisher", () => {
   it("reads only the key grants for a key change, and the whole membership after a replica change", async () => {
     const nodeId = joinNode();
     deploy();
-    report(nodeId, ReplicaState.READY);
+    report(nodeId, "ready");
     const { publisher, received } = publish({ coalesceMs: 5 });
     const topology = cluster.routingTopologyVersion;
     const { key } = cluster.apiKeys.create({ name: "team-c", models: [] });
@@ -422,7 +424,7 @@ describe("createRoutingPublisher", () => {
       upsertedReplicas: [],
     });
     expect(publisher.stats()).toMatchObject({ membershipReads: 1, keyReads: 1 });
-    report(nodeId, ReplicaState.UNHEALTHY);
+    report(nodeId, "unhealthy");
     await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
     expect(deltas(received)[1]).toMatchObject({ removedReplicas: ["chat-0"], upsertedKeys: [] });
     expect(publisher.stats()).toMatchObject({ membershipReads: 2, keyReads: 1 });
@@ -483,7 +485,7 @@ describe("createRoutingPublisher", () => {
         extraArgs: ["--scheduling-policy=priority"],
       }),
     );
-    report(nodeId, ReplicaState.READY);
+    report(nodeId, "ready");
     const { received } = publish();
     expect(received[0]).toMatchObject({
       models: [{ name: "org/chat", enginePriority: true }],

@@ -19,8 +19,11 @@ import {
   StreamLoadResponseSchema,
   WatchDesiredResponseSchema,
 } from "@llmgw/proto";
+import { heartbeatInputFromProto, registerInputFromProto } from "../convert/agent-reports.js";
+import { assignmentsToProto } from "../convert/views.js";
 import { boundAgentRequest } from "../domain/agent-limits.js";
-import { type Cluster, replicaLoadFromProto } from "../domain/cluster.js";
+import type { Cluster } from "../domain/cluster.js";
+import { replicaLoadFromProto } from "../domain/replica-loads.js";
 import { ControlPlaneError } from "../errors.js";
 import { bearerToken, requireToken } from "./auth.js";
 
@@ -129,14 +132,7 @@ function requireHeartbeatStreams(on: boolean, rpc: string): void {
 /** Bounds and takes one heartbeat (credential already checked). */
 function takeHeartbeat(cluster: Cluster, req: HeartbeatRequest) {
   boundAgentRequest("HeartbeatRequest", req);
-  return cluster.heartbeat(req.nodeId, {
-    gpus: req.gpus,
-    replicas: req.replicas,
-    problems: req.problems,
-    engineCredentials: req.engineCredentials,
-    ports: req.ports,
-    generationSeen: req.generationSeen,
-  });
+  return cluster.heartbeat(req.nodeId, heartbeatInputFromProto(req));
 }
 
 /**
@@ -225,7 +221,7 @@ function desiredResponse(
   const unchanged = generationSeen !== 0n && generationSeen === desired.generation;
   return create(HeartbeatResponseSchema, {
     generation: desired.generation,
-    assignments: unchanged ? [] : [...desired.assignments],
+    assignments: unchanged ? [] : [...assignmentsToProto(desired.assignments)],
     unchanged,
     heartbeatIntervalMs: desired.heartbeatIntervalMs,
     loadStreamMs: offer.loadStreamMs,
@@ -280,14 +276,7 @@ export function createAgentService(
           "RegisterRequest.inventory.hostname is required",
         );
       }
-      const result = cluster.register({
-        inventory: req.inventory,
-        previousNodeId: req.previousNodeId,
-        previousNodeCredential: req.previousNodeCredential,
-        advertiseAddress: req.advertiseAddress,
-        replicas: req.replicas,
-        engineCredentials: req.engineCredentials,
-      });
+      const result = cluster.register(registerInputFromProto(req, req.inventory));
       return create(RegisterResponseSchema, {
         nodeId: result.nodeId,
         nodeCredential: result.nodeCredential,

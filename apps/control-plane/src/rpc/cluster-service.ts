@@ -21,6 +21,12 @@ import {
   tokenBudgetToProto,
 } from "@llmgw/wire";
 import { deploymentSpecFromProto } from "../convert/deployment.js";
+import {
+  clusterSummaryToProto,
+  deploymentToProto,
+  nodeToProto,
+  replicaToProto,
+} from "../convert/views.js";
 import type { Cluster } from "../domain/cluster.js";
 import type { TenantInput, TokenBudgetInput } from "../domain/tenants.js";
 import type { ClusterUsage } from "../domain/usage.js";
@@ -87,23 +93,36 @@ export function createClusterService(
           `ListNodesRequest.nodes: at most ${MAX_LISTED_NAMES} names of at most ${MAX_NODE_NAME_CHARS} characters (${req.nodes.length} given)`,
         );
       const wire = { ...wireOf(ctx), omitInventory: req.omitInventory };
-      return { nodes: cluster.listNodes(req.nodes).map((n) => nodeForWire(n, wire)) };
+      return {
+        nodes: cluster.listNodes(req.nodes).map((n) => nodeForWire(nodeToProto(n), wire)),
+      };
     },
     getNode(req, ctx) {
       admin(ctx);
-      return { node: nodeForWire(cluster.getNode(required(req.node, "node")), wireOf(ctx)) };
+      return {
+        node: nodeForWire(nodeToProto(cluster.getNode(required(req.node, "node"))), wireOf(ctx)),
+      };
     },
     cordonNode(req, ctx) {
       admin(ctx);
-      return { node: nodeForWire(cluster.cordonNode(required(req.node, "node")), wireOf(ctx)) };
+      return {
+        node: nodeForWire(nodeToProto(cluster.cordonNode(required(req.node, "node"))), wireOf(ctx)),
+      };
     },
     uncordonNode(req, ctx) {
       admin(ctx);
-      return { node: nodeForWire(cluster.uncordonNode(required(req.node, "node")), wireOf(ctx)) };
+      return {
+        node: nodeForWire(
+          nodeToProto(cluster.uncordonNode(required(req.node, "node"))),
+          wireOf(ctx),
+        ),
+      };
     },
     drainNode(req, ctx) {
       admin(ctx);
-      return { node: nodeForWire(cluster.drainNode(required(req.node, "node")), wireOf(ctx)) };
+      return {
+        node: nodeForWire(nodeToProto(cluster.drainNode(required(req.node, "node"))), wireOf(ctx)),
+      };
     },
     revokeNode(req, ctx) {
       admin(ctx);
@@ -128,13 +147,13 @@ export function createClusterService(
         );
       const result = cluster.applyDeployment(deploymentSpecFromProto(req.deployment));
       flush();
-      return { deployment: result.status, changed: result.changed };
+      return { deployment: deploymentToProto(result.status), changed: result.changed };
     },
     scaleDeployment(req, ctx) {
       admin(ctx);
       const deployment = cluster.scaleDeployment(required(req.name, "name"), req.replicas);
       flush();
-      return { deployment };
+      return { deployment: deploymentToProto(deployment) };
     },
     deleteDeployment(req, ctx) {
       admin(ctx);
@@ -144,19 +163,20 @@ export function createClusterService(
     },
     getDeployment(req, ctx) {
       admin(ctx);
-      return { deployment: cluster.deploymentStatus(required(req.name, "name")) };
+      return {
+        deployment: deploymentToProto(cluster.deploymentStatus(required(req.name, "name"))),
+      };
     },
     listDeployments(_req, ctx) {
       admin(ctx);
-      return { deployments: cluster.listDeployments() };
+      return { deployments: cluster.listDeployments().map(deploymentToProto) };
     },
     listReplicas(req, ctx) {
       admin(ctx);
       return {
-        replicas: cluster.listReplicas({
-          deployment: req.deployment || undefined,
-          node: req.node || undefined,
-        }),
+        replicas: cluster
+          .listReplicas({ deployment: req.deployment || undefined, node: req.node || undefined })
+          .map(replicaToProto),
       };
     },
     createApiKey(req, ctx) {
@@ -269,7 +289,8 @@ export function createClusterService(
     },
     async getClusterStatus(_req, ctx) {
       admin(ctx);
-      const status = cluster.clusterStatus(opts.version);
+      const status = clusterSummaryToProto(cluster.clusterStatus());
+      status.version = opts.version;
       status.store = opts.store ?? "sqlite";
       status.controlPlanes = ((await opts.controlPlanes?.()) ?? []).map((i) =>
         create(ControlPlaneInstanceSchema, {

@@ -10,4 +10,5 @@ export {
   startTestPostgres,
   type TestPostgres,
 } from "./postgres.js";
+export { gpuReading, rankStatus } from "./reports.js";
 export { hasOpenssl, selfSignedCert } from "./self-signed.js";
