@@ -11,7 +11,7 @@ import type { ReplicaStateName } from "./domain/replica-state.js";
 import { openSqliteStore } from "./store/sqlite-store.js";
 import type { ClusterStore } from "./store/types.js";
 import { createManualClock } from "./testing/manual-clock.js";
-import { rankStatus } from "./testing/reports.js";
+import { gpuReading, rankStatus } from "./testing/reports.js";
 
 let dir: string;
 let store: ClusterStore;
@@ -110,6 +110,51 @@ describe("createClusterView: deployments and replicas", () => {
     deploy("chat", 3);
     expect(cluster.unschedulableReasons("chat").length).toBeGreaterThan(0);
     expect(view.deployments()).toMatchObject([{ name: "chat", unschedulable: true }]);
+  });
+
+  it("hands over the same GPU views while only readings move, and new ones when more does", () => {
+    const { cluster, nodeId, deploy, view } = setup();
+    const uuids = view.nodes()[0]?.gpus.map((g) => g.uuid) ?? [];
+    const beat = (util: number, healthy = true) =>
+      cluster.heartbeat(nodeId, {
+        gpus: uuids.map((uuid, index) =>
+          gpuReading({
+            index,
+            uuid,
+            utilizationPercent: util,
+            ...(healthy || index === 0
+              ? {}
+              : {
+                  healthy: false,
+                  healthProblems: [{ code: "X", message: "ECC", source: "nvidia-smi" }],
+                }),
+          }),
+        ),
+        replicas: [],
+        problems: [],
+      });
+    beat(10);
+    const first = view.nodes()[0];
+    expect(first?.gpuReadings?.map((r) => r?.utilizationPercent)).toEqual([10, 10]);
+    expect(first?.gpus[0]).not.toHaveProperty("utilizationPercent");
+
+    beat(20);
+    const second = view.nodes()[0];
+    expect(second?.gpus).toBe(first?.gpus);
+    expect(second?.gpuReadings?.map((r) => r?.utilizationPercent)).toEqual([20, 20]);
+
+    deploy("chat", 1);
+    const placed = view.nodes()[0];
+    expect(placed?.gpus).not.toBe(second?.gpus);
+    expect(placed?.gpus.map((g) => g.allocatedDeployment)).toEqual(["chat", undefined]);
+    // The GPU whose inputs did not move keeps its view.
+    expect(placed?.gpus[1]).toBe(second?.gpus[1]);
+
+    beat(20, false);
+    const sick = view.nodes()[0];
+    expect(sick?.gpus.map((g) => g.healthy)).toEqual([true, false]);
+    expect(sick?.gpus[1]?.healthProblems).toEqual(["X"]);
+    expect(sick?.healthy).toBe(false);
   });
 
   it("lists the GPUs a placement holds by deployment", () => {

@@ -3,17 +3,77 @@ import type {
   ClusterView,
   DeploymentView,
   FabricView,
+  GpuReadingView,
   GpuView,
   NodeView,
+  PortView,
   ReplicaView,
   RouterView,
 } from "@llmgw/metrics-collector";
-import type { Cluster } from "./domain/cluster.js";
+import type { GpuHealthVerdict } from "@llmgw/wire";
+import type { Cluster, PortSnapshot } from "./domain/cluster.js";
 import type { RouterRegistry } from "./routing/router-registry.js";
 
 /** Problem codes for the two verdicts that are not the agent's own problems. */
 const LOST = "LLMGW_DISCOVERY_GPU_LOST";
 const FAULT = "LLMGW_DISCOVERY_GPU_FAULT";
+
+type InventoryGpu = NodeInventory["gpus"][number];
+type Snapshot = ReturnType<Cluster["nodeSnapshots"]>[number];
+
+/** What one GPU's view (readings apart) is built from. */
+interface GpuInputs {
+  /** The registered GPU: a new object with each registration. */
+  readonly gpu: InventoryGpu;
+  /** The health verdict: one shared object for every sound GPU. */
+  readonly verdict: GpuHealthVerdict | undefined;
+  readonly allocated: string | undefined;
+  /** The node's fault tallies: one shared empty list for a node without any. */
+  readonly tallies: Snapshot["faultTallies"];
+}
+
+interface FixedGpus {
+  readonly inputs: readonly GpuInputs[];
+  readonly gpus: readonly GpuView[];
+}
+
+const sameInputs = (a: GpuInputs, b: GpuInputs): boolean =>
+  a.gpu === b.gpu &&
+  a.verdict === b.verdict &&
+  a.allocated === b.allocated &&
+  a.tallies === b.tallies;
+
+/** A GPU's view without its readings (those go in `NodeView.gpuReadings`). */
+function gpuView({ gpu: g, verdict, allocated, tallies }: GpuInputs): GpuView {
+  // Most GPUs are sound and have seen no fault: no arrays for them.
+  let problems: string[] | undefined;
+  if (verdict !== undefined && !verdict.healthy) {
+    problems = [];
+    if (verdict.lost) problems.push(LOST);
+    for (const p of verdict.problems) problems.push(p.code);
+    if (verdict.faults.length > 0) problems.push(FAULT);
+  }
+  let faultsSeen: { code: number; kind: string; action: string; count: number }[] | undefined;
+  if (tallies.length > 0) {
+    faultsSeen = [];
+    for (const t of tallies) {
+      if (t.gpu !== g.index) continue;
+      faultsSeen.push({ code: t.code, kind: t.kind, action: t.action, count: t.count });
+    }
+  }
+  return {
+    index: g.index,
+    uuid: g.uuid,
+    name: g.name,
+    gpuClass: g.gpuClass ?? "",
+    memoryTotalBytes: g.memoryTotalBytes,
+    healthy: verdict?.healthy ?? false,
+    healthProblems: problems !== undefined && problems.length > 0 ? problems : undefined,
+    faultsSeen: faultsSeen !== undefined && faultsSeen.length > 0 ? faultsSeen : undefined,
+    mig: g.migEnabled,
+    allocatedDeployment: allocated,
+  };
+}
 
 /** Deployments and replicas as of one {@link Cluster.routingVersion}. */
 interface Membership {
@@ -76,6 +136,19 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
     }
     return out;
   };
+  // Ports change only when a heartbeat reports them (a new list).
+  const portsOf = new WeakMap<readonly PortSnapshot[], readonly PortView[]>();
+  const ports = (list: readonly PortSnapshot[]): readonly PortView[] => {
+    let out = portsOf.get(list);
+    if (out === undefined) {
+      out = list.map((p) => ({ device: p.device, port: p.port, healthy: p.healthy }));
+      portsOf.set(list, out);
+    }
+    return out;
+  };
+  // Each node's GPU views apart from readings, as the last scrape built them: the same
+  // objects while their inputs are (see `NodeView.gpuReadings`).
+  let fixedGpus = new Map<string, FixedGpus>();
   return {
     ...(routers === undefined
       ? {}
@@ -95,51 +168,38 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
           for (const i of r.gpuIndices) byIndex.set(i, p.deployment);
         }
       }
-      return cluster.nodeSnapshots().map((n) => {
+      const kept = new Map<string, FixedGpus>();
+      const out = cluster.nodeSnapshots().map((n): NodeView => {
         const allocated = allocatedBy.get(n.id);
+        const before = fixedGpus.get(n.id);
+        const inventoryGpus = n.inventory.gpus;
+        const inputs: GpuInputs[] = new Array(inventoryGpus.length);
+        const gpus: GpuView[] = new Array(inventoryGpus.length);
+        const readings: (GpuReadingView | undefined)[] = new Array(inventoryGpus.length);
         let healthy = true;
-        const gpus = n.inventory.gpus.map((g): GpuView => {
-          const reading = n.readings.get(g.index);
-          const verdict = n.health.get(g.index);
-          // Most GPUs are sound and have seen no fault: no arrays for them (8,000 a scrape).
-          let problems: string[] | undefined;
-          if (verdict !== undefined && !verdict.healthy) {
-            problems = [];
-            if (verdict.lost) problems.push(LOST);
-            for (const p of verdict.problems) problems.push(p.code);
-            if (verdict.faults.length > 0) problems.push(FAULT);
-          }
-          let faultsSeen:
-            | { code: number; kind: string; action: string; count: number }[]
-            | undefined;
-          if (n.faultTallies.length > 0) {
-            faultsSeen = [];
-            for (const t of n.faultTallies) {
-              if (t.gpu !== g.index) continue;
-              faultsSeen.push({ code: t.code, kind: t.kind, action: t.action, count: t.count });
-            }
-          }
-          const gpuHealthy = verdict?.healthy ?? false;
-          healthy &&= gpuHealthy;
-          const source = reading ?? g;
-          return {
-            index: g.index,
-            uuid: g.uuid,
-            name: g.name,
-            gpuClass: g.gpuClass ?? "",
-            memoryTotalBytes: g.memoryTotalBytes,
-            memoryUsedBytes: source.memoryUsedBytes,
-            utilizationPercent: source.utilizationPercent,
-            eccUncorrectedErrors: source.eccUncorrectedErrors,
-            temperatureCelsius: source.temperatureCelsius,
-            powerWatts: source.powerWatts,
-            healthy: gpuHealthy,
-            healthProblems: problems !== undefined && problems.length > 0 ? problems : undefined,
-            faultsSeen: faultsSeen !== undefined && faultsSeen.length > 0 ? faultsSeen : undefined,
-            mig: g.migEnabled,
-            allocatedDeployment: allocated?.get(g.index),
+        let same = before !== undefined && before.gpus.length === inventoryGpus.length;
+        for (let i = 0; i < inventoryGpus.length; i++) {
+          const g = inventoryGpus[i] as InventoryGpu;
+          const input: GpuInputs = {
+            gpu: g,
+            verdict: n.health.get(g.index),
+            allocated: allocated?.get(g.index),
+            tallies: n.faultTallies,
           };
-        });
+          const was = before?.inputs[i];
+          const view =
+            was !== undefined && sameInputs(was, input)
+              ? (before?.gpus[i] as GpuView)
+              : gpuView(input);
+          if (view !== before?.gpus[i]) same = false;
+          inputs[i] = input;
+          gpus[i] = view;
+          // The registration's values until a heartbeat brings readings.
+          readings[i] = n.readings.get(g.index) ?? g;
+          healthy &&= view.healthy;
+        }
+        const fixed = same && before !== undefined ? before : { inputs, gpus };
+        kept.set(n.id, fixed);
         return {
           id: n.id,
           hostname: n.record.hostname,
@@ -150,11 +210,14 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
           agentVersion: n.inventory.agentVersion,
           lastHeartbeatUnixMs: n.lastHeartbeatMs,
           healthy,
-          gpus,
-          ports: n.ports.map((p) => ({ device: p.device, port: p.port, healthy: p.healthy })),
+          gpus: fixed.gpus,
+          gpuReadings: readings,
+          ports: ports(n.ports),
           fabrics: fabrics(n.inventory),
         };
       });
+      fixedGpus = kept;
+      return out;
     },
     deployments(): DeploymentView[] {
       return currentMembership().deployments.map((d) => ({

@@ -137,6 +137,66 @@ describe("cached node blocks of the text renderer", () => {
   });
 });
 
+describe("readings apart from the GPUs (NodeView.gpuReadings)", () => {
+  /** `view`'s nodes with their readings moved to `gpuReadings`, GPUs kept as `fixed` has them. */
+  const apart = (view: FakeClusterView, fixed: Map<string, readonly GpuView[]>): NodeView[] =>
+    view.nodeList.map((n) => {
+      const readings = n.gpus.map((g) => ({
+        memoryUsedBytes: g.memoryUsedBytes,
+        utilizationPercent: g.utilizationPercent,
+        eccUncorrectedErrors: g.eccUncorrectedErrors,
+        temperatureCelsius: g.temperatureCelsius,
+        powerWatts: g.powerWatts,
+      }));
+      const gpus =
+        fixed.get(n.id) ??
+        n.gpus.map(
+          ({
+            memoryUsedBytes: _m,
+            utilizationPercent: _u,
+            eccUncorrectedErrors: _e,
+            temperatureCelsius: _t,
+            powerWatts: _p,
+            ...rest
+          }) => rest,
+        );
+      fixed.set(n.id, gpus);
+      return { ...n, gpus, gpuReadings: readings };
+    });
+
+  it("renders exactly as readings inside the GPUs, scrape after scrape", () => {
+    const inline = cluster();
+    const split = cluster();
+    const fixed = new Map<string, readonly GpuView[]>();
+    const cache = new LabelCache();
+    for (const [, change] of changes.slice(0, 8)) {
+      inline.updateNode("n1", change);
+      split.updateNode("n1", change);
+      const view = new FakeClusterView({
+        nodes: apart(split, fixed),
+        deployments: split.deploymentList,
+        replicas: split.replicaList,
+      });
+      // The same GPU objects every time (only readings moved): the kept block serves.
+      expect(renderClusterText(view, 128, cache)).toBe(
+        renderClusterText(inline, 128, new LabelCache()),
+      );
+    }
+  });
+
+  it("reads no reading from the GPUs when they are given apart", () => {
+    const node = readyNode("n1", [h100Gpu(0, { powerWatts: 300 })]);
+    const view = new FakeClusterView({
+      nodes: [{ ...node, gpuReadings: [{ powerWatts: 123 }] }],
+      deployments: [],
+      replicas: [],
+    });
+    const text = renderClusterText(view, 128, new LabelCache());
+    expect(text).toContain('llmgw_gpu_power_watts{node="n1",gpu="0",gpu_class="h100-80g"} 123\n');
+    expect(text).not.toContain("llmgw_gpu_temperature_celsius{");
+  });
+});
+
 describe("sameApartFromReadings", () => {
   const node = readyNode("n1", [h100Gpu(0)]);
   it.each([
@@ -159,7 +219,10 @@ describe("sameApartFromReadings", () => {
   });
 
   it("names only fields the views have", () => {
-    const fields = new Set([...Object.keys(readyNode("n", [])), ...Object.keys(h100Gpu(0))]);
+    const fields = new Set([
+      ...Object.keys({ ...readyNode("n", []), gpuReadings: [] } satisfies NodeView),
+      ...Object.keys(h100Gpu(0)),
+    ]);
     for (const f of READING_FIELDS) expect(fields.has(f), f).toBe(true);
   });
 });

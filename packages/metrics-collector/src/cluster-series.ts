@@ -1,4 +1,4 @@
-import type { ClusterView, GpuView, NodeView } from "./cluster-view.js";
+import type { ClusterView, GpuReadingView, GpuView, NodeView } from "./cluster-view.js";
 import { GPU_STATES, NODE_STATES, REPLICA_STATES, ROUTER_STATES } from "./families.js";
 import { boundLabelValue } from "./labels.js";
 import type { LineWriter } from "./line-writer.js";
@@ -82,6 +82,7 @@ export interface NodeMemo {
  */
 export const READING_FIELDS: ReadonlySet<string> = new Set([
   "lastHeartbeatUnixMs",
+  "gpuReadings",
   "memoryUsedBytes",
   "utilizationPercent",
   "eccUncorrectedErrors",
@@ -485,30 +486,30 @@ function nodeReadingSeries(node: NodeView, memo: NodeMemo, sink: SeriesSink): vo
   }
   // Family by family (each in GPU order, as always), so that a sink sees each family's lines
   // of the node in one run.
-  const gpus = node.gpus;
+  const gpus: readonly (GpuReadingView | undefined)[] = node.gpuReadings ?? node.gpus;
   const labels = memo.gpuLabels as readonly CachedLabels[];
-  for (let g = 0; g < gpus.length; g++) {
-    const v = (gpus[g] as GpuView).memoryUsedBytes;
+  for (let g = 0; g < labels.length; g++) {
+    const v = gpus[g]?.memoryUsedBytes;
     if (nonNegative(v))
       sink.shared("llmgw_gpu_memory_used_bytes", labels[g] as CachedLabels, NO_LABELS, v);
   }
-  for (let g = 0; g < gpus.length; g++) {
-    const v = (gpus[g] as GpuView).utilizationPercent;
+  for (let g = 0; g < labels.length; g++) {
+    const v = gpus[g]?.utilizationPercent;
     if (nonNegative(v))
       sink.shared("llmgw_gpu_utilization_ratio", labels[g] as CachedLabels, NO_LABELS, v / 100);
   }
-  for (let g = 0; g < gpus.length; g++) {
-    const v = (gpus[g] as GpuView).eccUncorrectedErrors;
+  for (let g = 0; g < labels.length; g++) {
+    const v = gpus[g]?.eccUncorrectedErrors;
     if (nonNegative(v))
       sink.shared("llmgw_gpu_ecc_uncorrected_errors", labels[g] as CachedLabels, NO_LABELS, v);
   }
-  for (let g = 0; g < gpus.length; g++) {
-    const v = (gpus[g] as GpuView).temperatureCelsius;
+  for (let g = 0; g < labels.length; g++) {
+    const v = gpus[g]?.temperatureCelsius;
     if (finite(v))
       sink.shared("llmgw_gpu_temperature_celsius", labels[g] as CachedLabels, NO_LABELS, v);
   }
-  for (let g = 0; g < gpus.length; g++) {
-    const v = (gpus[g] as GpuView).powerWatts;
+  for (let g = 0; g < labels.length; g++) {
+    const v = gpus[g]?.powerWatts;
     if (nonNegative(v))
       sink.shared("llmgw_gpu_power_watts", labels[g] as CachedLabels, NO_LABELS, v);
   }

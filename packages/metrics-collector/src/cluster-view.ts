@@ -41,6 +41,16 @@ export interface GpuView {
   readonly faultsSeen?: readonly GpuFaultCount[];
 }
 
+/** A GPU's readings apart from its other fields (see {@link NodeView.gpuReadings}). */
+export type GpuReadingView = Pick<
+  GpuView,
+  | "memoryUsedBytes"
+  | "utilizationPercent"
+  | "eccUncorrectedErrors"
+  | "temperatureCelsius"
+  | "powerWatts"
+>;
+
 /** How many distinct faults of one code, kind and action a GPU has had. */
 export interface GpuFaultCount {
   readonly code: number;
@@ -78,6 +88,13 @@ export interface NodeView {
   readonly lastHeartbeatUnixMs?: number;
   readonly healthy: boolean;
   readonly gpus: readonly GpuView[];
+  /**
+   * Optional: the readings of `gpus`, same order (undefined: none). When set, the walk reads
+   * the readings from here, not from `gpus`: a view may then hand over the same `gpus` (array
+   * and objects) from scrape to scrape while nothing else about them changed, and the walk
+   * sees that by identity instead of comparing every GPU's fields.
+   */
+  readonly gpuReadings?: readonly (GpuReadingView | undefined)[];
   readonly fabrics: readonly FabricView[];
   /** RDMA ports; absent: none known. */
   readonly ports?: readonly PortView[];
