@@ -173,32 +173,47 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
         const allocated = allocatedBy.get(n.id);
         const before = fixedGpus.get(n.id);
         const inventoryGpus = n.inventory.gpus;
-        const inputs: GpuInputs[] = new Array(inventoryGpus.length);
-        const gpus: GpuView[] = new Array(inventoryGpus.length);
-        const readings: (GpuReadingView | undefined)[] = new Array(inventoryGpus.length);
+        const count = inventoryGpus.length;
+        const readings: (GpuReadingView | undefined)[] = new Array(count);
+        // Allocation-free while nothing but readings moved (every GPU of every scrape).
+        let fixed = before !== undefined && before.gpus.length === count ? before : undefined;
         let healthy = true;
-        let same = before !== undefined && before.gpus.length === inventoryGpus.length;
-        for (let i = 0; i < inventoryGpus.length; i++) {
+        for (let i = 0; i < count; i++) {
           const g = inventoryGpus[i] as InventoryGpu;
-          const input: GpuInputs = {
-            gpu: g,
-            verdict: n.health.get(g.index),
-            allocated: allocated?.get(g.index),
-            tallies: n.faultTallies,
-          };
-          const was = before?.inputs[i];
-          const view =
-            was !== undefined && sameInputs(was, input)
-              ? (before?.gpus[i] as GpuView)
-              : gpuView(input);
-          if (view !== before?.gpus[i]) same = false;
-          inputs[i] = input;
-          gpus[i] = view;
+          const verdict = n.health[i];
+          const was = fixed?.inputs[i];
+          if (
+            was === undefined ||
+            was.gpu !== g ||
+            was.verdict !== verdict ||
+            was.allocated !== allocated?.get(g.index) ||
+            was.tallies !== n.faultTallies
+          ) {
+            fixed = undefined;
+          }
           // The registration's values until a heartbeat brings readings.
           readings[i] = n.readings.get(g.index) ?? g;
-          healthy &&= view.healthy;
+          healthy &&= verdict?.healthy ?? false;
         }
-        const fixed = same && before !== undefined ? before : { inputs, gpus };
+        if (fixed === undefined) {
+          const inputs: GpuInputs[] = [];
+          const gpus: GpuView[] = [];
+          for (let i = 0; i < count; i++) {
+            const g = inventoryGpus[i] as InventoryGpu;
+            const input: GpuInputs = {
+              gpu: g,
+              verdict: n.health[i],
+              allocated: allocated?.get(g.index),
+              tallies: n.faultTallies,
+            };
+            const was = before?.inputs[i];
+            // A GPU whose own inputs did not move keeps its view (and its cached lines).
+            const same = was !== undefined && sameInputs(was, input);
+            inputs.push(same ? was : input);
+            gpus.push(same ? (before?.gpus[i] as GpuView) : gpuView(input));
+          }
+          fixed = { inputs, gpus };
+        }
         kept.set(n.id, fixed);
         return {
           id: n.id,

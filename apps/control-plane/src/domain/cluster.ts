@@ -497,6 +497,9 @@ function troubledFabrics(ports: readonly PortSnapshot[]): Map<string, string> {
   return out;
 }
 
+/** Replica ids in the order operators read them: `chat-2` before `chat-10`. */
+const REPLICA_ID_ORDER = new Intl.Collator("en", { numeric: true }).compare;
+
 /** The nodes of `ids` that `nodes` holds. */
 function* nodesIn<T>(nodes: ReadonlyMap<string, T>, ids: Iterable<string>): Iterable<T> {
   for (const id of ids) {
@@ -1491,23 +1494,34 @@ export class Cluster {
   listReplicas(filter: { deployment?: string; node?: string } = {}): ReplicaInfo[] {
     if (filter.deployment) this.#requireDeployment(filter.deployment);
     const nodeId = filter.node ? this.#requireNode(filter.node).record.id : undefined;
+    // One pass over the placements (every scrape of a moving cluster lists them all).
+    const byDeployment = new Map<string, PlacementRecord[]>();
+    for (const p of this.#placements.values()) {
+      if (filter.deployment !== undefined && p.deployment !== filter.deployment) continue;
+      if (nodeId !== undefined && !p.ranks.some((k) => k.nodeId === nodeId)) continue;
+      const list = byDeployment.get(p.deployment);
+      if (list === undefined) byDeployment.set(p.deployment, [p]);
+      else list.push(p);
+    }
     const names = filter.deployment ? [filter.deployment] : [...this.#deployments.keys()].sort();
     // Replicas of deleted deployments still draining are listed too.
     if (!filter.deployment) {
-      const gone = new Set<string>();
-      for (const p of this.#placements.values())
-        if (!this.#deployments.has(p.deployment)) gone.add(p.deployment);
-      names.push(...[...gone].sort());
+      const gone = [...byDeployment.keys()].filter((d) => !this.#deployments.has(d));
+      names.push(...gone.sort());
     }
-    return names
-      .flatMap((n) => this.#replicasOf(n))
-      .filter((r) => nodeId === undefined || r.ranks.some((k) => k.nodeId === nodeId));
+    return names.flatMap((n) => this.#replicaViews(byDeployment.get(n) ?? []));
   }
 
   #replicasOf(deployment: string): ReplicaInfo[] {
-    return [...this.#placements.values()]
-      .filter((p) => p.deployment === deployment)
-      .sort((a, b) => a.replicaId.localeCompare(b.replicaId, "en", { numeric: true }))
+    return this.#replicaViews(
+      [...this.#placements.values()].filter((p) => p.deployment === deployment),
+    );
+  }
+
+  /** Views of `placements` (sorts them) in replica id order: chat-2 before chat-10. */
+  #replicaViews(placements: PlacementRecord[]): ReplicaInfo[] {
+    return placements
+      .sort((a, b) => REPLICA_ID_ORDER(a.replicaId, b.replicaId))
       .map((p) => this.#replicaView(p));
   }
 
@@ -2860,17 +2874,17 @@ export class Cluster {
     readonly inventory: NodeInventory;
     readonly readings: ReadonlyMap<number, GpuReading>;
     readonly lastHeartbeatMs?: number;
-    /** The control plane's health verdict per GPU index (see `gpuHealthVerdict`). */
-    readonly health: ReadonlyMap<number, GpuHealthVerdict>;
+    /** The control plane's health verdict of each of `inventory.gpus`, same order. */
+    readonly health: readonly GpuHealthVerdict[];
     readonly faultTallies: readonly FaultTally[];
     readonly ports: readonly PortSnapshot[];
   }[] {
     // Called by every /metrics scrape for every node: no intermediate arrays.
     const out = [];
     for (const n of this.#nodes.values()) {
-      const health = new Map<number, GpuHealthVerdict>();
+      const health: GpuHealthVerdict[] = [];
       for (const g of n.inventory.gpus)
-        health.set(g.index, this.#faults.verdict(g, n.readings.get(g.index)));
+        health.push(this.#faults.verdict(g, n.readings.get(g.index)));
       out.push({
         id: n.record.id,
         state: n.state,
