@@ -64,6 +64,25 @@ describe("boundAgentRequest", () => {
       }),
       "HeartbeatRequest.gpus has 65 entries; the limit is 64",
     ],
+    [
+      "a reading of 2^64 - 1 bytes",
+      create(HeartbeatRequestSchema, {
+        gpus: [{ index: 0, memoryUsedBytes: 2n ** 64n - 1n }],
+      }),
+      "HeartbeatRequest.gpus[0].memoryUsedBytes is 18446744073709551615; the control plane keeps 64-bit values as numbers, exact up to 9007199254740991 either way",
+    ],
+    [
+      "a rank status time past 2^53",
+      create(HeartbeatRequestSchema, {
+        replicas: [create(ReplicaStatusSchema, { replicaId: "r", stateSinceUnixMs: 2n ** 53n })],
+      }),
+      "HeartbeatRequest.replicas[0].stateSinceUnixMs is 9007199254740992; the control plane keeps 64-bit values as numbers, exact up to 9007199254740991 either way",
+    ],
+    [
+      "a registered GPU's memory of 2^53 - 1 bytes (exact)",
+      register({ gpus: [create(GpuSchema, { index: 0, memoryTotalBytes: 2n ** 53n - 1n })] }),
+      undefined,
+    ],
   ])("%s", (_name, request, refusal) => {
     const root =
       request.$typeName === "llmgw.v1.RegisterRequest" ? "RegisterRequest" : "HeartbeatRequest";

@@ -251,6 +251,16 @@ function validateFaults(root: string, request: Record<string, unknown>): void {
   }
 }
 
+const MAX_EXACT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * Whether a 64-bit field's value survives the control plane's plain numbers exactly: past
+ * 2^53 it would come back as another value (and one past the wire type's range would make
+ * every admin answer that carries it fail to encode). No agent reading comes near: times are
+ * milliseconds, sizes bytes.
+ */
+const exact = (v: bigint): boolean => v <= MAX_EXACT && v >= -MAX_EXACT;
+
 /** Most entries of the repeated field at a path. */
 type ItemLimit = (path: string) => number;
 
@@ -310,6 +320,10 @@ function withinLimits(node: LimitNode, message: Record<string, unknown>): boolea
   for (const key of Object.keys(message)) {
     if (key.startsWith("$")) continue;
     const value = message[key];
+    if (typeof value === "bigint") {
+      if (!exact(value)) return false;
+      continue;
+    }
     if (typeof value !== "string" && (typeof value !== "object" || value === null)) continue;
     const child = childLimits(
       node,
@@ -349,8 +363,17 @@ function walk(
   for (const key of Object.keys(message)) {
     if (key.startsWith("$")) continue;
     const value = message[key];
-    // Numbers, booleans and 64-bit integers have nothing to bound (most of a heartbeat's
-    // fields): no paths built for them.
+    if (typeof value === "bigint") {
+      if (!exact(value)) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          `${where}.${key} is ${value}; the control plane keeps 64-bit values as numbers, exact up to ${Number.MAX_SAFE_INTEGER} either way`,
+        );
+      }
+      continue;
+    }
+    // Numbers and booleans have nothing to bound (most of a heartbeat's fields): no paths
+    // built for them.
     if (typeof value !== "string" && (typeof value !== "object" || value === null)) continue;
     // A oneof is { case, value }: its value stands for the field named by its case.
     const field = key === "value" && typeof message.case === "string" ? message.case : key;
