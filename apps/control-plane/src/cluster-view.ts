@@ -37,11 +37,19 @@ interface FixedGpus {
   readonly gpus: readonly GpuView[];
 }
 
-const sameInputs = (a: GpuInputs, b: GpuInputs): boolean =>
-  a.gpu === b.gpu &&
-  a.verdict === b.verdict &&
-  a.allocated === b.allocated &&
-  a.tallies === b.tallies;
+/** Whether `was` holds these very inputs (compared without building an object for them). */
+const sameInputs = (
+  was: GpuInputs | undefined,
+  gpu: InventoryGpu,
+  verdict: GpuHealthVerdict | undefined,
+  allocated: string | undefined,
+  tallies: Snapshot["faultTallies"],
+): was is GpuInputs =>
+  was !== undefined &&
+  was.gpu === gpu &&
+  was.verdict === verdict &&
+  was.allocated === allocated &&
+  was.tallies === tallies;
 
 /** A GPU's view without its readings (those go in `NodeView.gpuReadings`). */
 function gpuView({ gpu: g, verdict, allocated, tallies }: GpuInputs): GpuView {
@@ -181,16 +189,11 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
         for (let i = 0; i < count; i++) {
           const g = inventoryGpus[i] as InventoryGpu;
           const verdict = n.health[i];
-          const was = fixed?.inputs[i];
           if (
-            was === undefined ||
-            was.gpu !== g ||
-            was.verdict !== verdict ||
-            was.allocated !== allocated?.get(g.index) ||
-            was.tallies !== n.faultTallies
-          ) {
+            fixed !== undefined &&
+            !sameInputs(fixed.inputs[i], g, verdict, allocated?.get(g.index), n.faultTallies)
+          )
             fixed = undefined;
-          }
           // The registration's values until a heartbeat brings readings.
           readings[i] = n.readings.get(g.index) ?? g;
           healthy &&= verdict?.healthy ?? false;
@@ -200,17 +203,18 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
           const gpus: GpuView[] = [];
           for (let i = 0; i < count; i++) {
             const g = inventoryGpus[i] as InventoryGpu;
-            const input: GpuInputs = {
-              gpu: g,
-              verdict: n.health[i],
-              allocated: allocated?.get(g.index),
-              tallies: n.faultTallies,
-            };
+            const verdict = n.health[i];
+            const held = allocated?.get(g.index);
             const was = before?.inputs[i];
             // A GPU whose own inputs did not move keeps its view (and its cached lines).
-            const same = was !== undefined && sameInputs(was, input);
-            inputs.push(same ? was : input);
-            gpus.push(same ? (before?.gpus[i] as GpuView) : gpuView(input));
+            if (sameInputs(was, g, verdict, held, n.faultTallies)) {
+              inputs.push(was);
+              gpus.push(before?.gpus[i] as GpuView);
+            } else {
+              const input = { gpu: g, verdict, allocated: held, tallies: n.faultTallies };
+              inputs.push(input);
+              gpus.push(gpuView(input));
+            }
           }
           fixed = { inputs, gpus };
         }
