@@ -439,6 +439,21 @@ describe("Cluster", () => {
     expect(cluster.events.list({ limit: 100 }).map((e) => e.kind)).toContain("gpu.health");
   });
 
+  it("refuses to start on a stored inventory that does not decode, naming the node", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const [record] = store.listNodes();
+    if (!record) throw new Error("no node stored");
+    // A length-delimited field whose length runs past the end: not an inventory.
+    store.putNode({ ...record, inventory: new Uint8Array([0x0a, 0x7f, 0x01]) });
+    expect(() => newCluster()).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_STORE_CORRUPT",
+        message: expect.stringContaining(`the stored inventory of node ${a.nodeId}`),
+      }),
+    );
+  });
+
   it("survives a restart: same placements, rejoining nodes keep their identity", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
