@@ -26,6 +26,7 @@ const { values: flags } = parseArgs({
     workloads: { type: "string" },
     /** The llmgw routers' `affinityLoadFactor` (default: the router's, 1.25). */
     "load-factor": { type: "string" },
+    "home-load-factor": { type: "string" },
     /** Arrival rate of the fixed-rate table, simulated req/s (default 4 per replica). */
     rate: { type: "string" },
     /** Upper bound of the time scale (1 = real time; below 1 slows simulated time down). */
@@ -325,9 +326,14 @@ try {
     routers,
     ...(precise ? { precise: { kvEventsUrls: sims.kvUrls, key: KV_KEY } } : {}),
     ...(hints ? { sessionHeader: "x-session-id" } : {}),
-    ...(flags["load-factor"] === undefined
-      ? {}
-      : { scoring: { affinityLoadFactor: Number(flags["load-factor"]) } }),
+    scoring: {
+      ...(flags["load-factor"] === undefined
+        ? {}
+        : { affinityLoadFactor: Number(flags["load-factor"]) }),
+      ...(flags["home-load-factor"] === undefined
+        ? {}
+        : { homeLoadFactor: Number(flags["home-load-factor"]) }),
+    },
   });
   const [router, secondRouter] = await Promise.all(
     [1, 2].map(() =>

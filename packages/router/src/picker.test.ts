@@ -8,7 +8,7 @@ import {
   type ReplicaPicker,
   type ReplicaPickerOptions,
 } from "./picker.js";
-import { rendezvousOrder } from "./rendezvous.js";
+import { hintAnchor, rendezvousOrder, rendezvousWeight, replicaSeed } from "./rendezvous.js";
 import type { RouteResolution } from "./route-table.js";
 
 describe("ReplicaPicker: draining replicas take nothing new", () => {
@@ -511,14 +511,22 @@ describe("ReplicaPicker: affinity hints", () => {
 
   it("spills a hint to one next replica, the same on every router, once its home is over the bound", () => {
     const a = createReplicaPicker();
-    const home = a.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id as string;
-    // Home carries more than its bounded share: ceil(1.25 × (6 + 1) ÷ 4) = 3 < 6 + 1.
-    for (let i = 0; i < 6; i++) a.dispatched(home, []);
-    const spill = a.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id as string;
+    const home = a.pick(res, [], undefined, undefined, { hint: "busy" })?.replica.id as string;
+    // Seven in flight at home (utilisation 0.44 over the idle replicas', less than the
+    // hint's bonus of 0.5): still home.
+    for (let i = 0; i < 7; i++) a.dispatched(home, []);
+    expect(a.pick(res, [], undefined, undefined, { hint: "busy" })?.replica.id).toBe(home);
+    // Nine: over the slack of 0.5, the home gives way to the hint's next choice.
+    a.dispatched(home, []);
+    a.dispatched(home, []);
+    const spill = a.pick(res, [], undefined, undefined, { hint: "busy" })?.replica.id as string;
     expect(spill).not.toBe(home);
     const b = createReplicaPicker();
-    for (let i = 0; i < 6; i++) b.dispatched(home, []);
-    expect(b.pick(res, [], undefined, undefined, { hint: "hot" })?.replica.id).toBe(spill);
+    for (let i = 0; i < 9; i++) b.dispatched(home, []);
+    expect(b.pick(res, [], undefined, undefined, { hint: "busy" })?.replica.id).toBe(spill);
+    // The hint keeps its home: once the load there falls, its requests return.
+    for (let i = 0; i < 9; i++) a.finished(home, "success", 5);
+    expect(a.pick(res, [], undefined, undefined, { hint: "busy" })?.replica.id).toBe(home);
   });
 
   it("ignores hints under the plain policies and with a hint weight of 0", () => {
@@ -686,3 +694,90 @@ describe("ReplicaPicker: where a new request waits least for the engine", () => 
     ).not.toBe("r1");
   });
 });
+
+describe("ReplicaPicker: each hint lives on one replica", () => {
+  const ids = replicaIds(16);
+  const res = resolution(ids, 64);
+  /** Sends `n` hinted requests of tenants drawn by `tenantOf`, `inFlight` of them at a time. */
+  const drive = (
+    picker: ReplicaPicker,
+    n: number,
+    tenantOf: (rand: () => number) => number,
+    inFlight = 24,
+  ): Map<number, Map<string, number>> => {
+    const rand = prng(7);
+    const open: string[] = [];
+    const seen = new Map<number, Map<string, number>>();
+    for (let i = 0; i < n; i++) {
+      const tenant = tenantOf(rand);
+      const chain = promptChain(rand, tenant);
+      const d = picker.pick(res, chain, undefined, undefined, {
+        hint: `tenant-${tenant}`,
+        promptTokens: chain.length * 256,
+      }) as PickDecision;
+      picker.dispatched(d.replica.id, chain);
+      open.push(d.replica.id);
+      // Requests end in a shuffled order, `inFlight` kept running.
+      if (open.length > inFlight) {
+        const [done] = open.splice(Math.floor(rand() * open.length), 1);
+        picker.finished(done as string, "success", 40);
+      }
+      const perTenant = seen.get(tenant) ?? new Map<string, number>();
+      perTenant.set(d.replica.id, (perTenant.get(d.replica.id) ?? 0) + 1);
+      seen.set(tenant, perTenant);
+    }
+    return seen;
+  };
+
+  it("keeps every request of a tenant on one replica, and as many tenants on each as the count allows", () => {
+    const picker = createReplicaPicker();
+    const seen = drive(picker, 64 * 12, (rand) => Math.floor(rand() * 64));
+    expect(seen.size).toBe(64);
+    // Busy moments come and go on each replica; none moved a single request of a tenant.
+    for (const replicas of seen.values()) expect(replicas.size).toBe(1);
+    const counts = ids.map((id) => picker.hintHomes.count("qwen", id));
+    expect(counts).toEqual(ids.map(() => 4));
+  });
+
+  it("spreads a hint hotter than one replica's share, filling each only to its fair share", () => {
+    const picker = createReplicaPicker();
+    // Tenant 0 sends half of all requests.
+    const seen = drive(picker, 64 * 12, (rand) => (rand() < 0.5 ? 0 : 1 + Math.floor(rand() * 63)));
+    const hot = seen.get(0) as Map<string, number>;
+    expect(hot.size).toBeGreaterThan(8);
+    // Per replica, every tenant's requests: within 1.25× the mean of the second half.
+    const late = drive(picker, 64 * 12, (rand) => (rand() < 0.5 ? 0 : 1 + Math.floor(rand() * 63)));
+    const perReplica = new Map<string, number>();
+    for (const replicas of late.values())
+      for (const [id, n] of replicas) perReplica.set(id, (perReplica.get(id) ?? 0) + n);
+    const mean = (64 * 12) / 16;
+    expect(Math.max(...perReplica.values()) / mean).toBeLessThanOrEqual(1.25);
+  });
+
+  it("homes a new hint where its first request waits least, and keeps it there with prefill queued", () => {
+    const picker = createReplicaPicker();
+    const hint = "tenant-new";
+    const first = rendezvousOrderOfHint(hint, ids)[0] as string;
+    picker.dispatched(first, [], 4096); // four prompts queued on the hint's first choice
+    const chain = promptChain(prng(1), 1);
+    const request = { hint, promptTokens: 1024 };
+    const home = (picker.pick(res, chain, undefined, undefined, request) as PickDecision).replica
+      .id;
+    expect(home).not.toBe(first);
+    picker.dispatched(home, chain, 1024);
+    // Its own first prompt is queued at home now; the next request still goes there.
+    const again = picker.pick(res, chain, undefined, undefined, request) as PickDecision;
+    expect([again.replica.id, again.rendezvousPreferred]).toEqual([home, true]);
+    expect(picker.hintHomes.count("qwen", home)).toBe(1);
+  });
+});
+
+/** Replica ids in `hint`'s rendezvous order, as the picker weighs them. */
+function rendezvousOrderOfHint(hint: string, ids: readonly string[]): string[] {
+  const anchor = hintAnchor(hint);
+  return [...ids].sort(
+    (a, b) =>
+      rendezvousWeight(anchor, replicaSeed(b)) - rendezvousWeight(anchor, replicaSeed(a)) ||
+      (a < b ? -1 : 1),
+  );
+}

@@ -11,6 +11,7 @@
 import { DEFAULT_BLOCK_BYTES } from "./block-hash.js";
 import { type Clock, systemClock } from "./clock.js";
 import { checkRange } from "./errors.js";
+import { HintHomes, type HintHomesOptions } from "./hint-homes.js";
 import { createInFlightCounters, type InFlightCounters } from "./in-flight.js";
 import { createPreciseIndex, type PreciseIndex } from "./precise-index.js";
 import { createPrefixIndex, type PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
@@ -22,6 +23,7 @@ import {
 } from "./replica-health.js";
 import type { ReplicaRoute, RouteResolution, RoutingPolicy } from "./route-table.js";
 import {
+  queuedBehind,
   type ResolvedScoringOptions,
   rankCandidates,
   resolveScoringOptions,
@@ -43,6 +45,8 @@ export interface ReplicaPickerOptions {
    * token, 256).
    */
   readonly blockTokens?: number;
+  /** Where hints live (hint-homes.ts); the load factor defaults to the scoring's. */
+  readonly hintHomes?: HintHomesOptions;
 }
 
 /** What {@link ReplicaPicker.pick} may know of a request besides its chain. */
@@ -171,6 +175,8 @@ export interface ReplicaPicker {
   /** The engines' own blocks, from their agents' KV-event feeds. */
   readonly preciseIndex: PreciseIndex;
   readonly health: ReplicaHealth;
+  /** Each hint's replica. */
+  readonly hintHomes: HintHomes;
   readonly scoring: ResolvedScoringOptions;
   /** Tokens one prefix-index block stands for ({@link ReplicaPickerOptions.blockTokens}). */
   readonly blockTokens: number;
@@ -190,6 +196,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     1 << 20,
   );
   const clock: Clock = options.health?.clock ?? systemClock;
+  const hintHomes = new HintHomes(options.hintHomes);
   const turns = new Map<string, number>();
   /** Replica id → the prefills sent there without a first byte yet, oldest first. */
   const pendingPrefill = new Map<string, PendingPrefill[]>();
@@ -217,7 +224,9 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   /** Replica id → its engine's step rhythm, from the chunks streamed through this router. */
   const phases = new Map<string, StepPhase>();
   /** Deployment → its recent picks (the bounded-load window of scoring.ts). */
-  const windows = new Map<string, RecentPicks>();
+  const windows = new Map<string, RecentPicks<string>>();
+  /** Deployment → the hints of its recent hinted requests (which hints are hot). */
+  const hintWindows = new Map<string, RecentPicks<number>>();
   /** Replica id → rendezvous seed (bounded by the replicas in the table: `forget` drops one). */
   const seeds = new Map<string, number>();
   const seedOf = (replicaId: string): number => {
@@ -239,6 +248,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     pendingPrefill.delete(replicaId);
     phases.delete(replicaId);
     seeds.delete(replicaId);
+    hintHomes.forget(replicaId);
     if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
     else inFlight.forget(replicaId);
   };
@@ -326,6 +336,37 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         }
         candidates[i] = candidate;
       }
+      const promptTokens = Math.max(1, request?.promptTokens ?? chain.length * blockTokens);
+      let hot = false;
+      if (hinted && anchor !== undefined) {
+        let hints = hintWindows.get(resolution.deployment);
+        if (hints === undefined) {
+          hints = new RecentPicks();
+          hintWindows.set(resolution.deployment, hints);
+        }
+        const size = windowOf(resolution);
+        // A hint with more than one replica's share of a full window of hinted requests is hot
+        // (before the window fills, more than that many of the fewer seen): no one replica
+        // should take all of it, so it spreads, each replica filled to its fair share.
+        hot = hints.count(anchor) + 1 > Math.ceil(size / candidates.length);
+        hints.add(anchor, size);
+        if (!hot) {
+          let leastQueued = Number.POSITIVE_INFINITY;
+          for (const c of candidates)
+            leastQueued = Math.min(leastQueued, c.pendingPrefillTokens ?? 0);
+          const home = hintHomes.homeOf(
+            resolution.deployment,
+            anchor,
+            candidates,
+            (id) => all.some((r) => r.id === id),
+            nowMs,
+            // A new hint's first request goes where it waits least, and its home with it.
+            (c) => !queuedBehind(c.pendingPrefillTokens, leastQueued, promptTokens),
+          );
+          const at = home === undefined ? -1 : candidates.findIndex((c) => c.id === home);
+          if (at >= 0) (candidates[at] as { home?: boolean }).home = true;
+        }
+      }
       let recent = windows.get(resolution.deployment);
       if (recent === undefined) {
         recent = new RecentPicks();
@@ -339,7 +380,6 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       }
       const turn = turns.get(resolution.deployment) ?? 0;
       turns.set(resolution.deployment, turn + 1);
-      const promptTokens = Math.max(1, request?.promptTokens ?? chain.length * blockTokens);
       const ranking = rankCandidates(
         resolution.policy,
         candidates,
@@ -350,6 +390,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         promptTokens,
         // Only a full window says what a fair share is; before that, the in-flight bound.
         scored && recent.size >= windowOf(resolution) ? recent.size : undefined,
+        hot,
       );
       const best = ranking.ranked[0];
       if (best === undefined) return undefined;
@@ -408,6 +449,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     prefixIndex,
     preciseIndex,
     health,
+    hintHomes,
     scoring,
     blockTokens,
   };
@@ -418,26 +460,26 @@ function windowOf(resolution: RouteResolution): number {
   return Math.min(4096, Math.max(32, 8 * resolution.replicas.length));
 }
 
-/** The last picks of one deployment, oldest first, with a count per replica. */
-class RecentPicks {
-  readonly #ids: string[] = [];
-  readonly #counts = new Map<string, number>();
+/** The last picks of one deployment (replica ids, or hint keys), oldest first, with counts. */
+class RecentPicks<K> {
+  readonly #ids: K[] = [];
+  readonly #counts = new Map<K, number>();
   #head = 0;
 
   get size(): number {
     return this.#ids.length - this.#head;
   }
 
-  count(id: string): number {
+  count(id: K): number {
     return this.#counts.get(id) ?? 0;
   }
 
   /** Adds `id`, dropping the oldest picks past `limit`. */
-  add(id: string, limit: number): void {
+  add(id: K, limit: number): void {
     this.#ids.push(id);
     this.#counts.set(id, this.count(id) + 1);
     while (this.size > limit) {
-      const old = this.#ids[this.#head++] as string;
+      const old = this.#ids[this.#head++] as K;
       const n = this.count(old) - 1;
       if (n > 0) this.#counts.set(old, n);
       else this.#counts.delete(old);

@@ -28,13 +28,19 @@
  * bounds, which pass it to the next rendezvous choice, the same one on every router.
  *
  * A request that names its affinity (a hint: `prompt_cache_key`, the session header, `user`)
- * anchors the rendezvous choice on the hint instead of its prompt, and that choice gets
- * hint·wH (default 0.5, half a full prefix match) whether or not the prompt is new: the
- * client said these requests belong together, so they keep going to the hint's replica while it
- * is within the same load bounds — consistent hashing with bounded loads, on every router
- * alike — and spill to the hint's next rendezvous choice when it is not. Neither preference
- * goes to a replica with more prefill queued than the least queued one by over a quarter of
- * this prompt: a request would wait behind it, and nothing cached there yet makes up for that.
+ * goes to the hint's home (hint-homes.ts: the first replica in the hint's rendezvous order with
+ * fewer than its share of the deployment's hints), which gets hint·wH (default 0.5, half a full
+ * prefix match) whether or not the prompt is new: the client said these requests belong
+ * together. The home keeps them while its utilisation is within the affinity bounds and its
+ * share of recent requests within `homeLoadFactor` (2) — hints are already spread by count, so
+ * a busy moment there moves no request — and spills to the hint's next rendezvous choice
+ * otherwise. A hint hotter than one replica's share of hinted requests has no home: it takes
+ * the hint's highest rendezvous choice under the ordinary bounds at a load factor of 1, filling
+ * replicas to their fair share and leaving the rest to their homed hints. Neither the
+ * rendezvous preference nor a hot hint's goes to a replica with more prefill queued than the
+ * least queued one by over a quarter of this prompt: a request would wait behind it, and
+ * nothing cached there yet makes up for that. A home keeps its preference with prefill queued
+ * (its hints' prefixes are there); only the score's own terms move such a request.
  */
 import { checkRange, RouterError } from "./errors.js";
 import { DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS } from "./rendezvous.js";
@@ -72,6 +78,12 @@ export interface ScoringCandidate {
    * absent when the prompt has no chain or the preference is off.
    */
   readonly rendezvous?: number;
+  /**
+   * The replica the request's hint lives on (hint-homes.ts): the hint's preference goes here
+   * first, under the looser `homeLoadFactor` bounds (the hints per replica are bounded
+   * already; a hint busier than that still spreads).
+   */
+  readonly home?: boolean;
 }
 
 /** Weights of the `llmgw` score. */
@@ -114,6 +126,14 @@ export interface ScoringOptions {
    */
   readonly affinityLoadFactor?: number;
   /**
+   * The bounded-load factor of a hint's home (hint-homes.ts), in place of
+   * `affinityLoadFactor` (default 2): hints are spread over replicas by count, so a replica
+   * takes more than its share of recent requests only while its tenants are busier than the
+   * others for a moment, and moving one of their requests then costs a cache miss for nothing.
+   * A single hint busier than two replicas' share still spreads.
+   */
+  readonly homeLoadFactor?: number;
+  /**
    * Block of the prompt's chain whose key anchors the rendezvous choice: block
    * `min(chain length, this)`, an integer in [1, 512] (default 2, i.e. the first 2 KiB).
    */
@@ -126,6 +146,7 @@ export interface ResolvedScoringOptions {
   readonly affinityMaxUtilization: number;
   readonly affinitySlack: number;
   readonly affinityLoadFactor: number;
+  readonly homeLoadFactor: number;
   readonly rendezvousAnchorBlocks: number;
 }
 
@@ -134,6 +155,18 @@ export interface ResolvedScoringOptions {
  * queued one and still take the rendezvous or hint preference.
  */
 const QUEUED_SLACK = 0.25;
+
+/**
+ * Whether a replica with `pending` prefill tokens queued is behind the least queued candidate
+ * (`leastQueued`) by more than {@link QUEUED_SLACK} prompts of `promptTokens`.
+ */
+export function queuedBehind(
+  pending: number | undefined,
+  leastQueued: number,
+  promptTokens: number,
+): boolean {
+  return ((pending ?? 0) - leastQueued) / Math.max(1, promptTokens) > QUEUED_SLACK;
+}
 
 /** Default weights of the `llmgw` score. */
 export const DEFAULT_SCORING_WEIGHTS: ScoringWeights = {
@@ -175,6 +208,7 @@ export function resolveScoringOptions(options: ScoringOptions = {}): ResolvedSco
       1,
       100,
     ),
+    homeLoadFactor: checkRange("homeLoadFactor", options.homeLoadFactor ?? 2, 1, 100),
     rendezvousAnchorBlocks: anchorBlocks,
   };
 }
@@ -204,7 +238,10 @@ export interface Ranking {
  * Ranks `candidates` under `policy`. `chainLength` is the prompt's block count; `turn` is a
  * per-deployment counter that rotates round-robin order and breaks ties. `hinted`: the
  * candidates' rendezvous weights come from the request's hint, not its prompt. `promptTokens`:
- * the request's prompt size, the unit of queued prefill (at least 1).
+ * the request's prompt size, the unit of queued prefill (at least 1). `recentTotal`: the
+ * deployment's recent picks when the window is full. `hot`: the hint takes more than one
+ * replica's share of the hinted requests, so it has no home and spreads, filling each replica
+ * only to its fair share (hint-homes.ts).
  */
 export function rankCandidates(
   policy: RoutingPolicy,
@@ -215,6 +252,7 @@ export function rankCandidates(
   hinted = false,
   promptTokens = 1,
   recentTotal?: number,
+  hot = false,
 ): Ranking {
   const n = candidates.length;
   const withRoom: { c: ScoringCandidate; order: number; utilization: number }[] = [];
@@ -240,7 +278,8 @@ export function rankCandidates(
       missingLoadSignals: false,
     };
   }
-  const { weights, affinityMaxUtilization, affinitySlack, affinityLoadFactor } = options;
+  const { weights, affinityMaxUtilization, affinitySlack, affinityLoadFactor, homeLoadFactor } =
+    options;
   let minUtil = Number.POSITIVE_INFINITY;
   let minLatency = Number.POSITIVE_INFINITY;
   let missing = false;
@@ -254,11 +293,14 @@ export function rankCandidates(
     if (x.c.load?.waiting === undefined && x.c.load?.kvCacheUsage === undefined) missing = true;
   }
   const k = withRoom.length;
-  const loadBound = Math.ceil((affinityLoadFactor * (totalInFlight + 1)) / k);
-  const shareBound =
-    recentTotal !== undefined && recentTotal >= k
-      ? Math.ceil((affinityLoadFactor * (recentTotal + 1)) / k)
-      : undefined;
+  // A hot hint fills replicas to their fair share only: the hints homed there need the rest.
+  const factor = hot ? 1 : affinityLoadFactor;
+  const loadBound = Math.ceil((factor * (totalInFlight + 1)) / k);
+  const fullWindow = recentTotal !== undefined && recentTotal >= k;
+  const shareBound = fullWindow ? Math.ceil((factor * (recentTotal + 1)) / k) : undefined;
+  const homeShareBound = fullWindow
+    ? Math.ceil((homeLoadFactor * (recentTotal + 1)) / k)
+    : undefined;
   /** Enough in flight for counting them to say where the load is. */
   const concurrent = totalInFlight + 1 > 2 * k;
   // Built once, field by field, and sorted through an index: stripping the tie-break order with
@@ -269,6 +311,8 @@ export function rankCandidates(
   let anchorHeld = false;
   let preferred = -1;
   let preferredWeight = -1;
+  /** The hint's home, when it may take the preference. */
+  let home = -1;
   for (const { c, utilization } of withRoom) {
     const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
     const overUtilized =
@@ -280,7 +324,14 @@ export function rankCandidates(
       overUtilized ||
       ((concurrent || shareBound === undefined) && overInFlight) ||
       (shareBound !== undefined && (c.recent ?? 0) + 1 > shareBound);
-    const voided = affinity > 0 && overBound;
+    const isHome = hinted && c.home === true;
+    // No in-flight bound: homes are spread by count, and a replica's in-flight requests are
+    // mostly decodes, whose count swings more than its share of arrivals (moving a request
+    // for it cost ~5 points of cache hits at 64 req/s in bench/routing).
+    const overHomeBound =
+      isHome &&
+      (overUtilized || (homeShareBound !== undefined && (c.recent ?? 0) + 1 > homeShareBound));
+    const voided = affinity > 0 && (isHome ? overHomeBound : overBound);
     if (affinity > 0 && !voided && c.prefixBlocks >= anchorBlocks) anchorHeld = true;
     const w = c.rendezvous;
     // A new prefix's rendezvous choice keeps the in-flight bound alone: every router agrees on
@@ -289,12 +340,15 @@ export function rankCandidates(
     // Nor does a replica with prefill queued ahead when another has less: the preference is a
     // tie-break among equals, and an aged prefill (half a prompt at least) plus a hint's bonus
     // (half a prompt) tied with a free replica, so unique sessions queued behind each other.
-    const queuedBehind =
-      ((c.pendingPrefillTokens ?? 0) - leastQueued) / Math.max(1, promptTokens) > QUEUED_SLACK;
-    const eligible =
-      !queuedBehind && (hinted ? !overBound : !(overUtilized || overInFlight || voided));
+    const behind = queuedBehind(c.pendingPrefillTokens, leastQueued, promptTokens);
+    // The home keeps the preference with prefill queued: its hints' prefixes are there, and
+    // sending one elsewhere is a miss that costs the fleet a whole prefill (the score's own
+    // terms still move a request whose home is queued deeper than its prefix is worth).
+    if (isHome && !overHomeBound) home = scored.length;
+    const eligible = !behind && (hinted ? !overBound : !(overUtilized || overInFlight || voided));
     if (
       w !== undefined &&
+      !isHome &&
       eligible &&
       (w > preferredWeight || (w === preferredWeight && c.id < (scored[preferred]?.id ?? "")))
     ) {
@@ -326,7 +380,7 @@ export function rankCandidates(
       utilization,
     });
   }
-  const chosen = scored[preferred];
+  const chosen = scored[home >= 0 ? home : preferred];
   const bonus = hinted ? weights.hint : anchorHeld ? 0 : weights.rendezvous;
   if (chosen !== undefined && bonus > 0) {
     chosen.score += bonus;

@@ -1,0 +1,179 @@
+/**
+ * Where each affinity hint lives: consistent hashing with bounded loads over *keys*, not
+ * requests.
+ *
+ * A hint (`prompt_cache_key`, the session header, `user`) names requests that share a prefix.
+ * The first time a router sees one, it gives the hint a home: the first replica in the hint's
+ * rendezvous order (rendezvous.ts) that holds fewer than `ceil(factor × (homes + 1) ÷ replicas)`
+ * of the deployment's hints. The hint keeps that home while it is used; it leaves it only when
+ * it has been idle for `idleMs`, when the replica leaves the route table, or when the map is
+ * full and it is the least recently used.
+ *
+ * Why keys and not requests: bounding each replica's share of recent *requests* (the rule
+ * scoring.ts keeps for prompts without a hint) moves single requests of a tenant whose replica
+ * is momentarily busy, and each moved request is a cache miss there and a prefix that later
+ * requests are split over. A header hash (HAProxy `balance hdr()` with consistent hashing)
+ * never moves one, and so kept 78–88% of prompt tokens cached where llmgw kept 65–79%
+ * (bench/routing, `shared-prefix`); but hashing alone gave one replica 1.5× the mean of 64
+ * tenants. Bounding the hints per replica keeps every tenant on one replica *and* spreads the
+ * tenants evenly; scoring.ts still sends a single request elsewhere when its home's queued
+ * prefill or utilisation says it would wait there longer than a cache miss costs.
+ *
+ * Routers agree on a hint's home when they see the fleet's hints in a similar order: the
+ * rendezvous order is the same on every router, and a hint is moved down it only where a
+ * replica is full. A hint's key is its 32-bit `hintAnchor`: two hints that collide share a home,
+ * which costs balance, never correctness, and keeps the map's memory independent of hint length.
+ */
+import { LruMap } from "./lru-map.js";
+
+/** Options of {@link HintHomes}. */
+export interface HintHomesOptions {
+  /** Hints per deployment remembered (least recently used dropped first; default 16 384). */
+  readonly maxHints?: number;
+  /** A hint unused this long loses its home (ms, default 10 minutes). */
+  readonly idleMs?: number;
+  /** A replica holds at most `ceil(factor × (hints + 1) ÷ replicas)` hints (default 1.25). */
+  readonly loadFactor?: number;
+}
+
+interface Home {
+  replica: string;
+  lastMs: number;
+}
+
+/** One deployment's hints and how many each replica holds. */
+interface DeploymentHomes {
+  readonly homes: LruMap<number, Home>;
+  readonly counts: Map<string, number>;
+}
+
+/** A candidate for a hint's home: a replica id and the hint's rendezvous weight for it. */
+export interface HomeCandidate {
+  readonly id: string;
+  /** `rendezvousWeight(hintAnchor(hint), replicaSeed(id))`; absent reads as 0. */
+  readonly rendezvous?: number;
+}
+
+/** The hints of every deployment a router serves, each with its replica. */
+export class HintHomes {
+  readonly #deployments = new Map<string, DeploymentHomes>();
+  readonly #maxHints: number;
+  readonly #idleMs: number;
+  readonly #factor: number;
+
+  constructor(options: HintHomesOptions = {}) {
+    this.#maxHints = options.maxHints ?? 16_384;
+    this.#idleMs = options.idleMs ?? 10 * 60_000;
+    this.#factor = options.loadFactor ?? 1.25;
+  }
+
+  /**
+   * The home of the hint with key `key` in `deployment`, giving it one among `candidates` when
+   * it has none (or `routable` says its home cannot take requests now: not ready, or its
+   * circuit open); undefined when `candidates` is empty. A home not among `candidates` but still
+   * routable (a retry excluded it) is kept, and undefined returned: this request goes
+   * elsewhere, the hint stays.
+   */
+  homeOf<C extends HomeCandidate>(
+    deployment: string,
+    key: number,
+    candidates: readonly C[],
+    routable: (replicaId: string) => boolean,
+    nowMs: number,
+    placeable?: (candidate: C) => boolean,
+  ): string | undefined {
+    let d = this.#deployments.get(deployment);
+    if (d === undefined) {
+      d = { homes: new LruMap(), counts: new Map() };
+      this.#deployments.set(deployment, d);
+    }
+    this.#expire(d, nowMs);
+    const home = d.homes.use(key);
+    if (home !== undefined) {
+      if (routable(home.replica)) {
+        home.lastMs = nowMs;
+        return candidates.some((c) => c.id === home.replica) ? home.replica : undefined;
+      }
+      // Its replica cannot take requests now (not ready, or its circuit is open): find another.
+      this.#drop(d, key, home);
+    }
+    const chosen = this.#place(d, candidates, placeable);
+    if (chosen === undefined) return undefined;
+    d.homes.set(key, { replica: chosen, lastMs: nowMs });
+    d.counts.set(chosen, (d.counts.get(chosen) ?? 0) + 1);
+    while (d.homes.size > this.#maxHints) {
+      const [oldKey, oldHome] = d.homes.oldest() as [number, Home];
+      this.#drop(d, oldKey, oldHome);
+    }
+    return chosen;
+  }
+
+  /** Hints of `deployment` homed on `replicaId` (for tests and metrics). */
+  count(deployment: string, replicaId: string): number {
+    return this.#deployments.get(deployment)?.counts.get(replicaId) ?? 0;
+  }
+
+  /** Hints of `deployment` with a home. */
+  size(deployment: string): number {
+    return this.#deployments.get(deployment)?.homes.size ?? 0;
+  }
+
+  /** Drops every home on `replicaId` (it left the route table); O(hints). */
+  forget(replicaId: string): void {
+    for (const d of this.#deployments.values()) {
+      if (!d.counts.has(replicaId)) continue;
+      for (const [key, home] of d.homes.entries()) {
+        if (home.replica === replicaId) this.#drop(d, key, home);
+      }
+    }
+  }
+
+  /**
+   * The first candidate in rendezvous order (highest weight, then id) below the bound, among
+   * the `placeable` ones when any is.
+   */
+  #place<C extends HomeCandidate>(
+    d: DeploymentHomes,
+    candidates: readonly C[],
+    placeable?: (candidate: C) => boolean,
+  ): string | undefined {
+    const k = candidates.length;
+    if (k === 0) return undefined;
+    let total = 0;
+    for (const c of candidates) total += d.counts.get(c.id) ?? 0;
+    const bound = Math.ceil((this.#factor * (total + 1)) / k);
+    let best: string | undefined;
+    let bestWeight = -1;
+    let anyPlaceable = false;
+    if (placeable !== undefined) for (const c of candidates) anyPlaceable ||= placeable(c);
+    for (const c of candidates) {
+      if ((d.counts.get(c.id) ?? 0) + 1 > bound) continue;
+      if (anyPlaceable && !(placeable as (c: C) => boolean)(c)) continue;
+      const w = c.rendezvous ?? 0;
+      if (w > bestWeight || (w === bestWeight && best !== undefined && c.id < best)) {
+        best = c.id;
+        bestWeight = w;
+      }
+    }
+    // The bound always leaves one (the candidates' mean is below it), unless the placeable
+    // ones are all full: then the first of those.
+    if (best === undefined && anyPlaceable) {
+      return candidates.find((c) => (placeable as (c: C) => boolean)(c))?.id;
+    }
+    return best ?? candidates[0]?.id;
+  }
+
+  #expire(d: DeploymentHomes, nowMs: number): void {
+    for (let old = d.homes.oldest(); old !== undefined; old = d.homes.oldest()) {
+      if (nowMs - old[1].lastMs < this.#idleMs) return;
+      this.#drop(d, old[0], old[1]);
+    }
+  }
+
+  #drop(d: DeploymentHomes, key: number, home: Home): void {
+    d.homes.delete(key);
+    const n = (d.counts.get(home.replica) ?? 0) - 1;
+    if (n > 0) d.counts.set(home.replica, n);
+    else d.counts.delete(home.replica);
+  }
+}
