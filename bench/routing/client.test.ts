@@ -93,4 +93,32 @@ describe("runOpenLoop", () => {
       expect(seen?.body.stream_options).toEqual({ include_usage: true });
     },
   );
+
+  it.each<[string, number | undefined, string[]]>([
+    ["every turn, new conversations first", undefined, ["a0", "b0", "c0", "a1", "b1", "c1"]],
+    // Seed 11 at 10 a second: arrivals 72–94 ms apart, each after the answer before it.
+    ["a pool: answered conversations first, then stop", 4, ["a0", "a1", "b0", "b1"]],
+  ])("sends %s", async (_, requests, expected) => {
+    const engine = await fakeEngine(undefined);
+    servers.push(engine.server);
+    const result = await runOpenLoop({
+      url: engine.url,
+      model: "m",
+      conversations: ["a", "b", "c"].map((session) => ({
+        session,
+        system: "sys",
+        turns: ["one", "two"],
+      })),
+      ratePerSecond: 10,
+      seed: 11,
+      maxTokens: 4,
+      requestTimeoutMs: 5000,
+      ...(requests === undefined ? {} : { requests }),
+    });
+    const sent = engine.seen.map(
+      (s) => `${s.sessionHeader}${((s.body.messages as unknown[]).length - 2) / 2}`,
+    );
+    expect(sent).toEqual(expected);
+    expect(result.samples).toHaveLength(expected.length);
+  });
 });

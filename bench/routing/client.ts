@@ -51,6 +51,13 @@ export interface OpenLoopSpec {
    * neither, to show a router without hints.
    */
   readonly hints?: boolean;
+  /**
+   * Send this many arrivals, then stop, treating `conversations` as a pool: an arrival
+   * continues a conversation whose answer has come (the longest waiting first) before it
+   * starts a new one, so with a pool larger than the conversations in flight the client never
+   * waits for an answer. Unset: every turn of every conversation, new conversations first.
+   */
+  readonly requests?: number;
 }
 
 /** What {@link runOpenLoop} resolves with. */
@@ -155,33 +162,43 @@ async function send(
 
 /**
  * Runs the conversations: arrivals are Poisson at `ratePerSecond`; each arrival sends the next
- * turn of the longest-idle conversation (a conversation waits for its previous answer, so when
- * none is idle the arrival waits for one — the load is open-loop until every conversation is
- * busy). Resolves with every request's sample once all turns are answered or failed.
+ * turn of the longest-idle conversation, a new one first (or, with `spec.requests`, one whose
+ * answer has come first). A conversation waits for its previous answer, so when none is idle
+ * the arrival waits for one: the load is open-loop until every conversation is busy. Resolves
+ * with every request's sample once all turns sent are answered or failed.
  */
 export async function runOpenLoop(spec: OpenLoopSpec): Promise<OpenLoopResult> {
   const rand = createPrng(spec.seed ?? 7);
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
-  const idle: { conv: Conversation; next: number; history: { role: string; content: string }[] }[] =
-    spec.conversations.map((conv) => ({
-      conv,
-      next: 0,
-      history: [{ role: "system", content: conv.system }],
-    }));
+  type Slot = { conv: Conversation; next: number; history: { role: string; content: string }[] };
+  const fresh: Slot[] = spec.conversations.map((conv) => ({
+    conv,
+    next: 0,
+    history: [{ role: "system", content: conv.system }],
+  }));
+  /** Conversations whose last answer came, longest waiting first. */
+  const answered: Slot[] = [];
+  const pool = spec.requests !== undefined;
+  const nextSlot = (): Slot | undefined =>
+    pool ? (answered.shift() ?? fresh.shift()) : (fresh.shift() ?? answered.shift());
   let waiter: (() => void) | undefined;
   const samples: RequestSample[] = [];
   const inFlight = new Set<Promise<void>>();
   const t0 = performance.now();
-  let remaining = spec.conversations.reduce((n, c) => n + c.turns.length, 0);
+  const turns = spec.conversations.reduce((n, c) => n + c.turns.length, 0);
+  let remaining = Math.min(turns, spec.requests ?? turns);
   let due = t0;
   let sentAt = t0;
   while (remaining > 0) {
     due += (-Math.log(1 - rand()) / spec.ratePerSecond) * 1000;
     const wait = due - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-    while (idle.length === 0) await new Promise<void>((r) => (waiter = r));
+    let slot = nextSlot();
+    while (slot === undefined) {
+      await new Promise<void>((r) => (waiter = r));
+      slot = nextSlot();
+    }
     sentAt = performance.now();
-    const slot = idle.shift()!;
     const turn = slot.next++;
     const messages = [...slot.history, { role: "user", content: slot.conv.turns[turn] as string }];
     remaining--;
@@ -190,7 +207,7 @@ export async function runOpenLoop(spec: OpenLoopSpec): Promise<OpenLoopResult> {
         samples.push(sample);
         if (slot.next < slot.conv.turns.length) {
           slot.history = [...messages, { role: "assistant", content: answer }];
-          idle.push(slot);
+          answered.push(slot);
           const w = waiter;
           waiter = undefined;
           w?.();

@@ -391,8 +391,15 @@ try {
     rate: number,
     round: number,
     workloadSize: WorkloadSize = size,
+    /** Send as many requests as `workloadSize` has, from a pool of twice its conversations. */
+    pooled = false,
   ): Promise<Row> => {
-    const conversations = buildWorkload(workload, sizeFor(workload, workloadSize));
+    const sized = sizeFor(workload, workloadSize);
+    const requests = pooled ? requestCount(buildWorkload(workload, sized)) : undefined;
+    const conversations = buildWorkload(
+      workload,
+      pooled ? { ...sized, conversationsPerTenant: 2 * sized.conversationsPerTenant } : sized,
+    );
     const timeScale = timeScaleFor(rate);
     const url = await open(target, timeScale);
     const run = await runOpenLoop({
@@ -405,6 +412,7 @@ try {
       // The same arrivals for every target of a round; another draw in the next round.
       seed: 7 + round - 1,
       hints,
+      ...(requests === undefined ? {} : { requests }),
     });
     await proxy?.stop();
     proxy = undefined;
@@ -486,7 +494,7 @@ try {
       const rungs: Rung[] = [];
       for (const rate of sweepRates) {
         if (!keepClimbing(rungs, criteria)) break;
-        const row = await measure(workload, target, rate, 1, rungSize(workload, rate));
+        const row = await measure(workload, target, rate, 1, rungSize(workload, rate), true);
         sweepRows.push(row);
         rungs.push(row);
         log(row, ` @ ${rate} req/s: ${judgeRung(row, criteria)}`);
