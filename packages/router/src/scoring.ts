@@ -31,12 +31,13 @@
  * goes to the hint's home (hint-homes.ts: the first replica in the hint's rendezvous order with
  * fewer than its share of the deployment's hints), which gets hint·wH (default 0.5, half a full
  * prefix match) whether or not the prompt is new: the client said these requests belong
- * together. The home keeps them while its utilisation is within the affinity bounds and its
- * share of recent requests within `homeLoadFactor` (2) — hints are already spread by count, so
- * a busy moment there moves no request — and spills to the hint's next rendezvous choice
- * otherwise. A hint hotter than one replica's share of hinted requests has no home: it takes
- * the hint's highest rendezvous choice under the ordinary bounds at a load factor of 1, filling
- * replicas to their fair share and leaving the rest to their homed hints. Neither the
+ * together. The home keeps them while its utilisation leads the least utilised candidate's by
+ * at most `affinitySlack` and its share of recent requests stays within `homeLoadFactor` (2) —
+ * hints are already spread by count, so a busy moment there moves no request — and spills to
+ * the hint's next rendezvous choice otherwise. A hint busier than its home may take (picker.ts)
+ * has no home: it takes the hint's highest rendezvous choice under the ordinary bounds at a
+ * load factor of 1, filling replicas to their fair share and leaving the rest to their homed
+ * hints. Neither the
  * rendezvous preference nor a hot hint's goes to a replica with more prefill queued than the
  * least queued one by over a quarter of this prompt: a request would wait behind it, and
  * nothing cached there yet makes up for that. A home keeps its preference with prefill queued
