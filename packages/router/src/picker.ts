@@ -354,12 +354,18 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         // while the window fills, so a hot hint spreads from its fourth request, not after
         // filling its home; and never below four, which one tenant's parallel conversations
         // reach by chance (as do 9 of 128 when 64 tenants share them: one replica's share).
+        // Only while the deployment has as many requests in flight as replicas: a tenant
+        // alone on a quiet deployment has all of its hinted requests, and spreading those
+        // would only cost it its cache.
+        let inFlightNow = 0;
+        for (const c of candidates) inFlightNow += c.inFlight;
         hot =
+          inFlightNow >= candidates.length &&
           hints.count(anchor) + 1 >
-          Math.max(
-            HOT_HINT_LEAST,
-            Math.ceil((scoring.homeLoadFactor * (hints.size + 1)) / candidates.length),
-          );
+            Math.max(
+              HOT_HINT_LEAST,
+              Math.ceil((scoring.homeLoadFactor * (hints.size + 1)) / candidates.length),
+            );
         hints.add(anchor, size);
         if (!hot) {
           let leastQueued = Number.POSITIVE_INFINITY;
