@@ -45,7 +45,7 @@ export interface ReplicaPickerOptions {
    * token, 256).
    */
   readonly blockTokens?: number;
-  /** Where hints live (hint-homes.ts); the load factor defaults to the scoring's. */
+  /** Where hints live (hint-homes.ts). */
   readonly hintHomes?: HintHomesOptions;
 }
 

@@ -354,5 +354,8 @@ describe("rankCandidates", () => {
     expect(() => resolveScoringOptions({ affinitySlack: 2 })).toThrow(
       "option affinitySlack must be a number in [0, 1], got 2",
     );
+    expect(() => resolveScoringOptions({ homeLoadFactor: 0.5 })).toThrow(
+      "option homeLoadFactor must be a number in [1, 100], got 0.5",
+    );
   });
 });
