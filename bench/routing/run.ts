@@ -144,7 +144,8 @@ type TargetName =
   | "llmgw llmgw"
   | "llmgw precise"
   | "llmgw ×1 haproxy"
-  | "llmgw ×2 haproxy-rr";
+  | "llmgw ×2 haproxy-rr"
+  | "llmgw precise ×2 haproxy-rr";
 /**
  * Two routers behind HAProxy round robin (HTTP mode: each request to the next router, a
  * `/readyz` health check), each told by its snapshot that 2 routers share the cluster: each
@@ -166,8 +167,30 @@ const ONE_BEHIND_HAPROXY: TargetName = "llmgw ×1 haproxy";
  * sim's tokenizer. Without the flag the engines publish nothing and the target is skipped.
  */
 const PRECISE: TargetName = "llmgw precise";
+/**
+ * Two routers in precise mode behind HAProxy round robin, compared with one (`llmgw precise`)
+ * as `TWO_ROUTERS` is with `ONE_ROUTER`: both see the engines' own blocks, so a router that
+ * meets a tenant after the other sent it finds where it went (hint-homes.ts).
+ */
+const PRECISE_TWO: TargetName = "llmgw precise ×2 haproxy-rr";
+/** Two routers against one: the targets the two-router goals compare, and the hop alone. */
+const routerPairs: readonly {
+  readonly one: TargetName;
+  readonly two: TargetName;
+  readonly hop?: TargetName;
+  readonly label: string;
+}[] = [
+  { one: ONE_ROUTER, two: TWO_ROUTERS, hop: ONE_BEHIND_HAPROXY, label: "two routers" },
+  { one: PRECISE, two: PRECISE_TWO, label: "two precise routers" },
+];
 /** The targets run `--rounds` times (those the two-router goals compare). */
-const pairTargets: readonly TargetName[] = [ONE_ROUTER, ONE_BEHIND_HAPROXY, TWO_ROUTERS];
+const pairTargets: readonly TargetName[] = [
+  ONE_ROUTER,
+  ONE_BEHIND_HAPROXY,
+  TWO_ROUTERS,
+  PRECISE,
+  PRECISE_TWO,
+];
 /** The baselines llmgw's TTFT goals compare with. */
 const baselines: readonly TargetName[] = [
   "nginx round-robin",
@@ -183,6 +206,7 @@ const allTargets: TargetName[] = [
   PRECISE,
   ONE_BEHIND_HAPROXY,
   TWO_ROUTERS,
+  PRECISE_TWO,
 ];
 
 interface Row {
@@ -220,7 +244,13 @@ interface Row {
    * decisions whose expected hit or miss the engine confirmed (`llmgw_router_prefix_predictions_total`,
    * hit + miss over all), with the decisions counted; absent for other targets.
    */
-  agreement?: { readonly share: number; readonly decisions: number; readonly falseHits: number };
+  agreement?: {
+    readonly share: number;
+    readonly decisions: number;
+    readonly falseHits: number;
+    /** Decisions matched on the engines' own blocks (precise mode), the rest approximately. */
+    readonly precise: number;
+  };
   perReplica: number[];
   spreadMaxOverMean: number;
   loadavg: string;
@@ -237,14 +267,15 @@ const only = flags.targets?.split(",");
 const available = (t: TargetName): boolean =>
   (haveNginx || !t.startsWith("nginx")) &&
   (haveHaproxy || !t.startsWith("haproxy")) &&
-  (haveHaproxy || (t !== TWO_ROUTERS && t !== ONE_BEHIND_HAPROXY)) &&
-  (t !== PRECISE || flags.precise === true);
+  (haveHaproxy || (t !== TWO_ROUTERS && t !== ONE_BEHIND_HAPROXY && t !== PRECISE_TWO)) &&
+  ((t !== PRECISE && t !== PRECISE_TWO) || flags.precise === true);
 const targets = allTargets.filter(
   (t) => (only === undefined || only.some((o) => t.startsWith(o))) && available(t),
 );
-if (!haveHaproxy) skipped.push(`${TWO_ROUTERS}, ${ONE_BEHIND_HAPROXY}: haproxy not installed`);
+if (!haveHaproxy)
+  skipped.push(`${TWO_ROUTERS}, ${ONE_BEHIND_HAPROXY}, ${PRECISE_TWO}: haproxy not installed`);
 if (flags.precise !== true)
-  skipped.push(`${PRECISE}: the router's KV-event mode; run with --precise once it has landed`);
+  skipped.push(`${PRECISE}, ${PRECISE_TWO}: the router's KV-event mode; run with --precise`);
 /** The sweep's targets: every single target (not the ×1/×2 pair behind HAProxy). */
 const sweepOnly =
   flags["sweep-targets"]?.split(",") ??
@@ -254,6 +285,7 @@ const sweepTargets = targets.filter(
   (t) =>
     t !== ONE_BEHIND_HAPROXY &&
     t !== TWO_ROUTERS &&
+    t !== PRECISE_TWO &&
     (sweepOnly === undefined || sweepOnly.some((o) => t.startsWith(o))),
 );
 
@@ -349,9 +381,9 @@ try {
   const open = async (target: TargetName, timeScale: number): Promise<string> => {
     await sims.restart({ timeScale }); // fresh caches and counters
     const upstreams = sims.urls;
-    if (target === TWO_ROUTERS || target === ONE_BEHIND_HAPROXY) {
-      const behind = target === TWO_ROUTERS ? [router, secondRouter] : [router];
-      const config = routerConfig("llmgw", behind.length);
+    if (target === TWO_ROUTERS || target === ONE_BEHIND_HAPROXY || target === PRECISE_TWO) {
+      const behind = target === ONE_BEHIND_HAPROXY ? [router] : [router, secondRouter];
+      const config = routerConfig("llmgw", behind.length, target === PRECISE_TWO);
       await Promise.all(behind.map((r) => r.request("restart", config)));
       proxy = await startHaproxy({
         upstreams: behind.map((r) => r.url),
@@ -418,19 +450,26 @@ try {
     proxy = undefined;
     const engine = await sims.scrape();
     let agreement: Row["agreement"];
-    if (target.startsWith("llmgw") && target !== TWO_ROUTERS && target !== ONE_BEHIND_HAPROXY) {
+    if (
+      target.startsWith("llmgw") &&
+      target !== TWO_ROUTERS &&
+      target !== ONE_BEHIND_HAPROXY &&
+      target !== PRECISE_TWO
+    ) {
       const { predictions = {} } = await router.request<{ predictions?: Record<string, number> }>(
         "report",
       );
       let agree = 0;
       let all = 0;
       let falseHits = 0;
+      let precise = 0;
       for (const [key, n] of Object.entries(predictions)) {
         all += n;
+        if (key.startsWith("precise ")) precise += n;
         if (key.endsWith(" hit") || key.endsWith(" miss")) agree += n;
         if (key.endsWith(" false_hit")) falseHits += n;
       }
-      if (all > 0) agreement = { share: agree / all, decisions: all, falseHits };
+      if (all > 0) agreement = { share: agree / all, decisions: all, falseHits, precise };
     }
     const { samples } = run;
     const ok = samples.filter((s) => s.ok);
@@ -475,7 +514,7 @@ try {
   };
   const log = (row: Row, label: string): void =>
     console.error(
-      `${row.workload} ${row.target}${label}: ${row.ok}/${row.requests} ok, TTFT p50/p90 ${row.ttftP50Ms.toFixed(0)}/${row.ttftP90Ms.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(0)}%, replicas ${row.perReplica.join("/")} (×${row.timeScale.toFixed(2)}, load ${row.loadavg})`,
+      `${row.workload} ${row.target}${label}: ${row.ok}/${row.requests} ok, TTFT p50/p90 ${row.ttftP50Ms.toFixed(0)}/${row.ttftP90Ms.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(0)}%${row.agreement?.precise ? `, precise ${row.agreement.precise}/${row.agreement.decisions}` : ""}, replicas ${row.perReplica.join("/")} (×${row.timeScale.toFixed(2)}, load ${row.loadavg})`,
     );
 
   /** The fixed-rate table: every target once, the one/two-router pair in every round. */
@@ -706,61 +745,65 @@ for (const w of workloads) {
 }
 
 /**
- * Two routers behind HAProxy round robin against one router, per workload: the ratio (or
- * difference) in each round, then the median over rounds.
+ * Two routers behind HAProxy round robin against one router, per workload and pair (approximate
+ * and precise): the ratio (or difference) in each round, then the median over rounds.
  */
-const versus = workloads.flatMap((w) => {
-  const pairs = Array.from({ length: rounds }, (_, i) => {
-    const one = rows.find((r) => r.workload === w && r.target === ONE_ROUTER && r.round === i + 1);
-    const two = rows.find((r) => r.workload === w && r.target === TWO_ROUTERS && r.round === i + 1);
-    return one && two ? [{ one, two }] : [];
-  }).flat();
-  if (pairs.length === 0) return [];
-  const ttftRatios = pairs.map((p) => p.two.ttftP50Ms / p.one.ttftP50Ms);
-  const hop = Array.from({ length: rounds }, (_, i) => {
-    const one = pairs.find((p) => p.one.round === i + 1)?.one;
-    const behind = rows.find(
-      (r) => r.workload === w && r.target === ONE_BEHIND_HAPROXY && r.round === i + 1,
-    );
-    return one && behind ? [behind.ttftP50Ms / one.ttftP50Ms] : [];
-  }).flat();
-  const hitDrops = pairs.map((p) => (p.one.prefixHitRate - p.two.prefixHitRate) * 100);
-  const spreads = pairs.map((p) => p.two.spreadMaxOverMean);
-  return [
-    {
-      workload: w,
-      rounds: pairs.length,
-      oneTtftP50Ms: median(pairs.map((p) => p.one.ttftP50Ms)),
-      twoTtftP50Ms: median(pairs.map((p) => p.two.ttftP50Ms)),
-      ttftRatio: median(ttftRatios),
-      ttftRatioRange: [Math.min(...ttftRatios), Math.max(...ttftRatios)],
-      /** One router behind HAProxy ÷ one router: the balancer's hop alone. */
-      haproxyHopTtftRatio: hop.length > 0 ? median(hop) : undefined,
-      oneHitRate: median(pairs.map((p) => p.one.prefixHitRate)),
-      twoHitRate: median(pairs.map((p) => p.two.prefixHitRate)),
-      hitDropPoints: median(hitDrops),
-      oneMaxOverMean: median(pairs.map((p) => p.one.spreadMaxOverMean)),
-      twoMaxOverMean: median(spreads),
-      twoMaxOverMeanRange: [Math.min(...spreads), Math.max(...spreads)],
-    },
-  ];
-});
+const versus = routerPairs.flatMap((pair) =>
+  workloads.flatMap((w) => {
+    const inRound = (t: TargetName, round: number) =>
+      rows.find((r) => r.workload === w && r.target === t && r.round === round);
+    const pairs = Array.from({ length: rounds }, (_, i) => {
+      const one = inRound(pair.one, i + 1);
+      const two = inRound(pair.two, i + 1);
+      return one && two ? [{ one, two }] : [];
+    }).flat();
+    if (pairs.length === 0) return [];
+    const ttftRatios = pairs.map((p) => p.two.ttftP50Ms / p.one.ttftP50Ms);
+    const hop = pairs.flatMap((p) => {
+      const behind = pair.hop === undefined ? undefined : inRound(pair.hop, p.one.round);
+      return behind ? [behind.ttftP50Ms / p.one.ttftP50Ms] : [];
+    });
+    const hitDrops = pairs.map((p) => (p.one.prefixHitRate - p.two.prefixHitRate) * 100);
+    const spreads = pairs.map((p) => p.two.spreadMaxOverMean);
+    return [
+      {
+        workload: w,
+        pair: pair.label,
+        one: pair.one,
+        two: pair.two,
+        rounds: pairs.length,
+        oneTtftP50Ms: median(pairs.map((p) => p.one.ttftP50Ms)),
+        twoTtftP50Ms: median(pairs.map((p) => p.two.ttftP50Ms)),
+        ttftRatio: median(ttftRatios),
+        ttftRatioRange: [Math.min(...ttftRatios), Math.max(...ttftRatios)],
+        /** One router behind HAProxy ÷ one router: the balancer's hop alone. */
+        haproxyHopTtftRatio: hop.length > 0 ? median(hop) : undefined,
+        oneHitRate: median(pairs.map((p) => p.one.prefixHitRate)),
+        twoHitRate: median(pairs.map((p) => p.two.prefixHitRate)),
+        hitDropPoints: median(hitDrops),
+        oneMaxOverMean: median(pairs.map((p) => p.one.spreadMaxOverMean)),
+        twoMaxOverMean: median(spreads),
+        twoMaxOverMeanRange: [Math.min(...spreads), Math.max(...spreads)],
+      },
+    ];
+  }),
+);
 const range = (r: number[], d = 2) =>
   rounds > 1 ? ` (rounds ${f(r[0] ?? Number.NaN, d)}…${f(r[1] ?? Number.NaN, d)})` : "";
 for (const v of versus) {
   goals.push({
-    goal: `(${v.workload}) two routers: TTFT p50 within 5% of one router (ratio ≤ 1.05)`,
+    goal: `(${v.workload}) ${v.pair}: TTFT p50 within 5% of one (ratio ≤ 1.05)`,
     measured: `${f(v.twoTtftP50Ms)} vs ${f(v.oneTtftP50Ms)} ms: ${f(v.ttftRatio, 3)}×${range(v.ttftRatioRange, 3)}${v.haproxyHopTtftRatio === undefined ? "" : `; one router behind HAProxy ${f(v.haproxyHopTtftRatio, 3)}×`}`,
     met: v.ttftRatio <= 1.05,
   });
   goals.push({
-    goal: `(${v.workload}) two routers: prefix hit rate within 5 points of one router`,
+    goal: `(${v.workload}) ${v.pair}: prefix hit rate within 5 points of one`,
     measured: `${(v.twoHitRate * 100).toFixed(1)}% vs ${(v.oneHitRate * 100).toFixed(1)}%: ${v.hitDropPoints <= 0 ? "+" : "−"}${Math.abs(v.hitDropPoints).toFixed(1)} points`,
     met: v.hitDropPoints <= 5,
   });
   goals.push({
-    goal: `(${v.workload}) two routers: max/mean requests per replica ≤ 1.25`,
-    measured: `${f(v.twoMaxOverMean, 2)}${range(v.twoMaxOverMeanRange)} (one router ${f(v.oneMaxOverMean, 2)})`,
+    goal: `(${v.workload}) ${v.pair}: max/mean requests per replica ≤ 1.25`,
+    measured: `${f(v.twoMaxOverMean, 2)}${range(v.twoMaxOverMeanRange)} (one ${f(v.oneMaxOverMean, 2)})`,
     met: v.twoMaxOverMean <= 1.25,
   });
 }

@@ -141,7 +141,7 @@ export class Attempt implements UpstreamHandler {
     metrics.replicaInFlight(
       x.model,
       replica.id,
-      picker.dispatched(replica.id, x.analysis.chain, this.#prefill),
+      picker.dispatched(replica.id, x.analysis.chain, this.#prefill, x.precise),
     );
     if (signal.aborted) {
       this.#clientGone();
@@ -385,7 +385,7 @@ export class Attempt implements UpstreamHandler {
       // A try that never reached the engine held nothing there.
       if (this.#responding) x.gpuMs += held;
     }
-    const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs);
+    const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs, x.precise);
     // The admission slot this request holds counted as capacity while it ran on a draining
     // replica; that capacity goes now, before `attemptEnded` frees the slot, so nothing queued
     // is admitted into room the ready replicas do not have.

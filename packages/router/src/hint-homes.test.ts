@@ -42,6 +42,36 @@ describe("HintHomes", () => {
     expect(homeOf(homes, "solo")).toBe(top.id);
   });
 
+  it("homes a new hint where its prompt is already, when a replica holds half of it or more", () => {
+    const order = [...candidatesFor("late")].sort(
+      (x, y) => (y.rendezvous ?? 0) - (x.rendezvous ?? 0),
+    );
+    const top = order[0]?.id as string;
+    const holder = order[5]?.id as string;
+    const place = (held: number, placeable?: (c: HomeCandidate) => boolean) =>
+      new HintHomes().homeOf("d", hintAnchor("late"), candidatesFor("late"), all, 0, {
+        held: (c) => (c.id === holder ? held : 0),
+        blocks: 10,
+        ...(placeable === undefined ? {} : { placeable }),
+      });
+    // Another router sent this tenant to `holder`, and its engine holds 6 of the prompt's 10
+    // blocks: this router follows instead of taking the rendezvous order's first.
+    expect(place(6)).toBe(holder);
+    // Even with prefill queued there: what it holds saves more than the queue costs.
+    expect(place(5, (c) => c.id !== holder)).toBe(holder);
+    // Under half is a preamble many hints share: the rendezvous order decides.
+    expect(place(4)).toBe(top);
+    // A holder with its share of hints already gets no more.
+    const homes = new HintHomes();
+    for (const t of tenants.slice(0, 15)) {
+      homes.homeOf("d", hintAnchor(t), candidatesFor(t), all, 0, {
+        held: (c) => (c.id === holder ? 10 : 0),
+        blocks: 10,
+      });
+    }
+    expect(homes.count("d", holder)).toBe(Math.ceil((1.25 * 15) / 16));
+  });
+
   it("keeps a home a retry excludes, and moves one whose replica cannot take requests", () => {
     const homes = new HintHomes();
     const home = homeOf(homes, "t") as string;

@@ -704,6 +704,7 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     n: number,
     tenantOf: (rand: () => number) => number,
     inFlight = 24,
+    on: RouteResolution = res,
   ): Map<number, Map<string, number>> => {
     const rand = prng(7);
     const open: string[] = [];
@@ -711,7 +712,7 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     for (let i = 0; i < n; i++) {
       const tenant = tenantOf(rand);
       const chain = promptChain(rand, tenant);
-      const d = picker.pick(res, chain, undefined, undefined, {
+      const d = picker.pick(on, chain, undefined, undefined, {
         hint: `tenant-${tenant}`,
         promptTokens: chain.length * 256,
       }) as PickDecision;
@@ -764,6 +765,33 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     expect(Math.max(...perReplica.values()) / mean).toBeLessThanOrEqual(1.3);
   });
 
+  it("judges a hint hot on what the engines run, not only this router's share of it", () => {
+    const half = (rand: () => number) => (rand() < 0.5 ? 0 : 1 + Math.floor(rand() * 63));
+    const maxOverMean = (seen: Map<number, Map<string, number>>): number => {
+      const perReplica = new Map<string, number>();
+      for (const replicas of seen.values())
+        for (const [id, n] of replicas) perReplica.set(id, (perReplica.get(id) ?? 0) + n);
+      return Math.max(...perReplica.values()) / ((64 * 12) / 16);
+    };
+    // One of two routers: 6 of its own in flight, fewer than the 16 replicas, so alone it
+    // reads the deployment as quiet and the hot tenant is held by its home's share bound only.
+    const quiet = createReplicaPicker();
+    drive(quiet, 64 * 12, half, 6);
+    const quietSpread = maxOverMean(drive(quiet, 64 * 12, half, 6));
+    // The engines report 2 running each (the other router's requests with these): hot.
+    const busy: RouteResolution = {
+      ...res,
+      replicas: res.replicas.map((r) => ({ ...r, load: { running: 2 } })),
+    };
+    const hot = createReplicaPicker();
+    drive(hot, 64 * 12, half, 6, busy);
+    const hotSpread = maxOverMean(drive(hot, 64 * 12, half, 6, busy));
+    // Seeded: 2.06 read quiet (the spill goes to the hint's next rendezvous choice, the same one
+    // each time), 1.19 hot.
+    expect(quietSpread).toBeGreaterThan(1.6);
+    expect(hotSpread).toBeLessThanOrEqual(1.3);
+  });
+
   it("homes a new hint where its first request waits least, and keeps it there with prefill queued", () => {
     const picker = createReplicaPicker();
     const hint = "tenant-new";
@@ -791,3 +819,77 @@ function rendezvousOrderOfHint(hint: string, ids: readonly string[]): string[] {
       (a < b ? -1 : 1),
   );
 }
+
+describe("ReplicaPicker: precise mode", () => {
+  it("matches a prompt on a request still in flight, whose blocks the engine has not reported yet", () => {
+    const clock = createManualClock(0);
+    const picker = createReplicaPicker({ health: { clock } });
+    const ids = ["a", "b", "c", "d"];
+    for (const id of ids) {
+      picker.preciseIndex.apply(id, {
+        epoch: "e",
+        version: 1,
+        snapshot: true,
+        added: [],
+        removed: [],
+        blockSizeTokens: 16,
+        stale: false,
+      });
+    }
+    const res = resolution(ids, 8);
+    const keys = Float64Array.from({ length: 64 }, (_, i) => 1_000 + i);
+    const first = picker.pick(res, [], undefined, undefined, { precise: keys, promptTokens: 1024 });
+    expect(first?.prefixSource).toBe("precise");
+    const at = first?.replica.id as string;
+    picker.dispatched(at, [], first?.prefillTokens, keys);
+    // Its first byte came, the engine's events for its blocks have not: the same prompt goes
+    // where they are, on the hold.
+    picker.prefillDone(at, first?.prefillTokens ?? 0);
+    // Others busy alike (alone in flight, a's claim would pass the bounded-load rule).
+    for (const id of ids) if (id !== at) picker.dispatched(id, []);
+    const second = picker.pick(res, [], undefined, undefined, {
+      precise: keys,
+      promptTokens: 1024,
+    });
+    expect(second?.replica.id).toBe(at);
+    expect(second?.prefixBlocks).toBe(64);
+    // Ended, and the engine never reported its blocks (evicted at once): the hold goes after the
+    // grace, and the prompt matches nothing.
+    picker.finished(at, "success", 10, keys);
+    clock.advance(1_000);
+    const third = picker.pick(res, [], undefined, undefined, { precise: keys, promptTokens: 1024 });
+    expect(third?.prefixBlocks).toBe(0);
+  });
+});
+
+describe("ReplicaPicker: precise mode across routers", () => {
+  it("homes a hint new to this router where the engines hold its prompt", () => {
+    const ids = replicaIds(8);
+    const res = resolution(ids, 64);
+    const hint = "tenant-late";
+    const order = rendezvousOrderOfHint(hint, ids);
+    const keys = Float64Array.from({ length: 40 }, (_, i) => 7_000 + i);
+    const feed = (picker: ReplicaPicker, holder?: string) => {
+      for (const id of ids) {
+        picker.preciseIndex.apply(id, {
+          epoch: "e",
+          version: 1,
+          snapshot: true,
+          // Another router sent this tenant to `holder`: its engine holds 30 of 40 blocks.
+          added: id === holder ? Array.from(keys.subarray(0, 30)) : [],
+          removed: [],
+          blockSizeTokens: 16,
+          stale: false,
+        });
+      }
+      return picker.pick(res, [], undefined, undefined, { hint, precise: keys, promptTokens: 640 })
+        ?.replica.id;
+    };
+    const holder = order[3] as string;
+    const follower = createReplicaPicker();
+    expect(feed(follower, holder)).toBe(holder);
+    expect(follower.hintHomes.count("qwen", holder)).toBe(1);
+    // Nothing held anywhere: the hint's rendezvous order.
+    expect(feed(createReplicaPicker())).toBe(order[0]);
+  });
+});

@@ -155,9 +155,15 @@ export interface ReplicaPicker {
   /**
    * Books a request sent to `replicaId`; returns its in-flight count. `prefillTokens`: its
    * prompt tokens the replica does not hold ({@link PickDecision.prefillTokens}), queued there
-   * until {@link prefillDone}.
+   * until {@link prefillDone}. `precise`: its token-block keys when it was matched on them
+   * ({@link PickRequest.precise}), held on the replica until it ends ({@link PreciseIndex.hold}).
    */
-  dispatched(replicaId: string, chain: ArrayLike<number>, prefillTokens?: number): number;
+  dispatched(
+    replicaId: string,
+    chain: ArrayLike<number>,
+    prefillTokens?: number,
+    precise?: ArrayLike<number>,
+  ): number;
   /**
    * `replicaId`'s step rhythm: the caller {@link StepPhase.observe}s each chunk the replica
    * streams (kept until the replica is forgotten).
@@ -165,8 +171,16 @@ export interface ReplicaPicker {
   stepPhase(replicaId: string): StepPhase;
   /** The request's first byte came (or it ended without one): its prefill is no longer queued. */
   prefillDone(replicaId: string, prefillTokens: number): void;
-  /** Books its end; returns the in-flight count after it. */
-  finished(replicaId: string, outcome: DispatchOutcome, firstByteMs?: number): number;
+  /**
+   * Books its end; returns the in-flight count after it. `precise`: the keys it was
+   * {@link dispatched} with.
+   */
+  finished(
+    replicaId: string,
+    outcome: DispatchOutcome,
+    firstByteMs?: number,
+    precise?: ArrayLike<number>,
+  ): number;
   /**
    * Drops what is known of a replica that left the route table: its health, its prefix-index
    * entries, its rendezvous seed and, once its last in-flight request has finished, its shared
@@ -189,7 +203,6 @@ export interface ReplicaPicker {
 export function createReplicaPicker(options: ReplicaPickerOptions = {}): ReplicaPicker {
   const scoring = resolveScoringOptions(options.scoring);
   const prefixIndex = createPrefixIndex(options.prefixIndex);
-  const preciseIndex = createPreciseIndex();
   const health = createReplicaHealth(options.health);
   const inFlight = options.inFlight ?? createInFlightCounters();
   const blockTokens = checkRange(
@@ -199,6 +212,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     1 << 20,
   );
   const clock: Clock = options.health?.clock ?? systemClock;
+  const preciseIndex = createPreciseIndex({ clock });
   const hintHomes = new HintHomes(options.hintHomes);
   const turns = new Map<string, number>();
   /** Replica id → the prefills sent there without a first byte yet, oldest first. */
@@ -356,9 +370,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         // reach by chance (as do 9 of 128 when 64 tenants share them: one replica's share).
         // Only while the deployment has as many requests in flight as replicas: a tenant
         // alone on a quiet deployment has all of its hinted requests, and spreading those
-        // would only cost it its cache.
+        // would only cost it its cache. Counted as the engines report them where that is more
+        // than this router's own: with two routers each has half in flight, and a hot tenant
+        // judged quiet on both piled 2.5–3.5× the mean on its home (bench/routing hot-prefix).
         let inFlightNow = 0;
-        for (const c of candidates) inFlightNow += c.inFlight;
+        for (const c of candidates) inFlightNow += Math.max(c.inFlight, c.load?.running ?? 0);
         hot =
           inFlightNow >= candidates.length &&
           hints.count(anchor) + 1 >
@@ -377,8 +393,13 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
             candidates,
             (id) => all.some((r) => r.id === id),
             nowMs,
-            // A new hint's first request goes where it waits least, and its home with it.
-            (c) => !queuedBehind(c.pendingPrefillTokens, leastQueued, promptTokens),
+            {
+              // A new hint's first request goes where it waits least, and its home with it…
+              placeable: (c) => !queuedBehind(c.pendingPrefillTokens, leastQueued, promptTokens),
+              // …or where its prompt is already (another router sent it there).
+              held: (c) => c.prefixBlocks,
+              blocks: chainLength,
+            },
           );
           const at = home === undefined ? -1 : candidates.findIndex((c) => c.id === home);
           if (at >= 0) (candidates[at] as { home?: boolean }).home = true;
@@ -432,8 +453,9 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         prefillTokens: Math.round(promptTokens * (1 - best.affinity)),
       };
     },
-    dispatched(replicaId, chain, prefillTokens = 0) {
+    dispatched(replicaId, chain, prefillTokens = 0, precise) {
       health.onDispatch(replicaId);
+      if (precise !== undefined) preciseIndex.hold(replicaId, precise);
       if (prefillTokens > 0) {
         const entry = { tokens: prefillTokens, sentAtMs: clock.now() };
         const list = pendingPrefill.get(replicaId);
@@ -459,7 +481,8 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       if (at >= 0) list.splice(at, 1);
       if (list.length === 0) pendingPrefill.delete(replicaId);
     },
-    finished(replicaId, outcome, firstByteMs) {
+    finished(replicaId, outcome, firstByteMs, precise) {
+      if (precise !== undefined) preciseIndex.release(replicaId, precise, outcome === "success");
       if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);
       else if (outcome === "failure") health.onFailure(replicaId);
       else health.onAbandon(replicaId);

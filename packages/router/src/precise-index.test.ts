@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { createManualClock } from "./clock.js";
 import { type BlockFeedUpdate, createPreciseIndex } from "./precise-index.js";
 
 const snap = (epoch: string, version: number, added: number[]): BlockFeedUpdate => ({
@@ -71,5 +72,47 @@ describe("precise index", () => {
     expect(index.match(["a", "b"], [1])).toEqual(new Map());
     index.forget("a");
     expect(index.state("a")).toBeUndefined();
+  });
+
+  it("holds a sent request's keys on its replica until it ends, and a grace after success", () => {
+    const clock = createManualClock(0);
+    const index = createPreciseIndex({ clock, holdGraceMs: 1_000 });
+    index.apply("a", snap("e1", 1, [1]));
+    index.apply("b", snap("e1", 1, [1]));
+    // Sent to a, not computed yet: the engine has stored block 1 only.
+    index.hold("a", [1, 2, 3]);
+    index.hold("a", [1, 2]);
+    expect(index.match(["a", "b"], [1, 2, 3, 4])).toEqual(
+      new Map([
+        ["a", 3],
+        ["b", 1],
+      ]),
+    );
+    // The longer request failed: its blocks may never be stored; the other still holds 1–2.
+    index.release("a", [1, 2, 3], false);
+    expect(index.match(["a"], [1, 2, 3])).toEqual(new Map([["a", 2]]));
+    // The other succeeded: held for the grace, while the engine's events come.
+    index.release("a", [1, 2], true);
+    clock.advance(999);
+    expect(index.match(["a"], [1, 2, 3])).toEqual(new Map([["a", 2]]));
+    clock.advance(1);
+    expect(index.match(["a"], [1, 2, 3])).toEqual(new Map([["a", 1]]));
+    expect(index.heldKeys("a")).toBe(0);
+  });
+
+  it("matches no hold on a replica that is not fresh, and forgets a replica's holds with it", () => {
+    const index = createPreciseIndex();
+    index.hold("a", [1, 2]);
+    // No feed yet: the deployment is routed approximately, and a hold changes nothing.
+    expect(index.match(["a"], [1, 2])).toEqual(new Map());
+    index.apply("a", snap("e1", 1, []));
+    expect(index.match(["a"], [1, 2])).toEqual(new Map([["a", 2]]));
+    index.invalidate("a");
+    expect(index.match(["a"], [1, 2])).toEqual(new Map());
+    index.forget("a");
+    expect(index.heldKeys("a")).toBe(0);
+    // A release after the replica was forgotten is harmless.
+    index.release("a", [1, 2], false);
+    expect(index.heldKeys("a")).toBe(0);
   });
 });
