@@ -517,6 +517,14 @@ try {
       `${row.workload} ${row.target}${label}: ${row.ok}/${row.requests} ok, TTFT p50/p90 ${row.ttftP50Ms.toFixed(0)}/${row.ttftP90Ms.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(0)}%${row.agreement?.precise ? `, precise ${row.agreement.precise}/${row.agreement.decisions}` : ""}, replicas ${row.perReplica.join("/")} (×${row.timeScale.toFixed(2)}, load ${row.loadavg})`,
     );
 
+  // A warm-up, discarded: the engines' and routers' code is compiled on its first requests,
+  // and the first target measured used to pay for it (nginx round robin's TTFT p99 read 206–221
+  // ms as the first target, 140 after it; llmgw's p90 420 ms as the first, 130 after).
+  if (!quick && workloads[0] !== undefined) {
+    const warm = await measure(workloads[0], ONE_ROUTER, simRate, 0);
+    log(warm, " (warm-up, not counted)");
+  }
+
   /** The fixed-rate table: every target once, the one/two-router pair in every round. */
   const plan = (round: number) => targets.filter((t) => round === 1 || pairTargets.includes(t));
   for (const workload of workloads)
