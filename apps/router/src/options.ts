@@ -1,10 +1,9 @@
 /** Options of the router's HTTP layer; resolved and validated once. */
-import {
-  type AdmissionOptions,
-  type Clock,
-  DEFAULT_CRITICAL_PREFILL_RESERVE,
-  type ReplicaPickerOptions,
-  type RequestAnalyzerOptions,
+import type {
+  AdmissionOptions,
+  Clock,
+  ReplicaPickerOptions,
+  RequestAnalyzerOptions,
 } from "@llmgw/router";
 import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
@@ -33,7 +32,8 @@ export interface RouterServiceOptions {
   readonly criticalHeadroom?: number;
   /**
    * Replicas kept free of the other classes' prefills while critical requests arrive. Default
-   * 1; 0 turns it off (see `AdmissionOptions.criticalPrefillReserve`).
+   * a quarter of each deployment's replicas, at least 1; 0 turns it off (see
+   * `AdmissionOptions.criticalPrefillReserve`).
    */
   readonly criticalPrefillReserve?: number;
   /** Upstream TCP connect timeout in ms. Default 5 000. */
@@ -109,10 +109,11 @@ export function resolveRouterServiceOptions(
       maxQueueLength: int("maxQueueLength", options.maxQueueLength ?? 256),
       queueTimeoutMs: int("queueTimeoutMs", options.queueTimeoutMs ?? 30_000),
       criticalHeadroom: options.criticalHeadroom ?? 1,
-      criticalPrefillReserve: int(
-        "criticalPrefillReserve",
-        options.criticalPrefillReserve ?? DEFAULT_CRITICAL_PREFILL_RESERVE,
-      ),
+      ...(options.criticalPrefillReserve === undefined
+        ? {}
+        : {
+            criticalPrefillReserve: int("criticalPrefillReserve", options.criticalPrefillReserve),
+          }),
       ...(clock === undefined ? {} : { clock }),
     },
     upstreamConnectTimeoutMs: int(

@@ -13,7 +13,6 @@ import {
   createLimiter,
   createReplicaPicker,
   createRequestAnalyzer,
-  DEFAULT_CRITICAL_PREFILL_RESERVE,
   GpuShares,
   type Limiter,
   noopRouterMetrics,
@@ -235,7 +234,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     picker,
     admission,
     criticalPrefills:
-      (options.admission.criticalPrefillReserve ?? DEFAULT_CRITICAL_PREFILL_RESERVE) > 0
+      options.admission.criticalPrefillReserve !== 0
         ? new CriticalPrefills(options.admission.clock ?? systemClock, CRITICAL_PREFILL_MAX_WAIT_MS)
         : undefined,
     limiter: createLimiter(options.clock === undefined ? {} : { clock: options.clock }),

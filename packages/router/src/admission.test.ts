@@ -3,6 +3,7 @@ import {
   type AdmissionKey,
   type AdmissionOutcome,
   createAdmissionController,
+  defaultCriticalPrefillReserve,
 } from "./admission.js";
 import { createManualClock } from "./clock.js";
 
@@ -297,6 +298,20 @@ describe("admission: the critical prefill reserve", () => {
     s1.prefilled();
     s1.release();
     expect(ctl.stats("d")).toEqual({ inFlight: 3, queued: 0 });
+  });
+
+  it("keeps a quarter of the replicas free by default, at least one", () => {
+    const startedBeforeHold = (replicas: number): number => {
+      const ctl = createAdmissionController({ clock: createManualClock() });
+      grant(ctl.admit("d", critical, 1, 64, undefined, replicas));
+      let started = 1;
+      while (!(ctl.admit("d", batch, 1, 64, undefined, replicas) instanceof Promise)) started++;
+      return started;
+    };
+    // Prefills in progress, the critical one included, before a batch request is held.
+    expect([2, 4, 7, 8, 16].map(startedBeforeHold)).toEqual([1, 3, 6, 6, 12]);
+    expect(defaultCriticalPrefillReserve(3)).toBe(1);
+    expect(defaultCriticalPrefillReserve(64)).toBe(16);
   });
 
   it("never holds a critical request for it", () => {

@@ -22,6 +22,7 @@
  *   256 by default), so the engine takes the extra requests into its running batch;
  * - while `critical` requests are arriving (one admitted in the last `criticalWindowMs`), a
  *   request of another class starts only while fewer than `replicas − criticalPrefillReserve`
+ *   (by default a quarter of the replicas, at least 1)
  *   requests are prefilling (admitted, first byte not yet come: {@link AdmissionGrant.prefilled};
  *   critical ones count too, as they hold their replica's next step as much), so a critical
  *   request finds a replica with no prefill queued and the picker's pending-prefill term sends
@@ -52,8 +53,15 @@ export interface AdmissionOptions {
    */
   readonly criticalHeadroom?: number;
   /**
-   * Replicas kept free of other classes' prefills while critical requests arrive (default 1;
-   * 0 turns it off). Needs at least one more replica than this to apply.
+   * Replicas kept free of other classes' prefills while critical requests arrive (default: a
+   * quarter of the deployment's replicas, at least 1; 0 turns it off). Needs at least one more
+   * replica than this to apply.
+   *
+   * Why a quarter (bench/tenants, 35% critical load, batch bursting 10× the capacity): one
+   * replica of 4 kept free held the fleet's throughput (1.014×) and left critical's TTFT p99 at
+   * 1.27× its no-burst baseline; two of 4 met the p99 (1.14×) and cost 3% of the throughput; on
+   * 8 replicas, one left the p99 at 1.10× and two met it (1.06×) at no throughput cost (1.018×).
+   * The prefills critical requests need room for grow with the fleet that carries them.
    */
   readonly criticalPrefillReserve?: number;
   /** How long after a critical request the reserve stays, ms (default 10 000). */
@@ -61,8 +69,9 @@ export interface AdmissionOptions {
   readonly clock?: Clock;
 }
 
-/** The default of {@link AdmissionOptions.criticalPrefillReserve}. */
-export const DEFAULT_CRITICAL_PREFILL_RESERVE = 1;
+/** The default of {@link AdmissionOptions.criticalPrefillReserve} for `replicas` replicas. */
+export const defaultCriticalPrefillReserve = (replicas: number): number =>
+  Math.max(1, Math.floor(replicas / 4));
 
 /**
  * Why a request was not admitted; `shed`: it was queued as `batch` and made room for a
@@ -219,20 +228,22 @@ export function createAdmissionController(options: AdmissionOptions = {}): Admis
   /** Most requests in flight before one of class `classIndex` waits. */
   const ceiling = (s: DeploymentState, classIndex: number): number =>
     classIndex === 0 ? s.capacity + Math.ceil(s.capacity * headroom) : s.capacity;
-  const reserve = checkRange(
-    "criticalPrefillReserve",
-    options.criticalPrefillReserve ?? DEFAULT_CRITICAL_PREFILL_RESERVE,
-    0,
-    64,
-  );
+  const fixedReserve =
+    options.criticalPrefillReserve === undefined
+      ? undefined
+      : checkRange("criticalPrefillReserve", options.criticalPrefillReserve, 0, 64);
   const windowMs = checkRange("criticalWindowMs", options.criticalWindowMs ?? 10_000, 0, 3_600_000);
   const clock = options.clock ?? systemClock;
   /** True when a request below critical must wait for a prefill to end (see the reserve above). */
-  const reserved = (s: DeploymentState): boolean =>
-    reserve > 0 &&
-    s.replicas > reserve &&
-    s.prefilling >= s.replicas - reserve &&
-    clock.now() - s.criticalAt < windowMs;
+  const reserved = (s: DeploymentState): boolean => {
+    const reserve = fixedReserve ?? defaultCriticalPrefillReserve(s.replicas);
+    return (
+      reserve > 0 &&
+      s.replicas > reserve &&
+      s.prefilling >= s.replicas - reserve &&
+      clock.now() - s.criticalAt < windowMs
+    );
+  };
   const states = new Map<string, DeploymentState>();
   const stateOf = (deployment: string): DeploymentState => {
     let s = states.get(deployment);

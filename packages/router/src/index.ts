@@ -6,7 +6,7 @@ export {
   type AdmissionOutcome,
   type AdmissionRejection,
   createAdmissionController,
-  DEFAULT_CRITICAL_PREFILL_RESERVE,
+  defaultCriticalPrefillReserve,
 } from "./admission.js";
 export {
   analyzeByParsing,

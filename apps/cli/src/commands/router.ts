@@ -68,7 +68,8 @@ Requests:
   --critical-prefill-reserve N
                             while critical requests arrive, replicas kept free of the other
                             classes' streamed prefills, so a critical request never waits
-                            behind one (default 1; 0: off)
+                            behind one (default: a quarter of each deployment's replicas,
+                            at least 1; 0: off)
   --session-header NAME     a header naming a session (e.g. x-session-id): its requests go to
                             the same replica while it has room (a body's prompt_cache_key
                             wins; it wins over user / safety_identifier; default: none)
