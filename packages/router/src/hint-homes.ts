@@ -26,8 +26,9 @@
  * against 78% with one, bench/routing `shared-prefix`), the engines' own blocks settle it: a new
  * hint whose prompt a replica already holds, at least half of it, is homed there (the longest
  * holder under the bound first), so in precise mode a router that meets a tenant late follows
- * where another router sent it. A hint's key is its 32-bit `hintAnchor`: two hints that collide share a home,
- * which costs balance, never correctness, and keeps the map's memory independent of hint length.
+ * where another router sent it. A hint's key is its 32-bit `hintAnchor`: two hints that
+ * collide share a home, which costs balance, never correctness, and keeps the map's memory
+ * independent of hint length.
  */
 import { LruMap } from "./lru-map.js";
 

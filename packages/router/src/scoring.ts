@@ -37,10 +37,11 @@
  * the hint's next rendezvous choice otherwise. A hint busier than its home may take (picker.ts)
  * has no home: it takes the hint's highest rendezvous choice under the ordinary bounds at a
  * load factor of 1, filling replicas to their fair share and leaving the rest to their homed
- * hints. Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill queued than the
- * least queued one by over a quarter of this prompt: a request would wait behind it, and
- * nothing cached there yet makes up for that. A home keeps its preference with prefill queued
- * (its hints' prefixes are there); only the score's own terms move such a request.
+ * hints. Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
+ * queued than the least queued one by over a quarter of this prompt: a request would wait
+ * behind it, and nothing cached there yet makes up for that. A home keeps its preference with
+ * prefill queued (its hints' prefixes are there); only the score's own terms move such a
+ * request.
  */
 import { checkRange, RouterError } from "./errors.js";
 import { DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS } from "./rendezvous.js";
@@ -240,9 +241,8 @@ export interface Ranking {
  * candidates' rendezvous weights come from the request's hint, not its prompt. `promptTokens`:
  * the request's prompt size, the unit of queued prefill (at least 1). `recentTotal`: the
  * deployment's recent picks when the window is full (a hot hint's: once it holds one pick per
- * replica). `hot`: the hint takes more of the hinted
- * requests than its home may (picker.ts), so it has no home and spreads, filling each replica
- * only to its fair share.
+ * replica). `hot`: the hint takes more of the hinted requests than its home may (picker.ts), so
+ * it has no home and spreads, filling each replica only to its fair share.
  */
 export function rankCandidates(
   policy: RoutingPolicy,
