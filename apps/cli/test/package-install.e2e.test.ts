@@ -16,7 +16,7 @@ import { gunzipSync } from "node:zlib";
 import { findLlamaServer } from "@llmgw/engine-sim";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { installedPackageDir, npmInstallArgs } from "../../../scripts/package.js";
-import { ensureCliBuilt, freePort, repoRoot, stopAll, tempRoot } from "./cluster-harness.js";
+import { ensureCliBuilt, repoRoot, stopAll, tempRoot } from "./cluster-harness.js";
 
 const run = promisify(execFile);
 const roots: string[] = [];
@@ -55,20 +55,27 @@ let tarball = "";
 let deb = "";
 let installed = "";
 
+/**
+ * Runs the installed `llmgw`. A failure carries the command's stdout as well as its stderr:
+ * the demo reports a failed step on stdout, and execFile's own message has only stderr.
+ */
 async function llmgw(bin: string, args: string[], timeout = 240_000) {
-  return run(bin, args, { env, timeout, maxBuffer: 16 * 1024 * 1024 });
+  try {
+    return await run(bin, args, { env, timeout, maxBuffer: 16 * 1024 * 1024 });
+  } catch (e) {
+    const x = e as Error & { stdout?: string; stderr?: string; signal?: string; code?: number };
+    x.message += `\n(exit ${x.code ?? "?"}, signal ${x.signal ?? "none"})\n--- stdout ---\n${(x.stdout ?? "").slice(-8_000)}\n--- stderr ---\n${(x.stderr ?? "").slice(-8_000)}`;
+    throw x;
+  }
 }
 
-async function demoArgs(): Promise<string[]> {
-  return [
-    "demo",
-    "--exit-after-check",
-    "--no-llamacpp",
-    "--port",
-    String(await freePort()),
-    "--control-port",
-    String(await freePort()),
-  ];
+/**
+ * The demo picks its own ports (8080 and 7070, or free ones when those are taken) and binds
+ * them at once. Ports chosen here would sit unbound while the installed CLI starts, long enough
+ * for another test's connection to take one of them.
+ */
+function demoArgs(): string[] {
+  return ["demo", "--exit-after-check", "--no-llamacpp"];
 }
 
 describe("the npm package and the Debian package", () => {
@@ -129,7 +136,7 @@ describe("the npm package and the Debian package", () => {
 
   it("runs the demo and the inventory from the npm install", async () => {
     const bin = path.join(prefix, "bin", "llmgw");
-    const demo = await llmgw(bin, await demoArgs());
+    const demo = await llmgw(bin, demoArgs());
     expect(`${demo.stdout}${demo.stderr}`).toContain("every step worked");
     const inv = JSON.parse((await llmgw(bin, ["agent", "inventory", "--json"])).stdout) as {
       agentVersion: string;
@@ -141,7 +148,7 @@ describe("the npm package and the Debian package", () => {
     expect(inv.host.cpuCount).toBeGreaterThan(0);
     // Without a cached llama-server an install says how to get one, rather than failing to run
     // a build script it does not have.
-    const withLlama = (await demoArgs()).filter((a) => a !== "--no-llamacpp");
+    const withLlama = demoArgs().filter((a) => a !== "--no-llamacpp");
     const refused = await llmgw(bin, withLlama).catch(
       (e: { code?: number; stdout?: string; stderr?: string }) => e,
     );
@@ -153,7 +160,7 @@ describe("the npm package and the Debian package", () => {
     `runs the demo's real llama.cpp model from the npm install with this machine's cached llama-server${llamaServerCache() === undefined ? " (skipped: scripts/build-llamacpp.sh has not built one here)" : ""}`,
     async () => {
       const bin = path.join(prefix, "bin", "llmgw");
-      const args = (await demoArgs()).filter((a) => a !== "--no-llamacpp");
+      const args = demoArgs().filter((a) => a !== "--no-llamacpp");
       const demo = await run(bin, args, {
         env: { ...env, LLMGW_CACHE_DIR: llamaServerCache() },
         timeout: 300_000,
@@ -223,7 +230,7 @@ describe("the npm package and the Debian package", () => {
     // Nothing built for another system, or for building, is shipped.
     const zmqBuilds = path.join(x, "usr", "lib", "llmgw", "node_modules", "zeromq", "build");
     expect(readdirSync(zmqBuilds).sort()).toEqual(["linux", "manifest.json"]);
-    const demo = await llmgw(path.join(x, "usr", "bin", "llmgw"), await demoArgs());
+    const demo = await llmgw(path.join(x, "usr", "bin", "llmgw"), demoArgs());
     expect(`${demo.stdout}${demo.stderr}`).toContain("every step worked");
   }, 600_000);
 

@@ -143,6 +143,13 @@ export class Attempt implements UpstreamHandler {
       replica.id,
       picker.dispatched(replica.id, x.analysis.chain, this.#prefill, x.precise),
     );
+    const d = this.decision;
+    x.core.peers?.sent(x.model, {
+      replicaId: replica.id,
+      prefillTokens: this.#prefill,
+      chain: x.analysis.chain,
+      ...(d.hint === undefined ? {} : { hint: d.hint, home: d.home === true }),
+    });
     if (signal.aborted) {
       this.#clientGone();
       return;
@@ -367,6 +374,7 @@ export class Attempt implements UpstreamHandler {
     }
     if (this.#prefill === 0) return;
     this.#x.core.picker.prefillDone(this.#replicaId, this.#prefill);
+    this.#x.core.peers?.firstByte(this.#replicaId, this.#prefill);
     this.#prefill = 0;
   }
 

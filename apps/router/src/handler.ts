@@ -25,6 +25,7 @@ import {
   type RouterServiceOptions,
   resolveRouterServiceOptions,
 } from "./options.js";
+import type { PeerEvent, PeerSink } from "./peer-exchange.js";
 import { RejectedError } from "./rejection.js";
 import { createRouterCore, type RouterCore } from "./router-core.js";
 
@@ -41,6 +42,8 @@ export interface RouterHandlerOptions {
   /** Where answered requests' usage is summed (see `RouterCoreOptions.usage`). */
   readonly usage?: UsageLedger;
   readonly onUsageFull?: () => void;
+  /** See `RouterCoreOptions.peers`. */
+  readonly peers?: PeerSink;
 }
 
 /** A request handler to mount on the public listener, plus its shutdown. */
@@ -63,6 +66,13 @@ export interface RouterHandler {
    * newest batch they include was sealed (see `Limiter.applyStandings`).
    */
   applyStandings(answer: UsageAnswer, includedUpToMs: number): void;
+  /**
+   * Books what another router sent (peer-exchange.ts): a dispatch on a model this router does
+   * not know, or to a replica its deployment does not have, is ignored.
+   */
+  applyPeerEvent(peer: string, event: PeerEvent): void;
+  /** `peer`'s stream ended: the prefills it booked stop counting. */
+  peerGone(peer: string): void;
   readonly options: ResolvedRouterServiceOptions;
 }
 
@@ -85,6 +95,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       ...(input.log === undefined ? {} : { log: input.log }),
       ...(input.usage === undefined ? {} : { usage: input.usage }),
       ...(input.onUsageFull === undefined ? {} : { onUsageFull: input.onUsageFull }),
+      ...(input.peers === undefined ? {} : { peers: input.peers }),
     }),
   );
 }
@@ -106,6 +117,15 @@ export function createRouterHandlerFromCore(core: RouterCore): RouterHandler {
   handler.inFlight = (replicaId) => core.picker.inFlight.get(replicaId);
   handler.applyStandings = (answer, includedUpToMs) =>
     core.limiter.applyStandings(answer.standings, answer.asOfMs, includedUpToMs);
+  handler.applyPeerEvent = (peer, event) => {
+    if (event.t === "first") {
+      core.picker.peerPrefillDone(peer, event.replicaId, event.prefillTokens);
+      return;
+    }
+    const resolution = core.routeTable.resolve(event.model);
+    if (resolution !== undefined) core.picker.peerDispatched(peer, resolution, event);
+  };
+  handler.peerGone = (peer) => core.picker.peerGone(peer);
   handler.close = () => core.close();
   return handler;
 }

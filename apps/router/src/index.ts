@@ -38,6 +38,16 @@ export {
   resolveRouterServiceOptions,
 } from "./options.js";
 export {
+  MAX_PEER_LINE_BYTES,
+  PEER_EVENTS_PATH,
+  type PeerEvent,
+  type PeerExchange,
+  type PeerExchangeOptions,
+  type PeerSink,
+  parsePeerEvent,
+  startPeerExchange,
+} from "./peer-exchange.js";
+export {
   type RoutingClient,
   type RoutingClientOptions,
   type RoutingClientState,

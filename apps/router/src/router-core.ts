@@ -27,6 +27,7 @@ import {
 import { Pool } from "undici";
 import { startKvWatch } from "./kv-watch.js";
 import type { ResolvedRouterServiceOptions } from "./options.js";
+import type { PeerSink } from "./peer-exchange.js";
 
 /**
  * Longest a request of another class waits to be sent to a replica with a critical prefill
@@ -127,6 +128,8 @@ export interface RouterCoreOptions {
   readonly usage?: UsageLedger;
   /** Called when {@link usage} is full after an add: seal and send it now. */
   readonly onUsageFull?: () => void;
+  /** Where this router tells the other routers what it sent (peer-exchange.ts); none: alone. */
+  readonly peers?: PeerSink;
 }
 
 /** The shared state of one router handler (see the top of this file). */
@@ -166,6 +169,8 @@ export interface RouterCore {
   readonly onUsageFull: () => void;
   /** Each request's share of its replica's GPUs (only kept with {@link usage}). */
   readonly gpuShares: GpuShares;
+  /** See {@link RouterCoreOptions.peers}. */
+  readonly peers: PeerSink | undefined;
   /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
   close(): Promise<void>;
 }
@@ -255,6 +260,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     usage: input.usage,
     onUsageFull: input.onUsageFull ?? (() => {}),
     gpuShares: new GpuShares(),
+    peers: input.peers,
     async close() {
       unsubscribe();
       kvWatch.close();

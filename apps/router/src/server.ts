@@ -9,7 +9,7 @@ import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { createRouterMetrics } from "@llmgw/metrics-collector";
 import { type RouterMetricsSink, UsageLedger } from "@llmgw/router";
-import { Registry } from "prom-client";
+import { Counter, Gauge, Registry } from "prom-client";
 import { RouterServiceError } from "./errors.js";
 import { createRouterHandler, type RouterHandler } from "./handler.js";
 import { FAILURE_HTTP, sendError } from "./http-errors.js";
@@ -17,6 +17,7 @@ import { createHttpListener, type HttpListenerOptions } from "./http-listener.js
 import { type InFlightReporter, startInFlightReporter } from "./in-flight-reporter.js";
 import { createPrometheusRouterMetricsSink, registerRoutingStateMetrics } from "./metrics.js";
 import type { RouterServiceOptions } from "./options.js";
+import { PEER_EVENTS_PATH, type PeerExchange, startPeerExchange } from "./peer-exchange.js";
 import {
   type RoutingReadiness,
   type RoutingRuntime,
@@ -50,6 +51,12 @@ export interface StartRouterOptions {
    * for the baseline of what accounting costs. Not an operator's option.
    */
   readonly recordUsage?: boolean;
+  /**
+   * The other routers of the cluster and the key they share (peer-exchange.ts): each tells
+   * the others what it sent where, so that N routers route as one. This router's id is
+   * `routing.routerId`. None: this router routes on what it sent itself.
+   */
+  readonly peers?: { readonly urls: readonly string[]; readonly key: string };
 }
 
 /** A listening router. */
@@ -160,6 +167,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
   let handler: RouterHandler | undefined;
   let reporter: InFlightReporter | undefined;
   let usageReporter: UsageReporter | undefined;
+  let peers: PeerExchange | undefined;
   let server: Server;
   try {
     const metrics =
@@ -177,6 +185,32 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       };
     });
     const ledger = options.recordUsage === false ? undefined : new UsageLedger();
+    if (options.peers !== undefined) {
+      const peerEvents = new Counter({
+        name: "llmgw_router_peer_events_total",
+        help: "Routing events exchanged with the other routers: out sent or dropped (no stream open, or the peer's buffer full); in applied or invalid",
+        labelNames: ["direction", "outcome"],
+        registers: [registry],
+      });
+      peers = startPeerExchange({
+        routerId: options.routing.routerId,
+        peers: options.peers.urls,
+        key: options.peers.key,
+        apply: (peer, event) => handler?.applyPeerEvent(peer, event),
+        gone: (peer) => handler?.peerGone(peer),
+        count: (direction, outcome) => peerEvents.inc({ direction, outcome }),
+        log,
+      });
+      const exchange = peers;
+      new Gauge({
+        name: "llmgw_router_peers_connected",
+        help: "Other routers this router has an event stream open to",
+        registers: [registry],
+        collect() {
+          this.set(exchange.connected());
+        },
+      });
+    }
     const h = createRouterHandler({
       routeTable: runtime.state.routeTable,
       apiKeys: runtime.state.apiKeys,
@@ -185,6 +219,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       log,
       ...(ledger === undefined ? {} : { usage: ledger }),
       onUsageFull: () => usageReporter?.sealNow(),
+      ...(peers === undefined ? {} : { peers }),
     });
     handler = h;
     const stateDir = options.routing.stateDir;
@@ -210,11 +245,14 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       (req: IncomingMessage, res: ServerResponse) => {
         const url = req.url ?? "/";
         // `/v1/…` straight to the handler: one character compared on the hot path.
-        if (
-          url.charCodeAt(1) !== V &&
-          answerHealth(runtime, url.split("?", 1)[0] ?? url, res, "public")
-        )
-          return;
+        if (url.charCodeAt(1) !== V) {
+          const path = url.split("?", 1)[0] ?? url;
+          if (answerHealth(runtime, path, res, "public")) return;
+          if (path === PEER_EVENTS_PATH && peers !== undefined) {
+            peers.handle(req, res);
+            return;
+          }
+        }
         if (runtime.state.epoch === undefined) {
           // No routing state yet: every key would look wrong and every model unknown. Say
           // what is true, so that a client keeps its key and retries.
@@ -243,6 +281,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       );
     });
   } catch (error) {
+    peers?.close();
     reporter?.close();
     await usageReporter?.close(0);
     await handler?.close();
@@ -256,6 +295,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
   const stop = (graceMs = 10_000): Promise<RouterStopReport> => {
     closing ??= (async () => {
       const started = performance.now();
+      // The peers' streams first: they would hold the listener open until the grace ends.
+      peers?.close();
       const forced = await stopListening(server, graceMs);
       // No last report: the control plane stops counting this router with its stream.
       reporter?.close();

@@ -138,6 +138,7 @@ export async function startFedRouter(
     readonly log?: (event: Readonly<Record<string, unknown>>) => void;
     readonly listen?: string;
     readonly usageReportIntervalMs?: number;
+    readonly peers?: { readonly urls: readonly string[]; readonly key: string };
   } = {},
 ): Promise<{ router: RunningRouter; feed: ManualRoutingFeed }> {
   const feed = createManualRoutingFeed();
@@ -157,6 +158,7 @@ export async function startFedRouter(
     ...(options.usageReportIntervalMs === undefined
       ? {}
       : { usageReportIntervalMs: options.usageReportIntervalMs }),
+    ...(options.peers === undefined ? {} : { peers: options.peers }),
   });
   return { router, feed };
 }

@@ -117,4 +117,20 @@ describe("HintHomes", () => {
   it("answers undefined with no candidates", () => {
     expect(new HintHomes().homeOf("d", 1, [], all, 0)).toBeUndefined();
   });
+
+  it("adopts a peer router's home for a hint, and settles two homes on the one that sorts first", () => {
+    const homes = new HintHomes();
+    const key = hintAnchor("t");
+    // Never seen here: it takes the peer's home, counted like its own.
+    expect(homes.adopt("d", key, "r05", 0)).toBe(true);
+    expect(homeOf(homes, "t")).toBe("r05");
+    expect(homes.count("d", "r05")).toBe(1);
+    // Homed here on r05: a peer's r09 does not move it, a peer's r02 does (each router moves
+    // to the one that sorts first, so two routers that placed it apart agree after one message).
+    expect(homes.adopt("d", key, "r09", 0)).toBe(false);
+    expect(homeOf(homes, "t")).toBe("r05");
+    expect(homes.adopt("d", key, "r02", 0)).toBe(true);
+    expect(homeOf(homes, "t")).toBe("r02");
+    expect([homes.count("d", "r05"), homes.count("d", "r02"), homes.size("d")]).toEqual([0, 1, 1]);
+  });
 });

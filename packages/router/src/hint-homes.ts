@@ -104,11 +104,7 @@ export class HintHomes {
     nowMs: number,
     placement: HomePlacement<C> = {},
   ): string | undefined {
-    let d = this.#deployments.get(deployment);
-    if (d === undefined) {
-      d = { homes: new LruMap(), counts: new Map() };
-      this.#deployments.set(deployment, d);
-    }
+    const d = this.#deploymentOf(deployment);
     this.#expire(d, nowMs);
     const home = d.homes.use(key);
     if (home !== undefined) {
@@ -121,13 +117,30 @@ export class HintHomes {
     }
     const chosen = this.#place(d, candidates, placement);
     if (chosen === undefined) return undefined;
-    d.homes.set(key, { replica: chosen, lastMs: nowMs });
-    d.counts.set(chosen, (d.counts.get(chosen) ?? 0) + 1);
-    while (d.homes.size > this.#maxHints) {
-      const [oldKey, oldHome] = d.homes.oldest() as [number, Home];
-      this.#drop(d, oldKey, oldHome);
-    }
+    this.#setHome(d, key, chosen, nowMs);
     return chosen;
+  }
+
+  /**
+   * Another router sent the hint with key `key` to its home `replicaId` (peer-exchange.ts):
+   * a hint with no home here takes that one, and one homed elsewhere moves there when
+   * `replicaId` sorts first. Two routers that placed a hint apart (each met it first, at the
+   * same moment) so settle on the same home from each other's next request, whichever of them
+   * hears first, at one cache miss. Returns whether the hint is now homed on `replicaId`.
+   */
+  adopt(deployment: string, key: number, replicaId: string, nowMs: number): boolean {
+    const d = this.#deploymentOf(deployment);
+    const home = d.homes.use(key);
+    if (home !== undefined) {
+      if (home.replica === replicaId) {
+        home.lastMs = nowMs;
+        return true;
+      }
+      if (home.replica < replicaId) return false;
+      this.#drop(d, key, home);
+    }
+    this.#setHome(d, key, replicaId, nowMs);
+    return true;
   }
 
   /** Hints of `deployment` homed on `replicaId` (for tests and metrics). */
@@ -194,6 +207,25 @@ export class HintHomes {
       return candidates.find((c) => (placeable as (c: C) => boolean)(c))?.id;
     }
     return best ?? candidates[0]?.id;
+  }
+
+  #deploymentOf(deployment: string): DeploymentHomes {
+    let d = this.#deployments.get(deployment);
+    if (d === undefined) {
+      d = { homes: new LruMap(), counts: new Map() };
+      this.#deployments.set(deployment, d);
+    }
+    return d;
+  }
+
+  /** Homes `key` (which has no home) on `replica`, dropping the least recently used past the cap. */
+  #setHome(d: DeploymentHomes, key: number, replica: string, nowMs: number): void {
+    d.homes.set(key, { replica, lastMs: nowMs });
+    d.counts.set(replica, (d.counts.get(replica) ?? 0) + 1);
+    while (d.homes.size > this.#maxHints) {
+      const [oldKey, oldHome] = d.homes.oldest() as [number, Home];
+      this.#drop(d, oldKey, oldHome);
+    }
   }
 
   #expire(d: DeploymentHomes, nowMs: number): void {

@@ -73,6 +73,8 @@ export {
 export {
   createReplicaPicker,
   type DispatchOutcome,
+  PEER_PREFILL_MAX_MS,
+  type PeerDispatch,
   type PickDecision,
   type PickRequest,
   type ReplicaPicker,

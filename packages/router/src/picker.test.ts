@@ -4,6 +4,7 @@ import { createManualClock } from "./clock.js";
 import { createInFlightCounters } from "./in-flight.js";
 import {
   createReplicaPicker,
+  PEER_PREFILL_MAX_MS,
   type PickDecision,
   type ReplicaPicker,
   type ReplicaPickerOptions,
@@ -891,5 +892,95 @@ describe("ReplicaPicker: precise mode across routers", () => {
     expect(follower.hintHomes.count("qwen", holder)).toBe(1);
     // Nothing held anywhere: the hint's rendezvous order.
     expect(feed(createReplicaPicker())).toBe(order[0]);
+  });
+});
+
+describe("ReplicaPicker: routers that tell each other what they sent", () => {
+  const ids = replicaIds(16);
+  const res = resolution(ids, 64);
+
+  /**
+   * 64 tenants' requests, taken in turn by two routers (`shared`: each told of the other's
+   * dispatches and first bytes) or by one, 24 in flight, each prefill done before the next
+   * request comes (no queue moves a request). Returns the share of tenants whose requests after
+   * the first 256 all went to one replica.
+   */
+  const together = (routers: "one" | "apart" | "shared"): number => {
+    const rand = prng(11);
+    const one = createReplicaPicker();
+    const pickers = routers === "one" ? [one, one] : [createReplicaPicker(), createReplicaPicker()];
+    const open: [number, string][] = [];
+    const where = new Map<number, Set<string>>();
+    for (let i = 0; i < 768; i++) {
+      const r = i % 2;
+      const tenant = Math.floor(rand() * 64);
+      const chain = promptChain(rand, tenant);
+      const picker = pickers[r] as ReplicaPicker;
+      const other = pickers[1 - r] as ReplicaPicker;
+      const d = picker.pick(res, chain, undefined, undefined, {
+        hint: `tenant-${tenant}`,
+        promptTokens: chain.length * 256,
+      }) as PickDecision;
+      picker.dispatched(d.replica.id, chain, d.prefillTokens);
+      if (routers === "shared") {
+        other.peerDispatched(`p${r}`, res, {
+          replicaId: d.replica.id,
+          prefillTokens: d.prefillTokens,
+          chain,
+          ...(d.hint === undefined ? {} : { hint: d.hint, home: d.home === true }),
+        });
+      }
+      picker.prefillDone(d.replica.id, d.prefillTokens);
+      if (routers === "shared") other.peerPrefillDone(`p${r}`, d.replica.id, d.prefillTokens);
+      open.push([r, d.replica.id]);
+      if (open.length > 24) {
+        const [[from, id]] = open.splice(Math.floor(rand() * open.length), 1) as [[number, string]];
+        (pickers[from] as ReplicaPicker).finished(id, "success", 40);
+      }
+      if (i >= 256) where.set(tenant, (where.get(tenant) ?? new Set()).add(d.replica.id));
+    }
+    let n = 0;
+    for (const replicas of where.values()) if (replicas.size === 1) n++;
+    return n / where.size;
+  };
+
+  it("keeps each tenant on one replica from both routers, as one router does", () => {
+    const one = together("one");
+    expect(together("shared")).toBeGreaterThanOrEqual(one);
+    // Apart, each router homes a tenant the first time it meets it, in its own order.
+    expect(together("apart")).toBeLessThan(one);
+  });
+
+  it("counts a peer's queued prefill until its first byte, its age limit, or the peer leaving", () => {
+    const clock = createManualClock(0);
+    const { replicas, res: four } = fourReplicas(8);
+    const picker = createReplicaPicker({
+      scoring: { weights: { rendezvous: 0 } },
+      health: { clock },
+    });
+    const prompt = { promptTokens: 200 };
+    const pickOf = () => picker.pick(four, [], undefined, undefined, prompt)?.replica.id;
+    // Another router queued a prompt on each replica but r2.
+    for (const r of replicas)
+      if (r.id !== "r2")
+        picker.peerDispatched("peer-a", four, { replicaId: r.id, prefillTokens: 200 });
+    for (let i = 0; i < 4; i++) expect(pickOf()).toBe("r2");
+    // Its first byte on r1 came: r1 is as free as r2.
+    picker.peerPrefillDone("peer-a", "r1", 200);
+    const picks = new Set(Array.from({ length: 8 }, pickOf));
+    expect([...picks].sort()).toEqual(["r1", "r2"]);
+    // The peer went away: none of its prefills count.
+    picker.peerGone("peer-a");
+    expect(new Set(Array.from({ length: 8 }, pickOf)).size).toBe(4);
+    // A peer's prefill with no word of its first byte stops counting after its age limit,
+    // where this router's own counts until its first byte, however old.
+    picker.peerDispatched("peer-b", four, { replicaId: "r0", prefillTokens: 200 });
+    picker.dispatched("r3", [], 200);
+    expect(new Set(Array.from({ length: 8 }, pickOf))).toEqual(new Set(["r1", "r2"]));
+    clock.advance(PEER_PREFILL_MAX_MS + 1);
+    expect(new Set(Array.from({ length: 8 }, pickOf))).toEqual(new Set(["r0", "r1", "r2"]));
+    // A replica the deployment does not have is ignored.
+    picker.peerDispatched("peer-b", four, { replicaId: "elsewhere", prefillTokens: 200 });
+    expect(new Set(Array.from({ length: 8 }, pickOf))).toEqual(new Set(["r0", "r1", "r2"]));
   });
 });

@@ -80,7 +80,32 @@ export interface PickRequest {
 interface PendingPrefill {
   readonly tokens: number;
   readonly sentAtMs: number;
+  /** The router that sent it, when another one did ({@link ReplicaPicker.peerDispatched}). */
+  readonly peer?: string;
 }
+
+/**
+ * What another router of the cluster sent where (peer-exchange.ts in the router server): each
+ * router books the others' requests as it books its own, so that N routers see one fleet's
+ * queued prefill, prompt placement and hint homes rather than their own share of it.
+ */
+export interface PeerDispatch {
+  readonly replicaId: string;
+  /** Its prompt tokens the replica does not hold ({@link PickDecision.prefillTokens}). */
+  readonly prefillTokens: number;
+  /** Its prompt's prefix chain (block-hash.ts), recorded in the approximate index. */
+  readonly chain?: ArrayLike<number>;
+  /** Its hint's key ({@link PickDecision.hint}). */
+  readonly hint?: number;
+  /** The replica is the hint's home on the sending router ({@link PickDecision.home}). */
+  readonly home?: boolean;
+}
+
+/**
+ * A peer's prefill that never got its "first byte" message (the peer died, or the message was
+ * lost) stops counting after this long: 20 times a slow prefill.
+ */
+export const PEER_PREFILL_MAX_MS = 30_000;
 
 /**
  * The least a pending prefill counts, as a share of its tokens, however old: until its first
@@ -116,6 +141,10 @@ export interface PickDecision {
   readonly prefixSource: "precise" | "approximate";
   /** Estimated prompt tokens the replica must still compute (the prompt less its held prefix). */
   readonly prefillTokens: number;
+  /** The request's hint key (`hintAnchor` of its hint), under `llmgw` with a hint. */
+  readonly hint?: number;
+  /** The chosen replica is the hint's home (false for a hot hint, or a request moved off it). */
+  readonly home?: boolean;
 }
 
 /** How a dispatched request ended, for {@link ReplicaPicker.finished}. */
@@ -171,6 +200,17 @@ export interface ReplicaPicker {
   stepPhase(replicaId: string): StepPhase;
   /** The request's first byte came (or it ended without one): its prefill is no longer queued. */
   prefillDone(replicaId: string, prefillTokens: number): void;
+  /**
+   * Books another router's request on `resolution`'s replica ({@link PeerDispatch}): its queued
+   * prefill until {@link peerPrefillDone} (or {@link PEER_PREFILL_MAX_MS}), its prompt in the
+   * prefix index, its pick in the bounded-load window, its hint in the hot-hint window, and the
+   * hint's home when the peer sent it home. Ignored for a replica not in `resolution`.
+   */
+  peerDispatched(peer: string, resolution: RouteResolution, dispatch: PeerDispatch): void;
+  /** The first byte of a prefill `peer` {@link peerDispatched} came. */
+  peerPrefillDone(peer: string, replicaId: string, prefillTokens: number): void;
+  /** `peer` went away: the prefills it booked stop counting. */
+  peerGone(peer: string): void;
   /**
    * Books its end; returns the in-flight count after it. `precise`: the keys it was
    * {@link dispatched} with.
@@ -232,6 +272,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   ): number => {
     let sum = 0;
     for (const p of list) {
+      if (p.peer !== undefined && nowMs - p.sentAtMs > PEER_PREFILL_MAX_MS) continue;
       const left =
         expectedMs === undefined || expectedMs <= 0 ? 1 : 1 - (nowMs - p.sentAtMs) / expectedMs;
       sum += p.tokens * Math.max(LEAST_PENDING_PREFILL_SHARE, Math.min(1, left));
@@ -258,6 +299,15 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const retiring = new Set<string>();
   const routable = (resolution: RouteResolution): ReplicaRoute[] =>
     resolution.replicas.filter((r) => r.state === "ready" && health.isRoutable(r.id));
+  /** The oldest pending prefill of this size from `peer` (this router's own: undefined) ends. */
+  const endPrefill = (replicaId: string, tokens: number, peer: string | undefined): void => {
+    const list = pendingPrefill.get(replicaId);
+    if (list === undefined) return;
+    // First bytes come about in the order prompts were sent: the oldest of this size ends.
+    const at = list.findIndex((p) => p.tokens === tokens && p.peer === peer);
+    if (at >= 0) list.splice(at, 1);
+    if (list.length === 0) pendingPrefill.delete(replicaId);
+  };
   const forget = (replicaId: string): void => {
     health.forget(replicaId);
     prefixIndex.forget(replicaId);
@@ -355,6 +405,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       }
       const promptTokens = Math.max(1, request?.promptTokens ?? chain.length * blockTokens);
       let hot = false;
+      let homeId: string | undefined;
       if (hinted && anchor !== undefined) {
         let hints = hintWindows.get(resolution.deployment);
         if (hints === undefined) {
@@ -403,6 +454,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
           );
           const at = home === undefined ? -1 : candidates.findIndex((c) => c.id === home);
           if (at >= 0) (candidates[at] as { home?: boolean }).home = true;
+          homeId = home;
         }
       }
       let recent = windows.get(resolution.deployment);
@@ -451,6 +503,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         missingLoadSignals: ranking.missingLoadSignals,
         prefixSource: byEngine ? "precise" : "approximate",
         prefillTokens: Math.round(promptTokens * (1 - best.affinity)),
+        ...(hinted && anchor !== undefined ? { hint: anchor, home: best.id === homeId } : {}),
       };
     },
     dispatched(replicaId, chain, prefillTokens = 0, precise) {
@@ -474,12 +527,54 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       return phase;
     },
     prefillDone(replicaId, prefillTokens) {
-      const list = pendingPrefill.get(replicaId);
-      if (list === undefined) return;
-      // First bytes come about in the order prompts were sent: the oldest of this size ends.
-      const at = list.findIndex((p) => p.tokens === prefillTokens);
-      if (at >= 0) list.splice(at, 1);
-      if (list.length === 0) pendingPrefill.delete(replicaId);
+      endPrefill(replicaId, prefillTokens, undefined);
+    },
+    peerDispatched(peer, resolution, d) {
+      if (!resolution.replicas.some((r) => r.id === d.replicaId)) return;
+      const nowMs = clock.now();
+      if (d.prefillTokens > 0) {
+        const entry = { tokens: d.prefillTokens, sentAtMs: nowMs, peer };
+        const list = pendingPrefill.get(d.replicaId);
+        if (list === undefined) pendingPrefill.set(d.replicaId, [entry]);
+        else {
+          // Drop the peers' entries past their age first: a peer that never says "done"
+          // must not grow the list.
+          if (list.length > 0 && (list[0] as PendingPrefill).peer !== undefined) {
+            const stale = list.findIndex(
+              (p) => p.peer === undefined || nowMs - p.sentAtMs <= PEER_PREFILL_MAX_MS,
+            );
+            list.splice(0, stale < 0 ? list.length : stale);
+          }
+          list.push(entry);
+        }
+      }
+      if (resolution.policy !== "llmgw") return;
+      if (d.chain !== undefined && d.chain.length > 0) prefixIndex.record(d.chain, d.replicaId);
+      const size = windowOf(resolution);
+      let recent = windows.get(resolution.deployment);
+      if (recent === undefined) {
+        recent = new RecentPicks();
+        windows.set(resolution.deployment, recent);
+      }
+      recent.add(d.replicaId, size);
+      if (d.hint === undefined) return;
+      let hints = hintWindows.get(resolution.deployment);
+      if (hints === undefined) {
+        hints = new RecentPicks();
+        hintWindows.set(resolution.deployment, hints);
+      }
+      hints.add(d.hint, size);
+      if (d.home === true) hintHomes.adopt(resolution.deployment, d.hint, d.replicaId, nowMs);
+    },
+    peerPrefillDone(peer, replicaId, prefillTokens) {
+      endPrefill(replicaId, prefillTokens, peer);
+    },
+    peerGone(peer) {
+      for (const [id, list] of pendingPrefill) {
+        const kept = list.filter((p) => p.peer !== peer);
+        if (kept.length === 0) pendingPrefill.delete(id);
+        else if (kept.length < list.length) pendingPrefill.set(id, kept);
+      }
     },
     finished(replicaId, outcome, firstByteMs, precise) {
       if (precise !== undefined) preciseIndex.release(replicaId, precise, outcome === "success");

@@ -204,14 +204,8 @@ export const command: Command = {
     const step = new Step(io);
     const withLlama = !values["no-llamacpp"];
     const timeoutMs = parseDurationMs(values.timeout ?? "600", "--timeout");
-    const publicPort = await pickPort(
-      portFlag("--port", values.port, 8080),
-      values.port !== undefined,
-    );
-    const controlPort = await pickPort(
-      portFlag("--control-port", values["control-port"], 7070),
-      values["control-port"] !== undefined,
-    );
+    const preferredPublic = portFlag("--port", values.port, 8080);
+    const preferredControl = portFlag("--control-port", values["control-port"], 7070);
     const root = mkdtempSync(path.join(tmpdir(), "llmgw-demo-"));
     const logFile = createConsoleLogger({ write: () => true }, "demo");
     let cp: ControlPlane | undefined;
@@ -232,6 +226,10 @@ export const command: Command = {
         step.say(`  llama-server: ${llamaServer}\n  model: ${tinyModel}`);
       }
       step.say("• starting the control plane");
+      // Ports are chosen just before they are bound: a free port picked before the llama.cpp
+      // build could be taken by then.
+      const publicPort = await pickPort(preferredPublic, values.port !== undefined);
+      const controlPort = await pickPort(preferredControl, values["control-port"] !== undefined);
       cp = await startControlPlane({
         dataDir: path.join(root, "control-plane"),
         listen: `127.0.0.1:${publicPort}`,
