@@ -63,6 +63,13 @@ export interface RouterChildConfig {
    * every key a grant holding the sha256 of its secret.
    */
   readonly auth?: RouterChildAuth;
+  /** This router's id (default "bench-router"; routers that are each other's peers differ). */
+  readonly routerId?: string;
+  /**
+   * The other routers' URLs and the key they share (`llmgw router --peer`): each tells the
+   * others what it sent. The child answers once its stream to every peer is open.
+   */
+  readonly peers?: { readonly urls: readonly string[]; readonly key: string };
   /** Per-deployment admission queue length (default 8192: the benches' loads never queue). */
   readonly maxQueueLength?: number;
   /** Longest admission wait, ms (default: the router's, 30 000). */
@@ -510,8 +517,9 @@ if (role === "trivial") {
     });
     stopLoads();
     stopLoads = reportLoads(feed, config.upstreams);
-    return startRouter({
-      routing: { feed, routerId: "bench-router" },
+    const running = await startRouter({
+      routing: { feed, routerId: config.routerId ?? "bench-router" },
+      ...(config.peers === undefined ? {} : { peers: config.peers }),
       listen: `127.0.0.1:${port}`,
       // Every request updates the router's metric families, as in production.
       registry: createMetricsRegistry(),
@@ -529,6 +537,17 @@ if (role === "trivial") {
       },
       listener: { requestTimeoutMs: 300_000 },
     });
+    if (config.peers !== undefined) {
+      // The peers restart at the same time: wait (10 s at most) until each stream is open.
+      const want = config.peers.urls.length;
+      const deadline = Date.now() + 10_000;
+      const connected = async () =>
+        (await running.registry.getSingleMetric("llmgw_router_peers_connected")?.get())?.values[0]
+          ?.value ?? 0;
+      while ((await connected()) < want && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
+    }
+    return running;
   };
   let router = await start(JSON.parse(configText ?? "{}") as RouterChildConfig);
   answerWithMonitor(

@@ -59,6 +59,8 @@ const { values: flags } = parseArgs({
     "no-hints": { type: "boolean", default: false },
     /** Run the `llmgw precise` target (the router's KV-event mode; see PRECISE below). */
     precise: { type: "boolean", default: false },
+    /** Two routers that do not tell each other what they sent (as before the peer exchange). */
+    "no-peers": { type: "boolean", default: false },
   },
 });
 const quick = flags.quick === true;
@@ -304,6 +306,8 @@ const simOptions = (i: number): EngineSimOptions => ({
 });
 /** The key routers present to the `sims` children's `KvCacheService` (engines take none). */
 const KV_KEY = "bench-kv-key";
+/** The key the two routers of the ×2 targets share (`llmgw router --peer-key-file`). */
+const PEER_KEY = "bench-peer-key-0123456789";
 /**
  * `hot-prefix` with 2 turns per conversation: it has twice the conversations of the others
  * (tenant 0's half), so it sends as many requests as they do with one turn less.
@@ -384,7 +388,22 @@ try {
     if (target === TWO_ROUTERS || target === ONE_BEHIND_HAPROXY || target === PRECISE_TWO) {
       const behind = target === ONE_BEHIND_HAPROXY ? [router] : [router, secondRouter];
       const config = routerConfig("llmgw", behind.length, target === PRECISE_TWO);
-      await Promise.all(behind.map((r) => r.request("restart", config)));
+      // Two routers are each other's peers, as `llmgw router --peer` sets them up (unless
+      // --no-peers: each routes on what it sent itself).
+      await Promise.all(
+        behind.map((r, i) =>
+          r.request(
+            "restart",
+            behind.length === 1 || flags["no-peers"] === true
+              ? config
+              : {
+                  ...config,
+                  routerId: `bench-router-${i}`,
+                  peers: { urls: behind.filter((o) => o !== r).map((o) => o.url), key: PEER_KEY },
+                },
+          ),
+        ),
+      );
       proxy = await startHaproxy({
         upstreams: behind.map((r) => r.url),
         balance: "roundrobin",

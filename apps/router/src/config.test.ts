@@ -27,7 +27,37 @@ describe("parseRouterConfig", () => {
       shutdownGraceMs: 10_000,
       router: { noAuth: false },
       listener: {},
+      peers: [],
+      peerKey: undefined,
     });
+  });
+
+  it("takes peers from --peer or LLMGW_ROUTER_PEERS, with a key from a file or the environment", () => {
+    const flagged = parse({
+      peer: ["http://10.0.0.8:8080/, http://10.0.0.9:8080", "http://10.0.0.8:8080"],
+      "peer-key-file": "/etc/llmgw/peer-key",
+    });
+    expect([flagged.peers, flagged.peerKey]).toEqual([
+      ["http://10.0.0.8:8080", "http://10.0.0.9:8080"],
+      { kind: "file", path: "/etc/llmgw/peer-key" },
+    ]);
+    const fromEnv = parse(
+      {},
+      { LLMGW_ROUTER_PEERS: "https://r2:8443", LLMGW_ROUTER_PEER_KEY: "0123456789abcdef" },
+    );
+    expect([fromEnv.peers, fromEnv.peerKey]).toEqual([
+      ["https://r2:8443"],
+      { kind: "env", key: "0123456789abcdef" },
+    ]);
+    expect(() => parse({ peer: ["http://r2:8080"] })).toThrow(
+      "--peer needs the key the routers share: --peer-key-file FILE",
+    );
+    expect(() =>
+      parse({ "peer-key-file": "/k" }, { LLMGW_ROUTER_PEER_KEY: "0123456789abcdef" }),
+    ).toThrow("give the peer key one way");
+    expect(() => parse({ peer: ["ftp://r2"], "peer-key-file": "/k" })).toThrow(
+      /--peer.*must be an http:\/\/ or https:\/\/ URL/,
+    );
   });
 
   it("maps every option flag to its router or listener option", () => {

@@ -49,6 +49,8 @@ export const ROUTER_FLAGS = {
   "max-connections": { type: "string" },
   "max-connections-per-address": { type: "string" },
   "shutdown-grace": { type: "string" },
+  peer: { type: "string", multiple: true },
+  "peer-key-file": { type: "string" },
 } as const;
 
 /** A flag of `llmgw router`, without its leading `--`. */
@@ -69,7 +71,13 @@ export const ROUTER_ENV = {
   routerToken: "LLMGW_ROUTER_TOKEN",
   routerTokenFile: "LLMGW_ROUTER_TOKEN_FILE",
   stateDir: "LLMGW_STATE_DIR",
+  peers: "LLMGW_ROUTER_PEERS",
+  peerKey: "LLMGW_ROUTER_PEER_KEY",
+  peerKeyFile: "LLMGW_ROUTER_PEER_KEY_FILE",
 } as const;
+
+/** Most peers one router streams to. */
+export const MAX_PEERS = 64;
 
 /** Default `--state-dir`. */
 export const DEFAULT_ROUTER_STATE_DIR = "/var/lib/llmgw/router";
@@ -77,6 +85,11 @@ export const DEFAULT_ROUTER_STATE_DIR = "/var/lib/llmgw/router";
 export const MAX_CONTROL_PLANES = 16;
 /** Router ids: what `llmgw routers` shows and the control plane checks. */
 export const ROUTER_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+/** Where the peer key comes from (never argv). */
+export type PeerKeySource =
+  | { readonly kind: "env"; readonly key: string }
+  | { readonly kind: "file"; readonly path: string };
 
 /** Where the router token comes from; a token on argv is visible in `ps`. */
 export type RouterTokenSource =
@@ -108,6 +121,10 @@ export interface RouterConfig {
   readonly router: RouterServiceOptions;
   /** Listener limits (TLS is added from the files at start). */
   readonly listener: Omit<HttpListenerOptions, "tls">;
+  /** The other routers' base URLs (`--peer`), told what this one sends (peer-exchange.ts). */
+  readonly peers: readonly string[];
+  /** The key the routers share; undefined: no peer exchange (no `--peer` either). */
+  readonly peerKey: PeerKeySource | undefined;
 }
 
 /** What {@link parseRouterConfig} reads besides the flags. */
@@ -179,7 +196,7 @@ const count = (limits: { readonly min: number; readonly max: number }) =>
         .max(limits.max, `must be at most ${limits.max}`),
     );
 
-const controlPlaneUrl = z
+const baseUrl = z
   .string()
   .transform((v) => v.trim().replace(/\/+$/, ""))
   .pipe(
@@ -208,7 +225,7 @@ const L = LISTENER_OPTION_LIMITS;
 /** The schema over the flags, keyed by flag name so that every issue names its flag. */
 const flagsSchema = z.object({
   "control-plane": z
-    .array(controlPlaneUrl)
+    .array(baseUrl)
     .min(1, "is required (or LLMGW_CONTROL_PLANE): the control plane's control URL")
     .max(MAX_CONTROL_PLANES, `takes at most ${MAX_CONTROL_PLANES} URLs`),
   "router-token": z
@@ -264,13 +281,23 @@ const flagsSchema = z.object({
   "max-connections": count(L.maxConnections).optional(),
   "max-connections-per-address": count(L.maxConnectionsPerAddress).optional(),
   "shutdown-grace": duration({ min: 0, max: 600_000 }).default(10_000),
+  peer: z.array(baseUrl).max(MAX_PEERS, `takes at most ${MAX_PEERS} URLs`),
+  "peer-key-file": path.optional(),
 });
 
 type ParsedFlags = z.output<typeof flagsSchema>;
 
 /** Cross-flag rules, each naming the flags it relates. */
-function crossCheck(f: ParsedFlags, tokenGiven: number): string[] {
+function crossCheck(f: ParsedFlags, tokenGiven: number, peerKeyGiven: number): string[] {
   const problems: string[] = [];
+  if (f.peer.length > 0 && peerKeyGiven === 0)
+    problems.push(
+      "--peer needs the key the routers share: --peer-key-file FILE (or LLMGW_ROUTER_PEER_KEY, LLMGW_ROUTER_PEER_KEY_FILE)",
+    );
+  if (peerKeyGiven > 1)
+    problems.push(
+      "give the peer key one way: --peer-key-file, LLMGW_ROUTER_PEER_KEY or LLMGW_ROUTER_PEER_KEY_FILE",
+    );
   if ((f["tls-cert"] === undefined) !== (f["tls-key"] === undefined))
     problems.push("--tls-cert and --tls-key must be given together");
   if (tokenGiven === 0)
@@ -322,8 +349,15 @@ export function parseRouterConfig(
     .map((v) => v.trim())
     .filter((v) => v !== "");
   const tokenFile = flags["router-token-file"] ?? nonEmpty(env.LLMGW_ROUTER_TOKEN_FILE);
+  const peers = (flags.peer ?? (env.LLMGW_ROUTER_PEERS ? [env.LLMGW_ROUTER_PEERS] : []))
+    .flatMap((v) => v.split(","))
+    .map((v) => v.trim())
+    .filter((v) => v !== "");
+  const peerKeyFile = flags["peer-key-file"] ?? nonEmpty(env.LLMGW_ROUTER_PEER_KEY_FILE);
   const input = {
     ...flags,
+    peer: peers,
+    "peer-key-file": peerKeyFile,
     "control-plane": urls,
     "state-dir": flags["state-dir"] ?? nonEmpty(env.LLMGW_STATE_DIR),
     "router-token-file": tokenFile,
@@ -335,8 +369,13 @@ export function parseRouterConfig(
     nonEmpty(env.LLMGW_ROUTER_TOKEN),
     flags["router-token-file"] === undefined ? nonEmpty(env.LLMGW_ROUTER_TOKEN_FILE) : undefined,
   ].filter((v) => v !== undefined).length;
+  const peerKeySources = [
+    flags["peer-key-file"],
+    nonEmpty(env.LLMGW_ROUTER_PEER_KEY),
+    flags["peer-key-file"] === undefined ? nonEmpty(env.LLMGW_ROUTER_PEER_KEY_FILE) : undefined,
+  ].filter((v) => v !== undefined).length;
   const problems = parsed.success
-    ? crossCheck(parsed.data, tokenSources)
+    ? crossCheck(parsed.data, tokenSources, peerKeySources)
     : parsed.error.issues.map((issue) => describeIssue(issue, input));
   if (!parsed.success || problems.length > 0) {
     throw new RouterServiceError(
@@ -421,6 +460,13 @@ export function parseRouterConfig(
     shutdownGraceMs: f["shutdown-grace"],
     router,
     listener,
+    peers: [...new Set(f.peer)],
+    peerKey:
+      f["peer-key-file"] !== undefined
+        ? { kind: "file", path: f["peer-key-file"] }
+        : env.LLMGW_ROUTER_PEER_KEY
+          ? { kind: "env", key: env.LLMGW_ROUTER_PEER_KEY }
+          : undefined,
   };
 }
 

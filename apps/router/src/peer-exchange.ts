@@ -68,6 +68,11 @@ export interface PeerExchangeOptions {
   /** Reconnect backoff, ms: the first wait, doubled up to `maxBackoffMs`. Defaults 100, 5 000. */
   readonly backoffMs?: number;
   readonly maxBackoffMs?: number;
+  /**
+   * How often each stream is renewed, ms (default 15 000): under the peers' `--request-timeout`
+   * (at least 30 s unless lowered), which bounds how long one request may take to arrive.
+   */
+  readonly renewMs?: number;
 }
 
 /** `out`: sent, or dropped (no stream open to the peer, or its buffer full); `in`: applied or invalid. */
@@ -119,10 +124,13 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
       new PeerLink(url, options.routerId, options.key, count, log, {
         backoffMs: options.backoffMs ?? 100,
         maxBackoffMs: options.maxBackoffMs ?? 5_000,
+        renewMs: options.renewMs ?? 15_000,
       }),
   );
   /** The peers' streams into this router, ended by `close`. */
   const incoming = new Set<IncomingMessage>();
+  /** Streams open from each peer (two while one is renewed). */
+  const streams = new Map<string, number>();
   const broadcast = (line: string): void => {
     for (const link of links) link.send(line);
   };
@@ -160,9 +168,16 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
         return;
       }
       incoming.add(req);
+      streams.set(peer, (streams.get(peer) ?? 0) + 1);
       req.once("close", () => {
         incoming.delete(req);
-        options.gone(peer);
+        // A renewed stream overlaps its predecessor: the peer is gone with its last one.
+        const left = (streams.get(peer) ?? 1) - 1;
+        if (left > 0) streams.set(peer, left);
+        else {
+          streams.delete(peer);
+          options.gone(peer);
+        }
       });
       readPeerStream(
         req,
@@ -293,15 +308,28 @@ export function parsePeerEvent(text: string): PeerEvent | string {
   return event;
 }
 
-/** The stream to one peer: open, or waiting to reconnect. */
+/** One request carrying events to a peer. */
+interface PeerStream {
+  readonly req: ClientRequest;
+  /** The peer answered 200: events may be written. */
+  open: boolean;
+  ended: boolean;
+}
+
+/**
+ * The stream to one peer: open, or waiting to reconnect. A stream is one request whose body
+ * never ends, and the peer's listener bounds how long a request may take to arrive
+ * (`--request-timeout`, default 60 s): every `renewMs` a new stream is opened and, once the
+ * peer has answered it, the old one is ended, so none is cut off and no event falls between.
+ */
 class PeerLink {
-  #req: ClientRequest | undefined;
-  #open = false;
+  #current: PeerStream | undefined;
   #blocked = false;
   #batch: string[] = [];
   #flushQueued = false;
   #wait: number;
   #timer: NodeJS.Timeout | undefined;
+  #renewTimer: NodeJS.Timeout | undefined;
   #closed = false;
   /** Whether the last attempt failed (so a failure is logged once, not per retry). */
   #down = false;
@@ -312,18 +340,18 @@ class PeerLink {
     private readonly key: string,
     private readonly count: (direction: "out", outcome: PeerEventOutcome) => void,
     private readonly log: (event: Readonly<Record<string, unknown>>) => void,
-    private readonly backoff: { backoffMs: number; maxBackoffMs: number },
+    private readonly timing: { backoffMs: number; maxBackoffMs: number; renewMs: number },
   ) {
-    this.#wait = backoff.backoffMs;
+    this.#wait = timing.backoffMs;
     this.#connect();
   }
 
   get open(): boolean {
-    return this.#open;
+    return this.#current?.open === true;
   }
 
   send(line: string): void {
-    if (!this.#open || this.#blocked) {
+    if (!this.open || this.#blocked) {
       this.count("out", "dropped");
       return;
     }
@@ -336,30 +364,35 @@ class PeerLink {
   close(): void {
     this.#closed = true;
     clearTimeout(this.#timer);
-    this.#req?.end();
-    this.#req = undefined;
-    this.#open = false;
+    clearTimeout(this.#renewTimer);
+    const s = this.#current;
+    this.#current = undefined;
+    if (s !== undefined) {
+      s.ended = true;
+      s.req.end();
+    }
   }
 
   #flush(): void {
     this.#flushQueued = false;
-    const req = this.#req;
+    const s = this.#current;
     const lines = this.#batch;
     this.#batch = [];
-    if (req === undefined || !this.#open || lines.length === 0) {
+    if (s === undefined || !s.open || lines.length === 0) {
       for (const _ of lines) this.count("out", "dropped");
       return;
     }
     for (const _ of lines) this.count("out", "sent");
-    if (!req.write(`${lines.join("\n")}\n`)) {
+    if (!s.req.write(`${lines.join("\n")}\n`)) {
       // The peer reads slower than this router routes: drop events until it catches up.
       this.#blocked = true;
-      req.once("drain", () => {
-        this.#blocked = false;
+      s.req.once("drain", () => {
+        if (this.#current === s) this.#blocked = false;
       });
     }
   }
 
+  /** Opens a stream; it replaces the current one once the peer has answered it. */
   #connect(): void {
     if (this.#closed) return;
     const base = this.url.pathname.replace(/\/+$/, "");
@@ -373,48 +406,63 @@ class PeerLink {
         "transfer-encoding": "chunked",
       },
     });
-    this.#req = req;
+    const stream: PeerStream = { req, open: false, ended: false };
     req.setNoDelay(true);
-    let ended = false;
     const down = (reason: string): void => {
-      if (ended) return;
-      ended = true;
-      this.#open = false;
-      this.#blocked = false;
-      if (this.#req === req) this.#req = undefined;
+      if (stream.ended) return;
+      stream.ended = true;
+      stream.open = false;
       req.destroy();
       if (this.#closed) return;
+      if (this.#current !== stream && this.#current !== undefined) {
+        // A renewal that failed: the current stream carries on; renew again in a while.
+        clearTimeout(this.#renewTimer);
+        this.#renewTimer = setTimeout(() => this.#connect(), this.timing.maxBackoffMs);
+        this.#renewTimer.unref();
+        return;
+      }
+      this.#current = undefined;
+      this.#blocked = false;
+      clearTimeout(this.#renewTimer);
       if (!this.#down) this.log({ event: "peer_down", peer: this.url.origin, reason });
       this.#down = true;
       this.#timer = setTimeout(() => this.#connect(), this.#wait);
       this.#timer.unref();
-      this.#wait = Math.min(this.backoff.maxBackoffMs, this.#wait * 2);
+      this.#wait = Math.min(this.timing.maxBackoffMs, this.#wait * 2);
     };
     req.on("response", (res: IncomingMessage) => {
-      if (res.statusCode !== 200) {
-        let body = "";
-        res.setEncoding("utf8");
-        res.on("data", (t: string) => {
-          if (body.length < 1_000) body += t;
-        });
-        res.on("end", () => down(`HTTP ${res.statusCode}: ${body.trim()}`));
-        return;
-      }
-      this.#open = true;
-      this.#wait = this.backoff.backoffMs;
-      if (this.#down) this.log({ event: "peer_up", peer: this.url.origin });
-      this.#down = false;
-      // The body is empty unless the peer refused an event: then it says why.
+      // The body is empty unless the peer refused an event (or the key): then it says why.
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (t: string) => {
         if (body.length < 1_000) body += t;
       });
-      res.on("end", () => down(body.trim() || "the peer ended the stream"));
       res.on("error", (e) => down(e.message));
+      if (res.statusCode !== 200) {
+        res.on("end", () => down(`HTTP ${res.statusCode}: ${body.trim()}`));
+        return;
+      }
+      res.on("end", () => down(body.trim() || "the peer ended the stream"));
+      if (this.#closed) return down("closed");
+      const previous = this.#current;
+      stream.open = true;
+      this.#current = stream;
+      this.#blocked = false;
+      if (previous !== undefined && previous !== stream) {
+        previous.ended = true;
+        previous.open = false;
+        previous.req.end();
+      }
+      this.#wait = this.timing.backoffMs;
+      if (this.#down) this.log({ event: "peer_up", peer: this.url.origin });
+      this.#down = false;
+      clearTimeout(this.#renewTimer);
+      this.#renewTimer = setTimeout(() => this.#connect(), this.timing.renewMs);
+      this.#renewTimer.unref();
     });
     req.on("error", (e) => down(e.message));
     req.on("close", () => down("closed"));
     req.flushHeaders();
+    if (this.#current === undefined) this.#current = stream;
   }
 }

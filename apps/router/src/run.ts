@@ -67,6 +67,7 @@ export async function startRouterDaemon(
         };
   await prepareStateDir(config.stateDir, deps.uid);
   const routerId = await resolveRouterId(config.stateDir, config.routerId);
+  const peerKey = await readPeerKey(config);
   const registry = new Registry();
   const router = await startRouter({
     routing: {
@@ -83,6 +84,7 @@ export async function startRouterDaemon(
     listen: config.listen,
     registry,
     log,
+    ...(peerKey === undefined ? {} : { peers: { urls: config.peers, key: peerKey } }),
   });
   let metricsServer: Server | undefined;
   let metricsUrl: string | undefined;
@@ -161,6 +163,21 @@ async function readRouterToken(config: RouterConfig): Promise<string> {
     throw new RouterServiceError(
       "LLMGW_ROUTER_CONFIG_INVALID",
       `--router-token-file ${source.path} must hold one token on one line (the output of 'llmgw control-plane token --router')`,
+    );
+  }
+  return text;
+}
+
+async function readPeerKey(config: RouterConfig): Promise<string | undefined> {
+  const source = config.peerKey;
+  if (source === undefined || source.kind === "env") return source?.key.trim();
+  const text = (await readConfigFile(source.path, "--peer-key-file", MAX_TOKEN_FILE_BYTES))
+    .toString("utf8")
+    .trim();
+  if (text === "" || /\s/.test(text)) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `--peer-key-file ${source.path} must hold one key on one line (e.g. 'openssl rand -hex 32', the same file on every router)`,
     );
   }
   return text;

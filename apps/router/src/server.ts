@@ -7,7 +7,11 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
-import { createRouterMetrics } from "@llmgw/metrics-collector";
+import {
+  createRouterMetrics,
+  type FamilySpec,
+  ROUTER_PEER_FAMILIES,
+} from "@llmgw/metrics-collector";
 import { type RouterMetricsSink, UsageLedger } from "@llmgw/router";
 import { Counter, Gauge, Registry } from "prom-client";
 import { RouterServiceError } from "./errors.js";
@@ -56,7 +60,12 @@ export interface StartRouterOptions {
    * the others what it sent where, so that N routers route as one. This router's id is
    * `routing.routerId`. None: this router routes on what it sent itself.
    */
-  readonly peers?: { readonly urls: readonly string[]; readonly key: string };
+  readonly peers?: {
+    readonly urls: readonly string[];
+    readonly key: string;
+    /** How often each stream is renewed (`PeerExchangeOptions.renewMs`; tests shorten it). */
+    readonly renewMs?: number;
+  };
 }
 
 /** A listening router. */
@@ -186,16 +195,18 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
     });
     const ledger = options.recordUsage === false ? undefined : new UsageLedger();
     if (options.peers !== undefined) {
+      const [eventsSpec, connectedSpec] = ROUTER_PEER_FAMILIES as [FamilySpec, FamilySpec];
       const peerEvents = new Counter({
-        name: "llmgw_router_peer_events_total",
-        help: "Routing events exchanged with the other routers: out sent or dropped (no stream open, or the peer's buffer full); in applied or invalid",
-        labelNames: ["direction", "outcome"],
+        name: eventsSpec.name,
+        help: eventsSpec.help,
+        labelNames: eventsSpec.labelNames,
         registers: [registry],
       });
       peers = startPeerExchange({
         routerId: options.routing.routerId,
         peers: options.peers.urls,
         key: options.peers.key,
+        ...(options.peers.renewMs === undefined ? {} : { renewMs: options.peers.renewMs }),
         apply: (peer, event) => handler?.applyPeerEvent(peer, event),
         gone: (peer) => handler?.peerGone(peer),
         count: (direction, outcome) => peerEvents.inc({ direction, outcome }),
@@ -203,8 +214,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       });
       const exchange = peers;
       new Gauge({
-        name: "llmgw_router_peers_connected",
-        help: "Other routers this router has an event stream open to",
+        name: connectedSpec.name,
+        help: connectedSpec.help,
         registers: [registry],
         collect() {
           this.set(exchange.connected());

@@ -45,7 +45,7 @@ async function counter(router: RunningRouter, name: string, labels: Record<strin
 }
 
 /** Four engines and two routers over them; `exchange`: the routers are each other's peers. */
-async function fleet(exchange: boolean) {
+async function fleet(exchange: boolean, renewMs?: number) {
   const engines: RunningEngineSim[] = [];
   for (let i = 0; i < 4; i++) {
     const e = await startEngineSim({ port: 0, warmupSeconds: 0, model: MODEL, timeScale: 50 });
@@ -70,7 +70,15 @@ async function fleet(exchange: boolean) {
       routerId: `router-${i}`,
       listen: `127.0.0.1:${port}`,
       router: { analyzer: { pool: false }, sessionHeader: "x-session-id" },
-      ...(exchange ? { peers: { urls: [`http://127.0.0.1:${ports[1 - i]}`], key: KEY } } : {}),
+      ...(exchange
+        ? {
+            peers: {
+              urls: [`http://127.0.0.1:${ports[1 - i]}`],
+              key: KEY,
+              ...(renewMs === undefined ? {} : { renewMs }),
+            },
+          }
+        : {}),
     });
     cleanups.push(() => router.close(0));
     routers.push(router);
@@ -192,5 +200,28 @@ describe("routers that tell each other what they sent", () => {
     // The router still serves, and its peer stream is still up.
     expect(await chat(router, "tenant-after")).toMatch(/^sim-/);
     expect(await counter(router, "llmgw_router_peers_connected", {})).toBe(1);
+  });
+
+  it("renews each stream before the peer's request timeout, losing no event", async () => {
+    const routers = await fleet(true, 100);
+    const events = (r: RunningRouter, direction: string, outcome: string) =>
+      counter(r, "llmgw_router_peer_events_total", { direction, outcome });
+    // Requests spread over several renewals (one every 100 ms), both ways.
+    const deadline = Date.now() + 700;
+    for (let i = 0; Date.now() < deadline; i++)
+      await chat(routers[i % 2] as RunningRouter, `t-${i % 5}`);
+    for (const [from, to] of [
+      [0, 1],
+      [1, 0],
+    ] as const) {
+      const sent = await events(routers[from], "out", "sent");
+      expect(sent).toBeGreaterThan(10);
+      await waitFor(
+        async () => (await events(routers[to], "in", "applied")) === sent,
+        "every event",
+      );
+      expect(await events(routers[from], "out", "dropped")).toBe(0);
+    }
+    expect(await counter(routers[0], "llmgw_router_peers_connected", {})).toBe(1);
   });
 });

@@ -138,7 +138,11 @@ export async function startFedRouter(
     readonly log?: (event: Readonly<Record<string, unknown>>) => void;
     readonly listen?: string;
     readonly usageReportIntervalMs?: number;
-    readonly peers?: { readonly urls: readonly string[]; readonly key: string };
+    readonly peers?: {
+      readonly urls: readonly string[];
+      readonly key: string;
+      readonly renewMs?: number;
+    };
   } = {},
 ): Promise<{ router: RunningRouter; feed: ManualRoutingFeed }> {
   const feed = createManualRoutingFeed();

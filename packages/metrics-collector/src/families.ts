@@ -56,7 +56,8 @@ export const LABEL_DOCS: Readonly<Record<string, string>> = {
   port: "port number on its RDMA device",
   to: "circuit state entered: `closed|open|half_open`",
   path: "`inline|pool`: scored on the main thread or in the worker pool",
-  outcome: "queue wait outcome: `admitted|timed_out|cancelled|shed`",
+  outcome:
+    "queue wait outcome: `admitted|timed_out|cancelled|shed`; prefix prediction: `hit|miss|false_hit|missed_hit`; peer event: `sent|dropped` (out), `applied|invalid` (in)",
   phase: "where the client left: `queued|before_first_byte|streaming`",
   key_name: "API key _name_ (never the secret), truncated",
   tenant:
@@ -284,6 +285,23 @@ export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
   g(
     "llmgw_router_routers",
     "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
+    [],
+  ),
+];
+
+/**
+ * A router's exchange with the other routers (`llmgw router --peer`), registered by
+ * `@llmgw/router-server` only when it has peers.
+ */
+export const ROUTER_PEER_FAMILIES: readonly FamilySpec[] = [
+  c(
+    "llmgw_router_peer_events_total",
+    "Routing events exchanged with the other routers (a dispatch, a first byte), by direction and outcome: out sent, or dropped while no stream to that peer is open or its buffer is full; in applied, or invalid (the stream is ended with the reason).",
+    ["direction", "outcome"],
+  ),
+  g(
+    "llmgw_router_peers_connected",
+    "Other routers this router has its event stream open to, read at scrape time.",
     [],
   ),
 ];

@@ -4,6 +4,7 @@ import {
   type FamilySpec,
   LABEL_DOCS,
   ROUTER_FAMILIES,
+  ROUTER_PEER_FAMILIES,
   ROUTER_STATE_FAMILIES,
   USAGE_FAMILIES,
 } from "./families.js";
@@ -25,9 +26,13 @@ function table(families: readonly FamilySpec[]): string {
  */
 export function renderMetricsReference(): string {
   const usedLabels = new Set(
-    [...CLUSTER_FAMILIES, ...ROUTER_FAMILIES, ...USAGE_FAMILIES, ...CONTROL_PLANE_FAMILIES].flatMap(
-      (f) => f.labelNames,
-    ),
+    [
+      ...CLUSTER_FAMILIES,
+      ...ROUTER_FAMILIES,
+      ...ROUTER_PEER_FAMILIES,
+      ...USAGE_FAMILIES,
+      ...CONTROL_PLANE_FAMILIES,
+    ].flatMap((f) => f.labelNames),
   );
   const labelRows = [...usedLabels]
     .sort()
@@ -55,6 +60,13 @@ export function renderMetricsReference(): string {
     "heard from a control plane has no `llmgw_router_state_age_seconds` series.",
     "",
     table(ROUTER_STATE_FAMILIES),
+    "",
+    `## Router peer families (${ROUTER_PEER_FAMILIES.length})`,
+    "",
+    "A router's exchange with the other routers of its cluster (`llmgw router --peer`): present",
+    "only on a router that has peers.",
+    "",
+    table(ROUTER_PEER_FAMILIES),
     "",
     `## Usage families (${USAGE_FAMILIES.length})`,
     "",

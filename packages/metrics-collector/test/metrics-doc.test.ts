@@ -9,6 +9,7 @@ import {
   createUsageMetrics,
   METRICS_REFERENCE_MARKERS,
   ROUTER_FAMILIES,
+  ROUTER_PEER_FAMILIES,
   ROUTER_STATE_FAMILIES,
   renderMetricsReference,
 } from "@llmgw/metrics-collector";
@@ -43,11 +44,12 @@ describe("docs/metrics.md", () => {
     createRouterMetrics(registry);
     createUsageMetrics(registry);
     createControlPlaneMetrics(registry);
-    // The router-state gauges are registered by @llmgw/router-server (apps/router), which
-    // depends on this package; their specs are here, and apps/router reads names and help from them.
+    // The router-state and peer families are registered by @llmgw/router-server (apps/router),
+    // which depends on this package; their specs are here, and apps/router reads names and help
+    // from them.
     const registered = [
       ...(await registry.getMetricsAsJSON()).map((m) => `${m.name} ${m.type}`),
-      ...ROUTER_STATE_FAMILIES.map((f) => `${f.name} ${f.type}`),
+      ...[...ROUTER_STATE_FAMILIES, ...ROUTER_PEER_FAMILIES].map((f) => `${f.name} ${f.type}`),
     ].sort();
     const rows = [
       ...normalize(doc).matchAll(

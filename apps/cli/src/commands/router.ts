@@ -36,6 +36,15 @@ Control plane:
   --address HOST:PORT       where clients reach this router, for 'llmgw routers'
                             (default: this host's name and the --listen port)
 
+Peers (routers behind one balancer, routing as one):
+  --peer URL[,URL...]       the other routers' public URLs (repeatable; env LLMGW_ROUTER_PEERS):
+                            each router tells the others where it sent each request, so that
+                            every one counts the whole fleet's queued prompts and keeps a
+                            tenant on the replica any of them chose
+  --peer-key-file FILE      the key the routers share, one line, at least 16 characters, the
+                            same file on every router (env LLMGW_ROUTER_PEER_KEY_FILE, or the
+                            key itself in LLMGW_ROUTER_PEER_KEY)
+
 Listeners:
   --listen HOST:PORT        public listener (default :8080)
   --metrics-listen HOST:PORT  /metrics, /readyz, /healthz (default 127.0.0.1:9464; "off")
