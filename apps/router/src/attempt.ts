@@ -394,6 +394,7 @@ export class Attempt implements UpstreamHandler {
       if (this.#responding) x.gpuMs += held;
     }
     const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs, x.precise);
+    x.core.peers?.ended(this.#replicaId);
     // The admission slot this request holds counted as capacity while it ran on a draining
     // replica; that capacity goes now, before `attemptEnded` frees the slot, so nothing queued
     // is admitted into room the ready replicas do not have.

@@ -122,6 +122,10 @@ export function createRouterHandlerFromCore(core: RouterCore): RouterHandler {
       core.picker.peerPrefillDone(peer, event.replicaId, event.prefillTokens);
       return;
     }
+    if (event.t === "end") {
+      core.picker.peerFinished(peer, event.replicaId);
+      return;
+    }
     const resolution = core.routeTable.resolve(event.model);
     if (resolution !== undefined) core.picker.peerDispatched(peer, resolution, event);
   };

@@ -17,6 +17,7 @@
  *
  *   {"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":123,"home":true,"chain":[…]}
  *   {"t":"first","replica":"r1","prefill":1200}
+ *   {"t":"end","replica":"r1"}
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
@@ -40,7 +41,8 @@ const MIN_KEY_CHARS = 16;
 /** An event another router sent. */
 export type PeerEvent =
   | ({ readonly t: "sent"; readonly model: string } & PeerDispatch)
-  | { readonly t: "first"; readonly replicaId: string; readonly prefillTokens: number };
+  | { readonly t: "first"; readonly replicaId: string; readonly prefillTokens: number }
+  | { readonly t: "end"; readonly replicaId: string };
 
 /** What a router tells its peers (router-core.ts calls it on the request path). */
 export interface PeerSink {
@@ -48,6 +50,8 @@ export interface PeerSink {
   sent(model: string, dispatch: PeerDispatch): void;
   /** The first byte of a prefill {@link sent} came (or the request ended without one). */
   firstByte(replicaId: string, prefillTokens: number): void;
+  /** A request {@link sent} ended, however. */
+  ended(replicaId: string): void;
 }
 
 /** Options of {@link startPeerExchange}. */
@@ -151,6 +155,10 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     firstByte(replicaId, prefillTokens) {
       if (links.length === 0 || prefillTokens <= 0) return;
       broadcast(JSON.stringify({ t: "first", replica: replicaId, prefill: prefillTokens }));
+    },
+    ended(replicaId) {
+      if (links.length === 0) return;
+      broadcast(JSON.stringify({ t: "end", replica: replicaId }));
     },
     handle(req, res) {
       const auth = req.headers.authorization ?? "";
@@ -265,6 +273,7 @@ export function parsePeerEvent(text: string): PeerEvent | string {
   };
   const replicaId = name("replica");
   if (replicaId === undefined) return `"replica" must be a string of 1–${NAME_MAX} characters`;
+  if (o.t === "end") return { t: "end", replicaId };
   const prefillTokens = o.prefill;
   if (
     !Number.isInteger(prefillTokens) ||
@@ -273,7 +282,7 @@ export function parsePeerEvent(text: string): PeerEvent | string {
   )
     return `"prefill" must be a whole number of tokens in 0–${MAX_PREFILL}`;
   if (o.t === "first") return { t: "first", replicaId, prefillTokens: prefillTokens as number };
-  if (o.t !== "sent") return `"t" must be "sent" or "first", got ${JSON.stringify(o.t)}`;
+  if (o.t !== "sent") return `"t" must be "sent", "first" or "end", got ${JSON.stringify(o.t)}`;
   const model = name("model");
   if (model === undefined) return `"model" must be a string of 1–${NAME_MAX} characters`;
   const event: { -readonly [K in keyof PeerDispatch]: PeerDispatch[K] } & {

@@ -791,6 +791,16 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     // each time), 1.19 hot.
     expect(quietSpread).toBeGreaterThan(1.6);
     expect(hotSpread).toBeLessThanOrEqual(1.3);
+    // Or a peer router says it has 2 in flight on each (sent, not yet ended): hot as well.
+    const told = createReplicaPicker();
+    for (const id of ids)
+      for (let i = 0; i < 2; i++)
+        told.peerDispatched("peer", res, { replicaId: id, prefillTokens: 0 });
+    drive(told, 64 * 12, half, 6);
+    expect(maxOverMean(drive(told, 64 * 12, half, 6))).toBeLessThanOrEqual(1.3);
+    // Once the peer's requests ended, quiet again.
+    for (const id of ids) for (let i = 0; i < 2; i++) told.peerFinished("peer", id);
+    expect(maxOverMean(drive(told, 64 * 12, half, 6))).toBeGreaterThan(1.6);
   });
 
   it("homes a new hint where its first request waits least, and keeps it there with prefill queued", () => {

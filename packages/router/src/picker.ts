@@ -209,6 +209,8 @@ export interface ReplicaPicker {
   peerDispatched(peer: string, resolution: RouteResolution, dispatch: PeerDispatch): void;
   /** The first byte of a prefill `peer` {@link peerDispatched} came. */
   peerPrefillDone(peer: string, replicaId: string, prefillTokens: number): void;
+  /** A request `peer` {@link peerDispatched} ended. */
+  peerFinished(peer: string, replicaId: string): void;
   /** `peer` went away: the prefills it booked stop counting. */
   peerGone(peer: string): void;
   /**
@@ -278,6 +280,13 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       sum += p.tokens * Math.max(LEAST_PENDING_PREFILL_SHARE, Math.min(1, left));
     }
     return sum;
+  };
+  /** Peer → replica id → requests it has in flight there (its `sent` less its `end`s). */
+  const peerInFlight = new Map<string, Map<string, number>>();
+  const peersInFlightOn = (replicaId: string): number => {
+    let n = 0;
+    for (const counts of peerInFlight.values()) n += counts.get(replicaId) ?? 0;
+    return n;
   };
   /** Replica id → its engine's step rhythm, from the chunks streamed through this router. */
   const phases = new Map<string, StepPhase>();
@@ -424,8 +433,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         // would only cost it its cache. Counted as the engines report them where that is more
         // than this router's own: with two routers each has half in flight, and a hot tenant
         // judged quiet on both piled 2.5–3.5× the mean on its home (bench/routing hot-prefix).
+        // With peers, what they have in flight counts too (they say when each request ends).
         let inFlightNow = 0;
-        for (const c of candidates) inFlightNow += Math.max(c.inFlight, c.load?.running ?? 0);
+        for (const c of candidates) {
+          const fleet = peerInFlight.size === 0 ? c.inFlight : c.inFlight + peersInFlightOn(c.id);
+          inFlightNow += Math.max(fleet, c.load?.running ?? 0);
+        }
         hot =
           inFlightNow >= candidates.length &&
           hints.count(anchor) + 1 >
@@ -532,6 +545,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     peerDispatched(peer, resolution, d) {
       if (!resolution.replicas.some((r) => r.id === d.replicaId)) return;
       const nowMs = clock.now();
+      let counts = peerInFlight.get(peer);
+      if (counts === undefined) {
+        counts = new Map();
+        peerInFlight.set(peer, counts);
+      }
+      counts.set(d.replicaId, (counts.get(d.replicaId) ?? 0) + 1);
       if (d.prefillTokens > 0) {
         const entry = { tokens: d.prefillTokens, sentAtMs: nowMs, peer };
         const list = pendingPrefill.get(d.replicaId);
@@ -569,7 +588,15 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     peerPrefillDone(peer, replicaId, prefillTokens) {
       endPrefill(replicaId, prefillTokens, peer);
     },
+    peerFinished(peer, replicaId) {
+      const counts = peerInFlight.get(peer);
+      const n = counts?.get(replicaId);
+      if (counts === undefined || n === undefined) return;
+      if (n > 1) counts.set(replicaId, n - 1);
+      else counts.delete(replicaId);
+    },
     peerGone(peer) {
+      peerInFlight.delete(peer);
       for (const [id, list] of pendingPrefill) {
         const kept = list.filter((p) => p.peer !== peer);
         if (kept.length === 0) pendingPrefill.delete(id);
