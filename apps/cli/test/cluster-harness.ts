@@ -3,7 +3,9 @@
  * agents (simulated nodes, real engine processes) on loopback, and tests drive them through
  * the real admin API. Everything started here is killed by `stopAll()`, engines included.
  */
+
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -670,7 +672,15 @@ export interface RoutersCluster {
 /** Starts a {@link RoutersCluster}; the routers are ready (a live snapshot) when it resolves. */
 export async function startRoutersCluster(
   root: string,
-  options: { nodeLostAfter?: string; routers?: number; nodes?: readonly string[] } = {},
+  options: {
+    nodeLostAfter?: string;
+    routers?: number;
+    nodes?: readonly string[];
+    /** Each router the others' peer (`--peer`, one `--peer-key-file` for all). */
+    peers?: boolean;
+    /** More flags for every router. */
+    routerArgs?: readonly string[];
+  } = {},
 ): Promise<RoutersCluster> {
   ensureCliBuilt();
   const cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
@@ -695,6 +705,20 @@ export async function startRoutersCluster(
   const routers: RouterProc[] = [];
   for (let i = 0; i < (options.routers ?? 2); i++) {
     routers.push(new RouterProc(root, `router-${i + 1}`, cp, await freePort(), await freePort()));
+  }
+  const keyFile = path.join(root, "peer-key");
+  if (options.peers === true)
+    writeFileSync(keyFile, `${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
+  for (const r of routers) {
+    const peers =
+      options.peers === true
+        ? [
+            ...routers.filter((o) => o !== r).flatMap((o) => ["--peer", o.url]),
+            "--peer-key-file",
+            keyFile,
+          ]
+        : [];
+    r.options = { ...r.options, extraArgs: [...peers, ...(options.routerArgs ?? [])] };
   }
   await Promise.all(routers.map((r) => r.start()));
   return { root, cp, agents, routers, apiKey };

@@ -23,9 +23,11 @@
  * rendezvous order is the same on every router, and a hint is moved down it only where a
  * replica is full. Where they do not (each router places a hint the first time *it* sees it,
  * and two routers see tenants in different orders: 71% of prompt tokens cached with two routers
- * against 78% with one, bench/routing `shared-prefix`), the engines' own blocks settle it: a new
- * hint whose prompt a replica already holds, at least half of it, is homed there (the longest
- * holder under the bound first), so in precise mode a router that meets a tenant late follows
+ * against 78% with one, bench/routing `shared-prefix`), routers that are peers tell each other
+ * the homes they chose ({@link HintHomes.adopt}, peer-exchange.ts in the router server: 78%
+ * with two routers, as with one). Without peers, the engines' own blocks settle it in precise
+ * mode: a new hint whose prompt a replica already holds, at least half of it, is homed there
+ * (the longest holder under the bound first), so a router that meets a tenant late follows
  * where another router sent it. A hint's key is its 32-bit `hintAnchor`: two hints that
  * collide share a home, which costs balance, never correctness, and keeps the map's memory
  * independent of hint length.
