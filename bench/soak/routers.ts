@@ -26,6 +26,8 @@ export interface RouterReadiness {
 export class RouterProc {
   proc: Proc | undefined;
   readonly stateDir: string;
+  /** The other routers and the shared key file (`--peer`, `--peer-key-file`), as docs/operations.md sets them. */
+  peers: { readonly urls: readonly string[]; readonly keyFile: string } | undefined;
   constructor(
     readonly root: string,
     readonly name: string,
@@ -57,6 +59,13 @@ export class RouterProc {
       // Behind a balancer every client comes from one address.
       "--max-connections-per-address",
       "4096",
+      ...(this.peers === undefined
+        ? []
+        : [
+            ...this.peers.urls.flatMap((u) => ["--peer", u]),
+            "--peer-key-file",
+            this.peers.keyFile,
+          ]),
     ]);
     const proc = this.proc;
     await waitFor(`router ${this.name} to answer /healthz`, async () => {

@@ -21,6 +21,7 @@
  *        [--concurrency N] [--seed N] [--phases single,routers,lifecycle] [--cp-down S]
  *        [--haproxy-mode http|tcp]
  */
+import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import path from "node:path";
@@ -355,6 +356,13 @@ async function runPhase(phase: Phase): Promise<PhaseResult> {
           new RouterProc(root, "router-b", await freePort(), cp),
         ]
       : undefined;
+    if (routers !== undefined) {
+      // Each router the other's peer, one key file for both (docs/operations.md, "Peers").
+      const keyFile = path.join(root, "peer-key");
+      writeFileSync(keyFile, `${randomBytes(32).toString("hex")}\n`, { mode: 0o600 });
+      for (const r of routers)
+        r.peers = { urls: routers.filter((o) => o !== r).map((o) => o.url), keyFile };
+    }
     const cluster: SoakCluster = {
       cp,
       agents,
