@@ -93,7 +93,7 @@ describe("parsePeerEvent", () => {
 describe("startPeerExchange", () => {
   const ok = { routerId: "r-a", peers: [], key: "0123456789abcdef", apply() {}, gone() {} };
   it.each([
-    [{ routerId: "a b" }, 'the router id must be 1–128 of A-Z a-z 0-9 . _ : -, got "a b"'],
+    [{ routerId: "a b" }, 'the router id must be 1–119 of A-Z a-z 0-9 . _ : -, got "a b"'],
     [{ key: "short" }, "the peer key must be at least 16 characters"],
     [{ peers: ["10.0.0.1:8080"] }, 'a peer must be an http(s) URL, got "10.0.0.1:8080"'],
     [{ peers: ["ftp://r2"] }, 'a peer must be an http(s) URL, got "ftp://r2"'],

@@ -4,22 +4,26 @@
  * and place a new tenant the first time *it* meets it — two routers kept 71% of prompt tokens
  * cached where one kept 78%, and `unique`'s TTFT p90 doubled (bench/routing). With this
  * exchange every router books the others' dispatches as its own (`ReplicaPicker.
- * peerDispatched`): their queued prefill until the first byte, their prompts in the prefix
- * index, their picks in the bounded-load window, and the hint homes they chose.
+ * peerDispatched`): their queued prefill until the first byte, their requests in flight until
+ * they end, their prompts in the prefix index, their picks in the bounded-load and hot-hint
+ * windows, and the hint homes they chose. With it two routers kept 78% cached, as one, and
+ * `unique`'s TTFT p90 read 137 ms against 208–224 apart (bench/README.md, "Peers").
  *
  * The wire: one long-lived `POST /llmgw/peer/v1/events` from each router to each peer, its
  * body a stream of newline-delimited JSON events, written as they happen (one write per event
- * loop turn). Authenticated by a key every router of the cluster shares (bearer, compared in
- * constant time) and the sender's router id. Nothing here is needed to route: a peer that is
- * down, slow (its socket buffer full) or not yet reachable loses events, counted and never
- * queued, since an old dispatch misleads more than none; a peer whose stream ends has its
- * booked prefills dropped. A malformed event ends its stream with 400 and the reason.
+ * loop turn), renewed every 15 s (a new stream first, then the old one ended) so that the
+ * peer's request timeout never cuts one. Authenticated by a key every router of the cluster
+ * shares (bearer, compared in constant time) and the sender's router id. Nothing here is
+ * needed to route: a peer that is down, slow (its socket buffer full) or not yet reachable
+ * loses events, counted and never queued, since an old dispatch misleads more than none; a
+ * peer whose last stream ends has its booked prefills and in-flight requests dropped. A
+ * malformed event ends its stream with 400 and the reason.
  *
  *   {"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":123,"home":true,"chain":[…]}
  *   {"t":"first","replica":"r1","prefill":1200}
  *   {"t":"end","replica":"r1"}
  */
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { PeerDispatch } from "@llmgw/router";
@@ -56,7 +60,10 @@ export interface PeerSink {
 
 /** Options of {@link startPeerExchange}. */
 export interface PeerExchangeOptions {
-  /** This router's id, sent with its events (the peers' books are kept per sender). */
+  /**
+   * This router's id, sent with its events plus a suffix per run (the peers' books are kept per
+   * sender); at most 119 characters.
+   */
   readonly routerId: string;
   /** The other routers' base URLs (http or https), e.g. `http://10.0.0.8:8080`. */
   readonly peers: readonly string[];
@@ -103,9 +110,9 @@ export interface PeerExchange extends PeerSink {
 export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
   const invalid = (message: string) =>
     new RouterServiceError("LLMGW_ROUTER_CONFIG_INVALID", `peer exchange: ${message}`);
-  if (!ROUTER_ID.test(options.routerId))
+  if (!ROUTER_ID.test(options.routerId) || options.routerId.length > 119)
     throw invalid(
-      `the router id must be 1–128 of A-Z a-z 0-9 . _ : -, got ${JSON.stringify(options.routerId)}`,
+      `the router id must be 1–119 of A-Z a-z 0-9 . _ : -, got ${JSON.stringify(options.routerId)}`,
     );
   if (options.key.length < MIN_KEY_CHARS)
     throw invalid(`the peer key must be at least ${MIN_KEY_CHARS} characters`);
@@ -121,11 +128,14 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     return url;
   });
   const keyDigest = digest(options.key);
+  // Each run of a router is its own peer: a restarted router's books at the others start
+  // afresh, and the old run's go with its last stream (its requests never send their ends).
+  const instance = `${options.routerId}:${randomBytes(4).toString("hex")}`;
   const count = options.count ?? (() => {});
   const log = options.log ?? (() => {});
   const links = urls.map(
     (url) =>
-      new PeerLink(url, options.routerId, options.key, count, log, {
+      new PeerLink(url, instance, options.key, count, log, {
         backoffMs: options.backoffMs ?? 100,
         maxBackoffMs: options.maxBackoffMs ?? 5_000,
         renewMs: options.renewMs ?? 15_000,
