@@ -486,3 +486,63 @@ describe.skipIf(!hasOpenssl())("llmgw router with TLS on both sides", () => {
     expect(trusting.stderr()).not.toContain(tlsCp.routerToken);
   }, 60_000);
 });
+
+describe.skipIf(!hasOpenssl())("routers that serve HTTPS as each other's peers", () => {
+  it("trust each other's certificate with the peer CA, and refuse it without, saying why", async () => {
+    const dir = tempDir();
+    const { cert, key } = selfSignedCert(dir);
+    const tls = { cert: readFileSync(cert), key: readFileSync(key) };
+    const ports = await Promise.all([0, 1].map(() => freeLoopbackPort()));
+    const start = async (i: number, ca: Buffer | undefined) => {
+      const events: Record<string, unknown>[] = [];
+      const r = await startRouter({
+        routing: {
+          controlPlanes: [cp.controlUrl],
+          routerToken: cp.routerToken,
+          routerId: `tls-peer-${i}`,
+          address: `127.0.0.1:${ports[i]}`,
+          version: "0.1.0",
+          stateDir: tempDir(),
+        },
+        router: { analyzer: { pool: false } },
+        listener: { tls },
+        listen: `127.0.0.1:${ports[i]}`,
+        peers: {
+          urls: [`https://127.0.0.1:${ports[1 - i]}`],
+          key: "tls-peer-key-0123456789",
+          ...(ca === undefined ? {} : { ca }),
+        },
+        log: (event) => events.push({ ...event }),
+      });
+      cleanups.push(() => r.close(0));
+      return { r, events };
+    };
+    const connected = async (r: RunningRouter) =>
+      (await r.registry.getSingleMetric("llmgw_router_peers_connected")?.get())?.values[0]?.value;
+    // Router 0 does not trust router 1's certificate; router 1 trusts router 0's.
+    const [a, b] = [await start(0, undefined), await start(1, tls.cert)];
+    await waitFor(
+      async () => (await connected(b.r)) === 1,
+      10_000,
+      "router 1's stream to router 0",
+    );
+    await waitFor(
+      () => a.events.some((e) => e.event === "peer_down" && /self.signed/i.test(String(e.reason))),
+      10_000,
+      "router 0's refusal of the certificate in its log",
+    );
+    expect(await connected(a.r)).toBe(0);
+  });
+});
+
+/** A port free on 127.0.0.1 now. */
+function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}

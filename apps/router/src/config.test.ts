@@ -29,6 +29,7 @@ describe("parseRouterConfig", () => {
       listener: {},
       peers: [],
       peerKey: undefined,
+      peerCaFile: undefined,
     });
   });
 

@@ -51,6 +51,7 @@ export const ROUTER_FLAGS = {
   "shutdown-grace": { type: "string" },
   peer: { type: "string", multiple: true },
   "peer-key-file": { type: "string" },
+  "peer-ca": { type: "string" },
 } as const;
 
 /** A flag of `llmgw router`, without its leading `--`. */
@@ -125,6 +126,8 @@ export interface RouterConfig {
   readonly peers: readonly string[];
   /** The key the routers share; undefined: no peer exchange (no `--peer` either). */
   readonly peerKey: PeerKeySource | undefined;
+  /** PEM CA bundle trusted for `https://` peers (besides the system's). */
+  readonly peerCaFile: string | undefined;
 }
 
 /** What {@link parseRouterConfig} reads besides the flags. */
@@ -283,6 +286,7 @@ const flagsSchema = z.object({
   "shutdown-grace": duration({ min: 0, max: 600_000 }).default(10_000),
   peer: z.array(baseUrl).max(MAX_PEERS, `takes at most ${MAX_PEERS} URLs`),
   "peer-key-file": path.optional(),
+  "peer-ca": path.optional(),
 });
 
 type ParsedFlags = z.output<typeof flagsSchema>;
@@ -461,6 +465,7 @@ export function parseRouterConfig(
     router,
     listener,
     peers: [...new Set(f.peer)],
+    peerCaFile: f["peer-ca"],
     peerKey:
       f["peer-key-file"] !== undefined
         ? { kind: "file", path: f["peer-key-file"] }

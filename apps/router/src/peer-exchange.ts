@@ -26,6 +26,7 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { request as httpsRequest } from "node:https";
+import { rootCertificates } from "node:tls";
 import type { PeerDispatch } from "@llmgw/router";
 import { RouterServiceError } from "./errors.js";
 
@@ -69,6 +70,8 @@ export interface PeerExchangeOptions {
   readonly peers: readonly string[];
   /** The key every router of the cluster shares (at least 16 characters). */
   readonly key: string;
+  /** PEM bundle trusted for `https://` peers besides Node's bundled roots. */
+  readonly ca?: string | Buffer;
   /** Applies an event from peer `peer` (the router handler's `applyPeerEvent`). */
   readonly apply: (peer: string, event: PeerEvent) => void;
   /** A peer's stream ended (the handler's `peerGone`). */
@@ -128,6 +131,8 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     return url;
   });
   const keyDigest = digest(options.key);
+  // `ca` alone in Node's TLS options replaces the roots: keep both.
+  const trust = options.ca === undefined ? undefined : [...rootCertificates, options.ca];
   // Each run of a router is its own peer: a restarted router's books at the others start
   // afresh, and the old run's go with its last stream (its requests never send their ends).
   const instance = `${options.routerId}:${randomBytes(4).toString("hex")}`;
@@ -135,7 +140,7 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
   const log = options.log ?? (() => {});
   const links = urls.map(
     (url) =>
-      new PeerLink(url, instance, options.key, count, log, {
+      new PeerLink(url, instance, options.key, trust, count, log, {
         backoffMs: options.backoffMs ?? 100,
         maxBackoffMs: options.maxBackoffMs ?? 5_000,
         renewMs: options.renewMs ?? 15_000,
@@ -350,13 +355,14 @@ class PeerLink {
   #timer: NodeJS.Timeout | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
   #closed = false;
-  /** Whether the last attempt failed (so a failure is logged once, not per retry). */
-  #down = false;
+  /** Why the last attempt failed, while it is down (a failure is logged when its reason changes, not per retry). */
+  #down: string | undefined;
 
   constructor(
     private readonly url: URL,
     private readonly routerId: string,
     private readonly key: string,
+    private readonly ca: (string | Buffer)[] | undefined,
     private readonly count: (direction: "out", outcome: PeerEventOutcome) => void,
     private readonly log: (event: Readonly<Record<string, unknown>>) => void,
     private readonly timing: { backoffMs: number; maxBackoffMs: number; renewMs: number },
@@ -424,6 +430,7 @@ class PeerLink {
         "content-type": "application/x-ndjson",
         "transfer-encoding": "chunked",
       },
+      ...(this.ca === undefined || this.url.protocol !== "https:" ? {} : { ca: this.ca }),
     });
     const stream: PeerStream = { req, open: false, ended: false };
     req.setNoDelay(true);
@@ -443,8 +450,8 @@ class PeerLink {
       this.#current = undefined;
       this.#blocked = false;
       clearTimeout(this.#renewTimer);
-      if (!this.#down) this.log({ event: "peer_down", peer: this.url.origin, reason });
-      this.#down = true;
+      if (this.#down !== reason) this.log({ event: "peer_down", peer: this.url.origin, reason });
+      this.#down = reason;
       this.#timer = setTimeout(() => this.#connect(), this.#wait);
       this.#timer.unref();
       this.#wait = Math.min(this.timing.maxBackoffMs, this.#wait * 2);
@@ -473,8 +480,8 @@ class PeerLink {
         previous.req.end();
       }
       this.#wait = this.timing.backoffMs;
-      if (this.#down) this.log({ event: "peer_up", peer: this.url.origin });
-      this.#down = false;
+      if (this.#down !== undefined) this.log({ event: "peer_up", peer: this.url.origin });
+      this.#down = undefined;
       clearTimeout(this.#renewTimer);
       this.#renewTimer = setTimeout(() => this.#connect(), this.timing.renewMs);
       this.#renewTimer.unref();

@@ -68,6 +68,10 @@ export async function startRouterDaemon(
   await prepareStateDir(config.stateDir, deps.uid);
   const routerId = await resolveRouterId(config.stateDir, config.routerId);
   const peerKey = await readPeerKey(config);
+  const peerCa =
+    config.peerCaFile === undefined
+      ? undefined
+      : await readConfigFile(config.peerCaFile, "--peer-ca");
   const registry = new Registry();
   const router = await startRouter({
     routing: {
@@ -84,7 +88,15 @@ export async function startRouterDaemon(
     listen: config.listen,
     registry,
     log,
-    ...(peerKey === undefined ? {} : { peers: { urls: config.peers, key: peerKey } }),
+    ...(peerKey === undefined
+      ? {}
+      : {
+          peers: {
+            urls: config.peers,
+            key: peerKey,
+            ...(peerCa === undefined ? {} : { ca: peerCa }),
+          },
+        }),
   });
   let metricsServer: Server | undefined;
   let metricsUrl: string | undefined;

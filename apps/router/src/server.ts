@@ -65,6 +65,8 @@ export interface StartRouterOptions {
     readonly key: string;
     /** How often each stream is renewed (`PeerExchangeOptions.renewMs`; tests shorten it). */
     readonly renewMs?: number;
+    /** PEM bundle trusted for `https://` peers besides Node's roots. */
+    readonly ca?: string | Buffer;
   };
 }
 
@@ -207,6 +209,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
         peers: options.peers.urls,
         key: options.peers.key,
         ...(options.peers.renewMs === undefined ? {} : { renewMs: options.peers.renewMs }),
+        ...(options.peers.ca === undefined ? {} : { ca: options.peers.ca }),
         apply: (peer, event) => handler?.applyPeerEvent(peer, event),
         gone: (peer) => handler?.peerGone(peer),
         count: (direction, outcome) => peerEvents.inc({ direction, outcome }),

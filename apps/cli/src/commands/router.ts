@@ -44,6 +44,8 @@ Peers (routers behind one balancer, routing as one):
   --peer-key-file FILE      the key the routers share, one line, at least 16 characters, the
                             same file on every router (env LLMGW_ROUTER_PEER_KEY_FILE, or the
                             key itself in LLMGW_ROUTER_PEER_KEY)
+  --peer-ca FILE            PEM CA bundle trusted for https:// peers (routers serving
+                            --tls-cert), besides the system's
 
 Listeners:
   --listen HOST:PORT        public listener (default :8080)
