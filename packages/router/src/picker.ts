@@ -211,7 +211,7 @@ export interface ReplicaPicker {
   peerPrefillDone(peer: string, replicaId: string, prefillTokens: number): void;
   /** A request `peer` {@link peerDispatched} ended. */
   peerFinished(peer: string, replicaId: string): void;
-  /** `peer` went away: the prefills it booked stop counting. */
+  /** `peer` went away: the prefills and requests it booked stop counting. */
   peerGone(peer: string): void;
   /**
    * Books its end; returns the in-flight count after it. `precise`: the keys it was
@@ -322,6 +322,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     prefixIndex.forget(replicaId);
     preciseIndex.forget(replicaId);
     pendingPrefill.delete(replicaId);
+    for (const counts of peerInFlight.values()) counts.delete(replicaId);
     phases.delete(replicaId);
     seeds.delete(replicaId);
     hintHomes.forget(replicaId);
