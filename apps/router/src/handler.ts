@@ -126,6 +126,10 @@ export function createRouterHandlerFromCore(core: RouterCore): RouterHandler {
       core.picker.peerFinished(peer, event.replicaId);
       return;
     }
+    if (event.t === "inflight") {
+      core.picker.peerInFlightReset(peer, event.replicas);
+      return;
+    }
     const resolution = core.routeTable.resolve(event.model);
     if (resolution !== undefined) core.picker.peerDispatched(peer, resolution, event);
   };

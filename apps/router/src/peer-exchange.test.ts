@@ -31,6 +31,15 @@ describe("parsePeerEvent", () => {
       t: "end",
       replicaId: "r1",
     });
+    expect(parsePeerEvent('{"t":"inflight","replicas":{"r1":3,"r2":0}}')).toEqual({
+      t: "inflight",
+      replicas: new Map([
+        ["r1", 3],
+        ["r2", 0],
+      ]),
+    });
+    // A type a newer router sends is skipped, not refused.
+    expect(parsePeerEvent('{"t":"claim","replica":"r1"}')).toBeUndefined();
   });
 
   it.each([
@@ -49,7 +58,16 @@ describe("parsePeerEvent", () => {
       '{"t":"sent","replica":"r","prefill":10000001}',
       '"prefill" must be a whole number of tokens in 0–10000000',
     ],
-    ['{"t":"gone","replica":"r","prefill":1}', '"t" must be "sent", "first" or "end", got "gone"'],
+    ['{"replica":"r","prefill":1}', '"t" must name the event, e.g. "sent"'],
+    ['{"t":"inflight","replicas":[1]}', '"replicas" must be an object of replica ids to counts'],
+    [
+      '{"t":"inflight","replicas":{"r1":-1}}',
+      '"replicas"."r1" must be a whole number in 0–1000000',
+    ],
+    [
+      '{"t":"inflight","replicas":{"":1}}',
+      '"replicas" keys must be replica ids of 1–256 characters',
+    ],
     ['{"t":"sent","replica":"r","prefill":1}', '"model" must be a string of 1–256 characters'],
     [
       '{"t":"sent","model":"m","replica":"r","prefill":1,"hint":-1,"home":true}',

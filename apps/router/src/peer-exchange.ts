@@ -22,6 +22,11 @@
  *   {"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":123,"home":true,"chain":[…]}
  *   {"t":"first","replica":"r1","prefill":1200}
  *   {"t":"end","replica":"r1"}
+ *   {"t":"inflight","replicas":{"r1":3}}     every second: the sender's requests in flight,
+ *                                             which replace the receiver's count (an `end` lost
+ *                                             while a peer was slow must not count for ever)
+ *
+ * An event of a type this router does not know is skipped (a newer peer's), not refused.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from "node:http";
@@ -42,12 +47,16 @@ const MAX_CHAIN = 4096;
 const MAX_PREFILL = 10_000_000;
 const MAX_BLOCK_KEY = 2 ** 48;
 const MIN_KEY_CHARS = 16;
+const MAX_IN_FLIGHT = 1_000_000;
+/** How often a router tells its peers its requests in flight. */
+const IN_FLIGHT_ANNOUNCE_MS = 1_000;
 
 /** An event another router sent. */
 export type PeerEvent =
   | ({ readonly t: "sent"; readonly model: string } & PeerDispatch)
   | { readonly t: "first"; readonly replicaId: string; readonly prefillTokens: number }
-  | { readonly t: "end"; readonly replicaId: string };
+  | { readonly t: "end"; readonly replicaId: string }
+  | { readonly t: "inflight"; readonly replicas: ReadonlyMap<string, number> };
 
 /** What a router tells its peers (router-core.ts calls it on the request path). */
 export interface PeerSink {
@@ -150,12 +159,23 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
   const incoming = new Set<IncomingMessage>();
   /** Streams open from each peer (two while one is renewed). */
   const streams = new Map<string, number>();
+  let closed = false;
+  /** This router's requests in flight per replica, sent every second. */
+  const inFlight = new Map<string, number>();
+  let announcedAny = false;
+  const announce = setInterval(() => {
+    if (links.length === 0 || (inFlight.size === 0 && !announcedAny)) return;
+    announcedAny = inFlight.size > 0;
+    broadcast(JSON.stringify({ t: "inflight", replicas: Object.fromEntries(inFlight) }));
+  }, IN_FLIGHT_ANNOUNCE_MS);
+  announce.unref();
   const broadcast = (line: string): void => {
     for (const link of links) link.send(line);
   };
   return {
     sent(model, d) {
       if (links.length === 0) return;
+      inFlight.set(d.replicaId, (inFlight.get(d.replicaId) ?? 0) + 1);
       broadcast(
         JSON.stringify({
           t: "sent",
@@ -173,9 +193,17 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     },
     ended(replicaId) {
       if (links.length === 0) return;
+      const n = (inFlight.get(replicaId) ?? 1) - 1;
+      if (n > 0) inFlight.set(replicaId, n);
+      else inFlight.delete(replicaId);
       broadcast(JSON.stringify({ t: "end", replica: replicaId }));
     },
     handle(req, res) {
+      if (closed) {
+        res.writeHead(503, { "content-type": "text/plain" }).end("this router is stopping\n");
+        req.resume();
+        return;
+      }
       const auth = req.headers.authorization ?? "";
       const given = auth.startsWith("Bearer ") ? auth.slice(7) : "";
       if (req.method !== "POST" || !timingSafeEqual(digest(given), keyDigest)) {
@@ -216,6 +244,8 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     },
     connected: () => links.filter((l) => l.open).length,
     close() {
+      closed = true;
+      clearInterval(announce);
       for (const link of links) link.close();
       for (const req of incoming) req.destroy();
       incoming.clear();
@@ -260,7 +290,7 @@ function readPeerStream(
       const parsed = parsePeerEvent(pending.slice(0, nl));
       pending = pending.slice(nl + 1);
       if (typeof parsed === "string") return fail(parsed);
-      apply(parsed);
+      if (parsed !== undefined) apply(parsed);
       nl = pending.indexOf("\n");
     }
     if (pending.length > MAX_PEER_LINE_BYTES)
@@ -271,8 +301,8 @@ function readPeerStream(
   });
 }
 
-/** One event line, or why it is not one. */
-export function parsePeerEvent(text: string): PeerEvent | string {
+/** One event line, why it is not one, or undefined for a type this router does not know. */
+export function parsePeerEvent(text: string): PeerEvent | string | undefined {
   if (text.length > MAX_PEER_LINE_BYTES) return `an event longer than ${MAX_PEER_LINE_BYTES} bytes`;
   let v: unknown;
   try {
@@ -282,6 +312,27 @@ export function parsePeerEvent(text: string): PeerEvent | string {
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) return "not a JSON object";
   const o = v as Record<string, unknown>;
+  if (o.t === "inflight") {
+    const replicas = o.replicas;
+    if (typeof replicas !== "object" || replicas === null || Array.isArray(replicas))
+      return `"replicas" must be an object of replica ids to counts`;
+    const entries = Object.entries(replicas);
+    if (entries.length > MAX_CHAIN) return `"replicas" must name at most ${MAX_CHAIN} replicas`;
+    const counts = new Map<string, number>();
+    for (const [id, n] of entries) {
+      if (id.length === 0 || id.length > NAME_MAX)
+        return `"replicas" keys must be replica ids of 1–${NAME_MAX} characters`;
+      if (!Number.isInteger(n) || (n as number) < 0 || (n as number) > MAX_IN_FLIGHT)
+        return `"replicas"."${id.slice(0, 64)}" must be a whole number in 0–${MAX_IN_FLIGHT}`;
+      counts.set(id, n as number);
+    }
+    return { t: "inflight", replicas: counts };
+  }
+  if (o.t !== "sent" && o.t !== "first" && o.t !== "end") {
+    return typeof o.t === "string" && o.t.length > 0 && o.t.length <= 32
+      ? undefined
+      : `"t" must name the event, e.g. "sent"`;
+  }
   const name = (field: string): string | undefined => {
     const s = o[field];
     return typeof s === "string" && s.length > 0 && s.length <= NAME_MAX ? s : undefined;
@@ -297,7 +348,6 @@ export function parsePeerEvent(text: string): PeerEvent | string {
   )
     return `"prefill" must be a whole number of tokens in 0–${MAX_PREFILL}`;
   if (o.t === "first") return { t: "first", replicaId, prefillTokens: prefillTokens as number };
-  if (o.t !== "sent") return `"t" must be "sent", "first" or "end", got ${JSON.stringify(o.t)}`;
   const model = name("model");
   if (model === undefined) return `"model" must be a string of 1–${NAME_MAX} characters`;
   const event: { -readonly [K in keyof PeerDispatch]: PeerDispatch[K] } & {
@@ -338,7 +388,13 @@ interface PeerStream {
   /** The peer answered 200: events may be written. */
   open: boolean;
   ended: boolean;
+  openedAtMs: number;
 }
+
+/** A peer that answers nothing this long is taken as down. */
+const ANSWER_TIMEOUT_MS = 5_000;
+/** A stream that lived this long resets the reconnect backoff when it ends. */
+const STABLE_MS = 5_000;
 
 /**
  * The stream to one peer: open, or waiting to reconnect. A stream is one request whose body
@@ -347,15 +403,17 @@ interface PeerStream {
  * peer has answered it, the old one is ended, so none is cut off and no event falls between.
  */
 class PeerLink {
+  /** The stream events are written to (answered 200, not ended). */
   #current: PeerStream | undefined;
+  /** Every stream not ended yet: the current one and one being opened. */
+  readonly #streams = new Set<PeerStream>();
   #blocked = false;
   #batch: string[] = [];
   #flushQueued = false;
   #wait: number;
   #timer: NodeJS.Timeout | undefined;
-  #renewTimer: NodeJS.Timeout | undefined;
   #closed = false;
-  /** Why the last attempt failed, while it is down (a failure is logged when its reason changes, not per retry). */
+  /** Why the last attempt failed, while it is down (logged when the reason changes, not per retry). */
   #down: string | undefined;
 
   constructor(
@@ -389,13 +447,20 @@ class PeerLink {
   close(): void {
     this.#closed = true;
     clearTimeout(this.#timer);
-    clearTimeout(this.#renewTimer);
-    const s = this.#current;
-    this.#current = undefined;
-    if (s !== undefined) {
+    for (const s of this.#streams) {
       s.ended = true;
-      s.req.end();
+      // The current stream ends as a stream should; one still being opened goes at once.
+      if (s === this.#current) s.req.end();
+      else s.req.destroy();
     }
+    this.#streams.clear();
+    this.#current = undefined;
+  }
+
+  #schedule(ms: number): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.#connect(), ms);
+    this.#timer.unref();
   }
 
   #flush(): void {
@@ -432,31 +497,47 @@ class PeerLink {
       },
       ...(this.ca === undefined || this.url.protocol !== "https:" ? {} : { ca: this.ca }),
     });
-    const stream: PeerStream = { req, open: false, ended: false };
+    const stream: PeerStream = { req, open: false, ended: false, openedAtMs: 0 };
+    this.#streams.add(stream);
     req.setNoDelay(true);
+    const answerTimer = setTimeout(
+      () => down(`no answer in ${ANSWER_TIMEOUT_MS / 1000} s`),
+      ANSWER_TIMEOUT_MS,
+    );
+    answerTimer.unref();
     const down = (reason: string): void => {
+      clearTimeout(answerTimer);
       if (stream.ended) return;
       stream.ended = true;
       stream.open = false;
+      this.#streams.delete(stream);
       req.destroy();
       if (this.#closed) return;
-      if (this.#current !== stream && this.#current !== undefined) {
+      if (this.#current !== undefined && this.#current !== stream) {
         // A renewal that failed: the current stream carries on; renew again in a while.
-        clearTimeout(this.#renewTimer);
-        this.#renewTimer = setTimeout(() => this.#connect(), this.timing.maxBackoffMs);
-        this.#renewTimer.unref();
+        this.#schedule(this.timing.maxBackoffMs);
         return;
       }
       this.#current = undefined;
       this.#blocked = false;
-      clearTimeout(this.#renewTimer);
+      // Another stream is being opened (a renewal): it takes over if it is answered.
+      if (this.#streams.size > 0) return;
       if (this.#down !== reason) this.log({ event: "peer_down", peer: this.url.origin, reason });
       this.#down = reason;
-      this.#timer = setTimeout(() => this.#connect(), this.#wait);
-      this.#timer.unref();
+      // Only a stream that lived resets the backoff: one the peer ends at once (it refused
+      // an event) must not be retried as fast as a first connect.
+      if (stream.openedAtMs > 0 && performance.now() - stream.openedAtMs >= STABLE_MS)
+        this.#wait = this.timing.backoffMs;
+      this.#schedule(this.#wait);
       this.#wait = Math.min(this.timing.maxBackoffMs, this.#wait * 2);
     };
     req.on("response", (res: IncomingMessage) => {
+      clearTimeout(answerTimer);
+      if (stream.ended) {
+        res.resume();
+        req.destroy();
+        return;
+      }
       // The body is empty unless the peer refused an event (or the key): then it says why.
       let body = "";
       res.setEncoding("utf8");
@@ -469,26 +550,23 @@ class PeerLink {
         return;
       }
       res.on("end", () => down(body.trim() || "the peer ended the stream"));
-      if (this.#closed) return down("closed");
       const previous = this.#current;
       stream.open = true;
+      stream.openedAtMs = performance.now();
       this.#current = stream;
       this.#blocked = false;
-      if (previous !== undefined && previous !== stream) {
+      if (previous !== undefined && previous !== stream && !previous.ended) {
         previous.ended = true;
         previous.open = false;
+        this.#streams.delete(previous);
         previous.req.end();
       }
-      this.#wait = this.timing.backoffMs;
       if (this.#down !== undefined) this.log({ event: "peer_up", peer: this.url.origin });
       this.#down = undefined;
-      clearTimeout(this.#renewTimer);
-      this.#renewTimer = setTimeout(() => this.#connect(), this.timing.renewMs);
-      this.#renewTimer.unref();
+      this.#schedule(this.timing.renewMs);
     });
     req.on("error", (e) => down(e.message));
     req.on("close", () => down("closed"));
     req.flushHeaders();
-    if (this.#current === undefined) this.#current = stream;
   }
 }

@@ -217,7 +217,7 @@ describe("routers that tell each other what they sent", () => {
       const sent = await events(routers[from], "out", "sent");
       expect(sent).toBeGreaterThan(10);
       await waitFor(
-        async () => (await events(routers[to], "in", "applied")) === sent,
+        async () => (await events(routers[to], "in", "applied")) >= sent,
         "every event",
       );
       expect(await events(routers[from], "out", "dropped")).toBe(0);

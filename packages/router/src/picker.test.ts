@@ -801,6 +801,11 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     // Once the peer's requests ended, quiet again.
     for (const id of ids) for (let i = 0; i < 2; i++) told.peerFinished("peer", id);
     expect(maxOverMean(drive(told, 64 * 12, half, 6))).toBeGreaterThan(1.6);
+    // Ends lost on the way (the peer's stream was full) count only until the peer says what it
+    // has in flight: nothing.
+    for (const id of ids) told.peerDispatched("peer", res, { replicaId: id, prefillTokens: 0 });
+    told.peerInFlightReset("peer", new Map());
+    expect(maxOverMean(drive(told, 64 * 12, half, 6))).toBeGreaterThan(1.6);
   });
 
   it("homes a new hint where its first request waits least, and keeps it there with prefill queued", () => {

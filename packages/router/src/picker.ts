@@ -211,6 +211,11 @@ export interface ReplicaPicker {
   peerPrefillDone(peer: string, replicaId: string, prefillTokens: number): void;
   /** A request `peer` {@link peerDispatched} ended. */
   peerFinished(peer: string, replicaId: string): void;
+  /**
+   * What `peer` says it has in flight now, per replica (absent: none): replaces what its
+   * dispatches and ends added up to, so that an end lost on the way counts only until then.
+   */
+  peerInFlightReset(peer: string, counts: ReadonlyMap<string, number>): void;
   /** `peer` went away: the prefills and requests it booked stop counting. */
   peerGone(peer: string): void;
   /**
@@ -555,18 +560,13 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       if (d.prefillTokens > 0) {
         const entry = { tokens: d.prefillTokens, sentAtMs: nowMs, peer };
         const list = pendingPrefill.get(d.replicaId);
-        if (list === undefined) pendingPrefill.set(d.replicaId, [entry]);
-        else {
-          // Drop the peers' entries past their age first: a peer that never says "done"
-          // must not grow the list.
-          if (list.length > 0 && (list[0] as PendingPrefill).peer !== undefined) {
-            const stale = list.findIndex(
-              (p) => p.peer === undefined || nowMs - p.sentAtMs <= PEER_PREFILL_MAX_MS,
-            );
-            list.splice(0, stale < 0 ? list.length : stale);
-          }
-          list.push(entry);
-        }
+        // The peers' entries past their age go first: a first byte lost on the way must not
+        // grow the list.
+        const kept =
+          list?.filter((p) => p.peer === undefined || nowMs - p.sentAtMs <= PEER_PREFILL_MAX_MS) ??
+          [];
+        kept.push(entry);
+        pendingPrefill.set(d.replicaId, kept);
       }
       if (resolution.policy !== "llmgw") return;
       if (d.chain !== undefined && d.chain.length > 0) prefixIndex.record(d.chain, d.replicaId);
@@ -595,6 +595,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       if (counts === undefined || n === undefined) return;
       if (n > 1) counts.set(replicaId, n - 1);
       else counts.delete(replicaId);
+    },
+    peerInFlightReset(peer, counts) {
+      const next = new Map<string, number>();
+      for (const [id, n] of counts) if (n > 0) next.set(id, n);
+      if (next.size === 0) peerInFlight.delete(peer);
+      else peerInFlight.set(peer, next);
     },
     peerGone(peer) {
       peerInFlight.delete(peer);
