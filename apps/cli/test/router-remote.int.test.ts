@@ -19,6 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { freePort } from "@llmgw/agent";
 import { type ControlPlane, inventoryToProto, startControlPlane } from "@llmgw/control-plane";
 import { FakeAgent, hasOpenssl, selfSignedCert } from "@llmgw/control-plane/testing";
 import { simulateInventory } from "@llmgw/discovery";
@@ -492,7 +493,7 @@ describe.skipIf(!hasOpenssl())("routers that serve HTTPS as each other's peers",
     const dir = tempDir();
     const { cert, key } = selfSignedCert(dir);
     const tls = { cert: readFileSync(cert), key: readFileSync(key) };
-    const ports = await Promise.all([0, 1].map(() => freeLoopbackPort()));
+    const ports = await Promise.all([0, 1].map(() => freePort()));
     const start = async (i: number, ca: Buffer | undefined) => {
       const events: Record<string, unknown>[] = [];
       const r = await startRouter({
@@ -534,15 +535,3 @@ describe.skipIf(!hasOpenssl())("routers that serve HTTPS as each other's peers",
     expect(await connected(a.r)).toBe(0);
   });
 });
-
-/** A port free on 127.0.0.1 now. */
-function freeLoopbackPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}

@@ -168,28 +168,30 @@ async function startMetricsListener(
 async function readRouterToken(config: RouterConfig): Promise<string> {
   const source = config.routerToken;
   if (source.kind !== "file") return source.token;
-  const text = (await readConfigFile(source.path, "--router-token-file", MAX_TOKEN_FILE_BYTES))
-    .toString("utf8")
-    .trim();
-  if (text === "" || /\s/.test(text)) {
-    throw new RouterServiceError(
-      "LLMGW_ROUTER_CONFIG_INVALID",
-      `--router-token-file ${source.path} must hold one token on one line (the output of 'llmgw control-plane token --router')`,
-    );
-  }
-  return text;
+  return readOneLine(
+    source.path,
+    "--router-token-file",
+    "one token on one line (the output of 'llmgw control-plane token --router')",
+  );
 }
 
 async function readPeerKey(config: RouterConfig): Promise<string | undefined> {
   const source = config.peerKey;
   if (source === undefined || source.kind === "env") return source?.key.trim();
-  const text = (await readConfigFile(source.path, "--peer-key-file", MAX_TOKEN_FILE_BYTES))
-    .toString("utf8")
-    .trim();
+  return readOneLine(
+    source.path,
+    "--peer-key-file",
+    "one key on one line (e.g. 'openssl rand -hex 32', the same file on every router)",
+  );
+}
+
+/** A secret file's one line, trimmed; refused when empty or holding whitespace. */
+async function readOneLine(file: string, flag: string, what: string): Promise<string> {
+  const text = (await readConfigFile(file, flag, MAX_TOKEN_FILE_BYTES)).toString("utf8").trim();
   if (text === "" || /\s/.test(text)) {
     throw new RouterServiceError(
       "LLMGW_ROUTER_CONFIG_INVALID",
-      `--peer-key-file ${source.path} must hold one key on one line (e.g. 'openssl rand -hex 32', the same file on every router)`,
+      `${flag} ${file} must hold ${what}`,
     );
   }
   return text;
