@@ -494,6 +494,7 @@ export class Exchange {
       ...(this.hint === undefined ? {} : { hint: this.hint.value }),
       ...(precise === undefined ? {} : { precise }),
       promptTokens: this.promptTokens(),
+      ...(this.hint !== undefined && core.timedPlacement() ? { timedPlacement: true } : {}),
       ...this.#criticalPick(),
     });
     if (decision !== undefined) {

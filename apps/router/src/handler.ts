@@ -44,6 +44,8 @@ export interface RouterHandlerOptions {
   readonly onUsageFull?: () => void;
   /** See `RouterCoreOptions.peers`. */
   readonly peers?: PeerSink;
+  /** See `RouterCoreOptions.routers`. */
+  readonly routers?: () => number;
 }
 
 /** A request handler to mount on the public listener, plus its shutdown. */
@@ -96,6 +98,7 @@ export function createRouterHandler(input: RouterHandlerOptions): RouterHandler 
       ...(input.usage === undefined ? {} : { usage: input.usage }),
       ...(input.onUsageFull === undefined ? {} : { onUsageFull: input.onUsageFull }),
       ...(input.peers === undefined ? {} : { peers: input.peers }),
+      ...(input.routers === undefined ? {} : { routers: input.routers }),
     }),
   );
 }

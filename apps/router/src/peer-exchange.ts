@@ -293,8 +293,10 @@ function readPeerStream(
       if (parsed !== undefined) apply(parsed);
       nl = pending.indexOf("\n");
     }
-    if (pending.length > MAX_PEER_LINE_BYTES)
+    if (pending.length > MAX_PEER_LINE_BYTES) {
+      line++; // the line being read, not the last one read
       fail(`an event longer than ${MAX_PEER_LINE_BYTES} bytes`);
+    }
   });
   req.on("end", () => {
     if (!failed) res.end();

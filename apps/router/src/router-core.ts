@@ -130,6 +130,8 @@ export interface RouterCoreOptions {
   readonly onUsageFull?: () => void;
   /** Where this router tells the other routers what it sent (peer-exchange.ts); none: alone. */
   readonly peers?: PeerSink;
+  /** Routers serving the cluster now, this one included (the routing state's count). */
+  readonly routers?: () => number;
 }
 
 /** The shared state of one router handler (see the top of this file). */
@@ -171,6 +173,11 @@ export interface RouterCore {
   readonly gpuShares: GpuShares;
   /** See {@link RouterCoreOptions.peers}. */
   readonly peers: PeerSink | undefined;
+  /**
+   * Whether a new hint may be homed by step timing (`PickRequest.timedPlacement`): this router
+   * is the only one, or tells its peers its homes. Unknown router count: no.
+   */
+  timedPlacement(): boolean;
   /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
   close(): Promise<void>;
 }
@@ -261,6 +268,8 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     onUsageFull: input.onUsageFull ?? (() => {}),
     gpuShares: new GpuShares(),
     peers: input.peers,
+    timedPlacement: () =>
+      input.peers !== undefined || (input.routers !== undefined && input.routers() <= 1),
     async close() {
       unsubscribe();
       kvWatch.close();

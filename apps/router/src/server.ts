@@ -234,6 +234,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       ...(ledger === undefined ? {} : { usage: ledger }),
       onUsageFull: () => usageReporter?.sealNow(),
       ...(peers === undefined ? {} : { peers }),
+      routers: () => runtime.state.routers,
     });
     handler = h;
     const stateDir = options.routing.stateDir;

@@ -3,10 +3,13 @@
  * of real simulated engines: a tenant goes to one replica from either router, the peers' books
  * follow each other's streams, and a wrong key or a bad event is refused with its reason.
  */
+import { createServer as createHttpServer, request } from "node:http";
+import type { AddressInfo } from "node:net";
 import { createServer } from "node:net";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { afterEach, describe, expect, it } from "vitest";
 import { PEER_EVENTS_PATH, type RunningRouter } from "../src/index.js";
+import { MAX_PEER_LINE_BYTES, startPeerExchange } from "../src/peer-exchange.js";
 import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const MODEL = "sim-llama";
@@ -223,5 +226,63 @@ describe("routers that tell each other what they sent", () => {
       expect(await events(routers[from], "out", "dropped")).toBe(0);
     }
     expect(await counter(routers[0], "llmgw_router_peers_connected", {})).toBe(1);
+  });
+
+  it("answers 405 to other methods, refuses a line too long across chunks and 503 once stopping", async () => {
+    const gone: string[] = [];
+    const applied: string[] = [];
+    const exchange = startPeerExchange({
+      routerId: "receiver",
+      peers: [],
+      key: KEY,
+      apply: (peer, event) => applied.push(`${peer} ${event.t}`),
+      gone: (peer) => gone.push(peer),
+    });
+    const server = createHttpServer((req, res) => exchange.handle(req, res));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      exchange.close();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    });
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}${PEER_EVENTS_PATH}`;
+    const headers = { authorization: `Bearer ${KEY}`, "x-llmgw-router-id": "sender" };
+
+    const get = await fetch(url, { headers });
+    expect([get.status, await get.text()]).toEqual([405, "POST only\n"]);
+
+    // One good event, then a line that never ends, written in pieces under the limit each.
+    const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(url, { method: "POST", headers }, (res) => {
+        let body = "";
+        res.setEncoding("utf8").on("data", (c: string) => {
+          body += c;
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on("error", reject);
+      });
+      req.on("error", () => {}); // the receiver cuts the upload short
+      req.write('{"t":"end","replica":"sim-0"}\n');
+      const piece = "x".repeat(16 * 1024);
+      let written = 0;
+      const more = () => {
+        while (written <= MAX_PEER_LINE_BYTES && !req.destroyed) {
+          written += piece.length;
+          if (!req.write(piece)) return void req.once("drain", more);
+        }
+      };
+      more();
+    });
+    expect(await answer).toEqual({
+      status: 200,
+      body: `line 2: an event longer than ${MAX_PEER_LINE_BYTES} bytes\n`,
+    });
+    expect(applied).toEqual(["sender end"]);
+    await waitFor(() => gone.length === 1, "the peer's last stream to close");
+    expect(gone).toEqual(["sender"]);
+
+    exchange.close();
+    const stopping = await fetch(url, { method: "POST", headers, body: "" });
+    expect([stopping.status, await stopping.text()]).toEqual([503, "this router is stopping\n"]);
   });
 });

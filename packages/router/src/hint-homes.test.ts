@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { HintHomes, type HomeCandidate } from "./hint-homes.js";
+import { firstInOrder, HintHomes, type HomeCandidate } from "./hint-homes.js";
 import { hintAnchor, rendezvousWeight, replicaSeed } from "./rendezvous.js";
 
 const ids = Array.from({ length: 16 }, (_, i) => `r${String(i).padStart(2, "0")}`);
@@ -72,6 +72,43 @@ describe("HintHomes", () => {
     expect(homes.count("d", holder)).toBe(Math.ceil((1.25 * 15) / 16));
   });
 
+  it("homes a new hint by step timing below the fair share, and a holder still first", () => {
+    // Replica i's current step ends in (i + 0.1) sixteenths of a step; r05's is unknown (read
+    // as half a step: between r07's and r08's).
+    const wait = (c: HomeCandidate) =>
+      c.id === "r05" ? undefined : (ids.indexOf(c.id) + 0.1) / 16;
+    const homes = new HintHomes();
+    const placed = tenants
+      .slice(0, 32)
+      .map((t) => homes.homeOf("d", hintAnchor(t), candidatesFor(t), all, 0, { wait }));
+    // Each hint takes the soonest step among the replicas below ceil((hints + 1) ÷ 16): r00
+    // first, then r01 once r00 holds its share, and so on, two rounds of all 16, r05 with
+    // the unknown step after r07 in each round.
+    const round = ["r00", "r01", "r02", "r03", "r04", "r06", "r07", "r05", "r08"];
+    expect(placed.slice(0, 9)).toEqual(round);
+    expect(ids.map((id) => homes.count("d", id))).toEqual(ids.map(() => 2));
+    // Without `wait` the rendezvous order decides, bounded at 1.25× the share: uneven.
+    const hashed = new HintHomes();
+    for (const t of tenants.slice(0, 32)) homeOf(hashed, t);
+    expect(ids.map((id) => hashed.count("d", id))).not.toEqual(ids.map(() => 2));
+    // A replica holding the prompt wins over the soonest step; among equals, timing decides
+    // only where nothing is held, and `placeable` still filters.
+    const fresh = new HintHomes();
+    expect(
+      fresh.homeOf("d", hintAnchor("x"), candidatesFor("x"), all, 0, {
+        wait,
+        held: (c) => (c.id === "r09" ? 8 : 0),
+        blocks: 10,
+      }),
+    ).toBe("r09");
+    expect(
+      fresh.homeOf("d", hintAnchor("y"), candidatesFor("y"), all, 0, {
+        wait,
+        placeable: (c) => c.id !== "r00" && c.id !== "r01",
+      }),
+    ).toBe("r02");
+  });
+
   it("keeps a home a retry excludes, and moves one whose replica cannot take requests", () => {
     const homes = new HintHomes();
     const home = homeOf(homes, "t") as string;
@@ -118,19 +155,40 @@ describe("HintHomes", () => {
     expect(new HintHomes().homeOf("d", 1, [], all, 0)).toBeUndefined();
   });
 
-  it("adopts a peer router's home for a hint, and settles two homes on the one that sorts first", () => {
+  it("adopts a peer router's home for a hint, and settles two homes on the first in its order", () => {
     const homes = new HintHomes();
     const key = hintAnchor("t");
+    const order = [...candidatesFor("t")]
+      .sort((x, y) => (y.rendezvous ?? 0) - (x.rendezvous ?? 0))
+      .map((c) => c.id);
+    const [early, middle, late] = [order[2], order[8], order[14]] as [string, string, string];
     // Never seen here: it takes the peer's home, counted like its own.
-    expect(homes.adopt("d", key, "r05", 0)).toBe(true);
-    expect(homeOf(homes, "t")).toBe("r05");
-    expect(homes.count("d", "r05")).toBe(1);
-    // Homed here on r05: a peer's r09 does not move it, a peer's r02 does (each router moves
-    // to the one that sorts first, so two routers that placed it apart agree after one message).
-    expect(homes.adopt("d", key, "r09", 0)).toBe(false);
-    expect(homeOf(homes, "t")).toBe("r05");
-    expect(homes.adopt("d", key, "r02", 0)).toBe(true);
-    expect(homeOf(homes, "t")).toBe("r02");
-    expect([homes.count("d", "r05"), homes.count("d", "r02"), homes.size("d")]).toEqual([0, 1, 1]);
+    expect(homes.adopt("d", key, middle, 0)).toBe(true);
+    expect(homeOf(homes, "t")).toBe(middle);
+    expect(homes.count("d", middle)).toBe(1);
+    // Homed here on `middle`: a peer's home later in the hint's rendezvous order does not move
+    // it, an earlier one does (each router moves to the earlier, so two routers that placed
+    // it apart agree after one message).
+    expect(homes.adopt("d", key, late, 0)).toBe(false);
+    expect(homeOf(homes, "t")).toBe(middle);
+    expect(homes.adopt("d", key, early, 0)).toBe(true);
+    expect(homeOf(homes, "t")).toBe(early);
+    expect([homes.count("d", middle), homes.count("d", early), homes.size("d")]).toEqual([0, 1, 1]);
+  });
+
+  it("settles contested hints on every replica alike, not on the ids that sort first", () => {
+    const wins = new Map<string, number>();
+    for (const t of tenants) {
+      const key = hintAnchor(t);
+      for (let i = 0; i < ids.length; i += 2) {
+        const [a, b] = [ids[i] as string, ids[i + 1] as string];
+        const first = firstInOrder(key, a, b);
+        expect(firstInOrder(key, b, a)).toBe(first);
+        wins.set(first, (wins.get(first) ?? 0) + 1);
+      }
+    }
+    // 64 contests per pair: each side wins some; by id order r00, r02, … would win all 64.
+    for (let i = 0; i < ids.length; i += 2) expect(wins.get(ids[i] as string)).toBeLessThan(48);
+    expect([...wins.values()].reduce((x, y) => x + y, 0)).toBe(64 * 8);
   });
 });

@@ -28,11 +28,26 @@
  * with two routers, as with one). Without peers, the engines' own blocks settle it in precise
  * mode: a new hint whose prompt a replica already holds, at least half of it, is homed there
  * (the longest holder under the bound first), so a router that meets a tenant late follows
- * where another router sent it. A hint's key is its 32-bit `hintAnchor`: two hints that
+ * where another router sent it.
+ *
+ * A router alone, or one that tells its peers its homes, needs no agreement by hashing, and
+ * homes a new hint by time instead (`HomePlacement.wait`): among the replicas below their fair
+ * share of hints, where the engine's current step ends soonest, since the hint's first request
+ * waits for that step before its prefill starts. On `unique` (every request its own hint,
+ * bench/routing) that took TTFT p50 from 129 to 126–127 ms, below round robin's 128–129, and
+ * keeping the hints at their fair share spread requests 24 a replica where the rendezvous
+ * order gave 20–28. A hint's key is its 32-bit `hintAnchor`: two hints that
  * collide share a home, which costs balance, never correctness, and keeps the map's memory
  * independent of hint length.
  */
 import { LruMap } from "./lru-map.js";
+import { rendezvousWeight, replicaSeed } from "./rendezvous.js";
+
+/** A candidate whose step phase is unknown counts as waiting this share of a step. */
+const WAIT_UNKNOWN = 0.5;
+
+/** The rank in step waits of a candidate at or over its fair share of hints: after every wait. */
+const OVER_FAIR_SHARE = 2;
 
 /** Options of {@link HintHomes}. */
 export interface HintHomesOptions {
@@ -76,6 +91,15 @@ export interface HomePlacement<C extends HomeCandidate> {
   readonly held?: (candidate: C) => number;
   /** The prompt's blocks (for `held`). */
   readonly blocks?: number;
+  /**
+   * How long a request sent to the candidate now waits for its engine's current step to end,
+   * as a share of a step (`StepPhase.waitShare`, 0–1; undefined when unknown, read as half a
+   * step). Given, a hint no candidate holds is homed where the wait is shortest among the
+   * candidates below their fair share of hints (`ceil((hints + 1) ÷ replicas)`, not the
+   * bound's 1.25×), and by the rendezvous order only among equals or when every one is at its
+   * share. Leave it out where routers that tell each other nothing must agree on homes.
+   */
+  readonly wait?: (candidate: C) => number | undefined;
 }
 
 /** The hints of every deployment a router serves, each with its replica. */
@@ -126,9 +150,10 @@ export class HintHomes {
   /**
    * Another router sent the hint with key `key` to its home `replicaId` (peer-exchange.ts):
    * a hint with no home here takes that one, and one homed elsewhere moves there when
-   * `replicaId` sorts first. Two routers that placed a hint apart (each met it first, at the
-   * same moment) so settle on the same home from each other's next request, whichever of them
-   * hears first, at one cache miss. Returns whether the hint is now homed on `replicaId`.
+   * `replicaId` comes first in the hint's rendezvous order ({@link firstInOrder}). Two routers
+   * that placed a hint apart (each met it first, at the same moment) so settle on the same
+   * home from each other's next request, whichever of them hears first, at one cache miss.
+   * Returns whether the hint is now homed on `replicaId`.
    */
   adopt(deployment: string, key: number, replicaId: string, nowMs: number): boolean {
     const d = this.#deploymentOf(deployment);
@@ -138,7 +163,7 @@ export class HintHomes {
         home.lastMs = nowMs;
         return true;
       }
-      if (home.replica < replicaId) return false;
+      if (firstInOrder(key, home.replica, replicaId) === home.replica) return false;
       this.#drop(d, key, home);
     }
     this.#setHome(d, key, replicaId, nowMs);
@@ -167,40 +192,54 @@ export class HintHomes {
 
   /**
    * The candidate below the bound that holds the longest prefix of the prompt (at least half
-   * of it), else the first in rendezvous order (highest weight, then id) among the `placeable`
-   * ones when any is.
+   * of it), else among the `placeable` ones when any is: with `wait`, the soonest step end
+   * below the fair share; otherwise, and among equals, the first in rendezvous order (highest
+   * weight, then id).
    */
   #place<C extends HomeCandidate>(
     d: DeploymentHomes,
     candidates: readonly C[],
-    { placeable, held, blocks = 0 }: HomePlacement<C>,
+    { placeable, held, blocks = 0, wait }: HomePlacement<C>,
   ): string | undefined {
     const k = candidates.length;
     if (k === 0) return undefined;
     let total = 0;
     for (const c of candidates) total += d.counts.get(c.id) ?? 0;
     const bound = Math.ceil((this.#factor * (total + 1)) / k);
+    const fairShare = Math.ceil((total + 1) / k);
     let best: string | undefined;
     let bestHeld = 0;
     let bestWeight = -1;
+    let bestWait = Number.POSITIVE_INFINITY; // in steps, or OVER_FAIR_SHARE
     let anyPlaceable = false;
     if (placeable !== undefined) for (const c of candidates) anyPlaceable ||= placeable(c);
     for (const c of candidates) {
-      if ((d.counts.get(c.id) ?? 0) + 1 > bound) continue;
+      const count = d.counts.get(c.id) ?? 0;
+      if (count + 1 > bound) continue;
       const h = held === undefined ? 0 : held(c);
       // Under half the prompt is a preamble many hints share, not this hint's own prefix.
       const holds = blocks > 0 && 2 * h >= blocks ? h : 0;
       // A holder saves this request more prefill than the queue there may cost it.
       if (anyPlaceable && holds === 0 && !(placeable as (c: C) => boolean)(c)) continue;
       const w = c.rendezvous ?? 0;
+      // Timing decides only between equals in what they hold, and keeps the hints even.
+      const steps =
+        holds > 0 || wait === undefined
+          ? 0
+          : count + 1 > fairShare
+            ? OVER_FAIR_SHARE
+            : (wait(c) ?? WAIT_UNKNOWN);
       if (
         holds > bestHeld ||
         (holds === bestHeld &&
-          (w > bestWeight || (w === bestWeight && best !== undefined && c.id < best)))
+          (steps < bestWait ||
+            (steps === bestWait &&
+              (w > bestWeight || (w === bestWeight && best !== undefined && c.id < best)))))
       ) {
         best = c.id;
         bestHeld = holds;
         bestWeight = w;
+        bestWait = steps;
       }
     }
     // The bound always leaves one (the candidates' mean is below it), unless the placeable
@@ -243,4 +282,15 @@ export class HintHomes {
     if (n > 0) d.counts.set(home.replica, n);
     else d.counts.delete(home.replica);
   }
+}
+
+/**
+ * Of two replicas, the one first in the rendezvous order of the hint with key `key` (the higher
+ * weight, then the lower id): the same on every router, and a different replica for each hint.
+ * Settling on the lower id instead gave the replicas that sort first every contested hint.
+ */
+export function firstInOrder(key: number, a: string, b: string): string {
+  const wa = rendezvousWeight(key, replicaSeed(a));
+  const wb = rendezvousWeight(key, replicaSeed(b));
+  return wa > wb || (wa === wb && a < b) ? a : b;
 }

@@ -824,6 +824,38 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     expect([again.replica.id, again.rendezvousPreferred]).toEqual([home, true]);
     expect(picker.hintHomes.count("qwen", home)).toBe(1);
   });
+
+  it("homes a new hint where the engine's step ends soonest, when asked to place by time", () => {
+    const clock = createManualClock(0);
+    const picker = createReplicaPicker({ health: { clock } });
+    // 16 ms steps; replica i's ended i ms past each multiple of 16, the last at 1,584 + i. At
+    // 1,599 ms r00's step has one ms to run, r15's (begun at 1,599) all 16.
+    for (let t = 0; t < 1_600; t += 16)
+      for (const [i, id] of ids.entries()) picker.stepPhase(id).observe(t + i);
+    clock.advance(1_599);
+    const hint = "tenant-timed";
+    const soonest = ids[0] as string;
+    expect(rendezvousOrderOfHint(hint, ids)[0]).not.toBe(soonest);
+    const chain = promptChain(prng(2), 2);
+    const pick = (timedPlacement: boolean, h = hint) =>
+      (
+        picker.pick(res, chain, undefined, undefined, {
+          hint: h,
+          promptTokens: 1024,
+          timedPlacement,
+        }) as PickDecision
+      ).replica.id;
+    // Not asked (another router must find the home by hashing): the rendezvous order's first.
+    const untimed = pick(false, "tenant-hashed");
+    expect([untimed, untimed === soonest]).toEqual([
+      rendezvousOrderOfHint("tenant-hashed", ids)[0],
+      false,
+    ]);
+    expect(pick(true)).toBe(soonest);
+    // The home is kept whatever the steps do next.
+    clock.advance(8);
+    expect(pick(true)).toBe(soonest);
+  });
 });
 
 /** Replica ids in `hint`'s rendezvous order, as the picker weighs them. */

@@ -74,6 +74,12 @@ export interface PickRequest {
    * engine's current step ends soonest counts in the score ({@link ReplicaPicker.stepPhase}).
    */
   readonly latencyFirst?: boolean;
+  /**
+   * A new hint may be homed by its replicas' step phases (hint-homes.ts, `HomePlacement.wait`):
+   * set when this router is alone or tells its peers the homes it chooses. Routers that share
+   * nothing agree on a hint's home only through its rendezvous order, which timing would break.
+   */
+  readonly timedPlacement?: boolean;
 }
 
 /** A prefill sent to a replica whose first byte has not come yet. */
@@ -469,6 +475,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
               // …or where its prompt is already (another router sent it there).
               held: (c) => c.prefixBlocks,
               blocks: chainLength,
+              // …and, among the replicas below their fair share of hints, where the engine's
+              // step ends soonest, when no other router needs to find the home by hashing.
+              ...(request?.timedPlacement === true
+                ? { wait: (c: ScoringCandidate) => phases.get(c.id)?.waitShare(nowMs) }
+                : {}),
             },
           );
           const at = home === undefined ? -1 : candidates.findIndex((c) => c.id === home);

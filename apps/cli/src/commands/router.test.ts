@@ -130,4 +130,21 @@ describe("llmgw router: refusals before anything starts", () => {
     expect(c.stderr()).toContain(`--router-token-file ${file} must hold one token on one line`);
     expect(c.stderr()).not.toContain("two words");
   });
+
+  it("refuses an empty peer key file with the peer flag's own message", async () => {
+    const dir = tempDir();
+    const token = join(dir, "rt");
+    writeFileSync(token, "rt-token-0123456789\n");
+    const key = join(dir, "peer-key");
+    writeFileSync(key, "  \n");
+    chmodSync(key, 0o600);
+    const c = capture({ LLMGW_STATE_DIR: join(dir, "state") });
+    const args = ["router", "--control-plane", "http://127.0.0.1:1", "--router-token-file", token];
+    expect(
+      await runCli([...args, "--peer", "http://127.0.0.1:2", "--peer-key-file", key], c.io),
+    ).toBe(2);
+    expect(c.stderr()).toContain(
+      `--peer-key-file ${key} must hold one key on one line (e.g. 'openssl rand -hex 32'`,
+    );
+  });
 });
