@@ -22,6 +22,8 @@ export interface BenchChild {
   urls: string[];
   /** The `sims` role with KV events: where it serves its engines' blocks (`KvCacheService`). */
   kvUrl?: string;
+  /** The `sims` role: where it serves its engines' loads, parsed (`EngineLoads`). */
+  loadsUrl?: string;
   /** Sends an IPC request and resolves with the child's answer. */
   request<T extends Record<string, unknown>>(type: ChildRequestType, config?: unknown): Promise<T>;
   /** SIGTERM, then SIGKILL after 2 s; resolves when it exited. */
@@ -88,12 +90,18 @@ export function startBenchChild(
       clearTimeout(timer);
       proc.stdout?.off("data", onData);
       proc.stdout?.resume();
-      const ready = JSON.parse(line) as { url: string; urls?: string[]; kvUrl?: string };
+      const ready = JSON.parse(line) as {
+        url: string;
+        urls?: string[];
+        kvUrl?: string;
+        loadsUrl?: string;
+      };
       const child: BenchChild = {
         proc,
         url: ready.url,
         urls: ready.urls ?? [ready.url],
         ...(ready.kvUrl === undefined ? {} : { kvUrl: ready.kvUrl }),
+        ...(ready.loadsUrl === undefined ? {} : { loadsUrl: ready.loadsUrl }),
         request<T extends Record<string, unknown>>(
           type: ChildRequestType,
           cfg?: unknown,

@@ -29,6 +29,8 @@ export interface SimFleet {
    * in engine order; otherwise empty.
    */
   readonly kvUrls: readonly string[];
+  /** Where each child serves its engines' loads, parsed as an agent parses them (one per child). */
+  readonly loadsUrls: readonly string[];
   /**
    * Restarts every engine (fresh prefix caches and counters), with `overrides` merged into
    * every engine's options (e.g. another `timeScale`).
@@ -95,6 +97,9 @@ export async function startSimFleet(options: SimFleetOptions): Promise<SimFleet>
       return children.flatMap((c) =>
         c.kvUrl === undefined ? [] : c.urls.map(() => c.kvUrl as string),
       );
+    },
+    get loadsUrls() {
+      return children.flatMap((c) => (c.loadsUrl === undefined ? [] : [c.loadsUrl]));
     },
     async restart(overrides) {
       const config: SimsRestartConfig = overrides === undefined ? {} : { overrides };

@@ -358,6 +358,9 @@ try {
     model: "m",
     policy,
     upstreams: sims.urls,
+    // The engines' loads as the control plane relays them: parsed elsewhere (the sims children
+    // do the agent's part), not scraped by the router being measured.
+    loadsFrom: sims.loadsUrls,
     capacity,
     routers,
     ...(precise ? { precise: { kvEventsUrls: sims.kvUrls, key: KV_KEY } } : {}),

@@ -46,7 +46,7 @@ import { rendezvousWeight, replicaSeed } from "./rendezvous.js";
 /** A candidate whose step phase is unknown counts as waiting this share of a step. */
 const WAIT_UNKNOWN = 0.5;
 
-/** The rank in step waits of a candidate at or over its fair share of hints: after every wait. */
+/** Added to the step wait of a candidate at its fair share of hints: it ranks after the others. */
 const OVER_FAIR_SHARE = 2;
 
 /** Options of {@link HintHomes}. */
@@ -96,8 +96,8 @@ export interface HomePlacement<C extends HomeCandidate> {
    * as a share of a step (`StepPhase.waitShare`, 0–1; undefined when unknown, read as half a
    * step). Given, a hint no candidate holds is homed where the wait is shortest among the
    * candidates below their fair share of hints (`ceil((hints + 1) ÷ replicas)`, not the
-   * bound's 1.25×), and by the rendezvous order only among equals or when every one is at its
-   * share. Leave it out where routers that tell each other nothing must agree on homes.
+   * bound's 1.25×), then among those at it, and by the rendezvous order only among equals.
+   * Leave it out where routers that tell each other nothing must agree on homes.
    */
   readonly wait?: (candidate: C) => number | undefined;
 }
@@ -210,7 +210,7 @@ export class HintHomes {
     let best: string | undefined;
     let bestHeld = 0;
     let bestWeight = -1;
-    let bestWait = Number.POSITIVE_INFINITY; // in steps, or OVER_FAIR_SHARE
+    let bestWait = Number.POSITIVE_INFINITY; // in steps, plus OVER_FAIR_SHARE at the share
     let anyPlaceable = false;
     if (placeable !== undefined) for (const c of candidates) anyPlaceable ||= placeable(c);
     for (const c of candidates) {
@@ -226,9 +226,7 @@ export class HintHomes {
       const steps =
         holds > 0 || wait === undefined
           ? 0
-          : count + 1 > fairShare
-            ? OVER_FAIR_SHARE
-            : (wait(c) ?? WAIT_UNKNOWN);
+          : (wait(c) ?? WAIT_UNKNOWN) + (count + 1 > fairShare ? OVER_FAIR_SHARE : 0);
       if (
         holds > bestHeld ||
         (holds === bestHeld &&
