@@ -60,6 +60,8 @@ export type PeerEvent =
 
 /** What a router tells its peers (router-core.ts calls it on the request path). */
 export interface PeerSink {
+  /** This router's id on the peers' books (its router id and a suffix for this run). */
+  readonly instance?: string;
   /** A request went to `replicaId` ({@link PeerDispatch}). */
   sent(model: string, dispatch: PeerDispatch): void;
   /** The first byte of a prefill {@link sent} came (or the request ended without one). */
@@ -173,6 +175,7 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
     for (const link of links) link.send(line);
   };
   return {
+    instance,
     sent(model, d) {
       if (links.length === 0) return;
       inFlight.set(d.replicaId, (inFlight.get(d.replicaId) ?? 0) + 1);

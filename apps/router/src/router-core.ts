@@ -175,7 +175,7 @@ export interface RouterCore {
   readonly peers: PeerSink | undefined;
   /**
    * Whether a new hint may be homed by step timing (`PickRequest.timedPlacement`): this router
-   * is the only one, or tells its peers its homes. Unknown router count: no.
+   * is the only one (an unknown router count: no), or tells its peers its homes.
    */
   timedPlacement(): boolean;
   /** Stops listening to the route table, stops the analyzer's workers, closes the pools. */
@@ -201,6 +201,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const draining = new Map<string, string>();
   const picker = createReplicaPicker({
     ...options.picker,
+    ...(input.peers?.instance === undefined ? {} : { routerId: input.peers.instance }),
     health: {
       ...options.picker.health,
       onCircuitChange: (replicaId, from, to) => {

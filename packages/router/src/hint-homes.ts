@@ -34,11 +34,13 @@
  * homes a new hint by time instead (`HomePlacement.wait`): among the replicas below their fair
  * share of hints, where the engine's current step ends soonest, since the hint's first request
  * waits for that step before its prefill starts. On `unique` (every request its own hint,
- * bench/routing) that took TTFT p50 from 129 to 126–127 ms, below round robin's 128–129, and
- * keeping the hints at their fair share spread requests 24 a replica where the rendezvous
- * order gave 20–28. A hint's key is its 32-bit `hintAnchor`: two hints that
- * collide share a home, which costs balance, never correctness, and keeps the map's memory
- * independent of hint length.
+ * bench/routing) that took TTFT p50 from 129 to 126–127 ms, below round robin's 127–129, and
+ * keeping the hints at their fair share spread requests 24 a replica where the rendezvous order
+ * gave 20–28. Routers without peers keep the rendezvous order, and peers take the replicas each
+ * owns first (picker.ts, `PickRequest.timedPlacement`, `ReplicaPickerOptions.routerId`).
+ *
+ * A hint's key is its 32-bit `hintAnchor`: two hints that collide share a home, which costs
+ * balance, never correctness, and keeps the map's memory independent of hint length.
  */
 import { LruMap } from "./lru-map.js";
 import { rendezvousWeight, replicaSeed } from "./rendezvous.js";

@@ -856,6 +856,41 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     clock.advance(8);
     expect(pick(true)).toBe(soonest);
   });
+
+  it("places new hints by time on the replicas each peer owns, so peers do not pick alike", () => {
+    const clock = createManualClock(0);
+    const router = (id: string) => createReplicaPicker({ health: { clock }, routerId: id });
+    const [a, b] = [router("router-a:1"), router("router-b:2")];
+    for (let t = 0; t < 1_600; t += 16)
+      for (const [i, id] of ids.entries()) for (const p of [a, b]) p.stepPhase(id).observe(t + i);
+    clock.advance(1_599); // r0's step ends first, then r1's, … (as above)
+    const place = (p: ReplicaPicker, hint: string) =>
+      (
+        p.pick(res, promptChain(prng(3), 3), undefined, undefined, {
+          hint,
+          promptTokens: 1024,
+          timedPlacement: true,
+        }) as PickDecision
+      ).replica.id;
+    // Before they hear of each other, both send their new hints to the same soonest step.
+    expect([place(a, "a-0"), place(b, "b-0")]).toEqual([ids[0], ids[0]]);
+    // Once each has heard from the other, each takes the soonest of the replicas it owns: two
+    // different replicas, owned by one router each, and half of the fleet each.
+    a.peerInFlightReset("router-b:2", new Map());
+    b.peerInFlightReset("router-a:1", new Map());
+    const [fromA, fromB] = [place(a, "a-1"), place(b, "b-1")];
+    const ownedByA = ids.filter((id) => rendezvousOwner(id) === "router-a:1");
+    expect([ownedByA.includes(fromA), ownedByA.includes(fromB)]).toEqual([true, false]);
+    // The soonest of each router's own (r0 holds a hint already: past its fair share).
+    const soonestOf = (mine: (id: string) => boolean) => ids.slice(1).find(mine);
+    expect(fromA).toBe(soonestOf((id) => ownedByA.includes(id)));
+    expect(fromB).toBe(soonestOf((id) => !ownedByA.includes(id)));
+    expect(ownedByA.length).toBeGreaterThan(3);
+    expect(ownedByA.length).toBeLessThan(13);
+    // The peer gone, a router owns every replica again: the soonest free step anywhere.
+    a.peerGone("router-b:2");
+    expect(place(a, "a-2")).toBe(ids.slice(1).find((id) => id !== fromA));
+  });
 });
 
 /** Replica ids in `hint`'s rendezvous order, as the picker weighs them. */
@@ -1031,3 +1066,12 @@ describe("ReplicaPicker: routers that tell each other what they sent", () => {
     expect(new Set(Array.from({ length: 8 }, pickOf))).toEqual(new Set(["r0", "r1", "r2"]));
   });
 });
+
+/** Of routers a and b, the one first in `replicaId`'s rendezvous order of router ids. */
+function rendezvousOwner(replicaId: string): string {
+  const seed = replicaSeed(replicaId);
+  const [wa, wb] = ["router-a:1", "router-b:2"].map((r) =>
+    rendezvousWeight(replicaSeed(`router ${r}`), seed),
+  ) as [number, number];
+  return wa > wb || (wa === wb && "router-a:1" < "router-b:2") ? "router-a:1" : "router-b:2";
+}
