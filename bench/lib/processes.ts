@@ -152,6 +152,12 @@ export interface SimsChildConfig {
    * under these replica ids (one per engine), to callers with this key.
    */
   readonly kv?: { readonly replicaIds: readonly string[]; readonly key: string };
+  /**
+   * When true, the child also does an agent's part for load: reads and parses each engine's
+   * `/metrics` every {@link ROUTER_LOAD_INTERVAL_MS} and serves the results (printed as
+   * `loadsUrl`, {@link EngineLoads}) for routers' `loadsFrom`.
+   */
+  readonly loads?: boolean;
 }
 
 /**
@@ -468,13 +474,16 @@ if (role === "trivial") {
     );
     loads = next;
   };
-  setInterval(() => void readLoads(), ROUTER_LOAD_INTERVAL_MS).unref();
-  void readLoads();
-  const loadsServer = createServer((_req, res) => {
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(loads));
-  });
-  await new Promise<void>((resolve) => loadsServer.listen(0, "127.0.0.1", resolve));
-  const loadsUrl = `http://127.0.0.1:${(loadsServer.address() as AddressInfo).port}/loads`;
+  let loadsUrl: string | undefined;
+  if (config.loads === true) {
+    setInterval(() => void readLoads(), ROUTER_LOAD_INTERVAL_MS).unref();
+    void readLoads();
+    const loadsServer = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(loads));
+    });
+    await new Promise<void>((resolve) => loadsServer.listen(0, "127.0.0.1", resolve));
+    loadsUrl = `http://127.0.0.1:${(loadsServer.address() as AddressInfo).port}/loads`;
+  }
   const kvServer =
     config.kv === undefined
       ? undefined
@@ -509,7 +518,7 @@ if (role === "trivial") {
         }),
       );
       follow();
-      void readLoads();
+      if (loadsUrl !== undefined) void readLoads();
       reply({ id: msg.id, url: sims[0]?.url ?? "", urls: urls(), kvUrl: kvServer?.url, loadsUrl });
     })();
   });

@@ -29,7 +29,7 @@ export interface SimFleet {
    * in engine order; otherwise empty.
    */
   readonly kvUrls: readonly string[];
-  /** Where each child serves its engines' loads, parsed as an agent parses them (one per child). */
+  /** With `loads`: where each child serves its engines' loads, parsed (one per child). */
   readonly loadsUrls: readonly string[];
   /**
    * Restarts every engine (fresh prefix caches and counters), with `overrides` merged into
@@ -53,6 +53,8 @@ export interface SimFleetOptions {
    * events), engine `i` as replica `r${i}`, to callers with this key.
    */
   readonly kvKey?: string;
+  /** Each child also serves its engines' loads, parsed as an agent parses them (`loadsUrls`). */
+  readonly loads?: boolean;
 }
 
 /** Starts `replicas` engines in `ceil(replicas / perProcess)` child processes. */
@@ -69,6 +71,7 @@ export async function startSimFleet(options: SimFleetOptions): Promise<SimFleet>
       groups.map((sims, g) =>
         startBenchChild("sims", {
           sims,
+          ...(options.loads === true ? { loads: true } : {}),
           ...(options.kvKey === undefined
             ? {}
             : {

@@ -347,6 +347,7 @@ try {
     replicas,
     perProcess: simsPerProcess,
     options: simOptions,
+    loads: true,
     ...(flags.precise === true ? { kvKey: KV_KEY } : {}),
   });
   const sims = fleet;

@@ -68,6 +68,7 @@ describe("parsePeerEvent", () => {
       '{"t":"inflight","replicas":{"":1}}',
       '"replicas" keys must be replica ids of 1–256 characters',
     ],
+
     ['{"t":"sent","replica":"r","prefill":1}', '"model" must be a string of 1–256 characters'],
     [
       '{"t":"sent","model":"m","replica":"r","prefill":1,"hint":-1,"home":true}',
@@ -99,6 +100,18 @@ describe("parsePeerEvent", () => {
     ],
   ])("refuses %s: %s", (line, reason) => {
     expect(parsePeerEvent(line)).toBe(reason);
+  });
+
+  it("refuses an in-flight event naming more replicas than the bound", () => {
+    const replicas = (n: number) =>
+      JSON.stringify({
+        t: "inflight",
+        replicas: Object.fromEntries(Array.from({ length: n }, (_, i) => [`r${i}`, 1])),
+      });
+    expect(parsePeerEvent(replicas(4097))).toBe('"replicas" must name at most 4096 replicas');
+    expect(
+      (parsePeerEvent(replicas(4096)) as { replicas: ReadonlyMap<string, number> }).replicas.size,
+    ).toBe(4096);
   });
 
   it("refuses a line over the limit before parsing it", () => {

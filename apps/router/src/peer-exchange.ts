@@ -48,6 +48,8 @@ const MAX_PREFILL = 10_000_000;
 const MAX_BLOCK_KEY = 2 ** 48;
 const MIN_KEY_CHARS = 16;
 const MAX_IN_FLIGHT = 1_000_000;
+/** Most replicas one `inflight` event may name. */
+const MAX_REPLICAS = 4096;
 /** How often a router tells its peers its requests in flight. */
 const IN_FLIGHT_ANNOUNCE_MS = 1_000;
 
@@ -322,7 +324,8 @@ export function parsePeerEvent(text: string): PeerEvent | string | undefined {
     if (typeof replicas !== "object" || replicas === null || Array.isArray(replicas))
       return `"replicas" must be an object of replica ids to counts`;
     const entries = Object.entries(replicas);
-    if (entries.length > MAX_CHAIN) return `"replicas" must name at most ${MAX_CHAIN} replicas`;
+    if (entries.length > MAX_REPLICAS)
+      return `"replicas" must name at most ${MAX_REPLICAS} replicas`;
     const counts = new Map<string, number>();
     for (const [id, n] of entries) {
       if (id.length === 0 || id.length > NAME_MAX)

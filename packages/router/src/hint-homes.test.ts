@@ -107,6 +107,19 @@ describe("HintHomes", () => {
         placeable: (c) => c.id !== "r00" && c.id !== "r01",
       }),
     ).toBe("r02");
+    // A router among peers takes the soonest of the replicas it owns, before a sooner one it
+    // does not own; one it does not own only when it owns none free.
+    const odd = (c: HomeCandidate) => ids.indexOf(c.id) % 2 === 1;
+    expect(
+      fresh.homeOf("d", hintAnchor("z"), candidatesFor("z"), all, 0, { wait, owned: odd }),
+    ).toBe("r01");
+    expect(
+      fresh.homeOf("d", hintAnchor("w"), candidatesFor("w"), all, 0, {
+        wait,
+        owned: odd,
+        placeable: (c) => !odd(c),
+      }),
+    ).toBe("r00");
   });
 
   it("keeps a home a retry excludes, and moves one whose replica cannot take requests", () => {

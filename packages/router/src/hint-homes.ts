@@ -48,6 +48,9 @@ import { rendezvousWeight, replicaSeed } from "./rendezvous.js";
 /** A candidate whose step phase is unknown counts as waiting this share of a step. */
 const WAIT_UNKNOWN = 0.5;
 
+/** Added to the step wait of a candidate another router owns (`HomePlacement.owned`). */
+const NOT_OWNED = 1;
+
 /** Added to the step wait of a candidate at its fair share of hints: it ranks after the others. */
 const OVER_FAIR_SHARE = 2;
 
@@ -102,6 +105,12 @@ export interface HomePlacement<C extends HomeCandidate> {
    * Leave it out where routers that tell each other nothing must agree on homes.
    */
   readonly wait?: (candidate: C) => number | undefined;
+  /**
+   * With `wait`: whether this router places new hints on the candidate first (the replicas it
+   * owns among its peers, picker.ts); the others rank after every owned one below the fair
+   * share. Default: all.
+   */
+  readonly owned?: (candidate: C) => boolean;
 }
 
 /** The hints of every deployment a router serves, each with its replica. */
@@ -201,7 +210,7 @@ export class HintHomes {
   #place<C extends HomeCandidate>(
     d: DeploymentHomes,
     candidates: readonly C[],
-    { placeable, held, blocks = 0, wait }: HomePlacement<C>,
+    { placeable, held, blocks = 0, wait, owned }: HomePlacement<C>,
   ): string | undefined {
     const k = candidates.length;
     if (k === 0) return undefined;
@@ -212,7 +221,7 @@ export class HintHomes {
     let best: string | undefined;
     let bestHeld = 0;
     let bestWeight = -1;
-    let bestWait = Number.POSITIVE_INFINITY; // in steps, plus OVER_FAIR_SHARE at the share
+    let bestWait = Number.POSITIVE_INFINITY; // in steps, plus NOT_OWNED and OVER_FAIR_SHARE
     let anyPlaceable = false;
     if (placeable !== undefined) for (const c of candidates) anyPlaceable ||= placeable(c);
     for (const c of candidates) {
@@ -228,7 +237,9 @@ export class HintHomes {
       const steps =
         holds > 0 || wait === undefined
           ? 0
-          : (wait(c) ?? WAIT_UNKNOWN) + (count + 1 > fairShare ? OVER_FAIR_SHARE : 0);
+          : (wait(c) ?? WAIT_UNKNOWN) +
+            (owned === undefined || owned(c) ? 0 : NOT_OWNED) +
+            (count + 1 > fairShare ? OVER_FAIR_SHARE : 0);
       if (
         holds > bestHeld ||
         (holds === bestHeld &&

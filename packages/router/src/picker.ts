@@ -136,12 +136,6 @@ const LEAST_PENDING_PREFILL_SHARE = 0.5;
 /** The fewest recent requests of one hint that make it hot (see `pick`). */
 const HOT_HINT_LEAST = 4;
 
-/**
- * Added to the step wait of a replica another router owns (`ReplicaPickerOptions.routerId`), in
- * steps: a new hint homed by time goes to one this router owns while any of those is free.
- */
-const NOT_OWNED_STEPS = 1;
-
 /** `capacity` plus `headroom` of it, rounded up. */
 const withHeadroom = (capacity: number, headroom: number): number =>
   headroom > 0 ? capacity + Math.ceil(capacity * headroom) : capacity;
@@ -311,17 +305,18 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   /** The peers heard from and not gone, by the id on their events. */
   const peers = new Set<string>();
   const routerSeed = (id: string): number => replicaSeed(`router ${id}`);
+  const selfId = options.routerId;
+  const selfSeed = selfId === undefined ? 0 : routerSeed(selfId);
   /**
    * Whether this router is first in `replicaId`'s rendezvous order of router ids (itself and
-   * the peers heard from): true without an id or peers.
+   * the peers heard from; `selfId` is set when `peers` can be non-empty).
    */
   const ownedHere = (replicaId: string): boolean => {
-    if (options.routerId === undefined || peers.size === 0) return true;
     const seed = seedOf(replicaId);
-    const mine = rendezvousWeight(routerSeed(options.routerId), seed);
+    const mine = rendezvousWeight(selfSeed, seed);
     for (const p of peers) {
       const theirs = rendezvousWeight(routerSeed(p), seed);
-      if (theirs > mine || (theirs === mine && p < options.routerId)) return false;
+      if (theirs > mine || (theirs === mine && p < (selfId as string))) return false;
     }
     return true;
   };
@@ -513,10 +508,10 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
               // on the replicas it owns first).
               ...(request?.timedPlacement === true
                 ? {
-                    wait: (c: ScoringCandidate) => {
-                      const w = phases.get(c.id)?.waitShare(nowMs);
-                      return ownedHere(c.id) ? w : (w ?? 0.5) + NOT_OWNED_STEPS;
-                    },
+                    wait: (c: ScoringCandidate) => phases.get(c.id)?.waitShare(nowMs),
+                    ...(selfId === undefined || peers.size === 0
+                      ? {}
+                      : { owned: (c: ScoringCandidate) => ownedHere(c.id) }),
                   }
                 : {}),
             },
