@@ -1,3 +1,5 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { EngineSimOptions } from "@llmgw/engine-sim";
 import { findBinary, loadAverage, startBenchChild } from "../lib/children.js";
@@ -61,9 +63,17 @@ const { values: flags } = parseArgs({
     precise: { type: "boolean", default: false },
     /** Two routers that do not tell each other what they sent (as before the peer exchange). */
     "no-peers": { type: "boolean", default: false },
+    /**
+     * A directory to write every measurement's requests to, one JSON file each
+     * (`RequestSample`: session, turn, TTFT, prompt and cached tokens), for looking at where
+     * a target's misses and slow requests are.
+     */
+    samples: { type: "string" },
   },
 });
 const quick = flags.quick === true;
+const samplesDir = flags.samples;
+if (samplesDir !== undefined) mkdirSync(samplesDir, { recursive: true });
 const hints = flags["no-hints"] !== true;
 const num = (name: string, text: string | undefined, fallback: number, min = 0): number => {
   const v = text === undefined ? fallback : Number(text);
@@ -495,6 +505,10 @@ try {
       if (all > 0) agreement = { share: agree / all, decisions: all, falseHits, precise };
     }
     const { samples } = run;
+    if (samplesDir !== undefined) {
+      const name = `${workload}-${target.replace(/\W+/g, "_")}-${rate}-${round}.json`;
+      writeFileSync(join(samplesDir, name), JSON.stringify(samples));
+    }
     const ok = samples.filter((s) => s.ok);
     const sim = (wallMs: number): number => wallMs * timeScale;
     const ttft = ok.flatMap((s) => (s.ttftMs === undefined ? [] : [sim(s.ttftMs)]));

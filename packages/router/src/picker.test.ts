@@ -11,6 +11,7 @@ import {
 } from "./picker.js";
 import { hintAnchor, rendezvousOrder, rendezvousWeight, replicaSeed } from "./rendezvous.js";
 import type { RouteResolution } from "./route-table.js";
+import type { StepPhase } from "./step-phase.js";
 
 describe("ReplicaPicker: draining replicas take nothing new", () => {
   const route = (id: string, state: "ready" | "draining", capacity = 8) => ({
@@ -828,11 +829,12 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
   it("homes a new hint where the engine's step ends soonest, when asked to place by time", () => {
     const clock = createManualClock(0);
     const picker = createReplicaPicker({ health: { clock } });
-    // 16 ms steps; replica i's ended i ms past each multiple of 16, the last at 1,584 + i. At
-    // 1,599 ms r00's step has one ms to run, r15's (begun at 1,599) all 16.
-    for (let t = 0; t < 1_600; t += 16)
-      for (const [i, id] of ids.entries()) picker.stepPhase(id).observe(t + i);
-    clock.advance(1_599);
+    // 16 ms steps; replica i's end i ms past each multiple of 16. At 1,597 ms r00's step is
+    // due to end in 3 ms, half a millisecond past the margin (a request sent now arrives just
+    // before it ends), r01's in 4, …; r14's and r15's were due in 1 and 2: within the margin,
+    // ended already by the time a request gets there.
+    observeSteps((id) => picker.stepPhase(id), NOW);
+    clock.advance(NOW);
     const hint = "tenant-timed";
     const soonest = ids[0] as string;
     expect(rendezvousOrderOfHint(hint, ids)[0]).not.toBe(soonest);
@@ -861,9 +863,8 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     const clock = createManualClock(0);
     const router = (id: string) => createReplicaPicker({ health: { clock }, routerId: id });
     const [a, b] = [router("router-a:1"), router("router-b:2")];
-    for (let t = 0; t < 1_600; t += 16)
-      for (const [i, id] of ids.entries()) for (const p of [a, b]) p.stepPhase(id).observe(t + i);
-    clock.advance(1_599); // r0's step ends first, then r1's, … (as above)
+    for (const p of [a, b]) observeSteps((id) => p.stepPhase(id), NOW);
+    clock.advance(NOW); // r0's step ends first, then r1's, … (as above)
     const place = (p: ReplicaPicker, hint: string) =>
       (
         p.pick(res, promptChain(prng(3), 3), undefined, undefined, {
@@ -892,6 +893,15 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     expect(place(a, "a-2")).toBe(ids.slice(1).find((id) => id !== fromA));
   });
 });
+
+/** When the timed-placement tests place: r00's step is the first due past the margin. */
+const NOW = 1_597;
+
+/** 16 ms steps on 16 replicas, replica i's ending i ms past each multiple of 16, up to `now`. */
+function observeSteps(phase: (id: string) => StepPhase, now: number): void {
+  for (const [i, id] of replicaIds(16).entries())
+    for (let t = 0; t + i <= now; t += 16) phase(id).observe(t + i);
+}
 
 /** Replica ids in `hint`'s rendezvous order, as the picker weighs them. */
 function rendezvousOrderOfHint(hint: string, ids: readonly string[]): string[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { StepPhase } from "./step-phase.js";
+import { STEP_END_MARGIN_MS, StepPhase } from "./step-phase.js";
 
 /** Steps ending every `period` ms from `start`, each seen as `streams` chunks 0.5 ms apart. */
 function feed(phase: StepPhase, start: number, period: number, steps: number, streams = 3): number {
@@ -29,12 +29,31 @@ describe("StepPhase", () => {
     expect(phase.periodMs()).toBeCloseTo(40, 6);
   });
 
-  it("waits a whole step just after one ended and almost none just before the next", () => {
+  it("waits a whole step just after one ended and least a margin before the next", () => {
     const phase = new StepPhase();
     const last = feed(phase, 0, 40, 10);
-    expect(phase.waitShare(last + 1.5)).toBeCloseTo(1 - 1.5 / 40, 6);
-    expect(phase.waitShare(last + 20)).toBeCloseTo(0.5, 6);
-    expect(phase.waitShare(last + 39)).toBeCloseTo(1 / 40, 6);
+    const margin = STEP_END_MARGIN_MS;
+    expect(phase.waitShare(last + 1.5)).toBeCloseTo(1 - (1.5 + margin) / 40, 6);
+    expect(phase.waitShare(last + 20)).toBeCloseTo((20 - margin) / 40, 6);
+    // Due to end just as a request sent now would reach the engine: no wait.
+    expect(phase.waitShare(last + 40 - margin)).toBeCloseTo(0, 6);
+  });
+
+  it("reads a step due to end within the margin as ended already: the next one is waited for", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 40, 10);
+    const margin = STEP_END_MARGIN_MS;
+    // Half the margin left: the request arrives half a margin into the next step.
+    expect(phase.waitShare(last + 40 - margin / 2)).toBeCloseTo(1 - margin / 2 / 40, 6);
+    expect(phase.waitShare(last + 39.9)).toBeGreaterThan(phase.waitShare(last + 20) as number);
+  });
+
+  it("keeps the margin to a quarter of a short step", () => {
+    const phase = new StepPhase();
+    const last = feed(phase, 0, 4, 10, 1);
+    expect(phase.periodMs()).toBeCloseTo(4, 6);
+    expect(phase.waitShare(last + 3)).toBeCloseTo(0, 6);
+    expect(phase.waitShare(last + 1)).toBeCloseTo(0.5, 6);
   });
 
   it("reads a step past its usual length as a long one still running, and a silent engine as idle", () => {

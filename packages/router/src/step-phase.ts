@@ -26,6 +26,18 @@ const LONGEST_STEP_PERIODS = 4;
 /** Gaps above this are never steps (the first estimate needs a bound too), ms. */
 const LONGEST_STEP_MS = 2_000;
 
+/**
+ * How long before its predicted end a step has likely ended already, ms: the time from an
+ * engine's step end to this router reading its chunks, plus from sending a request to the
+ * engine reading it. A request sent to a step "about to end" that in fact ended a moment ago
+ * waits for all of the next one. Measured in bench/routing (16 simulated engines on a loaded
+ * 2-core box, ~12 ms steps, requests sent round robin): of those predicted to end in under
+ * 2.5 ms, 19 of 70 waited a whole step more; in 2.5–7.5 ms, 3 of 143. Picking the replica
+ * whose step ends soonest picked exactly those: 40% of `unique`'s requests, and its TTFT p90
+ * was behind round robin's.
+ */
+export const STEP_END_MARGIN_MS = 2.5;
+
 /** Weight of the newest step in the period's moving average. */
 const ALPHA = 0.2;
 
@@ -58,8 +70,11 @@ export class StepPhase {
 
   /**
    * How much of a step a request sent now waits before the engine takes it, as a share of a
-   * step: 0 when the current step is about to end or the engine is idle, 1 when one just began
-   * or the current step runs past its usual length (a prefill in it). Undefined when unknown.
+   * step: 0 when the current step ends just as the request arrives or the engine is idle, 1
+   * when one just began or the current step runs past its usual length (a prefill in it).
+   * A step due to end within {@link STEP_END_MARGIN_MS} (a quarter of a step at most) has
+   * likely ended already: the request waits for the rest of the next one. Undefined when
+   * unknown.
    */
   waitShare(nowMs: number): number | undefined {
     const period = this.#periodMs;
@@ -67,6 +82,7 @@ export class StepPhase {
     const elapsed = nowMs - this.#stepEndMs;
     if (elapsed > IDLE_PERIODS * period) return 0;
     if (elapsed > period) return 1;
-    return 1 - Math.max(0, elapsed) / period;
+    const left = period - Math.max(0, elapsed) - Math.min(STEP_END_MARGIN_MS, period / 4);
+    return (left >= 0 ? left : period + left) / period;
   }
 }
