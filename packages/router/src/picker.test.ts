@@ -894,6 +894,42 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
   });
 });
 
+describe("ReplicaPicker: a replica only a peer streams from", () => {
+  const ids = replicaIds(16);
+  const res = resolution(ids, 64);
+  it("is not idle because this router hears nothing from it", () => {
+    const clock = createManualClock(0);
+    const mine = ids.filter((id) => rendezvousOwner(id) === "router-a:1");
+    expect(mine.length).toBeGreaterThan(1);
+    const quiet = mine[0] as string;
+    const router = (peerStreamsFromQuiet: boolean): ReplicaPicker => {
+      const p = createReplicaPicker({ health: { clock }, routerId: "router-a:1" });
+      // 16 ms steps everywhere, the last ended at 1,584; `quiet`'s seen until 160 ms only.
+      for (const id of ids)
+        for (let t = 0; t <= (id === quiet ? 160 : 1_584); t += 16) p.stepPhase(id).observe(t);
+      p.peerInFlightReset("router-b:2", new Map(peerStreamsFromQuiet ? [[quiet, 2]] : []));
+      return p;
+    };
+    const alone = router(false);
+    const shared = router(true);
+    clock.advance(1_596); // the others' steps end in 1.5 ms past the margin
+    const place = (p: ReplicaPicker) =>
+      (
+        p.pick(res, promptChain(prng(5), 3), undefined, undefined, {
+          hint: "tenant-new",
+          promptTokens: 1024,
+          timedPlacement: true,
+        }) as PickDecision
+      ).replica.id;
+    // Nobody streams from it: idle, a step starts at once.
+    expect(place(alone)).toBe(quiet);
+    // The peer streams from it: its steps are unknown here, and one ending soon is preferred.
+    const placed = place(shared);
+    expect(placed).not.toBe(quiet);
+    expect(mine).toContain(placed);
+  });
+});
+
 /** When the timed-placement tests place: r00's step is the first due past the margin. */
 const NOW = 1_597;
 

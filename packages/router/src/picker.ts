@@ -329,6 +329,20 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   };
   /** Replica id → its engine's step rhythm, from the chunks streamed through this router. */
   const phases = new Map<string, StepPhase>();
+  /**
+   * How much of a step a request sent to `replicaId` now waits (`StepPhase.waitShare`), or
+   * undefined when unknown. A replica this router has heard nothing from for a few steps is
+   * idle, unless a peer has requests in flight there: their chunks go to the peer, and the
+   * steps go on unseen here. Read as idle, such a replica drew the new hints of a router that
+   * happened to stream nothing from it.
+   */
+  const stepWait = (replicaId: string, nowMs: number): number | undefined => {
+    const phase = phases.get(replicaId);
+    if (phase === undefined) return undefined;
+    if (peerInFlight.size !== 0 && phase.silent(nowMs) && peersInFlightOn(replicaId) > 0)
+      return undefined;
+    return phase.waitShare(nowMs);
+  };
   /** Deployment → its recent picks (the bounded-load window of scoring.ts). */
   const windows = new Map<string, RecentPicks<string>>();
   /** Deployment → the hints of its recent hinted requests (which hints are hot). */
@@ -447,7 +461,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         if (pending !== undefined)
           candidate.pendingPrefillTokens = remainingPrefill(pending, latencyMs, nowMs);
         if (latencyFirst) {
-          const wait = phases.get(r.id)?.waitShare(nowMs);
+          const wait = stepWait(r.id, nowMs);
           if (wait !== undefined) candidate.stepWait = wait;
         }
         candidates[i] = candidate;
@@ -508,7 +522,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
               // on the replicas it owns first).
               ...(request?.timedPlacement === true
                 ? {
-                    wait: (c: ScoringCandidate) => phases.get(c.id)?.waitShare(nowMs),
+                    wait: (c: ScoringCandidate) => stepWait(c.id, nowMs),
                     ...(selfId === undefined || peers.size === 0
                       ? {}
                       : { owned: (c: ScoringCandidate) => ownedHere(c.id) }),

@@ -62,6 +62,8 @@ describe("StepPhase", () => {
     // Overdue: a prefill in that step, its end unknown.
     expect(phase.waitShare(last + 60)).toBe(1);
     // Nothing for three periods: the engine ran out of work and starts a step at once.
+    expect(phase.silent(last + 119)).toBe(false);
+    expect(phase.silent(last + 121)).toBe(true);
     expect(phase.waitShare(last + 121)).toBe(0);
   });
 

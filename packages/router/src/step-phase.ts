@@ -63,6 +63,15 @@ export class StepPhase {
     this.#periodMs = period === undefined ? gap : period + ALPHA * (gap - period);
   }
 
+  /**
+   * Whether nothing came for {@link IDLE_PERIODS} steps: the engine ran out of work, as far as
+   * these streams tell (false while the period is unknown).
+   */
+  silent(nowMs: number): boolean {
+    const period = this.#periodMs;
+    return period !== undefined && period > 0 && nowMs - this.#stepEndMs > IDLE_PERIODS * period;
+  }
+
   /** The average step, ms; undefined until two step ends were seen. */
   periodMs(): number | undefined {
     return this.#periodMs;
@@ -79,8 +88,8 @@ export class StepPhase {
   waitShare(nowMs: number): number | undefined {
     const period = this.#periodMs;
     if (period === undefined || period <= 0) return undefined;
+    if (this.silent(nowMs)) return 0;
     const elapsed = nowMs - this.#stepEndMs;
-    if (elapsed > IDLE_PERIODS * period) return 0;
     if (elapsed > period) return 1;
     const left = period - Math.max(0, elapsed) - Math.min(STEP_END_MARGIN_MS, period / 4);
     return (left >= 0 ? left : period + left) / period;
