@@ -29,7 +29,7 @@ describe("StepPhase", () => {
     expect(phase.periodMs()).toBeCloseTo(40, 6);
   });
 
-  it("waits a whole step just after one ended and least a margin before the next", () => {
+  it("waits a whole step just after one ended and none a margin before the next", () => {
     const phase = new StepPhase();
     const last = feed(phase, 0, 40, 10);
     const margin = STEP_END_MARGIN_MS;

@@ -10,8 +10,10 @@
  * that arrives just after a step began waits all of it: that wait, and not the prefill it then
  * runs, was the rest of critical's TTFT p99 under the burst once the prefill reserve held.
  *
- * Known only from this router's own streams: a replica it streams nothing from is unknown,
- * and a step made long by another router's prefill shows only as an overdue one.
+ * Known only from this router's own streams: a replica it has streamed nothing from for a few
+ * steps is {@link StepPhase.silent} (idle, unless a peer streams from it: picker.ts), one it
+ * never streamed from is unknown, and a step made long by another router's prefill shows only
+ * as an overdue one.
  */
 
 /** Chunks closer together than this are one step's (its streams' tokens), ms. */
