@@ -461,15 +461,8 @@ if (role === "trivial") {
     const next: EngineLoads = {};
     await Promise.all(
       sims.map(async (s) => {
-        try {
-          const res = await fetch(`${s.url}/metrics`, { signal: AbortSignal.timeout(2_000) });
-          next[s.url] = {
-            load: extractEngineLoad(parsePrometheusText(await res.text())),
-            atMs: Date.now(),
-          };
-        } catch {
-          // An engine restarting: nothing to report for it this time.
-        }
+        const load = await readEngineLoad(s.url);
+        if (load !== undefined) next[s.url] = { load, atMs: Date.now() };
       }),
     );
     loads = next;
@@ -701,18 +694,26 @@ function pushLoads(feed: ManualRoutingFeed, read: () => Promise<LoadSample[]>): 
   };
 }
 
+/**
+ * An engine's load from its `/metrics`, read with the agent's parser; undefined when the engine
+ * does not answer (restarting between measurements: nothing to report this time).
+ */
+async function readEngineLoad(engineUrl: string): Promise<EngineLoad | undefined> {
+  try {
+    const res = await fetch(`${engineUrl}/metrics`, { signal: AbortSignal.timeout(2_000) });
+    return extractEngineLoad(parsePrometheusText(await res.text()));
+  } catch {
+    return undefined;
+  }
+}
+
 /** Reads each upstream's `/metrics` and parses it here (the same parser the agent uses). */
 function reportLoads(feed: ManualRoutingFeed, upstreams: readonly string[]): () => void {
   return pushLoads(feed, async () => {
     const samples = await Promise.all(
       upstreams.map(async (url, i) => {
-        try {
-          const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(2_000) });
-          const load = extractEngineLoad(parsePrometheusText(await res.text()));
-          return [{ replicaId: `r${i}`, load, reportedAtMs: Date.now() }];
-        } catch {
-          return []; // an engine restarting between measurements: nothing to report
-        }
+        const load = await readEngineLoad(url);
+        return load === undefined ? [] : [{ replicaId: `r${i}`, load, reportedAtMs: Date.now() }];
       }),
     );
     return samples.flat();

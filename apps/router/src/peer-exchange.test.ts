@@ -68,7 +68,6 @@ describe("parsePeerEvent", () => {
       '{"t":"inflight","replicas":{"":1}}',
       '"replicas" keys must be replica ids of 1–256 characters',
     ],
-
     ['{"t":"sent","replica":"r","prefill":1}', '"model" must be a string of 1–256 characters'],
     [
       '{"t":"sent","model":"m","replica":"r","prefill":1,"hint":-1,"home":true}',

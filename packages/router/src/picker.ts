@@ -302,9 +302,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     }
     return sum;
   };
-  /** The peers heard from and not gone, by the id on their events. */
-  const peers = new Set<string>();
   const routerSeed = (id: string): number => replicaSeed(`router ${id}`);
+  /** The peers heard from and not gone, by the id on their events, with their rendezvous seeds. */
+  const peers = new Map<string, number>();
+  const heardFrom = (peer: string): void => {
+    if (!peers.has(peer)) peers.set(peer, routerSeed(peer));
+  };
   const selfId = options.routerId;
   const selfSeed = selfId === undefined ? 0 : routerSeed(selfId);
   /**
@@ -314,8 +317,8 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const ownedHere = (replicaId: string): boolean => {
     const seed = seedOf(replicaId);
     const mine = rendezvousWeight(selfSeed, seed);
-    for (const p of peers) {
-      const theirs = rendezvousWeight(routerSeed(p), seed);
+    for (const [p, peerSeed] of peers) {
+      const theirs = rendezvousWeight(peerSeed, seed);
       if (theirs > mine || (theirs === mine && p < (selfId as string))) return false;
     }
     return true;
@@ -339,8 +342,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
   const stepWait = (replicaId: string, nowMs: number): number | undefined => {
     const phase = phases.get(replicaId);
     if (phase === undefined) return undefined;
-    if (peerInFlight.size !== 0 && phase.silent(nowMs) && peersInFlightOn(replicaId) > 0)
-      return undefined;
+    if (phase.silent(nowMs) && peersInFlightOn(replicaId) > 0) return undefined;
     return phase.waitShare(nowMs);
   };
   /** Deployment → its recent picks (the bounded-load window of scoring.ts). */
@@ -608,7 +610,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       endPrefill(replicaId, prefillTokens, undefined);
     },
     peerDispatched(peer, resolution, d) {
-      peers.add(peer);
+      heardFrom(peer);
       if (!resolution.replicas.some((r) => r.id === d.replicaId)) return;
       const nowMs = clock.now();
       let counts = peerInFlight.get(peer);
@@ -657,7 +659,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       else counts.delete(replicaId);
     },
     peerInFlightReset(peer, counts) {
-      peers.add(peer);
+      heardFrom(peer);
       const next = new Map<string, number>();
       for (const [id, n] of counts) if (n > 0) next.set(id, n);
       if (next.size === 0) peerInFlight.delete(peer);
