@@ -506,7 +506,9 @@ try {
     }
     const { samples } = run;
     if (samplesDir !== undefined) {
-      const name = `${workload}-${target.replace(/\W+/g, "_")}-${rate}-${round}.json`;
+      // A sweep rung may run at the table's rate: its file is named apart.
+      const kind = pooled ? "sweep" : round === 0 ? "warmup" : "table";
+      const name = `${kind}-${workload}-${target.replace(/\W+/g, "_")}-${rate}-${round}.json`;
       writeFileSync(join(samplesDir, name), JSON.stringify(samples));
     }
     const ok = samples.filter((s) => s.ok);
