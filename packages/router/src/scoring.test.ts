@@ -301,6 +301,32 @@ describe("rankCandidates", () => {
       expect(ranked.find((r) => r.rendezvousPreferred)?.id).toBe(first);
     });
 
+    describe("a hot hint's conversation", () => {
+      // A hot hint (no home) on 4 replicas, 16 picks in the window: fair share ceil(17 ÷ 4) = 5,
+      // the ordinary bound ceil(1.25 × 17 ÷ 4) = 6. Every replica holds the hint's 4-block
+      // system prompt; "conv" also holds this conversation's earlier turn (5 of 6 blocks).
+      const hot = (recentOnConv: number, convBlocks = 5) => [
+        rv("p", 1, 99, { capacity: 64, prefixBlocks: 4, recent: 4 }),
+        rv("q", 1, 50, { capacity: 64, prefixBlocks: 4, recent: 4 }),
+        rv("conv", 1, 10, { capacity: 64, prefixBlocks: convBlocks, recent: recentOnConv }),
+        rv("r", 1, 5, { capacity: 64, prefixBlocks: 4, recent: 3 }),
+      ];
+      const first = (candidates: ScoringCandidate[]) =>
+        rankCandidates("llmgw", candidates, 6, 0, opts, true, 100, 16, true).ranked[0];
+      it("stays where its earlier turns are, past the hint's fair share", () => {
+        const top = first(hot(5)); // its sixth would pass the fair share, not the bound
+        expect(top?.id).toBe("conv");
+        expect(top?.rendezvousPreferred).toBe(true);
+      });
+      it("moves past the ordinary bound, to the hint's order", () => {
+        expect(first(hot(6))?.id).toBe("p");
+      });
+      it("is not told apart when two replicas hold the most: the hint's order", () => {
+        const tie = hot(3).map((x) => (x.id === "q" ? { ...x, prefixBlocks: 5 } : x));
+        expect(first(tie)?.id).toBe("p");
+      });
+    });
+
     it("marks the one candidate that got it, and nobody when it is off", () => {
       const candidates = [rv("a", 0, 10), rv("b", 0, 99)];
       const on = rankCandidates("llmgw", candidates, 4, 0, opts).ranked;

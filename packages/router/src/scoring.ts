@@ -37,7 +37,11 @@
  * the hint's next rendezvous choice otherwise. A hint busier than its home may take (picker.ts)
  * has no home: it takes the hint's highest rendezvous choice under the ordinary bounds at a
  * load factor of 1, filling replicas to their fair share and leaving the rest to their homed
- * hints. Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
+ * hints; but a request one replica holds more of than any other (its conversation's earlier
+ * turns went there: the hint's shared prefix is on all it reached) goes there within the
+ * ordinary factor (bench/routing hot-prefix, precise mode: the hot tenant's second turns had
+ * 145 of ~1,190 prompt tokens uncached, a miss of their first turn, and now 99, as with the
+ * header hash; their TTFT p50 went from 35 to 29–30 ms). Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
  * queued than the least queued one by over a quarter of this prompt: a request would wait
  * behind it, and nothing cached there yet makes up for that. A home keeps its preference with
  * prefill queued (its hints' prefixes are there); only the score's own terms move such a
@@ -299,6 +303,11 @@ export function rankCandidates(
   const loadBound = Math.ceil((factor * (totalInFlight + 1)) / k);
   const fullWindow = recentTotal !== undefined && recentTotal >= k;
   const shareBound = fullWindow ? Math.ceil((factor * (recentTotal + 1)) / k) : undefined;
+  // A hot hint's request at the one replica holding the most of its prompt: the ordinary bounds.
+  const holderLoadBound = Math.ceil((affinityLoadFactor * (totalInFlight + 1)) / k);
+  const holderShareBound = fullWindow
+    ? Math.ceil((affinityLoadFactor * (recentTotal + 1)) / k)
+    : undefined;
   const homeShareBound = fullWindow
     ? Math.ceil((homeLoadFactor * (recentTotal + 1)) / k)
     : undefined;
@@ -314,17 +323,26 @@ export function rankCandidates(
   let preferredWeight = -1;
   /** The hint's home, when it may take the preference. */
   let home = -1;
-  for (const { c, utilization } of withRoom) {
+  const holder = hot ? soleLongestHolder(withRoom) : -1;
+  /** The holder took the preference (see below): the rendezvous order no longer decides. */
+  let holderPreferred = false;
+  for (let i = 0; i < withRoom.length; i++) {
+    const { c, utilization } = withRoom[i] as (typeof withRoom)[number];
     const affinity = chainLength > 0 ? Math.min(1, c.prefixBlocks / chainLength) : 0;
     const overUtilized =
       utilization >= affinityMaxUtilization || utilization - minUtil > affinitySlack;
-    const overInFlight = c.inFlight + 1 > loadBound;
+    // A hot hint's conversation stays where its earlier turns are, under the ordinary bounds:
+    // moved, its history is a miss, and the one replica holding it is as good a place for its
+    // share of the hint's requests as the next in the hint's order.
+    const sticky = i === holder;
+    const overInFlight = c.inFlight + 1 > (sticky ? holderLoadBound : loadBound);
+    const share = sticky ? holderShareBound : shareBound;
     // What a held prefix or a hint may pile on a replica: its recent share, and what it has
     // in flight once there is real concurrency.
     const overBound =
       overUtilized ||
-      ((concurrent || shareBound === undefined) && overInFlight) ||
-      (shareBound !== undefined && (c.recent ?? 0) + 1 > shareBound);
+      ((concurrent || share === undefined) && overInFlight) ||
+      (share !== undefined && (c.recent ?? 0) + 1 > share);
     const isHome = hinted && c.home === true;
     // No in-flight bound: homes are spread by count, and a replica's in-flight requests are
     // mostly decodes, whose count swings more than its share of arrivals (moving a request
@@ -352,9 +370,13 @@ export function rankCandidates(
     // terms still move a request whose home is queued deeper than its prefix is worth).
     if (isHome && !overHomeBound) home = scored.length;
     const eligible = !behind && (hinted ? !overBound : !(overUtilized || overInFlight || voided));
-    if (
+    if (sticky && eligible) {
+      preferred = scored.length;
+      holderPreferred = true;
+    } else if (
       w !== undefined &&
       !isHome &&
+      !holderPreferred &&
       eligible &&
       (w > preferredWeight || (w === preferredWeight && c.id < (scored[preferred]?.id ?? "")))
     ) {
@@ -398,6 +420,26 @@ export function rankCandidates(
     (a, b) => scored[b]!.score - scored[a]!.score || withRoom[a]!.order - withRoom[b]!.order,
   );
   return { ranked: byRank.map((i) => scored[i]!), missingLoadSignals: missing };
+}
+
+/**
+ * The index of the one candidate holding more of the prompt than every other, or -1 (none
+ * holds any, or two hold the most). Of a hot hint's requests, that is where the conversation's
+ * earlier turns went: the hint's shared prefix is on every replica it has reached.
+ */
+function soleLongestHolder(withRoom: readonly { readonly c: ScoringCandidate }[]): number {
+  let most = 0;
+  let second = 0;
+  let at = -1;
+  for (let i = 0; i < withRoom.length; i++) {
+    const blocks = (withRoom[i] as { readonly c: ScoringCandidate }).c.prefixBlocks;
+    if (blocks > most) {
+      second = most;
+      most = blocks;
+      at = i;
+    } else if (blocks > second) second = blocks;
+  }
+  return most > second ? at : -1;
 }
 
 function plain(c: ScoringCandidate, utilization: number, score: number): RankedCandidate {
