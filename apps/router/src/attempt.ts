@@ -2,6 +2,7 @@
 import {
   countEventEnds,
   type PickDecision,
+  quarterTail,
   type StepPhase,
   type UpstreamErrorKind,
   UsageEventFilter,
@@ -138,16 +139,18 @@ export class Attempt implements UpstreamHandler {
       held.begin(replica.id);
       this.#criticalPrefill = true;
     }
+    const tail = quarterTail(x.analysis);
     metrics.replicaInFlight(
       x.model,
       replica.id,
-      picker.dispatched(replica.id, x.analysis.chain, this.#prefill, x.precise),
+      picker.dispatched(replica.id, x.analysis.chain, this.#prefill, x.precise, tail),
     );
     const d = this.decision;
     x.core.peers?.sent(x.model, {
       replicaId: replica.id,
       prefillTokens: this.#prefill,
       chain: x.analysis.chain,
+      ...(tail === undefined ? {} : { tail }),
       ...(d.hint === undefined ? {} : { hint: d.hint, home: d.home === true }),
     });
     if (signal.aborted) {

@@ -491,6 +491,7 @@ export class Exchange {
     const { analysis, resolution, core } = this;
     this.precise = precise;
     const decision = core.picker.pick(resolution, analysis.chain, NONE_TRIED, this.routable, {
+      quarters: analysis.quarters,
       ...(this.hint === undefined ? {} : { hint: this.hint.value }),
       ...(precise === undefined ? {} : { precise }),
       promptTokens: this.promptTokens(),
@@ -555,6 +556,7 @@ export class Exchange {
         current === undefined
           ? undefined
           : (this.core.picker.pick(current, this.analysis.chain, tried, undefined, {
+              quarters: this.analysis.quarters,
               ...(this.hint === undefined ? {} : { hint: this.hint.value }),
               ...(this.precise === undefined ? {} : { precise: this.precise }),
               promptTokens: this.promptTokens(),

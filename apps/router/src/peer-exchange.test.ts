@@ -5,7 +5,7 @@ describe("parsePeerEvent", () => {
   it("reads the three events, a 48-bit chain and a 32-bit hint", () => {
     expect(
       parsePeerEvent(
-        '{"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":4294967295,"home":true,"chain":[0,281474976710655]}',
+        '{"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":4294967295,"home":true,"chain":[0,281474976710655],"tail":281474976710655}',
       ),
     ).toEqual({
       t: "sent",
@@ -15,6 +15,7 @@ describe("parsePeerEvent", () => {
       hint: 4294967295,
       home: true,
       chain: new Float64Array([0, 2 ** 48 - 1]),
+      tail: 2 ** 48 - 1,
     });
     expect(parsePeerEvent('{"t":"sent","model":"m","replica":"r1","prefill":0}')).toEqual({
       t: "sent",
@@ -96,6 +97,14 @@ describe("parsePeerEvent", () => {
     [
       '{"t":"sent","model":"m","replica":"r","prefill":1,"chain":[1,"2"]}',
       '"chain"[1] must be a 48-bit block key',
+    ],
+    [
+      '{"t":"sent","model":"m","replica":"r","prefill":1,"tail":281474976710656}',
+      '"tail" must be a 48-bit block key',
+    ],
+    [
+      '{"t":"sent","model":"m","replica":"r","prefill":1,"tail":"7"}',
+      '"tail" must be a 48-bit block key',
     ],
   ])("refuses %s: %s", (line, reason) => {
     expect(parsePeerEvent(line)).toBe(reason);

@@ -19,7 +19,8 @@
  * peer whose last stream ends has its booked prefills and in-flight requests dropped. A
  * malformed event ends its stream with 400 and the reason.
  *
- *   {"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":123,"home":true,"chain":[…]}
+ *   {"t":"sent","model":"m","replica":"r1","prefill":1200,"hint":123,"home":true,"chain":[…],
+ *    "tail":123456789}                      the prompt's key past its chain, when it has one
  *   {"t":"first","replica":"r1","prefill":1200}
  *   {"t":"end","replica":"r1"}
  *   {"t":"inflight","replicas":{"r1":3}}     every second: the sender's requests in flight,
@@ -189,6 +190,7 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
           prefill: d.prefillTokens,
           ...(d.hint === undefined ? {} : { hint: d.hint, home: d.home === true }),
           ...(d.chain === undefined || d.chain.length === 0 ? {} : { chain: Array.from(d.chain) }),
+          ...(d.tail === undefined ? {} : { tail: d.tail }),
         }),
       );
     },
@@ -386,6 +388,12 @@ export function parsePeerEvent(text: string): PeerEvent | string | undefined {
       keys[i] = k as number;
     }
     event.chain = keys;
+  }
+  if (o.tail !== undefined) {
+    const k = o.tail;
+    if (!Number.isInteger(k) || (k as number) < 0 || (k as number) >= MAX_BLOCK_KEY)
+      return `"tail" must be a 48-bit block key`;
+    event.tail = k as number;
   }
   return event;
 }

@@ -8,7 +8,7 @@
  * here), so large bodies are scanned as bytes (`json-scan.ts`) and hashed in place, 2–3.5×
  * faster at 200 KB (`bench/router/scan.ts`).
  */
-import { type BlockHashOptions, hashPromptPieces, hashScannedPrompt } from "./block-hash.js";
+import { type BlockHashOptions, hashScannedPrompt, promptKeys } from "./block-hash.js";
 import {
   extractRequestFeaturesAndPieces,
   type FeatureErrorReason,
@@ -36,6 +36,8 @@ export type BodyAnalysis =
        */
       readonly estimatedTokens: number;
       readonly chain: Float64Array;
+      /** The prompt's quarter-block keys (`PromptKeys.quarters`). */
+      readonly quarters: readonly number[];
       /** The body's affinity hint (`RequestFeatures.hint`), when it gives one. */
       readonly hint?: RequestHint;
     }
@@ -70,9 +72,9 @@ export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
   const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint } = result.features;
-  const chain = hashPromptPieces(pieces, options);
+  const { chain, quarters } = promptKeys(pieces, options);
   return outputLimits(
-    { ok: true, model, stream, streamUsage, estimatedTokens, chain },
+    { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,
@@ -83,11 +85,11 @@ export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {
 export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
-  const chain = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
+  const { chain, quarters } = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
   const { model, stream, streamUsage, maxTokens, choices, hint } = scan;
   const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
   return outputLimits(
-    { ok: true, model, stream, streamUsage, estimatedTokens, chain },
+    { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,

@@ -28,6 +28,9 @@ export {
   DEFAULT_MAX_BLOCKS,
   hashPromptBlocks,
   hashPromptPieces,
+  type PromptKeys,
+  promptKeys,
+  quarterTail,
 } from "./block-hash.js";
 export { appendMembers } from "./body-rewrite.js";
 export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-pool.js";

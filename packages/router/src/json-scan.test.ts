@@ -12,6 +12,8 @@ import { scanRequestBody } from "./json-scan.js";
 // One key per byte: equal chains mean the scanner's prompt bytes equal the reference's.
 const EVERY_BYTE = { blockBytes: 1, maxBlocks: 1 << 20 };
 const SMALL_BLOCKS = { blockBytes: 7, maxBlocks: 1 << 20 };
+// Quarter keys every 4 bytes (block sizes that are a multiple of 16 have them).
+const QUARTERED = { blockBytes: 16, maxBlocks: 1 << 20 };
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 type Outcome =
@@ -25,6 +27,7 @@ type Outcome =
       choices?: number;
       estimatedTokens: number;
       chain?: Float64Array;
+      quarters?: readonly number[];
       hint?: { source: string; value: string };
     };
 
@@ -42,7 +45,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     ...(a.maxTokens === undefined ? {} : { maxTokens: a.maxTokens }),
     ...(a.choices === undefined ? {} : { choices: a.choices }),
     estimatedTokens: a.estimatedTokens,
-    ...(withChain ? { chain: a.chain } : {}),
+    ...(withChain ? { chain: a.chain, quarters: a.quarters } : {}),
     ...(a.hint === undefined ? {} : { hint: a.hint }),
   };
 }
@@ -68,6 +71,7 @@ function agree(bytes: Uint8Array): void {
   if (isUtf8(bytes)) {
     expect(scanned(bytes)).toEqual(reference(bytes));
     expect(scanned(bytes, SMALL_BLOCKS)).toEqual(reference(bytes, SMALL_BLOCKS));
+    expect(scanned(bytes, QUARTERED)).toEqual(reference(bytes, QUARTERED));
     return;
   }
   // Invalid UTF-8 inside a string: the reference decodes it to U+FFFD (3 bytes) before
@@ -350,6 +354,7 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
     const shared = Math.floor(new TextEncoder().encode(`system\n${system}\nuser\n`).length / 1024);
     expect(shared).toBeGreaterThan(30);
     expect(b.chain.subarray(0, shared)).toEqual(a.chain.subarray(0, shared));
+    expect(b.quarters.slice(0, 4 * shared)).toEqual(a.quarters.slice(0, 4 * shared));
   });
 
   it("walks deep nesting without overflowing the stack, as JSON.parse does", () => {

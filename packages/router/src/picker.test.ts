@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { hashPromptBlocks } from "./block-hash.js";
+import { hashPromptBlocks, promptKeys, quarterTail } from "./block-hash.js";
 import { createManualClock } from "./clock.js";
 import { createInFlightCounters } from "./in-flight.js";
 import {
@@ -891,6 +891,69 @@ describe("ReplicaPicker: each hint lives on one replica", () => {
     // The peer gone, a router owns every replica again: the soonest free step anywhere.
     a.peerGone("router-b:2");
     expect(place(a, "a-2")).toBe(ids.slice(1).find((id) => id !== fromA));
+  });
+});
+
+describe("ReplicaPicker: a hot hint's conversations keep their replica", () => {
+  const ids = replicaIds(16);
+  const res = resolution(ids, 64);
+  const system = systemPrompt(0); // 3 KiB: its blocks are on every replica the hint reaches
+  /**
+   * One hinted tenant, so busy that it spreads (hot): conversations of two turns, each turn a
+   * 400-character message, so a first turn's own text lies in no complete 1 KiB block (but
+   * past a quarter of one: a turn ending in the first 256 bytes of a block has no tail). Returns
+   * the share of second turns sent where their first turn went.
+   */
+  const secondTurnsKept = (quarters: boolean): number => {
+    const picker = createReplicaPicker();
+    const rand = prng(11);
+    const open: string[] = [];
+    const firsts: { text: string; replica: string }[] = [];
+    let kept = 0;
+    let seconds = 0;
+    for (let i = 0; i < 800; i++) {
+      const second = firsts.length > 24 && rand() < 0.5;
+      const first = second
+        ? (firsts.splice(Math.floor(rand() * firsts.length), 1)[0] as (typeof firsts)[number])
+        : undefined;
+      const text =
+        first === undefined
+          ? `${system}\nuser: ${words(rand, 400)}`
+          : `${first.text}\nassistant: ${words(rand, 300)}\nuser: ${words(rand, 400)}`;
+      const keys = promptKeys([text]);
+      const d = picker.pick(res, keys.chain, undefined, undefined, {
+        hint: "tenant-0",
+        promptTokens: text.length / 4,
+        ...(quarters ? { quarters: keys.quarters } : {}),
+      }) as PickDecision;
+      picker.dispatched(
+        d.replica.id,
+        keys.chain,
+        0,
+        undefined,
+        quarters ? quarterTail(keys) : undefined,
+      );
+      open.push(d.replica.id);
+      if (open.length > 24) {
+        const [done] = open.splice(Math.floor(rand() * open.length), 1);
+        picker.finished(done as string, "success", 40);
+      }
+      if (first === undefined) firsts.push({ text, replica: d.replica.id });
+      else {
+        seconds++;
+        if (d.replica.id === first.replica) kept++;
+      }
+    }
+    expect(seconds).toBeGreaterThan(300);
+    return kept / seconds;
+  };
+
+  it("tells a conversation apart by its quarter blocks, where its complete blocks cannot", () => {
+    // Blocks alone: every replica holding the system prompt ties, and the hint's order decides.
+    expect(secondTurnsKept(false)).toBeLessThan(0.3);
+    // With quarters, most stay: the rest found their replica past the ordinary load bound (83%
+    // here, seeded).
+    expect(secondTurnsKept(true)).toBeGreaterThan(0.75);
   });
 });
 

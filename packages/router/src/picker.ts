@@ -71,6 +71,12 @@ export interface PickRequest {
    * instead of the approximate index.
    */
   readonly precise?: ArrayLike<number>;
+  /**
+   * The prompt's quarter-block keys (`PromptKeys.quarters`): the approximate index then also
+   * matches a prompt that ended inside the block after a replica's last (`PrefixIndex.match`),
+   * and the prompt's length counts its partial block.
+   */
+  readonly quarters?: ArrayLike<number>;
   /** Estimated prompt tokens: the unit of queued prefill in the score (default: from the chain). */
   readonly promptTokens?: number;
   /**
@@ -111,6 +117,8 @@ export interface PeerDispatch {
   readonly prefillTokens: number;
   /** Its prompt's prefix chain (block-hash.ts), recorded in the approximate index. */
   readonly chain?: ArrayLike<number>;
+  /** Its prompt's key past the chain (`quarterTail`), recorded with it. */
+  readonly tail?: number;
   /** Its hint's key ({@link PickDecision.hint}). */
   readonly hint?: number;
   /** The replica is the hint's home on the sending router ({@link PickDecision.home}). */
@@ -202,12 +210,14 @@ export interface ReplicaPicker {
    * prompt tokens the replica does not hold ({@link PickDecision.prefillTokens}), queued there
    * until {@link prefillDone}. `precise`: its token-block keys when it was matched on them
    * ({@link PickRequest.precise}), held on the replica until it ends ({@link PreciseIndex.hold}).
+   * `tail`: the prompt's key past its chain (`quarterTail`), recorded with it.
    */
   dispatched(
     replicaId: string,
     chain: ArrayLike<number>,
     prefillTokens?: number,
     precise?: ArrayLike<number>,
+    tail?: number,
   ): number;
   /**
    * `replicaId`'s step rhythm: the caller {@link StepPhase.observe}s each chunk the replica
@@ -434,9 +444,10 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
             precise,
           )
         : byPrefix
-          ? prefixIndex.match(chain)
+          ? prefixIndex.match(chain, request?.quarters)
           : undefined;
-      const chainLength = byEngine ? precise.length : chain.length;
+      const quarters = request?.quarters?.length ?? 0;
+      const chainLength = byEngine ? precise.length : Math.max(chain.length, quarters / 4);
       const hinted = scored && hint !== undefined && scoring.weights.hint > 0;
       const anchor = hinted
         ? hintAnchor(hint)
@@ -586,7 +597,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         ...(hinted && anchor !== undefined ? { hint: anchor, home: best.id === homeId } : {}),
       };
     },
-    dispatched(replicaId, chain, prefillTokens = 0, precise) {
+    dispatched(replicaId, chain, prefillTokens = 0, precise, tail) {
       health.onDispatch(replicaId);
       if (precise !== undefined) preciseIndex.hold(replicaId, precise);
       if (prefillTokens > 0) {
@@ -595,7 +606,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         if (list === undefined) pendingPrefill.set(replicaId, [entry]);
         else list.push(entry);
       }
-      if (chain.length > 0) prefixIndex.record(chain, replicaId);
+      if (chain.length > 0 || tail !== undefined) prefixIndex.record(chain, replicaId, tail);
       return inFlight.increment(replicaId);
     },
     stepPhase(replicaId) {
@@ -631,7 +642,8 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         pendingPrefill.set(d.replicaId, kept);
       }
       if (resolution.policy !== "llmgw") return;
-      if (d.chain !== undefined && d.chain.length > 0) prefixIndex.record(d.chain, d.replicaId);
+      if ((d.chain !== undefined && d.chain.length > 0) || d.tail !== undefined)
+        prefixIndex.record(d.chain ?? [], d.replicaId, d.tail);
       const size = windowOf(resolution);
       let recent = windows.get(resolution.deployment);
       if (recent === undefined) {

@@ -31,6 +31,29 @@ describe("prefix index", () => {
     expect(Object.fromEntries(index.match(query))).toEqual(expected);
   });
 
+  it("matches a recorded tail a quarter at a time past the blocks, for its replica only", () => {
+    const index = createPrefixIndex();
+    // Both hold blocks [1, 2]; "conv" got a prompt that ended three quarters into block 3.
+    index.record([1, 2], "other");
+    index.record([1, 2], "conv", 23);
+    // A later turn: blocks [1, 2, 3], its quarters 4 a block (quarter 4·2 + 2 = 10 is key 23).
+    const quarters = [11, 12, 13, 1, 14, 15, 16, 2, 21, 22, 23, 3];
+    expect(Object.fromEntries(index.match([1, 2, 3], quarters))).toEqual({
+      other: 2,
+      conv: 2.75,
+    });
+    // Without quarters, or past the tail, blocks alone.
+    expect(Object.fromEntries(index.match([1, 2, 3]))).toEqual({ other: 2, conv: 2 });
+    index.record([1, 2, 3], "other");
+    expect(Object.fromEntries(index.match([1, 2, 3], quarters))).toEqual({
+      other: 3,
+      conv: 2.75,
+    });
+    // A forgotten replica takes its tails with it.
+    index.forget("conv");
+    expect(Object.fromEntries(index.match([1, 2, 3], quarters))).toEqual({ other: 3 });
+  });
+
   it("stays within maxEntries, dropping the least recently used: a chain's tail first", () => {
     const index = createPrefixIndex({ maxEntries: 3 });
     index.record([1, 2], "a");

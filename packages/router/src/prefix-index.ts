@@ -11,6 +11,10 @@
  *   queues do. A chain is touched from its last block to its first, as vLLM frees a finished
  *   request's blocks (tail first, `reversed(blocks)` in its block pool), so a prompt's first
  *   blocks are the last to go: a shared system prompt outlives the turns after it.
+ * - **Where a prompt ends**: a prompt's tail (its key at its last quarter block past the chain,
+ *   `quarterTail`) is held like a block, and matched against the quarters of a later prompt's
+ *   block after each holder's last, so the replica a conversation's earlier turn went to
+ *   holds more of its next turn than the others holding only their shared system prompt.
  *
  * One index per router process, on the main thread: workers return the hash chain and the main
  * thread matches and records it, so every request sees every other request's history (a
@@ -34,12 +38,18 @@ export interface PrefixIndexOptions {
 export interface PrefixIndex {
   /**
    * For each replica holding a prefix of `chain`: the number of leading blocks it holds
-   * (the deepest key of the chain it holds: a key stands for its whole prefix). Does not refresh
-   * LRU order.
+   * (the deepest key of the chain it holds: a key stands for its whole prefix), plus a quarter
+   * for each quarter of the next block it holds when `quarters` (the prompt's
+   * `PromptKeys.quarters`) are given and a prompt that ended there was recorded with its
+   * tail. Does not refresh LRU order.
    */
-  match(chain: ArrayLike<number>): Map<string, number>;
-  /** Records that `replicaId` received the prefixes in `chain` (refreshes their LRU order). */
-  record(chain: ArrayLike<number>, replicaId: string): void;
+  match(chain: ArrayLike<number>, quarters?: ArrayLike<number>): Map<string, number>;
+  /**
+   * Records that `replicaId` received the prefixes in `chain` (refreshes their LRU order), and
+   * `tail`, the prompt's key at its last quarter past the chain (`quarterTail`), when it has
+   * one: a later turn of its conversation matches there, where others sharing its blocks do not.
+   */
+  record(chain: ArrayLike<number>, replicaId: string, tail?: number): void;
   /**
    * Sets how many blocks `replicaId`'s cache holds (its engine's KV cache in index blocks);
    * undefined: unknown, no per-replica bound. A smaller capacity evicts at once.
@@ -84,6 +94,26 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
     ids.splice(at, 1);
     if (ids.length === 0) map.delete(key);
   };
+  /** Whether a tail was ever recorded: until one is, matching looks up no quarters. */
+  let anyTail = false;
+  /** Records that `id` holds `key`, most recently. */
+  const touch = (key: number, id: string, c: ReplicaCache): void => {
+    c.blocks.set(key, true);
+    const ids = map.get(key);
+    if (ids === undefined) {
+      map.set(key, [id]);
+      return;
+    }
+    const at = ids.indexOf(id);
+    if (at !== 0) {
+      if (at > 0) ids.splice(at, 1);
+      ids.unshift(id);
+      if (ids.length > perBlock) {
+        for (const dropped of ids.splice(perBlock)) replicas.get(dropped)?.blocks.delete(key);
+      }
+    }
+    map.set(key, ids);
+  };
   const trim = (id: string, c: ReplicaCache): void => {
     while (c.blocks.size > c.capacity) {
       const oldest = (c.blocks.oldest() as [number, true])[0];
@@ -93,36 +123,37 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
   };
 
   return {
-    match(chain) {
+    match(chain, quarters) {
       const out = new Map<string, number>();
       for (let i = 0; i < chain.length; i++) {
         const ids = map.get(chain[i] as number);
         if (ids === undefined) continue;
         for (const id of ids) out.set(id, i + 1);
       }
+      if (quarters === undefined || quarters.length === 0 || !anyTail) return out;
+      // Tails end inside the block after a holder's last: only those blocks' quarters are
+      // looked up (the prompt's first block among them, for holders of none).
+      const depths = new Set<number>(out.values()).add(0);
+      for (const depth of depths) {
+        for (let q = 2; q >= 0; q--) {
+          const key = quarters[4 * depth + q];
+          if (key === undefined) continue;
+          const ids = map.get(key);
+          if (ids === undefined) continue;
+          const held = depth + (q + 1) / 4;
+          for (const id of ids) if ((out.get(id) ?? 0) < held) out.set(id, held);
+        }
+      }
       return out;
     },
-    record(chain, replicaId) {
+    record(chain, replicaId, tail) {
       const c = cacheOf(replicaId);
-      // Last block first: the chain's first blocks end up the most recently used.
-      for (let i = chain.length - 1; i >= 0; i--) {
-        const key = chain[i] as number;
-        c.blocks.set(key, true);
-        const ids = map.get(key);
-        if (ids === undefined) {
-          map.set(key, [replicaId]);
-          continue;
-        }
-        const at = ids.indexOf(replicaId);
-        if (at !== 0) {
-          if (at > 0) ids.splice(at, 1);
-          ids.unshift(replicaId);
-          if (ids.length > perBlock) {
-            for (const dropped of ids.splice(perBlock)) replicas.get(dropped)?.blocks.delete(key);
-          }
-        }
-        map.set(key, ids);
+      if (tail !== undefined) {
+        anyTail = true;
+        touch(tail, replicaId, c);
       }
+      // Last block first: the chain's first blocks end up the most recently used.
+      for (let i = chain.length - 1; i >= 0; i--) touch(chain[i] as number, replicaId, c);
       trim(replicaId, c);
       while (map.size > maxEntries) {
         const [oldest, ids] = map.oldest() as [number, string[]];

@@ -168,17 +168,28 @@ function placed(a: BodyAnalysis, mode: "inline" | "pool"): RequestAnalysis {
       : { ok: false, reason: a.reason, message: a.message, param: a.param, mode };
   }
   if (a.choices !== undefined) return { ...a, mode }; // several choices are rare enough for the spread
-  const { model, stream, streamUsage, maxTokens, estimatedTokens, chain, hint } = a;
+  const { model, stream, streamUsage, maxTokens, estimatedTokens, chain, quarters, hint } = a;
   // One literal per shape: absent stays absent without a spread (or a `delete`, which would
   // turn the object into a slow dictionary).
   if (hint === undefined) {
     return maxTokens === undefined
-      ? { ok: true, model, stream, streamUsage, estimatedTokens, chain, mode }
-      : { ok: true, model, stream, streamUsage, maxTokens, estimatedTokens, chain, mode };
+      ? { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters, mode }
+      : { ok: true, model, stream, streamUsage, maxTokens, estimatedTokens, chain, quarters, mode };
   }
   return maxTokens === undefined
-    ? { ok: true, model, stream, streamUsage, estimatedTokens, chain, hint, mode }
-    : { ok: true, model, stream, streamUsage, maxTokens, estimatedTokens, chain, hint, mode };
+    ? { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters, hint, mode }
+    : {
+        ok: true,
+        model,
+        stream,
+        streamUsage,
+        maxTokens,
+        estimatedTokens,
+        chain,
+        quarters,
+        hint,
+        mode,
+      };
 }
 
 function defaultWorkerUrl(): URL {

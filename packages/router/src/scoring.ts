@@ -39,9 +39,10 @@
  * load factor of 1, filling replicas to their fair share and leaving the rest to their homed
  * hints; but a request one replica holds more of than any other (its conversation's earlier
  * turns went there: the hint's shared prefix is on all it reached) goes there within the
- * ordinary factor (bench/routing hot-prefix, precise mode: the hot tenant's second turns had
- * 145 of ~1,190 prompt tokens uncached, a miss of their first turn, and now 99, as with the
- * header hash; their TTFT p50 went from 35 to 29–30 ms). Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
+ * ordinary factor (bench/routing hot-prefix: the hot tenant's second turns had 145 of ~1,190
+ * prompt tokens uncached, a miss of their first turn, and now ~100, as with the header hash;
+ * their TTFT p50 went from 35 to 29–30 ms; the approximate index tells the conversation apart
+ * by where its first turn ended, `PrefixIndex.match` with quarters). Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
  * queued than the least queued one by over a quarter of this prompt: a request would wait
  * behind it, and nothing cached there yet makes up for that. A home keeps its preference with
  * prefill queued (its hints' prefixes are there); only the score's own terms move such a
