@@ -512,7 +512,7 @@ export class Exchange {
       seconds: (performance.now() - this.analysisStart) / 1000,
       score: decision?.score ?? 0,
       prefixBlocks: decision?.prefixBlocks ?? 0,
-      chainLength: analysis.chain.length,
+      chainLength: decision?.chainLength ?? analysis.chain.length,
       affinityVoided: decision?.affinityVoided ?? false,
       missingLoadSignals: decision?.missingLoadSignals ?? false,
       mode: analysis.mode,

@@ -163,6 +163,12 @@ export interface PickDecision {
    * engine's size) or the router's model of their caches (`approximate`).
    */
   readonly prefixSource: "precise" | "approximate";
+  /**
+   * The prompt's length in the blocks `prefixBlocks` counts: the engine's blocks when
+   * `prefixSource` is `precise`, else the index's (a partial block in quarters, when the
+   * request gave them): `prefixBlocks ÷ chainLength` is the share of the prompt held.
+   */
+  readonly chainLength: number;
   /** Estimated prompt tokens the replica must still compute (the prompt less its held prefix). */
   readonly prefillTokens: number;
   /** The request's hint key (`hintAnchor` of its hint), under `llmgw` with a hint. */
@@ -593,6 +599,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         rendezvousPreferred: best.rendezvousPreferred,
         missingLoadSignals: ranking.missingLoadSignals,
         prefixSource: byEngine ? "precise" : "approximate",
+        chainLength,
         prefillTokens: Math.round(promptTokens * (1 - best.affinity)),
         ...(hinted && anchor !== undefined ? { hint: anchor, home: best.id === homeId } : {}),
       };
