@@ -405,7 +405,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   h(
     "llmgw_router_prefix_hit_ratio",
-    "Share of the prompt's block-hash chain the chosen replica had recently served (0..1).",
+    "Share of the prompt the chosen replica held (0..1), in the blocks the match counted: the engine's in precise mode, the router's (a partial one in quarters) otherwise.",
     ["model"],
     RATIO_BUCKETS,
   ),
