@@ -520,6 +520,14 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
               Math.ceil((scoring.homeLoadFactor * (hints.size + 1)) / candidates.length),
             );
         hints.add(anchor, size);
+        // A hot hint spreads, each request a new prefill somewhere: by the engines' steps where
+        // this router may place by time, as it homes a new hint.
+        if (hot && request?.timedPlacement === true) {
+          for (const c of candidates) {
+            const wait = stepWait(c.id, nowMs);
+            if (wait !== undefined) (c as { placementWait?: number }).placementWait = wait;
+          }
+        }
         if (!hot) {
           let leastQueued = Number.POSITIVE_INFINITY;
           for (const c of candidates)

@@ -325,6 +325,33 @@ describe("rankCandidates", () => {
         const tie = hot(3).map((x) => (x.id === "q" ? { ...x, prefixBlocks: 5 } : x));
         expect(first(tie)?.id).toBe("p");
       });
+      it("by time where the router may: a holder whose step ends soonest, then anyone's", () => {
+        // A first turn: every replica but "new" holds the system prompt (4 of 6 blocks); p, the
+        // hint's first choice, is over its fair share, and q's step has the most left to run.
+        const firstTurn = (waits: Record<string, number>) =>
+          first([
+            rv("p", 1, 99, { capacity: 64, prefixBlocks: 4, recent: 5, placementWait: waits.p }),
+            rv("q", 1, 50, { capacity: 64, prefixBlocks: 4, recent: 3, placementWait: waits.q }),
+            rv("r", 1, 10, { capacity: 64, prefixBlocks: 4, recent: 3, placementWait: waits.r }),
+            rv("new", 1, 5, { capacity: 64, recent: 2, placementWait: waits.new }),
+          ]);
+        expect(firstTurn({ p: 0, q: 0.9, r: 0.2, new: 0 })?.id).toBe("r");
+        // Both holders past their fair share: the replica it spills to is the soonest step's.
+        const spill = [
+          rv("p", 1, 99, { capacity: 64, prefixBlocks: 4, recent: 5 }),
+          rv("p2", 1, 98, { capacity: 64, prefixBlocks: 4, recent: 5 }),
+          rv("a", 1, 50, { capacity: 64, recent: 3, placementWait: 0.8 }),
+          rv("b", 1, 10, { capacity: 64, recent: 3, placementWait: 0.1 }),
+          rv("c", 1, 5, { capacity: 64, recent: 3 }),
+        ];
+        const top = rankCandidates("llmgw", spill, 6, 0, opts, true, 100, 16, true).ranked[0];
+        expect(top?.id).toBe("b");
+        // Without waits (routers that share nothing): the hint's order, a before b.
+        const untimed = spill.map(({ placementWait: _, ...x }) => x);
+        expect(
+          rankCandidates("llmgw", untimed, 6, 0, opts, true, 100, 16, true).ranked[0]?.id,
+        ).toBe("a");
+      });
     });
 
     it("marks the one candidate that got it, and nobody when it is off", () => {
