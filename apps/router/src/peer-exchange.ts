@@ -47,6 +47,9 @@ const NAME_MAX = 256;
 const MAX_CHAIN = 4096;
 const MAX_PREFILL = 10_000_000;
 const MAX_BLOCK_KEY = 2 ** 48;
+/** A prefix-hash key as block-hash.ts makes them: a whole number below 2^48. */
+const isBlockKey = (k: unknown): k is number =>
+  Number.isInteger(k) && (k as number) >= 0 && (k as number) < MAX_BLOCK_KEY;
 const MIN_KEY_CHARS = 16;
 const MAX_IN_FLIGHT = 1_000_000;
 /** Most replicas one `inflight` event may name. */
@@ -383,17 +386,14 @@ export function parsePeerEvent(text: string): PeerEvent | string | undefined {
     const keys = new Float64Array(chain.length);
     for (let i = 0; i < chain.length; i++) {
       const k = chain[i];
-      if (!Number.isInteger(k) || (k as number) < 0 || (k as number) >= MAX_BLOCK_KEY)
-        return `"chain"[${i}] must be a 48-bit block key`;
+      if (!isBlockKey(k)) return `"chain"[${i}] must be a 48-bit block key`;
       keys[i] = k as number;
     }
     event.chain = keys;
   }
   if (o.tail !== undefined) {
-    const k = o.tail;
-    if (!Number.isInteger(k) || (k as number) < 0 || (k as number) >= MAX_BLOCK_KEY)
-      return `"tail" must be a 48-bit block key`;
-    event.tail = k as number;
+    if (!isBlockKey(o.tail)) return `"tail" must be a 48-bit block key`;
+    event.tail = o.tail;
   }
   return event;
 }

@@ -311,7 +311,7 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
         }),
       ).toBe(0);
       // The share of the prompt held is a share: counted in the engine's blocks on both sides
-      // (it once divided engine blocks by the approximate chain's 1 KiB blocks, ~20×).
+      // (it once divided engine blocks by the approximate chain's 1 KiB blocks, ~16 to one).
       const ratios = await sample("llmgw_router_prefix_hit_ratio_count", {});
       expect(ratios).toBeGreaterThan(0);
       expect(await sample("llmgw_router_prefix_hit_ratio_bucket", { le: "1" })).toBe(ratios);

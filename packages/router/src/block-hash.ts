@@ -149,9 +149,10 @@ class ChainBuilder {
     this.#hashed = 0;
   }
 
-  /** After the last bytes: the trailing partial block's complete quarters. */
-  finish(): void {
+  /** After the last bytes: hashes the trailing partial block's complete quarters; the keys. */
+  finish(): PromptKeys {
     this.#quarters(this.#at);
+    return { chain: this.keys, quarters: this.quarters };
   }
 
   /** Every byte the keys need was taken. */
@@ -324,8 +325,7 @@ export function promptKeys(pieces: readonly string[], options: BlockHashOptions 
     if (chain.full) break;
     chain.string(piece);
   }
-  chain.finish();
-  return { chain: chain.keys, quarters: chain.quarters };
+  return chain.finish();
 }
 
 /**
@@ -346,8 +346,7 @@ export function hashScannedPrompt(
     else if (piece.escaped) chain.escaped(body, piece.start, piece.end);
     else chain.bytes(body, piece.start, piece.end);
   }
-  chain.finish();
-  return { chain: chain.keys, quarters: chain.quarters };
+  return chain.finish();
 }
 
 /**

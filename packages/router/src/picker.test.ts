@@ -948,6 +948,26 @@ describe("ReplicaPicker: a hot hint's conversations keep their replica", () => {
     return kept / seconds;
   };
 
+  it("records a peer's tail as its own: the conversation it sent is told apart here too", () => {
+    const picker = createReplicaPicker();
+    const first = promptKeys([`${system}\nuser: ${words(prng(3), 400)}`]);
+    const other = promptKeys([`${system}\nuser: ${words(prng(4), 400)}`]);
+    const tail = quarterTail(first);
+    expect(tail).toBeDefined();
+    const [a, b] = ids as [string, string];
+    picker.peerDispatched("peer", res, {
+      replicaId: a,
+      prefillTokens: 0,
+      chain: first.chain,
+      ...(tail === undefined ? {} : { tail }),
+    });
+    picker.dispatched(b, other.chain, 0, undefined, quarterTail(other));
+    const second = promptKeys([`${system}\nuser: ${words(prng(3), 400)}\nassistant: ok`]);
+    const held = picker.prefixIndex.match(second.chain, second.quarters);
+    expect(held.get(b)).toBe(first.chain.length);
+    expect(held.get(a)).toBeGreaterThan(first.chain.length);
+  });
+
   it("tells a conversation apart by its quarter blocks, where its complete blocks cannot", () => {
     // Blocks alone: every replica holding the system prompt ties, and the hint's order decides.
     expect(secondTurnsKept(false)).toBeLessThan(0.3);

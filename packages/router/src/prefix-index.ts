@@ -94,8 +94,6 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
     ids.splice(at, 1);
     if (ids.length === 0) map.delete(key);
   };
-  /** Whether a tail was ever recorded: until one is, matching looks up no quarters. */
-  let anyTail = false;
   /** Records that `id` holds `key`, most recently. */
   const touch = (key: number, id: string, c: ReplicaCache): void => {
     c.blocks.set(key, true);
@@ -130,7 +128,7 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
         if (ids === undefined) continue;
         for (const id of ids) out.set(id, i + 1);
       }
-      if (quarters === undefined || quarters.length === 0 || !anyTail) return out;
+      if (quarters === undefined || quarters.length === 0) return out;
       // Tails end inside the block after a holder's last: only those blocks' quarters are
       // looked up (the prompt's first block among them, for holders of none).
       const depths = new Set<number>(out.values()).add(0);
@@ -148,10 +146,7 @@ export function createPrefixIndex(options: PrefixIndexOptions = {}): PrefixIndex
     },
     record(chain, replicaId, tail) {
       const c = cacheOf(replicaId);
-      if (tail !== undefined) {
-        anyTail = true;
-        touch(tail, replicaId, c);
-      }
+      if (tail !== undefined) touch(tail, replicaId, c);
       // Last block first: the chain's first blocks end up the most recently used.
       for (let i = chain.length - 1; i >= 0; i--) touch(chain[i] as number, replicaId, c);
       trim(replicaId, c);

@@ -37,15 +37,16 @@
  * the hint's next rendezvous choice otherwise. A hint busier than its home may take (picker.ts)
  * has no home: it takes the hint's highest rendezvous choice under the ordinary bounds at a
  * load factor of 1, filling replicas to their fair share and leaving the rest to their homed
- * hints (where the router may place by time, `placementWait`: a replica holding the hint's
- * prefix whose engine step ends soonest, then any; bench/routing hot-prefix, the hot tenant's
- * cached first turns' TTFT p50 went from 26–27 to 23–25 ms, max/mean from 1.21–1.27 to
- * 1.08–1.17); but a request one replica holds more of than any other (its conversation's earlier
- * turns went there: the hint's shared prefix is on all it reached) goes there within the
- * ordinary factor (bench/routing hot-prefix: the hot tenant's second turns had 145 of ~1,190
- * prompt tokens uncached, a miss of their first turn, and now ~100, as with the header hash;
- * their TTFT p50 went from 35 to 29–30 ms; the approximate index tells the conversation apart
- * by where its first turn ended, `PrefixIndex.match` with quarters). Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
+ * hints. Where the router may place by time (`placementWait`), that choice is instead a replica
+ * holding the hint's prefix whose engine step ends soonest, then any (bench/routing hot-prefix:
+ * the hot tenant's cached first turns' TTFT p50 went from 26–27 to 23–25 ms, max/mean from
+ * 1.21–1.27 to 1.08–1.17). And a request one replica holds more of than any other (its
+ * conversation's earlier turns went there; the hint's shared prefix is on all it reached) goes
+ * there within the ordinary factor (bench/routing hot-prefix: the hot tenant's second turns had
+ * 145 of ~1,190 prompt tokens uncached, a miss of their first turn, and now ~100, as with the
+ * header hash; their TTFT p50 went from 35 to 29–30 ms; the approximate index tells the
+ * conversation apart by where its first turn ended, `PrefixIndex.match` with quarters).
+ * Neither the rendezvous preference nor a hot hint's goes to a replica with more prefill
  * queued than the least queued one by over a quarter of this prompt: a request would wait
  * behind it, and nothing cached there yet makes up for that. A home keeps its preference with
  * prefill queued (its hints' prefixes are there); only the score's own terms move such a
@@ -390,16 +391,16 @@ export function rankCandidates(
       preferred = scored.length;
       holderPreferred = true;
     } else if (w !== undefined && !isHome && !holderPreferred && eligible) {
+      // First by what it holds and when its step ends (a hot hint placed by time), then by the
+      // rendezvous weight, then the id.
       const holds = timedHot && affinity > 0 ? 1 : 0;
       const wait = timedHot ? (c.placementWait ?? 0.5) : 0;
-      if (
-        holds > preferredHolds ||
-        (holds === preferredHolds &&
-          (wait < preferredWait ||
-            (wait === preferredWait &&
-              (w > preferredWeight ||
-                (w === preferredWeight && c.id < (scored[preferred]?.id ?? ""))))))
-      ) {
+      const order =
+        preferredHolds - holds ||
+        wait - preferredWait ||
+        preferredWeight - w ||
+        (c.id < (scored[preferred]?.id ?? "") ? -1 : 1);
+      if (order < 0) {
         preferred = scored.length;
         preferredWeight = w;
         preferredHolds = holds;
