@@ -692,8 +692,7 @@ const goodputTable = formatTable(
 const goals: { goal: string; measured: string; met: boolean }[] = [];
 /**
  * A target's figures on a workload: its one row, or, run in several rounds, the median of each
- * figure over the rounds (requests per replica from the round with the median
- * max/mean).
+ * figure over the rounds (requests per replica from the round with the median max/mean).
  */
 const row = (w: WorkloadName, t: TargetName): Row | undefined => {
   const mine = rows.filter((r) => r.workload === w && r.target === t);

@@ -44,9 +44,7 @@
  */
 import { LruMap } from "./lru-map.js";
 import { rendezvousWeight, replicaSeed } from "./rendezvous.js";
-
-/** A candidate whose step phase is unknown counts as waiting this share of a step. */
-const WAIT_UNKNOWN = 0.5;
+import { UNKNOWN_WAIT_SHARE } from "./step-phase.js";
 
 /** Added to the step wait of a candidate another router owns (`HomePlacement.owned`). */
 const NOT_OWNED = 1;
@@ -237,7 +235,7 @@ export class HintHomes {
       const steps =
         holds > 0 || wait === undefined
           ? 0
-          : (wait(c) ?? WAIT_UNKNOWN) +
+          : (wait(c) ?? UNKNOWN_WAIT_SHARE) +
             (owned === undefined || owned(c) ? 0 : NOT_OWNED) +
             (count + 1 > fairShare ? OVER_FAIR_SHARE : 0);
       if (

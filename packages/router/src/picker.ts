@@ -460,12 +460,12 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         : byPrefix && scoring.weights.rendezvous > 0
           ? chainAnchor(chain, scoring.rendezvousAnchorBlocks)
           : undefined;
-      const candidates: ScoringCandidate[] = new Array(replicas.length);
+      // Built here and filled in below (placementWait, once the hint is known to be hot).
+      const candidates: { -readonly [K in keyof ScoringCandidate]: ScoringCandidate[K] }[] =
+        new Array(replicas.length);
       for (let i = 0; i < replicas.length; i++) {
         const r = replicas[i] as ReplicaRoute;
-        const candidate: {
-          -readonly [K in keyof ScoringCandidate]: ScoringCandidate[K];
-        } = {
+        const candidate: (typeof candidates)[number] = {
           id: r.id,
           capacity: withHeadroom(Math.max(1, r.capacity), headroom),
           inFlight: inFlight.get(r.id),
@@ -525,7 +525,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         if (hot && request?.timedPlacement === true) {
           for (const c of candidates) {
             const wait = stepWait(c.id, nowMs);
-            if (wait !== undefined) (c as { placementWait?: number }).placementWait = wait;
+            if (wait !== undefined) c.placementWait = wait;
           }
         }
         if (!hot) {

@@ -55,6 +55,7 @@
 import { checkRange, RouterError } from "./errors.js";
 import { DEFAULT_RENDEZVOUS_ANCHOR_BLOCKS } from "./rendezvous.js";
 import type { ReplicaLoad, RoutingPolicy } from "./route-table.js";
+import { UNKNOWN_WAIT_SHARE } from "./step-phase.js";
 
 /** Live numbers about one routable replica. */
 export interface ScoringCandidate {
@@ -394,7 +395,7 @@ export function rankCandidates(
       // First by what it holds and when its step ends (a hot hint placed by time), then by the
       // rendezvous weight, then the id.
       const holds = timedHot && affinity > 0 ? 1 : 0;
-      const wait = timedHot ? (c.placementWait ?? 0.5) : 0;
+      const wait = timedHot ? (c.placementWait ?? UNKNOWN_WAIT_SHARE) : 0;
       const order =
         preferredHolds - holds ||
         wait - preferredWait ||

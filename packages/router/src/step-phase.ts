@@ -40,6 +40,12 @@ const LONGEST_STEP_MS = 2_000;
  */
 export const STEP_END_MARGIN_MS = 2.5;
 
+/**
+ * The wait of a replica whose step phase is unknown, as a share of a step: half, the mean of a
+ * wait at a random moment, so that a known shorter wait goes first and a known longer one after.
+ */
+export const UNKNOWN_WAIT_SHARE = 0.5;
+
 /** Weight of the newest step in the period's moving average. */
 const ALPHA = 0.2;
 
