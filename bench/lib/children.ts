@@ -3,12 +3,42 @@
  * process helpers every benchmark needs (free ports, waiting for a port, finding a binary).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { bundleAsShipped } from "./shipped.js";
 
 const processesScript = fileURLToPath(new URL("./processes.ts", import.meta.url));
+/** `processes.ts` bundled as shipped, once {@link shipBenchChildren} built it. */
+let shippedScript: string | undefined;
+
+/**
+ * From now on, children of this tree run from a bundle of `processes.ts` built the way the CLI
+ * is (`bundleAsShipped`), with the router's analysis worker built beside it as the CLI's
+ * `router-worker.js` is: what `llmgw router` runs. From source under tsx, a router restarted
+ * for each measurement compiles its worker's TypeScript during the measurement's first few
+ * hundred ms (measured 2026-12-05: the only `unique` TTFTs over 155 ms of three rounds, in
+ * both llmgw targets and neither baseline), and every call through esbuild's keepNames
+ * wrappers (`__name`) allocates. The bundle goes when this process exits.
+ */
+export async function shipBenchChildren(): Promise<void> {
+  if (shippedScript !== undefined) return;
+  const outDir = fileURLToPath(
+    new URL(`../../apps/cli/dist/.bench-children-${process.pid}/`, import.meta.url),
+  );
+  process.once("exit", () => rmSync(outDir, { recursive: true, force: true }));
+  await bundleAsShipped(
+    {
+      processes: processesScript,
+      "router-worker": fileURLToPath(
+        new URL("../../packages/router/src/worker.ts", import.meta.url),
+      ),
+    },
+    outDir,
+  );
+  shippedScript = join(outDir, "processes.js");
+}
 
 /** A running `processes.ts` child. */
 export interface BenchChild {
@@ -55,11 +85,20 @@ export function startBenchChild(
   timeoutMs = 60_000,
   source: BenchChildSource = {},
 ): Promise<BenchChild> {
+  // Another commit's tree runs from its own source (it may not have the bundle's entries).
   const script =
-    source.tree === undefined ? processesScript : join(source.tree, "bench/lib/processes.ts");
+    source.tree === undefined
+      ? (shippedScript ?? processesScript)
+      : join(source.tree, "bench/lib/processes.ts");
+  const fromSource = script !== shippedScript;
   const proc = spawn(
     process.execPath,
-    ["--conditions=@llmgw/source", "--import", "tsx", script, role, JSON.stringify(config)],
+    [
+      ...(fromSource ? ["--conditions=@llmgw/source", "--import", "tsx"] : []),
+      script,
+      role,
+      JSON.stringify(config),
+    ],
     {
       stdio: ["ignore", "pipe", "inherit", "ipc"],
       ...(source.tree === undefined ? {} : { cwd: source.tree }),

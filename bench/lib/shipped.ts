@@ -20,27 +20,8 @@ export async function runAsShipped(entryUrl: string): Promise<false> {
   const outDir = fileURLToPath(
     new URL(`../../apps/cli/dist/.bench-${process.pid}/`, import.meta.url),
   );
-  mkdirSync(outDir, { recursive: true });
   try {
-    const { build } = await import("tsup");
-    await build({
-      entry: { bench: entry },
-      format: ["esm"],
-      platform: "node",
-      target: "node20",
-      outDir,
-      splitting: false,
-      sourcemap: false,
-      dts: false,
-      silent: true,
-      config: false,
-      noExternal: [/^@llmgw\//],
-      // Every other bare import stays external, as in the CLI (whose package.json lists them).
-      external: [/^(?!@llmgw\/)[^./]/],
-      esbuildOptions(options) {
-        options.conditions = ["@llmgw/source"];
-      },
-    });
+    await bundleAsShipped({ bench: entry }, outDir);
     // --expose-gc: a benchmark may collect between timed steps (`collectGarbage`).
     const script = [join(outDir, "bench.js"), ...process.argv.slice(2)];
     const run = spawnSync(process.execPath, ["--expose-gc", ...script], {
@@ -52,6 +33,38 @@ export async function runAsShipped(entryUrl: string): Promise<false> {
     rmSync(outDir, { recursive: true, force: true });
   }
   process.exit();
+}
+
+/**
+ * Bundles `entries` (output name → source file) into `outDir` the way `apps/cli/tsup.config.ts`
+ * bundles the CLI: tsup, ESM, node20, workspace packages compiled in from source, every other
+ * bare import left external. `outDir` should sit beside the CLI's own bundle (under
+ * `apps/cli/dist/`, git-ignored), so that the bundle resolves npm packages as the CLI does.
+ */
+export async function bundleAsShipped(
+  entries: Readonly<Record<string, string>>,
+  outDir: string,
+): Promise<void> {
+  mkdirSync(outDir, { recursive: true });
+  const { build } = await import("tsup");
+  await build({
+    entry: { ...entries },
+    format: ["esm"],
+    platform: "node",
+    target: "node20",
+    outDir,
+    splitting: false,
+    sourcemap: false,
+    dts: false,
+    silent: true,
+    config: false,
+    noExternal: [/^@llmgw\//],
+    // Every other bare import stays external, as in the CLI (whose package.json lists them).
+    external: [/^(?!@llmgw\/)[^./]/],
+    esbuildOptions(options) {
+      options.conditions = ["@llmgw/source"];
+    },
+  });
 }
 
 /**

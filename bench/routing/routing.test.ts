@@ -16,7 +16,14 @@ describe("bench/routing/run.ts --quick", () => {
     expect(stdout).toMatch(/workload\s+target\s+ok\/sent\s+TTFT/);
     expect(stdout).toMatch(/workload\s+target\s+goodput req\/s/);
     type Row = { workload: string; target: string; requests: number; ok: number; errors: string[] };
-    const result = lastJson<{ rows: Row[]; sweepRows: Row[]; skipped: string[] }>(stdout);
+    const result = lastJson<{
+      rows: Row[];
+      sweepRows: Row[];
+      skipped: string[];
+      children: string;
+    }>(stdout);
+    // The router and engines ran bundled, as `llmgw router` ships, not from source.
+    expect(result.children).toBe("bundled as shipped (tsup)");
     expect(result.rows.length).toBeGreaterThanOrEqual(3 * 3); // 3 workloads × the llmgw policies
     expect(result.sweepRows.length).toBeGreaterThanOrEqual(2 * 2); // 2 rungs × the llmgw policies
     for (const row of [...result.rows, ...result.sweepRows]) {

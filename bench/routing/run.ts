@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { EngineSimOptions } from "@llmgw/engine-sim";
-import { findBinary, loadAverage, startBenchChild } from "../lib/children.js";
+import { findBinary, loadAverage, shipBenchChildren, startBenchChild } from "../lib/children.js";
 import { median } from "../lib/load.js";
 import type { RouterChildConfig } from "../lib/processes.js";
 import { type RunningProxy, startHaproxy, startNginx } from "../lib/proxies.js";
@@ -72,6 +72,11 @@ const { values: flags } = parseArgs({
      * a target's misses and slow requests are.
      */
     samples: { type: "string" },
+    /**
+     * Run the llmgw children (routers, engines) from source under tsx instead of bundled as
+     * the CLI ships (`shipBenchChildren`): for profiling against source files.
+     */
+    source: { type: "boolean", default: false },
   },
 });
 const quick = flags.quick === true;
@@ -353,6 +358,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 try {
+  if (flags.source !== true) await shipBenchChildren();
   fleet = await startSimFleet({
     replicas,
     perProcess: simsPerProcess,
@@ -877,6 +883,7 @@ const result = {
   mode: quick ? "quick" : "full",
   loadGenerator: "open-loop Poisson client (undici, streaming; TTFT = first content delta)",
   node: process.version,
+  children: flags.source === true ? "from source (tsx)" : "bundled as shipped (tsup)",
   replicas,
   simsPerProcess,
   timeScaleCap,
@@ -916,7 +923,7 @@ const all = [...rows, ...sweepRows];
 const total = all.reduce((n, r) => n + r.requests, 0);
 const failed = all.reduce((n, r) => n + r.failed, 0);
 console.log(
-  `\nRouting quality — ${replicas} sim engines (${Math.ceil(replicas / simsPerProcess)} processes), latencies in simulated ms; table at ${simRate} req/s simulated (time scale ${f(timeScaleFor(simRate), 2)}: ${f(simRate * timeScaleFor(simRate), 1)} wall req/s); ${hints ? "session hints on" : "no hints"}; ${total} requests, ${failed} failed; ${f(result.wallSeconds)} s; load average ${loadavgAtStart} at start, ${result.loadavgAtEnd} at end, 1-min max ${maxLoad1.toFixed(2)}`,
+  `\nRouting quality — ${replicas} sim engines (${Math.ceil(replicas / simsPerProcess)} processes), llmgw ${result.children}; latencies in simulated ms; table at ${simRate} req/s simulated (time scale ${f(timeScaleFor(simRate), 2)}: ${f(simRate * timeScaleFor(simRate), 1)} wall req/s); ${hints ? "session hints on" : "no hints"}; ${total} requests, ${failed} failed; ${f(result.wallSeconds)} s; load average ${loadavgAtStart} at start, ${result.loadavgAtEnd} at end, 1-min max ${maxLoad1.toFixed(2)}`,
 );
 for (const s of skipped) console.log(`skipped ${s}`);
 for (const w of new Set([...workloads, ...sweepWorkloads]))

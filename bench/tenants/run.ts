@@ -8,7 +8,12 @@
  * priorities. See bench/README.md.
  */
 import { parseArgs } from "node:util";
-import { type BenchChild, loadAverage, startBenchChild } from "../lib/children.js";
+import {
+  type BenchChild,
+  loadAverage,
+  shipBenchChildren,
+  startBenchChild,
+} from "../lib/children.js";
 import { median } from "../lib/load.js";
 import type { RouterChildAuth, RouterChildConfig } from "../lib/processes.js";
 import { printReport } from "../lib/report.js";
@@ -43,6 +48,8 @@ const { values: flags } = parseArgs({
     queue: { type: "string" },
     /** `llmgw router --critical-prefill-reserve` (default: the router's). */
     reserve: { type: "string" },
+    /** Run the router and engines from source under tsx, not bundled as shipped. */
+    source: { type: "boolean", default: false },
   },
 });
 const quick = flags.quick === true;
@@ -211,6 +218,7 @@ const routerConfig = (s: Scenario, upstreams: readonly string[]): RouterChildCon
   ...(reserve === undefined ? {} : { criticalPrefillReserve: reserve }),
 });
 try {
+  if (flags.source !== true) await shipBenchChildren();
   fleet = await startSimFleet({
     replicas,
     perProcess: replicas,
@@ -439,6 +447,7 @@ const result = {
   criticalReqPerSec: criticalRate,
   batchReqPerSec: batchRate,
   node: process.version,
+  children: flags.source === true ? "from source (tsx)" : "bundled as shipped (tsup)",
   wallSeconds: (Date.now() - t0) / 1000,
   loadavgAtStart: loadAtStart,
   loadavgAtEnd: loadAverage(),
@@ -447,7 +456,7 @@ const result = {
   measurements,
 };
 console.log(
-  `\nTenants and priorities — ${replicas} sim engines × ${capacity} in flight (router capacity; engine max running ${engineSeqs}), time scale ${timeScale}; latencies in simulated ms, rates per simulated second; ${rounds} round(s) × ${windowMs / 1000} s (wall) windows, medians; load average ${loadAtStart} at start, ${result.loadavgAtEnd} at end; ${result.wallSeconds.toFixed(0)} s`,
+  `\nTenants and priorities — ${replicas} sim engines × ${capacity} in flight (router capacity; engine max running ${engineSeqs}), time scale ${timeScale}; llmgw ${result.children}; latencies in simulated ms, rates per simulated second; ${rounds} round(s) × ${windowMs / 1000} s (wall) windows, medians; load average ${loadAtStart} at start, ${result.loadavgAtEnd} at end; ${result.wallSeconds.toFixed(0)} s`,
 );
 console.log(
   `fleet capacity ≈ ${f(fleetCapacity, 1)} req/s (estimated; measured under the burst ${f(measuredCapacity, 1)}); critical ${f(criticalRate, 1)} req/s (${f(criticalLoad * 100)}%); batch burst ${f(batchRate, 1)} req/s (${f(burst)}× the estimate${measuredCapacity > 0 ? `, ${f(batchRate / measuredCapacity, 1)}× measured` : ""}); ${promptTokens}-token prompts, ${minOutputTokens}–${maxOutputTokens} output tokens; router queue ${queueLength}`,
