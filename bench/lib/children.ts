@@ -40,6 +40,11 @@ export async function shipBenchChildren(): Promise<void> {
   shippedScript = join(outDir, "processes.js");
 }
 
+/** How this tree's children run, for a report: bundled once {@link shipBenchChildren} built the bundle. */
+export function benchChildrenRunAs(): "bundled as shipped (tsup)" | "from source (tsx)" {
+  return shippedScript === undefined ? "from source (tsx)" : "bundled as shipped (tsup)";
+}
+
 /** A running `processes.ts` child. */
 export interface BenchChild {
   readonly proc: ChildProcess;

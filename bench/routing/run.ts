@@ -2,7 +2,13 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { EngineSimOptions } from "@llmgw/engine-sim";
-import { findBinary, loadAverage, shipBenchChildren, startBenchChild } from "../lib/children.js";
+import {
+  benchChildrenRunAs,
+  findBinary,
+  loadAverage,
+  shipBenchChildren,
+  startBenchChild,
+} from "../lib/children.js";
 import { median } from "../lib/load.js";
 import type { RouterChildConfig } from "../lib/processes.js";
 import { type RunningProxy, startHaproxy, startNginx } from "../lib/proxies.js";
@@ -883,7 +889,7 @@ const result = {
   mode: quick ? "quick" : "full",
   loadGenerator: "open-loop Poisson client (undici, streaming; TTFT = first content delta)",
   node: process.version,
-  children: flags.source === true ? "from source (tsx)" : "bundled as shipped (tsup)",
+  children: benchChildrenRunAs(),
   replicas,
   simsPerProcess,
   timeScaleCap,

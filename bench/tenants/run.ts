@@ -10,6 +10,7 @@
 import { parseArgs } from "node:util";
 import {
   type BenchChild,
+  benchChildrenRunAs,
   loadAverage,
   shipBenchChildren,
   startBenchChild,
@@ -447,7 +448,7 @@ const result = {
   criticalReqPerSec: criticalRate,
   batchReqPerSec: batchRate,
   node: process.version,
-  children: flags.source === true ? "from source (tsx)" : "bundled as shipped (tsup)",
+  children: benchChildrenRunAs(),
   wallSeconds: (Date.now() - t0) / 1000,
   loadavgAtStart: loadAtStart,
   loadavgAtEnd: loadAverage(),

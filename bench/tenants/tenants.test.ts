@@ -13,6 +13,7 @@ describe("bench/tenants/run.ts --quick", () => {
     const result = lastJson<{
       bench: string;
       mode: string;
+      children: string;
       rows: {
         scenario: string;
         criticalSent: number;
@@ -25,6 +26,8 @@ describe("bench/tenants/run.ts --quick", () => {
       goals: { goal: string }[];
     }>(stdout);
     expect(result).toMatchObject({ bench: "tenants", mode: "quick" });
+    // The router and engines ran bundled, as `llmgw router` ships, not from source.
+    expect(result.children).toBe("bundled as shipped (tsup)");
     expect(result.rows.map((r) => r.scenario)).toEqual([
       "critical alone",
       "burst, priorities",
