@@ -502,6 +502,8 @@ export class ClosedLoopTraffic {
   readonly outcomes: TrafficOutcome[] = [];
   #running = false;
   #loops: Promise<void>[] = [];
+  /** Requests sent and not yet ended, per router id. */
+  readonly #inFlight = new Map<string, number>();
   constructor(
     readonly routers: readonly RouterProc[],
     readonly apiKey: string,
@@ -534,9 +536,11 @@ export class ClosedLoopTraffic {
       const startedAt = performance.now();
       let outcome: Omit<TrafficOutcome, "router" | "startedAt" | "endedAt">;
       const content = `${router} loop ${loop} request ${n}`;
+      this.#inFlight.set(router, (this.#inFlight.get(router) ?? 0) + 1);
       try {
         if (this.options.streams === true && loop % 2 === 1) {
           outcome = await this.#stream(client, content);
+          this.#ended(router);
           this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
           continue;
         }
@@ -558,8 +562,12 @@ export class ClosedLoopTraffic {
         const status = (error as { status?: number }).status;
         outcome = { ok: false, status, replica: undefined, error: String(error) };
       }
+      this.#ended(router);
       this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
     }
+  }
+  #ended(router: string): void {
+    this.#inFlight.set(router, (this.#inFlight.get(router) ?? 1) - 1);
   }
   /**
    * One streamed completion, read to its end: ok when content arrived, the last choice chunk
@@ -609,15 +617,28 @@ export class ClosedLoopTraffic {
   }
   /** Waits until every router has answered `count` requests well after `since`. */
   async waitForSuccesses(count: number, since: number, timeoutMs = 60_000): Promise<void> {
-    await waitFor(
-      `${count} successful requests through each router`,
-      () =>
-        this.routers.every(
-          (r) => this.since(since, r.id).filter((o) => o.ok && o.startedAt > since).length >= count,
-        ) || undefined,
-      timeoutMs,
-      50,
-    );
+    const successes = (router: string) =>
+      this.since(since, router).filter((o) => o.ok && o.startedAt > since).length;
+    try {
+      await waitFor(
+        `${count} successful requests through each router`,
+        () => this.routers.every((r) => successes(r.id) >= count) || undefined,
+        timeoutMs,
+        50,
+      );
+    } catch (error) {
+      // Say what the loops saw: a timeout alone does not tell a stuck router from a failing one.
+      const counts = this.routers
+        .map((r) => `${r.id} ${successes(r.id)} ok, ${this.#inFlight.get(r.id) ?? 0} in flight`)
+        .join("; ");
+      const failed = this.since(since).filter((o) => !o.ok);
+      const logs = this.routers
+        .map((r) => `--- ${r.id}, last lines:\n${r.output().split("\n").slice(-25).join("\n")}`)
+        .join("\n");
+      throw new Error(
+        `${(error as Error).message} (${counts}; ${failed.length} failed since)\n${describeFailures(failed.slice(-20), since)}\n${logs}`,
+      );
+    }
   }
   async stop(): Promise<TrafficOutcome[]> {
     this.#running = false;
