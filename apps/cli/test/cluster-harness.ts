@@ -540,34 +540,32 @@ export class ClosedLoopTraffic {
       try {
         if (this.options.streams === true && loop % 2 === 1) {
           outcome = await this.#stream(client, content);
-          this.#ended(router);
-          this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
-          continue;
+        } else {
+          const { data, response } = await client.chat.completions
+            .create({
+              model: this.model,
+              max_tokens: this.options.maxTokens ?? 8,
+              messages: [{ role: "user", content }],
+            })
+            .withResponse();
+          const error = incomplete(data);
+          outcome = {
+            ok: error === undefined,
+            status: response.status,
+            replica: response.headers.get("x-llmgw-replica") ?? undefined,
+            error,
+          };
         }
-        const { data, response } = await client.chat.completions
-          .create({
-            model: this.model,
-            max_tokens: this.options.maxTokens ?? 8,
-            messages: [{ role: "user", content }],
-          })
-          .withResponse();
-        const error = incomplete(data);
-        outcome = {
-          ok: error === undefined,
-          status: response.status,
-          replica: response.headers.get("x-llmgw-replica") ?? undefined,
-          error,
-        };
       } catch (error) {
         const status = (error as { status?: number }).status;
         outcome = { ok: false, status, replica: undefined, error: String(error) };
       }
-      this.#ended(router);
+      this.#inFlight.set(router, (this.#inFlight.get(router) ?? 1) - 1);
       this.outcomes.push({ router, startedAt, endedAt: performance.now(), ...outcome });
+      // A refusal comes back in a millisecond: without a pause, a loop waiting for the routers
+      // to learn a deployment would send hundreds a second and starve the box it waits on.
+      if (!outcome.ok && this.#running) await new Promise((r) => setTimeout(r, 25));
     }
-  }
-  #ended(router: string): void {
-    this.#inFlight.set(router, (this.#inFlight.get(router) ?? 1) - 1);
   }
   /**
    * One streamed completion, read to its end: ok when content arrived, the last choice chunk
