@@ -73,6 +73,9 @@ export function runLlmgw(
   return { child, output: () => out, exited };
 }
 
+/** Thrown by a {@link waitFor} check: the wait ends at once with it (no point waiting on). */
+export class GiveUp extends Error {}
+
 export async function waitFor<T>(
   what: string,
   check: () => Promise<T | undefined> | T | undefined,
@@ -86,6 +89,7 @@ export async function waitFor<T>(
       const value = await check();
       if (value !== undefined && value !== false) return value;
     } catch (error) {
+      if (error instanceof GiveUp) throw error;
       lastError = error;
     }
     if (Date.now() > deadline) {
@@ -134,7 +138,7 @@ export class ControlPlaneProc {
     );
     const proc = this.proc;
     await waitFor("the control plane to answer /healthz", async () => {
-      if (proc.child.exitCode !== null) throw new Error(`control plane exited:\n${proc.output()}`);
+      if (proc.child.exitCode !== null) throw new GiveUp(`control plane exited:\n${proc.output()}`);
       const res = await fetch(`${this.controlUrl}/healthz`);
       return res.ok ? true : undefined;
     });
@@ -309,7 +313,7 @@ export class RouterProc {
       `router ${this.id} to answer /healthz`,
       async () => {
         if (proc.child.exitCode !== null)
-          throw new Error(`router ${this.id} exited:\n${proc.output()}`);
+          throw new GiveUp(`router ${this.id} exited:\n${proc.output()}`);
         const res = await fetch(`${this.url}/healthz`);
         await res.arrayBuffer();
         return res.ok ? true : undefined;
@@ -334,7 +338,7 @@ export class RouterProc {
       `router ${this.id} to be ready`,
       async () => {
         if (proc === undefined || proc.child.exitCode !== null)
-          throw new Error(`router ${this.id} is not running:\n${proc?.output() ?? ""}`);
+          throw new GiveUp(`router ${this.id} is not running:\n${proc?.output() ?? ""}`);
         const r = await this.readiness();
         return r.status === 200 && accept(r) ? r : undefined;
       },
