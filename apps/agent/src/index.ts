@@ -1,3 +1,4 @@
+export { freePort } from "@llmgw/supervisor";
 export {
   type AgentConfig,
   type AgentConfigInput,
@@ -42,7 +43,6 @@ export { createEngineProbes } from "./probes.js";
 export {
   type EngineLoadSignals,
   type EngineProbes,
-  freePort,
   type ReplicaLoadSample,
   ReplicaManager,
   type ReplicaManagerOptions,

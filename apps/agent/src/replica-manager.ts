@@ -1,7 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import path from "node:path";
 import { create, fromJsonString, toJson, toJsonString } from "@bufbuild/protobuf";
 import type { NodeInventory } from "@llmgw/discovery";
@@ -28,6 +27,7 @@ import {
 import type { EngineLoad } from "@llmgw/readiness";
 import {
   createSupervisedReplica,
+  freePort,
   hashProcessSpec,
   type ProbeOutcome,
   type ProcessSpec,
@@ -755,18 +755,4 @@ function pickSecrets(env: Readonly<Record<string, string>>): Record<string, stri
  */
 export function generateEngineApiKey(): string {
   return `llmgw-engine-${randomBytes(32).toString("base64url")}`;
-}
-
-/** A TCP port free right now on all interfaces (the engine binds it moments later). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.once("error", reject);
-    server.listen(0, () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }

@@ -4,7 +4,6 @@
 // /proc independently of the supervisor under test.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { simulateInventory } from "@llmgw/discovery";
@@ -47,18 +46,7 @@ export function ensureCliBuilt(): void {
   }
 }
 
-/** A TCP port free a moment ago on every interface (what the agent's `freePort` does). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from "@llmgw/supervisor";
 
 /** Live (non-zombie) processes whose process group is `pgid`, read from /proc. */
 export function groupMembers(pgid: number): number[] {

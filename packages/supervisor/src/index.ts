@@ -18,6 +18,7 @@ export {
   validateReplicaId,
   writePidFile,
 } from "./pid-file.js";
+export { ENGINE_PORT_RANGE, ephemeralRange, type FreePortOptions, freePort } from "./ports.js";
 export {
   checkProcessIdentity,
   type IdentityCheck,

@@ -1,5 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { connect, createServer } from "node:net";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ProcessSpec } from "@llmgw/supervisor";
@@ -60,14 +60,7 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-/** A TCP port that was free a moment ago. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+export { freePort } from "../src/ports.js";
 
 /** Resolves true if something accepts TCP connections on 127.0.0.1:port. */
 export function portOpen(port: number): Promise<boolean> {

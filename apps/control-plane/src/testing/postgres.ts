@@ -1,9 +1,9 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { freePort } from "@llmgw/supervisor";
 import pg from "pg";
 
 /**
@@ -51,17 +51,6 @@ export function postgresUnavailable(): string | undefined {
   const why = "PostgreSQL is not installed (scripts/setup.sh installs Debian's postgresql)";
   if (process.env.CI) throw new Error(`${why}; CI must run the PostgreSQL tests`);
   return why;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Starts a throwaway cluster (about 2 s). */
