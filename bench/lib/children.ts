@@ -4,7 +4,7 @@
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
-import { createConnection, createServer } from "node:net";
+import { createConnection } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { bundleAsShipped } from "./shipped.js";
@@ -184,14 +184,11 @@ export function startBenchChild(
   });
 }
 
-/** A free loopback TCP port (racy by nature; fine for a benchmark). */
-export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+/**
+ * A TCP port free a moment ago, from below the kernel's ephemeral range (see the supervisor's
+ * `freePort`): the bench's smoke tests run in CI beside hundreds of outgoing connections.
+ */
+export { freePort } from "@llmgw/supervisor";
 
 /** Resolves once 127.0.0.1:port accepts a connection; rejects after `timeoutMs`. */
 export async function waitForPort(port: number, timeoutMs = 15_000): Promise<void> {
