@@ -5,8 +5,8 @@
  */
 import { createServer as createHttpServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createServer } from "node:net";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
+import { freePort } from "@llmgw/supervisor";
 import { afterEach, describe, expect, it } from "vitest";
 import { PEER_EVENTS_PATH, type RunningRouter } from "../src/index.js";
 import { MAX_PEER_LINE_BYTES, startPeerExchange } from "../src/peer-exchange.js";
@@ -25,17 +25,6 @@ async function waitFor(predicate: () => boolean | Promise<boolean>, what: string
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Sums a counter's samples with these labels from the router's registry. */

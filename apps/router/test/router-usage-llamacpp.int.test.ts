@@ -5,8 +5,8 @@
  * for token: prompt = processed + cached, completion = predicted.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { ensureTinyModel, findLlamaServer } from "@llmgw/engine-sim";
+import { freePort } from "@llmgw/supervisor";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningRouter } from "../src/index.js";
@@ -14,14 +14,6 @@ import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const cacheDir = process.env.LLMGW_CACHE_DIR || undefined;
 const llamaServer = findLlamaServer({ cacheDir });
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** The engine's own counters: `llamacpp:<name>` on its `/metrics`. */
 async function engineCounters(url: string): Promise<Record<string, number>> {

@@ -1,22 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 
 const BIN = fileURLToPath(new URL("./fixtures/engine-sim-bin.ts", import.meta.url));
 const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 
-/** A free loopback port (listen on 0, close, hand it out). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+/** A port free a moment ago, from below the ephemeral range (see the supervisor's `freePort`). */
+export { freePort } from "@llmgw/supervisor";
 
 /** A simulated engine running as its own process (like `llmgw engine-sim`). */
 export interface SimProcess {
