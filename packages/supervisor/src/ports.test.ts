@@ -45,6 +45,26 @@ describe("freePort", () => {
     expect(port).toBe(next);
   });
 
+  it("takes bind(0)'s port when every try lands on a taken one", async () => {
+    const taken = await occupy();
+    const range = { low: 20_000, high: 32_767 };
+    let tries = 0;
+    const port = await freePort({
+      range,
+      ephemeral: { low: 32_768, high: 60_999 },
+      random: () => {
+        tries += 1;
+        return landingOn(range, taken)();
+      },
+    });
+    expect(tries).toBe(32);
+    expect(port).not.toBe(taken);
+    // The kernel's own pick: from its ephemeral range.
+    const kernel = ephemeralRange();
+    expect(port).toBeGreaterThanOrEqual(kernel.low);
+    expect(port).toBeLessThanOrEqual(kernel.high);
+  });
+
   it("stops at the ephemeral range: a range inside it leaves bind(0)", async () => {
     const range = { low: 20_000, high: 32_767 };
     // The whole range is ephemeral: no random port is tried.
