@@ -30,24 +30,27 @@ describe("loadScrapeIntervalMs (--load-interval)", () => {
   });
 });
 
-describe("leaveTimeoutMs (--leave-timeout)", () => {
-  it("defaults to 600 s", () => {
-    expect(parseAgentConfig(base).leaveTimeoutMs).toBe(600_000);
+describe.each([
+  ["leaveTimeoutMs", "--leave-timeout", 600_000],
+  ["relaunchFailedMs", "--relaunch-failed", 60_000],
+] as const)("%s (%s)", (field, flag, defaultMs) => {
+  it(`defaults to ${defaultMs / 1000} s`, () => {
+    expect(parseAgentConfig(base)[field]).toBe(defaultMs);
   });
 
   it.each([0, 1, 30_000, 86_400_000])("accepts %i ms", (ms) => {
-    expect(parseAgentConfig({ ...base, leaveTimeoutMs: ms }).leaveTimeoutMs).toBe(ms);
+    expect(parseAgentConfig({ ...base, [field]: ms })[field]).toBe(ms);
   });
 
   it.each([
     [-1],
     [86_400_001],
     [0.5],
-    // What the CLI passes for `--leave-timeout 10m` (not a number of seconds).
+    // What the CLI passes for `10m` (not a number of seconds).
     [Number.NaN],
   ])("refuses %d", (ms) => {
-    expect(() => parseAgentConfig({ ...base, leaveTimeoutMs: ms })).toThrow(
-      "invalid agent configuration: leaveTimeoutMs: must be 0..86400 seconds (--leave-timeout)",
+    expect(() => parseAgentConfig({ ...base, [field]: ms })).toThrow(
+      `invalid agent configuration: ${field}: must be 0..86400 seconds (${flag})`,
     );
   });
 });

@@ -25,6 +25,10 @@ export const DEFAULT_LEAVE_TIMEOUT_MS = 600_000;
 export const MAX_LEAVE_TIMEOUT_MS = 86_400_000;
 const LEAVE_TIMEOUT_RANGE = `must be 0..${MAX_LEAVE_TIMEOUT_MS / 1000} seconds (--leave-timeout)`;
 
+/** Longest `relaunchFailedMs`: a day. */
+export const MAX_RELAUNCH_FAILED_MS = 86_400_000;
+const RELAUNCH_FAILED_RANGE = `must be 0..${MAX_RELAUNCH_FAILED_MS / 1000} seconds (--relaunch-failed)`;
+
 /**
  * `llmgw agent` configuration, validated once here (flags and environment are mapped onto
  * this shape by the CLI). Durations are milliseconds.
@@ -100,6 +104,17 @@ export const agentConfigSchema = z.object({
     .min(0, LEAVE_TIMEOUT_RANGE)
     .max(MAX_LEAVE_TIMEOUT_MS, LEAVE_TIMEOUT_RANGE)
     .default(DEFAULT_LEAVE_TIMEOUT_MS),
+  /**
+   * `--relaunch-failed S` (ms here): how long after its restart policy gave up a replica is
+   * launched afresh on a new port, doubling per try up to 30 minutes (or this, if longer);
+   * 0: never (it stays `failed` until its assignment changes). Default a minute.
+   */
+  relaunchFailedMs: z
+    .number({ error: RELAUNCH_FAILED_RANGE })
+    .int(RELAUNCH_FAILED_RANGE)
+    .min(0, RELAUNCH_FAILED_RANGE)
+    .max(MAX_RELAUNCH_FAILED_MS, RELAUNCH_FAILED_RANGE)
+    .default(60_000),
   engines: z
     .object({
       vllmCommand: z.array(z.string().min(1)).min(1).optional(),

@@ -23,7 +23,6 @@ import {
   HeartbeatResponseSchema,
   RegisterResponseSchema,
   type ReplicaAssignment,
-  ReplicaAssignmentSchema,
   type ReplicaLoadReport,
   ReplicaLoadReportSchema,
   ReportLoadResponseSchema,
@@ -32,8 +31,9 @@ import {
 import type { ReplicaLoadSample as RoutedLoadSample } from "@llmgw/router";
 import { silentLogger } from "@llmgw/supervisor";
 import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
-import { deploymentSpecToProto, inventoryToProto } from "@llmgw/wire";
+import { inventoryToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
+import { simReplicaAssignment } from "../test/assignments.js";
 import { parseAgentConfig } from "./config.js";
 import { ControlChannel, openLoadStream } from "./control-channel.js";
 import {
@@ -679,16 +679,7 @@ describe("startAgent reports engine load between heartbeats", () => {
         loadStreamMs,
         // No heartbeat after the first during the test: load can only arrive as a load report.
         heartbeatIntervalMs: 600_000,
-        assignments: [
-          create(ReplicaAssignmentSchema, {
-            replicaId: "m-0",
-            rank: 0,
-            gpuIndices: [0],
-            deployment: deploymentSpecToProto(
-              parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-            ),
-          }),
-        ],
+        assignments: [simReplicaAssignment()],
       });
       const server = createServer(connectNodeAdapter({ routes }));
       await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));

@@ -1,13 +1,11 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
-import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
+import { ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
-import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
+import { simReplicaAssignment } from "../test/assignments.js";
 import { createEngineProbes } from "./probes.js";
 import { ReplicaManager } from "./replica-manager.js";
 
@@ -72,16 +70,7 @@ describe("ReplicaManager load scraping", () => {
       localAddress: "127.0.0.1",
     });
     cleanups.push(() => manager.close(true));
-    await manager.apply([
-      create(ReplicaAssignmentSchema, {
-        replicaId: "m-0",
-        rank: 0,
-        gpuIndices: [0],
-        deployment: deploymentSpecToProto(
-          parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-        ),
-      }),
-    ]);
+    await manager.apply([simReplicaAssignment()]);
     await expect
       .poll(() => manager.statuses()[0]?.state, { timeout: 10_000 })
       .toBe(ReplicaState.READY);

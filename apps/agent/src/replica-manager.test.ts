@@ -1,4 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -14,7 +15,13 @@ import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
-import { ReplicaManager, type ReplicaManagerOptions } from "./replica-manager.js";
+import { simReplicaAssignment } from "../test/assignments.js";
+import {
+  RELAUNCH_DEFAULTS,
+  ReplicaManager,
+  type ReplicaManagerOptions,
+  relaunchDelayMs,
+} from "./replica-manager.js";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -43,6 +50,20 @@ function manager(extra: Partial<ReplicaManagerOptions> = {}) {
     localAddress: "127.0.0.1",
     ...extra,
   });
+}
+
+/** Replica m-0 of a simulated-engine deployment on GPU 0. */
+const _assignment = () => simReplicaAssignment();
+
+/** Polls `check` every 10 ms until it gives a value; fails naming `what` after 15 s. */
+async function until<T>(what: string, check: () => T | undefined | false): Promise<T> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const value = check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
 
 /** A logger that keeps the fields of each warning, to read a refusal's code from. */
@@ -164,23 +185,13 @@ describe("ReplicaManager: the launch check after a kernel-log fault", () => {
       baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
 
-  const assignment = () =>
-    create(ReplicaAssignmentSchema, {
-      replicaId: "m-0",
-      rank: 0,
-      gpuIndices: [0],
-      deployment: deploymentSpecToProto(
-        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-      ),
-    });
-
   // The control plane alone knows whether an operator cleared the fault; it placed the
   // replica, so the agent launches it.
   it("launches on a GPU whose only problem is a kernel-log fault", async () => {
     const node = faultedNode();
     expect(node.gpus[0]).toMatchObject({ healthy: false, lost: false });
     const m = run(node);
-    await m.apply([assignment()]);
+    await m.apply([simReplicaAssignment()]);
     await expect.poll(() => m.statuses()[0]?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
     expect(m.statuses()[0]?.state).not.toBe(ReplicaState.FAILED);
     await m.close(true);
@@ -193,7 +204,7 @@ describe("ReplicaManager: the launch check after a kernel-log fault", () => {
       source: "nvidia-smi",
     };
     const m = run(faultedNode([ecc]));
-    await m.apply([assignment()]);
+    await m.apply([simReplicaAssignment()]);
     const [status] = m.statuses();
     expect(status?.state).toBe(ReplicaState.FAILED);
     expect(status?.message).toMatch(
@@ -226,26 +237,6 @@ describe("ReplicaManager: engine API keys", () => {
     });
   }
 
-  const assignment = () =>
-    create(ReplicaAssignmentSchema, {
-      replicaId: "m-0",
-      rank: 0,
-      gpuIndices: [0],
-      deployment: deploymentSpecToProto(
-        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-      ),
-    });
-
-  async function until<T>(what: string, check: () => T | undefined | false): Promise<T> {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const value = check();
-      if (value !== undefined && value !== false) return value;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
-
   const record = (stateDir: string) => path.join(stateDir, "replicas", "m-0.json");
   const pidOf = (m: ReplicaManager) => m.statuses()[0]?.pid;
 
@@ -253,7 +244,7 @@ describe("ReplicaManager: engine API keys", () => {
     const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-keys-"));
     dirs.push(stateDir);
     const m = keyedManager(stateDir);
-    await m.apply([assignment()]);
+    await m.apply([simReplicaAssignment()]);
     const pid = await until("the engine to run", () => pidOf(m));
     const [credential] = m.engineCredentials();
     expect(credential?.replicaId).toBe("m-0");
@@ -294,7 +285,7 @@ describe("ReplicaManager: engine API keys", () => {
     dirs.push(stateDir);
     const m = keyedManager(stateDir);
     const at = (fields: Record<string, unknown>, revision: bigint) => {
-      const a = assignment();
+      const a = simReplicaAssignment();
       a.deployment = deploymentSpecToProto(
         parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim", ...fields }),
       );
@@ -317,5 +308,127 @@ describe("ReplicaManager: engine API keys", () => {
     });
     expect(replaced).not.toBe(pid);
     await m.close(true);
+  });
+});
+
+describe("ReplicaManager: a failed replica is launched afresh", () => {
+  /** An engine that serves HTTP on its `--host`/`--port`, and exits 1 when it cannot listen. */
+  const httpEngine = [
+    process.execPath,
+    "-e",
+    `const arg = (n) => process.argv[process.argv.indexOf(n) + 1];
+     require("node:http").createServer((_, res) => res.end("ok")).listen(Number(arg("--port")), arg("--host"));`,
+    "--",
+  ];
+  /** An engine that exits at once. */
+  const crashingEngine = [process.execPath, "-e", "process.exit(1)", "--"];
+
+  function relaunchingManager(engine: string[], logger = silentLogger) {
+    return manager({
+      nodeConfig: { simCommand: engine, bindHost: "127.0.0.1" },
+      // A real probe: ready once the engine answers on the port it was given.
+      probes: {
+        probe: async (baseUrl) => {
+          try {
+            return (await fetch(`${baseUrl}/health`)).ok ? "ready" : "starting";
+          } catch {
+            return "starting";
+          }
+        },
+        scrapeLoad: async () => ({}),
+      },
+      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+      logger,
+      probeIntervalMs: 50,
+      // Gives up at the second quick failure, after a 1 s wait.
+      restartPolicy: { initialDelayMs: 1000, maxQuickFailures: 2 },
+      relaunch: { firstDelayMs: 200, maxDelayMs: 400, stableMs: 60_000 },
+    });
+  }
+
+  /** Listens on `port` as soon as it is free (the engine holding it died); resolves the server. */
+  async function takePort(port: number): Promise<Server> {
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const server = createServer();
+      const error = await new Promise<Error | undefined>((resolve) => {
+        server.once("error", resolve);
+        server.listen(port, "127.0.0.1", () => resolve(undefined));
+      });
+      if (error === undefined) return server;
+      if (Date.now() > deadline) throw error;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+
+  it("relaunches on a new port when its own port was taken while it restarted", async () => {
+    const m = relaunchingManager(httpEngine);
+    await m.apply([simReplicaAssignment()]);
+    const first = await until("the engine to be ready", () => {
+      const s = m.statuses()[0];
+      return s?.state === ReplicaState.READY && s;
+    });
+    const port = first.apiPort as number;
+    process.kill(first.pid as number, "SIGKILL");
+    // Something else takes the port before the supervisor's restart (1 s later): the restart
+    // fails to listen, and the restart policy gives up.
+    const squatter = await takePort(port);
+    try {
+      const failed = await until("the replica to fail", () => {
+        const s = m.statuses()[0];
+        return s?.state === ReplicaState.FAILED && s;
+      });
+      expect(failed.message).toMatch(/; the agent launches it afresh at \d{4}-\d\d-\d\dT/);
+      const relaunched = await until("the relaunched engine to be ready", () => {
+        const s = m.statuses()[0];
+        return s?.state === ReplicaState.READY && s.pid !== first.pid && s;
+      });
+      expect(relaunched.apiPort).not.toBe(port);
+      expect(await (await fetch(`http://127.0.0.1:${relaunched.apiPort}/health`)).text()).toBe(
+        "ok",
+      );
+      // The kill's restart and the relaunch.
+      expect(relaunched.restarts).toBe(2);
+    } finally {
+      squatter.close();
+      await m.close(true);
+    }
+  });
+
+  it("backs off between relaunches, and stops relaunching a replica that was withdrawn", async () => {
+    const relaunches: number[] = [];
+    const attempts: unknown[] = [];
+    const logger = {
+      info: () => {},
+      warn: (message: string, fields: Record<string, unknown> = {}) => {
+        if (message !== "launching a failed replica afresh") return;
+        relaunches.push(Date.now());
+        attempts.push(fields.attempt);
+      },
+    };
+    const m = relaunchingManager(crashingEngine, logger);
+    const started = Date.now();
+    await m.apply([simReplicaAssignment()]);
+    await until("three relaunches", () => relaunches.length >= 3);
+    // Each try: a crash, 1 s, a crash (given up), then 200, 400, 400 ms (the cap).
+    const gaps = relaunches.map((at, i) => at - (i === 0 ? started : (relaunches[i - 1] ?? 0)));
+    expect(gaps[0]).toBeGreaterThanOrEqual(1000 + 200);
+    expect(gaps[1]).toBeGreaterThanOrEqual(1000 + 400);
+    expect(gaps[2]).toBeGreaterThanOrEqual(1000 + 400);
+    expect(attempts.slice(0, 3)).toEqual([1, 2, 3]);
+    await until("the replica to fail again", () => m.statuses()[0]?.state === ReplicaState.FAILED);
+    await m.apply([]);
+    expect(m.statuses()).toEqual([]);
+    const seen = relaunches.length;
+    // Longer than the largest delay: a relaunch still scheduled would have run.
+    await new Promise((r) => setTimeout(r, 600));
+    expect(relaunches.length).toBe(seen);
+    await m.close(true);
+  });
+
+  it("doubles the wait up to its cap", () => {
+    const delays = [0, 1, 2, 5, 6, 40].map((n) => relaunchDelayMs(RELAUNCH_DEFAULTS, n));
+    expect(delays).toEqual([60_000, 120_000, 240_000, 1_800_000, 1_800_000, 1_800_000]);
+    expect(relaunchDelayMs({ firstDelayMs: 5000, maxDelayMs: 1000, stableMs: 0 }, 3)).toBe(5000);
   });
 });

@@ -32,6 +32,7 @@ import {
   type ProbeOutcome,
   type ProcessSpec,
   type ReplicaState,
+  type RestartPolicyOptions,
   type SupervisedReplica,
   type Supervisor,
   type SupervisorLogger,
@@ -99,6 +100,38 @@ export interface ReplicaManagerOptions {
    * model repository, which a deployment author would then choose.
    */
   readonly allowTrustRemoteCode?: boolean;
+  /** The supervisor's restart policy for every engine (default: its defaults). */
+  readonly restartPolicy?: RestartPolicyOptions;
+  /** When a replica whose restart policy gave up is launched afresh (default: {@link RELAUNCH_DEFAULTS}). */
+  readonly relaunch?: RelaunchPolicy;
+}
+
+/**
+ * A replica is `failed` when its restart policy gave up (5 quick crashes, ~30 s) or its
+ * loading deadline passed. The cause may be gone minutes later (GPU memory a dying process
+ * held, a model path on a mount that came back, a port something else held), so the agent
+ * launches it afresh — a new port, a fresh restart budget — after `firstDelayMs`, then after
+ * twice as long each time up to `maxDelayMs`, as kubelet backs off a crash loop. A replica
+ * that then stays ready for `stableMs` starts over at the first delay.
+ */
+export interface RelaunchPolicy {
+  /** Wait after the first failure; 0: never relaunch (the replica stays `failed`). */
+  readonly firstDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly stableMs: number;
+}
+
+/** `--relaunch-failed 60`: a minute, then 2, 4, … 30; reset after 10 ready minutes. */
+export const RELAUNCH_DEFAULTS: RelaunchPolicy = {
+  firstDelayMs: 60_000,
+  maxDelayMs: 1_800_000,
+  stableMs: 600_000,
+};
+
+/** The wait before relaunch number `attempt` (0 for the first): doubling, capped. */
+export function relaunchDelayMs(policy: RelaunchPolicy, attempt: number): number {
+  const cap = Math.max(policy.firstDelayMs, policy.maxDelayMs);
+  return Math.min(cap, policy.firstDelayMs * 2 ** Math.min(attempt, 30));
 }
 
 /**
@@ -130,6 +163,8 @@ interface Managed {
   /** When {@link load} was last scraped (epoch ms); undefined until a scrape while ready. */
   loadScrapedAtMs: number | undefined;
   restarts: number;
+  /** When it last turned `ready` (epoch ms); undefined while it never was. */
+  readySinceMs: number | undefined;
   /**
    * The API key of the serving engine process running now, drawn at its launch (see
    * {@link generateEngineApiKey}); undefined for ranks that serve no API and engines that
@@ -189,6 +224,14 @@ export class ReplicaManager {
   readonly #scraping = new Set<Managed>();
   /** The port `KvCacheService` listens on (`--kv-listen`); undefined: none runs. */
   #kvEventsPort: number | undefined;
+  /**
+   * Failed replicas waiting to be launched afresh, and how often each was since it last
+   * stayed ready for the relaunch policy's `stableMs`; by replica id.
+   */
+  readonly #relaunches = new Map<
+    string,
+    { attempts: number; timer: NodeJS.Timeout | undefined; atMs: number | undefined }
+  >();
 
   constructor(private readonly options: ReplicaManagerOptions) {}
 
@@ -248,6 +291,7 @@ export class ReplicaManager {
         continue;
       }
       if (launchKey(desired) !== launchKey(managed.assignment)) {
+        this.#forgetRelaunch(key);
         this.#retire(managed, "assignment changed; replacing the replica");
       } else if (
         toJsonString(ReplicaAssignmentSchema, desired) !==
@@ -271,30 +315,93 @@ export class ReplicaManager {
       ) {
         continue;
       }
-      // A replacement (changed assignment, or re-placed after a removal) must not race its
-      // predecessor's stop for the same pid file and supervisor slot.
-      await this.#stopping.get(key);
-      const port = await freePort();
-      const managed = this.#prepare(assignment, port);
-      if (!managed) continue;
-      await this.#persist(managed);
-      try {
-        await managed.replica.start({ adopt: true });
-      } catch (cause) {
-        const error = new AgentError(
-          "LLMGW_AGENT_LAUNCH_FAILED",
-          `launch failed: ${(cause as Error).message}`,
-          { cause },
-        );
-        this.options.logger.warn("replica failed to launch", {
-          replicaId: key,
-          code: error.code,
-          error: error.message,
-        });
-        this.#managed.delete(key);
-        this.#rejected.set(key, { assignment, message: error.message, atMs: Date.now() });
-      }
+      await this.#launch(assignment, 0);
     }
+    for (const key of this.#relaunches.keys()) if (!wanted.has(key)) this.#forgetRelaunch(key);
+  }
+
+  /** Launches `assignment` on a port drawn now; a launch that throws is rejected. */
+  async #launch(assignment: ReplicaAssignment, restarts: number): Promise<void> {
+    const key = assignment.replicaId;
+    // A replacement (changed assignment, re-placed after a removal, relaunched after failing)
+    // must not race its predecessor's stop for the same pid file and supervisor slot.
+    await this.#stopping.get(key);
+    const port = await freePort();
+    const managed = this.#prepare(assignment, port);
+    if (!managed) return;
+    managed.restarts = restarts;
+    await this.#persist(managed);
+    try {
+      await managed.replica.start({ adopt: true });
+    } catch (cause) {
+      const error = new AgentError(
+        "LLMGW_AGENT_LAUNCH_FAILED",
+        `launch failed: ${(cause as Error).message}`,
+        { cause },
+      );
+      this.options.logger.warn("replica failed to launch", {
+        replicaId: key,
+        code: error.code,
+        error: error.message,
+      });
+      this.#managed.delete(key);
+      this.#rejected.set(key, { assignment, message: error.message, atMs: Date.now() });
+    }
+  }
+
+  /** The relaunch policy in force; undefined when failed replicas stay failed. */
+  get #relaunchPolicy(): RelaunchPolicy | undefined {
+    const policy = this.options.relaunch ?? RELAUNCH_DEFAULTS;
+    return policy.firstDelayMs > 0 ? policy : undefined;
+  }
+
+  /** Schedules the relaunch of `managed`, which just failed (see {@link RelaunchPolicy}). */
+  #scheduleRelaunch(managed: Managed): void {
+    const policy = this.#relaunchPolicy;
+    if (policy === undefined) return;
+    const entry = this.#relaunches.get(managed.key) ?? {
+      attempts: 0,
+      timer: undefined,
+      atMs: undefined,
+    };
+    if (entry.timer !== undefined) clearTimeout(entry.timer);
+    const delayMs = relaunchDelayMs(policy, entry.attempts);
+    entry.atMs = Date.now() + delayMs;
+    entry.timer = setTimeout(() => {
+      entry.timer = undefined;
+      entry.atMs = undefined;
+      const run = this.#applying.then(() => this.#relaunch(managed));
+      this.#applying = run.catch((error: unknown) => {
+        this.options.logger.warn("relaunching a failed replica failed", {
+          replicaId: managed.key,
+          error: (error as Error).message,
+        });
+      });
+    }, delayMs);
+    entry.timer.unref();
+    this.#relaunches.set(managed.key, entry);
+  }
+
+  /** Launches a failed replica afresh, unless it was withdrawn or replaced meanwhile. */
+  async #relaunch(managed: Managed): Promise<void> {
+    if (this.#managed.get(managed.key) !== managed || managed.replica.state !== "failed") return;
+    const entry = this.#relaunches.get(managed.key);
+    if (entry === undefined) return;
+    entry.attempts += 1;
+    this.options.logger.warn("launching a failed replica afresh", {
+      replicaId: managed.key,
+      attempt: entry.attempts,
+      failure: managed.replica.failure?.reason ?? managed.message,
+      previousPort: managed.apiPort,
+    });
+    this.#retire(managed, "failed; launching it afresh on a new port");
+    await this.#launch(managed.assignment, managed.restarts + 1);
+  }
+
+  #forgetRelaunch(key: string): void {
+    const entry = this.#relaunches.get(key);
+    if (entry?.timer !== undefined) clearTimeout(entry.timer);
+    this.#relaunches.delete(key);
   }
 
   /** `apiKey`: the key of an engine a previous agent launched, for adoption. */
@@ -386,6 +493,9 @@ export class ReplicaManager {
             ? deployment.loadingDeadlineSeconds * 1000
             : this.options.defaultLoadingDeadlineMs,
         probeIntervalMs: this.options.probeIntervalMs,
+        ...(this.options.restartPolicy === undefined
+          ? {}
+          : { restartPolicy: this.options.restartPolicy }),
       });
       const managed: Managed = {
         key,
@@ -399,6 +509,7 @@ export class ReplicaManager {
         load: undefined,
         loadScrapedAtMs: undefined,
         restarts: 0,
+        readySinceMs: undefined,
         apiKey: apiKeyEnv === undefined ? undefined : apiKey,
         kvFeed:
           launch.kvEventsEndpoint === undefined
@@ -422,6 +533,20 @@ export class ReplicaManager {
         if (t.to !== "ready") {
           managed.load = undefined;
           managed.loadScrapedAtMs = undefined;
+        }
+        if (t.to === "ready") managed.readySinceMs = t.atMs;
+        const stableMs = this.#relaunchPolicy?.stableMs;
+        if (
+          t.from === "ready" &&
+          stableMs !== undefined &&
+          managed.readySinceMs !== undefined &&
+          t.atMs - managed.readySinceMs >= stableMs
+        ) {
+          // It served long enough: a later failure starts the backoff over.
+          this.#forgetRelaunch(key);
+        }
+        if (t.to === "failed" && this.#managed.get(key) === managed) {
+          this.#scheduleRelaunch(managed);
         }
       });
       this.#rejected.delete(key);
@@ -698,7 +823,7 @@ export class ReplicaManager {
             : undefined,
           logTail: failure ? failure.tail.slice(-40).map(redact) : [],
           load: m.load ? create(EngineLoadSchema, m.load) : undefined,
-          message: redact(failure ? failure.reason : m.message),
+          message: redact(failure ? this.#failureMessage(m.key, failure.reason) : m.message),
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
           specHash: m.specHash,
           revision: m.assignment.deployment?.revision ?? 0n,
@@ -722,6 +847,13 @@ export class ReplicaManager {
     return out;
   }
 
+  /** A failure's reason, and when the agent launches the replica afresh. */
+  #failureMessage(key: string, reason: string): string {
+    const atMs = this.#relaunches.get(key)?.atMs;
+    if (atMs === undefined) return reason;
+    return `${reason}; the agent launches it afresh at ${new Date(atMs).toISOString()}`;
+  }
+
   /**
    * Stops load scraping. With `stopEngines`, stops every engine and forgets it; otherwise
    * engines keep running (own process groups, output to files) for the next agent to adopt,
@@ -729,6 +861,7 @@ export class ReplicaManager {
    */
   async close(stopEngines: boolean): Promise<void> {
     if (this.#loadTimer) clearInterval(this.#loadTimer);
+    for (const key of [...this.#relaunches.keys()]) this.#forgetRelaunch(key);
     await this.#applying;
     if (stopEngines) {
       for (const managed of [...this.#managed.values()]) this.#retire(managed, "agent stopping");

@@ -9,16 +9,13 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
 import { startControlPlane } from "@llmgw/control-plane";
 import { ProblemCodes, simulateInventory } from "@llmgw/discovery";
 import { type FakeNvidiaSmiRule, writeFakeNvidiaSmi } from "@llmgw/discovery/testing";
-import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaAssignmentSchema } from "@llmgw/proto";
 import { silentLogger } from "@llmgw/supervisor";
 import { RecordingLogger } from "@llmgw/supervisor/testing";
-import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
+import { simReplicaAssignment } from "../test/assignments.js";
 import { kernelLogPath, parseAgentConfig } from "./config.js";
 import { isAgentError } from "./errors.js";
 import { probeAddress, type RunningAgent, startAgent, withInventoryFacts } from "./run.js";
@@ -75,16 +72,7 @@ const XID_45_GPU0 =
 
 /** Assigns one sim replica ("m-0") to GPU 0 and waits for its engine; returns its status. */
 async function runSimReplicaOnGpu0(running: RunningAgent) {
-  await running.manager.apply([
-    create(ReplicaAssignmentSchema, {
-      replicaId: "m-0",
-      rank: 0,
-      gpuIndices: [0],
-      deployment: deploymentSpecToProto(
-        parseDeploymentSpecOrThrow({ name: "m", model: "org/model", engine: "sim" }),
-      ),
-    }),
-  ]);
+  await running.manager.apply([simReplicaAssignment()]);
   const status = () => running.manager.statuses()[0];
   await expect.poll(() => status()?.pid, { timeout: 10_000 }).toBeGreaterThan(0);
   return status;

@@ -34,7 +34,7 @@ import { createGpuReadingMemory, loadGpuMemory, saveGpuMemory } from "./gpu-read
 import { collectInventory } from "./inventory.js";
 import { createLeaveUndo, DesiredReplicas, type LeaveReport, leaveCluster } from "./leave.js";
 import { LoadReporter } from "./load-reporter.js";
-import { type EngineProbes, ReplicaManager } from "./replica-manager.js";
+import { type EngineProbes, RELAUNCH_DEFAULTS, ReplicaManager } from "./replica-manager.js";
 import { prepareStateDir } from "./state-dir.js";
 
 /** Things the agent needs from its process that the CLI provides (no globals in here). */
@@ -221,6 +221,7 @@ export async function startAgent(config: AgentConfig, deps: AgentDeps): Promise<
     localAddress: probeAddress(bindAddress),
     ...(modelRoot === undefined ? {} : { modelRoot }),
     allowTrustRemoteCode: config.allowTrustRemoteCode,
+    relaunch: { ...RELAUNCH_DEFAULTS, firstDelayMs: config.relaunchFailedMs },
   });
   // Precise routing: the KV-cache blocks of replicas that publish events, for routers.
   const kvServer =

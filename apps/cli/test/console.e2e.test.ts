@@ -86,8 +86,14 @@ beforeAll(async () => {
   await cp.start();
   kernelLog = path.join(root, "gpu-a.kmsg");
   writeFileSync(kernelLog, "");
-  new AgentProc(root, "gpu-a", "2xh100-80g@ib-a", cp).start(["--kernel-log", kernelLog]);
-  new AgentProc(root, "gpu-b", "3xh100-80g@ib-a", cp).start();
+  // "broken" below must stay failed while the page shows it: no relaunch within the test.
+  const noRelaunch = ["--relaunch-failed", "3600"];
+  new AgentProc(root, "gpu-a", "2xh100-80g@ib-a", cp).start([
+    "--kernel-log",
+    kernelLog,
+    ...noRelaunch,
+  ]);
+  new AgentProc(root, "gpu-b", "3xh100-80g@ib-a", cp).start(noRelaunch);
   await waitFor("both agents to register", async () => {
     const res = await cp.admin().listNodes({}, cp.adminHeaders());
     return res.nodes.length === 2 ? true : undefined;

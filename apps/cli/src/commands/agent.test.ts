@@ -80,23 +80,36 @@ describe("llmgw agent --kernel-log", () => {
   });
 });
 
-describe("llmgw agent --leave-timeout", () => {
+describe.each([
+  [
+    "--leave-timeout",
+    "leaveTimeoutMs",
+    "LLMGW_LEAVE_TIMEOUT",
+    "(default 600; 0: no drain, stop at once;",
+  ],
+  [
+    "--relaunch-failed",
+    "relaunchFailedMs",
+    "LLMGW_RELAUNCH_FAILED",
+    "minutes; 0: never (default 60;",
+  ],
+] as const)("llmgw agent %s", (flag, field, envName, defaultText) => {
   it("is documented in the help text with its default and env", () => {
-    expect(command.usage).toContain("--leave-timeout S");
-    expect(command.usage).toContain("(default 600; 0: no drain, stop at once;");
-    expect(command.usage).toContain("env LLMGW_LEAVE_TIMEOUT)");
+    expect(command.usage).toContain(`${flag} S`);
+    expect(command.usage).toContain(defaultText);
+    expect(command.usage).toContain(`env ${envName})`);
   });
 
   it.each([
-    [["--leave-timeout", "10m"], {}],
-    [["--leave-timeout", ""], {}],
-    [["--leave-timeout=-1"], {}],
-    [["--leave-timeout", "86401"], {}],
-    [[], { LLMGW_LEAVE_TIMEOUT: "1e3" }],
+    [[flag, "10m"], {}],
+    [[flag, ""], {}],
+    [[`${flag}=-1`], {}],
+    [[flag, "86401"], {}],
+    [[], { [envName]: "1e3" }],
   ])("refuses %j %j at start, naming the flag", async (flags, env) => {
     const { io } = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN, ...env });
     const run = command.run(["--control-plane", "http://127.0.0.1:1", ...flags], io);
     await expect(run).rejects.toBeInstanceOf(UsageError);
-    await expect(run).rejects.toThrow("leaveTimeoutMs: must be 0..86400 seconds (--leave-timeout)");
+    await expect(run).rejects.toThrow(`${field}: must be 0..86400 seconds (${flag})`);
   });
 });

@@ -51,6 +51,9 @@ Options:
   --leave-timeout S         with --stop-engines, wait at most S seconds for that drain, then
                             stop what is left (default 600; 0: no drain, stop at once;
                             env LLMGW_LEAVE_TIMEOUT)
+  --relaunch-failed S       launch a replica afresh, on a new port, S seconds after its
+                            restarts gave up (5 quick crashes); doubling per try up to 30
+                            minutes; 0: never (default 60; env LLMGW_RELAUNCH_FAILED)
   --llama-server PATH       llama.cpp server binary (default: the cached build, else PATH)
   --vllm-command CMD        argv prefix for vLLM, space-separated (default "vllm serve")
   --sglang-command CMD      argv prefix for SGLang (default "python3 -m sglang.launch_server")
@@ -85,7 +88,7 @@ const PASSTHROUGH_ENV = [
 ];
 
 /**
- * `--leave-timeout` seconds as milliseconds; NaN for anything but a decimal number (so "",
+ * `--leave-timeout` and `--relaunch-failed` seconds as milliseconds; NaN for anything but a decimal number (so "",
  * "10m" or "1e3" are refused by the config's validation instead of read as 0 or 1000 s).
  */
 function secondsToMs(text: string): number {
@@ -121,6 +124,7 @@ export const command: Command = {
       "fabric-name": { type: "string", multiple: true },
       "stop-engines": { type: "boolean" },
       "leave-timeout": { type: "string" },
+      "relaunch-failed": { type: "string" },
       "llama-server": { type: "string" },
       "vllm-command": { type: "string" },
       "sglang-command": { type: "string" },
@@ -149,6 +153,7 @@ export const command: Command = {
       .filter((name) => name !== "");
     const modelRoot = values["model-root"] ?? io.env.LLMGW_MODEL_ROOT;
     const leaveTimeout = values["leave-timeout"] ?? io.env.LLMGW_LEAVE_TIMEOUT;
+    const relaunchFailed = values["relaunch-failed"] ?? io.env.LLMGW_RELAUNCH_FAILED;
     const fabricNames = parseFabricNames(values["fabric-name"] ?? []);
     const llamaServer =
       values["llama-server"] ??
@@ -176,6 +181,7 @@ export const command: Command = {
       fabricNames,
       stopEngines: values["stop-engines"] ?? false,
       ...(leaveTimeout === undefined ? {} : { leaveTimeoutMs: secondsToMs(leaveTimeout) }),
+      ...(relaunchFailed === undefined ? {} : { relaunchFailedMs: secondsToMs(relaunchFailed) }),
       ...(modelRoot ? { modelRoot } : {}),
       ...(values["load-interval"] === undefined
         ? {}
