@@ -1,5 +1,4 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -13,6 +12,7 @@ import {
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
+import { holdPortOnceFree } from "@llmgw/supervisor/testing";
 import { deploymentSpecToProto } from "@llmgw/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { simReplicaAssignment } from "../test/assignments.js";
@@ -346,21 +346,6 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     });
   }
 
-  /** Listens on `port` as soon as it is free (the engine holding it died); resolves the server. */
-  async function takePort(port: number): Promise<Server> {
-    const deadline = Date.now() + 5_000;
-    for (;;) {
-      const server = createServer();
-      const error = await new Promise<Error | undefined>((resolve) => {
-        server.once("error", resolve);
-        server.listen(port, "127.0.0.1", () => resolve(undefined));
-      });
-      if (error === undefined) return server;
-      if (Date.now() > deadline) throw error;
-      await new Promise((r) => setTimeout(r, 2));
-    }
-  }
-
   it("relaunches on a new port when its own port was taken while it restarted", async () => {
     const m = relaunchingManager(httpEngine);
     await m.apply([simReplicaAssignment()]);
@@ -372,7 +357,7 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     process.kill(first.pid as number, "SIGKILL");
     // Something else takes the port before the supervisor's restart (1 s later): the restart
     // fails to listen, and the restart policy gives up.
-    const squatter = await takePort(port);
+    const squatter = await holdPortOnceFree(port);
     try {
       const failed = await until("the replica to fail", () => {
         const s = m.statuses()[0];

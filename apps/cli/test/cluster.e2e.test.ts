@@ -19,6 +19,7 @@ import {
   RegisterRequestSchema,
   RoutingPolicy,
 } from "@llmgw/proto";
+import { holdPortOnceFree } from "@llmgw/supervisor/testing";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -134,8 +135,9 @@ beforeAll(async () => {
   await cp.start();
   agentA = new AgentProc(root, "node-a", "4xh100-80g,1xl40s-45g@ib-a", cp);
   agentB = new AgentProc(root, "node-b", "4xh100-80g@ib-a", cp);
-  agentA.start();
-  agentB.start();
+  // A failed replica is launched afresh 2 s after its restarts gave up (default 60 s).
+  agentA.start(["--relaunch-failed", "2"]);
+  agentB.start(["--relaunch-failed", "2"]);
   await waitFor("both agents to register", async () => {
     const res = await cp.admin().listNodes({}, cp.adminHeaders());
     return res.nodes.filter((n) => n.state === NodeState.READY).length === 2 ? true : undefined;
@@ -270,6 +272,48 @@ describe("a control plane and two agents on simulated nodes", { timeout: 90_000 
       const seen = await chatThroughRouter("chat", 6);
       return seen.has(victim?.replicaId as string) ? true : undefined;
     });
+  });
+
+  it("relaunches an engine on a new port when its own was taken while it restarted", {
+    timeout: 90_000,
+  }, async () => {
+    const victim = (await deployment(cp, "chat"))?.replicas[0];
+    const status = victim?.ranks[0]?.status;
+    const pid = status?.pid as number;
+    const port = status?.apiPort as number;
+    expect(port).toBeGreaterThan(0);
+    process.kill(pid, "SIGKILL");
+    // Taken before the supervisor's restart (1 s later): every restart fails to listen, the
+    // restart policy gives up after five quick ones, and 2 s later the agent starts afresh.
+    const squatter = await holdPortOnceFree(port);
+    try {
+      const back = await waitFor(
+        "the replica to be ready again on another port",
+        async () => {
+          const d = await deployment(cp, "chat");
+          const s = d?.replicas.find((r) => r.replicaId === victim?.replicaId)?.ranks[0]?.status;
+          return allReady(d, 2) && s?.apiPort !== port && s?.pid !== pid ? s : undefined;
+        },
+        80_000,
+      );
+      // At least the kill's restart and the relaunch.
+      expect(back.restarts).toBeGreaterThanOrEqual((status?.restarts ?? 0) + 2);
+      const events = (await cp.admin().listEvents({ limit: 1000 }, cp.adminHeaders())).events;
+      expect(
+        events.some(
+          (e) =>
+            e.subject === victim?.replicaId &&
+            /→ failed \(restart policy gave up.*; the agent launches it afresh at /.test(e.message),
+        ),
+        events.map((e) => `${e.subject}: ${e.message}`).join("\n"),
+      ).toBe(true);
+      await waitFor("the router to reach it on its new port", async () => {
+        const seen = await chatThroughRouter("chat", 6);
+        return seen.has(victim?.replicaId as string) ? true : undefined;
+      });
+    } finally {
+      squatter.close();
+    }
   });
 
   it("adopts running engines after an agent is SIGKILLed and restarted: same pids", {

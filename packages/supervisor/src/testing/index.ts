@@ -1,3 +1,4 @@
+import { createServer, type Server } from "node:net";
 import type { Clock, SupervisorLogger, TimerHandle } from "../clock.js";
 
 interface PendingTimer {
@@ -92,3 +93,26 @@ export class RecordingLogger implements SupervisorLogger {
 export const FIXTURE_ENGINE_PATH: string = decodeURIComponent(
   new URL("../../test/fixtures/engine.mjs", import.meta.url).pathname,
 );
+
+/**
+ * Listens on `host:port` as soon as it is free (a process holding it died), polling every
+ * 2 ms for up to `timeoutMs`: a test's way to take an engine's port away between its crash
+ * and the supervisor's restart. Resolves the server; close it to give the port back.
+ */
+export async function holdPortOnceFree(
+  port: number,
+  host = "127.0.0.1",
+  timeoutMs = 5_000,
+): Promise<Server> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const server = createServer();
+    const error = await new Promise<Error | undefined>((resolve) => {
+      server.once("error", resolve);
+      server.listen(port, host, () => resolve(undefined));
+    });
+    if (error === undefined) return server;
+    if (Date.now() > deadline) throw error;
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
