@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -323,7 +323,7 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   /** An engine that exits at once. */
   const crashingEngine = [process.execPath, "-e", "process.exit(1)", "--"];
 
-  function relaunchingManager(engine: string[], logger = silentLogger) {
+  function relaunchingManager(engine: string[], extra: Partial<ReplicaManagerOptions> = {}) {
     return manager({
       nodeConfig: { simCommand: engine, bindHost: "127.0.0.1" },
       // A real probe: ready once the engine answers on the port it was given.
@@ -338,11 +338,11 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
         scrapeLoad: async () => ({}),
       },
       baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-      logger,
       probeIntervalMs: 50,
       // Gives up at the second quick failure, after a 1 s wait.
       restartPolicy: { initialDelayMs: 1000, maxQuickFailures: 2 },
       relaunch: { firstDelayMs: 200, maxDelayMs: 400, stableMs: 60_000 },
+      ...extra,
     });
   }
 
@@ -391,7 +391,7 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
         attempts.push(fields.attempt);
       },
     };
-    const m = relaunchingManager(crashingEngine, logger);
+    const m = relaunchingManager(crashingEngine, { logger });
     const started = Date.now();
     await m.apply([simReplicaAssignment()]);
     await until("three relaunches", () => relaunches.length >= 3);
@@ -408,6 +408,30 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     // Longer than the largest delay: a relaunch still scheduled would have run.
     await new Promise((r) => setTimeout(r, 600));
     expect(relaunches.length).toBe(seen);
+    await m.close(true);
+  });
+
+  it("launches again an engine that could not be spawned, once its program exists", async () => {
+    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
+    dirs.push(bin);
+    const program = path.join(bin, "engine");
+    const m = relaunchingManager([program, "-e", "setInterval(() => {}, 1000)", "--"], {
+      probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+    });
+    await m.apply([simReplicaAssignment()]);
+    const refused = m.statuses()[0];
+    expect(refused?.state).toBe(ReplicaState.FAILED);
+    expect(refused?.message).toMatch(
+      /^launch failed: cannot spawn .*engine.*; the agent launches it afresh at \d{4}-/,
+    );
+    // The program is installed meanwhile (here: node itself, under that name).
+    symlinkSync(process.execPath, program);
+    const running = await until("the engine to run", () => {
+      const s = m.statuses()[0];
+      return s?.state === ReplicaState.READY && s;
+    });
+    expect(readFileSync(`/proc/${running.pid}/cmdline`, "utf8")).toContain("setInterval");
+    expect(running.restarts).toBe(1);
     await m.close(true);
   });
 

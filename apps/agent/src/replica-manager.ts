@@ -107,9 +107,10 @@ export interface ReplicaManagerOptions {
 }
 
 /**
- * A replica is `failed` when its restart policy gave up (5 quick crashes, ~30 s) or its
- * loading deadline passed. The cause may be gone minutes later (GPU memory a dying process
- * held, a model path on a mount that came back, a port something else held), so the agent
+ * A replica is `failed` when its restart policy gave up (5 quick crashes, ~30 s), its
+ * loading deadline passed, or its engine could not be spawned. The cause may be gone minutes
+ * later (GPU memory a dying process held, a model path on a mount that came back, a port
+ * something else held, a full disk, an engine installed after the agent started), so the agent
  * launches it afresh — a new port, a fresh restart budget — after `firstDelayMs`, then after
  * twice as long each time up to `maxDelayMs`, as kubelet backs off a crash loop. A replica
  * that then stays ready for `stableMs` starts over at the first delay.
@@ -178,11 +179,13 @@ interface Managed {
   readonly kvFeed: KvBlockFeed | undefined;
 }
 
-/** A replica the agent could not even start (bad spec, failed validation). */
+/** A replica the agent could not even start (bad spec, failed validation, spawn failed). */
 interface Rejected {
   readonly assignment: ReplicaAssignment;
   readonly message: string;
   readonly atMs: number;
+  /** Restarts of the replica before this launch, carried to the next one. */
+  readonly restarts: number;
 }
 
 /**
@@ -315,6 +318,8 @@ export class ReplicaManager {
       ) {
         continue;
       }
+      // A new assignment starts the relaunch backoff over.
+      this.#forgetRelaunch(key);
       await this.#launch(assignment, 0);
     }
     for (const key of this.#relaunches.keys()) if (!wanted.has(key)) this.#forgetRelaunch(key);
@@ -345,7 +350,11 @@ export class ReplicaManager {
         error: error.message,
       });
       this.#managed.delete(key);
-      this.#rejected.set(key, { assignment, message: error.message, atMs: Date.now() });
+      // The spawn failed (a missing program, a full disk for its log): launched again as a
+      // failed engine would be, since the node may be fixed meanwhile.
+      const rejected = { assignment, message: error.message, atMs: Date.now(), restarts };
+      this.#rejected.set(key, rejected);
+      this.#scheduleRelaunch(key, rejected);
     }
   }
 
@@ -355,11 +364,14 @@ export class ReplicaManager {
     return policy.firstDelayMs > 0 ? policy : undefined;
   }
 
-  /** Schedules the relaunch of `managed`, which just failed (see {@link RelaunchPolicy}). */
-  #scheduleRelaunch(managed: Managed): void {
+  /**
+   * Schedules the relaunch of replica `key`, whose engine just failed or could not be spawned
+   * (`failed`; see {@link RelaunchPolicy}).
+   */
+  #scheduleRelaunch(key: string, failed: Managed | Rejected): void {
     const policy = this.#relaunchPolicy;
     if (policy === undefined) return;
-    const entry = this.#relaunches.get(managed.key) ?? {
+    const entry = this.#relaunches.get(key) ?? {
       attempts: 0,
       timer: undefined,
       atMs: undefined,
@@ -370,32 +382,36 @@ export class ReplicaManager {
     entry.timer = setTimeout(() => {
       entry.timer = undefined;
       entry.atMs = undefined;
-      const run = this.#applying.then(() => this.#relaunch(managed));
+      const run = this.#applying.then(() => this.#relaunch(key, failed));
       this.#applying = run.catch((error: unknown) => {
         this.options.logger.warn("relaunching a failed replica failed", {
-          replicaId: managed.key,
+          replicaId: key,
           error: (error as Error).message,
         });
       });
     }, delayMs);
     entry.timer.unref();
-    this.#relaunches.set(managed.key, entry);
+    this.#relaunches.set(key, entry);
   }
 
   /** Launches a failed replica afresh, unless it was withdrawn or replaced meanwhile. */
-  async #relaunch(managed: Managed): Promise<void> {
-    if (this.#managed.get(managed.key) !== managed || managed.replica.state !== "failed") return;
-    const entry = this.#relaunches.get(managed.key);
+  async #relaunch(key: string, failed: Managed | Rejected): Promise<void> {
+    const entry = this.#relaunches.get(key);
     if (entry === undefined) return;
+    if ("replica" in failed) {
+      if (this.#managed.get(key) !== failed || failed.replica.state !== "failed") return;
+    } else if (this.#rejected.get(key) !== failed) return;
     entry.attempts += 1;
     this.options.logger.warn("launching a failed replica afresh", {
-      replicaId: managed.key,
+      replicaId: key,
       attempt: entry.attempts,
-      failure: managed.replica.failure?.reason ?? managed.message,
-      previousPort: managed.apiPort,
+      failure:
+        "replica" in failed ? (failed.replica.failure?.reason ?? failed.message) : failed.message,
+      ...("replica" in failed ? { previousPort: failed.apiPort } : {}),
     });
-    this.#retire(managed, "failed; launching it afresh on a new port");
-    await this.#launch(managed.assignment, managed.restarts + 1);
+    if ("replica" in failed) this.#retire(failed, "failed; launching it afresh on a new port");
+    else this.#rejected.delete(key);
+    await this.#launch(failed.assignment, failed.restarts + 1);
   }
 
   #forgetRelaunch(key: string): void {
@@ -546,7 +562,7 @@ export class ReplicaManager {
           this.#forgetRelaunch(key);
         }
         if (t.to === "failed" && this.#managed.get(key) === managed) {
-          this.#scheduleRelaunch(managed);
+          this.#scheduleRelaunch(key, managed);
         }
       });
       this.#rejected.delete(key);
@@ -561,7 +577,7 @@ export class ReplicaManager {
         ...(typeof code === "string" ? { code } : {}),
         error: message,
       });
-      this.#rejected.set(key, { assignment, message, atMs: Date.now() });
+      this.#rejected.set(key, { assignment, message, atMs: Date.now(), restarts: 0 });
       return undefined;
     }
   }
@@ -838,7 +854,7 @@ export class ReplicaManager {
           replicaId: key,
           rank: r.assignment.rank,
           state: ProtoReplicaState.FAILED,
-          message: redact(r.message),
+          message: redact(this.#failureMessage(key, r.message)),
           stateSinceUnixMs: BigInt(r.atMs),
           revision: r.assignment.deployment?.revision ?? 0n,
         }),

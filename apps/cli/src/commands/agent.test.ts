@@ -91,7 +91,7 @@ describe.each([
     "--relaunch-failed",
     "relaunchFailedMs",
     "LLMGW_RELAUNCH_FAILED",
-    "minutes; 0: never (default 60;",
+    "(default 60; env LLMGW_RELAUNCH_FAILED)",
   ],
 ] as const)("llmgw agent %s", (flag, field, envName, defaultText) => {
   it("is documented in the help text with its default and env", () => {

@@ -52,8 +52,9 @@ Options:
                             stop what is left (default 600; 0: no drain, stop at once;
                             env LLMGW_LEAVE_TIMEOUT)
   --relaunch-failed S       launch a replica afresh, on a new port, S seconds after its
-                            restarts gave up (5 quick crashes); doubling per try up to 30
-                            minutes; 0: never (default 60; env LLMGW_RELAUNCH_FAILED)
+                            restarts gave up (5 quick crashes) or its engine could not be
+                            spawned; doubling per try up to 30 minutes; 0: never
+                            (default 60; env LLMGW_RELAUNCH_FAILED)
   --llama-server PATH       llama.cpp server binary (default: the cached build, else PATH)
   --vllm-command CMD        argv prefix for vLLM, space-separated (default "vllm serve")
   --sglang-command CMD      argv prefix for SGLang (default "python3 -m sglang.launch_server")
