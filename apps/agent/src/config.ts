@@ -106,9 +106,9 @@ export const agentConfigSchema = z.object({
     .default(DEFAULT_LEAVE_TIMEOUT_MS),
   /**
    * `--relaunch-failed S` (ms here): how long after its restart policy gave up (or its engine
-   * could not be spawned) a replica is
-   * launched afresh on a new port, doubling per try up to 30 minutes (or this, if longer);
-   * 0: never (it stays `failed` until its assignment changes). Default a minute.
+   * could not be spawned) a replica is launched afresh on a new port, doubling per try up to
+   * 30 minutes (or this, if longer); 0: never (it stays `failed` until its assignment
+   * changes). Default a minute.
    */
   relaunchFailedMs: z
     .number({ error: RELAUNCH_FAILED_RANGE })
