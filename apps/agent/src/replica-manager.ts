@@ -102,7 +102,10 @@ export interface ReplicaManagerOptions {
   readonly allowTrustRemoteCode?: boolean;
   /** The supervisor's restart policy for every engine (default: its defaults). */
   readonly restartPolicy?: RestartPolicyOptions;
-  /** When a replica whose restart policy gave up is launched afresh (default: {@link RELAUNCH_DEFAULTS}). */
+  /**
+   * When a `failed` replica is launched afresh (default: {@link RELAUNCH_DEFAULTS}); see
+   * {@link RelaunchPolicy}.
+   */
   readonly relaunch?: RelaunchPolicy;
 }
 
