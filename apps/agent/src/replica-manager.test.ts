@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { create } from "@bufbuild/protobuf";
@@ -346,28 +346,37 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     });
   }
 
+  /** The engine of m-0 once ready (and not `previousPid`). */
+  const readyEngine = (m: ReplicaManager, previousPid?: number) =>
+    until("the engine to be ready", () => {
+      const s = m.statuses()[0];
+      return s?.state === ReplicaState.READY && s.pid !== previousPid && s;
+    });
+
+  /**
+   * Kills the ready engine and takes its port before the supervisor's restart (1 s later):
+   * the restart fails to listen, and the restart policy gives up. Resolves the failed status
+   * and the port's holder.
+   */
+  async function failReady(m: ReplicaManager, ready: { pid?: number; apiPort?: number }) {
+    process.kill(ready.pid as number, "SIGKILL");
+    const squatter = await holdPortOnceFree(ready.apiPort as number);
+    const failed = await until("the replica to fail", () => {
+      const s = m.statuses()[0];
+      return s?.state === ReplicaState.FAILED && s;
+    });
+    return { failed, squatter };
+  }
+
   it("relaunches on a new port when its own port was taken while it restarted", async () => {
     const m = relaunchingManager(httpEngine);
     await m.apply([simReplicaAssignment()]);
-    const first = await until("the engine to be ready", () => {
-      const s = m.statuses()[0];
-      return s?.state === ReplicaState.READY && s;
-    });
+    const first = await readyEngine(m);
     const port = first.apiPort as number;
-    process.kill(first.pid as number, "SIGKILL");
-    // Something else takes the port before the supervisor's restart (1 s later): the restart
-    // fails to listen, and the restart policy gives up.
-    const squatter = await holdPortOnceFree(port);
+    const { failed, squatter } = await failReady(m, first);
     try {
-      const failed = await until("the replica to fail", () => {
-        const s = m.statuses()[0];
-        return s?.state === ReplicaState.FAILED && s;
-      });
       expect(failed.message).toMatch(/; the agent launches it afresh at \d{4}-\d\d-\d\dT/);
-      const relaunched = await until("the relaunched engine to be ready", () => {
-        const s = m.statuses()[0];
-        return s?.state === ReplicaState.READY && s.pid !== first.pid && s;
-      });
+      const relaunched = await readyEngine(m, first.pid);
       expect(relaunched.apiPort).not.toBe(port);
       expect(await (await fetch(`http://127.0.0.1:${relaunched.apiPort}/health`)).text()).toBe(
         "ok",
@@ -432,6 +441,52 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     });
     expect(readFileSync(`/proc/${running.pid}/cmdline`, "utf8")).toContain("setInterval");
     expect(running.restarts).toBe(1);
+    await m.close(true);
+  });
+
+  it("starts the backoff over once a relaunched replica served for stableMs", async () => {
+    const m = relaunchingManager(httpEngine, {
+      relaunch: { firstDelayMs: 200, maxDelayMs: 3200, stableMs: 400 },
+    });
+    await m.apply([simReplicaAssignment()]);
+    /** The wait the failed status announces: its relaunch time less when it failed. */
+    const announcedDelay = (s: { message: string; stateSinceUnixMs?: bigint }) =>
+      Date.parse(/launches it afresh at (\S+)$/.exec(s.message)?.[1] ?? "") -
+      Number(s.stateSinceUnixMs);
+    const ready = await readyEngine(m);
+    const first = await failReady(m, ready);
+    expect(announcedDelay(first.failed)).toBeGreaterThanOrEqual(200);
+    expect(announcedDelay(first.failed)).toBeLessThan(400);
+    first.squatter.close();
+    // Relaunched (try 1) and ready for longer than stableMs, then failed again: 200 ms again,
+    // where a replica that did not serve that long waits 400.
+    const relaunched = await readyEngine(m, ready.pid);
+    await new Promise((r) => setTimeout(r, 500));
+    const again = await failReady(m, relaunched);
+    try {
+      expect(announcedDelay(again.failed)).toBeGreaterThanOrEqual(200);
+      expect(announcedDelay(again.failed)).toBeLessThan(400);
+    } finally {
+      again.squatter.close();
+      await m.close(true);
+    }
+  });
+
+  it("a replica record that cannot be written fails the launch, and is tried again", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-records-"));
+    dirs.push(stateDir);
+    const m = relaunchingManager(httpEngine, { stateDir });
+    // A record that cannot be written, as on a full disk: a file where its directory goes.
+    const records = path.join(stateDir, "replicas");
+    writeFileSync(records, "");
+    await m.apply([simReplicaAssignment()]);
+    const refused = m.statuses()[0];
+    expect(refused?.state).toBe(ReplicaState.FAILED);
+    expect(refused?.message).toMatch(/^launch failed: .*; the agent launches it afresh at /);
+    expect(m.managedPids().size).toBe(0);
+    rmSync(records);
+    await until("the engine to be ready", () => m.statuses()[0]?.state === ReplicaState.READY);
+    expect(statSync(path.join(records, "m-0.json")).isFile()).toBe(true);
     await m.close(true);
   });
 

@@ -167,8 +167,6 @@ interface Managed {
   /** When {@link load} was last scraped (epoch ms); undefined until a scrape while ready. */
   loadScrapedAtMs: number | undefined;
   restarts: number;
-  /** When it last turned `ready` (epoch ms); undefined while it never was. */
-  readySinceMs: number | undefined;
   /**
    * The API key of the serving engine process running now, drawn at its launch (see
    * {@link generateEngineApiKey}); undefined for ranks that serve no API and engines that
@@ -297,7 +295,6 @@ export class ReplicaManager {
         continue;
       }
       if (launchKey(desired) !== launchKey(managed.assignment)) {
-        this.#forgetRelaunch(key);
         this.#retire(managed, "assignment changed; replacing the replica");
       } else if (
         toJsonString(ReplicaAssignmentSchema, desired) !==
@@ -321,7 +318,7 @@ export class ReplicaManager {
       ) {
         continue;
       }
-      // A new assignment starts the relaunch backoff over.
+      // A new or changed assignment starts the relaunch backoff over.
       this.#forgetRelaunch(key);
       await this.#launch(assignment, 0);
     }
@@ -338,8 +335,8 @@ export class ReplicaManager {
     const managed = this.#prepare(assignment, port);
     if (!managed) return;
     managed.restarts = restarts;
-    await this.#persist(managed);
     try {
+      await this.#persist(managed);
       await managed.replica.start({ adopt: true });
     } catch (cause) {
       const error = new AgentError(
@@ -353,7 +350,8 @@ export class ReplicaManager {
         error: error.message,
       });
       this.#managed.delete(key);
-      // The spawn failed (a missing program, a full disk for its log): launched again as a
+      void managed.kvFeed?.close();
+      // The record or the spawn failed (a full disk, a missing program): launched again as a
       // failed engine would be, since the node may be fixed meanwhile.
       const rejected = { assignment, message: error.message, atMs: Date.now(), restarts };
       this.#rejected.set(key, rejected);
@@ -400,20 +398,19 @@ export class ReplicaManager {
   /** Launches a failed replica afresh, unless it was withdrawn or replaced meanwhile. */
   async #relaunch(key: string, failed: Managed | Rejected): Promise<void> {
     const entry = this.#relaunches.get(key);
-    if (entry === undefined) return;
-    if ("replica" in failed) {
-      if (this.#managed.get(key) !== failed || failed.replica.state !== "failed") return;
-    } else if (this.#rejected.get(key) !== failed) return;
+    const ran = "replica" in failed ? failed : undefined;
+    const current = ran === undefined ? this.#rejected.get(key) : this.#managed.get(key);
+    if (entry === undefined || current !== failed) return;
+    if (ran !== undefined && ran.replica.state !== "failed") return;
     entry.attempts += 1;
     this.options.logger.warn("launching a failed replica afresh", {
       replicaId: key,
       attempt: entry.attempts,
-      failure:
-        "replica" in failed ? (failed.replica.failure?.reason ?? failed.message) : failed.message,
-      ...("replica" in failed ? { previousPort: failed.apiPort } : {}),
+      failure: ran?.replica.failure?.reason ?? failed.message,
+      ...(ran === undefined ? {} : { previousPort: ran.apiPort }),
     });
-    if ("replica" in failed) this.#retire(failed, "failed; launching it afresh on a new port");
-    else this.#rejected.delete(key);
+    if (ran === undefined) this.#rejected.delete(key);
+    else this.#retire(ran, "failed; launching it afresh on a new port");
     await this.#launch(failed.assignment, failed.restarts + 1);
   }
 
@@ -528,7 +525,6 @@ export class ReplicaManager {
         load: undefined,
         loadScrapedAtMs: undefined,
         restarts: 0,
-        readySinceMs: undefined,
         apiKey: apiKeyEnv === undefined ? undefined : apiKey,
         kvFeed:
           launch.kvEventsEndpoint === undefined
@@ -544,6 +540,8 @@ export class ReplicaManager {
               }),
       };
       replica.subscribe((t) => {
+        // Leaving a state: how long the replica was in it.
+        const stayedMs = t.atMs - managed.stateSinceMs;
         managed.stateSinceMs = t.atMs;
         managed.message = t.reason;
         if (t.to === "starting" && t.from === "exited" && t.reason.startsWith("restart")) {
@@ -553,14 +551,8 @@ export class ReplicaManager {
           managed.load = undefined;
           managed.loadScrapedAtMs = undefined;
         }
-        if (t.to === "ready") managed.readySinceMs = t.atMs;
         const stableMs = this.#relaunchPolicy?.stableMs;
-        if (
-          t.from === "ready" &&
-          stableMs !== undefined &&
-          managed.readySinceMs !== undefined &&
-          t.atMs - managed.readySinceMs >= stableMs
-        ) {
+        if (t.from === "ready" && stableMs !== undefined && stayedMs >= stableMs) {
           // It served long enough: a later failure starts the backoff over.
           this.#forgetRelaunch(key);
         }
