@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { DEFAULT_MOVE_FAILED_AFTER_MS } from "./domain/failing-replicas.js";
 import { ControlPlaneError } from "./errors.js";
 
 /** A `HOST:PORT` or `:PORT` listen address (`:PORT` binds all interfaces). */
@@ -69,6 +70,16 @@ export const controlPlaneConfigSchema = z
     unreachableAfterMissed: z.number().int().min(1).max(100).default(3),
     /** How long a node may stay unreachable before it is `lost` and its replicas move. */
     nodeLostAfterMs: z.number().int().min(0).max(86_400_000).default(60_000),
+    /**
+     * How long a replica may keep failing before it moves to another node that can take it
+     * (0: never; its agent relaunches it where it is meanwhile). See failing-replicas.ts.
+     */
+    moveFailedAfterMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(7 * 86_400_000)
+      .default(DEFAULT_MOVE_FAILED_AFTER_MS),
     /** Recent events kept in the store. */
     eventsKept: z.number().int().min(10).max(1_000_000).default(1_000),
     /** First and last port handed out as rendezvous ports of multi-node replicas. */

@@ -403,6 +403,7 @@ export async function startControlPlane(
     heartbeatIntervalMs: resolved.heartbeatIntervalMs,
     unreachableAfterMs: resolved.heartbeatIntervalMs * resolved.unreachableAfterMissed,
     nodeLostAfterMs: resolved.nodeLostAfterMs,
+    moveFailedAfterMs: resolved.moveFailedAfterMs,
     rendezvousPortMin: resolved.rendezvousPortMin,
     rendezvousPortMax: resolved.rendezvousPortMax,
     maxNodes: resolved.maxNodes,

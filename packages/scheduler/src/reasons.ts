@@ -28,7 +28,9 @@ export type RemovalReasonCode =
   /** The deployment wants fewer replicas. */
   | "scale-down"
   /** A higher-priority deployment with `allowPreemption` needed the GPUs. */
-  | "preempted";
+  | "preempted"
+  /** Its engine keeps failing on its node(s) and the deployment fits elsewhere (`failing`). */
+  | "replica-failed";
 
 /** Why replicas of a deployment could not be placed. */
 export type UnschedulableReasonCode =

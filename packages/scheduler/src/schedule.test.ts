@@ -75,6 +75,83 @@ const scenarios: Scenario[] = [
     plan: ["o ×1 no-free-gpus"],
   },
   {
+    name: "a replica that keeps failing moves to a node its deployment does not avoid",
+    input: {
+      nodes: [node("n1", { gpus: 1 }), node("n2", { gpus: 1 })],
+      deployments: [dep("m")],
+      placements: [at("m-0", [["n1", [0]]])],
+      avoid: [{ deployment: "m", nodeId: "n1" }],
+      failing: [{ replicaId: "m-0", message: "its engine keeps failing on n1" }],
+    },
+    plan: ["m-1 n2:0", "m-0 -replica-failed"],
+  },
+  {
+    name: "a replica that keeps failing stays where no other node has room",
+    input: {
+      nodes: [node("n1", { gpus: 1 }), node("n2", { gpus: 1 }), node("n3", { cordoned: true })],
+      deployments: [dep("m"), dep("o")],
+      placements: [at("m-0", [["n1", [0]]]), at("o-0", [["n2", [0]]])],
+      avoid: [{ deployment: "m", nodeId: "n1" }],
+      failing: [{ replicaId: "m-0", message: "its engine keeps failing on n1" }],
+    },
+    plan: [],
+  },
+  {
+    name: "a failing gang moves only onto nodes it does not avoid",
+    input: {
+      nodes: ["n1", "n2", "n3", "n4"].map((id) => node(id, { fabrics: ["ib-a"] })),
+      deployments: [dep("g", { gpusPerReplica: 16 })],
+      placements: [
+        at(
+          "g-0",
+          [
+            ["n1", [0, 1, 2, 3, 4, 5, 6, 7]],
+            ["n2", [0, 1, 2, 3, 4, 5, 6, 7]],
+          ],
+          { fabricId: "ib-a" },
+        ),
+      ],
+      avoid: [{ deployment: "g", nodeId: "n2" }],
+      failing: [{ replicaId: "g-0", message: "rank 1 keeps failing on n2" }],
+    },
+    plan: [`g-1 n3:${all8} n4:${all8} @ib-a`, "g-0 -replica-failed"],
+  },
+  {
+    name: "a failing replica of an engine without GPUs moves to the other node",
+    input: {
+      nodes: [node("n1"), node("n2")],
+      deployments: [dep("s", { gpusPerReplica: 0, gpuClass: undefined })],
+      placements: [at("s-0", [["n1", []]])],
+      avoid: [{ deployment: "s", nodeId: "n1" }],
+      failing: [{ replicaId: "s-0", message: "its engine keeps failing on n1" }],
+    },
+    plan: ["s-1 n2:", "s-0 -replica-failed"],
+  },
+  {
+    name: "new replicas go to avoided nodes last, and there when nothing else fits",
+    input: {
+      nodes: [node("n1"), node("n2", { gpus: 2 })],
+      deployments: [dep("m", { replicas: 3 })],
+      placements: [],
+      avoid: [
+        { deployment: "m", nodeId: "n1" },
+        { deployment: "other", nodeId: "n2" },
+        { deployment: "m", nodeId: "gone" },
+      ],
+    },
+    plan: ["m-0 n2:0", "m-1 n2:1", "m-2 n1:0"],
+  },
+  {
+    name: "a scale-down removes the replica that keeps failing first",
+    input: {
+      nodes: [node("n1"), node("n2")],
+      deployments: [dep("m", { replicas: 1 })],
+      placements: [at("m-0", [["n1", [0]]]), at("m-1", [["n2", [0]]])],
+      failing: [{ replicaId: "m-0", message: "its engine keeps failing on n1" }],
+    },
+    plan: ["m-0 -scale-down"],
+  },
+  {
     name: "single GPU replica on an empty node",
     input: { nodes: [node("n1")], deployments: [dep("m")], placements: [] },
     plan: ["m-0 n1:0"],

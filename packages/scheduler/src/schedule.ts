@@ -87,6 +87,20 @@ interface NodeState {
   claimedBy: Map<number, string> | undefined;
   /** Deployment name → number of its replicas with a rank here. */
   perDeployment: Map<string, number> | undefined;
+  /** Deployments whose engines failed here lately (`ScheduleInput.avoid`): placed here last. */
+  avoided: Set<string> | undefined;
+}
+
+/**
+ * Added to a node's spread for a deployment that avoids it: more than any real count of
+ * replicas, so every node not avoided comes first, and among avoided nodes spread still counts.
+ */
+const AVOIDED = 1_000_000;
+
+/** How many replicas of `deployment` `node` carries, plus {@link AVOIDED} where it avoids it. */
+function spreadOf(node: NodeState, deployment: string): number {
+  const count = node.perDeployment?.get(deployment) ?? 0;
+  return node.avoided?.has(deployment) === true ? count + AVOIDED : count;
 }
 
 /** The shape of one replica: how many nodes and GPUs per node. */
@@ -151,6 +165,15 @@ export function schedule(input: ScheduleInput): ScheduleResult {
   const deploymentByName = new Map<string, SchedulerDeployment>();
   for (const d of deployments) deploymentByName.set(d.name, d);
   const placements = sortedBy(input.placements, replicaIdOf);
+  for (const a of input.avoid ?? []) {
+    const node = nodeById.get(a.nodeId);
+    if (node === undefined) continue;
+    node.avoided ??= new Set();
+    node.avoided.add(a.deployment);
+  }
+  /** Replica id → why it is moved if it can be (`ScheduleInput.failing`). */
+  const failing = new Map<string, string>();
+  for (const f of input.failing ?? []) failing.set(f.replicaId, f.message);
   const context = buildContext(nodes);
   const remove: PlacementRemoval[] = [];
   const add: Placement[] = [];
@@ -266,7 +289,7 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     const records = liveOf(deployment.name);
     while (records.size > deployment.replicas) {
       const victim = [...records].sort((a, b) =>
-        compareScores(scaleDownScore(a, nodeById), scaleDownScore(b, nodeById)),
+        compareScores(scaleDownScore(a, nodeById, failing), scaleDownScore(b, nodeById, failing)),
       )[0];
       if (victim === undefined) break;
       removeRecord(
@@ -355,6 +378,24 @@ export function schedule(input: ScheduleInput): ScheduleResult {
         retry = true;
       }
     }
+  }
+
+  // 4. Replicas that keep failing where they are move when their deployment fits on a node it
+  // does not avoid; where it does not, they stay (moving back onto the same node would only
+  // restart the agent's backoff). Never by preemption.
+  for (const stored of failing.size === 0 ? [] : placements) {
+    const why = failing.get(stored.replicaId);
+    if (why === undefined) continue;
+    const deployment = deploymentByName.get(stored.deployment);
+    let record: ReplicaRecord | undefined;
+    for (const r of liveOf(stored.deployment))
+      if (r.placement.replicaId === stored.replicaId) record = r;
+    if (deployment === undefined || record === undefined) continue;
+    const candidate = planReplica(deployment, context).candidate;
+    if (candidate === undefined || candidate.nodes.some((n) => n.avoided?.has(deployment.name)))
+      continue;
+    removeRecord(record, reason("replica-failed", why));
+    placeOne(deployment, candidate);
   }
 
   const unschedulable: UnschedulableDeployment[] = [];
@@ -600,6 +641,7 @@ function buildNodeState(node: SchedulerNode, ordinal: number): NodeState {
     replicas: undefined,
     claimedBy: undefined,
     perDeployment: undefined,
+    avoided: undefined,
   };
 }
 
@@ -742,11 +784,16 @@ function portTrouble(
 }
 
 /**
- * Lower sorts first = removed first on scale-down: replicas on nodes that cannot take new work,
+ * Lower sorts first = removed first on scale-down: replicas that keep failing, those on nodes
+ * that cannot take new work,
  * then those whose removal leaves the most free GPUs on their nodes (a whole free node best),
  * then those on nodes crowded with the same deployment, then the newest.
  */
-function scaleDownScore(record: ReplicaRecord, nodes: ReadonlyMap<string, NodeState>): number[] {
+function scaleDownScore(
+  record: ReplicaRecord,
+  nodes: ReadonlyMap<string, NodeState>,
+  failing: ReadonlyMap<string, string>,
+): number[] {
   let unschedulable = 0;
   let freedValue = 0;
   let crowding = 0;
@@ -764,7 +811,8 @@ function scaleDownScore(record: ReplicaRecord, nodes: ReadonlyMap<string, NodeSt
     freeAfter += rank.gpuIndices.filter((g) => node.usableClass.has(g)).length;
     if (rank.gpuIndices.length > 0) freedValue += freeAfter + (freeAfter === usable ? 1000 : 0);
   }
-  return [-unschedulable, -freedValue, -crowding, -record.ordinal];
+  const failed = failing.has(record.placement.replicaId) ? 1 : 0;
+  return [-failed, -unschedulable, -freedValue, -crowding, -record.ordinal];
 }
 
 interface PlacementContext {
@@ -1031,7 +1079,7 @@ function planCpuReplica(deployment: SchedulerDeployment, ctx: PlacementContext):
   let bestScore: number[] = [];
   for (const node of ctx.nodes) {
     if (!node.schedulable) continue;
-    const score = [node.perDeployment?.get(deployment.name) ?? 0, node.replicas?.size ?? 0];
+    const score = [spreadOf(node, deployment.name), node.replicas?.size ?? 0];
     if (best === undefined || compareScores(score, bestScore) < 0) {
       best = node;
       bestScore = score;
@@ -1105,7 +1153,10 @@ function freeOf(node: NodeState, cls: string): number {
   return set === undefined ? (node.info.usableByClass.get(cls)?.length ?? 0) : set.size;
 }
 
-/** Spread first (fewest replicas of this deployment), then best fit (least leftover), then id. */
+/**
+ * Spread first (fewest replicas of this deployment, nodes it avoids last), then best fit (least
+ * leftover), then id.
+ */
 function findSingleNode(
   deployment: SchedulerDeployment,
   cls: string,
@@ -1124,7 +1175,7 @@ function findSingleNode(
     if (bucket === undefined) continue;
     for (let o = bucket.next(0); o >= 0; o = bucket.next(o + 1)) {
       const node = all[o] as NodeState;
-      const spread = node.perDeployment?.get(deployment.name) ?? 0;
+      const spread = spreadOf(node, deployment.name);
       if (spread < bestSpread) {
         best = node;
         bestSpread = spread;
@@ -1174,7 +1225,7 @@ function findGang(
         const node = ctx.nodes[o] as NodeState;
         const fit = {
           node,
-          spread: node.perDeployment?.get(deployment.name) ?? 0,
+          spread: spreadOf(node, deployment.name),
           leftover: free - shape.perNode,
         };
         all.push(fit);

@@ -99,6 +99,20 @@ export interface ScheduleInput {
    * so that nothing takes a replacement for the engine being stopped. Absent: none.
    */
   readonly retired?: readonly { readonly deployment: string; readonly replicaId: string }[];
+  /**
+   * Nodes a deployment's engines failed on lately: its new replicas go to other nodes when
+   * they fit there, and to these only when nothing else fits. Absent: none.
+   */
+  readonly avoid?: readonly { readonly deployment: string; readonly nodeId: string }[];
+  /**
+   * Placed replicas whose engines keep failing where they are, each with the message of its
+   * removal. One moves (removed as `replica-failed`, its replacement added in the same plan)
+   * when its deployment fits on nodes that {@link avoid} does not name for it; the caller
+   * names the replica's own nodes there. Otherwise it stays: placed back on the same node it
+   * would only start its agent's relaunch backoff over. A scale-down removes these first.
+   * Absent: none.
+   */
+  readonly failing?: readonly { readonly replicaId: string; readonly message: string }[];
 }
 
 export interface PlacementRemoval {

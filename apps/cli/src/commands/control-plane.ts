@@ -40,6 +40,9 @@ Options:
   --heartbeat-interval D      how often agents heartbeat (default 2s)
   --node-lost-after D         how long an unreachable node may stay silent before its
                               replicas move elsewhere (default 60s)
+  --move-failed-after D       how long a replica may keep failing (its agent relaunching
+                              it) before it moves to another node that has room, which its
+                              deployment then avoids for an hour (default 5m; 0: never)
   --routing-keepalive D       how often a quiet routing stream carries a keepalive to
                               routers (default 2s); a router that has not read a message
                               within 3 of these is cut off, one that hears nothing for 3
@@ -147,6 +150,7 @@ export const command: Command = {
       "tls-key": { type: "string" },
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
+      "move-failed-after": { type: "string" },
       "routing-keepalive": { type: "string" },
       "agent-stream": { type: "string" },
       "no-auth": { type: "boolean" },
@@ -205,6 +209,11 @@ export const command: Command = {
         : {}),
       ...(values["node-lost-after"]
         ? { nodeLostAfterMs: parseDurationMs(values["node-lost-after"], "--node-lost-after") }
+        : {}),
+      ...(values["move-failed-after"]
+        ? {
+            moveFailedAfterMs: parseDurationMs(values["move-failed-after"], "--move-failed-after"),
+          }
         : {}),
       ...(values["agent-stream"]
         ? { agentStreamMs: parseDurationMs(values["agent-stream"], "--agent-stream") }

@@ -30,6 +30,7 @@ function newCluster(
       | "readOnly"
       | "inventories"
       | "onReconciled"
+      | "moveFailedAfterMs"
     >
   >,
 ): Cluster {
@@ -396,6 +397,118 @@ describe("Cluster", () => {
     expect(d.unschedulable.map((r) => r.message).join("\n")).toContain("CUDA out of memory");
     const failed = cluster.events.list({ limit: 100 }).find((e) => e.severity === "error");
     expect(failed?.message).toContain("ready → failed");
+  });
+
+  describe("a replica that keeps failing", () => {
+    const MOVE_AFTER = 5 * 60_000;
+    /** Node a and b, one GPU each, and `chat` placed on a (its replica failing from now). */
+    function failingOnA(options: { moveFailedAfterMs?: number } = {}) {
+      let reconciles = 0;
+      const cluster = newCluster(undefined, {
+        ...options,
+        onReconciled: () => {
+          reconciles += 1;
+        },
+      });
+      const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+      const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+      cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat" }));
+      const [first] = cluster.placements();
+      const onA = first?.ranks[0]?.nodeId === a.nodeId;
+      const [here, there] = onA ? [a, b] : [b, a];
+      /** Reports `replicaId` in `state` from `node`, and heartbeats the other node. */
+      const report = (node: typeof a, replicaId: string, state: RankStatus["state"]) => {
+        for (const n of [a, b]) {
+          cluster.heartbeat(n.nodeId, {
+            gpus: [],
+            replicas:
+              n === node
+                ? [
+                    rankStatus({
+                      replicaId,
+                      rank: 0,
+                      state,
+                      apiPort: 41_000,
+                      ...(state === "failed" ? { message: "restart policy gave up" } : {}),
+                    }),
+                  ]
+                : [],
+            problems: [],
+          });
+        }
+      };
+      const hereName = onA ? "node-a" : "node-b";
+      return { cluster, here, there, hereName, report, reconciles: () => reconciles };
+    }
+
+    it("moves once its failures last past moveFailedAfterMs, and its deployment avoids the node", () => {
+      const { cluster, here, there, hereName, report, reconciles } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER - 1_000);
+      report(here, "chat-0", "starting"); // the agent's relaunch
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      expect(placedOn(cluster, "chat")).toEqual([here.nodeId]);
+
+      clock.advance(1_000);
+      report(here, "chat-0", "failed");
+      const before = reconciles();
+      cluster.tick();
+      expect(reconciles()).toBe(before + 1);
+      expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-1"]);
+      expect(placedOn(cluster, "chat")).toEqual([there.nodeId]);
+      const removed = cluster.events.list({ limit: 100 }).find((e) => e.kind === "replica.removed");
+      expect(removed?.subject).toBe("chat-0");
+      expect(removed?.severity).toBe("warning");
+      expect(removed?.message).toMatch(
+        new RegExp(
+          `^its engine kept failing on ${hereName} since \\S+Z \\(restart policy gave up\\): moved, and chat avoids ${hereName} for 60 min$`,
+        ),
+      );
+
+      // The replacement fails too, past the same time: the only other node is avoided, so it
+      // stays (no churn back onto the first node), and ticks do not reconcile for it again.
+      report(there, "chat-1", "failed");
+      clock.advance(MOVE_AFTER);
+      report(there, "chat-1", "failed");
+      cluster.tick();
+      const offered = reconciles();
+      cluster.tick();
+      clock.advance(1_000);
+      report(there, "chat-1", "failed");
+      cluster.tick();
+      expect(reconciles()).toBe(offered);
+      expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-1"]);
+    });
+
+    it.each([
+      { when: "while its agent relaunches it", moveFailedAfterMs: MOVE_AFTER, now: "loading" },
+      { when: "when moveFailedAfterMs is 0", moveFailedAfterMs: 0, now: "failed" },
+    ] as const)("stays $when", ({ moveFailedAfterMs, now }) => {
+      const { cluster, here, report } = failingOnA({ moveFailedAfterMs });
+      report(here, "chat-0", "failed");
+      clock.advance(10 * MOVE_AFTER);
+      report(here, "chat-0", now);
+      cluster.tick();
+      expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+    });
+
+    it("starts a new streak after ten minutes served", () => {
+      const { cluster, here, report } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(60_000);
+      report(here, "chat-0", "ready");
+      clock.advance(10 * 60_000);
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER - 1_000);
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+      clock.advance(1_000);
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-1"]);
+    });
   });
 
   it("keeps replicas on a change engines do not see, replaces them on one they do", () => {

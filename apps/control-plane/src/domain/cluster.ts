@@ -49,6 +49,12 @@ import { validateAdvertiseAddress } from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
+import {
+  AVOID_MS,
+  DEFAULT_MOVE_FAILED_AFTER_MS,
+  type DueReplica,
+  FailingReplicas,
+} from "./failing-replicas.js";
 import { type FaultTally, faultName, GpuFaults } from "./gpu-faults.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
@@ -138,6 +144,13 @@ export interface ClusterOptions {
    * Default: none (drains wait for the settle time and the engine's own load).
    */
   readonly connectedRouters?: () => readonly string[];
+  /**
+   * How long a replica may keep failing (a streak of failures with no 10 minutes served
+   * between them) before it moves to another node that can take it, ms; 0 never moves one.
+   * Until then its agent relaunches it where it is. Default
+   * {@link DEFAULT_MOVE_FAILED_AFTER_MS}; see failing-replicas.ts.
+   */
+  readonly moveFailedAfterMs?: number;
 }
 
 /** A node's decoded inventory when its stored bytes are `bytes`, else undefined. */
@@ -539,6 +552,8 @@ export class Cluster {
    */
   #active = new Set<string>();
   readonly #drains: DrainTracker;
+  /** Replicas that keep failing, and the nodes their deployments avoid for it. */
+  readonly #failing: FailingReplicas;
   /**
    * Set when a report changed the state of a replica of an {@link #active} deployment: the
    * heartbeat reconciles (deferred) once it has taken the whole report.
@@ -619,6 +634,7 @@ export class Cluster {
       now: () => options.clock.now(),
       connectedRouters: options.connectedRouters ?? (() => []),
     });
+    this.#failing = new FailingReplicas(options.moveFailedAfterMs ?? DEFAULT_MOVE_FAILED_AFTER_MS);
     for (const record of store.listDeployments()) {
       const spec = deploymentSpecFromJson(record.specJson);
       this.#deployments.set(record.name, { record, spec });
@@ -716,6 +732,7 @@ export class Cluster {
    * are gone are deleted.
    */
   #restoreStatuses(): void {
+    const now = this.#o.clock.now();
     const orphans: ReplicaStatusRecord[] = [];
     let restored = 0;
     for (const r of this.#o.store.listReplicaStatuses()) {
@@ -726,6 +743,7 @@ export class Cluster {
         continue;
       }
       node.statuses.set(statusKey(r.replicaId, r.rank), status);
+      if (status.state === "failed") this.#failing.failed(r.replicaId, r.nodeId, now);
       restored++;
     }
     if (this.#o.readOnly) return;
@@ -1125,6 +1143,8 @@ export class Cluster {
     }
     if (lost) this.#reconcile("node lost");
     else if (this.#drainsDue()) this.#reconcile("replicas drained");
+    else if (this.#failing.anyNewlyDue(now, (id) => this.#movable(id)))
+      this.#reconcile("a replica keeps failing");
     this.#drains.prune();
   }
 
@@ -1246,6 +1266,7 @@ export class Cluster {
     statuses: readonly RankStatus[],
     generationSeen?: bigint,
   ): boolean {
+    const now = this.#o.clock.now();
     let newlyFailed = false;
     let routing = false;
     let stepped: string | undefined;
@@ -1281,7 +1302,10 @@ export class Cluster {
       // A replacement turning ready (or failing) may let a leaving replica go on.
       if (this.#active.has(placed.deployment)) stepped ??= `replica ${s.replicaId} ${s.state}`;
       const failedNow = s.state === "failed";
-      if (failedNow) newlyFailed = true;
+      if (failedNow) {
+        newlyFailed = true;
+        this.#failing.failed(s.replicaId, node.record.id, now);
+      } else if (s.state === "ready") this.#failing.ready(s.replicaId, now);
       const tail =
         failedNow && s.logTail.length > 0
           ? `; last output: ${s.logTail.slice(-3).join(" | ")}`
@@ -1997,6 +2021,12 @@ export class Cluster {
     const now = this.#o.clock.now();
     const specs = new Map<string, DeploymentSpec>();
     for (const [name, d] of this.#deployments) specs.set(name, d.spec);
+    const due = this.#failing.due(now, (id) => this.#movable(id));
+    const avoid = this.#failing.avoided(now);
+    for (const d of due) {
+      const deployment = this.#placements.get(d.replicaId)?.deployment as string;
+      for (const nodeId of d.nodes) avoid.push({ deployment, nodeId });
+    }
     const plan = planReconcile({
       deployments: specs,
       specOf: (name, revision) => this.#revisions.get(name)?.get(revision),
@@ -2006,6 +2036,8 @@ export class Cluster {
       drained: (id) => this.#drained(id),
       schedule: this.#o.schedule,
       nowMs: now,
+      failing: due.map((d) => ({ replicaId: d.replicaId, message: this.#moveMessage(d) })),
+      avoid,
     });
     // Sequential: a port given to one new replica is taken for the next on the same node.
     const added: PlacementRecord[] = [];
@@ -2023,6 +2055,11 @@ export class Cluster {
       removed.push(r.placement.replicaId);
       this.#retireStatuses(r.placement);
       for (const rank of r.placement.ranks) this.#desiredDirty.add(rank.nodeId);
+      if (r.reason.code === "replica-failed") {
+        const nodes = due.find((d) => d.replicaId === r.placement.replicaId)?.nodes ?? [];
+        this.#failing.moved(r.placement.deployment, nodes, now);
+      }
+      this.#failing.forget(r.placement.replicaId);
     }
     const stepped: { before: PlacementRecord | undefined; after: PlacementRecord }[] = [];
     for (const p of plan.changed) {
@@ -2181,6 +2218,24 @@ export class Cluster {
       default:
         return "idle";
     }
+  }
+
+  /** True when replica `id` is failed and serves its deployment's current revision. */
+  #movable(id: string): boolean {
+    const p = this.#placements.get(id);
+    return (
+      p !== undefined &&
+      p.retirement === undefined &&
+      p.revision === this.#deployments.get(p.deployment)?.spec.revision &&
+      this.#condition(id) === "failed"
+    );
+  }
+
+  /** Why a replica that keeps failing moves (the removal's reason, in events). */
+  #moveMessage(d: DueReplica): string {
+    const p = this.#placements.get(d.replicaId) as PlacementRecord;
+    const names = d.nodes.map((id) => this.#nodes.get(id)?.record.hostname ?? id).join(", ");
+    return `its engine kept failing on ${names} since ${new Date(d.sinceMs).toISOString()} (${this.#failureOf(p)}): moved, and ${p.deployment} avoids ${names} for ${AVOID_MS / 60_000} min`;
   }
 
   #drained(id: string): boolean {

@@ -45,11 +45,18 @@ export interface ReconcileInput {
   readonly drained: (replicaId: string) => boolean;
   readonly schedule: ScheduleFn;
   readonly nowMs: number;
+  /** Replicas whose engines keep failing, to move where their deployment fits elsewhere. */
+  readonly failing?: ScheduleInput["failing"];
+  /** Nodes deployments avoid for new replicas (see `ScheduleInput.avoid`). */
+  readonly avoid?: ScheduleInput["avoid"];
 }
 
 /** Why a placement stops now. */
 export type RemovalKind =
-  /** A loss (node lost or gone, GPU unusable, port trouble): nothing to drain. */
+  /**
+   * A loss (node lost or gone, GPU unusable, port trouble), or a replica that keeps failing
+   * moved: nothing to drain.
+   */
   | "lost"
   /** Leaving and serving nothing (not ready, or failed): stopped at once. */
   | "idle"
@@ -282,6 +289,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       placements: pick(kept, fresh),
       held: pick(kept, held),
       retired: remove.map((r) => r.placement),
+      failing: input.failing,
+      avoid: input.avoid,
     });
     let replanned = false;
     if (result.remove.some((r) => r.reason.code === "preempted")) preempted = true;

@@ -1,0 +1,133 @@
+/**
+ * Replicas whose engines keep failing where they are placed, and the nodes their deployments
+ * avoid afterwards.
+ *
+ * An agent relaunches a failed replica on its own node, with a backoff (`--relaunch-failed`).
+ * That mends what passes: GPU memory a dying process held, a mount that came back. It cannot
+ * mend a node whose fault no health check sees (a broken driver for this model, a disk that
+ * fills again, a missing engine build). So the control plane keeps, per replica, the first
+ * failure of its current streak: a streak ends when the replica has served for
+ * {@link STABLE_MS} after it. Once a streak is older than `moveAfterMs` and the replica is
+ * failed, the reconcile offers it to the scheduler to move (`ScheduleInput.failing`), with its
+ * failed nodes avoided; the scheduler moves it only where its deployment fits on another node.
+ * A moved replica's nodes stay avoided for its deployment for {@link AVOID_MS}: its
+ * replacement and later replicas go elsewhere when they fit there (Nomad's reschedule with a
+ * node penalty, in spirit).
+ *
+ * Memory only: a control plane that starts counts a stored failed status as a streak that
+ * began when it loaded, and avoids nothing.
+ */
+
+/** Served this long after a failure, a replica's next failure starts a new streak, ms. */
+export const STABLE_MS = 10 * 60_000;
+
+/** How long a moved replica's nodes are avoided by its deployment, ms. */
+export const AVOID_MS = 60 * 60_000;
+
+/** Default of `ClusterOptions.moveFailedAfterMs`. */
+export const DEFAULT_MOVE_FAILED_AFTER_MS = 5 * 60_000;
+
+interface Streak {
+  /** The streak's first failure. */
+  readonly sinceMs: number;
+  /** Nodes whose rank failed during the streak. */
+  readonly nodes: Set<string>;
+  /** Offered to the scheduler once due: ticks do not reconcile for it again. */
+  offered: boolean;
+}
+
+/** A replica to offer for a move, with the nodes its deployment should avoid. */
+export interface DueReplica {
+  readonly replicaId: string;
+  readonly sinceMs: number;
+  readonly nodes: readonly string[];
+}
+
+export class FailingReplicas {
+  readonly #moveAfterMs: number;
+  readonly #streaks = new Map<string, Streak>();
+  /** Replica id → when a rank of it last turned ready. */
+  readonly #readySince = new Map<string, number>();
+  /** Deployment → node id → avoided until, ms. */
+  readonly #avoided = new Map<string, Map<string, number>>();
+
+  /** `moveAfterMs`: 0 never moves a replica. */
+  constructor(moveAfterMs: number) {
+    this.#moveAfterMs = moveAfterMs;
+  }
+
+  /** A rank of `replicaId` turned ready at `nowMs`. */
+  ready(replicaId: string, nowMs: number): void {
+    this.#readySince.set(replicaId, nowMs);
+  }
+
+  /** A rank of `replicaId` on `nodeId` turned failed at `nowMs` (or was loaded failed). */
+  failed(replicaId: string, nodeId: string, nowMs: number): void {
+    const streak = this.#streaks.get(replicaId);
+    const ready = this.#readySince.get(replicaId);
+    if (
+      streak === undefined ||
+      (ready !== undefined && ready > streak.sinceMs && nowMs - ready >= STABLE_MS)
+    ) {
+      this.#streaks.set(replicaId, { sinceMs: nowMs, nodes: new Set([nodeId]), offered: false });
+      return;
+    }
+    streak.nodes.add(nodeId);
+    // Failed again: a move the scheduler could not make then may be possible now.
+    streak.offered = false;
+  }
+
+  /** The placement is gone: nothing more to know of it. */
+  forget(replicaId: string): void {
+    this.#streaks.delete(replicaId);
+    this.#readySince.delete(replicaId);
+  }
+
+  /**
+   * The replicas to offer for a move now: failed (`isFailed`), in a streak older than
+   * `moveAfterMs`. Marks them offered.
+   */
+  due(nowMs: number, isFailed: (replicaId: string) => boolean): DueReplica[] {
+    const out: DueReplica[] = [];
+    if (this.#moveAfterMs <= 0) return out;
+    for (const [replicaId, streak] of this.#streaks) {
+      if (nowMs - streak.sinceMs < this.#moveAfterMs || !isFailed(replicaId)) continue;
+      streak.offered = true;
+      out.push({ replicaId, sinceMs: streak.sinceMs, nodes: [...streak.nodes].sort() });
+    }
+    return out;
+  }
+
+  /** True when some replica became due and was not offered since: a tick should reconcile. */
+  anyNewlyDue(nowMs: number, isFailed: (replicaId: string) => boolean): boolean {
+    if (this.#moveAfterMs <= 0) return false;
+    for (const [replicaId, streak] of this.#streaks) {
+      if (!streak.offered && nowMs - streak.sinceMs >= this.#moveAfterMs && isFailed(replicaId))
+        return true;
+    }
+    return false;
+  }
+
+  /** `deployment` moved a replica off `nodes`: they are avoided for {@link AVOID_MS}. */
+  moved(deployment: string, nodes: readonly string[], nowMs: number): void {
+    let byNode = this.#avoided.get(deployment);
+    if (byNode === undefined) {
+      byNode = new Map();
+      this.#avoided.set(deployment, byNode);
+    }
+    for (const node of nodes) byNode.set(node, nowMs + AVOID_MS);
+  }
+
+  /** The nodes each deployment avoids now; expired entries are dropped. */
+  avoided(nowMs: number): { deployment: string; nodeId: string }[] {
+    const out: { deployment: string; nodeId: string }[] = [];
+    for (const [deployment, byNode] of this.#avoided) {
+      for (const [nodeId, untilMs] of byNode) {
+        if (untilMs <= nowMs) byNode.delete(nodeId);
+        else out.push({ deployment, nodeId });
+      }
+      if (byNode.size === 0) this.#avoided.delete(deployment);
+    }
+    return out;
+  }
+}
