@@ -157,7 +157,7 @@ describe("Prometheus config", () => {
   it("rules only use families a scrape contains (or rules recorded here)", async () => {
     const scraped = await scrapedFamilies();
     const { exprs, records } = readRules();
-    expect(exprs.length).toBe(10);
+    expect(exprs.length).toBe(11);
     expect(records.size).toBe(4);
     const used = new Set(exprs.flatMap((e) => [...metricNamesInPromQL(e)]));
     expect([...used].filter((n) => !scraped.has(n) && !records.has(n))).toEqual([]);
@@ -187,4 +187,14 @@ describe("Prometheus config", () => {
       expect(result.status).toBe(0);
     },
   );
+
+  it.skipIf(!promtool)("the alerts fire as their tests say (promtool test rules)", () => {
+    const result = spawnSync(
+      "promtool",
+      ["test", "rules", `${root}deploy/prometheus/llmgw-rules.test.yml`],
+      { encoding: "utf8" },
+    );
+    expect(result.stdout + result.stderr).toContain("SUCCESS");
+    expect(result.status, result.stdout + result.stderr).toBe(0);
+  });
 });
