@@ -97,9 +97,9 @@ const scenarios: Scenario[] = [
     plan: [],
   },
   {
-    name: "a failing gang moves only onto nodes it does not avoid",
+    name: "a failing gang moves off the node it avoids, keeping one whose rank did not fail",
     input: {
-      nodes: ["n1", "n2", "n3", "n4"].map((id) => node(id, { fabrics: ["ib-a"] })),
+      nodes: ["n1", "n2", "n3"].map((id) => node(id, { fabrics: ["ib-a"] })),
       deployments: [dep("g", { gpusPerReplica: 16 })],
       placements: [
         at(
@@ -114,7 +114,7 @@ const scenarios: Scenario[] = [
       avoid: [{ deployment: "g", nodeId: "n2" }],
       failing: [{ replicaId: "g-0", message: "rank 1 keeps failing on n2" }],
     },
-    plan: [`g-1 n3:${all8} n4:${all8} @ib-a`, "g-0 -replica-failed"],
+    plan: [`g-1 n1:${all8} n3:${all8} @ib-a`, "g-0 -replica-failed"],
   },
   {
     name: "a failing replica of an engine without GPUs moves to the other node",

@@ -391,10 +391,18 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     for (const r of liveOf(stored.deployment))
       if (r.placement.replicaId === stored.replicaId) record = r;
     if (deployment === undefined || record === undefined) continue;
+    // Planned without it: a gang may keep the nodes of its ranks that did not fail.
+    release(record);
     const candidate = planReplica(deployment, context).candidate;
-    if (candidate === undefined || candidate.nodes.some((n) => n.avoided?.has(deployment.name)))
+    if (candidate === undefined || candidate.nodes.some((n) => n.avoided?.has(deployment.name))) {
+      allocate(record);
       continue;
-    removeRecord(record, reason("replica-failed", why));
+    }
+    remove.push({
+      replicaId: stored.replicaId,
+      deployment: stored.deployment,
+      reason: reason("replica-failed", why),
+    });
     placeOne(deployment, candidate);
   }
 

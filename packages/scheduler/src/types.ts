@@ -107,8 +107,8 @@ export interface ScheduleInput {
   /**
    * Placed replicas whose engines keep failing where they are, each with the message of its
    * removal. One moves (removed as `replica-failed`, its replacement added in the same plan)
-   * when its deployment fits on nodes that {@link avoid} does not name for it; the caller
-   * names the replica's own nodes there. Otherwise it stays: placed back on the same node it
+   * when its deployment fits on nodes that {@link avoid} does not name for it, its own GPUs
+   * counted as free; the caller names the nodes it failed on there. Otherwise it stays: placed back on the same node it
    * would only start its agent's relaunch backoff over. A scale-down removes these first.
    * Absent: none.
    */

@@ -493,6 +493,70 @@ describe("Cluster", () => {
       expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-0"]);
     });
 
+    it("counts a failed status stored before a restart as a streak begun at the start", () => {
+      const { here, there, report } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER);
+      // A new leader (same store): the stored failed status is all it knows of the streak.
+      const again = newCluster(undefined, { moveFailedAfterMs: MOVE_AFTER });
+      const heartbeat = (node: typeof here) =>
+        again.heartbeat(node.nodeId, {
+          gpus: [],
+          replicas:
+            node === here
+              ? [rankStatus({ replicaId: "chat-0", rank: 0, state: "failed", apiPort: 41_000 })]
+              : [],
+          problems: [],
+        });
+      heartbeat(here);
+      heartbeat(there);
+      again.tick();
+      expect(again.placements().map((p) => p.replicaId)).toEqual(["chat-0"]);
+      clock.advance(MOVE_AFTER);
+      heartbeat(here);
+      heartbeat(there);
+      again.tick();
+      expect(placedOn(again, "chat")).toEqual([there.nodeId]);
+    });
+
+    it("moves a two-node replica whose rank keeps failing off that rank's node", () => {
+      const cluster = newCluster();
+      const nodes = ["node-a", "node-b", "node-c"].map((name, i) =>
+        join_(cluster, name, "1xh100-80g@ib-a", `10.0.0.${i + 1}`),
+      );
+      cluster.applyDeployment(
+        spec({ name: "big", engine: "sim", tensorParallel: 2, nodesPerReplica: 2 }),
+      );
+      const before = cluster.placements()[0];
+      const rank1 = before?.ranks[1]?.nodeId as string;
+      const beat = () => {
+        for (const n of nodes) {
+          const ranks = (before?.ranks ?? []).filter((r) => r.nodeId === n.nodeId);
+          cluster.heartbeat(n.nodeId, {
+            gpus: [],
+            replicas: ranks.map((r) =>
+              rankStatus({
+                replicaId: "big-0",
+                rank: r.rank,
+                state: r.rank === 1 ? "failed" : "starting",
+                apiPort: 41_000,
+              }),
+            ),
+            problems: [],
+          });
+        }
+      };
+      beat();
+      clock.advance(MOVE_AFTER);
+      beat();
+      cluster.tick();
+      const after = cluster.placements();
+      expect(after.map((p) => p.replicaId)).toEqual(["big-1"]);
+      const placed = after[0]?.ranks.map((r) => r.nodeId).sort();
+      expect(placed).not.toContain(rank1);
+      expect(placed).toHaveLength(2);
+    });
+
     it("starts a new streak after ten minutes served", () => {
       const { cluster, here, report } = failingOnA();
       report(here, "chat-0", "failed");
