@@ -7,6 +7,7 @@ import {
   GpuReadingSchema,
   NodeSchema,
   NodeState,
+  ReasonSchema,
   ReplicaSchema,
   ReplicaState,
   RetirementPhase,
@@ -203,6 +204,25 @@ describe("rollouts in llmgw deployments", () => {
     expect(lines[4]).toMatch(
       /^chat-0 +ready,waiting \(node-draining\) +2 +gpu-07\[0,1\] +10\.0\.0\.7:41234 +1m 30s$/,
     );
+  });
+
+  it("lists the nodes the deployment avoids, escaped", () => {
+    const d = status();
+    const code = "LLMGW_CONTROL_PLANE_NODE_AVOIDED";
+    d.avoided = [
+      create(ReasonSchema, {
+        code,
+        message:
+          "gpu-07 is avoided until 2026-12-06T02:35:00.000Z: a replica kept failing there and moved",
+      }),
+      create(ReasonSchema, { code, message: "x\u001b[2J\nforged line" }),
+    ];
+    const text = deploymentDetail(d, NOW);
+    expect(text.split("\n")[1]).toBe(
+      "  gpu-07 is avoided until 2026-12-06T02:35:00.000Z: a replica kept failing there and moved",
+    );
+    expect(text).not.toContain("\u001b");
+    expect(text).not.toMatch(/^forged line/m);
   });
 
   it("escapes a rollout message's control characters", () => {

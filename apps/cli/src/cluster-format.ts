@@ -187,7 +187,8 @@ export function deploymentRow(d: DeploymentStatus): string[] {
 
 /**
  * `llmgw deployments NAME`: one line on the deployment, its latest rollout, each reason
- * replicas cannot be placed or failed (first line of each), then its replicas as a table with
+ * replicas cannot be placed or failed (first line of each), the nodes it avoids, then its
+ * replicas as a table with
  * each one's revision. Every cell is escaped by {@link renderTable}; the rest by
  * `escapeOutsideText`.
  */
@@ -202,6 +203,7 @@ export function deploymentDetail(d: DeploymentStatus, nowMs: number): string {
   }
   for (const r of [...d.unschedulable, ...d.failed])
     out += `  problem ${esc(r.code)}: ${esc(r.message.split("\n")[0] ?? "")}\n`;
+  for (const r of d.avoided) out += `  ${esc(r.message)}\n`;
   const rows = d.replicas.map((r) => {
     const row = replicaRow(r, nowMs);
     return [row[0] ?? "", row[2] ?? "", String(r.revision), ...row.slice(3)];

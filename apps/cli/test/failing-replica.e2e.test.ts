@@ -96,6 +96,12 @@ describe("a replica that keeps failing on one node", { timeout: 120_000 }, () =>
       /^its engine kept failing on broken since \S+Z \(restart policy gave up: .*\): moved, and chat avoids broken for 60 min$/,
     );
 
+    expect(moved.avoided.map((r) => r.message)).toEqual([
+      expect.stringMatching(
+        /^broken is avoided until \S+Z: a replica kept failing there and moved$/,
+      ),
+    ]);
+
     // Served through the router from its new node, once the route table has it.
     const served = await waitFor("the router to serve chat", async () => {
       const res = await fetch(`${cp.publicUrl}/v1/chat/completions`, {

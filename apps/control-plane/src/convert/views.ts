@@ -150,6 +150,7 @@ export function deploymentToProto(d: DeploymentInfo): DeploymentStatus {
     replicas: d.replicas.map(replicaToProto),
     unschedulable: [...d.unschedulable],
     failed: [...d.failed],
+    avoided: [...d.avoided],
     createdAtUnixMs: BigInt(d.createdAtMs),
     updatedAtUnixMs: BigInt(d.updatedAtMs),
     rollout: d.rollout === undefined ? undefined : rolloutToProto(d.rollout),

@@ -466,6 +466,13 @@ describe("Cluster", () => {
         ),
       );
 
+      expect(cluster.deploymentStatus("chat").avoided).toEqual([
+        {
+          code: "LLMGW_CONTROL_PLANE_NODE_AVOIDED",
+          message: `${hereName} is avoided until ${new Date(clock.now() + 60 * 60_000).toISOString()}: a replica kept failing there and moved`,
+        },
+      ]);
+
       // The replacement fails too, past the same time: the only other node is avoided, so it
       // stays (no churn back onto the first node), and ticks do not reconcile for it again.
       report(there, "chat-1", "failed");

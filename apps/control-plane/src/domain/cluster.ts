@@ -1503,6 +1503,10 @@ export class Cluster {
       replicas,
       unschedulable: [...reasons.map((r) => ({ code: r.code, message: r.message })), ...failed],
       failed,
+      avoided: this.#failing.avoidedBy(name, this.#o.clock.now()).map((a) => ({
+        code: "LLMGW_CONTROL_PLANE_NODE_AVOIDED",
+        message: `${this.#nodes.get(a.nodeId)?.record.hostname ?? a.nodeId} is avoided until ${new Date(a.untilMs).toISOString()}: a replica kept failing there and moved`,
+      })),
       createdAtMs: d.record.createdAtMs,
       updatedAtMs: d.record.updatedAtMs,
       ...(d.record.rollout === undefined ? {} : { rollout: d.record.rollout }),

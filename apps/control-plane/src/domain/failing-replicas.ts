@@ -118,6 +118,14 @@ export class FailingReplicas {
     for (const node of nodes) byNode.set(node, nowMs + AVOID_MS);
   }
 
+  /** The nodes `deployment` avoids at `nowMs`, and until when, by node id. */
+  avoidedBy(deployment: string, nowMs: number): { nodeId: string; untilMs: number }[] {
+    const out: { nodeId: string; untilMs: number }[] = [];
+    for (const [nodeId, untilMs] of this.#avoided.get(deployment) ?? [])
+      if (untilMs > nowMs) out.push({ nodeId, untilMs });
+    return out.sort((a, b) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0));
+  }
+
   /** The nodes each deployment avoids now; expired entries are dropped. */
   avoided(nowMs: number): { deployment: string; nodeId: string }[] {
     const out: { deployment: string; nodeId: string }[] = [];

@@ -96,6 +96,11 @@ export interface DeploymentInfo {
   readonly unschedulable: readonly Reason[];
   /** Failed replicas, apart from those that cannot be placed. */
   readonly failed: readonly Reason[];
+  /**
+   * Nodes its new replicas go to last since a replica kept failing there
+   * (`LLMGW_CONTROL_PLANE_NODE_AVOIDED`, see failing-replicas.ts).
+   */
+  readonly avoided: readonly Reason[];
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
   readonly rollout?: RolloutRecord;
