@@ -82,6 +82,12 @@ beforeAll(async () => {
   cp = new ControlPlaneProc(root, await freePort(), await freePort(), [
     "--heartbeat-interval",
     "500ms",
+    // "broken" fails on one node, moves to the other and fails there too: it then stays, and
+    // its deployment avoids the first node. The Xid below takes gpu-a out whole (its action is
+    // a reboot); gpu-b and gpu-c each have a GPU free for it even with both of chat's
+    // replicas there.
+    "--move-failed-after",
+    "2s",
   ]);
   await cp.start();
   kernelLog = path.join(root, "gpu-a.kmsg");
@@ -94,9 +100,10 @@ beforeAll(async () => {
     ...noRelaunch,
   ]);
   new AgentProc(root, "gpu-b", "3xh100-80g@ib-a", cp).start(noRelaunch);
-  await waitFor("both agents to register", async () => {
+  new AgentProc(root, "gpu-c", "3xh100-80g@ib-a", cp).start(noRelaunch);
+  await waitFor("the three agents to register", async () => {
     const res = await cp.admin().listNodes({}, cp.adminHeaders());
-    return res.nodes.length === 2 ? true : undefined;
+    return res.nodes.length === 3 ? true : undefined;
   });
   await deploySimReady(cp, "chat");
   // An engine that fails while loading: its replica ends FAILED with the engine's last lines.
@@ -153,14 +160,16 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     ]);
   });
 
-  it("shows the fleet: both nodes, their simulated GPUs with the right classes", async () => {
+  it("shows the fleet: every node, their simulated GPUs with the right classes", async () => {
     await shows('[data-node="gpu-a"] [data-gpu]');
     await shows('[data-node="gpu-b"] [data-gpu]');
+    await shows('[data-node="gpu-c"] [data-gpu]');
     expect(await page.locator('[data-node="gpu-a"] [data-gpu]').count()).toBe(2);
     expect(await page.locator('[data-node="gpu-b"] [data-gpu]').count()).toBe(3);
+    expect(await page.locator('[data-node="gpu-c"] [data-gpu]').count()).toBe(3);
     const classes = await page.locator("[data-gpu] .gpu-class").allTextContents();
-    expect(classes).toEqual(Array(5).fill("h100-80g"));
-    expect(await page.locator('[data-gpu][data-health="healthy"]').count()).toBe(5);
+    expect(classes).toEqual(Array(8).fill("h100-80g"));
+    expect(await page.locator('[data-gpu][data-health="healthy"]').count()).toBe(8);
     expect(await page.textContent('[data-island="h100-80g/ib-a"]')).toMatch(/h100-80g/);
     await checkPage("fleet");
   });
@@ -198,26 +207,33 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     await shows('[data-deployment="chat"] .badge:text("2/2 ready")');
   });
 
-  it("shows a failing replica's engine log tail", async () => {
-    const failed = await waitFor(
-      "broken's replica to fail with its log",
+  it("shows a failing replica's engine log tail, and the node its deployment avoids", async () => {
+    const { failed, avoided } = await waitFor(
+      "broken's replica to fail with its log on the second node",
       async () => {
         const d = await deployment(cp, "broken");
         const r = d?.replicas[0];
         return r?.ranks[0]?.status?.state === ReplicaState.FAILED &&
-          (r.ranks[0].status.logTail.length ?? 0) > 0
-          ? r
+          (r.ranks[0].status.logTail.length ?? 0) > 0 &&
+          d?.avoided.length === 1
+          ? { failed: r, avoided: d.avoided[0]?.message ?? "" }
           : undefined;
       },
-      90_000,
+      150_000,
+    );
+    expect(avoided).toMatch(
+      /^gpu-[ab] is avoided until \S+Z: a replica kept failing there and moved$/,
     );
     await page.click("nav a[href='#/deployments']");
+    await shows('[data-deployment="broken"] [data-avoided]');
+    expect(await page.textContent('[data-deployment="broken"] [data-avoided]')).toContain(avoided);
+    await checkPage("deployments-avoided");
     await page.locator(`[data-replica="${failed.replicaId}"] a`).click();
     await shows("[data-log-tail]");
     expect(await page.textContent("[data-log-tail]")).toMatch(/simulated fault --fail-load/);
     expect(await page.textContent("main")).toMatch(/failed/);
     await checkPage("replica");
-  });
+  }, 180_000);
 
   it("creates a key that works with the openai client, and shows its secret once", async () => {
     const model = (await deployment(cp, "chat"))?.spec?.servedModelName ?? "";

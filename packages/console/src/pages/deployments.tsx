@@ -184,6 +184,16 @@ function DeploymentCard({ d, refresh }: { d: DeploymentStatus; refresh: () => vo
           </ul>
         </div>
       )}
+      {d.avoided.length === 0 ? null : (
+        <div class="reasons-box" data-avoided>
+          <h3>Nodes its new replicas go to last</h3>
+          <ul>
+            {d.avoided.map((r) => (
+              <li key={r.message}>{r.message}</li>
+            ))}
+          </ul>
+        </div>
+      )}
       {d.replicas.length === 0 ? (
         <p class="quiet">No replicas placed.</p>
       ) : (
