@@ -142,6 +142,20 @@ const scenarios: Scenario[] = [
     plan: ["m-0 n2:0", "m-1 n2:1", "m-2 n1:0"],
   },
   {
+    name: "an avoided node loses to every other pool's place, a gang's included",
+    input: {
+      nodes: [
+        node("n1"),
+        node("n2", { gpus: 4, gpuClass: "a100-80g", fabrics: ["ib-a"] }),
+        node("n3", { gpus: 4, gpuClass: "a100-80g", fabrics: ["ib-a"] }),
+      ],
+      deployments: [dep("m", { gpuClass: undefined, gpusPerReplica: 8 })],
+      placements: [],
+      avoid: [{ deployment: "m", nodeId: "n1" }],
+    },
+    plan: ["m-0 n2:0,1,2,3 n3:0,1,2,3 @ib-a"],
+  },
+  {
     name: "a scale-down removes the replica that keeps failing first",
     input: {
       nodes: [node("n1"), node("n2")],

@@ -97,6 +97,11 @@ interface NodeState {
  */
 const AVOIDED = 1_000_000;
 
+/** 1 when a node of `candidate` is one `deployment` avoids, else 0: compared before its score. */
+function avoids(deployment: SchedulerDeployment, candidate: Candidate): number {
+  return candidate.nodes.some((n) => n.avoided?.has(deployment.name) === true) ? 1 : 0;
+}
+
 /** How many replicas of `deployment` `node` carries, plus {@link AVOIDED} where it avoids it. */
 function spreadOf(node: NodeState, deployment: string): number {
   const count = node.perDeployment?.get(deployment) ?? 0;
@@ -391,10 +396,11 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     for (const r of liveOf(stored.deployment))
       if (r.placement.replicaId === stored.replicaId) record = r;
     if (deployment === undefined || record === undefined) continue;
-    // Planned without it: a gang may keep the nodes of its ranks that did not fail.
+    // Planned without it: a gang may keep the nodes of its ranks that did not fail, and its
+    // GPUs there (removals are carried out before additions, as for a revision change).
     release(record);
     const candidate = planReplica(deployment, context).candidate;
-    if (candidate === undefined || candidate.nodes.some((n) => n.avoided?.has(deployment.name))) {
+    if (candidate === undefined || avoids(deployment, candidate) === 1) {
       allocate(record);
       continue;
     }
@@ -1075,7 +1081,13 @@ function planReplica(deployment: SchedulerDeployment, ctx: PlacementContext): Pl
         : findGang(deployment, cls, shaped, ctx);
     if (candidate === undefined) {
       reasons.push(...explainFailure(deployment, cls, shaped, ctx));
-    } else if (best === undefined || compareScores(candidate.score, best.score) < 0) {
+    } else if (
+      best === undefined ||
+      compareScores(
+        [avoids(deployment, candidate), ...candidate.score],
+        [avoids(deployment, best), ...best.score],
+      ) < 0
+    ) {
       best = candidate;
     }
   }

@@ -145,8 +145,8 @@ export interface ClusterOptions {
    */
   readonly connectedRouters?: () => readonly string[];
   /**
-   * How long a replica may keep failing (a streak of failures with no 10 minutes served
-   * between them) before it moves to another node that can take it, ms; 0 never moves one.
+   * How long a replica may keep failing (a streak of failures, each within 10 minutes of its
+   * last turn to ready) before it moves to another node that can take it, ms; 0 never moves one.
    * Until then its agent relaunches it where it is. Default
    * {@link DEFAULT_MOVE_FAILED_AFTER_MS}; see failing-replicas.ts.
    */
@@ -1398,6 +1398,7 @@ export class Cluster {
     // Its replicas still run their revisions' specs while they drain.
     this.#desiredAllDirty = true;
     this.#unschedulable.delete(name);
+    this.#failing.deploymentGone(name);
     this.#o.store.deleteDeployment(name);
     this.#routingChange();
     this.events.record("deployment.deleted", name, `deleted ${name}`, "info");
@@ -2043,6 +2044,7 @@ export class Cluster {
       failing: due.map((d) => ({ replicaId: d.replicaId, message: this.#moveMessage(d) })),
       avoid,
     });
+    this.#failing.offered(due);
     // Sequential: a port given to one new replica is taken for the next on the same node.
     const added: PlacementRecord[] = [];
     for (const p of plan.add) added.push(this.#withRendezvous(p, added));

@@ -13,9 +13,11 @@ describe("FailingReplicas", () => {
     expect(f.due(AFTER - 1, failed)).toEqual([]);
     expect(f.anyNewlyDue(AFTER, failed)).toBe(true);
     expect(f.anyNewlyDue(AFTER, () => false)).toBe(false);
-    expect(f.due(AFTER, failed)).toEqual([
-      { replicaId: "chat-0", sinceMs: 0, nodes: ["n1", "n2"] },
-    ]);
+    const due = f.due(AFTER, failed);
+    expect(due).toEqual([{ replicaId: "chat-0", sinceMs: 0, nodes: ["n1", "n2"] }]);
+    // Not offered until a plan took it (a reconcile that throws leaves it due for a tick).
+    expect(f.anyNewlyDue(AFTER, failed)).toBe(true);
+    f.offered(due);
     // Offered: a tick does not ask again, a reconcile for another cause still passes it.
     expect(f.anyNewlyDue(AFTER + 1, failed)).toBe(false);
     expect(f.due(AFTER + 1, failed)).toHaveLength(1);
@@ -26,7 +28,7 @@ describe("FailingReplicas", () => {
     expect(f.due(AFTER * 10, failed)).toEqual([]);
   });
 
-  it("starts a new streak only after the replica served STABLE_MS since the streak began", () => {
+  it("starts a new streak on a failure STABLE_MS after the replica last turned ready", () => {
     const f = new FailingReplicas(AFTER);
     f.failed("chat-0", "n1", 0);
     f.ready("chat-0", 1_000);
@@ -60,5 +62,14 @@ describe("FailingReplicas", () => {
       { deployment: "embed", nodeId: "n2" },
     ]);
     expect(f.avoided(AVOID_MS + 1_000)).toEqual([]);
+  });
+
+  it("forgets a deleted deployment's avoided nodes", () => {
+    const f = new FailingReplicas(AFTER);
+    f.moved("chat", ["n1"], 0);
+    f.moved("embed", ["n2"], 0);
+    expect(f.avoidedBy("chat", 1)).toEqual([{ nodeId: "n1", untilMs: AVOID_MS }]);
+    f.deploymentGone("chat");
+    expect(f.avoided(1)).toEqual([{ deployment: "embed", nodeId: "n2" }]);
   });
 });

@@ -6,8 +6,9 @@
  * That mends what passes: GPU memory a dying process held, a mount that came back. It cannot
  * mend a node whose fault no health check sees (a broken driver for this model, a disk that
  * fills again, a missing engine build). So the control plane keeps, per replica, the first
- * failure of its current streak: a streak ends when the replica has served for
- * {@link STABLE_MS} after it. Once a streak is older than `moveAfterMs` and the replica is
+ * failure of its current streak: a failure {@link STABLE_MS} or more after the replica last
+ * turned ready (and after the streak began) starts a new one. Once a streak is older than
+ * `moveAfterMs` and the replica is
  * failed, the reconcile offers it to the scheduler to move (`ScheduleInput.failing`), with its
  * failed nodes avoided; the scheduler moves it only where its deployment fits on another node.
  * A moved replica's nodes stay avoided for its deployment for {@link AVOID_MS}: its
@@ -18,7 +19,7 @@
  * began when it loaded, and avoids nothing.
  */
 
-/** Served this long after a failure, a replica's next failure starts a new streak, ms. */
+/** A failure this long after the replica last turned ready starts a new streak, ms. */
 export const STABLE_MS = 10 * 60_000;
 
 /** How long a moved replica's nodes are avoided by its deployment, ms. */
@@ -85,17 +86,24 @@ export class FailingReplicas {
 
   /**
    * The replicas to offer for a move now: failed (`isFailed`), in a streak older than
-   * `moveAfterMs`. Marks them offered.
+   * `moveAfterMs`. Tell {@link offered} once the plan that took them is made.
    */
   due(nowMs: number, isFailed: (replicaId: string) => boolean): DueReplica[] {
     const out: DueReplica[] = [];
     if (this.#moveAfterMs <= 0) return out;
     for (const [replicaId, streak] of this.#streaks) {
       if (nowMs - streak.sinceMs < this.#moveAfterMs || !isFailed(replicaId)) continue;
-      streak.offered = true;
       out.push({ replicaId, sinceMs: streak.sinceMs, nodes: [...streak.nodes].sort() });
     }
     return out;
+  }
+
+  /** A plan was made with these offered: ticks do not reconcile for them again. */
+  offered(due: readonly DueReplica[]): void {
+    for (const d of due) {
+      const streak = this.#streaks.get(d.replicaId);
+      if (streak !== undefined) streak.offered = true;
+    }
   }
 
   /** True when some replica became due and was not offered since: a tick should reconcile. */
@@ -106,6 +114,11 @@ export class FailingReplicas {
         return true;
     }
     return false;
+  }
+
+  /** `deployment` was deleted: a new one of the same name avoids nothing. */
+  deploymentGone(deployment: string): void {
+    this.#avoided.delete(deployment);
   }
 
   /** `deployment` moved a replica off `nodes`: they are avoided for {@link AVOID_MS}. */

@@ -37,6 +37,8 @@ interface World {
   conditions?: Record<string, ReplicaCondition>;
   drained?: string[];
   now?: number;
+  failing?: ReconcileInput["failing"];
+  avoid?: ReconcileInput["avoid"];
 }
 
 function plan(w: World) {
@@ -51,6 +53,8 @@ function plan(w: World) {
     drained: (id) => (w.drained ?? []).includes(id),
     schedule,
     nowMs: w.now ?? NOW,
+    failing: w.failing,
+    avoid: w.avoid,
   };
   return planReconcile(input);
 }
@@ -365,5 +369,50 @@ describe("planReconcile: rolling updates", () => {
     expect(sameLaunch(v1, spec({ revision: 5, replicas: 9, priority: 3, maxSurge: 2 }))).toBe(true);
     expect(sameLaunch(v1, v2)).toBe(false);
     expect(sameLaunch(v1, spec({ revision: 1, env: { A: "1" } }))).toBe(false);
+  });
+});
+
+describe("planReconcile: a replica that keeps failing", () => {
+  const failingOnN1 = {
+    failing: [{ replicaId: "chat-0", message: "its engine kept failing on n1" }],
+    avoid: [{ deployment: "chat", nodeId: "n1" }],
+    conditions: { "chat-0": "failed" as const },
+  };
+
+  it("moves to a node with room: removed at once, its replacement placed there", () => {
+    const p = plan({
+      ...failingOnN1,
+      specs: [spec({ replicas: 1, revision: 1 })],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
+    });
+    expect(removed(p)).toEqual(["chat-0:lost"]);
+    expect(p.remove[0]?.reason.code).toBe("replica-failed");
+    expect(p.add.map((a) => `${a.replicaId}@${a.ranks[0]?.nodeId}`)).toEqual(["chat-1@n2"]);
+  });
+
+  it("waits while GPUs it would move to are still draining, instead of landing where it failed", () => {
+    const other = spec({ name: "o", model: "org/other", replicas: 0, revision: 1 });
+    const p = plan({
+      ...failingOnN1,
+      specs: [spec({ replicas: 1, revision: 1 }), other],
+      placements: [
+        placed("chat-0", "n1", [0, 1]),
+        placed("o-0", "n2", [0, 1], { deployment: "o" }),
+      ],
+      nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
+    });
+    // o-0 drains (holding n2's GPUs); chat-0 stays on n1 for now: nothing is added on n1.
+    expect(leaving(p)).toEqual(["o-0:draining"]);
+    expect(p.remove).toEqual([]);
+    expect(p.add).toEqual([]);
+    // Once o-0 is gone the move goes to n2.
+    const after = plan({
+      ...failingOnN1,
+      specs: [spec({ replicas: 1, revision: 1 }), other],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
+    });
+    expect(after.add.map((a) => `${a.replicaId}@${a.ranks[0]?.nodeId}`)).toEqual(["chat-1@n2"]);
   });
 });

@@ -295,7 +295,11 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     let replanned = false;
     if (result.remove.some((r) => r.reason.code === "preempted")) preempted = true;
     const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));
-    for (const r of result.remove) {
+    // A move of a replica that keeps failing is decided on this pass's free GPUs. Other
+    // removals turn into drains that hold their GPUs in the next pass, where the replacement
+    // could then land only on the node it failed on: the move waits for a pass without them.
+    const others = result.remove.filter((r) => r.reason.code !== "replica-failed");
+    for (const r of others.length > 0 ? others : result.remove) {
       const p = kept.get(r.replicaId);
       if (p === undefined) continue;
       if (held.has(r.replicaId)) {
