@@ -84,6 +84,8 @@ describe("resolveControlPlaneOptions", () => {
     [{ publicApi: "no" }, 'publicApi: Invalid input: expected boolean, received string (got "no")'],
     [{ routingCoalesceMs: 0 }, "routingCoalesceMs: Too small"],
     [{ routingLoadFlushMs: 20_000 }, "routingLoadFlushMs: Too big"],
+    [{ moveFailedAfterMs: -1 }, "moveFailedAfterMs: Too small"],
+    [{ moveFailedAfterMs: 7 * 86_400_000 + 1 }, "moveFailedAfterMs: Too big"],
     [{ routingKeepaliveMs: 99 }, "routingKeepaliveMs: Too small"],
     [
       { routingMaxQueued: 1.5 },

@@ -25,6 +25,16 @@ function summarize(result: ScheduleResult): string[] {
 }
 
 const all8 = "0,1,2,3,4,5,6,7";
+const eightGpus = [0, 1, 2, 3, 4, 5, 6, 7];
+/** `g-0`: a 16-GPU gang on n1 and n2, over ib-a. */
+const gangOnN1N2 = at(
+  "g-0",
+  [
+    ["n1", eightGpus],
+    ["n2", eightGpus],
+  ],
+  { fabricId: "ib-a" },
+);
 
 interface Scenario {
   readonly name: string;
@@ -101,16 +111,7 @@ const scenarios: Scenario[] = [
     input: {
       nodes: ["n1", "n2", "n3"].map((id) => node(id, { fabrics: ["ib-a"] })),
       deployments: [dep("g", { gpusPerReplica: 16 })],
-      placements: [
-        at(
-          "g-0",
-          [
-            ["n1", [0, 1, 2, 3, 4, 5, 6, 7]],
-            ["n2", [0, 1, 2, 3, 4, 5, 6, 7]],
-          ],
-          { fabricId: "ib-a" },
-        ),
-      ],
+      placements: [gangOnN1N2],
       avoid: [{ deployment: "g", nodeId: "n2" }],
       failing: [{ replicaId: "g-0", message: "rank 1 keeps failing on n2" }],
     },
@@ -301,16 +302,7 @@ const scenarios: Scenario[] = [
         node("n3", { fabrics: ["ib-a"] }),
       ],
       deployments: [dep("g", { gpusPerReplica: 16 })],
-      placements: [
-        at(
-          "g-0",
-          [
-            ["n1", [0, 1, 2, 3, 4, 5, 6, 7]],
-            ["n2", [0, 1, 2, 3, 4, 5, 6, 7]],
-          ],
-          { fabricId: "ib-a" },
-        ),
-      ],
+      placements: [gangOnN1N2],
     },
     plan: [`g-1 n1:${all8} n3:${all8} @ib-a`, "g-0 -node-lost"],
   },

@@ -400,15 +400,9 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     // GPUs there (removals are carried out before additions, as for a revision change).
     release(record);
     const candidate = planReplica(deployment, context).candidate;
-    if (candidate === undefined || avoids(deployment, candidate) === 1) {
-      allocate(record);
-      continue;
-    }
-    remove.push({
-      replicaId: stored.replicaId,
-      deployment: stored.deployment,
-      reason: reason("replica-failed", why),
-    });
+    allocate(record);
+    if (candidate === undefined || avoids(deployment, candidate) === 1) continue;
+    removeRecord(record, reason("replica-failed", why));
     placeOne(deployment, candidate);
   }
 

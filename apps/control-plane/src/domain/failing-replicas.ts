@@ -8,9 +8,9 @@
  * fills again, a missing engine build). So the control plane keeps, per replica, the first
  * failure of its current streak: a failure {@link STABLE_MS} or more after the replica last
  * turned ready (and after the streak began) starts a new one. Once a streak is older than
- * `moveAfterMs` and the replica is
- * failed, the reconcile offers it to the scheduler to move (`ScheduleInput.failing`), with its
- * failed nodes avoided; the scheduler moves it only where its deployment fits on another node.
+ * `moveAfterMs` and the replica is failed, the reconcile offers it to the scheduler to move
+ * (`ScheduleInput.failing`), with its failed nodes avoided; the scheduler moves it only where
+ * its deployment fits on another node.
  * A moved replica's nodes stay avoided for its deployment for {@link AVOID_MS}: its
  * replacement and later replicas go elsewhere when they fit there (Nomad's reschedule with a
  * node penalty, in spirit).
@@ -47,7 +47,7 @@ export interface DueReplica {
 export class FailingReplicas {
   readonly #moveAfterMs: number;
   readonly #streaks = new Map<string, Streak>();
-  /** Replica id → when a rank of it last turned ready. */
+  /** Replica id → when a rank of it last turned ready, for replicas in a streak. */
   readonly #readySince = new Map<string, number>();
   /** Deployment → node id → avoided until, ms. */
   readonly #avoided = new Map<string, Map<string, number>>();
@@ -57,9 +57,9 @@ export class FailingReplicas {
     this.#moveAfterMs = moveAfterMs;
   }
 
-  /** A rank of `replicaId` turned ready at `nowMs`. */
+  /** A rank of `replicaId` turned ready at `nowMs` (kept only while it is in a streak). */
   ready(replicaId: string, nowMs: number): void {
-    this.#readySince.set(replicaId, nowMs);
+    if (this.#streaks.has(replicaId)) this.#readySince.set(replicaId, nowMs);
   }
 
   /** A rank of `replicaId` on `nodeId` turned failed at `nowMs` (or was loaded failed). */
@@ -90,12 +90,22 @@ export class FailingReplicas {
    */
   due(nowMs: number, isFailed: (replicaId: string) => boolean): DueReplica[] {
     const out: DueReplica[] = [];
-    if (this.#moveAfterMs <= 0) return out;
     for (const [replicaId, streak] of this.#streaks) {
-      if (nowMs - streak.sinceMs < this.#moveAfterMs || !isFailed(replicaId)) continue;
+      if (!this.#due(replicaId, streak, nowMs, isFailed)) continue;
       out.push({ replicaId, sinceMs: streak.sinceMs, nodes: [...streak.nodes].sort() });
     }
     return out;
+  }
+
+  #due(
+    replicaId: string,
+    streak: Streak,
+    nowMs: number,
+    isFailed: (replicaId: string) => boolean,
+  ): boolean {
+    return (
+      this.#moveAfterMs > 0 && nowMs - streak.sinceMs >= this.#moveAfterMs && isFailed(replicaId)
+    );
   }
 
   /** A plan was made with these offered: ticks do not reconcile for them again. */
@@ -108,11 +118,8 @@ export class FailingReplicas {
 
   /** True when some replica became due and was not offered since: a tick should reconcile. */
   anyNewlyDue(nowMs: number, isFailed: (replicaId: string) => boolean): boolean {
-    if (this.#moveAfterMs <= 0) return false;
-    for (const [replicaId, streak] of this.#streaks) {
-      if (!streak.offered && nowMs - streak.sinceMs >= this.#moveAfterMs && isFailed(replicaId))
-        return true;
-    }
+    for (const [replicaId, streak] of this.#streaks)
+      if (!streak.offered && this.#due(replicaId, streak, nowMs, isFailed)) return true;
     return false;
   }
 
