@@ -77,7 +77,15 @@ function schemaAt(commit: string): number | undefined {
  * it, whose store must open with neither a migration nor a backup. When a migration is added,
  * replace the current one's with the last commit at that version and append the new one.
  */
-const RELEASE_COMMITS = ["d49bdae", "b9e1633", "501984c", "013e902", "7e87454", "767f360"];
+const RELEASE_COMMITS = [
+  "d49bdae",
+  "b9e1633",
+  "501984c",
+  "013e902",
+  "7e87454",
+  "767f360",
+  "5fce0e9",
+];
 
 async function makeFixture(commit: string): Promise<void> {
   const { main, unavailable } = previousControlPlane(commit);

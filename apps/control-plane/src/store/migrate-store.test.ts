@@ -11,10 +11,12 @@ import { openPostgresDatabase, openPostgresStore, type PostgresStore } from "./p
 import { openPostgresUsageStore } from "./postgres-usage-store.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import {
+  AVOIDED,
   DRAINING,
   LIFECYCLE,
   lifecycleKeys,
   placement,
+  putAvoidedRecords,
   putLifecycleRecords,
   putTenancyRecords,
   TENANCY,
@@ -103,6 +105,7 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
       nodes: 1,
       gpu_fault_clears: 0,
       replica_statuses: 0,
+      avoided_nodes: 0,
       events: 1,
       usage_rollups: 0,
       usage_batches: 0,
@@ -123,6 +126,7 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
     const lifecycle = (file: string) => {
       const store = openSqliteStore({ file });
       putLifecycleRecords(store);
+      putAvoidedRecords(store);
       store.close();
     };
     const from = write(lifecycle);
@@ -133,6 +137,7 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
       deployment_revisions: 3,
       placements: 3,
       nodes: 3,
+      avoided_nodes: 3,
     });
     const store = await target(from, url);
     expect(store.listDeployments()).toEqual(LIFECYCLE.deployments);
@@ -140,6 +145,7 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
     expect(store.listPlacements()).toEqual(LIFECYCLE.placements);
     expect(store.listNodes()).toEqual(LIFECYCLE.nodes);
     expect(lifecycleKeys(store)).toEqual(["chat", "chat-0", "chat-1", "a-1", "b-1"]);
+    expect(store.listAvoidedNodes()).toEqual(AVOIDED);
     store.close();
 
     // The same records copied again sum the same; one nested field apart, they do not.

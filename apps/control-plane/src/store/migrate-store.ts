@@ -9,7 +9,9 @@ import { openPostgresDatabase, readSnapshot, type StoreSnapshot } from "./postgr
 import { exportUsage, importUsage } from "./postgres-usage-store.js";
 import {
   API_KEY_COLUMNS,
+  AVOIDED_NODE_COLUMNS,
   apiKeyValues,
+  avoidedNodeValues,
   DEPLOYMENT_COLUMNS,
   DEPLOYMENT_REVISION_COLUMNS,
   deploymentRevisionValues,
@@ -42,6 +44,7 @@ export const STORE_TABLES = [
   "nodes",
   "gpu_fault_clears",
   "replica_statuses",
+  "avoided_nodes",
   "events",
   "usage_rollups",
   "usage_batches",
@@ -94,6 +97,9 @@ function canonical(s: StoreSnapshot, usage: UsageExport): Record<StoreTable, rea
     ),
     replica_statuses: [...s.replicaStatuses].sort(
       (a, b) => cmp(a.replicaId, b.replicaId) || a.rank - b.rank,
+    ),
+    avoided_nodes: [...s.avoidedNodes].sort(
+      (a, b) => cmp(a.deployment, b.deployment) || cmp(a.nodeId, b.nodeId),
     ),
     events: [...s.events].sort((a, b) => a.id - b.id),
     usage_rollups: [...usage.rollups].sort(
@@ -172,6 +178,7 @@ async function readSqlite(dataDir: string): Promise<StoreSnapshot & { usage: Usa
         nodes: store.listNodes(),
         faultClears: store.listFaultClears(),
         replicaStatuses: store.listReplicaStatuses(),
+        avoidedNodes: store.listAvoidedNodes(),
         events,
         lastEventId: events[events.length - 1]?.id ?? 0,
         usage: await store.usage.exportAll(),
@@ -264,6 +271,8 @@ export async function migrateStore(options: MigrateStoreOptions): Promise<Migrat
         "replica_id, rank, node_id, state, api_port, state_since_ms, spec_hash, revision, pid, started_at_ms",
         replicaStatusValues(r),
       );
+    for (const r of source.avoidedNodes)
+      await insert("avoided_nodes", AVOIDED_NODE_COLUMNS.join(", "), avoidedNodeValues(r));
     for (const e of source.events)
       await insert("events", "id, at_ms, kind, subject, message, severity", [
         e.id,

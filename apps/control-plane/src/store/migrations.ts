@@ -138,6 +138,16 @@ export const MIGRATIONS: readonly string[] = [
      PRIMARY KEY (router_id, batch_id)
    );
    CREATE INDEX usage_batches_stored ON usage_batches (stored_at_ms);`,
+  // Nodes a deployment avoids after a replica kept failing there and moved: a new leader
+  // keeps avoiding them, and a repeated move is avoided for longer.
+  `CREATE TABLE avoided_nodes (
+     deployment TEXT NOT NULL,
+     node_id TEXT NOT NULL,
+     until_ms INTEGER NOT NULL,
+     moves INTEGER NOT NULL,
+     moved_at_ms INTEGER NOT NULL,
+     PRIMARY KEY (deployment, node_id)
+   );`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */
@@ -148,6 +158,7 @@ export const LATER_TABLES: readonly [string, number][] = [
   ["tenants", 7],
   ["usage_rollups", 7],
   ["usage_batches", 7],
+  ["avoided_nodes", 8],
 ];
 
 /** Tables every schema version has. */

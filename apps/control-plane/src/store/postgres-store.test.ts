@@ -12,10 +12,12 @@ import {
 } from "./postgres-store.js";
 import { snapshotStore } from "./snapshot-store.js";
 import {
+  AVOIDED,
   LIFECYCLE,
   lifecycleKeys,
   node,
   placement,
+  putAvoidedRecords,
   putLifecycleRecords,
   putTenancyRecords,
   revision,
@@ -71,6 +73,15 @@ async function count(url: string, table: string): Promise<number> {
     await c.end();
   }
 }
+
+/** A follower's warm copy of `db`, refreshed only when asked. */
+const followerCopy = (db: PostgresDatabase) =>
+  startWarmCopy({
+    database: db,
+    eventsKept: 100,
+    build: (snapshot) => snapshotStore(snapshot, db.location),
+    pollMs: 600_000,
+  });
 
 describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, () => {
   it("migrates once, writes through on flush and reads everything back in a new instance", async () => {
@@ -199,12 +210,7 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
       { name: "code", revision: "1" },
     ]);
 
-    const copy = startWarmCopy({
-      database: db,
-      eventsKept: 100,
-      build: (snapshot) => snapshotStore(snapshot, db.location),
-      pollMs: 600_000,
-    });
+    const copy = followerCopy(db);
     try {
       const follower = (await copy.refreshed()).value;
       expect(follower.listDeploymentRevisions()).toEqual(expected);
@@ -216,6 +222,37 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
       ]);
       expect(lifecycleKeys(follower)).toEqual(["chat", "chat-1", "b-1"]);
       expect(() => follower.putDeploymentRevision(revision("chat", 12))).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_LEADER" }),
+      );
+    } finally {
+      await copy.close();
+      store.close();
+    }
+  });
+
+  it("keeps avoided nodes (schema v8) for a new leader and a follower", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    const want = putAvoidedRecords(store);
+    expect(store.listAvoidedNodes()).toEqual(want);
+    await store.flush();
+    expect(
+      await query(url, "SELECT deployment, node_id, moves FROM avoided_nodes ORDER BY 1, 2"),
+    ).toEqual([
+      { deployment: "chat", node_id: "a-1", moves: "1" },
+      { deployment: "chat", node_id: "b-1", moves: "3" },
+      { deployment: "code", node_id: "a-1", moves: "1" },
+    ]);
+    const loaded = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    expect(loaded.listAvoidedNodes()).toEqual(AVOIDED);
+    loaded.close();
+    const copy = followerCopy(db);
+    try {
+      const follower = (await copy.refreshed()).value;
+      expect(follower.listAvoidedNodes()).toEqual(AVOIDED);
+      expect(() => follower.deleteAvoidedNode("chat", "a-1")).toThrow(
         expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_LEADER" }),
       );
     } finally {
@@ -257,12 +294,7 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
       { name: "search", weight: "3", created_at_ms: String(search?.createdAtMs) },
     ]);
 
-    const copy = startWarmCopy({
-      database: db,
-      eventsKept: 100,
-      build: (snapshot) => snapshotStore(snapshot, db.location),
-      pollMs: 600_000,
-    });
+    const copy = followerCopy(db);
     try {
       const follower = (await copy.refreshed()).value;
       expect(follower.listTenants()).toEqual(expected);

@@ -5,8 +5,12 @@ import { FIRST_TABLES, LATER_TABLES, MIGRATIONS, postgresDdl } from "./migration
 import {
   API_KEY_COLUMNS,
   type ApiKeyRow,
+  AVOIDED_NODE_COLUMNS,
+  type AvoidedNodeRow,
   apiKeyFromRow,
   apiKeyValues,
+  avoidedNodeFromRow,
+  avoidedNodeValues,
   DEPLOYMENT_COLUMNS,
   DEPLOYMENT_REVISION_COLUMNS,
   type DeploymentRevisionRow,
@@ -38,6 +42,7 @@ import {
 } from "./rows.js";
 import type {
   ApiKeyRecord,
+  AvoidedNodeRecord,
   ClusterStore,
   DeploymentRecord,
   DeploymentRevisionRecord,
@@ -265,6 +270,8 @@ export interface StoreSnapshot {
   readonly nodes: readonly NodeRecord[];
   readonly faultClears: readonly FaultClearRecord[];
   readonly replicaStatuses: readonly ReplicaStatusRecord[];
+  /** By deployment, then node id. */
+  readonly avoidedNodes: readonly AvoidedNodeRecord[];
   /** The newest events, oldest first. */
   readonly events: readonly EventRecord[];
   /** The highest event id ever stored (0 for none). */
@@ -311,6 +318,9 @@ export async function readSnapshot(
       replicaStatuses: (
         await rows<ReplicaStatusRow>("SELECT * FROM replica_statuses ORDER BY replica_id, rank")
       ).map(replicaStatusFromRow),
+      avoidedNodes: (
+        await rows<AvoidedNodeRow>("SELECT * FROM avoided_nodes ORDER BY deployment, node_id")
+      ).map(avoidedNodeFromRow),
       events: (
         await rows<EventRow>("SELECT * FROM events WHERE id > $1 ORDER BY id", [
           lastEventId - eventsKept,
@@ -356,6 +366,7 @@ export interface PostgresStore extends ClusterStore {
 
 const keyOf = (replicaId: string, rank: number) => `${replicaId}\u0000${rank}`;
 const revisionKey = (name: string, revision: number) => `${name}\u0000${revision}`;
+const avoidedKey = (deployment: string, nodeId: string) => `${deployment}\u0000${nodeId}`;
 
 /** Whole-row writes, each naming every column of its table (rows.ts). */
 const UPSERT = {
@@ -370,6 +381,10 @@ const UPSERT = {
   apiKey: upsertSql("postgres", "api_keys", API_KEY_COLUMNS, ["id"]),
   // A tenant keeps the creation time it was first stored with.
   tenant: upsertSql("postgres", "tenants", TENANT_COLUMNS, ["name"], ["created_at_ms"]),
+  avoidedNode: upsertSql("postgres", "avoided_nodes", AVOIDED_NODE_COLUMNS, [
+    "deployment",
+    "node_id",
+  ]),
 };
 
 /**
@@ -391,6 +406,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const nodes = new Map<string, NodeRecord>();
   const faultClears = new Map<string, FaultClearRecord[]>();
   const statuses = new Map<string, ReplicaStatusRecord>();
+  const avoided = new Map<string, AvoidedNodeRecord>();
   let events: EventRecord[] = [];
   let nextEventId = 1;
 
@@ -418,6 +434,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     faultClears.set(r.gpuUuid, list);
   }
   for (const r of snapshot.replicaStatuses) statuses.set(keyOf(r.replicaId, r.rank), r);
+  for (const r of snapshot.avoidedNodes) avoided.set(avoidedKey(r.deployment, r.nodeId), r);
   events = [...snapshot.events];
   nextEventId = snapshot.lastEventId + 1;
 
@@ -716,6 +733,30 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         () => {
           for (const [key, s] of removed) statuses.set(key, s);
         },
+      );
+    },
+    listAvoidedNodes: () =>
+      [...avoided.values()].sort(
+        (a, b) => cmp(a.deployment, b.deployment) || cmp(a.nodeId, b.nodeId),
+      ),
+    putAvoidedNode: (r) => {
+      const key = avoidedKey(r.deployment, r.nodeId);
+      const before = avoided.get(key);
+      avoided.set(key, r);
+      write({ text: UPSERT.avoidedNode, values: avoidedNodeValues(r) }, () =>
+        restore(avoided, key, before),
+      );
+    },
+    deleteAvoidedNode: (deployment, nodeId) => {
+      const key = avoidedKey(deployment, nodeId);
+      const before = avoided.get(key);
+      avoided.delete(key);
+      write(
+        {
+          text: "DELETE FROM avoided_nodes WHERE deployment = $1 AND node_id = $2",
+          values: [deployment, nodeId],
+        },
+        () => restore(avoided, key, before),
       );
     },
     appendEvent: (e) => {

@@ -13,6 +13,7 @@
 import { ControlPlaneError } from "../errors.js";
 import type {
   ApiKeyRecord,
+  AvoidedNodeRecord,
   DeploymentRecord,
   DeploymentRevisionRecord,
   EventRecord,
@@ -103,6 +104,13 @@ export interface FaultClearRow {
   fault_key: string;
   last_seen_unix_ms: number;
   cleared_at_ms: number;
+}
+export interface AvoidedNodeRow {
+  deployment: string;
+  node_id: string;
+  until_ms: number;
+  moves: number;
+  moved_at_ms: number;
 }
 export interface ReplicaStatusRow {
   replica_id: string;
@@ -434,6 +442,32 @@ export const replicaStatusValues = (r: ReplicaStatusRecord): unknown[] => [
   r.revision,
   r.pid ?? null,
   r.startedAtMs ?? null,
+];
+
+/** The columns {@link avoidedNodeValues} gives, in order. */
+export const AVOIDED_NODE_COLUMNS = [
+  "deployment",
+  "node_id",
+  "until_ms",
+  "moves",
+  "moved_at_ms",
+] as const;
+
+export const avoidedNodeFromRow = (r: AvoidedNodeRow): AvoidedNodeRecord => ({
+  deployment: r.deployment,
+  nodeId: r.node_id,
+  untilMs: r.until_ms,
+  moves: r.moves,
+  movedAtMs: r.moved_at_ms,
+});
+
+/** Values of {@link AVOIDED_NODE_COLUMNS}. */
+export const avoidedNodeValues = (r: AvoidedNodeRecord): unknown[] => [
+  r.deployment,
+  r.nodeId,
+  r.untilMs,
+  r.moves,
+  r.movedAtMs,
 ];
 
 export const eventFromRow = (r: EventRow): EventRecord => ({

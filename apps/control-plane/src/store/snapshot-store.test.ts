@@ -22,6 +22,7 @@ const snapshot: StoreSnapshot = {
   nodes: LIFECYCLE.nodes,
   faultClears: [],
   replicaStatuses: [],
+  avoidedNodes: [],
   events: [event(3), event(4), event(5), event(6)],
   lastEventId: 6,
 };

@@ -24,6 +24,7 @@ export function snapshotStore(snapshot: StoreSnapshot, location: string): Cluste
     listNodes: () => [...snapshot.nodes],
     listFaultClears: () => [...snapshot.faultClears],
     listReplicaStatuses: (): ReplicaStatusRecord[] => [...snapshot.replicaStatuses],
+    listAvoidedNodes: () => [...snapshot.avoidedNodes],
     listEvents: ({ afterId = 0, limit }) => {
       const after = snapshot.events.filter((e) => e.id > afterId);
       return after.slice(Math.max(0, after.length - limit));
@@ -43,6 +44,8 @@ export function snapshotStore(snapshot: StoreSnapshot, location: string): Cluste
     replaceFaultClears: refuse,
     putReplicaStatus: refuse,
     deleteReplicaStatuses: refuse,
+    putAvoidedNode: refuse,
+    deleteAvoidedNode: refuse,
     appendEvent: refuse,
     transaction: (fn) => fn(),
     flush: async () => {},

@@ -23,12 +23,14 @@ import { fillDisk } from "../testing/full-disk.js";
 import { MIGRATIONS } from "./migrations.js";
 import { openSqliteStore } from "./sqlite-store.js";
 import {
+  AVOIDED,
   DRAINING,
   deployment,
   LIFECYCLE,
   lifecycleKeys,
   node,
   placement,
+  putAvoidedRecords,
   putLifecycleRecords,
   putTenancyRecords,
   revision,
@@ -256,6 +258,14 @@ describe("openSqliteStore", () => {
     expect(message).toContain(
       `table replica_statuses is missing at schema version ${MIGRATIONS.length}`,
     );
+  });
+
+  it("creates, replaces and deletes avoided nodes, kept across a reopen (schema v8)", () => {
+    const store = openStore();
+    const want = putAvoidedRecords(store);
+    expect(store.listAvoidedNodes()).toEqual(want);
+    store.close();
+    expect(openStore({ expectExisting: true }).listAvoidedNodes()).toEqual(AVOIDED);
   });
 
   it("keeps retirements, rollouts, who drained a node and revision specs across a reopen", () => {
@@ -850,9 +860,9 @@ describe("migrating an older store", () => {
   });
 
   it("leaves the previous schema and data intact when a migration fails halfway", () => {
-    // The last migration adds tables and three columns in one transaction; a table named as
-    // its last one already there makes it fail after the rest of it ran.
-    const from = MIGRATIONS.length - 1;
+    // Migration 7 (tenancy) adds tables and three columns in one transaction; a table named
+    // as its last one already there makes it fail after the rest of it ran.
+    const from = 6;
     olderStore(from, "CREATE TABLE usage_batches (x INTEGER);");
     expect(() => openSqliteStore({ file, now: () => NOW })).toThrow(
       expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_STORE_FAILED" }),

@@ -5,8 +5,12 @@ import { FIRST_TABLES, LATER_TABLES, MIGRATIONS } from "./migrations.js";
 import {
   API_KEY_COLUMNS,
   type ApiKeyRow,
+  AVOIDED_NODE_COLUMNS,
+  type AvoidedNodeRow,
   apiKeyFromRow,
   apiKeyValues,
+  avoidedNodeFromRow,
+  avoidedNodeValues,
   DEPLOYMENT_COLUMNS,
   DEPLOYMENT_REVISION_COLUMNS,
   type DeploymentRevisionRow,
@@ -39,6 +43,7 @@ import {
 import { createSqliteUsageStore } from "./sqlite-usage-store.js";
 import type {
   ApiKeyRecord,
+  AvoidedNodeRecord,
   ClusterStore,
   DeploymentRecord,
   DeploymentRevisionRecord,
@@ -182,6 +187,9 @@ function withStoreErrors(file: string, store: ClusterStore): ClusterStore {
     listReplicaStatuses: guard("listReplicaStatuses", store.listReplicaStatuses),
     putReplicaStatus: guard("putReplicaStatus", store.putReplicaStatus),
     deleteReplicaStatuses: guard("deleteReplicaStatuses", store.deleteReplicaStatuses),
+    listAvoidedNodes: guard("listAvoidedNodes", store.listAvoidedNodes),
+    putAvoidedNode: guard("putAvoidedNode", store.putAvoidedNode),
+    deleteAvoidedNode: guard("deleteAvoidedNode", store.deleteAvoidedNode),
     appendEvent: guard("appendEvent", store.appendEvent),
     listEvents: guard("listEvents", store.listEvents),
     transaction: <T>(fn: () => T): T => guard("transaction", () => store.transaction(fn))(),
@@ -335,6 +343,11 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       "DELETE FROM replica_statuses WHERE replica_id = ? AND rank = ?",
     ),
     deleteReplicaStatuses: db.prepare("DELETE FROM replica_statuses WHERE replica_id = ?"),
+    listAvoidedNodes: db.prepare("SELECT * FROM avoided_nodes ORDER BY deployment, node_id"),
+    putAvoidedNode: db.prepare(
+      upsertSql("sqlite", "avoided_nodes", AVOIDED_NODE_COLUMNS, ["deployment", "node_id"]),
+    ),
+    deleteAvoidedNode: db.prepare("DELETE FROM avoided_nodes WHERE deployment = ? AND node_id = ?"),
     appendEvent: db.prepare(
       "INSERT INTO events (at_ms, kind, subject, message, severity) VALUES (?, ?, ?, ?, ?)",
     ),
@@ -405,6 +418,13 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
     deleteReplicaStatuses: (replicaId, rank) => {
       if (rank === undefined) q.deleteReplicaStatuses.run(replicaId);
       else q.deleteReplicaStatus.run(replicaId, rank);
+    },
+    listAvoidedNodes: () => (q.listAvoidedNodes.all() as AvoidedNodeRow[]).map(avoidedNodeFromRow),
+    putAvoidedNode: (r: AvoidedNodeRecord) => {
+      q.putAvoidedNode.run(...avoidedNodeValues(r));
+    },
+    deleteAvoidedNode: (deployment, nodeId) => {
+      q.deleteAvoidedNode.run(deployment, nodeId);
     },
     appendEvent: (e) => {
       const id = Number(

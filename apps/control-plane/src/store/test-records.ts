@@ -1,5 +1,6 @@
 import type {
   ApiKeyRecord,
+  AvoidedNodeRecord,
   ClusterStore,
   DeploymentRecord,
   DeploymentRevisionRecord,
@@ -173,4 +174,32 @@ export const TENANCY = {
 export function putTenancyRecords(store: ClusterStore): void {
   for (const r of [...TENANCY.tenants].reverse()) store.putTenant(r);
   for (const r of TENANCY.keys) store.putApiKey(r);
+}
+
+/** Avoided nodes as the stores list them: by deployment, then node id (a-1 under both). */
+export const AVOIDED: readonly AvoidedNodeRecord[] = [
+  { deployment: "chat", nodeId: "a-1", untilMs: T + 3_600_000, moves: 1, movedAtMs: T },
+  { deployment: "chat", nodeId: "b-1", untilMs: T + 14_400_000, moves: 3, movedAtMs: T + 5 },
+  { deployment: "code", nodeId: "a-1", untilMs: T - 1, moves: 1, movedAtMs: T - 3_600_001 },
+];
+
+/**
+ * Stores {@link AVOIDED} out of order, a record replaced and one deleted on the way; returns
+ * what the store must list afterwards.
+ */
+export function putAvoidedRecords(store: ClusterStore): AvoidedNodeRecord[] {
+  const [chatA, chatB, codeA] = AVOIDED as [
+    AvoidedNodeRecord,
+    AvoidedNodeRecord,
+    AvoidedNodeRecord,
+  ];
+  store.putAvoidedNode(codeA);
+  store.putAvoidedNode({ ...chatB, moves: 2, untilMs: T });
+  store.putAvoidedNode(chatA);
+  store.putAvoidedNode({ deployment: "gone", nodeId: "a-1", untilMs: T, moves: 1, movedAtMs: T });
+  store.putAvoidedNode(chatB);
+  store.deleteAvoidedNode("gone", "a-1");
+  // Deleting what is not there is no error.
+  store.deleteAvoidedNode("gone", "a-1");
+  return [...AVOIDED];
 }

@@ -205,6 +205,22 @@ export interface ReplicaStatusRecord {
   readonly startedAtMs?: number;
 }
 
+/**
+ * A node a deployment avoids because a replica of it kept failing there and moved away
+ * (failing-replicas.ts). Kept past `untilMs` for a day, so that the next move off the same
+ * node is counted as a repeat and avoided for longer.
+ */
+export interface AvoidedNodeRecord {
+  readonly deployment: string;
+  readonly nodeId: string;
+  /** New replicas of the deployment go elsewhere until then, when they fit elsewhere. */
+  readonly untilMs: number;
+  /** Moves off this node counted in a row (1 for the first); each doubles the period. */
+  readonly moves: number;
+  /** The latest move. */
+  readonly movedAtMs: number;
+}
+
 /** Severity of an {@link EventRecord}. */
 export type EventSeverity = "info" | "warning" | "error";
 
@@ -261,6 +277,11 @@ export interface ClusterStore {
   putReplicaStatus(record: ReplicaStatusRecord): void;
   /** Deletes the status of one rank of a replica, or of all its ranks when `rank` is absent. */
   deleteReplicaStatuses(replicaId: string, rank?: number): void;
+  /** Every kept avoided node, by deployment then node id. */
+  listAvoidedNodes(): AvoidedNodeRecord[];
+  /** Creates or replaces the avoidance of (`deployment`, `nodeId`). */
+  putAvoidedNode(record: AvoidedNodeRecord): void;
+  deleteAvoidedNode(deployment: string, nodeId: string): void;
   /** Appends an event and drops the oldest beyond the store's bound. */
   appendEvent(event: Omit<EventRecord, "id">): EventRecord;
   /** Events with id above `afterId`, oldest first, at most `limit` (the newest ones). */
