@@ -28,6 +28,7 @@ export const commands: Record<string, () => Promise<Command>> = {
   undeploy: async () => (await import("./commands/undeploy.js")).command,
   cordon: async () => (await import("./commands/cordon.js")).command,
   uncordon: async () => (await import("./commands/uncordon.js")).command,
+  unavoid: async () => (await import("./commands/unavoid.js")).command,
   drain: async () => (await import("./commands/drain.js")).command,
   events: async () => (await import("./commands/events.js")).command,
   "keys create": async () => (await import("./commands/keys-create.js")).command,

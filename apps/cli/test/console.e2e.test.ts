@@ -222,7 +222,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       150_000,
     );
     expect(avoided).toMatch(
-      /^gpu-[ab] is avoided until \S+Z: a replica kept failing there and moved$/,
+      /^gpu-[ab] is avoided until \S+Z: a replica kept failing there and moved; 'llmgw unavoid broken gpu-[ab]-\w+' lifts it$/,
     );
     await page.click("nav a[href='#/deployments']");
     await shows('[data-deployment="broken"] [data-avoided]');

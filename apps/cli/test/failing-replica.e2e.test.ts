@@ -17,6 +17,7 @@ import {
   deployment,
   ensureCliBuilt,
   freePort,
+  runLlmgw,
   simDeployment,
   stopAll,
   tempRoot,
@@ -98,7 +99,7 @@ describe("a replica that keeps failing on one node", { timeout: 120_000 }, () =>
 
     expect(moved.avoided.map((r) => r.message)).toEqual([
       expect.stringMatching(
-        /^broken is avoided until \S+Z: a replica kept failing there and moved$/,
+        /^broken is avoided until \S+Z: a replica kept failing there and moved; 'llmgw unavoid chat broken-\w+' lifts it$/,
       ),
     ]);
 
@@ -128,5 +129,30 @@ describe("a replica that keeps failing on one node", { timeout: 120_000 }, () =>
     );
     const healthyId = (await nodesOf("chat")).find((id) => id !== brokenId);
     expect(await nodesOf("chat")).toEqual([healthyId, healthyId]);
+
+    // The operator mends the node and lifts the avoidance with the CLI; the detail view lists
+    // it until then.
+    const env = { LLMGW_CONTROL_PLANE: cp.controlUrl, LLMGW_ADMIN_TOKEN: cp.token("admin") };
+    const cli = async (...args: string[]) => {
+      const proc = runLlmgw(args, env);
+      return { code: await proc.exited, out: proc.output() };
+    };
+    expect((await cli("deployments", "chat")).out).toMatch(
+      /\n {2}broken is avoided until \S+Z: a replica kept failing there and moved; /,
+    );
+    expect(await cli("unavoid", "chat", "nope")).toMatchObject({
+      code: 1,
+      out: expect.stringContaining('no node with id or hostname "nope"'),
+    });
+    expect(await cli("unavoid", "chat", "broken")).toEqual({
+      code: 0,
+      out: `chat no longer avoids ${brokenId}\n`,
+    });
+    expect(await cli("unavoid", "chat")).toEqual({ code: 0, out: "chat did not avoid any node\n" });
+    expect((await deployment(cp, "chat"))?.avoided).toEqual([]);
+    const lifted = (await admin.listEvents({ limit: 500 }, cp.adminHeaders())).events.find(
+      (e) => e.kind === "deployment.unavoided",
+    );
+    expect(lifted?.message).toBe("chat no longer avoids broken: lifted by an operator");
   });
 });

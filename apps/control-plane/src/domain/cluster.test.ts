@@ -469,9 +469,13 @@ describe("Cluster", () => {
       expect(cluster.deploymentStatus("chat").avoided).toEqual([
         {
           code: "LLMGW_CONTROL_PLANE_NODE_AVOIDED",
-          message: `${hereName} is avoided until ${new Date(clock.now() + 60 * 60_000).toISOString()}: a replica kept failing there and moved`,
+          message: `${hereName} is avoided until ${new Date(clock.now() + 60 * 60_000).toISOString()}: a replica kept failing there and moved; 'llmgw unavoid chat ${here.nodeId}' lifts it`,
         },
       ]);
+      // Stored: a new leader over the same store avoids it too.
+      expect(newCluster(undefined, {}).deploymentStatus("chat").avoided).toEqual(
+        cluster.deploymentStatus("chat").avoided,
+      );
 
       // The replacement fails too, past the same time: the only other node is avoided, so it
       // stays (no churn back onto the first node), and ticks do not reconcile for it again.
@@ -486,6 +490,69 @@ describe("Cluster", () => {
       cluster.tick();
       expect(reconciles()).toBe(offered);
       expect(cluster.placements().map((p) => p.replicaId)).toEqual(["chat-1"]);
+    });
+
+    it("avoids a node longer after each move in a row off it, so two bad nodes do not swap hourly", () => {
+      const { cluster, here, there, hereName, report } = failingOnA();
+      const thereName = hereName === "node-a" ? "node-b" : "node-a";
+      const removals = () =>
+        cluster.events
+          .list({ limit: 100 })
+          .filter((e) => e.kind === "replica.removed")
+          .map((e) => e.message);
+      /** Fails the replica on `node` past moveFailedAfterMs, then `laterMs` more. */
+      const failPast = (node: typeof here, laterMs = 0) => {
+        const id = cluster.placements()[0]?.replicaId as string;
+        report(node, id, "failed");
+        clock.advance(MOVE_AFTER);
+        report(node, id, "failed");
+        cluster.tick();
+        if (laterMs === 0) return;
+        clock.advance(laterMs);
+        report(node, id, "failed");
+        cluster.tick();
+      };
+      failPast(here);
+      expect(removals()).toEqual([expect.stringMatching(`avoids ${hereName} for 60 min$`)]);
+      // It fails on the other node too: the first is avoided, so it stays until that ends
+      // (the tick after the end moves it, with nothing else changed).
+      failPast(there);
+      expect(placedOn(cluster, "chat")).toEqual([there.nodeId]);
+      clock.advance(60 * 60_000);
+      report(there, cluster.placements()[0]?.replicaId as string, "failed"); // a heartbeat
+      cluster.tick();
+      expect(placedOn(cluster, "chat")).toEqual([here.nodeId]);
+      expect(removals()[1]).toMatch(new RegExp(`avoids ${thereName} for 60 min$`));
+      // Back on the first node and failing again: its second move off it avoids it for 2 h.
+      failPast(here, 60 * 60_000);
+      expect(placedOn(cluster, "chat")).toEqual([there.nodeId]);
+      expect(removals()[2]).toMatch(new RegExp(`avoids ${hereName} for 2 h$`));
+      expect(cluster.deploymentStatus("chat").avoided.map((a) => a.message)).toEqual([
+        expect.stringMatching(
+          new RegExp(`^${hereName} is avoided until .*\\(2 moves in a row\\);`),
+        ),
+      ]);
+    });
+
+    it("lifts an avoidance on the operator's word, for this leader and the next", () => {
+      const { cluster, here, hereName, report } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER);
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      expect(cluster.deploymentStatus("chat").avoided).toHaveLength(1);
+      expect(() => cluster.unavoid("nope", hereName)).toThrow(/no deployment named "nope"/);
+      expect(() => cluster.unavoid("chat", "node-z")).toThrow(/no node with id or hostname/);
+      expect(cluster.unavoid("chat", hereName)).toEqual([here.nodeId]);
+      expect(cluster.unavoid("chat", hereName)).toEqual([]);
+      expect(cluster.deploymentStatus("chat").avoided).toEqual([]);
+      const lifted = cluster.events
+        .list({ limit: 100 })
+        .filter((e) => e.kind === "deployment.unavoided");
+      expect(lifted.map((e) => [e.subject, e.message])).toEqual([
+        ["chat", `chat no longer avoids ${hereName}: lifted by an operator`],
+      ]);
+      expect(newCluster(undefined, {}).deploymentStatus("chat").avoided).toEqual([]);
     });
 
     it.each([

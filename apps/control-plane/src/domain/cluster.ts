@@ -37,6 +37,7 @@ import { deploymentSpecFromJson, sameDeploymentSpec } from "../convert/deploymen
 import { inventoryFromRecord, inventoryRecord } from "../convert/inventory-record.js";
 import { ControlPlaneError } from "../errors.js";
 import type {
+  AvoidedNodeRecord,
   ClusterStore,
   DeploymentRecord,
   NodeRecord,
@@ -50,10 +51,10 @@ import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
 import {
-  AVOID_MS,
   DEFAULT_MOVE_FAILED_AFTER_MS,
   type DueReplica,
   FailingReplicas,
+  periodText,
 } from "./failing-replicas.js";
 import { type FaultTally, faultName, GpuFaults } from "./gpu-faults.js";
 import { type NodeState, nextNodeState } from "./node-lifecycle.js";
@@ -634,12 +635,12 @@ export class Cluster {
       now: () => options.clock.now(),
       connectedRouters: options.connectedRouters ?? (() => []),
     });
-    this.#failing = new FailingReplicas(options.moveFailedAfterMs ?? DEFAULT_MOVE_FAILED_AFTER_MS);
     for (const record of store.listDeployments()) {
       const spec = deploymentSpecFromJson(record.specJson);
       this.#deployments.set(record.name, { record, spec });
       this.#keepRevision(spec);
     }
+    this.#failing = this.#loadFailingReplicas(options.moveFailedAfterMs);
     for (const r of store.listDeploymentRevisions()) {
       if (this.#revisions.get(r.name)?.has(r.revision)) continue;
       this.#keepRevision(deploymentSpecFromJson(r.specJson));
@@ -709,6 +710,37 @@ export class Cluster {
     }
     this.#restoreStatuses();
     if (!options.readOnly) this.#reconcile("control plane started", { quietIfUnchanged: true });
+  }
+
+  /**
+   * The leader's {@link FailingReplicas} over the stored avoided nodes (those of deployments
+   * that are gone deleted); a follower's reads them and writes nothing. Like events, an
+   * avoidance the store refuses is logged and kept in memory.
+   */
+  #loadFailingReplicas(moveAfterMs: number | undefined): FailingReplicas {
+    const { store, readOnly, log } = this.#o;
+    const stored = store.listAvoidedNodes();
+    const kept = stored.filter((r) => this.#deployments.has(r.deployment));
+    const write = (what: string, fn: () => void) => {
+      try {
+        fn();
+      } catch (error) {
+        if (!isStoreFailure(error)) throw error;
+        log?.(`${what} kept in memory only: ${(error as Error).message}`);
+      }
+    };
+    const sink = readOnly
+      ? undefined
+      : {
+          put: (r: AvoidedNodeRecord) =>
+            write(`${r.deployment}'s avoidance of ${r.nodeId}`, () => store.putAvoidedNode(r)),
+          delete: (deployment: string, nodeId: string) =>
+            write(`the end of ${deployment}'s avoidance of ${nodeId}`, () =>
+              store.deleteAvoidedNode(deployment, nodeId),
+            ),
+        };
+    for (const r of stored) if (!kept.includes(r)) sink?.delete(r.deployment, r.nodeId);
+    return new FailingReplicas(moveAfterMs ?? DEFAULT_MOVE_FAILED_AFTER_MS, kept, sink);
   }
 
   /**
@@ -1392,6 +1424,35 @@ export class Cluster {
    * Deletes a deployment: its model leaves the routers at once; its replicas drain (no new
    * requests, in-flight ones finish) and then leave their nodes.
    */
+  /**
+   * Lifts `name`'s avoidance of a node (id or hostname; of every node when undefined), after an
+   * operator mended what made a replica fail there; its count of moves there starts again.
+   * Returns the node ids that were avoided. Moves nothing: new replicas may go there again.
+   */
+  unavoid(name: string, nodeOrHost: string | undefined): string[] {
+    this.#requireDeployment(name);
+    const now = this.#o.clock.now();
+    let nodeId: string | undefined;
+    if (nodeOrHost !== undefined) {
+      // A node revoked since is no longer known by hostname, only by its id.
+      const avoided = this.#failing.avoidedBy(name, now).some((a) => a.nodeId === nodeOrHost);
+      nodeId = avoided ? nodeOrHost : this.#requireNode(nodeOrHost).record.id;
+    }
+    const lifted = this.#failing.unavoid(name, nodeId, now);
+    if (lifted.length > 0) {
+      const names = lifted.map((id) => this.#nodes.get(id)?.record.hostname ?? id).join(", ");
+      this.events.record(
+        "deployment.unavoided",
+        name,
+        `${name} no longer avoids ${names}: lifted by an operator`,
+        "info",
+      );
+      // A replica that stayed failing for want of a node it does not avoid may move now.
+      this.#reconcile(`${name} no longer avoids ${names}`);
+    }
+    return lifted;
+  }
+
   deleteDeployment(name: string): void {
     this.#requireDeployment(name);
     this.#deployments.delete(name);
@@ -1506,7 +1567,7 @@ export class Cluster {
       failed,
       avoided: this.#failing.avoidedBy(name, this.#o.clock.now()).map((a) => ({
         code: "LLMGW_CONTROL_PLANE_NODE_AVOIDED",
-        message: `${this.#nodes.get(a.nodeId)?.record.hostname ?? a.nodeId} is avoided until ${new Date(a.untilMs).toISOString()}: a replica kept failing there and moved`,
+        message: `${this.#nodes.get(a.nodeId)?.record.hostname ?? a.nodeId} is avoided until ${new Date(a.untilMs).toISOString()}: a replica kept failing there and moved${a.moves > 1 ? ` (${a.moves} moves in a row)` : ""}; 'llmgw unavoid ${name} ${a.nodeId}' lifts it`,
       })),
       createdAtMs: d.record.createdAtMs,
       updatedAtMs: d.record.updatedAtMs,
@@ -2241,7 +2302,8 @@ export class Cluster {
   #moveMessage(d: DueReplica): string {
     const p = this.#placements.get(d.replicaId) as PlacementRecord;
     const names = d.nodes.map((id) => this.#nodes.get(id)?.record.hostname ?? id).join(", ");
-    return `its engine kept failing on ${names} since ${new Date(d.sinceMs).toISOString()} (${this.#failureOf(p)}): moved, and ${p.deployment} avoids ${names} for ${AVOID_MS / 60_000} min`;
+    const period = this.#failing.periodMs(p.deployment, d.nodes, this.#o.clock.now());
+    return `its engine kept failing on ${names} since ${new Date(d.sinceMs).toISOString()} (${this.#failureOf(p)}): moved, and ${p.deployment} avoids ${names} for ${periodText(period)}`;
   }
 
   #drained(id: string): boolean {

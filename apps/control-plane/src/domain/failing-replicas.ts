@@ -13,17 +13,46 @@
  * its deployment fits on another node.
  * A moved replica's nodes stay avoided for its deployment for {@link AVOID_MS}: its
  * replacement and later replicas go elsewhere when they fit there (Nomad's reschedule with a
- * node penalty, in spirit).
+ * node penalty, in spirit). A move off a node again, while it is avoided or within
+ * {@link AVOID_MEMORY_MS} after, doubles the period, up to {@link MAX_AVOID_MS}: a deployment
+ * that fails on two nodes settles on one instead of swapping every hour. An operator who
+ * mended the node lifts the avoidance ({@link FailingReplicas.unavoid}, `llmgw unavoid`).
  *
- * Memory only: a control plane that starts counts a stored failed status as a streak that
- * began when it loaded, and avoids nothing.
+ * Avoided nodes are stored (`avoided_nodes`), so a new leader keeps avoiding them. Streaks are
+ * memory only: a control plane that starts counts a stored failed status as a streak that
+ * began when it loaded.
  */
+import type { AvoidedNodeRecord } from "../store/types.js";
 
 /** A failure this long after the replica last turned ready starts a new streak, ms. */
 export const STABLE_MS = 10 * 60_000;
 
-/** How long a moved replica's nodes are avoided by its deployment, ms. */
+/** How long a moved replica's nodes are avoided by its deployment after a first move, ms. */
 export const AVOID_MS = 60 * 60_000;
+
+/** The longest a repeated move makes an avoidance, ms. */
+export const MAX_AVOID_MS = 24 * 60 * 60_000;
+
+/** A move off a node this long after its avoidance ended counts as a first one again, ms. */
+export const AVOID_MEMORY_MS = 24 * 60 * 60_000;
+
+/** How long the `moves`-th move in a row off a node avoids it, ms. */
+export function avoidPeriodMs(moves: number): number {
+  return Math.min(MAX_AVOID_MS, AVOID_MS * 2 ** Math.max(0, Math.min(moves - 1, 30)));
+}
+
+/** An avoidance period as events say it: "60 min", "2 h". */
+export function periodText(ms: number): string {
+  return ms < 2 * 60 * 60_000
+    ? `${Math.round(ms / 60_000)} min`
+    : `${Math.round(ms / (60 * 60_000))} h`;
+}
+
+/** Where {@link FailingReplicas} keeps avoided nodes (the cluster's store, failures logged). */
+export interface AvoidedNodesSink {
+  put(record: AvoidedNodeRecord): void;
+  delete(deployment: string, nodeId: string): void;
+}
 
 /** Default of `ClusterOptions.moveFailedAfterMs`. */
 export const DEFAULT_MOVE_FAILED_AFTER_MS = 5 * 60_000;
@@ -49,12 +78,36 @@ export class FailingReplicas {
   readonly #streaks = new Map<string, Streak>();
   /** Replica id → when a rank of it last turned ready, for replicas in a streak. */
   readonly #readySince = new Map<string, number>();
-  /** Deployment → node id → avoided until, ms. */
-  readonly #avoided = new Map<string, Map<string, number>>();
+  /** Deployment → node id → its avoidance, kept {@link AVOID_MEMORY_MS} past its end. */
+  readonly #avoided = new Map<string, Map<string, AvoidedNodeRecord>>();
+  readonly #sink: AvoidedNodesSink | undefined;
+  /**
+   * When the earliest avoidance the last plan saw ends: a replica that stayed for want of a
+   * node it does not avoid may move then.
+   */
+  #avoidanceEndsMs = Number.POSITIVE_INFINITY;
 
-  /** `moveAfterMs`: 0 never moves a replica. */
-  constructor(moveAfterMs: number) {
+  /**
+   * `moveAfterMs`: 0 never moves a replica. `stored`: the avoided nodes the store holds;
+   * `sink`: where changes to them go (none: memory only).
+   */
+  constructor(
+    moveAfterMs: number,
+    stored: readonly AvoidedNodeRecord[] = [],
+    sink?: AvoidedNodesSink,
+  ) {
     this.#moveAfterMs = moveAfterMs;
+    this.#sink = sink;
+    for (const r of stored) this.#byNode(r.deployment).set(r.nodeId, r);
+  }
+
+  #byNode(deployment: string): Map<string, AvoidedNodeRecord> {
+    let byNode = this.#avoided.get(deployment);
+    if (byNode === undefined) {
+      byNode = new Map();
+      this.#avoided.set(deployment, byNode);
+    }
+    return byNode;
   }
 
   /** A rank of `replicaId` turned ready at `nowMs` (kept only while it is in a streak). */
@@ -116,43 +169,100 @@ export class FailingReplicas {
     }
   }
 
-  /** True when some replica became due and was not offered since: a tick should reconcile. */
+  /**
+   * True when some replica became due and was not offered since, or an avoidance ended since
+   * it was: a tick should reconcile.
+   */
   anyNewlyDue(nowMs: number, isFailed: (replicaId: string) => boolean): boolean {
+    const ended = nowMs >= this.#avoidanceEndsMs;
     for (const [replicaId, streak] of this.#streaks)
-      if (!streak.offered && this.#due(replicaId, streak, nowMs, isFailed)) return true;
+      if ((ended || !streak.offered) && this.#due(replicaId, streak, nowMs, isFailed)) return true;
     return false;
   }
 
   /** `deployment` was deleted: a new one of the same name avoids nothing. */
   deploymentGone(deployment: string): void {
+    for (const nodeId of this.#avoided.get(deployment)?.keys() ?? [])
+      this.#sink?.delete(deployment, nodeId);
     this.#avoided.delete(deployment);
   }
 
-  /** `deployment` moved a replica off `nodes`: they are avoided for {@link AVOID_MS}. */
-  moved(deployment: string, nodes: readonly string[], nowMs: number): void {
-    let byNode = this.#avoided.get(deployment);
-    if (byNode === undefined) {
-      byNode = new Map();
-      this.#avoided.set(deployment, byNode);
-    }
-    for (const node of nodes) byNode.set(node, nowMs + AVOID_MS);
+  /**
+   * How many moves in a row a move of `deployment` off `nodeId` at `nowMs` would be: one more
+   * than the last while it is avoided or was within {@link AVOID_MEMORY_MS}, else 1.
+   */
+  #movesAfter(deployment: string, nodeId: string, nowMs: number): number {
+    const last = this.#avoided.get(deployment)?.get(nodeId);
+    return last !== undefined && nowMs - last.untilMs < AVOID_MEMORY_MS ? last.moves + 1 : 1;
   }
 
-  /** The nodes `deployment` avoids at `nowMs`, and until when, by node id. */
-  avoidedBy(deployment: string, nowMs: number): { nodeId: string; untilMs: number }[] {
-    const out: { nodeId: string; untilMs: number }[] = [];
-    for (const [nodeId, untilMs] of this.#avoided.get(deployment) ?? [])
-      if (untilMs > nowMs) out.push({ nodeId, untilMs });
+  /** How long a move of `deployment` off `nodes` at `nowMs` would avoid them (the longest). */
+  periodMs(deployment: string, nodes: readonly string[], nowMs: number): number {
+    let moves = 1;
+    for (const node of nodes) moves = Math.max(moves, this.#movesAfter(deployment, node, nowMs));
+    return avoidPeriodMs(moves);
+  }
+
+  /** `deployment` moved a replica off `nodes`: each is avoided for {@link avoidPeriodMs}. */
+  moved(deployment: string, nodes: readonly string[], nowMs: number): void {
+    const byNode = this.#byNode(deployment);
+    for (const nodeId of nodes) {
+      const moves = this.#movesAfter(deployment, nodeId, nowMs);
+      const record = {
+        deployment,
+        nodeId,
+        untilMs: nowMs + avoidPeriodMs(moves),
+        moves,
+        movedAtMs: nowMs,
+      };
+      byNode.set(nodeId, record);
+      this.#sink?.put(record);
+    }
+  }
+
+  /**
+   * Lifts `deployment`'s avoidance of `nodeId` (of every node when undefined), and forgets its
+   * moves there: the next move off it counts as a first. Returns the nodes that were avoided
+   * at `nowMs`, by node id.
+   */
+  unavoid(deployment: string, nodeId: string | undefined, nowMs: number): string[] {
+    const byNode = this.#avoided.get(deployment);
+    if (byNode === undefined) return [];
+    const lifted: string[] = [];
+    for (const [id, record] of [...byNode]) {
+      if (nodeId !== undefined && id !== nodeId) continue;
+      if (record.untilMs > nowMs) lifted.push(id);
+      byNode.delete(id);
+      this.#sink?.delete(deployment, id);
+    }
+    if (byNode.size === 0) this.#avoided.delete(deployment);
+    return lifted.sort();
+  }
+
+  /** The nodes `deployment` avoids at `nowMs`, by node id. */
+  avoidedBy(deployment: string, nowMs: number): AvoidedNodeRecord[] {
+    const out: AvoidedNodeRecord[] = [];
+    for (const record of this.#avoided.get(deployment)?.values() ?? [])
+      if (record.untilMs > nowMs) out.push(record);
     return out.sort((a, b) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0));
   }
 
-  /** The nodes each deployment avoids now; expired entries are dropped. */
+  /**
+   * The nodes each deployment avoids now, for a plan. Avoidances {@link AVOID_MEMORY_MS} past
+   * their end are forgotten (and deleted from the store).
+   */
   avoided(nowMs: number): { deployment: string; nodeId: string }[] {
     const out: { deployment: string; nodeId: string }[] = [];
+    this.#avoidanceEndsMs = Number.POSITIVE_INFINITY;
     for (const [deployment, byNode] of this.#avoided) {
-      for (const [nodeId, untilMs] of byNode) {
-        if (untilMs <= nowMs) byNode.delete(nodeId);
-        else out.push({ deployment, nodeId });
+      for (const [nodeId, record] of byNode) {
+        if (record.untilMs > nowMs) {
+          out.push({ deployment, nodeId });
+          this.#avoidanceEndsMs = Math.min(this.#avoidanceEndsMs, record.untilMs);
+        } else if (nowMs - record.untilMs >= AVOID_MEMORY_MS) {
+          byNode.delete(nodeId);
+          this.#sink?.delete(deployment, nodeId);
+        }
       }
       if (byNode.size === 0) this.#avoided.delete(deployment);
     }

@@ -138,6 +138,14 @@ export function createClusterService(
       admin(ctx);
       return { cleared: cluster.clearGpuFaults(required(req.node, "node"), req.gpuIndex) };
     },
+    unavoidNode(req, ctx) {
+      admin(ctx);
+      const nodeIds = cluster.unavoid(
+        required(req.deployment, "deployment"),
+        req.node === "" ? undefined : req.node,
+      );
+      return { nodeIds };
+    },
     applyDeployment(req, ctx) {
       admin(ctx);
       if (!req.deployment)
