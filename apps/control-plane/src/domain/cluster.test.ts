@@ -5,6 +5,7 @@ import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type SchedulerNode, schedule } from "@llmgw/scheduler";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ControlPlaneError } from "../errors.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
@@ -553,6 +554,144 @@ describe("Cluster", () => {
         ["chat", `chat no longer avoids ${hereName}: lifted by an operator`],
       ]);
       expect(newCluster(undefined, {}).deploymentStatus("chat").avoided).toEqual([]);
+    });
+
+    /** Nodes a, b and c with one GPU each, `chat` with `replicas` placed. */
+    function threeNodes(replicas: number, options: { store?: ClusterStore } = {}) {
+      const cluster = newCluster(undefined, options);
+      const nodes = ["node-a", "node-b", "node-c"].map((name, i) =>
+        join_(cluster, name, "1xh100-80g", `10.0.0.${i + 1}`),
+      );
+      cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat", replicas }));
+      /** Heartbeats every node, each reporting its placed ranks in `state` (or `on`'s in `other`). */
+      const beat = (state: RankStatus["state"], on?: string, other?: RankStatus["state"]) => {
+        for (const n of nodes) {
+          const here = cluster.placements().filter((p) => p.ranks[0]?.nodeId === n.nodeId);
+          cluster.heartbeat(n.nodeId, {
+            gpus: [],
+            replicas: here.map((p) =>
+              rankStatus({
+                replicaId: p.replicaId,
+                rank: 0,
+                state: n.nodeId === on && other !== undefined ? other : state,
+                apiPort: 41_000,
+              }),
+            ),
+            problems: [],
+          });
+        }
+      };
+      return { cluster, nodes, beat };
+    }
+
+    it("offers a replica that stayed for want of a node again once an avoidance of the same plan ends", () => {
+      const { cluster, nodes, beat } = threeNodes(2);
+      const free = nodes.find((n) => placedOn(cluster, "chat").indexOf(n.nodeId) < 0);
+      beat("failed");
+      clock.advance(MOVE_AFTER);
+      beat("failed");
+      cluster.tick();
+      // One moved to the free node; the other had nowhere to go: both failed nodes avoided.
+      expect(placedOn(cluster, "chat")).toContain(free?.nodeId);
+      const stayed = cluster.placements().find((p) => p.ranks[0]?.nodeId !== free?.nodeId);
+      expect(cluster.deploymentStatus("chat").avoided).toHaveLength(1);
+      // The moved one serves; nothing else changes for an hour.
+      beat("failed", free?.nodeId, "ready");
+      cluster.tick();
+      clock.advance(60 * 60_000);
+      beat("failed", free?.nodeId, "ready");
+      cluster.tick();
+      expect(cluster.placements().map((p) => p.replicaId)).not.toContain(stayed?.replicaId);
+    });
+
+    it("counts replicas moved off one node in one plan as one move", () => {
+      const cluster = newCluster(undefined, {});
+      const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+      cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat", replicas: 2 }));
+      const b = join_(cluster, "node-b", "2xh100-80g", "10.0.0.2");
+      const beat = () => {
+        cluster.heartbeat(a.nodeId, {
+          gpus: [],
+          replicas: ["chat-0", "chat-1"].map((replicaId) =>
+            rankStatus({ replicaId, rank: 0, state: "failed", apiPort: 41_000 }),
+          ),
+          problems: [],
+        });
+        cluster.heartbeat(b.nodeId, { gpus: [], replicas: [], problems: [] });
+      };
+      beat();
+      clock.advance(MOVE_AFTER);
+      beat();
+      cluster.tick();
+      expect(cluster.placements().map((p) => p.ranks[0]?.nodeId)).not.toContain(a.nodeId);
+      expect(cluster.deploymentStatus("chat").avoided.map((r) => r.message)).toEqual([
+        expect.stringMatching(
+          `^node-a is avoided until ${new Date(clock.now() + 60 * 60_000).toISOString()}: a replica kept failing there and moved; `,
+        ),
+      ]);
+    });
+
+    it("moves a replica that stayed for want of a node once the operator lifts the avoidance", () => {
+      const { cluster, here, there, hereName, report } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER);
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      report(there, "chat-1", "failed");
+      clock.advance(MOVE_AFTER);
+      report(there, "chat-1", "failed");
+      cluster.tick();
+      expect(placedOn(cluster, "chat")).toEqual([there.nodeId]);
+      cluster.unavoid("chat", hereName);
+      expect(placedOn(cluster, "chat")).toEqual([here.nodeId]);
+    });
+
+    it("forgets avoidances of deployments that are gone as a leader loads, not as a follower", () => {
+      const gone = { deployment: "gone", nodeId: "n1", untilMs: 1e15, moves: 1, movedAtMs: 0 };
+      store.putAvoidedNode(gone);
+      newCluster(undefined, { readOnly: true });
+      expect(store.listAvoidedNodes()).toEqual([gone]);
+      newCluster(undefined, {});
+      expect(store.listAvoidedNodes()).toEqual([]);
+    });
+
+    it("writes avoidances the store refused at the next tick that finds it writable", () => {
+      let refuse = true;
+      const flaky: ClusterStore = {
+        ...store,
+        putAvoidedNode: (r) => {
+          if (refuse)
+            throw new ControlPlaneError("LLMGW_CONTROL_PLANE_STORE_FAILED", "disk full (test)");
+          store.putAvoidedNode(r);
+        },
+      };
+      const { cluster, beat } = threeNodes(1, { store: flaky });
+      beat("failed");
+      clock.advance(MOVE_AFTER);
+      beat("failed");
+      cluster.tick();
+      expect(cluster.deploymentStatus("chat").avoided).toHaveLength(1);
+      expect(store.listAvoidedNodes()).toEqual([]);
+      cluster.tick();
+      expect(store.listAvoidedNodes()).toEqual([]);
+      refuse = false;
+      cluster.tick();
+      expect(store.listAvoidedNodes()).toHaveLength(1);
+      expect(newCluster(undefined, {}).deploymentStatus("chat").avoided).toEqual(
+        cluster.deploymentStatus("chat").avoided,
+      );
+    });
+
+    it("forgets what a revoked node was avoided for", () => {
+      const { cluster, here, report } = failingOnA();
+      report(here, "chat-0", "failed");
+      clock.advance(MOVE_AFTER);
+      report(here, "chat-0", "failed");
+      cluster.tick();
+      expect(store.listAvoidedNodes()).toHaveLength(1);
+      cluster.revokeNode(here.nodeId);
+      expect(cluster.deploymentStatus("chat").avoided).toEqual([]);
+      expect(store.listAvoidedNodes()).toEqual([]);
     });
 
     it.each([

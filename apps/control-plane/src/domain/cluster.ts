@@ -555,6 +555,8 @@ export class Cluster {
   readonly #drains: DrainTracker;
   /** Replicas that keep failing, and the nodes their deployments avoid for it. */
   readonly #failing: FailingReplicas;
+  /** An avoidance the store refused: every one is written again at the next tick. */
+  #avoidedUnsaved = false;
   /**
    * Set when a report changed the state of a replica of an {@link #active} deployment: the
    * heartbeat reconciles (deferred) once it has taken the whole report.
@@ -714,19 +716,24 @@ export class Cluster {
 
   /**
    * The leader's {@link FailingReplicas} over the stored avoided nodes (those of deployments
-   * that are gone deleted); a follower's reads them and writes nothing. Like events, an
-   * avoidance the store refuses is logged and kept in memory.
+   * that are gone deleted); a follower's reads them and writes nothing. Like placements, an
+   * avoidance the store refuses is logged, kept in memory, and every avoidance is written
+   * again at the next {@link tick} that finds the store writable.
    */
   #loadFailingReplicas(moveAfterMs: number | undefined): FailingReplicas {
     const { store, readOnly, log } = this.#o;
     const stored = store.listAvoidedNodes();
     const kept = stored.filter((r) => this.#deployments.has(r.deployment));
     const write = (what: string, fn: () => void) => {
+      if (this.#avoidedUnsaved) return;
       try {
         fn();
       } catch (error) {
         if (!isStoreFailure(error)) throw error;
-        log?.(`${what} kept in memory only: ${(error as Error).message}`);
+        this.#avoidedUnsaved = true;
+        log?.(
+          `${what} kept in memory only, written again every tick until the store takes writes: ${(error as Error).message}`,
+        );
       }
     };
     const sink = readOnly
@@ -741,6 +748,26 @@ export class Cluster {
         };
     for (const r of stored) if (!kept.includes(r)) sink?.delete(r.deployment, r.nodeId);
     return new FailingReplicas(moveAfterMs ?? DEFAULT_MOVE_FAILED_AFTER_MS, kept, sink);
+  }
+
+  /** Writes every avoidance again, and deletes the stored ones memory no longer has. */
+  #resaveAvoided(): void {
+    const { store, log } = this.#o;
+    const records = this.#failing.records();
+    const key = (r: { deployment: string; nodeId: string }) => `${r.deployment}\u0000${r.nodeId}`;
+    const kept = new Set(records.map(key));
+    try {
+      store.transaction(() => {
+        for (const r of store.listAvoidedNodes())
+          if (!kept.has(key(r))) store.deleteAvoidedNode(r.deployment, r.nodeId);
+        for (const r of records) store.putAvoidedNode(r);
+      });
+    } catch (error) {
+      if (!isStoreFailure(error)) throw error;
+      return;
+    }
+    this.#avoidedUnsaved = false;
+    log?.(`avoided nodes written again (${records.length})`);
   }
 
   /**
@@ -1161,6 +1188,7 @@ export class Cluster {
     if (this.#placementsUnsaved) this.#resavePlacements();
     if (this.#statusesUnsaved) this.#resaveStatuses();
     if (this.#nodeStatesUnsaved) this.#resaveNodeStates();
+    if (this.#avoidedUnsaved) this.#resaveAvoided();
     const now = this.#o.clock.now();
     let lost = false;
     for (const node of this.#nodes.values()) {
@@ -1421,10 +1449,6 @@ export class Cluster {
   }
 
   /**
-   * Deletes a deployment: its model leaves the routers at once; its replicas drain (no new
-   * requests, in-flight ones finish) and then leave their nodes.
-   */
-  /**
    * Lifts `name`'s avoidance of a node (id or hostname; of every node when undefined), after an
    * operator mended what made a replica fail there; its count of moves there starts again.
    * Returns the node ids that were avoided. Moves nothing: new replicas may go there again.
@@ -1453,6 +1477,10 @@ export class Cluster {
     return lifted;
   }
 
+  /**
+   * Deletes a deployment: its model leaves the routers at once; its replicas drain (no new
+   * requests, in-flight ones finish) and then leave their nodes.
+   */
   deleteDeployment(name: string): void {
     this.#requireDeployment(name);
     this.#deployments.delete(name);
@@ -1913,6 +1941,7 @@ export class Cluster {
     this.#updateNodeRecord(node, { revoked: true });
     this.#nodes.delete(node.record.id);
     this.#revokedIds.add(node.record.id);
+    this.#failing.nodeGone(node.record.id);
     this.#desiredChanged(node.record.id);
     this.#routingChange();
     this.events.record(

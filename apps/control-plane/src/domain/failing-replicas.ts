@@ -189,11 +189,13 @@ export class FailingReplicas {
 
   /**
    * How many moves in a row a move of `deployment` off `nodeId` at `nowMs` would be: one more
-   * than the last while it is avoided or was within {@link AVOID_MEMORY_MS}, else 1.
+   * than the last while it is avoided or was within {@link AVOID_MEMORY_MS}, else 1. Moves of
+   * one plan (several replicas failing on one node) are one move.
    */
   #movesAfter(deployment: string, nodeId: string, nowMs: number): number {
     const last = this.#avoided.get(deployment)?.get(nodeId);
-    return last !== undefined && nowMs - last.untilMs < AVOID_MEMORY_MS ? last.moves + 1 : 1;
+    if (last === undefined || nowMs - last.untilMs >= AVOID_MEMORY_MS) return 1;
+    return last.movedAtMs === nowMs ? last.moves : last.moves + 1;
   }
 
   /** How long a move of `deployment` off `nodes` at `nowMs` would avoid them (the longest). */
@@ -217,7 +219,23 @@ export class FailingReplicas {
       };
       byNode.set(nodeId, record);
       this.#sink?.put(record);
+      // A replica that stays failing in this plan, for want of this node, may move when it ends.
+      this.#avoidanceEndsMs = Math.min(this.#avoidanceEndsMs, record.untilMs);
     }
+  }
+
+  /** `nodeId` is gone (revoked: it joins again under a new id): nothing avoids it any more. */
+  nodeGone(nodeId: string): void {
+    for (const [deployment, byNode] of this.#avoided) {
+      if (!byNode.delete(nodeId)) continue;
+      this.#sink?.delete(deployment, nodeId);
+      if (byNode.size === 0) this.#avoided.delete(deployment);
+    }
+  }
+
+  /** Every avoidance kept, ended ones still remembered included: what the store should hold. */
+  records(): AvoidedNodeRecord[] {
+    return [...this.#avoided.values()].flatMap((byNode) => [...byNode.values()]);
   }
 
   /**
