@@ -15,7 +15,7 @@
  * replacement and later replicas go elsewhere when they fit there (Nomad's reschedule with a
  * node penalty, in spirit). A move off a node again, while it is avoided or within
  * {@link AVOID_MEMORY_MS} after, doubles the period, up to {@link MAX_AVOID_MS}: a deployment
- * that fails on two nodes settles on one instead of swapping every hour. An operator who
+ * that fails on two nodes swaps between them less and less often, not every hour. An operator who
  * mended the node lifts the avoidance ({@link FailingReplicas.unavoid}, `llmgw unavoid`).
  *
  * Avoided nodes are stored (`avoided_nodes`), so a new leader keeps avoiding them. Streaks are
