@@ -802,7 +802,7 @@ export async function startControlPlane(
             log,
             onFenced: (error) => {
               log(error.message);
-              void lease?.resign(error.message);
+              void lease?.resign(error.message, writer.epoch);
             },
           }).then(
             (store) => {
@@ -815,7 +815,7 @@ export async function startControlPlane(
                 writer,
                 onFenced: (error) => {
                   log(error.message);
-                  void lease?.resign(error.message);
+                  void lease?.resign(error.message, writer.epoch);
                 },
               });
               try {
@@ -824,7 +824,7 @@ export async function startControlPlane(
                 store.close();
                 void usageStore.close();
                 log(`cannot lead: ${(error as Error).message}`);
-                void lease?.resign((error as Error).message);
+                void lease?.resign((error as Error).message, writer.epoch);
                 return;
               }
               log(
@@ -832,8 +832,10 @@ export async function startControlPlane(
               );
             },
             (error: unknown) => {
+              // A load that failed after its term ended (deposed meanwhile) says nothing.
+              if (election !== elections || stopping.signal.aborted) return;
               log(`cannot lead: ${(error as Error).message}`);
-              void lease?.resign((error as Error).message);
+              void lease?.resign((error as Error).message, writer.epoch);
             },
           );
         },

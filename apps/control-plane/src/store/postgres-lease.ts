@@ -60,9 +60,10 @@ export interface LeaderLease {
   /**
    * Gives the lease up while this instance cannot lead (its state failed to load, a commit
    * failed for good): another instance takes over at once, and this one waits three ttls
-   * before contending again.
+   * before contending again. With `epoch`, only the term won at that epoch: a failure of a
+   * term that is over must not end the one this instance holds now.
    */
-  resign(reason: string): Promise<void>;
+  resign(reason: string, epoch?: number): Promise<void>;
   /** Gives the lease up (a planned stop hands over at once) and stops the loop. */
   close(): Promise<void>;
 }
@@ -105,6 +106,8 @@ export function startLeaderLease(options: LeaderLeaseOptions): LeaderLease {
 
   const attempt = async (): Promise<void> => {
     client ??= await options.database.connect({ queryTimeoutMs: Math.max(200, ttlMs / 2) });
+    // Closed while connecting: `close` ends the client; nothing may be taken or announced.
+    if (closed) return;
     const c = client;
     const sentAt = performance.now();
     const interval = `${ttlMs} milliseconds`;
@@ -126,13 +129,22 @@ export function startLeaderLease(options: LeaderLeaseOptions): LeaderLease {
         [options.instanceId, options.url, interval],
       );
       const epoch = won.rows[0]?.epoch;
-      if (epoch !== undefined && !closed) {
+      if (epoch !== undefined && closed) {
+        // Won as `close` began: hand it over at once rather than hold it for a ttl unled.
+        await c.query(
+          "UPDATE llmgw_leader SET expires_at = '-infinity' WHERE id = 1 AND holder = $1 AND epoch = $2",
+          [options.instanceId, epoch],
+        );
+        return;
+      }
+      if (epoch !== undefined) {
         writer = { holder: options.instanceId, epoch };
         holdUntil(sentAt);
         log(`leader lease won (epoch ${epoch})`);
         options.onElected(writer);
       }
     }
+    if (closed) return;
     const row = (
       await c.query<{ holder: string; holder_url: string; epoch: number; live: boolean }>(
         "SELECT holder, holder_url, epoch, expires_at > clock_timestamp() AS live FROM llmgw_leader WHERE id = 1",
@@ -167,7 +179,13 @@ export function startLeaderLease(options: LeaderLeaseOptions): LeaderLease {
       }
     }
     if (closed) return;
-    timer = setTimeout(loop, writer === undefined ? pollMs : renewMs);
+    // `running` is always the attempt in flight, so that `close` waits for it.
+    timer = setTimeout(
+      () => {
+        running = loop();
+      },
+      writer === undefined ? pollMs : renewMs,
+    );
     timer.unref?.();
   };
   let running = loop();
@@ -207,9 +225,9 @@ export function startLeaderLease(options: LeaderLeaseOptions): LeaderLease {
         await c.end().catch(() => {});
       }
     },
-    async resign(reason) {
+    async resign(reason, epoch) {
       const held = writer;
-      if (held === undefined) return;
+      if (held === undefined || (epoch !== undefined && held.epoch !== epoch)) return;
       resignedUntil = performance.now() + 3 * ttlMs;
       depose(`resigned: ${reason}`);
       try {

@@ -5,6 +5,7 @@ import { postgresUnavailable, startTestPostgres, type TestPostgres } from "../te
 import { MIGRATIONS } from "./migrations.js";
 import { startLeaderLease } from "./postgres-lease.js";
 import {
+  MAX_STATEMENTS_PER_COMMIT,
   openPostgresDatabase,
   openPostgresStore,
   type PostgresDatabase,
@@ -13,6 +14,7 @@ import {
 import { snapshotStore } from "./snapshot-store.js";
 import {
   AVOIDED,
+  deployment,
   LIFECYCLE,
   lifecycleKeys,
   node,
@@ -63,6 +65,36 @@ async function query(
     await c.end();
   }
 }
+
+/**
+ * `db` with the connects numbered in `slow` (from 1) waiting `delayMs` first and those in
+ * `refused` failing; every client it made, to check none is left open.
+ */
+function slowConnects(
+  db: PostgresDatabase,
+  slow: ReadonlySet<number>,
+  delayMs: number,
+  refused: ReadonlySet<number> = new Set(),
+) {
+  const clients: pg.Client[] = [];
+  let n = 0;
+  const database: PostgresDatabase = {
+    location: db.location,
+    async connect(o) {
+      const i = ++n;
+      if (refused.has(i))
+        throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
+      if (slow.has(i)) await new Promise((r) => setTimeout(r, delayMs));
+      const c = await db.connect(o);
+      clients.push(c);
+      return c;
+    },
+  };
+  return { database, clients };
+}
+
+/** Whether `end()` was never called on `c` (pg keeps no public flag for it). */
+const isOpen = (c: pg.Client) => (c as unknown as { _ending?: boolean })._ending !== true;
 
 async function count(url: string, table: string): Promise<number> {
   const c = new pg.Client({ connectionString: url });
@@ -668,6 +700,155 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     expect((error as Error).message).toContain("postgres://llmgw:***@127.0.0.1:1/none");
     expect((error as Error).message).not.toContain(server.password);
     expect(redactStoreUrl("postgres://u:p@h/d?password=q")).toBe("postgres://u:***@h/d");
+  });
+
+  it("resigns only the term it is told, when given one", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const lease = startLeaderLease({
+      database: db,
+      instanceId: "a",
+      url: "http://a",
+      version: "test",
+      ttlMs: 600,
+      pollMs: 50,
+      onElected: () => {},
+      onDeposed: () => {},
+    });
+    await expect.poll(() => lease.writer?.epoch, { timeout: 5_000 }).toBe(1);
+    // A store of an earlier term failing late: not this term's business.
+    await lease.resign("a closed term's commit failed", 0);
+    expect(lease.writer?.epoch).toBe(1);
+    await lease.resign("this term's commit failed", 1);
+    expect(lease.writer).toBeUndefined();
+    await lease.close();
+  });
+
+  it("a lease closed while it connects takes nothing and leaves no connection", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    // The first attempt is refused; the next one, started by the loop's timer, is slow.
+    const { database, clients } = slowConnects(db, new Set([2]), 400, new Set([1]));
+    const elected: number[] = [];
+    const lease = startLeaderLease({
+      database,
+      instanceId: "a",
+      url: "http://a",
+      version: "test",
+      ttlMs: 2_000,
+      pollMs: 50,
+      onElected: (w) => elected.push(w.epoch),
+      onDeposed: () => {},
+    });
+    await new Promise((r) => setTimeout(r, 150)); // its second attempt is connecting
+    await lease.close();
+    await expect.poll(() => clients.length, { timeout: 5_000 }).toBe(1);
+    await new Promise((r) => setTimeout(r, 200)); // what it would do once connected
+    expect(elected).toEqual([]);
+    expect(
+      await query(url, "SELECT expires_at > clock_timestamp() AS live FROM llmgw_leader"),
+    ).toEqual([{ live: false }]);
+    expect(await query(url, "SELECT id FROM llmgw_instances")).toEqual([]);
+    expect(clients.filter(isOpen)).toEqual([]);
+  });
+
+  it("a store closed while its writer connects commits nothing, says nothing, and leaves no connection", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    // Connect 1 loads the state; 2 is the writer's, slow (a reconnect during a blip).
+    const { database, clients } = slowConnects(db, new Set([2]), 400);
+    const fenced: string[] = [];
+    const store = await openPostgresStore({
+      database,
+      writer: { holder: "a", epoch },
+      onFenced: (e) => fenced.push(e.code),
+    });
+    store.putDeployment(deployment("after-close"));
+    const flushed = store.flush(5_000).then(
+      () => "flushed",
+      (e: Error) => e.message,
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    store.close();
+    // The lease moves on meanwhile: the closed store's fence check must not report it.
+    await takeLease(db, "b");
+    expect(await flushed).toBe("the control plane is shutting down");
+    await expect.poll(() => clients.length, { timeout: 5_000 }).toBe(2);
+    await new Promise((r) => setTimeout(r, 200)); // what the writer would do once connected
+    expect(clients.filter(isOpen)).toEqual([]);
+    expect(await count(url, "deployments")).toBe(0);
+    expect(fenced).toEqual([]);
+  });
+
+  it("sends a batch again when its COMMIT's answer is lost, events included, and fails nothing", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    let loseCommit = false;
+    const database: PostgresDatabase = {
+      location: db.location,
+      async connect(o) {
+        const c = await db.connect(o);
+        const query = c.query.bind(c) as (...a: unknown[]) => Promise<unknown>;
+        (c as unknown as { query: unknown }).query = async (...a: unknown[]) => {
+          const result = await query(...a);
+          if (a[0] === "COMMIT" && loseCommit) {
+            loseCommit = false;
+            throw Object.assign(new Error("Connection terminated unexpectedly"), {
+              code: "ECONNRESET",
+            });
+          }
+          return result;
+        };
+        return c;
+      },
+    };
+    const fenced: string[] = [];
+    const store = await openPostgresStore({
+      database,
+      writer: { holder: "a", epoch },
+      onFenced: (e) => fenced.push(e.message),
+    });
+    loseCommit = true;
+    store.appendEvent({ atMs: 1, kind: "k", subject: "s", message: "m", severity: "info" });
+    store.putDeployment(deployment("chat"));
+    await store.flush(5_000);
+    expect(fenced).toEqual([]);
+    expect(await query(url, "SELECT id FROM events")).toEqual([{ id: "1" }]);
+    expect(await count(url, "deployments")).toBe(1);
+    store.close();
+  });
+
+  it("commits a backlog in transactions of at most MAX_STATEMENTS_PER_COMMIT statements", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const sizes: number[] = [];
+    let open = 0;
+    const database: PostgresDatabase = {
+      location: db.location,
+      async connect(o) {
+        const c = await db.connect(o);
+        const query = c.query.bind(c) as (...a: unknown[]) => Promise<unknown>;
+        (c as unknown as { query: unknown }).query = (...a: unknown[]) => {
+          if (a[0] === "BEGIN") open = 0;
+          else if (a[0] === "COMMIT") sizes.push(open);
+          else open++;
+          return query(...a);
+        };
+        return c;
+      },
+    };
+    const store = await openPostgresStore({ database, writer: { holder: "a", epoch } });
+    const n = 3 * MAX_STATEMENTS_PER_COMMIT + 7;
+    for (let i = 0; i < n; i++) store.putDeployment(deployment(`d${i}`));
+    await store.flush(30_000);
+    expect(await count(url, "deployments")).toBe(n);
+    // Each commit: its statements plus the fence check and the NOTIFY.
+    expect(sizes.length).toBeGreaterThanOrEqual(4);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(MAX_STATEMENTS_PER_COMMIT + 2);
+    store.close();
   });
 
   it("a leader cut off from the database stops leading within its ttl, on its own clock", async () => {
