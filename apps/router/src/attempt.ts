@@ -6,7 +6,7 @@ import {
   type StepPhase,
   type UpstreamErrorKind,
   UsageEventFilter,
-  usageTail,
+  UsageReader,
 } from "@llmgw/router";
 import { errorCode } from "./error-code.js";
 import type { Exchange } from "./exchange.js";
@@ -96,11 +96,14 @@ export class Attempt implements UpstreamHandler {
   #events = 0;
   #endedInNewline = false;
   #sent = 0;
+  /**
+   * The last (up to) four bytes written to the client, oldest in the high byte: whether they
+   * end an event decides if an error event needs a blank line first. Starts as the end of one.
+   */
+  #outTail = EVENT_END_LF;
   #last = 0;
-  // The last two chunks, decoded only once at the end (usage sits at the end of both JSON
-  // answers and streams); nothing is copied per chunk.
-  #previous: Buffer | undefined;
-  #latest: Buffer | undefined;
+  /** The answer's `usage`, wherever it comes (see `UsageReader`). */
+  readonly #usage = new UsageReader();
   /** The upstream's Content-Length, for a JSON answer (not SSE) that declared one. */
   #length = -1;
   /** A JSON answer that arrived whole in its first chunk, held for `res.end(chunk)`. */
@@ -212,6 +215,7 @@ export class Attempt implements UpstreamHandler {
       return true; // its body is read and dropped, keeping the connection
     }
     this.#responding = true;
+    x.upstreamStatus = status;
     this.#firstByteMs = performance.now() - this.#sentAt;
     this.#verdict = status >= 500 ? "failure" : "success";
     if (status >= 500) metrics.upstreamError(x.model, this.#replicaId, "status_5xx");
@@ -252,8 +256,7 @@ export class Attempt implements UpstreamHandler {
     } else metrics.interChunk(x.model, (now - this.#last) / 1000);
     this.#last = now;
     this.#sent += chunk.length;
-    this.#previous = this.#latest;
-    this.#latest = chunk;
+    this.#usage.push(chunk);
     if (this.#sse && x.countEvents) {
       this.#events += countEventEnds(chunk, this.#endedInNewline);
       this.#endedInNewline = chunk[chunk.length - 1] === 0x0a;
@@ -265,7 +268,9 @@ export class Attempt implements UpstreamHandler {
       return true;
     }
     const out = this.#usageFilter === undefined ? chunk : this.#usageFilter.push(chunk);
-    if (out.length === 0 || x.res.write(out)) return true;
+    if (out.length === 0) return true;
+    if (this.#sse) this.#outTail = tailOf(this.#outTail, out);
+    if (x.res.write(out)) return true;
     if (this.#onDrain === undefined) {
       const onDrain = (): void => this.#resume?.();
       this.#onDrain = onDrain;
@@ -289,7 +294,7 @@ export class Attempt implements UpstreamHandler {
     if (this.#whole !== undefined) x.res.end(this.#whole);
     else if (held !== undefined) x.res.end(held);
     else x.res.end();
-    x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    x.settleUsage(this.#usage.text(), this.#events);
     this.#settle({ kind: "done" });
   }
 
@@ -340,13 +345,16 @@ export class Attempt implements UpstreamHandler {
         FAILURE_HTTP.upstreamUnavailable,
         `replica ${replicaId} failed mid-stream (${code ?? String(error)}); the response is incomplete`,
       );
-      const held = this.#usageFilter?.end();
-      if (held !== undefined) x.res.write(held);
-      x.res.end(`data: ${event}\n\n`);
+      // What the filter holds is an unfinished event, perhaps the start of the usage event it
+      // hides: dropped. One the client has part of already is ended by a blank line, or the
+      // error event would run on inside it and neither could be parsed.
+      this.#usageFilter?.end();
+      const separator = endsEvent(this.#outTail) ? "" : "\n\n";
+      x.res.end(`${separator}data: ${event}\n\n`);
     } else {
       x.res.destroy();
     }
-    x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    x.settleUsage(this.#usage.text(), this.#events);
     this.#settle({ kind: "done" });
   }
 
@@ -365,7 +373,7 @@ export class Attempt implements UpstreamHandler {
     x.core.metrics.clientDisconnect(x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
     this.#verdict = "abandoned";
     // What was relayed before the client left is paid for (no-op when nothing was).
-    if (this.#responding) x.settleUsage(usageTail(this.#previous, this.#latest), this.#events);
+    if (this.#responding) x.settleUsage(this.#usage.text(), this.#events);
     this.#settle({ kind: "done" });
   }
 
@@ -407,6 +415,24 @@ export class Attempt implements UpstreamHandler {
     if (replicaModel.has(this.#replicaId)) metrics.replicaInFlight(x.model, this.#replicaId, left);
     x.attemptEnded(result, this.#replicaId, this.decision);
   }
+}
+
+/** `\n\n` as an {@link Attempt}'s last bytes written. */
+const EVENT_END_LF = 0x0a0a;
+
+/** `tail` (the last four bytes written, see `Attempt.#outTail`) after `out` is written. */
+function tailOf(tail: number, out: Buffer): number {
+  let t = tail;
+  for (let i = Math.max(0, out.length - 4); i < out.length; i++) {
+    t = ((t << 8) | (out[i] as number)) >>> 0;
+  }
+  return t;
+}
+
+/** Whether the last four bytes written, `tail`, end a server-sent event (a blank line). */
+function endsEvent(tail: number): boolean {
+  const two = tail & 0xffff;
+  return two === 0x0a0a || two === 0x0d0d || tail === 0x0d0a0d0a;
 }
 
 const pathPrefixes = new Map<string, string>();

@@ -10,6 +10,7 @@ import {
   createStaticRouteTable,
   type ReplicaRoute,
   type StaticRouteTable,
+  UsageLedger,
 } from "@llmgw/router";
 import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
 import { afterEach, describe, expect, it } from "vitest";
@@ -153,7 +154,13 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function harness(options: RouterServiceOptions = {}): Promise<Harness> {
+/** What a harness's one key is limited to, and where its usage is recorded (default: none). */
+interface KeySetup {
+  readonly tpm?: number;
+  readonly usage?: UsageLedger;
+}
+
+async function harness(options: RouterServiceOptions = {}, setup: KeySetup = {}): Promise<Harness> {
   const upstreams = new ScriptedUpstreams();
   const metrics = createRecordingRouterMetrics();
   const events: Readonly<Record<string, unknown>>[] = [];
@@ -162,7 +169,10 @@ async function harness(options: RouterServiceOptions = {}): Promise<Harness> {
   });
   const core = createRouterCore({
     routeTable: routes,
-    apiKeys: createInMemoryApiKeyStore({ [KEY]: { id: "k", name: "k" } }),
+    apiKeys: createInMemoryApiKeyStore({
+      [KEY]: { id: "k", name: "k", ...(setup.tpm === undefined ? {} : { tpm: setup.tpm }) },
+    }),
+    ...(setup.usage === undefined ? {} : { usage: setup.usage }),
     metrics,
     log: (event) => events.push(event),
     options: resolveRouterServiceOptions({ analyzer: { pool: false }, ...options }),
@@ -321,6 +331,17 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
   });
 
+  /** The error event the router ends a stream with when replica `id` fails mid-stream. */
+  const midStreamError = (id: string | null) =>
+    JSON.stringify({
+      error: {
+        message: `replica ${id} failed mid-stream (ECONNRESET); the response is incomplete`,
+        type: "upstream_error",
+        code: "upstream_unavailable",
+        param: null,
+      },
+    });
+
   it("ends an SSE answer cut mid-stream with an error event", async () => {
     const h = await harness();
     const event = `data: ${JSON.stringify({ choices: [{ delta: { content: "hi" } }] })}\n\n`;
@@ -329,16 +350,75 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toBe(SSE_TYPE);
     const id = res.headers.get("x-llmgw-replica");
-    const error = JSON.stringify({
-      error: {
-        message: `replica ${id} failed mid-stream (ECONNRESET); the response is incomplete`,
-        type: "upstream_error",
-        code: "upstream_unavailable",
-        param: null,
-      },
-    });
+    const error = midStreamError(id);
     expect(await res.text()).toBe(`${event}data: ${error}\n\n`);
     expect(h.upstreams.dispatched).toHaveLength(1);
+  });
+
+  it.each([
+    { cut: "mid-event", hideUsage: false },
+    { cut: "inside the usage event it hides", hideUsage: true },
+  ])(
+    "ends an SSE answer cut $cut with an error event the client can parse",
+    async ({ hideUsage }) => {
+      const h = await harness({}, hideUsage ? { usage: new UsageLedger() } : {});
+      const event = `data: ${JSON.stringify({ choices: [{ delta: { content: "hi" } }] })}\n\n`;
+      const partial = hideUsage
+        ? 'data: {"choices":[],"usage":{"prompt_tokens":5,'
+        : 'data: {"choices":[{"delta"';
+      h.upstreams.play([
+        { headers: 200, type: SSE_TYPE },
+        { data: event },
+        { data: partial },
+        { fail: "ECONNRESET" },
+      ]);
+      const res = await send(h, chatBody(true));
+      const id = res.headers.get("x-llmgw-replica");
+      const error = midStreamError(id);
+      // The partial event the client got already stays unparseable; the error event after it
+      // stands alone. A hidden usage event is not shown, not even in part.
+      expect(await res.text()).toBe(
+        hideUsage ? `${event}data: ${error}\n\n` : `${event}${partial}\n\ndata: ${error}\n\n`,
+      );
+    },
+  );
+
+  it("reads usage followed by more than 4 KiB (vLLM's prompt_logprobs, prompt_token_ids)", async () => {
+    const h = await harness();
+    const body = `${OK_BODY.slice(0, -1)},"prompt_token_ids":[${"1,".repeat(4000)}1],"kv_transfer_params":null}`;
+    h.upstreams.play([
+      { headers: 200, type: JSON_TYPE, length: body.length },
+      { data: body.slice(0, 3000) },
+      { data: body.slice(3000) },
+      { complete: true },
+    ]);
+    const res = await send(h);
+    expect(await res.text()).toBe(body);
+    // The client has the whole body by its length before the upstream completes.
+    await waitFor(() => h.metrics.of("tokens").length > 0, "the usage");
+    expect(h.metrics.of("tokens")).toEqual([
+      ["m", "prompt", 5],
+      ["m", "completion", 1],
+    ]);
+  });
+
+  it("reads a stream's usage event split over several chunks", async () => {
+    const h = await harness();
+    const usage = 'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n';
+    h.upstreams.play([
+      { headers: 200, type: SSE_TYPE },
+      { data: usage.slice(0, 20) },
+      { data: usage.slice(20, 40) },
+      { data: usage.slice(40) },
+      { data: "data: [DONE]\n\n" },
+      { complete: true },
+    ]);
+    const res = await send(h, chatBody(true));
+    expect(await res.text()).toBe(`${usage}data: [DONE]\n\n`);
+    expect(h.metrics.of("tokens")).toEqual([
+      ["m", "prompt", 5],
+      ["m", "completion", 1],
+    ]);
   });
 
   it("tries elsewhere when the engine refuses the router's key (401), dropping its body", async () => {
@@ -394,6 +474,59 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       expect(h.metrics.of("clientDisconnect")).toEqual([["m", phase]]);
       await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
       expect(h.metrics.of("upstreamError")).toEqual([]);
+    },
+  );
+
+  // Each request reserves ~260 tokens (the prompt and 256 for an answer without max_tokens):
+  // against a 400-tpm key, a second request is admitted only if the first was not charged it.
+  const expectAdmittedAgain = async (h: Awaited<ReturnType<typeof harness>>) => {
+    h.upstreams.play(answer(200, OK_BODY));
+    const next = await send(h);
+    expect(next.headers.get("x-llmgw-limit")).toBe(null);
+    expect(next.status).toBe(200);
+    await next.text();
+  };
+  it("charges nothing for a request no replica answered (both refused the connection)", async () => {
+    const h = await harness({}, { tpm: 400 });
+    h.upstreams.play(refused, refused);
+    const failed = await send(h);
+    expect(failed.status).toBe(502);
+    await failed.text();
+    await expectAdmittedAgain(h);
+  });
+
+  it("charges nothing for a request whose client left before any answer", async () => {
+    const h = await harness({}, { tpm: 400 });
+    h.upstreams.play([]);
+    const controller = new AbortController();
+    const gone = fetch(`${h.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": JSON_TYPE },
+      body: chatBody(true),
+      signal: controller.signal,
+    }).catch(() => undefined);
+    await waitFor(() => h.upstreams.dispatched.length === 1, "the dispatch");
+    controller.abort();
+    await gone;
+    await waitFor(() => h.upstreams.dispatched[0]?.abortedWith !== undefined, "the abort");
+    await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
+    await expectAdmittedAgain(h);
+  });
+
+  it.each([400, 503])(
+    "records and charges an error answer (%i) without usage as zero tokens",
+    async (status) => {
+      const usage = new UsageLedger();
+      const h = await harness({}, { tpm: 400, usage });
+      h.upstreams.play(answer(status, '{"error":{"message":"no"}}'));
+      const failed = await send(h);
+      expect(failed.status).toBe(status);
+      await failed.text();
+      await waitFor(() => usage.size === 1, "the usage record");
+      expect(usage.seal()).toMatchObject([
+        { requests: 1, promptTokens: 0, completionTokens: 0, estimatedRequests: 0 },
+      ]);
+      await expectAdmittedAgain(h);
     },
   );
 

@@ -213,6 +213,12 @@ export class Exchange {
   /** Set when an upstream answered ≥ 400: it may not have read the body (see `finish`). */
   upstreamMayBeReading = false;
   /**
+   * The status of the answer relayed to the client, once an attempt got one (a 401 to the
+   * router's engine key is no answer: it is tried elsewhere); 0 while none did. A request that
+   * ends with none never ran on an engine, and is charged nothing (see `finish`).
+   */
+  upstreamStatus = 0;
+  /**
    * Whether attempts count a stream's events: only where they can settle the key (a tpm key
    * and no output limit, so the reservation is the flat default). Otherwise the reservation
    * already bounds the answer, and counting would be one more pass over every byte.
@@ -636,7 +642,8 @@ export class Exchange {
    * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
    * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
    * for what it was sent. Usage the engine reported with impossible values (negative,
-   * fractional, absurd) is refused whole: counted as refused, charged the estimate.
+   * fractional, absurd) is refused whole: counted as refused, charged the estimate. An error
+   * answer (≥ 400) that reports no usage is recorded and charged as zero tokens.
    */
   settleUsage(tail: string, sseEvents: number): void {
     const metrics = this.core.metrics;
@@ -662,6 +669,20 @@ export class Exchange {
     }
     const exact =
       prompt !== undefined && (completion !== undefined || this.endpoint === "/v1/embeddings");
+    if (!exact && !usage.refused && this.upstreamStatus >= 400) {
+      // An error answer without usage (a 400 for a prompt too long, a 503 from an overloaded
+      // engine): the engine refused the request before generating, and counted nothing.
+      this.#used = {
+        promptTokens: 0,
+        cachedTokens: 0,
+        completionTokens: 0,
+        gpuMs: 0,
+        estimated: false,
+        refused: false,
+      };
+      this.#lease?.settle(0);
+      return;
+    }
     // Cut short or unreported: the prompt as estimated, and what was streamed (one token per
     // content event, less the role-only first event and `[DONE]`).
     const streamed = Math.max(0, sseEvents - 2);
@@ -746,6 +767,9 @@ export class Exchange {
       if (ledger.full) this.core.onUsageFull();
     }
     if (this.#lease !== undefined) {
+      // No attempt got an answer (every replica refused the connection, none was left to pick,
+      // an attempt failed to start, the client left first): nothing ran, so nothing is charged.
+      if (this.upstreamStatus === 0) this.#lease.settle(0);
       this.#lease.release();
       this.core.metrics.inFlight(this.model, -1);
     }

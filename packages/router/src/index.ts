@@ -168,10 +168,10 @@ export {
   MAX_REPORTED_TOKENS,
   readAnswerUsage,
   readUsageCount,
-  USAGE_TAIL_CHARS,
+  USAGE_MEMBER_CHARS,
   UsageEventFilter,
   type UsageField,
-  usageTail,
+  UsageReader,
 } from "./usage.js";
 export {
   type BudgetStanding,

@@ -220,6 +220,23 @@ describe("limiter: budgets", () => {
     expect(verdict(limiter.acquire(key, MODEL, 100))).toBe("ok");
   });
 
+  it.each(["settled", "released"] as const)(
+    "charges a request %s after midnight, before any other, to the new day",
+    (first) => {
+      const { clock, limiter } = setup(Date.UTC(2026, 0, 15, 23, 59, 0));
+      const key = { id: "k", name: "k", budgets: [{ period: "day" as const, tokens: 1000 }] };
+      const lease = limiter.acquire(key, MODEL, 600);
+      if (!lease.ok) throw new Error("refused");
+      if (first === "released") lease.release(); // the estimate went to the old day
+      clock.advance(61_000); // the 16th: the engine's count arrives, 600 tokens of the new day
+      lease.settle(600);
+      lease.release();
+      clock.advance(1000);
+      expect(verdict(limiter.acquire(key, MODEL, 500))).toBe(`key-budget:${86_400 - 2}`);
+      expect(verdict(limiter.acquire(key, MODEL, 400))).toBe("ok");
+    },
+  );
+
   it("keeps a month budget across midnight within the month", () => {
     const { clock, limiter } = setup(Date.UTC(2026, 0, 15, 23, 59, 0));
     const key = { id: "k", name: "k", budgets: [{ period: "month" as const, tokens: 100 }] };

@@ -151,6 +151,8 @@ interface RateState {
 
 /** One budget's usage in its current period. */
 interface BudgetCounter {
+  /** Whether the budget is per UTC day (else per UTC month). */
+  readonly day: boolean;
   /** Start of the period the counts are of, epoch ms. */
   periodStart: number;
   /** Cluster-wide use as of the last standing. */
@@ -196,8 +198,30 @@ const DAY_MS = 86_400_000;
 /** Pairs a {@link BudgetCounter} keeps of its local charges. */
 const MAX_LOCAL_BUCKETS = 8;
 
-/** Charges `tokens` (negative: a refund) to `c`'s local use at wall time `now`. */
+/**
+ * Moves `c` into the period starting `start` when it is of an earlier one: what that period
+ * used no longer counts (requests in flight across the boundary stay reserved, and are charged
+ * to the new period).
+ */
+function rollCounter(c: BudgetCounter, start: number): void {
+  if (c.periodStart >= start) return;
+  c.periodStart = start;
+  c.standing = 0;
+  c.local = 0;
+  c.buckets.length = 0;
+}
+
+/** Start of the UTC day or month (as `c` is per day or per month) holding `t`. */
+const periodStartOf = (c: BudgetCounter, t: number): number =>
+  c.day ? t - (((t % DAY_MS) + DAY_MS) % DAY_MS) : monthBounds(t)[0];
+
+/**
+ * Charges `tokens` (negative: a refund) to `c`'s local use at wall time `now`, in the period
+ * holding `now`: a request that ends after midnight, before any other is admitted, is charged
+ * to the new day (an acquire would otherwise roll the counter after it, and drop the charge).
+ */
 function chargeLocal(c: BudgetCounter, tokens: number, now: number): void {
+  rollCounter(c, periodStartOf(c, now));
   c.local += tokens;
   const second = now - (now % 1000);
   const b = c.buckets;
@@ -257,6 +281,8 @@ class Lease implements LimitLease {
   readonly ok = true;
   #released = false;
   #settled = false;
+  /** Wall time the lease was charged to its budgets, epoch ms. */
+  #chargedAt = 0;
 
   constructor(
     private readonly keyState: RateState | undefined,
@@ -300,9 +326,13 @@ class Lease implements LimitLease {
     }
     if (!this.#released) this.#charge(tokens);
     else if (this.counters !== undefined) {
-      // Released first: the estimate went into the budgets then; correct it.
+      // Released first: the estimate went into the budgets then; correct it, or charge the
+      // whole count where the period it went into has ended since.
       const wall = this.wallNow();
-      for (const c of this.counters) chargeLocal(c, tokens - this.charged, wall);
+      for (const c of this.counters) {
+        rollCounter(c, periodStartOf(c, wall));
+        chargeLocal(c, c.periodStart > this.#chargedAt ? tokens : tokens - this.charged, wall);
+      }
     }
     this.#settled = true;
   }
@@ -312,6 +342,7 @@ class Lease implements LimitLease {
     const counters = this.counters;
     if (counters === undefined) return;
     const wall = this.wallNow();
+    this.#chargedAt = wall;
     for (const c of counters) {
       c.reserved -= this.charged;
       chargeLocal(c, tokens, wall);
@@ -396,19 +427,14 @@ export function createLimiter(options: LimiterOptions = {}): Limiter {
   };
 
   /** The counter of `id` (made most recently used), rolled into the period starting `start`. */
-  const counterOf = (id: string, start: number): BudgetCounter => {
+  const counterOf = (id: string, day: boolean, start: number): BudgetCounter => {
     let c = counters.use(id);
     if (c === undefined) {
-      c = { periodStart: start, standing: 0, local: 0, buckets: [], reserved: 0 };
+      c = { day, periodStart: start, standing: 0, local: 0, buckets: [], reserved: 0 };
       counters.set(id, c);
       evictFrom(counters, maxCounters, c, counterBusy);
-    } else if (c.periodStart < start) {
-      // A new day or month: what the last one used no longer counts (requests in flight
-      // across the boundary stay reserved, and are charged to the new period).
-      c.periodStart = start;
-      c.standing = 0;
-      c.local = 0;
-      c.buckets.length = 0;
+    } else {
+      rollCounter(c, start);
     }
     return c;
   };
@@ -437,7 +463,7 @@ export function createLimiter(options: LimiterOptions = {}): Limiter {
         return { ok: false, reason, reserved: tokens, limit: b.tokens, budget: b };
       }
       const day = b.period === "day";
-      const c = counterOf(counterId(owner, b.period, b.model), day ? dayStart : monthStart);
+      const c = counterOf(counterId(owner, b.period, b.model), day, day ? dayStart : monthStart);
       if (c.standing + c.local + c.reserved + tokens > b.tokens) {
         return {
           ok: false,
@@ -530,7 +556,7 @@ export function createLimiter(options: LimiterOptions = {}): Limiter {
         const current = s.period === "day" ? dayStart : monthStart;
         if (s.periodStartMs < current) continue;
         const id = counterId(owner, s.period, s.model === "" ? undefined : s.model);
-        const c = counterOf(id, s.periodStartMs);
+        const c = counterOf(id, s.period === "day", s.periodStartMs);
         if (c.periodStart > s.periodStartMs) continue;
         c.periodStart = s.periodStartMs;
         c.standing = s.usedTokens;

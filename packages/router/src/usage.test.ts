@@ -4,9 +4,8 @@ import {
   countEventEnds,
   readAnswerUsage,
   readUsageCount,
-  USAGE_TAIL_CHARS,
   UsageEventFilter,
-  usageTail,
+  UsageReader,
 } from "./usage.js";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
@@ -37,26 +36,6 @@ describe("readUsageCount (usage counts at the end of an answer)", () => {
     ["", "prompt_tokens", undefined],
   ] as const)("%s → %s = %s", (text, field, expected) => {
     expect(readUsageCount(text, field)).toBe(expected);
-  });
-});
-
-describe("usageTail", () => {
-  it("keeps the last bytes of the last two chunks, and no more", () => {
-    expect(usageTail(bytes("abc"), bytes("def"))).toBe("abcdef");
-    expect(usageTail(undefined, bytes("def"))).toBe("def");
-    expect(usageTail(undefined, undefined)).toBe("");
-    const big = bytes(`${"x".repeat(USAGE_TAIL_CHARS)}{"completion_tokens":3}`);
-    const tail = usageTail(bytes("previous"), big);
-    expect(tail).toHaveLength(USAGE_TAIL_CHARS);
-    expect(tail.endsWith('{"completion_tokens":3}')).toBe(true);
-    const split = usageTail(bytes(`${"y".repeat(10_000)}{"prompt_`), bytes('tokens":8}'));
-    expect(split).toHaveLength(USAGE_TAIL_CHARS);
-    expect(readUsageCount(split, "prompt_tokens")).toBe(8);
-  });
-
-  it("reads a view at an offset of a larger buffer", () => {
-    const whole = bytes('garbage{"prompt_tokens":5}');
-    expect(usageTail(undefined, whole.subarray(7))).toBe('{"prompt_tokens":5}');
   });
 });
 
@@ -148,8 +127,94 @@ describe("UsageEventFilter (the usage event the client did not ask for)", () => 
     expect(relay(emptyNoUsage, [])).toEqual({ out: emptyNoUsage, dropped: false });
   });
 
+  it.each(["\r\n", "\r"])(
+    "forwards events ended by %j blank lines as they come, the usage event dropped",
+    (eol) => {
+      const crlf = (text: string) => text.replaceAll("\n", eol);
+      const f = new UsageEventFilter();
+      expect(f.push(Buffer.from(crlf(content(0)))).toString()).toBe(crlf(content(0)));
+      expect(f.push(Buffer.from(crlf(usageEvent))).toString()).toBe("");
+      expect(f.push(Buffer.from(crlf("data: [DONE]\n\n"))).toString()).toBe(
+        crlf("data: [DONE]\n\n"),
+      );
+      expect(f.end()).toBe(undefined);
+      expect(f.dropped).toBe(true);
+    },
+  );
+
+  it("drops every usage event, after another empty-choices event and after a first drop", () => {
+    const emptyNoUsage = 'data: {"choices":[]}\n\n';
+    const text = `${content(0)}${emptyNoUsage}${usageEvent}${content(1)}${usageEvent}data: [DONE]\n\n`;
+    const expected = `${content(0)}${emptyNoUsage}${content(1)}data: [DONE]\n\n`;
+    expect(relay(text, [])).toEqual({ out: expected, dropped: true });
+    const second = text.indexOf(usageEvent) + usageEvent.length;
+    expect(relay(text, [second])).toEqual({ out: expected, dropped: true });
+  });
+
   it("forwards every complete event at once: only a partial one waits", () => {
     const f = new UsageEventFilter();
     expect(f.push(Buffer.from(`${content(0)}data: {"id"`)).toString()).toBe(content(0));
+  });
+});
+
+/** What `text`, cut into chunks at `cuts` (ascending), reads as through a fresh reader. */
+function read(text: string, cuts: readonly number[] = []): string {
+  const reader = new UsageReader();
+  let from = 0;
+  for (const at of [...cuts, text.length]) {
+    if (at > from) reader.push(Buffer.from(text.slice(from, at), "latin1"));
+    from = at;
+  }
+  return reader.text();
+}
+
+const USAGE =
+  '"usage":{"prompt_tokens":1201,"completion_tokens":40,"prompt_tokens_details":{"cached_tokens":16}}';
+
+describe("UsageReader", () => {
+  it("finds usage followed by more than any tail holds (vLLM's prompt_logprobs and the rest)", () => {
+    const after = JSON.stringify({
+      prompt_logprobs: Array.from({ length: 300 }, (_, i) => ({
+        [i]: { logprob: -1.5, rank: 1, decoded_token: "usage" },
+      })),
+      prompt_token_ids: Array.from({ length: 1200 }, (_, i) => i),
+      kv_transfer_params: null,
+    }).slice(1, -1);
+    const answer = `{"id":"c","choices":[{"message":{"content":"the \\"usage\\": {\\"prompt_tokens\\":1}"}}],${USAGE},${after}}`;
+    expect(answer.length - answer.indexOf(USAGE)).toBeGreaterThan(8192);
+    expect(read(answer)).toBe(USAGE);
+    const at = answer.indexOf(USAGE);
+    expect(read(answer, [at - 10, at + 3, at + 30, 9000])).toBe(USAGE);
+    expect(readAnswerUsage(read(answer))).toEqual({
+      refused: false,
+      prompt: 1201,
+      completion: 40,
+      cached: 16,
+    });
+  });
+
+  it("reads a stream's usage event however it is cut, the last of several deciding", () => {
+    const event = (usage: string) =>
+      `data: {"id":"c","choices":[{"index":0,"delta":{"content":"usage"}}],${usage}}\n\n`;
+    const stream = `${event('"usage":null')}${event('"usage": {"prompt_tokens":1,"completion_tokens":1}')}data: {"id":"c","choices":[],${USAGE}}\n\ndata: [DONE]\n\n`;
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.integer({ min: 1, max: stream.length - 1 }), { maxLength: 12 }),
+        (cuts) => {
+          expect(
+            read(
+              stream,
+              cuts.sort((a, b) => a - b),
+            ),
+          ).toBe(USAGE);
+        },
+      ),
+    );
+  });
+
+  it("reads nothing where there is no whole usage member", () => {
+    expect(read('{"choices":[{"message":{"content":"usage"}}],"object":"usage"}')).toBe("");
+    expect(read('{"choices":[],"usage":{"prompt_tokens":5,"completion_tok')).toBe("");
+    expect(read('{"choices":[],"usage":null}')).toBe('"usage":null');
   });
 });

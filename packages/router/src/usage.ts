@@ -1,33 +1,111 @@
 /**
- * Reading an engine's `usage` counts from the end of its answer, without parsing the answer:
- * a JSON answer puts `usage` after `choices`, and a stream that reports it does so in its last
- * data event. What is read here comes from an engine, so every count is checked, and a count
+ * Reading an engine's `usage` counts from its answer as it goes by, without parsing the
+ * answer: a JSON answer has a `usage` member (vLLM may write long members after it), and a
+ * stream that reports it does so in its last data event. What is read here comes from an engine, so every count is checked, and a count
  * that is not a plain non-negative integer reads as absent (the caller keeps its estimate).
  */
 
-/** Characters of an answer's end that {@link usageTail} keeps; `usage` fits many times over. */
-export const USAGE_TAIL_CHARS = 4096;
+const USAGE_MEMBER = Buffer.from('"usage"');
+
+/** Most characters of one `usage` member a {@link UsageReader} keeps (its object needs ~200). */
+export const USAGE_MEMBER_CHARS = 4096;
 
 /**
- * The last {@link USAGE_TAIL_CHARS} bytes of an answer whose final two chunks were `previous`
- * and `latest`, as Latin-1 text (usage is ASCII; multi-byte text around it needs no decoding).
+ * Finds the last `"usage": {…}` member of an answer as its chunks go by, wherever it is: vLLM
+ * writes `prompt_logprobs`, `prompt_token_ids` and `kv_transfer_params` after `usage` in a
+ * whole answer, as long as the client makes them, so the answer's end alone may not hold it;
+ * and a stream's usage event may come in many small chunks. Holds one member's text (at most
+ * {@link USAGE_MEMBER_CHARS}) and a reference to the previous chunk, never the answer: each
+ * chunk costs one native search for the key. A key that is not a member (the string `"usage"`
+ * as a value, in generated text or a token's text) is passed over.
  */
-export function usageTail(
-  previous: Uint8Array | undefined,
-  latest: Uint8Array | undefined,
-): string {
-  const last = latest === undefined ? "" : latin1(latest, latest.length - USAGE_TAIL_CHARS);
-  if (previous === undefined || last.length >= USAGE_TAIL_CHARS) return last;
-  return latin1(previous, previous.length - (USAGE_TAIL_CHARS - last.length)) + last;
+export class UsageReader {
+  /** The last member found, whole, as Latin-1 text ("" for none). */
+  #found = "";
+  /** A member whose key was found but not its end yet (it may prove to be no member). */
+  #open: string | undefined;
+  /** The previous chunk, for a key split across two chunks. */
+  #previous: Buffer | undefined;
+
+  /** Reads the next chunk of the answer. */
+  push(chunk: Buffer): void {
+    const open = this.#open;
+    if (open !== undefined) {
+      this.#open = undefined;
+      this.#take(open + latin1(chunk, 0, USAGE_MEMBER_CHARS - open.length));
+    }
+    const previous = this.#previous;
+    this.#previous = chunk;
+    for (
+      let at = chunk.lastIndexOf(USAGE_MEMBER);
+      at >= 0;
+      at = at === 0 ? -1 : chunk.lastIndexOf(USAGE_MEMBER, at - 1)
+    ) {
+      if (this.#take(latin1(chunk, at, at + USAGE_MEMBER_CHARS))) return;
+    }
+    // The key split across the two chunks: it starts in the previous one's last bytes.
+    if (previous === undefined) return;
+    const edge = Math.max(0, previous.length - (USAGE_MEMBER.length - 1));
+    const head = previous.length - edge;
+    const joint = latin1(previous, edge) + latin1(chunk, 0, USAGE_MEMBER.length - 1);
+    // Too short to hold the key on either side alone: a key found here is split.
+    const at = joint.indexOf('"usage"');
+    if (at < 0) return;
+    this.#take(joint.slice(at, head) + latin1(chunk, 0, USAGE_MEMBER_CHARS - (head - at)));
+  }
+
+  /** The last whole `usage` member found, for {@link readAnswerUsage}; "" for none. */
+  text(): string {
+    return this.#found;
+  }
+
+  /** Takes `text` (from a `"usage"` key on) as the member found; false if it is none. */
+  #take(text: string): boolean {
+    const end = memberEnd(text);
+    if (end < 0) return false;
+    // A later member: the one still open before it (if any) is no longer the last.
+    this.#open = undefined;
+    if (end > 0) this.#found = text.slice(0, end);
+    else if (text.length >= USAGE_MEMBER_CHARS) this.#found = text;
+    else this.#open = text;
+    return true;
+  }
 }
 
-function latin1(bytes: Uint8Array, from: number): string {
+/**
+ * Where the member `text` starts with (`"usage"`, then `: {…}` or `: null`) ends: its length
+ * when whole, 0 when `text` ends before the member does, -1 when the key is no member.
+ */
+function memberEnd(text: string): number {
+  let i = skipJsonSpace(text, USAGE_MEMBER.length);
+  if (i >= text.length) return 0;
+  if (text.charCodeAt(i) !== 0x3a) return -1;
+  i = skipJsonSpace(text, i + 1);
+  if (i >= text.length) return 0;
+  if (text.charCodeAt(i) === 0x6e) {
+    const rest = text.slice(i, i + 4);
+    return rest === "null" ? i + 4 : "null".startsWith(rest) ? 0 : -1;
+  }
+  if (text.charCodeAt(i) !== 0x7b) return -1;
+  let depth = 0;
+  let inString = false;
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) depth++;
+    else if ((c === 0x7d || c === 0x5d) && --depth === 0) return i + 1;
+  }
+  return 0;
+}
+
+/** Bytes `from` up to `to` of `chunk` (both clamped to it), as Latin-1 text. */
+function latin1(chunk: Buffer, from: number, to = chunk.length): string {
   const start = Math.max(0, from);
-  // The router's chunks are Buffers already: decode in place, with no view object per answer.
-  if (Buffer.isBuffer(bytes)) return bytes.toString("latin1", start);
-  return Buffer.from(bytes.buffer, bytes.byteOffset + start, bytes.length - start).toString(
-    "latin1",
-  );
+  const end = Math.min(chunk.length, to);
+  return end <= start ? "" : chunk.toString("latin1", start, end);
 }
 
 /** A `usage` field {@link readUsageCount} reads. */
@@ -108,7 +186,7 @@ export interface AnswerUsage {
 const NO_USAGE: AnswerUsage = { refused: false };
 const REFUSED_USAGE: AnswerUsage = { refused: true };
 
-/** The counts of the `usage` at the end of an answer (see {@link usageTail}). */
+/** The counts of an answer's `usage` member (see {@link UsageReader}). */
 export function readAnswerUsage(tail: string): AnswerUsage {
   if (tail.indexOf("_tokens") < 0) return NO_USAGE;
   const prompt = usageValue(tail, "prompt_tokens");
@@ -155,10 +233,31 @@ export function countEventEnds(chunk: Uint8Array, afterNewline: boolean): number
   return count;
 }
 
-const EVENT_END = Buffer.from("\n\n");
+/** The blank lines that end a server-sent event: `\n\n`, `\r\n\r\n` or `\r\r`. */
+const EVENT_ENDS = [Buffer.from("\n\n"), Buffer.from("\r\n\r\n"), Buffer.from("\r\r")];
 const EMPTY_CHOICES = [Buffer.from('"choices":[]'), Buffer.from('"choices": []')];
 const USAGE_KEY = Buffer.from('"usage"');
 const EMPTY = Buffer.alloc(0);
+
+/** Where the last event of `data` ends (just past its blank line), or -1 where none does. */
+function lastEventEnd(data: Buffer): number {
+  let end = -1;
+  for (const blank of EVENT_ENDS) {
+    const at = data.lastIndexOf(blank);
+    if (at >= 0) end = Math.max(end, at + blank.length);
+  }
+  return end;
+}
+
+/** Where the first event of `data` from `from` on ends (past its blank line), or -1. */
+function nextEventEnd(data: Buffer, from: number): number {
+  let end = -1;
+  for (const blank of EVENT_ENDS) {
+    const at = data.indexOf(blank, from);
+    if (at >= 0 && (end < 0 || at + blank.length < end)) end = at + blank.length;
+  }
+  return end;
+}
 
 /**
  * Takes out of a stream the one event a client did not ask for: the usage event that the
@@ -166,7 +265,9 @@ const EMPTY = Buffer.alloc(0);
  * its exact counts. vLLM, SGLang and llama.cpp all send it as its own event, after the last
  * content and before `[DONE]`, with an empty `choices` list. Every other byte goes through
  * unchanged and in order; an event split across chunks is held until its end arrives, so a
- * client sees the same bytes as without the router, at most one partial event later.
+ * client sees the same bytes as without the router, at most one partial event later. Events
+ * may end in any blank line SSE allows (`\n\n`, `\r\n\r\n`, `\r\r`); every event with an
+ * empty `choices` list and a `usage` is taken out, a second one too (an engine that repeats it).
  */
 export class UsageEventFilter {
   #held: Buffer | undefined;
@@ -176,15 +277,13 @@ export class UsageEventFilter {
   /** The bytes of `chunk` (and of what was held) to forward now; may be empty. */
   push(chunk: Buffer): Buffer {
     const data = this.#held === undefined ? chunk : Buffer.concat([this.#held, chunk]);
-    const last = data.lastIndexOf(EVENT_END);
-    if (last < 0) {
+    const cut = lastEventEnd(data);
+    if (cut < 0) {
       this.#held = data;
       return EMPTY;
     }
-    const cut = last + EVENT_END.length;
     this.#held = cut === data.length ? undefined : data.subarray(cut);
-    const complete = cut === data.length ? data : data.subarray(0, cut);
-    return this.dropped ? complete : this.#drop(complete);
+    return this.#drop(cut === data.length ? data : data.subarray(0, cut));
   }
 
   /** What is still held when the stream ends (an unfinished last event), forwarded as is. */
@@ -194,18 +293,28 @@ export class UsageEventFilter {
     return held;
   }
 
+  /** `events` (whole ones) without those with empty `choices` and a `usage`. */
   #drop(events: Buffer): Buffer {
-    let at = events.indexOf(EMPTY_CHOICES[0] as Buffer);
-    if (at < 0) at = events.indexOf(EMPTY_CHOICES[1] as Buffer);
-    if (at < 0) return events;
-    const previous = events.lastIndexOf(EVENT_END, at);
-    const from = previous < 0 ? 0 : previous + EVENT_END.length;
-    const end = events.indexOf(EVENT_END, at) + EVENT_END.length;
-    const event = events.subarray(from, end);
-    if (event.indexOf(USAGE_KEY) < 0) return events;
+    // Most batches have no empty `choices` at all: one search each, and through untouched.
+    if (events.indexOf(EMPTY_CHOICES[0] as Buffer) < 0) {
+      if (events.indexOf(EMPTY_CHOICES[1] as Buffer) < 0) return events;
+    }
+    const kept: Buffer[] = [];
+    let from = 0;
+    let dropped = false;
+    while (from < events.length) {
+      const end = nextEventEnd(events, from);
+      const event = events.subarray(from, end);
+      const usage =
+        (event.indexOf(EMPTY_CHOICES[0] as Buffer) >= 0 ||
+          event.indexOf(EMPTY_CHOICES[1] as Buffer) >= 0) &&
+        event.indexOf(USAGE_KEY) >= 0;
+      if (usage) dropped = true;
+      else kept.push(event);
+      from = end;
+    }
+    if (!dropped) return events;
     this.dropped = true;
-    if (from === 0) return events.subarray(end);
-    if (end === events.length) return events.subarray(0, from);
-    return Buffer.concat([events.subarray(0, from), events.subarray(end)]);
+    return kept.length === 1 ? (kept[0] as Buffer) : Buffer.concat(kept);
   }
 }
