@@ -6,6 +6,7 @@
  */
 
 const USAGE_MEMBER = Buffer.from('"usage"');
+const QUOTE = 0x22;
 
 /** Most characters of one `usage` member a {@link UsageReader} keeps (its object needs ~200). */
 export const USAGE_MEMBER_CHARS = 4096;
@@ -43,9 +44,11 @@ export class UsageReader {
     ) {
       if (this.#take(latin1(chunk, at, at + USAGE_MEMBER_CHARS))) return;
     }
-    // The key split across the two chunks: it starts in the previous one's last bytes.
+    // The key split across the two chunks: it starts in the previous one's last bytes (with
+    // its opening quote there: most chunks end an event, in no quote).
     if (previous === undefined) return;
     const edge = Math.max(0, previous.length - (USAGE_MEMBER.length - 1));
+    if (previous.indexOf(QUOTE, edge) < 0) return;
     const head = previous.length - edge;
     const joint = latin1(previous, edge) + latin1(chunk, 0, USAGE_MEMBER.length - 1);
     // Too short to hold the key on either side alone: a key found here is split.
@@ -217,6 +220,7 @@ function skipJsonSpace(text: string, i: number): number {
 }
 
 const LF = 0x0a;
+const CR = 0x0d;
 
 /**
  * Server-sent events that end in `chunk`: each ends in a blank line, `\n\n` (JSON text inside
@@ -241,12 +245,21 @@ const EMPTY = Buffer.alloc(0);
 
 /** Where the last event of `data` ends (just past its blank line), or -1 where none does. */
 function lastEventEnd(data: Buffer): number {
+  // Most chunks end an event, the engine writing one event at a time: no search then.
+  const n = data.length;
+  if (n >= 2 && data[n - 1] === LF && (data[n - 2] === LF || endsInCrlfBlank(data))) return n;
   let end = -1;
   for (const blank of EVENT_ENDS) {
     const at = data.lastIndexOf(blank);
     if (at >= 0) end = Math.max(end, at + blank.length);
   }
   return end;
+}
+
+/** Whether `data` ends in `\r\n\r\n`. */
+function endsInCrlfBlank(data: Buffer): boolean {
+  const n = data.length;
+  return n >= 4 && data[n - 4] === CR && data[n - 3] === LF && data[n - 2] === CR;
 }
 
 /** Where the first event of `data` from `from` on ends (past its blank line), or -1. */
