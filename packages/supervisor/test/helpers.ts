@@ -74,6 +74,32 @@ export function portOpen(port: number): Promise<boolean> {
   });
 }
 
+/**
+ * The inodes of the sockets listening on TCP `port` (any address, IPv4 or IPv6), from
+ * `/proc/net/tcp{,6}`: which socket holds a port, so that a port another process took after
+ * it was freed (tests run side by side) is not mistaken for the one a test opened.
+ */
+export function listeningSockets(port: number): string[] {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, "0");
+  return ["/proc/net/tcp", "/proc/net/tcp6"].flatMap((file) => {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch {
+      return [];
+    }
+    return text
+      .split("\n")
+      .slice(1)
+      .flatMap((line) => {
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        const f = line.trim().split(/\s+/);
+        const local = f[1] ?? "";
+        return local.endsWith(`:${hexPort}`) && f[3] === "0A" ? [f[9] ?? ""] : [];
+      });
+  });
+}
+
 /** Parses "grandchild <pid> port <port>" lines out of a log tail. */
 export function grandchildren(lines: readonly string[]): { pid: number; port: number }[] {
   return lines.flatMap((line) => {
