@@ -25,8 +25,9 @@ export class UsageReader {
   #found = "";
   /** A member whose key was found but not its end yet (it may prove to be no member). */
   #open: string | undefined;
-  /** The previous chunk, for a key split across two chunks. */
-  #previous: Buffer | undefined;
+  /** The last bytes read (the key's length less one), for a key split across chunks. */
+  readonly #carry = Buffer.alloc(USAGE_MEMBER.length - 1);
+  #carried = 0;
 
   /** Reads the next chunk of the answer. */
   push(chunk: Buffer): void {
@@ -35,8 +36,8 @@ export class UsageReader {
       this.#open = undefined;
       this.#take(open + latin1(chunk, 0, USAGE_MEMBER_CHARS - open.length));
     }
-    const previous = this.#previous;
-    this.#previous = chunk;
+    const split = this.#splitKey(chunk);
+    this.#keep(chunk);
     for (
       let at = chunk.lastIndexOf(USAGE_MEMBER);
       at >= 0;
@@ -44,17 +45,40 @@ export class UsageReader {
     ) {
       if (this.#take(latin1(chunk, at, at + USAGE_MEMBER_CHARS))) return;
     }
-    // The key split across the two chunks: it starts in the previous one's last bytes (with
-    // its opening quote there: most chunks end an event, in no quote).
-    if (previous === undefined) return;
-    const edge = Math.max(0, previous.length - (USAGE_MEMBER.length - 1));
-    if (previous.indexOf(QUOTE, edge) < 0) return;
-    const head = previous.length - edge;
-    const joint = latin1(previous, edge) + latin1(chunk, 0, USAGE_MEMBER.length - 1);
-    // Too short to hold the key on either side alone: a key found here is split.
+    if (split !== undefined) this.#take(split);
+  }
+
+  /**
+   * The text from a key that starts in the bytes carried from earlier chunks (however many:
+   * a chunk of one byte may sit inside the key) and ends in `chunk`; undefined for none. Only
+   * when the carried bytes hold its opening quote: most chunks end an event, in no quote.
+   */
+  #splitKey(chunk: Buffer): string | undefined {
+    const n = this.#carried;
+    const carry = this.#carry;
+    let quote = false;
+    for (let i = 0; i < n && !quote; i++) quote = carry[i] === QUOTE;
+    if (!quote) return undefined;
+    const joint = carry.toString("latin1", 0, n) + latin1(chunk, 0, USAGE_MEMBER.length - 1);
     const at = joint.indexOf('"usage"');
-    if (at < 0) return;
-    this.#take(joint.slice(at, head) + latin1(chunk, 0, USAGE_MEMBER_CHARS - (head - at)));
+    // From `n` on, the key is in the chunk: its own search finds it.
+    if (at < 0 || at >= n) return undefined;
+    return joint.slice(at, n) + latin1(chunk, 0, USAGE_MEMBER_CHARS - (n - at));
+  }
+
+  /** Carries the last bytes read, `chunk`'s and, where it is short, those before it. */
+  #keep(chunk: Buffer): void {
+    const carry = this.#carry;
+    const k = carry.length;
+    if (chunk.length >= k) {
+      chunk.copy(carry, 0, chunk.length - k);
+      this.#carried = k;
+      return;
+    }
+    const kept = Math.min(this.#carried, k - chunk.length);
+    carry.copyWithin(0, this.#carried - kept, this.#carried);
+    chunk.copy(carry, kept);
+    this.#carried = kept + chunk.length;
   }
 
   /** The last whole `usage` member found, for {@link readAnswerUsage}; "" for none. */
