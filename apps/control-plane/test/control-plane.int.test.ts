@@ -269,6 +269,26 @@ describe("control plane over Connect", () => {
       Code.InvalidArgument,
       /name must be a DNS label/,
     );
+    // UnavoidNode: a deployment is required and must exist; a named node must exist.
+    await expectConnectError(
+      admin.unavoidNode({ deployment: "" }),
+      Code.InvalidArgument,
+      /deployment is required/,
+    );
+    await expectConnectError(
+      admin.unavoidNode({ deployment: "nope" }),
+      Code.NotFound,
+      /no deployment named "nope"/,
+    );
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "m", engine: Engine.VLLM, replicas: 1 },
+    });
+    await expectConnectError(
+      admin.unavoidNode({ deployment: "chat", node: "node-z" }),
+      Code.NotFound,
+      /no node with id or hostname "node-z"/,
+    );
+    expect((await admin.unavoidNode({ deployment: "chat" })).nodeIds).toEqual([]);
   });
 
   it("refuses a Register that names a live node without its credential; the node keeps serving", async () => {
