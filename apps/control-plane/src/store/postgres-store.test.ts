@@ -2,6 +2,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isControlPlaneError } from "../errors.js";
 import { postgresUnavailable, startTestPostgres, type TestPostgres } from "../testing/postgres.js";
+import { startTcpProxy } from "../testing/tcp-proxy.js";
 import { MIGRATIONS } from "./migrations.js";
 import { startLeaderLease } from "./postgres-lease.js";
 import {
@@ -481,6 +482,49 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
       store.close();
     }
   }, 40_000);
+
+  it("a warm copy whose connection goes silent gives it up and reads over a new one", async () => {
+    const url = await server.createDatabase();
+    const db = await openPostgresDatabase({ url, tokens: TOKENS });
+    const epoch = await takeLease(db, "a");
+    const store = await openPostgresStore({ database: db, writer: { holder: "a", epoch } });
+    const proxy = await startTcpProxy(server.port);
+    const viaProxy = await openPostgresDatabase({
+      url: url.replace(`:${server.port}/`, `:${proxy.port}/`),
+      tokens: TOKENS,
+    });
+    const lines: string[] = [];
+    const copy = startWarmCopy({
+      database: viaProxy,
+      eventsKept: 100,
+      build: (s) => s.deployments.map((d) => d.name),
+      log: (line) => lines.push(line),
+      minIntervalMs: 20,
+      pollMs: 600_000,
+      queryTimeoutMs: 500,
+    });
+    try {
+      expect((await copy.refreshed()).value).toEqual([]);
+      // The copy's connection hears nothing more, and is told nothing: no reset, no close.
+      proxy.strand();
+      store.putDeployment({
+        name: "chat",
+        specJson: "{}",
+        revision: 1,
+        createdAtMs: 1,
+        updatedAtMs: 1,
+      });
+      await store.flush();
+      void copy.refreshed();
+      await expect.poll(() => copy.current?.value, { timeout: 10_000 }).toEqual(["chat"]);
+      expect(lines[0]).toMatch(/cannot be read \(Query read timeout\)/);
+      expect(lines.at(-1)).toContain("current again");
+    } finally {
+      await copy.close();
+      store.close();
+      await proxy.close();
+    }
+  }, 30_000);
 
   it("a failed transaction leaves neither the copy nor the database changed", async () => {
     const url = await server.createDatabase();

@@ -45,6 +45,13 @@ export interface WarmCopyOptions<T> {
   readonly minIntervalMs?: number;
   /** Default 5 s. */
   readonly pollMs?: number;
+  /**
+   * How long one query of a read may wait for its answer (default 15 s). A connection whose
+   * peer vanished without a reset (a partition, a database host gone) answers nothing, and the
+   * operating system may take a quarter of an hour to say so; past this, the read fails, the
+   * connection is given up and the next read opens another.
+   */
+  readonly queryTimeoutMs?: number;
   readonly now?: () => number;
 }
 
@@ -52,6 +59,7 @@ export function startWarmCopy<T>(options: WarmCopyOptions<T>): WarmCopy<T> {
   const log = options.log ?? (() => {});
   const now = options.now ?? Date.now;
   const minIntervalMs = options.minIntervalMs ?? 500;
+  const queryTimeoutMs = options.queryTimeoutMs ?? 15_000;
   let current: WarmCopyState<T> | undefined;
   let client: pg.Client | undefined;
   let connecting: Promise<pg.Client> | undefined;
@@ -67,7 +75,7 @@ export function startWarmCopy<T>(options: WarmCopyOptions<T>): WarmCopy<T> {
   const connected = (): Promise<pg.Client> => {
     if (client !== undefined) return Promise.resolve(client);
     connecting ??= (async () => {
-      const c = await options.database.connect();
+      const c = await options.database.connect({ queryTimeoutMs });
       c.on("error", () => {
         if (client === c) client = undefined;
         void c.end().catch(() => {});
@@ -76,10 +84,12 @@ export function startWarmCopy<T>(options: WarmCopyOptions<T>): WarmCopy<T> {
         if (client === c) client = undefined;
       });
       c.on("notification", request);
-      await c.query(`LISTEN ${STATE_CHANGED_CHANNEL}`);
-      if (closed) {
-        await c.end().catch(() => {});
-        throw new Error("closed");
+      try {
+        await c.query(`LISTEN ${STATE_CHANGED_CHANNEL}`);
+        if (closed) throw new Error("closed");
+      } catch (error) {
+        void c.end().catch(() => {});
+        throw error;
       }
       client = c;
       return c;
@@ -121,6 +131,11 @@ export function startWarmCopy<T>(options: WarmCopyOptions<T>): WarmCopy<T> {
       }
     } catch (error) {
       if (closed) return;
+      // Whatever failed, the next read starts on a new connection: one that timed out may
+      // never answer again, and its LISTEN with it.
+      const c = client;
+      client = undefined;
+      void c?.end().catch(() => {});
       if (!failing)
         log(
           `the follower's copy of ${options.database.location} cannot be read (${(error as Error).message}); reads are answered from the copy of ${current === undefined ? "nothing" : new Date(current.readAtMs).toISOString()}, retrying`,

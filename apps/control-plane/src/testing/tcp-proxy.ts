@@ -5,11 +5,13 @@ import { connect, createServer, type Socket } from "node:net";
  * (a control plane from PostgreSQL) while others still reach it. `cut()` is a silent
  * partition, as a dead switch port is: nothing is closed, bytes stop flowing both ways and
  * new connections are accepted but never answered. `restore()` drops what the cut held (its
- * clients see the connections die and reconnect) and forwards again.
+ * clients see the connections die and reconnect) and forwards again. `strand()` silences only
+ the connections open now, as a peer that vanished without a reset does, and forwards new ones.
  */
 export interface TcpProxy {
   readonly port: number;
   cut(): void;
+  strand(): void;
   restore(): void;
   close(): Promise<void>;
 }
@@ -38,18 +40,24 @@ export async function startTcpProxy(targetPort: number, host = "127.0.0.1"): Pro
     client.pipe(upstream);
     upstream.pipe(client);
   });
+  const silence = () => {
+    for (const { client, upstream } of pairs) {
+      client.unpipe();
+      upstream?.unpipe();
+      client.pause();
+      upstream?.pause();
+    }
+  };
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const port = (server.address() as { port: number }).port;
   return {
     port,
     cut() {
       cutOff = true;
-      for (const { client, upstream } of pairs) {
-        client.unpipe();
-        upstream?.unpipe();
-        client.pause();
-        upstream?.pause();
-      }
+      silence();
+    },
+    strand() {
+      silence();
     },
     restore() {
       cutOff = false;
