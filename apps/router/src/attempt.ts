@@ -1,6 +1,6 @@
 /** One try of one request on one replica: the upstream half of an {@link Exchange}. */
 import {
-  countEventEnds,
+  EventEndCounter,
   type PickDecision,
   quarterTail,
   type StepPhase,
@@ -93,8 +93,7 @@ export class Attempt implements UpstreamHandler {
   #keyRefused = false;
   #sse = false;
   /** Server-sent events relayed, and whether the last chunk ended in `\n`. */
-  #events = 0;
-  #endedInNewline = false;
+  readonly #events = new EventEndCounter();
   #sent = 0;
   /**
    * The last (up to) four bytes written to the client, oldest in the high byte: whether they
@@ -258,8 +257,7 @@ export class Attempt implements UpstreamHandler {
     this.#sent += chunk.length;
     this.#usage.push(chunk);
     if (this.#sse && x.countEvents) {
-      this.#events += countEventEnds(chunk, this.#endedInNewline);
-      this.#endedInNewline = chunk[chunk.length - 1] === 0x0a;
+      this.#events.push(chunk);
     }
     if (this.#sent === this.#length && this.#sent === chunk.length) {
       // The whole answer in one chunk (most JSON answers): sent by `res.end(chunk)` in
@@ -294,7 +292,7 @@ export class Attempt implements UpstreamHandler {
     if (this.#whole !== undefined) x.res.end(this.#whole);
     else if (held !== undefined) x.res.end(held);
     else x.res.end();
-    x.settleUsage(this.#usage.text(), this.#events);
+    x.settleUsage(this.#usage.text(), this.#events.count);
     this.#settle({ kind: "done" });
   }
 
@@ -354,7 +352,7 @@ export class Attempt implements UpstreamHandler {
     } else {
       x.res.destroy();
     }
-    x.settleUsage(this.#usage.text(), this.#events);
+    x.settleUsage(this.#usage.text(), this.#events.count);
     this.#settle({ kind: "done" });
   }
 
@@ -373,7 +371,7 @@ export class Attempt implements UpstreamHandler {
     x.core.metrics.clientDisconnect(x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
     this.#verdict = "abandoned";
     // What was relayed before the client left is paid for (no-op when nothing was).
-    if (this.#responding) x.settleUsage(this.#usage.text(), this.#events);
+    if (this.#responding) x.settleUsage(this.#usage.text(), this.#events.count);
     this.#settle({ kind: "done" });
   }
 

@@ -28,6 +28,8 @@ export interface FakeEngineOptions {
    * through as written.
    */
   readonly usage?: string;
+  /** What ends each line of a stream (default `\n`; the SSE spec allows `\r\n` and `\r`). */
+  readonly lineEnd?: "\n" | "\r\n" | "\r";
 }
 
 export interface ReceivedRequest {
@@ -149,6 +151,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
     const usageJson =
       options.usage ?? `{"prompt_tokens":7,"completion_tokens":${n},"total_tokens":${7 + n}}`;
     if (body.stream === true) {
+      const end = (options.lineEnd ?? "\n").repeat(2);
       res.writeHead(200, { "content-type": "text/event-stream" });
       if (options.gateFirstChunk === true) await gate();
       for (let i = 0; i < n; i++) {
@@ -157,7 +160,7 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
           ? { index: 0, delta: { content: `tok${i} ` }, finish_reason: null }
           : { index: 0, text: `tok${i} `, finish_reason: null };
         write(
-          `data: ${JSON.stringify({ id: "x", object: chat ? "chat.completion.chunk" : "text_completion", created: 1, model, choices: [delta] })}\n\n`,
+          `data: ${JSON.stringify({ id: "x", object: chat ? "chat.completion.chunk" : "text_completion", created: 1, model, choices: [delta] })}${end}`,
         );
         if (options.dieAfterChunks !== undefined && i + 1 >= options.dieAfterChunks) {
           // Let the bytes already written leave before the "crash".
@@ -171,10 +174,10 @@ export async function startFakeEngine(options: FakeEngineOptions): Promise<FakeE
       const usage = (body.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
       if (usage === true) {
         write(
-          `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 1, model, choices: [] }).slice(0, -1)},"usage":${usageJson}}\n\n`,
+          `data: ${JSON.stringify({ id: "x", object: "chat.completion.chunk", created: 1, model, choices: [] }).slice(0, -1)},"usage":${usageJson}}${end}`,
         );
       }
-      write("data: [DONE]\n\n");
+      write(`data: [DONE]${end}`);
       res.end();
       rec.finished = true;
       return;

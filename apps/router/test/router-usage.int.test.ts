@@ -13,7 +13,7 @@ import { createManualRoutingFeed } from "@llmgw/router/testing";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { type RunningRouter, startRouter } from "../src/index.js";
-import { type FakeEngine, startFakeEngine } from "./router-fake-engine.js";
+import { type FakeEngine, type FakeEngineOptions, startFakeEngine } from "./router-fake-engine.js";
 import { routingSnapshot, startFedRouter } from "./routing-fixture.js";
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -73,7 +73,9 @@ async function until(check: () => boolean | Promise<boolean>, ms = 5_000): Promi
   }
 }
 
-async function fakeSetup(options: { usage?: string; dieAfterChunks?: number } = {}) {
+async function fakeSetup(
+  options: Pick<FakeEngineOptions, "usage" | "dieAfterChunks" | "lineEnd"> = {},
+) {
   const engine = await startFakeEngine({ name: "e", chunks: 5, ...options });
   cleanups.push(() => engine.close());
   const { router, feed } = await startFedRouter({
@@ -138,18 +140,25 @@ describe("router: exact usage of streams", () => {
     expect(t.get("key-a")?.gpuMs).toBeGreaterThan(0);
   });
 
-  it("charges a stream cut short what it streamed, flagged as estimated", async () => {
-    const { router, feed } = await fakeSetup({ dieAfterChunks: 3 });
-    const cut = await post(router, "sk-a", { stream: true });
-    expect(cut.status).toBe(200);
-    expect(cut.text).toContain("failed mid-stream");
-    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
-    expect(totals(feed.usageBatches).get("key-a")).toMatchObject({
-      completion: 1,
-      estimated: 1,
-      refused: 0,
-    });
-  });
+  it.each([
+    ["LF", "\n"],
+    ["CRLF", "\r\n"],
+    ["CR", "\r"],
+  ] as const)(
+    "charges a stream cut short what it streamed, flagged as estimated (%s line ends)",
+    async (_name, lineEnd) => {
+      const { router, feed } = await fakeSetup({ dieAfterChunks: 3, lineEnd });
+      const cut = await post(router, "sk-a", { stream: true });
+      expect(cut.status).toBe(200);
+      expect(cut.text).toContain("failed mid-stream");
+      await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+      expect(totals(feed.usageBatches).get("key-a")).toMatchObject({
+        completion: 1,
+        estimated: 1,
+        refused: 0,
+      });
+    },
+  );
 
   it.each([
     ["negative", '{"prompt_tokens":-3,"completion_tokens":5}'],

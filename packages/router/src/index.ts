@@ -164,7 +164,7 @@ export {
 export { StepPhase } from "./step-phase.js";
 export {
   type AnswerUsage,
-  countEventEnds,
+  EventEndCounter,
   MAX_REPORTED_TOKENS,
   readAnswerUsage,
   readUsageCount,

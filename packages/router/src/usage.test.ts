@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
-  countEventEnds,
+  EventEndCounter,
   readAnswerUsage,
   readUsageCount,
   UsageEventFilter,
@@ -39,16 +39,50 @@ describe("readUsageCount (usage counts at the end of an answer)", () => {
   });
 });
 
-describe("countEventEnds", () => {
+describe("EventEndCounter", () => {
+  const counted = (...chunks: string[]) => {
+    const counter = new EventEndCounter();
+    for (const chunk of chunks) counter.push(bytes(chunk));
+    return counter.count;
+  };
+
   it.each([
-    ['data: {"a":1}\n\ndata: {"b":2}\n\n', false, 2],
-    ['data: {"a":"x\\n\\ny"}\n\n', false, 1],
-    ["data: [DONE]\n", false, 0],
-    ["\ndata: x\n\n", true, 2],
-    ["\ndata: x\n\n", false, 1],
-    ["", true, 0],
-  ])("%j (after newline: %s) → %s", (text, afterNewline, expected) => {
-    expect(countEventEnds(bytes(text), afterNewline)).toBe(expected);
+    ['data: {"a":1}\n\ndata: {"b":2}\n\n', 2],
+    ['data: {"a":"x\\n\\ny"}\n\n', 1],
+    ["data: [DONE]\n", 0],
+    ["\ndata: x\n\n", 1],
+    ["", 0],
+    ['data: {"a":1}\r\n\r\ndata: {"b":2}\r\n\r\n', 2],
+    ['data: {"a":1}\r\rdata: {"b":2}\r\r', 2],
+    ["data: a\r\n\ndata: b\n\r\n", 2],
+    ["data: [DONE]\r\n", 0],
+  ])("%j → %s", (text, expected) => {
+    expect(counted(text)).toBe(expected);
+  });
+
+  it("counts an end split across chunks once, whatever ends its lines", () => {
+    expect(counted("data: x\n", "\ndata: y\n\n")).toBe(2);
+    expect(counted("data: x\r\n", "\r\n")).toBe(1);
+    expect(counted("data: x\r", "\n\r", "\n")).toBe(1);
+    expect(counted("data: x\r", "\r")).toBe(1);
+    // A chunk that only ends a line, then one that starts the next event.
+    expect(counted("data: x", "\n", "data: y\n\n")).toBe(1);
+  });
+
+  it("reads a stream the same however it is cut", () => {
+    const streams = [
+      'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n',
+      'data: {"a":1}\r\n\r\ndata: {"b":2}\r\n\r\ndata: [DONE]\r\n\r\n',
+      'data: {"a":1}\r\rdata: {"b":2}\r\rdata: [DONE]\r\r',
+    ];
+    for (const stream of streams) {
+      for (let i = 0; i <= stream.length; i++) {
+        for (let j = i; j <= stream.length; j++) {
+          const cut = counted(stream.slice(0, i), stream.slice(i, j), stream.slice(j));
+          if (cut !== 3) throw new Error(`${JSON.stringify(stream)} cut at ${i}, ${j}: ${cut}`);
+        }
+      }
+    }
   });
 });
 

@@ -247,18 +247,42 @@ const LF = 0x0a;
 const CR = 0x0d;
 
 /**
- * Server-sent events that end in `chunk`: each ends in a blank line, `\n\n` (JSON text inside
- * an event never has a raw newline). `afterNewline`: whether the previous chunk ended in `\n`,
- * so an end split across two chunks counts once. A stream's events bound its tokens from below
- * (engines send at least one token per content event), which is what a stream that reports no
- * `usage` is settled with.
+ * Counts the server-sent events a stream ends, chunk by chunk. Each ends in a blank line, and a
+ * line ends in `\n`, `\r\n` or `\r` (JSON text inside an event has no raw line break); an end
+ * split across chunks counts once. A stream's events bound its tokens from below (engines send
+ * at least one token per content event), which is what a stream that reports no `usage` is
+ * settled with.
  */
-export function countEventEnds(chunk: Uint8Array, afterNewline: boolean): number {
-  let count = 0;
-  for (let at = chunk.indexOf(LF); at >= 0; at = chunk.indexOf(LF, at + 1)) {
-    if (at === 0 ? afterNewline : chunk[at - 1] === LF) count++;
+export class EventEndCounter {
+  #count = 0;
+  /** Whether the last byte seen ended a line: 0 not, {@link CR} (its LF may follow) or LF. */
+  #lineEnded = 0;
+
+  get count(): number {
+    return this.#count;
   }
-  return count;
+
+  push(chunk: Uint8Array): void {
+    if (chunk.length === 0) return;
+    if (this.#lineEnded !== CR && chunk.indexOf(CR) < 0) {
+      // Lines end in `\n` alone, as every engine writes them: a blank line is `\n\n`.
+      for (let at = chunk.indexOf(LF); at >= 0; at = chunk.indexOf(LF, at + 1)) {
+        if (at === 0 ? this.#lineEnded !== 0 : chunk[at - 1] === LF) this.#count++;
+      }
+      this.#lineEnded = chunk[chunk.length - 1] === LF ? LF : 0;
+      return;
+    }
+    let ended = this.#lineEnded;
+    for (let i = 0; i < chunk.length; i++) {
+      const b = chunk[i];
+      if (b === LF && ended === CR) ended = LF;
+      else if (b === LF || b === CR) {
+        if (ended !== 0) this.#count++;
+        ended = b;
+      } else ended = 0;
+    }
+    this.#lineEnded = ended;
+  }
 }
 
 /** The blank lines that end a server-sent event: `\n\n`, `\r\n\r\n` or `\r\r`. */
