@@ -138,6 +138,18 @@ describe("parseDeploymentSpec", () => {
     { engine: "vllm", arg: "--otlp-traces-endpoint=x", owned: "--otlp-traces-endpoint" },
     { engine: "vllm", arg: "--download-dir=x", owned: "--download-dir" },
     { engine: "vllm", arg: "-cc", owned: "-cc" },
+    // vLLM reads `--json-flag.key value` as `--json-flag '{"key": value}'`.
+    {
+      engine: "vllm",
+      arg: "--kv-transfer-config.kv_connector_module_path=m",
+      owned: "--kv-transfer-config",
+    },
+    { engine: "vllm", arg: "--kv-transfer.kv_connector=x", owned: "--kv-transfer-config" },
+    { engine: "vllm", arg: "--speculative-config.model", owned: "--speculative-config" },
+    { engine: "vllm", arg: "--compilation-config.cache_dir=/x", owned: "--compilation-config" },
+    { engine: "vllm", arg: "--kv-events-config.endpoint=tcp://h:1", owned: "--kv-events-config" },
+    { engine: "vllm", arg: "-cc.cache_dir=/x", owned: "-cc" },
+    { engine: "vllm", arg: "--override-generation-config.temperature=0.5", owned: undefined },
     { engine: "vllm", arg: "--tokenizer-mode", owned: undefined },
     { engine: "vllm", arg: "--chat-template-content-format", owned: undefined },
     { engine: "vllm", arg: "--revision", owned: undefined },
@@ -252,11 +264,11 @@ describe("parseDeploymentSpec", () => {
       ["tensorParallel", 0],
       ["extraArgs[3]", "ok\u0000"],
       ["extra", true],
-      ["extraArgs[2]", "--host=1.2.3.4"],
-      ["env.HF_TOKEN", "hf_secret"],
-      ["env.lower", "x"],
-      ["env.CUDA_VISIBLE_DEVICES", "0"],
-      ["env.LLMGW_X", "1"],
+      ["extraArgs[2]", "--host=…"],
+      ["env.HF_TOKEN", undefined],
+      ["env.lower", undefined],
+      ["env.CUDA_VISIBLE_DEVICES", undefined],
+      ["env.LLMGW_X", undefined],
     ]);
     expect(result.error.message).toContain("name: name must be a DNS label");
   });
@@ -277,23 +289,38 @@ describe("parseDeploymentSpec", () => {
     expect(result.ok ? [] : result.error.issues).toEqual([
       {
         field: "extraArgs[2]",
-        value: "--host=1.2.3.4",
-        message: '"--host=1.2.3.4" would set --host, which llmgw owns for vllm',
+        value: "--host=…",
+        message: '"--host=…" would set --host, which llmgw owns for vllm',
       },
       {
         field: "env.HF_TOKEN",
-        value: "hf_secret",
         message: expect.stringContaining("agent's environment file"),
       },
-      { field: "env.lower", value: "x", message: "env key must match ^[A-Z_][A-Z0-9_]*$" },
+      { field: "env.lower", message: "env key must match ^[A-Z_][A-Z0-9_]*$" },
       {
         field: "env.CUDA_VISIBLE_DEVICES",
-        value: "0",
         message: expect.stringContaining("is set by llmgw"),
       },
-      { field: "env.LLMGW_X", value: "1", message: expect.stringContaining("is set by llmgw") },
-      { field: "env.A", value: "x\ny", message: "env value must not contain control characters" },
+      { field: "env.LLMGW_X", message: expect.stringContaining("is set by llmgw") },
+      { field: "env.A", message: "env value must not contain control characters" },
     ]);
+  });
+
+  it.each([
+    { env: { HUGGING_FACE_HUB_TOKEN: "Zq8vLw2RkT9mN4xP7cY1" } },
+    { env: { VLLM_API_KEY: "Zq8vLw2RkT9mN4xP7cY1" } },
+    { env: { NCCL_DEBUG: "Zq8vLw2RkT9mN4xP7cY1\n" } },
+    { extraArgs: ["--api-key=Zq8vLw2RkT9mN4xP7cY1"] },
+    { extraArgs: ["--hf-token", "Zq8vLw2RkT9mN4xP7cY1"] },
+  ])("refuses %j without repeating what may be a key", (fields) => {
+    // The refusal reaches the agent's log, the replica's status and the control plane's answer;
+    // the redactor knows hf_/sk- shapes, not every key.
+    const result = parseDeploymentSpec({ ...base, ...fields });
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.error.message).toMatch(/(env\.[A-Z_]+|extraArgs\[0\]): /);
+    expect(JSON.stringify(result.error.issues)).not.toContain("Zq8vLw2RkT9mN4xP7cY1");
+    expect(result.error.message).not.toContain("Zq8vLw2RkT9mN4xP7cY1");
   });
 
   it.each([

@@ -301,7 +301,10 @@ function count(
  */
 export function ownedFlagIn(engine: EngineName, arg: string): string | undefined {
   if (arg.startsWith("--")) {
-    const flag = (arg.split("=", 1)[0] ?? arg).replaceAll("_", "-");
+    let flag = (arg.split("=", 1)[0] ?? arg).replaceAll("_", "-");
+    // vLLM's parser turns `--compilation-config.cache_dir x` into `--compilation-config
+    // '{"cache_dir": "x"}'` (FlexibleArgumentParser): a dotted name sets the flag before its dot.
+    if (engine === "vllm") flag = flag.split(".", 1)[0] ?? flag;
     if (flag === "--") return undefined;
     // argparse (vLLM, SGLang) expands unambiguous prefixes; llama.cpp looks names
     // up exactly, so there `--grammar` is its own option, not a prefix of `--grammar-file`.
@@ -412,7 +415,7 @@ export const deploymentSpecSchema = objectSchema
         ctx.addIssue({
           code: "custom",
           path: ["extraArgs", i],
-          message: `${JSON.stringify(arg)} would set ${owned}, which llmgw owns for ${spec.engine}`,
+          message: `${JSON.stringify(shownArg(arg))} would set ${owned}, which llmgw owns for ${spec.engine}`,
         });
       }
     });
@@ -558,28 +561,28 @@ export type ParseDeploymentSpecResult =
 /**
  * Validates untrusted input (parsed JSON/YAML, an RPC message converted to plain data).
  * Never throws; on failure the error has code `LLMGW_ENGINES_INVALID_SPEC` and one issue per
- * bad field, each naming the field and echoing the value that was refused.
+ * bad field, each naming the field and echoing the value that was refused, short of what may
+ * be a secret (see {@link DeploymentSpecIssue.value}).
  */
 export function parseDeploymentSpec(input: unknown): ParseDeploymentSpecResult {
   const result = deploymentSpecSchema.safeParse(input);
   if (result.success) return { ok: true, spec: result.data };
-  const issues: DeploymentSpecIssue[] = result.error.issues.flatMap((issue) =>
-    issue.code === "unrecognized_keys"
-      ? issue.keys.map((key) => ({
-          field: formatPath([...issue.path, key]),
-          message: "unknown field (not in llmgw.v1.Deployment)",
-          value: valueAt(input, [...issue.path, key]),
-        }))
-      : [
-          {
-            field: formatPath(issue.path),
-            message: issue.message,
-            value: valueAt(input, issue.path),
-          },
-        ],
+  const issue = (path: readonly PropertyKey[], message: string): DeploymentSpecIssue => {
+    const field = formatPath(path);
+    if (path[0] === "env") return { field, message };
+    const value = valueAt(input, path);
+    return { field, message, value: path[0] === "extraArgs" ? shownArg(value) : value };
+  };
+  const issues: DeploymentSpecIssue[] = result.error.issues.flatMap((i) =>
+    i.code === "unrecognized_keys"
+      ? i.keys.map((key) => issue([...i.path, key], "unknown field (not in llmgw.v1.Deployment)"))
+      : [issue(i.path, i.message)],
   );
   const summary = issues
-    .map((i) => `${i.field || "(spec)"}: ${i.message} (got ${preview(i.value)})`)
+    .map(
+      (i) =>
+        `${i.field || "(spec)"}: ${i.message}${"value" in i ? ` (got ${preview(i.value)})` : ""}`,
+    )
     .join("; ");
   return {
     ok: false,
@@ -628,6 +631,13 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
     cur = (cur as Record<PropertyKey, unknown>)[part];
   }
   return cur;
+}
+
+/** An extra argument as a refusal may show it: `--flag=value` as `--flag=…` (it may be a key). */
+function shownArg<T>(arg: T): T | string {
+  if (typeof arg !== "string" || !arg.startsWith("-")) return arg;
+  const at = arg.indexOf("=");
+  return at < 0 ? arg : `${arg.slice(0, at)}=…`;
 }
 
 function preview(value: unknown): string {

@@ -83,7 +83,7 @@ describe("deployment env: what no node may allow", () => {
     expect(parsed.ok).toBe(false);
     if (parsed.ok) return;
     expect(parsed.error.issues).toEqual([
-      { field: `env.${key}`, value: "x", message: expect.stringContaining(why) },
+      { field: `env.${key}`, message: expect.stringContaining(why) },
     ]);
     expect(parsed.error.issues[0]?.message).toContain("no deployment may set it");
     const allowed = launchError(() =>

@@ -26,8 +26,12 @@ export interface DeploymentSpecIssue {
   readonly field: string;
   /** Human text naming the rule that failed. */
   readonly message: string;
-  /** The offending value as given (echoed so the operator sees what was refused). */
-  readonly value: unknown;
+  /**
+   * The offending value as given, echoed so the operator sees what was refused; absent where
+   * it may be a secret (an env value), and `--flag=…` for an argument's value after `=`. The
+   * refusal goes to logs and replica statuses, where a refused token must not.
+   */
+  readonly value?: unknown;
 }
 
 /** Options of {@link EnginesError}. */

@@ -84,7 +84,8 @@ export const command: Command = {
         return 1;
       }
       const lines = parsed.error.issues.map(
-        (i) => `  ${i.field || "(spec)"}: ${i.message} (got ${JSON.stringify(i.value)})`,
+        (i) =>
+          `  ${i.field || "(spec)"}: ${i.message}${"value" in i ? ` (got ${JSON.stringify(i.value)})` : ""}`,
       );
       return fail(`invalid deployment spec ${values.file}:\n${lines.join("\n")}`);
     }
