@@ -4,6 +4,7 @@
  * session cookie, and the cookie-plus-CSRF translation that lets the page call
  * `ClusterService` — and nothing else.
  */
+import { connect } from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AgentService } from "@llmgw/proto";
@@ -264,6 +265,37 @@ describe("failed logins", () => {
         code: "LLMGW_CONTROL_PLANE_UI_LOGIN_THROTTLED",
         message: expect.stringMatching(/try again in \d+ s/),
       });
+    });
+  });
+
+  it("are throttled when sent together, each counted before its body is read", async () => {
+    await withControlPlane(true, async (own) => {
+      const { hostname, port } = new URL(own.controlUrl);
+      // Each login's head goes now and its body once every head is in: all of them pass the
+      // throttle's check before any token is compared.
+      const logins = Array.from({ length: 10 }, (_, i) => {
+        const body = JSON.stringify({ token: `wrong-${i}` });
+        const socket = connect(Number(port), hostname);
+        socket.write(
+          `POST /ui/api/login HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`,
+        );
+        let text = "";
+        socket.on("data", (c: Buffer) => {
+          text += c.toString("latin1");
+        });
+        const status = new Promise<number>((resolve, reject) => {
+          socket.on("end", () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1])));
+          socket.on("error", reject);
+        });
+        const answered = () => text.length > 0;
+        return { socket, body, status, answered };
+      });
+      // The 429s answer on the head alone; the first five wait for their bodies.
+      await expect.poll(() => logins.filter((l) => l.answered()).length).toBe(5);
+      for (const l of logins) if (!l.answered()) l.socket.write(l.body);
+      const statuses = await Promise.all(logins.map((l) => l.status));
+      expect(statuses.filter((s) => s === 401)).toHaveLength(5);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(5);
     });
   });
 });

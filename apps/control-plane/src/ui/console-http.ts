@@ -165,6 +165,9 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
       );
       return;
     }
+    // Counted as failed now, cleared if right: logins sent together all pass the check above
+    // before any body is read, and each must use up one of the address's tries.
+    throttle.failed(address);
     readSmallBody(req, LOGIN_BODY_MAX_BYTES).then(
       (body) => {
         let token: unknown;
@@ -179,7 +182,6 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
           return;
         }
         if (!secretsEqual(token.trim(), opts.adminToken)) {
-          throttle.failed(address);
           log(`console: failed login from ${address}`);
           refuse(
             res,
