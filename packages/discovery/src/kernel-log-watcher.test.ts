@@ -41,6 +41,10 @@ const XID_13 =
 const XID_48 =
   "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
 const XID_79 = "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.";
+const XID_31 =
+  "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ";
+const XID_120 =
+  "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3";
 const R570 = [
   "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
   "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
@@ -69,6 +73,8 @@ function watch(options: KernelLogWatcherOptions): {
     pollMs: 10,
     retryMs: 20,
     clock: () => 1_000,
+    // Booted long enough before the clock for every captured stamp to be this boot's.
+    bootTimeMs: 1_000 - 30 * 86_400_000,
     ...options,
     onChange: (e) => events.push(e),
   });
@@ -91,9 +97,45 @@ describe("watchKernelLog on a regular file", () => {
     // No boot id for a file: it may come from another boot.
     expect(watcher.faults()[0]!.bootId).toBeUndefined();
 
-    appendFileSync(file, `${NOISE[0]}\n${XID_48}\n`);
-    await expect.poll(() => codes(watcher)).toEqual([13, 48]);
-    expect(events.at(-1)).toMatchObject({ kind: "opened", live: true, fault: { code: 48 } });
+    // A record past the backlog's stamps ([ 1843.439662]) is live.
+    appendFileSync(file, `${NOISE[0]}\n${XID_120}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([13, 120]);
+    expect(events.at(-1)).toMatchObject({ kind: "opened", live: true, fault: { code: 120 } });
+  });
+
+  it("`dmesg -w >> file` restarted prints the ring again: old records neither re-open nor count", async () => {
+    const file = path.join(tempDir(), "kern.log");
+    writeFileSync(file, `${XID_31}\n${NOISE[0]}\n`);
+    let now = 1_000_000;
+    const { watcher, events } = watch({ path: file, clock: () => now });
+    await watcher.caughtUp;
+    const before = watcher.faults();
+    now += 10 * 60_000;
+    appendFileSync(file, `${XID_31}\n${NOISE[0]}\n${XID_120}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([31, 120]);
+    expect(watcher.faults()[0]).toEqual(before[0]);
+    expect(events.map((e) => [e.kind, e.fault.code, e.live])).toEqual([
+      ["opened", 31, false],
+      ["opened", 120, true],
+    ]);
+    expect(watcher.stats()).toMatchObject({ records: 5, faultRecords: 2, replayed: 2 });
+  });
+
+  it("a rotated file that holds the old records again: only the new one is live", async () => {
+    const dir = tempDir();
+    const file = path.join(dir, "kern.log");
+    writeFileSync(file, `${XID_31}\n`);
+    const { watcher, events } = watch({ path: file });
+    await watcher.caughtUp;
+    renameSync(file, path.join(dir, "kern.log.1"));
+    writeFileSync(file, `${XID_31}\n${XID_120}\n`);
+    await expect.poll(() => codes(watcher)).toEqual([31, 120]);
+    expect(watcher.stats().restarts).toBe(1);
+    expect(watcher.faults()[0]!.count).toBe(1);
+    expect(events.map((e) => [e.kind, e.fault.code, e.live])).toEqual([
+      ["opened", 31, false],
+      ["opened", 120, true],
+    ]);
   });
 
   it("waits for the end of a line, and joins the continuation lines of a record", async () => {
@@ -229,12 +271,31 @@ describe("readKernelLogFaults", () => {
     const file = path.join(tempDir(), "kern.log");
     writeFileSync(file, `${XID_13}\n${XID_79}`);
     const report = await readKernelLogFaults(file, { clock: () => 7 });
+    // `dmesg -T` stamps its local time; a line without a stamp is timed when read.
     expect(report.faults.map((f) => [f.code, f.firstSeenUnixMs])).toEqual([
-      [13, 7],
+      [13, new Date(2024, 7, 30, 11, 43, 9).getTime()],
       [79, 7],
     ]);
     expect(report.stats.source).toBe("file");
   });
+
+  it.each([
+    ["syslog (kern.log)", XID_48, new Date(2022, 11, 2, 11, 38, 47).getTime()],
+    ["dmesg", XID_31, 1_600_000_000_000 + 365_970],
+  ])(
+    "times a %s record from its own stamps: read again after an agent restart, its first/last seen do not move (an operator's clear holds)",
+    async (_, line, seenAt) => {
+      const file = path.join(tempDir(), "kern.log");
+      writeFileSync(file, `${line}\n`);
+      const read = async (clockMs: number) =>
+        (await readKernelLogFaults(file, { clock: () => clockMs, bootTimeMs: 1_600_000_000_000 }))
+          .faults;
+      const first = await read(1_700_000_000_000);
+      const second = await read(1_700_003_600_000);
+      expect(first).toMatchObject([{ count: 1, firstSeenUnixMs: seenAt, lastSeenUnixMs: seenAt }]);
+      expect(second).toEqual(first);
+    },
+  );
 
   it("times kmsg-format records from the boot time and keeps their seq", async () => {
     const file = path.join(tempDir(), "kmsg.txt");

@@ -44,8 +44,9 @@ export interface KernelLogWatcherOptions {
   /** Unix ms. Default `Date.now`. */
   readonly clock?: () => number;
   /**
-   * Unix ms of boot, to turn kmsg `TS_US` (µs since boot) into wall time. Default
-   * `clock() - os.uptime()` at creation (the kernel's timestamps exclude suspend; servers don't).
+   * Unix ms of boot, to turn kmsg `TS_US` and dmesg `[secs.usec]` stamps (µs since boot) into
+   * wall time (see `recordTimeMs`). Default `/proc/stat`'s `btime`, else `clock() - os.uptime()`
+   * at creation (the kernel's timestamps exclude suspend; servers don't).
    */
   readonly bootTimeMs?: number;
   /**
@@ -261,7 +262,10 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
   const sequence = createKmsgSequence(o.path);
   const state = createFaultState(o, tracker);
   // Records of the current opening are live once it caught up (or when it opened a rotated
-  // file, whose content is all new); the backlog of a first or re-opening is not.
+  // file, whose content is new); the backlog of a first or re-opening is not. A text log has no
+  // kmsg seq: the tracker skips a stamped record read before and never calls one at or below
+  // the highest stamp read live, so a rotated file or a restarted `dmesg -w` that prints the
+  // ring again acts on nothing old.
   let live = false;
   let unreadable: Problem | undefined;
   let timer: NodeJS.Timeout | undefined;

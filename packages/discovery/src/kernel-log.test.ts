@@ -12,9 +12,11 @@ import {
   type ParsedXid,
   parseFallenOffBus,
   parseKmsgRecord,
+  parseWallClockMs,
   parseXid,
   pciBusKey,
   RECOVERY_ACTIONS,
+  recordTimeMs,
   UNKNOWN_XID,
   XID_CATALOG,
   type XidAction,
@@ -1093,8 +1095,9 @@ describe("createKernelFaultTracker + applyKernelFaults over every fault class", 
       const health = first!.healthProblems[0]!;
       expect(health.code).toBe(ProblemCodes.gpuFault);
       expect(health.source).toBe("kernel-log");
+      // Timed by the line's own stamp where it has a wall-clock one, else when read.
       expect(health.message).toContain(
-        `: action ${c.action}; 1 record since 2023-11-14T22:13:20.000Z`,
+        `: action ${c.action}; 1 record since ${new Date(fault.firstSeenUnixMs).toISOString()}`,
       );
       expect(health.message).toContain(fault.description);
       expect(health.message).toContain(`evidence: ${fault.evidence}`);
@@ -1327,5 +1330,157 @@ describe("an event's pid", () => {
     expect(tracker.add(first, true).map((e) => [e.kind, e.pid])).toEqual([["opened", 7194]]);
     now += 5_000; // a quiet window: a new burst of the same fault
     expect(tracker.add(later, true).map((e) => [e.kind, e.pid])).toEqual([["opened", 7062]]);
+  });
+});
+
+describe("a text log printing the ring buffer again (no kmsg seq to tell)", () => {
+  // Verbatim §1.3 lines: Xid 31 (restart-engine) and Xid 120 (reset-gpu) with dmesg stamps, and
+  // the syslog Xid 48 with both a wall-clock and a monotonic stamp.
+  const XID_31 =
+    "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ";
+  const XID_120 =
+    "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3";
+  const XID_48 =
+    "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
+  const NOISE = "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).";
+
+  it.each([
+    ["dmesg", XID_31, undefined],
+    ["dmesg, boot time known", XID_31, 1_000_000],
+    ["syslog", XID_48, undefined],
+  ])(
+    "skips a %s record read again ten minutes later: no event, same count and times",
+    (_, line, bootTimeMs) => {
+      let now = 1_700_000_000_000;
+      const tracker = createKernelFaultTracker({
+        clock: () => now,
+        ...(bootTimeMs === undefined ? {} : { bootTimeMs }),
+      });
+      expect(tracker.add(line, true).map((e) => e.kind)).toEqual(["opened"]);
+      tracker.add(NOISE, true);
+      const before = tracker.faults();
+      now += 10 * 60_000; // `dmesg -w` restarted and printed the whole ring again
+      expect(tracker.add(line, true)).toEqual([]);
+      expect(tracker.add(NOISE, true)).toEqual([]);
+      expect(tracker.faults()).toEqual(before);
+      expect(tracker.faults()[0]!.count).toBe(1);
+      expect(tracker.stats()).toMatchObject({ faultRecords: 1, replayed: 2 });
+    },
+  );
+
+  it("a record below the highest stamp read still counts (a new boot's stamps restart near 0) but is not live", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    expect(tracker.add(XID_120, false).map((e) => [e.kind, e.live])).toEqual([["opened", false]]);
+    expect(tracker.add(XID_31, true).map((e) => [e.kind, e.fault.code, e.live])).toEqual([
+      ["opened", 31, false],
+    ]);
+    expect(tracker.faults().map((f) => [f.code, f.count])).toEqual([
+      [120, 1],
+      [31, 1],
+    ]);
+  });
+
+  it("after a reboot, a file's earlier boot neither acts nor keeps this boot's records from acting", () => {
+    // kern.log read at start, ten minutes after a reboot: the earlier boot ran a week, so its
+    // stamps are far above this boot's; this boot's own backlog; then a new record, live.
+    let now = 1_700_000_000_000;
+    const tracker = createKernelFaultTracker({ clock: () => now, bootTimeMs: now - 600_000 });
+    expect(tracker.add(XID_120, false).map((e) => e.live)).toEqual([false]);
+    expect(tracker.add(XID_31, false).map((e) => e.live)).toEqual([false]);
+    now += 120_000;
+    const next = "[  719.000001] NVRM: Xid (PCI:0000:02:00): 31, pid=1, name=python3, channel 0x2";
+    expect(tracker.add(next, true).map((e) => [e.fault.code, e.live])).toEqual([[31, true]]);
+    // An earlier boot's record is never live, even in a file the watcher reads as new.
+    const old = "[604800.000001] NVRM: Xid (PCI:0000:03:00): 31, pid=1, name=python3, channel 0x2";
+    expect(tracker.add(old, true).map((e) => [e.fault.code, e.live])).toEqual([[31, false]]);
+  });
+
+  it("a record past the highest stamp read is live", () => {
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    tracker.add(XID_31, false);
+    expect(tracker.add(XID_120, true).map((e) => [e.kind, e.fault.code, e.live])).toEqual([
+      ["opened", 120, true],
+    ]);
+  });
+
+  it("skips the continuation lines of a replayed multi-line record", () => {
+    // §1.3, NVSentinel#155: the R570 fallen-off-bus record as dmesg prints it.
+    const r570 = [
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+      "               NVRM: fallen off the bus and is not responding to commands.",
+    ];
+    const tracker = createKernelFaultTracker({ clock: () => 5 });
+    expect(r570.flatMap((l) => tracker.add(l, false)).map((e) => e.kind)).toEqual(["opened"]);
+    expect(r570.flatMap((l) => tracker.add(l, true))).toEqual([]);
+    expect(tracker.faults()).toMatchObject([{ kind: "fallen-off-bus", count: 1 }]);
+  });
+});
+
+describe("recordTimeMs: a record's time comes from the record where it says", () => {
+  const NOW = Date.UTC(2025, 2, 1); // 2025-03-01
+  const BOOT = NOW - 86_400_000;
+  it.each<[string, string, number | undefined, number]>([
+    // §1.1 kmsg record (KDOC grammar, GPUD capture): boot time + TS_US.
+    ["kmsg", "6,3964,206764307,-;nvidia-nvswitch2: open (major=510)", BOOT, BOOT + 206_764],
+    [
+      "dmesg [secs.usec]",
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      BOOT,
+      BOOT + 1_843_308,
+    ],
+    // Past this boot's uptime (one day): an earlier boot's record, which happened before it.
+    [
+      "dmesg stamp of an earlier boot",
+      "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3",
+      BOOT,
+      BOOT,
+    ],
+    [
+      "dmesg, boot time unknown",
+      "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+      undefined,
+      NOW,
+    ],
+    // Syslog: local time, the year that does not put it in the future; its wall clock wins.
+    [
+      "syslog",
+      "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+      BOOT,
+      new Date(2024, 11, 2, 11, 38, 47).getTime(),
+    ],
+    [
+      "journalctl -k",
+      "Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT",
+      undefined,
+      new Date(2025, 1, 14, 5, 3, 41).getTime(),
+    ],
+    [
+      "dmesg -T",
+      "[Sun Feb 23 16:24:18 2025] NVRM: GPU Board Serial Number: 1650124014249",
+      BOOT,
+      new Date(2025, 1, 23, 16, 24, 18).getTime(),
+    ],
+    [
+      "dmesg --time-format=iso",
+      "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:38:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors",
+      BOOT,
+      Date.UTC(2025, 0, 21, 4, 41, 44, 283),
+    ],
+    ["no stamp", "NVRM: GPU Board Serial Number: 0", BOOT, NOW],
+  ])("%s", (_, line, bootTimeMs, expected) => {
+    const record = parseKmsgRecord(line)!;
+    expect(recordTimeMs(record, line, NOW, bootTimeMs)).toBe(expected);
+  });
+
+  it("takes a syslog date that would lie more than a day ahead as last year's", () => {
+    const line = "Dec  2 11:38:47 worker4 kernel: x";
+    expect(parseWallClockMs(line, new Date(2025, 11, 3).getTime())).toBe(
+      new Date(2025, 11, 2, 11, 38, 47).getTime(),
+    );
+    expect(parseWallClockMs(line, new Date(2025, 10, 14).getTime())).toBe(
+      new Date(2024, 11, 2, 11, 38, 47).getTime(),
+    );
+    expect(parseWallClockMs("Feb 30 11:38:47 worker4 kernel: x", 0)).toBeUndefined();
   });
 });

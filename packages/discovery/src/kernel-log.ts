@@ -728,7 +728,9 @@ export interface KernelFaultEvent {
   readonly previousAction?: FaultAction;
   /**
    * True when the record was read live (after the initial catch-up), false for the boot-time
-   * backlog: an agent restart must not act again on an old record (restart engines).
+   * backlog: an agent restart must not act again on an old record (restart engines). A record
+   * with a monotonic stamp at or below the highest one read is never live (a replayed ring
+   * buffer); one read before with the same stamp and text produces no event at all.
    */
   readonly live: boolean;
   /** The fault came back from saved state ({@link KernelFaultTracker.restore}), not from a record; `live` is false. */
@@ -743,11 +745,11 @@ export interface KernelFaultTrackerOptions {
   readonly windowMs?: number;
   /** Faults kept (least recently seen forgotten first). Default 1024. */
   readonly maxFaults?: number;
-  /** Unix ms; the time of records that carry no kmsg timestamp. Default `Date.now`. */
+  /** Unix ms; the time of records that carry no time of their own (see {@link recordTimeMs}). Default `Date.now`. */
   readonly clock?: () => number;
   /**
-   * Unix ms of boot: a kmsg record's `TS_US` (µs since boot) becomes `bootTimeMs + TS_US/1000`.
-   * Undefined: every record is timed by `clock` when read.
+   * Unix ms of boot: a record's monotonic stamp (kmsg `TS_US`, dmesg's `[secs.usec]`, µs since
+   * boot) becomes `bootTimeMs + stamp/1000`. Undefined: such records are timed by `clock`.
    */
   readonly bootTimeMs?: number;
   /** Boot id stamped on every fault (`/proc/sys/kernel/random/boot_id`); absent: unknown. */
@@ -768,6 +770,11 @@ export interface KernelFaultTrackerStats {
   deduped: number;
   /** Records that were an Xid, an SXid or a fallen-off-bus message. */
   faultRecords: number;
+  /**
+   * NVRM/SXid records skipped because one with the same monotonic stamp and text was read
+   * before: a restarted `dmesg -w`, or a rotated file, printing the ring buffer again.
+   */
+  replayed: number;
   /** Faults forgotten at `maxFaults` (see {@link XidAggregatorOptions.maxFaults}). */
   evicted: number;
   /** Of those, faults that took a GPU out (reset-gpu, drain-node, reboot). */
@@ -781,7 +788,11 @@ export interface KernelFaultTrackerStats {
  * {@link add} takes one `/dev/kmsg` record or one text line (any prefix {@link parseKmsgRecord}
  * knows); text continuation lines are joined to the record before them so the multi-line
  * fallen-off-bus message parses. Only kernel-facility records count when the facility is known
- * (user space may write to /dev/kmsg, and must not forge a fault).
+ * (user space may write to /dev/kmsg, and must not forge a fault). A record with a monotonic
+ * stamp (kmsg `TS_US`, dmesg `[secs.usec]`) whose stamp and text were read before is skipped
+ * (counted as `replayed`): a text log has no kmsg sequence numbers, and `dmesg -w` restarted,
+ * or a rotated file, prints the ring buffer again. Records are timed by
+ * {@link recordTimeMs}.
  */
 export interface KernelFaultTracker {
   /** Folds one record in; returns the faults it opened or whose action it changed. Never throws. */
@@ -809,8 +820,94 @@ interface PendingRecord {
   message: string;
   seq: number | undefined;
   atMs: number;
+  /** Whether the record was live (see {@link KernelFaultEvent.live}). */
+  live: boolean;
   /** A fallen-off-bus message was found in it already. */
   matched: boolean;
+}
+
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+// The wall-clock stamps of the text front-ends (§1.1): syslog/journal `Dec  2 11:38:47 host kernel: `
+// (local time, no year), `dmesg -T` `[Sun Feb 23 16:24:18 2025] ` (local time), and
+// `dmesg --time-format=iso` `2025-01-21T04:41:44,283302+00:00`.
+const SYSLOG_STAMP = /^([A-Z][a-z]{2}) ([ \d]\d) (\d\d):(\d\d):(\d\d) \S+ kernel: /;
+const CTIME_STAMP = /^\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) ([ \d]\d) (\d\d):(\d\d):(\d\d) (\d{4})\]/;
+const ISO_STAMP =
+  /^[a-z]+\s*:[a-z]+\s*:\s(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d{1,9}))?(?:([+-]\d\d):?(\d\d)|(Z))?\s/;
+const DAY_MS = 86_400_000;
+/** `/proc/stat`'s `btime` is whole seconds: a stamp this far past the uptime is still this boot's. */
+const BOOT_TIME_SLACK_MS = 2_000;
+
+/**
+ * Unix ms of a text line's own wall-clock stamp; undefined when it has none or it is not a
+ * date. Syslog prints no year: the stamp is taken in the latest year that does not put it more
+ * than a day after `nowMs`.
+ */
+export function parseWallClockMs(line: string, nowMs: number): number | undefined {
+  const local = (year: number, month: string, day: string, hms: string[]): number | undefined => {
+    const m = MONTHS.indexOf(month);
+    const [h, min, sec] = hms.map(Number) as [number, number, number];
+    const d = Number(day);
+    const date = new Date(year, m, d, h, min, sec);
+    const sound = m >= 0 && h < 24 && min < 60 && sec < 61 && date.getDate() === d;
+    return sound ? date.getTime() : undefined;
+  };
+  const syslog = SYSLOG_STAMP.exec(line);
+  if (syslog) {
+    const [, month = "", day = "", ...hms] = syslog;
+    const year = new Date(nowMs).getFullYear();
+    const at = local(year, month, day, hms);
+    return at !== undefined && at > nowMs + DAY_MS ? local(year - 1, month, day, hms) : at;
+  }
+  const ctime = CTIME_STAMP.exec(line);
+  if (ctime) {
+    const [, month = "", day = "", h = "", min = "", sec = "", year = ""] = ctime;
+    return local(Number(year), month, day, [h, min, sec]);
+  }
+  const iso = ISO_STAMP.exec(line);
+  if (iso) {
+    const [, stamp, fraction = "0", offsetHours, offsetMinutes, zulu] = iso;
+    const ms = Number(`0.${fraction}`).toFixed(3).slice(1);
+    const zone = zulu ?? (offsetHours === undefined ? "" : `${offsetHours}:${offsetMinutes}`);
+    const at = Date.parse(`${stamp}${ms}${zone}`);
+    return Number.isFinite(at) ? at : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * When a record happened, from the record itself wherever it says, so that reading it again
+ * (a restarted `dmesg -w`, an agent restart over the same file) never moves a fault's
+ * first/last seen — an operator's clear is compared against them. In order: a kmsg record's
+ * `TS_US` from `bootTimeMs`; a text line's wall-clock stamp ({@link parseWallClockMs}); a
+ * dmesg `[secs.usec]` stamp from `bootTimeMs` — one past this boot's uptime is an earlier
+ * boot's and is timed at `bootTimeMs` (it happened before); else `nowMs`, the time it was read.
+ */
+export function recordTimeMs(
+  record: KernelLogRecord,
+  line: string,
+  nowMs: number,
+  bootTimeMs: number | undefined,
+): number {
+  const sinceBoot =
+    record.tsUsec === undefined || bootTimeMs === undefined
+      ? undefined
+      : Math.round(bootTimeMs + record.tsUsec / 1000);
+  if (record.seq !== undefined && sinceBoot !== undefined) return sinceBoot;
+  const wall = parseWallClockMs(line, nowMs);
+  if (wall !== undefined) return wall;
+  if (sinceBoot !== undefined) return sinceBoot <= nowMs ? sinceBoot : bootTimeMs!;
+  return nowMs;
+}
+
+/** FNV-1a, 32 bits: a short stand-in for a record's text. */
+function hashText(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return hash >>> 0;
 }
 
 /** Creates a {@link KernelFaultTracker}. */
@@ -835,9 +932,14 @@ export function createKernelFaultTracker(
     ignoredFacility: 0,
     deduped: 0,
     faultRecords: 0,
+    replayed: 0,
     restored: 0,
   };
   let pending: PendingRecord | undefined;
+  // Stamp and text of the NVRM/SXid records read (newest kept), and the highest stamp read.
+  const stamped = new Set<string>();
+  const maxStamped = 16 * maxFaults;
+  let highestUsec = -1;
 
   const convert = (fault: XidFault): GpuFault => {
     const converted = xidFaultToGpuFault(fault, {
@@ -948,7 +1050,7 @@ export function createKernelFaultTracker(
         const fallen = matchFallenOffBus(pending.message, pending.message);
         if (fallen !== undefined) {
           pending.matched = true;
-          foldFallenOff(fallen, pending.atMs, pending.seq, live, out);
+          foldFallenOff(fallen, pending.atMs, pending.seq, pending.live, out);
         }
         return out;
       }
@@ -957,17 +1059,42 @@ export function createKernelFaultTracker(
         stats.ignoredFacility++;
         return out;
       }
-      const atMs =
-        record.seq !== undefined && record.tsUsec !== undefined && options.bootTimeMs !== undefined
-          ? Math.round(options.bootTimeMs + record.tsUsec / 1000)
-          : clock();
+      let recordLive = live;
+      if (record.tsUsec !== undefined) {
+        // µs since boot plus the text name one record: read again, it is the ring buffer
+        // printed again (a restarted `dmesg -w`, a rotated file), already folded in. A record
+        // at or below the highest stamp read is not live either: a backlog, or an earlier
+        // boot's record (a new boot's stamps restart near 0, its text is new, so it counts).
+        const key = `${record.tsUsec}:${record.message.length}:${hashText(record.message)}`;
+        if (stamped.has(key)) {
+          stats.replayed++;
+          return out;
+        }
+        if (stamped.size >= maxStamped) stamped.delete(stamped.values().next().value!);
+        stamped.add(key);
+        // A stamp past this boot's uptime is an earlier boot's record (a log file holding
+        // several boots): never live, and no mark for this boot's records, which a file read
+        // after a reboot holds below the earlier boot's highest stamps.
+        const earlierBoot =
+          options.bootTimeMs !== undefined &&
+          record.tsUsec > (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000;
+        if (earlierBoot || record.tsUsec <= highestUsec) recordLive = false;
+        else highestUsec = record.tsUsec;
+      }
+      const atMs = recordTimeMs(record, line, clock(), options.bootTimeMs);
       const xid = matchXid(record.message, record.message);
       if (xid !== undefined) {
-        fold(xid, atMs, record.seq, live, out);
+        fold(xid, atMs, record.seq, recordLive, out);
       } else {
         const fallen = matchFallenOffBus(record.message, record.message);
-        if (fallen !== undefined) foldFallenOff(fallen, atMs, record.seq, live, out);
-        pending = { message: record.message, seq: record.seq, atMs, matched: fallen !== undefined };
+        if (fallen !== undefined) foldFallenOff(fallen, atMs, record.seq, recordLive, out);
+        pending = {
+          message: record.message,
+          seq: record.seq,
+          atMs,
+          live: recordLive,
+          matched: fallen !== undefined,
+        };
       }
       return out;
     },

@@ -494,6 +494,48 @@ describe("createPortHealthMonitor over the real H100 tree (§3.1)", () => {
     expect(calls.filter((p) => p.endsWith("mlx5_0/ports/1/counters/symbol_error"))).toHaveLength(1);
   });
 
+  it("a counter that then cannot be read keeps its held crossing and its saturation: no flicker to healthy", async () => {
+    let failing = false;
+    const readFile: SysfsFileReader = async (path) => {
+      if (
+        failing &&
+        /mlx5_0\/ports\/1\/counters\/(local_link_integrity|excessive_buffer_overrun)_errors$/.test(
+          path,
+        )
+      ) {
+        throw Object.assign(new Error("EIO"), { code: "EIO" });
+      }
+      return readSysfsFile(path);
+    };
+    const m = monitor({ readFile });
+    await m.read();
+    clock.advance(5000);
+    await counters("mlx5_0", { local_link_integrity_errors: "3" });
+    const messages = [
+      `mlx5_0 port 1: local_link_integrity_errors rose by 3 in 5 s (0.6/s), above the threshold (any increase); ${HOLD}`,
+      "mlx5_0 port 1: excessive_buffer_overrun_errors is at 15, the most its 4-bit counter holds; new errors are hidden until the counters are reset (perfquery -x -R, or a reboot)",
+    ];
+    const health = (report: PortHealthReport) => {
+      const port = find(report, "mlx5_0");
+      return [port?.health?.healthy, port?.health?.problems.map((p) => p.message)];
+    };
+    expect(health(await m.read())).toEqual([false, messages]);
+    failing = true;
+    clock.advance(5000);
+    const unreadable = await m.read();
+    expect(health(unreadable)).toEqual([false, messages]);
+    expect(unreadable.problems.map((p) => p.message)).toContain(
+      "mlx5_0 port 1: counters local_link_integrity_errors (EIO), excessive_buffer_overrun_errors (EIO) unreadable; errors there are unknown",
+    );
+    // Past the hold the crossing ends even unread; the saturated value stays until a read says otherwise.
+    clock.advance(600_000);
+    expect(health(await m.read())).toEqual([false, messages.slice(1)]);
+    failing = false;
+    await resetSaturated();
+    clock.advance(5000);
+    expect(health(await m.read())).toEqual([true, []]);
+  });
+
   it("a DOWN port's 10 Gb/s is not degraded; an ACTIVE port below minActiveRateGbps is, held 600 s", async () => {
     await resetSaturated();
     await states("mlx5_0", "1: DOWN", "2: Polling", "10 Gb/sec (4X)");

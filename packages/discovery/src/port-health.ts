@@ -303,7 +303,10 @@ function fmt(value: number): string {
  *   than `flapCount` remain in it;
  * - an error or rate problem stays until `holdS` has passed since the last read that crossed
  *   its threshold; a saturation problem stays while the counter is saturated (a reset, an
- *   operator's act, clears it on the next read).
+ *   operator's act, clears it on the next read);
+ * - a counter that cannot be read keeps what the reads before established: a crossing inside
+ *   `holdS` and a last-read saturated value keep their problems (the read failure itself is a
+ *   read problem of the report), so a failing read never flips an unhealthy port to healthy.
  * `healthy` is about thresholds only: a DOWN port that is not flapping is `healthy: true` (its
  * state says it is down), and its `rate` (a DOWN NDR port reports 10 Gb/s) is never judged.
  */
@@ -313,6 +316,35 @@ export function createPortHealthTracker(
   const histories = new Map<string, PortHistory>();
   const holdMs = thresholds.holdS * 1000;
   const flapWindowMs = thresholds.flapWindowS * 1000;
+
+  /** The crossing still inside `holdS`, and saturation: from this read, or the last one when this failed. */
+  function addHeldProblems(
+    id: string,
+    name: PortErrorCounterName,
+    history: CounterHistory,
+    atMs: number,
+    saturated: boolean,
+    problems: Problem[],
+  ): void {
+    if (history.crossing !== undefined) {
+      if (atMs - history.crossing.atMs < holdMs) {
+        problems.push(problem(ProblemCodes.portErrors, "sysfs", history.crossing.message));
+      } else {
+        history.crossing = undefined;
+      }
+    }
+    if (saturated && thresholds.saturatedUnhealthy) {
+      const max = portCounterMax(name);
+      const bits = Math.log2(max + 1);
+      problems.push(
+        problem(
+          ProblemCodes.portCounterSaturated,
+          "sysfs",
+          `${id}: ${name} is at ${max}, the most its ${bits}-bit counter holds; new errors are hidden until the counters are reset (perfquery -x -R, or a reboot)`,
+        ),
+      );
+    }
+  }
 
   function observeCounter(
     id: string,
@@ -324,11 +356,14 @@ export function createPortHealthTracker(
   ): { counter: PortCounter; increase?: number } {
     const name = sample.name;
     const threshold = thresholds.counters[name];
+    const max = portCounterMax(name);
     if ("failure" in sample) {
+      // An unreadable counter says nothing new: what the last reads established still holds
+      // (a crossing inside its hold, a saturated value that only a reset clears).
+      addHeldProblems(id, name, history, atMs, history.last?.value === max, problems);
       return { counter: { name, saturated: false } };
     }
     const { value } = sample;
-    const max = portCounterMax(name);
     const saturated = value === max;
     const previous = history.last;
     let increase: number | undefined;
@@ -371,23 +406,7 @@ export function createPortHealthTracker(
     ) {
       history.points.shift();
     }
-    if (history.crossing !== undefined) {
-      if (atMs - history.crossing.atMs < holdMs) {
-        problems.push(problem(ProblemCodes.portErrors, "sysfs", history.crossing.message));
-      } else {
-        history.crossing = undefined;
-      }
-    }
-    if (saturated && thresholds.saturatedUnhealthy) {
-      const bits = Math.log2(max + 1);
-      problems.push(
-        problem(
-          ProblemCodes.portCounterSaturated,
-          "sysfs",
-          `${id}: ${name} is at ${max}, the most its ${bits}-bit counter holds; new errors are hidden until the counters are reset (perfquery -x -R, or a reboot)`,
-        ),
-      );
-    }
+    addHeldProblems(id, name, history, atMs, saturated, problems);
     return {
       counter: {
         name,
