@@ -444,6 +444,66 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     await m.close(true);
   });
 
+  it("a restarted agent reports a record it cannot launch again FAILED, adopts the rest, and launches it later", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-adopt-"));
+    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
+    dirs.push(stateDir, bin);
+    const program = path.join(bin, "engine");
+    symlinkSync(process.execPath, program);
+    const node = simulateInventory("2xh100-80g", { hostname: "node-a" });
+    const agent = (extra: Partial<ReplicaManagerOptions> = {}) =>
+      relaunchingManager([program, "-e", "setInterval(() => {}, 1000)", "--"], {
+        stateDir,
+        supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+        inventory: () => node,
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        ...extra,
+      });
+    const served = simReplicaAssignment();
+    // Sorted before m-0: the records after it must still be adopted.
+    const unlaunchable = simReplicaAssignment();
+    unlaunchable.replicaId = "a-0";
+    unlaunchable.gpuIndices = [1];
+    const stateOf = (m: ReplicaManager, id: string) => m.statuses().find((s) => s.replicaId === id);
+
+    // The previous agent leaves m-0 running and a record of a-0, whose program is gone (as
+    // after a reboot with a mount not back). It neither restarts nor relaunches anything.
+    const previous = agent({
+      restartPolicy: { maxQuickFailures: 1 },
+      relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
+    });
+    await previous.apply([served]);
+    const pid = await until("m-0 to be ready", () => {
+      const s = stateOf(previous, "m-0");
+      return s?.state === ReplicaState.READY && s.pid;
+    });
+    rmSync(program);
+    await previous.apply([unlaunchable, served]);
+    expect(stateOf(previous, "a-0")?.state).toBe(ReplicaState.FAILED);
+    await previous.close(false);
+
+    const next = agent();
+    try {
+      expect(await next.adoptPrevious()).toEqual(["m-0"]);
+      expect(stateOf(next, "m-0")).toMatchObject({ state: ReplicaState.READY, pid });
+      const refused = stateOf(next, "a-0");
+      expect(refused?.state).toBe(ReplicaState.FAILED);
+      expect(refused?.message).toMatch(
+        /^launch failed: cannot spawn .*engine.*; the agent launches it afresh at \d{4}-/,
+      );
+      // The program is back: the relaunch scheduled at adoption runs it.
+      symlinkSync(process.execPath, program);
+      const running = await until("a-0 to run", () => {
+        const s = stateOf(next, "a-0");
+        return s?.state === ReplicaState.READY && s;
+      });
+      expect(running.restarts).toBe(1);
+    } finally {
+      await next.close(true);
+      await previous.close(true); // m-0, should the next agent not have adopted it
+    }
+  });
+
   it("starts the backoff over once a relaunched replica served for stableMs", async () => {
     const m = relaunchingManager(httpEngine, {
       relaunch: { firstDelayMs: 200, maxDelayMs: 3200, stableMs: 400 },

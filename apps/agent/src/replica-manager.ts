@@ -245,8 +245,10 @@ export class ReplicaManager {
 
   /**
    * Re-attaches to replicas a previous agent process started: each persisted record is
-   * rebuilt into the same launch spec and adopted when its process is alive and matches.
-   * Returns the replica ids adopted.
+   * rebuilt into the same launch spec and adopted when its process is alive and matches,
+   * launched afresh otherwise. A replica that cannot be launched either (its program gone, a
+   * mount not back) is reported FAILED and launched again later, as in {@link apply}; the
+   * other records are still adopted. Returns the replica ids adopted.
    */
   async adoptPrevious(): Promise<string[]> {
     let names: string[] = [];
@@ -273,7 +275,12 @@ export class ReplicaManager {
       }
       const managed = this.#prepare(assignment, record.apiPort, record.engineApiKey);
       if (!managed) continue;
-      await managed.replica.start({ adopt: true });
+      try {
+        await managed.replica.start({ adopt: true });
+      } catch (cause) {
+        this.#launchFailed(managed, cause);
+        continue;
+      }
       if (managed.replica.handle?.adopted) adopted.push(managed.key);
     }
     return adopted;
@@ -339,24 +346,36 @@ export class ReplicaManager {
       await this.#persist(managed);
       await managed.replica.start({ adopt: true });
     } catch (cause) {
-      const error = new AgentError(
-        "LLMGW_AGENT_LAUNCH_FAILED",
-        `launch failed: ${(cause as Error).message}`,
-        { cause },
-      );
-      this.options.logger.warn("replica failed to launch", {
-        replicaId: key,
-        code: error.code,
-        error: error.message,
-      });
-      this.#managed.delete(key);
-      void managed.kvFeed?.close();
-      // The record or the spawn failed (a full disk, a missing program): launched again as a
-      // failed engine would be, since the node may be fixed meanwhile.
-      const rejected = { assignment, message: error.message, atMs: Date.now(), restarts };
-      this.#rejected.set(key, rejected);
-      this.#scheduleRelaunch(key, rejected);
+      this.#launchFailed(managed, cause);
     }
+  }
+
+  /**
+   * Rejects `managed`, whose record or spawn failed (a full disk, a missing program): it is
+   * launched again as a failed engine would be, since the node may be fixed meanwhile.
+   */
+  #launchFailed(managed: Managed, cause: unknown): void {
+    const key = managed.key;
+    const error = new AgentError(
+      "LLMGW_AGENT_LAUNCH_FAILED",
+      `launch failed: ${(cause as Error).message}`,
+      { cause },
+    );
+    this.options.logger.warn("replica failed to launch", {
+      replicaId: key,
+      code: error.code,
+      error: error.message,
+    });
+    this.#managed.delete(key);
+    void managed.kvFeed?.close();
+    const rejected = {
+      assignment: managed.assignment,
+      message: error.message,
+      atMs: Date.now(),
+      restarts: managed.restarts,
+    };
+    this.#rejected.set(key, rejected);
+    this.#scheduleRelaunch(key, rejected);
   }
 
   /** The relaunch policy in force; undefined when failed replicas stay failed. */

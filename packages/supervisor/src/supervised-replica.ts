@@ -153,6 +153,11 @@ export class SupervisedReplica {
   #failedProbes = 0;
   #generation = 0;
   #userStopped = false;
+  /**
+   * The start or restart in flight until its process is attached. It resolves to the process
+   * it produced but did not attach because `stop()` ran meanwhile, which that `stop()` stops.
+   */
+  #launching: Promise<ProcessHandle | undefined> | undefined;
 
   constructor(options: SupervisedReplicaOptions) {
     this.options = resolveSupervisedReplicaOptions(options);
@@ -192,45 +197,69 @@ export class SupervisedReplica {
   /**
    * Starts the replica. With `adopt: true` a process left by a previous supervisor is
    * adopted when its spec hash matches, and replaced (stopped, relaunched) when it does not.
+   * Throws `LLMGW_SUPERVISOR_ALREADY_RUNNING` unless the replica is `exited` or `failed` with
+   * no start or restart in flight. A `stop()` that runs before the process is attached wins:
+   * the start then resolves with nothing running, and a launch that failed meanwhile is not
+   * reported as `failed`.
    */
   async start(options: { adopt?: boolean } = {}): Promise<void> {
-    if (this.#state !== "exited" && this.#state !== "failed") {
+    if (this.#launching !== undefined || (this.#state !== "exited" && this.#state !== "failed")) {
+      const state = this.#launching === undefined ? this.#state : "launching";
       throw new SupervisorError(
         "LLMGW_SUPERVISOR_ALREADY_RUNNING",
-        `replica ${this.options.replicaId} is ${this.#state}; stop it before starting`,
+        `replica ${this.options.replicaId} is ${state}; stop it before starting`,
       );
     }
     this.#userStopped = false;
     this.#failure = undefined;
     this.#history.length = 0;
-    if (options.adopt === true) {
-      const report = await this.#supervisor.adopt(this.options.replicaId, this.options.specHash);
-      if (report.kind === "adopted") {
-        // Probed before this returns: an engine that serves is reported ready from the new
-        // agent's first heartbeat on, never `starting` (which would take it off the routers
-        // for a probe interval, and make a planned move treat it as serving nothing).
-        this.#attach(report.handle, "adopted a running process", false);
-        await this.#runProbe(this.#generation);
-        return;
+    this.#cancelTimers(); // a restart still waiting for its backoff: this start replaces it
+    let adopted: ProcessHandle | undefined;
+    await this.#inFlight(async (generation) => {
+      if (options.adopt === true) {
+        const report = await this.#supervisor.adopt(this.options.replicaId, this.options.specHash);
+        if (report.kind === "adopted") {
+          adopted = report.handle;
+          return this.#attachUnlessStopped(generation, report.handle, "adopted a running process");
+        }
+        if (report.kind === "spec-changed") {
+          this.options.logger.info("launch spec changed; replacing the adopted process", {
+            replicaId: this.options.replicaId,
+            recorded: report.recordedSpecHash,
+            expected: report.expectedSpecHash,
+          });
+          // With the settings its launcher recorded: they belong to the process being replaced.
+          await report.handle.stop();
+          if (generation !== this.#generation) return undefined;
+        }
       }
-      if (report.kind === "spec-changed") {
-        this.options.logger.info("launch spec changed; replacing the adopted process", {
-          replicaId: this.options.replicaId,
-          recorded: report.recordedSpecHash,
-          expected: report.expectedSpecHash,
-        });
-        // With the settings its launcher recorded: they belong to the process being replaced.
-        await report.handle.stop();
-      }
+      return this.#launch(generation, "start requested");
+    });
+    if (adopted !== undefined && adopted === this.#handle) {
+      // Probed before this returns: an engine that serves is reported ready from the new
+      // agent's first heartbeat on, never `starting` (which would take it off the routers
+      // for a probe interval, and make a planned move treat it as serving nothing).
+      await this.#runProbe(this.#generation);
     }
-    await this.#launch("start requested");
   }
 
-  /** Stops the process group (→ `stopping` → `exited`) and cancels restarts and probes. */
+  /**
+   * Stops the process group (→ `stopping` → `exited`) and cancels restarts and probes.
+   * A start or restart in flight is waited for and what it launched is stopped without
+   * entering `stopping` (the replica stays `exited`, or `failed`); resolves to undefined when
+   * nothing was running. Rejects when stopping the process fails.
+   */
   async stop(): Promise<ExitReport | undefined> {
     this.#userStopped = true;
     this.#generation++;
     this.#cancelTimers();
+    // Its rejection (a failed launch) is the start's to report.
+    const unattached = await this.#launching?.catch(() => undefined);
+    if (unattached !== undefined) {
+      const report = await unattached.stop(this.#stopOptions());
+      this.#recordRun(unattached);
+      return report;
+    }
     const handle = this.#handle;
     if (handle === undefined) {
       return undefined;
@@ -259,20 +288,57 @@ export class SupervisedReplica {
     };
   }
 
-  async #launch(reason: string): Promise<void> {
+  /**
+   * Runs `run` as the start or restart in flight (see {@link stop}), with the generation it
+   * belongs to: once that changed, `stop()` ran and `run` must not attach anything.
+   */
+  async #inFlight(run: (generation: number) => Promise<ProcessHandle | undefined>): Promise<void> {
+    const launching = run(this.#generation);
+    this.#launching = launching;
+    try {
+      await launching;
+    } finally {
+      if (this.#launching === launching) this.#launching = undefined;
+    }
+  }
+
+  /** Launches a process; resolves to it when `stop()` ran meanwhile (else it is attached). */
+  async #launch(generation: number, reason: string): Promise<ProcessHandle | undefined> {
     let handle: ProcessHandle;
     try {
       const { spec, specHash } = this.options;
       const extra = this.#launchEnv === undefined ? undefined : await this.#launchEnv();
+      if (generation !== this.#generation) return undefined;
       handle = await this.#supervisor.launch(
         this.options.replicaId,
         extra === undefined ? spec : { ...spec, env: { ...spec.env, ...extra }, specHash },
       );
     } catch (cause) {
+      if (generation !== this.#generation) return undefined; // stopped: nothing failed to run
       this.#fail(`launch failed: ${(cause as Error).message}`, []);
       throw cause;
     }
-    this.#attach(handle, reason);
+    return this.#attachUnlessStopped(generation, handle, reason);
+  }
+
+  /**
+   * Attaches `handle` unless `stop()` ran since `generation`; then it is left to that stop and
+   * returned (an adopted one without the immediate probe: `start()` runs it).
+   */
+  #attachUnlessStopped(
+    generation: number,
+    handle: ProcessHandle,
+    reason: string,
+  ): ProcessHandle | undefined {
+    if (generation !== this.#generation) {
+      this.options.logger.info("stopped while launching; stopping the new process", {
+        replicaId: this.options.replicaId,
+        pid: handle.pid,
+      });
+      return handle;
+    }
+    this.#attach(handle, reason, !handle.adopted);
+    return undefined;
   }
 
   #attach(handle: ProcessHandle, reason: string, probeSoon = true): void {
@@ -377,7 +443,8 @@ export class SupervisedReplica {
     this.#timers.push(
       this.options.clock.setTimer(() => {
         if (restartGeneration !== this.#generation || this.#userStopped) return;
-        this.#launch(`restart after ${decision.quickFailures} quick failure(s)`).catch(() => {});
+        const reason = `restart after ${decision.quickFailures} quick failure(s)`;
+        this.#inFlight((generation) => this.#launch(generation, reason)).catch(() => {});
       }, decision.delayMs),
     );
   }

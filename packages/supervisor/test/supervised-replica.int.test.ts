@@ -5,7 +5,10 @@ import {
   hashProcessSpec,
   listGroupMembers,
   type ProbeOutcome,
+  type ProcessHandle,
+  type ProcessSpec,
   type ReplicaTransition,
+  Supervisor,
 } from "@llmgw/supervisor";
 import { ManualClock, RecordingLogger } from "@llmgw/supervisor/testing";
 import { afterEach, describe, expect, it } from "vitest";
@@ -28,6 +31,57 @@ function setup(clock?: ManualClock) {
     ...(clock === undefined ? {} : { clock }),
   });
   return { dir, supervisor, logger };
+}
+
+/**
+ * A real supervisor that counts its launches and can hold the next spawned process back from
+ * the replica until released, as a slow wait for /proc does.
+ */
+class SlowSupervisor extends Supervisor {
+  launches = 0;
+  settled = 0;
+  #held: { spawned: (handle: ProcessHandle) => void; released: Promise<void> } | undefined;
+
+  holdNext(): { spawned: Promise<ProcessHandle>; release: () => void } {
+    let spawned: (handle: ProcessHandle) => void = () => {};
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const spawnedHandle = new Promise<ProcessHandle>((resolve) => {
+      spawned = resolve;
+    });
+    this.#held = { spawned, released };
+    return { spawned: spawnedHandle, release };
+  }
+
+  override async launch(replicaId: string, spec: ProcessSpec): Promise<ProcessHandle> {
+    this.launches++;
+    try {
+      const handle = await super.launch(replicaId, spec);
+      const held = this.#held;
+      this.#held = undefined;
+      if (held !== undefined) {
+        held.spawned(handle);
+        await held.released;
+      }
+      return handle;
+    } finally {
+      this.settled++;
+    }
+  }
+}
+
+function slowSetup() {
+  const { dir, cleanup } = tempDir("llmgw-replica-");
+  cleanups.push(cleanup);
+  const supervisor = new SlowSupervisor({
+    stateDir: `${dir}/state`,
+    logger: new RecordingLogger(),
+    logPollIntervalMs: 50,
+    stopPollIntervalMs: 20,
+  });
+  return { dir, supervisor };
 }
 
 function record(replica: { subscribe(l: (t: ReplicaTransition) => void): () => void }) {
@@ -228,6 +282,115 @@ describe("SupervisedReplica", () => {
     const nextAgent = createSupervisor({ stateDir: `${dir}/state`, logger: new RecordingLogger() });
     const adopted = await nextAgent.adopt("keyed", hashProcessSpec(spec));
     expect(adopted).toMatchObject({ kind: "adopted", handle: { pid: second.pid } });
+  });
+
+  it("stop() while a crash restart is launching: nothing runs after it, no restart follows", async () => {
+    const clock = new ManualClock(Date.now());
+    const { dir, supervisor } = slowSetup();
+    // As the agent's launchEnv, which persists the new key before the spawn: the second
+    // launch (the restart) waits in it until released.
+    let draws = 0;
+    let restartLaunching: () => void = () => {};
+    const inLaunchEnv = new Promise<void>((resolve) => {
+      restartLaunching = resolve;
+    });
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "retired",
+      spec: engineSpec(dir, "retired", []),
+      launchEnv: async () => {
+        if (++draws === 2) {
+          restartLaunching();
+          await released;
+        }
+        return { PER_LAUNCH_SECRET: `secret-${draws}` };
+      },
+      probe: async () => "ready",
+      restartPolicy: { initialDelayMs: 1000, maxQuickFailures: 5 },
+      clock,
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+      await supervisor.get("retired")?.stop({ graceMs: 100 });
+    });
+    const transitions = record(replica);
+    await replica.start();
+    const first = replica.handle!;
+    process.kill(first.pid, "SIGKILL");
+    await waitFor("crash handled", () => replica.state === "exited");
+    clock.advance(1000);
+    await inLaunchEnv;
+
+    const stopping = replica.stop();
+    release();
+    const report = await stopping;
+    // Once the queue drains, the restart has spawned or given up; a spawn is then waited for.
+    await new Promise((resolve) => setImmediate(resolve));
+    await waitFor("launches settled", () => supervisor.settled === supervisor.launches);
+    expect({
+      report,
+      state: replica.state,
+      running: supervisor.get("retired"),
+      launches: supervisor.launches,
+      timers: clock.pending(),
+      draws,
+      transitions: path(transitions),
+    }).toEqual({
+      report: undefined,
+      state: "exited",
+      running: undefined,
+      launches: 1,
+      timers: 0,
+      draws: 2,
+      transitions: ["starting", "exited"],
+    });
+    // The supervisor's slot is free: the same replica id launches again.
+    await replica.start();
+    expect(replica.state).toBe("starting");
+    expect(isAlive(replica.handle!.pid)).toBe(true);
+  });
+
+  it("stop() racing start(): the process spawned meanwhile is stopped, not attached", async () => {
+    const { dir, supervisor } = slowSetup();
+    const { spawned, release } = supervisor.holdNext();
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "raced",
+      spec: engineSpec(dir, "raced", []),
+      probe: async () => "ready",
+      probeIntervalMs: 50,
+    });
+    cleanups.push(async () => {
+      await replica.stop();
+      await supervisor.get("raced")?.stop({ graceMs: 100 });
+    });
+    const transitions = record(replica);
+    const starting = replica.start();
+    const handle = await spawned;
+    await waitFor("engine up", () => handle.tail().includes(`engine ${handle.pid} up`));
+
+    const stopping = replica.stop();
+    release();
+    await starting;
+    expect(await stopping).toMatchObject({ code: 0, signal: null, forced: false });
+    expect(isAlive(handle.pid)).toBe(false);
+    expect({
+      state: replica.state,
+      handle: replica.handle,
+      running: supervisor.get("raced"),
+      runs: replica.history.length,
+      transitions: path(transitions),
+    }).toEqual({
+      state: "exited",
+      handle: undefined,
+      running: undefined,
+      runs: 1,
+      transitions: [],
+    });
   });
 
   it("loading past the deadline → failed with the log tail, process stopped", async () => {
