@@ -97,12 +97,18 @@ export function startKvWatch(options: KvWatchOptions): KvWatch {
       if (signal.aborted) return;
       log({ event: "kv_watch_retry", replica: replicaId, reason, retryInMs: delay });
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, delay);
-        timer.unref();
-        signal.addEventListener("abort", () => {
+        // The signal lives as long as the replica is watched: a listener left behind by each
+        // retry would pile up for as long as its agent is unreachable.
+        const onAbort = (): void => {
           clearTimeout(timer);
           resolve();
-        });
+        };
+        const timer = setTimeout(() => {
+          signal.removeEventListener("abort", onAbort);
+          resolve();
+        }, delay);
+        timer.unref();
+        signal.addEventListener("abort", onAbort, { once: true });
       });
       delay = Math.min(retry.max, delay * 2);
     }

@@ -4,6 +4,8 @@
  * then sends a prompt to the replica whose engine holds its token blocks.
  */
 
+import { getEventListeners } from "node:events";
+import { Code, ConnectError, createRouterTransport, type Transport } from "@connectrpc/connect";
 import {
   createKvBlockFeed,
   createKvEventPublisher,
@@ -12,6 +14,7 @@ import {
   startKvCacheServer,
 } from "@llmgw/kv-events";
 import { tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
+import { KvCacheService } from "@llmgw/proto";
 import { createReplicaPicker, createStaticRouteTable, type RouteResolution } from "@llmgw/router";
 import { afterEach, describe, expect, it } from "vitest";
 import { startKvWatch } from "../src/kv-watch.js";
@@ -162,5 +165,111 @@ describe("KV-event feeds into the router's picker", () => {
     expect(await first("ra")).toBe(refused);
     expect(await first("ra", "key-b")).toBe(refused);
     expect(await first("nope", "key-a")).toBe(refused);
+  });
+
+  it("drops a relaunched replica's old blocks and follows its new feed", async () => {
+    const old = await engine();
+    await warm(old.pub, old.feed);
+    let current = old.feed;
+    const server = await startKvCacheServer({
+      registry: { get: (id) => (id === "ra" ? { feed: current, apiKey: "key-a" } : undefined) },
+      keepaliveMs: 100,
+    });
+    cleanups.push(() => server.close());
+    const resolution: RouteResolution = {
+      deployment: "d",
+      policy: "llmgw",
+      loading: false,
+      tokenizer: "sim",
+      replicas: [
+        {
+          id: "ra",
+          baseUrl: "http://127.0.0.1:1",
+          state: "ready",
+          capacity: 8,
+          apiKey: "key-a",
+          kvEventsUrl: server.url,
+        },
+      ],
+    };
+    const picker = createReplicaPicker();
+    const watch = startKvWatch({
+      routeTable: createStaticRouteTable({ m: resolution }),
+      index: picker.preciseIndex,
+      retryMs: { min: 20, max: 50 },
+    });
+    cleanups.push(() => watch.close());
+    const keys = tokenBlockKeys(tokens, BLOCK);
+    await old.pub.publish([
+      {
+        type: "BlockStored",
+        blockHashes: [1n, 2n],
+        tokenIds: tokens.slice(0, 8),
+        blockSize: BLOCK,
+      },
+    ]);
+    await waitFor(() => picker.preciseIndex.match(["ra"], keys).get("ra") === 2);
+    // The agent relaunches the replica under the same id: the old feed closes, a new one is
+    // served. The open watch must end so the router drops the old engine's blocks.
+    await old.feed.close();
+    const fresh = await engine();
+    current = fresh.feed;
+    await waitFor(() => picker.preciseIndex.match(["ra"], keys).size === 0);
+    // …and reconnects to the new feed.
+    await warm(fresh.pub, fresh.feed);
+    await fresh.pub.publish([
+      { type: "BlockStored", blockHashes: [7n], tokenIds: tokens.slice(0, 4), blockSize: BLOCK },
+    ]);
+    await waitFor(() => picker.preciseIndex.match(["ra"], keys).get("ra") === 1);
+  });
+
+  it("leaves no abort listener behind per retry while a replica's agent refuses the watch", async () => {
+    // The watch's own signal reaches the transport; a router transport whose service always
+    // fails stands in for an agent that is down.
+    const signals = new Set<AbortSignal>();
+    const refusing = createRouterTransport(({ service }) => {
+      service(KvCacheService, {
+        // biome-ignore lint/correctness/useYield: a watch that fails before its first message
+        async *watchBlocks() {
+          throw new ConnectError("agent down", Code.Unavailable);
+        },
+      });
+    });
+    const transportFor = (): Transport => ({
+      unary: refusing.unary,
+      stream: (method, signal, ...rest) => {
+        if (signal !== undefined) signals.add(signal);
+        return refusing.stream(method, signal, ...rest);
+      },
+    });
+    const retries: unknown[] = [];
+    const resolution: RouteResolution = {
+      deployment: "d",
+      policy: "llmgw",
+      loading: false,
+      tokenizer: "sim",
+      replicas: [
+        {
+          id: "ra",
+          baseUrl: "http://127.0.0.1:1",
+          state: "ready",
+          capacity: 8,
+          kvEventsUrl: "http://agent.invalid",
+        },
+      ],
+    };
+    const watch = startKvWatch({
+      routeTable: createStaticRouteTable({ m: resolution }),
+      index: createReplicaPicker().preciseIndex,
+      transportFor,
+      retryMs: { min: 1, max: 1 },
+      log: (e) => retries.push(e),
+    });
+    cleanups.push(() => watch.close());
+    await waitFor(() => retries.length >= 30);
+    expect(signals.size).toBe(1);
+    const [signal] = [...signals] as [AbortSignal];
+    // One listener at most: the retry wait in progress, or none between waits.
+    expect(getEventListeners(signal, "abort").length).toBeLessThanOrEqual(1);
   });
 });

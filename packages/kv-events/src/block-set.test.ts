@@ -137,6 +137,7 @@ describe("createReplicaBlockSet", () => {
 
   it.each([
     ["a LoRA", { loraName: "ada" }, 2],
+    ["a LoRA named only by lora_id (positional events before vllm#42892)", { loraId: 7 }, 2],
     ["a cache salt on the first block", { extraKeys: [["salt"], null] }, 2],
     ["a multimodal hash on the second block", { extraKeys: [null, ["mm", 0]] }, 1],
   ])("does not key blocks with %s (token ids alone do not name them)", (_name, extra, skipped) => {

@@ -203,8 +203,13 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
     const size = event.blockSize;
     for (let i = 0; i < n; i++) {
       const hash = event.blockHashes[i] as bigint;
-      if (event.loraName !== undefined || (event.extraKeys?.[i] ?? null) !== null) {
-        // This block and every later one of the chain depend on more than token ids.
+      if (
+        event.loraName !== undefined ||
+        event.loraId !== undefined ||
+        (event.extraKeys?.[i] ?? null) !== null
+      ) {
+        // This block and every later one of the chain depend on more than token ids. Engines
+        // before vllm#42892 name the adapter only by `lora_id` (nil for the base model).
         counts.skippedExtraKeys += n - i;
         return;
       }

@@ -337,6 +337,48 @@ describe("refusals", () => {
     );
   });
 
+  it.each([
+    [
+      "nested array32 headers each declaring 1,048,576 elements (8 MB apiece to the decoder)",
+      "dd00100000".repeat(20),
+      "array at byte 0 declares 1048576 elements, more than the 95 bytes left can hold",
+    ],
+    [
+      "a map32 declaring more entries than the bytes left",
+      "9200df00001000",
+      "map at byte 2 declares 4096 entries, more than the 0 bytes left can hold",
+    ],
+    [
+      "arrays that each fit the bytes left but not together",
+      `929393${"00".repeat(5)}`,
+      "array at byte 2 declares 3 elements, more than the 5 bytes left can hold",
+    ],
+    [
+      "containers nested 9 deep",
+      `${"91".repeat(9)}00`,
+      "containers nested deeper than 8 at byte 8",
+    ],
+  ])("refuses %s before the decoder allocates for it", (_name, hex, detail) => {
+    expect(() => decodeKvEventBatch(hexBytes(hex))).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_KV_EVENTS_MALFORMED_PAYLOAD",
+        message: `payload refused: ${detail}`,
+      }),
+    );
+  });
+
+  it("takes a batch nested as deep as vLLM writes it: a multimodal pair inside extra_keys", () => {
+    const event = {
+      type: "BlockStored",
+      block_hashes: [1],
+      token_ids: tokens(2),
+      block_size: 2,
+      extra_keys: [[["mm-hash", 0], "salt"]],
+    };
+    const batch = decodeKvEventBatch(payload([0, [event], 0]));
+    expect(batch.events[0]).toMatchObject({ extraKeys: [[["mm-hash", 0], "salt"]] });
+  });
+
   it("refuses limits that are not positive integers, naming them", () => {
     expect(() => decodeKvEventBatch(payload([0, []]), { maxEventsPerBatch: 0 })).toThrow(
       expect.objectContaining({

@@ -96,6 +96,147 @@ function decoderFor(limits: ResolvedKvEventDecodeLimits): Decoder {
   return decoder;
 }
 
+/**
+ * Deepest nesting of msgpack containers a batch may have: batch → events → event →
+ * `extra_keys` → one block's tuple → a multimodal `(hash, offset)` pair is 6; two to spare.
+ */
+const MAX_PAYLOAD_DEPTH = 8;
+
+/** Items still to read in each open container of {@link checkPayloadShape}'s walk. */
+const openItems = new Float64Array(MAX_PAYLOAD_DEPTH + 1);
+
+/**
+ * Walks `payload`'s msgpack headers without allocating and returns why it must not be decoded,
+ * or `undefined`. @msgpack/msgpack runs `new Array(declared)` for each array header before it
+ * reads an element, so 2,000 nested 5-byte `array32(1M)` headers — 10 KB — would ask for ~16 GB.
+ * Every item takes at least one byte, so the items all open containers still declare must fit
+ * in the bytes left; that bounds what the decoder allocates by the payload's size. Nesting
+ * deeper than {@link MAX_PAYLOAD_DEPTH} is refused too. Bytes that are not msgpack, or end too
+ * early, stop the walk: everything before them was checked, and the decoder reports them.
+ */
+function checkPayloadShape(payload: Uint8Array): string | undefined {
+  const end = payload.length;
+  let pos = 0;
+  let depth = 0;
+  /** Items declared and not read yet, across all open containers. */
+  let pending = 1;
+  openItems[0] = 1;
+  while (depth >= 0) {
+    if (openItems[depth] === 0) {
+      depth--;
+      continue;
+    }
+    (openItems[depth] as number)--;
+    pending--;
+    if (pos >= end) return undefined;
+    const at = pos;
+    const b = payload[pos++] as number;
+    let items = -1; // a container's items (a map's pairs count twice), or -1 for a scalar
+    let skip = 0;
+    if (b <= 0x7f || b >= 0xe0 || b === 0xc0 || b === 0xc2 || b === 0xc3) {
+      // fixint, nil, bool
+    } else if (b <= 0x8f) items = (b & 0x0f) * 2;
+    else if (b <= 0x9f) items = b & 0x0f;
+    else if (b <= 0xbf) skip = b & 0x1f;
+    else {
+      // Width of the length field (or the fixed size) of the remaining types, 0xc4…0xdf.
+      let lenBytes = 0;
+      switch (b) {
+        case 0xc4:
+        case 0xd9:
+          lenBytes = 1;
+          break;
+        case 0xc5:
+        case 0xda:
+        case 0xdc:
+        case 0xde:
+          lenBytes = 2;
+          break;
+        case 0xc6:
+        case 0xdb:
+        case 0xdd:
+        case 0xdf:
+          lenBytes = 4;
+          break;
+        case 0xc7:
+          lenBytes = 1;
+          skip = 1; // ext type byte
+          break;
+        case 0xc8:
+          lenBytes = 2;
+          skip = 1;
+          break;
+        case 0xc9:
+          lenBytes = 4;
+          skip = 1;
+          break;
+        case 0xca:
+          skip = 4;
+          break;
+        case 0xcb:
+          skip = 8;
+          break;
+        case 0xcc:
+        case 0xd0:
+          skip = 1;
+          break;
+        case 0xcd:
+        case 0xd1:
+          skip = 2;
+          break;
+        case 0xce:
+        case 0xd2:
+          skip = 4;
+          break;
+        case 0xcf:
+        case 0xd3:
+          skip = 8;
+          break;
+        case 0xd4:
+          skip = 2;
+          break;
+        case 0xd5:
+          skip = 3;
+          break;
+        case 0xd6:
+          skip = 5;
+          break;
+        case 0xd7:
+          skip = 9;
+          break;
+        case 0xd8:
+          skip = 17;
+          break;
+        default:
+          return undefined; // 0xc1, never used: the decoder says so
+      }
+      if (lenBytes > 0) {
+        if (pos + lenBytes > end) return undefined;
+        let len = 0;
+        for (let i = 0; i < lenBytes; i++) len = len * 256 + (payload[pos++] as number);
+        if (b >= 0xdc) items = b >= 0xde ? len * 2 : len;
+        else skip += len;
+      }
+    }
+    if (items < 0) {
+      pos += skip;
+      continue;
+    }
+    if (items === 0) continue;
+    pending += items;
+    if (pending > end - pos) {
+      const kind = b <= 0x8f || b >= 0xde ? "map" : "array";
+      const count = kind === "map" ? items / 2 : items;
+      return `${kind} at byte ${at} declares ${count} ${kind === "map" ? "entries" : "elements"}, more than the ${end - pos} bytes left can hold`;
+    }
+    if (depth === MAX_PAYLOAD_DEPTH) {
+      return `containers nested deeper than ${MAX_PAYLOAD_DEPTH} at byte ${at}`;
+    }
+    openItems[++depth] = items;
+  }
+  return undefined;
+}
+
 /** Thrown inside event decoding; becomes a {@link RejectedKvEvent}. */
 function refuse(code: KvEventsErrorCode, message: string): never {
   throw new KvEventsError(code, message);
@@ -348,6 +489,10 @@ export function decodeKvEventBatch(
       "LLMGW_KV_EVENTS_PAYLOAD_TOO_LARGE",
       `payload of ${payload.byteLength} bytes is larger than maxPayloadBytes ${resolved.maxPayloadBytes}`,
     );
+  }
+  const shape = checkPayloadShape(payload);
+  if (shape !== undefined) {
+    throw new KvEventsError("LLMGW_KV_EVENTS_MALFORMED_PAYLOAD", `payload refused: ${shape}`);
   }
   let raw: unknown;
   try {

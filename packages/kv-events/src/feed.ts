@@ -46,6 +46,14 @@ export interface KvBlockFeed {
     readonly resets: number;
     readonly received: number;
   };
+  /**
+   * Aborted once {@link close} has been called. A watcher of a closed feed must end its
+   * stream: the replica was retired or relaunched, and a relaunch serves a new feed under the
+   * same replica id. (A signal rather than a promise, so a watch that ends first can remove
+   * its listener.)
+   */
+  readonly closedSignal: AbortSignal;
+  /** Stops the subscriber, drops the listeners and aborts {@link closedSignal}. Idempotent. */
   close(): Promise<void>;
 }
 
@@ -69,6 +77,7 @@ export interface KvBlockFeedOptions {
  */
 export function createKvBlockFeed(options: KvBlockFeedOptions): KvBlockFeed {
   const listeners = new Set<(update: KvFeedUpdate) => void>();
+  const closing = new AbortController();
   let epoch = randomUUID();
   let version = 0;
   let resets = 0;
@@ -133,8 +142,10 @@ export function createKvBlockFeed(options: KvBlockFeedOptions): KvBlockFeed {
     },
     blocks,
     stats: () => ({ epoch, version, resets, received: subscriber.stats().received }),
+    closedSignal: closing.signal,
     async close() {
       listeners.clear();
+      closing.abort();
       await subscriber.close();
     },
   };

@@ -8,7 +8,9 @@
  * current version) every {@link KV_KEEPALIVE_MS} so it can tell a quiet engine from a dead
  * stream. A watcher that falls {@link MAX_PENDING_UPDATES} updates behind is cut off
  * (`ResourceExhausted`): it reconnects and starts again from a snapshot, rather than the agent
- * buffering without bound.
+ * buffering without bound. A watch of a feed that is closed (its replica retired or
+ * relaunched) ends with `Unavailable`: the watcher drops the replica's blocks and reconnects,
+ * reaching the relaunched replica's new feed.
  */
 import { timingSafeEqual } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
@@ -67,6 +69,14 @@ export function createKvCacheService(
       if (entry.apiKey === undefined || !sameSecret(given, entry.apiKey)) {
         throw new ConnectError("a replica's engine key is required", Code.Unauthenticated);
       }
+      const feedClosed = entry.feed.closedSignal;
+      const closedError = (): ConnectError =>
+        new ConnectError(
+          "the replica's KV-event feed was closed; reconnect for its new feed",
+          Code.Unavailable,
+        );
+      // A retired replica's feed may still be registered for a moment: serve none of it.
+      if (feedClosed.aborted) throw closedError();
       const pending: KvFeedUpdate[] = [];
       let wake: (() => void) | undefined;
       let overflow = false;
@@ -77,10 +87,12 @@ export function createKvCacheService(
       });
       const onAbort = (): void => wake?.();
       ctx.signal.addEventListener("abort", onAbort);
+      feedClosed.addEventListener("abort", onAbort);
       try {
         let last = entry.feed.snapshot();
         yield toProto(last);
         while (!ctx.signal.aborted) {
+          if (feedClosed.aborted) throw closedError();
           if (pending.length === 0) {
             const timedOut = await new Promise<boolean>((resolve) => {
               const timer = setTimeout(() => resolve(true), keepaliveMs);
@@ -90,7 +102,7 @@ export function createKvCacheService(
               };
             });
             wake = undefined;
-            if (timedOut && pending.length === 0 && !ctx.signal.aborted) {
+            if (timedOut && pending.length === 0 && !ctx.signal.aborted && !feedClosed.aborted) {
               yield toProto({ ...last, snapshot: false, added: [], removed: [] });
             }
             continue;
@@ -110,6 +122,7 @@ export function createKvCacheService(
       } finally {
         unsubscribe();
         ctx.signal.removeEventListener("abort", onAbort);
+        feedClosed.removeEventListener("abort", onAbort);
       }
     },
   };

@@ -15,7 +15,8 @@ import { END_SEQ, seqFrame } from "./publisher.js";
 
 /**
  * Why the owner must forget what it knew of this engine:
- * - `"restart"`: seq went back (it restarts from 0 per engine process);
+ * - `"restart"`: seq went back (it restarts from 0 per engine process), or a replay's batch at
+ *   the last applied seq is not the one applied (a new process's);
  * - `"gap"`: messages were lost and could not be replayed;
  * - `"undecodable"`: a message in sequence could not be decoded, so its events are lost.
  */
@@ -93,10 +94,12 @@ function positiveInt(value: number | undefined, fallback: number, name: string):
 /**
  * Connects a SUB socket to `endpoint` and starts receiving. Sequence rules: the first message
  * sets the baseline; `last + 1` is applied; a seq ≤ last means the engine restarted
- * (`onReset("restart")`, then apply); a gap is closed by a replay of `last + 1` onwards when
+ * (`onReset("restart")`, then apply); a gap is closed by a replay of `last` onwards when
  * `replayEndpoint` is set (live messages wait in the SUB socket's queue meanwhile, up to its
- * high-water mark of 100,000 like vLLM's PUB side), else, or when the replay fails,
- * `onReset("gap")` and the message becomes the new baseline. A malformed message is counted
+ * high-water mark of 100,000 like vLLM's PUB side): the replayed batch at `last` must equal the
+ * applied one byte for byte, else a restarted engine answered (`onReset("restart")`). Without
+ * a replay endpoint, or when the replay fails or no longer holds `last`, `onReset("gap")`; after
+ * either reset the message becomes the new baseline. A malformed message is counted
  * and logged; nothing a peer sends can throw out of the loop. Exceptions thrown by `onBatch` or
  * `onReset` are logged and do not stop it.
  */
@@ -132,6 +135,8 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
     duplicates: 0,
   };
   let last: bigint | undefined;
+  /** The payload at `last`: a replay must give it back byte for byte to be the same engine. */
+  let lastPayload: Uint8Array | undefined;
   /** After a replay: live messages in (replayFrom - 1, skipThrough] were applied already. */
   let skipFrom: bigint | undefined;
   let skipThrough: bigint | undefined;
@@ -156,6 +161,7 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
   /** Decodes and hands on one batch at `seq`, which becomes `last`. */
   function apply(seq: bigint, payload: Uint8Array, replayed: boolean): void {
     last = seq;
+    lastPayload = payload;
     let batch: DecodedKvEventBatch;
     try {
       batch = decodeKvEventBatch(payload, limits);
@@ -216,16 +222,31 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
   async function onGap(seq: bigint, payload: Uint8Array, prev: bigint): Promise<void> {
     stats.gaps++;
     const from = prev + 1n;
+    const known = lastPayload;
+    let reason: KvEventsResetReason = "gap";
     if (options.replayEndpoint !== undefined) {
-      const got = await replay(from);
+      // Ask from `prev`, not `prev + 1`: a restarted engine's seq starts again at 0, and if its
+      // first batches went out before our SUB socket reconnected, its seq looks like a gap and
+      // its replay socket would "close" it. Only the same process can give back the batch at
+      // `prev` byte for byte (each payload carries its wall-clock ts).
+      const got = await replay(prev);
       if (closed) return;
       if (typeof got !== "string") {
+        const atPrev = got.find((b) => b.seq === prev);
+        const sameEngine =
+          atPrev !== undefined && known !== undefined && Buffer.from(atPrev.payload).equals(known);
         const usable = got.filter((b) => b.seq >= from);
-        // The replay closes the gap only if it starts right after `prev`, runs without holes
-        // and reaches the live message.
+        // The replay closes the gap only if it comes from the same engine, starts right after
+        // `prev`, runs without holes and reaches the live message.
         const contiguous = usable.every((b, i) => b.seq === from + BigInt(i));
         const through = usable.length > 0 ? from + BigInt(usable.length) - 1n : prev;
-        if (usable.length > 0 && contiguous && through >= seq) {
+        if (atPrev !== undefined && !sameEngine) {
+          reason = "restart";
+          log.info("kv-events: replay differs at the last applied seq: the engine restarted", {
+            ...fields,
+            seq: String(prev),
+          });
+        } else if (sameEngine && usable.length > 0 && contiguous && through >= seq) {
           for (const b of usable) apply(b.seq, b.payload, true);
           skipFrom = prev + 1n;
           skipThrough = through;
@@ -234,19 +255,20 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
             batches: usable.length,
           });
           return;
+        } else {
+          log.warn("kv-events: replay does not cover the gap", {
+            ...fields,
+            from: String(from),
+            live: String(seq),
+            replayedThrough: String(through),
+            first: got[0] === undefined ? undefined : String(got[0].seq),
+          });
         }
-        log.warn("kv-events: replay does not cover the gap", {
-          ...fields,
-          from: String(from),
-          live: String(seq),
-          replayedThrough: String(through),
-          first: usable[0] === undefined ? undefined : String(usable[0].seq),
-        });
       } else {
         log.warn(`kv-events: ${got}`, { ...fields, from: String(from) });
       }
     }
-    reset("gap", { from: String(from), live: String(seq) });
+    reset(reason, { from: String(from), live: String(seq) });
     apply(seq, payload, false);
   }
 

@@ -134,7 +134,7 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     expect(sub.stats()).toMatchObject({ gaps: 0, resets: 0, malformed: 0 });
   });
 
-  it("closes a gap by replay from last + 1, in order, and skips the live copies", async () => {
+  it("closes a gap by replay from last (which must match what was applied), in order, and skips the live copies", async () => {
     const pub = await publisher({ replayEndpoint: "tcp://127.0.0.1:0", bufferSteps: 100 });
     expect(pub.replayEndpoint).toMatch(/^tcp:\/\/127\.0\.0\.1:\d+$/);
     const lost = new Set<bigint>();
@@ -154,8 +154,9 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     for (const { batch, seq } of rec.batches) if (seq >= base) set.apply(batch);
     expect(set.snapshot().sort()).toEqual([...KEYS].sort());
     expect(rec.resets).toEqual([]);
-    // The replay returns base+1 onwards as far as the publisher had got (at least base+3, the
-    // live message that showed the gap); live copies of replayed batches are skipped.
+    // The replay returns base onwards as far as the publisher had got (at least base+3, the
+    // live message that showed the gap); base itself only proves the same engine sent it, and
+    // live copies of replayed batches are skipped.
     const stats = rec.sub.stats();
     expect(stats).toMatchObject({ gaps: 1, resets: 0 });
     expect(stats.duplicates).toBe(stats.replayed - 3);
@@ -212,6 +213,40 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     expect(rec.resets).toEqual(["restart"]);
     await waitFor(() => rec.sub.lastSeq === second.nextSeq - 1n, "the new publisher's batches");
     expect(rec.sub.stats().resets).toBe(1);
+  });
+
+  it("resets with 'restart' when a restarted engine's first batches are lost and its replay socket offers the rest", async () => {
+    // vLLM's seq starts again at 0 in a new process. If its first batches go out before the
+    // SUB socket has reconnected, the first seq seen is past last + 1: it looks like a gap, and
+    // the replay socket (the new process's) has batches for it. Only the batch at `last`, which
+    // the old process sent, tells the two apart.
+    const first = await publisher({ replayEndpoint: "tcp://127.0.0.1:0" });
+    let dropThrough = -1n;
+    const relay = await lossyRelay(first.endpoint, (seq) => seq <= dropThrough);
+    const rec = subscribe({
+      endpoint: relay.endpoint,
+      replayEndpoint: first.replayEndpoint as string,
+    });
+    await join(first, rec);
+    while (first.nextSeq < 20n) await first.publish([block(0)]);
+    await waitFor(() => rec.sub.lastSeq === 19n, "seq 19");
+    await first.close();
+    // The relay loses the new process's seqs up to 20, as a reconnecting SUB socket would.
+    dropThrough = 20n;
+    let second: KvEventPublisher | undefined;
+    while (!second) {
+      second = await publisher({
+        endpoint: first.endpoint,
+        replayEndpoint: first.replayEndpoint as string,
+      }).catch(() => undefined);
+    }
+    while (rec.resets.length === 0 && second.nextSeq < 500n) {
+      await second.publish([]);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect(rec.resets).toEqual(["restart"]);
+    expect(rec.sub.stats()).toMatchObject({ gaps: 1, resets: 1, replayed: 0 });
+    await waitFor(() => rec.sub.lastSeq === second.nextSeq - 1n, "the new publisher's batches");
   });
 
   it("counts and logs malformed messages and keeps going", async () => {
