@@ -1,5 +1,6 @@
 /** One try of one request on one replica: the upstream half of an {@link Exchange}. */
 import {
+  type DispatchOutcome,
   EventEndCounter,
   type PickDecision,
   quarterTail,
@@ -78,7 +79,7 @@ export class Attempt implements UpstreamHandler {
   readonly #x: Exchange;
   readonly #replicaId: string;
   readonly #sentAt: number;
-  #verdict: "success" | "failure" | "abandoned" = "abandoned";
+  #verdict: DispatchOutcome = "abandoned";
   #firstByteMs: number | undefined;
   /** Prompt tokens booked as queued prefill on the replica until the first body byte. */
   #prefill = 0;
@@ -216,8 +217,13 @@ export class Attempt implements UpstreamHandler {
     this.#responding = true;
     x.upstreamStatus = status;
     this.#firstByteMs = performance.now() - this.#sentAt;
-    this.#verdict = status >= 500 ? "failure" : "success";
-    if (status >= 500) metrics.upstreamError(x.model, this.#replicaId, "status_5xx");
+    if (status >= 500) {
+      this.#verdict = "failure";
+      metrics.upstreamError(x.model, this.#replicaId, "status_5xx");
+    } else {
+      x.core.picker.answered(this.#replicaId, this.#firstByteMs);
+      this.#verdict = "answered";
+    }
     if (status >= 400) x.upstreamMayBeReading = true;
     const contentType = rawHeader(rawHeaders, "content-type");
     const sse = contentType?.startsWith("text/event-stream") ?? false;

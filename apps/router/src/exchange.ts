@@ -128,8 +128,11 @@ export class ClientGone implements AbortSignalLike {
 export interface RequestContext {
   model: string;
   stream: boolean;
-  /** Set once the request is admitted: the client going away must reach the upstream. */
-  clientGone: ClientGone | undefined;
+  /**
+   * Aborted when the client goes away before its answer ended, whenever that is: while its body
+   * is read or analysed, queued, or streaming. Admission and the upstream listen to it.
+   */
+  readonly clientGone: ClientGone;
 }
 
 /**
@@ -287,6 +290,14 @@ export class Exchange {
     try {
       const { ctx, key, endpoint, core } = this;
       const { metrics, picker } = core;
+      if (ctx.clientGone.aborted) {
+        // Gone while its body was analysed (off the event loop for a large one): nothing is
+        // admitted, queued or dispatched for nobody.
+        metrics.clientDisconnect(ctx.model, "before_first_byte");
+        core.log({ event: "client_closed", requestId: this.requestId, phase: "analysis" });
+        this.finish();
+        return;
+      }
       if (analysis.mode === "pool") {
         const load = core.analyzer.poolLoad();
         metrics.poolUtilization(load.slots === 0 ? 0 : load.active / load.slots);
@@ -349,9 +360,8 @@ export class Exchange {
       this.#lease = limit;
       this.countEvents = limit.metered && analysis.maxTokens === undefined;
       metrics.inFlight(model, 1);
-      const signal = new ClientGone();
+      const signal = ctx.clientGone; // aborted by the request's one "close" listener (handler.ts)
       this.signal = signal;
-      ctx.clientGone = signal; // aborted by the request's one "close" listener (handler.ts)
       const outcome = core.admission.admit(
         resolution.deployment,
         key,

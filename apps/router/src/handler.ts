@@ -18,7 +18,7 @@ import type {
   UsageLedger,
 } from "@llmgw/router";
 import { readBody } from "./body-reader.js";
-import { answerError, Exchange, type RequestContext } from "./exchange.js";
+import { answerError, ClientGone, Exchange, type RequestContext } from "./exchange.js";
 import { FAILURE_HTTP, sendError } from "./http-errors.js";
 import {
   type ResolvedRouterServiceOptions,
@@ -148,10 +148,10 @@ function handleRequest(core: RouterCore, req: IncomingMessage, res: ServerRespon
   const url = req.url ?? "/";
   const q = url.indexOf("?");
   const path = q < 0 ? url : url.slice(0, q);
-  const ctx: RequestContext = { model: "", stream: false, clientGone: undefined };
+  const ctx: RequestContext = { model: "", stream: false, clientGone: new ClientGone() };
   const metrics = core.metrics;
   res.on("close", () => {
-    if (!res.writableFinished) ctx.clientGone?.abort();
+    if (!res.writableFinished) ctx.clientGone.abort();
     metrics.requestFinished({
       model: ctx.model,
       endpoint: path,

@@ -126,6 +126,56 @@ describe("router faults", () => {
     expect(live.received).toHaveLength(6);
   });
 
+  it("routes to a half-open replica again once its probe answers, though the probe streams on", async () => {
+    // Three 500s open the circuit; the probe after the cooldown is a stream that goes on.
+    let failures = 3;
+    let endProbe: (() => void) | undefined;
+    const upstream = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        if (failures > 0) {
+          failures--;
+          res.writeHead(500, { "content-type": "application/json" });
+          res.end('{"error":{"message":"boom"}}');
+        } else if (endProbe === undefined) {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n');
+          endProbe = () => res.end("data: [DONE]\n\n");
+        } else {
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end('{"choices":[{"index":0,"message":{"role":"assistant","content":"b"}}]}');
+        }
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      endProbe?.();
+      upstream.closeAllConnections();
+      await new Promise<void>((resolve) => upstream.close(() => resolve()));
+    });
+    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    const { router } = await routerFor([ready("r0", url)], {
+      picker: { health: { failureThreshold: 3, cooldownMs: 100 } },
+    });
+    for (let i = 0; i < 3; i++) expect((await send(router, "x")).status).toBe(500);
+    expect((await send(router, "x")).status).toBe(503);
+    // 503s until the cooldown ends; then the probe.
+    let probe = await send(router, "x", { stream: true });
+    for (const deadline = Date.now() + 5000; probe.status === 503 && Date.now() < deadline; ) {
+      await probe.text();
+      await new Promise((r) => setTimeout(r, 20));
+      probe = await send(router, "x", { stream: true });
+    }
+    expect(probe.status).toBe(200);
+    const reader = probe.body!.getReader();
+    await reader.read(); // its first event: the replica answered
+    const during = await send(router, "y");
+    expect(during.status).toBe(200);
+    await during.text();
+    endProbe?.();
+    await reader.cancel();
+  });
+
   it("pauses and resumes the engine for a slow client, and loses no byte", async () => {
     // ~3 MB of JSON to a client that reads nothing for 300 ms: the router's writes report
     // backpressure, so it pauses the upstream and must resume it on drain or this never ends.
@@ -446,5 +496,47 @@ describe("router: clients that go away while sending", () => {
       code: "ECONNRESET",
     });
     expect(metrics.of("clientDisconnect")).toEqual([["", "before_first_byte"]]);
+  });
+
+  it("a client gone while its large body is analysed is neither queued nor dispatched", async () => {
+    const upstream = await engine("e", { chunks: 400 });
+    const metrics = createRecordingRouterMetrics();
+    const events: Readonly<Record<string, unknown>>[] = [];
+    const { router } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: { m: { replicas: [ready("r0", upstream.url, 1)] } },
+        keys: { [KEY]: { id: "k", name: "k" } },
+      }),
+      metrics,
+      log: (event) => events.push(event),
+      // Bodies over 2 KiB are analysed in the worker pool, off the event loop.
+      router: { analyzer: { inlineThresholdBytes: 2048, pool: { minThreads: 1, maxThreads: 1 } } },
+    });
+    cleanups.push(() => router.close());
+    const body = JSON.stringify({
+      model: "m",
+      stream: true,
+      messages: [{ role: "user", content: "word ".repeat(800_000) }],
+    });
+    const socket = connect({ host: "127.0.0.1", port: router.port });
+    socket.on("error", () => {});
+    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+    // The whole body is sent, then the client hangs up while the router is analysing it.
+    await new Promise<void>((resolve) => socket.write(head + body, () => resolve()));
+    socket.destroy();
+    await waitFor(
+      () => events.some((e) => e.event === "client_closed"),
+      10_000,
+      "the router to see the client go",
+    );
+    expect(events.find((e) => e.event === "client_closed")).toMatchObject({ phase: "analysis" });
+    expect(upstream.received).toEqual([]);
+    expect(router.handler.inFlight("r0")).toBe(0);
+    // Its capacity of one is free: the next request is answered, not queued behind a ghost.
+    const next = await send(router, "hi");
+    expect(next.status).toBe(200);
+    await next.text();
+    expect(upstream.received).toHaveLength(1);
   });
 });

@@ -177,8 +177,11 @@ export interface PickDecision {
   readonly home?: boolean;
 }
 
-/** How a dispatched request ended, for {@link ReplicaPicker.finished}. */
-export type DispatchOutcome = "success" | "failure" | "abandoned";
+/**
+ * How a dispatched request ended, for {@link ReplicaPicker.finished}: `"answered"` is a success
+ * whose health verdict {@link ReplicaPicker.answered} booked when its head arrived.
+ */
+export type DispatchOutcome = "success" | "answered" | "failure" | "abandoned";
 
 /** The routing core. */
 export interface ReplicaPicker {
@@ -250,6 +253,12 @@ export interface ReplicaPicker {
   peerInFlightReset(peer: string, counts: ReadonlyMap<string, number>): void;
   /** `peer` went away: the prefills and requests it booked stop counting. */
   peerGone(peer: string): void;
+  /**
+   * An answer's head arrived with a status below 500: books the replica's health verdict now
+   * rather than at the answer's end, so a half-open replica whose probe streams for minutes
+   * takes requests again from its first byte. Its end is then `finished(…, "answered")`.
+   */
+  answered(replicaId: string, firstByteMs: number): void;
   /**
    * Books its end; returns the in-flight count after it. `precise`: the keys it was
    * {@link dispatched} with.
@@ -701,11 +710,15 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
         else if (kept.length < list.length) pendingPrefill.set(id, kept);
       }
     },
+    answered(replicaId, firstByteMs) {
+      health.onSuccess(replicaId, firstByteMs);
+    },
     finished(replicaId, outcome, firstByteMs, precise) {
-      if (precise !== undefined) preciseIndex.release(replicaId, precise, outcome === "success");
+      const served = outcome === "success" || outcome === "answered";
+      if (precise !== undefined) preciseIndex.release(replicaId, precise, served);
       if (outcome === "success") health.onSuccess(replicaId, firstByteMs ?? 0);
       else if (outcome === "failure") health.onFailure(replicaId);
-      else health.onAbandon(replicaId);
+      else if (outcome === "abandoned") health.onAbandon(replicaId);
       const left = inFlight.decrement(replicaId);
       if (left === 0 && retiring.size > 0 && retiring.delete(replicaId)) forget(replicaId);
       return left;
