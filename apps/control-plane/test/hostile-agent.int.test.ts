@@ -93,6 +93,26 @@ describe("the control plane against a hostile client", () => {
     expect(metrics).not.toContain("GPU-99999");
   });
 
+  it("refuses a Register listing one GPU index twice, and keeps scheduling", async () => {
+    const cp = await setup();
+    const agent = new FakeAgent({
+      controlUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      inventory: create(NodeInventorySchema, {
+        hostname: "node-a",
+        gpus: [0, 1].map((i) =>
+          create(GpuSchema, { index: 0, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
+        ),
+      }),
+    });
+    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toBe(
+      "RegisterRequest.inventory.gpus[1].index is 0, the same as RegisterRequest.inventory.gpus[0].index; each GPU needs its own index",
+    );
+    expect(cp.cluster.listNodes()).toEqual([]);
+  });
+
   it("refuses a node beyond --max-nodes with resource_exhausted and its own code", async () => {
     const tmp = tempDir();
     cleanups.push(async () => tmp.cleanup());

@@ -167,6 +167,50 @@ const scenarios: Scenario[] = [
     plan: ["m-0 -scale-down"],
   },
   {
+    name: "a scale-down removes a failed replica before a serving one, even the newest",
+    input: {
+      nodes: [node("n1"), node("n2"), node("n3")],
+      deployments: [dep("m", { replicas: 2 })],
+      placements: [at("m-0", [["n1", [0]]]), at("m-1", [["n2", [0]]]), at("m-2", [["n3", [0]]])],
+      notServing: [{ replicaId: "m-0", failed: true }],
+    },
+    plan: ["m-0 -scale-down"],
+  },
+  {
+    name: "a scale-down removes one that keeps failing before a failed one",
+    input: {
+      nodes: [node("n1"), node("n2")],
+      deployments: [dep("m", { replicas: 1 })],
+      placements: [at("m-0", [["n1", [0]]]), at("m-1", [["n2", [0]]])],
+      failing: [{ replicaId: "m-0", message: "its engine keeps failing on n1" }],
+      notServing: [{ replicaId: "m-1", failed: true }],
+    },
+    plan: ["m-0 -scale-down"],
+  },
+  {
+    name: "a scale-down removes a failed replica before a starting one",
+    input: {
+      nodes: [node("n1"), node("n2")],
+      deployments: [dep("m", { replicas: 1 })],
+      placements: [at("m-0", [["n1", [0]]]), at("m-1", [["n2", [0]]])],
+      notServing: [
+        { replicaId: "m-1", failed: false },
+        { replicaId: "m-0", failed: true },
+      ],
+    },
+    plan: ["m-0 -scale-down"],
+  },
+  {
+    name: "a scale-down removes a starting replica before one on a cordoned node that serves",
+    input: {
+      nodes: [node("n1"), node("n2", { cordoned: true })],
+      deployments: [dep("m", { replicas: 1 })],
+      placements: [at("m-0", [["n1", [0]]]), at("m-1", [["n2", [0]]])],
+      notServing: [{ replicaId: "m-0", failed: false }],
+    },
+    plan: ["m-0 -scale-down"],
+  },
+  {
     name: "single GPU replica on an empty node",
     input: { nodes: [node("n1")], deployments: [dep("m")], placements: [] },
     plan: ["m-0 n1:0"],

@@ -179,6 +179,9 @@ export function schedule(input: ScheduleInput): ScheduleResult {
   /** Replica id → why it is moved if it can be (`ScheduleInput.failing`). */
   const failing = new Map<string, string>();
   for (const f of input.failing ?? []) failing.set(f.replicaId, f.message);
+  /** Replica id → how far it is from serving: 2 failed, 1 not ready (`ScheduleInput.notServing`). */
+  const notServing = new Map<string, number>();
+  for (const r of input.notServing ?? []) notServing.set(r.replicaId, r.failed ? 2 : 1);
   const context = buildContext(nodes);
   const remove: PlacementRemoval[] = [];
   const add: Placement[] = [];
@@ -294,7 +297,10 @@ export function schedule(input: ScheduleInput): ScheduleResult {
     const records = liveOf(deployment.name);
     while (records.size > deployment.replicas) {
       const victim = [...records].sort((a, b) =>
-        compareScores(scaleDownScore(a, nodeById, failing), scaleDownScore(b, nodeById, failing)),
+        compareScores(
+          scaleDownScore(a, nodeById, failing, notServing),
+          scaleDownScore(b, nodeById, failing, notServing),
+        ),
       )[0];
       if (victim === undefined) break;
       removeRecord(
@@ -792,8 +798,8 @@ function portTrouble(
 }
 
 /**
- * Lower sorts first = removed first on scale-down: replicas that keep failing, those on nodes
- * that cannot take new work,
+ * Lower sorts first = removed first on scale-down: replicas that keep failing, then failed
+ * ones, then others not serving (`notServing`), those on nodes that cannot take new work,
  * then those whose removal leaves the most free GPUs on their nodes (a whole free node best),
  * then those on nodes crowded with the same deployment, then the newest.
  */
@@ -801,6 +807,7 @@ function scaleDownScore(
   record: ReplicaRecord,
   nodes: ReadonlyMap<string, NodeState>,
   failing: ReadonlyMap<string, string>,
+  notServing: ReadonlyMap<string, number>,
 ): number[] {
   let unschedulable = 0;
   let freedValue = 0;
@@ -820,7 +827,8 @@ function scaleDownScore(
     if (rank.gpuIndices.length > 0) freedValue += freeAfter + (freeAfter === usable ? 1000 : 0);
   }
   const failed = failing.has(record.placement.replicaId) ? 1 : 0;
-  return [-failed, -unschedulable, -freedValue, -crowding, -record.ordinal];
+  const idle = notServing.get(record.placement.replicaId) ?? 0;
+  return [-failed, -idle, -unschedulable, -freedValue, -crowding, -record.ordinal];
 }
 
 interface PlacementContext {

@@ -113,6 +113,13 @@ export interface ScheduleInput {
    * Absent: none.
    */
   readonly failing?: readonly { readonly replicaId: string; readonly message: string }[];
+  /**
+   * Placed replicas that take no traffic now: `failed` when their engine failed (the restart
+   * policy gave up), else starting, unhealthy or not reported. A scale-down removes these
+   * after those in {@link failing} and before serving ones (failed first), so that it never
+   * drains a serving replica while one that serves nothing stays. Absent: all serve.
+   */
+  readonly notServing?: readonly { readonly replicaId: string; readonly failed: boolean }[];
 }
 
 export interface PlacementRemoval {

@@ -7,7 +7,13 @@ import {
   ReplicaStatusSchema,
 } from "@llmgw/proto";
 import { describe, expect, it } from "vitest";
-import { AGENT_LIMITS, boundAgentRequest, loadWithinRange } from "./agent-limits.js";
+import {
+  AGENT_LIMITS,
+  boundAgentRequest,
+  gpuIndexProblem,
+  loadWithinRange,
+  portsWithinRange,
+} from "./agent-limits.js";
 
 const gpus = (n: number) =>
   Array.from({ length: n }, (_, i) => create(GpuSchema, { index: i, uuid: `GPU-${i}` }));
@@ -269,5 +275,54 @@ describe("loadWithinRange", () => {
     expect(out.load).toEqual(kept);
     for (const f of gone) expect(out.load).not.toHaveProperty(f);
     if (gone.length === 0) expect(out.load).toBe(load);
+  });
+});
+
+describe("gpuIndexProblem", () => {
+  it.each<[string, number[], string | undefined]>([
+    ["distinct indices", [0, 1, 7], undefined],
+    ["none", [], undefined],
+    ["the largest index", [AGENT_LIMITS.maxGpuIndex], undefined],
+    [
+      "a repeat",
+      [0, 1, 1],
+      "gpus[2].index is 1, the same as gpus[1].index; each GPU needs its own index",
+    ],
+    ["a negative index", [-1], "gpus[0].index is -1; it must be a whole number within [0, 1023]"],
+    ["a fraction", [0.5], "gpus[0].index is 0.5; it must be a whole number within [0, 1023]"],
+    [
+      "an index past any host",
+      [0, 1024],
+      "gpus[1].index is 1024; it must be a whole number within [0, 1023]",
+    ],
+  ])("%s", (_name, indices, problem) => {
+    expect(
+      gpuIndexProblem(
+        indices.map((index) => ({ index })),
+        "gpus",
+      ),
+    ).toBe(problem);
+  });
+});
+
+describe("portsWithinRange", () => {
+  it.each<
+    [
+      string,
+      { apiPort?: number; kvEventsPort?: number },
+      { apiPort?: number; kvEventsPort?: number },
+    ]
+  >([
+    ["both in range", { apiPort: 1, kvEventsPort: 65_535 }, { apiPort: 1, kvEventsPort: 65_535 }],
+    ["none reported", {}, {}],
+    ["a zero API port", { apiPort: 0, kvEventsPort: 9000 }, { kvEventsPort: 9000 }],
+    ["a uint32 API port", { apiPort: 4_000_000_000 }, {}],
+    ["a KV events port past 65535", { apiPort: 8000, kvEventsPort: 65_536 }, { apiPort: 8000 }],
+  ])("%s", (_name, status, kept) => {
+    const out = portsWithinRange({ replicaId: "chat-0", ...status });
+    // Left out means unset (absent), never 0.
+    expect(out).toEqual({ replicaId: "chat-0", ...kept });
+    if (!("apiPort" in kept)) expect(out).not.toHaveProperty("apiPort");
+    if (!("kvEventsPort" in kept)) expect(out).not.toHaveProperty("kvEventsPort");
   });
 });

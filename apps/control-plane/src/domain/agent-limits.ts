@@ -102,6 +102,12 @@ export const AGENT_LIMITS = {
    * agent's clock never orders or ages load.
    */
   scrapedAtSkewMs: 24 * 60 * 60_000,
+  /**
+   * Largest GPU index an inventory may list. nvidia-smi numbers a host's GPUs from 0, and an
+   * inventory holds at most 64: an index far beyond is a broken agent, and would become an
+   * engine's `CUDA_VISIBLE_DEVICES`.
+   */
+  maxGpuIndex: 1_023,
 } as const;
 
 const truncatedMarker = (dropped: number) => `… [${dropped} more characters]`;
@@ -452,6 +458,66 @@ function boundString(name: string, path: string, value: string): string {
     );
   }
   return value;
+}
+
+/**
+ * Why a node's GPU list cannot be scheduled on, or undefined when it can: every GPU needs its
+ * own index, a whole number within [0, {@link AGENT_LIMITS.maxGpuIndex}]. The scheduler keys
+ * a node's GPUs by index (a duplicate makes it refuse the whole input, so one node would stop
+ * scheduling for every deployment). `field` names the list in the message, e.g.
+ * "RegisterRequest.inventory.gpus".
+ */
+export function gpuIndexProblem(
+  gpus: readonly { readonly index: number }[],
+  field: string,
+): string | undefined {
+  const seen = new Map<number, number>();
+  for (let i = 0; i < gpus.length; i++) {
+    const index = (gpus[i] as { readonly index: number }).index;
+    if (!Number.isInteger(index) || index < 0 || index > AGENT_LIMITS.maxGpuIndex)
+      return `${field}[${i}].index is ${index}; it must be a whole number within [0, ${AGENT_LIMITS.maxGpuIndex}]`;
+    const first = seen.get(index);
+    if (first !== undefined)
+      return `${field}[${i}].index is ${index}, the same as ${field}[${first}].index; each GPU needs its own index`;
+    seen.set(index, i);
+  }
+  return undefined;
+}
+
+/**
+ * Throws `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` when {@link gpuIndexProblem} finds one:
+ * such an inventory is refused before it is stored.
+ */
+export function validateGpuIndices(
+  gpus: readonly { readonly index: number }[],
+  field: string,
+): void {
+  const problem = gpuIndexProblem(gpus, field);
+  if (problem !== undefined)
+    throw new ControlPlaneError("LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", problem);
+}
+
+/** Largest TCP port. */
+const MAX_PORT = 65_535;
+
+/**
+ * `status` without a reported `apiPort` or `kvEventsPort` outside 1–65535 (the same object
+ * when both are within): such a port is unset, never 0 or wrapped, so the replica has no
+ * endpoint and routers are not sent to it. A status is not refused for it: it arrives with
+ * the heartbeat that carries the node's health.
+ */
+export function portsWithinRange<
+  T extends { readonly apiPort?: number; readonly kvEventsPort?: number },
+>(status: T): T {
+  const bad = (port: number | undefined) =>
+    port !== undefined && !(Number.isInteger(port) && port >= 1 && port <= MAX_PORT);
+  const api = bad(status.apiPort);
+  const kv = bad(status.kvEventsPort);
+  if (!api && !kv) return status;
+  const kept: { apiPort?: number; kvEventsPort?: number } = { ...status };
+  if (api) delete kept.apiPort;
+  if (kv) delete kept.kvEventsPort;
+  return kept as T;
 }
 
 /** One DNS label: letters, digits, '-' (not at either end) and, as hosts use it, '_'. */

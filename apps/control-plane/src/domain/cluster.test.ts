@@ -5,6 +5,7 @@ import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type SchedulerNode, schedule } from "@llmgw/scheduler";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { inventoryRecord } from "../convert/inventory-record.js";
 import { ControlPlaneError } from "../errors.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
@@ -398,6 +399,91 @@ describe("Cluster", () => {
     expect(d.unschedulable.map((r) => r.message).join("\n")).toContain("CUDA out of memory");
     const failed = cluster.events.list({ limit: 100 }).find((e) => e.severity === "error");
     expect(failed?.message).toContain("ready → failed");
+  });
+
+  it.each([0, 65_536, 4_000_000_000])(
+    "publishes no endpoint for a reported apiPort of %d (outside 1–65535)",
+    (apiPort) => {
+      const cluster = newCluster();
+      const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+      cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat" }));
+      const status = (port: number) =>
+        rankStatus({ replicaId: "chat-0", rank: 0, state: "ready", apiPort: port, pid: 10 });
+      cluster.heartbeat(a.nodeId, { gpus: [], replicas: [status(apiPort)], problems: [] });
+      expect(cluster.readyModels()).toEqual([]);
+      expect(cluster.readyReplicas("org/chat")).toEqual([]);
+      cluster.heartbeat(a.nodeId, { gpus: [], replicas: [status(65_535)], problems: [] });
+      expect(cluster.readyReplicas("org/chat").map((r) => r.endpoint)).toEqual(["10.0.0.1:65535"]);
+    },
+  );
+
+  it("takes no status of a replica from a node it is not placed on, nor of a rank it does not run", () => {
+    const MOVE_AFTER = 5 * 60_000;
+    const cluster = newCluster(undefined, { moveFailedAfterMs: MOVE_AFTER });
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    const b = join_(cluster, "node-b", "1xh100-80g", "10.0.0.2");
+    cluster.applyDeployment(spec({ name: "chat", servedModelName: "org/chat" }));
+    const [owner, other] = placedOn(cluster, "chat")[0] === a.nodeId ? [a, b] : [b, a];
+    const status = (state: RankStatus["state"], rank = 0) =>
+      rankStatus({ replicaId: "chat-0", rank, state, apiPort: 41_000, pid: 10 });
+    const beat = (nodeId: string, replicas: RankStatus[]) =>
+      cluster.heartbeat(nodeId, { gpus: [], replicas, problems: [] });
+    beat(owner.nodeId, [status("ready")]);
+    // Another node, and a rank 1 the single-node replica does not have, say it failed.
+    beat(other.nodeId, [status("failed")]);
+    beat(owner.nodeId, [status("ready"), status("failed", 1)]);
+    const states = () =>
+      cluster.events
+        .list({ limit: 1000 })
+        .filter((e) => e.kind === "replica.state")
+        .map((e) => e.message);
+    const host = owner === a ? "node-a" : "node-b";
+    expect(states()).toEqual([`rank 0 on ${host}: reported → ready`]);
+    expect(cluster.deploymentStatus("chat").replicas[0]?.state).toBe("ready");
+    // Long after, the engine fails on its own node for the first time: no streak began
+    // earlier, so it is not moved yet, and no node is avoided for it.
+    for (let t = 0; t < MOVE_AFTER + 60_000; t += 10_000) {
+      clock.advance(10_000);
+      beat(other.nodeId, []);
+      beat(owner.nodeId, [status("ready")]);
+    }
+    beat(owner.nodeId, [status("failed")]);
+    cluster.tick();
+    expect(
+      cluster.events.list({ limit: 1000 }).filter((e) => e.kind === "replica.removed"),
+    ).toEqual([]);
+    expect(placedOn(cluster, "chat")).toEqual([owner.nodeId]);
+    expect(cluster.deploymentStatus("chat").avoided).toEqual([]);
+  });
+
+  it("a scale-down removes a failed replica rather than drain a serving one", () => {
+    const cluster = newCluster();
+    const ids = ["a", "b", "c"].map(
+      (h, i) => join_(cluster, `node-${h}`, "1xh100-80g", `10.0.0.${i + 1}`).nodeId,
+    );
+    cluster.applyDeployment(spec({ name: "chat", replicas: 3 }));
+    for (const [i, nodeId] of ids.entries()) {
+      cluster.heartbeat(nodeId, {
+        gpus: [],
+        problems: [],
+        replicas: cluster.desiredSet(nodeId).assignments.map((x) =>
+          rankStatus({
+            replicaId: x.replicaId,
+            rank: x.rank,
+            // The newest and the one whose removal frees the most are serving.
+            state: x.replicaId === "chat-0" ? "failed" : "ready",
+            apiPort: 41_000 + i,
+            pid: 10 + i,
+          }),
+        ),
+      });
+    }
+    cluster.scaleDeployment("chat", 2);
+    expect(
+      cluster
+        .placements()
+        .map((p) => `${p.replicaId}${p.retirement ? ` ${p.retirement.phase}` : ""}`),
+    ).toEqual(["chat-1", "chat-2"]);
   });
 
   describe("a replica that keeps failing", () => {
@@ -1054,6 +1140,121 @@ describe("Cluster", () => {
           ),
         }),
       );
+  });
+
+  it.each([
+    [
+      "the same index twice",
+      [0, 0],
+      "RegisterRequest.inventory.gpus[1].index is 0, the same as RegisterRequest.inventory.gpus[0].index; each GPU needs its own index",
+    ],
+    [
+      "a negative index",
+      [0, -1],
+      "RegisterRequest.inventory.gpus[1].index is -1; it must be a whole number within [0, 1023]",
+    ],
+    [
+      "an index past any host",
+      [4_000_000_000, 1],
+      "RegisterRequest.inventory.gpus[0].index is 4000000000; it must be a whole number within [0, 1023]",
+    ],
+  ])(
+    "refuses a Register whose inventory has %s, and schedules on as before",
+    (_name, indices, message) => {
+      const cluster = newCluster();
+      const good = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+      const inventory = simulateInventory("2xh100-80g", {
+        hostname: "node-b",
+        addresses: ["10.0.0.2"],
+        nowMs: clock.now(),
+      });
+      const register = () =>
+        cluster.register({
+          inventory: {
+            ...inventory,
+            gpus: inventory.gpus.map((g, i) => ({ ...g, index: indices[i] as number })),
+          },
+          advertiseAddress: "10.0.0.2",
+          replicas: [],
+        });
+      expect(register).toThrow(
+        expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT", message }),
+      );
+      expect(cluster.listNodes().map((n) => n.nodeId)).toEqual([good.nodeId]);
+      expect(store.listNodes().map((n) => n.id)).toEqual([good.nodeId]);
+      cluster.applyDeployment(spec({ name: "chat" }));
+      expect(placedOn(cluster, "chat")).toEqual([good.nodeId]);
+    },
+  );
+
+  it("leaves a stored node whose GPU indices repeat out of scheduling after a restart", () => {
+    const first = newCluster();
+    const good = join_(first, "node-a", "1xh100-80g", "10.0.0.1");
+    const bad = join_(first, "node-b", "2xh100-80g", "10.0.0.2");
+    first.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    // Stored before Register checked indices (or written by hand).
+    const record = store.listNodes().find((n) => n.id === bad.nodeId);
+    const inventory = simulateInventory("2xh100-80g", {
+      hostname: "node-b",
+      addresses: ["10.0.0.2"],
+      nowMs: clock.now(),
+    });
+    store.putNode({
+      ...(record as NonNullable<typeof record>),
+      inventory: inventoryRecord({
+        ...inventory,
+        gpus: inventory.gpus.map((g) => ({ ...g, index: 0 })),
+      }),
+    });
+    const lines: string[] = [];
+    const restarted = newCluster((line) => lines.push(line));
+    restarted.applyDeployment(spec({ name: "chat", replicas: 2 }));
+    restarted.tick();
+    expect(placedOn(restarted, "chat")).toEqual([good.nodeId]);
+    const events = restarted.events
+      .list({ limit: 1000 })
+      .filter((e) => e.kind === "node.unschedulable")
+      .map((e) => `${e.subject} ${e.severity}: ${e.message}`);
+    expect(events).toEqual([
+      `${bad.nodeId} error: node-b is left out of scheduling: inventory.gpus[1].index is 0, the same as inventory.gpus[0].index; each GPU needs its own index; its agent must register again with a valid inventory`,
+    ]);
+    expect(lines.filter((l) => l.startsWith("node.unschedulable"))).toHaveLength(1);
+  });
+
+  it("keeps GPU readings only of the GPUs its inventory lists, and drops those gone on re-register", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "2xh100-80g", "10.0.0.1");
+    const uuids = cluster.getNode(a.nodeId).inventory.gpus.map((g) => g.uuid);
+    const readings = () => cluster.getNode(a.nodeId).gpuReadings.map((r) => `${r.index} ${r.uuid}`);
+    cluster.heartbeat(a.nodeId, {
+      gpus: [
+        gpuReading({ index: 0, uuid: uuids[0] as string }),
+        gpuReading({ index: 1, uuid: uuids[1] as string }),
+        ...Array.from({ length: 64 }, (_, i) =>
+          gpuReading({ index: 2 + i, uuid: `GPU-not-here-${i}` }),
+        ),
+      ],
+      replicas: [],
+      problems: [],
+    });
+    expect(readings()).toEqual([`0 ${uuids[0]}`, `1 ${uuids[1]}`]);
+    // Back with one GPU: the other's reading goes.
+    const again = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1", a);
+    expect(readings()).toEqual([`0 ${uuids[0]}`]);
+    // Index 0 now names another GPU: its reading is not that GPU's.
+    const inventory = simulateInventory("1xh100-80g", {
+      hostname: "node-a",
+      addresses: ["10.0.0.1"],
+      nowMs: clock.now(),
+    });
+    cluster.register({
+      inventory: { ...inventory, gpus: inventory.gpus.map((g) => ({ ...g, uuid: "GPU-swapped" })) },
+      advertiseAddress: "10.0.0.1",
+      previousNodeId: again.nodeId,
+      previousNodeCredential: again.nodeCredential,
+      replicas: [],
+    });
+    expect(readings()).toEqual([]);
   });
 
   it("coalesces agent-caused reconciles when given a defer function", () => {

@@ -46,7 +46,12 @@ import type {
   ReplicaStatusRecord,
   RolloutRecord,
 } from "../store/types.js";
-import { validateAdvertiseAddress } from "./agent-limits.js";
+import {
+  gpuIndexProblem,
+  portsWithinRange,
+  validateAdvertiseAddress,
+  validateGpuIndices,
+} from "./agent-limits.js";
 import { ApiKeys } from "./api-keys.js";
 import { DrainTracker } from "./drains.js";
 import { EventLog, isStoreFailure } from "./event-log.js";
@@ -437,6 +442,11 @@ function newLiveNode(
 }
 
 const portKey = (device: string, port: number) => `${device}/${port}`;
+
+/** True when `p`'s rank `rank` is placed on node `nodeId`. */
+function placedOn(p: PlacementRecord, rank: number, nodeId: string): boolean {
+  return p.ranks.some((r) => r.rank === rank && r.nodeId === nodeId);
+}
 
 /**
  * The inventory's GPU with `index`: for every reading of every heartbeat, so the position
@@ -892,6 +902,7 @@ export class Cluster {
           ? "RegisterRequest.inventory.addresses[0] (no advertise_address given)"
           : "RegisterRequest.inventory.hostname (no advertise_address or addresses given)",
     );
+    validateGpuIndices(input.inventory.gpus, "RegisterRequest.inventory.gpus");
     const previous = input.previousNodeId ? this.#nodes.get(input.previousNodeId) : undefined;
     const byReset = previous !== undefined && now < (previous.record.resetUntilMs ?? 0);
     const matched =
@@ -927,6 +938,15 @@ export class Cluster {
     live.record = record;
     live.inventory = input.inventory;
     live.ports = registeredPorts(input.inventory);
+    // Readings of GPUs the node no longer has (or whose index now names another GPU) go.
+    for (const [index, reading] of live.readings) {
+      const gpu = inventoryGpu(input.inventory, index);
+      if (
+        gpu === undefined ||
+        (reading.uuid !== "" && gpu.uuid !== "" && reading.uuid !== gpu.uuid)
+      )
+        live.readings.delete(index);
+    }
     live.lastSeenMs = now;
     this.#nodes.set(id, live);
     // Its inventory (GPU uuids) and address (rank 0 of gangs with other nodes) may be new.
@@ -1057,11 +1077,10 @@ export class Cluster {
     let healthChanged = false;
     for (const reading of input.gpus) {
       const gpu = inventoryGpu(node.inventory, reading.index);
-      const before = gpu
-        ? this.#faults.verdict(gpu, node.readings.get(reading.index)).healthy
-        : true;
-      node.readings.set(reading.index, reading);
+      // A reading of a GPU the inventory does not list is nobody's: not kept.
       if (!gpu) continue;
+      const before = this.#faults.verdict(gpu, node.readings.get(reading.index)).healthy;
+      node.readings.set(reading.index, reading);
       if (reading.faults !== undefined && reading.faults.length > 0)
         this.#announceFaults(node, gpu, reading.faults);
       const after = this.#faults.verdict(gpu, reading);
@@ -1305,7 +1324,7 @@ export class Cluster {
   /** True when `replicaId`'s rank `rank` is placed on `node` (its status counts). */
   #placedHere(replicaId: string, rank: number, node: LiveNode): boolean {
     const p = this.#placements.get(replicaId);
-    return p?.ranks.some((r) => r.rank === rank && r.nodeId === node.record.id) ?? false;
+    return p !== undefined && placedOn(p, rank, node.record.id);
   }
 
   /**
@@ -1334,9 +1353,14 @@ export class Cluster {
     const remove: [string, number][] = [];
     const next = new Map<string, RankStatus>();
     const reported = new Set<string>();
-    for (const s of statuses) {
-      const key = statusKey(s.replicaId, s.rank);
+    for (const raw of statuses) {
+      const key = statusKey(raw.replicaId, raw.rank);
       reported.add(key);
+      const placed = this.#placements.get(raw.replicaId);
+      // A status of a replica (or rank) placed on another node says nothing about it: this
+      // node does not run it, so it neither starts nor ends its failure streak, nor is kept.
+      if (placed !== undefined && !placedOn(placed, raw.rank, node.record.id)) continue;
+      const s = portsWithinRange(raw);
       const retired = node.retired.get(key);
       if (retired !== undefined) {
         // Once the agent has applied a desired set issued after the removal (or none was
@@ -1357,7 +1381,6 @@ export class Cluster {
         if (before?.state !== s.state || before?.apiPort !== s.apiPort) routing = true;
       }
       if (before?.state === s.state) continue;
-      const placed = this.#placements.get(s.replicaId);
       if (placed === undefined) continue;
       // A replacement turning ready (or failing) may let a leaving replica go on.
       if (this.#active.has(placed.deployment)) stepped ??= `replica ${s.replicaId} ${s.state}`;
@@ -1713,7 +1736,8 @@ export class Cluster {
     if (!rank0) return undefined;
     const node = this.#nodes.get(rank0.nodeId);
     const port = node?.statuses.get(statusKey(p.replicaId, 0))?.apiPort;
-    if (!node || port === undefined) return undefined;
+    // Statuses are checked as they arrive; one restored from an older store may not be.
+    if (!node || port === undefined || port < 1 || port > 65_535) return undefined;
     return joinHostPort(node.record.advertiseAddress, port);
   }
 
@@ -2040,7 +2064,10 @@ export class Cluster {
 
   #schedulerNodes(): SchedulerNode[] {
     const out: SchedulerNode[] = [];
-    for (const n of this.#nodes.values()) out.push(this.#schedulerNodeOf(n));
+    for (const n of this.#nodes.values()) {
+      const node = this.#schedulerNodeOf(n);
+      if (node !== undefined) out.push(node);
+    }
     if (this.#schedulerNodeCache.size > this.#nodes.size) {
       for (const id of this.#schedulerNodeCache.keys())
         if (!this.#nodes.has(id)) this.#schedulerNodeCache.delete(id);
@@ -2048,8 +2075,17 @@ export class Cluster {
     return out;
   }
 
-  /** The scheduler's view of `n`, from the cache while nothing it reads has changed. */
-  #schedulerNodeOf(n: LiveNode): SchedulerNode {
+  /** Inventories already announced as unschedulable ({@link Cluster.#schedulerNodeOf}). */
+  readonly #unschedulableInventories = new WeakSet<NodeInventory>();
+
+  /**
+   * The scheduler's view of `n`, from the cache while nothing it reads has changed; undefined
+   * for a node whose GPU list the scheduler would refuse (stored before Register checked it):
+   * left out of the scheduler's input, as a node that is gone (its replicas there go), rather
+   * than failing every reconcile for every deployment. Announced once per inventory with a
+   * `node.unschedulable` event.
+   */
+  #schedulerNodeOf(n: LiveNode): SchedulerNode | undefined {
     const cached = this.#schedulerNodeCache.get(n.record.id);
     if (
       cached?.inventory === n.inventory &&
@@ -2059,6 +2095,19 @@ export class Cluster {
       cached.node.draining === n.record.draining
     )
       return cached.node;
+    const problem = gpuIndexProblem(n.inventory.gpus, "inventory.gpus");
+    if (problem !== undefined) {
+      if (!this.#unschedulableInventories.has(n.inventory)) {
+        this.#unschedulableInventories.add(n.inventory);
+        this.events.record(
+          "node.unschedulable",
+          n.record.id,
+          `${n.record.hostname} is left out of scheduling: ${problem}; its agent must register again with a valid inventory`,
+          "error",
+        );
+      }
+      return undefined;
+    }
     const node = this.#schedulerNodeParts.build({
       id: n.record.id,
       state: n.state,

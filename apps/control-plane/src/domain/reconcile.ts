@@ -282,15 +282,27 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   // preemptor waits for them rather than evicting more, in this plan and the next ones.
   let preempted = false;
   for (const p of kept.values()) if (p.retirement?.code === "preempted") preempted = true;
+  /** Conditions asked for a scale-down's order, once per plan. */
+  const conditions = new Map<string, ReplicaCondition>();
   for (let pass = 0; pass < 4; pass++) {
+    const deployments = schedulerDeployments(input.deployments, oldServing, preempted);
+    const placements = pick(kept, fresh);
     result = input.schedule({
       nodes: input.nodes,
-      deployments: schedulerDeployments(input.deployments, oldServing, preempted),
-      placements: pick(kept, fresh),
+      deployments,
+      placements,
       held: pick(kept, held),
       retired: remove.map((r) => r.placement),
       failing: input.failing,
       avoid: input.avoid,
+      notServing: notServingOf(deployments, placements, (id) => {
+        let c = conditions.get(id);
+        if (c === undefined) {
+          c = input.condition(id);
+          conditions.set(id, c);
+        }
+        return c;
+      }),
     });
     let replanned = false;
     if (result.remove.some((r) => r.reason.code === "preempted")) preempted = true;
@@ -424,6 +436,30 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
 /** The retirement's reason as a scheduler-style reason. */
 function reasonOf(r: RetirementRecord): Reason {
   return { code: r.code, message: r.message };
+}
+
+/**
+ * The placed replicas that serve nothing now, of deployments with more placed than wanted
+ * (only a scale-down reads them): failed first, then starting, unhealthy or unreported, so
+ * that a scale-down never drains a serving replica while one of these stays.
+ */
+function notServingOf(
+  deployments: readonly SchedulerDeployment[],
+  placements: readonly PlacementRecord[],
+  condition: (replicaId: string) => ReplicaCondition,
+): NonNullable<ScheduleInput["notServing"]> {
+  const placed = new Map<string, number>();
+  for (const p of placements) placed.set(p.deployment, (placed.get(p.deployment) ?? 0) + 1);
+  const surplus = new Set<string>();
+  for (const d of deployments) if ((placed.get(d.name) ?? 0) > d.replicas) surplus.add(d.name);
+  if (surplus.size === 0) return [];
+  const out: { replicaId: string; failed: boolean }[] = [];
+  for (const p of placements) {
+    if (!surplus.has(p.deployment)) continue;
+    const c = condition(p.replicaId);
+    if (c !== "serving") out.push({ replicaId: p.replicaId, failed: c === "failed" });
+  }
+  return out;
 }
 
 function pick(from: ReadonlyMap<string, PlacementRecord>, ids: ReadonlySet<string>) {
