@@ -159,7 +159,7 @@ describe("llmgw launch-plan (built CLI)", () => {
     const bad = await llmgw("launch-plan", "-f", "bad.json", "--inventory", inv("cpu"));
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain(
-      '  extraArgs[0]: "--port=1" would set --port, which llmgw owns for vllm (got "--port=1")',
+      '  extraArgs[0]: "--port=…" would set --port, which llmgw owns for vllm (got "--port=…")',
     );
     expect(bad.stderr).toContain("  name: ");
     expect(bad.stderr).toContain("  model: ");
