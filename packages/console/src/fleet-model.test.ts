@@ -62,6 +62,18 @@ describe("the fleet page's view of a node", () => {
     expect(g1?.utilizationValue).toBe(0);
   });
 
+  it("shows a reading the heartbeat left out as —, not what registration read", () => {
+    const n = node("a");
+    const gpu = n.inventory?.gpus[0];
+    if (gpu === undefined) throw new Error("no GPU");
+    gpu.memoryUsedBytes = 70n * 1024n ** 3n; // read once, at registration
+    gpu.utilizationPercent = 95;
+    // The latest heartbeat's nvidia-smi said [N/A] for both.
+    n.gpuReadings = [create(GpuReadingSchema, { index: 0, healthy: true })];
+    const g = nodeView(n).gpus[0];
+    expect([g?.utilization, g?.memory]).toEqual([ABSENT, `${ABSENT} / 79.6 GiB`]);
+  });
+
   it("takes health from the heartbeat, with the reasons in words", () => {
     const n = node("a");
     n.gpuReadings = [

@@ -63,7 +63,7 @@ function gpuView(gpu: Gpu, reading: GpuReading | undefined, placed: readonly str
     index: gpu.index,
     name: gpu.name,
     gpuClass: gpu.gpuClass || ABSENT,
-    memory: memory(r.memoryUsedBytes ?? gpu.memoryUsedBytes, gpu.memoryTotalBytes),
+    memory: memory(r.memoryUsedBytes, gpu.memoryTotalBytes),
     utilization: percent(utilizationValue),
     utilizationValue,
     temperature: celsius(r.temperatureCelsius),

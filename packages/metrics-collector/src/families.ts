@@ -437,7 +437,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_router_auth_failures_total",
-    "Requests refused for their API key, by reason (missing|invalid|revoked|model_not_allowed).",
+    "Requests refused for their API key, by reason (missing|invalid|model_not_allowed; a revoked key reads invalid: routers hold only keys in force).",
     ["reason"],
   ),
   c(

@@ -31,7 +31,7 @@ export type QueueOutcome = "admitted" | "timed_out" | "cancelled" | "shed";
 /** `phase` values of `llmgw_router_client_disconnects_total`. */
 export type DisconnectPhase = "queued" | "before_first_byte" | "streaming";
 /** `reason` values of `llmgw_router_auth_failures_total`. */
-export type AuthFailureReason = "missing" | "invalid" | "revoked" | "model_not_allowed";
+export type AuthFailureReason = "missing" | "invalid" | "model_not_allowed";
 /** `reason` values of `llmgw_router_routing_fallbacks_total`. */
 export type RoutingFallbackReason = "missing_load_signals" | "stale_load_signals";
 /** `path` values: scored inline on the main thread or in the worker pool. */

@@ -147,6 +147,18 @@ llamacpp:requests_deferred 0`,
     expect(extractEngineLoad(parsePrometheusText(text), engine)).toEqual(load);
   });
 
+  it("takes the largest of 150,000 series of one gauge (past what a call's arguments hold)", () => {
+    const lines = Array.from(
+      { length: 150_000 },
+      (_, i) => `vllm:num_requests_running{i="${i}"} ${i % 7}`,
+    );
+    lines.push("vllm:kv_cache_usage_perc 0.5");
+    expect(extractEngineLoad(parsePrometheusText(lines.join("\n")))).toEqual({
+      running: 6,
+      kvCacheUsage: 0.5,
+    });
+  });
+
   it.each([
     ["vllm:num_requests_running 1", "vllm"],
     ["python_gc_objects_collected_total 1\nsglang:token_usage 0.1", "sglang"],

@@ -62,7 +62,9 @@ export function extractEngineLoad(
   const max = (...names: string[]): number | undefined => {
     for (const name of names) {
       const values = byName.get(name);
-      if (values !== undefined) return Math.max(...values);
+      // A loop, not Math.max(...values): an engine may report 100k+ series of one gauge,
+      // past what a call's arguments can hold.
+      if (values !== undefined) return values.reduce((a, b) => Math.max(a, b));
     }
     return undefined;
   };

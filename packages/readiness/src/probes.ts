@@ -9,10 +9,42 @@ export type FetchLike = (
   init: { signal: AbortSignal; headers?: Record<string, string> },
 ) => Promise<Response>;
 
+/**
+ * A response body as text, refused past `maxBytes` (by its `Content-Length` before reading, or
+ * once that many bytes arrived, the rest cancelled): an engine's answer is outside input, and
+ * on loopback a broken or hostile one sends hundreds of MiB within any timeout.
+ */
+export async function boundedText(response: Response, maxBytes: number): Promise<string> {
+  const declared = Number(response.headers.get("content-length") ?? Number.NaN);
+  if (declared > maxBytes) {
+    await response.body?.cancel().catch(() => {});
+    throw new Error(`body of ${declared} bytes is over ${maxBytes}`);
+  }
+  const body = response.body;
+  if (body === null) return "";
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    bytes += value.byteLength;
+    if (bytes > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw new Error(`body over ${maxBytes} bytes`);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks, bytes).toString("utf8");
+}
+
 /** `Authorization` for an engine's API key; no headers without one. */
 export function authorizationHeaders(apiKey: string | undefined): Record<string, string> {
   return apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` };
 }
+
+/** `/v1/models` answers read at most (a list of thousands of LoRA adapters fits). */
+export const MAX_MODELS_BYTES = 4 * 2 ** 20;
 
 /** Outcome of one check against one endpoint. */
 export interface CheckReport {
@@ -182,8 +214,13 @@ export async function probeModels(
     };
   }
   let ids: string[] | undefined;
+  let unreadable = "";
   try {
-    const body = (await response.json()) as { data?: unknown };
+    const text = await boundedText(response, MAX_MODELS_BYTES).catch((error: Error) => {
+      unreadable = ` (${error.message})`;
+      throw error;
+    });
+    const body = JSON.parse(text) as { data?: unknown };
     if (Array.isArray(body.data)) {
       ids = body.data.flatMap((m) =>
         typeof m === "object" && m !== null && typeof m.id === "string" ? [m.id as string] : [],
@@ -198,7 +235,7 @@ export async function probeModels(
       check: "models",
       state: "failed-probe",
       status: 200,
-      detail: `models: body is not a model list after ${elapsedMs} ms`,
+      detail: `models: body is not a model list${unreadable} after ${elapsedMs} ms`,
       elapsedMs,
     };
   }

@@ -1,7 +1,13 @@
 import { type EngineKind, type EngineLoad, extractEngineLoad } from "./engine-load.js";
 import { ReadinessError } from "./errors.js";
-import { authorizationHeaders, type FetchLike } from "./probes.js";
+import { authorizationHeaders, boundedText, type FetchLike } from "./probes.js";
 import { parsePrometheusText } from "./prometheus.js";
+
+/**
+ * `/metrics` bodies read at most: vLLM's and SGLang's are tens to hundreds of KiB, with
+ * LoRA adapters and histograms included.
+ */
+export const MAX_METRICS_BYTES = 8 * 2 ** 20;
 
 /** Options of {@link scrapeEngineLoad}. */
 export interface ScrapeOptions {
@@ -17,7 +23,8 @@ export interface ScrapeOptions {
 
 /**
  * GETs an engine's `/metrics` (`url` is the full metrics URL) and returns its load signals.
- * Throws `LLMGW_READINESS_SCRAPE_FAILED` on transport errors, timeouts and non-200 statuses.
+ * Throws `LLMGW_READINESS_SCRAPE_FAILED` on transport errors, timeouts, non-200 statuses and
+ * bodies over {@link MAX_METRICS_BYTES}.
  */
 export async function scrapeEngineLoad(
   url: string,
@@ -40,7 +47,7 @@ export async function scrapeEngineLoad(
         `scrape ${url}: HTTP ${response.status} after ${Math.round(performance.now() - started)} ms`,
       );
     }
-    text = await response.text();
+    text = await boundedText(response, MAX_METRICS_BYTES);
   } catch (cause) {
     if (cause instanceof ReadinessError) throw cause;
     const what = timeout.aborted

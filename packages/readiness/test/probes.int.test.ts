@@ -185,6 +185,63 @@ describe("scrapeEngineLoad", () => {
   });
 });
 
+describe("an engine whose answer never ends (outside input is bounded)", () => {
+  /** Serves `mib` MiB of `filler` at `path`, declared in Content-Length or not; counts what left. */
+  async function floodServer(path: string, filler: string, mib: number, declared: boolean) {
+    const chunk = Buffer.from(filler.repeat(2 ** 20 / filler.length));
+    const sent = { bytes: 0 };
+    const server = createServer((req, res) => {
+      if (req.url !== path) return void res.writeHead(404).end();
+      res.writeHead(200, declared ? { "content-length": String(mib * chunk.length) } : {});
+      let left = mib;
+      const pump = (): void => {
+        while (left > 0 && !res.destroyed) {
+          left--;
+          sent.bytes += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        res.end();
+      };
+      res.on("close", () => {
+        left = 0;
+      });
+      pump();
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, sent };
+  }
+
+  it("a /metrics body past 8 MiB fails the scrape, and the rest is not read", async () => {
+    const { url, sent } = await floodServer("/metrics", `# ${"x".repeat(1021)}\n`, 64, false);
+    const error = await scrapeEngineLoad(`${url}/metrics`, { timeoutMs: 20_000 }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toMatchObject({
+      code: "LLMGW_READINESS_SCRAPE_FAILED",
+      message: expect.stringMatching(/: body over 8388608 bytes after \d+ ms$/),
+    });
+    expect(sent.bytes).toBeLessThan(32 * 2 ** 20);
+  }, 30_000);
+
+  it("a /metrics body declared past 8 MiB is refused before it is read", async () => {
+    const { url } = await floodServer("/metrics", `# ${"x".repeat(1021)}\n`, 9, true);
+    const error = await scrapeEngineLoad(`${url}/metrics`).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/: body of 9437184 bytes is over 8388608 after/);
+  });
+
+  it("a /v1/models body past 4 MiB is a failed probe that says so", async () => {
+    const { url } = await floodServer("/v1/models", " ", 16, false);
+    const report = await probeModels(url, MODEL, { timeoutMs: 20_000 });
+    expect(report).toMatchObject({
+      state: "failed-probe",
+      detail: expect.stringMatching(
+        /^models: body is not a model list \(body over 4194304 bytes\) after/,
+      ),
+    });
+  }, 30_000);
+});
+
 describe("an engine that demands an API key (llama-server: only /health is public)", () => {
   const KEY = "llmgw-engine-probe-key";
   async function keyedEngine(): Promise<string> {
