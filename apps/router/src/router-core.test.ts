@@ -1,4 +1,4 @@
-import { createStaticRouteTable } from "@llmgw/router";
+import { createStaticRouteTable, type RouteResolution } from "@llmgw/router";
 import { describe, expect, it } from "vitest";
 import { resolveRouterServiceOptions } from "./options.js";
 import type { PeerSink } from "./peer-exchange.js";
@@ -18,6 +18,46 @@ describe("RouterCore.timedPlacement", () => {
       ...input,
     });
     expect(core.timedPlacement()).toBe(timed);
+    await core.close();
+  });
+});
+
+describe("RouterCore: the route-table listener", () => {
+  const route = (ids: readonly string[]): RouteResolution => ({
+    deployment: "d",
+    policy: "llmgw",
+    loading: false,
+    replicas: ids.map((id) => ({ id, baseUrl: `http://${id}:8000`, state: "ready", capacity: 4 })),
+  });
+
+  it("keeps the books of a replica that left and came back while a request ran there", async () => {
+    const routeTable = createStaticRouteTable({ m: route(["a", "b"]) });
+    const core = createRouterCore({
+      routeTable,
+      options: resolveRouterServiceOptions({
+        noAuth: true,
+        analyzer: { pool: false },
+        picker: { health: { failureThreshold: 3 } },
+      }),
+    });
+    const { picker } = core;
+    // What a request to `a` books (attempt.ts), left running while `a` flaps.
+    core.seenModels.add("m");
+    core.replicaModel.set("a", "m");
+    picker.dispatched("a", []);
+    routeTable.update("m", route(["b"]));
+    routeTable.update("m", route(["a", "b"]));
+    // Back: its circuit opens; then the request from before it left ends.
+    for (let i = 0; i < 3; i++) {
+      picker.dispatched("a", []);
+      picker.finished("a", "failure");
+    }
+    picker.finished("a", "abandoned");
+    expect(picker.health.isRoutable("a")).toBe(false);
+    // It leaves again: forgotten, its circuit with it.
+    routeTable.update("m", route(["b"]));
+    expect(picker.health.isRoutable("a")).toBe(true);
+    expect(core.replicaModel.has("a")).toBe(false);
     await core.close();
   });
 });

@@ -229,6 +229,9 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
         liveUrls.add(r.baseUrl);
         liveIds.add(r.id);
         if (r.state !== "ready") draining.set(r.id, model);
+        // Back while requests it had before it left still run: kept on the books, so that it
+        // is forgotten when it leaves again.
+        if (picker.relisted(r.id)) replicaModel.set(r.id, model);
       }
       admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
     }

@@ -195,6 +195,88 @@ describe("limiter: a key and its tenant", () => {
   });
 });
 
+describe("limiter: a limit a routing update changes", () => {
+  const k = (limits: Omit<ApiKeyInfo, "id" | "name">): ApiKeyInfo => ({
+    id: "k",
+    name: "k",
+    ...limits,
+  });
+  const inTeam = (limits: Omit<TenantInfo, "name" | "weight">): ApiKeyInfo =>
+    k({ tenant: { name: "team", weight: 1, ...limits } });
+
+  // Each step: the key as the routing state has it then, the tokens of one request, its verdict.
+  it.each<{ name: string; steps: [ApiKeyInfo, number, string][] }>([
+    {
+      name: "an rpm added to a key that had none starts full, as for a key never seen",
+      steps: [
+        [k({ maxConcurrency: 10 }), 1, "ok"],
+        [k({ maxConcurrency: 10 }), 1, "ok"],
+        [k({ maxConcurrency: 10, rpm: 2 }), 1, "ok"],
+        [k({ maxConcurrency: 10, rpm: 2 }), 1, "ok"],
+        [k({ maxConcurrency: 10, rpm: 2 }), 1, "key-rpm:30"],
+      ],
+    },
+    {
+      name: "a tpm added to a key that had none starts full",
+      steps: [
+        [k({ rpm: 1000 }), 50, "ok"],
+        [k({ rpm: 1000, tpm: 100 }), 60, "ok"],
+        [k({ rpm: 1000, tpm: 100 }), 30, "ok"],
+        [k({ rpm: 1000, tpm: 100 }), 20, "key-tpm:6"],
+      ],
+    },
+    {
+      name: "an rpm removed and added again starts full",
+      steps: [
+        [k({ rpm: 1 }), 1, "ok"],
+        [k({ rpm: 1 }), 1, "key-rpm:60"],
+        [k({ maxConcurrency: 10 }), 1, "ok"],
+        [k({ rpm: 1 }), 1, "ok"],
+        [k({ rpm: 1 }), 1, "key-rpm:60"],
+      ],
+    },
+    {
+      name: "a raised tpm keeps what was used of it",
+      steps: [
+        [k({ tpm: 100 }), 60, "ok"],
+        [k({ tpm: 1000 }), 940, "ok"],
+        [k({ tpm: 1000 }), 1, "key-tpm:1"],
+      ],
+    },
+    {
+      name: "a lowered rpm caps the bucket at its new size",
+      steps: [
+        [k({ rpm: 10 }), 1, "ok"],
+        [k({ rpm: 2 }), 1, "ok"],
+        [k({ rpm: 2 }), 1, "ok"],
+        [k({ rpm: 2 }), 1, "key-rpm:30"],
+      ],
+    },
+    {
+      name: "a tenant's rpm added where it had none starts full",
+      steps: [
+        [inTeam({ maxConcurrency: 10 }), 1, "ok"],
+        [inTeam({ maxConcurrency: 10, rpm: 2 }), 1, "ok"],
+        [inTeam({ maxConcurrency: 10, rpm: 2 }), 1, "ok"],
+        [inTeam({ maxConcurrency: 10, rpm: 2 }), 1, "tenant-rpm:30"],
+      ],
+    },
+  ])("$name", ({ steps }) => {
+    const limiter = createLimiter({ clock: createManualClock() });
+    const verdicts = steps.map(([key, tokens]) => verdict(limiter.acquire(key, MODEL, tokens)));
+    expect(verdicts).toEqual(steps.map(([, , expected]) => expected));
+  });
+
+  it("settles a request admitted before a raise against the raised bucket", () => {
+    const limiter = createLimiter({ clock: createManualClock() });
+    const before = limiter.acquire(k({ tpm: 100 }), MODEL, 50);
+    expect(verdict(limiter.acquire(k({ tpm: 1000 }), MODEL, 10))).toBe("ok"); // 940 left
+    if (before.ok) before.settle(50);
+    expect(verdict(limiter.acquire(k({ tpm: 1000 }), MODEL, 941))).toBe("key-tpm:1");
+    expect(verdict(limiter.acquire(k({ tpm: 1000 }), MODEL, 940))).toBe("ok");
+  });
+});
+
 describe("limiter: budgets", () => {
   // 2026-01-31 23:59:00 UTC: a minute before a new day and a new month.
   const LAST_MINUTE = Date.UTC(2026, 0, 31, 23, 59, 0);

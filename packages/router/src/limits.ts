@@ -19,7 +19,9 @@
  * State is bounded: key, tenant and budget states are each kept for at most a fixed number of
  * owners, least recently used dropped first (never one with a request in flight; the order is
  * an {@link LruMap}'s). A dropped rate state starts again with a full bucket and a dropped budget counter with no usage until
- * the next standing: both err towards admitting.
+ * the next standing: both err towards admitting. So does a limit a routing update changes: an
+ * rpm or tpm added to a state starts with a full bucket, a raised one keeps what was used of
+ * it (the bucket gains the raise), a lowered one is capped at its new size.
  */
 import type { ApiKeyInfo, TenantInfo } from "./api-keys.js";
 import { type Clock, systemClock } from "./clock.js";
@@ -147,6 +149,10 @@ interface RateState {
   tokens: number;
   at: number;
   inFlight: number;
+  /** The rpm the requests bucket is of (the last acquire's): its refill rate and size. */
+  rpm: number | undefined;
+  /** The tpm the tokens bucket is of, likewise. */
+  tpm: number | undefined;
 }
 
 /** One budget's usage in its current period. */
@@ -186,7 +192,7 @@ function evictFrom<T>(
   }
 }
 
-/** The limits a {@link RateState} is refilled by (a key's or a tenant's). */
+/** The rate limits of a key or a tenant, which its {@link RateState}'s buckets follow. */
 interface RateLimits {
   readonly rpm?: number;
   readonly tpm?: number;
@@ -248,12 +254,25 @@ function dropLocal(c: BudgetCounter, upTo: number): void {
   if (n > 0) b.splice(0, n);
 }
 
-/** Refills `s` up to `now` at the per-minute rates of `l`. */
-function refill(s: RateState, l: RateLimits, now: number): void {
+/** Refills `s` up to `now` at its per-minute rates. */
+function refill(s: RateState, now: number): void {
   const elapsed = Math.max(0, now - s.at);
-  if (l.rpm !== undefined) s.requests = Math.min(l.rpm, s.requests + (elapsed * l.rpm) / MINUTE_MS);
-  if (l.tpm !== undefined) s.tokens = Math.min(l.tpm, s.tokens + (elapsed * l.tpm) / MINUTE_MS);
+  const { rpm, tpm } = s;
+  if (rpm !== undefined) s.requests = Math.min(rpm, s.requests + (elapsed * rpm) / MINUTE_MS);
+  if (tpm !== undefined) s.tokens = Math.min(tpm, s.tokens + (elapsed * tpm) / MINUTE_MS);
   s.at = now;
+}
+
+/**
+ * A bucket of size `from` resized to `to` (a routing update changed the limit), keeping what
+ * was used of it: a limit added where there was none starts full, as for a new state; a raised
+ * one gains the raise; a lowered one is capped at its new size (all err towards admitting).
+ * Undefined `to`: the bucket is unused (0).
+ */
+function resized(level: number, from: number | undefined, to: number | undefined): number {
+  if (to === undefined) return 0;
+  if (from === undefined) return to;
+  return Math.min(to, level + Math.max(0, to - from));
 }
 
 const rateBusy = (s: RateState): boolean => s.inFlight > 0;
@@ -312,17 +331,17 @@ class Lease implements LimitLease {
     const now = this.clock.now();
     // No floor: a request far over its estimate (a stream without an output limit) leaves the
     // bucket as deep in debt as it ran over; MAX_SETTLED_TOKENS bounds what one answer claims.
+    // Against the buckets as they are now (a routing update may have changed their limits
+    // since the request was admitted), where the request reserved its estimate.
     const ks = this.keyState;
-    const ktpm = this.key.tpm;
-    if (ks !== undefined && ktpm !== undefined) {
-      refill(ks, this.key, now);
-      ks.tokens = Math.min(ktpm, ks.tokens + this.charged - tokens);
+    if (ks !== undefined && ks.tpm !== undefined && this.key.tpm !== undefined) {
+      refill(ks, now);
+      ks.tokens = Math.min(ks.tpm, ks.tokens + this.charged - tokens);
     }
     const ts = this.tenantState;
-    const ttpm = this.tenant?.tpm;
-    if (ts !== undefined && ttpm !== undefined) {
-      refill(ts, this.tenant as TenantInfo, now);
-      ts.tokens = Math.min(ttpm, ts.tokens + this.charged - tokens);
+    if (ts !== undefined && ts.tpm !== undefined && this.tenant?.tpm !== undefined) {
+      refill(ts, now);
+      ts.tokens = Math.min(ts.tpm, ts.tokens + this.charged - tokens);
     }
     if (!this.#released) this.#charge(tokens);
     else if (this.counters !== undefined) {
@@ -391,11 +410,26 @@ export function createLimiter(options: LimiterOptions = {}): Limiter {
   ): RateState => {
     let s = states.use(id);
     if (s === undefined) {
-      s = { requests: l.rpm ?? 0, tokens: l.tpm ?? 0, at: now, inFlight: 0 };
+      s = {
+        requests: l.rpm ?? 0,
+        tokens: l.tpm ?? 0,
+        at: now,
+        inFlight: 0,
+        rpm: l.rpm,
+        tpm: l.tpm,
+      };
       states.set(id, s);
       evictFrom(states, max, s, rateBusy);
     } else {
-      refill(s, l, now);
+      refill(s, now);
+      if (s.rpm !== l.rpm) {
+        s.requests = resized(s.requests, s.rpm, l.rpm);
+        s.rpm = l.rpm;
+      }
+      if (s.tpm !== l.tpm) {
+        s.tokens = resized(s.tokens, s.tpm, l.tpm);
+        s.tpm = l.tpm;
+      }
     }
     return s;
   };

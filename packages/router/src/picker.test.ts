@@ -111,6 +111,37 @@ describe("ReplicaPicker.forget", () => {
     picker.forget("never-seen");
     expect(inFlight.slotOf("fresh")).toBe(slot);
   });
+
+  it("keeps what it learns of a replica back in the table when a request from before ends", () => {
+    const clock = createManualClock(0);
+    const inFlight = createInFlightCounters();
+    const picker = createReplicaPicker({ inFlight, health: { clock, failureThreshold: 3 } });
+    const chain = [11, 22, 33];
+    picker.dispatched("flap", []); // in flight while the replica leaves and comes back
+    picker.forget("flap");
+    expect(picker.relisted("flap")).toBe(true);
+    // Back: its new request's prompt, a hint's home, and a circuit opened by three failures.
+    picker.dispatched("flap", chain);
+    picker.finished("flap", "success", 10);
+    const homeOf = () => picker.hintHomes.homeOf("d", 42, [{ id: "flap" }], () => true, 0);
+    expect(homeOf()).toBe("flap");
+    for (let i = 0; i < 3; i++) {
+      picker.dispatched("flap", []);
+      picker.finished("flap", "failure");
+    }
+    const slot = inFlight.slotOf("flap");
+
+    expect(picker.finished("flap", "abandoned")).toBe(0); // the request from before it left
+    expect(picker.prefixIndex.match(chain).get("flap")).toBe(3);
+    expect(picker.hintHomes.count("d", "flap")).toBe(1);
+    expect(picker.health.isRoutable("flap")).toBe(false);
+    expect(inFlight.slotOf("other")).not.toBe(slot);
+    // Gone again, idle: forgotten at once.
+    picker.forget("flap");
+    expect(picker.prefixIndex.match(chain).has("flap")).toBe(false);
+    expect(inFlight.slotOf("next")).toBe(slot);
+    expect([picker.relisted("flap"), picker.relisted("never-seen")]).toEqual([false, false]);
+  });
 });
 
 /** mulberry32: a seeded PRNG in [0, 1). */

@@ -272,9 +272,17 @@ export interface ReplicaPicker {
   /**
    * Drops what is known of a replica that left the route table: its health, its prefix-index
    * entries, its rendezvous seed and, once its last in-flight request has finished, its shared
-   * in-flight slot.
+   * in-flight slot (unless it is {@link relisted} by then).
    */
   forget(replicaId: string): void;
+  /**
+   * `replicaId` is in the route table (call for each on every change). One {@link forget}ten
+   * with requests still in flight that is back (same id: an agent's heartbeat lost, then
+   * restored) keeps its in-flight slot, and what is learnt of it from now on is no longer
+   * dropped when its last old request ends: forget it again if it leaves again. Returns
+   * whether it was such a replica.
+   */
+  relisted(replicaId: string): boolean;
   readonly inFlight: InFlightCounters;
   readonly prefixIndex: PrefixIndex;
   /** The engines' own blocks, from their agents' KV-event feeds. */
@@ -724,6 +732,9 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
       return left;
     },
     forget,
+    relisted(replicaId) {
+      return retiring.size > 0 && retiring.delete(replicaId);
+    },
     inFlight,
     prefixIndex,
     preciseIndex,
