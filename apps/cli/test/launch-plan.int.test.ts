@@ -85,7 +85,7 @@ describe("llmgw launch-plan (built CLI)", () => {
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(
-      "    vllm serve /models/Llama-3.1-70B-Instruct --served-model-name llama-70b --host 0.0.0.0 --port 8000 --tensor-parallel-size 8 --pipeline-parallel-size 2 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29501 --max-num-seqs 64\n",
+      "    vllm serve /models/Llama-3.1-70B-Instruct --served-model-name llama-70b --host 0.0.0.0 --port 8000 --enable-prompt-tokens-details --tensor-parallel-size 8 --pipeline-parallel-size 2 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29501 --max-num-seqs 64\n",
     );
     expect(r.stdout).toContain(
       "    vllm serve /models/Llama-3.1-70B-Instruct --served-model-name llama-70b --tensor-parallel-size 8 --pipeline-parallel-size 2 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29501 --headless --max-num-seqs 64\n",
@@ -125,6 +125,7 @@ describe("llmgw launch-plan (built CLI)", () => {
           "--pp-size",
           "1",
           "--enable-metrics",
+          "--enable-cache-report",
           "--nnodes",
           "2",
           "--node-rank",

@@ -57,6 +57,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
         "0.0.0.0",
         "--port",
         "8000",
+        "--enable-prompt-tokens-details",
         "--tensor-parallel-size",
         "1",
         "--pipeline-parallel-size",
@@ -77,6 +78,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
         "0.0.0.0",
         "--port",
         "8000",
+        "--enable-prompt-tokens-details",
         "--tensor-parallel-size",
         "8",
         "--pipeline-parallel-size",
@@ -104,6 +106,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
         "--pp-size",
         "1",
         "--enable-metrics",
+        "--enable-cache-report",
       ],
       env: { ...SINGLE_ENV, CUDA_VISIBLE_DEVICES: "0" },
     },
@@ -127,6 +130,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
         "--pp-size",
         "1",
         "--enable-metrics",
+        "--enable-cache-report",
       ],
       env: { ...SINGLE_ENV, CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" },
     },
@@ -255,6 +259,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
       "10.0.0.1",
       "--port",
       "8000",
+      "--enable-prompt-tokens-details",
       "--tensor-parallel-size",
       "2",
       "--pipeline-parallel-size",
@@ -321,6 +326,7 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
       "--dtype",
       "bfloat16",
       "--enable-metrics",
+      "--enable-cache-report",
     ]);
   });
 
@@ -441,6 +447,7 @@ describe("buildLaunchSpec: multi-node ranks", () => {
       "0.0.0.0",
       "--port",
       "8000",
+      "--enable-prompt-tokens-details",
       "--tensor-parallel-size",
       "8",
       "--pipeline-parallel-size",
@@ -511,6 +518,7 @@ describe("buildLaunchSpec: multi-node ranks", () => {
       "--pp-size",
       "1",
       "--enable-metrics",
+      "--enable-cache-report",
       "--nnodes",
       "2",
       "--node-rank",
@@ -518,8 +526,8 @@ describe("buildLaunchSpec: multi-node ranks", () => {
       "--dist-init-addr",
       "10.0.0.1:50000",
     ];
-    expect(r0.argv.slice(-11)).toEqual(tail(0));
-    expect(r1.argv.slice(-11)).toEqual(tail(1));
+    expect(r0.argv.slice(-12)).toEqual(tail(0));
+    expect(r1.argv.slice(-12)).toEqual(tail(1));
     expect(r1.argv).toContain("--port");
     expect([r0.readiness?.healthPath, r1.readiness, r1.apiPort]).toEqual([
       "/health",

@@ -6,7 +6,7 @@ import type { EngineAdapter } from "./launch-spec.js";
  * across nodes; multi-node adds `--nnodes/--node-rank/--dist-init-addr host:port`. Only rank 0
  * runs the HTTP API; ranks ≥ 1 still get `--host/--port` (newer SGLang binds a health stub
  * there, and the default 30000 could collide) but no readiness, since older SGLang just blocks.
- * Metrics need `--enable-metrics`.
+ * Metrics need `--enable-metrics`, cached tokens in usage `--enable-cache-report`.
  */
 export const sglangAdapter: EngineAdapter = {
   engine: "sglang",
@@ -37,6 +37,8 @@ export const sglangAdapter: EngineAdapter = {
       ...opt("--download-dir", config.downloadDir),
       ...(d.trustRemoteCode ? ["--trust-remote-code"] : []),
       "--enable-metrics",
+      // Cached prompt tokens in each answer's usage, as for vLLM.
+      "--enable-cache-report",
       ...distInitArgs(input, checked),
       ...kvEventsArgs(input, serving),
       ...d.extraArgs,

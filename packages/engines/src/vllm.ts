@@ -19,6 +19,9 @@ export const vllmAdapter: EngineAdapter = {
       "--served-model-name",
       d.servedModelName,
       ...(serving ? ["--host", config.bindHost, "--port", String(ports.api)] : []),
+      // Cached prompt tokens in each answer's usage (off by default in vLLM): what usage
+      // records and the router's prefix predictions read.
+      ...(serving ? ["--enable-prompt-tokens-details"] : []),
       "--tensor-parallel-size",
       String(d.tensorParallel),
       "--pipeline-parallel-size",
