@@ -7,6 +7,7 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
 import {
   createRouterMetrics,
   type FamilySpec,
@@ -242,6 +243,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
       usageReporter = await startUsageReporter({
         ledger,
         send: (batch) => runtime.reportUsage(batch),
+        // The control plane checked the batch and will never take it (see docs/api.md).
+        refused: (error) => error instanceof ConnectError && error.code === Code.InvalidArgument,
         onStandings: (answer, includedUpToMs) => h.applyStandings(answer, includedUpToMs),
         ...(stateDir === undefined ? {} : { dir: path.join(stateDir, "usage") }),
         ...(options.usageReportIntervalMs === undefined

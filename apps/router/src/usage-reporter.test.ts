@@ -1,7 +1,12 @@
 import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { type UsageAnswer, type UsageBatch, UsageLedger } from "@llmgw/router";
+import {
+  MAX_USAGE_BATCH_RECORDS,
+  type UsageAnswer,
+  type UsageBatch,
+  UsageLedger,
+} from "@llmgw/router";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { startUsageReporter, type UsageReporter } from "./usage-reporter.js";
 
@@ -165,8 +170,103 @@ describe("usage reporter", () => {
     expect(reporter.pending).toBe(0);
     await vi.waitFor(() => expect(standings).toHaveLength(2));
     expect(standings[1]).toBeGreaterThanOrEqual(before);
-    // Sent and acknowledged: neither an outage nor a lost batch, only a file it could not remove.
+    // Sent and acknowledged: neither an outage nor a lost batch, and no file to remove.
     expect(log.some((e) => e.event === "usage_report_failed")).toBe(false);
-    expect(log.some((e) => e.event === "usage_batch_not_removed")).toBe(true);
+    expect(log.some((e) => e.event === "usage_batch_not_removed")).toBe(false);
+  });
+
+  it("keeps a batch it could not write in memory, and drops it past the bound, counted", async () => {
+    const root = await tempDir();
+    const ledger = new UsageLedger();
+    const sent = recordingSend();
+    const log: Record<string, unknown>[] = [];
+    const reporter = await start({
+      ledger,
+      send: sent.send,
+      dir: path.join(root, "usage"),
+      maxBatchesInMemory: 1,
+      log: (e) => log.push({ ...e }),
+    });
+    await vi.waitFor(() => expect(sent.calls()).toBe(1));
+    await settled();
+    await writeFile(path.join(root, "usage"), ""); // every write fails from now on
+    sent.state.ok = false;
+    for (let i = 1; i <= 2; i++) {
+      ledger.add(60_000 * i, "k", "t", "m", used);
+      reporter.sealNow();
+      await vi.waitFor(() => expect(sent.calls()).toBe(1 + i));
+      await settled();
+    }
+    // The older one had no file to fall back on: dropped and said so, not taken for a
+    // corrupt file.
+    expect([reporter.pending, reporter.dropped]).toEqual([1, 1]);
+    expect(log.filter((e) => e.event === "usage_batch_dropped")).toHaveLength(1);
+    expect(log.some((e) => e.event === "usage_batch_unreadable")).toBe(false);
+    sent.state.ok = true;
+    reporter.sealNow();
+    await vi.waitFor(() => expect(reporter.pending).toBe(0));
+    expect(sent.batches.map((b) => b.records[0]?.minuteMs)).toEqual([120_000]);
+  });
+
+  it("sends a sealed ledger larger than one batch may be as several", async () => {
+    const ledger = new UsageLedger({ maxEntries: 30_000 });
+    const sent = recordingSend();
+    const reporter = await start({
+      ledger,
+      // As the control plane does: more records than a batch may hold are refused.
+      send: (batch) =>
+        batch.records.length > MAX_USAGE_BATCH_RECORDS
+          ? Promise.reject(new Error("too many records"))
+          : sent.send(batch),
+    });
+    await vi.waitFor(() => expect(sent.calls()).toBe(1)); // the first tick's ask
+    await settled();
+    for (let i = 0; i <= 2 * MAX_USAGE_BATCH_RECORDS; i++)
+      ledger.add(60_000, `k${i}`, "t", "m", used);
+    reporter.sealNow();
+    await vi.waitFor(() => expect(sent.batches).toHaveLength(3));
+    expect(sent.batches.map((b) => b.records.length)).toEqual([
+      MAX_USAGE_BATCH_RECORDS,
+      MAX_USAGE_BATCH_RECORDS,
+      1,
+    ]);
+    expect(new Set(sent.batches.map((b) => b.batchId)).size).toBe(3);
+    expect(reporter.pending).toBe(0);
+  });
+
+  it("sets a batch the control plane refuses for good aside, and sends the ones behind it", async () => {
+    const dir = path.join(await tempDir(), "usage");
+    const ledger = new UsageLedger();
+    const sent = recordingSend();
+    const log: Record<string, unknown>[] = [];
+    let refuseNext = true;
+    const reporter = await start({
+      ledger,
+      send: (batch) => {
+        if (batch.records.length > 0 && refuseNext) {
+          refuseNext = false;
+          return Promise.reject(Object.assign(new Error("a minute too old"), { forGood: true }));
+        }
+        return sent.send(batch);
+      },
+      refused: (error) => (error as { forGood?: boolean }).forGood === true,
+      dir,
+      log: (e) => log.push({ ...e }),
+    });
+    await vi.waitFor(() => expect(sent.calls()).toBe(1)); // the first tick's ask
+    await settled();
+    ledger.add(60_000, "k", "t", "m", used);
+    reporter.sealNow();
+    await vi.waitFor(() => expect(reporter.refusedBatches).toBe(1));
+    await settled();
+    ledger.add(120_000, "k", "t", "m", used);
+    reporter.sealNow();
+    await vi.waitFor(() => expect(sent.batches).toHaveLength(1));
+    expect(sent.batches[0]?.records[0]?.minuteMs).toBe(120_000);
+    const refused = log.filter((e) => e.event === "usage_batch_refused");
+    expect(refused).toHaveLength(1);
+    expect(String(refused[0]?.message)).toContain("a minute too old; set aside");
+    // Kept for a person to look at, never sent again.
+    expect(await readdir(dir)).toEqual([`${refused[0]?.batchId}.json.refused`]);
   });
 });

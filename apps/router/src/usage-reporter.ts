@@ -12,19 +12,35 @@
  * batch, so budgets stay current on a router that serves nothing of them.
  *
  * Memory is bounded: at most `maxBatchesInMemory` batches keep their records in memory; older
- * ones are read back from their files when their turn comes. Without a state dir, batches past
- * that bound are dropped, logged and counted.
+ * ones are read back from their files when their turn comes. A batch with no file (no state
+ * dir, or its file could not be written) is dropped past that bound, logged and counted.
+ *
+ * A sealed ledger larger than {@link MAX_USAGE_BATCH_RECORDS} goes as several batches. A batch
+ * the control plane refuses for good (`refused`: an invalid argument, say records older than it
+ * keeps batch ids for) is logged, counted and set aside (`<id>.json.refused`), so the batches
+ * behind it are still sent.
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
-import type { UsageAnswer, UsageBatch, UsageEntry, UsageLedger } from "@llmgw/router";
+import {
+  MAX_USAGE_BATCH_RECORDS,
+  type UsageAnswer,
+  type UsageBatch,
+  type UsageEntry,
+  type UsageLedger,
+} from "@llmgw/router";
 
 /** Inputs of {@link startUsageReporter}. */
 export interface UsageReporterOptions {
   readonly ledger: UsageLedger;
   /** Sends one batch (see `RoutingRuntime.reportUsage`); rejects when none takes it now. */
   readonly send: (batch: UsageBatch) => Promise<UsageAnswer>;
+  /**
+   * Whether `send`'s error refuses the batch for good (sending it again would be refused
+   * again); anything else is an outage, and the batch is sent again. Default: none is.
+   */
+  readonly refused?: (error: unknown) => boolean;
   /**
    * Each answer's standings (the limiter's `applyStandings`), with when the newest batch the
    * control plane has acknowledged was sealed (this process's `Date.now`; 0 before any): the
@@ -48,6 +64,8 @@ export interface UsageReporter {
   readonly pending: number;
   /** Batches dropped (memory only, over the bound). */
   readonly dropped: number;
+  /** Batches the control plane refused for good, set aside. */
+  readonly refusedBatches: number;
   /** Seals, sends what it can within `timeoutMs`, and stops; unsent batches stay in `dir`. */
   close(timeoutMs?: number): Promise<void>;
 }
@@ -58,6 +76,8 @@ interface Pending {
   readonly sealedAtMs: number;
   /** Undefined: only in its file (over the memory bound). */
   records: readonly UsageEntry[] | undefined;
+  /** Whether its file was written (one a previous run left: yes). */
+  readonly saved: boolean;
 }
 
 /** Largest batch file read back; a sealed batch is far smaller. */
@@ -75,6 +95,7 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
   let seq = 0;
   const queue: Pending[] = [];
   let dropped = 0;
+  let refusedBatches = 0;
   let closed = false;
   let sending: Promise<void> | undefined;
   let lastAskedAt = 0;
@@ -94,7 +115,7 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
       if (!name.endsWith(".json")) continue;
       const batchId = name.slice(0, -".json".length);
       if (!BATCH_ID.test(batchId)) continue;
-      queue.push({ batchId, sealedAtMs: 0, records: undefined });
+      queue.push({ batchId, sealedAtMs: 0, records: undefined, saved: true });
     }
     if (queue.length > 0) {
       log({ event: "usage_batches_found", count: queue.length, dir });
@@ -103,35 +124,43 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
 
   const fileOf = (batchId: string): string => path.join(dir as string, `${batchId}.json`);
 
+  /** Writes `records` as `batchId`'s file; false when it could not be (logged). */
+  const save = async (batchId: string, records: readonly UsageEntry[]): Promise<boolean> => {
+    if (dir === undefined) return false;
+    const file = fileOf(batchId);
+    const tmp = `${file}.tmp`;
+    try {
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      await writeFile(tmp, JSON.stringify({ batchId, records }), { mode: 0o600 });
+      await rename(tmp, file);
+      return true;
+    } catch (error) {
+      // Still sent from memory while it is kept there (below); a restart before it is
+      // acknowledged would lose it.
+      log({ event: "usage_batch_not_saved", batchId, message: (error as Error).message });
+      return false;
+    }
+  };
+
   const seal = async (): Promise<void> => {
     if (ledger.size === 0) return;
     const sealedAtMs = Date.now();
-    const records = ledger.seal();
-    const batchId = `${run}-${(seq++).toString(36)}`;
-    if (dir !== undefined) {
-      const file = fileOf(batchId);
-      const tmp = `${file}.tmp`;
-      try {
-        await mkdir(dir, { recursive: true, mode: 0o700 });
-        await writeFile(tmp, JSON.stringify({ batchId, records }), { mode: 0o600 });
-        await rename(tmp, file);
-      } catch (error) {
-        // Still sent from memory; only a restart before it is acknowledged would lose it.
-        log({
-          event: "usage_batch_not_saved",
-          batchId,
-          message: (error as Error).message,
-        });
-      }
+    const sealed = ledger.seal();
+    for (let at = 0; at < sealed.length; at += MAX_USAGE_BATCH_RECORDS) {
+      const records =
+        sealed.length <= MAX_USAGE_BATCH_RECORDS
+          ? sealed
+          : sealed.slice(at, at + MAX_USAGE_BATCH_RECORDS);
+      const batchId = `${run}-${(seq++).toString(36)}`;
+      queue.push({ batchId, sealedAtMs, records, saved: await save(batchId, records) });
     }
-    queue.push({ batchId, sealedAtMs, records });
-    // Past the bound, the oldest batches live in their files only (or, without files, go).
+    // Past the bound, the oldest batches live in their files only (or, without one, go).
     let inMemory = 0;
     for (let i = queue.length - 1; i >= 0; i--) {
       const p = queue[i] as Pending;
       if (p.records === undefined) continue;
       if (++inMemory <= maxInMemory) continue;
-      if (dir !== undefined) p.records = undefined;
+      if (p.saved) p.records = undefined;
       else {
         queue.splice(i, 1);
         dropped += 1;
@@ -171,6 +200,21 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
       try {
         answer = await send({ batchId: p.batchId, records });
       } catch (error) {
+        if (options.refused?.(error) === true) {
+          // Sent again it would be refused again, and hold up every batch behind it.
+          refusedBatches += 1;
+          queue.shift();
+          log({
+            event: "usage_batch_refused",
+            batchId: p.batchId,
+            records: records.length,
+            message: `${(error as Error).message}; set aside, not sent again`,
+          });
+          if (p.saved) {
+            await rename(fileOf(p.batchId), `${fileOf(p.batchId)}.refused`).catch(() => {});
+          }
+          continue;
+        }
         failures += 1;
         // Logged on the first failure of a run of them, then every 60th (about 5 min).
         if (failures === 1 || failures % 60 === 0) {
@@ -188,7 +232,7 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
       queue.shift();
       includedUpToMs = Math.max(includedUpToMs, p.sealedAtMs);
       options.onStandings?.(answer, includedUpToMs);
-      if (dir !== undefined) {
+      if (p.saved) {
         // Acknowledged: a file left behind would only be sent again and counted once.
         await rm(fileOf(p.batchId), { force: true }).catch((error: unknown) =>
           log({
@@ -231,6 +275,9 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
     },
     get dropped() {
       return dropped;
+    },
+    get refusedBatches() {
+      return refusedBatches;
     },
     async close(timeoutMs = 2_000) {
       if (closed) return;

@@ -176,6 +176,7 @@ export {
 export {
   type BudgetStanding,
   GpuShares,
+  MAX_USAGE_BATCH_RECORDS,
   type RequestUsage,
   type UsageAnswer,
   type UsageBatch,

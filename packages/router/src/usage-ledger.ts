@@ -45,6 +45,12 @@ export interface UsageLedgerOptions {
 
 const MINUTE_MS = 60_000;
 
+/**
+ * Records one `ReportUsage` batch may carry (the control plane refuses more): a sealed ledger
+ * larger than this is sent as several batches.
+ */
+export const MAX_USAGE_BATCH_RECORDS = 10_000;
+
 /** Usage since the last {@link UsageLedger.seal}. */
 export class UsageLedger {
   readonly maxEntries: number;

@@ -11,6 +11,7 @@ import {
   type UsageRow,
   UsageRowSchema,
 } from "@llmgw/proto";
+import { MAX_USAGE_BATCH_RECORDS } from "@llmgw/router";
 import { budgetPeriodToProto } from "@llmgw/wire";
 import { TENANT_NAME } from "../domain/tenants.js";
 import type { BudgetStandingData, UsageReport } from "../domain/usage.js";
@@ -33,7 +34,7 @@ export const REPORT_USAGE_LIMITS = {
   routerId: /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/,
   /** Printable ASCII, no spaces: the router's id and a sequence number, or a random id. */
   batchId: /^[\x21-\x7e]{1,128}$/,
-  maxRecords: 10_000,
+  maxRecords: MAX_USAGE_BATCH_RECORDS,
   /** A record older than this is refused: its batch id may be pruned (see `UsageRetention`). */
   maxRecordAgeMs: 7 * DAY_MS,
   /** A router's clock ahead of the control plane's by more than this is refused. */
