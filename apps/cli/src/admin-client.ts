@@ -1,5 +1,6 @@
-import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { ClusterService } from "@llmgw/proto";
 import {
   createFailoverTransport,
@@ -10,6 +11,13 @@ import { type CliIo, UsageError } from "./command.js";
 
 /** Default control listener when neither `--control-plane` nor `LLMGW_CONTROL_PLANE` is set. */
 export const DEFAULT_CONTROL_PLANE_URL = "http://127.0.0.1:7070";
+
+/**
+ * How long one admin call (a unary RPC) may go unanswered before it fails with
+ * DeadlineExceeded: a frozen leader or a network that drops packets must not hang a command.
+ * Streams (`llmgw events`) have no such deadline.
+ */
+export const ADMIN_CALL_TIMEOUT_MS = 30_000;
 
 /** Flags every admin command takes (spread into `parseCommandArgs` options). */
 export const ADMIN_FLAGS = {
@@ -33,10 +41,29 @@ export interface AdminContext {
   readonly json: boolean;
 }
 
-/** Builds the admin client from flags and env; a missing token is a usage error. */
+/**
+ * `transport` with every call tied to `signal` (Ctrl-C cancels it) and every unary call given
+ * `timeoutMs` unless the caller set its own.
+ */
+function withCallDefaults(transport: Transport, signal: AbortSignal, timeoutMs: number): Transport {
+  const tied = (own: AbortSignal | undefined) => (own ? AbortSignal.any([own, signal]) : signal);
+  return {
+    unary: (method, own, ownTimeoutMs, header, input, contextValues) =>
+      transport.unary(method, tied(own), ownTimeoutMs ?? timeoutMs, header, input, contextValues),
+    stream: (method, own, ownTimeoutMs, header, input, contextValues) =>
+      transport.stream(method, tied(own), ownTimeoutMs, header, input, contextValues),
+  };
+}
+
+/**
+ * Builds the admin client from flags and env; a missing token is a usage error. Every call
+ * stops when `io.signal` aborts; a unary call not answered within `callTimeoutMs` (default
+ * {@link ADMIN_CALL_TIMEOUT_MS}) fails with DeadlineExceeded.
+ */
 export function adminContext(
   values: { "control-plane"?: string; token?: string; json?: boolean },
   io: CliIo,
+  callTimeoutMs = ADMIN_CALL_TIMEOUT_MS,
 ): AdminContext {
   const urls = splitControlPlaneUrls(
     values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE_URL,
@@ -66,7 +93,10 @@ export function adminContext(
         ],
       }),
   });
-  const client = createClient(ClusterService, transport);
+  const client = createClient(
+    ClusterService,
+    withCallDefaults(transport, io.signal, callTimeoutMs),
+  );
   return {
     get url() {
       return transport.current;
@@ -115,6 +145,8 @@ export function describeAdminError(error: unknown, url: string): string {
         return `the control plane at ${url} refused the admin token: ${error.rawMessage}. Set LLMGW_ADMIN_TOKEN or --token to the output of 'llmgw control-plane token --admin --data-dir DIR'`;
       case Code.Unavailable:
         return `cannot reach the control plane at ${url}: ${error.rawMessage} — is it running? set --control-plane or LLMGW_CONTROL_PLANE`;
+      case Code.DeadlineExceeded:
+        return `the control plane at ${url} did not answer in time (${error.rawMessage}) — is it overloaded, or is the network to it dropping packets?`;
       case Code.NotFound:
       case Code.InvalidArgument:
       case Code.AlreadyExists:
@@ -126,7 +158,10 @@ export function describeAdminError(error: unknown, url: string): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** Runs an admin action; failures print one clear line and exit 1. */
+/**
+ * Runs an admin action; failures print one clear line and exit 1, a call that Ctrl-C
+ * (`io.signal`) cut short prints "interrupted" and exits 130.
+ */
 export async function runAdmin(
   io: CliIo,
   ctx: AdminContext,
@@ -135,7 +170,12 @@ export async function runAdmin(
   try {
     return await action();
   } catch (error) {
-    io.stderr.write(`llmgw: ${describeAdminError(error, ctx.url)}\n`);
+    if (io.signal.aborted) {
+      io.stderr.write("llmgw: interrupted\n");
+      return 130;
+    }
+    // The control plane's messages may quote what agents reported.
+    io.stderr.write(`llmgw: ${escapeOutsideText(describeAdminError(error, ctx.url))}\n`);
     return 1;
   }
 }

@@ -333,6 +333,63 @@ describe("llmgw deploy --wait", () => {
   });
 });
 
+describe("--wait against a control plane that stops answering (a frozen leader, a black hole)", () => {
+  const loading = status(3, 2, [replica("chat-0", { revision: 3, state: 3 })]);
+  const SCALE = ["scale", "chat", "2", "--wait", "--timeout", "1"];
+  /** Never answers, until the test closes the server. */
+  const silent = () => new Promise<never>(() => {});
+
+  it("ends at --timeout with the control plane's silence when it never answered", async () => {
+    fake = await startFakeClusterService({
+      scaleDeployment: () => ({ deployment: loading }),
+      getDeployment: silent,
+    });
+    const io = capturedIo(fake.env);
+    expect(await runCli(SCALE, io)).toBe(1);
+    expect(lines(io.err()).at(-1)).toMatch(
+      /^llmgw: the control plane at http:\/\/127\.0\.0\.1:\d+ did not answer in time \(.+\) — is it overloaded, or is the network to it dropping packets\?$/,
+    );
+  });
+
+  it("ends at --timeout saying how far it got when it stopped answering", async () => {
+    let calls = 0;
+    fake = await startFakeClusterService({
+      scaleDeployment: () => ({ deployment: loading }),
+      getDeployment: () => (calls++ === 0 ? { deployment: loading } : silent()),
+    });
+    const io = capturedIo(fake.env);
+    expect(await runCli(SCALE, io)).toBe(1);
+    expect(lines(io.err()).at(-1)).toMatch(
+      /^chat: timed out after \ds: chat: 0\/2 ready at revision 3$/,
+    );
+  });
+
+  it("Ctrl-C stops a read that gets no answer (130); the scale goes on", async () => {
+    fake = await startFakeClusterService({
+      scaleDeployment: () => ({ deployment: loading }),
+      getDeployment: silent,
+    });
+    const io = capturedIo(fake.env);
+    setTimeout(() => io.abort.abort(), 300);
+    expect(await runCli([...SCALE.slice(0, -1), "600"], io)).toBe(130);
+    expect(lines(io.err()).at(-1)).toBe("interrupted; the deployment keeps scaling");
+  });
+
+  it.each([
+    ["scale", SCALE, { scaleDeployment: silent }],
+    ["deploy", DEPLOY, { applyDeployment: silent }],
+  ] as const)(
+    "Ctrl-C stops %s's own call when it gets no answer (130)",
+    async (_, argv, routes) => {
+      fake = await startFakeClusterService(routes);
+      const io = capturedIo(fake.env);
+      setTimeout(() => io.abort.abort(), 300);
+      expect(await runCli([...argv], io)).toBe(130);
+      expect(lines(io.err()).at(-1)).toBe("llmgw: interrupted");
+    },
+  );
+});
+
 describe("llmgw drain --wait", () => {
   const node = create(NodeSchema, {
     nodeId: "gpu-07-1f2e",
@@ -518,7 +575,7 @@ describe("leaving replicas and rollouts in the read commands", () => {
     const io = capturedIo(fake.env);
     expect(await runCli(["replicas"], io)).toBe(0);
     expect(lines(io.out())[1]).toMatch(
-      /^chat-0 +chat +ready,draining \(rollout, 3 in flight, 59m 5\ds left\) +node-a\[0\] +- +\S+( \S+)?$/,
+      /^chat-0 +chat +ready,draining \(rollout, 3 in flight, 59m [0-5]\ds left\) +node-a\[0\] +- +\S+( \S+)?$/,
     );
   });
 

@@ -1,5 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
+import { type CallOptions, Code, ConnectError } from "@connectrpc/connect";
 import {
   type DeploymentStatus,
   DeploymentStatusSchema,
@@ -7,7 +7,7 @@ import {
   type Replica,
 } from "@llmgw/proto";
 import { classifyControlPlaneError } from "@llmgw/wire";
-import type { AdminContext } from "./admin-client.js";
+import { ADMIN_CALL_TIMEOUT_MS, type AdminContext } from "./admin-client.js";
 import { rolloutText } from "./cluster-format.js";
 import { type CliIo, UsageError } from "./command.js";
 import {
@@ -65,6 +65,9 @@ export function parseWaitTimeoutMs(value: string | undefined): number {
 /** How often the waits ask the control plane. */
 const POLL_MS = 500;
 
+/** The least time one read gets, even at the wait's timeout: `--timeout 0` still looks once. */
+const MIN_READ_MS = 2_000;
+
 const FAILED_CODE = "LLMGW_CONTROL_PLANE_REPLICA_FAILED";
 
 /** Waits `ms`, or less when `signal` aborts. */
@@ -87,7 +90,8 @@ interface FollowSpec<T> {
   readonly timeoutMs: number;
   /** Printed when Ctrl-C stops the wait, e.g. "the deployment keeps rolling out". */
   readonly goesOn: string;
-  readonly read: () => Promise<T>;
+  /** One read; `call` carries its deadline and `io.signal`, to pass to the client. */
+  readonly read: (call: CallOptions) => Promise<T>;
   /** Handles one answer: an exit code ends the wait, undefined asks again. */
   readonly step: (answer: T, nowMs: number, elapsedMs: number) => number | undefined;
   /** Says what is left once `timeoutMs` passed; returns the exit code. */
@@ -130,10 +134,13 @@ export async function callAgainAfterBreak<T>(
 }
 
 /**
- * The polling loop every wait shares. A control plane restarting or handing the lead over
- * only delays the wait (the change goes on without us; each read is safe to repeat), with one
- * line when it stops and one when it answers again; a refusal that asking again cannot fix
- * (bad token, unknown name) or an outage past the timeout is thrown for `runAdmin` to print.
+ * The polling loop every wait shares. A control plane restarting, handing the lead over or
+ * not answering only delays the wait (the change goes on without us; each read is safe to
+ * repeat), with one line when it stops and one when it answers again. Each read ends by the
+ * wait's timeout (or within {@link ADMIN_CALL_TIMEOUT_MS}, to ask again) and at Ctrl-C, so
+ * a frozen leader cannot hold the wait past either. At the timeout the last answer says how
+ * far it got; a refusal that asking again cannot fix (bad token, unknown name), or an outage
+ * past the timeout with no answer at all, is thrown for `runAdmin` to print.
  */
 async function follow<T>(
   ctx: AdminContext,
@@ -142,21 +149,29 @@ async function follow<T>(
   spec: FollowSpec<T>,
 ): Promise<number> {
   const started = Date.now();
+  let last: { readonly answer: T } | undefined;
   let waitingOut = false;
   for (;;) {
     if (io.signal.aborted) {
       out(`interrupted; ${spec.goesOn}`);
       return 130;
     }
+    const leftMs = spec.timeoutMs - (Date.now() - started);
     let answer: T;
     try {
-      answer = await spec.read();
+      answer = await spec.read({
+        signal: io.signal,
+        timeoutMs: Math.min(Math.max(leftMs, MIN_READ_MS), ADMIN_CALL_TIMEOUT_MS),
+      });
     } catch (error) {
-      if (
-        classifyControlPlaneError(error).action === "stay" ||
-        Date.now() - started >= spec.timeoutMs
-      )
-        throw error;
+      if (io.signal.aborted) continue;
+      const noAnswer = ConnectError.from(error).code === Code.DeadlineExceeded;
+      if (!noAnswer && classifyControlPlaneError(error).action === "stay") throw error;
+      const now = Date.now();
+      if (now - started >= spec.timeoutMs) {
+        if (last === undefined) throw error;
+        return spec.timedOut(last.answer, now, now - started);
+      }
       if (!waitingOut)
         out(`control plane unavailable (${ConnectError.from(error).rawMessage}); still waiting`);
       waitingOut = true;
@@ -165,6 +180,7 @@ async function follow<T>(
     }
     if (waitingOut) out(`control plane ${ctx.url} answers again`);
     waitingOut = false;
+    last = { answer };
     const now = Date.now();
     const code = spec.step(answer, now, now - started);
     if (code !== undefined) return code;
@@ -214,8 +230,8 @@ export function waitForRollout(ctx: AdminContext, io: CliIo, wait: RolloutWait):
   return follow<DeploymentStatus>(ctx, io, out, {
     timeoutMs: wait.timeoutMs,
     goesOn: `the deployment keeps ${wait.doing}`,
-    async read() {
-      const d = (await ctx.client.getDeployment({ name })).deployment;
+    async read(call) {
+      const d = (await ctx.client.getDeployment({ name }, call)).deployment;
       if (!d) throw new Error(`deployment ${name} disappeared`);
       return d;
     },
@@ -298,8 +314,8 @@ export function waitForDrain(ctx: AdminContext, io: CliIo, wait: DrainWait): Pro
   return follow<readonly Replica[]>(ctx, io, out, {
     timeoutMs: wait.timeoutMs,
     goesOn: "the node keeps draining",
-    async read() {
-      return (await ctx.client.listReplicas({})).replicas;
+    async read(call) {
+      return (await ctx.client.listReplicas({}, call)).replicas;
     },
     step(all, now, elapsedMs) {
       for (const r of all) if (onNode(r, nodeId)) followed.add(r.deployment);
@@ -348,8 +364,8 @@ export function waitForReplicasGone(
   return follow<readonly Replica[]>(ctx, io, out, {
     timeoutMs: wait.timeoutMs,
     goesOn: "the replicas keep stopping",
-    async read() {
-      return (await ctx.client.listReplicas({ deployment: name })).replicas;
+    async read(call) {
+      return (await ctx.client.listReplicas({ deployment: name }, call)).replicas;
     },
     step(replicas, now, elapsedMs) {
       const snapshot = { replicas, atMs: now };

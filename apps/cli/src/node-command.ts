@@ -1,5 +1,6 @@
 import { toJson } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { type ClusterService, type Node, NodeSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "./admin-client.js";
 import { nodeStateText } from "./cluster-format.js";
@@ -31,7 +32,7 @@ export function nodeActionCommand(
           io.stdout.write(`${JSON.stringify(node ? toJson(NodeSchema, node) : {}, null, 2)}\n`);
         else
           io.stdout.write(
-            `${node?.hostname ?? positionals[0]} (${node?.nodeId ?? ""}): ${done(node)}\n`,
+            `${escapeOutsideText(`${node?.hostname ?? positionals[0]} (${node?.nodeId ?? ""}): ${done(node)}`)}\n`,
           );
         return 0;
       });

@@ -12,21 +12,30 @@ const UNIT_MS: Readonly<Record<string, number>> = {
   w: 7 * 86_400_000,
 };
 
+/** `y-m-d` as epoch ms at 00:00 UTC, or undefined when it is not a calendar date. */
+function utcDate(y: number, m: number, d: number): number | undefined {
+  const ms = Date.UTC(y, m - 1, d);
+  const back = new Date(ms);
+  // 2026-02-30 is not a date, whatever Date.UTC (or Date.parse) makes of it: March 2.
+  if (back.getUTCFullYear() !== y || back.getUTCMonth() !== m - 1 || back.getUTCDate() !== d)
+    return undefined;
+  return ms;
+}
+
 /** A time `--since`/`--until` accept, as epoch ms, or undefined when `text` is none of them. */
 export function parseUsageTime(text: string, nowMs: number): number | undefined {
   const relative = /^(\d{1,6})([mhdw])$/.exec(text);
   if (relative) return nowMs - Number(relative[1]) * (UNIT_MS[relative[2] as string] as number);
   const date = /^(\d{4})-(\d{2})-(\d{2})$/.exec(text);
-  if (date) {
-    const [y, m, d] = [Number(date[1]), Number(date[2]), Number(date[3])];
-    const ms = Date.UTC(y, m - 1, d);
-    const back = new Date(ms);
-    // 2026-02-30 is not a date, whatever Date.UTC makes of it.
-    if (back.getUTCFullYear() !== y || back.getUTCMonth() !== m - 1 || back.getUTCDate() !== d)
-      return undefined;
-    return ms;
-  }
-  if (/^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})$/.test(text)) {
+  if (date) return utcDate(Number(date[1]), Number(date[2]), Number(date[3]));
+  const time =
+    /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})$/.exec(
+      text,
+    );
+  if (time) {
+    // Date.parse reads hour 24 as the next day's midnight; RFC 3339 has no hour 24.
+    if (utcDate(Number(time[1]), Number(time[2]), Number(time[3])) === undefined) return undefined;
+    if (Number(time[4]) > 23) return undefined;
     const ms = Date.parse(text.replace(" ", "T"));
     return Number.isNaN(ms) ? undefined : ms;
   }

@@ -93,6 +93,24 @@ describe("the control plane against a hostile client", () => {
     expect(metrics).not.toContain("GPU-99999");
   });
 
+  it("refuses a Register whose agent version holds terminal escapes", async () => {
+    const cp = await setup();
+    const agent = new FakeAgent({
+      controlUrl: cp.controlUrl,
+      joinToken: cp.joinToken,
+      inventory: create(NodeInventorySchema, {
+        hostname: "node-a",
+        agentVersion: "9.9.9\u001b[2J\u001b[H",
+      }),
+    });
+    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toBe(
+      'RegisterRequest.inventory.agentVersion must be visible ASCII characters (no spaces or control characters), got "9.9.9\\u001b[2J\\u001b[H"',
+    );
+    expect(cp.cluster.listNodes()).toEqual([]);
+  });
+
   it("refuses a Register listing one GPU index twice, and keeps scheduling", async () => {
     const cp = await setup();
     const agent = new FakeAgent({

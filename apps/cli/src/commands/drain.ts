@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { NodeSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { nodeStateText } from "../cluster-format.js";
@@ -33,7 +34,7 @@ ${ADMIN_FLAGS_USAGE}`,
         io.stdout.write(`${JSON.stringify(node ? toJson(NodeSchema, node) : {}, null, 2)}\n`);
       else
         io.stdout.write(
-          `${node?.hostname ?? name} (${node?.nodeId ?? ""}): ${node ? nodeStateText(node) : "drain"}\n`,
+          `${escapeOutsideText(`${node?.hostname ?? name} (${node?.nodeId ?? ""}): ${node ? nodeStateText(node) : "drain"}`)}\n`,
         );
       if (!values.wait) return 0;
       if (!node)

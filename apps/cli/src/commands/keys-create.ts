@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { ApiKeySchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
@@ -52,7 +53,7 @@ export const command: Command = {
       } else {
         io.stdout.write(`${res.secret}\n`);
         io.stderr.write(
-          `created API key ${res.key?.name} (${res.key?.id}); the secret above is shown only once\n`,
+          `${escapeOutsideText(`created API key ${res.key?.name} (${res.key?.id}); the secret above is shown only once`)}\n`,
         );
       }
       return 0;

@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { ApiKeySchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
@@ -15,7 +16,10 @@ export const command: Command = {
       const res = await ctx.client.revokeApiKey({ key: positionals[0] as string });
       if (ctx.json && res.key)
         io.stdout.write(`${JSON.stringify(toJson(ApiKeySchema, res.key), null, 2)}\n`);
-      else io.stdout.write(`revoked API key ${res.key?.name} (${res.key?.id})\n`);
+      else
+        io.stdout.write(
+          `${escapeOutsideText(`revoked API key ${res.key?.name} (${res.key?.id})`)}\n`,
+        );
       return 0;
     });
   },

@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { GetClusterStatusResponseSchema } from "@llmgw/proto";
 import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
@@ -34,38 +35,38 @@ export const command: Command = {
         io.stdout.write(`${JSON.stringify(toJson(GetClusterStatusResponseSchema, s), null, 2)}\n`);
         return 0;
       }
-      io.stdout.write(
-        [
-          `control plane ${ctx.url} (llmgw ${s.version}, ${s.store || "sqlite"} store${s.controlPlanes.length > 0 ? `, ${s.controlPlanes.length} instance${s.controlPlanes.length === 1 ? "" : "s"}` : ""})`,
-          ...(copyAgeMs === undefined
-            ? []
-            : [
-                `answered by a follower from its copy of the state (${copyAgeMs} ms old): no leader answered; live readings are not in it`,
-              ]),
-          `nodes        ${s.nodesReady}/${s.nodesTotal} ready`,
-          `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
-          `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
-          `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
-          `versions     ${fleetVersions([
-            ...(s.controlPlanes.length > 0
-              ? s.controlPlanes.map((c) => ({
-                  kind: "control plane" as const,
-                  name: c.id,
-                  version: c.version,
-                }))
-              : [{ kind: "control plane" as const, name: ctx.url, version: s.version }]),
-            ...nodes.nodes.map((n) => ({
-              kind: "agent" as const,
-              name: n.nodeId,
-              version: n.inventory?.agentVersion ?? "",
-            })),
-            ...routers.routers
-              .filter((r) => r.connected && !r.inProcess)
-              .map((r) => ({ kind: "router" as const, name: r.id, version: r.version })),
-          ])}`,
-          "",
-        ].join("\n"),
-      );
+      // Versions, names and headers come from the cluster (an agent reports its own version):
+      // each summary line is one line, whatever control characters they hold.
+      const summary = [
+        `control plane ${ctx.url} (llmgw ${s.version}, ${s.store || "sqlite"} store${s.controlPlanes.length > 0 ? `, ${s.controlPlanes.length} instance${s.controlPlanes.length === 1 ? "" : "s"}` : ""})`,
+        ...(copyAgeMs === undefined
+          ? []
+          : [
+              `answered by a follower from its copy of the state (${copyAgeMs} ms old): no leader answered; live readings are not in it`,
+            ]),
+        `nodes        ${s.nodesReady}/${s.nodesTotal} ready`,
+        `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
+        `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
+        `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
+        `versions     ${fleetVersions([
+          ...(s.controlPlanes.length > 0
+            ? s.controlPlanes.map((c) => ({
+                kind: "control plane" as const,
+                name: c.id,
+                version: c.version,
+              }))
+            : [{ kind: "control plane" as const, name: ctx.url, version: s.version }]),
+          ...nodes.nodes.map((n) => ({
+            kind: "agent" as const,
+            name: n.nodeId,
+            version: n.inventory?.agentVersion ?? "",
+          })),
+          ...routers.routers
+            .filter((r) => r.connected && !r.inProcess)
+            .map((r) => ({ kind: "router" as const, name: r.id, version: r.version })),
+        ])}`,
+      ];
+      io.stdout.write(`${summary.map(escapeOutsideText).join("\n")}\n`);
       if (s.controlPlanes.length > 0) {
         io.stdout.write(
           `\n${renderTable(

@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { TenantSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
@@ -41,7 +42,7 @@ export const command: Command = {
       const res = await ctx.client.createTenant({ tenant });
       if (ctx.json && res.tenant)
         io.stdout.write(`${JSON.stringify(toJson(TenantSchema, res.tenant), null, 2)}\n`);
-      else io.stdout.write(`created tenant ${res.tenant?.name}\n`);
+      else io.stdout.write(`created tenant ${escapeOutsideText(res.tenant?.name ?? "")}\n`);
       return 0;
     });
   },

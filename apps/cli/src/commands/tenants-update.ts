@@ -1,4 +1,5 @@
 import { toJson } from "@bufbuild/protobuf";
+import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { TenantSchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
@@ -52,7 +53,10 @@ export const command: Command = {
       const res = await ctx.client.updateTenant({ tenant, fields });
       if (ctx.json && res.tenant)
         io.stdout.write(`${JSON.stringify(toJson(TenantSchema, res.tenant), null, 2)}\n`);
-      else io.stdout.write(`updated tenant ${res.tenant?.name} (${fields.join(", ")})\n`);
+      else
+        io.stdout.write(
+          `updated tenant ${escapeOutsideText(res.tenant?.name ?? "")} (${fields.join(", ")})\n`,
+        );
       return 0;
     });
   },

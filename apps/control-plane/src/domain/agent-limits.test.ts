@@ -37,6 +37,26 @@ describe("boundAgentRequest", () => {
       "RegisterRequest.inventory.hostname has 254 characters; the limit is 253",
     ],
     [
+      "a release as its agent version",
+      register({ agentVersion: "0.3.0-rc.1+g1a2b3c4" }),
+      undefined,
+    ],
+    [
+      "a 65-character agent version",
+      register({ agentVersion: "9".repeat(65) }),
+      "RegisterRequest.inventory.agentVersion has 65 characters; the limit is 64",
+    ],
+    [
+      "an agent version with terminal escapes",
+      register({ agentVersion: "9.9.9\u001b[2J\u001b[H" }),
+      'RegisterRequest.inventory.agentVersion must be visible ASCII characters (no spaces or control characters), got "9.9.9\\u001b[2J\\u001b[H"',
+    ],
+    [
+      "an agent version with a space",
+      register({ agentVersion: "0.2.0 all good" }),
+      'RegisterRequest.inventory.agentVersion must be visible ASCII characters (no spaces or control characters), got "0.2.0 all good"',
+    ],
+    [
       "a 300-character GPU name",
       register({ gpus: [create(GpuSchema, { name: "n".repeat(300) })] }),
       "RegisterRequest.inventory.gpus[0].name has 300 characters; the limit is 256",

@@ -70,6 +70,8 @@ export const AGENT_LIMITS = {
   chars: {
     // RFC 1035: a full DNS name.
     "inventory.hostname": 253,
+    // A release ("0.2.0", "0.3.0-rc.1+g1a2b3c4"): shown in every `llmgw status` and node list.
+    "inventory.agentVersion": 64,
     advertiseAddress: 253,
     "inventory.addresses": 253,
     "inventory.topology.gpuAffinity.cpuAffinity": 1_024,
@@ -140,8 +142,27 @@ export function boundAgentRequest(
   if (!withinLimits(limitTree(root, items), request as Record<string, unknown>))
     walk(items, root, "", request as Record<string, unknown>);
   validateFaults(root, request as Record<string, unknown>);
+  validateAgentVersion(root, request as Record<string, unknown>);
   if (root === "ReportLoadRequest" || root === "StreamLoadRequest")
     validateLoadReports(root, request as Record<string, unknown>, options.nowMs ?? Date.now());
+}
+
+/** What an agent version may hold: visible ASCII, as releases and build metadata use. */
+const AGENT_VERSION = /^[\x21-\x7e]*$/;
+
+/**
+ * Refuses an inventory whose `agentVersion` holds anything but visible ASCII (no spaces,
+ * control characters or escapes): the control plane passes it unchecked to every admin
+ * client and console, where a terminal escape in it would redraw an operator's screen. Its
+ * length is bounded with the other identifying strings ({@link AGENT_LIMITS.chars}).
+ */
+function validateAgentVersion(root: string, request: Record<string, unknown>): void {
+  const version = (request.inventory as { agentVersion?: unknown } | undefined)?.agentVersion;
+  if (typeof version !== "string" || AGENT_VERSION.test(version)) return;
+  throw new ControlPlaneError(
+    "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+    `${root}.inventory.agentVersion must be visible ASCII characters (no spaces or control characters), got ${JSON.stringify(version.slice(0, 80))}`,
+  );
 }
 
 /** Largest value of each load field (all are ≥ 0). */
