@@ -8,6 +8,7 @@ import { connect, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ControlPlaneOptions } from "../src/config.js";
 import { type ControlPlane, startControlPlane } from "../src/run.js";
+import { hasOpenssl, selfSignedCert } from "../src/testing/self-signed.js";
 import { tempDir } from "./helpers.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -118,6 +119,32 @@ describe("listener limits against slow clients", () => {
     expect(afterMs).toBeGreaterThanOrEqual(requestTimeoutMs - 50);
     expect(afterMs).toBeLessThanOrEqual(requestTimeoutMs + 1_000);
   });
+
+  it.skipIf(!hasOpenssl())(
+    "closes a TLS connection whose handshake never ends within a second of the head deadline",
+    async () => {
+      const tmp = tempDir();
+      cleanups.push(tmp.cleanup);
+      const { cert, key } = selfSignedCert(tmp.dir);
+      const cp = await controlPlane({
+        headersTimeoutMs,
+        requestTimeoutMs,
+        tlsCertFile: cert,
+        tlsKeyFile: key,
+      });
+      // HTTP's deadlines start once the handshake is done; until then only TLS's own limit
+      // (Node's default: 120 s) held a client that sends nothing, or half a ClientHello.
+      for (const send of [undefined, Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00])]) {
+        for (const url of [cp.publicUrl, cp.controlUrl]) {
+          const p = probe(url.replace("https:", "http:"));
+          await p.connected;
+          if (send !== undefined) p.socket.write(send);
+          const { afterMs } = await p.closed;
+          expect(afterMs).toBeLessThanOrEqual(headersTimeoutMs + 1_000);
+        }
+      }
+    },
+  );
 });
 
 describe("listener limits against a connection flood", () => {

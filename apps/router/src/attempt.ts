@@ -88,6 +88,8 @@ export class Attempt implements UpstreamHandler {
   #abortUpstream: ((reason: Error) => void) | undefined;
   #resume: (() => void) | undefined;
   #onDrain: (() => void) | undefined;
+  /** Runs while the client reads nothing of what the router has for it. */
+  #stall: NodeJS.Timeout | undefined;
   #onClientGone: (() => void) | undefined;
   #responding = false;
   /** The engine answered 401: its body is dropped and the request tried elsewhere. */
@@ -276,10 +278,17 @@ export class Attempt implements UpstreamHandler {
     if (this.#sse) this.#outTail = tailOf(this.#outTail, out);
     if (x.res.write(out)) return true;
     if (this.#onDrain === undefined) {
-      const onDrain = (): void => this.#resume?.();
+      const onDrain = (): void => {
+        clearTimeout(this.#stall);
+        this.#stall = undefined;
+        this.#resume?.();
+      };
       this.#onDrain = onDrain;
       x.res.on("drain", onDrain);
     }
+    // Paused until the client reads: undici's body timeout does not run on a paused body, so
+    // a client that never reads would hold the engine's request and the slot for good.
+    this.#stall ??= setTimeout(() => this.#stalled(), x.core.options.clientStallTimeoutMs);
     return false;
   }
 
@@ -372,6 +381,21 @@ export class Attempt implements UpstreamHandler {
     };
   }
 
+  /** The client read nothing for `clientStallTimeoutMs`: it is treated as gone. */
+  #stalled(): void {
+    const x = this.#x;
+    this.#stall = undefined;
+    x.core.log({
+      event: "client_stalled",
+      requestId: x.requestId,
+      replica: this.#replicaId,
+      afterMs: x.core.options.clientStallTimeoutMs,
+    });
+    // Its close aborts the request's ClientGone: the upstream is aborted and the attempt ends
+    // as any client's leaving does.
+    x.res.destroy();
+  }
+
   #clientGone(): void {
     const x = this.#x;
     x.core.metrics.clientDisconnect(x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
@@ -402,6 +426,7 @@ export class Attempt implements UpstreamHandler {
       x.signal.removeEventListener("abort", this.#onClientGone);
     }
     if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
+    clearTimeout(this.#stall);
     this.#prefillDone();
     if (x.core.usage !== undefined) {
       const held = x.core.gpuShares.end(this.#replicaId, this.#gpuMark, performance.now());

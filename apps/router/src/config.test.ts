@@ -73,6 +73,7 @@ describe("parseRouterConfig", () => {
       "upstream-connect-timeout": "750ms",
       "upstream-headers-timeout": "10m",
       "upstream-body-timeout": "90",
+      "client-stall-timeout": "45s",
       "upstream-connections": "64",
       "analyzer-threads": "4",
       "inline-analysis-bytes": "8KiB",
@@ -97,6 +98,7 @@ describe("parseRouterConfig", () => {
       upstreamConnectTimeoutMs: 750,
       upstreamHeadersTimeoutMs: 600_000,
       upstreamBodyTimeoutMs: 90_000,
+      clientStallTimeoutMs: 45_000,
       upstreamConnections: 64,
       analyzer: { inlineThresholdBytes: 8192, pool: { minThreads: 1, maxThreads: 4 } },
     });

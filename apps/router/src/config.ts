@@ -39,6 +39,7 @@ export const ROUTER_FLAGS = {
   "upstream-connect-timeout": { type: "string" },
   "upstream-headers-timeout": { type: "string" },
   "upstream-body-timeout": { type: "string" },
+  "client-stall-timeout": { type: "string" },
   "upstream-connections": { type: "string" },
   "analyzer-threads": { type: "string" },
   "inline-analysis-bytes": { type: "string" },
@@ -267,6 +268,7 @@ const flagsSchema = z.object({
   "upstream-connect-timeout": duration(R.upstreamConnectTimeoutMs).optional(),
   "upstream-headers-timeout": duration(R.upstreamHeadersTimeoutMs).optional(),
   "upstream-body-timeout": duration(R.upstreamBodyTimeoutMs).optional(),
+  "client-stall-timeout": duration(R.clientStallTimeoutMs).optional(),
   "upstream-connections": count(R.upstreamConnections).optional(),
   "session-header": z
     .string()
@@ -429,6 +431,7 @@ export function parseRouterConfig(
     ...defined("upstreamConnectTimeoutMs", f["upstream-connect-timeout"]),
     ...defined("upstreamHeadersTimeoutMs", f["upstream-headers-timeout"]),
     ...defined("upstreamBodyTimeoutMs", f["upstream-body-timeout"]),
+    ...defined("clientStallTimeoutMs", f["client-stall-timeout"]),
     ...defined("upstreamConnections", f["upstream-connections"]),
     ...defined("analyzer", analyzer),
     ...defined("sessionHeader", f["session-header"]),

@@ -122,7 +122,13 @@ export function createHttpListener(
   let server: Server;
   try {
     server = o.tls
-      ? createHttpsServer({ ...o.tls, ...serverOptions }, handler)
+      ? // HTTP's deadlines start once the handshake is done: the head deadline bounds the
+        // handshake too (Node's default is 120 s), or a client that never finishes it holds
+        // its connection and its address's share four times as long.
+        createHttpsServer(
+          { ...o.tls, ...serverOptions, handshakeTimeout: o.headersTimeoutMs },
+          handler,
+        )
       : createHttpServer(serverOptions, handler);
   } catch (cause) {
     throw new RouterServiceError(

@@ -42,6 +42,12 @@ export interface RouterServiceOptions {
   readonly upstreamHeadersTimeoutMs?: number;
   /** Upstream idle time between body chunks in ms. Default 300 000. */
   readonly upstreamBodyTimeoutMs?: number;
+  /**
+   * How long a client may read nothing of its answer while the router has bytes for it, ms;
+   * then the connection is closed and the request ends as the client's leaving (the engine's
+   * request is aborted and its slot freed). Default 60 000.
+   */
+  readonly clientStallTimeoutMs?: number;
   /** Max connections per replica pool. Default 256. */
   readonly upstreamConnections?: number;
   /**
@@ -65,6 +71,7 @@ export interface ResolvedRouterServiceOptions {
   readonly upstreamConnectTimeoutMs: number;
   readonly upstreamHeadersTimeoutMs: number;
   readonly upstreamBodyTimeoutMs: number;
+  readonly clientStallTimeoutMs: number;
   readonly upstreamConnections: number;
   /** Lower-case header name, or undefined. */
   readonly sessionHeader: string | undefined;
@@ -89,6 +96,7 @@ export const ROUTER_OPTION_LIMITS = {
   upstreamConnectTimeoutMs: { min: 1, max: 600_000 },
   upstreamHeadersTimeoutMs: { min: 1, max: 3_600_000 },
   upstreamBodyTimeoutMs: { min: 1, max: 3_600_000 },
+  clientStallTimeoutMs: { min: 1, max: 3_600_000 },
   upstreamConnections: { min: 1, max: 65_536 },
 } as const;
 
@@ -125,6 +133,7 @@ export function resolveRouterServiceOptions(
       options.upstreamHeadersTimeoutMs ?? 300_000,
     ),
     upstreamBodyTimeoutMs: int("upstreamBodyTimeoutMs", options.upstreamBodyTimeoutMs ?? 300_000),
+    clientStallTimeoutMs: int("clientStallTimeoutMs", options.clientStallTimeoutMs ?? 60_000),
     upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256),
     sessionHeader: sessionHeader(options.sessionHeader),
     analyzer: options.analyzer ?? {},

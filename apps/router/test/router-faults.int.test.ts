@@ -176,6 +176,54 @@ describe("router faults", () => {
     await reader.cancel();
   });
 
+  it("ends a stream its client stopped reading, and frees the engine's request and the slot", async () => {
+    // An engine that streams 64 KiB events as fast as it may, for ever.
+    let open = 0;
+    const upstream = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        open++;
+        res.on("close", () => open--);
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        const event = `data: ${JSON.stringify({ x: "a".repeat(64 * 1024) })}\n\n`;
+        const pump = (): void => {
+          while (!res.destroyed) if (!res.write(event)) return void res.once("drain", pump);
+        };
+        pump();
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      upstream.closeAllConnections();
+      await new Promise<void>((resolve) => upstream.close(() => resolve()));
+    });
+    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    const { router, metrics } = await routerFor([ready("r0", url, 1)], {
+      clientStallTimeoutMs: 500,
+    });
+    const body = JSON.stringify({
+      model: "m",
+      stream: true,
+      messages: [{ role: "user", content: "hi" }],
+    });
+    const socket = connect({ host: "127.0.0.1", port: router.port });
+    socket.on("error", () => {});
+    cleanups.push(async () => {
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    );
+    socket.pause(); // never read: the window closes once the buffers fill
+    await waitFor(() => open === 1, 5000, "the engine to be streaming");
+    // Cut once nothing was read for 500 ms: the engine's request ends, the slot is free.
+    await waitFor(() => open === 0, 5000, "the stalled stream to be cut");
+    const next = await send(router, "hi", { stream: false });
+    expect(next.status).toBe(200);
+    expect(metrics.of("clientDisconnect")).toContainEqual(["m", "streaming"]);
+  });
+
   it("pauses and resumes the engine for a slow client, and loses no byte", async () => {
     // ~3 MB of JSON to a client that reads nothing for 300 ms: the router's writes report
     // backpressure, so it pauses the upstream and must resume it on drain or this never ends.

@@ -89,6 +89,7 @@ Requests:
   --upstream-headers-timeout D
                             an engine's time to its response head (default 5m: long prefills)
   --upstream-body-timeout D an engine's longest pause between body chunks (default 5m)
+  --client-stall-timeout D  a client's longest time reading nothing of its answer (default 1m)
   --upstream-connections N  connections per replica (default 256)
   --analyzer-threads N      worker threads reading large request bodies (default 2;
                             0: all on the main thread)
