@@ -251,7 +251,8 @@ interface Row {
   offeredShare: number;
   /**
    * The engines' prefix-cache hit rate, tokens: Σ cached_tokens ÷ Σ prompt_tokens of the
-   * answers' usage when every answer reported cached_tokens, else the /metrics counters.
+   * answers' usage when every answer reported usage (cached_tokens left out = 0), else the
+   * /metrics counters.
    */
   prefixHitRate: number;
   prefixHitSource: "usage" | "metrics";
@@ -320,6 +321,8 @@ const simOptions: EngineSimOptions = {
   minOutputTokens: 16,
   maxOutputTokens: maxTokens,
   maxModelLen: Math.min(8192, kvCacheTokens),
+  // The engine-reported hit rate reads cached_tokens from the answers: as llmgw launches vLLM.
+  enablePromptTokensDetails: true,
   timing: { kvCacheTokens },
   ...(flags.precise === true
     ? { kvEvents: { enableKvCacheEvents: true, endpoint: "tcp://127.0.0.1:0" } }
@@ -532,7 +535,15 @@ try {
     const hits = engine.reduce((n, e) => n + e.hits, 0);
     const queries = engine.reduce((n, e) => n + e.queries, 0);
     const metricsHitRate = queries > 0 ? hits / queries : 0;
-    const reported = ok.length > 0 && ok.every((s) => s.cachedTokens !== undefined);
+    // With --enable-prompt-tokens-details an engine (vLLM, and the sim like it) leaves the
+    // details out when nothing was cached: an answer with usage but no cached_tokens had none.
+    const reported =
+      ok.length > 0 &&
+      ok.every(
+        (s) =>
+          s.cachedTokens !== undefined ||
+          (simOptions.enablePromptTokensDetails === true && s.promptTokens !== undefined),
+      );
     const prompt = ok.reduce((n, s) => n + (s.promptTokens ?? 0), 0);
     const cached = ok.reduce((n, s) => n + (s.cachedTokens ?? 0), 0);
     const load = loadAverage();

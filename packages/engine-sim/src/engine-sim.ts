@@ -29,13 +29,14 @@ import {
   type TokenEvent,
 } from "./timing-model.js";
 import {
-  blockHashes,
   CHARS_PER_TOKEN,
   countTokens,
   createPrng,
   hashString,
   nextTokenText,
+  sequenceBlockHashes,
   simTokenIds,
+  simTokenTexts,
 } from "./tokenizer.js";
 
 /**
@@ -143,6 +144,63 @@ function mix64(value: bigint): bigint {
   x = ((x ^ (x >> 30n)) * 0xbf58476d1ce4e5b9n) & U64;
   x = ((x ^ (x >> 27n)) * 0x94d049bb133111ebn) & U64;
   return x ^ (x >> 31n);
+}
+
+/** The sim token id of one output piece (always one 4-character token). */
+function pieceId(piece: string): number {
+  return simTokenIds(piece)[0] ?? 0;
+}
+
+/** A request's answer, drawn before it runs. */
+interface PlannedAnswer {
+  /** Every generated token's text (the token completing a stop string is the last). */
+  readonly pieces: readonly string[];
+  /** The returned text: the pieces joined, cut before (or after) the stop string. */
+  readonly text: string;
+  /** `text.slice(offsets[i], offsets[i + 1])` is what token i adds to `text`. */
+  readonly offsets: readonly number[];
+  /** The stop string that ended the answer, else null. */
+  readonly stopReason: string | null;
+}
+
+/**
+ * Draws up to `maxTokens` output tokens and applies stop strings as vLLM's detokenizer does:
+ * generation ends with the token that completes the first stop string found (checked in the
+ * order given, each from where it could first end), and the returned text ends before it
+ * (`include_stop_str_in_output`: after it). Usage counts every generated token.
+ */
+function planAnswer(
+  next: () => number,
+  maxTokens: number,
+  stops: readonly string[],
+  options: { readonly includeStop: boolean },
+): PlannedAnswer {
+  const live = stops.filter((x) => x !== "");
+  const pieces: string[] = [];
+  let full = "";
+  for (let i = 0; i < maxTokens; i += 1) {
+    const piece = nextTokenText(next);
+    pieces.push(piece);
+    const before = full.length;
+    full += piece;
+    for (const stop of live) {
+      const at = full.indexOf(stop, Math.max(0, before - stop.length + 1));
+      if (at < 0) continue;
+      const text = full.slice(0, options.includeStop ? at + stop.length : at);
+      return { pieces, text, offsets: offsetsOf(pieces, text.length), stopReason: stop };
+    }
+  }
+  return { pieces, text: full, offsets: offsetsOf(pieces, full.length), stopReason: null };
+}
+
+function offsetsOf(pieces: readonly string[], cap: number): number[] {
+  const offsets = [0];
+  let at = 0;
+  for (const piece of pieces) {
+    at += piece.length;
+    offsets.push(Math.min(at, cap));
+  }
+  return offsets;
 }
 
 /**
@@ -948,6 +1006,11 @@ class EngineSim {
     if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean") {
       return badRequest("stream must be a boolean", "stream");
     }
+    const stopRaw = body.stop ?? [];
+    const stops = typeof stopRaw === "string" ? [stopRaw] : stopRaw;
+    if (!Array.isArray(stops) || !stops.every((x) => typeof x === "string")) {
+      return badRequest("stop must be a string or an array of strings", "stop");
+    }
     const L = this.o.maxModelLen;
     const what = kind === "chat" ? "messages" : "prompt";
     if (promptTokens >= L) {
@@ -970,20 +1033,37 @@ class EngineSim {
     const natural =
       this.o.minOutputTokens +
       Math.floor(next() * (this.o.maxOutputTokens - this.o.minOutputTokens + 1));
-    const outputTokens = body.ignore_eos === true ? maxTokens : Math.min(natural, maxTokens);
+    const plannedTokens = body.ignore_eos === true ? maxTokens : Math.min(natural, maxTokens);
+    // The whole answer is drawn up front: its blocks' hashes (KV events, prefix cache) and a
+    // stop string's position must be known before the first step.
+    const answer = planAnswer(next, plannedTokens, stops as string[], {
+      includeStop: body.include_stop_str_in_output === true,
+    });
+    const outputTokens = answer.pieces.length;
+    const stopReason = answer.stopReason;
     const finishReason: FinishReason =
-      outputTokens === maxTokens && (body.ignore_eos === true || natural > maxTokens)
+      stopReason === null &&
+      outputTokens === maxTokens &&
+      (body.ignore_eos === true || natural > maxTokens)
         ? "length"
         : "stop";
     const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-sim${(this.#nextId++).toString(16)}`;
+    // Output tokens continue the prompt's token sequence: the blocks they fill are cached and
+    // published like prompt blocks, with ids that re-tokenizing the answer gives back.
+    const promptTexts = prompt === "" ? [""] : simTokenTexts(prompt);
     try {
       this.model.submit(
         {
           id,
           promptTokens,
-          blockHashes: blockHashes(prompt, this.o.timing.blockSizeTokens),
+          blockHashes: sequenceBlockHashes(
+            [...promptTexts, ...answer.pieces],
+            this.o.timing.blockSizeTokens,
+          ),
           outputTokens,
-          ...(this.o.kvEvents ? { tokenIds: simTokenIds(prompt) } : {}),
+          ...(this.o.kvEvents
+            ? { tokenIds: [...simTokenIds(prompt.padEnd(1)), ...answer.pieces.map(pieceId)] }
+            : {}),
         },
         this.modelNow(),
       );
@@ -998,12 +1078,21 @@ class EngineSim {
     const object =
       kind === "chat" ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     const head = `{"id":"${id}","object":"${object}","created":${created},"model":${modelJson},"choices":[`;
-    // `prompt_tokens_details.cached_tokens` is vLLM's field (PromptTokenUsageInfo, sent with
-    // --enable-prompt-tokens-details; OpenAI's name too); the sim always sends it.
+    // `prompt_tokens_details.cached_tokens` is vLLM's field (PromptTokenUsageInfo; OpenAI's
+    // name too), sent only with --enable-prompt-tokens-details and only when some prompt
+    // tokens were cached. vLLM's JSON answer dumps the unset field as null; its stream chunks
+    // leave unset fields out.
     let cachedTokens = 0;
-    const usage = (completion: number): string =>
-      `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completion},"completion_tokens":${completion},"prompt_tokens_details":{"cached_tokens":${cachedTokens}}}`;
-    let text = "";
+    const usage = (completion: number, json: boolean): string => {
+      const details =
+        this.o.enablePromptTokensDetails && cachedTokens > 0
+          ? `,"prompt_tokens_details":{"cached_tokens":${cachedTokens}}`
+          : json
+            ? ',"prompt_tokens_details":null'
+            : "";
+      return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completion},"completion_tokens":${completion}${details}}`;
+    };
+    const stopJson = JSON.stringify(stopReason);
     let done = false;
     const dieAfter = this.o.faults.dieMidStreamAfterTokens;
     if (stream) {
@@ -1025,17 +1114,21 @@ class EngineSim {
     this.#active.set(id, {
       onToken: (event) => {
         if (event.cachedTokens !== undefined) cachedTokens = event.cachedTokens;
-        const piece = nextTokenText(next);
+        // What this token adds to the returned text (less, or nothing, past a stop string).
+        const piece = answer.text.slice(
+          answer.offsets[event.tokenIndex],
+          answer.offsets[event.tokenIndex + 1],
+        );
         const fr = event.finished ? finishReason : null;
         const frJson = fr ? `"${fr}"` : "null";
         if (!stream) {
-          text += piece;
           if (!event.finished) return;
+          const text = JSON.stringify(answer.text);
           const choice =
             kind === "chat"
-              ? `{"index":0,"message":{"role":"assistant","content":${JSON.stringify(text)},"tool_calls":[]},"logprobs":null,"finish_reason":${frJson},"stop_reason":null}`
-              : `{"index":0,"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":${frJson},"stop_reason":null}`;
-          const payload = `${head}${choice}],"usage":${usage(event.tokenIndex + 1)}}`;
+              ? `{"index":0,"message":{"role":"assistant","content":${text},"tool_calls":[]},"logprobs":null,"finish_reason":${frJson},"stop_reason":${stopJson}}`
+              : `{"index":0,"text":${text},"logprobs":null,"finish_reason":${frJson},"stop_reason":${stopJson}}`;
+          const payload = `${head}${choice}],"usage":${usage(event.tokenIndex + 1, true)}}`;
           res.writeHead(200, {
             "content-type": "application/json",
             "content-length": Buffer.byteLength(payload),
@@ -1050,12 +1143,17 @@ class EngineSim {
           if (event.tokenIndex === 0) {
             out += `data: ${head}{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`;
           }
-          out += `data: ${head}{"index":0,"delta":{"content":${JSON.stringify(piece)}},"logprobs":null,"finish_reason":${frJson}}]}\n\n`;
+          // vLLM sets stop_reason only on the last chunk (the others leave it out).
+          const sr = event.finished ? `,"stop_reason":${stopJson}` : "";
+          out += `data: ${head}{"index":0,"delta":{"content":${JSON.stringify(piece)}},"logprobs":null,"finish_reason":${frJson}${sr}}]}\n\n`;
         } else {
-          out += `data: ${head}{"index":0,"text":${JSON.stringify(piece)},"logprobs":null,"finish_reason":${frJson},"stop_reason":null}]}\n\n`;
+          const sr = event.finished ? stopJson : "null";
+          out += `data: ${head}{"index":0,"text":${JSON.stringify(piece)},"logprobs":null,"finish_reason":${frJson},"stop_reason":${sr}}]}\n\n`;
         }
         if (event.finished) {
-          if (includeUsage) out += `data: ${head}],"usage":${usage(event.tokenIndex + 1)}}\n\n`;
+          if (includeUsage) {
+            out += `data: ${head}],"usage":${usage(event.tokenIndex + 1, false)}}\n\n`;
+          }
           out += "data: [DONE]\n\n";
           res.end(out);
           finish(finishReason);

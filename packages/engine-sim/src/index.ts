@@ -66,5 +66,7 @@ export {
   CHARS_PER_TOKEN,
   countTokens,
   createPrng,
+  sequenceBlockHashes,
   simTokenIds,
+  simTokenTexts,
 } from "./tokenizer.js";

@@ -83,6 +83,12 @@ export interface EngineSimOptions {
   port?: number;
   /** Context length (prompt + output tokens). Default 8192. */
   maxModelLen?: number;
+  /**
+   * vLLM `--enable-prompt-tokens-details`: answers carry
+   * `usage.prompt_tokens_details.cached_tokens`, and (as in vLLM) only when the prefix cache
+   * served some of the prompt. Default false: no `prompt_tokens_details` at all.
+   */
+  enablePromptTokensDetails?: boolean;
   /** Default "vllm". */
   mimic?: EngineSimMimic;
   /** Seconds with the port closed while "weights load" (real seconds, not scaled). Default 0. */
@@ -126,6 +132,7 @@ export interface ResolvedEngineSimOptions {
   readonly apiKey: string | undefined;
   readonly port: number;
   readonly maxModelLen: number;
+  readonly enablePromptTokensDetails: boolean;
   readonly mimic: EngineSimMimic;
   readonly loadMs: number;
   readonly warmupMs: number;
@@ -297,6 +304,7 @@ export function resolveEngineSimOptions(options: EngineSimOptions): ResolvedEngi
     apiKey: options.apiKey,
     port: int("port", options.port ?? 8000, 0, 65535),
     maxModelLen,
+    enablePromptTokensDetails: options.enablePromptTokensDetails === true,
     mimic,
     loadMs: nonNeg("loadSeconds", options.loadSeconds ?? 0) * 1000,
     warmupMs: nonNeg("warmupSeconds", options.warmupSeconds ?? 0.5) * 1000,
@@ -351,6 +359,8 @@ Engine flags (as the engine adapter emits them):
                                 argv is readable by every local user)
   --port P                      API port, 0 = any free port (default 8000)
   --max-model-len N             context length in tokens (default 8192)
+  --enable-prompt-tokens-details  report usage.prompt_tokens_details.cached_tokens (only
+                                when > 0, as vLLM; default off)
   --mimic vllm|sglang           startup, /health and /metrics flavour (default vllm)
   --load-seconds S              port stays closed while "loading" (default 0)
   --warmup-seconds S            sglang: /health answers 503 for S after opening (default 0.5)
@@ -427,6 +437,7 @@ export function parseEngineSimArgv(
         host: s,
         port: s,
         "max-model-len": s,
+        "enable-prompt-tokens-details": b,
         mimic: s,
         "load-seconds": s,
         "warmup-seconds": s,
@@ -491,6 +502,7 @@ export function parseEngineSimArgv(
     host: str("host"),
     port: n("port"),
     maxModelLen: n("max-model-len"),
+    ...(values["enable-prompt-tokens-details"] === true ? { enablePromptTokensDetails: true } : {}),
     mimic,
     loadSeconds: n("load-seconds"),
     warmupSeconds: n("warmup-seconds"),

@@ -196,6 +196,30 @@ describe("TimingModel prefix-cache events", () => {
     ).toBe(true);
   });
 
+  it.each([
+    // [what, prompt tokens, output tokens, step budget, stored runs step by step]
+    ["a chunked prefill, chunk by chunk", 200, 1, 64, ["a 0..4", "a 4..8", "a 8..12"]],
+    // computed after the last step: 32 + 40 - 1 = 71 tokens, 4 full blocks.
+    ["output blocks, each as it fills", 32, 40, 256, ["a 0..2", "a 2..3", "a 3..4"]],
+  ])("caches only computed full blocks: %s", (_what, prompt, output, budget, runs) => {
+    const events: PrefixCacheEvent[] = [];
+    const model = new TimingModel(
+      { maxBatchedTokens: budget, maxRunningSeqs: 4 },
+      { onCacheEvent: (e) => events.push(e) },
+    );
+    const hashes = Array.from({ length: Math.floor((prompt + output) / 16) }, (_, i) => `h${i}`);
+    model.submit({ id: "a", promptTokens: prompt, blockHashes: hashes, outputTokens: output }, 0);
+    const perStep: string[][] = [];
+    for (let t = 0; ; ) {
+      const plan = model.step(t);
+      if (!plan) break;
+      t = plan.endMs;
+      perStep.push(compact(events.splice(0)).map((e) => e.replace("stored ", "")));
+    }
+    expect(perStep.filter((e) => e.length > 0).flat()).toEqual(runs);
+    expect(perStep.every((e) => e.length <= 1)).toBe(true); // one run per step at most
+  });
+
   it("reports evictions, and a reset as cleared (refused while blocks are in use)", () => {
     const events: PrefixCacheEvent[] = [];
     // 6 blocks in all: the second prompt (4 blocks + output) must evict the first's.

@@ -107,13 +107,17 @@ export interface SequenceSpec {
   readonly id: string;
   /** Prompt length in tokens (≥ 1). */
   readonly promptTokens: number;
-  /** Chained hashes of the prompt's full blocks (see `blockHashes`); may be empty. */
+  /**
+   * Chained hashes of the sequence's full blocks (see `sequenceBlockHashes`), prompt first,
+   * then the blocks its output tokens fill; may be empty. A block enters the prefix cache
+   * once it is computed and full, as far as hashes are given.
+   */
   readonly blockHashes: readonly string[];
   /** Tokens this request will generate before finishing (≥ 1). */
   readonly outputTokens: number;
   /**
-   * The prompt's token ids, passed through to {@link PrefixCacheEvent}s (KV events carry
-   * them); the model itself never reads them.
+   * The sequence's token ids (prompt, then output), passed through to
+   * {@link PrefixCacheEvent}s (KV events carry them); the model itself never reads them.
    */
   readonly tokenIds?: ArrayLike<number>;
 }
@@ -195,9 +199,9 @@ interface Seq {
   generated: number;
   /** Prompt (+ recomputed output) tokens still to prefill; 0 once decoding. */
   prefillRemaining: number;
-  /** Prompt-block hashes this sequence references in the cache. */
+  /** Hashes of this sequence's leading blocks, referenced in the cache (computed and full). */
   shared: string[];
-  /** Blocks owned only by this sequence (partial prompt block + output). */
+  /** Blocks owned only by this sequence (not yet computed, or not yet full). */
   privateBlocks: number;
   lastTokenMs: number;
   /** Prefix-cache hit tokens at the first admission; undefined before it. */
@@ -214,7 +218,8 @@ interface CacheEntry {
  * A pure continuous-batching scheduler in the style of vLLM V1: every step decodes one token
  * for each running sequence, spends the rest of the token budget on (chunked) prefill of new
  * or partially prefilled sequences, and admits waiting sequences FIFO while there are free
- * sequence slots and KV blocks. Full prompt blocks go into a prefix cache keyed by chained
+ * sequence slots and KV blocks. As vLLM's `allocate_slots` does, each step puts the blocks its
+ * scheduled tokens fill (prompt chunks and output alike) into a prefix cache keyed by chained
  * block hash; unreferenced cached blocks are evicted least-recently-used when space is
  * needed; when a running sequence cannot grow, the newest running sequence is preempted
  * (recompute). Time is injected: callers pass `nowMs` and sleep `durationMs` themselves.
@@ -336,6 +341,10 @@ export class TimingModel {
     }
     const batch = decoding.length + prefilling.length;
     if (batch === 0) return undefined;
+    // 4. cache the blocks this step fills: vLLM caches min(computed + scheduled, num_tokens).
+    for (const seq of [...decoding, ...prefilling]) {
+      this.#cacheComputed(seq, seq.spec.promptTokens + seq.generated - seq.prefillRemaining);
+    }
     const durationMs =
       (decoding.length > 0 ? this.decodeStepMsFor(decoding.length) : o.decodeStepMs) +
       (prefillTokens / o.prefillTokensPerSecond) * 1000 +
@@ -461,45 +470,53 @@ export class TimingModel {
     const bs = this.options.blockSizeTokens;
     const hashes = seq.spec.blockHashes;
     const tokens = seq.spec.promptTokens + seq.generated;
-    // At least one prompt token is always computed (it produces the next token's logits).
-    const maxHitBlocks = Math.floor((seq.spec.promptTokens - 1) / bs);
+    // At least one token is always computed (it produces the next token's logits).
+    const maxHitBlocks = Math.min(Math.floor((tokens - 1) / bs), hashes.length);
     let hitBlocks = 0;
-    while (
-      hitBlocks < Math.min(maxHitBlocks, hashes.length) &&
-      this.#cache.has(hashes[hitBlocks]!)
-    ) {
-      hitBlocks += 1;
-    }
-    const present = hashes.filter((h) => this.#cache.has(h));
-    for (const h of present) this.#ref(h);
-    const newShared = hashes.length - present.length;
-    const privateBlocks = Math.max(0, Math.ceil(tokens / bs) - hashes.length);
-    if (!this.#reserve(newShared + privateBlocks)) {
-      for (const h of present) this.#unref(h);
+    while (hitBlocks < maxHitBlocks && this.#cache.has(hashes[hitBlocks]!)) hitBlocks += 1;
+    const hits = hashes.slice(0, hitBlocks);
+    for (const h of hits) this.#ref(h);
+    const privateBlocks = Math.ceil(tokens / bs) - hitBlocks;
+    if (!this.#reserve(privateBlocks)) {
+      for (const h of hits) this.#unref(h);
       return false;
     }
-    // New blocks enter the cache in runs; each run's parent (if any) is cached already.
-    const cached = new Set(present);
+    seq.shared = hits;
+    seq.privateBlocks = privateBlocks;
+    this.#privateBlocks += privateBlocks;
+    const hitTokens = hitBlocks * bs;
+    this.#prefixQueryTokens += seq.spec.promptTokens;
+    this.#prefixHitTokens += Math.min(hitTokens, seq.spec.promptTokens);
+    seq.cachedTokens ??= hitTokens;
+    seq.prefillRemaining = tokens - hitTokens;
+    return true;
+  }
+
+  /**
+   * Moves the sequence's full blocks among its first `computed` tokens from its private
+   * blocks into the prefix cache; blocks new to the cache are reported as `stored` runs (a
+   * block another sequence cached meanwhile is shared instead, freeing this one's copy).
+   */
+  #cacheComputed(seq: Seq, computed: number): void {
+    const hashes = seq.spec.blockHashes;
+    const full = Math.min(Math.floor(computed / this.options.blockSizeTokens), hashes.length);
     let run = -1;
-    for (let i = 0; i <= hashes.length; i += 1) {
-      const fresh = i < hashes.length && !cached.has(hashes[i]!);
+    for (let i = seq.shared.length; i <= full; i += 1) {
+      const hash = hashes[i];
+      const fresh = i < full && hash !== undefined && !this.#cache.has(hash);
+      if (i < full && hash !== undefined) {
+        this.#ref(hash);
+        seq.shared.push(hash);
+        seq.privateBlocks -= 1;
+        this.#privateBlocks -= 1;
+      }
       if (fresh) {
-        this.#ref(hashes[i]!);
         if (run < 0) run = i;
       } else if (run >= 0) {
         this.#onCacheEvent?.({ type: "stored", seq: seq.spec, from: run, to: i });
         run = -1;
       }
     }
-    seq.shared = [...hashes];
-    seq.privateBlocks = privateBlocks;
-    this.#privateBlocks += privateBlocks;
-    const hitTokens = hitBlocks * bs;
-    this.#prefixQueryTokens += seq.spec.promptTokens;
-    this.#prefixHitTokens += hitTokens;
-    seq.cachedTokens ??= hitTokens;
-    seq.prefillRemaining = tokens - hitTokens;
-    return true;
   }
 
   /** Makes sure `seq` has blocks for `tokens` tokens, preempting newer sequences if needed. */

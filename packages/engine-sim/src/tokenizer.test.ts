@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { blockHashes, countTokens, createPrng, simTokenIds } from "./tokenizer.js";
+import {
+  blockHashes,
+  countTokens,
+  createPrng,
+  nextTokenText,
+  sequenceBlockHashes,
+  simTokenIds,
+  simTokenTexts,
+} from "./tokenizer.js";
 
 describe("token approximation", () => {
   it.each([
@@ -21,6 +29,18 @@ describe("token approximation", () => {
     expect(ha[2]).not.toBe(hb[2]);
     // Chaining: equal block text after a different prefix gives a different hash.
     expect(blockHashes(`${"q".repeat(64)}${"p".repeat(64)}`, 16)[1]).not.toBe(ha[1]);
+  });
+
+  it("draws output tokens of one 4-character piece each, so an answer re-tokenizes to them", () => {
+    const next = createPrng(7);
+    const pieces = Array.from({ length: 200 }, () => nextTokenText(next));
+    expect(pieces.every((p) => p.length === 4)).toBe(true);
+    const prompt = "p".repeat(100); // 25 tokens, a multiple of 4 characters
+    const text = `${prompt}${pieces.join("")}`;
+    expect(sequenceBlockHashes([...simTokenTexts(prompt), ...pieces], 16)).toEqual(
+      blockHashes(text, 16),
+    );
+    expect([...simTokenIds(text)].slice(25)).toEqual(pieces.map((p) => simTokenIds(p)[0]));
   });
 
   it("has a deterministic PRNG per seed", () => {

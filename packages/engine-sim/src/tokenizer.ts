@@ -32,31 +32,50 @@ export function simTokenIds(text: string): Uint32Array {
   return ids;
 }
 
+/** The text of each simulated token of `text`: its 4-character pieces (the last may be shorter). */
+export function simTokenTexts(text: string): string[] {
+  const pieces: string[] = [];
+  for (let i = 0; i < text.length; i += CHARS_PER_TOKEN) {
+    pieces.push(text.slice(i, i + CHARS_PER_TOKEN));
+  }
+  return pieces;
+}
+
 /**
- * Chained hashes of the prompt's full KV blocks of `blockSizeTokens` tokens, like vLLM's
- * prefix-cache block hashes: block i's hash covers blocks 0..i, so equal hashes mean equal
- * prefixes. A trailing partial block gets no hash (it is never shared).
+ * Chained hashes of the full KV blocks of a token sequence given as token texts (a prompt's
+ * {@link simTokenTexts}, then any generated pieces), like vLLM's prefix-cache block hashes:
+ * block i's hash covers blocks 0..i, so equal hashes mean equal token prefixes. A trailing
+ * partial block gets no hash (it is never shared).
  */
-export function blockHashes(text: string, blockSizeTokens: number): string[] {
-  const blockChars = blockSizeTokens * CHARS_PER_TOKEN;
-  const full = Math.floor(text.length / blockChars);
+export function sequenceBlockHashes(
+  tokenTexts: readonly string[],
+  blockSizeTokens: number,
+): string[] {
+  const full = Math.floor(tokenTexts.length / blockSizeTokens);
   const hashes: string[] = [];
   let parent = 0x811c9dc5;
   let parent2 = 0x01000193;
   for (let b = 0; b < full; b += 1) {
     let h = parent;
     let h2 = parent2 ^ b;
-    const start = b * blockChars;
-    for (let i = start; i < start + blockChars; i += 1) {
-      const c = text.charCodeAt(i);
-      h = Math.imul(h ^ c, 0x01000193);
-      h2 = Math.imul(h2 ^ c, 0x5bd1e995) ^ (h2 >>> 15);
+    for (let t = b * blockSizeTokens; t < (b + 1) * blockSizeTokens; t += 1) {
+      const piece = tokenTexts[t] as string;
+      for (let i = 0; i < piece.length; i += 1) {
+        const c = piece.charCodeAt(i);
+        h = Math.imul(h ^ c, 0x01000193);
+        h2 = Math.imul(h2 ^ c, 0x5bd1e995) ^ (h2 >>> 15);
+      }
     }
     parent = h >>> 0;
     parent2 = h2 >>> 0;
     hashes.push(`${parent.toString(16)}${parent2.toString(16).padStart(8, "0")}`);
   }
   return hashes;
+}
+
+/** {@link sequenceBlockHashes} of a prompt's tokens. */
+export function blockHashes(text: string, blockSizeTokens: number): string[] {
+  return sequenceBlockHashes(simTokenTexts(text), blockSizeTokens);
 }
 
 /** FNV-1a 32-bit hash of a string; used to derive per-request seeds. */
@@ -80,45 +99,53 @@ export function createPrng(seed: number): () => number {
   };
 }
 
+/**
+ * Output vocabulary: every word is exactly one 4-character piece, so an answer's text cut by
+ * {@link simTokenTexts} gives back its tokens one for one (a next turn that quotes the answer
+ * after a prompt whose length is a multiple of 4 re-tokenizes to the same ids, as on vLLM).
+ */
 const WORDS = [
   " the",
-  " a",
   " sim",
-  " token",
-  " of",
   " and",
-  " to",
-  " is",
-  " in",
-  " that",
-  " it",
   " for",
-  " on",
-  " with",
-  " as",
   " was",
-  " at",
-  " by",
-  " this",
-  " from",
-  " engine",
-  " model",
-  " GPU",
-  " batch",
-  " cache",
-  " step",
   " are",
-  " be",
-  " or",
-  " an",
-  " which",
-  ".",
-  ",",
-  " we",
   " can",
+  " GPU",
+  " but",
+  " not",
+  " one",
+  " all",
+  " has",
+  " its",
+  " new",
+  " run",
+  " our",
+  " may",
+  " KV ",
+  " to ",
+  " of ",
+  " in ",
+  " is ",
+  " it ",
+  " on ",
+  " at ",
+  " by ",
+  " as ",
+  " an ",
+  " or ",
+  " be ",
+  " we ",
+  "ing.",
+  "ed, ",
+  "s to",
 ];
 
-/** The text of output token `index` for a request whose PRNG is `next` (call in order). */
+/**
+ * The text of the next output token for a request whose PRNG is `next` (call in order):
+ * always one 4-character piece.
+ */
 export function nextTokenText(next: () => number): string {
   return WORDS[Math.floor(next() * WORDS.length)] ?? " the";
 }

@@ -2,6 +2,7 @@ import {
   createKvEventSubscriber,
   createReplicaBlockSet,
   type DecodedKvEventBatch,
+  type KvEvent,
   type KvEventsResetReason,
   tokenBlockKeys,
 } from "@llmgw/kv-events";
@@ -79,9 +80,31 @@ async function chat(s: RunningEngineSim, content: string, maxTokens = 2) {
   });
   expect(res.status).toBe(200);
   return (await res.json()) as {
-    usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+    usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } | null };
   };
 }
+
+async function complete(s: RunningEngineSim, prompt: string, maxTokens: number) {
+  const res = await fetch(`${s.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as {
+    choices: { text: string }[];
+    usage: {
+      prompt_tokens: number;
+      completion_tokens: number;
+      prompt_tokens_details: { cached_tokens: number } | null;
+    };
+  };
+}
+
+const storedOf = (batches: readonly DecodedKvEventBatch[]) =>
+  batches
+    .flatMap((b) => b.events)
+    .filter((e): e is Extract<KvEvent, { type: "BlockStored" }> => e.type === "BlockStored");
 
 /** Our keys of a chat request, as a router computes them with the sim's tokenizer. */
 const keysOf = (content: string) => [
@@ -94,6 +117,15 @@ const keysOf = (content: string) => [
  */
 async function join(s: RunningEngineSim, f: ReturnType<typeof follow>): Promise<void> {
   for (let i = 0; f.sub.stats().received === 0; i++) await chat(s, `warm-up ${i} `.repeat(20));
+}
+
+/** Joins the subscriber, then empties the cache on both sides so only later events count. */
+async function joinAndReset(s: RunningEngineSim, f: ReturnType<typeof follow>): Promise<void> {
+  await join(s, f);
+  await waitFor(() => s.stats().activeRequests === 0, "idle");
+  expect((await fetch(`${s.url}/reset_prefix_cache`, { method: "POST" })).status).toBe(200);
+  await waitFor(() => f.set.stats().clears >= 1 && f.set.stats().entries === 0, "the clear");
+  f.batches.length = 0;
 }
 
 const doc = (n: number) =>
@@ -158,11 +190,15 @@ describe("engine-sim KV events read by @llmgw/kv-events", () => {
     }
   });
 
-  it("reports cached tokens in usage, streamed and not", async () => {
-    const s = await sim({ kvEvents: { enableKvCacheEvents: false } });
+  it("reports cached tokens in usage with enablePromptTokensDetails, only when some were cached, streamed and not", async () => {
+    const s = await sim({
+      enablePromptTokensDetails: true,
+      kvEvents: { enableKvCacheEvents: false },
+    });
     expect(s.kvEvents).toBeUndefined();
     const first = await chat(s, doc(3));
-    expect(first.usage.prompt_tokens_details).toEqual({ cached_tokens: 0 });
+    // vLLM: `if self.enable_prompt_tokens_details and num_cached_tokens:`.
+    expect(first.usage.prompt_tokens_details).toBeNull();
     const again = await chat(s, doc(3));
     // Every full block but the one holding the last prompt token comes from the cache.
     const hit = Math.floor((again.usage.prompt_tokens - 1) / BS) * BS;
@@ -184,6 +220,79 @@ describe("engine-sim KV events read by @llmgw/kv-events", () => {
       .map((l) => JSON.parse(l.slice(6)) as { usage?: unknown })
       .find((c) => c.usage)?.usage;
     expect(usage).toMatchObject({ prompt_tokens_details: { cached_tokens: hit } });
+  });
+
+  it("leaves cached tokens out of usage by default, as vLLM without --enable-prompt-tokens-details", async () => {
+    const s = await sim({ kvEvents: { enableKvCacheEvents: false } });
+    await chat(s, doc(3));
+    const again = await chat(s, doc(3));
+    expect(s.stats().timing.prefixHitTokens).toBeGreaterThan(0);
+    expect(again.usage.prompt_tokens_details).toBeNull();
+    const res = await fetch(`${s.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        messages: [{ role: "user", content: doc(3) }],
+        max_tokens: 2,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    });
+    const usage = (await res.text())
+      .split("\n")
+      .filter((l) => l.startsWith("data: {"))
+      .map((l) => JSON.parse(l.slice(6)) as { usage?: Record<string, unknown> })
+      .find((c) => c.usage)?.usage;
+    expect(usage).toBeDefined();
+    expect(usage).not.toHaveProperty("prompt_tokens_details");
+  });
+
+  it("caches and publishes full blocks of generated tokens as they fill, chained from the prompt", async () => {
+    const s = await sim({ maxModelLen: 4096 });
+    const f = follow(s);
+    await joinAndReset(s, f);
+    // 128 characters = 32 sim tokens = 2 full prompt blocks; 40 output tokens.
+    const prompt = "abcdefgh".repeat(16);
+    const r = await complete(s, prompt, 40);
+    expect(r.usage).toMatchObject({ prompt_tokens: 32, completion_tokens: 40 });
+    await waitFor(() => f.set.stats().entries === 4, "the output blocks");
+    // vLLM: computed tokens at the end = 32 + 40 - 1 = 71, so floor(71/16) = 4 full blocks:
+    // the 2 prompt blocks, then 2 output blocks as each fills, each parented on the one before.
+    const events = storedOf(f.batches);
+    expect(events.flatMap((e) => e.blockHashes)).toHaveLength(4);
+    for (const [i, e] of events.entries()) {
+      if (i > 0) expect(e.parentBlockHash).toBe(events[i - 1]!.blockHashes.at(-1));
+    }
+    // The output blocks' token ids are the answer's own, as /tokenize gives them back.
+    const sequence = [...simTokenIds(prompt + r.choices[0]!.text)].slice(0, 4 * BS);
+    expect(events.flatMap((e) => e.tokenIds)).toEqual(sequence);
+    for (const key of tokenBlockKeys(sequence, BS)) expect(f.set.has(key)).toBe(true);
+  });
+
+  it("serves a next turn that quotes the answer from the answer's cached blocks", async () => {
+    const s = await sim({ maxModelLen: 4096, enablePromptTokensDetails: true });
+    const prompt = "abcdefgh".repeat(16); // 32 tokens
+    const first = await complete(s, prompt, 40);
+    const next = await complete(s, `${prompt}${first.choices[0]!.text} and then?`, 4);
+    // 4 blocks (2 of prompt, 2 of answer) were cached by the first turn.
+    expect(next.usage.prompt_tokens_details).toEqual({ cached_tokens: 4 * BS });
+  });
+
+  it("publishes a long prompt's blocks chunk by chunk, as chunked prefill computes them", async () => {
+    // A step budget of 256 tokens: a 1600-token prompt takes 7 steps to prefill.
+    const s = await sim({
+      maxModelLen: 4096,
+      timing: { maxBatchedTokens: 256, maxRunningSeqs: 16 },
+    });
+    const f = follow(s);
+    await joinAndReset(s, f);
+    await complete(s, "0123456789abcdef".repeat(400), 1); // 6400 chars = 1600 tokens
+    await waitFor(() => f.set.stats().entries === 100, "the prompt's blocks");
+    const perBatch = f.batches
+      .map((b) => storedOf([b]).reduce((n, e) => n + e.blockHashes.length, 0))
+      .filter((n) => n > 0);
+    // vLLM caches min(computed + scheduled, num_tokens) per step: 256/16 = 16 blocks a step.
+    expect(perBatch).toEqual([16, 16, 16, 16, 16, 16, 4]);
   });
 
   it("publishes AllBlocksCleared on POST /reset_prefix_cache", async () => {

@@ -46,7 +46,67 @@ describe("the simulated engine through the official openai client", () => {
       prompt_tokens: 10,
       completion_tokens: 5,
       total_tokens: 15,
-      prompt_tokens_details: { cached_tokens: 0 },
+      // vLLM without --enable-prompt-tokens-details: UsageInfo's unset field dumps as null.
+      prompt_tokens_details: null,
+    });
+  });
+
+  it("ends the output before the first stop string, with finish_reason stop and its stop_reason", async () => {
+    const body = { model: MODEL, prompt: "tell me a story ".repeat(10), max_tokens: 200 };
+    const complete = async (extra: object) => {
+      const r = await post(
+        "/v1/completions",
+        JSON.stringify({ ...body, ignore_eos: true, ...extra }),
+      );
+      expect(r.status).toBe(200);
+      return r.json as {
+        choices: { text: string; finish_reason: string; stop_reason: string | null }[];
+        usage: { completion_tokens: number };
+      };
+    };
+    const free = await complete({});
+    const cut = free.choices[0]!.text.indexOf(" the");
+    expect(cut).toBeGreaterThanOrEqual(0);
+    const stopped = await complete({ stop: [" nope", " the"] });
+    expect(stopped.choices[0]).toMatchObject({
+      text: free.choices[0]!.text.slice(0, cut),
+      finish_reason: "stop",
+      stop_reason: " the",
+    });
+    // vLLM counts every generated token, the one that completed the stop string included.
+    expect(stopped.usage.completion_tokens).toBe(Math.ceil((cut + 4) / 4));
+    const kept = await complete({ stop: " the", include_stop_str_in_output: true });
+    expect(kept.choices[0]?.text).toBe(free.choices[0]!.text.slice(0, cut + 4));
+  });
+
+  it("stops a chat stream at a stop string too, stop_reason on its last chunk", async () => {
+    const ask = { model: MODEL, messages: [{ role: "user" as const, content: "Go on." }] };
+    const whole = await client.chat.completions.create({ ...ask, max_tokens: 300, seed: 5 });
+    const content = whole.choices[0]?.message.content ?? "";
+    const stop = content.slice(40, 48); // two output tokens of the answer
+    const cut = content.indexOf(stop);
+    const stream = await client.chat.completions.create({
+      ...ask,
+      max_tokens: 300,
+      seed: 5,
+      stop,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const text = chunks.flatMap((c) => c.choices.map((ch) => ch.delta.content ?? "")).join("");
+    expect(text).toBe(content.slice(0, cut));
+    const last = chunks.flatMap((c) => c.choices).at(-1) as Record<string, unknown> | undefined;
+    expect(last).toMatchObject({ finish_reason: "stop", stop_reason: stop });
+    expect(chunks.at(-1)?.usage?.completion_tokens).toBe(Math.ceil((cut + stop.length) / 4));
+  });
+
+  it("refuses a stop that is not a string or an array of strings", async () => {
+    const r = await post("/v1/completions", JSON.stringify({ prompt: "x", stop: [1] }));
+    expect(r).toMatchObject({
+      status: 400,
+      json: { error: { message: "stop must be a string or an array of strings", param: "stop" } },
     });
   });
 

@@ -3,7 +3,7 @@ import type { EngineAdapter } from "./launch-spec.js";
 
 /**
  * The simulated engine (`llmgw engine-sim`): `--model --served-model-name --host --port
- * [--max-model-len]`, and for multi-node ranks `--nnodes --node-rank --dist-init-addr
+ * [--max-model-len] --enable-prompt-tokens-details`, and for multi-node ranks `--nnodes --node-rank --dist-init-addr
  * host:port` like SGLang. It gets the same CUDA/NCCL environment a real engine would, so gang
  * behaviour and NCCL choices are testable without GPUs. Only rank 0 is probed.
  */
@@ -25,6 +25,8 @@ export const simAdapter: EngineAdapter = {
       "--port",
       String(ports.api),
       ...opt("--max-model-len", d.maxModelLen),
+      // As llmgw launches vLLM: usage carries cached prompt tokens (when there are some).
+      "--enable-prompt-tokens-details",
       ...distInitArgs(input, checked),
       ...kvEventsArgs(input, serving),
       ...d.extraArgs,
