@@ -661,8 +661,13 @@ export class Exchange {
     const { prompt, completion, cached } = usage;
     if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
     if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
-    if (cached !== undefined) {
-      metrics.tokens(this.model, "cached", cached);
+    if (cached !== undefined) metrics.tokens(this.model, "cached", cached);
+    // Engines as llmgw launches them report cached tokens (vLLM with
+    // --enable-prompt-tokens-details, SGLang with --enable-cache-report, llama.cpp always), but
+    // vLLM and the simulator leave them out when there were none: with a prompt count reported,
+    // no cached count is a miss to the prediction.
+    const cachedSeen = cached ?? (prompt !== undefined && !usage.refused ? 0 : undefined);
+    if (cachedSeen !== undefined) {
       // A hit is at least one block of what the router matched on: it cannot see less.
       const source = this.prefixSource;
       const preciseSize =
@@ -670,7 +675,7 @@ export class Exchange {
       const blockTokens =
         typeof preciseSize === "number" ? preciseSize : this.core.picker.blockTokens;
       const expected = this.predictedBlocks > 0;
-      const found = cached >= blockTokens;
+      const found = cachedSeen >= blockTokens;
       metrics.prefixPrediction(
         this.model,
         source,

@@ -222,6 +222,8 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
             seed,
             timeScale: 50,
             maxOutputTokens: 16,
+            // The test reads the engine's cached_tokens, as llmgw launches vLLM.
+            enablePromptTokensDetails: true,
             apiKey: `engine-key-${seed}`,
             kvEvents: { enableKvCacheEvents: true, endpoint: "tcp://127.0.0.1:0" },
           }),
@@ -312,6 +314,14 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
           outcome: "false_hit",
         }),
       ).toBe(0);
+      // Each prompt's first answer had nothing cached, and says so by leaving cached_tokens
+      // out, as vLLM does: scored as the miss the router expected.
+      expect(
+        await sample("llmgw_router_prefix_predictions_total", {
+          source: "precise",
+          outcome: "miss",
+        }),
+      ).toBeGreaterThanOrEqual(prompts.length);
       // The share of the prompt held is a share: counted in the engine's blocks on both sides
       // (it once divided engine blocks by the approximate chain's 1 KiB blocks, ~16 to one).
       const ratios = await sample("llmgw_router_prefix_hit_ratio_count", {});
