@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { RejectionReason } from "@llmgw/router";
+import { bodyNotInvited } from "./http-listener.js";
 
 /** An OpenAI-style error answer. */
 export interface HttpErrorSpec {
@@ -125,7 +126,7 @@ export function sendErrorThenDrain(
   };
   if (options.requestId !== undefined) headers["x-request-id"] = options.requestId;
   res.writeHead(spec.status, headers);
-  if (req.readableEnded) {
+  if (req.readableEnded || bodyNotInvited(req)) {
     res.end(body);
     return;
   }

@@ -3,7 +3,13 @@
  * test and benchmark server all come from {@link createHttpListener}, so the limits an
  * operator sets are the limits the tests and benchmarks ran with.
  */
-import { createServer as createHttpServer, type RequestListener, type Server } from "node:http";
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { Socket } from "node:net";
 import { RouterServiceError } from "./errors.js";
@@ -143,7 +149,34 @@ export function createHttpListener(
   server.keepAliveTimeout = o.keepAliveTimeoutMs;
   server.maxConnections = o.maxConnections;
   limitConnectionsPerAddress(server, o.maxConnectionsPerAddress);
+  // `Expect: 100-continue`: Node answers 100 at once unless told otherwise, inviting a body the
+  // handler may refuse on its head alone (a key, a declared length), and then drains. The 100
+  // goes when the handler starts reading the body; an answer given first ends the connection
+  // (Node closes it: the client never sent what it announced).
+  server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    uninvited.add(req);
+    const invite = (event: string | symbol): void => {
+      if (event !== "data" && event !== "readable") return;
+      req.off("newListener", invite);
+      if (res.headersSent) return;
+      uninvited.delete(req);
+      res.writeContinue();
+    };
+    req.on("newListener", invite);
+    handler(req, res);
+  });
   return server;
+}
+
+/** Requests that announced a body with `Expect: 100-continue` and were not asked for it. */
+const uninvited = new WeakSet<IncomingMessage>();
+
+/**
+ * Whether `req` announced its body with `Expect: 100-continue` and was never asked for it: the
+ * client sends no body, so an answer need not wait to drain one.
+ */
+export function bodyNotInvited(req: IncomingMessage): boolean {
+  return uninvited.has(req);
 }
 
 /** Destroys each new connection from an address that already has `max` open. */
