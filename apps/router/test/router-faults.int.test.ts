@@ -4,7 +4,12 @@
  * holds while a replica has room and yields when it does not.
  */
 
-import { createServer, request as httpRequest } from "node:http";
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type ServerResponse,
+} from "node:http";
 import { type AddressInfo, connect, type Socket } from "node:net";
 import type { RoutingPolicy } from "@llmgw/router";
 import { createRecordingRouterMetrics, type RecordingRouterMetrics } from "@llmgw/router/testing";
@@ -63,6 +68,41 @@ function send(router: RunningRouter, content: string, extra: Record<string, unkn
     headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
     body: JSON.stringify({ model: "m", messages: [{ role: "user", content }], ...extra }),
   });
+}
+
+/** A plain HTTP upstream on loopback, closed after the test; its base URL. */
+async function upstreamServer(
+  handle: (req: IncomingMessage, res: ServerResponse) => void,
+  beforeClose?: () => void,
+): Promise<string> {
+  const server = createServer(handle);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  cleanups.push(async () => {
+    beforeClose?.();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/**
+ * A raw connection that sends a chat completion's head announcing `length` body bytes, then
+ * `sent` of them; destroyed after the test.
+ */
+async function rawPost(router: RunningRouter, length: number, sent: string): Promise<Socket> {
+  const socket = connect({ host: "127.0.0.1", port: router.port });
+  socket.on("error", () => {});
+  cleanups.push(async () => {
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+  await new Promise<void>((resolve) =>
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n${sent}`,
+      () => resolve(),
+    ),
+  );
+  return socket;
 }
 
 describe("router faults", () => {
@@ -130,30 +170,26 @@ describe("router faults", () => {
     // Three 500s open the circuit; the probe after the cooldown is a stream that goes on.
     let failures = 3;
     let endProbe: (() => void) | undefined;
-    const upstream = createServer((req, res) => {
-      req.resume();
-      req.on("end", () => {
-        if (failures > 0) {
-          failures--;
-          res.writeHead(500, { "content-type": "application/json" });
-          res.end('{"error":{"message":"boom"}}');
-        } else if (endProbe === undefined) {
-          res.writeHead(200, { "content-type": "text/event-stream" });
-          res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n');
-          endProbe = () => res.end("data: [DONE]\n\n");
-        } else {
-          res.writeHead(200, { "content-type": "application/json" });
-          res.end('{"choices":[{"index":0,"message":{"role":"assistant","content":"b"}}]}');
-        }
-      });
-    });
-    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
-    cleanups.push(async () => {
-      endProbe?.();
-      upstream.closeAllConnections();
-      await new Promise<void>((resolve) => upstream.close(() => resolve()));
-    });
-    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    const url = await upstreamServer(
+      (req, res) => {
+        req.resume();
+        req.on("end", () => {
+          if (failures > 0) {
+            failures--;
+            res.writeHead(500, { "content-type": "application/json" });
+            res.end('{"error":{"message":"boom"}}');
+          } else if (endProbe === undefined) {
+            res.writeHead(200, { "content-type": "text/event-stream" });
+            res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n');
+            endProbe = () => res.end("data: [DONE]\n\n");
+          } else {
+            res.writeHead(200, { "content-type": "application/json" });
+            res.end('{"choices":[{"index":0,"message":{"role":"assistant","content":"b"}}]}');
+          }
+        });
+      },
+      () => endProbe?.(),
+    );
     const { router } = await routerFor([ready("r0", url)], {
       picker: { health: { failureThreshold: 3, cooldownMs: 100 } },
     });
@@ -179,7 +215,7 @@ describe("router faults", () => {
   it("ends a stream its client stopped reading, and frees the engine's request and the slot", async () => {
     // An engine that streams 64 KiB events as fast as it may, for ever.
     let open = 0;
-    const upstream = createServer((req, res) => {
+    const url = await upstreamServer((req, res) => {
       req.resume();
       req.on("end", () => {
         open++;
@@ -192,12 +228,6 @@ describe("router faults", () => {
         pump();
       });
     });
-    await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
-    cleanups.push(async () => {
-      upstream.closeAllConnections();
-      await new Promise<void>((resolve) => upstream.close(() => resolve()));
-    });
-    const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
     const { router, metrics } = await routerFor([ready("r0", url, 1)], {
       clientStallTimeoutMs: 500,
     });
@@ -206,15 +236,7 @@ describe("router faults", () => {
       stream: true,
       messages: [{ role: "user", content: "hi" }],
     });
-    const socket = connect({ host: "127.0.0.1", port: router.port });
-    socket.on("error", () => {});
-    cleanups.push(async () => {
-      socket.destroy();
-    });
-    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
-    socket.write(
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
-    );
+    const socket = await rawPost(router, body.length, body);
     socket.pause(); // never read: the window closes once the buffers fill
     await waitFor(() => open === 1, 5000, "the engine to be streaming");
     // Cut once nothing was read for 500 ms: the engine's request ends, the slot is free.
@@ -513,18 +535,8 @@ describe("router: clients that go away while sending", () => {
   }
 
   /** Sends a head announcing 1,000 bytes and a first few; returns the socket. */
-  async function partialUpload(router: RunningRouter): Promise<Socket> {
-    const socket = connect({ host: "127.0.0.1", port: router.port });
-    socket.on("error", () => {});
-    cleanups.push(async () => {
-      socket.destroy();
-    });
-    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
-    socket.write(
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":`,
-    );
-    return socket;
-  }
+  const partialUpload = (router: RunningRouter): Promise<Socket> =>
+    rawPost(router, 1000, '{"model":');
 
   it.each([
     ["hangs up", (socket: Socket) => setTimeout(() => socket.destroy(), 50)],
@@ -566,12 +578,8 @@ describe("router: clients that go away while sending", () => {
       stream: true,
       messages: [{ role: "user", content: "word ".repeat(800_000) }],
     });
-    const socket = connect({ host: "127.0.0.1", port: router.port });
-    socket.on("error", () => {});
-    await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
-    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
     // The whole body is sent, then the client hangs up while the router is analysing it.
-    await new Promise<void>((resolve) => socket.write(head + body, () => resolve()));
+    const socket = await rawPost(router, body.length, body);
     socket.destroy();
     await waitFor(
       () => events.some((e) => e.event === "client_closed"),
