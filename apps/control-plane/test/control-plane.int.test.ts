@@ -381,6 +381,65 @@ describe("control plane over Connect", () => {
     expect(models.status).toBe(401);
   });
 
+  it("refuses a scale past the spec's bounds as invalid_argument, and starts again from its store", async () => {
+    const tmp = tempDir();
+    cleanups.push(tmp.cleanup);
+    let cp: ControlPlane = await startTestControlPlane(tmp.dir);
+    const admin = adminClient(cp, cp.adminToken);
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "org/m", engine: Engine.SIM, replicas: 0 },
+    });
+    await expectConnectError(
+      admin.scaleDeployment({ name: "chat", replicas: 100_001 }),
+      Code.InvalidArgument,
+      /cannot scale chat to 100001 replicas: .*replicas/,
+    );
+    await cp.close();
+    cp = await startTestControlPlane(tmp.dir);
+    cleanups.push(() => cp.close().then(() => {}));
+    const listed = (await adminClient(cp, cp.adminToken).listDeployments({})).deployments;
+    expect(listed.map((d) => d.spec?.replicas)).toEqual([0]);
+  });
+
+  it("lists an undeployed deployment's replicas while they drain, as undeploy --wait polls", async () => {
+    const { cp, admin } = await setup();
+    const a = simAgent(cp, "node-a", "1xh100-80g");
+    await a.register();
+    await admin.applyDeployment({
+      deployment: { name: "chat", model: "org/m", engine: Engine.SIM, replicas: 1 },
+    });
+    await a.heartbeat();
+    a.report("chat-0", 0, { state: ReplicaState.READY, apiPort: 41_000 });
+    await a.heartbeat();
+    await admin.deleteDeployment({ name: "chat" });
+    // The in-process router holds it as draining until it reports nothing in flight.
+    const listed = (await admin.listReplicas({ deployment: "chat" })).replicas;
+    expect(listed.map((r) => [r.replicaId, r.retirement?.reason?.code])).toEqual([
+      ["chat-0", "deployment-deleted"],
+    ]);
+    await expectConnectError(
+      admin.listReplicas({ deployment: "other" }),
+      Code.NotFound,
+      /no deployment named "other"/,
+    );
+  });
+
+  it("pages events: afterId answers the oldest ones after it, no afterId the newest", async () => {
+    const { admin } = await setup();
+    for (const name of ["a", "b", "c", "d"]) await admin.createApiKey({ name });
+    const all = (await admin.listEvents({ limit: 10_000 })).events.map((e) => e.id);
+    expect(all.length).toBeGreaterThanOrEqual(4);
+    const page = async (afterId: bigint) =>
+      (await admin.listEvents({ afterId, limit: 2 })).events.map((e) => e.id);
+    expect(await page(0n)).toEqual(all.slice(-2));
+    const paged: bigint[] = [];
+    for (let next = await page(all[0] as bigint); next.length > 0; ) {
+      paged.push(...next);
+      next = await page(next.at(-1) as bigint);
+    }
+    expect(paged).toEqual(all.slice(1));
+  });
+
   it("refuses to start on a corrupt store and names the file", async () => {
     const tmp = tempDir();
     cleanups.push(tmp.cleanup);

@@ -355,6 +355,43 @@ describe("Cluster", () => {
     expect(() => cluster.deleteDeployment("chat")).toThrow(/no deployment named "chat"/);
   });
 
+  it("refuses a scale the spec schema refuses, naming replicas, and keeps a store it can start from", () => {
+    const cluster = newCluster();
+    join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1 }));
+    expect(() => cluster.scaleDeployment("chat", 100_001)).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        message: expect.stringMatching(/replicas.*100001/),
+      }),
+    );
+    expect(cluster.deploymentStatus("chat").desiredReplicas).toBe(1);
+    expect(cluster.scaleDeployment("chat", 100_000).desiredReplicas).toBe(100_000);
+    expect(newCluster().deploymentStatus("chat").desiredReplicas).toBe(100_000);
+  });
+
+  it("lists a deleted deployment's replicas while they drain, and knows the name no more after", () => {
+    const cluster = newCluster();
+    const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");
+    cluster.applyDeployment(spec({ name: "chat", replicas: 1, drainTimeoutSeconds: 5 }));
+    const ready = rankStatus({ replicaId: "chat-0", rank: 0, state: "ready", apiPort: 41_000 });
+    cluster.heartbeat(a.nodeId, { gpus: [], replicas: [ready], problems: [] });
+    cluster.deleteDeployment("chat");
+    const draining = cluster.listReplicas({ deployment: "chat" });
+    expect(draining.map((r) => [r.replicaId, r.retirement?.phase])).toEqual([
+      ["chat-0", "draining"],
+    ]);
+    expect(cluster.listReplicas({ deployment: "chat", node: "node-a" })).toHaveLength(1);
+    expect(() => cluster.listReplicas({ deployment: "other" })).toThrow(
+      expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_FOUND" }),
+    );
+    clock.advance(5_000);
+    cluster.tick();
+    expect(() => cluster.listReplicas({ deployment: "chat" })).toThrow(
+      expect.objectContaining({ code: "LLMGW_CONTROL_PLANE_NOT_FOUND" }),
+    );
+  });
+
   it("aggregates reported states, exposes ready endpoints and surfaces failures", () => {
     const cluster = newCluster();
     const a = join_(cluster, "node-a", "1xh100-80g", "10.0.0.1");

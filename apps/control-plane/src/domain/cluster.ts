@@ -10,6 +10,7 @@ import {
 } from "@llmgw/discovery";
 import {
   type DeploymentSpec,
+  parseDeploymentSpec,
   rolloutLimits,
   sameLaunch,
   schedulesByPriority,
@@ -918,6 +919,8 @@ export class Cluster {
       advertiseAddress,
       cordoned: previous?.record.cordoned ?? false,
       draining: previous?.record.draining ?? false,
+      // Whose drain it is: an agent's own leave ends when an agent says it is back.
+      ...(previous?.record.drainedBy === undefined ? {} : { drainedBy: previous.record.drainedBy }),
       revoked: false,
       registeredAtMs: previous?.record.registeredAtMs ?? now,
       state: "ready",
@@ -1448,18 +1451,25 @@ export class Cluster {
     return { status: this.deploymentStatus(spec.name), changed: true };
   }
 
-  /** Sets a deployment's replica count. */
+  /**
+   * Sets a deployment's replica count. A count the spec schema refuses (over 100 000) throws
+   * `LLMGW_CONTROL_PLANE_INVALID_ARGUMENT` naming `replicas`, and nothing changes.
+   */
   scaleDeployment(name: string, replicas: number): DeploymentInfo {
     const existing = this.#requireDeployment(name);
     if (existing.spec.replicas !== replicas) {
+      // Validated as apply validates: the store only ever holds specs that pass.
+      const scaled = parseDeploymentSpec({ ...existing.spec, replicas });
+      if (!scaled.ok) {
+        throw new ControlPlaneError(
+          "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+          `cannot scale ${name} to ${replicas} replicas: ${scaled.error.message}`,
+          { cause: scaled.error },
+        );
+      }
       const now = this.#o.clock.now();
       // The revision counts changes to how replicas run; scaling restarts none of them.
-      this.#putDeployment(
-        { ...existing.spec, replicas },
-        existing.record.createdAtMs,
-        now,
-        existing.record.rollout,
-      );
+      this.#putDeployment(scaled.spec, existing.record.createdAtMs, now, existing.record.rollout);
       this.events.record(
         "deployment.scaled",
         name,
@@ -1561,7 +1571,8 @@ export class Cluster {
 
   /**
    * The rollout a new revision starts: in progress when replicas run an older revision that
-   * launches engines differently (a rolling update follows); else the deployment's last one.
+   * launches engines differently (a rolling update follows); else the deployment's last one
+   * (an update in progress going on to the new revision).
    */
   #rolloutFor(next: DeploymentSpec): RolloutRecord | undefined {
     const existing = this.#deployments.get(next.name);
@@ -1570,8 +1581,14 @@ export class Cluster {
     const rolls = [...this.#placements.values()].some(
       (p) => p.deployment === next.name && p.retirement === undefined,
     );
-    if (!rolls || sameLaunch(from, next)) return existing.record.rollout;
     const now = this.#o.clock.now();
+    const last = existing.record.rollout;
+    if (sameLaunch(from, next) && last?.state === "in-progress") {
+      // A routing-only change mid-update: the update goes on, to this revision (whose
+      // replicas a failure rolls back).
+      return { ...last, toRevision: next.revision, updatedAtMs: now };
+    }
+    if (!rolls || sameLaunch(from, next)) return last;
     return {
       state: "in-progress",
       fromRevision: from.revision,
@@ -1633,7 +1650,14 @@ export class Cluster {
 
   /** Replicas, optionally of one deployment and/or on one node (id or hostname). */
   listReplicas(filter: { deployment?: string; node?: string } = {}): ReplicaInfo[] {
-    if (filter.deployment) this.#requireDeployment(filter.deployment);
+    // A deleted deployment's replicas still draining are its replicas (`undeploy --wait`).
+    const { deployment } = filter;
+    if (
+      deployment &&
+      !this.#deployments.has(deployment) &&
+      ![...this.#placements.values()].some((p) => p.deployment === deployment)
+    )
+      this.#requireDeployment(deployment);
     const nodeId = filter.node ? this.#requireNode(filter.node).record.id : undefined;
     // One pass over the placements (every scrape of a moving cluster lists them all).
     const byDeployment = new Map<string, PlacementRecord[]>();
@@ -2476,29 +2500,50 @@ export class Cluster {
   }
 
   /**
-   * Marks in-progress rollouts complete once every replica runs the current revision and
-   * none is leaving; recomputes which deployments have lifecycle work under way; forgets the
-   * revision specs no replica runs.
+   * Marks in-progress rollouts complete once every replica runs the current revision, none
+   * is leaving and `replicas` of them serve; recomputes which deployments have lifecycle work
+   * under way; forgets the revision specs no replica runs (but the one an in-progress rollout
+   * came from: a failure of the new revision goes back to it).
    */
   #finishRollouts(now: number): void {
-    // One pass over the placements for both: which deployments have work under way, and
-    // which kept revisions replicas still run (only of names with more than the current one).
+    // One pass over the placements for all three: which deployments have work under way,
+    // how many replicas serve their current revision, and which kept revisions replicas
+    // still run (only of names with more than the current one).
     const extra = new Map<string, Set<number>>();
     for (const [name, byRevision] of this.#revisions) {
       const current = this.#deployments.get(name)?.spec.revision;
       if (byRevision.size > 1 || !byRevision.has(current ?? -1)) extra.set(name, new Set());
     }
     const active = new Set<string>();
+    const serving = new Map<string, number>();
     for (const p of this.#placements.values()) {
-      const current = this.#deployments.get(p.deployment)?.spec.revision;
-      if (p.retirement !== undefined || current !== p.revision) active.add(p.deployment);
+      const d = this.#deployments.get(p.deployment);
+      if (p.retirement !== undefined || d?.spec.revision !== p.revision) active.add(p.deployment);
+      else if (
+        d.record.rollout?.state === "in-progress" &&
+        this.#condition(p.replicaId) === "serving"
+      )
+        serving.set(p.deployment, (serving.get(p.deployment) ?? 0) + 1);
       extra.get(p.deployment)?.add(p.revision);
     }
+    for (const d of this.#deployments.values()) {
+      // Until its new replicas serve, a state change of one (ready, failed) reconciles: it
+      // completes the rollout or rolls it back.
+      if (
+        d.record.rollout?.state === "in-progress" &&
+        (serving.get(d.spec.name) ?? 0) < d.spec.replicas
+      )
+        active.add(d.spec.name);
+    }
     this.#active = active;
-    this.#pruneRevisions(extra);
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
-      if (rollout?.state !== "in-progress" || active.has(d.spec.name)) continue;
+      if (rollout?.state !== "in-progress") continue;
+      if (active.has(d.spec.name)) {
+        // A rollback goes back to it.
+        extra.get(d.spec.name)?.add(rollout.fromRevision);
+        continue;
+      }
       const record: DeploymentRecord = {
         ...d.record,
         rollout: {
@@ -2522,6 +2567,7 @@ export class Cluster {
         "info",
       );
     }
+    this.#pruneRevisions(extra);
   }
 
   /**

@@ -60,7 +60,10 @@ export class EventLog {
     if (this.#unwritten.length > 0) this.#write();
   }
 
-  /** Recent events, oldest first: those after `afterId`, at most `limit` (default 100). */
+  /**
+   * Events, oldest first, at most `limit` (default 100): the newest ones, or with `afterId`
+   * the first ones after it (the next page).
+   */
   list(query: { afterId?: number; limit?: number } = {}): EventRecord[] {
     return this.#o.store.listEvents({ afterId: query.afterId, limit: query.limit || 100 });
   }

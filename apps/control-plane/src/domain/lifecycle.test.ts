@@ -240,6 +240,40 @@ describe("draining", () => {
     expect(store.listDeploymentRevisions()).toEqual([]);
   });
 
+  it("undeploy during a node drain or a rolling update: the replica waiting for its replacement drains too", () => {
+    for (const during of ["node drain", "rolling update"]) {
+      const { cluster, beat, replicas, desired, kinds } = setup();
+      cluster.applyDeployment(spec({ replicas: 1 }));
+      beat();
+      if (during === "node drain") {
+        cluster.drainNode(cluster.placements()[0]?.ranks[0]?.nodeId as string);
+      } else {
+        cluster.applyDeployment(spec({ replicas: 1, extraArgs: ["--seed", "2"] }));
+      }
+      beat({ "chat-1": "loading" });
+      expect(replicas(), during).toEqual([
+        "chat-0@r1:waiting",
+        `chat-1@r${during === "node drain" ? 1 : 2}`,
+      ]);
+      cluster.deleteDeployment("chat");
+      // Its replacement went with the deployment: nothing is left to wait for.
+      expect(replicas(), during).toEqual(["chat-0@r1:draining"]);
+      expect(
+        cluster.listReplicas({ deployment: "chat" }).map((r) => r.retirement?.reason?.code),
+        during,
+      ).toEqual(["deployment-deleted"]);
+      clock.advance(DRAIN_SETTLE_MS);
+      cluster.reportInFlight("r1", {
+        epoch: "e1",
+        stateVersion: 1,
+        draining: [{ replicaId: "chat-0", inFlight: 0 }],
+      });
+      expect(replicas(), during).toEqual([]);
+      expect(desired(), during).toEqual([]);
+      expect(kinds(), during).toContain("replica.drained");
+    }
+  });
+
   it("a deployment made again under a draining one's name never hands its spec to the old replicas", () => {
     const { cluster, beat, desired, replicas } = setup();
     cluster.applyDeployment(spec({ replicas: 1 }));
@@ -347,6 +381,72 @@ describe("make before break", () => {
     expect(routed()).toEqual(["chat-0:ready", "chat-1:ready"]);
     expect(kinds()).toContain("deployment.rolled-back");
   });
+
+  it("a rollout is complete only once the new revision serves: an old replica dying mid-update still rolls back", () => {
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 1, extraArgs: ["--fail-load"] }));
+    // The old replica's engine crashes while its replacement loads: it serves nothing, so it
+    // goes at once, and no replica of revision 1 is left.
+    beat({ "chat-0": "failed", "chat-1": "loading" });
+    expect(replicas()).toEqual(["chat-1@r2"]);
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    // Kept for a rollback, though no replica runs it any more.
+    expect(store.listDeploymentRevisions().map((r) => r.revision)).toEqual([1, 2]);
+    beat({ "chat-1": "failed" });
+    const status = cluster.deploymentStatus("chat");
+    expect([status.rollout?.state, status.spec.revision, status.spec.extraArgs]).toEqual([
+      "rolled-back",
+      3,
+      [],
+    ]);
+  });
+
+  it("maxUnavailable: the rollout stays in progress while the new replica loads, and completes once it serves", () => {
+    const { cluster, beat, replicas } = setup();
+    cluster.applyDeployment(spec({ replicas: 1, maxUnavailable: 1 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 1, maxUnavailable: 1, extraArgs: ["--fail-load"] }));
+    beat({ "chat-1": "loading" });
+    // The old replica drains at once (maxUnavailable 1) and goes.
+    clock.advance(DRAIN_SETTLE_MS);
+    cluster.reportInFlight("r1", {
+      epoch: "e1",
+      stateVersion: 1,
+      draining: [{ replicaId: "chat-0", inFlight: 0 }],
+    });
+    expect(replicas()).toEqual(["chat-1@r2"]);
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    beat({ "chat-1": "failed" });
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("rolled-back");
+
+    // The same update, its new replica turning ready: complete then (the report reconciles).
+    cluster.applyDeployment(spec({ replicas: 1, maxUnavailable: 1, extraArgs: ["--seed", "2"] }));
+    beat();
+    const status = cluster.deploymentStatus("chat");
+    expect([status.rollout?.state, status.readyReplicas]).toEqual(["complete", 1]);
+  });
+
+  it("a routing-only change applied mid-update moves the update on: a failure still rolls back", () => {
+    const { cluster, beat } = setup();
+    cluster.applyDeployment(spec({ replicas: 1 }));
+    beat();
+    cluster.applyDeployment(spec({ replicas: 1, extraArgs: ["--fail-load"] }));
+    beat({ "chat-1": "loading" });
+    cluster.applyDeployment(
+      spec({ replicas: 1, extraArgs: ["--fail-load"], routingPolicy: "round-robin" }),
+    );
+    const moved = cluster.deploymentStatus("chat").rollout;
+    expect([moved?.state, moved?.fromRevision, moved?.toRevision]).toEqual(["in-progress", 1, 3]);
+    beat({ "chat-1": "failed" });
+    const status = cluster.deploymentStatus("chat");
+    expect([status.rollout?.state, status.rollout?.toRevision, status.spec.extraArgs]).toEqual([
+      "rolled-back",
+      3,
+      [],
+    ]);
+  });
 });
 
 describe("an agent leaving with its engines", () => {
@@ -364,5 +464,45 @@ describe("an agent leaving with its engines", () => {
     cluster.drainNode(other);
     cluster.setNodeLeaving(other, false);
     expect(cluster.getNode(other).draining).toBe(true);
+  });
+
+  it("ends its own leave when the next agent registers again first, then says it is back", () => {
+    const { cluster } = setup(["node-a"], "1xh100-80g");
+    const inventory = () =>
+      simulateInventory("1xh100-80g", {
+        hostname: "node-x",
+        addresses: ["10.0.0.9"],
+        nowMs: clock.now(),
+      });
+    const identity = cluster.register({
+      inventory: inventory(),
+      advertiseAddress: "10.0.0.9",
+      replicas: [],
+    });
+    cluster.setNodeLeaving(identity.nodeId, true);
+    // The next agent: Register with its saved identity, then SetLeaving(false).
+    clock.advance(5_000);
+    const again = cluster.register({
+      inventory: inventory(),
+      advertiseAddress: "10.0.0.9",
+      previousNodeId: identity.nodeId,
+      previousNodeCredential: identity.nodeCredential,
+      replicas: [],
+    });
+    expect(again.nodeId).toBe(identity.nodeId);
+    cluster.setNodeLeaving(identity.nodeId, false);
+    const node = cluster.getNode(identity.nodeId);
+    expect([node.cordoned, node.draining]).toEqual([false, false]);
+    // An operator's drain survives the same.
+    cluster.drainNode(identity.nodeId);
+    cluster.register({
+      inventory: inventory(),
+      advertiseAddress: "10.0.0.9",
+      previousNodeId: identity.nodeId,
+      previousNodeCredential: again.nodeCredential,
+      replicas: [],
+    });
+    cluster.setNodeLeaving(identity.nodeId, false);
+    expect(cluster.getNode(identity.nodeId).draining).toBe(true);
   });
 });

@@ -111,6 +111,30 @@ describe("planReconcile: planned removals drain", () => {
     expect(removed(p)).toEqual(["chat-1:idle"]);
   });
 
+  it("a deleted deployment's replica waiting for a replacement (a move, an update) drains now", () => {
+    const waiting = (id: string, gpus: number[], code: string) =>
+      placed(id, "n1", gpus, {
+        retirement: { code, message: "m", phase: "waiting", sinceMs: NOW - 5 },
+      });
+    const p = plan({
+      specs: [],
+      older: [spec({ revision: 1, drainTimeoutSeconds: 7 })],
+      placements: [
+        waiting("chat-0", [0, 1], "node-draining"),
+        waiting("chat-1", [2, 3], "rollout"),
+      ],
+      nodes: [testNode("n1")],
+    });
+    expect(leaving(p)).toEqual(["chat-0:draining", "chat-1:draining"]);
+    expect(p.changed[0]?.retirement).toMatchObject({
+      code: "deployment-deleted",
+      sinceMs: NOW - 5,
+      drainingSinceMs: NOW,
+      deadlineMs: NOW + 7_000,
+    });
+    expect(p.remove).toEqual([]);
+  });
+
   it("a drained replica stops; one past its deadline stops with drain-timeout", () => {
     const draining = (id: string, gpus: number[], deadlineMs: number) =>
       placed(id, "n1", gpus, {

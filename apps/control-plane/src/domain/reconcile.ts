@@ -196,6 +196,10 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       } else if (input.condition(p.replicaId) !== "serving") {
         remove.push({ placement: p, reason: reasonOf(retirement), kind: "idle" });
         continue;
+      } else if (spec === undefined) {
+        // Waiting for a replacement that went with its deployment: it drains now.
+        retire(p, drainingOf(p, "deployment-deleted", `deployment ${p.deployment} was deleted`));
+        continue;
       }
       kept.set(p.replicaId, p);
       held.add(p.replicaId);

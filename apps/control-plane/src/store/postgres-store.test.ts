@@ -193,6 +193,8 @@ describe.skipIf(skip)(`PostgreSQL store${skip ? ` (skipped: ${skip})` : ""}`, ()
     expect(again.listFaultClears()).toEqual(store.listFaultClears());
     expect(again.listReplicaStatuses()).toEqual(store.listReplicaStatuses());
     expect(again.listEvents({ limit: 3 }).map((e) => e.message)).toEqual(["m2", "m3", "m4"]);
+    // Paging: the oldest ones after the id, not the newest.
+    expect(again.listEvents({ afterId: 1, limit: 2 }).map((e) => e.message)).toEqual(["m1", "m2"]);
     // Event ids continue after the last stored one.
     expect(
       again.appendEvent({ atMs: 9, kind: "k", subject: "s", message: "m5", severity: "info" }).id,

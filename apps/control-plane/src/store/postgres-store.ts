@@ -811,8 +811,9 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       return event;
     },
     listEvents: ({ afterId = 0, limit }) => {
-      const after = events.filter((e) => e.id > afterId);
-      return after.slice(Math.max(0, after.length - limit));
+      // Paging: the oldest after `afterId`; without it, the newest.
+      if (afterId > 0) return events.filter((e) => e.id > afterId).slice(0, limit);
+      return events.slice(Math.max(0, events.length - limit));
     },
     transaction: <T>(fn: () => T): T => {
       if (tx) return fn();

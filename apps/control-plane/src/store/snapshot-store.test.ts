@@ -36,6 +36,8 @@ describe("snapshotStore", () => {
     expect(store.listNodes()).toEqual(LIFECYCLE.nodes);
     expect(store.listEvents({ limit: 2 }).map((e) => e.id)).toEqual([5, 6]);
     expect(store.listEvents({ afterId: 4, limit: 10 }).map((e) => e.id)).toEqual([5, 6]);
+    // Paging: the oldest ones after the id, not the newest.
+    expect(store.listEvents({ afterId: 3, limit: 2 }).map((e) => e.id)).toEqual([4, 5]);
     expect(store.listEvents({ afterId: 6, limit: 10 })).toEqual([]);
     // A caller changing what it got changes nothing held.
     store.listDeployments().pop();

@@ -26,8 +26,9 @@ export function snapshotStore(snapshot: StoreSnapshot, location: string): Cluste
     listReplicaStatuses: (): ReplicaStatusRecord[] => [...snapshot.replicaStatuses],
     listAvoidedNodes: () => [...snapshot.avoidedNodes],
     listEvents: ({ afterId = 0, limit }) => {
-      const after = snapshot.events.filter((e) => e.id > afterId);
-      return after.slice(Math.max(0, after.length - limit));
+      // Paging: the oldest after `afterId`; without it, the newest.
+      if (afterId > 0) return snapshot.events.filter((e) => e.id > afterId).slice(0, limit);
+      return snapshot.events.slice(Math.max(0, snapshot.events.length - limit));
     },
     putDeployment: refuse,
     deleteDeployment: refuse,

@@ -635,6 +635,19 @@ describe("openSqliteStore", () => {
     ]);
   });
 
+  it("pages events: after an id, the oldest ones next; without one, the newest", () => {
+    const store = openStore();
+    for (let i = 1; i <= 7; i++)
+      store.appendEvent({ atMs: i, kind: "k", subject: "s", message: `m${i}`, severity: "info" });
+    const ids = (q: { afterId?: number; limit: number }) => store.listEvents(q).map((e) => e.id);
+    expect(ids({ limit: 3 })).toEqual([5, 6, 7]);
+    expect(ids({ afterId: 0, limit: 3 })).toEqual([5, 6, 7]);
+    expect(ids({ afterId: 1, limit: 3 })).toEqual([2, 3, 4]);
+    expect(ids({ afterId: 4, limit: 3 })).toEqual([5, 6, 7]);
+    expect(ids({ afterId: 6, limit: 3 })).toEqual([7]);
+    expect(ids({ afterId: 7, limit: 3 })).toEqual([]);
+  });
+
   it("rolls back every write of a failed transaction", () => {
     const store = openStore();
     expect(() =>

@@ -352,9 +352,10 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       "INSERT INTO events (at_ms, kind, subject, message, severity) VALUES (?, ?, ?, ?, ?)",
     ),
     trimEvents: db.prepare("DELETE FROM events WHERE id <= ?"),
-    listEvents: db.prepare(
-      "SELECT * FROM (SELECT * FROM events WHERE id > ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+    listNewestEvents: db.prepare(
+      "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id",
     ),
+    listEventsAfter: db.prepare("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?"),
   };
   let open = true;
   return {
@@ -434,7 +435,11 @@ function createSqliteStore(db: Database.Database, file: string, eventsKept: numb
       return { id, ...e };
     },
     listEvents: ({ afterId = 0, limit }) =>
-      (q.listEvents.all(afterId, limit) as EventRow[]).map(eventFromRow),
+      (
+        (afterId > 0
+          ? q.listEventsAfter.all(afterId, limit)
+          : q.listNewestEvents.all(limit)) as EventRow[]
+      ).map(eventFromRow),
     transaction: <T>(fn: () => T): T => db.transaction(fn)(),
     flush: () => Promise.resolve(),
     close: () => {

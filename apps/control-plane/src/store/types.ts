@@ -284,7 +284,10 @@ export interface ClusterStore {
   deleteAvoidedNode(deployment: string, nodeId: string): void;
   /** Appends an event and drops the oldest beyond the store's bound. */
   appendEvent(event: Omit<EventRecord, "id">): EventRecord;
-  /** Events with id above `afterId`, oldest first, at most `limit` (the newest ones). */
+  /**
+   * At most `limit` events, oldest first: with `afterId` (> 0) the first ones with a higher id
+   * (paging: the next page starts after the last id of this one); without it, the newest.
+   */
   listEvents(query: { afterId?: number; limit: number }): EventRecord[];
   /** Runs `fn` atomically: every write inside lands or none does. */
   transaction<T>(fn: () => T): T;
