@@ -26,6 +26,19 @@ async function setup(log?: (line: string) => void) {
   return cp;
 }
 
+/** The error a Register with `inventory` gets from `cp`. */
+async function refusedRegister(
+  cp: Awaited<ReturnType<typeof setup>>,
+  inventory: Parameters<typeof create<typeof NodeInventorySchema>>[1],
+): Promise<ConnectError> {
+  const agent = new FakeAgent({
+    controlUrl: cp.controlUrl,
+    joinToken: cp.joinToken,
+    inventory: create(NodeInventorySchema, inventory),
+  });
+  return ConnectError.from(await agent.register().catch((e: unknown) => e));
+}
+
 describe("the control plane against a hostile client", () => {
   it.each([
     ["llmgw.v1.AgentService/Register"],
@@ -73,17 +86,12 @@ describe("the control plane against a hostile client", () => {
 
   it("refuses a Register with 100,000 GPUs, naming the field and the limit", async () => {
     const cp = await setup();
-    const agent = new FakeAgent({
-      controlUrl: cp.controlUrl,
-      joinToken: cp.joinToken,
-      inventory: create(NodeInventorySchema, {
-        hostname: "node-a",
-        gpus: Array.from({ length: 100_000 }, (_, i) =>
-          create(GpuSchema, { index: i, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
-        ),
-      }),
+    const error = await refusedRegister(cp, {
+      hostname: "node-a",
+      gpus: Array.from({ length: 100_000 }, (_, i) =>
+        create(GpuSchema, { index: i, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
+      ),
     });
-    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toBe(
       "RegisterRequest.inventory.gpus has 100000 entries; the limit is 64",
@@ -95,15 +103,10 @@ describe("the control plane against a hostile client", () => {
 
   it("refuses a Register whose agent version holds terminal escapes", async () => {
     const cp = await setup();
-    const agent = new FakeAgent({
-      controlUrl: cp.controlUrl,
-      joinToken: cp.joinToken,
-      inventory: create(NodeInventorySchema, {
-        hostname: "node-a",
-        agentVersion: "9.9.9\u001b[2J\u001b[H",
-      }),
+    const error = await refusedRegister(cp, {
+      hostname: "node-a",
+      agentVersion: "9.9.9\u001b[2J\u001b[H",
     });
-    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toBe(
       'RegisterRequest.inventory.agentVersion must be visible ASCII characters (no spaces or control characters), got "9.9.9\\u001b[2J\\u001b[H"',
@@ -113,17 +116,12 @@ describe("the control plane against a hostile client", () => {
 
   it("refuses a Register listing one GPU index twice, and keeps scheduling", async () => {
     const cp = await setup();
-    const agent = new FakeAgent({
-      controlUrl: cp.controlUrl,
-      joinToken: cp.joinToken,
-      inventory: create(NodeInventorySchema, {
-        hostname: "node-a",
-        gpus: [0, 1].map((i) =>
-          create(GpuSchema, { index: 0, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
-        ),
-      }),
+    const error = await refusedRegister(cp, {
+      hostname: "node-a",
+      gpus: [0, 1].map((i) =>
+        create(GpuSchema, { index: 0, uuid: `GPU-${i}`, gpuClass: "h100-80g" }),
+      ),
     });
-    const error = ConnectError.from(await agent.register().catch((e: unknown) => e));
     expect(error.code).toBe(Code.InvalidArgument);
     expect(error.rawMessage).toBe(
       "RegisterRequest.inventory.gpus[1].index is 0, the same as RegisterRequest.inventory.gpus[0].index; each GPU needs its own index",
