@@ -53,6 +53,27 @@ describe("TimingModel", () => {
     expect(model.snapshot()).toMatchObject({ prefixQueryTokens: 2000, prefixHitTokens: 992 });
   });
 
+  it("lets a request admitted in the same step reuse the blocks an earlier one schedules", () => {
+    // vLLM's scheduler calls get_computed_blocks, then allocate_slots (which caches the blocks
+    // the scheduled tokens fill), request by request: the second sees the first's blocks.
+    const model = new TimingModel({
+      prefillTokensPerSecond: 1000,
+      decodeStepMs: 10,
+      decodeStepMsPerSeq: 0,
+    });
+    const system = "s".repeat(64 * 40); // 640 tokens = 40 full blocks
+    model.submit(seq("first", `${system}${"a".repeat(64)}`, 2), 0);
+    model.submit(seq("twin", `${system}${"b".repeat(64)}`, 2), 0);
+    const { events } = runUntilIdle(model, 0);
+    const first = events.find((e) => e.id === "first" && e.tokenIndex === 0);
+    const twin = events.find((e) => e.id === "twin" && e.tokenIndex === 0);
+    expect(first?.cachedTokens).toBe(0);
+    expect(twin?.cachedTokens).toBe(640);
+    // One step computes 656 + 16 prompt tokens, not 656 twice.
+    expect(first?.ttftMs).toBeCloseTo(10 + 672, 6);
+    expect(twin?.ttftMs).toBeCloseTo(10 + 672, 6);
+  });
+
   it("always computes at least one prompt token even when the whole prompt is cached", () => {
     const model = new TimingModel({
       prefillTokensPerSecond: 1000,

@@ -312,7 +312,9 @@ export class TimingModel {
     for (const seq of [...this.#running]) {
       // A sequence preempted earlier in this loop is no longer running.
       if (!seq.running || seq.prefillRemaining > 0) continue;
-      if (this.#growTo(seq, seq.spec.promptTokens + seq.generated + 1)) decoding.push(seq);
+      if (!this.#growTo(seq, seq.spec.promptTokens + seq.generated + 1)) continue;
+      decoding.push(seq);
+      this.#cacheScheduled(seq);
     }
     budget -= decoding.length;
     // 2. continue chunked prefill of running sequences.
@@ -325,6 +327,7 @@ export class TimingModel {
       budget -= chunk;
       prefillTokens += chunk;
       prefilling.push(seq);
+      this.#cacheScheduled(seq);
     }
     // 3. admit waiting sequences FIFO.
     while (budget > 0 && this.#running.length < o.maxRunningSeqs && this.#waiting.length > 0) {
@@ -338,13 +341,10 @@ export class TimingModel {
       budget -= chunk;
       prefillTokens += chunk;
       prefilling.push(seq);
+      this.#cacheScheduled(seq);
     }
     const batch = decoding.length + prefilling.length;
     if (batch === 0) return undefined;
-    // 4. cache the blocks this step fills: vLLM caches min(computed + scheduled, num_tokens).
-    for (const seq of [...decoding, ...prefilling]) {
-      this.#cacheComputed(seq, seq.spec.promptTokens + seq.generated - seq.prefillRemaining);
-    }
     const durationMs =
       (decoding.length > 0 ? this.decodeStepMsFor(decoding.length) : o.decodeStepMs) +
       (prefillTokens / o.prefillTokensPerSecond) * 1000 +
@@ -490,6 +490,18 @@ export class TimingModel {
     seq.cachedTokens ??= hitTokens;
     seq.prefillRemaining = tokens - hitTokens;
     return true;
+  }
+
+  /**
+   * Caches the blocks `seq`'s tokens scheduled in this step fill, the moment it is scheduled,
+   * as vLLM's `allocate_slots` caches min(computed + scheduled, num_tokens) for each request
+   * in turn: a sequence admitted later in the same step finds them (its prefix is computed in
+   * the same forward pass), so two requests sharing a new prefix that arrive together compute
+   * it once. Caching after every admission, as this did before, charged the second a whole
+   * prefill (bench/routing's cold rungs: 33 of 97 first-turn misses were such twins).
+   */
+  #cacheScheduled(seq: Seq): void {
+    this.#cacheComputed(seq, seq.spec.promptTokens + seq.generated - seq.prefillRemaining);
   }
 
   /**
