@@ -168,12 +168,14 @@ export function startPeerExchange(options: PeerExchangeOptions): PeerExchange {
   /** Streams open from each peer (two while one is renewed). */
   const streams = new Map<string, number>();
   let closed = false;
-  /** This router's requests in flight per replica, sent every second. */
+  /**
+   * This router's requests in flight per replica, sent every second, none included: a peer
+   * whose stream backs up drops events (an end among them) and keeps the count it last heard
+   * until an announcement reaches it, so "nothing in flight" is repeated like any other count.
+   */
   const inFlight = new Map<string, number>();
-  let announcedAny = false;
   const announce = setInterval(() => {
-    if (links.length === 0 || (inFlight.size === 0 && !announcedAny)) return;
-    announcedAny = inFlight.size > 0;
+    if (links.length === 0) return;
     broadcast(JSON.stringify({ t: "inflight", replicas: Object.fromEntries(inFlight) }));
   }, IN_FLIGHT_ANNOUNCE_MS);
   announce.unref();

@@ -3,7 +3,7 @@
  * of real simulated engines: a tenant goes to one replica from either router, the peers' books
  * follow each other's streams, and a wrong key or a bad event is refused with its reason.
  */
-import { createServer as createHttpServer, request } from "node:http";
+import { createServer as createHttpServer, type IncomingMessage, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { freePort } from "@llmgw/supervisor";
@@ -215,6 +215,57 @@ describe("routers that tell each other what they sent", () => {
       expect(await events(routers[from], "out", "dropped")).toBe(0);
     }
     expect(await counter(routers[0], "llmgw_router_peers_connected", {})).toBe(1);
+  });
+
+  it("repeats an empty in-flight announcement, so one dropped on a backed-up stream is not final", async () => {
+    // A peer that stops reading: the sender's stream backs up and it drops events, the end of
+    // its last request and its first "nothing in flight" among them.
+    let receiving: IncomingMessage | undefined;
+    let lines = "";
+    let dropped = 0;
+    const server = createHttpServer((req, res) => {
+      receiving = req;
+      req.pause();
+      res.writeHead(200).flushHeaders();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const exchange = startPeerExchange({
+      routerId: "sender",
+      peers: [`http://127.0.0.1:${(server.address() as AddressInfo).port}`],
+      key: KEY,
+      apply() {},
+      gone() {},
+      count: (_, outcome) => {
+        if (outcome === "dropped") dropped += 1;
+      },
+    });
+    cleanups.push(async () => {
+      exchange.close();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    });
+    await waitFor(() => exchange.connected() === 1, "the stream");
+    const chain = Array.from({ length: 4096 }, (_, i) => 2 ** 40 + i);
+    exchange.sent(MODEL, { replicaId: "r1", prefillTokens: 1 });
+    // Megabytes the peer does not read: the socket's buffers fill and the sender drops events.
+    while (dropped === 0) {
+      for (let i = 0; i < 50; i++)
+        exchange.sent(MODEL, { replicaId: "r2", prefillTokens: 1, chain });
+      for (let i = 0; i < 50; i++) exchange.ended("r2");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    exchange.ended("r1");
+    // An announcement of nothing in flight falls while the stream is backed up.
+    await new Promise((r) => setTimeout(r, 1_200));
+    (receiving as IncomingMessage).setEncoding("utf8");
+    (receiving as IncomingMessage).on("data", (t: string) => {
+      lines += t;
+    });
+    (receiving as IncomingMessage).resume();
+    await waitFor(
+      () => lines.split("\n").some((l) => l === '{"t":"inflight","replicas":{}}'),
+      "an empty announcement after the stream drained",
+    );
   });
 
   it("answers 405 to other methods, refuses a line too long across chunks and 503 once stopping", async () => {
