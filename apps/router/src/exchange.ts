@@ -342,9 +342,10 @@ export class Exchange {
         }
         throw new RejectedError("no_ready_replica", `no ready replica for model ${model}`, 5);
       }
-      // Requests still running on draining replicas hold admission slots: they count on top,
-      // or a drain would shut new requests out of ready replicas with room.
-      if (routable.length < resolution.replicas.length) {
+      // Requests still running on draining replicas (or on ones that left the table) hold
+      // admission slots: they count on top, or a drain would shut new requests out of ready
+      // replicas with room.
+      if (routable.length < resolution.replicas.length || core.draining.size > 0) {
         capacity += picker.drainingInFlight(resolution);
       }
       const limit = core.limiter.acquire(key, model, analysis.estimatedTokens);

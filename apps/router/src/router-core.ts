@@ -155,7 +155,8 @@ export interface RouterCore {
   readonly seenModels: Set<string>;
   /**
    * Replica id → served model of the replicas of {@link seenModels} that take no new requests
-   * (draining): a request ending there shrinks its deployment's admission capacity.
+   * (draining), and of those that left the table with requests still running: a request ending
+   * there shrinks its deployment's admission capacity.
    */
   readonly draining: ReadonlyMap<string, string>;
   /**
@@ -199,6 +200,8 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const replicaModel = new Map<string, string>();
   const seenModels = new Set<string>();
   const draining = new Map<string, string>();
+  /** Replicas that left the table with requests in flight (→ model), until those end. */
+  const retiring = new Map<string, string>();
   const picker = createReplicaPicker({
     ...options.picker,
     ...(input.peers?.instance === undefined ? {} : { routerId: input.peers.instance }),
@@ -216,6 +219,19 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const pools = input.pools ?? createUndiciPools(options);
   const admissionCapacity = (resolution: RouteResolution): number =>
     picker.capacity(resolution) + picker.drainingInFlight(resolution);
+  const refreshCapacity = (model: string): void => {
+    // A replica that left the table is done holding slots once its last request ended.
+    for (const [id, m] of retiring) {
+      if (m === model && picker.inFlight.get(id) === 0) {
+        retiring.delete(id);
+        draining.delete(id);
+      }
+    }
+    const resolution = routeTable.resolve(model);
+    if (resolution !== undefined) {
+      admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
+    }
+  };
   // Precise mode: the KV-event feeds of every replica that has one, into the picker.
   const kvWatch = startKvWatch({ routeTable, index: picker.preciseIndex, log });
   const unsubscribe = routeTable.subscribe(() => {
@@ -236,12 +252,23 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
       admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
     }
     pools.retain(liveUrls);
+    const retired = new Set<string>();
     for (const [id, model] of replicaModel) {
       if (liveIds.has(id)) continue;
       replicaModel.delete(id);
-      picker.forget(id);
+      // Its requests still running hold admission slots, as a draining replica's do.
+      picker.forget(id, routeTable.resolve(model)?.deployment);
+      if (picker.inFlight.get(id) > 0) {
+        retiring.set(id, model);
+        retired.add(model);
+      }
       metrics.replicaGone(model, id);
     }
+    for (const [id, model] of retiring) {
+      if (!liveIds.has(id) && picker.inFlight.get(id) > 0) draining.set(id, model);
+      else retiring.delete(id);
+    }
+    for (const model of retired) refreshCapacity(model);
   });
   return {
     options,
@@ -261,12 +288,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     replicaModel,
     seenModels,
     draining,
-    refreshCapacity(model) {
-      const resolution = routeTable.resolve(model);
-      if (resolution !== undefined) {
-        admission.setCapacity(resolution.deployment, admissionCapacity(resolution));
-      }
-    },
+    refreshCapacity,
     createdAt: Math.floor(Date.now() / 1000),
     usage: input.usage,
     onUsageFull: input.onUsageFull ?? (() => {}),

@@ -123,6 +123,35 @@ describe("a draining replica", () => {
     await vi.waitFor(() => expect(feed.reports.at(-1)?.draining).toEqual([]), { interval: 5 });
   });
 
+  it("keeps the slots of a replica removed outright while its stream runs, until it ends", async () => {
+    const a = await engine("a", true);
+    const b = await engine("b");
+    const { router, feed } = await routerOn(a);
+    const long = await streamOn(router, a);
+
+    // b joins, and a leaves the table at once (its node lost, not drained): its stream runs on.
+    feed.push(delta(2, { upsertedReplicas: [replica("b", b)] }));
+    feed.push(delta(3, { removedReplicas: ["a"] }));
+    await vi.waitFor(() => expect(router.runtime.state.version).toBe(3), { interval: 5 });
+    expect(router.handler.inFlight("a")).toBe(1);
+
+    // a's running request holds a's slot, not b's: b takes new requests, none is refused.
+    for (let i = 0; i < 3; i++) {
+      const r = await send(router, `new request ${i}`);
+      expect(r.status).toBe(200);
+      expect(r.headers.get("x-llmgw-replica")).toBe("b");
+      await r.text();
+    }
+
+    a.openGate();
+    expect((await long.text()).endsWith("data: [DONE]\n\n")).toBe(true);
+    await vi.waitFor(() => expect(router.handler.inFlight("a")).toBe(0), { interval: 5 });
+    // Once a's last request ended, the capacity is b's alone again: one request at a time.
+    const r = await send(router, "after a");
+    expect(r.headers.get("x-llmgw-replica")).toBe("b");
+    await r.text();
+  });
+
   it("leaves a model with only draining replicas answering 503 no_ready_replica", async () => {
     const a = await engine("a", true);
     const { router, feed } = await routerOn(a);

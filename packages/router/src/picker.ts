@@ -193,7 +193,10 @@ export interface ReplicaPicker {
    * Requests this router has in flight on the resolution's replicas that take no new ones (any
    * state but `ready`, e.g. `draining`). Each holds an admission slot until it ends, so the
    * deployment's admission capacity is {@link capacity} plus this: a replica turned draining
-   * with its streams still running must not shut new requests out of the ready ones.
+   * with its streams still running must not shut new requests out of the ready ones. So do
+   * the requests still running on a replica of the deployment that left the table outright
+   * ({@link forget} with its deployment): a node lost takes its replica out at once, and its
+   * requests, until they end, held the slots of the ready ones.
    */
   drainingInFlight(resolution: RouteResolution): number;
   /**
@@ -272,9 +275,10 @@ export interface ReplicaPicker {
   /**
    * Drops what is known of a replica that left the route table: its health, its prefix-index
    * entries, its rendezvous seed and, once its last in-flight request has finished, its shared
-   * in-flight slot (unless it is {@link relisted} by then).
+   * in-flight slot (unless it is {@link relisted} by then). `deployment`: the one it served,
+   * whose {@link drainingInFlight} counts its requests until they end.
    */
-  forget(replicaId: string): void;
+  forget(replicaId: string, deployment?: string): void;
   /**
    * `replicaId` is in the route table (call for each on every change). One {@link forget}ten
    * with requests still in flight that is back (same id: an agent's heartbeat lost, then
@@ -392,8 +396,11 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     }
     return seed;
   };
-  /** Forgotten replicas with requests still in flight: their slot is freed by the last one. */
-  const retiring = new Set<string>();
+  /**
+   * Forgotten replicas with requests still in flight, each with its deployment ("" unknown):
+   * their slot is freed by the last one.
+   */
+  const retiring = new Map<string, string>();
   const routable = (resolution: RouteResolution): ReplicaRoute[] =>
     resolution.replicas.filter((r) => r.state === "ready" && health.isRoutable(r.id));
   /** The oldest pending prefill of this size from `peer` (this router's own: undefined) ends. */
@@ -405,7 +412,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     if (at >= 0) list.splice(at, 1);
     if (list.length === 0) pendingPrefill.delete(replicaId);
   };
-  const forget = (replicaId: string): void => {
+  const forget = (replicaId: string, deployment = ""): void => {
     health.forget(replicaId);
     prefixIndex.forget(replicaId);
     preciseIndex.forget(replicaId);
@@ -414,7 +421,7 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     phases.delete(replicaId);
     seeds.delete(replicaId);
     hintHomes.forget(replicaId);
-    if (inFlight.get(replicaId) > 0) retiring.add(replicaId);
+    if (inFlight.get(replicaId) > 0) retiring.set(replicaId, deployment);
     else inFlight.forget(replicaId);
   };
   return {
@@ -427,6 +434,10 @@ export function createReplicaPicker(options: ReplicaPickerOptions = {}): Replica
     drainingInFlight(resolution) {
       let sum = 0;
       for (const r of resolution.replicas) if (r.state !== "ready") sum += inFlight.get(r.id);
+      if (retiring.size > 0) {
+        for (const [id, deployment] of retiring)
+          if (deployment === resolution.deployment) sum += inFlight.get(id);
+      }
       return sum;
     },
     preciseBlockSize(list) {
