@@ -504,6 +504,36 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     }
   });
 
+  it("a withdrawn replica that could not be launched leaves no record for a restarted agent", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-withdrawn-"));
+    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
+    dirs.push(stateDir, bin);
+    const program = path.join(bin, "engine");
+    const agent = () =>
+      relaunchingManager([program, "-e", "setInterval(() => {}, 1000)", "--"], {
+        stateDir,
+        supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+        probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
+        relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
+      });
+    const previous = agent();
+    await previous.apply([simReplicaAssignment()]);
+    expect(previous.statuses()[0]?.state).toBe(ReplicaState.FAILED);
+    await previous.apply([]);
+    expect(previous.statuses()).toEqual([]);
+    await previous.close(false);
+
+    // The program is back by the time the next agent starts: a record left would launch it.
+    symlinkSync(process.execPath, program);
+    const next = agent();
+    try {
+      expect(await next.adoptPrevious()).toEqual([]);
+      expect(next.statuses()).toEqual([]);
+    } finally {
+      await next.close(true);
+    }
+  });
+
   it("starts the backoff over once a relaunched replica served for stableMs", async () => {
     const m = relaunchingManager(httpEngine, {
       relaunch: { firstDelayMs: 200, maxDelayMs: 3200, stableMs: 400 },

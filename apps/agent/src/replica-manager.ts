@@ -314,7 +314,13 @@ export class ReplicaManager {
         await this.#persist(managed);
       }
     }
-    for (const key of this.#rejected.keys()) if (!wanted.has(key)) this.#rejected.delete(key);
+    for (const key of this.#rejected.keys()) {
+      if (wanted.has(key)) continue;
+      this.#rejected.delete(key);
+      // Its launch persisted a record (or a previous agent did) that nothing else removes: a
+      // restarted agent would launch the withdrawn replica again.
+      await rm(this.#recordPath(key), { force: true });
+    }
     for (const [key, assignment] of wanted) {
       if (this.#managed.has(key)) continue;
       const rejected = this.#rejected.get(key);

@@ -46,7 +46,7 @@ export const REPLICA_TRANSITIONS: Readonly<Record<ReplicaState, readonly Replica
   unhealthy: ["ready", "stopping", "exited"],
   stopping: ["exited", "failed"],
   exited: ["starting", "failed"],
-  failed: ["starting"],
+  failed: ["starting", "exited"],
 };
 
 /** One observed state change. */
@@ -246,8 +246,9 @@ export class SupervisedReplica {
   /**
    * Stops the process group (→ `stopping` → `exited`) and cancels restarts and probes.
    * A start or restart in flight is waited for and what it launched is stopped without
-   * entering `stopping` (the replica stays `exited`, or `failed`); resolves to undefined when
-   * nothing was running. Rejects when stopping the process fails.
+   * entering `stopping`: the replica ends `exited`, a start from `failed` too (`failed →
+   * exited`); it stays `failed` only when that launch failed before the stop. Resolves to
+   * undefined when nothing was running. Rejects when stopping the process fails.
    */
   async stop(): Promise<ExitReport | undefined> {
     this.#userStopped = true;
@@ -255,6 +256,10 @@ export class SupervisedReplica {
     this.#cancelTimers();
     // Its rejection (a failed launch) is the start's to report.
     const unattached = await this.#launching?.catch(() => undefined);
+    if (this.#state === "failed" && this.#failure === undefined) {
+      // A start from `failed` cleared the failure it was retrying: `failed` with no reason.
+      this.#transition("exited", "stopped while starting");
+    }
     if (unattached !== undefined) {
       const report = await unattached.stop(this.#stopOptions());
       this.#recordRun(unattached);

@@ -393,6 +393,69 @@ describe("SupervisedReplica", () => {
     });
   });
 
+  it.each([
+    ["while its launchEnv runs", "launchEnv"],
+    ["after the spawn, before the process is attached", "spawned"],
+  ] as const)(
+    "stop() %s, during a start from failed: exited, as from a start from exited",
+    async (_, at) => {
+      const { dir, supervisor } = slowSetup();
+      let draws = 0;
+      let inLaunchEnv: () => void = () => {};
+      const secondDraw = new Promise<void>((resolve) => {
+        inLaunchEnv = resolve;
+      });
+      let release: () => void = () => {};
+      const released = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const replica = createSupervisedReplica({
+        supervisor,
+        replicaId: "relaunched",
+        spec: engineSpec(dir, "relaunched", []),
+        launchEnv: async () => {
+          if (++draws === 2 && at === "launchEnv") {
+            inLaunchEnv();
+            await released;
+          }
+          return {};
+        },
+        probe: async () => "loading",
+        probeIntervalMs: 50,
+        loadingDeadlineMs: 300,
+      });
+      cleanups.push(async () => {
+        await replica.stop();
+        await supervisor.get("relaunched")?.stop({ graceMs: 100 });
+      });
+      await replica.start();
+      await waitFor("failed", () => replica.state === "failed");
+      const transitions = record(replica);
+
+      const held = at === "spawned" ? supervisor.holdNext() : undefined;
+      const starting = replica.start();
+      if (held === undefined) await secondDraw;
+      else await held.spawned;
+      const stopping = replica.stop();
+      (held?.release ?? release)();
+      await starting;
+      await stopping;
+      expect({
+        state: replica.state,
+        failure: replica.failure,
+        handle: replica.handle,
+        running: supervisor.get("relaunched"),
+        transitions: transitions.map((t) => `${t.from} → ${t.to}: ${t.reason}`),
+      }).toEqual({
+        state: "exited",
+        failure: undefined,
+        handle: undefined,
+        running: undefined,
+        transitions: ["failed → exited: stopped while starting"],
+      });
+    },
+  );
+
   it("loading past the deadline → failed with the log tail, process stopped", async () => {
     const { dir, supervisor } = setup();
     const replica = createSupervisedReplica({
