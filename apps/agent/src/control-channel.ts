@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { type Client, Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
@@ -281,6 +282,13 @@ export class ControlChannel {
   private applyFailed = false;
   /** Applies desired sets one at a time (the heartbeat answers and the watch both deliver). */
   private applying: Promise<unknown> = Promise.resolve();
+  /**
+   * This channel's heartbeat session (`HeartbeatRequest.session_id`): a new one each time the
+   * agent starts, so that the control plane can tell its heartbeats from a previous run's.
+   */
+  private readonly sessionId = randomUUID();
+  /** Number of the last heartbeat built in this session (`HeartbeatRequest.sequence`). */
+  private sequence = 0n;
 
   constructor(
     private readonly options: ControlChannelOptions,
@@ -728,6 +736,10 @@ export class ControlChannel {
       engineCredentials: snapshot.engineCredentials ?? [],
       ports: snapshot.ports ?? [],
       sentAtUnixMs: BigInt(Math.round(this.clock.now())),
+      // Heartbeats go on calls and on streams, one at a time from here but not necessarily
+      // arriving so: the number lets the control plane leave an older one untaken.
+      sessionId: this.sessionId,
+      sequence: ++this.sequence,
     });
     if (
       this.heartbeatsStreamed &&

@@ -61,6 +61,10 @@ export function heartbeatInputFromProto(req: HeartbeatRequest): HeartbeatInput {
     })),
     ports: req.ports.map(portFromProto),
     generationSeen: req.generationSeen,
+    // Both or neither: a sequence outside a session orders nothing.
+    ...(req.sessionId === "" || req.sequence === undefined
+      ? {}
+      : { order: { sessionId: req.sessionId, sequence: req.sequence } }),
   };
 }
 

@@ -84,6 +84,19 @@ describe("boundAgentRequest", () => {
       "HeartbeatRequest.replicas has 129 entries; the limit is 128",
     ],
     [
+      "a heartbeat's session id drawn as a UUID",
+      create(HeartbeatRequestSchema, {
+        sessionId: "0b9e3f4c-6c1d-4f7e-9a55-2d1f0c8e7b63",
+        sequence: 1n,
+      }),
+      undefined,
+    ],
+    [
+      "a 65-character session id",
+      create(HeartbeatRequestSchema, { sessionId: "s".repeat(65), sequence: 1n }),
+      "HeartbeatRequest.sessionId has 65 characters; the limit is 64",
+    ],
+    [
       "65 GPU readings",
       create(HeartbeatRequestSchema, {
         gpus: Array.from({ length: 65 }, (_, i) => ({ index: i })),

@@ -73,6 +73,8 @@ export const AGENT_LIMITS = {
     // A release ("0.2.0", "0.3.0-rc.1+g1a2b3c4"): shown in every `llmgw status` and node list.
     "inventory.agentVersion": 64,
     advertiseAddress: 253,
+    // HeartbeatRequest.session_id: the agent draws a UUID (36); kept per node in memory.
+    sessionId: 64,
     "inventory.addresses": 253,
     "inventory.topology.gpuAffinity.cpuAffinity": 1_024,
   } as Readonly<Record<string, number>>,

@@ -67,6 +67,7 @@ import { type NodeState, nextNodeState } from "./node-lifecycle.js";
 import { planReconcile, type ReplicaCondition, type ScheduleFn } from "./reconcile.js";
 import { copyLoad, knownLoad, ReplicaLoads } from "./replica-loads.js";
 import { aggregateRankStates, joinHostPort, replicaStateFromRecord } from "./replica-state.js";
+import { type ReportOrder, ReportSessions, type ReportVerdict } from "./report-order.js";
 import { SchedulerNodes } from "./scheduler-nodes.js";
 import { Tenants } from "./tenants.js";
 import { generateSecret, hashSecret, secretsEqual } from "./tokens.js";
@@ -208,6 +209,11 @@ export interface HeartbeatInput {
   readonly ports?: readonly Port[];
   /** The desired-set generation the agent last applied (absent: unknown, e.g. old agents). */
   readonly generationSeen?: bigint;
+  /**
+   * The heartbeat's place in its agent's order; absent (older agents): taken as it arrives.
+   * See {@link ReportSessions}.
+   */
+  readonly order?: ReportOrder;
 }
 
 /** The node's full desired set. */
@@ -350,6 +356,10 @@ interface LiveNode {
   priorCredentialHash?: string;
   /** When a refused takeover of this id was last recorded as an event (at most one a minute). */
   refusedEventAtMs?: number;
+  /** The order of its heartbeats: which ones are older than what was taken. */
+  reports: ReportSessions;
+  /** When a heartbeat left untaken as older was last logged (at most one line a minute). */
+  outOfOrderLoggedAtMs?: number;
 }
 
 interface LiveDeployment {
@@ -436,6 +446,7 @@ function newLiveNode(
     ports: registeredPorts(inventory),
     statuses: new Map(),
     retired: new Map(),
+    reports: new ReportSessions(),
     generation: BigInt(now),
     fingerprint: "",
     assignments: [],
@@ -1066,7 +1077,11 @@ export class Cluster {
     return this.#nodes.get(nodeId)?.record.credentialHash === credentialHash;
   }
 
-  /** Takes a heartbeat (credential already checked) and returns the node's full desired set. */
+  /**
+   * Takes a heartbeat (credential already checked) and returns the node's full desired set.
+   * A heartbeat older than one already taken from the node (see {@link ReportSessions}) is
+   * answered and changes nothing, not even when the node was last seen.
+   */
   heartbeat(nodeId: string, input: HeartbeatInput): DesiredSet {
     const node = this.#nodes.get(nodeId);
     if (!node)
@@ -1075,6 +1090,11 @@ export class Cluster {
         `node ${nodeId} is not known`,
       );
     const now = this.#o.clock.now();
+    const verdict = node.reports.admit(input.order);
+    if (verdict !== "taken") {
+      this.#logOutOfOrder(node, input.order, verdict, now);
+      return this.desiredSet(nodeId);
+    }
     node.lastSeenMs = now;
     node.lastHeartbeatMs = now;
     let healthChanged = false;
@@ -1119,6 +1139,25 @@ export class Cluster {
       assignments: this.#assignmentsOf(node),
       heartbeatIntervalMs: this.#o.heartbeatIntervalMs,
     };
+  }
+
+  /** Logs a heartbeat left untaken as older, at most one line a minute per node. */
+  #logOutOfOrder(
+    node: LiveNode,
+    order: ReportOrder | undefined,
+    verdict: Exclude<ReportVerdict, "taken">,
+    now: number,
+  ): void {
+    if (node.outOfOrderLoggedAtMs !== undefined && now - node.outOfOrderLoggedAtMs < 60_000) return;
+    node.outOfOrderLoggedAtMs = now;
+    const current = node.reports.current;
+    this.#o.log?.(
+      `node ${node.record.id}: heartbeat ${order?.sequence} of agent session ${order?.sessionId} arrived after a newer one and was not taken (${
+        verdict === "older"
+          ? `heartbeat ${current?.sequence} of that session was taken already`
+          : `session ${current?.sessionId} has replaced it`
+      }); at most one such line a minute`,
+    );
   }
 
   #gpuHealthEvent(node: LiveNode, gpu: Gpu, after: GpuHealthVerdict): void {
