@@ -71,7 +71,9 @@ export class ClientGoneError extends Error {
  * {@link Exchange.attemptEnded} once.
  *
  * The answer relayed: status and `content-type` as the engine sent them (5xx too, counted as a
- * failure for the replica's circuit); a 401 is dropped and the request tried elsewhere. After
+ * failure for the replica's circuit); a 401 is dropped and the request tried elsewhere. A failure
+ * before the head that may have reached the engine (one not retried: its headers timeout) is
+ * charged as a request cut short before its first byte, with the GPU time it held. After
  * the first byte, an upstream failure ends an SSE answer with an error event and destroys the
  * socket of any other (its length cannot be met).
  */
@@ -92,6 +94,11 @@ export class Attempt implements UpstreamHandler {
   #stall: NodeJS.Timeout | undefined;
   #onClientGone: (() => void) | undefined;
   #responding = false;
+  /**
+   * The engine had the request though it sent no head: a failure before it that is no refusal
+   * to connect (its headers timeout). Charged as a request cut short, for what it held.
+   */
+  #heldUnanswered = false;
   /** The engine answered 401: its body is dropped and the request tried elsewhere. */
   #keyRefused = false;
   #sse = false;
@@ -328,6 +335,7 @@ export class Attempt implements UpstreamHandler {
     const code = errorCode(error);
     if (!this.#responding) {
       const timeout = code === "UND_ERR_HEADERS_TIMEOUT";
+      const retryable = code !== undefined && RETRYABLE_CONNECT.has(code);
       const kind: UpstreamErrorKind =
         code === "UND_ERR_CONNECT_TIMEOUT" || timeout
           ? "timeout"
@@ -336,9 +344,15 @@ export class Attempt implements UpstreamHandler {
             : "reset_before_response";
       metrics.upstreamError(x.model, replicaId, kind);
       log({ event: "upstream_error", replica: replicaId, kind, code, requestId: x.requestId });
+      if (!retryable) {
+        // Not kept from the engine's queue: it held the request (queued or prefilling) until
+        // now, and it is charged as any request cut short before its first byte.
+        this.#heldUnanswered = true;
+        x.settleUsage("", 0);
+      }
       this.#settle({
         kind: "failed",
-        retryable: code !== undefined && RETRYABLE_CONNECT.has(code),
+        retryable,
         closedUnderUs: code !== undefined && CLOSED_UNDER_US.has(code),
         timeout,
         message: `replica ${replicaId} failed before responding (${code ?? String(error)})`,
@@ -431,7 +445,7 @@ export class Attempt implements UpstreamHandler {
     if (x.core.usage !== undefined) {
       const held = x.core.gpuShares.end(this.#replicaId, this.#gpuMark, performance.now());
       // A try that never reached the engine held nothing there.
-      if (this.#responding) x.gpuMs += held;
+      if (this.#responding || this.#heldUnanswered) x.gpuMs += held;
     }
     const left = picker.finished(this.#replicaId, this.#verdict, this.#firstByteMs, x.precise);
     x.core.peers?.ended(this.#replicaId);

@@ -218,7 +218,8 @@ export class Exchange {
   /**
    * The status of the answer relayed to the client, once an attempt got one (a 401 to the
    * router's engine key is no answer: it is tried elsewhere); 0 while none did. A request that
-   * ends with none never ran on an engine, and is charged nothing (see `finish`).
+   * ends with none ran on no engine and is charged nothing, unless an engine held it without
+   * answering (its headers timeout: see {@link settleUsage}).
    */
   upstreamStatus = 0;
   /**
@@ -783,9 +784,10 @@ export class Exchange {
       if (ledger.full) this.core.onUsageFull();
     }
     if (this.#lease !== undefined) {
-      // No attempt got an answer (every replica refused the connection, none was left to pick,
-      // an attempt failed to start, the client left first): nothing ran, so nothing is charged.
-      if (this.upstreamStatus === 0) this.#lease.settle(0);
+      // No attempt reached an engine (every replica refused the connection, none was left to
+      // pick, an attempt failed to start, the client left before any answer): nothing ran, so
+      // nothing is charged. One an engine held unanswered was settled as cut short.
+      if (this.#used === undefined) this.#lease.settle(0);
       this.#lease.release();
       this.core.metrics.inFlight(this.model, -1);
     }

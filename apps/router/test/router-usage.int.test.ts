@@ -5,6 +5,8 @@
  * router's restart and count once.
  */
 import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
@@ -180,6 +182,76 @@ describe("router: exact usage of streams", () => {
     await post(router, "sk-a", {});
     await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
     expect(totals(feed.usageBatches).get("key-a")).toMatchObject({ refused: 0, estimated: 1 });
+  });
+});
+
+describe("router: usage of a request an engine held but never answered", () => {
+  it("charges a headers timeout as a stream cut before its first chunk, with the GPU-seconds it held", async () => {
+    // Accepts every request and never answers: queued or prefilling, as far as the router knows.
+    const hung = await startEngineSim({
+      model: "m",
+      port: 0,
+      warmupSeconds: 0,
+      faults: { hangAfterRequests: 0 },
+    });
+    cleanups.push(() => hung.close());
+    // Answers a stream's head, then closes before its first chunk: what such a cut is charged.
+    const cutServer = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.flushHeaders();
+        setTimeout(() => res.socket?.destroy(), 20);
+      });
+    });
+    await new Promise<void>((resolve) => cutServer.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      cutServer.closeAllConnections();
+      await new Promise<void>((resolve) => cutServer.close(() => resolve()));
+    });
+    const cutUrl = `http://127.0.0.1:${(cutServer.address() as AddressInfo).port}`;
+    const headersTimeoutMs = 300;
+    const { router, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: {
+          m: { replicas: [{ id: "hung", baseUrl: hung.url, gpus: 2 }] },
+          n: { replicas: [{ id: "cut", baseUrl: cutUrl, gpus: 2 }] },
+        },
+        keys: KEYS,
+      }),
+      router: { analyzer: { pool: false }, upstreamHeadersTimeoutMs: headersTimeoutMs },
+      usageReportIntervalMs: 20,
+    });
+    cleanups.push(() => router.close());
+
+    const started = performance.now();
+    const timedOut = await post(router, "sk-a", { model: "m", stream: true });
+    const elapsedMs = performance.now() - started;
+    expect(timedOut.status).toBe(504);
+    expect(JSON.parse(timedOut.text)).toMatchObject({ error: { code: "upstream_timeout" } });
+    // Same body length (model names of one letter): the same prompt estimate.
+    const cut = await post(router, "sk-b", { model: "n", stream: true });
+    expect(cut.status).toBe(200);
+    expect(cut.text).toContain("failed mid-stream");
+
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    await until(() => (totals(feed.usageBatches).get("key-b")?.requests ?? 0) === 1);
+    const t = totals(feed.usageBatches);
+    const cutShort = t.get("key-b");
+    expect(cutShort).toMatchObject({ requests: 1, completion: 0, estimated: 1, refused: 0 });
+    expect(cutShort?.prompt).toBeGreaterThan(0);
+    const held = t.get("key-a");
+    expect(held).toMatchObject({
+      requests: 1,
+      prompt: cutShort?.prompt,
+      cached: 0,
+      completion: 0,
+      estimated: 1,
+      refused: 0,
+    });
+    // Two GPUs, alone on the replica from dispatch until the router gave up on its headers.
+    expect(held?.gpuMs).toBeGreaterThanOrEqual(2 * headersTimeoutMs - 10);
+    expect(held?.gpuMs).toBeLessThanOrEqual(2 * elapsedMs + 10);
   });
 });
 
