@@ -530,9 +530,153 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     },
   );
 
+  // What a stream cut before its first chunk is charged: the estimated prompt, nothing
+  // streamed, flagged. A request an engine held without answering is charged the same.
+  const cutBeforeFirstChunk = async (usage: UsageLedger) => {
+    const h = await harness({}, { usage });
+    h.upstreams.play([{ headers: 200, type: SSE_TYPE }, { fail: "ECONNRESET" }]);
+    const cut = await send(h, chatBody(true));
+    expect(cut.status).toBe(200);
+    await cut.text();
+    await waitFor(() => usage.size === 1, "the cut stream's usage record");
+    const [record] = usage.seal();
+    expect(record).toMatchObject({ requests: 1, completionTokens: 0, estimatedRequests: 1 });
+    expect(record?.promptTokens).toBeGreaterThan(0);
+    return record?.promptTokens;
+  };
+
+  it.each([
+    { ending: "a headers timeout", scripts: [[{ fail: "UND_ERR_HEADERS_TIMEOUT" }]], status: 504 },
+    {
+      ending: "a headers timeout on the retry after a refused connection",
+      scripts: [refused, [{ fail: "UND_ERR_HEADERS_TIMEOUT" }]],
+      status: 504,
+    },
+    {
+      ending: "a head no HTTP parser reads",
+      scripts: [[{ fail: "HPE_INVALID_CONSTANT" }]],
+      status: 502,
+    },
+  ] as const)(
+    "records $ending once, charged as a stream cut before its first chunk",
+    async ({ scripts, status }) => {
+      const usage = new UsageLedger();
+      const promptTokens = await cutBeforeFirstChunk(usage);
+      const h = await harness({}, { usage });
+      h.upstreams.play(...scripts);
+      const failed = await send(h, chatBody(true));
+      expect(failed.status).toBe(status);
+      await failed.text();
+      expect(h.upstreams.dispatched).toHaveLength(scripts.length);
+      await waitFor(() => usage.size === 1, "the usage record");
+      expect(usage.seal()).toMatchObject([
+        {
+          requests: 1,
+          promptTokens,
+          cachedTokens: 0,
+          completionTokens: 0,
+          estimatedRequests: 1,
+          refusedUsage: 0,
+        },
+      ]);
+    },
+  );
+
+  it("keeps the tpm reservation of a headers timeout, as of a stream cut before its first chunk", async () => {
+    const h = await harness({}, { tpm: 400 });
+    // The answer is for the next request, were it admitted.
+    h.upstreams.play([{ fail: "UND_ERR_HEADERS_TIMEOUT" }], answer(200, OK_BODY));
+    const failed = await send(h, chatBody(true));
+    expect(failed.status).toBe(504);
+    await failed.text();
+    // ~260 tokens of 400 kept: the next request's ~260 do not fit.
+    const next = await send(h);
+    expect(next.status).toBe(429);
+    expect(next.headers.get("x-llmgw-limit")).toBe("key-tpm");
+    await next.text();
+  });
+
   it("closes its pools with the handler", async () => {
     const h = await harness();
     await h.core.close();
     expect(h.upstreams.closed).toBe(true);
+  });
+});
+
+describe("Exchange: a request's cache_salt", () => {
+  // ~5.8 KB: five 1 KiB prefix blocks, and well over one 16-token engine block.
+  const content = "The same long system prompt, word for word. ".repeat(130);
+  const chat = (salt?: string): string =>
+    JSON.stringify({
+      model: "m",
+      messages: [{ role: "user", content }],
+      ...(salt === undefined ? {} : { cache_salt: salt }),
+    });
+  const decisions = (h: Harness) =>
+    h.metrics.of("decision").map(([d]) => d as { prefixBlocks: number; preciseFallback?: string });
+  const replicaOf = (d: Dispatched | undefined) =>
+    replicas.find((r) => r.baseUrl === d?.baseUrl)?.id;
+
+  it("predicts no prefix where the same prompt went under another salt or none", async () => {
+    const h = await harness();
+    const bodies = [chat("tenant-a"), chat("tenant-b"), chat(), chat("tenant-a")];
+    h.upstreams.play(...bodies.map(() => answer(200, OK_BODY)));
+    for (const body of bodies) {
+      const res = await send(h, body);
+      expect(res.status).toBe(200);
+      await res.text();
+      await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
+    }
+    const predicted = decisions(h).map((d) => d.prefixBlocks);
+    expect(predicted.slice(0, 3)).toEqual([0, 0, 0]);
+    expect(predicted[3]).toBeGreaterThanOrEqual(5);
+    expect(replicaOf(h.upstreams.dispatched[3])).toBe(replicaOf(h.upstreams.dispatched[0]));
+    // Forwarded as sent: the engine keys its own blocks under the salt.
+    expect(h.upstreams.dispatched.map((d) => Buffer.from(d.request.body ?? []).toString())).toEqual(
+      bodies,
+    );
+  });
+
+  it("routes a salted request of a precise-mode deployment approximately, counted", async () => {
+    // An agent that takes the watch and never answers: the feeds stay as applied below.
+    const agent = createServer(() => {});
+    await new Promise<void>((resolve) => agent.listen(0, "127.0.0.1", resolve));
+    cleanups.push(async () => {
+      agent.closeAllConnections();
+      await new Promise<void>((resolve) => agent.close(() => resolve()));
+    });
+    const h = await harness();
+    const kvEventsUrl = `http://127.0.0.1:${(agent.address() as AddressInfo).port}`;
+    h.routes.update("m", {
+      deployment: "m",
+      policy: "llmgw",
+      loading: false,
+      tokenizer: "sim",
+      replicas: replicas.map((r) => ({ ...r, kvEventsUrl })),
+    });
+    const index = h.core.picker.preciseIndex;
+    for (const r of replicas) {
+      index.apply(r.id, {
+        epoch: "e",
+        version: 1,
+        snapshot: true,
+        added: [7],
+        removed: [],
+        blockSizeTokens: 16,
+        stale: false,
+      });
+    }
+    const held = () => index.heldKeys("a") + index.heldKeys("b");
+    h.upstreams.play(answer(200, OK_BODY), answer(200, OK_BODY));
+    const salted = await send(h, chat("tenant-a"));
+    expect(salted.status).toBe(200);
+    await salted.text();
+    expect(held()).toBe(0);
+    // The same prompt unsalted is matched on its token blocks, held where it went.
+    const plain = await send(h, chat());
+    expect(plain.status).toBe(200);
+    await plain.text();
+    expect(held()).toBeGreaterThan(0);
+    expect(decisions(h).map((d) => d.preciseFallback)).toEqual(["unsupported_request", undefined]);
   });
 });

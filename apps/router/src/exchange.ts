@@ -442,8 +442,9 @@ export class Exchange {
   /**
    * Picks and starts the first attempt. A deployment whose replicas feed their KV-cache blocks
    * (precise mode) and that the router can tokenize for is matched on the prompt's token
-   * blocks; anything that stands in the way (a feed not synced, a request it cannot tokenize, a
-   * tokenizer that failed) routes on the approximate index instead, counted by reason.
+   * blocks; anything that stands in the way (a feed not synced, a request it cannot tokenize or
+   * that gives a `cache_salt`, a tokenizer that failed) routes on the approximate index instead,
+   * counted by reason.
    */
   #route(): void {
     const { resolution, routable, core } = this;
@@ -457,6 +458,12 @@ export class Exchange {
       !routable.some((r) => r.kvEventsUrl !== undefined)
     ) {
       this.#start(this.#pick());
+      return;
+    }
+    if (this.analysis.salted === true) {
+      // vLLM keys a salted request's blocks with its salt, and the feeds leave such blocks out:
+      // token ids match nothing it could hit. Its approximate keys are the salt's own.
+      this.#start(this.#pick(undefined, "unsupported_request"));
       return;
     }
     const blockSize = core.picker.preciseBlockSize(routable);
@@ -653,9 +660,11 @@ export class Exchange {
    * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
    * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
    * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
-   * for what it was sent. Usage the engine reported with impossible values (negative,
-   * fractional, absurd) is refused whole: counted as refused, charged the estimate. An error
-   * answer (≥ 400) that reports no usage is recorded and charged as zero tokens.
+   * for what it was sent, and a request an engine held but never answered (the router's headers
+   * timeout: a 504) is one cut before its first byte (`tail` "", no events). Usage the engine
+   * reported with impossible values (negative, fractional, absurd) is refused whole: counted as
+   * refused, charged the estimate. An error answer (≥ 400) that reports no usage is recorded
+   * and charged as zero tokens.
    */
   settleUsage(tail: string, sseEvents: number): void {
     const metrics = this.core.metrics;

@@ -40,6 +40,12 @@ export type BodyAnalysis =
       readonly quarters: readonly number[];
       /** The body's affinity hint (`RequestFeatures.hint`), when it gives one. */
       readonly hint?: RequestHint;
+      /**
+       * Set when the body gives a `cache_salt` (`RequestFeatures.cacheSalt`): `chain` and
+       * `quarters` are keyed under it, and no engine's KV events can match it (precise mode
+       * leaves salted blocks out).
+       */
+      readonly salted?: true;
     }
   | {
       readonly ok: false;
@@ -71,13 +77,15 @@ export function analyzeRequestBody(
 export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
-  const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint } = result.features;
-  const { chain, quarters } = promptKeys(pieces, options);
-  return outputLimits(
+  const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint, cacheSalt } =
+    result.features;
+  const { chain, quarters } = promptKeys(pieces, options, cacheSalt);
+  return withOptional(
     { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,
+    cacheSalt,
   );
 }
 
@@ -85,29 +93,53 @@ export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {
 export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
-  const { chain, quarters } = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options);
-  const { model, stream, streamUsage, maxTokens, choices, hint } = scan;
+  const { model, stream, streamUsage, maxTokens, choices, hint, cacheSalt } = scan;
+  const { chain, quarters } = hashScannedPrompt(
+    body,
+    scan.pieces,
+    scan.promptBytes,
+    options,
+    cacheSalt,
+  );
   const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
-  return outputLimits(
+  return withOptional(
     { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,
+    cacheSalt,
   );
 }
 
-/** `a` with the optional output limits and hint that are set (absent keys stay absent). */
-function outputLimits<T extends object>(
+/**
+ * `a` with the optional output limits, hint and salt mark that are set (absent keys stay
+ * absent).
+ */
+function withOptional<T extends object>(
   a: T,
   maxTokens: number | undefined,
   choices: number | undefined,
   hint: RequestHint | undefined,
-): T & { readonly maxTokens?: number; readonly choices?: number; readonly hint?: RequestHint } {
-  if (maxTokens === undefined && choices === undefined && hint === undefined) return a;
+  cacheSalt: string | undefined,
+): T & {
+  readonly maxTokens?: number;
+  readonly choices?: number;
+  readonly hint?: RequestHint;
+  readonly salted?: true;
+} {
+  if (
+    maxTokens === undefined &&
+    choices === undefined &&
+    hint === undefined &&
+    cacheSalt === undefined
+  ) {
+    return a;
+  }
   return {
     ...a,
     ...(maxTokens === undefined ? {} : { maxTokens }),
     ...(choices === undefined ? {} : { choices }),
     ...(hint === undefined ? {} : { hint }),
+    ...(cacheSalt === undefined ? {} : { salted: true as const }),
   };
 }

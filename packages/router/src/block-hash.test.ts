@@ -1,6 +1,12 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { hashPromptBlocks, hashPromptPieces, promptKeys, quarterTail } from "./block-hash.js";
+import {
+  hashPromptBlocks,
+  hashPromptPieces,
+  type PromptKeys,
+  promptKeys,
+  quarterTail,
+} from "./block-hash.js";
 
 // Strings without lone surrogates: the one case where piece boundaries may hash differently.
 const text = fc.string({ unit: "grapheme-ascii", maxLength: 300 });
@@ -95,5 +101,45 @@ describe("promptKeys: quarter blocks", () => {
       }),
       { numRuns: 200 },
     );
+  });
+});
+
+describe("promptKeys under a cache_salt", () => {
+  const pieces = ["system\n", "s".repeat(100), "\nuser\nhello there\n"]; // 125 bytes
+  const options = { blockBytes: 16 };
+  const shared = (a: PromptKeys, b: PromptKeys): number[] => {
+    const mine = new Set([...a.chain, ...a.quarters]);
+    return [...b.chain, ...b.quarters].filter((k) => mine.has(k));
+  };
+
+  it.each([
+    ["tenant-a", "tenant-b"],
+    ["a", "b"],
+    ["ab", "ab\u0000"],
+    ["\ud800", "\ud801"], // lone surrogates: one U+FFFD each in UTF-8, apart here
+    ["x".repeat(1024), `${"x".repeat(1023)}y`],
+  ])("shares no key between the same text under %j and %j", (one, two) => {
+    const a = promptKeys(pieces, options, one);
+    const b = promptKeys(pieces, options, two);
+    expect(a.chain.length).toBe(7);
+    expect(b.quarters.length).toBe(31);
+    expect(shared(a, b)).toEqual([]);
+  });
+
+  it("shares no key with the unsalted text, whose keys stay what they were", () => {
+    const plain = promptKeys(pieces, options);
+    expect(promptKeys(pieces, options, undefined)).toEqual(plain);
+    // Pinned: unsalted keys are what routers and peers already agree on.
+    expect(hashPromptBlocks("x".repeat(32), { blockBytes: 16 })).toEqual(
+      Float64Array.from([185_769_559_944_373, 91_452_514_507_123]),
+    );
+    expect(shared(plain, promptKeys(pieces, options, "tenant-a"))).toEqual([]);
+  });
+
+  it("gives the same keys for the same salt, for any split of the text", () => {
+    const a = promptKeys(pieces, options, "tenant-a");
+    expect(promptKeys([pieces.join("")], options, "tenant-a")).toEqual(a);
+    expect(a.quarters.length).toBe(31);
+    for (let i = 0; i < a.chain.length; i++) expect(a.quarters[4 * i + 3]).toBe(a.chain[i]);
   });
 });

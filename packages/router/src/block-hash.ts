@@ -22,6 +22,11 @@
  * are decoded on the way, so `"\u00e9"` and a raw `é` hash alike (Python clients escape
  * non-ASCII by default, JavaScript ones do not). Lone surrogates hash as U+FFFD, as
  * `TextEncoder` writes them.
+ *
+ * A prompt under vLLM's `cache_salt` starts the running hash from lanes derived from the salt
+ * ({@link promptKeys}): vLLM puts the salt in its first block's hash, so its blocks are shared
+ * only among requests with the same salt, and so are these keys. An unsalted prompt starts from
+ * a fixed seed.
  */
 import type { PromptPiece } from "./json-scan.js";
 
@@ -45,6 +50,34 @@ const encoder = new TextEncoder();
 /** The block buffer, reused while the block size stays the same. */
 let shared = new Uint8Array(DEFAULT_BLOCK_BYTES);
 let sharedView = new DataView(shared.buffer);
+
+/** The running hash's two lanes before any byte of an unsalted prompt. */
+const SEED_1 = 0x9747b28c | 0;
+const SEED_2 = 0x85ebca6b | 0;
+
+/**
+ * The lanes a prompt under `salt` starts from: the salt hashed from the unsalted seed and
+ * finalised, so each of its keys differs from the same text's under another salt or none (up to
+ * 48-bit collisions). UTF-16 code units, two per step, rather than UTF-8: salts that differ only
+ * in lone surrogates stay apart, and the salt (≤ 1024 units) needs no encoding.
+ */
+function saltedLanes(salt: string): readonly [number, number] {
+  let h1 = SEED_1;
+  let h2 = SEED_2;
+  for (let i = 0; i < salt.length; i += 2) {
+    const w = salt.charCodeAt(i) | (i + 1 < salt.length ? salt.charCodeAt(i + 1) << 16 : 0);
+    // The steps of `ChainBuilder.#mix`.
+    let k1 = Math.imul(w, 0xcc9e2d51);
+    k1 = Math.imul((k1 << 15) | (k1 >>> 17), 0x1b873593);
+    h1 ^= k1;
+    h1 = (Math.imul((h1 << 13) | (h1 >>> 19), 5) + 0xe6546b64) | 0;
+    let k2 = Math.imul(w, 0x85ebca77);
+    k2 = Math.imul((k2 << 17) | (k2 >>> 15), 0xc2b2ae3d);
+    h2 ^= k2;
+    h2 = (Math.imul((h2 << 11) | (h2 >>> 21), 3) + 0x27d4eb2f) | 0;
+  }
+  return [fmix32(h1 ^ salt.length), fmix32(h2 ^ salt.length)];
+}
 
 /** Gathers UTF-8 bytes into blocks and records each block's key, and each quarter's. */
 class ChainBuilder {
@@ -70,10 +103,11 @@ class ChainBuilder {
   /** Bytes of the current block hashed into the lanes (a multiple of `#quarter`). */
   #hashed = 0;
   /** The running hash's two lanes. */
-  #h1 = 0x9747b28c | 0;
-  #h2 = 0x85ebca6b | 0;
+  #h1 = SEED_1;
+  #h2 = SEED_2;
 
-  constructor(totalBytes: number, blockBytes: number, maxBlocks: number) {
+  constructor(totalBytes: number, blockBytes: number, maxBlocks: number, salt?: string) {
+    if (salt !== undefined) [this.#h1, this.#h2] = saltedLanes(salt);
     const blocks = Math.min(Math.floor(totalBytes / blockBytes), maxBlocks);
     this.keys = new Float64Array(blocks);
     this.#quarter = blockBytes % 16 === 0 ? blockBytes / 4 : 0;
@@ -276,11 +310,16 @@ function writeUtf8(cp: number): number {
   return o;
 }
 
-function builder(totalBytes: number, options: BlockHashOptions): ChainBuilder {
+function builder(
+  totalBytes: number,
+  options: BlockHashOptions,
+  salt: string | undefined,
+): ChainBuilder {
   return new ChainBuilder(
     totalBytes,
     options.blockBytes ?? DEFAULT_BLOCK_BYTES,
     options.maxBlocks ?? DEFAULT_MAX_BLOCKS,
+    salt,
   );
 }
 
@@ -316,11 +355,19 @@ export function hashPromptPieces(
   return promptKeys(pieces, options).chain;
 }
 
-/** {@link PromptKeys} of the concatenation of `pieces`. */
-export function promptKeys(pieces: readonly string[], options: BlockHashOptions = {}): PromptKeys {
+/**
+ * {@link PromptKeys} of the concatenation of `pieces`. `salt`: the request's `cache_salt`
+ * (`RequestFeatures.cacheSalt`), under which the keys share nothing with the same text's under
+ * another salt or none.
+ */
+export function promptKeys(
+  pieces: readonly string[],
+  options: BlockHashOptions = {},
+  salt?: string,
+): PromptKeys {
   let total = 0;
   for (const piece of pieces) total += Buffer.byteLength(piece);
-  const chain = builder(total, options);
+  const chain = builder(total, options, salt);
   for (const piece of pieces) {
     if (chain.full) break;
     chain.string(piece);
@@ -331,15 +378,16 @@ export function promptKeys(pieces: readonly string[], options: BlockHashOptions 
 /**
  * The keys of a prompt found by `scanRequestBody` in `body`: string pieces are encoded,
  * spans are hashed straight from the body (decoding escapes on the way). Same keys as
- * {@link promptKeys} of the decoded pieces.
+ * {@link promptKeys} of the decoded pieces, under the same `salt`.
  */
 export function hashScannedPrompt(
   body: Uint8Array,
   pieces: readonly PromptPiece[],
   promptBytes: number,
   options: BlockHashOptions = {},
+  salt?: string,
 ): PromptKeys {
-  const chain = builder(promptBytes, options);
+  const chain = builder(promptBytes, options, salt);
   for (const piece of pieces) {
     if (chain.full) break;
     if (typeof piece === "string") chain.string(piece);

@@ -93,6 +93,17 @@ describe("extractRequestFeatures", () => {
       body: '{"model":"e","input":"hello world"}',
       expected: { model: "e", stream: false, promptText: "hello world", estimatedTokens: 259 },
     },
+    {
+      name: "a cache_salt, not part of the prompt text",
+      body: '{"model":"m","prompt":"abcd","cache_salt":"tenant-a"}',
+      expected: {
+        model: "m",
+        stream: false,
+        promptText: "abcd",
+        estimatedTokens: 257,
+        cacheSalt: "tenant-a",
+      },
+    },
   ])("$name", ({ body, expected }) => {
     expect(extractRequestFeatures(new TextEncoder().encode(body))).toEqual({
       ok: true,
@@ -125,6 +136,7 @@ describe("extractRequestFeatures", () => {
     { body: '{"model":""}', reason: "invalid_model" },
     { body: '{"model":7}', reason: "invalid_model" },
     { body: '{"model":"m","stream":"yes"}', reason: "invalid_field" },
+    { body: '{"model":"m","cache_salt":""}', reason: "invalid_field" },
   ])("refuses $body as $reason", ({ body, reason }) => {
     expect(extractRequestFeatures(body)).toMatchObject({ ok: false, reason });
   });

@@ -42,6 +42,12 @@ export interface RequestFeatures {
    * `safety_identifier`, else `user` (see {@link HINT_FIELDS}); an empty string is none.
    */
   readonly hint?: RequestHint;
+  /**
+   * vLLM's `cache_salt`, when given (`null` is none): the engine shares prefix-cache blocks only
+   * among requests with the same salt, never with unsalted ones, so the router keys the prompt's
+   * prefix under it too (see `promptKeys`).
+   */
+  readonly cacheSalt?: string;
 }
 
 /**
@@ -75,6 +81,12 @@ export interface RequestHint {
 
 /** Longest hint value used, in UTF-16 code units; a longer one is cut (it still groups alike). */
 export const MAX_HINT_LENGTH = 256;
+
+/**
+ * Longest `cache_salt` accepted, in UTF-16 code units. A longer one is refused, not cut as a hint
+ * is: two salts cut to one would share keys their engine never shares.
+ */
+export const MAX_CACHE_SALT_LENGTH = 1024;
 
 /** Why a body was refused. */
 export type FeatureErrorReason =
@@ -117,6 +129,12 @@ export const REFUSED = {
     param: "stream",
   },
   ...hintRefusals(),
+  cacheSalt: {
+    ok: false,
+    reason: "invalid_field",
+    message: `\`cache_salt\` must be a non-empty string of at most ${MAX_CACHE_SALT_LENGTH} characters`,
+    param: "cache_salt",
+  },
 } as const satisfies Record<string, FeatureResult>;
 
 function hintRefusals(): Record<
@@ -257,6 +275,12 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     hintValues.push(v ?? undefined);
   }
   const hint = hintOf(hintValues);
+  let cacheSalt: string | undefined;
+  const salt = obj.cache_salt;
+  if (salt !== undefined && salt !== null) {
+    if (!isCacheSalt(salt)) return REFUSED.cacheSalt;
+    cacheSalt = salt;
+  }
   promptPiecesOf(obj, pieces);
   let promptText = "";
   let promptBytes = 0;
@@ -278,8 +302,14 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
     ...(choices === undefined ? {} : { choices }),
     estimatedTokens,
     ...(hint === undefined ? {} : { hint }),
+    ...(cacheSalt === undefined ? {} : { cacheSalt }),
   };
   return { ok: true, features };
+}
+
+/** Whether `value` is a `cache_salt` the router accepts (vLLM's rule, plus a length bound). */
+export function isCacheSalt(value: unknown): value is string {
+  return typeof value === "string" && value.length > 0 && value.length <= MAX_CACHE_SALT_LENGTH;
 }
 
 /** Appends the prompt's pieces (see {@link RequestFeatures.promptText}) to `pieces`. */

@@ -29,6 +29,7 @@ type Outcome =
       chain?: Float64Array;
       quarters?: readonly number[];
       hint?: { source: string; value: string };
+      salted?: true;
     };
 
 function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
@@ -47,6 +48,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     estimatedTokens: a.estimatedTokens,
     ...(withChain ? { chain: a.chain, quarters: a.quarters } : {}),
     ...(a.hint === undefined ? {} : { hint: a.hint }),
+    ...(a.salted === undefined ? {} : { salted: a.salted }),
   };
 }
 
@@ -229,6 +231,7 @@ const field = fc.oneof(
     fc.constantFrom("prompt_cache_key", "safety_identifier", "user"),
     fc.oneof({ weight: 4, arbitrary: str }, lit, json),
   ),
+  fc.tuple(fc.constant("cache_salt"), fc.oneof({ weight: 4, arbitrary: str }, lit, json)),
   fc.tuple(
     fc.constant("messages"),
     fc.oneof({ weight: 5, arbitrary: fc.array(message, { maxLength: 5 }).map(arr) }, json),
@@ -425,6 +428,90 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
       }
     },
   );
+
+  it("keys a salted prompt under its salt, alike in both readers, below and above 64 KiB", () => {
+    const chat = (content: string, salt?: string) =>
+      utf8(
+        JSON.stringify({
+          model: "m",
+          messages: [{ role: "user", content }],
+          ...(salt === undefined ? {} : { cache_salt: salt }),
+        }),
+      );
+    const keysOf = (a: BodyAnalysis) => (a.ok ? [...a.chain, ...a.quarters] : []);
+    const small = "Prose, é and 😀.\n".repeat(200);
+    const large = "y".repeat(70_000);
+    expect(chat(small, "tenant-a").length).toBeLessThan(SCAN_THRESHOLD_BYTES);
+    expect(chat(large, "tenant-a").length).toBeGreaterThanOrEqual(SCAN_THRESHOLD_BYTES);
+    for (const content of [small, large]) {
+      const plain = chat(content);
+      const a = chat(content, "tenant-a");
+      const b = chat(content, "tenant-b");
+      expect(analyzeRequestBody(a)).toMatchObject({ ok: true, salted: true });
+      expect(analyzeRequestBody(plain)).not.toHaveProperty("salted");
+      for (const options of [SMALL_BLOCKS, QUARTERED]) {
+        expect(scanned(a, options)).toEqual(reference(a, options));
+        expect(scanned(b, options)).toEqual(reference(b, options));
+      }
+      const keys = keysOf(analyzeRequestBody(a));
+      expect(keys.length).toBeGreaterThan(8);
+      for (const other of [b, plain]) {
+        const seen = new Set(keysOf(analyzeRequestBody(other)));
+        expect(keys.filter((k) => seen.has(k))).toEqual([]);
+      }
+      // The same salt, escaped or not, wherever it stands: the same keys.
+      const escaped = utf8(
+        `{"model":"m","cache_salt":"tenant-\\u0061","messages":${JSON.stringify([{ role: "user", content }])}}`,
+      );
+      expect(keysOf(analyzeRequestBody(escaped))).toEqual(keys);
+      // A null salt is none, as in vLLM.
+      const none = utf8(
+        JSON.stringify({ model: "m", cache_salt: null, messages: [{ role: "user", content }] }),
+      );
+      expect(analyzeRequestBody(none)).toEqual(analyzeRequestBody(plain));
+    }
+  });
+
+  /** A body with `salt` (JSON text) as its `cache_salt`, below and at the scan threshold. */
+  const salted = (salt: string): Uint8Array[] => [
+    utf8(`{"model":"m","cache_salt":${salt},"prompt":"p"}`),
+    utf8(`{"model":"m","cache_salt":${salt},"prompt":"${"p".repeat(SCAN_THRESHOLD_BYTES)}"}`),
+  ];
+
+  it.each([
+    ["a number", "7"],
+    ["an object", '{"a":"b"}'],
+    ["an array", '["s"]'],
+    ["a boolean", "true"],
+    ["empty", '""'],
+    ["1025 characters", JSON.stringify("s".repeat(1025))],
+    ["1025 escaped characters", `"${"\\u0073".repeat(1025)}"`],
+    ["513 astral characters (1026 UTF-16 units)", JSON.stringify("😀".repeat(513))],
+  ])("refuses a cache_salt that is %s, naming it", (_name, salt) => {
+    const expected = {
+      ok: false,
+      reason: "invalid_field",
+      message: "`cache_salt` must be a non-empty string of at most 1024 characters",
+      param: "cache_salt",
+    };
+    for (const body of salted(salt)) {
+      expect(analyzeRequestBody(body)).toEqual(expected);
+      expect(analyzeByScanning(body)).toEqual(expected);
+      expect(analyzeByParsing(body)).toEqual(expected);
+    }
+  });
+
+  it.each([
+    ["1024 characters", JSON.stringify("s".repeat(1024))],
+    ["1024 escaped characters", `"${"\\u0073".repeat(1024)}"`],
+    ["512 astral characters", JSON.stringify("😀".repeat(512))],
+  ])("takes a cache_salt of %s, in both readers", (_name, salt) => {
+    for (const body of salted(salt)) {
+      expect(analyzeByScanning(body)).toMatchObject({ ok: true, salted: true });
+      expect(analyzeByParsing(body)).toMatchObject({ ok: true, salted: true });
+      expect(scanned(body, QUARTERED)).toEqual(reference(body, QUARTERED));
+    }
+  });
 
   it("says where the syntax broke", () => {
     expect(scanRequestBody(utf8('{"model":"m",}'))).toEqual({

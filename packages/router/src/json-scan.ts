@@ -22,6 +22,8 @@ import {
   type FeatureErrorReason,
   HINT_FIELDS,
   hintOf,
+  isCacheSalt,
+  MAX_CACHE_SALT_LENGTH,
   MAX_HINT_LENGTH,
   MAX_MODEL_LENGTH,
   REFUSED,
@@ -60,6 +62,8 @@ export type ScanResult =
       readonly promptBytes: number;
       /** `RequestFeatures.hint`. */
       readonly hint?: RequestHint;
+      /** `RequestFeatures.cacheSalt`. */
+      readonly cacheSalt?: string;
     }
   | {
       readonly ok: false;
@@ -101,6 +105,7 @@ const KEY = {
   prompt_cache_key: bytesOf("prompt_cache_key"),
   safety_identifier: bytesOf("safety_identifier"),
   user: bytesOf("user"),
+  cache_salt: bytesOf("cache_salt"),
   stream_options: bytesOf("stream_options"),
   include_usage: bytesOf("include_usage"),
 } as const;
@@ -582,6 +587,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
   let input: InputValue = { kind: Kind.Absent };
   /** The hint fields' values, in {@link HINT_FIELDS} order (a span, or its kind when not a string). */
   const hints: (StringSpan | Kind)[] = [Kind.Absent, Kind.Absent, Kind.Absent];
+  let salt = Kind.Absent as StringSpan | Kind;
   try {
     // TextDecoder (what the reference decodes with) drops a leading BOM.
     let p = n >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
@@ -638,6 +644,8 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
             choicesN = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
           } else if (key === "best_of") {
             bestOf = kind === Kind.Number ? s.numberValue(after) : Number.NaN;
+          } else if (key === "cache_salt") {
+            salt = kind === Kind.String ? s.span(v, after) : kind;
           } else {
             const h = key === undefined ? undefined : HINT_INDEX[key];
             if (h !== undefined) hints[h] = kind === Kind.String ? s.span(v, after) : kind;
@@ -686,6 +694,13 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     else return REFUSED[HINT_FIELDS[i] as (typeof HINT_FIELDS)[number]];
   }
   const hint = hintOf(hintValues);
+  let cacheSalt: string | undefined;
+  if (typeof salt === "object") {
+    // As for `model`: a raw span over 6 bytes per allowed unit is too long without decoding.
+    const text = salt.end - salt.start <= 6 * MAX_CACHE_SALT_LENGTH ? s.text(salt) : undefined;
+    if (!isCacheSalt(text)) return REFUSED.cacheSalt;
+    cacheSalt = text;
+  } else if (salt !== Kind.Absent && salt !== Kind.Null) return REFUSED.cacheSalt;
   const pieces: PromptPiece[] =
     messages ??
     inputPieces(prompt.kind === Kind.Absent || prompt.kind === Kind.Null ? input : prompt);
@@ -701,6 +716,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     pieces,
     promptBytes,
     ...(hint === undefined ? {} : { hint }),
+    ...(cacheSalt === undefined ? {} : { cacheSalt }),
   };
   const limit = completionTokenLimit(maxTokens, maxCompletion);
   const choices = choiceCount(choicesN, bestOf);

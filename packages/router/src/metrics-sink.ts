@@ -54,7 +54,12 @@ export interface DecisionEvent {
   readonly preciseFallback?: PreciseFallbackReason;
 }
 
-/** Why precise mode could not match a request (see `llmgw_router_routing_fallbacks_total`). */
+/**
+ * Why precise mode could not match a request (see `llmgw_router_routing_fallbacks_total`):
+ * `kv_events_not_synced`, a replica's feed is not fresh; `unsupported_request`, the request
+ * cannot be keyed as its engine keys it (the tokenizer does not take it, or it gives a
+ * `cache_salt`, whose blocks the feeds leave out); `tokenizer_failed`, tokenizing it failed.
+ */
 export type PreciseFallbackReason =
   | "kv_events_not_synced"
   | "unsupported_request"

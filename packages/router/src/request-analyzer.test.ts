@@ -61,6 +61,22 @@ describe("request analyzer", () => {
     }
   });
 
+  it("keeps a salted body's mark and salted keys inline and through the pool", async () => {
+    const content = "z".repeat(5000);
+    const salted = Buffer.from(
+      JSON.stringify({ model: "m", cache_salt: "tenant-a", messages: [{ role: "user", content }] }),
+    );
+    const viaPool = await analyzer.analyze(salted);
+    const viaInline = await inlineOnly.analyze(salted);
+    const plain = await inlineOnly.analyze(body(content));
+    expect(viaPool).toMatchObject({ ok: true, mode: "pool", salted: true });
+    expect({ ...viaPool, mode: "inline" }).toEqual(viaInline);
+    if (!viaInline.ok || !plain.ok) throw new Error("both bodies are valid");
+    expect(viaInline.chain.length).toBe(plain.chain.length);
+    expect(plain).not.toHaveProperty("salted");
+    expect(viaInline.chain[0]).not.toBe(plain.chain[0]);
+  });
+
   it("reports refusals from the pool like inline ones", async () => {
     const junk = Buffer.from(`{"model": ${"1".repeat(3000)}`);
     await expect(analyzer.analyze(junk)).resolves.toMatchObject({
