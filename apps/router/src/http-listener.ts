@@ -12,6 +12,7 @@ import {
 } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { Socket } from "node:net";
+import { clientAddressKey } from "./client-address-key.js";
 import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
 
@@ -30,7 +31,11 @@ export interface HttpListenerOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Open connections at once; more are closed as they arrive. Default 4 096. */
   readonly maxConnections?: number;
-  /** Open connections from one client address; more are closed as they arrive. Default 1024. */
+  /**
+   * Open connections from one client address; more are closed as they arrive. An IPv6 client
+   * counts by its /64 (one host normally holds all of it), an IPv4 one (IPv4-mapped included)
+   * by its address. Default 1024.
+   */
   readonly maxConnectionsPerAddress?: number;
   /** PEM certificate and key: serve HTTPS. */
   readonly tls?: { readonly cert: Buffer | string; readonly key: Buffer | string };
@@ -107,9 +112,9 @@ export function resolveHttpListenerOptions(
 /**
  * Creates (does not start) an HTTP or HTTPS server enforcing every option: head size, head and
  * request deadlines (checked often enough to hold within a second), keep-alive idle time, a cap
- * on open connections and one per client address. A connection over either cap is destroyed
- * as it arrives, before any byte is read, so a flood costs one accept per connection and never
- * holds descriptors. Throws `LLMGW_ROUTER_TLS_INVALID` for an unusable certificate/key.
+ * on open connections and one per client address (an IPv6 client's /64). A connection over
+ * either cap is destroyed as it arrives, before any byte is read, so a flood costs one accept
+ * per connection and never holds descriptors. Throws `LLMGW_ROUTER_TLS_INVALID` for an unusable certificate/key.
  */
 export function createHttpListener(
   options: HttpListenerOptions | ResolvedHttpListenerOptions,
@@ -148,7 +153,11 @@ export function createHttpListener(
   server.requestTimeout = o.requestTimeoutMs;
   server.keepAliveTimeout = o.keepAliveTimeoutMs;
   server.maxConnections = o.maxConnections;
-  limitConnectionsPerAddress(server, o.maxConnectionsPerAddress);
+  const admit = createPerAddressCap(o.maxConnectionsPerAddress);
+  // After the HTTP layer's own listener: a destroyed socket then ends as any client hang-up.
+  server.on("connection", (socket: Socket) => {
+    admit(socket);
+  });
   // `Expect: 100-continue`: Node answers 100 at once unless told otherwise, inviting a body the
   // handler may refuse on its head alone (a key, a declared length), and then drains. The 100
   // goes when the handler starts reading the body; an answer given first ends the connection
@@ -179,22 +188,34 @@ export function bodyNotInvited(req: IncomingMessage): boolean {
   return uninvited.has(req);
 }
 
-/** Destroys each new connection from an address that already has `max` open. */
-function limitConnectionsPerAddress(server: Server, max: number): void {
+/** The part of an accepted `net.Socket` that {@link createPerAddressCap} reads and acts on. */
+export interface CountedConnection {
+  readonly remoteAddress?: string | undefined;
+  destroy(): unknown;
+  once(event: "close", listener: () => void): unknown;
+}
+
+/**
+ * The per-address cap's accounting: counts open connections per client key
+ * ({@link clientAddressKey}: an IPv4 address, an IPv6 /64) and destroys each new connection
+ * whose client already has `max` open. Returns the function to call on each accepted
+ * connection: true when it was let in (and is counted until it closes), false when destroyed.
+ */
+export function createPerAddressCap(max: number): (connection: CountedConnection) => boolean {
   const open = new Map<string, number>();
-  // After the HTTP layer's own listener: a destroyed socket then ends as any client hang-up.
-  server.on("connection", (socket: Socket) => {
-    const address = socket.remoteAddress ?? "";
-    const count = open.get(address) ?? 0;
+  return (connection) => {
+    const key = clientAddressKey(connection.remoteAddress ?? "");
+    const count = open.get(key) ?? 0;
     if (count >= max) {
-      socket.destroy();
-      return;
+      connection.destroy();
+      return false;
     }
-    open.set(address, count + 1);
-    socket.once("close", () => {
-      const left = (open.get(address) ?? 1) - 1;
-      if (left <= 0) open.delete(address);
-      else open.set(address, left);
+    open.set(key, count + 1);
+    connection.once("close", () => {
+      const left = (open.get(key) ?? 1) - 1;
+      if (left <= 0) open.delete(key);
+      else open.set(key, left);
     });
-  });
+    return true;
+  };
 }

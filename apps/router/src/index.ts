@@ -1,3 +1,4 @@
+export { clientAddressKey } from "./client-address-key.js";
 export {
   DEFAULT_ROUTER_STATE_DIR,
   MAX_CONTROL_PLANES,

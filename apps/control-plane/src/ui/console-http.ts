@@ -7,6 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { ConsoleAsset } from "@llmgw/console";
+import { clientAddressKey } from "@llmgw/router-server";
 import { secretsEqual } from "../domain/tokens.js";
 import {
   type ConsoleSession,
@@ -161,7 +162,7 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
         res,
         429,
         "LLMGW_CONTROL_PLANE_UI_LOGIN_THROTTLED",
-        `too many failed logins from ${address}; try again in ${Math.ceil(wait / 1000)} s`,
+        `too many failed logins from ${clientAddressKey(address)}; try again in ${Math.ceil(wait / 1000)} s`,
       );
       return;
     }

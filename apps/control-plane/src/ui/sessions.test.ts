@@ -1,5 +1,6 @@
-import { createServer, type Server } from "node:http";
+import { createServer, request, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { networkInterfaces } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { cookieValue, createConsoleHttp } from "./console-http.js";
 import { createLoginThrottle, createSessionStore } from "./sessions.js";
@@ -56,6 +57,80 @@ describe("the login throttle", () => {
     t.failed("a");
     t.succeeded("a");
     expect(t.retryAfterMs("a")).toBe(0);
+  });
+});
+
+describe("the login throttle's clients", () => {
+  const throttle = () =>
+    createLoginThrottle({ maxFailures: 2, windowMs: 60_000, maxAddresses: 5, now: () => 0 });
+
+  it("counts every address of one IPv6 /64 as one client", () => {
+    const t = throttle();
+    t.failed("2001:db8:1:2::a");
+    t.failed("2001:db8:1:2::b");
+    expect(t.retryAfterMs("2001:db8:1:2:ffff::1")).toBe(60_000);
+    expect(t.retryAfterMs("2001:db8:1:3::a")).toBe(0);
+    t.succeeded("2001:db8:1:2::c");
+    expect(t.retryAfterMs("2001:db8:1:2::a")).toBe(0);
+  });
+
+  it("counts an IPv4-mapped address as its IPv4 address, apart from ::1", () => {
+    const t = throttle();
+    t.failed("::ffff:192.0.2.1");
+    t.failed("192.0.2.1");
+    expect(t.retryAfterMs("::ffff:192.0.2.1")).toBe(60_000);
+    expect(t.retryAfterMs("192.0.2.2")).toBe(0);
+    expect(t.retryAfterMs("::ffff:192.0.2.2")).toBe(0);
+    expect(t.retryAfterMs("::1")).toBe(0);
+  });
+});
+
+/** Whether this host has IPv6 loopback (`::1`): some containers have IPv4 only. */
+const hasIpv6Loopback = Object.values(networkInterfaces()).some((list) =>
+  list?.some((i) => i.address === "::1"),
+);
+
+describe.skipIf(!hasIpv6Loopback)("failed logins on a dual-stack listener", () => {
+  let server: Server | undefined;
+  afterEach(() => server?.close());
+
+  /** Posts a wrong token to `host:port` from `localAddress`; the answer's status and body. */
+  const wrongLogin = (port: number, host: string, localAddress: string) =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(
+        { host, port, localAddress, method: "POST", path: "/ui/api/login" },
+        (res) => {
+          let body = "";
+          res.on("data", (c: Buffer) => {
+            body += c.toString();
+          });
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        },
+      );
+      req.on("error", reject);
+      req.end(JSON.stringify({ token: "wrong" }));
+    });
+
+  it("throttle an IPv4 client by its IPv4 address, never with ::1", async () => {
+    const ui = createConsoleHttp({ adminToken: "t", assets: [], secure: false, sessionTtlMs: 1 });
+    server = createServer((req, res) => {
+      if (!ui.handle(req, res, req.url ?? "/")) res.end();
+    });
+    // `::` takes IPv4 clients too, and reports them IPv4-mapped: `::ffff:127.0.0.1`.
+    await new Promise<void>((r) => server?.listen(0, "::", r));
+    const port = (server.address() as AddressInfo).port;
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++)
+      statuses.push((await wrongLogin(port, "127.0.0.1", "127.0.0.1")).status);
+    expect(statuses).toEqual([401, 401, 401, 401, 401]);
+    const throttled = await wrongLogin(port, "127.0.0.1", "127.0.0.1");
+    expect(throttled.status).toBe(429);
+    expect(JSON.parse(throttled.body)).toMatchObject({
+      message: expect.stringMatching(/^too many failed logins from 127\.0\.0\.1; try again in /),
+    });
+    // Another IPv4 address, and ::1 (in ::/64 like every IPv4-mapped address), are not held.
+    expect((await wrongLogin(port, "127.0.0.1", "127.0.0.2")).status).toBe(401);
+    expect((await wrongLogin(port, "::1", "::1")).status).toBe(401);
   });
 });
 

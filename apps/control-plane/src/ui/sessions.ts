@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { clientAddressKey } from "@llmgw/router-server";
 
 /** One browser's login: an opaque id in its httpOnly cookie, a CSRF token the page holds. */
 export interface ConsoleSession {
@@ -67,9 +68,13 @@ export function createSessionStore(opts: SessionStoreOptions): SessionStore {
   };
 }
 
-/** Failed logins per client address within a window; past the limit, logins wait. */
+/**
+ * Failed logins per client within a window; past the limit, logins wait. A client is its
+ * address as {@link clientAddressKey} keys it: an IPv6 address counts by its /64, since one
+ * host can try from every address of it, an IPv4 address (IPv4-mapped included) on its own.
+ */
 export interface LoginThrottle {
-  /** Milliseconds until `address` may try again; 0 when it may now. */
+  /** Milliseconds until `address`'s client may try again; 0 when it may now. */
   retryAfterMs(address: string): number;
   failed(address: string): void;
   succeeded(address: string): void;
@@ -78,30 +83,31 @@ export interface LoginThrottle {
 export function createLoginThrottle(opts: {
   readonly maxFailures: number;
   readonly windowMs: number;
-  /** Addresses tracked at most (the oldest is forgotten first). */
+  /** Clients tracked at most (the oldest is forgotten first). */
   readonly maxAddresses: number;
   readonly now?: () => number;
 }): LoginThrottle {
   const now = opts.now ?? Date.now;
   const failures = new Map<string, number[]>();
-  const recent = (address: string): number[] => {
+  const recent = (key: string): number[] => {
     const cutoff = now() - opts.windowMs;
-    const list = (failures.get(address) ?? []).filter((t) => t > cutoff);
-    if (list.length === 0) failures.delete(address);
-    else failures.set(address, list);
+    const list = (failures.get(key) ?? []).filter((t) => t > cutoff);
+    if (list.length === 0) failures.delete(key);
+    else failures.set(key, list);
     return list;
   };
   return {
     retryAfterMs(address) {
-      const list = recent(address);
+      const list = recent(clientAddressKey(address));
       if (list.length < opts.maxFailures) return 0;
       return Math.max(1, (list[list.length - opts.maxFailures] ?? 0) + opts.windowMs - now());
     },
     failed(address) {
-      const list = recent(address);
+      const key = clientAddressKey(address);
+      const list = recent(key);
       list.push(now());
-      failures.delete(address);
-      failures.set(address, list);
+      failures.delete(key);
+      failures.set(key, list);
       while (failures.size > opts.maxAddresses) {
         const oldest = failures.keys().next().value;
         if (oldest === undefined) break;
@@ -109,7 +115,7 @@ export function createLoginThrottle(opts: {
       }
     },
     succeeded(address) {
-      failures.delete(address);
+      failures.delete(clientAddressKey(address));
     },
   };
 }
