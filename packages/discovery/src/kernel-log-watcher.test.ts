@@ -138,6 +138,40 @@ describe("watchKernelLog on a regular file", () => {
     ]);
   });
 
+  it("sees a new boot appended to the file it read at start: the earlier boot's Xid moves before this boot, this boot's acts", async () => {
+    // A plain `dmesg` capture of the earlier boot (§1.1 kmsg records as dmesg prints them, §1.3
+    // lines verbatim), read at agent start; then this boot's `dmesg` is appended to it.
+    const file = path.join(tempDir(), "dmesg.log");
+    const earlierBoot = [
+      "[    0.424069] pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)",
+      "[    5.140900] NET: Registered protocol family 10",
+      XID_31,
+      NOISE[0],
+      XID_120,
+    ];
+    writeFileSync(file, `${earlierBoot.join("\n")}\n`);
+    const boot = 1_000 - 30 * 86_400_000;
+    const { watcher, events } = watch({ path: file, bootTimeMs: boot });
+    await watcher.caughtUp;
+    expect(watcher.faults().map((f) => [f.code, f.firstSeenUnixMs])).toEqual([
+      [31, boot + 365_970],
+      [120, boot + 605_633_377],
+    ]);
+    appendFileSync(file, `${earlierBoot.slice(0, 2).join("\n")}\n${R570.join("\n")}\n`);
+    await expect.poll(() => watcher.faults().length).toBe(3);
+    expect(events.map((e) => [e.fault.kind, e.fault.code, e.live])).toEqual([
+      ["xid", 31, false],
+      ["xid", 120, false],
+      ["fallen-off-bus", 79, true],
+    ]);
+    expect(watcher.faults().map((f) => [f.code, f.firstSeenUnixMs, f.lastSeenUnixMs])).toEqual([
+      [31, boot, boot],
+      [120, boot, boot],
+      [79, boot + 1_843_308, boot + 1_843_308],
+    ]);
+    expect(watcher.stats()).toMatchObject({ bootBoundaries: 1, replayed: 0 });
+  });
+
   it("waits for the end of a line, and joins the continuation lines of a record", async () => {
     const file = path.join(tempDir(), "kern.log");
     writeFileSync(file, "");
@@ -296,6 +330,40 @@ describe("readKernelLogFaults", () => {
       expect(second).toEqual(first);
     },
   );
+
+  it("dates only the last boot of a file of several plain `dmesg` boots from this boot's start", async () => {
+    // Two boots appended to one file (§1.3 lines verbatim): the earlier one's Xid 31 at a small
+    // stamp, then this boot's fallen-off-bus record, whose stamp is below the earlier boot's last.
+    const file = path.join(tempDir(), "dmesg.log");
+    writeFileSync(file, `${[XID_31, NOISE[0], XID_120, ...R570].join("\n")}\n`);
+    const boot = 1_600_000_000_000;
+    const report = await readKernelLogFaults(file, {
+      clock: () => boot + 30 * 86_400_000,
+      bootTimeMs: boot,
+    });
+    expect(report.faults.map((f) => [f.kind, f.code, f.firstSeenUnixMs])).toEqual([
+      ["xid", 31, boot],
+      ["xid", 120, boot],
+      ["fallen-off-bus", 79, boot + 1_843_308],
+    ]);
+    expect(report.stats.bootBoundaries).toBe(1);
+  });
+
+  it("leaves a single-boot plain `dmesg` file as it was", async () => {
+    const file = path.join(tempDir(), "dmesg.log");
+    writeFileSync(file, `${[XID_31, ...R570, NOISE[0], XID_120].join("\n")}\n`);
+    const boot = 1_600_000_000_000;
+    const report = await readKernelLogFaults(file, {
+      clock: () => boot + 30 * 86_400_000,
+      bootTimeMs: boot,
+    });
+    expect(report.faults.map((f) => [f.kind, f.code, f.firstSeenUnixMs])).toEqual([
+      ["xid", 31, boot + 365_970],
+      ["fallen-off-bus", 79, boot + 1_843_308],
+      ["xid", 120, boot + 605_633_377],
+    ]);
+    expect(report.stats).toMatchObject({ bootBoundaries: 0, replayed: 0 });
+  });
 
   it("times kmsg-format records from the boot time and keeps their seq", async () => {
     const file = path.join(tempDir(), "kmsg.txt");

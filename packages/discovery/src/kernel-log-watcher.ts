@@ -265,7 +265,8 @@ export function watchKernelLog(options: KernelLogWatcherOptions = {}): KernelLog
   // file, whose content is new); the backlog of a first or re-opening is not. A text log has no
   // kmsg seq: the tracker skips a stamped record read before and never calls one at or below
   // the highest stamp read live, so a rotated file or a restarted `dmesg -w` that prints the
-  // ring again acts on nothing old.
+  // ring again acts on nothing old. A file holding several boots (even one whose next boot is
+  // appended while it is followed) is split by the tracker at its boot boundaries.
   let live = false;
   let unreadable: Problem | undefined;
   let timer: NodeJS.Timeout | undefined;

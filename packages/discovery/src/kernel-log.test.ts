@@ -7,6 +7,7 @@ import {
   classifyXid,
   createKernelFaultTracker,
   createXidAggregator,
+  type KernelFaultEvent,
   type KernelLogRecord,
   MAX_FAULT_EVIDENCE_CHARS,
   type ParsedXid,
@@ -1414,6 +1415,127 @@ describe("a text log printing the ring buffer again (no kmsg seq to tell)", () =
     expect(r570.flatMap((l) => tracker.add(l, false)).map((e) => e.kind)).toEqual(["opened"]);
     expect(r570.flatMap((l) => tracker.add(l, true))).toEqual([]);
     expect(tracker.faults()).toMatchObject([{ kind: "fallen-off-bus", count: 1 }]);
+  });
+});
+
+describe("a text log holding several boots (plain dmesg: since-boot stamps, no wall clock)", () => {
+  // §1.1 kmsg records (KDOC, GPUD kmsg.1.log) as `dmesg` prints them: TS_US as `[%5lu.%06lu] `,
+  // then the text. The same kernel prints the same first lines at each boot.
+  const HOST_BRIDGE =
+    "[    0.424069] pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)";
+  const NET = "[    5.140900] NET: Registered protocol family 10";
+  const NVSWITCH = "[  206.764307] nvidia-nvswitch2: open (major=510)";
+  const LINK = "[  227.986636] IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready";
+  // §1.3 dmesg lines, verbatim: Xid 31 (restart-engine), Xid 120 and 149 (reset-gpu), and the
+  // R570 fallen-off-bus record (reboot) with its indented continuation lines.
+  const XID_31 =
+    "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ";
+  const PROBE = "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).";
+  const XID_120 =
+    "[605633.376794] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3";
+  const XID_149 =
+    "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)";
+  const R570 = [
+    "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+    "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+    "               NVRM: fallen off the bus and is not responding to commands.",
+  ];
+  const NOW = 1_700_000_000_000;
+  const DAY_MS = 86_400_000;
+  const trackerUp = (uptimeMs: number, windowMs?: number) => {
+    const boot = NOW - uptimeMs;
+    const tracker = createKernelFaultTracker({
+      clock: () => NOW,
+      bootTimeMs: boot,
+      ...(windowMs === undefined ? {} : { windowMs }),
+    });
+    return { tracker, boot };
+  };
+  const seen = (events: KernelFaultEvent[]) => events.map((e) => [e.fault.code, e.live]);
+
+  it.each<[string, string[], string[], number]>([
+    [
+      "an unread fault record inside the stamps the earlier boot covered",
+      [HOST_BRIDGE, NET, NVSWITCH, XID_31, PROBE, XID_120],
+      [HOST_BRIDGE, NET, NVSWITCH, LINK, ...R570],
+      30 * DAY_MS,
+    ],
+    [
+      "the stamps passing the earlier boot's last line without printing it again",
+      [HOST_BRIDGE, NET, XID_31, PROBE],
+      [HOST_BRIDGE, NET, NVSWITCH, LINK],
+      30 * DAY_MS,
+    ],
+    [
+      "a stamp past this boot's uptime in the earlier boot (a boundary at once)",
+      [HOST_BRIDGE, NET, NVSWITCH, XID_31, PROBE, XID_120],
+      [HOST_BRIDGE, NET, NVSWITCH, LINK, ...R570],
+      3 * DAY_MS,
+    ],
+  ])(
+    "dates the earlier boot's Xid at a small stamp before this boot and acts on this boot's next one; told by %s",
+    (_, earlierBoot, thisBoot, uptimeMs) => {
+      const { tracker, boot } = trackerUp(uptimeMs);
+      // The agent starts after the reboot and reads the file: its backlog, never live.
+      const backlog = [...earlierBoot, ...thisBoot].flatMap((l) => tracker.add(l, false));
+      expect(backlog.filter((e) => e.fault.code === 31).map((e) => e.live)).toEqual([false]);
+      // This boot's next record, appended: live, though its stamp is below the earlier boot's.
+      expect(seen(tracker.add(XID_149, true))).toEqual([[149, true]]);
+      const faults = tracker.faults();
+      const xid31 = faults.find((f) => f.code === 31)!;
+      // The earlier boot's record happened before this boot began (not 366 s after it).
+      expect([xid31.firstSeenUnixMs, xid31.lastSeenUnixMs]).toEqual([boot, boot]);
+      expect(faults.find((f) => f.code === 149)!.firstSeenUnixMs).toBe(boot + 171_167_620);
+      const fallen = faults.find((f) => f.kind === "fallen-off-bus");
+      if (thisBoot.includes(R570[0]!)) expect(fallen!.firstSeenUnixMs).toBe(boot + 1_843_308);
+      expect(tracker.stats().bootBoundaries).toBe(1);
+    },
+  );
+
+  it("this boot's first record of a fault the earlier boot had opens a new burst, live", () => {
+    // A one-hour burst window, so the earlier boot's record (dated at this boot's start) and
+    // this boot's, 219 s later, would otherwise be one burst: no event, no engine restart.
+    const { tracker, boot } = trackerUp(30 * DAY_MS, 3_600_000);
+    for (const line of [HOST_BRIDGE, NET, XID_31, PROBE, HOST_BRIDGE, NET]) {
+      tracker.add(line, false);
+    }
+    // dmesg's stamp (§1.3's `[  219.470994]`) on the verbatim §1.3 Xid 31 message of GPU 01:00.
+    const again =
+      "[  219.470994] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ";
+    expect(tracker.add(again, true).map((e) => [e.kind, e.fault.code, e.live])).toEqual([
+      ["opened", 31, true],
+    ]);
+    expect(tracker.faults()).toMatchObject([
+      { code: 31, count: 2, firstSeenUnixMs: boot, lastSeenUnixMs: boot + 219_471 },
+    ]);
+  });
+
+  it("a single boot, printed again by a restarted `dmesg -w`, has no boundary: dated and live as before", () => {
+    const { tracker, boot } = trackerUp(30 * DAY_MS);
+    const start = [HOST_BRIDGE, NET, NVSWITCH, LINK];
+    // R570 is stored 0.13 s behind the record above it: printk may store records a little out
+    // of time order (two CPUs), which is no step back to a new boot.
+    const later = [XID_31, PROBE, ...R570];
+    const events = [
+      ...start.flatMap((l) => tracker.add(l, false)),
+      // `dmesg -w` restarted: the ring from its oldest record again (no fault record in it to
+      // tell: its last line does), then new records…
+      ...[...start, ...later].flatMap((l) => tracker.add(l, true)),
+      // …and restarted again.
+      ...[...start, ...later, XID_120].flatMap((l) => tracker.add(l, true)),
+    ];
+    expect(events.map((e) => [e.fault.kind, e.fault.code, e.fault.firstSeenUnixMs])).toEqual([
+      ["xid", 31, boot + 365_970],
+      ["fallen-off-bus", 79, boot + 1_843_308],
+      ["xid", 120, boot + 605_633_377],
+    ]);
+    expect(events.filter((e) => e.fault.kind === "xid").map((e) => e.live)).toEqual([true, true]);
+    expect(tracker.faults().map((f) => [f.code, f.count, f.lastSeenUnixMs])).toEqual([
+      [31, 1, boot + 365_970],
+      [79, 1, boot + 1_843_308],
+      [120, 1, boot + 605_633_377],
+    ]);
+    expect(tracker.stats()).toMatchObject({ replayed: 3, bootBoundaries: 0 });
   });
 });
 

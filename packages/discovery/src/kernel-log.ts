@@ -532,7 +532,10 @@ export interface XidEvictions {
 /** What {@link XidAggregator.add} did. */
 export interface XidAddResult {
   fault: XidFault;
-  /** True when this record opened a new burst (first record, or first after a quiet gap). */
+  /**
+   * True when this record opened a new burst (first record, first after a quiet gap, or
+   * `newBurst`).
+   */
   opened: boolean;
   /** The fault's action before this record; undefined when the record opened the fault. */
   previousAction?: XidAction;
@@ -544,9 +547,10 @@ export interface XidAddResult {
 export interface XidAggregator {
   /**
    * Folds one record in, at `atMs` (default the clock); `seq` is its kmsg sequence number,
-   * kept when it opens the fault.
+   * kept when it opens the fault. `newBurst`: the record opens a new burst of a known fault
+   * however close it is to the last one (the fault's earlier records came from an earlier boot).
    */
-  add(xid: ParsedXid, atMs?: number, seq?: number): XidAddResult;
+  add(xid: ParsedXid, atMs?: number, seq?: number, options?: { newBurst?: boolean }): XidAddResult;
   /** The fault of one kind, device (nvidia-smi form) and code, if any. */
   find(kind: ParsedXid["kind"], pciBusId: string, code: number): XidFault | undefined;
   /** Current faults, in the order first seen. A fault stays until {@link XidAggregator.clear}: a recovery is an observed fact, not a timeout. */
@@ -561,6 +565,13 @@ export interface XidAggregator {
    * @returns the fault as now held.
    */
   restore(fault: XidFault): XidFault;
+  /**
+   * Moves the first-seen, burst-start and last-seen times of the fault with this `key` to at
+   * most `notAfterMs`: its records turned out to be an earlier boot's, which happened before
+   * this boot started. Count, action and evidence stay.
+   * @returns the fault as now held; undefined when none has that key.
+   */
+  backdate(key: string, notAfterMs: number): XidFault | undefined;
   /** Faults forgotten at `maxFaults` so far. */
   evictions(): XidEvictions;
 }
@@ -600,7 +611,7 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
     return victim;
   };
   return {
-    add(xid, atMs = clock(), seq) {
+    add(xid, atMs = clock(), seq, addOptions) {
       const key = `${xid.kind}:${xid.pciBusId}:${xid.code}`;
       const existing = faults.get(key);
       const recordAction = classifyXid(xid);
@@ -630,7 +641,7 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
           ...(seq === undefined ? {} : { originSeq: seq }),
         };
       } else {
-        opened = atMs - existing.lastSeenMs >= windowMs;
+        opened = addOptions?.newBurst === true || atMs - existing.lastSeenMs >= windowMs;
         fault = {
           ...existing,
           action,
@@ -678,6 +689,18 @@ export function createXidAggregator(options: XidAggregatorOptions = {}): XidAggr
       };
       faults.set(saved.key, merged);
       return merged;
+    },
+    backdate(key, notAfterMs) {
+      const existing = faults.get(key);
+      if (existing === undefined) return undefined;
+      const moved: XidFault = {
+        ...existing,
+        firstSeenMs: Math.min(existing.firstSeenMs, notAfterMs),
+        burstStartMs: Math.min(existing.burstStartMs, notAfterMs),
+        lastSeenMs: Math.min(existing.lastSeenMs, notAfterMs),
+      };
+      faults.set(key, moved);
+      return moved;
     },
     evictions() {
       return { ...evictions };
@@ -729,8 +752,11 @@ export interface KernelFaultEvent {
   /**
    * True when the record was read live (after the initial catch-up), false for the boot-time
    * backlog: an agent restart must not act again on an old record (restart engines). A record
-   * with a monotonic stamp at or below the highest one read is never live (a replayed ring
-   * buffer); one read before with the same stamp and text produces no event at all.
+   * with a monotonic stamp at or below the highest one read of its boot is never live (a
+   * replayed ring buffer); one read before with the same stamp and text produces no event at
+   * all. An earlier boot's record is never live, nor is a text record read after its stamps
+   * stepped back until the lines after it tell a new boot from the ring buffer printed again
+   * (see {@link KernelFaultTracker}).
    */
   readonly live: boolean;
   /** The fault came back from saved state ({@link KernelFaultTracker.restore}), not from a record; `live` is false. */
@@ -781,6 +807,11 @@ export interface KernelFaultTrackerStats {
   evictedUnhealthy: number;
   /** Faults put back from saved state that the log no longer held. */
   restored: number;
+  /**
+   * Boot boundaries found in a text log that holds several boots (its `[secs.usec]` stamps
+   * restarting): faults read before the last one are an earlier boot's.
+   */
+  bootBoundaries: number;
 }
 
 /**
@@ -793,6 +824,22 @@ export interface KernelFaultTrackerStats {
  * (counted as `replayed`): a text log has no kmsg sequence numbers, and `dmesg -w` restarted,
  * or a rotated file, prints the ring buffer again. Records are timed by
  * {@link recordTimeMs}.
+ *
+ * A text log may hold several boots (a file that `dmesg` output was appended to across
+ * reboots): its `[secs.usec]` stamps restart near 0 at each. Every stamped text line, fault or
+ * not, is watched for a step back of more than a second (smaller ones are printk storing records
+ * a little out of time order). A step back is a new boot — or the same boot's ring buffer printed
+ * again, which is not — once the lines after it tell: a stamp past the end of the run before it
+ * that never printed that run's last line again, an NVRM/SXid record inside the stamps that run
+ * covered that was not read before, or a run before it that holds a stamp past this boot's uptime
+ * (then at once). Until they tell, records are not live. At a new boot, every fault read before
+ * it is an earlier boot's: its times move to `bootTimeMs` at the latest (it happened before this
+ * boot began), its records count no more toward this boot's highest stamp, and this boot's first
+ * record of it opens a new burst (`opened`). Only the last boot in the log is dated from
+ * `bootTimeMs` plus its stamps. A record read live before the boundary that shows it to be an
+ * earlier boot's (appended to a FIFO, or a rotated file, in one go) was reported live already:
+ * only its times move. kmsg-format records (`/dev/kmsg`, one boot) are not looked at.
+ * Constant memory: the bounds and last line of two runs, and fault keys bounded by `maxFaults`.
  */
 export interface KernelFaultTracker {
   /** Folds one record in; returns the faults it opened or whose action it changed. Never throws. */
@@ -824,6 +871,8 @@ interface PendingRecord {
   live: boolean;
   /** A fallen-off-bus message was found in it already. */
   matched: boolean;
+  /** The record is an earlier boot's (see {@link KernelFaultEvent.live}). */
+  earlierBoot: boolean;
 }
 
 const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
@@ -882,6 +931,8 @@ export function parseWallClockMs(line: string, nowMs: number): number | undefine
  * `TS_US` from `bootTimeMs`; a text line's wall-clock stamp ({@link parseWallClockMs}); a
  * dmesg `[secs.usec]` stamp from `bootTimeMs` — one past this boot's uptime is an earlier
  * boot's and is timed at `bootTimeMs` (it happened before); else `nowMs`, the time it was read.
+ * An earlier boot's record whose stamp is within this boot's uptime is told only by a boot
+ * boundary after it: the {@link KernelFaultTracker} then moves its fault to `bootTimeMs`.
  */
 export function recordTimeMs(
   record: KernelLogRecord,
@@ -910,6 +961,112 @@ function hashText(text: string): number {
   return hash >>> 0;
 }
 
+/**
+ * How far a `[secs.usec]` stamp may step back and still be the same boot: printk takes a
+ * record's time before storing it, so records of two CPUs (or an interrupt) may be stored a
+ * little out of time order; a reboot steps back to near 0.
+ */
+const MONOTONIC_STEP_BACK_SLACK_USEC = 1_000_000;
+
+/** A run of text lines whose `[secs.usec]` stamps never step back (one boot, or a replay of it). */
+interface StampRun {
+  startUsec: number;
+  maxUsec: number;
+  /** The last line stamped {@link maxUsec}: a replay of the ring buffer prints it again. */
+  lastLine: string;
+}
+
+/** The run after a step back, not yet known to be a new boot. */
+interface NextRun extends StampRun {
+  /** It has shown to be the ring buffer printed again (same boot) until it passes the run. */
+  replay: boolean;
+}
+
+/**
+ * Finds the boot boundaries in a text kernel log from its `[secs.usec]` stamps (dmesg's, or
+ * syslog's `kernel: [secs.usec]`), which restart near 0 at each boot. A stamp stepping back
+ * means a new boot — or the same boot's ring buffer printed again (a restarted `dmesg -w`, a
+ * tool appending `dmesg` once more), which is not a boundary. The lines after the step (the
+ * "next" run) tell which: a replay prints again, with the same stamp, the line that ended the
+ * run before the step and every NVRM/SXid record in between, so reaching past the run's end
+ * without its last line, or an unread fault record inside the stamps the run covered, is a new
+ * boot. A run holding a stamp past this boot's uptime is an earlier boot's, so a step back after
+ * it is a boundary at once. Constant memory: two runs (their bounds and one line each).
+ */
+interface BootBoundaries {
+  /**
+   * One text line stamped `usec`. `seen` (fault records only): its stamp and text were read
+   * before (true), were not (false), or cannot be told (undefined: forgotten).
+   * @returns true when the line is the first of a new boot (everything before it is an earlier
+   *   boot's).
+   */
+  observe(usec: number, line: string, seen: boolean | undefined): boolean;
+  /** A step back was seen and it is not yet known whether it started a new boot. */
+  undecided(): boolean;
+}
+
+function createBootBoundaries(uptimeUsec: () => number | undefined): BootBoundaries {
+  let run: StampRun | undefined;
+  let next: NextRun | undefined;
+  const extend = (r: StampRun, usec: number, line: string) => {
+    if (usec >= r.maxUsec) {
+      r.maxUsec = usec;
+      r.lastLine = line;
+    }
+  };
+  const startBoot = (from: StampRun): true => {
+    run = { startUsec: from.startUsec, maxUsec: from.maxUsec, lastLine: from.lastLine };
+    next = undefined;
+    return true;
+  };
+  return {
+    observe(usec, line, seen) {
+      if (run === undefined) {
+        run = { startUsec: usec, maxUsec: usec, lastLine: line };
+        return false;
+      }
+      if (next === undefined) {
+        if (usec >= run.maxUsec - MONOTONIC_STEP_BACK_SLACK_USEC) {
+          extend(run, usec, line);
+          return false;
+        }
+        const fresh = { startUsec: usec, maxUsec: usec, lastLine: line };
+        const uptime = uptimeUsec();
+        if (uptime !== undefined && run.maxUsec > uptime) return startBoot(fresh);
+        next = { ...fresh, replay: false };
+      } else if (usec < next.maxUsec - MONOTONIC_STEP_BACK_SLACK_USEC) {
+        // Stepped back again: the newest run is the one compared with the run before.
+        next = { startUsec: usec, maxUsec: usec, lastLine: line, replay: false };
+      } else {
+        extend(next, usec, line);
+      }
+      if (usec > run.maxUsec) {
+        // Past the end of the run before the step: a replay has caught up and goes on with it;
+        // anything else never printed that run's last line again.
+        if (!next.replay) return startBoot(next);
+        extend(run, next.maxUsec, next.lastLine);
+        next = undefined;
+        return false;
+      }
+      if (next.replay) return false;
+      if ((usec === run.maxUsec && line === run.lastLine) || seen === true) {
+        next.replay = true;
+        return false;
+      }
+      // A fault record the run before would have printed, had this been a replay. (Below the
+      // run's first stamp it may be older than what was read of that boot: undecided.)
+      if (seen === false && usec >= run.startUsec) return startBoot(next);
+      return false;
+    },
+    undecided: () => next !== undefined && !next.replay,
+  };
+}
+
+/** The `[secs.usec]` stamp of a text line (no kmsg header) in µs; undefined when it has none. */
+function textStampUsec(line: string): number | undefined {
+  return line.includes("[") ? parseTextLine(line)?.tsUsec : undefined;
+}
+
 /** Creates a {@link KernelFaultTracker}. */
 export function createKernelFaultTracker(
   options: KernelFaultTrackerOptions = {},
@@ -934,12 +1091,63 @@ export function createKernelFaultTracker(
     faultRecords: 0,
     replayed: 0,
     restored: 0,
+    bootBoundaries: 0,
   };
   let pending: PendingRecord | undefined;
   // Stamp and text of the NVRM/SXid records read (newest kept), and the highest stamp read.
   const stamped = new Set<string>();
   const maxStamped = 16 * maxFaults;
   let highestUsec = -1;
+  // The highest stamp forgotten from `stamped`: below it, "not read before" cannot be told.
+  let forgottenUsec = -1;
+  // Boot boundaries of a text log. Faults folded since the last boundary (`bootKeys`) become an
+  // earlier boot's at the next one; those folded after a step back that may be a new boot or a
+  // replay wait in `undecidedKeys`, their records not live, the highest of their stamps in
+  // `undecidedUsec`. `earlierBootKeys`: faults whose last record is an earlier boot's, so that
+  // this boot's first record of one opens a new burst (a reboot resets the GPUs).
+  const boots = createBootBoundaries(() =>
+    options.bootTimeMs === undefined
+      ? undefined
+      : (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000,
+  );
+  let bootKeys = new Set<string>();
+  let undecidedKeys = new Set<string>();
+  let undecidedUsec = -1;
+  let earlierBootKeys = new Set<string>();
+  /** `keys` less the faults no longer held, once it is twice `maxFaults` (bounded memory). */
+  const pruned = (keys: Set<string>): Set<string> => {
+    if (keys.size <= 2 * maxFaults + 2) return keys;
+    const held = new Set(aggregator.faults().map((f) => f.key));
+    return new Set([...keys].filter((k) => held.has(k)));
+  };
+  /** Everything read before this stamped text line was an earlier boot's. */
+  const startBoot = () => {
+    stats.bootBoundaries++;
+    for (const key of bootKeys) {
+      // A fault with records on both sides of the step keeps its times (its last is this boot's).
+      if (undecidedKeys.has(key)) continue;
+      if (options.bootTimeMs !== undefined) aggregator.backdate(key, options.bootTimeMs);
+      earlierBootKeys.add(key);
+    }
+    earlierBootKeys = pruned(earlierBootKeys);
+    bootKeys = undecidedKeys;
+    undecidedKeys = new Set();
+    highestUsec = undecidedUsec;
+    undecidedUsec = -1;
+  };
+  /** Feeds a stamped text line to {@link boots} and acts on what it tells. */
+  const observeStamp = (usec: number, line: string, seen: boolean | undefined) => {
+    const wasUndecided = boots.undecided();
+    if (boots.observe(usec, line, seen)) {
+      startBoot();
+    } else if (wasUndecided && !boots.undecided()) {
+      // The step back was the same boot's ring buffer printed again.
+      for (const key of undecidedKeys) bootKeys.add(key);
+      undecidedKeys = new Set();
+      highestUsec = Math.max(highestUsec, undecidedUsec);
+      undecidedUsec = -1;
+    }
+  };
 
   const convert = (fault: XidFault): GpuFault => {
     const converted = xidFaultToGpuFault(fault, {
@@ -963,10 +1171,18 @@ export function createKernelFaultTracker(
     atMs: number,
     seq: number | undefined,
     live: boolean,
+    earlierBoot: boolean,
     out: KernelFaultEvent[],
   ) => {
     stats.faultRecords++;
-    const result = aggregator.add(xid, atMs, seq);
+    const faultKey = `${xid.kind}:${xid.pciBusId}:${xid.code}`;
+    const newBurst = !earlierBoot && earlierBootKeys.has(faultKey);
+    const result = aggregator.add(xid, atMs, seq, { newBurst });
+    if (earlierBoot) earlierBootKeys.add(faultKey);
+    else earlierBootKeys.delete(faultKey);
+    if (boots.undecided()) undecidedKeys = pruned(undecidedKeys.add(faultKey));
+    else bootKeys = pruned(bootKeys.add(faultKey));
+    earlierBootKeys = pruned(earlierBootKeys);
     const previous = result.previousAction;
     const key = result.fault.key;
     const at = clock();
@@ -1006,6 +1222,7 @@ export function createKernelFaultTracker(
     atMs: number,
     seq: number | undefined,
     live: boolean,
+    earlierBoot: boolean,
     out: KernelFaultEvent[],
   ) => {
     // One fault per GPU: an Xid 79 already says this GPU fell off the bus.
@@ -1022,7 +1239,7 @@ export function createKernelFaultTracker(
       raw: fallen.raw,
     };
     fallenOff.add(record);
-    fold(record, atMs, seq, live, out);
+    fold(record, atMs, seq, live, earlierBoot, out);
   };
 
   return {
@@ -1037,7 +1254,12 @@ export function createKernelFaultTracker(
       // Cheap gate: only NVRM and NVSwitch records can be faults. Anything else ends a pending
       // record unless it is itself a continuation (indented) line.
       if (!line.includes("NVRM") && !line.includes("SXid")) {
-        if (!/^[ \t]/.test(line)) pending = undefined;
+        if (!/^[ \t]/.test(line)) {
+          pending = undefined;
+          // Every stamped line counts for boot boundaries: a new boot's first lines are not NVRM's.
+          const usec = textStampUsec(line);
+          if (usec !== undefined) observeStamp(usec, line, undefined);
+        }
         return out;
       }
       const record = parseKmsgRecord(line);
@@ -1050,50 +1272,75 @@ export function createKernelFaultTracker(
         const fallen = matchFallenOffBus(pending.message, pending.message);
         if (fallen !== undefined) {
           pending.matched = true;
-          foldFallenOff(fallen, pending.atMs, pending.seq, pending.live, out);
+          foldFallenOff(fallen, pending.atMs, pending.seq, pending.live, pending.earlierBoot, out);
         }
         return out;
       }
       pending = undefined;
+      const textLine = record.seq === undefined;
       if (record.facility !== undefined && record.facility !== 0) {
         stats.ignoredFacility++;
+        if (textLine && record.tsUsec !== undefined) observeStamp(record.tsUsec, line, undefined);
         return out;
       }
       let recordLive = live;
+      let earlierBoot = false;
       if (record.tsUsec !== undefined) {
         // µs since boot plus the text name one record: read again, it is the ring buffer
         // printed again (a restarted `dmesg -w`, a rotated file), already folded in. A record
         // at or below the highest stamp read is not live either: a backlog, or an earlier
         // boot's record (a new boot's stamps restart near 0, its text is new, so it counts).
         const key = `${record.tsUsec}:${record.message.length}:${hashText(record.message)}`;
-        if (stamped.has(key)) {
+        const seen = stamped.has(key) ? true : record.tsUsec <= forgottenUsec ? undefined : false;
+        // A text log may hold several boots: a stamp stepping back may start a new one, and
+        // then everything read before it is an earlier boot's (see createBootBoundaries).
+        if (textLine) observeStamp(record.tsUsec, line, seen);
+        if (seen === true) {
           stats.replayed++;
           return out;
         }
-        if (stamped.size >= maxStamped) stamped.delete(stamped.values().next().value!);
+        if (stamped.size >= maxStamped) {
+          const forgotten = stamped.values().next().value!;
+          stamped.delete(forgotten);
+          const usec = Number(forgotten.slice(0, forgotten.indexOf(":")));
+          forgottenUsec = Math.max(forgottenUsec, usec);
+        }
         stamped.add(key);
         // A stamp past this boot's uptime is an earlier boot's record (a log file holding
         // several boots): never live, and no mark for this boot's records, which a file read
-        // after a reboot holds below the earlier boot's highest stamps.
-        const earlierBoot =
+        // after a reboot holds below the earlier boot's highest stamps. After a step back that
+        // may be a new boot, a record is not live until the lines after it tell (it may be the
+        // ring buffer printed again).
+        earlierBoot =
           options.bootTimeMs !== undefined &&
           record.tsUsec > (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000;
-        if (earlierBoot || record.tsUsec <= highestUsec) recordLive = false;
-        else highestUsec = record.tsUsec;
+        if (earlierBoot) {
+          recordLive = false;
+        } else if (textLine && boots.undecided()) {
+          recordLive = false;
+          undecidedUsec = Math.max(undecidedUsec, record.tsUsec);
+        } else if (record.tsUsec <= highestUsec) {
+          recordLive = false;
+        } else {
+          highestUsec = record.tsUsec;
+        }
       }
       const atMs = recordTimeMs(record, line, clock(), options.bootTimeMs);
       const xid = matchXid(record.message, record.message);
       if (xid !== undefined) {
-        fold(xid, atMs, record.seq, recordLive, out);
+        fold(xid, atMs, record.seq, recordLive, earlierBoot, out);
       } else {
         const fallen = matchFallenOffBus(record.message, record.message);
-        if (fallen !== undefined) foldFallenOff(fallen, atMs, record.seq, recordLive, out);
+        if (fallen !== undefined) {
+          foldFallenOff(fallen, atMs, record.seq, recordLive, earlierBoot, out);
+        }
         pending = {
           message: record.message,
           seq: record.seq,
           atMs,
           live: recordLive,
           matched: fallen !== undefined,
+          earlierBoot,
         };
       }
       return out;
