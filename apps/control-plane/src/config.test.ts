@@ -24,6 +24,7 @@ describe("resolveControlPlaneOptions", () => {
       routingKeepaliveMs: 2_000,
       routingMaxQueued: 512,
       agentStreamMs: 20_000,
+      rolloutProgressDeadlineMs: 600_000,
     });
     // Load streams follow a shorter request timeout unless given, and stop below 2 s.
     const stream = (requestTimeoutMs: number) =>
@@ -86,6 +87,8 @@ describe("resolveControlPlaneOptions", () => {
     [{ routingLoadFlushMs: 20_000 }, "routingLoadFlushMs: Too big"],
     [{ moveFailedAfterMs: -1 }, "moveFailedAfterMs: Too small"],
     [{ moveFailedAfterMs: 7 * 86_400_000 + 1 }, "moveFailedAfterMs: Too big"],
+    [{ rolloutProgressDeadlineMs: -1 }, "rolloutProgressDeadlineMs: Too small"],
+    [{ rolloutProgressDeadlineMs: 7 * 86_400_000 + 1 }, "rolloutProgressDeadlineMs: Too big"],
     [{ routingKeepaliveMs: 99 }, "routingKeepaliveMs: Too small"],
     [
       { routingMaxQueued: 1.5 },

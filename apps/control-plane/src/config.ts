@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS } from "./domain/cluster.js";
 import { DEFAULT_MOVE_FAILED_AFTER_MS } from "./domain/failing-replicas.js";
 import { ControlPlaneError } from "./errors.js";
 
@@ -80,6 +81,16 @@ export const controlPlaneConfigSchema = z
       .min(0)
       .max(7 * 86_400_000)
       .default(DEFAULT_MOVE_FAILED_AFTER_MS),
+    /**
+     * How long a rolling update may have new replicas that cannot be placed, none of them
+     * turning serving, before it is rolled back to the previous revision's spec (0: never).
+     */
+    rolloutProgressDeadlineMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(7 * 86_400_000)
+      .default(DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS),
     /** Recent events kept in the store. */
     eventsKept: z.number().int().min(10).max(1_000_000).default(1_000),
     /** First and last port handed out as rendezvous ports of multi-node replicas. */

@@ -404,6 +404,7 @@ export async function startControlPlane(
     unreachableAfterMs: resolved.heartbeatIntervalMs * resolved.unreachableAfterMissed,
     nodeLostAfterMs: resolved.nodeLostAfterMs,
     moveFailedAfterMs: resolved.moveFailedAfterMs,
+    rolloutProgressDeadlineMs: resolved.rolloutProgressDeadlineMs,
     rendezvousPortMin: resolved.rendezvousPortMin,
     rendezvousPortMax: resolved.rendezvousPortMax,
     maxNodes: resolved.maxNodes,

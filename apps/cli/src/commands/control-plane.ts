@@ -43,6 +43,10 @@ Options:
   --move-failed-after D       how long a replica may keep failing (its agent relaunching
                               it) before it moves to another node that has room, which its
                               deployment then avoids for an hour (default 5m; 0: never)
+  --rollout-progress-deadline D
+                              how long a rolling update may have new replicas that cannot
+                              be placed, none of them turning ready, before it is rolled
+                              back to the previous revision's spec (default 10m; 0: never)
   --routing-keepalive D       how often a quiet routing stream carries a keepalive to
                               routers (default 2s); a router that has not read a message
                               within 3 of these is cut off, one that hears nothing for 3
@@ -151,6 +155,7 @@ export const command: Command = {
       "heartbeat-interval": { type: "string" },
       "node-lost-after": { type: "string" },
       "move-failed-after": { type: "string" },
+      "rollout-progress-deadline": { type: "string" },
       "routing-keepalive": { type: "string" },
       "agent-stream": { type: "string" },
       "no-auth": { type: "boolean" },
@@ -213,6 +218,14 @@ export const command: Command = {
       ...(values["move-failed-after"]
         ? {
             moveFailedAfterMs: parseDurationMs(values["move-failed-after"], "--move-failed-after"),
+          }
+        : {}),
+      ...(values["rollout-progress-deadline"]
+        ? {
+            rolloutProgressDeadlineMs: parseDurationMs(
+              values["rollout-progress-deadline"],
+              "--rollout-progress-deadline",
+            ),
           }
         : {}),
       ...(values["agent-stream"]

@@ -159,7 +159,17 @@ export interface ClusterOptions {
    * {@link DEFAULT_MOVE_FAILED_AFTER_MS}; see failing-replicas.ts.
    */
   readonly moveFailedAfterMs?: number;
+  /**
+   * How long an in-progress rollout may have new-revision replicas that cannot be placed,
+   * with none of them turning serving meanwhile, before it is rolled back to the spec of the
+   * revision it came from (as a failed new revision is), ms; 0 never rolls one back for it.
+   * Default {@link DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS}.
+   */
+  readonly rolloutProgressDeadlineMs?: number;
 }
+
+/** Default of {@link ClusterOptions.rolloutProgressDeadlineMs}: 10 minutes. */
+export const DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS = 10 * 60_000;
 
 /** A node's decoded inventory when its stored bytes are `bytes`, else undefined. */
 export type InventoryLookup = (nodeId: string, bytes: Uint8Array) => NodeInventory | undefined;
@@ -588,6 +598,13 @@ export class Cluster {
     string,
     { missing: number; reasons: readonly { code: string; message: string }[] }
   >();
+  /**
+   * In-progress rollouts whose new revision has had replicas that cannot be placed since
+   * `sinceMs`, with `serving` of its replicas serving then (one more restarts the count): by
+   * deployment name. Memory only: a new leader counts afresh from its first reconcile, so a
+   * stalled rollout waits at most one more deadline.
+   */
+  readonly #stalled = new Map<string, { revision: number; sinceMs: number; serving: number }>();
   /** What happened, in the store's bounded log. */
   readonly events: EventLog;
   /** The API keys routers check. */
@@ -1266,6 +1283,8 @@ export class Cluster {
     else if (this.#drainsDue()) this.#reconcile("replicas drained");
     else if (this.#failing.anyNewlyDue(now, (id) => this.#movable(id)))
       this.#reconcile("a replica keeps failing");
+    else if ([...this.#stalled.keys()].some((name) => this.#stalledPast(name, now)))
+      this.#reconcile("a rollout made no progress");
     this.#drains.prune();
   }
 
@@ -1559,6 +1578,7 @@ export class Cluster {
     // Its replicas still run their revisions' specs while they drain.
     this.#desiredAllDirty = true;
     this.#unschedulable.delete(name);
+    this.#stalled.delete(name);
     this.#failing.deploymentGone(name);
     this.#o.store.deleteDeployment(name);
     this.#routingChange();
@@ -2224,8 +2244,8 @@ export class Cluster {
   }
 
   #plan(cause: string, opts: { quietIfUnchanged?: boolean }): void {
-    this.#rollBackFailedRollouts();
     const now = this.#o.clock.now();
+    this.#rollBackRollouts(now);
     const specs = new Map<string, DeploymentSpec>();
     for (const [name, d] of this.#deployments) specs.set(name, d.spec);
     const due = this.#failing.due(now, (id) => this.#movable(id));
@@ -2486,11 +2506,10 @@ export class Cluster {
   }
 
   /**
-   * A rolling update whose new revision failed goes back: the deployment takes the spec of
-   * the revision it came from (as a new revision, so that the old replicas keep running
-   * untouched and the failed ones go), marked rolled back with the reason.
+   * A rolling update whose new revision failed, or could not place its replicas for longer
+   * than {@link ClusterOptions.rolloutProgressDeadlineMs}, goes back ({@link #rollBack}).
    */
-  #rollBackFailedRollouts(): void {
+  #rollBackRollouts(now: number): void {
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress" || rollout.toRevision !== d.spec.revision) continue;
@@ -2499,34 +2518,78 @@ export class Cluster {
         if (p.deployment !== d.spec.name || p.revision !== d.spec.revision) continue;
         if (this.#condition(p.replicaId) === "failed") failed = p;
       }
-      if (failed === undefined) continue;
-      const from = this.#revisions.get(d.spec.name)?.get(rollout.fromRevision);
-      if (from === undefined) {
-        this.#o.log?.(
-          `cannot roll ${d.spec.name} back: revision ${rollout.fromRevision} is not kept`,
+      if (failed !== undefined) {
+        const why = this.#failureOf(failed);
+        this.#rollBack(
+          d,
+          rollout,
+          `revision ${d.spec.revision} failed (${failed.replicaId}: ${why})`,
+          now,
         );
-        continue;
+      } else if (this.#stalledPast(d.spec.name, now)) {
+        const unplaced = this.#unschedulable.get(d.spec.name);
+        const missing = unplaced?.missing ?? 0;
+        const why = unplaced?.reasons.map((r) => r.message).join("; ") ?? "";
+        const span = durationText(
+          this.#o.rolloutProgressDeadlineMs ?? DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS,
+        );
+        this.#rollBack(
+          d,
+          rollout,
+          `revision ${d.spec.revision} could not place ${missing} replica${missing === 1 ? "" : "s"} for ${span} (${why})`,
+          now,
+        );
       }
-      const now = this.#o.clock.now();
-      const why = this.#failureOf(failed);
-      const revision = d.spec.revision + 1;
-      const message = `revision ${d.spec.revision} failed (${failed.replicaId}: ${why}); back to the spec of revision ${from.revision} as revision ${revision}`;
-      this.#putDeployment(
-        { ...from, replicas: d.spec.replicas, revision },
-        d.record.createdAtMs,
-        now,
-        {
-          // The update that was rolled back: from the good revision to the failed one.
-          state: "rolled-back",
-          fromRevision: rollout.fromRevision,
-          toRevision: d.spec.revision,
-          message,
-          startedAtMs: rollout.startedAtMs,
-          updatedAtMs: now,
-        },
-      );
-      this.events.record("deployment.rolled-back", d.spec.name, message, "error");
     }
+  }
+
+  /**
+   * Rolls `d` back: it takes the spec of the revision its rollout came from (as a new
+   * revision, so that the old replicas keep running untouched and the new ones go), marked
+   * rolled back with `cause` and the revisions.
+   */
+  #rollBack(
+    d: LiveDeployment,
+    rollout: NonNullable<DeploymentRecord["rollout"]>,
+    cause: string,
+    now: number,
+  ): void {
+    const from = this.#revisions.get(d.spec.name)?.get(rollout.fromRevision);
+    if (from === undefined) {
+      this.#o.log?.(
+        `cannot roll ${d.spec.name} back: revision ${rollout.fromRevision} is not kept`,
+      );
+      return;
+    }
+    const revision = d.spec.revision + 1;
+    const message = `${cause}; back to the spec of revision ${from.revision} as revision ${revision}`;
+    this.#putDeployment(
+      { ...from, replicas: d.spec.replicas, revision },
+      d.record.createdAtMs,
+      now,
+      {
+        // The update that was rolled back: from the good revision to the new one.
+        state: "rolled-back",
+        fromRevision: rollout.fromRevision,
+        toRevision: d.spec.revision,
+        message,
+        startedAtMs: rollout.startedAtMs,
+        updatedAtMs: now,
+      },
+    );
+    this.events.record("deployment.rolled-back", d.spec.name, message, "error");
+  }
+
+  /** True when `name`'s rollout has had unplaced replicas, and no progress, past the deadline. */
+  #stalledPast(name: string, now: number): boolean {
+    const deadlineMs = this.#o.rolloutProgressDeadlineMs ?? DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS;
+    const stalled = this.#stalled.get(name);
+    return (
+      deadlineMs > 0 &&
+      stalled !== undefined &&
+      stalled.revision === this.#deployments.get(name)?.spec.revision &&
+      now - stalled.sinceMs >= deadlineMs
+    );
   }
 
   /** A failed replica's status message, for a rollback's reason. */
@@ -2575,6 +2638,7 @@ export class Cluster {
         active.add(d.spec.name);
     }
     this.#active = active;
+    this.#trackStalled(serving, now);
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress") continue;
@@ -2607,6 +2671,30 @@ export class Cluster {
       );
     }
     this.#pruneRevisions(extra);
+  }
+
+  /**
+   * Starts, restarts or ends the progress count of each in-progress rollout
+   * ({@link #stalled}) from the plan's unplaced replicas and the new revision's serving ones.
+   */
+  #trackStalled(serving: ReadonlyMap<string, number>, now: number): void {
+    for (const d of this.#deployments.values()) {
+      const name = d.spec.name;
+      const rollout = d.record.rollout;
+      if (
+        rollout?.state !== "in-progress" ||
+        rollout.toRevision !== d.spec.revision ||
+        !this.#unschedulable.has(name)
+      ) {
+        this.#stalled.delete(name);
+        continue;
+      }
+      const count = serving.get(name) ?? 0;
+      const stalled = this.#stalled.get(name);
+      if (stalled === undefined || stalled.revision !== d.spec.revision || count > stalled.serving)
+        this.#stalled.set(name, { revision: d.spec.revision, sinceMs: now, serving: count });
+      else stalled.serving = count;
+    }
   }
 
   /**
@@ -3212,4 +3300,11 @@ function formatMinutes(ms: number): string {
   if (ms % 60_000 !== 0) return `${Math.ceil(ms / 1000)} seconds`;
   const minutes = ms / 60_000;
   return `${minutes} minute${minutes === 1 ? "" : "s"}`;
+}
+
+/** `ms` as a duration flag reads: `10m`, `1h`, `90s`, `1.5s`. */
+function durationText(ms: number): string {
+  if (ms > 0 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms > 0 && ms % 60_000 === 0) return `${ms / 60_000}m`;
+  return `${ms / 1000}s`;
 }

@@ -41,7 +41,11 @@ const spec = (input: Record<string, unknown>) =>
     ...input,
   });
 
-function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
+function setup(
+  nodes = ["node-a", "node-b"],
+  sim = "2xh100-80g",
+  options: { rolloutProgressDeadlineMs?: number } = {},
+) {
   const newCluster = () =>
     new Cluster({
       store,
@@ -53,6 +57,7 @@ function setup(nodes = ["node-a", "node-b"], sim = "2xh100-80g") {
       rendezvousPortMin: 29_500,
       rendezvousPortMax: 29_999,
       connectedRouters: () => routers,
+      ...options,
     });
   const cluster = newCluster();
   const ids = nodes.map(
@@ -390,7 +395,7 @@ describe("make before break", () => {
     // The old replica's engine crashes while its replacement loads: it serves nothing, so it
     // goes at once, and no replica of revision 1 is left.
     beat({ "chat-0": "failed", "chat-1": "loading" });
-    expect(replicas()).toEqual(["chat-1@r2"]);
+    expect(replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2"]);
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
     // Kept for a rollback, though no replica runs it any more.
     expect(store.listDeploymentRevisions().map((r) => r.revision)).toEqual([1, 2]);
@@ -416,7 +421,7 @@ describe("make before break", () => {
       stateVersion: 1,
       draining: [{ replicaId: "chat-0", inFlight: 0 }],
     });
-    expect(replicas()).toEqual(["chat-1@r2"]);
+    expect(replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2"]);
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
     beat({ "chat-1": "failed" });
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("rolled-back");
@@ -447,6 +452,102 @@ describe("make before break", () => {
       [],
     ]);
   });
+});
+
+describe("a rolling update that cannot place its new revision", () => {
+  const DEADLINE = 10 * 60_000;
+  /** One replica of revision 1 serving, then an update to a GPU class no node has. */
+  function stalled(options: { rolloutProgressDeadlineMs?: number } = {}) {
+    const s = setup(["node-a", "node-b"], "2xh100-80g", options);
+    s.cluster.applyDeployment(spec({ replicas: 1 }));
+    s.beat();
+    s.cluster.applyDeployment(spec({ replicas: 1, gpuClass: "l40s-45g" }));
+    s.beat();
+    /** `ms` pass, every node heartbeating and the cluster ticking each 30 s. */
+    const wait = (ms: number) => {
+      for (let left = ms; left > 0; left -= 30_000) {
+        clock.advance(Math.min(30_000, left));
+        s.beat();
+        s.cluster.tick();
+      }
+    };
+    return { ...s, wait };
+  }
+
+  it("rolls back to the previous spec once the deadline passes, and not before", () => {
+    const { cluster, replicas, kinds, wait } = stalled();
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    wait(DEADLINE - 1);
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    wait(1);
+    const status = cluster.deploymentStatus("chat");
+    expect([status.rollout?.state, status.spec.revision, status.spec.gpuClass]).toEqual([
+      "rolled-back",
+      3,
+      "h100-80g",
+    ]);
+    expect(status.rollout?.message).toMatch(
+      /^revision 2 could not place 1 replica for 10m \(.+\); back to the spec of revision 1 as revision 3$/,
+    );
+    const event = cluster.events
+      .list({ limit: 500 })
+      .find((e) => e.kind === "deployment.rolled-back");
+    expect(event?.message).toBe(status.rollout?.message);
+    expect(replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r3"]);
+    expect(cluster.deploymentStatus("chat").unschedulable).toEqual([]);
+  });
+
+  it("completes normally when capacity comes before the deadline", () => {
+    const { cluster, ids, replicas, kinds, wait } = stalled();
+    wait(DEADLINE - 60_000);
+    ids.push(
+      cluster.register({
+        inventory: simulateInventory("1xl40s-45g", {
+          hostname: "node-c",
+          addresses: ["10.0.0.3"],
+          nowMs: clock.now(),
+        }),
+        advertiseAddress: "10.0.0.3",
+        replicas: [],
+      }).nodeId,
+    );
+    wait(DEADLINE);
+    const status = cluster.deploymentStatus("chat");
+    expect([status.rollout?.state, status.spec.revision]).toEqual(["complete", 2]);
+    expect(replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2"]);
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    // The next update that cannot place its replica gets a whole deadline of its own.
+    cluster.applyDeployment(spec({ replicas: 1, gpuClass: "a100-40g" }));
+    wait(DEADLINE - 30_000);
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    wait(30_000);
+    const back = cluster.deploymentStatus("chat");
+    expect([back.rollout?.state, back.spec.revision, back.spec.gpuClass]).toEqual([
+      "rolled-back",
+      4,
+      "l40s-45g",
+    ]);
+  });
+
+  it.each([
+    { deadlineMs: 0, after: 10 * DEADLINE, state: "in-progress", message: undefined },
+    {
+      deadlineMs: 90_000,
+      after: 90_000,
+      state: "rolled-back",
+      message: /^revision 2 could not place 1 replica for 90s \(/,
+    },
+  ])(
+    "with a deadline of $deadlineMs ms: $state after $after ms",
+    ({ deadlineMs, after, state, message }) => {
+      const { cluster, wait } = stalled({ rolloutProgressDeadlineMs: deadlineMs });
+      wait(after);
+      const rollout = cluster.deploymentStatus("chat").rollout;
+      expect(rollout?.state).toBe(state);
+      if (message !== undefined) expect(rollout?.message).toMatch(message);
+    },
+  );
 });
 
 describe("an agent leaving with its engines", () => {
