@@ -480,6 +480,10 @@ describe("a rolling update that cannot place its new revision", () => {
     wait(DEADLINE - 1);
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
     expect(kinds()).not.toContain("deployment.rolled-back");
+    // The new revision fits no node, so freeing the old replica's GPUs would not help: it
+    // keeps serving all along, undrained.
+    expect(kinds()).not.toContain("deployment.capacity-dip");
+    expect(cluster.deploymentStatus("chat").readyReplicas).toBe(1);
     wait(1);
     const status = cluster.deploymentStatus("chat");
     expect([status.rollout?.state, status.spec.revision, status.spec.gpuClass]).toEqual([

@@ -11,6 +11,7 @@ import type {
   ScheduleResult,
   SchedulerDeployment,
   SchedulerNode,
+  UnschedulableReasonCode,
 } from "@llmgw/scheduler";
 import type { PlacementRecord, RetirementRecord } from "../store/types.js";
 
@@ -98,6 +99,17 @@ export interface ReconcilePlan {
  * so `deployment-deleted` and `shape-changed` do not come back from it.)
  */
 const DRAIN_NOW = new Set(["scale-down", "preempted"]);
+/**
+ * Unschedulable codes a replica's GPUs, once freed, may cure: the fleet lacks free room, not
+ * a fitting node (scheduler reasons.ts).
+ */
+const ROOM_CODES: ReadonlySet<string> = new Set<UnschedulableReasonCode>([
+  "no-free-gpus",
+  "no-node-fits",
+  "no-fabric-fits",
+  "preemption-insufficient",
+]);
+
 /** Scheduler codes of planned moves: the replacement is made before the replica drains. */
 const MOVE = new Set(["node-draining"]);
 
@@ -407,7 +419,14 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       advanced = true;
     }
     const stuck = waiting.find((p) => kept.get(p.replicaId)?.retirement?.phase === "waiting");
-    if (stuck !== undefined && !advanced && !coming && !draining && unschedulable.has(name)) {
+    const blocked = unschedulable.get(name)?.reasons;
+    // Only room is worth a dip: a replacement that fits nowhere (a GPU class no node has, more
+    // GPUs than a node holds) fits no better on the GPUs a drained replica frees, and draining
+    // them anyway took the deployment down one replica at a time until the rollout's progress
+    // deadline rolled it back.
+    const roomWouldDo =
+      blocked !== undefined && blocked.length > 0 && blocked.every((r) => ROOM_CODES.has(r.code));
+    if (stuck !== undefined && !advanced && !coming && !draining && roomWouldDo) {
       const why =
         unschedulable
           .get(name)
