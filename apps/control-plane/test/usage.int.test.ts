@@ -1,8 +1,11 @@
 /**
  * Usage on a real control plane, over SQLite and PostgreSQL: a router's batch sent, the
  * control plane restarted, the same batch sent again, counts once — in `GetUsage`, in budget
- * standings and in `/metrics`.
+ * standings and in `/metrics`. And a real router's reporter against it: a batch the control
+ * plane refuses for good is set aside, one sent while it is down is kept and sent again.
  */
+import { mkdir, readdir, writeFile } from "node:fs/promises";
+import path from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -12,7 +15,9 @@ import {
   UsageDimension,
   UsageRecordSchema,
 } from "@llmgw/proto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { UsageEntry } from "@llmgw/router";
+import { type RunningRouter, startRouter } from "@llmgw/router-server";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type ControlPlane, startControlPlane } from "../src/run.js";
 import {
   postgresUnavailable,
@@ -28,11 +33,15 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(() => server?.destroy());
 
-function start(dataDir: string, store: string): Promise<ControlPlane> {
+function start(
+  dataDir: string,
+  store: string,
+  controlListen = "127.0.0.1:0",
+): Promise<ControlPlane> {
   return startControlPlane({
     dataDir,
     store,
-    controlListen: "127.0.0.1:0",
+    controlListen,
     publicApi: false,
     heartbeatIntervalMs: 200,
     nodeLostAfterMs: 60_000,
@@ -131,4 +140,130 @@ describe.each([
     },
     60_000,
   );
+});
+
+describe("a real router's usage reports to a real control plane (SQLite)", () => {
+  const cleanups: (() => unknown)[] = [];
+  afterEach(async () => {
+    for (const fn of cleanups.splice(0).reverse()) await fn();
+  });
+
+  /** A control plane over SQLite in a temp dir, with one API key; closed after the test. */
+  async function controlPlaneWithKey() {
+    const data = tempDir("llmgw-usage-router-cp-");
+    cleanups.push(data.cleanup);
+    const cp = await leading(await start(data.dir, "sqlite:"));
+    const { key } = await adminClient(cp, cp.adminToken).createApiKey({ name: "ci" });
+    return { data, cp, keyId: key?.id ?? "" };
+  }
+
+  /**
+   * A router state dir holding `batches` in `usage/`, as `startUsageReporter` writes them
+   * (`<batchId>.json`: `{ batchId, records }`, the dir 0700, the files 0600).
+   */
+  async function stateDirWith(batches: Record<string, readonly UsageEntry[]>): Promise<string> {
+    const state = tempDir("llmgw-usage-router-state-");
+    cleanups.push(state.cleanup);
+    const usage = path.join(state.dir, "usage");
+    await mkdir(usage, { mode: 0o700 });
+    for (const [batchId, records] of Object.entries(batches)) {
+      await writeFile(path.join(usage, `${batchId}.json`), JSON.stringify({ batchId, records }), {
+        mode: 0o600,
+      });
+    }
+    return usage;
+  }
+
+  /** A router of id `edge-1` dialing `controlUrl`, reporting every 50 ms; its log kept. */
+  async function router(controlUrl: string, routerToken: string, usageDir: string) {
+    const events: Readonly<Record<string, unknown>>[] = [];
+    const running: RunningRouter = await startRouter({
+      routing: {
+        controlPlanes: [controlUrl],
+        routerToken,
+        routerId: "edge-1",
+        stateDir: path.dirname(usageDir),
+        client: { initialBackoffMs: 50, maxBackoffMs: 200 },
+      },
+      usageReportIntervalMs: 50,
+      log: (event) => events.push(event),
+    });
+    cleanups.push(() => running.close(0));
+    const logged = (event: string) => events.filter((e) => e.event === event);
+    return { running, logged };
+  }
+
+  /** One record of `keyId` in `minuteMs`: 2 requests, 200 + 20 tokens. */
+  const entry = (keyId: string, minuteMs: number): UsageEntry => ({
+    minuteMs,
+    keyId,
+    tenant: "",
+    model: "chat",
+    requests: 2,
+    promptTokens: 200,
+    cachedTokens: 0,
+    completionTokens: 20,
+    gpuMs: 1_000,
+    estimatedRequests: 0,
+    refusedUsage: 0,
+  });
+
+  /** `GetUsage` by key since a day before `minute`: [key name, requests, prompt tokens]. */
+  async function usageByKey(cp: ControlPlane) {
+    const { rows } = await adminClient(cp, cp.adminToken).getUsage({
+      sinceUnixMs: BigInt(minute - 86_400_000),
+      groupBy: [UsageDimension.KEY],
+    });
+    return rows.map((r) => [r.keyName, r.requests, r.promptTokens]);
+  }
+
+  it("sets aside a batch the control plane refuses (a misaligned minute) and sends the one behind it", async () => {
+    const { cp, keyId } = await controlPlaneWithKey();
+    // Well-formed for the router (every count a safe integer ≥ 0), refused by the control
+    // plane: the minute does not start a minute. Sorted first, so it is sent first.
+    const usage = await stateDirWith({
+      "a-misaligned": [entry(keyId, minute + 1_000)],
+      "b-good": [entry(keyId, minute)],
+    });
+    const { logged } = await router(cp.controlUrl, cp.routerToken, usage);
+
+    await eventually(async () =>
+      (await readdir(usage)).join() === "a-misaligned.json.refused" ? true : undefined,
+    );
+    expect(logged("usage_batch_refused")).toEqual([
+      {
+        event: "usage_batch_refused",
+        batchId: "a-misaligned",
+        records: 1,
+        message: `[invalid_argument] ReportUsageRequest.records[0].minute_unix_ms must be the start of a minute (got ${minute + 1_000}); set aside, not sent again`,
+      },
+    ]);
+    // Refused for good, never taken for an outage.
+    expect(logged("usage_report_failed")).toEqual([]);
+    expect(await usageByKey(cp)).toEqual([["ci", 2n, 200n]]);
+  }, 30_000);
+
+  it("keeps a batch while the control plane is down and sends it once it is back", async () => {
+    const first = await controlPlaneWithKey();
+    const { controlUrl, routerToken } = first.cp;
+    await first.cp.close();
+    const usage = await stateDirWith({ "a-good": [entry(first.keyId, minute)] });
+    const { running, logged } = await router(controlUrl, routerToken, usage);
+
+    await eventually(() => (logged("usage_report_failed").length > 0 ? true : undefined));
+    expect(logged("usage_report_failed")[0]).toMatchObject({
+      code: "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE",
+      pending: 1,
+    });
+    expect(await readdir(usage)).toEqual(["a-good.json"]);
+
+    // The same data dir on the same address: the same router token, the router dials it again.
+    const cp = await leading(await start(first.data.dir, "sqlite:", new URL(controlUrl).host));
+    cleanups.push(() => cp.close());
+    expect(cp.routerToken).toBe(routerToken);
+    await eventually(async () => ((await readdir(usage)).length === 0 ? true : undefined));
+    expect(logged("usage_batch_refused")).toEqual([]);
+    expect(running.runtime.readiness().connected).toBe(true);
+    expect(await usageByKey(cp)).toEqual([["ci", 2n, 200n]]);
+  }, 30_000);
 });
