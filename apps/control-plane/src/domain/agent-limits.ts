@@ -101,9 +101,9 @@ export const AGENT_LIMITS = {
   /** Most requests an engine may report running or waiting (a ReportLoad value beyond is refused). */
   maxQueuedRequests: 1_000_000,
   /**
-   * How far a load report's `scrapedAtUnixMs` may be from the control plane's clock. Only a
-   * sanity check: the control plane stamps load with its own clock when it arrives, so the
-   * agent's clock never orders or ages load.
+   * How far a load report's `scrapedAtUnixMs` may be from the control plane's clock. A sanity
+   * check: the control plane stamps load with its own clock when it arrives, so the agent's
+   * clock never ages load; it only orders one node's reports (replica-loads.ts).
    */
   scrapedAtSkewMs: 24 * 60 * 60_000,
   /**
@@ -211,7 +211,8 @@ export function loadWithinRange(load: ReplicaLoad): LoadWithinRange {
  * Refuses load routers could not use: a value that is not a finite number within its range
  * (a NaN or a negative queue would poison every router's scoring), a report without a replica
  * id, or a scrape time more than a day from the control plane's clock (an agent whose clock is
- * that far off is misconfigured; the time is checked, not used: load is stamped on arrival).
+ * that far off is misconfigured; load is stamped on arrival, and the time only orders one node's
+ * reports).
  */
 function validateLoadReports(root: string, request: Record<string, unknown>, nowMs: number): void {
   const reports = request.replicas;

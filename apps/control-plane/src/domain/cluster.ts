@@ -246,8 +246,9 @@ export interface ReplicaLoadReportInput {
   readonly replicaId: string;
   readonly load: ReplicaLoad;
   /**
-   * When the agent read it from the engine (epoch ms, the agent's clock). Checked by the RPC,
-   * never used to order or age load: the agent's clock may be off (see {@link Cluster.reportLoad}).
+   * When the agent read it from the engine (epoch ms, the agent's clock). Checked by the RPC;
+   * orders one node's reports of a replica, never ages load: the agent's clock may be off (see
+   * {@link Cluster.reportLoad}).
    */
   readonly scrapedAtMs: number;
 }
@@ -2887,11 +2888,13 @@ export class Cluster {
   /**
    * Applies a `ReportLoad` from `nodeId` (the caller checked its credential and bounds): the
    * load of each replica whose rank 0 is placed on `nodeId`, stamped with the control plane's
-   * clock now, as heartbeat load is. One clock orders every sample: an agent clock behind by
+   * clock now, as heartbeat load is. One clock stamps every sample: an agent clock behind by
    * more than its report interval would otherwise lose every report to the last heartbeat's
    * load, and one ahead would keep dead load fresh. Reports for replicas served by another
    * node are ignored (a node never sets another's load), and so are unknown ids (the replica
-   * may have just been removed). Updates what {@link readyReplicas} and
+   * may have just been removed), and so is a report scraped before the newest one taken from
+   * the node for that replica (one held up on a slower connection: a call sent while the
+   * stream was backed up, a rotated stream's tail). Updates what {@link readyReplicas} and
    * {@link routingMembership} read and fires {@link onLoad}; never bumps {@link version} or
    * {@link routingVersion}, never reconciles.
    */
@@ -2899,7 +2902,7 @@ export class Cluster {
     const atMs = this.#o.clock.now();
     for (const r of reports) {
       if (this.#placements.get(r.replicaId)?.ranks[0]?.nodeId !== nodeId) continue;
-      this.#loads.apply(nodeId, r.replicaId, r.load, atMs);
+      this.#loads.apply(nodeId, r.replicaId, r.load, atMs, r.scrapedAtMs);
     }
   }
 

@@ -1,6 +1,6 @@
 import type { ReplicaLoadSample } from "@llmgw/router";
 import { describe, expect, it } from "vitest";
-import { LOAD_REFRESH_MS, ReplicaLoads } from "./replica-loads.js";
+import { LATE_SCRAPE_MAX_MS, LOAD_REFRESH_MS, ReplicaLoads } from "./replica-loads.js";
 
 describe("ReplicaLoads", () => {
   const setup = () => {
@@ -49,6 +49,72 @@ describe("ReplicaLoads", () => {
     expect(lines).toHaveLength(2);
   });
 
+  it.each<[string, [node: string, running: number, scrapedAtMs?: number][], number]>([
+    [
+      "an older scrape of the same node is ignored",
+      [
+        ["n-1", 1, 2_000],
+        ["n-1", 2, 1_999],
+      ],
+      1,
+    ],
+    [
+      "the same scrape again is taken",
+      [
+        ["n-1", 1, 2_000],
+        ["n-1", 2, 2_000],
+      ],
+      2,
+    ],
+    [
+      "a newer scrape is taken",
+      [
+        ["n-1", 1, 2_000],
+        ["n-1", 2, 2_001],
+      ],
+      2,
+    ],
+    [
+      "another node's clock is not compared",
+      [
+        ["n-1", 1, 2_000],
+        ["n-2", 2, 1_000],
+      ],
+      2,
+    ],
+    [
+      "heartbeat load (no scrape time) is taken",
+      [
+        ["n-1", 1, 2_000],
+        ["n-1", 2],
+      ],
+      2,
+    ],
+    [
+      "a scrape older by more than LATE_SCRAPE_MAX_MS is the agent's clock stepped back: taken",
+      [
+        ["n-1", 1, 60_000],
+        ["n-1", 2, 60_000 - LATE_SCRAPE_MAX_MS - 1],
+        ["n-1", 3, 60_000 - LATE_SCRAPE_MAX_MS - 2],
+      ],
+      2,
+    ],
+    [
+      "heartbeat load does not move the scrape order",
+      [
+        ["n-1", 1, 2_000],
+        ["n-1", 2],
+        ["n-1", 3, 1_999],
+      ],
+      2,
+    ],
+  ])("orders load reports by scrape time: %s", (_, reports, running) => {
+    const { loads } = setup();
+    for (const [i, [node, r, scrapedAtMs]] of reports.entries())
+      loads.apply(node, "r-0", { running: r }, 10_000 + i, scrapedAtMs);
+    expect(loads.held("r-0").load.running).toBe(running);
+  });
+
   it("forgets a replica: its next load starts from unknown, its bad fields logged again", () => {
     const { loads, lines } = setup();
     loads.apply("n-1", "r-0", { running: 1, kvCacheUsage: 9 }, 1_000);
@@ -57,5 +123,10 @@ describe("ReplicaLoads", () => {
     loads.apply("n-2", "r-0", { kvCacheUsage: 9 }, 2_000);
     expect(lines).toHaveLength(2);
     expect(lines[1]).toMatch(/^replica r-0: node n-2 reported load out of range/);
+    // And its scrape order: an earlier scrape time is taken again.
+    loads.apply("n-2", "r-0", { running: 5 }, 3_000, 9_000);
+    loads.forget("r-0");
+    loads.apply("n-2", "r-0", { running: 4 }, 4_000, 8_000);
+    expect(loads.held("r-0").load.running).toBe(4);
   });
 });

@@ -27,9 +27,18 @@ export interface HeldLoad {
   readonly reportedAtMs?: number;
 }
 
+/**
+ * How much older than the newest taken a node's load report may be scraped and still be
+ * ignored as late: a report held up longer than this is rarer than a clock stepped back.
+ */
+export const LATE_SCRAPE_MAX_MS = 10_000;
+
 interface Held {
   readonly load: MutableLoad;
   reportedAtMs?: number;
+  /** The newest scrape time taken from a load report (agent's clock), and the node that sent it. */
+  scrapedAtMs?: number;
+  scrapedBy?: string;
 }
 
 const LOAD_FIELDS = [
@@ -79,8 +88,34 @@ export class ReplicaLoads {
    * accept (see {@link loadWithinRange}) is left out, unreported: a heartbeat is never refused
    * for it, and one bad reading must not reach every router's stream. Logged once per replica
    * while the same fields stay bad. `nodeId` names the reporter in that log line.
+   *
+   * `scrapedAtMs` (a load report's scrape time, the agent's clock) orders one node's reports:
+   * one scraped before the newest taken from the same node is ignored, as a report held up on
+   * a slower connection (an equal time is a re-send of that scrape, and taken). Times from
+   * different nodes are never compared. One older by more than {@link LATE_SCRAPE_MAX_MS} is
+   * no late report but the agent's clock stepped back, and is taken: else the node's load
+   * would stop until its clock caught up. A heartbeat's load has none, and is taken as it
+   * arrives.
    */
-  apply(nodeId: string, replicaId: string, reported: ReplicaLoad, atMs: number): void {
+  apply(
+    nodeId: string,
+    replicaId: string,
+    reported: ReplicaLoad,
+    atMs: number,
+    scrapedAtMs?: number,
+  ): void {
+    const held = this.#held(replicaId);
+    if (scrapedAtMs !== undefined) {
+      if (
+        held.scrapedBy === nodeId &&
+        held.scrapedAtMs !== undefined &&
+        scrapedAtMs < held.scrapedAtMs &&
+        held.scrapedAtMs - scrapedAtMs <= LATE_SCRAPE_MAX_MS
+      )
+        return;
+      held.scrapedAtMs = scrapedAtMs;
+      held.scrapedBy = nodeId;
+    }
     const { load, dropped } = loadWithinRange(reported);
     const droppedFields =
       dropped.length === 0 ? "" : dropped.map((d) => d.slice(0, d.indexOf("="))).join(",");
@@ -94,7 +129,6 @@ export class ReplicaLoads {
         );
       }
     }
-    const held = this.#held(replicaId);
     if (
       sameLoad(held.load, load) &&
       (!knownLoad(load) ||

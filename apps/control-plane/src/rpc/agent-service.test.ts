@@ -22,6 +22,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { AGENT_LIMITS } from "../domain/agent-limits.js";
 import { Cluster } from "../domain/cluster.js";
 import { DRAIN_SETTLE_MS } from "../domain/drains.js";
+import { LOAD_REFRESH_MS } from "../domain/replica-loads.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createAgentServiceTransport } from "../testing/agent-service-transport.js";
@@ -415,6 +416,87 @@ describe("AgentService.StreamLoad", () => {
     const auth = { authorization: `Bearer ${res.nodeCredential}` };
     const beat = await withStreams.heartbeat({ nodeId: res.nodeId }, { headers: auth });
     expect(beat.loadStreamMs).toBe(20_000);
+  });
+});
+
+describe("the order of a node's load reports", () => {
+  // Load reports travel on ReportLoad calls and StreamLoad streams (a call when the stream is
+  // backed up, the tail of a rotated stream), so an older scrape can arrive after a newer one.
+  type Delivery = "call" | "stream";
+
+  /** Sends `replicas` from node `a` as one ReportLoad call or as one StreamLoad message. */
+  async function send(
+    f: Awaited<ReturnType<typeof setup>>,
+    how: Delivery,
+    replicas: ReplicaLoadReport[],
+  ): Promise<void> {
+    const request = { nodeId: f.a.nodeId, replicas };
+    if (how === "call") {
+      await f.client.reportLoad(request, { headers: f.a.auth });
+      return;
+    }
+    const messages = createWritableIterable<{ nodeId: string; replicas: ReplicaLoadReport[] }>();
+    const done = f.client.streamLoad(messages, { headers: f.a.auth });
+    await messages.write(request);
+    messages.close();
+    await done;
+  }
+
+  it.each<Delivery>(["call", "stream"])(
+    "an older scrape arriving after a newer one (as a %s) changes nothing routers read",
+    async (late) => {
+      const f = await setup();
+      const id = f.servedBy(f.a.nodeId);
+      const scrapedAt = clock.now();
+      await send(f, "stream", [f.report(id, { running: 9, kvCacheUsage: 0.75 }, scrapedAt)]);
+      clock.advance(300);
+      const routes = f.cluster.readyReplicas("chat");
+      await send(f, late, [f.report(id, { running: 1, kvCacheUsage: 0.25 }, scrapedAt - 500)]);
+      expect(f.cluster.routingMembership().replicas.find((r) => r.id === id)).toMatchObject({
+        load: { running: 9, kvCacheUsage: 0.75 },
+        loadReportedAtMs: scrapedAt,
+      });
+      expect(routes.find((r) => r.replicaId === id)?.load).toEqual({
+        running: 9,
+        kvCacheUsage: 0.75,
+      });
+      expect(f.samples.map((s) => s.load)).toEqual([{ running: 9, kvCacheUsage: 0.75 }]);
+      // The next scrape is taken as usual.
+      await send(f, late, [f.report(id, { running: 4 }, scrapedAt + 500)]);
+      expect(f.cluster.routingMembership().replicas.find((r) => r.id === id)?.load).toEqual({
+        running: 4,
+      });
+    },
+  );
+
+  it("takes a re-send of the same scrape, and a heartbeat's load whatever was scraped before", async () => {
+    const f = await setup();
+    const id = f.servedBy(f.a.nodeId);
+    const scrapedAt = clock.now();
+    await send(f, "call", [f.report(id, { running: 2 }, scrapedAt)]);
+    clock.advance(LOAD_REFRESH_MS);
+    // The same scrape again (a call retried after the stream failed): it refreshes the load.
+    await send(f, "stream", [f.report(id, { running: 2 }, scrapedAt)]);
+    expect(f.samples.map((s) => s.reportedAtMs)).toEqual([scrapedAt, clock.now()]);
+    // A heartbeat carries no scrape time: its load is taken as it arrives.
+    await f.client.heartbeat(
+      {
+        nodeId: f.a.nodeId,
+        replicas: [
+          create(ReplicaStatusSchema, {
+            replicaId: id,
+            rank: 0,
+            state: ReplicaState.READY,
+            apiPort: 8000,
+            load: { running: 6 },
+          }),
+        ],
+      },
+      { headers: f.a.auth },
+    );
+    expect(f.cluster.routingMembership().replicas.find((r) => r.id === id)?.load).toEqual({
+      running: 6,
+    });
   });
 });
 
