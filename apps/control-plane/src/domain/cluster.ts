@@ -1638,8 +1638,9 @@ export class Cluster {
     const existing = this.#deployments.get(next.name);
     if (existing === undefined) return undefined;
     const from = existing.spec;
+    // A replica waiting for its replacement still serves its older revision: it rolls too.
     const rolls = [...this.#placements.values()].some(
-      (p) => p.deployment === next.name && p.retirement === undefined,
+      (p) => p.deployment === next.name && p.retirement?.phase !== "draining",
     );
     const now = this.#o.clock.now();
     const last = existing.record.rollout;
@@ -1648,12 +1649,25 @@ export class Cluster {
       // replicas a failure rolls back).
       return { ...last, toRevision: next.revision, updatedAtMs: now };
     }
+    const { maxSurge, maxUnavailable } = rolloutLimits(next);
+    if (last?.state === "in-progress") {
+      // A new update mid-update goes on from the revision the first came from: the one that
+      // served (the revision it replaces may never have placed a replica).
+      return {
+        state: "in-progress",
+        fromRevision: last.fromRevision,
+        toRevision: next.revision,
+        message: `replacing ${from.replicas} replica(s) at revisions ${last.fromRevision}–${from.revision}, ${maxSurge + maxUnavailable} at a time`,
+        startedAtMs: now,
+        updatedAtMs: now,
+      };
+    }
     if (!rolls || sameLaunch(from, next)) return last;
     return {
       state: "in-progress",
       fromRevision: from.revision,
       toRevision: next.revision,
-      message: `replacing ${from.replicas} replica(s) at revision ${from.revision}, ${rolloutLimits(next).maxSurge} at a time`,
+      message: `replacing ${from.replicas} replica(s) at revision ${from.revision}, ${maxSurge + maxUnavailable} at a time`,
       startedAtMs: now,
       updatedAtMs: now,
     };
@@ -2619,27 +2633,38 @@ export class Cluster {
     }
     const active = new Set<string>();
     const serving = new Map<string, number>();
+    /** Deployments with a replica of an older revision still placed: what a rollout replaces. */
+    const older = new Set<string>();
+    /** Placed replicas of the current revision, serving or not. */
+    const placed = new Map<string, number>();
     for (const p of this.#placements.values()) {
       const d = this.#deployments.get(p.deployment);
+      if (d !== undefined && d.spec.revision !== p.revision) older.add(p.deployment);
       if (p.retirement !== undefined || d?.spec.revision !== p.revision) active.add(p.deployment);
-      else if (
-        d.record.rollout?.state === "in-progress" &&
-        this.#condition(p.replicaId) === "serving"
-      )
-        serving.set(p.deployment, (serving.get(p.deployment) ?? 0) + 1);
+      else {
+        placed.set(p.deployment, (placed.get(p.deployment) ?? 0) + 1);
+        if (d.record.rollout?.state === "in-progress" && this.#condition(p.replicaId) === "serving")
+          serving.set(p.deployment, (serving.get(p.deployment) ?? 0) + 1);
+      }
       extra.get(p.deployment)?.add(p.revision);
     }
     for (const d of this.#deployments.values()) {
       // Until its new replicas serve, a state change of one (ready, failed) reconciles: it
-      // completes the rollout or rolls it back.
+      // completes the rollout or rolls it back. Replicas the fleet has no room for, once no
+      // older one is left to replace and every placed one serves, wait for room, not for the
+      // rollout: it is done, as far as it can go (a deployment short of room before the update
+      // is no less short after it).
+      const name = d.spec.name;
+      const up = serving.get(name) ?? 0;
       if (
         d.record.rollout?.state === "in-progress" &&
-        (serving.get(d.spec.name) ?? 0) < d.spec.replicas
+        up < d.spec.replicas &&
+        (up < (placed.get(name) ?? 0) || !this.#unschedulable.has(name))
       )
-        active.add(d.spec.name);
+        active.add(name);
     }
     this.#active = active;
-    this.#trackStalled(serving, now);
+    this.#trackStalled(serving, older, now);
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress") continue;
@@ -2653,7 +2678,9 @@ export class Cluster {
         rollout: {
           ...rollout,
           state: "complete",
-          message: `every replica runs revision ${rollout.toRevision}`,
+          message: this.#unschedulable.has(d.spec.name)
+            ? `every placed replica runs revision ${rollout.toRevision}; ${this.#unschedulable.get(d.spec.name)?.missing ?? 0} cannot be placed`
+            : `every replica runs revision ${rollout.toRevision}`,
           updatedAtMs: now,
         },
       };
@@ -2677,15 +2704,22 @@ export class Cluster {
   /**
    * Starts, restarts or ends the progress count of each in-progress rollout
    * ({@link #stalled}) from the plan's unplaced replicas and the new revision's serving ones.
+   * Only while replicas of an older revision are still placed (`older`): once none is, going
+   * back would place no more than going on.
    */
-  #trackStalled(serving: ReadonlyMap<string, number>, now: number): void {
+  #trackStalled(
+    serving: ReadonlyMap<string, number>,
+    older: ReadonlySet<string>,
+    now: number,
+  ): void {
     for (const d of this.#deployments.values()) {
       const name = d.spec.name;
       const rollout = d.record.rollout;
       if (
         rollout?.state !== "in-progress" ||
         rollout.toRevision !== d.spec.revision ||
-        !this.#unschedulable.has(name)
+        !this.#unschedulable.has(name) ||
+        !older.has(name)
       ) {
         this.#stalled.delete(name);
         continue;

@@ -361,6 +361,17 @@ describe("make before break", () => {
     expect([status.rollout?.fromRevision, status.rollout?.toRevision]).toEqual([1, 2]);
   });
 
+  it("the rollout's message counts the replicas replaced at a time (maxSurge + maxUnavailable)", () => {
+    const { cluster, beat } = setup();
+    const limits = { replicas: 2, maxSurge: 0, maxUnavailable: 1 };
+    cluster.applyDeployment(spec(limits));
+    beat();
+    cluster.applyDeployment(spec({ ...limits, extraArgs: ["--seed", "2"] }));
+    expect(cluster.deploymentStatus("chat").rollout?.message).toBe(
+      "replacing 2 replica(s) at revision 1, 1 at a time",
+    );
+  });
+
   it("a new revision that only changes routing keeps every replica", () => {
     const { cluster, beat, replicas } = setup();
     cluster.applyDeployment(spec({ replicas: 2 }));
@@ -474,6 +485,43 @@ describe("a rolling update that cannot place its new revision", () => {
     return { ...s, wait };
   }
 
+  it("of a deployment already short of room completes once every placed replica runs it", () => {
+    // Three replicas wanted, room for two: the update replaces both, and the third fits no
+    // better after it. Going back would place no more than going on.
+    const s = setup(["node-a"], "2xh100-80g");
+    const { cluster, beat, kinds } = s;
+    const wait = (ms: number) => {
+      for (let left = ms; left > 0; left -= 30_000) {
+        clock.advance(Math.min(30_000, left));
+        beat();
+        cluster.tick();
+      }
+    };
+    cluster.applyDeployment(spec({ replicas: 3, maxUnavailable: 1 }));
+    beat();
+    expect(cluster.deploymentStatus("chat").readyReplicas).toBe(2);
+    cluster.applyDeployment(spec({ replicas: 3, maxUnavailable: 1, extraArgs: ["--seed", "2"] }));
+    for (let i = 0; i < 6; i++) {
+      wait(30_000);
+      clock.advance(DRAIN_SETTLE_MS);
+      for (const r of cluster.listReplicas())
+        if (r.retirement?.phase === "draining")
+          cluster.reportInFlight("r1", {
+            epoch: "e1",
+            stateVersion: i + 1,
+            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
+          });
+    }
+    expect(s.replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2", "@r2"]);
+    wait(2 * DEADLINE);
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    const status = cluster.deploymentStatus("chat");
+    expect([status.spec.revision, status.rollout?.state, status.rollout?.message]).toEqual([
+      2,
+      "complete",
+      "every placed replica runs revision 2; 1 cannot be placed",
+    ]);
+  });
   it("rolls back to the previous spec once the deadline passes, and not before", () => {
     const { cluster, replicas, kinds, wait } = stalled();
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
@@ -533,6 +581,43 @@ describe("a rolling update that cannot place its new revision", () => {
       "l40s-45g",
     ]);
   });
+
+  it.each([1, 2])(
+    "a second update while the first cannot place its replicas goes on from the revision that served, and rolls back to it (%i replicas)",
+    (n) => {
+      const s = setup();
+      const { cluster, beat, replicas } = s;
+      const wait = (ms: number) => {
+        for (let left = ms; left > 0; left -= 30_000) {
+          clock.advance(Math.min(30_000, left));
+          beat();
+          cluster.tick();
+        }
+      };
+      cluster.applyDeployment(spec({ replicas: n }));
+      beat();
+      // Revision 2 fits no node; before its deadline the operator tries revision 3, which
+      // fails. (With one replica, the only old one is waiting: the update still rolls.)
+      cluster.applyDeployment(spec({ replicas: n, gpuClass: "l40s-45g" }));
+      wait(DEADLINE / 2);
+      cluster.applyDeployment(spec({ replicas: n, extraArgs: ["--fail-load"] }));
+      const rollout = cluster.deploymentStatus("chat").rollout;
+      expect([rollout?.state, rollout?.fromRevision, rollout?.toRevision]).toEqual([
+        "in-progress",
+        1,
+        3,
+      ]);
+      beat({ [`chat-${n}`]: "failed" });
+      const status = cluster.deploymentStatus("chat");
+      expect([status.rollout?.state, status.spec.revision]).toEqual(["rolled-back", 4]);
+      expect(status.rollout?.message).toMatch(/^revision 3 failed \(chat-\d+: /);
+      // Back to what served, not to revision 2 that never placed a replica.
+      expect([status.spec.gpuClass, status.spec.extraArgs]).toEqual(["h100-80g", []]);
+      wait(DEADLINE);
+      expect(replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(Array(n).fill("@r4"));
+      expect(cluster.deploymentStatus("chat").unschedulable).toEqual([]);
+    },
+  );
 
   it.each([
     { deadlineMs: 0, after: 10 * DEADLINE, state: "in-progress", message: undefined },
