@@ -277,7 +277,7 @@ async function agentWithControlPlane(
     Parameters<typeof parseAgentConfig>[0],
     "controlPlaneUrl" | "joinToken" | "stateDir"
   >,
-  deps: { kernelLog?: { pollMs: number } } = {},
+  deps: { kernelLog?: { pollMs: number; bootTimeMs?: number } } = {},
 ) {
   const cp = await startControlPlane({
     dataDir: path.join(dir, "cp"),
@@ -312,6 +312,54 @@ async function agentWithControlPlane(
     },
   };
 }
+
+describe("startAgent reading a kern.log after a reboot", () => {
+  const dirs: string[] = [];
+  const closers: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("reports the earlier boot's Xid 48 and Xid 79 but keeps the GPUs and node in service; this boot's Xid 48 takes its GPU out", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "llmgw-run-reboot-"));
+    dirs.push(dir);
+    // §1.3 (gpu-operator#1146, open-gpu-kernel-modules#1151) with dmesg stamps of a boot that
+    // ran a week, on the simulated GPUs 0 and 1; this boot is ten minutes old.
+    const XID_48 =
+      "NVRM: Xid (PCI:0000:01:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.";
+    const log = path.join(dir, "kern.log");
+    writeFileSync(
+      log,
+      `[604800.000001] ${XID_48}\n[605633.376794] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.\n`,
+    );
+    const { cp, agent, close } = await agentWithControlPlane(
+      dir,
+      { simulate: "2xh100-80g", kernelLog: log, readingsIntervalMs: 50 },
+      { kernelLog: { pollMs: 10, bootTimeMs: Date.now() - 600_000 } },
+    );
+    closers.push(close);
+    const gpus = () => agent.inventory().gpus;
+    expect(gpus().map((g) => g.faults?.map((f) => [f.code, f.action]))).toEqual([
+      [[48, "ignore"]],
+      [[79, "ignore"]],
+    ]);
+    expect(gpus()[0]!.faults?.[0]?.description).toBe(
+      "Double Bit ECC Error (earlier boot: catalog action reset-gpu, not taken on this boot; the reboot reset the GPU)",
+    );
+    expect(gpus().map((g) => g.healthy)).toEqual([true, true]);
+    expect(agent.kernelLog?.stats().earlierBootFaults).toBe(2);
+    const cpHealthy = () => cp.cluster.listNodes()[0]?.gpuReadings.map((r) => r.healthy);
+    await expect.poll(cpHealthy, { timeout: 10_000 }).toEqual([true, true]);
+
+    // This boot's own Xid 48 on GPU 0 acts as ever.
+    appendFileSync(log, `[  599.000001] ${XID_48}\n`);
+    await expect
+      .poll(() => gpus().map((g) => g.healthy), { timeout: 10_000 })
+      .toEqual([false, true]);
+    await expect.poll(cpHealthy, { timeout: 10_000 }).toEqual([false, true]);
+  }, 40_000);
+});
 
 describe("startAgent on a real node whose nvidia-smi stops answering", () => {
   const dirs: string[] = [];

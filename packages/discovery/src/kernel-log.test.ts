@@ -1510,6 +1510,81 @@ describe("a text log holding several boots (plain dmesg: since-boot stamps, no w
     ]);
   });
 
+  it.each<[string, string[], number]>([
+    // The earlier boot ran past this boot's uptime: told by its stamps at once.
+    ["its stamps past this boot's uptime", [HOST_BRIDGE, NET, XID_120, ...R570], 3 * DAY_MS],
+    // Every stamp within this boot's uptime: told by the boundary (the unread R570 record).
+    ["the boundary after it", [HOST_BRIDGE, NET, NVSWITCH, PROBE, XID_149, XID_120], 30 * DAY_MS],
+  ])(
+    "an earlier boot's faults are reported but take no GPU out and drain no node; told by %s",
+    (_, earlierBoot, uptimeMs) => {
+      const { tracker, boot } = trackerUp(uptimeMs);
+      const thisBoot = [HOST_BRIDGE, NET, NVSWITCH, LINK, ...R570];
+      // With the R570 of the first case in the earlier boot, this boot's own R570 below has
+      // another GPU: the §1.3 message for bus b4 instead of b3.
+      const own = thisBoot.map((l) => l.replace("0000:b3:00.0", "0000:b4:00.0"));
+      for (const line of [...earlierBoot, ...own]) tracker.add(line, false);
+      const earlier = tracker.faults().filter((f) => f.firstSeenUnixMs === boot);
+      // Xid 120 (reset-gpu), Xid 149 (reset-gpu) or the R570 fallen-off-bus record (reboot):
+      // counted and visible, marked as an earlier boot's, acting on nothing.
+      expect(earlier.map((f) => [f.kind, f.code, f.action, f.count])).toEqual(
+        earlierBoot.includes(XID_149)
+          ? [
+              ["xid", 149, "ignore", 1],
+              ["xid", 120, "ignore", 1],
+            ]
+          : [
+              ["xid", 120, "ignore", 1],
+              ["fallen-off-bus", 79, "ignore", 1],
+            ],
+      );
+      expect(earlier.map((f) => f.description)).toEqual(
+        earlier.map(() =>
+          expect.stringMatching(
+            /\(earlier boot: catalog action (reset-gpu|reboot), not taken on this boot; the reboot reset the GPU\)$/,
+          ),
+        ),
+      );
+      expect(earlier.every((f) => f.bootId === undefined)).toBe(true);
+      // This boot's fallen-off-bus record (bus b4) keeps its action.
+      expect(
+        tracker
+          .faults()
+          .filter((f) => f.pciBusId === "00000000:B4:00.0")
+          .map((f) => f.action),
+      ).toEqual(["reboot"]);
+      const gpus = [
+        gpuAt(0, "00000000:06:00.0"),
+        gpuAt(1, "00000000:B3:00.0"),
+        gpuAt(2, "00000009:01:00.0"),
+      ];
+      const before = applyKernelFaults(gpus, earlier);
+      expect(before.gpus.map((g) => g.healthy)).toEqual([true, true, true]);
+      expect(before.gpus.map((g) => g.faults?.length ?? 0)).toEqual(
+        earlierBoot.includes(XID_149) ? [1, 0, 1] : [1, 1, 0],
+      );
+      expect(before.problems).toEqual([]);
+      expect(tracker.stats().earlierBootFaults).toBe(2);
+      // This boot's own Xid 120 on that GPU: the fault acts again, dated from its stamp.
+      const again = "[ 1900.000001] NVRM: Xid (PCI:0000:06:00): 120, GSP task exception";
+      expect(tracker.add(again, true).map((e) => [e.kind, e.fault.action, e.live])).toEqual([
+        ["opened", "reset-gpu", true],
+      ]);
+      const xid120 = tracker.faults().find((f) => f.code === 120)!;
+      expect([xid120.action, xid120.count, xid120.lastSeenUnixMs]).toEqual([
+        "reset-gpu",
+        2,
+        boot + 1_900_000,
+      ]);
+      expect(applyKernelFaults(gpus, [xid120]).gpus.map((g) => g.healthy)).toEqual([
+        false,
+        true,
+        true,
+      ]);
+      expect(tracker.stats().earlierBootFaults).toBe(1);
+    },
+  );
+
   it("a single boot, printed again by a restarted `dmesg -w`, has no boundary: dated and live as before", () => {
     const { tracker, boot } = trackerUp(30 * DAY_MS);
     const start = [HOST_BRIDGE, NET, NVSWITCH, LINK];

@@ -812,6 +812,11 @@ export interface KernelFaultTrackerStats {
    * restarting): faults read before the last one are an earlier boot's.
    */
   bootBoundaries: number;
+  /**
+   * Faults held now whose last record is an earlier boot's: reported with action `ignore` (see
+   * {@link KernelFaultTracker}). A gauge, not a counter.
+   */
+  earlierBootFaults: number;
 }
 
 /**
@@ -835,7 +840,11 @@ export interface KernelFaultTrackerStats {
  * (then at once). Until they tell, records are not live. At a new boot, every fault read before
  * it is an earlier boot's: its times move to `bootTimeMs` at the latest (it happened before this
  * boot began), its records count no more toward this boot's highest stamp, and this boot's first
- * record of it opens a new burst (`opened`). Only the last boot in the log is dated from
+ * record of it opens a new burst (`opened`). A text-log fault whose last record is an earlier
+ * boot's (past this boot's uptime, or before a boundary) is reported with action `ignore`, no
+ * boot id and its catalog action in the description ({@link earlierBootNote}): the reboot reset
+ * the GPUs, so it takes no GPU out and drains no node on this boot (counted in
+ * `earlierBootFaults`); this boot's next record of it acts again. Only the last boot in the log is dated from
  * `bootTimeMs` plus its stamps. A record read live before the boundary that shows it to be an
  * earlier boot's (appended to a FIFO, or a rotated file, in one go) was reported live already:
  * only its times move. kmsg-format records (`/dev/kmsg`, one boot) are not looked at.
@@ -1083,16 +1092,17 @@ export function createKernelFaultTracker(
   const fallenOff = new WeakSet<ParsedXid>();
   // Origins of faults restored from saved state that no record of the log backs.
   const restoredOrigins = new WeakSet<ParsedXid>();
-  const stats: Omit<KernelFaultTrackerStats, "evicted" | "evictedUnhealthy"> = {
-    records: 0,
-    truncated: 0,
-    ignoredFacility: 0,
-    deduped: 0,
-    faultRecords: 0,
-    replayed: 0,
-    restored: 0,
-    bootBoundaries: 0,
-  };
+  const stats: Omit<KernelFaultTrackerStats, "evicted" | "evictedUnhealthy" | "earlierBootFaults"> =
+    {
+      records: 0,
+      truncated: 0,
+      ignoredFacility: 0,
+      deduped: 0,
+      faultRecords: 0,
+      replayed: 0,
+      restored: 0,
+      bootBoundaries: 0,
+    };
   let pending: PendingRecord | undefined;
   // Stamp and text of the NVRM/SXid records read (newest kept), and the highest stamp read.
   const stamped = new Set<string>();
@@ -1149,11 +1159,27 @@ export function createKernelFaultTracker(
     }
   };
 
+  /**
+   * Whether the fault's last record is an earlier boot's. Text logs only: a kmsg record (it
+   * opens its fault with a seq) is always this boot's.
+   */
+  const isEarlierBoot = (fault: XidFault) =>
+    fault.originSeq === undefined && earlierBootKeys.has(fault.key);
   const convert = (fault: XidFault): GpuFault => {
+    const earlier = isEarlierBoot(fault);
     const converted = xidFaultToGpuFault(fault, {
       fallenOffBus: fallenOff.has(fault.origin),
-      ...(options.bootId === undefined ? {} : { bootId: options.bootId }),
+      // An earlier boot's fault is not this boot's: its boot id is unknown.
+      ...(options.bootId === undefined || earlier ? {} : { bootId: options.bootId }),
     });
+    if (earlier) {
+      // The reboot reset the GPUs: reported for history, never taking a GPU out on this boot.
+      return {
+        ...converted,
+        action: "ignore",
+        description: `${converted.description} ${earlierBootNote(fault.action)}`,
+      };
+    }
     return restoredOrigins.has(fault.origin)
       ? { ...converted, description: `${converted.description} ${RESTORED_NOTE}` }
       : converted;
@@ -1390,9 +1416,19 @@ export function createKernelFaultTracker(
     },
     stats() {
       const ev = aggregator.evictions();
-      return { ...stats, evicted: ev.total, evictedUnhealthy: ev.unhealthy };
+      const earlierBootFaults = aggregator.faults().filter(isEarlierBoot).length;
+      return { ...stats, evicted: ev.total, evictedUnhealthy: ev.unhealthy, earlierBootFaults };
     },
   };
+}
+
+/**
+ * Appended to the description of a fault whose records are all an earlier boot's (see
+ * {@link KernelFaultTracker}), naming the catalog action it had: `(earlier boot: catalog
+ * action reset-gpu, not taken on this boot; the reboot reset the GPU)`.
+ */
+export function earlierBootNote(catalogAction: FaultAction): string {
+  return `(earlier boot: catalog action ${catalogAction}, not taken on this boot; the reboot reset the GPU)`;
 }
 
 /** Appended to the description of a fault that came back from saved state. */
