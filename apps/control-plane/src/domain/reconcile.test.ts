@@ -389,6 +389,29 @@ describe("planReconcile: rolling updates", () => {
     expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n1@r2"]);
   });
 
+  it("on a full fleet the dip lets go a replica whose GPUs can take the replacement", () => {
+    // Both wait (maxSurge 2); chat-0 longest, but on a cordoned node: its GPUs take no new
+    // replica.
+    const v2 = spec({ replicas: 2, revision: 2, extraArgs: ["--enforce-eager"], maxSurge: 2 });
+    const full = [testNode("n1", { gpus: 2, cordoned: true }), testNode("n2", { gpus: 2 })];
+    const p = plan({
+      specs: [v2],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: full,
+    });
+    expect(leaving(p)).toEqual(["chat-0:waiting", "chat-1:draining"]);
+    expect(p.dips[0]?.message).toMatch(/chat-1 drains first/);
+    const next = plan({
+      specs: [v2],
+      older: [v1],
+      placements: p.keep,
+      nodes: full,
+      drained: ["chat-1"],
+    });
+    expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n2@r2"]);
+  });
+
   it("sameLaunch ignores what does not reach the engine, and sees what does", () => {
     expect(sameLaunch(v1, spec({ revision: 5, replicas: 9, priority: 3, maxSurge: 2 }))).toBe(true);
     expect(sameLaunch(v1, v2)).toBe(false);

@@ -375,6 +375,10 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       { missing: u.missingReplicas, reasons: u.reasons },
     ]),
   );
+  /** Nodes new replicas may land on: ready, neither cordoned nor draining. */
+  const schedulableNodes = new Set(
+    input.nodes.filter((n) => n.state === "ready" && !n.cordoned && !n.draining).map((n) => n.id),
+  );
   // Only deployments with a waiting replica have a step to take.
   const stepping = new Set<string>();
   for (const p of kept.values()) if (p.retirement?.phase === "waiting") stepping.add(p.deployment);
@@ -418,7 +422,16 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       serving -= 1;
       advanced = true;
     }
-    const stuck = waiting.find((p) => kept.get(p.replicaId)?.retirement?.phase === "waiting");
+    // A dip lets go first a replica whose GPUs can take the replacement: one on a node that is
+    // cordoned or draining (or down) frees nothing a new replica may use, and the next plan was
+    // stuck again, one replica less. Only when every waiting one is such (a node drain) does
+    // one of them go.
+    const stillWaiting = waiting.filter(
+      (p) => kept.get(p.replicaId)?.retirement?.phase === "waiting",
+    );
+    const stuck =
+      stillWaiting.find((p) => p.ranks.every((r) => schedulableNodes.has(r.nodeId))) ??
+      stillWaiting[0];
     const blocked = unschedulable.get(name)?.reasons;
     // Only room is worth a dip: a replacement that fits nowhere (a GPU class no node has, more
     // GPUs than a node holds) fits no better on the GPUs a drained replica frees, and draining
