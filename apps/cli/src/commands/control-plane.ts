@@ -70,12 +70,14 @@ Options:
                               holds two, one for its load stream); keep both caps
                               together below the process's open-file limit
   --max-connections-per-address N
-                              open public connections from one client address
-                              (default 1024; behind a load balancer, which is one
-                              address for every client, raise it to --max-connections)
+                              open public connections from one client address, an
+                              IPv6 client by its /64 (default 1024; behind a load
+                              balancer, which is one address for every client, raise it
+                              to --max-connections)
   --max-control-connections-per-address N
-                              open control connections from one client address
-                              (default 1024, so one address cannot lock out the others)
+                              open control connections from one client address (IPv6:
+                              its /64; default 1024, so one address cannot lock out the
+                              others)
   --max-nodes N               nodes held at most; a Register that would add one more is
                               refused (default 10000)
 

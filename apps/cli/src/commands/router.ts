@@ -59,9 +59,9 @@ Listeners:
   --keep-alive-timeout D    idle keep-alive connections close after this (default 5s)
   --max-connections N       open connections at once (default 4096)
   --max-connections-per-address N
-                            open connections from one client address (default 1024; behind
-                            a load balancer, one address for every client, raise it to
-                            --max-connections)
+                            open connections from one client address, an IPv6 client by
+                            its /64 (default 1024; behind a load balancer, one address for
+                            every client, raise it to --max-connections)
   --shutdown-grace D        how long a stop lets in-flight requests finish (default 10s)
 
 Requests:
