@@ -245,7 +245,8 @@ describe("an agent that stops its engines leaves the cluster first", () => {
     const [enginePid] = h.pids as [number];
     const report = await h.agent.close({ stopEngines: true });
     expect(report).toMatchObject({ outcome: "timed-out", replicasPlaced: 1, replicasLeft: 1 });
-    expect(report?.durationMs).toBeGreaterThanOrEqual(400);
+    // Node fires a 400 ms timer on its own millisecond clock; Date.now() can read 399 ms of it.
+    expect(report?.durationMs).toBeGreaterThanOrEqual(399);
     expect(alive(enginePid)).toBe(false);
     expect(h.leaveLines()).toEqual([
       "info leaving the cluster: the control plane drains 1 replica(s) off this node before its engines stop (at most 0.4 s)",
