@@ -98,5 +98,10 @@ describe("ReplicaManager load scraping", () => {
       load: { running: 0, kvCacheUsage: 0, prefixCacheHitRate: 61216 / 123362 },
       scrapedAtMs: expect.any(Number),
     });
+    // The heartbeat's status carries the scrape its load came from, to be ordered by it.
+    const sample = manager.loadSamples()[0];
+    expect(manager.statuses()[0]?.loadScrapedAtUnixMs).toBe(
+      BigInt(Math.round(sample?.scrapedAtMs ?? Number.NaN)),
+    );
   });
 });

@@ -859,6 +859,10 @@ export class ReplicaManager {
             : undefined,
           logTail: failure ? failure.tail.slice(-40).map(redact) : [],
           load: m.load ? create(EngineLoadSchema, m.load) : undefined,
+          // The scrape that load (or its absence, a failed scrape) came from, which orders it
+          // against the load reports at the control plane.
+          loadScrapedAtUnixMs:
+            m.loadScrapedAtMs === undefined ? undefined : BigInt(Math.round(m.loadScrapedAtMs)),
           message: redact(failure ? this.#failureMessage(m.key, failure.reason) : m.message),
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
           specHash: m.specHash,

@@ -41,6 +41,9 @@ export function rankStatusFromProto(s: ReplicaStatus): RankStatus {
         }),
     logTail: s.logTail.length === 0 ? NO_LINES : s.logTail,
     ...(s.load === undefined ? {} : { load: engineLoadFromProto(s.load) }),
+    ...(s.loadScrapedAtUnixMs === undefined
+      ? {}
+      : { loadScrapedAtMs: Number(s.loadScrapedAtUnixMs) }),
     message: s.message,
     specHash: s.specHash,
     revision: Number(s.revision),

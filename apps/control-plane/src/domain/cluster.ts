@@ -48,6 +48,7 @@ import type {
   RolloutRecord,
 } from "../store/types.js";
 import {
+  AGENT_LIMITS,
   gpuIndexProblem,
   portsWithinRange,
   validateAdvertiseAddress,
@@ -1391,13 +1392,21 @@ export class Cluster {
 
   /**
    * Takes the load of the replicas whose rank 0 `node` runs from their accepted statuses
-   * (absent there: unknown now), stamped `atMs`.
+   * (absent there: unknown now), stamped `atMs`, ordered against the node's load reports by
+   * the scrape it came from. A scrape time more than a day from this clock orders nothing (a
+   * load report with one is refused; a heartbeat is not refused for it) and the load is taken
+   * as it arrives.
    */
   #ingestLoads(node: LiveNode, atMs: number): void {
     for (const s of node.statuses.values()) {
       if (s.rank !== 0 || this.#placements.get(s.replicaId)?.ranks[0]?.nodeId !== node.record.id)
         continue;
-      this.#loads.apply(node.record.id, s.replicaId, s.load ?? UNKNOWN_LOAD, atMs);
+      const scraped = s.loadScrapedAtMs;
+      const scrapedAtMs =
+        scraped !== undefined && Math.abs(scraped - atMs) <= AGENT_LIMITS.scrapedAtSkewMs
+          ? scraped
+          : undefined;
+      this.#loads.apply(node.record.id, s.replicaId, s.load ?? UNKNOWN_LOAD, atMs, scrapedAtMs);
     }
   }
 

@@ -94,8 +94,9 @@ export class ReplicaLoads {
    * a slower connection (an equal time is a re-send of that scrape, and taken). Times from
    * different nodes are never compared. One older by more than {@link LATE_SCRAPE_MAX_MS} is
    * no late report but the agent's clock stepped back, and is taken: else the node's load
-   * would stop until its clock caught up. A heartbeat's load has none, and is taken as it
-   * arrives.
+   * would stop until its clock caught up. A heartbeat's load carries the scrape it came from
+   * too, so a heartbeat held up behind a newer load report does not overwrite it; from an
+   * older agent it has none, and is taken as it arrives.
    */
   apply(
     nodeId: string,

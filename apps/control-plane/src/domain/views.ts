@@ -36,6 +36,8 @@ export interface RankStatus {
   readonly logTail: readonly string[];
   /** Rank 0's load; undefined: not reported. */
   readonly load?: ReplicaLoad;
+  /** When the agent scraped `load` (its clock); undefined: an older agent, or no scrape. */
+  readonly loadScrapedAtMs?: number;
   readonly message: string;
   /** Hash of the launch spec the engine runs. */
   readonly specHash: string;

@@ -498,6 +498,44 @@ describe("the order of a node's load reports", () => {
       running: 6,
     });
   });
+
+  it("orders a heartbeat's load against the load reports by the scrape it came from", async () => {
+    const f = await setup();
+    const id = f.servedBy(f.a.nodeId);
+    const scrapedAt = clock.now();
+    const beat = (running: number, loadScrapedAtUnixMs: bigint) =>
+      f.client.heartbeat(
+        {
+          nodeId: f.a.nodeId,
+          replicas: [
+            create(ReplicaStatusSchema, {
+              replicaId: id,
+              rank: 0,
+              state: ReplicaState.READY,
+              apiPort: 8000,
+              load: { running },
+              loadScrapedAtUnixMs,
+            }),
+          ],
+        },
+        { headers: f.a.auth },
+      );
+    const load = () => f.cluster.routingMembership().replicas.find((r) => r.id === id)?.load;
+    await send(f, "stream", [f.report(id, { running: 9 }, scrapedAt)]);
+    clock.advance(300);
+    // A heartbeat built before that scrape, delivered after it: the report's load stands.
+    await beat(1, BigInt(scrapedAt - 500));
+    expect(load()).toEqual({ running: 9 });
+    // One carrying a newer scrape is taken, and then orders the reports in turn.
+    await beat(5, BigInt(scrapedAt + 200));
+    expect(load()).toEqual({ running: 5 });
+    await send(f, "call", [f.report(id, { running: 7 }, scrapedAt + 100)]);
+    expect(load()).toEqual({ running: 5 });
+    // A scrape time more than a day off orders nothing: the heartbeat is answered and its
+    // load taken as it arrives.
+    await beat(3, BigInt(scrapedAt - AGENT_LIMITS.scrapedAtSkewMs - 1));
+    expect(load()).toEqual({ running: 3 });
+  });
 });
 
 describe("AgentService.Heartbeat answers", () => {
