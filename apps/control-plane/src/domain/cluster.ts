@@ -603,10 +603,14 @@ export class Cluster {
   /**
    * In-progress rollouts whose new revision has had replicas that cannot be placed since
    * `sinceMs`, with `serving` of its replicas serving then (one more restarts the count): by
-   * deployment name. Memory only: a new leader counts afresh from its first reconcile, so a
-   * stalled rollout waits at most one more deadline.
+   * deployment name. `freeing` while an older replica drains: no count then (see
+   * {@link #trackStalled}). Memory only: a new leader counts afresh from its first reconcile,
+   * so a stalled rollout waits at most one more deadline.
    */
-  readonly #stalled = new Map<string, { revision: number; sinceMs: number; serving: number }>();
+  readonly #stalled = new Map<
+    string,
+    { revision: number; sinceMs: number; serving: number; freeing: boolean }
+  >();
   /** What happened, in the store's bounded log. */
   readonly events: EventLog;
   /** The API keys routers check. */
@@ -2611,6 +2615,7 @@ export class Cluster {
     return (
       deadlineMs > 0 &&
       stalled !== undefined &&
+      !stalled.freeing &&
       stalled.revision === this.#deployments.get(name)?.spec.revision &&
       now - stalled.sinceMs >= deadlineMs
     );
@@ -2646,9 +2651,14 @@ export class Cluster {
     const older = new Set<string>();
     /** Placed replicas of the current revision, serving or not. */
     const placed = new Map<string, number>();
+    /** Deployments with an older replica draining: room for the new revision is coming. */
+    const freeing = new Set<string>();
     for (const p of this.#placements.values()) {
       const d = this.#deployments.get(p.deployment);
-      if (d !== undefined && d.spec.revision !== p.revision) older.add(p.deployment);
+      if (d !== undefined && d.spec.revision !== p.revision) {
+        older.add(p.deployment);
+        if (p.retirement?.phase === "draining") freeing.add(p.deployment);
+      }
       if (p.retirement !== undefined || d?.spec.revision !== p.revision) active.add(p.deployment);
       else {
         placed.set(p.deployment, (placed.get(p.deployment) ?? 0) + 1);
@@ -2673,7 +2683,7 @@ export class Cluster {
         active.add(name);
     }
     this.#active = active;
-    this.#trackStalled(serving, older, now);
+    this.#trackStalled(serving, older, freeing, now);
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress") continue;
@@ -2714,11 +2724,16 @@ export class Cluster {
    * Starts, restarts or ends the progress count of each in-progress rollout
    * ({@link #stalled}) from the plan's unplaced replicas and the new revision's serving ones.
    * Only while replicas of an older revision are still placed (`older`): once none is, going
-   * back would place no more than going on.
+   * back would place no more than going on. While one of them drains (`freeing`: a dip, or
+   * one `maxUnavailable` lets go) there is no count, and it starts over when the drain ends:
+   * room is coming, as slowly as its engine finishes what it runs (at most its
+   * `drainTimeoutSeconds`, which may be longer than the deadline), and a rollback meanwhile
+   * would undo the update for want of room that is on its way.
    */
   #trackStalled(
     serving: ReadonlyMap<string, number>,
     older: ReadonlySet<string>,
+    freeing: ReadonlySet<string>,
     now: number,
   ): void {
     for (const d of this.#deployments.values()) {
@@ -2735,8 +2750,20 @@ export class Cluster {
       }
       const count = serving.get(name) ?? 0;
       const stalled = this.#stalled.get(name);
-      if (stalled === undefined || stalled.revision !== d.spec.revision || count > stalled.serving)
-        this.#stalled.set(name, { revision: d.spec.revision, sinceMs: now, serving: count });
+      const draining = freeing.has(name);
+      if (
+        stalled === undefined ||
+        stalled.revision !== d.spec.revision ||
+        count > stalled.serving ||
+        draining ||
+        stalled.freeing
+      )
+        this.#stalled.set(name, {
+          revision: d.spec.revision,
+          sinceMs: now,
+          serving: count,
+          freeing: draining,
+        });
       else stalled.serving = count;
     }
   }

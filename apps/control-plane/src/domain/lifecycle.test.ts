@@ -522,6 +522,110 @@ describe("a rolling update that cannot place its new revision", () => {
       "every placed replica runs revision 2; 1 cannot be placed",
     ]);
   });
+  it("on a full mixed fleet, of a deployment that names no GPU class, completes by dips", () => {
+    // Both H100 nodes full (no-free-gpus), the L40S node too small for a replica
+    // (exceeds-node): each old replica's GPUs, once freed, take its replacement.
+    const s = setup(["node-a", "node-b"], "2xh100-80g");
+    const { cluster, ids, beat, kinds } = s;
+    ids.push(
+      cluster.register({
+        inventory: simulateInventory("1xl40s-45g", {
+          hostname: "node-c",
+          addresses: ["10.0.0.3"],
+          nowMs: clock.now(),
+        }),
+        advertiseAddress: "10.0.0.3",
+        replicas: [],
+      }).nodeId,
+    );
+    const wait = (ms: number) => {
+      for (let left = ms; left > 0; left -= 30_000) {
+        clock.advance(Math.min(30_000, left));
+        beat();
+        cluster.tick();
+      }
+    };
+    const mixed = { replicas: 2, gpuClass: undefined, tensorParallel: 2, nodesPerReplica: 1 };
+    cluster.applyDeployment(spec(mixed));
+    beat();
+    expect(cluster.deploymentStatus("chat").readyReplicas).toBe(2);
+    cluster.applyDeployment(spec({ ...mixed, extraArgs: ["--seed", "2"] }));
+    for (let i = 0; i < 6; i++) {
+      wait(30_000);
+      clock.advance(DRAIN_SETTLE_MS);
+      for (const r of cluster.listReplicas())
+        if (r.retirement?.phase === "draining")
+          cluster.reportInFlight("r1", {
+            epoch: "e1",
+            stateVersion: i + 1,
+            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
+          });
+    }
+    wait(2 * DEADLINE);
+    expect(kinds()).toContain("deployment.capacity-dip");
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    const status = cluster.deploymentStatus("chat");
+    expect([status.spec.revision, status.rollout?.state, status.readyReplicas]).toEqual([
+      2,
+      "complete",
+      2,
+    ]);
+    expect(s.replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2", "@r2"]);
+  });
+
+  it("does not roll back while a dip's replica drains for longer than the deadline", () => {
+    // One node, full: the update dips one replica, whose engine stays busy for 25 minutes
+    // (its drain timeout is 30). The room is coming all that time; the deadline counts no
+    // progress from when it came.
+    const s = setup(["node-a"], "2xh100-80g");
+    const { cluster, beat, kinds } = s;
+    const busy = new Set<string>();
+    const wait = (ms: number) => {
+      for (let left = ms; left > 0; left -= 30_000) {
+        clock.advance(Math.min(30_000, left));
+        const load: Record<string, { running: number }> = {};
+        for (const r of cluster.listReplicas())
+          if (r.retirement?.phase === "draining") {
+            busy.add(r.replicaId);
+            load[r.replicaId] = { running: 1 };
+          }
+        beat({}, load);
+        cluster.tick();
+      }
+    };
+    const chat = { replicas: 2, drainTimeoutSeconds: 1800 };
+    cluster.applyDeployment(spec(chat));
+    beat();
+    expect(cluster.deploymentStatus("chat").readyReplicas).toBe(2);
+    cluster.applyDeployment(spec({ ...chat, extraArgs: ["--seed", "2"] }));
+    wait(25 * 60_000);
+    expect(kinds()).toContain("deployment.capacity-dip");
+    expect(busy.size).toBe(1);
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
+    // The engine goes idle: the drain ends and the update goes on.
+    for (let i = 0; i < 6; i++) {
+      clock.advance(30_000);
+      beat();
+      cluster.tick();
+      clock.advance(DRAIN_SETTLE_MS);
+      for (const r of cluster.listReplicas())
+        if (r.retirement?.phase === "draining")
+          cluster.reportInFlight("r1", {
+            epoch: "e1",
+            stateVersion: i + 1,
+            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
+          });
+    }
+    expect(kinds()).not.toContain("deployment.rolled-back");
+    const status = cluster.deploymentStatus("chat");
+    expect([status.spec.revision, status.rollout?.state, status.readyReplicas]).toEqual([
+      2,
+      "complete",
+      2,
+    ]);
+  });
+
   it("rolls back to the previous spec once the deadline passes, and not before", () => {
     const { cluster, replicas, kinds, wait } = stalled();
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");

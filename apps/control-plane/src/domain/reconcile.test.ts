@@ -287,6 +287,19 @@ describe("planReconcile: make before break", () => {
     expect(p.dips[0]?.message).toMatch(/no room for a replacement .*chat-0 drains first, 1 of 2/);
   });
 
+  it("the dip goes on while another deployment waits for room the freed GPUs do not make", () => {
+    // The freed GPUs are on the draining node: `other` gets none of them.
+    const other = spec({ name: "other", model: "org/other", revision: 1, priority: 1 });
+    const p = plan({
+      specs: [spec({ replicas: 1, revision: 1 }), other],
+      placements: [placed("chat-0", "n1", [0, 1])],
+      nodes: [testNode("n1", { gpus: 2, draining: true, cordoned: true })],
+    });
+    expect(p.unschedulable.get("other")?.missing).toBe(2);
+    expect(leaving(p)).toEqual(["chat-0:draining"]);
+    expect(p.dips).toHaveLength(1);
+  });
+
   it("maxUnavailable lets a replica drain without waiting", () => {
     const p = plan({
       specs: [spec({ replicas: 2, revision: 1, maxUnavailable: 1 })],
@@ -410,6 +423,85 @@ describe("planReconcile: rolling updates", () => {
       drained: ["chat-1"],
     });
     expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n2@r2"]);
+  });
+
+  it("on a full fleet the first replica to wait is one whose GPUs can take the replacement", () => {
+    // maxSurge + maxUnavailable = 1: only one waits, and only it may dip. chat-0 sorts first
+    // but sits on a cordoned node, where its GPUs take no new replica.
+    const full = [testNode("n1", { gpus: 2, cordoned: true }), testNode("n2", { gpus: 2 })];
+    const p = plan({
+      specs: [v2],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: full,
+    });
+    expect(leaving(p)).toEqual(["chat-1:draining"]);
+    expect(p.dips[0]?.message).toMatch(/chat-1 drains first/);
+    const next = plan({
+      specs: [v2],
+      older: [v1],
+      placements: p.keep,
+      nodes: full,
+      drained: ["chat-1"],
+    });
+    expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n2@r2"]);
+  });
+
+  describe("on a mixed fleet, a deployment that names no GPU class", () => {
+    // Full H100 nodes (no-free-gpus) and an L4 node too small for a replica (exceeds-node):
+    // one reason per class, not all of them room.
+    const mixed = [
+      testNode("n1", { gpus: 2 }),
+      testNode("n2", { gpus: 2 }),
+      testNode("l1", { gpus: 1, gpuClass: "l4-24g" }),
+    ];
+    const v1 = spec({ replicas: 2, revision: 1, nodesPerReplica: 1 });
+    const world = {
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: mixed,
+    };
+
+    it("dips when a freed replica's GPUs take the replacement", () => {
+      const v2 = spec({ replicas: 2, revision: 2, nodesPerReplica: 1, extraArgs: ["-x"] });
+      const p = plan({ ...world, specs: [v2] });
+      expect(p.unschedulable.get("chat")?.reasons.map((r) => r.code)).toEqual([
+        "no-free-gpus",
+        "exceeds-node",
+      ]);
+      expect(leaving(p)).toEqual(["chat-0:draining"]);
+      expect(p.dips[0]?.message).toMatch(/no room for a replacement .*chat-0 drains first/);
+      const next = plan({ ...world, specs: [v2], placements: p.keep, drained: ["chat-0"] });
+      expect(next.add.map((a) => `${a.ranks[0]?.nodeId}@r${a.revision}`)).toEqual(["n1@r2"]);
+    });
+
+    it("keeps serving when the replacement would not fit on the freed GPUs either", () => {
+      // Twice the GPUs: more than any node of either class holds.
+      const v2 = spec({ replicas: 2, revision: 2, nodesPerReplica: 1, tensorParallel: 4 });
+      const p = plan({ ...world, specs: [v2] });
+      expect(p.unschedulable.get("chat")?.reasons.map((r) => r.code)).toEqual([
+        "exceeds-node",
+        "exceeds-node",
+      ]);
+      expect(leaving(p)).toEqual(["chat-0:waiting"]);
+      expect(p.dips).toEqual([]);
+    });
+  });
+
+  it("on a full fleet no dip hands the freed GPUs to another deployment waiting for room", () => {
+    // `big` (placed first: higher priority, no preemption) waits for room. Dipping gave it
+    // chat-0's GPUs, then chat-1's on the next step: the update drained chat to nothing.
+    const full = [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })];
+    const big = spec({ name: "big", model: "org/big", replicas: 2, revision: 1, priority: 1 });
+    const p = plan({
+      specs: [v2, big],
+      older: [v1],
+      placements: [placed("chat-0", "n1", [0, 1]), placed("chat-1", "n2", [0, 1])],
+      nodes: full,
+    });
+    expect(p.unschedulable.get("big")?.missing).toBe(2);
+    expect(leaving(p)).toEqual(["chat-0:waiting"]);
+    expect(p.dips).toEqual([]);
   });
 
   it("sameLaunch ignores what does not reach the engine, and sees what does", () => {

@@ -124,7 +124,8 @@ const MOVE = new Set(["node-draining"]);
  *   they break: the leaving replica keeps serving (`waiting`) while its replacement starts,
  *   and drains once enough replicas serve (`replicas − maxUnavailable`). A rolling update
  *   marks at most `maxSurge + maxUnavailable` old replicas at a time. When no replacement can be placed and
- *   none is coming, one replica at a time goes anyway, announced as a capacity dip.
+ *   none is coming, one replica at a time goes anyway where its GPUs would help (see
+ *   {@link dipHelps}), announced as a capacity dip.
  * - A new revision that runs engines the same way (routing policy, limits) keeps its
  *   replicas at that revision, untouched.
  *
@@ -258,6 +259,17 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     return runs !== undefined && sameLaunch(runs, spec);
   }
 
+  /** Nodes new replicas may land on: ready, neither cordoned nor draining. */
+  const schedulableNodes = new Set(
+    input.nodes.filter((n) => n.state === "ready" && !n.cordoned && !n.draining).map((n) => n.id),
+  );
+  /**
+   * 1 when a rank of `p` is on a node that takes no new replica (its GPUs, once freed, take no
+   * replacement), else 0: sorts the replicas worth letting go for room first.
+   */
+  const stranded = (p: PlacementRecord): number =>
+    p.ranks.every((r) => schedulableNodes.has(r.nodeId)) ? 0 : 1;
+
   // 2. Rolling updates: up to maxSurge + maxUnavailable old replicas at a time wait for a
   // replacement (those maxUnavailable allows drain at once, in step 4); old replicas beyond
   // the replica count (scaled down mid-update) drain.
@@ -280,6 +292,11 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
         ),
       );
     }
+    // Those on schedulable nodes wait first (a stable sort: in the order above otherwise).
+    // With no room a waiting one is what a dip lets go (step 4); with maxSurge +
+    // maxUnavailable = 1, one waiting on a cordoned node was its only choice, and its freed
+    // GPUs took no replacement.
+    olds.sort((a, b) => stranded(a) - stranded(b));
     for (const p of olds.splice(0, room)) {
       retire(p, {
         code: "rollout",
@@ -294,6 +311,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   // planned removal turns into a drain and the plan is made again with it held, so that
   // nothing new is placed on GPUs that still serve.
   let result: ScheduleResult | undefined;
+  /** What the last pass asked: a dip's what-if (step 4) asks it again without one replica. */
+  let asked: ScheduleInput | undefined;
   // While preempted replicas drain (holding their GPUs), nothing preempts again: the
   // preemptor waits for them rather than evicting more, in this plan and the next ones.
   let preempted = false;
@@ -303,7 +322,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   for (let pass = 0; pass < 4; pass++) {
     const deployments = schedulerDeployments(input.deployments, oldServing, preempted);
     const placements = pick(kept, fresh);
-    result = input.schedule({
+    asked = {
       nodes: input.nodes,
       deployments,
       placements,
@@ -319,7 +338,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
         }
         return c;
       }),
-    });
+    };
+    result = input.schedule(asked);
     let replanned = false;
     if (result.remove.some((r) => r.reason.code === "preempted")) preempted = true;
     const revised = new Map(result.revised.map((p) => [p.replicaId, p.revision]));
@@ -358,6 +378,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     if (!replanned) break;
   }
   const final = result as ScheduleResult;
+  const finalAsked = asked as ScheduleInput;
 
   // 4. Waiting replicas drain once enough others serve; a deployment that cannot get a
   // replacement lets one go at a time, announced.
@@ -374,10 +395,6 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
       u.deployment,
       { missing: u.missingReplicas, reasons: u.reasons },
     ]),
-  );
-  /** Nodes new replicas may land on: ready, neither cordoned nor draining. */
-  const schedulableNodes = new Set(
-    input.nodes.filter((n) => n.state === "ready" && !n.cordoned && !n.draining).map((n) => n.id),
   );
   // Only deployments with a waiting replica have a step to take.
   const stepping = new Set<string>();
@@ -429,17 +446,17 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     const stillWaiting = waiting.filter(
       (p) => kept.get(p.replicaId)?.retirement?.phase === "waiting",
     );
-    const stuck =
-      stillWaiting.find((p) => p.ranks.every((r) => schedulableNodes.has(r.nodeId))) ??
-      stillWaiting[0];
+    const stuck = stillWaiting.find((p) => stranded(p) === 0) ?? stillWaiting[0];
     const blocked = unschedulable.get(name)?.reasons;
-    // Only room is worth a dip: a replacement that fits nowhere (a GPU class no node has, more
-    // GPUs than a node holds) fits no better on the GPUs a drained replica frees, and draining
-    // them anyway took the deployment down one replica at a time until the rollout's progress
-    // deadline rolled it back.
-    const roomWouldDo =
-      blocked !== undefined && blocked.length > 0 && blocked.every((r) => ROOM_CODES.has(r.code));
-    if (stuck !== undefined && !advanced && !coming && !draining && roomWouldDo) {
+    if (
+      stuck !== undefined &&
+      !advanced &&
+      !coming &&
+      !draining &&
+      blocked !== undefined &&
+      blocked.length > 0 &&
+      dipHelps(input.schedule, finalAsked, final, unschedulable, name, stuck.replicaId)
+    ) {
       const why =
         unschedulable
           .get(name)
@@ -467,6 +484,54 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     unschedulable,
     dips,
   };
+}
+
+/**
+ * Whether letting `stuck` go gets `name` (stuck for want of a replacement) anything, as the
+ * scheduler answers the last plan's input again with the GPUs `stuck` holds free. Asked only
+ * of a deployment with nothing else to do this plan, and not asked where the answer is known:
+ *
+ * - `name` would be placed: yes. One that names no GPU class on a mixed fleet has a reason
+ *   per class (full H100 nodes: no-free-gpus; L4 nodes too small for it: exceeds-node), and
+ *   only the scheduler can tell that the freed GPUs are of a class it fits.
+ * - Not placed, but every reason is room (`ROOM_CODES`): yes, unless another deployment short
+ *   of replicas would be placed on them instead (it goes first: higher priority, larger). The
+ *   next plan gave them to it, the update dipped again, and so drained the deployment down to
+ *   nothing. Room the what-if cannot show is still worth a dip: a node drain (the freed GPUs
+ *   are on the draining node; the replica leaves anyway), a replacement larger than the
+ *   replica (a few dips free enough).
+ * - Otherwise no: a replacement that fits nowhere (a GPU class no node has, more GPUs than a
+ *   node holds) fits no better on freed GPUs, and draining them anyway took the deployment
+ *   down one replica at a time until the rollout's progress deadline rolled it back.
+ */
+function dipHelps(
+  schedule: ScheduleFn,
+  asked: ScheduleInput,
+  planned: ScheduleResult,
+  unschedulable: ReadonlyMap<string, { readonly reasons: readonly Reason[] }>,
+  name: string,
+  stuck: string,
+): boolean {
+  const roomOnly = (unschedulable.get(name)?.reasons ?? []).every((r) => ROOM_CODES.has(r.code));
+  // No other deployment is short of replicas: none could go onto the freed GPUs first.
+  if (roomOnly && unschedulable.size === 1) return true;
+  const whatIf = schedule({
+    ...asked,
+    held: asked.held?.filter((p) => p.replicaId !== stuck),
+  });
+  const gained = addedPer(whatIf);
+  if ((gained.get(name) ?? 0) > 0) return true;
+  if (!roomOnly) return false;
+  const added = addedPer(planned);
+  for (const [deployment, n] of gained) if (n > (added.get(deployment) ?? 0)) return false;
+  return true;
+}
+
+/** Replicas a plan adds, by deployment. */
+function addedPer(result: ScheduleResult): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const p of result.add) out.set(p.deployment, (out.get(p.deployment) ?? 0) + 1);
+  return out;
 }
 
 /** The retirement's reason as a scheduler-style reason. */
