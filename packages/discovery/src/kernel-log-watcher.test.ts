@@ -376,6 +376,38 @@ describe("readKernelLogFaults", () => {
     ]);
     expect(report.stats.ignoredFacility).toBe(1);
   });
+
+  it("splits a file of kmsg records from several boots where seq and TS_US restart", async () => {
+    // kmsg records appended to one file at each boot: §1.1's verbatim records (GPUD kmsg.1.log)
+    // and the KDOC header grammar around verbatim §1.3 messages. The earlier boot's Xid 79 takes
+    // nothing out on this boot; this boot's Xid 31, at a seq the earlier boot had read already,
+    // is dated from its stamp and acts.
+    const file = path.join(tempDir(), "kmsg.txt");
+    const earlierBoot = [
+      "6,339,5140900,-;NET: Registered protocol family 10",
+      "6,3964,206764307,-;nvidia-nvswitch2: open (major=510)",
+      `4,3970,219470994,-;${XID_79}`,
+      "6,3973,227986636,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready",
+    ];
+    const thisBoot = [
+      "6,339,5140900,-;NET: Registered protocol family 10",
+      `4,3800,365969681,-;${XID_31.slice("[  365.969681] ".length)}`,
+    ];
+    writeFileSync(file, `${[...earlierBoot, ...thisBoot].join("\n")}\n`);
+    const boot = 1_600_000_000_000;
+    const report = await readKernelLogFaults(file, {
+      clock: () => boot + 30 * 86_400_000,
+      bootTimeMs: boot,
+      bootId: "b-1-2-3",
+    });
+    expect(
+      report.faults.map((f) => [f.code, f.action, f.seq, f.firstSeenUnixMs, f.bootId]),
+    ).toEqual([
+      [79, "ignore", 3970, boot, undefined],
+      [31, "restart-engine", 3800, boot + 365_970, "b-1-2-3"],
+    ]);
+    expect(report.stats).toMatchObject({ bootBoundaries: 1, earlierBootFaults: 1, replayed: 0 });
+  });
 });
 
 describe("createKmsgSequence", () => {

@@ -7,6 +7,7 @@ import {
   classifyXid,
   createKernelFaultTracker,
   createXidAggregator,
+  earlierBootNote,
   type KernelFaultEvent,
   type KernelLogRecord,
   MAX_FAULT_EVIDENCE_CHARS,
@@ -1611,6 +1612,130 @@ describe("a text log holding several boots (plain dmesg: since-boot stamps, no w
       [120, 1, boot + 605_633_377],
     ]);
     expect(tracker.stats()).toMatchObject({ replayed: 3, bootBoundaries: 0 });
+  });
+});
+
+describe("a kmsg-format log holding several boots (records saved from /dev/kmsg: seq and TS_US restart)", () => {
+  // §1.1 records, verbatim: the KDOC example (with its key/value lines) and GPUD's kmsg.1.log
+  // capture. The same kernel logs the same first records, same seq and stamp, at each boot.
+  const HOST_BRIDGE = [
+    "7,160,424069,-;pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)",
+    " SUBSYSTEM=acpi",
+    " DEVICE=+acpi:PNP0A03:00",
+  ];
+  const NET = "6,339,5140900,-;NET: Registered protocol family 10";
+  const NVSWITCH = "6,3964,206764307,-;nvidia-nvswitch2: open (major=510)";
+  const LINK = "6,3973,227986636,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready";
+  // The KDOC header grammar (§1.1; seq numbers chosen in order, `4,` warning, `3,` err) around
+  // verbatim §1.3 messages at the stamps dmesg printed for them there: Xid 31 (restart-engine),
+  // the probe message (no fault), Xid 120 and 149 (reset-gpu), and the single-line
+  // fallen-off-bus message (reboot) at the R570 record's stamp.
+  const XID_31 =
+    "4,4100,365969681,-;NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ";
+  const PROBE = "3,4120,1843439662,-;NVRM: The NVIDIA probe routine failed for 1 device(s).";
+  const XID_120 =
+    "4,9000,605633376794,-;NVRM: Xid (PCI:0000:06:00): 120, GSP task exception: store access page fault (cause:0xf) @ pc:0x13ebd80, partition:2#0, task:3";
+  const FALLEN = "3,4050,1843308145,-;NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.";
+  const XID_149 =
+    "4,4300,171167620236,-;NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)";
+  const NOW = 1_700_000_000_000;
+  const DAY_MS = 86_400_000;
+  const BOOT_ID = "0b6b7808-c002-f593-ac86-cd8e57757b94";
+  const trackerUp = (uptimeMs: number) => {
+    const boot = NOW - uptimeMs;
+    const tracker = createKernelFaultTracker({
+      clock: () => NOW,
+      bootTimeMs: boot,
+      bootId: BOOT_ID,
+    });
+    return { tracker, boot };
+  };
+
+  it.each<[string, string[], string[], number]>([
+    [
+      "an unread fault record at a seq the earlier boot covered",
+      [...HOST_BRIDGE, NET, NVSWITCH, XID_31, PROBE, XID_120],
+      [...HOST_BRIDGE, NET, NVSWITCH, LINK, FALLEN],
+      30 * DAY_MS,
+    ],
+    [
+      "the seqs passing the earlier boot's last record without printing it again",
+      [...HOST_BRIDGE, NET, XID_31, PROBE],
+      [...HOST_BRIDGE, NET, NVSWITCH, LINK],
+      30 * DAY_MS,
+    ],
+    [
+      "a stamp past this boot's uptime in the earlier boot (a boundary at once)",
+      [...HOST_BRIDGE, NET, NVSWITCH, XID_31, PROBE, XID_120],
+      [...HOST_BRIDGE, NET, NVSWITCH, LINK, FALLEN],
+      3 * DAY_MS,
+    ],
+  ])(
+    "the earlier boot's faults move before this boot and take nothing out; this boot's act; told by %s",
+    (_, earlierBoot, thisBoot, uptimeMs) => {
+      const { tracker, boot } = trackerUp(uptimeMs);
+      // A file of both boots read at agent start: its backlog, never live.
+      const backlog = [...earlierBoot, ...thisBoot].flatMap((l) => tracker.add(l, false));
+      expect(backlog.every((e) => !e.live)).toBe(true);
+      // This boot's next record: live, though its seq and stamp are below the earlier boot's.
+      expect(tracker.add(XID_149, true).map((e) => [e.fault.code, e.live])).toEqual([[149, true]]);
+      const faults = tracker.faults();
+      const earlier = faults.filter((f) => f.firstSeenUnixMs === boot);
+      expect(earlier.map((f) => [f.code, f.action, f.lastSeenUnixMs, f.bootId])).toEqual(
+        earlierBoot.includes(XID_120)
+          ? [
+              [31, "ignore", boot, undefined],
+              [120, "ignore", boot, undefined],
+            ]
+          : [[31, "ignore", boot, undefined]],
+      );
+      expect(earlier[0]!.description).toBe(
+        `GPU memory page fault ${earlierBootNote("restart-engine")}`,
+      );
+      const own = faults.filter((f) => f.firstSeenUnixMs !== boot);
+      expect(own.map((f) => [f.kind, f.action, f.firstSeenUnixMs, f.bootId])).toEqual([
+        ...(thisBoot.includes(FALLEN)
+          ? [["fallen-off-bus", "reboot", boot + 1_843_308, BOOT_ID]]
+          : []),
+        ["xid", "reset-gpu", boot + 171_167_620, BOOT_ID],
+      ]);
+      expect(tracker.stats()).toMatchObject({
+        bootBoundaries: 1,
+        earlierBootFaults: earlier.length,
+      });
+    },
+  );
+
+  it("a lone kmsg record past the uptime reckoned from the wall clock stays this boot's: only a boundary of seqs tells an earlier boot", () => {
+    // /dev/kmsg holds this boot alone; the uptime (clock less boot time) falls short of its
+    // stamps when the wall clock stepped back after the boot time was read.
+    const { tracker } = trackerUp(3 * DAY_MS);
+    expect(tracker.add(XID_120, true).map((e) => [e.fault.code, e.live])).toEqual([[120, false]]);
+    expect(tracker.faults().map((f) => [f.action, f.bootId])).toEqual([["reset-gpu", BOOT_ID]]);
+    expect(tracker.stats()).toMatchObject({ bootBoundaries: 0, earlierBootFaults: 0 });
+  });
+
+  it("a single boot, read again by a reader that reopened /dev/kmsg, has no boundary: dated, live and acting as before", () => {
+    const { tracker, boot } = trackerUp(30 * DAY_MS);
+    const start = [...HOST_BRIDGE, NET, NVSWITCH, LINK];
+    const later = [XID_31, PROBE];
+    const events = [
+      ...start.flatMap((l) => tracker.add(l, false)),
+      // Reopened, /dev/kmsg starts at its oldest record again (no fault record in it to tell:
+      // the earlier read's last record does), then new records…
+      ...[...start, ...later].flatMap((l) => tracker.add(l, true)),
+      // …and reopened again.
+      ...[...start, ...later, XID_120].flatMap((l) => tracker.add(l, true)),
+    ];
+    expect(events.map((e) => [e.fault.code, e.live, e.fault.firstSeenUnixMs])).toEqual([
+      [31, true, boot + 365_970],
+      [120, true, boot + 605_633_377],
+    ]);
+    expect(tracker.faults().map((f) => [f.code, f.action, f.count, f.seq, f.bootId])).toEqual([
+      [31, "restart-engine", 1, 4100, BOOT_ID],
+      [120, "reset-gpu", 1, 9000, BOOT_ID],
+    ]);
+    expect(tracker.stats()).toMatchObject({ replayed: 2, bootBoundaries: 0, earlierBootFaults: 0 });
   });
 });
 

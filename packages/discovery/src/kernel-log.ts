@@ -754,9 +754,9 @@ export interface KernelFaultEvent {
    * backlog: an agent restart must not act again on an old record (restart engines). A record
    * with a monotonic stamp at or below the highest one read of its boot is never live (a
    * replayed ring buffer); one read before with the same stamp and text produces no event at
-   * all. An earlier boot's record is never live, nor is a text record read after its stamps
-   * stepped back until the lines after it tell a new boot from the ring buffer printed again
-   * (see {@link KernelFaultTracker}).
+   * all. An earlier boot's record is never live, nor is a record read after its stamps (kmsg:
+   * its seq) stepped back until the records after it tell a new boot from the ring buffer
+   * printed again (see {@link KernelFaultTracker}).
    */
   readonly live: boolean;
   /** The fault came back from saved state ({@link KernelFaultTracker.restore}), not from a record; `live` is false. */
@@ -808,8 +808,9 @@ export interface KernelFaultTrackerStats {
   /** Faults put back from saved state that the log no longer held. */
   restored: number;
   /**
-   * Boot boundaries found in a text log that holds several boots (its `[secs.usec]` stamps
-   * restarting): faults read before the last one are an earlier boot's.
+   * Boot boundaries found in a log that holds several boots (a text log's `[secs.usec]` stamps,
+   * or a kmsg-format log's seq, restarting): faults read before the last one are an earlier
+   * boot's.
    */
   bootBoundaries: number;
   /**
@@ -840,15 +841,25 @@ export interface KernelFaultTrackerStats {
  * (then at once). Until they tell, records are not live. At a new boot, every fault read before
  * it is an earlier boot's: its times move to `bootTimeMs` at the latest (it happened before this
  * boot began), its records count no more toward this boot's highest stamp, and this boot's first
- * record of it opens a new burst (`opened`). A text-log fault whose last record is an earlier
- * boot's (past this boot's uptime, or before a boundary) is reported with action `ignore`, no
- * boot id and its catalog action in the description ({@link earlierBootNote}): the reboot reset
- * the GPUs, so it takes no GPU out and drains no node on this boot (counted in
- * `earlierBootFaults`); this boot's next record of it acts again. Only the last boot in the log is dated from
- * `bootTimeMs` plus its stamps. A record read live before the boundary that shows it to be an
- * earlier boot's (appended to a FIFO, or a rotated file, in one go) was reported live already:
- * only its times move. kmsg-format records (`/dev/kmsg`, one boot) are not looked at.
- * Constant memory: the bounds and last line of two runs, and fault keys bounded by `maxFaults`.
+ * record of it opens a new burst (`opened`). A fault whose last record is an earlier boot's (a
+ * text record past this boot's uptime, or any before a boundary) is reported with action
+ * `ignore`, no boot id and its catalog action in the description ({@link earlierBootNote}): the
+ * reboot reset the GPUs, so it takes no GPU out and drains no node on this boot (counted in
+ * `earlierBootFaults`); this boot's next record of it acts again. Only the last boot in the log
+ * is dated from `bootTimeMs` plus its stamps. A record read live before the boundary that shows
+ * it to be an earlier boot's (appended to a FIFO, or a rotated file, in one go) was reported
+ * live already: its event stands (an engine restarted over it stays restarted); from the
+ * boundary on, its fault is dated and reported as above, though no event says so.
+ *
+ * A file of kmsg records (saved from /dev/kmsg across reboots) is split the same way by its seq,
+ * which the kernel numbers from 0 at each boot and never repeats within one: any step back is a
+ * new boot, or a reader that reopened /dev/kmsg printing the buffer again from its oldest record,
+ * told apart as above (the run's last seq printed again with the same record, or an unread
+ * NVRM/SXid record at a seq the run covered). A kmsg record is an earlier boot's only before such
+ * a boundary, not for a stamp past the uptime (which a wall clock stepped back since the boot
+ * time was read also gives): /dev/kmsg itself holds one boot and its watcher never hands a seq
+ * over twice, so none of this touches it. Constant memory: the bounds and last line of two runs
+ * per format, and fault keys bounded by `maxFaults`.
  */
 export interface KernelFaultTracker {
   /** Folds one record in; returns the faults it opened or whose action it changed. Never throws. */
@@ -977,103 +988,132 @@ function hashText(text: string): number {
  */
 const MONOTONIC_STEP_BACK_SLACK_USEC = 1_000_000;
 
-/** A run of text lines whose `[secs.usec]` stamps never step back (one boot, or a replay of it). */
-interface StampRun {
-  startUsec: number;
+/**
+ * A run of records whose places in their boot never step back (one boot, or a replay of it): a
+ * text line's place is its `[secs.usec]` stamp, a kmsg record's its seq.
+ */
+interface BootRun {
+  /** The first place and the highest. */
+  start: number;
+  end: number;
+  /** The highest stamp, µs since boot. */
   maxUsec: number;
-  /** The last line stamped {@link maxUsec}: a replay of the ring buffer prints it again. */
+  /** The last record at {@link end}: a replay of the ring buffer prints it again. */
   lastLine: string;
 }
 
 /** The run after a step back, not yet known to be a new boot. */
-interface NextRun extends StampRun {
+interface NextRun extends BootRun {
   /** It has shown to be the ring buffer printed again (same boot) until it passes the run. */
   replay: boolean;
 }
 
 /**
- * Finds the boot boundaries in a text kernel log from its `[secs.usec]` stamps (dmesg's, or
- * syslog's `kernel: [secs.usec]`), which restart near 0 at each boot. A stamp stepping back
- * means a new boot — or the same boot's ring buffer printed again (a restarted `dmesg -w`, a
- * tool appending `dmesg` once more), which is not a boundary. The lines after the step (the
- * "next" run) tell which: a replay prints again, with the same stamp, the line that ended the
- * run before the step and every NVRM/SXid record in between, so reaching past the run's end
- * without its last line, or an unread fault record inside the stamps the run covered, is a new
- * boot. A run holding a stamp past this boot's uptime is an earlier boot's, so a step back after
- * it is a boundary at once. Constant memory: two runs (their bounds and one line each).
+ * Finds the boot boundaries in a kernel log that holds several boots from where its records
+ * stand in their boot, which restarts near 0 at each: a text log's `[secs.usec]` stamps
+ * (dmesg's, or syslog's `kernel: [secs.usec]`), or the seq of a log of kmsg records (saved from
+ * /dev/kmsg; the kernel numbers a boot's records from 0). A place stepping back means a new boot
+ * — or the same boot's ring buffer printed again (a restarted `dmesg -w`, a reader that reopened
+ * /dev/kmsg and starts at its oldest record, a tool appending `dmesg` once more), which is not a
+ * boundary. The records after the step (the "next" run) tell which: a replay prints again, at
+ * the same place, the record that ended the run before the step and every NVRM/SXid record in
+ * between, so reaching past the run's end without its last record, or an unread fault record
+ * inside the places the run covered, is a new boot. A run holding a stamp past this boot's
+ * uptime is an earlier boot's, so a step back after it is a boundary at once. Constant memory:
+ * two runs (their bounds and one line each).
  */
 interface BootBoundaries {
   /**
-   * One text line stamped `usec`. `seen` (fault records only): its stamp and text were read
-   * before (true), were not (false), or cannot be told (undefined: forgotten).
-   * @returns true when the line is the first of a new boot (everything before it is an earlier
-   *   boot's).
+   * One record at place `at`, stamped `usec`. `seen` (fault records only): its stamp and text
+   * were read before (true), were not (false), or cannot be told (undefined: forgotten).
+   * @returns true when the record is the first of a new boot (everything before it is an
+   *   earlier boot's).
    */
-  observe(usec: number, line: string, seen: boolean | undefined): boolean;
+  observe(at: number, usec: number, line: string, seen: boolean | undefined): boolean;
   /** A step back was seen and it is not yet known whether it started a new boot. */
   undecided(): boolean;
 }
 
-function createBootBoundaries(uptimeUsec: () => number | undefined): BootBoundaries {
-  let run: StampRun | undefined;
+/**
+ * `slack`: how far a place may step back within one boot — {@link MONOTONIC_STEP_BACK_SLACK_USEC}
+ * for stamps, 0 for kmsg seqs, which the kernel hands out one per record, in order.
+ */
+function createBootBoundaries(slack: number, uptimeUsec: () => number | undefined): BootBoundaries {
+  let run: BootRun | undefined;
   let next: NextRun | undefined;
-  const extend = (r: StampRun, usec: number, line: string) => {
-    if (usec >= r.maxUsec) {
-      r.maxUsec = usec;
+  const fresh = (at: number, usec: number, line: string): BootRun => ({
+    start: at,
+    end: at,
+    maxUsec: usec,
+    lastLine: line,
+  });
+  const extend = (r: BootRun, at: number, usec: number, line: string) => {
+    r.maxUsec = Math.max(r.maxUsec, usec);
+    if (at >= r.end) {
+      r.end = at;
       r.lastLine = line;
     }
   };
-  const startBoot = (from: StampRun): true => {
-    run = { startUsec: from.startUsec, maxUsec: from.maxUsec, lastLine: from.lastLine };
+  const startBoot = (from: BootRun): true => {
+    run = { start: from.start, end: from.end, maxUsec: from.maxUsec, lastLine: from.lastLine };
     next = undefined;
     return true;
   };
   return {
-    observe(usec, line, seen) {
+    observe(at, usec, line, seen) {
       if (run === undefined) {
-        run = { startUsec: usec, maxUsec: usec, lastLine: line };
+        run = fresh(at, usec, line);
         return false;
       }
       if (next === undefined) {
-        if (usec >= run.maxUsec - MONOTONIC_STEP_BACK_SLACK_USEC) {
-          extend(run, usec, line);
+        if (at >= run.end - slack) {
+          extend(run, at, usec, line);
           return false;
         }
-        const fresh = { startUsec: usec, maxUsec: usec, lastLine: line };
         const uptime = uptimeUsec();
-        if (uptime !== undefined && run.maxUsec > uptime) return startBoot(fresh);
-        next = { ...fresh, replay: false };
-      } else if (usec < next.maxUsec - MONOTONIC_STEP_BACK_SLACK_USEC) {
+        if (uptime !== undefined && run.maxUsec > uptime) return startBoot(fresh(at, usec, line));
+        next = { ...fresh(at, usec, line), replay: false };
+      } else if (at < next.end - slack) {
         // Stepped back again: the newest run is the one compared with the run before.
-        next = { startUsec: usec, maxUsec: usec, lastLine: line, replay: false };
+        next = { ...fresh(at, usec, line), replay: false };
       } else {
-        extend(next, usec, line);
+        extend(next, at, usec, line);
       }
-      if (usec > run.maxUsec) {
+      if (at > run.end) {
         // Past the end of the run before the step: a replay has caught up and goes on with it;
-        // anything else never printed that run's last line again.
+        // anything else never printed that run's last record again.
         if (!next.replay) return startBoot(next);
-        extend(run, next.maxUsec, next.lastLine);
+        extend(run, next.end, next.maxUsec, next.lastLine);
         next = undefined;
         return false;
       }
       if (next.replay) return false;
-      if ((usec === run.maxUsec && line === run.lastLine) || seen === true) {
+      if ((at === run.end && line === run.lastLine) || seen === true) {
         next.replay = true;
         return false;
       }
       // A fault record the run before would have printed, had this been a replay. (Below the
-      // run's first stamp it may be older than what was read of that boot: undecided.)
-      if (seen === false && usec >= run.startUsec) return startBoot(next);
+      // run's first place it may be older than what was read of that boot: undecided.)
+      if (seen === false && at >= run.start) return startBoot(next);
       return false;
     },
     undecided: () => next !== undefined && !next.replay,
   };
 }
 
-/** The `[secs.usec]` stamp of a text line (no kmsg header) in µs; undefined when it has none. */
-function textStampUsec(line: string): number | undefined {
-  return line.includes("[") ? parseTextLine(line)?.tsUsec : undefined;
+/**
+ * Where a line stands in its boot: the seq and `TS_US` of a kmsg record, or a text line's
+ * `[secs.usec]` stamp in µs; undefined when it has neither.
+ */
+function linePlace(line: string): { seq?: number; usec: number } | undefined {
+  const kmsg = KMSG_HEADER.exec(line);
+  if (kmsg) {
+    const seq = Number(kmsg[2]);
+    const usec = Number(kmsg[3]);
+    return Number.isSafeInteger(seq) && Number.isSafeInteger(usec) ? { seq, usec } : undefined;
+  }
+  const usec = line.includes("[") ? parseTextLine(line)?.tsUsec : undefined;
+  return usec === undefined ? undefined : { usec };
 }
 
 /** Creates a {@link KernelFaultTracker}. */
@@ -1110,16 +1150,20 @@ export function createKernelFaultTracker(
   let highestUsec = -1;
   // The highest stamp forgotten from `stamped`: below it, "not read before" cannot be told.
   let forgottenUsec = -1;
-  // Boot boundaries of a text log. Faults folded since the last boundary (`bootKeys`) become an
-  // earlier boot's at the next one; those folded after a step back that may be a new boot or a
-  // replay wait in `undecidedKeys`, their records not live, the highest of their stamps in
-  // `undecidedUsec`. `earlierBootKeys`: faults whose last record is an earlier boot's, so that
-  // this boot's first record of one opens a new burst (a reboot resets the GPUs).
-  const boots = createBootBoundaries(() =>
+  // Boot boundaries of a text log (its stamps) and of a log of kmsg records (their seqs; never
+  // a step back from /dev/kmsg itself, whose watcher skips a seq read before). Faults folded
+  // since the last boundary (`bootKeys`) become an earlier boot's at the next one; those folded
+  // after a step back that may be a new boot or a replay wait in `undecidedKeys`, their records
+  // not live, the highest of their stamps in `undecidedUsec`. `earlierBootKeys`: faults whose
+  // last record is an earlier boot's, so that this boot's first record of one opens a new burst
+  // (a reboot resets the GPUs).
+  const uptimeUsec = () =>
     options.bootTimeMs === undefined
       ? undefined
-      : (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000,
-  );
+      : (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000;
+  const textBoots = createBootBoundaries(MONOTONIC_STEP_BACK_SLACK_USEC, uptimeUsec);
+  const kmsgBoots = createBootBoundaries(0, uptimeUsec);
+  const undecided = () => textBoots.undecided() || kmsgBoots.undecided();
   let bootKeys = new Set<string>();
   let undecidedKeys = new Set<string>();
   let undecidedUsec = -1;
@@ -1130,7 +1174,7 @@ export function createKernelFaultTracker(
     const held = new Set(aggregator.faults().map((f) => f.key));
     return new Set([...keys].filter((k) => held.has(k)));
   };
-  /** Everything read before this stamped text line was an earlier boot's. */
+  /** Everything read before this record was an earlier boot's. */
   const startBoot = () => {
     stats.bootBoundaries++;
     for (const key of bootKeys) {
@@ -1145,12 +1189,21 @@ export function createKernelFaultTracker(
     highestUsec = undecidedUsec;
     undecidedUsec = -1;
   };
-  /** Feeds a stamped text line to {@link boots} and acts on what it tells. */
-  const observeStamp = (usec: number, line: string, seen: boolean | undefined) => {
-    const wasUndecided = boots.undecided();
-    if (boots.observe(usec, line, seen)) {
+  /**
+   * Feeds a record stamped `usec` to the boot boundaries of its kind (kmsg when it has a `seq`)
+   * and acts on what they tell.
+   */
+  const observePlace = (
+    seq: number | undefined,
+    usec: number,
+    line: string,
+    seen: boolean | undefined,
+  ) => {
+    const wasUndecided = undecided();
+    const boots = seq === undefined ? textBoots : kmsgBoots;
+    if (boots.observe(seq ?? usec, usec, line, seen)) {
       startBoot();
-    } else if (wasUndecided && !boots.undecided()) {
+    } else if (wasUndecided && !undecided()) {
       // The step back was the same boot's ring buffer printed again.
       for (const key of undecidedKeys) bootKeys.add(key);
       undecidedKeys = new Set();
@@ -1160,11 +1213,10 @@ export function createKernelFaultTracker(
   };
 
   /**
-   * Whether the fault's last record is an earlier boot's. Text logs only: a kmsg record (it
-   * opens its fault with a seq) is always this boot's.
+   * Whether the fault's last record is an earlier boot's: a text record past this boot's uptime,
+   * or any record before a boot boundary. Never one read from /dev/kmsg (this boot only).
    */
-  const isEarlierBoot = (fault: XidFault) =>
-    fault.originSeq === undefined && earlierBootKeys.has(fault.key);
+  const isEarlierBoot = (fault: XidFault) => earlierBootKeys.has(fault.key);
   const convert = (fault: XidFault): GpuFault => {
     const earlier = isEarlierBoot(fault);
     const converted = xidFaultToGpuFault(fault, {
@@ -1206,7 +1258,7 @@ export function createKernelFaultTracker(
     const result = aggregator.add(xid, atMs, seq, { newBurst });
     if (earlierBoot) earlierBootKeys.add(faultKey);
     else earlierBootKeys.delete(faultKey);
-    if (boots.undecided()) undecidedKeys = pruned(undecidedKeys.add(faultKey));
+    if (undecided()) undecidedKeys = pruned(undecidedKeys.add(faultKey));
     else bootKeys = pruned(bootKeys.add(faultKey));
     earlierBootKeys = pruned(earlierBootKeys);
     const previous = result.previousAction;
@@ -1283,8 +1335,8 @@ export function createKernelFaultTracker(
         if (!/^[ \t]/.test(line)) {
           pending = undefined;
           // Every stamped line counts for boot boundaries: a new boot's first lines are not NVRM's.
-          const usec = textStampUsec(line);
-          if (usec !== undefined) observeStamp(usec, line, undefined);
+          const place = linePlace(line);
+          if (place !== undefined) observePlace(place.seq, place.usec, line, undefined);
         }
         return out;
       }
@@ -1303,10 +1355,9 @@ export function createKernelFaultTracker(
         return out;
       }
       pending = undefined;
-      const textLine = record.seq === undefined;
       if (record.facility !== undefined && record.facility !== 0) {
         stats.ignoredFacility++;
-        if (textLine && record.tsUsec !== undefined) observeStamp(record.tsUsec, line, undefined);
+        if (record.tsUsec !== undefined) observePlace(record.seq, record.tsUsec, line, undefined);
         return out;
       }
       let recordLive = live;
@@ -1318,9 +1369,9 @@ export function createKernelFaultTracker(
         // boot's record (a new boot's stamps restart near 0, its text is new, so it counts).
         const key = `${record.tsUsec}:${record.message.length}:${hashText(record.message)}`;
         const seen = stamped.has(key) ? true : record.tsUsec <= forgottenUsec ? undefined : false;
-        // A text log may hold several boots: a stamp stepping back may start a new one, and
-        // then everything read before it is an earlier boot's (see createBootBoundaries).
-        if (textLine) observeStamp(record.tsUsec, line, seen);
+        // A log may hold several boots: a stamp (kmsg: a seq) stepping back may start a new one,
+        // and then everything read before it is an earlier boot's (see createBootBoundaries).
+        observePlace(record.seq, record.tsUsec, line, seen);
         if (seen === true) {
           stats.replayed++;
           return out;
@@ -1334,15 +1385,16 @@ export function createKernelFaultTracker(
         stamped.add(key);
         // A stamp past this boot's uptime is an earlier boot's record (a log file holding
         // several boots): never live, and no mark for this boot's records, which a file read
-        // after a reboot holds below the earlier boot's highest stamps. After a step back that
-        // may be a new boot, a record is not live until the lines after it tell (it may be the
-        // ring buffer printed again).
-        earlierBoot =
-          options.bootTimeMs !== undefined &&
-          record.tsUsec > (clock() - options.bootTimeMs + BOOT_TIME_SLACK_MS) * 1000;
-        if (earlierBoot) {
+        // after a reboot holds below the earlier boot's highest stamps. A kmsg record past it is
+        // not live either, but only a boundary makes it an earlier boot's: read from /dev/kmsg,
+        // it is this boot's, past an uptime reckoned from a wall clock that stepped back since
+        // the boot time was read. After a step back that may be a new boot, a record is not live
+        // until the records after it tell (it may be the ring buffer printed again).
+        const pastUptime = record.tsUsec > (uptimeUsec() ?? Number.POSITIVE_INFINITY);
+        earlierBoot = pastUptime && record.seq === undefined;
+        if (pastUptime) {
           recordLive = false;
-        } else if (textLine && boots.undecided()) {
+        } else if (undecided()) {
           recordLive = false;
           undecidedUsec = Math.max(undecidedUsec, record.tsUsec);
         } else if (record.tsUsec <= highestUsec) {
