@@ -19,7 +19,11 @@ export type AttemptResult =
   | { readonly kind: "done" }
   | {
       readonly kind: "failed";
-      /** Nothing reached the replica's engine, or it refused before answering: try another. */
+      /**
+       * No engine works on the request: nothing reached the replica's engine, it refused before
+       * answering, or its connection closed before an answer (see {@link RETRYABLE_CONNECT}).
+       * Try another.
+       */
       readonly retryable: boolean;
       readonly timeout: boolean;
       readonly message: string;
@@ -32,7 +36,11 @@ export type AttemptResult =
       readonly closedUnderUs?: boolean;
     };
 
-/** Failures before any response byte that mean the request never reached an engine's queue. */
+/**
+ * Failures before any response byte after which no engine works on the request: it never
+ * reached an engine's queue, or (written whole: see `Attempt.onRequestSent`) the engine dropped
+ * it with its connection, as one that crashed while it was queued or prefilling does.
+ */
 const RETRYABLE_CONNECT = new Set([
   "ECONNREFUSED",
   "ECONNRESET",
@@ -71,11 +79,11 @@ export class ClientGoneError extends Error {
  * {@link Exchange.attemptEnded} once.
  *
  * The answer relayed: status and `content-type` as the engine sent them (5xx too, counted as a
- * failure for the replica's circuit); a 401 is dropped and the request tried elsewhere. A failure
- * before the head that may have reached the engine (one not retried: its headers timeout) is
- * charged as a request cut short before its first byte, with the GPU time it held. After
- * the first byte, an upstream failure ends an SSE answer with an error event and destroys the
- * socket of any other (its length cannot be met).
+ * failure for the replica's circuit); a 401 is dropped and the request tried elsewhere. A try
+ * that ends before the head though the engine had the request (its headers timeout; a crash, or
+ * the client leaving, after the request was written) adds the GPU time it held to the request's
+ * (see {@link Attempt.onRequestSent}). After the first byte, an upstream failure ends an SSE
+ * answer with an error event and destroys the socket of any other (its length cannot be met).
  */
 export class Attempt implements UpstreamHandler {
   readonly #x: Exchange;
@@ -94,9 +102,12 @@ export class Attempt implements UpstreamHandler {
   #stall: NodeJS.Timeout | undefined;
   #onClientGone: (() => void) | undefined;
   #responding = false;
+  /** undici wrote the whole request to the connection (see {@link onRequestSent}). */
+  #written = false;
   /**
    * The engine had the request though it sent no head: a failure before it that is no refusal
-   * to connect (its headers timeout). Charged as a request cut short, for what it held.
+   * to connect (its headers timeout), or any end after the request was written (see
+   * {@link onRequestSent}). Its GPU time is the request's.
    */
   #heldUnanswered = false;
   /** The engine answered 401: its body is dropped and the request tried elsewhere. */
@@ -201,6 +212,24 @@ export class Attempt implements UpstreamHandler {
   onConnect(abort: (reason: Error) => void): void {
     this.#abortUpstream = abort;
     if (this.#x.signal.aborted) abort(new ClientGoneError());
+  }
+
+  /**
+   * undici's, once the request's last byte is written to the connection (not in
+   * `UpstreamHandler`: undici calls it on a handler that has it). Before it nothing reached the
+   * engine (a refused connection, a request waiting for one); after it, a try that ends without
+   * a head (a reset: the engine crashed while the request was queued or prefilling; the client
+   * left) held the engine until then, and its GPU time is charged.
+   *
+   * The request still gets one usage record, not one per try: a try that held the engine adds
+   * its GPU time to `Exchange.gpuMs` and sets `Exchange.engineHeld`, and `Exchange.finish`
+   * records the tokens of the try that got an answer (a retry's exact counts stand) or, when
+   * none did, charges the request as a stream cut before its first chunk. A pooled connection
+   * the engine had just closed (see {@link CLOSED_UNDER_US}) is reset after the write too: that
+   * try adds the GPU time of about one round trip, and its retry on a new connection answers.
+   */
+  onRequestSent(): void {
+    this.#written = true;
   }
 
   onHeaders(status: number, rawHeaders: Buffer[], resumeUpstream: () => void): boolean {
@@ -344,12 +373,10 @@ export class Attempt implements UpstreamHandler {
             : "reset_before_response";
       metrics.upstreamError(x.model, replicaId, kind);
       log({ event: "upstream_error", replica: replicaId, kind, code, requestId: x.requestId });
-      if (!retryable) {
-        // Not kept from the engine's queue: it held the request (queued or prefilling) until
-        // now, and it is charged as any request cut short before its first byte.
-        this.#heldUnanswered = true;
-        x.settleUsage("", 0);
-      }
+      // Not kept from the engine's queue (not retried), or dropped there after it was written
+      // (retried: an engine that crashed): the engine held the request, queued or prefilling,
+      // until now.
+      if (!retryable || this.#written) this.#heldUnanswered = true;
       this.#settle({
         kind: "failed",
         retryable,
@@ -414,8 +441,11 @@ export class Attempt implements UpstreamHandler {
     const x = this.#x;
     x.core.metrics.clientDisconnect(x.model, this.#sent === 0 ? "before_first_byte" : "streaming");
     this.#verdict = "abandoned";
-    // What was relayed before the client left is paid for (no-op when nothing was).
+    // What was relayed before the client left is paid for (no-op when nothing was). An engine
+    // that had the request and answered nothing yet held it until the upstream was aborted; one
+    // that refused the router's key held nothing.
     if (this.#responding) x.settleUsage(this.#usage.text(), this.#events.count);
+    else if (this.#written && !this.#keyRefused) this.#heldUnanswered = true;
     this.#settle({ kind: "done" });
   }
 
@@ -442,6 +472,7 @@ export class Attempt implements UpstreamHandler {
     if (this.#onDrain !== undefined) x.res.off("drain", this.#onDrain);
     clearTimeout(this.#stall);
     this.#prefillDone();
+    if (this.#heldUnanswered) x.engineHeld = true;
     if (x.core.usage !== undefined) {
       const held = x.core.gpuShares.end(this.#replicaId, this.#gpuMark, performance.now());
       // A try that never reached the engine held nothing there.

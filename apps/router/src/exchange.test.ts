@@ -1,7 +1,7 @@
 /**
  * Exchange and Attempt over a fake upstream dispatcher: each dispatch plays a script of undici's
- * handler callbacks (refused, answered, reset mid-body, hung until aborted), and the client side
- * is a real HTTP server and client on loopback.
+ * handler callbacks (refused, sent, answered, reset mid-body, hung until aborted), and the client
+ * side is a real HTTP server and client on loopback.
  */
 import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -27,6 +27,10 @@ import {
 
 /** One step of a scripted upstream answer, each played on its own turn of the event loop. */
 type Step =
+  /** undici's `onRequestSent`: the request's last byte is written to the connection. */
+  | { readonly sent: true }
+  /** The engine holds the request this long before the next step. */
+  | { readonly waitMs: number }
   | { readonly headers: number; readonly type: string; readonly length?: number }
   | { readonly data: string }
   | { readonly fail: string }
@@ -85,8 +89,11 @@ function codeError(code: string): Error {
   return Object.assign(new Error(`${code} (scripted)`), { code });
 }
 
+/** What undici calls on a handler that has it, past the callbacks `UpstreamHandler` lists. */
+type SentHandler = UpstreamHandler & { onRequestSent?(): void };
+
 /** Plays `script` as undici would: `onConnect`, then each step; an abort ends it in `onError`. */
-async function playScript(script: Script, h: UpstreamHandler, call: Dispatched): Promise<void> {
+async function playScript(script: Script, h: SentHandler, call: Dispatched): Promise<void> {
   h.onConnect((reason) => {
     if (call.ended) return;
     call.abortedWith = reason;
@@ -96,7 +103,11 @@ async function playScript(script: Script, h: UpstreamHandler, call: Dispatched):
   for (const step of script) {
     await turn();
     if (call.ended) return;
-    if ("headers" in step) {
+    if ("sent" in step) {
+      h.onRequestSent?.();
+    } else if ("waitMs" in step) {
+      await new Promise((resolve) => setTimeout(resolve, step.waitMs));
+    } else if ("headers" in step) {
       const headers: Record<string, string> = { "content-type": step.type };
       if (step.length !== undefined) headers["content-length"] = String(step.length);
       h.onHeaders(step.headers, raw(headers), () => {});
@@ -127,6 +138,7 @@ const OK_BODY = JSON.stringify({
 });
 
 const KEY = "sk-exchange";
+/** Two GPUs each: a request alone on one holds 2 GPU-ms a millisecond. */
 const replicas: ReplicaRoute[] = [
   {
     id: "a",
@@ -134,8 +146,16 @@ const replicas: ReplicaRoute[] = [
     state: "ready",
     capacity: 4,
     apiKey: "ek-a",
+    gpus: 2,
   },
-  { id: "b", baseUrl: "http://b.invalid:8000", state: "ready", capacity: 4, apiKey: "ek-b" },
+  {
+    id: "b",
+    baseUrl: "http://b.invalid:8000",
+    state: "ready",
+    capacity: 4,
+    apiKey: "ek-b",
+    gpus: 2,
+  },
 ];
 
 interface Harness {
@@ -495,22 +515,51 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     await expectAdmittedAgain(h);
   });
 
-  it("charges nothing for a request whose client left before any answer", async () => {
-    const h = await harness({}, { tpm: 400 });
-    h.upstreams.play([]);
+  /** A stream request whose client leaves when `leave()` is called (resolved once it has). */
+  const leavable = (h: Harness) => {
     const controller = new AbortController();
     const gone = fetch(`${h.url}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${KEY}`, "content-type": JSON_TYPE },
       body: chatBody(true),
       signal: controller.signal,
-    }).catch(() => undefined);
+    }).then(
+      (res) => res.text(),
+      () => undefined,
+    );
+    return {
+      leave: async () => {
+        controller.abort();
+        await gone.catch(() => undefined);
+      },
+    };
+  };
+
+  it.each([
+    { when: "before it was sent upstream: charged nothing", script: [], charged: false },
+    {
+      when: "after it was sent: its reservation kept, as a cut stream's",
+      script: [{ sent: true }],
+      charged: true,
+    },
+  ] as const)("settles the tpm of a client that left $when", async ({ script, charged }) => {
+    const h = await harness({}, { tpm: 400 });
+    h.upstreams.play(script);
+    const request = leavable(h);
     await waitFor(() => h.upstreams.dispatched.length === 1, "the dispatch");
-    controller.abort();
-    await gone;
+    await request.leave();
     await waitFor(() => h.upstreams.dispatched[0]?.abortedWith !== undefined, "the abort");
     await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
-    await expectAdmittedAgain(h);
+    if (!charged) {
+      await expectAdmittedAgain(h);
+      return;
+    }
+    // ~260 tokens of 400 kept: the next request's ~260 do not fit.
+    h.upstreams.play(answer(200, OK_BODY)); // its answer, were it admitted
+    const next = await send(h);
+    expect(next.status).toBe(429);
+    expect(next.headers.get("x-llmgw-limit")).toBe("key-tpm");
+    await next.text();
   });
 
   it.each([400, 503])(
@@ -595,6 +644,113 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     expect(next.headers.get("x-llmgw-limit")).toBe("key-tpm");
     await next.text();
   });
+
+  it("charges a client that left after its request was sent as a stream cut before its first chunk, with the GPU time held; one that left while queued, nothing", async () => {
+    const usage = new UsageLedger();
+    const promptTokens = await cutBeforeFirstChunk(usage);
+    const h = await harness({}, { usage });
+    // One replica with room for one: a second request waits in admission.
+    h.routes.update("m", {
+      deployment: "m",
+      policy: "llmgw",
+      loading: false,
+      replicas: [{ ...(replicas[0] as ReplicaRoute), capacity: 1 }],
+    });
+    h.upstreams.play([{ sent: true }]);
+    const held = leavable(h);
+    await waitFor(() => h.upstreams.dispatched.length === 1, "the dispatch");
+    const dispatchedBy = performance.now();
+    const queued = leavable(h);
+    await waitFor(() => h.core.admission.stats("m").queued === 1, "the second request queued");
+    await queued.leave();
+    await waitFor(() => h.metrics.of("clientDisconnect").length === 1, "the queued one gone");
+    expect(h.metrics.of("clientDisconnect")).toEqual([["m", "queued"]]);
+    await new Promise((resolve) => setTimeout(resolve, 150 - (performance.now() - dispatchedBy)));
+    const leftAt = performance.now();
+    await held.leave();
+    await waitFor(() => h.upstreams.dispatched[0]?.abortedWith !== undefined, "the abort");
+    await waitFor(() => usage.size === 1, "the usage record");
+    const [record] = usage.seal();
+    // The one the engine had, alone: the queued one reached no engine.
+    expect(record).toMatchObject({
+      requests: 1,
+      promptTokens,
+      cachedTokens: 0,
+      completionTokens: 0,
+      estimatedRequests: 1,
+      refusedUsage: 0,
+    });
+    // Two GPUs, alone on the replica from dispatch until the client left.
+    expect(record?.gpuMs).toBeGreaterThanOrEqual(2 * (leftAt - dispatchedBy) - 10);
+  });
+
+  it("adds the GPU time of a try whose engine dropped the request after it was sent to the retry's exact usage", async () => {
+    const usage = new UsageLedger();
+    const h = await harness({}, { usage });
+    // The engine had it for 150 ms (queued, prefilling), then its connection closed: a crash.
+    h.upstreams.play(
+      [{ sent: true }, { waitMs: 150 }, { fail: "UND_ERR_SOCKET" }],
+      answer(200, OK_BODY),
+    );
+    const startedAt = performance.now();
+    const res = await send(h);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(OK_BODY);
+    expect(h.upstreams.dispatched).toHaveLength(2);
+    await waitFor(() => usage.size === 1, "the usage record");
+    const [record] = usage.seal();
+    // One record for the request, the answer's own counts, and both tries' GPU time.
+    expect(record).toMatchObject({
+      requests: 1,
+      promptTokens: 5,
+      completionTokens: 1,
+      estimatedRequests: 0,
+      refusedUsage: 0,
+    });
+    expect(record?.gpuMs).toBeGreaterThanOrEqual(2 * 150 - 10);
+    expect(record?.gpuMs).toBeLessThanOrEqual(2 * (performance.now() - startedAt) + 10);
+  });
+
+  it("charges a request every try of which was dropped after it was sent as a stream cut before its first chunk, with their GPU time", async () => {
+    const usage = new UsageLedger();
+    const promptTokens = await cutBeforeFirstChunk(usage);
+    const h = await harness({}, { usage });
+    h.upstreams.play(
+      [{ sent: true }, { waitMs: 100 }, { fail: "UND_ERR_SOCKET" }],
+      [{ sent: true }, { waitMs: 100 }, { fail: "ECONNRESET" }],
+    );
+    const failed = await send(h, chatBody(true));
+    expect(failed.status).toBe(502);
+    await failed.text();
+    expect(h.upstreams.dispatched).toHaveLength(2);
+    await waitFor(() => usage.size === 1, "the usage record");
+    const [record] = usage.seal();
+    expect(record).toMatchObject({
+      requests: 1,
+      promptTokens,
+      cachedTokens: 0,
+      completionTokens: 0,
+      estimatedRequests: 1,
+      refusedUsage: 0,
+    });
+    expect(record?.gpuMs).toBeGreaterThanOrEqual(2 * 2 * 100 - 10);
+  });
+
+  it.each(["ECONNREFUSED", "ECONNRESET", "UND_ERR_SOCKET"])(
+    "records nothing for a request whose tries failed (%s) before it was sent",
+    async (code) => {
+      const usage = new UsageLedger();
+      const h = await harness({}, { tpm: 400, usage });
+      h.upstreams.play([{ fail: code }], [{ fail: code }]);
+      const failed = await send(h);
+      expect(failed.status).toBe(502);
+      await failed.text();
+      expect(h.upstreams.dispatched).toHaveLength(2);
+      await expectAdmittedAgain(h);
+      // Only the answered request after it.
+      expect(usage.seal()).toMatchObject([{ requests: 1, promptTokens: 5, completionTokens: 1 }]);
+    },
+  );
 
   it("closes its pools with the handler", async () => {
     const h = await harness();

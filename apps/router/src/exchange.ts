@@ -219,7 +219,7 @@ export class Exchange {
    * The status of the answer relayed to the client, once an attempt got one (a 401 to the
    * router's engine key is no answer: it is tried elsewhere); 0 while none did. A request that
    * ends with none ran on no engine and is charged nothing, unless an engine held it without
-   * answering (its headers timeout: see {@link settleUsage}).
+   * answering (see {@link engineHeld}).
    */
   upstreamStatus = 0;
   /**
@@ -240,6 +240,13 @@ export class Exchange {
   hideUsage = false;
   /** GPU-ms this request held, over its attempts (see `GpuShares`). */
   gpuMs = 0;
+  /**
+   * Whether an engine had the request on a try that got no answer (its headers timeout, a crash
+   * or the client leaving after the request was written: see `Attempt.onRequestSent`). That
+   * try's GPU time is in {@link gpuMs}; a request no try answered is charged as a stream cut
+   * before its first chunk (see {@link finish}).
+   */
+  engineHeld = false;
   /** What the answer used, once settled (see {@link settleUsage}). */
   #used: RequestUsage | undefined;
   /** Whether every attempt so far was refused for the router's engine key. */
@@ -660,8 +667,8 @@ export class Exchange {
    * event and `[DONE]`), when that exceeds the reservation: a request without an output limit
    * may not run on the 256 tokens reserved for it. Anything else keeps the reservation.
    * Called on every way an answer ends, cut short too: a client that leaves mid-stream pays
-   * for what it was sent, and a request an engine held but never answered (the router's headers
-   * timeout: a 504) is one cut before its first byte (`tail` "", no events). Usage the engine
+   * for what it was sent, and a request an engine held but never answered (see
+   * {@link engineHeld}) is one cut before its first byte (`tail` "", no events). Usage the engine
    * reported with impossible values (negative, fractional, absurd) is refused whole: counted as
    * refused, charged the estimate. An error answer (≥ 400) that reports no usage is recorded
    * and charged as zero tokens.
@@ -783,6 +790,10 @@ export class Exchange {
     if (this.#finished) return;
     this.#finished = true;
     this.#slotRelease?.();
+    // No try answered, and an engine had the request all the same (queued or prefilling until
+    // its headers timeout, a crash or the client's leaving): charged as a stream cut before its
+    // first chunk, with the GPU time its tries held.
+    if (this.#used === undefined && this.engineHeld) this.settleUsage("", 0);
     const used = this.#used;
     const ledger = this.core.usage;
     if (used !== undefined && ledger !== undefined) {
@@ -794,8 +805,8 @@ export class Exchange {
     }
     if (this.#lease !== undefined) {
       // No attempt reached an engine (every replica refused the connection, none was left to
-      // pick, an attempt failed to start, the client left before any answer): nothing ran, so
-      // nothing is charged. One an engine held unanswered was settled as cut short.
+      // pick, an attempt failed to start, the client left before the request was sent): nothing
+      // ran, so nothing is charged. One an engine held unanswered was settled as cut short.
       if (this.#used === undefined) this.#lease.settle(0);
       this.#lease.release();
       this.core.metrics.inFlight(this.model, -1);

@@ -1,8 +1,8 @@
 /**
  * Adapts the router's {@link RouterMetricsSink} calls to the `llmgw_router_*` Prometheus handles
  * of `@llmgw/metrics-collector` (families and label sets are defined there; this file only
- * translates names and bounds label values), and registers the router's own routing-state
- * gauges ({@link registerRoutingStateMetrics}).
+ * translates names and bounds label values), and registers the router's own state families, read
+ * at scrape time ({@link registerRoutingStateMetrics}).
  */
 import {
   type AdmissionRejectReason,
@@ -221,43 +221,53 @@ export interface RoutingStateSample {
   readonly controlPlaneConnected: number;
   /** Routers sharing the cluster: this router admits 1/routers of each capacity and limit. */
   readonly routers: number;
+  /**
+   * Usage batches the control plane refused for good, set aside (see usage-reporter.ts);
+   * undefined on a router that records no usage (the series is absent).
+   */
+  readonly usageBatchesRefused: number | undefined;
+  /** The requests in them; undefined as {@link usageBatchesRefused} is. */
+  readonly usageRequestsRefused: number | undefined;
 }
 
-/** How each routing-state gauge reads its sample; names and help come from the catalogue. */
+/** How each state family reads its sample; names, types and help come from the catalogue. */
 const READERS: Readonly<Record<string, (s: RoutingStateSample) => number | undefined>> = {
   llmgw_router_state_age_seconds: (s) => s.stateAgeSeconds,
   llmgw_router_state_version: (s) => s.stateVersion,
   llmgw_router_control_plane_connected: (s) => s.controlPlaneConnected,
   llmgw_router_routers: (s) => s.routers,
+  llmgw_router_usage_batches_refused_total: (s) => s.usageBatchesRefused,
+  llmgw_router_usage_requests_refused_total: (s) => s.usageRequestsRefused,
 };
 
 /** The router's own state families (`ROUTER_STATE_FAMILIES` in `@llmgw/metrics-collector`). */
 export const ROUTING_STATE_FAMILIES = ROUTER_STATE_FAMILIES.map((spec) => {
   const read = READERS[spec.name];
   if (read === undefined) throw new Error(`no reader for router state family ${spec.name}`);
-  return { name: spec.name, help: spec.help, read };
+  return { name: spec.name, help: spec.help, type: spec.type, read };
 });
 
 /**
- * Registers the routing-state gauges on `registry`, each read from `sample()` at scrape time.
- * Custom collectors, not prom-client Gauges: an unlabelled Gauge always exposes a value, and a
- * state age never heard must be a missing series, not 0.
+ * Registers the router's state families on `registry` (gauges, and the usage reporter's
+ * counters, which only ever grow), each read from `sample()` at scrape time. Custom collectors,
+ * not prom-client Gauges: an unlabelled Gauge always exposes a value, and a state age never
+ * heard must be a missing series, not 0.
  */
 export function registerRoutingStateMetrics(
   registry: Registry,
   sample: () => RoutingStateSample,
 ): void {
-  for (const { name, help, read } of ROUTING_STATE_FAMILIES) {
+  for (const { name, help, type, read } of ROUTING_STATE_FAMILIES) {
     const family = {
       name,
       help,
-      type: "gauge" as const,
+      type,
       aggregator: "omit" as const,
       labelNames: [],
       get: async () => {
         const v = read(sample());
         const values = v !== undefined && Number.isFinite(v) ? [{ labels: {}, value: v }] : [];
-        return { name, help, type: "gauge" as const, aggregator: "omit" as const, values };
+        return { name, help, type, aggregator: "omit" as const, values };
       },
       reset: () => {},
     };

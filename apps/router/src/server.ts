@@ -194,6 +194,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
         stateVersion: r.version,
         controlPlaneConnected: r.connected ? 1 : 0,
         routers: runtime.state.routers,
+        usageBatchesRefused: usageReporter?.refusedBatches,
+        usageRequestsRefused: usageReporter?.refusedRequests,
       };
     });
     const ledger = options.recordUsage === false ? undefined : new UsageLedger();

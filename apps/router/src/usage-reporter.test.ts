@@ -255,9 +255,13 @@ describe("usage reporter", () => {
     });
     await vi.waitFor(() => expect(sent.calls()).toBe(1)); // the first tick's ask
     await settled();
+    // Three requests in two records: what the batch took with it.
     ledger.add(60_000, "k", "t", "m", used);
+    ledger.add(60_000, "k", "t", "m", used);
+    ledger.add(60_000, "k2", "t", "m", used);
     reporter.sealNow();
     await vi.waitFor(() => expect(reporter.refusedBatches).toBe(1));
+    expect(reporter.refusedRequests).toBe(3);
     await settled();
     ledger.add(120_000, "k", "t", "m", used);
     reporter.sealNow();
@@ -265,7 +269,10 @@ describe("usage reporter", () => {
     expect(sent.batches[0]?.records[0]?.minuteMs).toBe(120_000);
     const refused = log.filter((e) => e.event === "usage_batch_refused");
     expect(refused).toHaveLength(1);
+    expect(refused[0]?.records).toBe(2);
     expect(String(refused[0]?.message)).toContain("a minute too old; set aside");
+    // The batch behind it is sent: nothing more is counted as refused.
+    expect([reporter.refusedBatches, reporter.refusedRequests]).toEqual([1, 3]);
     // Kept for a person to look at, never sent again.
     expect(await readdir(dir)).toEqual([`${refused[0]?.batchId}.json.refused`]);
   });

@@ -17,8 +17,9 @@
  *
  * A sealed ledger larger than {@link MAX_USAGE_BATCH_RECORDS} goes as several batches. A batch
  * the control plane refuses for good (`refused`: an invalid argument, say records older than it
- * keeps batch ids for) is logged, counted and set aside (`<id>.json.refused`), so the batches
- * behind it are still sent.
+ * keeps batch ids for) is logged, counted with the requests in it (the router's
+ * `llmgw_router_usage_batches_refused_total` and `…_requests_refused_total`) and set aside
+ * (`<id>.json.refused`), so the batches behind it are still sent.
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
@@ -66,6 +67,8 @@ export interface UsageReporter {
   readonly dropped: number;
   /** Batches the control plane refused for good, set aside. */
   readonly refusedBatches: number;
+  /** Requests in those batches: their usage is charged to no one. */
+  readonly refusedRequests: number;
   /** Seals, sends what it can within `timeoutMs`, and stops; unsent batches stay in `dir`. */
   close(timeoutMs?: number): Promise<void>;
 }
@@ -96,6 +99,7 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
   const queue: Pending[] = [];
   let dropped = 0;
   let refusedBatches = 0;
+  let refusedRequests = 0;
   let closed = false;
   let sending: Promise<void> | undefined;
   let lastAskedAt = 0;
@@ -203,6 +207,7 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
         if (options.refused?.(error) === true) {
           // Sent again it would be refused again, and hold up every batch behind it.
           refusedBatches += 1;
+          for (const r of records) refusedRequests += r.requests;
           queue.shift();
           log({
             event: "usage_batch_refused",
@@ -278,6 +283,9 @@ export async function startUsageReporter(options: UsageReporterOptions): Promise
     },
     get refusedBatches() {
       return refusedBatches;
+    },
+    get refusedRequests() {
+      return refusedRequests;
     },
     async close(timeoutMs = 2_000) {
       if (closed) return;

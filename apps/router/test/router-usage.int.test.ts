@@ -5,10 +5,11 @@
  * router's restart and count once.
  */
 import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { createServer } from "node:http";
+import { createServer, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import type { UsageEntry } from "@llmgw/router";
 import { createManualRoutingFeed } from "@llmgw/router/testing";
@@ -26,6 +27,7 @@ afterEach(async () => {
 const KEYS = {
   "sk-a": { id: "key-a", name: "a" },
   "sk-b": { id: "key-b", name: "b" },
+  "sk-c": { id: "key-c", name: "c" },
 };
 
 /** Sums of what the batches sent so far say, per key. */
@@ -90,6 +92,34 @@ async function fakeSetup(
   });
   cleanups.push(() => router.close());
   return { engine, router, feed };
+}
+
+/** The value of one series in the router's scrape (`name` with its labels, if any). */
+async function scraped(router: RunningRouter, series: string): Promise<number | undefined> {
+  const line = (await router.registry.metrics())
+    .split("\n")
+    .find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+/** The URL of a loopback port nothing listens on: every connection to it is refused. */
+async function refusingUrl(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}`;
+}
+
+/** A plain HTTP server on loopback for the test's duration; resolves with its URL. */
+async function serve(handle: Parameters<typeof createServer>[1]): Promise<string> {
+  const server = createServer(handle);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 async function post(router: RunningRouter, key: string, body: Record<string, unknown>) {
@@ -253,6 +283,141 @@ describe("router: usage of a request an engine held but never answered", () => {
     expect(held?.gpuMs).toBeGreaterThanOrEqual(2 * headersTimeoutMs - 10);
     expect(held?.gpuMs).toBeLessThanOrEqual(2 * elapsedMs + 10);
   });
+
+  it("charges a client that leaves before the head for what the engine held until the abort; one that leaves while queued, nothing", async () => {
+    const hung = await startEngineSim({
+      model: "m",
+      port: 0,
+      warmupSeconds: 0,
+      faults: { hangAfterRequests: 0 },
+    });
+    cleanups.push(() => hung.close());
+    const { router, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        // Room for one: a second request waits in admission.
+        models: { m: { replicas: [{ id: "hung", baseUrl: hung.url, gpus: 2, capacity: 1 }] } },
+        keys: KEYS,
+      }),
+      router: { analyzer: { pool: false } },
+      usageReportIntervalMs: 20,
+    });
+    cleanups.push(() => router.close());
+    /** A stream request whose client leaves (closes its connection) when `leave()` is called. */
+    const leavable = (key: string) => {
+      const body = JSON.stringify({
+        model: "m",
+        stream: true,
+        messages: [{ role: "user", content: "hi" }],
+      });
+      const req = httpRequest(`${router.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${key}`,
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(body),
+        },
+      });
+      req.on("error", () => {}); // destroyed on purpose
+      req.end(body);
+      return { leave: () => req.destroy() };
+    };
+
+    const started = performance.now();
+    const held = leavable("sk-a");
+    await until(() => router.handler.inFlight("hung") === 1);
+    const dispatchedBy = performance.now();
+    const queued = leavable("sk-b");
+    await until(async () => (await scraped(router, 'llmgw_router_queue_depth{model="m"}')) === 1);
+    queued.leave();
+    const disconnects = 'llmgw_router_client_disconnects_total{model="m",phase="queued"}';
+    await until(async () => (await scraped(router, disconnects)) === 1);
+    await new Promise((resolve) => setTimeout(resolve, 300 - (performance.now() - dispatchedBy)));
+    held.leave();
+
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    const elapsedMs = performance.now() - started;
+    const t = totals(feed.usageBatches);
+    const charged = t.get("key-a");
+    expect(charged).toMatchObject({ cached: 0, completion: 0, estimated: 1, refused: 0 });
+    expect(charged?.prompt).toBeGreaterThan(0);
+    // Two GPUs, alone on the replica from dispatch until the client left.
+    expect(charged?.gpuMs).toBeGreaterThanOrEqual(2 * 300 - 10);
+    expect(charged?.gpuMs).toBeLessThanOrEqual(2 * elapsedMs + 10);
+    // The queued one reached no engine; it left first, so its record would be here by now.
+    expect(t.get("key-b")).toBeUndefined();
+  });
+
+  it("adds the GPU-seconds of a try an engine dropped after the request was sent to the request's one record; a refused try adds nothing", async () => {
+    const heldMs = 200;
+    /**
+     * Reads each request whole, holds it `heldMs` (queued, prefilling) and closes its connection
+     * with no answer, as an engine that crashes does: the first `crashes` requests; it answers
+     * the others.
+     */
+    const crashing = (crashes: number) => {
+      let seen = 0;
+      return serve((req, res) => {
+        req.resume();
+        req.on("end", () => {
+          seen += 1;
+          if (seen <= crashes) {
+            setTimeout(() => req.socket.destroy(), heldMs);
+            return;
+          }
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end(
+            JSON.stringify({
+              id: "c1",
+              object: "chat.completion",
+              choices: [{ index: 0, message: { role: "assistant", content: "hi" } }],
+              usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+            }),
+          );
+        });
+      });
+    };
+    const { router, feed } = await startFedRouter({
+      snapshot: routingSnapshot({
+        models: {
+          m: { replicas: [{ id: "once", baseUrl: await crashing(1), gpus: 2 }] },
+          n: { replicas: [{ id: "always", baseUrl: await crashing(Infinity), gpus: 2 }] },
+          d: { replicas: [{ id: "dead", baseUrl: await refusingUrl(), gpus: 2 }] },
+        },
+        keys: KEYS,
+      }),
+      router: { analyzer: { pool: false } },
+      usageReportIntervalMs: 20,
+    });
+    cleanups.push(() => router.close());
+
+    // Refused on its only replica, twice: it never reached an engine.
+    const refused = await post(router, "sk-c", { model: "d" });
+    expect(refused.status).toBe(502);
+    // Dropped after it was sent, then answered by the retry on a new connection.
+    const startedA = performance.now();
+    const retried = await post(router, "sk-a", { model: "m" });
+    const elapsedA = performance.now() - startedA;
+    expect(retried.status).toBe(200);
+    // Dropped after it was sent by both tries.
+    const lost = await post(router, "sk-b", { model: "n", stream: true });
+    expect(lost.status).toBe(502);
+
+    await until(() => (totals(feed.usageBatches).get("key-a")?.requests ?? 0) === 1);
+    await until(() => (totals(feed.usageBatches).get("key-b")?.requests ?? 0) === 1);
+    const t = totals(feed.usageBatches);
+    // One record for the request: the answer's own counts, and the GPU time of both tries.
+    const a = t.get("key-a");
+    expect(a).toMatchObject({ prompt: 3, completion: 1, estimated: 0, refused: 0 });
+    expect(a?.gpuMs).toBeGreaterThanOrEqual(2 * heldMs - 10);
+    expect(a?.gpuMs).toBeLessThanOrEqual(2 * elapsedA + 10);
+    // No try answered: charged as a stream cut before its first chunk, with both tries' time.
+    const b = t.get("key-b");
+    expect(b).toMatchObject({ cached: 0, completion: 0, estimated: 1, refused: 0 });
+    expect(b?.prompt).toBeGreaterThan(0);
+    expect(b?.gpuMs).toBeGreaterThanOrEqual(2 * 2 * heldMs - 20);
+    // Sent first: its record, had it one, would be here by now.
+    expect(t.get("key-c")).toBeUndefined();
+  });
 });
 
 describe("router: usage through the official client equals the engine's own counts", () => {
@@ -388,6 +553,30 @@ describe("router: usage batches survive the router's restart and count once", ()
     const again = await feed.reportUsage("router-usage", feed.usageBatches[0] as never);
     expect(again.duplicate).toBe(true);
     expect(totals(feed.usageBatches).get("key-a")?.requests).toBe(3);
+  });
+});
+
+describe("router: usage batches a control plane refuses", () => {
+  it("counts the batches set aside, and the requests in them", async () => {
+    const { router, feed } = await fakeSetup();
+    const report = feed.reportUsage.bind(feed);
+    let refusals = 0;
+    // A control plane that checked each batch and will never take it (as it refuses one whose
+    // records are older than it keeps batch ids for); it answers the empty asks.
+    feed.reportUsage = async (routerId, batch) => {
+      if (batch.records.length === 0) return report(routerId, batch);
+      refusals += 1;
+      throw new ConnectError("usage records too old", Code.InvalidArgument);
+    };
+    const batches = "llmgw_router_usage_batches_refused_total";
+    const requests = "llmgw_router_usage_requests_refused_total";
+    expect(await scraped(router, batches)).toBe(0);
+    expect(await scraped(router, requests)).toBe(0);
+    for (let i = 0; i < 3; i++) expect((await post(router, "sk-a", {})).status).toBe(200);
+    await until(async () => (await scraped(router, requests)) === 3);
+    expect(refusals).toBeGreaterThan(0);
+    expect(await scraped(router, batches)).toBe(refusals);
+    expect(feed.usageBatches).toEqual([]);
   });
 });
 

@@ -263,8 +263,9 @@ const RATIO_BUCKETS = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] as con
 
 /** Router families: the router records them through `createRouterMetrics` handles. */
 /**
- * A router's own state, read at scrape time from its routing runtime (registered by
- * `@llmgw/router-server`); unlabelled, and the state age is absent until a control plane was heard.
+ * A router's own state, read at scrape time from its routing runtime and usage reporter
+ * (registered by `@llmgw/router-server`); unlabelled. The state age is absent until a control
+ * plane was heard, the usage counts on a router that records no usage.
  */
 export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
   g(
@@ -285,6 +286,16 @@ export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
   g(
     "llmgw_router_routers",
     "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
+    [],
+  ),
+  c(
+    "llmgw_router_usage_batches_refused_total",
+    "Usage batches the control plane refused for good (an invalid argument) since this router started: set aside in its state dir, never sent again; absent on a router that records no usage",
+    [],
+  ),
+  c(
+    "llmgw_router_usage_requests_refused_total",
+    "Requests in the usage batches the control plane refused for good: their usage is charged to no one; absent on a router that records no usage",
     [],
   ),
 ];
