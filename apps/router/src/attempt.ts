@@ -215,8 +215,7 @@ export class Attempt implements UpstreamHandler {
   }
 
   /**
-   * undici's, once the request's last byte is written to the connection (not in
-   * `UpstreamHandler`: undici calls it on a handler that has it). Before it nothing reached the
+   * undici's, once the request's last byte is written to the connection. Before it nothing reached the
    * engine (a refused connection, a request waiting for one); after it, a try that ends without
    * a head (a reset: the engine crashed while the request was queued or prefilling; the client
    * left) held the engine until then, and its GPU time is charged.

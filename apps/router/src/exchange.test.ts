@@ -89,11 +89,8 @@ function codeError(code: string): Error {
   return Object.assign(new Error(`${code} (scripted)`), { code });
 }
 
-/** What undici calls on a handler that has it, past the callbacks `UpstreamHandler` lists. */
-type SentHandler = UpstreamHandler & { onRequestSent?(): void };
-
 /** Plays `script` as undici would: `onConnect`, then each step; an abort ends it in `onError`. */
-async function playScript(script: Script, h: SentHandler, call: Dispatched): Promise<void> {
+async function playScript(script: Script, h: UpstreamHandler, call: Dispatched): Promise<void> {
   h.onConnect((reason) => {
     if (call.ended) return;
     call.abortedWith = reason;

@@ -54,6 +54,8 @@ export interface UpstreamRequest {
 export interface UpstreamHandler {
   /** `abort(reason)` cancels the request; undici then reports it through `onError(reason)`. */
   onConnect(abort: (reason: Error) => void): void;
+  /** The request's last byte was written to the connection: the engine has it from here. */
+  onRequestSent?(): void;
   /** Returns false to pause the upstream until `resume()` is called. */
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean;
   /** Returns false to pause the upstream until `resume()` is called. */
