@@ -239,6 +239,40 @@ describe("parseDeploymentSpec", () => {
     expect(ownedFlagIn(c.engine, c.arg)).toBe(c.owned);
   });
 
+  // vLLM's other short spellings of owned flags (vllm/engine/arg_utils.py: `--speculative-config
+  // -sc`, `--nnodes -n`, `--node-rank -r`, and `--compilation-config -O` up to 0.11, whose
+  // dotted form `-O.key v` FlexibleArgumentParser still builds), argparse's expansion of a
+  // single-dash prefix (`-c` → `-cc`, `-s` → `-sc`), and flags that import Python by name: a
+  // request body's logits processors (`--logits-processor-pattern`, then `qualname`, `args` and
+  // `kwargs` are the caller's), the scheduler class, LoRA weights by path.
+  it.each([
+    { arg: "-sc", owned: "-sc" },
+    { arg: "-sc=x", owned: "-sc" },
+    { arg: "-sc.model", owned: "-sc" },
+    { arg: "-s", owned: "-sc" },
+    { arg: "-s.model", owned: "-sc" },
+    { arg: "-c", owned: "-cc" },
+    { arg: "-t", owned: "-tp" },
+    { arg: "-n", owned: "-n" },
+    { arg: "-n2", owned: "-n" },
+    { arg: "-r=1", owned: "-r" },
+    { arg: "-O", owned: "-O" },
+    { arg: "-O.inductor_passes.x=y", owned: "-O" },
+    { arg: "--logits-processor-pattern", owned: "--logits-processor-pattern" },
+    { arg: "--logits_processor_pattern=.*", owned: "--logits-processor-pattern" },
+    { arg: "--scheduler-cls=mod.Cls", owned: "--scheduler-cls" },
+    { arg: "--default-mm-loras.audio", owned: "--default-mm-loras" },
+    { arg: "--qlora-adapter-name-or-path", owned: "--qlora-adapter-name-or-path" },
+    // Free: attention config, expert parallelism, a negative number, a lone "-".
+    { arg: "-ac", owned: undefined },
+    { arg: "-ep", owned: undefined },
+    { arg: "-0.5", owned: undefined },
+    { arg: "-", owned: undefined },
+  ] as const)("vllm extra arg $arg sets owned flag $owned", (c) => {
+    expect(ownedFlagIn("vllm", c.arg)).toBe(c.owned);
+    expect(parseDeploymentSpec({ ...base, extraArgs: [c.arg] }).ok).toBe(c.owned === undefined);
+  });
+
   it("reports every bad field, naming it and echoing the value", () => {
     const result = parseDeploymentSpec({
       name: "Llama_8B",
@@ -271,6 +305,20 @@ describe("parseDeploymentSpec", () => {
       ["env.LLMGW_X", undefined],
     ]);
     expect(result.error.message).toContain("name: name must be a DNS label");
+  });
+
+  it("bounds env: at most 256 variables, each name at most 256 characters", () => {
+    const many = Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`OMP_${i}`, "1"]));
+    const tooMany = parseDeploymentSpec({ ...base, env: many });
+    expect(tooMany.ok ? [] : tooMany.error.issues).toEqual([
+      { field: "env", message: "env may set at most 256 variables" },
+    ]);
+    const long = `A${"B".repeat(256)}`;
+    const longName = parseDeploymentSpec({ ...base, env: { [long]: "1" } });
+    expect(longName.ok ? [] : longName.error.issues).toEqual([
+      { field: `env.${long}`, message: "env key must be at most 256 characters" },
+    ]);
+    expect(parseDeploymentSpec({ ...base, env: { [long.slice(0, 256)]: "1" } }).ok).toBe(true);
   });
 
   it("checks extra args and env once the shape is right", () => {

@@ -64,6 +64,10 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--middleware",
     "--worker-extension-cls",
     "--logits-processors",
+    // Lets a request body name any importable callable, with its arguments, for the server to
+    // build (`logits_processors: [{qualname, args, kwargs}]`, vLLM's protocol.py): code run by
+    // every API caller.
+    "--logits-processor-pattern",
     "--allowed-local-media-path",
     "--ssl-keyfile",
     "--ssl-certfile",
@@ -72,8 +76,8 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--hf-token",
     // Weights, tokenizers and configs from a path or repo of the deployment's choosing, past
     // --model-root (a tokenizer repo with trust-remote-code is a download of code): tokenizer,
-    // HF config, LoRA adapters, a draft model, generation config, loader extras (tensorizer
-    // URIs), and the chat template, which may be a host file.
+    // HF config, LoRA adapters (per modality and QLoRA ones too), a draft model, generation
+    // config, loader extras (tensorizer URIs), and the chat template, which may be a host file.
     "--tokenizer",
     "--hf-config-path",
     "--lora-modules",
@@ -81,10 +85,13 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     "--generation-config",
     "--model-loader-extra-config",
     "--chat-template",
-    // Python by import name or path: parser plugins, worker classes, KV/EC connector modules,
-    // and a logging config (dictConfig imports handler classes).
+    "--default-mm-loras",
+    "--qlora-adapter-name-or-path",
+    // Python by import name or path: parser plugins, worker and scheduler classes, KV/EC
+    // connector modules, and a logging config (dictConfig imports handler classes).
     "--reasoning-parser-plugin",
     "--worker-cls",
+    "--scheduler-cls",
     "--kv-transfer-config",
     "--ec-transfer-config",
     "--log-config-file",
@@ -180,10 +187,16 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
   ],
 };
 
-/** Single-dash short flags llmgw owns, per engine (`-tp 8`, `-tp=8` and, for argparse engines, `-tp8` are refused). */
+/**
+ * Single-dash short flags llmgw owns, per engine (`-tp 8`, `-tp=8` and, for argparse engines,
+ * `-tp8` and prefixes such as `-t` are refused; see {@link ownedFlagIn}).
+ */
 export const OWNED_SHORT_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
-  // `-cc` is vLLM's short form of --compilation-config.
-  vllm: ["-tp", "-pp", "-dp", "-q", "-cc"],
+  // vLLM's short forms (vllm/engine/arg_utils.py): `-cc` --compilation-config, `-sc`
+  // --speculative-config, `-n` --nnodes, `-r` --node-rank. `-O` was --compilation-config's
+  // until 0.11 and is still the key of its dotted form (`-O.cache_dir x`); newer releases also
+  // read `-O3` as --optimization-level, which stays free under its long name.
+  vllm: ["-tp", "-pp", "-dp", "-q", "-cc", "-sc", "-n", "-r", "-O"],
   sglang: [],
   llamacpp: LLAMACPP_OWNED_SHORT,
   sim: [],
@@ -262,6 +275,8 @@ export function refusedEngineEnv(
 const ARGV_VALUE = /^[A-Za-z0-9._/:+@][A-Za-z0-9._/:+@-]*$/;
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
 const ENV_KEY = ENGINE_ENV_NAME;
+const MAX_ENV_VARS = 256;
+const MAX_ENV_KEY = 256;
 // C0 controls and DEL: a NUL cannot be passed to exec at all, newlines forge log lines.
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
@@ -315,12 +330,18 @@ export function ownedFlagIn(engine: EngineName, arg: string): string | undefined
   }
   // "-1" or "-0.5" is a negative number value, not a flag.
   if (arg.startsWith("-") && arg.length > 1 && !/^-\d/.test(arg)) {
-    const flag = arg.split("=", 1)[0] ?? arg;
-    // argparse (vLLM, SGLang) also reads "-tp8" as "-tp 8"; llama.cpp matches names exactly,
-    // so there "-ctk" is its own flag, not "-c tk".
-    const attached = engine !== "llamacpp";
+    let flag = arg.split("=", 1)[0] ?? arg;
+    // As for long flags, vLLM reads `-sc.model x` as `-sc '{"model": "x"}'`.
+    if (engine === "vllm") flag = flag.split(".", 1)[0] ?? flag;
+    // A lone "-" is a positional argument to argparse.
+    if (flag === "-") return undefined;
+    // argparse (vLLM, SGLang) reads "-q8" as "-q 8" (refused for longer names too), and expands
+    // an unambiguous prefix of a single-dash option as it does for `--` ones: "-c" is "-cc",
+    // "-s" is "-sc". llama.cpp matches names exactly, so there "-ctk" is its own flag, not
+    // "-c tk".
+    const argparse = engine !== "llamacpp";
     return OWNED_SHORT_FLAGS[engine].find(
-      (owned) => flag === owned || (attached && flag.startsWith(owned)),
+      (owned) => flag === owned || (argparse && (flag.startsWith(owned) || owned.startsWith(flag))),
     );
   }
   return undefined;
@@ -363,7 +384,17 @@ const objectSchema = z.strictObject({
     )
     .max(256)
     .default([]),
-  env: z.record(z.string(), z.string().max(32_768)).default({}),
+  /**
+   * Bounded like `extraArgs`: the control plane stores the spec and sends it in every
+   * assignment, and the agent hands each variable to a process.
+   */
+  env: z
+    .record(z.string(), z.string().max(32_768))
+    .refine((env) => Object.keys(env).length <= MAX_ENV_VARS, {
+      message: `env may set at most ${MAX_ENV_VARS} variables`,
+      abort: true,
+    })
+    .default({}),
   routingPolicy: z.enum(ROUTING_POLICIES).default("llmgw"),
   priority: z.int().min(-1_000_000).max(1_000_000).default(0),
   allowPreemption: z.boolean().default(false),
@@ -420,7 +451,13 @@ export const deploymentSpecSchema = objectSchema
       }
     });
     for (const [key, value] of Object.entries(spec.env)) {
-      if (!ENV_KEY.test(key)) {
+      if (key.length > MAX_ENV_KEY) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["env", key],
+          message: `env key must be at most ${MAX_ENV_KEY} characters`,
+        });
+      } else if (!ENV_KEY.test(key)) {
         ctx.addIssue({
           code: "custom",
           path: ["env", key],
