@@ -409,6 +409,58 @@ const EMITTED: Record<EngineName, ReadonlySet<string>> = {
   sim: new Set(OWNED_FLAGS.sim),
 };
 
+describe('parseDeploymentSpec with policy: "report"', () => {
+  it("parses a spec whose only problems are policy ones, and returns them as refused", () => {
+    // What an older release accepted before -O and env bounds were owned.
+    const many = Object.fromEntries(Array.from({ length: 300 }, (_, i) => [`OMP_${i}`, "1"]));
+    const input = { ...base, extraArgs: ["-O3", "--max-num-seqs", "8"], env: many };
+    const strict = parseDeploymentSpec(input);
+    expect(strict.ok).toBe(false);
+    const stored = parseDeploymentSpec(input, { policy: "report" });
+    expect(stored.ok).toBe(true);
+    if (!stored.ok) return;
+    expect(stored.spec.extraArgs).toEqual(["-O3", "--max-num-seqs", "8"]);
+    expect(stored.spec.servedModelName).toBe("llama-8b");
+    expect(stored.refused?.code).toBe("LLMGW_ENGINES_INVALID_SPEC");
+    expect(stored.refused?.issues).toEqual([
+      {
+        field: "extraArgs[0]",
+        value: "-O3",
+        message: '"-O3" would set -O, which llmgw owns for vllm',
+      },
+      { field: "env", message: "env may set at most 256 variables" },
+    ]);
+    expect(stored.refused?.message).toBe(strict.ok ? "" : strict.error.message);
+  });
+
+  it("reports refused env names and leaves a clean spec unmarked", () => {
+    const stored = parseDeploymentSpec(
+      { ...base, env: { LD_PRELOAD: "/x.so", lower: "1" } },
+      { policy: "report" },
+    );
+    expect(stored.ok && stored.refused?.issues.map((i) => i.field)).toEqual([
+      "env.LD_PRELOAD",
+      "env.lower",
+    ]);
+    const clean = parseDeploymentSpec(base, { policy: "report" });
+    expect(clean.ok && clean.refused).toBeUndefined();
+  });
+
+  it("still fails a spec with anything else wrong, listing every issue", () => {
+    for (const bad of [
+      { ...base, extraArgs: ["-O3"], replicas: -1 },
+      { ...base, extraArgs: ["-O3"], typo: 1 },
+      { ...base, engine: "llamacpp", tensorParallel: 2 },
+      { ...base, env: { A: "x\ny" } },
+    ]) {
+      const stored = parseDeploymentSpec(bad, { policy: "report" });
+      const strict = parseDeploymentSpec(bad);
+      expect(stored.ok).toBe(false);
+      expect(stored.ok ? "" : stored.error.message).toBe(strict.ok ? "" : strict.error.message);
+    }
+  });
+});
+
 describe("property: no unvalidated user string in flag position", () => {
   const userString = fc.oneof(
     fc.string({ maxLength: 24 }),

@@ -385,16 +385,11 @@ const objectSchema = z.strictObject({
     .max(256)
     .default([]),
   /**
-   * Bounded like `extraArgs`: the control plane stores the spec and sends it in every
-   * assignment, and the agent hands each variable to a process.
+   * Bounded like `extraArgs` (at most {@link MAX_ENV_VARS} variables, checked with the
+   * policy rules in {@link ruleIssues}): the control plane stores the spec and sends it in
+   * every assignment, and the agent hands each variable to a process.
    */
-  env: z
-    .record(z.string(), z.string().max(32_768))
-    .refine((env) => Object.keys(env).length <= MAX_ENV_VARS, {
-      message: `env may set at most ${MAX_ENV_VARS} variables`,
-      abort: true,
-    })
-    .default({}),
+  env: z.record(z.string(), z.string().max(32_768)).default({}),
   routingPolicy: z.enum(ROUTING_POLICIES).default("llmgw"),
   priority: z.int().min(-1_000_000).max(1_000_000).default(0),
   allowPreemption: z.boolean().default(false),
@@ -429,104 +424,123 @@ const objectSchema = z.strictObject({
   kvEvents: z.boolean().default(false),
 });
 
+/** A problem {@link ruleIssues} finds in a well-typed spec. */
+interface RuleIssue {
+  readonly path: readonly (string | number)[];
+  readonly message: string;
+  /**
+   * A policy rule: what a deployment may set on a node (owned flags in `extraArgs`, env
+   * names and their tiers, the bounds on env). Each release tightens these as engines grow
+   * flags that run code or read files, so a spec an older release stored may break one of
+   * them; the rest (the fields' shapes, the rules between fields) keep their meaning across
+   * releases. See {@link ParseDeploymentSpecOptions.policy}.
+   */
+  readonly policy: boolean;
+}
+
+/**
+ * The rules across the fields of a spec whose fields have their types: policy ones (see
+ * {@link RuleIssue.policy}) only with `policy`, in the order their fields come.
+ */
+function ruleIssues(spec: z.output<typeof objectSchema>, policy: boolean): RuleIssue[] {
+  const out: RuleIssue[] = [];
+  const add = (path: RuleIssue["path"], message: string, isPolicy = false): void => {
+    if (policy || !isPolicy) out.push({ path, message, policy: isPolicy });
+  };
+  // zod 4 may run this even when other fields failed: only trust what is well-typed.
+  if (!(ENGINES as readonly unknown[]).includes(spec.engine)) return out;
+  if (!Array.isArray(spec.extraArgs) || typeof spec.env !== "object" || spec.env === null) {
+    return out;
+  }
+  spec.extraArgs.forEach((arg, i) => {
+    if (typeof arg !== "string") return;
+    const owned = ownedFlagIn(spec.engine, arg);
+    if (owned !== undefined) {
+      add(
+        ["extraArgs", i],
+        `${JSON.stringify(shownArg(arg))} would set ${owned}, which llmgw owns for ${spec.engine}`,
+        true,
+      );
+    }
+  });
+  const envEntries = Object.entries(spec.env);
+  if (policy && envEntries.length > MAX_ENV_VARS) {
+    // One issue, not one per variable of an env of any size.
+    add(["env"], `env may set at most ${MAX_ENV_VARS} variables`, true);
+  } else {
+    for (const [key, value] of envEntries) {
+      if (key.length > MAX_ENV_KEY) {
+        add(["env", key], `env key must be at most ${MAX_ENV_KEY} characters`, true);
+      } else if (!ENV_KEY.test(key)) {
+        add(["env", key], `env key must match ${ENV_KEY.source}`, true);
+      } else {
+        const refusal = engineEnvRefusal(key);
+        if (refusal !== undefined) {
+          add(["env", key], `${key} ${refusal}; no deployment may set it`, true);
+        }
+      }
+      if (typeof value === "string" && CONTROL.test(value)) {
+        add(["env", key], "env value must not contain control characters");
+      }
+    }
+  }
+  if (spec.engine === "llamacpp" && (spec.tensorParallel > 1 || spec.pipelineParallel > 1)) {
+    add(
+      [spec.tensorParallel > 1 ? "tensorParallel" : "pipelineParallel"],
+      "llamacpp runs one process per replica: tensorParallel and pipelineParallel must be 1",
+    );
+  }
+  if (
+    spec.engine === "llamacpp" &&
+    spec.nodesPerReplica !== undefined &&
+    spec.nodesPerReplica > 1
+  ) {
+    add(["nodesPerReplica"], "llamacpp cannot span nodes");
+  }
+  if (spec.maxSurge === 0 && spec.maxUnavailable === 0) {
+    add(
+      ["maxSurge"],
+      "maxSurge and maxUnavailable are both 0: a rolling update could neither add a replica nor take one away",
+    );
+  }
+  if (spec.kvEvents === true && !KV_EVENT_ENGINES.has(spec.engine)) {
+    add(
+      ["kvEvents"],
+      `kvEvents needs an engine that publishes KV-cache events (vllm, sglang, sim); ${spec.engine} does not`,
+    );
+  }
+  if (spec.gpusPerReplica !== undefined && spec.engine !== "llamacpp") {
+    const tpPp = spec.tensorParallel * spec.pipelineParallel;
+    if (spec.gpusPerReplica !== tpPp) {
+      add(
+        ["gpusPerReplica"],
+        `gpusPerReplica is for llamacpp; ${spec.engine} uses tensorParallel × pipelineParallel = ${tpPp}`,
+      );
+    }
+  }
+  return out;
+}
+
+/** The spec schema with the rules of {@link ruleIssues}, its policy ones or not. */
+function specSchema(policy: boolean) {
+  return objectSchema
+    .superRefine((spec, ctx) => {
+      for (const issue of ruleIssues(spec, policy)) {
+        ctx.addIssue({ code: "custom", path: [...issue.path], message: issue.message });
+      }
+    })
+    .transform((spec) => ({ ...spec, servedModelName: spec.servedModelName ?? spec.name }));
+}
+
 /**
  * The deployment spec schema (zod 4). Parsing fills defaults: tensorParallel/pipelineParallel/
  * replicas 1, servedModelName = name, routingPolicy "llmgw", priority 0, revision 0, extraArgs
  * [], env {}, trustRemoteCode/allowPreemption false. Unknown keys are refused (typos fail loud).
  */
-export const deploymentSpecSchema = objectSchema
-  .superRefine((spec, ctx) => {
-    // zod 4 may run this even when other fields failed: only trust what is well-typed.
-    if (!(ENGINES as readonly unknown[]).includes(spec.engine)) return;
-    if (!Array.isArray(spec.extraArgs) || typeof spec.env !== "object" || spec.env === null) return;
-    spec.extraArgs.forEach((arg, i) => {
-      if (typeof arg !== "string") return;
-      const owned = ownedFlagIn(spec.engine, arg);
-      if (owned !== undefined) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["extraArgs", i],
-          message: `${JSON.stringify(shownArg(arg))} would set ${owned}, which llmgw owns for ${spec.engine}`,
-        });
-      }
-    });
-    for (const [key, value] of Object.entries(spec.env)) {
-      if (key.length > MAX_ENV_KEY) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["env", key],
-          message: `env key must be at most ${MAX_ENV_KEY} characters`,
-        });
-      } else if (!ENV_KEY.test(key)) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["env", key],
-          message: `env key must match ${ENV_KEY.source}`,
-        });
-      } else {
-        const refusal = engineEnvRefusal(key);
-        if (refusal !== undefined) {
-          ctx.addIssue({
-            code: "custom",
-            path: ["env", key],
-            message: `${key} ${refusal}; no deployment may set it`,
-          });
-        }
-      }
-      if (typeof value === "string" && CONTROL.test(value)) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["env", key],
-          message: "env value must not contain control characters",
-        });
-      }
-    }
-    if (spec.engine === "llamacpp" && (spec.tensorParallel > 1 || spec.pipelineParallel > 1)) {
-      ctx.addIssue({
-        code: "custom",
-        path: [spec.tensorParallel > 1 ? "tensorParallel" : "pipelineParallel"],
-        message:
-          "llamacpp runs one process per replica: tensorParallel and pipelineParallel must be 1",
-      });
-    }
-    if (
-      spec.engine === "llamacpp" &&
-      spec.nodesPerReplica !== undefined &&
-      spec.nodesPerReplica > 1
-    ) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["nodesPerReplica"],
-        message: "llamacpp cannot span nodes",
-      });
-    }
-    if (spec.maxSurge === 0 && spec.maxUnavailable === 0) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["maxSurge"],
-        message:
-          "maxSurge and maxUnavailable are both 0: a rolling update could neither add a replica nor take one away",
-      });
-    }
-    if (spec.kvEvents === true && !KV_EVENT_ENGINES.has(spec.engine)) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["kvEvents"],
-        message: `kvEvents needs an engine that publishes KV-cache events (vllm, sglang, sim); ${spec.engine} does not`,
-      });
-    }
-    if (spec.gpusPerReplica !== undefined && spec.engine !== "llamacpp") {
-      const tpPp = spec.tensorParallel * spec.pipelineParallel;
-      if (spec.gpusPerReplica !== tpPp) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["gpusPerReplica"],
-          message: `gpusPerReplica is for llamacpp; ${spec.engine} uses tensorParallel × pipelineParallel = ${tpPp}`,
-        });
-      }
-    }
-  })
-  .transform((spec) => ({ ...spec, servedModelName: spec.servedModelName ?? spec.name }));
+export const deploymentSpecSchema = specSchema(true);
+
+/** {@link deploymentSpecSchema} without its policy rules (`policy: "report"`). */
+const shapeSchema = specSchema(false);
 
 /** A validated deployment spec with defaults filled. */
 export type DeploymentSpec = z.infer<typeof deploymentSpecSchema>;
@@ -592,8 +606,33 @@ export type DeploymentSpecInput = z.input<typeof deploymentSpecSchema>;
 
 /** Result of {@link parseDeploymentSpec}. */
 export type ParseDeploymentSpecResult =
-  | { readonly ok: true; readonly spec: DeploymentSpec }
+  | {
+      readonly ok: true;
+      readonly spec: DeploymentSpec;
+      /**
+       * Only with `policy: "report"`: the error a parse that enforces the policy rules gives
+       * this spec (`LLMGW_ENGINES_INVALID_SPEC`, one issue per rule broken); absent when the
+       * spec passes them.
+       */
+      readonly refused?: EnginesError;
+    }
   | { readonly ok: false; readonly error: EnginesError };
+
+/** Options of {@link parseDeploymentSpec}. */
+export interface ParseDeploymentSpecOptions {
+  /**
+   * `"enforce"` (default): a spec that breaks a policy rule (an owned flag in `extraArgs`, an
+   * env name no deployment may set, more env than the bounds allow) fails to parse, like any
+   * other invalid spec. Everything a deployment author hands in is parsed so.
+   *
+   * `"report"`: for specs an older release of llmgw accepted and stored. A spec whose only
+   * problems are policy ones parses, with those problems as {@link ParseDeploymentSpecResult}'s
+   * `refused`: a stricter release can then load it as stored (and refuse to launch it) instead
+   * of failing on it. Anything else wrong (a field of the wrong type or shape, an unknown
+   * field, a rule between fields) still fails, with every issue, policy ones included.
+   */
+  readonly policy?: "enforce" | "report";
+}
 
 /**
  * Validates untrusted input (parsed JSON/YAML, an RPC message converted to plain data).
@@ -601,32 +640,57 @@ export type ParseDeploymentSpecResult =
  * bad field, each naming the field and echoing the value that was refused, short of what may
  * be a secret (see {@link DeploymentSpecIssue.value}).
  */
-export function parseDeploymentSpec(input: unknown): ParseDeploymentSpecResult {
+export function parseDeploymentSpec(
+  input: unknown,
+  options: ParseDeploymentSpecOptions = {},
+): ParseDeploymentSpecResult {
+  if (options.policy === "report") {
+    const shaped = shapeSchema.safeParse(input);
+    // A spec wrong in other ways too: every issue, as the enforcing parse finds them.
+    if (!shaped.success) return parseDeploymentSpec(input);
+    const refused = ruleIssues(shaped.data, true).filter((i) => i.policy);
+    if (refused.length === 0) return { ok: true, spec: shaped.data };
+    return {
+      ok: true,
+      spec: shaped.data,
+      refused: invalidSpecError(refused.map((i) => specIssue(input, i.path, i.message))),
+    };
+  }
   const result = deploymentSpecSchema.safeParse(input);
   if (result.success) return { ok: true, spec: result.data };
-  const issue = (path: readonly PropertyKey[], message: string): DeploymentSpecIssue => {
-    const field = formatPath(path);
-    if (path[0] === "env") return { field, message };
-    const value = valueAt(input, path);
-    return { field, message, value: path[0] === "extraArgs" ? shownArg(value) : value };
-  };
   const issues: DeploymentSpecIssue[] = result.error.issues.flatMap((i) =>
     i.code === "unrecognized_keys"
-      ? i.keys.map((key) => issue([...i.path, key], "unknown field (not in llmgw.v1.Deployment)"))
-      : [issue(i.path, i.message)],
+      ? i.keys.map((key) =>
+          specIssue(input, [...i.path, key], "unknown field (not in llmgw.v1.Deployment)"),
+        )
+      : [specIssue(input, i.path, i.message)],
   );
+  return { ok: false, error: invalidSpecError(issues) };
+}
+
+/** One issue as {@link parseDeploymentSpec} reports it: what may be a secret left out. */
+function specIssue(
+  input: unknown,
+  path: readonly PropertyKey[],
+  message: string,
+): DeploymentSpecIssue {
+  const field = formatPath(path);
+  if (path[0] === "env") return { field, message };
+  const value = valueAt(input, path);
+  return { field, message, value: path[0] === "extraArgs" ? shownArg(value) : value };
+}
+
+/** `LLMGW_ENGINES_INVALID_SPEC` listing `issues`. */
+function invalidSpecError(issues: DeploymentSpecIssue[]): EnginesError {
   const summary = issues
     .map(
       (i) =>
         `${i.field || "(spec)"}: ${i.message}${"value" in i ? ` (got ${preview(i.value)})` : ""}`,
     )
     .join("; ");
-  return {
-    ok: false,
-    error: new EnginesError("LLMGW_ENGINES_INVALID_SPEC", `invalid deployment spec: ${summary}`, {
-      issues,
-    }),
-  };
+  return new EnginesError("LLMGW_ENGINES_INVALID_SPEC", `invalid deployment spec: ${summary}`, {
+    issues,
+  });
 }
 
 /** Like {@link parseDeploymentSpec} but throws the `LLMGW_ENGINES_INVALID_SPEC` error. */

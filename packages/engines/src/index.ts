@@ -16,6 +16,7 @@ export {
   OWNED_FLAGS,
   OWNED_SHORT_FLAGS,
   ownedFlagIn,
+  type ParseDeploymentSpecOptions,
   type ParseDeploymentSpecResult,
   parseDeploymentSpec,
   parseDeploymentSpecOrThrow,

@@ -672,6 +672,20 @@ export class Cluster {
     | undefined;
   /** Cleared, announced and tallied GPU faults. */
   readonly #faults: GpuFaults;
+  /**
+   * Specs this release refuses, with why (the engines error's message): stored by an older
+   * release whose validation let them through, read back with `deploymentSpecFromJson`. By
+   * spec object, so that a current spec and the kept revision it is share the mark, and a
+   * spec applied since (a new object, validated) has none.
+   *
+   * A deployment whose current spec is here is invalid: its placed replicas run on untouched
+   * (no drain, no restart, no rolling update away from them, no move of a failing one), only a
+   * loss removes one, and nothing is placed for it (no scale-up, no replacement), so no node is
+   * handed this spec that does not run it already. Its status says why and what to do; applying
+   * a corrected spec is an ordinary update (a rolling one) and clears the mark; deleting it works
+   * as ever. A kept revision here is never the target of a rollback ({@link #rollBack}).
+   */
+  readonly #refused = new WeakMap<DeploymentSpec, string>();
 
   constructor(options: ClusterOptions) {
     this.#o = options;
@@ -683,14 +697,23 @@ export class Cluster {
       connectedRouters: options.connectedRouters ?? (() => []),
     });
     for (const record of store.listDeployments()) {
-      const spec = deploymentSpecFromJson(record.specJson);
+      const { spec, refused } = deploymentSpecFromJson(
+        record.specJson,
+        `the stored deployment ${JSON.stringify(record.name)} in ${store.location}`,
+      );
+      if (refused !== undefined) this.#refused.set(spec, refused);
       this.#deployments.set(record.name, { record, spec });
       this.#keepRevision(spec);
     }
     this.#failing = this.#loadFailingReplicas(options.moveFailedAfterMs);
     for (const r of store.listDeploymentRevisions()) {
       if (this.#revisions.get(r.name)?.has(r.revision)) continue;
-      this.#keepRevision(deploymentSpecFromJson(r.specJson));
+      const { spec, refused } = deploymentSpecFromJson(
+        r.specJson,
+        `revision ${r.revision} of the stored deployment ${JSON.stringify(r.name)} in ${store.location}`,
+      );
+      if (refused !== undefined) this.#refused.set(spec, refused);
+      this.#keepRevision(spec);
     }
     for (const p of store.listPlacements()) {
       this.#placements.set(p.replicaId, p);
@@ -756,7 +779,43 @@ export class Cluster {
       if (!options.readOnly) this.#schedulerNodeOf(live);
     }
     this.#restoreStatuses();
-    if (!options.readOnly) this.#reconcile("control plane started", { quietIfUnchanged: true });
+    if (!options.readOnly) {
+      this.#announceRefused();
+      this.#reconcile("control plane started", { quietIfUnchanged: true });
+    }
+  }
+
+  /**
+   * One event per deployment with a spec this release refuses ({@link #refused}), as this
+   * control plane starts leading: its current spec (the deployment is invalid), or a kept
+   * revision that some replica still runs (it is not rolled back to).
+   */
+  #announceRefused(): void {
+    for (const [name, byRevision] of this.#revisions) {
+      const current = this.#deployments.get(name)?.spec;
+      const why = current === undefined ? undefined : this.#refused.get(current);
+      if (why !== undefined) {
+        this.events.record("deployment.invalid", name, this.#invalidMessage(name, why), "error");
+        this.#o.log?.(`deployment ${name} is invalid under this release: ${why}`);
+        continue;
+      }
+      const kept = [...byRevision.values()]
+        .filter((spec) => spec !== current && this.#refused.has(spec))
+        .sort((a, b) => a.revision - b.revision);
+      const first = kept[0];
+      if (first === undefined) continue;
+      this.events.record(
+        "deployment.invalid",
+        name,
+        `revision${kept.length > 1 ? "s" : ""} ${kept.map((k) => k.revision).join(", ")} of ${name}, which replicas still run, ${kept.length > 1 ? "are" : "is"} refused by this release (${this.#refused.get(first)}): ${kept.length > 1 ? "they run" : "it runs"} until replaced, and no rollback goes back to ${kept.length > 1 ? "them" : "it"}`,
+        "warning",
+      );
+    }
+  }
+
+  /** What an invalid deployment's status and event say: why, what happens, what to do. */
+  #invalidMessage(name: string, why: string): string {
+    return `the stored spec of ${name} (from an older release) is refused by this release: ${why}; its running replicas are left as they are, but none is placed, replaced, moved or updated for it until a corrected spec is applied ('llmgw deploy -f' with the flag or variable named above removed or changed), which updates it as any change does; 'llmgw undeploy ${name}' removes it`;
   }
 
   /**
@@ -1512,11 +1571,12 @@ export class Cluster {
       ? existing.spec.revision
       : Math.max(existing?.spec.revision ?? 0, kept) + 1;
     const next = { ...spec, revision };
+    const wasInvalid = existing !== undefined && this.#refused.has(existing.spec);
     this.#putDeployment(next, existing?.record.createdAtMs ?? now, now, this.#rolloutFor(next));
     this.events.record(
       existing ? "deployment.updated" : "deployment.created",
       spec.name,
-      `${existing ? "updated" : "created"} ${spec.name} (revision ${revision}): ${spec.replicas} × ${spec.engine} ${spec.model}`,
+      `${existing ? "updated" : "created"} ${spec.name} (revision ${revision}): ${spec.replicas} × ${spec.engine} ${spec.model}${wasInvalid ? `; replaces revision ${existing.spec.revision}, which this release refused: ${spec.name} is valid again` : ""}`,
       "info",
     );
     this.#reconcile(`deployment ${spec.name} applied`);
@@ -1529,6 +1589,14 @@ export class Cluster {
    */
   scaleDeployment(name: string, replicas: number): DeploymentInfo {
     const existing = this.#requireDeployment(name);
+    const refused = this.#refused.get(existing.spec);
+    if (refused !== undefined && existing.spec.replicas !== replicas) {
+      // A scale writes the spec back as this release accepts it, which it does not.
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
+        `cannot scale ${name}: ${this.#invalidMessage(name, refused)}`,
+      );
+    }
     if (existing.spec.replicas !== replicas) {
       // Validated as apply validates: the store only ever holds specs that pass.
       const scaled = parseDeploymentSpec({ ...existing.spec, replicas });
@@ -1697,11 +1765,23 @@ export class Cluster {
     return d;
   }
 
-  /** A deployment with its replicas' states, why some cannot be placed, which failed. */
+  /**
+   * A deployment with its replicas' states, why some cannot be placed, which failed. An
+   * invalid one ({@link #refused}) has `invalid`, also first among `unschedulable` (code
+   * `LLMGW_CONTROL_PLANE_SPEC_REFUSED`), where every client shows a deployment's problems.
+   */
   deploymentStatus(name: string): DeploymentInfo {
     const d = this.#requireDeployment(name);
     const replicas = this.#replicasOf(name);
-    const reasons = this.#unschedulable.get(name)?.reasons ?? [];
+    const why = this.#refused.get(d.spec);
+    const invalid =
+      why === undefined
+        ? undefined
+        : { code: "LLMGW_CONTROL_PLANE_SPEC_REFUSED", message: this.#invalidMessage(name, why) };
+    const reasons = [
+      ...(invalid === undefined ? [] : [invalid]),
+      ...(this.#unschedulable.get(name)?.reasons ?? []),
+    ];
     const failed = replicas
       .filter((r) => r.state === "failed")
       .map((r) => {
@@ -1727,6 +1807,7 @@ export class Cluster {
       createdAtMs: d.record.createdAtMs,
       updatedAtMs: d.record.updatedAtMs,
       ...(d.record.rollout === undefined ? {} : { rollout: d.record.rollout }),
+      ...(invalid === undefined ? {} : { invalid }),
     };
   }
 
@@ -2275,7 +2356,11 @@ export class Cluster {
     const now = this.#o.clock.now();
     this.#rollBackRollouts(now);
     const specs = new Map<string, DeploymentSpec>();
-    for (const [name, d] of this.#deployments) specs.set(name, d.spec);
+    const frozen = new Set<string>();
+    for (const [name, d] of this.#deployments) {
+      specs.set(name, d.spec);
+      if (this.#refused.has(d.spec)) frozen.add(name);
+    }
     const due = this.#failing.due(now, (id) => this.#movable(id));
     const avoid = this.#failing.avoided(now);
     for (const d of due) {
@@ -2293,6 +2378,7 @@ export class Cluster {
       nowMs: now,
       failing: due.map((d) => ({ replicaId: d.replicaId, message: this.#moveMessage(d) })),
       avoid,
+      frozen,
     });
     this.#failing.offered(due);
     // Sequential: a port given to one new replica is taken for the next on the same node.
@@ -2476,13 +2562,19 @@ export class Cluster {
     }
   }
 
-  /** True when replica `id` is failed and serves its deployment's current revision. */
+  /**
+   * True when replica `id` is failed and serves its deployment's current revision, which this
+   * release accepts (a move places the spec on another node).
+   */
   #movable(id: string): boolean {
     const p = this.#placements.get(id);
+    const spec = p === undefined ? undefined : this.#deployments.get(p.deployment)?.spec;
     return (
       p !== undefined &&
+      spec !== undefined &&
       p.retirement === undefined &&
-      p.revision === this.#deployments.get(p.deployment)?.spec.revision &&
+      p.revision === spec.revision &&
+      !this.#refused.has(spec) &&
       this.#condition(id) === "failed"
     );
   }
@@ -2541,6 +2633,9 @@ export class Cluster {
     for (const d of this.#deployments.values()) {
       const rollout = d.record.rollout;
       if (rollout?.state !== "in-progress" || rollout.toRevision !== d.spec.revision) continue;
+      // An invalid deployment changes only when an operator applies a spec: a rollback would
+      // update it too (its replicas of this revision replaced), on no one's word.
+      if (this.#refused.has(d.spec)) continue;
       let failed: PlacementRecord | undefined;
       for (const p of this.#placements.values()) {
         if (p.deployment !== d.spec.name || p.revision !== d.spec.revision) continue;
@@ -2587,6 +2682,28 @@ export class Cluster {
       this.#o.log?.(
         `cannot roll ${d.spec.name} back: revision ${rollout.fromRevision} is not kept`,
       );
+      return;
+    }
+    const refused = this.#refused.get(from);
+    if (refused !== undefined) {
+      // Never back to a spec this release refuses (an older release stored it): that would
+      // place it anew. The update stays in progress, its rollout saying why, once.
+      const message = `${cause}; not rolled back: the spec of revision ${from.revision} is refused by this release (${refused}); apply a corrected spec`;
+      // Counted afresh: a stalled update past its deadline would reconcile at every tick.
+      this.#stalled.delete(d.spec.name);
+      if (rollout.message === message) return;
+      const record: DeploymentRecord = {
+        ...d.record,
+        rollout: { ...rollout, message, updatedAtMs: now },
+      };
+      try {
+        this.#o.store.putDeployment(record);
+      } catch (error) {
+        // Shown from memory; the next change of the deployment writes it.
+        if (!isStoreFailure(error)) throw error;
+      }
+      d.record = record;
+      this.events.record("deployment.rollback-refused", d.spec.name, message, "error");
       return;
     }
     const revision = d.spec.revision + 1;

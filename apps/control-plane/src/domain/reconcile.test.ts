@@ -39,6 +39,7 @@ interface World {
   now?: number;
   failing?: ReconcileInput["failing"];
   avoid?: ReconcileInput["avoid"];
+  frozen?: string[];
 }
 
 function plan(w: World) {
@@ -55,6 +56,7 @@ function plan(w: World) {
     nowMs: w.now ?? NOW,
     failing: w.failing,
     avoid: w.avoid,
+    ...(w.frozen === undefined ? {} : { frozen: new Set(w.frozen) }),
   };
   return planReconcile(input);
 }
@@ -553,5 +555,50 @@ describe("planReconcile: a replica that keeps failing", () => {
       nodes: [testNode("n1", { gpus: 2 }), testNode("n2", { gpus: 2 })],
     });
     expect(after.add.map((a) => `${a.replicaId}@${a.ranks[0]?.nodeId}`)).toEqual(["chat-1@n2"]);
+  });
+});
+
+describe("planReconcile: a frozen deployment (a spec this release refuses)", () => {
+  it("keeps its replicas as placed, short of its count, on a draining node, and waiting ones serve", () => {
+    const p = plan({
+      specs: [spec({ replicas: 3, revision: 2 })],
+      older: [spec({ replicas: 3, revision: 1, extraArgs: ["--seed", "1"] })],
+      placements: [
+        placed("chat-0", "n1", [0, 1]),
+        placed("chat-1", "n2", [0, 1], { revision: 2 }),
+        placed("chat-2", "n3", [0, 1], {
+          retirement: { code: "rollout", message: "m", phase: "waiting", sinceMs: 0 },
+        }),
+      ],
+      nodes: [testNode("n1", { draining: true }), testNode("n2"), testNode("n3"), testNode("n4")],
+      frozen: ["chat"],
+    });
+    expect([p.add, p.remove, p.changed, p.dips]).toEqual([[], [], [], []]);
+    expect(p.unschedulable.size).toBe(0);
+    expect(p.keep.map((k) => k.replicaId)).toEqual(["chat-0", "chat-1", "chat-2"]);
+  });
+
+  it("lets a lost replica go without a replacement, and a drain under way end", () => {
+    const p = plan({
+      specs: [spec({ revision: 1 })],
+      placements: [
+        placed("chat-0", "n1", [0, 1]),
+        placed("chat-1", "n2", [0, 1], {
+          retirement: {
+            code: "scale-down",
+            message: "m",
+            phase: "draining",
+            sinceMs: 0,
+            drainingSinceMs: 0,
+            deadlineMs: NOW + 1,
+          },
+        }),
+      ],
+      nodes: [testNode("n1", { state: "lost" }), testNode("n2"), testNode("n3")],
+      drained: ["chat-1"],
+      frozen: ["chat"],
+    });
+    expect(removed(p)).toEqual(["chat-1:drained", "chat-0:lost"]);
+    expect(p.add).toEqual([]);
   });
 });

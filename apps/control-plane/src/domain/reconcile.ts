@@ -50,6 +50,15 @@ export interface ReconcileInput {
   readonly failing?: ScheduleInput["failing"];
   /** Nodes deployments avoid for new replicas (see `ScheduleInput.avoid`). */
   readonly avoid?: ScheduleInput["avoid"];
+  /**
+   * Deployments whose current spec this release refuses (an older release stored it; see
+   * `deploymentSpecFromJson`): left as they are. Their placed replicas are held (their GPUs
+   * stay taken, no scale-down, preemption, node drain or rolling update step touches them,
+   * only a loss removes one), a drain already under way still ends, and the scheduler is not
+   * asked for them: nothing new is placed, so no node is handed a spec this release refuses.
+   * Absent: none.
+   */
+  readonly frozen?: ReadonlySet<string>;
 }
 
 /** Why a placement stops now. */
@@ -128,6 +137,8 @@ const MOVE = new Set(["node-draining"]);
  *   {@link dipHelps}), announced as a capacity dip.
  * - A new revision that runs engines the same way (routing policy, limits) keeps its
  *   replicas at that revision, untouched.
+ * - A frozen deployment (a spec this release refuses; {@link ReconcileInput.frozen}) keeps
+ *   its replicas as they are and gets no new one, not even for a lost one.
  *
  * Leaving replicas are held: their GPUs stay taken until they stop, so nothing new lands on
  * GPUs still serving. Pure apart from calling `schedule`.
@@ -183,6 +194,16 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   for (const p of input.placements) {
     const spec = input.deployments.get(p.deployment);
     const retirement = p.retirement;
+    if (
+      spec !== undefined &&
+      input.frozen?.has(p.deployment) === true &&
+      retirement?.phase !== "draining"
+    ) {
+      // Running as placed, with nothing to replace it: held (only a loss removes it).
+      kept.set(p.replicaId, p);
+      held.add(p.replicaId);
+      continue;
+    }
     if (
       retirement?.phase === "waiting" &&
       retirement.code === "rollout" &&
@@ -320,7 +341,12 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   /** Conditions asked for a scale-down's order, once per plan. */
   const conditions = new Map<string, ReplicaCondition>();
   for (let pass = 0; pass < 4; pass++) {
-    const deployments = schedulerDeployments(input.deployments, oldServing, preempted);
+    const deployments = schedulerDeployments(
+      input.deployments,
+      oldServing,
+      preempted,
+      input.frozen,
+    );
     const placements = pick(kept, fresh);
     asked = {
       nodes: input.nodes,
@@ -408,7 +434,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
   }
   for (const [name, list] of byDeployment) {
     const spec = input.deployments.get(name);
-    if (spec === undefined) continue;
+    // A frozen deployment's waiting replica keeps serving: nothing is coming to replace it.
+    if (spec === undefined || input.frozen?.has(name) === true) continue;
     const waiting = list
       .filter((p) => p.retirement?.phase === "waiting")
       .sort(
@@ -587,9 +614,12 @@ function schedulerDeployments(
   specs: ReadonlyMap<string, DeploymentSpec>,
   oldServing: ReadonlyMap<string, readonly PlacementRecord[]>,
   noPreemption: boolean,
+  frozen: ReadonlySet<string> | undefined,
 ): SchedulerDeployment[] {
   const out: SchedulerDeployment[] = [];
   for (const spec of specs.values()) {
+    // Not asked for: its replicas are all held, and none is to be added.
+    if (frozen?.has(spec.name) === true) continue;
     let d = schedulerDeployment(spec);
     const olds = oldServing.get(spec.name)?.length ?? 0;
     if (olds > 0) d = { ...d, replicas: Math.max(0, d.replicas - olds) };

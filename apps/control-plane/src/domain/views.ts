@@ -106,6 +106,14 @@ export interface DeploymentInfo {
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
   readonly rollout?: RolloutRecord;
+  /**
+   * Present when this release refuses the deployment's stored spec (an older release accepted
+   * it): code `LLMGW_CONTROL_PLANE_SPEC_REFUSED`, the refusal and what to do. Its running
+   * replicas are left alone and nothing new is placed for it until a corrected spec is
+   * applied. Also the first of {@link unschedulable}, where clients show it (the wire has no
+   * field of its own for it).
+   */
+  readonly invalid?: Reason;
 }
 
 export interface NodeInfo {
