@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type BlockSetChange, createReplicaBlockSet } from "./block-set.js";
+import { type BlockSetChange, createReplicaBlockSet, MAX_MEDIA } from "./block-set.js";
 import type { BlockStoredEvent, KvEvent } from "./kv-event.js";
 import { tokenBlockKeys } from "./token-blocks.js";
 
@@ -162,6 +162,35 @@ describe("createReplicaBlockSet", () => {
     apply(stored(2, 4)); // block 2 fits again, block 3 still does not
     expect(sorted(set.snapshot())).toEqual(sorted(KEYS.slice(0, 3)));
     expect(set.stats()).toMatchObject({ entries: 3, refusedFull: 2 });
+  });
+
+  it("takes the block size from a BlockStored with blocks, not from an empty one", () => {
+    // An engine that sent `block_hashes: []` with a nonsense size used to fix the set's size:
+    // every real block then mismatched, and a size past 2^32 broke every watch's encoding.
+    const { set, apply } = setWithLog();
+    apply(stored(0, 0, { blockSize: 2 ** 40, tokenIds: [] }));
+    expect(set.blockSize).toBeUndefined();
+    apply(stored(0, 2));
+    expect(set.blockSize).toBe(BS);
+    expect(set.snapshot()).toEqual(KEYS.slice(0, 2));
+    expect(set.stats().blockSizeMismatch).toBe(0);
+  });
+
+  it(`holds at most ${MAX_MEDIA} distinct media; stores in more are refused and counted`, () => {
+    // Each medium a hash is held in is an entry of its list, searched on every store and
+    // removal: one hash in 100,000 media made that quadratic, and each entry kept its own
+    // copy of a medium string of up to 64 KiB.
+    const { set, apply } = setWithLog();
+    const media = Array.from({ length: MAX_MEDIA + 5 }, (_, i) => `m${i}`.padEnd(1000, "x"));
+    for (const medium of media) apply(stored(0, 1, { medium }));
+    expect(set.stats()).toMatchObject({ entries: MAX_MEDIA, refusedMedium: 5 });
+    // A medium no entry holds any more makes room for another.
+    apply(removed([100], media[0]));
+    apply(stored(0, 1, { medium: "late" }));
+    expect(set.stats()).toMatchObject({ entries: MAX_MEDIA, refusedMedium: 5 });
+    apply({ type: "AllBlocksCleared" });
+    apply(stored(0, 1, { medium: "after-clear" }));
+    expect(set.stats()).toMatchObject({ entries: 1, refusedMedium: 5 });
   });
 
   it.each([

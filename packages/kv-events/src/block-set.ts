@@ -48,6 +48,8 @@ export interface ReplicaBlockSetStats {
   readonly orphaned: number;
   /** Blocks refused because the set held `maxBlocks` entries. */
   readonly refusedFull: number;
+  /** Blocks refused because their medium would be the set's {@link MAX_MEDIA}+1st. */
+  readonly refusedMedium: number;
   /** Blocks of another KV-cache group or spec kind than full attention (not matched on). */
   readonly skippedGroup: number;
   /** Blocks with a LoRA or extra keys (multimodal, cache salt): token ids alone do not key them. */
@@ -82,11 +84,24 @@ export interface ReplicaBlockSet {
 
 interface Entry {
   readonly key: number;
-  /** Media this hash is held in ("GPU", "CPU", "" for none given), usually one. */
+  /**
+   * Media this hash is held in ("GPU", "CPU", "" for none given), usually one; the set's
+   * interned strings, at most {@link MAX_MEDIA}.
+   */
   media: string[];
 }
 
 const DEFAULT_MAX_BLOCKS = 1_048_576;
+
+/**
+ * Most distinct media the entries of one set hold at a time. vLLM names two ("GPU", "CPU");
+ * a connector may add a few. The medium is an engine-chosen string of up to 64 KiB (the
+ * decoder's string bound), and each entry lists its media and searches that list on every
+ * store and removal: without a bound, a hash stored in n media cost O(n²) and every entry kept
+ * its own copy of its medium string. Media are interned and counted, so the set holds each
+ * once; one that no entry holds any more makes room for another.
+ */
+export const MAX_MEDIA = 16;
 
 /** Tracks a batch's net change, relative to the set before it (or to empty, after a clear). */
 class Delta {
@@ -150,11 +165,14 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
   /** Our key → how many (engine hash, medium) entries map to it. */
   const refs = new Map<number, number>();
   let entries = 0;
+  /** Interned medium → entries held in it. */
+  const media = new Map<string, { readonly name: string; entries: number }>();
   const counts = {
     stored: 0,
     removed: 0,
     orphaned: 0,
     refusedFull: 0,
+    refusedMedium: 0,
     skippedGroup: 0,
     skippedExtraKeys: 0,
     blockSizeMismatch: 0,
@@ -181,6 +199,8 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
 
   function stored(event: BlockStoredEvent, delta: Delta): void {
     const n = event.blockHashes.length;
+    // Nothing to key; and its block size, which no token ids back, must not become the set's.
+    if (n === 0) return;
     if (!isFullAttention(event)) {
       counts.skippedGroup += n;
       return;
@@ -199,7 +219,7 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
       }
       parentKey = parent.key;
     }
-    const medium = event.medium ?? "";
+    let medium = event.medium ?? "";
     const size = event.blockSize;
     for (let i = 0; i < n; i++) {
       const hash = event.blockHashes[i] as bigint;
@@ -223,6 +243,17 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
         counts.refusedFull += n - i;
         return;
       }
+      let interned = media.get(medium);
+      if (interned === undefined) {
+        if (media.size >= MAX_MEDIA) {
+          counts.refusedMedium += n - i;
+          return;
+        }
+        interned = { name: medium, entries: 0 };
+        media.set(medium, interned);
+      }
+      interned.entries++;
+      medium = interned.name;
       // The same engine hash in another medium (offloaded copy) keeps the key it had.
       const key = existing?.key ?? chainKey(parentKey, event.tokenIds, i * size, (i + 1) * size);
       if (existing) existing.media.push(medium);
@@ -249,6 +280,8 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
       }
       entry.media.splice(at, 1);
       if (entry.media.length === 0) byHash.delete(hash);
+      const interned = media.get(medium) as { entries: number };
+      if (--interned.entries === 0) media.delete(medium);
       entries--;
       counts.removed++;
       dropRef(entry.key, delta);
@@ -258,6 +291,7 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
   function clearAll(delta: Delta): void {
     byHash.clear();
     refs.clear();
+    media.clear();
     entries = 0;
     counts.clears++;
     delta.clear();

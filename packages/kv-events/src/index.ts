@@ -40,11 +40,17 @@ export {
   type KvEventPublisherOptions,
   seqFrame,
 } from "./publisher.js";
-export { type KvCacheServer, type KvCacheServerOptions, startKvCacheServer } from "./server.js";
+export {
+  type KvCacheServer,
+  type KvCacheServerOptions,
+  MAX_WATCH_REQUEST_BYTES,
+  startKvCacheServer,
+} from "./server.js";
 export {
   createKvCacheService,
   KV_KEEPALIVE_MS,
   type KvFeedRegistry,
+  MAX_PENDING_KEYS,
   MAX_PENDING_UPDATES,
 } from "./service.js";
 export {

@@ -10,6 +10,13 @@ import { KvCacheService } from "@llmgw/proto";
 import { KvEventsError } from "./errors.js";
 import { createKvCacheService, type KvFeedRegistry } from "./service.js";
 
+/**
+ * Largest request message read: a `WatchBlocksRequest` is one replica id. The request is read
+ * whole before the engine key is checked, and Connect's default bound is 4 GiB, so without this
+ * anyone who reached the port could make the agent buffer that much per call.
+ */
+export const MAX_WATCH_REQUEST_BYTES = 64 * 1024;
+
 /** A running server. */
 export interface KvCacheServer {
   /** e.g. `http://127.0.0.1:7073`. */
@@ -36,6 +43,7 @@ export async function startKvCacheServer(options: KvCacheServerOptions): Promise
     options.keepaliveMs === undefined ? {} : { keepaliveMs: options.keepaliveMs },
   );
   const handler = connectNodeAdapter({
+    readMaxBytes: MAX_WATCH_REQUEST_BYTES,
     routes: (r: ConnectRouter) => {
       r.service(KvCacheService, service);
     },

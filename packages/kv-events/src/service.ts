@@ -6,9 +6,9 @@
  *
  * A watcher gets the snapshot, then every update, then a keepalive (an empty delta at the
  * current version) every {@link KV_KEEPALIVE_MS} so it can tell a quiet engine from a dead
- * stream. A watcher that falls {@link MAX_PENDING_UPDATES} updates behind is cut off
- * (`ResourceExhausted`): it reconnects and starts again from a snapshot, rather than the agent
- * buffering without bound. A watch of a feed that is closed (its replica retired or
+ * stream. A watcher that falls {@link MAX_PENDING_UPDATES} updates, or
+ * {@link MAX_PENDING_KEYS} keys, behind is cut off (`ResourceExhausted`): it reconnects and
+ * starts again from a snapshot, rather than the agent buffering without bound. A watch of a feed that is closed (its replica retired or
  * relaunched) ends with `Unavailable`: the watcher drops the replica's blocks and reconnects,
  * reaching the relaunched replica's new feed.
  */
@@ -26,6 +26,13 @@ import type { KvBlockFeed, KvFeedUpdate } from "./feed.js";
 export const KV_KEEPALIVE_MS = 5_000;
 /** Updates queued for one watcher before it is cut off. */
 export const MAX_PENDING_UPDATES = 10_000;
+/**
+ * Keys (added and removed) of the updates queued for one watcher before it is cut off: 32 MiB
+ * of doubles, room for a snapshot of a full set (1,048,576 blocks by default) and more. One
+ * batch's delta may carry a million keys, so counting updates alone let a watcher that stopped
+ * reading pin gigabytes for as long as its connection stayed open.
+ */
+export const MAX_PENDING_KEYS = 4_194_304;
 
 /** What the service serves: one feed and its engine key per replica id. */
 export interface KvFeedRegistry {
@@ -78,11 +85,26 @@ export function createKvCacheService(
       // A retired replica's feed may still be registered for a moment: serve none of it.
       if (feedClosed.aborted) throw closedError();
       const pending: KvFeedUpdate[] = [];
+      /** Keys of `pending`'s updates. */
+      let pendingKeys = 0;
       let wake: (() => void) | undefined;
-      let overflow = false;
+      let overflow: string | undefined;
       const unsubscribe = entry.feed.subscribe((u) => {
-        if (pending.length >= MAX_PENDING_UPDATES) overflow = true;
-        else pending.push(u);
+        const keys = u.added.length + u.removed.length;
+        if (pending.length >= MAX_PENDING_UPDATES) {
+          overflow = `${MAX_PENDING_UPDATES} updates`;
+        } else if (pendingKeys + keys > MAX_PENDING_KEYS) {
+          overflow = `${MAX_PENDING_KEYS} keys`;
+        } else {
+          pending.push(u);
+          pendingKeys += keys;
+        }
+        if (overflow !== undefined) {
+          // It starts again from a snapshot: keep nothing for it, even if it never reads again.
+          pending.length = 0;
+          pendingKeys = 0;
+          unsubscribe();
+        }
         wake?.();
       });
       const onAbort = (): void => wake?.();
@@ -93,6 +115,12 @@ export function createKvCacheService(
         yield toProto(last);
         while (!ctx.signal.aborted) {
           if (feedClosed.aborted) throw closedError();
+          if (overflow !== undefined) {
+            throw new ConnectError(
+              `watcher fell ${overflow} behind; reconnect for a snapshot`,
+              Code.ResourceExhausted,
+            );
+          }
           if (pending.length === 0) {
             const timedOut = await new Promise<boolean>((resolve) => {
               const timer = setTimeout(() => resolve(true), keepaliveMs);
@@ -107,13 +135,8 @@ export function createKvCacheService(
             }
             continue;
           }
-          if (overflow) {
-            throw new ConnectError(
-              `watcher fell ${MAX_PENDING_UPDATES} updates behind; reconnect for a snapshot`,
-              Code.ResourceExhausted,
-            );
-          }
           const u = pending.shift() as KvFeedUpdate;
+          pendingKeys -= u.added.length + u.removed.length;
           // Updates from before the snapshot was taken are already in it.
           if (u.epoch === last.epoch && !u.snapshot && u.version <= last.version) continue;
           last = u;
