@@ -7,7 +7,7 @@ import {
   TAGGED_SAMPLE_BATCH,
   TAGGED_SAMPLE_HEX,
 } from "../test/fixtures.js";
-import { decodeKvEventBatch, normaliseBlockHash } from "./decode.js";
+import { decodeKvEventBatch, MAX_PAYLOAD_CONTAINERS, normaliseBlockHash } from "./decode.js";
 
 /** A payload built from plain values (ints that need it as bigint), as msgspec would write. */
 function payload(value: unknown): Uint8Array {
@@ -365,6 +365,25 @@ describe("refusals", () => {
         message: `payload refused: ${detail}`,
       }),
     );
+  });
+
+  it("refuses a batch of more arrays and maps than MAX_PAYLOAD_CONTAINERS, counting empty ones", () => {
+    // [0, [[], [], … ]]: one byte per empty array, ~40 bytes each once decoded.
+    const n = MAX_PAYLOAD_CONTAINERS;
+    const bytes = new Uint8Array(2 + 5 + n).fill(0x90);
+    bytes.set([0x92, 0x00, 0xdd, (n >>> 24) & 0xff, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff]);
+    expect(() => decodeKvEventBatch(bytes)).toThrow(
+      expect.objectContaining({
+        code: "LLMGW_KV_EVENTS_MALFORMED_PAYLOAD",
+        message: `payload refused: more than ${n} arrays and maps (at byte ${bytes.length - 2})`,
+      }),
+    );
+    // One fewer (the batch and its events array are two): past the shape check, and refused
+    // as an event for what it is.
+    const fewer = new Uint8Array(2 + 5 + n - 2).fill(0x90);
+    const m = n - 2;
+    fewer.set([0x92, 0x00, 0xdd, (m >>> 24) & 0xff, (m >>> 16) & 0xff, (m >>> 8) & 0xff, m & 0xff]);
+    expect(() => decodeKvEventBatch(fewer)).not.toThrow(/payload refused/);
   });
 
   it("takes a batch nested as deep as vLLM writes it: a multimodal pair inside extra_keys", () => {

@@ -102,6 +102,17 @@ function decoderFor(limits: ResolvedKvEventDecodeLimits): Decoder {
  */
 const MAX_PAYLOAD_DEPTH = 8;
 
+/**
+ * Most msgpack containers (arrays and maps, empty ones too) a batch may hold. An empty array
+ * is one byte on the wire and a JS array of ~40 bytes once decoded: 8 MB of them measured 305
+ * MB of heap and 1.3 s of event loop, so the byte bound alone let a 64 MiB payload cost ~2.4 GB.
+ * An engine's batch is one scheduler step: an event per request at most, a few containers each,
+ * and `extra_keys` tuples for the blocks newly full in that step (a step's tokens ÷ the block
+ * size, thousands). A million leaves that two orders of magnitude and bounds the decoded
+ * containers to tens of MB.
+ */
+export const MAX_PAYLOAD_CONTAINERS = 1_048_576;
+
 /** Items still to read in each open container of {@link checkPayloadShape}'s walk. */
 const openItems = new Float64Array(MAX_PAYLOAD_DEPTH + 1);
 
@@ -120,6 +131,7 @@ function checkPayloadShape(payload: Uint8Array): string | undefined {
   let depth = 0;
   /** Items declared and not read yet, across all open containers. */
   let pending = 1;
+  let containers = 0;
   openItems[0] = 1;
   while (depth >= 0) {
     if (openItems[depth] === 0) {
@@ -221,6 +233,9 @@ function checkPayloadShape(payload: Uint8Array): string | undefined {
     if (items < 0) {
       pos += skip;
       continue;
+    }
+    if (++containers > MAX_PAYLOAD_CONTAINERS) {
+      return `more than ${MAX_PAYLOAD_CONTAINERS} arrays and maps (at byte ${at})`;
     }
     if (items === 0) continue;
     pending += items;

@@ -9,6 +9,7 @@ export {
   type DecodedKvEventBatch,
   decodeKvEventBatch,
   type KvEventDecodeLimits,
+  MAX_PAYLOAD_CONTAINERS,
   normaliseBlockHash,
   type RejectedKvEvent,
   type ResolvedKvEventDecodeLimits,
