@@ -9,7 +9,7 @@ import {
   ProblemCodes,
   simulateInventory,
 } from "@llmgw/discovery";
-import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { OWNED_SHORT_FLAGS, parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { holdPortOnceFree } from "@llmgw/supervisor/testing";
@@ -584,5 +584,257 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
     const delays = [0, 1, 2, 5, 6, 40].map((n) => relaunchDelayMs(RELAUNCH_DEFAULTS, n));
     expect(delays).toEqual([60_000, 120_000, 240_000, 1_800_000, 1_800_000, 1_800_000]);
     expect(relaunchDelayMs({ firstDelayMs: 5000, maxDelayMs: 1000, stableMs: 0 }, 3)).toBe(5000);
+  });
+});
+
+describe("ReplicaManager: adopting an engine whose spec this release refuses", () => {
+  const idleEngine = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
+
+  function agent(stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) {
+    return manager({
+      stateDir,
+      supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+      nodeConfig: { simCommand: idleEngine, bindHost: "127.0.0.1" },
+      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+      probeIntervalMs: 50,
+      restartPolicy: { initialDelayMs: 100 },
+      relaunch: { firstDelayMs: 100, maxDelayMs: 100, stableMs: 60_000 },
+      ...extra,
+    });
+  }
+
+  /** m-0 with `extraArgs` and `fields`, as the release that accepted it parsed it. */
+  function withArgs(extraArgs: string[], fields: Record<string, unknown> = {}) {
+    const a = simReplicaAssignment();
+    a.deployment = deploymentSpecToProto(
+      parseDeploymentSpecOrThrow({
+        name: "m",
+        model: "org/model",
+        engine: "sim",
+        extraArgs,
+        ...fields,
+      }),
+    );
+    return a;
+  }
+
+  /**
+   * Runs `during` with the sim engine's `-x` owned, as a release that took the flag over
+   * after an older one accepted it would.
+   */
+  async function whileOwned<T>(during: () => Promise<T>): Promise<T> {
+    const owned = OWNED_SHORT_FLAGS.sim as string[];
+    owned.push("-x");
+    try {
+      return await during();
+    } finally {
+      owned.splice(owned.indexOf("-x"), 1);
+    }
+  }
+
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  /** A previous agent launches m-0 from `assignment` and leaves it running; its pid. */
+  async function previousAgent(stateDir: string, assignment = withArgs(["-x", "1"]), extra = {}) {
+    // Gone as if its process ended: it neither restarts nor relaunches what it left.
+    const previous = agent(stateDir, {
+      restartPolicy: { maxQuickFailures: 1 },
+      relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
+      ...extra,
+    });
+    await previous.apply([assignment]);
+    const pid = await until("the engine to be ready", () => {
+      const s = previous.statuses()[0];
+      return s?.state === ReplicaState.READY && s.pid;
+    });
+    await previous.close(false);
+    return pid;
+  }
+
+  it("adopts and supervises it, says so, and reports it failed instead of launching it when it exits", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-refused-"));
+    dirs.push(stateDir);
+    // What the control plane stored, as the older release that accepted it parsed it.
+    const stored = withArgs(["-x", "1"]);
+    const pid = await previousAgent(stateDir, stored);
+    await whileOwned(async () => {
+      const warned: { message: string; fields: Record<string, unknown> }[] = [];
+      const launched: unknown[] = [];
+      const logger = {
+        info: (message: string) => {
+          if (message === "process spawned") launched.push(message);
+        },
+        warn: (message: string, fields: Record<string, unknown> = {}) =>
+          void warned.push({ message, fields }),
+      };
+      const next = agent(stateDir, {
+        supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids"), logger }),
+        logger,
+      });
+      try {
+        expect(await next.adoptPrevious()).toEqual(["m-0"]);
+        const [adopted] = next.statuses();
+        expect(adopted).toMatchObject({ state: ReplicaState.READY, pid, adopted: true });
+        expect(adopted?.message).toContain('"-x" would set -x, which llmgw owns for sim');
+        expect(next.managedPids()).toEqual(new Set([pid]));
+        const said = warned.filter((w) => String(w.fields.error).includes('"-x" would set -x'));
+        expect(said).toHaveLength(1);
+        expect(said[0]?.fields).toMatchObject({
+          replicaId: "m-0",
+          code: "LLMGW_ENGINES_INVALID_SPEC",
+        });
+
+        // The control plane keeps sending the unchanged assignment: nothing changes.
+        await next.apply([stored]);
+        expect(next.statuses()[0]).toMatchObject({ state: ReplicaState.READY, pid });
+
+        process.kill(pid, "SIGKILL");
+        const failed = await until("the replica to fail", () => {
+          const s = next.statuses()[0];
+          return s?.state === ReplicaState.FAILED && s;
+        });
+        expect(failed.message).toContain('"-x" would set -x, which llmgw owns for sim');
+        expect(failed.message).not.toContain("launches it afresh");
+        // Longer than the restart and relaunch delays: neither ran.
+        await new Promise((r) => setTimeout(r, 600));
+        expect(next.statuses()[0]?.state).toBe(ReplicaState.FAILED);
+        expect(next.managedPids().size).toBe(0);
+        expect(launched).toEqual([]);
+
+        // The corrected spec is an ordinary launch.
+        await next.apply([withArgs([])]);
+        const corrected = await until("the corrected engine", () => {
+          const s = next.statuses()[0];
+          return s?.state === ReplicaState.READY && s;
+        });
+        expect(corrected.pid).not.toBe(pid);
+        expect(corrected.message).not.toContain("owns");
+      } finally {
+        await next.close(true);
+        // An engine left orphaned (what this test guards against) must not outlive it.
+        if (alive(pid)) process.kill(-pid, "SIGKILL");
+      }
+    });
+  });
+
+  it("stops, and launches nothing for, an engine of a refused spec started from another launch spec", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-refused-"));
+    dirs.push(stateDir);
+    const stored = withArgs(["-x", "1"]);
+    const pid = await previousAgent(stateDir, stored);
+    await whileOwned(async () => {
+      // This release launches sim otherwise: the engine running is not what the spec gives.
+      const next = agent(stateDir, {
+        nodeConfig: {
+          simCommand: [...idleEngine.slice(0, -1), "--", "--new"],
+          bindHost: "127.0.0.1",
+        },
+      });
+      try {
+        expect(await next.adoptPrevious()).toEqual([]);
+        expect(alive(pid)).toBe(false);
+        const [failed] = next.statuses();
+        expect(failed?.state).toBe(ReplicaState.FAILED);
+        expect(failed?.message).toMatch(/^no running process to adopt; this release refuses/);
+        expect(failed?.message).toContain('"-x" would set -x, which llmgw owns for sim');
+        await next.apply([stored]);
+        await new Promise((r) => setTimeout(r, 300));
+        expect(next.statuses()[0]?.state).toBe(ReplicaState.FAILED);
+        expect(next.managedPids().size).toBe(0);
+      } finally {
+        await next.close(true);
+        if (alive(pid)) process.kill(-pid, "SIGKILL");
+      }
+    });
+  });
+});
+
+describe("ReplicaManager: an engine left running for a replica the agent refuses", () => {
+  const idleEngine = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
+  const agent = (stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) =>
+    manager({
+      stateDir,
+      supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+      nodeConfig: { simCommand: idleEngine, bindHost: "127.0.0.1" },
+      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+      probeIntervalMs: 50,
+      restartPolicy: { maxQuickFailures: 1 },
+      relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
+      ...extra,
+    });
+  const trusting = () => {
+    const a = simReplicaAssignment();
+    a.deployment = deploymentSpecToProto(
+      parseDeploymentSpecOrThrow({
+        name: "m",
+        model: "org/model",
+        engine: "sim",
+        trustRemoteCode: true,
+      }),
+    );
+    return a;
+  };
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  async function leftRunning(stateDir: string) {
+    const previous = agent(stateDir, { allowTrustRemoteCode: true });
+    await previous.apply([trusting()]);
+    const pid = await until("the engine to be ready", () => {
+      const s = previous.statuses()[0];
+      return s?.state === ReplicaState.READY && s.pid;
+    });
+    await previous.close(false);
+    return pid;
+  }
+
+  it("stops it when the replica is refused at adoption, and leaves nothing when it is withdrawn", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
+    dirs.push(stateDir);
+    const pid = await leftRunning(stateDir);
+    // The operator took --allow-trust-remote-code away before restarting the agent.
+    const next = agent(stateDir);
+    try {
+      expect(await next.adoptPrevious()).toEqual([]);
+      const [refused] = next.statuses();
+      expect(refused?.state).toBe(ReplicaState.FAILED);
+      expect(refused?.message).toContain("--allow-trust-remote-code");
+      await until("the engine left running to be stopped", () => !alive(pid));
+      await next.apply([]);
+      expect(next.statuses()).toEqual([]);
+      expect(await next.adoptPrevious()).toEqual([]);
+    } finally {
+      await next.close(true);
+      if (alive(pid)) process.kill(-pid, "SIGKILL");
+    }
+  });
+
+  it("stops it when its record cannot be read", async () => {
+    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
+    dirs.push(stateDir);
+    const pid = await leftRunning(stateDir);
+    writeFileSync(path.join(stateDir, "replicas", "m-0.json"), "{not json");
+    const next = agent(stateDir);
+    try {
+      expect(await next.adoptPrevious()).toEqual([]);
+      await until("the engine left running to be stopped", () => !alive(pid));
+      expect(next.statuses()).toEqual([]);
+    } finally {
+      await next.close(true);
+      if (alive(pid)) process.kill(-pid, "SIGKILL");
+    }
   });
 });

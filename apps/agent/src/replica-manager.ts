@@ -6,9 +6,11 @@ import { create, fromJsonString, toJson, toJsonString } from "@bufbuild/protobuf
 import type { NodeInventory } from "@llmgw/discovery";
 import {
   buildLaunchSpec,
+  type DeploymentSpec,
   type LaunchSpec,
   NOT_LAUNCHED_FIELDS,
   type NodeEngineConfig,
+  parseDeploymentSpec,
   SECRET_ENV_NAMES,
   validateLaunch,
 } from "@llmgw/engines";
@@ -37,7 +39,7 @@ import {
   type Supervisor,
   type SupervisorLogger,
 } from "@llmgw/supervisor";
-import { deploymentSpecFromProto } from "@llmgw/wire";
+import { deploymentInputFromProto, deploymentSpecFromProto } from "@llmgw/wire";
 import { AgentError } from "./errors.js";
 import { withoutKernelLogFaults } from "./launch-health.js";
 import { checkModelRoot } from "./model-root.js";
@@ -178,6 +180,12 @@ interface Managed {
    * deployment's serving rank); served to routers by `KvCacheService`.
    */
   readonly kvFeed: KvBlockFeed | undefined;
+  /**
+   * Set on an engine adopted from a spec this release refuses (an engine flag or env name it
+   * took over since an older release launched it; see {@link ReplicaManager.adoptPrevious}):
+   * why it is never launched again, reported with its status. Its replica is `adoptOnly`.
+   */
+  readonly refused: string | undefined;
 }
 
 /** A replica the agent could not even start (bad spec, failed validation, spawn failed). */
@@ -249,6 +257,15 @@ export class ReplicaManager {
    * launched afresh otherwise. A replica that cannot be launched either (its program gone, a
    * mount not back) is reported FAILED and launched again later, as in {@link apply}; the
    * other records are still adopted. Returns the replica ids adopted.
+   *
+   * A record whose spec this release refuses only for its policy rules (an engine flag or env
+   * name taken over since an older release accepted the spec: `parseDeploymentSpec`'s
+   * `policy: "report"`) is adopted all the same when its engine runs, with the refusal in its
+   * status, and never launched: when that engine is gone, or exits later, the replica is
+   * FAILED with the refusal until a corrected assignment replaces it. A record the agent
+   * refuses to run at all (unreadable, a spec broken otherwise, a launch this node refuses)
+   * is FAILED, and the engine a previous agent left running for it, if still the process it
+   * launched, is stopped rather than left holding its GPUs unsupervised.
    */
   async adoptPrevious(): Promise<string[]> {
     let names: string[] = [];
@@ -271,19 +288,63 @@ export class ReplicaManager {
           error: (error as Error).message,
         });
         await rm(file, { force: true });
+        this.#stopLeftover(name.slice(0, -".json".length));
         continue;
       }
-      const managed = this.#prepare(assignment, record.apiPort, record.engineApiKey);
-      if (!managed) continue;
+      const managed = this.#prepare(assignment, record.apiPort, { apiKey: record.engineApiKey });
+      if (!managed) {
+        this.#stopLeftover(assignment.replicaId);
+        continue;
+      }
       try {
         await managed.replica.start({ adopt: true });
       } catch (cause) {
         this.#launchFailed(managed, cause);
         continue;
       }
-      if (managed.replica.handle?.adopted) adopted.push(managed.key);
+      if (!managed.replica.handle?.adopted) continue;
+      adopted.push(managed.key);
+      if (managed.refused !== undefined) {
+        this.options.logger.warn("adopted an engine whose deployment spec this release refuses", {
+          replicaId: managed.key,
+          pid: managed.replica.handle.pid,
+          code: "LLMGW_ENGINES_INVALID_SPEC",
+          error: managed.refused,
+        });
+      }
     }
     return adopted;
+  }
+
+  /**
+   * Stops in the background the engine a previous agent left running for replica `key`,
+   * which this agent does not run (see {@link adoptPrevious}): only the process its pid file
+   * names, still the same (`Supervisor.stopLeftover`), never one a replica of this agent
+   * holds. A launch for `key` waits for it, like for a retired replica's stop.
+   */
+  #stopLeftover(key: string): void {
+    const previous = this.#stopping.get(key) ?? Promise.resolve();
+    const done: Promise<void> = previous
+      .then(async () => {
+        if (this.#managed.has(key) || this.options.supervisor.get(key) !== undefined) return;
+        const report = await this.options.supervisor.stopLeftover(key);
+        if (report !== undefined) {
+          this.options.logger.warn("stopped an engine left running for a replica not run", {
+            replicaId: key,
+            forced: report.forced,
+          });
+        }
+      })
+      .catch((error: unknown) => {
+        this.options.logger.warn("could not stop an engine left running", {
+          replicaId: key,
+          error: (error as Error).message,
+        });
+      })
+      .finally(() => {
+        if (this.#stopping.get(key) === done) this.#stopping.delete(key);
+      });
+    this.#stopping.set(key, done);
   }
 
   /** Applies one desired set (serialised: a slow apply never overlaps the next). */
@@ -320,6 +381,9 @@ export class ReplicaManager {
       // Its launch persisted a record (or a previous agent did) that nothing else removes: a
       // restarted agent would launch the withdrawn replica again.
       await rm(this.#recordPath(key), { force: true });
+      // And an engine a previous agent left for it must not outlive it (stopped already when
+      // the adoption refused it: this finds none then).
+      this.#stopLeftover(key);
     }
     for (const [key, assignment] of wanted) {
       if (this.#managed.has(key)) continue;
@@ -445,14 +509,37 @@ export class ReplicaManager {
     this.#relaunches.delete(key);
   }
 
-  /** `apiKey`: the key of an engine a previous agent launched, for adoption. */
-  #prepare(assignment: ReplicaAssignment, apiPort: number, apiKey?: string): Managed | undefined {
+  /**
+   * The replica of `assignment`, or undefined when the agent refuses it (then `#rejected`).
+   * `adoption`: for the engine a previous agent launched (see {@link adoptPrevious}), with
+   * its key; the spec's policy rules are then reported, not enforced, and a spec that breaks
+   * them gives an `adoptOnly` replica. Every launch comes without: the strict parse.
+   */
+  #prepare(
+    assignment: ReplicaAssignment,
+    apiPort: number,
+    adoption?: { readonly apiKey: string | undefined },
+  ): Managed | undefined {
     const key = assignment.replicaId;
+    const apiKey = adoption?.apiKey;
     try {
       if (!assignment.deployment) {
         throw new AgentError("LLMGW_AGENT_ASSIGNMENT_REFUSED", "assignment carries no deployment");
       }
-      const deployment = deploymentSpecFromProto(assignment.deployment);
+      let deployment: DeploymentSpec;
+      let refused: string | undefined;
+      if (adoption === undefined) {
+        deployment = deploymentSpecFromProto(assignment.deployment);
+      } else {
+        const parsed = parseDeploymentSpec(deploymentInputFromProto(assignment.deployment), {
+          policy: "report",
+        });
+        if (!parsed.ok) throw parsed.error;
+        deployment = parsed.spec;
+        if (parsed.refused !== undefined) {
+          refused = `this release refuses the deployment spec its engine was launched from, so the agent does not launch it again (deploy a corrected spec): ${parsed.refused.message}`;
+        }
+      }
       const node = this.options.inventory();
       const world = assignment.world;
       const nnodes = Math.max(1, world?.nnodes ?? 1);
@@ -495,6 +582,7 @@ export class ReplicaManager {
         ports: { api: apiPort },
         node,
         nodeConfig: this.options.nodeConfig,
+        ...(refused === undefined ? {} : { policy: "report" as const }),
       });
       const spec: ProcessSpec = {
         argv: launch.argv,
@@ -534,6 +622,7 @@ export class ReplicaManager {
             ? deployment.loadingDeadlineSeconds * 1000
             : this.options.defaultLoadingDeadlineMs,
         probeIntervalMs: this.options.probeIntervalMs,
+        ...(refused === undefined ? {} : { adoptOnly: refused }),
         ...(this.options.restartPolicy === undefined
           ? {}
           : { restartPolicy: this.options.restartPolicy }),
@@ -550,6 +639,7 @@ export class ReplicaManager {
         load: undefined,
         loadScrapedAtMs: undefined,
         restarts: 0,
+        refused,
         apiKey: apiKeyEnv === undefined ? undefined : apiKey,
         kvFeed:
           launch.kvEventsEndpoint === undefined
@@ -581,7 +671,9 @@ export class ReplicaManager {
           // It served long enough: a later failure starts the backoff over.
           this.#forgetRelaunch(key);
         }
-        if (t.to === "failed" && this.#managed.get(key) === managed) {
+        // One adopted from a refused spec stays failed: a relaunch would run that spec (and
+        // the strict parse of #launch would refuse it anyway).
+        if (t.to === "failed" && this.#managed.get(key) === managed && refused === undefined) {
           this.#scheduleRelaunch(key, managed);
         }
       });
@@ -863,7 +955,13 @@ export class ReplicaManager {
           // against the load reports at the control plane.
           loadScrapedAtUnixMs:
             m.loadScrapedAtMs === undefined ? undefined : BigInt(Math.round(m.loadScrapedAtMs)),
-          message: redact(failure ? this.#failureMessage(m.key, failure.reason) : m.message),
+          message: redact(
+            failure
+              ? this.#failureMessage(m.key, failure.reason)
+              : m.refused === undefined
+                ? m.message
+                : [m.message, m.refused].filter((s) => s !== "").join("; "),
+          ),
           stateSinceUnixMs: BigInt(Math.round(m.stateSinceMs)),
           specHash: m.specHash,
           revision: m.assignment.deployment?.revision ?? 0n,

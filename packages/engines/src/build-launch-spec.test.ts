@@ -403,6 +403,24 @@ describe("buildLaunchSpec: argv and env per engine (golden)", () => {
       CUDA_VISIBLE_DEVICES: "1",
     });
   });
+
+  it('with policy "report" (to adopt what an older release launched) only the node\'s own allow-list refuses', () => {
+    const base = input({ engine: "vllm" }, { gpuIndices: [1] });
+    const stored = {
+      ...base,
+      policy: "report" as const,
+      deployment: { ...base.deployment, env: { HF_HUB_OFFLINE: "1", NCCL_DEBUG: "INFO" } },
+    };
+    // What no deployment may set is the spec's refusal, reported by the report parse.
+    expect(buildLaunchSpec(stored).env).toMatchObject({ HF_HUB_OFFLINE: "1", NCCL_DEBUG: "INFO" });
+    expect(() => buildLaunchSpec({ ...stored, policy: "enforce" })).toThrow(
+      "deployment env refused on this node: HF_HUB_OFFLINE is set by llmgw",
+    );
+    const offList = { ...stored, deployment: { ...stored.deployment, env: { MY_FLAG: "1" } } };
+    expect(() => buildLaunchSpec(offList)).toThrow(
+      "deployment env refused on this node: MY_FLAG is not on this node's engine environment allow-list",
+    );
+  });
 });
 
 describe("buildLaunchSpec: multi-node ranks", () => {

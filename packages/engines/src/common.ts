@@ -51,8 +51,18 @@ export function checkLaunch(input: BuildLaunchSpecInput): CheckedLaunch {
     }
   }
   // The enforcement point for deployment env: the schema (also run by the control plane) only
-  // refuses what no node may allow; what this node allows is known here, at launch.
-  const refused = refusedEngineEnv(deployment.env, config.allowedEngineEnv);
+  // refuses what no node may allow; what this node allows is known here, at launch. With
+  // `policy: "report"` (to adopt, never to launch) what no node may allow is the schema's.
+  const refused = refusedEngineEnv(
+    input.policy === "report"
+      ? Object.fromEntries(
+          Object.entries(deployment.env).filter(
+            ([key]) => ENGINE_ENV_NAME.test(key) && engineEnvRefusal(key) === undefined,
+          ),
+        )
+      : deployment.env,
+    config.allowedEngineEnv,
+  );
   if (refused.length > 0) {
     throw new EnginesError(
       "LLMGW_ENGINES_ENV_NOT_ALLOWED",

@@ -136,6 +136,13 @@ export interface BuildLaunchSpecInput {
    * for `ipc://`, and never leaves the node: events carry the prompts' token ids).
    */
   readonly kvEventsEndpoint?: string;
+  /**
+   * `"report"`: the deployment's env names that no deployment may set (its policy refusal,
+   * which `parseDeploymentSpec`'s `policy: "report"` gave) are not refused here, so that the
+   * launch spec of a process an older release launched from it can be rebuilt, to adopt that
+   * process. Never for a launch. Default `"enforce"`.
+   */
+  readonly policy?: "enforce" | "report";
 }
 
 /** One engine's rules for turning a deployment into a process. */

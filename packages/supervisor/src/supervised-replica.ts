@@ -86,6 +86,15 @@ export interface SupervisedReplicaOptions {
   probeIntervalMs?: number;
   /** Consecutive failed probes after `ready` that make it `unhealthy`. Default 3. */
   unhealthyAfterFailures?: number;
+  /**
+   * Set when `spec` must never be launched, only a process a previous supervisor launched
+   * from it adopted (a spec the caller now refuses, whose engine still serves): why, as the
+   * reason the replica goes `failed` with. `start({ adopt: true })` then adopts or fails (a
+   * process of another spec is stopped as ever, and nothing replaces it), and an adopted
+   * process that exits or misses its loading deadline leaves the replica `failed` instead of
+   * restarting. Default: launches as usual.
+   */
+  adoptOnly?: string;
   /** Defaults to the supervisor's clock and logger. */
   clock?: Clock;
   logger?: SupervisorLogger;
@@ -100,6 +109,7 @@ export interface ResolvedSupervisedReplicaOptions {
   readonly loadingDeadlineMs: number;
   readonly probeIntervalMs: number;
   readonly unhealthyAfterFailures: number;
+  readonly adoptOnly: string | undefined;
   readonly clock: Clock;
   readonly logger: SupervisorLogger;
 }
@@ -117,6 +127,7 @@ export function resolveSupervisedReplicaOptions(
     loadingDeadlineMs: o.loadingDeadlineMs ?? 600_000,
     probeIntervalMs: o.probeIntervalMs ?? 1000,
     unhealthyAfterFailures: o.unhealthyAfterFailures ?? 3,
+    adoptOnly: o.adoptOnly,
     clock: o.clock ?? o.supervisor.options.clock,
     logger: o.logger ?? o.supervisor.options.logger,
   };
@@ -197,6 +208,7 @@ export class SupervisedReplica {
   /**
    * Starts the replica. With `adopt: true` a process left by a previous supervisor is
    * adopted when its spec hash matches, and replaced (stopped, relaunched) when it does not.
+   * With `adoptOnly` nothing is launched: no process to adopt leaves the replica `failed`.
    * Throws `LLMGW_SUPERVISOR_ALREADY_RUNNING` unless the replica is `exited` or `failed` with
    * no start or restart in flight. A `stop()` that runs before the process is attached wins:
    * the start then resolves with nothing running, and a launch that failed meanwhile is not
@@ -232,6 +244,10 @@ export class SupervisedReplica {
           await report.handle.stop();
           if (generation !== this.#generation) return undefined;
         }
+      }
+      if (this.options.adoptOnly !== undefined) {
+        this.#fail("no running process to adopt", []);
+        return undefined;
       }
       return this.#launch(generation, "start requested");
     });
@@ -309,6 +325,11 @@ export class SupervisedReplica {
 
   /** Launches a process; resolves to it when `stop()` ran meanwhile (else it is attached). */
   async #launch(generation: number, reason: string): Promise<ProcessHandle | undefined> {
+    if (this.options.adoptOnly !== undefined) {
+      // Unreached (start and #onExit fail first); the one place a process is launched refuses.
+      this.#fail(`not launched (${reason})`, []);
+      return undefined;
+    }
     let handle: ProcessHandle;
     try {
       const { spec, specHash } = this.options;
@@ -433,6 +454,11 @@ export class SupervisedReplica {
     this.#recordRun(handle, exit);
     this.#handle = undefined;
     const how = `exited unexpectedly (code=${exit.code} signal=${exit.signal})`;
+    if (this.options.adoptOnly !== undefined) {
+      this.#transition("exited", how);
+      this.#fail(how, tail);
+      return;
+    }
     const decision = nextRestartDecision(
       this.#history,
       this.options.clock.now(),
@@ -472,7 +498,10 @@ export class SupervisedReplica {
     this.#fail(reason, handle.tail());
   }
 
-  #fail(reason: string, tail: readonly string[]): void {
+  /** To `failed`; with `adoptOnly`, the reason says why the replica is not launched again. */
+  #fail(failure: string, tail: readonly string[]): void {
+    const { adoptOnly } = this.options;
+    const reason = adoptOnly === undefined ? failure : `${failure}; ${adoptOnly}`;
     this.#failure = { reason, tail, atMs: this.options.clock.now() };
     this.#transition("failed", reason, tail);
   }

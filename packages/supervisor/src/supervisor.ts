@@ -337,6 +337,25 @@ export class Supervisor {
     return { kind: "adopted", handle };
   }
 
+  /**
+   * Stops the process a previous supervisor left running for `replicaId`, for a caller that
+   * will not adopt it (a replica it refuses to run): only when it is still the process its
+   * pid file names (start time and command line, as {@link adopt} checks; a reused pid is
+   * never signalled), through its process group with the stop settings its launcher
+   * recorded. Resolves to undefined when there was none. Throws as {@link adopt} does, and
+   * `LLMGW_SUPERVISOR_STOP_FAILED` as {@link ProcessHandle.stop} does.
+   */
+  async stopLeftover(replicaId: string): Promise<ExitReport | undefined> {
+    // No spec hash is empty: a live process of ours comes back as `spec-changed`.
+    const report = await this.adopt(replicaId, "");
+    if (report.kind !== "adopted" && report.kind !== "spec-changed") return undefined;
+    this.options.logger.warn("stopping a process left running that is not adopted", {
+      replicaId,
+      pid: report.handle.pid,
+    });
+    return report.handle.stop();
+  }
+
   #adoptRecord(record: PidRecord): GroupHandle {
     const o = this.options;
     const log = new CappedLogFile(record.logFile, this.#logLimits(), { prefillTail: true });

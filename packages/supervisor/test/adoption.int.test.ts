@@ -201,6 +201,62 @@ describe("orphan adoption", () => {
     await replica.stop();
   }, 60_000);
 
+  it("adoptOnly: adopts, and fails with its reason instead of launching, now or after an exit", async () => {
+    const { dir, cleanup } = tempDir("llmgw-adopt-");
+    cleanups.push(cleanup);
+    const stateDir = `${dir}/state`;
+    const spec = engineSpec(dir, "r5", ["--lines", "1"]);
+    const { child, engine } = await launchInHost(stateDir, "r5", spec);
+    child.kill("SIGKILL");
+    await waitFor("host gone", () => child.exitCode !== null || child.signalCode !== null);
+
+    const supervisor = createSupervisor({ stateDir, adoptPollIntervalMs: 50 });
+    const replica = (replicaId: string) =>
+      createSupervisedReplica({
+        supervisor,
+        replicaId,
+        spec: { ...spec, logFile: `${dir}/logs/${replicaId}.log` },
+        probe: async () => "ready",
+        probeIntervalMs: 50,
+        restartPolicy: { initialDelayMs: 10 },
+        adoptOnly: "refused",
+      });
+    const adopted = replica("r5");
+    await adopted.start({ adopt: true });
+    expect(adopted.handle).toMatchObject({ pid: engine.pid, adopted: true });
+    expect(adopted.state).toBe("ready");
+    process.kill(engine.pid, "SIGKILL");
+    await waitFor("the replica to fail", () => adopted.state === "failed");
+    expect(adopted.failure?.reason).toBe("exited unexpectedly (code=null signal=null); refused");
+    await new Promise((r) => setTimeout(r, 200));
+    expect(adopted.state).toBe("failed");
+    expect(supervisor.get("r5")).toBeUndefined();
+
+    const nothing = replica("r6");
+    await nothing.start({ adopt: true });
+    expect(nothing.state).toBe("failed");
+    expect(nothing.failure?.reason).toBe("no running process to adopt; refused");
+    expect(nothing.handle).toBeUndefined();
+    expect(readPidFile(stateDir, "r6")).toEqual({ kind: "missing" });
+  }, 60_000);
+
+  it("stopLeftover stops the live process a pid file names through its group, and finds none after", async () => {
+    const { dir, cleanup } = tempDir("llmgw-adopt-");
+    cleanups.push(cleanup);
+    const stateDir = `${dir}/state`;
+    const spec = engineSpec(dir, "r7", ["--lines", "1"]);
+    const { child, engine } = await launchInHost(stateDir, "r7", spec);
+    child.kill("SIGKILL");
+    await waitFor("host gone", () => child.exitCode !== null || child.signalCode !== null);
+    const supervisor = createSupervisor({ stateDir, stopPollIntervalMs: 20 });
+    const report = await supervisor.stopLeftover("r7");
+    expect(report).toMatchObject({ forced: false });
+    expect(isAlive(engine.pid)).toBe(false);
+    expect(listGroupMembers(engine.pid)).toEqual([]);
+    expect(readPidFile(stateDir, "r7")).toEqual({ kind: "missing" });
+    expect(await supervisor.stopLeftover("r7")).toBeUndefined();
+  }, 60_000);
+
   it.each([
     { name: "different start time", tamper: { startTime: "1" } },
     { name: "different command line", tamper: { cmdlineSha256: "0".repeat(64) } },
