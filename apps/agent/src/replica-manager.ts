@@ -994,8 +994,8 @@ export class ReplicaManager {
 
   /**
    * Stops load scraping. With `stopEngines`, stops every engine and forgets it; otherwise
-   * engines keep running (own process groups, output to files) for the next agent to adopt,
-   * and the caller ends the process.
+   * engines keep running (own process groups, output to files), unsupervised, for the next
+   * agent to adopt, and the caller ends the process.
    */
   async close(stopEngines: boolean): Promise<void> {
     if (this.#loadTimer) clearInterval(this.#loadTimer);
@@ -1003,6 +1003,9 @@ export class ReplicaManager {
     await this.#applying;
     if (stopEngines) {
       for (const managed of [...this.#managed.values()]) this.#retire(managed, "agent stopping");
+    } else {
+      // Left to the next agent, which adopts them: this one no longer probes or restarts them.
+      for (const managed of this.#managed.values()) managed.replica.release();
     }
     await Promise.all([
       ...this.#stopping.values(),

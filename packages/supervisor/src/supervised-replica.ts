@@ -297,6 +297,19 @@ export class SupervisedReplica {
   }
 
   /**
+   * Stops supervising and leaves the process running, for the next agent to adopt (an agent
+   * shutting down without stopping its engines): no probe, restart or exit handling after it.
+   * Without it, a process that exits later (stopped by the agent that adopted it) was still
+   * this replica's to restart, from a supervisor whose agent had closed. The replica is spent:
+   * do not start it again.
+   */
+  release(): void {
+    this.#userStopped = true;
+    this.#generation++;
+    this.#cancelTimers();
+  }
+
+  /**
    * This replica's spec's stop settings. A launched handle has them already. An adopted one
    * defaults to those recorded by its launcher, which can differ (they are not part of the spec
    * hash); the replica's own stops apply the spec it runs under now.

@@ -284,6 +284,37 @@ describe("SupervisedReplica", () => {
     expect(adopted).toMatchObject({ kind: "adopted", handle: { pid: second.pid } });
   });
 
+  it("release() leaves the process running, and restarts nothing once it exits", async () => {
+    const { dir, supervisor } = setup();
+    const spec = engineSpec(dir, "released", ["--lines", "1"]);
+    const replica = createSupervisedReplica({
+      supervisor,
+      replicaId: "released",
+      spec,
+      probe: async () => "ready",
+      probeIntervalMs: 20,
+      restartPolicy: { initialDelayMs: 10, maxQuickFailures: 5 },
+    });
+    let launches = 0;
+    const transitions = record(replica);
+    replica.subscribe((t) => {
+      if (t.to === "starting") launches++;
+    });
+    await replica.start();
+    const handle = await waitFor("ready", () => replica.state === "ready" && replica.handle);
+    replica.release();
+    expect(isAlive(handle.pid)).toBe(true);
+    // The next agent adopts it and stops it: the released replica must not bring it back.
+    const nextAgent = createSupervisor({ stateDir: `${dir}/state`, logger: new RecordingLogger() });
+    const adopted = await nextAgent.adopt("released", hashProcessSpec(spec));
+    if (adopted.kind !== "adopted") throw new Error(`not adopted: ${adopted.kind}`);
+    await adopted.handle.stop({ graceMs: 1000 });
+    await waitFor("the process to be gone", () => !isAlive(handle.pid));
+    const settled = transitions.length;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect([launches, transitions.length - settled, replica.state]).toEqual([1, 0, "ready"]);
+  });
+
   it("stop() while a crash restart is launching: nothing runs after it, no restart follows", async () => {
     const clock = new ManualClock(Date.now());
     const { dir, supervisor } = slowSetup();
