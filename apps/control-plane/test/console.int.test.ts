@@ -217,6 +217,31 @@ describe("ClusterService with a console session", () => {
   });
 });
 
+describe("a console session's event stream", () => {
+  it("is cut at logout, not left open for as long as its holder keeps it", async () => {
+    const s = await session();
+    const headers = { cookie: s.cookie, [CSRF_HEADER]: s.csrf };
+    const stream = anonymous().watchEvents({ backlog: 0 }, { headers });
+    const ended = (async () => {
+      try {
+        for await (const _ of stream);
+        return "ended";
+      } catch (error) {
+        return `failed: ${ConnectError.from(error).code}`;
+      }
+    })();
+    // Let the call in before its session goes.
+    await new Promise((r) => setTimeout(r, 300));
+    const out = await fetch(`${cp.controlUrl}/ui/api/logout`, { method: "POST", headers });
+    expect(out.status).toBe(200);
+    const result = await Promise.race([
+      ended,
+      new Promise<string>((r) => setTimeout(() => r("still open"), 3_000)),
+    ]);
+    expect(result).not.toBe("still open");
+  });
+});
+
 /** A control plane of its own for one test, closed after it. */
 async function withControlPlane(ui: boolean, test: (other: ControlPlane) => Promise<void>) {
   const own = tempDir("llmgw-console-own-");

@@ -12,6 +12,7 @@ import { FleetPage } from "./pages/fleet.js";
 import { KeysPage } from "./pages/keys.js";
 import { ReplicaPage } from "./pages/replica.js";
 import { RoutersPage } from "./pages/routers.js";
+import { replicaIdOf, routeOf } from "./route.js";
 import { ErrorLine } from "./ui.js";
 
 const PAGES = [
@@ -23,7 +24,7 @@ const PAGES = [
 ] as const;
 
 function currentRoute(): string {
-  return window.location.hash.replace(/^#\/?/, "") || "fleet";
+  return routeOf(window.location.hash);
 }
 
 function useRoute(): string {
@@ -116,8 +117,13 @@ function Header({ out }: { out: () => void }) {
 
 function Page() {
   const route = useRoute();
-  if (route.startsWith("replica/"))
-    return <ReplicaPage id={decodeURIComponent(route.slice("replica/".length))} />;
+  let replica: string | undefined;
+  try {
+    replica = replicaIdOf(route);
+  } catch (e) {
+    return <ErrorLine error={(e as Error).message} />;
+  }
+  if (replica !== undefined) return <ReplicaPage id={replica} />;
   switch (route) {
     case "deployments":
       return <DeploymentsPage />;

@@ -22,6 +22,8 @@ export const CSRF_HEADER = "x-llmgw-csrf";
 /** Only these paths accept a session cookie in place of the admin token. */
 const ADMIN_API_PREFIX = "/llmgw.v1.ClusterService/";
 const LOGIN_BODY_MAX_BYTES = 4_096;
+/** setTimeout's longest delay (~24.8 days); a longer login re-arms its timer. */
+const MAX_TIMER_MS = 2_147_483_647;
 
 /**
  * No inline script or style, nothing from elsewhere, no framing: the page's only code is its
@@ -68,7 +70,8 @@ export interface ConsoleHttp {
   /**
    * For an admin API call with a session cookie and no `Authorization` header: lets it in as
    * the admin when the session is live and the CSRF token matches (true), or answers it with
-   * 401 / 403 (false). Any other request passes untouched (true).
+   * 401 / 403 (false). Any other request passes untouched (true). A call let in is cut if it
+   * is still open when its session ends (logout, expiry, dropped for a newer one).
    */
   admit(req: IncomingMessage, res: ServerResponse, path: string): boolean;
   readonly sessions: SessionStore;
@@ -78,11 +81,55 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
   const now = opts.now ?? Date.now;
   const log = opts.log ?? (() => {});
   const cookieName = opts.secure ? "__Host-llmgw_session" : "llmgw_session";
+  /**
+   * The calls each session let in that are still open. The session is checked once, when a
+   * call starts; a stream (`WatchEvents`) would otherwise go on after a logout, after the
+   * login's expiry, or after the session was dropped for a newer one, for as long as its
+   * holder keeps it open. Each is cut when its session goes.
+   */
+  const open = new Map<string, OpenCalls>();
+  const endCalls = (id: string): void => {
+    const calls = open.get(id);
+    if (calls === undefined) return;
+    open.delete(id);
+    clearTimeout(calls.expiry);
+    for (const res of calls.responses) res.destroy();
+  };
   const sessions = createSessionStore({
     ttlMs: opts.sessionTtlMs,
     maxSessions: opts.maxSessions ?? 1_000,
     now,
+    onDrop: endCalls,
   });
+  /** Ties `res` to `session`: it ends when the session does (see {@link open}). */
+  const holdOpen = (session: ConsoleSession, res: ServerResponse): void => {
+    let calls = open.get(session.id);
+    if (calls === undefined) {
+      const fresh: OpenCalls = { responses: new Set(), expiry: undefined };
+      // At the expiry, `get` finds the session expired and drops it, which ends its calls.
+      const arm = (): void => {
+        fresh.expiry = setTimeout(
+          () => {
+            if (sessions.get(session.id) !== undefined) arm();
+          },
+          Math.min(MAX_TIMER_MS, Math.max(0, session.expiresAtMs - now())),
+        );
+        fresh.expiry.unref();
+      };
+      arm();
+      open.set(session.id, fresh);
+      calls = fresh;
+    }
+    const held = calls;
+    held.responses.add(res);
+    res.once("close", () => {
+      held.responses.delete(res);
+      if (held.responses.size === 0 && open.get(session.id) === held) {
+        clearTimeout(held.expiry);
+        open.delete(session.id);
+      }
+    });
+  };
   const throttle: LoginThrottle = createLoginThrottle({
     maxFailures: 5,
     windowMs: 60_000,
@@ -268,10 +315,17 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
         json(res, 403, { code: "permission_denied", message: `missing or wrong ${CSRF_HEADER}` });
         return false;
       }
+      holdOpen(session, res);
       req.headers.authorization = `Bearer ${opts.adminToken}`;
       return true;
     },
   };
+}
+
+/** A session's calls still open, and the timer that ends them at its expiry. */
+interface OpenCalls {
+  readonly responses: Set<ServerResponse>;
+  expiry: ReturnType<typeof setTimeout> | undefined;
 }
 
 function csrfMatches(req: IncomingMessage, session: ConsoleSession): boolean {

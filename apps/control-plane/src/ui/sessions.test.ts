@@ -198,3 +198,98 @@ describe("the console's files", () => {
     expect((await fetch(`${base}/ui/assets/app-0.js`)).status).toBe(404);
   });
 });
+
+describe("a session's open calls", () => {
+  let server: Server | undefined;
+  afterEach(() => {
+    server?.closeAllConnections();
+    server?.close();
+  });
+
+  /**
+   * A control listener in small: the console, then an admin call that stays open as
+   * `WatchEvents` does (one line now, then nothing until the client goes).
+   */
+  async function serve(sessionTtlMs: number, maxSessions = 10) {
+    const ui = createConsoleHttp({
+      adminToken: "admin-secret",
+      assets: [],
+      secure: false,
+      sessionTtlMs,
+      maxSessions,
+    });
+    server = createServer((req, res) => {
+      const path = req.url ?? "/";
+      if (ui.handle(req, res, path) || !ui.admit(req, res, path)) return;
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("streaming\n");
+    });
+    await new Promise<void>((r) => server?.listen(0, "127.0.0.1", r));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const login = async () => {
+      const res = await fetch(`${base}/ui/api/login`, {
+        method: "POST",
+        body: JSON.stringify({ token: "admin-secret" }),
+      });
+      expect(res.status).toBe(200);
+      const cookie = (res.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+      const { csrf } = (await res.json()) as { csrf: string };
+      return { cookie, csrf };
+    };
+    /** Opens the stream on a session; resolves once its first line is in. */
+    const watch = async (s: { cookie: string; csrf: string }) => {
+      const res = await fetch(`${base}/llmgw.v1.ClusterService/WatchEvents`, {
+        method: "POST",
+        headers: { cookie: s.cookie, "x-llmgw-csrf": s.csrf },
+      });
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      expect((await reader.read()).done).toBe(false);
+      return reader;
+    };
+    return { base, login, watch };
+  }
+
+  /** "ended" once the stream ends or breaks within `ms`, else "still open". */
+  const endsWithin = (reader: ReadableStreamDefaultReader<Uint8Array>, ms: number) =>
+    Promise.race([
+      (async () => {
+        try {
+          while (!(await reader.read()).done);
+        } catch {
+          // A broken stream has ended too.
+        }
+        return "ended";
+      })(),
+      new Promise<string>((r) => setTimeout(() => r("still open"), ms)),
+    ]);
+
+  it("end at logout: a stream opened on the session does not outlive it", async () => {
+    const { base, login, watch } = await serve(3_600_000);
+    const s = await login();
+    const other = await login();
+    const stream = await watch(s);
+    const otherStream = await watch(other);
+    const out = await fetch(`${base}/ui/api/logout`, {
+      method: "POST",
+      headers: { cookie: s.cookie, "x-llmgw-csrf": s.csrf },
+    });
+    expect(out.status).toBe(200);
+    expect(await endsWithin(stream, 2_000)).toBe("ended");
+    // Another login's stream goes on.
+    expect(await endsWithin(otherStream, 300)).toBe("still open");
+  });
+
+  it("end when the session expires", async () => {
+    const { login, watch } = await serve(400);
+    const stream = await watch(await login());
+    expect(await endsWithin(stream, 3_000)).toBe("ended");
+  });
+
+  it("end when the session is dropped for a newer one", async () => {
+    const { login, watch } = await serve(3_600_000, 1);
+    const stream = await watch(await login());
+    await login();
+    expect(await endsWithin(stream, 2_000)).toBe("ended");
+  });
+});

@@ -17,6 +17,11 @@ export interface SessionStoreOptions {
   /** Sessions held at most; the oldest is dropped for a new one. */
   readonly maxSessions: number;
   readonly now?: () => number;
+  /**
+   * Called with a session's id as it goes (revoked, found expired, or dropped for a newer
+   * one): what was let in on it must end with it.
+   */
+  readonly onDrop?: (id: string) => void;
 }
 
 /**
@@ -37,14 +42,17 @@ export function createSessionStore(opts: SessionStoreOptions): SessionStore {
   // Insertion order is creation order: the first entry is the oldest.
   const sessions = new Map<string, ConsoleSession>();
   const token = () => randomBytes(32).toString("base64url");
+  const drop = (id: string): void => {
+    if (sessions.delete(id)) opts.onDrop?.(id);
+  };
   return {
     create() {
       const at = now();
-      for (const [id, s] of sessions) if (s.expiresAtMs <= at) sessions.delete(id);
+      for (const [id, s] of sessions) if (s.expiresAtMs <= at) drop(id);
       while (sessions.size >= opts.maxSessions) {
         const oldest = sessions.keys().next().value;
         if (oldest === undefined) break;
-        sessions.delete(oldest);
+        drop(oldest);
       }
       const session = { id: token(), csrf: token(), createdAtMs: at, expiresAtMs: at + opts.ttlMs };
       sessions.set(session.id, session);
@@ -54,13 +62,13 @@ export function createSessionStore(opts: SessionStoreOptions): SessionStore {
       const session = sessions.get(id);
       if (session === undefined) return undefined;
       if (session.expiresAtMs <= now()) {
-        sessions.delete(id);
+        drop(id);
         return undefined;
       }
       return session;
     },
     revoke(id) {
-      sessions.delete(id);
+      drop(id);
     },
     get size() {
       return sessions.size;
