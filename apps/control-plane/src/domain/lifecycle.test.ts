@@ -114,7 +114,30 @@ function setup(
       .replicas.map((r) => `${r.id}:${r.state}`)
       .sort();
   const kinds = () => cluster.events.list({ limit: 500 }).map((e) => e.kind);
-  return { cluster, ids, beat, desired, replicas, routed, kinds, newCluster };
+  /** `ms` pass, every node heartbeating and the cluster ticking each 30 s. */
+  const wait = (ms: number) => {
+    for (let left = ms; left > 0; left -= 30_000) {
+      clock.advance(Math.min(30_000, left));
+      beat();
+      cluster.tick();
+    }
+  };
+  let stateVersion = 0;
+  /** `rounds` times: 30 s pass, then a router reports every draining replica idle. */
+  const drainIdle = (rounds: number) => {
+    for (let i = 0; i < rounds; i++) {
+      wait(30_000);
+      clock.advance(DRAIN_SETTLE_MS);
+      for (const r of cluster.listReplicas())
+        if (r.retirement?.phase === "draining")
+          cluster.reportInFlight("r1", {
+            epoch: "e1",
+            stateVersion: ++stateVersion,
+            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
+          });
+    }
+  };
+  return { cluster, ids, beat, desired, replicas, routed, kinds, newCluster, wait, drainIdle };
 }
 
 describe("draining", () => {
@@ -474,44 +497,19 @@ describe("a rolling update that cannot place its new revision", () => {
     s.beat();
     s.cluster.applyDeployment(spec({ replicas: 1, gpuClass: "l40s-45g" }));
     s.beat();
-    /** `ms` pass, every node heartbeating and the cluster ticking each 30 s. */
-    const wait = (ms: number) => {
-      for (let left = ms; left > 0; left -= 30_000) {
-        clock.advance(Math.min(30_000, left));
-        s.beat();
-        s.cluster.tick();
-      }
-    };
-    return { ...s, wait };
+    return s;
   }
 
   it("of a deployment already short of room completes once every placed replica runs it", () => {
     // Three replicas wanted, room for two: the update replaces both, and the third fits no
     // better after it. Going back would place no more than going on.
     const s = setup(["node-a"], "2xh100-80g");
-    const { cluster, beat, kinds } = s;
-    const wait = (ms: number) => {
-      for (let left = ms; left > 0; left -= 30_000) {
-        clock.advance(Math.min(30_000, left));
-        beat();
-        cluster.tick();
-      }
-    };
+    const { cluster, beat, kinds, wait, drainIdle } = s;
     cluster.applyDeployment(spec({ replicas: 3, maxUnavailable: 1 }));
     beat();
     expect(cluster.deploymentStatus("chat").readyReplicas).toBe(2);
     cluster.applyDeployment(spec({ replicas: 3, maxUnavailable: 1, extraArgs: ["--seed", "2"] }));
-    for (let i = 0; i < 6; i++) {
-      wait(30_000);
-      clock.advance(DRAIN_SETTLE_MS);
-      for (const r of cluster.listReplicas())
-        if (r.retirement?.phase === "draining")
-          cluster.reportInFlight("r1", {
-            epoch: "e1",
-            stateVersion: i + 1,
-            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
-          });
-    }
+    drainIdle(6);
     expect(s.replicas().map((r) => r.replace(/^chat-\d+/, ""))).toEqual(["@r2", "@r2"]);
     wait(2 * DEADLINE);
     expect(kinds()).not.toContain("deployment.rolled-back");
@@ -526,7 +524,7 @@ describe("a rolling update that cannot place its new revision", () => {
     // Both H100 nodes full (no-free-gpus), the L40S node too small for a replica
     // (exceeds-node): each old replica's GPUs, once freed, take its replacement.
     const s = setup(["node-a", "node-b"], "2xh100-80g");
-    const { cluster, ids, beat, kinds } = s;
+    const { cluster, ids, beat, kinds, wait, drainIdle } = s;
     ids.push(
       cluster.register({
         inventory: simulateInventory("1xl40s-45g", {
@@ -538,29 +536,12 @@ describe("a rolling update that cannot place its new revision", () => {
         replicas: [],
       }).nodeId,
     );
-    const wait = (ms: number) => {
-      for (let left = ms; left > 0; left -= 30_000) {
-        clock.advance(Math.min(30_000, left));
-        beat();
-        cluster.tick();
-      }
-    };
     const mixed = { replicas: 2, gpuClass: undefined, tensorParallel: 2, nodesPerReplica: 1 };
     cluster.applyDeployment(spec(mixed));
     beat();
     expect(cluster.deploymentStatus("chat").readyReplicas).toBe(2);
     cluster.applyDeployment(spec({ ...mixed, extraArgs: ["--seed", "2"] }));
-    for (let i = 0; i < 6; i++) {
-      wait(30_000);
-      clock.advance(DRAIN_SETTLE_MS);
-      for (const r of cluster.listReplicas())
-        if (r.retirement?.phase === "draining")
-          cluster.reportInFlight("r1", {
-            epoch: "e1",
-            stateVersion: i + 1,
-            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
-          });
-    }
+    drainIdle(6);
     wait(2 * DEADLINE);
     expect(kinds()).toContain("deployment.capacity-dip");
     expect(kinds()).not.toContain("deployment.rolled-back");
@@ -604,19 +585,7 @@ describe("a rolling update that cannot place its new revision", () => {
     expect(kinds()).not.toContain("deployment.rolled-back");
     expect(cluster.deploymentStatus("chat").rollout?.state).toBe("in-progress");
     // The engine goes idle: the drain ends and the update goes on.
-    for (let i = 0; i < 6; i++) {
-      clock.advance(30_000);
-      beat();
-      cluster.tick();
-      clock.advance(DRAIN_SETTLE_MS);
-      for (const r of cluster.listReplicas())
-        if (r.retirement?.phase === "draining")
-          cluster.reportInFlight("r1", {
-            epoch: "e1",
-            stateVersion: i + 1,
-            draining: [{ replicaId: r.replicaId, inFlight: 0 }],
-          });
-    }
+    s.drainIdle(6);
     expect(kinds()).not.toContain("deployment.rolled-back");
     const status = cluster.deploymentStatus("chat");
     expect([status.spec.revision, status.rollout?.state, status.readyReplicas]).toEqual([
@@ -690,14 +659,7 @@ describe("a rolling update that cannot place its new revision", () => {
     "a second update while the first cannot place its replicas goes on from the revision that served, and rolls back to it (%i replicas)",
     (n) => {
       const s = setup();
-      const { cluster, beat, replicas } = s;
-      const wait = (ms: number) => {
-        for (let left = ms; left > 0; left -= 30_000) {
-          clock.advance(Math.min(30_000, left));
-          beat();
-          cluster.tick();
-        }
-      };
+      const { cluster, beat, replicas, wait } = s;
       cluster.applyDeployment(spec({ replicas: n }));
       beat();
       // Revision 2 fits no node; before its deadline the operator tries revision 3, which
