@@ -10,7 +10,7 @@ import {
   simulateInventory,
 } from "@llmgw/discovery";
 import { OWNED_SHORT_FLAGS, parseDeploymentSpecOrThrow } from "@llmgw/engines";
-import { ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
+import { type ReplicaAssignment, ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { holdPortOnceFree } from "@llmgw/supervisor/testing";
 import { deploymentSpecToProto } from "@llmgw/wire";
@@ -587,21 +587,60 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   });
 });
 
-describe("ReplicaManager: adopting an engine whose spec this release refuses", () => {
-  const idleEngine = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
+/** A stand-in engine: `node -e <idle> -- <the sim adapter's flags>`. */
+const IDLE_ENGINE = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
 
-  function agent(stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) {
-    return manager({
-      stateDir,
-      supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
-      nodeConfig: { simCommand: idleEngine, bindHost: "127.0.0.1" },
-      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-      probeIntervalMs: 50,
+/** A manager of {@link IDLE_ENGINE}s in `stateDir`. */
+function idleAgent(stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) {
+  return manager({
+    stateDir,
+    supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
+    nodeConfig: { simCommand: IDLE_ENGINE, bindHost: "127.0.0.1" },
+    baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    probeIntervalMs: 50,
+    ...extra,
+  });
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * A previous agent launches m-0 from `assignment` and leaves it running, gone as if its
+ * process ended (it neither restarts nor relaunches what it left); the engine's pid.
+ */
+async function leftRunning(
+  stateDir: string,
+  assignment: ReplicaAssignment,
+  extra: Partial<ReplicaManagerOptions> = {},
+) {
+  const previous = idleAgent(stateDir, {
+    restartPolicy: { maxQuickFailures: 1 },
+    relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
+    ...extra,
+  });
+  await previous.apply([assignment]);
+  const pid = await until("the engine to be ready", () => {
+    const s = previous.statuses()[0];
+    return s?.state === ReplicaState.READY && s.pid;
+  });
+  await previous.close(false);
+  return pid;
+}
+
+describe("ReplicaManager: adopting an engine whose spec this release refuses", () => {
+  const agent = (stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) =>
+    idleAgent(stateDir, {
       restartPolicy: { initialDelayMs: 100 },
       relaunch: { firstDelayMs: 100, maxDelayMs: 100, stableMs: 60_000 },
       ...extra,
     });
-  }
 
   /** m-0 with `extraArgs` and `fields`, as the release that accepted it parsed it. */
   function withArgs(extraArgs: string[], fields: Record<string, unknown> = {}) {
@@ -632,31 +671,8 @@ describe("ReplicaManager: adopting an engine whose spec this release refuses", (
     }
   }
 
-  const alive = (pid: number) => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-
-  /** A previous agent launches m-0 from `assignment` and leaves it running; its pid. */
-  async function previousAgent(stateDir: string, assignment = withArgs(["-x", "1"]), extra = {}) {
-    // Gone as if its process ended: it neither restarts nor relaunches what it left.
-    const previous = agent(stateDir, {
-      restartPolicy: { maxQuickFailures: 1 },
-      relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
-      ...extra,
-    });
-    await previous.apply([assignment]);
-    const pid = await until("the engine to be ready", () => {
-      const s = previous.statuses()[0];
-      return s?.state === ReplicaState.READY && s.pid;
-    });
-    await previous.close(false);
-    return pid;
-  }
+  const previousAgent = (stateDir: string, assignment = withArgs(["-x", "1"]), extra = {}) =>
+    leftRunning(stateDir, assignment, extra);
 
   it("adopts and supervises it, says so, and reports it failed instead of launching it when it exits", async () => {
     const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-refused-"));
@@ -733,7 +749,7 @@ describe("ReplicaManager: adopting an engine whose spec this release refuses", (
       // This release launches sim otherwise: the engine running is not what the spec gives.
       const next = agent(stateDir, {
         nodeConfig: {
-          simCommand: [...idleEngine.slice(0, -1), "--", "--new"],
+          simCommand: [...IDLE_ENGINE.slice(0, -1), "--", "--new"],
           bindHost: "127.0.0.1",
         },
       });
@@ -757,14 +773,8 @@ describe("ReplicaManager: adopting an engine whose spec this release refuses", (
 });
 
 describe("ReplicaManager: an engine left running for a replica the agent refuses", () => {
-  const idleEngine = [process.execPath, "-e", "setInterval(() => {}, 1000)", "--"];
   const agent = (stateDir: string, extra: Partial<ReplicaManagerOptions> = {}) =>
-    manager({
-      stateDir,
-      supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
-      nodeConfig: { simCommand: idleEngine, bindHost: "127.0.0.1" },
-      baseEnv: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-      probeIntervalMs: 50,
+    idleAgent(stateDir, {
       restartPolicy: { maxQuickFailures: 1 },
       relaunch: { firstDelayMs: 0, maxDelayMs: 0, stableMs: 0 },
       ...extra,
@@ -781,30 +791,13 @@ describe("ReplicaManager: an engine left running for a replica the agent refuses
     );
     return a;
   };
-  const alive = (pid: number) => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-
-  async function leftRunning(stateDir: string) {
-    const previous = agent(stateDir, { allowTrustRemoteCode: true });
-    await previous.apply([trusting()]);
-    const pid = await until("the engine to be ready", () => {
-      const s = previous.statuses()[0];
-      return s?.state === ReplicaState.READY && s.pid;
-    });
-    await previous.close(false);
-    return pid;
-  }
+  const trustingLeftRunning = (stateDir: string) =>
+    leftRunning(stateDir, trusting(), { allowTrustRemoteCode: true });
 
   it("stops it when the replica is refused at adoption, and leaves nothing when it is withdrawn", async () => {
     const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
     dirs.push(stateDir);
-    const pid = await leftRunning(stateDir);
+    const pid = await trustingLeftRunning(stateDir);
     // The operator took --allow-trust-remote-code away before restarting the agent.
     const next = agent(stateDir);
     try {
@@ -825,7 +818,7 @@ describe("ReplicaManager: an engine left running for a replica the agent refuses
   it("stops it when its record cannot be read", async () => {
     const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
     dirs.push(stateDir);
-    const pid = await leftRunning(stateDir);
+    const pid = await trustingLeftRunning(stateDir);
     writeFileSync(path.join(stateDir, "replicas", "m-0.json"), "{not json");
     const next = agent(stateDir);
     try {
