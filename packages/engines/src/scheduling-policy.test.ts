@@ -6,6 +6,11 @@ describe("schedulesByPriority", () => {
     ["vllm", ["--scheduling-policy", "priority"], true],
     ["vllm", ["--scheduling-policy=priority"], true],
     ["vllm", ["--scheduling_policy", "priority"], true],
+    // argparse expands an unambiguous prefix: the engine schedules by priority.
+    ["vllm", ["--scheduling-pol", "priority"], true],
+    ["vllm", ["--scheduling=priority"], true],
+    ["vllm", ["--scheduling-policy", "priority", "--scheduling", "fcfs"], false],
+    ["vllm", ["--", "priority"], false],
     ["vllm", ["--enable-prefix-caching", "--scheduling-policy", "priority", "--seed", "1"], true],
     ["vllm", ["--scheduling-policy", "fcfs"], false],
     ["vllm", ["--scheduling-policy", "priority", "--scheduling-policy=fcfs"], false],

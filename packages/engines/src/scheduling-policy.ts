@@ -2,8 +2,11 @@ import type { DeploymentSpec } from "./deployment-spec.js";
 
 /**
  * Whether a deployment's engine schedules waiting requests by each request's `priority` field:
- * vLLM started with `--scheduling-policy priority` (or `=priority`, or the `_` spelling its
- * parser also takes) in `extraArgs`; the last occurrence wins, as in argparse. Routers then
+ * vLLM started with `--scheduling-policy priority` (or `=priority`, the `_` spelling its
+ * parser also takes, or a prefix such as `--scheduling-pol`, which argparse expands when it is
+ * unambiguous and refuses otherwise) in `extraArgs`; the last occurrence wins, as in argparse.
+ * Missing an abbreviation would leave the client's own `priority` field in the body, so that
+ * a key could raise its own class at the engine. Routers then
  * set `priority` from the request's priority class. Any other engine: false (SGLang's and
  * llama.cpp's servers take no per-request priority).
  */
@@ -16,7 +19,7 @@ export function schedulesByPriority(spec: Pick<DeploymentSpec, "engine" | "extra
     if (!arg.startsWith("--")) continue;
     const eq = arg.indexOf("=");
     const flag = (eq < 0 ? arg : arg.slice(0, eq)).replaceAll("_", "-");
-    if (flag !== "--scheduling-policy") continue;
+    if (flag === "--" || !"--scheduling-policy".startsWith(flag)) continue;
     policy = eq < 0 ? args[i + 1] : arg.slice(eq + 1);
   }
   return policy === "priority";
