@@ -186,6 +186,11 @@ describe("parseDeploymentSpec", () => {
       arg: "--enable-custom-logit-processor",
       owned: "--enable-custom-logit-processor",
     },
+    {
+      engine: "sglang",
+      arg: "--enable-priority-scheduling",
+      owned: "--enable-priority-scheduling",
+    },
     { engine: "sglang", arg: "--custom-weight-loader", owned: "--custom-weight-loader" },
     {
       engine: "sglang",

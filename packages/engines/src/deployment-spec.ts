@@ -158,6 +158,10 @@ export const OWNED_FLAGS: Readonly<Record<EngineName, readonly string[]>> = {
     // (SGLang keeps it off for that reason), a weight loader by import path, a storage
     // backend module named in its extra config.
     "--enable-custom-logit-processor",
+    // Lets each request's own `priority` order SGLang's queue. The router sets `priority` only
+    // for engines it knows to schedule by it (vLLM, see scheduling-policy.ts): on SGLang a key
+    // holder would choose its own place in the queue, past llmgw's priority classes.
+    "--enable-priority-scheduling",
     "--custom-weight-loader",
     "--hicache-storage-backend-extra-config",
     // Files written where the deployment says, and hosts sent request data.
