@@ -29,9 +29,23 @@ export const ADMIN_FLAGS = {
 /** Lines every admin command's usage ends with. */
 export const ADMIN_FLAGS_USAGE = `  --control-plane URL  control listener (env LLMGW_CONTROL_PLANE, default ${DEFAULT_CONTROL_PLANE_URL});
                        several comma-separated instances: the command follows the leader
-  --token T            admin token (env LLMGW_ADMIN_TOKEN; 'llmgw control-plane token --admin')
+  --token T            admin token ('llmgw control-plane token --admin'); prefer the env
+                       LLMGW_ADMIN_TOKEN: argv is visible in ps
   --json               machine-readable output
 `;
+
+/**
+ * Whether `hostname` (as `URL.hostname` spells it) is this machine's loopback: `localhost`,
+ * 127.0.0.0/8 or `[::1]`. Only there does plain HTTP keep the admin token off the network.
+ */
+function isLoopbackHost(hostname: string): boolean {
+  return (
+    hostname === "localhost" ||
+    hostname.endsWith(".localhost") ||
+    hostname === "[::1]" ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
+  );
+}
 
 /** A connected admin client and the output mode. */
 export interface AdminContext {
@@ -56,7 +70,9 @@ function withCallDefaults(transport: Transport, signal: AbortSignal, timeoutMs: 
 }
 
 /**
- * Builds the admin client from flags and env; a missing token is a usage error. Every call
+ * Builds the admin client from flags and env; a missing token is a usage error. Warns on
+ * `io.stderr` when the token came from `--token` (argv is public) and for each plain-HTTP URL
+ * to another host (the token would cross the network in clear). Every call
  * stops when `io.signal` aborts; a unary call not answered within `callTimeoutMs` (default
  * {@link ADMIN_CALL_TIMEOUT_MS}) fails with DeadlineExceeded.
  */
@@ -69,7 +85,7 @@ export function adminContext(
     values["control-plane"] ?? io.env.LLMGW_CONTROL_PLANE ?? DEFAULT_CONTROL_PLANE_URL,
   );
   for (const url of urls) {
-    if (!/^https?:\/\//.test(url))
+    if (!/^https?:\/\//.test(url) || !URL.canParse(url))
       throw new UsageError(`--control-plane must be an http:// or https:// URL, got "${url}"`);
   }
   if (urls.length === 0) throw new UsageError("--control-plane is empty");
@@ -78,6 +94,22 @@ export function adminContext(
     throw new UsageError(
       "no admin token: set LLMGW_ADMIN_TOKEN or pass --token (print it with 'llmgw control-plane token --admin --data-dir DIR')",
     );
+  }
+  // As `llmgw agent --join-token` and `llmgw router --router-token` do: the flag works (a
+  // one-off on a single-user host), but the secret is then in the process list.
+  if (values.token !== undefined)
+    io.stderr.write(
+      "llmgw: warning: --token puts the admin token on the command line, where every local user can read it (ps, /proc); set LLMGW_ADMIN_TOKEN instead\n",
+    );
+  // Every call carries the admin token as a bearer header: over plain HTTP to another host,
+  // anyone on the path reads it and holds the cluster. Warned, not refused: a TLS-terminating
+  // proxy or tunnel on the path may make it safe, which the CLI cannot see.
+  for (const url of urls) {
+    const parsed = new URL(url);
+    if (parsed.protocol === "http:" && !isLoopbackHost(parsed.hostname))
+      io.stderr.write(
+        `llmgw: warning: ${url} is plain HTTP to another host: the admin token crosses the network unencrypted; serve the control plane with --tls-cert/--tls-key and use https://\n`,
+      );
   }
   const transport: FailoverTransport = createFailoverTransport({
     urls,

@@ -3,6 +3,7 @@ import { UsageDimension, UsageGranularity, UsageRowSchema } from "@llmgw/proto";
 import { describe, expect, it } from "vitest";
 import {
   csvField,
+  csvText,
   formatUsagePeriod,
   parseUsageGroups,
   parseUsageTime,
@@ -130,6 +131,24 @@ describe("usageCsv", () => {
         "",
       ].join("\r\n"),
     );
+  });
+
+  it("defuses names a spreadsheet would run as a formula (=, +, -, @, tab, CR first)", () => {
+    const hostile = create(UsageRowSchema, {
+      startUnixMs: BigInt(D3),
+      tenant: "-team",
+      keyId: "@SUM(A1)",
+      keyName: "+1+1",
+      model: '=HYPERLINK("http://evil","x")',
+      requests: 1n,
+    });
+    const line = usageCsv([hostile]).split("\r\n")[1];
+    expect(line).toBe(
+      `2026-12-03T00:00:00.000Z,'-team,'@SUM(A1),'+1+1,"'=HYPERLINK(""http://evil"",""x"")",1,0,0,0,0,0,0`,
+    );
+    for (const lead of ["=", "+", "-", "@", "\t", "\r"])
+      expect(csvText(`${lead}x`).replace(/^"/, "").startsWith("'")).toBe(true);
+    expect(csvText("chat")).toBe("chat");
   });
 
   it.each([

@@ -180,27 +180,38 @@ export function csvField(value: string): string {
   return /[",\r\n]/.test(value) ? `"${value.replaceAll('"', '""')}"` : value;
 }
 
-/** `rows` as RFC 4180 CSV: a header row, CRLF line ends, period starts in RFC 3339 (UTC). */
+/**
+ * A name field (tenant, key id or name, model) as {@link csvField}, first defused for
+ * spreadsheets: a value starting with `=`, `+`, `-`, `@`, a tab or CR is one Excel, LibreOffice
+ * and Google Sheets run as a formula when the file is opened (`=HYPERLINK(…)`, DDE), and a
+ * model name reaches usage rows from routers' reports, so it is prefixed with `'`, which
+ * they show as text. Counts and times are ours and never need it.
+ */
+export function csvText(value: string): string {
+  return csvField(/^[=+\-@\t\r]/.test(value) ? `'${value}` : value);
+}
+
+/**
+ * `rows` as RFC 4180 CSV: a header row, CRLF line ends, period starts in RFC 3339 (UTC), names
+ * that a spreadsheet would read as a formula prefixed with `'` ({@link csvText}).
+ */
 export function usageCsv(rows: readonly UsageRow[]): string {
   const lines = [USAGE_CSV_COLUMNS.join(",")];
   for (const r of rows) {
     lines.push(
       [
-        new Date(Number(r.startUnixMs)).toISOString(),
-        r.tenant,
-        r.keyId,
-        r.keyName,
-        r.model,
-        String(r.requests),
-        String(r.promptTokens),
-        String(r.cachedTokens),
-        String(r.completionTokens),
-        String(r.gpuSeconds),
-        String(r.estimatedRequests),
-        String(r.refusedUsage),
-      ]
-        .map(csvField)
-        .join(","),
+        csvField(new Date(Number(r.startUnixMs)).toISOString()),
+        ...[r.tenant, r.keyId, r.keyName, r.model].map(csvText),
+        ...[
+          r.requests,
+          r.promptTokens,
+          r.cachedTokens,
+          r.completionTokens,
+          r.gpuSeconds,
+          r.estimatedRequests,
+          r.refusedUsage,
+        ].map((n) => csvField(String(n))),
+      ].join(","),
     );
   }
   return `${lines.join("\r\n")}\r\n`;

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -133,20 +133,42 @@ describe("the store URL (storeUrl)", () => {
     expect(storeUrl("sqlite:", undefined, undefined)).toBe("sqlite:");
   });
 
-  it.each(["postgres://llmgw:s3cret@db/llmgw", "postgresql://db/llmgw?user=llmgw&password=s3cret"])(
-    "refuses a password on the command line without echoing it: %s",
-    (url) => {
-      let message = "";
-      try {
-        storeUrl(url, undefined, undefined);
-      } catch (error) {
-        expect(error).toBeInstanceOf(UsageError);
-        message = (error as Error).message;
-      }
-      expect(message).toContain("process list");
-      expect(message).not.toContain("s3cret");
-    },
-  );
+  it.each([
+    "postgres://llmgw:s3cret@db/llmgw",
+    "postgresql://db/llmgw?user=llmgw&password=s3cret",
+    // node-postgres decodes query keys: this one is its password too.
+    "postgres://db/llmgw?pass%77ord=s3cret",
+    "POSTGRES://llmgw:s3cret@db/llmgw",
+  ])("refuses a password on the command line without echoing it: %s", (url) => {
+    let message = "";
+    try {
+      storeUrl(url, undefined, undefined);
+    } catch (error) {
+      expect(error).toBeInstanceOf(UsageError);
+      message = (error as Error).message;
+    }
+    expect(message).toContain("process list");
+    expect(message).not.toContain("s3cret");
+  });
+
+  it("warns when --store-url-file holds a password and every local user may read it", () => {
+    const warnings: string[] = [];
+    const open = file("postgres://u:s3cret@db/x\n");
+    chmodSync(open, 0o644);
+    expect(storeUrl(undefined, open, undefined, (w) => warnings.push(w))).toBe(
+      "postgres://u:s3cret@db/x",
+    );
+    expect(warnings).toEqual([
+      `--store-url-file ${open} holds a password and every local user can read it (mode 644): chmod 600 it`,
+    ]);
+    expect(warnings.join()).not.toContain("s3cret");
+    warnings.length = 0;
+    storeUrl(undefined, file("postgres://u:s3cret@db/x\n"), undefined, (w) => warnings.push(w));
+    const noPassword = file("postgres://u@db/x\n");
+    chmodSync(noPassword, 0o644);
+    storeUrl(undefined, noPassword, undefined, (w) => warnings.push(w));
+    expect(warnings).toEqual([]);
+  });
 
   it("refuses both flags, an unreadable file and an empty one", () => {
     expect(() => storeUrl("sqlite:", file("x"), undefined)).toThrow(

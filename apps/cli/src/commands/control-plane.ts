@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import {
   type ControlPlaneOptions,
   isControlPlaneError,
@@ -29,7 +29,8 @@ Options:
                               instances share it, one leads). A URL with a password is
                               refused here (argv is public): use --store-url-file or
                               LLMGW_STORE_URL, or PGPASSWORD / ~/.pgpass
-  --store-url-file FILE       read the store URL from FILE (keep it 0600)
+  --store-url-file FILE       read the store URL from FILE (keep it 0600: a password in a
+                              file every local user may read is warned about)
   --advertise-url URL         this instance's control URL as agents and the CLI on other
                               hosts reach it; followers hand it out as the leader's
                               (default: the control listener's URL)
@@ -102,35 +103,52 @@ export function parseDurationMs(text: string, flag: string): number {
 }
 
 /**
+ * Whether a store URL carries a password, read as node-postgres reads it: a scheme in any
+ * case, and query keys percent-decoded (`?pass%77ord=…` is its password too).
+ * @throws UsageError when it names PostgreSQL but is no URL.
+ */
+function storeUrlHasPassword(text: string): boolean {
+  try {
+    const url = /^postgres/i.test(text) ? new URL(text) : undefined;
+    return url !== undefined && (url.password !== "" || url.searchParams.has("password"));
+  } catch {
+    throw new UsageError('--store must be "sqlite:" or a postgres:// URL');
+  }
+}
+
+/**
  * The store URL from `--store`, `--store-url-file` or `LLMGW_STORE_URL` (one of them). A
- * password on the command line is refused: every user of the host can read argv.
+ * password on the command line is refused: every user of the host can read argv. A file
+ * with a password that every local user may read is used, with a `warn`ing (the password
+ * has leaked already; refusing would only stop the service).
  */
 export function storeUrl(
   flag: string | undefined,
   file: string | undefined,
   env: string | undefined,
+  warn: (line: string) => void = () => {},
 ): string | undefined {
   if (flag !== undefined && file !== undefined)
     throw new UsageError("give --store or --store-url-file, not both");
   if (file !== undefined) {
     let text: string;
+    let mode: number;
     try {
       text = readFileSync(file, "utf8");
+      mode = statSync(file).mode & 0o777;
     } catch (error) {
       throw new UsageError(`cannot read --store-url-file ${file}: ${(error as Error).message}`);
     }
     const url = text.trim();
     if (url === "") throw new UsageError(`--store-url-file ${file} is empty`);
+    if ((mode & 0o004) !== 0 && storeUrlHasPassword(url))
+      warn(
+        `--store-url-file ${file} holds a password and every local user can read it (mode ${mode.toString(8)}): chmod 600 it`,
+      );
     return url;
   }
   if (flag !== undefined) {
-    let password = "";
-    try {
-      password = flag.startsWith("postgres") ? new URL(flag).password : "";
-    } catch {
-      throw new UsageError('--store must be "sqlite:" or a postgres:// URL');
-    }
-    if (password !== "" || /[?&]password=/.test(flag))
+    if (storeUrlHasPassword(flag))
       throw new UsageError(
         "--store holds a password, which every user of this host can read in the process list: put the URL in --store-url-file FILE (mode 0600) or LLMGW_STORE_URL, or the password in PGPASSWORD or ~/.pgpass",
       );
@@ -194,7 +212,9 @@ export const command: Command = {
     const maxConnectionsPerAddress = count("max-connections-per-address");
     const maxControlConnectionsPerAddress = count("max-control-connections-per-address");
     const maxNodes = count("max-nodes");
-    const store = storeUrl(values.store, values["store-url-file"], io.env.LLMGW_STORE_URL);
+    const store = storeUrl(values.store, values["store-url-file"], io.env.LLMGW_STORE_URL, (w) =>
+      io.stderr.write(`llmgw control-plane: warning: ${w}\n`),
+    );
     const options: ControlPlaneOptions = {
       dataDir: values["data-dir"] ?? io.env.LLMGW_DATA_DIR ?? "/var/lib/llmgw/control-plane",
       ...(store === undefined ? {} : { store }),

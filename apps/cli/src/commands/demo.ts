@@ -264,7 +264,11 @@ export const command: Command = {
         },
       );
       const token = cp.adminToken;
-      const admin = adminContext({ "control-plane": cp.controlUrl, token }, io).client;
+      // The token as LLMGW_ADMIN_TOKEN would give it: `token` in the flags reads as --token.
+      const admin = adminContext(
+        { "control-plane": cp.controlUrl },
+        { ...io, env: { ...io.env, LLMGW_ADMIN_TOKEN: token } },
+      ).client;
       step.say("• deploying");
       await admin.applyDeployment({
         deployment: create(DeploymentSchema, {

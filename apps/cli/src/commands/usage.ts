@@ -32,7 +32,9 @@ Options:
   --by G               rows per minute, hour or day (default day)
   --group DIMS         kept apart, comma-separated: tenant, key, model (default tenant,model);
                        the others are summed over
-  --csv                CSV (RFC 4180) with a header row, one line per row, no total
+  --csv                CSV (RFC 4180) with a header row, one line per row, no total; a
+                       name starting with =, +, -, @, tab or CR gets a leading ' so that a
+                       spreadsheet shows it as text instead of running it as a formula
 ${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, {
