@@ -33,7 +33,13 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
   if (argv[0] === "--version") argv = ["version"];
   const found = resolveCommand(argv);
   if (!found) {
-    io.stderr.write(`llmgw: unknown command "${argv.join(" ")}"\n\n${topLevelHelp()}`);
+    // Its words only: what follows may be a flag's secret (`--token T`), and stderr goes to
+    // terminals, logs and CI output.
+    const end = argv.findIndex((a) => a.startsWith("-"));
+    const words = end < 0 ? argv : argv.slice(0, end);
+    io.stderr.write(
+      `llmgw: unknown command "${words.join(" ")}"${end === 0 ? " (arguments start with a flag)" : ""}\n\n${topLevelHelp()}`,
+    );
     return 2;
   }
   const load = commands[found.key];
