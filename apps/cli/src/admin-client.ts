@@ -8,6 +8,7 @@ import {
   splitControlPlaneUrls,
 } from "@llmgw/wire";
 import { type CliIo, UsageError } from "./command.js";
+import { plainHttpToOtherHosts } from "./plain-http.js";
 
 /** Default control listener when neither `--control-plane` nor `LLMGW_CONTROL_PLANE` is set. */
 export const DEFAULT_CONTROL_PLANE_URL = "http://127.0.0.1:7070";
@@ -33,19 +34,6 @@ export const ADMIN_FLAGS_USAGE = `  --control-plane URL  control listener (env L
                        LLMGW_ADMIN_TOKEN: argv is visible in ps
   --json               machine-readable output
 `;
-
-/**
- * Whether `hostname` (as `URL.hostname` spells it) is this machine's loopback: `localhost`,
- * 127.0.0.0/8 or `[::1]`. Only there does plain HTTP keep the admin token off the network.
- */
-function isLoopbackHost(hostname: string): boolean {
-  return (
-    hostname === "localhost" ||
-    hostname.endsWith(".localhost") ||
-    hostname === "[::1]" ||
-    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
-  );
-}
 
 /** A connected admin client and the output mode. */
 export interface AdminContext {
@@ -104,13 +92,10 @@ export function adminContext(
   // Every call carries the admin token as a bearer header: over plain HTTP to another host,
   // anyone on the path reads it and holds the cluster. Warned, not refused: a TLS-terminating
   // proxy or tunnel on the path may make it safe, which the CLI cannot see.
-  for (const url of urls) {
-    const parsed = new URL(url);
-    if (parsed.protocol === "http:" && !isLoopbackHost(parsed.hostname))
-      io.stderr.write(
-        `llmgw: warning: ${url} is plain HTTP to another host: the admin token crosses the network unencrypted; serve the control plane with --tls-cert/--tls-key and use https://\n`,
-      );
-  }
+  for (const url of plainHttpToOtherHosts(urls))
+    io.stderr.write(
+      `llmgw: warning: ${url} is plain HTTP to another host: the admin token crosses the network unencrypted; serve the control plane with --tls-cert/--tls-key and use https://\n`,
+    );
   const transport: FailoverTransport = createFailoverTransport({
     urls,
     transportFor: (baseUrl) =>

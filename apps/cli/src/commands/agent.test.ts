@@ -42,6 +42,19 @@ describe("llmgw agent --join-token", () => {
     );
   });
 
+  it("warns when the control plane is plain HTTP on another host, and for no loopback or https URL", async () => {
+    const warned = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN });
+    const remote = ["--control-plane", "https://cp-a:7070,http://10.0.0.5:7070", ...BAD_ROOT];
+    await expect(command.run(remote, warned.io)).rejects.toThrow(/modelRoot/);
+    expect(warned.stderr.join("")).toBe(
+      "llmgw agent: warning: http://10.0.0.5:7070 is plain HTTP to another host: the join token and the node's credential cross the network unencrypted; serve the control plane with --tls-cert/--tls-key and use https://\n",
+    );
+    const quiet = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN });
+    const local = ["--control-plane", "http://localhost:7070,http://[::1]:7070", ...BAD_ROOT];
+    await expect(command.run(local, quiet.io)).rejects.toThrow(/modelRoot/);
+    expect(quiet.stderr).toEqual([]);
+  });
+
   it("says nothing when the token comes from the environment", async () => {
     const { io, stderr } = recordingIo({ LLMGW_JOIN_TOKEN: TOKEN });
     const args = ["--control-plane", "http://127.0.0.1:1", ...BAD_ROOT];

@@ -9,6 +9,7 @@ import {
 import { findLlamaServer } from "@llmgw/engine-sim";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
+import { plainHttpToOtherHosts } from "../plain-http.js";
 import { LLMGW_VERSION } from "../version.js";
 import { parseFabricNames } from "./agent-inventory.js";
 
@@ -146,6 +147,11 @@ export const command: Command = {
         "llmgw agent: warning: --join-token puts the secret on the command line, where every local user can read it (ps, /proc); set LLMGW_JOIN_TOKEN in the agent's environment file instead\n",
       );
     }
+    // The join token, then the node credential it is traded for, go as bearer headers.
+    for (const url of plainHttpToOtherHosts(controlPlaneUrl.split(",").map((u) => u.trim())))
+      io.stderr.write(
+        `llmgw agent: warning: ${url} is plain HTTP to another host: the join token and the node's credential cross the network unencrypted; serve the control plane with --tls-cert/--tls-key and use https://\n`,
+      );
     const allowedEngineEnv = [
       ...(io.env.LLMGW_ALLOW_ENGINE_ENV ?? "").split(","),
       ...(values["allow-engine-env"] ?? []).flatMap((v) => v.split(",")),
