@@ -11,6 +11,10 @@ describe("escapeOutsideText", () => {
     ["nul\u0000", "nul\\u0000"],
     ["del\u007f c1\u0085", "del\\u007f c1\\u0085"],
     ["ls\u2028ps\u2029", "ls\\u2028ps\\u2029"],
+    // Bidirectional overrides and isolates reorder what follows them on screen.
+    ["gpu-\u202etxt.exe", "gpu-\\u202etxt.exe"],
+    ["a\u2066b\u2069c\u200fd\u061c", "a\\u2066b\\u2069c\\u200fd\\u061c"],
+    ["\u202a\u202b\u202c\u202d", "\\u202a\\u202b\\u202c\\u202d"],
     ["C:\\path ünïcödé ✓", "C:\\path ünïcödé ✓"],
   ])("%j → %j", (input, expected) => {
     expect(escapeOutsideText(input)).toBe(expected);

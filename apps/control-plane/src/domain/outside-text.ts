@@ -1,8 +1,11 @@
 /**
  * C0 and C1 controls, DEL, and the Unicode line and paragraph separators: everything a
  * terminal, a log shipper or a JSON-lines reader may take as the end of a line or a command.
+ * And the bidirectional formatting characters (marks, embeddings, overrides, isolates), which
+ * reorder how the rest of a line is shown: a node name holding U+202E could make a table row
+ * or an event read as something else than it says ("Trojan Source", CVE-2021-42574).
  */
-const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
 
 const NAMED: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 
