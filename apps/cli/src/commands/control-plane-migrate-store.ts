@@ -35,8 +35,12 @@ Options:
     const from = values.from;
     if (from === undefined || !from.startsWith("sqlite:") || from.length <= "sqlite:".length)
       throw new UsageError("--from sqlite:DIR is required (the data dir of the SQLite store)");
-    const to = storeUrl(values.to, values["to-file"], io.env.LLMGW_STORE_URL, (w) =>
-      io.stderr.write(`llmgw control-plane migrate-store: warning: ${w}\n`),
+    const to = storeUrl(
+      values.to,
+      values["to-file"],
+      io.env.LLMGW_STORE_URL,
+      (w) => io.stderr.write(`llmgw control-plane migrate-store: warning: ${w}\n`),
+      { flag: "--to", file: "--to-file" },
     );
     if (to === undefined || !/^postgres(ql)?:\/\//.test(to))
       throw new UsageError(

@@ -107,17 +107,26 @@ export function parseDurationMs(text: string, flag: string): number {
  * case, and query keys percent-decoded (`?pass%77ord=…` is its password too).
  * @throws UsageError when it names PostgreSQL but is no URL.
  */
-function storeUrlHasPassword(text: string): boolean {
+function storeUrlHasPassword(text: string, flag: string): boolean {
   try {
     const url = /^postgres/i.test(text) ? new URL(text) : undefined;
     return url !== undefined && (url.password !== "" || url.searchParams.has("password"));
   } catch {
-    throw new UsageError('--store must be "sqlite:" or a postgres:// URL');
+    throw new UsageError(`${flag} must be "sqlite:" or a postgres:// URL`);
   }
 }
 
+/** The flags a command takes a store URL by, as its errors name them. */
+export interface StoreUrlFlags {
+  readonly flag: string;
+  readonly file: string;
+}
+
+const CONTROL_PLANE_STORE_FLAGS: StoreUrlFlags = { flag: "--store", file: "--store-url-file" };
+
 /**
- * The store URL from `--store`, `--store-url-file` or `LLMGW_STORE_URL` (one of them). A
+ * The store URL from `--store`, `--store-url-file` or `LLMGW_STORE_URL` (one of them; `names`
+ * are the flags' names in the command that asks, for its errors). A
  * password on the command line is refused: every user of the host can read argv. A file
  * with a password that every local user may read is used, with a `warn`ing (the password
  * has leaked already; refusing would only stop the service).
@@ -127,9 +136,10 @@ export function storeUrl(
   file: string | undefined,
   env: string | undefined,
   warn: (line: string) => void = () => {},
+  names: StoreUrlFlags = CONTROL_PLANE_STORE_FLAGS,
 ): string | undefined {
   if (flag !== undefined && file !== undefined)
-    throw new UsageError("give --store or --store-url-file, not both");
+    throw new UsageError(`give ${names.flag} or ${names.file}, not both`);
   if (file !== undefined) {
     let text: string;
     let mode: number;
@@ -137,20 +147,20 @@ export function storeUrl(
       text = readFileSync(file, "utf8");
       mode = statSync(file).mode & 0o777;
     } catch (error) {
-      throw new UsageError(`cannot read --store-url-file ${file}: ${(error as Error).message}`);
+      throw new UsageError(`cannot read ${names.file} ${file}: ${(error as Error).message}`);
     }
     const url = text.trim();
-    if (url === "") throw new UsageError(`--store-url-file ${file} is empty`);
-    if ((mode & 0o004) !== 0 && storeUrlHasPassword(url))
+    if (url === "") throw new UsageError(`${names.file} ${file} is empty`);
+    if ((mode & 0o004) !== 0 && storeUrlHasPassword(url, names.file))
       warn(
-        `--store-url-file ${file} holds a password and every local user can read it (mode ${mode.toString(8)}): chmod 600 it`,
+        `${names.file} ${file} holds a password and every local user can read it (mode ${mode.toString(8)}): chmod 600 it`,
       );
     return url;
   }
   if (flag !== undefined) {
-    if (storeUrlHasPassword(flag))
+    if (storeUrlHasPassword(flag, names.flag))
       throw new UsageError(
-        "--store holds a password, which every user of this host can read in the process list: put the URL in --store-url-file FILE (mode 0600) or LLMGW_STORE_URL, or the password in PGPASSWORD or ~/.pgpass",
+        `${names.flag} holds a password, which every user of this host can read in the process list: put the URL in ${names.file} FILE (mode 0600) or LLMGW_STORE_URL, or the password in PGPASSWORD or ~/.pgpass`,
       );
     return flag;
   }
