@@ -558,6 +558,28 @@ describe("planReconcile: a replica that keeps failing", () => {
   });
 });
 
+describe("planReconcile: a scale-down during a rolling update", () => {
+  it("drains first the old replicas on nodes that take no new replica", () => {
+    // Three old replicas serving, scaled to two mid-update: chat-2 sits on a cordoned node
+    // and must leave anyway; by revision and id alone chat-0 went, and chat-2 stayed to be
+    // replaced later at the cost of a replica that could have stayed.
+    const p = plan({
+      specs: [spec({ replicas: 2, revision: 2, maxSurge: 1, maxUnavailable: 0 })],
+      older: [spec({ replicas: 3, revision: 1, extraArgs: ["--seed", "1"] })],
+      placements: [
+        placed("chat-0", "n1", [0, 1]),
+        placed("chat-1", "n2", [0, 1]),
+        placed("chat-2", "n3", [0, 1]),
+      ],
+      nodes: [testNode("n1"), testNode("n2"), testNode("n3", { cordoned: true }), testNode("n4")],
+    });
+    const scaledDown = p.changed
+      .filter((c) => c.retirement?.code === "scale-down")
+      .map((c) => c.replicaId);
+    expect(scaledDown).toEqual(["chat-2"]);
+  });
+});
+
 describe("planReconcile: a frozen deployment (a spec this release refuses)", () => {
   it("keeps its replicas as placed, short of its count, on a draining node, and waiting ones serve", () => {
     const p = plan({

@@ -301,8 +301,15 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     for (const p of kept.values())
       if (p.deployment === name && p.retirement?.phase === "waiting") waiting += 1;
     const room = Math.max(0, limits.maxSurge + limits.maxUnavailable - waiting);
-    // Oldest revision first, then by id: deterministic.
-    olds.sort((a, b) => a.revision - b.revision || a.replicaId.localeCompare(b.replicaId));
+    // Scaled down mid-update: those on nodes that take no new replica first (they leave
+    // anyway, and one kept there is replaced later at the cost of one that could stay, as the
+    // scheduler's own scale-down does), then the oldest revision, then by id: deterministic.
+    olds.sort(
+      (a, b) =>
+        stranded(b) - stranded(a) ||
+        a.revision - b.revision ||
+        a.replicaId.localeCompare(b.replicaId),
+    );
     for (const p of olds.splice(0, Math.max(0, olds.length - spec.replicas))) {
       retire(
         p,
@@ -313,11 +320,16 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
         ),
       );
     }
-    // Those on schedulable nodes wait first (a stable sort: in the order above otherwise).
-    // With no room a waiting one is what a dip lets go (step 4); with maxSurge +
-    // maxUnavailable = 1, one waiting on a cordoned node was its only choice, and its freed
-    // GPUs took no replacement.
-    olds.sort((a, b) => stranded(a) - stranded(b));
+    // Those on schedulable nodes wait first, then the oldest revision, then by id. With no
+    // room a waiting one is what a dip lets go (step 4); with maxSurge + maxUnavailable = 1,
+    // one waiting on a cordoned node was its only choice, and its freed GPUs took no
+    // replacement.
+    olds.sort(
+      (a, b) =>
+        stranded(a) - stranded(b) ||
+        a.revision - b.revision ||
+        a.replicaId.localeCompare(b.replicaId),
+    );
     for (const p of olds.splice(0, room)) {
       retire(p, {
         code: "rollout",
