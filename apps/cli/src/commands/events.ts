@@ -14,9 +14,10 @@ export const command: Command = {
       limit: { type: "string" },
       follow: { type: "boolean", short: "f" },
     });
+    // Digits only, as every count flag: Number() would also take "1e3", "0x10" and " 5 ".
     const limit = values.limit === undefined ? 50 : Number(values.limit);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 100_000)
-      throw new UsageError(`--limit must be 1–100000, got "${values.limit}"`);
+    if ((values.limit !== undefined && !/^\d+$/.test(values.limit)) || limit < 1 || limit > 100_000)
+      throw new UsageError(`--limit must be a whole number in 1–100000, got "${values.limit}"`);
     const ctx = adminContext(values, io);
     const print = (e: Parameters<typeof eventLine>[0]) =>
       io.stdout.write(

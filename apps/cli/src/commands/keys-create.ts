@@ -3,15 +3,7 @@ import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { ApiKeySchema } from "@llmgw/proto";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
-import { parseBudgetFlags, parsePriorityFlag } from "../tenant-flags.js";
-
-function limit(value: string | undefined, flag: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 4_294_967_295) {
-    throw new UsageError(`${flag} must be a positive whole number, got "${value}"`);
-  }
-  return Number(value);
-}
+import { parseBudgetFlags, parseLimitFlag, parsePriorityFlag } from "../tenant-flags.js";
 
 export const command: Command = {
   name: "keys create",
@@ -36,9 +28,9 @@ export const command: Command = {
         .split(",")
         .map((m) => m.trim())
         .filter((m) => m !== ""),
-      requestsPerMinute: limit(values.rpm, "--rpm"),
-      tokensPerMinute: limit(values.tpm, "--tpm"),
-      maxConcurrency: limit(values["max-concurrency"], "--max-concurrency"),
+      requestsPerMinute: parseLimitFlag(values.rpm, "--rpm"),
+      tokensPerMinute: parseLimitFlag(values.tpm, "--tpm"),
+      maxConcurrency: parseLimitFlag(values["max-concurrency"], "--max-concurrency"),
       tenant: values.tenant ?? "",
       priority: parsePriorityFlag(values.priority),
       budgets: parseBudgetFlags(values.budget),
