@@ -242,6 +242,7 @@ export function createClusterView(cluster: Cluster, routers?: RouterRegistry): C
       return currentMembership().deployments.map((d) => ({
         ...d,
         unschedulable: cluster.unschedulableReasons(d.name).length > 0,
+        invalid: cluster.invalidReason(d.name) !== undefined,
       }));
     },
     replicas(): readonly ReplicaView[] {

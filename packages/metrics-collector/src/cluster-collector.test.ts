@@ -286,6 +286,8 @@ describe("createClusterCollector", () => {
       engine: "vllm",
     });
     expect(values(samples, "llmgw_deployment_unschedulable")[0]?.value).toBe(1);
+    // Absent from the view: not refused.
+    expect(values(samples, "llmgw_deployment_invalid")[0]?.value).toBe(0);
     expect(
       values(samples, "llmgw_node_state")
         .filter((s) => s.labels.node === "n2")

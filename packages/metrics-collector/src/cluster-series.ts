@@ -646,6 +646,7 @@ function* clusterSeriesSteps(
     if (nonNegative(d.ready))
       push("llmgw_deployment_replicas_ready", { deployment: name }, d.ready);
     push("llmgw_deployment_unschedulable", { deployment: name }, flag(d.unschedulable));
+    push("llmgw_deployment_invalid", { deployment: name }, flag(d.invalid === true));
   }
   const leaving = new Map<string, { waiting: number; draining: number }>();
   for (const r of replicas) {

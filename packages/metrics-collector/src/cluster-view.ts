@@ -109,6 +109,8 @@ export interface DeploymentView {
   readonly ready: number;
   /** True when the scheduler could not place every desired replica. */
   readonly unschedulable: boolean;
+  /** True when this release refuses the deployment's stored spec (absent: false). */
+  readonly invalid?: boolean;
   readonly gpuClass: string;
   /** `vllm`, `sglang`, `llamacpp`, `sim`, … */
   readonly engine: string;

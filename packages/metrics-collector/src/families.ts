@@ -234,6 +234,11 @@ export const CLUSTER_FAMILIES: readonly FamilySpec[] = [
     ["deployment"],
   ),
   g(
+    "llmgw_deployment_invalid",
+    "1 when this release refuses the deployment's stored spec (an engine flag or env name an older release accepted): its replicas run on, and nothing is placed, replaced or updated for it until a corrected spec is deployed; else 0.",
+    ["deployment"],
+  ),
+  g(
     "llmgw_routers",
     "Routers by state: connected (watching the routing state now; the in-process router counts) or disconnected within the last 10 minutes. Each router admits 1/connected of every replica's capacity and of every key's limits.",
     ["state"],

@@ -3483,6 +3483,12 @@ export class Cluster {
   unschedulableReasons(name: string): readonly { code: string; message: string }[] {
     return this.#unschedulable.get(name)?.reasons ?? [];
   }
+
+  /** Why this release refuses deployment `name`'s stored spec; undefined: it does not. */
+  invalidReason(name: string): string | undefined {
+    const spec = this.#deployments.get(name)?.spec;
+    return spec === undefined ? undefined : this.#refused.get(spec);
+  }
 }
 
 /** `15 minutes`, `1 minute`, `90 seconds`: a window as an operator reads it. */

@@ -10,6 +10,7 @@ import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createClusterView } from "../cluster-view.js";
 import { deploymentToProto } from "../convert/views.js";
 import { isControlPlaneError } from "../errors.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
@@ -256,10 +257,16 @@ describe("a stored spec this release refuses", () => {
     const { ids } = olderRelease();
     const cluster = newCluster();
     beat(cluster, ids);
+    // What llmgw_deployment_invalid (and its alert) reads.
+    const view = createClusterView(cluster);
+    expect(view.deployments()).toMatchObject([{ name: "chat", invalid: true }]);
+    expect(cluster.invalidReason("chat")).toContain('"-O3" would set -O');
     const fixed = spec({ extraArgs: ["--optimization-level", "3"], maxSurge: 2 });
     const { changed, status } = cluster.applyDeployment(fixed);
     expect(changed).toBe(true);
     expect(status.invalid).toBeUndefined();
+    expect(view.deployments()).toMatchObject([{ name: "chat", invalid: false }]);
+    expect(cluster.invalidReason("chat")).toBeUndefined();
     expect(status.unschedulable).toEqual([]);
     expect(status.spec.revision).toBe(2);
     expect(status.rollout?.state).toBe("in-progress");
