@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it } from "vitest";
 import { adminContext, describeAdminError } from "./admin-client.js";
+import { UsageError } from "./command.js";
 import { capturedIo, type FakeClusterService, startFakeClusterService } from "./testing.js";
 
 let fake: FakeClusterService | undefined;
@@ -32,6 +33,18 @@ describe("adminContext's calls against a control plane that never answers", () =
     const error = await ctx.client.listNodes({}).catch((e: unknown) => ConnectError.from(e));
     expect(error).toMatchObject({ code: Code.Canceled, rawMessage: "received SIGINT" });
   });
+});
+
+describe("adminContext's --control-plane", () => {
+  it.each(["http://", "https://[::1", "ftp://cp:7070", "cp:7070"])(
+    "refuses %j before any call, as a usage error",
+    (url) => {
+      // Named as it was read (a trailing slash dropped).
+      const run = () => adminContext({ "control-plane": url, token: "t" }, capturedIo({}));
+      expect(run).toThrow(UsageError);
+      expect(run).toThrow(/^--control-plane must be an http:\/\/ or https:\/\/ URL, got "/);
+    },
+  );
 });
 
 describe("adminContext's warning about a token sent in clear", () => {

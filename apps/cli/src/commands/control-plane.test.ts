@@ -170,6 +170,20 @@ describe("the store URL (storeUrl)", () => {
     expect(warnings).toEqual([]);
   });
 
+  it("refuses a postgres URL that does not parse, naming where it came from", () => {
+    const broken = "postgres://[db/llmgw";
+    expect(() => storeUrl(broken, undefined, undefined)).toThrow(
+      new UsageError('--store must be "sqlite:" or a postgres:// URL'),
+    );
+    expect(() => storeUrl(undefined, file(broken), undefined)).toThrow(
+      new UsageError('--store-url-file must be "sqlite:" or a postgres:// URL'),
+    );
+    const migrate = { flag: "--to", file: "--to-file" };
+    expect(() => storeUrl(broken, undefined, undefined, () => {}, migrate)).toThrow(
+      new UsageError('--to must be "sqlite:" or a postgres:// URL'),
+    );
+  });
+
   it("refuses both flags, an unreadable file and an empty one", () => {
     expect(() => storeUrl("sqlite:", file("x"), undefined)).toThrow(
       "give --store or --store-url-file, not both",

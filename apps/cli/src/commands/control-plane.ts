@@ -151,7 +151,9 @@ export function storeUrl(
     }
     const url = text.trim();
     if (url === "") throw new UsageError(`${names.file} ${file} is empty`);
-    if ((mode & 0o004) !== 0 && storeUrlHasPassword(url, names.file))
+    // Checked whatever its mode, so that a broken URL is refused from a file as from the flag.
+    const hasPassword = storeUrlHasPassword(url, names.file);
+    if ((mode & 0o004) !== 0 && hasPassword)
       warn(
         `${names.file} ${file} holds a password and every local user can read it (mode ${mode.toString(8)}): chmod 600 it`,
       );
