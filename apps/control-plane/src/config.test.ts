@@ -10,6 +10,7 @@ describe("resolveControlPlaneOptions", () => {
       unreachableAfterMissed: 3,
       nodeLostAfterMs: 60_000,
       noAuth: false,
+      cacheIsolation: "none",
       headersTimeoutMs: 30_000,
       requestTimeoutMs: 60_000,
       keepAliveTimeoutMs: 5_000,
@@ -94,6 +95,11 @@ describe("resolveControlPlaneOptions", () => {
       { routingMaxQueued: 1.5 },
       "routingMaxQueued: Invalid input: expected int, received number (got 1.5)",
     ],
+    [
+      { noAuth: true, cacheIsolation: "tenant" },
+      "cacheIsolation: --cache-isolation needs API keys: without them (--no-auth) no request says whose it is",
+    ],
+    [{ cacheIsolation: "tenants" }, "cacheIsolation: Invalid option"],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });

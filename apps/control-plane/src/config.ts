@@ -65,6 +65,11 @@ export const controlPlaneConfigSchema = z
       .default(12 * 3_600_000),
     /** Public API without API keys (demo only). */
     noAuth: z.boolean().default(false),
+    /**
+     * Whose requests share an engine's prefix cache through the in-process router (`llmgw
+     * router --cache-isolation`): `none`, `tenant` or `key`. Needs API keys.
+     */
+    cacheIsolation: z.enum(["none", "tenant", "key"]).default("none"),
     /** Interval agents are told to heartbeat at. */
     heartbeatIntervalMs: z.number().int().min(50).max(600_000).default(2_000),
     /** Missed intervals before a node is `unreachable`. */
@@ -153,6 +158,11 @@ export const controlPlaneConfigSchema = z
   .refine((c) => (c.tlsCertFile === undefined) === (c.tlsKeyFile === undefined), {
     message: "--tls-cert and --tls-key must be given together",
     path: ["tlsCertFile"],
+  })
+  .refine((c) => !c.noAuth || c.cacheIsolation === "none", {
+    message:
+      "--cache-isolation needs API keys: without them (--no-auth) no request says whose it is",
+    path: ["cacheIsolation"],
   })
   .refine((c) => c.rendezvousPortMin <= c.rendezvousPortMax, {
     message: "rendezvousPortMin must not exceed rendezvousPortMax",

@@ -712,7 +712,7 @@ export async function startControlPlane(
           stateDir: join(dataDir.dir, "router"),
           log: (event) => log(`router ${JSON.stringify(event)}`),
         },
-        router: { noAuth: resolved.noAuth },
+        router: { noAuth: resolved.noAuth, cacheIsolation: resolved.cacheIsolation },
         listener: { ...listenerLimits, ...publicCaps },
         listen: resolved.listen,
         registry,

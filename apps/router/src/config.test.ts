@@ -25,7 +25,7 @@ describe("parseRouterConfig", () => {
       routerId: undefined,
       address: "node-9:8080",
       shutdownGraceMs: 10_000,
-      router: { noAuth: false },
+      router: { noAuth: false, cacheIsolation: "none" },
       listener: {},
       peers: [],
       peerKey: undefined,
@@ -101,6 +101,7 @@ describe("parseRouterConfig", () => {
       clientStallTimeoutMs: 45_000,
       upstreamConnections: 64,
       analyzer: { inlineThresholdBytes: 8192, pool: { minThreads: 1, maxThreads: 4 } },
+      cacheIsolation: "none",
     });
     expect(config.listener).toEqual({
       maxHeaderBytes: 32 * 1024,
@@ -114,6 +115,17 @@ describe("parseRouterConfig", () => {
     // What the flags admit, the resolvers accept.
     expect(() => resolveRouterServiceOptions(config.router)).not.toThrow();
     expect(() => resolveHttpListenerOptions(config.listener)).not.toThrow();
+  });
+
+  it("isolates prefix caches by tenant or key with --cache-isolation", () => {
+    for (const mode of ["none", "tenant", "key"] as const) {
+      const config = parse({ "cache-isolation": mode });
+      expect(config.router.cacheIsolation).toBe(mode);
+      expect(resolveRouterServiceOptions(config.router).cacheIsolation).toBe(mode);
+    }
+    expect(() => resolveRouterServiceOptions({ noAuth: true, cacheIsolation: "tenant" })).toThrow(
+      "invalid router option cacheIsolation: tenant needs API keys (noAuth is set)",
+    );
   });
 
   it("analyses inline with --analyzer-threads 0", () => {
@@ -288,6 +300,12 @@ describe("parseRouterConfig", () => {
       "--max-connections-per-address (11) must not exceed --max-connections (10)",
     ],
     [{ "shutdown-grace": "11m" }, {}, '--shutdown-grace must be at most 600000ms (got "11m")'],
+    [{ "cache-isolation": "tenants" }, {}, "--cache-isolation must be one of none, tenant, key"],
+    [
+      { "cache-isolation": "key", "no-auth": true },
+      {},
+      "--cache-isolation key needs API keys: without them (--no-auth) no request says whose it is",
+    ],
   ])("refuses %j %j, naming the flag", (flags, env, message) => {
     let error: unknown;
     try {

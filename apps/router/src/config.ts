@@ -5,6 +5,7 @@
  * the router and listener options are the resolvers' own ({@link ROUTER_OPTION_LIMITS},
  * {@link LISTENER_OPTION_LIMITS}), so a flag never admits what the server would refuse.
  */
+import { CACHE_ISOLATION_MODES, type CacheIsolation } from "@llmgw/router";
 import { z } from "zod";
 import { RouterServiceError } from "./errors.js";
 import { type HttpListenerOptions, LISTENER_OPTION_LIMITS } from "./http-listener.js";
@@ -33,6 +34,7 @@ export const ROUTER_FLAGS = {
   "too-large-drain-bytes": { type: "string" },
   "queue-length": { type: "string" },
   "session-header": { type: "string" },
+  "cache-isolation": { type: "string" },
   "queue-timeout": { type: "string" },
   "critical-headroom": { type: "string" },
   "critical-prefill-reserve": { type: "string" },
@@ -277,6 +279,11 @@ const flagsSchema = z.object({
       "must be an HTTP header name of 1–64 characters, e.g. x-session-id",
     )
     .optional(),
+  "cache-isolation": z
+    .enum(CACHE_ISOLATION_MODES as [CacheIsolation, ...CacheIsolation[]], {
+      message: `must be one of ${CACHE_ISOLATION_MODES.join(", ")}`,
+    })
+    .default("none"),
   "analyzer-threads": count({ min: 0, max: 64 }).optional(),
   "inline-analysis-bytes": size({ min: 0, max: 2 ** 31 - 1 }).optional(),
   "max-header-bytes": size(L.maxHeaderBytes).optional(),
@@ -303,6 +310,10 @@ function crossCheck(f: ParsedFlags, tokenGiven: number, peerKeyGiven: number): s
   if (peerKeyGiven > 1)
     problems.push(
       "give the peer key one way: --peer-key-file, LLMGW_ROUTER_PEER_KEY or LLMGW_ROUTER_PEER_KEY_FILE",
+    );
+  if (f["no-auth"] && f["cache-isolation"] !== "none")
+    problems.push(
+      `--cache-isolation ${f["cache-isolation"]} needs API keys: without them (--no-auth) no request says whose it is`,
     );
   if ((f["tls-cert"] === undefined) !== (f["tls-key"] === undefined))
     problems.push("--tls-cert and --tls-key must be given together");
@@ -435,6 +446,7 @@ export function parseRouterConfig(
     ...defined("upstreamConnections", f["upstream-connections"]),
     ...defined("analyzer", analyzer),
     ...defined("sessionHeader", f["session-header"]),
+    cacheIsolation: f["cache-isolation"],
   };
   const listener: Omit<HttpListenerOptions, "tls"> = {
     ...defined("maxHeaderBytes", f["max-header-bytes"]),

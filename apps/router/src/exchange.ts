@@ -10,6 +10,8 @@ import {
   type ApiKeyInfo,
   appendMembers,
   DEFAULT_COMPLETION_TOKEN_ESTIMATE,
+  isolationMembers,
+  isolationScope,
   type LimitLease,
   type LimitNever,
   type LimitReason,
@@ -280,7 +282,12 @@ export class Exchange {
   analyse(): void {
     try {
       this.analysisStart = performance.now();
-      const analysis = this.core.analyzer.analyze(this.body, this.pooled);
+      // Embeddings are not salted: no engine here reuses a pooling request's cache.
+      const scope =
+        this.endpoint === "/v1/embeddings"
+          ? undefined
+          : isolationScope(this.core.options.cacheIsolation, this.key);
+      const analysis = this.core.analyzer.analyze(this.body, this.pooled, scope);
       if (analysis instanceof Promise) {
         analysis.then(
           (a) => this.#admit(a),
@@ -642,20 +649,27 @@ export class Exchange {
    * event out of the stream, and the client receives the bytes it asked for. A deployment whose
    * engines schedule by priority gets the request's class as `"priority"` (vLLM: lower runs
    * first), appended last so that it overrides one the client wrote: the key's class decides,
-   * not the request.
+   * not the request. Under cache isolation the router's salt goes last the same way (or
+   * llama.cpp's `"cache_prompt":false`), overriding the client's own salt.
    */
   #upstreamBodyOf(): Uint8Array {
     const { analysis, core, resolution } = this;
     const askUsage =
       core.usage !== undefined && analysis.stream && analysis.streamUsage === "absent";
     const priority = resolution.enginePriority === true;
-    if (!askUsage && !priority) return this.body;
+    const salt = analysis.isolatedSalt;
+    if (!askUsage && !priority && salt === undefined) return this.body;
     const members = [
       ...(askUsage ? ['"stream_options":{"include_usage":true}'] : []),
       ...(priority ? [`"priority":${ENGINE_PRIORITY[this.key.priority ?? "standard"]}`] : []),
+      ...(salt === undefined ? [] : [isolationMembers(salt, resolution.cacheIsolation)]),
     ];
     const rewritten = appendMembers(this.body, members.join(","));
-    if (rewritten === undefined) return this.body;
+    if (rewritten === undefined) {
+      // Never for a body analysed as an object; an isolated request is never sent unsalted.
+      if (salt !== undefined) throw new Error("an isolated request's body could not be salted");
+      return this.body;
+    }
     this.hideUsage = askUsage;
     return rewritten;
   }

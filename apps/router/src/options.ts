@@ -1,9 +1,11 @@
 /** Options of the router's HTTP layer; resolved and validated once. */
-import type {
-  AdmissionOptions,
-  Clock,
-  ReplicaPickerOptions,
-  RequestAnalyzerOptions,
+import {
+  type AdmissionOptions,
+  CACHE_ISOLATION_MODES,
+  type CacheIsolation,
+  type Clock,
+  type ReplicaPickerOptions,
+  type RequestAnalyzerOptions,
 } from "@llmgw/router";
 import { RouterServiceError } from "./errors.js";
 import { optionInt } from "./option-int.js";
@@ -56,6 +58,12 @@ export interface RouterServiceOptions {
    * it; it wins over `safety_identifier` and `user`. Default: none.
    */
   readonly sessionHeader?: string;
+  /**
+   * Whose requests share an engine's prefix cache (`CacheIsolation`): with `tenant` or `key`
+   * the router salts every chat and completion request for its principal, so that no one can
+   * learn from cache hits what another tenant (key) sent. Needs API keys. Default `none`.
+   */
+  readonly cacheIsolation?: CacheIsolation;
   readonly analyzer?: RequestAnalyzerOptions;
   readonly picker?: ReplicaPickerOptions;
   readonly clock?: Clock;
@@ -75,6 +83,7 @@ export interface ResolvedRouterServiceOptions {
   readonly upstreamConnections: number;
   /** Lower-case header name, or undefined. */
   readonly sessionHeader: string | undefined;
+  readonly cacheIsolation: CacheIsolation;
   readonly analyzer: RequestAnalyzerOptions;
   readonly picker: ReplicaPickerOptions;
   readonly clock: Clock | undefined;
@@ -136,6 +145,7 @@ export function resolveRouterServiceOptions(
     clientStallTimeoutMs: int("clientStallTimeoutMs", options.clientStallTimeoutMs ?? 60_000),
     upstreamConnections: int("upstreamConnections", options.upstreamConnections ?? 256),
     sessionHeader: sessionHeader(options.sessionHeader),
+    cacheIsolation: cacheIsolation(options),
     analyzer: options.analyzer ?? {},
     picker:
       clock === undefined || options.picker?.health?.clock !== undefined
@@ -143,6 +153,23 @@ export function resolveRouterServiceOptions(
         : { ...options.picker, health: { ...options.picker?.health, clock } },
     clock,
   };
+}
+
+function cacheIsolation(options: RouterServiceOptions): CacheIsolation {
+  const mode = options.cacheIsolation ?? "none";
+  if (!CACHE_ISOLATION_MODES.includes(mode)) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `invalid router option cacheIsolation: must be one of ${CACHE_ISOLATION_MODES.join(", ")}, got ${JSON.stringify(String(mode).slice(0, 80))}`,
+    );
+  }
+  if (mode !== "none" && options.noAuth === true) {
+    throw new RouterServiceError(
+      "LLMGW_ROUTER_CONFIG_INVALID",
+      `invalid router option cacheIsolation: ${mode} needs API keys (noAuth is set)`,
+    );
+  }
+  return mode;
 }
 
 /** An HTTP header name (RFC 9110 token), at most 64 characters. */

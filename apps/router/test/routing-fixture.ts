@@ -5,6 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import type {
+  EngineCacheIsolation,
   KeyGrant,
   PriorityClass,
   PromptTokenizerKind,
@@ -53,6 +54,8 @@ export interface ModelSpec {
   readonly replicas?: readonly ReplicaSpec[];
   /** How its requests are tokenized for precise routing. */
   readonly tokenizer?: PromptTokenizerKind;
+  /** How its engines keep a request's cache apart (absent: not known). */
+  readonly cacheIsolation?: EngineCacheIsolation;
 }
 
 /** An API key by its secret. */
@@ -90,6 +93,7 @@ export function routingSnapshot(spec: {
       policy: m.policy ?? "llmgw",
       loading: m.loading ?? false,
       ...(m.tokenizer === undefined ? {} : { tokenizer: m.tokenizer }),
+      ...(m.cacheIsolation === undefined ? {} : { cacheIsolation: m.cacheIsolation }),
     })),
     replicas: models.flatMap(([name, m]) =>
       (m.replicas ?? []).map((r) => ({

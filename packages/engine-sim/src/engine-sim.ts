@@ -532,6 +532,15 @@ class EngineSim {
             type: "BlockStored",
             blockHashes: hashes.slice(c.from, c.to).map((h) => this.#engineHash(h)),
             ...(parent === undefined ? {} : { parentBlockHash: this.#engineHash(parent) }),
+            // vLLM: the salt is the first block's extra key (`(cache_salt,)`); later blocks
+            // carry none, their hashes chain from it.
+            ...(c.seq.cacheSalt !== undefined && c.from === 0
+              ? {
+                  extraKeys: Array.from({ length: c.to - c.from }, (_, i) =>
+                    i === 0 ? [c.seq.cacheSalt] : null,
+                  ),
+                }
+              : {}),
             tokenIds: Array.from({ length: (c.to - c.from) * bs }, (_, i) =>
               Number(tokens[c.from * bs + i] ?? 0),
             ),
@@ -989,6 +998,15 @@ class EngineSim {
       prompt = p;
     }
     const promptTokens = Math.max(1, countTokens(prompt));
+    // vLLM's rule (`protocol.py`): a salt, when given, is a non-empty string.
+    const salt = body.cache_salt;
+    if (salt !== undefined && salt !== null && (typeof salt !== "string" || salt === "")) {
+      return badRequest(
+        "Parameter 'cache_salt' must be a non-empty string if provided.",
+        "cache_salt",
+      );
+    }
+    const cacheSalt = typeof salt === "string" ? salt : undefined;
     if (body.n !== undefined && body.n !== null && body.n !== 1) {
       return badRequest("engine-sim only supports n=1", "n");
     }
@@ -1059,8 +1077,10 @@ class EngineSim {
           blockHashes: sequenceBlockHashes(
             [...promptTexts, ...answer.pieces],
             this.o.timing.blockSizeTokens,
+            cacheSalt,
           ),
           outputTokens,
+          ...(cacheSalt === undefined ? {} : { cacheSalt }),
           ...(this.o.kvEvents
             ? { tokenIds: [...simTokenIds(prompt.padEnd(1)), ...answer.pieces.map(pieceId)] }
             : {}),

@@ -120,6 +120,11 @@ export interface SequenceSpec {
    * {@link PrefixCacheEvent}s (KV events carry them); the model itself never reads them.
    */
   readonly tokenIds?: ArrayLike<number>;
+  /**
+   * The request's `cache_salt`, passed through like `tokenIds`: its first block's extra key
+   * in KV events (its `blockHashes` are already salted).
+   */
+  readonly cacheSalt?: string;
 }
 
 /**

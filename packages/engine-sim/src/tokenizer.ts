@@ -50,11 +50,21 @@ export function simTokenTexts(text: string): string[] {
 export function sequenceBlockHashes(
   tokenTexts: readonly string[],
   blockSizeTokens: number,
+  cacheSalt?: string,
 ): string[] {
   const full = Math.floor(tokenTexts.length / blockSizeTokens);
   const hashes: string[] = [];
   let parent = 0x811c9dc5;
   let parent2 = 0x01000193;
+  if (cacheSalt !== undefined) {
+    // As vLLM's `cache_salt` (an extra key of the first block): the whole chain differs.
+    parent = Math.imul(parent ^ 0x5a17, 0x01000193) >>> 0;
+    for (let i = 0; i < cacheSalt.length; i += 1) {
+      const c = cacheSalt.charCodeAt(i);
+      parent = Math.imul(parent ^ c, 0x01000193) >>> 0;
+      parent2 = (Math.imul(parent2 ^ c, 0x5bd1e995) ^ (parent2 >>> 15)) >>> 0;
+    }
+  }
   for (let b = 0; b < full; b += 1) {
     let h = parent;
     let h2 = parent2 ^ b;

@@ -222,6 +222,52 @@ describe("engine-sim KV events read by @llmgw/kv-events", () => {
     expect(usage).toMatchObject({ prompt_tokens_details: { cached_tokens: hit } });
   });
 
+  it("keys its cache with cache_salt as vLLM does, publishing the salt as the first block's extra key", async () => {
+    const s = await sim({ enablePromptTokensDetails: true });
+    const f = follow(s);
+    await joinAndReset(s, f);
+    const ask = async (cacheSalt?: string | null) => {
+      const res = await fetch(`${s.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          messages: [{ role: "user", content: doc(4) }],
+          max_tokens: 2,
+          ...(cacheSalt === undefined ? {} : { cache_salt: cacheSalt }),
+        }),
+      });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as {
+        usage: { prompt_tokens_details: { cached_tokens: number } | null };
+      };
+      return body.usage.prompt_tokens_details?.cached_tokens ?? 0;
+    };
+    expect(await ask("tenant-a")).toBe(0);
+    expect(await ask("tenant-b")).toBe(0);
+    expect(await ask(undefined)).toBe(0);
+    expect(await ask("tenant-a")).toBeGreaterThan(0);
+    expect(await ask(null)).toBeGreaterThan(0); // null is no salt
+    await waitFor(() => storedOf(f.batches).length >= 3, "three prompts' blocks");
+    const firsts = storedOf(f.batches).filter((e) => e.parentBlockHash === undefined);
+    expect(firsts.map((e) => e.extraKeys?.[0] ?? null)).toEqual([["tenant-a"], ["tenant-b"], null]);
+    for (const e of firsts)
+      expect(e.extraKeys?.slice(1).every((k) => k === null) ?? true).toBe(true);
+    // A block set keeps only the unsalted prompt's blocks: salted ones depend on more than tokens.
+    await waitFor(() => f.set.stats().entries > 0, "the unsalted blocks");
+    expect(f.set.stats().skippedExtraKeys).toBeGreaterThan(0);
+    for (const salt of ["", 7]) {
+      const res = await fetch(`${s.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "x" }], cache_salt: salt }),
+      });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
+        "Parameter 'cache_salt' must be a non-empty string if provided.",
+      );
+    }
+  });
+
   it("leaves cached tokens out of usage by default, as vLLM without --enable-prompt-tokens-details", async () => {
     const s = await sim({ kvEvents: { enableKvCacheEvents: false } });
     await chat(s, doc(3));

@@ -9,6 +9,7 @@
  * faster at 200 KB (`bench/router/scan.ts`).
  */
 import { type BlockHashOptions, hashScannedPrompt, promptKeys } from "./block-hash.js";
+import { isolatedSalt } from "./cache-isolation.js";
 import {
   extractRequestFeaturesAndPieces,
   type FeatureErrorReason,
@@ -46,6 +47,11 @@ export type BodyAnalysis =
        * leaves salted blocks out).
        */
       readonly salted?: true;
+      /**
+       * Set when the body was analysed for an isolation scope: the `cache_salt` the router
+       * sends instead of the client's (`chain` and `quarters` are keyed under it).
+       */
+      readonly isolatedSalt?: string;
     }
   | {
       readonly ok: false;
@@ -62,57 +68,75 @@ export const SCAN_THRESHOLD_BYTES = 64 * 1024;
 
 const encoder = new TextEncoder();
 
-/** Analyses `body` the faster way for its size. Never throws for any input bytes. */
+/**
+ * Analyses `body` the faster way for its size. Never throws for any input bytes. `scope`: the
+ * principal whose cache the request belongs to (`isolationScope`), when the router isolates
+ * prefix caches; the prompt is then keyed under the salt the router will send.
+ */
 export function analyzeRequestBody(
   body: Uint8Array | string,
   options: BlockHashOptions = {},
+  scope?: string,
 ): BodyAnalysis {
   const bytes = typeof body === "string" ? encoder.encode(body) : body;
   return bytes.length < SCAN_THRESHOLD_BYTES
-    ? analyzeByParsing(bytes, options)
-    : analyzeByScanning(bytes, options);
+    ? analyzeByParsing(bytes, options, scope)
+    : analyzeByScanning(bytes, options, scope);
 }
 
 /** `JSON.parse`, then hash the prompt's strings. */
-export function analyzeByParsing(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
+export function analyzeByParsing(
+  body: Uint8Array,
+  options: BlockHashOptions = {},
+  scope?: string,
+): BodyAnalysis {
   const { result, pieces } = extractRequestFeaturesAndPieces(body);
   if (!result.ok) return result;
-  const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint, cacheSalt } =
-    result.features;
-  const { chain, quarters } = promptKeys(pieces, options, cacheSalt);
+  const { model, stream, streamUsage, maxTokens, choices, estimatedTokens, hint } = result.features;
+  const salt = effectiveSalt(scope, result.features.cacheSalt);
+  const { chain, quarters } = promptKeys(pieces, options, salt);
   return withOptional(
     { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,
-    cacheSalt,
+    salt,
+    scope,
   );
 }
 
 /** The byte scanner, then hash the prompt straight from `body`. */
-export function analyzeByScanning(body: Uint8Array, options: BlockHashOptions = {}): BodyAnalysis {
+export function analyzeByScanning(
+  body: Uint8Array,
+  options: BlockHashOptions = {},
+  scope?: string,
+): BodyAnalysis {
   const scan = scanRequestBody(body);
   if (!scan.ok) return scan;
-  const { model, stream, streamUsage, maxTokens, choices, hint, cacheSalt } = scan;
-  const { chain, quarters } = hashScannedPrompt(
-    body,
-    scan.pieces,
-    scan.promptBytes,
-    options,
-    cacheSalt,
-  );
+  const { model, stream, streamUsage, maxTokens, choices, hint } = scan;
+  const salt = effectiveSalt(scope, scan.cacheSalt);
+  const { chain, quarters } = hashScannedPrompt(body, scan.pieces, scan.promptBytes, options, salt);
   const estimatedTokens = reservedTokens(scan.promptBytes, maxTokens, choices);
   return withOptional(
     { ok: true, model, stream, streamUsage, estimatedTokens, chain, quarters },
     maxTokens,
     choices,
     hint,
-    cacheSalt,
+    salt,
+    scope,
   );
 }
 
+/** The salt the engine will see: the client's, or under a `scope` the router's own. */
+function effectiveSalt(
+  scope: string | undefined,
+  clientSalt: string | undefined,
+): string | undefined {
+  return scope === undefined ? clientSalt : isolatedSalt(scope, clientSalt);
+}
+
 /**
- * `a` with the optional output limits, hint and salt mark that are set (absent keys stay
+ * `a` with the optional output limits, hint and salt marks that are set (absent keys stay
  * absent).
  */
 function withOptional<T extends object>(
@@ -121,11 +145,13 @@ function withOptional<T extends object>(
   choices: number | undefined,
   hint: RequestHint | undefined,
   cacheSalt: string | undefined,
+  scope: string | undefined,
 ): T & {
   readonly maxTokens?: number;
   readonly choices?: number;
   readonly hint?: RequestHint;
   readonly salted?: true;
+  readonly isolatedSalt?: string;
 } {
   if (
     maxTokens === undefined &&
@@ -141,5 +167,6 @@ function withOptional<T extends object>(
     ...(choices === undefined ? {} : { choices }),
     ...(hint === undefined ? {} : { hint }),
     ...(cacheSalt === undefined ? {} : { salted: true as const }),
+    ...(scope === undefined || cacheSalt === undefined ? {} : { isolatedSalt: cacheSalt }),
   };
 }

@@ -34,6 +34,16 @@ export {
 } from "./block-hash.js";
 export { appendMembers } from "./body-rewrite.js";
 export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-pool.js";
+export {
+  CACHE_ISOLATION_MODES,
+  type CacheIsolation,
+  ENGINE_CACHE_ISOLATION,
+  type EngineCacheIsolation,
+  ISOLATED_SALT_PREFIX,
+  isolatedSalt,
+  isolationMembers,
+  isolationScope,
+} from "./cache-isolation.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { CriticalPrefills } from "./critical-prefills.js";
 export { isRouterError, RouterError, type RouterErrorCode } from "./errors.js";

@@ -51,8 +51,13 @@ export interface RequestAnalyzer {
    * Analyses one complete body. Rejects only with `LLMGW_ROUTER_POOL_FAILED`. With `owned`,
    * `body` is a view from {@link buffers} at offset 0 that the caller does not change until the
    * analysis is back: a pooled analysis then reads it in place instead of copying it.
+   * `scope`: the request's cache-isolation scope (`isolationScope`), when the router isolates.
    */
-  analyze(body: Uint8Array, owned?: boolean): RequestAnalysis | Promise<RequestAnalysis>;
+  analyze(
+    body: Uint8Array,
+    owned?: boolean,
+    scope?: string,
+  ): RequestAnalysis | Promise<RequestAnalysis>;
   /** Where to read large bodies into, so they can be handed over with `owned`. */
   readonly buffers: BufferPool;
   /**
@@ -109,13 +114,14 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
     });
   }
 
-  const inline = (body: Uint8Array): RequestAnalysis =>
-    placed(analyzeRequestBody(body, hashOptions), "inline");
+  const inline = (body: Uint8Array, scope: string | undefined): RequestAnalysis =>
+    placed(analyzeRequestBody(body, hashOptions, scope), "inline");
 
   const viaPool = async (
     p: Tinypool,
     body: Uint8Array,
     owned: boolean,
+    scope: string | undefined,
   ): Promise<RequestAnalysis> => {
     // An owned pooled body is read by the worker in place; anything else is copied into a
     // pooled shared buffer first.
@@ -128,6 +134,7 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
       length,
       blockBytes,
       maxBlocks,
+      ...(scope === undefined ? {} : { scope }),
     };
     active += 1;
     let r: AnalyzeTaskResult;
@@ -146,9 +153,9 @@ export function createRequestAnalyzer(options: RequestAnalyzerOptions = {}): Req
 
   return {
     buffers,
-    analyze(body, owned = false) {
-      if (pool === undefined || body.length < threshold) return inline(body);
-      return viaPool(pool, body, owned);
+    analyze(body, owned = false, scope = undefined) {
+      if (pool === undefined || body.length < threshold) return inline(body, scope);
+      return viaPool(pool, body, owned, scope);
     },
     poolLoad: () => ({ active, slots, queued: pool?.queueSize ?? 0 }),
     async close() {

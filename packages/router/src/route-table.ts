@@ -3,6 +3,7 @@
  * the hot path never calls a control API (a per-request control call cut a peer's gateway
  * throughput by 75%).
  */
+import type { EngineCacheIsolation } from "./cache-isolation.js";
 
 /** Routing policy of one deployment. `llmgw` scores affinity + load; the others are baselines. */
 export type RoutingPolicy = "llmgw" | "round-robin" | "least-loaded";
@@ -78,6 +79,11 @@ export interface RouteResolution {
    * priority`): the router sets it from the request's class. Absent: false.
    */
   readonly enginePriority?: boolean;
+  /**
+   * How its engines keep a request's prefix cache apart, for a router that isolates caches
+   * (`CacheIsolation`). Absent: not known (a control plane before it), so both ways.
+   */
+  readonly cacheIsolation?: EngineCacheIsolation;
 }
 
 /**

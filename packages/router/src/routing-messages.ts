@@ -4,6 +4,7 @@
  * replicas, key grants, the router count) is versioned; load is refreshed in place and never
  * bumps the version, so a heartbeat's load never rebuilds route resolutions.
  */
+import type { EngineCacheIsolation } from "./cache-isolation.js";
 import type { PromptTokenizerKind, ReplicaLoad, RoutingPolicy } from "./route-table.js";
 import type { UsageAnswer, UsageBatch } from "./usage-ledger.js";
 
@@ -22,6 +23,11 @@ export interface RoutedModel {
    * priority`): a router sets it from the request's priority class. Absent: false.
    */
   readonly enginePriority?: boolean;
+  /**
+   * How its engines keep a request's prefix cache apart, for a router that isolates caches
+   * (`CacheIsolation`). Absent: not known (a control plane before it), so both ways.
+   */
+  readonly cacheIsolation?: EngineCacheIsolation;
 }
 
 /** Routing state of one replica: `ready` takes new requests, `draining` only finishes. */

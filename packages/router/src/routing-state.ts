@@ -25,6 +25,7 @@
  *   ages load right.
  */
 import type { ApiKeyInfo, ApiKeyStore, TenantInfo } from "./api-keys.js";
+import { ENGINE_CACHE_ISOLATION, type EngineCacheIsolation } from "./cache-isolation.js";
 import { checkRange, RouterError } from "./errors.js";
 import type {
   PromptTokenizerKind,
@@ -281,6 +282,16 @@ class MessageChecker {
     }
     if (m.enginePriority !== undefined && typeof m.enginePriority !== "boolean")
       fail(this.kind, `${path}.enginePriority`, `must be a boolean, got ${show(m.enginePriority)}`);
+    if (
+      m.cacheIsolation !== undefined &&
+      !ENGINE_CACHE_ISOLATION.includes(m.cacheIsolation as EngineCacheIsolation)
+    ) {
+      fail(
+        this.kind,
+        `${path}.cacheIsolation`,
+        `must be one of ${ENGINE_CACHE_ISOLATION.join(", ")}, got ${show(m.cacheIsolation)}`,
+      );
+    }
   }
 
   httpUrl(path: string, url: string): void {
@@ -715,6 +726,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       loading: model.loading,
       ...(model.tokenizer === undefined ? {} : { tokenizer: model.tokenizer }),
       ...(model.enginePriority === true ? { enginePriority: true } : {}),
+      ...(model.cacheIsolation === undefined ? {} : { cacheIsolation: model.cacheIsolation }),
     });
   };
 

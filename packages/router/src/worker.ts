@@ -2,7 +2,7 @@
  * tinypool worker entry: analyses one request body. Build it as its own bundle entry (the
  * default file name the analyzer looks for next to a bundle is `router-worker.js`).
  *
- * Task: `{ buffer, length, blockBytes, maxBlocks }`, `buffer` a pooled `SharedArrayBuffer`
+ * Task: `{ buffer, length, blockBytes, maxBlocks, scope? }`, `buffer` a pooled `SharedArrayBuffer`
  * holding the body (see `buffer-pool.ts`): only its handle travels, and the body is read in
  * place. The answer is the analysis (features and the hash chain, ~8 bytes per KiB of prompt).
  */
@@ -14,6 +14,8 @@ export interface AnalyzeTask {
   readonly length: number;
   readonly blockBytes: number;
   readonly maxBlocks: number;
+  /** The request's cache-isolation scope (`isolationScope`), when the router isolates. */
+  readonly scope?: string;
 }
 
 /** What {@link analyzeTask} returns. */
@@ -28,6 +30,10 @@ export default function analyzeTask(task: AnalyzeTask): AnalyzeTaskResult {
   // copy; the byte scanner reads the shared bytes in place.
   const bytes = task.length < SCAN_THRESHOLD_BYTES ? body.slice() : body;
   return {
-    analysis: analyzeRequestBody(bytes, { blockBytes: task.blockBytes, maxBlocks: task.maxBlocks }),
+    analysis: analyzeRequestBody(
+      bytes,
+      { blockBytes: task.blockBytes, maxBlocks: task.maxBlocks },
+      task.scope,
+    ),
   };
 }

@@ -246,6 +246,34 @@ describe("routing messages on the wire", () => {
     };
     expect(overTheWire(delta)).toStrictEqual(delta);
   });
+
+  it("carries how each model's engines isolate caches, and reads one it does not know as unknown", () => {
+    const snapshot: RoutingMessage = {
+      kind: "snapshot",
+      epoch: "e",
+      version: 1,
+      models: [
+        { name: "a", deployment: "a", policy: "llmgw", loading: false, cacheIsolation: "salt" },
+        { name: "b", deployment: "b", policy: "llmgw", loading: false, cacheIsolation: "no-reuse" },
+        { name: "c", deployment: "c", policy: "llmgw", loading: false },
+      ],
+      replicas: [],
+      keys: [],
+      routers: 1,
+      sentAtMs: T0,
+    };
+    expect(overTheWire(snapshot)).toStrictEqual(snapshot);
+    const newer = routingMessageToProto(snapshot);
+    if (newer.message.case !== "snapshot") throw new Error("not a snapshot");
+    (newer.message.value.models[0] as { cacheIsolation: string }).cacheIsolation = "enclave";
+    const read = routingMessageFromProto(newer);
+    expect(read.kind === "snapshot" && read.models[0]).toStrictEqual({
+      name: "a",
+      deployment: "a",
+      policy: "llmgw",
+      loading: false,
+    });
+  });
 });
 
 describe("routingMessageFromProto refuses", () => {

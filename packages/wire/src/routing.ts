@@ -15,6 +15,8 @@ import {
 } from "@llmgw/proto";
 import {
   type BudgetPeriod,
+  ENGINE_CACHE_ISOLATION,
+  type EngineCacheIsolation,
   type KeyGrant,
   type PriorityClass,
   type PromptTokenizerKind,
@@ -142,6 +144,11 @@ function modelFromProto(kind: string, path: string, m: RoutedModelProto): Routed
     loading: m.loading,
     ...(m.tokenizer === "" ? {} : { tokenizer: m.tokenizer as PromptTokenizerKind }),
     ...(m.enginePriority ? { enginePriority: true } : {}),
+    // A value this release does not know (a newer control plane's) is "not known": the router
+    // then isolates both ways, which every engine takes.
+    ...(ENGINE_CACHE_ISOLATION.includes(m.cacheIsolation as EngineCacheIsolation)
+      ? { cacheIsolation: m.cacheIsolation as EngineCacheIsolation }
+      : {}),
   };
 }
 
@@ -345,6 +352,7 @@ const modelToProto = (m: RoutedModel) => ({
   loading: m.loading,
   tokenizer: m.tokenizer ?? "",
   enginePriority: m.enginePriority ?? false,
+  cacheIsolation: m.cacheIsolation ?? "",
 });
 const replicaToProto = (r: RoutedReplica) => ({
   id: r.id,

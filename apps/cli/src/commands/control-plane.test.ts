@@ -92,6 +92,17 @@ describe("llmgw control-plane", () => {
     );
   });
 
+  it("takes --cache-isolation for its in-process router, never without API keys", async () => {
+    expect(command.usage).toContain("--cache-isolation MODE");
+    expect((await runUntilReady(["--cache-isolation", "tenant"])).code).toBe(0);
+    await expect(runUntilReady(["--cache-isolation", "team"])).rejects.toThrow(
+      '--cache-isolation must be one of none, tenant, key, got "team"',
+    );
+    await expect(runUntilReady(["--cache-isolation", "key", "--no-auth"])).rejects.toThrow(
+      /--cache-isolation needs API keys/,
+    );
+  });
+
   it("documents --no-public-api and --routing-keepalive", () => {
     expect(command.usage).toContain("--no-public-api");
     expect(command.usage).toContain("--routing-keepalive D");

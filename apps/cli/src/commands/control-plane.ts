@@ -62,6 +62,9 @@ Options:
                               listener; log in with the admin token)
   --ui-session-ttl D          how long a console login lasts (default 12h)
   --no-auth                   public API without API keys (demos only)
+  --cache-isolation MODE      whose requests share an engine's prefix cache: none (default),
+                              tenant (a tenant's keys), key (each key alone); see
+                              llmgw router --help
   --headers-timeout D         time a client has to send a request head, both listeners
                               (default 30s; then 408)
   --request-timeout D         time a client has to send a whole request, body included
@@ -84,6 +87,12 @@ Options:
 
 Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
 `;
+
+/** `--cache-isolation`'s mode. */
+function cacheIsolationFlag(text: string): "none" | "tenant" | "key" {
+  if (text === "none" || text === "tenant" || text === "key") return text;
+  throw new UsageError(`--cache-isolation must be one of none, tenant, key, got "${text}"`);
+}
 
 /** A whole number ≥ 1 given to `flag`. */
 export function parseCount(text: string, flag: string): number {
@@ -191,6 +200,7 @@ export const command: Command = {
       "routing-keepalive": { type: "string" },
       "agent-stream": { type: "string" },
       "no-auth": { type: "boolean" },
+      "cache-isolation": { type: "string" },
       "no-public-api": { type: "boolean" },
       "no-ui": { type: "boolean" },
       "ui-session-ttl": { type: "string" },
@@ -271,6 +281,9 @@ export const command: Command = {
           }
         : {}),
       noAuth: values["no-auth"] ?? false,
+      ...(values["cache-isolation"] === undefined
+        ? {}
+        : { cacheIsolation: cacheIsolationFlag(values["cache-isolation"]) }),
       publicApi: values["no-public-api"] !== true,
       ui: values["no-ui"] !== true,
       ...(values["ui-session-ttl"]

@@ -16,6 +16,7 @@ import {
   schedulesByPriority,
 } from "@llmgw/engines";
 import type {
+  EngineCacheIsolation,
   InFlightReport,
   KeyGrant,
   PromptTokenizerKind,
@@ -290,6 +291,19 @@ export interface RoutableReplica {
 const TOKENIZER_OF: Readonly<Partial<Record<DeploymentSpec["engine"], PromptTokenizerKind>>> = {
   sim: "sim",
   vllm: "vllm",
+};
+
+/**
+ * How each engine keeps a request's prefix cache apart when routers isolate caches: vLLM and
+ * SGLang key their cache with `cache_salt` (SGLang took it before sgl-project/sglang#23300,
+ * April 2026, but ignored it), as the simulator does; llama.cpp can only skip reuse for the
+ * request (`cache_prompt: false`).
+ */
+const CACHE_ISOLATION_OF: Readonly<Record<DeploymentSpec["engine"], EngineCacheIsolation>> = {
+  sim: "salt",
+  vllm: "salt",
+  sglang: "salt",
+  llamacpp: "no-reuse",
 };
 
 /** Default {@link ClusterOptions.maxNodes}: ten times the largest fleet we plan for. */
@@ -3315,6 +3329,7 @@ export class Cluster {
         loading: this.hasLoadingReplicas(name),
         ...(tokenizer === undefined ? {} : { tokenizer }),
         ...(schedulesByPriority(spec) ? { enginePriority: true } : {}),
+        cacheIsolation: CACHE_ISOLATION_OF[spec.engine],
       });
       for (const r of this.readyReplicas(name)) {
         const gpus = this.#gpusOf(r.replicaId);

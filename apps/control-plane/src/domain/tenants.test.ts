@@ -399,4 +399,24 @@ describe("routing", () => {
       ["d", false],
     ]);
   });
+
+  it("tells routers how each engine keeps a request's cache apart", () => {
+    const c = cluster();
+    for (const engine of ["vllm", "sglang", "llamacpp", "sim"]) {
+      c.applyDeployment(
+        parseDeploymentSpecOrThrow({
+          name: engine,
+          engine,
+          model: engine === "llamacpp" ? "/models/m.gguf" : "org/m",
+          replicas: 0,
+        }),
+      );
+    }
+    expect(c.routingMembership().models.map((m) => [m.name, m.cacheIsolation])).toEqual([
+      ["llamacpp", "no-reuse"],
+      ["sglang", "salt"],
+      ["sim", "salt"],
+      ["vllm", "salt"],
+    ]);
+  });
 });

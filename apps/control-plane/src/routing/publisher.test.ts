@@ -488,8 +488,29 @@ describe("createRoutingPublisher", () => {
     report(nodeId, "ready");
     const { received } = publish();
     expect(received[0]).toMatchObject({
-      models: [{ name: "org/chat", enginePriority: true }],
+      models: [{ name: "org/chat", enginePriority: true, cacheIsolation: "salt" }],
       replicas: [{ id: "chat-0", gpus: 1 }],
+    });
+  });
+
+  it("sends a model again when its engine isolates caches another way", async () => {
+    const { received } = publish({ coalesceMs: 5 });
+    const deploy = (engine: string, model: string) =>
+      cluster.applyDeployment(
+        parseDeploymentSpecOrThrow({
+          name: "chat",
+          engine,
+          model,
+          servedModelName: "chat",
+          replicas: 0,
+        }),
+      );
+    deploy("vllm", "org/model");
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(1), { interval: 2 });
+    deploy("llamacpp", "/models/chat.gguf");
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(2), { interval: 2 });
+    expect(deltas(received)[1]).toMatchObject({
+      upsertedModels: [{ name: "chat", cacheIsolation: "no-reuse" }],
     });
   });
 

@@ -132,7 +132,8 @@ function sameModel(a: RoutedModel, b: RoutedModel): boolean {
     a.policy === b.policy &&
     a.loading === b.loading &&
     a.tokenizer === b.tokenizer &&
-    (a.enginePriority ?? false) === (b.enginePriority ?? false)
+    (a.enginePriority ?? false) === (b.enginePriority ?? false) &&
+    a.cacheIsolation === b.cacheIsolation
   );
 }
 

@@ -1,0 +1,124 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { analyzeByParsing, analyzeByScanning, analyzeRequestBody } from "./analyze.js";
+import type { ApiKeyInfo } from "./api-keys.js";
+import {
+  ISOLATED_SALT_PREFIX,
+  isolatedSalt,
+  isolationMembers,
+  isolationScope,
+} from "./cache-isolation.js";
+
+const tenantKey: ApiKeyInfo = { id: "k1", name: "one", tenant: { name: "search", weight: 1 } };
+const loneKey: ApiKeyInfo = { id: "k2", name: "two" };
+
+describe("isolationScope", () => {
+  it("is none's nothing, a tenant's name, or a key's id", () => {
+    expect(isolationScope("none", tenantKey)).toBeUndefined();
+    expect(isolationScope("tenant", tenantKey)).toBe("tenant\0search");
+    expect(isolationScope("tenant", loneKey)).toBe("key\0k2");
+    expect(isolationScope("key", tenantKey)).toBe("key\0k1");
+  });
+
+  it("keeps a tenant and a key of the same name apart", () => {
+    const named: ApiKeyInfo = { id: "search", name: "s" };
+    expect(isolationScope("tenant", tenantKey)).not.toBe(isolationScope("tenant", named));
+  });
+});
+
+describe("isolatedSalt", () => {
+  it("is a fixed-length hex hash behind the router's prefix", () => {
+    for (const client of [undefined, "x", "y".repeat(1024)]) {
+      const salt = isolatedSalt("tenant\0search", client);
+      expect(salt).toMatch(new RegExp(`^${ISOLATED_SALT_PREFIX}[0-9a-f]{64}$`));
+    }
+  });
+
+  it("gives the same salt for the same principal and client salt, and no other pair's", () => {
+    fc.assert(
+      fc.property(
+        fc.tuple(
+          fc.string({ minLength: 1 }),
+          fc.option(fc.string({ minLength: 1 }), { nil: undefined }),
+        ),
+        fc.tuple(
+          fc.string({ minLength: 1 }),
+          fc.option(fc.string({ minLength: 1 }), { nil: undefined }),
+        ),
+        ([nameA, saltA], [nameB, saltB]) => {
+          const a = isolatedSalt(`tenant\0${nameA.replaceAll("\0", "")}`, saltA);
+          const b = isolatedSalt(`tenant\0${nameB.replaceAll("\0", "")}`, saltB);
+          const same = nameA.replaceAll("\0", "") === nameB.replaceAll("\0", "") && saltA === saltB;
+          expect(a === b).toBe(same);
+        },
+      ),
+    );
+  });
+
+  it("never gives a client's salt back, nor one principal's to another's client", () => {
+    const mine = isolatedSalt("tenant\0a", undefined);
+    // Tenant b's client sends tenant a's salt as its own: it is hashed again under b.
+    expect(isolatedSalt("tenant\0b", mine)).not.toBe(mine);
+    // The boundary between the scope and the client's salt cannot be moved.
+    expect(isolatedSalt("tenant\0a", "\0b")).not.toBe(isolatedSalt("tenant\0a\0", "b"));
+  });
+});
+
+describe("isolationMembers", () => {
+  const salt = isolatedSalt("key\0k", undefined);
+  it("salts for engines that honour it, turns reuse off for llama.cpp, both when unknown", () => {
+    expect(JSON.parse(`{${isolationMembers(salt, "salt")}}`)).toEqual({ cache_salt: salt });
+    expect(JSON.parse(`{${isolationMembers(salt, "no-reuse")}}`)).toEqual({
+      cache_prompt: false,
+    });
+    expect(JSON.parse(`{${isolationMembers(salt, undefined)}}`)).toEqual({
+      cache_salt: salt,
+      cache_prompt: false,
+    });
+  });
+});
+
+describe("body analysis under an isolation scope", () => {
+  const content = "shared system prompt ".repeat(200);
+  const body = (extra: Record<string, unknown> = {}) =>
+    new TextEncoder().encode(
+      JSON.stringify({ model: "m", messages: [{ role: "user", content }], ...extra }),
+    );
+  const chainOf = (a: ReturnType<typeof analyzeRequestBody>) => {
+    if (!a.ok) throw new Error(a.message);
+    return a;
+  };
+
+  it("keys the prompt under the router's salt, in both readers", () => {
+    const scope = "tenant\0search";
+    for (const read of [analyzeByParsing, analyzeByScanning]) {
+      const a = chainOf(read(body(), {}, scope));
+      const salt = isolatedSalt(scope, undefined);
+      expect(a.isolatedSalt).toBe(salt);
+      expect(a.salted).toBe(true);
+      const expected = chainOf(read(body({ cache_salt: salt })));
+      expect(a.chain).toEqual(expected.chain);
+      expect(a.quarters).toEqual(expected.quarters);
+      // and never the unsalted prompt's keys
+      const plain = chainOf(read(body()));
+      expect(plain.isolatedSalt).toBeUndefined();
+      const plainKeys = new Set(plain.chain);
+      expect([...a.chain].filter((k) => plainKeys.has(k))).toEqual([]);
+    }
+  });
+
+  it("folds the client's own salt into the router's", () => {
+    const scope = "key\0k1";
+    const a = chainOf(analyzeRequestBody(body({ cache_salt: "mine" }), {}, scope));
+    expect(a.isolatedSalt).toBe(isolatedSalt(scope, "mine"));
+    expect(a.isolatedSalt).not.toBe(isolatedSalt(scope, undefined));
+  });
+
+  it("leaves an analysis without a scope as it was", () => {
+    const a = chainOf(analyzeRequestBody(body({ cache_salt: "mine" })));
+    expect(a.isolatedSalt).toBeUndefined();
+    expect(a.salted).toBe(true);
+    const scoped = chainOf(analyzeRequestBody(body({ cache_salt: "mine" }), {}, "key\0k1"));
+    expect(scoped.chain).not.toEqual(a.chain);
+  });
+});
