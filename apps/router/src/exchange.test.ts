@@ -5,6 +5,8 @@
  */
 import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { simChatPrompt, simTokenIds } from "@llmgw/engine-sim";
+import { saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
   createInMemoryApiKeyStore,
   createStaticRouteTable,
@@ -769,10 +771,8 @@ describe("Exchange: a request's cache_salt", () => {
     h.metrics.of("decision").map(([d]) => d as { prefixBlocks: number; preciseFallback?: string });
   const replicaOf = (d: Dispatched | undefined) =>
     replicas.find((r) => r.baseUrl === d?.baseUrl)?.id;
-
-  it("predicts no prefix where the same prompt went under another salt or none", async () => {
-    const h = await harness();
-    const bodies = [chat("tenant-a"), chat("tenant-b"), chat(), chat("tenant-a")];
+  /** Sends each body once the one before has finished, each answered 200. */
+  const sendInTurn = async (h: Harness, bodies: readonly string[]) => {
     h.upstreams.play(...bodies.map(() => answer(200, OK_BODY)));
     for (const body of bodies) {
       const res = await send(h, body);
@@ -780,6 +780,12 @@ describe("Exchange: a request's cache_salt", () => {
       await res.text();
       await waitFor(() => h.inFlight().a === 0 && h.inFlight().b === 0, "in-flight back to 0");
     }
+  };
+
+  it("predicts no prefix where the same prompt went under another salt or none", async () => {
+    const h = await harness();
+    const bodies = [chat("tenant-a"), chat("tenant-b"), chat(), chat("tenant-a")];
+    await sendInTurn(h, bodies);
     const predicted = decisions(h).map((d) => d.prefixBlocks);
     expect(predicted.slice(0, 3)).toEqual([0, 0, 0]);
     expect(predicted[3]).toBeGreaterThanOrEqual(5);
@@ -790,7 +796,7 @@ describe("Exchange: a request's cache_salt", () => {
     );
   });
 
-  it("routes a salted request of a precise-mode deployment approximately, counted", async () => {
+  it("matches a salted request of a precise-mode deployment on its token blocks under the salt", async () => {
     // An agent that takes the watch and never answers: the feeds stay as applied below.
     const agent = createServer(() => {});
     await new Promise<void>((resolve) => agent.listen(0, "127.0.0.1", resolve));
@@ -807,29 +813,33 @@ describe("Exchange: a request's cache_salt", () => {
       tokenizer: "sim",
       replicas: replicas.map((r) => ({ ...r, kvEventsUrl })),
     });
+    // Replica a holds the prompt's blocks under tenant-a's salt (what its engine's events give
+    // once keyed by the agent's block set), replica b the same tokens unsalted.
+    const tokens = simTokenIds(simChatPrompt([{ role: "user", content }]));
+    const keys = (salt?: string) =>
+      [...tokenBlockKeys(tokens, 16, salt === undefined ? undefined : saltKey(salt))].slice(0, 8);
     const index = h.core.picker.preciseIndex;
-    for (const r of replicas) {
-      index.apply(r.id, {
+    for (const [id, added] of [
+      ["a", keys("tenant-a")],
+      ["b", keys()],
+    ] as const) {
+      index.apply(id, {
         epoch: "e",
         version: 1,
         snapshot: true,
-        added: [7],
+        added,
         removed: [],
         blockSizeTokens: 16,
         stale: false,
       });
     }
-    const held = () => index.heldKeys("a") + index.heldKeys("b");
-    h.upstreams.play(answer(200, OK_BODY), answer(200, OK_BODY));
-    const salted = await send(h, chat("tenant-a"));
-    expect(salted.status).toBe(200);
-    await salted.text();
-    expect(held()).toBe(0);
-    // The same prompt unsalted is matched on its token blocks, held where it went.
-    const plain = await send(h, chat());
-    expect(plain.status).toBe(200);
-    await plain.text();
-    expect(held()).toBeGreaterThan(0);
-    expect(decisions(h).map((d) => d.preciseFallback)).toEqual(["unsupported_request", undefined]);
+    const bodies = [chat("tenant-a"), chat(), chat("tenant-b")];
+    await sendInTurn(h, bodies);
+    const [salted, plain, other] = h.upstreams.dispatched.map(replicaOf);
+    expect([salted, plain]).toEqual(["a", "b"]);
+    const d = decisions(h);
+    expect(d.map((x) => x.preciseFallback)).toEqual([undefined, undefined, undefined]);
+    expect(d.map((x) => x.prefixBlocks)).toEqual([8, 8, 0]);
+    expect(other).toBeDefined();
   });
 });

@@ -3,7 +3,7 @@
  * analysis, key limits, admission, replica choice and at most two upstream {@link Attempt}s.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
+import { saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
   type AbortSignalLike,
   type AdmissionOutcome,
@@ -474,9 +474,11 @@ export class Exchange {
       this.#start(this.#pick());
       return;
     }
-    if (this.analysis.salted === true) {
-      // vLLM keys a salted request's blocks with its salt, and the feeds leave such blocks out:
-      // token ids match nothing it could hit. Its approximate keys are the salt's own.
+    // vLLM makes a salted prompt's salt its first block's extra key, and the feeds chain such
+    // blocks from the salt's key: the prompt's token blocks are keyed from it too.
+    const salt = this.analysis.salt;
+    const parentKey = salt === undefined ? undefined : saltKey(salt);
+    if (salt !== undefined && parentKey === undefined) {
       this.#start(this.#pick(undefined, "unsupported_request"));
       return;
     }
@@ -492,7 +494,9 @@ export class Exchange {
     const go = (t: TokenizeResult): void => {
       try {
         this.#start(
-          t.ok ? this.#pick(tokenBlockKeys(t.tokens, blockSize)) : this.#pick(undefined, t.reason),
+          t.ok
+            ? this.#pick(tokenBlockKeys(t.tokens, blockSize, parentKey))
+            : this.#pick(undefined, t.reason),
         );
       } catch (error) {
         this.fail(error);

@@ -4,6 +4,7 @@
  */
 import { type RunningEngineSim, startEngineSim } from "@llmgw/engine-sim";
 import { createKvBlockFeed, type KvBlockFeed, startKvCacheServer } from "@llmgw/kv-events";
+import { isolatedSalt, isolationScope } from "@llmgw/router";
 import OpenAI from "openai";
 import { Registry } from "prom-client";
 import { afterEach, describe, expect, it } from "vitest";
@@ -212,9 +213,14 @@ describe("router over @llmgw/engine-sim: affinity hints", () => {
 });
 
 describe("router over @llmgw/engine-sim: precise mode from the sims' KV events", () => {
-  it.each(["sim", "vllm"] as const)(
-    "matches prompts on the engines' own blocks (%s tokenizer), and the engine confirms the hit",
-    async (tokenizer) => {
+  it.each([
+    ["sim", "none"],
+    ["vllm", "none"],
+    // Every request salted for its key: matched on the engines' salted blocks all the same.
+    ["sim", "key"],
+  ] as const)(
+    "matches prompts on the engines' own blocks (%s tokenizer, cache isolation %s), and the engine confirms the hit",
+    async (tokenizer, cacheIsolation) => {
       const engines = await Promise.all(
         [0, 1, 2].map((seed) =>
           sim({
@@ -238,29 +244,33 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
       );
       const kv = await startKvCacheServer({ registry: { get: (id) => feeds.get(id) } });
       cleanups.push(() => kv.close());
-      const registry = new Registry();
-      const { router } = await startFedRouter({
-        snapshot: routingSnapshot({
-          models: {
-            [MODEL]: {
-              deployment: "sim",
-              tokenizer,
-              replicas: engines.map((e, i) => ({
-                id: `sim-${i}`,
-                baseUrl: e.url,
-                capacity: 8,
-                apiKey: `engine-key-${i}`,
-                kvEventsUrl: kv.url,
-              })),
+      const routerOver = async (registry: Registry) => {
+        const { router } = await startFedRouter({
+          snapshot: routingSnapshot({
+            models: {
+              [MODEL]: {
+                deployment: "sim",
+                tokenizer,
+                cacheIsolation: "salt",
+                replicas: engines.map((e, i) => ({
+                  id: `sim-${i}`,
+                  baseUrl: e.url,
+                  capacity: 8,
+                  apiKey: `engine-key-${i}`,
+                  kvEventsUrl: kv.url,
+                })),
+              },
             },
-          },
-          keys: { "sk-sim": { id: "k", name: "k" } },
-        }),
-        router: { analyzer: { pool: false } },
-        registry,
-      });
-      cleanups.push(() => router.close());
-      const client = new OpenAI({ apiKey: "sk-sim", baseURL: `${router.url}/v1`, maxRetries: 0 });
+            keys: { "sk-sim": { id: "k", name: "k" } },
+          }),
+          router: { analyzer: { pool: false }, cacheIsolation },
+          registry,
+        });
+        cleanups.push(() => router.close());
+        return new OpenAI({ apiKey: "sk-sim", baseURL: `${router.url}/v1`, maxRetries: 0 });
+      };
+      const registry = new Registry();
+      const client = await routerOver(registry);
       const sample = async (name: string, labels: Record<string, string>): Promise<number> => {
         const text = await registry.metrics();
         let sum = 0;
@@ -271,8 +281,8 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
         }
         return sum;
       };
-      const ask = async (content: string) => {
-        const { data, response } = await client.chat.completions
+      const ask = async (content: string, via = client) => {
+        const { data, response } = await via.chat.completions
           .create({ model: MODEL, max_tokens: 2, messages: [{ role: "user", content }] })
           .withResponse();
         const usage = data.usage as { prompt_tokens_details?: { cached_tokens?: number } };
@@ -324,9 +334,52 @@ describe("router over @llmgw/engine-sim: precise mode from the sims' KV events",
       ).toBeGreaterThanOrEqual(prompts.length);
       // The share of the prompt held is a share: counted in the engine's blocks on both sides
       // (it once divided engine blocks by the approximate chain's 1 KiB blocks, ~16 to one).
+      expect(
+        await sample("llmgw_router_routing_fallbacks_total", { reason: "unsupported_request" }),
+      ).toBe(0);
       const ratios = await sample("llmgw_router_prefix_hit_ratio_count", {});
       expect(ratios).toBeGreaterThan(0);
       expect(await sample("llmgw_router_prefix_hit_ratio_bucket", { le: "1" })).toBe(ratios);
+      // Prompts cached on an engine chosen here, not by any router: a router that saw none of
+      // them finds each one's engine from the engines' blocks alone (salted ones under the salt
+      // the router would send), where its own choice would be a third of the time.
+      const salt =
+        cacheIsolation === "none"
+          ? undefined
+          : isolatedSalt(
+              isolationScope(cacheIsolation, { id: "k", name: "k" }) as string,
+              undefined,
+            );
+      const placed = [0, 1, 2, 3, 4, 5].map((i) => ({
+        content: `placed ${i}: ${"words of another long context ".repeat(120)}`,
+        replica: `sim-${i % 3}`,
+      }));
+      for (const [i, p] of placed.entries()) {
+        const engine = engines[i % 3] as RunningEngineSim;
+        const res = await fetch(`${engine.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            authorization: `Bearer engine-key-${i % 3}`,
+          },
+          body: JSON.stringify({
+            model: MODEL,
+            max_tokens: 2,
+            messages: [{ role: "user", content: p.content }],
+            ...(salt === undefined ? {} : { cache_salt: salt }),
+          }),
+        });
+        expect(res.status).toBe(200);
+        await res.text();
+      }
+      const late = await routerOver(new Registry());
+      await waitFor(async () => {
+        for (const p of placed) {
+          const again = await ask(p.content, late);
+          if (again.replica !== p.replica || again.cached === 0) return false;
+        }
+        return true;
+      });
     },
   );
 });

@@ -4,6 +4,7 @@ import {
   type DecodedKvEventBatch,
   type KvEvent,
   type KvEventsResetReason,
+  saltKey,
   tokenBlockKeys,
 } from "@llmgw/kv-events";
 import { afterEach, describe, expect, it } from "vitest";
@@ -252,9 +253,13 @@ describe("engine-sim KV events read by @llmgw/kv-events", () => {
     expect(firsts.map((e) => e.extraKeys?.[0] ?? null)).toEqual([["tenant-a"], ["tenant-b"], null]);
     for (const e of firsts)
       expect(e.extraKeys?.slice(1).every((k) => k === null) ?? true).toBe(true);
-    // A block set keeps only the unsalted prompt's blocks: salted ones depend on more than tokens.
-    await waitFor(() => f.set.stats().entries > 0, "the unsalted blocks");
-    expect(f.set.stats().skippedExtraKeys).toBeGreaterThan(0);
+    // A block set keys each salted prompt from its salt, as a router keys the salted request.
+    const tokens = simTokenIds(simChatPrompt([{ role: "user", content: doc(4) }]));
+    for (const salt of ["tenant-a", "tenant-b", undefined]) {
+      const keys = tokenBlockKeys(tokens, BS, salt === undefined ? undefined : saltKey(salt));
+      await waitFor(() => [...keys].every((k) => f.set.has(k)), `${salt}'s blocks`);
+    }
+    expect(f.set.stats().skippedExtraKeys).toBe(0);
     for (const salt of ["", 7]) {
       const res = await fetch(`${s.url}/v1/chat/completions`, {
         method: "POST",

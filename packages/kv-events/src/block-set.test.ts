@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { type BlockSetChange, createReplicaBlockSet, MAX_MEDIA } from "./block-set.js";
 import type { BlockStoredEvent, KvEvent } from "./kv-event.js";
-import { tokenBlockKeys } from "./token-blocks.js";
+import { saltKey, tokenBlockKeys } from "./token-blocks.js";
 
 const BS = 4;
 const PROMPT = Array.from({ length: 16 }, (_, i) => 1000 + i); // 4 blocks
@@ -138,13 +138,31 @@ describe("createReplicaBlockSet", () => {
   it.each([
     ["a LoRA", { loraName: "ada" }, 2],
     ["a LoRA named only by lora_id (positional events before vllm#42892)", { loraId: 7 }, 2],
-    ["a cache salt on the first block", { extraKeys: [["salt"], null] }, 2],
     ["a multimodal hash on the second block", { extraKeys: [null, ["mm", 0]] }, 1],
+    ["a cache salt and a LoRA", { extraKeys: [["salt"], null], loraName: "ada" }, 2],
+    ["a cache salt beside another extra key", { extraKeys: [["ada", "salt"], null] }, 2],
+    ["an empty cache salt", { extraKeys: [[""], null] }, 2],
+    ["a salt longer than a router keys", { extraKeys: [["s".repeat(1025)], null] }, 2],
+    ["a non-string first extra key", { extraKeys: [[7], null] }, 2],
   ])("does not key blocks with %s (token ids alone do not name them)", (_name, extra, skipped) => {
     const { set, apply } = setWithLog();
     apply(stored(0, 2, extra));
     expect(set.stats().skippedExtraKeys).toBe(skipped);
     expect(set.snapshot()).toEqual(KEYS.slice(0, 2 - skipped));
+  });
+
+  it("keys a salted prompt from its salt's key, as a router keys the salted request", () => {
+    const { set, apply } = setWithLog();
+    // vLLM: the salt is the first block's only extra key; later blocks chain from it.
+    apply(stored(0, 2, { extraKeys: [["tenant-a"], null] }));
+    apply(stored(2, 4));
+    const salted = [...tokenBlockKeys(PROMPT, BS, saltKey("tenant-a"))];
+    expect(sorted(set.snapshot())).toEqual(sorted(salted));
+    expect(salted.some((k) => KEYS.includes(k))).toBe(false);
+    expect(set.stats().skippedExtraKeys).toBe(0);
+    // The same tokens under another salt are other keys again.
+    expect(tokenBlockKeys(PROMPT, BS, saltKey("tenant-b"))[0]).not.toBe(salted[0]);
+    expect(saltKey("s".repeat(1025))).toBeUndefined();
   });
 
   it("refuses blocks of another block size than the configured one", () => {

@@ -6,7 +6,7 @@
  */
 import { KvEventsError } from "./errors.js";
 import type { BlockRemovedEvent, BlockStoredEvent, KvEvent, KvEventBatch } from "./kv-event.js";
-import { chainKey } from "./token-blocks.js";
+import { chainKey, saltKey } from "./token-blocks.js";
 
 /** What one applied batch (or a {@link ReplicaBlockSet.clear}) changed, as a delta. */
 export interface BlockSetChange {
@@ -52,7 +52,11 @@ export interface ReplicaBlockSetStats {
   readonly refusedMedium: number;
   /** Blocks of another KV-cache group or spec kind than full attention (not matched on). */
   readonly skippedGroup: number;
-  /** Blocks with a LoRA or extra keys (multimodal, cache salt): token ids alone do not key them. */
+  /**
+   * Blocks with a LoRA or extra keys (multimodal, prompt embeddings): token ids alone do not
+   * key them. A `cache_salt` alone (a chain's first block with the extra key `[salt]`) is
+   * keyed, from `saltKey(salt)`.
+   */
   readonly skippedExtraKeys: number;
   /** Blocks of a `BlockStored` whose block size differs from the set's. */
   readonly blockSizeMismatch: number;
@@ -223,10 +227,15 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
     const size = event.blockSize;
     for (let i = 0; i < n; i++) {
       const hash = event.blockHashes[i] as bigint;
+      const extra = event.extraKeys?.[i] ?? null;
+      // vLLM's `cache_salt` is the only extra key of a chain's first block: its chain starts
+      // from the salt's key, as a router keys the salted prompt.
+      const salted = i === 0 && parentKey === undefined ? saltOf(extra) : undefined;
+      if (salted !== undefined) parentKey = salted;
       if (
         event.loraName !== undefined ||
         event.loraId !== undefined ||
-        (event.extraKeys?.[i] ?? null) !== null
+        (extra !== null && salted === undefined)
       ) {
         // This block and every later one of the chain depend on more than token ids. Engines
         // before vllm#42892 name the adapter only by `lora_id` (nil for the base model).
@@ -339,4 +348,14 @@ export function createReplicaBlockSet(options: ReplicaBlockSetOptions = {}): Rep
     },
     stats: () => ({ entries, keys: refs.size, ...counts }),
   };
+}
+
+/**
+ * The chain key a first block's extra key `[salt]` (vLLM: `(cache_salt,)`, the only extra key
+ * of a plain-text prompt's first block) starts from; `undefined` for any other extra key.
+ */
+function saltOf(extra: unknown): number | undefined {
+  if (!Array.isArray(extra) || extra.length !== 1) return undefined;
+  const salt = extra[0];
+  return typeof salt === "string" && salt !== "" ? saltKey(salt) : undefined;
 }

@@ -62,4 +62,4 @@ export {
   type KvEventsLogger,
   type KvEventsResetReason,
 } from "./subscriber.js";
-export { chainKey, tokenBlockKeys } from "./token-blocks.js";
+export { chainKey, MAX_SALT_LENGTH, saltKey, tokenBlockKeys } from "./token-blocks.js";

@@ -81,6 +81,27 @@ export function chainKey(
   return hashRange(parentKey, tokens, from, to);
 }
 
+/** Longest `cache_salt` keyed, in UTF-16 code units (the router refuses longer ones). */
+export const MAX_SALT_LENGTH = 1024;
+
+/** Marks a salt's words apart from any token ids' (those are taken as 32-bit words too). */
+const SALT_DOMAIN = 0x5a17_5a17;
+
+/**
+ * The parent key a prompt's first block chains from under vLLM's `cache_salt` (vLLM makes the
+ * salt the first block's extra key, so every block of a salted prompt hashes apart from the
+ * same tokens' unsalted or under another salt). `tokenBlockKeys(tokens, size, saltKey(salt))`
+ * are the keys of such a prompt, and a consumer of `BlockStored` chains its first salted block
+ * from the same key. `undefined` for a salt longer than {@link MAX_SALT_LENGTH}.
+ */
+export function saltKey(salt: string): number | undefined {
+  if (salt.length > MAX_SALT_LENGTH) return undefined;
+  const words = new Array<number>(salt.length + 1);
+  words[0] = SALT_DOMAIN;
+  for (let i = 0; i < salt.length; i++) words[i + 1] = salt.charCodeAt(i);
+  return hashRange(undefined, words, 0, words.length);
+}
+
 /**
  * One key per full block of `tokens` (a trailing partial block has none: an engine cannot
  * cache it either), each standing for the prefix through its block. `parentKey` continues a

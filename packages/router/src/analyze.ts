@@ -42,11 +42,12 @@ export type BodyAnalysis =
       /** The body's affinity hint (`RequestFeatures.hint`), when it gives one. */
       readonly hint?: RequestHint;
       /**
-       * Set when the body gives a `cache_salt` (`RequestFeatures.cacheSalt`): `chain` and
-       * `quarters` are keyed under it, and no engine's KV events can match it (precise mode
-       * leaves salted blocks out).
+       * The `cache_salt` the engine will see, when there is one: the body's
+       * (`RequestFeatures.cacheSalt`), or under an isolation scope the router's own
+       * ({@link isolatedSalt}). `chain` and `quarters` are keyed under it, and precise mode
+       * keys the prompt's token blocks under it too.
        */
-      readonly salted?: true;
+      readonly salt?: string;
       /**
        * Set when the body was analysed for an isolation scope: the `cache_salt` the router
        * sends instead of the client's (`chain` and `quarters` are keyed under it).
@@ -150,7 +151,7 @@ function withOptional<T extends object>(
   readonly maxTokens?: number;
   readonly choices?: number;
   readonly hint?: RequestHint;
-  readonly salted?: true;
+  readonly salt?: string;
   readonly isolatedSalt?: string;
 } {
   if (
@@ -166,7 +167,7 @@ function withOptional<T extends object>(
     ...(maxTokens === undefined ? {} : { maxTokens }),
     ...(choices === undefined ? {} : { choices }),
     ...(hint === undefined ? {} : { hint }),
-    ...(cacheSalt === undefined ? {} : { salted: true as const }),
+    ...(cacheSalt === undefined ? {} : { salt: cacheSalt }),
     ...(scope === undefined || cacheSalt === undefined ? {} : { isolatedSalt: cacheSalt }),
   };
 }

@@ -29,7 +29,7 @@ type Outcome =
       chain?: Float64Array;
       quarters?: readonly number[];
       hint?: { source: string; value: string };
-      salted?: true;
+      salt?: string;
     };
 
 function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
@@ -48,7 +48,7 @@ function outcome(a: BodyAnalysis, withChain: boolean): Outcome {
     estimatedTokens: a.estimatedTokens,
     ...(withChain ? { chain: a.chain, quarters: a.quarters } : {}),
     ...(a.hint === undefined ? {} : { hint: a.hint }),
-    ...(a.salted === undefined ? {} : { salted: a.salted }),
+    ...(a.salt === undefined ? {} : { salt: a.salt }),
   };
 }
 
@@ -447,8 +447,8 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
       const plain = chat(content);
       const a = chat(content, "tenant-a");
       const b = chat(content, "tenant-b");
-      expect(analyzeRequestBody(a)).toMatchObject({ ok: true, salted: true });
-      expect(analyzeRequestBody(plain)).not.toHaveProperty("salted");
+      expect(analyzeRequestBody(a)).toMatchObject({ ok: true, salt: "tenant-a" });
+      expect(analyzeRequestBody(plain)).not.toHaveProperty("salt");
       for (const options of [SMALL_BLOCKS, QUARTERED]) {
         expect(scanned(a, options)).toEqual(reference(a, options));
         expect(scanned(b, options)).toEqual(reference(b, options));
@@ -507,8 +507,9 @@ describe("scanRequestBody agrees with JSON.parse (features.ts)", () => {
     ["512 astral characters", JSON.stringify("😀".repeat(512))],
   ])("takes a cache_salt of %s, in both readers", (_name, salt) => {
     for (const body of salted(salt)) {
-      expect(analyzeByScanning(body)).toMatchObject({ ok: true, salted: true });
-      expect(analyzeByParsing(body)).toMatchObject({ ok: true, salted: true });
+      const text = JSON.parse(salt) as string;
+      expect(analyzeByScanning(body)).toMatchObject({ ok: true, salt: text });
+      expect(analyzeByParsing(body)).toMatchObject({ ok: true, salt: text });
       expect(scanned(body, QUARTERED)).toEqual(reference(body, QUARTERED));
     }
   });

@@ -69,11 +69,11 @@ describe("request analyzer", () => {
     const viaPool = await analyzer.analyze(salted);
     const viaInline = await inlineOnly.analyze(salted);
     const plain = await inlineOnly.analyze(body(content));
-    expect(viaPool).toMatchObject({ ok: true, mode: "pool", salted: true });
+    expect(viaPool).toMatchObject({ ok: true, mode: "pool", salt: "tenant-a" });
     expect({ ...viaPool, mode: "inline" }).toEqual(viaInline);
     if (!viaInline.ok || !plain.ok) throw new Error("both bodies are valid");
     expect(viaInline.chain.length).toBe(plain.chain.length);
-    expect(plain).not.toHaveProperty("salted");
+    expect(plain).not.toHaveProperty("salt");
     expect(viaInline.chain[0]).not.toBe(plain.chain[0]);
   });
 

@@ -175,7 +175,7 @@ function placed(a: BodyAnalysis, mode: "inline" | "pool"): RequestAnalysis {
       : { ok: false, reason: a.reason, message: a.message, param: a.param, mode };
   }
   // Several choices, or a salt, are rare enough for the spread.
-  if (a.choices !== undefined || a.salted === true) return { ...a, mode };
+  if (a.choices !== undefined || a.salt !== undefined) return { ...a, mode };
   const { model, stream, streamUsage, maxTokens, estimatedTokens, chain, quarters, hint } = a;
   // One literal per shape: absent stays absent without a spread (or a `delete`, which would
   // turn the object into a slow dictionary).
