@@ -51,7 +51,13 @@ describe("control plane restart", () => {
       ["chat-0", "http://127.0.0.1:41000", "ready"],
     ]);
     expect(membership.models).toEqual([
-      { name: "chat", deployment: "chat", policy: "llmgw", loading: true },
+      {
+        name: "chat",
+        deployment: "chat",
+        policy: "llmgw",
+        loading: true,
+        cacheIsolation: "salt",
+      },
     ]);
 
     // The same agent (its credential unchanged) reports load between heartbeats.

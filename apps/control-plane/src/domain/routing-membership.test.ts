@@ -143,8 +143,20 @@ describe("Cluster.routingMembership", () => {
 
     const m = cluster.routingMembership();
     expect(m.models).toEqual([
-      { name: "idle", deployment: "idle", policy: "round-robin", loading: false },
-      { name: "org/chat", deployment: "chat", policy: "llmgw", loading: true },
+      {
+        name: "idle",
+        deployment: "idle",
+        policy: "round-robin",
+        loading: false,
+        cacheIsolation: "salt",
+      },
+      {
+        name: "org/chat",
+        deployment: "chat",
+        policy: "llmgw",
+        loading: true,
+        cacheIsolation: "salt",
+      },
     ]);
     expect(m.replicas).toEqual([
       {
