@@ -26,7 +26,13 @@ import { type EngineSimOptions, type RunningEngineSim, startEngineSim } from "@l
 import { createKvBlockFeed, type KvBlockFeed, startKvCacheServer } from "@llmgw/kv-events";
 import { createMetricsRegistry } from "@llmgw/metrics-collector";
 import { type EngineLoad, extractEngineLoad, parsePrometheusText } from "@llmgw/readiness";
-import type { KeyGrant, RoutingPolicy, ScoringOptions, TenantGrant } from "@llmgw/router";
+import type {
+  CacheIsolation,
+  KeyGrant,
+  RoutingPolicy,
+  ScoringOptions,
+  TenantGrant,
+} from "@llmgw/router";
 import { createManualRoutingFeed, type ManualRoutingFeed } from "@llmgw/router/testing";
 import { type RunningRouter, startRouter } from "@llmgw/router-server";
 import { monitorLoopDelay } from "./loop-delay.js";
@@ -66,6 +72,8 @@ export interface RouterChildConfig {
    * benchmark's client sends `x-session-id`.
    */
   readonly sessionHeader?: string;
+  /** `llmgw router --cache-isolation` (needs `auth`; default none). */
+  readonly cacheIsolation?: CacheIsolation;
   /** Scoring options of the `llmgw` policy (default: the router's defaults). */
   readonly scoring?: ScoringOptions;
   /**
@@ -539,6 +547,8 @@ if (role === "trivial") {
           policy: config.policy,
           loading: false,
           ...(precise === undefined ? {} : { tokenizer: "sim" as const }),
+          // The simulator keys its cache with `cache_salt`, as the control plane says of vLLM.
+          cacheIsolation: "salt" as const,
         },
       ],
       replicas: config.upstreams.map((baseUrl, i) => {
@@ -585,6 +595,7 @@ if (role === "trivial") {
           ? {}
           : { criticalPrefillReserve: config.criticalPrefillReserve }),
         ...(config.sessionHeader === undefined ? {} : { sessionHeader: config.sessionHeader }),
+        ...(config.cacheIsolation === undefined ? {} : { cacheIsolation: config.cacheIsolation }),
         ...(config.scoring === undefined ? {} : { picker: { scoring: config.scoring } }),
       },
       listener: { requestTimeoutMs: 300_000 },

@@ -37,8 +37,9 @@ const { values: flags } = parseArgs({
      * what tenant limits and usage accounting cost (issue 23): `llmgw-key`, API keys on with
      * one plain key (no tenant, no limits) and accounting off (`recordUsage: false`), and
      * `llmgw-tenant`, a key in a tenant with every limit set (generous: nothing is refused)
-     * and accounting on, as shipped. Default `chat-paced`, where the goal is judged; `none`
-     * runs neither.
+     * and accounting on, as shipped; and `llmgw-isolated`, that router with the tenant's
+     * prefix cache kept apart (`--cache-isolation tenant`: every request salted and rewritten).
+     * Default `chat-paced`, where the goal is judged; `none` runs none of them.
      */
     "limits-workloads": { type: "string" },
     /**
@@ -200,6 +201,7 @@ const TARGET_NAMES = [
   "llmgw-prev",
   "llmgw-key",
   "llmgw-tenant",
+  "llmgw-isolated",
 ] as const;
 const onlyTargets =
   flags.targets === undefined ? undefined : new Set(flags.targets.split(",").filter(Boolean));
@@ -276,9 +278,13 @@ try {
     readonly prevRouter?: BenchChild;
     /** The Node floor: a minimal Node proxy (see `floor` in processes.ts). */
     readonly floor: BenchChild;
-    /** `--limits-workloads`: a plain key, accounting off; a key in a tenant, limits on. */
+    /**
+     * `--limits-workloads`: a plain key, accounting off; a key in a tenant, limits on; the
+     * same with the tenant's prefix cache kept apart (`--cache-isolation tenant`).
+     */
     readonly keyRouter?: BenchChild;
     readonly tenantRouter?: BenchChild;
+    readonly isolatedRouter?: BenchChild;
   }
   const upstreams = new Map<string, Upstream>();
   for (const s of scenarios) {
@@ -328,8 +334,16 @@ try {
           auth: tenantKeyAuth,
         } satisfies RouterChildConfig)
       : undefined;
+    const isolatedRouter = limited
+      ? await startBenchChild("router", {
+          ...routerConfig,
+          auth: tenantKeyAuth,
+          cacheIsolation: "tenant",
+        } satisfies RouterChildConfig)
+      : undefined;
     if (keyRouter) children.push(keyRouter);
     if (tenantRouter) children.push(tenantRouter);
+    if (isolatedRouter) children.push(isolatedRouter);
     const floor = await startBenchChild("floor", { upstream: engine.url });
     children.push(floor);
     let proxy: RunningProxy | undefined;
@@ -344,6 +358,7 @@ try {
       ...(prevRouter ? { prevRouter } : {}),
       ...(keyRouter ? { keyRouter } : {}),
       ...(tenantRouter ? { tenantRouter } : {}),
+      ...(isolatedRouter ? { isolatedRouter } : {}),
       ...(proxy ? { nginx: proxy } : {}),
     });
   }
@@ -357,10 +372,11 @@ try {
     ...(up.prevRouter
       ? [{ name: "llmgw-prev", url: up.prevRouter.url, pid: up.prevRouter.proc.pid }]
       : []),
-    ...(up.keyRouter && up.tenantRouter && limitsWorkloads.has(s.workload)
+    ...(up.keyRouter && up.tenantRouter && up.isolatedRouter && limitsWorkloads.has(s.workload)
       ? [
           { name: "llmgw-key", url: up.keyRouter.url, pid: up.keyRouter.proc.pid },
           { name: "llmgw-tenant", url: up.tenantRouter.url, pid: up.tenantRouter.proc.pid },
+          { name: "llmgw-isolated", url: up.isolatedRouter.url, pid: up.isolatedRouter.proc.pid },
         ]
       : []),
   ];
@@ -380,15 +396,17 @@ try {
               ? up.keyRouter
               : name === "llmgw-tenant"
                 ? up.tenantRouter
-                : name === "node-floor"
-                  ? up.floor
-                  : undefined;
+                : name === "llmgw-isolated"
+                  ? up.isolatedRouter
+                  : name === "node-floor"
+                    ? up.floor
+                    : undefined;
       // Rotate the order each round so no target always runs first on a cold box.
       const order = targets.map((_, i) => targets[(i + run - 1) % targets.length]!);
       for (const t of order) {
         const url = `${t.url}/v1/chat/completions`;
         const headers =
-          t.name === "llmgw-key" || t.name === "llmgw-tenant"
+          t.name === "llmgw-key" || t.name === "llmgw-tenant" || t.name === "llmgw-isolated"
             ? { headers: { authorization: `Bearer ${limitsKeySecret}` } }
             : {};
         placer.promote(t.pid);
@@ -690,38 +708,42 @@ cpuGoal("chat-sse", quick ? 16 : 64, closedLoop);
  * median over rounds. A refused request would be cheap and flatter the CPU figure: the
  * tenant's row must have no errors.
  */
-const limitsVersusKey = scenarios.flatMap((s) => {
-  const at = (target: string) =>
-    samples.filter(
-      (x) => x.workload === s.workload && x.connections === s.connections && x.target === target,
-    );
-  const pairs = at("llmgw-tenant").flatMap((a) => {
-    const b = at("llmgw-key").find((x) => x.run === a.run);
-    return b === undefined ? [] : [{ a, b }];
+const versus = (target: string, baseline: string) =>
+  scenarios.flatMap((s) => {
+    const at = (name: string) =>
+      samples.filter(
+        (x) => x.workload === s.workload && x.connections === s.connections && x.target === name,
+      );
+    const pairs = at(target).flatMap((a) => {
+      const b = at(baseline).find((x) => x.run === a.run);
+      return b === undefined ? [] : [{ a, b }];
+    });
+    if (pairs.length === 0) return [];
+    const cpuRatios = pairs.flatMap(({ a, b }) => {
+      const ca = cpuPerRequest(a);
+      const cb = cpuPerRequest(b);
+      return ca === undefined || cb === undefined || cb <= 0 ? [] : [ca / cb];
+    });
+    const p99Added = pairs.map(({ a, b }) => a.p99Ms - b.p99Ms);
+    const p50Added = pairs.map(({ a, b }) => a.p50Ms - b.p50Ms);
+    return [
+      {
+        workload: s.workload,
+        connections: s.connections,
+        tenantCpuUsPerReq: find(s.workload, s.connections, target)?.cpuUsPerReq,
+        keyCpuUsPerReq: find(s.workload, s.connections, baseline)?.cpuUsPerReq,
+        cpuRatio: median(cpuRatios),
+        cpuRatioRange: [Math.min(...cpuRatios), Math.max(...cpuRatios)] as [number, number],
+        addedP50Ms: median(p50Added),
+        addedP99Ms: median(p99Added),
+        addedP99RangeMs: [Math.min(...p99Added), Math.max(...p99Added)] as [number, number],
+        tenantErrors: find(s.workload, s.connections, target)?.errors ?? 0,
+      },
+    ];
   });
-  if (pairs.length === 0) return [];
-  const cpuRatios = pairs.flatMap(({ a, b }) => {
-    const ca = cpuPerRequest(a);
-    const cb = cpuPerRequest(b);
-    return ca === undefined || cb === undefined || cb <= 0 ? [] : [ca / cb];
-  });
-  const p99Added = pairs.map(({ a, b }) => a.p99Ms - b.p99Ms);
-  const p50Added = pairs.map(({ a, b }) => a.p50Ms - b.p50Ms);
-  return [
-    {
-      workload: s.workload,
-      connections: s.connections,
-      tenantCpuUsPerReq: find(s.workload, s.connections, "llmgw-tenant")?.cpuUsPerReq,
-      keyCpuUsPerReq: find(s.workload, s.connections, "llmgw-key")?.cpuUsPerReq,
-      cpuRatio: median(cpuRatios),
-      cpuRatioRange: [Math.min(...cpuRatios), Math.max(...cpuRatios)] as [number, number],
-      addedP50Ms: median(p50Added),
-      addedP99Ms: median(p99Added),
-      addedP99RangeMs: [Math.min(...p99Added), Math.max(...p99Added)] as [number, number],
-      tenantErrors: find(s.workload, s.connections, "llmgw-tenant")?.errors ?? 0,
-    },
-  ];
-});
+const limitsVersusKey = versus("llmgw-tenant", "llmgw-key");
+/** What `--cache-isolation tenant` adds (a salt per request, the body rewritten): reported. */
+const isolationVersusTenant = versus("llmgw-isolated", "llmgw-tenant");
 const limitsGoal = (workload: string, connections: number, mode: string): void => {
   const c = limitsVersusKey.find((x) => x.workload === workload && x.connections === connections);
   if (c === undefined) return;
@@ -757,6 +779,7 @@ const result = {
   rows,
   cpuVersusPrev,
   limitsVersusKey,
+  isolationVersusTenant,
   goals,
   samples,
 };
@@ -767,7 +790,11 @@ for (const s of skipped) console.log(`skipped ${s}`);
 if (prev) console.log(`llmgw-prev: the router of ${prev.commit} (${prev.tree})`);
 if (limitsVersusKey.length > 0)
   console.log(
-    "llmgw-key: API keys on, one plain key, accounting off; llmgw-tenant: a key in a tenant with every limit (none reached) and accounting on",
+    "llmgw-key: API keys on, one plain key, accounting off; llmgw-tenant: a key in a tenant with every limit (none reached) and accounting on; llmgw-isolated: llmgw-tenant with --cache-isolation tenant",
+  );
+for (const c of isolationVersusTenant)
+  console.log(
+    `cache isolation (${c.workload} c=${c.connections}), llmgw-isolated vs llmgw-tenant, medians over rounds: CPU ${f(c.tenantCpuUsPerReq, 0)} vs ${f(c.keyCpuUsPerReq, 0)} µs/req (${f(c.cpuRatio, 3)}×, rounds ${f(c.cpuRatioRange[0], 3)}…${f(c.cpuRatioRange[1], 3)}); p50 ${c.addedP50Ms >= 0 ? "+" : ""}${f(c.addedP50Ms)} ms, p99 ${c.addedP99Ms >= 0 ? "+" : ""}${f(c.addedP99Ms)} ms${c.tenantErrors === 0 ? "" : `; ${c.tenantErrors} errors`}`,
   );
 printReport("router", table, goals, result);
 process.exit(0);
