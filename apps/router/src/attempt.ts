@@ -188,7 +188,7 @@ export class Attempt implements UpstreamHandler {
     signal.addEventListener("abort", onClientGone);
     const headers: Record<string, string> = {
       "content-type": "application/json",
-      "x-request-id": x.requestId,
+      "x-request-id": x.engineRequestId,
     };
     const accept = x.req.headers.accept;
     if (accept !== undefined) headers.accept = accept;

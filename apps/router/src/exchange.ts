@@ -2,6 +2,7 @@
  * One inference request from its read body to its answer, over an explicit {@link RouterCore}:
  * analysis, key limits, admission, replica choice and at most two upstream {@link Attempt}s.
  */
+import { randomBytes } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
@@ -53,6 +54,10 @@ function hintOf(
   };
 }
 const NONE_TRIED: ReadonlySet<string> = new Set();
+
+/** This process's part of the suffix that makes a client's request id unique at an engine. */
+const ENGINE_ID_NONCE = randomBytes(4).toString("hex");
+let engineIdCounter = 0;
 
 /**
  * A class as vLLM's `priority` field (`--scheduling-policy priority`: lower values are
@@ -197,6 +202,7 @@ export function answerError(
 export class Exchange {
   model = "";
   analysisStart = 0;
+  #engineRequestId: string | undefined;
   // Set by `#admit`, before any later stage runs:
   analysis!: OkAnalysis;
   resolution!: RouteResolution;
@@ -277,6 +283,23 @@ export class Exchange {
     readonly body: Uint8Array,
     readonly pooled: boolean,
   ) {}
+
+  /**
+   * The `X-Request-Id` the engine gets. vLLM takes it as its own request id, and ids that meet
+   * in one engine collide (before vllm#27987 a second request with a running id failed, and
+   * aborting one could abort the other). An id the router made is unique already; one the
+   * client chose gets a suffix unique to this request, so no client can meet another's id,
+   * and logs still match it by prefix.
+   */
+  get engineRequestId(): string {
+    if (this.#engineRequestId === undefined) {
+      this.#engineRequestId =
+        this.req.headers["x-request-id"] === this.requestId
+          ? `${this.requestId}.${ENGINE_ID_NONCE}${(engineIdCounter++).toString(36)}`
+          : this.requestId;
+    }
+    return this.#engineRequestId;
+  }
 
   /** Starts the request: every later stage follows from here. */
   analyse(): void {

@@ -118,17 +118,32 @@ describe("router: OpenAI API through the official client", () => {
     expect(models.data.map((m) => m.id)).toEqual(["llama-8b"]);
   });
 
-  it("accepts a caller's x-request-id and passes it to the engine", async () => {
+  it("accepts a caller's x-request-id, and passes it to the engine made unique", async () => {
+    const before = [...engineA.received, ...engineB.received].length;
+    for (let i = 0; i < 2; i++) {
+      const res = await post(
+        "/v1/chat/completions",
+        JSON.stringify({ model: "llama-8b", messages: [{ role: "user", content: "id" }] }),
+        { "x-request-id": "req-abc.123" },
+      );
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-request-id")).toBe("req-abc.123");
+      await res.arrayBuffer();
+    }
+    // vLLM takes the header as its request id: two clients (or two requests) choosing one id
+    // must not meet in an engine. The client's id stays its prefix, for the logs.
+    const ids = [...engineA.received, ...engineB.received].slice(before).map((r) => r.requestId);
+    expect(ids).toHaveLength(2);
+    for (const id of ids) expect(id).toMatch(/^req-abc\.123\.[0-9a-f]{8}[0-9a-z]+$/);
+    expect(new Set(ids).size).toBe(2);
+    // An id the router made is unique already, and goes as it is.
     const res = await post(
       "/v1/chat/completions",
       JSON.stringify({ model: "llama-8b", messages: [{ role: "user", content: "id" }] }),
-      { "x-request-id": "req-abc.123" },
     );
-    expect(res.status).toBe(200);
-    expect(res.headers.get("x-request-id")).toBe("req-abc.123");
+    const made = res.headers.get("x-request-id");
     await res.arrayBuffer();
-    const all = [...engineA.received, ...engineB.received];
-    expect(all.some((r) => r.requestId === "req-abc.123")).toBe(true);
+    expect([...engineA.received, ...engineB.received].at(-1)?.requestId).toBe(made);
   });
 
   it("sends the engine its own key and never the client's", async () => {
@@ -237,7 +252,8 @@ describe("router: OpenAI API through the official client", () => {
     expect(received).toHaveLength(12);
     for (const r of received) {
       const messages = r.body.messages as { content: string }[];
-      expect(messages[0]?.content).toBe(sent.get(r.requestId ?? ""));
+      // The engine gets the client's id with a suffix of its own (`<id>.<nonce><counter>`).
+      expect(messages[0]?.content).toBe(sent.get((r.requestId ?? "").replace(/\.[^.]+$/, "")));
     }
   });
 
