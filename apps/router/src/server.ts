@@ -194,6 +194,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
         stateVersion: r.version,
         controlPlaneConnected: r.connected ? 1 : 0,
         routers: runtime.state.routers,
+        cacheIsolation: (options.router?.cacheIsolation ?? "none") === "none" ? 0 : 1,
         usageBatchesRefused: usageReporter?.refusedBatches,
         usageRequestsRefused: usageReporter?.refusedRequests,
       };

@@ -142,6 +142,13 @@ describe("readiness", () => {
     expect(await gauge(registry, "llmgw_router_state_age_seconds")).toBeLessThan(5);
     expect(await gauge(registry, "llmgw_router_state_version")).toBe(2);
     expect(await gauge(registry, "llmgw_router_routers")).toBe(3);
+    expect(await gauge(registry, "llmgw_router_cache_isolation")).toBe(0);
+    const isolating = new Registry();
+    await fed({
+      registry: isolating,
+      router: { analyzer: { pool: false }, cacheIsolation: "key" },
+    });
+    expect(await gauge(isolating, "llmgw_router_cache_isolation")).toBe(1);
     // The router families share the registry.
     await (await chat(router)).arrayBuffer();
     expect(await registry.metrics()).toContain(

@@ -289,6 +289,11 @@ export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
     [],
   ),
   g(
+    "llmgw_router_cache_isolation",
+    "1 while this router salts chat and completion requests per tenant or key (--cache-isolation tenant|key), else 0; routers of one cluster should agree",
+    [],
+  ),
+  g(
     "llmgw_router_routers",
     "Routers sharing the cluster as this router last heard; it admits 1/routers of each replica's capacity and of each key's limits",
     [],
