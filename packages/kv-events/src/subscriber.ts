@@ -47,6 +47,13 @@ export interface KvEventSubscriberOptions {
   readonly replayTimeoutMs?: number;
   /** Most batches taken from one replay (default 100,000); more fails the replay. */
   readonly maxReplayBatches?: number;
+  /**
+   * Longest a whole replay may take, ms (default 30,000): past it the replay failed, however
+   * fast each reply came. Live messages wait meanwhile.
+   */
+  readonly replayDeadlineMs?: number;
+  /** Most payload bytes taken from one replay (default 256 MiB); more fails the replay. */
+  readonly maxReplayBytes?: number;
 }
 
 /** Counters of a subscriber, since it was created. */
@@ -107,6 +114,8 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
   const limits = resolveKvEventDecodeLimits(options.decodeLimits);
   const replayTimeoutMs = positiveInt(options.replayTimeoutMs, 2000, "replayTimeoutMs");
   const maxReplayBatches = positiveInt(options.maxReplayBatches, 100_000, "maxReplayBatches");
+  const replayDeadlineMs = positiveInt(options.replayDeadlineMs, 30_000, "replayDeadlineMs");
+  const maxReplayBytes = positiveInt(options.maxReplayBytes, 256 * 1024 * 1024, "maxReplayBytes");
   const topic = options.topic ?? "";
   const log = options.logger ?? silent;
   const fields = { endpoint: options.endpoint, topic };
@@ -201,14 +210,27 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
       // unpacks `client_id, _, start_seq_bytes`.
       await dealer.send(["", seqFrame(from)]);
       const out: { seq: bigint; payload: Uint8Array }[] = [];
+      const deadline = Date.now() + replayDeadlineMs;
+      let bytes = 0;
       for (;;) {
-        const frames = await dealer.receive();
+        // Each reply within replayTimeoutMs, and all of them within the deadline: an engine
+        // that drips replies must not hold this replica's events back for long.
+        const left = deadline - Date.now();
+        if (left <= 0) return `replay took longer than ${replayDeadlineMs} ms`;
+        dealer.receiveTimeout = Math.min(replayTimeoutMs, left);
+        const frames = await dealer.receive().catch((error: unknown) => {
+          if (Date.now() >= deadline) return undefined;
+          throw error;
+        });
+        if (frames === undefined) return `replay took longer than ${replayDeadlineMs} ms`;
         if (frames.length !== 3 || (frames[1] as Buffer).length !== 8) {
           return `replay reply of ${frames.length} frames is not ["", seq, payload]`;
         }
         const seqBytes = frames[1] as Buffer;
         if (seqBytes.equals(END_SEQ)) return out;
         if (out.length >= maxReplayBatches) return `replay exceeded ${maxReplayBatches} batches`;
+        bytes += (frames[2] as Buffer).length;
+        if (bytes > maxReplayBytes) return `replay exceeded ${maxReplayBytes} bytes`;
         out.push({ seq: seqBytes.readBigUInt64BE(0), payload: frames[2] as Buffer });
       }
     } catch (error) {
