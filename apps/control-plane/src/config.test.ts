@@ -100,6 +100,10 @@ describe("resolveControlPlaneOptions", () => {
       "cacheIsolation: --cache-isolation needs API keys: without them (--no-auth) no request says whose it is",
     ],
     [{ cacheIsolation: "tenants" }, "cacheIsolation: Invalid option"],
+    [
+      { publicApi: false, cacheIsolation: "key" },
+      "cacheIsolation: --cache-isolation sets the in-process router's mode, and --no-public-api runs none: give it to each llmgw router",
+    ],
   ])("refuses %j", (bad, message) => {
     expect(() => resolveControlPlaneOptions({ dataDir: "/d", ...bad })).toThrow(message);
   });

@@ -164,6 +164,11 @@ export const controlPlaneConfigSchema = z
       "--cache-isolation needs API keys: without them (--no-auth) no request says whose it is",
     path: ["cacheIsolation"],
   })
+  .refine((c) => c.publicApi || c.cacheIsolation === "none", {
+    message:
+      "--cache-isolation sets the in-process router's mode, and --no-public-api runs none: give it to each llmgw router",
+    path: ["cacheIsolation"],
+  })
   .refine((c) => c.rendezvousPortMin <= c.rendezvousPortMax, {
     message: "rendezvousPortMin must not exceed rendezvousPortMax",
     path: ["rendezvousPortMin"],

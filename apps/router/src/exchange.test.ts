@@ -258,7 +258,7 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       path: replica?.id === "a" ? "/prefix/v1/chat/completions" : "/v1/chat/completions",
       headers: {
         "content-type": JSON_TYPE,
-        "x-request-id": expect.stringMatching(/^req-1\.[0-9a-f]{8}[0-9a-z]+$/),
+        "x-request-id": expect.stringMatching(/^req-1\.[0-9a-f]{16}$/),
         authorization: `Bearer ek-${replica?.id}`,
       },
     });

@@ -55,10 +55,6 @@ function hintOf(
 }
 const NONE_TRIED: ReadonlySet<string> = new Set();
 
-/** This process's part of the suffix that makes a client's request id unique at an engine. */
-const ENGINE_ID_NONCE = randomBytes(4).toString("hex");
-let engineIdCounter = 0;
-
 /**
  * A class as vLLM's `priority` field (`--scheduling-policy priority`: lower values are
  * scheduled first, and may preempt higher ones).
@@ -203,6 +199,8 @@ export class Exchange {
   model = "";
   analysisStart = 0;
   #engineRequestId: string | undefined;
+  /** The request's cache-isolation scope (`isolationScope`), when the router isolates. */
+  #scope: string | undefined;
   // Set by `#admit`, before any later stage runs:
   analysis!: OkAnalysis;
   resolution!: RouteResolution;
@@ -288,29 +286,37 @@ export class Exchange {
    * The `X-Request-Id` the engine gets. vLLM takes it as its own request id, and ids that meet
    * in one engine collide (before vllm#27987 a second request with a running id failed, and
    * aborting one could abort the other). An id the router made is unique already; one the
-   * client chose gets a suffix unique to this request, so no client can meet another's id,
-   * and logs still match it by prefix.
+   * client chose gets a random suffix, so no client can meet another's id, and logs still
+   * match it by prefix. Random, not counted: vLLM answers with the id (`chatcmpl-<id>`), and
+   * a counter would tell a client how many requests others sent between two of its own.
    */
   get engineRequestId(): string {
     if (this.#engineRequestId === undefined) {
       this.#engineRequestId =
         this.req.headers["x-request-id"] === this.requestId
-          ? `${this.requestId}.${ENGINE_ID_NONCE}${(engineIdCounter++).toString(36)}`
+          ? `${this.requestId}.${randomBytes(8).toString("hex")}`
           : this.requestId;
     }
     return this.#engineRequestId;
+  }
+
+  /** Whether this request goes to its engine salted: isolation on, and not an embedding. */
+  #salts(): boolean {
+    return this.#scope !== undefined && this.endpoint !== "/v1/embeddings";
   }
 
   /** Starts the request: every later stage follows from here. */
   analyse(): void {
     try {
       this.analysisStart = performance.now();
-      // Embeddings are not salted: no engine here reuses a pooling request's cache.
-      const scope =
-        this.endpoint === "/v1/embeddings"
-          ? undefined
-          : isolationScope(this.core.options.cacheIsolation, this.key);
-      const analysis = this.core.analyzer.analyze(this.body, this.pooled, scope);
+      this.#scope = isolationScope(this.core.options.cacheIsolation, this.key);
+      // Embeddings are not salted (whether the engines' pooling endpoints honour a salt is
+      // not established: docs/operations.md); their hints are scoped all the same.
+      const analysis = this.core.analyzer.analyze(
+        this.body,
+        this.pooled,
+        this.#salts() ? this.#scope : undefined,
+      );
       if (analysis instanceof Promise) {
         analysis.then(
           (a) => this.#admit(a),
@@ -344,7 +350,13 @@ export class Exchange {
         throw new RejectedError("invalid_request", analysis.message, undefined, analysis.param);
       }
       this.analysis = analysis;
-      this.hint = hintOf(analysis, this.req, core.options.sessionHeader);
+      const hint = hintOf(analysis, this.req, core.options.sessionHeader);
+      // Under isolation a hint is the principal's own: another tenant sending the same `user`
+      // or session value neither lands where it lands nor moves it.
+      this.hint =
+        hint === undefined || this.#scope === undefined
+          ? hint
+          : { source: hint.source, value: `${this.#scope}\0${hint.value}` };
       const model = analysis.model;
       ctx.stream = analysis.stream;
       if (key.models !== undefined && !key.models.includes(model)) {
@@ -685,6 +697,10 @@ export class Exchange {
       core.usage !== undefined && analysis.stream && analysis.streamUsage === "absent";
     const priority = resolution.enginePriority === true;
     const salt = analysis.isolatedSalt;
+    if (this.#salts() && salt === undefined) {
+      // An analysis that ignored the scope (a stale worker bundle): never send it unsalted.
+      throw new Error("an isolated request's analysis carries no salt");
+    }
     if (!askUsage && !priority && salt === undefined) return this.body;
     const members = [
       ...(askUsage ? ['"stream_options":{"include_usage":true}'] : []),

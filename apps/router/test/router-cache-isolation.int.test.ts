@@ -91,11 +91,21 @@ describe("cache isolation against the simulated engine", () => {
     expect(await ask("sk-solo", prompt("p"))).toBeGreaterThan(0);
   });
 
-  it("takes no client salt as another principal's: beta sending alpha's salt misses", async () => {
+  it("takes no client salt as another principal's: beta cannot send alpha's salt", async () => {
     const ask = await simRouter("tenant");
     expect(await ask("sk-a1", prompt("q"))).toBe(0);
+    // The router's own salts are refused from clients, whatever the router's mode: a router
+    // left without isolation must not pass one on either.
     const alphas = isolatedSalt("tenant\0alpha", undefined);
-    expect(await ask("sk-b", prompt("q"), { cache_salt: alphas })).toBe(0);
+    for (const router of [ask, await simRouter("none")]) {
+      const refused = await router("sk-b", prompt("q"), { cache_salt: alphas }).catch(
+        (error: unknown) => error,
+      );
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((refused as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("cache_salt");
+    }
+    // Any other salt of beta's is hashed under beta: still a miss.
+    expect(await ask("sk-b", prompt("q"), { cache_salt: alphas.slice(1) })).toBe(0);
     // A client's own salt still separates within its tenant.
     expect(await ask("sk-a2", prompt("q"), { cache_salt: "mine" })).toBe(0);
     expect(await ask("sk-a1", prompt("q"), { cache_salt: "mine" })).toBeGreaterThan(0);

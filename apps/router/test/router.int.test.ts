@@ -134,7 +134,7 @@ describe("router: OpenAI API through the official client", () => {
     // must not meet in an engine. The client's id stays its prefix, for the logs.
     const ids = [...engineA.received, ...engineB.received].slice(before).map((r) => r.requestId);
     expect(ids).toHaveLength(2);
-    for (const id of ids) expect(id).toMatch(/^req-abc\.123\.[0-9a-f]{8}[0-9a-z]+$/);
+    for (const id of ids) expect(id).toMatch(/^req-abc\.123\.[0-9a-f]{16}$/);
     expect(new Set(ids).size).toBe(2);
     // An id the router made is unique already, and goes as it is.
     const res = await post(
@@ -252,7 +252,7 @@ describe("router: OpenAI API through the official client", () => {
     expect(received).toHaveLength(12);
     for (const r of received) {
       const messages = r.body.messages as { content: string }[];
-      // The engine gets the client's id with a suffix of its own (`<id>.<nonce><counter>`).
+      // The engine gets the client's id with a random suffix of its own (`<id>.<16 hex>`).
       expect(messages[0]?.content).toBe(sent.get((r.requestId ?? "").replace(/\.[^.]+$/, "")));
     }
   });

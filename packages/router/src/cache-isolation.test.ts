@@ -1,7 +1,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { analyzeByParsing, analyzeByScanning, analyzeRequestBody } from "./analyze.js";
+import {
+  analyzeByParsing,
+  analyzeByScanning,
+  analyzeRequestBody,
+  SCAN_THRESHOLD_BYTES,
+} from "./analyze.js";
 import type { ApiKeyInfo } from "./api-keys.js";
+import { promptKeys } from "./block-hash.js";
 import {
   ISOLATED_SALT_PREFIX,
   isolatedSalt,
@@ -96,9 +102,12 @@ describe("body analysis under an isolation scope", () => {
       const salt = isolatedSalt(scope, undefined);
       expect(a.isolatedSalt).toBe(salt);
       expect(a.salt).toBe(salt);
-      const expected = chainOf(read(body({ cache_salt: salt })));
+      // The prompt's pieces (`features.ts`: role, newline, content, newline) under the salt.
+      const expected = promptKeys(["user", "\n", content, "\n"], {}, salt);
       expect(a.chain).toEqual(expected.chain);
       expect(a.quarters).toEqual(expected.quarters);
+      const other = chainOf(read(body(), {}, "tenant\0other"));
+      expect(other.chain[0]).not.toBe(a.chain[0]);
       // and never the unsalted prompt's keys
       const plain = chainOf(read(body()));
       expect(plain.isolatedSalt).toBeUndefined();
@@ -120,5 +129,34 @@ describe("body analysis under an isolation scope", () => {
     expect(a.salt).toBe("mine");
     const scoped = chainOf(analyzeRequestBody(body({ cache_salt: "mine" }), {}, "key\0k1"));
     expect(scoped.chain).not.toEqual(a.chain);
+  });
+});
+
+describe("a client's cache_salt of the router's own form", () => {
+  it.each([
+    ["as written", '"llmgw-0123"'],
+    ["escaped", '"\\u006clmgw-0123"'],
+  ])("is refused %s, in both readers, small and large, whatever the mode", (_name, salt) => {
+    for (const padding of [0, SCAN_THRESHOLD_BYTES]) {
+      const body = new TextEncoder().encode(
+        `{"model":"m","cache_salt":${salt},"prompt":"${"p".repeat(padding)}"}`,
+      );
+      for (const read of [analyzeByParsing, analyzeByScanning]) {
+        for (const scope of [undefined, "tenant\0t"]) {
+          expect(read(body, {}, scope)).toEqual({
+            ok: false,
+            reason: "invalid_field",
+            message:
+              "`cache_salt` must not start with `llmgw-`: routers that keep tenants' caches apart set salts of that form",
+            param: "cache_salt",
+          });
+        }
+      }
+    }
+  });
+
+  it("leaves other salts alone", () => {
+    const body = new TextEncoder().encode('{"model":"m","cache_salt":"LLMGW-x","prompt":"p"}');
+    expect(analyzeRequestBody(body)).toMatchObject({ ok: true, salt: "LLMGW-x" });
   });
 });

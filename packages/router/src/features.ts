@@ -5,6 +5,7 @@
  * `extractRequestFeatures` and that test's oracle. Never throws, whatever the bytes
  * (property-tested): malformed input comes back as a `{ ok: false }` result.
  */
+import { ISOLATED_SALT_PREFIX } from "./cache-isolation.js";
 
 /** What the router needs to know about an OpenAI request body. */
 export interface RequestFeatures {
@@ -133,6 +134,12 @@ export const REFUSED = {
     ok: false,
     reason: "invalid_field",
     message: `\`cache_salt\` must be a non-empty string of at most ${MAX_CACHE_SALT_LENGTH} characters`,
+    param: "cache_salt",
+  },
+  cacheSaltReserved: {
+    ok: false,
+    reason: "invalid_field",
+    message: `\`cache_salt\` must not start with \`${ISOLATED_SALT_PREFIX}\`: routers that keep tenants' caches apart set salts of that form`,
     param: "cache_salt",
   },
 } as const satisfies Record<string, FeatureResult>;
@@ -279,6 +286,7 @@ function extract(body: Uint8Array | string, pieces: string[]): FeatureResult {
   const salt = obj.cache_salt;
   if (salt !== undefined && salt !== null) {
     if (!isCacheSalt(salt)) return REFUSED.cacheSalt;
+    if (salt.startsWith(ISOLATED_SALT_PREFIX)) return REFUSED.cacheSaltReserved;
     cacheSalt = salt;
   }
   promptPiecesOf(obj, pieces);

@@ -16,6 +16,7 @@
  * against each other on generated bodies. One difference: invalid UTF-8 inside a prompt string
  * is counted and hashed as its raw bytes (the reference sees U+FFFD).
  */
+import { ISOLATED_SALT_PREFIX } from "./cache-isolation.js";
 import {
   choiceCount,
   completionTokenLimit,
@@ -699,6 +700,7 @@ export function scanRequestBody(body: Uint8Array): ScanResult {
     // As for `model`: a raw span over 6 bytes per allowed unit is too long without decoding.
     const text = salt.end - salt.start <= 6 * MAX_CACHE_SALT_LENGTH ? s.text(salt) : undefined;
     if (!isCacheSalt(text)) return REFUSED.cacheSalt;
+    if (text.startsWith(ISOLATED_SALT_PREFIX)) return REFUSED.cacheSaltReserved;
     cacheSalt = text;
   } else if (salt !== Kind.Absent && salt !== Kind.Null) return REFUSED.cacheSalt;
   const pieces: PromptPiece[] =

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, it } from "vitest";
+import { isolatedSalt } from "./cache-isolation.js";
 import { createRequestAnalyzer } from "./request-analyzer.js";
 
 // Threshold 1 KiB: the small body stays inline, the large ones go through a real worker.
@@ -74,6 +75,22 @@ describe("request analyzer", () => {
     if (!viaInline.ok || !plain.ok) throw new Error("both bodies are valid");
     expect(viaInline.chain.length).toBe(plain.chain.length);
     expect(plain).not.toHaveProperty("salt");
+    expect(viaInline.chain[0]).not.toBe(plain.chain[0]);
+  });
+
+  it("keys a body under its isolation scope's salt through the pool as inline", async () => {
+    const content = "y".repeat(5000);
+    const scope = "tenant\0search";
+    const viaPool = await analyzer.analyze(body(content), false, scope);
+    const viaInline = await inlineOnly.analyze(body(content), false, scope);
+    const plain = await inlineOnly.analyze(body(content));
+    expect(viaPool).toMatchObject({
+      ok: true,
+      mode: "pool",
+      isolatedSalt: isolatedSalt(scope, undefined),
+    });
+    expect({ ...viaPool, mode: "inline" }).toEqual(viaInline);
+    if (!viaInline.ok || !plain.ok) throw new Error("both bodies are valid");
     expect(viaInline.chain[0]).not.toBe(plain.chain[0]);
   });
 

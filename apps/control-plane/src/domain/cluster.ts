@@ -3312,6 +3312,22 @@ export class Cluster {
     return gpus > 0 ? gpus : undefined;
   }
 
+  /**
+   * How the engines behind served model `name` keep a request's cache apart: `spec`'s engine's
+   * way, unless a ready replica runs an engine that isolates another way (a rolling update from
+   * vLLM to llama.cpp, or two deployments of one name): then none is said, and routers send
+   * both the salt and `cache_prompt: false`, which every engine takes.
+   */
+  #cacheIsolationOf(name: string, spec: DeploymentSpec): { cacheIsolation?: EngineCacheIsolation } {
+    const mode = CACHE_ISOLATION_OF[spec.engine];
+    for (const r of this.readyReplicas(name)) {
+      const p = this.#placements.get(r.replicaId);
+      const runs = p === undefined ? undefined : this.#specOf(p);
+      if (runs !== undefined && CACHE_ISOLATION_OF[runs.engine] !== mode) return {};
+    }
+    return { cacheIsolation: mode };
+  }
+
   #buildMembership(): Omit<RoutingMembership, "keys" | "tenants"> {
     const byModel = new Map<string, DeploymentSpec>();
     for (const name of [...this.#deployments.keys()].sort()) {
@@ -3329,7 +3345,7 @@ export class Cluster {
         loading: this.hasLoadingReplicas(name),
         ...(tokenizer === undefined ? {} : { tokenizer }),
         ...(schedulesByPriority(spec) ? { enginePriority: true } : {}),
-        cacheIsolation: CACHE_ISOLATION_OF[spec.engine],
+        ...this.#cacheIsolationOf(name, spec),
       });
       for (const r of this.readyReplicas(name)) {
         const gpus = this.#gpusOf(r.replicaId);

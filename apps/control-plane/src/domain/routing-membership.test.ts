@@ -120,6 +120,43 @@ function setup() {
 }
 
 describe("Cluster.routingMembership", () => {
+  it("says how a model's engines keep caches apart only while all its ready replicas agree", () => {
+    const { cluster, a, b, beat } = setup();
+    cluster.applyDeployment(spec({ name: "chat-sim", servedModelName: "chat", replicas: 1 }));
+    beat(a);
+    beat(b);
+    const mode = () => cluster.routingMembership().models.find((m) => m.name === "chat");
+    expect(mode()?.cacheIsolation).toBe("salt");
+    // A second deployment of the same model on llama.cpp: while replicas of both serve, the
+    // model's engines isolate two ways, and routers are told neither (they then send both).
+    cluster.applyDeployment(
+      parseDeploymentSpecOrThrow({
+        name: "chat-llama",
+        engine: "llamacpp",
+        model: "/models/chat.gguf",
+        servedModelName: "chat",
+        gpuClass: "h100-80g",
+        replicas: 1,
+      }),
+    );
+    beat(a);
+    beat(b);
+    expect(
+      cluster
+        .readyReplicas("chat")
+        .map((r) => r.deployment)
+        .sort(),
+    ).toEqual(["chat-llama", "chat-sim"]);
+    expect(mode()).toBeDefined();
+    expect(mode()).not.toHaveProperty("cacheIsolation");
+    // The simulator's deployment gone, llama.cpp's way alone.
+    cluster.deleteDeployment("chat-sim");
+    beat(a);
+    beat(b);
+    expect(cluster.readyReplicas("chat").map((r) => r.deployment)).toEqual(["chat-llama"]);
+    expect(mode()?.cacheIsolation).toBe("no-reuse");
+  });
+
   it("lists every served model, the replicas that take traffic and the live key grants", () => {
     const { cluster, a, b, beat, servedBy } = setup();
     cluster.applyDeployment(
