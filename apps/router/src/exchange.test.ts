@@ -10,6 +10,7 @@ import { saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
   createInMemoryApiKeyStore,
   createStaticRouteTable,
+  isolatedSalt,
   type ReplicaRoute,
   type StaticRouteTable,
   UsageLedger,
@@ -177,6 +178,8 @@ afterEach(async () => {
 interface KeySetup {
   readonly tpm?: number;
   readonly usage?: UsageLedger;
+  /** More keys beside KEY, by secret. */
+  readonly keys?: Readonly<Record<string, { readonly id: string; readonly name: string }>>;
 }
 
 async function harness(options: RouterServiceOptions = {}, setup: KeySetup = {}): Promise<Harness> {
@@ -190,6 +193,7 @@ async function harness(options: RouterServiceOptions = {}, setup: KeySetup = {})
     routeTable: routes,
     apiKeys: createInMemoryApiKeyStore({
       [KEY]: { id: "k", name: "k", ...(setup.tpm === undefined ? {} : { tpm: setup.tpm }) },
+      ...setup.keys,
     }),
     ...(setup.usage === undefined ? {} : { usage: setup.usage }),
     metrics,
@@ -755,6 +759,39 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     const h = await harness();
     await h.core.close();
     expect(h.upstreams.closed).toBe(true);
+  });
+});
+
+describe("Exchange under cache isolation", () => {
+  it("scopes a request's affinity hint by its principal, and its body's salt", async () => {
+    const homes: number[] = [];
+    for (const mode of ["none", "key"] as const) {
+      const h = await harness(
+        { cacheIsolation: mode },
+        { keys: { "sk-2": { id: "k2", name: "k2" } } },
+      );
+      h.upstreams.play(answer(200, OK_BODY), answer(200, OK_BODY));
+      // Two keys with the same `user`: one hint, unless each key's is its own.
+      for (const secret of [KEY, "sk-2"]) {
+        const res = await fetch(`${h.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${secret}`, "content-type": JSON_TYPE },
+          body: JSON.stringify({
+            model: "m",
+            user: "u-1",
+            messages: [{ role: "user", content: "hi" }],
+          }),
+        });
+        expect(res.status).toBe(200);
+        await res.text();
+      }
+      homes.push(h.core.picker.hintHomes.size("m"));
+      const sent = JSON.parse(
+        Buffer.from(h.upstreams.dispatched[0]?.request.body ?? []).toString(),
+      );
+      expect(sent.cache_salt).toBe(mode === "none" ? undefined : isolatedSalt("key\0k", undefined));
+    }
+    expect(homes).toEqual([1, 2]);
   });
 });
 
