@@ -217,9 +217,11 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
         // that drips replies must not hold this replica's events back for long.
         const left = deadline - Date.now();
         if (left <= 0) return `replay took longer than ${replayDeadlineMs} ms`;
-        dealer.receiveTimeout = Math.min(replayTimeoutMs, left);
+        // When the deadline comes before the reply's own timeout, a timeout is the deadline's.
+        const byDeadline = left < replayTimeoutMs;
+        dealer.receiveTimeout = byDeadline ? left : replayTimeoutMs;
         const frames = await dealer.receive().catch((error: unknown) => {
-          if (Date.now() >= deadline) return undefined;
+          if (byDeadline) return undefined;
           throw error;
         });
         if (frames === undefined) return `replay took longer than ${replayDeadlineMs} ms`;

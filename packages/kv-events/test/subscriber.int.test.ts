@@ -194,58 +194,67 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
   );
 
   it.each([
-    ["drips replies past the whole replay's deadline", "drip", "replay took longer than 400 ms"],
-    ["sends more bytes than a replay may hold", "flood", "replay exceeded 3000000 bytes"],
-  ] as const)("gives up on a replay socket that %s, and resets", async (_name, how, warning) => {
-    const pub = await publisher();
-    const lost = new Set<bigint>();
-    const relay = await lossyRelay(pub.endpoint, (seq) => lost.has(seq));
-    // A hostile replay socket: every reply well within the per-reply timeout, but without end.
-    const replaySocket = new Router({ linger: 0 });
-    await replaySocket.bind("tcp://127.0.0.1:*");
-    let sent = 0;
-    const serving = (async () => {
-      try {
-        for await (const [client, , start] of replaySocket) {
-          let seq = (start as Buffer).readBigUInt64BE(0);
-          for (;;) {
-            const payload =
-              how === "flood"
-                ? Buffer.alloc(1_000_000)
-                : encodeKvEventBatch({ ts: 0, events: [] }, { encoding: "tagged" });
-            await replaySocket.send([client as Buffer, "", seqFrame(seq++), payload]);
-            sent++;
-            if (how === "drip") await new Promise((resolve) => setTimeout(resolve, 50));
+    [
+      "drips replies past the whole replay's deadline",
+      "drip",
+      400,
+      "replay took longer than 400 ms",
+    ],
+    // A deadline the flood cannot reach even on a loaded machine: the byte bound must end it.
+    ["sends more bytes than a replay may hold", "flood", 30_000, "replay exceeded 3000000 bytes"],
+  ] as const)(
+    "gives up on a replay socket that %s, and resets",
+    async (_name, how, deadlineMs, warning) => {
+      const pub = await publisher();
+      const lost = new Set<bigint>();
+      const relay = await lossyRelay(pub.endpoint, (seq) => lost.has(seq));
+      // A hostile replay socket: every reply well within the per-reply timeout, but without end.
+      const replaySocket = new Router({ linger: 0 });
+      await replaySocket.bind("tcp://127.0.0.1:*");
+      let sent = 0;
+      const serving = (async () => {
+        try {
+          for await (const [client, , start] of replaySocket) {
+            let seq = (start as Buffer).readBigUInt64BE(0);
+            for (;;) {
+              const payload =
+                how === "flood"
+                  ? Buffer.alloc(1_000_000)
+                  : encodeKvEventBatch({ ts: 0, events: [] }, { encoding: "tagged" });
+              await replaySocket.send([client as Buffer, "", seqFrame(seq++), payload]);
+              sent++;
+              if (how === "drip") await new Promise((resolve) => setTimeout(resolve, 50));
+            }
           }
+        } catch {
+          // closed
         }
-      } catch {
-        // closed
-      }
-    })();
-    cleanups.push(async () => {
-      replaySocket.close();
-      await serving;
-    });
-    const rec = subscribe({
-      endpoint: relay.endpoint,
-      replayEndpoint: replaySocket.lastEndpoint as string,
-      replayTimeoutMs: 1000,
-      replayDeadlineMs: 400,
-      maxReplayBytes: 3_000_000,
-    });
-    await join(pub, rec);
-    const base = pub.nextSeq;
-    lost.add(base + 1n);
-    const started = Date.now();
-    for (let i = 0; i < 3; i++) await pub.publish([block(i)]);
-    await waitFor(() => rec.resets.length === 1, "the reset");
-    expect(rec.resets).toEqual(["gap"]);
-    expect(rec.warnings).toContain(`kv-events: ${warning}`);
-    expect(Date.now() - started).toBeLessThan(5_000);
-    await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the live batches after it");
-    expect(rec.sub.stats()).toMatchObject({ gaps: 1, resets: 1, replayed: 0 });
-    expect(sent).toBeGreaterThan(how === "flood" ? 3 : 4);
-  });
+      })();
+      cleanups.push(async () => {
+        replaySocket.close();
+        await serving;
+      });
+      const rec = subscribe({
+        endpoint: relay.endpoint,
+        replayEndpoint: replaySocket.lastEndpoint as string,
+        replayTimeoutMs: how === "drip" ? 1000 : 10_000,
+        replayDeadlineMs: deadlineMs,
+        maxReplayBytes: 3_000_000,
+      });
+      await join(pub, rec);
+      const base = pub.nextSeq;
+      lost.add(base + 1n);
+      const started = Date.now();
+      for (let i = 0; i < 3; i++) await pub.publish([block(i)]);
+      await waitFor(() => rec.resets.length === 1, "the reset");
+      expect(rec.resets).toEqual(["gap"]);
+      expect(rec.warnings).toContain(`kv-events: ${warning}`);
+      expect(Date.now() - started).toBeLessThan(how === "drip" ? 5_000 : 20_000);
+      await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the live batches after it");
+      expect(rec.sub.stats()).toMatchObject({ gaps: 1, resets: 1, replayed: 0 });
+      expect(sent).toBeGreaterThan(how === "flood" ? 3 : 4);
+    },
+  );
 
   it("resets with 'restart' when a new publisher on the same endpoint starts again from seq 0", async () => {
     const first = await publisher();
