@@ -28,9 +28,15 @@ afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
+/** A fresh directory `llmgw-replica-<name>-…`, removed after the test. */
+function tempDir(name: string): string {
+  const dir = mkdtempSync(path.join(tmpdir(), `llmgw-replica-${name}-`));
+  dirs.push(dir);
+  return dir;
+}
+
 function manager(extra: Partial<ReplicaManagerOptions> = {}) {
-  const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-manager-"));
-  dirs.push(stateDir);
+  const stateDir = tempDir("manager");
   const node = simulateInventory("1xh100-80g", { hostname: "node-a" });
   return new ReplicaManager({
     supervisor: createSupervisor({ stateDir: path.join(stateDir, "pids") }),
@@ -241,8 +247,7 @@ describe("ReplicaManager: engine API keys", () => {
   const pidOf = (m: ReplicaManager) => m.statuses()[0]?.pid;
 
   it("draws a key per engine process, hands it over by environment, rotates it on restart, and a restarted agent adopts it", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-keys-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("keys");
     const m = keyedManager(stateDir);
     await m.apply([simReplicaAssignment()]);
     const pid = await until("the engine to run", () => pidOf(m));
@@ -281,8 +286,7 @@ describe("ReplicaManager: engine API keys", () => {
     await next.close(true);
   });
   it("keeps the engine on a change engines never see (a scale, a routing change), replaces it on one they do", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-same-launch-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("same-launch");
     const m = keyedManager(stateDir);
     const at = (fields: Record<string, unknown>, revision: bigint) => {
       const a = simReplicaAssignment();
@@ -421,8 +425,7 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   });
 
   it("launches again an engine that could not be spawned, once its program exists", async () => {
-    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
-    dirs.push(bin);
+    const bin = tempDir("bin");
     const program = path.join(bin, "engine");
     const m = relaunchingManager([program, "-e", "setInterval(() => {}, 1000)", "--"], {
       probes: { probe: async () => "ready", scrapeLoad: async () => ({}) },
@@ -445,9 +448,8 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   });
 
   it("a restarted agent reports a record it cannot launch again FAILED, adopts the rest, and launches it later", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-adopt-"));
-    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
-    dirs.push(stateDir, bin);
+    const stateDir = tempDir("adopt");
+    const bin = tempDir("bin");
     const program = path.join(bin, "engine");
     symlinkSync(process.execPath, program);
     const node = simulateInventory("2xh100-80g", { hostname: "node-a" });
@@ -505,9 +507,8 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   });
 
   it("a withdrawn replica that could not be launched leaves no record for a restarted agent", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-withdrawn-"));
-    const bin = mkdtempSync(path.join(tmpdir(), "llmgw-replica-bin-"));
-    dirs.push(stateDir, bin);
+    const stateDir = tempDir("withdrawn");
+    const bin = tempDir("bin");
     const program = path.join(bin, "engine");
     const agent = () =>
       relaunchingManager([program, "-e", "setInterval(() => {}, 1000)", "--"], {
@@ -563,8 +564,7 @@ describe("ReplicaManager: a failed replica is launched afresh", () => {
   });
 
   it("a replica record that cannot be written fails the launch, and is tried again", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-records-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("records");
     const m = relaunchingManager(httpEngine, { stateDir });
     // A record that cannot be written, as on a full disk: a file where its directory goes.
     const records = path.join(stateDir, "replicas");
@@ -675,8 +675,7 @@ describe("ReplicaManager: adopting an engine whose spec this release refuses", (
     leftRunning(stateDir, assignment, extra);
 
   it("adopts and supervises it, says so, and reports it failed instead of launching it when it exits", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-refused-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("refused");
     // What the control plane stored, as the older release that accepted it parsed it.
     const stored = withArgs(["-x", "1"]);
     const pid = await previousAgent(stateDir, stored);
@@ -741,8 +740,7 @@ describe("ReplicaManager: adopting an engine whose spec this release refuses", (
   });
 
   it("stops, and launches nothing for, an engine of a refused spec started from another launch spec", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-refused-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("refused");
     const stored = withArgs(["-x", "1"]);
     const pid = await previousAgent(stateDir, stored);
     await whileOwned(async () => {
@@ -795,8 +793,7 @@ describe("ReplicaManager: an engine left running for a replica the agent refuses
     leftRunning(stateDir, trusting(), { allowTrustRemoteCode: true });
 
   it("stops it when the replica is refused at adoption, and leaves nothing when it is withdrawn", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("orphan");
     const pid = await trustingLeftRunning(stateDir);
     // The operator took --allow-trust-remote-code away before restarting the agent.
     const next = agent(stateDir);
@@ -816,8 +813,7 @@ describe("ReplicaManager: an engine left running for a replica the agent refuses
   });
 
   it("stops it when its record cannot be read", async () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "llmgw-replica-orphan-"));
-    dirs.push(stateDir);
+    const stateDir = tempDir("orphan");
     const pid = await trustingLeftRunning(stateDir);
     writeFileSync(path.join(stateDir, "replicas", "m-0.json"), "{not json");
     const next = agent(stateDir);
