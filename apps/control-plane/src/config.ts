@@ -1,3 +1,4 @@
+import { CACHE_ISOLATION_MODES, type CacheIsolation } from "@llmgw/router";
 import { z } from "zod";
 import { DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS } from "./domain/cluster.js";
 import { DEFAULT_MOVE_FAILED_AFTER_MS } from "./domain/failing-replicas.js";
@@ -69,7 +70,9 @@ export const controlPlaneConfigSchema = z
      * Whose requests share an engine's prefix cache through the in-process router (`llmgw
      * router --cache-isolation`): `none`, `tenant` or `key`. Needs API keys.
      */
-    cacheIsolation: z.enum(["none", "tenant", "key"]).default("none"),
+    cacheIsolation: z
+      .enum(CACHE_ISOLATION_MODES as [CacheIsolation, ...CacheIsolation[]])
+      .default("none"),
     /** Interval agents are told to heartbeat at. */
     heartbeatIntervalMs: z.number().int().min(50).max(600_000).default(2_000),
     /** Missed intervals before a node is `unreachable`. */

@@ -126,6 +126,11 @@ describe("parseRouterConfig", () => {
     expect(() => resolveRouterServiceOptions({ noAuth: true, cacheIsolation: "tenant" })).toThrow(
       "invalid router option cacheIsolation: tenant needs API keys (noAuth is set)",
     );
+    expect(() =>
+      resolveRouterServiceOptions({ cacheIsolation: "tenants" as unknown as "tenant" }),
+    ).toThrow(
+      'invalid router option cacheIsolation: must be one of none, tenant, key, got "tenants"',
+    );
   });
 
   it("analyses inline with --analyzer-threads 0", () => {

@@ -364,6 +364,27 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     expect(rec.warnings).toContain("kv-events: onBatch threw");
   });
 
+  it.each(["replayTimeoutMs", "maxReplayBatches", "replayDeadlineMs", "maxReplayBytes"])(
+    "refuses a %s that is not a positive integer",
+    (name) => {
+      for (const bad of [0, 1.5]) {
+        expect(() =>
+          createKvEventSubscriber({
+            endpoint: "tcp://127.0.0.1:1",
+            onBatch: () => {},
+            onReset: () => {},
+            [name]: bad,
+          }),
+        ).toThrow(
+          expect.objectContaining({
+            code: "LLMGW_KV_EVENTS_INVALID_OPTIONS",
+            message: `${name} must be a positive integer, got ${bad}`,
+          }),
+        );
+      }
+    },
+  );
+
   it("refuses publish after close, and a bad bufferSteps", async () => {
     const pub = await publisher();
     await pub.close();

@@ -4,6 +4,7 @@ import {
   isControlPlaneError,
   startControlPlane,
 } from "@llmgw/control-plane";
+import { CACHE_ISOLATION_MODES, type CacheIsolation } from "@llmgw/router";
 import { type Command, parseCommandArgs, UsageError } from "../command.js";
 import { createConsoleLogger } from "../logger.js";
 
@@ -89,9 +90,12 @@ Durations: 500ms, 30s, 5m, 1h, or a number of seconds.
 `;
 
 /** `--cache-isolation`'s mode. */
-function cacheIsolationFlag(text: string): "none" | "tenant" | "key" {
-  if (text === "none" || text === "tenant" || text === "key") return text;
-  throw new UsageError(`--cache-isolation must be one of none, tenant, key, got "${text}"`);
+function cacheIsolationFlag(text: string): CacheIsolation {
+  const mode = CACHE_ISOLATION_MODES.find((m) => m === text);
+  if (mode !== undefined) return mode;
+  throw new UsageError(
+    `--cache-isolation must be one of ${CACHE_ISOLATION_MODES.join(", ")}, got "${text}"`,
+  );
 }
 
 /** A whole number ≥ 1 given to `flag`. */
