@@ -10,6 +10,7 @@ import {
   simulateInventory,
 } from "@llmgw/discovery";
 import { OWNED_SHORT_FLAGS, parseDeploymentSpecOrThrow } from "@llmgw/engines";
+import { createKvEventPublisher } from "@llmgw/kv-events";
 import { type ReplicaAssignment, ReplicaAssignmentSchema, ReplicaState } from "@llmgw/proto";
 import { createSupervisor, silentLogger } from "@llmgw/supervisor";
 import { holdPortOnceFree } from "@llmgw/supervisor/testing";
@@ -62,10 +63,13 @@ function manager(extra: Partial<ReplicaManagerOptions> = {}) {
 const _assignment = () => simReplicaAssignment();
 
 /** Polls `check` every 10 ms until it gives a value; fails naming `what` after 15 s. */
-async function until<T>(what: string, check: () => T | undefined | false): Promise<T> {
+async function until<T>(
+  what: string,
+  check: () => T | undefined | false | Promise<T | undefined | false>,
+): Promise<T> {
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const value = check();
+    const value = await check();
     if (value !== undefined && value !== false) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
@@ -285,6 +289,48 @@ describe("ReplicaManager: engine API keys", () => {
     expect(next.engineCredentials()).toMatchObject([{ replicaId: "m-0", apiKey: rotated }]);
     await next.close(true);
   });
+  it("empties a kvEvents replica's block feed when its engine dies, before the new one publishes", async () => {
+    const stateDir = tempDir("kv-restart");
+    const m = keyedManager(stateDir);
+    const assignment = simReplicaAssignment();
+    assignment.deployment!.kvEvents = true;
+    await m.apply([assignment]);
+    const pid = await until("the engine to run", () => pidOf(m));
+    // The stand-in engine publishes nothing: the test publishes on the endpoint it was given.
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    const config = argv[argv.indexOf("--kv-events-config") + 1] ?? "{}";
+    const endpoint = (JSON.parse(config) as { endpoint?: string }).endpoint;
+    expect(endpoint).toMatch(/^ipc:\/\//);
+    const pub = await createKvEventPublisher({ endpoint: endpoint as string });
+    try {
+      const feed = m.kvFeeds().get("m-0")?.feed;
+      expect(feed).toBeDefined();
+      const stored = {
+        type: "BlockStored" as const,
+        blockHashes: [1n],
+        tokenIds: [1, 2, 3, 4],
+        blockSize: 4,
+      };
+      await until("the engine's block in the feed", async () => {
+        await pub.publish([stored]);
+        return feed!.snapshot().added.length === 1;
+      });
+      const epoch = feed!.stats().epoch;
+
+      process.kill(pid, "SIGKILL");
+      await until("a restarted engine", () => {
+        const next = pidOf(m);
+        return next !== undefined && next !== pid;
+      });
+      // Nothing was published since: only the agent can have told the feed.
+      expect(feed!.snapshot()).toMatchObject({ added: [], snapshot: true });
+      expect(feed!.stats().epoch).not.toBe(epoch);
+    } finally {
+      await pub.close();
+      await m.close(true);
+    }
+  });
+
   it("keeps the engine on a change engines never see (a scale, a routing change), replaces it on one they do", async () => {
     const stateDir = tempDir("same-launch");
     const m = keyedManager(stateDir);

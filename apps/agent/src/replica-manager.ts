@@ -662,6 +662,9 @@ export class ReplicaManager {
         if (t.to === "starting" && t.from === "exited" && t.reason.startsWith("restart")) {
           managed.restarts += 1;
         }
+        // The engine's process ended or a new one starts: its prefix cache is gone. Routers
+        // must stop trusting its blocks now, not when the new process first publishes.
+        if (t.to === "exited" || t.to === "starting") managed.kvFeed?.engineReplaced();
         if (t.to !== "ready") {
           managed.load = undefined;
           managed.loadScrapedAtMs = undefined;

@@ -53,6 +53,14 @@ export interface KvBlockFeed {
    * its listener.)
    */
   readonly closedSignal: AbortSignal;
+  /**
+   * The engine's process was replaced (the agent restarts it): its cache died with it. Empties
+   * the set and starts a new epoch now, before the new process has published anything (an idle
+   * one publishes nothing, and routers would go on trusting the dead cache), and the
+   * subscriber takes the new process's next batch as its baseline, whatever its seq.
+   * Does nothing while no batch has come since the feed started (or was last replaced).
+   */
+  engineReplaced(): void;
   /** Stops the subscriber, drops the listeners and aborts {@link closedSignal}. Idempotent. */
   close(): Promise<void>;
 }
@@ -143,6 +151,13 @@ export function createKvBlockFeed(options: KvBlockFeedOptions): KvBlockFeed {
     blocks,
     stats: () => ({ epoch, version, resets, received: subscriber.stats().received }),
     closedSignal: closing.signal,
+    engineReplaced() {
+      // Blocks come only from batches: no batch since the start (or the last replacement), none.
+      if (subscriber.lastSeq === undefined) return;
+      subscriber.forgetSequence();
+      blocks.clear();
+      reset("restart");
+    },
     async close() {
       listeners.clear();
       closing.abort();

@@ -80,6 +80,14 @@ export interface KvEventSubscriberStats {
 export interface KvEventSubscriber {
   /** Seq of the last batch applied, undefined before the first. */
   readonly lastSeq: bigint | undefined;
+  /**
+   * The owner knows the engine's process was replaced (the agent relaunched it): forget the
+   * sequence, so the next message sets a new baseline. Without this, a new process whose first
+   * batches were lost while the socket reconnected, and whose next seq happens to be `last + 1`,
+   * would be taken for the old one. The owner clears what it built itself; `onReset` is not
+   * called. A replay in progress is abandoned.
+   */
+  forgetSequence(): void;
   stats(): KvEventSubscriberStats;
   /** Closes the sockets and resolves once the receive loop has stopped. */
   close(): Promise<void>;
@@ -120,7 +128,13 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
   const log = options.logger ?? silent;
   const fields = { endpoint: options.endpoint, topic };
 
-  const sub = new Subscriber({ receiveHighWaterMark: 100_000, linger: 0 });
+  // A peer's frame over the payload bound is refused by ZMQ as it arrives, never buffered
+  // whole to be refused by the decoder: ZMQ_MAXMSGSIZE bounds each frame, and the payload is
+  // the largest. ZMQ then drops the connection as a protocol error and, unlike after a lost
+  // peer, never connects again: the `disconnect` handler below does, and the message lost is
+  // a gap like any other.
+  const maxMessageSize = limits.maxPayloadBytes;
+  const sub = new Subscriber({ receiveHighWaterMark: 100_000, linger: 0, maxMessageSize });
   try {
     sub.connect(options.endpoint);
   } catch (cause) {
@@ -132,6 +146,22 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
     );
   }
   sub.subscribe(topic);
+  sub.events.on("disconnect", () => {
+    // Also after a lost peer, which ZMQ would retry by itself: connecting anew does the same.
+    setImmediate(() => {
+      if (closed) return;
+      try {
+        sub.disconnect(options.endpoint);
+      } catch {
+        // A session ended by a protocol error is gone already.
+      }
+      try {
+        sub.connect(options.endpoint);
+      } catch (error) {
+        log.warn("kv-events: could not connect again", { ...fields, error: String(error) });
+      }
+    });
+  });
 
   const stats = {
     received: 0,
@@ -151,6 +181,8 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
   let skipThrough: bigint | undefined;
   let closed = false;
   let replaySocket: Dealer | undefined;
+  /** Bumped by forgetSequence: a replay begun before it must not apply the old engine's batches. */
+  let generation = 0;
 
   function malformed(message: string, extra: Record<string, unknown> = {}): void {
     stats.malformed++;
@@ -253,8 +285,14 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
       // first batches went out before our SUB socket reconnected, its seq looks like a gap and
       // its replay socket would "close" it. Only the same process can give back the batch at
       // `prev` byte for byte (each payload carries its wall-clock ts).
+      const asked = generation;
       const got = await replay(prev);
       if (closed) return;
+      if (generation !== asked) {
+        // The owner replaced the engine meanwhile and cleared its set: start over from here.
+        apply(seq, payload, false);
+        return;
+      }
       if (typeof got !== "string") {
         const atPrev = got.find((b) => b.seq === prev);
         const sameEngine =
@@ -347,6 +385,13 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
       return last;
     },
     stats: () => ({ ...stats }),
+    forgetSequence() {
+      generation++;
+      last = lastPayload = undefined;
+      skipFrom = skipThrough = undefined;
+      replaySocket?.close();
+      log.info("kv-events: sequence forgotten (the engine was replaced)", fields);
+    },
     async close() {
       if (closed) return;
       closed = true;

@@ -3,6 +3,7 @@ import { Publisher, Router, Subscriber } from "zeromq";
 import { createReplicaBlockSet } from "../src/block-set.js";
 import type { DecodedKvEventBatch } from "../src/decode.js";
 import { encodeKvEventBatch } from "../src/encode.js";
+import { createKvBlockFeed, type KvFeedUpdate } from "../src/feed.js";
 import type { KvEvent } from "../src/kv-event.js";
 import { createKvEventPublisher, type KvEventPublisher, seqFrame } from "../src/publisher.js";
 import {
@@ -67,6 +68,13 @@ async function join(pub: KvEventPublisher, rec: Recorded): Promise<void> {
   await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the join batches");
 }
 
+/** The frames of a batch of `events` at `seq`, as a publisher sends them. */
+const batchFrames = (seq: bigint, events: KvEvent[], topic = "kv@test") => [
+  topic,
+  seqFrame(seq),
+  encodeKvEventBatch({ ts: 1, events }, { encoding: "tagged" }),
+];
+
 /**
  * A lossy link: a SUB→PUB relay in front of a real publisher that drops the seqs `drop` says.
  * The replay endpoint stays the real publisher's.
@@ -94,7 +102,12 @@ async function lossyRelay(upstream: string, drop: (seq: bigint) => boolean) {
     outbound.close();
     await loop;
   });
-  return { endpoint: outbound.lastEndpoint as string, forwarded: () => forwarded };
+  return {
+    endpoint: outbound.lastEndpoint as string,
+    forwarded: () => forwarded,
+    /** Sends a batch at `seq` as if the publisher had, for seqs it would never send. */
+    inject: (seq: bigint, events: KvEvent[]) => outbound.send(batchFrames(seq, events)),
+  };
 }
 
 const BS = 4;
@@ -317,11 +330,7 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     await raw.bind("tcp://127.0.0.1:*");
     cleanups.push(() => raw.close());
     const rec = subscribe({ endpoint: raw.lastEndpoint as string, topic: "kv@a" });
-    const good = (seq: bigint) => [
-      "kv@a",
-      seqFrame(seq),
-      encodeKvEventBatch({ ts: 1, events: [] }, { encoding: "tagged" }),
-    ];
+    const good = (seq: bigint) => batchFrames(seq, [], "kv@a");
     let seq = 0n;
     while (rec.sub.stats().applied === 0) {
       await raw.send(good(seq++));
@@ -345,6 +354,35 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
       'kv-events: message for topic "kv@ab"',
       `kv-events: undecodable payload at seq ${seq - 2n}: payload is not valid msgpack: Unrecognized type byte: 0xc1`,
     ]);
+  });
+
+  it("never takes in a frame over maxPayloadBytes: ZMQ drops the connection, and the lost message is a gap", async () => {
+    const raw = new Publisher({ linger: 0 });
+    await raw.bind("tcp://127.0.0.1:*");
+    cleanups.push(() => raw.close());
+    const rec = subscribe({
+      endpoint: raw.lastEndpoint as string,
+      topic: "kv@a",
+      decodeLimits: { maxPayloadBytes: 1024 },
+    });
+    const batch = (seq: bigint) => batchFrames(seq, [block(0)], "kv@a");
+    let seq = 0n;
+    while (rec.sub.stats().applied === 0) {
+      await raw.send(batch(seq++));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await waitFor(() => rec.sub.lastSeq === seq - 1n, "the join batches");
+    // 64 KiB of msgpack nil after the batch: a payload far over the bound.
+    await raw.send(["kv@a", seqFrame(seq++), Buffer.alloc(64 * 1024, 0xc0)]);
+    // The SUB socket reconnects; the publisher's messages meanwhile are lost too.
+    const resumed = seq;
+    while (rec.sub.lastSeq === undefined || rec.sub.lastSeq < resumed) {
+      await raw.send(batch(seq++));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect(rec.resets).toEqual(["gap"]);
+    // The big one never arrived: read whole, it would be a malformed, undecodable message.
+    expect(rec.sub.stats()).toMatchObject({ malformed: 0, gaps: 1 });
   });
 
   it("keeps receiving when onBatch throws", async () => {
@@ -398,5 +436,97 @@ describe("KV-event subscriber over real ZMQ sockets", () => {
     await expect(createKvEventPublisher({ endpoint: "nonsense" })).rejects.toMatchObject({
       code: "LLMGW_KV_EVENTS_SOCKET_FAILED",
     });
+  });
+});
+
+describe("a feed told its engine was replaced", () => {
+  /** A raw PUB, so each test picks the seqs a new engine process's first message carries. */
+  async function rawPublisher() {
+    const raw = new Publisher({ linger: 0 });
+    await raw.bind("tcp://127.0.0.1:*");
+    cleanups.push(() => raw.close());
+    const send = (seq: bigint, events: KvEvent[]) => raw.send(batchFrames(seq, events));
+    return { endpoint: raw.lastEndpoint as string, send };
+  }
+
+  /** A feed on `raw`, and the updates it emits. */
+  function watchedFeed(raw: { endpoint: string }) {
+    const feed = createKvBlockFeed({ endpoint: raw.endpoint, topic: "kv@test" });
+    cleanups.push(() => feed.close());
+    const updates: KvFeedUpdate[] = [];
+    feed.subscribe((u) => updates.push(u));
+    return { feed, updates };
+  }
+
+  it("drops the dead process's blocks at once and takes the new process's next seq as its baseline", async () => {
+    const raw = await rawPublisher();
+    const { feed, updates } = watchedFeed(raw);
+    let seq = 0n;
+    while (!feed.blocks.has(KEYS[0] as number)) {
+      await raw.send(seq++, [block(0)]);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await raw.send(seq++, [block(1)]);
+    await waitFor(() => feed.blocks.has(KEYS[1] as number), "block 1");
+    const before = feed.stats();
+
+    feed.engineReplaced();
+    // Before the new process publishes anything: an empty set under a new epoch, announced.
+    const after = feed.stats();
+    expect(after.epoch).not.toBe(before.epoch);
+    expect(after.resets).toBe(before.resets + 1);
+    expect(feed.blocks.snapshot()).toEqual([]);
+    expect(updates.at(-1)).toMatchObject({ epoch: after.epoch, snapshot: true, added: [] });
+
+    // The new process's first batches were lost while the socket reconnected; its next seq is
+    // past the old `last + 1`. Forgotten, the sequence takes it as the baseline: no gap reset.
+    await raw.send(seq + 5n, [block(0)]);
+    await waitFor(() => feed.blocks.has(KEYS[0] as number), "the new process's block");
+    expect(feed.stats()).toMatchObject({ epoch: after.epoch, resets: after.resets });
+    expect(feed.blocks.has(KEYS[1] as number)).toBe(false);
+  });
+
+  it("does nothing to a feed that has had no batch yet (an engine's first start)", async () => {
+    const { feed, updates } = watchedFeed(await rawPublisher());
+    const before = feed.stats();
+    feed.engineReplaced();
+    expect(feed.stats()).toEqual(before);
+    expect(updates).toEqual([]);
+  });
+});
+
+describe("a subscriber told to forget its sequence", () => {
+  it("takes a lower seq as a new baseline, not a restart, and abandons a replay in progress", async () => {
+    const pub = await publisher({ replayEndpoint: "tcp://127.0.0.1:0" });
+    // A replay endpoint that never answers: the gap's replay waits for its timeout.
+    const silent = new Router({ linger: 0 });
+    await silent.bind("tcp://127.0.0.1:*");
+    cleanups.push(() => silent.close());
+    let dropNext = false;
+    const relay = await lossyRelay(pub.endpoint, () => {
+      const drop = dropNext;
+      dropNext = false;
+      return drop;
+    });
+    const rec = subscribe({
+      endpoint: relay.endpoint,
+      replayEndpoint: silent.lastEndpoint as string,
+      replayTimeoutMs: 60_000,
+    });
+    await join(pub, rec);
+    dropNext = true;
+    await pub.publish([block(0)]); // lost
+    await pub.publish([block(0)]); // a gap: the replay starts and hangs
+    await waitFor(() => rec.sub.stats().gaps === 1, "the gap");
+    rec.sub.forgetSequence();
+    await waitFor(() => rec.sub.lastSeq === pub.nextSeq - 1n, "the live message as baseline");
+    expect(rec.resets).toEqual([]);
+    expect(rec.sub.stats()).toMatchObject({ gaps: 1, resets: 0, replayed: 0 });
+
+    // A new process starts again from seq 0: after forgetting, that is a baseline, no restart.
+    rec.sub.forgetSequence();
+    await relay.inject(0n, [block(0)]);
+    await waitFor(() => rec.sub.lastSeq === 0n, "seq 0 as the baseline");
+    expect(rec.resets).toEqual([]);
   });
 });
