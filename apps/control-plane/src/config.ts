@@ -3,6 +3,7 @@ import { z } from "zod";
 import { DEFAULT_ROLLOUT_PROGRESS_DEADLINE_MS } from "./domain/cluster.js";
 import { DEFAULT_MOVE_FAILED_AFTER_MS } from "./domain/failing-replicas.js";
 import { ControlPlaneError } from "./errors.js";
+import { MAX_TRUSTED_PROXIES, parseTrustedProxies } from "./ui/proxy-trust.js";
 
 /** A `HOST:PORT` or `:PORT` listen address (`:PORT` binds all interfaces). */
 const listenAddress = z
@@ -64,6 +65,18 @@ export const controlPlaneConfigSchema = z
       .min(60_000)
       .max(30 * 86_400_000)
       .default(12 * 3_600_000),
+    /**
+     * Reverse proxies in front of the control listener whose `X-Forwarded-For` and
+     * `X-Forwarded-Proto` the console believes (`--trusted-proxy`): addresses or CIDR ranges.
+     */
+    trustedProxies: z
+      .array(z.string().max(64))
+      .max(MAX_TRUSTED_PROXIES)
+      .default([])
+      .superRefine((entries, ctx) => {
+        const trust = parseTrustedProxies(entries);
+        if (typeof trust === "string") ctx.addIssue({ code: "custom", message: trust });
+      }),
     /** Public API without API keys (demo only). */
     noAuth: z.boolean().default(false),
     /**

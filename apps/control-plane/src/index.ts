@@ -174,3 +174,4 @@ export {
   type UsageRollupRow,
   type UsageStore,
 } from "./store/usage-store.js";
+export { parseTrustedProxies } from "./ui/proxy-trust.js";

@@ -76,6 +76,7 @@ import type { ClusterStore } from "./store/types.js";
 import type { UsageStore } from "./store/usage-store.js";
 import { startWarmCopy, type WarmCopy, type WarmCopyState } from "./store/warm-copy.js";
 import { type ConsoleHttp, createConsoleHttp } from "./ui/console-http.js";
+import { type ProxyTrust, parseTrustedProxies } from "./ui/proxy-trust.js";
 
 /** The version the control plane reports in `GetClusterStatus`. */
 export const CONTROL_PLANE_VERSION = LLMGW_VERSION;
@@ -667,6 +668,9 @@ export async function startControlPlane(
         adminToken: dataDir.adminToken,
         assets: typeof assets === "string" ? undefined : assets,
         secure: tls !== undefined,
+        ...(resolved.trustedProxies.length === 0
+          ? {}
+          : { trustedProxies: parseTrustedProxies(resolved.trustedProxies) as ProxyTrust }),
         sessionTtlMs: resolved.uiSessionTtlMs,
         log,
       });

@@ -243,7 +243,11 @@ describe("a console session's event stream", () => {
 });
 
 /** A control plane of its own for one test, closed after it. */
-async function withControlPlane(ui: boolean, test: (other: ControlPlane) => Promise<void>) {
+async function withControlPlane(
+  ui: boolean,
+  test: (other: ControlPlane) => Promise<void>,
+  options: { trustedProxies?: string[] } = {},
+) {
   const own = tempDir("llmgw-console-own-");
   const other = await startControlPlane({
     dataDir: own.dir,
@@ -251,6 +255,7 @@ async function withControlPlane(ui: boolean, test: (other: ControlPlane) => Prom
     controlListen: "127.0.0.1:0",
     ui,
     shutdownGraceMs: 1_000,
+    ...options,
   });
   try {
     await test(other);
@@ -321,6 +326,88 @@ describe("failed logins", () => {
       const statuses = await Promise.all(logins.map((l) => l.status));
       expect(statuses.filter((s) => s === 401)).toHaveLength(5);
       expect(statuses.filter((s) => s === 429)).toHaveLength(5);
+    });
+  });
+});
+
+describe("behind a trusted reverse proxy (--trusted-proxy)", () => {
+  /** A login as a proxy on loopback passes it on for `client`, over `proto` to the proxy. */
+  const viaProxy = (url: string, token: string, client: string, proto = "http") =>
+    fetch(`${url}/ui/api/login`, {
+      method: "POST",
+      headers: { "x-forwarded-for": client, "x-forwarded-proto": proto },
+      body: JSON.stringify({ token }),
+    });
+  /** The statuses of six wrong logins, the i-th as `clientOf(i)`. */
+  const sixWrong = async (url: string, clientOf: (i: number) => string) => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++)
+      statuses.push((await viaProxy(url, `wrong-${i}`, clientOf(i))).status);
+    return statuses;
+  };
+
+  it("throttles failed logins per client behind the proxy, not the proxy's address", async () => {
+    await withControlPlane(
+      true,
+      async (own) => {
+        expect(await sixWrong(own.controlUrl, () => "203.0.113.9")).toEqual([
+          401, 401, 401, 401, 401, 429,
+        ]);
+        const refused = await viaProxy(own.controlUrl, own.adminToken, "203.0.113.9");
+        expect(await refused.json()).toMatchObject({
+          message: expect.stringContaining("too many failed logins from 203.0.113.9"),
+        });
+        // Another operator behind the same proxy still logs in.
+        expect((await viaProxy(own.controlUrl, own.adminToken, "198.51.100.4")).status).toBe(200);
+      },
+      { trustedProxies: ["127.0.0.1"] },
+    );
+  });
+
+  it("gives a client whose connection to the proxy was HTTPS a Secure __Host- cookie that works", async () => {
+    await withControlPlane(
+      true,
+      async (own) => {
+        const res = await viaProxy(own.controlUrl, own.adminToken, "198.51.100.4", "https");
+        expect(res.status).toBe(200);
+        const setCookie = res.headers.get("set-cookie") ?? "";
+        expect(setCookie).toMatch(/^__Host-llmgw_session=[^;]+; Path=\/; HttpOnly/);
+        expect(setCookie).toContain("; Secure");
+        const { csrf } = (await res.json()) as { csrf: string };
+        const cookie = setCookie.split(";")[0] as string;
+        const me = (proto: string) =>
+          fetch(`${own.controlUrl}/ui/api/session`, {
+            headers: { cookie, "x-llmgw-csrf": csrf, "x-forwarded-proto": proto },
+          });
+        expect((await me("https")).status).toBe(200);
+        // The same cookie over plain HTTP is not the console's: a browser would not send it.
+        expect((await me("http")).status).toBe(401);
+      },
+      { trustedProxies: ["127.0.0.0/8", "::1"] },
+    );
+  });
+
+  it("believes none of it from a peer that is not a trusted proxy", async () => {
+    await withControlPlane(
+      true,
+      async (own) => {
+        // Each try claims another client: the throttle still counts the real peer.
+        expect(await sixWrong(own.controlUrl, (i) => `203.0.113.${i}`)).toEqual([
+          401, 401, 401, 401, 401, 429,
+        ]);
+      },
+      { trustedProxies: ["10.0.0.0/8"] },
+    );
+  });
+
+  it("refuses a --trusted-proxy that is not an address or range, naming it", async () => {
+    await expect(
+      withControlPlane(true, async () => {}, { trustedProxies: ["proxy.internal"] }),
+    ).rejects.toMatchObject({
+      code: "LLMGW_CONTROL_PLANE_CONFIG_INVALID",
+      message: expect.stringContaining(
+        'trustedProxies: "proxy.internal" is not an IP address or CIDR range',
+      ),
     });
   });
 });

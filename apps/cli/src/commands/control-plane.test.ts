@@ -103,6 +103,17 @@ describe("llmgw control-plane", () => {
     );
   });
 
+  it("takes --trusted-proxy, repeated or comma-separated, and refuses what is not an address or range", async () => {
+    expect(command.usage).toContain("--trusted-proxy CIDR");
+    expect(
+      (await runUntilReady(["--trusted-proxy", "10.0.0.0/8,fd00::/8", "--trusted-proxy", "::1"]))
+        .code,
+    ).toBe(0);
+    await expect(runUntilReady(["--trusted-proxy", "10.0.0.0/8,lb.internal"])).rejects.toThrow(
+      '--trusted-proxy: "lb.internal" is not an IP address or CIDR range',
+    );
+  });
+
   it("documents --no-public-api and --routing-keepalive", () => {
     expect(command.usage).toContain("--no-public-api");
     expect(command.usage).toContain("--routing-keepalive D");

@@ -2,6 +2,7 @@ import { readFileSync, statSync } from "node:fs";
 import {
   type ControlPlaneOptions,
   isControlPlaneError,
+  parseTrustedProxies,
   startControlPlane,
 } from "@llmgw/control-plane";
 import { CACHE_ISOLATION_MODES, type CacheIsolation } from "@llmgw/router";
@@ -62,6 +63,10 @@ Options:
   --no-ui                     no web console (default: served at /ui/ on the control
                               listener; log in with the admin token)
   --ui-session-ttl D          how long a console login lasts (default 12h)
+  --trusted-proxy CIDR        a reverse proxy in front of the control listener (address or
+                              range; repeatable): the console believes its X-Forwarded-For
+                              (failed logins throttled per client) and X-Forwarded-Proto
+                              (https: a Secure cookie)
   --no-auth                   public API without API keys (demos only)
   --cache-isolation MODE      whose requests share an engine's prefix cache: none (default),
                               tenant (a tenant's keys), key (each key alone); see
@@ -96,6 +101,14 @@ function cacheIsolationFlag(text: string): CacheIsolation {
   throw new UsageError(
     `--cache-isolation must be one of ${CACHE_ISOLATION_MODES.join(", ")}, got "${text}"`,
   );
+}
+
+/** `--trusted-proxy`'s entries, each an address or range, repeated or comma-separated. */
+function trustedProxiesFlag(given: readonly string[]): string[] {
+  const entries = given.flatMap((v) => v.split(",")).map((v) => v.trim());
+  const trust = parseTrustedProxies(entries);
+  if (typeof trust === "string") throw new UsageError(`--trusted-proxy: ${trust}`);
+  return entries;
 }
 
 /** A whole number ≥ 1 given to `flag`. */
@@ -208,6 +221,7 @@ export const command: Command = {
       "no-public-api": { type: "boolean" },
       "no-ui": { type: "boolean" },
       "ui-session-ttl": { type: "string" },
+      "trusted-proxy": { type: "string", multiple: true },
       "headers-timeout": { type: "string" },
       "request-timeout": { type: "string" },
       "max-connections": { type: "string" },
@@ -293,6 +307,9 @@ export const command: Command = {
       ...(values["ui-session-ttl"]
         ? { uiSessionTtlMs: parseDurationMs(values["ui-session-ttl"], "--ui-session-ttl") }
         : {}),
+      ...(values["trusted-proxy"] === undefined
+        ? {}
+        : { trustedProxies: trustedProxiesFlag(values["trusted-proxy"]) }),
       ...(headersTimeoutMs === undefined ? {} : { headersTimeoutMs }),
       ...(requestTimeoutMs === undefined ? {} : { requestTimeoutMs }),
       ...(maxConnections === undefined ? {} : { maxConnections }),

@@ -9,6 +9,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { ConsoleAsset } from "@llmgw/console";
 import { clientAddressKey } from "@llmgw/router-server";
 import { secretsEqual } from "../domain/tokens.js";
+import { type ForwardedClient, forwardedClient, type ProxyTrust } from "./proxy-trust.js";
 import {
   type ConsoleSession,
   createLoginThrottle,
@@ -57,6 +58,12 @@ export interface ConsoleHttpOptions {
   readonly assets: readonly ConsoleAsset[] | undefined;
   /** The control listener speaks TLS: cookies get `Secure` and the `__Host-` prefix. */
   readonly secure: boolean;
+  /**
+   * Reverse proxies whose `X-Forwarded-For` / `X-Forwarded-Proto` count (`--trusted-proxy`):
+   * failed logins are throttled per client behind them, and a client's HTTPS to them makes the
+   * cookie `Secure`. Absent: none, the headers are ignored.
+   */
+  readonly trustedProxies?: ProxyTrust;
   readonly sessionTtlMs: number;
   readonly maxSessions?: number;
   readonly now?: () => number;
@@ -80,7 +87,10 @@ export interface ConsoleHttp {
 export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
   const now = opts.now ?? Date.now;
   const log = opts.log ?? (() => {});
-  const cookieName = opts.secure ? "__Host-llmgw_session" : "llmgw_session";
+  const clientOf = (req: IncomingMessage): ForwardedClient =>
+    forwardedClient(req, opts.trustedProxies, opts.secure);
+  /** The cookie's name on a request that is `secure`: a browser keeps `__Host-` only over TLS. */
+  const cookieName = (secure: boolean) => (secure ? "__Host-llmgw_session" : "llmgw_session");
   /**
    * The calls each session let in that are still open. The session is checked once, when a
    * call starts; a stream (`WatchEvents`) would otherwise go on after a logout, after the
@@ -140,18 +150,18 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
   for (const asset of opts.assets ?? [])
     files.set(asset.path, { asset, bytes: Buffer.from(asset.body, "base64") });
 
-  const cookie = (value: string, maxAgeS: number): string =>
+  const cookie = (secure: boolean, value: string, maxAgeS: number): string =>
     [
-      `${cookieName}=${value}`,
+      `${cookieName(secure)}=${value}`,
       "Path=/",
       "HttpOnly",
       "SameSite=Strict",
       `Max-Age=${maxAgeS}`,
-      ...(opts.secure ? ["Secure"] : []),
+      ...(secure ? ["Secure"] : []),
     ].join("; ");
 
   const sessionOf = (req: IncomingMessage): ConsoleSession | undefined => {
-    const id = cookieValue(req.headers.cookie, cookieName);
+    const id = cookieValue(req.headers.cookie, cookieName(clientOf(req).secure));
     return id === undefined ? undefined : sessions.get(id);
   };
 
@@ -202,7 +212,10 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
   };
 
   const login = (req: IncomingMessage, res: ServerResponse): void => {
-    const address = req.socket.remoteAddress ?? "unknown";
+    const client = clientOf(req);
+    const address = client.address;
+    /** For the log: the address, and the proxy it came through. */
+    const from = client.via === undefined ? address : `${address} (via ${client.via})`;
     const wait = throttle.retryAfterMs(address);
     if (wait > 0) {
       refuse(
@@ -230,7 +243,7 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
           return;
         }
         if (!secretsEqual(token.trim(), opts.adminToken)) {
-          log(`console: failed login from ${address}`);
+          log(`console: failed login from ${from}`);
           refuse(
             res,
             401,
@@ -241,12 +254,14 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
         }
         throttle.succeeded(address);
         const session = sessions.create();
-        log(`console: login from ${address}`);
+        log(`console: login from ${from}`);
         json(
           res,
           200,
           { csrf: session.csrf, expiresAtMs: session.expiresAtMs },
-          { "set-cookie": cookie(session.id, Math.floor(opts.sessionTtlMs / 1000)) },
+          {
+            "set-cookie": cookie(client.secure, session.id, Math.floor(opts.sessionTtlMs / 1000)),
+          },
         );
       },
       (error: Error) =>
@@ -283,7 +298,7 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
             return true;
           }
           if (session !== undefined) sessions.revoke(session.id);
-          json(res, 200, {}, { "set-cookie": cookie("", 0) });
+          json(res, 200, {}, { "set-cookie": cookie(clientOf(req).secure, "", 0) });
         } else refuse(res, 404, "LLMGW_CONTROL_PLANE_UI_NOT_FOUND", `no ${method} ${path}`);
         return true;
       }
@@ -299,7 +314,7 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
     admit(req, res, path) {
       if (!path.startsWith(ADMIN_API_PREFIX) || req.headers.authorization !== undefined)
         return true;
-      const id = cookieValue(req.headers.cookie, cookieName);
+      const id = cookieValue(req.headers.cookie, cookieName(clientOf(req).secure));
       if (id === undefined) return true;
       if (crossOrigin(req)) {
         refuse(res, 403, "permission_denied", "cross-origin request refused");
