@@ -300,9 +300,13 @@ export class Exchange {
     return this.#engineRequestId;
   }
 
-  /** Whether this request goes to its engine salted: isolation on, and not an embedding. */
+  /**
+   * Whether this request goes to its engine salted: isolation on. Embeddings too: vLLM's
+   * pooling requests take `cache_salt` (`PoolingBasicRequestMixin`), and it caches prefixes
+   * of causal last-token-pooling embedding models by default.
+   */
   #salts(): boolean {
-    return this.#scope !== undefined && this.endpoint !== "/v1/embeddings";
+    return this.#scope !== undefined;
   }
 
   /** Starts the request: every later stage follows from here. */
@@ -310,8 +314,6 @@ export class Exchange {
     try {
       this.analysisStart = performance.now();
       this.#scope = isolationScope(this.core.options.cacheIsolation, this.key);
-      // Embeddings are not salted (whether the engines' pooling endpoints honour a salt is
-      // not established: docs/operations.md); their hints are scoped all the same.
       const analysis = this.core.analyzer.analyze(
         this.body,
         this.pooled,

@@ -56,7 +56,7 @@ async function simRouter(cacheIsolation: CacheIsolation) {
   });
   cleanups.push(() => router.close());
   /** The prompt tokens the engine found cached for `key`'s request. */
-  return async (key: string, content: string, extra: Record<string, unknown> = {}) => {
+  const ask = async (key: string, content: string, extra: Record<string, unknown> = {}) => {
     const client = new OpenAI({ apiKey: key, baseURL: `${router.url}/v1`, maxRetries: 0 });
     const answer = await client.chat.completions.create({
       model: "m",
@@ -67,6 +67,7 @@ async function simRouter(cacheIsolation: CacheIsolation) {
     const usage = answer.usage as { prompt_tokens_details?: { cached_tokens?: number } };
     return usage.prompt_tokens_details?.cached_tokens ?? 0;
   };
+  return Object.assign(ask, { url: router.url });
 }
 
 const prompt = (tag: string) =>
@@ -109,6 +110,13 @@ describe("cache isolation against the simulated engine", () => {
     // A client's own salt still separates within its tenant.
     expect(await ask("sk-a2", prompt("q"), { cache_salt: "mine" })).toBe(0);
     expect(await ask("sk-a1", prompt("q"), { cache_salt: "mine" })).toBeGreaterThan(0);
+  });
+
+  it("answers isolated embeddings: the engine takes their salt as vLLM's pooling requests do", async () => {
+    const ask = await simRouter("tenant");
+    const client = new OpenAI({ apiKey: "sk-a1", baseURL: `${ask.url}/v1`, maxRetries: 0 });
+    const answer = await client.embeddings.create({ model: "m", input: prompt("e") });
+    expect(answer.data[0]?.embedding.length).toBeGreaterThan(0);
   });
 
   it("with key isolation, keeps even one tenant's keys apart", async () => {
@@ -176,13 +184,22 @@ describe("what an isolating router sends each engine", () => {
     });
   });
 
-  it("leaves embeddings, and every body of a router that does not isolate, as they were", async () => {
+  it("salts embeddings too (vLLM caches some embedding models' prefixes)", async () => {
     const isolating = await fakeRouter("tenant", "salt");
     await post(isolating.router, "/v1/embeddings", { model: "m", input: "hi" });
-    expect(isolating.engine.received[0]?.body).toEqual({ model: "m", input: "hi" });
+    expect(isolating.engine.received[0]?.body).toEqual({
+      model: "m",
+      input: "hi",
+      cache_salt: isolatedSalt("tenant\0alpha", undefined),
+    });
+  });
+
+  it("leaves every body of a router that does not isolate as it was", async () => {
     const plain = await fakeRouter("none", "salt");
+    await post(plain.router, "/v1/embeddings", { model: "m", input: "hi" });
+    expect(plain.engine.received[0]?.body).toEqual({ model: "m", input: "hi" });
     await post(plain.router, "/v1/chat/completions", chat);
-    expect(plain.engine.received[0]?.body).toEqual(chat);
+    expect(plain.engine.received[1]?.body).toEqual(chat);
   });
 });
 

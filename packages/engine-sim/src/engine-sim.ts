@@ -122,6 +122,14 @@ const badRequest = (message: string, param: string | null = null): ApiError => (
   param,
 });
 
+/** vLLM's rule (`protocol.py`): a `cache_salt`, when given, is a non-empty string. */
+function checkCacheSalt(salt: unknown): ApiError | undefined {
+  if (salt === undefined || salt === null || (typeof salt === "string" && salt !== "")) {
+    return undefined;
+  }
+  return badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+}
+
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -937,6 +945,9 @@ class EngineSim {
     if (!isObject(body)) return badRequest("request body must be a JSON object");
     const modelError = this.#checkModel(body);
     if (modelError) return modelError;
+    // vLLM's pooling requests take a salt too, by the same rule (`PoolingBasicRequestMixin`).
+    const saltError = checkCacheSalt(body.cache_salt);
+    if (saltError) return saltError;
     const input = body.input;
     const inputs = typeof input === "string" ? [input] : input;
     if (
@@ -998,14 +1009,9 @@ class EngineSim {
       prompt = p;
     }
     const promptTokens = Math.max(1, countTokens(prompt));
-    // vLLM's rule (`protocol.py`): a salt, when given, is a non-empty string.
     const salt = body.cache_salt;
-    if (salt !== undefined && salt !== null && (typeof salt !== "string" || salt === "")) {
-      return badRequest(
-        "Parameter 'cache_salt' must be a non-empty string if provided.",
-        "cache_salt",
-      );
-    }
+    const saltError = checkCacheSalt(salt);
+    if (saltError) return saltError;
     const cacheSalt = typeof salt === "string" ? salt : undefined;
     if (body.n !== undefined && body.n !== null && body.n !== 1) {
       return badRequest("engine-sim only supports n=1", "n");

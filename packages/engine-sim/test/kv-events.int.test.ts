@@ -260,13 +260,21 @@ describe("engine-sim KV events read by @llmgw/kv-events", () => {
       await waitFor(() => [...keys].every((k) => f.set.has(k)), `${salt}'s blocks`);
     }
     expect(f.set.stats().skippedExtraKeys).toBe(0);
-    for (const salt of ["", 7]) {
-      const res = await fetch(`${s.url}/v1/chat/completions`, {
+    const bodies = {
+      "/v1/chat/completions": { messages: [{ role: "user", content: "x" }] },
+      // vLLM's pooling requests check the salt by the same rule.
+      "/v1/embeddings": { input: "x" },
+    };
+    for (const [path, salt] of Object.keys(bodies).flatMap((p) => [
+      [p, ""],
+      [p, 7],
+    ]) as [keyof typeof bodies, unknown][]) {
+      const res = await fetch(`${s.url}${path}`, {
         method: "POST",
         headers: { "content-type": "application/json" },
-        body: JSON.stringify({ messages: [{ role: "user", content: "x" }], cache_salt: salt }),
+        body: JSON.stringify({ ...bodies[path], cache_salt: salt }),
       });
-      expect(res.status).toBe(400);
+      expect(res.status, path).toBe(400);
       expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
         "Parameter 'cache_salt' must be a non-empty string if provided.",
       );
