@@ -654,6 +654,8 @@ export class ReplicaManager {
                 },
               }),
       };
+      /** The engine process the KV feed's blocks come from. */
+      let feedPid: number | undefined;
       replica.subscribe((t) => {
         // Leaving a state: how long the replica was in it.
         const stayedMs = t.atMs - managed.stateSinceMs;
@@ -662,9 +664,15 @@ export class ReplicaManager {
         if (t.to === "starting" && t.from === "exited" && t.reason.startsWith("restart")) {
           managed.restarts += 1;
         }
-        // The engine's process ended or a new one starts: its prefix cache is gone. Routers
-        // must stop trusting its blocks now, not when the new process first publishes.
-        if (t.to === "exited" || t.to === "starting") managed.kvFeed?.engineReplaced();
+        // The engine's process ended, or another one runs now (not a probe's loading →
+        // starting, nor an adopted process, the first this feed knows): its prefix cache is
+        // gone. Routers must stop trusting its blocks now, not when the new process publishes.
+        if (t.to === "exited") managed.kvFeed?.engineReplaced();
+        if (t.to === "starting") {
+          const pid = replica.handle?.pid;
+          if (feedPid !== undefined && pid !== feedPid) managed.kvFeed?.engineReplaced();
+          feedPid = pid;
+        }
         if (t.to !== "ready") {
           managed.load = undefined;
           managed.loadScrapedAtMs = undefined;

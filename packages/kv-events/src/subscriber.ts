@@ -95,6 +95,9 @@ export interface KvEventSubscriber {
 
 const silent: KvEventsLogger = { info: () => {}, warn: () => {} };
 
+/** Longest wait before connecting again after a protocol error (doubling from 100 ms). */
+const MAX_RECONNECT_DELAY_MS = 5_000;
+
 function positiveInt(value: number | undefined, fallback: number, name: string): number {
   const v = value ?? fallback;
   if (!Number.isSafeInteger(v) || v <= 0) {
@@ -146,21 +149,36 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
     );
   }
   sub.subscribe(topic);
+  // After a lost peer ZMQ connects again by itself, and says so (`connect:retry`) at once.
+  // After a protocol error (a frame over maxMessageSize) it never does: then, and only then,
+  // connect anew ourselves, backing off while each new connection ends the same way (a peer
+  // that is not a ZMQ publisher, or one that keeps sending oversized frames).
+  let reconnectCheck: NodeJS.Timeout | undefined;
+  let manualReconnects = 0;
+  sub.events.on("connect:retry", () => {
+    clearTimeout(reconnectCheck);
+    reconnectCheck = undefined;
+  });
   sub.events.on("disconnect", () => {
-    // Also after a lost peer, which ZMQ would retry by itself: connecting anew does the same.
-    setImmediate(() => {
+    clearTimeout(reconnectCheck);
+    const delayMs = Math.min(MAX_RECONNECT_DELAY_MS, 100 * 2 ** manualReconnects);
+    reconnectCheck = setTimeout(() => {
+      reconnectCheck = undefined;
       if (closed) return;
+      manualReconnects++;
+      log.info("kv-events: connecting again after a protocol error", fields);
       try {
+        // The dead session still holds the endpoint: connect() alone would do nothing.
         sub.disconnect(options.endpoint);
       } catch {
-        // A session ended by a protocol error is gone already.
+        // Gone already.
       }
       try {
         sub.connect(options.endpoint);
       } catch (error) {
         log.warn("kv-events: could not connect again", { ...fields, error: String(error) });
       }
-    });
+    }, delayMs);
   });
 
   const stats = {
@@ -234,7 +252,7 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
    * request can never be taken for the next one's.
    */
   async function replay(from: bigint): Promise<{ seq: bigint; payload: Uint8Array }[] | string> {
-    const dealer = new Dealer({ receiveTimeout: replayTimeoutMs, linger: 0 });
+    const dealer = new Dealer({ receiveTimeout: replayTimeoutMs, linger: 0, maxMessageSize });
     replaySocket = dealer;
     try {
       dealer.connect(options.replayEndpoint as string);
@@ -289,8 +307,8 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
       const got = await replay(prev);
       if (closed) return;
       if (generation !== asked) {
-        // The owner replaced the engine meanwhile and cleared its set: start over from here.
-        apply(seq, payload, false);
+        // The owner replaced the engine meanwhile and cleared its set. This message came
+        // before that, from the engine that was replaced: drop it; the next sets the baseline.
         return;
       }
       if (typeof got !== "string") {
@@ -336,6 +354,7 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
 
   async function handle(frames: Buffer[]): Promise<void> {
     stats.received++;
+    manualReconnects = 0;
     if (frames.length !== 3) {
       malformed(`message of ${frames.length} frames, expected [topic, seq, payload]`);
       return;
@@ -395,6 +414,7 @@ export function createKvEventSubscriber(options: KvEventSubscriberOptions): KvEv
     async close() {
       if (closed) return;
       closed = true;
+      clearTimeout(reconnectCheck);
       sub.close();
       replaySocket?.close();
       await loop;
