@@ -36,6 +36,8 @@ describe("parseTrustedProxies", () => {
     ["10.0.0.0/-1", '"10.0.0.0/-1" is not an IP address or CIDR range'],
     ["proxy.example", '"proxy.example" is not an IP address or CIDR range'],
     ["", '"" is not an IP address or CIDR range'],
+    ["0.0.0.0/0", '"0.0.0.0/0" would trust every peer to name its own address'],
+    ["::/0", '"::/0" would trust every peer to name its own address'],
   ])("refuses %j", (entry, message) => {
     expect(parseTrustedProxies([entry])).toContain(message);
   });
@@ -83,6 +85,10 @@ describe("forwardedClient", () => {
     // Whatever the client wrote itself lies left of the hop its proxy appended.
     expect(client("192.0.2.1, 203.0.113.9").address).toBe("203.0.113.9");
     expect(client(["192.0.2.1", "203.0.113.9"]).address).toBe("203.0.113.9");
+    // A port some proxies append (Azure Application Gateway, IIS ARR) is not part of it.
+    expect(client("203.0.113.9:5123").address).toBe("203.0.113.9");
+    expect(client("[2001:db8::7]:443, 10.1.1.1:80").address).toBe("2001:db8::7");
+    expect(client("[2001:db8::7]").address).toBe("2001:db8::7");
     // Only trusted hops: the farthest of them.
     expect(client("10.9.9.9, 10.1.1.1").address).toBe("10.9.9.9");
   });

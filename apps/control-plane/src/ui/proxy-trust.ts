@@ -27,13 +27,19 @@ export interface ForwardedClient {
 
 /** Most entries of `--trusted-proxy`. */
 export const MAX_TRUSTED_PROXIES = 256;
-/** Most `X-Forwarded-For` hops looked at; a longer chain's client is taken as unknown. */
+/** Most `X-Forwarded-For` hops looked at (a longer chain's 32nd hop is taken as the client). */
 const MAX_FORWARDED_HOPS = 32;
 
-/** An address as the trust list keys it: IPv4-mapped IPv6 (`::ffff:1.2.3.4`) as IPv4. */
+/**
+ * An address as the trust list keys it: IPv4-mapped IPv6 (`::ffff:1.2.3.4`) as IPv4, and a
+ * port that some proxies append (`203.0.113.9:5123`, `[2001:db8::1]:443`) dropped.
+ */
 function plain(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  return mapped?.[1] ?? address;
+  const withPort =
+    /^(\d+\.\d+\.\d+\.\d+):\d{1,5}$/.exec(address) ?? /^\[([^\]]+)\](?::\d{1,5})?$/.exec(address);
+  const host = withPort?.[1] ?? address;
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(host);
+  return mapped?.[1] ?? host;
 }
 
 /**
@@ -55,7 +61,10 @@ export function parseTrustedProxies(entries: readonly string[]): ProxyTrust | st
       (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText)) ||
       prefix > max
     ) {
-      return `${JSON.stringify(entry.slice(0, 64))} is not an IP address or CIDR range (e.g. 10.0.0.0/8, fd00::/8)`;
+      return `${JSON.stringify(entry.slice(0, 64))} is not an IP address or CIDR range (e.g. 10.0.0.5, 10.0.0.0/24)`;
+    }
+    if (prefix === 0) {
+      return `${JSON.stringify(entry)} would trust every peer to name its own address: list the proxies' addresses`;
     }
     list.addSubnet(address, prefix, family === 4 ? "ipv4" : "ipv6");
   }
@@ -97,8 +106,8 @@ export function forwardedClient(
   const hops = values(req.headers["x-forwarded-for"]);
   let address = peer;
   for (let i = hops.length - 1, seen = 0; i >= 0 && seen < MAX_FORWARDED_HOPS; i--, seen++) {
-    const hop = hops[i] as string;
-    if (isIP(plain(hop)) === 0) break;
+    const hop = plain(hops[i] as string);
+    if (isIP(hop) === 0) break;
     address = hop;
     if (!trust.trusts(hop)) break;
   }
