@@ -1,17 +1,15 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { type SchedulerNode, schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { inventoryRecord } from "../convert/inventory-record.js";
 import { ControlPlaneError } from "../errors.js";
-import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { fillDisk } from "../testing/full-disk.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { gpuReading, rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster, type ClusterOptions } from "./cluster.js";
 import type { RankStatus } from "./views.js";
 
@@ -81,14 +79,8 @@ const placedOn = (cluster: Cluster, deployment: string) =>
     .flatMap((p) => p.ranks.map((r) => r.nodeId))
     .sort();
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-cluster-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-cluster-", (f) => {
+  ({ dir, store, clock } = f);
 });
 
 describe("Cluster", () => {

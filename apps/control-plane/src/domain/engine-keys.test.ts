@@ -1,33 +1,27 @@
 // Engine API keys: reported by agents, kept in memory, put on the routes of the replicas the
 // reporting node serves, and nowhere else (store, events, admin views).
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { toJsonString } from "@bufbuild/protobuf";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { ReplicaSchema } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { replicaToProto } from "../convert/views.js";
 import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster, type EngineCredentialInput } from "./cluster.js";
 
 let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-engine-keys-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-engine-keys-", (f) => {
+  ({ dir, store, clock } = f);
 });
 
 function setup() {

@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import {
   type Gpu,
   type GpuFault,
@@ -11,11 +8,11 @@ import {
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
 import { gpuFaultKey } from "@llmgw/wire";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSqliteStore } from "../store/sqlite-store.js";
+import { describe, expect, it } from "vitest";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { gpuReading, rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster } from "./cluster.js";
 import { GpuFaults } from "./gpu-faults.js";
 
@@ -28,7 +25,6 @@ function routesOf(cluster: Cluster) {
   };
 }
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 /** Deferred reconciles are held here and never run unless a test runs them. */
@@ -48,15 +44,9 @@ function newCluster(): Cluster {
   });
 }
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-faults-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
+sqliteStoreEachTest("llmgw-faults-", (f) => {
+  ({ store, clock } = f);
   deferred = [];
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 function join_(cluster: Cluster, hostname: string, sim: string, address: string) {

@@ -1,33 +1,19 @@
-// A heartbeat that repeats what the node reported before (moving readings and load, the same
-// statuses) writes nothing to the store: at 500 heartbeats a second every write would be a
-// transaction per beat. The recording store below is the real SQLite store with every write
-// method noted on the way through.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { type Gpu, type GpuReading, simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSqliteStore } from "../store/sqlite-store.js";
+import { describe, expect, it } from "vitest";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { gpuReading, rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster } from "./cluster.js";
 import type { RankStatus } from "./views.js";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-heartbeat-writes-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-heartbeat-writes-", (f) => {
+  ({ store, clock } = f);
 });
 
 /** The test's store, noting the name of every method that may write (all but reads). */

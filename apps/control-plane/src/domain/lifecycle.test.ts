@@ -1,35 +1,22 @@
-// How replicas leave, on a real Cluster over SQLite: drains held open by routers' in-flight
-// reports and by the engine's own load, make-before-break moves, rolling updates through the
-// desired sets agents receive, rollback of a failed revision, and an agent leaving.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSqliteStore } from "../store/sqlite-store.js";
+import { describe, expect, it } from "vitest";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster } from "./cluster.js";
 import { DRAIN_SETTLE_MS, SILENT_ROUTER_MS } from "./drains.js";
 import type { ReplicaStateName } from "./replica-state.js";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 let routers: string[];
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-lifecycle-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
+sqliteStoreEachTest("llmgw-lifecycle-", (f) => {
+  ({ store, clock } = f);
   routers = ["r1"];
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 const spec = (input: Record<string, unknown>) =>

@@ -1,38 +1,23 @@
-// A control plane upgraded to a release whose spec validation is stricter (it owns more engine
-// flags and env names) than the one that stored a deployment: it starts, marks the deployment
-// invalid, leaves its running replicas alone and launches nothing for it until a corrected spec
-// is applied. Real Cluster over SQLite, a manual clock; the older release is played by writing
-// the stored spec JSON directly, as that release's validation let it through.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createClusterView } from "../cluster-view.js";
 import { deploymentToProto } from "../convert/views.js";
 import { isControlPlaneError } from "../errors.js";
-import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster } from "./cluster.js";
 import { DRAIN_SETTLE_MS } from "./drains.js";
 import type { ReplicaStateName } from "./replica-state.js";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-refused-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-refused-", (f) => {
+  ({ store, clock } = f);
 });
 
 const spec = (input: Record<string, unknown> = {}) =>

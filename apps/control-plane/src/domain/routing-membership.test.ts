@@ -1,33 +1,21 @@
-// What routers route by (Cluster.routingMembership), when its version moves, and how load
-// travels apart from it (heartbeats, ReportLoad, onLoad).
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import type { ReplicaLoadSample } from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSqliteStore } from "../store/sqlite-store.js";
+import { describe, expect, it } from "vitest";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { gpuReading, rankStatus } from "../testing/reports.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster, type EngineCredentialInput, LOAD_REFRESH_MS } from "./cluster.js";
 import type { ReplicaStateName } from "./replica-state.js";
 import { hashSecret } from "./tokens.js";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-routing-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-routing-", (f) => {
+  ({ store, clock } = f);
 });
 
 const spec = (input: Record<string, unknown>) =>

@@ -1,29 +1,17 @@
-// Tenants and the keys' tenant, budgets and priority: what is refused (each refusal with its
-// code and message), what is kept across a restart, and what routers are handed.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSqliteStore } from "../store/sqlite-store.js";
+import { describe, expect, it } from "vitest";
 import type { ClusterStore } from "../store/types.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { Cluster } from "./cluster.js";
 import type { TenantInput } from "./tenants.js";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-tenants-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-tenants-", (f) => {
+  ({ store, clock } = f);
 });
 
 function cluster(): Cluster {

@@ -1,8 +1,3 @@
-// AgentService.ReportLoad through Connect's in-memory transport with the real service and
-// error mapping: credentials as Heartbeat, bounds, and load reaching what routers read.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
@@ -18,32 +13,25 @@ import {
 import type { ReplicaLoadSample } from "@llmgw/router";
 import { schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AGENT_LIMITS } from "../domain/agent-limits.js";
 import { Cluster } from "../domain/cluster.js";
 import { DRAIN_SETTLE_MS } from "../domain/drains.js";
 import { LOAD_REFRESH_MS } from "../domain/replica-loads.js";
-import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createAgentServiceTransport } from "../testing/agent-service-transport.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
 import { refusal } from "../testing/refusal.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 import { ERROR_CODE_HEADER } from "./errors.js";
 
 const JOIN_TOKEN = "llmgw-join-test";
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-agent-service-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-agent-service-", (f) => {
+  ({ store, clock } = f);
 });
 
 /** Two nodes joined over the wire, one replica each, both heartbeating it ready. */

@@ -1,10 +1,3 @@
-// The order in which AgentService takes one node's heartbeats, through Connect's in-memory
-// transport with the real service: heartbeats travel on calls and on StreamHeartbeat streams,
-// so an older one can arrive after a newer one (a stalled connection, the stream before the
-// current one, an agent's previous run); what it says must not replace what is newer.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";
@@ -21,28 +14,21 @@ import {
 } from "@llmgw/proto";
 import { schedule } from "@llmgw/scheduler";
 import { inventoryToProto } from "@llmgw/wire";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Cluster } from "../domain/cluster.js";
-import { openSqliteStore } from "../store/sqlite-store.js";
 import type { ClusterStore } from "../store/types.js";
 import { createAgentServiceTransport } from "../testing/agent-service-transport.js";
-import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
+import type { ManualClock } from "../testing/manual-clock.js";
+import { sqliteStoreEachTest } from "../testing/sqlite-fixture.js";
 
 const JOIN_TOKEN = "llmgw-join-test";
 const GiB = 1024 ** 3;
 
-let dir: string;
 let store: ClusterStore;
 let clock: ManualClock;
 
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-heartbeat-order-"));
-  store = openSqliteStore({ file: join(dir, "state.db") });
-  clock = createManualClock();
-});
-afterEach(() => {
-  store.close();
-  rmSync(dir, { recursive: true, force: true });
+sqliteStoreEachTest("llmgw-heartbeat-order-", (f) => {
+  ({ store, clock } = f);
 });
 
 /** What one heartbeat of the test node says; unset: an older agent's heartbeat. */
