@@ -7,7 +7,7 @@
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
-import { ReplicaState } from "@llmgw/proto";
+import { BudgetPeriod, PriorityClass, ReplicaState } from "@llmgw/proto";
 import OpenAI from "openai";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -269,6 +269,43 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       }),
     ).rejects.toThrow();
     await checkPage("keys");
+  });
+
+  it("shows each tenant, and what its keys used by model", async () => {
+    const model = (await deployment(cp, "chat"))?.spec?.servedModelName ?? "";
+    await cp.admin().createTenant(
+      {
+        tenant: {
+          name: "search",
+          requestsPerMinute: 600,
+          budgets: [{ period: BudgetPeriod.DAY, tokens: 1_000_000n }],
+          priority: PriorityClass.CRITICAL,
+          weight: 2,
+        },
+      },
+      cp.adminHeaders(),
+    );
+    const { secret } = await cp
+      .admin()
+      .createApiKey({ name: "search-key", tenant: "search" }, cp.adminHeaders());
+    const openai = new OpenAI({ baseURL: `${cp.publicUrl}/v1`, apiKey: secret, maxRetries: 0 });
+    const answer = await openai.chat.completions.create({
+      model,
+      messages: [{ role: "user", content: "what did the search team use?" }],
+      max_tokens: 8,
+    });
+    await page.click("nav a[href='#/tenants']");
+    await shows('[data-tenant="search"]');
+    const cells = await page.locator('[data-tenant="search"] td').allTextContents();
+    expect(cells).toEqual(["search", "critical", "2", "600", "—", "—", "day: 1,000,000", "1"]);
+    // The router reports usage every few seconds, and the page asks every 15 s.
+    const row = `[data-usage="search/${model}"]`;
+    await shows(row, 60_000);
+    expect(await page.textContent(`${row} [data-requests]`)).toBe("1");
+    expect(await page.textContent(`${row} [data-completion]`)).toBe(
+      String(answer.usage?.completion_tokens),
+    );
+    await checkPage("tenants");
   });
 
   it("shows new events live, without a reload", async () => {

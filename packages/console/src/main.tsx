@@ -12,6 +12,7 @@ import { FleetPage } from "./pages/fleet.js";
 import { KeysPage } from "./pages/keys.js";
 import { ReplicaPage } from "./pages/replica.js";
 import { RoutersPage } from "./pages/routers.js";
+import { TenantsPage } from "./pages/tenants.js";
 import { replicaIdOf, routeOf } from "./route.js";
 import { ErrorLine } from "./ui.js";
 
@@ -20,6 +21,7 @@ const PAGES = [
   ["deployments", "Deployments"],
   ["events", "Events"],
   ["keys", "API keys"],
+  ["tenants", "Tenants"],
   ["routers", "Routers"],
 ] as const;
 
@@ -133,6 +135,8 @@ function Page() {
       return <KeysPage />;
     case "routers":
       return <RoutersPage />;
+    case "tenants":
+      return <TenantsPage />;
     default:
       return <FleetPage />;
   }

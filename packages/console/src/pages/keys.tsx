@@ -131,6 +131,7 @@ function KeyRow({ k, revoked }: { k: ApiKey; revoked: () => void }) {
   return (
     <tr data-key={k.name}>
       <td>{k.name}</td>
+      <td>{k.tenant === "" ? <span class="quiet">none</span> : k.tenant}</td>
       <td>
         <code>{k.prefix}…</code>
       </td>
@@ -201,6 +202,7 @@ export function KeysPage() {
             <ColumnHeads
               names={[
                 "Name",
+                "Tenant",
                 "Prefix",
                 "Models",
                 "Requests/min",

@@ -1,0 +1,101 @@
+/**
+ * What the tenants page shows of `GetUsage`: the rows of a period summed by tenant and model,
+ * and how tenants' limits read. Pure, so it is tested without a browser.
+ */
+import {
+  BudgetPeriod,
+  PriorityClass,
+  type TokenBudget,
+  UsageGranularity,
+  type UsageRow,
+} from "@llmgw/proto";
+
+/** The periods the page offers: how far back, and the buckets `GetUsage` sums. */
+export const USAGE_PERIODS = [
+  { id: "24h", label: "last 24 hours", ms: 24 * 3_600_000, granularity: UsageGranularity.HOUR },
+  { id: "7d", label: "last 7 days", ms: 7 * 86_400_000, granularity: UsageGranularity.DAY },
+  { id: "30d", label: "last 30 days", ms: 30 * 86_400_000, granularity: UsageGranularity.DAY },
+] as const;
+
+export type UsagePeriodId = (typeof USAGE_PERIODS)[number]["id"];
+
+/**
+ * Where a period starts: `ms` before `nowMs`, moved back to the start of its first bucket, so
+ * that the first bucket is counted whole rather than from somewhere inside it.
+ */
+export function periodStartMs(period: (typeof USAGE_PERIODS)[number], nowMs: number): number {
+  const bucketMs = period.granularity === UsageGranularity.HOUR ? 3_600_000 : 86_400_000;
+  const start = nowMs - period.ms;
+  return start - (start % bucketMs);
+}
+
+/** One tenant's use of one model over the period. */
+export interface UsageTotal {
+  /** "" for keys of no tenant. */
+  readonly tenant: string;
+  readonly model: string;
+  readonly requests: bigint;
+  readonly promptTokens: bigint;
+  readonly cachedTokens: bigint;
+  readonly completionTokens: bigint;
+  readonly gpuSeconds: number;
+  /** Requests charged an estimate (cut short, or no usage reported). */
+  readonly estimatedRequests: bigint;
+}
+
+/** `rows` (any buckets, grouped by tenant and model) summed per tenant and model, sorted. */
+export function usageTotals(rows: readonly UsageRow[]): UsageTotal[] {
+  const totals = new Map<string, UsageTotal>();
+  for (const r of rows) {
+    const id = `${r.tenant}\0${r.model}`;
+    const t = totals.get(id);
+    totals.set(id, {
+      tenant: r.tenant,
+      model: r.model,
+      requests: (t?.requests ?? 0n) + r.requests,
+      promptTokens: (t?.promptTokens ?? 0n) + r.promptTokens,
+      cachedTokens: (t?.cachedTokens ?? 0n) + r.cachedTokens,
+      completionTokens: (t?.completionTokens ?? 0n) + r.completionTokens,
+      gpuSeconds: (t?.gpuSeconds ?? 0) + r.gpuSeconds,
+      estimatedRequests: (t?.estimatedRequests ?? 0n) + r.estimatedRequests,
+    });
+  }
+  // Tenants by name, keys of no tenant last; models by name within each.
+  return [...totals.values()].sort(
+    (a, b) =>
+      Number(a.tenant === "") - Number(b.tenant === "") ||
+      a.tenant.localeCompare(b.tenant) ||
+      a.model.localeCompare(b.model),
+  );
+}
+
+/** 1234567 → "1,234,567" (exact for any bigint). */
+export function thousands(v: bigint): string {
+  return v.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+/** GPU time as it reads best: "42 s", "3.5 min", "2.1 h". */
+export function gpuTime(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return "—";
+  if (seconds < 60) return `${seconds < 10 ? seconds.toFixed(1) : Math.round(seconds)} s`;
+  if (seconds < 3_600) return `${(seconds / 60).toFixed(1)} min`;
+  return `${(seconds / 3_600).toFixed(1)} h`;
+}
+
+/** A budget as the CLI's flags spell it: "day: 1,000,000", "month (llama-8b): 50,000,000". */
+export function budgetText(b: Pick<TokenBudget, "period" | "model" | "tokens">): string {
+  const period = b.period === BudgetPeriod.MONTH ? "month" : "day";
+  return `${period}${b.model === "" ? "" : ` (${b.model})`}: ${thousands(b.tokens)}`;
+}
+
+/** A tenant's priority class; unspecified reads as standard, which it is. */
+export function priorityText(p: PriorityClass): string {
+  switch (p) {
+    case PriorityClass.CRITICAL:
+      return "critical";
+    case PriorityClass.BATCH:
+      return "batch";
+    default:
+      return "standard";
+  }
+}
