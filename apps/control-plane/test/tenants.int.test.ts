@@ -218,7 +218,13 @@ describe("tenants", () => {
       heldBy(received).tenants[0]?.weight === 40 ? heldBy(received).tenants : undefined,
     );
     expect(heldBy(received).tenants).toEqual([
-      { name: "search", rpm: 60, priority: "critical", weight: 40 },
+      {
+        name: "search",
+        rpm: 60,
+        priority: "critical",
+        weight: 40,
+        createdAtMs: expect.any(Number),
+      },
     ]);
 
     expect(await refusal(admin.deleteTenant({ name: "search" }))).toEqual({

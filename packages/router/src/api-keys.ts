@@ -15,6 +15,8 @@ export interface TenantInfo {
   readonly budgets?: readonly TokenBudget[];
   /** Share of its priority class under contention, relative to other tenants' (1–1000). */
   readonly weight: number;
+  /** When it was created (ms), which tells it from a deleted tenant of its name; absent: not told. */
+  readonly createdAtMs?: number;
 }
 
 /** A verified API key. Absent limits mean "no limit". */

@@ -26,6 +26,21 @@ describe("isolationScope", () => {
     expect(isolationScope("key", tenantKey)).toBe("key\0k1");
   });
 
+  it("tells a tenant from a deleted one of its name by its creation time, where told", () => {
+    const at = (createdAtMs: number): ApiKeyInfo => ({
+      ...tenantKey,
+      tenant: { name: "search", weight: 1, createdAtMs },
+    });
+    expect(isolationScope("tenant", at(1_700_000_000_000))).toBe(
+      `tenant\0search\0${1_700_000_000_000}`,
+    );
+    expect(isolationScope("tenant", at(1_700_000_000_000))).not.toBe(
+      isolationScope("tenant", at(1_700_000_500_000)),
+    );
+    // A control plane that does not tell the time: the name alone, as before.
+    expect(isolationScope("tenant", tenantKey)).toBe("tenant\0search");
+  });
+
   it("keeps a tenant and a key of the same name apart", () => {
     const named: ApiKeyInfo = { id: "search", name: "s" };
     expect(isolationScope("tenant", tenantKey)).not.toBe(isolationScope("tenant", named));

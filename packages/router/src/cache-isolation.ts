@@ -37,11 +37,18 @@ export const ISOLATED_SALT_PREFIX = "llmgw-";
 
 /**
  * The principal a request's cache belongs to under `mode`, as a string no two principals
- * share; `undefined` for `none`.
+ * share; `undefined` for `none`. A tenant is its name and creation time, so that a tenant
+ * created again under a deleted one's name does not inherit its cache (where the control plane
+ * tells the time: one before that field gives the name alone).
  */
 export function isolationScope(mode: CacheIsolation, key: ApiKeyInfo): string | undefined {
   if (mode === "none") return undefined;
-  if (mode === "tenant" && key.tenant !== undefined) return `tenant\0${key.tenant.name}`;
+  const tenant = key.tenant;
+  if (mode === "tenant" && tenant !== undefined) {
+    return tenant.createdAtMs === undefined
+      ? `tenant\0${tenant.name}`
+      : `tenant\0${tenant.name}\0${tenant.createdAtMs}`;
+  }
   return `key\0${key.id}`;
 }
 

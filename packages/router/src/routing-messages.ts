@@ -112,6 +112,11 @@ export interface TenantGrant {
   readonly priority?: PriorityClass;
   /** Share of its priority class under contention, relative to other tenants' (1–1000). */
   readonly weight: number;
+  /**
+   * When the tenant was created (ms): a tenant created again under a deleted one's name is
+   * another tenant. Absent: not told (an older control plane).
+   */
+  readonly createdAtMs?: number;
 }
 
 /** The whole routing state at `version` of `epoch`; replaces whatever a router held. */

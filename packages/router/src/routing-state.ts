@@ -374,6 +374,8 @@ class MessageChecker {
     if (t.budgets !== undefined) this.budgets(`${path}.budgets`, t.budgets);
     if (t.priority !== undefined) this.priority(`${path}.priority`, t.priority);
     this.integer(`${path}.weight`, t.weight, 1, ROUTING_LIMITS.maxTenantWeight);
+    if (t.createdAtMs !== undefined)
+      this.integer(`${path}.createdAtMs`, t.createdAtMs, 1, Number.MAX_SAFE_INTEGER);
   }
 
   tenants(path: string, value: readonly TenantGrant[]): void {
@@ -739,6 +741,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     if (t.tpm !== undefined) info.tpm = share(t.tpm);
     if (t.maxConcurrency !== undefined) info.maxConcurrency = share(t.maxConcurrency);
     if (t.budgets !== undefined && t.budgets.length > 0) info.budgets = t.budgets;
+    if (t.createdAtMs !== undefined) info.createdAtMs = t.createdAtMs;
     return info;
   };
   const grantInfo = (g: KeyGrant, tenantInfos: Map<string, TenantInfo>): ApiKeyInfo => {

@@ -223,7 +223,9 @@ describe("routing messages on the wire", () => {
           budgets: [{ period: "day", tokens: 9 }],
           priority: "critical",
           weight: 1000,
+          createdAtMs: T0 - 5_000,
         },
+        // No creation time (an older control plane): it stays absent, never 0.
         { name: "other", weight: 1 },
       ],
       routers: 1,

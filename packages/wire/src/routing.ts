@@ -229,6 +229,9 @@ function tenantFromProto(kind: string, path: string, t: TenantGrantProto): Tenan
     ...budgetsFromProto(kind, `${path}.budgets`, t.budgets),
     ...(priority === undefined ? {} : { priority }),
     weight: t.weight,
+    ...(t.createdAtUnixMs === 0n
+      ? {}
+      : { createdAtMs: safe(kind, `${path}.createdAtMs`, t.createdAtUnixMs) }),
   };
 }
 
@@ -387,6 +390,7 @@ const tenantToProto = (t: TenantGrant) => ({
   budgets: (t.budgets ?? []).map(tokenBudgetToProto),
   priority: priorityClassToProto(t.priority),
   weight: t.weight,
+  createdAtUnixMs: BigInt(t.createdAtMs ?? 0),
 });
 
 /**

@@ -319,6 +319,7 @@ describe("API keys of tenants", () => {
 
   it("keeps a key's tenant, budgets and priority, and hands them to routers", () => {
     const c = cluster();
+    const createdAtMs = clock.now();
     c.tenants.create("search", { tokensPerMinute: 1000, priority: "critical", weight: 3 });
     const { key } = c.apiKeys.create({
       name: "app",
@@ -347,7 +348,9 @@ describe("API keys of tenants", () => {
       },
       { name: "plain" },
     ]);
-    expect(m.tenants).toEqual([{ name: "search", tpm: 1000, priority: "critical", weight: 3 }]);
+    expect(m.tenants).toEqual([
+      { name: "search", tpm: 1000, priority: "critical", weight: 3, createdAtMs },
+    ]);
   });
 });
 
@@ -357,19 +360,28 @@ describe("routing", () => {
     let bumps = 0;
     c.onRoutingChange(() => bumps++);
     const topology = c.routingTopologyVersion;
+    const createdAtMs = clock.now();
     c.tenants.create("search", { budgets: [day(5)] });
     expect(bumps).toBe(1);
     expect(c.routingTenants()).toEqual([
-      { name: "search", budgets: [{ period: "day", tokens: 5 }], weight: 1 },
+      { name: "search", budgets: [{ period: "day", tokens: 5 }], weight: 1, createdAtMs },
     ]);
+    clock.advance(1000);
     c.tenants.update("search", { weight: 4 }, ["weight", "budgets"]);
     expect(bumps).toBe(2);
-    expect(c.routingTenants()).toEqual([{ name: "search", weight: 4 }]);
+    // An update keeps the creation time: the same tenant, the same cache scope.
+    expect(c.routingTenants()).toEqual([{ name: "search", weight: 4, createdAtMs }]);
     c.tenants.delete("search");
     expect(bumps).toBe(3);
     expect(c.routingTenants()).toEqual([]);
     // Replicas and models are not rebuilt for a tenant change.
     expect(c.routingTopologyVersion).toBe(topology);
+    // Created again under its name, it is another tenant to routers (cache isolation).
+    clock.advance(1000);
+    c.tenants.create("search", {});
+    expect(c.routingTenants()).toEqual([
+      { name: "search", weight: 1, createdAtMs: createdAtMs + 2000 },
+    ]);
   });
 
   it("marks a vLLM deployment scheduling by priority: enginePriority", () => {

@@ -317,6 +317,7 @@ export class Tenants {
       ...(t.budgets.length === 0 ? {} : { budgets: t.budgets.map((b) => ({ ...b })) }),
       ...(t.priority === undefined ? {} : { priority: t.priority }),
       weight: t.weight,
+      createdAtMs: t.createdAtMs,
     }));
   }
 

@@ -195,7 +195,8 @@ function sameTenant(a: TenantGrant, b: TenantGrant): boolean {
     a.maxConcurrency === b.maxConcurrency &&
     sameBudgets(a.budgets, b.budgets) &&
     a.priority === b.priority &&
-    a.weight === b.weight
+    a.weight === b.weight &&
+    a.createdAtMs === b.createdAtMs
   );
 }
 
