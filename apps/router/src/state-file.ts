@@ -6,7 +6,8 @@
  *
  * The snapshot is stored in its protobuf JSON form and read back through the same checks as
  * the live stream (`routingMessageFromProto`): the file is outside input like the stream, and
- * protobuf JSON keeps old files readable as fields are added.
+ * protobuf JSON keeps old files readable as fields are added. Fields it does not know (a file
+ * a newer release wrote, before a rollback) are skipped, as the binary stream skips them.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, lstat, mkdir, open, readFile, rename, rm } from "node:fs/promises";
@@ -150,7 +151,9 @@ export function parseRoutingStateFile(text: string, file: string): SavedRoutingS
   }
   let snapshot: RoutingSnapshot;
   try {
-    const proto = fromJson(RoutingSnapshotSchema, envelope.snapshot as JsonValue);
+    const proto = fromJson(RoutingSnapshotSchema, envelope.snapshot as JsonValue, {
+      ignoreUnknownFields: true,
+    });
     const message = routingMessageFromProto(
       create(WatchRoutingResponseSchema, { message: { case: "snapshot", value: proto } }),
     );

@@ -17,6 +17,11 @@ export interface TenantInfo {
   readonly weight: number;
   /** When it was created (ms), which tells it from a deleted tenant of its name; absent: not told. */
   readonly createdAtMs?: number;
+  /**
+   * True for a stand-in: a key names this tenant, but the routing state holds no grant for it
+   * (yet). Which tenant it is cannot be told, so cache isolation keeps such keys alone.
+   */
+  readonly ungranted?: true;
 }
 
 /** A verified API key. Absent limits mean "no limit". */

@@ -39,6 +39,12 @@ describe("isolationScope", () => {
     );
     // A control plane that does not tell the time: the name alone, as before.
     expect(isolationScope("tenant", tenantKey)).toBe("tenant\0search");
+    // A key naming a tenant the routing state does not hold: alone, not in a name's scope.
+    const stray: ApiKeyInfo = {
+      ...tenantKey,
+      tenant: { name: "search", weight: 1, ungranted: true },
+    };
+    expect(isolationScope("tenant", stray)).toBe("key\0k1");
   });
 
   it("keeps a tenant and a key of the same name apart", () => {

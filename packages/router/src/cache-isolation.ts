@@ -39,12 +39,13 @@ export const ISOLATED_SALT_PREFIX = "llmgw-";
  * The principal a request's cache belongs to under `mode`, as a string no two principals
  * share; `undefined` for `none`. A tenant is its name and creation time, so that a tenant
  * created again under a deleted one's name does not inherit its cache (where the control plane
- * tells the time: one before that field gives the name alone).
+ * tells the time: one before that field gives the name alone). A key whose tenant the
+ * routing state does not hold is scoped alone: which tenant it is cannot be told.
  */
 export function isolationScope(mode: CacheIsolation, key: ApiKeyInfo): string | undefined {
   if (mode === "none") return undefined;
   const tenant = key.tenant;
-  if (mode === "tenant" && tenant !== undefined) {
+  if (mode === "tenant" && tenant !== undefined && tenant.ungranted !== true) {
     return tenant.createdAtMs === undefined
       ? `tenant\0${tenant.name}`
       : `tenant\0${tenant.name}\0${tenant.createdAtMs}`;

@@ -1099,7 +1099,7 @@ describe("createRoutingState: tenants", () => {
     expect(state.apiKeys.verify("sk-three")).toEqual({
       id: "k3",
       name: "k3-name",
-      tenant: { name: "ghost", weight: 1 },
+      tenant: { name: "ghost", weight: 1, ungranted: true },
     });
   });
 
@@ -1111,7 +1111,11 @@ describe("createRoutingState: tenants", () => {
     state.apply(delta(12, { upsertedTenants: [{ name: "ghost", weight: 7 }] }));
     expect(state.apiKeys.verify("sk-three")?.tenant).toEqual({ name: "ghost", weight: 7 });
     state.apply(delta(13, { removedTenants: ["team"] }));
-    expect(state.apiKeys.verify("sk-one")?.tenant).toEqual({ name: "team", weight: 1 });
+    expect(state.apiKeys.verify("sk-one")?.tenant).toEqual({
+      name: "team",
+      weight: 1,
+      ungranted: true,
+    });
   });
 
   it("re-divides a tenant's rates when the router count changes", () => {

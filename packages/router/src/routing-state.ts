@@ -755,7 +755,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
       let tenant = tenantInfos.get(g.tenant);
       if (tenant === undefined) {
         // Not (yet) granted: the key is still its tenant's for fair share and usage.
-        tenant = { name: g.tenant, weight: 1 };
+        tenant = { name: g.tenant, weight: 1, ungranted: true };
         tenantInfos.set(g.tenant, tenant);
       }
       info.tenant = tenant;

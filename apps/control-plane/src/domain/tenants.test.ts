@@ -376,11 +376,17 @@ describe("routing", () => {
     expect(c.routingTenants()).toEqual([]);
     // Replicas and models are not rebuilt for a tenant change.
     expect(c.routingTopologyVersion).toBe(topology);
-    // Created again under its name, it is another tenant to routers (cache isolation).
+    // Created again under its name, it is another tenant to routers (cache isolation), even
+    // within the same clock tick.
     clock.advance(1000);
     c.tenants.create("search", {});
     expect(c.routingTenants()).toEqual([
       { name: "search", weight: 1, createdAtMs: createdAtMs + 2000 },
+    ]);
+    c.tenants.delete("search");
+    c.tenants.create("search", {});
+    expect(c.routingTenants()).toEqual([
+      { name: "search", weight: 1, createdAtMs: createdAtMs + 2001 },
     ]);
   });
 

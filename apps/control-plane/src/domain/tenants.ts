@@ -200,10 +200,19 @@ export interface TenantsOptions {
 export class Tenants {
   readonly #o: TenantsOptions;
   readonly #byName = new Map<string, TenantRecord>();
+  /**
+   * The latest creation time handed out. Creation times never repeat: routers scope a
+   * tenant's prefix cache by name and creation time, so a tenant deleted and created again
+   * within one clock tick (a script) must still be another tenant.
+   */
+  #lastCreatedAtMs = 0;
 
   constructor(options: TenantsOptions) {
     this.#o = options;
-    for (const t of options.store.listTenants()) this.#byName.set(t.name, t);
+    for (const t of options.store.listTenants()) {
+      this.#byName.set(t.name, t);
+      this.#lastCreatedAtMs = Math.max(this.#lastCreatedAtMs, t.createdAtMs);
+    }
   }
 
   /**
@@ -226,7 +235,8 @@ export class Tenants {
         "LLMGW_CONTROL_PLANE_INVALID_ARGUMENT",
         `${this.#byName.size} tenants exist, the most routers hold (${ROUTING_LIMITS.maxTenants}); delete one first`,
       );
-    const now = this.#o.clock.now();
+    const now = Math.max(this.#o.clock.now(), this.#lastCreatedAtMs + 1);
+    this.#lastCreatedAtMs = now;
     const record: TenantRecord = { name, ...fields, createdAtMs: now, updatedAtMs: now };
     this.#o.store.putTenant(record);
     this.#byName.set(name, record);
