@@ -297,7 +297,17 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     await page.click("nav a[href='#/tenants']");
     await shows('[data-tenant="search"]');
     const cells = await page.locator('[data-tenant="search"] td').allTextContents();
-    expect(cells).toEqual(["search", "critical", "2", "600", "—", "—", "day: 1,000,000", "1"]);
+    expect(cells).toEqual([
+      "search",
+      "critical",
+      "2",
+      "600",
+      "none",
+      "none",
+      "day: 1,000,000",
+      "1",
+      "Delete",
+    ]);
     // The router reports usage every few seconds, and the page asks every 15 s.
     const row = `[data-usage="search/${model}"]`;
     await shows(row, 60_000);
@@ -306,6 +316,44 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       String(answer.usage?.completion_tokens),
     );
     await checkPage("tenants");
+
+    // A tenant made on the page, refused first for its name, then deleted after a confirmation.
+    await page.fill("#tenant-name", "Ops Team");
+    await page.click("button:text('Create tenant')");
+    await shows("[role=alert]");
+    expect(await page.textContent("[role=alert]")).toMatch(/Ops Team/);
+    await page.fill("#tenant-name", "ops");
+    await page.selectOption("#tenant-priority", "batch");
+    await page.fill("#tenant-day", "5000000000");
+    await page.click("button:text('Create tenant')");
+    await shows('[data-tenant="ops"]');
+    expect(await page.locator('[data-tenant="ops"] td').allTextContents()).toEqual([
+      "ops",
+      "batch",
+      "1",
+      "none",
+      "none",
+      "none",
+      "day: 5,000,000,000",
+      "0",
+      "Delete",
+    ]);
+    const [made] = (await cp.admin().listTenants({}, cp.adminHeaders())).tenants.filter(
+      (t) => t.name === "ops",
+    );
+    expect(made?.budgets.map((b) => [b.period, b.tokens])).toEqual([
+      [BudgetPeriod.DAY, 5_000_000_000n],
+    ]);
+    await page.click('[data-tenant="ops"] button:text("Delete")');
+    await page.click('dialog button.danger:text("Delete")');
+    await page.locator('[data-tenant="ops"]').waitFor({ state: "detached" });
+    // A tenant with keys is not deleted: the dialog says why and stays.
+    await page.click('[data-tenant="search"] button:text("Delete")');
+    await page.click('dialog button.danger:text("Delete")');
+    await shows("dialog [role=alert]");
+    expect(await page.textContent("dialog [role=alert]")).toMatch(/key/);
+    await page.click('dialog button:text("Cancel")');
+    await shows('[data-tenant="search"]');
   });
 
   it("shows new events live, without a reload", async () => {

@@ -61,6 +61,11 @@ export function count(v: Num): string {
   return n === undefined ? ABSENT : String(n);
 }
 
+/** A limit an admin may leave unset: "600", or "none" (no limit, which is not a reading). */
+export function limit(v: number | undefined): string {
+  return v === undefined ? "none" : String(v);
+}
+
 /** "12 s ago", "5 min ago", "3 h ago", "2 d ago"; "—" for no time. */
 export function ago(atMs: Num, nowMs: number): string {
   const at = num(atMs);

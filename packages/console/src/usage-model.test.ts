@@ -4,11 +4,13 @@ import { describe, expect, it } from "vitest";
 import {
   budgetText,
   gpuTime,
+  optionalTokens,
   periodStartMs,
   priorityText,
   thousands,
   USAGE_PERIODS,
   usageTotals,
+  weightOf,
 } from "./usage-model.js";
 
 const row = (tenant: string, model: string, start: number, n: number) =>
@@ -22,6 +24,7 @@ const row = (tenant: string, model: string, start: number, n: number) =>
     completionTokens: BigInt(20 * n),
     gpuSeconds: 0.5 * n,
     estimatedRequests: n === 3 ? 1n : 0n,
+    refusedUsage: n === 2 ? 1n : 0n,
   });
 
 describe("usageTotals", () => {
@@ -48,6 +51,7 @@ describe("usageTotals", () => {
       completionTokens: 100n,
       gpuSeconds: 2.5,
       estimatedRequests: 1n,
+      refusedUsage: 1n,
     });
   });
 
@@ -85,5 +89,26 @@ describe("the page's numbers", () => {
     expect(priorityText(PriorityClass.UNSPECIFIED)).toBe("standard");
     expect(priorityText(PriorityClass.CRITICAL)).toBe("critical");
     expect(priorityText(PriorityClass.BATCH)).toBe("batch");
+  });
+});
+
+describe("the create-tenant form's fields", () => {
+  it("takes a budget up to 2^53 − 1 tokens, empty as none, and refuses the rest by name", () => {
+    expect(optionalTokens("", "daily tokens")).toBeUndefined();
+    expect(optionalTokens(" 5000000000 ", "daily tokens")).toBe(5_000_000_000n);
+    expect(optionalTokens("9007199254740991", "daily tokens")).toBe(9_007_199_254_740_991n);
+    for (const bad of ["0", "-1", "1.5", "1e6", "9007199254740992", "many"]) {
+      expect(() => optionalTokens(bad, "daily tokens")).toThrow(
+        "daily tokens: a whole number of tokens of at least 1, or empty for none",
+      );
+    }
+  });
+
+  it("takes a weight in 1–1000, empty as 1", () => {
+    expect(weightOf("")).toBe(1);
+    expect(weightOf("1000")).toBe(1000);
+    for (const bad of ["0", "1001", "2.5", "x"]) {
+      expect(() => weightOf(bad)).toThrow("weight: a whole number in 1–1000");
+    }
   });
 });

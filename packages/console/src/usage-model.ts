@@ -41,6 +41,8 @@ export interface UsageTotal {
   readonly gpuSeconds: number;
   /** Requests charged an estimate (cut short, or no usage reported). */
   readonly estimatedRequests: bigint;
+  /** Answers whose reported usage was refused (negative, fractional, absurd), charged an estimate. */
+  readonly refusedUsage: bigint;
 }
 
 /** `rows` (any buckets, grouped by tenant and model) summed per tenant and model, sorted. */
@@ -58,6 +60,7 @@ export function usageTotals(rows: readonly UsageRow[]): UsageTotal[] {
       completionTokens: (t?.completionTokens ?? 0n) + r.completionTokens,
       gpuSeconds: (t?.gpuSeconds ?? 0) + r.gpuSeconds,
       estimatedRequests: (t?.estimatedRequests ?? 0n) + r.estimatedRequests,
+      refusedUsage: (t?.refusedUsage ?? 0n) + r.refusedUsage,
     });
   }
   // Tenants by name, keys of no tenant last; models by name within each.
@@ -98,4 +101,25 @@ export function priorityText(p: PriorityClass): string {
     default:
       return "standard";
   }
+}
+
+/**
+ * "" → undefined; otherwise a whole number of tokens in 1–2^53−1, or an error naming `field`
+ * (a budget may exceed a rate limit's 32 bits).
+ */
+export function optionalTokens(value: string, field: string): bigint | undefined {
+  const v = value.trim();
+  if (v === "") return undefined;
+  if (!/^\d{1,16}$/.test(v) || BigInt(v) < 1n || BigInt(v) > BigInt(Number.MAX_SAFE_INTEGER))
+    throw new Error(`${field}: a whole number of tokens of at least 1, or empty for none`);
+  return BigInt(v);
+}
+
+/** A tenant's weight: empty is 1; else a whole number in 1–1000. */
+export function weightOf(value: string): number {
+  const v = value.trim();
+  if (v === "") return 1;
+  if (!/^\d{1,4}$/.test(v) || Number(v) < 1 || Number(v) > 1000)
+    throw new Error("weight: a whole number in 1–1000");
+  return Number(v);
 }

@@ -6,7 +6,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ApiKey, CreateApiKeyRequestSchema } from "@llmgw/proto";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
-import { clock, count } from "../format.js";
+import { clock, limit } from "../format.js";
 import { usePoll } from "../live.js";
 import { Badge, ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
 
@@ -136,9 +136,9 @@ function KeyRow({ k, revoked }: { k: ApiKey; revoked: () => void }) {
         <code>{k.prefix}…</code>
       </td>
       <td>{k.models.length === 0 ? "all" : k.models.join(", ")}</td>
-      <td>{count(k.requestsPerMinute)}</td>
-      <td>{count(k.tokensPerMinute)}</td>
-      <td>{count(k.maxConcurrency)}</td>
+      <td>{limit(k.requestsPerMinute)}</td>
+      <td>{limit(k.tokensPerMinute)}</td>
+      <td>{limit(k.maxConcurrency)}</td>
       <td>{clock(k.createdAtUnixMs)}</td>
       <td>
         {k.revokedAtUnixMs === undefined ? (

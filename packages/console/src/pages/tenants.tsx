@@ -1,24 +1,181 @@
 /**
- * Tenants and what they used: each tenant's limits, budgets and class, and the usage of a
- * period by tenant and model (the same rows as `llmgw usage`). Changing tenants stays with
- * the CLI (`llmgw tenants`).
+ * Tenants and what they used: each tenant's limits, budgets and class (create one, delete one
+ * without keys), and the usage of a period by tenant and model (the same rows as `llmgw
+ * usage`). Changing a tenant's limits stays with the CLI (`llmgw tenants update`).
  */
-import { UsageDimension } from "@llmgw/proto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  BudgetPeriod,
+  type CreateTenantRequestSchema,
+  PriorityClass,
+  type Tenant,
+  UsageDimension,
+} from "@llmgw/proto";
 import { useState } from "preact/hooks";
-import { cluster } from "../api.js";
-import { count } from "../format.js";
+import { cluster, describeError } from "../api.js";
+import { limit } from "../format.js";
 import { usePoll } from "../live.js";
-import { ColumnHeads, ErrorLine, Loading } from "../ui.js";
+import { ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
 import {
   budgetText,
   gpuTime,
+  optionalTokens,
   periodStartMs,
   priorityText,
   thousands,
   USAGE_PERIODS,
   type UsagePeriodId,
   usageTotals,
+  weightOf,
 } from "../usage-model.js";
+import { optionalLimit } from "./keys.js";
+
+type TenantInit = NonNullable<MessageInitShape<typeof CreateTenantRequestSchema>["tenant"]>;
+
+const CLASSES = [
+  ["standard", PriorityClass.STANDARD],
+  ["critical", PriorityClass.CRITICAL],
+  ["batch", PriorityClass.BATCH],
+] as const;
+
+function CreateTenant({ created }: { created: () => void }) {
+  const empty = {
+    name: "",
+    priority: "standard",
+    weight: "",
+    rpm: "",
+    tpm: "",
+    concurrency: "",
+    day: "",
+    month: "",
+  };
+  const [form, setForm] = useState(empty);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const set = (field: keyof typeof empty) => (e: Event) =>
+    setForm({ ...form, [field]: (e.target as HTMLInputElement | HTMLSelectElement).value });
+  const submit = async () => {
+    let tenant: TenantInit;
+    try {
+      if (form.name.trim() === "") throw new Error("name: required");
+      const requestsPerMinute = optionalLimit(form.rpm, "requests per minute");
+      const tokensPerMinute = optionalLimit(form.tpm, "tokens per minute");
+      const maxConcurrency = optionalLimit(form.concurrency, "concurrency");
+      const day = optionalTokens(form.day, "daily tokens");
+      const month = optionalTokens(form.month, "monthly tokens");
+      tenant = {
+        name: form.name.trim(),
+        priority: CLASSES.find(([n]) => n === form.priority)?.[1] ?? PriorityClass.STANDARD,
+        weight: weightOf(form.weight),
+        ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
+        ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
+        ...(maxConcurrency === undefined ? {} : { maxConcurrency }),
+        budgets: [
+          ...(day === undefined ? [] : [{ period: BudgetPeriod.DAY, tokens: day }]),
+          ...(month === undefined ? [] : [{ period: BudgetPeriod.MONTH, tokens: month }]),
+        ],
+      };
+    } catch (e) {
+      setError((e as Error).message);
+      return;
+    }
+    try {
+      await cluster.createTenant({ tenant });
+      setError(undefined);
+      setForm(empty);
+      created();
+    } catch (e) {
+      setError(describeError(e));
+    }
+  };
+  const field = (id: keyof typeof empty, label: string, hint = "") => (
+    <div class="field">
+      <label for={`tenant-${id}`}>{label}</label>
+      <input id={`tenant-${id}`} value={form[id]} placeholder={hint} onInput={set(id)} />
+    </div>
+  );
+  return (
+    <section aria-labelledby="create-tenant">
+      <h2 id="create-tenant">Create a tenant</h2>
+      <form
+        class="grid-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          void submit();
+        }}
+      >
+        {field("name", "Name", "search-team")}
+        <div class="field">
+          <label for="tenant-priority">Class</label>
+          <select id="tenant-priority" value={form.priority} onChange={set("priority")}>
+            {CLASSES.map(([n]) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </div>
+        {field("weight", "Weight (1–1000)", "1")}
+        {field("rpm", "Requests per minute", "no limit")}
+        {field("tpm", "Tokens per minute", "no limit")}
+        {field("concurrency", "Concurrent requests", "no limit")}
+        {field("day", "Tokens per day", "no budget")}
+        {field("month", "Tokens per month", "no budget")}
+        <div class="field">
+          <button type="submit" class="primary">
+            Create tenant
+          </button>
+        </div>
+      </form>
+      <ErrorLine error={error} />
+      <p class="quiet">
+        Budgets per model, and changes to a tenant: <code>llmgw tenants create|update</code>. Keys
+        join a tenant when created: <code>llmgw keys create --tenant NAME</code>.
+      </p>
+    </section>
+  );
+}
+
+function TenantRow({ t, deleted }: { t: Tenant; deleted: () => void }) {
+  const [asking, setAsking] = useState(false);
+  return (
+    <tr data-tenant={t.name}>
+      <td>{t.name}</td>
+      <td>{priorityText(t.priority)}</td>
+      <td>{t.weight || 1}</td>
+      <td>{limit(t.requestsPerMinute)}</td>
+      <td>{limit(t.tokensPerMinute)}</td>
+      <td>{limit(t.maxConcurrency)}</td>
+      <td>{t.budgets.length === 0 ? "none" : t.budgets.map(budgetText).join("; ")}</td>
+      <td>{t.activeKeys}</td>
+      <td>
+        <button type="button" class="danger" onClick={() => setAsking(true)}>
+          Delete
+        </button>
+        {asking ? (
+          <Confirm
+            title={`Delete ${t.name}`}
+            action="Delete"
+            danger
+            close={() => setAsking(false)}
+            confirm={async () => {
+              try {
+                await cluster.deleteTenant({ name: t.name });
+              } catch (e) {
+                throw new Error(describeError(e));
+              }
+              deleted();
+            }}
+          >
+            <p>
+              Its limits and budgets go. A tenant that still has keys is not deleted: revoke them
+              first. Its usage stays.
+            </p>
+          </Confirm>
+        ) : null}
+      </td>
+    </tr>
+  );
+}
 
 function Tenants() {
   const polled = usePoll(
@@ -26,47 +183,42 @@ function Tenants() {
     10_000,
   );
   return (
-    <section aria-labelledby="tenants">
-      <h2 id="tenants">Tenants</h2>
-      <ErrorLine error={polled.error} />
-      {polled.data === undefined ? <Loading what="tenants" /> : null}
-      {polled.data?.length === 0 ? (
-        <p class="quiet">
-          No tenants. Create one with <code>llmgw tenants create NAME</code>, and give it keys with{" "}
-          <code>llmgw keys create --tenant NAME</code>.
-        </p>
-      ) : null}
-      {polled.data?.length ? (
-        <table>
-          <ColumnHeads
-            names={[
-              "Tenant",
-              "Class",
-              "Weight",
-              "Requests/min",
-              "Tokens/min",
-              "Concurrency",
-              "Token budgets",
-              "Keys",
-            ]}
-          />
-          <tbody>
-            {polled.data.map((t) => (
-              <tr key={t.name} data-tenant={t.name}>
-                <td>{t.name}</td>
-                <td>{priorityText(t.priority)}</td>
-                <td>{t.weight || 1}</td>
-                <td>{count(t.requestsPerMinute)}</td>
-                <td>{count(t.tokensPerMinute)}</td>
-                <td>{count(t.maxConcurrency)}</td>
-                <td>{t.budgets.length === 0 ? "none" : t.budgets.map(budgetText).join("; ")}</td>
-                <td>{t.activeKeys}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      ) : null}
-    </section>
+    <>
+      <CreateTenant created={polled.refresh} />
+      <section aria-labelledby="tenants">
+        <h2 id="tenants">Tenants</h2>
+        <ErrorLine error={polled.error} />
+        {polled.data === undefined ? <Loading what="tenants" /> : null}
+        {polled.data?.length === 0 ? (
+          <p class="quiet">
+            No tenants. Create one with <code>llmgw tenants create NAME</code>, and give it keys
+            with <code>llmgw keys create --tenant NAME</code>.
+          </p>
+        ) : null}
+        {polled.data?.length ? (
+          <table>
+            <ColumnHeads
+              names={[
+                "Tenant",
+                "Class",
+                "Weight",
+                "Requests/min",
+                "Tokens/min",
+                "Concurrency",
+                "Token budgets",
+                "Keys",
+                "Actions",
+              ]}
+            />
+            <tbody>
+              {polled.data.map((t) => (
+                <TenantRow key={t.name} t={t} deleted={polled.refresh} />
+              ))}
+            </tbody>
+          </table>
+        ) : null}
+      </section>
+    </>
   );
 }
 
@@ -75,19 +227,22 @@ function Usage() {
   const period = USAGE_PERIODS.find((p) => p.id === periodId) ?? USAGE_PERIODS[0];
   const polled = usePoll(
     async (signal) => {
+      const sinceMs = periodStartMs(period, Date.now());
       const res = await cluster.getUsage(
         {
-          sinceUnixMs: BigInt(periodStartMs(period, Date.now())),
+          sinceUnixMs: BigInt(sinceMs),
           granularity: period.granularity,
           groupBy: [UsageDimension.TENANT, UsageDimension.MODEL],
         },
         { signal },
       );
-      return usageTotals(res.rows);
+      return { periodId, sinceMs, totals: usageTotals(res.rows) };
     },
     15_000,
     [periodId],
   );
+  // Until the chosen period's answer comes, the last one's totals are not shown under it.
+  const data = polled.data?.periodId === periodId ? polled.data : undefined;
   return (
     <section aria-labelledby="usage">
       <h2 id="usage">Usage</h2>
@@ -103,15 +258,19 @@ function Usage() {
           </option>
         ))}
       </select>
+      {data === undefined ? null : (
+        <span class="quiet"> counted from {utcMinute(data.sinceMs)} UTC (whole buckets)</span>
+      )}
       <p class="quiet">
         Tokens as the engines reported them (cached tokens are part of the prompt tokens); GPU time
-        is each request's share of its replica's GPUs while it ran. Routers report every few
-        seconds.
+        is each request's share of its replica's GPUs while it ran. Estimated: requests cut short or
+        answered without usage; refused: answers whose usage was refused (both charged an estimate).
+        Routers report every few seconds.
       </p>
       <ErrorLine error={polled.error} />
-      {polled.data === undefined ? <Loading what="usage" /> : null}
-      {polled.data?.length === 0 ? <p class="quiet">Nothing used in this period.</p> : null}
-      {polled.data?.length ? (
+      {data === undefined ? <Loading what="usage" /> : null}
+      {data?.totals.length === 0 ? <p class="quiet">Nothing used in this period.</p> : null}
+      {data?.totals.length ? (
         <table class="usage">
           <ColumnHeads
             names={[
@@ -123,10 +282,11 @@ function Usage() {
               "Completion tokens",
               "GPU time",
               "Estimated",
+              "Refused",
             ]}
           />
           <tbody>
-            {polled.data.map((u) => (
+            {data.totals.map((u) => (
               <tr key={`${u.tenant}/${u.model}`} data-usage={`${u.tenant}/${u.model}`}>
                 <td>{u.tenant === "" ? <span class="quiet">no tenant</span> : u.tenant}</td>
                 <td>{u.model}</td>
@@ -136,6 +296,7 @@ function Usage() {
                 <td data-completion>{thousands(u.completionTokens)}</td>
                 <td>{gpuTime(u.gpuSeconds)}</td>
                 <td>{thousands(u.estimatedRequests)}</td>
+                <td>{thousands(u.refusedUsage)}</td>
               </tr>
             ))}
           </tbody>
@@ -143,6 +304,11 @@ function Usage() {
       ) : null}
     </section>
   );
+}
+
+/** "2026-12-05 17:00": a period's start, in UTC as the buckets are. */
+function utcMinute(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 16).replace("T", " ");
 }
 
 export function TenantsPage() {
