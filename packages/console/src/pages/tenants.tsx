@@ -262,10 +262,13 @@ function Usage() {
         <span class="quiet"> counted from {utcMinute(data.sinceMs)} UTC (whole buckets)</span>
       )}
       <p class="quiet">
-        Tokens as the engines reported them (cached tokens are part of the prompt tokens); GPU time
-        is each request's share of its replica's GPUs while it ran. Estimated: requests cut short or
-        answered without usage; refused: answers whose usage was refused (both charged an estimate).
-        Routers report every few seconds.
+        Tokens as the engines reported them. Cached tokens are part of the prompt tokens and count
+        only where the engine reports them (vLLM with
+        <code>--enable-prompt-tokens-details</code>, SGLang with <code>--enable-cache-report</code>,
+        llama.cpp): elsewhere they read 0 here, not "unknown", as in <code>llmgw usage</code>. GPU
+        time is each request's share of its replica's GPUs while it ran. Estimated: requests cut
+        short or answered without usage; refused: answers whose usage was refused (both charged an
+        estimate). Routers report every few seconds.
       </p>
       <ErrorLine error={polled.error} />
       {data === undefined ? <Loading what="usage" /> : null}
@@ -278,7 +281,7 @@ function Usage() {
               "Model",
               "Requests",
               "Prompt tokens",
-              "Cached",
+              "Cached (where reported)",
               "Completion tokens",
               "GPU time",
               "Estimated",
