@@ -354,6 +354,20 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     expect(await page.textContent("dialog [role=alert]")).toMatch(/key/);
     await page.click('dialog button:text("Cancel")');
     await shows('[data-tenant="search"]');
+
+    // A key made on the keys page for the tenant counts among its keys.
+    await page.click("nav a[href='#/keys']");
+    // An option of a closed select is never "visible": wait for it to be there.
+    await page.locator("#key-tenant option[value='search']").waitFor({ state: "attached" });
+    await page.fill("#key-name", "search-two");
+    await page.selectOption("#key-tenant", "search");
+    await page.click("button:text('Create key')");
+    await shows("[data-secret]");
+    await page.click("button:text('I have copied it')");
+    await shows('[data-key="search-two"]');
+    expect(await page.locator('[data-key="search-two"] td').nth(1).textContent()).toBe("search");
+    await page.click("nav a[href='#/tenants']");
+    await page.locator('[data-tenant="search"] td:nth-child(8):text-is("2")').waitFor();
   });
 
   it("shows new events live, without a reload", async () => {

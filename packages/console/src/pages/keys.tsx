@@ -44,6 +44,11 @@ function SecretOnce({ secret, name, close }: { secret: string; name: string; clo
 }
 
 function CreateKey({ created }: { created: () => void }) {
+  const tenants = usePoll(
+    async (signal) => (await cluster.listTenants({}, { signal })).tenants.map((t) => t.name),
+    30_000,
+  );
+  const [tenant, setTenant] = useState("");
   const [name, setName] = useState("");
   const [models, setModels] = useState("");
   const [rpm, setRpm] = useState("");
@@ -60,6 +65,7 @@ function CreateKey({ created }: { created: () => void }) {
       const maxConcurrency = optionalLimit(concurrency, "concurrency");
       request = {
         name: name.trim(),
+        tenant,
         models: models
           .split(",")
           .map((m) => m.trim())
@@ -77,6 +83,7 @@ function CreateKey({ created }: { created: () => void }) {
       setError(undefined);
       setSecret({ name: res.key?.name ?? request.name ?? "", secret: res.secret });
       setName("");
+      setTenant("");
       setModels("");
       setRpm("");
       setTpm("");
@@ -108,6 +115,21 @@ function CreateKey({ created }: { created: () => void }) {
         }}
       >
         {field("key-name", "Name", name, setName, "team-a")}
+        <div class="field">
+          <label for="key-tenant">Tenant</label>
+          <select
+            id="key-tenant"
+            value={tenant}
+            onChange={(e) => setTenant((e.target as HTMLSelectElement).value)}
+          >
+            <option value="">none</option>
+            {(tenants.data ?? []).map((t) => (
+              <option key={t} value={t}>
+                {t}
+              </option>
+            ))}
+          </select>
+        </div>
         {field("key-models", "Models (comma-separated; empty: all)", models, setModels)}
         {field("key-rpm", "Requests per minute", rpm, setRpm, "no limit")}
         {field("key-tpm", "Tokens per minute", tpm, setTpm, "no limit")}
