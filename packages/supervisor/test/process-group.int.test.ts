@@ -61,12 +61,19 @@ describe("process groups", () => {
 
     expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
     expect(listGroupMembers(handle.pgid)).toEqual([]);
-    for (const kid of kids) {
-      expect(isAlive(kid.pid)).toBe(false);
-      // The sockets they listened on are closed. Their port numbers may be another test's by
-      // now (CI runs tests side by side): another socket on the same port is no leak.
-      for (const socket of listeningSockets(kid.port)) expect(sockets).not.toContain(socket);
-    }
+    for (const kid of kids) expect(isAlive(kid.pid)).toBe(false);
+    // The sockets they listened on close, though not always by the time each pid reads as a
+    // zombie: seen once in CI, one grandchild's socket still listening just after stop. The
+    // likely cause: a thread-group leader reads as a zombie while its other threads (a Node
+    // process has several), which share its files, are still exiting. Their port numbers may
+    // be another test's by now (CI runs tests side by side): another socket on them is no leak.
+    await waitFor(
+      "the grandchildren's listening sockets to close",
+      () =>
+        kids.every((kid) => listeningSockets(kid.port).every((s) => !sockets.includes(s))) ||
+        undefined,
+      5_000,
+    );
     expect(() => statSync(pidFilePath(`${dir}/state`, "gc"))).toThrow();
     expect(handle.tail()).toContain("engine got SIGTERM");
   });
