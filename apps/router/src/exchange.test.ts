@@ -6,11 +6,12 @@
 import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { simChatPrompt, simTokenIds } from "@llmgw/engine-sim";
-import { saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
+import { MAX_SALT_LENGTH, saltKey, tokenBlockKeys } from "@llmgw/kv-events/token-blocks";
 import {
   createInMemoryApiKeyStore,
   createStaticRouteTable,
   isolatedSalt,
+  MAX_CACHE_SALT_LENGTH,
   type ReplicaRoute,
   type StaticRouteTable,
   UsageLedger,
@@ -878,5 +879,12 @@ describe("Exchange: a request's cache_salt", () => {
     expect(d.map((x) => x.preciseFallback)).toEqual([undefined, undefined, undefined]);
     expect(d.map((x) => x.prefixBlocks)).toEqual([8, 8, 0]);
     expect(other).toBeDefined();
+  });
+
+  it("keys the blocks of every salt it accepts: the router's bound is the block keys' bound", () => {
+    // Past saltKey's bound a salted request would fall back to load ("unsupported_request");
+    // the router refuses such salts first, as long as the two bounds agree.
+    expect(MAX_CACHE_SALT_LENGTH).toBe(MAX_SALT_LENGTH);
+    expect(saltKey("s".repeat(MAX_CACHE_SALT_LENGTH))).toBeDefined();
   });
 });

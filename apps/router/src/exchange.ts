@@ -199,7 +199,11 @@ export class Exchange {
   model = "";
   analysisStart = 0;
   #engineRequestId: string | undefined;
-  /** The request's cache-isolation scope (`isolationScope`), when the router isolates. */
+  /**
+   * The request's cache-isolation scope (`isolationScope`), when the router isolates: it then
+   * goes to its engine salted, embeddings too (vLLM's pooling requests take `cache_salt`, and
+   * it caches prefixes of causal last-token-pooling embedding models by default).
+   */
   #scope: string | undefined;
   // Set by `#admit`, before any later stage runs:
   analysis!: OkAnalysis;
@@ -300,25 +304,12 @@ export class Exchange {
     return this.#engineRequestId;
   }
 
-  /**
-   * Whether this request goes to its engine salted: isolation on. Embeddings too: vLLM's
-   * pooling requests take `cache_salt` (`PoolingBasicRequestMixin`), and it caches prefixes
-   * of causal last-token-pooling embedding models by default.
-   */
-  #salts(): boolean {
-    return this.#scope !== undefined;
-  }
-
   /** Starts the request: every later stage follows from here. */
   analyse(): void {
     try {
       this.analysisStart = performance.now();
       this.#scope = isolationScope(this.core.options.cacheIsolation, this.key);
-      const analysis = this.core.analyzer.analyze(
-        this.body,
-        this.pooled,
-        this.#salts() ? this.#scope : undefined,
-      );
+      const analysis = this.core.analyzer.analyze(this.body, this.pooled, this.#scope);
       if (analysis instanceof Promise) {
         analysis.then(
           (a) => this.#admit(a),
@@ -699,7 +690,7 @@ export class Exchange {
       core.usage !== undefined && analysis.stream && analysis.streamUsage === "absent";
     const priority = resolution.enginePriority === true;
     const salt = analysis.isolatedSalt;
-    if (this.#salts() && salt === undefined) {
+    if (this.#scope !== undefined && salt === undefined) {
       // An analysis that ignored the scope (a stale worker bundle): never send it unsalted.
       throw new Error("an isolated request's analysis carries no salt");
     }

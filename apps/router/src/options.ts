@@ -60,8 +60,9 @@ export interface RouterServiceOptions {
   readonly sessionHeader?: string;
   /**
    * Whose requests share an engine's prefix cache (`CacheIsolation`): with `tenant` or `key`
-   * the router salts every chat and completion request for its principal, so that no one can
-   * learn from cache hits what another tenant (key) sent. Needs API keys. Default `none`.
+   * the router salts every chat, completion and embedding request for its principal, so that
+   * no one can learn from cache hits what another tenant (key) sent. Needs API keys. Default
+   * `none`.
    */
   readonly cacheIsolation?: CacheIsolation;
   readonly analyzer?: RequestAnalyzerOptions;

@@ -1,6 +1,7 @@
 /** Small pieces every page uses. */
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
+import { describeError } from "./api.js";
 import { tone } from "./format.js";
 
 export function Badge({ state, label }: { state: string; label?: string }) {
@@ -67,6 +68,45 @@ export function Confirm(props: {
         </button>
       </div>
     </dialog>
+  );
+}
+
+/**
+ * A danger button that asks first: the dialog's own button (the same label) runs `run`, whose
+ * failure is shown in the dialog in words, and then `done`.
+ */
+export function ConfirmedAction(props: {
+  label: string;
+  title: string;
+  children: ComponentChildren;
+  run: () => Promise<unknown>;
+  done: () => void;
+}) {
+  const [asking, setAsking] = useState(false);
+  return (
+    <>
+      <button type="button" class="danger" onClick={() => setAsking(true)}>
+        {props.label}
+      </button>
+      {asking ? (
+        <Confirm
+          title={props.title}
+          action={props.label}
+          danger
+          close={() => setAsking(false)}
+          confirm={async () => {
+            try {
+              await props.run();
+            } catch (e) {
+              throw new Error(describeError(e));
+            }
+            props.done();
+          }}
+        >
+          {props.children}
+        </Confirm>
+      ) : null}
+    </>
   );
 }
 

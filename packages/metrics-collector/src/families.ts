@@ -290,7 +290,7 @@ export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
   ),
   g(
     "llmgw_router_cache_isolation",
-    "1 while this router salts chat and completion requests per tenant or key (--cache-isolation tenant|key), else 0; routers of one cluster should agree",
+    "1 while this router salts chat, completion and embedding requests per tenant or key (--cache-isolation tenant|key), else 0; routers of one cluster should agree",
     [],
   ),
   g(

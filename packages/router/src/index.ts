@@ -55,6 +55,7 @@ export {
   type FeatureResult,
   HINT_FIELDS,
   type HintSource,
+  MAX_CACHE_SALT_LENGTH,
   MAX_HINT_LENGTH,
   type RequestFeatures,
   type RequestHint,

@@ -84,10 +84,10 @@ Requests:
   --cache-isolation MODE    whose requests share an engine's prefix cache, so that no one
                             learns from a cache hit what someone else sent: none (default:
                             everyone, as the engines do), tenant (a tenant's keys; a key of
-                            no tenant alone), key (each key alone). Chat and completion
-                            requests get a salt of their tenant or key (vLLM, SGLang), or
-                            no cache reuse (llama.cpp). Needs API keys. Give every router
-                            the same mode
+                            no tenant alone), key (each key alone). Chat, completion
+                            and embedding requests get a salt of their tenant or key
+                            (vLLM, SGLang), or no cache reuse (llama.cpp). Needs API
+                            keys. Give every router the same mode
   --session-header NAME     a header naming a session (e.g. x-session-id): its requests go to
                             the same replica while it has room (a body's prompt_cache_key
                             wins; it wins over user / safety_identifier; default: none)

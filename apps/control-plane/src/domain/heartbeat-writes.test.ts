@@ -1,3 +1,7 @@
+// A heartbeat that repeats what the node reported before (moving readings and load, the same
+// statuses) writes nothing to the store: at 500 heartbeats a second every write would be a
+// transaction per beat. The recording store below is the real SQLite store with every write
+// method noted on the way through.
 import { type Gpu, type GpuReading, simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";

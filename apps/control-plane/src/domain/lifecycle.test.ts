@@ -1,3 +1,6 @@
+// How replicas leave, on a real Cluster over SQLite: drains held open by routers' in-flight
+// reports and by the engine's own load, make-before-break moves, rolling updates through the
+// desired sets agents receive, rollback of a failed revision, and an agent leaving.
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";

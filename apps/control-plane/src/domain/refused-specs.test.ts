@@ -1,3 +1,8 @@
+// A control plane upgraded to a release whose spec validation is stricter (it owns more engine
+// flags and env names) than the one that stored a deployment: it starts, marks the deployment
+// invalid, leaves its running replicas alone and launches nothing for it until a corrected spec
+// is applied. Real Cluster over SQLite, a manual clock; the older release is played by writing
+// the stored spec JSON directly, as that release's validation let it through.
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";

@@ -1,3 +1,5 @@
+// What routers route by (Cluster.routingMembership), when its version moves, and how load
+// travels apart from it (heartbeats, ReportLoad, onLoad).
 import { simulateInventory } from "@llmgw/discovery";
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import type { ReplicaLoadSample } from "@llmgw/router";

@@ -1,3 +1,5 @@
+// Tenants and the keys' tenant, budgets and priority: what is refused (each refusal with its
+// code and message), what is kept across a restart, and what routers are handed.
 import { parseDeploymentSpecOrThrow } from "@llmgw/engines";
 import { schedule } from "@llmgw/scheduler";
 import { describe, expect, it } from "vitest";

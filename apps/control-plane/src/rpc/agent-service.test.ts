@@ -1,3 +1,5 @@
+// AgentService.ReportLoad through Connect's in-memory transport with the real service and
+// error mapping: credentials as Heartbeat, bounds, and load reaching what routers read.
 import { create } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";

@@ -1,3 +1,7 @@
+// The order in which AgentService takes one node's heartbeats, through Connect's in-memory
+// transport with the real service: heartbeats travel on calls and on StreamHeartbeat streams,
+// so an older one can arrive after a newer one (a stalled connection, the stream before the
+// current one, an agent's previous run); what it says must not replace what is newer.
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createWritableIterable } from "@connectrpc/connect/protocol";

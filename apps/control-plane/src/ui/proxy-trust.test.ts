@@ -89,6 +89,9 @@ describe("forwardedClient", () => {
     expect(client("203.0.113.9:5123").address).toBe("203.0.113.9");
     expect(client("[2001:db8::7]:443, 10.1.1.1:80").address).toBe("2001:db8::7");
     expect(client("[2001:db8::7]").address).toBe("2001:db8::7");
+    // A chain longer than the walk looks at: its 32nd hop from the right, never further.
+    const chain = Array.from({ length: 40 }, (_, i) => `10.0.0.${i + 1}`);
+    expect(client(chain.join(", ")).address).toBe("10.0.0.9");
     // Only trusted hops: the farthest of them.
     expect(client("10.9.9.9, 10.1.1.1").address).toBe("10.9.9.9");
   });

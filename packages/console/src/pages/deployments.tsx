@@ -8,7 +8,7 @@ import { useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { codeWords, replicaState, retirementPhase, rolloutState } from "../format.js";
 import { usePoll } from "../live.js";
-import { Badge, ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, Confirm, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 
 const ENGINES: Record<Engine, string> = {
   [Engine.UNSPECIFIED]: "—",
@@ -104,34 +104,18 @@ function Scale({ d, done }: { d: DeploymentStatus; done: () => void }) {
 
 function Undeploy({ d, done }: { d: DeploymentStatus; done: () => void }) {
   const name = d.spec?.name ?? "";
-  const [asking, setAsking] = useState(false);
   return (
-    <>
-      <button type="button" class="danger" onClick={() => setAsking(true)}>
-        Undeploy
-      </button>
-      {asking ? (
-        <Confirm
-          title={`Undeploy ${name}`}
-          action="Undeploy"
-          danger
-          close={() => setAsking(false)}
-          confirm={async () => {
-            try {
-              await cluster.deleteDeployment({ name });
-            } catch (e) {
-              throw new Error(describeError(e));
-            }
-            done();
-          }}
-        >
-          <p>
-            Every replica of {name} ({d.replicas.length}) drains and stops, and the model leaves the
-            API.
-          </p>
-        </Confirm>
-      ) : null}
-    </>
+    <ConfirmedAction
+      label="Undeploy"
+      title={`Undeploy ${name}`}
+      run={() => cluster.deleteDeployment({ name })}
+      done={done}
+    >
+      <p>
+        Every replica of {name} ({d.replicas.length}) drains and stops, and the model leaves the
+        API.
+      </p>
+    </ConfirmedAction>
   );
 }
 

@@ -8,7 +8,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { clock, limit } from "../format.js";
 import { usePoll } from "../live.js";
-import { Badge, ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
+import { Badge, ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 
 /** "" → undefined; anything but a whole number ≥ 1 is an error naming the field. */
 export function optionalLimit(value: string, field: string): number | undefined {
@@ -149,7 +149,6 @@ function CreateKey({ created }: { created: () => void }) {
 }
 
 function KeyRow({ k, revoked }: { k: ApiKey; revoked: () => void }) {
-  const [asking, setAsking] = useState(false);
   return (
     <tr data-key={k.name}>
       <td>{k.name}</td>
@@ -164,29 +163,14 @@ function KeyRow({ k, revoked }: { k: ApiKey; revoked: () => void }) {
       <td>{clock(k.createdAtUnixMs)}</td>
       <td>
         {k.revokedAtUnixMs === undefined ? (
-          <>
-            <button type="button" class="danger" onClick={() => setAsking(true)}>
-              Revoke
-            </button>
-            {asking ? (
-              <Confirm
-                title={`Revoke ${k.name}`}
-                action="Revoke"
-                danger
-                close={() => setAsking(false)}
-                confirm={async () => {
-                  try {
-                    await cluster.revokeApiKey({ key: k.id });
-                  } catch (e) {
-                    throw new Error(describeError(e));
-                  }
-                  revoked();
-                }}
-              >
-                <p>Requests with {k.name} are refused from now on. This cannot be undone.</p>
-              </Confirm>
-            ) : null}
-          </>
+          <ConfirmedAction
+            label="Revoke"
+            title={`Revoke ${k.name}`}
+            run={() => cluster.revokeApiKey({ key: k.id })}
+            done={revoked}
+          >
+            <p>Requests with {k.name} are refused from now on. This cannot be undone.</p>
+          </ConfirmedAction>
         ) : (
           <Badge state="quiet" label={`revoked ${clock(k.revokedAtUnixMs)}`} />
         )}

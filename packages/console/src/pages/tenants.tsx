@@ -15,7 +15,7 @@ import { useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { limit } from "../format.js";
 import { usePoll } from "../live.js";
-import { ColumnHeads, Confirm, ErrorLine, Loading } from "../ui.js";
+import { ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 import {
   budgetText,
   gpuTime,
@@ -136,7 +136,6 @@ function CreateTenant({ created }: { created: () => void }) {
 }
 
 function TenantRow({ t, deleted }: { t: Tenant; deleted: () => void }) {
-  const [asking, setAsking] = useState(false);
   return (
     <tr data-tenant={t.name}>
       <td>{t.name}</td>
@@ -148,30 +147,17 @@ function TenantRow({ t, deleted }: { t: Tenant; deleted: () => void }) {
       <td>{t.budgets.length === 0 ? "none" : t.budgets.map(budgetText).join("; ")}</td>
       <td>{t.activeKeys}</td>
       <td>
-        <button type="button" class="danger" onClick={() => setAsking(true)}>
-          Delete
-        </button>
-        {asking ? (
-          <Confirm
-            title={`Delete ${t.name}`}
-            action="Delete"
-            danger
-            close={() => setAsking(false)}
-            confirm={async () => {
-              try {
-                await cluster.deleteTenant({ name: t.name });
-              } catch (e) {
-                throw new Error(describeError(e));
-              }
-              deleted();
-            }}
-          >
-            <p>
-              Its limits and budgets go. A tenant that still has keys is not deleted: revoke them
-              first. Its usage stays.
-            </p>
-          </Confirm>
-        ) : null}
+        <ConfirmedAction
+          label="Delete"
+          title={`Delete ${t.name}`}
+          run={() => cluster.deleteTenant({ name: t.name })}
+          done={deleted}
+        >
+          <p>
+            Its limits and budgets go. A tenant that still has keys is not deleted: revoke them
+            first. Its usage stays.
+          </p>
+        </ConfirmedAction>
       </td>
     </tr>
   );
