@@ -306,7 +306,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       "none",
       "day: 1,000,000",
       "1",
-      "Delete",
+      "Edit Delete",
     ]);
     // The router reports usage every few seconds, and the page asks every 15 s.
     const row = `[data-usage="search/${model}"]`;
@@ -336,7 +336,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       "none",
       "day: 5,000,000,000",
       "0",
-      "Delete",
+      "Edit Delete",
     ]);
     const [made] = (await cp.admin().listTenants({}, cp.adminHeaders())).tenants.filter(
       (t) => t.name === "ops",
@@ -368,6 +368,118 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     expect(await page.locator('[data-key="search-two"] td').nth(1).textContent()).toBe("search");
     await page.click("nav a[href='#/tenants']");
     await page.locator('[data-tenant="search"] td:nth-child(8):text-is("2")').waitFor();
+  });
+
+  it("edits a tenant on the page: only what changed, its budgets of one model kept", async () => {
+    const model = (await deployment(cp, "chat"))?.spec?.servedModelName ?? "";
+    const search = async () =>
+      (await cp.admin().listTenants({}, cp.adminHeaders())).tenants.find(
+        (t) => t.name === "search",
+      );
+    // A budget of one model, set through the API: the page shows it but does not edit it.
+    await cp.admin().updateTenant(
+      {
+        tenant: {
+          name: "search",
+          budgets: [
+            ...((await search())?.budgets ?? []),
+            { period: BudgetPeriod.MONTH, model, tokens: 40_000_000n },
+          ],
+        },
+        fields: ["budgets"],
+      },
+      cp.adminHeaders(),
+    );
+    // Another page and back: the table asks again now rather than at its next poll.
+    await page.click("nav a[href='#/keys']");
+    await page.click("nav a[href='#/tenants']");
+    const row = page.locator('[data-tenant="search"]');
+    await row.locator(`td:nth-child(7):has-text("month (${model})")`).waitFor();
+
+    await row.locator('button:text("Edit")').click();
+    const dialog = page.locator("dialog[open]");
+    await dialog.waitFor();
+    const shown = async () =>
+      Promise.all(
+        ["priority", "weight", "rpm", "tpm", "concurrency", "day", "month"].map((f) =>
+          page.inputValue(`#edit-tenant-${f}`),
+        ),
+      );
+    // Filled in as the row reads; an unset limit or budget is empty, never 0.
+    expect(await shown()).toEqual(["critical", "2", "600", "", "", "1000000", ""]);
+    expect(await dialog.textContent()).toContain(`month (${model}): 40,000,000`);
+    await checkPage("tenants-edit");
+
+    // Refused on the page before anything is sent: the dialog says why and stays.
+    await page.fill("#edit-tenant-weight", "0");
+    await dialog.locator('button:text("Save changes")').click();
+    await shows("dialog [role=alert]");
+    expect(await page.textContent("dialog [role=alert]")).toBe("weight: a whole number in 1–1000");
+    await page.fill("#edit-tenant-weight", "2");
+    await page.fill("#edit-tenant-rpm", "");
+    await page.fill("#edit-tenant-tpm", "20000");
+    await page.fill("#edit-tenant-day", "2000000");
+    await dialog.locator('button:text("Save changes")').click();
+    await dialog.waitFor({ state: "detached" });
+    const after = await search();
+    expect(after?.requestsPerMinute).toBeUndefined();
+    expect(after?.tokensPerMinute).toBe(20_000);
+    expect([after?.priority, after?.weight, after?.maxConcurrency]).toEqual([
+      PriorityClass.CRITICAL,
+      2,
+      undefined,
+    ]);
+    expect(after?.budgets.map((b) => [b.period, b.model, b.tokens])).toEqual([
+      [BudgetPeriod.DAY, "", 2_000_000n],
+      [BudgetPeriod.MONTH, model, 40_000_000n],
+    ]);
+    // The table shows the change without waiting for its next poll.
+    await row.locator('td:nth-child(5):text-is("20000")').waitFor({ timeout: 5_000 });
+    expect(await row.locator("td").allTextContents()).toEqual([
+      "search",
+      "critical",
+      "2",
+      "none",
+      "20000",
+      "none",
+      `day: 2,000,000; month (${model}): 40,000,000`,
+      "2",
+      "Edit Delete",
+    ]);
+
+    // Refused by the control plane: a day's budget on top of the 32 budgets of one model a
+    // tenant may have. Its message shows in the dialog, which keeps what was typed.
+    await cp.admin().createTenant(
+      {
+        tenant: {
+          name: "crowded",
+          budgets: Array.from({ length: 32 }, (_, i) => ({
+            period: BudgetPeriod.DAY,
+            model: `model-${i}`,
+            tokens: 1_000n,
+          })),
+        },
+      },
+      cp.adminHeaders(),
+    );
+    await page.click("nav a[href='#/keys']");
+    await page.click("nav a[href='#/tenants']");
+    await page.click('[data-tenant="crowded"] button:text("Edit")');
+    await dialog.waitFor();
+    await page.fill("#edit-tenant-day", "5000");
+    await dialog.locator('button:text("Save changes")').click();
+    await shows("dialog [role=alert]");
+    expect(await page.textContent("dialog [role=alert]")).toBe(
+      "tenant crowded may have at most 32 budgets (got 33)",
+    );
+    expect(await page.inputValue("#edit-tenant-day")).toBe("5000");
+    await dialog.locator('button:text("Cancel")').click();
+    await dialog.waitFor({ state: "detached" });
+    const crowded = (await cp.admin().listTenants({}, cp.adminHeaders())).tenants.find(
+      (t) => t.name === "crowded",
+    );
+    expect(crowded?.budgets.length).toBe(32);
+    await cp.admin().deleteTenant({ name: "crowded" }, cp.adminHeaders());
   });
 
   it("shows new events live, without a reload", async () => {

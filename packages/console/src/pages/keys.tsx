@@ -8,17 +8,8 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { clock, limit } from "../format.js";
 import { usePoll } from "../live.js";
+import { optionalLimit } from "../optional-limit.js";
 import { Badge, ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
-
-/** "" → undefined; anything but a whole number ≥ 1 is an error naming the field. */
-export function optionalLimit(value: string, field: string): number | undefined {
-  const v = value.trim();
-  if (v === "") return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1 || n > 4_294_967_295)
-    throw new Error(`${field}: a whole number of at least 1, or empty for no limit`);
-  return n;
-}
 
 function SecretOnce({ secret, name, close }: { secret: string; name: string; close: () => void }) {
   const ref = useRef<HTMLDialogElement>(null);

@@ -1,101 +1,84 @@
 /**
- * Tenants and what they used: each tenant's limits, budgets and class (create one, delete one
- * without keys), and the usage of a period by tenant and model (the same rows as `llmgw
- * usage`). Changing a tenant's limits stays with the CLI (`llmgw tenants update`).
+ * Tenants and what they used: each tenant's limits, budgets and class (create one, change
+ * one, delete one without keys), and the usage of a period by tenant and model (the same rows
+ * as `llmgw usage`). Budgets of one model stay with the CLI (`llmgw tenants update --budget`).
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import {
-  BudgetPeriod,
-  type CreateTenantRequestSchema,
-  PriorityClass,
-  type Tenant,
-  UsageDimension,
-} from "@llmgw/proto";
-import { useState } from "preact/hooks";
+import { type Tenant, UsageDimension } from "@llmgw/proto";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { cluster, describeError } from "../api.js";
 import { limit } from "../format.js";
 import { usePoll } from "../live.js";
+import {
+  buildTenantUpdate,
+  EMPTY_TENANT_FORM,
+  newTenant,
+  PRIORITY_CLASSES,
+  parseTenantForm,
+  type TenantFormValues,
+  tenantFormValues,
+} from "../tenant-form.js";
 import { ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 import {
   budgetText,
   gpuTime,
-  optionalTokens,
   periodStartMs,
   priorityText,
   thousands,
   USAGE_PERIODS,
   type UsagePeriodId,
   usageTotals,
-  weightOf,
 } from "../usage-model.js";
-import { optionalLimit } from "./keys.js";
 
-type TenantInit = NonNullable<MessageInitShape<typeof CreateTenantRequestSchema>["tenant"]>;
-
-const CLASSES = [
-  ["standard", PriorityClass.STANDARD],
-  ["critical", PriorityClass.CRITICAL],
-  ["batch", PriorityClass.BATCH],
-] as const;
-
-function CreateTenant({ created }: { created: () => void }) {
-  const empty = {
-    name: "",
-    priority: "standard",
-    weight: "",
-    rpm: "",
-    tpm: "",
-    concurrency: "",
-    day: "",
-    month: "",
-  };
-  const [form, setForm] = useState(empty);
+/**
+ * A tenant's class, weight, limits and budgets of every model together: the create form's
+ * fields and the edit dialog's. `submit` gets what was typed and throws to refuse; its message
+ * (or the control plane's) shows under the form, which keeps what was typed. Once it succeeds
+ * the form is `initial` again and `saved` runs. Ids are `idPrefix-field`.
+ */
+function TenantForm(props: {
+  idPrefix: string;
+  initial: TenantFormValues;
+  askName: boolean;
+  action: string;
+  submit: (values: TenantFormValues) => Promise<void>;
+  saved: () => void;
+  /** A Cancel button beside the form's own (a dialog's). */
+  cancel?: () => void;
+}) {
+  const [form, setForm] = useState(props.initial);
   const [error, setError] = useState<string | undefined>(undefined);
-  const set = (field: keyof typeof empty) => (e: Event) =>
-    setForm({ ...form, [field]: (e.target as HTMLInputElement | HTMLSelectElement).value });
+  const [busy, setBusy] = useState(false);
+  const set = (field: keyof TenantFormValues) => (e: Event) => {
+    const value = (e.target as HTMLInputElement | HTMLSelectElement).value;
+    setForm((f) => ({ ...f, [field]: value }));
+  };
   const submit = async () => {
-    let tenant: TenantInit;
+    setBusy(true);
     try {
-      if (form.name.trim() === "") throw new Error("name: required");
-      const requestsPerMinute = optionalLimit(form.rpm, "requests per minute");
-      const tokensPerMinute = optionalLimit(form.tpm, "tokens per minute");
-      const maxConcurrency = optionalLimit(form.concurrency, "concurrency");
-      const day = optionalTokens(form.day, "daily tokens");
-      const month = optionalTokens(form.month, "monthly tokens");
-      tenant = {
-        name: form.name.trim(),
-        priority: CLASSES.find(([n]) => n === form.priority)?.[1] ?? PriorityClass.STANDARD,
-        weight: weightOf(form.weight),
-        ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
-        ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
-        ...(maxConcurrency === undefined ? {} : { maxConcurrency }),
-        budgets: [
-          ...(day === undefined ? [] : [{ period: BudgetPeriod.DAY, tokens: day }]),
-          ...(month === undefined ? [] : [{ period: BudgetPeriod.MONTH, tokens: month }]),
-        ],
-      };
-    } catch (e) {
-      setError((e as Error).message);
-      return;
-    }
-    try {
-      await cluster.createTenant({ tenant });
+      await props.submit(form);
       setError(undefined);
-      setForm(empty);
-      created();
+      setForm(props.initial);
+      props.saved();
     } catch (e) {
       setError(describeError(e));
+    } finally {
+      setBusy(false);
     }
   };
-  const field = (id: keyof typeof empty, label: string, hint = "") => (
+  const id = (field: keyof TenantFormValues) => `${props.idPrefix}-${field}`;
+  const field = (name: keyof TenantFormValues, label: string, hint = "") => (
     <div class="field">
-      <label for={`tenant-${id}`}>{label}</label>
-      <input id={`tenant-${id}`} value={form[id]} placeholder={hint} onInput={set(id)} />
+      <label for={id(name)}>{label}</label>
+      <input id={id(name)} value={form[name]} placeholder={hint} onInput={set(name)} />
     </div>
   );
+  const save = (
+    <button type="submit" class="primary" disabled={busy}>
+      {props.action}
+    </button>
+  );
   return (
-    <section aria-labelledby="create-tenant">
-      <h2 id="create-tenant">Create a tenant</h2>
+    <>
       <form
         class="grid-form"
         onSubmit={(e) => {
@@ -103,11 +86,11 @@ function CreateTenant({ created }: { created: () => void }) {
           void submit();
         }}
       >
-        {field("name", "Name", "search-team")}
+        {props.askName ? field("name", "Name", "search-team") : null}
         <div class="field">
-          <label for="tenant-priority">Class</label>
-          <select id="tenant-priority" value={form.priority} onChange={set("priority")}>
-            {CLASSES.map(([n]) => (
+          <label for={id("priority")}>Class</label>
+          <select id={id("priority")} value={form.priority} onChange={set("priority")}>
+            {PRIORITY_CLASSES.map(([n]) => (
               <option key={n} value={n}>
                 {n}
               </option>
@@ -120,22 +103,104 @@ function CreateTenant({ created }: { created: () => void }) {
         {field("concurrency", "Concurrent requests", "no limit")}
         {field("day", "Tokens per day", "no budget")}
         {field("month", "Tokens per month", "no budget")}
-        <div class="field">
-          <button type="submit" class="primary">
-            Create tenant
-          </button>
-        </div>
+        {props.cancel === undefined ? (
+          <div class="field">{save}</div>
+        ) : (
+          <div class="buttons">
+            <button type="button" onClick={props.cancel}>
+              Cancel
+            </button>
+            {save}
+          </div>
+        )}
       </form>
       <ErrorLine error={error} />
+    </>
+  );
+}
+
+function CreateTenant({ created }: { created: () => void }) {
+  return (
+    <section aria-labelledby="create-tenant">
+      <h2 id="create-tenant">Create a tenant</h2>
+      <TenantForm
+        idPrefix="tenant"
+        initial={EMPTY_TENANT_FORM}
+        askName
+        action="Create tenant"
+        submit={async (v) => {
+          if (v.name.trim() === "") throw new Error("name: required");
+          await cluster.createTenant({ tenant: newTenant(v.name.trim(), parseTenantForm(v)) });
+        }}
+        saved={created}
+      />
       <p class="quiet">
-        Budgets per model, and changes to a tenant: <code>llmgw tenants create|update</code>. Keys
-        join a tenant when created: <code>llmgw keys create --tenant NAME</code>.
+        Budgets per model: <code>llmgw tenants create|update --budget</code>. Keys join a tenant
+        when created: <code>llmgw keys create --tenant NAME</code>.
       </p>
     </section>
   );
 }
 
-function TenantRow({ t, deleted }: { t: Tenant; deleted: () => void }) {
+/**
+ * The dialog that changes `shown` (the tenant as its row showed it when Edit was pressed):
+ * `UpdateTenant` with only the fields changed from it.
+ */
+function EditTenant(props: { shown: Tenant; close: () => void; saved: () => void }) {
+  const { shown } = props;
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    ref.current?.showModal();
+  }, []);
+  const perModel = shown.budgets.filter((b) => b.model !== "");
+  return (
+    <dialog
+      ref={ref}
+      aria-labelledby="edit-tenant-title"
+      onClose={props.close}
+      onCancel={props.close}
+    >
+      <h2 id="edit-tenant-title">Edit tenant {shown.name}</h2>
+      <TenantForm
+        idPrefix="edit-tenant"
+        initial={tenantFormValues(shown)}
+        askName={false}
+        action="Save changes"
+        cancel={props.close}
+        submit={async (v) => {
+          const next = parseTenantForm(v);
+          let update = buildTenantUpdate(shown, next);
+          if (update.fields.length === 0) throw new Error("nothing changed: change a field first");
+          // Budgets are one list: merge into the budgets as they are now, so that a budget of
+          // one model set since the dialog opened stays.
+          if (update.fields.includes("budgets")) {
+            const { tenants } = await cluster.listTenants({});
+            update = buildTenantUpdate(
+              shown,
+              next,
+              tenants.find((t) => t.name === shown.name)?.budgets,
+            );
+          }
+          await cluster.updateTenant(update);
+        }}
+        saved={() => {
+          props.close();
+          props.saved();
+        }}
+      />
+      <p class="quiet">
+        Empty a limit or a budget to remove it; an empty weight is 1.{" "}
+        {perModel.length === 0
+          ? "Budgets of one model: "
+          : `Budgets of one model stay as they are (${perModel.map(budgetText).join("; ")}); change them with `}
+        <code>llmgw tenants update --budget</code>.
+      </p>
+    </dialog>
+  );
+}
+
+function TenantRow({ t, changed }: { t: Tenant; changed: () => void }) {
+  const [editing, setEditing] = useState<Tenant | undefined>(undefined);
   return (
     <tr data-tenant={t.name}>
       <td>{t.name}</td>
@@ -147,11 +212,17 @@ function TenantRow({ t, deleted }: { t: Tenant; deleted: () => void }) {
       <td>{t.budgets.length === 0 ? "none" : t.budgets.map(budgetText).join("; ")}</td>
       <td>{t.activeKeys}</td>
       <td>
+        <button type="button" onClick={() => setEditing(t)}>
+          Edit
+        </button>
+        {editing === undefined ? null : (
+          <EditTenant shown={editing} close={() => setEditing(undefined)} saved={changed} />
+        )}{" "}
         <ConfirmedAction
           label="Delete"
           title={`Delete ${t.name}`}
           run={() => cluster.deleteTenant({ name: t.name })}
-          done={deleted}
+          done={changed}
         >
           <p>
             Its limits and budgets go. A tenant that still has keys is not deleted: revoke them
@@ -198,7 +269,7 @@ function Tenants() {
             />
             <tbody>
               {polled.data.map((t) => (
-                <TenantRow key={t.name} t={t} deleted={polled.refresh} />
+                <TenantRow key={t.name} t={t} changed={polled.refresh} />
               ))}
             </tbody>
           </table>
@@ -251,10 +322,9 @@ function Usage() {
         Tokens as the engines reported them. Cached tokens are part of the prompt tokens and count
         only where the engine reports them (vLLM with
         <code>--enable-prompt-tokens-details</code>, SGLang with <code>--enable-cache-report</code>,
-        llama.cpp): elsewhere they read 0 here, not "unknown", as in <code>llmgw usage</code>. GPU
-        time is each request's share of its replica's GPUs while it ran. Estimated: requests cut
-        short or answered without usage; refused: answers whose usage was refused (both charged an
-        estimate). Routers report every few seconds.
+        llama.cpp): elsewhere they read 0 here, not "unknown", as in <code>llmgw usage</code>. GPU time is each request's share of its replica's GPUs while
+        it ran. Estimated: requests cut short or answered without usage; refused: answers whose
+        usage was refused (both charged an estimate). Routers report every few seconds.
       </p>
       <ErrorLine error={polled.error} />
       {data === undefined ? <Loading what="usage" /> : null}
