@@ -62,6 +62,7 @@ const rows = [
     requests: 10n,
     promptTokens: 1_000n,
     cachedTokens: 400n,
+    cachedReportedRequests: 9n,
     completionTokens: 200n,
     gpuSeconds: 12.25,
     estimatedRequests: 1n,
@@ -95,7 +96,8 @@ describe("usageTable", () => {
       ],
       rows: [
         ["2026-12-03", "search", "chat", "10", "1000", "400", "200", "12.3", "1", "0"],
-        ["2026-12-03", "-", 'odd,"model"', "2", "20", "0", "5", "0.5", "0", "1"],
+        // No engine reported its cached tokens: unknown, not 0.
+        ["2026-12-03", "-", 'odd,"model"', "2", "20", "-", "5", "0.5", "0", "1"],
         ["TOTAL", "", "", "12", "1020", "400", "205", "12.8", "1", "1"],
       ],
     });
@@ -125,9 +127,9 @@ describe("usageCsv", () => {
   it("writes RFC 4180: a header row, CRLF, quoted fields with doubled quotes", () => {
     expect(usageCsv(rows)).toBe(
       [
-        "period_start,tenant,key_id,key_name,model,requests,prompt_tokens,cached_tokens,completion_tokens,gpu_seconds,estimated_requests,refused_usage",
-        "2026-12-03T00:00:00.000Z,search,,,chat,10,1000,400,200,12.25,1,0",
-        '2026-12-03T00:00:00.000Z,,,,"odd,""model""",2,20,0,5,0.5,0,1',
+        "period_start,tenant,key_id,key_name,model,requests,prompt_tokens,cached_tokens,completion_tokens,gpu_seconds,estimated_requests,refused_usage,cached_reported_requests",
+        "2026-12-03T00:00:00.000Z,search,,,chat,10,1000,400,200,12.25,1,0,9",
+        '2026-12-03T00:00:00.000Z,,,,"odd,""model""",2,20,,5,0.5,0,1,0',
         "",
       ].join("\r\n"),
     );
@@ -144,7 +146,7 @@ describe("usageCsv", () => {
     });
     const line = usageCsv([hostile]).split("\r\n")[1];
     expect(line).toBe(
-      `2026-12-03T00:00:00.000Z,'-team,'@SUM(A1),'+1+1,"'=HYPERLINK(""http://evil"",""x"")",1,0,0,0,0,0,0`,
+      `2026-12-03T00:00:00.000Z,'-team,'@SUM(A1),'+1+1,"'=HYPERLINK(""http://evil"",""x"")",1,0,,0,0,0,0,0`,
     );
     for (const lead of ["=", "+", "-", "@", "\t", "\r"])
       expect(csvText(`${lead}x`).replace(/^"/, "").startsWith("'")).toBe(true);

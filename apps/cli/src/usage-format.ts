@@ -94,19 +94,24 @@ const COUNT_HEADERS = [
   "REFUSED",
 ] as const;
 
-function counts(r: {
+/** What {@link counts} shows of a row or of the total. */
+interface Counts {
   requests: bigint;
   promptTokens: bigint;
   cachedTokens: bigint;
+  cachedReportedRequests: bigint;
   completionTokens: bigint;
   gpuSeconds: number;
   estimatedRequests: bigint;
   refusedUsage: bigint;
-}): string[] {
+}
+
+function counts(r: Counts): string[] {
   return [
     String(r.requests),
     String(r.promptTokens),
-    String(r.cachedTokens),
+    // "-" where no engine reported them: unknown, not 0.
+    r.cachedReportedRequests === 0n ? "-" : String(r.cachedTokens),
     String(r.completionTokens),
     r.gpuSeconds.toFixed(1),
     String(r.estimatedRequests),
@@ -130,10 +135,11 @@ export function usageTable(
     [UsageDimension.MODEL, "MODEL", (r) => r.model],
   ];
   const kept = dims.filter(([d]) => shown.has(d));
-  const total = {
+  const total: Counts = {
     requests: 0n,
     promptTokens: 0n,
     cachedTokens: 0n,
+    cachedReportedRequests: 0n,
     completionTokens: 0n,
     gpuSeconds: 0,
     estimatedRequests: 0n,
@@ -143,6 +149,7 @@ export function usageTable(
     total.requests += r.requests;
     total.promptTokens += r.promptTokens;
     total.cachedTokens += r.cachedTokens;
+    total.cachedReportedRequests += r.cachedReportedRequests;
     total.completionTokens += r.completionTokens;
     total.gpuSeconds += r.gpuSeconds;
     total.estimatedRequests += r.estimatedRequests;
@@ -173,6 +180,7 @@ export const USAGE_CSV_COLUMNS = [
   "gpu_seconds",
   "estimated_requests",
   "refused_usage",
+  "cached_reported_requests",
 ] as const;
 
 /** One CSV field (RFC 4180): quoted when it holds a comma, a quote, CR or LF; quotes doubled. */
@@ -205,11 +213,13 @@ export function usageCsv(rows: readonly UsageRow[]): string {
         ...[
           r.requests,
           r.promptTokens,
-          r.cachedTokens,
+          // Empty where no engine reported them: unknown, not 0.
+          r.cachedReportedRequests === 0n ? "" : r.cachedTokens,
           r.completionTokens,
           r.gpuSeconds,
           r.estimatedRequests,
           r.refusedUsage,
+          r.cachedReportedRequests,
         ].map((n) => csvField(String(n))),
       ].join(","),
     );

@@ -315,6 +315,10 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     expect(await page.textContent(`${row} [data-completion]`)).toBe(
       String(answer.usage?.completion_tokens),
     );
+    // Known, not "—": the agent launches engines that report cached tokens (none is 0).
+    expect(await page.textContent(`${row} [data-cached]`)).toBe(
+      String(answer.usage?.prompt_tokens_details?.cached_tokens ?? 0),
+    );
     await checkPage("tenants");
 
     // A tenant made on the page, refused first for its name, then deleted after a confirmation.

@@ -202,6 +202,7 @@ describe("a real router's usage reports to a real control plane (SQLite)", () =>
     requests: 2,
     promptTokens: 200,
     cachedTokens: 0,
+    cachedReported: 2,
     completionTokens: 20,
     gpuMs: 1_000,
     estimatedRequests: 0,

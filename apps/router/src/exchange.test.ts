@@ -583,6 +583,42 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     },
   );
 
+  it("counts a chat answer's cached tokens as reported (left out: 0), an embedding's only when there", async () => {
+    const usage = new UsageLedger();
+    const h = await harness({}, { usage });
+    const cachedBody = JSON.stringify({
+      id: "c2",
+      choices: [{ message: { role: "assistant", content: "hi" } }],
+      usage: {
+        prompt_tokens: 40,
+        completion_tokens: 1,
+        prompt_tokens_details: { cached_tokens: 32 },
+      },
+    });
+    const embedding = JSON.stringify({
+      object: "list",
+      data: [{ object: "embedding", index: 0, embedding: [0.5] }],
+      usage: { prompt_tokens: 3, total_tokens: 3 },
+    });
+    h.upstreams.play(answer(200, OK_BODY), answer(200, cachedBody), answer(200, embedding));
+    for (const body of [chatBody(), chatBody()]) await (await send(h, body)).text();
+    const embedded = await fetch(`${h.url}/v1/embeddings`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": JSON_TYPE },
+      body: JSON.stringify({ model: "m", input: "hello" }),
+    });
+    expect(embedded.status).toBe(200);
+    await embedded.text();
+    await waitFor(
+      () => usage.size === 1 && h.core.admission.stats("m").inFlight === 0,
+      "the three usage records",
+    );
+    // vLLM leaves a chat's cached count out when it is 0; no engine does so for embeddings.
+    expect(usage.seal()).toMatchObject([
+      { requests: 3, promptTokens: 48, cachedTokens: 32, cachedReported: 2 },
+    ]);
+  });
+
   // What a stream cut before its first chunk is charged: the estimated prompt, nothing
   // streamed, flagged. A request an engine held without answering is charged the same.
   const cutBeforeFirstChunk = async (usage: UsageLedger) => {
@@ -627,6 +663,7 @@ describe("Exchange and Attempt over a scripted upstream", () => {
           requests: 1,
           promptTokens,
           cachedTokens: 0,
+          cachedReported: 0,
           completionTokens: 0,
           estimatedRequests: 1,
           refusedUsage: 0,
@@ -680,6 +717,7 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       requests: 1,
       promptTokens,
       cachedTokens: 0,
+      cachedReported: 0,
       completionTokens: 0,
       estimatedRequests: 1,
       refusedUsage: 0,
@@ -733,6 +771,7 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       requests: 1,
       promptTokens,
       cachedTokens: 0,
+      cachedReported: 0,
       completionTokens: 0,
       estimatedRequests: 1,
       refusedUsage: 0,

@@ -769,10 +769,14 @@ export class Exchange {
     // Cut short or unreported: the prompt as estimated, and what was streamed (one token per
     // content event, less the role-only first event and `[DONE]`).
     const streamed = Math.max(0, sseEvents - 2);
+    // Cached tokens are charged as reported, and as 0 where an engine's chat or completion
+    // answer leaves them out (see `cachedSeen`); unknown (absent, not 0) for an estimate, and
+    // for an embedding that does not report them (no engine omits them there for being 0).
+    const cachedTokens = this.endpoint === "/v1/embeddings" ? cached : cachedSeen;
     this.#used = exact
       ? {
           promptTokens: prompt,
-          cachedTokens: cached ?? 0,
+          ...(cachedTokens === undefined ? {} : { cachedTokens }),
           completionTokens: completion ?? 0,
           gpuMs: 0,
           estimated: false,
@@ -780,7 +784,6 @@ export class Exchange {
         }
       : {
           promptTokens: this.promptTokens(),
-          cachedTokens: 0,
           completionTokens: streamed,
           gpuMs: 0,
           estimated: true,

@@ -27,6 +27,7 @@ const record = {
   requests: 1,
   promptTokens: 10,
   cachedTokens: 0,
+  cachedReported: 1,
   completionTokens: 5,
   gpuMs: 0,
   estimatedRequests: 0,
@@ -82,6 +83,13 @@ describe("usage reporter", () => {
     await file("a-3", { batchId: "someone-else", records: [record] });
     await file("a-4", { batchId: "a-4", records: [{ ...record, model: 7 }] });
     await file("a-5", { batchId: "a-5", records: [record] });
+    await file("a-6", { batchId: "a-6", records: [{ ...record, cachedReported: -1 }] });
+    // Written before records counted the requests whose cached tokens were reported.
+    const { cachedReported: _, ...legacy } = record;
+    await file("a-7", {
+      batchId: "a-7",
+      records: [{ ...legacy, requests: 3, estimatedRequests: 1 }],
+    });
     const log: Record<string, unknown>[] = [];
     const sent = recordingSend();
     const reporter = await start({
@@ -91,23 +99,29 @@ describe("usage reporter", () => {
       log: (e) => log.push({ ...e }),
     });
     await vi.waitFor(() => expect(reporter.pending).toBe(0));
-    expect(sent.batches.map((b) => b.batchId)).toEqual(["a-0", "a-5"]);
+    expect(sent.batches.map((b) => b.batchId)).toEqual(["a-0", "a-5", "a-7"]);
     expect(sent.batches[0]?.records).toEqual([record]);
+    expect(sent.batches[2]?.records).toEqual([
+      { ...record, requests: 3, estimatedRequests: 1, cachedReported: 2 },
+    ]);
     const corrupt = log.filter((e) => e.event === "usage_batch_unreadable");
     expect(corrupt.map((e) => [e.batchId, e.code])).toEqual([
       ["a-1", "LLMGW_ROUTER_STATE_CORRUPT"],
       ["a-2", "LLMGW_ROUTER_STATE_CORRUPT"],
       ["a-3", "LLMGW_ROUTER_STATE_CORRUPT"],
       ["a-4", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-6", "LLMGW_ROUTER_STATE_CORRUPT"],
     ]);
     expect(String(corrupt[1]?.message)).toContain("record 0: requests is not a count");
     expect(String(corrupt[3]?.message)).toContain("record 0: model is not a string");
+    expect(String(corrupt[4]?.message)).toContain("record 0: cachedReported is not a count");
     // Kept for a person to look at, never read again; the sent ones are gone.
     expect((await readdir(dir)).sort()).toEqual([
       "a-1.json.corrupt",
       "a-2.json.corrupt",
       "a-3.json.corrupt",
       "a-4.json.corrupt",
+      "a-6.json.corrupt",
     ]);
   });
 

@@ -331,6 +331,17 @@ function parseBatchFile(text: string, batchId: string): UsageEntry[] {
         throw new Error(`record ${i}: ${k} is not a count`);
       }
     }
+    if (o.cachedReported === undefined) {
+      // A file written before routers counted the requests whose engine reported cached
+      // tokens: then every exact answer counted them (absent as 0), an estimate counted 0.
+      o.cachedReported = (o.requests as number) - (o.estimatedRequests as number);
+    } else if (
+      typeof o.cachedReported !== "number" ||
+      !Number.isSafeInteger(o.cachedReported) ||
+      o.cachedReported < 0
+    ) {
+      throw new Error(`record ${i}: cachedReported is not a count`);
+    }
     for (const k of ["keyId", "tenant", "model"] as const) {
       if (typeof o[k] !== "string" || (o[k] as string).length > 512) {
         throw new Error(`record ${i}: ${k} is not a string`);

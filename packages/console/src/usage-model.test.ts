@@ -3,12 +3,14 @@ import { BudgetPeriod, PriorityClass, UsageGranularity, UsageRowSchema } from "@
 import { describe, expect, it } from "vitest";
 import {
   budgetText,
+  cachedText,
   gpuTime,
   optionalTokens,
   periodStartMs,
   priorityText,
   thousands,
   USAGE_PERIODS,
+  type UsageTotal,
   usageTotals,
   weightOf,
 } from "./usage-model.js";
@@ -21,6 +23,7 @@ const row = (tenant: string, model: string, start: number, n: number) =>
     requests: BigInt(n),
     promptTokens: BigInt(100 * n),
     cachedTokens: BigInt(10 * n),
+    cachedReportedRequests: BigInt(n - 1),
     completionTokens: BigInt(20 * n),
     gpuSeconds: 0.5 * n,
     estimatedRequests: n === 3 ? 1n : 0n,
@@ -48,6 +51,7 @@ describe("usageTotals", () => {
       requests: 5n,
       promptTokens: 500n,
       cachedTokens: 50n,
+      cachedReportedRequests: 3n,
       completionTokens: 100n,
       gpuSeconds: 2.5,
       estimatedRequests: 1n,
@@ -57,6 +61,13 @@ describe("usageTotals", () => {
 
   it("is empty for no rows", () => {
     expect(usageTotals([])).toEqual([]);
+  });
+
+  it("writes cached tokens no engine reported as unknown, not 0", () => {
+    const [none, some] = usageTotals([row("a", "chat", 0, 1), row("b", "chat", 0, 2)]);
+    expect(cachedText(none as UsageTotal)).toBe("—");
+    expect(cachedText(some as UsageTotal)).toBe("20");
+    expect(cachedText({ cachedTokens: 0n, cachedReportedRequests: 4n })).toBe("0");
   });
 });
 

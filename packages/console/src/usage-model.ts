@@ -9,6 +9,7 @@ import {
   UsageGranularity,
   type UsageRow,
 } from "@llmgw/proto";
+import { ABSENT } from "./format.js";
 
 /** The periods the page offers: how far back, and the buckets `GetUsage` sums. */
 export const USAGE_PERIODS = [
@@ -36,7 +37,10 @@ export interface UsageTotal {
   readonly model: string;
   readonly requests: bigint;
   readonly promptTokens: bigint;
+  /** Cached prompt tokens of the {@link cachedReportedRequests}. */
   readonly cachedTokens: bigint;
+  /** Requests whose engine reported its cached tokens; 0: {@link cachedTokens} unknown. */
+  readonly cachedReportedRequests: bigint;
   readonly completionTokens: bigint;
   readonly gpuSeconds: number;
   /** Requests charged an estimate (cut short, or no usage reported). */
@@ -57,6 +61,7 @@ export function usageTotals(rows: readonly UsageRow[]): UsageTotal[] {
       requests: (t?.requests ?? 0n) + r.requests,
       promptTokens: (t?.promptTokens ?? 0n) + r.promptTokens,
       cachedTokens: (t?.cachedTokens ?? 0n) + r.cachedTokens,
+      cachedReportedRequests: (t?.cachedReportedRequests ?? 0n) + r.cachedReportedRequests,
       completionTokens: (t?.completionTokens ?? 0n) + r.completionTokens,
       gpuSeconds: (t?.gpuSeconds ?? 0) + r.gpuSeconds,
       estimatedRequests: (t?.estimatedRequests ?? 0n) + r.estimatedRequests,
@@ -70,6 +75,11 @@ export function usageTotals(rows: readonly UsageRow[]): UsageTotal[] {
       a.tenant.localeCompare(b.tenant) ||
       a.model.localeCompare(b.model),
   );
+}
+
+/** A total's cached tokens: "—" where no engine reported them (unknown, not 0). */
+export function cachedText(t: Pick<UsageTotal, "cachedTokens" | "cachedReportedRequests">): string {
+  return t.cachedReportedRequests === 0n ? ABSENT : thousands(t.cachedTokens);
 }
 
 /** 1234567 → "1,234,567" (exact for any bigint). */

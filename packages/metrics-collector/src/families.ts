@@ -501,7 +501,7 @@ export const USAGE_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_usage_tokens_total",
-    "Tokens the routers reported, by tenant, model and type (prompt|cached|completion; cached tokens are part of prompt).",
+    "Tokens the routers reported, by tenant, model and type (prompt|cached|completion; cached tokens are part of prompt, counted where the engine reported them: no cached series until one did).",
     ["tenant", "model", "type"],
   ),
   c(

@@ -8,6 +8,7 @@ const SAMPLE: UsageSample = {
   requests: 3,
   promptTokens: 300,
   cachedTokens: 100,
+  cachedReported: 2,
   completionTokens: 90,
   gpuMs: 2_500,
   estimatedRequests: 1,
@@ -24,21 +25,29 @@ describe("createUsageMetrics", () => {
     usage.add("search", "chat", SAMPLE);
     usage.add("search", "chat", SAMPLE);
     usage.add("", "chat", { ...SAMPLE, requests: 1 });
+    // No engine reported its cached tokens: no cached series, not a 0.
+    usage.add("batch", "chat", { ...SAMPLE, cachedTokens: 0, cachedReported: 0 });
     expect(samples(await registry.metrics())).toEqual([
       'llmgw_usage_requests_total{tenant="search",model="chat"} 6',
       'llmgw_usage_requests_total{tenant="(none)",model="chat"} 1',
+      'llmgw_usage_requests_total{tenant="batch",model="chat"} 3',
       'llmgw_usage_tokens_total{tenant="search",model="chat",type="prompt"} 600',
       'llmgw_usage_tokens_total{tenant="search",model="chat",type="cached"} 200',
       'llmgw_usage_tokens_total{tenant="search",model="chat",type="completion"} 180',
       'llmgw_usage_tokens_total{tenant="(none)",model="chat",type="prompt"} 300',
       'llmgw_usage_tokens_total{tenant="(none)",model="chat",type="cached"} 100',
       'llmgw_usage_tokens_total{tenant="(none)",model="chat",type="completion"} 90',
+      'llmgw_usage_tokens_total{tenant="batch",model="chat",type="prompt"} 300',
+      'llmgw_usage_tokens_total{tenant="batch",model="chat",type="completion"} 90',
       'llmgw_usage_gpu_seconds_total{tenant="search",model="chat"} 5',
       'llmgw_usage_gpu_seconds_total{tenant="(none)",model="chat"} 2.5',
+      'llmgw_usage_gpu_seconds_total{tenant="batch",model="chat"} 2.5',
       'llmgw_usage_estimated_requests_total{tenant="search",model="chat"} 2',
       'llmgw_usage_estimated_requests_total{tenant="(none)",model="chat"} 1',
+      'llmgw_usage_estimated_requests_total{tenant="batch",model="chat"} 1',
       'llmgw_usage_refused_total{tenant="search",model="chat"} 4',
       'llmgw_usage_refused_total{tenant="(none)",model="chat"} 2',
+      'llmgw_usage_refused_total{tenant="batch",model="chat"} 2',
     ]);
   });
 

@@ -7,7 +7,10 @@ import { boundLabelValue, DEFAULT_LABEL_VALUE_MAX_LENGTH } from "./labels.js";
 export interface UsageSample {
   readonly requests: number;
   readonly promptTokens: number;
+  /** Cached prompt tokens of the {@link cachedReported} requests. */
   readonly cachedTokens: number;
+  /** Requests whose engine reported its cached tokens; 0: none known. */
+  readonly cachedReported: number;
   readonly completionTokens: number;
   readonly gpuMs: number;
   readonly estimatedRequests: number;
@@ -94,7 +97,8 @@ export function createUsageMetrics(
       }
       requests.inc(labels, s.requests);
       tokens.inc({ ...labels, type: "prompt" }, s.promptTokens);
-      tokens.inc({ ...labels, type: "cached" }, s.cachedTokens);
+      // Absent is not zero: no cached series until an engine reported its cached tokens.
+      if (s.cachedReported > 0) tokens.inc({ ...labels, type: "cached" }, s.cachedTokens);
       tokens.inc({ ...labels, type: "completion" }, s.completionTokens);
       gpuSeconds.inc(labels, s.gpuMs / 1000);
       estimated.inc(labels, s.estimatedRequests);

@@ -42,6 +42,7 @@ async function scrapedFamilies(): Promise<Set<string>> {
     requests: 3,
     promptTokens: 300,
     cachedTokens: 100,
+    cachedReported: 3,
     completionTokens: 90,
     gpuMs: 2_500,
     estimatedRequests: 1,

@@ -3,7 +3,6 @@ import { GpuShares, type RequestUsage, UsageLedger } from "./usage-ledger.js";
 
 const use = (p: number, c: number, extra: Partial<RequestUsage> = {}): RequestUsage => ({
   promptTokens: p,
-  cachedTokens: 0,
   completionTokens: c,
   gpuMs: 0,
   estimated: false,
@@ -28,17 +27,29 @@ describe("UsageLedger", () => {
         model: "m",
         requests: 2,
         promptTokens: 15,
+        // Of the one request whose engine reported them: the estimate's are unknown.
         cachedTokens: 4,
+        cachedReported: 1,
         completionTokens: 3,
         gpuMs: 3,
         estimatedRequests: 1,
         refusedUsage: 0,
       },
       expect.objectContaining({ minuteMs: Date.UTC(2027, 0, 1), requests: 1, refusedUsage: 1 }),
-      expect.objectContaining({ keyId: "k2", tenant: "", promptTokens: 7 }),
+      expect.objectContaining({ keyId: "k2", promptTokens: 7, cachedTokens: 0, cachedReported: 0 }),
     ]);
     expect(l.size).toBe(0);
     expect(l.seal()).toEqual([]);
+  });
+
+  it("counts a reported 0 cached tokens as reported, and an unreported count as unknown", () => {
+    const l = new UsageLedger();
+    l.add(0, "k", "", "m", use(10, 1, { cachedTokens: 0 }));
+    l.add(0, "k", "", "m", use(10, 1));
+    l.add(0, "k", "", "m", use(10, 1, { cachedTokens: 6 }));
+    expect(l.seal()).toEqual([
+      expect.objectContaining({ requests: 3, cachedTokens: 6, cachedReported: 2 }),
+    ]);
   });
 
   it("says when it is full instead of dropping anything", () => {

@@ -17,7 +17,10 @@ export interface UsageEntry {
   readonly model: string;
   requests: number;
   promptTokens: number;
+  /** Cached prompt tokens of the {@link cachedReported} requests. */
   cachedTokens: number;
+  /** Requests whose engine reported its cached tokens (0: {@link cachedTokens} unknown). */
+  cachedReported: number;
   completionTokens: number;
   /** GPU-milliseconds, fractional until sealed. */
   gpuMs: number;
@@ -30,7 +33,8 @@ export interface UsageEntry {
 /** One request's usage, as {@link UsageLedger.add} takes it. */
 export interface RequestUsage {
   readonly promptTokens: number;
-  readonly cachedTokens: number;
+  /** Absent: the engine did not report its cached tokens (not 0). */
+  readonly cachedTokens?: number;
   readonly completionTokens: number;
   readonly gpuMs: number;
   readonly estimated: boolean;
@@ -88,6 +92,7 @@ export class UsageLedger {
         requests: 0,
         promptTokens: 0,
         cachedTokens: 0,
+        cachedReported: 0,
         completionTokens: 0,
         gpuMs: 0,
         estimatedRequests: 0,
@@ -97,7 +102,10 @@ export class UsageLedger {
     }
     e.requests += 1;
     e.promptTokens += usage.promptTokens;
-    e.cachedTokens += usage.cachedTokens;
+    if (usage.cachedTokens !== undefined) {
+      e.cachedTokens += usage.cachedTokens;
+      e.cachedReported += 1;
+    }
     e.completionTokens += usage.completionTokens;
     e.gpuMs += usage.gpuMs;
     if (usage.estimated) e.estimatedRequests += 1;

@@ -65,6 +65,7 @@ describe("usage on the wire", () => {
       requests: 1,
       promptTokens: 2,
       cachedTokens: 0,
+      cachedReported: 1,
       completionTokens: 3,
       estimatedRequests: 0,
       refusedUsage: 0,

@@ -26,6 +26,7 @@ export function usageBatchToProto(routerId: string, batch: UsageBatch): ReportUs
       requests: BigInt(r.requests),
       promptTokens: BigInt(r.promptTokens),
       cachedTokens: BigInt(r.cachedTokens),
+      cachedReportedRequests: BigInt(r.cachedReported),
       completionTokens: BigInt(r.completionTokens),
       gpuMilliseconds: BigInt(Math.max(0, Math.round(r.gpuMs))),
       estimatedRequests: BigInt(r.estimatedRequests),

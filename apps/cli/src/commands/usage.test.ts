@@ -32,6 +32,7 @@ beforeEach(async () => {
             requests: 3n,
             promptTokens: 300n,
             cachedTokens: 100n,
+            cachedReportedRequests: 3n,
             completionTokens: 60n,
             gpuSeconds: 4,
           }),
@@ -97,8 +98,8 @@ describe("llmgw usage", () => {
       groupBy: [UsageDimension.KEY, UsageDimension.MODEL],
     });
     expect(io.out().split("\r\n")).toEqual([
-      "period_start,tenant,key_id,key_name,model,requests,prompt_tokens,cached_tokens,completion_tokens,gpu_seconds,estimated_requests,refused_usage",
-      "2026-12-03T00:00:00.000Z,search,id-1,ci,chat,3,300,100,60,4,0,0",
+      "period_start,tenant,key_id,key_name,model,requests,prompt_tokens,cached_tokens,completion_tokens,gpu_seconds,estimated_requests,refused_usage,cached_reported_requests",
+      "2026-12-03T00:00:00.000Z,search,id-1,ci,chat,3,300,100,60,4,0,0,3",
       "",
     ]);
   });
@@ -118,6 +119,7 @@ describe("llmgw usage", () => {
           promptTokens: "300",
           cachedTokens: "100",
           completionTokens: "60",
+          cachedReportedRequests: "3",
           gpuSeconds: 4,
         },
       ],

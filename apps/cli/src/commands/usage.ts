@@ -18,9 +18,9 @@ export const command: Command = {
   usage: `Usage: llmgw usage [--tenant T] [--key K] [--model M] [--since WHEN] [--until WHEN]
                   [--by minute|hour|day] [--group tenant,key,model] [--json|--csv] [options]
 
-What the routers counted: requests, prompt tokens (of which cached), completion tokens,
-GPU-seconds, requests charged an estimate and answers whose usage was refused, per period
-and group, with a TOTAL row. Days are UTC days, as budgets count them. Minute rows are kept
+What the routers counted: requests, prompt tokens (of which cached, where the engine
+reported them: "-" where none did), completion tokens, GPU-seconds, requests charged an
+estimate and answers whose usage was refused, per period and group, with a TOTAL row. Days are UTC days, as budgets count them. Minute rows are kept
 48 hours, hour rows 90 days, day rows for good.
 
 Options:

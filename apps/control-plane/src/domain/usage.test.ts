@@ -24,6 +24,7 @@ function record(over: Partial<UsageRecordData> = {}): UsageRecordData {
     requests: 1,
     promptTokens: 100,
     cachedTokens: 0,
+    cachedReported: 1,
     completionTokens: 10,
     gpuMs: 0,
     estimatedRequests: 0,

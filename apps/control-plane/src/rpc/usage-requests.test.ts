@@ -45,6 +45,7 @@ function usageRecord(over: Partial<UsageRecord> = {}): UsageRecord {
     requests: 2n,
     promptTokens: 100n,
     cachedTokens: 40n,
+    cachedReportedRequests: 1n,
     completionTokens: 20n,
     gpuMilliseconds: 1_500n,
     estimatedRequests: 1n,
@@ -85,6 +86,7 @@ describe("validateReportUsageRequest", () => {
           requests: 2,
           promptTokens: 100,
           cachedTokens: 40,
+          cachedReported: 1,
           completionTokens: 20,
           gpuMs: 1_500,
           estimatedRequests: 1,
@@ -92,6 +94,15 @@ describe("validateReportUsageRequest", () => {
         },
       ],
     });
+  });
+
+  it("reads cached tokens without reported requests as a router from before the count", () => {
+    const legacy = usageRecord({ requests: 5n, estimatedRequests: 2n, cachedReportedRequests: 0n });
+    const none = usageRecord({ cachedTokens: 0n, cachedReportedRequests: 0n });
+    const [old, unknown] = validateReportUsageRequest(request([legacy, none]), NOW).records;
+    // Then every exact answer counted its cached tokens (absent as 0), an estimate none.
+    expect(old).toMatchObject({ requests: 5, cachedTokens: 40, cachedReported: 3 });
+    expect(unknown).toMatchObject({ cachedTokens: 0, cachedReported: 0 });
   });
 
   it.each<[string, Parameters<typeof request>, string]>([
@@ -166,8 +177,13 @@ describe("validateReportUsageRequest", () => {
       "ReportUsageRequest.records[0].refused_usage (3) is more than requests (2)",
     ],
     [
+      "more cached-reported requests than requests",
+      [[usageRecord({ cachedReportedRequests: 3n })]],
+      "ReportUsageRequest.records[0].cached_reported_requests (3) is more than requests (2)",
+    ],
+    [
       "tokens without requests",
-      [[usageRecord({ requests: 0n, estimatedRequests: 0n })]],
+      [[usageRecord({ requests: 0n, estimatedRequests: 0n, cachedReportedRequests: 0n })]],
       "ReportUsageRequest.records[0]: 120 prompt + completion tokens for 0 requests is more than 16777216 per request",
     ],
     [

@@ -8,6 +8,7 @@ import {
   ReportUsageResponseSchema,
   UsageDimension,
   UsageGranularity,
+  type UsageRecord,
   type UsageRow,
   UsageRowSchema,
 } from "@llmgw/proto";
@@ -67,6 +68,7 @@ const COUNT_FIELDS = [
   ["gpuMilliseconds", "gpu_milliseconds"],
   ["estimatedRequests", "estimated_requests"],
   ["refusedUsage", "refused_usage"],
+  ["cachedReportedRequests", "cached_reported_requests"],
 ] as const;
 
 /**
@@ -127,6 +129,10 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
       throw invalid(
         `${at}.refused_usage (${r.refusedUsage}) is more than requests (${r.requests})`,
       );
+    if (r.cachedReportedRequests > r.requests)
+      throw invalid(
+        `${at}.cached_reported_requests (${r.cachedReportedRequests}) is more than requests (${r.requests})`,
+      );
     if (r.promptTokens + r.completionTokens > r.requests * L.maxTokensPerRequest)
       throw invalid(
         `${at}: ${r.promptTokens + r.completionTokens} prompt + completion tokens for ${r.requests} requests is more than ${L.maxTokensPerRequest} per request`,
@@ -143,6 +149,7 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
       requests: Number(r.requests),
       promptTokens: Number(r.promptTokens),
       cachedTokens: Number(r.cachedTokens),
+      cachedReported: cachedReported(r),
       completionTokens: Number(r.completionTokens),
       gpuMs: Number(r.gpuMilliseconds),
       estimatedRequests: Number(r.estimatedRequests),
@@ -150,6 +157,17 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
     };
   });
   return { routerId: req.routerId, batchId: req.batchId, records };
+}
+
+/**
+ * The requests of a record whose cached tokens are known. A router built before
+ * `cached_reported_requests` leaves it 0 while counting cached tokens: then every exact answer
+ * counted them (absent as 0), so all but its estimated requests.
+ */
+function cachedReported(r: UsageRecord): number {
+  if (r.cachedReportedRequests === 0n && r.cachedTokens > 0n)
+    return Number(r.requests - r.estimatedRequests);
+  return Number(r.cachedReportedRequests);
 }
 
 /** A standing as `llmgw.v1.BudgetStanding`. */
@@ -257,6 +275,7 @@ export function usageRowToProto(row: UsageRollupRow, keyName: string): UsageRow 
     requests: BigInt(row.requests),
     promptTokens: BigInt(row.promptTokens),
     cachedTokens: BigInt(row.cachedTokens),
+    cachedReportedRequests: BigInt(row.cachedReported),
     completionTokens: BigInt(row.completionTokens),
     gpuSeconds: row.gpuMs / 1000,
     estimatedRequests: BigInt(row.estimatedRequests),

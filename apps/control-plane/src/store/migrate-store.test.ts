@@ -203,6 +203,7 @@ describe.skipIf(skip)(`migrateStore into PostgreSQL${skip ? ` (skipped: ${skip})
       requests: 2,
       promptTokens: 100,
       cachedTokens: 40,
+      cachedReported: 1,
       completionTokens: 20,
       gpuMs: 1_500,
       estimatedRequests: 0,

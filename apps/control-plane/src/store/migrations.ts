@@ -148,6 +148,12 @@ export const MIGRATIONS: readonly string[] = [
      moved_at_ms INTEGER NOT NULL,
      PRIMARY KEY (deployment, node_id)
    );`,
+  // Usage rollups count the requests whose engine reported its cached tokens, so a row none
+  // reported reads "unknown", not 0. Rows written before counted an estimate's cached tokens
+  // as 0 and every other answer's as reported (engines llmgw launches leave a zero count
+  // out): all but their estimated requests.
+  `ALTER TABLE usage_rollups ADD COLUMN cached_reported INTEGER NOT NULL DEFAULT 0;
+   UPDATE usage_rollups SET cached_reported = requests - estimated_requests;`,
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */

@@ -27,9 +27,11 @@ import {
 
 /** Adds a batch's rows: one statement, one array per column, whatever the rows. */
 const UPSERT_ROLLUPS = `INSERT INTO usage_rollups (bucket, start_ms, tenant, key_id, model, requests,
-    prompt_tokens, cached_tokens, completion_tokens, gpu_ms, estimated_requests, refused_usage)
+    prompt_tokens, cached_tokens, completion_tokens, gpu_ms, estimated_requests, refused_usage,
+    cached_reported)
   SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[])
+    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
+    $13::bigint[])
   ON CONFLICT (bucket, start_ms, tenant, key_id, model) DO UPDATE SET
     requests = usage_rollups.requests + excluded.requests,
     prompt_tokens = usage_rollups.prompt_tokens + excluded.prompt_tokens,
@@ -37,7 +39,8 @@ const UPSERT_ROLLUPS = `INSERT INTO usage_rollups (bucket, start_ms, tenant, key
     completion_tokens = usage_rollups.completion_tokens + excluded.completion_tokens,
     gpu_ms = usage_rollups.gpu_ms + excluded.gpu_ms,
     estimated_requests = usage_rollups.estimated_requests + excluded.estimated_requests,
-    refused_usage = usage_rollups.refused_usage + excluded.refused_usage`;
+    refused_usage = usage_rollups.refused_usage + excluded.refused_usage,
+    cached_reported = usage_rollups.cached_reported + excluded.cached_reported`;
 
 /** Rows per statement: bounds one statement's arrays on import (a batch has ≤ 30,000). */
 const ROWS_PER_STATEMENT = 20_000;
@@ -62,6 +65,7 @@ export async function upsertUsageRollups(
       slice.map((d) => d.gpuMs),
       slice.map((d) => d.estimatedRequests),
       slice.map((d) => d.refusedUsage),
+      slice.map((d) => d.cachedReported),
     ]);
   }
 }

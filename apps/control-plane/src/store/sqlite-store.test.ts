@@ -249,6 +249,28 @@ describe("openSqliteStore", () => {
     check.close();
   });
 
+  it("counts a schema-8 usage row's answers other than estimates as cached-reported", async () => {
+    const db = new Database(file);
+    for (const m of MIGRATIONS.slice(0, 8)) db.exec(m);
+    db.pragma("user_version = 8");
+    // 5 requests, 2 of them estimates (their cached tokens unknown); the rest reported.
+    db.exec(
+      `INSERT INTO usage_rollups VALUES ('day', 0, 'search', 'k1', 'chat', 5, 500, 120, 50, 0, 2, 0);`,
+    );
+    db.close();
+    const store = openStore({ expectExisting: true });
+    const rows = await store.usage.query({
+      bucket: "day",
+      sinceMs: 0,
+      untilMs: 1,
+      groupBy: { tenant: true, key: true, model: true },
+      limit: 10,
+    });
+    expect(rows).toEqual([
+      expect.objectContaining({ requests: 5, cachedTokens: 120, cachedReported: 3 }),
+    ]);
+  });
+
   it("refuses a store whose version promises the replica-status table but lacks it", () => {
     openStore().close();
     const db = new Database(file);

@@ -15,8 +15,9 @@ import {
 
 /** Adds a delta into its row: `x = x + excluded.x` for every count. */
 const UPSERT_ROLLUP = `INSERT INTO usage_rollups (bucket, start_ms, tenant, key_id, model, requests,
-    prompt_tokens, cached_tokens, completion_tokens, gpu_ms, estimated_requests, refused_usage)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    prompt_tokens, cached_tokens, completion_tokens, gpu_ms, estimated_requests, refused_usage,
+    cached_reported)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
   ON CONFLICT (bucket, start_ms, tenant, key_id, model) DO UPDATE SET
     requests = requests + excluded.requests,
     prompt_tokens = prompt_tokens + excluded.prompt_tokens,
@@ -24,7 +25,8 @@ const UPSERT_ROLLUP = `INSERT INTO usage_rollups (bucket, start_ms, tenant, key_
     completion_tokens = completion_tokens + excluded.completion_tokens,
     gpu_ms = gpu_ms + excluded.gpu_ms,
     estimated_requests = estimated_requests + excluded.estimated_requests,
-    refused_usage = refused_usage + excluded.refused_usage`;
+    refused_usage = refused_usage + excluded.refused_usage,
+    cached_reported = cached_reported + excluded.cached_reported`;
 
 /**
  * The usage tables of an open SQLite state store (`openSqliteStore` runs the migrations that

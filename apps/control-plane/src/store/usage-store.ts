@@ -16,8 +16,13 @@ export type UsageBucket = "minute" | "hour" | "day";
 export interface UsageCounts {
   readonly requests: number;
   readonly promptTokens: number;
-  /** Prompt tokens served from the engine's cache (included in `promptTokens`). */
+  /**
+   * Prompt tokens served from the engine's cache (included in `promptTokens`), of the
+   * {@link cachedReported} requests.
+   */
   readonly cachedTokens: number;
+  /** Requests whose engine reported its cached tokens; 0: {@link cachedTokens} is unknown. */
+  readonly cachedReported: number;
   readonly completionTokens: number;
   /** Each request's share of its replica's GPUs over its duration, GPU-milliseconds. */
   readonly gpuMs: number;
@@ -190,6 +195,7 @@ export function addCounts(a: UsageCounts | undefined, b: UsageCounts): UsageCoun
     requests: (a?.requests ?? 0) + b.requests,
     promptTokens: (a?.promptTokens ?? 0) + b.promptTokens,
     cachedTokens: (a?.cachedTokens ?? 0) + b.cachedTokens,
+    cachedReported: (a?.cachedReported ?? 0) + b.cachedReported,
     completionTokens: (a?.completionTokens ?? 0) + b.completionTokens,
     gpuMs: (a?.gpuMs ?? 0) + b.gpuMs,
     estimatedRequests: (a?.estimatedRequests ?? 0) + b.estimatedRequests,
@@ -206,6 +212,7 @@ export const USAGE_COUNT_COLUMNS = [
   "gpu_ms",
   "estimated_requests",
   "refused_usage",
+  "cached_reported",
 ] as const;
 
 /** A row of `usage_rollups` (or of a query over it) as the drivers return it. */
@@ -222,6 +229,7 @@ export interface UsageSqlRow {
   gpu_ms: number;
   estimated_requests: number;
   refused_usage: number;
+  cached_reported: number;
 }
 
 export function usageRowFromSql(r: UsageSqlRow): UsageRollupRow {
@@ -237,6 +245,7 @@ export function usageRowFromSql(r: UsageSqlRow): UsageRollupRow {
     gpuMs: Number(r.gpu_ms),
     estimatedRequests: Number(r.estimated_requests),
     refusedUsage: Number(r.refused_usage),
+    cachedReported: Number(r.cached_reported),
   };
 }
 
@@ -255,6 +264,7 @@ export function usageDeltaValues(d: UsageRollupDelta): (string | number)[] {
     d.gpuMs,
     d.estimatedRequests,
     d.refusedUsage,
+    d.cachedReported,
   ];
 }
 

@@ -20,6 +20,7 @@ import {
 import { ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 import {
   budgetText,
+  cachedText,
   gpuTime,
   periodStartMs,
   priorityText,
@@ -320,9 +321,8 @@ function Usage() {
       )}
       <p class="quiet">
         Tokens as the engines reported them. Cached tokens are part of the prompt tokens and count
-        only where the engine reports them (vLLM with
-        <code>--enable-prompt-tokens-details</code>, SGLang with <code>--enable-cache-report</code>,
-        llama.cpp): elsewhere they read 0 here, not "unknown", as in <code>llmgw usage</code>. GPU time is each request's share of its replica's GPUs while
+        only where the engine reported them (engines as llmgw launches them do; an answer cut short
+        does not): "—" where none did. GPU time is each request's share of its replica's GPUs while
         it ran. Estimated: requests cut short or answered without usage; refused: answers whose
         usage was refused (both charged an estimate). Routers report every few seconds.
       </p>
@@ -351,7 +351,7 @@ function Usage() {
                 <td>{u.model}</td>
                 <td data-requests>{thousands(u.requests)}</td>
                 <td>{thousands(u.promptTokens)}</td>
-                <td>{thousands(u.cachedTokens)}</td>
+                <td data-cached>{cachedText(u)}</td>
                 <td data-completion>{thousands(u.completionTokens)}</td>
                 <td>{gpuTime(u.gpuSeconds)}</td>
                 <td>{thousands(u.estimatedRequests)}</td>
