@@ -21,12 +21,14 @@ export {
 export { ENGINE_PORT_RANGE, ephemeralRange, type FreePortOptions, freePort } from "./ports.js";
 export {
   checkProcessIdentity,
+  type GroupMember,
   type IdentityCheck,
   listGroupMembers,
   type ProcessIdentity,
   type ProcStat,
   parseProcStat,
   readCmdlineFingerprint,
+  readGroupMembers,
   readProcessIdentity,
   readProcStat,
 } from "./proc.js";

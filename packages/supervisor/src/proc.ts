@@ -107,9 +107,28 @@ export function checkProcessIdentity(expected: ProcessIdentity, procRoot = "/pro
   return { kind: "match" };
 }
 
-/** Pids of live (non-zombie) processes whose process group is `pgid`, from a `/proc` scan. */
-export function listGroupMembers(pgid: number, procRoot = "/proc"): number[] {
-  const members: number[] = [];
+/** A process of a group that is not gone yet (see {@link readGroupMembers}). */
+export interface GroupMember {
+  readonly pid: number;
+  /**
+   * One-letter state of its main thread. `Z`: the main thread exited while other threads of
+   * the process still run or exit; `D`: in an uninterruptible call (a driver, a stuck mount),
+   * where even SIGKILL waits until the call returns.
+   */
+  readonly state: string;
+}
+
+/**
+ * The processes of group `pgid` that are not gone yet, from a scan of `/proc/<pid>/stat`:
+ * every one that runs, sleeps or is still exiting. A zombie counts as gone only once it is
+ * its last thread: a process's main thread reads as a zombie as soon as it exited, while its
+ * other threads, which share its file table and so its listening sockets, may still run or
+ * exit. A zombie that is its last thread holds no files any more, and whether anyone reaps it
+ * (its parent, or an init that may reap orphans seconds late) does not matter here. In pid
+ * order.
+ */
+export function readGroupMembers(pgid: number, procRoot = "/proc"): GroupMember[] {
+  const members: GroupMember[] = [];
   let entries: string[];
   try {
     entries = readdirSync(procRoot);
@@ -119,7 +138,23 @@ export function listGroupMembers(pgid: number, procRoot = "/proc"): number[] {
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
     const stat = readProcStat(Number(entry), procRoot);
-    if (stat !== undefined && stat.pgrp === pgid && stat.state !== "Z") members.push(stat.pid);
+    if (stat === undefined || stat.pgrp !== pgid) continue;
+    if (stat.state === "Z" && !hasOtherThreads(stat.pid, procRoot)) continue;
+    members.push({ pid: stat.pid, state: stat.state });
   }
-  return members;
+  return members.sort((a, b) => a.pid - b.pid);
+}
+
+/** Pids of the processes of group `pgid` that are not gone yet ({@link readGroupMembers}). */
+export function listGroupMembers(pgid: number, procRoot = "/proc"): number[] {
+  return readGroupMembers(pgid, procRoot).map((member) => member.pid);
+}
+
+/** Whether `/proc/<pid>/task` lists a thread besides the main one (it lists them until released). */
+function hasOtherThreads(pid: number, procRoot: string): boolean {
+  try {
+    return readdirSync(`${procRoot}/${pid}/task`).some((tid) => tid !== String(pid));
+  } catch {
+    return false; // reaped meanwhile
+  }
 }

@@ -21,6 +21,7 @@ import {
   checkProcessIdentity,
   listGroupMembers,
   type ProcessIdentity,
+  readGroupMembers,
   readProcessIdentity,
 } from "./proc.js";
 import { hashProcessSpec, type ProcessSpec, validateProcessSpec } from "./process-spec.js";
@@ -43,7 +44,11 @@ export interface SupervisorOptions {
   adoptPollIntervalMs?: number;
   /** How often a stopping group is re-scanned. Default 50 ms. */
   stopPollIntervalMs?: number;
-  /** How long to wait for the group to vanish after SIGKILL. Default 5000 ms. */
+  /**
+   * How long to wait after SIGKILL for every process of the group to be gone; past it, stop
+   * throws `LLMGW_SUPERVISOR_STOP_FAILED` naming the survivors (a process in an uninterruptible
+   * call, state `D`, dies only once that call returns). Default 5000 ms.
+   */
   killWaitMs?: number;
   /** Default grace between the stop signal and SIGKILL. Default 30 000 ms. */
   defaultStopGraceMs?: number;
@@ -162,9 +167,14 @@ export interface ProcessHandle {
   /** The bounded log tail, oldest line first (reads the file up to date first). */
   tail(): string[];
   /**
-   * Signals the whole group, waits up to the grace for every member to be gone, then
-   * SIGKILLs the group. Idempotent: concurrent calls share one stop. Throws
-   * `LLMGW_SUPERVISOR_STOP_FAILED` if members survive SIGKILL for `killWaitMs`.
+   * Signals the whole group, waits up to the grace for every process of it to be gone, then
+   * SIGKILLs the group and waits up to `killWaitMs` more. Resolves only once the leader has
+   * exited and no process of the group runs or is still exiting ({@link readGroupMembers}):
+   * their files, listening sockets included, are closed, so their ports can be bound again.
+   * Processes that left the group (`setsid`, `setpgid`) are neither signalled nor waited for.
+   * Concurrent calls share one stop. Throws `LLMGW_SUPERVISOR_STOP_FAILED`, naming each
+   * survivor and its state, if processes outlive SIGKILL by `killWaitMs`; the ports they hold
+   * are not free then, and a later call signals the group and waits again.
    */
   stop(options?: StopOptions): Promise<ExitReport>;
 }
@@ -490,7 +500,14 @@ class GroupHandle implements ProcessHandle {
   }
 
   stop(options: StopOptions = {}): Promise<ExitReport> {
-    this.#stopping ??= this.#stop(options);
+    if (this.#stopping === undefined) {
+      const stopping = this.#stop(options);
+      this.#stopping = stopping;
+      // Only success is latched: processes that outlived SIGKILL may be gone by a later call.
+      stopping.catch(() => {
+        if (this.#stopping === stopping) this.#stopping = undefined;
+      });
+    }
     return this.#stopping;
   }
 
@@ -533,10 +550,12 @@ class GroupHandle implements ProcessHandle {
         const killDeadline = clock.now() + o.killWaitMs;
         while (!gone() && clock.now() < killDeadline) await sleep(clock, o.stopPollIntervalMs);
         if (!gone()) {
-          const survivors = listGroupMembers(this.pgid, o.procRoot);
+          const survivors = readGroupMembers(this.pgid, o.procRoot)
+            .map((m) => `${m.pid} (${m.state === "Z" ? "exiting" : `state ${m.state}`})`)
+            .join(", ");
           throw new SupervisorError(
             "LLMGW_SUPERVISOR_STOP_FAILED",
-            `process group ${this.pgid} of replica ${this.replicaId} survived SIGKILL: pids ${survivors.join(", ") || "(leader not reaped)"}`,
+            `process group ${this.pgid} of replica ${this.replicaId} survived SIGKILL for ${o.killWaitMs} ms: pids ${survivors || "(leader not reaped)"}`,
           );
         }
       }
@@ -556,9 +575,10 @@ class GroupHandle implements ProcessHandle {
   }
 
   /**
-   * True once the leader exited and no member of the group is left. Latched: once the group
-   * was seen empty its id may be reused by an unrelated process group, which must never be
-   * scanned or signalled as ours.
+   * True once the leader exited and no process of the group runs or is still exiting
+   * ({@link listGroupMembers}; zombies that are their last thread are gone, reaped or not).
+   * Latched: once the group was seen empty its id may be reused by an unrelated process
+   * group, which must never be scanned or signalled as ours.
    */
   #groupGone(): boolean {
     if (this.#gone) return true;

@@ -1,5 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { connect } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ProcessSpec } from "@llmgw/supervisor";
@@ -71,6 +71,18 @@ export function portOpen(port: number): Promise<boolean> {
       resolve(true);
     });
     socket.once("error", () => resolve(false));
+  });
+}
+
+/**
+ * Listens on 127.0.0.1:`port` and closes again: "bound" when the port was free, else the
+ * error's code (`EADDRINUSE` while a socket still listens there).
+ */
+export function bindPort(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve("bound")));
   });
 }
 

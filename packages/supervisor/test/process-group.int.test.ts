@@ -1,12 +1,17 @@
-import { readFileSync, statSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import {
   createSupervisor,
   isSupervisorError,
   listGroupMembers,
+  type ProcessSpec,
   pidFilePath,
+  readProcStat,
+  type SupervisorOptions,
 } from "@llmgw/supervisor";
 import { afterEach, describe, expect, it } from "vitest";
 import {
+  bindPort,
   engineSpec,
   grandchildren,
   isAlive,
@@ -21,12 +26,19 @@ afterEach(() => {
   for (const cleanup of cleanups.splice(0)) cleanup();
 });
 
-function setup() {
+// The fixture's thread-listener.py grandchildren need python3 (with ctypes) and the exit(2)
+// syscall number of this architecture, which it knows for x86_64 and aarch64 only.
+const hasPython3 =
+  ["x64", "arm64"].includes(process.arch) &&
+  spawnSync("python3", ["-c", "import ctypes"]).status === 0;
+
+function setup(options: Partial<SupervisorOptions> = {}) {
   const { dir, cleanup } = tempDir("llmgw-sup-");
   const supervisor = createSupervisor({
     stateDir: `${dir}/state`,
     logPollIntervalMs: 50,
     stopPollIntervalMs: 20,
+    ...options,
   });
   const pgids: number[] = [];
   cleanups.push(() => {
@@ -37,19 +49,30 @@ function setup() {
     }
     cleanup();
   });
-  return { dir, supervisor, pgids };
+  /** Launches the fixture engine with `count` grandchildren; resolves once each holds a port. */
+  const launchWithGrandchildren = async (
+    name: string,
+    count: number,
+    flags: string[] = [],
+    extra: Partial<ProcessSpec> = {},
+  ) => {
+    const args = ["--grandchildren", String(count), ...flags];
+    const handle = await supervisor.launch(name, engineSpec(dir, name, args, extra));
+    pgids.push(handle.pgid);
+    const kids = await waitFor(`${count} grandchildren`, () => {
+      const found = grandchildren(handle.tail());
+      return found.length === count ? found : undefined;
+    });
+    return { handle, kids };
+  };
+  return { dir, supervisor, pgids, launchWithGrandchildren };
 }
 
 describe("process groups", () => {
   it("stop leaves no process of the group alive, grandchildren and their ports included", async () => {
-    const { dir, supervisor, pgids } = setup();
-    const handle = await supervisor.launch("gc", engineSpec(dir, "gc", ["--grandchildren", "3"]));
-    pgids.push(handle.pgid);
+    const { dir, launchWithGrandchildren } = setup();
+    const { handle, kids } = await launchWithGrandchildren("gc", 3);
     expect(handle.pgid).toBe(handle.pid);
-    const kids = await waitFor("3 grandchildren", () => {
-      const found = grandchildren(handle.tail());
-      return found.length === 3 ? found : undefined;
-    });
     for (const kid of kids) expect(await portOpen(kid.port)).toBe(true);
     const sockets = kids.flatMap((kid) => listeningSockets(kid.port));
     for (const kid of kids) expect(listeningSockets(kid.port)).not.toEqual([]);
@@ -59,21 +82,13 @@ describe("process groups", () => {
 
     const report = await handle.stop();
 
+    // Read at once: stop waits until no process of the group holds a file. Their port numbers
+    // may be another test's by now (CI runs tests side by side): another socket is no leak.
+    const stillListening = kids.flatMap((kid) => listeningSockets(kid.port));
+    expect(stillListening.filter((socket) => sockets.includes(socket))).toEqual([]);
     expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
     expect(listGroupMembers(handle.pgid)).toEqual([]);
     for (const kid of kids) expect(isAlive(kid.pid)).toBe(false);
-    // The sockets they listened on close, though not always by the time each pid reads as a
-    // zombie: seen once in CI, one grandchild's socket still listening just after stop. The
-    // likely cause: a thread-group leader reads as a zombie while its other threads (a Node
-    // process has several), which share its files, are still exiting. Their port numbers may
-    // be another test's by now (CI runs tests side by side): another socket on them is no leak.
-    await waitFor(
-      "the grandchildren's listening sockets to close",
-      () =>
-        kids.every((kid) => listeningSockets(kid.port).every((s) => !sockets.includes(s))) ||
-        undefined,
-      5_000,
-    );
     expect(() => statSync(pidFilePath(`${dir}/state`, "gc"))).toThrow();
     expect(handle.tail()).toContain("engine got SIGTERM");
   });
@@ -96,25 +111,98 @@ describe("process groups", () => {
   });
 
   it("grandchildren that ignore SIGTERM are killed after the grace even when the leader obeys", async () => {
-    const { dir, supervisor, pgids } = setup();
-    const spec = engineSpec(
-      dir,
+    const { launchWithGrandchildren } = setup();
+    const { handle, kids } = await launchWithGrandchildren(
       "gcstub",
-      ["--grandchildren", "2", "--grandchildren-ignore-term"],
+      2,
+      ["--grandchildren-ignore-term"],
       { stopGraceMs: 300 },
     );
-    const handle = await supervisor.launch("gcstub", spec);
-    pgids.push(handle.pgid);
-    const kids = await waitFor("2 grandchildren", () => {
-      const found = grandchildren(handle.tail());
-      return found.length === 2 ? found : undefined;
-    });
 
     const report = await handle.stop();
 
+    expect(await Promise.all(kids.map((kid) => bindPort(kid.port)))).toEqual(["bound", "bound"]);
     expect(report).toMatchObject({ code: 0, timedOut: true, forced: true });
+    expect(report.durationMs).toBeGreaterThanOrEqual(300);
     expect(listGroupMembers(handle.pgid)).toEqual([]);
     for (const kid of kids) expect(isAlive(kid.pid)).toBe(false);
+  });
+
+  it("stop waits for grandchildren that close their ports after the leader exited", async () => {
+    const { launchWithGrandchildren } = setup();
+    const { handle, kids } = await launchWithGrandchildren("linger", 2, [
+      "--grandchildren-linger",
+      "500",
+    ]);
+
+    const report = await handle.stop();
+
+    expect(await Promise.all(kids.map((kid) => bindPort(kid.port)))).toEqual(["bound", "bound"]);
+    expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
+    expect(report.durationMs).toBeGreaterThanOrEqual(500);
+    expect(handle.tail()).toContain("engine got SIGTERM");
+  });
+
+  it.skipIf(!hasPython3)(
+    "stop waits for a grandchild that reads as a zombie while another thread holds its port",
+    async () => {
+      const { launchWithGrandchildren } = setup();
+      const { handle, kids } = await launchWithGrandchildren("thread", 1, [
+        "--grandchildren-thread-linger",
+        "800",
+      ]);
+      const kid = kids[0]!;
+      const sockets = listeningSockets(kid.port);
+      expect(sockets).not.toEqual([]);
+
+      let settled = false;
+      const stopping = handle.stop().finally(() => {
+        settled = true;
+      });
+      // What stop once took for gone: the leader reaped, the grandchild's main thread exited.
+      await waitFor("the grandchild's main thread to exit", () => {
+        return handle.exit() !== undefined && readProcStat(kid.pid)?.state === "Z";
+      });
+      expect(listeningSockets(kid.port)).toEqual(sockets);
+      expect(settled).toBe(false);
+      const report = await stopping;
+
+      expect(await bindPort(kid.port)).toBe("bound");
+      expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
+      expect(report.durationMs).toBeGreaterThanOrEqual(800);
+      expect(listGroupMembers(handle.pgid)).toEqual([]);
+    },
+  );
+
+  it("a process that outlives SIGKILL fails the stop after killWaitMs; a later stop waits again", async () => {
+    // A process in an uninterruptible call (state D) cannot be made on purpose: a /proc tree
+    // in a temp dir shows one in the engine's group, while the engine itself is real.
+    const proc = tempDir("llmgw-proc-");
+    cleanups.push(proc.cleanup);
+    const { dir, supervisor, pgids } = setup({ procRoot: proc.dir, killWaitMs: 300 });
+    const handle = await supervisor.launch("stuck", engineSpec(dir, "stuck", []));
+    pgids.push(handle.pgid);
+    await waitFor("engine up", () => handle.tail().some((l) => l.startsWith("engine ")));
+    mkdirSync(`${proc.dir}/4194305/task/4194305`, { recursive: true });
+    writeFileSync(
+      `${proc.dir}/4194305/stat`,
+      `4194305 (engine worker) D 1 ${handle.pgid} ${handle.pgid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0\n`,
+    );
+
+    const started = Date.now();
+    const error = await handle.stop({ graceMs: 200 }).catch((e: unknown) => e);
+
+    expect(Date.now() - started).toBeGreaterThanOrEqual(500);
+    expect(isSupervisorError(error)).toBe(true);
+    expect((error as { code: string }).code).toBe("LLMGW_SUPERVISOR_STOP_FAILED");
+    expect((error as Error).message).toBe(
+      `process group ${handle.pgid} of replica stuck survived SIGKILL for 300 ms: pids 4194305 (state D)`,
+    );
+    expect(isAlive(handle.pid)).toBe(false);
+
+    rmSync(`${proc.dir}/4194305`, { recursive: true });
+    const report = await handle.stop();
+    expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
   });
 
   it("writes an owner-only pid file describing the process", async () => {
