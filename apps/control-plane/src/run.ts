@@ -456,6 +456,7 @@ export async function startControlPlane(
         () => cluster.routingTenants(),
         () => cluster.routingKeys(),
       ),
+      tenantCreatedAt: (name) => cluster.tenants.get(name)?.createdAtMs,
       onStored: (records) => {
         for (const { tenant, model, counts } of usageByTenantAndModel(records)) {
           // A tenant deleted since (or never defined) is one series, not one per name.

@@ -138,6 +138,48 @@ describe("ClusterUsage", () => {
     expect(resent.standings[0]?.usedTokens).toBe(110);
   });
 
+  it("starts a tenant created again under a deleted one's name from the hour it was created", async () => {
+    const created = new Map([["search", DEC]]);
+    const tenantCreatedAt = (name: string) => created.get(name);
+    const usage = open({ tenantCreatedAt });
+    // The first tenant "search": yesterday and this morning, 110 tokens each.
+    await usage.report({
+      routerId: "r",
+      batchId: "1",
+      records: [record({ minuteMs: D3 - DAY + 10 * HOUR }), record()],
+    });
+    expect(used(usage)).toEqual([110, 220, 0, 0]);
+    // Deleted, and created again at 12:30; its key k9 sends at 12:10 (the creation hour, which
+    // counts: records say the minute, rollups the hour) and at 13:00.
+    created.set("search", D3 + 12 * HOUR + 30 * MIN);
+    clock.set(D3 + 13 * HOUR + 30 * MIN);
+    const again = {
+      routerId: "r",
+      batchId: "2",
+      records: [
+        record({ keyId: "k9", minuteMs: D3 + 12 * HOUR + 10 * MIN }),
+        record({ keyId: "k9", minuteMs: D3 + 13 * HOUR }),
+      ],
+    };
+    await usage.report(again);
+    expect(used(usage)).toEqual([220, 220, 0, 0]);
+    // The same after a restart, from the rollups: the creation day by the hour.
+    const restarted = open({ tenantCreatedAt });
+    await restarted.load();
+    expect(used(restarted)).toEqual([220, 220, 0, 0]);
+    // Keys are ids, never reused: k1's usage of the old tenant is still k1's.
+    const k1 = open({
+      tenantCreatedAt,
+      budgets: () => [{ keyId: "k1", period: "month", model: "", tokens: 1 }],
+    });
+    await k1.load();
+    expect(used(k1)).toEqual([220]);
+    // Without creation times, a tenant is its name.
+    const byName = open();
+    await byName.load();
+    expect(used(byName)).toEqual([330, 440, 0, 0]);
+  });
+
   it("starts each UTC day and month from zero", async () => {
     const usage = open();
     await usage.report({

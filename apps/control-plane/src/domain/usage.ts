@@ -54,6 +54,12 @@ export interface ClusterUsageOptions {
   readonly clock: { now(): number };
   /** Every budget of every tenant and key now (read on each answer). */
   readonly budgets: () => readonly BudgetSpec[];
+  /**
+   * When the tenant of this name now was created, epoch ms (undefined: none now). A tenant
+   * created again under a deleted one's name starts its budgets from the hour it was created:
+   * usage of earlier hours is the old tenant's. Absent: tenants are their names.
+   */
+  readonly tenantCreatedAt?: (tenant: string) => number | undefined;
   /** Told the records of each batch stored (once per batch id, never for a duplicate). */
   readonly onStored?: (records: readonly UsageRecordData[]) => void;
   /** Default {@link DEFAULT_USAGE_RETENTION}. */
@@ -68,6 +74,11 @@ export interface ClusterUsageOptions {
 /** Most rows one {@link ClusterUsage.query} answers. */
 export const MAX_USAGE_ROWS = 100_000;
 
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+/** Models one tenant's creation day is read for, per hour (more are a store gone wrong). */
+const MAX_MODELS_PER_TENANT_DAY = 10_000;
+
 const ALL_MODELS = "";
 
 /**
@@ -77,7 +88,10 @@ const ALL_MODELS = "";
  * Standings cost O(budgets) per answer: tokens per period (today, this month) and subject
  * (tenant or key, one model or all) are kept in memory, loaded from the day rollups on first
  * use and added to by each batch this instance stores. Only the leader stores batches, and a
- * new leader loads again, so the totals are the cluster's.
+ * new leader loads again, so the totals are the cluster's. A tenant's totals count from the
+ * hour it was created (usage records carry its name only): the rollups of its creation day
+ * are read by the hour, and a tenant found created again since the totals were read has them
+ * read again.
  */
 export class ClusterUsage {
   readonly #o: ClusterUsageOptions;
@@ -86,6 +100,8 @@ export class ClusterUsage {
   /** "day:<start>" | "month:<start>" → subject ("t|k", id, model or "") → tokens. */
   readonly #periods = new Map<string, Map<string, number>>();
   #loaded: Promise<void> | undefined;
+  /** Creation time of each tenant whose usage the totals hold, as when it was counted. */
+  readonly #counted = new Map<string, number | undefined>();
   #lastPruneMs: number;
   #pruning: Promise<UsagePruneReport> | undefined;
 
@@ -110,8 +126,41 @@ export class ClusterUsage {
     this.#loaded ??= (async () => {
       const since = monthStart(this.#o.clock.now());
       const rows = await this.#o.store.dayTokens(since);
+      // Tenants created during a day whose rollup has usage: that day is read by the hour.
+      const createdOn = new Map<string, number>();
+      for (const r of rows) {
+        const created = this.#createdAt(r.tenant);
+        if (created !== undefined && bucketStart("day", created) === r.dayMs)
+          createdOn.set(r.tenant, created);
+      }
+      const hours = await Promise.all(
+        [...createdOn].map(([tenant, created]) =>
+          this.#o.store.query({
+            bucket: "hour",
+            sinceMs: bucketStart("hour", created),
+            untilMs: bucketStart("day", created) + DAY_MS,
+            tenant,
+            groupBy: { tenant: true, key: false, model: true },
+            limit: 24 * MAX_MODELS_PER_TENANT_DAY,
+          }),
+        ),
+      );
       this.#periods.clear();
-      for (const r of rows) this.#add(r.dayMs, r.tenant, r.keyId, r.model, r.tokens);
+      this.#counted.clear();
+      for (const r of rows) {
+        const tenantCounts = !createdOn.has(r.tenant) && this.#counts(r.tenant, r.dayMs, DAY_MS);
+        this.#add(r.dayMs, r.tenant, r.keyId, r.model, r.tokens, tenantCounts, true);
+      }
+      for (const r of hours.flat())
+        this.#add(
+          bucketStart("day", r.startMs),
+          r.tenant,
+          "",
+          r.model,
+          r.promptTokens + r.completionTokens,
+          true,
+          false,
+        );
     })().catch((error: unknown) => {
       this.#loaded = undefined;
       throw error;
@@ -127,6 +176,15 @@ export class ClusterUsage {
    */
   async report(batch: UsageBatch): Promise<UsageReport> {
     await this.load();
+    // A tenant deleted and created again since its usage was counted: the new one's totals
+    // start over, from the rollups.
+    for (const [tenant, created] of this.#counted) {
+      if (this.#createdAt(tenant) !== created) {
+        this.#loaded = undefined;
+        await this.load();
+        break;
+      }
+    }
     // An empty batch is a router asking for the standings: nothing to store, no id to keep.
     if (batch.records.length === 0) {
       this.tick();
@@ -150,6 +208,8 @@ export class ClusterUsage {
           r.keyId,
           r.model,
           r.promptTokens + r.completionTokens,
+          this.#counts(r.tenant, bucketStart("hour", r.minuteMs), HOUR_MS),
+          true,
         );
       this.#o.onStored?.(batch.records);
     }
@@ -245,7 +305,32 @@ export class ClusterUsage {
     await this.#pruning?.catch(() => {});
   }
 
-  #add(dayMs: number, tenant: string, keyId: string, model: string, tokens: number): void {
+  #createdAt(tenant: string): number | undefined {
+    return tenant === "" ? undefined : this.#o.tenantCreatedAt?.(tenant);
+  }
+
+  /**
+   * Whether usage of `tenant` in [startMs, startMs + sizeMs) is the present tenant's: all of
+   * it unless the tenant was created after that span began (the creation hour counts).
+   * Remembers the creation time it judged by.
+   */
+  #counts(tenant: string, startMs: number, sizeMs: number): boolean {
+    if (tenant === "") return false;
+    const created = this.#createdAt(tenant);
+    this.#counted.set(tenant, created);
+    return created === undefined || startMs + sizeMs > bucketStart("hour", created);
+  }
+
+  /** Adds `tokens` to the key's totals (`forKey`) and the tenant's (`forTenant`). */
+  #add(
+    dayMs: number,
+    tenant: string,
+    keyId: string,
+    model: string,
+    tokens: number,
+    forTenant: boolean,
+    forKey: boolean,
+  ): void {
     if (tokens === 0) return;
     for (const period of [`day:${dayMs}`, `month:${monthStart(dayMs)}`]) {
       let totals = this.#periods.get(period);
@@ -253,8 +338,9 @@ export class ClusterUsage {
         totals = new Map();
         this.#periods.set(period, totals);
       }
-      const subjects = [subjectKey("k", keyId, model), subjectKey("k", keyId, ALL_MODELS)];
-      if (tenant !== "")
+      const subjects: string[] = [];
+      if (forKey) subjects.push(subjectKey("k", keyId, model), subjectKey("k", keyId, ALL_MODELS));
+      if (forTenant && tenant !== "")
         subjects.push(subjectKey("t", tenant, model), subjectKey("t", tenant, ALL_MODELS));
       for (const s of subjects) totals.set(s, (totals.get(s) ?? 0) + tokens);
     }
