@@ -387,6 +387,43 @@ describe("behind a trusted reverse proxy (--trusted-proxy)", () => {
     );
   });
 
+  it("ends the plain-HTTP session too when a browser that has both logs out over TLS", async () => {
+    await withControlPlane(
+      true,
+      async (own) => {
+        const login = async (proto: string) => {
+          const res = await viaProxy(own.controlUrl, own.adminToken, "198.51.100.4", proto);
+          const { csrf } = (await res.json()) as { csrf: string };
+          return { cookie: (res.headers.get("set-cookie") ?? "").split(";")[0] as string, csrf };
+        };
+        const plain = await login("http");
+        const secure = await login("https");
+        const session = (cookie: string, proto: string) =>
+          fetch(`${own.controlUrl}/ui/api/session`, {
+            headers: { cookie, "x-forwarded-proto": proto },
+          });
+        expect((await session(plain.cookie, "http")).status).toBe(200);
+        // Over TLS the browser sends both: the __Host- one and the one without Secure.
+        const out = await fetch(`${own.controlUrl}/ui/api/logout`, {
+          method: "POST",
+          headers: {
+            cookie: `${secure.cookie}; ${plain.cookie}`,
+            "x-llmgw-csrf": secure.csrf,
+            "x-forwarded-proto": "https",
+          },
+        });
+        expect(out.status).toBe(200);
+        expect(out.headers.getSetCookie().map((c) => c.split("=")[0])).toEqual([
+          "__Host-llmgw_session",
+          "llmgw_session",
+        ]);
+        expect((await session(secure.cookie, "https")).status).toBe(401);
+        expect((await session(plain.cookie, "http")).status).toBe(401);
+      },
+      { trustedProxies: ["127.0.0.0/8", "::1"] },
+    );
+  });
+
   it("believes none of it from a peer that is not a trusted proxy", async () => {
     await withControlPlane(
       true,

@@ -298,7 +298,18 @@ export function createConsoleHttp(opts: ConsoleHttpOptions): ConsoleHttp {
             return true;
           }
           if (session !== undefined) sessions.revoke(session.id);
-          json(res, 200, {}, { "set-cookie": cookie(clientOf(req).secure, "", 0) });
+          const { secure } = clientOf(req);
+          const cleared = [cookie(secure, "", 0)];
+          if (secure) {
+            // A session made over plain HTTP (before a TLS proxy was put in front, say) has a
+            // cookie without `Secure`, which the browser sends over TLS too: it ends as well.
+            const plain = cookieValue(req.headers.cookie, cookieName(false));
+            if (plain !== undefined) {
+              sessions.revoke(plain);
+              cleared.push(cookie(false, "", 0));
+            }
+          }
+          json(res, 200, {}, { "set-cookie": cleared });
         } else refuse(res, 404, "LLMGW_CONTROL_PLANE_UI_NOT_FOUND", `no ${method} ${path}`);
         return true;
       }
