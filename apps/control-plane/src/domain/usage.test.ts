@@ -53,6 +53,19 @@ const open = (over: Partial<ClusterUsageOptions> = {}) =>
     onStored: (records) => stored.push(records),
     ...over,
   });
+/** Usage of tenant "search" (created December 1) whose creation time a test changes. */
+function recreatable() {
+  const created = new Map([["search", DEC]]);
+  const tenantCreatedAt = (name: string) => created.get(name);
+  return { created, tenantCreatedAt, usage: open({ tenantCreatedAt }) };
+}
+/** Reports one record of `keyId` (and tenant "search") at each of `minutes`. */
+const reportAt = (usage: ClusterUsage, batchId: string, keyId: string, ...minutes: number[]) =>
+  usage.report({
+    routerId: "r",
+    batchId,
+    records: minutes.map((minuteMs) => record({ keyId, minuteMs })),
+  });
 /** The used tokens of each budget's standing, in `BUDGETS` order. */
 const used = (usage: ClusterUsage) => usage.standings().map((s) => s.usedTokens);
 
@@ -139,29 +152,15 @@ describe("ClusterUsage", () => {
   });
 
   it("starts a tenant created again under a deleted one's name from the hour it was created", async () => {
-    const created = new Map([["search", DEC]]);
-    const tenantCreatedAt = (name: string) => created.get(name);
-    const usage = open({ tenantCreatedAt });
+    const { created, tenantCreatedAt, usage } = recreatable();
     // The first tenant "search": yesterday and this morning, 110 tokens each.
-    await usage.report({
-      routerId: "r",
-      batchId: "1",
-      records: [record({ minuteMs: D3 - DAY + 10 * HOUR }), record()],
-    });
+    await reportAt(usage, "1", "k1", D3 - DAY + 10 * HOUR, D3 + 10 * HOUR);
     expect(used(usage)).toEqual([110, 220, 0, 0]);
     // Deleted, and created again at 12:30; its key k9 sends at 12:10 (the creation hour, which
     // counts: records say the minute, rollups the hour) and at 13:00.
     created.set("search", D3 + 12 * HOUR + 30 * MIN);
     clock.set(D3 + 13 * HOUR + 30 * MIN);
-    const again = {
-      routerId: "r",
-      batchId: "2",
-      records: [
-        record({ keyId: "k9", minuteMs: D3 + 12 * HOUR + 10 * MIN }),
-        record({ keyId: "k9", minuteMs: D3 + 13 * HOUR }),
-      ],
-    };
-    await usage.report(again);
+    await reportAt(usage, "2", "k9", D3 + 12 * HOUR + 10 * MIN, D3 + 13 * HOUR);
     expect(used(usage)).toEqual([220, 220, 0, 0]);
     // The same after a restart, from the rollups: the creation day by the hour.
     const restarted = open({ tenantCreatedAt });
@@ -178,6 +177,74 @@ describe("ClusterUsage", () => {
     const byName = open();
     await byName.load();
     expect(used(byName)).toEqual([330, 440, 0, 0]);
+  });
+
+  it("counts a tenant created again on an earlier day of the month from then on, restarted or not", async () => {
+    const { created, tenantCreatedAt, usage } = recreatable();
+    // The old tenant: December 1 and 2, 10:00.
+    await reportAt(usage, "1", "k1", DEC + 10 * HOUR, D3 - DAY + 10 * HOUR);
+    // Created again December 2 at 12:30: 13:00 that day and 10:00 today.
+    created.set("search", D3 - DAY + 12 * HOUR + 30 * MIN);
+    await reportAt(usage, "2", "k9", D3 - DAY + 13 * HOUR, D3 + 10 * HOUR);
+    expect(used(usage)).toEqual([110, 220, 0, 0]);
+    let reads = 0;
+    const counting = {
+      ...store.usage,
+      dayTokens: (since: number) => {
+        reads += 1;
+        return store.usage.dayTokens(since);
+      },
+    };
+    const restarted = open({ tenantCreatedAt, store: counting });
+    await restarted.load();
+    expect(used(restarted)).toEqual([110, 220, 0, 0]);
+    // Created once more, with the totals read by the hour at the last start.
+    created.set("search", D3 + 10 * HOUR + 30 * MIN);
+    await reportAt(restarted, "3", "k10", D3 + 10 * HOUR + 40 * MIN);
+    // 10:00 is the creation hour: counted, as the rollups cannot tell it apart.
+    expect(used(restarted)).toEqual([220, 220, 0, 0]);
+    // Deleted: nothing is read again; its totals go on until a tenant of its name is created.
+    created.delete("search");
+    const readsBefore = reads;
+    await restarted.report({ routerId: "r", batchId: "ask", records: [] });
+    expect(reads).toBe(readsBefore);
+  });
+
+  it("loses no batch stored while another router's report reads the totals again", async () => {
+    const created = new Map([["search", DEC]]);
+    const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const usage = open({
+      tenantCreatedAt: (name) => created.get(name),
+      store: {
+        ...store.usage,
+        // As PostgreSQL answers, later: a read that took its rows before a batch committed
+        // answers after that batch was added to the totals.
+        dayTokens: async (since) => {
+          const rows = await store.usage.dayTokens(since);
+          await wait(40);
+          return rows;
+        },
+        storeBatch: async (batch, nowMs) => {
+          await wait(20);
+          return store.usage.storeBatch(batch, nowMs);
+        },
+      },
+    });
+    await usage.report({ routerId: "r", batchId: "0", records: [record()] });
+    // Key k2's: its month budget is read from the day rows, not the creation day's hours.
+    const storing = usage.report({
+      routerId: "a",
+      batchId: "1",
+      records: [record({ keyId: "k2" })],
+    });
+    // Router b asks for its standings once "search" was created again, while a's is stored.
+    await wait(5);
+    created.set("search", D3 + 10 * HOUR + 30 * MIN);
+    await Promise.all([storing, usage.report({ routerId: "b", batchId: "ask", records: [] })]);
+    const fresh = open({ tenantCreatedAt: (name) => created.get(name) });
+    await fresh.load();
+    expect(used(fresh)).toEqual([220, 220, 0, 110]);
+    expect(used(usage)).toEqual(used(fresh));
   });
 
   it("starts each UTC day and month from zero", async () => {

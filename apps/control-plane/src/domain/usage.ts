@@ -100,6 +100,8 @@ export class ClusterUsage {
   /** "day:<start>" | "month:<start>" → subject ("t|k", id, model or "") → tokens. */
   readonly #periods = new Map<string, Map<string, number>>();
   #loaded: Promise<void> | undefined;
+  /** The last report queued ({@link report}: one at a time). */
+  #reports: Promise<unknown> = Promise.resolve();
   /** Creation time of each tenant whose usage the totals hold, as when it was counted. */
   readonly #counted = new Map<string, number | undefined>();
   #lastPruneMs: number;
@@ -147,8 +149,14 @@ export class ClusterUsage {
       );
       this.#periods.clear();
       this.#counted.clear();
+      for (const [tenant, created] of createdOn) this.#counted.set(tenant, created);
       for (const r of rows) {
-        const tenantCounts = !createdOn.has(r.tenant) && this.#counts(r.tenant, r.dayMs, DAY_MS);
+        // The creation day's row is replaced by its hours below; other days count as a whole.
+        const created = createdOn.get(r.tenant);
+        const tenantCounts =
+          created === undefined || bucketStart("day", created) !== r.dayMs
+            ? this.#counts(r.tenant, r.dayMs, DAY_MS)
+            : false;
         this.#add(r.dayMs, r.tenant, r.keyId, r.model, r.tokens, tenantCounts, true);
       }
       for (const r of hours.flat())
@@ -173,13 +181,24 @@ export class ClusterUsage {
    * then answers every budget's standing. Resolves once the batch is durable. Rejects as the
    * store does (`…_STORE_UNAVAILABLE`, `…_NOT_LEADER`, `…_STORE_FAILED`): the router sends
    * the batch again, and one stored after all (its answer lost) is then a duplicate.
+   *
+   * Reports run one at a time: a reload of the totals reads the store and then replaces them,
+   * and a batch stored and added between the two would be lost from them. A few routers
+   * report every few seconds each; one commit at a time is far from a limit.
    */
-  async report(batch: UsageBatch): Promise<UsageReport> {
+  report(batch: UsageBatch): Promise<UsageReport> {
+    const report = this.#reports.then(() => this.#report(batch));
+    this.#reports = report.catch(() => {});
+    return report;
+  }
+
+  async #report(batch: UsageBatch): Promise<UsageReport> {
     await this.load();
     // A tenant deleted and created again since its usage was counted: the new one's totals
-    // start over, from the rollups.
+    // start over, from the rollups. (One deleted and not created again has no budget.)
     for (const [tenant, created] of this.#counted) {
-      if (this.#createdAt(tenant) !== created) {
+      const now = this.#createdAt(tenant);
+      if (now !== undefined && now !== created) {
         this.#loaded = undefined;
         await this.load();
         break;
