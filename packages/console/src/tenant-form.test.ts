@@ -1,5 +1,11 @@
 import { create } from "@bufbuild/protobuf";
-import { BudgetPeriod, PriorityClass, TenantSchema, TokenBudgetSchema } from "@llmgw/proto";
+import {
+  BudgetPeriod,
+  PriorityClass,
+  TenantSchema,
+  type TokenBudget,
+  TokenBudgetSchema,
+} from "@llmgw/proto";
 import { describe, expect, it } from "vitest";
 import {
   buildTenantUpdate,
@@ -9,6 +15,7 @@ import {
   type TenantFormValues,
   type TenantUpdate,
   tenantFormValues,
+  tenantNow,
   withOverallBudgets,
 } from "./tenant-form.js";
 
@@ -19,6 +26,7 @@ const budget = (period: BudgetPeriod, tokens: bigint, model = "") =>
 /** search: critical, weight 2, 600 rpm, 1M a day overall and 5k a day of llama. */
 const search = create(TenantSchema, {
   name: "search",
+  createdAtUnixMs: 1_765_000_000_000n,
   priority: PriorityClass.CRITICAL,
   weight: 2,
   requestsPerMinute: 600,
@@ -124,6 +132,85 @@ describe("buildTenantUpdate", () => {
       { period: DAY, model: "", tokens: 7n },
       { period: MONTH, model: "qwen", tokens: 9_000n },
     ]);
+  });
+
+  /** search's budgets now, after the CLI raised its daily budget to 2M. */
+  const dayRaised = [budget(DAY, 5_000n, "llama"), budget(DAY, 2_000_000n)];
+  it.each<[string, TokenBudget[], Partial<TenantFormValues>, [BudgetPeriod, string, bigint][]]>([
+    [
+      "the month changed: the day raised since stays raised",
+      dayRaised,
+      { month: "30000000" },
+      [
+        [DAY, "llama", 5_000n],
+        [DAY, "", 2_000_000n],
+        [MONTH, "", 30_000_000n],
+      ],
+    ],
+    [
+      "the day changed: the form's day wins over the one raised since",
+      dayRaised,
+      { day: "3000000" },
+      [
+        [DAY, "llama", 5_000n],
+        [DAY, "", 3_000_000n],
+      ],
+    ],
+    [
+      "the day emptied: removed, though raised since",
+      dayRaised,
+      { day: "" },
+      [[DAY, "llama", 5_000n]],
+    ],
+    [
+      "the day emptied and a month added: the day removed",
+      dayRaised,
+      { day: "", month: "30000000" },
+      [
+        [DAY, "llama", 5_000n],
+        [MONTH, "", 30_000_000n],
+      ],
+    ],
+    [
+      "the day changed: a month set since stays in its place",
+      [budget(MONTH, 40_000_000n), ...search.budgets],
+      { day: "3000000" },
+      [
+        [MONTH, "", 40_000_000n],
+        [DAY, "llama", 5_000n],
+        [DAY, "", 3_000_000n],
+      ],
+    ],
+    [
+      "the month changed: a day removed since stays removed",
+      [budget(DAY, 5_000n, "llama")],
+      { month: "30000000" },
+      [
+        [DAY, "llama", 5_000n],
+        [MONTH, "", 30_000_000n],
+      ],
+    ],
+  ])("%s", (_, current, change, sent) => {
+    expect(edit(change, current)).toEqual(budgetsSent(...sent));
+  });
+});
+
+describe("tenantNow", () => {
+  const other = create(TenantSchema, { name: "ops", createdAtUnixMs: 1n });
+  it("is the tenant of that name as it is now", () => {
+    const now = create(TenantSchema, { ...search, weight: 5 });
+    expect(tenantNow(search, [other, now])).toBe(now);
+  });
+
+  it.each([
+    ["gone", [other], "tenant search was deleted since this dialog opened; close it"],
+    [
+      "deleted and created again",
+      [other, create(TenantSchema, { ...search, createdAtUnixMs: search.createdAtUnixMs + 1n })],
+      "tenant search was deleted and created again since this dialog opened; close it and edit again",
+    ],
+  ])("refuses when %s", (_, tenants, message) => {
+    expect(() => tenantNow(search, tenants)).toThrow(message);
   });
 });
 

@@ -188,8 +188,9 @@ export interface TenantUpdate {
  * `next`: it names only the fields that differ, with their new values. A limit made unset is
  * named and left out, which the control plane reads as "no limit". Budgets are one field:
  * when the daily or monthly budget differs, the request carries the whole list, `current`
- * (the tenant's budgets now; `shown`'s by default) with those two set and every budget of
- * one model kept.
+ * (the tenant's budgets now; `shown`'s by default) with the overall budget(s) that differ set
+ * (or removed) and every other budget, of one model or of a period the form left alone, as it
+ * is in `current`: a budget changed elsewhere since the dialog opened is not put back.
  */
 export function buildTenantUpdate(
   shown: Tenant,
@@ -208,10 +209,31 @@ export function buildTenantUpdate(
   change("weight", next.weight !== before.weight, () => ({ weight: next.weight }));
   for (const [field, key] of LIMITS)
     change(field, next[key] !== before[key], () => limitOf(next, key));
-  change(
-    "budgets",
-    next.dayTokens !== before.dayTokens || next.monthTokens !== before.monthTokens,
-    () => ({ budgets: withOverallBudgets(current, next.dayTokens, next.monthTokens) }),
-  );
+  const dayChanged = next.dayTokens !== before.dayTokens;
+  const monthChanged = next.monthTokens !== before.monthTokens;
+  change("budgets", dayChanged || monthChanged, () => ({
+    budgets: withOverallBudgets(
+      current,
+      dayChanged ? next.dayTokens : overallBudget(current, BudgetPeriod.DAY),
+      monthChanged ? next.monthTokens : overallBudget(current, BudgetPeriod.MONTH),
+    ),
+  }));
   return { tenant, fields };
+}
+
+/**
+ * The tenant the edit dialog filled with `shown` is now, among `tenants` (re-read just before
+ * sending). Throws, with a message for the dialog, when it is gone or when a tenant of that
+ * name has another creation time: it was deleted and created again while the dialog was open,
+ * and the edit must not land on the new one.
+ */
+export function tenantNow(shown: Tenant, tenants: readonly Tenant[]): Tenant {
+  const now = tenants.find((t) => t.name === shown.name);
+  if (now === undefined)
+    throw new Error(`tenant ${shown.name} was deleted since this dialog opened; close it`);
+  if (now.createdAtUnixMs !== shown.createdAtUnixMs)
+    throw new Error(
+      `tenant ${shown.name} was deleted and created again since this dialog opened; close it and edit again`,
+    );
+  return now;
 }

@@ -16,6 +16,7 @@ import {
   parseTenantForm,
   type TenantFormValues,
   tenantFormValues,
+  tenantNow,
 } from "../tenant-form.js";
 import { ColumnHeads, ConfirmedAction, ErrorLine, Loading } from "../ui.js";
 import {
@@ -145,7 +146,8 @@ function CreateTenant({ created }: { created: () => void }) {
 
 /**
  * The dialog that changes `shown` (the tenant as its row showed it when Edit was pressed):
- * `UpdateTenant` with only the fields changed from it.
+ * `UpdateTenant` with only the fields changed from it, refused when the tenant was deleted
+ * (and maybe created again) since.
  */
 function EditTenant(props: { shown: Tenant; close: () => void; saved: () => void }) {
   const { shown } = props;
@@ -170,19 +172,14 @@ function EditTenant(props: { shown: Tenant; close: () => void; saved: () => void
         cancel={props.close}
         submit={async (v) => {
           const next = parseTenantForm(v);
-          let update = buildTenantUpdate(shown, next);
-          if (update.fields.length === 0) throw new Error("nothing changed: change a field first");
-          // Budgets are one list: merge into the budgets as they are now, so that a budget of
-          // one model set since the dialog opened stays.
-          if (update.fields.includes("budgets")) {
-            const { tenants } = await cluster.listTenants({});
-            update = buildTenantUpdate(
-              shown,
-              next,
-              tenants.find((t) => t.name === shown.name)?.budgets,
-            );
-          }
-          await cluster.updateTenant(update);
+          if (buildTenantUpdate(shown, next).fields.length === 0)
+            throw new Error("nothing changed: change a field first");
+          // Re-read just before sending, whatever changed: the edit must not land on a tenant
+          // deleted and created again under this name, and budgets are one list, merged into
+          // the budgets as they are now so that one set since the dialog opened stays.
+          const { tenants } = await cluster.listTenants({});
+          const now = tenantNow(shown, tenants);
+          await cluster.updateTenant(buildTenantUpdate(shown, next, now.budgets));
         }}
         saved={() => {
           props.close();
