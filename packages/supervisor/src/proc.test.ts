@@ -110,9 +110,9 @@ describe("readGroupMembers", () => {
 
   it("lists what runs or still exits, not zombies that are their last thread", () => {
     expect(readGroupMembers(100, root)).toEqual([
-      { pid: 101, state: "S" },
-      { pid: 102, state: "Z" },
-      { pid: 104, state: "D" },
+      { pid: 101, state: "S", startTime: "123456" },
+      { pid: 102, state: "Z", startTime: "123456" },
+      { pid: 104, state: "D", startTime: "123456" },
     ]);
     expect(listGroupMembers(100, root)).toEqual([101, 102, 104]);
   });

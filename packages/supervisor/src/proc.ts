@@ -116,6 +116,8 @@ export interface GroupMember {
    * where even SIGKILL waits until the call returns.
    */
   readonly state: string;
+  /** Start time in clock ticks after boot; with the pid it identifies the process. */
+  readonly startTime: string;
 }
 
 /**
@@ -140,7 +142,7 @@ export function readGroupMembers(pgid: number, procRoot = "/proc"): GroupMember[
     const stat = readProcStat(Number(entry), procRoot);
     if (stat === undefined || stat.pgrp !== pgid) continue;
     if (stat.state === "Z" && !hasOtherThreads(stat.pid, procRoot)) continue;
-    members.push({ pid: stat.pid, state: stat.state });
+    members.push({ pid: stat.pid, state: stat.state, startTime: stat.startTime });
   }
   return members.sort((a, b) => a.pid - b.pid);
 }

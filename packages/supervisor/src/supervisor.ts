@@ -19,7 +19,7 @@ import {
 } from "./pid-file.js";
 import {
   checkProcessIdentity,
-  listGroupMembers,
+  type GroupMember,
   type ProcessIdentity,
   readGroupMembers,
   readProcessIdentity,
@@ -174,7 +174,9 @@ export interface ProcessHandle {
    * Processes that left the group (`setsid`, `setpgid`) are neither signalled nor waited for.
    * Concurrent calls share one stop. Throws `LLMGW_SUPERVISOR_STOP_FAILED`, naming each
    * survivor and its state, if processes outlive SIGKILL by `killWaitMs`; the ports they hold
-   * are not free then, and a later call signals the group and waits again.
+   * are not free then. A later call signals the group and waits again while one of those
+   * survivors is left (same pid and start time, still in the group); once none is, the group
+   * id may belong to another group, so it resolves without signalling anything.
    */
   stop(options?: StopOptions): Promise<ExitReport>;
 }
@@ -467,6 +469,8 @@ class GroupHandle implements ProcessHandle {
   #stopping: Promise<ExitReport> | undefined;
   #pollTimer: TimerHandle | undefined;
   #gone = false;
+  /** Who outlived SIGKILL in the last failed stop; from then on only they keep the group ours. */
+  #survivors: readonly GroupMember[] | undefined;
 
   constructor(init: GroupHandleInit) {
     this.#o = init.supervisor.options;
@@ -503,7 +507,8 @@ class GroupHandle implements ProcessHandle {
     if (this.#stopping === undefined) {
       const stopping = this.#stop(options);
       this.#stopping = stopping;
-      // Only success is latched: processes that outlived SIGKILL may be gone by a later call.
+      // Only success is latched: processes that outlived SIGKILL may be gone by a later call
+      // (#groupGone tells their leaving from the group id's reuse).
       stopping.catch(() => {
         if (this.#stopping === stopping) this.#stopping = undefined;
       });
@@ -550,7 +555,8 @@ class GroupHandle implements ProcessHandle {
         const killDeadline = clock.now() + o.killWaitMs;
         while (!gone() && clock.now() < killDeadline) await sleep(clock, o.stopPollIntervalMs);
         if (!gone()) {
-          const survivors = readGroupMembers(this.pgid, o.procRoot)
+          this.#survivors = this.#members();
+          const survivors = this.#survivors
             .map((m) => `${m.pid} (${m.state === "Z" ? "exiting" : `state ${m.state}`})`)
             .join(", ");
           throw new SupervisorError(
@@ -576,15 +582,28 @@ class GroupHandle implements ProcessHandle {
 
   /**
    * True once the leader exited and no process of the group runs or is still exiting
-   * ({@link listGroupMembers}; zombies that are their last thread are gone, reaped or not).
-   * Latched: once the group was seen empty its id may be reused by an unrelated process
-   * group, which must never be scanned or signalled as ours.
+   * ({@link #members}). Latched: once the group was seen empty its id may be reused by an
+   * unrelated process group, which must never be scanned or signalled as ours.
    */
   #groupGone(): boolean {
     if (this.#gone) return true;
-    this.#gone =
-      this.#exit !== undefined && listGroupMembers(this.pgid, this.#o.procRoot).length === 0;
+    this.#gone = this.#exit !== undefined && this.#members().length === 0;
     return this.#gone;
+  }
+
+  /**
+   * The processes of the group not gone yet ({@link readGroupMembers}; zombies that are their
+   * last thread are gone, reaped or not). After a failed stop only its survivors count: killed
+   * processes fork no more, and a group id cannot be reused while one of them is left in it,
+   * but once none is, another group may hold the id.
+   */
+  #members(): GroupMember[] {
+    const members = readGroupMembers(this.pgid, this.#o.procRoot);
+    const survivors = this.#survivors;
+    if (survivors === undefined) return members;
+    return members.filter((m) =>
+      survivors.some((s) => s.pid === m.pid && s.startTime === m.startTime),
+    );
   }
 
   #signalGroup(signal: NodeJS.Signals): void {

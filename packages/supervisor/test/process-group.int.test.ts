@@ -68,6 +68,37 @@ function setup(options: Partial<SupervisorOptions> = {}) {
   return { dir, supervisor, pgids, launchWithGrandchildren };
 }
 
+/**
+ * Launches the fixture engine with `flags` under a fake /proc (`procRoot`) that shows, in its
+ * group, a worker stuck in an uninterruptible call (state D, which cannot be made on purpose)
+ * since tick 77; the engine itself is real. SIGKILL is waited for 300 ms.
+ */
+async function launchWithStuckWorker(name: string, flags: string[]) {
+  const fake = tempDir("llmgw-proc-");
+  cleanups.push(fake.cleanup);
+  const { dir, supervisor, pgids } = setup({ procRoot: fake.dir, killWaitMs: 300 });
+  const handle = await supervisor.launch(name, engineSpec(dir, name, flags));
+  pgids.push(handle.pgid);
+  await waitFor("engine up", () => handle.tail().some((l) => l.startsWith("engine ")));
+  showProcess(fake.dir, { pid: STUCK_PID, state: "D", pgid: handle.pgid, start: 77 });
+  return { proc: fake.dir, handle };
+}
+
+/** A pid above any real one (pid_max is at most 2^22). */
+const STUCK_PID = 4194305;
+
+/** Shows one single-threaded process in the fake /proc at `root`. */
+function showProcess(
+  root: string,
+  p: { pid: number; state: string; pgid: number; start: number },
+): void {
+  mkdirSync(`${root}/${p.pid}/task/${p.pid}`, { recursive: true });
+  writeFileSync(
+    `${root}/${p.pid}/stat`,
+    `${p.pid} (engine worker) ${p.state} 1 ${p.pgid} ${p.pgid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 ${p.start} 0 0\n`,
+  );
+}
+
 describe("process groups", () => {
   it("stop leaves no process of the group alive, grandchildren and their ports included", async () => {
     const { dir, launchWithGrandchildren } = setup();
@@ -174,20 +205,8 @@ describe("process groups", () => {
     },
   );
 
-  it("a process that outlives SIGKILL fails the stop after killWaitMs; a later stop waits again", async () => {
-    // A process in an uninterruptible call (state D) cannot be made on purpose: a /proc tree
-    // in a temp dir shows one in the engine's group, while the engine itself is real.
-    const proc = tempDir("llmgw-proc-");
-    cleanups.push(proc.cleanup);
-    const { dir, supervisor, pgids } = setup({ procRoot: proc.dir, killWaitMs: 300 });
-    const handle = await supervisor.launch("stuck", engineSpec(dir, "stuck", []));
-    pgids.push(handle.pgid);
-    await waitFor("engine up", () => handle.tail().some((l) => l.startsWith("engine ")));
-    mkdirSync(`${proc.dir}/4194305/task/4194305`, { recursive: true });
-    writeFileSync(
-      `${proc.dir}/4194305/stat`,
-      `4194305 (engine worker) D 1 ${handle.pgid} ${handle.pgid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0\n`,
-    );
+  it("a process that outlives SIGKILL fails the stop after killWaitMs; a later stop waits while it is left", async () => {
+    const { proc, handle } = await launchWithStuckWorker("stuck", []);
 
     const started = Date.now();
     const error = await handle.stop({ graceMs: 200 }).catch((e: unknown) => e);
@@ -196,14 +215,59 @@ describe("process groups", () => {
     expect(isSupervisorError(error)).toBe(true);
     expect((error as { code: string }).code).toBe("LLMGW_SUPERVISOR_STOP_FAILED");
     expect((error as Error).message).toBe(
-      `process group ${handle.pgid} of replica stuck survived SIGKILL for 300 ms: pids 4194305 (state D)`,
+      `process group ${handle.pgid} of replica stuck survived SIGKILL for 300 ms: pids ${STUCK_PID} (state D)`,
     );
     expect(isAlive(handle.pid)).toBe(false);
 
-    rmSync(`${proc.dir}/4194305`, { recursive: true });
-    const report = await handle.stop();
+    let settled = false;
+    const retry = handle.stop().finally(() => {
+      settled = true;
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    rmSync(`${proc}/${STUCK_PID}`, { recursive: true });
+    const report = await retry;
+
     expect(report).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
+    expect(report.durationMs).toBeGreaterThanOrEqual(200);
   });
+
+  it.skipIf(!hasPython3).each([
+    { reuse: "its pid, started later", pid: STUCK_PID, start: 78 },
+    { reuse: "another pid", pid: STUCK_PID + 1, start: 77 },
+  ])(
+    "a later stop signals nothing once the survivors are gone and a process with $reuse holds the group id",
+    async ({ pid, start }) => {
+      const { proc, handle } = await launchWithStuckWorker("reused", ["--group-squatter"]);
+      const squatter = await waitFor("the squatter", () => {
+        const line = handle.tail().find((l) => l.startsWith("squatter "));
+        return line === undefined ? undefined : Number(line.split(" ")[1]);
+      });
+      cleanups.push(() => {
+        try {
+          process.kill(squatter, "SIGKILL");
+        } catch {}
+      });
+      await expect(handle.stop({ graceMs: 200 })).rejects.toThrow("survived SIGKILL");
+      expect(isAlive(handle.pid)).toBe(false);
+      expect(readProcStat(squatter)?.pgrp).toBe(squatter);
+
+      // The survivor is gone; a live process in the group that stop has not seen takes its
+      // place, in the fake /proc as an unrelated process, in the real one as the squatter.
+      rmSync(`${proc}/${STUCK_PID}`, { recursive: true });
+      showProcess(proc, { pid, state: "S", pgid: handle.pgid, start });
+      process.kill(squatter, "SIGUSR1");
+      await waitFor(
+        "the squatter in the group",
+        () => readProcStat(squatter)?.pgrp === handle.pgid,
+      );
+      const outcome = await handle.stop({ graceMs: 200 }).catch((e: unknown) => e);
+
+      expect(isAlive(squatter)).toBe(true);
+      expect(readProcStat(squatter)?.pgrp).toBe(handle.pgid);
+      expect(outcome).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
+    },
+  );
 
   it("writes an owner-only pid file describing the process", async () => {
     const { dir, supervisor, pgids } = setup();

@@ -87,7 +87,9 @@ export class RecordingLogger implements SupervisorLogger {
  * Absolute path of the fixture engine (a node script; run it with `process.execPath`). Flags:
  * `--grandchildren N` with `--grandchildren-ignore-term`, `--grandchildren-linger MS` (they
  * close their port MS after SIGTERM) or `--grandchildren-thread-linger MS` (python3 ones whose
- * main thread exits at SIGTERM, another thread holding the port MS longer), `--ignore-term`,
+ * main thread exits at SIGTERM, another thread holding the port MS longer), `--group-squatter`
+ * (a python3 grandchild that leaves the group, keeps its id in use and moves back in on
+ * SIGUSR1), `--ignore-term`,
  * `--lines N`, `--flood BYTES`, `--exit-after MS --exit-code C`, `--port P --model ID` with `--load-ms M`
  * or `--ready-file F` (serves `/health`, and lists ID in `/v1/models` once loaded). It prints
  * `engine <pid> up` once its signal handlers are installed.
