@@ -583,9 +583,16 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     },
   );
 
-  it("counts a chat answer's cached tokens as reported (left out: 0), an embedding's only when there", async () => {
+  it("counts a chat answer's missing cached tokens as 0 once its engine was seen to report them, an embedding's never", async () => {
     const usage = new UsageLedger();
     const h = await harness({}, { usage });
+    // One replica, so that every answer is its engine's.
+    h.routes.update("m", {
+      deployment: "m",
+      policy: "llmgw",
+      loading: false,
+      replicas: [replicas[0] as ReplicaRoute],
+    });
     const cachedBody = JSON.stringify({
       id: "c2",
       choices: [{ message: { role: "assistant", content: "hi" } }],
@@ -600,23 +607,37 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       data: [{ object: "embedding", index: 0, embedding: [0.5] }],
       usage: { prompt_tokens: 3, total_tokens: 3 },
     });
-    h.upstreams.play(answer(200, OK_BODY), answer(200, cachedBody), answer(200, embedding));
-    for (const body of [chatBody(), chatBody()]) await (await send(h, body)).text();
-    const embedded = await fetch(`${h.url}/v1/embeddings`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${KEY}`, "content-type": JSON_TYPE },
-      body: JSON.stringify({ model: "m", input: "hello" }),
+    const embed = () =>
+      fetch(`${h.url}/v1/embeddings`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${KEY}`, "content-type": JSON_TYPE },
+        body: JSON.stringify({ model: "m", input: "hello" }),
+      });
+    /** The records since the last call, summed (a minute may end between two requests). */
+    const settled = async (requests: number) => {
+      await waitFor(
+        () => usage.size > 0 && h.core.admission.stats("m").inFlight === 0,
+        "the usage records",
+      );
+      const sum = { requests: 0, promptTokens: 0, cachedTokens: 0, cachedReported: 0 };
+      for (const r of usage.seal())
+        for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += r[k];
+      expect(sum.requests).toBe(requests);
+      return sum;
+    };
+    // Not yet seen to report them: unknown (an engine launched without the flag looks the same).
+    h.upstreams.play(answer(200, OK_BODY));
+    await (await send(h)).text();
+    expect(await settled(1)).toMatchObject({ cachedTokens: 0, cachedReported: 0 });
+    // Seen: vLLM leaves a 0 out, so an answer without them had none.
+    h.upstreams.play(answer(200, cachedBody), answer(200, OK_BODY), answer(200, embedding));
+    for (let i = 0; i < 2; i++) await (await send(h)).text();
+    await (await embed()).text();
+    expect(await settled(3)).toMatchObject({
+      promptTokens: 48,
+      cachedTokens: 32,
+      cachedReported: 2,
     });
-    expect(embedded.status).toBe(200);
-    await embedded.text();
-    await waitFor(
-      () => usage.size === 1 && h.core.admission.stats("m").inFlight === 0,
-      "the three usage records",
-    );
-    // vLLM leaves a chat's cached count out when it is 0; no engine does so for embeddings.
-    expect(usage.seal()).toMatchObject([
-      { requests: 3, promptTokens: 48, cachedTokens: 32, cachedReported: 2 },
-    ]);
   });
 
   // What a stream cut before its first chunk is charged: the estimated prompt, nothing

@@ -723,7 +723,7 @@ export class Exchange {
    * refused, charged the estimate. An error answer (≥ 400) that reports no usage is recorded
    * and charged as zero tokens.
    */
-  settleUsage(tail: string, sseEvents: number): void {
+  settleUsage(tail: string, sseEvents: number, replicaId = ""): void {
     const metrics = this.core.metrics;
     const usage = readAnswerUsage(tail);
     const { prompt, completion, cached } = usage;
@@ -769,10 +769,15 @@ export class Exchange {
     // Cut short or unreported: the prompt as estimated, and what was streamed (one token per
     // content event, less the role-only first event and `[DONE]`).
     const streamed = Math.max(0, sseEvents - 2);
-    // Cached tokens are charged as reported, and as 0 where an engine's chat or completion
-    // answer leaves them out (see `cachedSeen`); unknown (absent, not 0) for an estimate, and
-    // for an embedding that does not report them (no engine omits them there for being 0).
-    const cachedTokens = this.endpoint === "/v1/embeddings" ? cached : cachedSeen;
+    // Cached tokens are charged as reported, and as 0 where a chat or completion answer of an
+    // engine seen to report them leaves them out (vLLM omits a 0); unknown (absent, not 0) for
+    // an estimate, an engine not seen to report them, and an embedding (no engine omits them
+    // there for being 0).
+    const reporters = this.core.reportsCached;
+    if (cached !== undefined && replicaId !== "") reporters.add(replicaId);
+    const noneCached =
+      cachedSeen === 0 && this.endpoint !== "/v1/embeddings" && reporters.has(replicaId);
+    const cachedTokens = cached ?? (noneCached ? 0 : undefined);
     this.#used = exact
       ? {
           promptTokens: prompt,

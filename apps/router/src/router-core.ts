@@ -174,6 +174,12 @@ export interface RouterCore {
   readonly onUsageFull: () => void;
   /** Each request's share of its replica's GPUs (only kept with {@link usage}). */
   readonly gpuShares: GpuShares;
+  /**
+   * Replicas whose engine was seen to report cached tokens (`prompt_tokens_details`): its
+   * answers without them had none (vLLM leaves a 0 out), where another engine's are unknown
+   * (one launched without the flag, by an agent before it, or adopted). Bounded by replicas.
+   */
+  readonly reportsCached: Set<string>;
   /** See {@link RouterCoreOptions.peers}. */
   readonly peers: PeerSink | undefined;
   /**
@@ -204,6 +210,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const draining = new Map<string, string>();
   /** Replicas that left the table with requests in flight (→ model), until those end. */
   const retiring = new Map<string, string>();
+  const reportsCached = new Set<string>();
   const picker = createReplicaPicker({
     ...options.picker,
     ...(input.peers?.instance === undefined ? {} : { routerId: input.peers.instance }),
@@ -258,6 +265,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     for (const [id, model] of replicaModel) {
       if (liveIds.has(id)) continue;
       replicaModel.delete(id);
+      reportsCached.delete(id);
       // Its requests still running hold admission slots, as a draining replica's do.
       picker.forget(id, routeTable.resolve(model)?.deployment);
       if (picker.inFlight.get(id) > 0) {
@@ -295,6 +303,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
     usage: input.usage,
     onUsageFull: input.onUsageFull ?? (() => {}),
     gpuShares: new GpuShares(),
+    reportsCached,
     peers: input.peers,
     timedPlacement: () =>
       input.peers !== undefined || (input.routers !== undefined && input.routers() <= 1),

@@ -90,6 +90,8 @@ describe("usage reporter", () => {
       batchId: "a-7",
       records: [{ ...legacy, requests: 3, estimatedRequests: 1 }],
     });
+    await file("a-8", { batchId: "a-8", records: [{ ...legacy, estimatedRequests: 2 }] });
+    await file("a-9", { batchId: "a-9", records: [{ ...record, cachedReported: 2 }] });
     const log: Record<string, unknown>[] = [];
     const sent = recordingSend();
     const reporter = await start({
@@ -111,10 +113,14 @@ describe("usage reporter", () => {
       ["a-3", "LLMGW_ROUTER_STATE_CORRUPT"],
       ["a-4", "LLMGW_ROUTER_STATE_CORRUPT"],
       ["a-6", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-8", "LLMGW_ROUTER_STATE_CORRUPT"],
+      ["a-9", "LLMGW_ROUTER_STATE_CORRUPT"],
     ]);
     expect(String(corrupt[1]?.message)).toContain("record 0: requests is not a count");
     expect(String(corrupt[3]?.message)).toContain("record 0: model is not a string");
     expect(String(corrupt[4]?.message)).toContain("record 0: cachedReported is not a count");
+    expect(String(corrupt[5]?.message)).toContain("record 0: more estimated or refused requests");
+    expect(String(corrupt[6]?.message)).toContain("record 0: cachedReported does not fit");
     // Kept for a person to look at, never read again; the sent ones are gone.
     expect((await readdir(dir)).sort()).toEqual([
       "a-1.json.corrupt",
@@ -122,6 +128,8 @@ describe("usage reporter", () => {
       "a-3.json.corrupt",
       "a-4.json.corrupt",
       "a-6.json.corrupt",
+      "a-8.json.corrupt",
+      "a-9.json.corrupt",
     ]);
   });
 

@@ -331,17 +331,18 @@ function parseBatchFile(text: string, batchId: string): UsageEntry[] {
         throw new Error(`record ${i}: ${k} is not a count`);
       }
     }
-    if (o.cachedReported === undefined) {
-      // A file written before routers counted the requests whose engine reported cached
-      // tokens: then every exact answer counted them (absent as 0), an estimate counted 0.
-      o.cachedReported = (o.requests as number) - (o.estimatedRequests as number);
-    } else if (
-      typeof o.cachedReported !== "number" ||
-      !Number.isSafeInteger(o.cachedReported) ||
-      o.cachedReported < 0
-    ) {
+    const requests = o.requests as number;
+    const exact = requests - (o.estimatedRequests as number);
+    if (exact < 0 || (o.refusedUsage as number) > requests)
+      throw new Error(`record ${i}: more estimated or refused requests than requests`);
+    // A file written before routers counted the requests whose engine reported cached
+    // tokens: then every exact answer counted them (absent as 0), an estimate counted 0.
+    o.cachedReported ??= exact;
+    const reported = o.cachedReported;
+    if (typeof reported !== "number" || !Number.isSafeInteger(reported) || reported < 0)
       throw new Error(`record ${i}: cachedReported is not a count`);
-    }
+    if (reported > exact || (reported === 0 && (o.cachedTokens as number) > 0))
+      throw new Error(`record ${i}: cachedReported does not fit its requests and cached tokens`);
     for (const k of ["keyId", "tenant", "model"] as const) {
       if (typeof o[k] !== "string" || (o[k] as string).length > 512) {
         throw new Error(`record ${i}: ${k} is not a string`);

@@ -97,10 +97,11 @@ describe("validateReportUsageRequest", () => {
   });
 
   it("reads cached tokens without reported requests as a router from before the count", () => {
-    const legacy = usageRecord({ requests: 5n, estimatedRequests: 2n, cachedReportedRequests: 0n });
+    // Unset: then every exact answer counted its cached tokens (absent as 0), an estimate none.
+    const legacy = usageRecord({ requests: 5n, estimatedRequests: 2n });
+    legacy.cachedReportedRequests = undefined;
     const none = usageRecord({ cachedTokens: 0n, cachedReportedRequests: 0n });
     const [old, unknown] = validateReportUsageRequest(request([legacy, none]), NOW).records;
-    // Then every exact answer counted its cached tokens (absent as 0), an estimate none.
     expect(old).toMatchObject({ requests: 5, cachedTokens: 40, cachedReported: 3 });
     expect(unknown).toMatchObject({ cachedTokens: 0, cachedReported: 0 });
   });
@@ -177,13 +178,32 @@ describe("validateReportUsageRequest", () => {
       "ReportUsageRequest.records[0].refused_usage (3) is more than requests (2)",
     ],
     [
-      "more cached-reported requests than requests",
-      [[usageRecord({ cachedReportedRequests: 3n })]],
-      "ReportUsageRequest.records[0].cached_reported_requests (3) is more than requests (2)",
+      "an estimate's cached tokens counted as reported",
+      [[usageRecord({ cachedReportedRequests: 2n })]],
+      "ReportUsageRequest.records[0].cached_reported_requests (2) is more than requests less estimated_requests (1): an estimate's cached tokens are unknown",
+    ],
+    [
+      "cached tokens of no request that reported them",
+      [[usageRecord({ cachedReportedRequests: 0n })]],
+      "ReportUsageRequest.records[0].cached_tokens (40) with no request whose cached tokens were reported",
+    ],
+    [
+      "cached tokens from a router before the count, of estimates only",
+      [[usageRecord({ estimatedRequests: 2n, cachedReportedRequests: undefined })]],
+      "ReportUsageRequest.records[0].cached_tokens (40) with no request whose cached tokens were reported",
     ],
     [
       "tokens without requests",
-      [[usageRecord({ requests: 0n, estimatedRequests: 0n, cachedReportedRequests: 0n })]],
+      [
+        [
+          usageRecord({
+            requests: 0n,
+            estimatedRequests: 0n,
+            cachedTokens: 0n,
+            cachedReportedRequests: 0n,
+          }),
+        ],
+      ],
       "ReportUsageRequest.records[0]: 120 prompt + completion tokens for 0 requests is more than 16777216 per request",
     ],
     [

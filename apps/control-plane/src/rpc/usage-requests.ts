@@ -8,7 +8,6 @@ import {
   ReportUsageResponseSchema,
   UsageDimension,
   UsageGranularity,
-  type UsageRecord,
   type UsageRow,
   UsageRowSchema,
 } from "@llmgw/proto";
@@ -68,7 +67,6 @@ const COUNT_FIELDS = [
   ["gpuMilliseconds", "gpu_milliseconds"],
   ["estimatedRequests", "estimated_requests"],
   ["refusedUsage", "refused_usage"],
-  ["cachedReportedRequests", "cached_reported_requests"],
 ] as const;
 
 /**
@@ -129,9 +127,15 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
       throw invalid(
         `${at}.refused_usage (${r.refusedUsage}) is more than requests (${r.requests})`,
       );
-    if (r.cachedReportedRequests > r.requests)
+    // A router before cached_reported_requests counted every answer but an estimate's.
+    const cachedReported = r.cachedReportedRequests ?? r.requests - r.estimatedRequests;
+    if (cachedReported > r.requests - r.estimatedRequests)
       throw invalid(
-        `${at}.cached_reported_requests (${r.cachedReportedRequests}) is more than requests (${r.requests})`,
+        `${at}.cached_reported_requests (${cachedReported}) is more than requests less estimated_requests (${r.requests - r.estimatedRequests}): an estimate's cached tokens are unknown`,
+      );
+    if (cachedReported === 0n && r.cachedTokens > 0n)
+      throw invalid(
+        `${at}.cached_tokens (${r.cachedTokens}) with no request whose cached tokens were reported`,
       );
     if (r.promptTokens + r.completionTokens > r.requests * L.maxTokensPerRequest)
       throw invalid(
@@ -149,7 +153,7 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
       requests: Number(r.requests),
       promptTokens: Number(r.promptTokens),
       cachedTokens: Number(r.cachedTokens),
-      cachedReported: cachedReported(r),
+      cachedReported: Number(cachedReported),
       completionTokens: Number(r.completionTokens),
       gpuMs: Number(r.gpuMilliseconds),
       estimatedRequests: Number(r.estimatedRequests),
@@ -157,17 +161,6 @@ export function validateReportUsageRequest(req: ReportUsageRequest, nowMs: numbe
     };
   });
   return { routerId: req.routerId, batchId: req.batchId, records };
-}
-
-/**
- * The requests of a record whose cached tokens are known. A router built before
- * `cached_reported_requests` leaves it 0 while counting cached tokens: then every exact answer
- * counted them (absent as 0), so all but its estimated requests.
- */
-function cachedReported(r: UsageRecord): number {
-  if (r.cachedReportedRequests === 0n && r.cachedTokens > 0n)
-    return Number(r.requests - r.estimatedRequests);
-  return Number(r.cachedReportedRequests);
 }
 
 /** A standing as `llmgw.v1.BudgetStanding`. */

@@ -1626,8 +1626,9 @@ export type UsageRow = Message<"llmgw.v1.UsageRow"> & {
   refusedUsage: bigint;
 
   /**
-   * Requests whose engine reported its cached prompt tokens; 0: cached_tokens is unknown
-   * (engines that do not report it, e.g. vLLM without --enable-prompt-tokens-details).
+   * Requests whose cached prompt tokens are known (reported, or left out as 0 by an engine
+   * seen to report them); 0: cached_tokens is unknown (e.g. vLLM without
+   * --enable-prompt-tokens-details, an estimate, an embedding).
    *
    * @generated from field: uint64 cached_reported_requests = 13;
    */
