@@ -85,6 +85,7 @@ const RELEASE_COMMITS = [
   "7e87454",
   "767f360",
   "5fce0e9",
+  "09dc684",
 ];
 
 async function makeFixture(commit: string): Promise<void> {
