@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControlPlaneError, isControlPlaneError } from "../errors.js";
 import { openSqliteStore, type SqliteStore } from "../store/sqlite-store.js";
 import type { UsageRecordData } from "../store/usage-store.js";
@@ -245,6 +245,43 @@ describe("ClusterUsage", () => {
     await fresh.load();
     expect(used(fresh)).toEqual([220, 220, 0, 110]);
     expect(used(usage)).toEqual(used(fresh));
+  });
+
+  it("reads the totals again when a tenant is created again while its batch is stored", async () => {
+    const created = new Map([["search", DEC]]);
+    const tenantCreatedAt = (name: string) => created.get(name);
+    let hold = false;
+    let storing: (() => void) | undefined;
+    const usage = open({
+      tenantCreatedAt,
+      store: {
+        ...store.usage,
+        storeBatch: async (batch, nowMs) => {
+          const stored = await store.usage.storeBatch(batch, nowMs);
+          if (hold)
+            await new Promise<void>((resolve) => {
+              storing = resolve;
+            });
+          return stored;
+        },
+      },
+    });
+    // The old tenant's usage is counted, by its creation time.
+    await reportAt(usage, "0", "k1", D3 + 8 * HOUR);
+    expect(used(usage)).toEqual([110, 110, 0, 0]);
+    hold = true;
+    const report = reportAt(usage, "1", "k1", D3 + 9 * HOUR);
+    await vi.waitFor(() => expect(storing).toBeDefined());
+    created.set("search", D3 + 10 * HOUR + 30 * MIN);
+    storing?.();
+    await report;
+    // The 9:00 usage was the old tenant's: the new one starts at 0 (k1's own budget is for
+    // another model).
+    expect(used(usage)).toEqual([0, 0, 0, 0]);
+    expect(stored).toHaveLength(2);
+    const fresh = open({ tenantCreatedAt });
+    await fresh.load();
+    expect(used(fresh)).toEqual(used(usage));
   });
 
   it("starts each UTC day and month from zero", async () => {

@@ -100,8 +100,11 @@ export class ClusterUsage {
   /** "day:<start>" | "month:<start>" → subject ("t|k", id, model or "") → tokens. */
   readonly #periods = new Map<string, Map<string, number>>();
   #loaded: Promise<void> | undefined;
-  /** The last report queued ({@link report}: one at a time). */
+  /** Whether {@link load} finished and nothing made the totals stale since. */
+  #ready = false;
+  /** The last report queued ({@link report}: one at a time), and how many are. */
   #reports: Promise<unknown> = Promise.resolve();
+  #queued = 0;
   /** Creation time of each tenant whose usage the totals hold, as when it was counted. */
   readonly #counted = new Map<string, number | undefined>();
   #lastPruneMs: number;
@@ -128,35 +131,48 @@ export class ClusterUsage {
     this.#loaded ??= (async () => {
       const since = monthStart(this.#o.clock.now());
       const rows = await this.#o.store.dayTokens(since);
+      // Each tenant's creation time as of this read, used throughout (a tenant created again
+      // while the hours below are read is then found on the next report, and read again).
+      const created = new Map<string, number | undefined>();
+      for (const r of rows)
+        if (r.tenant !== "" && !created.has(r.tenant))
+          created.set(r.tenant, this.#createdAt(r.tenant));
       // Tenants created during a day whose rollup has usage: that day is read by the hour.
       const createdOn = new Map<string, number>();
       for (const r of rows) {
-        const created = this.#createdAt(r.tenant);
-        if (created !== undefined && bucketStart("day", created) === r.dayMs)
-          createdOn.set(r.tenant, created);
+        const at = created.get(r.tenant);
+        if (at !== undefined && bucketStart("day", at) === r.dayMs) createdOn.set(r.tenant, at);
       }
+      const limit = 24 * MAX_MODELS_PER_TENANT_DAY;
       const hours = await Promise.all(
-        [...createdOn].map(([tenant, created]) =>
-          this.#o.store.query({
+        [...createdOn].map(async ([tenant, at]) => {
+          const rows = await this.#o.store.query({
             bucket: "hour",
-            sinceMs: bucketStart("hour", created),
-            untilMs: bucketStart("day", created) + DAY_MS,
+            sinceMs: bucketStart("hour", at),
+            untilMs: bucketStart("day", at) + DAY_MS,
             tenant,
             groupBy: { tenant: true, key: false, model: true },
-            limit: 24 * MAX_MODELS_PER_TENANT_DAY,
-          }),
-        ),
+            limit: limit + 1,
+          });
+          if (rows.length > limit)
+            throw new ControlPlaneError(
+              "LLMGW_CONTROL_PLANE_STORE_FAILED",
+              `usage: tenant ${tenant}'s creation day has more than ${limit} hour rows`,
+            );
+          return rows;
+        }),
       );
       this.#periods.clear();
       this.#counted.clear();
-      for (const [tenant, created] of createdOn) this.#counted.set(tenant, created);
+      for (const [tenant, at] of created) this.#counted.set(tenant, at);
       for (const r of rows) {
-        // The creation day's row is replaced by its hours below; other days count as a whole.
-        const created = createdOn.get(r.tenant);
+        // The creation day's row is replaced by its hours below; other days count as a whole
+        // when they end after the creation hour.
+        const at = created.get(r.tenant);
         const tenantCounts =
-          created === undefined || bucketStart("day", created) !== r.dayMs
-            ? this.#counts(r.tenant, r.dayMs, DAY_MS)
-            : false;
+          r.tenant !== "" &&
+          (at === undefined ||
+            (bucketStart("day", at) !== r.dayMs && r.dayMs + DAY_MS > bucketStart("hour", at)));
         this.#add(r.dayMs, r.tenant, r.keyId, r.model, r.tokens, tenantCounts, true);
       }
       for (const r of hours.flat())
@@ -169,8 +185,9 @@ export class ClusterUsage {
           true,
           false,
         );
+      this.#ready = true;
     })().catch((error: unknown) => {
-      this.#loaded = undefined;
+      this.#stale();
       throw error;
     });
     return this.#loaded;
@@ -182,28 +199,45 @@ export class ClusterUsage {
    * store does (`…_STORE_UNAVAILABLE`, `…_NOT_LEADER`, `…_STORE_FAILED`): the router sends
    * the batch again, and one stored after all (its answer lost) is then a duplicate.
    *
-   * Reports run one at a time: a reload of the totals reads the store and then replaces them,
-   * and a batch stored and added between the two would be lost from them. A few routers
-   * report every few seconds each; one commit at a time is far from a limit.
+   * Batches are stored one at a time: a reload of the totals reads the store and then replaces
+   * them, and a batch stored and added between the two would be lost from them. Each router
+   * sends one batch at a time, so at most one waits per router. A router asking for its
+   * standings (an empty batch) is answered at once when nothing needs reading again.
    */
   report(batch: UsageBatch): Promise<UsageReport> {
+    if (batch.records.length === 0 && this.#queued === 0 && this.#ready && this.#current()) {
+      this.tick();
+      return Promise.resolve({
+        duplicate: false,
+        standings: this.standings(),
+        asOfMs: this.#o.clock.now(),
+      });
+    }
+    this.#queued += 1;
     const report = this.#reports.then(() => this.#report(batch));
-    this.#reports = report.catch(() => {});
+    this.#reports = report
+      .catch(() => {})
+      .then(() => {
+        this.#queued -= 1;
+      });
     return report;
   }
 
-  async #report(batch: UsageBatch): Promise<UsageReport> {
-    await this.load();
-    // A tenant deleted and created again since its usage was counted: the new one's totals
-    // start over, from the rollups. (One deleted and not created again has no budget.)
+  /** Whether no tenant counted in the totals was created again since. */
+  #current(): boolean {
     for (const [tenant, created] of this.#counted) {
       const now = this.#createdAt(tenant);
-      if (now !== undefined && now !== created) {
-        this.#loaded = undefined;
-        await this.load();
-        break;
-      }
+      // One deleted and not created again has no budget: its totals can wait.
+      if (now !== undefined && now !== created) return false;
     }
+    return true;
+  }
+
+  async #report(batch: UsageBatch): Promise<UsageReport> {
+    // A tenant deleted and created again since its usage was counted: the new one's totals
+    // start over, from the rollups.
+    if (this.#ready && !this.#current()) this.#stale();
+    await this.load();
     // An empty batch is a router asking for the standings: nothing to store, no id to keep.
     if (batch.records.length === 0) {
       this.tick();
@@ -216,10 +250,15 @@ export class ClusterUsage {
     } catch (error) {
       // A commit whose answer was lost may have stored the batch (its resend is then a
       // duplicate, never added here): the totals are read from the store again first.
-      this.#loaded = undefined;
+      this.#stale();
       throw error;
     }
-    if (!duplicate) {
+    if (!duplicate && !this.#current()) {
+      // Created again while the batch was stored: read again, the batch with the rest.
+      this.#o.onStored?.(batch.records);
+      this.#stale();
+      await this.load();
+    } else if (!duplicate) {
       for (const r of batch.records)
         this.#add(
           bucketStart("day", r.minuteMs),
@@ -324,6 +363,12 @@ export class ClusterUsage {
     await this.#pruning?.catch(() => {});
   }
 
+  /** The totals are to be read again before they are used. */
+  #stale(): void {
+    this.#loaded = undefined;
+    this.#ready = false;
+  }
+
   #createdAt(tenant: string): number | undefined {
     return tenant === "" ? undefined : this.#o.tenantCreatedAt?.(tenant);
   }
@@ -335,7 +380,8 @@ export class ClusterUsage {
    */
   #counts(tenant: string, startMs: number, sizeMs: number): boolean {
     if (tenant === "") return false;
-    const created = this.#createdAt(tenant);
+    // Checked by #current() just before: the creation time the totals were counted by.
+    const created = this.#counted.has(tenant) ? this.#counted.get(tenant) : this.#createdAt(tenant);
     this.#counted.set(tenant, created);
     return created === undefined || startMs + sizeMs > bucketStart("hour", created);
   }
