@@ -342,7 +342,7 @@ export class Attempt implements UpstreamHandler {
     if (this.#whole !== undefined) x.res.end(this.#whole);
     else if (held !== undefined) x.res.end(held);
     else x.res.end();
-    x.settleUsage(this.#usage.text(), this.#events.count, this.#replicaId);
+    x.settleUsage(this.#usage.text(), this.#events.count, this.decision.replica);
     this.#settle({ kind: "done" });
   }
 
@@ -407,7 +407,7 @@ export class Attempt implements UpstreamHandler {
     } else {
       x.res.destroy();
     }
-    x.settleUsage(this.#usage.text(), this.#events.count, this.#replicaId);
+    x.settleUsage(this.#usage.text(), this.#events.count, this.decision.replica);
     this.#settle({ kind: "done" });
   }
 
@@ -443,7 +443,8 @@ export class Attempt implements UpstreamHandler {
     // What was relayed before the client left is paid for (no-op when nothing was). An engine
     // that had the request and answered nothing yet held it until the upstream was aborted; one
     // that refused the router's key held nothing.
-    if (this.#responding) x.settleUsage(this.#usage.text(), this.#events.count, this.#replicaId);
+    if (this.#responding)
+      x.settleUsage(this.#usage.text(), this.#events.count, this.decision.replica);
     else if (this.#written && !this.#keyRefused) this.#heldUnanswered = true;
     this.#settle({ kind: "done" });
   }

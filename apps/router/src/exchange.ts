@@ -723,7 +723,7 @@ export class Exchange {
    * refused, charged the estimate. An error answer (≥ 400) that reports no usage is recorded
    * and charged as zero tokens.
    */
-  settleUsage(tail: string, sseEvents: number, replicaId = ""): void {
+  settleUsage(tail: string, sseEvents: number, replica?: ReplicaRoute): void {
     const metrics = this.core.metrics;
     const usage = readAnswerUsage(tail);
     const { prompt, completion, cached } = usage;
@@ -773,10 +773,14 @@ export class Exchange {
     // engine seen to report them leaves them out (vLLM omits a 0); unknown (absent, not 0) for
     // an estimate, an engine not seen to report them, and an embedding (no engine omits them
     // there for being 0).
-    const reporters = this.core.reportsCached;
-    if (cached !== undefined && replicaId !== "") reporters.add(replicaId);
+    const { reportsCached, replicaModel } = this.core;
+    if (cached !== undefined && replica !== undefined && replicaModel.has(replica.id))
+      reportsCached.set(replica.id, replica.baseUrl);
     const noneCached =
-      cachedSeen === 0 && this.endpoint !== "/v1/embeddings" && reporters.has(replicaId);
+      cachedSeen === 0 &&
+      this.endpoint !== "/v1/embeddings" &&
+      replica !== undefined &&
+      reportsCached.get(replica.id) === replica.baseUrl;
     const cachedTokens = cached ?? (noneCached ? 0 : undefined);
     this.#used = exact
       ? {

@@ -60,4 +60,20 @@ describe("RouterCore: the route-table listener", () => {
     expect(core.replicaModel.has("a")).toBe(false);
     await core.close();
   });
+
+  it("forgets that a replica's engine reports cached tokens when it leaves the table", async () => {
+    const routeTable = createStaticRouteTable({ m: route(["a", "b"]) });
+    const core = createRouterCore({
+      routeTable,
+      options: resolveRouterServiceOptions({ noAuth: true, analyzer: { pool: false } }),
+    });
+    core.seenModels.add("m");
+    for (const id of ["a", "b"]) {
+      core.replicaModel.set(id, "m");
+      core.reportsCached.set(id, `http://${id}:8000`);
+    }
+    routeTable.update("m", route(["b"]));
+    expect([...core.reportsCached.keys()]).toEqual(["b"]);
+    await core.close();
+  });
 });

@@ -175,11 +175,13 @@ export interface RouterCore {
   /** Each request's share of its replica's GPUs (only kept with {@link usage}). */
   readonly gpuShares: GpuShares;
   /**
-   * Replicas whose engine was seen to report cached tokens (`prompt_tokens_details`): its
-   * answers without them had none (vLLM leaves a 0 out), where another engine's are unknown
-   * (one launched without the flag, by an agent before it, or adopted). Bounded by replicas.
+   * Replica id → base URL of the replicas whose engine was seen to report cached tokens
+   * (`prompt_tokens_details`): its answers without them had none (vLLM leaves a 0 out), where
+   * another engine's are unknown (one launched without the flag, by an agent before it, or
+   * adopted). Keyed by URL too: a replica id may come back on another node, another engine.
+   * Only replicas in the table; forgotten when they leave it.
    */
-  readonly reportsCached: Set<string>;
+  readonly reportsCached: Map<string, string>;
   /** See {@link RouterCoreOptions.peers}. */
   readonly peers: PeerSink | undefined;
   /**
@@ -210,7 +212,7 @@ export function createRouterCore(input: RouterCoreOptions): RouterCore {
   const draining = new Map<string, string>();
   /** Replicas that left the table with requests in flight (→ model), until those end. */
   const retiring = new Map<string, string>();
-  const reportsCached = new Set<string>();
+  const reportsCached = new Map<string, string>();
   const picker = createReplicaPicker({
     ...options.picker,
     ...(input.peers?.instance === undefined ? {} : { routerId: input.peers.instance }),
