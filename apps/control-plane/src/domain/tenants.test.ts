@@ -266,6 +266,29 @@ describe("Tenants", () => {
     expect(c.tenants.get("search")?.weight).toBe(2);
   });
 
+  it("updates only a tenant as its reader saw it, when asked to", () => {
+    const c = cluster();
+    const read = c.tenants.create("search", { weight: 2 });
+    // Two changes within one millisecond are still told apart.
+    const first = c.tenants.update("search", { weight: 3 }, ["weight"], read.updatedAtMs);
+    expect(first.updatedAtMs).toBe(read.updatedAtMs + 1);
+    // Another change made since `read`: refused, nothing written.
+    expect(
+      refusal(() => c.tenants.update("search", { weight: 4 }, ["weight"], read.updatedAtMs)),
+    ).toEqual({
+      code: "LLMGW_CONTROL_PLANE_TENANT_CHANGED",
+      message: `tenant search changed since it was read (last changed ${new Date(first.updatedAtMs).toISOString()}, not ${new Date(read.updatedAtMs).toISOString()}); read it again`,
+    });
+    expect(c.tenants.get("search")?.weight).toBe(3);
+    // Deleted and created again: another tenant, however recently read.
+    c.tenants.delete("search");
+    clock.advance(5);
+    c.tenants.create("search", { weight: 2 });
+    expect(refusal(() => c.tenants.update("search", {}, ["weight"], first.updatedAtMs)).code).toBe(
+      "LLMGW_CONTROL_PLANE_TENANT_CHANGED",
+    );
+  });
+
   it("deletes a tenant only once it has no active keys", () => {
     const c = cluster();
     c.tenants.create("search", {});

@@ -263,9 +263,15 @@ export class Tenants {
    * budgets to none, priority to inherited, weight to 1). Unnamed fields keep their values.
    * `LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN` names a field that cannot be changed,
    * `…_NOT_FOUND` when there is no such tenant, and the same checks as {@link create}. No
-   * fields: the tenant as it is, nothing written.
+   * fields: the tenant as it is, nothing written. With `ifUpdatedAtMs`, only a tenant last
+   * changed then (as its reader saw it): `…_TENANT_CHANGED` otherwise.
    */
-  update(name: string, input: TenantInput, fields: readonly string[]): TenantRecord {
+  update(
+    name: string,
+    input: TenantInput,
+    fields: readonly string[],
+    ifUpdatedAtMs?: number,
+  ): TenantRecord {
     for (const f of fields) {
       if (!(TENANT_FIELDS as readonly string[]).includes(f))
         throw new ControlPlaneError(
@@ -274,6 +280,11 @@ export class Tenants {
         );
     }
     const before = this.#require(name);
+    if (ifUpdatedAtMs !== undefined && before.updatedAtMs !== ifUpdatedAtMs)
+      throw new ControlPlaneError(
+        "LLMGW_CONTROL_PLANE_TENANT_CHANGED",
+        `tenant ${name} changed since it was read (last changed ${new Date(before.updatedAtMs).toISOString()}, not ${new Date(ifUpdatedAtMs).toISOString()}); read it again`,
+      );
     if (fields.length === 0) return before;
     const merged: Record<string, unknown> = {
       requestsPerMinute: before.requestsPerMinute,
@@ -288,7 +299,8 @@ export class Tenants {
       name,
       ...validateTenantInput(merged as TenantInput, `tenant ${name}`),
       createdAtMs: before.createdAtMs,
-      updatedAtMs: this.#o.clock.now(),
+      // Later than the last change, whatever the clock: a change is told by this time.
+      updatedAtMs: Math.max(this.#o.clock.now(), before.updatedAtMs + 1),
     };
     this.#o.store.putTenant(record);
     this.#byName.set(name, record);

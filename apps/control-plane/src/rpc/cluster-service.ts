@@ -240,6 +240,7 @@ export function createClusterService(
         required(t.name, "tenant.name"),
         tenantInputFromProto(t),
         req.fields,
+        req.ifUpdatedAtUnixMs === undefined ? undefined : Number(req.ifUpdatedAtUnixMs),
       );
       flush();
       return { tenant: tenantToProto(tenant, cluster.apiKeys.activeKeysOf(tenant.name)) };

@@ -39,6 +39,8 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_TENANT_UNKNOWN: Code.FailedPrecondition,
   // Deleting a tenant that still has keys: revoke them first.
   LLMGW_CONTROL_PLANE_TENANT_HAS_KEYS: Code.FailedPrecondition,
+  // An update conditional on the tenant as read found it changed since: read it again.
+  LLMGW_CONTROL_PLANE_TENANT_CHANGED: Code.Aborted,
   LLMGW_CONTROL_PLANE_PRIORITY_INVALID: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_BUDGET_INVALID: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_BUDGET_DUPLICATE: Code.InvalidArgument,

@@ -176,10 +176,14 @@ function EditTenant(props: { shown: Tenant; close: () => void; saved: () => void
             throw new Error("nothing changed: change a field first");
           // Re-read just before sending, whatever changed: the edit must not land on a tenant
           // deleted and created again under this name, and budgets are one list, merged into
-          // the budgets as they are now so that one set since the dialog opened stays.
+          // the budgets as they are now so that one set since the dialog opened stays. The
+          // update applies only to the tenant as re-read (nobody changed it in between).
           const { tenants } = await cluster.listTenants({});
           const now = tenantNow(shown, tenants);
-          await cluster.updateTenant(buildTenantUpdate(shown, next, now.budgets));
+          await cluster.updateTenant({
+            ...buildTenantUpdate(shown, next, now.budgets),
+            ifUpdatedAtUnixMs: now.updatedAtUnixMs,
+          });
         }}
         saved={() => {
           props.close();
