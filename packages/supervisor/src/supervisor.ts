@@ -172,11 +172,13 @@ export interface ProcessHandle {
    * exited and no process of the group runs or is still exiting ({@link readGroupMembers}):
    * their files, listening sockets included, are closed, so their ports can be bound again.
    * Processes that left the group (`setsid`, `setpgid`) are neither signalled nor waited for.
-   * Concurrent calls share one stop. Throws `LLMGW_SUPERVISOR_STOP_FAILED`, naming each
-   * survivor and its state, if processes outlive SIGKILL by `killWaitMs`; the ports they hold
-   * are not free then. A later call signals the group and waits again while one of those
-   * survivors is left (same pid and start time, still in the group); once none is, the group
-   * id may belong to another group, so it resolves without signalling anything.
+   * Once the leader exited (a crash, or this stop), the group is ours only while a process
+   * seen in it since, same pid and start time, is still in it; once none is, the group id may
+   * belong to another group, so stop resolves without signalling anything. An adopted
+   * leader's exit is seen up to `adoptPollIntervalMs` late. Concurrent calls share one stop.
+   * Throws `LLMGW_SUPERVISOR_STOP_FAILED`, naming each survivor and its state, if processes
+   * outlive SIGKILL by `killWaitMs`; the ports they hold are not free then, and a later call
+   * signals the group and waits again while one of them is left.
    */
   stop(options?: StopOptions): Promise<ExitReport>;
 }
@@ -469,8 +471,8 @@ class GroupHandle implements ProcessHandle {
   #stopping: Promise<ExitReport> | undefined;
   #pollTimer: TimerHandle | undefined;
   #gone = false;
-  /** Who outlived SIGKILL in the last failed stop; from then on only they keep the group ours. */
-  #survivors: readonly GroupMember[] | undefined;
+  /** Since the leader exited: the group's members at the last scan that found it ours. */
+  #known: readonly GroupMember[] | undefined;
 
   constructor(init: GroupHandleInit) {
     this.#o = init.supervisor.options;
@@ -488,6 +490,7 @@ class GroupHandle implements ProcessHandle {
       this.#exit = exit;
       this.#pollTimer?.cancel();
       this.#log.poll();
+      // The first scan since the leader exited: it remembers who is in the group now.
       this.#groupGone();
       return exit;
     });
@@ -508,7 +511,7 @@ class GroupHandle implements ProcessHandle {
       const stopping = this.#stop(options);
       this.#stopping = stopping;
       // Only success is latched: processes that outlived SIGKILL may be gone by a later call
-      // (#groupGone tells their leaving from the group id's reuse).
+      // (#members tells their leaving from the group id's reuse).
       stopping.catch(() => {
         if (this.#stopping === stopping) this.#stopping = undefined;
       });
@@ -555,8 +558,7 @@ class GroupHandle implements ProcessHandle {
         const killDeadline = clock.now() + o.killWaitMs;
         while (!gone() && clock.now() < killDeadline) await sleep(clock, o.stopPollIntervalMs);
         if (!gone()) {
-          this.#survivors = this.#members();
-          const survivors = this.#survivors
+          const survivors = this.#members()
             .map((m) => `${m.pid} (${m.state === "Z" ? "exiting" : `state ${m.state}`})`)
             .join(", ");
           throw new SupervisorError(
@@ -583,7 +585,9 @@ class GroupHandle implements ProcessHandle {
   /**
    * True once the leader exited and no process of the group runs or is still exiting
    * ({@link #members}). Latched: once the group was seen empty its id may be reused by an
-   * unrelated process group, which must never be scanned or signalled as ours.
+   * unrelated process group, which must never be scanned or signalled as ours. Seen empty
+   * also when only processes it never saw there are left (an engine that crashed, whose last
+   * grandchildren exited before anyone stopped it, leaves its id free for reuse).
    */
   #groupGone(): boolean {
     if (this.#gone) return true;
@@ -593,17 +597,23 @@ class GroupHandle implements ProcessHandle {
 
   /**
    * The processes of the group not gone yet ({@link readGroupMembers}; zombies that are their
-   * last thread are gone, reaped or not). After a failed stop only its survivors count: killed
-   * processes fork no more, and a group id cannot be reused while one of them is left in it,
-   * but once none is, another group may hold the id.
+   * last thread are gone, reaped or not). While the leader lives the group id is ours. Once it
+   * exited (an engine crash, or a stop) the id stays ours only while a process we saw in the
+   * group, same pid and start time, is still in it: a group id is not reused while a process
+   * is left in the group, and a process keeps its group when it forks, so the others are its
+   * descendants. Each scan that finds one of them remembers every member (descendants forked
+   * since included); a scan that finds none finds no process of ours, whatever holds the id.
    */
   #members(): GroupMember[] {
     const members = readGroupMembers(this.pgid, this.#o.procRoot);
-    const survivors = this.#survivors;
-    if (survivors === undefined) return members;
-    return members.filter((m) =>
-      survivors.some((s) => s.pid === m.pid && s.startTime === m.startTime),
-    );
+    if (this.#exit === undefined) return members;
+    const known = this.#known;
+    const ours =
+      known === undefined ||
+      members.some((m) => known.some((k) => k.pid === m.pid && k.startTime === m.startTime));
+    if (!ours) return [];
+    this.#known = members;
+    return members;
   }
 
   #signalGroup(signal: NodeJS.Signals): void {

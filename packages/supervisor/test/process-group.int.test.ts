@@ -84,6 +84,23 @@ async function launchWithStuckWorker(name: string, flags: string[]) {
   return { proc: fake.dir, handle };
 }
 
+/**
+ * Waits until the engine's group-squatter.py left its group (`--group-squatter`); resolves to
+ * its pid, killed after the test.
+ */
+async function awaitSquatter(handle: { tail(): string[] }): Promise<number> {
+  const squatter = await waitFor("the squatter", () => {
+    const line = handle.tail().find((l) => l.startsWith("squatter "));
+    return line === undefined ? undefined : Number(line.split(" ")[1]);
+  });
+  cleanups.push(() => {
+    try {
+      process.kill(squatter, "SIGKILL");
+    } catch {}
+  });
+  return squatter;
+}
+
 /** A pid above any real one (pid_max is at most 2^22). */
 const STUCK_PID = 4194305;
 
@@ -239,15 +256,7 @@ describe("process groups", () => {
     "a later stop signals nothing once the survivors are gone and a process with $reuse holds the group id",
     async ({ pid, start }) => {
       const { proc, handle } = await launchWithStuckWorker("reused", ["--group-squatter"]);
-      const squatter = await waitFor("the squatter", () => {
-        const line = handle.tail().find((l) => l.startsWith("squatter "));
-        return line === undefined ? undefined : Number(line.split(" ")[1]);
-      });
-      cleanups.push(() => {
-        try {
-          process.kill(squatter, "SIGKILL");
-        } catch {}
-      });
+      const squatter = await awaitSquatter(handle);
       await expect(handle.stop({ graceMs: 200 })).rejects.toThrow("survived SIGKILL");
       expect(isAlive(handle.pid)).toBe(false);
       expect(readProcStat(squatter)?.pgrp).toBe(squatter);
@@ -268,6 +277,77 @@ describe("process groups", () => {
       expect(outcome).toMatchObject({ code: 0, signal: null, timedOut: false, forced: false });
     },
   );
+
+  it.skipIf(!hasPython3)(
+    "a crashed engine whose grandchildren exited is not signalled once a stranger holds its group id",
+    async () => {
+      const { launchWithGrandchildren } = setup();
+      const { handle, kids } = await launchWithGrandchildren("crashed", 1, ["--group-squatter"]);
+      const squatter = await awaitSquatter(handle);
+      process.kill(handle.pid, "SIGKILL");
+      await handle.exited;
+      process.kill(kids[0]!.pid, "SIGKILL");
+      await waitFor("the group to empty", () => listGroupMembers(handle.pgid).length === 0);
+
+      // A live process in the group that the leader's exit did not see: as a process of an
+      // unrelated group that reused the id would be.
+      process.kill(squatter, "SIGUSR1");
+      await waitFor(
+        "the squatter in the group",
+        () => readProcStat(squatter)?.pgrp === handle.pgid,
+      );
+      const report = await handle.stop({ graceMs: 200 });
+
+      expect(isAlive(squatter)).toBe(true);
+      expect(readProcStat(squatter)?.pgrp).toBe(handle.pgid);
+      expect(report).toMatchObject({
+        code: null,
+        signal: "SIGKILL",
+        timedOut: false,
+        forced: false,
+      });
+    },
+  );
+
+  it("stop waits for the grandchildren a crashed engine left behind", async () => {
+    const { launchWithGrandchildren } = setup();
+    const { handle, kids } = await launchWithGrandchildren("orphans", 2, [
+      "--grandchildren-linger",
+      "500",
+    ]);
+    process.kill(handle.pid, "SIGKILL");
+    await handle.exited;
+    for (const kid of kids) expect(isAlive(kid.pid)).toBe(true);
+
+    const report = await handle.stop();
+
+    expect(await Promise.all(kids.map((kid) => bindPort(kid.port)))).toEqual(["bound", "bound"]);
+    expect(report).toMatchObject({ code: null, signal: "SIGKILL", timedOut: false, forced: false });
+    expect(report.durationMs).toBeGreaterThanOrEqual(500);
+    expect(listGroupMembers(handle.pgid)).toEqual([]);
+  });
+
+  it("after a crash, stop waits for a descendant forked since, seen while a process seen before lives", async () => {
+    const { proc, handle } = await launchWithStuckWorker("forked", []);
+    process.kill(handle.pid, "SIGKILL");
+    await handle.exited;
+    // Seen when the leader's exit was: the worker. Forked by it since: a process at STUCK_PID + 1.
+    showProcess(proc, { pid: STUCK_PID + 1, state: "S", pgid: handle.pgid, start: 90 });
+
+    let settled = false;
+    const stopping = handle.stop({ graceMs: 5000 }).finally(() => {
+      settled = true;
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    rmSync(`${proc}/${STUCK_PID}`, { recursive: true });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    rmSync(`${proc}/${STUCK_PID + 1}`, { recursive: true });
+    const report = await stopping;
+
+    expect(report).toMatchObject({ code: null, signal: "SIGKILL", timedOut: false, forced: false });
+    expect(report.durationMs).toBeGreaterThanOrEqual(300);
+  });
 
   it("writes an owner-only pid file describing the process", async () => {
     const { dir, supervisor, pgids } = setup();
