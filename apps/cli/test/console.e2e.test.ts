@@ -503,6 +503,8 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
   it("lists the routers, the in-process one among them", async () => {
     await page.click("nav a[href='#/routers']");
     await shows('[data-router="in-process"]');
+    // How it keeps tenants' caches apart, as it told the control plane.
+    expect(await page.textContent('[data-router="in-process"] [data-isolation]')).toBe("none");
     await checkPage("routers");
   });
 

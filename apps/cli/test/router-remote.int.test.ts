@@ -128,7 +128,13 @@ afterEach(async () => {
 
 /** A router watching `controlPlane` with `token`, its events recorded. */
 async function router(
-  options: { controlPlane?: string; token?: string; routerId?: string; stateDir?: string } = {},
+  options: {
+    controlPlane?: string;
+    token?: string;
+    routerId?: string;
+    stateDir?: string;
+    cacheIsolation?: "tenant";
+  } = {},
 ) {
   const events: Record<string, unknown>[] = [];
   const r = await startRouter({
@@ -141,7 +147,10 @@ async function router(
       stateDir: options.stateDir ?? tempDir(),
       client: { unauthenticatedRetryMs: 200, maxBackoffMs: 500 },
     },
-    router: { analyzer: { pool: false } },
+    router: {
+      analyzer: { pool: false },
+      ...(options.cacheIsolation === undefined ? {} : { cacheIsolation: options.cacheIsolation }),
+    },
     log: (event) => events.push({ ...event }),
   });
   cleanups.push(() => r.close(0));
@@ -220,7 +229,7 @@ function capture(env: Record<string, string>) {
 
 describe("a router watching a real control plane", () => {
   it("routes by the streamed state, sees a new key and a revoked one within 1 s, and is listed", async () => {
-    const { router: r, events } = await router();
+    const { router: r, events } = await router({ cacheIsolation: "tenant" });
     await waitFor(() => r.runtime.readiness().connected, 10_000, "the stream");
     expect(r.runtime.readiness()).toMatchObject({
       ready: true,
@@ -266,12 +275,18 @@ describe("a router watching a real control plane", () => {
     expect(await runCli(["routers"], table.io)).toBe(0);
     const lines = table.stdout().trimEnd().split("\n");
     expect(lines[0]).toMatch(
-      /^ROUTER +ADDRESS +LLMGW +STATE +CONNECTED +LAST SEEN +VERSION SENT +STATE AGE +IN-PROCESS$/,
+      /^ROUTER +ADDRESS +LLMGW +STATE +CONNECTED +LAST SEEN +VERSION SENT +STATE AGE +IN-PROCESS +ISOLATION$/,
     );
     expect(lines.find((l) => l.startsWith("edge-1 "))).toMatch(
-      /^edge-1 +10\.0\.0\.9:8080 +0\.1\.0 +connected +\d+s ago +now +\d+ +\d+s +no$/,
+      /^edge-1 +10\.0\.0\.9:8080 +0\.1\.0 +connected +\d+s ago +now +\d+ +\d+s +no +tenant$/,
     );
-    expect(lines.some((l) => / yes$/.test(l))).toBe(true);
+    expect(lines.some((l) => / yes +none$/.test(l))).toBe(true);
+    // The two keep tenants' caches apart differently: `llmgw status` says so.
+    const status = capture(env);
+    expect(await runCli(["status"], status.io)).toBe(0);
+    expect(status.stdout()).toContain(
+      "isolation    routers differ in --cache-isolation (tenant: edge-1; none: in-process)",
+    );
     const json = capture(env);
     expect(await runCli(["routers", "--json"], json.io)).toBe(0);
     const listed = JSON.parse(json.stdout()) as { routers: Record<string, unknown>[] };
@@ -279,6 +294,7 @@ describe("a router watching a real control plane", () => {
       address: "10.0.0.9:8080",
       version: "0.1.0",
       connected: true,
+      cacheIsolation: "tenant",
     });
   });
 

@@ -731,6 +731,7 @@ export async function startControlPlane(
         address: new URL(router.url).host,
         version: CONTROL_PLANE_VERSION,
         inProcess: true,
+        cacheIsolation: resolved.cacheIsolation,
       });
       if (last !== undefined) routerSession.sent(last);
     }

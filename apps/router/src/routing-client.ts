@@ -43,6 +43,8 @@ export interface RoutingClientOptions {
   readonly routerId: string;
   readonly address: string;
   readonly version: string;
+  /** The router's `--cache-isolation` ("" unknown), for `llmgw routers`. */
+  readonly cacheIsolation?: string;
   /** Applies each message (the runtime's wrapper around its {@link RoutingState}). */
   readonly apply: (message: RoutingMessage) => ReturnType<RoutingState["apply"]>;
   /** What the router holds now, sent with each WatchRouting request. */
@@ -201,6 +203,7 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
           routerId: options.routerId,
           address: options.address,
           version: options.version,
+          cacheIsolation: options.cacheIsolation ?? "",
           epoch: held.epoch ?? "",
           stateVersion: BigInt(held.version),
           stateAgeMs: BigInt(Math.max(0, Math.round(held.ageMs ?? 0))),

@@ -47,6 +47,8 @@ export interface RoutingRuntimeOptions {
   /** Where clients reach this router, for `llmgw routers`. */
   readonly address?: string;
   readonly version?: string;
+  /** Its `--cache-isolation`, told to the control plane for `llmgw routers` (remote only). */
+  readonly cacheIsolation?: string;
   /** Owner-only dir holding `routing-state.json`; undefined: nothing saved or loaded. */
   readonly stateDir?: string;
   readonly log?: (event: Readonly<Record<string, unknown>>) => void;
@@ -314,6 +316,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
       routerId: options.routerId,
       address: options.address ?? "",
       version: options.version ?? "",
+      cacheIsolation: options.cacheIsolation ?? "",
       apply,
       held: () => ({
         epoch: state.epoch,

@@ -173,6 +173,7 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
   const log = options.log ?? (() => {});
   const { host, port: wantedPort } = splitListen(options.listen ?? "127.0.0.1:0");
   const runtime = await startRoutingRuntime({
+    cacheIsolation: options.router?.cacheIsolation ?? "none",
     ...options.routing,
     log: options.routing.log ?? log,
   });

@@ -1,6 +1,6 @@
 import { toJson } from "@bufbuild/protobuf";
 import { escapeOutsideText } from "@llmgw/control-plane/client";
-import { GetClusterStatusResponseSchema } from "@llmgw/proto";
+import { GetClusterStatusResponseSchema, type RouterInfo } from "@llmgw/proto";
 import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { deploymentRow, fleetVersions } from "../cluster-format.js";
@@ -48,6 +48,7 @@ export const command: Command = {
         `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
         `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
         `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
+        ...isolationWarning(routers.routers),
         `versions     ${fleetVersions([
           ...(s.controlPlanes.length > 0
             ? s.controlPlanes.map((c) => ({
@@ -105,3 +106,19 @@ export const command: Command = {
     });
   },
 };
+
+/**
+ * A line when the connected routers keep tenants' prefix caches apart differently
+ * (`--cache-isolation`): requests through a router with less isolation share cache the others
+ * keep apart. Nothing when they agree, or when none said.
+ */
+export function isolationWarning(routers: readonly RouterInfo[]): string[] {
+  const modes = new Map<string, string[]>();
+  for (const r of routers) {
+    if (!r.connected || r.cacheIsolation === "") continue;
+    modes.set(r.cacheIsolation, [...(modes.get(r.cacheIsolation) ?? []), r.id]);
+  }
+  if (modes.size < 2) return [];
+  const parts = [...modes].map(([mode, ids]) => `${mode}: ${ids.join(", ")}`);
+  return [`isolation    routers differ in --cache-isolation (${parts.join("; ")})`];
+}

@@ -40,7 +40,12 @@ const delta = (version: number) =>
 describe("createRouterRegistry", () => {
   it("lists routers with what was last sent, connected first, and counts the connected", () => {
     const { registry, counts, advance } = fixture();
-    const a = registry.connect({ id: "router-a", address: "10.0.0.9:8080", version: "0.1.0" });
+    const a = registry.connect({
+      id: "router-a",
+      address: "10.0.0.9:8080",
+      version: "0.1.0",
+      cacheIsolation: "tenant",
+    });
     const cp = registry.connect({
       id: "in-process",
       address: "",
@@ -58,6 +63,8 @@ describe("createRouterRegistry", () => {
         address: "",
         version: "0.1.0",
         inProcess: true,
+        // Not said: "".
+        cacheIsolation: "",
         connected: true,
         connectedAtMs: 1_000,
         lastSeenMs: 1_000,
@@ -69,6 +76,7 @@ describe("createRouterRegistry", () => {
         address: "10.0.0.9:8080",
         version: "0.1.0",
         inProcess: false,
+        cacheIsolation: "tenant",
         connected: true,
         connectedAtMs: 1_000,
         lastSeenMs: 1_600,

@@ -27,6 +27,8 @@ export interface RouterRegistration {
   readonly version: string;
   /** The control plane's own router (`llmgw control-plane` without `--no-public-api`). */
   readonly inProcess?: boolean;
+  /** Its `--cache-isolation` ("none" | "tenant" | "key"); "" or absent: not said. */
+  readonly cacheIsolation?: string;
   /** The peer the stream came from (`10.0.0.9:53122`), for log lines only; absent: unknown. */
   readonly peer?: string;
 }
@@ -37,6 +39,8 @@ export interface RouterEntry {
   readonly address: string;
   readonly version: string;
   readonly inProcess: boolean;
+  /** See {@link RouterRegistration.cacheIsolation}; "" when not said. */
+  readonly cacheIsolation: string;
   /** True while its stream (or the in-process feed) is attached. */
   readonly connected: boolean;
   /** When its latest stream opened (epoch ms). */
@@ -238,6 +242,7 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
             address: e.registration.address,
             version: e.registration.version,
             inProcess: e.registration.inProcess === true,
+            cacheIsolation: e.registration.cacheIsolation ?? "",
             connected: e.session !== undefined,
             connectedAtMs: e.connectedAtMs,
             lastSeenMs: e.lastSeenMs,

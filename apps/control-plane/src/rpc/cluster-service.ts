@@ -351,6 +351,7 @@ export function createClusterService(
             epoch: r.epoch,
             stateVersion: BigInt(r.stateVersion),
             inProcess: r.inProcess,
+            cacheIsolation: r.cacheIsolation,
             stateAgeMs: BigInt(Math.max(0, now - r.lastSeenMs)),
           }),
         ),

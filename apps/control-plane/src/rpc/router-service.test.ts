@@ -212,6 +212,10 @@ describe("RouterService.WatchRouting", () => {
       "WatchRoutingRequest.state_age_ms must be 0–315360000000 (got -1)",
     ],
     [
+      { cacheIsolation: "Tenant\n" },
+      `WatchRoutingRequest.cache_isolation must be at most 16 lower-case letters or '-', e.g. "tenant" (got "Tenant\\n")`,
+    ],
+    [
       { routerId: "in-process" },
       `WatchRoutingRequest.router_id "in-process" is reserved for the control plane's own router; start this router with another --router-id`,
     ],

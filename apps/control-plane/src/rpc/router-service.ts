@@ -232,6 +232,13 @@ export function validateWatchRoutingRequest(req: WatchRoutingRequest): void {
       `WatchRoutingRequest.state_age_ms must be 0–${L.stateAgeMaxMs} (got ${req.stateAgeMs})`,
     );
   }
+  // Any short lower-case word: a later router's mode is shown, not refused (its stream is
+  // what keeps it routing).
+  if (!/^[a-z-]{0,16}$/.test(req.cacheIsolation)) {
+    throw invalid(
+      `WatchRoutingRequest.cache_isolation must be at most 16 lower-case letters or '-', e.g. "tenant" (got ${shown(req.cacheIsolation)})`,
+    );
+  }
 }
 
 /**
@@ -355,6 +362,7 @@ export function createRouterService(
         id: req.routerId,
         address: req.address,
         version: req.version,
+        cacheIsolation: req.cacheIsolation,
         ...(peer === undefined ? {} : { peer }),
       });
       const stalled = new AbortController();

@@ -27,6 +27,7 @@ export function RoutersPage() {
               "Routing state age",
               "Connected",
               "Last seen",
+              "Cache isolation",
             ]}
           />
           <tbody>
@@ -47,6 +48,7 @@ export function RoutersPage() {
                 <td>{duration(r.stateAgeMs)}</td>
                 <td>{ago(r.connectedAtUnixMs, now)}</td>
                 <td>{ago(r.lastSeenUnixMs, now)}</td>
+                <td data-isolation>{r.cacheIsolation || "—"}</td>
               </tr>
             ))}
           </tbody>
