@@ -1,9 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { NodeSchema, NodeState } from "@llmgw/proto";
+import { NodeSchema, NodeState, RouterInfoSchema } from "@llmgw/proto";
 import { afterEach, describe, expect, it } from "vitest";
 import { runCli } from "../cli.js";
 import { capturedIo, type FakeClusterService, startFakeClusterService } from "../testing.js";
+import { isolationWarning } from "./status.js";
 
 // What agents report reaches the operator's terminal: an agent version or hostname holding
 // escapes must not clear the screen or forge a line, in the summaries as in the tables.
@@ -64,5 +65,23 @@ describe("outside text in the commands' own lines", () => {
     const io = capturedIo(fake.env);
     expect(await runCli(["cordon", EVIL], io)).toBe(1);
     expect(io.err()).toBe("llmgw: node 9.9.9\\u001b[2J\\u001b[H\\nforged line not found\n");
+  });
+});
+
+describe("isolationWarning", () => {
+  const router = (id: string, cacheIsolation: string, connected = true) =>
+    create(RouterInfoSchema, { id, cacheIsolation, connected });
+
+  it.each([
+    ["all agree", [router("a", "tenant"), router("b", "tenant")], []],
+    ["one says nothing (an older router)", [router("a", "tenant"), router("b", "")], []],
+    ["the one that differs is disconnected", [router("a", "key"), router("b", "none", false)], []],
+    [
+      "they differ",
+      [router("a", "tenant"), router("b", "none"), router("c", "tenant")],
+      ["isolation    routers differ in --cache-isolation (tenant: a, c; none: b)"],
+    ],
+  ])("%s", (_, routers, lines) => {
+    expect(isolationWarning(routers)).toEqual(lines);
   });
 });
