@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ControlPlaneError, isControlPlaneError } from "../errors.js";
 import { openSqliteStore, type SqliteStore } from "../store/sqlite-store.js";
-import type { UsageRecordData } from "../store/usage-store.js";
+import type { UsageRecordData, UsageRollupRow } from "../store/usage-store.js";
 import { createManualClock, type ManualClock } from "../testing/manual-clock.js";
 import { type BudgetSpec, ClusterUsage, type ClusterUsageOptions } from "./usage.js";
 
@@ -282,6 +282,30 @@ describe("ClusterUsage", () => {
     const fresh = open({ tenantCreatedAt });
     await fresh.load();
     expect(used(fresh)).toEqual(used(usage));
+  });
+
+  it("refuses to load a creation day with more hour rows than it reads, instead of cutting them", async () => {
+    const created = new Map([["search", DEC]]);
+    await reportAt(open(), "1", "k1", D3 + 10 * HOUR);
+    created.set("search", D3 + 9 * HOUR);
+    let asked = 0;
+    const usage = open({
+      tenantCreatedAt: (name) => created.get(name),
+      store: {
+        ...store.usage,
+        // A store holding more rows than the limit asked for: it answers limit + 1.
+        query: async (q) => {
+          asked = q.limit;
+          const [row] = await store.usage.query(q);
+          return Array.from({ length: q.limit }, () => row as UsageRollupRow);
+        },
+      },
+    });
+    const error = await usage.load().catch((e: unknown) => e);
+    expect(isControlPlaneError(error) && error.code).toBe("LLMGW_CONTROL_PLANE_STORE_FAILED");
+    expect((error as Error).message).toBe(
+      `usage: tenant search's creation day has more than ${asked - 1} hour rows`,
+    );
   });
 
   it("starts each UTC day and month from zero", async () => {
