@@ -629,6 +629,8 @@ describe("Exchange and Attempt over a scripted upstream", () => {
     h.upstreams.play(answer(200, OK_BODY));
     await (await send(h)).text();
     expect(await settled(1)).toMatchObject({ cachedTokens: 0, cachedReported: 0 });
+    // Nor is it a miss to the router's prefix prediction.
+    expect(h.metrics.of("prefixPrediction")).toEqual([]);
     // Seen: vLLM leaves a 0 out, so an answer without them had none.
     h.upstreams.play(answer(200, cachedBody), answer(200, OK_BODY), answer(200, embedding));
     for (let i = 0; i < 2; i++) await (await send(h)).text();
@@ -638,6 +640,12 @@ describe("Exchange and Attempt over a scripted upstream", () => {
       cachedTokens: 32,
       cachedReported: 2,
     });
+    // The reported count and the known 0 score the prediction (32 tokens are less than a block:
+    // both misses, as expected on a first sight of the prompt); the embedding does not.
+    expect(h.metrics.of("prefixPrediction").map(([, , outcome]) => outcome)).toEqual([
+      "miss",
+      "miss",
+    ]);
   });
 
   // What a stream cut before its first chunk is charged: the estimated prompt, nothing

@@ -730,12 +730,24 @@ export class Exchange {
     if (prompt !== undefined) metrics.tokens(this.model, "prompt", prompt);
     if (completion !== undefined) metrics.tokens(this.model, "completion", completion);
     if (cached !== undefined) metrics.tokens(this.model, "cached", cached);
-    // Engines as llmgw launches them report cached tokens (vLLM with
-    // --enable-prompt-tokens-details, SGLang with --enable-cache-report, llama.cpp always), but
-    // vLLM and the simulator leave them out when there were none: with a prompt count reported,
-    // no cached count is a miss to the prediction.
-    const cachedSeen = cached ?? (prompt !== undefined && !usage.refused ? 0 : undefined);
-    if (cachedSeen !== undefined) {
+    // Cached tokens are known as reported, and as 0 where a chat or completion answer of an
+    // engine seen to report them leaves them out (vLLM and the simulator omit a 0); unknown
+    // (absent, not 0) for an estimate, an engine not seen to report them (llmgw launches vLLM
+    // with --enable-prompt-tokens-details, but an adopted or hand-started one may lack it), and
+    // an embedding (no engine omits them there for being 0). Only a known count scores the
+    // prediction: an engine that never reports them would otherwise read as all misses.
+    const { reportsCached, replicaModel } = this.core;
+    if (cached !== undefined && replica !== undefined && replicaModel.has(replica.id))
+      reportsCached.set(replica.id, replica.baseUrl);
+    const noneCached =
+      cached === undefined &&
+      prompt !== undefined &&
+      !usage.refused &&
+      this.endpoint !== "/v1/embeddings" &&
+      replica !== undefined &&
+      reportsCached.get(replica.id) === replica.baseUrl;
+    const cachedTokens = cached ?? (noneCached ? 0 : undefined);
+    if (cachedTokens !== undefined) {
       // A hit is at least one block of what the router matched on: it cannot see less.
       const source = this.prefixSource;
       const preciseSize =
@@ -743,7 +755,7 @@ export class Exchange {
       const blockTokens =
         typeof preciseSize === "number" ? preciseSize : this.core.picker.blockTokens;
       const expected = this.predictedBlocks > 0;
-      const found = cachedSeen >= blockTokens;
+      const found = cachedTokens >= blockTokens;
       metrics.prefixPrediction(
         this.model,
         source,
@@ -769,19 +781,6 @@ export class Exchange {
     // Cut short or unreported: the prompt as estimated, and what was streamed (one token per
     // content event, less the role-only first event and `[DONE]`).
     const streamed = Math.max(0, sseEvents - 2);
-    // Cached tokens are charged as reported, and as 0 where a chat or completion answer of an
-    // engine seen to report them leaves them out (vLLM omits a 0); unknown (absent, not 0) for
-    // an estimate, an engine not seen to report them, and an embedding (no engine omits them
-    // there for being 0).
-    const { reportsCached, replicaModel } = this.core;
-    if (cached !== undefined && replica !== undefined && replicaModel.has(replica.id))
-      reportsCached.set(replica.id, replica.baseUrl);
-    const noneCached =
-      cachedSeen === 0 &&
-      this.endpoint !== "/v1/embeddings" &&
-      replica !== undefined &&
-      reportsCached.get(replica.id) === replica.baseUrl;
-    const cachedTokens = cached ?? (noneCached ? 0 : undefined);
     this.#used = exact
       ? {
           promptTokens: prompt,

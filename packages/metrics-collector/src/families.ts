@@ -389,7 +389,7 @@ export const ROUTER_FAMILIES: readonly FamilySpec[] = [
   ),
   c(
     "llmgw_router_prefix_predictions_total",
-    "Requests whose engine reported its cached tokens, by where the router's prefix knowledge came from (precise: the engines' KV events; approximate: its own model) and how it fared (hit|miss: it agreed; false_hit: it expected a cached prefix the engine lacked; missed_hit: the engine had one it did not expect).",
+    "Requests whose cached tokens are known (reported, or left out by an engine seen to report them, as vLLM leaves out a 0), by where the router's prefix knowledge came from (precise: the engines' KV events; approximate: its own model) and how it fared (hit|miss: it agreed; false_hit: it expected a cached prefix the engine lacked; missed_hit: the engine had one it did not expect).",
     ["model", "source", "outcome"],
   ),
   c(
