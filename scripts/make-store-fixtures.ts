@@ -86,6 +86,7 @@ const RELEASE_COMMITS = [
   "767f360",
   "5fce0e9",
   "09dc684",
+  "c14dd55",
 ];
 
 async function makeFixture(commit: string): Promise<void> {

@@ -73,6 +73,14 @@ export function parsePriorityFlag(value: string | undefined): PriorityClass {
   return p;
 }
 
+/** `--cache-isolation tenant|key`; absent: "" (each router's own `--cache-isolation`). */
+export function parseTenantCacheIsolationFlag(value: string | undefined): string {
+  if (value === undefined) return "";
+  if (value !== "tenant" && value !== "key")
+    throw new UsageError(`--cache-isolation must be tenant or key, got "${value.slice(0, 40)}"`);
+  return value;
+}
+
 /** A budget as the flags spell it: `day=1000000`, `month:llama-3-8b=50000000`. */
 export function formatBudget(b: Pick<TokenBudget, "period" | "model" | "tokens">): string {
   const period = b.period === BudgetPeriod.MONTH ? "month" : "day";
@@ -103,6 +111,7 @@ export function tenantFromFlags(
     readonly budget?: string[];
     readonly priority?: string;
     readonly weight?: string;
+    readonly "cache-isolation"?: string;
   },
 ) {
   return {
@@ -113,5 +122,6 @@ export function tenantFromFlags(
     budgets: parseBudgetFlags(values.budget),
     priority: parsePriorityFlag(values.priority),
     weight: parseWeightFlag(values.weight) ?? 0,
+    cacheIsolation: parseTenantCacheIsolationFlag(values["cache-isolation"]),
   };
 }

@@ -301,6 +301,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       "search",
       "critical",
       "2",
+      "as each router is set",
       "600",
       "none",
       "none",
@@ -337,6 +338,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       "ops",
       "batch",
       "1",
+      "as each router is set",
       "none",
       "none",
       "none",
@@ -373,7 +375,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     await shows('[data-key="search-two"]');
     expect(await page.locator('[data-key="search-two"] td').nth(1).textContent()).toBe("search");
     await page.click("nav a[href='#/tenants']");
-    await page.locator('[data-tenant="search"] td:nth-child(8):text-is("2")').waitFor();
+    await page.locator('[data-tenant="search"] td:nth-child(9):text-is("2")').waitFor();
   });
 
   it("edits a tenant on the page: only what changed, its budgets of one model kept", async () => {
@@ -400,19 +402,19 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     await page.click("nav a[href='#/keys']");
     await page.click("nav a[href='#/tenants']");
     const row = page.locator('[data-tenant="search"]');
-    await row.locator(`td:nth-child(7):has-text("month (${model})")`).waitFor();
+    await row.locator(`td:nth-child(8):has-text("month (${model})")`).waitFor();
 
     await row.locator('button:text("Edit")').click();
     const dialog = page.locator("dialog[open]");
     await dialog.waitFor();
     const shown = async () =>
       Promise.all(
-        ["priority", "weight", "rpm", "tpm", "concurrency", "day", "month"].map((f) =>
+        ["priority", "weight", "isolation", "rpm", "tpm", "concurrency", "day", "month"].map((f) =>
           page.inputValue(`#edit-tenant-${f}`),
         ),
       );
     // Filled in as the row reads; an unset limit or budget is empty, never 0.
-    expect(await shown()).toEqual(["critical", "2", "600", "", "", "1000000", ""]);
+    expect(await shown()).toEqual(["critical", "2", "", "600", "", "", "1000000", ""]);
     expect(await dialog.textContent()).toContain(`month (${model}): 40,000,000`);
     await checkPage("tenants-edit");
 
@@ -425,6 +427,7 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
     await page.fill("#edit-tenant-rpm", "");
     await page.fill("#edit-tenant-tpm", "20000");
     await page.fill("#edit-tenant-day", "2000000");
+    await page.selectOption("#edit-tenant-isolation", "tenant");
     await dialog.locator('button:text("Save changes")').click();
     await dialog.waitFor({ state: "detached" });
     const after = await search();
@@ -435,16 +438,18 @@ describe.skipIf(!haveChromium)("the web console in Chromium", { timeout: 120_000
       2,
       undefined,
     ]);
+    expect(after?.cacheIsolation).toBe("tenant");
     expect(after?.budgets.map((b) => [b.period, b.model, b.tokens])).toEqual([
       [BudgetPeriod.DAY, "", 2_000_000n],
       [BudgetPeriod.MONTH, model, 40_000_000n],
     ]);
     // The table shows the change without waiting for its next poll.
-    await row.locator('td:nth-child(5):text-is("20000")').waitFor({ timeout: 5_000 });
+    await row.locator('td:nth-child(6):text-is("20000")').waitFor({ timeout: 5_000 });
     expect(await row.locator("td").allTextContents()).toEqual([
       "search",
       "critical",
       "2",
+      "apart from other tenants",
       "none",
       "20000",
       "none",

@@ -295,6 +295,11 @@ describe("a router watching a real control plane", () => {
       version: "0.1.0",
       connected: true,
       cacheIsolation: "tenant",
+      // This release applies tenants' own isolation; the in-process router too.
+      appliesTenantCacheIsolation: true,
+    });
+    expect(listed.routers.find((x) => x.id === "in-process")).toMatchObject({
+      appliesTenantCacheIsolation: true,
     });
   });
 

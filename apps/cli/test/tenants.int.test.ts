@@ -60,6 +60,8 @@ describe("llmgw tenants", () => {
       "critical",
       "--weight",
       "4",
+      "--cache-isolation",
+      "tenant",
     ]);
     expect(created).toEqual({ code: 0, stdout: "created tenant search\n", stderr: "" });
 
@@ -104,8 +106,18 @@ describe("llmgw tenants", () => {
     ]);
 
     expect(rows((await llmgw(["tenants", "list"])).stdout)).toEqual([
-      ["NAME", "RPM", "TPM", "CONCURRENCY", "BUDGETS", "PRIORITY", "WEIGHT", "KEYS"],
-      ["search", "-", "100000", "-", "day=1000000,month:llama-3-8b=50000000", "critical", "4", "1"],
+      ["NAME", "RPM", "TPM", "CONCURRENCY", "BUDGETS", "PRIORITY", "WEIGHT", "ISOLATION", "KEYS"],
+      [
+        "search",
+        "-",
+        "100000",
+        "-",
+        "day=1000000,month:llama-3-8b=50000000",
+        "critical",
+        "4",
+        "tenant",
+        "1",
+      ],
     ]);
 
     const updated = await llmgw([
@@ -118,10 +130,13 @@ describe("llmgw tenants", () => {
       "--budget",
       "month=7",
       "--clear-priority",
+      "--cache-isolation",
+      "key",
     ]);
     expect(updated).toEqual({
       code: 0,
-      stdout: "updated tenant search (requests_per_minute, tokens_per_minute, budgets, priority)\n",
+      stdout:
+        "updated tenant search (requests_per_minute, tokens_per_minute, budgets, priority, cache_isolation)\n",
       stderr: "",
     });
     const json = JSON.parse((await llmgw(["tenants", "list", "--json"])).stdout);
@@ -132,6 +147,7 @@ describe("llmgw tenants", () => {
           requestsPerMinute: 60,
           budgets: [{ period: "BUDGET_PERIOD_MONTH", tokens: "7" }],
           weight: 4,
+          cacheIsolation: "key",
           createdAtUnixMs: expect.any(String),
           updatedAtUnixMs: expect.any(String),
           activeKeys: 1,
@@ -151,7 +167,7 @@ describe("llmgw tenants", () => {
       stderr: "",
     });
     expect(rows((await llmgw(["tenants", "list"])).stdout)).toEqual([
-      ["NAME", "RPM", "TPM", "CONCURRENCY", "BUDGETS", "PRIORITY", "WEIGHT", "KEYS"],
+      ["NAME", "RPM", "TPM", "CONCURRENCY", "BUDGETS", "PRIORITY", "WEIGHT", "ISOLATION", "KEYS"],
     ]);
   });
 
@@ -167,6 +183,9 @@ describe("llmgw tenants", () => {
     const both = await llmgw(["tenants", "update", "x", "--rpm", "5", "--clear-rpm"]);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain("--rpm and --clear-rpm contradict each other");
+    const badIsolation = await llmgw(["tenants", "create", "x", "--cache-isolation", "none"]);
+    expect(badIsolation.code).toBe(2);
+    expect(badIsolation.stderr).toContain('--cache-isolation must be tenant or key, got "none"');
 
     const badName = await llmgw(["tenants", "create", "Search"]);
     expect(badName.code).toBe(1);

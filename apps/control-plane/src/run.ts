@@ -732,6 +732,7 @@ export async function startControlPlane(
         version: CONTROL_PLANE_VERSION,
         inProcess: true,
         cacheIsolation: resolved.cacheIsolation,
+        appliesTenantCacheIsolation: true,
       });
       if (last !== undefined) routerSession.sent(last);
     }

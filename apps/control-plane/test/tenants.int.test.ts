@@ -212,7 +212,7 @@ describe("tenants", () => {
     ).toEqual({
       code: "InvalidArgument",
       llmgw: "LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN",
-      message: `UpdateTenantRequest.fields: "active_keys" is not a field that can be changed; use requests_per_minute, tokens_per_minute, max_concurrency, budgets, priority, weight`,
+      message: `UpdateTenantRequest.fields: "active_keys" is not a field that can be changed; use requests_per_minute, tokens_per_minute, max_concurrency, budgets, priority, weight, cache_isolation`,
     });
     await eventually(() =>
       heldBy(received).tenants[0]?.weight === 40 ? heldBy(received).tenants : undefined,

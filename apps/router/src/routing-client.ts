@@ -204,6 +204,8 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
           address: options.address,
           version: options.version,
           cacheIsolation: options.cacheIsolation ?? "",
+          // This release applies tenants' own cache isolation (`isolationScope`).
+          appliesTenantCacheIsolation: true,
           epoch: held.epoch ?? "",
           stateVersion: BigInt(held.version),
           stateAgeMs: BigInt(Math.max(0, Math.round(held.ageMs ?? 0))),

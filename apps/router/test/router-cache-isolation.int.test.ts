@@ -12,7 +12,7 @@ import {
   type RunningEngineSim,
   startEngineSim,
 } from "@llmgw/engine-sim";
-import { type CacheIsolation, isolatedSalt } from "@llmgw/router";
+import { type CacheIsolation, isolatedSalt, type TenantGrant } from "@llmgw/router";
 import { freePort } from "@llmgw/supervisor";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
@@ -31,12 +31,12 @@ const KEYS = {
   "sk-b": { id: "key-b", name: "b", tenant: "beta" },
   "sk-solo": { id: "key-solo", name: "solo" },
 };
-const TENANTS = [
+const TENANTS: TenantGrant[] = [
   { name: "alpha", weight: 1 },
   { name: "beta", weight: 1 },
 ];
 
-async function simRouter(cacheIsolation: CacheIsolation) {
+async function simRouter(cacheIsolation: CacheIsolation, tenants: TenantGrant[] = TENANTS) {
   const sim: RunningEngineSim = await startEngineSim({
     model: "m",
     port: 0,
@@ -50,7 +50,7 @@ async function simRouter(cacheIsolation: CacheIsolation) {
     snapshot: routingSnapshot({
       models: { m: { replicas: [{ id: "r0", baseUrl: sim.url }], cacheIsolation: "salt" } },
       keys: KEYS,
-      tenants: TENANTS,
+      tenants,
     }),
     router: { cacheIsolation, analyzer: { pool: false } },
   });
@@ -117,6 +117,22 @@ describe("cache isolation against the simulated engine", () => {
     const client = new OpenAI({ apiKey: "sk-a1", baseURL: `${ask.url}/v1`, maxRetries: 0 });
     const answer = await client.embeddings.create({ model: "m", input: prompt("e") });
     expect(answer.data[0]?.embedding.length).toBeGreaterThan(0);
+  });
+
+  it("keeps apart the cache of a tenant that asks for it, on a router that shares the rest", async () => {
+    const ask = await simRouter("none", [
+      { name: "alpha", weight: 1 },
+      { name: "beta", weight: 1, cacheIsolation: "tenant" },
+    ]);
+    // alpha's prompt is no hit for beta, nor beta's for alpha.
+    expect(await ask("sk-a1", prompt("t"))).toBe(0);
+    expect(await ask("sk-b", prompt("t"))).toBe(0);
+    expect(await ask("sk-b", prompt("u"))).toBe(0);
+    expect(await ask("sk-a1", prompt("u"))).toBe(0);
+    // beta shares with itself; everyone else still shares as the router says.
+    expect(await ask("sk-b", prompt("t"))).toBeGreaterThan(0);
+    expect(await ask("sk-a2", prompt("t"))).toBeGreaterThan(0);
+    expect(await ask("sk-solo", prompt("t"))).toBeGreaterThan(0);
   });
 
   it("with key isolation, keeps even one tenant's keys apart", async () => {

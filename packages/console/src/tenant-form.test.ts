@@ -52,6 +52,7 @@ describe("tenantFormValues", () => {
       name: "search",
       priority: "critical",
       weight: "2",
+      isolation: "",
       rpm: "600",
       tpm: "",
       concurrency: "",
@@ -79,6 +80,10 @@ describe("parseTenantForm", () => {
       "monthly tokens: a whole number of tokens of at least 1, or empty for none",
     ],
     [{ priority: "urgent" }, "class: one of standard, critical, batch"],
+    [
+      { isolation: "none" },
+      "cache isolation: one of as each router is set, apart from other tenants, each key apart",
+    ],
   ])("refuses %j: %s", (change, message) => {
     expect(() => parseTenantForm({ ...shown, ...change })).toThrow(message);
   });
@@ -109,6 +114,11 @@ describe("buildTenantUpdate", () => {
         tenant: { name: "search", priority: PriorityClass.BATCH, weight: 1 },
         fields: ["priority", "weight"],
       },
+    ],
+    [
+      "its prefix cache kept apart",
+      { isolation: "tenant" },
+      { tenant: { name: "search", cacheIsolation: "tenant" }, fields: ["cache_isolation"] },
     ],
     [
       "the daily budget: the whole list, the model's budget kept in its place",
@@ -250,6 +260,7 @@ describe("newTenant", () => {
       name: "ops",
       priority: PriorityClass.BATCH,
       weight: 1,
+      cacheIsolation: "",
       tokensPerMinute: 100,
       budgets: [{ period: DAY, model: "", tokens: 5_000_000_000n }],
     });

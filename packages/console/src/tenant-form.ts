@@ -25,12 +25,29 @@ export const PRIORITY_CLASSES = [
   ["batch", PriorityClass.BATCH],
 ] as const;
 
+/**
+ * The cache isolation the form offers, by the name it shows: "" asks nothing (each router's own
+ * `--cache-isolation`), else the `Tenant.cache_isolation` word.
+ */
+export const CACHE_ISOLATION_CHOICES = [
+  ["", "as each router is set"],
+  ["tenant", "apart from other tenants"],
+  ["key", "each key apart"],
+] as const;
+
+/** A tenant's `cache_isolation` as the console shows it; an unknown word as it is. */
+export function isolationText(word: string): string {
+  return CACHE_ISOLATION_CHOICES.find(([w]) => w === word)?.[1] ?? word;
+}
+
 /** The form's inputs as typed; "" is unset: no limit, no budget, weight 1. */
 export interface TenantFormValues {
   readonly name: string;
   /** A name of {@link PRIORITY_CLASSES}. */
   readonly priority: string;
   readonly weight: string;
+  /** A word of {@link CACHE_ISOLATION_CHOICES}. */
+  readonly isolation: string;
   readonly rpm: string;
   readonly tpm: string;
   readonly concurrency: string;
@@ -45,6 +62,7 @@ export const EMPTY_TENANT_FORM: TenantFormValues = {
   name: "",
   priority: "standard",
   weight: "",
+  isolation: "",
   rpm: "",
   tpm: "",
   concurrency: "",
@@ -58,6 +76,8 @@ export interface TenantSettings {
   readonly priority: PriorityClass;
   /** 1–1000. */
   readonly weight: number;
+  /** `Tenant.cache_isolation`: "" (each router's own), "tenant" or "key". */
+  readonly cacheIsolation: string;
   readonly requestsPerMinute: number | undefined;
   readonly tokensPerMinute: number | undefined;
   readonly maxConcurrency: number | undefined;
@@ -77,6 +97,7 @@ export function tenantSettings(t: Tenant): TenantSettings {
   return {
     priority: t.priority === PriorityClass.UNSPECIFIED ? PriorityClass.STANDARD : t.priority,
     weight: t.weight || 1,
+    cacheIsolation: t.cacheIsolation,
     requestsPerMinute: t.requestsPerMinute,
     tokensPerMinute: t.tokensPerMinute,
     maxConcurrency: t.maxConcurrency,
@@ -93,6 +114,7 @@ export function tenantFormValues(t: Tenant): TenantFormValues {
     name: t.name,
     priority: priorityText(s.priority),
     weight: String(s.weight),
+    isolation: s.cacheIsolation,
     rpm: text(s.requestsPerMinute),
     tpm: text(s.tokensPerMinute),
     concurrency: text(s.maxConcurrency),
@@ -106,9 +128,14 @@ export function parseTenantForm(v: TenantFormValues): TenantSettings {
   const priority = PRIORITY_CLASSES.find(([n]) => n === v.priority)?.[1];
   if (priority === undefined)
     throw new Error(`class: one of ${PRIORITY_CLASSES.map(([n]) => n).join(", ")}`);
+  if (!CACHE_ISOLATION_CHOICES.some(([w]) => w === v.isolation))
+    throw new Error(
+      `cache isolation: one of ${CACHE_ISOLATION_CHOICES.map(([, label]) => label).join(", ")}`,
+    );
   return {
     priority,
     weight: weightOf(v.weight),
+    cacheIsolation: v.isolation,
     requestsPerMinute: optionalLimit(v.rpm, "requests per minute"),
     tokensPerMinute: optionalLimit(v.tpm, "tokens per minute"),
     maxConcurrency: optionalLimit(v.concurrency, "concurrency"),
@@ -136,6 +163,7 @@ export function newTenant(name: string, s: TenantSettings): TenantInit {
     name,
     priority: s.priority,
     weight: s.weight,
+    cacheIsolation: s.cacheIsolation,
     budgets: withOverallBudgets([], s.dayTokens, s.monthTokens),
   };
   for (const [, key] of LIMITS) Object.assign(tenant, limitOf(s, key));
@@ -172,6 +200,7 @@ export function withOverallBudgets(
 export type TenantField =
   | "priority"
   | "weight"
+  | "cache_isolation"
   | "requests_per_minute"
   | "tokens_per_minute"
   | "max_concurrency"
@@ -207,6 +236,9 @@ export function buildTenantUpdate(
   };
   change("priority", next.priority !== before.priority, () => ({ priority: next.priority }));
   change("weight", next.weight !== before.weight, () => ({ weight: next.weight }));
+  change("cache_isolation", next.cacheIsolation !== before.cacheIsolation, () => ({
+    cacheIsolation: next.cacheIsolation,
+  }));
   for (const [field, key] of LIMITS)
     change(field, next[key] !== before[key], () => limitOf(next, key));
   const dayChanged = next.dayTokens !== before.dayTokens;

@@ -1,4 +1,5 @@
 /** API keys as the router sees them: a verified identity plus its optional limits. */
+import type { TenantCacheIsolation } from "./cache-isolation.js";
 import type { PriorityClass, TokenBudget } from "./routing-messages.js";
 
 /**
@@ -17,6 +18,8 @@ export interface TenantInfo {
   readonly weight: number;
   /** When it was created (ms), which tells it from a deleted tenant of its name; absent: not told. */
   readonly createdAtMs?: number;
+  /** The least isolation of its prefix caches (see `TenantGrant.cacheIsolation`); absent: none. */
+  readonly cacheIsolation?: TenantCacheIsolation;
   /**
    * True for a stand-in: a key names this tenant, but the routing state holds no grant for it
    * (yet). Which tenant it is cannot be told, so cache isolation keeps such keys alone.

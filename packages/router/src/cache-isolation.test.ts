@@ -47,6 +47,23 @@ describe("isolationScope", () => {
     expect(isolationScope("tenant", stray)).toBe("key\0k1");
   });
 
+  it("applies the stricter of the router's mode and the tenant's own", () => {
+    const asking = (cacheIsolation: "tenant" | "key"): ApiKeyInfo => ({
+      ...tenantKey,
+      tenant: { name: "search", weight: 1, cacheIsolation },
+    });
+    // A router that shares caches still keeps an asking tenant's apart.
+    expect(isolationScope("none", asking("tenant"))).toBe("tenant\0search");
+    expect(isolationScope("none", asking("key"))).toBe("key\0k1");
+    // A stricter router stays stricter.
+    expect(isolationScope("key", asking("tenant"))).toBe("key\0k1");
+    expect(isolationScope("tenant", asking("key"))).toBe("key\0k1");
+    expect(isolationScope("tenant", asking("tenant"))).toBe("tenant\0search");
+    // Other tenants, and keys without one, as the router's mode says.
+    expect(isolationScope("none", tenantKey)).toBeUndefined();
+    expect(isolationScope("none", loneKey)).toBeUndefined();
+  });
+
   it("keeps a tenant and a key of the same name apart", () => {
     const named: ApiKeyInfo = { id: "search", name: "s" };
     expect(isolationScope("tenant", tenantKey)).not.toBe(isolationScope("tenant", named));

@@ -24,6 +24,14 @@ export type CacheIsolation = "none" | "tenant" | "key";
 export const CACHE_ISOLATION_MODES: readonly CacheIsolation[] = ["none", "tenant", "key"];
 
 /**
+ * The least isolation a tenant asks of every router for its requests (`TenantGrant`): a router
+ * whose own mode is less strict applies this one to them.
+ */
+export type TenantCacheIsolation = Exclude<CacheIsolation, "none">;
+
+export const TENANT_CACHE_ISOLATION: readonly TenantCacheIsolation[] = ["tenant", "key"];
+
+/**
  * How an engine can keep a request's prefix cache apart: `salt` (it honours `cache_salt`:
  * vLLM, SGLang, the simulator), `no-reuse` (it can only skip reuse for the request:
  * llama.cpp's `cache_prompt: false`).
@@ -42,9 +50,15 @@ export const ISOLATED_SALT_PREFIX = "llmgw-";
  * tells the time: one before that field gives the name alone). A key whose tenant the
  * routing state does not hold is scoped alone: which tenant it is cannot be told.
  */
-export function isolationScope(mode: CacheIsolation, key: ApiKeyInfo): string | undefined {
-  if (mode === "none") return undefined;
+export function isolationScope(routerMode: CacheIsolation, key: ApiKeyInfo): string | undefined {
   const tenant = key.tenant;
+  // The stricter of the router's own mode and the tenant's (the modes are listed by strictness).
+  const asked = tenant?.cacheIsolation ?? "none";
+  const mode =
+    CACHE_ISOLATION_MODES.indexOf(asked) > CACHE_ISOLATION_MODES.indexOf(routerMode)
+      ? asked
+      : routerMode;
+  if (mode === "none") return undefined;
   if (mode === "tenant" && tenant !== undefined && tenant.ungranted !== true) {
     return tenant.createdAtMs === undefined
       ? `tenant\0${tenant.name}`

@@ -43,6 +43,8 @@ export {
   isolatedSalt,
   isolationMembers,
   isolationScope,
+  TENANT_CACHE_ISOLATION,
+  type TenantCacheIsolation,
 } from "./cache-isolation.js";
 export { type Clock, createManualClock, type ManualClock, systemClock } from "./clock.js";
 export { CriticalPrefills } from "./critical-prefills.js";

@@ -4,7 +4,7 @@
  * replicas, key grants, the router count) is versioned; load is refreshed in place and never
  * bumps the version, so a heartbeat's load never rebuilds route resolutions.
  */
-import type { EngineCacheIsolation } from "./cache-isolation.js";
+import type { EngineCacheIsolation, TenantCacheIsolation } from "./cache-isolation.js";
 import type { PromptTokenizerKind, ReplicaLoad, RoutingPolicy } from "./route-table.js";
 import type { UsageAnswer, UsageBatch } from "./usage-ledger.js";
 
@@ -117,6 +117,11 @@ export interface TenantGrant {
    * another tenant. Absent: not told (an older control plane).
    */
   readonly createdAtMs?: number;
+  /**
+   * The least isolation of the tenant's prefix caches on every router (`tenant` or `key`), which
+   * a router applies when its own `--cache-isolation` is less strict. Absent: the router's own.
+   */
+  readonly cacheIsolation?: TenantCacheIsolation;
 }
 
 /** The whole routing state at `version` of `epoch`; replaces whatever a router held. */

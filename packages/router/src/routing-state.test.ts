@@ -1149,6 +1149,11 @@ describe("createRoutingState: tenants", () => {
       'routing snapshot: tenants[0].budgets[0].period must be one of day, month, got "week"',
     ],
     [
+      "a cache isolation it does not know",
+      snapshot({ tenants: [{ ...team, cacheIsolation: "none" as "tenant" }] }),
+      'routing snapshot: tenants[0].cacheIsolation must be one of tenant, key, got "none"',
+    ],
+    [
       "a key's unknown class",
       snapshot({ keys: [grant("k1", "sk-one", { priority: "urgent" as "critical" })] }),
       'routing snapshot: keys[0].priority must be one of critical, standard, batch, got "urgent"',

@@ -25,7 +25,12 @@
  *   ages load right.
  */
 import type { ApiKeyInfo, ApiKeyStore, TenantInfo } from "./api-keys.js";
-import { ENGINE_CACHE_ISOLATION, type EngineCacheIsolation } from "./cache-isolation.js";
+import {
+  ENGINE_CACHE_ISOLATION,
+  type EngineCacheIsolation,
+  TENANT_CACHE_ISOLATION,
+  type TenantCacheIsolation,
+} from "./cache-isolation.js";
 import { checkRange, RouterError } from "./errors.js";
 import type {
   PromptTokenizerKind,
@@ -376,6 +381,15 @@ class MessageChecker {
     this.integer(`${path}.weight`, t.weight, 1, ROUTING_LIMITS.maxTenantWeight);
     if (t.createdAtMs !== undefined)
       this.integer(`${path}.createdAtMs`, t.createdAtMs, 1, Number.MAX_SAFE_INTEGER);
+    if (
+      t.cacheIsolation !== undefined &&
+      !TENANT_CACHE_ISOLATION.includes(t.cacheIsolation as TenantCacheIsolation)
+    )
+      fail(
+        this.kind,
+        `${path}.cacheIsolation`,
+        `must be one of ${TENANT_CACHE_ISOLATION.join(", ")}, got ${show(t.cacheIsolation)}`,
+      );
   }
 
   tenants(path: string, value: readonly TenantGrant[]): void {
@@ -742,6 +756,7 @@ export function createRoutingState(options: RoutingStateOptions): RoutingState {
     if (t.maxConcurrency !== undefined) info.maxConcurrency = share(t.maxConcurrency);
     if (t.budgets !== undefined && t.budgets.length > 0) info.budgets = t.budgets;
     if (t.createdAtMs !== undefined) info.createdAtMs = t.createdAtMs;
+    if (t.cacheIsolation !== undefined) info.cacheIsolation = t.cacheIsolation;
     return info;
   };
   const grantInfo = (g: KeyGrant, tenantInfos: Map<string, TenantInfo>): ApiKeyInfo => {

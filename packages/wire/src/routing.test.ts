@@ -224,6 +224,7 @@ describe("routing messages on the wire", () => {
           priority: "critical",
           weight: 1000,
           createdAtMs: T0 - 5_000,
+          cacheIsolation: "tenant",
         },
         // No creation time (an older control plane): it stays absent, never 0.
         { name: "other", weight: 1 },
@@ -274,6 +275,29 @@ describe("routing messages on the wire", () => {
       deployment: "a",
       policy: "llmgw",
       loading: false,
+    });
+  });
+
+  it("reads a tenant's cache isolation it does not know as the strictest it has", () => {
+    const snapshot: RoutingMessage = {
+      kind: "snapshot",
+      epoch: "e",
+      version: 1,
+      models: [],
+      replicas: [],
+      keys: [],
+      tenants: [{ name: "search", weight: 1, cacheIsolation: "key" }],
+      routers: 1,
+      sentAtMs: T0,
+    };
+    const newer = routingMessageToProto(snapshot);
+    if (newer.message.case !== "snapshot") throw new Error("not a snapshot");
+    (newer.message.value.tenants[0] as { cacheIsolation: string }).cacheIsolation = "enclave";
+    const read = routingMessageFromProto(newer);
+    expect(read.kind === "snapshot" && read.tenants?.[0]).toStrictEqual({
+      name: "search",
+      weight: 1,
+      cacheIsolation: "key",
     });
   });
 });

@@ -27,6 +27,8 @@ import {
   RouterError,
   type RoutingMessage,
   type RoutingPolicy,
+  TENANT_CACHE_ISOLATION,
+  type TenantCacheIsolation,
   type TenantGrant,
   type TokenBudget,
   validateRoutingMessage,
@@ -232,6 +234,15 @@ function tenantFromProto(kind: string, path: string, t: TenantGrantProto): Tenan
     ...(t.createdAtUnixMs === 0n
       ? {}
       : { createdAtMs: safe(kind, `${path}.createdAtMs`, t.createdAtUnixMs) }),
+    // A word from a later control plane asks for isolation this router cannot name: the
+    // strictest it has, never less than asked.
+    ...(t.cacheIsolation === ""
+      ? {}
+      : {
+          cacheIsolation: TENANT_CACHE_ISOLATION.includes(t.cacheIsolation as TenantCacheIsolation)
+            ? (t.cacheIsolation as TenantCacheIsolation)
+            : "key",
+        }),
   };
 }
 
@@ -391,6 +402,7 @@ const tenantToProto = (t: TenantGrant) => ({
   priority: priorityClassToProto(t.priority),
   weight: t.weight,
   createdAtUnixMs: BigInt(t.createdAtMs ?? 0),
+  cacheIsolation: t.cacheIsolation ?? "",
 });
 
 /**

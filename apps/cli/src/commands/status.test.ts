@@ -84,4 +84,31 @@ describe("isolationWarning", () => {
   ])("%s", (_, routers, lines) => {
     expect(isolationWarning(routers)).toEqual(lines);
   });
+
+  const applying = (id: string, applies: boolean, connected = true) =>
+    create(RouterInfoSchema, { id, connected, appliesTenantCacheIsolation: applies });
+  const asking = [
+    { name: "search", cacheIsolation: "tenant" },
+    { name: "ads", cacheIsolation: "" },
+    { name: "legal", cacheIsolation: "key" },
+  ];
+  it.each([
+    ["no tenant asks", [applying("old", false)], asking.slice(1, 2), []],
+    [
+      "every connected router applies it",
+      [applying("a", true), applying("old", false, false)],
+      asking,
+      [],
+    ],
+    [
+      "an older router is connected while tenants ask",
+      [applying("a", true), applying("old", false)],
+      asking,
+      [
+        "isolation    tenants search, legal ask for cache isolation; router old of an older release does not apply it: upgrade it",
+      ],
+    ],
+  ])("tenants' own isolation: %s", (_, routers, tenants, lines) => {
+    expect(isolationWarning(routers, tenants)).toEqual(lines);
+  });
 });

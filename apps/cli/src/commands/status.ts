@@ -1,6 +1,6 @@
 import { toJson } from "@bufbuild/protobuf";
 import { escapeOutsideText } from "@llmgw/control-plane/client";
-import { GetClusterStatusResponseSchema, type RouterInfo } from "@llmgw/proto";
+import { GetClusterStatusResponseSchema, type RouterInfo, type Tenant } from "@llmgw/proto";
 import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { deploymentRow, fleetVersions } from "../cluster-format.js";
@@ -17,7 +17,7 @@ export const command: Command = {
     return runAdmin(io, ctx, async () => {
       // Set when no leader answered and a follower did, from its copy of the state.
       let copyAgeMs: string | undefined;
-      const [s, d, nodes, routers] = await Promise.all([
+      const [s, d, nodes, routers, tenants] = await Promise.all([
         ctx.client.getClusterStatus(
           {},
           {
@@ -30,6 +30,7 @@ export const command: Command = {
         ctx.client.listNodes({}),
         // A control plane older than routers apart from it has no list of them.
         ctx.client.listRouters({}).catch(() => ({ routers: [] })),
+        ctx.client.listTenants({}).catch(() => ({ tenants: [] })),
       ]);
       if (ctx.json) {
         io.stdout.write(`${JSON.stringify(toJson(GetClusterStatusResponseSchema, s), null, 2)}\n`);
@@ -48,7 +49,7 @@ export const command: Command = {
         `gpus         ${s.gpusAllocated}/${s.gpusTotal} allocated, ${s.gpusUnhealthy} unhealthy`,
         `deployments  ${s.deploymentsReady}/${s.deploymentsTotal} fully ready`,
         `replicas     ${s.replicasReady}/${s.replicasTotal} ready`,
-        ...isolationWarning(routers.routers),
+        ...isolationWarning(routers.routers, tenants.tenants),
         `versions     ${fleetVersions([
           ...(s.controlPlanes.length > 0
             ? s.controlPlanes.map((c) => ({
@@ -110,15 +111,38 @@ export const command: Command = {
 /**
  * A line when the connected routers keep tenants' prefix caches apart differently
  * (`--cache-isolation`): requests through a router with less isolation share cache the others
- * keep apart. Nothing when they agree, or when none said.
+ * keep apart. Nothing when they agree, or when none said. Another when tenants ask every router
+ * to keep their caches apart (`tenants create --cache-isolation`) and a connected router is of
+ * a release that does not apply it.
  */
-export function isolationWarning(routers: readonly RouterInfo[]): string[] {
+export function isolationWarning(
+  routers: readonly RouterInfo[],
+  tenants: readonly Pick<Tenant, "name" | "cacheIsolation">[] = [],
+): string[] {
+  const lines: string[] = [];
+  const asking = tenants.filter((t) => t.cacheIsolation !== "").map((t) => t.name);
+  const deaf = routers
+    .filter((r) => r.connected && !r.appliesTenantCacheIsolation)
+    .map((r) => r.id);
+  if (asking.length > 0 && deaf.length > 0)
+    lines.push(
+      `isolation    ${listed(asking, "tenant")} ask${asking.length === 1 ? "s" : ""} for cache isolation; ${listed(deaf, "router")} of an older release ${deaf.length === 1 ? "does" : "do"} not apply it: upgrade ${deaf.length === 1 ? "it" : "them"}`,
+    );
   const modes = new Map<string, string[]>();
   for (const r of routers) {
     if (!r.connected || r.cacheIsolation === "") continue;
     modes.set(r.cacheIsolation, [...(modes.get(r.cacheIsolation) ?? []), r.id]);
   }
-  if (modes.size < 2) return [];
-  const parts = [...modes].map(([mode, ids]) => `${mode}: ${ids.join(", ")}`);
-  return [`isolation    routers differ in --cache-isolation (${parts.join("; ")})`];
+  if (modes.size >= 2) {
+    const parts = [...modes].map(([mode, ids]) => `${mode}: ${ids.join(", ")}`);
+    lines.push(`isolation    routers differ in --cache-isolation (${parts.join("; ")})`);
+  }
+  return lines;
+}
+
+/** "tenant a", "tenants a, b", … "tenants a, b, c and 4 more". */
+function listed(names: readonly string[], noun: string): string {
+  const shown = names.slice(0, 5).join(", ");
+  const more = names.length > 5 ? ` and ${names.length - 5} more` : "";
+  return `${noun}${names.length === 1 ? "" : "s"} ${shown}${more}`;
 }

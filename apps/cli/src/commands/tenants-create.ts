@@ -13,6 +13,7 @@ export const TENANT_FLAGS = {
   budget: { type: "string", multiple: true },
   priority: { type: "string" },
   weight: { type: "string" },
+  "cache-isolation": { type: "string" },
 } as const;
 
 export const TENANT_FLAGS_USAGE = `  --rpm N              requests per minute, all the tenant's keys together
@@ -23,12 +24,15 @@ export const TENANT_FLAGS_USAGE = `  --rpm N              requests per minute, a
   --priority CLASS     critical, standard (the default) or batch: served in that order when
                        a deployment is at capacity; its keys inherit it
   --weight N           1–1000 (default 1): its share of its class under contention
+  --cache-isolation M  tenant or key: every router keeps this tenant's engine prefix caches
+                       apart, whatever its own --cache-isolation (tenant: its keys share one
+                       cache no other tenant's requests reach; key: each key alone)
 `;
 
 export const command: Command = {
   name: "tenants create",
   summary: "create a tenant: a team whose limits bound all its API keys together",
-  usage: `Usage: llmgw tenants create NAME [--rpm N] [--tpm N] [--max-concurrency N] [--budget P[:MODEL]=N ...] [--priority CLASS] [--weight N] [options]\n\nCreates a tenant. Keys created with --tenant NAME then count against its limits and\nbudgets as well as their own.\n\nNAME: lower-case letters, digits and '-', at most 63 characters.\n\nOptions:\n${TENANT_FLAGS_USAGE}${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw tenants create NAME [--rpm N] [--tpm N] [--max-concurrency N] [--budget P[:MODEL]=N ...] [--priority CLASS] [--weight N] [--cache-isolation tenant|key] [options]\n\nCreates a tenant. Keys created with --tenant NAME then count against its limits and\nbudgets as well as their own.\n\nNAME: lower-case letters, digits and '-', at most 63 characters.\n\nOptions:\n${TENANT_FLAGS_USAGE}${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values, positionals } = parseCommandArgs(
       argv,

@@ -8,7 +8,7 @@ import { formatBudget, formatPriority } from "../tenant-flags.js";
 export const command: Command = {
   name: "tenants list",
   summary: "list tenants with their limits, budgets, priority and active keys",
-  usage: `Usage: llmgw tenants list [options]\n\nLists tenants: limits, budgets (as --budget spells them), priority, weight and how many\nof their API keys are active.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
+  usage: `Usage: llmgw tenants list [options]\n\nLists tenants: limits, budgets (as --budget spells them), priority, weight, the cache\nisolation they ask of every router ("-": each router's own) and how many of their API\nkeys are active.\n\nOptions:\n${ADMIN_FLAGS_USAGE}`,
   async run(argv, io) {
     const { values } = parseCommandArgs(argv, ADMIN_FLAGS);
     const ctx = adminContext(values, io);
@@ -21,7 +21,17 @@ export const command: Command = {
       const opt = (v: number | undefined) => (v === undefined ? "-" : String(v));
       io.stdout.write(
         renderTable(
-          ["NAME", "RPM", "TPM", "CONCURRENCY", "BUDGETS", "PRIORITY", "WEIGHT", "KEYS"],
+          [
+            "NAME",
+            "RPM",
+            "TPM",
+            "CONCURRENCY",
+            "BUDGETS",
+            "PRIORITY",
+            "WEIGHT",
+            "ISOLATION",
+            "KEYS",
+          ],
           res.tenants.map((t) => [
             t.name,
             opt(t.requestsPerMinute),
@@ -30,6 +40,8 @@ export const command: Command = {
             t.budgets.map(formatBudget).join(",") || "-",
             formatPriority(t.priority, "standard"),
             String(t.weight),
+            // "-": each router's own --cache-isolation.
+            t.cacheIsolation || "-",
             String(t.activeKeys),
           ]),
         ),

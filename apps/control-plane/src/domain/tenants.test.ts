@@ -86,6 +86,13 @@ describe("Tenants.create refuses", () => {
       "tenant search weight must be a whole number in 1–1000 (0 reads as 1; got 1.5)",
     ],
     [
+      "a cache isolation that is not tenant or key",
+      "search",
+      { cacheIsolation: "none" },
+      "LLMGW_CONTROL_PLANE_TENANT_CACHE_ISOLATION_INVALID",
+      `tenant search cache_isolation must be one of tenant, key, or empty for each router's own --cache-isolation (got "none")`,
+    ],
+    [
       "a rate of 0",
       "search",
       { requestsPerMinute: 0 },
@@ -191,12 +198,21 @@ describe("Tenants", () => {
       ],
       priority: "critical",
       weight: 0,
+      cacheIsolation: "key",
     });
-    expect(search).toMatchObject({ name: "search", weight: 1, priority: "critical" });
+    expect(search).toMatchObject({
+      name: "search",
+      weight: 1,
+      priority: "critical",
+      cacheIsolation: "key",
+    });
     expect(search.budgets).toHaveLength(32);
     // "" is every model: held as absent.
     expect(search.budgets[31]).toEqual({ period: "month", tokens: Number.MAX_SAFE_INTEGER });
-    c.tenants.create("a-1", { weight: 1000 });
+    // "" asks for nothing: held as absent.
+    expect(c.tenants.create("a-1", { weight: 1000, cacheIsolation: "" })).not.toHaveProperty(
+      "cacheIsolation",
+    );
     expect(c.tenants.list().map((t) => [t.name, t.weight])).toEqual([
       ["a-1", 1000],
       ["search", 1],
@@ -216,6 +232,7 @@ describe("Tenants", () => {
       budgets: [day(5)],
       priority: "batch",
       weight: 7,
+      cacheIsolation: "tenant",
     });
     clock.advance(1000);
     const updated = c.tenants.update(
@@ -229,13 +246,13 @@ describe("Tenants", () => {
       maxConcurrency: 4,
       budgets: [{ period: "day", tokens: 5 }],
       weight: 7,
+      cacheIsolation: "tenant",
       createdAtMs: clock.now() - 1000,
       updatedAtMs: clock.now(),
     });
-    expect(c.tenants.update("search", {}, ["budgets", "weight"])).toMatchObject({
-      budgets: [],
-      weight: 1,
-    });
+    const cleared = c.tenants.update("search", {}, ["budgets", "weight", "cache_isolation"]);
+    expect(cleared).toMatchObject({ budgets: [], weight: 1 });
+    expect(cleared).not.toHaveProperty("cacheIsolation");
     expect(cluster().tenants.get("search")).toEqual(c.tenants.get("search"));
     // No fields: nothing changes, nothing is written or told.
     const held = c.tenants.get("search");
@@ -244,7 +261,7 @@ describe("Tenants", () => {
     expect(c.events.list().map((e) => e.message)).toEqual([
       "tenant search created",
       "tenant search updated (tokens_per_minute, requests_per_minute, priority, max_concurrency)",
-      "tenant search updated (budgets, weight)",
+      "tenant search updated (budgets, weight, cache_isolation)",
     ]);
   });
 
@@ -253,7 +270,7 @@ describe("Tenants", () => {
     c.tenants.create("search", { weight: 2 });
     expect(refusal(() => c.tenants.update("search", {}, ["weight", "name"]))).toEqual({
       code: "LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN",
-      message: `UpdateTenantRequest.fields: "name" is not a field that can be changed; use requests_per_minute, tokens_per_minute, max_concurrency, budgets, priority, weight`,
+      message: `UpdateTenantRequest.fields: "name" is not a field that can be changed; use requests_per_minute, tokens_per_minute, max_concurrency, budgets, priority, weight, cache_isolation`,
     });
     expect(refusal(() => c.tenants.update("search", { weight: 5000 }, ["weight"]))).toEqual({
       code: "LLMGW_CONTROL_PLANE_TENANT_WEIGHT_INVALID",

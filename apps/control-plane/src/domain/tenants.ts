@@ -3,6 +3,7 @@ import { ControlPlaneError } from "../errors.js";
 import type {
   ClusterStore,
   PriorityClassName,
+  TenantCacheIsolationName,
   TenantRecord,
   TokenBudgetRecord,
 } from "../store/types.js";
@@ -39,6 +40,8 @@ export interface TenantInput {
   readonly priority?: string;
   /** Absent or 0: 1. */
   readonly weight?: number;
+  /** "tenant" or "key"; absent or "": as each router's own `--cache-isolation` says. */
+  readonly cacheIsolation?: string;
 }
 
 /** Fields {@link Tenants.update} may change, by their `llmgw.v1.Tenant` names. */
@@ -49,6 +52,7 @@ export const TENANT_FIELDS = [
   "budgets",
   "priority",
   "weight",
+  "cache_isolation",
 ] as const;
 export type TenantField = (typeof TENANT_FIELDS)[number];
 
@@ -59,6 +63,7 @@ const INPUT_OF: Readonly<Record<TenantField, keyof TenantInput>> = {
   budgets: "budgets",
   priority: "priority",
   weight: "weight",
+  cache_isolation: "cacheIsolation",
 };
 
 /** A value in a message: short, never a whole document. */
@@ -164,6 +169,26 @@ function validateWeight(v: number | undefined, owner: string): number {
   return v;
 }
 
+const TENANT_CACHE_ISOLATION: readonly TenantCacheIsolationName[] = ["tenant", "key"];
+
+/**
+ * Checks a tenant's cache isolation: "tenant", "key", or absent or "" for none asked.
+ * `LLMGW_CONTROL_PLANE_TENANT_CACHE_ISOLATION_INVALID` for any other word.
+ */
+function validateCacheIsolation(
+  v: string | undefined,
+  owner: string,
+): TenantCacheIsolationName | undefined {
+  if (v === undefined || v === "") return undefined;
+  const known = TENANT_CACHE_ISOLATION.find((m) => m === v);
+  if (known === undefined)
+    throw new ControlPlaneError(
+      "LLMGW_CONTROL_PLANE_TENANT_CACHE_ISOLATION_INVALID",
+      `${owner} cache_isolation must be one of ${TENANT_CACHE_ISOLATION.join(", ")}, or empty for each router's own --cache-isolation (got ${shown(v)})`,
+    );
+  return known;
+}
+
 /** The checked settable fields of a tenant (what a record holds but its name and times). */
 function validateTenantInput(
   input: TenantInput,
@@ -173,6 +198,7 @@ function validateTenantInput(
   const requestsPerMinute = validateLimit(input.requestsPerMinute, "requests_per_minute", owner);
   const tokensPerMinute = validateLimit(input.tokensPerMinute, "tokens_per_minute", owner);
   const maxConcurrency = validateLimit(input.maxConcurrency, "max_concurrency", owner);
+  const cacheIsolation = validateCacheIsolation(input.cacheIsolation, owner);
   return {
     ...(requestsPerMinute === undefined ? {} : { requestsPerMinute }),
     ...(tokensPerMinute === undefined ? {} : { tokensPerMinute }),
@@ -180,6 +206,7 @@ function validateTenantInput(
     budgets: validateBudgets(input.budgets ?? [], owner),
     ...(priority === undefined ? {} : { priority }),
     weight: validateWeight(input.weight, owner),
+    ...(cacheIsolation === undefined ? {} : { cacheIsolation }),
   };
 }
 
@@ -219,7 +246,8 @@ export class Tenants {
    * Creates a tenant. Refused with the code of the first bad field (see
    * {@link validateTenantName}, {@link validateBudgets}, {@link validatePriority}; limits
    * outside 1–2³²−1 `…_TENANT_LIMIT_INVALID`, a weight outside 1–1000
-   * `…_TENANT_WEIGHT_INVALID`), `LLMGW_CONTROL_PLANE_ALREADY_EXISTS` when the name is taken,
+   * `…_TENANT_WEIGHT_INVALID`, a cache isolation other than tenant or key
+   * `…_TENANT_CACHE_ISOLATION_INVALID`), `LLMGW_CONTROL_PLANE_ALREADY_EXISTS` when the name is taken,
    * and beyond `ROUTING_LIMITS.maxTenants` tenants (`…_INVALID_ARGUMENT`).
    */
   create(name: string, input: TenantInput): TenantRecord {
@@ -260,7 +288,7 @@ export class Tenants {
   /**
    * Sets the fields named in `fields` (`llmgw.v1.Tenant` names, e.g. "tokens_per_minute") to
    * their values in `input`; a named field absent from `input` is cleared (a limit to none,
-   * budgets to none, priority to inherited, weight to 1). Unnamed fields keep their values.
+   * budgets to none, priority to inherited, weight to 1, cache isolation to none asked). Unnamed fields keep their values.
    * `LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN` names a field that cannot be changed,
    * `…_NOT_FOUND` when there is no such tenant, and the same checks as {@link create}. No
    * fields: the tenant as it is, nothing written. With `ifUpdatedAtMs`, only a tenant last
@@ -293,6 +321,7 @@ export class Tenants {
       budgets: before.budgets,
       priority: before.priority,
       weight: before.weight,
+      cacheIsolation: before.cacheIsolation,
     };
     for (const f of fields as readonly TenantField[]) merged[INPUT_OF[f]] = input[INPUT_OF[f]];
     const record: TenantRecord = {
@@ -340,6 +369,7 @@ export class Tenants {
       ...(t.priority === undefined ? {} : { priority: t.priority }),
       weight: t.weight,
       createdAtMs: t.createdAtMs,
+      ...(t.cacheIsolation === undefined ? {} : { cacheIsolation: t.cacheIsolation }),
     }));
   }
 

@@ -461,16 +461,24 @@ describe("createRoutingPublisher", () => {
       upsertedTenants: [{ name: "search", tpm: 1000, priority: "critical", weight: 7 }],
       upsertedKeys: [],
     });
+    // A change of its cache isolation alone is a change routers must hear of.
+    cluster.tenants.update("search", { cacheIsolation: "key" }, ["cache_isolation"]);
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(3), { interval: 2 });
+    expect(deltas(received)[2]).toMatchObject({
+      upsertedTenants: [{ name: "search", weight: 7, cacheIsolation: "key" }],
+    });
     cluster.apiKeys.revoke("app");
     cluster.tenants.delete("batch");
-    await vi.waitFor(() => expect(deltas(received)).toHaveLength(3), { interval: 2 });
-    expect(deltas(received)[2]).toMatchObject({ removedTenants: ["batch"], removedKeys: [key.id] });
+    await vi.waitFor(() => expect(deltas(received)).toHaveLength(4), { interval: 2 });
+    expect(deltas(received)[3]).toMatchObject({ removedTenants: ["batch"], removedKeys: [key.id] });
     // Tenants changed with keys: the replicas were never walked again.
-    expect(publisher.stats()).toMatchObject({ membershipReads: 1, keyReads: 3 });
+    expect(publisher.stats()).toMatchObject({ membershipReads: 1, keyReads: 4 });
     // A new subscriber's snapshot holds what the deltas built.
     const late: RoutingMessage[] = [];
     publisher.subscribe((m) => late.push(m));
-    expect(late[0]).toMatchObject({ tenants: [{ name: "search", weight: 7 }] });
+    expect(late[0]).toMatchObject({
+      tenants: [{ name: "search", weight: 7, cacheIsolation: "key" }],
+    });
   });
 
   it("carries a replica's GPUs and whether its engine schedules by priority", () => {

@@ -196,7 +196,8 @@ function sameTenant(a: TenantGrant, b: TenantGrant): boolean {
     sameBudgets(a.budgets, b.budgets) &&
     a.priority === b.priority &&
     a.weight === b.weight &&
-    a.createdAtMs === b.createdAtMs
+    a.createdAtMs === b.createdAtMs &&
+    a.cacheIsolation === b.cacheIsolation
   );
 }
 

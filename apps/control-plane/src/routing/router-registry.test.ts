@@ -45,6 +45,7 @@ describe("createRouterRegistry", () => {
       address: "10.0.0.9:8080",
       version: "0.1.0",
       cacheIsolation: "tenant",
+      appliesTenantCacheIsolation: true,
     });
     const cp = registry.connect({
       id: "in-process",
@@ -63,8 +64,9 @@ describe("createRouterRegistry", () => {
         address: "",
         version: "0.1.0",
         inProcess: true,
-        // Not said: "".
+        // Not said: "", and a router that does not say it applies tenants' isolation does not.
         cacheIsolation: "",
+        appliesTenantCacheIsolation: false,
         connected: true,
         connectedAtMs: 1_000,
         lastSeenMs: 1_000,
@@ -77,6 +79,7 @@ describe("createRouterRegistry", () => {
         version: "0.1.0",
         inProcess: false,
         cacheIsolation: "tenant",
+        appliesTenantCacheIsolation: true,
         connected: true,
         connectedAtMs: 1_000,
         lastSeenMs: 1_600,

@@ -29,6 +29,8 @@ export interface RouterRegistration {
   readonly inProcess?: boolean;
   /** Its `--cache-isolation` ("none" | "tenant" | "key"); "" or absent: not said. */
   readonly cacheIsolation?: string;
+  /** It applies tenants' own cache isolation; absent or false: a router before that. */
+  readonly appliesTenantCacheIsolation?: boolean;
   /** The peer the stream came from (`10.0.0.9:53122`), for log lines only; absent: unknown. */
   readonly peer?: string;
 }
@@ -41,6 +43,8 @@ export interface RouterEntry {
   readonly inProcess: boolean;
   /** See {@link RouterRegistration.cacheIsolation}; "" when not said. */
   readonly cacheIsolation: string;
+  /** See {@link RouterRegistration.appliesTenantCacheIsolation}. */
+  readonly appliesTenantCacheIsolation: boolean;
   /** True while its stream (or the in-process feed) is attached. */
   readonly connected: boolean;
   /** When its latest stream opened (epoch ms). */
@@ -243,6 +247,7 @@ export function createRouterRegistry(options: RouterRegistryOptions = {}): Route
             version: e.registration.version,
             inProcess: e.registration.inProcess === true,
             cacheIsolation: e.registration.cacheIsolation ?? "",
+            appliesTenantCacheIsolation: e.registration.appliesTenantCacheIsolation === true,
             connected: e.session !== undefined,
             connectedAtMs: e.connectedAtMs,
             lastSeenMs: e.lastSeenMs,

@@ -352,6 +352,7 @@ export function createClusterService(
             stateVersion: BigInt(r.stateVersion),
             inProcess: r.inProcess,
             cacheIsolation: r.cacheIsolation,
+            appliesTenantCacheIsolation: r.appliesTenantCacheIsolation,
             stateAgeMs: BigInt(Math.max(0, now - r.lastSeenMs)),
           }),
         ),
@@ -388,6 +389,7 @@ function tenantToProto(t: TenantRecord, activeKeys: number): Tenant {
     budgets: t.budgets.map(tokenBudgetToProto),
     priority: priorityClassToProto(t.priority),
     weight: t.weight,
+    cacheIsolation: t.cacheIsolation ?? "",
     createdAtUnixMs: BigInt(t.createdAtMs),
     updatedAtUnixMs: BigInt(t.updatedAtMs),
     activeKeys,
@@ -419,6 +421,7 @@ function tenantInputFromProto(t: Tenant): TenantInput {
     budgets: budgetsFromProto(t.budgets),
     priority: priorityFromProto(t.priority),
     weight: t.weight,
+    cacheIsolation: t.cacheIsolation,
   };
 }
 

@@ -33,6 +33,7 @@ const CODE_BY_ERROR: Readonly<Record<ControlPlaneErrorCode, Code>> = {
   LLMGW_CONTROL_PLANE_ROUTER_TOO_SLOW: Code.ResourceExhausted,
   LLMGW_CONTROL_PLANE_TENANT_NAME_INVALID: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_TENANT_WEIGHT_INVALID: Code.InvalidArgument,
+  LLMGW_CONTROL_PLANE_TENANT_CACHE_ISOLATION_INVALID: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_TENANT_LIMIT_INVALID: Code.InvalidArgument,
   LLMGW_CONTROL_PLANE_TENANT_FIELD_UNKNOWN: Code.InvalidArgument,
   // A key naming a tenant that does not exist: create the tenant first.

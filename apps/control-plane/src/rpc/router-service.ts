@@ -363,6 +363,7 @@ export function createRouterService(
         address: req.address,
         version: req.version,
         cacheIsolation: req.cacheIsolation,
+        appliesTenantCacheIsolation: req.appliesTenantCacheIsolation,
         ...(peer === undefined ? {} : { peer }),
       });
       const stalled = new AbortController();

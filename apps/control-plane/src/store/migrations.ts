@@ -154,6 +154,9 @@ export const MIGRATIONS: readonly string[] = [
   // out): all but their estimated requests.
   `ALTER TABLE usage_rollups ADD COLUMN cached_reported INTEGER NOT NULL DEFAULT 0;
    UPDATE usage_rollups SET cached_reported = requests - estimated_requests;`,
+  // A tenant may ask every router to keep its prefix caches apart ('tenant' | 'key'); NULL: as
+  // each router's own --cache-isolation says.
+  "ALTER TABLE tenants ADD COLUMN cache_isolation TEXT;",
 ];
 
 /** Tables added by later migrations: the table and the schema version that has it. */

@@ -25,6 +25,7 @@ import type {
   ReplicaStatusRecord,
   RetirementRecord,
   RolloutRecord,
+  TenantCacheIsolationName,
   TenantRecord,
   TokenBudgetRecord,
 } from "./types.js";
@@ -80,6 +81,8 @@ export interface TenantRow {
   budgets_json: string;
   priority: string | null;
   weight: number;
+  /** Schema v10; NULL: none asked. */
+  cache_isolation: string | null;
   created_at_ms: number;
   updated_at_ms: number;
 }
@@ -305,6 +308,7 @@ export const TENANT_COLUMNS = [
   "budgets_json",
   "priority",
   "weight",
+  "cache_isolation",
   "created_at_ms",
   "updated_at_ms",
 ] as const;
@@ -320,6 +324,7 @@ export const tenantFromRow = (r: TenantRow): TenantRecord => {
     budgets: budgetsFromJson(row, "tenants.budgets_json", r.budgets_json),
     ...(priority === undefined ? {} : { priority }),
     weight: r.weight,
+    ...cacheIsolationFromColumn(row, r.cache_isolation),
     createdAtMs: r.created_at_ms,
     updatedAtMs: r.updated_at_ms,
   };
@@ -334,6 +339,7 @@ export const tenantValues = (r: TenantRecord): unknown[] => [
   budgetsJson(r.budgets),
   r.priority ?? null,
   r.weight,
+  r.cacheIsolation ?? null,
   r.createdAtMs,
   r.updatedAtMs,
 ];
@@ -514,6 +520,23 @@ const budgetsJson = (budgets: readonly TokenBudgetRecord[]): string =>
 const RETIREMENT_PHASES = ["waiting", "draining"] as const;
 const BUDGET_PERIODS = ["day", "month"] as const;
 const PRIORITY_CLASSES = ["critical", "standard", "batch"] as const;
+const TENANT_CACHE_ISOLATION = ["tenant", "key"] as const;
+
+/** `tenants.cache_isolation`; NULL: none asked. */
+function cacheIsolationFromColumn(
+  row: string,
+  value: string | null | undefined,
+): { cacheIsolation?: TenantCacheIsolationName } {
+  if (value === null || value === undefined) return {};
+  const known = TENANT_CACHE_ISOLATION.find((m) => m === value);
+  if (known === undefined)
+    throw undecodable(
+      row,
+      "tenants.cache_isolation",
+      `is ${describe(value)}, not ${TENANT_CACHE_ISOLATION.map((m) => `"${m}"`).join(" or ")}`,
+    );
+  return { cacheIsolation: known };
+}
 
 /** A priority column; NULL: inherited. */
 function priorityFromColumn(

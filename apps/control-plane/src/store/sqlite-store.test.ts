@@ -422,6 +422,12 @@ describe("openSqliteStore", () => {
       'the stored tenant search does not decode: tenants.priority is "urgent", not "critical" or "standard" or "batch"',
     ],
     [
+      "tenants",
+      "cache_isolation",
+      "'none'",
+      'the stored tenant search does not decode: tenants.cache_isolation is "none", not "tenant" or "key"',
+    ],
+    [
       "api_keys",
       "priority",
       "'high'",

@@ -142,6 +142,7 @@ export const TENANCY = {
       ],
       priority: "critical",
       weight: 1000,
+      cacheIsolation: "key",
       createdAtMs: T + 1,
       updatedAtMs: T + 2,
     },

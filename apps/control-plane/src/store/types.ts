@@ -107,6 +107,9 @@ export interface ApiKeyRecord {
 /** A priority class by its lower-case name (`llmgw.v1.PriorityClass`). */
 export type PriorityClassName = "critical" | "standard" | "batch";
 
+/** How far a tenant asks routers to keep its prefix caches apart (`llmgw.v1.Tenant.cache_isolation`). */
+export type TenantCacheIsolationName = "tenant" | "key";
+
 /** Most tokens (prompt + completion) in each UTC day or month (`llmgw.v1.TokenBudget`). */
 export interface TokenBudgetRecord {
   readonly period: "day" | "month";
@@ -127,6 +130,8 @@ export interface TenantRecord {
   readonly priority?: PriorityClassName;
   /** 1–1000. */
   readonly weight: number;
+  /** The least isolation every router keeps its prefix caches at; absent: each router's own. */
+  readonly cacheIsolation?: TenantCacheIsolationName;
   readonly createdAtMs: number;
   readonly updatedAtMs: number;
 }

@@ -10,7 +10,9 @@ import { limit } from "../format.js";
 import { usePoll } from "../live.js";
 import {
   buildTenantUpdate,
+  CACHE_ISOLATION_CHOICES,
   EMPTY_TENANT_FORM,
+  isolationText,
   newTenant,
   PRIORITY_CLASSES,
   parseTenantForm,
@@ -100,6 +102,16 @@ function TenantForm(props: {
           </select>
         </div>
         {field("weight", "Weight (1–1000)", "1")}
+        <div class="field">
+          <label for={id("isolation")}>Prefix cache</label>
+          <select id={id("isolation")} value={form.isolation} onChange={set("isolation")}>
+            {CACHE_ISOLATION_CHOICES.map(([word, label]) => (
+              <option key={word} value={word}>
+                {label}
+              </option>
+            ))}
+          </select>
+        </div>
         {field("rpm", "Requests per minute", "no limit")}
         {field("tpm", "Tokens per minute", "no limit")}
         {field("concurrency", "Concurrent requests", "no limit")}
@@ -208,6 +220,7 @@ function TenantRow({ t, changed }: { t: Tenant; changed: () => void }) {
       <td>{t.name}</td>
       <td>{priorityText(t.priority)}</td>
       <td>{t.weight || 1}</td>
+      <td>{isolationText(t.cacheIsolation)}</td>
       <td>{limit(t.requestsPerMinute)}</td>
       <td>{limit(t.tokensPerMinute)}</td>
       <td>{limit(t.maxConcurrency)}</td>
@@ -261,6 +274,7 @@ function Tenants() {
                 "Tenant",
                 "Class",
                 "Weight",
+                "Prefix cache",
                 "Requests/min",
                 "Tokens/min",
                 "Concurrency",
