@@ -134,6 +134,7 @@ async function router(
     routerId?: string;
     stateDir?: string;
     cacheIsolation?: "tenant";
+    noAuth?: boolean;
   } = {},
 ) {
   const events: Record<string, unknown>[] = [];
@@ -150,6 +151,7 @@ async function router(
     router: {
       analyzer: { pool: false },
       ...(options.cacheIsolation === undefined ? {} : { cacheIsolation: options.cacheIsolation }),
+      ...(options.noAuth === true ? { noAuth: true } : {}),
     },
     log: (event) => events.push({ ...event }),
   });
@@ -301,6 +303,22 @@ describe("a router watching a real control plane", () => {
     expect(listed.routers.find((x) => x.id === "in-process")).toMatchObject({
       appliesTenantCacheIsolation: true,
     });
+  });
+
+  it("names a router that cannot apply a tenant's own cache isolation: one without API keys", async () => {
+    const { router: r } = await router({ routerId: "edge-open", noAuth: true });
+    await waitFor(() => r.runtime.readiness().connected, 10_000, "the stream");
+    await admin().createTenant({ tenant: { name: "private", cacheIsolation: "tenant" } });
+    try {
+      const env = { LLMGW_CONTROL_PLANE: cp.controlUrl, LLMGW_ADMIN_TOKEN: cp.adminToken };
+      const status = capture(env);
+      expect(await runCli(["status"], status.io)).toBe(0);
+      expect(status.stdout()).toContain(
+        "isolation    tenant private asks for cache isolation; router edge-open does not apply it (--no-auth, or a release before it)",
+      );
+    } finally {
+      await admin().deleteTenant({ name: "private" });
+    }
   });
 
   it.each([

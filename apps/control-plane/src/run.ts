@@ -732,7 +732,8 @@ export async function startControlPlane(
         version: CONTROL_PLANE_VERSION,
         inProcess: true,
         cacheIsolation: resolved.cacheIsolation,
-        appliesTenantCacheIsolation: true,
+        // Under --no-auth no request has a tenant whose isolation it could apply.
+        appliesTenantCacheIsolation: !resolved.noAuth,
       });
       if (last !== undefined) routerSession.sent(last);
     }

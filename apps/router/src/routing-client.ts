@@ -45,6 +45,8 @@ export interface RoutingClientOptions {
   readonly version: string;
   /** The router's `--cache-isolation` ("" unknown), for `llmgw routers`. */
   readonly cacheIsolation?: string;
+  /** It applies tenants' own cache isolation (not under `--no-auth`); default false. */
+  readonly appliesTenantCacheIsolation?: boolean;
   /** Applies each message (the runtime's wrapper around its {@link RoutingState}). */
   readonly apply: (message: RoutingMessage) => ReturnType<RoutingState["apply"]>;
   /** What the router holds now, sent with each WatchRouting request. */
@@ -204,8 +206,7 @@ export function startRoutingClient(options: RoutingClientOptions): RoutingClient
           address: options.address,
           version: options.version,
           cacheIsolation: options.cacheIsolation ?? "",
-          // This release applies tenants' own cache isolation (`isolationScope`).
-          appliesTenantCacheIsolation: true,
+          appliesTenantCacheIsolation: options.appliesTenantCacheIsolation === true,
           epoch: held.epoch ?? "",
           stateVersion: BigInt(held.version),
           stateAgeMs: BigInt(Math.max(0, Math.round(held.ageMs ?? 0))),

@@ -49,6 +49,11 @@ export interface RoutingRuntimeOptions {
   readonly version?: string;
   /** Its `--cache-isolation`, told to the control plane for `llmgw routers` (remote only). */
   readonly cacheIsolation?: string;
+  /**
+   * It applies tenants' own cache isolation, told to the control plane (remote only): false
+   * under `--no-auth`, where no request has a tenant. Default true.
+   */
+  readonly appliesTenantCacheIsolation?: boolean;
   /** Owner-only dir holding `routing-state.json`; undefined: nothing saved or loaded. */
   readonly stateDir?: string;
   readonly log?: (event: Readonly<Record<string, unknown>>) => void;
@@ -317,6 +322,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
       address: options.address ?? "",
       version: options.version ?? "",
       cacheIsolation: options.cacheIsolation ?? "",
+      appliesTenantCacheIsolation: options.appliesTenantCacheIsolation ?? true,
       apply,
       held: () => ({
         epoch: state.epoch,

@@ -174,6 +174,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
   const { host, port: wantedPort } = splitListen(options.listen ?? "127.0.0.1:0");
   const runtime = await startRoutingRuntime({
     cacheIsolation: options.router?.cacheIsolation ?? "none",
+    // Tenants' own isolation needs tenants: a router without API keys has none to apply.
+    appliesTenantCacheIsolation: options.router?.noAuth !== true,
     ...options.routing,
     log: options.routing.log ?? log,
   });

@@ -9,6 +9,7 @@ import {
 import type { ApiKeyInfo } from "./api-keys.js";
 import { promptKeys } from "./block-hash.js";
 import {
+  CACHE_ISOLATION_MODES,
   ISOLATED_SALT_PREFIX,
   isolatedSalt,
   isolationMembers,
@@ -62,6 +63,21 @@ describe("isolationScope", () => {
     // Other tenants, and keys without one, as the router's mode says.
     expect(isolationScope("none", tenantKey)).toBeUndefined();
     expect(isolationScope("none", loneKey)).toBeUndefined();
+    // A word it does not know (a later release's): the strictest it has.
+    const later = {
+      ...tenantKey,
+      tenant: { name: "search", weight: 1, cacheIsolation: "enclave" },
+    };
+    expect(isolationScope("none", later as ApiKeyInfo)).toBe("key\0k1");
+  });
+
+  it("keeps a key whose tenant it does not hold alone, even on a router that shares", () => {
+    // The tenant might be one that asks for isolation: its grant is what would say.
+    const stray: ApiKeyInfo = {
+      ...tenantKey,
+      tenant: { name: "search", weight: 1, ungranted: true },
+    };
+    for (const mode of CACHE_ISOLATION_MODES) expect(isolationScope(mode, stray)).toBe("key\0k1");
   });
 
   it("keeps a tenant and a key of the same name apart", () => {

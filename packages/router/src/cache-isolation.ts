@@ -44,22 +44,26 @@ export const ENGINE_CACHE_ISOLATION: readonly EngineCacheIsolation[] = ["salt", 
 export const ISOLATED_SALT_PREFIX = "llmgw-";
 
 /**
- * The principal a request's cache belongs to under `mode`, as a string no two principals
- * share; `undefined` for `none`. A tenant is its name and creation time, so that a tenant
- * created again under a deleted one's name does not inherit its cache (where the control plane
- * tells the time: one before that field gives the name alone). A key whose tenant the
- * routing state does not hold is scoped alone: which tenant it is cannot be told.
+ * The principal a request's cache belongs to, as a string no two principals share, under the
+ * stricter of the router's own mode and the one the key's tenant asks for; `undefined` when
+ * both are `none`. A tenant is its name and creation time, so that a tenant created again
+ * under a deleted one's name does not inherit its cache (where the control plane tells the
+ * time: one before that field gives the name alone). A key whose tenant the routing state
+ * does not hold is scoped alone, whatever the router's mode: which tenant it is, and so
+ * whether that tenant asks for isolation, cannot be told.
  */
 export function isolationScope(routerMode: CacheIsolation, key: ApiKeyInfo): string | undefined {
   const tenant = key.tenant;
-  // The stricter of the router's own mode and the tenant's (the modes are listed by strictness).
+  if (tenant?.ungranted === true) return `key\0${key.id}`;
+  // The modes are listed by strictness; a word not among them is taken as the strictest.
+  const strictness = (m: string) => {
+    const i = CACHE_ISOLATION_MODES.indexOf(m as CacheIsolation);
+    return i < 0 ? CACHE_ISOLATION_MODES.length : i;
+  };
   const asked = tenant?.cacheIsolation ?? "none";
-  const mode =
-    CACHE_ISOLATION_MODES.indexOf(asked) > CACHE_ISOLATION_MODES.indexOf(routerMode)
-      ? asked
-      : routerMode;
+  const mode = strictness(asked) > strictness(routerMode) ? asked : routerMode;
   if (mode === "none") return undefined;
-  if (mode === "tenant" && tenant !== undefined && tenant.ungranted !== true) {
+  if (mode === "tenant" && tenant !== undefined) {
     return tenant.createdAtMs === undefined
       ? `tenant\0${tenant.name}`
       : `tenant\0${tenant.name}\0${tenant.createdAtMs}`;

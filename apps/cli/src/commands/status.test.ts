@@ -85,8 +85,13 @@ describe("isolationWarning", () => {
     expect(isolationWarning(routers)).toEqual(lines);
   });
 
-  const applying = (id: string, applies: boolean, connected = true) =>
-    create(RouterInfoSchema, { id, connected, appliesTenantCacheIsolation: applies });
+  const applying = (id: string, applies: boolean, connected = true, cacheIsolation = "") =>
+    create(RouterInfoSchema, {
+      id,
+      connected,
+      appliesTenantCacheIsolation: applies,
+      cacheIsolation,
+    });
   const asking = [
     { name: "search", cacheIsolation: "tenant" },
     { name: "ads", cacheIsolation: "" },
@@ -105,9 +110,18 @@ describe("isolationWarning", () => {
       [applying("a", true), applying("old", false)],
       asking,
       [
-        "isolation    tenants search, legal ask for cache isolation; router old of an older release does not apply it: upgrade it",
+        "isolation    tenants search, legal ask for cache isolation; router old does not apply it (--no-auth, or a release before it)",
       ],
     ],
+    [
+      "an older router whose own flag isolates at least as much as one tenant asks",
+      [applying("old", false, true, "tenant")],
+      asking,
+      [
+        "isolation    tenant legal asks for cache isolation; router old does not apply it (--no-auth, or a release before it)",
+      ],
+    ],
+    ["an older router that isolates every key", [applying("old", false, true, "key")], asking, []],
   ])("tenants' own isolation: %s", (_, routers, tenants, lines) => {
     expect(isolationWarning(routers, tenants)).toEqual(lines);
   });

@@ -112,22 +112,31 @@ export const command: Command = {
  * A line when the connected routers keep tenants' prefix caches apart differently
  * (`--cache-isolation`): requests through a router with less isolation share cache the others
  * keep apart. Nothing when they agree, or when none said. Another when tenants ask every router
- * to keep their caches apart (`tenants create --cache-isolation`) and a connected router is of
- * a release that does not apply it.
+ * to keep their caches apart (`tenants create --cache-isolation`) and a connected router does
+ * not apply it (`--no-auth`, or an older release) while its own flag isolates less than one of
+ * them asks.
  */
 export function isolationWarning(
   routers: readonly RouterInfo[],
   tenants: readonly Pick<Tenant, "name" | "cacheIsolation">[] = [],
 ): string[] {
   const lines: string[] = [];
-  const asking = tenants.filter((t) => t.cacheIsolation !== "").map((t) => t.name);
-  const deaf = routers
-    .filter((r) => r.connected && !r.appliesTenantCacheIsolation)
-    .map((r) => r.id);
-  if (asking.length > 0 && deaf.length > 0)
+  const asking = tenants.filter((t) => t.cacheIsolation !== "");
+  // Such a router still keeps tenants as far apart as its own flag does.
+  const short = (r: RouterInfo) =>
+    asking.filter((t) => strictness(t.cacheIsolation) > strictness(r.cacheIsolation));
+  const deaf = routers.filter(
+    (r) => r.connected && !r.appliesTenantCacheIsolation && short(r).length > 0,
+  );
+  if (deaf.length > 0) {
+    const names = asking.filter((t) => deaf.some((r) => short(r).includes(t))).map((t) => t.name);
     lines.push(
-      `isolation    ${listed(asking, "tenant")} ask${asking.length === 1 ? "s" : ""} for cache isolation; ${listed(deaf, "router")} of an older release ${deaf.length === 1 ? "does" : "do"} not apply it: upgrade ${deaf.length === 1 ? "it" : "them"}`,
+      `isolation    ${listed(names, "tenant")} ask${names.length === 1 ? "s" : ""} for cache isolation; ${listed(
+        deaf.map((r) => r.id),
+        "router",
+      )} ${deaf.length === 1 ? "does" : "do"} not apply it (--no-auth, or a release before it)`,
     );
+  }
   const modes = new Map<string, string[]>();
   for (const r of routers) {
     if (!r.connected || r.cacheIsolation === "") continue;
@@ -138,6 +147,12 @@ export function isolationWarning(
     lines.push(`isolation    routers differ in --cache-isolation (${parts.join("; ")})`);
   }
   return lines;
+}
+
+/** A `--cache-isolation` word's strictness: none (or not said) 0, tenant 1, key 2, unknown 3. */
+function strictness(mode: string): number {
+  const i = ["none", "tenant", "key"].indexOf(mode === "" ? "none" : mode);
+  return i < 0 ? 3 : i;
 }
 
 /** "tenant a", "tenants a, b", … "tenants a, b, c and 4 more". */
