@@ -24,6 +24,7 @@ describe("parseRouterConfig", () => {
       stateDir: "/var/lib/llmgw/router",
       routerId: undefined,
       address: "node-9:8080",
+      maxStateAgeMs: undefined,
       shutdownGraceMs: 10_000,
       router: { noAuth: false, cacheIsolation: "none" },
       listener: {},
@@ -31,6 +32,11 @@ describe("parseRouterConfig", () => {
       peerKey: undefined,
       peerCaFile: undefined,
     });
+  });
+
+  it("takes --max-state-age as ms", () => {
+    expect(parse({ "max-state-age": "15m" }).maxStateAgeMs).toBe(900_000);
+    expect(parse({ "max-state-age": "10s" }).maxStateAgeMs).toBe(10_000);
   });
 
   it("takes peers from --peer or LLMGW_ROUTER_PEERS, with a key from a file or the environment", () => {
@@ -305,6 +311,8 @@ describe("parseRouterConfig", () => {
       "--max-connections-per-address (11) must not exceed --max-connections (10)",
     ],
     [{ "shutdown-grace": "11m" }, {}, '--shutdown-grace must be at most 600000ms (got "11m")'],
+    [{ "max-state-age": "5s" }, {}, '--max-state-age must be at least 10000ms (got "5s")'],
+    [{ "max-state-age": "721h" }, {}, '--max-state-age must be at most 2592000000ms (got "721h")'],
     [{ "cache-isolation": "tenants" }, {}, "--cache-isolation must be one of none, tenant, key"],
     [
       { "cache-isolation": "key", "no-auth": true },

@@ -28,6 +28,7 @@ export const ROUTER_FLAGS = {
   "state-dir": { type: "string" },
   "router-id": { type: "string" },
   address: { type: "string" },
+  "max-state-age": { type: "string" },
   "no-auth": { type: "boolean" },
   "max-body": { type: "string" },
   "too-large-drain": { type: "string" },
@@ -119,6 +120,11 @@ export interface RouterConfig {
   readonly routerId: string | undefined;
   /** Advertised to `llmgw routers`; default `<hostname>:<listen port>`. */
   readonly address: string;
+  /**
+   * `--max-state-age`: past this long without a control plane confirming its state, the router
+   * refuses requests (503 `router_state_stale`) and `/readyz` fails; undefined: no limit.
+   */
+  readonly maxStateAgeMs: number | undefined;
   /** How long a stop lets in-flight requests finish, ms. */
   readonly shutdownGraceMs: number;
   /** Handler options (unset ones take the handler's defaults). */
@@ -260,6 +266,8 @@ const flagsSchema = z.object({
     .max(255, "is longer than 255 characters")
     .optional(),
   "no-auth": z.boolean().default(false),
+  // At least 10 s: a stream's keepalives come every 2 s, and a reconnect backs off up to 2 s.
+  "max-state-age": duration({ min: 10_000, max: 30 * 86_400_000 }).optional(),
   "max-body": size(R.maxBodyBytes).optional(),
   "too-large-drain": duration(R.tooLargeDrainMs).optional(),
   "too-large-drain-bytes": size(R.tooLargeDrainBytes).optional(),
@@ -476,6 +484,7 @@ export function parseRouterConfig(
     stateDir: f["state-dir"],
     routerId: f["router-id"],
     address,
+    maxStateAgeMs: f["max-state-age"],
     shutdownGraceMs: f["shutdown-grace"],
     router,
     listener,

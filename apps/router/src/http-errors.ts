@@ -53,6 +53,8 @@ export const FAILURE_HTTP = {
   internal: { status: 500, type: "internal_error", code: "internal_error" },
   /** The router holds no routing state yet: it knows neither the keys nor the replicas. */
   notReady: { status: 503, type: "service_unavailable", code: "router_not_ready" },
+  /** Its routing state is older than `--max-state-age` (no control plane heard since). */
+  stateStale: { status: 503, type: "service_unavailable", code: "router_state_stale" },
 } as const satisfies Record<string, HttpErrorSpec>;
 
 /** The JSON text of an OpenAI error body. */

@@ -82,6 +82,7 @@ export async function startRouterDaemon(
       address: config.address,
       version: deps.version,
       stateDir: config.stateDir,
+      ...(config.maxStateAgeMs === undefined ? {} : { maxStateAgeMs: config.maxStateAgeMs }),
     },
     router: config.router,
     listener: { ...config.listener, ...(tls === undefined ? {} : { tls }) },

@@ -69,12 +69,19 @@ export interface RoutingRuntimeOptions {
   };
   /** Saves while messages keep arriving at least this often, ms. Default 30 000. */
   readonly saveIntervalMs?: number;
+  /**
+   * The longest the router serves on a state no control plane has confirmed since, ms
+   * (`--max-state-age`): past it the state is {@link RoutingRuntime.stale}. Undefined: no limit.
+   */
+  readonly maxStateAgeMs?: number;
 }
 
 /** Whether the router can route, and how fresh its state is. */
 export interface RoutingReadiness {
-  /** True once a snapshot was applied, live or from the state file. */
+  /** True once a snapshot was applied, live or from the state file, and while it is not stale. */
   readonly ready: boolean;
+  /** True while the state is older than `maxStateAgeMs` ({@link RoutingRuntime.stale}). */
+  readonly stale?: true;
   readonly source: "live" | "saved" | "none";
   /** ms since a control plane was last heard (live stream or state file); undefined: never. */
   readonly stateAgeMs?: number;
@@ -91,6 +98,11 @@ export interface RoutingRuntime {
   /** routeTable + apiKeys for createRouterHandler. */
   readonly state: RoutingState;
   readiness(): RoutingReadiness;
+  /**
+   * True while the state was last confirmed by a control plane longer than `maxStateAgeMs`
+   * ago: keys revoked since may still be granted in it, so the router refuses requests.
+   */
+  stale(): boolean;
   /**
    * Hands an in-flight report to whoever sent the state: the feed (in-process) or the control
    * plane the stream is on (remote; dropped while no stream is open, the next one follows
@@ -345,14 +357,23 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
     };
   }
 
+  const maxStateAgeMs = options.maxStateAgeMs;
+  const stale = (): boolean => {
+    if (maxStateAgeMs === undefined) return false;
+    const heard = state.lastHeardAtMs;
+    return heard !== undefined && now() - heard > maxStateAgeMs;
+  };
   return {
     state,
+    stale,
     readiness() {
       const heard = state.lastHeardAtMs;
       const epoch = state.epoch;
       const cp = connected ? controlPlane() : undefined;
+      const old = stale();
       return {
-        ready: epoch !== undefined,
+        ready: epoch !== undefined && !old,
+        ...(old ? { stale: true as const } : {}),
         source,
         ...(heard === undefined ? {} : { stateAgeMs: Math.max(0, now() - heard) }),
         ...(epoch === undefined ? {} : { epoch }),

@@ -148,6 +148,7 @@ function readinessBody(r: RoutingReadiness, detail: ReadinessDetail): Record<str
       ready: r.ready,
       source: r.source,
       ...(r.stateAgeMs === undefined ? {} : { stateAgeMs: r.stateAgeMs }),
+      ...(r.stale === true ? { stale: true } : {}),
       connected: r.connected,
     };
   }
@@ -156,7 +157,12 @@ function readinessBody(r: RoutingReadiness, detail: ReadinessDetail): Record<str
     ...r,
     ...(r.ready
       ? {}
-      : { reason: "no routing state yet: waiting for a snapshot from a control plane" }),
+      : {
+          reason:
+            r.stale === true
+              ? "routing state older than --max-state-age: no control plane has confirmed it since; keys revoked meanwhile may still be in it"
+              : "no routing state yet: waiting for a snapshot from a control plane",
+        }),
   };
 }
 
@@ -285,6 +291,18 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
             FAILURE_HTTP.notReady,
             "this router has no routing state yet (it has not reached a control plane); retry shortly",
             { retryAfterSeconds: 1 },
+          );
+          return;
+        }
+        if (runtime.stale()) {
+          // Cut off from every control plane for longer than the operator allows: the keys it
+          // holds may have been revoked since. Refuse, so that a client tries another router.
+          const ageS = Math.round((runtime.readiness().stateAgeMs ?? 0) / 1000);
+          sendError(
+            res,
+            FAILURE_HTTP.stateStale,
+            `this router has not heard from a control plane for ${ageS} s, longer than its --max-state-age; it refuses requests until one answers`,
+            { retryAfterSeconds: 5 },
           );
           return;
         }

@@ -260,6 +260,51 @@ describe("saved state", () => {
     expect(second.router.runtime.readiness()).toMatchObject({ source: "live", version: 5 });
   });
 
+  it("refuses requests and fails /readyz past --max-state-age, until a control plane is heard", async () => {
+    const e = await engine("e");
+    const dir = join(tempDir(), "router");
+    const first = await fed({ stateDir: dir, snapshot: snapshotOver(e) });
+    await waitFor(() => existsSync(join(dir, ROUTING_STATE_FILE)), 5000, "the state file");
+    await first.router.close(0);
+
+    // Restarted two minutes later (as its clock reads), allowed one minute without a control
+    // plane: the keys it saved may have been revoked since.
+    let skewMs = 120_000;
+    const feed = createManualRoutingFeed();
+    const second = await startRouter({
+      routing: {
+        feed,
+        routerId: "stale",
+        stateDir: dir,
+        maxStateAgeMs: 60_000,
+        now: () => Date.now() + skewMs,
+      },
+      router: { analyzer: { pool: false } },
+    });
+    cleanups.push(() => second.close(0));
+    const ready = await readyz(second);
+    expect(ready.status).toBe(503);
+    expect(ready.body).toMatchObject({ ready: false, stale: true, source: "saved" });
+    const refused = await chat(second, "revoked since?");
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("retry-after")).toBe("5");
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe(
+      "router_state_stale",
+    );
+    expect(e.received.map((r) => r.body.messages)).not.toContainEqual([
+      { role: "user", content: "revoked since?" },
+    ]);
+    // A control plane is heard again: it serves.
+    feed.push(snapshotOver(e, { version: 2 }));
+    expect((await readyz(second)).status).toBe(200);
+    const served = await chat(second, "after");
+    expect(served.status).toBe(200);
+    await served.arrayBuffer();
+    // And past the limit again without one, it refuses again.
+    skewMs += 61_000;
+    expect((await chat(second, "later")).status).toBe(503);
+  });
+
   it("saves a membership change within about a second, and on close", async () => {
     const a = await engine("a");
     const dir = tempDir();

@@ -35,6 +35,10 @@ Control plane:
                             the state dir)
   --address HOST:PORT       where clients reach this router, for 'llmgw routers'
                             (default: this host's name and the --listen port)
+  --max-state-age D         once no control plane has confirmed its state for this long
+                            (10s–720h), refuse requests (503 router_state_stale) and fail
+                            /readyz until one answers: keys revoked meanwhile stop working
+                            here too (default: no limit, serving through any outage)
 
 Peers (routers behind one balancer, routing as one):
   --peer URL[,URL...]       the other routers' public URLs (repeatable; env LLMGW_ROUTER_PEERS):
