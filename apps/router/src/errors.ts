@@ -17,7 +17,9 @@ export type RouterServiceErrorCode =
   /** No control plane answered; the router serves from its last state. */
   | "LLMGW_ROUTER_CONTROL_PLANE_UNREACHABLE"
   /** The routing stream broke its contract (a gap in versions, an unknown epoch). */
-  | "LLMGW_ROUTER_STREAM_INVALID";
+  | "LLMGW_ROUTER_STREAM_INVALID"
+  /** No control plane confirmed the state for longer than `--max-state-age`: requests refused. */
+  | "LLMGW_ROUTER_STATE_STALE";
 
 /** The router server's one error base (the pure core in `@llmgw/router` has `RouterError`). */
 export class RouterServiceError extends Error {

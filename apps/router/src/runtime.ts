@@ -23,7 +23,7 @@ import {
   type UsageAnswer,
   type UsageBatch,
 } from "@llmgw/router";
-import { isRouterServiceError, RouterServiceError } from "./errors.js";
+import { isRouterServiceError, RouterServiceError, type RouterServiceErrorCode } from "./errors.js";
 import { type RoutingClient, startRoutingClient } from "./routing-client.js";
 import {
   moveAsideRoutingStateFile,
@@ -118,6 +118,13 @@ export interface RoutingRuntime {
   /** Saves the state one last time (when a stateDir is set) and detaches the feed/stream. */
   close(): Promise<void>;
 }
+
+/** Keepalive intervals within which a quiet stream is still fresh (see `stale`). */
+const STALE_KEEPALIVES = 3;
+/** How far ahead of the clock a heard time may be before it is distrusted, ms. */
+const CLOCK_SLACK_MS = 60_000;
+/** How often a router with `maxStateAgeMs` looks for a change of staleness to log, ms. */
+const STALE_CHECK_MS = 1_000;
 
 /** Shortest time between two saves, ms. */
 const MIN_SAVE_SPACING_MS = 1_000;
@@ -250,7 +257,10 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
   heartbeatSave?.unref();
 
   /** Applies one message; a snapshot applied makes the state "live". */
+  /** The keepalive interval the control plane last announced, ms (2 s until one does). */
+  let keepaliveMs = 2_000;
   const apply = (message: RoutingMessage): ReturnType<RoutingState["apply"]> => {
+    if (message.kind === "keepalive") keepaliveMs = message.intervalMs;
     const result = state.apply(message);
     if (result === "applied" && message.kind === "snapshot") source = "live";
     return result;
@@ -361,8 +371,36 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
   const stale = (): boolean => {
     if (maxStateAgeMs === undefined) return false;
     const heard = state.lastHeardAtMs;
-    return heard !== undefined && now() - heard > maxStateAgeMs;
+    if (heard === undefined) return false;
+    const age = now() - heard;
+    // A quiet stream carries a keepalive every interval, and the control plane may leave up to
+    // two between messages: a limit below three never judges a live stream stale. A time
+    // heard well in the future (a saved state read by a host whose clock is behind) cannot be
+    // trusted to be recent.
+    return age > Math.max(maxStateAgeMs, STALE_KEEPALIVES * keepaliveMs) || age < -CLOCK_SLACK_MS;
   };
+  let wasStale = false;
+  const watchStaleness = () => {
+    const isStale = stale();
+    if (isStale === wasStale) return;
+    wasStale = isStale;
+    const ageMs = state.lastHeardAtMs === undefined ? undefined : now() - state.lastHeardAtMs;
+    log(
+      isStale
+        ? {
+            event: "routing_state_stale",
+            code: "LLMGW_ROUTER_STATE_STALE" satisfies RouterServiceErrorCode,
+            stateAgeMs: ageMs,
+            maxStateAgeMs,
+            message:
+              "no control plane has confirmed the routing state for longer than --max-state-age: refusing requests (503 router_state_stale) until one answers",
+          }
+        : { event: "routing_state_fresh", stateAgeMs: ageMs },
+    );
+  };
+  const staleTimer =
+    maxStateAgeMs === undefined ? undefined : setInterval(watchStaleness, STALE_CHECK_MS);
+  staleTimer?.unref?.();
   return {
     state,
     stale,
@@ -394,6 +432,7 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
       await detach();
       unsubscribeMembership();
       clearInterval(heartbeatSave);
+      clearInterval(staleTimer);
       clearTimeout(saveTimer);
       await saving;
       if (stateDir !== undefined && (dirty || state.lastHeardAtMs !== savedHeardAtMs)) await save();

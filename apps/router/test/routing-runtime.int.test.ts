@@ -271,6 +271,7 @@ describe("saved state", () => {
     // plane: the keys it saved may have been revoked since.
     let skewMs = 120_000;
     const feed = createManualRoutingFeed();
+    const events: Record<string, unknown>[] = [];
     const second = await startRouter({
       routing: {
         feed,
@@ -278,6 +279,7 @@ describe("saved state", () => {
         stateDir: dir,
         maxStateAgeMs: 60_000,
         now: () => Date.now() + skewMs,
+        log: (event) => events.push({ ...event }),
       },
       router: { analyzer: { pool: false } },
     });
@@ -294,15 +296,41 @@ describe("saved state", () => {
     expect(e.received.map((r) => r.body.messages)).not.toContainEqual([
       { role: "user", content: "revoked since?" },
     ]);
-    // A control plane is heard again: it serves.
+    // The operator's log says so, once.
+    await waitFor(
+      () => events.some((x) => x.event === "routing_state_stale"),
+      5000,
+      "the stale event",
+    );
+    expect(events.find((x) => x.event === "routing_state_stale")).toMatchObject({
+      code: "LLMGW_ROUTER_STATE_STALE",
+      maxStateAgeMs: 60_000,
+    });
+    // A control plane is heard again: it serves, and says so.
     feed.push(snapshotOver(e, { version: 2 }));
     expect((await readyz(second)).status).toBe(200);
     const served = await chat(second, "after");
     expect(served.status).toBe(200);
     await served.arrayBuffer();
-    // And past the limit again without one, it refuses again.
-    skewMs += 61_000;
+    await waitFor(
+      () => events.some((x) => x.event === "routing_state_fresh"),
+      5000,
+      "the fresh event",
+    );
+    // A control plane that announces keepalives 60 s apart: a quiet stream is fresh for three
+    // of them, whatever the shorter limit.
+    const keepalive = { kind: "keepalive" as const, epoch: "epoch-test", version: 2 };
+    feed.push({ ...keepalive, sentAtMs: Date.now(), intervalMs: 60_000 });
+    skewMs += 150_000;
+    expect((await readyz(second)).status).toBe(200);
+    // Past three intervals without a message, it refuses again.
+    skewMs += 31_000;
     expect((await chat(second, "later")).status).toBe(503);
+    // A heard time far ahead of the clock (a host whose clock went back) is not trusted.
+    feed.push({ ...keepalive, sentAtMs: Date.now(), intervalMs: 2_000 });
+    expect((await readyz(second)).status).toBe(200);
+    skewMs -= 120_000;
+    expect((await readyz(second)).body).toMatchObject({ stale: true });
   });
 
   it("saves a membership change within about a second, and on close", async () => {
