@@ -96,8 +96,8 @@ export interface RoutingClient {
 /** Keepalive intervals a stream may stay silent before it counts as dead. */
 const MISSED_KEEPALIVES = 3;
 /** Bounds on a keepalive interval announced by a control plane. */
-const MIN_KEEPALIVE_MS = 100;
-const MAX_KEEPALIVE_MS = 60_000;
+export const MIN_KEEPALIVE_MS = 100;
+export const MAX_KEEPALIVE_MS = 60_000;
 /** A resync after a stream this long starts the backoff over. */
 const RESYNC_RESET_MS = 30_000;
 /** A repeated failure is logged again at most this often. */

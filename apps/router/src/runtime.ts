@@ -24,7 +24,12 @@ import {
   type UsageBatch,
 } from "@llmgw/router";
 import { isRouterServiceError, RouterServiceError, type RouterServiceErrorCode } from "./errors.js";
-import { type RoutingClient, startRoutingClient } from "./routing-client.js";
+import {
+  MAX_KEEPALIVE_MS,
+  MIN_KEEPALIVE_MS,
+  type RoutingClient,
+  startRoutingClient,
+} from "./routing-client.js";
 import {
   moveAsideRoutingStateFile,
   prepareStateDir,
@@ -256,11 +261,15 @@ export async function startRoutingRuntime(options: RoutingRuntimeOptions): Promi
         }, saveIntervalMs);
   heartbeatSave?.unref();
 
-  /** Applies one message; a snapshot applied makes the state "live". */
-  /** The keepalive interval the control plane last announced, ms (2 s until one does). */
+  /**
+   * The keepalive interval the control plane last announced, ms (2 s until one does), within
+   * the bounds the routing client's watchdog takes it in.
+   */
   let keepaliveMs = 2_000;
+  /** Applies one message; a snapshot applied makes the state "live". */
   const apply = (message: RoutingMessage): ReturnType<RoutingState["apply"]> => {
-    if (message.kind === "keepalive") keepaliveMs = message.intervalMs;
+    if (message.kind === "keepalive")
+      keepaliveMs = Math.min(MAX_KEEPALIVE_MS, Math.max(MIN_KEEPALIVE_MS, message.intervalMs));
     const result = state.apply(message);
     if (result === "applied" && message.kind === "snapshot") source = "live";
     return result;
