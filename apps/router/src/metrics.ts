@@ -223,6 +223,8 @@ export interface RoutingStateSample {
   readonly routers: number;
   /** 1 when the router isolates prefix caches (`cacheIsolation` tenant or key), else 0. */
   readonly cacheIsolation: number;
+  /** 1 while it refuses requests past `--max-state-age`, else 0; undefined without one (absent). */
+  readonly stateStale: number | undefined;
   /**
    * Usage batches the control plane refused for good, set aside (see usage-reporter.ts);
    * undefined on a router that records no usage (the series is absent).
@@ -239,6 +241,7 @@ const READERS: Readonly<Record<string, (s: RoutingStateSample) => number | undef
   llmgw_router_control_plane_connected: (s) => s.controlPlaneConnected,
   llmgw_router_routers: (s) => s.routers,
   llmgw_router_cache_isolation: (s) => s.cacheIsolation,
+  llmgw_router_state_stale: (s) => s.stateStale,
   llmgw_router_usage_batches_refused_total: (s) => s.usageBatchesRefused,
   llmgw_router_usage_requests_refused_total: (s) => s.usageRequestsRefused,
 };

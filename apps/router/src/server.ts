@@ -204,6 +204,8 @@ export async function startRouter(options: StartRouterOptions): Promise<RunningR
         controlPlaneConnected: r.connected ? 1 : 0,
         routers: runtime.state.routers,
         cacheIsolation: (options.router?.cacheIsolation ?? "none") === "none" ? 0 : 1,
+        stateStale:
+          options.routing.maxStateAgeMs === undefined ? undefined : runtime.stale() ? 1 : 0,
         usageBatchesRefused: usageReporter?.refusedBatches,
         usageRequestsRefused: usageReporter?.refusedRequests,
       };

@@ -143,6 +143,8 @@ describe("readiness", () => {
     expect(await gauge(registry, "llmgw_router_state_version")).toBe(2);
     expect(await gauge(registry, "llmgw_router_routers")).toBe(3);
     expect(await gauge(registry, "llmgw_router_cache_isolation")).toBe(0);
+    // No --max-state-age: never stale, and no series says otherwise.
+    expect(await gauge(registry, "llmgw_router_state_stale")).toBeUndefined();
     const isolating = new Registry();
     await fed({
       registry: isolating,
@@ -272,7 +274,9 @@ describe("saved state", () => {
     let skewMs = 120_000;
     const feed = createManualRoutingFeed();
     const events: Record<string, unknown>[] = [];
+    const registry = new Registry();
     const second = await startRouter({
+      registry,
       routing: {
         feed,
         routerId: "stale",
@@ -287,6 +291,7 @@ describe("saved state", () => {
     const ready = await readyz(second);
     expect(ready.status).toBe(503);
     expect(ready.body).toMatchObject({ ready: false, stale: true, source: "saved" });
+    expect(await gauge(registry, "llmgw_router_state_stale")).toBe(1);
     const refused = await chat(second, "revoked since?");
     expect(refused.status).toBe(503);
     expect(refused.headers.get("retry-after")).toBe("5");
@@ -309,6 +314,7 @@ describe("saved state", () => {
     // A control plane is heard again: it serves, and says so.
     feed.push(snapshotOver(e, { version: 2 }));
     expect((await readyz(second)).status).toBe(200);
+    expect(await gauge(registry, "llmgw_router_state_stale")).toBe(0);
     const served = await chat(second, "after");
     expect(served.status).toBe(200);
     await served.arrayBuffer();

@@ -289,6 +289,11 @@ export const ROUTER_STATE_FAMILIES: readonly FamilySpec[] = [
     [],
   ),
   g(
+    "llmgw_router_state_stale",
+    "1 while this router refuses requests because no control plane has confirmed its routing state for longer than its --max-state-age, else 0; absent without --max-state-age",
+    [],
+  ),
+  g(
     "llmgw_router_cache_isolation",
     "1 while this router salts chat, completion and embedding requests per tenant or key (--cache-isolation tenant|key), else 0; routers of one cluster should agree",
     [],

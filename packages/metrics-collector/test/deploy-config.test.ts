@@ -158,7 +158,7 @@ describe("Prometheus config", () => {
   it("rules only use families a scrape contains (or rules recorded here)", async () => {
     const scraped = await scrapedFamilies();
     const { exprs, records } = readRules();
-    expect(exprs.length).toBe(14);
+    expect(exprs.length).toBe(15);
     expect(records.size).toBe(4);
     const used = new Set(exprs.flatMap((e) => [...metricNamesInPromQL(e)]));
     expect([...used].filter((n) => !scraped.has(n) && !records.has(n))).toEqual([]);
