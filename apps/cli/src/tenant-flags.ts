@@ -1,4 +1,5 @@
 import { BudgetPeriod, PriorityClass, type TokenBudget } from "@llmgw/proto";
+import { TENANT_CACHE_ISOLATION } from "@llmgw/router";
 import { UsageError } from "./command.js";
 
 /*
@@ -76,8 +77,10 @@ export function parsePriorityFlag(value: string | undefined): PriorityClass {
 /** `--cache-isolation tenant|key`; absent: "" (each router's own `--cache-isolation`). */
 export function parseTenantCacheIsolationFlag(value: string | undefined): string {
   if (value === undefined) return "";
-  if (value !== "tenant" && value !== "key")
-    throw new UsageError(`--cache-isolation must be tenant or key, got "${value.slice(0, 40)}"`);
+  if (!(TENANT_CACHE_ISOLATION as readonly string[]).includes(value))
+    throw new UsageError(
+      `--cache-isolation must be ${TENANT_CACHE_ISOLATION.join(" or ")}, got "${value.slice(0, 40)}"`,
+    );
   return value;
 }
 

@@ -155,6 +155,12 @@ describe("llmgw tenants", () => {
       ],
     });
 
+    // Back to each router's own isolation.
+    expect((await llmgw(["tenants", "update", "search", "--clear-cache-isolation"])).stdout).toBe(
+      "updated tenant search (cache_isolation)\n",
+    );
+    expect(rows((await llmgw(["tenants", "list"])).stdout)[1]?.[7]).toBe("-");
+
     const refused = await llmgw(["tenants", "delete", "search"]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(

@@ -32,6 +32,15 @@ export type TenantCacheIsolation = Exclude<CacheIsolation, "none">;
 export const TENANT_CACHE_ISOLATION: readonly TenantCacheIsolation[] = ["tenant", "key"];
 
 /**
+ * How much a mode word keeps apart, for comparing two: `none` (or "", not said) 0, `tenant` 1,
+ * `key` 2; a word this release does not know (a later one's) counts as stricter than any.
+ */
+export function cacheIsolationStrictness(mode: string): number {
+  const i = CACHE_ISOLATION_MODES.indexOf((mode === "" ? "none" : mode) as CacheIsolation);
+  return i < 0 ? CACHE_ISOLATION_MODES.length : i;
+}
+
+/**
  * How an engine can keep a request's prefix cache apart: `salt` (it honours `cache_salt`:
  * vLLM, SGLang, the simulator), `no-reuse` (it can only skip reuse for the request:
  * llama.cpp's `cache_prompt: false`).
@@ -55,13 +64,10 @@ export const ISOLATED_SALT_PREFIX = "llmgw-";
 export function isolationScope(routerMode: CacheIsolation, key: ApiKeyInfo): string | undefined {
   const tenant = key.tenant;
   if (tenant?.ungranted === true) return `key\0${key.id}`;
-  // The modes are listed by strictness; a word not among them is taken as the strictest.
-  const strictness = (m: string) => {
-    const i = CACHE_ISOLATION_MODES.indexOf(m as CacheIsolation);
-    return i < 0 ? CACHE_ISOLATION_MODES.length : i;
-  };
+  // A word not among the modes is stricter than any, and scopes by key below.
   const asked = tenant?.cacheIsolation ?? "none";
-  const mode = strictness(asked) > strictness(routerMode) ? asked : routerMode;
+  const mode =
+    cacheIsolationStrictness(asked) > cacheIsolationStrictness(routerMode) ? asked : routerMode;
   if (mode === "none") return undefined;
   if (mode === "tenant" && tenant !== undefined) {
     return tenant.createdAtMs === undefined

@@ -37,6 +37,7 @@ export { type BufferPool, createBufferPool, POOLED_MIN_BYTES } from "./buffer-po
 export {
   CACHE_ISOLATION_MODES,
   type CacheIsolation,
+  cacheIsolationStrictness,
   ENGINE_CACHE_ISOLATION,
   type EngineCacheIsolation,
   ISOLATED_SALT_PREFIX,

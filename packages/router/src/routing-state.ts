@@ -25,12 +25,7 @@
  *   ages load right.
  */
 import type { ApiKeyInfo, ApiKeyStore, TenantInfo } from "./api-keys.js";
-import {
-  ENGINE_CACHE_ISOLATION,
-  type EngineCacheIsolation,
-  TENANT_CACHE_ISOLATION,
-  type TenantCacheIsolation,
-} from "./cache-isolation.js";
+import { ENGINE_CACHE_ISOLATION, TENANT_CACHE_ISOLATION } from "./cache-isolation.js";
 import { checkRange, RouterError } from "./errors.js";
 import type {
   PromptTokenizerKind,
@@ -269,34 +264,20 @@ class MessageChecker {
   model(path: string, m: RoutedModel): void {
     this.name(`${path}.name`, m.name);
     this.name(`${path}.deployment`, m.deployment);
-    if (!POLICIES.has(m.policy as string)) {
-      fail(
-        this.kind,
-        `${path}.policy`,
-        `must be one of ${[...POLICIES].join(", ")}, got ${show(m.policy)}`,
-      );
-    }
+    this.oneOf(`${path}.policy`, m.policy, [...POLICIES]);
     if (typeof m.loading !== "boolean")
       fail(this.kind, `${path}.loading`, `must be a boolean, got ${show(m.loading)}`);
-    if (m.tokenizer !== undefined && !TOKENIZERS.has(m.tokenizer as string)) {
-      fail(
-        this.kind,
-        `${path}.tokenizer`,
-        `must be one of ${[...TOKENIZERS].join(", ")}, got ${show(m.tokenizer)}`,
-      );
-    }
+    if (m.tokenizer !== undefined) this.oneOf(`${path}.tokenizer`, m.tokenizer, [...TOKENIZERS]);
     if (m.enginePriority !== undefined && typeof m.enginePriority !== "boolean")
       fail(this.kind, `${path}.enginePriority`, `must be a boolean, got ${show(m.enginePriority)}`);
-    if (
-      m.cacheIsolation !== undefined &&
-      !ENGINE_CACHE_ISOLATION.includes(m.cacheIsolation as EngineCacheIsolation)
-    ) {
-      fail(
-        this.kind,
-        `${path}.cacheIsolation`,
-        `must be one of ${ENGINE_CACHE_ISOLATION.join(", ")}, got ${show(m.cacheIsolation)}`,
-      );
-    }
+    if (m.cacheIsolation !== undefined)
+      this.oneOf(`${path}.cacheIsolation`, m.cacheIsolation, ENGINE_CACHE_ISOLATION);
+  }
+
+  /** Fails unless `value` is one of `allowed`. */
+  oneOf(path: string, value: unknown, allowed: readonly string[]): void {
+    if (!allowed.includes(value as string))
+      fail(this.kind, path, `must be one of ${allowed.join(", ")}, got ${show(value)}`);
   }
 
   httpUrl(path: string, url: string): void {
@@ -381,15 +362,8 @@ class MessageChecker {
     this.integer(`${path}.weight`, t.weight, 1, ROUTING_LIMITS.maxTenantWeight);
     if (t.createdAtMs !== undefined)
       this.integer(`${path}.createdAtMs`, t.createdAtMs, 1, Number.MAX_SAFE_INTEGER);
-    if (
-      t.cacheIsolation !== undefined &&
-      !TENANT_CACHE_ISOLATION.includes(t.cacheIsolation as TenantCacheIsolation)
-    )
-      fail(
-        this.kind,
-        `${path}.cacheIsolation`,
-        `must be one of ${TENANT_CACHE_ISOLATION.join(", ")}, got ${show(t.cacheIsolation)}`,
-      );
+    if (t.cacheIsolation !== undefined)
+      this.oneOf(`${path}.cacheIsolation`, t.cacheIsolation, TENANT_CACHE_ISOLATION);
   }
 
   tenants(path: string, value: readonly TenantGrant[]): void {

@@ -1,6 +1,7 @@
 import { toJson } from "@bufbuild/protobuf";
 import { escapeOutsideText } from "@llmgw/control-plane/client";
 import { GetClusterStatusResponseSchema, type RouterInfo, type Tenant } from "@llmgw/proto";
+import { cacheIsolationStrictness } from "@llmgw/router";
 import { COPY_AGE_HEADER, SERVED_BY_HEADER } from "@llmgw/wire";
 import { ADMIN_FLAGS, ADMIN_FLAGS_USAGE, adminContext, runAdmin } from "../admin-client.js";
 import { deploymentRow, fleetVersions } from "../cluster-format.js";
@@ -124,7 +125,10 @@ export function isolationWarning(
   const asking = tenants.filter((t) => t.cacheIsolation !== "");
   // Such a router still keeps tenants as far apart as its own flag does.
   const short = (r: RouterInfo) =>
-    asking.filter((t) => strictness(t.cacheIsolation) > strictness(r.cacheIsolation));
+    asking.filter(
+      (t) =>
+        cacheIsolationStrictness(t.cacheIsolation) > cacheIsolationStrictness(r.cacheIsolation),
+    );
   const deaf = routers.filter(
     (r) => r.connected && !r.appliesTenantCacheIsolation && short(r).length > 0,
   );
@@ -147,12 +151,6 @@ export function isolationWarning(
     lines.push(`isolation    routers differ in --cache-isolation (${parts.join("; ")})`);
   }
   return lines;
-}
-
-/** A `--cache-isolation` word's strictness: none (or not said) 0, tenant 1, key 2, unknown 3. */
-function strictness(mode: string): number {
-  const i = ["none", "tenant", "key"].indexOf(mode === "" ? "none" : mode);
-  return i < 0 ? 3 : i;
 }
 
 /** "tenant a", "tenants a, b", … "tenants a, b, c and 4 more". */

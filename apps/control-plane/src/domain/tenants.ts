@@ -1,4 +1,4 @@
-import { ROUTING_LIMITS, type TenantGrant } from "@llmgw/router";
+import { ROUTING_LIMITS, TENANT_CACHE_ISOLATION, type TenantGrant } from "@llmgw/router";
 import { ControlPlaneError } from "../errors.js";
 import type {
   ClusterStore,
@@ -168,8 +168,6 @@ function validateWeight(v: number | undefined, owner: string): number {
     );
   return v;
 }
-
-const TENANT_CACHE_ISOLATION: readonly TenantCacheIsolationName[] = ["tenant", "key"];
 
 /**
  * Checks a tenant's cache isolation: "tenant", "key", or absent or "" for none asked.
